@@ -1,0 +1,77 @@
+/* sluice: one binary, git-style subcommands. Each module owns its command
+ * (profiles/cmd_profile.c, sim/cmd_sim.c, planner/cmd_plan.c,
+ * exec/cmd_exec.c); this file only dispatches. Exit codes: 0 success,
+ * 1 failed run, 2 bad usage or bad input. */
+#include <stdio.h>
+#include <string.h>
+
+#include "util/util.h"
+
+#define SLUICE_VERSION "0.1.0"
+
+/* A module that is not built yet leaves its entry NULL (weak reference), so
+ * the command says so instead of failing to link. */
+int prof_cmd_main(int argc, char **argv) __attribute__((weak));
+int sim_cmd_main(int argc, char **argv) __attribute__((weak));
+int plan_cmd_main(int argc, char **argv) __attribute__((weak));
+int exec_cmd_main(int argc, char **argv) __attribute__((weak));
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *summary;
+} command;
+
+static void usage(FILE *f, const command *cmds, int n)
+{
+    fprintf(f,
+            "usage: sluice <command> [options]   (sluice <command> --help)\n"
+            "\nSimulate, plan and execute pipeline-parallel training.\n\n"
+            "commands:\n");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "  %-9s %s%s\n", cmds[i].name, cmds[i].summary,
+                cmds[i].fn ? "" : " (not built yet)");
+    fprintf(f, "\nexit codes: 0 success, 1 failed run, 2 bad usage or input\n");
+}
+
+int main(int argc, char **argv)
+{
+    const command cmds[] = {
+        {"plan", plan_cmd_main,
+         "search partitions, schedules and knobs for the best plan"},
+        {"sim", sim_cmd_main, "simulate one training iteration of a plan"},
+        {"exec", exec_cmd_main, "run a plan for real (CPU; CUDA on GPUs)"},
+        {"profile", prof_cmd_main,
+         "list, show and validate hardware and model profiles"},
+    };
+    const int n = (int)(sizeof cmds / sizeof cmds[0]);
+    if (argc < 2) {
+        usage(stderr, cmds, n);
+        return UTIL_EXIT_USAGE;
+    }
+    const char *c = argv[1];
+    if (!strcmp(c, "--help") || !strcmp(c, "-h") || !strcmp(c, "help")) {
+        usage(stdout, cmds, n);
+        return 0;
+    }
+    if (!strcmp(c, "--version") || !strcmp(c, "version")) {
+        printf("sluice %s\n", SLUICE_VERSION);
+        return 0;
+    }
+    const char *names[8];
+    for (int i = 0; i < n; i++) {
+        names[i] = cmds[i].name;
+        if (strcmp(c, cmds[i].name)) continue;
+        if (!cmds[i].fn) {
+            fprintf(stderr, "sluice %s: not built into this version yet\n", c);
+            return UTIL_EXIT_FAIL;
+        }
+        return cmds[i].fn(argc - 1, argv + 1);
+    }
+    const char *near = util_closest(c, names, (size_t)n);
+    fprintf(stderr, "sluice: unknown command '%s'", c);
+    if (near) fprintf(stderr, " (did you mean '%s'?)", near);
+    fprintf(stderr, "\n");
+    usage(stderr, cmds, n);
+    return UTIL_EXIT_USAGE;
+}

@@ -1,0 +1,309 @@
+/* profiles: what the hardware is and what the model is. GPU types come from
+ * a JSON catalog (profiles/hw/), servers are graphs of GPUs, switches,
+ * sockets, memories, drives and NICs joined by full-duplex links; a model is
+ * a compact spec (profiles/models/, or a Hugging Face config.json) expanded
+ * into a DAG of ops with per-sample costs. All units are SI (bytes, bytes/s,
+ * FLOP, FLOP/s, ns). Ownership: *_new/_load return objects the caller frees
+ * with the matching *_free; getters lend. Built-in JSON files are compiled
+ * into the binary, so sluice runs from any folder. */
+#ifndef SLUICE_PROFILES_H
+#define SLUICE_PROFILES_H
+
+#include "util/util.h"
+
+/* ===================================================================== *
+ * GPU types                                                             *
+ * ===================================================================== */
+
+/* Math precisions with a dense peak. Half precisions are with fp32
+ * accumulation, the rate mixed-precision training gets (GeForce cards run
+ * it at half their fp16-accumulate rate). */
+typedef enum {
+    PROF_DT_FP32, PROF_DT_TF32, PROF_DT_FP16, PROF_DT_BF16, PROF_DT_COUNT
+} prof_dtype;
+
+const char *prof_dtype_name(prof_dtype d);
+/* Bytes of one element stored in this precision (tf32 is stored as fp32). */
+int prof_dtype_bytes(prof_dtype d);
+
+/* How close an op gets to peak.
+ *   GEMM (m x k) @ (k x n):  eff = gemm_max * m/(m+gemm_half_mn)
+ *                                  * n/(n+gemm_half_mn) * k/(k+gemm_half_k)
+ *   memory-bound op moving b bytes: eff = mem_max * b/(b+mem_half_bytes)
+ * and every kernel pays launch_ns on top. */
+typedef struct prof_eff {
+    double gemm_max;
+    double gemm_half_mn;
+    double gemm_half_k;
+    double mem_max;
+    double mem_half_bytes;
+    double launch_ns;
+} prof_eff;
+
+/* Fraction of peak for a GEMM of this shape, in (0, 1]. */
+double prof_gemm_eff(const prof_eff *e, double m, double n, double k);
+/* Fraction of memory bandwidth for an op that moves bytes, in (0, 1]. */
+double prof_mem_eff(const prof_eff *e, double bytes);
+
+typedef enum { PROF_FORM_PCIE, PROF_FORM_SXM } prof_form;
+
+typedef struct prof_gpu {
+    char name[32];          /* catalog key, e.g. "rtx2080ti" */
+    char full_name[64];     /* "NVIDIA GeForce RTX 2080 Ti" */
+    char arch[24];          /* "turing" */
+    prof_form form;
+    int consumer;           /* GeForce: no P2P over PCIe on recent drivers */
+    double mem_bytes;
+    double mem_bw_bytes_per_s;
+    double peak_flops[PROF_DT_COUNT]; /* dense; 0 where unsupported */
+    int pcie_gen;           /* 3, 4, 5 */
+    int pcie_lanes;
+    int nvlink_links;       /* 0 when none */
+    double nvlink_bw_bytes_per_s; /* per link, per direction */
+    double tdp_w;
+    double price_per_hour;  /* USD, rental reference; 0 when unknown */
+    prof_eff eff;
+    char source[768];
+} prof_gpu;
+
+/* Names of the built-in GPU types, NULL-terminated (lent). */
+const char *const *prof_gpu_names(void);
+/* Looks a built-in GPU type up by name; an unknown name is an error listing
+ * the known ones and the closest match. */
+int prof_gpu_get(const char *name, prof_gpu *out, util_err *e);
+/* Parses one GPU object (catalog entry or inline in a server file). */
+int prof_gpu_parse(const util_jobj *o, prof_gpu *out, util_err *e);
+
+/* ===================================================================== *
+ * Servers and clusters: a graph                                         *
+ * ===================================================================== */
+
+typedef enum {
+    PROF_NODE_GPU, PROF_NODE_CPU, PROF_NODE_PCIE_SWITCH, PROF_NODE_DRAM,
+    PROF_NODE_NVME, PROF_NODE_NIC, PROF_NODE_NVSWITCH, PROF_NODE_NET_SWITCH,
+    PROF_NODE_KIND_COUNT
+} prof_node_kind;
+
+typedef enum {
+    PROF_LINK_PCIE, PROF_LINK_NVLINK, PROF_LINK_SOCKET, PROF_LINK_MEMORY,
+    PROF_LINK_NETWORK, PROF_LINK_KIND_COUNT
+} prof_link_kind;
+
+const char *prof_node_kind_name(prof_node_kind k);
+const char *prof_link_kind_name(prof_link_kind k);
+
+typedef struct prof_node {
+    prof_node_kind kind;
+    char name[32];      /* unique in the topology, e.g. "n0.gpu3" */
+    int server;         /* index of the server (node of the cluster) */
+    int gpu;            /* global GPU index for GPU nodes, else -1 */
+    int gpu_type;       /* index into prof_topo.gpu_types for GPUs, else -1 */
+    double capacity_bytes;       /* DRAM and NVMe; 0 otherwise */
+    double read_bw_bytes_per_s;  /* NVMe: sequential read; DRAM: bandwidth */
+    double write_bw_bytes_per_s; /* NVMe: sequential write; DRAM: bandwidth */
+} prof_node;
+
+/* A full-duplex link: each direction has bw_bytes_per_s of its own.
+ * Directed link ids: 2*i for a->b, 2*i+1 for b->a. */
+typedef struct prof_link {
+    int a, b;
+    prof_link_kind kind;
+    double bw_bytes_per_s;
+    double latency_ns;
+} prof_link;
+
+typedef struct prof_topo {
+    char name[96];            /* "8x rtx2080ti, 2-socket PCIe 3.0 server" */
+    int n_servers;
+    int gpus_per_server;
+    prof_gpu *gpu_types;
+    int n_gpu_types;
+    prof_node *nodes;
+    int n_nodes;
+    prof_link *links;
+    int n_links;
+    int n_gpus;
+    int *gpu_node;            /* node index of GPU g */
+    /* Routes between every pair of nodes, filled by prof_topo_finish(). */
+    int *route_off;           /* n_nodes*n_nodes+1 offsets into route_dl */
+    int *route_dl;            /* directed link ids */
+} prof_topo;
+
+/* Options that adjust a template (0 = template default). */
+typedef struct prof_hw_opts {
+    double host_mem_bytes;    /* per server */
+    int nvme;                 /* drives per server */
+    int gpus_per_server;      /* force a node size */
+    int pcie_gen;             /* override the host's PCIe generation */
+} prof_hw_opts;
+
+/* Builds the standard server or cluster for n GPUs of a built-in type:
+ * GeForce cards on a two-socket PCIe server with PCIe switches, SXM cards
+ * as DGX-like nodes, more GPUs than one node holds as several nodes joined
+ * by InfiniBand. */
+prof_topo *prof_topo_template(const char *gpu, int n, const prof_hw_opts *o,
+                              util_err *e);
+/* Loads a user's server or cluster file (see profiles/hw/README.md). */
+prof_topo *prof_topo_load(const char *path, util_err *e);
+/* Resolves --hw arguments: "rtx2080ti x8", "rtx2080ti" "x8", "FILE.json". */
+prof_topo *prof_topo_from_args(int argc, char **argv, const prof_hw_opts *o,
+                               util_err *e);
+void prof_topo_free(prof_topo *t);
+
+/* The GPU type of global GPU g (lent). */
+const prof_gpu *prof_topo_gpu(const prof_topo *t, int g);
+/* Route from node a to node b as directed link ids; *n gets the count.
+ * Lent; empty when a == b. Routes are widest-path (largest bottleneck
+ * bandwidth), then fewest hops, then lowest node index: deterministic. */
+const int *prof_topo_route(const prof_topo *t, int a, int b, int *n);
+/* Route between GPUs (by global GPU index). */
+const int *prof_topo_gpu_route(const prof_topo *t, int ga, int gb, int *n);
+/* Bottleneck bandwidth and summed latency along a route. */
+double prof_route_bw(const prof_topo *t, const int *dl, int n);
+double prof_route_latency_ns(const prof_topo *t, const int *dl, int n);
+/* Nearest host DRAM node and NVMe node (or -1) to GPU g. */
+int prof_topo_gpu_host_mem(const prof_topo *t, int g);
+int prof_topo_gpu_nvme(const prof_topo *t, int g);
+
+/* Prints the topology as a tree with link bandwidths; or as JSON. */
+void prof_topo_print(const prof_topo *t, FILE *f);
+json_t *prof_topo_json(const prof_topo *t);
+
+/* ===================================================================== *
+ * Models: compact spec and op graph                                     *
+ * ===================================================================== */
+
+typedef enum {
+    PROF_FAM_GPT, PROF_FAM_BERT, PROF_FAM_T5, PROF_FAM_LLAMA, PROF_FAM_OPT,
+    PROF_FAM_COUNT
+} prof_family;
+
+const char *prof_family_name(prof_family f);
+
+typedef struct prof_model_spec {
+    char name[64];
+    prof_family family;
+    int hidden;          /* d_model */
+    int layers;          /* decoder-only: layers; BERT: layers; T5: encoder */
+    int dec_layers;      /* T5 decoder layers; 0 otherwise */
+    int heads;
+    int kv_heads;        /* grouped-query attention; = heads when absent */
+    int head_dim;        /* T5's d_kv may differ from hidden/heads */
+    int ffn;             /* MLP inner size */
+    int vocab;
+    int seq_len;         /* training sequence length (encoder for T5) */
+    int dec_seq_len;     /* T5 target length; 0 otherwise */
+    int max_pos;         /* learned position table size; 0 when none */
+    int type_vocab;      /* BERT token types; 0 otherwise */
+    int tied_embeddings; /* LM head shares the input embedding */
+    int gated_mlp;       /* SwiGLU / gated-GELU: three MLP matrices */
+    int rmsnorm;         /* RMSNorm (no bias) instead of LayerNorm */
+    int bias;            /* linear layers carry biases */
+    int rel_pos_buckets; /* T5 relative attention buckets; 0 otherwise */
+    int pooler;          /* BERT pooler */
+    prof_dtype dtype;    /* training precision of weights and activations */
+    char source[256];
+} prof_model_spec;
+
+typedef enum {
+    PROF_OP_EMBED, PROF_OP_NORM, PROF_OP_LINEAR, PROF_OP_ATTN,
+    PROF_OP_ACT, PROF_OP_RESIDUAL, PROF_OP_LM_HEAD, PROF_OP_LOSS,
+    PROF_OP_POOLER, PROF_OP_KIND_COUNT
+} prof_op_kind;
+
+typedef enum { PROF_PART_NONE, PROF_PART_ENC, PROF_PART_DEC } prof_part;
+
+const char *prof_op_kind_name(prof_op_kind k);
+
+/* One GEMM per sample: (m x k) @ (k x n), repeated batch times (attention
+ * runs one per head). m counts rows of one sample, so a microbatch of b
+ * samples runs m*b rows (attention: batch*b). */
+typedef struct prof_gemm {
+    double m, n, k, batch;
+} prof_gemm;
+
+#define PROF_OP_MAX_IN 4
+#define PROF_OP_MAX_GEMM 3
+
+/* All costs per sample (one sequence); backward split into the input
+ * gradient (B) and the weight gradient (W). */
+typedef struct prof_op {
+    char name[48];          /* "dec.l3.cross_attn.q" */
+    prof_op_kind kind;
+    prof_part part;
+    int layer;              /* index into prof_model.layers */
+    double fwd_flops, bwd_in_flops, bwd_w_flops;
+    double bytes_read, bytes_written;   /* forward memory traffic */
+    double params;
+    double act_bytes;       /* kept from forward for backward */
+    double out_bytes;       /* output, what crosses a cut after this op */
+    int n_gemm;
+    prof_gemm gemm[PROF_OP_MAX_GEMM];
+    int n_in;
+    int in[PROF_OP_MAX_IN]; /* op indices this op reads; earlier ops only */
+} prof_op;
+
+/* A layer: a contiguous run of ops (embeddings and head are layers too). */
+typedef struct prof_layer {
+    char name[32];          /* "embed", "enc.3", "dec.0", "head" */
+    prof_part part;
+    int first_op, n_ops;
+} prof_layer;
+
+typedef struct prof_model {
+    prof_model_spec spec;
+    prof_op *ops;           /* topological order */
+    int n_ops;
+    prof_layer *layers;
+    int n_layers;
+    double params;          /* unique parameters (tied ones counted once) */
+} prof_model;
+
+/* Names of the built-in models, NULL-terminated (lent). */
+const char *const *prof_model_names(void);
+/* A zoo name or a file (sluice spec or Hugging Face config.json). Unknown
+ * names list the known ones and the closest match. */
+int prof_model_spec_get(const char *name_or_file, prof_model_spec *out,
+                        util_err *e);
+/* Checks a spec's values (heads divide hidden, sizes positive, ...). */
+int prof_model_spec_check(const prof_model_spec *s, const char *where,
+                          util_err *e);
+/* Expands a spec into the op graph. */
+prof_model *prof_model_build(const prof_model_spec *s, util_err *e);
+/* Both steps. */
+prof_model *prof_model_load(const char *name_or_file, util_err *e);
+void prof_model_free(prof_model *m);
+
+/* Totals per sample over ops [first, first+n). */
+typedef struct prof_cost {
+    double fwd_flops, bwd_in_flops, bwd_w_flops;
+    double params, act_bytes;
+} prof_cost;
+prof_cost prof_model_cost(const prof_model *m, int first_op, int n_ops);
+
+/* Training FLOPs per sample (forward + backward), and with full activation
+ * recomputation (one more forward). */
+double prof_model_train_flops(const prof_model *m, int recompute);
+
+/* Bytes that cross a cut placed after op `last` (everything at or before
+ * `last` on one side): the outputs of ops <= last read by ops > last,
+ * each counted once. Non-chain graphs (T5) carry the encoder output. */
+double prof_model_cut_bytes(const prof_model *m, int last);
+
+void prof_model_print(const prof_model *m, int ops, FILE *f);
+json_t *prof_model_json(const prof_model *m, int ops);
+
+/* ===================================================================== *
+ * Built-in files                                                        *
+ * ===================================================================== */
+
+/* The JSON text of a built-in file such as "hw/gpus.json", or NULL. */
+const char *prof_builtin(const char *relpath);
+/* Names of built-in files under a folder prefix ("models/"), NULL-ended. */
+const char *const *prof_builtin_list(void);
+
+/* Validates any profile file (GPU catalog, server, model spec or HF config)
+ * and says what it is. */
+int prof_validate_file(const char *path, FILE *out, util_err *e);
+
+#endif

@@ -1,0 +1,19 @@
+/* Test helpers: run the sluice binary under test (SLUICE_BIN, default
+ * bin/sluice) and capture its output and exit code. */
+#ifndef SLUICE_TEST_HARNESS_H
+#define SLUICE_TEST_HARNESS_H
+
+typedef struct cli_result {
+    int code;     /* exit code, or 128+signal */
+    char *out;    /* stdout, malloc'd */
+    char *err;    /* stderr, malloc'd */
+} cli_result;
+
+/* Runs `sluice ARGS` through /bin/sh (ARGS is shell words). */
+cli_result cli_run(const char *args_fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+void cli_result_free(cli_result *r);
+/* A fresh temporary folder for a test (removed by the caller if wanted). */
+char *test_tmpdir(void);
+
+#endif

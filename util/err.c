@@ -1,0 +1,195 @@
+/* Errors, allocation that aborts on failure, and small string helpers. */
+#include "util/util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int util_errf(util_err *e, int code, const char *fmt, ...)
+{
+    if (!e) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->code = code;
+    return -1;
+}
+
+int util_err_prefix(util_err *e, const char *fmt, ...)
+{
+    if (!e) return -1;
+    char pre[512], old[sizeof e->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pre, sizeof pre, fmt, ap);
+    va_end(ap);
+    memcpy(old, e->msg, sizeof old);
+    snprintf(e->msg, sizeof e->msg, "%s: %s", pre, old);
+    return -1;
+}
+
+void util_never_(const char *file, int line, const char *what)
+{
+    fprintf(stderr, "sluice: internal error at %s:%d: %s\n", file, line, what);
+    abort();
+}
+
+static void *oom(size_t n)
+{
+    fprintf(stderr, "sluice: out of memory allocating %zu bytes\n", n);
+    abort();
+}
+
+void *util_malloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    return p ? p : oom(n);
+}
+
+void *util_calloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    return p ? p : oom(n * size);
+}
+
+void *util_realloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    return q ? q : oom(n);
+}
+
+char *util_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    return memcpy(util_malloc(n), s, n);
+}
+
+int util_edit_distance(const char *a, const char *b)
+{
+    enum { MAXL = 64 };
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > MAXL) la = MAXL;
+    if (lb > MAXL) lb = MAXL;
+    int prev[MAXL + 1], cur[MAXL + 1];
+    for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int sub = tolower((unsigned char)a[i - 1]) !=
+                      tolower((unsigned char)b[j - 1]);
+            int best = prev[j - 1] + sub;
+            if (prev[j] + 1 < best) best = prev[j] + 1;
+            if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;
+            cur[j] = best;
+        }
+        memcpy(prev, cur, sizeof(int) * (lb + 1));
+    }
+    return prev[lb];
+}
+
+const char *util_closest(const char *word, const char *const *cands, size_t n)
+{
+    int limit = (int)strlen(word) / 3;
+    if (limit < 2) limit = 2;
+    const char *best = NULL;
+    int bestd = limit + 1;
+    for (size_t i = 0; i < n; i++) {
+        int d = util_edit_distance(word, cands[i]);
+        /* A prefix match ("rtx2080" for "rtx2080ti") is a good guess too. */
+        size_t lw = strlen(word);
+        if (lw >= 3 && strncasecmp(cands[i], word, lw) == 0 && d > 1) d = 1;
+        if (d < bestd) { bestd = d; best = cands[i]; }
+    }
+    return best;
+}
+
+int util_parse_double(const char *s, double *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+int util_parse_int(const char *s, long lo, long hi, long *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int util_parse_size(const char *s, double *bytes)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !isfinite(v) || v < 0) return -1;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 0: break;
+    case 'K': mul = 1024.0; end++; break;
+    case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    case 'B': break;
+    default: return -1;
+    }
+    if (mul > 1 && (*end == 'i' || *end == 'I')) end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) return -1;
+    *bytes = v * mul;
+    return 0;
+}
+
+char *util_fmt_bytes(double b, char *buf, size_t n)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int i = 0;
+    double v = b < 0 ? -b : b;
+    while (v >= 1024 && i < 5) { v /= 1024; i++; }
+    if (b < 0) v = -v;
+    if (i == 0) snprintf(buf, n, "%.0f B", v);
+    else snprintf(buf, n, "%.2f %s", v, u[i]);
+    return buf;
+}
+
+char *util_fmt_bw(double bps, char *buf, size_t n)
+{
+    if (bps >= 1e9) snprintf(buf, n, "%.1f GB/s", bps / 1e9);
+    else if (bps >= 1e6) snprintf(buf, n, "%.1f MB/s", bps / 1e6);
+    else snprintf(buf, n, "%.0f B/s", bps);
+    return buf;
+}
+
+char *util_fmt_count(double v, char *buf, size_t n)
+{
+    double a = fabs(v);
+    if (a >= 1e12) snprintf(buf, n, "%.2fT", v / 1e12);
+    else if (a >= 1e9) snprintf(buf, n, "%.2fB", v / 1e9);
+    else if (a >= 1e6) snprintf(buf, n, "%.1fM", v / 1e6);
+    else if (a >= 1e3) snprintf(buf, n, "%.1fk", v / 1e3);
+    else snprintf(buf, n, "%.0f", v);
+    return buf;
+}
+
+char *util_fmt_time(double s, char *buf, size_t n)
+{
+    double a = fabs(s);
+    if (a >= 1) snprintf(buf, n, "%.2f s", s);
+    else if (a >= 1e-3) snprintf(buf, n, "%.2f ms", s * 1e3);
+    else if (a >= 1e-6) snprintf(buf, n, "%.1f us", s * 1e6);
+    else snprintf(buf, n, "%.0f ns", s * 1e9);
+    return buf;
+}

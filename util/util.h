@@ -1,0 +1,151 @@
+/* util: the lowest layer. Error reporting, JSON input with file:line:col
+ * locations, "did you mean" suggestions, size parsing, atomic writes and
+ * human tables. Nothing here knows about models, hardware or schedules.
+ * Ownership: functions returning char* hand the caller a malloc'd string. */
+#ifndef SLUICE_UTIL_H
+#define SLUICE_UTIL_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <jansson.h>
+
+/* Exit codes of the command line, also carried by util_err.code. */
+enum { UTIL_EXIT_OK = 0, UTIL_EXIT_FAIL = 1, UTIL_EXIT_USAGE = 2 };
+
+/* An error message that already says where. code is an exit code:
+ * UTIL_EXIT_USAGE for bad input or usage, UTIL_EXIT_FAIL for a failed run. */
+typedef struct util_err {
+    int code;
+    char msg[1536];
+} util_err;
+
+/* Fills e (if not NULL) and returns -1, so callers can `return util_errf(..)`. */
+int util_errf(util_err *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prepends "prefix: " to an existing message. Returns -1. */
+int util_err_prefix(util_err *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Impossible states: abort with file and line in every build. */
+#define UTIL_NEVER(cond) \
+    ((cond) ? util_never_(__FILE__, __LINE__, #cond), 1 : 0)
+void util_never_(const char *file, int line, const char *what)
+    __attribute__((noreturn));
+
+/* malloc/calloc/realloc that abort on failure with the size asked for. */
+void *util_malloc(size_t n);
+void *util_calloc(size_t n, size_t size);
+void *util_realloc(void *p, size_t n);
+char *util_strdup(const char *s);
+
+/* Levenshtein distance, case-insensitive, capped at 64 bytes of input. */
+int util_edit_distance(const char *a, const char *b);
+/* The candidate closest to word, or NULL when none is close enough
+ * (distance at most max(2, strlen(word)/3)). Lends from candidates. */
+const char *util_closest(const char *word, const char *const *candidates,
+                         size_t n);
+
+/* Parses sizes such as "256G", "11GiB", "1.5T", "4096" (bytes). K/M/G/T are
+ * binary (1024-based) for memory; returns 0 and sets *bytes, or -1. */
+int util_parse_size(const char *s, double *bytes);
+/* Parses a positive or non-negative integer fully; -1 on junk or range. */
+int util_parse_int(const char *s, long lo, long hi, long *out);
+/* Parses a double fully; -1 on junk. */
+int util_parse_double(const char *s, double *out);
+
+/* Formats bytes as "10.75 GiB" into buf; returns buf. */
+char *util_fmt_bytes(double bytes, char *buf, size_t n);
+/* Formats a rate in bytes/s as "12.0 GB/s" (decimal, as datasheets do). */
+char *util_fmt_bw(double bytes_per_s, char *buf, size_t n);
+/* Formats a count with a metric suffix: 2.85B, 335.1M, 12.3k. */
+char *util_fmt_count(double n, char *buf, size_t len);
+/* Formats seconds as "812 us", "3.41 ms", "1.20 s". */
+char *util_fmt_time(double s, char *buf, size_t n);
+
+/* Reads a whole file into a NUL-terminated malloc'd buffer. */
+int util_read_file(const char *path, char **out, size_t *len, util_err *e);
+/* Writes data to path atomically: a temporary file in the same folder,
+ * fsync, rename, fsync of the folder. Never leaves path half-written. */
+int util_write_atomic(const char *path, const void *data, size_t len,
+                      util_err *e);
+
+/* ---------------------------------------------------------------------
+ * JSON input. A document keeps its text so that any error can name the
+ * line and column of the offending value, found again by walking the text
+ * along the JSON path (errors are rare; locating costs nothing otherwise).
+ * Paths use the form `gpus[3].mem_bytes`. */
+typedef struct util_jdoc {
+    char *file;   /* as given by the user, for messages */
+    char *text;
+    json_t *root;
+} util_jdoc;
+
+/* Parses path (or text, when text != NULL; file then only names it). */
+int util_jdoc_load(util_jdoc *d, const char *file, const char *text,
+                   util_err *e);
+void util_jdoc_free(util_jdoc *d);
+/* Line and column (1-based) of the value at path, or 0/0 when not found. */
+void util_json_locate(const char *text, const char *path, int *line, int *col);
+
+/* A view of one object inside a document with the path that reaches it. */
+typedef struct util_jobj {
+    const util_jdoc *doc;
+    json_t *j;
+    char path[256];
+} util_jobj;
+
+util_jobj util_jroot(const util_jdoc *d);
+/* Fills e with "FILE:LINE:COL: field 'PATH.key': msg". Returns -1. */
+int util_jerr(util_err *e, const util_jobj *o, const char *key,
+              const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Rejects any key of o not in allowed (NULL-terminated), suggesting the
+ * closest allowed key. Returns 0 or -1. */
+int util_jkeys(const util_jobj *o, const char *const *allowed, util_err *e);
+
+/* Pass as lo to require a value > 0 (the message then says so). */
+#define UTIL_POSITIVE 2.2250738585072014e-308
+
+/* Getters: required fields missing are errors; optional ones keep *out.
+ * Numbers are checked against [lo, hi]; pass -HUGE_VAL/HUGE_VAL for none. */
+int util_jnum(const util_jobj *o, const char *key, int required, double lo,
+              double hi, double *out, util_err *e);
+/* Like util_jnum but also requires an integral value. */
+int util_jint(const util_jobj *o, const char *key, int required, long lo,
+              long hi, long *out, util_err *e);
+int util_jbool(const util_jobj *o, const char *key, int required, int *out,
+               util_err *e);
+/* Copies a string into out (size n); too long is an error. */
+int util_jstr(const util_jobj *o, const char *key, int required, char *out,
+              size_t n, util_err *e);
+/* One of choices (NULL-terminated); *out is its index. */
+int util_jenum(const util_jobj *o, const char *key, int required,
+               const char *const *choices, int *out, util_err *e);
+/* Child object; *present says whether the key existed (optional case). */
+int util_jchild(const util_jobj *o, const char *key, int required,
+                util_jobj *out, int *present, util_err *e);
+/* Array under key: *arr is borrowed, NULL when absent and optional. */
+int util_jarray(const util_jobj *o, const char *key, int required,
+                json_t **arr, util_err *e);
+/* Element i of array under key, which must be an object. */
+int util_jelem(const util_jobj *o, const char *key, json_t *arr, size_t i,
+               util_jobj *out, util_err *e);
+
+/* ---------------------------------------------------------------------
+ * Tables people read: right-aligned numbers, units in the header. */
+typedef struct util_table util_table;
+util_table *util_table_new(int ncols);
+void util_table_free(util_table *t);
+/* Column header and alignment ('l' or 'r'). */
+void util_table_col(util_table *t, int col, const char *header, char align);
+/* Adds a row; cells given as printf-formatted strings one per column. */
+void util_table_row(util_table *t, const char *const *cells);
+/* Adds a separator line before the next row. */
+void util_table_sep(util_table *t);
+void util_table_print(const util_table *t, FILE *f, const char *indent);
+
+/* Prints a JSON value (pretty, keys in insertion order) and a newline. */
+int util_json_print(json_t *v, FILE *f);
+
+#endif
