@@ -377,7 +377,7 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
                       const sim_result *r, const sim_ir *ir, FILE *f);
 json_t *sim_report_json(const sim_plan *p, const prof_model *m,
                         const prof_topo *t, const sim_costs *c,
-                        const sim_result *r);
+                        const sim_result *r, const sim_ir *ir);
 /* Chrome/Perfetto trace-event JSON: a process per device, a thread per
  * stream, X events in microseconds, memory counters, send->recv flows. */
 int sim_trace_write(const char *path, const sim_ir *ir, const sim_result *r,
