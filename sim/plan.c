@@ -70,10 +70,10 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     if (util_jint(&r, "pp", 1, 1, 4096, &v, e)) goto out;
     p->pp = (int)v;
     v = 1;
-    if (util_jint(&r, "dp", 0, 1, 1, &v, e)) goto out;
+    if (util_jint(&r, "dp", 0, 1, 4096, &v, e)) goto out;
     p->dp = (int)v;
     v = 1;
-    if (util_jint(&r, "tp", 0, 1, 1, &v, e)) goto out;
+    if (util_jint(&r, "tp", 0, 1, 4096, &v, e)) goto out;
     p->tp = (int)v;
     if (util_jint(&r, "mbs", 1, 1, 1 << 20, &v, e)) goto out;
     p->mbs = (int)v;
@@ -127,6 +127,11 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
     if (p->pp * p->dp * p->tp > n_gpus)
         return util_errf(e, UTIL_EXIT_USAGE, "pp %d needs %d GPUs but the "
                          "server has %d", p->pp, p->pp, n_gpus);
+    sim_sched_opts o = {.sched = p->sched, .pp = p->pp,
+                        .n_stages = p->n_stages, .n_mb = p->n_mb,
+                        .recompute = p->recompute, .waves = p->waves,
+                        .n_minibatches = p->n_minibatches};
+    if (sim_sched_check(&o, e)) return -1;
     int next = 0;
     for (int s = 0; s < p->n_stages; s++) {
         if (p->first_op[s] != next)
@@ -161,11 +166,6 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
                              "stage", d, p->pp);
         }
     free(used);
-    sim_sched_opts o = {.sched = p->sched, .pp = p->pp,
-                        .n_stages = p->n_stages, .n_mb = p->n_mb,
-                        .recompute = p->recompute, .waves = p->waves,
-                        .n_minibatches = p->n_minibatches};
-    if (sim_sched_check(&o, e)) return -1;
     /* one stage per device and the wave's zig-zag are fixed maps */
     if (p->sched != SIM_SCHED_MIXED && p->sched != SIM_SCHED_MIXED_1F1B &&
         p->sched != SIM_SCHED_MIXED_GPIPE) {
