@@ -246,3 +246,95 @@ Test(sim_trace, same_input_same_bytes)
     rmdir(dir);
     free(dir);
 }
+
+/* ---------------------------------------------------------------------
+ * Costs from an op graph that is not a chain (T5-like skip to a later
+ * stage), measured-time overrides */
+
+Test(sim_costs, non_chain_transfers)
+{
+    prof_model *m = chain_model(2); /* ops: 0 embed, 1-2 l1, 3-4 l2, 5 head */
+    /* op 5 also reads op 1's output (as a decoder reads the encoder) */
+    m->ops[5].n_in = 2;
+    m->ops[5].in[1] = 1;
+    m->ops[1].out_bytes = 7e5;
+    prof_topo t = {0};
+    prof_gpu g = {0};
+    g.mem_bytes = 11e9;
+    g.peak_flops[PROF_DT_FP16] = 1e14;
+    g.mem_bw_bytes_per_s = 6e11;
+    g.eff = (prof_eff){0.8, 64, 64, 0.9, 1e5, 5000};
+    prof_node nodes[3] = {{.kind = PROF_NODE_GPU, .gpu = 0},
+                          {.kind = PROF_NODE_GPU, .gpu = 1},
+                          {.kind = PROF_NODE_GPU, .gpu = 2}};
+    int gpu_node[3] = {0, 1, 2};
+    int route_off[10] = {0};
+    t.gpu_types = &g;
+    t.n_gpu_types = 1;
+    t.nodes = nodes;
+    t.n_nodes = 3;
+    t.n_gpus = 3;
+    t.gpu_node = gpu_node;
+    t.route_off = route_off; /* no links: communication is free */
+    int first[3] = {0, 2, 4}, last[3] = {1, 3, 5}, map[3] = {0, 1, 2};
+    sim_cost_opts o = {.mbs = 2};
+    util_err e;
+    sim_costs *c = sim_costs_build(m, &t, 3, first, last, map, 3, &o, &e);
+    cr_assert_not_null(c, "%s", e.msg);
+    cr_assert_float_eq(c->xfer_bytes[0 * 3 + 1], 2 * 7e5, 1e-6);
+    cr_assert_float_eq(c->xfer_bytes[0 * 3 + 2], 2 * 7e5, 1e-6);
+    cr_assert_float_eq(c->xfer_bytes[1 * 3 + 2], 2 * 1e5, 1e-6);
+    cr_assert_eq(c->xfer_bytes[2 * 3 + 0], 0);
+    cr_assert_float_eq(c->stage[2].input_bytes, 2 * 8e5, 1e-6);
+    cr_assert_gt(c->stage[0].f_ns, 0);
+    /* stage 0: two ops of 1e6 parameters, fp16, Adam 16 B/param */
+    cr_assert_float_eq(c->stage[0].weight_bytes, 2e6 * 2, 1e-6);
+    cr_assert_float_eq(c->stage[0].opt_bytes, 2e6 * 12, 1e-6);
+    cr_assert_float_eq(c->dev_capacity[1], 11e9, 1);
+    sim_sched_opts so = {.sched = SIM_SCHED_1F1B, .pp = 3, .n_stages = 3,
+                         .n_mb = 4};
+    sim_ir *ir = sim_schedule(&so, c, &e);
+    cr_assert_not_null(ir, "%s", e.msg);
+    /* activations 0->2 and gradients 2->0 travel directly */
+    int act02 = 0, grad20 = 0;
+    for (int i = 0; i < ir->n_tasks; i++) {
+        const sim_task *x = &ir->tasks[i];
+        if (x->kind != SIM_SEND) continue;
+        if (!x->grad && x->stage == 0 && x->stage2 == 2) act02++;
+        if (x->grad && x->stage == 2 && x->stage2 == 0) grad20++;
+    }
+    cr_assert_eq(act02, 4);
+    cr_assert_eq(grad20, 4);
+    sim_engine *en = sim_engine_new(ir, c, NULL);
+    sim_result r;
+    cr_assert_eq(sim_engine_run(en, &r), 0, "%s", r.msg);
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+    chain_free(m);
+}
+
+Test(sim_costs, measured_override)
+{
+    prof_model *m = chain_model(1);
+    prof_gpu g = {0};
+    snprintf(g.name, sizeof g.name, "testgpu");
+    g.peak_flops[PROF_DT_FP16] = 1e14;
+    g.mem_bw_bytes_per_s = 6e11;
+    g.eff = (prof_eff){0.8, 64, 64, 0.9, 1e5, 5000};
+    const prof_op *op = &m->ops[1];
+    int64_t model = sim_op_ns(&g, PROF_DT_FP16, op, 4, SIM_F, NULL);
+    /* 2*128*1024*1024 per sample, x4, at 0.8*eff of 1e14, plus a launch */
+    cr_assert_gt(model, 5000);
+    sim_measured t;
+    sim_measured_init(&t);
+    char key[128];
+    sim_op_signature(&g, op, 4, SIM_F, key, sizeof key);
+    sim_measured_set(&t, key, 123456);
+    cr_assert_eq(sim_op_ns(&g, PROF_DT_FP16, op, 4, SIM_F, &t), 123456);
+    /* other microbatch sizes and kinds keep the model */
+    cr_assert_neq(sim_op_ns(&g, PROF_DT_FP16, op, 2, SIM_F, &t), 123456);
+    cr_assert_neq(sim_op_ns(&g, PROF_DT_FP16, op, 4, SIM_B, &t), 123456);
+    sim_measured_free(&t);
+    chain_free(m);
+}
