@@ -183,7 +183,8 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
             e->lat_ns[i] = (int64_t)llround(lat);
         }
     }
-    e->dev = e->dev; /* stats filled per run */
+    e->scratch_k = util_calloc((size_t)e->K + 1, sizeof(int64_t));
+    e->scratch_dw = util_calloc(2 * (size_t)e->nd + 1, sizeof(int64_t));
     sim_mem_setup(e);
     return e;
 }
@@ -201,6 +202,7 @@ void sim_engine_free(sim_engine *e)
     free(e->flow_rlen); free(e->link_cap); free(e->mm.rem); free(e->mm.cnt);
     free(e->mm.touched); free(e->mm.frozen); free(e->dev);
     free(e->max_inflight); free(e->max_versions); free(e->mem);
+    free(e->scratch_k); free(e->scratch_dw);
     free(e);
 }
 
@@ -351,7 +353,8 @@ static void stats(sim_engine *e, sim_result *r)
     if (e->K > 1) {
         /* steady state: from the end of the first minibatch's updates to
          * the end of a later one's */
-        int64_t *done = util_calloc((size_t)e->K, sizeof(int64_t));
+        int64_t *done = e->scratch_k;
+        memset(done, 0, sizeof(int64_t) * (size_t)e->K);
         for (int i = 0; i < e->n; i++) {
             const sim_task *t = &ir->tasks[i];
             if (t->minibatch >= 0 && t->minibatch < e->K &&
@@ -364,7 +367,6 @@ static void stats(sim_engine *e, sim_result *r)
         t0 = done[0];
         t1 = done[last];
         iters = last;
-        free(done);
         if (t1 <= t0) { t0 = 0; t1 = r->makespan_ns; iters = e->K; }
     }
     r->window_t0 = t0;
@@ -376,7 +378,8 @@ static void stats(sim_engine *e, sim_result *r)
         /* per device: from its own end of the first minibatch to its end
          * of the last one, so the drain of the simulated run is not
          * counted as a bubble of a schedule that never drains */
-        dw = util_calloc(2 * (size_t)e->nd, sizeof(int64_t));
+        dw = e->scratch_dw;
+        memset(dw, 0, 2 * sizeof(int64_t) * (size_t)e->nd);
         for (int i = 0; i < e->n; i++) {
             const sim_task *t = &ir->tasks[i];
             int64_t *w = &dw[2 * t->device];
@@ -432,7 +435,6 @@ static void stats(sim_engine *e, sim_result *r)
         t0 = g0;
         t1 = g1;
     }
-    free(dw);
 }
 
 int sim_engine_run(sim_engine *e, sim_result *r)

@@ -23,7 +23,6 @@ struct sim_engine {
     double *mem_start, *mem_end;
     int32_t *nxt;           /* next task in the same (device, stream) */
     int32_t *head0;         /* first task per queue */
-    const int *route_ptr_dummy;
     const int **route;      /* sends: directed links, NULL when none */
     int *route_len;
     int64_t *lat_ns;
@@ -62,6 +61,7 @@ struct sim_engine {
     int oom, oom_task;
     int64_t oom_t;
     int64_t events;
+    int64_t *scratch_k, *scratch_dw; /* stats: per minibatch, per device */
 };
 
 /* memory.c: fills mem_start/mem_end, static_bytes and pending0. */

@@ -141,7 +141,9 @@ void sim_ir_finish(sim_ir *ir)
     int k = 0;
     for (int d = 0; d < ir->n_devices; d++) {
         ir->dev_off[d] = k;
-        memcpy(ir->seq + k, ir->dlist[d], sizeof(int32_t) * (size_t)ir->dlen[d]);
+        if (ir->dlen[d])
+            memcpy(ir->seq + k, ir->dlist[d],
+                   sizeof(int32_t) * (size_t)ir->dlen[d]);
         k += ir->dlen[d];
     }
     ir->dev_off[ir->n_devices] = k;

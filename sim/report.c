@@ -171,6 +171,13 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
         json_object_set_new(o, "oom_time_s", json_real(r->oom_t_ns * 1e-9));
     }
     json_object_set_new(o, "devices", dv);
+    json_t *inf = json_array(), *ver = json_array();
+    for (int s = 0; s < r->n_stages; s++) {
+        json_array_append_new(inf, json_integer(r->max_inflight[s]));
+        json_array_append_new(ver, json_integer(r->max_versions[s]));
+    }
+    json_object_set_new(o, "stage_max_inflight_microbatches", inf);
+    json_object_set_new(o, "stage_max_weight_versions", ver);
     json_object_set_new(o, "events", json_integer(r->events));
     return o;
 }

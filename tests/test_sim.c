@@ -416,3 +416,48 @@ Test(sim_closed, split_bw_shortens_critical_path)
     sim_ir_free(ir);
     sim_costs_free(c);
 }
+
+Test(sim_link, breakdown_adds_up_with_communication)
+{
+    prof_topo *t = star(1e9);
+    int map[3] = {0, 1, 2};
+    for (int v = 0; v < 4; v++) {
+        sim_sched sc = v == 0 ? SIM_SCHED_GPIPE : v == 1 ? SIM_SCHED_1F1B
+                     : v == 2 ? SIM_SCHED_MIXED_1F1B : SIM_SCHED_2BW;
+        sim_sched_opts o = {.sched = sc, .pp = 3, .n_stages = 3, .n_mb = 4,
+                            .n_minibatches = 4, .recompute = v == 0};
+        /* 0.5 MB per microbatch over 1 GB/s links: 0.5 ms per hop each way */
+        sim_costs *c = sim_costs_uniform(3, 3, map, 1000000, 1500000, 500000,
+                                         5e5, 1e6);
+        c->topo = t;
+        for (int s = 0; s < 3; s++) c->stage[s].opt_ns = 100000;
+        util_err e;
+        sim_ir *ir = sim_schedule(&o, c, &e);
+        cr_assert_not_null(ir, "%s", e.msg);
+        sim_engine *en = sim_engine_new(ir, c, NULL);
+        sim_result r;
+        cr_assert_eq(sim_engine_run(en, &r), 0, "%s", r.msg);
+        int64_t exposed = 0;
+        for (int d = 0; d < 3; d++) {
+            const sim_dev_stats *s = &r.dev[d];
+            int64_t sum = s->compute_ns + s->recompute_ns + s->opt_ns +
+                          s->comm_exposed_ns + s->bubble_ns;
+            if (v < 3) /* flush schedules: the window is the iteration */
+                cr_assert_eq(sum, r.iteration_ns, "v %d dev %d: %lld vs %lld",
+                             v, d, (long long)sum, (long long)r.iteration_ns);
+            exposed += s->comm_exposed_ns;
+        }
+        cr_assert_gt(exposed, 0, "schedule %d hides all communication?", v);
+        /* slower than the same schedule with free communication */
+        c->topo = NULL;
+        sim_engine *fr = sim_engine_new(ir, c, NULL);
+        sim_result rf;
+        cr_assert_eq(sim_engine_run(fr, &rf), 0);
+        cr_assert_gt(r.iteration_ns, rf.iteration_ns);
+        sim_engine_free(fr);
+        sim_engine_free(en);
+        sim_ir_free(ir);
+        sim_costs_free(c);
+    }
+    star_free(t);
+}
