@@ -2,7 +2,10 @@
  * a quick simulation with estimated times (stage costs; a transfer takes
  * its route's latency plus bytes over the bottleneck bandwidth, unshared)
  * in which each device, whenever it can start something, picks the best
- * ready task under a policy. What it executed is a feasible order, so the
+ * ready task under a policy: forwards first (deepest stage first) while
+ * the stage is under its in-flight cap, else backwards (earliest
+ * microbatch first), or backwards first. With caps p-i on a one-stage-per-
+ * device chain, forwards-first is exactly 1F1B; with no caps, GPipe. What it executed is a feasible order, so the
  * order it emits cannot deadlock; the engine then times it exactly. */
 #include <stdlib.h>
 #include <string.h>
@@ -116,10 +119,11 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                         int better;
                         if (cs < 0) better = 1;
                         else {
-                            int rq = pol == SIM_POL_GPIPE
+                            int pg = pol == SIM_POL_FFIRST;
+                            int rq = pg
                                    ? (q == Q_F ? 0 : q == Q_B ? 1 : 2)
                                    : (q == Q_B ? 0 : q == Q_F ? 1 : 2);
-                            int rc2 = pol == SIM_POL_GPIPE
+                            int rc2 = pg
                                     ? (cq == Q_F ? 0 : cq == Q_B ? 1 : 2)
                                     : (cq == Q_B ? 0 : cq == Q_F ? 1 : 2);
                             if (rq != rc2) better = rq < rc2;

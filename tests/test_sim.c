@@ -13,6 +13,9 @@ typedef struct run {
     sim_result r;
 } run;
 
+/* activation bytes per stage and microbatch for go() */
+static double go_act = 1000;
+
 /* Uniform stages (F, B, W per stage), free communication. */
 static run go(sim_sched sched, int p, int m, int64_t f, int64_t b, int64_t w,
               int waves, int K)
@@ -28,7 +31,7 @@ static run go(sim_sched sched, int p, int m, int64_t f, int64_t b, int64_t w,
     o.n_stages = sched == SIM_SCHED_WAVE ? 2 * waves * p : p;
     int map[256];
     sim_sched_map(&o, map);
-    x.c = sim_costs_uniform(o.n_stages, p, map, f, b, w, 0, 1000);
+    x.c = sim_costs_uniform(o.n_stages, p, map, f, b, w, 0, go_act);
     util_err e;
     x.ir = sim_schedule(&o, x.c, &e);
     cr_assert_not_null(x.ir, "%s", e.msg);
@@ -117,8 +120,10 @@ Test(sim_closed, wave_beats_1f1b)
         run a = go(SIM_SCHED_1F1B, p, m, 200, 300, 100, 1, 1);
         for (int W = 1; W <= 2; W++) {
             /* same model cut into 2Wp chunks */
+            go_act = 1000.0 / (2 * W);
             run b = go(SIM_SCHED_WAVE, p, m, 200 / (2 * W), 300 / (2 * W),
                        100 / (2 * W), W, 1);
+            go_act = 1000;
             for (int d = 0; d < p; d++)
                 cr_assert_lt(b.r.dev[d].bubble_fraction,
                              a.r.dev[d].bubble_fraction,
@@ -126,6 +131,12 @@ Test(sim_closed, wave_beats_1f1b)
                              p, m, W, d, b.r.dev[d].bubble_fraction,
                              a.r.dev[d].bubble_fraction);
             cr_assert_lt(b.r.iteration_ns, a.r.iteration_ns);
+            /* activation memory stays near 1F1B's */
+            for (int d = 0; d < p; d++)
+                cr_assert_leq(b.r.dev[d].peak_bytes,
+                              1.2 * a.r.dev[0].peak_bytes,
+                              "p=%d m=%d W=%d dev %d: %.0f vs %.0f", p, m, W,
+                              d, b.r.dev[d].peak_bytes, a.r.dev[0].peak_bytes);
             done(&b);
         }
         done(&a);
