@@ -62,6 +62,9 @@ typedef struct prof_gpu {
     double nvlink_bw_bytes_per_s; /* per link, per direction */
     double tdp_w;
     double price_per_hour;  /* USD, rental reference; 0 when unknown */
+    /* Tensor FP16 with FP16 accumulation, FLOP/s; on GeForce cards twice
+     * peak_flops[FP16]. 0 when not listed (same rate as FP32 accumulate). */
+    double fp16_acc16_flops;
     prof_eff eff;
     char source[768];
 } prof_gpu;
@@ -114,6 +117,7 @@ typedef struct prof_link {
 
 typedef struct prof_topo {
     char name[96];            /* "8x rtx2080ti, 2-socket PCIe 3.0 server" */
+    char host[160];           /* host platform in words; "" when unknown */
     int n_servers;
     int gpus_per_server;
     prof_gpu *gpu_types;
@@ -124,9 +128,11 @@ typedef struct prof_topo {
     int n_links;
     int n_gpus;
     int *gpu_node;            /* node index of GPU g */
-    /* Routes between every pair of nodes, filled by prof_topo_finish(). */
-    int *route_off;           /* n_nodes*n_nodes+1 offsets into route_dl */
-    int *route_dl;            /* directed link ids */
+    /* Unused (NULL): routes are computed on demand per source node and
+     * cached (prof_topo_route), so large clusters cost nothing up front. */
+    int *route_off;
+    int *route_dl;
+    struct prof_topo_x *x;    /* internal: adjacency, nearest tiers, cache */
 } prof_topo;
 
 /* Options that adjust a template (0 = template default). */
@@ -149,6 +155,28 @@ prof_topo *prof_topo_load(const char *path, util_err *e);
 prof_topo *prof_topo_from_args(int argc, char **argv, const prof_hw_opts *o,
                                util_err *e);
 void prof_topo_free(prof_topo *t);
+
+/* Building a topology by hand (templates and loaders use these too):
+ * prof_topo_new, add GPU types, nodes and links, then prof_topo_finish,
+ * which checks it (unique names, every GPU reachable, positive bandwidths)
+ * and prepares routing. add_* return the new index. */
+prof_topo *prof_topo_new(const char *name);
+int prof_topo_add_gpu_type(prof_topo *t, const prof_gpu *g);
+int prof_topo_add_node(prof_topo *t, prof_node_kind kind, const char *name,
+                       int server);
+int prof_topo_add_link(prof_topo *t, int a, int b, prof_link_kind kind,
+                       double bw_bytes_per_s, double latency_ns);
+int prof_topo_finish(prof_topo *t, util_err *e);
+/* Node index by name, or -1. */
+int prof_topo_find(const prof_topo *t, const char *name);
+/* Whether a route crosses a link of this kind / a node of this kind. */
+int prof_route_has_link_kind(const prof_topo *t, const int *dl, int n,
+                             prof_link_kind k);
+int prof_route_has_node_kind(const prof_topo *t, const int *dl, int n,
+                             prof_node_kind k);
+/* Node at the head (destination end) of directed link dl. */
+int prof_dl_head(const prof_topo *t, int dl);
+int prof_dl_tail(const prof_topo *t, int dl);
 
 /* The GPU type of global GPU g (lent). */
 const prof_gpu *prof_topo_gpu(const prof_topo *t, int g);
