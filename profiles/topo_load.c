@@ -71,7 +71,16 @@ static prof_topo *load_template(const util_jobj *root, const prof_hw_opts *cli,
     int n = count ? (int)count : prof_template_default_count(&g, &o);
     prof_topo *t = prof_topo_template_gpu(&g, n, &o, &e2);
     if (!t) {
-        util_jerr(e, root, "template", "%s", e2.msg);
+        /* point at the field the template refused */
+        static const char *const opt[][2] = {
+            {"--gpus-per-server", "gpus_per_server"}, {"--nvme", "nvme"},
+            {"--pcie-gen", "pcie_gen"}, {"--host-mem", "host_mem_gib"}};
+        const char *key = "template";
+        for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
+            if (!strncmp(e2.msg, opt[i][0], strlen(opt[i][0])) &&
+                json_object_get(root->j, opt[i][1]))
+                key = opt[i][1];
+        util_jerr(e, root, key, "%s", e2.msg);
         return NULL;
     }
     if (have_sc) {
@@ -304,8 +313,8 @@ static prof_topo *load_explicit(const util_jobj *root, util_err *e)
     long ng = t->n_gpus;
     if (util_jint(root, "n_gpus", 0, 0, 1 << 30, &ng, e)) goto fail;
     if (ng != t->n_gpus) {
-        util_jerr(e, root, "n_gpus", "says %ld but the nodes hold %d GPUs",
-                  ng, t->n_gpus);
+        util_jerr(e, root, "n_gpus", "says %ld but the nodes hold %d GPU%s",
+                  ng, t->n_gpus, t->n_gpus == 1 ? "" : "s");
         goto fail;
     }
     free(names);
@@ -327,7 +336,10 @@ static prof_topo *load(const char *path, const char *text,
     prof_topo *t = NULL;
     char fmt[32] = "sluice-server";
     if (!json_is_object(root.j)) {
-        util_jerr(e, &root, NULL, "expected an object (a server file)");
+        int line, col;
+        util_json_locate(d.text, "", &line, &col);
+        util_errf(e, UTIL_EXIT_USAGE, "%s:%d:%d: expected an object (a "
+                  "server file)", path, line ? line : 1, col ? col : 1);
     } else if (util_jstr(&root, "format", 0, fmt, sizeof fmt, e)) {
         /* error filled */
     } else if (strcmp(fmt, "sluice-server")) {
