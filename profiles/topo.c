@@ -243,7 +243,8 @@ int prof_topo_finish(prof_topo *t, util_err *e)
     for (int i = 0; i < n; i++) {
         prof_node *nd = &t->nodes[i];
         /* -1: outside every server (the network fabric) */
-        if (nd->server < -1 || (nd->server < 0 && nd->kind != PROF_NODE_NET_SWITCH))
+        if (nd->server < -1 ||
+            (nd->server < 0 && nd->kind != PROF_NODE_NET_SWITCH))
             return util_errf(e, UTIL_EXIT_USAGE, "%s: node '%s' has server "
                              "%d", t->name, nd->name, nd->server);
         if (nd->server + 1 > t->n_servers) t->n_servers = nd->server + 1;

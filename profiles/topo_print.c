@@ -146,9 +146,10 @@ static void print_server(FILE *f, const prof_topo *t, tree *tr, int s)
         int cnt = 0, li0 = -1, same = 1;
         for (int i = t->x->adj_off[v]; i < t->x->adj_off[v + 1]; i++) {
             int li = t->x->adj_dl[i] >> 1;
-            if (li0 >= 0 && (t->links[li].bw_bytes_per_s !=
-                                 t->links[li0].bw_bytes_per_s ||
-                             t->links[li].latency_ns != t->links[li0].latency_ns))
+            const prof_link *l = &t->links[li], *l0 = &t->links[li0 < 0 ? li
+                                                                  : li0];
+            if (l->bw_bytes_per_s != l0->bw_bytes_per_s ||
+                l->latency_ns != l0->latency_ns)
                 same = 0;
             if (li0 < 0) li0 = li;
             cnt++;
@@ -367,7 +368,8 @@ json_t *prof_topo_json(const prof_topo *t)
         json_object_set_new(k, "b", json_string(t->nodes[l->b].name));
         json_object_set_new(k, "kind",
                             json_string(prof_link_kind_name(l->kind)));
-        json_object_set_new(k, "bw_gb_per_s", json_real(l->bw_bytes_per_s / 1e9));
+        json_object_set_new(k, "bw_gb_per_s",
+                            json_real(l->bw_bytes_per_s / 1e9));
         json_object_set_new(k, "latency_ns", json_real(l->latency_ns));
         json_array_append_new(links, k);
     }

@@ -483,7 +483,8 @@ Test(hw_template, sizes_and_options)
     nvme = 0;
     for (int v = 0; v < t->n_nodes; v++) {
         if (t->nodes[v].server != 0) continue;
-        if (t->nodes[v].kind == PROF_NODE_DRAM) mem += t->nodes[v].capacity_bytes;
+        if (t->nodes[v].kind == PROF_NODE_DRAM)
+            mem += t->nodes[v].capacity_bytes;
         nvme += t->nodes[v].kind == PROF_NODE_NVME;
     }
     cr_assert_eq(mem, 256.0 * (1 << 30));
