@@ -123,6 +123,9 @@ int prof_gpu_parse_ex(const util_jobj *o, prof_gpu *g, int partial,
                   e) ||
         util_jstr(o, "source", req, g->source, sizeof g->source, e))
         return -1;
+    if (!partial && !g->source[0])
+        return util_jerr(e, o, "source", "empty: say where the figures come "
+                         "from (a datasheet, or \"measured\")");
     if (lanes != 1 && lanes != 2 && lanes != 4 && lanes != 8 && lanes != 16 &&
         lanes != 32)
         return util_jerr(e, o, "pcie_lanes", "%ld lanes (expected 1, 2, 4, "
@@ -230,37 +233,77 @@ static void cat_free(void)
     free(cat.names);
 }
 
+/* Parses a catalog document: its GPUs into a new array. */
+static int catalog_parse(const util_jdoc *d, prof_gpu **out, int *nout,
+                         util_err *e)
+{
+    util_jobj root = util_jroot(d), g;
+    static const char *const keys[] = {"format", "version", "notes", "gpus",
+                                       NULL};
+    json_t *arr;
+    char fmt[32] = "";
+    long version = 1;
+    *out = NULL;
+    *nout = 0;
+    if (!json_is_object(root.j))
+        return util_errf(e, UTIL_EXIT_USAGE, "%s:1:1: expected an object (a "
+                         "GPU catalog)", d->file);
+    if (util_jkeys(&root, keys, e) ||
+        util_jstr(&root, "format", 1, fmt, sizeof fmt, e))
+        return -1;
+    if (strcmp(fmt, "sluice-gpus"))
+        return util_jerr(e, &root, "format", "'%s' is not a GPU catalog "
+                         "(expected \"sluice-gpus\")", fmt);
+    if (util_jint(&root, "version", 0, 1, 1, &version, e) ||
+        util_jarray(&root, "gpus", 1, &arr, e))
+        return -1;
+    size_t n = json_array_size(arr);
+    if (n == 0) return util_jerr(e, &root, "gpus", "no GPUs");
+    prof_gpu *gs = util_calloc(n, sizeof *gs);
+    for (size_t i = 0; i < n; i++) {
+        if (util_jelem(&root, "gpus", arr, i, &g, e) ||
+            prof_gpu_parse_ex(&g, &gs[i], 0, e))
+            goto fail;
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(gs[j].name, gs[i].name)) {
+                util_jerr(e, &g, "name", "'%s' is defined twice (first as "
+                          "gpus[%zu])", gs[i].name, j);
+                goto fail;
+            }
+    }
+    *out = gs;
+    *nout = (int)n;
+    return 0;
+fail:
+    free(gs);
+    return -1;
+}
+
+int prof_gpu_catalog_load(const char *path, prof_gpu **out, int *n,
+                          util_err *e)
+{
+    util_jdoc d;
+    *out = NULL;
+    *n = 0;
+    if (util_jdoc_load(&d, path, NULL, e)) return -1;
+    int r = catalog_parse(&d, out, n, e);
+    util_jdoc_free(&d);
+    return r;
+}
+
 static void cat_load(void)
 {
     const char *text = prof_builtin("hw/gpus.json");
     HW_NEVER(!text);
     util_jdoc d;
     util_err e;
-    if (util_jdoc_load(&d, "hw/gpus.json", text, &e)) {
+    if (util_jdoc_load(&d, "hw/gpus.json", text, &e) ||
+        catalog_parse(&d, &cat.gpus, &cat.n, &e)) {
         fprintf(stderr, "sluice: built-in catalog: %s\n", e.msg);
         HW_NEVER(1);
     }
-    util_jobj root = util_jroot(&d), g;
-    static const char *const keys[] = {"format", "version", "notes", "gpus",
-                                       NULL};
-    json_t *arr;
-    if (util_jkeys(&root, keys, &e) ||
-        util_jarray(&root, "gpus", 1, &arr, &e)) {
-        fprintf(stderr, "sluice: built-in catalog: %s\n", e.msg);
-        HW_NEVER(1);
-    }
-    size_t n = json_array_size(arr);
-    cat.gpus = util_calloc(n, sizeof *cat.gpus);
-    cat.names = util_calloc(n + 1, sizeof *cat.names);
-    for (size_t i = 0; i < n; i++) {
-        if (util_jelem(&root, "gpus", arr, i, &g, &e) ||
-            prof_gpu_parse_ex(&g, &cat.gpus[i], 0, &e)) {
-            fprintf(stderr, "sluice: built-in catalog: %s\n", e.msg);
-            HW_NEVER(1);
-        }
-        cat.names[i] = cat.gpus[i].name;
-    }
-    cat.n = (int)n;
+    cat.names = util_calloc((size_t)cat.n + 1, sizeof *cat.names);
+    for (int i = 0; i < cat.n; i++) cat.names[i] = cat.gpus[i].name;
     util_jdoc_free(&d);
     atexit(cat_free);
 }

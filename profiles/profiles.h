@@ -76,6 +76,10 @@ const char *const *prof_gpu_names(void);
 int prof_gpu_get(const char *name, prof_gpu *out, util_err *e);
 /* Parses one GPU object (catalog entry or inline in a server file). */
 int prof_gpu_parse(const util_jobj *o, prof_gpu *out, util_err *e);
+/* Loads a GPU catalog file ("format": "sluice-gpus", as hw/gpus.json);
+ * *out (caller frees) gets *n GPU types. */
+int prof_gpu_catalog_load(const char *path, prof_gpu **out, int *n,
+                          util_err *e);
 
 /* ===================================================================== *
  * Servers and clusters: a graph                                         *
@@ -181,7 +185,7 @@ int prof_dl_tail(const prof_topo *t, int dl);
 /* The GPU type of global GPU g (lent). */
 const prof_gpu *prof_topo_gpu(const prof_topo *t, int g);
 /* Route from node a to node b as directed link ids; *n gets the count.
- * Lent; empty when a == b. Routes are widest-path (largest bottleneck
+ * Lent; empty (NULL, 0) when a == b or when b cannot be reached. Routes are widest-path (largest bottleneck
  * bandwidth), then fewest hops, then lowest node index: deterministic. */
 const int *prof_topo_route(const prof_topo *t, int a, int b, int *n);
 /* Route between GPUs (by global GPU index). */

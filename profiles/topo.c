@@ -142,12 +142,11 @@ int prof_dl_tail(const prof_topo *t, int dl)
 
 /* ---- finishing: checks and indexes ---- */
 
-static const prof_topo *sort_topo;
+typedef struct { const char *name; int idx; } name_ent;
 
 static int cmp_name(const void *a, const void *b)
 {
-    return strcmp(sort_topo->nodes[*(const int *)a].name,
-                  sort_topo->nodes[*(const int *)b].name);
+    return strcmp(((const name_ent *)a)->name, ((const name_ent *)b)->name);
 }
 
 typedef struct { int node, dl; } adj_ent;
@@ -217,25 +216,24 @@ int prof_topo_finish(prof_topo *t, util_err *e)
     t->gpu_node = NULL;
 
     /* names: non-empty and unique */
-    int *idx = util_malloc(sizeof(int) * (size_t)(n ? n : 1));
+    name_ent *ne = util_malloc(sizeof *ne * (size_t)(n ? n : 1));
     for (int i = 0; i < n; i++) {
         if (!t->nodes[i].name[0]) {
-            free(idx);
+            free(ne);
             return util_errf(e, UTIL_EXIT_USAGE, "%s: node %d has no name",
                              t->name, i);
         }
-        idx[i] = i;
+        ne[i] = (name_ent){t->nodes[i].name, i};
     }
-    sort_topo = t;
-    qsort(idx, (size_t)n, sizeof *idx, cmp_name);
+    qsort(ne, (size_t)n, sizeof *ne, cmp_name);
     for (int i = 1; i < n; i++)
-        if (!strcmp(t->nodes[idx[i]].name, t->nodes[idx[i - 1]].name)) {
+        if (!strcmp(ne[i].name, ne[i - 1].name)) {
             int r = util_errf(e, UTIL_EXIT_USAGE, "%s: two nodes are named "
-                              "'%s'", t->name, t->nodes[idx[i]].name);
-            free(idx);
+                              "'%s'", t->name, ne[i].name);
+            free(ne);
             return r;
         }
-    free(idx);
+    free(ne);
 
     /* nodes: GPU indices in node order, servers */
     t->n_gpus = 0;

@@ -5,6 +5,7 @@
  * give). */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,6 +344,54 @@ Test(hw_routes, big_cluster_on_demand)
     const int *dl = prof_topo_route(t, a, b, &n);
     assert_chain(t, a, b, dl, n);
     prof_topo_free(t);
+}
+
+typedef struct { const prof_topo *t; int first; long sum; } worker;
+
+static void *route_worker(void *arg)
+{
+    worker *w = arg;
+    for (int a = w->first; a < w->t->n_gpus; a += 4)
+        for (int b = 0; b < w->t->n_gpus; b++) {
+            int n;
+            prof_topo_gpu_route(w->t, a, b, &n);
+            w->sum += n;
+        }
+    return NULL;
+}
+
+Test(hw_routes, concurrent_queries_agree)
+{
+    prof_topo *t = tmpl("rtx3090", 32), *u = tmpl("rtx3090", 32);
+    pthread_t th[4];
+    worker w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (worker){t, i, 0};
+        cr_assert_eq(pthread_create(&th[i], NULL, route_worker, &w[i]), 0);
+    }
+    long total = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        total += w[i].sum;
+    }
+    worker one = {u, 0, 0};
+    long serial = 0;
+    for (int f = 0; f < 4; f++) {
+        one.first = f;
+        route_worker(&one);
+    }
+    serial = one.sum;
+    cr_assert_eq(total, serial);
+    for (int a = 0; a < 32; a += 7)
+        for (int b = 0; b < 32; b++) {
+            int n1, n2;
+            const int *r1 = prof_topo_gpu_route(t, a, b, &n1);
+            const int *r2 = prof_topo_gpu_route(u, a, b, &n2);
+            cr_assert_eq(n1, n2);
+            if (n1) cr_assert(!memcmp(r1, r2, sizeof(int) * (size_t)n1));
+        }
+    prof_topo_free(t);
+    prof_topo_free(u);
 }
 
 /* Brute force: every simple path whose inner nodes forward, best by
@@ -702,8 +751,16 @@ Test(hw_bad, corpus)
         cr_assert(!strncmp(expect, path, strlen(path)) &&
                   expect[strlen(path)] == ':', "%s: %s", path, expect);
         e.code = 0;
-        prof_topo *t = prof_topo_load(path, &e);
-        cr_assert_null(t, "%s was accepted", path);
+        if (!strncmp(de->d_name, "gpus_", 5)) {     /* a GPU catalog */
+            prof_gpu *g = NULL;
+            int n;
+            cr_assert_eq(prof_gpu_catalog_load(path, &g, &n, &e), -1,
+                         "%s was accepted", path);
+            cr_assert_null(g);
+        } else {
+            prof_topo *t = prof_topo_load(path, &e);
+            cr_assert_null(t, "%s was accepted", path);
+        }
         cr_assert_eq(e.code, 2, "%s: exit code %d", path, e.code);
         cr_assert(strstr(e.msg, expect), "%s:\n  got:  %s\n  want: %s", path,
                   e.msg, expect);
@@ -711,7 +768,25 @@ Test(hw_bad, corpus)
         count++;
     }
     closedir(d);
-    cr_assert_geq(count, 25);
+    cr_assert_geq(count, 40);
+}
+
+Test(hw_catalog, file_on_disk_is_the_built_in_one)
+{
+    prof_gpu *g;
+    int n;
+    util_err e;
+    cr_assert_eq(prof_gpu_catalog_load("profiles/hw/gpus.json", &g, &n, &e),
+                 0, "%s", e.msg);
+    const char *const *names = prof_gpu_names();
+    for (int i = 0; i < n; i++) {
+        prof_gpu b;
+        cr_assert_str_eq(names[i], g[i].name);
+        cr_assert_eq(prof_gpu_get(g[i].name, &b, &e), 0);
+        cr_assert_eq(memcmp(&b, &g[i], sizeof b), 0);
+    }
+    cr_assert_null(names[n]);
+    free(g);
 }
 
 /* -------------------------------------------------------------- printing */
