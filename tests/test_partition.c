@@ -95,3 +95,57 @@ Test(partition, uniform_chain_splits_evenly)
     for (int s = 0; s <= 4; s++) cr_expect_eq(first[s], 3 * s);
     cr_expect_eq(plan_partition_chain(&(plan_chain){3, t, ct, sm, am, 4, inf, cap, 1}, first), -1);
 }
+
+/* Mixed-pipe: never worse than the contiguous optimum, and strictly better
+ * where non-adjacent placement balances what contiguity cannot. */
+Test(partition, mixed_pipe_beats_contiguous_on_unbalanced_chain)
+{
+    /* Heavy units at both ends, light ones between: 14 units of work. */
+    enum { N = 8 };
+    double t[N] = {4, 1, 1, 1, 1, 1, 1, 4}, ct[N] = {0}, sm[N], am[N] = {0};
+    for (int u = 0; u < N; u++) sm[u] = 1;
+    plan_mixed_in in = {N, t, ct, sm, am, 3, 100, 1};
+    plan_mixed m;
+    cr_assert_eq(plan_mixed_partition(&in, &m), 0);
+    /* The contiguous optimum over 3 devices is 5 ([4,1] [1,1,1,1] [1,4]). */
+    cr_expect_leq(m.objective, 5 + 1e-12);
+    plan_mixed_free(&m);
+    /* Over 2 devices both reach 7, half the work: never worse. */
+    in.p = 2;
+    cr_assert_eq(plan_mixed_partition(&in, &m), 0);
+    cr_expect_leq(m.objective, 7 + 1e-12);
+    plan_mixed_free(&m);
+
+    /* Three heavy units spread so that contiguous pairs must share. */
+    double t2[N] = {5, 5, 1, 1, 1, 1, 5, 1};
+    plan_mixed_in in2 = {N, t2, ct, sm, am, 3, 100, 1};
+    double inf[3] = {1, 1, 1}, cap[3] = {100, 100, 100};
+    int first[4];
+    plan_chain c = {N, t2, ct, sm, am, 3, inf, cap, 1};
+    double contiguous = plan_partition_chain(&c, first);
+    cr_assert_eq(plan_mixed_partition(&in2, &m), 0);
+    cr_expect_lt(m.objective, contiguous, "mixed %g vs contiguous %g",
+                 m.objective, contiguous);
+    /* A device owns non-adjacent stages. */
+    int split = 0;
+    for (int a = 0; a < m.n_stages; a++)
+        for (int b = a + 2; b < m.n_stages; b++)
+            split |= m.dev[a] == m.dev[b];
+    cr_expect(split);
+    cr_expect_float_eq(m.objective, plan_mixed_objective(&in2, m.n_stages,
+                                                         m.first, m.dev), 1e-12);
+    plan_mixed_free(&m);
+}
+
+Test(partition, mixed_pipe_respects_memory)
+{
+    enum { N = 6 };
+    double t[N] = {1, 1, 1, 1, 1, 1}, ct[N] = {0}, sm[N] = {5, 5, 5, 5, 5, 5},
+           am[N] = {0};
+    plan_mixed_in in = {N, t, ct, sm, am, 2, 14, 1};
+    plan_mixed m;
+    cr_expect_eq(plan_mixed_partition(&in, &m), -1); /* 30 bytes > 2 x 14 */
+    in.cap = 15;
+    cr_assert_eq(plan_mixed_partition(&in, &m), 0);
+    plan_mixed_free(&m);
+}
