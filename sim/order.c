@@ -17,14 +17,10 @@ static int64_t xfer_ns(const sim_costs *c, int s, int t)
     int ds = c->stage_device[s], dt = c->stage_device[t];
     if (ds == dt || !c->topo) return 0;
     const prof_topo *tp = c->topo;
-    int a = tp->gpu_node[c->dev_gpu[ds]], b = tp->gpu_node[c->dev_gpu[dt]];
-    size_t off = (size_t)a * tp->n_nodes + b;
-    double bw = 0, lat = 0;
-    for (int k = tp->route_off[off]; k < tp->route_off[off + 1]; k++) {
-        const prof_link *l = &tp->links[tp->route_dl[k] / 2];
-        if (bw == 0 || l->bw_bytes_per_s < bw) bw = l->bw_bytes_per_s;
-        lat += l->latency_ns;
-    }
+    int n = 0;
+    const int *rt = prof_topo_gpu_route(tp, c->dev_gpu[ds], c->dev_gpu[dt], &n);
+    if (!rt || !n) return 0;
+    double bw = prof_route_bw(tp, rt, n), lat = prof_route_latency_ns(tp, rt, n);
     double by = c->xfer_bytes[(size_t)s * c->n_stages + t];
     return (int64_t)(lat + (bw > 0 ? by / bw * 1e9 : 0));
 }
