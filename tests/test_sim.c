@@ -456,3 +456,38 @@ Test(sim_link, breakdown_adds_up_with_communication)
     }
     star_free(t);
 }
+
+Test(sim_link, swap_to_host_memory)
+{
+    util_err e;
+    prof_topo *t = prof_topo_template("rtx2080ti", 2, NULL, &e);
+    cr_assert_not_null(t, "%s", e.msg);
+    int map[1] = {0};
+    sim_costs *c = sim_costs_uniform(1, 1, map, 0, 0, 0, 0, 0);
+    c->topo = t;
+    sim_ir *ir = sim_ir_new("swap", 1, 1, map, 1, 1);
+    sim_task x = {.kind = SIM_SWAP_OUT, .stream = SIM_STREAM_COPY_OUT,
+                  .device = 0, .stage = 0, .stage2 = -1, .mb = 0, .peer = -1,
+                  .bytes = 1e9};
+    int a = sim_ir_add(ir, &x);
+    x.kind = SIM_SWAP_IN;
+    x.stream = SIM_STREAM_COPY_IN;
+    int b = sim_ir_add(ir, &x);
+    sim_ir_dep(ir, b, a);
+    sim_ir_finish(ir);
+    sim_engine *en = sim_engine_new(ir, c, NULL);
+    sim_result r;
+    cr_assert_eq(sim_engine_run(en, &r), 0, "%s", r.msg);
+    /* out, then in, each at the route's bottleneck bandwidth */
+    int n;
+    const int *rt = prof_topo_route(t, t->gpu_node[0],
+                                    prof_topo_gpu_host_mem(t, 0), &n);
+    cr_assert_gt(n, 0);
+    double one = 1e9 / prof_route_bw(t, rt, n) * 1e9 +
+                 prof_route_latency_ns(t, rt, n);
+    cr_assert_float_eq((double)r.makespan_ns, 2 * one, 4.0);
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+    prof_topo_free(t);
+}

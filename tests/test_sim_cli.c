@@ -205,3 +205,28 @@ Test(sim_cli, trace_and_plot)
     rmdir(dir);
     free(dir);
 }
+
+Test(sim_cli, same_input_same_trace)
+{
+    char *dir = test_tmpdir();
+    for (int k = 0; k < 2; k++) {
+        cli_result r = cli_run("sim --hw rtx2080ti x8 --model t5-3b --schedule "
+                               "mixed --pp 8 --mbs 4 --microbatches 8 --trace "
+                               "%s/t%d.json", dir, k);
+        cr_assert_eq(r.code, 0, "%s", r.err);
+        cli_result_free(&r);
+    }
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/t0.json", dir);
+    snprintf(b, sizeof b, "%s/t1.json", dir);
+    char *x = slurp(a), *y = slurp(b);
+    cr_assert_not_null(x);
+    cr_assert_not_null(y);
+    cr_assert_str_eq(x, y);
+    free(x);
+    free(y);
+    unlink(a);
+    unlink(b);
+    rmdir(dir);
+    free(dir);
+}
