@@ -111,6 +111,11 @@ Test(sim_cli, bad_arguments)
          "--microbatches 4 --recompte", "did you mean '--recompute'"},
         {"--hw rtx2080ti x2 --model gpt-tiny --schedule mixed --pp 2 --mbs 1 "
          "--microbatches 4 --minibatches 2", "at least 3 minibatches"},
+        {"--plan tests/golden/gpt-mini-1f1b.plan.json --schedule gpipe",
+         "--schedule cannot be combined with --plan"},
+        {"--plan /nonexistent/plan.json", "/nonexistent/plan.json"},
+        {"--hw rtx2080ti x2 --model gpt-tiny --schedule wave --pp 2 --mbs 1 "
+         "--microbatches 4 --stages 6", "the wave maps 2*W*p = 4 stages"},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         cli_result r = cli_run("sim %s", c[i].args);
