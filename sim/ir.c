@@ -382,9 +382,7 @@ int sim_lower(sim_ir *ir, const sim_costs *c, util_err *e)
     free(opt);
 #undef SLOT
 #undef ADD_POS
-    if (rc) return rc;
-    sim_ir_finish(ir);
-    return 0;
+    return rc;
 }
 
 int sim_ir_compute(sim_ir *ir, sim_kind k, int stage, int mb, int minibatch,

@@ -101,7 +101,9 @@ char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n);
 
 /* Compute order before lowering: generators append compute tasks (F, B, W,
  * BW, RECOMP, OPT) per device in order, then sim_lower() wires the
- * dependencies and inserts sends and receives between devices. */
+ * dependencies and inserts sends and receives between devices. Passes
+ * that add more (collectives, swaps) run after it; sim_ir_finish() then
+ * freezes the IR. */
 typedef struct sim_costs sim_costs;
 int sim_lower(sim_ir *ir, const sim_costs *c, util_err *e);
 

@@ -324,6 +324,7 @@ Test(sim_validate, deadlock_names_stuck_tasks)
     sim_ir_compute(ir, SIM_BW, 1, 1, 0, 0);
     util_err e;
     cr_assert_eq(sim_lower(ir, c, &e), 0, "%s", e.msg);
+    sim_ir_finish(ir);
     cr_assert_eq(sim_validate(ir, &e), -1);
     cr_assert(strstr(e.msg, "deadlock"), "%s", e.msg);
     cr_assert(strstr(e.msg, "dev 1 F stage 1 mb 1"), "%s", e.msg);
@@ -358,6 +359,7 @@ Test(sim_validate, counts_and_order)
     sim_ir_compute(ir, SIM_BW, 1, 0, 0, 0);
     sim_ir_compute(ir, SIM_F, 1, 0, 0, 0);
     cr_assert_eq(sim_lower(ir, c, &e), 0, "%s", e.msg);
+    sim_ir_finish(ir);
     cr_assert_eq(sim_validate(ir, &e), -1);
     cr_assert(strstr(e.msg, "backward before F"), "%s", e.msg);
     sim_ir_free(ir);
