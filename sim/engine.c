@@ -173,9 +173,10 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
                 if (t->kind == SIM_SWAP_IN) { b = a; a = h; }
             }
             if (a < 0 || b < 0 || a == b) continue;
-            size_t off = (size_t)a * tp->n_nodes + b;
-            int len = tp->route_off[off + 1] - tp->route_off[off];
-            e->route[i] = tp->route_dl + tp->route_off[off];
+            int len = 0;
+            const int *rt = prof_topo_route(tp, a, b, &len);
+            if (!rt || !len) continue;
+            e->route[i] = rt;
             e->route_len[i] = len;
             double lat = 0;
             for (int k = 0; k < len; k++)

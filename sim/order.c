@@ -2,7 +2,10 @@
  * a quick simulation with estimated times (stage costs; a transfer takes
  * its route's latency plus bytes over the bottleneck bandwidth, unshared)
  * in which each device, whenever it can start something, picks the best
- * ready task under a policy. What it executed is a feasible order, so the
+ * ready task under a policy: forwards first (deepest stage first) while
+ * the stage is under its in-flight cap, else backwards (earliest
+ * microbatch first), or backwards first. With caps p-i on a one-stage-per-
+ * device chain, forwards-first is exactly 1F1B; with no caps, GPipe. What it executed is a feasible order, so the
  * order it emits cannot deadlock; the engine then times it exactly. */
 #include <stdlib.h>
 #include <string.h>
@@ -14,14 +17,10 @@ static int64_t xfer_ns(const sim_costs *c, int s, int t)
     int ds = c->stage_device[s], dt = c->stage_device[t];
     if (ds == dt || !c->topo) return 0;
     const prof_topo *tp = c->topo;
-    int a = tp->gpu_node[c->dev_gpu[ds]], b = tp->gpu_node[c->dev_gpu[dt]];
-    size_t off = (size_t)a * tp->n_nodes + b;
-    double bw = 0, lat = 0;
-    for (int k = tp->route_off[off]; k < tp->route_off[off + 1]; k++) {
-        const prof_link *l = &tp->links[tp->route_dl[k] / 2];
-        if (bw == 0 || l->bw_bytes_per_s < bw) bw = l->bw_bytes_per_s;
-        lat += l->latency_ns;
-    }
+    int n = 0;
+    const int *rt = prof_topo_gpu_route(tp, c->dev_gpu[ds], c->dev_gpu[dt], &n);
+    if (!rt || !n) return 0;
+    double bw = prof_route_bw(tp, rt, n), lat = prof_route_latency_ns(tp, rt, n);
     double by = c->xfer_bytes[(size_t)s * c->n_stages + t];
     return (int64_t)(lat + (bw > 0 ? by / bw * 1e9 : 0));
 }
@@ -116,10 +115,11 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                         int better;
                         if (cs < 0) better = 1;
                         else {
-                            int rq = pol == SIM_POL_GPIPE
+                            int pg = pol == SIM_POL_FFIRST;
+                            int rq = pg
                                    ? (q == Q_F ? 0 : q == Q_B ? 1 : 2)
                                    : (q == Q_B ? 0 : q == Q_F ? 1 : 2);
-                            int rc2 = pol == SIM_POL_GPIPE
+                            int rc2 = pg
                                     ? (cq == Q_F ? 0 : cq == Q_B ? 1 : 2)
                                     : (cq == Q_B ? 0 : cq == Q_F ? 1 : 2);
                             if (rq != rc2) better = rq < rc2;

@@ -1,9 +1,9 @@
 /* Mixed-pipe (FTPipe, Eliad et al., USENIX ATC 2021): the model is cut
  * into blocks finer than layers and a device may own several stages that
  * are not adjacent. Each device orders its stages' work by list
- * scheduling: 1F1B-like (backward first; stage s keeps at most S-s
- * microbatches in flight, as PipeDream's stage_depth rule) or GPipe-like
- * (forward first). "mixed" is FTPipe's default asynchronous pipeline
+ * scheduling, forwards first under in-flight caps: 1F1B-like (stage s
+ * keeps at most S-s microbatches in flight, PipeDream's stage-depth rule)
+ * or GPipe-like (no cap). "mixed" is FTPipe's default asynchronous pipeline
  * (no flush, weight stashing: each microbatch keeps the version its
  * forward used, updates every m microbatches per stage); mixed-1f1b and
  * mixed-gpipe are the synchronous variants with a flush. */
@@ -21,10 +21,7 @@ int sim_gen_mixed(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
         cap[s] = o->sched == SIM_SCHED_MIXED_GPIPE ? G : S - s;
         if (cap[s] > G) cap[s] = G;
     }
-    int rc = sim_order_greedy(ir, o, c,
-                              o->sched == SIM_SCHED_MIXED_GPIPE
-                                  ? SIM_POL_GPIPE : SIM_POL_1F1B,
-                              cap, e);
+    int rc = sim_order_greedy(ir, o, c, SIM_POL_FFIRST, cap, e);
     free(cap);
     return rc;
 }

@@ -3,10 +3,12 @@
  * W = 1 is the V shape), one weight copy, a flush at the end. At each turn
  * two consecutive chunks sit on the same device, so that hop needs no
  * transfer (sim_lower only adds transfers between devices). Devices order
- * their chunks' work backward-first with a depth-first forward choice;
- * chunk s keeps at most 2Wp - s microbatches in flight, which on each
- * device adds up to 1F1B's activation memory (chunks are 1/(2W) of a
- * stage). */
+ * their chunks' work by list scheduling, forwards first (deepest chunk
+ * first) under a cap of ceil((2Wp - s)/W) microbatches in flight on chunk
+ * s. The cap was chosen by measurement on uniform chunks: it keeps peak
+ * activation memory within about 20% of 1F1B's while the bubble stays
+ * below 1F1B's (a cap of (2Wp - s)/(2W) saves memory but loses to 1F1B;
+ * no cap at W = 2 doubles memory). */
 #include <stdlib.h>
 
 #include "sim/sim.h"
@@ -16,8 +18,11 @@ int sim_gen_wave(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
 {
     int S = o->n_stages;
     int *cap = util_malloc(sizeof(int) * (size_t)S);
-    for (int s = 0; s < S; s++) cap[s] = S - s < o->n_mb ? S - s : o->n_mb;
-    int rc = sim_order_greedy(ir, o, c, SIM_POL_1F1B, cap, e);
+    for (int s = 0; s < S; s++) {
+        int cc = (S - s + o->waves - 1) / o->waves;
+        cap[s] = cc < o->n_mb ? cc : o->n_mb;
+    }
+    int rc = sim_order_greedy(ir, o, c, SIM_POL_FFIRST, cap, e);
     free(cap);
     return rc;
 }

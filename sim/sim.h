@@ -239,10 +239,12 @@ int sim_gen_wave(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
 
 /* List scheduling with estimated times (stage costs, transfers at their
  * route's bottleneck bandwidth, no sharing): each device, when free, runs
- * the best ready task under a policy. Used to order devices that hold
- * several stages (Mixed-pipe, wave). The result is a feasible order, so it
- * cannot deadlock. inflight_cap[s] bounds F's started but not backed. */
-typedef enum { SIM_POL_1F1B, SIM_POL_GPIPE } sim_policy;
+ * the best ready task under a policy; inflight_cap[s] bounds the F's of
+ * stage s started but not yet backed. Forwards-first with caps p-i on a
+ * chain of one stage per device is 1F1B; with caps m it is GPipe. Used to
+ * order devices that hold several stages (Mixed-pipe, wave). The result
+ * is an order the list scheduler executed, so it cannot deadlock. */
+typedef enum { SIM_POL_FFIRST, SIM_POL_BFIRST } sim_policy;
 int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                      sim_policy pol, const int *inflight_cap, util_err *e);
 /* Async schedules: inserts an optimizer step per stage after its m-th

@@ -13,6 +13,9 @@ typedef struct run {
     sim_result r;
 } run;
 
+/* activation bytes per stage and microbatch for go() */
+static double go_act = 1000;
+
 /* Uniform stages (F, B, W per stage), free communication. */
 static run go(sim_sched sched, int p, int m, int64_t f, int64_t b, int64_t w,
               int waves, int K)
@@ -28,7 +31,7 @@ static run go(sim_sched sched, int p, int m, int64_t f, int64_t b, int64_t w,
     o.n_stages = sched == SIM_SCHED_WAVE ? 2 * waves * p : p;
     int map[256];
     sim_sched_map(&o, map);
-    x.c = sim_costs_uniform(o.n_stages, p, map, f, b, w, 0, 1000);
+    x.c = sim_costs_uniform(o.n_stages, p, map, f, b, w, 0, go_act);
     util_err e;
     x.ir = sim_schedule(&o, x.c, &e);
     cr_assert_not_null(x.ir, "%s", e.msg);
@@ -117,8 +120,10 @@ Test(sim_closed, wave_beats_1f1b)
         run a = go(SIM_SCHED_1F1B, p, m, 200, 300, 100, 1, 1);
         for (int W = 1; W <= 2; W++) {
             /* same model cut into 2Wp chunks */
+            go_act = 1000.0 / (2 * W);
             run b = go(SIM_SCHED_WAVE, p, m, 200 / (2 * W), 300 / (2 * W),
                        100 / (2 * W), W, 1);
+            go_act = 1000;
             for (int d = 0; d < p; d++)
                 cr_assert_lt(b.r.dev[d].bubble_fraction,
                              a.r.dev[d].bubble_fraction,
@@ -126,6 +131,12 @@ Test(sim_closed, wave_beats_1f1b)
                              p, m, W, d, b.r.dev[d].bubble_fraction,
                              a.r.dev[d].bubble_fraction);
             cr_assert_lt(b.r.iteration_ns, a.r.iteration_ns);
+            /* activation memory stays near 1F1B's */
+            for (int d = 0; d < p; d++)
+                cr_assert_leq(b.r.dev[d].peak_bytes,
+                              1.2 * a.r.dev[0].peak_bytes,
+                              "p=%d m=%d W=%d dev %d: %.0f vs %.0f", p, m, W,
+                              d, b.r.dev[d].peak_bytes, a.r.dev[0].peak_bytes);
             done(&b);
         }
         done(&a);
@@ -198,49 +209,33 @@ Test(sim_closed, recompute_time_and_memory)
 
 static prof_topo *star(double bw)
 {
-    prof_topo *t = calloc(1, sizeof *t);
-    t->n_gpus = 3;
-    t->n_nodes = 4; /* 0..2 GPUs, 3 switch */
-    t->nodes = calloc(4, sizeof *t->nodes);
-    t->gpu_node = calloc(3, sizeof(int));
-    t->n_gpu_types = 1;
-    t->gpu_types = calloc(1, sizeof *t->gpu_types);
-    t->gpu_types[0].mem_bytes = 1e12;
+    prof_topo *t = prof_topo_new("star");
+    prof_gpu g = {0};
+    snprintf(g.name, sizeof g.name, "testgpu");
+    g.mem_bytes = 1e12;
+    int ty = prof_topo_add_gpu_type(t, &g);
+    int sw = prof_topo_add_node(t, PROF_NODE_PCIE_SWITCH, "sw", 0);
     for (int i = 0; i < 3; i++) {
-        t->nodes[i].kind = PROF_NODE_GPU;
-        t->nodes[i].gpu = i;
-        t->gpu_node[i] = i;
+        char nm[16];
+        snprintf(nm, sizeof nm, "gpu%d", i);
+        int n = prof_topo_add_node(t, PROF_NODE_GPU, nm, 0);
+        t->nodes[n].gpu_type = ty;
+        prof_topo_add_link(t, n, sw, PROF_LINK_PCIE, bw, 0); /* link i */
     }
-    t->nodes[3].kind = PROF_NODE_PCIE_SWITCH;
-    t->nodes[3].gpu = -1;
-    t->n_links = 3; /* link i: gpu i <-> switch */
-    t->links = calloc(3, sizeof *t->links);
-    for (int i = 0; i < 3; i++) {
-        t->links[i].a = i;
-        t->links[i].b = 3;
-        t->links[i].bw_bytes_per_s = bw;
-        t->links[i].latency_ns = 0;
-    }
-    /* routes gpu a -> gpu b: up a's link (2a), down b's link (2b+1) */
-    t->route_off = calloc(17, sizeof(int));
-    t->route_dl = calloc(64, sizeof(int));
-    int k = 0;
-    for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 4; b++) {
-            t->route_off[a * 4 + b] = k;
-            if (a < 3 && b < 3 && a != b) {
-                t->route_dl[k++] = 2 * a;
-                t->route_dl[k++] = 2 * b + 1;
-            }
-        }
-    t->route_off[16] = k;
+    util_err e;
+    cr_assert_eq(prof_topo_finish(t, &e), 0, "%s", e.msg);
     return t;
 }
 
-static void star_free(prof_topo *t)
+static void star_free(prof_topo *t) { prof_topo_free(t); }
+
+/* routes are cached by the topology: change latencies on a fresh one */
+static prof_topo *star_lat(double bw, double lat0, double lat2)
 {
-    free(t->nodes); free(t->gpu_node); free(t->gpu_types); free(t->links);
-    free(t->route_off); free(t->route_dl); free(t);
+    prof_topo *t = star(bw);
+    t->links[0].latency_ns = lat0;
+    t->links[2].latency_ns = lat2;
+    return t;
 }
 
 /* n transfers of `bytes` from gpu src[i] to gpu 2, all ready at t=0 */
@@ -285,9 +280,9 @@ Test(sim_link, sharing_doubles_time)
     /* two sends from the same device serialise on its send stream */
     int same[2] = {0, 0};
     cr_assert_eq(transfers(t, 2, same, 1e9), 2 * a);
+    star_free(t);
     /* latency is added once per route */
-    t->links[0].latency_ns = 1000;
-    t->links[2].latency_ns = 500;
+    t = star_lat(1e9, 1000, 500);
     cr_assert_eq(transfers(t, 1, one, 1e9), a + 1500);
     star_free(t);
 }

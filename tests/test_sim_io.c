@@ -258,28 +258,28 @@ Test(sim_costs, non_chain_transfers)
     m->ops[5].n_in = 2;
     m->ops[5].in[1] = 1;
     m->ops[1].out_bytes = 7e5;
-    prof_topo t = {0};
+    prof_topo *t = prof_topo_new("three");
     prof_gpu g = {0};
+    snprintf(g.name, sizeof g.name, "testgpu");
     g.mem_bytes = 11e9;
     g.peak_flops[PROF_DT_FP16] = 1e14;
     g.mem_bw_bytes_per_s = 6e11;
     g.eff = (prof_eff){0.8, 64, 64, 0.9, 1e5, 5000};
-    prof_node nodes[3] = {{.kind = PROF_NODE_GPU, .gpu = 0},
-                          {.kind = PROF_NODE_GPU, .gpu = 1},
-                          {.kind = PROF_NODE_GPU, .gpu = 2}};
-    int gpu_node[3] = {0, 1, 2};
-    int route_off[10] = {0};
-    t.gpu_types = &g;
-    t.n_gpu_types = 1;
-    t.nodes = nodes;
-    t.n_nodes = 3;
-    t.n_gpus = 3;
-    t.gpu_node = gpu_node;
-    t.route_off = route_off; /* no links: communication is free */
+    int ty = prof_topo_add_gpu_type(t, &g);
+    int sw = prof_topo_add_node(t, PROF_NODE_PCIE_SWITCH, "sw", 0);
+    for (int i = 0; i < 3; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "gpu%d", i);
+        int n = prof_topo_add_node(t, PROF_NODE_GPU, nm, 0);
+        t->nodes[n].gpu_type = ty;
+        prof_topo_add_link(t, n, sw, PROF_LINK_PCIE, 16e9, 1000);
+    }
+    util_err e0;
+    cr_assert_eq(prof_topo_finish(t, &e0), 0, "%s", e0.msg);
     int first[3] = {0, 2, 4}, last[3] = {1, 3, 5}, map[3] = {0, 1, 2};
     sim_cost_opts o = {.mbs = 2};
     util_err e;
-    sim_costs *c = sim_costs_build(m, &t, 3, first, last, map, 3, &o, &e);
+    sim_costs *c = sim_costs_build(m, t, 3, first, last, map, 3, &o, &e);
     cr_assert_not_null(c, "%s", e.msg);
     cr_assert_float_eq(c->xfer_bytes[0 * 3 + 1], 2 * 7e5, 1e-6);
     cr_assert_float_eq(c->xfer_bytes[0 * 3 + 2], 2 * 7e5, 1e-6);
@@ -311,6 +311,7 @@ Test(sim_costs, non_chain_transfers)
     sim_engine_free(en);
     sim_ir_free(ir);
     sim_costs_free(c);
+    prof_topo_free(t);
     chain_free(m);
 }
 

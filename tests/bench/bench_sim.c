@@ -19,45 +19,33 @@ static double now_s(void)
 /* 8 GPUs, pairs under 4 switches, switches under one root */
 static prof_topo *tree8(void)
 {
-    prof_topo *t = calloc(1, sizeof *t);
-    int G = 8, NS = 4, N = G + NS + 1;
-    t->n_gpus = G;
-    t->n_nodes = N;
-    t->nodes = calloc((size_t)N, sizeof *t->nodes);
-    t->gpu_node = calloc((size_t)G, sizeof(int));
-    t->n_gpu_types = 1;
-    t->gpu_types = calloc(1, sizeof *t->gpu_types);
-    for (int i = 0; i < G; i++) t->gpu_node[i] = i;
-    t->n_links = G + NS;
-    t->links = calloc((size_t)t->n_links, sizeof *t->links);
-    for (int i = 0; i < G; i++)
-        t->links[i] = (prof_link){i, G + i / 2, PROF_LINK_PCIE, 12e9, 1000};
-    for (int s = 0; s < NS; s++)
-        t->links[G + s] = (prof_link){G + s, N - 1, PROF_LINK_PCIE, 12e9, 1000};
-    /* routes between GPUs: up to the common ancestor and down */
-    t->route_off = calloc((size_t)N * N + 1, sizeof(int));
-    t->route_dl = calloc((size_t)N * N * 4, sizeof(int));
-    int k = 0;
-    for (int a = 0; a < N; a++)
-        for (int b = 0; b < N; b++) {
-            t->route_off[a * N + b] = k;
-            if (a >= G || b >= G || a == b) continue;
-            t->route_dl[k++] = 2 * a;            /* gpu a up */
-            if (a / 2 != b / 2) {
-                t->route_dl[k++] = 2 * (G + a / 2);     /* switch up */
-                t->route_dl[k++] = 2 * (G + b / 2) + 1; /* root down */
-            }
-            t->route_dl[k++] = 2 * b + 1;        /* down to gpu b */
+    prof_topo *t = prof_topo_new("tree8");
+    prof_gpu g = {0};
+    snprintf(g.name, sizeof g.name, "benchgpu");
+    g.mem_bytes = 11e9;
+    int ty = prof_topo_add_gpu_type(t, &g);
+    int root = prof_topo_add_node(t, PROF_NODE_CPU, "root", 0);
+    for (int s = 0; s < 4; s++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "sw%d", s);
+        int sw = prof_topo_add_node(t, PROF_NODE_PCIE_SWITCH, nm, 0);
+        prof_topo_add_link(t, sw, root, PROF_LINK_PCIE, 12e9, 1000);
+        for (int k = 0; k < 2; k++) {
+            snprintf(nm, sizeof nm, "gpu%d", 2 * s + k);
+            int n = prof_topo_add_node(t, PROF_NODE_GPU, nm, 0);
+            t->nodes[n].gpu_type = ty;
+            prof_topo_add_link(t, n, sw, PROF_LINK_PCIE, 12e9, 1000);
         }
-    t->route_off[N * N] = k;
+    }
+    util_err e;
+    if (prof_topo_finish(t, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        exit(1);
+    }
     return t;
 }
 
-static void tree_free(prof_topo *t)
-{
-    free(t->nodes); free(t->gpu_node); free(t->gpu_types); free(t->links);
-    free(t->route_off); free(t->route_dl); free(t);
-}
+static void tree_free(prof_topo *t) { prof_topo_free(t); }
 
 static void bench(const char *name, const sim_sched_opts *o, sim_costs *c)
 {
