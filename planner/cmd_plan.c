@@ -29,6 +29,7 @@ static void usage(FILE *f)
         "  --json             print the answer as JSON\n"
         "  --out FILE         write the chosen plan (for sluice sim --plan)\n"
         "  --plot PREFIX      draw the chosen plan's timeline and memory (gnuplot)\n"
+        "  --exhaustive       simulate every candidate (no pruning by bounds)\n"
         "\nexit codes: 0 a plan was found, 1 nothing fits, 2 bad usage or input\n",
         PLAN_DEFAULT_BATCH);
 }
@@ -67,6 +68,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         else if (!strcmp(a, "--recompute")) c->po.recompute = 1;
         else if (!strcmp(a, "--no-recompute")) c->po.recompute = 0;
         else if (!strcmp(a, "--no-progress")) c->po.progress = 0;
+        else if (!strcmp(a, "--exhaustive")) c->po.exhaustive = 1;
         else if (!strcmp(a, "--batch")) {
             NEED();
             if (util_parse_int(v, 1, 1 << 24, &n))
@@ -127,7 +129,8 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--gpus", "--recompute", "--no-recompute",
                                   "--batch", "--pp", "--mbs", "--reserve",
                                   "--state-bytes", "--host-mem", "--nvme",
-                                  "--pcie-gen", "--schedule", "--no-progress"};
+                                  "--pcie-gen", "--schedule", "--no-progress",
+                                  "--exhaustive"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -194,8 +197,9 @@ static void print_answer(const plan_result *r, const prof_model *m,
            p->recompute ? "on" : "off",
            sim_sched_async(p->sched) ? " (asynchronous: no flush, stale weights)" : "");
     util_table *tb = util_table_new(6);
-    const char *h[] = {"device", "stages", "holds", "compute/mb", "peak mem", "capacity"};
-    for (int i = 0; i < 6; i++) util_table_col(tb, i, h[i], i == 2 ? 'l' : 'r');
+    const char *h[] = {"device", "stages", "holds (layers, or ops where a cut "
+                       "splits a layer)", "compute/mb", "peak mem", "capacity"};
+    for (int i = 0; i < 6; i++) util_table_col(tb, i, h[i], i == 0 || i == 2 ? 'l' : 'r');
     for (int d = 0; d < p->pp; d++) {
         char dev[16], st[32], holds[160] = "", comp[32], mem[32], cap[32];
         int ns = 0;
@@ -210,6 +214,7 @@ static void print_answer(const plan_result *r, const prof_model *m,
             const sim_stage_cost *sc = &c->stage[s];
             ns_t += (double)(sc->f_ns + sc->b_ns + sc->w_ns);
         }
+        if (strlen(holds) > 44) strcpy(holds + 41, "...");
         snprintf(dev, sizeof dev, "gpu%d", d);
         snprintf(st, sizeof st, "%d", ns);
         util_fmt_time(ns_t * 1e-9, comp, sizeof comp);

@@ -86,6 +86,7 @@ typedef struct plan_opts {
     unsigned sched_mask;      /* bit per sim_sched; 0: all */
     double state_bytes_per_param; /* 0: 16 (Adam, mixed precision) */
     int progress;             /* progress bar on stderr (only on a tty) */
+    int exhaustive;           /* simulate every candidate: no pruning */
 } plan_opts;
 
 #define PLAN_DEFAULT_RESERVE (1024.0 * 1024 * 1024)

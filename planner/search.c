@@ -226,7 +226,13 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
     c->plan.recompute = c->recompute;
     c->plan.waves = c->waves > 0 ? c->waves : 1;
     c->plan.state_bytes_per_param = o->state_bytes_per_param;
-    c->plan.n_minibatches = sim_sched_async(c->sched) ? 4 : 1;
+    /* Schedules without flush are measured in steady state: simulate
+     * enough minibatches that the window lies past the pipeline's fill. */
+    c->plan.n_minibatches = 1;
+    if (sim_sched_async(c->sched)) {
+        int depth = is_mixed(c->sched) ? 4 * p : p;
+        c->plan.n_minibatches = 4 + (2 * depth + mb - 1) / mb;
+    }
     int versions = c->sched == SIM_SCHED_2BW || c->sched == SIM_SCHED_MIXED ? 2 : 1;
     int flush = !sim_sched_async(c->sched);
 
@@ -451,7 +457,7 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
             alt_reason(a, "out of memory: no partition fits %s", g->name);
             continue;
         }
-        if (a->feasible && c->lb_s >= a->iteration_s) {
+        if (!o->exhaustive && a->feasible && c->lb_s >= a->iteration_s) {
             r->pruned++;
             continue;
         }
@@ -469,7 +475,12 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
             for (int d = 0; d < res.n_devices; d++)
                 peak_b = fmax(peak_b, res.dev[d].peak_bytes);
             double it = res.iteration_ns * 1e-9;
-            if (res.oom) {
+            if (it < c->lb_s * (1 - 1e-6)) {
+                /* No device can finish its microbatches faster than their
+                 * compute: a broken invariant, never a plan. */
+                alt_reason(a, "simulation inconsistent (%s): below its "
+                           "compute bound", sim_sched_name(c->sched));
+            } else if (res.oom) {
                 if (peak_b + r->reserve_bytes < r->min_need_bytes)
                     r->min_need_bytes = peak_b + r->reserve_bytes;
                 alt_reason(a, "out of memory: simulated peak exceeds %s", g->name);
