@@ -349,6 +349,9 @@ typedef struct sim_plan {
     int n_stages;
     int *first_op, *last_op;/* per stage op range (inclusive) */
     int *stage_device;
+    /* names of each stage's first and last op as the plan file gives
+     * them ("" when absent); checked against the model */
+    char (*from_op)[48], (*to_op)[48];
 } sim_plan;
 
 void sim_plan_init(sim_plan *p);
