@@ -222,7 +222,8 @@ typedef struct sim_sched_opts {
  * mapping); the message says which value and why. */
 int sim_sched_check(const sim_sched_opts *o, util_err *e);
 /* The stage -> device map the schedule uses (n_stages entries): identity
- * for one stage per device, zig-zag for the wave; mixed keeps `given`. */
+ * for one stage per device, zig-zag for the wave, round robin (s mod pp)
+ * for Mixed-pipe, whose plans normally carry their own map. */
 void sim_sched_map(const sim_sched_opts *o, int *stage_device);
 /* Generates, lowers and validates the IR. */
 sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
@@ -280,7 +281,7 @@ void sim_maxmin(int nf, const int *const *route, const int *route_len,
 typedef struct sim_engine sim_engine;
 
 typedef struct sim_run_opts {
-    int record;         /* keep a memory timeline and flow times (traces) */
+    int record;         /* keep the memory timeline (traces, plots) */
 } sim_run_opts;
 
 typedef struct sim_dev_stats {
