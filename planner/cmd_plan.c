@@ -164,6 +164,7 @@ static json_t *alt_json(const plan_result *r)
 {
     json_t *arr = json_array();
     for (int s = 0; s < SIM_SCHED_COUNT; s++) {
+        if (!sim_sched_plannable((sim_sched)s)) continue;
         const plan_alt *a = &r->alt[s];
         json_t *j = json_pack("{s:s,s:b,s:s}", "schedule", sim_sched_name((sim_sched)s),
                               "feasible", a->feasible, "reason",
@@ -245,6 +246,7 @@ static void print_answer(const plan_result *r, const prof_model *m,
                         "peak mem", "result"};
     for (int i = 0; i < 7; i++) util_table_col(ta, i, ha[i], i == 0 || i == 6 ? 'l' : 'r');
     for (int s = 0; s < SIM_SCHED_COUNT; s++) {
+        if (!sim_sched_plannable((sim_sched)s)) continue;
         const plan_alt *a = &r->alt[s];
         char sps[32] = "-", itb[32] = "-", pp[16] = "-", mb[32] = "-", pk[32] = "-";
         if (a->feasible) {

@@ -36,7 +36,8 @@ int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
     *costs = NULL;
     *ir = NULL;
     *engine = NULL;
-    sim_cost_opts co = {.mbs = p->mbs,
+    sim_cost_opts co = {.mbs = p->mbs, .dp = p->dp, .tp = p->tp,
+                        .pipes = sim_sched_pipes(p->sched),
                         .state_bytes_per_param = p->state_bytes_per_param};
     sim_costs *c = sim_costs_build(m, t, p->n_stages, p->first_op, p->last_op,
                                    p->stage_device, p->pp, &co, e);
@@ -47,7 +48,10 @@ int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
     sim_sched_opts so = {.sched = p->sched, .pp = p->pp,
                          .n_stages = p->n_stages, .n_mb = p->n_mb,
                          .recompute = p->recompute, .waves = p->waves,
-                         .n_minibatches = p->n_minibatches};
+                         .chunks = p->chunks, .dp = p->dp,
+                         .n_minibatches = p->n_minibatches ? p->n_minibatches
+                         : sim_default_minibatches(p->sched, p->pp,
+                                                   p->n_stages, p->n_mb)};
     if (!(*ir = sim_schedule(&so, c, e))) return -1;
     sim_run_opts ro = {.record = record};
     *engine = sim_engine_new(*ir, c, &ro);
@@ -404,6 +408,7 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
     int ncand = 0, capc = 64;
     cand *cs = util_calloc((size_t)capc, sizeof *cs);
     for (int sc = 0; sc < SIM_SCHED_COUNT; sc++) {
+        if (!sim_sched_plannable((sim_sched)sc)) continue;
         if (o->sched_mask && !(o->sched_mask & (1u << sc))) continue;
         for (int bi = 0; bi < n_mbs; bi++) {
             for (int rc = 0; rc <= 1; rc++) {

@@ -14,15 +14,26 @@ static void usage(FILE *f)
         "                  --mbs B --microbatches M [options]\n"
         "       sluice sim --plan plan.json [options]\n\n"
         "schedules: gpipe, 1f1b, 2bw (PipeDream-2BW), mixed (FTPipe, async),\n"
-        "           mixed-1f1b, mixed-gpipe (synchronous), wave (Hanayo)\n\n"
+        "           mixed-1f1b, mixed-gpipe (synchronous), wave (Hanayo),\n"
+        "           interleaved (Megatron-LM), zb-h1, zb-v (Zero Bubble),\n"
+        "           chimera\n\n"
         "options:\n"
+        "  --dp D                 data-parallel replicas of the pipeline\n"
+        "  --tp T                 tensor-parallel GPUs per stage (inside a node);\n"
+        "                         GPU = (dp_rank*pp + pp_rank)*tp + tp_rank\n"
+        "  --chunks V             interleaved: chunks (stages) per device\n"
+        "  --schedule-file FILE   run the per-rank action lists of a PyTorch\n"
+        "                         pipelining CSV (0F0,0F1,0B0,...) with the\n"
+        "                         stage mapping of --schedule (default 1f1b)\n"
+        "  --emit-schedule        print the schedule in that form and stop\n"
         "  --partition even|balanced|LIST  stage cuts (LIST: layers per stage,\n"
         "                         e.g. 4,4,5,3); default balanced\n"
         "  --stages S             stages for mixed (default 2 x pp)\n"
         "  --waves W              waves of the wave schedule (default 1)\n"
         "  --recompute            activation recomputation\n"
         "  --minibatches K        minibatches simulated by schedules without\n"
-        "                         flush (default 4; steady state measured)\n"
+        "                         flush (default 4 + ceil(2 depth / m), so the\n"
+        "                         measured steady state is past the fill)\n"
         "  --state-bytes N        weights+grads+optimizer bytes per parameter\n"
         "                         (default 16: Adam, mixed precision)\n"
         "  --json                 print the summary as JSON\n"
@@ -99,7 +110,7 @@ static void map_lpt(const prof_model *m, const prof_gpu *g, sim_plan *p)
 
 typedef struct cmd_opts {
     const char *plan_file, *partition, *trace, *plot, *out;
-    int json, stages;
+    int json, stages, emit;
 } cmd_opts;
 
 static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
@@ -112,7 +123,8 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         static const char *const fixed[] = {
             "--hw", "--model", "--schedule", "--pp", "--mbs",
             "--microbatches", "--waves", "--stages", "--minibatches",
-            "--state-bytes", "--partition", "--recompute", NULL};
+            "--state-bytes", "--partition", "--recompute", "--dp", "--tp",
+            "--chunks", "--schedule-file", NULL};
         for (int k = 0; fixed[k]; k++)
             if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
         if (!strcmp(a, "--hw")) {
@@ -133,11 +145,12 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             const char *const *names = sim_sched_names();
             int k = 0;
             while (names[k] && strcmp(names[k], s)) k++;
-            if (!names[k]) {
+            if (!names[k] || k == SIM_SCHED_FILE) {
                 const char *near = util_closest(s, names, SIM_SCHED_COUNT);
                 return util_errf(e, UTIL_EXIT_USAGE, "--schedule '%s' is not "
                                  "known%s%s%s (known: gpipe, 1f1b, 2bw, mixed,"
-                                 " mixed-1f1b, mixed-gpipe, wave)", s,
+                                 " mixed-1f1b, mixed-gpipe, wave, interleaved,"
+                                 " zb-h1, zb-v, chimera)", s,
                                  near ? " (did you mean '" : "",
                                  near ? near : "", near ? "'?)" : "");
             }
@@ -189,15 +202,29 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         } else if (!strcmp(a, "--out")) {
             if (need(i, argc, argv, e)) return -1;
             c->out = argv[++i];
-        } else if (!strcmp(a, "--dp") || !strcmp(a, "--tp")) {
-            return util_errf(e, UTIL_EXIT_USAGE, "%s: data and tensor "
-                             "parallelism are not simulated yet", a);
+        } else if (!strcmp(a, "--dp")) {
+            if (need(i, argc, argv, e) ||
+                int_arg(a, argv[++i], 1, 4096, &p->dp, e)) return -1;
+        } else if (!strcmp(a, "--tp")) {
+            if (need(i, argc, argv, e) ||
+                int_arg(a, argv[++i], 1, 4096, &p->tp, e)) return -1;
+        } else if (!strcmp(a, "--chunks")) {
+            if (need(i, argc, argv, e) ||
+                int_arg(a, argv[++i], 1, 64, &p->chunks, e)) return -1;
+        } else if (!strcmp(a, "--schedule-file")) {
+            if (need(i, argc, argv, e)) return -1;
+            snprintf(p->sched_file, sizeof p->sched_file, "%s", argv[++i]);
+            if (!have_sched) p->sched = SIM_SCHED_1F1B;
+            have_sched = 1;
+        } else if (!strcmp(a, "--emit-schedule")) {
+            c->emit = 1;
         } else {
             static const char *const known[] = {
                 "--hw", "--model", "--schedule", "--pp", "--mbs",
                 "--microbatches", "--waves", "--stages", "--minibatches",
                 "--state-bytes", "--partition", "--recompute", "--json",
-                "--plan", "--trace", "--plot", "--out", "--help"};
+                "--plan", "--trace", "--plot", "--out", "--help", "--dp",
+                "--tp", "--chunks", "--schedule-file", "--emit-schedule"};
             const char *near = util_closest(a, known, sizeof known / sizeof *known);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -240,9 +267,36 @@ static int run(int argc, char **argv, util_err *e)
     }
     if (!(tp = load_hw(p.hw, e))) goto out;
     if (!(m = prof_model_load(p.model, e))) goto out;
+    if (p.sched_file[0] && (sim_sched_async(p.sched) ||
+                            p.sched == SIM_SCHED_CHIMERA)) {
+        util_errf(e, UTIL_EXIT_USAGE, "--schedule-file takes the stage "
+                  "mapping of a schedule with a flush and one pipeline, not "
+                  "%s", sim_sched_name(p.sched));
+        goto out;
+    }
+    if (sim_plan_check_topo(&p, tp, e)) goto out;
     if (!c.plan_file) {
         int S = p.pp;
-        if (p.sched == SIM_SCHED_WAVE) {
+        if (p.sched != SIM_SCHED_INTERLEAVED && p.chunks > 1) {
+            util_errf(e, UTIL_EXIT_USAGE, "--chunks %d: only the interleaved "
+                      "schedule has chunks", p.chunks);
+            goto out;
+        }
+        if (p.sched == SIM_SCHED_INTERLEAVED) {
+            S = p.chunks * p.pp;
+        } else if (p.sched == SIM_SCHED_ZBV) {
+            S = 2 * p.pp;
+        }
+        if ((p.sched == SIM_SCHED_INTERLEAVED || p.sched == SIM_SCHED_ZBV) &&
+            c.stages && c.stages != S) {
+            util_errf(e, UTIL_EXIT_USAGE, "--stages %d: schedule %s maps %d "
+                      "stages (%s)", c.stages, sim_sched_name(p.sched), S,
+                      p.sched == SIM_SCHED_ZBV ? "two per device"
+                                               : "set --chunks instead");
+            goto out;
+        }
+        if (p.sched == SIM_SCHED_INTERLEAVED || p.sched == SIM_SCHED_ZBV) {
+        } else if (p.sched == SIM_SCHED_WAVE) {
             S = 2 * p.waves * p.pp;
             if (c.stages && c.stages != S) {
                 util_errf(e, UTIL_EXIT_USAGE, "--stages %d: the wave maps "
@@ -260,15 +314,18 @@ static int run(int argc, char **argv, util_err *e)
                       sim_sched_name(p.sched), p.pp);
             goto out;
         }
-        if (p.pp > tp->n_gpus) {
-            util_errf(e, UTIL_EXIT_USAGE, "--pp %d but %s has %d GPUs", p.pp,
-                      tp->name, tp->n_gpus);
+        if ((long)p.pp * p.dp * p.tp > tp->n_gpus) {
+            util_errf(e, UTIL_EXIT_USAGE, "--dp %d x --pp %d x --tp %d = %ld "
+                      "GPUs but %s has %d GPUs", p.dp, p.pp, p.tp,
+                      (long)p.pp * p.dp * p.tp, tp->name, tp->n_gpus);
             goto out;
         }
         sim_plan_stages(&p, S);
         const char *part = c.partition ? c.partition : "balanced";
         const prof_gpu *g = prof_topo_gpu(tp, 0);
         int prc;
+        /* stage times for balancing: with tensor parallelism each GPU
+         * runs a share, the balance is the same */
         if (!strcmp(part, "even"))
             prc = sim_partition_even(m, S, p.first_op, p.last_op, e);
         else if (!strcmp(part, "balanced"))
@@ -291,19 +348,41 @@ static int run(int argc, char **argv, util_err *e)
             sim_sched_map(&so, p.stage_device);
         }
     }
+    if (!p.n_minibatches)
+        p.n_minibatches = sim_default_minibatches(p.sched, p.pp, p.n_stages,
+                                                  p.n_mb);
     if (sim_plan_check(&p, m, tp->n_gpus, e)) {
         if (c.plan_file) util_err_prefix(e, "%s", c.plan_file);
         goto out;
     }
-    sim_cost_opts co = {.mbs = p.mbs,
+    sim_cost_opts co = {.mbs = p.mbs, .dp = p.dp, .tp = p.tp,
+                        .pipes = sim_sched_pipes(p.sched),
                         .state_bytes_per_param = p.state_bytes_per_param};
     cs = sim_costs_build(m, tp, p.n_stages, p.first_op, p.last_op,
                          p.stage_device, p.pp, &co, e);
     if (!cs) goto out;
     sim_sched_opts so = {.sched = p.sched, .pp = p.pp, .n_stages = p.n_stages,
                          .n_mb = p.n_mb, .recompute = p.recompute,
-                         .waves = p.waves, .n_minibatches = p.n_minibatches};
-    if (!(ir = sim_schedule(&so, cs, e))) goto out;
+                         .waves = p.waves, .chunks = p.chunks, .dp = p.dp,
+                         .n_minibatches = p.n_minibatches};
+    if (p.sched_file[0]) {
+        if (sim_sched_check(&so, e)) goto out;
+        if (!(ir = sim_schedule_file(p.sched_file, &so, cs, e))) goto out;
+    } else if (!(ir = sim_schedule(&so, cs, e))) {
+        goto out;
+    }
+    if (c.emit) {
+        if (ir->n_minibatches > 1 || sim_sched_pipes(p.sched) > 1) {
+            util_errf(e, UTIL_EXIT_USAGE, "--emit-schedule: schedule %s has "
+                      "%s, which PyTorch's schedule CSV cannot say",
+                      sim_sched_name(p.sched), ir->n_minibatches > 1
+                      ? "no flush" : "two pipelines");
+            goto out;
+        }
+        sim_schedule_emit(ir, stdout);
+        rc = 0;
+        goto out;
+    }
     sim_run_opts ro = {.record = c.trace || c.plot};
     en = sim_engine_new(ir, cs, &ro);
     sim_result r;

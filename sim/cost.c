@@ -133,7 +133,152 @@ static sim_costs *costs_alloc(int n_stages, int n_devices)
     c->dev_capacity = util_calloc((size_t)n_devices, sizeof(double));
     c->dev_peak_flops = util_calloc((size_t)n_devices, sizeof(double));
     for (int d = 0; d < n_devices; d++) c->dev_gpu[d] = d;
+    for (int st = 0; st < n_stages; st++) c->stage[st].model_stage = st;
+    c->n_model_stages = n_stages;
+    c->pp = n_devices;
+    c->dp = c->tp = c->replicas = 1;
     return c;
+}
+
+void sim_costs_replicate(sim_costs *c, int dp, int pipes)
+{
+    UTIL_NEVER(c->replicas != 1);
+    if (dp < 1) dp = 1;
+    if (pipes < 1) pipes = 1;
+    int S = c->n_stages, pp = c->n_devices, R = dp * pipes, N = R * S;
+    if (R == 1) return;
+    sim_stage_cost *st = util_calloc((size_t)N, sizeof *st);
+    int *sd = util_malloc(sizeof(int) * (size_t)N);
+    double *xb = util_calloc((size_t)N * N, sizeof(double));
+    for (int r = 0; r < R; r++) {
+        int q = r / pipes, b = r % pipes;
+        for (int s = 0; s < S; s++) {
+            int v = r * S + s;
+            st[v] = c->stage[s];
+            st[v].model_stage = s;
+            int d = c->stage_device[s];
+            sd[v] = q * pp + (b ? pp - 1 - d : d);
+            for (int t = 0; t < S; t++)
+                xb[(size_t)v * N + r * S + t] = c->xfer_bytes[(size_t)s * S + t];
+        }
+    }
+    int nd = pp * dp;
+    int *gpu = util_malloc(sizeof(int) * (size_t)nd);
+    double *cap = util_malloc(sizeof(double) * (size_t)nd);
+    double *pk = util_malloc(sizeof(double) * (size_t)nd);
+    for (int d = 0; d < nd; d++) {
+        gpu[d] = d * c->tp;
+        cap[d] = c->dev_capacity[d % pp];
+        pk[d] = c->dev_peak_flops[d % pp];
+    }
+    free(c->stage); free(c->stage_device); free(c->xfer_bytes);
+    free(c->dev_gpu); free(c->dev_capacity); free(c->dev_peak_flops);
+    c->stage = st;
+    c->stage_device = sd;
+    c->xfer_bytes = xb;
+    c->dev_gpu = gpu;
+    c->dev_capacity = cap;
+    c->dev_peak_flops = pk;
+    c->n_stages = N;
+    c->n_devices = nd;
+    c->dp = dp;
+    c->replicas = R;
+}
+
+/* ---- tensor parallelism (Megatron-LM, Shoeybi et al. 2019) ---- */
+
+typedef enum { TP_NONE, TP_COL, TP_ROW, TP_SPLIT } tp_role;
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* How Megatron splits an op: column-parallel GEMMs (QKV, Q, KV, MLP up,
+ * the vocabulary-parallel head), row-parallel ones (attention output, MLP
+ * down), ops split with them (attention heads, the MLP activation, the
+ * embedding table, the vocabulary-parallel loss); the rest (norms,
+ * residual adds, pooler) is replicated. */
+static tp_role tp_role_of(const prof_op *op)
+{
+    switch (op->kind) {
+    case PROF_OP_LINEAR:
+    case PROF_OP_LM_HEAD:
+        if (ends_with(op->name, ".qkv") || ends_with(op->name, ".q") ||
+            ends_with(op->name, ".kv") || ends_with(op->name, "mlp.up") ||
+            ends_with(op->name, "lm_head"))
+            return TP_COL;
+        if (ends_with(op->name, ".out") || ends_with(op->name, "mlp.down"))
+            return TP_ROW;
+        return TP_NONE;
+    case PROF_OP_ATTN: case PROF_OP_ACT: case PROF_OP_EMBED:
+    case PROF_OP_LOSS:
+        return TP_SPLIT;
+    default:
+        return TP_NONE;
+    }
+}
+
+/* The op one tensor-parallel rank runs. */
+static prof_op tp_op(const prof_op *op, int t)
+{
+    prof_op o = *op;
+    tp_role r = tp_role_of(op);
+    if (t <= 1 || r == TP_NONE) return o;
+    o.fwd_flops /= t;
+    o.bwd_in_flops /= t;
+    o.bwd_w_flops /= t;
+    o.params /= t;
+    o.bytes_read /= t;
+    o.bytes_written /= t;
+    /* a column-parallel GEMM keeps its (replicated) input */
+    if (r != TP_COL) o.act_bytes /= t;
+    for (int i = 0; i < o.n_gemm; i++) {
+        prof_gemm *g = &o.gemm[i];
+        if (g->batch > 1) g->batch = fmax(1, g->batch / t); /* heads */
+        else if (r == TP_ROW) g->k /= t;
+        else g->n /= t;
+    }
+    return o;
+}
+
+/* Ring all-reduce of `bytes` over GPUs g0..g0+t-1: 2(t-1) steps of
+ * bytes/t, every GPU sending to the next at once, at the max-min rates of
+ * those t flows on the server graph. */
+static int64_t tp_allreduce_ns(const prof_topo *tp, int g0, int t,
+                               double bytes)
+{
+    if (t <= 1 || bytes <= 0 || !tp) return 0;
+    const int *rt[64];
+    int len[64], nf = 0;
+    double lat = 0;
+    for (int i = 0; i < t && i < 64; i++) {
+        int n = 0;
+        const int *r = prof_topo_gpu_route(tp, g0 + i, g0 + (i + 1) % t, &n);
+        if (!r || !n) continue;
+        rt[nf] = r;
+        len[nf++] = n;
+        double l = prof_route_latency_ns(tp, r, n);
+        if (l > lat) lat = l;
+    }
+    if (!nf) return 0;
+    int ndl = 2 * tp->n_links + 1;
+    double *cap = util_malloc(sizeof(double) * (size_t)ndl);
+    for (int l = 0; l < tp->n_links; l++)
+        cap[2 * l] = cap[2 * l + 1] = tp->links[l].bw_bytes_per_s;
+    sim_maxmin_scratch w;
+    w.rem = util_calloc((size_t)ndl, sizeof(double));
+    w.cnt = util_calloc((size_t)ndl, sizeof(int));
+    w.touched = util_calloc((size_t)ndl, sizeof(int));
+    w.frozen = util_calloc(64, 1);
+    double rate[64], bw = HUGE_VAL;
+    sim_maxmin(nf, rt, len, cap, rate, &w);
+    for (int f = 0; f < nf; f++) bw = fmin(bw, rate[f]);
+    free(cap); free(w.rem); free(w.cnt); free(w.touched); free(w.frozen);
+    if (!(bw > 0) || bw == HUGE_VAL) return 0;
+    double step = lat + bytes / t / bw * 1e9;
+    return (int64_t)llround(2.0 * (t - 1) * step);
 }
 
 void sim_costs_free(sim_costs *c)
@@ -179,10 +324,25 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                            int n_devices, const sim_cost_opts *o,
                            util_err *e)
 {
-    if (n_devices > t->n_gpus) {
-        util_errf(e, UTIL_EXIT_USAGE, "%d pipeline devices but the server "
-                  "has %d GPUs", n_devices, t->n_gpus);
+    int tpw = o && o->tp > 1 ? o->tp : 1;
+    int dpw = o && o->dp > 1 ? o->dp : 1;
+    if ((long)n_devices * tpw * dpw > t->n_gpus) {
+        util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld GPUs but "
+                  "the server has %d", dpw, n_devices, tpw,
+                  (long)n_devices * tpw * dpw, t->n_gpus);
         return NULL;
+    }
+    for (int d = 0; d < n_devices * dpw && tpw > 1; d++) {
+        int g0 = d * tpw;
+        int sv = t->nodes[t->gpu_node[g0]].server;
+        int sv1 = t->nodes[t->gpu_node[g0 + tpw - 1]].server;
+        if (sv != sv1) {
+            util_errf(e, UTIL_EXIT_USAGE, "tp %d: the tensor-parallel group "
+                      "of GPUs %d..%d spans servers %d and %d (%d GPUs per "
+                      "server); tensor parallelism stays inside a node",
+                      tpw, g0, g0 + tpw - 1, sv, sv1, t->gpus_per_server);
+            return NULL;
+        }
     }
     int mbs = o && o->mbs > 0 ? o->mbs : 1;
     double state = o && o->state_bytes_per_param > 0
@@ -203,8 +363,10 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                       m->ops[i].name);
             return NULL;
         }
+    c->tp = tpw;
     for (int d = 0; d < n_devices; d++) {
-        const prof_gpu *g = prof_topo_gpu(t, d);
+        c->dev_gpu[d] = d * tpw;
+        const prof_gpu *g = prof_topo_gpu(t, c->dev_gpu[d]);
         c->dev_capacity[d] = g->mem_bytes;
         c->dev_peak_flops[d] = peak_for(g, dt);
     }
@@ -214,15 +376,29 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     for (int s = 0; s < n_stages; s++) {
         sim_stage_cost *sc = &c->stage[s];
         c->stage_device[s] = stage_device[s];
-        const prof_gpu *g = prof_topo_gpu(t, stage_device[s]);
+        int g0 = stage_device[s] * tpw;
+        const prof_gpu *g = prof_topo_gpu(t, g0);
         sc->first_op = first_op[s];
         sc->last_op = last_op[s];
-        double f = 0, bb = 0, w = 0;
+        double f = 0, bb = 0, w = 0, arf = 0, arb = 0;
         for (int i = first_op[s]; i <= last_op[s]; i++) {
-            const prof_op *op = &m->ops[i];
+            prof_op opx = tp_op(&m->ops[i], tpw);
+            const prof_op *op = &opx;
             f += (double)sim_op_ns(g, dt, op, mbs, SIM_F, meas);
             bb += (double)sim_op_ns(g, dt, op, mbs, SIM_B, meas);
             w += (double)sim_op_ns(g, dt, op, mbs, SIM_W, meas);
+            if (tpw > 1) {
+                /* Megatron's g after row-parallel GEMMs and the vocabulary-
+                 * parallel embedding (forward), f before column-parallel
+                 * GEMMs (backward): all-reduces of the activation */
+                tp_role r = tp_role_of(&m->ops[i]);
+                if (r == TP_ROW || m->ops[i].kind == PROF_OP_EMBED)
+                    arf += (double)tp_allreduce_ns(t, g0, tpw,
+                                                   m->ops[i].out_bytes * mbs);
+                if (r == TP_COL && op->n_in > 0 && op->in[0] >= 0)
+                    arb += (double)tp_allreduce_ns(
+                        t, g0, tpw, m->ops[op->in[0]].out_bytes * mbs);
+            }
             sc->fwd_flops += op->fwd_flops * mbs;
             sc->bwd_flops += (op->bwd_in_flops + op->bwd_w_flops) * mbs;
             sc->params += op->params;
@@ -237,8 +413,10 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                     m->ops[p].out_bytes * mbs;
             }
         }
-        sc->f_ns = (int64_t)f;
-        sc->b_ns = (int64_t)bb;
+        sc->tp_f_ns = (int64_t)arf;
+        sc->tp_b_ns = (int64_t)arb;
+        sc->f_ns = (int64_t)(f + arf);
+        sc->b_ns = (int64_t)(bb + arb);
         sc->w_ns = (int64_t)w;
         sc->weight_bytes = sc->params * wb;
         sc->grad_bytes = sc->params * wb;
@@ -258,5 +436,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     c->samples_per_mb = mbs;
     c->tokens_per_sample = m->spec.seq_len + m->spec.dec_seq_len;
     c->model_flops_per_sample = prof_model_train_flops(m, 0);
+    int pipes = o && o->pipes > 1 ? o->pipes : 1;
+    if (dpw > 1 || pipes > 1) sim_costs_replicate(c, dpw, pipes);
     return c;
 }

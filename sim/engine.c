@@ -69,16 +69,27 @@ static int64_t task_dur(const sim_costs *c, const sim_task *t)
     case SIM_W: return sc->w_ns;
     case SIM_BW: return sc->b_ns + sc->w_ns;
     case SIM_OPT: return sc ? sc->opt_ns : 0;
-    case SIM_ALLREDUCE: return c->allreduce_ns;
     default: return 0;
     }
 }
 
-/* route node of a device; -1 when no topology */
-static int dev_node(const sim_costs *c, int d)
+/* route node of lane j (tensor-parallel rank) of a device; -1 when no
+ * topology */
+static int dev_node(const sim_costs *c, int d, int j)
 {
     if (!c->topo) return -1;
-    return c->topo->gpu_node[c->dev_gpu[d]];
+    return c->topo->gpu_node[c->dev_gpu[d] + j];
+}
+
+static int64_t task_tp(const sim_costs *c, const sim_task *t)
+{
+    if (t->stage < 0 || t->stage >= c->n_stages) return 0;
+    const sim_stage_cost *sc = &c->stage[t->stage];
+    switch (t->kind) {
+    case SIM_F: case SIM_RECOMP: return sc->tp_f_ns;
+    case SIM_B: case SIM_BW: return sc->tp_b_ns;
+    default: return 0;
+    }
 }
 
 sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
@@ -101,9 +112,18 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
     e->mem_end = util_calloc(N, sizeof(double));
     e->nxt = util_malloc(N * sizeof(int32_t));
     e->head0 = util_malloc(sizeof(int32_t) * (size_t)e->nq);
-    e->route = util_calloc(N, sizeof(int *));
-    e->route_len = util_calloc(N, sizeof(int));
+    e->lane_off = util_calloc(N + 1, sizeof(int));
+    for (int i = 0; i < n; i++) {
+        const sim_task *t = &ir->tasks[i];
+        int l = t->kind == SIM_SEND && t->lanes > 1 ? t->lanes : 1;
+        e->lane_off[i + 1] = e->lane_off[i] + l;
+    }
+    size_t NL = (size_t)e->lane_off[n] + 1;
+    e->route = util_calloc(NL, sizeof(int *));
+    e->route_len = util_calloc(NL, sizeof(int));
     e->lat_ns = util_calloc(N, sizeof(int64_t));
+    e->lanes_left = util_calloc(N, sizeof(int32_t));
+    e->tp_ns = util_calloc(N, sizeof(int64_t));
     e->static_bytes = util_calloc((size_t)e->nd, sizeof(double));
     e->pending0 = util_calloc((size_t)e->ns * e->vstride, sizeof(int32_t));
     e->pending = util_calloc((size_t)e->ns * e->vstride, sizeof(int32_t));
@@ -119,11 +139,11 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
     e->cur_ver = util_calloc((size_t)e->ns, sizeof(int32_t));
     e->live = util_calloc((size_t)e->ns, sizeof(int32_t));
     e->inflight = util_calloc((size_t)e->ns, sizeof(int32_t));
-    e->flow_task = util_malloc(N * sizeof(int32_t));
-    e->flow_rem = util_malloc(N * sizeof(double));
-    e->flow_rate = util_malloc(N * sizeof(double));
-    e->flow_route = util_malloc(N * sizeof(int *));
-    e->flow_rlen = util_malloc(N * sizeof(int));
+    e->flow_task = util_malloc(NL * sizeof(int32_t));
+    e->flow_rem = util_malloc(NL * sizeof(double));
+    e->flow_rate = util_malloc(NL * sizeof(double));
+    e->flow_route = util_malloc(NL * sizeof(int *));
+    e->flow_rlen = util_malloc(NL * sizeof(int));
     e->dev = util_calloc((size_t)e->nd, sizeof(sim_dev_stats));
     e->max_inflight = util_calloc((size_t)e->ns, sizeof(int));
     e->max_versions = util_calloc((size_t)e->ns, sizeof(int));
@@ -140,6 +160,7 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
             int id = ir->seq[j];
             const sim_task *t = &ir->tasks[id];
             e->dur[id] = task_dur(c, t);
+            e->tp_ns[id] = task_tp(c, t);
             if (t->stream == SIM_STREAM_RECV) continue;
             int q = d * SIM_STREAM_COUNT + t->stream;
             if (last[q] < 0) e->head0[q] = id;
@@ -158,30 +179,35 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
         e->mm.rem = util_calloc((size_t)e->n_dl + 1, sizeof(double));
         e->mm.cnt = util_calloc((size_t)e->n_dl + 1, sizeof(int));
         e->mm.touched = util_calloc((size_t)e->n_dl + 1, sizeof(int));
-        e->mm.frozen = util_calloc(N, 1);
+        e->mm.frozen = util_calloc(NL, 1);
         for (int i = 0; i < n; i++) {
             const sim_task *t = &ir->tasks[i];
-            int a = -1, b = -1;
-            if (t->kind == SIM_SEND && t->peer >= 0) {
-                a = dev_node(c, t->device);
-                b = dev_node(c, ir->tasks[t->peer].device);
-            } else if (t->kind == SIM_SWAP_OUT || t->kind == SIM_SWAP_IN) {
-                int g = c->dev_gpu[t->device];
-                int h = prof_topo_gpu_host_mem(tp, g);
-                a = dev_node(c, t->device);
-                b = h;
-                if (t->kind == SIM_SWAP_IN) { b = a; a = h; }
+            for (int j = 0; j < e->lane_off[i + 1] - e->lane_off[i]; j++) {
+                int a = -1, b = -1;
+                if (t->kind == SIM_SEND && t->peer >= 0) {
+                    a = dev_node(c, t->device, j);
+                    b = dev_node(c, ir->tasks[t->peer].device, j);
+                } else if (t->kind == SIM_SWAP_OUT ||
+                           t->kind == SIM_SWAP_IN) {
+                    int g = c->dev_gpu[t->device];
+                    int h = prof_topo_gpu_host_mem(tp, g);
+                    a = dev_node(c, t->device, 0);
+                    b = h;
+                    if (t->kind == SIM_SWAP_IN) { b = a; a = h; }
+                }
+                if (a < 0 || b < 0 || a == b) continue;
+                int len = 0;
+                const int *rt = prof_topo_route(tp, a, b, &len);
+                if (!rt || !len) continue;
+                int L = e->lane_off[i] + j;
+                e->route[L] = rt;
+                e->route_len[L] = len;
+                double lat = 0;
+                for (int k = 0; k < len; k++)
+                    lat += tp->links[rt[k] / 2].latency_ns;
+                if ((int64_t)llround(lat) > e->lat_ns[i])
+                    e->lat_ns[i] = (int64_t)llround(lat);
             }
-            if (a < 0 || b < 0 || a == b) continue;
-            int len = 0;
-            const int *rt = prof_topo_route(tp, a, b, &len);
-            if (!rt || !len) continue;
-            e->route[i] = rt;
-            e->route_len[i] = len;
-            double lat = 0;
-            for (int k = 0; k < len; k++)
-                lat += tp->links[e->route[i][k] / 2].latency_ns;
-            e->lat_ns[i] = (int64_t)llround(lat);
         }
     }
     e->scratch_k = util_calloc((size_t)e->K + 1, sizeof(int64_t));
@@ -195,6 +221,7 @@ void sim_engine_free(sim_engine *e)
     if (!e) return;
     free(e->dur); free(e->mem_start); free(e->mem_end); free(e->nxt);
     free(e->head0); free(e->route); free(e->route_len); free(e->lat_ns);
+    free(e->lane_off); free(e->lanes_left); free(e->tp_ns);
     free(e->static_bytes); free(e->pending0); free(e->pending);
     free(e->unmet); free(e->head); free(e->busy); free(e->start);
     free(e->end); free(e->fstart); free(e->heap); free(e->mem_cur);
@@ -255,18 +282,25 @@ static void flow_begin(sim_engine *e, int id)
         e->start[r] = e->fstart[r] = e->now;
         sim_mem_add(e, e->ir->tasks[r].device, e->mem_start[r], r);
     }
-    if (!e->route[id] || t->bytes <= 0) {
+    int l0 = e->lane_off[id], nl = e->lane_off[id + 1] - l0, moving = 0;
+    for (int j = 0; j < nl && t->bytes > 0; j++)
+        if (e->route[l0 + j]) moving++;
+    if (!moving) {
         heap_push(e, e->now + e->lat_ns[id], id, 0);
         if (r >= 0) heap_push(e, e->now + e->lat_ns[id], r, 0);
         return;
     }
     flows_advance(e);
-    int f = e->nflow++;
-    e->flow_task[f] = id;
-    e->flow_rem[f] = t->bytes;
-    e->flow_rate[f] = 0;
-    e->flow_route[f] = e->route[id];
-    e->flow_rlen[f] = e->route_len[id];
+    e->lanes_left[id] = moving;
+    for (int j = 0; j < nl; j++) {
+        if (!e->route[l0 + j]) continue;
+        int f = e->nflow++;
+        e->flow_task[f] = id;
+        e->flow_rem[f] = t->bytes / nl;
+        e->flow_rate[f] = 0;
+        e->flow_route[f] = e->route[l0 + j];
+        e->flow_rlen[f] = e->route_len[l0 + j];
+    }
     flows_solve(e);
 }
 
@@ -279,6 +313,7 @@ static void flows_check(sim_engine *e)
         if (e->flow_rem[f] <= e->flow_rate[f] * 1e-9) {
             int id = e->flow_task[f];
             const sim_task *t = &e->ir->tasks[id];
+            if (--e->lanes_left[id] > 0) continue; /* other lanes move */
             heap_push(e, e->now + e->lat_ns[id], id, 0);
             if (t->kind == SIM_SEND && t->peer >= 0)
                 heap_push(e, e->now + e->lat_ns[id], t->peer, 0);
@@ -392,7 +427,8 @@ static void stats(sim_engine *e, sim_result *r)
     }
     for (int d = 0; d < e->nd; d++) {
         sim_dev_stats *ds = &e->dev[d];
-        int64_t comp = 0, rec = 0, opt = 0, exp = 0, idle = 0;
+        int64_t comp = 0, rec = 0, opt = 0, idle = 0;
+        int64_t busy[SIM_COMM_COUNT] = {0}, exp[SIM_COMM_COUNT] = {0};
         int64_t g0 = t0, g1 = t1;
         if (dw && dw[2 * d + 1] > dw[2 * d]) {
             t0 = dw[2 * d];
@@ -402,34 +438,59 @@ static void stats(sim_engine *e, sim_result *r)
         for (int j = ir->dev_off[d]; j < ir->dev_off[d + 1]; j++) {
             int id = ir->seq[j];
             const sim_task *t = &ir->tasks[id];
+            if (t->kind == SIM_SEND && t->comm < SIM_COMM_COUNT)
+                busy[t->comm] += clip_len(e->fstart[id], e->end[id], t0, t1);
             if (t->stream != SIM_STREAM_COMPUTE) continue;
             int64_t len = clip_len(e->start[id], e->end[id], t0, t1);
+            /* tensor-parallel all-reduces inside the task (pro rata when
+             * the window cuts it) */
+            int64_t full = e->end[id] - e->start[id], tpn = e->tp_ns[id];
+            if (tpn > 0 && len < full)
+                tpn = full > 0 ? (int64_t)((double)tpn * len / full) : 0;
+            if (tpn > len) tpn = len;
+            exp[SIM_COMM_TP] += tpn;
+            len -= tpn;
             if (t->kind == SIM_RECOMP) rec += len;
             else if (t->kind == SIM_OPT) opt += len;
             else comp += len;
             int64_t gs = prev, ge = e->start[id];
             int64_t gap = clip_len(gs, ge, t0, t1);
             if (gap > 0) {
-                int64_t x = 0;
-                const sim_task *tt = t;
-                for (int k = 0; k < tt->n_dep; k++) {
-                    int dd = ir->deps[tt->dep_off + k];
-                    if (ir->tasks[dd].kind != SIM_RECV) continue;
+                int64_t xp = 0, xd = 0;
+                for (int k = 0; k < t->n_dep; k++) {
+                    int dd = ir->deps[t->dep_off + k];
+                    const sim_task *u = &ir->tasks[dd];
+                    if (u->kind != SIM_RECV) continue;
+                    int64_t b = e->end[dd] < ge ? e->end[dd] : ge;
+                    if (u->comm == SIM_COMM_DP) {
+                        /* waiting for the all-reduce: all of the wait */
+                        int64_t o = clip_len(gs, b, t0, t1);
+                        if (o > xd) xd = o;
+                        continue;
+                    }
                     int64_t a = e->fstart[dd] > gs ? e->fstart[dd] : gs;
-                    int64_t o = clip_len(a, e->end[dd] < ge ? e->end[dd] : ge,
-                                         t0, t1);
-                    if (o > x) x = o;
+                    int64_t o = clip_len(a, b, t0, t1);
+                    if (o > xp) xp = o;
                 }
-                exp += x;
-                idle += gap - x;
+                if (xd > gap) xd = gap;
+                if (xp > gap - xd) xp = gap - xd;
+                exp[SIM_COMM_DP] += xd;
+                exp[SIM_COMM_PP] += xp;
+                idle += gap - xd - xp;
             }
             if (e->end[id] > prev) prev = e->end[id];
         }
         idle += clip_len(prev, t1, t0, t1);
+        busy[SIM_COMM_TP] = exp[SIM_COMM_TP];
         ds->compute_ns = comp / iters;
         ds->recompute_ns = rec / iters;
         ds->opt_ns = opt / iters;
-        ds->comm_exposed_ns = exp / iters;
+        ds->comm_exposed_ns = 0;
+        for (int k = 0; k < SIM_COMM_COUNT; k++) {
+            ds->comm_busy_ns[k] = busy[k] / iters;
+            ds->comm_exp_ns[k] = exp[k] / iters;
+            ds->comm_exposed_ns += exp[k] / iters;
+        }
         ds->bubble_ns = idle / iters;
         ds->bubble_fraction = t1 > t0 ? (double)idle / (double)(t1 - t0) : 0;
         ds->static_bytes = e->static_bytes[d];

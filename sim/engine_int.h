@@ -23,9 +23,14 @@ struct sim_engine {
     double *mem_start, *mem_end;
     int32_t *nxt;           /* next task in the same (device, stream) */
     int32_t *head0;         /* first task per queue */
-    const int **route;      /* sends: directed links, NULL when none */
+    /* sends: one route per lane, lanes at lane_off[i]..lane_off[i+1] of
+     * route/route_len (a route NULL when the lane needs no link) */
+    int *lane_off;
+    const int **route;
     int *route_len;
-    int64_t *lat_ns;
+    int64_t *lat_ns;        /* per task: the slowest lane's latency */
+    int32_t *lanes_left;    /* run state: lanes of a send still moving */
+    int64_t *tp_ns;         /* per task: tensor-parallel part of its time */
     /* static, per device / stage */
     double *static_bytes;
     int32_t *pending0;      /* [stage*(K+2)+version] tasks using it */

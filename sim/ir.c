@@ -12,7 +12,14 @@ static const char *const kind_names[SIM_KIND_COUNT] = {
     "F", "B", "W", "BW", "R", "OPT", "SEND", "RECV", "ALLREDUCE",
     "SWAP_OUT", "SWAP_IN"};
 static const char *const stream_names[SIM_STREAM_COUNT] = {
-    "compute", "copy-in", "copy-out", "send", "recv"};
+    "compute", "copy-in", "copy-out", "send", "collective", "recv"};
+static const char *const comm_names[SIM_COMM_COUNT] = {
+    "pipeline", "data-parallel", "tensor-parallel"};
+
+const char *sim_comm_name(sim_comm c)
+{
+    return (unsigned)c < SIM_COMM_COUNT ? comm_names[c] : "?";
+}
 
 const char *sim_kind_name(sim_kind k)
 {
@@ -166,7 +173,14 @@ char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n)
     } else if (ir->n_minibatches > 1) {
         snprintf(mbs, sizeof mbs, " minibatch %d", t->minibatch);
     }
-    if (t->kind == SIM_SEND || t->kind == SIM_RECV)
+    if ((t->kind == SIM_SEND || t->kind == SIM_RECV) &&
+        t->comm == SIM_COMM_DP)
+        snprintf(buf, n, "dev %d %s all-reduce stage %d->%d step %d%s%s",
+                 t->device, sim_kind_name(t->kind), t->stage, t->stage2,
+                 t->mb, ir->n_minibatches > 1 ? " minibatch " : "",
+                 ir->n_minibatches > 1 ? (snprintf(mbs, sizeof mbs, "%d",
+                                                   t->minibatch), mbs) : "");
+    else if (t->kind == SIM_SEND || t->kind == SIM_RECV)
         snprintf(buf, n, "dev %d %s %s stage %d->%d%s", t->device,
                  sim_kind_name(t->kind), t->grad ? "grad" : "act", t->stage,
                  t->stage2, mbs);
@@ -259,6 +273,19 @@ int sim_lower(sim_ir *ir, const sim_costs *c, util_err *e)
         pos_before[n_pos] = (int8_t)(before_);                              \
         n_pos++;                                                            \
     } while (0)
+    /* consumers of each stage (stages of different replicas never
+     * exchange activations) */
+    int *cons_off = util_calloc((size_t)S + 1, sizeof(int));
+    for (int s = 0; s < S; s++)
+        for (int t = 0; t < S; t++)
+            if (t != s && c->xfer_bytes[(size_t)s * S + t] > 0)
+                cons_off[s + 1]++;
+    for (int s = 0; s < S; s++) cons_off[s + 1] += cons_off[s];
+    int *cons = util_malloc(sizeof(int) * (size_t)(cons_off[S] + 1));
+    for (int s = 0, k = 0; s < S; s++)
+        for (int t = 0; t < S; t++)
+            if (t != s && c->xfer_bytes[(size_t)s * S + t] > 0) cons[k++] = t;
+    int lanes = c->tp > 1 ? c->tp : 1;
     int rc = 0;
     for (int k = 0; k < K && !rc; k++)
         for (int s = 0; s < S && !rc; s++)
@@ -289,9 +316,9 @@ int sim_lower(sim_ir *ir, const sim_costs *c, util_err *e)
                 }
                 sim_ir_dep(ir, back, f);
                 if (w >= 0) sim_ir_dep(ir, w, back);
-                for (int t = 0; t < S; t++) {
+                for (int ci = cons_off[s]; ci < cons_off[s + 1]; ci++) {
+                    int t = cons[ci];
                     double by = c->xfer_bytes[(size_t)s * S + t];
-                    if (by <= 0 || t == s) continue;
                     int ft = SLOT(k, t, mb, LK_F);
                     int bt = SLOT(k, t, mb, LK_BW);
                     if (bt < 0) bt = SLOT(k, t, mb, LK_B);
@@ -317,6 +344,10 @@ int sim_lower(sim_ir *ir, const sim_costs *c, util_err *e)
                         x.version = ir->tasks[g ? bt : f].version;
                         x.bytes = by;
                         x.peer = -1;
+                        /* Megatron's scatter-gather: each tensor-parallel
+                         * rank sends its 1/t to its peer rank */
+                        x.lanes = lanes;
+                        x.comm = SIM_COMM_PP;
                         int sid = sim_ir_add(ir, &x);
                         x.kind = SIM_RECV;
                         x.stream = SIM_STREAM_RECV;
@@ -377,6 +408,8 @@ int sim_lower(sim_ir *ir, const sim_costs *c, util_err *e)
     free(pos_anchor);
     free(pos_task);
     free(pos_before);
+    free(cons_off);
+    free(cons);
     free(slot);
     free(opt);
 #undef SLOT

@@ -55,16 +55,22 @@ void sim_mem_setup(sim_engine *e)
         case SIM_W:
             e->mem_end[i] -= sc->wkeep_bytes;
             break;
-        case SIM_RECV:
-            e->mem_start[i] += t->bytes;
+        case SIM_RECV: {
+            /* a pipeline receive ends as the whole activation on every
+             * tensor-parallel rank; an all-reduce step brings each rank
+             * its own lane's share */
+            double by = t->comm == SIM_COMM_DP && t->lanes > 1
+                      ? t->bytes / t->lanes : t->bytes;
+            e->mem_start[i] += by;
             for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++) {
                 int u = ir->succ[k];
                 if (ir->tasks[u].device == t->device) {
-                    e->mem_start[u] -= t->bytes;
+                    e->mem_start[u] -= by;
                     break;
                 }
             }
             break;
+        }
         default:
             break;
         }

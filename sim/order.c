@@ -30,8 +30,11 @@ enum { Q_F, Q_B, Q_W };
 int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                      sim_policy pol, const int *inflight_cap, util_err *e)
 {
-    const int S = ir->n_stages, M = ir->n_mb, G = M * ir->n_minibatches;
-    const int D = ir->n_devices, split = o->split_bw;
+    /* the stages and devices of data-parallel rank 0 */
+    const int S = ir->n_gen_stages ? ir->n_gen_stages : ir->n_stages;
+    const int D = ir->n_gen_devices ? ir->n_gen_devices : ir->n_devices;
+    const int NS = c->n_stages, M = ir->n_mb, G = M * ir->n_minibatches;
+    const int split = o->split_bw;
     size_t SG = (size_t)S * G;
     int64_t *finF = util_malloc(sizeof(int64_t) * SG);
     int64_t *finB = util_malloc(sizeof(int64_t) * SG);
@@ -50,7 +53,7 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
     for (int s = 0; s < S; s++)
         for (int t = 0; t < S; t++) {
             xf[s * S + t] = xfer_ns(c, s, t);
-            if (t != s && c->xfer_bytes[(size_t)s * S + t] > 0) {
+            if (t != s && c->xfer_bytes[(size_t)s * NS + t] > 0) {
                 prod[t * S + np[t]++] = s;
                 cons[s * S + nc[s]++] = t;
             }

@@ -18,7 +18,8 @@ void sim_plan_init(sim_plan *p)
     p->mbs = 1;
     p->n_mb = 1;
     p->waves = 1;
-    p->n_minibatches = 4;
+    p->chunks = 1;
+    p->n_minibatches = 0;
 }
 
 void sim_plan_free(sim_plan *p)
@@ -54,7 +55,8 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     static const char *const keys[] = {
         "sluice_plan", "model", "hw", "schedule", "pp", "dp", "tp", "mbs",
         "microbatches", "recompute", "waves", "minibatches",
-        "state_bytes_per_param", "stages", NULL};
+        "state_bytes_per_param", "stages", "chunks", "layout",
+        "schedule_file", NULL};
     static const char *const skeys[] = {"ops", "device", "from", "to", NULL};
     util_jdoc d;
     sim_plan_init(p);
@@ -82,6 +84,19 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     v = 1;
     if (util_jint(&r, "tp", 0, 1, 4096, &v, e)) goto out;
     p->tp = (int)v;
+    v = 1;
+    if (util_jint(&r, "chunks", 0, 1, 64, &v, e)) goto out;
+    p->chunks = (int)v;
+    {
+        static const char *const layouts[] = {"dp-pp-tp", NULL};
+        int lay = 0;
+        if (json_object_get(r.j, "layout") &&
+            util_jenum(&r, "layout", 0, layouts, &lay, e))
+            goto out;
+    }
+    if (util_jstr(&r, "schedule_file", 0, p->sched_file,
+                  sizeof p->sched_file, e))
+        goto out;
     if (util_jint(&r, "mbs", 1, 1, 1 << 20, &v, e)) goto out;
     p->mbs = (int)v;
     if (util_jint(&r, "microbatches", 1, 1, 1000000, &v, e)) goto out;
@@ -90,7 +105,7 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     v = 1;
     if (util_jint(&r, "waves", 0, 1, 64, &v, e)) goto out;
     p->waves = (int)v;
-    v = 4;
+    v = 0;
     if (util_jint(&r, "minibatches", 0, 1, 64, &v, e)) goto out;
     p->n_minibatches = (int)v;
     if (util_jnum(&r, "state_bytes_per_param", 0, 0, 1024,
@@ -131,16 +146,23 @@ out:
 int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
                    util_err *e)
 {
-    if (p->dp != 1 || p->tp != 1)
-        return util_errf(e, UTIL_EXIT_USAGE, "data and tensor parallelism "
-                         "are not simulated yet: dp and tp must be 1");
-    if (p->pp * p->dp * p->tp > n_gpus)
-        return util_errf(e, UTIL_EXIT_USAGE, "pp %d needs %d GPUs but the "
-                         "server has %d", p->pp, p->pp, n_gpus);
+    long ngpu = (long)p->pp * p->dp * p->tp;
+    if (ngpu > n_gpus)
+        return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
+                         "GPUs but the server has %d", p->dp, p->pp, p->tp,
+                         ngpu, n_gpus);
+    if ((p->dp > 1 || p->tp > 1) && ngpu != n_gpus)
+        return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
+                         "GPUs, not the %d of the server: data and tensor "
+                         "parallelism use every GPU (layout dp-pp-tp)",
+                         p->dp, p->pp, p->tp, ngpu, n_gpus);
     sim_sched_opts o = {.sched = p->sched, .pp = p->pp,
                         .n_stages = p->n_stages, .n_mb = p->n_mb,
                         .recompute = p->recompute, .waves = p->waves,
-                        .n_minibatches = p->n_minibatches};
+                        .chunks = p->chunks, .dp = p->dp,
+                        .n_minibatches = p->n_minibatches ? p->n_minibatches
+                        : sim_default_minibatches(p->sched, p->pp,
+                                                  p->n_stages, p->n_mb)};
     if (sim_sched_check(&o, e)) return -1;
     int next = 0;
     for (int s = 0; s < p->n_stages; s++) {
@@ -189,7 +211,7 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
     free(used);
     /* one stage per device and the wave's zig-zag are fixed maps */
     if (p->sched != SIM_SCHED_MIXED && p->sched != SIM_SCHED_MIXED_1F1B &&
-        p->sched != SIM_SCHED_MIXED_GPIPE) {
+        p->sched != SIM_SCHED_MIXED_GPIPE && p->sched != SIM_SCHED_FILE) {
         int *map = util_malloc(sizeof(int) * (size_t)p->n_stages);
         sim_sched_map(&o, map);
         for (int s = 0; s < p->n_stages; s++)
@@ -206,6 +228,27 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
     return 0;
 }
 
+int sim_plan_check_topo(const sim_plan *p, const prof_topo *t, util_err *e)
+{
+    if (p->tp > t->gpus_per_server && t->gpus_per_server > 0)
+        return util_errf(e, UTIL_EXIT_USAGE, "tp %d is larger than a node: "
+                         "%s has %d GPUs per server, and tensor parallelism "
+                         "stays inside one", p->tp, t->name,
+                         t->gpus_per_server);
+    long used = (long)p->pp * p->dp * p->tp;
+    for (long g0 = 0; p->tp > 1 && g0 + p->tp <= used && g0 + p->tp <= t->n_gpus;
+         g0 += p->tp) {
+        int a = t->nodes[t->gpu_node[g0]].server;
+        int b = t->nodes[t->gpu_node[g0 + p->tp - 1]].server;
+        if (a != b)
+            return util_errf(e, UTIL_EXIT_USAGE, "tp %d: GPUs %ld..%ld of "
+                             "one tensor-parallel group sit on servers %d and "
+                             "%d (%d GPUs per server)", p->tp, g0,
+                             g0 + p->tp - 1, a, b, t->gpus_per_server);
+    }
+    return 0;
+}
+
 json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
 {
     json_t *o = json_object();
@@ -216,11 +259,18 @@ json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
     json_object_set_new(o, "pp", json_integer(p->pp));
     json_object_set_new(o, "dp", json_integer(p->dp));
     json_object_set_new(o, "tp", json_integer(p->tp));
+    json_object_set_new(o, "layout", json_string("dp-pp-tp"));
+    if (p->sched == SIM_SCHED_INTERLEAVED || p->chunks > 1)
+        json_object_set_new(o, "chunks", json_integer(p->chunks));
+    if (p->sched_file[0])
+        json_object_set_new(o, "schedule_file", json_string(p->sched_file));
     json_object_set_new(o, "mbs", json_integer(p->mbs));
     json_object_set_new(o, "microbatches", json_integer(p->n_mb));
     json_object_set_new(o, "recompute", json_boolean(p->recompute));
     json_object_set_new(o, "waves", json_integer(p->waves));
-    json_object_set_new(o, "minibatches", json_integer(p->n_minibatches));
+    json_object_set_new(o, "minibatches", json_integer(
+        p->n_minibatches ? p->n_minibatches
+        : sim_default_minibatches(p->sched, p->pp, p->n_stages, p->n_mb)));
     if (p->state_bytes_per_param > 0)
         json_object_set_new(o, "state_bytes_per_param",
                             json_real(p->state_bytes_per_param));

@@ -18,12 +18,13 @@ static totals compute(const sim_plan *p, const sim_costs *c,
     totals t;
     memset(&t, 0, sizeof t);
     t.iter_s = (double)r->iteration_ns * 1e-9;
-    t.samples = (double)p->mbs * p->n_mb;
+    int dp = p->dp > 1 ? p->dp : 1, tp = p->tp > 1 ? p->tp : 1;
+    t.samples = (double)p->mbs * p->n_mb * dp;
     if (t.iter_s > 0) {
         t.samples_per_s = t.samples / t.iter_s;
         t.tokens_per_s = t.samples_per_s * c->tokens_per_sample;
         t.flops = c->model_flops_per_sample * t.samples;
-        t.tflops_gpu = t.flops / t.iter_s / r->n_devices / 1e12;
+        t.tflops_gpu = t.flops / t.iter_s / ((double)r->n_devices * tp) / 1e12;
     }
     for (int d = 0; d < r->n_devices; d++) t.peak_mean += c->dev_peak_flops[d];
     t.peak_mean /= r->n_devices;
@@ -31,14 +32,32 @@ static totals compute(const sim_plan *p, const sim_costs *c,
     return t;
 }
 
-static void stages_of(const sim_plan *p, int d, char *buf, size_t n)
+/* Stages of device d (plan stage numbers; Chimera's upward copies
+ * marked '). */
+static void stages_of(const sim_plan *p, const sim_costs *c, int d,
+                      char *buf, size_t n)
 {
     buf[0] = 0;
     size_t len = 0;
-    for (int s = 0; s < p->n_stages && len + 8 < n; s++)
-        if (p->stage_device[s] == d)
-            len += (size_t)snprintf(buf + len, n - len, "%s%d", len ? "," : "",
-                                    s);
+    int pipes = c->replicas / (c->dp > 0 ? c->dp : 1);
+    for (int s = 0; s < c->n_stages && len + 8 < n; s++)
+        if (c->stage_device[s] == d)
+            len += (size_t)snprintf(buf + len, n - len, "%s%d%s",
+                                    len ? "," : "", s % p->n_stages,
+                                    pipes > 1 && (s / p->n_stages) % pipes
+                                        ? "'" : "");
+}
+
+/* Mean over devices of one kind of communication. */
+static void comm_mean(const sim_result *r, int k, double *busy, double *exp)
+{
+    *busy = *exp = 0;
+    for (int d = 0; d < r->n_devices; d++) {
+        *busy += (double)r->dev[d].comm_busy_ns[k];
+        *exp += (double)r->dev[d].comm_exp_ns[k];
+    }
+    *busy /= r->n_devices;
+    *exp /= r->n_devices;
 }
 
 void sim_report_print(const sim_plan *p, const prof_model *m,
@@ -49,12 +68,22 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
     char b1[32], b2[32], b3[32];
     fprintf(f, "sluice sim: %s on %s\n", m ? m->spec.name : p->model,
             tp ? tp->name : p->hw);
-    fprintf(f, "schedule %s, pp %d, %d stage%s, microbatch %d x %d = %.0f "
-            "samples/iteration%s", sim_sched_name(p->sched), p->pp,
-            p->n_stages, p->n_stages == 1 ? "" : "s", p->mbs, p->n_mb,
-            t.samples, p->recompute ? ", recompute" : "");
+    fprintf(f, "schedule %s%s%s, pp %d, %d stage%s, microbatch %d x %d",
+            p->sched_file[0] ? "from " : "",
+            p->sched_file[0] ? p->sched_file : sim_sched_name(p->sched),
+            p->sched_file[0] ? "" : "", p->pp,
+            p->n_stages, p->n_stages == 1 ? "" : "s", p->mbs, p->n_mb);
+    if (p->dp > 1) fprintf(f, " x dp %d", p->dp);
+    fprintf(f, " = %.0f samples/iteration%s", t.samples,
+            p->recompute ? ", recompute" : "");
     if (p->sched == SIM_SCHED_WAVE) fprintf(f, ", %d wave(s)", p->waves);
+    if (p->sched == SIM_SCHED_INTERLEAVED)
+        fprintf(f, ", %d chunk(s) per device", p->chunks);
     fprintf(f, "\n");
+    if (p->dp > 1 || p->tp > 1)
+        fprintf(f, "dp %d x pp %d x tp %d = %d GPUs; GPU = (dp_rank*pp + "
+                "pp_rank)*tp + tp_rank\n", p->dp, p->pp, p->tp,
+                p->dp * p->pp * p->tp);
     if (r->window_iters > 1 || (ir && ir->n_minibatches > 1))
         fprintf(f, "no flush: steady state over %d iteration(s) of %d "
                 "simulated\n", r->window_iters, ir ? ir->n_minibatches : 0);
@@ -67,16 +96,31 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
     fprintf(f, "  MFU                %.1f%%   (of %.1f TFLOP/s peak)\n",
             100 * t.mfu, t.peak_mean / 1e12);
     fprintf(f, "  simulated events   %lld\n\n", (long long)r->events);
+    int any = 0;
+    for (int k = 0; k < SIM_COMM_COUNT; k++) {
+        double busy, exp;
+        comm_mean(r, k, &busy, &exp);
+        if (busy <= 0 && exp <= 0) continue;
+        if (!any)
+            fprintf(f, "  communication per device and iteration (mean): "
+                    "in flight, exposed, hidden\n");
+        any = 1;
+        fprintf(f, "    %-16s %10.3f ms %10.3f ms %10.3f ms\n",
+                sim_comm_name((sim_comm)k), busy * 1e-6, exp * 1e-6,
+                fmax(0, busy - exp) * 1e-6);
+    }
+    if (any) fprintf(f, "\n");
     util_table *tb = util_table_new(10);
     const char *hd[] = {"dev", "stages", "compute ms", "recomp ms",
                         "comm ms", "bubble ms", "optim ms", "bubble %",
                         "peak mem", "of"};
     for (int i = 0; i < 10; i++) util_table_col(tb, i, hd[i], i < 2 ? 'l' : 'r');
-    for (int d = 0; d < r->n_devices; d++) {
+    int shown = r->n_devices <= 64 ? r->n_devices : p->pp;
+    for (int d = 0; d < shown; d++) {
         const sim_dev_stats *ds = &r->dev[d];
         char c0[16], c1[64], c2[24], c3[24], c4[24], c5[24], c6[24], c7[24];
         snprintf(c0, sizeof c0, "%d", d);
-        stages_of(p, d, c1, sizeof c1);
+        stages_of(p, c, d, c1, sizeof c1);
         snprintf(c2, sizeof c2, "%.3f", ds->compute_ns * 1e-6);
         snprintf(c3, sizeof c3, "%.3f", ds->recompute_ns * 1e-6);
         snprintf(c4, sizeof c4, "%.3f", ds->comm_exposed_ns * 1e-6);
@@ -97,6 +141,9 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
     }
     util_table_print(tb, f, "  ");
     util_table_free(tb);
+    if (shown < r->n_devices)
+        fprintf(f, "  (devices of data-parallel rank 0 shown; %d in all)\n",
+                r->n_devices);
     fprintf(f, "\n  comm = compute idle while a transfer it waits for is in "
             "flight; bubble = other idle time\n");
     fprintf(f, "  in-flight microbatches per stage (max):");
@@ -132,6 +179,14 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
     json_object_set_new(o, "hw", json_string(tp ? tp->name : p->hw));
     json_object_set_new(o, "schedule", json_string(sim_sched_name(p->sched)));
     json_object_set_new(o, "pp", json_integer(p->pp));
+    json_object_set_new(o, "dp", json_integer(p->dp));
+    json_object_set_new(o, "tp", json_integer(p->tp));
+    json_object_set_new(o, "gpus", json_integer(p->dp * p->pp * p->tp));
+    json_object_set_new(o, "layout", json_string("dp-pp-tp"));
+    if (p->sched == SIM_SCHED_INTERLEAVED)
+        json_object_set_new(o, "chunks", json_integer(p->chunks));
+    if (p->sched_file[0])
+        json_object_set_new(o, "schedule_file", json_string(p->sched_file));
     json_object_set_new(o, "stages", json_integer(p->n_stages));
     json_object_set_new(o, "mbs", json_integer(p->mbs));
     json_object_set_new(o, "microbatches", json_integer(p->n_mb));
@@ -154,10 +209,22 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
         json_array_append_new(cap, json_real(ds->capacity_bytes));
         json_t *x = json_object();
         json_t *st = json_array();
-        for (int s = 0; s < p->n_stages; s++)
-            if (p->stage_device[s] == d)
-                json_array_append_new(st, json_integer(s));
+        for (int s = 0; s < c->n_stages; s++)
+            if (c->stage_device[s] == d)
+                json_array_append_new(st, json_integer(s % p->n_stages));
         json_object_set_new(x, "stages", st);
+        json_t *cm = json_object();
+        for (int k = 0; k < SIM_COMM_COUNT; k++) {
+            json_t *y = json_object();
+            json_object_set_new(y, "in_flight_s",
+                                json_real(ds->comm_busy_ns[k] * 1e-9));
+            json_object_set_new(y, "exposed_s",
+                                json_real(ds->comm_exp_ns[k] * 1e-9));
+            json_object_set_new(y, "hidden_s", json_real(fmax(
+                0, (double)(ds->comm_busy_ns[k] - ds->comm_exp_ns[k])) * 1e-9));
+            json_object_set_new(cm, sim_comm_name((sim_comm)k), y);
+        }
+        json_object_set_new(x, "comm", cm);
         json_object_set_new(x, "compute_s", json_real(ds->compute_ns * 1e-9));
         json_object_set_new(x, "recompute_s",
                             json_real(ds->recompute_ns * 1e-9));
@@ -184,6 +251,21 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
         json_object_set_new(o, "oom_time_s", json_real(r->oom_t_ns * 1e-9));
     }
     json_object_set_new(o, "devices", dv);
+    json_t *cm = json_object();
+    for (int k = 0; k < SIM_COMM_COUNT; k++) {
+        double busy, exp;
+        comm_mean(r, k, &busy, &exp);
+        json_t *y = json_object();
+        json_object_set_new(y, "in_flight_s", json_real(busy * 1e-9));
+        json_object_set_new(y, "exposed_s", json_real(exp * 1e-9));
+        json_object_set_new(y, "hidden_s", json_real(fmax(0, busy - exp) * 1e-9));
+        json_object_set_new(cm, sim_comm_name((sim_comm)k), y);
+    }
+    json_object_set_new(o, "comm", cm);
+    json_object_set_new(o, "comm_note", json_string(
+        "per device and iteration, mean over devices: in flight = the "
+        "device's transfers of that kind moving (tensor-parallel: inside F "
+        "and B), exposed = compute waiting for them, hidden = the rest"));
     json_t *inf = json_array(), *ver = json_array();
     for (int s = 0; s < r->n_stages; s++) {
         json_array_append_new(inf, json_integer(r->max_inflight[s]));

@@ -8,7 +8,7 @@
 
 static const char *const sched_names[SIM_SCHED_COUNT + 1] = {
     "gpipe", "1f1b", "2bw", "mixed", "mixed-1f1b", "mixed-gpipe", "wave",
-    NULL};
+    "interleaved", "zb-h1", "zb-v", "chimera", "file", NULL};
 
 const char *sim_sched_name(sim_sched s)
 {
@@ -20,6 +20,21 @@ const char *const *sim_sched_names(void) { return sched_names; }
 int sim_sched_async(sim_sched s)
 {
     return s == SIM_SCHED_2BW || s == SIM_SCHED_MIXED;
+}
+
+int sim_sched_plannable(sim_sched s) { return s <= SIM_SCHED_WAVE; }
+
+int sim_sched_pipes(sim_sched s) { return s == SIM_SCHED_CHIMERA ? 2 : 1; }
+
+int sim_default_minibatches(sim_sched s, int pp, int n_stages, int n_mb)
+{
+    (void)n_stages;
+    if (!sim_sched_async(s)) return 1;
+    int mixed = s == SIM_SCHED_MIXED;
+    int depth = mixed ? 4 * pp : pp;
+    if (n_mb < 1) n_mb = 1;
+    int k = 4 + (2 * depth + n_mb - 1) / n_mb;
+    return k > 64 ? 64 : k;
 }
 
 int sim_sched_check(const sim_sched_opts *o, util_err *e)
@@ -34,6 +49,7 @@ int sim_sched_check(const sim_sched_opts *o, util_err *e)
                          "between 1 and 1000000", o->n_mb);
     switch (o->sched) {
     case SIM_SCHED_GPIPE: case SIM_SCHED_1F1B: case SIM_SCHED_2BW:
+    case SIM_SCHED_ZBH1: case SIM_SCHED_CHIMERA:
         if (o->n_stages != o->pp)
             return util_errf(e, UTIL_EXIT_USAGE, "schedule %s maps one stage "
                              "per device: %d stages on %d devices (use "
@@ -56,9 +72,37 @@ int sim_sched_check(const sim_sched_opts *o, util_err *e)
                              "stages, not %d", o->waves, o->pp,
                              2 * o->waves * o->pp, o->n_stages);
         break;
+    case SIM_SCHED_INTERLEAVED: {
+        int v = o->chunks > 0 ? o->chunks : o->n_stages / o->pp;
+        if (v < 1 || o->n_stages != v * o->pp)
+            return util_errf(e, UTIL_EXIT_USAGE, "schedule interleaved with "
+                             "%d chunk(s) per device on %d devices maps "
+                             "v*p = %d stages, not %d", v, o->pp, v * o->pp,
+                             o->n_stages);
+        /* Megatron needs m % p == 0; PyTorch relaxes it to rounds of
+         * m / max(1, m / p) microbatches (pytorch#129597) */
+        int rounds = o->n_mb / o->pp > 1 ? o->n_mb / o->pp : 1;
+        if (o->n_mb % rounds)
+            return util_errf(e, UTIL_EXIT_USAGE, "schedule interleaved cannot "
+                             "take %d microbatches on %d devices: they must "
+                             "split into %d equal rounds (a multiple of %d, "
+                             "or at most %d)", o->n_mb, o->pp, rounds, o->pp,
+                             2 * o->pp - 1);
+        break;
+    }
+    case SIM_SCHED_ZBV:
+        if (o->n_stages != 2 * o->pp)
+            return util_errf(e, UTIL_EXIT_USAGE, "schedule zb-v maps exactly "
+                             "two stages per device in a V: 2*p = %d stages, "
+                             "not %d", 2 * o->pp, o->n_stages);
+        break;
     default:
         break;
     }
+    if (o->sched == SIM_SCHED_CHIMERA && (o->pp % 2 || o->n_mb % 2))
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule chimera needs an even "
+                         "number of devices and of microbatches (half go down, "
+                         "half up): pp %d, microbatches %d", o->pp, o->n_mb);
     if (o->sched == SIM_SCHED_2BW && o->n_mb < o->pp)
         return util_errf(e, UTIL_EXIT_USAGE, "schedule 2bw cannot take %d "
                          "microbatches on %d stages: PipeDream-2BW keeps two "
@@ -75,7 +119,7 @@ int sim_sched_check(const sim_sched_opts *o, util_err *e)
 void sim_sched_map(const sim_sched_opts *o, int *stage_device)
 {
     for (int s = 0; s < o->n_stages; s++) {
-        if (o->sched == SIM_SCHED_WAVE) {
+        if (o->sched == SIM_SCHED_WAVE || o->sched == SIM_SCHED_ZBV) {
             /* zig-zag: down over the devices, then back up, W times */
             int pass = s / o->pp, pos = s % o->pp;
             stage_device[s] = pass % 2 ? o->pp - 1 - pos : pos;
@@ -147,19 +191,13 @@ sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
                      util_err *e)
 {
     if (sim_sched_check(o, e)) return NULL;
-    if (c->n_stages != o->n_stages)
+    if (c->n_model_stages != o->n_stages)
         return util_errf(e, UTIL_EXIT_USAGE, "%d stages in the partition, "
-                         "%d in the schedule", c->n_stages, o->n_stages),
+                         "%d in the schedule", c->n_model_stages, o->n_stages),
                NULL;
-    for (int s = 0; s < c->n_stages; s++)
-        if (c->stage_device[s] < 0 || c->stage_device[s] >= o->pp)
-            return util_errf(e, UTIL_EXIT_USAGE, "stage %d is mapped to "
-                             "device %d, outside 0..%d", s,
-                             c->stage_device[s], o->pp - 1),
-                   NULL;
     int K = sim_sched_async(o->sched) ? o->n_minibatches : 1;
-    sim_ir *ir = sim_ir_new(sim_sched_name(o->sched), o->pp, o->n_stages,
-                            c->stage_device, o->n_mb, K);
+    sim_ir *ir = sim_schedule_new(o, c, e);
+    if (!ir) return NULL;
     int rc = 0;
     switch (o->sched) {
     case SIM_SCHED_GPIPE: sim_gen_gpipe(ir, o); break;
@@ -170,18 +208,81 @@ sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
         rc = sim_gen_mixed(ir, o, c, e);
         break;
     case SIM_SCHED_WAVE: rc = sim_gen_wave(ir, o, c, e); break;
-    default: rc = util_errf(e, UTIL_EXIT_USAGE, "unknown schedule"); break;
+    case SIM_SCHED_INTERLEAVED: rc = sim_gen_interleaved(ir, o, e); break;
+    case SIM_SCHED_ZBH1: sim_gen_zbh1(ir, o); break;
+    case SIM_SCHED_ZBV: rc = sim_gen_zbv(ir, o, c, e); break;
+    case SIM_SCHED_CHIMERA: rc = sim_gen_chimera(ir, o, c, e); break;
+    default: rc = util_errf(e, UTIL_EXIT_USAGE, "schedule %s is read from "
+                            "a file (sim_schedule_file)",
+                            sim_sched_name(o->sched));
+        break;
     }
-    if (!rc) {
-        if (K > 1) sim_add_async_updates(ir);
-        else add_final_updates(ir);
-        rc = sim_lower(ir, c, e);
-        if (!rc) sim_ir_finish(ir);
-    }
-    if (!rc) rc = sim_validate(ir, e);
+    (void)K;
+    if (!rc) rc = sim_schedule_finish(ir, c, e);
     if (rc) {
         sim_ir_free(ir);
         return NULL;
     }
     return ir;
+}
+
+sim_ir *sim_schedule_new(const sim_sched_opts *o, const sim_costs *c,
+                         util_err *e)
+{
+    int pipes = sim_sched_pipes(o->sched);
+    int dp = o->dp > 1 ? o->dp : 1;
+    if (c->n_model_stages != o->n_stages || c->replicas != dp * pipes)
+        return util_errf(e, UTIL_EXIT_USAGE, "%d stage(s) x %d replica(s) "
+                         "in the costs, %d x %d (dp %d) in the schedule",
+                         c->n_model_stages, c->replicas, o->n_stages,
+                         dp * pipes, dp),
+               NULL;
+    if (c->n_devices != o->pp * dp)
+        return util_errf(e, UTIL_EXIT_USAGE, "%d devices in the costs, pp %d "
+                         "x dp %d in the schedule", c->n_devices, o->pp, dp),
+               NULL;
+    for (int s = 0; s < c->n_stages; s++)
+        if (c->stage_device[s] < 0 || c->stage_device[s] >= c->n_devices)
+            return util_errf(e, UTIL_EXIT_USAGE, "stage %d is mapped to "
+                             "device %d, outside 0..%d", s,
+                             c->stage_device[s], c->n_devices - 1),
+                   NULL;
+    int K = sim_sched_async(o->sched) ? o->n_minibatches : 1;
+    sim_ir *ir = sim_ir_new(sim_sched_name(o->sched), c->n_devices,
+                            c->n_stages, c->stage_device, o->n_mb / pipes, K);
+    ir->n_gen_stages = o->n_stages * pipes;
+    ir->n_gen_devices = o->pp;
+    return ir;
+}
+
+/* Copies the order generated for data-parallel rank 0 to the others. */
+static void replicate(sim_ir *ir, const sim_costs *c)
+{
+    int G = ir->n_gen_stages, pp = ir->n_gen_devices;
+    int dp = c->n_devices / pp;
+    for (int q = 1; q < dp; q++)
+        for (int d = 0; d < pp; d++) {
+            int len = ir->dlen[d];
+            for (int j = 0; j < len; j++) {
+                sim_task t = ir->tasks[ir->dlist[d][j]];
+                t.stage += q * G;
+                t.device += q * pp;
+                UTIL_NEVER(ir->stage_device[t.stage] != t.device);
+                sim_ir_add(ir, &t);
+            }
+        }
+}
+
+int sim_schedule_finish(sim_ir *ir, const sim_costs *c, util_err *e)
+{
+    replicate(ir, c);
+    if (ir->n_minibatches > 1) sim_add_async_updates(ir);
+    else add_final_updates(ir);
+    int rc = sim_lower(ir, c, e);
+    if (!rc) {
+        sim_add_allreduce(ir, c);
+        sim_ir_finish(ir);
+        rc = sim_validate(ir, e);
+    }
+    return rc;
 }

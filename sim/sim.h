@@ -40,8 +40,16 @@ typedef enum {
  * each from its sender's start to the end of the transfer. */
 typedef enum {
     SIM_STREAM_COMPUTE, SIM_STREAM_COPY_IN, SIM_STREAM_COPY_OUT,
-    SIM_STREAM_SEND, SIM_STREAM_RECV, SIM_STREAM_COUNT
+    SIM_STREAM_SEND, SIM_STREAM_COLL, SIM_STREAM_RECV, SIM_STREAM_COUNT
 } sim_stream;
+
+/* What a transfer is for: pipeline activations and gradients, data-
+ * parallel (and Chimera replica) gradient all-reduce steps, tensor-
+ * parallel all-reduces (inside F and B: they block the compute stream). */
+typedef enum {
+    SIM_COMM_PP, SIM_COMM_DP, SIM_COMM_TP, SIM_COMM_COUNT
+} sim_comm;
+const char *sim_comm_name(sim_comm c); /* "pipeline", ... */
 
 const char *sim_kind_name(sim_kind k);     /* "F", "B", "W", "BW", ... */
 const char *sim_stream_name(sim_stream s); /* "compute", ... */
@@ -50,15 +58,19 @@ typedef struct sim_task {
     uint8_t kind;       /* sim_kind */
     uint8_t stream;     /* sim_stream */
     uint8_t grad;       /* transfers: 1 = gradient (backward direction) */
-    uint8_t pad_;
+    uint8_t comm;       /* transfers: sim_comm */
     int32_t device;
-    int32_t stage;      /* compute: its stage; transfers: the sending stage */
+    int32_t stage;      /* compute: its stage; transfers: the sending stage
+                         * (stages of replicas: r*S + s, see sim_costs) */
     int32_t stage2;     /* transfers: the receiving stage; else -1 */
     int32_t mb;         /* microbatch index within its minibatch; -1: none */
     int32_t minibatch;  /* 0.. n_minibatches-1 */
     int32_t version;    /* weight version the task uses (stashing) */
     int32_t peer;       /* send <-> recv partner task id; -1 */
-    double bytes;       /* transfers, swaps, all-reduce */
+    int32_t lanes;      /* transfers: parallel flows, one per tensor-parallel
+                         * rank (GPU j of the sender's group to GPU j of the
+                         * receiver's), each bytes/lanes; 0 or 1: one */
+    double bytes;       /* transfers, swaps, all-reduce (all lanes) */
     int32_t dep_off, n_dep; /* into sim_ir.deps (valid after finish) */
 } sim_task;
 
@@ -68,6 +80,10 @@ typedef struct sim_ir {
     int n_mb;           /* microbatches per minibatch */
     int n_minibatches;  /* >1: steady-state schedules (no flush) */
     int *stage_device;  /* n_stages */
+    /* Generators order one pipeline's worth of work: stages
+     * 0..n_gen_stages-1 on devices 0..n_gen_devices-1 (both 0: all);
+     * data-parallel copies are made from it by sim_schedule. */
+    int n_gen_stages, n_gen_devices;
     sim_task *tasks;
     int n_tasks, cap_tasks;
     int32_t *deps;      /* CSR after sim_ir_finish */
@@ -128,6 +144,9 @@ typedef struct sim_stage_cost {
     double wkeep_bytes;         /* part of act_bytes W still needs after B */
     double weight_bytes, grad_bytes, opt_bytes; /* one copy each */
     int first_op, last_op;      /* op range; -1 when hand-built */
+    int model_stage;            /* stage of the plan this one copies */
+    int64_t tp_f_ns, tp_b_ns;   /* tensor-parallel all-reduces inside f_ns
+                                 * (and a recompute) and inside b_ns */
 } sim_stage_cost;
 
 /* A measured-timing override: an op's task time on a GPU type at a
@@ -147,8 +166,18 @@ int64_t sim_measured_get(const sim_measured *m, const char *key);
 void sim_op_signature(const prof_gpu *g, const prof_op *op, int mbs,
                       sim_kind k, char *out, size_t n);
 
+/* Stages of the cost table are the plan's S stages replicated R times
+ * (R = dp x pipelines per data-parallel rank, 2 for Chimera): stage
+ * r*S + s is replica r of plan stage s. Replica r = q*Rb + b (q the data-
+ * parallel rank, b the direction) runs on device q*pp + map(s), map the
+ * plan's for b = 0 and mirrored (pp-1-map) for Chimera's upward pipeline.
+ * A device is one tensor-parallel group: device d uses GPUs d*tp ..
+ * d*tp+tp-1, so global GPU = (dp_rank*pp + pp_rank)*tp + tp_rank (tensor
+ * parallelism inside a node, pipeline and data parallelism across). */
 struct sim_costs {
-    int n_stages, n_devices;
+    int n_stages, n_devices;    /* all replicas */
+    int n_model_stages;         /* S: stages of one pipeline */
+    int pp, dp, tp, replicas;   /* replicas R = dp * pipelines per rank */
     sim_stage_cost *stage;
     int *stage_device;          /* n_stages */
     double *xfer_bytes;         /* [s*n_stages+t]: s's outputs read by t, per mb */
@@ -159,24 +188,41 @@ struct sim_costs {
     double samples_per_mb;      /* microbatch size */
     double tokens_per_sample;
     double model_flops_per_sample; /* forward + backward, no recompute */
-    int64_t allreduce_ns;       /* placeholder until data parallelism */
 };
 
 /* Options of the cost model. */
 typedef struct sim_cost_opts {
     int mbs;                    /* microbatch size (samples) */
+    int dp, tp;                 /* data and tensor parallel widths; 0: 1 */
+    int pipes;                  /* pipelines per data-parallel rank: 2 for
+                                 * Chimera (sim_sched_pipes); 0: 1 */
     double state_bytes_per_param; /* weights+grads+optimizer; 0: 16 (Adam, mixed) */
     const sim_measured *measured; /* may be NULL */
 } sim_cost_opts;
 
 /* Builds costs from a model and topology for a partition: stage s holds
- * ops [first_op[s], last_op[s]] and runs on GPU stage_device[s]; devices
- * are GPUs 0..n_devices-1. topo is lent and must outlive the costs. */
+ * ops [first_op[s], last_op[s]] and runs on pipeline device
+ * stage_device[s] (0..n_devices-1, n_devices = pp); replicas and device
+ * layout as above. With tp > 1 each layer is split Megatron-style: GEMMs,
+ * attention heads, the MLP activation, vocabulary-parallel embedding, head
+ * and loss run 1/tp of the FLOPs and hold 1/tp of the weights; norms and
+ * residual adds are replicated; activations kept for backward are 1/tp
+ * except the inputs of column-parallel GEMMs (replicated, as Megatron
+ * without sequence parallelism). Each row-parallel GEMM (attention output,
+ * MLP down) and the embedding end with an all-reduce of the activation in
+ * the forward, each column-parallel GEMM's input gradient is all-reduced
+ * in the backward: a ring over the group's GPUs at the max-min rates of
+ * its flows on the server graph, added to F and B. Errors: more GPUs than
+ * the topology has, a tensor-parallel group across servers. topo is lent
+ * and must outlive the costs. */
 sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                            int n_stages, const int *first_op,
                            const int *last_op, const int *stage_device,
                            int n_devices, const sim_cost_opts *o,
                            util_err *e);
+/* Expands costs built for one pipeline (replicas 1) to dp data-parallel
+ * ranks of `pipes` pipelines (layout above); c is changed in place. */
+void sim_costs_replicate(sim_costs *c, int dp, int pipes);
 /* Uniform hand-made costs for tests and benches: n_stages stages, each
  * F/B/W long, one microbatch moving xfer_bytes to the next stage (chain). */
 sim_costs *sim_costs_uniform(int n_stages, int n_devices,
@@ -196,8 +242,21 @@ int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
 typedef enum {
     SIM_SCHED_GPIPE, SIM_SCHED_1F1B, SIM_SCHED_2BW, SIM_SCHED_MIXED,
     SIM_SCHED_MIXED_1F1B, SIM_SCHED_MIXED_GPIPE, SIM_SCHED_WAVE,
+    SIM_SCHED_INTERLEAVED, SIM_SCHED_ZBH1, SIM_SCHED_ZBV, SIM_SCHED_CHIMERA,
+    SIM_SCHED_FILE,     /* an order read with --schedule-file */
     SIM_SCHED_COUNT
 } sim_sched;
+
+/* The schedules the planner searches (the others are simulated on
+ * request). */
+int sim_sched_plannable(sim_sched s);
+/* Pipelines per data-parallel rank: 2 for Chimera, else 1. */
+int sim_sched_pipes(sim_sched s);
+/* Minibatches an asynchronous schedule simulates by default, so that the
+ * measured window lies past the pipeline's fill: 4 + ceil(2*depth/m),
+ * depth = stages (4p for Mixed-pipe, whose stages are finer). 1 for
+ * schedules with a flush. */
+int sim_default_minibatches(sim_sched s, int pp, int n_stages, int n_mb);
 
 const char *sim_sched_name(sim_sched s);
 /* NULL-terminated list of names, index = sim_sched. */
@@ -213,6 +272,9 @@ typedef struct sim_sched_opts {
     int n_mb;           /* microbatches per minibatch */
     int recompute;
     int waves;          /* wave: W >= 1 */
+    int chunks;         /* interleaved: v chunks per device (n_stages = v*p);
+                         * 0: n_stages / pp */
+    int dp;             /* data-parallel replicas of the pipeline; 0: 1 */
     int split_bw;       /* emit B and W separately (zero-bubble family) */
     int n_minibatches;  /* async schedules: minibatches simulated (>= 3;
                          * the first and last are start-up and drain) */
@@ -222,12 +284,21 @@ typedef struct sim_sched_opts {
  * mapping); the message says which value and why. */
 int sim_sched_check(const sim_sched_opts *o, util_err *e);
 /* The stage -> device map the schedule uses (n_stages entries): identity
- * for one stage per device, zig-zag for the wave, round robin (s mod pp)
- * for Mixed-pipe, whose plans normally carry their own map. */
+ * for one stage per device, zig-zag for the wave and ZB-V, looped (s mod
+ * pp) for interleaved and Mixed-pipe, whose plans normally carry their
+ * own map. */
 void sim_sched_map(const sim_sched_opts *o, int *stage_device);
 /* Generates, lowers and validates the IR. */
 sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
                      util_err *e);
+
+/* The steps of sim_schedule, for orders from elsewhere: an empty IR for
+ * the options and costs (checks they agree), then, once the order of
+ * data-parallel rank 0 is in, copies for the other ranks, optimizer
+ * steps, lowering, all-reduces, freezing and validation. */
+sim_ir *sim_schedule_new(const sim_sched_opts *o, const sim_costs *c,
+                         util_err *e);
+int sim_schedule_finish(sim_ir *ir, const sim_costs *c, util_err *e);
 
 /* Generators (compute order only; sim_schedule lowers them). */
 void sim_gen_gpipe(sim_ir *ir, const sim_sched_opts *o);
@@ -239,6 +310,42 @@ int sim_gen_mixed(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                   util_err *e);
 int sim_gen_wave(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                  util_err *e);
+/* Megatron-LM's interleaved 1F1B (PyTorch's rounds when m is not a
+ * multiple of p); ZB-H1; ZB-V and Chimera (list-scheduled). */
+int sim_gen_interleaved(sim_ir *ir, const sim_sched_opts *o, util_err *e);
+void sim_gen_zbh1(sim_ir *ir, const sim_sched_opts *o);
+int sim_gen_zbv(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                util_err *e);
+int sim_gen_chimera(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                    util_err *e);
+
+/* Data-parallel all-reduce of every stage's gradients across its
+ * replicas (sim_costs): a ring, reduce-scatter then all-gather, 2(R-1)
+ * steps of bytes/R per GPU, each a send/receive pair on the collective
+ * stream over the server graph (lanes: one ring per tensor-parallel
+ * rank). A stage's ring starts when its last backward of the minibatch
+ * ends on each replica (one bucket per stage, so it overlaps the
+ * backward of earlier stages) and its optimizer step waits for it. Runs
+ * after sim_lower; does nothing with one replica. */
+void sim_add_allreduce(sim_ir *ir, const sim_costs *c);
+
+/* ===================================================================== *
+ * Schedules from outside: PyTorch's pipelining CSV                      *
+ * ===================================================================== */
+
+/* Reads the text of torch.distributed.pipelining's schedule CSV (one rank
+ * per line, actions such as 0F0, 1I3, 1W3, 2B1: stage, F / I (input
+ * backward) / W (weight backward) / B (full backward), microbatch; empty
+ * fields are idle slots; communication actions (SEND_F, RECV_B, ...) and
+ * UNSHARD/RESHARD are derived here and skipped) into the compute order of
+ * an IR for o (stages n_stages, pp ranks, n_mb microbatches; stage s runs
+ * where map says). Errors name the line, rank and action: a stage on the
+ * wrong rank, out-of-range numbers, duplicates, a missing microbatch, B
+ * before its F, W without I, a rank that waits forever. Exit code 2. */
+sim_ir *sim_schedule_file(const char *path, const sim_sched_opts *o,
+                          const sim_costs *c, util_err *e);
+/* Writes the compute order of replica 0 of an IR in that form. */
+void sim_schedule_emit(const sim_ir *ir, FILE *f);
 
 /* List scheduling with estimated times (stage costs, transfers at their
  * route's bottleneck bandwidth, no sharing): each device, when free, runs
@@ -288,8 +395,18 @@ typedef struct sim_dev_stats {
     int64_t compute_ns;     /* F, B, W, BW */
     int64_t recompute_ns;
     int64_t opt_ns;
-    int64_t comm_exposed_ns;/* compute idle waiting for a transfer in flight */
+    int64_t comm_exposed_ns;/* compute idle waiting for a transfer in flight,
+                             * plus tensor-parallel all-reduces (they block
+                             * the layer; not in compute_ns) */
     int64_t bubble_ns;      /* compute idle otherwise */
+    /* per sim_comm: time the device's transfers of that kind were in
+     * flight (pipeline: its send stream busy; data-parallel: its
+     * collective stream busy; tensor-parallel: inside F and B), and the
+     * part of it the compute stream waited for (exposed; hidden = busy -
+     * exposed). Data-parallel exposed: idle before an optimizer step that
+     * waits for its all-reduce. */
+    int64_t comm_busy_ns[SIM_COMM_COUNT];
+    int64_t comm_exp_ns[SIM_COMM_COUNT];
     double bubble_fraction; /* (bubble + exposed comm) / iteration */
     double static_bytes;    /* weights, grads, optimizer state */
     double peak_bytes;
@@ -341,11 +458,15 @@ typedef struct sim_plan {
     char model[256];        /* zoo name or spec file */
     char hw[256];           /* "rtx2080ti x8" or a server file */
     sim_sched sched;
-    int pp, dp, tp;         /* dp, tp: 1 until data/tensor parallelism */
+    int pp, dp, tp;         /* layout: global GPU = (dp_rank*pp + pp_rank)*tp
+                             * + tp_rank ("dp-pp-tp") */
+    int chunks;             /* interleaved: chunks per device (stages/pp) */
+    char sched_file[256];   /* order read from a PyTorch schedule CSV ("":
+                             * generated); sched gives the stage mapping */
     int mbs, n_mb;
     int recompute;
     int waves;
-    int n_minibatches;
+    int n_minibatches;      /* 0: sim_default_minibatches */
     double state_bytes_per_param;
     int n_stages;
     int *first_op, *last_op;/* per stage op range (inclusive) */
@@ -362,9 +483,13 @@ void sim_plan_stages(sim_plan *p, int n_stages);
 /* Loads a plan file; errors are FILE:LINE:COL: field '...': why. */
 int sim_plan_load(const char *path, sim_plan *p, util_err *e);
 /* Checks a plan against its model (stages cover the ops in order, devices
- * in range, schedule constraints). */
+ * in range, schedule constraints) and its GPUs: dp*pp*tp GPUs, no more
+ * than the topology has (exactly as many when dp or tp is above 1), each
+ * tensor-parallel group inside one server (pass the topology; NULL skips
+ * that check). */
 int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
                    util_err *e);
+int sim_plan_check_topo(const sim_plan *p, const prof_topo *t, util_err *e);
 json_t *sim_plan_json(const sim_plan *p, const prof_model *m);
 int sim_plan_save(const char *path, const sim_plan *p, const prof_model *m,
                   util_err *e);

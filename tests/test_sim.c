@@ -215,7 +215,7 @@ static prof_topo *star(double bw)
     g.mem_bytes = 1e12;
     int ty = prof_topo_add_gpu_type(t, &g);
     int sw = prof_topo_add_node(t, PROF_NODE_PCIE_SWITCH, "sw", 0);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 8; i++) {
         char nm[16];
         snprintf(nm, sizeof nm, "gpu%d", i);
         int n = prof_topo_add_node(t, PROF_NODE_GPU, nm, 0);
@@ -514,16 +514,28 @@ Test(sim_props, random_configurations)
     prof_topo *t = star(2e9);
     for (int it = 0; it < 300; it++) {
         sim_sched_opts o = {0};
-        o.sched = (sim_sched)rnd(SIM_SCHED_COUNT);
+        o.sched = (sim_sched)rnd(SIM_SCHED_FILE);
         o.pp = 1 + rnd(3);
         o.n_mb = 1 + rnd(9);
+        o.dp = 1 + rnd(2);
+        o.chunks = 1 + rnd(2);
+        if (o.sched == SIM_SCHED_CHIMERA) {
+            o.pp = 2;
+            o.n_mb = 2 * (1 + rnd(4));
+        }
+        if (o.sched == SIM_SCHED_INTERLEAVED) {
+            int rounds = o.n_mb / o.pp > 1 ? o.n_mb / o.pp : 1;
+            if (o.n_mb % rounds) o.n_mb = o.pp * (1 + rnd(3));
+        }
         o.recompute = rnd(2);
         o.waves = 1 + rnd(2);
         o.n_minibatches = 3 + rnd(2);
         o.split_bw = o.sched != SIM_SCHED_2BW && rnd(2);
         o.n_stages = o.sched == SIM_SCHED_WAVE ? 2 * o.waves * o.pp
                    : (o.sched == SIM_SCHED_MIXED || o.sched == SIM_SCHED_MIXED_1F1B ||
-                      o.sched == SIM_SCHED_MIXED_GPIPE) ? o.pp + rnd(4) : o.pp;
+                      o.sched == SIM_SCHED_MIXED_GPIPE) ? o.pp + rnd(4)
+                   : o.sched == SIM_SCHED_ZBV ? 2 * o.pp
+                   : o.sched == SIM_SCHED_INTERLEAVED ? o.chunks * o.pp : o.pp;
         if (o.sched == SIM_SCHED_2BW && o.n_mb < o.pp) o.n_mb = o.pp;
         int map[64];
         sim_sched_map(&o, map);
@@ -541,10 +553,12 @@ Test(sim_props, random_configurations)
             sc->wkeep_bytes = rnd((int)sc->act_bytes);
             sc->input_bytes = rnd(1000);
             sc->weight_bytes = 100 + rnd(1000);
+            sc->grad_bytes = sc->weight_bytes;
             for (int q = s + 1; q < o.n_stages; q++)
                 c->xfer_bytes[s * o.n_stages + q] =
                     q == s + 1 ? 1 + rnd(4000) : (rnd(4) ? 0 : rnd(3000));
         }
+        sim_costs_replicate(c, o.dp, sim_sched_pipes(o.sched));
         if (rnd(2)) c->topo = t;
         util_err e;
         sim_ir *ir = sim_schedule(&o, c, &e);

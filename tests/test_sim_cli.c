@@ -106,7 +106,15 @@ Test(sim_cli, bad_arguments)
         {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 --mbs 1 "
          "--microbatches 4 --stages 8", "one stage per device"},
         {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 --mbs 1 "
-         "--microbatches 4 --dp 2", "not simulated yet"},
+         "--microbatches 4 --dp 2", "--dp 2 x --pp 4 x --tp 1 = 8 GPUs but"},
+        {"--hw rtx2080ti x8 --model gpt-tiny --schedule 1f1b --pp 2 --mbs 1 "
+         "--microbatches 4 --dp 2", "dp 2 x pp 2 x tp 1 = 4 GPUs, not the 8"},
+        {"--hw a100-sxm-80gb x16 --model gpt-tiny --schedule 1f1b --pp 1 "
+         "--mbs 1 --microbatches 4 --tp 16", "tp 16 is larger than a node"},
+        {"--hw rtx2080ti x4 --model gpt-tiny --schedule interleaved --pp 2 "
+         "--chunks 2 --mbs 1 --microbatches 5", "cannot take 5 microbatches"},
+        {"--hw rtx2080ti x4 --model gpt-tiny --schedule chimera --pp 4 "
+         "--mbs 1 --microbatches 5", "even number"},
         {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 --mbs 1 "
          "--microbatches 4 --recompte", "did you mean '--recompute'"},
         {"--hw rtx2080ti x2 --model gpt-tiny --schedule mixed --pp 2 --mbs 1 "

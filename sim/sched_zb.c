@@ -1,0 +1,77 @@
+/* Zero Bubble pipeline parallelism (Qi et al., ICLR 2024): the backward
+ * is split into B (input gradient, on the critical path) and W (weight
+ * gradient, only needed by the optimizer), and W's fill the bubbles.
+ * ZB-H1 keeps 1F1B's shape and memory: one stage per device, forwards
+ * first under 1F1B's in-flight cap of p - i microbatches on stage i
+ * (counted until W frees the rest of the activations), B before W, a W
+ * whenever nothing else can run. ZB-V: two stages per device in a V
+ * (device r holds stages r and 2p-1-r), same rules with the V's caps
+ * 2p - s. Both are ordered by list scheduling with estimated times
+ * (sim_order_greedy); the order it emits cannot deadlock. */
+#include <stdlib.h>
+
+#include "sim/sim.h"
+
+static int run(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+               int v, util_err *e)
+{
+    int S = o->n_stages;
+    sim_sched_opts so = *o;
+    so.split_bw = 1;
+    int *cap = util_malloc(sizeof(int) * (size_t)S);
+    for (int s = 0; s < S; s++) {
+        int k = v * o->pp - s;
+        cap[s] = k < o->n_mb ? k : o->n_mb;
+    }
+    int rc = sim_order_greedy(ir, &so, c, SIM_POL_FFIRST, cap, e);
+    free(cap);
+    return rc;
+}
+
+void sim_gen_zbh1(sim_ir *ir, const sim_sched_opts *o)
+{
+    /* hand-built 1F1B shape, W's deferred: stage i runs its warm-up
+     * forwards, then F and B in turn, and the W of microbatch j once
+     * the B of microbatch j + d_i has run, d_i = p-1-i (the first stage
+     * defers most, exactly the cool-down it would otherwise idle in);
+     * the deferred W's close the stage */
+    int p = o->n_stages, m = o->n_mb;
+    for (int s = 0; s < p; s++) {
+        int w = p - 1 - s < m ? p - 1 - s : m;
+        int lag = w, nw = 0;
+        for (int g = 0; g < w; g++) sim_ir_compute(ir, SIM_F, s, g, 0, 0);
+        for (int j = 0; j < m; j++) {
+            if (w + j < m) sim_ir_compute(ir, SIM_F, s, w + j, 0, 0);
+            if (o->recompute) sim_ir_compute(ir, SIM_RECOMP, s, j, 0, 0);
+            sim_ir_compute(ir, SIM_B, s, j, 0, 0);
+            if (j >= lag) sim_ir_compute(ir, SIM_W, s, nw++, 0, 0);
+        }
+        while (nw < m) sim_ir_compute(ir, SIM_W, s, nw++, 0, 0);
+    }
+}
+
+int sim_gen_zbv(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                util_err *e)
+{
+    return run(ir, o, c, 2, e);
+}
+
+/* Chimera (Li and Hoefler, SC 2021): two pipelines in opposite directions
+ * over the same devices, device i holding stage i of the down pipeline
+ * and stage p-1-i of the up one (two weight replicas), half of the
+ * microbatches each; the replicas' gradients are all-reduced at the end
+ * (sim_add_allreduce). Devices order both pipelines' work by list
+ * scheduling, forwards first under 1F1B's caps per direction. */
+int sim_gen_chimera(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                    util_err *e)
+{
+    int S = o->n_stages, G = 2 * S, m = ir->n_mb;
+    int *cap = util_malloc(sizeof(int) * (size_t)G);
+    for (int v = 0; v < G; v++) {
+        int k = S - v % S;
+        cap[v] = k < m ? k : m;
+    }
+    int rc = sim_order_greedy(ir, o, c, SIM_POL_FFIRST, cap, e);
+    free(cap);
+    return rc;
+}
