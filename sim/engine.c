@@ -397,12 +397,17 @@ static void stats(sim_engine *e, sim_result *r)
                 e->end[i] > done[t->minibatch])
                 done[t->minibatch] = e->end[i];
         }
-        /* the last minibatch holds the drain of the simulated run, not
-         * steady state: leave it out when there are enough */
-        int last = e->K >= 3 ? e->K - 2 : e->K - 1;
-        t0 = done[0];
+        /* the first minibatches hold the fill and the last ones the drain
+         * of the simulated run, not steady state: with a deep pipeline
+         * and few microbatches per minibatch, several of each (the
+         * default count, sim_default_minibatches, is 4 + twice the fill):
+         * trim f = (K-4)/2 from the start and f+1 from the end */
+        int f = e->K >= 4 ? (e->K - 4) / 2 : 0;
+        int last = (e->K >= 3 ? e->K - 2 : e->K - 1) - f;
+        int first = f;
+        t0 = done[first];
         t1 = done[last];
-        iters = last;
+        iters = last - first;
         if (t1 <= t0) { t0 = 0; t1 = r->makespan_ns; iters = e->K; }
     }
     r->window_t0 = t0;
@@ -416,12 +421,14 @@ static void stats(sim_engine *e, sim_result *r)
          * counted as a bubble of a schedule that never drains */
         dw = e->scratch_dw;
         memset(dw, 0, 2 * sizeof(int64_t) * (size_t)e->nd);
+        int wf = e->K >= 4 ? (e->K - 4) / 2 : 0;
+        int wlast = (e->K >= 3 ? e->K - 2 : e->K - 1) - wf;
+        int wfirst = wf;
         for (int i = 0; i < e->n; i++) {
             const sim_task *t = &ir->tasks[i];
             int64_t *w = &dw[2 * t->device];
-            if (t->minibatch == 0 && e->end[i] > w[0]) w[0] = e->end[i];
-            if (t->minibatch == (e->K >= 3 ? e->K - 2 : e->K - 1) &&
-                e->end[i] > w[1])
+            if (t->minibatch == wfirst && e->end[i] > w[0]) w[0] = e->end[i];
+            if (t->minibatch == wlast && e->end[i] > w[1])
                 w[1] = e->end[i];
         }
     }

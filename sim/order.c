@@ -35,6 +35,9 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
     const int D = ir->n_gen_devices ? ir->n_gen_devices : ir->n_devices;
     const int NS = c->n_stages, M = ir->n_mb, G = M * ir->n_minibatches;
     const int split = o->split_bw;
+    /* zero bubble: B frees the activations W does not need, so the cap
+     * counts microbatches until their B; W's fill the gaps */
+    const int zb = pol == SIM_POL_ZB;
     size_t SG = (size_t)S * G;
     int64_t *finF = util_malloc(sizeof(int64_t) * SG);
     int64_t *finB = util_malloc(sizeof(int64_t) * SG);
@@ -77,7 +80,8 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                         int64_t r = -1;
                         if (q == Q_F) {
                             int g = nf[s];
-                            if (g >= G || nf[s] - (split ? nw[s] : nb[s]) >=
+                            if (g >= G || nf[s] - (split && !zb ? nw[s]
+                                                                 : nb[s]) >=
                                           inflight_cap[s])
                                 continue;
                             r = 0;
@@ -118,7 +122,7 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                         int better;
                         if (cs < 0) better = 1;
                         else {
-                            int pg = pol == SIM_POL_FFIRST;
+                            int pg = pol != SIM_POL_BFIRST;
                             int rq = pg
                                    ? (q == Q_F ? 0 : q == Q_B ? 1 : 2)
                                    : (q == Q_B ? 0 : q == Q_F ? 1 : 2);
@@ -127,7 +131,11 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                                     : (cq == Q_B ? 0 : cq == Q_F ? 1 : 2);
                             if (rq != rc2) better = rq < rc2;
                             else if (q == Q_F)   /* deepest stage first */
-                                better = s > cs;
+                                better = c->stage[s].model_stage !=
+                                         c->stage[cs].model_stage
+                                       ? c->stage[s].model_stage >
+                                         c->stage[cs].model_stage
+                                       : s > cs;
                             else                 /* earliest microbatch */
                                 better = (q == Q_B ? nb[s] : nw[s]) <
                                          (q == Q_B ? nb[cs] : nw[cs]);

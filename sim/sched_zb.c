@@ -1,13 +1,12 @@
 /* Zero Bubble pipeline parallelism (Qi et al., ICLR 2024): the backward
  * is split into B (input gradient, on the critical path) and W (weight
  * gradient, only needed by the optimizer), and W's fill the bubbles.
- * ZB-H1 keeps 1F1B's shape and memory: one stage per device, forwards
- * first under 1F1B's in-flight cap of p - i microbatches on stage i
- * (counted until W frees the rest of the activations), B before W, a W
- * whenever nothing else can run. ZB-V: two stages per device in a V
- * (device r holds stages r and 2p-1-r), same rules with the V's caps
- * 2p - s. Both are ordered by list scheduling with estimated times
- * (sim_order_greedy); the order it emits cannot deadlock. */
+ * ZB-H1 keeps 1F1B's shape and peak memory, W's deferred (below). ZB-V:
+ * two stages per device in a V (device r holds stages r and 2p-1-r),
+ * ordered by list scheduling with estimated times (sim_order_greedy):
+ * forwards first under caps of 2p - s microbatches counted until B (which
+ * frees what W does not need), B before W, a W whenever nothing else is
+ * ready; the order it emits cannot deadlock. */
 #include <stdlib.h>
 
 #include "sim/sim.h"
@@ -23,31 +22,33 @@ static int run(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
         int k = v * o->pp - s;
         cap[s] = k < o->n_mb ? k : o->n_mb;
     }
-    int rc = sim_order_greedy(ir, &so, c, SIM_POL_FFIRST, cap, e);
+    int rc = sim_order_greedy(ir, &so, c, SIM_POL_ZB, cap, e);
     free(cap);
     return rc;
 }
 
-void sim_gen_zbh1(sim_ir *ir, const sim_sched_opts *o)
+int sim_gen_zbh1(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                 util_err *e)
 {
-    /* hand-built 1F1B shape, W's deferred: stage i runs its warm-up
-     * forwards, then F and B in turn, and the W of microbatch j once
-     * the B of microbatch j + d_i has run, d_i = p-1-i (the first stage
-     * defers most, exactly the cool-down it would otherwise idle in);
-     * the deferred W's close the stage */
+    /* 1F1B's warm-up and F/B alternation; stage i runs the W of
+     * microbatch j after the B of microbatch j + i, the deferred W's
+     * closing the stage: every stage then holds at most p microbatches
+     * (1F1B's peak, on its first stage), and the B's of the cool-down
+     * reach the first stage without W's in between */
+    (void)c; (void)e;
     int p = o->n_stages, m = o->n_mb;
     for (int s = 0; s < p; s++) {
-        int w = p - 1 - s < m ? p - 1 - s : m;
-        int lag = w, nw = 0;
+        int w = p - 1 - s < m ? p - 1 - s : m, nw = 0;
         for (int g = 0; g < w; g++) sim_ir_compute(ir, SIM_F, s, g, 0, 0);
         for (int j = 0; j < m; j++) {
             if (w + j < m) sim_ir_compute(ir, SIM_F, s, w + j, 0, 0);
             if (o->recompute) sim_ir_compute(ir, SIM_RECOMP, s, j, 0, 0);
             sim_ir_compute(ir, SIM_B, s, j, 0, 0);
-            if (j >= lag) sim_ir_compute(ir, SIM_W, s, nw++, 0, 0);
+            if (j >= s) sim_ir_compute(ir, SIM_W, s, nw++, 0, 0);
         }
         while (nw < m) sim_ir_compute(ir, SIM_W, s, nw++, 0, 0);
     }
+    return 0;
 }
 
 int sim_gen_zbv(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
@@ -68,7 +69,7 @@ int sim_gen_chimera(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
     int S = o->n_stages, G = 2 * S, m = ir->n_mb;
     int *cap = util_malloc(sizeof(int) * (size_t)G);
     for (int v = 0; v < G; v++) {
-        int k = S - v % S;
+        int k = S - c->stage[v].model_stage;
         cap[v] = k < m ? k : m;
     }
     int rc = sim_order_greedy(ir, o, c, SIM_POL_FFIRST, cap, e);

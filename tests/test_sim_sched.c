@@ -1,0 +1,242 @@
+/* sim: the newer schedules (interleaved, zero bubble, Chimera) against
+ * their closed forms on uniform stages with free communication, data-
+ * parallel all-reduce time on a ring of equal links, steady-state windows
+ * of schedules without flush, and PyTorch schedule CSVs (emit, read back,
+ * bad files). */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sim/sim.h"
+#include "tests/harness.h"
+
+typedef struct srun {
+    sim_costs *c;
+    sim_ir *ir;
+    sim_engine *e;
+    sim_result r;
+} srun;
+
+/* Uniform stages of F, B, W (free communication unless topo). */
+static srun sgo(sim_sched sched, int p, int S, int m, int64_t f, int64_t b,
+                int64_t w, int split, int dp, const prof_topo *topo,
+                double grad_bytes)
+{
+    srun x;
+    memset(&x, 0, sizeof x);
+    sim_sched_opts o = {0};
+    o.sched = sched;
+    o.pp = p;
+    o.n_stages = S;
+    o.n_mb = m;
+    o.waves = 1;
+    o.split_bw = split;
+    o.dp = dp;
+    o.n_minibatches = sim_default_minibatches(sched, p, S, m);
+    int map[256];
+    sim_sched_map(&o, map);
+    x.c = sim_costs_uniform(S, p, map, f, b, w, 0, 1000);
+    for (int s = 0; s < S; s++) x.c->stage[s].grad_bytes = grad_bytes;
+    x.c->topo = topo;
+    sim_costs_replicate(x.c, dp, sim_sched_pipes(sched));
+    util_err e;
+    x.ir = sim_schedule(&o, x.c, &e);
+    cr_assert_not_null(x.ir, "%s: %s", sim_sched_name(sched), e.msg);
+    x.e = sim_engine_new(x.ir, x.c, NULL);
+    cr_assert_eq(sim_engine_run(x.e, &x.r), 0, "%s", x.r.msg);
+    return x;
+}
+
+static void sdone(srun *x)
+{
+    sim_engine_free(x->e);
+    sim_ir_free(x->ir);
+    sim_costs_free(x->c);
+}
+
+Test(sim_sched, interleaved_bubble)
+{
+    /* bubble relative to the ideal: (p-1)/(v*m) (Narayanan et al. 2021) */
+    const int64_t f = 100, b = 200;
+    int cases[][3] = {{4, 2, 8}, {4, 3, 8}, {2, 2, 4}, {4, 2, 4}, {4, 2, 12}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int p = cases[i][0], v = cases[i][1], m = cases[i][2];
+        srun x = sgo(SIM_SCHED_INTERLEAVED, p, v * p, m, f, b, 0, 0, 1, NULL, 0);
+        int64_t ideal = (int64_t)v * m * (f + b);
+        cr_expect_eq(x.r.iteration_ns - ideal, (int64_t)(p - 1) * (f + b),
+                     "p %d v %d m %d: bubble %lld, want (p-1)(f+b) = %lld", p,
+                     v, m, (long long)(x.r.iteration_ns - ideal),
+                     (long long)((p - 1) * (f + b)));
+        cr_expect_float_eq((double)(x.r.iteration_ns - ideal) / ideal,
+                           (double)(p - 1) / (v * m), 1e-12);
+        /* chunk k of device r is stage k*p + r */
+        for (int s = 0; s < v * p; s++)
+            cr_expect_eq(x.ir->stage_device[s], s % p);
+        sdone(&x);
+    }
+}
+
+Test(sim_sched, interleaved_relaxed_microbatches)
+{
+    /* PyTorch's rounds: m = 6 on p = 4 (one round of 6) still runs */
+    srun x = sgo(SIM_SCHED_INTERLEAVED, 4, 8, 6, 100, 200, 0, 0, 1, NULL, 0);
+    cr_expect_geq(x.r.iteration_ns, 2 * 6 * 300);
+    sdone(&x);
+    sim_sched_opts o = {.sched = SIM_SCHED_INTERLEAVED, .pp = 4, .n_stages = 8,
+                        .n_mb = 9};
+    util_err e;
+    cr_expect_eq(sim_sched_check(&o, &e), -1);
+    cr_expect(strstr(e.msg, "9 microbatches"), "%s", e.msg);
+}
+
+Test(sim_sched, zbh1_bubble)
+{
+    /* ZB-H1: (p-1)(F+B-W) (Qi et al. 2024) */
+    int64_t F = 100, B = 120, W = 80;
+    for (int p = 2; p <= 6; p += 2)
+        for (int m = p; m <= 3 * p; m += p) {
+            srun x = sgo(SIM_SCHED_ZBH1, p, p, m, F, B, W, 1, 1, NULL, 0);
+            cr_expect_eq(x.r.iteration_ns,
+                         (int64_t)m * (F + B + W) + (p - 1) * (F + B - W),
+                         "p %d m %d: %lld vs %lld", p, m,
+                         (long long)x.r.iteration_ns,
+                         (long long)(m * (F + B + W) + (p - 1) * (F + B - W)));
+            sdone(&x);
+        }
+}
+
+Test(sim_sched, zbv_and_wave_below_1f1b)
+{
+    /* equal p and m; the V's chunks are half a 1F1B stage */
+    for (int p = 2; p <= 8; p *= 2) {
+        int m = 2 * p;
+        srun a = sgo(SIM_SCHED_1F1B, p, p, m, 200, 200, 200, 0, 1, NULL, 0);
+        srun z = sgo(SIM_SCHED_ZBV, p, 2 * p, m, 100, 100, 100, 1, 1, NULL, 0);
+        srun w = sgo(SIM_SCHED_WAVE, p, 2 * p, m, 100, 100, 100, 0, 1, NULL, 0);
+        int64_t ideal = (int64_t)m * 600;
+        cr_expect_lt(z.r.iteration_ns - ideal, a.r.iteration_ns - ideal,
+                     "p %d: zb-v bubble %lld, 1f1b %lld", p,
+                     (long long)(z.r.iteration_ns - ideal),
+                     (long long)(a.r.iteration_ns - ideal));
+        cr_expect_lt(w.r.iteration_ns - ideal, a.r.iteration_ns - ideal);
+        for (int s = 0; s < 2 * p; s++)
+            cr_expect_eq(z.ir->stage_device[s], s < p ? s : 2 * p - 1 - s);
+        sdone(&a);
+        sdone(&z);
+        sdone(&w);
+    }
+}
+
+Test(sim_sched, chimera_bubble)
+{
+    /* (p-2)/(2m+p-2) of the iteration for even p: (p-2)(F+B)/2 idle per
+     * device (Li and Hoefler 2021, Table 1, which counts a forward and a
+     * backward as one slot each: F = B here) */
+    for (int p = 2; p <= 8; p += 2)
+    for (int m = p; m <= 2 * p; m += p) {
+        int64_t F = 100, B = 100;
+        srun x = sgo(SIM_SCHED_CHIMERA, p, p, m, F, B, 0, 0, 1, NULL, 0);
+        int64_t want = (int64_t)m * (F + B) + (int64_t)(p - 2) * (F + B) / 2;
+        cr_expect_eq(x.r.iteration_ns, want, "p %d m %d: %lld vs %lld", p, m,
+                     (long long)x.r.iteration_ns, (long long)want);
+        cr_expect_float_eq(x.r.dev[0].bubble_fraction,
+                           (double)(p - 2) / (2 * m + p - 2), 1e-9);
+        /* two weight replicas per device */
+        cr_expect_eq(x.c->replicas, 2);
+        sdone(&x);
+    }
+}
+
+static prof_topo *ring_star(int n, double bw)
+{
+    prof_topo *t = prof_topo_new("star");
+    prof_gpu g = {0};
+    snprintf(g.name, sizeof g.name, "testgpu");
+    g.mem_bytes = 1e12;
+    int ty = prof_topo_add_gpu_type(t, &g);
+    int sw = prof_topo_add_node(t, PROF_NODE_PCIE_SWITCH, "sw", 0);
+    for (int i = 0; i < n; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "gpu%d", i);
+        int k = prof_topo_add_node(t, PROF_NODE_GPU, nm, 0);
+        t->nodes[k].gpu_type = ty;
+        prof_topo_add_link(t, k, sw, PROF_LINK_PCIE, bw, 0);
+    }
+    util_err e;
+    cr_assert_eq(prof_topo_finish(t, &e), 0, "%s", e.msg);
+    return t;
+}
+
+Test(sim_sched, dp_allreduce_ring_time)
+{
+    /* ring all-reduce: 2(d-1)/d * bytes / bandwidth on equal links */
+    for (int d = 2; d <= 8; d *= 2) {
+        prof_topo *t = ring_star(d, 1e9);
+        double bytes = 8e6;
+        srun x = sgo(SIM_SCHED_1F1B, 1, 1, 1, 1000, 2000, 0, 0, d, t, bytes);
+        int64_t ar = (int64_t)(2.0 * (d - 1) / d * bytes / 1e9 * 1e9 + 0.5);
+        cr_expect_eq(x.r.iteration_ns, 3000 + ar, "d %d: %lld vs %lld", d,
+                     (long long)x.r.iteration_ns, (long long)(3000 + ar));
+        for (int k = 0; k < d; k++) {
+            cr_expect_eq(x.r.dev[k].comm_busy_ns[SIM_COMM_DP], ar);
+            cr_expect_eq(x.r.dev[k].comm_exp_ns[SIM_COMM_DP], ar);
+        }
+        /* 2(d-1) steps per member */
+        int steps = 0;
+        for (int i = 0; i < x.ir->n_tasks; i++)
+            steps += x.ir->tasks[i].kind == SIM_SEND &&
+                     x.ir->tasks[i].comm == SIM_COMM_DP;
+        cr_expect_eq(steps, 2 * (d - 1) * d);
+        sdone(&x);
+        prof_topo_free(t);
+    }
+}
+
+Test(sim_sched, dp_overlaps_backward)
+{
+    /* interleaved, 2 chunks per device, 2 replicas: the ring of a
+     * device's second chunk runs while its first chunk still does its
+     * backward, so part of it is hidden */
+    prof_topo *t = ring_star(8, 1e9);
+    srun x = sgo(SIM_SCHED_INTERLEAVED, 2, 4, 4, 100000, 200000, 0, 0, 2, t,
+                 2e5);
+    int64_t hidden = 0;
+    for (int d = 0; d < 4; d++)
+        hidden += x.r.dev[d].comm_busy_ns[SIM_COMM_DP] -
+                  x.r.dev[d].comm_exp_ns[SIM_COMM_DP];
+    cr_expect_gt(hidden, 0);
+    sdone(&x);
+    prof_topo_free(t);
+}
+
+Test(sim_sched, async_window_past_the_fill)
+{
+    /* iteration >= the busiest device's compute per minibatch, for every
+     * schedule, deep pipelines with few microbatches included */
+    for (int sc = 0; sc < SIM_SCHED_FILE; sc++) {
+        for (int p = 2; p <= 8; p *= 2) {
+            int m = sc == SIM_SCHED_2BW ? p : 2;
+            int S = sc == SIM_SCHED_WAVE || sc == SIM_SCHED_ZBV ||
+                    sc == SIM_SCHED_INTERLEAVED || sc == SIM_SCHED_MIXED ||
+                    sc == SIM_SCHED_MIXED_1F1B || sc == SIM_SCHED_MIXED_GPIPE
+                  ? 2 * p : p;
+            if (sc == SIM_SCHED_INTERLEAVED) m = p;
+            srun x = sgo((sim_sched)sc, p, S, m, 100, 150, 50,
+                         sc == SIM_SCHED_ZBH1 || sc == SIM_SCHED_ZBV, 1,
+                         NULL, 0);
+            int64_t busiest = 0;
+            for (int d = 0; d < p; d++) {
+                int64_t w = 0;
+                for (int s = 0; s < x.c->n_stages; s++)
+                    if (x.c->stage_device[s] == d) w += 300;
+                w *= x.ir->n_mb;
+                if (w > busiest) busiest = w;
+            }
+            cr_expect_geq(x.r.iteration_ns, busiest, "%s p %d m %d: %lld < %lld",
+                          sim_sched_name((sim_sched)sc), p, m,
+                          (long long)x.r.iteration_ns, (long long)busiest);
+            sdone(&x);
+        }
+    }
+}
