@@ -267,7 +267,7 @@ static int64_t tp_allreduce_ns(const prof_topo *tp, int g0, int t,
     double *cap = util_malloc(sizeof(double) * (size_t)ndl);
     for (int l = 0; l < tp->n_links; l++)
         cap[2 * l] = cap[2 * l + 1] = tp->links[l].bw_bytes_per_s;
-    sim_maxmin_scratch w;
+    sim_maxmin_scratch w = {0};
     w.rem = util_calloc((size_t)ndl, sizeof(double));
     w.cnt = util_calloc((size_t)ndl, sizeof(int));
     w.touched = util_calloc((size_t)ndl, sizeof(int));

@@ -10,6 +10,7 @@
 
 #include "sim/sim.h"
 #include "tests/harness.h"
+#include <jansson.h>
 
 typedef struct srun {
     sim_costs *c;
@@ -239,4 +240,150 @@ Test(sim_sched, async_window_past_the_fill)
             sdone(&x);
         }
     }
+}
+
+/* ---- through the command line ---- */
+
+#include <dirent.h>
+
+static char *sslurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = calloc(1, 1 << 16);
+    size_t n = fread(b, 1, (1 << 16) - 1, f);
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+static json_t *sim_json(const char *args)
+{
+    cli_result r = cli_run("sim %s --json", args);
+    cr_assert_eq(r.code, 0, "%s: %s", args, r.err);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    cli_result_free(&r);
+    json_object_del(j, "schedule");
+    json_object_del(j, "schedule_file");
+    return j;
+}
+
+Test(sim_sched_cli, emit_and_read_back_identical)
+{
+    const char *cases[] = {
+        "--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 --mbs 1 "
+        "--microbatches 8",
+        "--hw rtx2080ti x4 --model gpt-tiny --schedule gpipe --pp 4 --mbs 2 "
+        "--microbatches 4 --recompute",
+        "--hw rtx2080ti x4 --model gpt-tiny --schedule interleaved --chunks 2 "
+        "--pp 4 --mbs 1 --microbatches 8",
+        "--hw rtx2080ti x4 --model gpt-tiny --schedule zb-h1 --pp 4 --mbs 1 "
+        "--microbatches 8",
+        "--hw rtx2080ti x4 --model gpt-tiny --schedule zb-v --pp 2 --mbs 1 "
+        "--microbatches 4",
+        "--hw rtx2080ti x4 --model gpt-tiny --schedule wave --pp 2 --mbs 1 "
+        "--microbatches 4",
+        "--hw a100-sxm-80gb x16 --model gpt-tiny --schedule interleaved "
+        "--chunks 2 --pp 2 --dp 2 --tp 4 --mbs 1 --microbatches 4",
+    };
+    char *dir = test_tmpdir();
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cli_result r = cli_run("sim %s --emit-schedule", cases[i]);
+        cr_assert_eq(r.code, 0, "%s: %s", cases[i], r.err);
+        cr_assert(r.out[0] >= '0' && r.out[0] <= '9', "%s", r.out);
+        char path[600], args[1200];
+        snprintf(path, sizeof path, "%s/s%zu.csv", dir, i);
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fputs(r.out, f);
+        fclose(f);
+        cli_result_free(&r);
+        json_t *a = sim_json(cases[i]);
+        snprintf(args, sizeof args, "%s --schedule-file %s", cases[i], path);
+        json_t *b = sim_json(args);
+        cr_expect(json_equal(a, b), "%s: the schedule read back simulates "
+                  "differently", cases[i]);
+        json_decref(a);
+        json_decref(b);
+        unlink(path);
+    }
+    rmdir(dir);
+    free(dir);
+}
+
+Test(sim_sched_cli, bad_schedule_files)
+{
+    DIR *d = opendir("tests/bad/sched");
+    cr_assert_not_null(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 5 || strcmp(de->d_name + len - 4, ".csv")) continue;
+        char file[512], exp[512];
+        snprintf(file, sizeof file, "tests/bad/sched/%s", de->d_name);
+        snprintf(exp, sizeof exp, "tests/bad/sched/%.*s.expect",
+                 (int)(len - 4), de->d_name);
+        char *want = sslurp(exp);
+        cr_assert_not_null(want, "%s missing", exp);
+        want[strcspn(want, "\n")] = 0;
+        cli_result r = cli_run("sim --hw rtx2080ti x2 --model gpt-tiny --pp 2 "
+                               "--mbs 1 --microbatches 2 --schedule-file %s",
+                               file);
+        cr_expect_eq(r.code, 2, "%s: exit %d: %s", file, r.code, r.err);
+        cr_expect(strstr(r.err, want), "%s: expected '%s' in: %s", file, want,
+                  r.err);
+        int lines = 0;
+        for (const char *q = r.err; *q; q++) lines += *q == '\n';
+        cr_expect_eq(lines, 1, "%s: one message expected: %s", file, r.err);
+        free(want);
+        cli_result_free(&r);
+        n++;
+    }
+    closedir(d);
+    cr_assert_geq(n, 3);
+}
+
+Test(sim_sched_cli, data_and_tensor_parallel_report_and_plan)
+{
+    char *dir = test_tmpdir();
+    char args[800];
+    snprintf(args, sizeof args, "--hw a100-sxm-80gb x16 --model gpt-tiny "
+             "--schedule 1f1b --pp 2 --dp 2 --tp 4 --mbs 2 --microbatches 4 "
+             "--out %s/p.json", dir);
+    json_t *a = sim_json(args);
+    cr_expect_eq(json_integer_value(json_object_get(a, "gpus")), 16);
+    cr_expect_eq(json_integer_value(json_object_get(a, "dp")), 2);
+    cr_expect_eq(json_integer_value(json_object_get(a, "tp")), 4);
+    json_t *cm = json_object_get(a, "comm");
+    double dp = json_number_value(json_object_get(
+        json_object_get(cm, "data-parallel"), "in_flight_s"));
+    double tp = json_number_value(json_object_get(
+        json_object_get(cm, "tensor-parallel"), "exposed_s"));
+    cr_expect_gt(dp, 0);
+    cr_expect_gt(tp, 0);
+    cr_expect_eq(json_array_size(json_object_get(a, "devices")), 4);
+    /* the plan file keeps the layout and simulates the same */
+    snprintf(args, sizeof args, "%s/p.json", dir);
+    char *plan = sslurp(args);
+    cr_assert_not_null(plan);
+    cr_expect(strstr(plan, "\"dp\": 2") && strstr(plan, "\"tp\": 4") &&
+              strstr(plan, "\"layout\": \"dp-pp-tp\""), "%s", plan);
+    free(plan);
+    snprintf(args, sizeof args, "--plan %s/p.json", dir);
+    json_t *b = sim_json(args);
+    cr_expect(json_equal(a, b));
+    json_decref(a);
+    json_decref(b);
+    /* the same GPUs as pure data parallelism across the two pipelines */
+    json_t *c = sim_json("--hw a100-sxm-80gb x16 --model gpt-tiny --schedule "
+                         "1f1b --pp 2 --dp 8 --mbs 2 --microbatches 4");
+    cr_expect_eq(json_integer_value(json_object_get(c, "gpus")), 16);
+    json_decref(c);
+    snprintf(args, sizeof args, "%s/p.json", dir);
+    unlink(args);
+    rmdir(dir);
+    free(dir);
 }

@@ -2,7 +2,11 @@
  * runs alone (the planner's inner loop: schedule built once, re-timed)
  * and whole simulations (generate, lower, validate, run). Cases: a
  * synthetic 8-stage pipeline on a PCIe-switch tree (transfers share
- * links), and t5-3b on 8x rtx2080ti with 1F1B and 32 microbatches. */
+ * links), t5-3b on 8x rtx2080ti with 1F1B and 32 microbatches, and
+ * gpt3-175b on 1024 A100s (128 DGX-like nodes): t=8, p=16, d=8,
+ * interleaved with 2 chunks, 64 microbatches of 1 per replica (global
+ * batch 512), data-parallel rings and pipeline transfers sharing the
+ * InfiniBand links. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -145,6 +149,39 @@ int main(void)
         }
         bench(names[v], &o, c);
         sim_costs_free(c);
+    }
+    /* 1024 GPUs: gpt3-175b, tp 8 inside each node, pp 16, dp 8 */
+    {
+        char *hw2[] = {(char *)"a100-sxm-80gb", (char *)"x1024"};
+        prof_topo *tb = prof_topo_from_args(2, hw2, NULL, &e);
+        prof_model *mb = tb ? prof_model_load("gpt3-175b", &e) : NULL;
+        if (!tb || !mb) {
+            fprintf(stderr, "bench_sim: %s\n", e.msg);
+            return 1;
+        }
+        sim_sched_opts o2 = {.sched = SIM_SCHED_INTERLEAVED, .pp = 16,
+                             .n_stages = 32, .chunks = 2, .n_mb = 64,
+                             .dp = 8, .waves = 1};
+        int f2[32], l2[32], m2[32];
+        double t0 = now_s();
+        if (sim_partition_balanced(mb, prof_topo_gpu(tb, 0), 1, 32, f2, l2,
+                                   &e)) {
+            fprintf(stderr, "bench_sim: %s\n", e.msg);
+            return 1;
+        }
+        sim_sched_map(&o2, m2);
+        sim_cost_opts co2 = {.mbs = 1, .dp = 8, .tp = 8, .pipes = 1};
+        sim_costs *c2 = sim_costs_build(mb, tb, 32, f2, l2, m2, 16, &co2, &e);
+        if (!c2) {
+            fprintf(stderr, "bench_sim: %s\n", e.msg);
+            return 1;
+        }
+        double tc = now_s() - t0;
+        bench("gpt3-175b 1024xA100 t8 p16 d8 v2", &o2, c2);
+        printf("  (partition and costs: %.3f s, once per plan)\n", tc);
+        sim_costs_free(c2);
+        prof_model_free(mb);
+        prof_topo_free(tb);
     }
     /* what the planner pays per candidate partition: costs from the model */
     int first[8], last[8], map[8];
