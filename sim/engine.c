@@ -176,6 +176,7 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
         for (int l = 0; l < tp->n_links; l++)
             e->link_cap[2 * l] = e->link_cap[2 * l + 1] =
                 tp->links[l].bw_bytes_per_s;
+        e->link_use = util_calloc((size_t)e->n_dl + 1, sizeof(int32_t));
         e->mm.rem = util_calloc((size_t)e->n_dl + 1, sizeof(double));
         e->mm.cnt = util_calloc((size_t)e->n_dl + 1, sizeof(int));
         e->mm.touched = util_calloc((size_t)e->n_dl + 1, sizeof(int));
@@ -227,7 +228,7 @@ void sim_engine_free(sim_engine *e)
     free(e->end); free(e->fstart); free(e->heap); free(e->mem_cur);
     free(e->cur_ver); free(e->live); free(e->inflight); free(e->flow_task);
     free(e->flow_rem); free(e->flow_rate); free(e->flow_route);
-    free(e->flow_rlen); free(e->link_cap); free(e->mm.rem); free(e->mm.cnt);
+    free(e->flow_rlen); free(e->link_cap); free(e->link_use); free(e->mm.rem); free(e->mm.cnt);
     free(e->mm.touched); free(e->mm.frozen); free(e->dev);
     free(e->max_inflight); free(e->max_versions); free(e->mem);
     free(e->scratch_k); free(e->scratch_dw);
@@ -292,6 +293,17 @@ static void flow_begin(sim_engine *e, int id)
     }
     flows_advance(e);
     e->lanes_left[id] = moving;
+    /* Flows on links no other flow uses change no other rate: they get
+     * their bottleneck at once and the others keep theirs (an exact
+     * shortcut of max-min, which large clusters mostly take). */
+    int alone = 1;
+    for (int j = 0; j < nl; j++) {
+        const int *rt = e->route[l0 + j];
+        if (!rt) continue;
+        for (int k = 0; k < e->route_len[l0 + j]; k++)
+            if (e->link_use[rt[k]]++) alone = 0;
+    }
+    int64_t soon = INT64_MAX;
     for (int j = 0; j < nl; j++) {
         if (!e->route[l0 + j]) continue;
         int f = e->nflow++;
@@ -300,18 +312,32 @@ static void flow_begin(sim_engine *e, int id)
         e->flow_rate[f] = 0;
         e->flow_route[f] = e->route[l0 + j];
         e->flow_rlen[f] = e->route_len[l0 + j];
+        if (alone) {
+            double r = e->link_cap[e->flow_route[f][0]];
+            for (int k = 1; k < e->flow_rlen[f]; k++)
+                r = fmin(r, e->link_cap[e->flow_route[f][k]]);
+            e->flow_rate[f] = r;
+            if (r > 0) {
+                int64_t x = e->now + (int64_t)ceil(e->flow_rem[f] / r * 1e9);
+                if (x < soon) soon = x;
+            }
+        }
     }
-    flows_solve(e);
+    if (!alone) flows_solve(e);
+    else if (soon != INT64_MAX) heap_push(e, soon, -1, e->flow_epoch);
 }
 
 static void flows_check(sim_engine *e)
 {
     flows_advance(e);
-    int w = 0;
+    int w = 0, shared = 0, ended = 0;
     for (int f = 0; f < e->nflow; f++) {
         /* done when less than a nanosecond's worth is left */
         if (e->flow_rem[f] <= e->flow_rate[f] * 1e-9) {
             int id = e->flow_task[f];
+            ended++;
+            for (int k = 0; k < e->flow_rlen[f]; k++)
+                if (--e->link_use[e->flow_route[f][k]]) shared = 1;
             const sim_task *t = &e->ir->tasks[id];
             if (--e->lanes_left[id] > 0) continue; /* other lanes move */
             heap_push(e, e->now + e->lat_ns[id], id, 0);
@@ -327,7 +353,20 @@ static void flows_check(sim_engine *e)
         w++;
     }
     e->nflow = w;
-    flows_solve(e);
+    if (shared || !ended) {
+        flows_solve(e);
+        return;
+    }
+    /* the flows that ended shared no link: the others keep their rates;
+     * the next check is the earliest end among them */
+    double best = HUGE_VAL;
+    for (int f = 0; f < e->nflow; f++) {
+        double r = e->flow_rate[f];
+        double t = r > 0 ? fmax(e->flow_rem[f], 0) / r : HUGE_VAL;
+        if (t < best) best = t;
+    }
+    if (best != HUGE_VAL)
+        heap_push(e, e->now + (int64_t)ceil(best * 1e9), -1, e->flow_epoch);
 }
 
 /* ---------------------------------------------------------------- tasks */
@@ -528,6 +567,8 @@ int sim_engine_run(sim_engine *e, sim_result *r)
     e->nflow = 0;
     e->flow_last = 0;
     e->flow_epoch = 0;
+    if (e->link_use)
+        memset(e->link_use, 0, sizeof(int32_t) * (size_t)(e->n_dl + 1));
     e->n_mem = 0;
     e->oom = 0;
     e->oom_task = -1;

@@ -56,6 +56,7 @@ struct sim_engine {
     int *flow_rlen;
     uint32_t flow_epoch;
     double *link_cap;
+    int32_t *link_use;      /* active flows per directed link */
     int n_dl;
     sim_maxmin_scratch mm;
     /* results */
