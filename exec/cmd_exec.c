@@ -18,10 +18,12 @@ static void usage(FILE *f)
         "  --model NAME|FILE   model zoo name (gpt-tiny, gpt-mini) or spec file\n"
         "  --steps N           train until N steps are done (default 50;\n"
         "                      with --resume, counts the steps already done)\n"
-        "  --batch B           sequences per step (default 8)\n"
+        "  --stop-after N      stop after step N as if interrupted (the\n"
+        "                      schedule still spans --steps; pair with --save)\n"
+        "  --batch B           sequences per step (default 16)\n"
         "  --seq T             tokens per sequence (default: the model's)\n"
         "  --data FILE         text to train on (default " DEFAULT_CORPUS ")\n"
-        "  --lr X              peak learning rate (default 3e-3); linear\n"
+        "  --lr X              peak learning rate (default 2e-3); linear\n"
         "                      warm-up, cosine decay to lr/10 at the last step\n"
         "  --warmup N          warm-up steps (default steps/10)\n"
         "  --weight-decay X    AdamW decoupled decay of matrices (default 0.1)\n"
@@ -75,7 +77,7 @@ static int parse(int argc, char **argv, exec_train_opts *o,
                  const char **model, util_err *e)
 {
     static const char *const opts[] = {
-        "--model", "--steps", "--batch", "--seq", "--data", "--lr",
+        "--model", "--steps", "--stop-after", "--batch", "--seq", "--data", "--lr",
         "--warmup", "--weight-decay", "--clip", "--seed", "--threads",
         "--save", "--save-every", "--resume", "--timings", "--mem-budget",
         "--eval-batches", "--quiet", "--help"};
@@ -97,6 +99,8 @@ static int parse(int argc, char **argv, exec_train_opts *o,
         int rc = 0, seed = 0;
         if (!strcmp(a, "--model")) *model = v;
         else if (!strcmp(a, "--steps")) rc = int_arg(a, v, 0, 100000000, &o->steps, e);
+        else if (!strcmp(a, "--stop-after"))
+            rc = int_arg(a, v, 0, 100000000, &o->stop_after, e);
         else if (!strcmp(a, "--batch")) rc = int_arg(a, v, 1, 1 << 20, &o->B, e);
         else if (!strcmp(a, "--seq")) rc = int_arg(a, v, 1, 1 << 20, &o->T, e);
         else if (!strcmp(a, "--data")) o->data = v;

@@ -173,6 +173,8 @@ typedef struct exec_train_opts {
     exec_gpt_config cfg;
     const char *data;       /* corpus path */
     int steps;              /* train until this many steps are done */
+    int stop_after;         /* stop once this many are done (0: at steps);
+                             * the schedule still spans steps */
     int B, T;
     exec_adamw adamw;       /* lr is the peak */
     int warmup;             /* steps of linear warm-up; cosine to lr/10 */

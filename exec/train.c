@@ -14,9 +14,9 @@ void exec_train_defaults(exec_train_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->steps = 50;
-    o->B = 0;           /* 0: 8, or the checkpoint's */
+    o->B = 0;           /* 0: 16, or the checkpoint's */
     o->T = 0;           /* 0: the model's sequence length, or the checkpoint's */
-    o->adamw = (exec_adamw){.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
+    o->adamw = (exec_adamw){.lr = 2e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
                             .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f};
     o->warmup = -1;     /* steps/10 */
     o->seed = 1337;
@@ -97,7 +97,7 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
         B = meta.B;
         T = meta.T;
     }
-    if (!B) B = 8;
+    if (!B) B = 16;
     if (!T) T = cfg.max_pos;
     if (T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE,
@@ -180,7 +180,9 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
     uint64_t train_ns = 0;
     exec_ckpt_meta sm = {cfg, B, T, seed, step0};
     exec_gpt_set_timing(m, tm);
-    for (int s = step0; s < o->steps; s++) {
+    int end = o->stop_after > 0 && o->stop_after < o->steps ? o->stop_after
+                                                            : o->steps;
+    for (int s = step0; s < end; s++) {
         exec_corpus_batch(&corpus, 0, seed, (uint64_t)s, B, T, tok, tgt);
         uint64_t t0 = exec_now_ns();
         float loss = exec_gpt_forward(m, tok, tgt);
@@ -209,7 +211,7 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
                     (double)B * T / (dt / 1e9));
         sm.step = s + 1;
         if (o->save && o->save_every > 0 && (s + 1) % o->save_every == 0 &&
-            s + 1 < o->steps && exec_ckpt_save(o->save, m, &sm, e)) {
+            s + 1 < end && exec_ckpt_save(o->save, m, &sm, e)) {
             rc = -1;
             break;
         }
@@ -233,7 +235,7 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
             fprintf(out,
                     "trained %d steps (%d to %d), %.0f tokens in %.3f s: "
                     "%.0f tokens/s\n",
-                    r->steps_run, step0 + 1, o->steps,
+                    r->steps_run, step0 + 1, end,
                     (double)B * T * r->steps_run, train_ns / 1e9,
                     r->tokens_per_s);
             fprintf(out,

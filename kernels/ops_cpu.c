@@ -236,17 +236,6 @@ void kern_attention_backward(float *dqkv, float *scratch, const float *dout,
 
 /* ------------------------------------------------- element-wise, loss */
 
-void kern_gelu_forward(float *out, const float *inp, size_t n)
-{
-    for (size_t i = 0; i < n; i++) out[i] = kern_gelu(inp[i]);
-}
-
-void kern_gelu_backward(float *dinp, const float *inp, const float *dout,
-                        size_t n)
-{
-    for (size_t i = 0; i < n; i++) dinp[i] += kern_gelu_grad(inp[i]) * dout[i];
-}
-
 void kern_residual_forward(float *out, const float *a, const float *b,
                            size_t n)
 {
@@ -301,17 +290,6 @@ void kern_norm_sq(float *out, const float *x, size_t n)
     double s = 0.0;
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     out[0] = (float)s;
-}
-
-void kern_adamw_update(float *p, float *m, float *v, const float *g, size_t n,
-                       float lr, float beta1, float beta2, float eps, float wd,
-                       float grad_scale, int t)
-{
-    float bc1 = (float)(1.0 - pow(beta1, t));
-    float bc2 = (float)(1.0 - pow(beta2, t));
-    for (size_t i = 0; i < n; i++)
-        kern_adamw_one(&p[i], &m[i], &v[i], g[i] * grad_scale, lr, beta1,
-                       beta2, bc1, bc2, eps, wd);
 }
 
 /* ---------------------------------------------------------- the op list */

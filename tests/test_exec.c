@@ -1,0 +1,255 @@
+/* sluice exec (the reference trainer) end to end: the loss falls, resume is
+ * bit for bit, checkpoints and corpora that are wrong fail with one clear
+ * message and exit 2, a failed save leaves the user's file alone, and the
+ * per-op timing JSON carries the cost model's signature. Small batches and
+ * few steps: the suite also runs under ASan. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+#define SMALL "--model gpt-tiny --batch 2 --seq 16 --threads 1 --eval-batches 1"
+
+/* The losses printed on "step N/M | loss X" lines, in order. */
+static int losses(const char *out, double *v, int max)
+{
+    int n = 0;
+    const char *p = out;
+    while (n < max && (p = strstr(p, "| loss ")) != NULL) {
+        v[n++] = strtod(p + 7, NULL);
+        p += 7;
+    }
+    return n;
+}
+
+/* The "step ... | loss X" lines from step `from` on, as text. */
+static char *step_lines(const char *out, int from)
+{
+    char *res = calloc(1, strlen(out) + 1);
+    const char *p = out;
+    while ((p = strstr(p, "step ")) != NULL) {
+        const char *eol = strchr(p, '\n');
+        if (!eol) break;
+        int s = atoi(p + 5);
+        if (s >= from) {
+            /* up to the timing columns, which differ run to run */
+            const char *ms = strstr(p, "| norm");
+            const char *end = ms && ms < eol ? ms : eol;
+            strncat(res, p, (size_t)(end - p));
+            strcat(res, "\n");
+        }
+        p = eol;
+    }
+    return res;
+}
+
+static int files_equal(const char *a, const char *b)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
+    return system(cmd) == 0;
+}
+
+Test(exec_cli, loss_falls_below_start)
+{
+    cli_result r = cli_run("exec --model gpt-tiny --batch 4 --seq 32 "
+                           "--steps 10 --lr 3e-3 --eval-batches 1 --seed 3");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    double v[16];
+    int n = losses(r.out, v, 16);
+    cr_assert_eq(n, 10, "%s", r.out);
+    /* ln 256 = 5.545 at the start (uniform over bytes); ten steps of AdamW
+     * learn at least the byte frequencies. */
+    cr_assert(v[0] > 5.3 && v[0] < 5.8, "first loss %g", v[0]);
+    cr_assert(v[9] < v[0] - 1.0, "loss %g -> %g", v[0], v[9]);
+    cr_assert(strstr(r.out, "unigram entropy"), "%s", r.out);
+    cr_assert(strstr(r.out, "tokens/s"), "%s", r.out);
+    cli_result_free(&r);
+}
+
+Test(exec_cli, resume_is_bit_for_bit)
+{
+    char *d = test_tmpdir();
+    cli_result a = cli_run("exec " SMALL " --steps 6 --save %s/a.ck", d);
+    cr_assert_eq(a.code, 0, "%s", a.err);
+    cli_result b = cli_run("exec " SMALL " --steps 6 --stop-after 3 "
+                           "--save %s/b.ck", d);
+    cr_assert_eq(b.code, 0, "%s", b.err);
+    /* --batch/--seq come from the checkpoint. */
+    cli_result c = cli_run("exec --model gpt-tiny --threads 1 --eval-batches 1 "
+                           "--steps 6 --resume %s/b.ck --save %s/c.ck",
+                           d, d);
+    cr_assert_eq(c.code, 0, "%s", c.err);
+    cr_assert(strstr(c.out, "resumed from"), "%s", c.out);
+    char *la = step_lines(a.out, 4), *lc = step_lines(c.out, 4);
+    cr_assert(strlen(la) > 0);
+    cr_assert_str_eq(la, lc);
+    char pa[512], pc[512];
+    snprintf(pa, sizeof pa, "%s/a.ck", d);
+    snprintf(pc, sizeof pc, "%s/c.ck", d);
+    cr_assert(files_equal(pa, pc), "checkpoints after 6 steps differ");
+    free(la);
+    free(lc);
+    cli_result_free(&a);
+    cli_result_free(&b);
+    cli_result_free(&c);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    cr_assert_eq(system(cmd), 0);
+    free(d);
+}
+
+Test(exec_cli, bad_checkpoints_exit_2)
+{
+    char *d = test_tmpdir();
+    cli_result a = cli_run("exec " SMALL " --steps 1 --save %s/t.ck", d);
+    cr_assert_eq(a.code, 0, "%s", a.err);
+    /* another model */
+    cli_result b = cli_run("exec --model gpt-mini --steps 2 --resume %s/t.ck",
+                           d);
+    cr_assert_eq(b.code, 2);
+    cr_assert(strstr(b.err, "another model") && strstr(b.err, "hidden 128"),
+              "%s", b.err);
+    /* truncated */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "head -c 5000 %s/t.ck > %s/short.ck", d, d);
+    cr_assert_eq(system(cmd), 0);
+    cli_result c = cli_run("exec " SMALL " --steps 2 --resume %s/short.ck", d);
+    cr_assert_eq(c.code, 2);
+    cr_assert(strstr(c.err, "truncated"), "%s", c.err);
+    /* one flipped byte */
+    snprintf(cmd, sizeof cmd,
+             "cp %s/t.ck %s/bad.ck && printf 'X' | dd of=%s/bad.ck bs=1 "
+             "seek=9000 conv=notrunc 2>/dev/null",
+             d, d, d);
+    cr_assert_eq(system(cmd), 0);
+    cli_result f = cli_run("exec " SMALL " --steps 2 --resume %s/bad.ck", d);
+    cr_assert_eq(f.code, 2);
+    cr_assert(strstr(f.err, "checksum"), "%s", f.err);
+    /* not a checkpoint, missing file */
+    cli_result g = cli_run("exec " SMALL " --steps 2 --resume "
+                           "/usr/share/common-licenses/GPL-3");
+    cr_assert_eq(g.code, 2);
+    cr_assert(strstr(g.err, "not a sluice checkpoint"), "%s", g.err);
+    cli_result h = cli_run("exec " SMALL " --steps 2 --resume %s/none.ck", d);
+    cr_assert_eq(h.code, 2);
+    cr_assert(strstr(h.err, "none.ck"), "%s", h.err);
+    cli_result_free(&a); cli_result_free(&b); cli_result_free(&c);
+    cli_result_free(&f); cli_result_free(&g); cli_result_free(&h);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    cr_assert_eq(system(cmd), 0);
+    free(d);
+}
+
+Test(exec_cli, failed_save_keeps_the_old_file)
+{
+    char *d = test_tmpdir();
+    cli_result a = cli_run("exec " SMALL " --steps 1 --save %s/k.ck", d);
+    cr_assert_eq(a.code, 0, "%s", a.err);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cp %s/k.ck %s/orig.ck", d, d);
+    cr_assert_eq(system(cmd), 0);
+    /* A file-size limit below the checkpoint's size makes the write fail
+     * part way (EFBIG; SIGXFSZ ignored), as a full disk would. */
+    const char *bin = getenv("SLUICE_BIN");
+    snprintf(cmd, sizeof cmd,
+             "sh -c 'trap \"\" XFSZ; ulimit -f 1000; exec %s exec " SMALL
+             " --steps 2 --seed 9 --save %s/k.ck' >%s/out 2>%s/err",
+             bin ? bin : "bin/sluice", d, d, d);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+    char p1[512], p2[512];
+    snprintf(p1, sizeof p1, "%s/k.ck", d);
+    snprintf(p2, sizeof p2, "%s/orig.ck", d);
+    cr_assert(files_equal(p1, p2), "the old checkpoint was changed");
+    snprintf(cmd, sizeof cmd, "grep -q 'checkpoint not saved' %s/err", d);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "ls %s | grep -c tmp >/dev/null", d);
+    cr_assert_neq(system(cmd), 0, "a temporary file was left behind");
+    cli_result_free(&a);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    cr_assert_eq(system(cmd), 0);
+    free(d);
+}
+
+Test(exec_cli, bad_input_exit_2)
+{
+    cli_result r = cli_run("exec --model gpt-tiny --mem-budget 1M --steps 1");
+    cr_assert_eq(r.code, 2);
+    cr_assert(strstr(r.err, "needs") && strstr(r.err, "MiB") &&
+                  strstr(r.err, "--mem-budget"),
+              "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec " SMALL " --steps 1 --data /nonexistent/corpus.txt");
+    cr_assert_eq(r.code, 2);
+    cr_assert(strstr(r.err, "/nonexistent/corpus.txt"), "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec " SMALL " --steps 1 --data /dev/null");
+    cr_assert_eq(r.code, 2);
+    cr_assert(strstr(r.err, "empty"), "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --model gpt-tiny --stpes 3");
+    cr_assert_eq(r.code, 2);
+    cr_assert(strstr(r.err, "--steps"), "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --steps 3");
+    cr_assert_eq(r.code, 2);
+    cr_assert(strstr(r.err, "--model"), "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --model gpt-tiny --seq 65 --steps 1");
+    cr_assert_eq(r.code, 2);
+    cr_assert(strstr(r.err, "position"), "%s", r.err);
+    cli_result_free(&r);
+}
+
+Test(exec_cli, timings_json_has_cost_model_signature)
+{
+    char *d = test_tmpdir();
+    cli_result r = cli_run("exec " SMALL " --steps 2 --timings %s/t.json", d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    char p[512];
+    snprintf(p, sizeof p, "%s/t.json", d);
+    json_error_t je;
+    json_t *root = json_load_file(p, 0, &je);
+    cr_assert_not_null(root, "%s", je.text);
+    json_t *ops = json_object_get(root, "ops");
+    cr_assert(json_array_size(ops) > 10);
+    int found_qkv = 0, found_w = 0, kinds = 0;
+    size_t i;
+    json_t *o;
+    json_array_foreach(ops, i, o) {
+        const char *op = json_string_value(json_object_get(o, "op"));
+        json_t *g = json_object_get(o, "gemm");
+        cr_assert(json_integer_value(json_object_get(o, "ns_total")) > 0);
+        cr_assert(json_integer_value(json_object_get(o, "calls")) > 0);
+        if (!strcmp(op, "linear_forward") &&
+            json_integer_value(json_object_get(g, "m")) == 2 * 16 &&
+            json_integer_value(json_object_get(g, "n")) == 3 * 128 &&
+            json_integer_value(json_object_get(g, "k")) == 128) {
+            found_qkv = 1;
+            /* one call per layer per step */
+            cr_assert_eq(json_integer_value(json_object_get(o, "calls")), 8);
+        }
+        if (!strcmp(op, "linear_backward_weight") &&
+            json_integer_value(json_object_get(g, "k")) == 2 * 16)
+            found_w = 1;
+        if (!strcmp(op, "layernorm_forward")) {
+            kinds++;
+            cr_assert(json_real_value(json_object_get(o, "bytes")) > 0);
+            cr_assert_str_eq(json_string_value(json_object_get(o, "kind")),
+                             "norm");
+        }
+    }
+    cr_assert(found_qkv && found_w && kinds > 0);
+    json_decref(root);
+    cli_result_free(&r);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    cr_assert_eq(system(cmd), 0);
+    free(d);
+}
