@@ -129,8 +129,11 @@ const char *kern_op_name(kern_op op);
 kern_kind kern_op_kind(kern_op op);
 const char *kern_kind_name(kern_kind k);
 
-/* Threads for the CPU kernels (OpenBLAS's pool and the element-wise loops
- * that split over rows). n >= 1. Returns the count now in force. */
+/* Threads for the CPU kernels: every op splits its rows (heads, channels)
+ * over n threads of sluice's own pool, each calling OpenBLAS
+ * single-threaded. n >= 1 (capped at 256); returns the count in force.
+ * Results depend on n only through GEMM rounding (see test_kern.c). Not
+ * to be called while an op runs. */
 int kern_set_threads(int n);
 int kern_get_threads(void);
 /* OpenBLAS's name for the kernels it picked for this CPU ("Haswell"). */

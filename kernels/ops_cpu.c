@@ -1,7 +1,9 @@
 /* The CPU backend of KERN_OPS: plain C loops for the memory-bound ops,
- * OpenBLAS sgemm for every matrix product (the linear layers and the two
+ * OpenBLAS sgemm for every matrix product (the linear layers and the
  * products per head inside attention). This is the oracle the CUDA
- * backend is checked against, and what the CPU trainer runs. */
+ * backend is checked against, and what the CPU trainer runs. Each op
+ * splits its rows (or heads, or columns) over the pool's threads; parts
+ * write disjoint outputs, so no op needs a lock. */
 #include "kernels/kernels.h"
 
 #include <cblas.h>
@@ -9,21 +11,41 @@
 #include <string.h>
 
 #include "kernels/kern_math.h"
+#include "kernels/kern_threads.h"
+
+/* Arguments of one op call, handed to its parts (names as in the op). */
+typedef struct kargs {
+    float *out, *out2, *out3;
+    const float *in, *in2, *in3, *in4, *in5;
+    const int *tok;
+    int B, T, C, NH, N, OC, V;
+    size_t n;
+    float scale;
+} kargs;
 
 /* ---------------------------------------------------------------- embed */
+
+static void embed_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    for (size_t r = lo; r < hi; r++) {
+        float *o = a->out + r * a->C;
+        const float *we = a->in + (size_t)a->tok[r] * a->C;
+        const float *pe = a->in2 + (r % (size_t)a->T) * a->C;
+        for (int c = 0; c < a->C; c++) o[c] = we[c] + pe[c];
+    }
+}
 
 void kern_embed_forward(float *out, const int *tokens, const float *wte,
                         const float *wpe, int B, int T, int C)
 {
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            float *o = out + ((size_t)b * T + t) * C;
-            const float *we = wte + (size_t)tokens[b * T + t] * C;
-            const float *pe = wpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
-        }
+    kargs a = {.out = out, .in = wte, .in2 = wpe, .tok = tokens, .B = B,
+               .T = T, .C = C, .N = B * T};
+    kern_parallel(embed_fwd_part, &a);
 }
 
+/* Serial: rows scatter into token rows that repeat; it is a small op. */
 void kern_embed_backward(float *dwte, float *dwpe, const float *dout,
                          const int *tokens, int B, int T, int C)
 {
@@ -41,12 +63,14 @@ void kern_embed_backward(float *dwte, float *dwpe, const float *dout,
 
 /* ------------------------------------------------------------ layernorm */
 
-void kern_layernorm_forward(float *out, float *mean, float *rstd,
-                            const float *inp, const float *w, const float *b,
-                            int N, int C)
+static void ln_fwd_part(void *p, int part, int np)
 {
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
+    const kargs *a = p;
+    int C = a->C;
+    const float *w = a->in2, *b = a->in3;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    for (size_t i = lo; i < hi; i++) {
+        const float *x = a->in + i * C;
         float m = 0.0f;
         for (int c = 0; c < C; c++) m += x[c];
         m /= (float)C;
@@ -57,25 +81,35 @@ void kern_layernorm_forward(float *out, float *mean, float *rstd,
         }
         var /= (float)C;
         float s = 1.0f / sqrtf(var + KERN_LN_EPS);
-        float *o = out + (size_t)i * C;
+        float *o = a->out + i * C;
         for (int c = 0; c < C; c++)
             o[c] = (x[c] - m) * s * w[c] + (b ? b[c] : 0.0f);
-        mean[i] = m;
-        rstd[i] = s;
+        a->out2[i] = m;
+        a->out3[i] = s;
     }
 }
 
-void kern_layernorm_backward_input(float *dinp, const float *dout,
-                                   const float *inp, const float *w,
-                                   const float *mean, const float *rstd,
-                                   int N, int C)
+void kern_layernorm_forward(float *out, float *mean, float *rstd,
+                            const float *inp, const float *w, const float *b,
+                            int N, int C)
 {
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        const float *d = dout + (size_t)i * C;
+    kargs a = {.out = out, .out2 = mean, .out3 = rstd, .in = inp, .in2 = w,
+               .in3 = b, .N = N, .C = C};
+    kern_parallel(ln_fwd_part, &a);
+}
+
+/* dx = s (dn - mean(dn) - n mean(dn n)) with n the normalised input and
+ * dn = w dout. */
+static void ln_bwd_in_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    int C = a->C;
+    const float *w = a->in3, *mean = a->in4, *rstd = a->in5;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    for (size_t i = lo; i < hi; i++) {
+        const float *x = a->in2 + i * C;
+        const float *d = a->in + i * C;
         float m = mean[i], s = rstd[i];
-        /* dx = s (dn - mean(dn) - n mean(dn n)) with n the normalised input
-         * and dn = w dout. */
         float sum_dn = 0.0f, sum_dn_n = 0.0f;
         for (int c = 0; c < C; c++) {
             float n = (x[c] - m) * s;
@@ -85,7 +119,7 @@ void kern_layernorm_backward_input(float *dinp, const float *dout,
         }
         sum_dn /= (float)C;
         sum_dn_n /= (float)C;
-        float *dx = dinp + (size_t)i * C;
+        float *dx = a->out + i * C;
         for (int c = 0; c < C; c++) {
             float n = (x[c] - m) * s;
             float dn = w[c] * d[c];
@@ -94,19 +128,43 @@ void kern_layernorm_backward_input(float *dinp, const float *dout,
     }
 }
 
-void kern_layernorm_backward_weight(float *dw, float *db, const float *dout,
-                                    const float *inp, const float *mean,
-                                    const float *rstd, int N, int C)
+void kern_layernorm_backward_input(float *dinp, const float *dout,
+                                   const float *inp, const float *w,
+                                   const float *mean, const float *rstd,
+                                   int N, int C)
 {
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        const float *d = dout + (size_t)i * C;
+    kargs a = {.out = dinp, .in = dout, .in2 = inp, .in3 = w, .in4 = mean,
+               .in5 = rstd, .N = N, .C = C};
+    kern_parallel(ln_bwd_in_part, &a);
+}
+
+/* Split by channel: each part sums all rows for its channels, in row
+ * order, so the result does not depend on the thread count. */
+static void ln_bwd_w_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    int C = a->C;
+    float *dw = a->out, *db = a->out2;
+    const float *mean = a->in3, *rstd = a->in4;
+    KERN_SPLIT(C, part, np, lo, hi);
+    for (int i = 0; i < a->N; i++) {
+        const float *x = a->in2 + (size_t)i * C;
+        const float *d = a->in + (size_t)i * C;
         float m = mean[i], s = rstd[i];
-        for (int c = 0; c < C; c++) {
+        for (size_t c = lo; c < hi; c++) {
             dw[c] += d[c] * (x[c] - m) * s;
             if (db) db[c] += d[c];
         }
     }
+}
+
+void kern_layernorm_backward_weight(float *dw, float *db, const float *dout,
+                                    const float *inp, const float *mean,
+                                    const float *rstd, int N, int C)
+{
+    kargs a = {.out = dw, .out2 = db, .in = dout, .in2 = inp, .in3 = mean,
+               .in4 = rstd, .N = N, .C = C};
+    kern_parallel(ln_bwd_w_part, &a);
 }
 
 void kern_layernorm_backward(float *dinp, float *dw, float *db,
@@ -120,36 +178,71 @@ void kern_layernorm_backward(float *dinp, float *dw, float *db,
 
 /* --------------------------------------------------------------- linear */
 
+static void lin_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    if (hi == lo) return;
+    int C = a->C, OC = a->OC;
+    float *out = a->out + lo * OC;
+    float beta = 0.0f;
+    if (a->in3) {
+        for (size_t i = lo; i < hi; i++)
+            memcpy(a->out + i * OC, a->in3, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(hi - lo), OC,
+                C, 1.0f, a->in + lo * C, C, a->in2, C, beta, out, OC);
+}
+
 void kern_linear_forward(float *out, const float *inp, const float *w,
                          const float *b, int N, int C, int OC)
 {
-    float beta = 0.0f;
-    if (b) {
-        for (int i = 0; i < N; i++)
-            memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof(float));
-        beta = 1.0f;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp,
-                C, w, C, beta, out, OC);
+    kargs a = {.out = out, .in = inp, .in2 = w, .in3 = b, .N = N, .C = C,
+               .OC = OC};
+    kern_parallel(lin_fwd_part, &a);
+}
+
+static void lin_bwd_in_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    if (hi == lo) return;
+    int C = a->C, OC = a->OC;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(hi - lo), C,
+                OC, 1.0f, a->in + lo * OC, OC, a->in2, C, 1.0f,
+                a->out + lo * C, C);
 }
 
 void kern_linear_backward_input(float *dinp, const float *dout,
                                 const float *w, int N, int C, int OC)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f,
-                dout, OC, w, C, 1.0f, dinp, C);
+    kargs a = {.out = dinp, .in = dout, .in2 = w, .N = N, .C = C, .OC = OC};
+    kern_parallel(lin_bwd_in_part, &a);
+}
+
+/* Split by output channel: rows [lo, hi) of dw and entries of db. */
+static void lin_bwd_w_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->OC, part, np, lo, hi);
+    if (hi == lo) return;
+    int C = a->C, OC = a->OC, N = a->N;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(hi - lo), C, N,
+                1.0f, a->in + lo, OC, a->in2, C, 1.0f, a->out + lo * C, C);
+    if (a->out2)
+        for (int i = 0; i < N; i++) {
+            const float *d = a->in + (size_t)i * OC;
+            for (size_t o = lo; o < hi; o++) a->out2[o] += d[o];
+        }
 }
 
 void kern_linear_backward_weight(float *dw, float *db, const float *dout,
                                  const float *inp, int N, int C, int OC)
 {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f,
-                dout, OC, inp, C, 1.0f, dw, C);
-    if (db)
-        for (int i = 0; i < N; i++) {
-            const float *d = dout + (size_t)i * OC;
-            for (int o = 0; o < OC; o++) db[o] += d[o];
-        }
+    kargs a = {.out = dw, .out2 = db, .in = dout, .in2 = inp, .N = N, .C = C,
+               .OC = OC};
+    kern_parallel(lin_bwd_w_part, &a);
 }
 
 void kern_linear_backward(float *dinp, float *dw, float *db, const float *dout,
@@ -166,125 +259,180 @@ void kern_linear_backward(float *dinp, float *dw, float *db, const float *dout,
  * (the masked half is computed and thrown away: at these sizes one large
  * product beats T small ones), then a causal softmax per row, then
  * O = P V. The masked entries of att are stored as exact zeros, which the
- * backward relies on. */
+ * backward relies on. Parts take whole (b, h) pairs. */
+static void attn_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    for (size_t bh = lo; bh < hi; bh++) {
+        size_t b = bh / NH, h = bh % NH;
+        const float *q = a->in + b * T * C3 + h * hs;
+        const float *k = q + C, *v = q + 2 * C;
+        float *att = a->out2 + bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale,
+                    q, C3, k, C3, 0.0f, att, T);
+        for (int t = 0; t < T; t++) {
+            float *row = att + (size_t)t * T;
+            float mx = row[0];
+            for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+            float sum = 0.0f;
+            for (int j = 0; j <= t; j++) {
+                row[j] = kern_expf(row[j] - mx);
+                sum += row[j];
+            }
+            float inv = 1.0f / sum;
+            for (int j = 0; j <= t; j++) row[j] *= inv;
+            for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
+                    att, T, v, C3, 0.0f, a->out + b * T * C + h * hs, C);
+    }
+}
+
 void kern_attention_forward(float *out, float *att, const float *qkv, int B,
                             int T, int C, int NH)
 {
-    int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-            const float *k = q + C, *v = q + 2 * C;
-            float *a = att + ((size_t)b * NH + h) * T * T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs,
-                        scale, q, C3, k, C3, 0.0f, a, T);
-            for (int t = 0; t < T; t++) {
-                float *row = a + (size_t)t * T;
-                float mx = row[0];
-                for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-                float sum = 0.0f;
-                for (int j = 0; j <= t; j++) {
-                    row[j] = kern_expf(row[j] - mx);
-                    sum += row[j];
-                }
-                float inv = 1.0f / sum;
-                for (int j = 0; j <= t; j++) row[j] *= inv;
-                for (int j = t + 1; j < T; j++) row[j] = 0.0f;
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T,
-                        1.0f, a, T, v, C3, 0.0f,
-                        out + (size_t)b * T * C + (size_t)h * hs, C);
-        }
+    kargs a = {.out = out, .out2 = att, .in = qkv, .B = B, .T = T, .C = C,
+               .NH = NH};
+    kern_parallel(attn_fwd_part, &a);
 }
 
 /* dP = dO V^T; dV += P^T dO; dS = P (dP - rowsum(P dP)); dQ += scale dS K;
  * dK += scale dS^T Q. Masked entries of P are zero, so dS is zero there
  * whatever dP holds. */
+static void attn_bwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    for (size_t bh = lo; bh < hi; bh++) {
+        size_t b = bh / NH, h = bh % NH;
+        size_t off = b * T * C3 + h * hs;
+        const float *q = a->in2 + off, *k = q + C, *v = q + 2 * C;
+        float *dq = a->out + off, *dk = dq + C, *dv = dq + 2 * C;
+        const float *pr0 = a->in3 + bh * T * T;
+        const float *dO = a->in + b * T * C + h * hs;
+        float *ds = a->out2 + bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f,
+                    dO, C, v, C3, 0.0f, ds, T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f,
+                    pr0, T, dO, C, 1.0f, dv, C3);
+        for (int t = 0; t < T; t++) {
+            const float *pr = pr0 + (size_t)t * T;
+            float *dr = ds + (size_t)t * T;
+            float dot = 0.0f;
+            for (int j = 0; j <= t; j++) dot += pr[j] * dr[j];
+            for (int j = 0; j <= t; j++) dr[j] = pr[j] * (dr[j] - dot);
+            for (int j = t + 1; j < T; j++) dr[j] = 0.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale,
+                    ds, T, k, C3, 1.0f, dq, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale,
+                    ds, T, q, C3, 1.0f, dk, C3);
+    }
+}
+
 void kern_attention_backward(float *dqkv, float *scratch, const float *dout,
                              const float *qkv, const float *att, int B, int T,
                              int C, int NH)
 {
-    int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            size_t off = (size_t)b * T * C3 + (size_t)h * hs;
-            const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
-            float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
-            const float *p = att + ((size_t)b * NH + h) * T * T;
-            const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
-            float *ds = scratch + ((size_t)b * NH + h) * T * T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs,
-                        1.0f, dO, C, v, C3, 0.0f, ds, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T,
-                        1.0f, p, T, dO, C, 1.0f, dv, C3);
-            for (int t = 0; t < T; t++) {
-                const float *pr = p + (size_t)t * T;
-                float *dr = ds + (size_t)t * T;
-                float dot = 0.0f;
-                for (int j = 0; j <= t; j++) dot += pr[j] * dr[j];
-                for (int j = 0; j <= t; j++) dr[j] = pr[j] * (dr[j] - dot);
-                for (int j = t + 1; j < T; j++) dr[j] = 0.0f;
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T,
-                        scale, ds, T, k, C3, 1.0f, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T,
-                        scale, ds, T, q, C3, 1.0f, dk, C3);
-        }
+    kargs a = {.out = dqkv, .out2 = scratch, .in = dout, .in2 = qkv,
+               .in3 = att, .B = B, .T = T, .C = C, .NH = NH};
+    kern_parallel(attn_bwd_part, &a);
 }
 
 /* ------------------------------------------------- element-wise, loss */
 
+static void res_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->n, part, np, lo, hi);
+    for (size_t i = lo; i < hi; i++) a->out[i] = a->in[i] + a->in2[i];
+}
+
 void kern_residual_forward(float *out, const float *a, const float *b,
                            size_t n)
 {
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    kargs k = {.out = out, .in = a, .in2 = b, .n = n};
+    kern_parallel(res_fwd_part, &k);
+}
+
+static void res_bwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->n, part, np, lo, hi);
+    for (size_t i = lo; i < hi; i++) {
+        a->out[i] += a->in[i];
+        a->out2[i] += a->in[i];
+    }
 }
 
 void kern_residual_backward(float *da, float *db, const float *dout, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        da[i] += dout[i];
-        db[i] += dout[i];
-    }
+    kargs k = {.out = da, .out2 = db, .in = dout, .n = n};
+    kern_parallel(res_bwd_part, &k);
 }
 
 /* loss = log(sum exp(l - max)) + max - l[target]: no log of a probability
  * that underflowed. */
-void kern_softmax_xent_forward(float *losses, float *probs,
-                               const float *logits, const int *targets, int N,
-                               int V)
+static void xent_fwd_part(void *p, int part, int np)
 {
-    for (int i = 0; i < N; i++) {
-        const float *l = logits + (size_t)i * V;
-        float *p = probs + (size_t)i * V;
+    const kargs *a = p;
+    int V = a->V;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    for (size_t i = lo; i < hi; i++) {
+        const float *l = a->in + i * V;
+        float *pr = a->out2 + i * V;
         float mx = l[0];
         for (int j = 1; j < V; j++) mx = l[j] > mx ? l[j] : mx;
         float sum = 0.0f;
         for (int j = 0; j < V; j++) {
-            p[j] = kern_expf(l[j] - mx);
-            sum += p[j];
+            pr[j] = kern_expf(l[j] - mx);
+            sum += pr[j];
         }
         float inv = 1.0f / sum;
-        for (int j = 0; j < V; j++) p[j] *= inv;
-        losses[i] = logf(sum) + mx - l[targets[i]];
+        for (int j = 0; j < V; j++) pr[j] *= inv;
+        a->out[i] = logf(sum) + mx - l[a->tok[i]];
+    }
+}
+
+void kern_softmax_xent_forward(float *losses, float *probs,
+                               const float *logits, const int *targets, int N,
+                               int V)
+{
+    kargs a = {.out = losses, .out2 = probs, .in = logits, .tok = targets,
+               .N = N, .V = V};
+    kern_parallel(xent_fwd_part, &a);
+}
+
+static void xent_bwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    int V = a->V;
+    float scale = a->scale;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    for (size_t i = lo; i < hi; i++) {
+        const float *pr = a->in + i * V;
+        float *d = a->out + i * V;
+        for (int j = 0; j < V; j++) d[j] += scale * pr[j];
+        d[a->tok[i]] -= scale;
     }
 }
 
 void kern_softmax_xent_backward(float *dlogits, const float *probs,
                                 const int *targets, float scale, int N, int V)
 {
-    for (int i = 0; i < N; i++) {
-        const float *p = probs + (size_t)i * V;
-        float *d = dlogits + (size_t)i * V;
-        for (int j = 0; j < V; j++) d[j] += scale * p[j];
-        d[targets[i]] -= scale;
-    }
+    kargs a = {.out = dlogits, .in = probs, .tok = targets, .scale = scale,
+               .N = N, .V = V};
+    kern_parallel(xent_bwd_part, &a);
 }
 
 /* ------------------------------------------------------------ optimizer */
 
+/* Serial, in double: the clipping decision must not depend on threads. */
 void kern_norm_sq(float *out, const float *x, size_t n)
 {
     double s = 0.0;
@@ -321,19 +469,3 @@ const char *kern_kind_name(kern_kind k)
                                         "loss",  "optimizer"};
     return (unsigned)k < KERN_KIND_COUNT ? names[k] : "?";
 }
-
-/* ------------------------------------------------------------- threads */
-
-static int kern_threads = 1;
-
-int kern_set_threads(int n)
-{
-    if (n < 1) n = 1;
-    openblas_set_num_threads(n);
-    kern_threads = n;
-    return kern_threads;
-}
-
-int kern_get_threads(void) { return kern_threads; }
-
-const char *kern_blas_core(void) { return openblas_get_corename(); }

@@ -563,3 +563,55 @@ Test(kern, op_list)
                      "attn");
     cr_assert_eq(kern_set_threads(1), 1);
 }
+
+/* Three threads split rows, heads and channels differently from one: the
+ * results agree to fp32 rounding (GEMM row blocks may round differently),
+ * and the row-wise ops agree exactly. */
+Test(kern, threads_agree)
+{
+    rng_seed(1000);
+    int B = 2, T = 13, C = 24, NH = 3, OC = 40, N = B * T;
+    size_t nq = (size_t)N * 3 * C, na = (size_t)B * NH * T * T;
+    float *x = rnd((size_t)N * C), *w = rnd((size_t)OC * C), *b = rnd(OC);
+    float *qkv = rnd(nq), *g = rnd((size_t)N * C), *go = rnd((size_t)N * OC);
+    float *o[2], *att[2], *dq[2], *lo[2], *dw[2], *dx[2], *ln[2], *gl[2];
+    for (int r = 0; r < 2; r++) {
+        kern_set_threads(r ? 3 : 1);
+        cr_assert_eq(kern_get_threads(), r ? 3 : 1);
+        o[r] = calloc((size_t)N * C, 4);
+        att[r] = calloc(na, 4);
+        dq[r] = calloc(nq, 4);
+        float *scr = calloc(na, 4);
+        kern_attention_forward(o[r], att[r], qkv, B, T, C, NH);
+        kern_attention_backward(dq[r], scr, g, qkv, att[r], B, T, C, NH);
+        lo[r] = calloc((size_t)N * OC, 4);
+        dw[r] = calloc((size_t)OC * C, 4);
+        dx[r] = calloc((size_t)N * C, 4);
+        kern_linear_forward(lo[r], x, w, b, N, C, OC);
+        kern_linear_backward(dx[r], dw[r], NULL, go, x, w, N, C, OC);
+        ln[r] = calloc((size_t)N * C, 4);
+        float mean[64], rstd[64];
+        kern_layernorm_forward(ln[r], mean, rstd, x, w, b, N, C);
+        gl[r] = calloc((size_t)N * OC, 4);
+        kern_gelu_forward(gl[r], go, (size_t)N * OC);
+        free(scr);
+    }
+    kern_set_threads(1);
+    double *ref;
+#define AGREE(arr, n)                                                        \
+    ref = to_d(arr[0], n);                                                   \
+    check(#arr, arr[1], ref, n, 1e-6, 1e-5);                                 \
+    free(ref);
+    AGREE(o, (size_t)N * C);
+    AGREE(dq, nq);
+    AGREE(lo, (size_t)N * OC);
+    AGREE(dw, (size_t)OC * C);
+    AGREE(dx, (size_t)N * C);
+    cr_assert(!memcmp(ln[0], ln[1], (size_t)N * C * 4));
+    cr_assert(!memcmp(gl[0], gl[1], (size_t)N * OC * 4));
+    for (int r = 0; r < 2; r++) {
+        free(o[r]); free(att[r]); free(dq[r]); free(lo[r]); free(dw[r]);
+        free(dx[r]); free(ln[r]); free(gl[r]);
+    }
+    free(x); free(w); free(b); free(qkv); free(g); free(go);
+}
