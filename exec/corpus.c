@@ -1,4 +1,7 @@
-/* Byte-level text corpus: the file's bytes are the tokens. Batches are a
+/* Byte-level text corpus: the file's bytes are the tokens. The text is cut
+ * into blocks; every tenth block validates, the rest train, so both splits
+ * sample the whole document (a licence's last tenth is its appendix, not
+ * more of the same text). A window never crosses a block. Batches are a
  * pure function of (seed, split, batch index), so any step's batch can be
  * produced again without replaying the ones before it (resume). */
 #include "exec/exec.h"
@@ -6,6 +9,15 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Block size: 1 KiB, or four windows when sequences are longer. */
+static size_t block_bytes(int T)
+{
+    size_t w = 4 * ((size_t)T + 1);
+    return w > 1024 ? w : 1024;
+}
+
+static int is_val_block(size_t i) { return i % 10 == 9; }
 
 int exec_corpus_load(exec_corpus *c, const char *path, int T, util_err *e)
 {
@@ -21,27 +33,34 @@ int exec_corpus_load(exec_corpus *c, const char *path, int T, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "corpus %s: file is empty",
                          path);
     }
-    /* Both splits must hold at least one window of T+1 bytes. */
-    size_t n_train = len - len / 10;
-    size_t need = 10 * ((size_t)T + 1);
-    if (len < need || len - n_train < (size_t)T + 1) {
+    /* Ten full blocks: nine train, one validates. */
+    size_t bs = block_bytes(T), need = 10 * bs;
+    if (len < need) {
         free(text);
         return util_errf(e, UTIL_EXIT_USAGE,
                          "corpus %s: %zu bytes is too short for sequences of "
-                         "%d tokens (needs at least %zu bytes: 90%% train, "
-                         "10%% validation)",
-                         path, len, T, need);
+                         "%d tokens (needs at least %zu bytes: ten blocks of "
+                         "%zu, one in ten held out for validation)",
+                         path, len, T, need, bs);
     }
     snprintf(c->path, sizeof c->path, "%s", path);
     c->bytes = (unsigned char *)text;
     c->len = len;
-    c->n_train = n_train;
+    c->block = bs;
+    size_t nblocks = len / bs; /* a short tail block is not used */
     size_t count[256] = {0};
-    for (size_t i = 0; i < n_train; i++) count[c->bytes[i]]++;
+    for (size_t b = 0; b < nblocks; b++) {
+        if (is_val_block(b)) {
+            c->n_val += bs;
+            continue;
+        }
+        c->n_train += bs;
+        for (size_t i = b * bs; i < (b + 1) * bs; i++) count[c->bytes[i]]++;
+    }
     double h = 0;
     for (int i = 0; i < 256; i++)
         if (count[i]) {
-            double p = (double)count[i] / (double)n_train;
+            double p = (double)count[i] / (double)c->n_train;
             h -= p * log(p);
         }
     c->entropy_nats = h;
@@ -66,13 +85,16 @@ static uint64_t mix64(uint64_t z)
 void exec_corpus_batch(const exec_corpus *c, int split, uint64_t seed,
                        uint64_t index, int B, int T, int *tokens, int *targets)
 {
-    size_t lo = split ? c->n_train : 0;
-    size_t n = split ? c->len - c->n_train : c->n_train;
-    size_t span = n - (size_t)T; /* window starts: 0 .. n-T-1 */
+    size_t bs = c->block;
+    size_t n_split_blocks = (split ? c->n_val : c->n_train) / bs;
+    size_t span = bs - (size_t)T; /* window starts in a block: 0..bs-T-1 */
     for (int b = 0; b < B; b++) {
         uint64_t h = mix64(seed ^ mix64((uint64_t)split * 0x100000001ull ^
                                         mix64(index * 1315423911ull + b)));
-        size_t start = lo + (size_t)(h % span);
+        /* The k-th block of this split: skip the other split's blocks. */
+        size_t k = (size_t)(h % n_split_blocks);
+        size_t blk = split ? 10 * k + 9 : k + k / 9;
+        size_t start = blk * bs + (size_t)((h >> 32) % span);
         for (int t = 0; t < T; t++) {
             tokens[b * T + t] = c->bytes[start + t];
             targets[b * T + t] = c->bytes[start + t + 1];

@@ -122,17 +122,19 @@ uint64_t exec_now_ns(void);
 
 /* ----------------------------------------------------------- corpus */
 
-/* Byte-level text: tokens are bytes (V = 256). The first 90% trains, the
- * last 10% validates. */
+/* Byte-level text: tokens are bytes (V = 256). The text is cut in blocks
+ * of max(1 KiB, 4(T+1)) bytes; every tenth block validates, the others
+ * train. */
 typedef struct exec_corpus {
     char path[512];
     unsigned char *bytes;
-    size_t len, n_train;
-    double entropy_nats;    /* unigram entropy of the bytes */
+    size_t len, block;
+    size_t n_train, n_val;  /* bytes in each split */
+    double entropy_nats;    /* unigram entropy of the training bytes */
 } exec_corpus;
 
-/* Loads path; missing, unreadable, empty, or too short for sequences of
- * T+1 bytes in both splits is an error, code 2. */
+/* Loads path; missing, unreadable, empty, or shorter than ten blocks is an
+ * error, code 2. */
 int exec_corpus_load(exec_corpus *c, const char *path, int T, util_err *e);
 void exec_corpus_free(exec_corpus *c);
 /* Batch `index` of a split (0 train, 1 validation) for seed: B windows of

@@ -156,10 +156,10 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
             cfg.hidden, cfg.layers, cfg.heads, cfg.ffn, cfg.vocab,
             util_fmt_bytes(need.total_bytes, mb, sizeof mb));
     fprintf(out,
-            "corpus %s: %zu bytes (%zu train, %zu validation), unigram "
-            "entropy %.4f nats = %.3f bits/byte\n",
-            corpus.path, corpus.len, corpus.n_train,
-            corpus.len - corpus.n_train, corpus.entropy_nats,
+            "corpus %s: %zu bytes (%zu train, %zu validation in blocks of "
+            "%zu), unigram entropy %.4f nats = %.3f bits/byte\n",
+            corpus.path, corpus.len, corpus.n_train, corpus.n_val,
+            corpus.block, corpus.entropy_nats,
             corpus.entropy_nats / M_LN2);
     fprintf(out,
             "batch %d x %d tokens, seed %llu, %d thread%s (OpenBLAS %s), "

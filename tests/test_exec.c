@@ -193,6 +193,18 @@ Test(exec_cli, bad_input_exit_2)
     cr_assert_eq(r.code, 2);
     cr_assert(strstr(r.err, "empty"), "%s", r.err);
     cli_result_free(&r);
+    char *d = test_tmpdir(), cmd[600];
+    snprintf(cmd, sizeof cmd, "head -c 5000 /usr/share/common-licenses/GPL-3 "
+             "> %s/short.txt", d);
+    cr_assert_eq(system(cmd), 0);
+    r = cli_run("exec " SMALL " --steps 1 --data %s/short.txt", d);
+    cr_assert_eq(r.code, 2);
+    cr_assert(strstr(r.err, "too short") && strstr(r.err, "10240"), "%s",
+              r.err);
+    cli_result_free(&r);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    cr_assert_eq(system(cmd), 0);
+    free(d);
     r = cli_run("exec --model gpt-tiny --stpes 3");
     cr_assert_eq(r.code, 2);
     cr_assert(strstr(r.err, "--steps"), "%s", r.err);
