@@ -56,8 +56,8 @@ $(BUILD)/libsluice.a: $(LIB_OBJ)
 	@$(if $(Q),echo "  AR    $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-# The whole archive: cli/main.c reaches the modules' commands through weak
-# references, which alone would not pull their objects out of the archive.
+# Whole archive: commands are reached through weak references, which alone
+# would not pull their objects out of the library.
 $(BINDIR)/sluice: $(BUILD)/cli/main.o $(BUILD)/libsluice.a
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD    $@")

@@ -62,6 +62,9 @@ typedef struct prof_gpu {
     double nvlink_bw_bytes_per_s; /* per link, per direction */
     double tdp_w;
     double price_per_hour;  /* USD, rental reference; 0 when unknown */
+    /* Tensor FP16 with FP16 accumulation, FLOP/s; on GeForce cards twice
+     * peak_flops[FP16]. 0 when not listed (same rate as FP32 accumulate). */
+    double fp16_acc16_flops;
     prof_eff eff;
     char source[768];
 } prof_gpu;
@@ -73,6 +76,10 @@ const char *const *prof_gpu_names(void);
 int prof_gpu_get(const char *name, prof_gpu *out, util_err *e);
 /* Parses one GPU object (catalog entry or inline in a server file). */
 int prof_gpu_parse(const util_jobj *o, prof_gpu *out, util_err *e);
+/* Loads a GPU catalog file ("format": "sluice-gpus", as hw/gpus.json);
+ * *out (caller frees) gets *n GPU types. */
+int prof_gpu_catalog_load(const char *path, prof_gpu **out, int *n,
+                          util_err *e);
 
 /* ===================================================================== *
  * Servers and clusters: a graph                                         *
@@ -114,6 +121,7 @@ typedef struct prof_link {
 
 typedef struct prof_topo {
     char name[96];            /* "8x rtx2080ti, 2-socket PCIe 3.0 server" */
+    char host[160];           /* host platform in words; "" when unknown */
     int n_servers;
     int gpus_per_server;
     prof_gpu *gpu_types;
@@ -124,9 +132,11 @@ typedef struct prof_topo {
     int n_links;
     int n_gpus;
     int *gpu_node;            /* node index of GPU g */
-    /* Routes between every pair of nodes, filled by prof_topo_finish(). */
-    int *route_off;           /* n_nodes*n_nodes+1 offsets into route_dl */
-    int *route_dl;            /* directed link ids */
+    /* Unused (NULL): routes are computed on demand per source node and
+     * cached (prof_topo_route), so large clusters cost nothing up front. */
+    int *route_off;
+    int *route_dl;
+    struct prof_topo_x *x;    /* internal: adjacency, nearest tiers, cache */
 } prof_topo;
 
 /* Options that adjust a template (0 = template default). */
@@ -150,10 +160,32 @@ prof_topo *prof_topo_from_args(int argc, char **argv, const prof_hw_opts *o,
                                util_err *e);
 void prof_topo_free(prof_topo *t);
 
+/* Building a topology by hand (templates and loaders use these too):
+ * prof_topo_new, add GPU types, nodes and links, then prof_topo_finish,
+ * which checks it (unique names, every GPU reachable, positive bandwidths)
+ * and prepares routing. add_* return the new index. */
+prof_topo *prof_topo_new(const char *name);
+int prof_topo_add_gpu_type(prof_topo *t, const prof_gpu *g);
+int prof_topo_add_node(prof_topo *t, prof_node_kind kind, const char *name,
+                       int server);
+int prof_topo_add_link(prof_topo *t, int a, int b, prof_link_kind kind,
+                       double bw_bytes_per_s, double latency_ns);
+int prof_topo_finish(prof_topo *t, util_err *e);
+/* Node index by name, or -1. */
+int prof_topo_find(const prof_topo *t, const char *name);
+/* Whether a route crosses a link of this kind / a node of this kind. */
+int prof_route_has_link_kind(const prof_topo *t, const int *dl, int n,
+                             prof_link_kind k);
+int prof_route_has_node_kind(const prof_topo *t, const int *dl, int n,
+                             prof_node_kind k);
+/* Node at the head (destination end) of directed link dl. */
+int prof_dl_head(const prof_topo *t, int dl);
+int prof_dl_tail(const prof_topo *t, int dl);
+
 /* The GPU type of global GPU g (lent). */
 const prof_gpu *prof_topo_gpu(const prof_topo *t, int g);
 /* Route from node a to node b as directed link ids; *n gets the count.
- * Lent; empty when a == b. Routes are widest-path (largest bottleneck
+ * Lent; empty (NULL, 0) when a == b or when b cannot be reached. Routes are widest-path (largest bottleneck
  * bandwidth), then fewest hops, then lowest node index: deterministic. */
 const int *prof_topo_route(const prof_topo *t, int a, int b, int *n);
 /* Route between GPUs (by global GPU index). */
@@ -180,6 +212,8 @@ typedef enum {
 
 const char *prof_family_name(prof_family f);
 
+typedef enum { PROF_ACT_GELU, PROF_ACT_RELU, PROF_ACT_SILU } prof_act;
+
 typedef struct prof_model_spec {
     char name[64];
     prof_family family;
@@ -201,8 +235,12 @@ typedef struct prof_model_spec {
     int bias;            /* linear layers carry biases */
     int rel_pos_buckets; /* T5 relative attention buckets; 0 otherwise */
     int pooler;          /* BERT pooler */
+    int dropout;         /* dropout masks kept for backward */
+    int flash_attn;      /* fused attention: no s*s scores kept, recomputed
+                          * in backward */
+    prof_act act;        /* MLP activation (gated with gated_mlp) */
     prof_dtype dtype;    /* training precision of weights and activations */
-    char source[256];
+    char source[512];
 } prof_model_spec;
 
 typedef enum {
@@ -232,6 +270,9 @@ typedef struct prof_op {
     prof_op_kind kind;
     prof_part part;
     int layer;              /* index into prof_model.layers */
+    int tied;               /* params shared with an earlier op (the LM head
+                             * tied to the embedding): counted once in the
+                             * model, but a stage holding it keeps a copy */
     double fwd_flops, bwd_in_flops, bwd_w_flops;
     double bytes_read, bytes_written;   /* forward memory traffic */
     double params;
@@ -257,6 +298,7 @@ typedef struct prof_model {
     prof_layer *layers;
     int n_layers;
     double params;          /* unique parameters (tied ones counted once) */
+    double *cut_bytes;      /* per op: see prof_model_cut_bytes */
 } prof_model;
 
 /* Names of the built-in models, NULL-terminated (lent). */
@@ -287,7 +329,8 @@ double prof_model_train_flops(const prof_model *m, int recompute);
 
 /* Bytes that cross a cut placed after op `last` (everything at or before
  * `last` on one side): the outputs of ops <= last read by ops > last,
- * each counted once. Non-chain graphs (T5) carry the encoder output. */
+ * each counted once. Non-chain graphs (T5) carry the encoder output.
+ * O(1): precomputed when the model is built. */
 double prof_model_cut_bytes(const prof_model *m, int last);
 
 void prof_model_print(const prof_model *m, int ops, FILE *f);

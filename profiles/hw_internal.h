@@ -1,0 +1,59 @@
+/* Private to the hardware half of profiles/: GPU parsing with a base type,
+ * the catalog, the topology's internal state and link-kind helpers. */
+#ifndef SLUICE_PROFILES_HW_INTERNAL_H
+#define SLUICE_PROFILES_HW_INTERNAL_H
+
+#include "profiles/profiles.h"
+
+#include <pthread.h>
+
+/* UTIL_NEVER as a statement. */
+#define HW_NEVER(c) \
+    do { if (c) util_never_(__FILE__, __LINE__, #c); } while (0)
+
+/* Parses a GPU object. With partial, every field is optional and *out
+ * (already filled, e.g. from a built-in base type) keeps what is absent. */
+int prof_gpu_parse_ex(const util_jobj *o, prof_gpu *out, int partial,
+                      util_err *e);
+/* The GPU object in the catalog's JSON format (what prof_gpu_parse reads). */
+json_t *prof_gpu_json(const prof_gpu *g);
+/* "unknown GPU type 'x' (did you mean 'y'?); known: a, b, ..." */
+int prof_gpu_unknown(const char *name, util_err *e);
+
+/* Hash map (a,b) -> route, filled on demand. */
+typedef struct prof_route_rec { int *dl; int n; } prof_route_rec;
+
+typedef struct prof_topo_x {
+    /* Adjacency (CSR): for node v, entries [adj_off[v], adj_off[v+1]) hold
+     * the neighbour and the directed link v->neighbour, sorted by
+     * neighbour index then link id, so searches break ties by index. */
+    int *adj_off, *adj_node, *adj_dl;
+    int *gpu_dram, *gpu_nvme;     /* nearest tier per GPU, -1 when none */
+    /* route cache */
+    pthread_mutex_t mu;
+    uint64_t *keys;               /* a*n_nodes+b+1; 0 = empty */
+    int *vals;                    /* index into recs */
+    size_t cap, used;
+    prof_route_rec *recs;
+    size_t n_recs, cap_recs;
+    int **blocks;                 /* pool of route storage, never moved */
+    size_t n_blocks, block_used, block_cap;
+    unsigned char *src_done;      /* per source: bulk routes computed */
+    /* capacities of the growable arrays */
+    int cap_nodes, cap_links, cap_types;
+} prof_topo_x;
+
+/* Achievable PCIe bandwidth per direction, bytes/s (topo_template.c). */
+double prof_pcie_bw(int gen, int lanes);
+/* The template for a GPU type that need not be built in. */
+prof_topo *prof_topo_template_gpu(const prof_gpu *g, int n,
+                                  const prof_hw_opts *o, util_err *e);
+/* GPUs in one standard server of this type (the count `--hw GPU` means). */
+int prof_template_default_count(const prof_gpu *g, const prof_hw_opts *o);
+/* Loads a server file from text (name is for messages); o as for --hw. */
+prof_topo *prof_topo_load_text(const char *name, const char *text,
+                               const prof_hw_opts *o, util_err *e);
+/* Default one-way latency of a link kind, ns. */
+double prof_link_default_latency_ns(prof_link_kind k);
+
+#endif
