@@ -158,6 +158,17 @@ int exec_cmd_main(int argc, char **argv)
         return e.code ? e.code : UTIL_EXIT_USAGE;
     }
     snprintf(o.model, sizeof o.model, "%s", model);
+    /* Said in the run's header, not as errors: they change nothing the
+     * user must fix. */
+    if (spec.dtype != PROF_DT_FP32 || spec.dropout)
+        snprintf(o.note, sizeof o.note, "note: %s%s%s%s",
+                 spec.dtype != PROF_DT_FP32 ? "the spec's precision is " : "",
+                 spec.dtype != PROF_DT_FP32 ? prof_dtype_name(spec.dtype) : "",
+                 spec.dtype != PROF_DT_FP32 ? ", the CPU computes in fp32" : "",
+                 spec.dropout ? (spec.dtype != PROF_DT_FP32
+                                     ? "; dropout is off (deterministic)"
+                                     : "dropout is off (deterministic)")
+                              : "");
     if (!o.T && !o.resume && spec.seq_len > 0) o.T = spec.seq_len;
     exec_train_result r;
     if (exec_train(&o, &r, &e)) {

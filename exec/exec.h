@@ -32,9 +32,11 @@ typedef struct exec_gpt_config {
 } exec_gpt_config;
 
 /* Fills c from a model-zoo spec. Families and features the CPU trainer
- * does not implement (T5, BERT, Llama's RMSNorm and gated MLP, grouped
- * KV heads, a head size other than C/NH, no position table) are an error
- * naming the feature, code 2. where names the spec for messages. */
+ * does not implement (T5, BERT, OPT, Llama's RMSNorm and gated MLP, ReLU,
+ * grouped KV heads, a head size other than C/NH, no position table) are
+ * an error naming the feature, code 2. The spec's dtype and dropout are
+ * not: the CPU trains in fp32 and without dropout (deterministic), and
+ * callers may say so. where names the spec for messages. */
 int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
                               const char *where, util_err *e);
 /* Checks sizes (positive, heads divide hidden, ...); code 2. */
@@ -189,6 +191,7 @@ typedef struct exec_train_opts {
     double mem_budget_bytes;
     int eval_batches;       /* validation batches at the start and end */
     int quiet;              /* no per-step lines */
+    char note[192];         /* printed under the model line when set */
     FILE *out;              /* where lines go (stdout) */
 } exec_train_opts;
 

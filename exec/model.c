@@ -124,24 +124,27 @@ int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
 int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
                               const char *where, util_err *e)
 {
-    const char *why = NULL;
-    if (s->family != PROF_FAM_GPT && s->family != PROF_FAM_OPT)
-        why = "only decoder-only GPT-style models (family gpt or opt)";
+    char why[160] = "";
+    if (s->family != PROF_FAM_GPT)
+        snprintf(why, sizeof why,
+                 "family %s (it trains GPT-style decoders, family gpt)",
+                 prof_family_name(s->family));
     else if (s->rmsnorm)
-        why = "RMSNorm (this trainer implements LayerNorm)";
-    else if (s->gated_mlp)
-        why = "a gated MLP (this trainer implements the GELU MLP)";
+        snprintf(why, sizeof why, "RMSNorm (it implements LayerNorm)");
+    else if (s->gated_mlp || s->act != PROF_ACT_GELU)
+        snprintf(why, sizeof why, "a %sMLP other than GELU",
+                 s->gated_mlp ? "gated " : "");
     else if (s->kv_heads && s->kv_heads != s->heads)
-        why = "grouped KV heads";
+        snprintf(why, sizeof why, "grouped KV heads (%d for %d heads)",
+                 s->kv_heads, s->heads);
     else if (s->head_dim && s->heads && s->head_dim * s->heads != s->hidden)
-        why = "a head size other than hidden/heads";
+        snprintf(why, sizeof why, "a head size other than hidden/heads");
     else if (s->max_pos <= 0)
-        why = "models without a learned position table";
-    else if (s->dtype != PROF_DT_FP32)
-        why = "training precisions other than fp32";
-    if (why)
+        snprintf(why, sizeof why, "no learned position table (max_pos)");
+    if (why[0])
         return util_errf(e, UTIL_EXIT_USAGE,
-                         "%s: the CPU reference trainer does not support %s",
+                         "%s: the CPU reference trainer cannot train this "
+                         "model: %s",
                          where, why);
     c->vocab = s->vocab;
     c->max_pos = s->max_pos;

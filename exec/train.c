@@ -155,6 +155,7 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
             o->model, util_fmt_count((double)need.params, pc, sizeof pc),
             cfg.hidden, cfg.layers, cfg.heads, cfg.ffn, cfg.vocab,
             util_fmt_bytes(need.total_bytes, mb, sizeof mb));
+    if (o->note[0]) fprintf(out, "%s\n", o->note);
     fprintf(out,
             "corpus %s: %zu bytes (%zu train, %zu validation in blocks of "
             "%zu), unigram entropy %.4f nats = %.3f bits/byte\n",

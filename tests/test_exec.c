@@ -265,3 +265,36 @@ Test(exec_cli, timings_json_has_cost_model_signature)
     cr_assert_eq(system(cmd), 0);
     free(d);
 }
+
+Test(exec_cli, model_files_and_unsupported_models)
+{
+    char *d = test_tmpdir(), p[512];
+    snprintf(p, sizeof p, "%s/micro.json", d);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"gpt-micro\", \"family\": \"gpt\", \"hidden\": 32, "
+          "\"layers\": 2, \"heads\": 2, \"ffn\": 64, \"vocab\": 256, "
+          "\"seq_len\": 16, \"max_pos\": 16, \"tied_embeddings\": false, "
+          "\"bias\": false, \"dtype\": \"fp16\"}\n", f);
+    fclose(f);
+    cli_result r = cli_run("exec --model %s --batch 2 --steps 2 "
+                           "--eval-batches 1", p);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "hidden 32, layers 2") &&
+                  strstr(r.out, "computes in fp32"),
+              "%s", r.out);
+    cli_result_free(&r);
+    r = cli_run("exec --model llama2-7b --steps 1");
+    cr_assert_eq(r.code, 2);
+    cr_assert(strstr(r.err, "family llama"), "%s", r.err);
+    cli_result_free(&r);
+    /* A model the zoo knows but memory cannot hold: says how much. */
+    r = cli_run("exec --model gpt2-xl --steps 1 --mem-budget 16G");
+    cr_assert_eq(r.code, 2);
+    cr_assert(strstr(r.err, "needs") && strstr(r.err, "GiB"), "%s", r.err);
+    cli_result_free(&r);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    cr_assert_eq(system(cmd), 0);
+    free(d);
+}

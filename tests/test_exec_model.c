@@ -123,7 +123,7 @@ Test(exec_model, config_from_spec_rejects_what_it_cannot_train)
     util_err e;
     cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), -1);
     cr_assert_eq(e.code, 2);
-    cr_assert(strstr(e.msg, "x.json") && strstr(e.msg, "GPT"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "x.json") && strstr(e.msg, "llama"), "%s", e.msg);
     s.family = PROF_FAM_GPT;
     s.rmsnorm = s.gated_mlp = 0;
     s.heads = 5;
