@@ -11,17 +11,8 @@
 #include <string.h>
 
 #include "kernels/kern_math.h"
-#include "kernels/kern_threads.h"
+#include "kernels/kern_cpu.h"
 
-/* Arguments of one op call, handed to its parts (names as in the op). */
-typedef struct kargs {
-    float *out, *out2, *out3;
-    const float *in, *in2, *in3, *in4, *in5;
-    const int *tok;
-    int B, T, C, NH, N, OC, V;
-    size_t n;
-    float scale;
-} kargs;
 
 /* ---------------------------------------------------------------- embed */
 
@@ -59,121 +50,6 @@ void kern_embed_backward(float *dwte, float *dwpe, const float *dout,
                 pe[c] += d[c];
             }
         }
-}
-
-/* ------------------------------------------------------------ layernorm */
-
-static void ln_fwd_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    int C = a->C;
-    const float *w = a->in2, *b = a->in3;
-    KERN_SPLIT(a->N, part, np, lo, hi);
-    for (size_t i = lo; i < hi; i++) {
-        const float *x = a->in + i * C;
-        float m = 0.0f;
-        for (int c = 0; c < C; c++) m += x[c];
-        m /= (float)C;
-        float var = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float d = x[c] - m;
-            var += d * d;
-        }
-        var /= (float)C;
-        float s = 1.0f / sqrtf(var + KERN_LN_EPS);
-        float *o = a->out + i * C;
-        for (int c = 0; c < C; c++)
-            o[c] = (x[c] - m) * s * w[c] + (b ? b[c] : 0.0f);
-        a->out2[i] = m;
-        a->out3[i] = s;
-    }
-}
-
-void kern_layernorm_forward(float *out, float *mean, float *rstd,
-                            const float *inp, const float *w, const float *b,
-                            int N, int C)
-{
-    kargs a = {.out = out, .out2 = mean, .out3 = rstd, .in = inp, .in2 = w,
-               .in3 = b, .N = N, .C = C};
-    kern_parallel(ln_fwd_part, &a);
-}
-
-/* dx = s (dn - mean(dn) - n mean(dn n)) with n the normalised input and
- * dn = w dout. */
-static void ln_bwd_in_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    int C = a->C;
-    const float *w = a->in3, *mean = a->in4, *rstd = a->in5;
-    KERN_SPLIT(a->N, part, np, lo, hi);
-    for (size_t i = lo; i < hi; i++) {
-        const float *x = a->in2 + i * C;
-        const float *d = a->in + i * C;
-        float m = mean[i], s = rstd[i];
-        float sum_dn = 0.0f, sum_dn_n = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float n = (x[c] - m) * s;
-            float dn = w[c] * d[c];
-            sum_dn += dn;
-            sum_dn_n += dn * n;
-        }
-        sum_dn /= (float)C;
-        sum_dn_n /= (float)C;
-        float *dx = a->out + i * C;
-        for (int c = 0; c < C; c++) {
-            float n = (x[c] - m) * s;
-            float dn = w[c] * d[c];
-            dx[c] += s * (dn - sum_dn - n * sum_dn_n);
-        }
-    }
-}
-
-void kern_layernorm_backward_input(float *dinp, const float *dout,
-                                   const float *inp, const float *w,
-                                   const float *mean, const float *rstd,
-                                   int N, int C)
-{
-    kargs a = {.out = dinp, .in = dout, .in2 = inp, .in3 = w, .in4 = mean,
-               .in5 = rstd, .N = N, .C = C};
-    kern_parallel(ln_bwd_in_part, &a);
-}
-
-/* Split by channel: each part sums all rows for its channels, in row
- * order, so the result does not depend on the thread count. */
-static void ln_bwd_w_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    int C = a->C;
-    float *dw = a->out, *db = a->out2;
-    const float *mean = a->in3, *rstd = a->in4;
-    KERN_SPLIT(C, part, np, lo, hi);
-    for (int i = 0; i < a->N; i++) {
-        const float *x = a->in2 + (size_t)i * C;
-        const float *d = a->in + (size_t)i * C;
-        float m = mean[i], s = rstd[i];
-        for (size_t c = lo; c < hi; c++) {
-            dw[c] += d[c] * (x[c] - m) * s;
-            if (db) db[c] += d[c];
-        }
-    }
-}
-
-void kern_layernorm_backward_weight(float *dw, float *db, const float *dout,
-                                    const float *inp, const float *mean,
-                                    const float *rstd, int N, int C)
-{
-    kargs a = {.out = dw, .out2 = db, .in = dout, .in2 = inp, .in3 = mean,
-               .in4 = rstd, .N = N, .C = C};
-    kern_parallel(ln_bwd_w_part, &a);
-}
-
-void kern_layernorm_backward(float *dinp, float *dw, float *db,
-                             const float *dout, const float *inp,
-                             const float *w, const float *mean,
-                             const float *rstd, int N, int C)
-{
-    kern_layernorm_backward_input(dinp, dout, inp, w, mean, rstd, N, C);
-    kern_layernorm_backward_weight(dw, db, dout, inp, mean, rstd, N, C);
 }
 
 /* --------------------------------------------------------------- linear */
@@ -273,19 +149,8 @@ static void attn_fwd_part(void *p, int part, int np)
         float *att = a->out2 + bh * T * T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale,
                     q, C3, k, C3, 0.0f, att, T);
-        for (int t = 0; t < T; t++) {
-            float *row = att + (size_t)t * T;
-            float mx = row[0];
-            for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-            float sum = 0.0f;
-            for (int j = 0; j <= t; j++) {
-                row[j] = kern_expf(row[j] - mx);
-                sum += row[j];
-            }
-            float inv = 1.0f / sum;
-            for (int j = 0; j <= t; j++) row[j] *= inv;
-            for (int j = t + 1; j < T; j++) row[j] = 0.0f;
-        }
+        for (int t = 0; t < T; t++)
+            kern_cpu_softmax_row(att + (size_t)t * T, t + 1, T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
                     att, T, v, C3, 0.0f, a->out + b * T * C + h * hs, C);
     }
@@ -320,14 +185,9 @@ static void attn_bwd_part(void *p, int part, int np)
                     dO, C, v, C3, 0.0f, ds, T);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f,
                     pr0, T, dO, C, 1.0f, dv, C3);
-        for (int t = 0; t < T; t++) {
-            const float *pr = pr0 + (size_t)t * T;
-            float *dr = ds + (size_t)t * T;
-            float dot = 0.0f;
-            for (int j = 0; j <= t; j++) dot += pr[j] * dr[j];
-            for (int j = 0; j <= t; j++) dr[j] = pr[j] * (dr[j] - dot);
-            for (int j = t + 1; j < T; j++) dr[j] = 0.0f;
-        }
+        for (int t = 0; t < T; t++)
+            kern_cpu_softmax_row_backward(ds + (size_t)t * T,
+                                          pr0 + (size_t)t * T, t + 1, T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale,
                     ds, T, k, C3, 1.0f, dq, C3);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale,
@@ -374,60 +234,6 @@ void kern_residual_backward(float *da, float *db, const float *dout, size_t n)
 {
     kargs k = {.out = da, .out2 = db, .in = dout, .n = n};
     kern_parallel(res_bwd_part, &k);
-}
-
-/* loss = log(sum exp(l - max)) + max - l[target]: no log of a probability
- * that underflowed. */
-static void xent_fwd_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    int V = a->V;
-    KERN_SPLIT(a->N, part, np, lo, hi);
-    for (size_t i = lo; i < hi; i++) {
-        const float *l = a->in + i * V;
-        float *pr = a->out2 + i * V;
-        float mx = l[0];
-        for (int j = 1; j < V; j++) mx = l[j] > mx ? l[j] : mx;
-        float sum = 0.0f;
-        for (int j = 0; j < V; j++) {
-            pr[j] = kern_expf(l[j] - mx);
-            sum += pr[j];
-        }
-        float inv = 1.0f / sum;
-        for (int j = 0; j < V; j++) pr[j] *= inv;
-        a->out[i] = logf(sum) + mx - l[a->tok[i]];
-    }
-}
-
-void kern_softmax_xent_forward(float *losses, float *probs,
-                               const float *logits, const int *targets, int N,
-                               int V)
-{
-    kargs a = {.out = losses, .out2 = probs, .in = logits, .tok = targets,
-               .N = N, .V = V};
-    kern_parallel(xent_fwd_part, &a);
-}
-
-static void xent_bwd_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    int V = a->V;
-    float scale = a->scale;
-    KERN_SPLIT(a->N, part, np, lo, hi);
-    for (size_t i = lo; i < hi; i++) {
-        const float *pr = a->in + i * V;
-        float *d = a->out + i * V;
-        for (int j = 0; j < V; j++) d[j] += scale * pr[j];
-        d[a->tok[i]] -= scale;
-    }
-}
-
-void kern_softmax_xent_backward(float *dlogits, const float *probs,
-                                const int *targets, float scale, int N, int V)
-{
-    kargs a = {.out = dlogits, .in = probs, .tok = targets, .scale = scale,
-               .N = N, .V = V};
-    kern_parallel(xent_bwd_part, &a);
 }
 
 /* ------------------------------------------------------------ optimizer */

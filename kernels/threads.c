@@ -1,7 +1,7 @@
 /* The kernels' thread pool: n-1 workers parked on a condition variable,
  * woken by a generation counter; the caller runs part 0 itself and waits
  * for the rest. One job at a time (the trainer calls ops in sequence). */
-#include "kernels/kern_threads.h"
+#include "kernels/kern_cpu.h"
 
 #include <cblas.h>
 #include <pthread.h>
