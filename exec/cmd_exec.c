@@ -37,7 +37,10 @@ static void usage(FILE *f)
         "                      bytes, ns), the cost model's signature\n"
         "  --mem-budget SIZE   refuse models that need more (default: RAM)\n"
         "  --eval-batches N    validation batches before and after (default 4)\n"
-        "  --quiet             no line per step\n");
+        "  --quiet             no line per step\n"
+        "  --json              the run as one JSON document on stdout (steps\n"
+        "                      with loss, lr, gradient norm, ns; kernel ns\n"
+        "                      per op kind; validation loss; tokens/s)\n");
 }
 
 static int need_arg(int i, int argc, char **argv, util_err *e)
@@ -80,10 +83,11 @@ static int parse(int argc, char **argv, exec_train_opts *o,
         "--model", "--steps", "--stop-after", "--batch", "--seq", "--data", "--lr",
         "--warmup", "--weight-decay", "--clip", "--seed", "--threads",
         "--save", "--save-every", "--resume", "--timings", "--mem-budget",
-        "--eval-batches", "--quiet", "--help"};
+        "--eval-batches", "--quiet", "--json", "--help"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
+        if (!strcmp(a, "--json")) { o->json = 1; continue; }
         int known = 0;
         for (size_t k = 0; k < sizeof opts / sizeof *opts; k++)
             known |= !strcmp(a, opts[k]);

@@ -191,6 +191,7 @@ typedef struct exec_train_opts {
     double mem_budget_bytes;
     int eval_batches;       /* validation batches at the start and end */
     int quiet;              /* no per-step lines */
+    int json;               /* one JSON document instead of text lines */
     char note[192];         /* printed under the model line when set */
     FILE *out;              /* where lines go (stdout) */
 } exec_train_opts;

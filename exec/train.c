@@ -6,6 +6,7 @@
 #include "exec/exec.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,6 +24,18 @@ void exec_train_defaults(exec_train_opts *o)
     o->threads = 1;
     o->eval_batches = 4;
     o->out = stdout;
+}
+
+/* printf to f, or nothing when f is NULL. */
+static void say(FILE *f, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void say(FILE *f, const char *fmt, ...)
+{
+    if (!f) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
 }
 
 static float lr_at(const exec_train_opts *o, int warmup, int s)
@@ -148,33 +161,35 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
     int *tgt = util_malloc((size_t)B * T * sizeof(int));
     exec_timing *tm = exec_timing_new();
     FILE *out = o->out ? o->out : stdout;
+    FILE *hu = o->json ? NULL : out; /* human lines, off with --json */
+    json_t *jsteps = json_array();
     char pc[32], mb[32];
-    fprintf(out,
+    say(hu,
             "model %s: %s parameters (hidden %d, layers %d, heads %d, ffn %d, "
             "vocab %d), %s to train\n",
             o->model, util_fmt_count((double)need.params, pc, sizeof pc),
             cfg.hidden, cfg.layers, cfg.heads, cfg.ffn, cfg.vocab,
             util_fmt_bytes(need.total_bytes, mb, sizeof mb));
-    if (o->note[0]) fprintf(out, "%s\n", o->note);
-    fprintf(out,
+    if (o->note[0]) say(hu, "%s\n", o->note);
+    say(hu,
             "corpus %s: %zu bytes (%zu train, %zu validation in blocks of "
             "%zu), unigram entropy %.4f nats = %.3f bits/byte\n",
             corpus.path, corpus.len, corpus.n_train, corpus.n_val,
             corpus.block, corpus.entropy_nats,
             corpus.entropy_nats / M_LN2);
-    fprintf(out,
+    say(hu,
             "batch %d x %d tokens, seed %llu, %d thread%s (OpenBLAS %s), "
             "AdamW lr %.2e warm-up %d cosine to %.2e, clip %.2f\n",
             B, T, (unsigned long long)seed, o->threads,
             o->threads == 1 ? "" : "s", kern_blas_core(), o->adamw.lr, warmup,
             o->adamw.lr * 0.1, o->adamw.clip);
     if (o->resume)
-        fprintf(out, "resumed from %s at step %d\n", o->resume, step0);
+        say(hu, "resumed from %s at step %d\n", o->resume, step0);
     r->entropy_nats = corpus.entropy_nats;
     r->val_loss_start = eval_loss(m, &corpus, seed, o->eval_batches, B, T,
                                   tok, tgt);
     if (o->eval_batches)
-        fprintf(out, "validation loss %.4f (%d batches)\n", r->val_loss_start,
+        say(hu, "validation loss %.4f (%d batches)\n", r->val_loss_start,
                 o->eval_batches);
 
     int rc = 0;
@@ -204,8 +219,15 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
         if (s == step0) r->first_loss = loss;
         r->last_loss = loss;
         r->steps_run++;
+        json_t *js = json_object();
+        json_object_set_new(js, "step", json_integer(s + 1));
+        json_object_set_new(js, "loss", json_real(loss));
+        json_object_set_new(js, "lr", json_real(ad.lr));
+        json_object_set_new(js, "grad_norm", json_real(norm));
+        json_object_set_new(js, "ns", json_integer((json_int_t)dt));
+        json_array_append_new(jsteps, js);
         if (!o->quiet)
-            fprintf(out,
+            say(hu,
                     "step %5d/%d | loss %.6f | lr %.3e | norm %7.4f | "
                     "%8.2f ms | %9.0f tok/s\n",
                     s + 1, o->steps, loss, ad.lr, norm, dt / 1e6,
@@ -233,13 +255,13 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
                                    : 0;
         r->gemm_share = tot ? (double)exec_timing_gemm_ns(tm) / tot : 0;
         if (r->steps_run) {
-            fprintf(out,
+            say(hu,
                     "trained %d steps (%d to %d), %.0f tokens in %.3f s: "
                     "%.0f tokens/s\n",
                     r->steps_run, step0 + 1, end,
                     (double)B * T * r->steps_run, train_ns / 1e9,
                     r->tokens_per_s);
-            fprintf(out,
+            say(hu,
                     "loss %.4f -> %.4f (train, first and last step)\n",
                     r->first_loss, r->last_loss);
             util_table *t = util_table_new(4);
@@ -260,22 +282,56 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
                                       what};
                 util_table_row(t, row);
             }
-            fprintf(out, "kernel time per step (outside linear-layer GEMMs: "
+            say(hu, "kernel time per step (outside linear-layer GEMMs: "
                          "%.1f%%):\n",
                     100.0 * (1 - r->gemm_share));
-            util_table_print(t, out, "  ");
+            if (hu) util_table_print(t, hu, "  ");
             util_table_free(t);
         }
         if (o->eval_batches)
-            fprintf(out,
+            say(hu,
                     "validation loss %.4f (%.3f bits/byte; unigram entropy "
                     "%.4f nats)\n",
                     r->val_loss_end, r->val_loss_end / M_LN2,
                     corpus.entropy_nats);
-        if (o->save) fprintf(out, "saved %s at step %lld\n", o->save,
+        if (o->save) say(hu, "saved %s at step %lld\n", o->save,
                              (long long)sm.step);
-        if (o->timings) fprintf(out, "per-op timings in %s\n", o->timings);
+        if (o->timings) say(hu, "per-op timings in %s\n", o->timings);
     }
+    if (!rc && o->json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "model", json_string(o->model));
+        json_object_set_new(j, "params", json_integer((json_int_t)need.params));
+        json_object_set_new(j, "mem_bytes", json_real(need.total_bytes));
+        json_t *jc = json_object();
+        json_object_set_new(jc, "path", json_string(corpus.path));
+        json_object_set_new(jc, "bytes", json_integer((json_int_t)corpus.len));
+        json_object_set_new(jc, "unigram_entropy_nats",
+                            json_real(corpus.entropy_nats));
+        json_object_set_new(j, "corpus", jc);
+        json_object_set_new(j, "B", json_integer(B));
+        json_object_set_new(j, "T", json_integer(T));
+        json_object_set_new(j, "seed", json_integer((json_int_t)seed));
+        json_object_set_new(j, "threads", json_integer(o->threads));
+        json_object_set_new(j, "steps", jsteps);
+        jsteps = NULL;
+        json_object_set_new(j, "tokens_per_s", json_real(r->tokens_per_s));
+        if (o->eval_batches) {
+            json_object_set_new(j, "val_loss_start",
+                                json_real(r->val_loss_start));
+            json_object_set_new(j, "val_loss_end", json_real(r->val_loss_end));
+        }
+        json_t *jk = json_object();
+        for (int k = 0; k < KERN_KIND_COUNT; k++)
+            json_object_set_new(
+                jk, kern_kind_name((kern_kind)k),
+                json_integer((json_int_t)exec_timing_kind_ns(tm, (kern_kind)k)));
+        json_object_set_new(j, "kernel_ns", jk);
+        if (o->save) json_object_set_new(j, "saved", json_string(o->save));
+        util_json_print(j, out);
+        json_decref(j);
+    }
+    json_decref(jsteps);
     exec_timing_free(tm);
     free(tok);
     free(tgt);

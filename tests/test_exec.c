@@ -298,3 +298,24 @@ Test(exec_cli, model_files_and_unsupported_models)
     cr_assert_eq(system(cmd), 0);
     free(d);
 }
+
+Test(exec_cli, json_output)
+{
+    cli_result r = cli_run("exec " SMALL " --steps 3 --json");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j, "%s\n%s", je.text, r.out);
+    json_t *steps = json_object_get(j, "steps");
+    cr_assert_eq(json_array_size(steps), 3);
+    json_t *s0 = json_array_get(steps, 0);
+    cr_assert(json_real_value(json_object_get(s0, "loss")) > 5.0);
+    cr_assert(json_integer_value(json_object_get(s0, "ns")) > 0);
+    cr_assert(json_real_value(json_object_get(j, "tokens_per_s")) > 0);
+    cr_assert(json_integer_value(json_object_get(
+                  json_object_get(j, "kernel_ns"), "linear")) > 0);
+    cr_assert(json_real_value(json_object_get(
+                  json_object_get(j, "corpus"), "unigram_entropy_nats")) > 2);
+    json_decref(j);
+    cli_result_free(&r);
+}
