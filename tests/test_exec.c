@@ -72,18 +72,25 @@ Test(exec_cli, loss_falls_below_start)
     cli_result_free(&r);
 }
 
-Test(exec_cli, resume_is_bit_for_bit)
+/* Run A trains 6 steps; run B stops after 3 (same schedule) and saves;
+ * run C resumes B to 6. C's steps 4-6 and final checkpoint equal A's. */
+static void resume_check(int threads)
 {
     char *d = test_tmpdir();
-    cli_result a = cli_run("exec " SMALL " --steps 6 --save %s/a.ck", d);
+#define RUN_ARGS "--model gpt-tiny --batch 2 --seq 16 --eval-batches 1 "     \
+                 "--threads %d"
+    cli_result a = cli_run("exec " RUN_ARGS " --steps 6 --save %s/a.ck",
+                           threads, d);
     cr_assert_eq(a.code, 0, "%s", a.err);
-    cli_result b = cli_run("exec " SMALL " --steps 6 --stop-after 3 "
-                           "--save %s/b.ck", d);
+    cli_result b = cli_run("exec " RUN_ARGS " --steps 6 --stop-after 3 "
+                           "--save %s/b.ck", threads, d);
     cr_assert_eq(b.code, 0, "%s", b.err);
     /* --batch/--seq come from the checkpoint. */
-    cli_result c = cli_run("exec --model gpt-tiny --threads 1 --eval-batches 1 "
-                           "--steps 6 --resume %s/b.ck --save %s/c.ck",
-                           d, d);
+    cli_result c = cli_run("exec --model gpt-tiny --threads %d "
+                           "--eval-batches 1 --steps 6 --resume %s/b.ck "
+                           "--save %s/c.ck",
+                           threads, d, d);
+#undef RUN_ARGS
     cr_assert_eq(c.code, 0, "%s", c.err);
     cr_assert(strstr(c.out, "resumed from"), "%s", c.out);
     char *la = step_lines(a.out, 4), *lc = step_lines(c.out, 4);
@@ -103,6 +110,10 @@ Test(exec_cli, resume_is_bit_for_bit)
     cr_assert_eq(system(cmd), 0);
     free(d);
 }
+
+Test(exec_cli, resume_is_bit_for_bit) { resume_check(1); }
+
+Test(exec_cli, resume_is_bit_for_bit_two_threads) { resume_check(2); }
 
 Test(exec_cli, bad_checkpoints_exit_2)
 {
