@@ -103,27 +103,36 @@ static int parse(int argc, char **argv, exec_train_opts *o,
         if (need_arg(i, argc, argv, e)) return -1;
         const char *v = argv[++i];
         int rc = 0, seed = 0;
+        const long BIG = 100000000;
         if (!strcmp(a, "--model")) *model = v;
-        else if (!strcmp(a, "--steps")) rc = int_arg(a, v, 0, 100000000, &o->steps, e);
+        else if (!strcmp(a, "--steps"))
+            rc = int_arg(a, v, 0, BIG, &o->steps, e);
         else if (!strcmp(a, "--stop-after"))
-            rc = int_arg(a, v, 0, 100000000, &o->stop_after, e);
-        else if (!strcmp(a, "--batch")) rc = int_arg(a, v, 1, 1 << 20, &o->B, e);
+            rc = int_arg(a, v, 0, BIG, &o->stop_after, e);
+        else if (!strcmp(a, "--batch"))
+            rc = int_arg(a, v, 1, 1 << 20, &o->B, e);
         else if (!strcmp(a, "--seq")) rc = int_arg(a, v, 1, 1 << 20, &o->T, e);
         else if (!strcmp(a, "--data")) o->data = v;
-        else if (!strcmp(a, "--lr")) rc = float_arg(a, v, 0, 10, &o->adamw.lr, e);
-        else if (!strcmp(a, "--warmup")) rc = int_arg(a, v, 0, 100000000, &o->warmup, e);
+        else if (!strcmp(a, "--lr"))
+            rc = float_arg(a, v, 0, 10, &o->adamw.lr, e);
+        else if (!strcmp(a, "--warmup"))
+            rc = int_arg(a, v, 0, BIG, &o->warmup, e);
         else if (!strcmp(a, "--weight-decay"))
             rc = float_arg(a, v, 0, 10, &o->adamw.weight_decay, e);
-        else if (!strcmp(a, "--clip")) rc = float_arg(a, v, 0, 1e9, &o->adamw.clip, e);
+        else if (!strcmp(a, "--clip"))
+            rc = float_arg(a, v, 0, 1e9, &o->adamw.clip, e);
         else if (!strcmp(a, "--seed")) {
             rc = int_arg(a, v, 0, 2147483647, &seed, e);
             o->seed = (uint64_t)seed;
-        } else if (!strcmp(a, "--threads")) rc = int_arg(a, v, 1, 256, &o->threads, e);
+        } else if (!strcmp(a, "--threads"))
+            rc = int_arg(a, v, 1, 256, &o->threads, e);
         else if (!strcmp(a, "--save")) o->save = v;
-        else if (!strcmp(a, "--save-every")) rc = int_arg(a, v, 0, 100000000, &o->save_every, e);
+        else if (!strcmp(a, "--save-every"))
+            rc = int_arg(a, v, 0, BIG, &o->save_every, e);
         else if (!strcmp(a, "--resume")) o->resume = v;
         else if (!strcmp(a, "--timings")) o->timings = v;
-        else if (!strcmp(a, "--eval-batches")) rc = int_arg(a, v, 0, 10000, &o->eval_batches, e);
+        else if (!strcmp(a, "--eval-batches"))
+            rc = int_arg(a, v, 0, 10000, &o->eval_batches, e);
         else if (!strcmp(a, "--mem-budget")) {
             if (util_parse_size(v, &o->mem_budget_bytes) ||
                 o->mem_budget_bytes <= 0)

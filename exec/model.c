@@ -247,8 +247,15 @@ const exec_tensor *exec_gpt_tensors(const exec_gpt *m, int *n)
 }
 
 /* Pointers into the arenas. */
-static float *par(exec_gpt *m, int i) { return m->tens[i].n ? m->arena + m->tens[i].off : NULL; }
-static float *grd(exec_gpt *m, int i) { return m->tens[i].n ? m->arena + m->P + m->tens[i].off : NULL; }
+static float *par(exec_gpt *m, int i)
+{
+    return m->tens[i].n ? m->arena + m->tens[i].off : NULL;
+}
+
+static float *grd(exec_gpt *m, int i)
+{
+    return m->tens[i].n ? m->arena + m->P + m->tens[i].off : NULL;
+}
 
 static float *act_at(exec_gpt *m, float *base, int l, int which)
 {
