@@ -105,19 +105,23 @@ float exec_gpt_step(exec_gpt *m, const exec_adamw *o, int t);
 exec_timing *exec_timing_new(void);
 void exec_timing_free(exec_timing *t);
 void exec_timing_reset(exec_timing *t);
-/* Records one call: ns measured with the monotonic clock. dims are B, T,
- * C, NH, V, OC (0 where the op has none), gemm m, n, k (0 when the op is
- * not one GEMM). */
-void exec_timing_add(exec_timing *t, kern_op op, const int dims[6],
-                     const double gemm[3], double flops, double bytes,
-                     uint64_t ns);
+/* Records one call: ns measured with the monotonic clock. as names the
+ * model op kind when it differs from the kernel's ("lm_head" for the head's
+ * linear layer, as the simulator's op graph says), else NULL. dims are B,
+ * T, C, NH, V, OC (0 where the op has none), gemm m, n, k (0 when the op
+ * is not one GEMM). as must outlive t (a string literal). */
+void exec_timing_add(exec_timing *t, kern_op op, const char *as,
+                     const int dims[6], const double gemm[3], double flops,
+                     double bytes, uint64_t ns);
 /* Total ns per op kind (KERN_KIND_*) and overall. */
 uint64_t exec_timing_kind_ns(const exec_timing *t, kern_kind k);
 uint64_t exec_timing_total_ns(const exec_timing *t);
 /* ns spent inside sgemm calls: linear ops and attention's products. */
 uint64_t exec_timing_gemm_ns(const exec_timing *t);
 /* JSON: {"ops": [{"op", "kind", "phase", "shape", "gemm", "flops",
- * "bytes", "calls", "ns_total", "ns_mean", "ns_min"}...]}. New ref. */
+ * "bytes", "calls", "ns_total", "ns_mean", "ns_min"}...]}; kind is the
+ * model op kind (embed, norm, linear, attn, act, residual, lm_head, loss,
+ * optimizer). New ref. */
 json_t *exec_timing_json(const exec_timing *t);
 /* Monotonic clock in ns. */
 uint64_t exec_now_ns(void);

@@ -103,6 +103,7 @@ struct exec_gpt {
     act_layout al;
     int *tokens, *targets;  /* copies of the last forward's batch */
     exec_timing *tm;
+    const char *as;         /* model op kind for the timer, or NULL */
 };
 
 int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
@@ -284,7 +285,7 @@ static float *glob_at(exec_gpt *m, float *base, int which)
         if (m->tm) {                                                         \
             int dims_[6] = {d0, d1, d2, d3, d4, d5};                         \
             double g_[3] = {gm, gn, gk};                                     \
-            exec_timing_add(m->tm, KERN_OP_##op, dims_, g_, fl, by,          \
+            exec_timing_add(m->tm, KERN_OP_##op, m->as, dims_, g_, fl, by,   \
                             exec_now_ns() - t0_);                            \
         }                                                                    \
     } while (0)
@@ -391,7 +392,9 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
     ln_fwd(m, GACT(G_LNF), GACT(G_LNF_MEAN), GACT(G_LNF_RSTD),
            ACT(m->c.layers - 1, A_RES3), par(m, P_LNFW), par(m, P_LNFB));
     const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
+    m->as = "lm_head";
     linear_fwd(m, GACT(G_LOGITS), GACT(G_LNF), lmw, NULL, N, C, V);
+    m->as = NULL;
     TIMED(softmax_xent_forward, B, T, 0, 0, V, 0, 0, 0, 0, 5.0 * N * V,
           F4 * 2.0 * N * V,
           kern_softmax_xent_forward(GACT(G_LOSSES), GACT(G_PROBS),
@@ -419,8 +422,10 @@ void exec_gpt_backward(exec_gpt *m)
                                      m->targets, 1.0f / N, N, V));
     const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
     float *dlmw = m->c.tied ? grd(m, P_WTE) : grd(m, P_LMW);
+    m->as = "lm_head";
     linear_bwd(m, GDACT(G_LNF), dlmw, NULL, GDACT(G_LOGITS), GACT(G_LNF), lmw,
                N, C, V);
+    m->as = NULL;
     ln_bwd(m, DACT(L - 1, A_RES3), grd(m, P_LNFW), grd(m, P_LNFB),
            GDACT(G_LNF), ACT(L - 1, A_RES3), par(m, P_LNFW),
            GACT(G_LNF_MEAN), GACT(G_LNF_RSTD));

@@ -10,6 +10,7 @@
 
 typedef struct timing_row {
     kern_op op;
+    const char *as;          /* model op kind when not the kernel's */
     int dims[6];
     double gemm[3];
     double flops, bytes;     /* per call */
@@ -39,13 +40,14 @@ void exec_timing_free(exec_timing *t)
 
 void exec_timing_reset(exec_timing *t) { t->n = 0; }
 
-void exec_timing_add(exec_timing *t, kern_op op, const int dims[6],
-                     const double gemm[3], double flops, double bytes,
-                     uint64_t ns)
+void exec_timing_add(exec_timing *t, kern_op op, const char *as,
+                     const int dims[6], const double gemm[3], double flops,
+                     double bytes, uint64_t ns)
 {
     timing_row *r = NULL;
     for (int i = 0; i < t->n; i++)
-        if (t->rows[i].op == op && !memcmp(t->rows[i].dims, dims,
+        if (t->rows[i].op == op && t->rows[i].as == as &&
+            !memcmp(t->rows[i].dims, dims,
                                            sizeof t->rows[i].dims) &&
             !memcmp(t->rows[i].gemm, gemm, sizeof t->rows[i].gemm) &&
             t->rows[i].bytes == bytes) {
@@ -60,6 +62,7 @@ void exec_timing_add(exec_timing *t, kern_op op, const int dims[6],
         r = &t->rows[t->n++];
         memset(r, 0, sizeof *r);
         r->op = op;
+        r->as = as;
         memcpy(r->dims, dims, sizeof r->dims);
         memcpy(r->gemm, gemm, sizeof r->gemm);
         r->flops = flops;
@@ -110,7 +113,9 @@ json_t *exec_timing_json(const exec_timing *t)
         json_t *o = json_object();
         json_object_set_new(o, "op", json_string(kern_op_name(r->op)));
         json_object_set_new(o, "kind",
-                            json_string(kern_kind_name(kern_op_kind(r->op))));
+                            json_string(r->as ? r->as
+                                              : kern_kind_name(
+                                                    kern_op_kind(r->op))));
         json_object_set_new(o, "phase", json_string(phase_of(r->op)));
         json_t *sh = json_object();
         for (int d = 0; d < 6; d++)

@@ -267,6 +267,10 @@ Test(exec_cli, timings_json_has_cost_model_signature)
             cr_assert_str_eq(json_string_value(json_object_get(o, "kind")),
                              "norm");
         }
+        if (!strcmp(op, "linear_forward") &&
+            json_integer_value(json_object_get(g, "n")) == 256)
+            cr_assert_str_eq(json_string_value(json_object_get(o, "kind")),
+                             "lm_head");
     }
     cr_assert(found_qkv && found_w && kinds > 0);
     json_decref(root);
