@@ -94,8 +94,7 @@ bench: $(BINDIR)/sluice $(BENCH_BIN)
 
 # The main job of the README's first command.
 run: $(BINDIR)/sluice
-	$(BINDIR)/sluice profile show t5-3b
-	$(BINDIR)/sluice profile show --hw rtx2080ti x8
+	$(BINDIR)/sluice plan --hw rtx2080ti x8 --model t5-3b
 
 # CUDA is optional: detected, never required by the CPU build and tests.
 NVCC ?= $(shell command -v nvcc 2>/dev/null)

@@ -5,6 +5,7 @@
 #define SLUICE_PLANNER_H
 
 #include "profiles/profiles.h"
+#include "sim/sim.h"
 
 /* ---- contiguous partitioning of a chain of units into stages ---- */
 
@@ -73,5 +74,72 @@ void plan_mixed_free(plan_mixed *m);
 /* The objective of a given placement (for tests and reports). */
 double plan_mixed_objective(const plan_mixed_in *in, int n_stages,
                             const int *first, const int *dev);
+
+/* ---- the search ---- */
+
+typedef struct plan_opts {
+    int batch;                /* global batch in samples; 0: model default */
+    double reserve_bytes;     /* per GPU for the framework and allocator;
+                               * < 0: default (PLAN_DEFAULT_RESERVE) */
+    int pp, mbs;              /* 0: search */
+    int recompute;            /* -1: search, 0: off, 1: on */
+    unsigned sched_mask;      /* bit per sim_sched; 0: all */
+    double state_bytes_per_param; /* 0: 16 (Adam, mixed precision) */
+    int progress;             /* progress bar on stderr (only on a tty) */
+    int exhaustive;           /* simulate every candidate: no pruning */
+} plan_opts;
+
+#define PLAN_DEFAULT_RESERVE (1024.0 * 1024 * 1024)
+#define PLAN_DEFAULT_BATCH 32
+
+void plan_opts_init(plan_opts *o);
+
+/* The best plan of one schedule, or why there is none. */
+typedef struct plan_alt {
+    int tried;                /* the schedule applied to some candidate */
+    int feasible;
+    char reason[200];         /* why it lost or does not apply */
+    sim_plan plan;            /* owned; valid when feasible */
+    double iteration_s, samples_per_s;
+    double peak_bytes;        /* worst device */
+} plan_alt;
+
+typedef struct plan_result {
+    int found;
+    sim_sched best;           /* index into alt */
+    plan_alt alt[SIM_SCHED_COUNT];
+    int batch;
+    double reserve_bytes;
+    double capacity_bytes;    /* per GPU, before the reserve */
+    double lower_bound_s;     /* model FLOPs over all GPUs at best efficiency */
+    long candidates, simulated, pruned;
+    double seconds;
+    double min_need_bytes;    /* least per-GPU memory any candidate needed */
+    char advice[400];         /* when nothing fits */
+} plan_result;
+
+/* Searches the plan space for model m on topology t. model_name and
+ * hw_name are what the plan file records. Returns 0 (r->found may be 0
+ * when nothing fits; r->advice says why) or -1 on bad input. */
+int plan_search(const prof_model *m, const prof_topo *t,
+                const char *model_name, const char *hw_name,
+                const plan_opts *o, plan_result *r, util_err *e);
+void plan_result_free(plan_result *r);
+
+/* Simulates one plan: costs, schedule, engine. The caller frees *costs,
+ * *ir and *engine (the result lends from the engine). Capacity is the
+ * GPU's memory minus reserve_bytes. */
+int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
+                  double reserve_bytes, int record, sim_costs **costs,
+                  sim_ir **ir, sim_engine **engine, sim_result *res,
+                  util_err *e);
+
+/* Capacity planning over built-in GPU types hw[0] ("rtx2080ti" or
+ * "rtx2080ti,rtx3090") and counts ("1,2,4,8"): prints a table (or JSON) of
+ * the best plan of each. Returns 0, or -1 (e filled; exit code 1 when
+ * nothing fits anywhere). */
+int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
+                  const char *model, const char *gpus, const plan_opts *po,
+                  int json, util_err *e);
 
 #endif

@@ -394,9 +394,13 @@ static int parse_hf(const util_jobj *o, const char *file, prof_model_spec *s,
         const char *n = json_string_value(nm), *slash = strrchr(n, '/');
         snprintf(s->name, sizeof s->name, "%s", slash ? slash + 1 : n);
     } else {
-        char *c = util_strdup(file);
-        snprintf(s->name, sizeof s->name, "%s", basename(c));
+        /* A config.json is named by its folder, as on a model hub. */
+        char *c = util_strdup(file), *d = util_strdup(file);
+        const char *b = basename(c);
+        snprintf(s->name, sizeof s->name, "%s",
+                 strcmp(b, "config.json") ? b : basename(dirname(d)));
         free(c);
+        free(d);
     }
     snprintf(s->source, sizeof s->source, "Hugging Face config.json: %s", file);
     derive(s);
@@ -497,6 +501,17 @@ int prof_validate_file(const char *path, FILE *out, util_err *e)
                 prof_model_free(m);
             }
         }
+    } else if (json_object_get(d.root, "format") &&
+               json_is_string(json_object_get(d.root, "format")) &&
+               !strcmp(json_string_value(json_object_get(d.root, "format")),
+                       "sluice-gpus")) {
+        util_jdoc_free(&d);
+        prof_gpu *g = NULL;
+        int n = 0;
+        if (prof_gpu_catalog_load(path, &g, &n, e)) return -1;
+        fprintf(out, "%s: valid GPU catalog (%d GPU types)\n", path, n);
+        free(g);
+        return 0;
     } else {
         util_jdoc_free(&d);
         prof_topo *t = prof_topo_load(path, e);

@@ -141,9 +141,9 @@ Test(model, t5_is_not_a_chain)
 Test(model, hugging_face_configs)
 {
     struct { const char *file; const char *name; double params; } c[] = {
-        {"tests/data/hf/gpt2-xl/config.json", "config.json", 1557611200},
-        {"tests/data/hf/bert-large-uncased/config.json", "config.json", 336224058},
-        {"tests/data/hf/t5-3b/config.json", "config.json", 2851598336},
+        {"tests/data/hf/gpt2-xl/config.json", "gpt2-xl", 1557611200},
+        {"tests/data/hf/bert-large-uncased/config.json", "bert-large-uncased", 336224058},
+        {"tests/data/hf/t5-3b/config.json", "t5-3b", 2851598336},
         {"tests/data/hf/llama-2-7b-hf/config.json", "Llama-2-7b-hf", 6738415616},
         {"tests/data/hf/opt-1.3b/config.json", "opt-1.3b", 1315758080},
     };
@@ -223,6 +223,17 @@ Test(model, bad_corpus_is_rejected_with_located_messages)
                   "%s: one line expected: %s", c[i].file, r.err);
         cli_result_free(&r);
     }
+}
+
+Test(model, validate_tells_what_a_file_is)
+{
+    cli_result r = cli_run("profile validate profiles/hw/gpus.json "
+                           "tests/data/hf/t5-3b/config.json profiles/models/gpt2-xl.json");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "valid GPU catalog"), "%s", r.out);
+    cr_expect(strstr(r.out, "valid model spec 't5-3b' (t5, 2.85B"), "%s", r.out);
+    cr_expect(strstr(r.out, "valid model spec 'gpt2-xl'"), "%s", r.out);
+    cli_result_free(&r);
 }
 
 Test(model, profile_show_prints_table_and_json)

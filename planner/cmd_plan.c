@@ -1,0 +1,362 @@
+/* `sluice plan`: the best plan for a model on some GPUs, why it won, how
+ * far it is from the lower bound; capacity planning over GPU counts. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/planner.h"
+#include "plots/plots.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: sluice plan --hw GPU xN | FILE.json --model NAME|FILE [options]\n"
+        "       sluice plan --hw GPU --gpus 1,2,4,8 --model NAME [options]\n\n"
+        "Searches schedule (gpipe, 1f1b, 2bw, mixed, mixed-1f1b, mixed-gpipe,\n"
+        "wave), pipeline depth, microbatch size and count, recomputation and\n"
+        "the partition; simulates the survivors; prints the best plan, the\n"
+        "best of every other schedule and the gap to the lower bound.\n\n"
+        "options:\n"
+        "  --batch N          global batch in samples (default %d)\n"
+        "  --schedule LIST    only these schedules, comma-separated\n"
+        "  --pp P, --mbs B    fix the pipeline depth or microbatch size\n"
+        "  --recompute        only plans with recomputation; --no-recompute: without\n"
+        "  --reserve SIZE     memory kept per GPU for the framework and allocator\n"
+        "                     (default 1G)\n"
+        "  --state-bytes N    weights+grads+optimizer bytes per parameter (default 16)\n"
+        "  --gpus LIST        capacity planning: the best plan for each GPU count\n"
+        "  --host-mem SIZE, --nvme N, --pcie-gen G   adjust the server template\n"
+        "  --json             print the answer as JSON\n"
+        "  --out FILE         write the chosen plan (for sluice sim --plan)\n"
+        "  --plot PREFIX      draw the chosen plan's timeline and memory (gnuplot)\n"
+        "  --exhaustive       simulate every candidate (no pruning by bounds)\n"
+        "\nexit codes: 0 a plan was found, 1 nothing fits, 2 bad usage or input\n",
+        PLAN_DEFAULT_BATCH);
+}
+
+typedef struct cmd {
+    int hw_at, hw_n;
+    char **argv;
+    const char *model, *out, *plot, *gpus;
+    int json;
+    plan_opts po;
+    prof_hw_opts ho;
+} cmd;
+
+static int parse(int argc, char **argv, cmd *c, util_err *e)
+{
+    memset(c, 0, sizeof *c);
+    c->argv = argv;
+    c->hw_at = -1;
+    plan_opts_init(&c->po);
+    c->po.progress = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+#define NEED() do { if (!v) return util_errf(e, UTIL_EXIT_USAGE, "%s needs a value", a); i++; } while (0)
+        if (!strcmp(a, "--hw")) {
+            c->hw_at = i + 1;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) { i++; c->hw_n++; }
+            if (!c->hw_n)
+                return util_errf(e, UTIL_EXIT_USAGE, "--hw needs a GPU type "
+                                 "and count, e.g. --hw rtx2080ti x8");
+        } else if (!strcmp(a, "--model")) { NEED(); c->model = v; }
+        else if (!strcmp(a, "--json")) c->json = 1;
+        else if (!strcmp(a, "--out")) { NEED(); c->out = v; }
+        else if (!strcmp(a, "--plot")) { NEED(); c->plot = v; }
+        else if (!strcmp(a, "--gpus")) { NEED(); c->gpus = v; }
+        else if (!strcmp(a, "--recompute")) c->po.recompute = 1;
+        else if (!strcmp(a, "--no-recompute")) c->po.recompute = 0;
+        else if (!strcmp(a, "--no-progress")) c->po.progress = 0;
+        else if (!strcmp(a, "--exhaustive")) c->po.exhaustive = 1;
+        else if (!strcmp(a, "--batch")) {
+            NEED();
+            if (util_parse_int(v, 1, 1 << 24, &n))
+                return util_errf(e, UTIL_EXIT_USAGE, "--batch '%s': expected a positive integer", v);
+            c->po.batch = (int)n;
+        } else if (!strcmp(a, "--pp")) {
+            NEED();
+            if (util_parse_int(v, 1, 1 << 16, &n))
+                return util_errf(e, UTIL_EXIT_USAGE, "--pp '%s': expected a positive integer", v);
+            c->po.pp = (int)n;
+        } else if (!strcmp(a, "--mbs")) {
+            NEED();
+            if (util_parse_int(v, 1, 1 << 16, &n))
+                return util_errf(e, UTIL_EXIT_USAGE, "--mbs '%s': expected a positive integer", v);
+            c->po.mbs = (int)n;
+        } else if (!strcmp(a, "--reserve")) {
+            NEED();
+            if (util_parse_size(v, &c->po.reserve_bytes))
+                return util_errf(e, UTIL_EXIT_USAGE, "--reserve '%s': expected a size such as 1G", v);
+        } else if (!strcmp(a, "--state-bytes")) {
+            NEED();
+            if (util_parse_double(v, &c->po.state_bytes_per_param) ||
+                c->po.state_bytes_per_param <= 0)
+                return util_errf(e, UTIL_EXIT_USAGE, "--state-bytes '%s': expected a positive number", v);
+        } else if (!strcmp(a, "--host-mem")) {
+            NEED();
+            if (util_parse_size(v, &c->ho.host_mem_bytes) || c->ho.host_mem_bytes <= 0)
+                return util_errf(e, UTIL_EXIT_USAGE, "--host-mem '%s': expected a size such as 256G", v);
+        } else if (!strcmp(a, "--nvme")) {
+            NEED();
+            if (util_parse_int(v, 0, 64, &n))
+                return util_errf(e, UTIL_EXIT_USAGE, "--nvme '%s': expected 0..64", v);
+            c->ho.nvme = (int)n;
+        } else if (!strcmp(a, "--pcie-gen")) {
+            NEED();
+            if (util_parse_int(v, 3, 6, &n))
+                return util_errf(e, UTIL_EXIT_USAGE, "--pcie-gen '%s': expected 3..6", v);
+            c->ho.pcie_gen = (int)n;
+        } else if (!strcmp(a, "--schedule")) {
+            NEED();
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            const char *const *names = sim_sched_names();
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                int k = 0;
+                while (names[k] && strcmp(names[k], tok)) k++;
+                if (!names[k]) {
+                    const char *near = util_closest(tok, names, SIM_SCHED_COUNT);
+                    return util_errf(e, UTIL_EXIT_USAGE, "--schedule: unknown "
+                                     "schedule '%s'%s%s%s", tok,
+                                     near ? " (did you mean '" : "",
+                                     near ? near : "", near ? "'?)" : "");
+                }
+                c->po.sched_mask |= 1u << k;
+            }
+        } else {
+            const char *opts[] = {"--hw", "--model", "--json", "--out", "--plot",
+                                  "--gpus", "--recompute", "--no-recompute",
+                                  "--batch", "--pp", "--mbs", "--reserve",
+                                  "--state-bytes", "--host-mem", "--nvme",
+                                  "--pcie-gen", "--schedule", "--no-progress",
+                                  "--exhaustive"};
+            const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
+            return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
+                             near ? " (did you mean '" : "", near ? near : "",
+                             near ? "'?)" : "");
+        }
+#undef NEED
+    }
+    if (c->hw_at < 0) return util_errf(e, UTIL_EXIT_USAGE, "--hw is required, e.g. --hw rtx2080ti x8");
+    if (!c->model) return util_errf(e, UTIL_EXIT_USAGE, "--model is required, e.g. --model t5-3b");
+    return 0;
+}
+
+static double gib(double b) { return b / (1024.0 * 1024 * 1024); }
+
+/* Layer names an op range spans: "enc.l3 .. enc.l9"; a cut inside a layer
+ * shows the op. */
+static void span(const prof_model *m, int a, int b, char *buf, size_t n)
+{
+    const prof_op *oa = &m->ops[a], *ob = &m->ops[b];
+    const prof_layer *la = &m->layers[oa->layer], *lb = &m->layers[ob->layer];
+    char s1[64], s2[64];
+    if (la->first_op == a) snprintf(s1, sizeof s1, "%s", la->name);
+    else snprintf(s1, sizeof s1, "%s", oa->name);
+    if (lb->first_op + lb->n_ops - 1 == b) snprintf(s2, sizeof s2, "%s", lb->name);
+    else snprintf(s2, sizeof s2, "%s", ob->name);
+    if (!strcmp(s1, s2)) snprintf(buf, n, "%s", s1);
+    else snprintf(buf, n, "%s..%s", s1, s2);
+}
+
+static json_t *alt_json(const plan_result *r)
+{
+    json_t *arr = json_array();
+    for (int s = 0; s < SIM_SCHED_COUNT; s++) {
+        const plan_alt *a = &r->alt[s];
+        json_t *j = json_pack("{s:s,s:b,s:s}", "schedule", sim_sched_name((sim_sched)s),
+                              "feasible", a->feasible, "reason",
+                              s == (int)r->best && r->found ? "chosen" : a->reason);
+        json_object_set_new(j, "samples_per_s", a->feasible ? json_real(a->samples_per_s) : json_null());
+        json_object_set_new(j, "iteration_time_s", a->feasible ? json_real(a->iteration_s) : json_null());
+        if (a->feasible) {
+            json_object_set_new(j, "pp", json_integer(a->plan.pp));
+            json_object_set_new(j, "mbs", json_integer(a->plan.mbs));
+            json_object_set_new(j, "microbatches", json_integer(a->plan.n_mb));
+            json_object_set_new(j, "recompute", json_boolean(a->plan.recompute));
+            json_object_set_new(j, "peak_mem_bytes", json_real(a->peak_bytes));
+        }
+        json_array_append_new(arr, j);
+    }
+    return arr;
+}
+
+static void print_answer(const plan_result *r, const prof_model *m,
+                         const prof_topo *t, const sim_costs *c,
+                         const sim_result *res, json_t *rep)
+{
+    const plan_alt *b = &r->alt[r->best];
+    const sim_plan *p = &b->plan;
+    char tmp[64];
+    printf("plan for %s on %s\n", m->spec.name, t->name);
+    printf("  batch %d samples of %d tokens; %.2f GiB per GPU reserved for the "
+           "framework and allocator\n\n", r->batch, m->spec.seq_len, gib(r->reserve_bytes));
+    printf("chosen: %s, pipeline %d x data 1 x tensor 1, microbatch %d x %d, "
+           "recomputation %s%s\n", sim_sched_name(p->sched), p->pp, p->mbs, p->n_mb,
+           p->recompute ? "on" : "off",
+           sim_sched_async(p->sched) ? " (asynchronous: no flush, stale weights)" : "");
+    util_table *tb = util_table_new(6);
+    const char *h[] = {"device", "stages", "holds (layers, or ops where a cut "
+                       "splits a layer)", "compute/mb", "peak mem", "capacity"};
+    for (int i = 0; i < 6; i++) util_table_col(tb, i, h[i], i == 0 || i == 2 ? 'l' : 'r');
+    for (int d = 0; d < p->pp; d++) {
+        char dev[16], st[32], holds[160] = "", comp[32], mem[32], cap[32];
+        int ns = 0;
+        double ns_t = 0;
+        for (int s = 0; s < p->n_stages; s++) {
+            if (p->stage_device[s] != d) continue;
+            char sp[96];
+            span(m, p->first_op[s], p->last_op[s], sp, sizeof sp);
+            size_t l = strlen(holds);
+            snprintf(holds + l, sizeof holds - l, "%s%s", ns ? ", " : "", sp);
+            ns++;
+            const sim_stage_cost *sc = &c->stage[s];
+            ns_t += (double)(sc->f_ns + sc->b_ns + sc->w_ns);
+        }
+        if (strlen(holds) > 44) strcpy(holds + 41, "...");
+        snprintf(dev, sizeof dev, "gpu%d", d);
+        snprintf(st, sizeof st, "%d", ns);
+        util_fmt_time(ns_t * 1e-9, comp, sizeof comp);
+        snprintf(mem, sizeof mem, "%.2f GiB", gib(res->dev[d].peak_bytes));
+        snprintf(cap, sizeof cap, "%.2f GiB", gib(res->dev[d].capacity_bytes));
+        const char *row[] = {dev, st, holds, comp, mem, cap};
+        util_table_row(tb, row);
+    }
+    util_table_print(tb, stdout, "  ");
+    util_table_free(tb);
+    double it = json_real_value(json_object_get(rep, "iteration_time_s"));
+    json_t *bub = json_object_get(rep, "bubble_fraction");
+    double bmean = 0;
+    for (size_t i = 0; i < json_array_size(bub); i++)
+        bmean += json_number_value(json_array_get(bub, i));
+    if (json_array_size(bub)) bmean /= (double)json_array_size(bub);
+    printf("\npredicted (simulated): iteration %s, %.2f samples/s, %.0f tokens/s, "
+           "%.1f TFLOP/s per GPU, MFU %.1f%% (model FLOPs), bubble %.1f%%\n",
+           util_fmt_time(it, tmp, sizeof tmp),
+           json_number_value(json_object_get(rep, "samples_per_s")),
+           json_number_value(json_object_get(rep, "tokens_per_s")),
+           json_number_value(json_object_get(rep, "tflops_per_gpu")),
+           100 * json_number_value(json_object_get(rep, "mfu")), 100 * bmean);
+
+    printf("\nbest plan of every schedule:\n");
+    util_table *ta = util_table_new(7);
+    const char *ha[] = {"schedule", "samples/s", "iteration", "pp", "mbs x n",
+                        "peak mem", "result"};
+    for (int i = 0; i < 7; i++) util_table_col(ta, i, ha[i], i == 0 || i == 6 ? 'l' : 'r');
+    for (int s = 0; s < SIM_SCHED_COUNT; s++) {
+        const plan_alt *a = &r->alt[s];
+        char sps[32] = "-", itb[32] = "-", pp[16] = "-", mb[32] = "-", pk[32] = "-";
+        if (a->feasible) {
+            snprintf(sps, sizeof sps, "%.2f", a->samples_per_s);
+            util_fmt_time(a->iteration_s, itb, sizeof itb);
+            snprintf(pp, sizeof pp, "%d", a->plan.pp);
+            snprintf(mb, sizeof mb, "%d x %d%s", a->plan.mbs, a->plan.n_mb,
+                     a->plan.recompute ? " rc" : "");
+            snprintf(pk, sizeof pk, "%.2f GiB", gib(a->peak_bytes));
+        }
+        const char *row[] = {sim_sched_name((sim_sched)s), sps, itb, pp, mb, pk,
+                             s == (int)r->best ? "chosen" : a->reason};
+        util_table_row(ta, row);
+    }
+    util_table_print(ta, stdout, "  ");
+    util_table_free(ta);
+    const prof_gpu *g = prof_topo_gpu(t, 0);
+    printf("\nlower bound: %s per iteration (all model FLOPs spread over %d GPUs "
+           "at %.0f%% of %s's peak); the chosen plan is %.2fx the bound\n",
+           util_fmt_time(r->lower_bound_s, tmp, sizeof tmp), t->n_gpus,
+           100 * g->eff.gemm_max, g->name, it / r->lower_bound_s);
+    printf("search: %ld candidates, %ld simulated, %ld pruned by bounds, %.2f s\n",
+           r->candidates, r->simulated, r->pruned, r->seconds);
+}
+
+static int one(cmd *c, util_err *e)
+{
+    prof_topo *t = prof_topo_from_args(c->hw_n, c->argv + c->hw_at, &c->ho, e);
+    if (!t) return -1;
+    prof_model *m = prof_model_load(c->model, e);
+    if (!m) { prof_topo_free(t); return -1; }
+    char hw[256] = "";
+    for (int i = 0; i < c->hw_n; i++) {
+        size_t l = strlen(hw);
+        snprintf(hw + l, sizeof hw - l, "%s%s", i ? " " : "", c->argv[c->hw_at + i]);
+    }
+    plan_result r;
+    int rc = plan_search(m, t, c->model, hw, &c->po, &r, e);
+    sim_costs *cs = NULL;
+    sim_ir *ir = NULL;
+    sim_engine *en = NULL;
+    if (rc == 0 && !r.found) {
+        if (c->json) {
+            json_t *j = json_pack("{s:b,s:s,s:o,s:f,s:{s:i,s:i,s:f}}", "found", 0,
+                                  "advice", r.advice, "alternatives", alt_json(&r),
+                                  "lower_bound_s", r.lower_bound_s, "search",
+                                  "candidates", (int)r.candidates, "simulated",
+                                  (int)r.simulated, "seconds", r.seconds);
+            util_json_print(j, stdout);
+            json_decref(j);
+        }
+        util_errf(e, UTIL_EXIT_FAIL, "%s", r.advice);
+        rc = -1;
+    } else if (rc == 0) {
+        const sim_plan *p = &r.alt[r.best].plan;
+        sim_result res;
+        rc = plan_simulate(p, m, t, r.reserve_bytes, c->plot != NULL, &cs, &ir,
+                           &en, &res, e);
+        if (rc == 0) {
+            json_t *rep = sim_report_json(p, m, t, cs, &res, ir);
+            if (c->json) {
+                json_object_set_new(rep, "found", json_true());
+                json_object_set_new(rep, "plan", sim_plan_json(p, m));
+                json_object_set_new(rep, "alternatives", alt_json(&r));
+                json_object_set_new(rep, "lower_bound_s", json_real(r.lower_bound_s));
+                json_object_set_new(rep, "reserve_bytes", json_real(r.reserve_bytes));
+                json_object_set_new(rep, "search", json_pack(
+                    "{s:i,s:i,s:i,s:f}", "candidates", (int)r.candidates,
+                    "simulated", (int)r.simulated, "pruned", (int)r.pruned,
+                    "seconds", r.seconds));
+                util_json_print(rep, stdout);
+            } else {
+                print_answer(&r, m, t, cs, &res, rep);
+            }
+            json_decref(rep);
+            if (c->out && sim_plan_save(c->out, p, m, e)) rc = -1;
+            if (rc == 0 && c->plot) {
+                char tpath[1024];
+                snprintf(tpath, sizeof tpath, "%s-trace.json", c->plot);
+                if (sim_trace_write(tpath, ir, &res, cs, e)) rc = -1;
+                else {
+                    int prc = plot_pipeline(tpath, c->plot, e);
+                    if (prc < 0) rc = -1;
+                    else if (prc > 0) fprintf(stderr, "sluice plan: %s\n", e->msg);
+                }
+            }
+        }
+    }
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(cs);
+    plan_result_free(&r);
+    prof_model_free(m);
+    prof_topo_free(t);
+    return rc;
+}
+
+int plan_cmd_main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+    cmd c;
+    util_err e = {0};
+    int rc;
+    if (parse(argc, argv, &c, &e)) rc = -1;
+    else if (c.gpus) rc = plan_capacity(c.hw_n, c.argv + c.hw_at, &c.ho,
+                                        c.model, c.gpus, &c.po, c.json, &e);
+    else rc = one(&c, &e);
+    if (rc == 0) return 0;
+    fprintf(stderr, "sluice plan: %s\n", e.msg);
+    return e.code ? e.code : UTIL_EXIT_FAIL;
+}

@@ -1,0 +1,553 @@
+/* The plan search. Candidates are every (schedule, pipeline depth,
+ * microbatch size and count, recomputation, waves) the simulator accepts;
+ * each gets its partition first (exact dynamic programming for chains,
+ * the Mixed-pipe partitioner for blocks finer than layers, the zig-zag
+ * chunk map for the wave), from which a lower bound on its iteration time
+ * follows (the bottleneck device must run all its microbatches). Candidates
+ * are simulated in order of estimated time; one whose bound cannot beat the
+ * best simulated plan of its schedule is pruned. The chosen plan's time and
+ * memory are the simulator's, never a formula's. */
+#include "planner/planner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void plan_opts_init(plan_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->reserve_bytes = -1;
+    o->recompute = -1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
+                  double reserve, int record, sim_costs **costs, sim_ir **ir,
+                  sim_engine **engine, sim_result *res, util_err *e)
+{
+    *costs = NULL;
+    *ir = NULL;
+    *engine = NULL;
+    sim_cost_opts co = {.mbs = p->mbs,
+                        .state_bytes_per_param = p->state_bytes_per_param};
+    sim_costs *c = sim_costs_build(m, t, p->n_stages, p->first_op, p->last_op,
+                                   p->stage_device, p->pp, &co, e);
+    if (!c) return -1;
+    for (int d = 0; d < c->n_devices; d++)
+        if (c->dev_capacity[d] > 0) c->dev_capacity[d] -= reserve;
+    *costs = c;
+    sim_sched_opts so = {.sched = p->sched, .pp = p->pp,
+                         .n_stages = p->n_stages, .n_mb = p->n_mb,
+                         .recompute = p->recompute, .waves = p->waves,
+                         .n_minibatches = p->n_minibatches};
+    if (!(*ir = sim_schedule(&so, c, e))) return -1;
+    sim_run_opts ro = {.record = record};
+    *engine = sim_engine_new(*ir, c, &ro);
+    if (sim_engine_run(*engine, res))
+        return util_errf(e, UTIL_EXIT_FAIL, "%s", res->msg);
+    return 0;
+}
+
+/* ---- per-op times, cached per microbatch size ---- */
+
+typedef struct op_times {
+    int mbs;
+    double *f, *b, *w;        /* seconds, per op */
+} op_times;
+
+static void op_times_fill(op_times *ot, const prof_model *m,
+                          const prof_gpu *g, int mbs)
+{
+    ot->mbs = mbs;
+    ot->f = util_malloc(sizeof(double) * (size_t)m->n_ops);
+    ot->b = util_malloc(sizeof(double) * (size_t)m->n_ops);
+    ot->w = util_malloc(sizeof(double) * (size_t)m->n_ops);
+    for (int i = 0; i < m->n_ops; i++) {
+        const prof_op *o = &m->ops[i];
+        ot->f[i] = sim_op_ns(g, m->spec.dtype, o, mbs, SIM_F, NULL) * 1e-9;
+        ot->b[i] = sim_op_ns(g, m->spec.dtype, o, mbs, SIM_B, NULL) * 1e-9;
+        ot->w[i] = sim_op_ns(g, m->spec.dtype, o, mbs, SIM_W, NULL) * 1e-9;
+    }
+}
+
+static void op_times_free(op_times *ot)
+{
+    free(ot->f);
+    free(ot->b);
+    free(ot->w);
+}
+
+/* ---- units: runs of ops the partitioners cut between ---- */
+
+typedef struct units {
+    int n;
+    int *first, *last;        /* op ranges */
+} units;
+
+/* Layers, or sub-layer blocks ending at each residual add (the attention
+ * and MLP halves of a transformer layer) for partitioners that place
+ * blocks finer than layers. */
+static void units_make(const prof_model *m, int fine, units *u)
+{
+    u->first = util_malloc(sizeof(int) * (size_t)m->n_ops);
+    u->last = util_malloc(sizeof(int) * (size_t)m->n_ops);
+    u->n = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const prof_layer *L = &m->layers[l];
+        int a = L->first_op, end = L->first_op + L->n_ops - 1;
+        for (int i = a; i <= end; i++) {
+            if (i == end || (fine && m->ops[i].kind == PROF_OP_RESIDUAL)) {
+                u->first[u->n] = a;
+                u->last[u->n] = i;
+                u->n++;
+                a = i + 1;
+            }
+        }
+    }
+}
+
+static void units_free(units *u)
+{
+    free(u->first);
+    free(u->last);
+}
+
+/* Chain inputs over units for one candidate. */
+typedef struct chain_in {
+    double *time, *cut, *smem, *amem, *compute;
+} chain_in;
+
+static void chain_fill(chain_in *ci, const units *u, const prof_model *m,
+                       const op_times *ot, int recompute, int versions,
+                       double state_bytes, double bw, double lat_s)
+{
+    int n = u->n, mbs = ot->mbs;
+    double wbytes = prof_dtype_bytes(m->spec.dtype);
+    ci->time = util_malloc(sizeof(double) * (size_t)n);
+    ci->cut = util_malloc(sizeof(double) * (size_t)n);
+    ci->smem = util_malloc(sizeof(double) * (size_t)n);
+    ci->amem = util_malloc(sizeof(double) * (size_t)n);
+    for (int k = 0; k < n; k++) {
+        double t = 0, params = 0, act = 0;
+        for (int i = u->first[k]; i <= u->last[k]; i++) {
+            t += ot->f[i] * (recompute ? 2 : 1) + ot->b[i] + ot->w[i];
+            params += m->ops[i].params;
+            act += m->ops[i].act_bytes;
+        }
+        ci->time[k] = t;
+        ci->smem[k] = params * (state_bytes + (versions - 1) * wbytes);
+        /* Recomputation keeps only the unit's input between forward and
+         * backward; the unit's full activations live only while it is
+         * recomputed (counted once per stage by the simulator). */
+        double in = u->first[k] > 0
+                        ? prof_model_cut_bytes(m, u->first[k] - 1) : 0;
+        ci->amem[k] = (recompute ? in : act) * mbs;
+        ci->cut[k] = prof_model_cut_bytes(m, u->last[k]) * mbs / bw + lat_s;
+    }
+}
+
+static void chain_free(chain_in *ci)
+{
+    free(ci->time);
+    free(ci->cut);
+    free(ci->smem);
+    free(ci->amem);
+}
+
+/* ---- candidates ---- */
+
+typedef struct cand {
+    sim_sched sched;
+    int pp, mbs, n_mb, recompute, waves;
+    double lb_s, est_s;       /* lower bound and estimate of iteration */
+    double need_bytes;        /* estimated worst-device memory */
+    sim_plan plan;            /* partition filled; owned */
+    int ok;                   /* a partition exists */
+    int idx;                  /* enumeration order, for deterministic ties */
+} cand;
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->est_s != y->est_s) return x->est_s < y->est_s ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+static int is_mixed(sim_sched s)
+{
+    return s == SIM_SCHED_MIXED || s == SIM_SCHED_MIXED_1F1B ||
+           s == SIM_SCHED_MIXED_GPIPE;
+}
+
+/* In-flight microbatches the schedule keeps on stage s of p. */
+static double inflight(sim_sched s, int stage, int p, int m)
+{
+    if (s == SIM_SCHED_GPIPE || s == SIM_SCHED_MIXED_GPIPE) return m;
+    int k = p - stage;
+    return k < m ? k : m;
+}
+
+/* Builds the candidate's partition and bounds. */
+static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
+                           const units *lay, const units *fine,
+                           const op_times *ot, const plan_opts *o,
+                           double cap, const char *model_name,
+                           const char *hw_name)
+{
+    int p = c->pp, mb = c->n_mb;
+    double state = o->state_bytes_per_param > 0 ? o->state_bytes_per_param : 16;
+    /* The slowest link between consecutive pipeline devices. */
+    double bw = INFINITY, lat = 0;
+    for (int d = 0; d + 1 < p; d++) {
+        int n;
+        const int *r = prof_topo_gpu_route(t, d, d + 1, &n);
+        double b = prof_route_bw(t, r, n);
+        if (b < bw) bw = b;
+        double l = prof_route_latency_ns(t, r, n) * 1e-9;
+        if (l > lat) lat = l;
+    }
+    if (!isfinite(bw)) bw = 1e30;
+    sim_plan_init(&c->plan);
+    snprintf(c->plan.model, sizeof c->plan.model, "%s", model_name);
+    snprintf(c->plan.hw, sizeof c->plan.hw, "%s", hw_name);
+    c->plan.sched = c->sched;
+    c->plan.pp = p;
+    c->plan.dp = c->plan.tp = 1;
+    c->plan.mbs = c->mbs;
+    c->plan.n_mb = mb;
+    c->plan.recompute = c->recompute;
+    c->plan.waves = c->waves > 0 ? c->waves : 1;
+    c->plan.state_bytes_per_param = o->state_bytes_per_param;
+    /* Schedules without flush are measured in steady state: simulate
+     * enough minibatches that the window lies past the pipeline's fill. */
+    c->plan.n_minibatches = 1;
+    if (sim_sched_async(c->sched)) {
+        int depth = is_mixed(c->sched) ? 4 * p : p;
+        c->plan.n_minibatches = 4 + (2 * depth + mb - 1) / mb;
+    }
+    int versions = c->sched == SIM_SCHED_2BW || c->sched == SIM_SCHED_MIXED ? 2 : 1;
+    int flush = !sim_sched_async(c->sched);
+
+    if (is_mixed(c->sched)) {
+        chain_in ci;
+        chain_fill(&ci, fine, m, ot, c->recompute, versions, state, bw, lat);
+        plan_mixed_in in = {fine->n, ci.time, ci.cut, ci.smem, ci.amem, p, cap,
+                            inflight(c->sched, 0, p, mb)};
+        plan_mixed pm;
+        if (plan_mixed_partition(&in, &pm) == 0) {
+            sim_plan_stages(&c->plan, pm.n_stages);
+            for (int s = 0; s < pm.n_stages; s++) {
+                c->plan.first_op[s] = fine->first[pm.first[s]];
+                c->plan.last_op[s] = fine->last[pm.first[s + 1] - 1];
+                c->plan.stage_device[s] = pm.dev[s];
+            }
+            double busiest = 0, *load = util_calloc((size_t)p, sizeof(double));
+            for (int s = 0; s < pm.n_stages; s++)
+                for (int k = pm.first[s]; k < pm.first[s + 1]; k++)
+                    load[pm.dev[s]] += ci.time[k];
+            for (int d = 0; d < p; d++) busiest = fmax(busiest, load[d]);
+            free(load);
+            c->lb_s = mb * busiest;
+            c->est_s = mb * pm.objective + (flush ? (p - 1) * pm.objective / p : 0);
+            c->ok = 1;
+            plan_mixed_free(&pm);
+        }
+        chain_free(&ci);
+        return;
+    }
+    int S = c->sched == SIM_SCHED_WAVE ? 2 * c->waves * p : p;
+    const units *u = lay->n >= S ? lay : fine;
+    if (u->n < S) return;
+    chain_in ci;
+    chain_fill(&ci, u, m, ot, c->recompute, versions, state, bw, lat);
+    double *inf = util_malloc(sizeof(double) * (size_t)S);
+    double *caps = util_malloc(sizeof(double) * (size_t)S);
+    int *first = util_malloc(sizeof(int) * (size_t)(S + 1));
+    for (int s = 0; s < S; s++) {
+        if (c->sched == SIM_SCHED_WAVE) {
+            /* Each device holds 2W chunks; the simulator checks the sum. */
+            inf[s] = inflight(SIM_SCHED_1F1B, s / (2 * c->waves), p, mb);
+            caps[s] = cap / (2 * c->waves);
+        } else {
+            inf[s] = inflight(c->sched, s, p, mb);
+            caps[s] = cap;
+        }
+    }
+    plan_chain pc = {u->n, ci.time, ci.cut, ci.smem, ci.amem, S, inf, caps, 1};
+    double T = plan_partition_chain(&pc, first);
+    if (T < 0) {
+        /* Nothing fits: record what the balanced cut would need. */
+        for (int s = 0; s < S; s++) caps[s] = INFINITY;
+        if (plan_partition_chain(&pc, first) >= 0) {
+            double worst = 0;
+            for (int s = 0; s < S; s++)
+                worst = fmax(worst, plan_stage_mem(&pc, s, first[s],
+                                                   first[s + 1] - 1));
+            c->need_bytes = worst * (c->sched == SIM_SCHED_WAVE ? 2 * c->waves : 1);
+        }
+    } else {
+        sim_plan_stages(&c->plan, S);
+        double compute_max = 0;
+        for (int s = 0; s < S; s++) {
+            c->plan.first_op[s] = u->first[first[s]];
+            c->plan.last_op[s] = u->last[first[s + 1] - 1];
+            double cs = 0;
+            for (int k = first[s]; k < first[s + 1]; k++) cs += ci.time[k];
+            compute_max = fmax(compute_max, cs);
+        }
+        sim_sched_opts so = {.sched = c->sched, .pp = p, .n_stages = S,
+                             .waves = c->waves};
+        sim_sched_map(&so, c->plan.stage_device);
+        if (c->sched == SIM_SCHED_WAVE) {
+            double *load = util_calloc((size_t)p, sizeof(double));
+            for (int s = 0; s < S; s++)
+                for (int k = first[s]; k < first[s + 1]; k++)
+                    load[c->plan.stage_device[s]] += ci.time[k];
+            compute_max = 0;
+            for (int d = 0; d < p; d++) compute_max = fmax(compute_max, load[d]);
+            free(load);
+            c->est_s = mb * compute_max + (p - 1) * T;
+        } else {
+            c->est_s = mb * T + (flush ? (p - 1) * T : 0);
+        }
+        c->lb_s = mb * compute_max;
+        c->ok = 1;
+    }
+    free(inf);
+    free(caps);
+    free(first);
+    chain_free(&ci);
+}
+
+/* ---- progress on a terminal ---- */
+
+static void progress(const plan_opts *o, double t0, long done, long total)
+{
+    static double last;
+    if (!o->progress || !isatty(2)) return;
+    double t = now_s();
+    if (t - t0 < 1.0 || (t - last < 0.1 && done < total)) return;
+    last = t;
+    int w = 30, fill = total ? (int)(w * done / total) : w;
+    fprintf(stderr, "\rsearching [%.*s%*s] %ld/%ld", fill,
+            "##############################", w - fill, "", done, total);
+    if (done == total) fprintf(stderr, "\r%*s\r", 60, "");
+}
+
+/* ---- the search ---- */
+
+static void alt_reason(plan_alt *a, const char *fmt, const char *s)
+{
+    if (!a->reason[0]) snprintf(a->reason, sizeof a->reason, fmt, s);
+}
+
+int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
+                const char *hw_name, const plan_opts *o, plan_result *r,
+                util_err *e)
+{
+    double t0 = now_s();
+    memset(r, 0, sizeof *r);
+    int n = t->n_gpus;
+    const prof_gpu *g = prof_topo_gpu(t, 0);
+    for (int d = 1; d < n; d++)
+        if (strcmp(prof_topo_gpu(t, d)->name, g->name))
+            return util_errf(e, UTIL_EXIT_USAGE, "the planner needs one GPU "
+                             "type; %s mixes %s and %s", t->name, g->name,
+                             prof_topo_gpu(t, d)->name);
+    r->batch = o->batch > 0 ? o->batch : PLAN_DEFAULT_BATCH;
+    r->reserve_bytes = o->reserve_bytes >= 0 ? o->reserve_bytes
+                                             : PLAN_DEFAULT_RESERVE;
+    r->capacity_bytes = g->mem_bytes;
+    double cap = g->mem_bytes - r->reserve_bytes;
+    if (cap <= 0)
+        return util_errf(e, UTIL_EXIT_USAGE, "a reserve of %.2f GiB leaves "
+                         "nothing of %s's %.2f GiB", r->reserve_bytes / 1073741824.0,
+                         g->name, g->mem_bytes / 1073741824.0);
+    if (o->pp > n)
+        return util_errf(e, UTIL_EXIT_USAGE, "--pp %d but %s has %d GPUs",
+                         o->pp, t->name, n);
+    if (o->mbs > 0 && r->batch % o->mbs)
+        return util_errf(e, UTIL_EXIT_USAGE, "batch %d cannot be split into "
+                         "microbatches of %d", r->batch, o->mbs);
+    /* Lower bound: every model FLOP at the GPU's best GEMM efficiency. */
+    double peak = g->peak_flops[m->spec.dtype];
+    if (peak <= 0 && m->spec.dtype == PROF_DT_BF16) peak = g->peak_flops[PROF_DT_FP16];
+    if (peak <= 0)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s has no %s peak; choose "
+                         "another precision for %s", g->name,
+                         prof_dtype_name(m->spec.dtype), m->spec.name);
+    r->lower_bound_s = prof_model_train_flops(m, 0) * r->batch /
+                       (n * peak * g->eff.gemm_max);
+
+    units lay, fine;
+    units_make(m, 0, &lay);
+    units_make(m, 1, &fine);
+    /* Microbatch sizes: powers of two dividing the batch. */
+    int mbs_list[16], n_mbs = 0;
+    for (int b = 1; b <= r->batch && n_mbs < 16; b *= 2)
+        if (r->batch % b == 0 && (o->mbs == 0 || o->mbs == b))
+            mbs_list[n_mbs++] = b;
+    if (o->mbs > 0 && n_mbs == 0) mbs_list[n_mbs++] = o->mbs;
+    op_times *ot = util_calloc((size_t)n_mbs, sizeof *ot);
+    for (int i = 0; i < n_mbs; i++) op_times_fill(&ot[i], m, g, mbs_list[i]);
+
+    /* Until data parallelism lands, a pipeline spans every GPU. */
+    int p = o->pp > 0 ? o->pp : n;
+    int ncand = 0, capc = 64;
+    cand *cs = util_calloc((size_t)capc, sizeof *cs);
+    for (int sc = 0; sc < SIM_SCHED_COUNT; sc++) {
+        if (o->sched_mask && !(o->sched_mask & (1u << sc))) continue;
+        for (int bi = 0; bi < n_mbs; bi++) {
+            for (int rc = 0; rc <= 1; rc++) {
+                if (o->recompute >= 0 && rc != o->recompute) continue;
+                for (int w = 1; w <= (sc == SIM_SCHED_WAVE ? 4 : 1); w *= 2) {
+                    cand c = {.sched = (sim_sched)sc, .pp = p,
+                              .mbs = mbs_list[bi],
+                              .n_mb = r->batch / mbs_list[bi],
+                              .recompute = rc, .waves = w};
+                    sim_sched_opts so = {.sched = c.sched, .pp = p,
+                                         .n_stages = sc == SIM_SCHED_WAVE ? 2 * w * p
+                                                     : is_mixed(c.sched) ? 2 * p : p,
+                                         .n_mb = c.n_mb, .recompute = rc,
+                                         .waves = w, .n_minibatches = 4};
+                    util_err ce;
+                    plan_alt *a = &r->alt[sc];
+                    if (sim_sched_check(&so, &ce)) {
+                        alt_reason(a, "not applicable: %s", ce.msg);
+                        continue;
+                    }
+                    a->tried = 1;
+                    if (ncand == capc)
+                        cs = util_realloc(cs, sizeof *cs * (size_t)(capc *= 2));
+                    cs[ncand++] = c;
+                }
+            }
+        }
+    }
+    r->candidates = ncand;
+    r->min_need_bytes = INFINITY;
+    for (int i = 0; i < ncand; i++) {
+        cs[i].idx = i;
+        int bi = 0;
+        while (mbs_list[bi] != cs[i].mbs) bi++;
+        cand_partition(&cs[i], m, t, &lay, &fine, &ot[bi], o, cap, model_name,
+                       hw_name);
+        if (!cs[i].ok) {
+            if (cs[i].need_bytes > 0 && cs[i].need_bytes + r->reserve_bytes < r->min_need_bytes)
+                r->min_need_bytes = cs[i].need_bytes + r->reserve_bytes;
+            cs[i].est_s = INFINITY;
+        }
+    }
+    /* Sort by estimate; equal estimates keep enumeration order. */
+    qsort(cs, (size_t)ncand, sizeof *cs, cmp_cand);
+
+    for (int i = 0; i < ncand; i++) {
+        cand *c = &cs[i];
+        plan_alt *a = &r->alt[c->sched];
+        progress(o, t0, i, ncand);
+        if (!c->ok) {
+            alt_reason(a, "out of memory: no partition fits %s", g->name);
+            continue;
+        }
+        if (!o->exhaustive && a->feasible && c->lb_s >= a->iteration_s) {
+            r->pruned++;
+            continue;
+        }
+        sim_costs *sc;
+        sim_ir *ir;
+        sim_engine *en;
+        sim_result res;
+        util_err se;
+        r->simulated++;
+        if (plan_simulate(&c->plan, m, t, r->reserve_bytes, 0, &sc, &ir, &en,
+                          &res, &se)) {
+            alt_reason(a, "simulation failed: %s", se.msg);
+        } else {
+            double peak_b = 0;
+            for (int d = 0; d < res.n_devices; d++)
+                peak_b = fmax(peak_b, res.dev[d].peak_bytes);
+            double it = res.iteration_ns * 1e-9;
+            if (it < c->lb_s * (1 - 1e-6)) {
+                /* No device can finish its microbatches faster than their
+                 * compute: a broken invariant, never a plan. */
+                alt_reason(a, "simulation inconsistent (%s): below its "
+                           "compute bound", sim_sched_name(c->sched));
+            } else if (res.oom) {
+                if (peak_b + r->reserve_bytes < r->min_need_bytes)
+                    r->min_need_bytes = peak_b + r->reserve_bytes;
+                alt_reason(a, "out of memory: simulated peak exceeds %s", g->name);
+            } else if (!a->feasible || it < a->iteration_s) {
+                if (a->feasible) sim_plan_free(&a->plan);
+                a->feasible = 1;
+                a->iteration_s = it;
+                a->samples_per_s = r->batch / it;
+                a->peak_bytes = peak_b;
+                a->plan = c->plan;
+                memset(&c->plan, 0, sizeof c->plan); /* moved */
+                a->reason[0] = 0;
+            }
+        }
+        sim_engine_free(en);
+        sim_ir_free(ir);
+        sim_costs_free(sc);
+    }
+    progress(o, t0, ncand, ncand);
+    for (int i = 0; i < ncand; i++) sim_plan_free(&cs[i].plan);
+    free(cs);
+    for (int i = 0; i < n_mbs; i++) op_times_free(&ot[i]);
+    free(ot);
+    units_free(&lay);
+    units_free(&fine);
+
+    for (int s = 0; s < SIM_SCHED_COUNT; s++) {
+        plan_alt *a = &r->alt[s];
+        if (!a->feasible) {
+            if (!a->tried && !a->reason[0])
+                snprintf(a->reason, sizeof a->reason, "not searched");
+            continue;
+        }
+        if (!r->found || a->samples_per_s > r->alt[r->best].samples_per_s) {
+            r->found = 1;
+            r->best = (sim_sched)s;
+        }
+    }
+    if (r->found) {
+        double best = r->alt[r->best].samples_per_s;
+        for (int s = 0; s < SIM_SCHED_COUNT; s++) {
+            plan_alt *a = &r->alt[s];
+            if (a->feasible && s != (int)r->best)
+                snprintf(a->reason, sizeof a->reason, "slower: %.1f%% of the "
+                         "best's throughput", 100 * a->samples_per_s / best);
+        }
+    } else {
+        char need[32], have[32];
+        double gib = 1024.0 * 1024 * 1024;
+        if (isfinite(r->min_need_bytes))
+            snprintf(need, sizeof need, "%.1f GiB", r->min_need_bytes / gib);
+        else
+            snprintf(need, sizeof need, "more memory than any split gives");
+        snprintf(have, sizeof have, "%.1f GiB", g->mem_bytes / gib);
+        snprintf(r->advice, sizeof r->advice,
+                 "%s does not fit %d x %s: the best split needs %s per GPU "
+                 "(with the %.1f GiB reserve); %s has %s; try more GPUs, "
+                 "recomputation, a smaller batch, or offload", m->spec.name, n,
+                 g->name, need, r->reserve_bytes / gib, g->name, have);
+    }
+    r->seconds = now_s() - t0;
+    return 0;
+}
+
+void plan_result_free(plan_result *r)
+{
+    if (!r) return;
+    for (int s = 0; s < SIM_SCHED_COUNT; s++)
+        if (r->alt[s].feasible) sim_plan_free(&r->alt[s].plan);
+}

@@ -1,0 +1,208 @@
+/* The pipeline timeline and memory plots: trace JSON in, gnuplot data and
+ * script out, gnuplot run as a child process (pngcairo and svg). */
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "plots/plots.h"
+
+extern char **environ;
+
+typedef struct box {
+    double t0, t1;
+    int dev, mb, kind;
+} box;
+
+static const char *const kinds[] = {"F", "B", "W", "BW", "R", "OPT"};
+/* fill colours per kind: forward blue, backward green, weight-grad
+ * orange, fused backward teal, recompute grey, optimizer red */
+static const int base_rgb[] = {0x4C72B0, 0x55A868, 0xDD8452, 0x2A9D8F,
+                               0x8C8C8C, 0xC44E52};
+
+static int kind_of(const char *c)
+{
+    for (int i = 0; i < 6; i++)
+        if (!strcmp(c, kinds[i])) return i;
+    return -1;
+}
+
+/* lighter or darker by microbatch, so neighbours differ */
+static int shade(int rgb, int mb)
+{
+    double f = 0.75 + 0.25 * ((mb % 4) / 3.0);
+    int r = (int)(((rgb >> 16) & 255) * f), g = (int)(((rgb >> 8) & 255) * f),
+        b = (int)((rgb & 255) * f);
+    return (r << 16) | (g << 8) | b;
+}
+
+static int run_gnuplot(const char *script, util_err *e)
+{
+    char *const argv[] = {(char *)"gnuplot", (char *)script, NULL};
+    pid_t pid;
+    int rc = posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ);
+    if (rc)
+        return util_errf(e, UTIL_EXIT_FAIL, "gnuplot not found: plots "
+                         "skipped (data and script written, run 'gnuplot "
+                         "%s' later)", script), 1;
+    int st;
+    if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
+        return util_errf(e, UTIL_EXIT_FAIL, "gnuplot %s did not finish",
+                         script);
+    if (WEXITSTATUS(st) == 127)
+        return util_errf(e, UTIL_EXIT_FAIL, "gnuplot not found: plots "
+                         "skipped (data and script written)"), 1;
+    if (WEXITSTATUS(st))
+        return util_errf(e, UTIL_EXIT_FAIL, "gnuplot %s failed with exit "
+                         "code %d", script, WEXITSTATUS(st));
+    return 0;
+}
+
+static int write_text(const char *path, char *buf, size_t len, util_err *e)
+{
+    int rc = util_write_atomic(path, buf, len, e);
+    free(buf);
+    return rc;
+}
+
+int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
+{
+    json_error_t je;
+    json_t *root = json_load_file(trace_path, 0, &je);
+    if (!root)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s:%d:%d: %s", trace_path,
+                         je.line, je.column, je.text);
+    json_t *evs = json_object_get(root, "traceEvents");
+    if (!json_is_array(evs)) {
+        json_decref(root);
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: no traceEvents array",
+                         trace_path);
+    }
+    size_t n = json_array_size(evs);
+    box *bx = util_malloc(sizeof(box) * (n + 1));
+    int nb = 0, ndev = 0;
+    double tmax = 0;
+    char *mbuf = NULL, *tbuf = NULL, *gbuf = NULL;
+    size_t mlen = 0, tlen = 0, glen = 0;
+    /* memory: one block per device */
+    int maxdev = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *ev = json_array_get(evs, i);
+        int pid = (int)json_integer_value(json_object_get(ev, "pid"));
+        if (pid + 1 > maxdev) maxdev = pid + 1;
+    }
+    ndev = maxdev;
+    FILE *mf = open_memstream(&mbuf, &mlen);
+    for (int d = 0; d < ndev; d++) {
+        fprintf(mf, "# device %d: time_ms GiB\n", d);
+        int any = 0;
+        for (size_t i = 0; i < n; i++) {
+            json_t *ev = json_array_get(evs, i);
+            const char *ph = json_string_value(json_object_get(ev, "ph"));
+            if (!ph || strcmp(ph, "C")) continue;
+            if ((int)json_integer_value(json_object_get(ev, "pid")) != d)
+                continue;
+            double ts = json_number_value(json_object_get(ev, "ts")) / 1e3;
+            double by = json_number_value(json_object_get(
+                json_object_get(ev, "args"), "bytes"));
+            fprintf(mf, "%.6f %.6f\n", ts, by / (1 << 30));
+            any = 1;
+            if (ts > tmax) tmax = ts;
+        }
+        if (!any) fprintf(mf, "0 0\n");
+        fprintf(mf, "\n\n");
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *ev = json_array_get(evs, i);
+        const char *ph = json_string_value(json_object_get(ev, "ph"));
+        const char *cat = json_string_value(json_object_get(ev, "cat"));
+        if (!ph || strcmp(ph, "X") || !cat) continue;
+        int k = kind_of(cat);
+        if (k < 0) continue;
+        box *b = &bx[nb++];
+        b->t0 = json_number_value(json_object_get(ev, "ts")) / 1e3;
+        b->t1 = b->t0 + json_number_value(json_object_get(ev, "dur")) / 1e3;
+        b->dev = (int)json_integer_value(json_object_get(ev, "pid"));
+        b->mb = (int)json_integer_value(json_object_get(
+            json_object_get(ev, "args"), "mb"));
+        b->kind = k;
+        if (b->t1 > tmax) tmax = b->t1;
+    }
+    json_t *od = json_object_get(root, "otherData");
+    json_t *caps = od ? json_object_get(od, "capacity_bytes") : NULL;
+    const char *sched = od ? json_string_value(json_object_get(od, "schedule"))
+                           : NULL;
+    /* label boxes wide enough to read */
+    FILE *tf = open_memstream(&tbuf, &tlen);
+    fprintf(tf, "# x_center_ms y half_width half_height rgb label\n");
+    for (int i = 0; i < nb; i++) {
+        box *b = &bx[i];
+        int wide = (b->t1 - b->t0) > tmax / 90;
+        char lab[16] = "\"\"";
+        if (wide && b->mb >= 0) snprintf(lab, sizeof lab, "%d", b->mb);
+        fprintf(tf, "%.6f %d %.6f 0.4 %d %s\n", (b->t0 + b->t1) / 2, -b->dev,
+                (b->t1 - b->t0) / 2, shade(base_rgb[b->kind], b->mb < 0 ? 0 : b->mb),
+                lab);
+    }
+    fclose(tf);
+    fclose(mf);
+    char path[1200], tdat[1200], mdat[1200];
+    snprintf(tdat, sizeof tdat, "%s-timeline.dat", prefix);
+    snprintf(mdat, sizeof mdat, "%s-memory.dat", prefix);
+    int rc = 0;
+    if (write_text(tdat, tbuf, tlen, e) || write_text(mdat, mbuf, mlen, e)) {
+        free(bx);
+        json_decref(root);
+        return -1;
+    }
+    FILE *gf = open_memstream(&gbuf, &glen);
+    int h = 140 + 48 * ndev;
+    const char *term[2][2] = {{"pngcairo", "png"}, {"svg", "svg"}};
+    for (int t = 0; t < 2; t++) {
+        fprintf(gf, "set terminal %s size 1400,%d font 'Sans,10'%s\n",
+                term[t][0], h, t ? " dynamic background '#ffffff'" : "");
+        fprintf(gf, "set output '%s-timeline.%s'\n", prefix, term[t][1]);
+        fprintf(gf, "set title 'pipeline timeline%s%s' noenhanced\n",
+                sched ? ": " : "", sched ? sched : "");
+        fprintf(gf, "set xlabel 'time (ms)'\nset yrange [%f:0.6]\n",
+                -ndev + 0.4);
+        fprintf(gf, "set xrange [0:%f]\nset ytics (", tmax * 1.001);
+        for (int d = 0; d < ndev; d++)
+            fprintf(gf, "%s'dev %d' %d", d ? ", " : "", d, -d);
+        fprintf(gf, ")\nset grid xtics\nset style fill solid 1.0 border "
+                "rgb '#ffffff'\nunset key\n");
+        /* legend as labels of the kinds */
+        for (int k = 0; k < 6; k++)
+            fprintf(gf, "set object %d rect at graph %f, 1.04 size char 2, "
+                    "char 0.8 fc rgb '#%06x' fs solid noborder\n"
+                    "set label %d '%s' at graph %f, 1.04 left front\n",
+                    k + 1, 0.62 + k * 0.065, base_rgb[k], k + 1, kinds[k],
+                    0.635 + k * 0.065);
+        fprintf(gf, "plot '%s' using 1:2:3:4:5 with boxxyerror lc rgb "
+                "variable, '' using 1:2:6 with labels font 'Sans,8' tc rgb "
+                "'#ffffff'\n", tdat);
+        for (int k = 0; k < 6; k++)
+            fprintf(gf, "unset object %d\nunset label %d\n", k + 1, k + 1);
+        fprintf(gf, "set terminal %s size 1400,500 font 'Sans,10'\n",
+                term[t][0]);
+        fprintf(gf, "set output '%s-memory.%s'\n", prefix, term[t][1]);
+        fprintf(gf, "set title 'memory per device' noenhanced\nset key "
+                "outside right\nset ylabel 'GiB'\nset autoscale y\nset "
+                "yrange [0:*]\nset ytics auto\nset grid ytics\n");
+        fprintf(gf, "plot for [i=0:%d] '%s' index i using 1:2 with steps "
+                "lw 2 title sprintf('dev %%d', i)", ndev - 1, mdat);
+        double cap0 = caps ? json_number_value(json_array_get(caps, 0)) : 0;
+        if (cap0 > 0)
+            fprintf(gf, ", %f with lines dt 2 lc rgb '#C44E52' title "
+                    "'capacity'", cap0 / (1 << 30));
+        fprintf(gf, "\nunset ylabel\nunset title\n");
+    }
+    fclose(gf);
+    snprintf(path, sizeof path, "%s.gp", prefix);
+    if (write_text(path, gbuf, glen, e)) rc = -1;
+    else rc = run_gnuplot(path, e);
+    free(bx);
+    json_decref(root);
+    return rc;
+}

@@ -1,0 +1,17 @@
+/* plots: pictures of traces through gnuplot, run as an external program.
+ * Reads a Chrome/Perfetto trace as sluice writes it (simulated or
+ * measured), never simulator internals. */
+#ifndef SLUICE_PLOTS_H
+#define SLUICE_PLOTS_H
+
+#include "util/util.h"
+
+/* Writes PREFIX-timeline.{png,svg} (a row per device, F/B/W boxes coloured
+ * by kind, shaded and labelled by microbatch, bubbles left blank) and
+ * PREFIX-memory.{png,svg} (memory per device over time, capacity dashed),
+ * with their data and the gnuplot script beside them. Returns 0 when
+ * drawn, 1 when gnuplot is not installed (e says so; data and script are
+ * still written), -1 on error. */
+int plot_pipeline(const char *trace_path, const char *prefix, util_err *e);
+
+#endif

@@ -1,0 +1,341 @@
+/* `sluice sim`: simulate one training iteration of a plan given on the
+ * command line or as a plan file; print the summary (or JSON), and write
+ * the plan, a Perfetto trace and gnuplot plots on request. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plots/plots.h"
+#include "sim/sim.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: sluice sim --hw GPU xN --model NAME --schedule S --pp P\n"
+        "                  --mbs B --microbatches M [options]\n"
+        "       sluice sim --plan plan.json [options]\n\n"
+        "schedules: gpipe, 1f1b, 2bw (PipeDream-2BW), mixed (FTPipe, async),\n"
+        "           mixed-1f1b, mixed-gpipe (synchronous), wave (Hanayo)\n\n"
+        "options:\n"
+        "  --partition even|balanced|LIST  stage cuts (LIST: layers per stage,\n"
+        "                         e.g. 4,4,5,3); default balanced\n"
+        "  --stages S             stages for mixed (default 2 x pp)\n"
+        "  --waves W              waves of the wave schedule (default 1)\n"
+        "  --recompute            activation recomputation\n"
+        "  --minibatches K        minibatches simulated by schedules without\n"
+        "                         flush (default 4; steady state measured)\n"
+        "  --state-bytes N        weights+grads+optimizer bytes per parameter\n"
+        "                         (default 16: Adam, mixed precision)\n"
+        "  --json                 print the summary as JSON\n"
+        "  --trace FILE           write a Chrome/Perfetto trace\n"
+        "  --plot PREFIX          write PREFIX-timeline.{png,svg} and\n"
+        "                         PREFIX-memory.{png,svg} (needs gnuplot)\n"
+        "  --out FILE             write the plan file\n");
+}
+
+static int need(int i, int argc, char **argv, util_err *e)
+{
+    if (i + 1 >= argc)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s needs a value", argv[i]);
+    return 0;
+}
+
+static int int_arg(const char *opt, const char *s, long lo, long hi, int *out,
+                   util_err *e)
+{
+    long v;
+    if (util_parse_int(s, lo, hi, &v))
+        return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': expected an integer "
+                         "from %ld to %ld", opt, s, lo, hi);
+    *out = (int)v;
+    return 0;
+}
+
+/* Splits "rtx2080ti x8" into words for prof_topo_from_args. */
+static prof_topo *load_hw(const char *hw, util_err *e)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", hw);
+    char *words[16];
+    int n = 0;
+    for (char *t = strtok(buf, " \t"); t && n < 16; t = strtok(NULL, " \t"))
+        words[n++] = t;
+    if (!n) {
+        util_errf(e, UTIL_EXIT_USAGE, "--hw needs a GPU type and count, e.g. "
+                  "--hw rtx2080ti x8");
+        return NULL;
+    }
+    return prof_topo_from_args(n, words, NULL, e);
+}
+
+/* Longest-processing-time assignment of mixed stages to devices. */
+static void map_lpt(const prof_model *m, const prof_gpu *g, sim_plan *p)
+{
+    int S = p->n_stages;
+    double *cost = util_calloc((size_t)S, sizeof(double));
+    double *load = util_calloc((size_t)p->pp, sizeof(double));
+    int *order = util_malloc(sizeof(int) * (size_t)S);
+    for (int s = 0; s < S; s++) {
+        order[s] = s;
+        for (int i = p->first_op[s]; i <= p->last_op[s]; i++)
+            for (int k = SIM_F; k <= SIM_W; k++)
+                cost[s] += (double)sim_op_ns(g, m->spec.dtype, &m->ops[i],
+                                             p->mbs, (sim_kind)k, NULL);
+    }
+    for (int i = 1; i < S; i++) /* insertion sort: by cost, then index */
+        for (int j = i; j > 0 && cost[order[j]] > cost[order[j - 1]]; j--) {
+            int t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+        }
+    for (int i = 0; i < S; i++) {
+        int best = 0;
+        for (int d = 1; d < p->pp; d++)
+            if (load[d] < load[best]) best = d;
+        p->stage_device[order[i]] = best;
+        load[best] += cost[order[i]];
+    }
+    free(cost);
+    free(load);
+    free(order);
+}
+
+typedef struct cmd_opts {
+    const char *plan_file, *partition, *trace, *plot, *out;
+    int json, stages;
+} cmd_opts;
+
+static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
+{
+    char hw[256] = "";
+    int have_sched = 0, have_pp = 0, have_mbs = 0, have_mb = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--hw")) {
+            if (need(i, argc, argv, e)) return -1;
+            size_t n = 0;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
+                n += (size_t)snprintf(hw + n, sizeof hw - n, "%s%s",
+                                      n ? " " : "", argv[++i]);
+                if (n >= sizeof hw) n = sizeof hw - 1;
+            }
+            snprintf(p->hw, sizeof p->hw, "%s", hw);
+        } else if (!strcmp(a, "--model")) {
+            if (need(i, argc, argv, e)) return -1;
+            snprintf(p->model, sizeof p->model, "%s", argv[++i]);
+        } else if (!strcmp(a, "--schedule")) {
+            if (need(i, argc, argv, e)) return -1;
+            const char *s = argv[++i];
+            const char *const *names = sim_sched_names();
+            int k = 0;
+            while (names[k] && strcmp(names[k], s)) k++;
+            if (!names[k]) {
+                const char *near = util_closest(s, names, SIM_SCHED_COUNT);
+                return util_errf(e, UTIL_EXIT_USAGE, "--schedule '%s' is not "
+                                 "known%s%s%s (known: gpipe, 1f1b, 2bw, mixed,"
+                                 " mixed-1f1b, mixed-gpipe, wave)", s,
+                                 near ? " (did you mean '" : "",
+                                 near ? near : "", near ? "'?)" : "");
+            }
+            p->sched = (sim_sched)k;
+            have_sched = 1;
+        } else if (!strcmp(a, "--pp")) {
+            if (need(i, argc, argv, e) ||
+                int_arg(a, argv[++i], 1, 4096, &p->pp, e)) return -1;
+            have_pp = 1;
+        } else if (!strcmp(a, "--mbs")) {
+            if (need(i, argc, argv, e) ||
+                int_arg(a, argv[++i], 1, 1 << 20, &p->mbs, e)) return -1;
+            have_mbs = 1;
+        } else if (!strcmp(a, "--microbatches")) {
+            if (need(i, argc, argv, e) ||
+                int_arg(a, argv[++i], 1, 1000000, &p->n_mb, e)) return -1;
+            have_mb = 1;
+        } else if (!strcmp(a, "--waves")) {
+            if (need(i, argc, argv, e) ||
+                int_arg(a, argv[++i], 1, 64, &p->waves, e)) return -1;
+        } else if (!strcmp(a, "--stages")) {
+            if (need(i, argc, argv, e) ||
+                int_arg(a, argv[++i], 1, 1 << 16, &c->stages, e)) return -1;
+        } else if (!strcmp(a, "--minibatches")) {
+            if (need(i, argc, argv, e) ||
+                int_arg(a, argv[++i], 1, 64, &p->n_minibatches, e)) return -1;
+        } else if (!strcmp(a, "--state-bytes")) {
+            if (need(i, argc, argv, e)) return -1;
+            if (util_parse_double(argv[++i], &p->state_bytes_per_param) ||
+                p->state_bytes_per_param <= 0)
+                return util_errf(e, UTIL_EXIT_USAGE, "--state-bytes '%s': "
+                                 "expected a positive number", argv[i]);
+        } else if (!strcmp(a, "--partition")) {
+            if (need(i, argc, argv, e)) return -1;
+            c->partition = argv[++i];
+        } else if (!strcmp(a, "--recompute")) {
+            p->recompute = 1;
+        } else if (!strcmp(a, "--json")) {
+            c->json = 1;
+        } else if (!strcmp(a, "--plan")) {
+            if (need(i, argc, argv, e)) return -1;
+            c->plan_file = argv[++i];
+        } else if (!strcmp(a, "--trace")) {
+            if (need(i, argc, argv, e)) return -1;
+            c->trace = argv[++i];
+        } else if (!strcmp(a, "--plot")) {
+            if (need(i, argc, argv, e)) return -1;
+            c->plot = argv[++i];
+        } else if (!strcmp(a, "--out")) {
+            if (need(i, argc, argv, e)) return -1;
+            c->out = argv[++i];
+        } else if (!strcmp(a, "--dp") || !strcmp(a, "--tp")) {
+            return util_errf(e, UTIL_EXIT_USAGE, "%s: data and tensor "
+                             "parallelism are not simulated yet", a);
+        } else {
+            static const char *const known[] = {
+                "--hw", "--model", "--schedule", "--pp", "--mbs",
+                "--microbatches", "--waves", "--stages", "--minibatches",
+                "--state-bytes", "--partition", "--recompute", "--json",
+                "--plan", "--trace", "--plot", "--out", "--help"};
+            const char *near = util_closest(a, known, sizeof known / sizeof *known);
+            return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
+                             near ? " (did you mean '" : "", near ? near : "",
+                             near ? "'?)" : "");
+        }
+    }
+    if (c->plan_file) return 0;
+    const char *miss = !p->hw[0] ? "--hw" : !p->model[0] ? "--model"
+                     : !have_sched ? "--schedule" : !have_pp ? "--pp"
+                     : !have_mbs ? "--mbs" : !have_mb ? "--microbatches" : NULL;
+    if (miss)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s is required (or --plan FILE);"
+                         " see sluice sim --help", miss);
+    return 0;
+}
+
+static int run(int argc, char **argv, util_err *e)
+{
+    sim_plan p;
+    sim_plan_init(&p);
+    cmd_opts c = {0};
+    prof_topo *tp = NULL;
+    prof_model *m = NULL;
+    sim_costs *cs = NULL;
+    sim_ir *ir = NULL;
+    sim_engine *en = NULL;
+    int rc = -1;
+    if (parse(argc, argv, &p, &c, e)) goto out;
+    if (c.plan_file) {
+        sim_plan loaded;
+        if (sim_plan_load(c.plan_file, &loaded, e)) {
+            sim_plan_free(&loaded);
+            goto out;
+        }
+        p = loaded;
+    }
+    if (!(tp = load_hw(p.hw, e))) goto out;
+    if (!(m = prof_model_load(p.model, e))) goto out;
+    if (!c.plan_file) {
+        int S = p.pp;
+        if (p.sched == SIM_SCHED_WAVE) S = 2 * p.waves * p.pp;
+        else if (p.sched == SIM_SCHED_MIXED || p.sched == SIM_SCHED_MIXED_1F1B ||
+                 p.sched == SIM_SCHED_MIXED_GPIPE)
+            S = c.stages ? c.stages : 2 * p.pp;
+        else if (c.stages && c.stages != p.pp) {
+            util_errf(e, UTIL_EXIT_USAGE, "--stages %d: schedule %s runs one "
+                      "stage per device (%d)", c.stages,
+                      sim_sched_name(p.sched), p.pp);
+            goto out;
+        }
+        if (p.pp > tp->n_gpus) {
+            util_errf(e, UTIL_EXIT_USAGE, "--pp %d but %s has %d GPUs", p.pp,
+                      tp->name, tp->n_gpus);
+            goto out;
+        }
+        sim_plan_stages(&p, S);
+        const char *part = c.partition ? c.partition : "balanced";
+        const prof_gpu *g = prof_topo_gpu(tp, 0);
+        int prc;
+        if (!strcmp(part, "even"))
+            prc = sim_partition_even(m, S, p.first_op, p.last_op, e);
+        else if (!strcmp(part, "balanced"))
+            prc = sim_partition_balanced(m, g, p.mbs, S, p.first_op,
+                                         p.last_op, e);
+        else
+            prc = sim_partition_list(m, part, S, p.first_op, p.last_op, e);
+        if (prc) goto out;
+        sim_sched_opts so = {.sched = p.sched, .pp = p.pp, .n_stages = S,
+                             .waves = p.waves};
+        if (p.sched == SIM_SCHED_MIXED || p.sched == SIM_SCHED_MIXED_1F1B ||
+            p.sched == SIM_SCHED_MIXED_GPIPE) {
+            if (S < p.pp) {
+                util_errf(e, UTIL_EXIT_USAGE, "--stages %d: mixed needs at "
+                          "least one stage per device (pp %d)", S, p.pp);
+                goto out;
+            }
+            map_lpt(m, g, &p);
+        } else {
+            sim_sched_map(&so, p.stage_device);
+        }
+    }
+    if (sim_plan_check(&p, m, tp->n_gpus, e)) {
+        if (c.plan_file) util_err_prefix(e, "%s", c.plan_file);
+        goto out;
+    }
+    sim_cost_opts co = {.mbs = p.mbs,
+                        .state_bytes_per_param = p.state_bytes_per_param};
+    cs = sim_costs_build(m, tp, p.n_stages, p.first_op, p.last_op,
+                         p.stage_device, p.pp, &co, e);
+    if (!cs) goto out;
+    sim_sched_opts so = {.sched = p.sched, .pp = p.pp, .n_stages = p.n_stages,
+                         .n_mb = p.n_mb, .recompute = p.recompute,
+                         .waves = p.waves, .n_minibatches = p.n_minibatches};
+    if (!(ir = sim_schedule(&so, cs, e))) goto out;
+    sim_run_opts ro = {.record = c.trace || c.plot};
+    en = sim_engine_new(ir, cs, &ro);
+    sim_result r;
+    if (sim_engine_run(en, &r)) {
+        util_errf(e, UTIL_EXIT_FAIL, "%s", r.msg);
+        goto out;
+    }
+    if (c.out && sim_plan_save(c.out, &p, m, e)) goto out;
+    if (c.trace && sim_trace_write(c.trace, ir, &r, cs, e)) goto out;
+    if (c.plot) {
+        char tpath[1024];
+        snprintf(tpath, sizeof tpath, "%s-trace.json", c.plot);
+        const char *src = c.trace ? c.trace : tpath;
+        if (!c.trace && sim_trace_write(tpath, ir, &r, cs, e)) goto out;
+        int prc = plot_pipeline(src, c.plot, e);
+        if (prc < 0) goto out;
+        if (prc > 0) fprintf(stderr, "sluice sim: %s\n", e->msg);
+    }
+    if (c.json) {
+        json_t *j = sim_report_json(&p, m, tp, cs, &r, ir);
+        util_json_print(j, stdout);
+        json_decref(j);
+    } else {
+        sim_report_print(&p, m, tp, cs, &r, ir, stdout);
+    }
+    rc = 0;
+out:
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(cs);
+    prof_model_free(m);
+    prof_topo_free(tp);
+    sim_plan_free(&p);
+    return rc;
+}
+
+int sim_cmd_main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+    util_err e = {0};
+    if (argc < 2) {
+        usage(stderr);
+        return UTIL_EXIT_USAGE;
+    }
+    if (run(argc, argv, &e)) {
+        fprintf(stderr, "sluice sim: %s\n", e.msg);
+        return e.code ? e.code : UTIL_EXIT_FAIL;
+    }
+    return 0;
+}

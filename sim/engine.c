@@ -1,0 +1,523 @@
+/* The discrete-event engine. Events (task ends, flow checks) sit in a
+ * binary heap ordered by (time in ns, sequence number), so runs are
+ * deterministic. A task starts when its dependencies are done and it is at
+ * the head of its (device, stream) queue with the stream idle; a send
+ * starts a flow over its route, sharing links max-min fairly with the
+ * other flows (re-solved when a flow starts or ends); the matching receive
+ * runs from the flow's start to its end plus the route latency. All memory
+ * is allocated by sim_engine_new; a run allocates nothing (the heap only
+ * grows if a first run needs more room). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/engine_int.h"
+
+/* ----------------------------------------------------------------- heap */
+
+static inline int ev_less(const sim_ev *a, const sim_ev *b)
+{
+    return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+static void heap_push(sim_engine *e, int64_t t, int32_t id, uint32_t epoch)
+{
+    if (e->nheap == e->capheap) {
+        e->capheap *= 2;
+        e->heap = util_realloc(e->heap, sizeof(sim_ev) * (size_t)e->capheap);
+    }
+    sim_ev ev = {t, e->seq++, id, epoch};
+    int i = e->nheap++;
+    sim_ev *h = e->heap;
+    while (i > 0) {
+        int p = (i - 1) >> 1;
+        if (!ev_less(&ev, &h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = ev;
+}
+
+static sim_ev heap_pop(sim_engine *e)
+{
+    sim_ev *h = e->heap;
+    sim_ev top = h[0];
+    sim_ev last = h[--e->nheap];
+    int n = e->nheap, i = 0;
+    for (;;) {
+        int l = 2 * i + 1;
+        if (l >= n) break;
+        int r = l + 1;
+        int m = (r < n && ev_less(&h[r], &h[l])) ? r : l;
+        if (!ev_less(&h[m], &last)) break;
+        h[i] = h[m];
+        i = m;
+    }
+    if (n) h[i] = last;
+    return top;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static int64_t task_dur(const sim_costs *c, const sim_task *t)
+{
+    const sim_stage_cost *sc = t->stage >= 0 && t->stage < c->n_stages
+                             ? &c->stage[t->stage] : NULL;
+    switch (t->kind) {
+    case SIM_F: case SIM_RECOMP: return sc->f_ns;
+    case SIM_B: return sc->b_ns;
+    case SIM_W: return sc->w_ns;
+    case SIM_BW: return sc->b_ns + sc->w_ns;
+    case SIM_OPT: return sc ? sc->opt_ns : 0;
+    case SIM_ALLREDUCE: return c->allreduce_ns;
+    default: return 0;
+    }
+}
+
+/* route node of a device; -1 when no topology */
+static int dev_node(const sim_costs *c, int d)
+{
+    if (!c->topo) return -1;
+    return c->topo->gpu_node[c->dev_gpu[d]];
+}
+
+sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
+                           const sim_run_opts *o)
+{
+    UTIL_NEVER(!ir->finished);
+    sim_engine *e = util_calloc(1, sizeof *e);
+    e->ir = ir;
+    e->c = c;
+    if (o) e->opts = *o;
+    int n = e->n = ir->n_tasks;
+    e->nd = ir->n_devices;
+    e->ns = ir->n_stages;
+    e->nq = e->nd * SIM_STREAM_COUNT;
+    e->K = ir->n_minibatches;
+    e->vstride = e->K + 2;
+    size_t N = (size_t)n + 1;
+    e->dur = util_calloc(N, sizeof(int64_t));
+    e->mem_start = util_calloc(N, sizeof(double));
+    e->mem_end = util_calloc(N, sizeof(double));
+    e->nxt = util_malloc(N * sizeof(int32_t));
+    e->head0 = util_malloc(sizeof(int32_t) * (size_t)e->nq);
+    e->route = util_calloc(N, sizeof(int *));
+    e->route_len = util_calloc(N, sizeof(int));
+    e->lat_ns = util_calloc(N, sizeof(int64_t));
+    e->static_bytes = util_calloc((size_t)e->nd, sizeof(double));
+    e->pending0 = util_calloc((size_t)e->ns * e->vstride, sizeof(int32_t));
+    e->pending = util_calloc((size_t)e->ns * e->vstride, sizeof(int32_t));
+    e->unmet = util_malloc(N * sizeof(int32_t));
+    e->head = util_malloc(sizeof(int32_t) * (size_t)e->nq);
+    e->busy = util_calloc((size_t)e->nq, 1);
+    e->start = util_malloc(N * sizeof(int64_t));
+    e->end = util_malloc(N * sizeof(int64_t));
+    e->fstart = util_malloc(N * sizeof(int64_t));
+    e->capheap = 2 * n + 64;
+    e->heap = util_malloc(sizeof(sim_ev) * (size_t)e->capheap);
+    e->mem_cur = util_calloc((size_t)e->nd, sizeof(double));
+    e->cur_ver = util_calloc((size_t)e->ns, sizeof(int32_t));
+    e->live = util_calloc((size_t)e->ns, sizeof(int32_t));
+    e->inflight = util_calloc((size_t)e->ns, sizeof(int32_t));
+    e->flow_task = util_malloc(N * sizeof(int32_t));
+    e->flow_rem = util_malloc(N * sizeof(double));
+    e->flow_rate = util_malloc(N * sizeof(double));
+    e->flow_route = util_malloc(N * sizeof(int *));
+    e->flow_rlen = util_malloc(N * sizeof(int));
+    e->dev = util_calloc((size_t)e->nd, sizeof(sim_dev_stats));
+    e->max_inflight = util_calloc((size_t)e->ns, sizeof(int));
+    e->max_versions = util_calloc((size_t)e->ns, sizeof(int));
+    if (e->opts.record) {
+        e->cap_mem = 4 * n + 4 * e->ns + e->nd + 16;
+        e->mem = util_malloc(sizeof(sim_mem_point) * (size_t)e->cap_mem);
+    }
+    /* queues */
+    int32_t *last = util_malloc(sizeof(int32_t) * (size_t)e->nq);
+    for (int q = 0; q < e->nq; q++) e->head0[q] = last[q] = -1;
+    for (int i = 0; i < n; i++) e->nxt[i] = -1;
+    for (int d = 0; d < e->nd; d++)
+        for (int j = ir->dev_off[d]; j < ir->dev_off[d + 1]; j++) {
+            int id = ir->seq[j];
+            const sim_task *t = &ir->tasks[id];
+            e->dur[id] = task_dur(c, t);
+            if (t->stream == SIM_STREAM_RECV) continue;
+            int q = d * SIM_STREAM_COUNT + t->stream;
+            if (last[q] < 0) e->head0[q] = id;
+            else e->nxt[last[q]] = id;
+            last[q] = id;
+        }
+    free(last);
+    /* routes of sends; swaps go to the nearest host memory */
+    const prof_topo *tp = c->topo;
+    if (tp) {
+        e->n_dl = 2 * tp->n_links;
+        e->link_cap = util_malloc(sizeof(double) * (size_t)(e->n_dl + 1));
+        for (int l = 0; l < tp->n_links; l++)
+            e->link_cap[2 * l] = e->link_cap[2 * l + 1] =
+                tp->links[l].bw_bytes_per_s;
+        e->mm.rem = util_calloc((size_t)e->n_dl + 1, sizeof(double));
+        e->mm.cnt = util_calloc((size_t)e->n_dl + 1, sizeof(int));
+        e->mm.touched = util_calloc((size_t)e->n_dl + 1, sizeof(int));
+        e->mm.frozen = util_calloc(N, 1);
+        for (int i = 0; i < n; i++) {
+            const sim_task *t = &ir->tasks[i];
+            int a = -1, b = -1;
+            if (t->kind == SIM_SEND && t->peer >= 0) {
+                a = dev_node(c, t->device);
+                b = dev_node(c, ir->tasks[t->peer].device);
+            } else if (t->kind == SIM_SWAP_OUT || t->kind == SIM_SWAP_IN) {
+                int g = c->dev_gpu[t->device];
+                int h = prof_topo_gpu_host_mem(tp, g);
+                a = dev_node(c, t->device);
+                b = h;
+                if (t->kind == SIM_SWAP_IN) { b = a; a = h; }
+            }
+            if (a < 0 || b < 0 || a == b) continue;
+            int len = 0;
+            const int *rt = prof_topo_route(tp, a, b, &len);
+            if (!rt || !len) continue;
+            e->route[i] = rt;
+            e->route_len[i] = len;
+            double lat = 0;
+            for (int k = 0; k < len; k++)
+                lat += tp->links[e->route[i][k] / 2].latency_ns;
+            e->lat_ns[i] = (int64_t)llround(lat);
+        }
+    }
+    e->scratch_k = util_calloc((size_t)e->K + 1, sizeof(int64_t));
+    e->scratch_dw = util_calloc(2 * (size_t)e->nd + 1, sizeof(int64_t));
+    sim_mem_setup(e);
+    return e;
+}
+
+void sim_engine_free(sim_engine *e)
+{
+    if (!e) return;
+    free(e->dur); free(e->mem_start); free(e->mem_end); free(e->nxt);
+    free(e->head0); free(e->route); free(e->route_len); free(e->lat_ns);
+    free(e->static_bytes); free(e->pending0); free(e->pending);
+    free(e->unmet); free(e->head); free(e->busy); free(e->start);
+    free(e->end); free(e->fstart); free(e->heap); free(e->mem_cur);
+    free(e->cur_ver); free(e->live); free(e->inflight); free(e->flow_task);
+    free(e->flow_rem); free(e->flow_rate); free(e->flow_route);
+    free(e->flow_rlen); free(e->link_cap); free(e->mm.rem); free(e->mm.cnt);
+    free(e->mm.touched); free(e->mm.frozen); free(e->dev);
+    free(e->max_inflight); free(e->max_versions); free(e->mem);
+    free(e->scratch_k); free(e->scratch_dw);
+    free(e);
+}
+
+/* ---------------------------------------------------------------- flows */
+
+static void flows_advance(sim_engine *e)
+{
+    double dt = (double)(e->now - e->flow_last) * 1e-9;
+    if (dt > 0)
+        for (int f = 0; f < e->nflow; f++)
+            e->flow_rem[f] -= e->flow_rate[f] * dt;
+    e->flow_last = e->now;
+}
+
+static void flows_solve(sim_engine *e)
+{
+    e->flow_epoch++;
+    if (!e->nflow) return;
+    sim_maxmin(e->nflow, e->flow_route, e->flow_rlen, e->link_cap,
+               e->flow_rate, &e->mm);
+    double best = HUGE_VAL;
+    for (int f = 0; f < e->nflow; f++) {
+        double r = e->flow_rate[f];
+        double t = r > 0 ? fmax(e->flow_rem[f], 0) / r : HUGE_VAL;
+        if (t < best) best = t;
+    }
+    if (best == HUGE_VAL) return; /* zero-bandwidth links: never ends */
+    heap_push(e, e->now + (int64_t)ceil(best * 1e9), -1, e->flow_epoch);
+}
+
+static void task_start(sim_engine *e, int id);
+
+static void try_start(sim_engine *e, int id)
+{
+    if (id < 0 || e->unmet[id]) return;
+    const sim_task *t = &e->ir->tasks[id];
+    if (t->stream == SIM_STREAM_RECV) return; /* started by its send */
+    int q = t->device * SIM_STREAM_COUNT + t->stream;
+    if (e->busy[q] || e->head[q] != id) return;
+    task_start(e, id);
+}
+
+static void flow_begin(sim_engine *e, int id)
+{
+    const sim_task *t = &e->ir->tasks[id];
+    int r = t->kind == SIM_SEND ? t->peer : -1;
+    e->fstart[id] = e->now;
+    if (r >= 0) {
+        e->start[r] = e->fstart[r] = e->now;
+        sim_mem_add(e, e->ir->tasks[r].device, e->mem_start[r], r);
+    }
+    if (!e->route[id] || t->bytes <= 0) {
+        heap_push(e, e->now + e->lat_ns[id], id, 0);
+        if (r >= 0) heap_push(e, e->now + e->lat_ns[id], r, 0);
+        return;
+    }
+    flows_advance(e);
+    int f = e->nflow++;
+    e->flow_task[f] = id;
+    e->flow_rem[f] = t->bytes;
+    e->flow_rate[f] = 0;
+    e->flow_route[f] = e->route[id];
+    e->flow_rlen[f] = e->route_len[id];
+    flows_solve(e);
+}
+
+static void flows_check(sim_engine *e)
+{
+    flows_advance(e);
+    int w = 0;
+    for (int f = 0; f < e->nflow; f++) {
+        /* done when less than a nanosecond's worth is left */
+        if (e->flow_rem[f] <= e->flow_rate[f] * 1e-9) {
+            int id = e->flow_task[f];
+            const sim_task *t = &e->ir->tasks[id];
+            heap_push(e, e->now + e->lat_ns[id], id, 0);
+            if (t->kind == SIM_SEND && t->peer >= 0)
+                heap_push(e, e->now + e->lat_ns[id], t->peer, 0);
+            continue;
+        }
+        e->flow_task[w] = e->flow_task[f];
+        e->flow_rem[w] = e->flow_rem[f];
+        e->flow_rate[w] = e->flow_rate[f];
+        e->flow_route[w] = e->flow_route[f];
+        e->flow_rlen[w] = e->flow_rlen[f];
+        w++;
+    }
+    e->nflow = w;
+    flows_solve(e);
+}
+
+/* ---------------------------------------------------------------- tasks */
+
+static void task_start(sim_engine *e, int id)
+{
+    const sim_task *t = &e->ir->tasks[id];
+    int q = t->device * SIM_STREAM_COUNT + t->stream;
+    e->busy[q] = 1;
+    e->start[id] = e->now;
+    sim_mem_add(e, t->device, e->mem_start[id], id);
+    if (t->kind == SIM_F) {
+        int s = t->stage;
+        if (++e->inflight[s] > e->max_inflight[s])
+            e->max_inflight[s] = e->inflight[s];
+    }
+    if (t->kind == SIM_SEND || t->kind == SIM_SWAP_IN ||
+        t->kind == SIM_SWAP_OUT)
+        flow_begin(e, id);
+    else
+        heap_push(e, e->now + e->dur[id], id, 0);
+}
+
+static void task_end(sim_engine *e, int id)
+{
+    const sim_task *t = &e->ir->tasks[id];
+    const sim_ir *ir = e->ir;
+    e->end[id] = e->now;
+    sim_mem_add(e, t->device, e->mem_end[id], id);
+    if (t->kind == SIM_BW || t->kind == SIM_W) e->inflight[t->stage]--;
+    sim_mem_task_end(e, id);
+    int q = -1;
+    if (t->stream != SIM_STREAM_RECV) {
+        q = t->device * SIM_STREAM_COUNT + t->stream;
+        e->busy[q] = 0;
+        e->head[q] = e->nxt[id];
+    }
+    for (int k = ir->succ_off[id]; k < ir->succ_off[id + 1]; k++) {
+        int s = ir->succ[k];
+        if (--e->unmet[s] == 0) try_start(e, s);
+    }
+    if (q >= 0) try_start(e, e->head[q]);
+}
+
+/* ---------------------------------------------------------------- stats */
+
+static int64_t clip_len(int64_t a, int64_t b, int64_t t0, int64_t t1)
+{
+    if (a < t0) a = t0;
+    if (b > t1) b = t1;
+    return b > a ? b - a : 0;
+}
+
+static void stats(sim_engine *e, sim_result *r)
+{
+    const sim_ir *ir = e->ir;
+    int64_t t0 = 0, t1 = r->makespan_ns;
+    int iters = 1;
+    if (e->K > 1) {
+        /* steady state: from the end of the first minibatch's updates to
+         * the end of a later one's */
+        int64_t *done = e->scratch_k;
+        memset(done, 0, sizeof(int64_t) * (size_t)e->K);
+        for (int i = 0; i < e->n; i++) {
+            const sim_task *t = &ir->tasks[i];
+            if (t->minibatch >= 0 && t->minibatch < e->K &&
+                e->end[i] > done[t->minibatch])
+                done[t->minibatch] = e->end[i];
+        }
+        /* the last minibatch holds the drain of the simulated run, not
+         * steady state: leave it out when there are enough */
+        int last = e->K >= 3 ? e->K - 2 : e->K - 1;
+        t0 = done[0];
+        t1 = done[last];
+        iters = last;
+        if (t1 <= t0) { t0 = 0; t1 = r->makespan_ns; iters = e->K; }
+    }
+    r->window_t0 = t0;
+    r->window_t1 = t1;
+    r->window_iters = iters;
+    r->iteration_ns = (t1 - t0) / iters;
+    int64_t *dw = NULL;
+    if (e->K > 1) {
+        /* per device: from its own end of the first minibatch to its end
+         * of the last one, so the drain of the simulated run is not
+         * counted as a bubble of a schedule that never drains */
+        dw = e->scratch_dw;
+        memset(dw, 0, 2 * sizeof(int64_t) * (size_t)e->nd);
+        for (int i = 0; i < e->n; i++) {
+            const sim_task *t = &ir->tasks[i];
+            int64_t *w = &dw[2 * t->device];
+            if (t->minibatch == 0 && e->end[i] > w[0]) w[0] = e->end[i];
+            if (t->minibatch == (e->K >= 3 ? e->K - 2 : e->K - 1) &&
+                e->end[i] > w[1])
+                w[1] = e->end[i];
+        }
+    }
+    for (int d = 0; d < e->nd; d++) {
+        sim_dev_stats *ds = &e->dev[d];
+        int64_t comp = 0, rec = 0, opt = 0, exp = 0, idle = 0;
+        int64_t g0 = t0, g1 = t1;
+        if (dw && dw[2 * d + 1] > dw[2 * d]) {
+            t0 = dw[2 * d];
+            t1 = dw[2 * d + 1];
+        }
+        int64_t prev = t0;
+        for (int j = ir->dev_off[d]; j < ir->dev_off[d + 1]; j++) {
+            int id = ir->seq[j];
+            const sim_task *t = &ir->tasks[id];
+            if (t->stream != SIM_STREAM_COMPUTE) continue;
+            int64_t len = clip_len(e->start[id], e->end[id], t0, t1);
+            if (t->kind == SIM_RECOMP) rec += len;
+            else if (t->kind == SIM_OPT) opt += len;
+            else comp += len;
+            int64_t gs = prev, ge = e->start[id];
+            int64_t gap = clip_len(gs, ge, t0, t1);
+            if (gap > 0) {
+                int64_t x = 0;
+                const sim_task *tt = t;
+                for (int k = 0; k < tt->n_dep; k++) {
+                    int dd = ir->deps[tt->dep_off + k];
+                    if (ir->tasks[dd].kind != SIM_RECV) continue;
+                    int64_t a = e->fstart[dd] > gs ? e->fstart[dd] : gs;
+                    int64_t o = clip_len(a, e->end[dd] < ge ? e->end[dd] : ge,
+                                         t0, t1);
+                    if (o > x) x = o;
+                }
+                exp += x;
+                idle += gap - x;
+            }
+            if (e->end[id] > prev) prev = e->end[id];
+        }
+        idle += clip_len(prev, t1, t0, t1);
+        ds->compute_ns = comp / iters;
+        ds->recompute_ns = rec / iters;
+        ds->opt_ns = opt / iters;
+        ds->comm_exposed_ns = exp / iters;
+        ds->bubble_ns = idle / iters;
+        ds->bubble_fraction = t1 > t0 ? (double)idle / (double)(t1 - t0) : 0;
+        ds->static_bytes = e->static_bytes[d];
+        t0 = g0;
+        t1 = g1;
+    }
+}
+
+int sim_engine_run(sim_engine *e, sim_result *r)
+{
+    const sim_ir *ir = e->ir;
+    int n = e->n;
+    for (int i = 0; i < n; i++) {
+        e->unmet[i] = ir->tasks[i].n_dep;
+        e->start[i] = e->end[i] = e->fstart[i] = -1;
+    }
+    memcpy(e->head, e->head0, sizeof(int32_t) * (size_t)e->nq);
+    memset(e->busy, 0, (size_t)e->nq);
+    memcpy(e->pending, e->pending0,
+           sizeof(int32_t) * (size_t)e->ns * e->vstride);
+    memset(e->cur_ver, 0, sizeof(int32_t) * (size_t)e->ns);
+    memset(e->inflight, 0, sizeof(int32_t) * (size_t)e->ns);
+    memset(e->max_inflight, 0, sizeof(int) * (size_t)e->ns);
+    for (int s = 0; s < e->ns; s++) e->live[s] = e->max_versions[s] = 1;
+    e->nheap = 0;
+    e->seq = 0;
+    e->now = 0;
+    e->nflow = 0;
+    e->flow_last = 0;
+    e->flow_epoch = 0;
+    e->n_mem = 0;
+    e->oom = 0;
+    e->oom_task = -1;
+    e->oom_t = 0;
+    e->events = 0;
+    for (int d = 0; d < e->nd; d++) {
+        memset(&e->dev[d], 0, sizeof e->dev[d]);
+        e->dev[d].capacity_bytes = e->c->dev_capacity[d];
+        e->mem_cur[d] = 0;
+        sim_mem_add(e, d, e->static_bytes[d], -1);
+    }
+    for (int q = 0; q < e->nq; q++) try_start(e, e->head[q]);
+    int64_t ended = 0;
+    while (e->nheap) {
+        sim_ev ev = heap_pop(e);
+        e->now = ev.t;
+        e->events++;
+        if (ev.id < 0) {
+            if (ev.epoch == e->flow_epoch) flows_check(e);
+            continue;
+        }
+        task_end(e, ev.id);
+        ended++;
+    }
+    memset(r, 0, sizeof *r);
+    r->n_devices = e->nd;
+    r->n_stages = e->ns;
+    r->events = e->events;
+    r->start_ns = e->start;
+    r->end_ns = e->end;
+    r->flow_start_ns = e->fstart;
+    r->mem = e->mem;
+    r->n_mem = e->n_mem;
+    r->dev = e->dev;
+    r->max_inflight = e->max_inflight;
+    r->max_versions = e->max_versions;
+    r->oom = e->oom;
+    r->oom_task = e->oom_task;
+    r->oom_t_ns = e->oom_t;
+    for (int i = 0; i < n; i++)
+        if (e->end[i] > r->makespan_ns) r->makespan_ns = e->end[i];
+    if (ended < n) {
+        char b[128];
+        int len = snprintf(r->msg, sizeof r->msg, "deadlock: %lld of %d "
+                           "tasks never ran; stuck:",
+                           (long long)(n - ended), n);
+        int shown = 0;
+        for (int q = 0; q < e->nq && shown < 6; q++) {
+            int h = e->head[q];
+            if (h < 0 || len >= (int)sizeof r->msg - 1) continue;
+            len += snprintf(r->msg + len, sizeof r->msg - (size_t)len,
+                            "\n  %s", sim_task_str(ir, h, b, sizeof b));
+            shown++;
+        }
+        r->ok = 0;
+        return -1;
+    }
+    r->ok = 1;
+    stats(e, r);
+    return 0;
+}

@@ -1,0 +1,74 @@
+/* Private to the engine (engine.c, memory.c): its state, laid out so the
+ * event loop touches flat arrays only. */
+#ifndef SLUICE_SIM_ENGINE_INT_H
+#define SLUICE_SIM_ENGINE_INT_H
+
+#include "sim/sim.h"
+
+typedef struct sim_ev {
+    int64_t t;
+    uint64_t seq;
+    int32_t id;         /* task end; -1: flow check */
+    uint32_t epoch;
+} sim_ev;
+
+struct sim_engine {
+    const sim_ir *ir;
+    const sim_costs *c;
+    sim_run_opts opts;
+    int n, nd, ns, nq;      /* tasks, devices, stages, device*stream queues */
+    int K;                  /* minibatches */
+    /* static, per task */
+    int64_t *dur;
+    double *mem_start, *mem_end;
+    int32_t *nxt;           /* next task in the same (device, stream) */
+    int32_t *head0;         /* first task per queue */
+    const int **route;      /* sends: directed links, NULL when none */
+    int *route_len;
+    int64_t *lat_ns;
+    /* static, per device / stage */
+    double *static_bytes;
+    int32_t *pending0;      /* [stage*(K+2)+version] tasks using it */
+    int vstride;
+    /* run state */
+    int32_t *unmet, *head;
+    uint8_t *busy;
+    int64_t *start, *end, *fstart;
+    sim_ev *heap;
+    int nheap, capheap;
+    uint64_t seq;
+    int64_t now;
+    double *mem_cur;
+    int32_t *pending;
+    int32_t *cur_ver, *live;
+    int32_t *inflight;
+    /* flows */
+    int nflow;
+    int32_t *flow_task;     /* active flows: send task ids */
+    double *flow_rem, *flow_rate;
+    int64_t flow_last;
+    const int **flow_route;
+    int *flow_rlen;
+    uint32_t flow_epoch;
+    double *link_cap;
+    int n_dl;
+    sim_maxmin_scratch mm;
+    /* results */
+    sim_dev_stats *dev;
+    int *max_inflight, *max_versions;
+    sim_mem_point *mem;
+    int n_mem, cap_mem;
+    int oom, oom_task;
+    int64_t oom_t;
+    int64_t events;
+    int64_t *scratch_k, *scratch_dw; /* stats: per minibatch, per device */
+};
+
+/* memory.c: fills mem_start/mem_end, static_bytes and pending0. */
+void sim_mem_setup(sim_engine *e);
+/* memory.c: applies a delta on device d at the engine's time. */
+void sim_mem_add(sim_engine *e, int d, double delta, int task);
+/* memory.c: version bookkeeping at the end of a stage task / an OPT. */
+void sim_mem_task_end(sim_engine *e, int id);
+
+#endif

@@ -1,0 +1,122 @@
+/* Memory per device over time. Static: weights, gradients and optimizer
+ * state of the device's stages. Dynamic: activations allocated when F
+ * starts and freed when the backward ends (B frees what W does not need,
+ * W the rest); with recomputation F keeps only the stage inputs and the
+ * recompute task allocates the rest again; receive buffers live from the
+ * transfer's start to their consumer's start (the consumer takes the
+ * tensor over); every extra weight version alive (stashing) costs one more
+ * copy of the stage's weights. */
+#include <string.h>
+
+#include "sim/engine_int.h"
+
+void sim_mem_setup(sim_engine *e)
+{
+    const sim_ir *ir = e->ir;
+    const sim_costs *c = e->c;
+    memset(e->mem_start, 0, sizeof(double) * (size_t)e->n);
+    memset(e->mem_end, 0, sizeof(double) * (size_t)e->n);
+    memset(e->static_bytes, 0, sizeof(double) * (size_t)e->nd);
+    memset(e->pending0, 0, sizeof(int32_t) * (size_t)e->ns * e->vstride);
+    for (int s = 0; s < e->ns; s++) {
+        const sim_stage_cost *sc = &c->stage[s];
+        e->static_bytes[ir->stage_device[s]] +=
+            sc->weight_bytes + sc->grad_bytes + sc->opt_bytes;
+    }
+    /* does stage s recompute microbatch (k, mb)? one flag per task of F */
+    for (int i = 0; i < e->n; i++) {
+        const sim_task *t = &ir->tasks[i];
+        const sim_stage_cost *sc = t->stage >= 0 && t->stage < e->ns
+                                 ? &c->stage[t->stage] : NULL;
+        switch (t->kind) {
+        case SIM_F: {
+            /* recomputed later? look for a RECOMP successor */
+            int rec = 0;
+            for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++) {
+                const sim_task *u = &ir->tasks[ir->succ[k]];
+                if (u->kind == SIM_RECOMP && u->stage == t->stage &&
+                    u->mb == t->mb && u->minibatch == t->minibatch)
+                    rec = 1;
+            }
+            e->mem_start[i] += sc->act_bytes;
+            if (rec)
+                e->mem_end[i] -= sc->act_bytes - sc->input_bytes;
+            break;
+        }
+        case SIM_RECOMP:
+            e->mem_start[i] += sc->act_bytes - sc->input_bytes;
+            break;
+        case SIM_BW:
+            e->mem_end[i] -= sc->act_bytes;
+            break;
+        case SIM_B:
+            e->mem_end[i] -= sc->act_bytes - sc->wkeep_bytes;
+            break;
+        case SIM_W:
+            e->mem_end[i] -= sc->wkeep_bytes;
+            break;
+        case SIM_RECV:
+            e->mem_start[i] += t->bytes;
+            for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++) {
+                int u = ir->succ[k];
+                if (ir->tasks[u].device == t->device) {
+                    e->mem_start[u] -= t->bytes;
+                    break;
+                }
+            }
+            break;
+        default:
+            break;
+        }
+        if ((t->kind <= SIM_RECOMP) && sc && t->version >= 0 &&
+            t->version < e->vstride)
+            e->pending0[t->stage * e->vstride + t->version]++;
+    }
+}
+
+void sim_mem_add(sim_engine *e, int d, double delta, int task)
+{
+    if (delta == 0) return;
+    double v = e->mem_cur[d] += delta;
+    sim_dev_stats *ds = &e->dev[d];
+    if (v > ds->peak_bytes) ds->peak_bytes = v;
+    if (!e->oom && ds->capacity_bytes > 0 && v > ds->capacity_bytes) {
+        e->oom = 1;
+        e->oom_task = task;
+        e->oom_t = e->now;
+    }
+    if (e->opts.record && e->n_mem < e->cap_mem) {
+        sim_mem_point *p = &e->mem[e->n_mem++];
+        p->t_ns = e->now;
+        p->device = d;
+        p->bytes = v;
+    }
+}
+
+void sim_mem_task_end(sim_engine *e, int id)
+{
+    const sim_task *t = &e->ir->tasks[id];
+    int s = t->stage;
+    if (s < 0 || s >= e->ns) return;
+    double wb = e->c->stage[s].weight_bytes;
+    int d = t->device;
+    if (t->kind == SIM_OPT) {
+        int old = e->cur_ver[s]++;
+        /* the old version dies at once unless in-flight work still
+         * uses it (stashing): then both are alive */
+        if (old < e->vstride && e->pending[s * e->vstride + old] > 0) {
+            e->live[s]++;
+            sim_mem_add(e, d, wb, id);
+            if (e->live[s] > e->max_versions[s])
+                e->max_versions[s] = e->live[s];
+        }
+        return;
+    }
+    if (t->kind > SIM_RECOMP) return;
+    int v = t->version;
+    if (v < 0 || v >= e->vstride) return;
+    if (--e->pending[s * e->vstride + v] == 0 && v < e->cur_ver[s]) {
+        e->live[s]--;
+        sim_mem_add(e, d, -wb, id);
+    }
+}

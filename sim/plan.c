@@ -1,0 +1,400 @@
+/* The plan file: everything needed to simulate (or execute) a run again:
+ * model, hardware, schedule and its knobs, and the partition as op ranges
+ * with a device per stage. Loaded with located errors, written atomically.
+ * Also the partitioners the command line offers (even, balanced, list). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/sim.h"
+
+#define PLAN_FORMAT 1
+
+void sim_plan_init(sim_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    p->sched = SIM_SCHED_1F1B;
+    p->pp = p->dp = p->tp = 1;
+    p->mbs = 1;
+    p->n_mb = 1;
+    p->waves = 1;
+    p->n_minibatches = 4;
+}
+
+void sim_plan_free(sim_plan *p)
+{
+    if (!p) return;
+    free(p->first_op);
+    free(p->last_op);
+    free(p->stage_device);
+    p->first_op = p->last_op = p->stage_device = NULL;
+    p->n_stages = 0;
+}
+
+void sim_plan_stages(sim_plan *p, int n)
+{
+    free(p->first_op);
+    free(p->last_op);
+    free(p->stage_device);
+    p->n_stages = n;
+    p->first_op = util_calloc((size_t)n + 1, sizeof(int));
+    p->last_op = util_calloc((size_t)n + 1, sizeof(int));
+    p->stage_device = util_calloc((size_t)n + 1, sizeof(int));
+}
+
+int sim_plan_load(const char *path, sim_plan *p, util_err *e)
+{
+    static const char *const keys[] = {
+        "sluice_plan", "model", "hw", "schedule", "pp", "dp", "tp", "mbs",
+        "microbatches", "recompute", "waves", "minibatches",
+        "state_bytes_per_param", "stages", NULL};
+    static const char *const skeys[] = {"ops", "device", "from", "to", NULL};
+    util_jdoc d;
+    sim_plan_init(p);
+    if (util_jdoc_load(&d, path, NULL, e)) return -1;
+    util_jobj r = util_jroot(&d);
+    int rc = -1;
+    long v;
+    int sched = 0;
+    json_t *arr;
+    if (!json_is_object(r.j)) {
+        util_jerr(e, &r, NULL, "a plan is a JSON object");
+        goto out;
+    }
+    if (util_jkeys(&r, keys, e)) goto out;
+    if (util_jint(&r, "sluice_plan", 1, 1, PLAN_FORMAT, &v, e)) goto out;
+    if (util_jstr(&r, "model", 1, p->model, sizeof p->model, e)) goto out;
+    if (util_jstr(&r, "hw", 1, p->hw, sizeof p->hw, e)) goto out;
+    if (util_jenum(&r, "schedule", 1, sim_sched_names(), &sched, e)) goto out;
+    p->sched = (sim_sched)sched;
+    if (util_jint(&r, "pp", 1, 1, 4096, &v, e)) goto out;
+    p->pp = (int)v;
+    v = 1;
+    if (util_jint(&r, "dp", 0, 1, 4096, &v, e)) goto out;
+    p->dp = (int)v;
+    v = 1;
+    if (util_jint(&r, "tp", 0, 1, 4096, &v, e)) goto out;
+    p->tp = (int)v;
+    if (util_jint(&r, "mbs", 1, 1, 1 << 20, &v, e)) goto out;
+    p->mbs = (int)v;
+    if (util_jint(&r, "microbatches", 1, 1, 1000000, &v, e)) goto out;
+    p->n_mb = (int)v;
+    if (util_jbool(&r, "recompute", 0, &p->recompute, e)) goto out;
+    v = 1;
+    if (util_jint(&r, "waves", 0, 1, 64, &v, e)) goto out;
+    p->waves = (int)v;
+    v = 4;
+    if (util_jint(&r, "minibatches", 0, 1, 64, &v, e)) goto out;
+    p->n_minibatches = (int)v;
+    if (util_jnum(&r, "state_bytes_per_param", 0, 0, 1024,
+                  &p->state_bytes_per_param, e))
+        goto out;
+    if (util_jarray(&r, "stages", 1, &arr, e)) goto out;
+    if (json_array_size(arr) == 0) {
+        util_jerr(e, &r, "stages", "a plan needs at least one stage");
+        goto out;
+    }
+    sim_plan_stages(p, (int)json_array_size(arr));
+    for (int s = 0; s < p->n_stages; s++) {
+        util_jobj so;
+        if (util_jelem(&r, "stages", arr, (size_t)s, &so, e)) goto out;
+        if (util_jkeys(&so, skeys, e)) goto out;
+        json_t *ops;
+        if (util_jarray(&so, "ops", 1, &ops, e)) goto out;
+        if (json_array_size(ops) != 2 ||
+            !json_is_integer(json_array_get(ops, 0)) ||
+            !json_is_integer(json_array_get(ops, 1))) {
+            util_jerr(e, &so, "ops", "must be [first, last]: two op indices");
+            goto out;
+        }
+        p->first_op[s] = (int)json_integer_value(json_array_get(ops, 0));
+        p->last_op[s] = (int)json_integer_value(json_array_get(ops, 1));
+        if (util_jint(&so, "device", 1, 0, 4095, &v, e)) goto out;
+        p->stage_device[s] = (int)v;
+    }
+    rc = 0;
+out:
+    util_jdoc_free(&d);
+    return rc;
+}
+
+int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
+                   util_err *e)
+{
+    if (p->dp != 1 || p->tp != 1)
+        return util_errf(e, UTIL_EXIT_USAGE, "data and tensor parallelism "
+                         "are not simulated yet: dp and tp must be 1");
+    if (p->pp * p->dp * p->tp > n_gpus)
+        return util_errf(e, UTIL_EXIT_USAGE, "pp %d needs %d GPUs but the "
+                         "server has %d", p->pp, p->pp, n_gpus);
+    sim_sched_opts o = {.sched = p->sched, .pp = p->pp,
+                        .n_stages = p->n_stages, .n_mb = p->n_mb,
+                        .recompute = p->recompute, .waves = p->waves,
+                        .n_minibatches = p->n_minibatches};
+    if (sim_sched_check(&o, e)) return -1;
+    int next = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        if (p->first_op[s] != next)
+            return util_errf(e, UTIL_EXIT_USAGE, "stages do not cover the "
+                             "model: stage %d starts at op %d, expected %d "
+                             "(stages must be consecutive op ranges in order)",
+                             s, p->first_op[s], next);
+        if (p->last_op[s] < p->first_op[s])
+            return util_errf(e, UTIL_EXIT_USAGE, "stage %d is empty (ops %d.."
+                             "%d)", s, p->first_op[s], p->last_op[s]);
+        if (p->last_op[s] >= m->n_ops)
+            return util_errf(e, UTIL_EXIT_USAGE, "stage %d ends at op %d but "
+                             "%s has %d ops (0..%d)", s, p->last_op[s],
+                             m->spec.name, m->n_ops, m->n_ops - 1);
+        if (p->stage_device[s] < 0 || p->stage_device[s] >= p->pp)
+            return util_errf(e, UTIL_EXIT_USAGE, "stage %d is on device %d, "
+                             "outside 0..%d (pp %d)", s, p->stage_device[s],
+                             p->pp - 1, p->pp);
+        next = p->last_op[s] + 1;
+    }
+    if (next != m->n_ops)
+        return util_errf(e, UTIL_EXIT_USAGE, "stages do not cover the model: "
+                         "they end at op %d but %s has %d ops (last %d, %s)",
+                         next - 1, m->spec.name, m->n_ops, m->n_ops - 1,
+                         m->ops[m->n_ops - 1].name);
+    int *used = util_calloc((size_t)p->pp, sizeof(int));
+    for (int s = 0; s < p->n_stages; s++) used[p->stage_device[s]]++;
+    for (int d = 0; d < p->pp; d++)
+        if (!used[d]) {
+            free(used);
+            return util_errf(e, UTIL_EXIT_USAGE, "device %d of %d holds no "
+                             "stage", d, p->pp);
+        }
+    free(used);
+    /* one stage per device and the wave's zig-zag are fixed maps */
+    if (p->sched != SIM_SCHED_MIXED && p->sched != SIM_SCHED_MIXED_1F1B &&
+        p->sched != SIM_SCHED_MIXED_GPIPE) {
+        int *map = util_malloc(sizeof(int) * (size_t)p->n_stages);
+        sim_sched_map(&o, map);
+        for (int s = 0; s < p->n_stages; s++)
+            if (map[s] != p->stage_device[s]) {
+                int want = map[s];
+                free(map);
+                return util_errf(e, UTIL_EXIT_USAGE, "schedule %s puts stage "
+                                 "%d on device %d, the plan on device %d",
+                                 sim_sched_name(p->sched), s, want,
+                                 p->stage_device[s]);
+            }
+        free(map);
+    }
+    return 0;
+}
+
+json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "sluice_plan", json_integer(PLAN_FORMAT));
+    json_object_set_new(o, "model", json_string(p->model));
+    json_object_set_new(o, "hw", json_string(p->hw));
+    json_object_set_new(o, "schedule", json_string(sim_sched_name(p->sched)));
+    json_object_set_new(o, "pp", json_integer(p->pp));
+    json_object_set_new(o, "dp", json_integer(p->dp));
+    json_object_set_new(o, "tp", json_integer(p->tp));
+    json_object_set_new(o, "mbs", json_integer(p->mbs));
+    json_object_set_new(o, "microbatches", json_integer(p->n_mb));
+    json_object_set_new(o, "recompute", json_boolean(p->recompute));
+    json_object_set_new(o, "waves", json_integer(p->waves));
+    json_object_set_new(o, "minibatches", json_integer(p->n_minibatches));
+    if (p->state_bytes_per_param > 0)
+        json_object_set_new(o, "state_bytes_per_param",
+                            json_real(p->state_bytes_per_param));
+    json_t *st = json_array();
+    for (int s = 0; s < p->n_stages; s++) {
+        json_t *x = json_object();
+        json_t *ops = json_array();
+        json_array_append_new(ops, json_integer(p->first_op[s]));
+        json_array_append_new(ops, json_integer(p->last_op[s]));
+        json_object_set_new(x, "ops", ops);
+        json_object_set_new(x, "device", json_integer(p->stage_device[s]));
+        if (m && p->last_op[s] < m->n_ops) {
+            json_object_set_new(x, "from",
+                                json_string(m->ops[p->first_op[s]].name));
+            json_object_set_new(x, "to",
+                                json_string(m->ops[p->last_op[s]].name));
+        }
+        json_array_append_new(st, x);
+    }
+    json_object_set_new(o, "stages", st);
+    return o;
+}
+
+int sim_plan_save(const char *path, const sim_plan *p, const prof_model *m,
+                  util_err *e)
+{
+    json_t *j = sim_plan_json(p, m);
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    size_t n = strlen(s);
+    char *t = util_malloc(n + 2);
+    memcpy(t, s, n);
+    t[n] = '\n';
+    free(s);
+    int rc = util_write_atomic(path, t, n + 1, e);
+    free(t);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------
+ * Partitions */
+
+static int layers_to_ops(const prof_model *m, const int *nl, int n,
+                         int *first, int *last)
+{
+    int l = 0;
+    for (int s = 0; s < n; s++) {
+        first[s] = m->layers[l].first_op;
+        l += nl[s];
+        const prof_layer *ly = &m->layers[l - 1];
+        last[s] = ly->first_op + ly->n_ops - 1;
+    }
+    return 0;
+}
+
+int sim_partition_even(const prof_model *m, int n, int *first, int *last,
+                       util_err *e)
+{
+    int L = m->n_layers;
+    if (n > L)
+        return util_errf(e, UTIL_EXIT_USAGE, "--partition even: %d stages "
+                         "but %s has only %d layers (use balanced, which cuts "
+                         "between ops)", n, m->spec.name, L);
+    int *nl = util_malloc(sizeof(int) * (size_t)n);
+    for (int s = 0; s < n; s++)
+        nl[s] = (int)((long)(s + 1) * L / n - (long)s * L / n);
+    layers_to_ops(m, nl, n, first, last);
+    free(nl);
+    return 0;
+}
+
+int sim_partition_list(const prof_model *m, const char *list, int n,
+                       int *first, int *last, util_err *e)
+{
+    int *nl = util_calloc((size_t)n + 1, sizeof(int));
+    int k = 0, sum = 0;
+    const char *p = list;
+    for (;;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        char item[32];
+        long v;
+        if (len == 0 || len >= sizeof item) {
+            free(nl);
+            return util_errf(e, UTIL_EXIT_USAGE, "--partition '%s': item %d "
+                             "is empty or too long (expected layers per "
+                             "stage, e.g. 4,4,5,3)", list, k + 1);
+        }
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (util_parse_int(item, 1, 1 << 20, &v)) {
+            free(nl);
+            return util_errf(e, UTIL_EXIT_USAGE, "--partition '%s': item %d "
+                             "'%s' is not a positive number of layers", list,
+                             k + 1, item);
+        }
+        if (k < n) nl[k] = (int)v;
+        k++;
+        sum += (int)v;
+        if (!c) break;
+        p = c + 1;
+    }
+    if (k != n) {
+        free(nl);
+        return util_errf(e, UTIL_EXIT_USAGE, "--partition '%s' has %d "
+                         "entries for %d stages", list, k, n);
+    }
+    if (sum != m->n_layers) {
+        free(nl);
+        return util_errf(e, UTIL_EXIT_USAGE, "--partition '%s' covers %d "
+                         "layers but %s has %d (embeddings and head count "
+                         "as layers)", list, sum, m->spec.name, m->n_layers);
+    }
+    layers_to_ops(m, nl, n, first, last);
+    free(nl);
+    return 0;
+}
+
+/* greedy packing under a cap; returns the stages used */
+static int pack(const double *cost, int n_ops, double cap, int *cut, int n)
+{
+    int used = 0;
+    double acc = 0;
+    for (int i = 0; i < n_ops; i++) {
+        if (acc > 0 && acc + cost[i] > cap) {
+            if (used < n) cut[used] = i - 1;
+            used++;
+            acc = 0;
+        }
+        acc += cost[i];
+    }
+    if (used < n) cut[used] = n_ops - 1;
+    return used + 1;
+}
+
+int sim_partition_balanced(const prof_model *m, const prof_gpu *g, int mbs,
+                           int n, int *first, int *last, util_err *e)
+{
+    if (n > m->n_ops)
+        return util_errf(e, UTIL_EXIT_USAGE, "%d stages but %s has only %d "
+                         "ops", n, m->spec.name, m->n_ops);
+    double *cost = util_malloc(sizeof(double) * (size_t)m->n_ops);
+    double lo = 0, hi = 0;
+    for (int i = 0; i < m->n_ops; i++) {
+        const prof_op *op = &m->ops[i];
+        cost[i] = (double)(sim_op_ns(g, m->spec.dtype, op, mbs, SIM_F, NULL) +
+                           sim_op_ns(g, m->spec.dtype, op, mbs, SIM_B, NULL) +
+                           sim_op_ns(g, m->spec.dtype, op, mbs, SIM_W, NULL));
+        if (cost[i] > lo) lo = cost[i];
+        hi += cost[i];
+    }
+    int *cut = util_malloc(sizeof(int) * (size_t)(n + 1));
+    /* smallest cap that packs into n stages (costs are integral ns) */
+    while (hi - lo > 0.5) {
+        double mid = floor((lo + hi) / 2);
+        if (pack(cost, m->n_ops, mid, cut, n) <= n) hi = mid;
+        else lo = mid + 1;
+    }
+    int used = pack(cost, m->n_ops, hi, cut, n);
+    /* fewer stages than asked: split the largest stages further (never
+     * raises the maximum) */
+    int k = 0;
+    for (int s = 0; s < used; s++) {
+        first[k] = s ? cut[s - 1] + 1 : 0;
+        last[k] = cut[s];
+        k++;
+    }
+    while (k < n) {
+        int best = -1;
+        double bc = -1;
+        for (int s = 0; s < k; s++) {
+            if (last[s] == first[s]) continue;
+            double c = 0;
+            for (int i = first[s]; i <= last[s]; i++) c += cost[i];
+            if (c > bc) { bc = c; best = s; }
+        }
+        UTIL_NEVER(best < 0);
+        /* split at the op that halves its cost */
+        double acc = 0;
+        int at = first[best];
+        for (int i = first[best]; i < last[best]; i++) {
+            acc += cost[i];
+            at = i;
+            if (acc >= bc / 2) break;
+        }
+        memmove(first + best + 2, first + best + 1,
+                sizeof(int) * (size_t)(k - best - 1));
+        memmove(last + best + 2, last + best + 1,
+                sizeof(int) * (size_t)(k - best - 1));
+        first[best + 1] = at + 1;
+        last[best + 1] = last[best];
+        last[best] = at;
+        k++;
+    }
+    free(cut);
+    free(cost);
+    return 0;
+}

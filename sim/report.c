@@ -1,0 +1,183 @@
+/* The summary of a simulated iteration: throughput, model FLOP/s and MFU
+ * (model FLOPs: forward and backward of the model itself, recomputation
+ * not counted), per-device time breakdown and memory against capacity.
+ * The table and the JSON carry the same numbers. */
+#include <math.h>
+#include <string.h>
+
+#include "sim/sim.h"
+
+typedef struct totals {
+    double iter_s, samples, samples_per_s, tokens_per_s, flops, tflops_gpu,
+           peak_mean, mfu;
+} totals;
+
+static totals compute(const sim_plan *p, const sim_costs *c,
+                      const sim_result *r)
+{
+    totals t;
+    memset(&t, 0, sizeof t);
+    t.iter_s = (double)r->iteration_ns * 1e-9;
+    t.samples = (double)p->mbs * p->n_mb;
+    if (t.iter_s > 0) {
+        t.samples_per_s = t.samples / t.iter_s;
+        t.tokens_per_s = t.samples_per_s * c->tokens_per_sample;
+        t.flops = c->model_flops_per_sample * t.samples;
+        t.tflops_gpu = t.flops / t.iter_s / r->n_devices / 1e12;
+    }
+    for (int d = 0; d < r->n_devices; d++) t.peak_mean += c->dev_peak_flops[d];
+    t.peak_mean /= r->n_devices;
+    t.mfu = t.peak_mean > 0 ? t.tflops_gpu * 1e12 / t.peak_mean : 0;
+    return t;
+}
+
+static void stages_of(const sim_plan *p, int d, char *buf, size_t n)
+{
+    buf[0] = 0;
+    size_t len = 0;
+    for (int s = 0; s < p->n_stages && len + 8 < n; s++)
+        if (p->stage_device[s] == d)
+            len += (size_t)snprintf(buf + len, n - len, "%s%d", len ? "," : "",
+                                    s);
+}
+
+void sim_report_print(const sim_plan *p, const prof_model *m,
+                      const prof_topo *tp, const sim_costs *c,
+                      const sim_result *r, const sim_ir *ir, FILE *f)
+{
+    totals t = compute(p, c, r);
+    char b1[32], b2[32], b3[32];
+    fprintf(f, "sluice sim: %s on %s\n", m ? m->spec.name : p->model,
+            tp ? tp->name : p->hw);
+    fprintf(f, "schedule %s, pp %d, %d stage%s, microbatch %d x %d = %.0f "
+            "samples/iteration%s", sim_sched_name(p->sched), p->pp,
+            p->n_stages, p->n_stages == 1 ? "" : "s", p->mbs, p->n_mb,
+            t.samples, p->recompute ? ", recompute" : "");
+    if (p->sched == SIM_SCHED_WAVE) fprintf(f, ", %d wave(s)", p->waves);
+    fprintf(f, "\n");
+    if (r->window_iters > 1 || (ir && ir->n_minibatches > 1))
+        fprintf(f, "no flush: steady state over %d iteration(s) of %d "
+                "simulated\n", r->window_iters, ir ? ir->n_minibatches : 0);
+    fprintf(f, "\n");
+    fprintf(f, "  iteration time     %s\n", util_fmt_time(t.iter_s, b1, sizeof b1));
+    fprintf(f, "  samples/s          %.2f\n", t.samples_per_s);
+    fprintf(f, "  tokens/s           %.0f\n", t.tokens_per_s);
+    fprintf(f, "  model TFLOP/s/GPU  %.2f   (model FLOPs: forward + backward, "
+            "recompute not counted)\n", t.tflops_gpu);
+    fprintf(f, "  MFU                %.1f%%   (of %.1f TFLOP/s peak)\n",
+            100 * t.mfu, t.peak_mean / 1e12);
+    fprintf(f, "  simulated events   %lld\n\n", (long long)r->events);
+    util_table *tb = util_table_new(10);
+    const char *hd[] = {"dev", "stages", "compute ms", "recomp ms",
+                        "comm ms", "bubble ms", "optim ms", "bubble %",
+                        "peak mem", "of"};
+    for (int i = 0; i < 10; i++) util_table_col(tb, i, hd[i], i < 2 ? 'l' : 'r');
+    for (int d = 0; d < r->n_devices; d++) {
+        const sim_dev_stats *ds = &r->dev[d];
+        char c0[16], c1[64], c2[24], c3[24], c4[24], c5[24], c6[24], c7[24];
+        snprintf(c0, sizeof c0, "%d", d);
+        stages_of(p, d, c1, sizeof c1);
+        snprintf(c2, sizeof c2, "%.3f", ds->compute_ns * 1e-6);
+        snprintf(c3, sizeof c3, "%.3f", ds->recompute_ns * 1e-6);
+        snprintf(c4, sizeof c4, "%.3f", ds->comm_exposed_ns * 1e-6);
+        snprintf(c5, sizeof c5, "%.3f", ds->bubble_ns * 1e-6);
+        snprintf(c6, sizeof c6, "%.3f", ds->opt_ns * 1e-6);
+        snprintf(c7, sizeof c7, "%.1f", 100 * ds->bubble_fraction);
+        util_fmt_bytes(ds->peak_bytes, b2, sizeof b2);
+        if (ds->capacity_bytes > 0)
+            util_fmt_bytes(ds->capacity_bytes, b3, sizeof b3);
+        else
+            snprintf(b3, sizeof b3, "-");
+        char peak[48];
+        snprintf(peak, sizeof peak, "%s%s", b2,
+                 ds->capacity_bytes > 0 && ds->peak_bytes > ds->capacity_bytes
+                     ? " OOM" : "");
+        const char *row[] = {c0, c1, c2, c3, c4, c5, c6, c7, peak, b3};
+        util_table_row(tb, row);
+    }
+    util_table_print(tb, f, "  ");
+    util_table_free(tb);
+    fprintf(f, "\n  comm = compute idle while a transfer it waits for is in "
+            "flight; bubble = other idle time\n");
+    if (r->oom && ir) {
+        char b[128];
+        fprintf(f, "\nOOM: %s would exceed device memory at %s\n",
+                sim_task_str(ir, r->oom_task, b, sizeof b),
+                util_fmt_time(r->oom_t_ns * 1e-9, b1, sizeof b1));
+    } else if (r->oom) {
+        fprintf(f, "\nOOM: the model state does not fit before any task runs\n");
+    }
+}
+
+json_t *sim_report_json(const sim_plan *p, const prof_model *m,
+                        const prof_topo *tp, const sim_costs *c,
+                        const sim_result *r, const sim_ir *ir)
+{
+    totals t = compute(p, c, r);
+    json_t *o = json_object();
+    json_object_set_new(o, "model", json_string(m ? m->spec.name : p->model));
+    json_object_set_new(o, "hw", json_string(tp ? tp->name : p->hw));
+    json_object_set_new(o, "schedule", json_string(sim_sched_name(p->sched)));
+    json_object_set_new(o, "pp", json_integer(p->pp));
+    json_object_set_new(o, "stages", json_integer(p->n_stages));
+    json_object_set_new(o, "mbs", json_integer(p->mbs));
+    json_object_set_new(o, "microbatches", json_integer(p->n_mb));
+    json_object_set_new(o, "recompute", json_boolean(p->recompute));
+    json_object_set_new(o, "iteration_time_s", json_real(t.iter_s));
+    json_object_set_new(o, "samples_per_s", json_real(t.samples_per_s));
+    json_object_set_new(o, "tokens_per_s", json_real(t.tokens_per_s));
+    json_object_set_new(o, "model_flops_per_iteration", json_real(t.flops));
+    json_object_set_new(o, "tflops_per_gpu", json_real(t.tflops_gpu));
+    json_object_set_new(o, "mfu", json_real(t.mfu));
+    json_object_set_new(o, "flops_note",
+                        json_string("model FLOPs: forward + backward of the "
+                                    "model, recomputation not counted"));
+    json_t *bf = json_array(), *pk = json_array(), *cap = json_array(),
+           *dv = json_array();
+    for (int d = 0; d < r->n_devices; d++) {
+        const sim_dev_stats *ds = &r->dev[d];
+        json_array_append_new(bf, json_real(ds->bubble_fraction));
+        json_array_append_new(pk, json_real(ds->peak_bytes));
+        json_array_append_new(cap, json_real(ds->capacity_bytes));
+        json_t *x = json_object();
+        json_t *st = json_array();
+        for (int s = 0; s < p->n_stages; s++)
+            if (p->stage_device[s] == d)
+                json_array_append_new(st, json_integer(s));
+        json_object_set_new(x, "stages", st);
+        json_object_set_new(x, "compute_s", json_real(ds->compute_ns * 1e-9));
+        json_object_set_new(x, "recompute_s",
+                            json_real(ds->recompute_ns * 1e-9));
+        json_object_set_new(x, "comm_exposed_s",
+                            json_real(ds->comm_exposed_ns * 1e-9));
+        json_object_set_new(x, "bubble_s", json_real(ds->bubble_ns * 1e-9));
+        json_object_set_new(x, "optimizer_s", json_real(ds->opt_ns * 1e-9));
+        json_object_set_new(x, "bubble_fraction",
+                            json_real(ds->bubble_fraction));
+        json_object_set_new(x, "static_bytes", json_real(ds->static_bytes));
+        json_object_set_new(x, "peak_mem_bytes", json_real(ds->peak_bytes));
+        json_object_set_new(x, "capacity_bytes",
+                            json_real(ds->capacity_bytes));
+        json_array_append_new(dv, x);
+    }
+    json_object_set_new(o, "bubble_fraction", bf);
+    json_object_set_new(o, "peak_mem_bytes", pk);
+    json_object_set_new(o, "capacity_bytes", cap);
+    json_object_set_new(o, "oom", json_boolean(r->oom));
+    if (r->oom && ir && r->oom_task >= 0) {
+        char b[128];
+        json_object_set_new(o, "oom_task", json_string(sim_task_str(
+                                ir, r->oom_task, b, sizeof b)));
+        json_object_set_new(o, "oom_time_s", json_real(r->oom_t_ns * 1e-9));
+    }
+    json_object_set_new(o, "devices", dv);
+    json_t *inf = json_array(), *ver = json_array();
+    for (int s = 0; s < r->n_stages; s++) {
+        json_array_append_new(inf, json_integer(r->max_inflight[s]));
+        json_array_append_new(ver, json_integer(r->max_versions[s]));
+    }
+    json_object_set_new(o, "stage_max_inflight_microbatches", inf);
+    json_object_set_new(o, "stage_max_weight_versions", ver);
+    json_object_set_new(o, "events", json_integer(r->events));
+    return o;
+}

@@ -1,0 +1,186 @@
+/* Schedules: names, the checks of their options, stage->device maps, and
+ * the driver that generates, lowers and validates. The generators hold the
+ * whole of each schedule; the engine knows none of them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/sim.h"
+
+static const char *const sched_names[SIM_SCHED_COUNT + 1] = {
+    "gpipe", "1f1b", "2bw", "mixed", "mixed-1f1b", "mixed-gpipe", "wave",
+    NULL};
+
+const char *sim_sched_name(sim_sched s)
+{
+    return (unsigned)s < SIM_SCHED_COUNT ? sched_names[s] : "?";
+}
+
+const char *const *sim_sched_names(void) { return sched_names; }
+
+int sim_sched_async(sim_sched s)
+{
+    return s == SIM_SCHED_2BW || s == SIM_SCHED_MIXED;
+}
+
+int sim_sched_check(const sim_sched_opts *o, util_err *e)
+{
+    const char *n = sim_sched_name(o->sched);
+    if ((unsigned)o->sched >= SIM_SCHED_COUNT)
+        return util_errf(e, UTIL_EXIT_USAGE, "unknown schedule %d", o->sched);
+    if (o->pp < 1)
+        return util_errf(e, UTIL_EXIT_USAGE, "--pp must be at least 1");
+    if (o->n_mb < 1 || o->n_mb > 1000000)
+        return util_errf(e, UTIL_EXIT_USAGE, "--microbatches %d: must be "
+                         "between 1 and 1000000", o->n_mb);
+    switch (o->sched) {
+    case SIM_SCHED_GPIPE: case SIM_SCHED_1F1B: case SIM_SCHED_2BW:
+        if (o->n_stages != o->pp)
+            return util_errf(e, UTIL_EXIT_USAGE, "schedule %s maps one stage "
+                             "per device: %d stages on %d devices (use "
+                             "mixed for several stages per device)", n,
+                             o->n_stages, o->pp);
+        break;
+    case SIM_SCHED_MIXED: case SIM_SCHED_MIXED_1F1B: case SIM_SCHED_MIXED_GPIPE:
+        if (o->n_stages < o->pp)
+            return util_errf(e, UTIL_EXIT_USAGE, "schedule %s needs at least "
+                             "one stage per device: %d stages on %d devices",
+                             n, o->n_stages, o->pp);
+        break;
+    case SIM_SCHED_WAVE:
+        if (o->waves < 1)
+            return util_errf(e, UTIL_EXIT_USAGE, "--waves %d: the wave "
+                             "schedule needs at least 1 wave", o->waves);
+        if (o->n_stages != 2 * o->waves * o->pp)
+            return util_errf(e, UTIL_EXIT_USAGE, "schedule wave with %d "
+                             "wave(s) on %d devices maps exactly 2*W*p = %d "
+                             "stages, not %d", o->waves, o->pp,
+                             2 * o->waves * o->pp, o->n_stages);
+        break;
+    default:
+        break;
+    }
+    if (o->sched == SIM_SCHED_2BW && o->n_mb < o->pp)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule 2bw cannot take %d "
+                         "microbatches on %d stages: PipeDream-2BW keeps two "
+                         "weight versions, which needs at least as many "
+                         "microbatches per update as stages (m >= p)",
+                         o->n_mb, o->pp);
+    if (sim_sched_async(o->sched) && o->n_minibatches < 3)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s has no flush: its "
+                         "steady state needs at least 3 minibatches "
+                         "simulated (got %d)", n, o->n_minibatches);
+    return 0;
+}
+
+void sim_sched_map(const sim_sched_opts *o, int *stage_device)
+{
+    for (int s = 0; s < o->n_stages; s++) {
+        if (o->sched == SIM_SCHED_WAVE) {
+            /* zig-zag: down over the devices, then back up, W times */
+            int pass = s / o->pp, pos = s % o->pp;
+            stage_device[s] = pass % 2 ? o->pp - 1 - pos : pos;
+        } else {
+            stage_device[s] = s % o->pp;
+        }
+    }
+}
+
+/* Synchronous schedules end with one optimizer step per stage. */
+static void add_final_updates(sim_ir *ir)
+{
+    for (int s = 0; s < ir->n_stages; s++)
+        sim_ir_compute(ir, SIM_OPT, s, -1, 0, 0);
+}
+
+void sim_add_async_updates(sim_ir *ir)
+{
+    const int S = ir->n_stages, M = ir->n_mb, K = ir->n_minibatches;
+    int n0 = ir->n_tasks;
+    int *ver = util_malloc(sizeof(int) * (size_t)K * S * M);
+    int *nopt = util_calloc((size_t)S, sizeof(int));
+    int *nback = util_calloc((size_t)K * S, sizeof(int));
+    int *opt_after = util_malloc(sizeof(int) * (size_t)(n0 + 1));
+    for (int i = 0; i < n0; i++) opt_after[i] = -1;
+    for (int d = 0; d < ir->n_devices; d++) {
+        int len0 = ir->dlen[d]; /* OPTs appended below are not visited */
+        for (int j = 0; j < len0; j++) {
+            int id = ir->dlist[d][j];
+            sim_task *t = &ir->tasks[id];
+            size_t v = ((size_t)t->minibatch * S + t->stage) * M + t->mb;
+            if (t->kind == SIM_F) ver[v] = nopt[t->stage];
+            t->version = ver[v];
+            int last = t->kind == SIM_W || t->kind == SIM_BW;
+            int st = t->stage, k = t->minibatch;
+            if (last && ++nback[k * S + st] == M) {
+                /* the OPT creates version nopt+1; it is numbered by the
+                 * version it replaces */
+                opt_after[id] = sim_ir_compute(ir, SIM_OPT, st, -1, k,
+                                               nopt[st]);
+                nopt[st]++;
+            }
+        }
+    }
+    /* place each OPT right after the backward that completed its
+     * minibatch on that stage */
+    for (int d = 0; d < ir->n_devices; d++) {
+        int len = ir->dlen[d];
+        int32_t *out = util_malloc(sizeof(int32_t) * (size_t)(len + 1));
+        int o = 0;
+        for (int j = 0; j < len; j++) {
+            int id = ir->dlist[d][j];
+            if (id >= n0) continue;
+            out[o++] = id;
+            if (opt_after[id] >= 0) out[o++] = opt_after[id];
+        }
+        UTIL_NEVER(o != len);
+        free(ir->dlist[d]);
+        ir->dlist[d] = out;
+        ir->dcap[d] = len + 1;
+    }
+    free(ver);
+    free(nopt);
+    free(nback);
+    free(opt_after);
+}
+
+sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
+                     util_err *e)
+{
+    if (sim_sched_check(o, e)) return NULL;
+    if (c->n_stages != o->n_stages)
+        return util_errf(e, UTIL_EXIT_USAGE, "%d stages in the partition, "
+                         "%d in the schedule", c->n_stages, o->n_stages),
+               NULL;
+    for (int s = 0; s < c->n_stages; s++)
+        if (c->stage_device[s] < 0 || c->stage_device[s] >= o->pp)
+            return util_errf(e, UTIL_EXIT_USAGE, "stage %d is mapped to "
+                             "device %d, outside 0..%d", s,
+                             c->stage_device[s], o->pp - 1),
+                   NULL;
+    int K = sim_sched_async(o->sched) ? o->n_minibatches : 1;
+    sim_ir *ir = sim_ir_new(sim_sched_name(o->sched), o->pp, o->n_stages,
+                            c->stage_device, o->n_mb, K);
+    int rc = 0;
+    switch (o->sched) {
+    case SIM_SCHED_GPIPE: sim_gen_gpipe(ir, o); break;
+    case SIM_SCHED_1F1B: sim_gen_1f1b(ir, o); break;
+    case SIM_SCHED_2BW: sim_gen_2bw(ir, o); break;
+    case SIM_SCHED_MIXED: case SIM_SCHED_MIXED_1F1B:
+    case SIM_SCHED_MIXED_GPIPE:
+        rc = sim_gen_mixed(ir, o, c, e);
+        break;
+    case SIM_SCHED_WAVE: rc = sim_gen_wave(ir, o, c, e); break;
+    default: rc = util_errf(e, UTIL_EXIT_USAGE, "unknown schedule"); break;
+    }
+    if (!rc) {
+        if (K > 1) sim_add_async_updates(ir);
+        else add_final_updates(ir);
+        rc = sim_lower(ir, c, e);
+    }
+    if (!rc) rc = sim_validate(ir, e);
+    if (rc) {
+        sim_ir_free(ir);
+        return NULL;
+    }
+    return ir;
+}

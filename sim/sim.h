@@ -1,0 +1,390 @@
+/* sim: the discrete-event simulator of pipeline-parallel training.
+ * A schedule generator emits the task IR (per device, an ordered task list
+ * with dependencies); the engine runs it over a cost table (per stage and
+ * task kind, precomputed once) and a server graph, in integer nanoseconds
+ * with ties broken by sequence number, so the same input gives the same
+ * output byte for byte. The executor runs the same IR. Ownership: *_new and
+ * *_build return objects freed with the matching *_free (NULL is fine);
+ * getters lend. Errors: functions taking util_err return 0 or -1. */
+#ifndef SLUICE_SIM_H
+#define SLUICE_SIM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "profiles/profiles.h"
+#include "util/util.h"
+
+/* ===================================================================== *
+ * The task IR                                                           *
+ * ===================================================================== */
+
+typedef enum {
+    SIM_F,          /* forward of one stage for one microbatch */
+    SIM_B,          /* backward for inputs only (zero-bubble split) */
+    SIM_W,          /* backward for weights only */
+    SIM_BW,         /* full backward (B and W fused) */
+    SIM_RECOMP,     /* activation recomputation before the backward */
+    SIM_OPT,        /* optimizer step of one stage */
+    SIM_SEND,       /* peer-to-peer send (activation or gradient) */
+    SIM_RECV,       /* the matching receive */
+    SIM_ALLREDUCE,  /* collective over a group (data/replica parallelism) */
+    SIM_SWAP_OUT,   /* device -> host copy */
+    SIM_SWAP_IN,    /* host -> device copy */
+    SIM_KIND_COUNT
+} sim_kind;
+
+/* Streams of a device, as on a GPU. Tasks of one stream run one at a time
+ * in list order, except receives: they are pre-posted (a receive buffer is
+ * ready whenever the sender is), so SIM_STREAM_RECV tasks run concurrently,
+ * each from its sender's start to the end of the transfer. */
+typedef enum {
+    SIM_STREAM_COMPUTE, SIM_STREAM_COPY_IN, SIM_STREAM_COPY_OUT,
+    SIM_STREAM_SEND, SIM_STREAM_RECV, SIM_STREAM_COUNT
+} sim_stream;
+
+const char *sim_kind_name(sim_kind k);     /* "F", "B", "W", "BW", ... */
+const char *sim_stream_name(sim_stream s); /* "compute", ... */
+
+typedef struct sim_task {
+    uint8_t kind;       /* sim_kind */
+    uint8_t stream;     /* sim_stream */
+    uint8_t grad;       /* transfers: 1 = gradient (backward direction) */
+    uint8_t pad_;
+    int32_t device;
+    int32_t stage;      /* compute: its stage; transfers: the sending stage */
+    int32_t stage2;     /* transfers: the receiving stage; else -1 */
+    int32_t mb;         /* microbatch index within its minibatch; -1: none */
+    int32_t minibatch;  /* 0.. n_minibatches-1 */
+    int32_t version;    /* weight version the task uses (stashing) */
+    int32_t peer;       /* send <-> recv partner task id; -1 */
+    double bytes;       /* transfers, swaps, all-reduce */
+    int32_t dep_off, n_dep; /* into sim_ir.deps (valid after finish) */
+} sim_task;
+
+typedef struct sim_ir {
+    char schedule[32];
+    int n_devices, n_stages;
+    int n_mb;           /* microbatches per minibatch */
+    int n_minibatches;  /* >1: steady-state schedules (no flush) */
+    int *stage_device;  /* n_stages */
+    sim_task *tasks;
+    int n_tasks, cap_tasks;
+    int32_t *deps;      /* CSR after sim_ir_finish */
+    int n_deps;
+    int32_t *seq;       /* per device task order: seq[dev_off[d]..dev_off[d+1]) */
+    int *dev_off;
+    int32_t *succ;      /* successors CSR (built by finish) */
+    int *succ_off;
+    /* building state */
+    int32_t **dlist; int *dlen, *dcap;
+    int32_t *edge;      /* (task, dep) pairs before finish */
+    int n_edge, cap_edge;
+    int finished;
+} sim_ir;
+
+sim_ir *sim_ir_new(const char *schedule, int n_devices, int n_stages,
+                   const int *stage_device, int n_mb, int n_minibatches);
+void sim_ir_free(sim_ir *ir);
+/* Appends a copy of t to the end of t->device's list; returns its id. */
+int sim_ir_add(sim_ir *ir, const sim_task *t);
+/* Task `task` may start only after task `dep` ended (any devices). */
+void sim_ir_dep(sim_ir *ir, int task, int dep);
+/* Freezes the IR: dependency and successor CSR, device order. */
+void sim_ir_finish(sim_ir *ir);
+/* Appends a compute task (F, B, W, BW, RECOMP, OPT) for a stage on the
+ * stage's device, compute stream; mb = -1 for OPT. Returns its id. */
+int sim_ir_compute(sim_ir *ir, sim_kind k, int stage, int mb, int minibatch,
+                   int version);
+/* Human name of a task: "dev 2 F stage 3 mb 5" (buf returned). */
+char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n);
+
+/* Compute order before lowering: generators append compute tasks (F, B, W,
+ * BW, RECOMP, OPT) per device in order, then sim_lower() wires the
+ * dependencies and inserts sends and receives between devices. */
+typedef struct sim_costs sim_costs;
+int sim_lower(sim_ir *ir, const sim_costs *c, util_err *e);
+
+/* Checks what every schedule must satisfy: each stage gets each
+ * microbatch's F and backward exactly once (BW, or B and W), in the order
+ * F, (RECOMP), B, W on its device; sends and receives matched; stages on
+ * one device. Then a dry run in list order finds deadlocks and names the
+ * stuck tasks (device, kind, stage, microbatch). */
+int sim_validate(const sim_ir *ir, util_err *e);
+
+/* ===================================================================== *
+ * Costs: what one stage task costs, precomputed                         *
+ * ===================================================================== */
+
+typedef struct sim_stage_cost {
+    int64_t f_ns, b_ns, w_ns;   /* full backward = b_ns + w_ns */
+    int64_t opt_ns;             /* optimizer step of the stage */
+    double fwd_flops, bwd_flops;/* per microbatch (model FLOPs) */
+    double params;
+    double act_bytes;           /* kept from F for the backward, per mb */
+    double input_bytes;         /* the stage's inputs, per mb (recompute keeps these) */
+    double wkeep_bytes;         /* part of act_bytes W still needs after B */
+    double weight_bytes, grad_bytes, opt_bytes; /* one copy each */
+    int first_op, last_op;      /* op range; -1 when hand-built */
+} sim_stage_cost;
+
+/* A measured-timing override: an op's task time on a GPU type at a
+ * microbatch size, keyed by signature (sim_op_signature). The executor's
+ * calibration fills it; the cost model uses a hit instead of its formula. */
+typedef struct sim_measured {
+    char (*key)[128];
+    int64_t *ns;
+    int n, cap;
+} sim_measured;
+void sim_measured_init(sim_measured *m);
+void sim_measured_free(sim_measured *m);
+void sim_measured_set(sim_measured *m, const char *key, int64_t ns);
+/* -1 when absent. */
+int64_t sim_measured_get(const sim_measured *m, const char *key);
+/* "gpu|op-kind|kind|mbs|m,n,k,batch;..." for an op and task kind (F/B/W). */
+void sim_op_signature(const prof_gpu *g, const prof_op *op, int mbs,
+                      sim_kind k, char *out, size_t n);
+
+struct sim_costs {
+    int n_stages, n_devices;
+    sim_stage_cost *stage;
+    int *stage_device;          /* n_stages */
+    double *xfer_bytes;         /* [s*n_stages+t]: s's outputs read by t, per mb */
+    const prof_topo *topo;      /* lent; NULL: communication is free */
+    int *dev_gpu;               /* device -> GPU index in topo */
+    double *dev_capacity;       /* bytes; 0 = unlimited */
+    double *dev_peak_flops;     /* for MFU; 0 unknown */
+    double samples_per_mb;      /* microbatch size */
+    double tokens_per_sample;
+    double model_flops_per_sample; /* forward + backward, no recompute */
+    int64_t allreduce_ns;       /* placeholder until data parallelism */
+};
+
+/* Options of the cost model. */
+typedef struct sim_cost_opts {
+    int mbs;                    /* microbatch size (samples) */
+    double state_bytes_per_param; /* weights+grads+optimizer; 0: 16 (Adam, mixed) */
+    const sim_measured *measured; /* may be NULL */
+} sim_cost_opts;
+
+/* Builds costs from a model and topology for a partition: stage s holds
+ * ops [first_op[s], last_op[s]] and runs on GPU stage_device[s]; devices
+ * are GPUs 0..n_devices-1. topo is lent and must outlive the costs. */
+sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
+                           int n_stages, const int *first_op,
+                           const int *last_op, const int *stage_device,
+                           int n_devices, const sim_cost_opts *o,
+                           util_err *e);
+/* Uniform hand-made costs for tests and benches: n_stages stages, each
+ * F/B/W long, one microbatch moving xfer_bytes to the next stage (chain). */
+sim_costs *sim_costs_uniform(int n_stages, int n_devices,
+                             const int *stage_device, int64_t f_ns,
+                             int64_t b_ns, int64_t w_ns, double xfer_bytes,
+                             double act_bytes);
+void sim_costs_free(sim_costs *c);
+/* Time of one op's task (F, B or W) at microbatch size mbs on GPU g with
+ * model dtype dt: max(compute, memory) + launches (or a measured value). */
+int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
+                  int mbs, sim_kind k, const sim_measured *meas);
+
+/* ===================================================================== *
+ * Schedules                                                             *
+ * ===================================================================== */
+
+typedef enum {
+    SIM_SCHED_GPIPE, SIM_SCHED_1F1B, SIM_SCHED_2BW, SIM_SCHED_MIXED,
+    SIM_SCHED_MIXED_1F1B, SIM_SCHED_MIXED_GPIPE, SIM_SCHED_WAVE,
+    SIM_SCHED_COUNT
+} sim_sched;
+
+const char *sim_sched_name(sim_sched s);
+/* NULL-terminated list of names, index = sim_sched. */
+const char *const *sim_sched_names(void);
+/* Whether the schedule runs without flushes (steady state is measured
+ * over several minibatches). */
+int sim_sched_async(sim_sched s);
+
+typedef struct sim_sched_opts {
+    sim_sched sched;
+    int pp;             /* devices of the pipeline */
+    int n_stages;       /* = pp, except mixed (>= pp) and wave (2*waves*pp) */
+    int n_mb;           /* microbatches per minibatch */
+    int recompute;
+    int waves;          /* wave: W >= 1 */
+    int split_bw;       /* emit B and W separately (zero-bubble family) */
+    int n_minibatches;  /* async schedules: minibatches simulated (>= 3;
+                         * the first and last are start-up and drain) */
+} sim_sched_opts;
+
+/* Checks the options against the schedule (microbatch count, stage count,
+ * mapping); the message says which value and why. */
+int sim_sched_check(const sim_sched_opts *o, util_err *e);
+/* The stage -> device map the schedule uses (n_stages entries): identity
+ * for one stage per device, zig-zag for the wave; mixed keeps `given`. */
+void sim_sched_map(const sim_sched_opts *o, int *stage_device);
+/* Generates, lowers and validates the IR. */
+sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
+                     util_err *e);
+
+/* Generators (compute order only; sim_schedule lowers them). */
+void sim_gen_gpipe(sim_ir *ir, const sim_sched_opts *o);
+void sim_gen_1f1b(sim_ir *ir, const sim_sched_opts *o);
+/* 1F1B order over `total` microbatches g = minibatch*m + mb, no flush. */
+void sim_gen_1f1b_n(sim_ir *ir, const sim_sched_opts *o, int total);
+void sim_gen_2bw(sim_ir *ir, const sim_sched_opts *o);
+int sim_gen_mixed(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                  util_err *e);
+int sim_gen_wave(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                 util_err *e);
+
+/* List scheduling with estimated times (stage costs, transfers at their
+ * route's bottleneck bandwidth, no sharing): each device, when free, runs
+ * the best ready task under a policy; inflight_cap[s] bounds the F's of
+ * stage s started but not yet backed. Forwards-first with caps p-i on a
+ * chain of one stage per device is 1F1B; with caps m it is GPipe. Used to
+ * order devices that hold several stages (Mixed-pipe, wave). The result
+ * is an order the list scheduler executed, so it cannot deadlock. */
+typedef enum { SIM_POL_FFIRST, SIM_POL_BFIRST } sim_policy;
+int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                     sim_policy pol, const int *inflight_cap, util_err *e);
+/* Async schedules: inserts an optimizer step per stage after its m-th
+ * backward of each minibatch and numbers the weight versions. Operates on
+ * the compute order of ir (before lowering). */
+void sim_add_async_updates(sim_ir *ir);
+
+/* ===================================================================== *
+ * Link sharing                                                          *
+ * ===================================================================== */
+
+/* Scratch for sim_maxmin: rem, cnt and touched sized by the number of
+ * directed links (cnt zeroed once), frozen by the number of flows. */
+typedef struct sim_maxmin_scratch {
+    double *rem;
+    int *cnt;
+    int *touched;
+    uint8_t *frozen;
+} sim_maxmin_scratch;
+
+/* Max-min fair rates (bytes/s) of nf flows, flow f crossing the directed
+ * links route[f][0..route_len[f]) of capacities cap[] (every route has at
+ * least one link). Progressive filling; no allocation. */
+void sim_maxmin(int nf, const int *const *route, const int *route_len,
+                const double *cap, double *rate, sim_maxmin_scratch *w);
+
+/* ===================================================================== *
+ * The engine                                                            *
+ * ===================================================================== */
+
+typedef struct sim_engine sim_engine;
+
+typedef struct sim_run_opts {
+    int record;         /* keep a memory timeline and flow times (traces) */
+} sim_run_opts;
+
+typedef struct sim_dev_stats {
+    int64_t compute_ns;     /* F, B, W, BW */
+    int64_t recompute_ns;
+    int64_t opt_ns;
+    int64_t comm_exposed_ns;/* compute idle waiting for a transfer in flight */
+    int64_t bubble_ns;      /* compute idle otherwise */
+    double bubble_fraction; /* (bubble + exposed comm) / iteration */
+    double static_bytes;    /* weights, grads, optimizer state */
+    double peak_bytes;
+    double capacity_bytes;
+} sim_dev_stats;
+
+typedef struct sim_mem_point {
+    int64_t t_ns;
+    int32_t device;
+    double bytes;
+} sim_mem_point;
+
+typedef struct sim_result {
+    int ok;                 /* 0: deadlock (see msg) */
+    char msg[1024];
+    int n_devices, n_stages;
+    int64_t makespan_ns;    /* end of the last task */
+    int64_t iteration_ns;   /* sync: makespan; async: steady state */
+    int64_t window_t0, window_t1; /* window the per-device stats cover */
+    int window_iters;       /* iterations in the window */
+    sim_dev_stats *dev;     /* n_devices (per iteration) */
+    int *max_inflight;      /* per stage: microbatches between F and last backward */
+    int *max_versions;      /* per stage: weight versions alive at once */
+    int oom;                /* a device went over capacity */
+    int oom_task;           /* the first task that did */
+    int64_t oom_t_ns;
+    int64_t events;         /* events processed */
+    const int64_t *start_ns, *end_ns; /* per task (lent from the engine) */
+    const int64_t *flow_start_ns;     /* per task: sends/recvs, transfer start */
+    const sim_mem_point *mem;         /* record only */
+    int n_mem;
+} sim_result;
+
+/* Prepares an engine for one IR and cost table (lent; must outlive it).
+ * Everything the event loop needs is allocated here. */
+sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
+                           const sim_run_opts *o);
+void sim_engine_free(sim_engine *e);
+/* Runs the simulation; no allocation. The result lends arrays from the
+ * engine (valid until the next run or free). Returns 0, or -1 on deadlock
+ * with stuck tasks named in res->msg. */
+int sim_engine_run(sim_engine *e, sim_result *res);
+
+/* ===================================================================== *
+ * Plans, reports, traces, command                                       *
+ * ===================================================================== */
+
+typedef struct sim_plan {
+    char model[256];        /* zoo name or spec file */
+    char hw[256];           /* "rtx2080ti x8" or a server file */
+    sim_sched sched;
+    int pp, dp, tp;         /* dp, tp: 1 until data/tensor parallelism */
+    int mbs, n_mb;
+    int recompute;
+    int waves;
+    int n_minibatches;
+    double state_bytes_per_param;
+    int n_stages;
+    int *first_op, *last_op;/* per stage op range (inclusive) */
+    int *stage_device;
+} sim_plan;
+
+void sim_plan_init(sim_plan *p);
+void sim_plan_free(sim_plan *p);
+/* Sets n_stages and allocates the per-stage arrays (zeroed). */
+void sim_plan_stages(sim_plan *p, int n_stages);
+/* Loads a plan file; errors are FILE:LINE:COL: field '...': why. */
+int sim_plan_load(const char *path, sim_plan *p, util_err *e);
+/* Checks a plan against its model (stages cover the ops in order, devices
+ * in range, schedule constraints). */
+int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
+                   util_err *e);
+json_t *sim_plan_json(const sim_plan *p, const prof_model *m);
+int sim_plan_save(const char *path, const sim_plan *p, const prof_model *m,
+                  util_err *e);
+
+/* Partitions: stage op ranges for n stages. even: equal layer counts;
+ * balanced: cuts between any ops minimising the slowest stage's F+B+W on
+ * GPU g; list: layers per stage, "4,4,5,3". */
+int sim_partition_even(const prof_model *m, int n, int *first, int *last,
+                       util_err *e);
+int sim_partition_balanced(const prof_model *m, const prof_gpu *g, int mbs,
+                           int n, int *first, int *last, util_err *e);
+int sim_partition_list(const prof_model *m, const char *list, int n,
+                       int *first, int *last, util_err *e);
+
+/* Summary of a run for people and programs. */
+void sim_report_print(const sim_plan *p, const prof_model *m,
+                      const prof_topo *t, const sim_costs *c,
+                      const sim_result *r, const sim_ir *ir, FILE *f);
+json_t *sim_report_json(const sim_plan *p, const prof_model *m,
+                        const prof_topo *t, const sim_costs *c,
+                        const sim_result *r, const sim_ir *ir);
+/* Chrome/Perfetto trace-event JSON: a process per device, a thread per
+ * stream, X events in microseconds, memory counters, send->recv flows. */
+int sim_trace_write(const char *path, const sim_ir *ir, const sim_result *r,
+                    const sim_costs *c, util_err *e);
+
+int sim_cmd_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,116 @@
+/* Simulator speed: events per second and simulations per second, engine
+ * runs alone (the planner's inner loop: schedule built once, re-timed)
+ * and whole simulations (generate, lower, validate, run). Cases: a
+ * synthetic 8-stage pipeline on a PCIe-switch tree (transfers share
+ * links), and t5-3b on 8x rtx2080ti with 1F1B and 32 microbatches. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim/sim.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* 8 GPUs, pairs under 4 switches, switches under one root */
+static prof_topo *tree8(void)
+{
+    prof_topo *t = prof_topo_new("tree8");
+    prof_gpu g = {0};
+    snprintf(g.name, sizeof g.name, "benchgpu");
+    g.mem_bytes = 11e9;
+    int ty = prof_topo_add_gpu_type(t, &g);
+    int root = prof_topo_add_node(t, PROF_NODE_CPU, "root", 0);
+    for (int s = 0; s < 4; s++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "sw%d", s);
+        int sw = prof_topo_add_node(t, PROF_NODE_PCIE_SWITCH, nm, 0);
+        prof_topo_add_link(t, sw, root, PROF_LINK_PCIE, 12e9, 1000);
+        for (int k = 0; k < 2; k++) {
+            snprintf(nm, sizeof nm, "gpu%d", 2 * s + k);
+            int n = prof_topo_add_node(t, PROF_NODE_GPU, nm, 0);
+            t->nodes[n].gpu_type = ty;
+            prof_topo_add_link(t, n, sw, PROF_LINK_PCIE, 12e9, 1000);
+        }
+    }
+    util_err e;
+    if (prof_topo_finish(t, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        exit(1);
+    }
+    return t;
+}
+
+static void tree_free(prof_topo *t) { prof_topo_free(t); }
+
+static void bench(const char *name, const sim_sched_opts *o, sim_costs *c)
+{
+    util_err e;
+    sim_ir *ir = sim_schedule(o, c, &e);
+    if (!ir) {
+        fprintf(stderr, "%s: %s\n", name, e.msg);
+        exit(1);
+    }
+    sim_engine *en = sim_engine_new(ir, c, NULL);
+    sim_result r;
+    sim_engine_run(en, &r); /* warm */
+    int reps = 0;
+    long long ev = 0;
+    double t0 = now_s(), t;
+    do {
+        sim_engine_run(en, &r);
+        ev += r.events;
+        reps++;
+        t = now_s() - t0;
+    } while (t < 0.5);
+    printf("%-34s %7d %9lld %12.2f %12.0f %10.1f", name, ir->n_tasks,
+           (long long)r.events, ev / t / 1e6, reps / t, t / reps * 1e6);
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    /* whole simulations */
+    reps = 0;
+    t0 = now_s();
+    do {
+        sim_ir *x = sim_schedule(o, c, &e);
+        sim_engine *y = sim_engine_new(x, c, NULL);
+        sim_engine_run(y, &r);
+        sim_engine_free(y);
+        sim_ir_free(x);
+        reps++;
+        t = now_s() - t0;
+    } while (t < 0.5);
+    printf(" %12.0f\n", reps / t);
+}
+
+static void header(void)
+{
+    printf("%-34s %7s %9s %12s %12s %10s %12s\n", "case", "tasks", "events",
+           "Mevents/s", "runs/s", "us/run", "full sims/s");
+}
+
+int main(void)
+{
+    header();
+    prof_topo *t = tree8();
+    for (int v = 0; v < 3; v++) {
+        sim_sched_opts o = {.pp = 8, .n_stages = 8, .n_mb = 32,
+                            .n_minibatches = 4, .waves = 1};
+        const char *nm;
+        if (v == 0) { o.sched = SIM_SCHED_1F1B; nm = "synthetic 8 stages 1f1b m=32"; }
+        else if (v == 1) { o.sched = SIM_SCHED_2BW; nm = "synthetic 8 stages 2bw m=32 x4"; }
+        else { o.sched = SIM_SCHED_WAVE; o.n_stages = 16; nm = "synthetic 16 chunks wave m=32"; }
+        int map[16];
+        sim_sched_map(&o, map);
+        sim_costs *c = sim_costs_uniform(o.n_stages, 8, map, 2000000, 2500000,
+                                         1500000, 8e6, 1e8);
+        c->topo = t;
+        bench(nm, &o, c);
+        sim_costs_free(c);
+    }
+    tree_free(t);
+    return 0;
+}

@@ -1,0 +1,180 @@
+/* The planner: pruning never changes the answer (against exhaustive
+ * simulation), the chosen plan is the fastest simulated one, plan files
+ * round-trip through `sluice sim --plan`, and bad input is refused. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "planner/planner.h"
+#include "tests/harness.h"
+
+static prof_topo *topo(const char *gpu, int n)
+{
+    char cnt[16];
+    snprintf(cnt, sizeof cnt, "x%d", n);
+    char *args[] = {(char *)gpu, cnt};
+    util_err e;
+    prof_topo *t = prof_topo_from_args(2, args, NULL, &e);
+    cr_assert_not_null(t, "%s", e.msg);
+    return t;
+}
+
+static void search(const prof_model *m, const prof_topo *t, int exhaustive,
+                   int batch, plan_result *r)
+{
+    plan_opts o;
+    plan_opts_init(&o);
+    o.exhaustive = exhaustive;
+    o.batch = batch;
+    util_err e;
+    cr_assert_eq(plan_search(m, t, m->spec.name, "test", &o, r, &e), 0, "%s", e.msg);
+}
+
+/* Bounds prune only what cannot win: the exhaustive search and the pruned
+ * one choose the same plan with the same simulated time. */
+Test(plan, pruning_matches_exhaustive_search)
+{
+    util_err e;
+    const char *models[] = {"gpt-mini", "bert-large"};
+    for (int i = 0; i < 2; i++) {
+        prof_model *m = prof_model_load(models[i], &e);
+        cr_assert_not_null(m);
+        prof_topo *t = topo("rtx2080ti", 4);
+        plan_result a, b;
+        search(m, t, 1, 16, &a);
+        search(m, t, 0, 16, &b);
+        cr_assert(a.found && b.found);
+        cr_expect_eq(a.best, b.best, "%s: %s vs %s", models[i],
+                     sim_sched_name(a.best), sim_sched_name(b.best));
+        cr_expect_eq(a.alt[a.best].iteration_s, b.alt[b.best].iteration_s);
+        cr_expect_eq(a.pruned, 0);
+        cr_expect_leq(b.simulated, a.simulated);
+        /* The chosen plan is the fastest schedule's. */
+        for (int s = 0; s < SIM_SCHED_COUNT; s++)
+            if (a.alt[s].feasible)
+                cr_expect_leq(a.alt[s].samples_per_s,
+                              a.alt[a.best].samples_per_s);
+        /* And never beats the lower bound. */
+        cr_expect_geq(a.alt[a.best].iteration_s, a.lower_bound_s);
+        plan_result_free(&a);
+        plan_result_free(&b);
+        prof_topo_free(t);
+        prof_model_free(m);
+    }
+}
+
+Test(plan, deterministic)
+{
+    cli_result a = cli_run("plan --hw rtx2080ti x4 --model gpt-mini --json");
+    cli_result b = cli_run("plan --hw rtx2080ti x4 --model gpt-mini --json");
+    cr_assert_eq(a.code, 0, "%s", a.err);
+    /* Everything but the search's own wall time is identical. */
+    char *sa = strstr(a.out, "\"search\""), *sb = strstr(b.out, "\"search\"");
+    cr_assert(sa && sb);
+    cr_expect_eq(sa - a.out, sb - b.out);
+    cr_expect(!strncmp(a.out, b.out, (size_t)(sa - a.out)));
+    cli_result_free(&a);
+    cli_result_free(&b);
+}
+
+Test(plan, json_keys_and_plan_round_trip)
+{
+    char *dir = test_tmpdir();
+    cli_result r = cli_run("plan --hw rtx2080ti x8 --model t5-3b --json --out %s/p.json", dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    const char *keys[] = {"iteration_time_s", "samples_per_s", "tflops_per_gpu",
+                          "mfu", "bubble_fraction", "peak_mem_bytes", "oom",
+                          "schedule", "plan", "alternatives", "lower_bound_s",
+                          "search"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        cr_expect_not_null(json_object_get(j, keys[i]), "missing %s", keys[i]);
+    cr_expect(json_is_false(json_object_get(j, "oom")));
+    json_t *alts = json_object_get(j, "alternatives");
+    cr_expect_eq(json_array_size(alts), SIM_SCHED_COUNT);
+    json_t *srch = json_object_get(j, "search");
+    cr_expect_gt(json_integer_value(json_object_get(srch, "candidates")), 0);
+    double it = json_number_value(json_object_get(j, "iteration_time_s"));
+    cr_expect_geq(it, json_number_value(json_object_get(j, "lower_bound_s")));
+    cli_result_free(&r);
+    /* The written plan simulates to the same time. */
+    r = cli_run("sim --plan %s/p.json --json", dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *s = json_loads(r.out, 0, &je);
+    cr_assert_not_null(s);
+    cr_expect_float_eq(json_number_value(json_object_get(s, "iteration_time_s")),
+                       it, 1e-9 * it);
+    json_decref(s);
+    json_decref(j);
+    cli_result_free(&r);
+    char p[600];
+    snprintf(p, sizeof p, "%s/p.json", dir);
+    unlink(p);
+    rmdir(dir);
+    free(dir);
+}
+
+Test(plan, table_fits_and_names_the_alternatives)
+{
+    cli_result r = cli_run("plan --hw rtx2080ti x8 --model t5-3b");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "chosen:"));
+    cr_expect(strstr(r.out, "lower bound:"));
+    const char *const *names = sim_sched_names();
+    for (int s = 0; names[s]; s++) cr_expect(strstr(r.out, names[s]), "%s", names[s]);
+    for (char *l = r.out; *l;) {
+        char *nl = strchr(l, '\n');
+        size_t len = nl ? (size_t)(nl - l) : strlen(l);
+        /* The prose lines may wrap in a terminal; tables must fit. */
+        if (strstr(l, "  ") == l) cr_expect_leq(len, 100, "%.*s", (int)len, l);
+        l += len + (nl ? 1 : 0);
+    }
+    cli_result_free(&r);
+}
+
+Test(plan, nothing_fits_says_how_far)
+{
+    cli_result r = cli_run("plan --hw rtx2080ti x8 --model gpt3-175b");
+    cr_expect_eq(r.code, 1);
+    cr_expect(strstr(r.err, "does not fit"), "%s", r.err);
+    cr_expect(strstr(r.err, "GiB per GPU"), "%s", r.err);
+    cr_expect(strstr(r.err, "try more GPUs"), "%s", r.err);
+    cli_result_free(&r);
+}
+
+Test(plan, bad_input)
+{
+    struct { const char *args, *want; int code; } c[] = {
+        {"plan --hw rtx2080ti x8 --model t5-3b --pp 16", "--pp 16 but", 2},
+        {"plan --hw rtx2080ti x8 --model t5-3", "did you mean 't5-3b'", 2},
+        {"plan --hw rtx2080 x8 --model t5-3b", "did you mean 'rtx2080ti'", 2},
+        {"plan --hw rtx2080ti x8 --model t5-3b --batch 30 --mbs 4", "cannot be split", 2},
+        {"plan --hw rtx2080ti x8 --model t5-3b --schedule 1f1c", "did you mean '1f1b'", 2},
+        {"plan --hw rtx2080ti x8", "--model is required", 2},
+        {"plan --model t5-3b", "--hw is required", 2},
+        {"plan --hw rtx2080ti x8 --model t5-3b --batch -3", "--batch '-3'", 2},
+        {"plan --hw rtx2080ti x8 --model t5-3b --frobnicate", "unknown option", 2},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        cli_result r = cli_run("%s", c[i].args);
+        cr_expect_eq(r.code, c[i].code, "%s: exit %d (%s)", c[i].args, r.code, r.err);
+        cr_expect(strstr(r.err, c[i].want), "%s: %s", c[i].args, r.err);
+        cli_result_free(&r);
+    }
+}
+
+Test(plan, capacity_sweep)
+{
+    cli_result r = cli_run("plan --hw rtx2080ti,rtx3090 --gpus 2,4 --model gpt2-xl --json");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j);
+    json_t *rows = json_object_get(j, "sweep");
+    cr_expect_eq(json_array_size(rows), 4);
+    json_decref(j);
+    cli_result_free(&r);
+}

@@ -1,0 +1,458 @@
+/* sim: closed forms on uniform stages with free communication, link
+ * sharing, the validator and the deadlock detector. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/sim.h"
+
+typedef struct run {
+    sim_costs *c;
+    sim_ir *ir;
+    sim_engine *e;
+    sim_result r;
+} run;
+
+/* activation bytes per stage and microbatch for go() */
+static double go_act = 1000;
+
+/* Uniform stages (F, B, W per stage), free communication. */
+static run go(sim_sched sched, int p, int m, int64_t f, int64_t b, int64_t w,
+              int waves, int K)
+{
+    run x;
+    memset(&x, 0, sizeof x);
+    sim_sched_opts o = {0};
+    o.sched = sched;
+    o.pp = p;
+    o.n_mb = m;
+    o.waves = waves;
+    o.n_minibatches = K;
+    o.n_stages = sched == SIM_SCHED_WAVE ? 2 * waves * p : p;
+    int map[256];
+    sim_sched_map(&o, map);
+    x.c = sim_costs_uniform(o.n_stages, p, map, f, b, w, 0, go_act);
+    util_err e;
+    x.ir = sim_schedule(&o, x.c, &e);
+    cr_assert_not_null(x.ir, "%s", e.msg);
+    x.e = sim_engine_new(x.ir, x.c, NULL);
+    cr_assert_eq(sim_engine_run(x.e, &x.r), 0, "%s", x.r.msg);
+    return x;
+}
+
+static void done(run *x)
+{
+    sim_engine_free(x->e);
+    sim_ir_free(x->ir);
+    sim_costs_free(x->c);
+}
+
+Test(sim_closed, gpipe_bubble_and_inflight)
+{
+    const int p = 4, m = 8;
+    run x = go(SIM_SCHED_GPIPE, p, m, 100, 150, 50, 1, 1);
+    cr_assert_eq(x.r.iteration_ns, (int64_t)(m + p - 1) * 300);
+    for (int d = 0; d < p; d++) {
+        cr_assert_eq(x.r.dev[d].bubble_ns, (int64_t)(p - 1) * 300);
+        cr_assert_float_eq(x.r.dev[d].bubble_fraction,
+                           (double)(p - 1) / (m + p - 1), 1e-12);
+        cr_assert_eq(x.r.max_inflight[d], m);
+    }
+    done(&x);
+}
+
+Test(sim_closed, onef1b_bubble_and_inflight)
+{
+    int cases[][2] = {{4, 8}, {4, 4}, {8, 16}, {4, 2}, {3, 7}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int p = cases[k][0], m = cases[k][1];
+        run x = go(SIM_SCHED_1F1B, p, m, 100, 150, 50, 1, 1);
+        cr_assert_eq(x.r.iteration_ns, (int64_t)(m + p - 1) * 300,
+                     "p=%d m=%d: %lld", p, m, (long long)x.r.iteration_ns);
+        for (int d = 0; d < p; d++) {
+            cr_assert_eq(x.r.dev[d].bubble_ns, (int64_t)(p - 1) * 300);
+            cr_assert_float_eq(x.r.dev[d].bubble_fraction,
+                               (double)(p - 1) / (m + p - 1), 1e-12);
+            int want = p - d < m ? p - d : m;
+            cr_assert_eq(x.r.max_inflight[d], want, "p=%d m=%d stage %d: %d",
+                         p, m, d, x.r.max_inflight[d]);
+        }
+        done(&x);
+    }
+}
+
+Test(sim_closed, twobw_two_versions_no_flush)
+{
+    const int p = 4, m = 8, K = 4;
+    run x = go(SIM_SCHED_2BW, p, m, 100, 150, 50, 1, K);
+    /* steady state: every device busy all the time, no flush */
+    cr_assert_eq(x.r.iteration_ns, (int64_t)m * 300, "%lld",
+                 (long long)x.r.iteration_ns);
+    for (int s = 0; s < p; s++) {
+        /* two versions wherever a microbatch is in flight across an
+         * update; the last stage runs each backward right after its
+         * forward, so its old version dies at once */
+        cr_assert_eq(x.r.max_versions[s], s < p - 1 ? 2 : 1,
+                     "stage %d: %d versions", s, x.r.max_versions[s]);
+        cr_assert_eq(x.r.dev[s].bubble_ns, 0, "stage %d: bubble %lld", s,
+                     (long long)x.r.dev[s].bubble_ns);
+    }
+    /* one optimizer step per stage per minibatch, placed mid-stream */
+    int opts = 0;
+    for (int i = 0; i < x.ir->n_tasks; i++)
+        opts += x.ir->tasks[i].kind == SIM_OPT;
+    cr_assert_eq(opts, p * K);
+    done(&x);
+}
+
+Test(sim_closed, onef1b_sync_one_version)
+{
+    run x = go(SIM_SCHED_1F1B, 4, 8, 100, 150, 50, 1, 1);
+    for (int s = 0; s < 4; s++) cr_assert_eq(x.r.max_versions[s], 1);
+    done(&x);
+}
+
+Test(sim_closed, wave_beats_1f1b)
+{
+    int cases[][2] = {{4, 8}, {4, 4}, {8, 8}, {8, 16}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int p = cases[k][0], m = cases[k][1];
+        run a = go(SIM_SCHED_1F1B, p, m, 200, 300, 100, 1, 1);
+        for (int W = 1; W <= 2; W++) {
+            /* same model cut into 2Wp chunks */
+            go_act = 1000.0 / (2 * W);
+            run b = go(SIM_SCHED_WAVE, p, m, 200 / (2 * W), 300 / (2 * W),
+                       100 / (2 * W), W, 1);
+            go_act = 1000;
+            for (int d = 0; d < p; d++)
+                cr_assert_lt(b.r.dev[d].bubble_fraction,
+                             a.r.dev[d].bubble_fraction,
+                             "p=%d m=%d W=%d dev %d: wave %.4f vs 1f1b %.4f",
+                             p, m, W, d, b.r.dev[d].bubble_fraction,
+                             a.r.dev[d].bubble_fraction);
+            cr_assert_lt(b.r.iteration_ns, a.r.iteration_ns);
+            /* activation memory stays near 1F1B's */
+            for (int d = 0; d < p; d++)
+                cr_assert_leq(b.r.dev[d].peak_bytes,
+                              1.2 * a.r.dev[0].peak_bytes,
+                              "p=%d m=%d W=%d dev %d: %.0f vs %.0f", p, m, W,
+                              d, b.r.dev[d].peak_bytes, a.r.dev[0].peak_bytes);
+            done(&b);
+        }
+        done(&a);
+    }
+}
+
+Test(sim_closed, mixed_variants_run)
+{
+    /* 8 stages on 4 devices, non-adjacent: s -> s % 4 */
+    for (int v = 0; v < 3; v++) {
+        sim_sched sched = v == 0 ? SIM_SCHED_MIXED
+                        : v == 1 ? SIM_SCHED_MIXED_1F1B : SIM_SCHED_MIXED_GPIPE;
+        sim_sched_opts o = {.sched = sched, .pp = 4, .n_stages = 8,
+                            .n_mb = 8, .n_minibatches = 3};
+        int map[8];
+        sim_sched_map(&o, map);
+        sim_costs *c = sim_costs_uniform(8, 4, map, 50, 75, 25, 0, 10);
+        util_err e;
+        sim_ir *ir = sim_schedule(&o, c, &e);
+        cr_assert_not_null(ir, "%s", e.msg);
+        sim_engine *en = sim_engine_new(ir, c, NULL);
+        sim_result r;
+        cr_assert_eq(sim_engine_run(en, &r), 0, "%s", r.msg);
+        /* each device does 2 stages x (F+B+W) per microbatch */
+        int64_t work = 8 * 2 * 150;
+        cr_assert_geq(r.iteration_ns, work);
+        if (sched == SIM_SCHED_MIXED) {
+            cr_assert_eq(ir->n_minibatches, 3);
+            /* asynchronous: steady state close to the work itself */
+            cr_assert_lt(r.iteration_ns, work * 5 / 4, "%lld",
+                         (long long)r.iteration_ns);
+        }
+        sim_engine_free(en);
+        sim_ir_free(ir);
+        sim_costs_free(c);
+    }
+}
+
+Test(sim_closed, recompute_time_and_memory)
+{
+    sim_sched_opts o = {.sched = SIM_SCHED_GPIPE, .pp = 2, .n_stages = 2,
+                        .n_mb = 4, .recompute = 1};
+    int map[2] = {0, 1};
+    sim_costs *c = sim_costs_uniform(2, 2, map, 100, 150, 50, 10, 1000);
+    util_err e;
+    sim_ir *ir = sim_schedule(&o, c, &e);
+    cr_assert_not_null(ir, "%s", e.msg);
+    sim_engine *en = sim_engine_new(ir, c, NULL);
+    sim_result r;
+    cr_assert_eq(sim_engine_run(en, &r), 0);
+    /* stage 1 keeps 3 inputs of 10 bytes plus one full activation (which
+     * includes its own input) */
+    cr_assert_eq(r.dev[1].peak_bytes, 3 * 10 + 1000);
+    cr_assert_eq(r.dev[0].recompute_ns, 4 * 100);
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    /* without recomputation: all four activations */
+    o.recompute = 0;
+    ir = sim_schedule(&o, c, &e);
+    en = sim_engine_new(ir, c, NULL);
+    cr_assert_eq(sim_engine_run(en, &r), 0);
+    cr_assert_eq(r.dev[1].peak_bytes, 4 * 1000);
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+}
+
+/* ---------------------------------------------------------------------
+ * Link sharing on a hand-built server: gpu0, gpu1, gpu2 on one switch. */
+
+static prof_topo *star(double bw)
+{
+    prof_topo *t = prof_topo_new("star");
+    prof_gpu g = {0};
+    snprintf(g.name, sizeof g.name, "testgpu");
+    g.mem_bytes = 1e12;
+    int ty = prof_topo_add_gpu_type(t, &g);
+    int sw = prof_topo_add_node(t, PROF_NODE_PCIE_SWITCH, "sw", 0);
+    for (int i = 0; i < 3; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "gpu%d", i);
+        int n = prof_topo_add_node(t, PROF_NODE_GPU, nm, 0);
+        t->nodes[n].gpu_type = ty;
+        prof_topo_add_link(t, n, sw, PROF_LINK_PCIE, bw, 0); /* link i */
+    }
+    util_err e;
+    cr_assert_eq(prof_topo_finish(t, &e), 0, "%s", e.msg);
+    return t;
+}
+
+static void star_free(prof_topo *t) { prof_topo_free(t); }
+
+/* routes are cached by the topology: change latencies on a fresh one */
+static prof_topo *star_lat(double bw, double lat0, double lat2)
+{
+    prof_topo *t = star(bw);
+    t->links[0].latency_ns = lat0;
+    t->links[2].latency_ns = lat2;
+    return t;
+}
+
+/* n transfers of `bytes` from gpu src[i] to gpu 2, all ready at t=0 */
+static int64_t transfers(prof_topo *t, int n, const int *src, double bytes)
+{
+    int map[3] = {0, 1, 2};
+    sim_costs *c = sim_costs_uniform(3, 3, map, 0, 0, 0, 0, 0);
+    c->topo = t;
+    sim_ir *ir = sim_ir_new("xfer", 3, 3, map, 1, 1);
+    for (int i = 0; i < n; i++) {
+        sim_task x = {.kind = SIM_SEND, .stream = SIM_STREAM_SEND,
+                      .device = src[i], .stage = src[i], .stage2 = 2,
+                      .mb = 0, .peer = -1, .bytes = bytes};
+        int s = sim_ir_add(ir, &x);
+        x.kind = SIM_RECV;
+        x.stream = SIM_STREAM_RECV;
+        x.device = 2;
+        int r = sim_ir_add(ir, &x);
+        ir->tasks[s].peer = r;
+        ir->tasks[r].peer = s;
+        sim_ir_dep(ir, r, s);
+    }
+    sim_ir_finish(ir);
+    sim_engine *e = sim_engine_new(ir, c, NULL);
+    sim_result res;
+    cr_assert_eq(sim_engine_run(e, &res), 0, "%s", res.msg);
+    int64_t span = res.makespan_ns;
+    sim_engine_free(e);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+    return span;
+}
+
+Test(sim_link, sharing_doubles_time)
+{
+    prof_topo *t = star(1e9);
+    int one[1] = {0}, two[2] = {0, 1};
+    int64_t a = transfers(t, 1, one, 1e9);
+    int64_t b = transfers(t, 2, two, 1e9);
+    cr_assert_eq(a, 1000000000);
+    cr_assert_eq(b, 2 * a);
+    /* two sends from the same device serialise on its send stream */
+    int same[2] = {0, 0};
+    cr_assert_eq(transfers(t, 2, same, 1e9), 2 * a);
+    star_free(t);
+    /* latency is added once per route */
+    t = star_lat(1e9, 1000, 500);
+    cr_assert_eq(transfers(t, 1, one, 1e9), a + 1500);
+    star_free(t);
+}
+
+Test(sim_link, maxmin_progressive_filling)
+{
+    /* links: 0 cap 10, 1 cap 4. flow A on {0}, B on {0,1}, C on {1} */
+    double cap[2] = {10, 4}, rate[3];
+    int ra[1] = {0}, rb[2] = {0, 1}, rc[1] = {1};
+    const int *routes[3] = {ra, rb, rc};
+    int len[3] = {1, 2, 1};
+    double rem[2];
+    int cnt[2] = {0, 0}, touched[2];
+    uint8_t frozen[3];
+    sim_maxmin_scratch w = {rem, cnt, touched, frozen};
+    sim_maxmin(3, routes, len, cap, rate, &w);
+    cr_assert_float_eq(rate[1], 2.0, 1e-12);
+    cr_assert_float_eq(rate[2], 2.0, 1e-12);
+    cr_assert_float_eq(rate[0], 8.0, 1e-12);
+}
+
+/* ---------------------------------------------------------------------
+ * Validator and deadlock detector */
+
+Test(sim_validate, deadlock_names_stuck_tasks)
+{
+    int map[2] = {0, 1};
+    sim_costs *c = sim_costs_uniform(2, 2, map, 10, 10, 10, 0, 0);
+    sim_ir *ir = sim_ir_new("bad", 2, 2, map, 2, 1);
+    /* dev 0: F0 BW0 F1 BW1; dev 1: F1 F0 BW0 BW1 -> F(1,1) needs F(0,1)
+     * behind BW(0,0), which needs BW(1,0) behind F(1,1) */
+    sim_ir_compute(ir, SIM_F, 0, 0, 0, 0);
+    sim_ir_compute(ir, SIM_BW, 0, 0, 0, 0);
+    sim_ir_compute(ir, SIM_F, 0, 1, 0, 0);
+    sim_ir_compute(ir, SIM_BW, 0, 1, 0, 0);
+    sim_ir_compute(ir, SIM_F, 1, 1, 0, 0);
+    sim_ir_compute(ir, SIM_F, 1, 0, 0, 0);
+    sim_ir_compute(ir, SIM_BW, 1, 0, 0, 0);
+    sim_ir_compute(ir, SIM_BW, 1, 1, 0, 0);
+    util_err e;
+    cr_assert_eq(sim_lower(ir, c, &e), 0, "%s", e.msg);
+    cr_assert_eq(sim_validate(ir, &e), -1);
+    cr_assert(strstr(e.msg, "deadlock"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "dev 1 F stage 1 mb 1"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "dev 0 BW stage 0 mb 0"), "%s", e.msg);
+    /* the engine finds it too */
+    sim_engine *en = sim_engine_new(ir, c, NULL);
+    sim_result r;
+    cr_assert_eq(sim_engine_run(en, &r), -1);
+    cr_assert(strstr(r.msg, "deadlock"), "%s", r.msg);
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+}
+
+Test(sim_validate, counts_and_order)
+{
+    int map[2] = {0, 1};
+    sim_costs *c = sim_costs_uniform(2, 2, map, 10, 10, 10, 0, 0);
+    util_err e;
+    /* missing F */
+    sim_ir *ir = sim_ir_new("bad", 2, 2, map, 1, 1);
+    sim_ir_compute(ir, SIM_F, 0, 0, 0, 0);
+    sim_ir_compute(ir, SIM_BW, 0, 0, 0, 0);
+    sim_ir_compute(ir, SIM_BW, 1, 0, 0, 0);
+    cr_assert_eq(sim_lower(ir, c, &e), -1);
+    cr_assert(strstr(e.msg, "stage 1 has no F for microbatch 0"), "%s", e.msg);
+    sim_ir_free(ir);
+    /* backward before forward on one device */
+    ir = sim_ir_new("bad", 2, 2, map, 1, 1);
+    sim_ir_compute(ir, SIM_F, 0, 0, 0, 0);
+    sim_ir_compute(ir, SIM_BW, 0, 0, 0, 0);
+    sim_ir_compute(ir, SIM_BW, 1, 0, 0, 0);
+    sim_ir_compute(ir, SIM_F, 1, 0, 0, 0);
+    cr_assert_eq(sim_lower(ir, c, &e), 0, "%s", e.msg);
+    cr_assert_eq(sim_validate(ir, &e), -1);
+    cr_assert(strstr(e.msg, "backward before F"), "%s", e.msg);
+    sim_ir_free(ir);
+    /* W without B */
+    ir = sim_ir_new("bad", 2, 2, map, 1, 1);
+    sim_ir_compute(ir, SIM_F, 0, 0, 0, 0);
+    sim_ir_compute(ir, SIM_BW, 0, 0, 0, 0);
+    sim_ir_compute(ir, SIM_F, 1, 0, 0, 0);
+    sim_ir_compute(ir, SIM_W, 1, 0, 0, 0);
+    cr_assert_eq(sim_lower(ir, c, &e), -1);
+    cr_assert(strstr(e.msg, "one BW or one B and one W"), "%s", e.msg);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+}
+
+Test(sim_validate, schedule_checks)
+{
+    util_err e;
+    sim_sched_opts o = {.sched = SIM_SCHED_2BW, .pp = 8, .n_stages = 8,
+                        .n_mb = 4, .n_minibatches = 4};
+    cr_assert_eq(sim_sched_check(&o, &e), -1);
+    cr_assert(strstr(e.msg, "cannot take 4 microbatches"), "%s", e.msg);
+    o.sched = SIM_SCHED_1F1B;
+    o.n_stages = 16;
+    cr_assert_eq(sim_sched_check(&o, &e), -1);
+    cr_assert(strstr(e.msg, "one stage per device"), "%s", e.msg);
+    o.sched = SIM_SCHED_WAVE;
+    o.waves = 1;
+    cr_assert_eq(sim_sched_check(&o, &e), 0, "%s", e.msg);
+    o.waves = 2;
+    cr_assert_eq(sim_sched_check(&o, &e), -1);
+    cr_assert(strstr(e.msg, "2*W*p = 32"), "%s", e.msg);
+}
+
+Test(sim_closed, split_bw_shortens_critical_path)
+{
+    sim_sched_opts o = {.sched = SIM_SCHED_1F1B, .pp = 4, .n_stages = 4,
+                        .n_mb = 8, .split_bw = 1};
+    int map[4] = {0, 1, 2, 3};
+    sim_costs *c = sim_costs_uniform(4, 4, map, 100, 150, 50, 0, 100);
+    util_err e;
+    sim_ir *ir = sim_schedule(&o, c, &e);
+    cr_assert_not_null(ir, "%s", e.msg);
+    sim_engine *en = sim_engine_new(ir, c, NULL);
+    sim_result r;
+    cr_assert_eq(sim_engine_run(en, &r), 0);
+    /* the gradient leaves after B, so W is off the critical path:
+     * m(F+B+W) + (p-1)(F+B) */
+    cr_assert_eq(r.iteration_ns, 8 * 300 + 3 * 250);
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+}
+
+Test(sim_link, breakdown_adds_up_with_communication)
+{
+    prof_topo *t = star(1e9);
+    int map[3] = {0, 1, 2};
+    for (int v = 0; v < 4; v++) {
+        sim_sched sc = v == 0 ? SIM_SCHED_GPIPE : v == 1 ? SIM_SCHED_1F1B
+                     : v == 2 ? SIM_SCHED_MIXED_1F1B : SIM_SCHED_2BW;
+        sim_sched_opts o = {.sched = sc, .pp = 3, .n_stages = 3, .n_mb = 4,
+                            .n_minibatches = 4, .recompute = v == 0};
+        /* 0.5 MB per microbatch over 1 GB/s links: 0.5 ms per hop each way */
+        sim_costs *c = sim_costs_uniform(3, 3, map, 1000000, 1500000, 500000,
+                                         5e5, 1e6);
+        c->topo = t;
+        for (int s = 0; s < 3; s++) c->stage[s].opt_ns = 100000;
+        util_err e;
+        sim_ir *ir = sim_schedule(&o, c, &e);
+        cr_assert_not_null(ir, "%s", e.msg);
+        sim_engine *en = sim_engine_new(ir, c, NULL);
+        sim_result r;
+        cr_assert_eq(sim_engine_run(en, &r), 0, "%s", r.msg);
+        int64_t exposed = 0;
+        for (int d = 0; d < 3; d++) {
+            const sim_dev_stats *s = &r.dev[d];
+            int64_t sum = s->compute_ns + s->recompute_ns + s->opt_ns +
+                          s->comm_exposed_ns + s->bubble_ns;
+            if (v < 3) /* flush schedules: the window is the iteration */
+                cr_assert_eq(sum, r.iteration_ns, "v %d dev %d: %lld vs %lld",
+                             v, d, (long long)sum, (long long)r.iteration_ns);
+            exposed += s->comm_exposed_ns;
+        }
+        cr_assert_gt(exposed, 0, "schedule %d hides all communication?", v);
+        /* slower than the same schedule with free communication */
+        c->topo = NULL;
+        sim_engine *fr = sim_engine_new(ir, c, NULL);
+        sim_result rf;
+        cr_assert_eq(sim_engine_run(fr, &rf), 0);
+        cr_assert_gt(r.iteration_ns, rf.iteration_ns);
+        sim_engine_free(fr);
+        sim_engine_free(en);
+        sim_ir_free(ir);
+        sim_costs_free(c);
+    }
+    star_free(t);
+}

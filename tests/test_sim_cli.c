@@ -1,0 +1,207 @@
+/* sim: the command line on built-in profiles: golden scenarios (plan in,
+ * summary out, compared with checked-in text), the bad-plan corpus, bad
+ * arguments, JSON keys, plan round trip through --out, trace and plots. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+#include "util/util.h"
+
+static char *slurp(const char *path)
+{
+    char *s = NULL;
+    size_t n;
+    util_err e;
+    if (util_read_file(path, &s, &n, &e)) return NULL;
+    return s;
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* Golden scenarios: tests/golden/NAME.plan.json -> NAME.expected.
+ * SLUICE_GOLDEN_UPDATE=1 rewrites the expected files. */
+Test(sim_cli, golden)
+{
+    DIR *d = opendir("tests/golden");
+    cr_assert_not_null(d);
+    struct dirent *de;
+    int n = 0;
+    const char *upd = getenv("SLUICE_GOLDEN_UPDATE");
+    while ((de = readdir(d))) {
+        if (!ends_with(de->d_name, ".plan.json")) continue;
+        char plan[512], exp[512];
+        snprintf(plan, sizeof plan, "tests/golden/%s", de->d_name);
+        snprintf(exp, sizeof exp, "tests/golden/%.*s.expected",
+                 (int)(strlen(de->d_name) - strlen(".plan.json")), de->d_name);
+        cli_result r = cli_run("sim --plan %s", plan);
+        cr_assert_eq(r.code, 0, "%s: %s", plan, r.err);
+        if (upd && *upd == '1') {
+            util_err e;
+            util_write_atomic(exp, r.out, strlen(r.out), &e);
+        }
+        char *want = slurp(exp);
+        cr_assert_not_null(want, "%s missing (SLUICE_GOLDEN_UPDATE=1 makes it)",
+                           exp);
+        cr_assert_str_eq(r.out, want, "%s differs from %s", plan, exp);
+        free(want);
+        cli_result_free(&r);
+        n++;
+    }
+    closedir(d);
+    cr_assert_geq(n, 3);
+}
+
+Test(sim_cli, bad_plan_corpus)
+{
+    DIR *d = opendir("tests/bad/plan");
+    cr_assert_not_null(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        if (!ends_with(de->d_name, ".json")) continue;
+        char plan[512], exp[512];
+        snprintf(plan, sizeof plan, "tests/bad/plan/%s", de->d_name);
+        snprintf(exp, sizeof exp, "tests/bad/plan/%.*s.expect",
+                 (int)(strlen(de->d_name) - 5), de->d_name);
+        char *want = slurp(exp);
+        cr_assert_not_null(want, "%s missing", exp);
+        want[strcspn(want, "\n")] = 0;
+        cli_result r = cli_run("sim --plan %s", plan);
+        cr_assert_eq(r.code, 2, "%s: exit %d, stderr: %s", plan, r.code, r.err);
+        cr_assert(strstr(r.err, want), "%s: expected '%s' in: %s", plan, want,
+                  r.err);
+        int lines = 0;
+        for (const char *q = r.err; *q; q++) lines += *q == '\n';
+        cr_assert_eq(lines, 1, "%s: one message expected: %s", plan, r.err);
+        free(want);
+        cli_result_free(&r);
+        n++;
+    }
+    closedir(d);
+    cr_assert_geq(n, 10);
+}
+
+Test(sim_cli, bad_arguments)
+{
+    struct { const char *args, *want; } c[] = {
+        {"--hw rtx2080ti x4 --model gpt-tiny --schedule 2bw --pp 4 --mbs 1 "
+         "--microbatches 2", "cannot take 2 microbatches"},
+        {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 --mbs 1 "
+         "--microbatches 4 --partition 1,x,2,3", "item 2 'x'"},
+        {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 --mbs 1 "
+         "--microbatches 4 --partition 1,2,3", "3 entries for 4 stages"},
+        {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1c --pp 4 --mbs 1 "
+         "--microbatches 4", "did you mean '1f1b'"},
+        {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 8 --mbs 1 "
+         "--microbatches 4", "has 4 GPUs"},
+        {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 --mbs 1",
+         "--microbatches is required"},
+        {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 --mbs 1 "
+         "--microbatches 4 --stages 8", "one stage per device"},
+        {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 --mbs 1 "
+         "--microbatches 4 --dp 2", "not simulated yet"},
+        {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 --mbs 1 "
+         "--microbatches 4 --recompte", "did you mean '--recompute'"},
+        {"--hw rtx2080ti x2 --model gpt-tiny --schedule mixed --pp 2 --mbs 1 "
+         "--microbatches 4 --minibatches 2", "at least 3 minibatches"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        cli_result r = cli_run("sim %s", c[i].args);
+        cr_assert_eq(r.code, 2, "%s: exit %d: %s", c[i].args, r.code, r.err);
+        cr_assert(strstr(r.err, c[i].want), "%s: expected '%s' in: %s",
+                  c[i].args, c[i].want, r.err);
+        cli_result_free(&r);
+    }
+}
+
+Test(sim_cli, json_keys_and_plan_round_trip)
+{
+    char *dir = test_tmpdir();
+    cli_result r = cli_run("sim --hw rtx2080ti x4 --model gpt-mini --schedule "
+                           "1f1b --pp 4 --mbs 2 --microbatches 8 --json "
+                           "--out %s/p.json", dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j, "%s", r.out);
+    const char *keys[] = {"iteration_time_s", "samples_per_s", "tflops_per_gpu",
+                          "mfu", "bubble_fraction", "peak_mem_bytes", "oom",
+                          "schedule", "tokens_per_s", "devices"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        cr_assert_not_null(json_object_get(j, keys[i]), "no %s", keys[i]);
+    cr_assert_eq(json_array_size(json_object_get(j, "peak_mem_bytes")), 4);
+    cr_assert(json_is_false(json_object_get(j, "oom")));
+    cr_assert_str_eq(json_string_value(json_object_get(j, "schedule")), "1f1b");
+    /* the plan written reproduces the same numbers */
+    cli_result q = cli_run("sim --plan %s/p.json --json", dir);
+    cr_assert_eq(q.code, 0, "%s", q.err);
+    cr_assert_str_eq(q.out, r.out);
+    json_decref(j);
+    cli_result_free(&r);
+    cli_result_free(&q);
+    char p[512];
+    snprintf(p, sizeof p, "%s/p.json", dir);
+    unlink(p);
+    rmdir(dir);
+    free(dir);
+}
+
+Test(sim_cli, every_schedule_on_t5)
+{
+    /* T5 is not a chain: decoder stages read the encoder's output */
+    const char *s[] = {"gpipe --recompute", "1f1b", "2bw", "mixed",
+                       "mixed-1f1b", "mixed-gpipe", "wave", "wave --waves 2"};
+    for (size_t i = 0; i < sizeof s / sizeof *s; i++) {
+        cli_result r = cli_run("sim --hw rtx2080ti x8 --model t5-3b --pp 8 "
+                               "--mbs 4 --microbatches 16 --json --schedule %s",
+                               s[i]);
+        cr_assert_eq(r.code, 0, "%s: %s", s[i], r.err);
+        json_t *j = json_loads(r.out, 0, NULL);
+        cr_assert_not_null(j);
+        cr_assert_gt(json_real_value(json_object_get(j, "samples_per_s")), 0);
+        json_decref(j);
+        cli_result_free(&r);
+    }
+}
+
+Test(sim_cli, trace_and_plot)
+{
+    char *dir = test_tmpdir();
+    cli_result r = cli_run("sim --hw rtx2080ti x4 --model gpt-mini --schedule "
+                           "1f1b --pp 4 --mbs 2 --microbatches 6 --trace "
+                           "%s/t.json --plot %s/p", dir, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    char p[512];
+    snprintf(p, sizeof p, "%s/t.json", dir);
+    char *t = slurp(p);
+    cr_assert_not_null(t);
+    json_t *j = json_loads(t, 0, NULL);
+    cr_assert_not_null(j);
+    json_decref(j);
+    free(t);
+    int have_gnuplot = system("command -v gnuplot >/dev/null 2>&1") == 0;
+    const char *outs[] = {"p-timeline.png", "p-timeline.svg", "p-memory.png",
+                          "p-memory.svg"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, outs[i]);
+        if (have_gnuplot)
+            cr_assert_eq(access(p, R_OK), 0, "%s missing", outs[i]);
+        unlink(p);
+    }
+    if (!have_gnuplot) cr_assert(strstr(r.err, "gnuplot not found"));
+    const char *rest[] = {"t.json", "p-timeline.dat", "p-memory.dat", "p.gp"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, rest[i]);
+        unlink(p);
+    }
+    cli_result_free(&r);
+    rmdir(dir);
+    free(dir);
+}
