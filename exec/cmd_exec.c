@@ -3,10 +3,21 @@
  * exec_train. Exit codes: 0 ok, 1 failed run, 2 bad usage or input. */
 #include "exec/exec.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define DEFAULT_CORPUS "/usr/share/common-licenses/GPL-3"
+
+/* Ctrl-C (or SIGTERM) stops after the current step; with --save the
+ * checkpoint is written first. A second Ctrl-C kills as usual. */
+static volatile int stop_flag;
+
+static void on_signal(int sig)
+{
+    stop_flag = 1;
+    signal(sig, SIG_DFL);
+}
 
 static void usage(FILE *f)
 {
@@ -30,7 +41,8 @@ static void usage(FILE *f)
         "  --clip X            global gradient-norm clip, 0 for none (default 1)\n"
         "  --seed N            initialisation and batch order (default 1337)\n"
         "  --threads N         CPU threads for the kernels (default 1)\n"
-        "  --save FILE         write a checkpoint at the end (atomic)\n"
+        "  --save FILE         write a checkpoint at the end (atomic), or when\n"
+        "                      Ctrl-C or SIGTERM stops the run after a step\n"
         "  --save-every N      also every N steps\n"
         "  --resume FILE       continue from a checkpoint: bit for bit when\n"
         "                      --steps, --lr, --threads are those of the run\n"
@@ -185,6 +197,9 @@ int exec_cmd_main(int argc, char **argv)
                                      : "dropout is off (deterministic)")
                               : "");
     if (!o.T && !o.resume && spec.seq_len > 0) o.T = spec.seq_len;
+    o.stop = &stop_flag;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
     exec_train_result r;
     if (exec_train(&o, &r, &e)) {
         fprintf(stderr, "sluice exec: %s\n", e.msg);

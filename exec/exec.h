@@ -196,6 +196,8 @@ typedef struct exec_train_opts {
     int eval_batches;       /* validation batches at the start and end */
     int quiet;              /* no per-step lines */
     int json;               /* one JSON document instead of text lines */
+    const volatile int *stop; /* set (by a signal handler) to stop after the
+                             * current step, saving when save is set */
     char note[192];         /* printed under the model line when set */
     FILE *out;              /* where lines go (stdout) */
 } exec_train_opts;

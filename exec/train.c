@@ -192,7 +192,7 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
         say(hu, "validation loss %.4f (%d batches)\n", r->val_loss_start,
                 o->eval_batches);
 
-    int rc = 0;
+    int rc = 0, interrupted = 0;
     uint64_t train_ns = 0;
     exec_ckpt_meta sm = {cfg, B, T, seed, step0};
     exec_gpt_set_timing(m, tm);
@@ -233,6 +233,10 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
                     s + 1, o->steps, loss, ad.lr, norm, dt / 1e6,
                     (double)B * T / (dt / 1e9));
         sm.step = s + 1;
+        if (o->stop && *o->stop && s + 1 < end) {
+            interrupted = s + 1;
+            break;
+        }
         if (o->save && o->save_every > 0 && (s + 1) % o->save_every == 0 &&
             s + 1 < end && exec_ckpt_save(o->save, m, &sm, e)) {
             rc = -1;
@@ -240,15 +244,15 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
         }
     }
     exec_gpt_set_timing(m, NULL);
-    if (!rc) {
+    if (!rc && !interrupted) {
         r->val_loss_end = eval_loss(m, &corpus, seed, o->eval_batches, B, T,
                                     tok, tgt);
         if (o->save && exec_ckpt_save(o->save, m, &sm, e)) rc = -1;
     }
-    if (!rc && o->timings &&
+    if (!rc && !interrupted && o->timings &&
         write_timings(o->timings, o, B, T, r->steps_run, tm, e))
         rc = -1;
-    if (!rc) {
+    if (!rc && !interrupted) {
         uint64_t tot = exec_timing_total_ns(tm);
         r->tokens_per_s = train_ns ? (double)B * T * r->steps_run /
                                          (train_ns / 1e9)
@@ -297,6 +301,19 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
         if (o->save) say(hu, "saved %s at step %lld\n", o->save,
                              (long long)sm.step);
         if (o->timings) say(hu, "per-op timings in %s\n", o->timings);
+    }
+    if (!rc && interrupted) {
+        if (o->save && exec_ckpt_save(o->save, m, &sm, e)) {
+            rc = -1;
+        } else {
+            char saved[600] = "";
+            if (o->save)
+                snprintf(saved, sizeof saved,
+                         "; saved %s, continue with --resume %s", o->save,
+                         o->save);
+            rc = util_errf(e, UTIL_EXIT_FAIL, "interrupted after step %d%s",
+                           interrupted, saved);
+        }
     }
     if (!rc && o->json) {
         json_t *j = json_object();

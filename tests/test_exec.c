@@ -356,3 +356,30 @@ Test(exec_cli, beats_unigram_entropy, .timeout = 120)
     json_decref(j);
     cli_result_free(&r);
 }
+
+/* Ctrl-C stops after the current step and, with --save, writes the
+ * checkpoint first; the run then resumes from it. */
+Test(exec_cli, interrupt_saves_checkpoint, .timeout = 120)
+{
+    char *d = test_tmpdir(), cmd[2048];
+    const char *bin = getenv("SLUICE_BIN");
+    snprintf(cmd, sizeof cmd,
+             "%s exec " SMALL " --steps 1000000 --quiet --save %s/i.ck "
+             ">%s/out 2>%s/err & pid=$!; sleep 1.5; kill -INT $pid; "
+             "wait $pid; exit $?",
+             bin ? bin : "bin/sluice", d, d, d);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+    snprintf(cmd, sizeof cmd, "grep -q 'interrupted after step' %s/err", d);
+    cr_assert_eq(system(cmd), 0);
+    cli_result r = cli_run("exec --model gpt-tiny --threads 1 --eval-batches 1 "
+                           "--steps 1000000 --stop-after 1 --resume %s/i.ck",
+                           d);
+    /* --stop-after below the checkpoint's step: nothing to run, exit 0 */
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "resumed from"), "%s", r.out);
+    cli_result_free(&r);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    cr_assert_eq(system(cmd), 0);
+    free(d);
+}
