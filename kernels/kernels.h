@@ -15,7 +15,8 @@
  * its weights), callable separately (zero-bubble schedules defer the weight
  * part) or together through _backward; both orders give bit-identical
  * results. Optional tensors (biases) may be NULL. No function allocates
- * except where its comment says so; none fails. */
+ * or fails. The CPU ops split their rows over kern_set_threads() threads;
+ * the element-wise math is shared with CUDA through kern_math.h. */
 #ifndef SLUICE_KERNELS_H
 #define SLUICE_KERNELS_H
 
