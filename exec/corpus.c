@@ -26,7 +26,11 @@ int exec_corpus_load(exec_corpus *c, const char *path, int T, util_err *e)
     size_t len;
     if (util_read_file(path, &text, &len, e)) {
         e->code = UTIL_EXIT_USAGE;
-        return util_err_prefix(e, "corpus");
+        util_err_prefix(e, "corpus");
+        size_t l = strlen(e->msg);
+        snprintf(e->msg + l, sizeof e->msg - l,
+                 " (choose a text file with --data FILE)");
+        return -1;
     }
     if (len == 0) {
         free(text);

@@ -209,11 +209,12 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
         float norm = exec_gpt_step(m, &ad, s + 1);
         uint64_t dt = exec_now_ns() - t0;
         train_ns += dt;
-        if (!isfinite(loss)) {
+        if (!isfinite(loss) || !isfinite(norm)) {
             rc = util_errf(e, UTIL_EXIT_FAIL,
-                           "step %d: the loss is not finite (%g); try a "
-                           "lower --lr",
-                           s + 1, loss);
+                           "step %d: the %s is not finite (%g); try a lower "
+                           "--lr",
+                           s + 1, isfinite(loss) ? "gradient norm" : "loss",
+                           isfinite(loss) ? norm : loss);
             break;
         }
         if (s == step0) r->first_loss = loss;
