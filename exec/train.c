@@ -72,6 +72,7 @@ static int write_timings(const char *path, const exec_train_opts *o, int B,
     json_t *meta = json_object();
     json_object_set_new(meta, "device", json_string("cpu"));
     json_object_set_new(meta, "blas", json_string(kern_blas_core()));
+    json_object_set_new(meta, "isa", json_string(kern_get_isa()));
     json_object_set_new(meta, "threads", json_integer(o->threads));
     json_object_set_new(meta, "model", json_string(o->model));
     json_object_set_new(meta, "B", json_integer(B));
@@ -178,10 +179,12 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
             corpus.block, corpus.entropy_nats,
             corpus.entropy_nats / M_LN2);
     say(hu,
-            "batch %d x %d tokens, seed %llu, %d thread%s (OpenBLAS %s), "
-            "AdamW lr %.2e warm-up %d cosine to %.2e, clip %.2f\n",
+            "batch %d x %d tokens, seed %llu, %d thread%s (OpenBLAS %s, "
+            "row kernels %s), AdamW lr %.2e warm-up %d cosine to %.2e, "
+            "clip %.2f\n",
             B, T, (unsigned long long)seed, o->threads,
-            o->threads == 1 ? "" : "s", kern_blas_core(), o->adamw.lr, warmup,
+            o->threads == 1 ? "" : "s", kern_blas_core(), kern_get_isa(),
+            o->adamw.lr, warmup,
             o->adamw.lr * 0.1, o->adamw.clip);
     if (o->resume)
         say(hu, "resumed from %s at step %d\n", o->resume, step0);

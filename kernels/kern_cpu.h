@@ -32,10 +32,37 @@ typedef struct kargs {
     float scale;
 } kargs;
 
-/* Row helpers compiled with vectorising flags (ops_cpu_eltwise.c).
- * Softmax of row[0..n) in place, row[n..T) set to 0 (causal mask). */
-void kern_cpu_softmax_row(float *row, int n, int T);
-/* dr = p (dr - sum(p dr)) over [0, n), zero over [n, T). */
-void kern_cpu_softmax_row_backward(float *dr, const float *p, int n, int T);
+/* Arguments of the element-wise ops and AdamW. */
+typedef struct eargs {
+    float *p, *m, *v;
+    const float *in, *in2;
+    size_t n;
+    float lr, beta1, beta2, bc1, bc2, eps, wd, grad_scale;
+} eargs;
+
+/* The row kernels of one instruction set (ops_cpu_rows.h). The parts take
+ * kargs (norm, loss) or eargs (gelu, adamw). softmax_row: softmax of
+ * row[0..n) in place, row[n..T) set to 0 (causal mask);
+ * softmax_row_backward: dr = p (dr - sum(p dr)) over [0, n), 0 after. */
+typedef struct kern_rows {
+    kern_part_fn gelu_fwd, gelu_bwd, adamw, ln_fwd, ln_bwd_in, ln_bwd_w,
+        xent_fwd, xent_bwd;
+    void (*softmax_row)(float *row, int n, int T);
+    void (*softmax_row_backward)(float *dr, const float *p, int n, int T);
+} kern_rows;
+
+/* x86-64 with GCC or Clang: an AVX2+FMA build exists beside the base. */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#define KERN_HAVE_AVX2_BUILD 1
+#else
+#define KERN_HAVE_AVX2_BUILD 0
+#endif
+
+extern const kern_rows kern_rows_base;
+#if KERN_HAVE_AVX2_BUILD
+extern const kern_rows kern_rows_avx2;
+#endif
+/* The build in use: AVX2+FMA where the CPU has them, else the base. */
+const kern_rows *kern_cpu_rows(void);
 
 #endif

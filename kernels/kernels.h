@@ -137,6 +137,12 @@ const char *kern_kind_name(kern_kind k);
  * to be called while an op runs. */
 int kern_set_threads(int n);
 int kern_get_threads(void);
+/* The instruction set of the element-wise and row kernels: "avx2" (AVX2
+ * and FMA, picked where the CPU has them) or "base" (x86-64 baseline or
+ * any other CPU). kern_set_isa forces one ("base" always works); -1 when
+ * this CPU or build lacks it. Not to be called while an op runs. */
+const char *kern_get_isa(void);
+int kern_set_isa(const char *isa);
 /* OpenBLAS's name for the kernels it picked for this CPU ("Haswell"). */
 const char *kern_blas_core(void);
 

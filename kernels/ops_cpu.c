@@ -139,6 +139,7 @@ void kern_linear_backward(float *dinp, float *dw, float *db, const float *dout,
 static void attn_fwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
+    const kern_rows *rows = kern_cpu_rows();
     int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
@@ -150,7 +151,7 @@ static void attn_fwd_part(void *p, int part, int np)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale,
                     q, C3, k, C3, 0.0f, att, T);
         for (int t = 0; t < T; t++)
-            kern_cpu_softmax_row(att + (size_t)t * T, t + 1, T);
+            rows->softmax_row(att + (size_t)t * T, t + 1, T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
                     att, T, v, C3, 0.0f, a->out + b * T * C + h * hs, C);
     }
@@ -170,6 +171,7 @@ void kern_attention_forward(float *out, float *att, const float *qkv, int B,
 static void attn_bwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
+    const kern_rows *rows = kern_cpu_rows();
     int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
@@ -186,7 +188,7 @@ static void attn_bwd_part(void *p, int part, int np)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f,
                     pr0, T, dO, C, 1.0f, dv, C3);
         for (int t = 0; t < T; t++)
-            kern_cpu_softmax_row_backward(ds + (size_t)t * T,
+            rows->softmax_row_backward(ds + (size_t)t * T,
                                           pr0 + (size_t)t * T, t + 1, T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale,
                     ds, T, k, C3, 1.0f, dq, C3);

@@ -1,72 +1,77 @@
-/* The row-wise and element-wise CPU ops (GELU, AdamW, layer norm, the
- * softmax rows of attention and of the loss) in their own file, compiled
- * at O3 with finite math so the clamps of kern_expf/kern_tanhf become
- * min/max and the loops vectorise (GELU about 4x faster than the scalar
- * loop). Reductions keep their order (no associative math), so results
- * do not depend on the vector width.
- * Finite math assumes finite inputs; a NaN in gives an unspecified finite
- * or NaN out, and the trainer stops on a non-finite loss anyway. */
-/* No associative-math: it would fold kern_expf's rounding trick
- * ((x + 1.5*2^23) - 1.5*2^23) away, as test_kern.c notices at once. */
+/* The row-wise CPU ops for the baseline instruction set (see
+ * ops_cpu_rows.h), the public entry points of those ops, and the choice
+ * between this build and the AVX2+FMA one (ops_cpu_avx2.c). */
 #pragma GCC optimize("O3", "finite-math-only", "no-signed-zeros", \
                      "no-math-errno", "no-trapping-math")
 
-#include "kernels/kernels.h"
+#define ROWS(name) name##_base
+#include "kernels/ops_cpu_rows.h"
+#undef ROWS
 
-#include <math.h>
-#include <string.h>
+#include <pthread.h>
+#include <strings.h>
 
-#include "kernels/kern_math.h"
-#include "kernels/kern_cpu.h"
+static const kern_rows *rows_in_use;
+static pthread_once_t rows_once = PTHREAD_ONCE_INIT;
 
-typedef struct eargs {
-    float *p, *m, *v;
-    const float *in, *in2;
-    size_t n;
-    float lr, beta1, beta2, bc1, bc2, eps, wd, grad_scale;
-} eargs;
-
-static void gelu_fwd_part(void *q, int part, int np)
+static int have_avx2(void)
 {
-    const eargs *a = q;
-    KERN_SPLIT(a->n, part, np, lo, hi);
-    float *restrict out = a->p;
-    const float *restrict inp = a->in;
-    for (size_t i = lo; i < hi; i++) out[i] = kern_gelu(inp[i]);
+#if KERN_HAVE_AVX2_BUILD
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+static void rows_pick(void)
+{
+#if KERN_HAVE_AVX2_BUILD
+    if (have_avx2()) {
+        rows_in_use = &kern_rows_avx2;
+        return;
+    }
+#endif
+    rows_in_use = &kern_rows_base;
+}
+
+const kern_rows *kern_cpu_rows(void)
+{
+    pthread_once(&rows_once, rows_pick);
+    return rows_in_use;
+}
+
+int kern_set_isa(const char *isa)
+{
+    kern_cpu_rows();
+    if (!strcasecmp(isa, "base")) {
+        rows_in_use = &kern_rows_base;
+        return 0;
+    }
+#if KERN_HAVE_AVX2_BUILD
+    if (!strcasecmp(isa, "avx2") && have_avx2()) {
+        rows_in_use = &kern_rows_avx2;
+        return 0;
+    }
+#endif
+    return -1;
+}
+
+const char *kern_get_isa(void)
+{
+    return kern_cpu_rows() == &kern_rows_base ? "base" : "avx2";
 }
 
 void kern_gelu_forward(float *out, const float *inp, size_t n)
 {
     eargs a = {.p = out, .in = inp, .n = n};
-    kern_parallel(gelu_fwd_part, &a);
-}
-
-static void gelu_bwd_part(void *q, int part, int np)
-{
-    const eargs *a = q;
-    KERN_SPLIT(a->n, part, np, lo, hi);
-    float *restrict dinp = a->p;
-    const float *restrict inp = a->in, *restrict dout = a->in2;
-    for (size_t i = lo; i < hi; i++)
-        dinp[i] += kern_gelu_grad(inp[i]) * dout[i];
+    kern_parallel(kern_cpu_rows()->gelu_fwd, &a);
 }
 
 void kern_gelu_backward(float *dinp, const float *inp, const float *dout,
                         size_t n)
 {
     eargs a = {.p = dinp, .in = inp, .in2 = dout, .n = n};
-    kern_parallel(gelu_bwd_part, &a);
-}
-
-static void adamw_part(void *q, int part, int np)
-{
-    const eargs *a = q;
-    KERN_SPLIT(a->n, part, np, lo, hi);
-    float *restrict p = a->p, *restrict m = a->m, *restrict v = a->v;
-    const float *restrict g = a->in;
-    for (size_t i = lo; i < hi; i++)
-        kern_adamw_one(&p[i], &m[i], &v[i], g[i] * a->grad_scale, a->lr,
-                       a->beta1, a->beta2, a->bc1, a->bc2, a->eps, a->wd);
+    kern_parallel(kern_cpu_rows()->gelu_bwd, &a);
 }
 
 void kern_adamw_update(float *p, float *m, float *v, const float *g, size_t n,
@@ -78,114 +83,7 @@ void kern_adamw_update(float *p, float *m, float *v, const float *g, size_t n,
                .bc1 = (float)(1.0 - pow(beta1, t)),
                .bc2 = (float)(1.0 - pow(beta2, t)), .eps = eps, .wd = wd,
                .grad_scale = grad_scale};
-    kern_parallel(adamw_part, &a);
-}
-
-/* ------------------------------------------------ softmax rows, norm, loss */
-
-/* Sums in 8 interleaved lanes, then the lanes in order: the loops
- * vectorise without reassociation, and the result is the same whatever
- * the vector width the compiler picks. */
-#define LANES 8
-
-static inline float lanes_total(const float *acc)
-{
-    float s = 0.0f;
-    for (int k = 0; k < LANES; k++) s += acc[k];
-    return s;
-}
-
-static float sum_f(const float *x, int n)
-{
-    float acc[LANES] = {0};
-    int c = 0;
-    for (; c + LANES <= n; c += LANES)
-        for (int k = 0; k < LANES; k++) acc[k] += x[c + k];
-    for (int k = 0; c < n; c++, k++) acc[k] += x[c];
-    return lanes_total(acc);
-}
-
-static float sqdev_f(const float *x, float m, int n)
-{
-    float acc[LANES] = {0};
-    int c = 0;
-    for (; c + LANES <= n; c += LANES)
-        for (int k = 0; k < LANES; k++) {
-            float d = x[c + k] - m;
-            acc[k] += d * d;
-        }
-    for (int k = 0; c < n; c++, k++) acc[k] += (x[c] - m) * (x[c] - m);
-    return lanes_total(acc);
-}
-
-static float dot_f(const float *a, const float *b, int n)
-{
-    float acc[LANES] = {0};
-    int c = 0;
-    for (; c + LANES <= n; c += LANES)
-        for (int k = 0; k < LANES; k++) acc[k] += a[c + k] * b[c + k];
-    for (int k = 0; c < n; c++, k++) acc[k] += a[c] * b[c];
-    return lanes_total(acc);
-}
-
-/* Layer norm backward's two row sums: sum(w d) and sum(w d (x-m) s). */
-static void ln_sums(const float *x, const float *d, const float *w, float m,
-                    float s, int n, float *sum_dn, float *sum_dn_n)
-{
-    float a1[LANES] = {0}, a2[LANES] = {0};
-    int c = 0;
-    for (; c + LANES <= n; c += LANES)
-        for (int k = 0; k < LANES; k++) {
-            float dn = w[c + k] * d[c + k];
-            a1[k] += dn;
-            a2[k] += dn * (x[c + k] - m) * s;
-        }
-    for (int k = 0; c < n; c++, k++) {
-        float dn = w[c] * d[c];
-        a1[k] += dn;
-        a2[k] += dn * (x[c] - m) * s;
-    }
-    *sum_dn = lanes_total(a1);
-    *sum_dn_n = lanes_total(a2);
-}
-
-
-void kern_cpu_softmax_row(float *row, int n, int T)
-{
-    float mx = row[0];
-    for (int j = 1; j < n; j++) mx = row[j] > mx ? row[j] : mx;
-    for (int j = 0; j < n; j++) row[j] = kern_expf(row[j] - mx);
-    float inv = 1.0f / sum_f(row, n);
-    for (int j = 0; j < n; j++) row[j] *= inv;
-    for (int j = n; j < T; j++) row[j] = 0.0f;
-}
-
-void kern_cpu_softmax_row_backward(float *dr, const float *p, int n, int T)
-{
-    float dot = dot_f(p, dr, n);
-    for (int j = 0; j < n; j++) dr[j] = p[j] * (dr[j] - dot);
-    for (int j = n; j < T; j++) dr[j] = 0.0f;
-}
-
-/* ------------------------------------------------------------ layernorm */
-
-static void ln_fwd_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    int C = a->C;
-    const float *w = a->in2, *b = a->in3;
-    KERN_SPLIT(a->N, part, np, lo, hi);
-    for (size_t i = lo; i < hi; i++) {
-        const float *x = a->in + i * C;
-        float m = sum_f(x, C) / (float)C;
-        float var = sqdev_f(x, m, C) / (float)C;
-        float s = 1.0f / sqrtf(var + KERN_LN_EPS);
-        float *o = a->out + i * C;
-        for (int c = 0; c < C; c++)
-            o[c] = (x[c] - m) * s * w[c] + (b ? b[c] : 0.0f);
-        a->out2[i] = m;
-        a->out3[i] = s;
-    }
+    kern_parallel(kern_cpu_rows()->adamw, &a);
 }
 
 void kern_layernorm_forward(float *out, float *mean, float *rstd,
@@ -194,32 +92,7 @@ void kern_layernorm_forward(float *out, float *mean, float *rstd,
 {
     kargs a = {.out = out, .out2 = mean, .out3 = rstd, .in = inp, .in2 = w,
                .in3 = b, .N = N, .C = C};
-    kern_parallel(ln_fwd_part, &a);
-}
-
-/* dx = s (dn - mean(dn) - n mean(dn n)) with n the normalised input and
- * dn = w dout. */
-static void ln_bwd_in_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    int C = a->C;
-    const float *w = a->in3, *mean = a->in4, *rstd = a->in5;
-    KERN_SPLIT(a->N, part, np, lo, hi);
-    for (size_t i = lo; i < hi; i++) {
-        const float *x = a->in2 + i * C;
-        const float *d = a->in + i * C;
-        float m = mean[i], s = rstd[i];
-        float sum_dn, sum_dn_n;
-        ln_sums(x, d, w, m, s, C, &sum_dn, &sum_dn_n);
-        sum_dn /= (float)C;
-        sum_dn_n /= (float)C;
-        float *dx = a->out + i * C;
-        for (int c = 0; c < C; c++) {
-            float n = (x[c] - m) * s;
-            float dn = w[c] * d[c];
-            dx[c] += s * (dn - sum_dn - n * sum_dn_n);
-        }
-    }
+    kern_parallel(kern_cpu_rows()->ln_fwd, &a);
 }
 
 void kern_layernorm_backward_input(float *dinp, const float *dout,
@@ -229,27 +102,7 @@ void kern_layernorm_backward_input(float *dinp, const float *dout,
 {
     kargs a = {.out = dinp, .in = dout, .in2 = inp, .in3 = w, .in4 = mean,
                .in5 = rstd, .N = N, .C = C};
-    kern_parallel(ln_bwd_in_part, &a);
-}
-
-/* Split by channel: each part sums all rows for its channels, in row
- * order, so the result does not depend on the thread count. */
-static void ln_bwd_w_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    int C = a->C;
-    float *dw = a->out, *db = a->out2;
-    const float *mean = a->in3, *rstd = a->in4;
-    KERN_SPLIT(C, part, np, lo, hi);
-    for (int i = 0; i < a->N; i++) {
-        const float *x = a->in2 + (size_t)i * C;
-        const float *d = a->in + (size_t)i * C;
-        float m = mean[i], s = rstd[i];
-        for (size_t c = lo; c < hi; c++) {
-            dw[c] += d[c] * (x[c] - m) * s;
-            if (db) db[c] += d[c];
-        }
-    }
+    kern_parallel(kern_cpu_rows()->ln_bwd_in, &a);
 }
 
 void kern_layernorm_backward_weight(float *dw, float *db, const float *dout,
@@ -258,7 +111,7 @@ void kern_layernorm_backward_weight(float *dw, float *db, const float *dout,
 {
     kargs a = {.out = dw, .out2 = db, .in = dout, .in2 = inp, .in3 = mean,
                .in4 = rstd, .N = N, .C = C};
-    kern_parallel(ln_bwd_w_part, &a);
+    kern_parallel(kern_cpu_rows()->ln_bwd_w, &a);
 }
 
 void kern_layernorm_backward(float *dinp, float *dw, float *db,
@@ -270,47 +123,13 @@ void kern_layernorm_backward(float *dinp, float *dw, float *db,
     kern_layernorm_backward_weight(dw, db, dout, inp, mean, rstd, N, C);
 }
 
-/* loss = log(sum exp(l - max)) + max - l[target]: no log of a probability
- * that underflowed. */
-static void xent_fwd_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    int V = a->V;
-    KERN_SPLIT(a->N, part, np, lo, hi);
-    for (size_t i = lo; i < hi; i++) {
-        const float *l = a->in + i * V;
-        float *pr = a->out2 + i * V;
-        float mx = l[0];
-        for (int j = 1; j < V; j++) mx = l[j] > mx ? l[j] : mx;
-        for (int j = 0; j < V; j++) pr[j] = kern_expf(l[j] - mx);
-        float sum = sum_f(pr, V);
-        float inv = 1.0f / sum;
-        for (int j = 0; j < V; j++) pr[j] *= inv;
-        a->out[i] = logf(sum) + mx - l[a->tok[i]];
-    }
-}
-
 void kern_softmax_xent_forward(float *losses, float *probs,
                                const float *logits, const int *targets, int N,
                                int V)
 {
     kargs a = {.out = losses, .out2 = probs, .in = logits, .tok = targets,
                .N = N, .V = V};
-    kern_parallel(xent_fwd_part, &a);
-}
-
-static void xent_bwd_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    int V = a->V;
-    float scale = a->scale;
-    KERN_SPLIT(a->N, part, np, lo, hi);
-    for (size_t i = lo; i < hi; i++) {
-        const float *pr = a->in + i * V;
-        float *d = a->out + i * V;
-        for (int j = 0; j < V; j++) d[j] += scale * pr[j];
-        d[a->tok[i]] -= scale;
-    }
+    kern_parallel(kern_cpu_rows()->xent_fwd, &a);
 }
 
 void kern_softmax_xent_backward(float *dlogits, const float *probs,
@@ -318,6 +137,5 @@ void kern_softmax_xent_backward(float *dlogits, const float *probs,
 {
     kargs a = {.out = dlogits, .in = probs, .tok = targets, .scale = scale,
                .N = N, .V = V};
-    kern_parallel(xent_bwd_part, &a);
+    kern_parallel(kern_cpu_rows()->xent_bwd, &a);
 }
-

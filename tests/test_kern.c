@@ -119,6 +119,19 @@ static double dot(const double *a, const double *b, size_t n)
     return s;
 }
 
+/* Runs body once per instruction-set build of the row kernels this CPU
+ * can run ("base" always; "avx2" where the CPU has AVX2 and FMA). */
+static void each_isa(void (*body)(void))
+{
+    const char *isas[] = {"base", "avx2"};
+    for (int i = 0; i < 2; i++) {
+        if (kern_set_isa(isas[i])) continue;
+        cr_assert_str_eq(kern_get_isa(), isas[i]);
+        body();
+    }
+    kern_set_isa("avx2");
+}
+
 /* ------------------------------------------------- float64 references */
 
 static void ref_embed(double *out, const int *tok, const double *wte,
@@ -266,7 +279,7 @@ static double ln_loss(void *p)
     return dot(c->out, c->g, (size_t)c->N * c->C);
 }
 
-Test(kern, layernorm)
+static void layernorm_body(void)
 {
     const int shapes[][2] = {{1, 4}, {5, 8}, {9, 33}};
     for (int s = 0; s < 3; s++) {
@@ -300,6 +313,12 @@ Test(kern, layernorm)
         free(dx); free(dw); free(db); free(dx0); free(dw0); free(db0);
         free(fx); free(fw); free(fb); free(sx); free(sw); free(sb);
     }
+}
+
+/* Both builds of the row kernels (kern_get_isa), each against float64. */
+Test(kern, layernorm)
+{
+    each_isa(layernorm_body);
 }
 
 /* ------------------------------------------------------------ linear */
@@ -372,7 +391,7 @@ static double att_loss(void *p)
     return dot(c->out, c->g, (size_t)c->B * c->T * c->C);
 }
 
-Test(kern, attention)
+static void attention_body(void)
 {
     const int shapes[][4] = {{1, 1, 4, 1}, {2, 5, 8, 2}, {2, 9, 12, 3},
                              {1, 16, 16, 4}};
@@ -409,9 +428,15 @@ Test(kern, attention)
     }
 }
 
+/* Both builds of the row kernels (kern_get_isa), each against float64. */
+Test(kern, attention)
+{
+    each_isa(attention_body);
+}
+
 /* ---------------------------------------------- gelu, residual, loss */
 
-Test(kern, gelu)
+static void gelu_body(void)
 {
     /* Wide range, including values where tanh saturates. */
     const size_t ns[] = {1, 7, 300};
@@ -433,6 +458,12 @@ Test(kern, gelu)
         check_grad("gelu.dinp", dx, dx0, fx, n);
         free(x); free(g); free(out); free(want); free(fx); free(dx); free(dx0);
     }
+}
+
+/* Both builds of the row kernels (kern_get_isa), each against float64. */
+Test(kern, gelu)
+{
+    each_isa(gelu_body);
 }
 
 Test(kern, residual)
@@ -467,7 +498,7 @@ static double xent_loss(void *p)
     return s * c->scale;
 }
 
-Test(kern, softmax_xent)
+static void softmax_xent_body(void)
 {
     const int shapes[][2] = {{1, 3}, {6, 11}, {9, 40}};
     for (int s = 0; s < 3; s++) {
@@ -496,6 +527,12 @@ Test(kern, softmax_xent)
     }
 }
 
+/* Both builds of the row kernels (kern_get_isa), each against float64. */
+Test(kern, softmax_xent)
+{
+    each_isa(softmax_xent_body);
+}
+
 /* --------------------------------------------------------- optimizer */
 
 Test(kern, norm_sq)
@@ -510,7 +547,7 @@ Test(kern, norm_sq)
     free(x);
 }
 
-Test(kern, adamw)
+static void adamw_body(void)
 {
     /* Three steps against the textbook update in float64 (Loshchilov &
      * Hutter, decoupled decay), with clipping's grad_scale. */
@@ -537,6 +574,12 @@ Test(kern, adamw)
     check("adamw.m", m, md, n, 1e-6, 1e-5);
     check("adamw.v", v, vd, n, 1e-7, 1e-5);
     free(p); free(m); free(v); free(pd); free(md); free(vd);
+}
+
+/* Both builds of the row kernels (kern_get_isa), each against float64. */
+Test(kern, adamw)
+{
+    each_isa(adamw_body);
 }
 
 Test(kern, expf_tanhf_accuracy)

@@ -291,8 +291,10 @@ int main(void)
     }
     double peak = fpc * ghz;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    printf("CPU: %s (family %d model %d), %ld online, OpenBLAS core %s\n",
-           ci.model, ci.family, ci.model_no, ncpu, kern_blas_core());
+    printf("CPU: %s (family %d model %d), %ld online, OpenBLAS core %s, "
+           "row kernels %s\n",
+           ci.model, ci.family, ci.model_no, ncpu, kern_blas_core(),
+           kern_get_isa());
     printf("clock: %.2f GHz %s; /proc/cpuinfo says %.0f MHz\n", ghz,
            clock_src, ci.mhz_cpuinfo);
     printf("peak fp32 per core: %d FLOP/cycle (%s) x %.2f GHz = %.1f "
