@@ -51,8 +51,11 @@ typedef struct kern_rows {
     void (*softmax_row_backward)(float *dr, const float *p, int n, int T);
 } kern_rows;
 
-/* x86-64 with GCC or Clang: an AVX2+FMA build exists beside the base. */
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+/* x86-64 with GCC: an AVX2+FMA build exists beside the base (it needs
+ * GCC's per-file target and optimize pragmas; other compilers get the
+ * base build only). */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) &&      \
+    !defined(__clang__)
 #define KERN_HAVE_AVX2_BUILD 1
 #else
 #define KERN_HAVE_AVX2_BUILD 0

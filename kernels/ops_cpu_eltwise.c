@@ -1,8 +1,10 @@
 /* The row-wise CPU ops for the baseline instruction set (see
  * ops_cpu_rows.h), the public entry points of those ops, and the choice
  * between this build and the AVX2+FMA one (ops_cpu_avx2.c). */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3", "finite-math-only", "no-signed-zeros", \
                      "no-math-errno", "no-trapping-math")
+#endif
 
 #define ROWS(name) name##_base
 #include "kernels/ops_cpu_rows.h"
@@ -14,14 +16,12 @@
 static const kern_rows *rows_in_use;
 static pthread_once_t rows_once = PTHREAD_ONCE_INIT;
 
+#if KERN_HAVE_AVX2_BUILD
 static int have_avx2(void)
 {
-#if KERN_HAVE_AVX2_BUILD
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return 0;
-#endif
 }
+#endif
 
 static void rows_pick(void)
 {
