@@ -88,7 +88,9 @@ KERN_HD void kern_adamw_one(float *p, float *m, float *v, float g, float lr,
     *m = mm;
     *v = vv;
     float mhat = mm / bc1;
-    float vhat = vv / bc2;
+    /* vhat >= 0 already; fabsf tells the compiler so, which lets the CPU
+     * loop vectorise (no errno path for sqrt of a negative). */
+    float vhat = fabsf(vv / bc2);
     *p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * *p);
 }
 
