@@ -82,7 +82,7 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
     size_t n = json_array_size(evs);
     box *bx = util_malloc(sizeof(box) * (n + 1));
     int nb = 0, ndev = 0;
-    double tmax = 0;
+    double tmax = 0, mmax = 0;
     char *mbuf = NULL, *tbuf = NULL, *gbuf = NULL;
     size_t mlen = 0, tlen = 0, glen = 0;
     /* memory: one block per device */
@@ -107,6 +107,7 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
             double by = json_number_value(json_object_get(
                 json_object_get(ev, "args"), "bytes"));
             fprintf(mf, "%.6f %.6f\n", ts, by / (1 << 30));
+            if (by > mmax) mmax = by;
             any = 1;
             if (ts > tmax) tmax = ts;
         }
@@ -187,13 +188,19 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
         fprintf(gf, "set terminal %s size 1400,500 font 'Sans,10'\n",
                 term[t][0]);
         fprintf(gf, "set output '%s-memory.%s'\n", prefix, term[t][1]);
-        fprintf(gf, "set title 'memory per device' noenhanced\nset key "
+        double cap0 = caps ? json_number_value(json_array_get(caps, 0)) : 0;
+        /* a capacity far above the curves would flatten them: name it */
+        int cap_line = cap0 > 0 && cap0 < 4 * mmax;
+        fprintf(gf, "set title 'memory per device%s", cap_line || cap0 <= 0
+                ? "" : " (capacity ");
+        if (!cap_line && cap0 > 0)
+            fprintf(gf, "%.2f GiB)", cap0 / (1 << 30));
+        fprintf(gf, "' noenhanced\nset key "
                 "outside right\nset ylabel 'GiB'\nset autoscale y\nset "
                 "yrange [0:*]\nset ytics auto\nset grid ytics\n");
         fprintf(gf, "plot for [i=0:%d] '%s' index i using 1:2 with steps "
                 "lw 2 title sprintf('dev %%d', i)", ndev - 1, mdat);
-        double cap0 = caps ? json_number_value(json_array_get(caps, 0)) : 0;
-        if (cap0 > 0)
+        if (cap_line)
             fprintf(gf, ", %f with lines dt 2 lc rgb '#C44E52' title "
                     "'capacity'", cap0 / (1 << 30));
         fprintf(gf, "\nunset ylabel\nunset title\n");

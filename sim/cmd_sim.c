@@ -106,8 +106,15 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
 {
     char hw[256] = "";
     int have_sched = 0, have_pp = 0, have_mbs = 0, have_mb = 0;
+    const char *defining = NULL; /* an option a plan file already fixes */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        static const char *const fixed[] = {
+            "--hw", "--model", "--schedule", "--pp", "--mbs",
+            "--microbatches", "--waves", "--stages", "--minibatches",
+            "--state-bytes", "--partition", "--recompute", NULL};
+        for (int k = 0; fixed[k]; k++)
+            if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
         if (!strcmp(a, "--hw")) {
             if (need(i, argc, argv, e)) return -1;
             size_t n = 0;
@@ -197,6 +204,10 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                              near ? "'?)" : "");
         }
     }
+    if (c->plan_file && defining)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s cannot be combined with "
+                         "--plan: the plan file fixes the run (edit it, or "
+                         "leave --plan out)", defining);
     if (c->plan_file) return 0;
     const char *miss = !p->hw[0] ? "--hw" : !p->model[0] ? "--model"
                      : !have_sched ? "--schedule" : !have_pp ? "--pp"
@@ -231,7 +242,15 @@ static int run(int argc, char **argv, util_err *e)
     if (!(m = prof_model_load(p.model, e))) goto out;
     if (!c.plan_file) {
         int S = p.pp;
-        if (p.sched == SIM_SCHED_WAVE) S = 2 * p.waves * p.pp;
+        if (p.sched == SIM_SCHED_WAVE) {
+            S = 2 * p.waves * p.pp;
+            if (c.stages && c.stages != S) {
+                util_errf(e, UTIL_EXIT_USAGE, "--stages %d: the wave maps "
+                          "2*W*p = %d stages (set --waves instead)", c.stages,
+                          S);
+                goto out;
+            }
+        }
         else if (p.sched == SIM_SCHED_MIXED || p.sched == SIM_SCHED_MIXED_1F1B ||
                  p.sched == SIM_SCHED_MIXED_GPIPE)
             S = c.stages ? c.stages : 2 * p.pp;

@@ -240,9 +240,8 @@ int sim_lower(sim_ir *ir, const sim_costs *c, util_err *e)
         *sl = i;
     }
     /* Transfers are appended by sim_ir_add (end of the lists) and moved
-     * next to their anchors once all exist. */
-    /* position records: for each new transfer task, the compute task it
-     * must sit next to (send: after producer; recv: before consumer) */
+     * next to their anchors once all exist: for each, the compute task it
+     * sits beside (send: after its producer; recv: before its consumer). */
     int cap_pos = 256, n_pos = 0;
     int32_t *pos_anchor = util_malloc(sizeof(int32_t) * (size_t)cap_pos);
     int32_t *pos_task = util_malloc(sizeof(int32_t) * (size_t)cap_pos);
@@ -382,9 +381,7 @@ int sim_lower(sim_ir *ir, const sim_costs *c, util_err *e)
     free(opt);
 #undef SLOT
 #undef ADD_POS
-    if (rc) return rc;
-    sim_ir_finish(ir);
-    return 0;
+    return rc;
 }
 
 int sim_ir_compute(sim_ir *ir, sim_kind k, int stage, int mb, int minibatch,

@@ -10,6 +10,13 @@
 void sim_maxmin(int nf, const int *const *route, const int *route_len,
                 const double *cap, double *rate, sim_maxmin_scratch *w)
 {
+    if (nf == 1) { /* the common case in pipelines: the bottleneck */
+        double r = cap[route[0][0]];
+        for (int k = 1; k < route_len[0]; k++)
+            if (cap[route[0][k]] < r) r = cap[route[0][k]];
+        rate[0] = r;
+        return;
+    }
     int nt = 0;
     for (int f = 0; f < nf; f++) {
         w->frozen[f] = 0;

@@ -27,7 +27,10 @@ void sim_plan_free(sim_plan *p)
     free(p->first_op);
     free(p->last_op);
     free(p->stage_device);
+    free(p->from_op);
+    free(p->to_op);
     p->first_op = p->last_op = p->stage_device = NULL;
+    p->from_op = p->to_op = NULL;
     p->n_stages = 0;
 }
 
@@ -36,7 +39,11 @@ void sim_plan_stages(sim_plan *p, int n)
     free(p->first_op);
     free(p->last_op);
     free(p->stage_device);
+    free(p->from_op);
+    free(p->to_op);
     p->n_stages = n;
+    p->from_op = util_calloc((size_t)n + 1, sizeof *p->from_op);
+    p->to_op = util_calloc((size_t)n + 1, sizeof *p->to_op);
     p->first_op = util_calloc((size_t)n + 1, sizeof(int));
     p->last_op = util_calloc((size_t)n + 1, sizeof(int));
     p->stage_device = util_calloc((size_t)n + 1, sizeof(int));
@@ -111,6 +118,9 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         p->last_op[s] = (int)json_integer_value(json_array_get(ops, 1));
         if (util_jint(&so, "device", 1, 0, 4095, &v, e)) goto out;
         p->stage_device[s] = (int)v;
+        if (util_jstr(&so, "from", 0, p->from_op[s], sizeof p->from_op[s], e) ||
+            util_jstr(&so, "to", 0, p->to_op[s], sizeof p->to_op[s], e))
+            goto out;
     }
     rc = 0;
 out:
@@ -146,6 +156,17 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
             return util_errf(e, UTIL_EXIT_USAGE, "stage %d ends at op %d but "
                              "%s has %d ops (0..%d)", s, p->last_op[s],
                              m->spec.name, m->n_ops, m->n_ops - 1);
+        const char *nf = p->from_op ? p->from_op[s] : "";
+        const char *nt = p->to_op ? p->to_op[s] : "";
+        if ((nf[0] && strcmp(nf, m->ops[p->first_op[s]].name)) ||
+            (nt[0] && strcmp(nt, m->ops[p->last_op[s]].name)))
+            return util_errf(e, UTIL_EXIT_USAGE, "stage %d: the plan names "
+                             "ops '%s'..'%s' but %s's ops %d..%d are '%s'.."
+                             "'%s': the plan was made for another version of "
+                             "the model", s, nf, nt, m->spec.name,
+                             p->first_op[s], p->last_op[s],
+                             m->ops[p->first_op[s]].name,
+                             m->ops[p->last_op[s]].name);
         if (p->stage_device[s] < 0 || p->stage_device[s] >= p->pp)
             return util_errf(e, UTIL_EXIT_USAGE, "stage %d is on device %d, "
                              "outside 0..%d (pp %d)", s, p->stage_device[s],

@@ -99,6 +99,19 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
     util_table_free(tb);
     fprintf(f, "\n  comm = compute idle while a transfer it waits for is in "
             "flight; bubble = other idle time\n");
+    fprintf(f, "  in-flight microbatches per stage (max):");
+    for (int s = 0; s < r->n_stages; s++)
+        fprintf(f, " %d", r->max_inflight[s]);
+    fprintf(f, "\n");
+    int vmax = 1;
+    for (int s = 0; s < r->n_stages; s++)
+        if (r->max_versions[s] > vmax) vmax = r->max_versions[s];
+    if (vmax > 1) {
+        fprintf(f, "  weight versions alive per stage (max):");
+        for (int s = 0; s < r->n_stages; s++)
+            fprintf(f, " %d", r->max_versions[s]);
+        fprintf(f, "\n");
+    }
     if (r->oom && ir) {
         char b[128];
         fprintf(f, "\nOOM: %s would exceed device memory at %s\n",

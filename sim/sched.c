@@ -176,6 +176,7 @@ sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
         if (K > 1) sim_add_async_updates(ir);
         else add_final_updates(ir);
         rc = sim_lower(ir, c, e);
+        if (!rc) sim_ir_finish(ir);
     }
     if (!rc) rc = sim_validate(ir, e);
     if (rc) {

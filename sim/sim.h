@@ -101,7 +101,9 @@ char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n);
 
 /* Compute order before lowering: generators append compute tasks (F, B, W,
  * BW, RECOMP, OPT) per device in order, then sim_lower() wires the
- * dependencies and inserts sends and receives between devices. */
+ * dependencies and inserts sends and receives between devices. Passes
+ * that add more (collectives, swaps) run after it; sim_ir_finish() then
+ * freezes the IR. */
 typedef struct sim_costs sim_costs;
 int sim_lower(sim_ir *ir, const sim_costs *c, util_err *e);
 
@@ -220,7 +222,8 @@ typedef struct sim_sched_opts {
  * mapping); the message says which value and why. */
 int sim_sched_check(const sim_sched_opts *o, util_err *e);
 /* The stage -> device map the schedule uses (n_stages entries): identity
- * for one stage per device, zig-zag for the wave; mixed keeps `given`. */
+ * for one stage per device, zig-zag for the wave, round robin (s mod pp)
+ * for Mixed-pipe, whose plans normally carry their own map. */
 void sim_sched_map(const sim_sched_opts *o, int *stage_device);
 /* Generates, lowers and validates the IR. */
 sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
@@ -278,7 +281,7 @@ void sim_maxmin(int nf, const int *const *route, const int *route_len,
 typedef struct sim_engine sim_engine;
 
 typedef struct sim_run_opts {
-    int record;         /* keep a memory timeline and flow times (traces) */
+    int record;         /* keep the memory timeline (traces, plots) */
 } sim_run_opts;
 
 typedef struct sim_dev_stats {
@@ -347,6 +350,9 @@ typedef struct sim_plan {
     int n_stages;
     int *first_op, *last_op;/* per stage op range (inclusive) */
     int *stage_device;
+    /* names of each stage's first and last op as the plan file gives
+     * them ("" when absent); checked against the model */
+    char (*from_op)[48], (*to_op)[48];
 } sim_plan;
 
 void sim_plan_init(sim_plan *p);

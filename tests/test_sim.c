@@ -324,6 +324,7 @@ Test(sim_validate, deadlock_names_stuck_tasks)
     sim_ir_compute(ir, SIM_BW, 1, 1, 0, 0);
     util_err e;
     cr_assert_eq(sim_lower(ir, c, &e), 0, "%s", e.msg);
+    sim_ir_finish(ir);
     cr_assert_eq(sim_validate(ir, &e), -1);
     cr_assert(strstr(e.msg, "deadlock"), "%s", e.msg);
     cr_assert(strstr(e.msg, "dev 1 F stage 1 mb 1"), "%s", e.msg);
@@ -358,6 +359,7 @@ Test(sim_validate, counts_and_order)
     sim_ir_compute(ir, SIM_BW, 1, 0, 0, 0);
     sim_ir_compute(ir, SIM_F, 1, 0, 0, 0);
     cr_assert_eq(sim_lower(ir, c, &e), 0, "%s", e.msg);
+    sim_ir_finish(ir);
     cr_assert_eq(sim_validate(ir, &e), -1);
     cr_assert(strstr(e.msg, "backward before F"), "%s", e.msg);
     sim_ir_free(ir);
@@ -450,6 +452,145 @@ Test(sim_link, breakdown_adds_up_with_communication)
         cr_assert_eq(sim_engine_run(fr, &rf), 0);
         cr_assert_gt(r.iteration_ns, rf.iteration_ns);
         sim_engine_free(fr);
+        sim_engine_free(en);
+        sim_ir_free(ir);
+        sim_costs_free(c);
+    }
+    star_free(t);
+}
+
+Test(sim_link, swap_to_host_memory)
+{
+    util_err e;
+    prof_topo *t = prof_topo_template("rtx2080ti", 2, NULL, &e);
+    cr_assert_not_null(t, "%s", e.msg);
+    int map[1] = {0};
+    sim_costs *c = sim_costs_uniform(1, 1, map, 0, 0, 0, 0, 0);
+    c->topo = t;
+    sim_ir *ir = sim_ir_new("swap", 1, 1, map, 1, 1);
+    sim_task x = {.kind = SIM_SWAP_OUT, .stream = SIM_STREAM_COPY_OUT,
+                  .device = 0, .stage = 0, .stage2 = -1, .mb = 0, .peer = -1,
+                  .bytes = 1e9};
+    int a = sim_ir_add(ir, &x);
+    x.kind = SIM_SWAP_IN;
+    x.stream = SIM_STREAM_COPY_IN;
+    int b = sim_ir_add(ir, &x);
+    sim_ir_dep(ir, b, a);
+    sim_ir_finish(ir);
+    sim_engine *en = sim_engine_new(ir, c, NULL);
+    sim_result r;
+    cr_assert_eq(sim_engine_run(en, &r), 0, "%s", r.msg);
+    /* out, then in, each at the route's bottleneck bandwidth */
+    int n;
+    const int *rt = prof_topo_route(t, t->gpu_node[0],
+                                    prof_topo_gpu_host_mem(t, 0), &n);
+    cr_assert_gt(n, 0);
+    double one = 1e9 / prof_route_bw(t, rt, n) * 1e9 +
+                 prof_route_latency_ns(t, rt, n);
+    cr_assert_float_eq((double)r.makespan_ns, 2 * one, 4.0);
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+    prof_topo_free(t);
+}
+
+/* ---------------------------------------------------------------------
+ * Properties over many random configurations: every task starts after its
+ * dependencies end, tasks of one serial stream never overlap and keep
+ * their list order, receives run exactly with their send's transfer, and
+ * every byte allocated is freed by the end. */
+
+static uint64_t rng = 88172645463325252ull;
+static int rnd(int n)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (int)(rng % (uint64_t)n);
+}
+
+Test(sim_props, random_configurations)
+{
+    prof_topo *t = star(2e9);
+    for (int it = 0; it < 300; it++) {
+        sim_sched_opts o = {0};
+        o.sched = (sim_sched)rnd(SIM_SCHED_COUNT);
+        o.pp = 1 + rnd(3);
+        o.n_mb = 1 + rnd(9);
+        o.recompute = rnd(2);
+        o.waves = 1 + rnd(2);
+        o.n_minibatches = 3 + rnd(2);
+        o.split_bw = o.sched != SIM_SCHED_2BW && rnd(2);
+        o.n_stages = o.sched == SIM_SCHED_WAVE ? 2 * o.waves * o.pp
+                   : (o.sched == SIM_SCHED_MIXED || o.sched == SIM_SCHED_MIXED_1F1B ||
+                      o.sched == SIM_SCHED_MIXED_GPIPE) ? o.pp + rnd(4) : o.pp;
+        if (o.sched == SIM_SCHED_2BW && o.n_mb < o.pp) o.n_mb = o.pp;
+        int map[64];
+        sim_sched_map(&o, map);
+        if (o.sched == SIM_SCHED_MIXED || o.sched == SIM_SCHED_MIXED_1F1B ||
+            o.sched == SIM_SCHED_MIXED_GPIPE)
+            for (int s = o.pp; s < o.n_stages; s++) map[s] = rnd(o.pp);
+        sim_costs *c = sim_costs_uniform(o.n_stages, o.pp, map, 1, 1, 1, 0, 0);
+        for (int s = 0; s < o.n_stages; s++) {
+            sim_stage_cost *sc = &c->stage[s];
+            sc->f_ns = 100 + rnd(900);
+            sc->b_ns = 100 + rnd(1500);
+            sc->w_ns = rnd(600);
+            sc->opt_ns = rnd(200);
+            sc->act_bytes = 1000 + rnd(5000);
+            sc->wkeep_bytes = rnd((int)sc->act_bytes);
+            sc->input_bytes = rnd(1000);
+            sc->weight_bytes = 100 + rnd(1000);
+            for (int q = s + 1; q < o.n_stages; q++)
+                c->xfer_bytes[s * o.n_stages + q] =
+                    q == s + 1 ? 1 + rnd(4000) : (rnd(4) ? 0 : rnd(3000));
+        }
+        if (rnd(2)) c->topo = t;
+        util_err e;
+        sim_ir *ir = sim_schedule(&o, c, &e);
+        cr_assert_not_null(ir, "it %d %s: %s", it, sim_sched_name(o.sched), e.msg);
+        sim_run_opts ro = {.record = 1};
+        sim_engine *en = sim_engine_new(ir, c, &ro);
+        sim_result r;
+        cr_assert_eq(sim_engine_run(en, &r), 0, "it %d: %s", it, r.msg);
+        for (int i = 0; i < ir->n_tasks; i++) {
+            const sim_task *x = &ir->tasks[i];
+            cr_assert_geq(r.start_ns[i], 0);
+            cr_assert_geq(r.end_ns[i], r.start_ns[i]);
+            for (int k = 0; k < x->n_dep; k++) {
+                int d = ir->deps[x->dep_off + k];
+                if (x->kind == SIM_RECV && d == x->peer)
+                    cr_assert_eq(r.start_ns[i], r.start_ns[d]);
+                else
+                    cr_assert_geq(r.start_ns[i], r.end_ns[d], "it %d task %d",
+                                  it, i);
+            }
+            if (x->kind == SIM_RECV) cr_assert_eq(r.end_ns[i], r.end_ns[x->peer]);
+        }
+        for (int d = 0; d < ir->n_devices; d++)
+            for (int s = 0; s < SIM_STREAM_COUNT; s++) {
+                if (s == SIM_STREAM_RECV) continue;
+                int64_t prev = 0;
+                for (int j = ir->dev_off[d]; j < ir->dev_off[d + 1]; j++) {
+                    int id = ir->seq[j];
+                    if (ir->tasks[id].stream != s) continue;
+                    cr_assert_geq(r.start_ns[id], prev, "it %d dev %d", it, d);
+                    prev = r.end_ns[id];
+                }
+            }
+        double last[8] = {0};
+        int seen[8] = {0};
+        for (int i = 0; i < r.n_mem; i++) {
+            last[r.mem[i].device] = r.mem[i].bytes;
+            seen[r.mem[i].device] = 1;
+        }
+        for (int d = 0; d < ir->n_devices; d++) {
+            if (seen[d])
+                cr_assert_float_eq(last[d], r.dev[d].static_bytes, 1e-6,
+                                   "it %d dev %d: %f left, static %f", it, d,
+                                   last[d], r.dev[d].static_bytes);
+            cr_assert_geq(r.dev[d].bubble_ns, 0);
+        }
         sim_engine_free(en);
         sim_ir_free(ir);
         sim_costs_free(c);

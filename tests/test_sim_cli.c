@@ -111,6 +111,11 @@ Test(sim_cli, bad_arguments)
          "--microbatches 4 --recompte", "did you mean '--recompute'"},
         {"--hw rtx2080ti x2 --model gpt-tiny --schedule mixed --pp 2 --mbs 1 "
          "--microbatches 4 --minibatches 2", "at least 3 minibatches"},
+        {"--plan tests/golden/gpt-mini-1f1b.plan.json --schedule gpipe",
+         "--schedule cannot be combined with --plan"},
+        {"--plan /nonexistent/plan.json", "/nonexistent/plan.json"},
+        {"--hw rtx2080ti x2 --model gpt-tiny --schedule wave --pp 2 --mbs 1 "
+         "--microbatches 4 --stages 6", "the wave maps 2*W*p = 4 stages"},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         cli_result r = cli_run("sim %s", c[i].args);
@@ -202,6 +207,31 @@ Test(sim_cli, trace_and_plot)
         unlink(p);
     }
     cli_result_free(&r);
+    rmdir(dir);
+    free(dir);
+}
+
+Test(sim_cli, same_input_same_trace)
+{
+    char *dir = test_tmpdir();
+    for (int k = 0; k < 2; k++) {
+        cli_result r = cli_run("sim --hw rtx2080ti x8 --model t5-3b --schedule "
+                               "mixed --pp 8 --mbs 4 --microbatches 8 --trace "
+                               "%s/t%d.json", dir, k);
+        cr_assert_eq(r.code, 0, "%s", r.err);
+        cli_result_free(&r);
+    }
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/t0.json", dir);
+    snprintf(b, sizeof b, "%s/t1.json", dir);
+    char *x = slurp(a), *y = slurp(b);
+    cr_assert_not_null(x);
+    cr_assert_not_null(y);
+    cr_assert_str_eq(x, y);
+    free(x);
+    free(y);
+    unlink(a);
+    unlink(b);
     rmdir(dir);
     free(dir);
 }

@@ -112,5 +112,57 @@ int main(void)
         sim_costs_free(c);
     }
     tree_free(t);
+    /* the case: t5-3b on 8x rtx2080ti, 1F1B, 32 microbatches */
+    util_err e;
+    char *hw[] = {(char *)"rtx2080ti", (char *)"x8"};
+    prof_topo *tp = prof_topo_from_args(2, hw, NULL, &e);
+    prof_model *m = tp ? prof_model_load("t5-3b", &e) : NULL;
+    if (!tp || !m) {
+        fprintf(stderr, "bench_sim: %s\n", e.msg);
+        return 1;
+    }
+    const char *names[] = {"t5-3b 8x2080ti 1f1b m=32 mbs=4",
+                           "t5-3b 8x2080ti gpipe m=32 recompute",
+                           "t5-3b 8x2080ti wave W=1 m=32"};
+    sim_sched sc[] = {SIM_SCHED_1F1B, SIM_SCHED_GPIPE, SIM_SCHED_WAVE};
+    for (int v = 0; v < 3; v++) {
+        sim_sched_opts o = {.sched = sc[v], .pp = 8, .n_stages = 8, .n_mb = 32,
+                            .waves = 1, .recompute = v == 1};
+        if (sc[v] == SIM_SCHED_WAVE) o.n_stages = 16;
+        int first[16], last[16], map[16];
+        if (sim_partition_balanced(m, prof_topo_gpu(tp, 0), 4, o.n_stages,
+                                   first, last, &e)) {
+            fprintf(stderr, "bench_sim: %s\n", e.msg);
+            return 1;
+        }
+        sim_sched_map(&o, map);
+        sim_cost_opts co = {.mbs = 4};
+        sim_costs *c = sim_costs_build(m, tp, o.n_stages, first, last, map, 8,
+                                       &co, &e);
+        if (!c) {
+            fprintf(stderr, "bench_sim: %s\n", e.msg);
+            return 1;
+        }
+        bench(names[v], &o, c);
+        sim_costs_free(c);
+    }
+    /* what the planner pays per candidate partition: costs from the model */
+    int first[8], last[8], map[8];
+    sim_sched_opts o = {.sched = SIM_SCHED_1F1B, .pp = 8, .n_stages = 8};
+    sim_partition_balanced(m, prof_topo_gpu(tp, 0), 4, 8, first, last, &e);
+    sim_sched_map(&o, map);
+    sim_cost_opts co = {.mbs = 4};
+    int reps = 0;
+    double t0 = now_s(), tt;
+    do {
+        sim_costs *c = sim_costs_build(m, tp, 8, first, last, map, 8, &co, &e);
+        sim_costs_free(c);
+        reps++;
+        tt = now_s() - t0;
+    } while (tt < 0.3);
+    printf("\nsim_costs_build, t5-3b (%d ops), 8 stages: %.1f us\n", m->n_ops,
+           tt / reps * 1e6);
+    prof_model_free(m);
+    prof_topo_free(tp);
     return 0;
 }
