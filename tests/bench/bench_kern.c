@@ -68,9 +68,12 @@ static void read_cpuinfo(cpu_info *c)
 static double measure_ghz(void)
 {
 #if defined(__x86_64__)
+    /* Many short runs (about 2 ms each), best kept: on a shared machine
+     * a run that lost the core to another process for part of its time
+     * reads as a slower clock, and short runs often go unpreempted. */
     double best = 0;
-    for (int rep = 0; rep < 5; rep++) {
-        uint64_t iters = 20000000, x = 0;
+    for (int rep = 0; rep < 300; rep++) {
+        uint64_t iters = 1000000, x = 0;
         uint64_t t0 = exec_now_ns();
         for (uint64_t i = 0; i < iters; i++)
             __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
