@@ -196,6 +196,9 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
                 o->eval_batches);
 
     int rc = 0, interrupted = 0;
+    /* The last steps' losses: one batch is noisy, their mean is not. */
+    enum { RECENT = 10 };
+    float recent[RECENT];
     uint64_t train_ns = 0;
     exec_ckpt_meta sm = {cfg, B, T, seed, step0};
     exec_gpt_set_timing(m, tm);
@@ -222,6 +225,7 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
         }
         if (s == step0) r->first_loss = loss;
         r->last_loss = loss;
+        recent[r->steps_run % RECENT] = loss;
         r->steps_run++;
         json_t *js = json_object();
         json_object_set_new(js, "step", json_integer(s + 1));
@@ -269,9 +273,13 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
                     r->steps_run, step0 + 1, end,
                     (double)B * T * r->steps_run, train_ns / 1e9,
                     r->tokens_per_s);
+            int k = r->steps_run < RECENT ? r->steps_run : RECENT;
+            double mean = 0;
+            for (int i = 0; i < k; i++) mean += recent[i];
+            mean /= k;
             say(hu,
-                    "loss %.4f -> %.4f (train, first and last step)\n",
-                    r->first_loss, r->last_loss);
+                "train loss %.4f at step %d, %.4f over steps %d-%d (mean)\n",
+                r->first_loss, step0 + 1, mean, end - k + 1, end);
             util_table *t = util_table_new(4);
             util_table_col(t, 0, "op kind", 'l');
             util_table_col(t, 1, "ms/step", 'r');
