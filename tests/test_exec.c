@@ -27,23 +27,23 @@ static int losses(const char *out, double *v, int max)
     return n;
 }
 
-/* The "step ... | loss X" lines from step `from` on, as text. */
+/* The "step N/M | loss X" lines from step `from` on, as text. */
 static char *step_lines(const char *out, int from)
 {
     char *res = calloc(1, strlen(out) + 1);
-    const char *p = out;
-    while ((p = strstr(p, "step ")) != NULL) {
+    for (const char *p = out; *p;) {
         const char *eol = strchr(p, '\n');
         if (!eol) break;
         int s = atoi(p + 5);
-        if (s >= from) {
+        const char *loss = strstr(p, "| loss ");
+        if (!strncmp(p, "step ", 5) && loss && loss < eol && s >= from) {
             /* up to the timing columns, which differ run to run */
             const char *ms = strstr(p, "| norm");
             const char *end = ms && ms < eol ? ms : eol;
             strncat(res, p, (size_t)(end - p));
             strcat(res, "\n");
         }
-        p = eol;
+        p = eol + 1;
     }
     return res;
 }
