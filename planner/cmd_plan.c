@@ -360,3 +360,39 @@ int plan_cmd_main(int argc, char **argv)
     fprintf(stderr, "sluice plan: %s\n", e.msg);
     return e.code ? e.code : UTIL_EXIT_FAIL;
 }
+
+/* `sluice validate FILE.csv...`: predicted against measured throughput. */
+int plan_validate_main(int argc, char **argv)
+{
+    int json = 0, nfiles = 0, rc = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: sluice validate [--json] FILE.csv...\n\n"
+                   "Plans every row of a table of published measurements with\n"
+                   "its layout and batch fixed and prints predicted against\n"
+                   "measured TFLOP/s per GPU, per-row error and the mean\n"
+                   "absolute percentage error (validation/ holds the tables).\n");
+            return 0;
+        }
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (argv[i][0] == '-') {
+            fprintf(stderr, "sluice validate: unknown option '%s'\n", argv[i]);
+            return UTIL_EXIT_USAGE;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-') continue;
+        nfiles++;
+        util_err e = {0};
+        if (plan_validate_file(argv[i], json, stdout, &e)) {
+            fprintf(stderr, "sluice validate: %s\n", e.msg);
+            if (e.code > rc) rc = e.code;
+        }
+    }
+    if (!nfiles) {
+        fprintf(stderr, "sluice validate: name a table, e.g. validation/"
+                "megatron-sc21-table1.csv\n");
+        return UTIL_EXIT_USAGE;
+    }
+    return rc;
+}
