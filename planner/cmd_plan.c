@@ -28,7 +28,8 @@ static void usage(FILE *f)
         "  --host-mem SIZE, --nvme N, --pcie-gen G   adjust the server template\n"
         "  --json             print the answer as JSON\n"
         "  --out FILE         write the chosen plan (for sluice sim --plan)\n"
-        "  --plot PREFIX      draw the chosen plan's timeline and memory (gnuplot)\n"
+        "  --plot PREFIX      draw the chosen plan's timeline and memory, or with\n"
+        "                     --gpus the capacity curve (gnuplot)\n"
         "  --exhaustive       simulate every candidate (no pruning by bounds)\n"
         "\nexit codes: 0 a plan was found, 1 nothing fits, 2 bad usage or input\n",
         PLAN_DEFAULT_BATCH);
@@ -354,7 +355,7 @@ int plan_cmd_main(int argc, char **argv)
     int rc;
     if (parse(argc, argv, &c, &e)) rc = -1;
     else if (c.gpus) rc = plan_capacity(c.hw_n, c.argv + c.hw_at, &c.ho,
-                                        c.model, c.gpus, &c.po, c.json, &e);
+                                        c.model, c.gpus, &c.po, c.json, c.plot, &e);
     else rc = one(&c, &e);
     if (rc == 0) return 0;
     fprintf(stderr, "sluice plan: %s\n", e.msg);
