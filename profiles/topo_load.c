@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const node_kinds[] = {"gpu", "cpu", "pcie_switch", "dram",
     "nvme", "nic", "nvswitch", "net_switch", NULL};
@@ -371,10 +372,14 @@ prof_topo *prof_topo_load_text(const char *name, const char *text,
 
 /* ---- --hw arguments ---- */
 
+/* A path (with '/' or ending .json), or an existing file that is not a
+ * catalog GPU name. */
 static int is_file_arg(const char *s)
 {
     size_t n = strlen(s);
-    return strchr(s, '/') || (n > 5 && !strcmp(s + n - 5, ".json"));
+    if (strchr(s, '/') || (n > 5 && !strcmp(s + n - 5, ".json"))) return 1;
+    prof_gpu g;
+    return prof_gpu_get(s, &g, NULL) != 0 && access(s, R_OK) == 0;
 }
 
 static int parse_count(const char *s, int *out, util_err *e)
