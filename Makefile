@@ -56,10 +56,13 @@ $(BUILD)/libsluice.a: $(LIB_OBJ)
 	@$(if $(Q),echo "  AR    $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+# Whole archive: commands are reached through weak references, which alone
+# would not pull their objects out of the library.
 $(BINDIR)/sluice: $(BUILD)/cli/main.o $(BUILD)/libsluice.a
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD    $@")
-	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -o $@
+	$(Q)$(CC) $(LDFLAGS) $(BUILD)/cli/main.o -Wl,--whole-archive \
+	    $(BUILD)/libsluice.a -Wl,--no-whole-archive $(LIBS) -o $@
 
 $(BUILD)/tests/run_tests: $(TEST_OBJ) $(BUILD)/libsluice.a
 	@$(if $(Q),echo "  LD    $@")

@@ -212,6 +212,8 @@ typedef enum {
 
 const char *prof_family_name(prof_family f);
 
+typedef enum { PROF_ACT_GELU, PROF_ACT_RELU, PROF_ACT_SILU } prof_act;
+
 typedef struct prof_model_spec {
     char name[64];
     prof_family family;
@@ -233,8 +235,12 @@ typedef struct prof_model_spec {
     int bias;            /* linear layers carry biases */
     int rel_pos_buckets; /* T5 relative attention buckets; 0 otherwise */
     int pooler;          /* BERT pooler */
+    int dropout;         /* dropout masks kept for backward */
+    int flash_attn;      /* fused attention: no s*s scores kept, recomputed
+                          * in backward */
+    prof_act act;        /* MLP activation (gated with gated_mlp) */
     prof_dtype dtype;    /* training precision of weights and activations */
-    char source[256];
+    char source[512];
 } prof_model_spec;
 
 typedef enum {
@@ -264,6 +270,9 @@ typedef struct prof_op {
     prof_op_kind kind;
     prof_part part;
     int layer;              /* index into prof_model.layers */
+    int tied;               /* params shared with an earlier op (the LM head
+                             * tied to the embedding): counted once in the
+                             * model, but a stage holding it keeps a copy */
     double fwd_flops, bwd_in_flops, bwd_w_flops;
     double bytes_read, bytes_written;   /* forward memory traffic */
     double params;
@@ -289,6 +298,7 @@ typedef struct prof_model {
     prof_layer *layers;
     int n_layers;
     double params;          /* unique parameters (tied ones counted once) */
+    double *cut_bytes;      /* per op: see prof_model_cut_bytes */
 } prof_model;
 
 /* Names of the built-in models, NULL-terminated (lent). */
@@ -319,7 +329,8 @@ double prof_model_train_flops(const prof_model *m, int recompute);
 
 /* Bytes that cross a cut placed after op `last` (everything at or before
  * `last` on one side): the outputs of ops <= last read by ops > last,
- * each counted once. Non-chain graphs (T5) carry the encoder output. */
+ * each counted once. Non-chain graphs (T5) carry the encoder output.
+ * O(1): precomputed when the model is built. */
 double prof_model_cut_bytes(const prof_model *m, int last);
 
 void prof_model_print(const prof_model *m, int ops, FILE *f);

@@ -378,10 +378,37 @@ int util_jelem(const util_jobj *o, const char *key, json_t *arr, size_t i,
     return 0;
 }
 
+/* Integral reals (byte and parameter counts computed in double) print as
+ * integers, exactly; other reals with 15 significant digits. */
+static void integralise(json_t *v)
+{
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) {
+            double d = json_real_value(x);
+            if (json_is_real(x) && d == floor(d) && fabs(d) < 9e15)
+                json_object_set_new(v, k, json_integer((json_int_t)d));
+            else
+                integralise(x);
+        }
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            json_t *x = json_array_get(v, i);
+            double d = json_real_value(x);
+            if (json_is_real(x) && d == floor(d) && fabs(d) < 9e15)
+                json_array_set_new(v, i, json_integer((json_int_t)d));
+            else
+                integralise(x);
+        }
+    }
+}
+
 int util_json_print(json_t *v, FILE *f)
 {
+    integralise(v);
     int r = json_dumpf(v, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
-                                 JSON_REAL_PRECISION(10));
+                                 JSON_REAL_PRECISION(15));
     fputc('\n', f);
     return r;
 }

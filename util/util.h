@@ -145,7 +145,8 @@ void util_table_row(util_table *t, const char *const *cells);
 void util_table_sep(util_table *t);
 void util_table_print(const util_table *t, FILE *f, const char *indent);
 
-/* Prints a JSON value (pretty, keys in insertion order) and a newline. */
+/* Prints a JSON value (pretty, keys in insertion order) and a newline.
+ * Integral reals are turned into integers in place first. */
 int util_json_print(json_t *v, FILE *f);
 
 #endif

@@ -1,0 +1,252 @@
+/* Mixed-pipe partitioning (FTPipe, USENIX ATC'21): cut the op chain into
+ * blocks finer than layers and place blocks on devices without requiring
+ * neighbouring blocks to sit on neighbouring devices. The objective is
+ * FTPipe's: a device's cost is the compute of all its blocks plus, for each
+ * of its stages, the transfer time in and out that exceeds that stage's
+ * compute (the part its copy streams cannot hide). The slowest device sets
+ * the pipeline's period. */
+#include "planner/planner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double sum(const double *v, int a, int b)
+{
+    double s = 0;
+    for (int i = a; i < b; i++) s += v[i];
+    return s;
+}
+
+double plan_mixed_objective(const plan_mixed_in *in, int ns, const int *first,
+                            const int *dev)
+{
+    double *load = util_calloc((size_t)in->p, sizeof *load);
+    for (int s = 0; s < ns; s++) {
+        int a = first[s], b = first[s + 1];
+        double c = sum(in->time, a, b);
+        /* Transfers between stages on one device are free. */
+        double cin = a > 0 && dev[s - 1] != dev[s] ? in->cut_time[a - 1] : 0;
+        double cout = b < in->n && dev[s + 1] != dev[s] ? in->cut_time[b - 1] : 0;
+        load[dev[s]] += c + fmax(0, cin - c) + fmax(0, cout - c);
+    }
+    double worst = 0;
+    for (int d = 0; d < in->p; d++) worst = fmax(worst, load[d]);
+    free(load);
+    return worst;
+}
+
+static int fits(const plan_mixed_in *in, int ns, const int *first,
+                const int *dev)
+{
+    double *mem = util_calloc((size_t)in->p, sizeof *mem);
+    int ok = 1;
+    for (int s = 0; s < ns; s++) {
+        int a = first[s], b = first[s + 1];
+        mem[dev[s]] += sum(in->static_mem, a, b) +
+                       sum(in->act_mem, a, b) * in->inflight;
+    }
+    for (int d = 0; d < in->p; d++) ok &= mem[d] <= in->cap;
+    free(mem);
+    return ok;
+}
+
+/* Merges neighbouring blocks placed on the same device into one stage. */
+static int merge(int nb, int *first, int *dev)
+{
+    int ns = 0;
+    for (int b = 0; b < nb; b++) {
+        if (ns && dev[ns - 1] == dev[b]) {
+            first[ns] = first[b + 1];
+            continue;
+        }
+        first[ns] = first[b];
+        dev[ns] = dev[b];
+        first[ns + 1] = first[b + 1];
+        ns++;
+    }
+    return ns;
+}
+
+typedef struct cand {
+    int ns;
+    int *first, *dev;
+    double obj;
+} cand;
+
+static void keep(cand *best, int ns, const int *first, const int *dev,
+                 double obj)
+{
+    if (best->first && obj >= best->obj) return;
+    free(best->first);
+    free(best->dev);
+    best->ns = ns;
+    best->first = util_malloc(sizeof(int) * (size_t)(ns + 1));
+    best->dev = util_malloc(sizeof(int) * (size_t)ns);
+    memcpy(best->first, first, sizeof(int) * (size_t)(ns + 1));
+    memcpy(best->dev, dev, sizeof(int) * (size_t)ns);
+    best->obj = obj;
+}
+
+/* Greedy best fit, largest block first: each block to the least-loaded
+ * device that still has memory room. Ties go to the lowest device, so the
+ * result is deterministic. Returns 0 or -1 when a block fits nowhere. */
+static int assign(const plan_mixed_in *in, int nb, const int *first, int *dev)
+{
+    int *order = util_malloc(sizeof(int) * (size_t)nb);
+    double *t = util_malloc(sizeof(double) * (size_t)nb);
+    double *load = util_calloc((size_t)in->p, sizeof *load);
+    double *mem = util_calloc((size_t)in->p, sizeof *mem);
+    for (int b = 0; b < nb; b++) {
+        order[b] = b;
+        t[b] = sum(in->time, first[b], first[b + 1]);
+    }
+    /* Insertion sort by time descending, index ascending: nb is small. */
+    for (int i = 1; i < nb; i++)
+        for (int j = i; j > 0 && (t[order[j]] > t[order[j - 1]]); j--) {
+            int x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    int ok = 0;
+    for (int i = 0; i < nb; i++) {
+        int b = order[i];
+        double need = sum(in->static_mem, first[b], first[b + 1]) +
+                      sum(in->act_mem, first[b], first[b + 1]) * in->inflight;
+        int pick = -1;
+        for (int d = 0; d < in->p; d++)
+            if (mem[d] + need <= in->cap && (pick < 0 || load[d] < load[pick]))
+                pick = d;
+        if (pick < 0) { ok = -1; break; }
+        dev[b] = pick;
+        load[pick] += t[b];
+        mem[pick] += need;
+    }
+    free(order);
+    free(t);
+    free(load);
+    free(mem);
+    return ok;
+}
+
+/* Local search on block boundaries and placements: move one unit across a
+ * boundary, or move a block to another device; accept strict improvements
+ * that still fit. Bounded passes keep it fast and deterministic. */
+static double refine(const plan_mixed_in *in, int nb, int *first, int *dev)
+{
+    int *f2 = util_malloc(sizeof(int) * (size_t)(nb + 1));
+    int *d2 = util_malloc(sizeof(int) * (size_t)nb);
+    double cur;
+    {
+        memcpy(f2, first, sizeof(int) * (size_t)(nb + 1));
+        memcpy(d2, dev, sizeof(int) * (size_t)nb);
+        int ns = merge(nb, f2, d2);
+        cur = plan_mixed_objective(in, ns, f2, d2);
+    }
+    for (int pass = 0; pass < 64; pass++) {
+        int improved = 0;
+        for (int b = 1; b < nb; b++) {
+            for (int dir = -1; dir <= 1; dir += 2) {
+                int nf = first[b] + dir;
+                if (nf <= first[b - 1] || nf >= first[b + 1]) continue;
+                int old = first[b];
+                first[b] = nf;
+                memcpy(f2, first, sizeof(int) * (size_t)(nb + 1));
+                memcpy(d2, dev, sizeof(int) * (size_t)nb);
+                int ns = merge(nb, f2, d2);
+                double v = plan_mixed_objective(in, ns, f2, d2);
+                if (v < cur - 1e-15 && fits(in, ns, f2, d2)) {
+                    cur = v;
+                    improved = 1;
+                } else {
+                    first[b] = old;
+                }
+            }
+        }
+        for (int b = 0; b < nb; b++) {
+            for (int d = 0; d < in->p; d++) {
+                if (d == dev[b]) continue;
+                int old = dev[b];
+                dev[b] = d;
+                memcpy(f2, first, sizeof(int) * (size_t)(nb + 1));
+                memcpy(d2, dev, sizeof(int) * (size_t)nb);
+                int ns = merge(nb, f2, d2);
+                double v = plan_mixed_objective(in, ns, f2, d2);
+                if (v < cur - 1e-15 && fits(in, ns, f2, d2)) {
+                    cur = v;
+                    improved = 1;
+                } else {
+                    dev[b] = old;
+                }
+            }
+        }
+        if (!improved) break;
+    }
+    free(f2);
+    free(d2);
+    return cur;
+}
+
+int plan_mixed_partition(const plan_mixed_in *in, plan_mixed *out)
+{
+    int n = in->n, p = in->p;
+    if (p <= 0 || n <= 0) return -1;
+    cand best = {0};
+    double *zero = util_calloc((size_t)n, sizeof *zero);
+    double *inf = util_malloc(sizeof(double) * (size_t)(4 * p + 1));
+    double *cap = util_malloc(sizeof(double) * (size_t)(4 * p + 1));
+    /* Candidate 0: the contiguous optimum, one stage per device. */
+    if (n >= p) {
+        int *first = util_malloc(sizeof(int) * (size_t)(p + 1));
+        int *dev = util_malloc(sizeof(int) * (size_t)p);
+        for (int s = 0; s < p; s++) {
+            inf[s] = in->inflight;
+            cap[s] = in->cap;
+            dev[s] = s;
+        }
+        plan_chain c = {n, in->time, in->cut_time, in->static_mem,
+                        in->act_mem, p, inf, cap, 1};
+        if (plan_partition_chain(&c, first) >= 0)
+            keep(&best, p, first, dev, plan_mixed_objective(in, p, first, dev));
+        free(first);
+        free(dev);
+    }
+    /* Blocks: balanced compute, no memory limit (placement checks it). */
+    for (int L = p; L <= 4 * p && L <= n; L += p / 2 > 0 ? p / 2 : 1) {
+        int *first = util_malloc(sizeof(int) * (size_t)(L + 1));
+        int *dev = util_malloc(sizeof(int) * (size_t)L);
+        for (int s = 0; s < L; s++) {
+            inf[s] = 0;
+            cap[s] = INFINITY;
+        }
+        plan_chain c = {n, in->time, in->cut_time, zero, zero, L,
+                        inf, cap, 0};
+        if (plan_partition_chain(&c, first) >= 0 &&
+            assign(in, L, first, dev) == 0) {
+            refine(in, L, first, dev);
+            int ns = merge(L, first, dev);
+            if (fits(in, ns, first, dev))
+                keep(&best, ns, first, dev,
+                     plan_mixed_objective(in, ns, first, dev));
+        }
+        free(first);
+        free(dev);
+    }
+    free(zero);
+    free(inf);
+    free(cap);
+    if (!best.first) return -1;
+    out->n_stages = best.ns;
+    out->first = best.first;
+    out->dev = best.dev;
+    out->objective = best.obj;
+    return 0;
+}
+
+void plan_mixed_free(plan_mixed *m)
+{
+    if (!m) return;
+    free(m->first);
+    free(m->dev);
+    m->first = m->dev = NULL;
+}

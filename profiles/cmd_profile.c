@@ -1,0 +1,254 @@
+/* `sluice profile`: list, show and validate hardware and model profiles. */
+#include "profiles/profiles.h"
+
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: sluice profile list [--json]\n"
+        "       sluice profile show MODEL [--ops] [--seq N] [--dtype T] [--json]\n"
+        "       sluice profile show --hw GPU xN | FILE.json [--host-mem SIZE]\n"
+        "                           [--nvme N] [--gpus-per-server N] [--pcie-gen G] [--json]\n"
+        "       sluice profile validate FILE...\n"
+        "\n"
+        "MODEL is a built-in name (sluice profile list) or a file: a sluice\n"
+        "model spec or a Hugging Face config.json as published beside weights.\n"
+        "show prints a per-layer table (per sample: params, FLOPs, activation\n"
+        "bytes kept for backward, bytes crossing a cut after the layer); --ops\n"
+        "prints every op. --hw prints the server as a tree with link bandwidths.\n");
+}
+
+static int bad(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "sluice profile: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see sluice profile --help)\n");
+    return UTIL_EXIT_USAGE;
+}
+
+static int fail(const util_err *e)
+{
+    fprintf(stderr, "sluice profile: %s\n", e->msg);
+    return e->code ? e->code : UTIL_EXIT_FAIL;
+}
+
+static int cmd_list(int argc, char **argv)
+{
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else return bad("list: unknown option '%s'", argv[i]);
+    }
+    util_err e;
+    const char *const *g = prof_gpu_names(), *const *mn = prof_model_names();
+    json_t *jg = json_array(), *jm = json_array();
+    util_table *tg = util_table_new(7), *tm = util_table_new(6);
+    const char *hg[] = {"gpu", "memory", "mem BW", "fp16 TFLOP/s",
+                        "bf16 TFLOP/s", "host link", "NVLink"};
+    for (int i = 0; i < 7; i++) util_table_col(tg, i, hg[i], i ? 'r' : 'l');
+    const char *hm[] = {"model", "family", "params", "layers", "hidden",
+                        "sequence"};
+    for (int i = 0; i < 6; i++) util_table_col(tm, i, hm[i], i < 2 ? 'l' : 'r');
+    for (int i = 0; g[i]; i++) {
+        prof_gpu gpu;
+        if (prof_gpu_get(g[i], &gpu, &e)) return fail(&e);
+        char mem[32], bw[32], f16[32], b16[32], host[32], nvl[48];
+        util_fmt_bytes(gpu.mem_bytes, mem, sizeof mem);
+        util_fmt_bw(gpu.mem_bw_bytes_per_s, bw, sizeof bw);
+        snprintf(f16, sizeof f16, "%.1f", gpu.peak_flops[PROF_DT_FP16] / 1e12);
+        snprintf(b16, sizeof b16, gpu.peak_flops[PROF_DT_BF16] > 0 ? "%.1f" : "-",
+                 gpu.peak_flops[PROF_DT_BF16] / 1e12);
+        snprintf(host, sizeof host, "PCIe %d.0 x%d", gpu.pcie_gen, gpu.pcie_lanes);
+        if (gpu.nvlink_links)
+            snprintf(nvl, sizeof nvl, "%d x %.0f GB/s", gpu.nvlink_links,
+                     gpu.nvlink_bw_bytes_per_s / 1e9);
+        else
+            snprintf(nvl, sizeof nvl, "-");
+        const char *row[] = {gpu.name, mem, bw, f16, b16, host, nvl};
+        util_table_row(tg, row);
+        json_array_append_new(jg, json_pack(
+            "{s:s,s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:i,s:i,s:f}", "name", gpu.name,
+            "mem_bytes", gpu.mem_bytes, "mem_bw_bytes_per_s",
+            gpu.mem_bw_bytes_per_s, "fp32_flops", gpu.peak_flops[PROF_DT_FP32],
+            "tf32_flops", gpu.peak_flops[PROF_DT_TF32], "fp16_flops",
+            gpu.peak_flops[PROF_DT_FP16], "bf16_flops",
+            gpu.peak_flops[PROF_DT_BF16], "pcie_gen", gpu.pcie_gen,
+            "pcie_lanes", gpu.pcie_lanes, "nvlink_links", gpu.nvlink_links,
+            "nvlink_bw_bytes_per_s", gpu.nvlink_bw_bytes_per_s));
+    }
+    for (int i = 0; mn[i]; i++) {
+        prof_model *m = prof_model_load(mn[i], &e);
+        if (!m) return fail(&e);
+        const prof_model_spec *s = &m->spec;
+        char p[32], l[32], h[16], sq[32];
+        util_fmt_count(m->params, p, sizeof p);
+        if (s->dec_layers) snprintf(l, sizeof l, "%d+%d", s->layers, s->dec_layers);
+        else snprintf(l, sizeof l, "%d", s->layers);
+        snprintf(h, sizeof h, "%d", s->hidden);
+        if (s->dec_seq_len) snprintf(sq, sizeof sq, "%d/%d", s->seq_len, s->dec_seq_len);
+        else snprintf(sq, sizeof sq, "%d", s->seq_len);
+        const char *row[] = {s->name, prof_family_name(s->family), p, l, h, sq};
+        util_table_row(tm, row);
+        json_array_append_new(jm, json_pack("{s:s,s:s,s:f,s:i,s:i,s:i,s:i}",
+                                            "name", s->name, "family",
+                                            prof_family_name(s->family),
+                                            "params", m->params, "layers",
+                                            s->layers, "dec_layers",
+                                            s->dec_layers, "hidden", s->hidden,
+                                            "seq_len", s->seq_len));
+        prof_model_free(m);
+    }
+    if (json) {
+        json_t *root = json_pack("{s:o,s:o}", "gpus", jg, "models", jm);
+        util_json_print(root, stdout);
+        json_decref(root);
+    } else {
+        printf("GPUs (dense peaks with fp32 accumulation; --hw GPU xN builds "
+               "a server)\n");
+        util_table_print(tg, stdout, "  ");
+        printf("\nmodels (--model NAME, or a spec / config.json file)\n");
+        util_table_print(tm, stdout, "  ");
+        json_decref(jg);
+        json_decref(jm);
+    }
+    util_table_free(tg);
+    util_table_free(tm);
+    return 0;
+}
+
+static int cmd_show(int argc, char **argv)
+{
+    int json = 0, ops = 0, hw_at = -1, hw_n = 0;
+    const char *model = NULL;
+    long seq = 0;
+    int dtype = -1;
+    prof_hw_opts ho = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+        if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--ops")) ops = 1;
+        else if (!strcmp(a, "--hw")) {
+            hw_at = i + 1;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) { i++; hw_n++; }
+            if (!hw_n) return bad("show: --hw needs a GPU type and count, e.g. "
+                                  "--hw rtx2080ti x8%s", "");
+        } else if (!strcmp(a, "--seq")) {
+            if (!v || util_parse_int(v, 1, 1 << 20, &n))
+                return bad("show: --seq needs a positive integer, got '%s'", v ? v : "");
+            seq = n;
+            i++;
+        } else if (!strcmp(a, "--dtype")) {
+            const char *d[] = {"fp32", "tf32", "fp16", "bf16"};
+            dtype = -1;
+            for (int k = 0; v && k < 4; k++) if (!strcmp(v, d[k])) dtype = k;
+            if (dtype < 0 || dtype == PROF_DT_TF32)
+                return bad("show: --dtype is one of fp32, fp16, bf16, got '%s'", v ? v : "");
+            i++;
+        } else if (!strcmp(a, "--host-mem")) {
+            if (!v || util_parse_size(v, &ho.host_mem_bytes) || ho.host_mem_bytes <= 0)
+                return bad("show: --host-mem needs a size such as 256G, got '%s'", v ? v : "");
+            i++;
+        } else if (!strcmp(a, "--nvme")) {
+            if (!v || util_parse_int(v, 0, 64, &n))
+                return bad("show: --nvme needs a drive count 0..64, got '%s'", v ? v : "");
+            ho.nvme = (int)n;
+            i++;
+        } else if (!strcmp(a, "--gpus-per-server")) {
+            if (!v || util_parse_int(v, 1, 64, &n))
+                return bad("show: --gpus-per-server needs 1..64, got '%s'", v ? v : "");
+            ho.gpus_per_server = (int)n;
+            i++;
+        } else if (!strcmp(a, "--pcie-gen")) {
+            if (!v || util_parse_int(v, 3, 6, &n))
+                return bad("show: --pcie-gen needs 3..6, got '%s'", v ? v : "");
+            ho.pcie_gen = (int)n;
+            i++;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (a[0] == '-') {
+            return bad("show: unknown option '%s'", a);
+        } else if (!model) {
+            model = a;
+        } else {
+            return bad("show: one model at a time, got another: '%s'", a);
+        }
+    }
+    util_err e;
+    if (hw_at >= 0) {
+        if (model) return bad("show: give a model or --hw, not both ('%s')", model);
+        prof_topo *t = prof_topo_from_args(hw_n, argv + hw_at, &ho, &e);
+        if (!t) return fail(&e);
+        if (json) {
+            json_t *j = prof_topo_json(t);
+            util_json_print(j, stdout);
+            json_decref(j);
+        } else {
+            prof_topo_print(t, stdout);
+        }
+        prof_topo_free(t);
+        return 0;
+    }
+    if (!model) return bad("show: name a model or --hw GPU xN%s", "");
+    prof_model_spec s;
+    if (prof_model_spec_get(model, &s, &e)) return fail(&e);
+    if (seq) {
+        if (s.max_pos && seq > s.max_pos) {
+            fprintf(stderr, "sluice profile: --seq %ld is longer than the %d "
+                    "learned positions of %s\n", seq, s.max_pos, s.name);
+            return UTIL_EXIT_USAGE;
+        }
+        s.seq_len = (int)seq;
+    }
+    if (dtype >= 0) s.dtype = (prof_dtype)dtype;
+    prof_model *m = prof_model_build(&s, &e);
+    if (!m) return fail(&e);
+    if (json) {
+        json_t *j = prof_model_json(m, ops);
+        util_json_print(j, stdout);
+        json_decref(j);
+    } else {
+        prof_model_print(m, ops, stdout);
+    }
+    prof_model_free(m);
+    return 0;
+}
+
+static int cmd_validate(int argc, char **argv)
+{
+    if (argc < 2) return bad("validate: name at least one file%s", "");
+    int rc = 0;
+    for (int i = 1; i < argc; i++) {
+        util_err e;
+        if (prof_validate_file(argv[i], stdout, &e)) {
+            fprintf(stderr, "sluice profile: %s\n", e.msg);
+            if (e.code > rc) rc = e.code;
+        }
+    }
+    return rc;
+}
+
+int prof_cmd_main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return UTIL_EXIT_USAGE;
+    }
+    const char *c = argv[1];
+    if (!strcmp(c, "--help") || !strcmp(c, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(c, "list")) return cmd_list(argc - 1, argv + 1);
+    if (!strcmp(c, "show")) return cmd_show(argc - 1, argv + 1);
+    if (!strcmp(c, "validate")) return cmd_validate(argc - 1, argv + 1);
+    const char *subs[] = {"list", "show", "validate"};
+    const char *near = util_closest(c, subs, 3);
+    fprintf(stderr, "sluice profile: unknown subcommand '%s'%s%s%s\n", c,
+            near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
+    usage(stderr);
+    return UTIL_EXIT_USAGE;
+}

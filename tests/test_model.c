@@ -1,0 +1,255 @@
+/* Model profiles: published parameter counts, Megatron's FLOP closed forms,
+ * Korthikanti's activation count, cuts on chain and non-chain graphs,
+ * Hugging Face configs, and the bad-input corpus. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "profiles/profiles.h"
+#include "tests/harness.h"
+
+static prof_model *load(const char *name)
+{
+    util_err e;
+    prof_model *m = prof_model_load(name, &e);
+    cr_assert_not_null(m, "%s: %s", name, e.msg);
+    return m;
+}
+
+static void expect_params(const char *name, double published, double tol)
+{
+    prof_model *m = load(name);
+    cr_expect(fabs(m->params - published) <= tol * published,
+              "%s: %.0f parameters, published %.0f", name, m->params,
+              published);
+    prof_model_free(m);
+}
+
+Test(model, parameter_counts_match_published)
+{
+    /* Exact where the architecture is fully known. */
+    expect_params("gpt2-xl", 1557611200, 0);
+    expect_params("t5-3b", 2851598336, 0);
+    expect_params("llama2-7b", 6738415616, 0);
+    expect_params("llama2-13b", 13015864320, 0);
+    expect_params("llama2-70b", 68976648192, 0);
+    /* BERT's 335,141,888 is the encoder with its pooler; the masked-LM
+     * head adds its transform and output bias (0.3%). */
+    expect_params("bert-large", 335141888, 0.01);
+    expect_params("gpt3-175b", 174.6e9, 0.01);
+    expect_params("gpt3-13b", 12.85e9, 0.01);
+}
+
+/* Megatron-LM (Narayanan et al., SC'21, eq. 3): training FLOPs per batch
+ * of B sequences: 72 B s l h^2 (1 + s/6h + V/12lh); with full
+ * recomputation 96 B s l h^2 (1 + s/6h + V/16lh). */
+static void expect_megatron(const char *name)
+{
+    prof_model *m = load(name);
+    const prof_model_spec *s = &m->spec;
+    double S = s->seq_len, l = s->layers, h = s->hidden, V = s->vocab;
+    double plain = 72 * S * l * h * h * (1 + S / (6 * h) + V / (12 * l * h));
+    double rec = 96 * S * l * h * h * (1 + S / (6 * h) + V / (16 * l * h));
+    double f0 = prof_model_train_flops(m, 0), f1 = prof_model_train_flops(m, 1);
+    cr_expect(fabs(f0 / plain - 1) < 0.02, "%s: %.4g vs %.4g", name, f0, plain);
+    cr_expect(fabs(f1 / rec - 1) < 0.02, "%s recompute: %.4g vs %.4g", name,
+              f1, rec);
+    prof_model_free(m);
+}
+
+Test(model, training_flops_match_megatron_closed_form)
+{
+    expect_megatron("gpt2-xl");
+    expect_megatron("gpt3-13b");
+    expect_megatron("gpt3-175b");
+}
+
+Test(model, backward_is_twice_forward_for_linears)
+{
+    prof_model *m = load("gpt3-13b");
+    for (int i = 0; i < m->n_ops; i++) {
+        const prof_op *o = &m->ops[i];
+        if (o->kind != PROF_OP_LINEAR) continue;
+        cr_expect(o->bwd_in_flops > 0 && o->bwd_w_flops > 0, "%s", o->name);
+        double g = 2 * o->gemm[0].m * o->gemm[0].n * o->gemm[0].k;
+        cr_expect(fabs(o->bwd_in_flops - g) < 1e-9 * g, "%s", o->name);
+    }
+    prof_model_free(m);
+}
+
+/* Korthikanti et al. (arXiv 2205.05198), eq. 1: one GPT layer keeps
+ * s b h (34 + 5 a s / h) bytes in half precision with dropout. */
+Test(model, activation_bytes_match_korthikanti)
+{
+    prof_model *m = load("gpt3-13b");
+    const prof_model_spec *s = &m->spec;
+    double S = s->seq_len, h = s->hidden, a = s->heads;
+    const prof_layer *L = &m->layers[1];
+    cr_assert_str_eq(L->name, "l0");
+    prof_cost c = prof_model_cost(m, L->first_op, L->n_ops);
+    double want = S * h * (34 + 5 * a * S / h);
+    cr_expect(fabs(c.act_bytes / want - 1) < 1e-9, "%.6g vs %.6g",
+              c.act_bytes, want);
+    prof_model_free(m);
+}
+
+Test(model, cuts_on_a_chain_and_inside_a_layer)
+{
+    prof_model *m = load("gpt-tiny");
+    const prof_model_spec *s = &m->spec;
+    double stream = (double)s->seq_len * s->hidden * 4; /* fp32 */
+    /* Between layers only the residual stream crosses. */
+    for (int l = 0; l + 1 < m->n_layers; l++) {
+        const prof_layer *L = &m->layers[l];
+        cr_expect_eq(prof_model_cut_bytes(m, L->first_op + L->n_ops - 1),
+                     stream, "after %s", L->name);
+    }
+    /* After the first norm of a layer the stream and the normed copy do. */
+    const prof_layer *L1 = &m->layers[1];
+    cr_assert_str_eq(m->ops[L1->first_op].name, "l0.attn.norm");
+    cr_expect_eq(prof_model_cut_bytes(m, L1->first_op), 2 * stream);
+    prof_model_free(m);
+}
+
+Test(model, t5_is_not_a_chain)
+{
+    prof_model *m = load("t5-3b");
+    const prof_model_spec *s = &m->spec;
+    double enc = (double)s->seq_len * s->hidden * 2;
+    double dec = (double)s->dec_seq_len * s->hidden * 2;
+    int found = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const prof_layer *L = &m->layers[l];
+        if (strcmp(L->name, "dec.l5")) continue;
+        found = 1;
+        /* Between decoder layers, the decoder stream and the encoder output
+         * (read by every later cross-attention) both cross. */
+        cr_expect_eq(prof_model_cut_bytes(m, L->first_op + L->n_ops - 1),
+                     enc + dec);
+        /* The cross-attention's key/value projection reads the encoder. */
+        int kv = -1;
+        for (int i = L->first_op; i < L->first_op + L->n_ops; i++)
+            if (strstr(m->ops[i].name, "xattn.kv")) kv = i;
+        cr_assert_geq(kv, 0);
+        const prof_op *enc_out = &m->ops[m->ops[kv].in[0]];
+        cr_expect_str_eq(enc_out->name, "enc.norm.norm");
+    }
+    cr_expect(found);
+    prof_model_free(m);
+}
+
+Test(model, hugging_face_configs)
+{
+    struct { const char *file; const char *name; double params; } c[] = {
+        {"tests/data/hf/gpt2-xl/config.json", "config.json", 1557611200},
+        {"tests/data/hf/bert-large-uncased/config.json", "config.json", 336224058},
+        {"tests/data/hf/t5-3b/config.json", "config.json", 2851598336},
+        {"tests/data/hf/llama-2-7b-hf/config.json", "Llama-2-7b-hf", 6738415616},
+        {"tests/data/hf/opt-1.3b/config.json", "opt-1.3b", 1315758080},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        prof_model *m = load(c[i].file);
+        cr_expect_eq(m->params, c[i].params, "%s: %.0f", c[i].file, m->params);
+        cr_expect_str_eq(m->spec.name, c[i].name);
+        prof_model_free(m);
+    }
+}
+
+Test(model, every_zoo_model_builds_consistently)
+{
+    const char *const *n = prof_model_names();
+    int count = 0;
+    for (; n[count]; count++) {
+        prof_model *m = load(n[count]);
+        cr_expect_gt(m->n_ops, 0);
+        cr_expect_gt(m->params, 0);
+        int ops = 0;
+        for (int l = 0; l < m->n_layers; l++) {
+            cr_expect_eq(m->layers[l].first_op, ops, "%s", n[count]);
+            ops += m->layers[l].n_ops;
+        }
+        cr_expect_eq(ops, m->n_ops);
+        for (int i = 0; i < m->n_ops; i++)
+            for (int k = 0; k < m->ops[i].n_in; k++)
+                cr_expect_lt(m->ops[i].in[k], i, "%s op %s reads a later op",
+                             n[count], m->ops[i].name);
+        cr_expect_eq(prof_model_cut_bytes(m, m->n_ops - 1), 0);
+        prof_model_free(m);
+    }
+    cr_expect_geq(count, 10);
+}
+
+Test(model, unknown_name_lists_known_and_closest)
+{
+    util_err e;
+    prof_model_spec s;
+    cr_assert_eq(prof_model_spec_get("t5-3", &s, &e), -1);
+    cr_expect(strstr(e.msg, "did you mean 't5-3b'"), "%s", e.msg);
+    cr_expect(strstr(e.msg, "gpt3-175b"), "%s", e.msg);
+    cr_expect_eq(e.code, 2);
+}
+
+/* The bad-input corpus: each file, the exact start of its message. */
+Test(model, bad_corpus_is_rejected_with_located_messages)
+{
+    struct { const char *file, *want; } c[] = {
+        {"malformed", "malformed.json:4:17: malformed JSON"},
+        {"unknown_field", "unknown_field.json:9:12: field 'hiden': unknown field (did you mean 'hidden'?)"},
+        {"missing_field", "missing_field.json:1:1: field 'layers': missing required field"},
+        {"wrong_type", "wrong_type.json:6:12: field 'heads': expected an integer, got a string"},
+        {"zero_size", "zero_size.json:4:13: field 'hidden': must be > 0"},
+        {"negative", "negative.json:7:12: field 'vocab': -5 is out of range"},
+        {"heads_divide", "heads_divide.json:6:12: field 'heads': 3 heads do not divide hidden size 100"},
+        {"unknown_family", "unknown_family.json:3:13: field 'family': unknown value 'gtp' (did you mean 'gpt'?)"},
+        {"seq_too_long", "seq_too_long.json:8:14: field 'seq_len': 2048 is longer than the 1024 learned positions"},
+        {"kv_heads", "kv_heads.json:7:15: field 'kv_heads': 3 key-value heads do not divide 8 heads"},
+        {"fractional", "fractional.json:5:13: field 'layers': expected an integer, got 2.5"},
+        {"hf_unknown_type", "hf_unknown_type.json:2:17: field 'model_type': unsupported model type 'bloom'"},
+        {"hf_missing", "hf_missing.json:1:1: field 'n_embd': missing required field"},
+        {"hf_heads", "hf_heads.json:5:26: field 'num_attention_heads': 30 heads do not divide hidden size 4096"},
+        {"truncated", "truncated.json:5:6: malformed JSON"},
+        {"empty", "empty.json:1:0: malformed JSON"},
+        {"not_object", "not_object.json:1:1: field '': expected a JSON object"},
+        {"bad_dtype", "bad_dtype.json:9:12: field 'dtype': unknown value 'fp8'"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        cli_result r = cli_run("profile validate tests/bad/model/%s.json", c[i].file);
+        char want[512];
+        snprintf(want, sizeof want, "sluice profile: tests/bad/model/%s", c[i].want);
+        cr_expect_eq(r.code, 2, "%s: exit %d", c[i].file, r.code);
+        cr_expect(!strncmp(r.err, want, strlen(want)), "%s:\n got: %s want: %s",
+                  c[i].file, r.err, want);
+        cr_expect(!strstr(r.err, "\n") || strchr(r.err, '\n') == r.err + strlen(r.err) - 1,
+                  "%s: one line expected: %s", c[i].file, r.err);
+        cli_result_free(&r);
+    }
+}
+
+Test(model, profile_show_prints_table_and_json)
+{
+    cli_result r = cli_run("profile show t5-3b");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "parameters 2851598336"), "%s", r.out);
+    cr_expect(strstr(r.out, "dec.l23"));
+    cli_result_free(&r);
+    r = cli_run("profile show t5-3b --json");
+    cr_assert_eq(r.code, 0);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    cr_expect_eq(json_integer_value(json_object_get(j, "params")), 2851598336);
+    cr_expect_eq(json_array_size(json_object_get(j, "layers")), 52);
+    json_decref(j);
+    cli_result_free(&r);
+    r = cli_run("profile show gpt-tiny --ops");
+    cr_assert_eq(r.code, 0);
+    cr_expect(strstr(r.out, "l3.mlp.down"));
+    cli_result_free(&r);
+    r = cli_run("profile show t5-3c");
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "did you mean 't5-3b'"), "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("profile show gpt2-xl --seq 4096");
+    cr_expect_eq(r.code, 2);
+    cli_result_free(&r);
+}
