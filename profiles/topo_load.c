@@ -343,6 +343,10 @@ static prof_topo *load(const char *path, const char *text,
                   "server file)", path, line ? line : 1, col ? col : 1);
     } else if (util_jstr(&root, "format", 0, fmt, sizeof fmt, e)) {
         /* error filled */
+    } else if (!strcmp(fmt, "sluice-gpus")) {
+        util_jerr(e, &root, "format", "this is a GPU catalog, not a server "
+                  "file (prof_gpu_catalog_load reads it; a server file can "
+                  "define GPU types under gpu_types)");
     } else if (strcmp(fmt, "sluice-server")) {
         util_jerr(e, &root, "format", "'%s' is not a server file (expected "
                   "\"sluice-server\")", fmt);
