@@ -96,6 +96,10 @@ bench: $(BINDIR)/sluice $(BENCH_BIN)
 run: $(BINDIR)/sluice
 	$(BINDIR)/sluice plan --hw rtx2080ti x8 --model t5-3b
 
+# Predictions against published measurements (validation/*.csv).
+validate: $(BINDIR)/sluice
+	$(BINDIR)/sluice validate validation/*.csv
+
 # CUDA is optional: detected, never required by the CPU build and tests.
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
