@@ -96,19 +96,27 @@ bench: $(BINDIR)/sluice $(BENCH_BIN)
 run: $(BINDIR)/sluice
 	$(BINDIR)/sluice plan --hw rtx2080ti x8 --model t5-3b
 
+# Predictions against published measurements (validation/*.csv).
+validate: $(BINDIR)/sluice
+	$(BINDIR)/sluice validate validation/*.csv
+
 # CUDA is optional: detected, never required by the CPU build and tests.
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVCCFLAGS ?= -O2 -std=c++17 -I. -Xcompiler -Wall,-Wextra,-Werror
-cuda:
+# The CUDA test driver compares with the CPU oracle: kernels/*.c objects
+# (built by cc, no CUDA in them) are linked in with OpenBLAS.
+KERN_CPU_OBJ := $(filter $(BUILD)/kernels/%,$(LIB_OBJ))
+cuda: $(KERN_CPU_OBJ)
 ifeq ($(NVCC),)
 	@echo "cuda: nvcc not found; install the CUDA toolkit or put nvcc on PATH" >&2; exit 1
 else
 	@mkdir -p $(BUILD)/cuda $(BINDIR)
 	@echo "  NVCC  $(CU_SRC)"
 	$(Q)if [ -n "$(CU_SRC)" ]; then \
-	    $(NVCC) $(NVCCFLAGS) $(CU_SRC) -o $(BINDIR)/sluice-cuda-test \
-	        -L$(CUDA_HOME)/lib64 -lcublas -lnccl -lcudart; \
+	    $(NVCC) $(NVCCFLAGS) $(CU_SRC) $(KERN_CPU_OBJ) \
+	        -o $(BINDIR)/sluice-cuda-test \
+	        -L$(CUDA_HOME)/lib64 -lcublas -lnccl -lcudart -lopenblas -lm; \
 	else echo "cuda: no CUDA sources yet"; fi
 endif
 

@@ -15,6 +15,7 @@ int prof_cmd_main(int argc, char **argv) __attribute__((weak));
 int sim_cmd_main(int argc, char **argv) __attribute__((weak));
 int plan_cmd_main(int argc, char **argv) __attribute__((weak));
 int exec_cmd_main(int argc, char **argv) __attribute__((weak));
+int plan_validate_main(int argc, char **argv) __attribute__((weak));
 
 typedef struct {
     const char *name;
@@ -43,6 +44,8 @@ int main(int argc, char **argv)
         {"exec", exec_cmd_main, "run a plan for real (CPU; CUDA on GPUs)"},
         {"profile", prof_cmd_main,
          "list, show and validate hardware and model profiles"},
+        {"validate", plan_validate_main,
+         "predictions against published measurements (validation/*.csv)"},
     };
     const int n = (int)(sizeof cmds / sizeof cmds[0]);
     if (argc < 2) {

@@ -5,6 +5,9 @@
 #include <string.h>
 
 #include "planner/planner.h"
+#include "plots/plots.h"
+
+#include <stdlib.h>
 
 static int parse_counts(const char *s, int *out, int max, util_err *e)
 {
@@ -25,7 +28,7 @@ static int parse_counts(const char *s, int *out, int max, util_err *e)
 
 int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
                   const char *model, const char *gpus, const plan_opts *po,
-                  int json, util_err *e)
+                  int json, const char *plot, util_err *e)
 {
     if (hw_n != 1 || strchr(hw[0], '/') || strstr(hw[0], ".json"))
         return util_errf(e, UTIL_EXIT_USAGE, "--gpus sweeps GPU counts of "
@@ -44,10 +47,20 @@ int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
     for (int i = 0; i < 9; i++) util_table_col(tb, i, h[i], i == 0 || i == 2 || i == 8 ? 'l' : 'r');
     json_t *rows = json_array();
     int any = 0, rc = 0;
+    /* Feasible points per GPU type, for the plot. */
+    const char *snames[16];
+    int spts[16] = {0}, nser = 0;
+    double *sx[16], *sy[16];
     char *save = NULL;
     for (char *ty = strtok_r(types, ",", &save); ty && !rc;
          ty = strtok_r(NULL, ",", &save)) {
         double base = 0;
+        if (nser < 16) {
+            snames[nser] = ty;
+            sx[nser] = util_calloc((size_t)nc, sizeof(double));
+            sy[nser] = util_calloc((size_t)nc, sizeof(double));
+            nser++;
+        }
         for (int i = 0; i < nc; i++) {
             char nstr[16], hwname[96];
             snprintf(nstr, sizeof nstr, "x%d", counts[i]);
@@ -76,6 +89,9 @@ int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
                          a->plan.pp, a->plan.mbs, a->plan.n_mb,
                          a->plan.recompute ? " rc" : "");
                 snprintf(sps, sizeof sps, "%.2f", a->samples_per_s);
+                int si = nser - 1;
+                sx[si][spts[si]] = counts[i];
+                sy[si][spts[si]++] = a->samples_per_s;
                 snprintf(per, sizeof per, "%.2f", a->samples_per_s / counts[i]);
                 if (base == 0) base = a->samples_per_s / counts[i];
                 snprintf(sc, sizeof sc, "%.0f%%",
@@ -122,6 +138,30 @@ int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
         }
         if (!any) rc = util_errf(e, UTIL_EXIT_FAIL, "%s fits none of these "
                                  "configurations", m->spec.name);
+    }
+    if (rc == 0 && plot) {
+        /* Series with no feasible point are left out of the picture. */
+        const char *pn[16];
+        const double *px[16], *py[16];
+        int pc[16], np = 0;
+        for (int s = 0; s < nser; s++)
+            if (spts[s]) {
+                pn[np] = snames[s];
+                px[np] = sx[s];
+                py[np] = sy[s];
+                pc[np++] = spts[s];
+            }
+        char title[160];
+        snprintf(title, sizeof title, "%s: best plan per GPU count", m->spec.name);
+        for (char *q = title; *q; q++)
+            if (*q == '\'' || *q == '\\') *q = ' ';
+        int prc = plot_capacity(plot, title, np, pn, pc, px, py, e);
+        if (prc < 0) rc = -1;
+        else if (prc > 0) fprintf(stderr, "sluice plan: %s\n", e->msg);
+    }
+    for (int s = 0; s < nser; s++) {
+        free(sx[s]);
+        free(sy[s]);
     }
     json_decref(rows);
     util_table_free(tb);

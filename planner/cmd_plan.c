@@ -28,7 +28,8 @@ static void usage(FILE *f)
         "  --host-mem SIZE, --nvme N, --pcie-gen G   adjust the server template\n"
         "  --json             print the answer as JSON\n"
         "  --out FILE         write the chosen plan (for sluice sim --plan)\n"
-        "  --plot PREFIX      draw the chosen plan's timeline and memory (gnuplot)\n"
+        "  --plot PREFIX      draw the chosen plan's timeline and memory, or with\n"
+        "                     --gpus the capacity curve (gnuplot)\n"
         "  --exhaustive       simulate every candidate (no pruning by bounds)\n"
         "\nexit codes: 0 a plan was found, 1 nothing fits, 2 bad usage or input\n",
         PLAN_DEFAULT_BATCH);
@@ -356,9 +357,45 @@ int plan_cmd_main(int argc, char **argv)
     int rc;
     if (parse(argc, argv, &c, &e)) rc = -1;
     else if (c.gpus) rc = plan_capacity(c.hw_n, c.argv + c.hw_at, &c.ho,
-                                        c.model, c.gpus, &c.po, c.json, &e);
+                                        c.model, c.gpus, &c.po, c.json, c.plot, &e);
     else rc = one(&c, &e);
     if (rc == 0) return 0;
     fprintf(stderr, "sluice plan: %s\n", e.msg);
     return e.code ? e.code : UTIL_EXIT_FAIL;
+}
+
+/* `sluice validate FILE.csv...`: predicted against measured throughput. */
+int plan_validate_main(int argc, char **argv)
+{
+    int json = 0, nfiles = 0, rc = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: sluice validate [--json] FILE.csv...\n\n"
+                   "Plans every row of a table of published measurements with\n"
+                   "its layout and batch fixed and prints predicted against\n"
+                   "measured TFLOP/s per GPU, per-row error and the mean\n"
+                   "absolute percentage error (validation/ holds the tables).\n");
+            return 0;
+        }
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (argv[i][0] == '-') {
+            fprintf(stderr, "sluice validate: unknown option '%s'\n", argv[i]);
+            return UTIL_EXIT_USAGE;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-') continue;
+        nfiles++;
+        util_err e = {0};
+        if (plan_validate_file(argv[i], json, stdout, &e)) {
+            fprintf(stderr, "sluice validate: %s\n", e.msg);
+            if (e.code > rc) rc = e.code;
+        }
+    }
+    if (!nfiles) {
+        fprintf(stderr, "sluice validate: name a table, e.g. validation/"
+                "megatron-sc21-table1.csv\n");
+        return UTIL_EXIT_USAGE;
+    }
+    return rc;
 }

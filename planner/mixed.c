@@ -129,62 +129,49 @@ static int assign(const plan_mixed_in *in, int nb, const int *first, int *dev)
     return ok;
 }
 
+/* Objective of the blocks as stages (neighbours on one device merged),
+ * or INFINITY when they do not fit; f2/d2 are scratch. */
+static double evaluate(const plan_mixed_in *in, int nb, const int *first,
+                       const int *dev, int *f2, int *d2)
+{
+    memcpy(f2, first, sizeof(int) * (size_t)(nb + 1));
+    memcpy(d2, dev, sizeof(int) * (size_t)nb);
+    int ns = merge(nb, f2, d2);
+    if (!fits(in, ns, f2, d2)) return INFINITY;
+    return plan_mixed_objective(in, ns, f2, d2);
+}
+
 /* Local search on block boundaries and placements: move one unit across a
  * boundary, or move a block to another device; accept strict improvements
- * that still fit. Bounded passes keep it fast and deterministic. */
-static double refine(const plan_mixed_in *in, int nb, int *first, int *dev)
+ * that still fit (*slot is the value changed, restored on rejection).
+ * Bounded passes keep it fast and deterministic. */
+static void refine(const plan_mixed_in *in, int nb, int *first, int *dev)
 {
     int *f2 = util_malloc(sizeof(int) * (size_t)(nb + 1));
     int *d2 = util_malloc(sizeof(int) * (size_t)nb);
-    double cur;
-    {
-        memcpy(f2, first, sizeof(int) * (size_t)(nb + 1));
-        memcpy(d2, dev, sizeof(int) * (size_t)nb);
-        int ns = merge(nb, f2, d2);
-        cur = plan_mixed_objective(in, ns, f2, d2);
-    }
+    double cur = evaluate(in, nb, first, dev, f2, d2);
+#define TRY(slot, value) do { \
+        int old_ = (slot); \
+        (slot) = (value); \
+        double v_ = evaluate(in, nb, first, dev, f2, d2); \
+        if (v_ < cur - 1e-15) { cur = v_; improved = 1; } \
+        else (slot) = old_; \
+    } while (0)
     for (int pass = 0; pass < 64; pass++) {
         int improved = 0;
-        for (int b = 1; b < nb; b++) {
+        for (int b = 1; b < nb; b++)
             for (int dir = -1; dir <= 1; dir += 2) {
                 int nf = first[b] + dir;
-                if (nf <= first[b - 1] || nf >= first[b + 1]) continue;
-                int old = first[b];
-                first[b] = nf;
-                memcpy(f2, first, sizeof(int) * (size_t)(nb + 1));
-                memcpy(d2, dev, sizeof(int) * (size_t)nb);
-                int ns = merge(nb, f2, d2);
-                double v = plan_mixed_objective(in, ns, f2, d2);
-                if (v < cur - 1e-15 && fits(in, ns, f2, d2)) {
-                    cur = v;
-                    improved = 1;
-                } else {
-                    first[b] = old;
-                }
+                if (nf > first[b - 1] && nf < first[b + 1]) TRY(first[b], nf);
             }
-        }
-        for (int b = 0; b < nb; b++) {
-            for (int d = 0; d < in->p; d++) {
-                if (d == dev[b]) continue;
-                int old = dev[b];
-                dev[b] = d;
-                memcpy(f2, first, sizeof(int) * (size_t)(nb + 1));
-                memcpy(d2, dev, sizeof(int) * (size_t)nb);
-                int ns = merge(nb, f2, d2);
-                double v = plan_mixed_objective(in, ns, f2, d2);
-                if (v < cur - 1e-15 && fits(in, ns, f2, d2)) {
-                    cur = v;
-                    improved = 1;
-                } else {
-                    dev[b] = old;
-                }
-            }
-        }
+        for (int b = 0; b < nb; b++)
+            for (int d = 0; d < in->p; d++)
+                if (d != dev[b]) TRY(dev[b], d);
         if (!improved) break;
     }
+#undef TRY
     free(f2);
     free(d2);
-    return cur;
 }
 
 int plan_mixed_partition(const plan_mixed_in *in, plan_mixed *out)

@@ -82,6 +82,7 @@ typedef struct plan_opts {
     double reserve_bytes;     /* per GPU for the framework and allocator;
                                * < 0: default (PLAN_DEFAULT_RESERVE) */
     int pp, mbs;              /* 0: search */
+    int dp, tp;               /* 0: search */
     int recompute;            /* -1: search, 0: off, 1: on */
     unsigned sched_mask;      /* bit per sim_sched; 0: all */
     double state_bytes_per_param; /* 0: 16 (Adam, mixed precision) */
@@ -136,10 +137,22 @@ int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
 
 /* Capacity planning over built-in GPU types hw[0] ("rtx2080ti" or
  * "rtx2080ti,rtx3090") and counts ("1,2,4,8"): prints a table (or JSON) of
- * the best plan of each. Returns 0, or -1 (e filled; exit code 1 when
+ * the best plan of each; with plot (a path prefix), draws throughput
+ * against GPU count (PREFIX-capacity.png/svg). Returns 0, or -1 (e filled; exit code 1 when
  * nothing fits anywhere). */
 int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
                   const char *model, const char *gpus, const plan_opts *po,
-                  int json, util_err *e);
+                  int json, const char *plot, util_err *e);
+
+/* ---- predictions against published measurements ---- */
+
+/* Runs the planner on every row of a validation table (CSV with '#'
+ * comment lines; a "# sluice: gpu=NAME vocab=V seq=S recompute=0|1
+ * schedule=NAME dtype=T" line says how to read it; columns heads, hidden,
+ * layers, tensor_parallel, pipeline_parallel, gpus, batch, tflops_per_gpu)
+ * with the row's layout and batch fixed, and prints predicted against
+ * measured TFLOP/s per GPU, the error per row and the mean absolute
+ * percentage error. Returns 0, or -1 on a bad file. */
+int plan_validate_file(const char *path, int json, FILE *out, util_err *e);
 
 #endif

@@ -36,6 +36,7 @@ int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
     *costs = NULL;
     *ir = NULL;
     *engine = NULL;
+    if (sim_plan_check(p, m, t->n_gpus, e)) return -1;
     sim_cost_opts co = {.mbs = p->mbs, .dp = p->dp, .tp = p->tp,
                         .pipes = sim_sched_pipes(p->sched),
                         .state_bytes_per_param = p->state_bytes_per_param};
@@ -129,9 +130,14 @@ typedef struct chain_in {
     double *time, *cut, *smem, *amem, *compute;
 } chain_in;
 
+/* With tensor parallelism t, a unit's compute is taken as 1/t of its
+ * single-GPU time (a lower bound: smaller GEMMs are no more efficient) and
+ * its weights as 1/t; activations split except the ~30% Megatron keeps
+ * whole (norm inputs, dropout masks: 10 of 34 s*h bytes per layer,
+ * Korthikanti et al.). The simulator has the exact account. */
 static void chain_fill(chain_in *ci, const units *u, const prof_model *m,
                        const op_times *ot, int recompute, int versions,
-                       double state_bytes, double bw, double lat_s)
+                       double state_bytes, double bw, double lat_s, int tp)
 {
     int n = u->n, mbs = ot->mbs;
     double wbytes = prof_dtype_bytes(m->spec.dtype);
@@ -146,8 +152,9 @@ static void chain_fill(chain_in *ci, const units *u, const prof_model *m,
             params += m->ops[i].params;
             act += m->ops[i].act_bytes;
         }
-        ci->time[k] = t;
-        ci->smem[k] = params * (state_bytes + (versions - 1) * wbytes);
+        ci->time[k] = t / tp;
+        ci->smem[k] = params * (state_bytes + (versions - 1) * wbytes) / tp;
+        if (tp > 1) act *= 0.3 + 0.7 / tp;
         /* Recomputation keeps only the unit's input between forward and
          * backward; the unit's full activations live only while it is
          * recomputed (counted once per stage by the simulator). */
@@ -170,7 +177,7 @@ static void chain_free(chain_in *ci)
 
 typedef struct cand {
     sim_sched sched;
-    int pp, mbs, n_mb, recompute, waves;
+    int pp, dp, tp, mbs, n_mb, recompute, waves;
     double lb_s, est_s;       /* lower bound and estimate of iteration */
     double need_bytes;        /* estimated worst-device memory */
     sim_plan plan;            /* partition filled; owned */
@@ -208,11 +215,12 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
 {
     int p = c->pp, mb = c->n_mb;
     double state = o->state_bytes_per_param > 0 ? o->state_bytes_per_param : 16;
-    /* The slowest link between consecutive pipeline devices. */
+    /* The slowest link between consecutive pipeline devices (tensor
+     * parallel ranks innermost: stage s starts at GPU s*tp). */
     double bw = INFINITY, lat = 0;
     for (int d = 0; d + 1 < p; d++) {
         int n;
-        const int *r = prof_topo_gpu_route(t, d, d + 1, &n);
+        const int *r = prof_topo_gpu_route(t, d * c->tp, (d + 1) * c->tp, &n);
         double b = prof_route_bw(t, r, n);
         if (b < bw) bw = b;
         double l = prof_route_latency_ns(t, r, n) * 1e-9;
@@ -224,7 +232,8 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
     snprintf(c->plan.hw, sizeof c->plan.hw, "%s", hw_name);
     c->plan.sched = c->sched;
     c->plan.pp = p;
-    c->plan.dp = c->plan.tp = 1;
+    c->plan.dp = c->dp;
+    c->plan.tp = c->tp;
     c->plan.mbs = c->mbs;
     c->plan.n_mb = mb;
     c->plan.recompute = c->recompute;
@@ -242,7 +251,7 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
 
     if (is_mixed(c->sched)) {
         chain_in ci;
-        chain_fill(&ci, fine, m, ot, c->recompute, versions, state, bw, lat);
+        chain_fill(&ci, fine, m, ot, c->recompute, versions, state, bw, lat, c->tp);
         plan_mixed_in in = {fine->n, ci.time, ci.cut, ci.smem, ci.amem, p, cap,
                             inflight(c->sched, 0, p, mb)};
         plan_mixed pm;
@@ -271,7 +280,7 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
     const units *u = lay->n >= S ? lay : fine;
     if (u->n < S) return;
     chain_in ci;
-    chain_fill(&ci, u, m, ot, c->recompute, versions, state, bw, lat);
+    chain_fill(&ci, u, m, ot, c->recompute, versions, state, bw, lat, c->tp);
     double *inf = util_malloc(sizeof(double) * (size_t)S);
     double *caps = util_malloc(sizeof(double) * (size_t)S);
     int *first = util_malloc(sizeof(int) * (size_t)(S + 1));
@@ -378,9 +387,24 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
     if (o->pp > n)
         return util_errf(e, UTIL_EXIT_USAGE, "--pp %d but %s has %d GPUs",
                          o->pp, t->name, n);
+    if (o->pp && n % o->pp)
+        return util_errf(e, UTIL_EXIT_USAGE, "--pp %d does not divide the %d "
+                         "GPUs of %s", o->pp, n, t->name);
     if (o->mbs > 0 && r->batch % o->mbs)
         return util_errf(e, UTIL_EXIT_USAGE, "batch %d cannot be split into "
                          "microbatches of %d", r->batch, o->mbs);
+    if (o->mbs > 0 && (o->mbs & (o->mbs - 1)))
+        return util_errf(e, UTIL_EXIT_USAGE, "--mbs %d: microbatch sizes are "
+                         "powers of two", o->mbs);
+    if (o->tp > 0 && (t->gpus_per_server > 0 ? o->tp > t->gpus_per_server : o->tp > n))
+        return util_errf(e, UTIL_EXIT_USAGE, "--tp %d is larger than a server "
+                         "of %s (%d GPUs): tensor parallelism stays inside one",
+                         o->tp, t->name, t->gpus_per_server);
+    if ((o->pp ? o->pp : 1) * (o->dp ? o->dp : 1) * (o->tp ? o->tp : 1) > n ||
+        (o->pp && o->dp && o->tp && o->pp * o->dp * o->tp != n))
+        return util_errf(e, UTIL_EXIT_USAGE, "pp %d x dp %d x tp %d does not "
+                         "match the %d GPUs of %s", o->pp ? o->pp : 1,
+                         o->dp ? o->dp : 1, o->tp ? o->tp : 1, n, t->name);
     /* Lower bound: every model FLOP at the GPU's best GEMM efficiency. */
     double peak = g->peak_flops[m->spec.dtype];
     if (peak <= 0 && m->spec.dtype == PROF_DT_BF16) peak = g->peak_flops[PROF_DT_FP16];
@@ -394,56 +418,76 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
     units lay, fine;
     units_make(m, 0, &lay);
     units_make(m, 1, &fine);
-    /* Microbatch sizes: powers of two dividing the batch. */
-    int mbs_list[16], n_mbs = 0;
-    for (int b = 1; b <= r->batch && n_mbs < 16; b *= 2)
-        if (r->batch % b == 0 && (o->mbs == 0 || o->mbs == b))
-            mbs_list[n_mbs++] = b;
-    if (o->mbs > 0 && n_mbs == 0) mbs_list[n_mbs++] = o->mbs;
-    op_times *ot = util_calloc((size_t)n_mbs, sizeof *ot);
-    for (int i = 0; i < n_mbs; i++) op_times_fill(&ot[i], m, g, mbs_list[i]);
+    /* Per-op times per microbatch size (powers of two), filled on first
+     * use. */
+    enum { MAX_LOG_MBS = 16 };
+    op_times ot[MAX_LOG_MBS + 1];
+    memset(ot, 0, sizeof ot);
 
-    /* Until data parallelism lands, a pipeline spans every GPU. */
-    int p = o->pp > 0 ? o->pp : n;
+    /* Layouts: tensor parallel inside a server (dividing the heads),
+     * pipeline depth, data parallel width = the rest. */
     int ncand = 0, capc = 64;
     cand *cs = util_calloc((size_t)capc, sizeof *cs);
-    for (int sc = 0; sc < SIM_SCHED_COUNT; sc++) {
-        if (!sim_sched_plannable((sim_sched)sc)) continue;
-        if (o->sched_mask && !(o->sched_mask & (1u << sc))) continue;
-        for (int bi = 0; bi < n_mbs; bi++) {
-            for (int rc = 0; rc <= 1; rc++) {
-                if (o->recompute >= 0 && rc != o->recompute) continue;
-                for (int w = 1; w <= (sc == SIM_SCHED_WAVE ? 4 : 1); w *= 2) {
-                    cand c = {.sched = (sim_sched)sc, .pp = p,
-                              .mbs = mbs_list[bi],
-                              .n_mb = r->batch / mbs_list[bi],
-                              .recompute = rc, .waves = w};
-                    sim_sched_opts so = {.sched = c.sched, .pp = p,
-                                         .n_stages = sc == SIM_SCHED_WAVE ? 2 * w * p
-                                                     : is_mixed(c.sched) ? 2 * p : p,
-                                         .n_mb = c.n_mb, .recompute = rc,
-                                         .waves = w, .n_minibatches = 4};
-                    util_err ce;
-                    plan_alt *a = &r->alt[sc];
-                    if (sim_sched_check(&so, &ce)) {
-                        alt_reason(a, "not applicable: %s", ce.msg);
-                        continue;
+    int per_server = t->gpus_per_server > 0 ? t->gpus_per_server : n;
+    char layout_why[200] = "";
+    for (int tp = 1; tp <= per_server && tp <= n; tp *= 2) {
+        if (o->tp && tp != o->tp) continue;
+        if (m->spec.heads % tp || m->spec.kv_heads % tp) continue;
+        for (int p = 1; p <= n / tp; p++) {
+            if ((n / tp) % p || (o->pp && p != o->pp)) continue;
+            int d = n / (tp * p);
+            if (n % tp || (o->dp && d != o->dp)) continue;
+            if (r->batch % d) {
+                snprintf(layout_why, sizeof layout_why, "batch %d does not split "
+                         "over %d data-parallel replicas", r->batch, d);
+                continue;
+            }
+            int bd = r->batch / d;
+            for (int lb = 0; lb <= MAX_LOG_MBS && (1 << lb) <= bd; lb++) {
+                int mbs = 1 << lb;
+                if (bd % mbs || (o->mbs && mbs != o->mbs)) continue;
+                for (int sc = 0; sc < SIM_SCHED_COUNT; sc++) {
+                    if (!sim_sched_plannable((sim_sched)sc)) continue;
+                    if (o->sched_mask && !(o->sched_mask & (1u << sc))) continue;
+                    for (int rc = 0; rc <= 1; rc++) {
+                        if (o->recompute >= 0 && rc != o->recompute) continue;
+                        for (int w = 1; w <= (sc == SIM_SCHED_WAVE ? 4 : 1); w *= 2) {
+                            cand c = {.sched = (sim_sched)sc, .pp = p, .dp = d,
+                                      .tp = tp, .mbs = mbs, .n_mb = bd / mbs,
+                                      .recompute = rc, .waves = w};
+                            sim_sched_opts so = {
+                                .sched = c.sched, .pp = p,
+                                .n_stages = sc == SIM_SCHED_WAVE ? 2 * w * p
+                                            : is_mixed(c.sched) ? 2 * p : p,
+                                .n_mb = c.n_mb, .recompute = rc, .waves = w,
+                                .n_minibatches = 4};
+                            util_err ce;
+                            plan_alt *a = &r->alt[sc];
+                            if (sim_sched_check(&so, &ce)) {
+                                alt_reason(a, "not applicable: %s", ce.msg);
+                                continue;
+                            }
+                            a->tried = 1;
+                            if (ncand == capc)
+                                cs = util_realloc(cs, sizeof *cs * (size_t)(capc *= 2));
+                            cs[ncand++] = c;
+                        }
                     }
-                    a->tried = 1;
-                    if (ncand == capc)
-                        cs = util_realloc(cs, sizeof *cs * (size_t)(capc *= 2));
-                    cs[ncand++] = c;
                 }
             }
         }
     }
+    if (!ncand && layout_why[0])
+        for (int sc = 0; sc < SIM_SCHED_COUNT; sc++)
+            alt_reason(&r->alt[sc], "not applicable: %s", layout_why);
     r->candidates = ncand;
     r->min_need_bytes = INFINITY;
     for (int i = 0; i < ncand; i++) {
         cs[i].idx = i;
-        int bi = 0;
-        while (mbs_list[bi] != cs[i].mbs) bi++;
-        cand_partition(&cs[i], m, t, &lay, &fine, &ot[bi], o, cap, model_name,
+        int lb = 0;
+        while ((1 << lb) != cs[i].mbs) lb++;
+        if (!ot[lb].f) op_times_fill(&ot[lb], m, g, cs[i].mbs);
+        cand_partition(&cs[i], m, t, &lay, &fine, &ot[lb], o, cap, model_name,
                        hw_name);
         if (!cs[i].ok) {
             if (cs[i].need_bytes > 0 && cs[i].need_bytes + r->reserve_bytes < r->min_need_bytes)
@@ -507,8 +551,8 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
     progress(o, t0, ncand, ncand);
     for (int i = 0; i < ncand; i++) sim_plan_free(&cs[i].plan);
     free(cs);
-    for (int i = 0; i < n_mbs; i++) op_times_free(&ot[i]);
-    free(ot);
+    for (int i = 0; i <= MAX_LOG_MBS; i++)
+        if (ot[i].f) op_times_free(&ot[i]);
     units_free(&lay);
     units_free(&fine);
 

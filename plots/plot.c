@@ -37,7 +37,7 @@ static int shade(int rgb, int mb)
     return (r << 16) | (g << 8) | b;
 }
 
-static int run_gnuplot(const char *script, util_err *e)
+int plot_run_gnuplot(const char *script, util_err *e)
 {
     char *const argv[] = {(char *)"gnuplot", (char *)script, NULL};
     pid_t pid;
@@ -208,7 +208,7 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
     fclose(gf);
     snprintf(path, sizeof path, "%s.gp", prefix);
     if (write_text(path, gbuf, glen, e)) rc = -1;
-    else rc = run_gnuplot(path, e);
+    else rc = plot_run_gnuplot(path, e);
     free(bx);
     json_decref(root);
     return rc;

@@ -14,4 +14,17 @@
  * still written), -1 on error. */
 int plot_pipeline(const char *trace_path, const char *prefix, util_err *e);
 
+/* Runs `gnuplot SCRIPT`: 0 when it succeeded, 1 when gnuplot is not
+ * installed (e says so), -1 when it failed. */
+int plot_run_gnuplot(const char *script, util_err *e);
+
+/* Capacity planning: throughput against GPU count, one line per GPU type,
+ * with linear scaling from each type's first point dashed. Series i has
+ * n[i] points (gpus, samples/s). Writes PREFIX-capacity.{png,svg}, the data
+ * and the script. Returns as plot_pipeline does. */
+int plot_capacity(const char *prefix, const char *title, int nseries,
+                  const char *const *names, const int *n,
+                  const double *const *gpus, const double *const *sps,
+                  util_err *e);
+
 #endif

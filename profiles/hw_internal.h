@@ -38,7 +38,12 @@ typedef struct prof_topo_x {
     size_t n_recs, cap_recs;
     int **blocks;                 /* pool of route storage, never moved */
     size_t n_blocks, block_used, block_cap;
-    unsigned char *src_done;      /* per source: bulk routes computed */
+    int *src_queries;             /* per source: routes asked so far */
+    double *levels;               /* distinct link bandwidths, descending */
+    int n_levels;
+    unsigned *seen, *want;        /* search scratch, by stamp */
+    unsigned stamp;
+    int *par, *queue, *path;
     /* capacities of the growable arrays */
     int cap_nodes, cap_links, cap_types;
 } prof_topo_x;

@@ -185,8 +185,11 @@ int prof_dl_tail(const prof_topo *t, int dl);
 /* The GPU type of global GPU g (lent). */
 const prof_gpu *prof_topo_gpu(const prof_topo *t, int g);
 /* Route from node a to node b as directed link ids; *n gets the count.
- * Lent; empty (NULL, 0) when a == b or when b cannot be reached. Routes are widest-path (largest bottleneck
- * bandwidth), then fewest hops, then lowest node index: deterministic. */
+ * Lent, valid until prof_topo_free; empty (NULL, 0) when a == b or b
+ * cannot be reached. Routes are widest-path (largest bottleneck
+ * bandwidth), then fewest hops, then the lexicographically smallest node
+ * sequence: deterministic. Computed on first use and cached (thread-safe);
+ * consumer GPUs stage through host memory (profiles/hw/README.md). */
 const int *prof_topo_route(const prof_topo *t, int a, int b, int *n);
 /* Route between GPUs (by global GPU index). */
 const int *prof_topo_gpu_route(const prof_topo *t, int ga, int gb, int *n);

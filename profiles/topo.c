@@ -8,6 +8,7 @@
  * until prof_topo_free. */
 #include "profiles/hw_internal.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,12 +89,20 @@ static void cache_clear(prof_topo_x *x)
     free(x->keys);
     free(x->vals);
     free(x->recs);
-    free(x->src_done);
+    free(x->src_queries);
+    free(x->seen);
+    free(x->want);
+    free(x->par);
+    free(x->queue);
+    free(x->path);
+    x->seen = x->want = NULL;
+    x->par = x->queue = x->path = NULL;
+    x->stamp = 0;
+    x->src_queries = NULL;
     x->blocks = NULL;
     x->keys = NULL;
     x->vals = NULL;
     x->recs = NULL;
-    x->src_done = NULL;
     x->n_blocks = x->block_used = x->block_cap = 0;
     x->cap = x->used = x->n_recs = x->cap_recs = 0;
 }
@@ -109,6 +118,7 @@ void prof_topo_free(prof_topo *t)
         free(x->adj_dl);
         free(x->gpu_dram);
         free(x->gpu_nvme);
+        free(x->levels);
         pthread_mutex_destroy(&x->mu);
         free(x);
     }
@@ -156,6 +166,12 @@ static int cmp_adj(const void *a, const void *b)
     const adj_ent *x = a, *y = b;
     if (x->node != y->node) return x->node < y->node ? -1 : 1;
     return (x->dl > y->dl) - (x->dl < y->dl);
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
 }
 
 static int uf_find(int *p, int v)
@@ -350,7 +366,18 @@ int prof_topo_finish(prof_topo *t, util_err *e)
     }
     free(dist);
     free(queue);
-    x->src_done = util_calloc((size_t)n, 1);
+    x->src_queries = util_calloc((size_t)n, sizeof *x->src_queries);
+
+    /* distinct link bandwidths, highest first: the search levels */
+    free(x->levels);
+    x->levels = util_malloc(sizeof(double) * (size_t)(t->n_links + 1));
+    for (int i = 0; i < t->n_links; i++)
+        x->levels[i] = t->links[i].bw_bytes_per_s;
+    qsort(x->levels, (size_t)t->n_links, sizeof(double), cmp_desc);
+    x->n_levels = 0;
+    for (int i = 0; i < t->n_links; i++)
+        if (!x->n_levels || x->levels[i] != x->levels[x->n_levels - 1])
+            x->levels[x->n_levels++] = x->levels[i];
     return 0;
 }
 
@@ -484,85 +511,19 @@ static const prof_route_rec *cache_put(prof_topo_x *x, uint64_t key,
     return &x->recs[x->n_recs++];
 }
 
-/* ---- search ---- */
-
-/* Scratch for one search from one source. */
-typedef struct search {
-    double *w;          /* widest bottleneck to each node; -1 unreachable */
-    int *par;           /* directed link into each node (per class pass) */
-    int *seen;          /* BFS stamp */
-    int *queue;
-    int *heap;          /* node ids, ordered by w */
-    int *pos;           /* position in heap or -1 */
-    int nheap;
-} search;
-
-static void s_init(search *s, int n)
-{
-    s->w = util_malloc(sizeof(double) * (size_t)n);
-    s->par = util_malloc(sizeof(int) * (size_t)n);
-    s->seen = util_malloc(sizeof(int) * (size_t)n);
-    s->queue = util_malloc(sizeof(int) * (size_t)n);
-    s->heap = util_malloc(sizeof(int) * (size_t)n);
-    s->pos = util_malloc(sizeof(int) * (size_t)n);
-}
-
-static void s_free(search *s)
-{
-    free(s->w);
-    free(s->par);
-    free(s->seen);
-    free(s->queue);
-    free(s->heap);
-    free(s->pos);
-}
-
-/* Max-heap on w, ties by lower node index (determinism only). */
-static int h_less(const search *s, int a, int b)
-{
-    if (s->w[a] != s->w[b]) return s->w[a] > s->w[b];
-    return a < b;
-}
-
-static void h_up(search *s, int i)
-{
-    int v = s->heap[i];
-    while (i > 0) {
-        int p = (i - 1) / 2;
-        if (!h_less(s, v, s->heap[p])) break;
-        s->heap[i] = s->heap[p];
-        s->pos[s->heap[i]] = i;
-        i = p;
-    }
-    s->heap[i] = v;
-    s->pos[v] = i;
-}
-
-static void h_down(search *s, int i)
-{
-    int v = s->heap[i];
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= s->nheap) break;
-        if (c + 1 < s->nheap && h_less(s, s->heap[c + 1], s->heap[c])) c++;
-        if (!h_less(s, s->heap[c], v)) break;
-        s->heap[i] = s->heap[c];
-        s->pos[s->heap[i]] = i;
-        i = c;
-    }
-    s->heap[i] = v;
-    s->pos[v] = i;
-}
+/* ---- search ----
+ * The widest bottleneck to b is one of the link bandwidths, and it is the
+ * largest level T at which b is reachable over links of at least T. So a
+ * route is found by breadth-first searches at the distinct bandwidth levels,
+ * highest first: the first search that reaches b gives the widest path, and
+ * breadth-first order with neighbours sorted by index gives the fewest hops
+ * and then the lexicographically smallest node sequence. High levels span
+ * small islands (NVLink, one server's PCIe), so most searches are tiny. */
 
 /* Which links and nodes a search may use. */
 typedef struct rules {
     int nvlink_only;    /* NVLink links only; only NVSwitches forward */
 } rules;
-
-static int link_ok(const prof_topo *t, const rules *r, int dl)
-{
-    return !r->nvlink_only || t->links[dl >> 1].kind == PROF_LINK_NVLINK;
-}
 
 static int fwd_ok(const prof_topo *t, const rules *r, int v)
 {
@@ -571,129 +532,105 @@ static int fwd_ok(const prof_topo *t, const rules *r, int v)
     return forwards(k);
 }
 
-/* Widest bottleneck from src to every node (modified Dijkstra; exact for
- * the max-min objective). */
-static void widest(const prof_topo *t, const rules *r, int src, search *s)
+/* Scratch kept in x between searches (under the mutex); stamps avoid
+ * clearing n-sized arrays for every search. */
+static unsigned next_stamp(prof_topo_x *x, int n)
 {
-    const prof_topo_x *x = t->x;
-    int n = t->n_nodes;
-    for (int v = 0; v < n; v++) {
-        s->w[v] = -1;
-        s->pos[v] = -1;
+    if (!x->seen) {
+        x->seen = util_calloc((size_t)n, sizeof *x->seen);
+        x->want = util_calloc((size_t)n, sizeof *x->want);
+        x->par = util_malloc(sizeof(int) * (size_t)n);
+        x->queue = util_malloc(sizeof(int) * (size_t)n);
+        x->path = util_malloc(sizeof(int) * (size_t)n);
     }
-    s->w[src] = HUGE_VAL;
-    s->nheap = 0;
-    s->heap[s->nheap++] = src;
-    s->pos[src] = 0;
-    while (s->nheap) {
-        int v = s->heap[0];
-        s->pos[v] = -2;     /* settled */
-        s->heap[0] = s->heap[--s->nheap];
-        if (s->nheap) h_down(s, 0);
-        if (v != src && !fwd_ok(t, r, v)) continue;
-        for (int i = x->adj_off[v]; i < x->adj_off[v + 1]; i++) {
-            int u = x->adj_node[i], dl = x->adj_dl[i];
-            if (s->pos[u] == -2 || !link_ok(t, r, dl)) continue;
-            double bw = t->links[dl >> 1].bw_bytes_per_s;
-            double c = s->w[v] < bw ? s->w[v] : bw;
-            if (c > s->w[u]) {
-                s->w[u] = c;
-                if (s->pos[u] < 0) {
-                    s->heap[s->nheap] = u;
-                    h_up(s, s->nheap++);
-                } else {
-                    h_up(s, s->pos[u]);
-                }
-            }
-        }
-    }
+    return ++x->stamp;
 }
 
-/* BFS from src over links of at least thr: fewest hops, neighbours in
- * index order, so the first parent found gives the lexicographically
- * smallest node sequence among shortest paths. */
-static void bfs(const prof_topo *t, const rules *r, int src, double thr,
-                int stamp, search *s)
+/* BFS from src over links of at least thr, stopping once `left` wanted
+ * nodes (marked want == wstamp) are found. Returns how many were found. */
+static int bfs(const prof_topo *t, const rules *r, int src, double thr,
+               unsigned stamp, unsigned wstamp, int left)
 {
-    const prof_topo_x *x = t->x;
-    int qh = 0, qt = 0;
-    s->seen[src] = stamp;
-    s->par[src] = -1;
-    s->queue[qt++] = src;
-    while (qh < qt) {
-        int v = s->queue[qh++];
+    prof_topo_x *x = t->x;
+    int qh = 0, qt = 0, found = 0;
+    x->seen[src] = stamp;
+    x->par[src] = -1;
+    x->queue[qt++] = src;
+    while (qh < qt && found < left) {
+        int v = x->queue[qh++];
         if (v != src && !fwd_ok(t, r, v)) continue;
         for (int i = x->adj_off[v]; i < x->adj_off[v + 1]; i++) {
             int u = x->adj_node[i], dl = x->adj_dl[i];
-            if (s->seen[u] == stamp || !link_ok(t, r, dl) ||
-                t->links[dl >> 1].bw_bytes_per_s < thr)
+            const prof_link *l = &t->links[dl >> 1];
+            if (x->seen[u] == stamp || l->bw_bytes_per_s < thr ||
+                (r->nvlink_only && l->kind != PROF_LINK_NVLINK))
                 continue;
-            s->seen[u] = stamp;
-            s->par[u] = dl;
-            s->queue[qt++] = u;
+            x->seen[u] = stamp;
+            x->par[u] = dl;
+            x->queue[qt++] = u;
+            if (x->want[u] == wstamp && ++found == left) break;
         }
     }
+    return found;
 }
 
-static int cmp_desc(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x < y) - (x > y);
-}
-
-/* Computes routes from src to each of targets[0..nt) and stores them under
- * key space `space`. The caller holds the mutex. */
+/* Computes routes from src to each of targets[0..nt) not cached yet and
+ * stores them under key space `space`; unreachable ones get an empty
+ * record. The caller holds the mutex. */
 static void compute_routes(const prof_topo *t, const rules *r, int space,
                            int src, const int *targets, int nt)
 {
     prof_topo_x *x = t->x;
     int n = t->n_nodes;
-    search s;
-    s_init(&s, n);
-    widest(t, r, src, &s);
-    double *cls = util_malloc(sizeof(double) * (size_t)(nt ? nt : 1));
-    int ncls = 0;
-    for (int i = 0; i < nt; i++)
-        if (targets[i] != src && s.w[targets[i]] > 0)
-            cls[ncls++] = s.w[targets[i]];
-    qsort(cls, (size_t)ncls, sizeof *cls, cmp_desc);
-    for (int v = 0; v < n; v++) s.seen[v] = -1;
-    int *path = util_malloc(sizeof(int) * (size_t)n);
-    for (int c = 0; c < ncls; c++) {
-        if (c > 0 && cls[c] == cls[c - 1]) continue;
-        bfs(t, r, src, cls[c], c, &s);
-        for (int i = 0; i < nt; i++) {
-            int b = targets[i];
-            if (b == src || s.w[b] != cls[c]) continue;
-            uint64_t key = mkkey(t, space, src, b);
-            if (cache_get(x, key)) continue;
-            HW_NEVER(s.seen[b] != c);
-            int len = 0;
-            for (int v = b; v != src; v = prof_dl_tail(t, s.par[v]))
-                path[len++] = s.par[v];
-            for (int i2 = 0; i2 < len / 2; i2++) {
-                int tmp = path[i2];
-                path[i2] = path[len - 1 - i2];
-                path[len - 1 - i2] = tmp;
-            }
-            cache_put(x, key, path, len);
-        }
+    /* one search uses at most n_levels + 1 stamps; clear before a wrap */
+    if (x->seen && x->stamp > UINT_MAX - (unsigned)x->n_levels - 2) {
+        memset(x->seen, 0, sizeof *x->seen * (size_t)n);
+        memset(x->want, 0, sizeof *x->want * (size_t)n);
+        x->stamp = 0;
     }
-    /* unreachable targets get an empty record, so they are not searched
-     * again */
+    unsigned wstamp = next_stamp(x, n);
+    int left = 0;
     for (int i = 0; i < nt; i++) {
         int b = targets[i];
-        uint64_t key = mkkey(t, space, src, b);
-        if (!cache_get(x, key)) cache_put(x, key, NULL, 0);
+        if (b == src || x->want[b] == wstamp ||
+            cache_get(x, mkkey(t, space, src, b)))
+            continue;
+        x->want[b] = wstamp;
+        left++;
     }
-    free(path);
-    free(cls);
-    s_free(&s);
+    for (int lv = 0; lv < x->n_levels && left > 0; lv++) {
+        unsigned stamp = next_stamp(x, n);
+        if (!bfs(t, r, src, x->levels[lv], stamp, wstamp, left)) continue;
+        for (int i = 0; i < nt; i++) {
+            int b = targets[i];
+            if (x->want[b] != wstamp || x->seen[b] != stamp) continue;
+            x->want[b] = 0;     /* done */
+            left--;
+            int len = 0;
+            for (int v = b; v != src; v = prof_dl_tail(t, x->par[v]))
+                x->path[len++] = x->par[v];
+            for (int k = 0; k < len / 2; k++) {
+                int tmp = x->path[k];
+                x->path[k] = x->path[len - 1 - k];
+                x->path[len - 1 - k] = tmp;
+            }
+            cache_put(x, mkkey(t, space, src, b), x->path, len);
+        }
+    }
+    for (int i = 0; i < nt && left > 0; i++)
+        if (x->want[targets[i]] == wstamp) {
+            x->want[targets[i]] = 0;
+            left--;
+            cache_put(x, mkkey(t, space, src, targets[i]), NULL, 0);
+        }
 }
 
-/* Plain (unstaged) route a->b; caller holds the mutex. The first query
- * from a source computes its routes to every GPU and to every node of its
- * own server at once: one search serves them all. */
+/* After this many single routes from one source, compute its routes to
+ * every GPU and every node of its server at once: all-pairs use is then
+ * one search per level per source, sparse use never pays for it. */
+#define BULK_AFTER 4
+
+/* Plain (unstaged) route a->b; caller holds the mutex. */
 static const prof_route_rec *plain(const prof_topo *t, int a, int b)
 {
     prof_topo_x *x = t->x;
@@ -701,8 +638,11 @@ static const prof_route_rec *plain(const prof_topo *t, int a, int b)
     const prof_route_rec *rec = cache_get(x, key);
     if (rec) return rec;
     rules r = {0};
-    if (!x->src_done[a]) {
-        x->src_done[a] = 1;
+    if (x->src_queries[a] < BULK_AFTER) {
+        x->src_queries[a]++;
+        compute_routes(t, &r, KEY_PLAIN, a, &b, 1);
+    } else if (x->src_queries[a] == BULK_AFTER) {
+        x->src_queries[a]++;
         int *tg = util_malloc(sizeof(int) * (size_t)(t->n_nodes + 1));
         int nt = 0;
         for (int v = 0; v < t->n_nodes; v++)

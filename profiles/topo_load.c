@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const node_kinds[] = {"gpu", "cpu", "pcie_switch", "dram",
     "nvme", "nic", "nvswitch", "net_switch", NULL};
@@ -342,6 +343,10 @@ static prof_topo *load(const char *path, const char *text,
                   "server file)", path, line ? line : 1, col ? col : 1);
     } else if (util_jstr(&root, "format", 0, fmt, sizeof fmt, e)) {
         /* error filled */
+    } else if (!strcmp(fmt, "sluice-gpus")) {
+        util_jerr(e, &root, "format", "this is a GPU catalog, not a server "
+                  "file (prof_gpu_catalog_load reads it; a server file can "
+                  "define GPU types under gpu_types)");
     } else if (strcmp(fmt, "sluice-server")) {
         util_jerr(e, &root, "format", "'%s' is not a server file (expected "
                   "\"sluice-server\")", fmt);
@@ -371,10 +376,14 @@ prof_topo *prof_topo_load_text(const char *name, const char *text,
 
 /* ---- --hw arguments ---- */
 
+/* A path (with '/' or ending .json), or an existing file that is not a
+ * catalog GPU name. */
 static int is_file_arg(const char *s)
 {
     size_t n = strlen(s);
-    return strchr(s, '/') || (n > 5 && !strcmp(s + n - 5, ".json"));
+    if (strchr(s, '/') || (n > 5 && !strcmp(s + n - 5, ".json"))) return 1;
+    prof_gpu g;
+    return prof_gpu_get(s, &g, NULL) != 0 && access(s, R_OK) == 0;
 }
 
 static int parse_count(const char *s, int *out, util_err *e)

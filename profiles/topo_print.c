@@ -77,8 +77,10 @@ static void print_sub(FILE *f, const prof_topo *t, tree *tr, int v,
 {
     const prof_topo_x *x = t->x;
     /* children: unplaced neighbours over PCIe/memory in the same server */
-    int kids[256], kl[256], nk = 0;
-    for (int i = x->adj_off[v]; i < x->adj_off[v + 1] && nk < 256; i++) {
+    int deg = x->adj_off[v + 1] - x->adj_off[v];
+    int *kids = util_malloc(sizeof(int) * (size_t)(2 * deg + 1));
+    int *kl = kids + deg, nk = 0;
+    for (int i = x->adj_off[v]; i < x->adj_off[v + 1]; i++) {
         int u = x->adj_node[i], li = x->adj_dl[i] >> 1;
         if (tr->placed[u] || !tree_edge(t->links[li].kind) ||
             t->nodes[u].server != t->nodes[v].server)
@@ -99,6 +101,7 @@ static void print_sub(FILE *f, const prof_topo *t, tree *tr, int v,
             prefix[l] = 0;
         }
     }
+    free(kids);
 }
 
 static void print_server(FILE *f, const prof_topo *t, tree *tr, int s)
@@ -250,6 +253,7 @@ void prof_topo_print(const prof_topo *t, FILE *f)
             "per direction\n", t->n_gpus, t->n_gpus == 1 ? "" : "s",
             t->n_servers, t->n_servers == 1 ? "" : "s");
 
+    fprintf(f, "%-*s%s\n", COL_LINK, "", "link to parent, per direction");
     tree tr;
     tr.placed = util_calloc((size_t)t->n_nodes, sizeof(int));
     tr.parent_link = NULL;

@@ -594,6 +594,11 @@ Test(hw_args, forms_and_errors)
     cr_assert_not_null(t, "%s", e.msg);
     cr_assert_eq(t->n_gpus, 4);
     prof_topo_free(t);
+    t = args("rtx2080ti", "12", &e);    /* a bare count, two servers */
+    cr_assert_not_null(t, "%s", e.msg);
+    cr_assert_eq(t->n_gpus, 12);
+    cr_assert_eq(t->n_servers, 2);
+    prof_topo_free(t);
     t = args("h100-sxm", NULL, &e);     /* one node */
     cr_assert_not_null(t, "%s", e.msg);
     cr_assert_eq(t->n_gpus, 8);

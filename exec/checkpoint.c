@@ -1,0 +1,192 @@
+/* Checkpoints: a fixed header, the parameter and AdamW arenas, and a
+ * checksum, written in one util_write_atomic call (temporary file, fsync,
+ * rename), so the file a user names is either the old one or the new one,
+ * never half of each. */
+#include "exec/exec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CKPT_MAGIC "SLUICEC1"
+#define CKPT_VERSION 1
+
+/* On-disk header: fixed-width fields, native (little-endian) order. */
+typedef struct ckpt_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t header_bytes;
+    int32_t cfg[8];          /* vocab max_pos hidden layers heads ffn bias tied */
+    int32_t B, T;
+    uint64_t seed;
+    int64_t step;
+    uint64_t n_params;
+} ckpt_header;
+
+static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001B3ull;
+    }
+    return h;
+}
+
+#define FNV_INIT 0xCBF29CE484222325ull
+
+static void cfg_pack(const exec_gpt_config *c, int32_t *o)
+{
+    o[0] = c->vocab; o[1] = c->max_pos; o[2] = c->hidden; o[3] = c->layers;
+    o[4] = c->heads; o[5] = c->ffn; o[6] = c->bias; o[7] = c->tied;
+}
+
+static void cfg_unpack(const int32_t *o, exec_gpt_config *c)
+{
+    c->vocab = o[0]; c->max_pos = o[1]; c->hidden = o[2]; c->layers = o[3];
+    c->heads = o[4]; c->ffn = o[5]; c->bias = o[6]; c->tied = o[7];
+}
+
+static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
+{
+    snprintf(buf, n,
+             "hidden %d, layers %d, heads %d, ffn %d, vocab %d, max_pos %d, "
+             "%s, %s",
+             c->hidden, c->layers, c->heads, c->ffn, c->vocab, c->max_pos,
+             c->bias ? "biases" : "no biases",
+             c->tied ? "tied head" : "untied head");
+}
+
+int exec_ckpt_save(const char *path, exec_gpt *m, const exec_ckpt_meta *meta,
+                   util_err *e)
+{
+    size_t P = exec_gpt_num_params(m);
+    size_t body = 3 * P * sizeof(float);
+    size_t len = sizeof(ckpt_header) + body + sizeof(uint64_t);
+    char *buf = util_malloc(len);
+    ckpt_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, CKPT_MAGIC, 8);
+    h.version = CKPT_VERSION;
+    h.header_bytes = sizeof h;
+    cfg_pack(exec_gpt_cfg(m), h.cfg);
+    h.B = meta->B;
+    h.T = meta->T;
+    h.seed = meta->seed;
+    h.step = meta->step;
+    h.n_params = P;
+    memcpy(buf, &h, sizeof h);
+    /* params, then m and v (gradients are not state between steps). */
+    memcpy(buf + sizeof h, exec_gpt_params(m), P * sizeof(float));
+    memcpy(buf + sizeof h + P * sizeof(float), exec_gpt_adam_m(m),
+           2 * P * sizeof(float));
+    uint64_t sum = fnv1a(buf, sizeof h + body, FNV_INIT);
+    memcpy(buf + sizeof h + body, &sum, sizeof sum);
+    int rc = util_write_atomic(path, buf, len, e);
+    free(buf);
+    if (rc) return util_err_prefix(e, "checkpoint not saved");
+    return 0;
+}
+
+/* Reads and validates the whole file; on success *buf holds it. */
+static int ckpt_read(const char *path, char **buf, size_t *len,
+                     ckpt_header *h, util_err *e)
+{
+    if (util_read_file(path, buf, len, e)) {
+        e->code = UTIL_EXIT_USAGE;
+        return util_err_prefix(e, "checkpoint");
+    }
+    if (*len < 8 || memcmp(*buf, CKPT_MAGIC, 8)) {
+        free(*buf);
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "%s: not a sluice checkpoint (no '%s' header)", path,
+                         CKPT_MAGIC);
+    }
+    if (*len < sizeof *h) {
+        free(*buf);
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "%s: truncated checkpoint (%zu bytes, the header "
+                         "alone is %zu)",
+                         path, *len, sizeof *h);
+    }
+    memcpy(h, *buf, sizeof *h);
+    if (h->version != CKPT_VERSION || h->header_bytes != sizeof *h) {
+        free(*buf);
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "%s: checkpoint format version %u, this sluice reads "
+                         "version %d",
+                         path, h->version, CKPT_VERSION);
+    }
+    size_t want = sizeof *h + 3 * (size_t)h->n_params * sizeof(float) +
+                  sizeof(uint64_t);
+    if (h->n_params > ((size_t)1 << 40) || *len != want) {
+        free(*buf);
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "%s: %s checkpoint: %zu bytes, a checkpoint of %llu "
+                         "parameters has %zu",
+                         path, *len < want ? "truncated" : "oversized", *len,
+                         (unsigned long long)h->n_params, want);
+    }
+    uint64_t sum;
+    memcpy(&sum, *buf + want - sizeof sum, sizeof sum);
+    if (fnv1a(*buf, want - sizeof sum, FNV_INIT) != sum) {
+        free(*buf);
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "%s: corrupt checkpoint (checksum mismatch)", path);
+    }
+    return 0;
+}
+
+static void meta_of(const ckpt_header *h, exec_ckpt_meta *meta)
+{
+    cfg_unpack(h->cfg, &meta->cfg);
+    meta->B = h->B;
+    meta->T = h->T;
+    meta->seed = h->seed;
+    meta->step = h->step;
+}
+
+int exec_ckpt_peek(const char *path, exec_ckpt_meta *meta, util_err *e)
+{
+    char *buf;
+    size_t len;
+    ckpt_header h;
+    if (ckpt_read(path, &buf, &len, &h, e)) return -1;
+    free(buf);
+    meta_of(&h, meta);
+    if (exec_gpt_config_check(&meta->cfg, e) || meta->B < 1 || meta->T < 1 ||
+        meta->T > meta->cfg.max_pos || meta->step < 0) {
+        e->code = UTIL_EXIT_USAGE;
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "%s: corrupt checkpoint (invalid header values)",
+                         path);
+    }
+    return 0;
+}
+
+int exec_ckpt_load(const char *path, exec_gpt *m, exec_ckpt_meta *meta,
+                   util_err *e)
+{
+    char *buf;
+    size_t len;
+    ckpt_header h;
+    if (ckpt_read(path, &buf, &len, &h, e)) return -1;
+    meta_of(&h, meta);
+    const exec_gpt_config *c = exec_gpt_cfg(m);
+    if (memcmp(&meta->cfg, c, sizeof *c) ||
+        h.n_params != exec_gpt_num_params(m)) {
+        char a[200], b[200];
+        cfg_str(&meta->cfg, a, sizeof a);
+        cfg_str(c, b, sizeof b);
+        free(buf);
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "%s: checkpoint of another model (%s), the model "
+                         "asked for is %s",
+                         path, a, b);
+    }
+    size_t P = exec_gpt_num_params(m);
+    memcpy(exec_gpt_params(m), buf + sizeof h, P * sizeof(float));
+    memcpy(exec_gpt_adam_m(m), buf + sizeof h + P * sizeof(float),
+           2 * P * sizeof(float));
+    free(buf);
+    return 0;
+}

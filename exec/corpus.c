@@ -1,0 +1,107 @@
+/* Byte-level text corpus: the file's bytes are the tokens. The text is cut
+ * into blocks; every tenth block validates, the rest train, so both splits
+ * sample the whole document (a licence's last tenth is its appendix, not
+ * more of the same text). A window never crosses a block. Batches are a
+ * pure function of (seed, split, batch index), so any step's batch can be
+ * produced again without replaying the ones before it (resume). */
+#include "exec/exec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Block size: 1 KiB, or four windows when sequences are longer. */
+static size_t block_bytes(int T)
+{
+    size_t w = 4 * ((size_t)T + 1);
+    return w > 1024 ? w : 1024;
+}
+
+static int is_val_block(size_t i) { return i % 10 == 9; }
+
+int exec_corpus_load(exec_corpus *c, const char *path, int T, util_err *e)
+{
+    memset(c, 0, sizeof *c);
+    char *text;
+    size_t len;
+    if (util_read_file(path, &text, &len, e)) {
+        e->code = UTIL_EXIT_USAGE;
+        util_err_prefix(e, "corpus");
+        size_t l = strlen(e->msg);
+        snprintf(e->msg + l, sizeof e->msg - l,
+                 " (choose a text file with --data FILE)");
+        return -1;
+    }
+    if (len == 0) {
+        free(text);
+        return util_errf(e, UTIL_EXIT_USAGE, "corpus %s: file is empty",
+                         path);
+    }
+    /* Ten full blocks: nine train, one validates. */
+    size_t bs = block_bytes(T), need = 10 * bs;
+    if (len < need) {
+        free(text);
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "corpus %s: %zu bytes is too short for sequences of "
+                         "%d tokens (needs at least %zu bytes: ten blocks of "
+                         "%zu, one in ten held out for validation)",
+                         path, len, T, need, bs);
+    }
+    snprintf(c->path, sizeof c->path, "%s", path);
+    c->bytes = (unsigned char *)text;
+    c->len = len;
+    c->block = bs;
+    size_t nblocks = len / bs; /* a short tail block is not used */
+    size_t count[256] = {0};
+    for (size_t b = 0; b < nblocks; b++) {
+        if (is_val_block(b)) {
+            c->n_val += bs;
+            continue;
+        }
+        c->n_train += bs;
+        for (size_t i = b * bs; i < (b + 1) * bs; i++) count[c->bytes[i]]++;
+    }
+    double h = 0;
+    for (int i = 0; i < 256; i++)
+        if (count[i]) {
+            double p = (double)count[i] / (double)c->n_train;
+            h -= p * log(p);
+        }
+    c->entropy_nats = h;
+    return 0;
+}
+
+void exec_corpus_free(exec_corpus *c)
+{
+    if (!c) return;
+    free(c->bytes);
+    c->bytes = NULL;
+}
+
+static uint64_t mix64(uint64_t z)
+{
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void exec_corpus_batch(const exec_corpus *c, int split, uint64_t seed,
+                       uint64_t index, int B, int T, int *tokens, int *targets)
+{
+    size_t bs = c->block;
+    size_t n_split_blocks = (split ? c->n_val : c->n_train) / bs;
+    size_t span = bs - (size_t)T; /* window starts in a block: 0..bs-T-1 */
+    for (int b = 0; b < B; b++) {
+        uint64_t h = mix64(seed ^ mix64((uint64_t)split * 0x100000001ull ^
+                                        mix64(index * 1315423911ull + b)));
+        /* The k-th block of this split: skip the other split's blocks. */
+        size_t k = (size_t)(h % n_split_blocks);
+        size_t blk = split ? 10 * k + 9 : k + k / 9;
+        size_t start = blk * bs + (size_t)((h >> 32) % span);
+        for (int t = 0; t < T; t++) {
+            tokens[b * T + t] = c->bytes[start + t];
+            targets[b * T + t] = c->bytes[start + t + 1];
+        }
+    }
+}

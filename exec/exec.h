@@ -1,0 +1,222 @@
+/* exec: runs models for real. For now the single-device reference trainer:
+ * a GPT-style decoder (GPT-2 layout: learned positions, pre-LayerNorm,
+ * GELU MLP, optional linear biases, optionally tied LM head) trained with
+ * AdamW on byte-level text, on the CPU through kernels/. Later schedules
+ * are checked against it. Per-op times are recorded under the signature
+ * the simulator's cost model uses (op kind, GEMM m/n/k or bytes moved).
+ * Ownership: *_new returns objects freed by the matching *_free (NULL is
+ * fine); getters lend. Errors: util_err with code 2 for bad input. */
+#ifndef SLUICE_EXEC_H
+#define SLUICE_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kernels/kernels.h"
+#include "profiles/profiles.h"
+#include "util/util.h"
+
+/* ------------------------------------------------------------ model */
+
+/* What the trainer builds. Shape letters as in kernels/kernels.h. */
+typedef struct exec_gpt_config {
+    int vocab;     /* V */
+    int max_pos;   /* rows of the position table; T <= max_pos */
+    int hidden;    /* C */
+    int layers;    /* L */
+    int heads;     /* NH; divides C */
+    int ffn;       /* F, MLP inner width */
+    int bias;      /* linear layers carry biases */
+    int tied;      /* the LM head is the token embedding */
+} exec_gpt_config;
+
+/* Fills c from a model-zoo spec. Families and features the CPU trainer
+ * does not implement (T5, BERT, OPT, Llama's RMSNorm and gated MLP, ReLU,
+ * grouped KV heads, a head size other than C/NH, no position table) are
+ * an error naming the feature, code 2. The spec's dtype and dropout are
+ * not: the CPU trains in fp32 and without dropout (deterministic), and
+ * callers may say so. where names the spec for messages. */
+int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
+                              const char *where, util_err *e);
+/* Checks sizes (positive, heads divide hidden, ...); code 2. */
+int exec_gpt_config_check(const exec_gpt_config *c, util_err *e);
+
+/* Memory a model of this config needs to train with batch B, length T:
+ * parameters, gradients and AdamW's two moments (4 floats per parameter)
+ * plus activations and their gradients. Bytes. */
+typedef struct exec_gpt_mem {
+    size_t params;          /* parameter count */
+    double param_bytes;     /* params + grads + AdamW m and v */
+    double act_bytes;       /* activations + activation gradients */
+    double total_bytes;
+} exec_gpt_mem;
+exec_gpt_mem exec_gpt_mem_need(const exec_gpt_config *c, int B, int T);
+
+/* One parameter tensor of the arena. */
+typedef struct exec_tensor {
+    char name[16];   /* "qkvw", "wte", ... */
+    size_t off, n;   /* offset into the arena and element count */
+    int decay;       /* gets weight decay (matrices and embeddings) */
+} exec_tensor;
+
+typedef struct exec_timing exec_timing;
+typedef struct exec_gpt exec_gpt;
+
+/* A model with its parameter arena (params | grads | m | v) and activation
+ * arena for batch B and length T, parameters initialised from seed (GPT-2:
+ * N(0, 0.02), residual projections scaled by 1/sqrt(2L), biases 0, norms 1).
+ * Allocation failure aborts (callers check exec_gpt_mem_need first). */
+exec_gpt *exec_gpt_new(const exec_gpt_config *c, int B, int T, uint64_t seed);
+void exec_gpt_free(exec_gpt *m);
+
+const exec_gpt_config *exec_gpt_cfg(const exec_gpt *m);
+size_t exec_gpt_num_params(const exec_gpt *m);
+/* The arenas, lent: params, grads, AdamW first and second moments. */
+float *exec_gpt_params(exec_gpt *m);
+float *exec_gpt_grads(exec_gpt *m);
+float *exec_gpt_adam_m(exec_gpt *m);
+float *exec_gpt_adam_v(exec_gpt *m);
+/* Parameter tensors in arena order; *n gets the count. Lent. */
+const exec_tensor *exec_gpt_tensors(const exec_gpt *m, int *n);
+/* Times every kernel call into t (NULL: stop). Not owned. */
+void exec_gpt_set_timing(exec_gpt *m, exec_timing *t);
+
+/* Forward over tokens (B,T) with next-token targets (B,T), both in
+ * [0, V). Returns the mean cross-entropy in nats. */
+float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets);
+/* Zeroes the parameter gradients. */
+void exec_gpt_zero_grad(exec_gpt *m);
+/* Backward of the last forward's mean loss; adds into the gradients. */
+void exec_gpt_backward(exec_gpt *m);
+/* Optimizer hyper-parameters. */
+typedef struct exec_adamw {
+    float lr, beta1, beta2, eps, weight_decay;
+    float clip;      /* global gradient-norm limit; 0: none */
+} exec_adamw;
+/* One AdamW step (t counts from 1) with global-norm clipping. Returns the
+ * gradient norm before clipping. */
+float exec_gpt_step(exec_gpt *m, const exec_adamw *o, int t);
+
+/* ----------------------------------------------------------- timing */
+
+/* Per-op times aggregated by signature: the kernel op, its shape letters
+ * and the cost model's quantities (GEMM m,n,k; bytes moved; FLOPs). */
+exec_timing *exec_timing_new(void);
+void exec_timing_free(exec_timing *t);
+void exec_timing_reset(exec_timing *t);
+/* Records one call: ns measured with the monotonic clock. as names the
+ * model op kind when it differs from the kernel's ("lm_head" for the head's
+ * linear layer, as the simulator's op graph says), else NULL. dims are B,
+ * T, C, NH, V, OC (0 where the op has none), gemm m, n, k (0 when the op
+ * is not one GEMM). as must outlive t (a string literal). */
+void exec_timing_add(exec_timing *t, kern_op op, const char *as,
+                     const int dims[6], const double gemm[3], double flops,
+                     double bytes, uint64_t ns);
+/* Total ns per op kind (KERN_KIND_*) and overall. */
+uint64_t exec_timing_kind_ns(const exec_timing *t, kern_kind k);
+uint64_t exec_timing_total_ns(const exec_timing *t);
+/* ns spent inside sgemm calls: linear ops and attention's products. */
+uint64_t exec_timing_gemm_ns(const exec_timing *t);
+/* JSON: {"ops": [{"op", "kind", "phase", "shape", "gemm", "flops",
+ * "bytes", "calls", "ns_total", "ns_mean", "ns_min"}...]}; kind is the
+ * model op kind (embed, norm, linear, attn, act, residual, lm_head, loss,
+ * optimizer). New ref. */
+json_t *exec_timing_json(const exec_timing *t);
+/* Monotonic clock in ns. */
+uint64_t exec_now_ns(void);
+
+/* ----------------------------------------------------------- corpus */
+
+/* Byte-level text: tokens are bytes (V = 256). The text is cut in blocks
+ * of max(1 KiB, 4(T+1)) bytes; every tenth block validates, the others
+ * train. */
+typedef struct exec_corpus {
+    char path[512];
+    unsigned char *bytes;
+    size_t len, block;
+    size_t n_train, n_val;  /* bytes in each split */
+    double entropy_nats;    /* unigram entropy of the training bytes */
+} exec_corpus;
+
+/* Loads path; missing, unreadable, empty, or shorter than ten blocks is an
+ * error, code 2. */
+int exec_corpus_load(exec_corpus *c, const char *path, int T, util_err *e);
+void exec_corpus_free(exec_corpus *c);
+/* Batch `index` of a split (0 train, 1 validation) for seed: B windows of
+ * T+1 bytes at pseudo-random offsets, a pure function of (seed, split,
+ * index), so a resumed run sees the same batches. */
+void exec_corpus_batch(const exec_corpus *c, int split, uint64_t seed,
+                       uint64_t index, int B, int T, int *tokens,
+                       int *targets);
+
+/* ------------------------------------------------------- checkpoint */
+
+/* Binary checkpoint: magic "SLUICEC1", format version, config, batch,
+ * length, seed and step, then parameters and AdamW moments, then an
+ * FNV-1a 64 checksum of everything before it. Native little-endian
+ * floats. Written with util_write_atomic: a failed save leaves the file
+ * that was there untouched. */
+typedef struct exec_ckpt_meta {
+    exec_gpt_config cfg;
+    int B, T;
+    uint64_t seed;
+    int64_t step;           /* optimizer steps done */
+} exec_ckpt_meta;
+
+int exec_ckpt_save(const char *path, exec_gpt *m, const exec_ckpt_meta *meta,
+                   util_err *e);
+/* Reads only the header (to size a model before loading). A file that is
+ * not a checkpoint, of another version, truncated or corrupt: code 2. */
+int exec_ckpt_peek(const char *path, exec_ckpt_meta *meta, util_err *e);
+/* Loads into m, whose config must equal the checkpoint's (else code 2,
+ * naming both). */
+int exec_ckpt_load(const char *path, exec_gpt *m, exec_ckpt_meta *meta,
+                   util_err *e);
+
+/* ---------------------------------------------------------- trainer */
+
+typedef struct exec_train_opts {
+    char model[512];        /* zoo name or file, for messages */
+    exec_gpt_config cfg;
+    const char *data;       /* corpus path */
+    int steps;              /* train until this many steps are done */
+    int stop_after;         /* stop once this many are done (0: at steps);
+                             * the schedule still spans steps */
+    int B, T;
+    exec_adamw adamw;       /* lr is the peak */
+    int warmup;             /* steps of linear warm-up; cosine to lr/10 */
+    uint64_t seed;
+    int threads;
+    const char *save;       /* NULL: no checkpoint */
+    int save_every;         /* 0: only at the end */
+    const char *resume;
+    const char *timings;    /* per-op timing JSON path, or NULL */
+    double mem_budget_bytes;
+    int eval_batches;       /* validation batches at the start and end */
+    int quiet;              /* no per-step lines */
+    int json;               /* one JSON document instead of text lines */
+    const volatile int *stop; /* set (by a signal handler) to stop after the
+                             * current step, saving when save is set */
+    char note[192];         /* printed under the model line when set */
+    FILE *out;              /* where lines go (stdout) */
+} exec_train_opts;
+
+typedef struct exec_train_result {
+    int steps_run;
+    float first_loss, last_loss;   /* train loss of first and last step */
+    float val_loss_start, val_loss_end;
+    double entropy_nats;
+    double tokens_per_s;
+    double gemm_share;             /* of measured kernel time */
+} exec_train_result;
+
+/* Defaults for everything but model, cfg and data. */
+void exec_train_defaults(exec_train_opts *o);
+/* Trains; prints a line per step unless quiet, and a summary. */
+int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e);
+
+/* `sluice exec ...` (argv[0] is "exec"). */
+int exec_cmd_main(int argc, char **argv);
+
+#endif

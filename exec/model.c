@@ -1,0 +1,505 @@
+/* The reference GPT: parameters in one arena (params | grads | AdamW m |
+ * AdamW v, each laid out by the tensor table), activations and their
+ * gradients in a second arena of identical layout, both sized once for
+ * (B, T). Forward, backward and step call kernels/ only; every call is
+ * timed when a timing table is attached. */
+#include "exec/exec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Activations of one layer, offsets (in floats) into the activation arena
+ * are computed by act_layout. */
+enum {
+    A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATT, A_ATTY, A_ATTPROJ, A_RES2,
+    A_LN2, A_LN2_MEAN, A_LN2_RSTD, A_FCH, A_FCH_GELU, A_FCPROJ, A_RES3,
+    A_PER_LAYER
+};
+enum {
+    G_ENCODED, G_LNF, G_LNF_MEAN, G_LNF_RSTD, G_LOGITS, G_PROBS, G_LOSSES,
+    G_COUNT
+};
+
+typedef struct act_layout {
+    size_t layer[A_PER_LAYER];   /* sizes per layer */
+    size_t glob[G_COUNT];
+    size_t per_layer, total;
+} act_layout;
+
+static act_layout act_sizes(const exec_gpt_config *c, int B, int T)
+{
+    act_layout a;
+    size_t N = (size_t)B * T, C = c->hidden, F = c->ffn;
+    size_t sz[A_PER_LAYER] = {
+        [A_LN1] = N * C, [A_LN1_MEAN] = N, [A_LN1_RSTD] = N,
+        [A_QKV] = N * 3 * C, [A_ATT] = (size_t)B * c->heads * T * T,
+        [A_ATTY] = N * C, [A_ATTPROJ] = N * C, [A_RES2] = N * C,
+        [A_LN2] = N * C, [A_LN2_MEAN] = N, [A_LN2_RSTD] = N,
+        [A_FCH] = N * F, [A_FCH_GELU] = N * F, [A_FCPROJ] = N * C,
+        [A_RES3] = N * C};
+    memcpy(a.layer, sz, sizeof sz);
+    size_t g[G_COUNT] = {[G_ENCODED] = N * C, [G_LNF] = N * C,
+                         [G_LNF_MEAN] = N, [G_LNF_RSTD] = N,
+                         [G_LOGITS] = N * c->vocab, [G_PROBS] = N * c->vocab,
+                         [G_LOSSES] = N};
+    memcpy(a.glob, g, sizeof g);
+    a.per_layer = 0;
+    for (int i = 0; i < A_PER_LAYER; i++) a.per_layer += a.layer[i];
+    a.total = a.per_layer * c->layers;
+    for (int i = 0; i < G_COUNT; i++) a.total += a.glob[i];
+    return a;
+}
+
+/* Parameter tensors, in arena order. */
+enum {
+    P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
+    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB,
+    P_LMW, P_COUNT
+};
+
+static void param_table(const exec_gpt_config *c, exec_tensor *t)
+{
+    size_t V = c->vocab, C = c->hidden, L = c->layers, F = c->ffn,
+           P = c->max_pos, bias = c->bias != 0;
+    static const char *const names[P_COUNT] = {
+        "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw",
+        "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb",
+        "lnfw", "lnfb", "lmw"};
+    size_t n[P_COUNT] = {
+        [P_WTE] = V * C, [P_WPE] = P * C, [P_LN1W] = L * C, [P_LN1B] = L * C,
+        [P_QKVW] = L * 3 * C * C, [P_QKVB] = bias * L * 3 * C,
+        [P_ATTPROJW] = L * C * C, [P_ATTPROJB] = bias * L * C,
+        [P_LN2W] = L * C, [P_LN2B] = L * C, [P_FCW] = L * F * C,
+        [P_FCB] = bias * L * F, [P_FCPROJW] = L * C * F,
+        [P_FCPROJB] = bias * L * C, [P_LNFW] = C, [P_LNFB] = C,
+        [P_LMW] = c->tied ? 0 : V * C};
+    size_t off = 0;
+    for (int i = 0; i < P_COUNT; i++) {
+        snprintf(t[i].name, sizeof t[i].name, "%s", names[i]);
+        t[i].off = off;
+        t[i].n = n[i];
+        t[i].decay = i == P_WTE || i == P_WPE || i == P_QKVW ||
+                     i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW ||
+                     i == P_LMW;
+        off += n[i];
+    }
+}
+
+static size_t param_count(const exec_gpt_config *c)
+{
+    exec_tensor t[P_COUNT];
+    param_table(c, t);
+    return t[P_COUNT - 1].off + t[P_COUNT - 1].n;
+}
+
+struct exec_gpt {
+    exec_gpt_config c;
+    int B, T;
+    exec_tensor tens[P_COUNT];
+    size_t P;
+    float *arena;           /* 4P floats: params, grads, m, v */
+    float *acts, *dacts;    /* activation arena and its gradients */
+    act_layout al;
+    int *tokens, *targets;  /* copies of the last forward's batch */
+    exec_timing *tm;
+    const char *as;         /* model op kind for the timer, or NULL */
+};
+
+int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
+{
+    if (c->vocab < 2 || c->hidden < 1 || c->layers < 1 || c->heads < 1 ||
+        c->ffn < 1 || c->max_pos < 1)
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "model sizes must be positive (vocab %d, hidden %d, "
+                         "layers %d, heads %d, ffn %d, max_pos %d)",
+                         c->vocab, c->hidden, c->layers, c->heads, c->ffn,
+                         c->max_pos);
+    if (c->hidden % c->heads)
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "heads (%d) must divide hidden (%d)", c->heads,
+                         c->hidden);
+    return 0;
+}
+
+int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
+                              const char *where, util_err *e)
+{
+    char why[160] = "";
+    if (s->family != PROF_FAM_GPT)
+        snprintf(why, sizeof why,
+                 "family %s (it trains GPT-style decoders, family gpt)",
+                 prof_family_name(s->family));
+    else if (s->rmsnorm)
+        snprintf(why, sizeof why, "RMSNorm (it implements LayerNorm)");
+    else if (s->gated_mlp || s->act != PROF_ACT_GELU)
+        snprintf(why, sizeof why, "a %sMLP other than GELU",
+                 s->gated_mlp ? "gated " : "");
+    else if (s->kv_heads && s->kv_heads != s->heads)
+        snprintf(why, sizeof why, "grouped KV heads (%d for %d heads)",
+                 s->kv_heads, s->heads);
+    else if (s->head_dim && s->heads && s->head_dim * s->heads != s->hidden)
+        snprintf(why, sizeof why, "a head size other than hidden/heads");
+    else if (s->max_pos <= 0)
+        snprintf(why, sizeof why, "no learned position table (max_pos)");
+    if (why[0])
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "%s: the CPU reference trainer cannot train this "
+                         "model: %s",
+                         where, why);
+    c->vocab = s->vocab;
+    c->max_pos = s->max_pos;
+    c->hidden = s->hidden;
+    c->layers = s->layers;
+    c->heads = s->heads;
+    c->ffn = s->ffn;
+    c->bias = s->bias != 0;
+    c->tied = s->tied_embeddings != 0;
+    if (exec_gpt_config_check(c, e)) return util_err_prefix(e, "%s", where);
+    return 0;
+}
+
+exec_gpt_mem exec_gpt_mem_need(const exec_gpt_config *c, int B, int T)
+{
+    exec_gpt_mem m;
+    act_layout a = act_sizes(c, B, T);
+    m.params = param_count(c);
+    m.param_bytes = 4.0 * (double)m.params * sizeof(float);
+    m.act_bytes = 2.0 * (double)a.total * sizeof(float) +
+                  2.0 * B * T * sizeof(int);
+    m.total_bytes = m.param_bytes + m.act_bytes;
+    return m;
+}
+
+/* splitmix64, and normals by Box-Muller: deterministic across machines. */
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void fill_normal(float *x, size_t n, float std, uint64_t *s)
+{
+    for (size_t i = 0; i < n; i += 2) {
+        double u1 = ((splitmix(s) >> 11) + 1.0) / 9007199254740993.0;
+        double u2 = (splitmix(s) >> 11) / 9007199254740992.0;
+        double r = sqrt(-2.0 * log(u1));
+        x[i] = (float)(std * r * cos(2 * M_PI * u2));
+        if (i + 1 < n) x[i + 1] = (float)(std * r * sin(2 * M_PI * u2));
+    }
+}
+
+exec_gpt *exec_gpt_new(const exec_gpt_config *c, int B, int T, uint64_t seed)
+{
+    exec_gpt *m = util_calloc(1, sizeof *m);
+    m->c = *c;
+    m->B = B;
+    m->T = T;
+    param_table(c, m->tens);
+    m->P = param_count(c);
+    m->arena = util_calloc(4 * m->P + 1, sizeof(float));
+    m->al = act_sizes(c, B, T);
+    m->acts = util_calloc(m->al.total, sizeof(float));
+    m->dacts = util_calloc(m->al.total, sizeof(float));
+    m->tokens = util_calloc((size_t)B * T, sizeof(int));
+    m->targets = util_calloc((size_t)B * T, sizeof(int));
+    uint64_t s = seed;
+    float *p = m->arena;
+    float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->layers);
+    for (int i = 0; i < P_COUNT; i++) {
+        exec_tensor *t = &m->tens[i];
+        if (!t->n) continue;
+        if (i == P_LN1W || i == P_LN2W || i == P_LNFW)
+            for (size_t j = 0; j < t->n; j++) p[t->off + j] = 1.0f;
+        else if (t->decay)
+            fill_normal(p + t->off, t->n,
+                        i == P_ATTPROJW || i == P_FCPROJW ? proj_std : std,
+                        &s);
+        /* biases stay 0 */
+    }
+    return m;
+}
+
+void exec_gpt_free(exec_gpt *m)
+{
+    if (!m) return;
+    free(m->arena);
+    free(m->acts);
+    free(m->dacts);
+    free(m->tokens);
+    free(m->targets);
+    free(m);
+}
+
+const exec_gpt_config *exec_gpt_cfg(const exec_gpt *m) { return &m->c; }
+size_t exec_gpt_num_params(const exec_gpt *m) { return m->P; }
+float *exec_gpt_params(exec_gpt *m) { return m->arena; }
+float *exec_gpt_grads(exec_gpt *m) { return m->arena + m->P; }
+float *exec_gpt_adam_m(exec_gpt *m) { return m->arena + 2 * m->P; }
+float *exec_gpt_adam_v(exec_gpt *m) { return m->arena + 3 * m->P; }
+void exec_gpt_set_timing(exec_gpt *m, exec_timing *t) { m->tm = t; }
+
+const exec_tensor *exec_gpt_tensors(const exec_gpt *m, int *n)
+{
+    *n = P_COUNT;
+    return m->tens;
+}
+
+/* Pointers into the arenas. */
+static float *par(exec_gpt *m, int i)
+{
+    return m->tens[i].n ? m->arena + m->tens[i].off : NULL;
+}
+
+static float *grd(exec_gpt *m, int i)
+{
+    return m->tens[i].n ? m->arena + m->P + m->tens[i].off : NULL;
+}
+
+static float *act_at(exec_gpt *m, float *base, int l, int which)
+{
+    size_t off = (size_t)l * m->al.per_layer;
+    for (int i = 0; i < which; i++) off += m->al.layer[i];
+    return base + off;
+}
+
+static float *glob_at(exec_gpt *m, float *base, int which)
+{
+    size_t off = (size_t)m->c.layers * m->al.per_layer;
+    for (int i = 0; i < which; i++) off += m->al.glob[i];
+    return base + off;
+}
+
+#define ACT(l, w) act_at(m, m->acts, (l), (w))
+#define DACT(l, w) act_at(m, m->dacts, (l), (w))
+#define GACT(w) glob_at(m, m->acts, (w))
+#define GDACT(w) glob_at(m, m->dacts, (w))
+
+/* Timed kernel call: dims are B,T,C,NH,V,OC; gemm m,n,k; flops; bytes. */
+#define TIMED(op, d0, d1, d2, d3, d4, d5, gm, gn, gk, fl, by, call)          \
+    do {                                                                     \
+        uint64_t t0_ = m->tm ? exec_now_ns() : 0;                            \
+        call;                                                                \
+        if (m->tm) {                                                         \
+            int dims_[6] = {d0, d1, d2, d3, d4, d5};                         \
+            double g_[3] = {gm, gn, gk};                                     \
+            exec_timing_add(m->tm, KERN_OP_##op, m->as, dims_, g_, fl, by,   \
+                            exec_now_ns() - t0_);                            \
+        }                                                                    \
+    } while (0)
+
+#define F4 4.0 /* bytes per float */
+
+static void linear_fwd(exec_gpt *m, float *out, const float *inp,
+                       const float *w, const float *b, int N, int C, int OC)
+{
+    double fl = 2.0 * N * C * OC;
+    double by = F4 * ((double)N * C + (double)OC * C + (double)N * OC);
+    TIMED(linear_forward, m->B, m->T, C, 0, 0, OC, N, OC, C, fl, by,
+          kern_linear_forward(out, inp, w, b, N, C, OC));
+}
+
+static void linear_bwd(exec_gpt *m, float *dinp, float *dw, float *db,
+                       const float *dout, const float *inp, const float *w,
+                       int N, int C, int OC)
+{
+    double fl = 2.0 * N * C * OC;
+    double by = F4 * ((double)N * C + (double)OC * C + (double)N * OC);
+    TIMED(linear_backward_input, m->B, m->T, C, 0, 0, OC, N, C, OC, fl,
+          by + F4 * N * C,
+          kern_linear_backward_input(dinp, dout, w, N, C, OC));
+    TIMED(linear_backward_weight, m->B, m->T, C, 0, 0, OC, OC, C, N, fl,
+          by + F4 * OC * C,
+          kern_linear_backward_weight(dw, db, dout, inp, N, C, OC));
+}
+
+static void ln_fwd(exec_gpt *m, float *out, float *mean, float *rstd,
+                   const float *inp, const float *w, const float *b)
+{
+    int N = m->B * m->T, C = m->c.hidden;
+    TIMED(layernorm_forward, m->B, m->T, C, 0, 0, 0, 0, 0, 0, 8.0 * N * C,
+          F4 * (2.0 * N * C + 2.0 * C),
+          kern_layernorm_forward(out, mean, rstd, inp, w, b, N, C));
+}
+
+static void ln_bwd(exec_gpt *m, float *dinp, float *dw, float *db,
+                   const float *dout, const float *inp, const float *w,
+                   const float *mean, const float *rstd)
+{
+    int N = m->B * m->T, C = m->c.hidden;
+    TIMED(layernorm_backward_input, m->B, m->T, C, 0, 0, 0, 0, 0, 0,
+          12.0 * N * C, F4 * (4.0 * N * C + C),
+          kern_layernorm_backward_input(dinp, dout, inp, w, mean, rstd, N,
+                                        C));
+    TIMED(layernorm_backward_weight, m->B, m->T, C, 0, 0, 0, 0, 0, 0,
+          5.0 * N * C, F4 * (2.0 * N * C + 4.0 * C),
+          kern_layernorm_backward_weight(dw, db, dout, inp, mean, rstd, N,
+                                         C));
+}
+
+float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
+{
+    int B = m->B, T = m->T, C = m->c.hidden, NH = m->c.heads,
+        F = m->c.ffn, V = m->c.vocab, N = B * T;
+    size_t NC = (size_t)N * C;
+    memcpy(m->tokens, tokens, (size_t)N * sizeof(int));
+    memcpy(m->targets, targets, (size_t)N * sizeof(int));
+    float *x = GACT(G_ENCODED);
+    TIMED(embed_forward, B, T, C, 0, V, 0, 0, 0, 0, (double)NC,
+          F4 * 3.0 * NC,
+          kern_embed_forward(x, tokens, par(m, P_WTE), par(m, P_WPE), B, T,
+                             C));
+    double attn_fl = 4.0 * B * NH * (double)T * T * (C / NH);
+    for (int l = 0; l < m->c.layers; l++) {
+        const float *resid = l ? ACT(l - 1, A_RES3) : GACT(G_ENCODED);
+        size_t lc = (size_t)l * C;
+        ln_fwd(m, ACT(l, A_LN1), ACT(l, A_LN1_MEAN), ACT(l, A_LN1_RSTD),
+               resid, par(m, P_LN1W) + lc,
+               par(m, P_LN1B) + lc);
+        linear_fwd(m, ACT(l, A_QKV), ACT(l, A_LN1),
+                   par(m, P_QKVW) + (size_t)l * 3 * C * C,
+                   m->c.bias ? par(m, P_QKVB) + 3 * lc : NULL, N, C, 3 * C);
+        TIMED(attention_forward, B, T, C, NH, 0, 0, 0, 0, 0, attn_fl,
+              F4 * (3.0 * NC + NC + 2.0 * B * NH * T * T),
+              kern_attention_forward(ACT(l, A_ATTY), ACT(l, A_ATT),
+                                     ACT(l, A_QKV), B, T, C, NH));
+        linear_fwd(m, ACT(l, A_ATTPROJ), ACT(l, A_ATTY),
+                   par(m, P_ATTPROJW) + (size_t)l * C * C,
+                   m->c.bias ? par(m, P_ATTPROJB) + lc : NULL, N, C, C);
+        TIMED(residual_forward, B, T, C, 0, 0, 0, 0, 0, 0, (double)NC,
+              F4 * 3.0 * NC,
+              kern_residual_forward(ACT(l, A_RES2), resid, ACT(l, A_ATTPROJ),
+                                    NC));
+        ln_fwd(m, ACT(l, A_LN2), ACT(l, A_LN2_MEAN), ACT(l, A_LN2_RSTD),
+               ACT(l, A_RES2), par(m, P_LN2W) + lc, par(m, P_LN2B) + lc);
+        linear_fwd(m, ACT(l, A_FCH), ACT(l, A_LN2),
+                   par(m, P_FCW) + (size_t)l * F * C,
+                   m->c.bias ? par(m, P_FCB) + (size_t)l * F : NULL, N, C, F);
+        TIMED(gelu_forward, B, T, F, 0, 0, 0, 0, 0, 0, 20.0 * N * F,
+              F4 * 2.0 * N * F,
+              kern_gelu_forward(ACT(l, A_FCH_GELU), ACT(l, A_FCH),
+                                (size_t)N * F));
+        linear_fwd(m, ACT(l, A_FCPROJ), ACT(l, A_FCH_GELU),
+                   par(m, P_FCPROJW) + (size_t)l * C * F,
+                   m->c.bias ? par(m, P_FCPROJB) + lc : NULL, N, F, C);
+        TIMED(residual_forward, B, T, C, 0, 0, 0, 0, 0, 0, (double)NC,
+              F4 * 3.0 * NC,
+              kern_residual_forward(ACT(l, A_RES3), ACT(l, A_RES2),
+                                    ACT(l, A_FCPROJ), NC));
+    }
+    ln_fwd(m, GACT(G_LNF), GACT(G_LNF_MEAN), GACT(G_LNF_RSTD),
+           ACT(m->c.layers - 1, A_RES3), par(m, P_LNFW), par(m, P_LNFB));
+    const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
+    m->as = "lm_head";
+    linear_fwd(m, GACT(G_LOGITS), GACT(G_LNF), lmw, NULL, N, C, V);
+    m->as = NULL;
+    TIMED(softmax_xent_forward, B, T, 0, 0, V, 0, 0, 0, 0, 5.0 * N * V,
+          F4 * 2.0 * N * V,
+          kern_softmax_xent_forward(GACT(G_LOSSES), GACT(G_PROBS),
+                                    GACT(G_LOGITS), targets, N, V));
+    const float *losses = GACT(G_LOSSES);
+    double sum = 0;
+    for (int i = 0; i < N; i++) sum += losses[i];
+    return (float)(sum / N);
+}
+
+void exec_gpt_zero_grad(exec_gpt *m)
+{
+    memset(m->arena + m->P, 0, m->P * sizeof(float));
+}
+
+void exec_gpt_backward(exec_gpt *m)
+{
+    int B = m->B, T = m->T, C = m->c.hidden, NH = m->c.heads,
+        F = m->c.ffn, V = m->c.vocab, N = B * T, L = m->c.layers;
+    size_t NC = (size_t)N * C;
+    memset(m->dacts, 0, m->al.total * sizeof(float));
+    TIMED(softmax_xent_backward, B, T, 0, 0, V, 0, 0, 0, 0, 2.0 * N * V,
+          F4 * 2.0 * N * V,
+          kern_softmax_xent_backward(GDACT(G_LOGITS), GACT(G_PROBS),
+                                     m->targets, 1.0f / N, N, V));
+    const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
+    float *dlmw = m->c.tied ? grd(m, P_WTE) : grd(m, P_LMW);
+    m->as = "lm_head";
+    linear_bwd(m, GDACT(G_LNF), dlmw, NULL, GDACT(G_LOGITS), GACT(G_LNF), lmw,
+               N, C, V);
+    m->as = NULL;
+    ln_bwd(m, DACT(L - 1, A_RES3), grd(m, P_LNFW), grd(m, P_LNFB),
+           GDACT(G_LNF), ACT(L - 1, A_RES3), par(m, P_LNFW),
+           GACT(G_LNF_MEAN), GACT(G_LNF_RSTD));
+    double attn_fl = 8.0 * B * NH * (double)T * T * (C / NH);
+    for (int l = L - 1; l >= 0; l--) {
+        const float *resid = l ? ACT(l - 1, A_RES3) : GACT(G_ENCODED);
+        float *dresid = l ? DACT(l - 1, A_RES3) : GDACT(G_ENCODED);
+        size_t lc = (size_t)l * C;
+        TIMED(residual_backward, B, T, C, 0, 0, 0, 0, 0, 0, 2.0 * NC,
+              F4 * 5.0 * NC,
+              kern_residual_backward(DACT(l, A_RES2), DACT(l, A_FCPROJ),
+                                     DACT(l, A_RES3), NC));
+        linear_bwd(m, DACT(l, A_FCH_GELU), grd(m, P_FCPROJW) + (size_t)l * C * F,
+                   m->c.bias ? grd(m, P_FCPROJB) + lc : NULL,
+                   DACT(l, A_FCPROJ), ACT(l, A_FCH_GELU),
+                   par(m, P_FCPROJW) + (size_t)l * C * F, N, F, C);
+        TIMED(gelu_backward, B, T, F, 0, 0, 0, 0, 0, 0, 30.0 * N * F,
+              F4 * 4.0 * N * F,
+              kern_gelu_backward(DACT(l, A_FCH), ACT(l, A_FCH),
+                                 DACT(l, A_FCH_GELU), (size_t)N * F));
+        linear_bwd(m, DACT(l, A_LN2), grd(m, P_FCW) + (size_t)l * F * C,
+                   m->c.bias ? grd(m, P_FCB) + (size_t)l * F : NULL,
+                   DACT(l, A_FCH), ACT(l, A_LN2),
+                   par(m, P_FCW) + (size_t)l * F * C, N, C, F);
+        ln_bwd(m, DACT(l, A_RES2), grd(m, P_LN2W) + lc, grd(m, P_LN2B) + lc,
+               DACT(l, A_LN2), ACT(l, A_RES2), par(m, P_LN2W) + lc,
+               ACT(l, A_LN2_MEAN), ACT(l, A_LN2_RSTD));
+        TIMED(residual_backward, B, T, C, 0, 0, 0, 0, 0, 0, 2.0 * NC,
+              F4 * 5.0 * NC,
+              kern_residual_backward(dresid, DACT(l, A_ATTPROJ),
+                                     DACT(l, A_RES2), NC));
+        linear_bwd(m, DACT(l, A_ATTY), grd(m, P_ATTPROJW) + (size_t)l * C * C,
+                   m->c.bias ? grd(m, P_ATTPROJB) + lc : NULL,
+                   DACT(l, A_ATTPROJ), ACT(l, A_ATTY),
+                   par(m, P_ATTPROJW) + (size_t)l * C * C, N, C, C);
+        /* The attention-probability slot of the gradient arena is free
+         * (probabilities have no parameter): it is the scratch. */
+        TIMED(attention_backward, B, T, C, NH, 0, 0, 0, 0, 0, attn_fl,
+              F4 * (7.0 * NC + 3.0 * B * NH * T * T),
+              kern_attention_backward(DACT(l, A_QKV), DACT(l, A_ATT),
+                                      DACT(l, A_ATTY), ACT(l, A_QKV),
+                                      ACT(l, A_ATT), B, T, C, NH));
+        linear_bwd(m, DACT(l, A_LN1), grd(m, P_QKVW) + (size_t)l * 3 * C * C,
+                   m->c.bias ? grd(m, P_QKVB) + 3 * lc : NULL,
+                   DACT(l, A_QKV), ACT(l, A_LN1),
+                   par(m, P_QKVW) + (size_t)l * 3 * C * C, N, C, 3 * C);
+        ln_bwd(m, dresid, grd(m, P_LN1W) + lc, grd(m, P_LN1B) + lc,
+               DACT(l, A_LN1), resid, par(m, P_LN1W) + lc,
+               ACT(l, A_LN1_MEAN), ACT(l, A_LN1_RSTD));
+    }
+    TIMED(embed_backward, B, T, C, 0, V, 0, 0, 0, 0, 2.0 * NC, F4 * 5.0 * NC,
+          kern_embed_backward(grd(m, P_WTE), grd(m, P_WPE),
+                              GDACT(G_ENCODED), m->tokens, B, T, C));
+}
+
+float exec_gpt_step(exec_gpt *m, const exec_adamw *o, int t)
+{
+    float *g = exec_gpt_grads(m);
+    float nsq = 0;
+    TIMED(norm_sq, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2.0 * m->P, F4 * m->P,
+          kern_norm_sq(&nsq, g, m->P));
+    float norm = sqrtf(nsq);
+    float scale = 1.0f;
+    if (o->clip > 0 && norm > o->clip) scale = o->clip / norm;
+    for (int i = 0; i < P_COUNT; i++) {
+        exec_tensor *te = &m->tens[i];
+        if (!te->n) continue;
+        float *p = m->arena + te->off;
+        TIMED(adamw_update, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12.0 * te->n,
+              F4 * 7.0 * te->n,
+              kern_adamw_update(p, p + 2 * m->P, p + 3 * m->P, p + m->P,
+                                te->n, o->lr, o->beta1, o->beta2, o->eps,
+                                te->decay ? o->weight_decay : 0.0f, scale,
+                                t));
+    }
+    return norm;
+}

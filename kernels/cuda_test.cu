@@ -1,0 +1,286 @@
+// sluice-cuda-test: every CUDA op of KERN_OPS against the CPU oracle on
+// random non-zero inputs of two shapes. Exit 0 all agree, 1 a mismatch,
+// 77 (the automake "skipped" code) when no CUDA device is present.
+// Tolerance |cuda - cpu| <= 1e-4 + 1e-3 |cpu|: both fp32, different
+// summation orders (cuBLAS, atomics in attention's backward).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "kernels/kernels.h"
+#include "kernels/kernels_cuda.h"
+
+static int failures = 0;
+static int checks = 0;
+static unsigned long long rng = 0x2545F4914F6CDD1Dull;
+
+static float urand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    double u = 0.1 + 0.9 * (double)(rng >> 11) / 9007199254740992.0;
+    return (float)((rng & 1) ? -u : u);
+}
+
+static void cuda_ok(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) {
+        fprintf(stderr, "sluice-cuda-test: %s: %s\n", what,
+                cudaGetErrorString(e));
+        exit(1);
+    }
+}
+
+// A host buffer and its device twin.
+struct buf {
+    size_t n;
+    float *h, *d;
+};
+
+static buf make(size_t n, int random)
+{
+    buf b;
+    b.n = n;
+    b.h = (float *)malloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++) b.h[i] = random ? urand() : 0.0f;
+    cuda_ok(cudaMalloc(&b.d, n * sizeof(float) + 4), "cudaMalloc");
+    cuda_ok(cudaMemcpy(b.d, b.h, n * sizeof(float), cudaMemcpyHostToDevice),
+            "copy in");
+    return b;
+}
+
+static void drop(buf &b)
+{
+    free(b.h);
+    cudaFree(b.d);
+}
+
+static int *make_tokens(size_t n, int V, int **dev)
+{
+    int *h = (int *)malloc(n * sizeof(int) + 4);
+    for (size_t i = 0; i < n; i++) {
+        urand();
+        h[i] = (int)(rng % (unsigned long long)V);
+    }
+    cuda_ok(cudaMalloc(dev, n * sizeof(int) + 4), "cudaMalloc");
+    cuda_ok(cudaMemcpy(*dev, h, n * sizeof(int), cudaMemcpyHostToDevice),
+            "copy in");
+    return h;
+}
+
+// Compares the device copy of b with its host copy (the oracle's result).
+static void compare(const char *op, const char *what, const buf &b)
+{
+    float *got = (float *)malloc(b.n * sizeof(float) + 4);
+    cuda_ok(cudaDeviceSynchronize(), op);
+    cuda_ok(cudaMemcpy(got, b.d, b.n * sizeof(float), cudaMemcpyDeviceToHost),
+            "copy out");
+    double worst = 0;
+    size_t at = 0;
+    int bad = 0;
+    for (size_t i = 0; i < b.n; i++) {
+        double err = fabs((double)got[i] - b.h[i]);
+        double lim = 1e-4 + 1e-3 * fabs(b.h[i]);
+        if (err / lim > worst) {
+            worst = err / lim;
+            at = i;
+        }
+        if (!(err <= lim)) bad = 1;
+    }
+    checks++;
+    printf("  %-28s %-8s %9zu values  worst %.2f of tolerance%s\n", op, what,
+           b.n, worst, bad ? "  FAIL" : "");
+    if (bad) {
+        printf("    at %zu: cuda %.9g, cpu %.9g\n", at, got[at], b.h[at]);
+        failures++;
+    }
+    free(got);
+}
+
+static void run_shape(int B, int T, int C, int NH, int V, int OC)
+{
+    int N = B * T;
+    printf("shape B=%d T=%d C=%d NH=%d V=%d OC=%d\n", B, T, C, NH, V, OC);
+    int *dtok, *dtgt;
+    int *tok = make_tokens((size_t)N, V, &dtok);
+    int *tgt = make_tokens((size_t)N, V, &dtgt);
+
+    // embed
+    {
+        buf wte = make((size_t)V * C, 1), wpe = make((size_t)T * C, 1);
+        buf out = make((size_t)N * C, 1), dout = make((size_t)N * C, 1);
+        buf dwte = make((size_t)V * C, 1), dwpe = make((size_t)T * C, 1);
+        kern_embed_forward(out.h, tok, wte.h, wpe.h, B, T, C);
+        kern_cuda_embed_forward(out.d, dtok, wte.d, wpe.d, B, T, C);
+        compare("embed_forward", "out", out);
+        kern_embed_backward(dwte.h, dwpe.h, dout.h, tok, B, T, C);
+        kern_cuda_embed_backward(dwte.d, dwpe.d, dout.d, dtok, B, T, C);
+        compare("embed_backward", "dwte", dwte);
+        compare("embed_backward", "dwpe", dwpe);
+        drop(wte); drop(wpe); drop(out); drop(dout); drop(dwte); drop(dwpe);
+    }
+    // layernorm: forward, then the split backward and the joint one
+    {
+        buf x = make((size_t)N * C, 1), w = make(C, 1), b = make(C, 1);
+        buf out = make((size_t)N * C, 1), mean = make(N, 1), rstd = make(N, 1);
+        buf dout = make((size_t)N * C, 1), dx = make((size_t)N * C, 1);
+        buf dw = make(C, 1), db = make(C, 1);
+        kern_layernorm_forward(out.h, mean.h, rstd.h, x.h, w.h, b.h, N, C);
+        kern_cuda_layernorm_forward(out.d, mean.d, rstd.d, x.d, w.d, b.d, N,
+                                    C);
+        compare("layernorm_forward", "out", out);
+        compare("layernorm_forward", "rstd", rstd);
+        kern_layernorm_backward_input(dx.h, dout.h, x.h, w.h, mean.h, rstd.h,
+                                      N, C);
+        kern_cuda_layernorm_backward_input(dx.d, dout.d, x.d, w.d, mean.d,
+                                           rstd.d, N, C);
+        compare("layernorm_backward_input", "dinp", dx);
+        kern_layernorm_backward_weight(dw.h, db.h, dout.h, x.h, mean.h,
+                                       rstd.h, N, C);
+        kern_cuda_layernorm_backward_weight(dw.d, db.d, dout.d, x.d, mean.d,
+                                            rstd.d, N, C);
+        compare("layernorm_backward_weight", "dw", dw);
+        compare("layernorm_backward_weight", "db", db);
+        kern_layernorm_backward(dx.h, dw.h, db.h, dout.h, x.h, w.h, mean.h,
+                                rstd.h, N, C);
+        kern_cuda_layernorm_backward(dx.d, dw.d, db.d, dout.d, x.d, w.d,
+                                     mean.d, rstd.d, N, C);
+        compare("layernorm_backward", "dinp", dx);
+        compare("layernorm_backward", "dw", dw);
+        drop(x); drop(w); drop(b); drop(out); drop(mean); drop(rstd);
+        drop(dout); drop(dx); drop(dw); drop(db);
+    }
+    // linear, with and without bias
+    for (int bias = 1; bias >= 0; bias--) {
+        buf x = make((size_t)N * C, 1), w = make((size_t)OC * C, 1);
+        buf b = make(OC, 1), out = make((size_t)N * OC, 1);
+        buf dout = make((size_t)N * OC, 1), dx = make((size_t)N * C, 1);
+        buf dw = make((size_t)OC * C, 1), db = make(OC, 1);
+        kern_linear_forward(out.h, x.h, w.h, bias ? b.h : NULL, N, C, OC);
+        kern_cuda_linear_forward(out.d, x.d, w.d, bias ? b.d : NULL, N, C,
+                                 OC);
+        compare(bias ? "linear_forward" : "linear_forward (no bias)", "out",
+                out);
+        kern_linear_backward_input(dx.h, dout.h, w.h, N, C, OC);
+        kern_cuda_linear_backward_input(dx.d, dout.d, w.d, N, C, OC);
+        compare("linear_backward_input", "dinp", dx);
+        kern_linear_backward_weight(dw.h, bias ? db.h : NULL, dout.h, x.h, N,
+                                    C, OC);
+        kern_cuda_linear_backward_weight(dw.d, bias ? db.d : NULL, dout.d,
+                                         x.d, N, C, OC);
+        compare("linear_backward_weight", "dw", dw);
+        if (bias) compare("linear_backward_weight", "db", db);
+        kern_linear_backward(dx.h, dw.h, bias ? db.h : NULL, dout.h, x.h, w.h,
+                             N, C, OC);
+        kern_cuda_linear_backward(dx.d, dw.d, bias ? db.d : NULL, dout.d, x.d,
+                                  w.d, N, C, OC);
+        compare("linear_backward", "dinp", dx);
+        compare("linear_backward", "dw", dw);
+        drop(x); drop(w); drop(b); drop(out); drop(dout); drop(dx); drop(dw);
+        drop(db);
+    }
+    // attention
+    {
+        size_t na = (size_t)B * NH * T * T;
+        buf qkv = make((size_t)N * 3 * C, 1), out = make((size_t)N * C, 1);
+        buf att = make(na, 1), scratch = make(na, 1);
+        buf dout = make((size_t)N * C, 1), dqkv = make((size_t)N * 3 * C, 1);
+        kern_attention_forward(out.h, att.h, qkv.h, B, T, C, NH);
+        kern_cuda_attention_forward(out.d, att.d, qkv.d, B, T, C, NH);
+        compare("attention_forward", "out", out);
+        compare("attention_forward", "att", att);
+        kern_attention_backward(dqkv.h, scratch.h, dout.h, qkv.h, att.h, B, T,
+                                C, NH);
+        kern_cuda_attention_backward(dqkv.d, scratch.d, dout.d, qkv.d, att.d,
+                                     B, T, C, NH);
+        compare("attention_backward", "dqkv", dqkv);
+        drop(qkv); drop(out); drop(att); drop(scratch); drop(dout);
+        drop(dqkv);
+    }
+    // gelu, residual
+    {
+        size_t n = (size_t)N * OC;
+        buf x = make(n, 1), out = make(n, 1), dout = make(n, 1),
+            dx = make(n, 1), y = make(n, 1), dy = make(n, 1);
+        for (size_t i = 0; i < n; i++) x.h[i] *= 4.0f; // tanh saturates too
+        cuda_ok(cudaMemcpy(x.d, x.h, n * sizeof(float),
+                           cudaMemcpyHostToDevice), "copy in");
+        kern_gelu_forward(out.h, x.h, n);
+        kern_cuda_gelu_forward(out.d, x.d, n);
+        compare("gelu_forward", "out", out);
+        kern_gelu_backward(dx.h, x.h, dout.h, n);
+        kern_cuda_gelu_backward(dx.d, x.d, dout.d, n);
+        compare("gelu_backward", "dinp", dx);
+        kern_residual_forward(out.h, x.h, y.h, n);
+        kern_cuda_residual_forward(out.d, x.d, y.d, n);
+        compare("residual_forward", "out", out);
+        kern_residual_backward(dx.h, dy.h, dout.h, n);
+        kern_cuda_residual_backward(dx.d, dy.d, dout.d, n);
+        compare("residual_backward", "da", dx);
+        compare("residual_backward", "db", dy);
+        drop(x); drop(out); drop(dout); drop(dx); drop(y); drop(dy);
+    }
+    // softmax cross-entropy
+    {
+        size_t n = (size_t)N * V;
+        buf logits = make(n, 1), probs = make(n, 1), losses = make(N, 1),
+            dl = make(n, 1);
+        kern_softmax_xent_forward(losses.h, probs.h, logits.h, tgt, N, V);
+        kern_cuda_softmax_xent_forward(losses.d, probs.d, logits.d, dtgt, N,
+                                       V);
+        compare("softmax_xent_forward", "losses", losses);
+        compare("softmax_xent_forward", "probs", probs);
+        kern_softmax_xent_backward(dl.h, probs.h, tgt, 1.0f / N, N, V);
+        kern_cuda_softmax_xent_backward(dl.d, probs.d, dtgt, 1.0f / N, N, V);
+        compare("softmax_xent_backward", "dlogits", dl);
+        drop(logits); drop(probs); drop(losses); drop(dl);
+    }
+    // optimizer
+    {
+        size_t n = (size_t)OC * C + 3;
+        buf p = make(n, 1), m = make(n, 0), v = make(n, 0), g = make(n, 1);
+        buf nsq = make(1, 0);
+        kern_norm_sq(nsq.h, g.h, n);
+        kern_cuda_norm_sq(nsq.d, g.d, n);
+        compare("norm_sq", "out", nsq);
+        for (int t = 1; t <= 3; t++) {
+            kern_adamw_update(p.h, m.h, v.h, g.h, n, 1e-2f, 0.9f, 0.95f, 1e-8f,
+                              0.1f, 0.5f, t);
+            kern_cuda_adamw_update(p.d, m.d, v.d, g.d, n, 1e-2f, 0.9f, 0.95f,
+                                   1e-8f, 0.1f, 0.5f, t);
+        }
+        compare("adamw_update", "p", p);
+        compare("adamw_update", "m", m);
+        compare("adamw_update", "v", v);
+        drop(p); drop(m); drop(v); drop(g); drop(nsq);
+    }
+    free(tok);
+    free(tgt);
+    cudaFree(dtok);
+    cudaFree(dtgt);
+}
+
+int main(void)
+{
+    char why[256];
+    if (!kern_cuda_available(why, sizeof why)) {
+        printf("sluice-cuda-test: skipped: %s (the CUDA kernels need a GPU "
+               "to run; exit 77)\n",
+               why);
+        return 77;
+    }
+    cudaDeviceProp prop;
+    cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    printf("sluice-cuda-test: %s, CUDA ops of KERN_OPS vs the CPU oracle\n",
+           prop.name);
+    kern_set_threads(1);
+    run_shape(2, 17, 32, 4, 61, 48);
+    run_shape(3, 64, 128, 4, 256, 384);
+    kern_cuda_shutdown();
+    printf("%d comparisons, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}

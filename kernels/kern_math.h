@@ -1,0 +1,97 @@
+/* Element-wise math shared by the CPU kernels and the CUDA kernels: one
+ * definition, compiled for the host by cc and for host and device by nvcc.
+ * Everything here is a pure function of its arguments (no state, no I/O).
+ * fp32 throughout; the error bounds quoted are against float64. */
+#ifndef SLUICE_KERN_MATH_H
+#define SLUICE_KERN_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define KERN_HD __host__ __device__ __forceinline__
+#else
+#define KERN_HD static inline
+#endif
+
+/* sqrt(2/pi), the constant of GPT-2's tanh approximation of GELU. */
+#define KERN_GELU_SCALE 0.7978845608028654f
+#define KERN_GELU_CUBIC 0.044715f
+
+/* exp(x) for x in any range, relative error below 3e-7 on [-87, 88]
+ * (values outside are clamped: exp(-87) ~ 1.6e-38 stands in for 0).
+ * Host code calls no libm here, so the loops that use it stay cheap:
+ * x = k ln2 + r with |r| <= ln2/2, e^r by its degree-6 Taylor polynomial
+ * (remainder r^7/7! < 1.3e-7), 2^k assembled from the exponent bits. */
+KERN_HD float kern_expf(float x)
+{
+#ifdef __CUDA_ARCH__
+    return expf(x);
+#else
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* Adding 1.5*2^23 rounds to the nearest integer in float arithmetic. */
+    float t = x * 1.4426950408889634f + 12582912.0f;
+    float k = t - 12582912.0f;
+    /* ln2 split in a part exact in float and the rest (Cody-Waite). */
+    float r = x - k * 0.693145751953125f - k * 1.4286068203094172e-06f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f +
+              r * (4.1666668e-2f + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
+    int32_t ki = (int32_t)k;
+    uint32_t bits = (uint32_t)(ki + 127) << 23;
+    float s;
+    memcpy(&s, &bits, sizeof s);
+    return p * s;
+#endif
+}
+
+/* tanh(x) as 1 - 2/(e^{2x}+1): absolute error below 2e-7 everywhere
+ * (relative error grows near 0, which GELU does not mind: it multiplies
+ * by x/2). Clamped at |x| = 10 where tanh is 1 in float. */
+KERN_HD float kern_tanhf(float x)
+{
+#ifdef __CUDA_ARCH__
+    return tanhf(x);
+#else
+    x = x < -10.0f ? -10.0f : (x > 10.0f ? 10.0f : x);
+    return 1.0f - 2.0f / (kern_expf(2.0f * x) + 1.0f);
+#endif
+}
+
+/* GELU, tanh form (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+KERN_HD float kern_gelu(float x)
+{
+    float u = KERN_GELU_SCALE * (x + KERN_GELU_CUBIC * x * x * x);
+    return 0.5f * x * (1.0f + kern_tanhf(u));
+}
+
+/* d gelu / dx. */
+KERN_HD float kern_gelu_grad(float x)
+{
+    float u = KERN_GELU_SCALE * (x + KERN_GELU_CUBIC * x * x * x);
+    float th = kern_tanhf(u);
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) +
+           0.5f * x * sech2 * KERN_GELU_SCALE *
+               (1.0f + 3.0f * KERN_GELU_CUBIC * x * x);
+}
+
+/* One AdamW step for one parameter (decoupled weight decay, bias
+ * correction by the step count t >= 1; bc1 = 1 - beta1^t, bc2 = 1 -
+ * beta2^t precomputed by the caller). g is already scaled (clipping). */
+KERN_HD void kern_adamw_one(float *p, float *m, float *v, float g, float lr,
+                            float beta1, float beta2, float bc1, float bc2,
+                            float eps, float wd)
+{
+    float mm = beta1 * *m + (1.0f - beta1) * g;
+    float vv = beta2 * *v + (1.0f - beta2) * g * g;
+    *m = mm;
+    *v = vv;
+    float mhat = mm / bc1;
+    /* vhat >= 0 already; fabsf tells the compiler so, which lets the CPU
+     * loop vectorise (no errno path for sqrt of a negative). */
+    float vhat = fabsf(vv / bc2);
+    *p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * *p);
+}
+
+#endif

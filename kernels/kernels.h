@@ -1,0 +1,156 @@
+/* kernels: forward and backward math of a GPT-style decoder, on the CPU
+ * (C + OpenBLAS, the oracle) and in CUDA (the .cu files beside it, same list).
+ *
+ * Shape letters, used everywhere: B batch, T sequence length, C channels
+ * (hidden size), NH attention heads (head size hs = C/NH), V vocabulary,
+ * N rows (= B*T), OC output channels of a linear layer, n a flat element
+ * count. Tensors are dense, row-major, fp32: (B,T,C) means index
+ * (b*T + t)*C + c. The fused attention input qkv is (B,T,3C) holding
+ * q | k | v, each C wide with head h at columns h*hs .. h*hs+hs-1.
+ *
+ * Backward conventions: every backward function ADDS into its gradient
+ * outputs (gradients accumulate over residual branches, over tied weights
+ * and over microbatches); callers zero them once. A parameterised op has
+ * _backward_input (gradient of its input) and _backward_weight (gradient of
+ * its weights), callable separately (zero-bubble schedules defer the weight
+ * part) or together through _backward; both orders give bit-identical
+ * results. Optional tensors (biases) may be NULL. No function allocates
+ * or fails. The CPU ops split their rows over kern_set_threads() threads;
+ * the element-wise math is shared with CUDA through kern_math.h. */
+#ifndef SLUICE_KERNELS_H
+#define SLUICE_KERNELS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The op list, declared once. Each entry: the op's name, its kind (the
+ * op kind of the model zoo's op graph, see kern_kind) and its argument
+ * list. The CPU backend defines
+ * kern_<name>, the CUDA backend kern_cuda_<name> with the same arguments
+ * (device pointers there). */
+#define KERN_OPS(X)                                                           \
+    /* out(B,T,C) = wte[tokens] + wpe[t] */                                   \
+    X(embed_forward, EMBED,                                          \
+      (float *out, const int *tokens, const float *wte, const float *wpe,     \
+       int B, int T, int C))                                                  \
+    /* dwte(V,C), dwpe(T,C) += */                                             \
+    X(embed_backward, EMBED,                                         \
+      (float *dwte, float *dwpe, const float *dout, const int *tokens,        \
+       int B, int T, int C))                                                  \
+    /* out(N,C); mean, rstd (N) kept for backward; eps 1e-5 */                \
+    X(layernorm_forward, NORM,                                        \
+      (float *out, float *mean, float *rstd, const float *inp,               \
+       const float *w, const float *b, int N, int C))                         \
+    X(layernorm_backward_input, NORM,                                 \
+      (float *dinp, const float *dout, const float *inp, const float *w,      \
+       const float *mean, const float *rstd, int N, int C))                   \
+    X(layernorm_backward_weight, NORM,                                \
+      (float *dw, float *db, const float *dout, const float *inp,             \
+       const float *mean, const float *rstd, int N, int C))                   \
+    X(layernorm_backward, NORM,                                       \
+      (float *dinp, float *dw, float *db, const float *dout,                  \
+       const float *inp, const float *w, const float *mean,                   \
+       const float *rstd, int N, int C))                                      \
+    /* out(N,OC) = inp(N,C) w(OC,C)^T + b(OC); GEMM m=N n=OC k=C */          \
+    X(linear_forward, LINEAR,                                       \
+      (float *out, const float *inp, const float *w, const float *b, int N,  \
+       int C, int OC))                                                        \
+    /* dinp(N,C) += dout(N,OC) w; GEMM m=N n=C k=OC */                        \
+    X(linear_backward_input, LINEAR,                                \
+      (float *dinp, const float *dout, const float *w, int N, int C,         \
+       int OC))                                                               \
+    /* dw(OC,C) += dout^T inp, db(OC) += column sums; GEMM m=OC n=C k=N */    \
+    X(linear_backward_weight, LINEAR,                               \
+      (float *dw, float *db, const float *dout, const float *inp, int N,     \
+       int C, int OC))                                                        \
+    X(linear_backward, LINEAR,                                      \
+      (float *dinp, float *dw, float *db, const float *dout,                  \
+       const float *inp, const float *w, int N, int C, int OC))              \
+    /* causal softmax(q k^T / sqrt(hs)) v per head: out(B,T,C) from          \
+     * qkv(B,T,3C); att(B,NH,T,T) keeps the probabilities for backward */    \
+    X(attention_forward, ATTN,                                        \
+      (float *out, float *att, const float *qkv, int B, int T, int C,        \
+       int NH))                                                               \
+    /* dqkv(B,T,3C) +=; scratch is B*NH*T*T floats of workspace */           \
+    X(attention_backward, ATTN,                                       \
+      (float *dqkv, float *scratch, const float *dout, const float *qkv,     \
+       const float *att, int B, int T, int C, int NH))                        \
+    X(gelu_forward, ACT, (float *out, const float *inp, size_t n))     \
+    X(gelu_backward, ACT,                                              \
+      (float *dinp, const float *inp, const float *dout, size_t n))           \
+    X(residual_forward, RESIDUAL,                                 \
+      (float *out, const float *a, const float *b, size_t n))                 \
+    X(residual_backward, RESIDUAL,                                \
+      (float *da, float *db, const float *dout, size_t n))                    \
+    /* probs(N,V) = softmax(logits); losses(N) = -log probs[target] */       \
+    X(softmax_xent_forward, LOSS,                                     \
+      (float *losses, float *probs, const float *logits, const int *targets, \
+       int N, int V))                                                         \
+    /* dlogits += scale (probs - onehot(target)); scale = dloss per row      \
+     * (1/N for a mean loss) */                                               \
+    X(softmax_xent_backward, LOSS,                                    \
+      (float *dlogits, const float *probs, const int *targets, float scale,  \
+       int N, int V))                                                         \
+    /* out[0] = sum of x^2 (the global gradient norm is its square root   \
+     * over all tensors); accumulated in double on the CPU */                \
+    X(norm_sq, OPTIMIZER,                                        \
+      (float *out, const float *x, size_t n))                                 \
+    /* AdamW on n parameters with gradient g*grad_scale (clipping); step t  \
+     * counts from 1; decoupled weight decay wd */                           \
+    X(adamw_update, OPTIMIZER,                                   \
+      (float *p, float *m, float *v, const float *g, size_t n, float lr,     \
+       float beta1, float beta2, float eps, float wd, float grad_scale,      \
+       int t))
+
+/* Op kinds (what the simulator's cost model calls them). */
+typedef enum {
+    KERN_KIND_EMBED, KERN_KIND_NORM, KERN_KIND_LINEAR, KERN_KIND_ATTN,
+    KERN_KIND_ACT, KERN_KIND_RESIDUAL, KERN_KIND_LOSS, KERN_KIND_OPTIMIZER,
+    KERN_KIND_COUNT
+} kern_kind;
+
+/* One id per entry of KERN_OPS, in list order. */
+typedef enum {
+#define KERN_X_ENUM(name, kind, args) KERN_OP_##name,
+    KERN_OPS(KERN_X_ENUM)
+#undef KERN_X_ENUM
+    KERN_OP_COUNT
+} kern_op;
+
+/* CPU backend. */
+#define KERN_X_DECL(name, kind, args) void kern_##name args;
+KERN_OPS(KERN_X_DECL)
+#undef KERN_X_DECL
+
+/* "linear_forward" etc. and the kind of each op ("linear"). Lent. */
+const char *kern_op_name(kern_op op);
+kern_kind kern_op_kind(kern_op op);
+const char *kern_kind_name(kern_kind k);
+
+/* Threads for the CPU kernels: every op splits its rows (heads, channels)
+ * over n threads of sluice's own pool, each calling OpenBLAS
+ * single-threaded. n >= 1 (capped at 256); returns the count in force.
+ * Results depend on n only through GEMM rounding (see test_kern.c). Not
+ * to be called while an op runs. */
+int kern_set_threads(int n);
+int kern_get_threads(void);
+/* The instruction set of the element-wise and row kernels: "avx2" (AVX2
+ * and FMA, picked where the CPU has them) or "base" (x86-64 baseline or
+ * any other CPU). kern_set_isa forces one ("base" always works); -1 when
+ * this CPU or build lacks it. Not to be called while an op runs. */
+const char *kern_get_isa(void);
+int kern_set_isa(const char *isa);
+/* OpenBLAS's name for the kernels it picked for this CPU ("Haswell"). */
+const char *kern_blas_core(void);
+
+/* Epsilon of the layer norm. */
+#define KERN_LN_EPS 1e-5f
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

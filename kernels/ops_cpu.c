@@ -1,0 +1,279 @@
+/* The CPU backend of KERN_OPS: plain C loops for the memory-bound ops,
+ * OpenBLAS sgemm for every matrix product (the linear layers and the
+ * products per head inside attention). This is the oracle the CUDA
+ * backend is checked against, and what the CPU trainer runs. Each op
+ * splits its rows (or heads, or columns) over the pool's threads; parts
+ * write disjoint outputs, so no op needs a lock. */
+#include "kernels/kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kern_math.h"
+#include "kernels/kern_cpu.h"
+
+
+/* ---------------------------------------------------------------- embed */
+
+static void embed_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    for (size_t r = lo; r < hi; r++) {
+        float *o = a->out + r * a->C;
+        const float *we = a->in + (size_t)a->tok[r] * a->C;
+        const float *pe = a->in2 + (r % (size_t)a->T) * a->C;
+        for (int c = 0; c < a->C; c++) o[c] = we[c] + pe[c];
+    }
+}
+
+void kern_embed_forward(float *out, const int *tokens, const float *wte,
+                        const float *wpe, int B, int T, int C)
+{
+    kargs a = {.out = out, .in = wte, .in2 = wpe, .tok = tokens, .B = B,
+               .T = T, .C = C, .N = B * T};
+    kern_parallel(embed_fwd_part, &a);
+}
+
+/* Serial: rows scatter into token rows that repeat; it is a small op. */
+void kern_embed_backward(float *dwte, float *dwpe, const float *dout,
+                         const int *tokens, int B, int T, int C)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+            float *we = dwte + (size_t)tokens[b * T + t] * C;
+            float *pe = dwpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) {
+                we[c] += d[c];
+                pe[c] += d[c];
+            }
+        }
+}
+
+/* --------------------------------------------------------------- linear */
+
+static void lin_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    if (hi == lo) return;
+    int C = a->C, OC = a->OC;
+    float *out = a->out + lo * OC;
+    float beta = 0.0f;
+    if (a->in3) {
+        for (size_t i = lo; i < hi; i++)
+            memcpy(a->out + i * OC, a->in3, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(hi - lo), OC,
+                C, 1.0f, a->in + lo * C, C, a->in2, C, beta, out, OC);
+}
+
+void kern_linear_forward(float *out, const float *inp, const float *w,
+                         const float *b, int N, int C, int OC)
+{
+    kargs a = {.out = out, .in = inp, .in2 = w, .in3 = b, .N = N, .C = C,
+               .OC = OC};
+    kern_parallel(lin_fwd_part, &a);
+}
+
+static void lin_bwd_in_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    if (hi == lo) return;
+    int C = a->C, OC = a->OC;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(hi - lo), C,
+                OC, 1.0f, a->in + lo * OC, OC, a->in2, C, 1.0f,
+                a->out + lo * C, C);
+}
+
+void kern_linear_backward_input(float *dinp, const float *dout,
+                                const float *w, int N, int C, int OC)
+{
+    kargs a = {.out = dinp, .in = dout, .in2 = w, .N = N, .C = C, .OC = OC};
+    kern_parallel(lin_bwd_in_part, &a);
+}
+
+/* Split by output channel: rows [lo, hi) of dw and entries of db. */
+static void lin_bwd_w_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->OC, part, np, lo, hi);
+    if (hi == lo) return;
+    int C = a->C, OC = a->OC, N = a->N;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(hi - lo), C, N,
+                1.0f, a->in + lo, OC, a->in2, C, 1.0f, a->out + lo * C, C);
+    if (a->out2)
+        for (int i = 0; i < N; i++) {
+            const float *d = a->in + (size_t)i * OC;
+            for (size_t o = lo; o < hi; o++) a->out2[o] += d[o];
+        }
+}
+
+void kern_linear_backward_weight(float *dw, float *db, const float *dout,
+                                 const float *inp, int N, int C, int OC)
+{
+    kargs a = {.out = dw, .out2 = db, .in = dout, .in2 = inp, .N = N, .C = C,
+               .OC = OC};
+    kern_parallel(lin_bwd_w_part, &a);
+}
+
+void kern_linear_backward(float *dinp, float *dw, float *db, const float *dout,
+                          const float *inp, const float *w, int N, int C,
+                          int OC)
+{
+    kern_linear_backward_input(dinp, dout, w, N, C, OC);
+    kern_linear_backward_weight(dw, db, dout, inp, N, C, OC);
+}
+
+/* ------------------------------------------------------------ attention */
+
+/* Per (b, h): S = scale Q K^T as one sgemm over the whole T x T square
+ * (the masked half is computed and thrown away: at these sizes one large
+ * product beats T small ones), then a causal softmax per row, then
+ * O = P V. The masked entries of att are stored as exact zeros, which the
+ * backward relies on. Parts take whole (b, h) pairs. */
+static void attn_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    const kern_rows *rows = kern_cpu_rows();
+    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    for (size_t bh = lo; bh < hi; bh++) {
+        size_t b = bh / NH, h = bh % NH;
+        const float *q = a->in + b * T * C3 + h * hs;
+        const float *k = q + C, *v = q + 2 * C;
+        float *att = a->out2 + bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale,
+                    q, C3, k, C3, 0.0f, att, T);
+        for (int t = 0; t < T; t++)
+            rows->softmax_row(att + (size_t)t * T, t + 1, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
+                    att, T, v, C3, 0.0f, a->out + b * T * C + h * hs, C);
+    }
+}
+
+void kern_attention_forward(float *out, float *att, const float *qkv, int B,
+                            int T, int C, int NH)
+{
+    kargs a = {.out = out, .out2 = att, .in = qkv, .B = B, .T = T, .C = C,
+               .NH = NH};
+    kern_parallel(attn_fwd_part, &a);
+}
+
+/* dP = dO V^T; dV += P^T dO; dS = P (dP - rowsum(P dP)); dQ += scale dS K;
+ * dK += scale dS^T Q. Masked entries of P are zero, so dS is zero there
+ * whatever dP holds. */
+static void attn_bwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    const kern_rows *rows = kern_cpu_rows();
+    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    for (size_t bh = lo; bh < hi; bh++) {
+        size_t b = bh / NH, h = bh % NH;
+        size_t off = b * T * C3 + h * hs;
+        const float *q = a->in2 + off, *k = q + C, *v = q + 2 * C;
+        float *dq = a->out + off, *dk = dq + C, *dv = dq + 2 * C;
+        const float *pr0 = a->in3 + bh * T * T;
+        const float *dO = a->in + b * T * C + h * hs;
+        float *ds = a->out2 + bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f,
+                    dO, C, v, C3, 0.0f, ds, T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f,
+                    pr0, T, dO, C, 1.0f, dv, C3);
+        for (int t = 0; t < T; t++)
+            rows->softmax_row_backward(ds + (size_t)t * T,
+                                          pr0 + (size_t)t * T, t + 1, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale,
+                    ds, T, k, C3, 1.0f, dq, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale,
+                    ds, T, q, C3, 1.0f, dk, C3);
+    }
+}
+
+void kern_attention_backward(float *dqkv, float *scratch, const float *dout,
+                             const float *qkv, const float *att, int B, int T,
+                             int C, int NH)
+{
+    kargs a = {.out = dqkv, .out2 = scratch, .in = dout, .in2 = qkv,
+               .in3 = att, .B = B, .T = T, .C = C, .NH = NH};
+    kern_parallel(attn_bwd_part, &a);
+}
+
+/* ------------------------------------------------- element-wise, loss */
+
+static void res_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->n, part, np, lo, hi);
+    for (size_t i = lo; i < hi; i++) a->out[i] = a->in[i] + a->in2[i];
+}
+
+void kern_residual_forward(float *out, const float *a, const float *b,
+                           size_t n)
+{
+    kargs k = {.out = out, .in = a, .in2 = b, .n = n};
+    kern_parallel(res_fwd_part, &k);
+}
+
+static void res_bwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->n, part, np, lo, hi);
+    for (size_t i = lo; i < hi; i++) {
+        a->out[i] += a->in[i];
+        a->out2[i] += a->in[i];
+    }
+}
+
+void kern_residual_backward(float *da, float *db, const float *dout, size_t n)
+{
+    kargs k = {.out = da, .out2 = db, .in = dout, .n = n};
+    kern_parallel(res_bwd_part, &k);
+}
+
+/* ------------------------------------------------------------ optimizer */
+
+/* Serial, in double: the clipping decision must not depend on threads. */
+void kern_norm_sq(float *out, const float *x, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    out[0] = (float)s;
+}
+
+/* ---------------------------------------------------------- the op list */
+
+const char *kern_op_name(kern_op op)
+{
+    static const char *const names[] = {
+#define KERN_X_NAME(name, kind, args) #name,
+        KERN_OPS(KERN_X_NAME)
+#undef KERN_X_NAME
+    };
+    return (unsigned)op < KERN_OP_COUNT ? names[op] : "?";
+}
+
+kern_kind kern_op_kind(kern_op op)
+{
+    static const kern_kind kinds[] = {
+#define KERN_X_KIND(name, kind, args) KERN_KIND_##kind,
+        KERN_OPS(KERN_X_KIND)
+#undef KERN_X_KIND
+    };
+    return (unsigned)op < KERN_OP_COUNT ? kinds[op] : KERN_KIND_COUNT;
+}
+
+const char *kern_kind_name(kern_kind k)
+{
+    static const char *const names[] = {"embed", "norm",     "linear",
+                                        "attn",  "act",      "residual",
+                                        "loss",  "optimizer"};
+    return (unsigned)k < KERN_KIND_COUNT ? names[k] : "?";
+}

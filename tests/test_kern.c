@@ -1,0 +1,660 @@
+/* kernels: every CPU op against a float64 reference written here as naive
+ * loops, and every backward against central finite differences of that
+ * float64 reference, on fresh random non-zero inputs of several shapes.
+ *
+ * Tolerances (fp32 kernels, inputs of magnitude 0.1..1):
+ *   forward:  |got - ref| <= 2e-5 + 2e-4 |ref|  (fp32 rounding over sums of
+ *             up to a few dozen terms, plus the 3e-7 of kern_expf)
+ *   backward: |got - fd|  <= 1e-4 + 1e-3 |fd|   (fd in float64 with h=1e-5:
+ *             its own error is ~1e-9, the rest is fp32 accumulation)
+ * Backward outputs start from random values, not zeros, so the tests also
+ * check that backward adds into its outputs. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kern_math.h"
+#include "kernels/kernels.h"
+
+#define FWD_ATOL 2e-5
+#define FWD_RTOL 2e-4
+#define BWD_ATOL 1e-4
+#define BWD_RTOL 1e-3
+#define FD_H 1e-5
+
+/* ------------------------------------------------------------ helpers */
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
+
+static double rng_unit(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+
+/* Uniform in [-1, -0.1] U [0.1, 1]: never zero, never tiny. */
+static float *rnd(size_t n)
+{
+    float *x = malloc(n * sizeof *x + 1);
+    for (size_t i = 0; i < n; i++) {
+        double u = 0.1 + 0.9 * rng_unit();
+        x[i] = (float)(rng_unit() < 0.5 ? -u : u);
+    }
+    return x;
+}
+
+static int *rnd_tokens(size_t n, int V)
+{
+    int *t = malloc(n * sizeof *t + 1);
+    for (size_t i = 0; i < n; i++) t[i] = (int)(rng_unit() * V) % V;
+    return t;
+}
+
+static double *to_d(const float *x, size_t n)
+{
+    double *d = malloc(n * sizeof *d + 1);
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+
+static float *copy_f(const float *x, size_t n)
+{
+    float *c = malloc(n * sizeof *c + 1);
+    memcpy(c, x, n * sizeof *c);
+    return c;
+}
+
+static void check(const char *what, const float *got, const double *want,
+                  size_t n, double atol, double rtol)
+{
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - want[i]);
+        cr_assert(err <= atol + rtol * fabs(want[i]),
+                  "%s[%zu]: got %.9g, want %.9g (err %.3g)", what, i,
+                  (double)got[i], want[i], err);
+    }
+}
+
+/* got is a gradient buffer that started as `init`: compares got - init. */
+static void check_grad(const char *what, const float *got, const float *init,
+                       const double *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double g = (double)got[i] - (double)init[i];
+        double err = fabs(g - want[i]);
+        cr_assert(err <= BWD_ATOL + BWD_RTOL * fabs(want[i]),
+                  "%s[%zu]: got %.9g, want %.9g (err %.3g)", what, i, g,
+                  want[i], err);
+    }
+}
+
+/* The scalar a finite difference differentiates: sum(g * f(inputs)). */
+typedef double (*loss_fn)(void *ctx);
+
+static double *fd(loss_fn f, void *ctx, double *x, size_t n)
+{
+    double *grad = malloc(n * sizeof *grad + 1);
+    for (size_t i = 0; i < n; i++) {
+        double s = x[i];
+        x[i] = s + FD_H;
+        double lp = f(ctx);
+        x[i] = s - FD_H;
+        double lm = f(ctx);
+        x[i] = s;
+        grad[i] = (lp - lm) / (2 * FD_H);
+    }
+    return grad;
+}
+
+static double dot(const double *a, const double *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Runs body once per instruction-set build of the row kernels this CPU
+ * can run ("base" always; "avx2" where the CPU has AVX2 and FMA). */
+static void each_isa(void (*body)(void))
+{
+    const char *isas[] = {"base", "avx2"};
+    for (int i = 0; i < 2; i++) {
+        if (kern_set_isa(isas[i])) continue;
+        cr_assert_str_eq(kern_get_isa(), isas[i]);
+        body();
+    }
+    kern_set_isa("avx2");
+}
+
+/* ------------------------------------------------- float64 references */
+
+static void ref_embed(double *out, const int *tok, const double *wte,
+                      const double *wpe, int B, int T, int C)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++)
+                out[(b * T + t) * C + c] =
+                    wte[tok[b * T + t] * C + c] + wpe[t * C + c];
+}
+
+static void ref_layernorm(double *out, const double *x, const double *w,
+                          const double *b, int N, int C)
+{
+    for (int i = 0; i < N; i++) {
+        double m = 0, v = 0;
+        for (int c = 0; c < C; c++) m += x[i * C + c];
+        m /= C;
+        for (int c = 0; c < C; c++) v += (x[i * C + c] - m) * (x[i * C + c] - m);
+        v /= C;
+        double s = 1.0 / sqrt(v + 1e-5);
+        for (int c = 0; c < C; c++)
+            out[i * C + c] = (x[i * C + c] - m) * s * w[c] + (b ? b[c] : 0);
+    }
+}
+
+static void ref_linear(double *out, const double *x, const double *w,
+                       const double *b, int N, int C, int OC)
+{
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double s = b ? b[o] : 0;
+            for (int c = 0; c < C; c++) s += x[i * C + c] * w[o * C + c];
+            out[i * OC + o] = s;
+        }
+}
+
+static void ref_attention(double *out, const double *qkv, int B, int T, int C,
+                          int NH)
+{
+    int hs = C / NH;
+    double *sc = malloc((size_t)T * sizeof *sc);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *q = qkv + (b * T + t) * 3 * C + h * hs;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *k = qkv + (b * T + j) * 3 * C + C + h * hs;
+                    double s = 0;
+                    for (int i = 0; i < hs; i++) s += q[i] * k[i];
+                    sc[j] = s / sqrt((double)hs);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j <= t; j++) {
+                    sc[j] = exp(sc[j] - mx);
+                    sum += sc[j];
+                }
+                for (int i = 0; i < hs; i++) {
+                    double o = 0;
+                    for (int j = 0; j <= t; j++)
+                        o += sc[j] / sum *
+                             qkv[(b * T + j) * 3 * C + 2 * C + h * hs + i];
+                    out[(b * T + t) * C + h * hs + i] = o;
+                }
+            }
+    free(sc);
+}
+
+static double ref_gelu(double x)
+{
+    return 0.5 * x *
+           (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static void ref_xent(double *loss, const double *logits, const int *tgt,
+                     int N, int V)
+{
+    for (int i = 0; i < N; i++) {
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < V; j++) mx = fmax(mx, logits[i * V + j]);
+        for (int j = 0; j < V; j++) s += exp(logits[i * V + j] - mx);
+        loss[i] = log(s) + mx - logits[i * V + tgt[i]];
+    }
+}
+
+/* ------------------------------------------------------------- embed */
+
+typedef struct {
+    int B, T, C;
+    const int *tok;
+    double *wte, *wpe, *g, *out;
+} embed_ctx;
+
+static double embed_loss(void *p)
+{
+    embed_ctx *c = p;
+    ref_embed(c->out, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
+    return dot(c->out, c->g, (size_t)c->B * c->T * c->C);
+}
+
+Test(kern, embed)
+{
+    const int shapes[][4] = {{1, 1, 4, 3}, {2, 5, 8, 4}, {3, 7, 12, 9}};
+    for (int s = 0; s < 3; s++) {
+        rng_seed(100 + s);
+        int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2],
+            V = shapes[s][3];
+        size_t n = (size_t)B * T * C;
+        int *tok = rnd_tokens((size_t)B * T, V);
+        float *wte = rnd((size_t)V * C), *wpe = rnd((size_t)T * C);
+        float *out = rnd(n), *g = rnd(n);
+        embed_ctx c = {B, T, C, tok, to_d(wte, (size_t)V * C),
+                       to_d(wpe, (size_t)T * C), to_d(g, n),
+                       malloc(n * sizeof(double))};
+        kern_embed_forward(out, tok, wte, wpe, B, T, C);
+        embed_loss(&c);
+        check("embed.out", out, c.out, n, FWD_ATOL, FWD_RTOL);
+        float *dwte = rnd((size_t)V * C), *dwpe = rnd((size_t)T * C);
+        float *dwte0 = copy_f(dwte, (size_t)V * C);
+        float *dwpe0 = copy_f(dwpe, (size_t)T * C);
+        kern_embed_backward(dwte, dwpe, g, tok, B, T, C);
+        double *fte = fd(embed_loss, &c, c.wte, (size_t)V * C);
+        double *fpe = fd(embed_loss, &c, c.wpe, (size_t)T * C);
+        check_grad("embed.dwte", dwte, dwte0, fte, (size_t)V * C);
+        check_grad("embed.dwpe", dwpe, dwpe0, fpe, (size_t)T * C);
+        free(tok); free(wte); free(wpe); free(out); free(g); free(c.wte);
+        free(c.wpe); free(c.g); free(c.out); free(dwte); free(dwpe);
+        free(dwte0); free(dwpe0); free(fte); free(fpe);
+    }
+}
+
+/* --------------------------------------------------------- layernorm */
+
+typedef struct {
+    int N, C;
+    double *x, *w, *b, *g, *out;
+} ln_ctx;
+
+static double ln_loss(void *p)
+{
+    ln_ctx *c = p;
+    ref_layernorm(c->out, c->x, c->w, c->b, c->N, c->C);
+    return dot(c->out, c->g, (size_t)c->N * c->C);
+}
+
+static void layernorm_body(void)
+{
+    const int shapes[][2] = {{1, 4}, {5, 8}, {9, 33}};
+    for (int s = 0; s < 3; s++) {
+        rng_seed(200 + s);
+        int N = shapes[s][0], C = shapes[s][1];
+        size_t n = (size_t)N * C;
+        float *x = rnd(n), *w = rnd(C), *b = rnd(C), *g = rnd(n);
+        float *out = rnd(n), *mean = rnd(N), *rstd = rnd(N);
+        ln_ctx c = {N, C, to_d(x, n), to_d(w, C), to_d(b, C), to_d(g, n),
+                    malloc(n * sizeof(double))};
+        kern_layernorm_forward(out, mean, rstd, x, w, b, N, C);
+        ln_loss(&c);
+        check("layernorm.out", out, c.out, n, FWD_ATOL, FWD_RTOL);
+        float *dx = rnd(n), *dw = rnd(C), *db = rnd(C);
+        float *dx0 = copy_f(dx, n), *dw0 = copy_f(dw, C), *db0 = copy_f(db, C);
+        kern_layernorm_backward(dx, dw, db, g, x, w, mean, rstd, N, C);
+        double *fx = fd(ln_loss, &c, c.x, n), *fw = fd(ln_loss, &c, c.w, C),
+               *fb = fd(ln_loss, &c, c.b, C);
+        check_grad("layernorm.dinp", dx, dx0, fx, n);
+        check_grad("layernorm.dw", dw, dw0, fw, C);
+        check_grad("layernorm.db", db, db0, fb, C);
+        /* The split parts, weight first, give the same bits. */
+        float *sx = copy_f(dx0, n), *sw = copy_f(dw0, C), *sb = copy_f(db0, C);
+        kern_layernorm_backward_weight(sw, sb, g, x, mean, rstd, N, C);
+        kern_layernorm_backward_input(sx, g, x, w, mean, rstd, N, C);
+        cr_assert(!memcmp(sx, dx, n * sizeof *sx));
+        cr_assert(!memcmp(sw, dw, C * sizeof *sw));
+        cr_assert(!memcmp(sb, db, C * sizeof *sb));
+        free(x); free(w); free(b); free(g); free(out); free(mean); free(rstd);
+        free(c.x); free(c.w); free(c.b); free(c.g); free(c.out);
+        free(dx); free(dw); free(db); free(dx0); free(dw0); free(db0);
+        free(fx); free(fw); free(fb); free(sx); free(sw); free(sb);
+    }
+}
+
+/* Both builds of the row kernels (kern_get_isa), each against float64. */
+Test(kern, layernorm)
+{
+    each_isa(layernorm_body);
+}
+
+/* ------------------------------------------------------------ linear */
+
+typedef struct {
+    int N, C, OC;
+    double *x, *w, *b, *g, *out;
+} lin_ctx;
+
+static double lin_loss(void *p)
+{
+    lin_ctx *c = p;
+    ref_linear(c->out, c->x, c->w, c->b, c->N, c->C, c->OC);
+    return dot(c->out, c->g, (size_t)c->N * c->OC);
+}
+
+Test(kern, linear)
+{
+    const int shapes[][3] = {{1, 3, 2}, {5, 8, 6}, {17, 16, 33}, {4, 24, 7}};
+    for (int s = 0; s < 4; s++) {
+        rng_seed(300 + s);
+        int N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
+        int bias = s != 3; /* the last shape runs without a bias */
+        size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+        float *x = rnd(nx), *w = rnd(nw), *b = bias ? rnd(OC) : NULL;
+        float *g = rnd(no), *out = rnd(no);
+        lin_ctx c = {N, C, OC, to_d(x, nx), to_d(w, nw),
+                     bias ? to_d(b, OC) : NULL, to_d(g, no),
+                     malloc(no * sizeof(double))};
+        kern_linear_forward(out, x, w, b, N, C, OC);
+        lin_loss(&c);
+        check("linear.out", out, c.out, no, FWD_ATOL, FWD_RTOL);
+        float *dx = rnd(nx), *dw = rnd(nw), *db = bias ? rnd(OC) : NULL;
+        float *dx0 = copy_f(dx, nx), *dw0 = copy_f(dw, nw);
+        float *db0 = bias ? copy_f(db, OC) : NULL;
+        kern_linear_backward(dx, dw, db, g, x, w, N, C, OC);
+        double *fx = fd(lin_loss, &c, c.x, nx), *fw = fd(lin_loss, &c, c.w, nw);
+        check_grad("linear.dinp", dx, dx0, fx, nx);
+        check_grad("linear.dw", dw, dw0, fw, nw);
+        if (bias) {
+            double *fb = fd(lin_loss, &c, c.b, OC);
+            check_grad("linear.db", db, db0, fb, OC);
+            free(fb);
+        }
+        float *sx = copy_f(dx0, nx), *sw = copy_f(dw0, nw);
+        float *sb = bias ? copy_f(db0, OC) : NULL;
+        kern_linear_backward_weight(sw, sb, g, x, N, C, OC);
+        kern_linear_backward_input(sx, g, w, N, C, OC);
+        cr_assert(!memcmp(sx, dx, nx * sizeof *sx));
+        cr_assert(!memcmp(sw, dw, nw * sizeof *sw));
+        if (bias) cr_assert(!memcmp(sb, db, OC * sizeof *sb));
+        free(x); free(w); free(b); free(g); free(out); free(c.x); free(c.w);
+        free(c.b); free(c.g); free(c.out); free(dx); free(dw); free(db);
+        free(dx0); free(dw0); free(db0); free(fx); free(fw); free(sx);
+        free(sw); free(sb);
+    }
+}
+
+/* --------------------------------------------------------- attention */
+
+typedef struct {
+    int B, T, C, NH;
+    double *qkv, *g, *out;
+} att_ctx;
+
+static double att_loss(void *p)
+{
+    att_ctx *c = p;
+    ref_attention(c->out, c->qkv, c->B, c->T, c->C, c->NH);
+    return dot(c->out, c->g, (size_t)c->B * c->T * c->C);
+}
+
+static void attention_body(void)
+{
+    const int shapes[][4] = {{1, 1, 4, 1}, {2, 5, 8, 2}, {2, 9, 12, 3},
+                             {1, 16, 16, 4}};
+    for (int s = 0; s < 4; s++) {
+        rng_seed(400 + s);
+        int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2],
+            NH = shapes[s][3];
+        size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C,
+               na = (size_t)B * NH * T * T;
+        float *qkv = rnd(nq), *g = rnd(no), *out = rnd(no), *att = rnd(na);
+        float *scratch = rnd(na);
+        att_ctx c = {B, T, C, NH, to_d(qkv, nq), to_d(g, no),
+                     malloc(no * sizeof(double))};
+        kern_attention_forward(out, att, qkv, B, T, C, NH);
+        att_loss(&c);
+        check("attention.out", out, c.out, no, FWD_ATOL, FWD_RTOL);
+        /* Probabilities: rows sum to one, the future is exactly zero. */
+        for (int r = 0; r < B * NH; r++)
+            for (int t = 0; t < T; t++) {
+                double sum = 0;
+                for (int j = 0; j < T; j++) {
+                    float p = att[((size_t)r * T + t) * T + j];
+                    if (j > t) cr_assert_eq(p, 0.0f);
+                    sum += p;
+                }
+                cr_assert(fabs(sum - 1) < 1e-5);
+            }
+        float *dq = rnd(nq), *dq0 = copy_f(dq, nq);
+        kern_attention_backward(dq, scratch, g, qkv, att, B, T, C, NH);
+        double *fq = fd(att_loss, &c, c.qkv, nq);
+        check_grad("attention.dqkv", dq, dq0, fq, nq);
+        free(qkv); free(g); free(out); free(att); free(scratch); free(c.qkv);
+        free(c.g); free(c.out); free(dq); free(dq0); free(fq);
+    }
+}
+
+/* Both builds of the row kernels (kern_get_isa), each against float64. */
+Test(kern, attention)
+{
+    each_isa(attention_body);
+}
+
+/* ---------------------------------------------- gelu, residual, loss */
+
+static void gelu_body(void)
+{
+    /* Wide range, including values where tanh saturates. */
+    const size_t ns[] = {1, 7, 300};
+    for (int s = 0; s < 3; s++) {
+        rng_seed(500 + s);
+        size_t n = ns[s];
+        float *x = rnd(n), *g = rnd(n), *out = rnd(n);
+        for (size_t i = 0; i < n; i++) x[i] *= (float)(1 + 6 * (i % 3));
+        double *want = malloc(n * sizeof *want), *fx = malloc(n * sizeof *fx);
+        for (size_t i = 0; i < n; i++) {
+            want[i] = ref_gelu(x[i]);
+            fx[i] = g[i] * (ref_gelu(x[i] + FD_H) - ref_gelu(x[i] - FD_H)) /
+                    (2 * FD_H);
+        }
+        kern_gelu_forward(out, x, n);
+        check("gelu.out", out, want, n, FWD_ATOL, FWD_RTOL);
+        float *dx = rnd(n), *dx0 = copy_f(dx, n);
+        kern_gelu_backward(dx, x, g, n);
+        check_grad("gelu.dinp", dx, dx0, fx, n);
+        free(x); free(g); free(out); free(want); free(fx); free(dx); free(dx0);
+    }
+}
+
+/* Both builds of the row kernels (kern_get_isa), each against float64. */
+Test(kern, gelu)
+{
+    each_isa(gelu_body);
+}
+
+Test(kern, residual)
+{
+    rng_seed(600);
+    size_t n = 37;
+    float *a = rnd(n), *b = rnd(n), *out = rnd(n), *g = rnd(n);
+    double *want = malloc(n * sizeof *want), *gd = to_d(g, n);
+    for (size_t i = 0; i < n; i++) want[i] = (double)a[i] + b[i];
+    kern_residual_forward(out, a, b, n);
+    check("residual.out", out, want, n, FWD_ATOL, FWD_RTOL);
+    float *da = rnd(n), *db = rnd(n), *da0 = copy_f(da, n), *db0 = copy_f(db, n);
+    kern_residual_backward(da, db, g, n);
+    check_grad("residual.da", da, da0, gd, n);
+    check_grad("residual.db", db, db0, gd, n);
+    free(a); free(b); free(out); free(g); free(want); free(gd); free(da);
+    free(db); free(da0); free(db0);
+}
+
+typedef struct {
+    int N, V;
+    const int *tgt;
+    double *logits, *loss, scale;
+} xent_ctx;
+
+static double xent_loss(void *p)
+{
+    xent_ctx *c = p;
+    ref_xent(c->loss, c->logits, c->tgt, c->N, c->V);
+    double s = 0;
+    for (int i = 0; i < c->N; i++) s += c->loss[i];
+    return s * c->scale;
+}
+
+static void softmax_xent_body(void)
+{
+    const int shapes[][2] = {{1, 3}, {6, 11}, {9, 40}};
+    for (int s = 0; s < 3; s++) {
+        rng_seed(700 + s);
+        int N = shapes[s][0], V = shapes[s][1];
+        size_t n = (size_t)N * V;
+        float *logits = rnd(n), *probs = rnd(n), *loss = rnd(N);
+        for (size_t i = 0; i < n; i++) logits[i] *= 8; /* peaked rows */
+        int *tgt = rnd_tokens(N, V);
+        xent_ctx c = {N, V, tgt, to_d(logits, n), malloc(N * sizeof(double)),
+                      1.0 / N};
+        kern_softmax_xent_forward(loss, probs, logits, tgt, N, V);
+        xent_loss(&c);
+        check("xent.loss", loss, c.loss, N, FWD_ATOL, FWD_RTOL);
+        for (int i = 0; i < N; i++) {
+            double sum = 0;
+            for (int j = 0; j < V; j++) sum += probs[i * V + j];
+            cr_assert(fabs(sum - 1) < 1e-5);
+        }
+        float *dl = rnd(n), *dl0 = copy_f(dl, n);
+        kern_softmax_xent_backward(dl, probs, tgt, (float)(1.0 / N), N, V);
+        double *fl = fd(xent_loss, &c, c.logits, n);
+        check_grad("xent.dlogits", dl, dl0, fl, n);
+        free(logits); free(probs); free(loss); free(tgt); free(c.logits);
+        free(c.loss); free(dl); free(dl0); free(fl);
+    }
+}
+
+/* Both builds of the row kernels (kern_get_isa), each against float64. */
+Test(kern, softmax_xent)
+{
+    each_isa(softmax_xent_body);
+}
+
+/* --------------------------------------------------------- optimizer */
+
+Test(kern, norm_sq)
+{
+    rng_seed(800);
+    size_t n = 1001;
+    float *x = rnd(n), out;
+    double want = 0;
+    for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
+    kern_norm_sq(&out, x, n);
+    cr_assert(fabs(out - want) <= 1e-6 * want, "%g vs %g", out, want);
+    free(x);
+}
+
+static void adamw_body(void)
+{
+    /* Three steps against the textbook update in float64 (Loshchilov &
+     * Hutter, decoupled decay), with clipping's grad_scale. */
+    rng_seed(900);
+    size_t n = 50;
+    float *p = rnd(n), *m = calloc(n, 4), *v = calloc(n, 4);
+    double *pd = to_d(p, n), *md = calloc(n, 8), *vd = calloc(n, 8);
+    const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1,
+                 gs = 0.5;
+    for (int t = 1; t <= 3; t++) {
+        float *g = rnd(n);
+        kern_adamw_update(p, m, v, g, n, (float)lr, (float)b1, (float)b2,
+                          (float)eps, (float)wd, (float)gs, t);
+        for (size_t i = 0; i < n; i++) {
+            double gi = g[i] * gs;
+            md[i] = b1 * md[i] + (1 - b1) * gi;
+            vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
+            double mh = md[i] / (1 - pow(b1, t)), vh = vd[i] / (1 - pow(b2, t));
+            pd[i] -= lr * (mh / (sqrt(vh) + eps) + wd * pd[i]);
+        }
+        free(g);
+    }
+    check("adamw.p", p, pd, n, 1e-6, 1e-5);
+    check("adamw.m", m, md, n, 1e-6, 1e-5);
+    check("adamw.v", v, vd, n, 1e-7, 1e-5);
+    free(p); free(m); free(v); free(pd); free(md); free(vd);
+}
+
+/* Both builds of the row kernels (kern_get_isa), each against float64. */
+Test(kern, adamw)
+{
+    each_isa(adamw_body);
+}
+
+Test(kern, expf_tanhf_accuracy)
+{
+    /* The shared element-wise math against libm in double, on a grid. */
+    double worst_e = 0, worst_t = 0;
+    for (int i = -8700; i <= 8800; i++) {
+        double x = i / 100.0;
+        double e = fabs(kern_expf((float)x) / exp((float)x) - 1);
+        worst_e = fmax(worst_e, e);
+        if (fabs(x) < 12) worst_t = fmax(worst_t, fabs(kern_tanhf((float)x) -
+                                                        tanh((float)x)));
+    }
+    cr_assert(worst_e < 4e-7, "kern_expf relative error %g", worst_e);
+    cr_assert(worst_t < 4e-7, "kern_tanhf absolute error %g", worst_t);
+}
+
+Test(kern, op_list)
+{
+    cr_assert_eq(KERN_OP_COUNT, 20);
+    cr_assert_str_eq(kern_op_name(KERN_OP_linear_backward_weight),
+                     "linear_backward_weight");
+    cr_assert_str_eq(kern_kind_name(kern_op_kind(KERN_OP_attention_forward)),
+                     "attn");
+    cr_assert_eq(kern_set_threads(1), 1);
+}
+
+/* Three threads split rows, heads and channels differently from one: the
+ * results agree to fp32 rounding (GEMM row blocks may round differently),
+ * and the row-wise ops agree exactly. */
+Test(kern, threads_agree)
+{
+    rng_seed(1000);
+    int B = 2, T = 13, C = 24, NH = 3, OC = 40, N = B * T;
+    size_t nq = (size_t)N * 3 * C, na = (size_t)B * NH * T * T;
+    float *x = rnd((size_t)N * C), *w = rnd((size_t)OC * C), *b = rnd(OC);
+    float *qkv = rnd(nq), *g = rnd((size_t)N * C), *go = rnd((size_t)N * OC);
+    float *o[2], *att[2], *dq[2], *lo[2], *dw[2], *dx[2], *ln[2], *gl[2];
+    for (int r = 0; r < 2; r++) {
+        kern_set_threads(r ? 3 : 1);
+        cr_assert_eq(kern_get_threads(), r ? 3 : 1);
+        o[r] = calloc((size_t)N * C, 4);
+        att[r] = calloc(na, 4);
+        dq[r] = calloc(nq, 4);
+        float *scr = calloc(na, 4);
+        kern_attention_forward(o[r], att[r], qkv, B, T, C, NH);
+        kern_attention_backward(dq[r], scr, g, qkv, att[r], B, T, C, NH);
+        lo[r] = calloc((size_t)N * OC, 4);
+        dw[r] = calloc((size_t)OC * C, 4);
+        dx[r] = calloc((size_t)N * C, 4);
+        kern_linear_forward(lo[r], x, w, b, N, C, OC);
+        kern_linear_backward(dx[r], dw[r], NULL, go, x, w, N, C, OC);
+        ln[r] = calloc((size_t)N * C, 4);
+        float mean[64], rstd[64];
+        kern_layernorm_forward(ln[r], mean, rstd, x, w, b, N, C);
+        gl[r] = calloc((size_t)N * OC, 4);
+        kern_gelu_forward(gl[r], go, (size_t)N * OC);
+        free(scr);
+    }
+    kern_set_threads(1);
+    double *ref;
+#define AGREE(arr, n)                                                        \
+    ref = to_d(arr[0], n);                                                   \
+    check(#arr, arr[1], ref, n, 1e-6, 1e-5);                                 \
+    free(ref);
+    AGREE(o, (size_t)N * C);
+    AGREE(dq, nq);
+    AGREE(lo, (size_t)N * OC);
+    AGREE(dw, (size_t)OC * C);
+    AGREE(dx, (size_t)N * C);
+    cr_assert(!memcmp(ln[0], ln[1], (size_t)N * C * 4));
+    cr_assert(!memcmp(gl[0], gl[1], (size_t)N * OC * 4));
+    for (int r = 0; r < 2; r++) {
+        free(o[r]); free(att[r]); free(dq[r]); free(lo[r]); free(dw[r]);
+        free(dx[r]); free(ln[r]); free(gl[r]);
+    }
+    free(x); free(w); free(b); free(qkv); free(g); free(go);
+}
