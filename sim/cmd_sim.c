@@ -274,7 +274,10 @@ static int run(int argc, char **argv, util_err *e)
                   "%s", sim_sched_name(p.sched));
         goto out;
     }
-    if (sim_plan_check_topo(&p, tp, e)) goto out;
+    if (sim_plan_check_topo(&p, tp, e)) {
+        if (c.plan_file) util_err_prefix(e, "%s", c.plan_file);
+        goto out;
+    }
     if (!c.plan_file) {
         int S = p.pp;
         if (p.sched != SIM_SCHED_INTERLEAVED && p.chunks > 1) {
