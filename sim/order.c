@@ -35,9 +35,6 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
     const int D = ir->n_gen_devices ? ir->n_gen_devices : ir->n_devices;
     const int NS = c->n_stages, M = ir->n_mb, G = M * ir->n_minibatches;
     const int split = o->split_bw;
-    /* zero bubble: B frees the activations W does not need, so the cap
-     * counts microbatches until their B; W's fill the gaps */
-    const int zb = pol == SIM_POL_ZB;
     size_t SG = (size_t)S * G;
     int64_t *finF = util_malloc(sizeof(int64_t) * SG);
     int64_t *finB = util_malloc(sizeof(int64_t) * SG);
@@ -80,8 +77,7 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                         int64_t r = -1;
                         if (q == Q_F) {
                             int g = nf[s];
-                            if (g >= G || nf[s] - (split && !zb ? nw[s]
-                                                                 : nb[s]) >=
+                            if (g >= G || nf[s] - (split ? nw[s] : nb[s]) >=
                                           inflight_cap[s])
                                 continue;
                             r = 0;
@@ -122,7 +118,7 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                         int better;
                         if (cs < 0) better = 1;
                         else {
-                            int pg = pol != SIM_POL_BFIRST;
+                            int pg = pol == SIM_POL_FFIRST;
                             int rq = pg
                                    ? (q == Q_F ? 0 : q == Q_B ? 1 : 2)
                                    : (q == Q_B ? 0 : q == Q_F ? 1 : 2);

@@ -156,6 +156,11 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
                          "GPUs, not the %d of the server: data and tensor "
                          "parallelism use every GPU (layout dp-pp-tp)",
                          p->dp, p->pp, p->tp, ngpu, n_gpus);
+    if (p->tp > 1 && m->spec.heads % p->tp)
+        return util_errf(e, UTIL_EXIT_USAGE, "tp %d does not divide the %d "
+                         "attention heads of %s (Megatron splits heads over "
+                         "the tensor-parallel GPUs)", p->tp, m->spec.heads,
+                         m->spec.name);
     sim_sched_opts o = {.sched = p->sched, .pp = p->pp,
                         .n_stages = p->n_stages, .n_mb = p->n_mb,
                         .recompute = p->recompute, .waves = p->waves,

@@ -353,12 +353,12 @@ void sim_schedule_emit(const sim_ir *ir, FILE *f);
  * the best ready task under a policy; inflight_cap[s] bounds the F's of
  * stage s started but not yet backed. Forwards-first with caps p-i on a
  * chain of one stage per device is 1F1B; with caps m it is GPipe. Used to
- * order devices that hold several stages (Mixed-pipe, wave). SIM_POL_ZB
- * is forwards-first with the cap counted until B (W's fill gaps: zero
- * bubble). Among forwards, the deepest stage of the model goes first
- * (model_stage: Chimera's two pipelines compare by depth). The result
+ * order devices that hold several stages (Mixed-pipe, wave, ZB-V,
+ * Chimera); with B and W split, W ranks last, so W's fill the gaps. Among
+ * forwards, the deepest stage of the model goes first (model_stage:
+ * Chimera's two pipelines compare by depth). The result
  * is an order the list scheduler executed, so it cannot deadlock. */
-typedef enum { SIM_POL_FFIRST, SIM_POL_BFIRST, SIM_POL_ZB } sim_policy;
+typedef enum { SIM_POL_FFIRST, SIM_POL_BFIRST } sim_policy;
 int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                      sim_policy pol, const int *inflight_cap, util_err *e);
 /* Async schedules: inserts an optimizer step per stage after its m-th

@@ -98,6 +98,9 @@ Test(sim_sched, zbh1_bubble)
     for (int p = 2; p <= 6; p += 2)
         for (int m = p; m <= 3 * p; m += p) {
             srun x = sgo(SIM_SCHED_ZBH1, p, p, m, F, B, W, 1, 1, NULL, 0);
+            /* peak memory as 1F1B's: p microbatches on the first stage */
+            for (int d = 0; d < p; d++)
+                cr_expect_leq(x.r.dev[d].peak_bytes, p * 1000 + 100);
             cr_expect_eq(x.r.iteration_ns,
                          (int64_t)m * (F + B + W) + (p - 1) * (F + B - W),
                          "p %d m %d: %lld vs %lld", p, m,
@@ -123,6 +126,14 @@ Test(sim_sched, zbv_and_wave_below_1f1b)
         cr_expect_lt(w.r.iteration_ns - ideal, a.r.iteration_ns - ideal);
         for (int s = 0; s < 2 * p; s++)
             cr_expect_eq(z.ir->stage_device[s], s < p ? s : 2 * p - 1 - s);
+        /* 1F1B-level activation memory: at most 2p+1 chunk activations
+         * (a chunk is half a stage), whatever m */
+        srun z4 = sgo(SIM_SCHED_ZBV, p, 2 * p, 4 * p, 100, 100, 100, 1, 1,
+                      NULL, 0);
+        for (int d = 0; d < p; d++)
+            cr_expect_leq(z4.r.dev[d].peak_bytes, (2 * p + 1) * 1000 + 100,
+                          "p %d dev %d: %.0f", p, d, z4.r.dev[d].peak_bytes);
+        sdone(&z4);
         sdone(&a);
         sdone(&z);
         sdone(&w);
