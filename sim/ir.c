@@ -174,13 +174,15 @@ char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n)
         snprintf(mbs, sizeof mbs, " minibatch %d", t->minibatch);
     }
     if ((t->kind == SIM_SEND || t->kind == SIM_RECV) &&
-        t->comm == SIM_COMM_DP)
-        snprintf(buf, n, "dev %d %s all-reduce stage %d->%d step %d%s%s",
+        t->comm == SIM_COMM_DP) {
+        /* all-reduce steps: mb holds the step of the ring */
+        char kb[32] = "";
+        if (ir->n_minibatches > 1)
+            snprintf(kb, sizeof kb, " minibatch %d", t->minibatch);
+        snprintf(buf, n, "dev %d %s all-reduce stage %d->%d step %d%s",
                  t->device, sim_kind_name(t->kind), t->stage, t->stage2,
-                 t->mb, ir->n_minibatches > 1 ? " minibatch " : "",
-                 ir->n_minibatches > 1 ? (snprintf(mbs, sizeof mbs, "%d",
-                                                   t->minibatch), mbs) : "");
-    else if (t->kind == SIM_SEND || t->kind == SIM_RECV)
+                 t->mb, kb);
+    } else if (t->kind == SIM_SEND || t->kind == SIM_RECV)
         snprintf(buf, n, "dev %d %s %s stage %d->%d%s", t->device,
                  sim_kind_name(t->kind), t->grad ? "grad" : "act", t->stage,
                  t->stage2, mbs);

@@ -398,3 +398,22 @@ Test(sim_sched_cli, data_and_tensor_parallel_report_and_plan)
     rmdir(dir);
     free(dir);
 }
+
+Test(sim_sched_cli, cluster_smoke)
+{
+    /* a small Megatron-like cluster case end to end (the 1024-GPU one is
+     * in make bench): 64 A100s, gpt3-13b, t 8, p 4, d 2, interleaved */
+    json_t *j = sim_json("--hw a100-sxm-80gb x64 --model gpt3-13b --schedule "
+                         "interleaved --chunks 2 --pp 4 --dp 2 --tp 8 --mbs 1 "
+                         "--microbatches 8");
+    double mfu = json_number_value(json_object_get(j, "mfu"));
+    cr_expect(mfu > 0.05 && mfu < 0.8, "mfu %f", mfu);
+    cr_expect_eq(json_integer_value(json_object_get(j, "gpus")), 64);
+    json_t *cm = json_object_get(j, "comm");
+    const char *kinds[] = {"pipeline", "data-parallel", "tensor-parallel"};
+    for (int k = 0; k < 3; k++)
+        cr_expect_gt(json_number_value(json_object_get(
+                         json_object_get(cm, kinds[k]), "in_flight_s")), 0,
+                     "%s", kinds[k]);
+    json_decref(j);
+}
