@@ -16,7 +16,7 @@ static void usage(FILE *f)
         "schedules: gpipe, 1f1b, 2bw (PipeDream-2BW), mixed (FTPipe, async),\n"
         "           mixed-1f1b, mixed-gpipe (synchronous), wave (Hanayo),\n"
         "           interleaved (Megatron-LM), zb-h1, zb-v (Zero Bubble),\n"
-        "           chimera\n\n"
+        "           chimera, dualpipev (DeepSeek, as PyTorch orders it)\n\n"
         "options:\n"
         "  --dp D                 data-parallel replicas of the pipeline\n"
         "  --tp T                 tensor-parallel GPUs per stage (inside a node);\n"
@@ -150,7 +150,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 return util_errf(e, UTIL_EXIT_USAGE, "--schedule '%s' is not "
                                  "known%s%s%s (known: gpipe, 1f1b, 2bw, mixed,"
                                  " mixed-1f1b, mixed-gpipe, wave, interleaved,"
-                                 " zb-h1, zb-v, chimera)", s,
+                                 " zb-h1, zb-v, chimera, dualpipev)", s,
                                  near ? " (did you mean '" : "",
                                  near ? near : "", near ? "'?)" : "");
             }
@@ -287,18 +287,19 @@ static int run(int argc, char **argv, util_err *e)
         }
         if (p.sched == SIM_SCHED_INTERLEAVED) {
             S = p.chunks * p.pp;
-        } else if (p.sched == SIM_SCHED_ZBV) {
+        } else if (p.sched == SIM_SCHED_ZBV || p.sched == SIM_SCHED_DUALPIPEV) {
             S = 2 * p.pp;
         }
-        if ((p.sched == SIM_SCHED_INTERLEAVED || p.sched == SIM_SCHED_ZBV) &&
-            c.stages && c.stages != S) {
+        int fixed_s = p.sched == SIM_SCHED_INTERLEAVED ||
+                      p.sched == SIM_SCHED_ZBV || p.sched == SIM_SCHED_DUALPIPEV;
+        if (fixed_s && c.stages && c.stages != S) {
             util_errf(e, UTIL_EXIT_USAGE, "--stages %d: schedule %s maps %d "
                       "stages (%s)", c.stages, sim_sched_name(p.sched), S,
-                      p.sched == SIM_SCHED_ZBV ? "two per device"
-                                               : "set --chunks instead");
+                      p.sched == SIM_SCHED_INTERLEAVED ? "set --chunks instead"
+                                                       : "two per device");
             goto out;
         }
-        if (p.sched == SIM_SCHED_INTERLEAVED || p.sched == SIM_SCHED_ZBV) {
+        if (fixed_s) {
         } else if (p.sched == SIM_SCHED_WAVE) {
             S = 2 * p.waves * p.pp;
             if (c.stages && c.stages != S) {

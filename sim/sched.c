@@ -8,7 +8,7 @@
 
 static const char *const sched_names[SIM_SCHED_COUNT + 1] = {
     "gpipe", "1f1b", "2bw", "mixed", "mixed-1f1b", "mixed-gpipe", "wave",
-    "interleaved", "zb-h1", "zb-v", "chimera", "file", NULL};
+    "interleaved", "zb-h1", "zb-v", "chimera", "dualpipev", "file", NULL};
 
 const char *sim_sched_name(sim_sched s)
 {
@@ -90,11 +90,16 @@ int sim_sched_check(const sim_sched_opts *o, util_err *e)
                              2 * o->pp - 1);
         break;
     }
-    case SIM_SCHED_ZBV:
+    case SIM_SCHED_ZBV: case SIM_SCHED_DUALPIPEV:
         if (o->n_stages != 2 * o->pp)
-            return util_errf(e, UTIL_EXIT_USAGE, "schedule zb-v maps exactly "
+            return util_errf(e, UTIL_EXIT_USAGE, "schedule %s maps exactly "
                              "two stages per device in a V: 2*p = %d stages, "
-                             "not %d", 2 * o->pp, o->n_stages);
+                             "not %d", n, 2 * o->pp, o->n_stages);
+        if (o->sched == SIM_SCHED_DUALPIPEV && o->n_mb < 2 * o->pp)
+            return util_errf(e, UTIL_EXIT_USAGE, "schedule dualpipev cannot "
+                             "take %d microbatches on %d devices: it needs at "
+                             "least as many as stages (2p = %d)", o->n_mb,
+                             o->pp, 2 * o->pp);
         break;
     default:
         break;
@@ -119,7 +124,8 @@ int sim_sched_check(const sim_sched_opts *o, util_err *e)
 void sim_sched_map(const sim_sched_opts *o, int *stage_device)
 {
     for (int s = 0; s < o->n_stages; s++) {
-        if (o->sched == SIM_SCHED_WAVE || o->sched == SIM_SCHED_ZBV) {
+        if (o->sched == SIM_SCHED_WAVE || o->sched == SIM_SCHED_ZBV ||
+            o->sched == SIM_SCHED_DUALPIPEV) {
             /* zig-zag: down over the devices, then back up, W times */
             int pass = s / o->pp, pos = s % o->pp;
             stage_device[s] = pass % 2 ? o->pp - 1 - pos : pos;
@@ -212,6 +218,7 @@ sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
     case SIM_SCHED_ZBH1: rc = sim_gen_zbh1(ir, o, c, e); break;
     case SIM_SCHED_ZBV: rc = sim_gen_zbv(ir, o, c, e); break;
     case SIM_SCHED_CHIMERA: rc = sim_gen_chimera(ir, o, c, e); break;
+    case SIM_SCHED_DUALPIPEV: sim_gen_dualpipev(ir, o); break;
     default: rc = util_errf(e, UTIL_EXIT_USAGE, "schedule %s is read from "
                             "a file (sim_schedule_file)",
                             sim_sched_name(o->sched));

@@ -243,6 +243,7 @@ typedef enum {
     SIM_SCHED_GPIPE, SIM_SCHED_1F1B, SIM_SCHED_2BW, SIM_SCHED_MIXED,
     SIM_SCHED_MIXED_1F1B, SIM_SCHED_MIXED_GPIPE, SIM_SCHED_WAVE,
     SIM_SCHED_INTERLEAVED, SIM_SCHED_ZBH1, SIM_SCHED_ZBV, SIM_SCHED_CHIMERA,
+    SIM_SCHED_DUALPIPEV,
     SIM_SCHED_FILE,     /* an order read with --schedule-file */
     SIM_SCHED_COUNT
 } sim_sched;
@@ -319,6 +320,9 @@ int sim_gen_zbv(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                 util_err *e);
 int sim_gen_chimera(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                     util_err *e);
+/* DualPipeV (DeepSeek-V3's DualPipe cut in half, as PyTorch's
+ * ScheduleDualPipeV orders it): two stages per device in a V. */
+void sim_gen_dualpipev(sim_ir *ir, const sim_sched_opts *o);
 
 /* Data-parallel all-reduce of every stage's gradients across its
  * replicas (sim_costs): a ring, reduce-scatter then all-gather, 2(R-1)

@@ -523,6 +523,8 @@ Test(sim_props, random_configurations)
             o.pp = 2;
             o.n_mb = 2 * (1 + rnd(4));
         }
+        if (o.sched == SIM_SCHED_DUALPIPEV && o.n_mb < 2 * o.pp)
+            o.n_mb = 2 * o.pp + rnd(3);
         if (o.sched == SIM_SCHED_INTERLEAVED) {
             int rounds = o.n_mb / o.pp > 1 ? o.n_mb / o.pp : 1;
             if (o.n_mb % rounds) o.n_mb = o.pp * (1 + rnd(3));
@@ -534,7 +536,8 @@ Test(sim_props, random_configurations)
         o.n_stages = o.sched == SIM_SCHED_WAVE ? 2 * o.waves * o.pp
                    : (o.sched == SIM_SCHED_MIXED || o.sched == SIM_SCHED_MIXED_1F1B ||
                       o.sched == SIM_SCHED_MIXED_GPIPE) ? o.pp + rnd(4)
-                   : o.sched == SIM_SCHED_ZBV ? 2 * o.pp
+                   : o.sched == SIM_SCHED_ZBV || o.sched == SIM_SCHED_DUALPIPEV
+                   ? 2 * o.pp
                    : o.sched == SIM_SCHED_INTERLEAVED ? o.chunks * o.pp : o.pp;
         if (o.sched == SIM_SCHED_2BW && o.n_mb < o.pp) o.n_mb = o.pp;
         int map[64];

@@ -110,7 +110,9 @@ Test(sim_sched, zbh1_bubble)
         }
 }
 
-Test(sim_sched, zbv_and_wave_below_1f1b)
+static int64_t ideal_of(int m) { return (int64_t)m * 600; }
+
+Test(sim_sched, zbv_wave_dualpipev_below_1f1b)
 {
     /* equal p and m; the V's chunks are half a 1F1B stage */
     for (int p = 2; p <= 8; p *= 2) {
@@ -118,6 +120,11 @@ Test(sim_sched, zbv_and_wave_below_1f1b)
         srun a = sgo(SIM_SCHED_1F1B, p, p, m, 200, 200, 200, 0, 1, NULL, 0);
         srun z = sgo(SIM_SCHED_ZBV, p, 2 * p, m, 100, 100, 100, 1, 1, NULL, 0);
         srun w = sgo(SIM_SCHED_WAVE, p, 2 * p, m, 100, 100, 100, 0, 1, NULL, 0);
+        srun v = sgo(SIM_SCHED_DUALPIPEV, p, 2 * p, m, 100, 100, 100, 1, 1,
+                     NULL, 0);
+        cr_expect_lt(v.r.iteration_ns - ideal_of(m), a.r.iteration_ns -
+                     ideal_of(m), "p %d: dualpipev", p);
+        sdone(&v);
         int64_t ideal = (int64_t)m * 600;
         cr_expect_lt(z.r.iteration_ns - ideal, a.r.iteration_ns - ideal,
                      "p %d: zb-v bubble %lld, 1f1b %lld", p,
@@ -230,10 +237,12 @@ Test(sim_sched, async_window_past_the_fill)
         for (int p = 2; p <= 8; p *= 2) {
             int m = sc == SIM_SCHED_2BW ? p : 2;
             int S = sc == SIM_SCHED_WAVE || sc == SIM_SCHED_ZBV ||
+                    sc == SIM_SCHED_DUALPIPEV ||
                     sc == SIM_SCHED_INTERLEAVED || sc == SIM_SCHED_MIXED ||
                     sc == SIM_SCHED_MIXED_1F1B || sc == SIM_SCHED_MIXED_GPIPE
                   ? 2 * p : p;
             if (sc == SIM_SCHED_INTERLEAVED) m = p;
+            if (sc == SIM_SCHED_DUALPIPEV) m = 2 * p;
             srun x = sgo((sim_sched)sc, p, S, m, 100, 150, 50,
                          sc == SIM_SCHED_ZBH1 || sc == SIM_SCHED_ZBV, 1,
                          NULL, 0);
@@ -296,6 +305,8 @@ Test(sim_sched_cli, emit_and_read_back_identical)
         "--microbatches 4",
         "--hw rtx2080ti x4 --model gpt-tiny --schedule wave --pp 2 --mbs 1 "
         "--microbatches 4",
+        "--hw rtx2080ti x4 --model gpt-tiny --schedule dualpipev --pp 2 "
+        "--mbs 1 --microbatches 6",
         "--hw a100-sxm-80gb x16 --model gpt-tiny --schedule interleaved "
         "--chunks 2 --pp 2 --dp 2 --tp 4 --mbs 1 --microbatches 4",
     };
