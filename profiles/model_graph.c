@@ -130,34 +130,73 @@ static int residual(builder *b, const char *name, int a, int c, double s,
     return idx(b, o);
 }
 
-/* Attention core for sq queries over skv keys: scores, softmax, context.
- * q and kv are the producers of the projections (the same op when fused). */
+/* Attention core for sq queries over skv keys. Without fused attention it
+ * is three kernels run one after another, as frameworks run them: the
+ * score GEMM (QK^T per head), the memory-bound scale-mask-softmax (and
+ * dropout) over the a*sq*skv scores, and the context GEMM (PV per head);
+ * modelling them as separate ops keeps the softmax's memory traffic from
+ * hiding under the GEMMs' compute. Fused attention (FlashAttention) is one
+ * kernel that keeps Q, K, V, the output and the log-sum-exp and recomputes
+ * the scores in backward. q and kv are the producers of the projections
+ * (the same op when fused). Returns the context op. */
 static int attn_core(builder *b, const char *name, int q, int kv, double sq,
                      double skv)
 {
     const prof_model_spec *s = b->s;
     double a = s->heads, d = s->head_dim, kvh = s->kv_heads, e = b->e;
-    prof_op *o = add(b, PROF_OP_ATTN, name, q, kv != q ? kv : -1);
-    double gemm = 4 * a * sq * skv * d;      /* QK^T and PV */
+    double gemm = 2 * a * sq * skv * d;      /* one of QK^T, PV */
     double soft = 5 * a * sq * skv;          /* max, sub, exp, sum, div */
-    o->fwd_flops = gemm + soft;
-    o->bwd_in_flops = 2 * gemm + 4 * a * sq * skv;
-    double qkv = (sq * a * d + 2 * skv * kvh * d) * e;
+    double qbytes = sq * a * d * e, kbytes = skv * kvh * d * e;
+    double scores = a * sq * skv;
+    char n[48];
     if (s->flash_attn) {
-        /* Fused attention keeps Q, K, V, the output and the log-sum-exp,
-         * and recomputes the scores in backward. */
-        o->bwd_in_flops += 2 * a * sq * skv * d + soft;
-        o->act_bytes = qkv + sq * a * d * e + sq * a * 4;
-    } else {
-        o->act_bytes = qkv + a * sq * skv * e;
-        if (s->dropout) o->act_bytes += a * sq * skv * (1 + e);
+        prof_op *o = add(b, PROF_OP_ATTN, name, q, kv != q ? kv : -1);
+        o->fwd_flops = 2 * gemm + soft;
+        o->bwd_in_flops = 5 * gemm + 2 * soft;
+        o->act_bytes = qbytes + 2 * kbytes + qbytes + sq * a * 4;
+        o->bytes_read = qbytes + 2 * kbytes;
+        o->bytes_written = qbytes;
+        o->out_bytes = qbytes;
+        o->n_gemm = 2;
+        o->gemm[0] = (prof_gemm){sq, skv, d, a};
+        o->gemm[1] = (prof_gemm){sq, d, skv, a};
+        return idx(b, o);
     }
-    o->bytes_read = qkv + (s->flash_attn ? 0 : 3 * a * sq * skv * e);
-    o->bytes_written = sq * a * d * e + (s->flash_attn ? 0 : 2 * a * sq * skv * e);
-    o->out_bytes = sq * a * d * e;
-    o->n_gemm = 2;
+    snprintf(n, sizeof n, "%s.scores", name);
+    prof_op *o = add(b, PROF_OP_ATTN, n, q, kv != q ? kv : -1);
+    o->fwd_flops = gemm;
+    o->bwd_in_flops = 2 * gemm;             /* dQ = dS K, dK = dS^T Q */
+    o->act_bytes = qbytes + kbytes;          /* Q and K */
+    o->bytes_read = qbytes + kbytes;
+    o->bytes_written = scores * e;
+    o->out_bytes = scores * e;
+    o->n_gemm = 1;
     o->gemm[0] = (prof_gemm){sq, skv, d, a};
-    o->gemm[1] = (prof_gemm){sq, d, skv, a};
+    int sc = idx(b, o);
+
+    snprintf(n, sizeof n, "%s.softmax", name);
+    o = add(b, PROF_OP_ATTN, n, sc, -1);
+    o->fwd_flops = soft + (s->dropout ? 2 * scores : 0);
+    o->bwd_in_flops = 4 * scores + (s->dropout ? scores : 0);
+    /* Keeps its output for its own gradient and, with dropout, the mask. */
+    o->act_bytes = scores * e + (s->dropout ? scores : 0);
+    o->bytes_read = scores * e;
+    o->bytes_written = scores * e + (s->dropout ? scores * (e + 1) : 0);
+    o->out_bytes = scores * e;
+    int sm = idx(b, o);
+
+    snprintf(n, sizeof n, "%s.context", name);
+    o = add(b, PROF_OP_ATTN, n, sm, kv);
+    o->fwd_flops = gemm;
+    o->bwd_in_flops = 2 * gemm;             /* dP = dO V^T, dV = P^T dO */
+    /* V, and the dropped probabilities when they differ from the softmax
+     * output already kept. */
+    o->act_bytes = kbytes + (s->dropout ? scores * e : 0);
+    o->bytes_read = scores * e + kbytes;
+    o->bytes_written = qbytes;
+    o->out_bytes = qbytes;
+    o->n_gemm = 1;
+    o->gemm[0] = (prof_gemm){sq, d, skv, a};
     return idx(b, o);
 }
 
