@@ -194,8 +194,14 @@ static void print_answer(const plan_result *r, const prof_model *m,
     printf("plan for %s on %s\n", m->spec.name, t->name);
     printf("  batch %d samples of %d tokens; %.2f GiB per GPU reserved for the "
            "framework and allocator\n\n", r->batch, m->spec.seq_len, gib(r->reserve_bytes));
-    printf("chosen: %s, pipeline %d x data 1 x tensor 1, microbatch %d x %d, "
-           "recomputation %s%s\n", sim_sched_name(p->sched), p->pp, p->mbs, p->n_mb,
+    char knob[48] = "";
+    if (p->sched == SIM_SCHED_INTERLEAVED)
+        snprintf(knob, sizeof knob, " (%d chunks per device)", p->chunks);
+    else if (p->sched == SIM_SCHED_WAVE)
+        snprintf(knob, sizeof knob, " (%d wave%s)", p->waves, p->waves > 1 ? "s" : "");
+    printf("chosen: %s%s, pipeline %d x data %d x tensor %d, microbatch %d x %d "
+           "per replica, recomputation %s%s\n", sim_sched_name(p->sched), knob,
+           p->pp, p->dp, p->tp, p->mbs, p->n_mb,
            p->recompute ? "on" : "off",
            sim_sched_async(p->sched) ? " (asynchronous: no flush, stale weights)" : "");
     util_table *tb = util_table_new(6);
@@ -243,23 +249,28 @@ static void print_answer(const plan_result *r, const prof_model *m,
 
     printf("\nbest plan of every schedule:\n");
     util_table *ta = util_table_new(7);
-    const char *ha[] = {"schedule", "samples/s", "iteration", "pp", "mbs x n",
-                        "peak mem", "result"};
+    const char *ha[] = {"schedule", "samples/s", "iteration", "p x d x t",
+                        "mbs x n", "peak mem", "result"};
     for (int i = 0; i < 7; i++) util_table_col(ta, i, ha[i], i == 0 || i == 6 ? 'l' : 'r');
     for (int s = 0; s < SIM_SCHED_COUNT; s++) {
         if (!sim_sched_plannable((sim_sched)s)) continue;
         const plan_alt *a = &r->alt[s];
-        char sps[32] = "-", itb[32] = "-", pp[16] = "-", mb[32] = "-", pk[32] = "-";
+        char sps[32] = "-", itb[32] = "-", pp[32] = "-", mb[32] = "-", pk[32] = "-";
         if (a->feasible) {
             snprintf(sps, sizeof sps, "%.2f", a->samples_per_s);
             util_fmt_time(a->iteration_s, itb, sizeof itb);
-            snprintf(pp, sizeof pp, "%d", a->plan.pp);
+            snprintf(pp, sizeof pp, "%dx%dx%d", a->plan.pp, a->plan.dp, a->plan.tp);
             snprintf(mb, sizeof mb, "%d x %d%s", a->plan.mbs, a->plan.n_mb,
                      a->plan.recompute ? " rc" : "");
             snprintf(pk, sizeof pk, "%.2f GiB", gib(a->peak_bytes));
         }
-        const char *row[] = {sim_sched_name((sim_sched)s), sps, itb, pp, mb, pk,
-                             s == (int)r->best ? "chosen" : a->reason};
+        /* Reasons are cut to keep the table within 100 columns; --json
+         * has them whole. */
+        char why[31];
+        snprintf(why, sizeof why, "%s", s == (int)r->best ? "chosen" : a->reason);
+        if (strlen(s == (int)r->best ? "chosen" : a->reason) >= sizeof why)
+            strcpy(why + sizeof why - 4, "...");
+        const char *row[] = {sim_sched_name((sim_sched)s), sps, itb, pp, mb, pk, why};
         util_table_row(ta, row);
     }
     util_table_print(ta, stdout, "  ");

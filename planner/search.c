@@ -177,7 +177,7 @@ static void chain_free(chain_in *ci)
 
 typedef struct cand {
     sim_sched sched;
-    int pp, dp, tp, mbs, n_mb, recompute, waves;
+    int pp, dp, tp, mbs, n_mb, recompute, waves, chunks;
     double lb_s, est_s;       /* lower bound and estimate of iteration */
     double need_bytes;        /* estimated worst-device memory */
     sim_plan plan;            /* partition filled; owned */
@@ -204,6 +204,16 @@ static double inflight(sim_sched s, int stage, int p, int m)
     if (s == SIM_SCHED_GPIPE || s == SIM_SCHED_MIXED_GPIPE) return m;
     int k = p - stage;
     return k < m ? k : m;
+}
+
+static int stages_per_device(const cand *c)
+{
+    switch (c->sched) {
+    case SIM_SCHED_WAVE: return 2 * c->waves;
+    case SIM_SCHED_ZBV: case SIM_SCHED_DUALPIPEV: return 2;
+    case SIM_SCHED_INTERLEAVED: return c->chunks;
+    default: return 1;
+    }
 }
 
 /* Builds the candidate's partition and bounds. */
@@ -238,6 +248,7 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
     c->plan.n_mb = mb;
     c->plan.recompute = c->recompute;
     c->plan.waves = c->waves > 0 ? c->waves : 1;
+    c->plan.chunks = c->chunks;
     c->plan.state_bytes_per_param = o->state_bytes_per_param;
     /* Schedules without flush are measured in steady state: simulate
      * enough minibatches that the window lies past the pipeline's fill. */
@@ -276,7 +287,12 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
         chain_free(&ci);
         return;
     }
-    int S = c->sched == SIM_SCHED_WAVE ? 2 * c->waves * p : p;
+    /* Stages per device: the wave's 2W chunks, ZB-V's and DualPipeV's V,
+     * interleaved's v; Chimera's devices hold a stage of each of its two
+     * pipelines (their weights twice). */
+    int per_dev = stages_per_device(c);
+    int S = per_dev * p;
+    int mirrored = c->sched == SIM_SCHED_CHIMERA;
     const units *u = lay->n >= S ? lay : fine;
     if (u->n < S) return;
     chain_in ci;
@@ -285,14 +301,11 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
     double *caps = util_malloc(sizeof(double) * (size_t)S);
     int *first = util_malloc(sizeof(int) * (size_t)(S + 1));
     for (int s = 0; s < S; s++) {
-        if (c->sched == SIM_SCHED_WAVE) {
-            /* Each device holds 2W chunks; the simulator checks the sum. */
-            inf[s] = inflight(SIM_SCHED_1F1B, s / (2 * c->waves), p, mb);
-            caps[s] = cap / (2 * c->waves);
-        } else {
-            inf[s] = inflight(c->sched, s, p, mb);
-            caps[s] = cap;
-        }
+        /* A device's chunks share its memory; the simulator checks the
+         * sum, the partition only keeps each chunk to its share. */
+        inf[s] = per_dev > 1 ? inflight(SIM_SCHED_1F1B, s % p, p, mb)
+                             : inflight(c->sched, s, p, mb);
+        caps[s] = cap / (per_dev * (mirrored ? 2 : 1));
     }
     plan_chain pc = {u->n, ci.time, ci.cut, ci.smem, ci.amem, S, inf, caps, 1};
     double T = plan_partition_chain(&pc, first);
@@ -304,34 +317,36 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
             for (int s = 0; s < S; s++)
                 worst = fmax(worst, plan_stage_mem(&pc, s, first[s],
                                                    first[s + 1] - 1));
-            c->need_bytes = worst * (c->sched == SIM_SCHED_WAVE ? 2 * c->waves : 1);
+            c->need_bytes = worst * per_dev * (mirrored ? 2 : 1);
         }
     } else {
         sim_plan_stages(&c->plan, S);
-        double compute_max = 0;
         for (int s = 0; s < S; s++) {
             c->plan.first_op[s] = u->first[first[s]];
             c->plan.last_op[s] = u->last[first[s + 1] - 1];
-            double cs = 0;
-            for (int k = first[s]; k < first[s + 1]; k++) cs += ci.time[k];
-            compute_max = fmax(compute_max, cs);
         }
         sim_sched_opts so = {.sched = c->sched, .pp = p, .n_stages = S,
-                             .waves = c->waves};
+                             .waves = c->waves, .chunks = c->chunks};
         sim_sched_map(&so, c->plan.stage_device);
-        if (c->sched == SIM_SCHED_WAVE) {
-            double *load = util_calloc((size_t)p, sizeof(double));
-            for (int s = 0; s < S; s++)
-                for (int k = first[s]; k < first[s + 1]; k++)
-                    load[c->plan.stage_device[s]] += ci.time[k];
-            compute_max = 0;
-            for (int d = 0; d < p; d++) compute_max = fmax(compute_max, load[d]);
-            free(load);
-            c->est_s = mb * compute_max + (p - 1) * T;
-        } else {
-            c->est_s = mb * T + (flush ? (p - 1) * T : 0);
+        /* Work per device per minibatch: every stage it holds runs every
+         * microbatch (Chimera: half of them in each direction, on stage s
+         * and its mirror p-1-s). */
+        double *load = util_calloc((size_t)p, sizeof(double));
+        for (int s = 0; s < S; s++) {
+            double ts = 0;
+            for (int k = first[s]; k < first[s + 1]; k++) ts += ci.time[k];
+            if (mirrored) {
+                load[c->plan.stage_device[s]] += ts * mb / 2;
+                load[p - 1 - c->plan.stage_device[s]] += ts * mb / 2;
+            } else {
+                load[c->plan.stage_device[s]] += ts * mb;
+            }
         }
-        c->lb_s = mb * compute_max;
+        double busiest = 0;
+        for (int d = 0; d < p; d++) busiest = fmax(busiest, load[d]);
+        free(load);
+        c->lb_s = busiest;
+        c->est_s = busiest + (flush ? (p - 1) * T / per_dev : 0);
         c->ok = 1;
     }
     free(inf);
@@ -451,20 +466,29 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
                     if (o->sched_mask && !(o->sched_mask & (1u << sc))) continue;
                     for (int rc = 0; rc <= 1; rc++) {
                         if (o->recompute >= 0 && rc != o->recompute) continue;
-                        for (int w = 1; w <= (sc == SIM_SCHED_WAVE ? 4 : 1); w *= 2) {
+                        /* The schedule's knob: waves W of the wave,
+                         * chunks v of interleaved 1F1B (v = 1 is 1F1B). */
+                        int wave = sc == SIM_SCHED_WAVE, inter = sc == SIM_SCHED_INTERLEAVED;
+                        for (int w = wave || inter ? (inter ? 2 : 1) : 1;
+                             w <= (wave || inter ? 4 : 1); w *= 2) {
                             cand c = {.sched = (sim_sched)sc, .pp = p, .dp = d,
                                       .tp = tp, .mbs = mbs, .n_mb = bd / mbs,
-                                      .recompute = rc, .waves = w};
+                                      .recompute = rc, .waves = wave ? w : 1,
+                                      .chunks = inter ? w : 0};
+                            if (inter && p == 1) continue;
                             sim_sched_opts so = {
                                 .sched = c.sched, .pp = p,
-                                .n_stages = sc == SIM_SCHED_WAVE ? 2 * w * p
-                                            : is_mixed(c.sched) ? 2 * p : p,
-                                .n_mb = c.n_mb, .recompute = rc, .waves = w,
+                                .n_stages = is_mixed(c.sched) ? 2 * p
+                                            : stages_per_device(&c) * p,
+                                .n_mb = c.n_mb, .recompute = rc,
+                                .waves = c.waves, .chunks = c.chunks, .dp = d,
                                 .n_minibatches = 4};
                             util_err ce;
                             plan_alt *a = &r->alt[sc];
                             if (sim_sched_check(&so, &ce)) {
-                                alt_reason(a, "not applicable: %s", ce.msg);
+                                if (!a->na_reason[0])
+                                    snprintf(a->na_reason, sizeof a->na_reason,
+                                             "not applicable: %s", ce.msg);
                                 continue;
                             }
                             a->tried = 1;
@@ -479,7 +503,8 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
     }
     if (!ncand && layout_why[0])
         for (int sc = 0; sc < SIM_SCHED_COUNT; sc++)
-            alt_reason(&r->alt[sc], "not applicable: %s", layout_why);
+            snprintf(r->alt[sc].na_reason, sizeof r->alt[sc].na_reason,
+                     "not applicable: %s", layout_why);
     r->candidates = ncand;
     r->min_need_bytes = INFINITY;
     for (int i = 0; i < ncand; i++) {
@@ -559,8 +584,11 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
     for (int s = 0; s < SIM_SCHED_COUNT; s++) {
         plan_alt *a = &r->alt[s];
         if (!a->feasible) {
-            if (!a->tried && !a->reason[0])
-                snprintf(a->reason, sizeof a->reason, "not searched");
+            /* A schedule that never applied says why; one that did says
+             * what stopped its candidates. */
+            if (!a->tried)
+                snprintf(a->reason, sizeof a->reason, "%s",
+                         a->na_reason[0] ? a->na_reason : "not searched");
             continue;
         }
         if (!r->found || a->samples_per_s > r->alt[r->best].samples_per_s) {
@@ -574,7 +602,7 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
             plan_alt *a = &r->alt[s];
             if (a->feasible && s != (int)r->best)
                 snprintf(a->reason, sizeof a->reason, "slower: %.1f%% of the "
-                         "best's throughput", 100 * a->samples_per_s / best);
+                         "best", 100 * a->samples_per_s / best);
         }
     } else {
         char need[32], have[32];

@@ -24,10 +24,8 @@ int sim_sched_async(sim_sched s)
 
 int sim_sched_plannable(sim_sched s)
 {
-    /* the planner partitions one stage per device for these (interleaved
-     * then runs one chunk per device, as 1F1B; ZB-H1 splits B and W) */
-    return s <= SIM_SCHED_WAVE || s == SIM_SCHED_INTERLEAVED ||
-           s == SIM_SCHED_ZBH1;
+    /* every built-in generator; an order read from a file is the user's */
+    return s >= 0 && s < SIM_SCHED_COUNT && s != SIM_SCHED_FILE;
 }
 
 int sim_sched_pipes(sim_sched s) { return s == SIM_SCHED_CHIMERA ? 2 : 1; }
