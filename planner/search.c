@@ -29,23 +29,27 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
-                  double reserve, int record, sim_costs **costs, sim_ir **ir,
-                  sim_engine **engine, sim_result *res, util_err *e)
+/* The cost table of a plan, capacity less the reserve. */
+static sim_costs *plan_costs(const sim_plan *p, const prof_model *m,
+                             const prof_topo *t, double reserve, util_err *e)
 {
-    *costs = NULL;
-    *ir = NULL;
-    *engine = NULL;
-    if (sim_plan_check(p, m, t->n_gpus, e)) return -1;
+    if (sim_plan_check(p, m, t->n_gpus, e)) return NULL;
     sim_cost_opts co = {.mbs = p->mbs, .dp = p->dp, .tp = p->tp,
                         .pipes = sim_sched_pipes(p->sched),
                         .state_bytes_per_param = p->state_bytes_per_param};
     sim_costs *c = sim_costs_build(m, t, p->n_stages, p->first_op, p->last_op,
                                    p->stage_device, p->pp, &co, e);
-    if (!c) return -1;
+    if (!c) return NULL;
     for (int d = 0; d < c->n_devices; d++)
         if (c->dev_capacity[d] > 0) c->dev_capacity[d] -= reserve;
-    *costs = c;
+    return c;
+}
+
+/* Schedule and engine for a plan whose costs are built. */
+static int plan_run(const sim_plan *p, const sim_costs *c, int record,
+                    sim_ir **ir, sim_engine **engine, sim_result *res,
+                    util_err *e)
+{
     sim_sched_opts so = {.sched = p->sched, .pp = p->pp,
                          .n_stages = p->n_stages, .n_mb = p->n_mb,
                          .recompute = p->recompute, .waves = p->waves,
@@ -59,6 +63,57 @@ int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
     if (sim_engine_run(*engine, res))
         return util_errf(e, UTIL_EXIT_FAIL, "%s", res->msg);
     return 0;
+}
+
+int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
+                  double reserve, int record, sim_costs **costs, sim_ir **ir,
+                  sim_engine **engine, sim_result *res, util_err *e)
+{
+    *ir = NULL;
+    *engine = NULL;
+    if (!(*costs = plan_costs(p, m, t, reserve, e))) return -1;
+    return plan_run(p, *costs, record, ir, engine, res, e);
+}
+
+/* A lower bound on the simulated iteration from the cost table alone (the
+ * simulator's own stage times, tensor-parallel all-reduces included): every
+ * device runs all its stages' tasks for every microbatch, one at a time on
+ * its compute stream. For schedules with one stage per device and a flush,
+ * device d also cannot start before the first forward crossed the stages
+ * before it, nor (with a fused backward) finish before its last input
+ * gradient travelled back. */
+static double costs_lower_bound(const sim_costs *c, const sim_plan *p)
+{
+    int S = c->n_model_stages, pp = p->pp;
+    int pipes = sim_sched_pipes(p->sched);
+    double per_stage_mb = (double)p->n_mb / pipes;
+    double *work = util_calloc((size_t)pp, sizeof(double));
+    for (int r = 0; r < pipes; r++)
+        for (int s = 0; s < S; s++) {
+            const sim_stage_cost *sc = &c->stage[r * S + s];
+            int d = c->stage_device[r * S + s];
+            if (d < 0 || d >= pp) continue;
+            double one = (double)(sc->f_ns * (p->recompute ? 2 : 1) + sc->b_ns +
+                                  sc->w_ns);
+            work[d] += one * per_stage_mb;
+        }
+    double lb = 0;
+    int chain = S == pp && pipes == 1 && !sim_sched_async(p->sched);
+    /* Only with a fused backward is a device's last task the input
+     * gradient that must still travel back (ZB-H1 may end on a W). */
+    int tail = chain && p->sched != SIM_SCHED_ZBH1;
+    double fwd_before = 0, bwd_before = 0;
+    for (int d = 0; d < pp; d++) {
+        double v = work[d];
+        if (chain) {
+            v += fwd_before + (tail ? bwd_before : 0);
+            fwd_before += (double)c->stage[d].f_ns;
+            bwd_before += (double)c->stage[d].b_ns;
+        }
+        if (v > lb) lb = v;
+    }
+    free(work);
+    return lb * 1e-9;
 }
 
 /* ---- per-op times, cached per microbatch size ---- */
@@ -390,7 +445,8 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
             return util_errf(e, UTIL_EXIT_USAGE, "the planner needs one GPU "
                              "type; %s mixes %s and %s", t->name, g->name,
                              prof_topo_gpu(t, d)->name);
-    r->batch = o->batch > 0 ? o->batch : PLAN_DEFAULT_BATCH;
+    r->batch = o->batch > 0 ? o->batch
+               : m->spec.batch > 0 ? m->spec.batch : PLAN_DEFAULT_BATCH;
     r->reserve_bytes = o->reserve_bytes >= 0 ? o->reserve_bytes
                                              : PLAN_DEFAULT_RESERVE;
     r->capacity_bytes = g->mem_bytes;
@@ -536,13 +592,24 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
             continue;
         }
         sim_costs *sc;
-        sim_ir *ir;
-        sim_engine *en;
+        sim_ir *ir = NULL;
+        sim_engine *en = NULL;
         sim_result res;
         util_err se;
-        r->simulated++;
-        if (plan_simulate(&c->plan, m, t, r->reserve_bytes, 0, &sc, &ir, &en,
-                          &res, &se)) {
+        int failed = 0;
+        if (!(sc = plan_costs(&c->plan, m, t, r->reserve_bytes, &se))) {
+            failed = 1;
+        } else if (!o->exhaustive && a->feasible &&
+                   costs_lower_bound(sc, &c->plan) >= a->iteration_s) {
+            /* The simulator's own stage times already rule it out. */
+            r->pruned++;
+            sim_costs_free(sc);
+            continue;
+        } else {
+            r->simulated++;
+            failed = plan_run(&c->plan, sc, 0, &ir, &en, &res, &se) != 0;
+        }
+        if (failed) {
             alt_reason(a, "simulation failed: %s", se.msg);
         } else {
             double peak_b = 0;

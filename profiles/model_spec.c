@@ -152,7 +152,7 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
         "kv_heads", "head_dim", "ffn", "vocab", "seq_len", "dec_seq_len",
         "max_pos", "type_vocab", "tied_embeddings", "gated_mlp", "rmsnorm",
         "bias", "rel_pos_buckets", "pooler", "dropout", "flash_attn", "act",
-        "dtype", "source", NULL};
+        "dtype", "batch", "source", NULL};
     if (util_jkeys(o, keys, e)) return -1;
     int fam = 0;
     if (util_jenum(o, "family", 1, family_names, &fam, e)) return -1;
@@ -167,7 +167,8 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
         geti(o, "dec_seq_len", 0, &s->dec_seq_len, e) ||
         geti(o, "max_pos", 0, &s->max_pos, e) ||
         geti(o, "type_vocab", 0, &s->type_vocab, e) ||
-        geti(o, "rel_pos_buckets", 0, &s->rel_pos_buckets, e))
+        geti(o, "rel_pos_buckets", 0, &s->rel_pos_buckets, e) ||
+        geti(o, "batch", 0, &s->batch, e))
         return -1;
     if (getb(o, "tied_embeddings", &s->tied_embeddings, e) ||
         getb(o, "gated_mlp", &s->gated_mlp, e) || getb(o, "rmsnorm", &s->rmsnorm, e) ||
@@ -185,7 +186,7 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
     static const char *const pos[] = {"hidden", "layers", "heads", "vocab",
                                       "seq_len", "kv_heads", "head_dim",
                                       "ffn", "dec_layers", "dec_seq_len",
-                                      NULL};
+                                      "batch", NULL};
     for (int i = 0; pos[i]; i++) {
         json_t *x = json_object_get(o->j, pos[i]);
         if (x && json_number_value(x) <= 0)

@@ -243,6 +243,8 @@ typedef struct prof_model_spec {
                           * in backward */
     prof_act act;        /* MLP activation (gated with gated_mlp) */
     prof_dtype dtype;    /* training precision of weights and activations */
+    int batch;           /* default global batch (sequences) for planning;
+                          * 0: the planner's default */
     char source[512];
 } prof_model_spec;
 

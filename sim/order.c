@@ -49,6 +49,21 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
     int *nc = util_calloc((size_t)S, sizeof(int));
     int *prod = util_malloc(sizeof(int) * (size_t)S * S);
     int *cons = util_malloc(sizeof(int) * (size_t)S * S);
+    /* the stages of each device, so a decision scans only its own */
+    int *dev_off = util_calloc((size_t)D + 1, sizeof(int));
+    int *dev_st = util_malloc(sizeof(int) * (size_t)(S > 0 ? S : 1));
+    for (int s = 0; s < S; s++)
+        if (c->stage_device[s] >= 0 && c->stage_device[s] < D)
+            dev_off[c->stage_device[s] + 1]++;
+    for (int d = 0; d < D; d++) dev_off[d + 1] += dev_off[d];
+    {
+        int *fill = util_calloc((size_t)D, sizeof(int));
+        for (int s = 0; s < S; s++) {
+            int d = c->stage_device[s];
+            if (d >= 0 && d < D) dev_st[dev_off[d] + fill[d]++] = s;
+        }
+        free(fill);
+    }
     for (size_t i = 0; i < SG; i++) finF[i] = finB[i] = finW[i] = -1;
     for (int s = 0; s < S; s++)
         for (int t = 0; t < S; t++) {
@@ -71,8 +86,8 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
             /* first pass: decision time = max(free, earliest ready) */
             int64_t rdy[3];
             for (int pass = 0; pass < 2; pass++) {
-                for (int s = 0; s < S; s++) {
-                    if (c->stage_device[s] != d) continue;
+                for (int si = dev_off[d]; si < dev_off[d + 1]; si++) {
+                    int s = dev_st[si];
                     for (int q = Q_F; q <= Q_W; q++) {
                         int64_t r = -1;
                         if (q == Q_F) {
@@ -178,6 +193,7 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
         free_at[best_d] = fin;
         issued++;
     }
+    free(dev_off); free(dev_st);
     free(finF); free(finB); free(finW); free(xf); free(nf); free(nb);
     free(nw); free(free_at); free(np); free(nc); free(prod); free(cons);
     return rc;

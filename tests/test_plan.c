@@ -48,6 +48,16 @@ Test(plan, pruning_matches_exhaustive_search)
         cr_expect_eq(a.best, b.best, "%s: %s vs %s", models[i],
                      sim_sched_name(a.best), sim_sched_name(b.best));
         cr_expect_eq(a.alt[a.best].iteration_s, b.alt[b.best].iteration_s);
+        /* Every schedule's best too: bounds are per schedule. */
+        for (int s = 0; s < SIM_SCHED_COUNT; s++) {
+            cr_expect_eq(a.alt[s].feasible, b.alt[s].feasible, "%s %s",
+                         models[i], sim_sched_name((sim_sched)s));
+            if (a.alt[s].feasible && b.alt[s].feasible)
+                cr_expect_eq(a.alt[s].iteration_s, b.alt[s].iteration_s,
+                             "%s %s: exhaustive %g, pruned %g", models[i],
+                             sim_sched_name((sim_sched)s), a.alt[s].iteration_s,
+                             b.alt[s].iteration_s);
+        }
         cr_expect_eq(a.pruned, 0);
         cr_expect_leq(b.simulated, a.simulated);
         /* The chosen plan is the fastest schedule's. */

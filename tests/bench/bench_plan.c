@@ -1,6 +1,7 @@
 /* Planner speed: the full search of `sluice plan` (partitioning, bounds,
- * simulation of the survivors), repeated, reporting the median. Goal for
- * t5-3b on 8 RTX 2080 Ti: under one second on one core. */
+ * simulation of the survivors), repeated, reporting the median. Goals:
+ * t5-3b on 8 RTX 2080 Ti under one second, gpt3-175b on 1024 A100s under
+ * 30 seconds, on one core. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -31,7 +32,9 @@ int main(void)
         {"t5-3b", "rtx2080ti", 8, 0, 5},
         {"gpt2-xl", "rtx2080ti", 8, 0, 5},
         {"bert-large", "rtx2080ti", 8, 0, 5},
-        {"gpt3-13b", "a100-sxm-80gb", 16, 512, 3},
+        {"gpt3-13b", "a100-sxm-80gb", 16, 0, 3},
+        {"gpt3-175b", "a100-sxm-80gb", 256, 0, 1},
+        {"gpt3-175b", "a100-sxm-80gb", 1024, 0, 1},
     };
     printf("%-12s %-16s %5s %10s %10s %10s %12s %10s\n", "model", "gpu", "GPUs",
            "candidates", "simulated", "pruned", "median s", "goal s");
@@ -64,7 +67,7 @@ int main(void)
         qsort(times, (size_t)c->reps, sizeof *times, cmp);
         printf("%-12s %-16s %5d %10ld %10ld %10ld %12.3f %10s\n", c->model,
                c->gpu, c->n, r.candidates, r.simulated, r.pruned,
-               times[c->reps / 2], i == 0 ? "1" : "-");
+               times[c->reps / 2], i == 0 ? "1" : c->n == 1024 ? "30" : "-");
         plan_result_free(&r);
         prof_model_free(m);
         prof_topo_free(t);
