@@ -20,7 +20,9 @@ static void usage(FILE *f)
         "  --batch N          global batch in samples (default: the model's,\n"
         "                     else %d)\n"
         "  --schedule LIST    only these schedules, comma-separated\n"
-        "  --pp P, --mbs B    fix the pipeline depth or microbatch size\n"
+        "  --pp P, --dp D, --tp T, --mbs B\n"
+        "                     fix the pipeline depth, data or tensor parallel\n"
+        "                     width, or the microbatch size\n"
         "  --recompute        only plans with recomputation; --no-recompute: without\n"
         "  --reserve SIZE     memory kept per GPU for the framework and allocator\n"
         "                     (default 1G)\n"
@@ -81,6 +83,12 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             if (util_parse_int(v, 1, 1 << 16, &n))
                 return util_errf(e, UTIL_EXIT_USAGE, "--pp '%s': expected a positive integer", v);
             c->po.pp = (int)n;
+        } else if (!strcmp(a, "--dp") || !strcmp(a, "--tp")) {
+            NEED();
+            if (util_parse_int(v, 1, 1 << 16, &n))
+                return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': expected a positive integer", a, v);
+            if (a[2] == 'd') c->po.dp = (int)n;
+            else c->po.tp = (int)n;
         } else if (!strcmp(a, "--mbs")) {
             NEED();
             if (util_parse_int(v, 1, 1 << 16, &n))
@@ -129,7 +137,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         } else {
             const char *opts[] = {"--hw", "--model", "--json", "--out", "--plot",
                                   "--gpus", "--recompute", "--no-recompute",
-                                  "--batch", "--pp", "--mbs", "--reserve",
+                                  "--batch", "--pp", "--dp", "--tp", "--mbs", "--reserve",
                                   "--state-bytes", "--host-mem", "--nvme",
                                   "--pcie-gen", "--schedule", "--no-progress",
                                   "--exhaustive"};

@@ -172,6 +172,9 @@ Test(plan, bad_input)
         {"plan --model t5-3b", "--hw is required", 2},
         {"plan --hw rtx2080ti x8 --model t5-3b --batch -3", "--batch '-3'", 2},
         {"plan --hw rtx2080ti x8 --model t5-3b --frobnicate", "unknown option", 2},
+        {"plan --hw rtx2080ti x8 --model t5-3b --tp 16", "larger than a server", 2},
+        {"plan --hw rtx2080ti x8 --model t5-3b --pp 4 --dp 4 --tp 1", "does not match", 2},
+        {"plan --hw rtx2080ti x8 --model t5-3b --pp 3", "does not divide", 2},
     };
     for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
         cli_result r = cli_run("%s", c[i].args);
