@@ -34,9 +34,7 @@ static sim_costs *plan_costs(const sim_plan *p, const prof_model *m,
                              const prof_topo *t, double reserve, util_err *e)
 {
     if (sim_plan_check(p, m, t->n_gpus, e)) return NULL;
-    sim_cost_opts co = {.mbs = p->mbs, .dp = p->dp, .tp = p->tp,
-                        .pipes = sim_sched_pipes(p->sched),
-                        .state_bytes_per_param = p->state_bytes_per_param};
+    sim_cost_opts co = sim_plan_cost_opts(p);
     sim_costs *c = sim_costs_build(m, t, p->n_stages, p->first_op, p->last_op,
                                    p->stage_device, p->pp, &co, e);
     if (!c) return NULL;
@@ -50,13 +48,7 @@ static int plan_run(const sim_plan *p, const sim_costs *c, int record,
                     sim_ir **ir, sim_engine **engine, sim_result *res,
                     util_err *e)
 {
-    sim_sched_opts so = {.sched = p->sched, .pp = p->pp,
-                         .n_stages = p->n_stages, .n_mb = p->n_mb,
-                         .recompute = p->recompute, .waves = p->waves,
-                         .chunks = p->chunks, .dp = p->dp,
-                         .n_minibatches = p->n_minibatches ? p->n_minibatches
-                         : sim_default_minibatches(p->sched, p->pp,
-                                                   p->n_stages, p->n_mb)};
+    sim_sched_opts so = sim_plan_sched_opts(p);
     if (!(*ir = sim_schedule(&so, c, e))) return -1;
     sim_run_opts ro = {.record = record};
     *engine = sim_engine_new(*ir, c, &ro);

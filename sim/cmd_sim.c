@@ -359,16 +359,11 @@ static int run(int argc, char **argv, util_err *e)
         if (c.plan_file) util_err_prefix(e, "%s", c.plan_file);
         goto out;
     }
-    sim_cost_opts co = {.mbs = p.mbs, .dp = p.dp, .tp = p.tp,
-                        .pipes = sim_sched_pipes(p.sched),
-                        .state_bytes_per_param = p.state_bytes_per_param};
+    sim_cost_opts co = sim_plan_cost_opts(&p);
     cs = sim_costs_build(m, tp, p.n_stages, p.first_op, p.last_op,
                          p.stage_device, p.pp, &co, e);
     if (!cs) goto out;
-    sim_sched_opts so = {.sched = p.sched, .pp = p.pp, .n_stages = p.n_stages,
-                         .n_mb = p.n_mb, .recompute = p.recompute,
-                         .waves = p.waves, .chunks = p.chunks, .dp = p.dp,
-                         .n_minibatches = p.n_minibatches};
+    sim_sched_opts so = sim_plan_sched_opts(&p);
     if (p.sched_file[0]) {
         if (sim_sched_check(&so, e)) goto out;
         if (!(ir = sim_schedule_file(p.sched_file, &so, cs, e))) goto out;

@@ -161,13 +161,7 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
                          "attention heads of %s (Megatron splits heads over "
                          "the tensor-parallel GPUs)", p->tp, m->spec.heads,
                          m->spec.name);
-    sim_sched_opts o = {.sched = p->sched, .pp = p->pp,
-                        .n_stages = p->n_stages, .n_mb = p->n_mb,
-                        .recompute = p->recompute, .waves = p->waves,
-                        .chunks = p->chunks, .dp = p->dp,
-                        .n_minibatches = p->n_minibatches ? p->n_minibatches
-                        : sim_default_minibatches(p->sched, p->pp,
-                                                  p->n_stages, p->n_mb)};
+    sim_sched_opts o = sim_plan_sched_opts(p);
     if (sim_sched_check(&o, e)) return -1;
     int next = 0;
     for (int s = 0; s < p->n_stages; s++) {
@@ -473,4 +467,24 @@ int sim_partition_balanced(const prof_model *m, const prof_gpu *g, int mbs,
     free(cut);
     free(cost);
     return 0;
+}
+
+sim_sched_opts sim_plan_sched_opts(const sim_plan *p)
+{
+    sim_sched_opts o = {.sched = p->sched, .pp = p->pp,
+                        .n_stages = p->n_stages, .n_mb = p->n_mb,
+                        .recompute = p->recompute, .waves = p->waves,
+                        .chunks = p->chunks, .dp = p->dp,
+                        .n_minibatches = p->n_minibatches ? p->n_minibatches
+                        : sim_default_minibatches(p->sched, p->pp,
+                                                  p->n_stages, p->n_mb)};
+    return o;
+}
+
+sim_cost_opts sim_plan_cost_opts(const sim_plan *p)
+{
+    sim_cost_opts o = {.mbs = p->mbs, .dp = p->dp, .tp = p->tp,
+                       .pipes = sim_sched_pipes(p->sched),
+                       .state_bytes_per_param = p->state_bytes_per_param};
+    return o;
 }

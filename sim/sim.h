@@ -490,6 +490,10 @@ void sim_plan_free(sim_plan *p);
 void sim_plan_stages(sim_plan *p, int n_stages);
 /* Loads a plan file; errors are FILE:LINE:COL: field '...': why. */
 int sim_plan_load(const char *path, sim_plan *p, util_err *e);
+/* The schedule and cost options a plan stands for (minibatches: the
+ * plan's, else the schedule's default). */
+sim_sched_opts sim_plan_sched_opts(const sim_plan *p);
+sim_cost_opts sim_plan_cost_opts(const sim_plan *p);
 /* Checks a plan against its model (stages cover the ops in order, devices
  * in range, schedule constraints) and its GPUs: dp*pp*tp GPUs, no more
  * than the topology has (exactly as many when dp or tp is above 1), each
