@@ -28,6 +28,7 @@ typedef struct bcase {
 
 int main(void)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* rows appear as they finish */
     const bcase cases[] = {
         {"t5-3b", "rtx2080ti", 8, 0, 5},
         {"gpt2-xl", "rtx2080ti", 8, 0, 5},
