@@ -23,6 +23,8 @@ int prof_gpu_unknown(const char *name, util_err *e);
 /* Hash map (a,b) -> route, filled on demand. */
 typedef struct prof_route_rec { int *dl; int n; } prof_route_rec;
 
+#define HW_REC_CHUNK 1024
+
 typedef struct prof_topo_x {
     /* Adjacency (CSR): for node v, entries [adj_off[v], adj_off[v+1]) hold
      * the neighbour and the directed link v->neighbour, sorted by
@@ -32,10 +34,12 @@ typedef struct prof_topo_x {
     /* route cache */
     pthread_mutex_t mu;
     uint64_t *keys;               /* a*n_nodes+b+1; 0 = empty */
-    int *vals;                    /* index into recs */
+    int *vals;                    /* index into the records */
     size_t cap, used;
-    prof_route_rec *recs;
-    size_t n_recs, cap_recs;
+    /* Records live in chunks that never move: route lookups keep pointers
+     * to records while computing and storing others. */
+    prof_route_rec **rec_chunks;  /* HW_REC_CHUNK records each */
+    size_t n_recs, n_rec_chunks;
     int **blocks;                 /* pool of route storage, never moved */
     size_t n_blocks, block_used, block_cap;
     int *src_queries;             /* per source: routes asked so far */

@@ -88,7 +88,8 @@ static void cache_clear(prof_topo_x *x)
     free(x->blocks);
     free(x->keys);
     free(x->vals);
-    free(x->recs);
+    for (size_t i = 0; i < x->n_rec_chunks; i++) free(x->rec_chunks[i]);
+    free(x->rec_chunks);
     free(x->src_queries);
     free(x->seen);
     free(x->want);
@@ -102,9 +103,9 @@ static void cache_clear(prof_topo_x *x)
     x->blocks = NULL;
     x->keys = NULL;
     x->vals = NULL;
-    x->recs = NULL;
+    x->rec_chunks = NULL;
     x->n_blocks = x->block_used = x->block_cap = 0;
-    x->cap = x->used = x->n_recs = x->cap_recs = 0;
+    x->cap = x->used = x->n_recs = x->n_rec_chunks = 0;
 }
 
 void prof_topo_free(prof_topo *t)
@@ -460,7 +461,9 @@ static const prof_route_rec *cache_get(const prof_topo_x *x, uint64_t key)
     if (!x->cap) return NULL;
     size_t mask = x->cap - 1;
     for (size_t i = hash64(key) & mask;; i = (i + 1) & mask) {
-        if (x->keys[i] == key) return &x->recs[x->vals[i]];
+        if (x->keys[i] == key)
+            return &x->rec_chunks[x->vals[i] / HW_REC_CHUNK]
+                                 [x->vals[i] % HW_REC_CHUNK];
         if (!x->keys[i]) return NULL;
     }
 }
@@ -490,9 +493,11 @@ static const prof_route_rec *cache_put(prof_topo_x *x, uint64_t key,
         free(ok);
         free(ov);
     }
-    if (x->n_recs == x->cap_recs) {
-        x->cap_recs = x->cap_recs ? 2 * x->cap_recs : 1024;
-        x->recs = util_realloc(x->recs, x->cap_recs * sizeof *x->recs);
+    if (x->n_recs == x->n_rec_chunks * HW_REC_CHUNK) {
+        x->rec_chunks = util_realloc(x->rec_chunks, (x->n_rec_chunks + 1) *
+                                                        sizeof *x->rec_chunks);
+        x->rec_chunks[x->n_rec_chunks++] =
+            util_malloc(HW_REC_CHUNK * sizeof **x->rec_chunks);
     }
     if (x->block_used + (size_t)n > x->block_cap || !x->n_blocks) {
         size_t bc = (size_t)n > 65536 ? (size_t)n : 65536;
@@ -505,10 +510,13 @@ static const prof_route_rec *cache_put(prof_topo_x *x, uint64_t key,
     int *p = x->blocks[x->n_blocks - 1] + x->block_used;
     x->block_used += (size_t)n;
     if (n) memcpy(p, dl, (size_t)n * sizeof(int));
-    x->recs[x->n_recs] = (prof_route_rec){n ? p : NULL, n};
+    prof_route_rec *rec = &x->rec_chunks[x->n_recs / HW_REC_CHUNK]
+                                        [x->n_recs % HW_REC_CHUNK];
+    *rec = (prof_route_rec){n ? p : NULL, n};
     cache_slot(x, key, (int)x->n_recs);
     x->used++;
-    return &x->recs[x->n_recs++];
+    x->n_recs++;
+    return rec;
 }
 
 /* ---- search ----
