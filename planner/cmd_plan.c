@@ -34,6 +34,8 @@ static void usage(FILE *f)
         "  --plot PREFIX      draw the chosen plan's timeline and memory, or with\n"
         "                     --gpus the capacity curve (gnuplot)\n"
         "  --exhaustive       simulate every candidate (no pruning by bounds)\n"
+        "  --sync             only schedules with a flush (no stale weights:\n"
+        "                     leaves out 2bw and the asynchronous mixed)\n"
         "\nexit codes: 0 a plan was found, 1 nothing fits, 2 bad usage or input\n",
         PLAN_DEFAULT_BATCH);
 }
@@ -42,7 +44,7 @@ typedef struct cmd {
     int hw_at, hw_n;
     char **argv;
     const char *model, *out, *plot, *gpus;
-    int json;
+    int json, sync;
     plan_opts po;
     prof_hw_opts ho;
 } cmd;
@@ -73,6 +75,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         else if (!strcmp(a, "--no-recompute")) c->po.recompute = 0;
         else if (!strcmp(a, "--no-progress")) c->po.progress = 0;
         else if (!strcmp(a, "--exhaustive")) c->po.exhaustive = 1;
+        else if (!strcmp(a, "--sync")) c->sync = 1;
         else if (!strcmp(a, "--batch")) {
             NEED();
             if (util_parse_int(v, 1, 1 << 24, &n))
@@ -140,13 +143,25 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--batch", "--pp", "--dp", "--tp", "--mbs", "--reserve",
                                   "--state-bytes", "--host-mem", "--nvme",
                                   "--pcie-gen", "--schedule", "--no-progress",
-                                  "--exhaustive"};
+                                  "--exhaustive", "--sync"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
                              near ? "'?)" : "");
         }
 #undef NEED
+    }
+    if (c->sync) {
+        /* Only schedules with a flush: every step sees the weights of the
+         * step before, as in single-device training. */
+        unsigned all = c->po.sched_mask ? c->po.sched_mask : ~0u;
+        c->po.sched_mask = 0;
+        for (int k = 0; k < SIM_SCHED_COUNT; k++)
+            if ((all & (1u << k)) && !sim_sched_async((sim_sched)k))
+                c->po.sched_mask |= 1u << k;
+        if (!c->po.sched_mask)
+            return util_errf(e, UTIL_EXIT_USAGE, "--sync leaves no schedule: "
+                             "those given all run without a flush");
     }
     if (c->hw_at < 0) return util_errf(e, UTIL_EXIT_USAGE, "--hw is required, e.g. --hw rtx2080ti x8");
     if (!c->model) return util_errf(e, UTIL_EXIT_USAGE, "--model is required, e.g. --model t5-3b");

@@ -150,6 +150,30 @@ Test(plan, table_fits_and_names_the_alternatives)
     cli_result_free(&r);
 }
 
+Test(plan, sync_leaves_out_asynchronous_schedules)
+{
+    cli_result r = cli_run("plan --hw rtx2080ti x8 --model t5-3b --sync --json");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j);
+    const char *chosen = json_string_value(json_object_get(j, "schedule"));
+    cr_expect(strcmp(chosen, "2bw") && strcmp(chosen, "mixed"), "%s", chosen);
+    json_t *alts = json_object_get(j, "alternatives");
+    for (size_t i = 0; i < json_array_size(alts); i++) {
+        json_t *x = json_array_get(alts, i);
+        const char *s = json_string_value(json_object_get(x, "schedule"));
+        if (!strcmp(s, "2bw") || !strcmp(s, "mixed"))
+            cr_expect(json_is_false(json_object_get(x, "feasible")), "%s", s);
+    }
+    json_decref(j);
+    cli_result_free(&r);
+    r = cli_run("plan --hw rtx2080ti x8 --model t5-3b --sync --schedule 2bw");
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "--sync leaves no schedule"), "%s", r.err);
+    cli_result_free(&r);
+}
+
 Test(plan, nothing_fits_says_how_far)
 {
     cli_result r = cli_run("plan --hw rtx2080ti x8 --model gpt3-175b");
