@@ -157,7 +157,12 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
             o.pp = (int)r->pp;
             o.dp = d;
             o.recompute = h.recompute;
-            o.sched_mask = r->pp > 1 ? mask : 0;
+            /* Without a pipeline the table's runs are plain gradient
+             * accumulation with the data-parallel all-reduce after the
+             * backward (Megatron-LM's no-pipelining path): 1F1B on one
+             * stage, not a schedule that splits the model into chunks on
+             * one GPU to overlap the all-reduce. */
+            o.sched_mask = r->pp > 1 ? mask : 1u << SIM_SCHED_1F1B;
             plan_result pr;
             if (plan_search(m, t, s.name, cnt, &o, &pr, &re) == 0 && pr.found) {
                 double S = s.seq_len, L = s.layers, H = s.hidden, V = s.vocab;
