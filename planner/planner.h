@@ -88,6 +88,8 @@ typedef struct plan_opts {
     double state_bytes_per_param; /* 0: 16 (Adam, mixed precision) */
     int progress;             /* progress bar on stderr (only on a tty) */
     int exhaustive;           /* simulate every candidate: no pruning */
+    int no_fold;              /* simulate every data-parallel replica even
+                               * where the cluster is symmetric (tests) */
 } plan_opts;
 
 #define PLAN_DEFAULT_RESERVE (1024.0 * 1024 * 1024)

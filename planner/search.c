@@ -29,12 +29,16 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The cost table of a plan, capacity less the reserve. */
+/* The cost table of a plan, capacity less the reserve; fold: one
+ * data-parallel replica simulated for all where the server graph is
+ * symmetric (the same timeline, dp times fewer tasks). */
 static sim_costs *plan_costs(const sim_plan *p, const prof_model *m,
-                             const prof_topo *t, double reserve, util_err *e)
+                             const prof_topo *t, double reserve, int fold,
+                             util_err *e)
 {
     if (sim_plan_check(p, m, t->n_gpus, e)) return NULL;
     sim_cost_opts co = sim_plan_cost_opts(p);
+    co.fold = fold;
     sim_costs *c = sim_costs_build(m, t, p->n_stages, p->first_op, p->last_op,
                                    p->stage_device, p->pp, &co, e);
     if (!c) return NULL;
@@ -63,7 +67,7 @@ int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
 {
     *ir = NULL;
     *engine = NULL;
-    if (!(*costs = plan_costs(p, m, t, reserve, e))) return -1;
+    if (!(*costs = plan_costs(p, m, t, reserve, 0, e))) return -1;
     return plan_run(p, *costs, record, ir, engine, res, e);
 }
 
@@ -589,7 +593,8 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
         sim_result res;
         util_err se;
         int failed = 0;
-        if (!(sc = plan_costs(&c->plan, m, t, r->reserve_bytes, &se))) {
+        if (!(sc = plan_costs(&c->plan, m, t, r->reserve_bytes,
+                              !o->no_fold, &se))) {
             failed = 1;
         } else if (!o->exhaustive && a->feasible &&
                    costs_lower_bound(sc, &c->plan) >= a->iteration_s) {

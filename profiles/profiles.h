@@ -200,6 +200,19 @@ double prof_route_latency_ns(const prof_topo *t, const int *dl, int n);
 int prof_topo_gpu_host_mem(const prof_topo *t, int g);
 int prof_topo_gpu_nvme(const prof_topo *t, int g);
 
+/* Whether shifting GPUs by `stride` (whole servers) within the first
+ * stride*count GPUs, g -> (g + stride) mod (stride*count), extends to an
+ * automorphism of the server graph: the servers of that group are built
+ * alike (nodes, GPU types, memories, links of the same kind, bandwidth and
+ * latency) and joined alike to what lies outside them. Then data-parallel
+ * replicas of stride GPUs each see the same links and the same sharing
+ * (the simulator folds them into one). */
+int prof_topo_shift_symmetric(const prof_topo *t, int stride, int count);
+/* The automorphism itself, on directed links: map[dl] is the image of
+ * directed link dl (2*i: a->b of link i, 2*i+1: b->a); malloc'd, or NULL
+ * where the shift is not one. */
+int *prof_topo_shift_map(const prof_topo *t, int stride, int count);
+
 /* Prints the topology as a tree with link bandwidths; or as JSON. */
 void prof_topo_print(const prof_topo *t, FILE *f);
 json_t *prof_topo_json(const prof_topo *t);

@@ -23,10 +23,15 @@ static int grp_cmp(const void *a, const void *b)
 
 void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
 {
-    const int R = c->replicas, S = c->n_model_stages, K = ir->n_minibatches;
+    /* Rs replicas are simulated; with folding (Rs = 1) the ring has fold
+     * members and replica 0 stands for all of them: its step sends to the
+     * next replica (fold_next) and its receive is the one from the
+     * previous, which by symmetry ends at the same time. */
+    const int Rs = c->replicas, S = c->n_model_stages, K = ir->n_minibatches;
+    const int R = Rs * (c->fold > 1 ? c->fold : 1);
     const int N = ir->n_stages;
     if (R <= 1) return;
-    UTIL_NEVER(N != R * S);
+    UTIL_NEVER(N != Rs * S || (R != Rs && Rs != 1));
     int *lastb = util_malloc(sizeof(int) * (size_t)K * N);
     int *opt = util_malloc(sizeof(int) * (size_t)K * N);
     int *pos = util_malloc(sizeof(int) * (size_t)(ir->n_tasks + 1));
@@ -62,9 +67,10 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
         {
             double bytes = c->stage[s].grad_bytes / R * lanes;
             for (int st = 0; st < 2 * (R - 1); st++) {
-                for (int r = 0; r < R; r++) {
-                    int v = r * S + s, w = ((r + 1) % R) * S + s;
+                for (int r = 0; r < Rs; r++) {
+                    int v = r * S + s, w = ((r + 1) % Rs) * S + s;
                     sim_task x = {0};
+                    x.fold_next = Rs < R;
                     x.kind = SIM_SEND;
                     x.stream = SIM_STREAM_COLL;
                     x.comm = SIM_COMM_DP;
@@ -89,11 +95,11 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                     /* a member forwards what it received (reduced) */
                     int dep = st ? prev[r] : lastb[(size_t)k * N + v];
                     if (dep >= 0) sim_ir_dep(ir, sid, dep);
-                    cur[(r + 1) % R] = rid;
+                    cur[(r + 1) % Rs] = rid;
                 }
                 int *tmp = prev; prev = cur; cur = tmp;
             }
-            for (int r = 0; r < R; r++) {
+            for (int r = 0; r < Rs; r++) {
                 int o = opt[(size_t)k * N + r * S + s];
                 if (o >= 0) sim_ir_dep(ir, o, prev[r]);
             }

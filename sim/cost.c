@@ -137,12 +137,13 @@ static sim_costs *costs_alloc(int n_stages, int n_devices)
     c->n_model_stages = n_stages;
     c->pp = n_devices;
     c->dp = c->tp = c->replicas = 1;
+    c->fold = 1;
     return c;
 }
 
 void sim_costs_replicate(sim_costs *c, int dp, int pipes)
 {
-    UTIL_NEVER(c->replicas != 1);
+    UTIL_NEVER(c->replicas != 1 || c->fold > 1);
     if (dp < 1) dp = 1;
     if (pipes < 1) pipes = 1;
     int S = c->n_stages, pp = c->n_devices, R = dp * pipes, N = R * S;
@@ -281,9 +282,36 @@ static int64_t tp_allreduce_ns(const prof_topo *tp, int g0, int t,
     return (int64_t)llround(2.0 * (t - 1) * step);
 }
 
+/* Orbits of the directed links under the shift: the smallest link of
+ * each stands for it, and a flow's `fold` copies cross a link of an orbit
+ * of size z fold/z times for each time the flow crosses one. */
+static void fold_orbits(sim_costs *c, const prof_topo *t, const int *shift)
+{
+    int n = 2 * t->n_links;
+    c->fold_rep = util_malloc(sizeof(int) * (size_t)(n + 1));
+    c->fold_mult = util_malloc(sizeof(int) * (size_t)(n + 1));
+    for (int l = 0; l < n; l++) c->fold_rep[l] = -1;
+    for (int l = 0; l < n; l++) {
+        if (c->fold_rep[l] >= 0) continue;
+        int z = 0, rep = l;
+        for (int x = l;; x = shift[x]) {
+            if (x < rep) rep = x;
+            z++;
+            if (shift[x] == l || z > c->fold) break;
+        }
+        UTIL_NEVER(c->fold % z);
+        for (int x = l, i = 0; i < z; x = shift[x], i++) {
+            c->fold_rep[x] = rep;
+            c->fold_mult[x] = c->fold / z;
+        }
+    }
+}
+
 void sim_costs_free(sim_costs *c)
 {
     if (!c) return;
+    free(c->fold_rep);
+    free(c->fold_mult);
     free(c->stage);
     free(c->stage_device);
     free(c->xfer_bytes);
@@ -437,6 +465,16 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     c->tokens_per_sample = m->spec.seq_len + m->spec.dec_seq_len;
     c->model_flops_per_sample = prof_model_train_flops(m, 0);
     int pipes = o && o->pipes > 1 ? o->pipes : 1;
-    if (dpw > 1 || pipes > 1) sim_costs_replicate(c, dpw, pipes);
+    int *shift = o && o->fold && dpw > 1 && pipes == 1
+               ? prof_topo_shift_map(t, n_devices * tpw, dpw) : NULL;
+    if (shift) {
+        c->fold = dpw;
+        c->fold_stride = n_devices * tpw;
+        c->dp = dpw;
+        fold_orbits(c, t, shift);
+        free(shift);
+    } else if (dpw > 1 || pipes > 1) {
+        sim_costs_replicate(c, dpw, pipes);
+    }
     return c;
 }

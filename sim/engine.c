@@ -73,14 +73,6 @@ static int64_t task_dur(const sim_costs *c, const sim_task *t)
     }
 }
 
-/* route node of lane j (tensor-parallel rank) of a device; -1 when no
- * topology */
-static int dev_node(const sim_costs *c, int d, int j)
-{
-    if (!c->topo) return -1;
-    return c->topo->gpu_node[c->dev_gpu[d] + j];
-}
-
 static int64_t task_tp(const sim_costs *c, const sim_task *t)
 {
     if (t->stage < 0 || t->stage >= c->n_stages) return 0;
@@ -181,20 +173,25 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
         e->mm.cnt = util_calloc((size_t)e->n_dl + 1, sizeof(int));
         e->mm.touched = util_calloc((size_t)e->n_dl + 1, sizeof(int));
         e->mm.frozen = util_calloc(NL, 1);
+        /* folded: replica 0's routes, each link replaced by its orbit's
+         * stand-in as often as the flow's copies cross that orbit */
+        int F = c->fold > 1 && c->fold_rep ? c->fold : 1;
+        size_t *off = F > 1 ? util_calloc(NL, sizeof(size_t)) : NULL;
+        size_t used = 0, capr = 0;
         for (int i = 0; i < n; i++) {
             const sim_task *t = &ir->tasks[i];
             for (int j = 0; j < e->lane_off[i + 1] - e->lane_off[i]; j++) {
                 int a = -1, b = -1;
                 if (t->kind == SIM_SEND && t->peer >= 0) {
-                    a = dev_node(c, t->device, j);
-                    b = dev_node(c, ir->tasks[t->peer].device, j);
+                    a = tp->gpu_node[c->dev_gpu[t->device] + j];
+                    b = tp->gpu_node[c->dev_gpu[ir->tasks[t->peer].device] + j +
+                                     (t->fold_next ? c->fold_stride : 0)];
                 } else if (t->kind == SIM_SWAP_OUT ||
                            t->kind == SIM_SWAP_IN) {
                     int g = c->dev_gpu[t->device];
-                    int h = prof_topo_gpu_host_mem(tp, g);
-                    a = dev_node(c, t->device, 0);
-                    b = h;
-                    if (t->kind == SIM_SWAP_IN) { b = a; a = h; }
+                    int gn = tp->gpu_node[g], h = prof_topo_gpu_host_mem(tp, g);
+                    a = t->kind == SIM_SWAP_IN ? h : gn;
+                    b = t->kind == SIM_SWAP_IN ? gn : h;
                 }
                 if (a < 0 || b < 0 || a == b) continue;
                 int len = 0;
@@ -208,8 +205,25 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
                     lat += tp->links[rt[k] / 2].latency_ns;
                 if ((int64_t)llround(lat) > e->lat_ns[i])
                     e->lat_ns[i] = (int64_t)llround(lat);
+                if (F == 1) continue;
+                int flen = 0;
+                for (int k = 0; k < len; k++) flen += c->fold_mult[rt[k]];
+                if (used + (size_t)flen > capr) {
+                    capr = 2 * (used + (size_t)flen) + 64;
+                    e->fold_routes = util_realloc(e->fold_routes,
+                                                  sizeof(int) * capr);
+                }
+                off[L] = used;
+                for (int k = 0; k < len; k++)
+                    for (int x = 0; x < c->fold_mult[rt[k]]; x++)
+                        e->fold_routes[used++] = c->fold_rep[rt[k]];
+                e->route_len[L] = flen;
             }
         }
+        if (F > 1)
+            for (size_t L = 0; L < NL; L++)
+                if (e->route[L]) e->route[L] = e->fold_routes + off[L];
+        free(off);
     }
     e->scratch_k = util_calloc((size_t)e->K + 1, sizeof(int64_t));
     e->scratch_dw = util_calloc(2 * (size_t)e->nd + 1, sizeof(int64_t));
@@ -228,7 +242,7 @@ void sim_engine_free(sim_engine *e)
     free(e->end); free(e->fstart); free(e->heap); free(e->mem_cur);
     free(e->cur_ver); free(e->live); free(e->inflight); free(e->flow_task);
     free(e->flow_rem); free(e->flow_rate); free(e->flow_route);
-    free(e->flow_rlen); free(e->link_cap); free(e->link_use); free(e->mm.rem); free(e->mm.cnt);
+    free(e->flow_rlen); free(e->fold_routes); free(e->link_cap); free(e->link_use); free(e->mm.rem); free(e->mm.cnt);
     free(e->mm.touched); free(e->mm.frozen); free(e->dev);
     free(e->max_inflight); free(e->max_versions); free(e->mem);
     free(e->scratch_k); free(e->scratch_dw);

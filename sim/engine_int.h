@@ -29,6 +29,8 @@ struct sim_engine {
     const int **route;
     int *route_len;
     int64_t *lat_ns;        /* per task: the slowest lane's latency */
+    int *fold_routes;       /* folded replicas: routes over link orbits
+                             * (sim_costs.fold_rep), owned */
     int32_t *lanes_left;    /* run state: lanes of a send still moving */
     int64_t *tp_ns;         /* per task: tensor-parallel part of its time */
     /* static, per device / stage */

@@ -24,7 +24,9 @@ static totals compute(const sim_plan *p, const sim_costs *c,
         t.samples_per_s = t.samples / t.iter_s;
         t.tokens_per_s = t.samples_per_s * c->tokens_per_sample;
         t.flops = c->model_flops_per_sample * t.samples;
-        t.tflops_gpu = t.flops / t.iter_s / ((double)r->n_devices * tp) / 1e12;
+        int fold = c->fold > 1 ? c->fold : 1; /* devices stand for fold */
+        t.tflops_gpu = t.flops / t.iter_s /
+                       ((double)r->n_devices * fold * tp) / 1e12;
     }
     for (int d = 0; d < r->n_devices; d++) t.peak_mean += c->dev_peak_flops[d];
     t.peak_mean /= r->n_devices;
@@ -39,7 +41,8 @@ static void stages_of(const sim_plan *p, const sim_costs *c, int d,
 {
     buf[0] = 0;
     size_t len = 0;
-    int pipes = c->replicas / (c->dp > 0 ? c->dp : 1);
+    int pipes = c->replicas * (c->fold > 1 ? c->fold : 1) /
+                (c->dp > 0 ? c->dp : 1);
     for (int s = 0; s < c->n_stages && len + 8 < n; s++)
         if (c->stage_device[s] == d)
             len += (size_t)snprintf(buf + len, n - len, "%s%d%s",

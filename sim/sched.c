@@ -242,15 +242,17 @@ sim_ir *sim_schedule_new(const sim_sched_opts *o, const sim_costs *c,
 {
     int pipes = sim_sched_pipes(o->sched);
     int dp = o->dp > 1 ? o->dp : 1;
-    if (c->n_model_stages != o->n_stages || c->replicas != dp * pipes)
+    int fold = c->fold > 1 ? c->fold : 1;
+    if (c->n_model_stages != o->n_stages || c->replicas * fold != dp * pipes)
         return util_errf(e, UTIL_EXIT_USAGE, "%d stage(s) x %d replica(s) "
                          "in the costs, %d x %d (dp %d) in the schedule",
-                         c->n_model_stages, c->replicas, o->n_stages,
+                         c->n_model_stages, c->replicas * fold, o->n_stages,
                          dp * pipes, dp),
                NULL;
-    if (c->n_devices != o->pp * dp)
+    if (c->n_devices * fold != o->pp * dp)
         return util_errf(e, UTIL_EXIT_USAGE, "%d devices in the costs, pp %d "
-                         "x dp %d in the schedule", c->n_devices, o->pp, dp),
+                         "x dp %d in the schedule", c->n_devices * fold,
+                         o->pp, dp),
                NULL;
     for (int s = 0; s < c->n_stages; s++)
         if (c->stage_device[s] < 0 || c->stage_device[s] >= c->n_devices)

@@ -1,0 +1,219 @@
+/* Folding data-parallel replicas: where the cluster is symmetric under a
+ * shift of whole servers, simulating one replica with shadow flows for the
+ * others gives the timeline of simulating them all, for every schedule;
+ * where it is not symmetric, nothing is folded. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "planner/planner.h"
+#include "tests/harness.h"
+
+static prof_topo *topo(const char *gpu, int n)
+{
+    char cnt[16];
+    snprintf(cnt, sizeof cnt, "x%d", n);
+    char *args[] = {(char *)gpu, cnt};
+    util_err e;
+    prof_topo *t = prof_topo_from_args(2, args, NULL, &e);
+    cr_assert_not_null(t, "%s", e.msg);
+    return t;
+}
+
+typedef struct run {
+    int fold, n_devices;
+    int64_t iteration_ns, makespan_ns;
+    sim_dev_stats dev[64];
+    int max_inflight[64];
+    double ring_step_bytes; /* the largest all-reduce step's buffer */
+} run;
+
+/* Simulates a plan of schedule s: pp devices, v stages per device (even
+ * layers), dp replicas, tensor width tp, m microbatches of 1. */
+static void simulate(const prof_model *m, const prof_topo *t, sim_sched s,
+                     int pp, int v, int dp, int tp, int mb, int fold, run *out)
+{
+    sim_plan p;
+    sim_plan_init(&p);
+    snprintf(p.model, sizeof p.model, "%s", m->spec.name);
+    p.sched = s;
+    p.pp = pp;
+    p.dp = dp;
+    p.tp = tp;
+    p.mbs = 1;
+    p.n_mb = mb;
+    p.waves = 1;
+    p.chunks = s == SIM_SCHED_INTERLEAVED ? v : 0;
+    sim_plan_stages(&p, pp * v);
+    util_err e;
+    cr_assert_eq(sim_partition_even(m, pp * v, p.first_op, p.last_op, &e), 0,
+                 "%s", e.msg);
+    sim_sched_opts so = sim_plan_sched_opts(&p);
+    sim_sched_map(&so, p.stage_device);
+    so = sim_plan_sched_opts(&p);
+    sim_cost_opts co = sim_plan_cost_opts(&p);
+    co.fold = fold;
+    sim_costs *c = sim_costs_build(m, t, p.n_stages, p.first_op, p.last_op,
+                                   p.stage_device, pp, &co, &e);
+    cr_assert_not_null(c, "%s", e.msg);
+    sim_ir *ir = sim_schedule(&so, c, &e);
+    cr_assert_not_null(ir, "%s %s", sim_sched_name(s), e.msg);
+    sim_engine *en = sim_engine_new(ir, c, NULL);
+    sim_result r;
+    cr_assert_eq(sim_engine_run(en, &r), 0, "%s", r.msg);
+    memset(out, 0, sizeof *out);
+    out->fold = c->fold;
+    out->n_devices = r.n_devices;
+    out->iteration_ns = r.iteration_ns;
+    out->makespan_ns = r.makespan_ns;
+    for (int d = 0; d < pp && d < 64; d++) out->dev[d] = r.dev[d];
+    for (int st = 0; st < p.n_stages && st < 64; st++)
+        out->max_inflight[st] = r.max_inflight[st];
+    for (int st = 0; st < c->n_stages; st++)
+        if (c->stage[st].grad_bytes / dp > out->ring_step_bytes)
+            out->ring_step_bytes = c->stage[st].grad_bytes / dp;
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+    sim_plan_free(&p);
+}
+
+static void expect_same(const run *a, const run *b, int pp, int stages,
+                        const char *what)
+{
+    cr_expect_eq(a->iteration_ns, b->iteration_ns, "%s: iteration %lld vs %lld",
+                 what, (long long)a->iteration_ns, (long long)b->iteration_ns);
+    cr_expect_eq(a->makespan_ns, b->makespan_ns, "%s: makespan", what);
+    for (int d = 0; d < pp; d++) {
+        const sim_dev_stats *x = &a->dev[d], *y = &b->dev[d];
+        cr_expect_eq(x->compute_ns, y->compute_ns, "%s dev %d compute", what, d);
+        cr_expect_eq(x->bubble_ns, y->bubble_ns, "%s dev %d bubble", what, d);
+        /* Where a ring step's receive and the send that frees the last
+         * one start at the same instant, the unfolded run takes them in
+         * replica order, so a device may count both buffers for that
+         * instant: peaks agree to within one step's buffer. */
+        cr_expect_leq(fabs(x->peak_bytes - y->peak_bytes), a->ring_step_bytes,
+                      "%s dev %d peak %.0f vs %.0f", what, d, x->peak_bytes,
+                      y->peak_bytes);
+        cr_expect_geq(x->peak_bytes, y->peak_bytes, "%s dev %d", what, d);
+        for (int k = 0; k < SIM_COMM_COUNT; k++) {
+            cr_expect_eq(x->comm_busy_ns[k], y->comm_busy_ns[k],
+                         "%s dev %d comm %d busy", what, d, k);
+            cr_expect_eq(x->comm_exp_ns[k], y->comm_exp_ns[k],
+                         "%s dev %d comm %d exposed", what, d, k);
+        }
+    }
+    for (int s = 0; s < stages; s++)
+        cr_expect_eq(a->max_inflight[s], b->max_inflight[s], "%s stage %d", what, s);
+}
+
+Test(fold, one_replica_stands_for_all)
+{
+    util_err e;
+    prof_model *m = prof_model_load("gpt-mini", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    prof_topo *t = topo("a100-sxm-80gb", 32);
+    struct { sim_sched s; int pp, v, dp, tp, mb; } cs[] = {
+        {SIM_SCHED_1F1B, 2, 1, 4, 4, 8},
+        {SIM_SCHED_GPIPE, 4, 1, 4, 2, 8},
+        {SIM_SCHED_INTERLEAVED, 2, 2, 4, 4, 4},
+        {SIM_SCHED_2BW, 4, 1, 2, 4, 8},
+        {SIM_SCHED_ZBH1, 8, 1, 4, 1, 8},
+        {SIM_SCHED_ZBV, 4, 2, 2, 4, 8},
+        {SIM_SCHED_WAVE, 2, 2, 4, 4, 4},
+        {SIM_SCHED_DUALPIPEV, 4, 2, 4, 2, 8},
+        {SIM_SCHED_1F1B, 1, 1, 4, 8, 4},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        run a, b;
+        simulate(m, t, cs[i].s, cs[i].pp, cs[i].v, cs[i].dp, cs[i].tp,
+                 cs[i].mb, 0, &a);
+        simulate(m, t, cs[i].s, cs[i].pp, cs[i].v, cs[i].dp, cs[i].tp,
+                 cs[i].mb, 1, &b);
+        char what[96];
+        snprintf(what, sizeof what, "%s p%d d%d t%d", sim_sched_name(cs[i].s),
+                 cs[i].pp, cs[i].dp, cs[i].tp);
+        cr_expect_eq(a.fold, 1, "%s", what);
+        cr_expect_eq(b.fold, cs[i].dp, "%s: not folded", what);
+        cr_expect_eq(a.n_devices, cs[i].pp * cs[i].dp, "%s", what);
+        cr_expect_eq(b.n_devices, cs[i].pp, "%s", what);
+        expect_same(&a, &b, cs[i].pp, cs[i].pp * cs[i].v, what);
+    }
+    prof_topo_free(t);
+    /* GeForce servers on PCIe (copies staged through host memory), two
+     * of them on InfiniBand; Mixed-pipe with several stages a device */
+    prof_hw_opts ho = {.gpus_per_server = 4};
+    char *args[] = {"rtx2080ti", "x12"};
+    t = prof_topo_from_args(2, args, &ho, &e);
+    cr_assert_not_null(t, "%s", e.msg);
+    sim_sched more[] = {SIM_SCHED_1F1B, SIM_SCHED_MIXED, SIM_SCHED_MIXED_1F1B};
+    for (int i = 0; i < 3; i++) {
+        int v = more[i] == SIM_SCHED_1F1B ? 1 : 2;
+        run a, b;
+        simulate(m, t, more[i], 4, v, 3, 1, 8, 0, &a);
+        simulate(m, t, more[i], 4, v, 3, 1, 8, 1, &b);
+        cr_expect_eq(b.fold, 3, "%s", sim_sched_name(more[i]));
+        expect_same(&a, &b, 4, 4 * v, sim_sched_name(more[i]));
+    }
+    prof_topo_free(t);
+    prof_model_free(m);
+}
+
+/* Replicas smaller than a server, or servers that differ, are simulated
+ * one by one. */
+Test(fold, only_where_symmetric)
+{
+    util_err e;
+    prof_model *m = prof_model_load("gpt-mini", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    prof_topo *t = topo("a100-sxm-80gb", 32);
+    run a;
+    simulate(m, t, SIM_SCHED_1F1B, 2, 1, 4, 2, 4, 1, &a); /* 4 GPUs a replica */
+    cr_expect_eq(a.fold, 1);
+    cr_expect_eq(a.n_devices, 8);
+    cr_expect(prof_topo_shift_symmetric(t, 8, 4));
+    cr_expect(prof_topo_shift_symmetric(t, 16, 2));
+    cr_expect_not(prof_topo_shift_symmetric(t, 4, 8));
+    cr_expect_not(prof_topo_shift_symmetric(t, 16, 4)); /* 64 > 32 GPUs */
+    prof_topo_free(t);
+    /* a last server only partly filled */
+    t = topo("a100-sxm-80gb", 28);
+    cr_expect(prof_topo_shift_symmetric(t, 8, 3));
+    cr_expect_not(prof_topo_shift_symmetric(t, 8, 4));
+    prof_topo_free(t);
+    prof_model_free(m);
+}
+
+/* The planner folds where it can; its answers are those of simulating
+ * every replica. */
+Test(fold, planner_answers_unchanged)
+{
+    util_err e;
+    prof_model *m = prof_model_load("gpt-mini", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    prof_topo *t = topo("a100-sxm-80gb", 32);
+    plan_result a, b;
+    for (int fold = 0; fold <= 1; fold++) {
+        plan_opts o;
+        plan_opts_init(&o);
+        o.batch = 64;
+        o.no_fold = !fold;
+        cr_assert_eq(plan_search(m, t, "gpt-mini", "test", &o, fold ? &b : &a, &e),
+                     0, "%s", e.msg);
+    }
+    cr_assert(a.found && b.found);
+    cr_expect_eq(a.best, b.best);
+    for (int s = 0; s < SIM_SCHED_COUNT; s++) {
+        cr_expect_eq(a.alt[s].feasible, b.alt[s].feasible, "%s",
+                     sim_sched_name((sim_sched)s));
+        if (a.alt[s].feasible && b.alt[s].feasible)
+            cr_expect_eq(a.alt[s].iteration_s, b.alt[s].iteration_s, "%s: %g vs %g",
+                         sim_sched_name((sim_sched)s), a.alt[s].iteration_s,
+                         b.alt[s].iteration_s);
+    }
+    cr_expect_eq(a.simulated, b.simulated);
+    plan_result_free(&a);
+    plan_result_free(&b);
+    prof_topo_free(t);
+    prof_model_free(m);
+}
