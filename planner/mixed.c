@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* fmax without the library call (the refinement evaluates this often) */
+static inline double dmax(double a, double b) { return a > b ? a : b; }
+
 static double sum(const double *v, int a, int b)
 {
     double s = 0;
@@ -28,10 +31,10 @@ double plan_mixed_objective(const plan_mixed_in *in, int ns, const int *first,
         /* Transfers between stages on one device are free. */
         double cin = a > 0 && dev[s - 1] != dev[s] ? in->cut_time[a - 1] : 0;
         double cout = b < in->n && dev[s + 1] != dev[s] ? in->cut_time[b - 1] : 0;
-        load[dev[s]] += c + fmax(0, cin - c) + fmax(0, cout - c);
+        load[dev[s]] += c + dmax(0, cin - c) + dmax(0, cout - c);
     }
     double worst = 0;
-    for (int d = 0; d < in->p; d++) worst = fmax(worst, load[d]);
+    for (int d = 0; d < in->p; d++) worst = dmax(worst, load[d]);
     free(load);
     return worst;
 }

@@ -87,6 +87,9 @@ double plan_partition_chain(const plan_chain *c, int *first)
                 double mem = p.smem[j + 1] - p.smem[a] +
                              (p.amem[j + 1] - p.amem[a]) * c->inflight[s];
                 if (mem > c->cap[s]) break; /* larger stages hold more */
+                /* a stage costs at least its compute, which only grows
+                 * as it starts earlier: nothing below can beat the best */
+                if (p.time[j + 1] - p.time[a] >= B(s, j)) break;
                 double prev = s == 0 ? 0 : B(s - 1, a - 1);
                 if (prev == INFINITY) continue;
                 double cost = cost_of(c, p.time[j + 1] - p.time[a], a, j);

@@ -27,6 +27,99 @@ static int64_t xfer_ns(const sim_costs *c, int s, int t)
 
 enum { Q_F, Q_B, Q_W };
 
+/* The list scheduler's state. */
+typedef struct lst {
+    const sim_costs *c;
+    sim_policy pol;
+    const int *cap;
+    int S, G, split;
+    int64_t *finF, *finB, *xf, *free_at;
+    int *nf, *nb, *nw, *np, *nc, *prod, *cons, *dev_off, *dev_st;
+} lst;
+
+/* Device d's choice: the task it would start earliest (ties broken by
+ * the policy); *cs < 0 when it has none ready. */
+static void device_choice(const lst *x, int d, int *cs_out, int *cq_out,
+                          int64_t *ct_out)
+{
+    const sim_costs *c = x->c;
+    const int S = x->S, G = x->G, split = x->split;
+    int cs = -1, cq = -1;
+    int64_t ct = 0, tau = -1;
+    /* first pass: decision time = max(free, earliest ready) */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int si = x->dev_off[d]; si < x->dev_off[d + 1]; si++) {
+            int s = x->dev_st[si];
+            for (int q = Q_F; q <= Q_W; q++) {
+                int64_t r = -1;
+                if (q == Q_F) {
+                    int g = x->nf[s];
+                    if (g >= G || x->nf[s] - (split ? x->nw[s] : x->nb[s]) >=
+                                  x->cap[s])
+                        continue;
+                    r = 0;
+                    for (int k = 0; k < x->np[s] && r >= 0; k++) {
+                        int p = x->prod[s * S + k];
+                        int64_t f = x->finF[(size_t)p * G + g];
+                        if (f < 0) r = -1;
+                        else if (f + x->xf[p * S + s] > r)
+                            r = f + x->xf[p * S + s];
+                    }
+                } else if (q == Q_B) {
+                    int g = x->nb[s];
+                    if (g >= x->nf[s]) continue;
+                    r = x->finF[(size_t)s * G + g];
+                    if (r < 0) continue;
+                    for (int k = 0; k < x->nc[s] && r >= 0; k++) {
+                        int t = x->cons[s * S + k];
+                        int64_t f = x->finB[(size_t)t * G + g];
+                        if (f < 0) r = -1;
+                        else if (f + x->xf[t * S + s] > r)
+                            r = f + x->xf[t * S + s];
+                    }
+                } else {
+                    if (!split) continue;
+                    int g = x->nw[s];
+                    if (g >= x->nb[s]) continue;
+                    r = x->finB[(size_t)s * G + g];
+                }
+                if (r < 0) continue;
+                if (r < x->free_at[d]) r = x->free_at[d];
+                if (pass == 0) {
+                    if (tau < 0 || r < tau) tau = r;
+                    continue;
+                }
+                if (r > tau) continue;
+                /* policy rank among tasks ready at tau */
+                int better;
+                if (cs < 0) better = 1;
+                else {
+                    int pg = x->pol == SIM_POL_FFIRST;
+                    int rq = pg ? (q == Q_F ? 0 : q == Q_B ? 1 : 2)
+                                : (q == Q_B ? 0 : q == Q_F ? 1 : 2);
+                    int rc2 = pg ? (cq == Q_F ? 0 : cq == Q_B ? 1 : 2)
+                                 : (cq == Q_B ? 0 : cq == Q_F ? 1 : 2);
+                    if (rq != rc2) better = rq < rc2;
+                    else if (q == Q_F)   /* deepest stage first */
+                        better = c->stage[s].model_stage !=
+                                 c->stage[cs].model_stage
+                               ? c->stage[s].model_stage >
+                                 c->stage[cs].model_stage
+                               : s > cs;
+                    else                 /* earliest microbatch */
+                        better = (q == Q_B ? x->nb[s] : x->nw[s]) <
+                                 (q == Q_B ? x->nb[cs] : x->nw[cs]);
+                }
+                if (better) { cs = s; cq = q; ct = r; }
+            }
+        }
+        if (tau < 0) break;
+    }
+    *cs_out = cs;
+    *cq_out = cq;
+    *ct_out = ct;
+}
+
 int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                      sim_policy pol, const int *inflight_cap, util_err *e)
 {
@@ -73,93 +166,29 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                 cons[s * S + nc[s]++] = t;
             }
         }
+    lst x = {c, pol, inflight_cap, S, G, split, finF, finB, xf, free_at,
+             nf, nb, nw, np, nc, prod, cons, dev_off, dev_st};
+    /* Each device's choice is kept and recomputed only when what it
+     * depends on changed: its own stages and clock, the forwards of the
+     * stages feeding it, the backwards of the stages it feeds. */
+    int *ch_s = util_malloc(sizeof(int) * (size_t)(D + 1));
+    int *ch_q = util_malloc(sizeof(int) * (size_t)(D + 1));
+    int64_t *ch_t = util_malloc(sizeof(int64_t) * (size_t)(D + 1));
+    uint8_t *stale = util_malloc((size_t)D + 1);
+    memset(stale, 1, (size_t)D + 1);
     long total = (long)S * G * (split ? 3 : 2), issued = 0;
     int rc = 0;
     while (issued < total) {
         int best_d = -1, best_s = -1, best_q = -1;
         int64_t best_t = 0;
         for (int d = 0; d < D; d++) {
-            /* candidates of device d: earliest ready time and policy rank */
-            int cs = -1, cq = -1;
-            int64_t ct = 0;
-            int64_t tau = -1;
-            /* first pass: decision time = max(free, earliest ready) */
-            int64_t rdy[3];
-            for (int pass = 0; pass < 2; pass++) {
-                for (int si = dev_off[d]; si < dev_off[d + 1]; si++) {
-                    int s = dev_st[si];
-                    for (int q = Q_F; q <= Q_W; q++) {
-                        int64_t r = -1;
-                        if (q == Q_F) {
-                            int g = nf[s];
-                            if (g >= G || nf[s] - (split ? nw[s] : nb[s]) >=
-                                          inflight_cap[s])
-                                continue;
-                            r = 0;
-                            for (int k = 0; k < np[s] && r >= 0; k++) {
-                                int p = prod[s * S + k];
-                                int64_t f = finF[(size_t)p * G + g];
-                                if (f < 0) r = -1;
-                                else if (f + xf[p * S + s] > r)
-                                    r = f + xf[p * S + s];
-                            }
-                        } else if (q == Q_B) {
-                            int g = nb[s];
-                            if (g >= nf[s]) continue;
-                            r = finF[(size_t)s * G + g];
-                            if (r < 0) continue;
-                            for (int k = 0; k < nc[s] && r >= 0; k++) {
-                                int t = cons[s * S + k];
-                                int64_t f = finB[(size_t)t * G + g];
-                                if (f < 0) r = -1;
-                                else if (f + xf[t * S + s] > r)
-                                    r = f + xf[t * S + s];
-                            }
-                        } else {
-                            if (!split) continue;
-                            int g = nw[s];
-                            if (g >= nb[s]) continue;
-                            r = finB[(size_t)s * G + g];
-                        }
-                        if (r < 0) continue;
-                        if (r < free_at[d]) r = free_at[d];
-                        rdy[q] = r;
-                        if (pass == 0) {
-                            if (tau < 0 || r < tau) tau = r;
-                            continue;
-                        }
-                        if (r > tau) continue;
-                        /* policy rank among tasks ready at tau */
-                        int better;
-                        if (cs < 0) better = 1;
-                        else {
-                            int pg = pol == SIM_POL_FFIRST;
-                            int rq = pg
-                                   ? (q == Q_F ? 0 : q == Q_B ? 1 : 2)
-                                   : (q == Q_B ? 0 : q == Q_F ? 1 : 2);
-                            int rc2 = pg
-                                    ? (cq == Q_F ? 0 : cq == Q_B ? 1 : 2)
-                                    : (cq == Q_B ? 0 : cq == Q_F ? 1 : 2);
-                            if (rq != rc2) better = rq < rc2;
-                            else if (q == Q_F)   /* deepest stage first */
-                                better = c->stage[s].model_stage !=
-                                         c->stage[cs].model_stage
-                                       ? c->stage[s].model_stage >
-                                         c->stage[cs].model_stage
-                                       : s > cs;
-                            else                 /* earliest microbatch */
-                                better = (q == Q_B ? nb[s] : nw[s]) <
-                                         (q == Q_B ? nb[cs] : nw[cs]);
-                        }
-                        if (better) { cs = s; cq = q; ct = r; }
-                    }
-                }
-                if (tau < 0) break;
+            if (stale[d]) {
+                device_choice(&x, d, &ch_s[d], &ch_q[d], &ch_t[d]);
+                stale[d] = 0;
             }
-            (void)rdy;
-            if (cs < 0) continue;
-            if (best_d < 0 || ct < best_t) {
-                best_d = d; best_s = cs; best_q = cq; best_t = ct;
+            if (ch_s[d] < 0) continue;
+            if (best_d < 0 || ch_t[d] < best_t) {
+                best_d = d; best_s = ch_s[d]; best_q = ch_q[d]; best_t = ch_t[d];
             }
         }
         if (best_d < 0) {
@@ -192,7 +221,19 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
         }
         free_at[best_d] = fin;
         issued++;
+        stale[best_d] = 1;
+        if (best_q == Q_F)
+            for (int k = 0; k < nc[s]; k++) {
+                int dd = c->stage_device[cons[s * S + k]];
+                if (dd >= 0 && dd < D) stale[dd] = 1;
+            }
+        else if (best_q == Q_B)
+            for (int k = 0; k < np[s]; k++) {
+                int dd = c->stage_device[prod[s * S + k]];
+                if (dd >= 0 && dd < D) stale[dd] = 1;
+            }
     }
+    free(ch_s); free(ch_q); free(ch_t); free(stale);
     free(dev_off); free(dev_st);
     free(finF); free(finB); free(finW); free(xf); free(nf); free(nb);
     free(nw); free(free_at); free(np); free(nc); free(prod); free(cons);
