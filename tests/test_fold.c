@@ -107,6 +107,23 @@ static void expect_same(const run *a, const run *b, int pp, int stages,
         cr_expect_eq(a->max_inflight[s], b->max_inflight[s], "%s stage %d", what, s);
 }
 
+/* Simulates a configuration with every replica and folded, and expects
+ * the folded run to stand for `want` replicas with the same timeline. */
+static void check_pair(const prof_model *m, const prof_topo *t, sim_sched s,
+                       int pp, int v, int dp, int tp, int mb, int want)
+{
+    run a, b;
+    simulate(m, t, s, pp, v, dp, tp, mb, 0, &a);
+    simulate(m, t, s, pp, v, dp, tp, mb, 1, &b);
+    char what[96];
+    snprintf(what, sizeof what, "%s p%d d%d t%d", sim_sched_name(s), pp, dp, tp);
+    cr_expect_eq(a.fold, 1, "%s", what);
+    cr_expect_eq(b.fold, want, "%s: folded %d", what, b.fold);
+    cr_expect_eq(a.n_devices, pp * dp, "%s", what);
+    cr_expect_eq(b.n_devices, pp * dp / want, "%s", what);
+    expect_same(&a, &b, pp, pp * v, what);
+}
+
 Test(fold, one_replica_stands_for_all)
 {
     util_err e;
@@ -124,21 +141,9 @@ Test(fold, one_replica_stands_for_all)
         {SIM_SCHED_DUALPIPEV, 4, 2, 4, 2, 8},
         {SIM_SCHED_1F1B, 1, 1, 4, 8, 4},
     };
-    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
-        run a, b;
-        simulate(m, t, cs[i].s, cs[i].pp, cs[i].v, cs[i].dp, cs[i].tp,
-                 cs[i].mb, 0, &a);
-        simulate(m, t, cs[i].s, cs[i].pp, cs[i].v, cs[i].dp, cs[i].tp,
-                 cs[i].mb, 1, &b);
-        char what[96];
-        snprintf(what, sizeof what, "%s p%d d%d t%d", sim_sched_name(cs[i].s),
-                 cs[i].pp, cs[i].dp, cs[i].tp);
-        cr_expect_eq(a.fold, 1, "%s", what);
-        cr_expect_eq(b.fold, cs[i].dp, "%s: not folded", what);
-        cr_expect_eq(a.n_devices, cs[i].pp * cs[i].dp, "%s", what);
-        cr_expect_eq(b.n_devices, cs[i].pp, "%s", what);
-        expect_same(&a, &b, cs[i].pp, cs[i].pp * cs[i].v, what);
-    }
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++)
+        check_pair(m, t, cs[i].s, cs[i].pp, cs[i].v, cs[i].dp, cs[i].tp,
+                   cs[i].mb, cs[i].dp);
     prof_topo_free(t);
     /* GeForce servers on PCIe (copies staged through host memory), two
      * of them on InfiniBand; Mixed-pipe with several stages a device */
@@ -147,22 +152,55 @@ Test(fold, one_replica_stands_for_all)
     t = prof_topo_from_args(2, args, &ho, &e);
     cr_assert_not_null(t, "%s", e.msg);
     sim_sched more[] = {SIM_SCHED_1F1B, SIM_SCHED_MIXED, SIM_SCHED_MIXED_1F1B};
-    for (int i = 0; i < 3; i++) {
-        int v = more[i] == SIM_SCHED_1F1B ? 1 : 2;
-        run a, b;
-        simulate(m, t, more[i], 4, v, 3, 1, 8, 0, &a);
-        simulate(m, t, more[i], 4, v, 3, 1, 8, 1, &b);
-        cr_expect_eq(b.fold, 3, "%s", sim_sched_name(more[i]));
-        expect_same(&a, &b, 4, 4 * v, sim_sched_name(more[i]));
-    }
+    for (int i = 0; i < 3; i++)
+        check_pair(m, t, more[i], 4, more[i] == SIM_SCHED_1F1B ? 1 : 2, 3, 1,
+                   8, 3);
     prof_topo_free(t);
     prof_model_free(m);
+}
+
+/* Two servers of two GPUs behind a PCIe switch each, on one network
+ * switch; the second server's second GPU link runs at bw1. */
+static prof_topo *two_servers(double bw1)
+{
+    prof_topo *ref = topo("a100-sxm-80gb", 8);
+    prof_topo *t = prof_topo_new("two servers");
+    int ty = prof_topo_add_gpu_type(t, prof_topo_gpu(ref, 0));
+    prof_topo_free(ref);
+    int nic[2];
+    for (int s = 0; s < 2; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "n%d.sw", s);
+        int sw = prof_topo_add_node(t, PROF_NODE_PCIE_SWITCH, name, s);
+        snprintf(name, sizeof name, "n%d.nic", s);
+        nic[s] = prof_topo_add_node(t, PROF_NODE_NIC, name, s);
+        prof_topo_add_link(t, sw, nic[s], PROF_LINK_PCIE, 16e9, 500);
+        for (int g = 0; g < 2; g++) {
+            snprintf(name, sizeof name, "n%d.gpu%d", s, g);
+            int v = prof_topo_add_node(t, PROF_NODE_GPU, name, s);
+            t->nodes[v].gpu_type = ty;
+            prof_topo_add_link(t, v, sw, PROF_LINK_PCIE,
+                               s == 1 && g == 1 ? bw1 : 16e9, 500);
+        }
+    }
+    int ib = prof_topo_add_node(t, PROF_NODE_NET_SWITCH, "ib", -1);
+    for (int s = 0; s < 2; s++)
+        prof_topo_add_link(t, nic[s], ib, PROF_LINK_NETWORK, 25e9, 1000);
+    util_err e;
+    cr_assert_eq(prof_topo_finish(t, &e), 0, "%s", e.msg);
+    return t;
 }
 
 /* Replicas smaller than a server, or servers that differ, are simulated
  * one by one. */
 Test(fold, only_where_symmetric)
 {
+    prof_topo *same = two_servers(16e9), *odd = two_servers(8e9);
+    cr_expect(prof_topo_shift_symmetric(same, 2, 2));
+    cr_expect_not(prof_topo_shift_symmetric(odd, 2, 2));
+    prof_topo_free(same);
+    prof_topo_free(odd);
+
     util_err e;
     prof_model *m = prof_model_load("gpt-mini", &e);
     cr_assert_not_null(m, "%s", e.msg);
