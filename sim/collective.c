@@ -25,8 +25,8 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
 {
     /* Rs replicas are simulated; with folding (Rs = 1) the ring has fold
      * members and replica 0 stands for all of them: its step sends to the
-     * next replica (fold_next) and its receive is the one from the
-     * previous, which by symmetry ends at the same time. */
+     * next replica (the engine routes it there) and its receive is the one
+     * from the previous, which by symmetry ends at the same time. */
     const int Rs = c->replicas, S = c->n_model_stages, K = ir->n_minibatches;
     const int R = Rs * (c->fold > 1 ? c->fold : 1);
     const int N = ir->n_stages;
@@ -70,7 +70,6 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                 for (int r = 0; r < Rs; r++) {
                     int v = r * S + s, w = ((r + 1) % Rs) * S + s;
                     sim_task x = {0};
-                    x.fold_next = Rs < R;
                     x.kind = SIM_SEND;
                     x.stream = SIM_STREAM_COLL;
                     x.comm = SIM_COMM_DP;

@@ -469,7 +469,6 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                ? prof_topo_shift_map(t, n_devices * tpw, dpw) : NULL;
     if (shift) {
         c->fold = dpw;
-        c->fold_stride = n_devices * tpw;
         c->dp = dpw;
         fold_orbits(c, t, shift);
         free(shift);

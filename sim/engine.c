@@ -175,7 +175,9 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
         e->mm.frozen = util_calloc(NL, 1);
         /* folded: replica 0's routes, each link replaced by its orbit's
          * stand-in as often as the flow's copies cross that orbit */
-        int F = c->fold > 1 && c->fold_rep ? c->fold : 1;
+        int F = c->fold > 1 ? c->fold : 1;
+        /* folded, an all-reduce step goes to the next replica's device */
+        int next_replica = c->n_devices * c->tp;
         size_t *off = F > 1 ? util_calloc(NL, sizeof(size_t)) : NULL;
         size_t used = 0, capr = 0;
         for (int i = 0; i < n; i++) {
@@ -185,7 +187,8 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
                 if (t->kind == SIM_SEND && t->peer >= 0) {
                     a = tp->gpu_node[c->dev_gpu[t->device] + j];
                     b = tp->gpu_node[c->dev_gpu[ir->tasks[t->peer].device] + j +
-                                     (t->fold_next ? c->fold_stride : 0)];
+                                     (F > 1 && t->comm == SIM_COMM_DP
+                                          ? next_replica : 0)];
                 } else if (t->kind == SIM_SWAP_OUT ||
                            t->kind == SIM_SWAP_IN) {
                     int g = c->dev_gpu[t->device];

@@ -37,6 +37,13 @@ typedef struct lst {
     int *nf, *nb, *nw, *np, *nc, *prod, *cons, *dev_off, *dev_st;
 } lst;
 
+/* Rank of a task kind under the policy (lower goes first); W last. */
+static int policy_rank(sim_policy pol, int q)
+{
+    if (q == Q_W) return 2;
+    return pol == SIM_POL_FFIRST ? q != Q_F : q != Q_B;
+}
+
 /* Device d's choice: the task it would start earliest (ties broken by
  * the policy); *cs < 0 when it has none ready. */
 static void device_choice(const lst *x, int d, int *cs_out, int *cq_out,
@@ -94,11 +101,8 @@ static void device_choice(const lst *x, int d, int *cs_out, int *cq_out,
                 int better;
                 if (cs < 0) better = 1;
                 else {
-                    int pg = x->pol == SIM_POL_FFIRST;
-                    int rq = pg ? (q == Q_F ? 0 : q == Q_B ? 1 : 2)
-                                : (q == Q_B ? 0 : q == Q_F ? 1 : 2);
-                    int rc2 = pg ? (cq == Q_F ? 0 : cq == Q_B ? 1 : 2)
-                                 : (cq == Q_B ? 0 : cq == Q_F ? 1 : 2);
+                    int rq = policy_rank(x->pol, q);
+                    int rc2 = policy_rank(x->pol, cq);
                     if (rq != rc2) better = rq < rc2;
                     else if (q == Q_F)   /* deepest stage first */
                         better = c->stage[s].model_stage !=
@@ -131,7 +135,6 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
     size_t SG = (size_t)S * G;
     int64_t *finF = util_malloc(sizeof(int64_t) * SG);
     int64_t *finB = util_malloc(sizeof(int64_t) * SG);
-    int64_t *finW = util_malloc(sizeof(int64_t) * SG);
     int64_t *xf = util_malloc(sizeof(int64_t) * (size_t)S * S);
     int *nf = util_calloc((size_t)S, sizeof(int));
     int *nb = util_calloc((size_t)S, sizeof(int));
@@ -157,7 +160,7 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
         }
         free(fill);
     }
-    for (size_t i = 0; i < SG; i++) finF[i] = finB[i] = finW[i] = -1;
+    for (size_t i = 0; i < SG; i++) finF[i] = finB[i] = -1;
     for (int s = 0; s < S; s++)
         for (int t = 0; t < S; t++) {
             xf[s * S + t] = xfer_ns(c, s, t);
@@ -216,7 +219,6 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
         } else {
             int g = nw[s]++;
             fin = best_t + sc->w_ns;
-            finW[(size_t)s * G + g] = fin;
             sim_ir_compute(ir, SIM_W, s, g % M, g / M, 0);
         }
         free_at[best_d] = fin;
@@ -235,7 +237,7 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
     }
     free(ch_s); free(ch_q); free(ch_t); free(stale);
     free(dev_off); free(dev_st);
-    free(finF); free(finB); free(finW); free(xf); free(nf); free(nb);
+    free(finF); free(finB); free(xf); free(nf); free(nb);
     free(nw); free(free_at); free(np); free(nc); free(prod); free(cons);
     return rc;
 }

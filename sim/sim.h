@@ -59,10 +59,6 @@ typedef struct sim_task {
     uint8_t stream;     /* sim_stream */
     uint8_t grad;       /* transfers: 1 = gradient (backward direction) */
     uint8_t comm;       /* transfers: sim_comm */
-    uint8_t fold_next;  /* folded replicas (sim_costs.fold): the receiver is
-                         * the same device of the next replica, fold_stride
-                         * GPUs on; the receive task stands for this one's
-                         * from the previous replica */
     int32_t device;
     int32_t stage;      /* compute: its stage; transfers: the sending stage
                          * (stages of replicas: r*S + s, see sim_costs) */
@@ -194,15 +190,16 @@ struct sim_costs {
     double model_flops_per_sample; /* forward + backward, no recompute */
     /* Folding: with fold > 1 the table holds one data-parallel replica
      * (replicas = 1, n_devices = pp) that stands for `fold` of them,
-     * fold_stride GPUs apart. The server graph is symmetric under that
+     * n_devices * tp GPUs apart. The server graph is symmetric under that
      * shift (prof_topo_shift_symmetric), so every replica runs the same
      * timeline and every copy of a transfer gets the same max-min rate:
-     * the engine runs replica 0's tasks, and a flow crosses, instead of
-     * its links, their orbits under the shift: fold_rep[dl] stands for
-     * the orbit of directed link dl, crossed fold_mult[dl] times by the
-     * flow's copies for each time the flow crosses dl. 1: every replica
-     * explicit. */
-    int fold, fold_stride;
+     * the engine runs replica 0's tasks; each all-reduce step sends to the
+     * same device of the next replica, and its receive stands for the one
+     * from the previous replica. A flow crosses, instead of its links,
+     * their orbits under the shift: fold_rep[dl] stands for the orbit of
+     * directed link dl, crossed fold_mult[dl] times by the flow's copies
+     * for each time the flow crosses dl. 1: every replica explicit. */
+    int fold;
     int *fold_rep, *fold_mult;  /* per directed link; NULL without fold */
 };
 
