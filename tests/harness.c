@@ -9,6 +9,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <criterion/criterion.h>
+
+#include "profiles/profiles.h"
+
+prof_topo *test_topo(const char *gpu, int n)
+{
+    util_err e;
+    prof_topo *t = prof_topo_template(gpu, n, NULL, &e);
+    cr_assert_not_null(t, "%s x%d: %s", gpu, n, e.msg);
+    return t;
+}
+
 static char *slurp(const char *path)
 {
     FILE *f = fopen(path, "rb");

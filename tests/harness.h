@@ -15,5 +15,9 @@ cli_result cli_run(const char *args_fmt, ...)
 void cli_result_free(cli_result *r);
 /* A fresh temporary folder for a test (removed by the caller if wanted). */
 char *test_tmpdir(void);
+/* The standard server or cluster of n GPUs of a built-in type (`--hw GPU
+ * xN`); fails the test when there is none. */
+struct prof_topo;
+struct prof_topo *test_topo(const char *gpu, int n);
 
 #endif

@@ -1,6 +1,6 @@
 /* Folding data-parallel replicas: where the cluster is symmetric under a
- * shift of whole servers, simulating one replica with shadow flows for the
- * others gives the timeline of simulating them all, for every schedule;
+ * shift of whole servers, simulating one replica whose flows cross link
+ * orbits gives the timeline of simulating them all, for every schedule;
  * where it is not symmetric, nothing is folded. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -8,17 +8,6 @@
 
 #include "planner/planner.h"
 #include "tests/harness.h"
-
-static prof_topo *topo(const char *gpu, int n)
-{
-    char cnt[16];
-    snprintf(cnt, sizeof cnt, "x%d", n);
-    char *args[] = {(char *)gpu, cnt};
-    util_err e;
-    prof_topo *t = prof_topo_from_args(2, args, NULL, &e);
-    cr_assert_not_null(t, "%s", e.msg);
-    return t;
-}
 
 typedef struct run {
     int fold, n_devices;
@@ -129,7 +118,7 @@ Test(fold, one_replica_stands_for_all)
     util_err e;
     prof_model *m = prof_model_load("gpt-mini", &e);
     cr_assert_not_null(m, "%s", e.msg);
-    prof_topo *t = topo("a100-sxm-80gb", 32);
+    prof_topo *t = test_topo("a100-sxm-80gb", 32);
     struct { sim_sched s; int pp, v, dp, tp, mb; } cs[] = {
         {SIM_SCHED_1F1B, 2, 1, 4, 4, 8},
         {SIM_SCHED_GPIPE, 4, 1, 4, 2, 8},
@@ -163,7 +152,7 @@ Test(fold, one_replica_stands_for_all)
  * switch; the second server's second GPU link runs at bw1. */
 static prof_topo *two_servers(double bw1)
 {
-    prof_topo *ref = topo("a100-sxm-80gb", 8);
+    prof_topo *ref = test_topo("a100-sxm-80gb", 8);
     prof_topo *t = prof_topo_new("two servers");
     int ty = prof_topo_add_gpu_type(t, prof_topo_gpu(ref, 0));
     prof_topo_free(ref);
@@ -204,7 +193,7 @@ Test(fold, only_where_symmetric)
     util_err e;
     prof_model *m = prof_model_load("gpt-mini", &e);
     cr_assert_not_null(m, "%s", e.msg);
-    prof_topo *t = topo("a100-sxm-80gb", 32);
+    prof_topo *t = test_topo("a100-sxm-80gb", 32);
     run a;
     simulate(m, t, SIM_SCHED_1F1B, 2, 1, 4, 2, 4, 1, &a); /* 4 GPUs a replica */
     cr_expect_eq(a.fold, 1);
@@ -215,7 +204,7 @@ Test(fold, only_where_symmetric)
     cr_expect_not(prof_topo_shift_symmetric(t, 16, 4)); /* 64 > 32 GPUs */
     prof_topo_free(t);
     /* a last server only partly filled */
-    t = topo("a100-sxm-80gb", 28);
+    t = test_topo("a100-sxm-80gb", 28);
     cr_expect(prof_topo_shift_symmetric(t, 8, 3));
     cr_expect_not(prof_topo_shift_symmetric(t, 8, 4));
     prof_topo_free(t);
@@ -223,35 +212,44 @@ Test(fold, only_where_symmetric)
 }
 
 /* The planner folds where it can; its answers are those of simulating
- * every replica. */
+ * every replica. The free search mixes folded and explicit layouts; with
+ * pipeline 2 x tensor 4 every replica is one server, four of them folded. */
 Test(fold, planner_answers_unchanged)
 {
     util_err e;
     prof_model *m = prof_model_load("gpt-mini", &e);
     cr_assert_not_null(m, "%s", e.msg);
-    prof_topo *t = topo("a100-sxm-80gb", 32);
-    plan_result a, b;
-    for (int fold = 0; fold <= 1; fold++) {
-        plan_opts o;
-        plan_opts_init(&o);
-        o.batch = 64;
-        o.no_fold = !fold;
-        cr_assert_eq(plan_search(m, t, "gpt-mini", "test", &o, fold ? &b : &a, &e),
-                     0, "%s", e.msg);
+    prof_topo *t = test_topo("a100-sxm-80gb", 32);
+    for (int fixed = 0; fixed <= 1; fixed++) {
+        plan_result r[2];
+        for (int fold = 0; fold <= 1; fold++) {
+            plan_opts o;
+            plan_opts_init(&o);
+            o.batch = 64;
+            o.no_fold = !fold;
+            if (fixed) {
+                o.pp = 2;
+                o.tp = 4;
+            }
+            cr_assert_eq(plan_search(m, t, "gpt-mini", "test", &o, &r[fold], &e),
+                         0, "%s", e.msg);
+        }
+        plan_result *a = &r[0], *b = &r[1];
+        cr_assert(a->found && b->found);
+        cr_expect_eq(a->best, b->best);
+        for (int s = 0; s < SIM_SCHED_COUNT; s++) {
+            cr_expect_eq(a->alt[s].feasible, b->alt[s].feasible, "%s",
+                         sim_sched_name((sim_sched)s));
+            if (a->alt[s].feasible && b->alt[s].feasible)
+                cr_expect_eq(a->alt[s].iteration_s, b->alt[s].iteration_s,
+                             "%s: %g vs %g", sim_sched_name((sim_sched)s),
+                             a->alt[s].iteration_s, b->alt[s].iteration_s);
+        }
+        cr_expect_eq(a->simulated, b->simulated);
+        cr_expect_gt(b->simulated, 0);
+        plan_result_free(a);
+        plan_result_free(b);
     }
-    cr_assert(a.found && b.found);
-    cr_expect_eq(a.best, b.best);
-    for (int s = 0; s < SIM_SCHED_COUNT; s++) {
-        cr_expect_eq(a.alt[s].feasible, b.alt[s].feasible, "%s",
-                     sim_sched_name((sim_sched)s));
-        if (a.alt[s].feasible && b.alt[s].feasible)
-            cr_expect_eq(a.alt[s].iteration_s, b.alt[s].iteration_s, "%s: %g vs %g",
-                         sim_sched_name((sim_sched)s), a.alt[s].iteration_s,
-                         b.alt[s].iteration_s);
-    }
-    cr_expect_eq(a.simulated, b.simulated);
-    plan_result_free(&a);
-    plan_result_free(&b);
     prof_topo_free(t);
     prof_model_free(m);
 }

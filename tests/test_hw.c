@@ -11,14 +11,7 @@
 #include <string.h>
 
 #include "profiles/hw_internal.h"
-
-static prof_topo *tmpl(const char *gpu, int n)
-{
-    util_err e;
-    prof_topo *t = prof_topo_template(gpu, n, NULL, &e);
-    cr_assert_not_null(t, "%s x%d: %s", gpu, n, e.msg);
-    return t;
-}
+#include "tests/harness.h"
 
 static int near(double a, double b, double rel)
 {
@@ -193,7 +186,7 @@ Test(hw_eff, monotone_and_in_unit_interval)
 
 Test(hw_routes, commodity_box_socket_and_switches)
 {
-    prof_topo *t = tmpl("rtx2080ti", 8);
+    prof_topo *t = test_topo("rtx2080ti", 8);
     cr_assert_eq(t->n_gpus, 8);
     cr_assert_eq(t->n_servers, 1);
     int n;
@@ -227,7 +220,7 @@ Test(hw_routes, commodity_box_socket_and_switches)
 
 Test(hw_routes, pcie_datacenter_cards_use_p2p)
 {
-    prof_topo *t = tmpl("v100-pcie-16gb", 8);
+    prof_topo *t = test_topo("v100-pcie-16gb", 8);
     int n;
     const int *dl = prof_topo_gpu_route(t, 0, 1, &n);
     cr_assert_eq(n, 2);     /* gpu > switch > gpu */
@@ -239,7 +232,7 @@ Test(hw_routes, pcie_datacenter_cards_use_p2p)
 
 Test(hw_routes, dgx_a100_all_pairs_through_nvswitch)
 {
-    prof_topo *t = tmpl("a100-sxm-80gb", 8);
+    prof_topo *t = test_topo("a100-sxm-80gb", 8);
     for (int a = 0; a < 8; a++)
         for (int b = 0; b < 8; b++) {
             int n;
@@ -257,7 +250,7 @@ Test(hw_routes, dgx_a100_all_pairs_through_nvswitch)
 
 Test(hw_routes, dgx1_cube_mesh)
 {
-    prof_topo *t = tmpl("v100-sxm2-32gb", 8);
+    prof_topo *t = test_topo("v100-sxm2-32gb", 8);
     /* six NVLinks per GPU */
     for (int g = 0; g < 8; g++) {
         double sum = 0;
@@ -282,7 +275,7 @@ Test(hw_routes, dgx1_cube_mesh)
 
 Test(hw_routes, multi_node_crosses_infiniband)
 {
-    prof_topo *t = tmpl("a100-sxm-80gb", 20);
+    prof_topo *t = test_topo("a100-sxm-80gb", 20);
     cr_assert_eq(t->n_servers, 3);
     cr_assert_eq(t->n_gpus, 20);
     cr_assert_eq(t->gpus_per_server, 8);
@@ -299,7 +292,7 @@ Test(hw_routes, multi_node_crosses_infiniband)
     cr_assert_eq(t->nodes[t->gpu_node[19]].server, 2);
     prof_topo_free(t);
 
-    t = tmpl("rtx2080ti", 16);
+    t = test_topo("rtx2080ti", 16);
     dl = prof_topo_gpu_route(t, 0, 15, &n);
     assert_chain(t, t->gpu_node[0], t->gpu_node[15], dl, n);
     cr_assert(prof_route_has_link_kind(t, dl, n, PROF_LINK_NETWORK));
@@ -311,7 +304,7 @@ Test(hw_routes, multi_node_crosses_infiniband)
 
 Test(hw_routes, deterministic)
 {
-    prof_topo *a = tmpl("rtx3090", 24), *b = tmpl("rtx3090", 24);
+    prof_topo *a = test_topo("rtx3090", 24), *b = test_topo("rtx3090", 24);
     for (int x = 0; x < 24; x += 5)
         for (int y = 0; y < 24; y += 3) {
             int na, nb;
@@ -329,7 +322,7 @@ Test(hw_routes, deterministic)
 
 Test(hw_routes, big_cluster_on_demand)
 {
-    prof_topo *t = tmpl("h100-sxm", 1024);
+    prof_topo *t = test_topo("h100-sxm", 1024);
     cr_assert_eq(t->n_servers, 128);
     int n;
     for (int g = 1; g < 1024; g += 37) {
@@ -362,7 +355,7 @@ static void *route_worker(void *arg)
 
 Test(hw_routes, concurrent_queries_agree)
 {
-    prof_topo *t = tmpl("rtx3090", 32), *u = tmpl("rtx3090", 32);
+    prof_topo *t = test_topo("rtx3090", 32), *u = test_topo("rtx3090", 32);
     pthread_t th[4];
     worker w[4];
     for (int i = 0; i < 4; i++) {
@@ -510,7 +503,7 @@ Test(hw_routes, matches_brute_force_on_random_graphs)
 
 Test(hw_template, sizes_and_options)
 {
-    prof_topo *t = tmpl("rtx4090", 1);
+    prof_topo *t = test_topo("rtx4090", 1);
     cr_assert_eq(t->n_servers, 1);
     int nvme = 0, nic = 0;
     for (int v = 0; v < t->n_nodes; v++) {
@@ -562,7 +555,7 @@ Test(hw_template, every_catalog_gpu_builds)
     const char *const *names = prof_gpu_names();
     for (int j = 0; names[j]; j++)
         for (int n = 1; n <= 17; n += 8) {
-            prof_topo *t = tmpl(names[j], n);
+            prof_topo *t = test_topo(names[j], n);
             cr_assert_eq(t->n_gpus, n);
             for (int g = 0; g < n; g++) {
                 cr_assert_geq(prof_topo_gpu_host_mem(t, g), 0);
@@ -672,7 +665,7 @@ Test(hw_load, json_round_trip)
 {
     const char *cases[] = {"rtx2080ti", "v100-sxm2-32gb", "a100-sxm-40gb"};
     for (int c = 0; c < 3; c++) {
-        prof_topo *t = tmpl(cases[c], 12);
+        prof_topo *t = test_topo(cases[c], 12);
         json_t *j = prof_topo_json(t);
         char *text = json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER |
                                        JSON_REAL_PRECISION(17));
@@ -822,7 +815,7 @@ Test(hw_print, tree_fits_100_columns)
                           "h200", "rtx4090"};
     int counts[] = {8, 8, 20, 1024, 1};
     for (int i = 0; i < 5; i++) {
-        prof_topo *t = tmpl(gpus[i], counts[i]);
+        prof_topo *t = test_topo(gpus[i], counts[i]);
         char *s = print_to_string(t);
         assert_width(s, 100);
         cr_assert(strstr(s, t->name));

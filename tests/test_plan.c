@@ -9,17 +9,6 @@
 #include "planner/planner.h"
 #include "tests/harness.h"
 
-static prof_topo *topo(const char *gpu, int n)
-{
-    char cnt[16];
-    snprintf(cnt, sizeof cnt, "x%d", n);
-    char *args[] = {(char *)gpu, cnt};
-    util_err e;
-    prof_topo *t = prof_topo_from_args(2, args, NULL, &e);
-    cr_assert_not_null(t, "%s", e.msg);
-    return t;
-}
-
 static void search(const prof_model *m, const prof_topo *t, int exhaustive,
                    int batch, plan_result *r)
 {
@@ -40,7 +29,7 @@ Test(plan, pruning_matches_exhaustive_search)
     for (int i = 0; i < 2; i++) {
         prof_model *m = prof_model_load(models[i], &e);
         cr_assert_not_null(m);
-        prof_topo *t = topo("rtx2080ti", 4);
+        prof_topo *t = test_topo("rtx2080ti", 4);
         plan_result a, b;
         search(m, t, 1, 16, &a);
         search(m, t, 0, 16, &b);
