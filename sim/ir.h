@@ -1,0 +1,452 @@
+/* sim/ir.h: the task IR, its schedule generators and the plan file: what
+ * the simulator and the executor both read. A schedule generator emits, per
+ * device, an ordered task list with dependencies; list-scheduled orders
+ * (Mixed-pipe, the wave, ZB-V, Chimera) rank tasks by the cost table, so
+ * the costs the generators order by live here too. The engine, reports and
+ * traces are in sim/sim.h, which the executor's runtime never includes.
+ * Ownership: *_new and *_build return objects freed with the matching
+ * *_free (NULL is fine); getters lend. Errors: functions taking util_err
+ * return 0 or -1. */
+#ifndef SLUICE_SIM_IR_H
+#define SLUICE_SIM_IR_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "profiles/profiles.h"
+#include "util/util.h"
+
+
+/* ===================================================================== *
+ * The task IR                                                           *
+ * ===================================================================== */
+
+typedef enum {
+    SIM_F,          /* forward of one stage for one microbatch */
+    SIM_B,          /* backward for inputs only (zero-bubble split) */
+    SIM_W,          /* backward for weights only */
+    SIM_BW,         /* full backward (B and W fused) */
+    SIM_RECOMP,     /* activation recomputation before the backward */
+    SIM_OPT,        /* optimizer step of one stage */
+    SIM_SEND,       /* peer-to-peer send (activation or gradient) */
+    SIM_RECV,       /* the matching receive */
+    SIM_ALLREDUCE,  /* collective over a group (data/replica parallelism) */
+    SIM_SWAP_OUT,   /* device -> host copy */
+    SIM_SWAP_IN,    /* host -> device copy */
+    SIM_KIND_COUNT
+} sim_kind;
+
+/* Streams of a device, as on a GPU. Tasks of one stream run one at a time
+ * in list order, except receives: they are pre-posted (a receive buffer is
+ * ready whenever the sender is), so SIM_STREAM_RECV tasks run concurrently,
+ * each from its sender's start to the end of the transfer. */
+typedef enum {
+    SIM_STREAM_COMPUTE, SIM_STREAM_COPY_IN, SIM_STREAM_COPY_OUT,
+    SIM_STREAM_SEND, SIM_STREAM_COLL, SIM_STREAM_RECV, SIM_STREAM_COUNT
+} sim_stream;
+
+/* What a transfer is for: pipeline activations and gradients, data-
+ * parallel (and Chimera replica) gradient all-reduce steps, tensor-
+ * parallel all-reduces (inside F and B: they block the compute stream). */
+typedef enum {
+    SIM_COMM_PP, SIM_COMM_DP, SIM_COMM_TP, SIM_COMM_COUNT
+} sim_comm;
+const char *sim_comm_name(sim_comm c); /* "pipeline", ... */
+
+const char *sim_kind_name(sim_kind k);     /* "F", "B", "W", "BW", ... */
+const char *sim_stream_name(sim_stream s); /* "compute", ... */
+
+typedef struct sim_task {
+    uint8_t kind;       /* sim_kind */
+    uint8_t stream;     /* sim_stream */
+    uint8_t grad;       /* transfers: 1 = gradient (backward direction) */
+    uint8_t comm;       /* transfers: sim_comm */
+    int32_t device;
+    int32_t stage;      /* compute: its stage; transfers: the sending stage
+                         * (stages of replicas: r*S + s, see sim_costs) */
+    int32_t stage2;     /* transfers: the receiving stage; else -1 */
+    int32_t mb;         /* microbatch index within its minibatch; -1: none */
+    int32_t minibatch;  /* 0.. n_minibatches-1 */
+    int32_t version;    /* weight version the task uses (stashing) */
+    int32_t peer;       /* send <-> recv partner task id; -1 */
+    int32_t lanes;      /* transfers: parallel flows, one per tensor-parallel
+                         * rank (GPU j of the sender's group to GPU j of the
+                         * receiver's), each bytes/lanes; 0 or 1: one */
+    double bytes;       /* transfers, swaps, all-reduce (all lanes) */
+    int32_t dep_off, n_dep; /* into sim_ir.deps (valid after finish) */
+} sim_task;
+
+typedef struct sim_ir {
+    char schedule[32];
+    int n_devices, n_stages;
+    int n_mb;           /* microbatches per minibatch */
+    int n_minibatches;  /* >1: steady-state schedules (no flush) */
+    int *stage_device;  /* n_stages */
+    /* Generators order one pipeline's worth of work: stages
+     * 0..n_gen_stages-1 on devices 0..n_gen_devices-1 (both 0: all);
+     * data-parallel copies are made from it by sim_schedule. */
+    int n_gen_stages, n_gen_devices;
+    sim_task *tasks;
+    int n_tasks, cap_tasks;
+    int32_t *deps;      /* CSR after sim_ir_finish */
+    int n_deps;
+    int32_t *seq;       /* per device task order: seq[dev_off[d]..dev_off[d+1]) */
+    int *dev_off;
+    int32_t *succ;      /* successors CSR (built by finish) */
+    int *succ_off;
+    /* building state */
+    int32_t **dlist; int *dlen, *dcap;
+    int32_t *edge;      /* (task, dep) pairs before finish */
+    int n_edge, cap_edge;
+    int finished;
+} sim_ir;
+
+sim_ir *sim_ir_new(const char *schedule, int n_devices, int n_stages,
+                   const int *stage_device, int n_mb, int n_minibatches);
+void sim_ir_free(sim_ir *ir);
+/* Appends a copy of t to the end of t->device's list; returns its id. */
+int sim_ir_add(sim_ir *ir, const sim_task *t);
+/* Task `task` may start only after task `dep` ended (any devices). */
+void sim_ir_dep(sim_ir *ir, int task, int dep);
+/* Freezes the IR: dependency and successor CSR, device order. */
+void sim_ir_finish(sim_ir *ir);
+/* Appends a compute task (F, B, W, BW, RECOMP, OPT) for a stage on the
+ * stage's device, compute stream; mb = -1 for OPT. Returns its id. */
+int sim_ir_compute(sim_ir *ir, sim_kind k, int stage, int mb, int minibatch,
+                   int version);
+/* Human name of a task: "dev 2 F stage 3 mb 5" (buf returned). */
+char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n);
+
+/* Compute order before lowering: generators append compute tasks (F, B, W,
+ * BW, RECOMP, OPT) per device in order, then sim_lower() wires the
+ * dependencies and inserts sends and receives between devices. Passes
+ * that add more (collectives, swaps) run after it; sim_ir_finish() then
+ * freezes the IR. */
+typedef struct sim_costs sim_costs;
+int sim_lower(sim_ir *ir, const sim_costs *c, util_err *e);
+
+/* Checks what every schedule must satisfy: each stage gets each
+ * microbatch's F and backward exactly once (BW, or B and W), in the order
+ * F, (RECOMP), B, W on its device; sends and receives matched; stages on
+ * one device. Then a dry run in list order finds deadlocks and names the
+ * stuck tasks (device, kind, stage, microbatch). */
+int sim_validate(const sim_ir *ir, util_err *e);
+
+/* ===================================================================== *
+ * Costs: what one stage task costs, precomputed                         *
+ * ===================================================================== */
+
+typedef struct sim_stage_cost {
+    int64_t f_ns, b_ns, w_ns;   /* full backward = b_ns + w_ns */
+    int64_t opt_ns;             /* optimizer step of the stage */
+    double fwd_flops, bwd_flops;/* per microbatch (model FLOPs) */
+    double params;
+    double act_bytes;           /* kept from F for the backward, per mb */
+    double input_bytes;         /* the stage's inputs, per mb (recompute keeps these) */
+    double wkeep_bytes;         /* part of act_bytes W still needs after B */
+    double weight_bytes, grad_bytes, opt_bytes; /* one copy each */
+    int first_op, last_op;      /* op range; -1 when hand-built */
+    int model_stage;            /* stage of the plan this one copies */
+    int64_t tp_f_ns, tp_b_ns;   /* tensor-parallel all-reduces inside f_ns
+                                 * (and a recompute) and inside b_ns */
+} sim_stage_cost;
+
+/* A measured-timing override: an op's task time on a GPU type at a
+ * microbatch size, keyed by signature (sim_op_signature). The executor's
+ * calibration fills it; the cost model uses a hit instead of its formula. */
+typedef struct sim_measured {
+    char (*key)[128];
+    int64_t *ns;
+    int n, cap;
+} sim_measured;
+void sim_measured_init(sim_measured *m);
+void sim_measured_free(sim_measured *m);
+void sim_measured_set(sim_measured *m, const char *key, int64_t ns);
+/* -1 when absent. */
+int64_t sim_measured_get(const sim_measured *m, const char *key);
+/* "gpu|op-kind|kind|mbs|m,n,k,batch;..." for an op and task kind (F/B/W). */
+void sim_op_signature(const prof_gpu *g, const prof_op *op, int mbs,
+                      sim_kind k, char *out, size_t n);
+
+/* Stages of the cost table are the plan's S stages replicated R times
+ * (R = dp x pipelines per data-parallel rank, 2 for Chimera): stage
+ * r*S + s is replica r of plan stage s. Replica r = q*Rb + b (q the data-
+ * parallel rank, b the direction) runs on device q*pp + map(s), map the
+ * plan's for b = 0 and mirrored (pp-1-map) for Chimera's upward pipeline.
+ * A device is one tensor-parallel group: device d uses GPUs d*tp ..
+ * d*tp+tp-1, so global GPU = (dp_rank*pp + pp_rank)*tp + tp_rank (tensor
+ * parallelism inside a node, pipeline and data parallelism across). */
+struct sim_costs {
+    int n_stages, n_devices;    /* all replicas */
+    int n_model_stages;         /* S: stages of one pipeline */
+    int pp, dp, tp, replicas;   /* replicas R = dp * pipelines per rank */
+    sim_stage_cost *stage;
+    int *stage_device;          /* n_stages */
+    double *xfer_bytes;         /* [s*n_stages+t]: s's outputs read by t, per mb */
+    const prof_topo *topo;      /* lent; NULL: communication is free */
+    int *dev_gpu;               /* device -> GPU index in topo */
+    double *dev_capacity;       /* bytes; 0 = unlimited */
+    double *dev_peak_flops;     /* for MFU; 0 unknown */
+    double samples_per_mb;      /* microbatch size */
+    double tokens_per_sample;
+    double model_flops_per_sample; /* forward + backward, no recompute */
+    /* Folding: with fold > 1 the table holds one data-parallel replica
+     * (replicas = 1, n_devices = pp) that stands for `fold` of them,
+     * n_devices * tp GPUs apart. The server graph is symmetric under that
+     * shift (prof_topo_shift_symmetric), so every replica runs the same
+     * timeline and every copy of a transfer gets the same max-min rate:
+     * the engine runs replica 0's tasks; each all-reduce step sends to the
+     * same device of the next replica, and its receive stands for the one
+     * from the previous replica. A flow crosses, instead of its links,
+     * their orbits under the shift: fold_rep[dl] stands for the orbit of
+     * directed link dl, crossed fold_mult[dl] times by the flow's copies
+     * for each time the flow crosses dl. 1: every replica explicit. */
+    int fold;
+    int *fold_rep, *fold_mult;  /* per directed link; NULL without fold */
+};
+
+/* Options of the cost model. */
+typedef struct sim_cost_opts {
+    int mbs;                    /* microbatch size (samples) */
+    int dp, tp;                 /* data and tensor parallel widths; 0: 1 */
+    int pipes;                  /* pipelines per data-parallel rank: 2 for
+                                 * Chimera (sim_sched_pipes); 0: 1 */
+    double state_bytes_per_param; /* weights+grads+optimizer; 0: 16 (Adam, mixed) */
+    const sim_measured *measured; /* may be NULL */
+    int fold;                   /* fold the data-parallel replicas into one
+                                 * where the server graph allows it (one
+                                 * pipeline per rank, each replica whole
+                                 * servers of a symmetric cluster); the
+                                 * timeline is the same, the run dp times
+                                 * smaller */
+} sim_cost_opts;
+
+/* Builds costs from a model and topology for a partition: stage s holds
+ * ops [first_op[s], last_op[s]] and runs on pipeline device
+ * stage_device[s] (0..n_devices-1, n_devices = pp); replicas and device
+ * layout as above. With tp > 1 each layer is split Megatron-style: GEMMs,
+ * attention heads, the MLP activation, vocabulary-parallel embedding, head
+ * and loss run 1/tp of the FLOPs and hold 1/tp of the weights; norms and
+ * residual adds are replicated; activations kept for backward are 1/tp
+ * except the inputs of column-parallel GEMMs (replicated, as Megatron
+ * without sequence parallelism). Each row-parallel GEMM (attention output,
+ * MLP down) and the embedding end with an all-reduce of the activation in
+ * the forward, each column-parallel GEMM's input gradient is all-reduced
+ * in the backward: a ring over the group's GPUs at the max-min rates of
+ * its flows on the server graph, added to F and B. Errors: more GPUs than
+ * the topology has, a tensor-parallel group across servers. topo is lent
+ * and must outlive the costs. */
+sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
+                           int n_stages, const int *first_op,
+                           const int *last_op, const int *stage_device,
+                           int n_devices, const sim_cost_opts *o,
+                           util_err *e);
+/* Expands costs built for one pipeline (replicas 1) to dp data-parallel
+ * ranks of `pipes` pipelines (layout above); c is changed in place. */
+void sim_costs_replicate(sim_costs *c, int dp, int pipes);
+/* Uniform hand-made costs for tests and benches: n_stages stages, each
+ * F/B/W long, one microbatch moving xfer_bytes to the next stage (chain). */
+sim_costs *sim_costs_uniform(int n_stages, int n_devices,
+                             const int *stage_device, int64_t f_ns,
+                             int64_t b_ns, int64_t w_ns, double xfer_bytes,
+                             double act_bytes);
+void sim_costs_free(sim_costs *c);
+/* Time of one op's task (F, B or W) at microbatch size mbs on GPU g with
+ * model dtype dt: max(compute, memory) + launches (or a measured value). */
+int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
+                  int mbs, sim_kind k, const sim_measured *meas);
+
+/* ===================================================================== *
+ * Schedules                                                             *
+ * ===================================================================== */
+
+typedef enum {
+    SIM_SCHED_GPIPE, SIM_SCHED_1F1B, SIM_SCHED_2BW, SIM_SCHED_MIXED,
+    SIM_SCHED_MIXED_1F1B, SIM_SCHED_MIXED_GPIPE, SIM_SCHED_WAVE,
+    SIM_SCHED_INTERLEAVED, SIM_SCHED_ZBH1, SIM_SCHED_ZBV, SIM_SCHED_CHIMERA,
+    SIM_SCHED_DUALPIPEV,
+    SIM_SCHED_FILE,     /* an order read with --schedule-file */
+    SIM_SCHED_COUNT
+} sim_sched;
+
+/* The schedules the planner searches (the others are simulated on
+ * request). */
+int sim_sched_plannable(sim_sched s);
+/* Pipelines per data-parallel rank: 2 for Chimera, else 1. */
+int sim_sched_pipes(sim_sched s);
+/* Minibatches an asynchronous schedule simulates by default, so that the
+ * measured window lies past the pipeline's fill: 4 + ceil(2*depth/m),
+ * depth = stages (4p for Mixed-pipe, whose stages are finer). 1 for
+ * schedules with a flush. */
+int sim_default_minibatches(sim_sched s, int pp, int n_stages, int n_mb);
+
+const char *sim_sched_name(sim_sched s);
+/* NULL-terminated list of names, index = sim_sched. */
+const char *const *sim_sched_names(void);
+/* Whether the schedule runs without flushes (steady state is measured
+ * over several minibatches). */
+int sim_sched_async(sim_sched s);
+
+typedef struct sim_sched_opts {
+    sim_sched sched;
+    int pp;             /* devices of the pipeline */
+    int n_stages;       /* = pp, except mixed (>= pp) and wave (2*waves*pp) */
+    int n_mb;           /* microbatches per minibatch */
+    int recompute;
+    int waves;          /* wave: W >= 1 */
+    int chunks;         /* interleaved: v chunks per device (n_stages = v*p);
+                         * 0: n_stages / pp */
+    int dp;             /* data-parallel replicas of the pipeline; 0: 1 */
+    int split_bw;       /* emit B and W separately (zero-bubble family) */
+    int n_minibatches;  /* async schedules: minibatches simulated (>= 3;
+                         * the first and last are start-up and drain) */
+} sim_sched_opts;
+
+/* Checks the options against the schedule (microbatch count, stage count,
+ * mapping); the message says which value and why. */
+int sim_sched_check(const sim_sched_opts *o, util_err *e);
+/* The stage -> device map the schedule uses (n_stages entries): identity
+ * for one stage per device, zig-zag for the wave and ZB-V, looped (s mod
+ * pp) for interleaved and Mixed-pipe, whose plans normally carry their
+ * own map. */
+void sim_sched_map(const sim_sched_opts *o, int *stage_device);
+/* Generates, lowers and validates the IR. */
+sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
+                     util_err *e);
+
+/* The steps of sim_schedule, for orders from elsewhere: an empty IR for
+ * the options and costs (checks they agree), then, once the order of
+ * data-parallel rank 0 is in, copies for the other ranks, optimizer
+ * steps, lowering, all-reduces, freezing and validation. */
+sim_ir *sim_schedule_new(const sim_sched_opts *o, const sim_costs *c,
+                         util_err *e);
+int sim_schedule_finish(sim_ir *ir, const sim_costs *c, util_err *e);
+
+/* Generators (compute order only; sim_schedule lowers them). */
+void sim_gen_gpipe(sim_ir *ir, const sim_sched_opts *o);
+void sim_gen_1f1b(sim_ir *ir, const sim_sched_opts *o);
+/* 1F1B order over `total` microbatches g = minibatch*m + mb, no flush. */
+void sim_gen_1f1b_n(sim_ir *ir, const sim_sched_opts *o, int total);
+void sim_gen_2bw(sim_ir *ir, const sim_sched_opts *o);
+int sim_gen_mixed(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                  util_err *e);
+int sim_gen_wave(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                 util_err *e);
+/* Megatron-LM's interleaved 1F1B (PyTorch's rounds when m is not a
+ * multiple of p); ZB-H1; ZB-V and Chimera (list-scheduled). */
+int sim_gen_interleaved(sim_ir *ir, const sim_sched_opts *o, util_err *e);
+int sim_gen_zbh1(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                 util_err *e);
+int sim_gen_zbv(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                util_err *e);
+int sim_gen_chimera(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                    util_err *e);
+/* DualPipeV (DeepSeek-V3's DualPipe cut in half, as PyTorch's
+ * ScheduleDualPipeV orders it): two stages per device in a V. */
+void sim_gen_dualpipev(sim_ir *ir, const sim_sched_opts *o);
+
+/* Data-parallel all-reduce of every stage's gradients across its
+ * replicas (sim_costs): a ring, reduce-scatter then all-gather, 2(R-1)
+ * steps of bytes/R per GPU, each a send/receive pair on the collective
+ * stream over the server graph (lanes: one ring per tensor-parallel
+ * rank). A stage's ring starts when its last backward of the minibatch
+ * ends on each replica (one bucket per stage, so it overlaps the
+ * backward of earlier stages) and its optimizer step waits for it. Runs
+ * after sim_lower; does nothing with one replica. */
+void sim_add_allreduce(sim_ir *ir, const sim_costs *c);
+
+/* ===================================================================== *
+ * Schedules from outside: PyTorch's pipelining CSV                      *
+ * ===================================================================== */
+
+/* Reads the text of torch.distributed.pipelining's schedule CSV (one rank
+ * per line, actions such as 0F0, 1I3, 1W3, 2B1: stage, F / I (input
+ * backward) / W (weight backward) / B (full backward), microbatch; empty
+ * fields are idle slots; communication actions (SEND_F, RECV_B, ...) and
+ * UNSHARD/RESHARD are derived here and skipped) into the compute order of
+ * an IR for o (stages n_stages, pp ranks, n_mb microbatches; stage s runs
+ * where map says). Errors name the line, rank and action: a stage on the
+ * wrong rank, out-of-range numbers, duplicates, a missing microbatch, B
+ * before its F, W without I, a rank that waits forever. Exit code 2. */
+sim_ir *sim_schedule_file(const char *path, const sim_sched_opts *o,
+                          const sim_costs *c, util_err *e);
+/* Writes the compute order of replica 0 of an IR in that form. */
+void sim_schedule_emit(const sim_ir *ir, FILE *f);
+
+/* List scheduling with estimated times (stage costs, transfers at their
+ * route's bottleneck bandwidth, no sharing): each device, when free, runs
+ * the best ready task under a policy; inflight_cap[s] bounds the F's of
+ * stage s started but not yet backed. Forwards-first with caps p-i on a
+ * chain of one stage per device is 1F1B; with caps m it is GPipe. Used to
+ * order devices that hold several stages (Mixed-pipe, wave, ZB-V,
+ * Chimera); with B and W split, W ranks last, so W's fill the gaps. Among
+ * forwards, the deepest stage of the model goes first (model_stage:
+ * Chimera's two pipelines compare by depth). The result
+ * is an order the list scheduler executed, so it cannot deadlock. */
+typedef enum { SIM_POL_FFIRST, SIM_POL_BFIRST } sim_policy;
+int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                     sim_policy pol, const int *inflight_cap, util_err *e);
+/* Async schedules: inserts an optimizer step per stage after its m-th
+ * backward of each minibatch and numbers the weight versions. Operates on
+ * the compute order of ir (before lowering). */
+void sim_add_async_updates(sim_ir *ir);
+
+/* ===================================================================== *
+ * Plans                                                               *
+ * ===================================================================== */
+
+typedef struct sim_plan {
+    char model[256];        /* zoo name or spec file */
+    char hw[256];           /* "rtx2080ti x8" or a server file */
+    sim_sched sched;
+    int pp, dp, tp;         /* layout: global GPU = (dp_rank*pp + pp_rank)*tp
+                             * + tp_rank ("dp-pp-tp") */
+    int chunks;             /* interleaved: chunks per device (stages/pp) */
+    char sched_file[256];   /* order read from a PyTorch schedule CSV ("":
+                             * generated); sched gives the stage mapping */
+    int mbs, n_mb;
+    int recompute;
+    int waves;
+    int n_minibatches;      /* 0: sim_default_minibatches */
+    double state_bytes_per_param;
+    int n_stages;
+    int *first_op, *last_op;/* per stage op range (inclusive) */
+    int *stage_device;
+    /* names of each stage's first and last op as the plan file gives
+     * them ("" when absent); checked against the model */
+    char (*from_op)[48], (*to_op)[48];
+} sim_plan;
+
+void sim_plan_init(sim_plan *p);
+void sim_plan_free(sim_plan *p);
+/* Sets n_stages and allocates the per-stage arrays (zeroed). */
+void sim_plan_stages(sim_plan *p, int n_stages);
+/* Loads a plan file; errors are FILE:LINE:COL: field '...': why. */
+int sim_plan_load(const char *path, sim_plan *p, util_err *e);
+/* The schedule and cost options a plan stands for (minibatches: the
+ * plan's, else the schedule's default). */
+sim_sched_opts sim_plan_sched_opts(const sim_plan *p);
+sim_cost_opts sim_plan_cost_opts(const sim_plan *p);
+/* Checks a plan against its model (stages cover the ops in order, devices
+ * in range, schedule constraints) and its GPUs: dp*pp*tp GPUs, no more
+ * than the topology has (exactly as many when dp or tp is above 1), each
+ * tensor-parallel group inside one server (pass the topology; NULL skips
+ * that check). */
+int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
+                   util_err *e);
+int sim_plan_check_topo(const sim_plan *p, const prof_topo *t, util_err *e);
+json_t *sim_plan_json(const sim_plan *p, const prof_model *m);
+int sim_plan_save(const char *path, const sim_plan *p, const prof_model *m,
+                  util_err *e);
+
+/* Partitions: stage op ranges for n stages. even: equal layer counts;
+ * balanced: cuts between any ops minimising the slowest stage's F+B+W on
+ * GPU g; list: layers per stage, "4,4,5,3". */
+int sim_partition_even(const prof_model *m, int n, int *first, int *last,
+                       util_err *e);
+int sim_partition_balanced(const prof_model *m, const prof_gpu *g, int mbs,
+                           int n, int *first, int *last, util_err *e);
+int sim_partition_list(const prof_model *m, const char *list, int n,
+                       int *first, int *last, util_err *e);
+
+#endif
