@@ -201,6 +201,33 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         drop(qkv); drop(out); drop(att); drop(scratch); drop(dout);
         drop(dqkv);
     }
+    // the three-op attention
+    {
+        size_t na = (size_t)B * NH * T * T;
+        buf qkv = make((size_t)N * 3 * C, 1), out = make((size_t)N * C, 1);
+        buf pre = make(na, 1), att = make(na, 1), datt = make(na, 1);
+        buf dpre = make(na, 1), dout = make((size_t)N * C, 1);
+        buf dqkv = make((size_t)N * 3 * C, 1);
+        kern_attn_scores_forward(pre.h, qkv.h, B, T, C, NH);
+        kern_cuda_attn_scores_forward(pre.d, qkv.d, B, T, C, NH);
+        kern_attn_softmax_forward(att.h, pre.h, B, T, NH);
+        kern_cuda_attn_softmax_forward(att.d, pre.d, B, T, NH);
+        compare("attn_softmax_forward", "att", att);
+        kern_attn_context_forward(out.h, att.h, qkv.h, B, T, C, NH);
+        kern_cuda_attn_context_forward(out.d, att.d, qkv.d, B, T, C, NH);
+        compare("attn_context_forward", "out", out);
+        kern_attn_context_backward(datt.h, dqkv.h, dout.h, att.h, qkv.h, B, T,
+                                   C, NH);
+        kern_cuda_attn_context_backward(datt.d, dqkv.d, dout.d, att.d, qkv.d,
+                                        B, T, C, NH);
+        kern_attn_softmax_backward(dpre.h, datt.h, att.h, B, T, NH);
+        kern_cuda_attn_softmax_backward(dpre.d, datt.d, att.d, B, T, NH);
+        kern_attn_scores_backward(dqkv.h, dpre.h, qkv.h, B, T, C, NH);
+        kern_cuda_attn_scores_backward(dqkv.d, dpre.d, qkv.d, B, T, C, NH);
+        compare("attn_*_backward", "dqkv", dqkv);
+        drop(qkv); drop(out); drop(pre); drop(att); drop(datt); drop(dpre);
+        drop(dout); drop(dqkv);
+    }
     // gelu, residual
     {
         size_t n = (size_t)N * OC;

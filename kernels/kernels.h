@@ -78,6 +78,30 @@ extern "C" {
     X(attention_backward, ATTN,                                       \
       (float *dqkv, float *scratch, const float *dout, const float *qkv,     \
        const float *att, int B, int T, int C, int NH))                        \
+    /* The same attention as three ops (a pipeline stage may end between  \
+     * them), bit-identical to attention_forward/backward when composed:    \
+     * preatt(B,NH,T,T) = q k^T / sqrt(hs) (masked entries unspecified) */  \
+    X(attn_scores_forward, ATTN,                                      \
+      (float *preatt, const float *qkv, int B, int T, int C, int NH))        \
+    /* att(B,NH,T,T) = causal softmax of preatt rows (masked entries 0) */   \
+    X(attn_softmax_forward, ATTN,                                     \
+      (float *att, const float *preatt, int B, int T, int NH))               \
+    /* out(B,T,C) = att v per head */                                        \
+    X(attn_context_forward, ATTN,                                     \
+      (float *out, const float *att, const float *qkv, int B, int T, int C,  \
+       int NH))                                                               \
+    /* datt(B,NH,T,T) += dout v^T; the v part of dqkv += att^T dout */       \
+    X(attn_context_backward, ATTN,                                    \
+      (float *datt, float *dqkv, const float *dout, const float *att,        \
+       const float *qkv, int B, int T, int C, int NH))                        \
+    /* dpreatt += att (datt - rowsum(att datt)); datt is used as scratch   \
+     * and left overwritten */                                               \
+    X(attn_softmax_backward, ATTN,                                    \
+      (float *dpreatt, float *datt, const float *att, int B, int T, int NH)) \
+    /* the q and k parts of dqkv += dpreatt k / sqrt(hs), dpreatt^T q ... */ \
+    X(attn_scores_backward, ATTN,                                     \
+      (float *dqkv, const float *dpreatt, const float *qkv, int B, int T,    \
+       int C, int NH))                                                        \
     X(gelu_forward, ACT, (float *out, const float *inp, size_t n))     \
     X(gelu_backward, ACT,                                              \
       (float *dinp, const float *inp, const float *dout, size_t n))           \

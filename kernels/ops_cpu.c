@@ -206,6 +206,148 @@ void kern_attention_backward(float *dqkv, float *scratch, const float *dout,
     kern_parallel(attn_bwd_part, &a);
 }
 
+/* The three-op attention: the same sgemm calls and row kernels as the
+ * fused op, in the same order, so composing them gives the same bits. The
+ * backward keeps the fused op's masking argument: att is zero above the
+ * diagonal, so the softmax gradient is zero there whatever datt holds. */
+static void scores_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    for (size_t bh = lo; bh < hi; bh++) {
+        size_t b = bh / NH, h = bh % NH;
+        const float *q = a->in + b * T * C3 + h * hs;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale,
+                    q, C3, q + C, C3, 0.0f, a->out + bh * T * T, T);
+    }
+}
+
+void kern_attn_scores_forward(float *preatt, const float *qkv, int B, int T,
+                              int C, int NH)
+{
+    kargs a = {.out = preatt, .in = qkv, .B = B, .T = T, .C = C, .NH = NH};
+    kern_parallel(scores_fwd_part, &a);
+}
+
+static void softmax_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    const kern_rows *rows = kern_cpu_rows();
+    size_t T = (size_t)a->T;
+    KERN_SPLIT((size_t)a->B * a->NH * T, part, np, lo, hi);
+    for (size_t r = lo; r < hi; r++) {
+        float *row = a->out + r * T;
+        if (row != a->in + r * T) memcpy(row, a->in + r * T, T * sizeof *row);
+        rows->softmax_row(row, (int)(r % T) + 1, (int)T);
+    }
+}
+
+void kern_attn_softmax_forward(float *att, const float *preatt, int B, int T,
+                               int NH)
+{
+    kargs a = {.out = att, .in = preatt, .B = B, .T = T, .NH = NH};
+    kern_parallel(softmax_fwd_part, &a);
+}
+
+static void context_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    for (size_t bh = lo; bh < hi; bh++) {
+        size_t b = bh / NH, h = bh % NH;
+        const float *v = a->in2 + b * T * C3 + 2 * C + h * hs;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
+                    a->in + bh * T * T, T, v, C3, 0.0f,
+                    a->out + b * T * C + h * hs, C);
+    }
+}
+
+void kern_attn_context_forward(float *out, const float *att, const float *qkv,
+                               int B, int T, int C, int NH)
+{
+    kargs a = {.out = out, .in = att, .in2 = qkv, .B = B, .T = T, .C = C,
+               .NH = NH};
+    kern_parallel(context_fwd_part, &a);
+}
+
+static void context_bwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    for (size_t bh = lo; bh < hi; bh++) {
+        size_t b = bh / NH, h = bh % NH;
+        size_t off = b * T * C3 + 2 * C + h * hs;
+        const float *dO = a->in + b * T * C + h * hs;
+        const float *pr = a->in2 + bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f,
+                    dO, C, a->in3 + off, C3, 1.0f, a->out + bh * T * T, T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f,
+                    pr, T, dO, C, 1.0f, a->out2 + off, C3);
+    }
+}
+
+void kern_attn_context_backward(float *datt, float *dqkv, const float *dout,
+                                const float *att, const float *qkv, int B,
+                                int T, int C, int NH)
+{
+    kargs a = {.out = datt, .out2 = dqkv, .in = dout, .in2 = att, .in3 = qkv,
+               .B = B, .T = T, .C = C, .NH = NH};
+    kern_parallel(context_bwd_part, &a);
+}
+
+static void softmax_bwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    const kern_rows *rows = kern_cpu_rows();
+    size_t T = (size_t)a->T;
+    KERN_SPLIT((size_t)a->B * a->NH * T, part, np, lo, hi);
+    for (size_t r = lo; r < hi; r++) {
+        float *dr = a->out2 + r * T, *dp = a->out + r * T;
+        rows->softmax_row_backward(dr, a->in + r * T, (int)(r % T) + 1,
+                                   (int)T);
+        for (size_t j = 0; j < T; j++) dp[j] += dr[j];
+    }
+}
+
+void kern_attn_softmax_backward(float *dpreatt, float *datt, const float *att,
+                                int B, int T, int NH)
+{
+    kargs a = {.out = dpreatt, .out2 = datt, .in = att, .B = B, .T = T,
+               .NH = NH};
+    kern_parallel(softmax_bwd_part, &a);
+}
+
+static void scores_bwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    for (size_t bh = lo; bh < hi; bh++) {
+        size_t b = bh / NH, h = bh % NH;
+        size_t off = b * T * C3 + h * hs;
+        const float *q = a->in2 + off, *k = q + C;
+        float *dq = a->out + off, *dk = dq + C;
+        const float *ds = a->in + bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale,
+                    ds, T, k, C3, 1.0f, dq, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale,
+                    ds, T, q, C3, 1.0f, dk, C3);
+    }
+}
+
+void kern_attn_scores_backward(float *dqkv, const float *dpreatt,
+                               const float *qkv, int B, int T, int C, int NH)
+{
+    kargs a = {.out = dqkv, .in = dpreatt, .in2 = qkv, .B = B, .T = T,
+               .C = C, .NH = NH};
+    kern_parallel(scores_bwd_part, &a);
+}
+
 /* ------------------------------------------------- element-wise, loss */
 
 static void res_fwd_part(void *p, int part, int np)

@@ -348,6 +348,171 @@ extern "C" void kern_cuda_attention_backward(float *dqkv, float *scratch,
                                       NH);
 }
 
+// The three-op attention, one thread per (b, h, t) row as above.
+
+__global__ void scores_fwd_k(float *pre, const float *qkv, int B, int T,
+                             int C, int NH)
+{
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * NH * T) return;
+    int t = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
+    int hs = C / NH, C3 = 3 * C;
+    float scale = rsqrtf((float)hs);
+    const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+    float *row = pre + (size_t)idx * T;
+    for (int j = 0; j < T; j++) {
+        const float *k = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
+        float s = 0.0f;
+        for (int i = 0; i < hs; i++) s += q[i] * k[i];
+        row[j] = s * scale;
+    }
+}
+
+__global__ void softmax_fwd_k(float *att, const float *pre, int rows, int T)
+{
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= rows) return;
+    int t = idx % T;
+    const float *in = pre + (size_t)idx * T;
+    float *row = att + (size_t)idx * T;
+    float mx = -3.0e38f;
+    for (int j = 0; j <= t; j++) mx = fmaxf(mx, in[j]);
+    float sum = 0.0f;
+    for (int j = 0; j <= t; j++) {
+        row[j] = kern_expf(in[j] - mx);
+        sum += row[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j <= t; j++) row[j] *= inv;
+    for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+}
+
+__global__ void context_fwd_k(float *out, const float *att, const float *qkv,
+                              int B, int T, int C, int NH)
+{
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * NH * T) return;
+    int t = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
+    int hs = C / NH, C3 = 3 * C;
+    const float *row = att + (size_t)idx * T;
+    float *o = out + ((size_t)b * T + t) * C + h * hs;
+    for (int i = 0; i < hs; i++) {
+        float s = 0.0f;
+        for (int j = 0; j <= t; j++)
+            s += row[j] * qkv[((size_t)b * T + j) * C3 + 2 * C + h * hs + i];
+        o[i] = s;
+    }
+}
+
+__global__ void context_bwd_k(float *datt, float *dqkv, const float *dout,
+                              const float *att, const float *qkv, int B,
+                              int T, int C, int NH)
+{
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * NH * T) return;
+    int t = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
+    int hs = C / NH, C3 = 3 * C;
+    const float *p = att + (size_t)idx * T;
+    float *dr = datt + (size_t)idx * T;
+    const float *dO = dout + ((size_t)b * T + t) * C + h * hs;
+    for (int j = 0; j < T; j++) {
+        size_t vj = ((size_t)b * T + j) * C3 + 2 * C + h * hs;
+        float dp = 0.0f;
+        for (int i = 0; i < hs; i++) dp += dO[i] * qkv[vj + i];
+        dr[j] += dp;
+        if (j <= t)
+            for (int i = 0; i < hs; i++) atomicAdd(&dqkv[vj + i], p[j] * dO[i]);
+    }
+}
+
+__global__ void softmax_bwd_k(float *dpre, float *datt, const float *att,
+                              int rows, int T)
+{
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= rows) return;
+    int t = idx % T;
+    const float *p = att + (size_t)idx * T;
+    float *dr = datt + (size_t)idx * T, *dp = dpre + (size_t)idx * T;
+    float dot = 0.0f;
+    for (int j = 0; j <= t; j++) dot += p[j] * dr[j];
+    for (int j = 0; j <= t; j++) {
+        dr[j] = p[j] * (dr[j] - dot);
+        dp[j] += dr[j];
+    }
+    for (int j = t + 1; j < T; j++) dr[j] = 0.0f;
+}
+
+__global__ void scores_bwd_k(float *dqkv, const float *dpre, const float *qkv,
+                             int B, int T, int C, int NH)
+{
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * NH * T) return;
+    int t = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
+    int hs = C / NH, C3 = 3 * C;
+    float scale = rsqrtf((float)hs);
+    const float *ds = dpre + (size_t)idx * T;
+    const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+    float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+    for (int j = 0; j <= t; j++) {
+        float d = ds[j] * scale;
+        size_t kj = ((size_t)b * T + j) * C3 + C + h * hs;
+        for (int i = 0; i < hs; i++) {
+            dq[i] += d * qkv[kj + i];
+            atomicAdd(&dqkv[kj + i], d * q[i]);
+        }
+    }
+}
+
+extern "C" void kern_cuda_attn_scores_forward(float *preatt, const float *qkv,
+                                              int B, int T, int C, int NH)
+{
+    int n = B * NH * T;
+    scores_fwd_k<<<blocks(n, 64), 64>>>(preatt, qkv, B, T, C, NH);
+}
+
+extern "C" void kern_cuda_attn_softmax_forward(float *att, const float *preatt,
+                                               int B, int T, int NH)
+{
+    int n = B * NH * T;
+    softmax_fwd_k<<<blocks(n, 64), 64>>>(att, preatt, n, T);
+}
+
+extern "C" void kern_cuda_attn_context_forward(float *out, const float *att,
+                                               const float *qkv, int B, int T,
+                                               int C, int NH)
+{
+    int n = B * NH * T;
+    context_fwd_k<<<blocks(n, 64), 64>>>(out, att, qkv, B, T, C, NH);
+}
+
+extern "C" void kern_cuda_attn_context_backward(float *datt, float *dqkv,
+                                                const float *dout,
+                                                const float *att,
+                                                const float *qkv, int B,
+                                                int T, int C, int NH)
+{
+    int n = B * NH * T;
+    context_bwd_k<<<blocks(n, 64), 64>>>(datt, dqkv, dout, att, qkv, B, T, C,
+                                         NH);
+}
+
+extern "C" void kern_cuda_attn_softmax_backward(float *dpreatt, float *datt,
+                                                const float *att, int B,
+                                                int T, int NH)
+{
+    int n = B * NH * T;
+    softmax_bwd_k<<<blocks(n, 64), 64>>>(dpreatt, datt, att, n, T);
+}
+
+extern "C" void kern_cuda_attn_scores_backward(float *dqkv,
+                                               const float *dpreatt,
+                                               const float *qkv, int B, int T,
+                                               int C, int NH)
+{
+    int n = B * NH * T;
+    scores_bwd_k<<<blocks(n, 64), 64>>>(dqkv, dpreatt, qkv, B, T, C, NH);
+}
+
 // ------------------------------------------------ element-wise, loss, optim
 
 __global__ void gelu_fwd_k(float *out, const float *inp, size_t n)

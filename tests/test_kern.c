@@ -434,6 +434,65 @@ Test(kern, attention)
     each_isa(attention_body);
 }
 
+/* The three-op attention composes to the fused op bit for bit (same
+ * sgemm calls and row kernels in the same order), with 1 and 3 threads
+ * and both row-kernel builds; its backward ops add into their outputs. */
+static void attn_split_body(void)
+{
+    const int shapes[][4] = {{1, 1, 4, 1}, {2, 5, 8, 2}, {2, 9, 12, 3},
+                             {1, 16, 16, 4}};
+    for (int th = 1; th <= 3; th += 2)
+        for (int s = 0; s < 4; s++) {
+            kern_set_threads(th);
+            rng_seed(450 + s);
+            int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2],
+                NH = shapes[s][3];
+            size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C,
+                   na = (size_t)B * NH * T * T;
+            float *qkv = rnd(nq), *g = rnd(no);
+            float *out = calloc(no, 4), *att = calloc(na, 4);
+            float *scr = calloc(na, 4), *dq = calloc(nq, 4);
+            kern_attention_forward(out, att, qkv, B, T, C, NH);
+            kern_attention_backward(dq, scr, g, qkv, att, B, T, C, NH);
+            float *pre = rnd(na), *att2 = rnd(na), *out2 = rnd(no);
+            kern_attn_scores_forward(pre, qkv, B, T, C, NH);
+            kern_attn_softmax_forward(att2, pre, B, T, NH);
+            kern_attn_context_forward(out2, att2, qkv, B, T, C, NH);
+            cr_assert(!memcmp(att, att2, na * 4), "softmax differs");
+            cr_assert(!memcmp(out, out2, no * 4), "context differs");
+            /* in place: preatt may be the softmax's output */
+            kern_attn_softmax_forward(pre, pre, B, T, NH);
+            cr_assert(!memcmp(att, pre, na * 4), "in-place softmax differs");
+            float *datt = calloc(na, 4), *dpre = calloc(na, 4);
+            float *dq2 = calloc(nq, 4);
+            kern_attn_context_backward(datt, dq2, g, att2, qkv, B, T, C, NH);
+            kern_attn_softmax_backward(dpre, datt, att2, B, T, NH);
+            kern_attn_scores_backward(dq2, dpre, qkv, B, T, C, NH);
+            cr_assert(!memcmp(dq, dq2, nq * 4), "dqkv differs (shape %d, "
+                      "%d threads)", s, th);
+            /* adding: a second pass doubles every gradient exactly */
+            float *datt3 = calloc(na, 4), *dpre3 = copy_f(dpre, na);
+            float *dq3 = copy_f(dq2, nq);
+            kern_attn_context_backward(datt3, dq3, g, att2, qkv, B, T, C, NH);
+            kern_attn_softmax_backward(dpre3, datt3, att2, B, T, NH);
+            for (size_t i = 0; i < na; i++)
+                cr_assert_eq(dpre3[i], 2 * dpre[i]);
+            kern_attn_scores_backward(dq3, dpre, qkv, B, T, C, NH);
+            double *want = malloc(nq * sizeof *want);
+            for (size_t i = 0; i < nq; i++) want[i] = 2.0 * dq2[i];
+            check("attn split dqkv twice", dq3, want, nq, 1e-6, 1e-5);
+            free(qkv); free(g); free(out); free(att); free(scr); free(dq);
+            free(pre); free(att2); free(out2); free(datt); free(dpre);
+            free(dq2); free(datt3); free(dpre3); free(dq3); free(want);
+        }
+    kern_set_threads(1);
+}
+
+Test(kern, attention_split)
+{
+    each_isa(attn_split_body);
+}
+
 /* ---------------------------------------------- gelu, residual, loss */
 
 static void gelu_body(void)
@@ -599,7 +658,7 @@ Test(kern, expf_tanhf_accuracy)
 
 Test(kern, op_list)
 {
-    cr_assert_eq(KERN_OP_COUNT, 20);
+    cr_assert_eq(KERN_OP_COUNT, 26);
     cr_assert_str_eq(kern_op_name(KERN_OP_linear_backward_weight),
                      "linear_backward_weight");
     cr_assert_str_eq(kern_kind_name(kern_op_kind(KERN_OP_attention_forward)),
