@@ -51,7 +51,7 @@ double prof_mem_eff(const prof_eff *e, double bytes)
 
 /* ---- parsing ---- */
 
-static const char *const form_names[] = {"pcie", "sxm", NULL};
+static const char *const form_names[] = {"pcie", "sxm", "cpu", NULL};
 
 static int name_ok(const char *s)
 {
@@ -149,8 +149,10 @@ int prof_gpu_parse_ex(const util_jobj *o, prof_gpu *g, int partial,
         if (util_jkeys(&p, peak_keys, e)) return -1;
         for (int d = 0; d < PROF_DT_COUNT; d++) {
             double v = g->peak_flops[d] / 1e12;
-            /* fp32 and fp16 exist on every GPU; tf32/bf16 may be 0. */
-            int must = d == PROF_DT_FP32 || d == PROF_DT_FP16;
+            /* fp32 and fp16 exist on every GPU; tf32/bf16 may be 0; a CPU
+             * device computes in fp32 only. */
+            int must = d == PROF_DT_FP32 ||
+                       (d == PROF_DT_FP16 && form != PROF_FORM_CPU);
             if (util_jnum(&p, dtype_names[d], req,
                           must ? UTIL_POSITIVE : 0, 1e6, &v, e))
                 return -1;

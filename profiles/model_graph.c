@@ -30,6 +30,17 @@ const char *prof_op_kind_name(prof_op_kind k)
     return k >= 0 && k < PROF_OP_KIND_COUNT ? op_kind_names[k] : "?";
 }
 
+static const char *const role_names[PROF_ROLE_COUNT] = {
+    "embed", "norm", "qkv", "q", "kv", "attn_scores", "attn_softmax",
+    "attn_context", "attn_fused", "attn_out", "residual", "mlp_up",
+    "mlp_act", "mlp_down", "pooler", "mlm_dense", "mlm_act", "lm_head",
+    "loss"};
+
+const char *prof_op_role_name(prof_op_role r)
+{
+    return r >= 0 && r < PROF_ROLE_COUNT ? role_names[r] : "?";
+}
+
 typedef struct builder {
     prof_model *m;
     int cap_ops, cap_layers;
@@ -58,8 +69,8 @@ static void begin_layer(builder *b, const char *name, prof_part part)
     snprintf(b->prefix, sizeof b->prefix, "%s", name);
 }
 
-static prof_op *add(builder *b, prof_op_kind kind, const char *name, int in0,
-                    int in1)
+static prof_op *add(builder *b, prof_op_kind kind, prof_op_role role,
+                    const char *name, int in0, int in1)
 {
     prof_model *m = b->m;
     if (m->n_ops == b->cap_ops) {
@@ -70,6 +81,7 @@ static prof_op *add(builder *b, prof_op_kind kind, const char *name, int in0,
     memset(o, 0, sizeof *o);
     snprintf(o->name, sizeof o->name, "%s.%s", b->prefix, name);
     o->kind = kind;
+    o->role = role;
     o->part = b->part;
     o->layer = b->layer;
     if (in0 >= 0) o->in[o->n_in++] = in0;
@@ -84,10 +96,10 @@ static int idx(const builder *b, const prof_op *o)
 }
 
 /* A linear layer over s tokens: k inputs, n outputs. */
-static int linear(builder *b, const char *name, int in, double s, double k,
-                  double n, int bias)
+static int linear(builder *b, prof_op_role role, const char *name, int in,
+                  double s, double k, double n, int bias)
 {
-    prof_op *o = add(b, PROF_OP_LINEAR, name, in, -1);
+    prof_op *o = add(b, PROF_OP_LINEAR, role, name, in, -1);
     double e = b->e;
     o->fwd_flops = 2 * s * k * n + (bias ? s * n : 0);
     o->bwd_in_flops = 2 * s * k * n;
@@ -104,7 +116,7 @@ static int linear(builder *b, const char *name, int in, double s, double k,
 
 static int norm(builder *b, const char *name, int in, double s, double h)
 {
-    prof_op *o = add(b, PROF_OP_NORM, name, in, -1);
+    prof_op *o = add(b, PROF_OP_NORM, PROF_ROLE_NORM, name, in, -1);
     int rms = b->s->rmsnorm;
     double e = b->e;
     o->fwd_flops = (rms ? 4 : 7) * s * h;
@@ -121,7 +133,7 @@ static int norm(builder *b, const char *name, int in, double s, double h)
 static int residual(builder *b, const char *name, int a, int c, double s,
                     double h)
 {
-    prof_op *o = add(b, PROF_OP_RESIDUAL, name, a, c);
+    prof_op *o = add(b, PROF_OP_RESIDUAL, PROF_ROLE_RESIDUAL, name, a, c);
     o->fwd_flops = s * h;
     o->bwd_in_flops = 0; /* the gradient passes through unchanged */
     o->bytes_read = 2 * s * h * b->e;
@@ -150,7 +162,8 @@ static int attn_core(builder *b, const char *name, int q, int kv, double sq,
     double scores = a * sq * skv;
     char n[48];
     if (s->flash_attn) {
-        prof_op *o = add(b, PROF_OP_ATTN, name, q, kv != q ? kv : -1);
+        prof_op *o = add(b, PROF_OP_ATTN, PROF_ROLE_ATTN_FUSED, name, q,
+                         kv != q ? kv : -1);
         o->fwd_flops = 2 * gemm + soft;
         o->bwd_in_flops = 5 * gemm + 2 * soft;
         o->act_bytes = qbytes + 2 * kbytes + qbytes + sq * a * 4;
@@ -163,7 +176,8 @@ static int attn_core(builder *b, const char *name, int q, int kv, double sq,
         return idx(b, o);
     }
     snprintf(n, sizeof n, "%s.scores", name);
-    prof_op *o = add(b, PROF_OP_ATTN, n, q, kv != q ? kv : -1);
+    prof_op *o = add(b, PROF_OP_ATTN, PROF_ROLE_ATTN_SCORES, n, q,
+                     kv != q ? kv : -1);
     o->fwd_flops = gemm;
     o->bwd_in_flops = 2 * gemm;             /* dQ = dS K, dK = dS^T Q */
     o->act_bytes = qbytes + kbytes;          /* Q and K */
@@ -175,7 +189,7 @@ static int attn_core(builder *b, const char *name, int q, int kv, double sq,
     int sc = idx(b, o);
 
     snprintf(n, sizeof n, "%s.softmax", name);
-    o = add(b, PROF_OP_ATTN, n, sc, -1);
+    o = add(b, PROF_OP_ATTN, PROF_ROLE_ATTN_SOFTMAX, n, sc, -1);
     o->fwd_flops = soft + (s->dropout ? 2 * scores : 0);
     o->bwd_in_flops = 4 * scores + (s->dropout ? scores : 0);
     /* Keeps its output for its own gradient and, with dropout, the mask. */
@@ -186,7 +200,7 @@ static int attn_core(builder *b, const char *name, int q, int kv, double sq,
     int sm = idx(b, o);
 
     snprintf(n, sizeof n, "%s.context", name);
-    o = add(b, PROF_OP_ATTN, n, sm, kv);
+    o = add(b, PROF_OP_ATTN, PROF_ROLE_ATTN_CONTEXT, n, sm, kv);
     o->fwd_flops = gemm;
     o->bwd_in_flops = 2 * gemm;             /* dP = dO V^T, dV = P^T dO */
     /* V, and the dropped probabilities when they differ from the softmax
@@ -211,17 +225,18 @@ static int attention(builder *b, const char *name, int in, int mem, double sq,
     int q, kv;
     if (mem < 0) {
         snprintf(n, sizeof n, "%s.qkv", name);
-        q = kv = linear(b, n, in, sq, h, (a + 2 * kvh) * d, s->bias);
+        q = kv = linear(b, PROF_ROLE_QKV, n, in, sq, h, (a + 2 * kvh) * d,
+                        s->bias);
     } else {
         snprintf(n, sizeof n, "%s.q", name);
-        q = linear(b, n, in, sq, h, a * d, s->bias);
+        q = linear(b, PROF_ROLE_Q, n, in, sq, h, a * d, s->bias);
         snprintf(n, sizeof n, "%s.kv", name);
-        kv = linear(b, n, mem, skv, h, 2 * kvh * d, s->bias);
+        kv = linear(b, PROF_ROLE_KV, n, mem, skv, h, 2 * kvh * d, s->bias);
     }
     snprintf(n, sizeof n, "%s.core", name);
     int core = attn_core(b, n, q, kv, sq, skv);
     snprintf(n, sizeof n, "%s.out", name);
-    int out = linear(b, n, core, sq, a * d, h, s->bias);
+    int out = linear(b, PROF_ROLE_ATTN_OUT, n, core, sq, a * d, h, s->bias);
     if (s->dropout) b->m->ops[out].act_bytes += sq * h; /* dropout mask */
     return out;
 }
@@ -231,8 +246,9 @@ static int mlp(builder *b, int in, double s_tok)
     const prof_model_spec *s = b->s;
     double h = s->hidden, f = s->ffn, e = b->e;
     int g = s->gated_mlp;
-    int up = linear(b, "mlp.up", in, s_tok, h, (g ? 2 : 1) * f, s->bias);
-    prof_op *act = add(b, PROF_OP_ACT, "mlp.act", up, -1);
+    int up = linear(b, PROF_ROLE_MLP_UP, "mlp.up", in, s_tok, h,
+                    (g ? 2 : 1) * f, s->bias);
+    prof_op *act = add(b, PROF_OP_ACT, PROF_ROLE_MLP_ACT, "mlp.act", up, -1);
     double per = s->act == PROF_ACT_RELU ? 1 : 8; /* tanh-GELU, SiLU ~ 8 */
     act->fwd_flops = s_tok * f * (per + (g ? 1 : 0));
     act->bwd_in_flops = s_tok * f * (per + (g ? 3 : 1));
@@ -244,7 +260,8 @@ static int mlp(builder *b, int in, double s_tok)
                        : (s->act == PROF_ACT_RELU ? s_tok * f : s_tok * f * e);
     act->out_bytes = s_tok * f * e;
     int ai = idx(b, act);
-    int down = linear(b, "mlp.down", ai, s_tok, f, h, s->bias);
+    int down = linear(b, PROF_ROLE_MLP_DOWN, "mlp.down", ai, s_tok, f, h,
+                      s->bias);
     if (s->dropout) b->m->ops[down].act_bytes += s_tok * h;
     return down;
 }
@@ -254,7 +271,7 @@ static int embedding(builder *b, double s_tok, int positions, int types,
 {
     const prof_model_spec *s = b->s;
     double h = s->hidden, e = b->e;
-    prof_op *o = add(b, PROF_OP_EMBED, "tok", -1, -1);
+    prof_op *o = add(b, PROF_OP_EMBED, PROF_ROLE_EMBED, "tok", -1, -1);
     o->params = (double)s->vocab * h + positions * h + types * h;
     if (tied_to >= 0) {
         o->tied = 1;
@@ -304,23 +321,24 @@ static void head(builder *b, int x, double s_tok, int final_norm)
     if (s->family == PROF_FAM_BERT) {
         if (s->pooler) {
             /* Pooler: dense + tanh on the first token (NSP input). */
-            int p = linear(b, "pooler", x, 1, h, h, 1);
+            int p = linear(b, PROF_ROLE_POOLER, "pooler", x, 1, h, h, 1);
             b->m->ops[p].kind = PROF_OP_POOLER;
         }
-        int t = linear(b, "mlm.dense", x, s_tok, h, h, 1);
-        prof_op *g = add(b, PROF_OP_ACT, "mlm.act", t, -1);
+        int t = linear(b, PROF_ROLE_MLM_DENSE, "mlm.dense", x, s_tok, h, h,
+                       1);
+        prof_op *g = add(b, PROF_OP_ACT, PROF_ROLE_MLM_ACT, "mlm.act", t, -1);
         g->fwd_flops = 8 * s_tok * h;
         g->bwd_in_flops = 9 * s_tok * h;
         g->act_bytes = s_tok * h * e;
         g->bytes_read = g->bytes_written = g->out_bytes = s_tok * h * e;
         x = norm(b, "mlm.norm", idx(b, g), s_tok, h);
     }
-    int lm = linear(b, "lm_head", x, s_tok, h, V, 0);
+    int lm = linear(b, PROF_ROLE_LM_HEAD, "lm_head", x, s_tok, h, V, 0);
     prof_op *l = &b->m->ops[lm];
     l->kind = PROF_OP_LM_HEAD;
     if (s->tied_embeddings) l->tied = 1;
     if (s->family == PROF_FAM_BERT) l->params += V; /* decoder bias */
-    prof_op *loss = add(b, PROF_OP_LOSS, "loss", lm, -1);
+    prof_op *loss = add(b, PROF_OP_LOSS, PROF_ROLE_LOSS, "loss", lm, -1);
     loss->fwd_flops = 5 * s_tok * V;
     loss->bwd_in_flops = 2 * s_tok * V;
     loss->bytes_read = s_tok * V * e;
@@ -603,8 +621,10 @@ json_t *prof_model_json(const prof_model *m, int ops)
                                                    "k", o->gemm[k].k, "batch",
                                                    o->gemm[k].batch));
             json_array_append_new(arr, json_pack(
-                "{s:s,s:s,s:s,s:i,s:b,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o,s:o}",
-                "name", o->name, "kind", prof_op_kind_name(o->kind), "part",
+                "{s:s,s:s,s:s,s:s,s:i,s:b,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o,"
+                "s:o}",
+                "name", o->name, "kind", prof_op_kind_name(o->kind), "role",
+                prof_op_role_name(o->role), "part",
                 part_name(o->part), "layer", o->layer, "tied", o->tied,
                 "params", o->params, "fwd_flops", o->fwd_flops,
                 "bwd_in_flops", o->bwd_in_flops, "bwd_w_flops", o->bwd_w_flops,

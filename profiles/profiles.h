@@ -45,7 +45,8 @@ double prof_gemm_eff(const prof_eff *e, double m, double n, double k);
 /* Fraction of memory bandwidth for an op that moves bytes, in (0, 1]. */
 double prof_mem_eff(const prof_eff *e, double bytes);
 
-typedef enum { PROF_FORM_PCIE, PROF_FORM_SXM } prof_form;
+/* PROF_FORM_CPU: a CPU core standing for a device (the CPU executor). */
+typedef enum { PROF_FORM_PCIE, PROF_FORM_SXM, PROF_FORM_CPU } prof_form;
 
 typedef struct prof_gpu {
     char name[32];          /* catalog key, e.g. "rtx2080ti" */
@@ -269,6 +270,29 @@ typedef enum {
 
 typedef enum { PROF_PART_NONE, PROF_PART_ENC, PROF_PART_DEC } prof_part;
 
+/* What an op computes, set by the graph builder, so that code which needs
+ * an op's meaning (the executor's kernels, tensor parallelism) reads it
+ * here and never parses the op's name. */
+typedef enum {
+    PROF_ROLE_EMBED,        /* token (+ position, type) embedding */
+    PROF_ROLE_NORM,         /* LayerNorm or RMSNorm */
+    PROF_ROLE_QKV,          /* fused q|k|v projection */
+    PROF_ROLE_Q, PROF_ROLE_KV, /* cross-attention projections */
+    PROF_ROLE_ATTN_SCORES,  /* q k^T / sqrt(d) per head */
+    PROF_ROLE_ATTN_SOFTMAX, /* (masked) softmax of the scores */
+    PROF_ROLE_ATTN_CONTEXT, /* probabilities times v */
+    PROF_ROLE_ATTN_FUSED,   /* the three above as one kernel (FlashAttention) */
+    PROF_ROLE_ATTN_OUT,     /* attention output projection */
+    PROF_ROLE_RESIDUAL,     /* x + branch */
+    PROF_ROLE_MLP_UP, PROF_ROLE_MLP_ACT, PROF_ROLE_MLP_DOWN,
+    PROF_ROLE_POOLER,       /* BERT's pooler */
+    PROF_ROLE_MLM_DENSE, PROF_ROLE_MLM_ACT, /* BERT's masked-LM transform */
+    PROF_ROLE_LM_HEAD, PROF_ROLE_LOSS,
+    PROF_ROLE_COUNT
+} prof_op_role;
+
+const char *prof_op_role_name(prof_op_role r);
+
 const char *prof_op_kind_name(prof_op_kind k);
 
 /* One GEMM per sample: (m x k) @ (k x n), repeated batch times (attention
@@ -286,6 +310,7 @@ typedef struct prof_gemm {
 typedef struct prof_op {
     char name[48];          /* "dec.l3.cross_attn.q" */
     prof_op_kind kind;
+    prof_op_role role;
     prof_part part;
     int layer;              /* index into prof_model.layers */
     int tied;               /* params shared with an earlier op (the LM head

@@ -274,7 +274,26 @@ static void dgx_nvswitch_server(build *b, int ngpu, int *nics)
     drives(b, sw, 4);
 }
 
-typedef enum { T_DESKTOP, T_PCIE, T_DGX1, T_DGX_NVSWITCH } tkind;
+/* CPU cores as devices (the CPU executor): every core reaches the others
+ * through the socket's memory, so each has a copy link to the socket:
+ * in-process copies (memcpy) or shared-memory messages between processes.
+ * The latency stands for a thread's wake-up on the receiving side. */
+#define CPU_COPY_BW (8.0 * GB)
+#define LAT_CPU_COPY 2500.0
+
+static void cpu_host(build *b, int ndev)
+{
+    int cpu = sockets(b, 1);
+    for (int i = 0; i < ndev; i++) {
+        int v = node(b, PROF_NODE_GPU, "core", i);
+        b->t->nodes[v].gpu_type = b->type;
+        prof_topo_add_link(b->t, cpu, v, PROF_LINK_MEMORY, CPU_COPY_BW,
+                           LAT_CPU_COPY);
+    }
+    drives(b, &cpu, 1);
+}
+
+typedef enum { T_DESKTOP, T_PCIE, T_DGX1, T_DGX_NVSWITCH, T_CPU } tkind;
 
 prof_topo *prof_topo_template(const char *gpu, int n, const prof_hw_opts *o,
                               util_err *e)
@@ -315,7 +334,17 @@ prof_topo *prof_topo_template_gpu(const prof_gpu *gp, int n,
     platform p;
     int gps;
     const char *what;
-    if (g.form == PROF_FORM_SXM && g.nvlink_links == 6) {
+    if (g.form == PROF_FORM_CPU) {
+        if (n > 1024 || o->gpus_per_server) {
+            util_errf(e, UTIL_EXIT_USAGE, "--hw %s x%d: CPU devices are the "
+                      "cores of this one machine (at most 1024, no "
+                      "--gpus-per-server)", g.name, n);
+            return NULL;
+        }
+        k = T_CPU, p = desktops[4], gps = n, what = "one host";
+        p.desc = "this machine's CPU: one core per device";
+        p.pcie_gen = 4;
+    } else if (g.form == PROF_FORM_SXM && g.nvlink_links == 6) {
         k = T_DGX1, p = dgx1, gps = 8, what = "DGX-1-like node";
     } else if (g.form == PROF_FORM_SXM) {
         k = T_DGX_NVSWITCH, gps = 8;
@@ -356,7 +385,9 @@ prof_topo *prof_topo_template_gpu(const prof_gpu *gp, int n,
 
     int servers = (n + gps - 1) / gps;
     char name[96];
-    if (servers == 1)
+    if (k == T_CPU)
+        snprintf(name, sizeof name, "%dx %s core, %s", n, g.name, what);
+    else if (servers == 1)
         snprintf(name, sizeof name, "%dx %s, %s, PCIe %d.0", n, g.name, what,
                  p.pcie_gen);
     else
@@ -376,6 +407,7 @@ prof_topo *prof_topo_template_gpu(const prof_gpu *gp, int n,
         case T_PCIE: pcie_server(&b, here, gps, loc); nl = 1; break;
         case T_DGX1: dgx1_server(&b, here, loc); nl = 4; break;
         case T_DGX_NVSWITCH: dgx_nvswitch_server(&b, here, loc); nl = 8; break;
+        case T_CPU: cpu_host(&b, here); break;
         }
         for (int i = 0; i < nl; i++) nics[n_nic++] = loc[i];
     }

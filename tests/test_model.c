@@ -28,6 +28,7 @@ static void expect_params(const char *name, double published, double tol)
 Test(model, parameter_counts_match_published)
 {
     /* Exact where the architecture is fully known. */
+    expect_params("gpt2", 124439808, 0);   /* Hugging Face gpt2 */
     expect_params("gpt2-xl", 1557611200, 0);
     expect_params("t5-3b", 2851598336, 0);
     expect_params("llama2-7b", 6738415616, 0);
@@ -263,4 +264,47 @@ Test(model, profile_show_prints_table_and_json)
     r = cli_run("profile show gpt2-xl --seq 4096");
     cr_expect_eq(r.code, 2);
     cli_result_free(&r);
+}
+
+/* Roles are set by the builder, in the graph's order: a GPT layer is
+ * norm, qkv, scores, softmax, context, out, residual, norm, up, act, down,
+ * residual; every op of every zoo model has one consistent with its kind. */
+Test(model, op_roles)
+{
+    util_err e;
+    prof_model *m = prof_model_load("gpt-tiny", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    static const prof_op_role layer[] = {
+        PROF_ROLE_NORM, PROF_ROLE_QKV, PROF_ROLE_ATTN_SCORES,
+        PROF_ROLE_ATTN_SOFTMAX, PROF_ROLE_ATTN_CONTEXT, PROF_ROLE_ATTN_OUT,
+        PROF_ROLE_RESIDUAL, PROF_ROLE_NORM, PROF_ROLE_MLP_UP,
+        PROF_ROLE_MLP_ACT, PROF_ROLE_MLP_DOWN, PROF_ROLE_RESIDUAL};
+    cr_assert_eq(m->ops[0].role, PROF_ROLE_EMBED);
+    for (int l = 0; l < 4; l++)
+        for (int i = 0; i < 12; i++)
+            cr_assert_eq(m->ops[1 + 12 * l + i].role, layer[i], "op %s",
+                         m->ops[1 + 12 * l + i].name);
+    cr_assert_eq(m->ops[m->n_ops - 3].role, PROF_ROLE_NORM);
+    cr_assert_eq(m->ops[m->n_ops - 2].role, PROF_ROLE_LM_HEAD);
+    cr_assert_eq(m->ops[m->n_ops - 1].role, PROF_ROLE_LOSS);
+    cr_assert_str_eq(prof_op_role_name(PROF_ROLE_ATTN_SOFTMAX),
+                     "attn_softmax");
+    prof_model_free(m);
+    const char *const *n = prof_model_names();
+    for (int k = 0; n[k]; k++) {
+        m = prof_model_load(n[k], &e);
+        cr_assert_not_null(m, "%s", e.msg);
+        for (int i = 0; i < m->n_ops; i++) {
+            const prof_op *o = &m->ops[i];
+            cr_assert(o->role >= 0 && o->role < PROF_ROLE_COUNT);
+            int lin = o->role == PROF_ROLE_QKV || o->role == PROF_ROLE_Q ||
+                      o->role == PROF_ROLE_KV || o->role == PROF_ROLE_ATTN_OUT ||
+                      o->role == PROF_ROLE_MLP_UP ||
+                      o->role == PROF_ROLE_MLP_DOWN ||
+                      o->role == PROF_ROLE_MLM_DENSE;
+            cr_assert_eq(lin, o->kind == PROF_OP_LINEAR, "%s %s", n[k],
+                         o->name);
+        }
+        prof_model_free(m);
+    }
 }
