@@ -6,10 +6,121 @@
  * the pipeline's transfers; lanes run one ring per tensor-parallel rank.
  * One bucket per stage and minibatch, started by the stage's last
  * backward (W or BW) on each member: later stages finish their backward
- * first, so their all-reduce overlaps the backward of earlier ones. */
+ * first, so their all-reduce overlaps the backward of earlier ones.
+ * Before it, the stages of one replica that hold copies of a tied table
+ * (embedding and LM head) exchange their gradients of it, as Megatron-LM
+ * all-reduces the embedding's gradient over its first and last stage. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "sim/sim.h"
+
+/* The last backward (W or BW) and the optimizer step of every stage per
+ * minibatch, in each device's list order; pos[id] is a task's index in its
+ * device's list. */
+static void stage_marks(const sim_ir *ir, int *lastb, int *opt, int *pos)
+{
+    const int N = ir->n_stages, K = ir->n_minibatches;
+    for (int i = 0; i < K * N; i++) lastb[i] = opt[i] = -1;
+    for (int d = 0; d < ir->n_devices; d++)
+        for (int j = 0; j < ir->dlen[d]; j++) {
+            int id = ir->dlist[d][j];
+            if (pos) pos[id] = j;
+            const sim_task *t = &ir->tasks[id];
+            if (t->stream != SIM_STREAM_COMPUTE || t->stage < 0) continue;
+            size_t k = (size_t)t->minibatch * N + t->stage;
+            if (t->kind == SIM_W || t->kind == SIM_BW) lastb[k] = id;
+            else if (t->kind == SIM_OPT) opt[k] = id;
+        }
+}
+
+void sim_add_tied(sim_ir *ir, const sim_costs *c)
+{
+    const int N = ir->n_stages, S = c->n_model_stages, K = ir->n_minibatches;
+    int mem[64], nm = 0;
+    for (int s = 0; s < S && nm < 64; s++)
+        if (c->stage[s].tied_bytes > 0) mem[nm++] = s;
+    /* Without a flush each stage updates alone: waiting for the other
+     * copy's gradient would stall the head's device every minibatch (and
+     * can deadlock list-scheduled orders), so asynchronous schedules train
+     * the copies apart. */
+    if (nm < 2 || K > 1) return;
+    int R = N / S, lanes = c->tp > 1 ? c->tp : 1;
+    int *lastb = util_malloc(sizeof(int) * (size_t)K * N);
+    int *opt = util_malloc(sizeof(int) * (size_t)K * N);
+    stage_marks(ir, lastb, opt, NULL);
+    /* new tasks go right after an anchor in their device's list */
+    int n0 = ir->n_tasks, cap = 2 * K * R * nm * nm + 1, na = 0;
+    int *anchor = util_malloc(sizeof(int) * (size_t)cap);
+    int *task = util_malloc(sizeof(int) * (size_t)cap);
+    for (int k = 0; k < K; k++)
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < nm; i++)
+                for (int j = 0; j < nm; j++) {
+                    if (i == j) continue;
+                    int v = r * S + mem[i], w = r * S + mem[j];
+                    int lv = lastb[(size_t)k * N + v];
+                    int lw = lastb[(size_t)k * N + w];
+                    if (lv < 0 || lw < 0) continue; /* validate names it */
+                    sim_task x = {0};
+                    x.kind = SIM_SEND;
+                    x.stream = SIM_STREAM_SEND;
+                    x.comm = SIM_COMM_EMB;
+                    x.grad = 1;
+                    x.device = ir->stage_device[v];
+                    x.stage = v;
+                    x.stage2 = w;
+                    x.mb = -1;
+                    x.minibatch = k;
+                    x.version = -1;
+                    x.lanes = lanes;
+                    x.bytes = c->stage[mem[i]].tied_bytes;
+                    x.peer = -1;
+                    int sid = sim_ir_add(ir, &x);
+                    x.kind = SIM_RECV;
+                    x.stream = SIM_STREAM_RECV;
+                    x.device = ir->stage_device[w];
+                    int rid = sim_ir_add(ir, &x);
+                    ir->tasks[sid].peer = rid;
+                    ir->tasks[rid].peer = sid;
+                    sim_ir_dep(ir, sid, lv);
+                    sim_ir_dep(ir, rid, sid);
+                    int o = opt[(size_t)k * N + w];
+                    if (o >= 0) sim_ir_dep(ir, o, rid);
+                    anchor[na] = lv, task[na++] = sid;
+                    anchor[na] = lw, task[na++] = rid;
+                }
+    /* rebuild the lists with each new task after its anchor, in creation
+     * order */
+    int *first = util_malloc(sizeof(int) * (size_t)(n0 + 1));
+    int *next = util_malloc(sizeof(int) * (size_t)(na + 1));
+    for (int i = 0; i < n0; i++) first[i] = -1;
+    for (int q = na - 1; q >= 0; q--) {
+        next[q] = first[anchor[q]];
+        first[anchor[q]] = q;
+    }
+    for (int d = 0; d < ir->n_devices; d++) {
+        int len = ir->dlen[d];
+        int32_t *out = util_malloc(sizeof(int32_t) * (size_t)(len + 1));
+        int o = 0;
+        for (int j = 0; j < len; j++) {
+            int id = ir->dlist[d][j];
+            if (id >= n0) continue;
+            out[o++] = id;
+            for (int q = first[id]; q >= 0; q = next[q]) out[o++] = task[q];
+        }
+        UTIL_NEVER(o != len);
+        free(ir->dlist[d]);
+        ir->dlist[d] = out;
+        ir->dcap[d] = len + 1;
+    }
+    free(first);
+    free(next);
+    free(anchor);
+    free(task);
+    free(lastb);
+    free(opt);
+}
 
 typedef struct grp { int key, k, s; } grp;
 
@@ -35,17 +146,25 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
     int *lastb = util_malloc(sizeof(int) * (size_t)K * N);
     int *opt = util_malloc(sizeof(int) * (size_t)K * N);
     int *pos = util_malloc(sizeof(int) * (size_t)(ir->n_tasks + 1));
-    for (int i = 0; i < K * N; i++) lastb[i] = opt[i] = -1;
-    for (int d = 0; d < ir->n_devices; d++)
-        for (int j = 0; j < ir->dlen[d]; j++) {
-            int id = ir->dlist[d][j];
-            pos[id] = j;
-            const sim_task *t = &ir->tasks[id];
-            if (t->stream != SIM_STREAM_COMPUTE || t->stage < 0) continue;
-            size_t k = (size_t)t->minibatch * N + t->stage;
-            if (t->kind == SIM_W || t->kind == SIM_BW) lastb[k] = id;
-            else if (t->kind == SIM_OPT) opt[k] = id;
-        }
+    stage_marks(ir, lastb, opt, pos);
+    /* tied-embedding receives a stage's gradient must have before its
+     * ring starts (sim_add_tied): tied_off/tied CSR per (minibatch, stage) */
+    int *tied_off = util_calloc((size_t)K * N + 1, sizeof(int));
+    for (int i = 0; i < ir->n_tasks; i++) {
+        const sim_task *t = &ir->tasks[i];
+        if (t->kind == SIM_RECV && t->comm == SIM_COMM_EMB)
+            tied_off[(size_t)t->minibatch * N + t->stage2 + 1]++;
+    }
+    for (int i = 0; i < K * N; i++) tied_off[i + 1] += tied_off[i];
+    int *tied = util_malloc(sizeof(int) * (size_t)(tied_off[K * N] + 1));
+    int *tfill = util_malloc(sizeof(int) * (size_t)(K * N + 1));
+    memcpy(tfill, tied_off, sizeof(int) * (size_t)(K * N + 1));
+    for (int i = 0; i < ir->n_tasks; i++) {
+        const sim_task *t = &ir->tasks[i];
+        if (t->kind == SIM_RECV && t->comm == SIM_COMM_EMB)
+            tied[tfill[(size_t)t->minibatch * N + t->stage2]++] = i;
+    }
+    free(tfill);
     int lanes = c->tp > 1 ? c->tp : 1;
     int *prev = util_malloc(sizeof(int) * (size_t)R);
     int *cur = util_malloc(sizeof(int) * (size_t)R);
@@ -94,6 +213,9 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                     /* a member forwards what it received (reduced) */
                     int dep = st ? prev[r] : lastb[(size_t)k * N + v];
                     if (dep >= 0) sim_ir_dep(ir, sid, dep);
+                    for (int q = tied_off[(size_t)k * N + v];
+                         !st && q < tied_off[(size_t)k * N + v + 1]; q++)
+                        sim_ir_dep(ir, sid, tied[q]);
                     cur[(r + 1) % Rs] = rid;
                 }
                 int *tmp = prev; prev = cur; cur = tmp;
@@ -105,6 +227,8 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
         }
     }
     free(g);
+    free(tied);
+    free(tied_off);
     free(pos);
     free(prev);
     free(cur);

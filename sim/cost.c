@@ -458,6 +458,25 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     for (int s = 0; s < n_stages; s++)
         for (int q = 0; q < n_stages; q++)
             c->stage[s].input_bytes += c->xfer_bytes[(size_t)q * n_stages + s];
+    /* A table tied across ops (the token embedding, op 0, with a tied LM
+     * head or decoder embedding): each stage holding one keeps a copy, and
+     * the copies' gradients are exchanged (sim_add_tied) when they sit in
+     * more than one stage. */
+    int holders = 0, any_tied = 0;
+    for (int i = 0; i < m->n_ops; i++) any_tied |= m->ops[i].tied;
+    for (int s = 0; s < n_stages && any_tied; s++) {
+        int hold = m->ops[first_op[s]].role == PROF_ROLE_EMBED &&
+                   first_op[s] == 0;
+        for (int i = first_op[s]; i <= last_op[s]; i++)
+            hold |= m->ops[i].tied;
+        if (hold) {
+            c->stage[s].tied_bytes =
+                (double)m->spec.vocab * m->spec.hidden * wb;
+            holders++;
+        }
+    }
+    if (holders < 2)
+        for (int s = 0; s < n_stages; s++) c->stage[s].tied_bytes = 0;
     free(mark);
     free(op_stage);
     c->topo = t;

@@ -437,59 +437,65 @@ static int64_t clip_len(int64_t a, int64_t b, int64_t t0, int64_t t1)
     return b > a ? b - a : 0;
 }
 
-static void stats(sim_engine *e, sim_result *r)
+/* The accounting of a finished run from its task times alone (see
+ * sim_stats_times); scratch_k has K entries, scratch_dw 2 per device. */
+static void stats_times(const sim_ir *ir, const int64_t *start,
+                        const int64_t *end, const int64_t *fstart,
+                        const int64_t *tp_ns, sim_result *r,
+                        sim_dev_stats *dev, int64_t *scratch_k,
+                        int64_t *scratch_dw)
 {
-    const sim_ir *ir = e->ir;
+    const int K = ir->n_minibatches, nd = ir->n_devices, n = ir->n_tasks;
     int64_t t0 = 0, t1 = r->makespan_ns;
     int iters = 1;
-    if (e->K > 1) {
+    if (K > 1) {
         /* steady state: from the end of the first minibatch's updates to
          * the end of a later one's */
-        int64_t *done = e->scratch_k;
-        memset(done, 0, sizeof(int64_t) * (size_t)e->K);
-        for (int i = 0; i < e->n; i++) {
+        int64_t *done = scratch_k;
+        memset(done, 0, sizeof(int64_t) * (size_t)K);
+        for (int i = 0; i < n; i++) {
             const sim_task *t = &ir->tasks[i];
-            if (t->minibatch >= 0 && t->minibatch < e->K &&
-                e->end[i] > done[t->minibatch])
-                done[t->minibatch] = e->end[i];
+            if (t->minibatch >= 0 && t->minibatch < K &&
+                end[i] > done[t->minibatch])
+                done[t->minibatch] = end[i];
         }
         /* the first minibatches hold the fill and the last ones the drain
          * of the simulated run, not steady state: with a deep pipeline
          * and few microbatches per minibatch, several of each (the
          * default count, sim_default_minibatches, is 4 + twice the fill):
          * trim f = (K-4)/2 from the start and f+1 from the end */
-        int f = e->K >= 4 ? (e->K - 4) / 2 : 0;
-        int last = (e->K >= 3 ? e->K - 2 : e->K - 1) - f;
+        int f = K >= 4 ? (K - 4) / 2 : 0;
+        int last = (K >= 3 ? K - 2 : K - 1) - f;
         int first = f;
         t0 = done[first];
         t1 = done[last];
         iters = last - first;
-        if (t1 <= t0) { t0 = 0; t1 = r->makespan_ns; iters = e->K; }
+        if (t1 <= t0) { t0 = 0; t1 = r->makespan_ns; iters = K; }
     }
     r->window_t0 = t0;
     r->window_t1 = t1;
     r->window_iters = iters;
     r->iteration_ns = (t1 - t0) / iters;
     int64_t *dw = NULL;
-    if (e->K > 1) {
+    if (K > 1) {
         /* per device: from its own end of the first minibatch to its end
          * of the last one, so the drain of the simulated run is not
          * counted as a bubble of a schedule that never drains */
-        dw = e->scratch_dw;
-        memset(dw, 0, 2 * sizeof(int64_t) * (size_t)e->nd);
-        int wf = e->K >= 4 ? (e->K - 4) / 2 : 0;
-        int wlast = (e->K >= 3 ? e->K - 2 : e->K - 1) - wf;
+        dw = scratch_dw;
+        memset(dw, 0, 2 * sizeof(int64_t) * (size_t)nd);
+        int wf = K >= 4 ? (K - 4) / 2 : 0;
+        int wlast = (K >= 3 ? K - 2 : K - 1) - wf;
         int wfirst = wf;
-        for (int i = 0; i < e->n; i++) {
+        for (int i = 0; i < n; i++) {
             const sim_task *t = &ir->tasks[i];
             int64_t *w = &dw[2 * t->device];
-            if (t->minibatch == wfirst && e->end[i] > w[0]) w[0] = e->end[i];
-            if (t->minibatch == wlast && e->end[i] > w[1])
-                w[1] = e->end[i];
+            if (t->minibatch == wfirst && end[i] > w[0]) w[0] = end[i];
+            if (t->minibatch == wlast && end[i] > w[1])
+                w[1] = end[i];
         }
     }
-    for (int d = 0; d < e->nd; d++) {
-        sim_dev_stats *ds = &e->dev[d];
+    for (int d = 0; d < nd; d++) {
+        sim_dev_stats *ds = &dev[d];
         int64_t comp = 0, rec = 0, opt = 0, idle = 0;
         int64_t busy[SIM_COMM_COUNT] = {0}, exp[SIM_COMM_COUNT] = {0};
         int64_t g0 = t0, g1 = t1;
@@ -502,12 +508,12 @@ static void stats(sim_engine *e, sim_result *r)
             int id = ir->seq[j];
             const sim_task *t = &ir->tasks[id];
             if (t->kind == SIM_SEND && t->comm < SIM_COMM_COUNT)
-                busy[t->comm] += clip_len(e->fstart[id], e->end[id], t0, t1);
+                busy[t->comm] += clip_len((fstart ? fstart : start)[id], end[id], t0, t1);
             if (t->stream != SIM_STREAM_COMPUTE) continue;
-            int64_t len = clip_len(e->start[id], e->end[id], t0, t1);
+            int64_t len = clip_len(start[id], end[id], t0, t1);
             /* tensor-parallel all-reduces inside the task (pro rata when
              * the window cuts it) */
-            int64_t full = e->end[id] - e->start[id], tpn = e->tp_ns[id];
+            int64_t full = end[id] - start[id], tpn = (tp_ns ? tp_ns[id] : 0);
             if (tpn > 0 && len < full)
                 tpn = full > 0 ? (int64_t)((double)tpn * len / full) : 0;
             if (tpn > len) tpn = len;
@@ -516,32 +522,34 @@ static void stats(sim_engine *e, sim_result *r)
             if (t->kind == SIM_RECOMP) rec += len;
             else if (t->kind == SIM_OPT) opt += len;
             else comp += len;
-            int64_t gs = prev, ge = e->start[id];
+            int64_t gs = prev, ge = start[id];
             int64_t gap = clip_len(gs, ge, t0, t1);
             if (gap > 0) {
                 int64_t xp = 0, xd = 0;
+                int dk = SIM_COMM_DP;
                 for (int k = 0; k < t->n_dep; k++) {
                     int dd = ir->deps[t->dep_off + k];
                     const sim_task *u = &ir->tasks[dd];
                     if (u->kind != SIM_RECV) continue;
-                    int64_t b = e->end[dd] < ge ? e->end[dd] : ge;
-                    if (u->comm == SIM_COMM_DP) {
-                        /* waiting for the all-reduce: all of the wait */
+                    int64_t b = end[dd] < ge ? end[dd] : ge;
+                    if (u->comm == SIM_COMM_DP || u->comm == SIM_COMM_EMB) {
+                        /* waiting for a gradient all-reduce (data-parallel
+                         * ring or tied table): all of the wait */
                         int64_t o = clip_len(gs, b, t0, t1);
-                        if (o > xd) xd = o;
+                        if (o > xd) xd = o, dk = u->comm;
                         continue;
                     }
-                    int64_t a = e->fstart[dd] > gs ? e->fstart[dd] : gs;
+                    int64_t a = (fstart ? fstart : start)[dd] > gs ? (fstart ? fstart : start)[dd] : gs;
                     int64_t o = clip_len(a, b, t0, t1);
                     if (o > xp) xp = o;
                 }
                 if (xd > gap) xd = gap;
                 if (xp > gap - xd) xp = gap - xd;
-                exp[SIM_COMM_DP] += xd;
+                exp[dk] += xd;
                 exp[SIM_COMM_PP] += xp;
                 idle += gap - xd - xp;
             }
-            if (e->end[id] > prev) prev = e->end[id];
+            if (end[id] > prev) prev = end[id];
         }
         idle += clip_len(prev, t1, t0, t1);
         busy[SIM_COMM_TP] = exp[SIM_COMM_TP];
@@ -556,10 +564,27 @@ static void stats(sim_engine *e, sim_result *r)
         }
         ds->bubble_ns = idle / iters;
         ds->bubble_fraction = t1 > t0 ? (double)idle / (double)(t1 - t0) : 0;
-        ds->static_bytes = e->static_bytes[d];
         t0 = g0;
         t1 = g1;
     }
+}
+
+void sim_stats_times(const sim_ir *ir, const int64_t *start,
+                     const int64_t *end, const int64_t *fstart,
+                     const int64_t *tp_ns, sim_result *r, sim_dev_stats *dev)
+{
+    int64_t *k = util_calloc((size_t)ir->n_minibatches + 1, sizeof *k);
+    int64_t *dw = util_calloc(2 * (size_t)ir->n_devices + 1, sizeof *dw);
+    stats_times(ir, start, end, fstart, tp_ns, r, dev, k, dw);
+    free(k);
+    free(dw);
+}
+
+static void stats(sim_engine *e, sim_result *r)
+{
+    stats_times(e->ir, e->start, e->end, e->fstart, e->tp_ns, r, e->dev,
+                e->scratch_k, e->scratch_dw);
+    for (int d = 0; d < e->nd; d++) e->dev[d].static_bytes = e->static_bytes[d];
 }
 
 int sim_engine_run(sim_engine *e, sim_result *r)

@@ -14,7 +14,7 @@ static const char *const kind_names[SIM_KIND_COUNT] = {
 static const char *const stream_names[SIM_STREAM_COUNT] = {
     "compute", "copy-in", "copy-out", "send", "collective", "recv"};
 static const char *const comm_names[SIM_COMM_COUNT] = {
-    "pipeline", "data-parallel", "tensor-parallel"};
+    "pipeline", "data-parallel", "tensor-parallel", "embedding"};
 
 const char *sim_comm_name(sim_comm c)
 {
@@ -182,6 +182,13 @@ char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n)
         snprintf(buf, n, "dev %d %s all-reduce stage %d->%d step %d%s",
                  t->device, sim_kind_name(t->kind), t->stage, t->stage2,
                  t->mb, kb);
+    } else if ((t->kind == SIM_SEND || t->kind == SIM_RECV) &&
+               t->comm == SIM_COMM_EMB) {
+        char kb[32] = "";
+        if (ir->n_minibatches > 1)
+            snprintf(kb, sizeof kb, " minibatch %d", t->minibatch);
+        snprintf(buf, n, "dev %d %s tied-embedding grad stage %d->%d%s",
+                 t->device, sim_kind_name(t->kind), t->stage, t->stage2, kb);
     } else if (t->kind == SIM_SEND || t->kind == SIM_RECV)
         snprintf(buf, n, "dev %d %s %s stage %d->%d%s", t->device,
                  sim_kind_name(t->kind), t->grad ? "grad" : "act", t->stage,

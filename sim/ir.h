@@ -47,9 +47,11 @@ typedef enum {
 
 /* What a transfer is for: pipeline activations and gradients, data-
  * parallel (and Chimera replica) gradient all-reduce steps, tensor-
- * parallel all-reduces (inside F and B: they block the compute stream). */
+ * parallel all-reduces (inside F and B: they block the compute stream),
+ * and the exchange of tied-embedding gradients between the stages that
+ * hold a copy of the table (the embedding and a tied LM head). */
 typedef enum {
-    SIM_COMM_PP, SIM_COMM_DP, SIM_COMM_TP, SIM_COMM_COUNT
+    SIM_COMM_PP, SIM_COMM_DP, SIM_COMM_TP, SIM_COMM_EMB, SIM_COMM_COUNT
 } sim_comm;
 const char *sim_comm_name(sim_comm c); /* "pipeline", ... */
 
@@ -81,6 +83,10 @@ typedef struct sim_ir {
     int n_devices, n_stages;
     int n_mb;           /* microbatches per minibatch */
     int n_minibatches;  /* >1: steady-state schedules (no flush) */
+    int version_delay;  /* no flush: 1 = every microbatch of minibatch k
+                         * uses weight version k-1 (PipeDream-2BW's
+                         * W(t+1) = W(t) - lr grad f(W(t-1))); 0 = the
+                         * newest version when its F starts (stashing) */
     int *stage_device;  /* n_stages */
     /* Generators order one pipeline's worth of work: stages
      * 0..n_gen_stages-1 on devices 0..n_gen_devices-1 (both 0: all);
@@ -149,6 +155,10 @@ typedef struct sim_stage_cost {
     int model_stage;            /* stage of the plan this one copies */
     int64_t tp_f_ns, tp_b_ns;   /* tensor-parallel all-reduces inside f_ns
                                  * (and a recompute) and inside b_ns */
+    double tied_bytes;          /* the stage's copy of a table tied across
+                                 * stages (one tensor-parallel rank's
+                                 * share x tp); 0: none, or one stage holds
+                                 * every tied op */
 } sim_stage_cost;
 
 /* A measured-timing override: an op's task time on a GPU type at a
@@ -355,6 +365,20 @@ void sim_gen_dualpipev(sim_ir *ir, const sim_sched_opts *o);
  * after sim_lower; does nothing with one replica. */
 void sim_add_allreduce(sim_ir *ir, const sim_costs *c);
 
+/* Tied embeddings (the token table shared with the LM head, or T5's
+ * decoder embedding): every stage holding a copy (tied_bytes > 0) sends
+ * its gradient of the table to every other holder of its replica once its
+ * last backward of the minibatch ends; each adds the copies in stage
+ * order, so all hold the same sum, as a single device's one table gets.
+ * Sends sit after that backward on the send stream (comm SIM_COMM_EMB);
+ * the stage's optimizer step, or its data-parallel ring's first step,
+ * waits for the receives. Schedules without a flush (several
+ * minibatches) update each copy with its own gradient instead: there a
+ * stage updates whenever its own backward completes a minibatch, and
+ * waiting for the other copy would stall it. Runs after sim_lower, before
+ * sim_add_allreduce. */
+void sim_add_tied(sim_ir *ir, const sim_costs *c);
+
 /* ===================================================================== *
  * Schedules from outside: PyTorch's pipelining CSV                      *
  * ===================================================================== */
@@ -387,8 +411,9 @@ typedef enum { SIM_POL_FFIRST, SIM_POL_BFIRST } sim_policy;
 int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                      sim_policy pol, const int *inflight_cap, util_err *e);
 /* Async schedules: inserts an optimizer step per stage after its m-th
- * backward of each minibatch and numbers the weight versions. Operates on
- * the compute order of ir (before lowering). */
+ * backward of each minibatch and numbers the weight versions (version v:
+ * the weights after v steps of the stage; see sim_ir.version_delay).
+ * Operates on the compute order of ir (before lowering). */
 void sim_add_async_updates(sim_ir *ir);
 
 /* ===================================================================== *

@@ -57,9 +57,9 @@ void sim_mem_setup(sim_engine *e)
             break;
         case SIM_RECV: {
             /* a pipeline receive ends as the whole activation on every
-             * tensor-parallel rank; an all-reduce step brings each rank
-             * its own lane's share */
-            double by = t->comm == SIM_COMM_DP && t->lanes > 1
+             * tensor-parallel rank; an all-reduce step or a tied-table
+             * gradient brings each rank its own lane's share */
+            double by = t->comm != SIM_COMM_PP && t->lanes > 1
                       ? t->bytes / t->lanes : t->bytes;
             e->mem_start[i] += by;
             for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++) {

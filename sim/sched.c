@@ -161,7 +161,16 @@ void sim_add_async_updates(sim_ir *ir)
             int id = ir->dlist[d][j];
             sim_task *t = &ir->tasks[id];
             size_t v = ((size_t)t->minibatch * S + t->stage) * M + t->mb;
-            if (t->kind == SIM_F) ver[v] = nopt[t->stage];
+            if (t->kind == SIM_F) {
+                ver[v] = nopt[t->stage];
+                if (ir->version_delay) {
+                    /* 2BW: the version one update behind the minibatch;
+                     * with m >= p the order has always made it by now */
+                    int want = t->minibatch > 0 ? t->minibatch - 1 : 0;
+                    UTIL_NEVER(want > ver[v]);
+                    ver[v] = want;
+                }
+            }
             t->version = ver[v];
             int last = t->kind == SIM_W || t->kind == SIM_BW;
             int st = t->stage, k = t->minibatch;
@@ -263,6 +272,7 @@ sim_ir *sim_schedule_new(const sim_sched_opts *o, const sim_costs *c,
     int K = sim_sched_async(o->sched) ? o->n_minibatches : 1;
     sim_ir *ir = sim_ir_new(sim_sched_name(o->sched), c->n_devices,
                             c->n_stages, c->stage_device, o->n_mb / pipes, K);
+    ir->version_delay = o->sched == SIM_SCHED_2BW;
     ir->n_gen_stages = o->n_stages * pipes;
     ir->n_gen_devices = o->pp;
     return ir;
@@ -293,6 +303,7 @@ int sim_schedule_finish(sim_ir *ir, const sim_costs *c, util_err *e)
     else add_final_updates(ir);
     int rc = sim_lower(ir, c, e);
     if (!rc) {
+        sim_add_tied(ir, c);
         sim_add_allreduce(ir, c);
         sim_ir_finish(ir);
         rc = sim_validate(ir, e);

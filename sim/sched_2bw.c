@@ -1,10 +1,13 @@
 /* PipeDream-2BW (Narayanan et al., ICML 2021): 1F1B without flushes over
  * consecutive minibatches; each stage coalesces the gradients of m
  * microbatches and then updates, W(t+1) = W(t) - lr * grad f(W(t-1)):
- * microbatches already in flight keep the version they started with
- * (stashing), new ones use the new version, so with m >= p at most two
- * versions are alive. The optimizer steps and version numbers are added by
- * sim_add_async_updates; the iteration time is measured in steady state. */
+ * every microbatch of minibatch t runs on version t-1 (one update behind,
+ * whatever the stage), so each stage keeps two versions, the newest and
+ * the one its in-flight minibatch uses (double buffering); m >= p makes
+ * version t-1 ready before minibatch t's first forward. The optimizer
+ * steps and version numbers are added by sim_add_async_updates
+ * (sim_ir.version_delay); the iteration time is measured in steady
+ * state. */
 #include "sim/sim.h"
 
 

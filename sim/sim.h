@@ -104,6 +104,19 @@ void sim_engine_free(sim_engine *e);
  * with stuck tasks named in res->msg. */
 int sim_engine_run(sim_engine *e, sim_result *res);
 
+/* The engine's accounting of a finished run from task times alone, as
+ * sim_engine_run applies it to simulated times; an executor passes the
+ * times it measured, so the two documents compare quantity by quantity.
+ * Needs r->makespan_ns; fills r->window_t0/t1, window_iters, iteration_ns
+ * and, per device, dev[d]'s compute, recompute, optimizer, communication
+ * (in flight and exposed, by kind), bubble and bubble_fraction (memory
+ * fields are left alone). start/end: per task, ns; fstart: per send, when
+ * its data started to move (NULL: its start); tp_ns: per compute task,
+ * its tensor-parallel all-reduce time (NULL: none). */
+void sim_stats_times(const sim_ir *ir, const int64_t *start,
+                     const int64_t *end, const int64_t *fstart,
+                     const int64_t *tp_ns, sim_result *r, sim_dev_stats *dev);
+
 /* ===================================================================== *
  * Reports, traces, command                                              *
  * ===================================================================== */

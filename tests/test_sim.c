@@ -89,18 +89,24 @@ Test(sim_closed, twobw_two_versions_no_flush)
     cr_assert_eq(x.r.iteration_ns, (int64_t)m * 300, "%lld",
                  (long long)x.r.iteration_ns);
     for (int s = 0; s < p; s++) {
-        /* two versions wherever a microbatch is in flight across an
-         * update; the last stage runs each backward right after its
-         * forward, so its old version dies at once */
-        cr_assert_eq(x.r.max_versions[s], s < p - 1 ? 2 : 1,
+        /* double buffering: every stage keeps the version its minibatch
+         * runs on (one update behind) and the newest */
+        cr_assert_eq(x.r.max_versions[s], 2,
                      "stage %d: %d versions", s, x.r.max_versions[s]);
         cr_assert_eq(x.r.dev[s].bubble_ns, 0, "stage %d: bubble %lld", s,
                      (long long)x.r.dev[s].bubble_ns);
     }
-    /* one optimizer step per stage per minibatch, placed mid-stream */
+    /* one optimizer step per stage per minibatch, placed mid-stream;
+     * minibatch k runs on version k-1 on every stage (0 for the first) */
     int opts = 0;
-    for (int i = 0; i < x.ir->n_tasks; i++)
-        opts += x.ir->tasks[i].kind == SIM_OPT;
+    for (int i = 0; i < x.ir->n_tasks; i++) {
+        const sim_task *t = &x.ir->tasks[i];
+        opts += t->kind == SIM_OPT;
+        if (t->kind <= SIM_RECOMP)
+            cr_assert_eq(t->version, t->minibatch ? t->minibatch - 1 : 0,
+                         "task %d: version %d in minibatch %d", i, t->version,
+                         t->minibatch);
+    }
     cr_assert_eq(opts, p * K);
     done(&x);
 }
