@@ -59,7 +59,18 @@ static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
 int exec_ckpt_save(const char *path, exec_gpt *m, const exec_ckpt_meta *meta,
                    util_err *e)
 {
-    size_t P = exec_gpt_num_params(m);
+    exec_ckpt_meta mm = *meta;
+    mm.cfg = *exec_gpt_cfg(m);
+    return exec_ckpt_save_state(path, exec_gpt_params(m), exec_gpt_adam_m(m),
+                                exec_gpt_adam_v(m), &mm, e);
+}
+
+int exec_ckpt_save_state(const char *path, const float *params,
+                         const float *adam_m, const float *adam_v,
+                         const exec_ckpt_meta *meta, util_err *e)
+{
+    exec_tensor tt[EXEC_P_COUNT];
+    size_t P = exec_gpt_param_table(&meta->cfg, tt);
     size_t body = 3 * P * sizeof(float);
     size_t len = sizeof(ckpt_header) + body + sizeof(uint64_t);
     char *buf = util_malloc(len);
@@ -68,7 +79,7 @@ int exec_ckpt_save(const char *path, exec_gpt *m, const exec_ckpt_meta *meta,
     memcpy(h.magic, CKPT_MAGIC, 8);
     h.version = CKPT_VERSION;
     h.header_bytes = sizeof h;
-    cfg_pack(exec_gpt_cfg(m), h.cfg);
+    cfg_pack(&meta->cfg, h.cfg);
     h.B = meta->B;
     h.T = meta->T;
     h.seed = meta->seed;
@@ -76,9 +87,9 @@ int exec_ckpt_save(const char *path, exec_gpt *m, const exec_ckpt_meta *meta,
     h.n_params = P;
     memcpy(buf, &h, sizeof h);
     /* params, then m and v (gradients are not state between steps). */
-    memcpy(buf + sizeof h, exec_gpt_params(m), P * sizeof(float));
-    memcpy(buf + sizeof h + P * sizeof(float), exec_gpt_adam_m(m),
-           2 * P * sizeof(float));
+    memcpy(buf + sizeof h, params, P * sizeof(float));
+    memcpy(buf + sizeof h + P * sizeof(float), adam_m, P * sizeof(float));
+    memcpy(buf + sizeof h + 2 * P * sizeof(float), adam_v, P * sizeof(float));
     uint64_t sum = fnv1a(buf, sizeof h + body, FNV_INIT);
     memcpy(buf + sizeof h + body, &sum, sizeof sum);
     int rc = util_write_atomic(path, buf, len, e);
@@ -166,14 +177,23 @@ int exec_ckpt_peek(const char *path, exec_ckpt_meta *meta, util_err *e)
 int exec_ckpt_load(const char *path, exec_gpt *m, exec_ckpt_meta *meta,
                    util_err *e)
 {
+    return exec_ckpt_load_state(path, exec_gpt_cfg(m), exec_gpt_params(m),
+                                exec_gpt_adam_m(m), exec_gpt_adam_v(m), meta,
+                                e);
+}
+
+int exec_ckpt_load_state(const char *path, const exec_gpt_config *c,
+                         float *params, float *adam_m, float *adam_v,
+                         exec_ckpt_meta *meta, util_err *e)
+{
     char *buf;
     size_t len;
     ckpt_header h;
     if (ckpt_read(path, &buf, &len, &h, e)) return -1;
     meta_of(&h, meta);
-    const exec_gpt_config *c = exec_gpt_cfg(m);
-    if (memcmp(&meta->cfg, c, sizeof *c) ||
-        h.n_params != exec_gpt_num_params(m)) {
+    exec_tensor tt[EXEC_P_COUNT];
+    size_t P = exec_gpt_param_table(c, tt);
+    if (memcmp(&meta->cfg, c, sizeof *c) || h.n_params != P) {
         char a[200], b[200];
         cfg_str(&meta->cfg, a, sizeof a);
         cfg_str(c, b, sizeof b);
@@ -183,10 +203,12 @@ int exec_ckpt_load(const char *path, exec_gpt *m, exec_ckpt_meta *meta,
                          "asked for is %s",
                          path, a, b);
     }
-    size_t P = exec_gpt_num_params(m);
-    memcpy(exec_gpt_params(m), buf + sizeof h, P * sizeof(float));
-    memcpy(exec_gpt_adam_m(m), buf + sizeof h + P * sizeof(float),
-           2 * P * sizeof(float));
+    memcpy(params, buf + sizeof h, P * sizeof(float));
+    if (adam_m)
+        memcpy(adam_m, buf + sizeof h + P * sizeof(float), P * sizeof(float));
+    if (adam_v)
+        memcpy(adam_v, buf + sizeof h + 2 * P * sizeof(float),
+               P * sizeof(float));
     free(buf);
     return 0;
 }

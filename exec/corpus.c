@@ -89,19 +89,27 @@ static uint64_t mix64(uint64_t z)
 void exec_corpus_batch(const exec_corpus *c, int split, uint64_t seed,
                        uint64_t index, int B, int T, int *tokens, int *targets)
 {
+    exec_corpus_rows(c, split, seed, index, 0, B, T, tokens, targets);
+}
+
+void exec_corpus_rows(const exec_corpus *c, int split, uint64_t seed,
+                      uint64_t index, int b0, int nb, int T, int *tokens,
+                      int *targets)
+{
     size_t bs = c->block;
     size_t n_split_blocks = (split ? c->n_val : c->n_train) / bs;
     size_t span = bs - (size_t)T; /* window starts in a block: 0..bs-T-1 */
-    for (int b = 0; b < B; b++) {
+    for (int b = b0; b < b0 + nb; b++) {
         uint64_t h = mix64(seed ^ mix64((uint64_t)split * 0x100000001ull ^
                                         mix64(index * 1315423911ull + b)));
         /* The k-th block of this split: skip the other split's blocks. */
         size_t k = (size_t)(h % n_split_blocks);
         size_t blk = split ? 10 * k + 9 : k + k / 9;
         size_t start = blk * bs + (size_t)((h >> 32) % span);
+        size_t row = (size_t)(b - b0) * T;
         for (int t = 0; t < T; t++) {
-            tokens[b * T + t] = c->bytes[start + t];
-            targets[b * T + t] = c->bytes[start + t + 1];
+            tokens[row + t] = c->bytes[start + t];
+            targets[row + t] = c->bytes[start + t + 1];
         }
     }
 }

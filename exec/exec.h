@@ -53,6 +53,16 @@ typedef struct exec_gpt_mem {
 } exec_gpt_mem;
 exec_gpt_mem exec_gpt_mem_need(const exec_gpt_config *c, int B, int T);
 
+/* The parameter tensors of the arena, in order: token and position
+ * tables, per-layer tensors stacked over layers (ln1w holds L x C, qkvw
+ * L x 3C x C, ...), the final norm and, untied only, the LM head. */
+typedef enum {
+    EXEC_P_WTE, EXEC_P_WPE, EXEC_P_LN1W, EXEC_P_LN1B, EXEC_P_QKVW,
+    EXEC_P_QKVB, EXEC_P_ATTPROJW, EXEC_P_ATTPROJB, EXEC_P_LN2W, EXEC_P_LN2B,
+    EXEC_P_FCW, EXEC_P_FCB, EXEC_P_FCPROJW, EXEC_P_FCPROJB, EXEC_P_LNFW,
+    EXEC_P_LNFB, EXEC_P_LMW, EXEC_P_COUNT
+} exec_gpt_tensor_id;
+
 /* One parameter tensor of the arena. */
 typedef struct exec_tensor {
     char name[16];   /* "qkvw", "wte", ... */
@@ -79,6 +89,12 @@ float *exec_gpt_adam_m(exec_gpt *m);
 float *exec_gpt_adam_v(exec_gpt *m);
 /* Parameter tensors in arena order; *n gets the count. Lent. */
 const exec_tensor *exec_gpt_tensors(const exec_gpt *m, int *n);
+/* The same table for a config without building a model: fills
+ * t[EXEC_P_COUNT] and returns the parameter count P. */
+size_t exec_gpt_param_table(const exec_gpt_config *c, exec_tensor *t);
+/* The initial parameters exec_gpt_new gives for seed, into p (P floats),
+ * so a pipeline's stages start from the reference's weights. */
+void exec_gpt_init_params(const exec_gpt_config *c, uint64_t seed, float *p);
 /* Times every kernel call into t (NULL: stop). Not owned. */
 void exec_gpt_set_timing(exec_gpt *m, exec_timing *t);
 
@@ -149,6 +165,11 @@ void exec_corpus_free(exec_corpus *c);
 void exec_corpus_batch(const exec_corpus *c, int split, uint64_t seed,
                        uint64_t index, int B, int T, int *tokens,
                        int *targets);
+/* Rows b0 .. b0+nb-1 of that batch (row b does not depend on B), into
+ * tokens and targets of nb x T: a pipeline's microbatch. */
+void exec_corpus_rows(const exec_corpus *c, int split, uint64_t seed,
+                      uint64_t index, int b0, int nb, int T, int *tokens,
+                      int *targets);
 
 /* ------------------------------------------------------- checkpoint */
 
@@ -166,6 +187,17 @@ typedef struct exec_ckpt_meta {
 
 int exec_ckpt_save(const char *path, exec_gpt *m, const exec_ckpt_meta *meta,
                    util_err *e);
+/* The same file from plain arrays of P floats in arena order (params,
+ * AdamW m, AdamW v), P = exec_gpt_param_table(&meta->cfg, ...). */
+int exec_ckpt_save_state(const char *path, const float *params,
+                         const float *adam_m, const float *adam_v,
+                         const exec_ckpt_meta *meta, util_err *e);
+/* Loads a checkpoint of config c into arrays of P floats; adam_m/adam_v
+ * may be NULL (weights only, to start a fine-tuning). Another model's
+ * checkpoint is an error naming both, code 2. */
+int exec_ckpt_load_state(const char *path, const exec_gpt_config *c,
+                         float *params, float *adam_m, float *adam_v,
+                         exec_ckpt_meta *meta, util_err *e);
 /* Reads only the header (to size a model before loading). A file that is
  * not a checkpoint, of another version, truncated or corrupt: code 2. */
 int exec_ckpt_peek(const char *path, exec_ckpt_meta *meta, util_err *e);

@@ -51,11 +51,11 @@ static act_layout act_sizes(const exec_gpt_config *c, int B, int T)
     return a;
 }
 
-/* Parameter tensors, in arena order. */
+/* Parameter tensors, in arena order (exec_gpt_tensor_id). */
 enum {
-    P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
-    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB,
-    P_LMW, P_COUNT
+    P_WTE = EXEC_P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW,
+    P_ATTPROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW,
+    P_LNFB, P_LMW, P_COUNT = EXEC_P_COUNT
 };
 
 static void param_table(const exec_gpt_config *c, exec_tensor *t)
@@ -89,6 +89,12 @@ static void param_table(const exec_gpt_config *c, exec_tensor *t)
 static size_t param_count(const exec_gpt_config *c)
 {
     exec_tensor t[P_COUNT];
+    param_table(c, t);
+    return t[P_COUNT - 1].off + t[P_COUNT - 1].n;
+}
+
+size_t exec_gpt_param_table(const exec_gpt_config *c, exec_tensor *t)
+{
     param_table(c, t);
     return t[P_COUNT - 1].off + t[P_COUNT - 1].n;
 }
@@ -205,11 +211,18 @@ exec_gpt *exec_gpt_new(const exec_gpt_config *c, int B, int T, uint64_t seed)
     m->dacts = util_calloc(m->al.total, sizeof(float));
     m->tokens = util_calloc((size_t)B * T, sizeof(int));
     m->targets = util_calloc((size_t)B * T, sizeof(int));
+    exec_gpt_init_params(c, seed, m->arena);
+    return m;
+}
+
+void exec_gpt_init_params(const exec_gpt_config *c, uint64_t seed, float *p)
+{
+    exec_tensor tens[P_COUNT];
+    param_table(c, tens);
     uint64_t s = seed;
-    float *p = m->arena;
     float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->layers);
     for (int i = 0; i < P_COUNT; i++) {
-        exec_tensor *t = &m->tens[i];
+        exec_tensor *t = &tens[i];
         if (!t->n) continue;
         if (i == P_LN1W || i == P_LN2W || i == P_LNFW)
             for (size_t j = 0; j < t->n; j++) p[t->off + j] = 1.0f;
@@ -217,9 +230,9 @@ exec_gpt *exec_gpt_new(const exec_gpt_config *c, int B, int T, uint64_t seed)
             fill_normal(p + t->off, t->n,
                         i == P_ATTPROJW || i == P_FCPROJW ? proj_std : std,
                         &s);
-        /* biases stay 0 */
+        else
+            memset(p + t->off, 0, t->n * sizeof *p); /* biases */
     }
-    return m;
 }
 
 void exec_gpt_free(exec_gpt *m)
