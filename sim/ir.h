@@ -333,8 +333,11 @@ int sim_gen_mixed(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
 int sim_gen_wave(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                  util_err *e);
 /* Megatron-LM's interleaved 1F1B (PyTorch's rounds when m is not a
- * multiple of p); ZB-H1; ZB-V and Chimera (list-scheduled). */
-int sim_gen_interleaved(sim_ir *ir, const sim_sched_opts *o, util_err *e);
+ * multiple of p; with m = p, the better of Megatron's and PyTorch's
+ * warm-up, simulated); ZB-H1; ZB-V (the best of PyTorch's order and list
+ * scheduling, simulated); Chimera (list-scheduled). */
+int sim_gen_interleaved(sim_ir *ir, const sim_sched_opts *o,
+                        const sim_costs *c, util_err *e);
 int sim_gen_zbh1(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                  util_err *e);
 int sim_gen_zbv(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
@@ -386,6 +389,17 @@ void sim_schedule_emit(const sim_ir *ir, FILE *f);
 typedef enum { SIM_POL_FFIRST, SIM_POL_BFIRST } sim_policy;
 int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                      sim_policy pol, const int *inflight_cap, util_err *e);
+/* Several orders for one schedule, the best kept: gen appends candidate k
+ * (0..n-1) to an empty IR for o and returns 0, or -1 when k has no order
+ * for these options. Each is lowered and run in the engine, and the one
+ * that fits in memory, then runs fastest, then holds the least memory
+ * (highest device peak, then the sum) wins; ties go to the lower k. Its
+ * compute order is appended to ir. With n = 1 nothing is simulated.
+ * Errors: the first candidate's when none has an order. */
+typedef int (*sim_order_gen)(sim_ir *ir, const sim_sched_opts *o,
+                             const sim_costs *c, int k, util_err *e);
+int sim_order_best(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                   int n, sim_order_gen gen, util_err *e);
 /* Async schedules: inserts an optimizer step per stage after its m-th
  * backward of each minibatch and numbers the weight versions. Operates on
  * the compute order of ir (before lowering). */
