@@ -365,12 +365,15 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c);
 /* Reads the text of torch.distributed.pipelining's schedule CSV (one rank
  * per line, actions such as 0F0, 1I3, 1W3, 2B1: stage, F / I (input
  * backward) / W (weight backward) / B (full backward), microbatch; empty
- * fields are idle slots; communication actions (SEND_F, RECV_B, ...) and
- * UNSHARD/RESHARD are derived here and skipped) into the compute order of
- * an IR for o (stages n_stages, pp ranks, n_mb microbatches; stage s runs
- * where map says). Errors name the line, rank and action: a stage on the
- * wrong rank, out-of-range numbers, duplicates, a missing microbatch, B
- * before its F, W without I, a rank that waits forever. Exit code 2. */
+ * fields are idle slots; overlapped pairs (0F7;7B3)OVERLAP_F_B run one
+ * after the other; the runtime's communication, FSDP and gradient-
+ * reduction actions (SEND_F, RECV_B, WAIT_SEND_F, UNSHARD, REDUCE_GRAD,
+ * ...) are checked against the transfers the lowering derives and
+ * skipped) into the compute order of an IR for o (stages n_stages, pp
+ * ranks, n_mb microbatches; stage s runs where map says). Errors name the
+ * line, rank and action: a stage on the wrong rank, out-of-range numbers,
+ * duplicates, a missing microbatch, B before its F, W without I, a
+ * transfer no stage makes, a rank that waits forever. Exit code 2. */
 sim_ir *sim_schedule_file(const char *path, const sim_sched_opts *o,
                           const sim_costs *c, util_err *e);
 /* Writes the compute order of replica 0 of an IR in that form. */

@@ -359,6 +359,49 @@ Test(sim_sched, interleaved_m_equals_p)
         }
 }
 
+/* The compute order a schedule CSV for a V of 2 devices (4 uniform
+ * stages, 2 microbatches) reads as. */
+static char *v_order(const char *text)
+{
+    char *dir = test_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/s.csv", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    srun x = sgo_order(SIM_SCHED_ZBV, 2, 4, 2, 100, 100, 100, NULL, path);
+    char *out = emitted(x.ir);
+    sdone(&x);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+    return out;
+}
+
+Test(sim_sched, every_pytorch_action)
+{
+    /* the runtime's form (every communication, FSDP and reduction action
+     * PyTorch writes, an overlapped pair, a quoted field, spaces, CRLF)
+     * reads as the compute order it lowers */
+    char *plain = v_order("0F0,0F1,3F0,3I0,3W0,3F1,3B1,0B0,0I1,0W1\n"
+                          "1F0,2F0,2B0,1F1,2F1,2I1,1B0,2W1,1I1,1W1\n");
+    char *rt = v_order(
+        "0UNSHARD,3UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,3RECV_F0,3F0,3I0,"
+        "3SEND_B0,3W0,3RECV_F1,3F1,\" 3B1 \",3SEND_B1,3REDUCE_GRAD,"
+        "3WAIT_REDUCE_GRAD,3RESHARD,0RECV_B0,0B0,0WAIT_SEND_F0,0RECV_B1,0I1,"
+        "0WAIT_SEND_F1,0W1,0REDUCE_GRAD,0WAIT_REDUCE_GRAD,0RESHARD,"
+        "3WAIT_SEND_B0,3WAIT_SEND_B1\r\n"
+        "1UNSHARD,2UNSHARD,1RECV_F0,1F0,2F0,2SEND_F0,2RECV_B0,"
+        "2B0,2WAIT_SEND_F0,1RECV_F1,( 1F1 ; 2F1 )OVERLAP_F_B,2SEND_F1,"
+        "2RECV_B1,2I1,1B0,1SEND_B0,2W1,2REDUCE_GRAD,"
+        "2WAIT_REDUCE_GRAD,2RESHARD,1I1,1SEND_B1,1W1,1REDUCE_GRAD,"
+        "1WAIT_REDUCE_GRAD,1RESHARD,1WAIT_SEND_B0,1WAIT_SEND_B1,"
+        "2WAIT_SEND_F1\r\n");
+    cr_expect_str_eq(rt, plain);
+    free(plain);
+    free(rt);
+}
+
 Test(sim_sched, chimera_bubble)
 {
     /* (p-2)/(2m+p-2) of the iteration for even p: (p-2)(F+B)/2 idle per
@@ -545,6 +588,69 @@ Test(sim_sched_cli, emit_and_read_back_identical)
     }
     rmdir(dir);
     free(dir);
+}
+
+Test(sim_sched_cli, pytorch_runtime_dumps)
+{
+    /* every file PyTorch's runtime dumps (communication, FSDP and
+     * gradient-reduction actions, overlapped pairs) runs unchanged and
+     * simulates as its compute order does; sluice's interleaved and
+     * DualPipeV generators emit PyTorch's compute orders */
+    DIR *d = opendir("tests/data/pytorch");
+    cr_assert_not_null(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        char name[256];
+        int p, m;
+        size_t len = strlen(de->d_name);
+        if (len < 11 || len >= sizeof name ||
+            strcmp(de->d_name + len - 10, ".comms.csv"))
+            continue;
+        snprintf(name, sizeof name, "%s", de->d_name);
+        char *dash = strstr(name, "-p");
+        cr_assert_not_null(dash, "%s", name);
+        *dash = 0;
+        cr_assert_eq(sscanf(dash + 1, "p%d-m%d", &p, &m), 2, "%s",
+                     de->d_name);
+        const char *sched = !strcmp(name, "bfs") ? "gpipe"
+                          : !strcmp(name, "zbv") ? "zb-v"
+                          : !strcmp(name, "dualpipev") ? "dualpipev"
+                          : "interleaved --chunks 2";
+        char args[512], file[512], base[512];
+        snprintf(args, sizeof args, "--hw rtx2080ti x8 --model gpt-mini "
+                 "--pp %d --mbs 1 --microbatches %d --schedule %s", p, m,
+                 sched);
+        snprintf(file, sizeof file, "%s --schedule-file tests/data/pytorch/"
+                 "%s", args, de->d_name);
+        json_t *a = sim_json(file);
+        /* the compute order beside it, or the same schedule lowered
+         * without the deferring options */
+        snprintf(base, sizeof base, "tests/data/pytorch/%.*s.csv",
+                 (int)(len - 10), de->d_name);
+        char *defer = strstr(base, "-defer");
+        if (defer) strcpy(defer, ".comms.csv");
+        if (!access(base, R_OK)) {
+            snprintf(file, sizeof file, "%s --schedule-file %s", args, base);
+            json_t *b = sim_json(file);
+            cr_expect(json_equal(a, b), "%s and %s simulate differently",
+                      de->d_name, base);
+            json_decref(b);
+        }
+        char *want = pytorch_order(base);
+        if (want && (!strcmp(name, "interleaved") ||
+                     !strcmp(name, "dualpipev"))) {
+            cli_result r = cli_run("sim %s --emit-schedule", args);
+            cr_assert_eq(r.code, 0, "%s: %s", args, r.err);
+            cr_expect_str_eq(r.out, want, "sluice's order for %s", base);
+            cli_result_free(&r);
+        }
+        free(want);
+        json_decref(a);
+        n++;
+    }
+    closedir(d);
+    cr_assert_geq(n, 30);
 }
 
 Test(sim_sched_cli, bad_schedule_files)
