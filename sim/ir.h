@@ -343,8 +343,11 @@ int sim_gen_mixed(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
 int sim_gen_wave(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                  util_err *e);
 /* Megatron-LM's interleaved 1F1B (PyTorch's rounds when m is not a
- * multiple of p); ZB-H1; ZB-V and Chimera (list-scheduled). */
-int sim_gen_interleaved(sim_ir *ir, const sim_sched_opts *o, util_err *e);
+ * multiple of p; with m = p, the better of Megatron's and PyTorch's
+ * warm-up, simulated); ZB-H1; ZB-V (the best of PyTorch's order and list
+ * scheduling, simulated); Chimera (list-scheduled). */
+int sim_gen_interleaved(sim_ir *ir, const sim_sched_opts *o,
+                        const sim_costs *c, util_err *e);
 int sim_gen_zbh1(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                  util_err *e);
 int sim_gen_zbv(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
@@ -386,12 +389,15 @@ void sim_add_tied(sim_ir *ir, const sim_costs *c);
 /* Reads the text of torch.distributed.pipelining's schedule CSV (one rank
  * per line, actions such as 0F0, 1I3, 1W3, 2B1: stage, F / I (input
  * backward) / W (weight backward) / B (full backward), microbatch; empty
- * fields are idle slots; communication actions (SEND_F, RECV_B, ...) and
- * UNSHARD/RESHARD are derived here and skipped) into the compute order of
- * an IR for o (stages n_stages, pp ranks, n_mb microbatches; stage s runs
- * where map says). Errors name the line, rank and action: a stage on the
- * wrong rank, out-of-range numbers, duplicates, a missing microbatch, B
- * before its F, W without I, a rank that waits forever. Exit code 2. */
+ * fields are idle slots; overlapped pairs (0F7;7B3)OVERLAP_F_B run one
+ * after the other; the runtime's communication, FSDP and gradient-
+ * reduction actions (SEND_F, RECV_B, WAIT_SEND_F, UNSHARD, REDUCE_GRAD,
+ * ...) are checked against the transfers the lowering derives and
+ * skipped) into the compute order of an IR for o (stages n_stages, pp
+ * ranks, n_mb microbatches; stage s runs where map says). Errors name the
+ * line, rank and action: a stage on the wrong rank, out-of-range numbers,
+ * duplicates, a missing microbatch, B before its F, W without I, a
+ * transfer no stage makes, a rank that waits forever. Exit code 2. */
 sim_ir *sim_schedule_file(const char *path, const sim_sched_opts *o,
                           const sim_costs *c, util_err *e);
 /* Writes the compute order of replica 0 of an IR in that form. */
@@ -410,6 +416,17 @@ void sim_schedule_emit(const sim_ir *ir, FILE *f);
 typedef enum { SIM_POL_FFIRST, SIM_POL_BFIRST } sim_policy;
 int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                      sim_policy pol, const int *inflight_cap, util_err *e);
+/* Several orders for one schedule, the best kept: gen appends candidate k
+ * (0..n-1) to an empty IR for o and returns 0, or -1 when k has no order
+ * for these options. Each is lowered and run in the engine, and the one
+ * that fits in memory, then runs fastest, then holds the least memory
+ * (highest device peak, then the sum) wins; ties go to the lower k. Its
+ * compute order is appended to ir. With n = 1 nothing is simulated.
+ * Errors: the first candidate's when none has an order. */
+typedef int (*sim_order_gen)(sim_ir *ir, const sim_sched_opts *o,
+                             const sim_costs *c, int k, util_err *e);
+int sim_order_best(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                   int n, sim_order_gen gen, util_err *e);
 /* Async schedules: inserts an optimizer step per stage after its m-th
  * backward of each minibatch and numbers the weight versions (version v:
  * the weights after v steps of the stage; see sim_ir.version_delay).

@@ -241,3 +241,93 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
     free(nw); free(free_at); free(np); free(nc); free(prod); free(cons);
     return rc;
 }
+
+/* Sums a run up as best-of compares it: fits in memory, then time, then
+ * the highest peak (the device that decides what fits), then the sum. */
+typedef struct order_score {
+    int oom;
+    int64_t ns;
+    double peak, total;
+} order_score;
+
+static int score_better(const order_score *a, const order_score *b)
+{
+    if (a->oom != b->oom) return a->oom < b->oom;
+    if (a->ns != b->ns) return a->ns < b->ns;
+    if (a->peak != b->peak) return a->peak < b->peak;
+    return a->total < b->total;
+}
+
+/* Whether two compute orders are the same task for task (fields, not
+ * bytes: padding may differ). */
+static int same_order(const sim_task *a, const sim_task *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (a[i].kind != b[i].kind || a[i].stage != b[i].stage ||
+            a[i].mb != b[i].mb || a[i].minibatch != b[i].minibatch ||
+            a[i].version != b[i].version)
+            return 0;
+    return 1;
+}
+
+int sim_order_best(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                   int n, sim_order_gen gen, util_err *e)
+{
+    sim_task *best = NULL, *cand = NULL;
+    int n_best = 0, found = 0, rc = -1;
+    order_score sb = {0};
+    util_err first = {0}, ce;
+    for (int k = 0; k < n; k++) {
+        sim_ir *t = sim_schedule_new(o, c, &ce);
+        if (!t) { *e = ce; break; }
+        int ok = !gen(t, o, c, k, &ce);
+        int nt = t->n_tasks;
+        if (ok) {
+            /* the compute order is the generator's tasks in id order */
+            cand = util_realloc(cand, sizeof *cand * (size_t)(nt ? nt : 1));
+            memcpy(cand, t->tasks, sizeof *cand * (size_t)nt);
+        }
+        /* a candidate equal to the best so far needs no second run */
+        if (ok && found && nt == n_best && same_order(cand, best, nt)) {
+            sim_ir_free(t);
+            continue;
+        }
+        order_score sc = {0};
+        if (ok && n > 1) ok = !sim_schedule_finish(t, c, &ce);
+        if (ok && n > 1) {
+            sim_engine *en = sim_engine_new(t, c, NULL);
+            sim_result r;
+            ok = !sim_engine_run(en, &r);
+            if (!ok) util_errf(&ce, UTIL_EXIT_FAIL, "%s", r.msg);
+            sc.oom = r.oom;
+            sc.ns = r.iteration_ns;
+            for (int d = 0; ok && d < r.n_devices; d++) {
+                if (r.dev[d].peak_bytes > sc.peak) sc.peak = r.dev[d].peak_bytes;
+                sc.total += r.dev[d].peak_bytes;
+            }
+            sim_engine_free(en);
+        }
+        sim_ir_free(t);
+        if (!ok) {
+            if (!first.msg[0]) first = ce;
+            continue;
+        }
+        if (!found || score_better(&sc, &sb)) {
+            sim_task *sw = best;
+            best = cand;
+            cand = sw;
+            n_best = nt;
+            sb = sc;
+            found = 1;
+        }
+    }
+    if (found) {
+        for (int i = 0; i < n_best; i++) sim_ir_add(ir, &best[i]);
+        rc = 0;
+    } else if (first.msg[0]) {
+        *e = first;
+    }
+    free(best);
+    free(cand);
+    return rc;
+}

@@ -227,7 +227,7 @@ sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
         rc = sim_gen_mixed(ir, o, c, e);
         break;
     case SIM_SCHED_WAVE: rc = sim_gen_wave(ir, o, c, e); break;
-    case SIM_SCHED_INTERLEAVED: rc = sim_gen_interleaved(ir, o, e); break;
+    case SIM_SCHED_INTERLEAVED: rc = sim_gen_interleaved(ir, o, c, e); break;
     case SIM_SCHED_ZBH1: rc = sim_gen_zbh1(ir, o, c, e); break;
     case SIM_SCHED_ZBV: rc = sim_gen_zbv(ir, o, c, e); break;
     case SIM_SCHED_CHIMERA: rc = sim_gen_chimera(ir, o, c, e); break;

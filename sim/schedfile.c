@@ -1,52 +1,217 @@
 /* Schedules from outside, in the text form of PyTorch's pipelining CSV
  * (torch.distributed.pipelining.schedules: _dump_csv writes one rank per
  * line, its actions comma-separated as _Action's repr, "0F0", "1I3",
- * "1W3", "2B1"; an idle slot (None) is an empty field). Read into the
- * compute order of data-parallel rank 0 and checked action by action, so
- * every error names the rank and the action: placement, ranges,
- * duplicates, missing work, order within a rank, and a dry run across
- * ranks that finds the rank waiting forever. Communication actions and
- * UNSHARD/RESHARD are derived by the lowering, so they are skipped. */
+ * "1W3", "2B1"; an idle slot (None) is an empty field). Both of its forms
+ * are read: the compute order, and the runtime's lowered order with every
+ * communication action and overlapped pairs. Read into the compute order
+ * of data-parallel rank 0 and checked action by action, so every error
+ * names the rank and the action: placement, ranges, duplicates, missing
+ * work, order within a rank, and a dry run across ranks that finds the
+ * rank waiting forever. Communication actions are checked against the
+ * transfers the lowering derives, then skipped (why: beside their names
+ * below). */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sim/sim.h"
 
-enum { A_F, A_I, A_W, A_B, A_N };
-static const char act_ch[A_N] = {'F', 'I', 'W', 'B'};
+/* The actions PyTorch writes (its _ComputationType), compute first. */
+enum {
+    A_F, A_I, A_W, A_B, A_N,
+    A_SEND_F = A_N, A_RECV_F, A_SEND_B, A_RECV_B, A_WAIT_SEND_F,
+    A_WAIT_SEND_B, A_UNSHARD, A_RESHARD, A_REDUCE_GRAD, A_WAIT_REDUCE_GRAD,
+    A_KINDS
+};
+
+/* Names as _Action writes them; compute actions need a microbatch, the
+ * others carry one where PyTorch writes it. Why each of the others is
+ * skipped:
+ * - SEND_F, RECV_F, SEND_B, RECV_B: the lowering sends a stage's output
+ *   when its F ends (its input gradient when its B or I ends), and
+ *   receives are pre-posted, so where PyTorch puts them in a rank's list
+ *   changes no time here (checked: the transfer exists);
+ * - WAIT_SEND_F, WAIT_SEND_B: wait for a send whose receive is posted
+ *   (PyTorch puts them after the backward that proves the peer has it);
+ *   a send never holds the compute stream here;
+ * - UNSHARD, RESHARD: FSDP gathers and frees a stage's sharded weights;
+ *   weights are resident in this model;
+ * - REDUCE_GRAD, WAIT_REDUCE_GRAD: the data-parallel all-reduce (--dp)
+ *   starts after the stage's last backward, where PyTorch puts
+ *   REDUCE_GRAD (checked), and the optimizer step waits for it. */
+static const struct akind {
+    const char *name;
+    int mb;             /* 1: a microbatch follows; 0: optional */
+} kinds[A_KINDS] = {
+    {"F", 1}, {"I", 1}, {"W", 1}, {"B", 1}, {"SEND_F", 1}, {"RECV_F", 1},
+    {"SEND_B", 1}, {"RECV_B", 1}, {"WAIT_SEND_F", 1}, {"WAIT_SEND_B", 1},
+    {"UNSHARD", 0}, {"RESHARD", 0}, {"REDUCE_GRAD", 0},
+    {"WAIT_REDUCE_GRAD", 0},
+};
 
 typedef struct act {
-    int stage, kind, mb, line, field;
+    int stage, kind, mb, line, field;   /* mb -1: none */
 } act;
 
 static void act_str(const act *a, char *b, size_t n)
 {
-    snprintf(b, n, "%d%c%d", a->stage, act_ch[a->kind], a->mb);
+    if (a->mb < 0) snprintf(b, n, "%d%s", a->stage, kinds[a->kind].name);
+    else snprintf(b, n, "%d%s%d", a->stage, kinds[a->kind].name, a->mb);
 }
 
-/* Parses one field; 1: a compute action, 0: skipped, -1: bad. */
-static int parse_field(const char *s, act *a)
+/* Parses one action, STAGE NAME [MICROBATCH], at *p and moves past it;
+ * 0 or -1. */
+static int parse_one(const char **p, act *a)
 {
+    const char *s = *p;
     while (isspace((unsigned char)*s)) s++;
-    if (!*s) return 0;
     if (!isdigit((unsigned char)*s)) return -1;
     long st = strtol(s, (char **)&s, 10);
-    static const char *const comm[] = {"UNSHARD", "RESHARD", "SEND_F",
-                                       "RECV_F", "SEND_B", "RECV_B", NULL};
-    for (int k = 0; comm[k]; k++)
-        if (!strncmp(s, comm[k], strlen(comm[k]))) return 0;
-    const char *c = strchr("FIWB", *s);
-    if (!*s || !c) return -1;
-    s++;
-    if (!isdigit((unsigned char)*s)) return -1;
-    long mb = strtol(s, (char **)&s, 10);
+    size_t len = 0;
+    while (isupper((unsigned char)s[len]) || s[len] == '_') len++;
+    int k = A_KINDS;
+    for (int i = 0; i < A_KINDS; i++)
+        if (strlen(kinds[i].name) == len && !strncmp(s, kinds[i].name, len))
+            k = i;
+    if (k == A_KINDS) return -1;
+    s += len;
+    long mb = -1;
+    if (isdigit((unsigned char)*s)) mb = strtol(s, (char **)&s, 10);
+    else if (kinds[k].mb) return -1;
     while (isspace((unsigned char)*s)) s++;
-    if (*s || st > 1 << 20 || mb > 1 << 24) return -1;
+    if (st > 1 << 20 || mb > 1 << 24) return -1;
     a->stage = (int)st;
-    a->kind = (int)(c - "FIWB");
+    a->kind = k;
     a->mb = (int)mb;
-    return 1;
+    *p = s;
+    return 0;
+}
+
+enum { MAX_PAIR = 8 };
+
+/* Parses one field into out[] (an overlapped pair gives each of its
+ * actions, in order); returns how many, 0 for an idle slot, -1 when it
+ * is not an action (*why says what was expected). */
+static int parse_field(const char *s, act *out, const char **why)
+{
+    *why = "expected STAGE F|I|W|B MICROBATCH, e.g. 0F0, a communication "
+           "action (0SEND_F0, 1RECV_B2, 0WAIT_SEND_F0, 0UNSHARD, "
+           "0REDUCE_GRAD, ...) or an overlapped pair (0F7;7B3)OVERLAP_F_B";
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) n--;
+    if (n >= 2 && s[0] == '"' && s[n - 1] == '"') { s++; n -= 2; }
+    if (!n) return 0;
+    char buf[256];
+    if (n >= sizeof buf) return -1;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    const char *p = buf;
+    if (*p != '(') {
+        if (parse_one(&p, &out[0]) || *p) return -1;
+        return 1;
+    }
+    /* (A;B;...)OVERLAP_F_B: actions PyTorch's runtime runs together (to
+     * hide communication); here one after the other, in order */
+    char *close = strchr(buf, ')');
+    if (!close || strcmp(close + 1, "OVERLAP_F_B")) return -1;
+    *close = 0;
+    int k = 0;
+    for (p = buf + 1;;) {
+        if (k == MAX_PAIR) {
+            *why = "an overlapped group holds at most 8 actions";
+            return -1;
+        }
+        if (parse_one(&p, &out[k])) return -1;
+        if (out[k++].kind >= A_N) {
+            *why = "an OVERLAP_F_B group holds compute actions only (F, I, "
+                   "W, B)";
+            return -1;
+        }
+        if (!*p) break;
+        if (*p++ != ';') return -1;
+    }
+    return k;
+}
+
+/* Whether stage s has a transfer of this kind to or from another rank:
+ * outputs read by a later stage (SEND_F, RECV_B), inputs from an earlier
+ * one (RECV_F, SEND_B). */
+static int has_transfer(const sim_ir *ir, const sim_costs *c, int S, int s,
+                        int kind)
+{
+    int out = kind == A_SEND_F || kind == A_RECV_B;
+    for (int t = 0; t < S; t++) {
+        double by = out ? c->xfer_bytes[(size_t)s * c->n_stages + t]
+                        : c->xfer_bytes[(size_t)t * c->n_stages + s];
+        if (t != s && by > 0 && ir->stage_device[t] != ir->stage_device[s])
+            return 1;
+    }
+    return 0;
+}
+
+/* What the reader knows while it checks actions. */
+typedef struct rd {
+    const char *path;
+    const sim_ir *ir;
+    const sim_costs *c;
+    const char *sched;
+    int S, M;
+    int *seen;      /* [stage][mb][compute kind]: times read */
+    int *nback;     /* per stage: microbatches whose last backward was read */
+} rd;
+
+/* Checks an action read on a rank; 0, or -1 with e filled. */
+static int check_act(rd *x, const act *a, int rank, util_err *e)
+{
+    char b[64];
+    act_str(a, b, sizeof b);
+    if (a->stage >= x->S || a->mb >= x->M)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s:%d: rank %d, action '%s': "
+                         "stage must be below %d and microbatch below %d",
+                         x->path, a->line, rank, b, x->S, x->M);
+    if (x->ir->stage_device[a->stage] != rank)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s:%d: rank %d, action '%s': "
+                         "stage %d runs on rank %d with schedule %s's "
+                         "mapping", x->path, a->line, rank, b, a->stage,
+                         x->ir->stage_device[a->stage], x->sched);
+    const char *bad = NULL;
+    if (a->kind >= A_N) {
+        static const char *const none[] = {
+            [A_SEND_F - A_N] = "sends its outputs to",
+            [A_RECV_F - A_N] = "receives its inputs from",
+            [A_SEND_B - A_N] = "sends input gradients to",
+            [A_RECV_B - A_N] = "receives output gradients from"};
+        if (a->kind <= A_RECV_B &&
+            !has_transfer(x->ir, x->c, x->S, a->stage, a->kind))
+            return util_errf(e, UTIL_EXIT_USAGE, "%s:%d: rank %d, action "
+                             "'%s' matches no transfer: stage %d %s no "
+                             "stage on another rank", x->path, a->line, rank,
+                             b, a->stage, none[a->kind - A_N]);
+        if (a->kind == A_REDUCE_GRAD && x->nback[a->stage] < x->M)
+            return util_errf(e, UTIL_EXIT_USAGE, "%s:%d: rank %d, action "
+                             "'%s' comes before stage %d's last backward "
+                             "(the all-reduce starts after it)", x->path,
+                             a->line, rank, b, a->stage);
+        return 0;
+    }
+    int *sn = &x->seen[((size_t)a->stage * x->M + a->mb) * A_N];
+    if (sn[a->kind]++)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s:%d: rank %d, action '%s' "
+                         "appears twice", x->path, a->line, rank, b);
+    if (a->kind != A_F && !sn[A_F])
+        bad = "comes before the microbatch's F";
+    else if (a->kind == A_W && !sn[A_I])
+        bad = "comes before its I (W needs the input gradient first)";
+    else if ((a->kind == A_I || a->kind == A_W) && sn[A_B])
+        bad = "but the microbatch already has a full backward B";
+    else if (a->kind == A_B && sn[A_I])
+        bad = "but the microbatch's backward is split into I and W";
+    if (bad)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s:%d: rank %d, action '%s' %s",
+                         x->path, a->line, rank, b, bad);
+    if (a->kind == A_B || a->kind == A_W) x->nback[a->stage]++;
+    return 0;
 }
 
 sim_ir *sim_schedule_file(const char *path, const sim_sched_opts *o,
@@ -74,6 +239,8 @@ sim_ir *sim_schedule_file(const char *path, const sim_sched_opts *o,
     act *acts = util_malloc(sizeof(act) * (size_t)capa);
     int *rank_off = util_calloc((size_t)P + 2, sizeof(int));
     int *seen = util_calloc((size_t)S * M * A_N, sizeof(int));
+    int *nback = util_calloc((size_t)S, sizeof(int));
+    rd x = {path, ir, c, sim_sched_name(o->sched), S, M, seen, nback};
     int rc = 0, rank = 0, line = 1;
     char b[64];
     char *p = text;
@@ -95,55 +262,22 @@ sim_ir *sim_schedule_file(const char *path, const sim_sched_opts *o,
         for (char *q = p; !rc && rank < P;) {
             char *comma = strchr(q, ',');
             if (comma) *comma = 0;
-            act a = {0};
-            a.line = line;
-            a.field = ++field;
-            int k = parse_field(q, &a);
-            if (k < 0) {
+            act pair[MAX_PAIR];
+            const char *why;
+            int k = parse_field(q, pair, &why);
+            field++;
+            if (k < 0)
                 rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: rank %d, action %d "
-                               "'%s': expected STAGE F|I|W|B MICROBATCH, e.g. "
-                               "0F0", path, line, rank, field, q);
-            } else if (k > 0) {
-                act_str(&a, b, sizeof b);
-                if (a.stage >= S || a.mb >= M)
-                    rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: rank %d, action "
-                                   "'%s': stage must be below %d and "
-                                   "microbatch below %d", path, line, rank, b,
-                                   S, M);
-                else if (ir->stage_device[a.stage] != rank)
-                    rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: rank %d, action "
-                                   "'%s': stage %d runs on rank %d with "
-                                   "schedule %s's mapping", path, line, rank,
-                                   b, a.stage, ir->stage_device[a.stage],
-                                   sim_sched_name(o->sched));
-                else if (seen[((size_t)a.stage * M + a.mb) * A_N + a.kind]++)
-                    rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: rank %d, action "
-                                   "'%s' appears twice", path, line, rank, b);
-                else {
-                    int *sn = &seen[((size_t)a.stage * M + a.mb) * A_N];
-                    const char *bad = NULL;
-                    if (a.kind != A_F && !sn[A_F])
-                        bad = "comes before the microbatch's F";
-                    else if (a.kind == A_W && !sn[A_I])
-                        bad = "comes before its I (W needs the input "
-                              "gradient first)";
-                    else if ((a.kind == A_I || a.kind == A_W) && sn[A_B])
-                        bad = "but the microbatch already has a full "
-                              "backward B";
-                    else if (a.kind == A_B && sn[A_I])
-                        bad = "but the microbatch's backward is split into "
-                              "I and W";
-                    if (bad)
-                        rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: rank %d, "
-                                       "action '%s' %s", path, line, rank, b,
-                                       bad);
-                }
-                if (!rc) {
-                    if (n == capa)
-                        acts = util_realloc(acts, sizeof(act) *
-                                            (size_t)(capa *= 2));
-                    acts[n++] = a;
-                }
+                               "'%s': %s", path, line, rank, field, q, why);
+            for (int i = 0; i < k && !rc; i++) {
+                pair[i].line = line;
+                pair[i].field = field;
+                rc = check_act(&x, &pair[i], rank, e);
+                if (rc || pair[i].kind >= A_N) continue;
+                if (n == capa)
+                    acts = util_realloc(acts, sizeof(act) *
+                                        (size_t)(capa *= 2));
+                acts[n++] = pair[i];
             }
             if (!comma) break;
             q = comma + 1;
@@ -223,6 +357,7 @@ sim_ir *sim_schedule_file(const char *path, const sim_sched_opts *o,
     free(acts);
     free(rank_off);
     free(seen);
+    free(nback);
     free(text);
     if (!rc) rc = sim_schedule_finish(ir, c, e);
     if (rc) {

@@ -1,8 +1,10 @@
 /* sim: the newer schedules (interleaved, zero bubble, Chimera) against
- * their closed forms on uniform stages with free communication, data-
- * parallel all-reduce time on a ring of equal links, steady-state windows
- * of schedules without flush, and PyTorch schedule CSVs (emit, read back,
- * bad files). */
+ * their closed forms on uniform stages with free communication and
+ * against the orders PyTorch's schedule classes build (tests/data/pytorch,
+ * written by its gen.py), data-parallel all-reduce time on a ring of
+ * equal links, steady-state windows of schedules without flush, and
+ * PyTorch schedule CSVs (emit, read back, PyTorch's runtime dumps, bad
+ * files). */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +56,83 @@ static void sdone(srun *x)
     sim_engine_free(x->e);
     sim_ir_free(x->ir);
     sim_costs_free(x->c);
+}
+
+/* Appends an order for uniform stages to an empty IR. */
+typedef void (*order_fn)(sim_ir *ir, const sim_sched_opts *o,
+                         const sim_costs *c);
+
+/* As sgo (one pipeline, free communication), with the order given by
+ * fn, or read from a PyTorch CSV when fn is NULL. */
+static srun sgo_order(sim_sched sched, int p, int S, int m, int64_t f,
+                      int64_t b, int64_t w, order_fn fn, const char *csv)
+{
+    srun x;
+    memset(&x, 0, sizeof x);
+    sim_sched_opts o = {.sched = sched, .pp = p, .n_stages = S, .n_mb = m,
+                        .waves = 1, .split_bw = w > 0, .n_minibatches = 1};
+    int map[256];
+    sim_sched_map(&o, map);
+    x.c = sim_costs_uniform(S, p, map, f, b, w, 0, 1000);
+    util_err e;
+    if (fn) {
+        x.ir = sim_schedule_new(&o, x.c, &e);
+        cr_assert_not_null(x.ir, "%s", e.msg);
+        fn(x.ir, &o, x.c);
+        cr_assert_eq(sim_schedule_finish(x.ir, x.c, &e), 0, "%s", e.msg);
+    } else {
+        x.ir = sim_schedule_file(csv, &o, x.c, &e);
+        cr_assert_not_null(x.ir, "%s: %s", csv, e.msg);
+    }
+    x.e = sim_engine_new(x.ir, x.c, NULL);
+    cr_assert_eq(sim_engine_run(x.e, &x.r), 0, "%s", x.r.msg);
+    return x;
+}
+
+static double max_peak(const srun *x)
+{
+    double pk = 0;
+    for (int d = 0; d < x->r.n_devices; d++)
+        if (x->r.dev[d].peak_bytes > pk) pk = x->r.dev[d].peak_bytes;
+    return pk;
+}
+
+/* The compute order of a PyTorch CSV as sim_schedule_emit writes it: idle
+ * slots and communication actions dropped, overlapped pairs split, "\r"
+ * gone. NULL when the file is absent. */
+static char *pytorch_order(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *out = NULL, line[1 << 16];
+    size_t len = 0;
+    FILE *o = open_memstream(&out, &len);
+    while (fgets(line, sizeof line, f)) {
+        int first = 1;
+        for (char *tok = strtok(line, ",;()\r\n"); tok;
+             tok = strtok(NULL, ",;()\r\n")) {
+            size_t n = strspn(tok, "0123456789");
+            if (!n || strspn(tok + n, "FIWB") != 1 ||
+                !strchr("0123456789", tok[n + 1]) || !tok[n + 1])
+                continue;
+            fprintf(o, "%s%s", first ? "" : ",", tok);
+            first = 0;
+        }
+        fputc('\n', o);
+    }
+    fclose(f);
+    fclose(o);
+    return out;
+}
+
+static char *emitted(const sim_ir *ir)
+{
+    char *out = NULL;
+    size_t len = 0;
+    FILE *o = open_memstream(&out, &len);
+    sim_schedule_emit(ir, o);
+    fclose(o);
+    return out;
 }
 
 Test(sim_sched, interleaved_bubble)
@@ -145,6 +224,182 @@ Test(sim_sched, zbv_wave_dualpipev_below_1f1b)
         sdone(&z);
         sdone(&w);
     }
+}
+
+/* ZB-V as this generator ordered it before PyTorch's order joined:
+ * forwards first under caps of 2p - s */
+static void zbv_list_order(sim_ir *ir, const sim_sched_opts *o,
+                           const sim_costs *c)
+{
+    int cap[64];
+    for (int s = 0; s < o->n_stages; s++)
+        cap[s] = o->n_stages - s < o->n_mb ? o->n_stages - s : o->n_mb;
+    util_err e;
+    cr_assert_eq(sim_order_greedy(ir, o, c, SIM_POL_FFIRST, cap, &e), 0,
+                 "%s", e.msg);
+}
+
+Test(sim_sched, zbv_is_pytorch_order)
+{
+    /* uniform chunks with F = B = W (the case PyTorch's order is made
+     * for) and m >= 2p: PyTorch's ScheduleZBVZeroBubble order action for
+     * action, its bubble (p-1) chunk forwards */
+    const int64_t F = 100;
+    for (int p = 2; p <= 8; p *= 2)
+        for (int m = 2 * p; m <= 4 * p; m += 2 * p) {
+            srun x = sgo(SIM_SCHED_ZBV, p, 2 * p, m, F, F, F, 1, 1, NULL, 0);
+            char path[128];
+            snprintf(path, sizeof path, "tests/data/pytorch/zbv-p%d-m%d.csv",
+                     p, m);
+            char *want = pytorch_order(path), *got = emitted(x.ir);
+            cr_assert_not_null(want, "%s", path);
+            cr_expect_str_eq(got, want, "p %d m %d", p, m);
+            cr_expect_eq(x.r.iteration_ns, 2LL * m * 3 * F + (p - 1) * F,
+                         "p %d m %d", p, m);
+            free(want);
+            free(got);
+            sdone(&x);
+        }
+}
+
+Test(sim_sched, zbv_never_slower)
+{
+    /* the order chosen is never slower than the list order ZB-V had
+     * before, nor than PyTorch's, and on equal time never heavier */
+    int64_t cost[][3] = {{100, 100, 100}, {100, 200, 50}, {100, 100, 200},
+                         {100, 150, 100}};
+    int wins = 0;
+    for (size_t i = 0; i < sizeof cost / sizeof *cost; i++)
+        for (int p = 2; p <= 8; p *= 2) {
+            int ms[] = {1, 2, p - 1, p, p + 1, 2 * p - 1, 2 * p, 3 * p,
+                        4 * p};
+            for (size_t j = 0; j < sizeof ms / sizeof *ms; j++) {
+                int m = ms[j];
+                int64_t F = cost[i][0], B = cost[i][1], W = cost[i][2];
+                srun x = sgo(SIM_SCHED_ZBV, p, 2 * p, m, F, B, W, 1, 1,
+                             NULL, 0);
+                srun old = sgo_order(SIM_SCHED_ZBV, p, 2 * p, m, F, B, W,
+                                     zbv_list_order, NULL);
+                cr_expect(x.r.iteration_ns < old.r.iteration_ns ||
+                          (x.r.iteration_ns == old.r.iteration_ns &&
+                           max_peak(&x) <= max_peak(&old)),
+                          "p %d m %d F %lld B %lld W %lld: %lld ns %.0f B, "
+                          "list order %lld ns %.0f B", p, m, (long long)F,
+                          (long long)B, (long long)W,
+                          (long long)x.r.iteration_ns, max_peak(&x),
+                          (long long)old.r.iteration_ns, max_peak(&old));
+                wins += x.r.iteration_ns < old.r.iteration_ns;
+                char path[128];
+                snprintf(path, sizeof path, "tests/data/pytorch/zbv-p%d-m%d"
+                         ".csv", p, m);
+                if (!access(path, R_OK)) {
+                    srun pt = sgo_order(SIM_SCHED_ZBV, p, 2 * p, m, F, B, W,
+                                        NULL, path);
+                    cr_expect_leq(x.r.iteration_ns, pt.r.iteration_ns,
+                                  "%s F %lld B %lld W %lld", path,
+                                  (long long)F, (long long)B, (long long)W);
+                    sdone(&pt);
+                }
+                /* 1F1B-level activation memory: 2p+1 chunks at most */
+                for (int d = 0; d < p; d++)
+                    cr_expect_leq(x.r.dev[d].peak_bytes,
+                                  (2 * p + 1) * 1000 + 100);
+                sdone(&old);
+                sdone(&x);
+            }
+        }
+    /* and it does gain somewhere */
+    cr_expect_gt(wins, 0);
+}
+
+/* Interleaved with m = p as Megatron-LM runs it: every forward first. */
+static void interleaved_all_forwards(sim_ir *ir, const sim_sched_opts *o,
+                                     const sim_costs *c)
+{
+    (void)c;
+    int p = o->pp, v = o->n_stages / p, m = o->n_mb;
+    for (int r = 0; r < p; r++) {
+        for (int k = 0; k < v * m; k++)
+            sim_ir_compute(ir, SIM_F, (k / m) * p + r, k % m, 0, 0);
+        for (int k = 0; k < v * m; k++)
+            sim_ir_compute(ir, SIM_BW, (v - 1 - k / m) * p + r, k % m, 0,
+                           0);
+    }
+}
+
+Test(sim_sched, interleaved_m_equals_p)
+{
+    /* PyTorch's capped warm-up against Megatron's every forward first:
+     * same time, less memory on the later devices; the order is
+     * PyTorch's ScheduleInterleaved1F1B's */
+    for (int p = 2; p <= 8; p *= 2)
+        for (int v = 2; v <= 3; v++) {
+            srun x = sgo(SIM_SCHED_INTERLEAVED, p, v * p, p, 100, 200, 0, 0,
+                         1, NULL, 0);
+            srun mg = sgo_order(SIM_SCHED_INTERLEAVED, p, v * p, p, 100, 200,
+                                0, interleaved_all_forwards, NULL);
+            cr_expect_eq(x.r.iteration_ns, mg.r.iteration_ns, "p %d v %d",
+                         p, v);
+            for (int d = 0; d < p; d++)
+                cr_expect_leq(x.r.dev[d].peak_bytes, mg.r.dev[d].peak_bytes);
+            cr_expect_lt(x.r.dev[p - 1].peak_bytes,
+                         mg.r.dev[p - 1].peak_bytes, "p %d v %d", p, v);
+            if (v == 2) {
+                char path[128];
+                snprintf(path, sizeof path, "tests/data/pytorch/interleaved"
+                         "-p%d-m%d.csv", p, p);
+                char *want = pytorch_order(path), *got = emitted(x.ir);
+                cr_assert_not_null(want, "%s", path);
+                cr_expect_str_eq(got, want, "p %d", p);
+                free(want);
+                free(got);
+            }
+            sdone(&mg);
+            sdone(&x);
+        }
+}
+
+/* The compute order a schedule CSV for a V of 2 devices (4 uniform
+ * stages, 2 microbatches) reads as. */
+static char *v_order(const char *text)
+{
+    char *dir = test_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/s.csv", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    srun x = sgo_order(SIM_SCHED_ZBV, 2, 4, 2, 100, 100, 100, NULL, path);
+    char *out = emitted(x.ir);
+    sdone(&x);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+    return out;
+}
+
+Test(sim_sched, every_pytorch_action)
+{
+    /* the runtime's form (every communication, FSDP and reduction action
+     * PyTorch writes, an overlapped pair, a quoted field, spaces, CRLF)
+     * reads as the compute order it lowers */
+    char *plain = v_order("0F0,0F1,3F0,3I0,3W0,3F1,3B1,0B0,0I1,0W1\n"
+                          "1F0,2F0,2B0,1F1,2F1,2I1,1B0,2W1,1I1,1W1\n");
+    char *rt = v_order(
+        "0UNSHARD,3UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,3RECV_F0,3F0,3I0,"
+        "3SEND_B0,3W0,3RECV_F1,3F1,\" 3B1 \",3SEND_B1,3REDUCE_GRAD,"
+        "3WAIT_REDUCE_GRAD,3RESHARD,0RECV_B0,0B0,0WAIT_SEND_F0,0RECV_B1,0I1,"
+        "0WAIT_SEND_F1,0W1,0REDUCE_GRAD,0WAIT_REDUCE_GRAD,0RESHARD,"
+        "3WAIT_SEND_B0,3WAIT_SEND_B1\r\n"
+        "1UNSHARD,2UNSHARD,1RECV_F0,1F0,2F0,2SEND_F0,2RECV_B0,"
+        "2B0,2WAIT_SEND_F0,1RECV_F1,( 1F1 ; 2F1 )OVERLAP_F_B,2SEND_F1,"
+        "2RECV_B1,2I1,1B0,1SEND_B0,2W1,2REDUCE_GRAD,"
+        "2WAIT_REDUCE_GRAD,2RESHARD,1I1,1SEND_B1,1W1,1REDUCE_GRAD,"
+        "1WAIT_REDUCE_GRAD,1RESHARD,1WAIT_SEND_B0,1WAIT_SEND_B1,"
+        "2WAIT_SEND_F1\r\n");
+    cr_expect_str_eq(rt, plain);
+    free(plain);
+    free(rt);
 }
 
 Test(sim_sched, chimera_bubble)
@@ -333,6 +588,69 @@ Test(sim_sched_cli, emit_and_read_back_identical)
     }
     rmdir(dir);
     free(dir);
+}
+
+Test(sim_sched_cli, pytorch_runtime_dumps)
+{
+    /* every file PyTorch's runtime dumps (communication, FSDP and
+     * gradient-reduction actions, overlapped pairs) runs unchanged and
+     * simulates as its compute order does; sluice's interleaved and
+     * DualPipeV generators emit PyTorch's compute orders */
+    DIR *d = opendir("tests/data/pytorch");
+    cr_assert_not_null(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        char name[256];
+        int p, m;
+        size_t len = strlen(de->d_name);
+        if (len < 11 || len >= sizeof name ||
+            strcmp(de->d_name + len - 10, ".comms.csv"))
+            continue;
+        snprintf(name, sizeof name, "%s", de->d_name);
+        char *dash = strstr(name, "-p");
+        cr_assert_not_null(dash, "%s", name);
+        *dash = 0;
+        cr_assert_eq(sscanf(dash + 1, "p%d-m%d", &p, &m), 2, "%s",
+                     de->d_name);
+        const char *sched = !strcmp(name, "bfs") ? "gpipe"
+                          : !strcmp(name, "zbv") ? "zb-v"
+                          : !strcmp(name, "dualpipev") ? "dualpipev"
+                          : "interleaved --chunks 2";
+        char args[512], file[512], base[512];
+        snprintf(args, sizeof args, "--hw rtx2080ti x8 --model gpt-mini "
+                 "--pp %d --mbs 1 --microbatches %d --schedule %s", p, m,
+                 sched);
+        snprintf(file, sizeof file, "%s --schedule-file tests/data/pytorch/"
+                 "%s", args, de->d_name);
+        json_t *a = sim_json(file);
+        /* the compute order beside it, or the same schedule lowered
+         * without the deferring options */
+        snprintf(base, sizeof base, "tests/data/pytorch/%.*s.csv",
+                 (int)(len - 10), de->d_name);
+        char *defer = strstr(base, "-defer");
+        if (defer) strcpy(defer, ".comms.csv");
+        if (!access(base, R_OK)) {
+            snprintf(file, sizeof file, "%s --schedule-file %s", args, base);
+            json_t *b = sim_json(file);
+            cr_expect(json_equal(a, b), "%s and %s simulate differently",
+                      de->d_name, base);
+            json_decref(b);
+        }
+        char *want = pytorch_order(base);
+        if (want && (!strcmp(name, "interleaved") ||
+                     !strcmp(name, "dualpipev"))) {
+            cli_result r = cli_run("sim %s --emit-schedule", args);
+            cr_assert_eq(r.code, 0, "%s: %s", args, r.err);
+            cr_expect_str_eq(r.out, want, "sluice's order for %s", base);
+            cli_result_free(&r);
+        }
+        free(want);
+        json_decref(a);
+        n++;
+    }
+    closedir(d);
+    cr_assert_geq(n, 30);
 }
 
 Test(sim_sched_cli, bad_schedule_files)
