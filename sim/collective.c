@@ -87,6 +87,10 @@ void sim_add_tied(sim_ir *ir, const sim_costs *c)
                     sim_ir_dep(ir, rid, sid);
                     int o = opt[(size_t)k * N + w];
                     if (o >= 0) sim_ir_dep(ir, o, rid);
+                    /* and the sender's update waits until its gradient
+                     * has left (it clears the gradient) */
+                    o = opt[(size_t)k * N + v];
+                    if (o >= 0) sim_ir_dep(ir, o, sid);
                     anchor[na] = lv, task[na++] = sid;
                     anchor[na] = lw, task[na++] = rid;
                 }
@@ -147,13 +151,16 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
     int *opt = util_malloc(sizeof(int) * (size_t)K * N);
     int *pos = util_malloc(sizeof(int) * (size_t)(ir->n_tasks + 1));
     stage_marks(ir, lastb, opt, pos);
-    /* tied-embedding receives a stage's gradient must have before its
-     * ring starts (sim_add_tied): tied_off/tied CSR per (minibatch, stage) */
+    /* tied-embedding transfers of a stage (sim_add_tied) its ring starts
+     * after: the copies it receives, and its own sends (they read the
+     * gradient the ring reduces); tied_off/tied CSR per (minibatch,
+     * stage) */
     int *tied_off = util_calloc((size_t)K * N + 1, sizeof(int));
     for (int i = 0; i < ir->n_tasks; i++) {
         const sim_task *t = &ir->tasks[i];
-        if (t->kind == SIM_RECV && t->comm == SIM_COMM_EMB)
-            tied_off[(size_t)t->minibatch * N + t->stage2 + 1]++;
+        if (t->comm != SIM_COMM_EMB) continue;
+        int v = t->kind == SIM_RECV ? t->stage2 : t->stage;
+        tied_off[(size_t)t->minibatch * N + v + 1]++;
     }
     for (int i = 0; i < K * N; i++) tied_off[i + 1] += tied_off[i];
     int *tied = util_malloc(sizeof(int) * (size_t)(tied_off[K * N] + 1));
@@ -161,10 +168,12 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
     memcpy(tfill, tied_off, sizeof(int) * (size_t)(K * N + 1));
     for (int i = 0; i < ir->n_tasks; i++) {
         const sim_task *t = &ir->tasks[i];
-        if (t->kind == SIM_RECV && t->comm == SIM_COMM_EMB)
-            tied[tfill[(size_t)t->minibatch * N + t->stage2]++] = i;
+        if (t->comm != SIM_COMM_EMB) continue;
+        int v = t->kind == SIM_RECV ? t->stage2 : t->stage;
+        tied[tfill[(size_t)t->minibatch * N + v]++] = i;
     }
     free(tfill);
+    int *last_send = util_malloc(sizeof(int) * (size_t)R);
     int lanes = c->tp > 1 ? c->tp : 1;
     int *prev = util_malloc(sizeof(int) * (size_t)R);
     int *cur = util_malloc(sizeof(int) * (size_t)R);
@@ -217,16 +226,21 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                          !st && q < tied_off[(size_t)k * N + v + 1]; q++)
                         sim_ir_dep(ir, sid, tied[q]);
                     cur[(r + 1) % Rs] = rid;
+                    last_send[r] = sid;
                 }
                 int *tmp = prev; prev = cur; cur = tmp;
             }
+            /* the update waits for the ring's last receive, and for its
+             * last send to have read the gradient it clears */
             for (int r = 0; r < Rs; r++) {
                 int o = opt[(size_t)k * N + r * S + s];
                 if (o >= 0) sim_ir_dep(ir, o, prev[r]);
+                if (o >= 0) sim_ir_dep(ir, o, last_send[r]);
             }
         }
     }
     free(g);
+    free(last_send);
     free(tied);
     free(tied_off);
     free(pos);
