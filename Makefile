@@ -18,6 +18,17 @@ LDFLAGS := $(SAN)
 LIBS    := -ljansson -lgsl -lopenblas -lpthread -lm
 TESTLIBS := -lcriterion
 
+# MPI (OpenMPI from Debian) is optional: detected with pkg-config, NO_MPI=1
+# builds without it (the executor then runs in one process only).
+ifeq ($(NO_MPI),)
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null)
+endif
+ifneq ($(MPI_LIBS),)
+CFLAGS += -DSLUICE_HAVE_MPI $(MPI_CFLAGS)
+LIBS += $(MPI_LIBS)
+endif
+
 MODULES := util profiles sim planner exec kernels plots
 LIB_SRC := $(sort $(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 PROFILE_JSON := $(sort $(wildcard profiles/hw/*.json profiles/models/*.json))
@@ -122,6 +133,7 @@ endif
 
 features:
 	@printf 'CUDA   %s\n' "$(if $(NVCC),found ($(NVCC)),not found)"
+	@printf 'MPI    %s\n' "$(if $(MPI_LIBS),found (OpenMPI),not found (install libopenmpi-dev))"
 	@printf 'NCCL   %s\n' "$(if $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),found,not found)"
 	@printf 'gnuplot %s\n' "$$(command -v gnuplot >/dev/null && echo found || echo 'not found (plots disabled)')"
 

@@ -1,10 +1,11 @@
 #!/bin/sh
 # Installs what sluice needs from Debian's packages, only what is missing.
 # As root it runs apt-get; otherwise it prints the exact command and fails.
-# CUDA (nvcc, cuBLAS, NCCL) is optional and never installed here.
+# CUDA (nvcc, cuBLAS, NCCL) is optional and never installed here; OpenMPI
+# is installed so the executor's multi-process runs are tested.
 set -eu
 pkgs="build-essential pkg-config libjansson-dev libgsl-dev libopenblas-dev \
-libcriterion-dev gnuplot-nox"
+libcriterion-dev gnuplot-nox libopenmpi-dev openmpi-bin"
 missing=""
 for p in $pkgs; do
     st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)

@@ -1,11 +1,17 @@
-/* `sluice exec`: for now the single-device reference trainer on the CPU.
- * Parses options, resolves the model through the model zoo, runs
- * exec_train. Exit codes: 0 ok, 1 failed run, 2 bad usage or input. */
+/* `sluice exec`: the single-device reference trainer (--model), or a
+ * plan's schedule run for real by the pipeline executor (--plan), in this
+ * process or one rank per worker under mpirun, reported beside the
+ * simulator's prediction. Exit codes: 0 ok, 1 failed run, 2 bad usage or
+ * input. */
 #include "exec/exec.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "exec/runtime.h"
 
 #define DEFAULT_CORPUS "/usr/share/common-licenses/GPL-3"
 
@@ -22,17 +28,23 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: sluice exec --model NAME|FILE [options]\n"
-        "\nTrains a GPT-style model on one CPU device (the reference trainer)\n"
-        "on byte-level text and prints the loss per step and tokens/s.\n"
+        "usage: sluice exec --model NAME|FILE [options]   (one device)\n"
+        "       sluice exec --plan PLAN.json [options]    (the plan's "
+        "pipeline)\n"
+        "       mpirun -np N sluice exec --plan PLAN.json [options]\n"
+        "\nTrains a GPT-style model on byte-level text on the CPU: on one "
+        "device\n(the reference trainer), or as a plan says (sluice plan "
+        "--out): one\nworker per device and tensor-parallel rank running "
+        "the plan's schedule,\nthreads of this process or MPI ranks, "
+        "measured and compared with the\nsimulator's prediction for the "
+        "same plan.\n"
         "\noptions:\n"
-        "  --model NAME|FILE   model zoo name (gpt-tiny, gpt-mini) or spec file\n"
+        "  --model NAME|FILE   model zoo name (gpt-tiny, gpt-mini, gpt2) or "
+        "spec file\n"
+        "  --plan FILE         run a plan file (its model, schedule, layout, "
+        "batch)\n"
         "  --steps N           train until N steps are done (default 50;\n"
         "                      with --resume, counts the steps already done)\n"
-        "  --stop-after N      stop after step N as if interrupted (the\n"
-        "                      schedule still spans --steps; pair with --save)\n"
-        "  --batch B           sequences per step (default 16)\n"
-        "  --seq T             tokens per sequence (default: the model's)\n"
         "  --data FILE         text to train on (default " DEFAULT_CORPUS ")\n"
         "  --lr X              peak learning rate (default 2e-3); linear\n"
         "                      warm-up, cosine decay to lr/10 at the last step\n"
@@ -40,21 +52,39 @@ static void usage(FILE *f)
         "  --weight-decay X    AdamW decoupled decay of matrices (default 0.1)\n"
         "  --clip X            global gradient-norm clip, 0 for none (default 1)\n"
         "  --seed N            initialisation and batch order (default 1337)\n"
-        "  --threads N         CPU threads for the kernels (default 1)\n"
         "  --save FILE         write a checkpoint at the end (atomic), or when\n"
-        "                      Ctrl-C or SIGTERM stops the run after a step\n"
-        "  --save-every N      also every N steps\n"
-        "  --resume FILE       continue from a checkpoint: bit for bit when\n"
-        "                      --steps, --lr, --threads are those of the run\n"
-        "                      that saved it (batch, length, seed are stored)\n"
+        "                      Ctrl-C or SIGTERM stops the run after a step;\n"
+        "                      the reference trainer and --init read it\n"
+        "  --resume FILE       continue from a checkpoint (bit for bit with the\n"
+        "                      same --steps, --lr, plan or --threads)\n"
+        "  --mem-budget SIZE   memory per device (default: the plan's device\n"
+        "                      memory; one device: the machine's RAM)\n"
+        "  --json              the run as one JSON document on stdout\n"
+        "  --quiet             no line per step\n"
+        "\nwith --model only:\n"
+        "  --stop-after N      stop after step N as if interrupted (the\n"
+        "                      schedule still spans --steps; pair with --save)\n"
+        "  --batch B           sequences per step (default 16)\n"
+        "  --seq T             tokens per sequence (default: the model's)\n"
+        "  --threads N         CPU threads for the kernels (default 1)\n"
+        "  --save-every N      also save every N steps\n"
         "  --timings FILE      per-op timings as JSON (op, shapes, GEMM m/n/k,\n"
         "                      bytes, ns), the cost model's signature\n"
-        "  --mem-budget SIZE   refuse models that need more (default: RAM)\n"
         "  --eval-batches N    validation batches before and after (default 4)\n"
-        "  --quiet             no line per step\n"
-        "  --json              the run as one JSON document on stdout (steps\n"
-        "                      with loss, lr, gradient norm, ns; kernel ns\n"
-        "                      per op kind; validation loss; tokens/s)\n");
+        "\nwith --plan only:\n"
+        "  --init FILE         start from these weights: a checkpoint of the\n"
+        "                      same model, or a Hugging Face GPT-2\n"
+        "                      model.safetensors\n"
+        "  --trace FILE        the measured run as a Perfetto trace (the same\n"
+        "                      tasks and tracks as sluice sim --trace)\n"
+        "  --plot PREFIX       PREFIX-compare.{png,svg}: the measured timeline\n"
+        "                      above the simulated one, with memory (gnuplot)\n"
+        "  --warm N            steps left out of the timing summary (default 1)\n"
+        "  --transport T       auto (MPI under mpirun, else in-process),\n"
+        "                      inproc or mpi\n"
+        "\nA plan for more workers than cores runs oversubscribed (with a "
+        "warning).\nSLUICE_EXEC_FAULT=W:N[:kill] makes worker W fail at its "
+        "N-th compute task\n(tests).\n");
 }
 
 static int need_arg(int i, int argc, char **argv, util_err *e)
@@ -90,16 +120,35 @@ static int float_arg(const char *opt, const char *s, double lo, double hi,
     return 0;
 }
 
-static int parse(int argc, char **argv, exec_train_opts *o,
-                 const char **model, util_err *e)
+/* Everything the command line says; seen[] marks what was given. */
+typedef struct cmd {
+    exec_train_opts t;
+    const char *model, *plan, *init, *trace, *plot;
+    exec_xport_kind xport;
+    int warm;
+    const char *ref_only, *plan_only; /* first option of each kind given */
+} cmd;
+
+static int parse(int argc, char **argv, cmd *c, util_err *e)
 {
     static const char *const opts[] = {
-        "--model", "--steps", "--stop-after", "--batch", "--seq", "--data", "--lr",
-        "--warmup", "--weight-decay", "--clip", "--seed", "--threads",
+        "--model", "--steps", "--stop-after", "--batch", "--seq", "--data",
+        "--lr", "--warmup", "--weight-decay", "--clip", "--seed", "--threads",
         "--save", "--save-every", "--resume", "--timings", "--mem-budget",
-        "--eval-batches", "--quiet", "--json", "--help"};
+        "--eval-batches", "--quiet", "--json", "--help", "--plan", "--init",
+        "--trace", "--plot", "--warm", "--transport"};
+    static const char *const ref[] = {"--model", "--stop-after", "--batch",
+        "--seq", "--threads", "--save-every", "--timings", "--eval-batches",
+        NULL};
+    static const char *const pln[] = {"--plan", "--init", "--trace",
+        "--plot", "--warm", "--transport", NULL};
+    exec_train_opts *o = &c->t;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        for (int k = 0; ref[k]; k++)
+            if (!strcmp(a, ref[k]) && !c->ref_only) c->ref_only = ref[k];
+        for (int k = 0; pln[k]; k++)
+            if (!strcmp(a, pln[k]) && !c->plan_only) c->plan_only = pln[k];
         if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
         int known = 0;
@@ -116,8 +165,22 @@ static int parse(int argc, char **argv, exec_train_opts *o,
         const char *v = argv[++i];
         int rc = 0, seed = 0;
         const long BIG = 100000000;
-        if (!strcmp(a, "--model")) *model = v;
-        else if (!strcmp(a, "--steps"))
+        if (!strcmp(a, "--model")) c->model = v;
+        else if (!strcmp(a, "--plan")) c->plan = v;
+        else if (!strcmp(a, "--init")) c->init = v;
+        else if (!strcmp(a, "--trace")) c->trace = v;
+        else if (!strcmp(a, "--plot")) c->plot = v;
+        else if (!strcmp(a, "--warm"))
+            rc = int_arg(a, v, 0, BIG, &c->warm, e);
+        else if (!strcmp(a, "--transport")) {
+            if (!strcmp(v, "auto")) c->xport = EXEC_XPORT_AUTO;
+            else if (!strcmp(v, "inproc")) c->xport = EXEC_XPORT_INPROC;
+            else if (!strcmp(v, "mpi")) c->xport = EXEC_XPORT_MPI;
+            else
+                return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: "
+                                 "--transport '%s': expected auto, inproc or "
+                                 "mpi", v);
+        } else if (!strcmp(a, "--steps"))
             rc = int_arg(a, v, 0, BIG, &o->steps, e);
         else if (!strcmp(a, "--stop-after"))
             rc = int_arg(a, v, 0, BIG, &o->stop_after, e);
@@ -146,38 +209,46 @@ static int parse(int argc, char **argv, exec_train_opts *o,
         else if (!strcmp(a, "--eval-batches"))
             rc = int_arg(a, v, 0, 10000, &o->eval_batches, e);
         else if (!strcmp(a, "--mem-budget")) {
+            /* up to a petabyte: a budget is memory someone has */
             if (util_parse_size(v, &o->mem_budget_bytes) ||
-                o->mem_budget_bytes <= 0)
+                !(o->mem_budget_bytes > 0) ||
+                o->mem_budget_bytes > 1125899906842624.0)
                 return util_errf(e, UTIL_EXIT_USAGE,
                                  "sluice exec: --mem-budget '%s': expected a "
-                                 "size such as 512M or 4G",
+                                 "size such as 512M or 4G (at most 1P)",
                                  v);
         }
         if (rc) return -1;
     }
-    if (!*model)
+    if (c->plan && c->model)
+        return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --plan and --model "
+                         "exclude each other: the plan names its model");
+    if (c->plan && c->ref_only)
+        return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: %s does not apply "
+                         "with --plan (the plan fixes the model, batch and "
+                         "sequence; steps are saved at the end or on Ctrl-C)",
+                         c->ref_only);
+    if (!c->plan && c->plan_only)
+        return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: %s needs --plan",
+                         c->plan_only);
+    if (c->init && o->resume)
+        return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --init and "
+                         "--resume exclude each other (--resume continues a "
+                         "run, --init starts one from weights)");
+    if (!c->model && !c->plan)
         return util_errf(e, UTIL_EXIT_USAGE,
-                         "sluice exec: --model is required (e.g. --model "
-                         "gpt-tiny)");
+                         "sluice exec: --model or --plan is required (e.g. "
+                         "--model gpt-tiny, or --plan plan.json from sluice "
+                         "plan --out)");
     return 0;
 }
 
-int exec_cmd_main(int argc, char **argv)
+/* The reference trainer on one device. */
+static int run_model(cmd *c)
 {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        }
-    exec_train_opts o;
-    exec_train_defaults(&o);
-    o.data = DEFAULT_CORPUS;
-    const char *model = NULL;
+    exec_train_opts o = c->t;
+    const char *model = c->model;
     util_err e = {0};
-    if (parse(argc, argv, &o, &model, &e)) {
-        fprintf(stderr, "%s\n(sluice exec --help lists the options)\n", e.msg);
-        return e.code;
-    }
     prof_model_spec spec;
     if (prof_model_spec_get(model, &spec, &e) ||
         exec_gpt_config_from_spec(&spec, &o.cfg, model, &e)) {
@@ -206,4 +277,176 @@ int exec_cmd_main(int argc, char **argv)
         return e.code ? e.code : UTIL_EXIT_FAIL;
     }
     return 0;
+}
+
+/* Progress lines of a flushed run, from the process holding worker 0. */
+typedef struct progress {
+    FILE *f;
+    int steps;
+} progress;
+
+static void on_step(void *ctx, int step, double loss, double norm, double lr,
+                    double ms)
+{
+    progress *p = ctx;
+    fprintf(p->f, "step %5d/%d | loss %.6f | lr %.3e | norm %7.4f | %8.2f "
+            "ms\n", step, p->steps, loss, lr, norm, ms);
+    fflush(p->f);
+}
+
+/* SLUICE_EXEC_FAULT=W:N[:kill]: worker W fails at its N-th compute task. */
+static int fault_from_env(exec_pipe_opts *po, util_err *e)
+{
+    const char *f = getenv("SLUICE_EXEC_FAULT");
+    if (!f || !*f) return 0;
+    char kill[8] = "";
+    int w = -1, n = 0;
+    if (sscanf(f, "%d:%d:%7s", &w, &n, kill) < 2 || w < 0 || n < 1 ||
+        (kill[0] && strcmp(kill, "kill")))
+        return util_errf(e, UTIL_EXIT_USAGE, "SLUICE_EXEC_FAULT '%s': "
+                         "expected WORKER:TASK[:kill]", f);
+    po->fault_worker = w;
+    po->fault_task = n;
+    po->fault_kill = kill[0] != 0;
+    return 0;
+}
+
+static int run_plan(cmd *c)
+{
+    exec_train_opts *t = &c->t;
+    util_err e = {0};
+    int rank = 0, size = 1, mpi = 0, rc = 0;
+    /* under mpirun every rank runs this; rank 0 speaks */
+    if (c->xport == EXEC_XPORT_MPI ||
+        (c->xport == EXEC_XPORT_AUTO && exec_mpi_launched())) {
+        if (exec_mpi_init(&rank, &size, &e)) {
+            fprintf(stderr, "sluice exec: %s\n", e.msg);
+            return e.code ? e.code : UTIL_EXIT_FAIL;
+        }
+        mpi = 1;
+    }
+    FILE *out = rank == 0 ? stdout : NULL;
+    sim_plan plan;
+    sim_plan_init(&plan);
+    exec_pipe_opts po = {0};
+    exec_pipe_result r;
+    memset(&r, 0, sizeof r);
+    if (sim_plan_load(c->plan, &plan, &e) || fault_from_env(&po, &e)) {
+        rc = -1;
+        goto out;
+    }
+    po.plan_path = c->plan;
+    po.plan = &plan;
+    po.data = t->data;
+    po.steps = t->steps;
+    po.adamw = t->adamw;
+    po.warmup = t->warmup;
+    po.seed = t->seed;
+    po.init = c->init;
+    po.resume = t->resume;
+    po.mem_budget_bytes = t->mem_budget_bytes;
+    po.xport = c->xport;
+    po.record_mem = c->trace || c->plot;
+    po.stop = &stop_flag;
+    progress pg = {stdout, t->steps};
+    if (out && !t->quiet && !t->json) {
+        po.on_step = on_step;
+        po.on_step_ctx = &pg;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int devs = plan.pp * (plan.dp > 1 ? plan.dp : 1) *
+               (plan.tp > 1 ? plan.tp : 1);
+    if (out && !mpi && cores > 0 && devs > cores)
+        fprintf(stderr, "sluice exec: warning: %d workers on %ld cores run "
+                "oversubscribed; timings will not be one core's per device\n",
+                devs, cores);
+    if (out && !t->json) {
+        fprintf(stdout, "sluice exec: %s on %s, plan %s\n", plan.model,
+                plan.hw, c->plan);
+        fprintf(stdout, "schedule %s, pipeline %d x data %d x tensor %d, "
+                "microbatch %d x %d%s; AdamW lr %.2e, clip %.2f, seed %llu\n",
+                sim_sched_name(plan.sched), plan.pp, plan.dp, plan.tp,
+                plan.mbs, plan.n_mb, plan.recompute ? ", recomputation" : "",
+                t->adamw.lr, t->adamw.clip, (unsigned long long)t->seed);
+        fflush(stdout);
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    if (exec_pipe_run(&po, &r, &e)) {
+        rc = -1;
+        goto out;
+    }
+    if (out && !t->quiet && !t->json && r.async)
+        for (int k = 0; k < r.steps_run; k++)
+            fprintf(stdout, "step %5d/%d | loss %.6f | lr %.3e (no flush: "
+                    "each stage steps on its own)\n", r.step_first + k + 1,
+                    t->steps, r.loss[k],
+                    exec_lr_at(t->adamw.lr, po.warmup >= 0 ? po.warmup
+                               : (t->steps / 10 > 0 ? t->steps / 10 : 1),
+                               t->steps, r.step_first + k));
+    if (out && t->save) {
+        exec_ckpt_meta meta = {r.cfg, r.B, r.T, t->seed,
+                               r.step_first + r.steps_run};
+        if (t->resume) {
+            exec_ckpt_meta old;
+            if (!exec_ckpt_peek(t->resume, &old, &e)) meta.seed = old.seed;
+        }
+        if (exec_ckpt_save_state(t->save, r.params, r.adam_m, r.adam_v,
+                                 &meta, &e)) {
+            rc = -1;
+            goto out;
+        }
+    }
+    if (out) {
+        exec_report_opts ro = {.plan_path = c->plan, .json = t->json,
+                               .warm = c->warm, .trace = c->trace,
+                               .plot = c->plot, .out = stdout};
+        if (exec_pipe_report(&po, &r, &ro, &e)) {
+            rc = -1;
+            goto out;
+        }
+        if (!t->json && t->save)
+            printf("saved %s at step %d\n", t->save,
+                   r.step_first + r.steps_run);
+        if (r.async && r.cfg.tied && !t->json)
+            printf("note: without a flush each stage updates alone, so the "
+                   "LM head's copy of the tied token table trains apart from "
+                   "the embedding's; checkpoints keep the embedding's\n");
+    }
+    if (r.stopped) {
+        char saved[600] = "";
+        if (t->save)
+            snprintf(saved, sizeof saved, "; saved %s, continue with "
+                     "--resume %s", t->save, t->save);
+        util_errf(&e, UTIL_EXIT_FAIL, "interrupted after step %d%s",
+                  r.step_first + r.steps_run, saved);
+        rc = -1;
+    }
+out:
+    if (rc && out) fprintf(stderr, "sluice exec: %s\n", e.msg);
+    int code = rc ? (e.code ? e.code : UTIL_EXIT_FAIL) : 0;
+    exec_pipe_result_free(&r);
+    sim_plan_free(&plan);
+    if (mpi) exec_mpi_finalize();
+    return code;
+}
+
+int exec_cmd_main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+    cmd c;
+    memset(&c, 0, sizeof c);
+    exec_train_defaults(&c.t);
+    c.t.data = DEFAULT_CORPUS;
+    c.warm = -1;
+    util_err e = {0};
+    if (parse(argc, argv, &c, &e)) {
+        fprintf(stderr, "%s\n(sluice exec --help lists the options)\n", e.msg);
+        return e.code;
+    }
+    return c.plan ? run_plan(&c) : run_model(&c);
 }

@@ -15,6 +15,7 @@
 
 #include "kernels/kernels.h"
 #include "profiles/profiles.h"
+#include "sim/ir.h"
 #include "util/util.h"
 
 /* ------------------------------------------------------------ model */
@@ -206,6 +207,20 @@ int exec_ckpt_peek(const char *path, exec_ckpt_meta *meta, util_err *e);
 int exec_ckpt_load(const char *path, exec_gpt *m, exec_ckpt_meta *meta,
                    util_err *e);
 
+/* ----------------------------------------------------- safetensors */
+
+/* Loads a Hugging Face GPT-2 model.safetensors (a JSON header naming each
+ * tensor's dtype, shape and byte range, then raw little-endian data) into
+ * params (P floats in arena order) for config c: wte, wpe, h.N.ln_1,
+ * h.N.attn.c_attn, h.N.attn.c_proj, h.N.ln_2, h.N.mlp.c_fc,
+ * h.N.mlp.c_proj, ln_f (optionally under "transformer."), with GPT-2's
+ * Conv1D weights (in x out) transposed to the kernels' (out x in); F32,
+ * F16 and BF16 are read; attention masks and a tied lm_head are skipped.
+ * A missing tensor, a shape other than c's, or a corrupt file is an
+ * error naming the file and tensor, code 2. */
+int exec_safetensors_load(const char *path, const exec_gpt_config *c,
+                          float *params, util_err *e);
+
 /* ---------------------------------------------------------- trainer */
 
 typedef struct exec_train_opts {
@@ -243,10 +258,112 @@ typedef struct exec_train_result {
     double gemm_share;             /* of measured kernel time */
 } exec_train_result;
 
+/* The learning rate of step s (0-based) for a peak lr: linear warm-up
+ * over `warmup` steps, then cosine decay to lr/10 at step `steps`-1. */
+float exec_lr_at(float peak, int warmup, int steps, int s);
+
 /* Defaults for everything but model, cfg and data. */
 void exec_train_defaults(exec_train_opts *o);
 /* Trains; prints a line per step unless quiet, and a summary. */
 int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e);
+
+/* ---------------------------------------------------- pipeline runs */
+
+/* The pipeline executor: runs a plan's task IR (sim/ir.h) for real, one
+ * worker per device and tensor-parallel rank, in this process (threads,
+ * copies between per-device memories) or one rank per worker under MPI.
+ * Implemented for the GPT family the kernels train. */
+typedef enum {
+    EXEC_XPORT_AUTO,    /* MPI when started by mpirun, else in-process */
+    EXEC_XPORT_INPROC,
+    EXEC_XPORT_MPI
+} exec_xport_kind;
+
+typedef struct exec_pipe_opts {
+    const char *plan_path;      /* for messages; the plan itself below */
+    const sim_plan *plan;       /* lent */
+    const char *data;           /* corpus path */
+    int steps;                  /* train until this many steps are done */
+    exec_adamw adamw;           /* lr is the peak */
+    int warmup;                 /* -1: steps/10 */
+    uint64_t seed;
+    const char *init;           /* weights to start from: a checkpoint or
+                                 * a Hugging Face model.safetensors */
+    const char *resume;         /* a checkpoint to continue (state, step) */
+    double mem_budget_bytes;    /* per device; 0: the plan's device memory */
+    exec_xport_kind xport;
+    int record_mem;             /* memory curves for traces */
+    const volatile int *stop;   /* Ctrl-C: stop after the current step */
+    /* faults on purpose (tests): worker, its n-th compute task, kill */
+    int fault_worker, fault_task, fault_kill;
+    /* called after each flushed step by the process holding worker 0:
+     * global step (1-based), mean loss, gradient norm, lr, ms */
+    void (*on_step)(void *ctx, int step, double loss, double norm,
+                    double lr, double ms);
+    void *on_step_ctx;
+} exec_pipe_opts;
+
+/* What a run measured. Times are ns since the run began, per epoch (a
+ * step with a flush; the whole run without one) and task of the IR, as
+ * the device's tensor-parallel rank 0 saw them: start, end, when a
+ * transfer started to move, tensor-parallel time inside (-1: not run). */
+typedef struct exec_pipe_result {
+    int rank, n_ranks;          /* this process of the job (MPI) */
+    char xport[16];
+    int n_workers, n_devices;
+    int step_first;             /* global index of the first step run */
+    int steps_run;              /* optimizer steps (minibatches) trained */
+    int epochs;                 /* measured epochs (see times) */
+    int async;
+    double *loss;               /* per step: mean token loss */
+    double *grad_norm;          /* per step (flush only; NaN otherwise) */
+    int n_tasks;
+    int64_t *times;             /* [epoch][task][4] */
+    double *peak_bytes;         /* per device: measured peak */
+    int *max_versions;          /* per IR stage: weight versions at once */
+    double *static_bytes;       /* per device: weights, gradients, AdamW */
+    double *budget_bytes;       /* per device */
+    double *overhead;           /* per epoch: runtime share of the step,
+                                 * mean over workers (not in kernels, in
+                                 * collectives or waiting) */
+    int64_t *mem_t;             /* memory curves: per device, points */
+    double *mem_b;
+    int *mem_off;               /* device d: points mem_off[d]..[d+1] */
+    float *params, *adam_m, *adam_v; /* the final state (full, rank 0) */
+    size_t n_params;
+    int stopped;                /* a stop (Ctrl-C) ended the run early */
+    sim_ir *ir;                 /* the IR that ran (owned) */
+    sim_costs *costs;           /* its costs (owned) */
+    prof_model *model;          /* owned */
+    prof_topo *topo;            /* owned */
+    exec_gpt_config cfg;
+    int B, T;                   /* global batch, sequence length */
+} exec_pipe_result;
+
+/* Runs the plan. Errors: bad plan, model or options, code 2; a failed run
+ * (out of memory, a device that stopped), code 1, the message naming the
+ * device and task. Under MPI every rank calls it; rank 0 gets the full
+ * results. */
+int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e);
+void exec_pipe_result_free(exec_pipe_result *r);
+
+/* How a run is reported (exec_pipe_report). */
+typedef struct exec_report_opts {
+    const char *plan_path;
+    int json;               /* one JSON document: sim --json's keys for the
+                             * measured run, its steps, and "predicted" */
+    int warm;               /* steps left out of the timing (-1: 1) */
+    const char *trace;      /* measured Perfetto trace, or NULL */
+    const char *plot;       /* PREFIX: measured over simulated, or NULL */
+    FILE *out;
+} exec_report_opts;
+
+/* Prints the run's measurements beside the simulator's prediction for
+ * the same IR (median step after warm-up; per device compute, exposed
+ * communication, bubble, optimizer, peak memory), writes the trace and
+ * the plots. */
+int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
+                     const exec_report_opts *ro, util_err *e);
 
 /* `sluice exec ...` (argv[0] is "exec"). */
 int exec_cmd_main(int argc, char **argv);

@@ -38,14 +38,18 @@ static void say(FILE *f, const char *fmt, ...)
     va_end(ap);
 }
 
-static float lr_at(const exec_train_opts *o, int warmup, int s)
+float exec_lr_at(float peak, int warmup, int steps, int s)
 {
-    float peak = o->adamw.lr;
     if (s < warmup) return peak * (float)(s + 1) / (float)warmup;
-    int span = o->steps - warmup - 1;
+    int span = steps - warmup - 1;
     double prog = span > 0 ? (double)(s - warmup) / span : 1.0;
     if (prog > 1) prog = 1;
     return (float)(peak * (0.1 + 0.9 * 0.5 * (1.0 + cos(M_PI * prog))));
+}
+
+static float lr_at(const exec_train_opts *o, int warmup, int s)
+{
+    return exec_lr_at(o->adamw.lr, warmup, o->steps, s);
 }
 
 static float eval_loss(exec_gpt *m, const exec_corpus *c, uint64_t seed,

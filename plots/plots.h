@@ -14,6 +14,13 @@
  * still written), -1 on error. */
 int plot_pipeline(const char *trace_path, const char *prefix, util_err *e);
 
+/* A measured run over its prediction: PREFIX-compare.{png,svg} with the
+ * measured timeline above the simulated one (same time axis) and the
+ * memory of each device in both, from two traces as sluice writes them.
+ * Returns as plot_pipeline does. */
+int plot_compare(const char *measured_trace, const char *simulated_trace,
+                 const char *prefix, util_err *e);
+
 /* Runs `gnuplot SCRIPT`: 0 when it succeeded, 1 when gnuplot is not
  * installed (e says so), -1 when it failed. */
 int plot_run_gnuplot(const char *script, util_err *e);

@@ -1,0 +1,367 @@
+/* A pipeline run from a plan: the model and hardware it names, the cost
+ * table and schedule IR the simulator builds for it (the same IR, so the
+ * two compare task by task), the starting weights (the reference
+ * trainer's initialisation, a checkpoint, or a Hugging Face GPT-2), the
+ * workers on a transport, and what they measured gathered on rank 0. A
+ * schedule with a flush runs its IR once per step; one without runs one
+ * IR of as many minibatches as steps. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "exec/runtime.h"
+
+static prof_topo *load_hw(const char *hw, util_err *e)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", hw);
+    char *words[16], *save = NULL;
+    int n = 0;
+    for (char *t = strtok_r(buf, " \t", &save); t && n < 16;
+         t = strtok_r(NULL, " \t", &save))
+        words[n++] = t;
+    if (!n) {
+        util_errf(e, UTIL_EXIT_USAGE, "the plan names no hardware");
+        return NULL;
+    }
+    return prof_topo_from_args(n, words, NULL, e);
+}
+
+/* The weights to start from: --resume (state and step), --init (weights:
+ * a checkpoint or a safetensors file), or the reference's initialisation
+ * from the seed. */
+static int initial_state(const exec_pipe_opts *o, const exec_gpt_config *c,
+                         int B, int T, float *p, float *am, float *av,
+                         int *step0, uint64_t *seed, util_err *e)
+{
+    *step0 = 0;
+    if (o->resume) {
+        exec_ckpt_meta meta;
+        if (exec_ckpt_load_state(o->resume, c, p, am, av, &meta, e))
+            return -1;
+        if (meta.B != B || meta.T != T)
+            return util_errf(e, UTIL_EXIT_USAGE, "%s: checkpoint of batch %d "
+                             "x %d tokens, the plan trains %d x %d (resume "
+                             "with the plan that saved it)", o->resume,
+                             meta.B, meta.T, B, T);
+        if (meta.step < 0 || meta.step > 100000000)
+            return util_errf(e, UTIL_EXIT_USAGE, "%s: implausible step %lld",
+                             o->resume, (long long)meta.step);
+        *step0 = (int)meta.step;
+        *seed = meta.seed;
+        return 0;
+    }
+    if (o->init) {
+        size_t n = strlen(o->init);
+        if (n > 12 && !strcmp(o->init + n - 12, ".safetensors"))
+            return exec_safetensors_load(o->init, c, p, e);
+        exec_ckpt_meta meta;
+        return exec_ckpt_load_state(o->init, c, p, NULL, NULL, &meta, e);
+    }
+    exec_gpt_init_params(c, *seed, p);
+    return 0;
+}
+
+void exec_pipe_result_free(exec_pipe_result *r)
+{
+    if (!r) return;
+    free(r->loss);
+    free(r->grad_norm);
+    free(r->times);
+    free(r->peak_bytes);
+    free(r->max_versions);
+    free(r->static_bytes);
+    free(r->budget_bytes);
+    free(r->overhead);
+    free(r->mem_t);
+    free(r->mem_b);
+    free(r->mem_off);
+    free(r->params);
+    free(r->adam_m);
+    free(r->adam_v);
+    sim_ir_free(r->ir);
+    sim_costs_free(r->costs);
+    prof_model_free(r->model);
+    prof_topo_free(r->topo);
+    memset(r, 0, sizeof *r);
+}
+
+/* Everything the workers measured, summed over ranks (each rank fills
+ * what it holds, zeros elsewhere; one owner per value makes the sum
+ * exact). */
+static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
+                  util_err *e)
+{
+    const sim_ir *ir = rt->ir;
+    int n = ir->n_tasks, E = rt->epochs, D = ir->n_devices;
+    int nep = rt->async ? rt->K : rt->epochs;
+    size_t nt = (size_t)E * n * EXEC_T_N;
+    /* times, shifted by one so "not run" (-1) sums as 0 */
+    double *tv = util_calloc(nt + 1, sizeof *tv);
+    double *dv = util_calloc((size_t)4 * D + 3 * (size_t)E + 2 * nep + 4,
+                             sizeof *dv);
+    double *peak = dv, *stat = dv + D, *bud = dv + 2 * D;
+    double *ovh = dv + 3 * D, *loss = ovh + E, *norm = loss + nep;
+    double *nw = norm + nep;
+    double *ver = util_calloc((size_t)rt->S + 1, sizeof *ver);
+    for (int i = 0; i < rt->n_local; i++)
+        for (int k = 0; rt->w[i].rank == 0 && k < rt->w[i].n_st; k++)
+            ver[rt->w[i].st[k].id] = rt->w[i].st[k].max_live;
+    for (int i = 0; i < rt->n_local; i++) {
+        exec_worker *w = &rt->w[i];
+        if (w->rank == 0)
+            for (int ep = 0; ep < E; ep++)
+                for (int id = 0; id < n; id++) {
+                    if (ir->tasks[id].device != w->device) continue;
+                    for (int k = 0; k < EXEC_T_N; k++) {
+                        size_t at = ((size_t)ep * n + id) * EXEC_T_N + k;
+                        tv[at] = (double)w->tm[at] + 1;
+                    }
+                }
+        /* per device, as tensor-parallel rank 0 holds it */
+        if (w->rank == 0) {
+            peak[w->device] += w->mem.peak;
+            double s = 0;
+            for (int k = 0; k < w->n_st; k++)
+                s += 4.0 * (double)w->st[k].n * sizeof(float);
+            stat[w->device] += s;
+            bud[w->device] += w->mem.budget;
+        }
+        for (int ep = 0; ep < E; ep++) {
+            double wall = (double)w->ep_wall[ep];
+            double busy = (double)(w->ep_kern[ep] + w->ep_wait[ep]);
+            if (wall > 0) ovh[ep] += fmax(0, wall - busy) / wall;
+        }
+        /* a flush agrees the loss and norm on every worker: take one */
+        for (int k = 0; k < nep; k++) {
+            if (rt->async) loss[k] += w->ep_loss[k];
+            else if (w->id == 0) {
+                loss[k] += w->ep_loss[k];
+                norm[k] += w->ep_norm[k];
+            }
+        }
+        nw[0] += 1;
+    }
+    int rc = 0;
+    if (mpi && (exec_mpi_sum(tv, nt, 1, e) || exec_mpi_sum(ver, (size_t)rt->S, 1, e) ||
+                exec_mpi_sum(dv, (size_t)4 * D + 3 * (size_t)E + 2 * nep + 1,
+                             1, e)))
+        rc = -1;
+    if (!rc) {
+        r->n_tasks = n;
+        r->epochs = E;
+        r->times = util_malloc(sizeof(int64_t) * (nt + 1));
+        for (size_t k = 0; k < nt; k++) r->times[k] = (int64_t)tv[k] - 1;
+        r->peak_bytes = util_malloc(sizeof(double) * (size_t)(D + 1));
+        r->static_bytes = util_malloc(sizeof(double) * (size_t)(D + 1));
+        r->budget_bytes = util_malloc(sizeof(double) * (size_t)(D + 1));
+        memcpy(r->peak_bytes, peak, sizeof(double) * (size_t)D);
+        memcpy(r->static_bytes, stat, sizeof(double) * (size_t)D);
+        memcpy(r->budget_bytes, bud, sizeof(double) * (size_t)D);
+        r->max_versions = util_malloc(sizeof(int) * (size_t)(rt->S + 1));
+        for (int v = 0; v < rt->S; v++) r->max_versions[v] = (int)ver[v];
+        r->overhead = util_malloc(sizeof(double) * (size_t)(E + 1));
+        for (int ep = 0; ep < E; ep++)
+            r->overhead[ep] = nw[0] > 0 ? ovh[ep] / nw[0] : 0;
+        r->loss = util_malloc(sizeof(double) * (size_t)(nep + 1));
+        r->grad_norm = util_malloc(sizeof(double) * (size_t)(nep + 1));
+        double tokens = (double)r->B * r->T;
+        for (int k = 0; k < nep; k++) {
+            r->loss[k] = loss[k] / tokens;
+            r->grad_norm[k] = rt->async ? NAN : norm[k];
+        }
+    }
+    /* memory curves of the devices held here (rank 0 of each) */
+    if (!rc && rt->record_mem) {
+        int tot = 0;
+        r->mem_off = util_calloc((size_t)D + 1, sizeof(int));
+        for (int i = 0; i < rt->n_local; i++)
+            if (rt->w[i].rank == 0) tot += rt->w[i].mem.n_pt;
+        r->mem_t = util_malloc(sizeof(int64_t) * (size_t)(tot + 1));
+        r->mem_b = util_malloc(sizeof(double) * (size_t)(tot + 1));
+        int k = 0;
+        for (int d = 0; d < D; d++) {
+            r->mem_off[d] = k;
+            exec_worker *w = exec_rt_worker(rt, d * rt->tp);
+            if (!w) continue;
+            memcpy(r->mem_t + k, w->mem.pt_t, sizeof(int64_t) * (size_t)w->mem.n_pt);
+            memcpy(r->mem_b + k, w->mem.pt_b, sizeof(double) * (size_t)w->mem.n_pt);
+            k += w->mem.n_pt;
+        }
+        r->mem_off[D] = k;
+    }
+    free(tv);
+    free(dv);
+    free(ver);
+    return rc;
+}
+
+int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
+{
+    memset(r, 0, sizeof *r);
+    const sim_plan *p = o->plan;
+    const char *where = o->plan_path ? o->plan_path : "plan";
+    prof_model_spec spec;
+    exec_gpt_config cfg;
+    if (prof_model_spec_get(p->model, &spec, e) ||
+        exec_gpt_config_from_spec(&spec, &cfg, p->model, e))
+        return util_err_prefix(e, "%s", where);
+    if (!(r->model = prof_model_build(&spec, e)) ||
+        !(r->topo = load_hw(p->hw, e)))
+        return util_err_prefix(e, "%s", where);
+    if (sim_plan_check(p, r->model, r->topo->n_gpus, e) ||
+        sim_plan_check_topo(p, r->topo, e))
+        return util_err_prefix(e, "%s", where);
+    int T = spec.seq_len > 0 ? spec.seq_len : cfg.max_pos;
+    if (T > cfg.max_pos)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: sequence %d exceeds the "
+                         "model's position table (%d)", where, T, cfg.max_pos);
+    if (cfg.vocab < 256)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: vocabulary %d is smaller "
+                         "than the 256 byte tokens of the text", where,
+                         cfg.vocab);
+    exec_runtime rt;
+    memset(&rt, 0, sizeof rt);
+    rt.plan = p;
+    rt.model = r->model;
+    rt.cfg = cfg;
+    rt.mbs = p->mbs;
+    rt.T = T;
+    rt.tp = p->tp > 1 ? p->tp : 1;
+    rt.dp = p->dp > 1 ? p->dp : 1;
+    rt.pipes = sim_sched_pipes(p->sched);
+    rt.async = sim_sched_async(p->sched);
+    rt.recompute = p->recompute;
+    r->cfg = cfg;
+    r->T = T;
+    r->B = p->mbs * p->n_mb * rt.dp;
+    r->async = rt.async;
+    if (exec_xops_build(r->model, &cfg, p->mbs, T, rt.tp, &rt.xop, e))
+        return util_err_prefix(e, "%s", where);
+    /* the starting state, before the schedule (its size depends on the
+     * steps left) */
+    exec_tensor tt[EXEC_P_COUNT];
+    size_t P = exec_gpt_param_table(&cfg, tt);
+    float *full = util_malloc(sizeof(float) * (P + 1));
+    float *am = util_calloc(P + 1, sizeof(float));
+    float *av = util_calloc(P + 1, sizeof(float));
+    uint64_t seed = o->seed;
+    int step0 = 0, rc = -1;
+    exec_corpus corpus = {0};
+    exec_xport *x = NULL;
+    int mpi = 0, rank = 0, size = 1;
+    if (initial_state(o, &cfg, r->B, T, full, am, av, &step0, &seed, e))
+        goto out;
+    if (o->steps <= step0) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: %d steps are done already "
+                  "(--steps counts them; ask for more)", o->resume, step0);
+        goto out;
+    }
+    int left = o->steps - step0;
+    if (rt.async && left < 3) {
+        util_errf(e, UTIL_EXIT_USAGE, "schedule %s has no flush: it runs at "
+                  "least 3 steps at once (--steps %d leaves %d)",
+                  sim_sched_name(p->sched), o->steps, left);
+        goto out;
+    }
+    sim_cost_opts co = sim_plan_cost_opts(p);
+    co.fold = 0;
+    r->costs = sim_costs_build(r->model, r->topo, p->n_stages, p->first_op,
+                               p->last_op, p->stage_device, p->pp, &co, e);
+    if (!r->costs) {
+        util_err_prefix(e, "%s", where);
+        goto out;
+    }
+    sim_sched_opts so = sim_plan_sched_opts(p);
+    if (rt.async) so.n_minibatches = left;
+    if (p->sched_file[0]) {
+        if (!sim_sched_check(&so, e))
+            r->ir = sim_schedule_file(p->sched_file, &so, r->costs, e);
+    } else {
+        r->ir = sim_schedule(&so, r->costs, e);
+    }
+    if (!r->ir) {
+        util_err_prefix(e, "%s", where);
+        goto out;
+    }
+    rt.ir = r->ir;
+    rt.epochs = rt.async ? 1 : left;
+    rt.n_workers = r->ir->n_devices * rt.tp;
+    r->n_devices = r->ir->n_devices;
+    r->n_workers = rt.n_workers;
+    r->step_first = step0;
+    if (exec_corpus_load(&corpus, o->data, T, e)) goto out;
+    /* a device is one core: OpenBLAS and the kernels' pool single-threaded
+     * (OpenBLAS's own threads would spin against the other workers) */
+    kern_set_threads(1);
+    rt.corpus = &corpus;
+    rt.seed = seed;
+    rt.adamw = o->adamw;
+    rt.total_steps = o->steps;
+    rt.warmup = o->warmup >= 0 ? o->warmup : o->steps / 10;
+    if (rt.warmup < 1) rt.warmup = 1;
+    rt.step0 = step0;
+    rt.scale = 1.0 / ((double)r->B * T);
+    rt.budget = o->mem_budget_bytes > 0 ? o->mem_budget_bytes
+                                        : prof_topo_gpu(r->topo, 0)->mem_bytes;
+    rt.record_mem = o->record_mem;
+    rt.stop_flag = o->stop;
+    rt.on_step = o->on_step;
+    rt.on_step_ctx = o->on_step_ctx;
+    rt.fault_worker = o->fault_task > 0 ? o->fault_worker : -1;
+    rt.fault_task = o->fault_task;
+    rt.fault_kill = o->fault_kill;
+    mpi = o->xport == EXEC_XPORT_MPI ||
+          (o->xport == EXEC_XPORT_AUTO && exec_mpi_launched());
+    if (mpi) {
+        if (exec_mpi_init(&rank, &size, e)) goto out;
+        rt.first_local = rank;
+        rt.n_local = 1;
+    } else {
+        rt.n_local = rt.n_workers;
+    }
+    r->rank = rank;
+    r->n_ranks = size;
+    if (exec_rt_setup(&rt, full, step0 ? am : NULL, step0 ? av : NULL, e))
+        goto out_rt;
+    x = mpi ? exec_xport_mpi_new(&rt, e) : exec_xport_inproc_new(&rt);
+    if (!x) goto out_rt;
+    rt.x = x;
+    snprintf(r->xport, sizeof r->xport, "%s", x->name);
+    if (exec_rt_run(&rt)) {
+        *e = rt.err;
+        goto out_rt;
+    }
+    int stop = atomic_load(&rt.stop_epoch);
+    r->steps_run = rt.async ? (stop < rt.K ? stop + 1 : rt.K)
+                            : (stop < rt.epochs ? stop : rt.epochs);
+    r->stopped = rt.async ? stop < rt.K - 1 : stop < rt.epochs;
+    if (r->steps_run > left) r->steps_run = left;
+    if (gather(&rt, r, mpi, e)) goto out_rt;
+    /* the final state, whole (each value from its one owner) */
+    memset(full, 0, sizeof(float) * P);
+    memset(am, 0, sizeof(float) * P);
+    memset(av, 0, sizeof(float) * P);
+    exec_rt_collect(&rt, full, am, av);
+    if (mpi && (exec_mpi_sum(full, P, 0, e) || exec_mpi_sum(am, P, 0, e) ||
+                exec_mpi_sum(av, P, 0, e)))
+        goto out_rt;
+    r->params = full;
+    r->adam_m = am;
+    r->adam_v = av;
+    r->n_params = P;
+    full = am = av = NULL;
+    rc = 0;
+out_rt:
+    if (x) x->free(x);
+    exec_rt_free(&rt);
+    rt.xop = NULL;
+out:
+    free(rt.xop);
+    free(full);
+    free(am);
+    free(av);
+    exec_corpus_free(&corpus);
+    return rc;
+}

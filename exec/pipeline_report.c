@@ -1,0 +1,347 @@
+/* What a pipeline run measured, beside what the simulator predicts for
+ * the same plan and IR. The measured times go through the simulator's
+ * own accounting (sim_stats_times), so compute, bubble and exposed
+ * communication mean the same in both, and the JSON document has the
+ * keys `sluice sim --json` has, plus the run's steps, spread and
+ * overhead, and the prediction under "predicted". The measured trace is
+ * written by the simulator's trace writer: same tasks, names and tracks. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+#include "plots/plots.h"
+#include "sim/sim.h"
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static const int64_t *tim(const exec_pipe_result *r, int epoch, int id)
+{
+    return &r->times[((size_t)epoch * r->n_tasks + id) * 4];
+}
+
+/* A measured epoch as the engine's result: times relative to the epoch's
+ * first start, the accounting, the memory measured. */
+typedef struct meas {
+    sim_result res;
+    int64_t *start, *end, *fstart, *tp;
+    sim_dev_stats *dev;
+    int *inflight;
+    sim_mem_point *mem;
+    int64_t t0;                 /* the epoch's origin, ns since the run */
+    int64_t iter_med, iter_min, iter_max;
+    int first, last;            /* steps measured (1-based, global) */
+    int n_iter;
+} meas;
+
+static void meas_free(meas *m)
+{
+    free(m->start); free(m->end); free(m->fstart); free(m->tp);
+    free(m->dev); free(m->inflight); free(m->mem);
+}
+
+/* Microbatches in flight per stage: F starts against backward ends. */
+static void inflight(const sim_ir *ir, const int64_t *st, const int64_t *en,
+                     int *out)
+{
+    int n = ir->n_tasks;
+    typedef struct ev { int64_t t; int d; } ev;
+    for (int s = 0; s < ir->n_stages; s++) {
+        ev *v = util_malloc(sizeof *v * (size_t)(2 * n + 1));
+        int k = 0, cur = 0, mx = 0;
+        for (int i = 0; i < n; i++) {
+            const sim_task *t = &ir->tasks[i];
+            if (t->stage != s || t->stream != SIM_STREAM_COMPUTE ||
+                st[i] < 0)
+                continue;
+            if (t->kind == SIM_F) v[k++] = (ev){st[i], 1};
+            else if (t->kind == SIM_BW || t->kind == SIM_W)
+                v[k++] = (ev){en[i], -1};
+        }
+        /* ends before starts at the same instant */
+        for (int i = 1; i < k; i++)
+            for (int j = i; j > 0 && (v[j].t < v[j - 1].t ||
+                                      (v[j].t == v[j - 1].t &&
+                                       v[j].d < v[j - 1].d)); j--) {
+                ev x = v[j]; v[j] = v[j - 1]; v[j - 1] = x;
+            }
+        for (int i = 0; i < k; i++) {
+            cur += v[i].d;
+            if (cur > mx) mx = cur;
+        }
+        out[s] = mx;
+        free(v);
+    }
+}
+
+static void measure(const exec_pipe_result *r, int warm, meas *m)
+{
+    const sim_ir *ir = r->ir;
+    int n = r->n_tasks, E = r->epochs, D = r->n_devices;
+    memset(m, 0, sizeof *m);
+    int64_t *ends = util_calloc((size_t)(E > 0 ? E : 1) + 1, sizeof *ends);
+    int64_t *begs = util_calloc((size_t)(E > 0 ? E : 1) + 1, sizeof *begs);
+    int64_t *iv = NULL;
+    int pick = 0;
+    if (!r->async) {
+        for (int ep = 0; ep < E; ep++) {
+            begs[ep] = INT64_MAX;
+            for (int id = 0; id < n; id++) {
+                const int64_t *t = tim(r, ep, id);
+                if (t[0] < 0) continue;
+                if (t[0] < begs[ep]) begs[ep] = t[0];
+                if (t[1] > ends[ep]) ends[ep] = t[1];
+            }
+        }
+        int w0 = E > warm ? warm : 0;
+        int ne = 0;
+        iv = util_malloc(sizeof *iv * (size_t)(E + 1));
+        for (int ep = w0; ep < E; ep++)
+            iv[ne++] = ep ? ends[ep] - ends[ep - 1] : ends[0] - begs[0];
+        int64_t *sorted = util_malloc(sizeof *sorted * (size_t)(ne + 1));
+        memcpy(sorted, iv, sizeof *iv * (size_t)ne);
+        qsort(sorted, (size_t)ne, sizeof *sorted, cmp_i64);
+        m->iter_med = ne ? sorted[ne / 2] : 0;
+        m->iter_min = ne ? sorted[0] : 0;
+        m->iter_max = ne ? sorted[ne - 1] : 0;
+        m->n_iter = ne;
+        for (int k = 0; k < ne; k++)
+            if (iv[k] == m->iter_med) pick = w0 + k;
+        free(sorted);
+        m->first = r->step_first + w0 + 1;
+        m->last = r->step_first + E;
+        m->t0 = begs[pick];
+    } else {
+        /* one epoch: minibatch k completes when its last task ends */
+        int K = ir->n_minibatches;
+        int64_t *done = util_calloc((size_t)K + 1, sizeof *done);
+        for (int id = 0; id < n; id++) {
+            const int64_t *t = tim(r, 0, id);
+            int k = ir->tasks[id].minibatch;
+            if (t[1] > done[k] && k >= 0 && k < K) done[k] = t[1];
+        }
+        int kmax = r->steps_run < K ? r->steps_run : K;
+        int w0 = kmax > warm + 1 ? warm : 0;
+        if (w0 < 1) w0 = 1;
+        int ne = 0;
+        iv = util_malloc(sizeof *iv * (size_t)(K + 1));
+        for (int k = w0; k < kmax; k++) iv[ne++] = done[k] - done[k - 1];
+        int64_t *sorted = util_malloc(sizeof *sorted * (size_t)(ne + 1));
+        memcpy(sorted, iv, sizeof *iv * (size_t)ne);
+        qsort(sorted, (size_t)ne, sizeof *sorted, cmp_i64);
+        m->iter_med = ne ? sorted[ne / 2] : 0;
+        m->iter_min = ne ? sorted[0] : 0;
+        m->iter_max = ne ? sorted[ne - 1] : 0;
+        m->n_iter = ne;
+        m->first = r->step_first + w0 + 1;
+        m->last = r->step_first + kmax;
+        free(sorted);
+        free(done);
+        m->t0 = INT64_MAX;
+        for (int id = 0; id < n; id++)
+            if (tim(r, 0, id)[0] >= 0 && tim(r, 0, id)[0] < m->t0)
+                m->t0 = tim(r, 0, id)[0];
+    }
+    m->start = util_malloc(sizeof(int64_t) * (size_t)(n + 1));
+    m->end = util_malloc(sizeof(int64_t) * (size_t)(n + 1));
+    m->fstart = util_malloc(sizeof(int64_t) * (size_t)(n + 1));
+    m->tp = util_malloc(sizeof(int64_t) * (size_t)(n + 1));
+    int64_t mk = 0;
+    for (int id = 0; id < n; id++) {
+        const int64_t *t = tim(r, pick, id);
+        int ran = t[0] >= 0;
+        m->start[id] = ran ? t[0] - m->t0 : -1;
+        m->end[id] = ran ? t[1] - m->t0 : -1;
+        m->fstart[id] = ran && t[2] >= 0 ? t[2] - m->t0 : m->start[id];
+        m->tp[id] = ran && t[3] > 0 ? t[3] : 0;
+        if (m->end[id] > mk) mk = m->end[id];
+    }
+    m->dev = util_calloc((size_t)D + 1, sizeof *m->dev);
+    m->inflight = util_calloc((size_t)ir->n_stages + 1, sizeof(int));
+    sim_result *res = &m->res;
+    res->ok = 1;
+    res->n_devices = D;
+    res->n_stages = ir->n_stages;
+    res->makespan_ns = mk;
+    sim_stats_times(ir, m->start, m->end, m->fstart, m->tp, res, m->dev);
+    res->iteration_ns = m->iter_med;
+    for (int d = 0; d < D; d++) {
+        m->dev[d].peak_bytes = r->peak_bytes[d];
+        m->dev[d].static_bytes = r->static_bytes[d];
+        m->dev[d].capacity_bytes = r->budget_bytes[d];
+        if (r->budget_bytes[d] > 0 && r->peak_bytes[d] > r->budget_bytes[d])
+            res->oom = 1;
+    }
+    inflight(ir, m->start, m->end, m->inflight);
+    res->dev = m->dev;
+    res->max_inflight = m->inflight;
+    res->max_versions = r->max_versions;
+    res->oom_task = -1;
+    res->start_ns = m->start;
+    res->end_ns = m->end;
+    res->flow_start_ns = m->fstart;
+    /* memory curves inside the epoch */
+    if (r->mem_off) {
+        int tot = r->mem_off[D];
+        m->mem = util_malloc(sizeof *m->mem * (size_t)(tot + 1));
+        int k = 0;
+        for (int d = 0; d < D; d++)
+            for (int i = r->mem_off[d]; i < r->mem_off[d + 1]; i++) {
+                int64_t t = r->mem_t[i] - m->t0;
+                if (t < 0 || t > mk) continue;
+                m->mem[k++] = (sim_mem_point){t, d, r->mem_b[i]};
+            }
+        res->mem = m->mem;
+        res->n_mem = k;
+    }
+    free(ends);
+    free(begs);
+    free(iv);
+}
+
+static double overhead_mean(const exec_pipe_result *r, int warm)
+{
+    int E = r->epochs, w0 = E > warm ? warm : 0, n = 0;
+    double s = 0;
+    for (int ep = w0; ep < E; ep++, n++) s += r->overhead[ep];
+    return n ? s / n : 0;
+}
+
+static json_t *steps_json(const exec_pipe_opts *o, const exec_pipe_result *r,
+                          int warmup)
+{
+    json_t *a = json_array();
+    for (int k = 0; k < r->steps_run; k++) {
+        json_t *s = json_object();
+        int g = r->step_first + k;
+        json_object_set_new(s, "step", json_integer(g + 1));
+        json_object_set_new(s, "loss", json_real(r->loss[k]));
+        json_object_set_new(s, "lr", json_real(exec_lr_at(
+                                         o->adamw.lr, warmup, o->steps, g)));
+        if (!isnan(r->grad_norm[k]))
+            json_object_set_new(s, "grad_norm", json_real(r->grad_norm[k]));
+        json_array_append_new(a, s);
+    }
+    return a;
+}
+
+int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
+                     const exec_report_opts *ro, util_err *e)
+{
+    FILE *f = ro->out ? ro->out : stdout;
+    const sim_plan *p = o->plan;
+    int warm = ro->warm >= 0 ? ro->warm : 1;
+    int warmup = o->warmup >= 0 ? o->warmup : o->steps / 10;
+    if (warmup < 1) warmup = 1;
+    meas m;
+    measure(r, warm, &m);
+    /* the prediction: the simulator on the same IR and costs */
+    sim_run_opts so = {.record = ro->trace || ro->plot};
+    sim_engine *en = sim_engine_new(r->ir, r->costs, &so);
+    sim_result pr;
+    int rc = -1;
+    if (sim_engine_run(en, &pr)) {
+        util_errf(e, UTIL_EXIT_FAIL, "simulating the plan: %s", pr.msg);
+        goto out;
+    }
+    char tpath[1100] = "";
+    if (ro->trace) {
+        if (sim_trace_write(ro->trace, r->ir, &m.res, r->costs, e)) goto out;
+        snprintf(tpath, sizeof tpath, "%s", ro->trace);
+    }
+    if (ro->plot) {
+        char mt[1100], st[1100];
+        snprintf(mt, sizeof mt, "%s-measured.json", ro->plot);
+        snprintf(st, sizeof st, "%s-simulated.json", ro->plot);
+        if ((!tpath[0] && sim_trace_write(mt, r->ir, &m.res, r->costs, e)) ||
+            sim_trace_write(st, r->ir, &pr, r->costs, e))
+            goto out;
+        int prc = plot_compare(tpath[0] ? tpath : mt, st, ro->plot, e);
+        if (prc < 0) goto out;
+        if (prc > 0) fprintf(stderr, "sluice exec: %s\n", e->msg);
+    }
+    double ovh = overhead_mean(r, warm);
+    if (ro->json) {
+        json_t *j = sim_report_json(p, r->model, r->topo, r->costs, &m.res,
+                                    r->ir);
+        json_object_set_new(j, "measured", json_true());
+        json_object_set_new(j, "plan_file", json_string(ro->plan_path
+                                                            ? ro->plan_path
+                                                            : ""));
+        json_object_set_new(j, "transport", json_string(r->xport));
+        json_object_set_new(j, "workers", json_integer(r->n_workers));
+        json_object_set_new(j, "iteration_time_min_s",
+                            json_real(m.iter_min * 1e-9));
+        json_object_set_new(j, "iteration_time_max_s",
+                            json_real(m.iter_max * 1e-9));
+        json_object_set_new(j, "measured_steps", json_pack("[i,i]", m.first,
+                                                           m.last));
+        json_object_set_new(j, "overhead_fraction", json_real(ovh));
+        json_object_set_new(j, "steps", steps_json(o, r, warmup));
+        json_object_set_new(j, "stopped", json_boolean(r->stopped));
+        json_object_set_new(j, "predicted", sim_report_json(
+                                                p, r->model, r->topo,
+                                                r->costs, &pr, r->ir));
+        if (util_json_print(j, f)) {
+            json_decref(j);
+            util_errf(e, UTIL_EXIT_FAIL, "writing the report failed");
+            goto out;
+        }
+        json_decref(j);
+        rc = 0;
+        goto out;
+    }
+    double it = m.iter_med * 1e-9, ps = pr.iteration_ns * 1e-9;
+    double samples = (double)r->B;
+    char a[32], b[32], c[32], d[32];
+    fprintf(f, "\nmeasured over steps %d-%d (%d, median; min-max), %s, %d "
+            "worker%s:\n", m.first, m.last, m.n_iter, r->xport, r->n_workers,
+            r->n_workers == 1 ? "" : "s");
+    fprintf(f, "  iteration time   %10s  (%s-%s)   simulated %s, measured/"
+            "simulated %.3f\n", util_fmt_time(it, a, sizeof a),
+            util_fmt_time(m.iter_min * 1e-9, b, sizeof b),
+            util_fmt_time(m.iter_max * 1e-9, c, sizeof c),
+            util_fmt_time(ps, d, sizeof d), ps > 0 ? it / ps : 0);
+    fprintf(f, "  samples/s        %10.2f   simulated %.2f\n",
+            it > 0 ? samples / it : 0, ps > 0 ? samples / ps : 0);
+    fprintf(f, "  tokens/s         %10.0f\n",
+            it > 0 ? samples * r->T / it : 0);
+    fprintf(f, "  runtime overhead %9.2f%%   of a step (a worker's time not "
+            "in kernels, copies or waits)\n", 100 * ovh);
+    util_table *tb = util_table_new(9);
+    const char *hd[] = {"dev", "compute ms", "comm ms", "bubble ms",
+                        "optim ms", "peak mem", "sim compute", "sim bubble",
+                        "sim peak"};
+    for (int i = 0; i < 9; i++) util_table_col(tb, i, hd[i], i ? 'r' : 'l');
+    for (int d = 0; d < r->n_devices; d++) {
+        const sim_dev_stats *x = &m.dev[d], *y = &pr.dev[d];
+        char cells[9][32];
+        snprintf(cells[0], 32, "%d", d);
+        snprintf(cells[1], 32, "%.2f", (x->compute_ns + x->recompute_ns) / 1e6);
+        snprintf(cells[2], 32, "%.2f", x->comm_exposed_ns / 1e6);
+        snprintf(cells[3], 32, "%.2f", x->bubble_ns / 1e6);
+        snprintf(cells[4], 32, "%.2f", x->opt_ns / 1e6);
+        util_fmt_bytes(x->peak_bytes, cells[5], 32);
+        snprintf(cells[6], 32, "%.2f", (y->compute_ns + y->recompute_ns) / 1e6);
+        snprintf(cells[7], 32, "%.2f", y->bubble_ns / 1e6);
+        util_fmt_bytes(y->peak_bytes, cells[8], 32);
+        const char *row[9];
+        for (int i = 0; i < 9; i++) row[i] = cells[i];
+        util_table_row(tb, row);
+    }
+    fprintf(f, "\n");
+    util_table_print(tb, f, "  ");
+    util_table_free(tb);
+    fprintf(f, "  comm = compute waiting for a transfer in flight; the "
+            "simulated columns are `sluice sim` for the same plan\n");
+    if (ro->trace) fprintf(f, "trace: %s\n", ro->trace);
+    rc = 0;
+out:
+    sim_engine_free(en);
+    meas_free(&m);
+    return rc;
+}

@@ -1,0 +1,1404 @@
+/* The pipeline executor's runtime: it runs the task IR the simulator runs.
+ * Each worker (a device and tensor-parallel rank) walks its device's
+ * compute stream in the IR's order on one thread, waiting for each task's
+ * dependencies, and its send and collective streams on a communication
+ * thread, each stream in its order, so transfers overlap compute as the
+ * IR's streams say. Receives are posted in advance: a message lands in a
+ * buffer charged to the receiving device and completes its receive task.
+ *
+ * Data moves as the IR's transfers say: an F hands its outputs to the
+ * sends that follow it (or straight to a stage of the same device); a
+ * backward hands the gradients of its inputs back the same way; data-
+ * parallel ring steps reduce-scatter then all-gather chunks of a stage's
+ * gradient; tied-embedding copies are summed in stage order. Whoever
+ * consumes a gradient receive (the next ring step, the optimizer step)
+ * folds it into the gradient, after the stage's own sends have read it
+ * (the IR orders that). With a flush, the first optimizer step of a
+ * worker agrees the global gradient norm, the step's loss and whether to
+ * stop with every worker in one sum. */
+#include <math.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "exec/runtime.h"
+
+#define SLOT(rt, k, mb) ((size_t)(k) * (size_t)(rt)->M + (size_t)(mb))
+
+static int64_t now_rel(const exec_runtime *rt)
+{
+    return (int64_t)exec_now_ns() - rt->t0;
+}
+
+exec_worker *exec_rt_worker(exec_runtime *rt, int id)
+{
+    int i = id - rt->first_local;
+    return i >= 0 && i < rt->n_local ? &rt->w[i] : NULL;
+}
+
+static int64_t *tslot(exec_worker *w, int epoch, int id)
+{
+    const exec_runtime *rt = w->rt;
+    return &w->tm[(((size_t)(epoch - 1) * rt->ir->n_tasks) + id) * EXEC_T_N];
+}
+
+/* Marks a task done for epoch and wakes whoever waits on the worker. */
+static void mark_done(exec_worker *w, int id, int epoch)
+{
+    pthread_mutex_lock(&w->mu);
+    w->done[id] = epoch;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void exec_deliver(exec_runtime *rt, int wid, int epoch, int rid, exec_buf *b,
+                  int64_t started)
+{
+    exec_worker *w = exec_rt_worker(rt, wid);
+    UTIL_NEVER(!w);
+    int64_t *ts = tslot(w, epoch, rid);
+    ts[EXEC_T_START] = ts[EXEC_T_FSTART] = started - rt->t0;
+    ts[EXEC_T_END] = now_rel(rt);
+    pthread_mutex_lock(&w->mu);
+    UTIL_NEVER(w->rbuf[rid] != NULL);
+    w->rbuf[rid] = b;
+    w->done[rid] = epoch;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void exec_rt_fail(exec_runtime *rt, int worker, const util_err *e)
+{
+    pthread_mutex_lock(&rt->err_mu);
+    if (!atomic_load(&rt->abort)) {
+        rt->err = *e;
+        rt->err_worker = worker;
+        atomic_store(&rt->abort, 1);
+    }
+    pthread_mutex_unlock(&rt->err_mu);
+    for (int i = 0; i < rt->n_local; i++) {
+        exec_worker *w = &rt->w[i];
+        pthread_mutex_lock(&w->mu);
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
+    if (rt->x && rt->x->wake) rt->x->wake(rt->x, rt);
+}
+
+/* Waits until task id is done for epoch; -1 when the run was stopped. */
+static int wait_done(exec_worker *w, int id, int epoch)
+{
+    exec_runtime *rt = w->rt;
+    pthread_mutex_lock(&w->mu);
+    while (w->done[id] < epoch && !atomic_load(&rt->abort))
+        pthread_cond_wait(&w->cv, &w->mu);
+    int ok = w->done[id] >= epoch;
+    pthread_mutex_unlock(&w->mu);
+    return ok ? 0 : -1;
+}
+
+static int deps_wait(exec_worker *w, int id, int epoch)
+{
+    const sim_ir *ir = w->rt->ir;
+    const sim_task *t = &ir->tasks[id];
+    for (int k = 0; k < t->n_dep; k++)
+        if (wait_done(w, ir->deps[t->dep_off + k], epoch)) return -1;
+    return 0;
+}
+
+static int deps_ready(exec_worker *w, int id, int epoch)
+{
+    const sim_ir *ir = w->rt->ir;
+    const sim_task *t = &ir->tasks[id];
+    int ok = 1;
+    pthread_mutex_lock(&w->mu);
+    for (int k = 0; k < t->n_dep && ok; k++)
+        ok = w->done[ir->deps[t->dep_off + k]] >= epoch;
+    pthread_mutex_unlock(&w->mu);
+    return ok;
+}
+
+/* Takes a delivered receive's buffer (its reference moves to the caller). */
+static exec_buf *take_recv(exec_worker *w, int rid)
+{
+    pthread_mutex_lock(&w->mu);
+    exec_buf *b = w->rbuf[rid];
+    w->rbuf[rid] = NULL;
+    pthread_mutex_unlock(&w->mu);
+    return b;
+}
+
+static char *task_str(const exec_runtime *rt, int id, char *buf, size_t n)
+{
+    return sim_task_str(rt->ir, id, buf, n);
+}
+
+/* ------------------------------------------------------------- records */
+
+static exec_rec *rec_new(const exec_stage *st)
+{
+    exec_rec *r = util_calloc(1, sizeof *r);
+    r->out = util_calloc((size_t)st->n_ops, sizeof *r->out);
+    r->aux = util_calloc((size_t)st->n_ops, sizeof *r->aux);
+    r->dout = util_calloc((size_t)st->n_ops, sizeof *r->dout);
+    r->ext = util_calloc((size_t)st->n_ext + 1, sizeof *r->ext);
+    r->dext = util_calloc((size_t)st->n_ext + 1, sizeof *r->dext);
+    return r;
+}
+
+static void rec_free(const exec_stage *st, exec_rec *r)
+{
+    if (!r) return;
+    for (int i = 0; i < st->n_ops; i++) {
+        exec_view_drop(&r->out[i]);
+        exec_view_drop(&r->aux[i]);
+        exec_view_drop(&r->dout[i]);
+    }
+    for (int q = 0; q < st->n_ext; q++) {
+        exec_view_drop(&r->ext[q]);
+        exec_view_drop(&r->dext[q]);
+    }
+    free(r->out); free(r->aux); free(r->dout); free(r->ext); free(r->dext);
+    free(r->tok); free(r->tgt);
+    free(r);
+}
+
+/* Drops what the backward does not read (after F; recompute keeps only
+ * the stage's inputs). */
+static void keep_for_backward(const exec_runtime *rt, const exec_stage *st,
+                              exec_rec *r, int only_inputs)
+{
+    for (int i = 0; i < st->n_ops; i++) {
+        if (only_inputs || !st->keep_out[i]) exec_view_drop(&r->out[i]);
+        if (only_inputs || !rt->xop[st->first + i].aux_n)
+            exec_view_drop(&r->aux[i]);
+    }
+    for (int q = 0; q < st->n_ext && !only_inputs; q++)
+        if (!st->keep_ext[q]) exec_view_drop(&r->ext[q]);
+}
+
+/* Offset (floats) of producer op j in the message from stage a to stage
+ * b: the outputs of a read by b, in op order. -1 when not in it. */
+static long msg_offset(const exec_runtime *rt, const exec_stage *b, int a,
+                       int j, size_t *total)
+{
+    size_t off = 0;
+    long at = -1;
+    for (int q = 0; q < b->n_ext; q++) {
+        if (b->ext_stage[q] != a) continue;
+        if (b->ext_op[q] == j) at = (long)off;
+        off += rt->xop[b->ext_op[q]].out_n;
+    }
+    if (total) *total = off;
+    return at;
+}
+
+static const exec_stage *geo(const exec_runtime *rt, int v);
+
+/* ------------------------------------------------------------- forward */
+
+static int fill_tokens(exec_worker *w, exec_stage *st, exec_rec *r,
+                       const sim_task *t, int epoch)
+{
+    exec_runtime *rt = w->rt;
+    if (!st->has_embed && !st->has_loss) return 0;
+    size_t n = (size_t)rt->mbs * rt->T;
+    r->tok = util_malloc(sizeof(int) * n);
+    r->tgt = util_malloc(sizeof(int) * n);
+    int step = rt->step0 + (rt->async ? t->minibatch : epoch - 1);
+    int g = st->replica * rt->M + t->mb;
+    exec_corpus_rows(rt->corpus, 0, rt->seed, (uint64_t)step, g * rt->mbs,
+                     rt->mbs, rt->T, r->tok, r->tgt);
+    return 0;
+}
+
+static int run_forward_ops(exec_worker *w, exec_stage *st, exec_rec *r,
+                           int count_loss, int64_t *tp, util_err *e)
+{
+    for (int op = st->first; op <= st->last; op++)
+        if (exec_op_forward(w, st, r, op, count_loss, tp, e)) return -1;
+    return 0;
+}
+
+static int task_f(exec_worker *w, int id, int epoch, int64_t *tp,
+                  util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const sim_ir *ir = rt->ir;
+    const sim_task *t = &ir->tasks[id];
+    int li = w->lidx[t->stage];
+    exec_stage *st = &w->st[li];
+    size_t slot = SLOT(rt, t->minibatch, t->mb);
+    if (w->rec[li][slot])
+        return util_errf(e, UTIL_EXIT_FAIL, "a second F of the same "
+                         "microbatch before its backward");
+    exec_rec *r = rec_new(st);
+    w->rec[li][slot] = r;
+    r->version = rt->async ? t->version : 0;
+    fill_tokens(w, st, r, t, epoch);
+    /* inputs: from stages of this device, or from the receives before */
+    exec_view *la = w->lact[li][slot];
+    for (int q = 0; q < st->n_ext; q++) {
+        int a = st->ext_stage[q];
+        if (w->lidx[a] >= 0) {
+            if (!la || !la[q].b)
+                return util_errf(e, UTIL_EXIT_FAIL, "input op %d from stage "
+                                 "%d is missing", st->ext_op[q], a);
+            r->ext[q] = la[q];
+            memset(&la[q], 0, sizeof la[q]);
+        }
+    }
+    free(la);
+    w->lact[li][slot] = NULL;
+    for (int k = 0; k < t->n_dep; k++) {
+        int d = ir->deps[t->dep_off + k];
+        const sim_task *u = &ir->tasks[d];
+        if (u->kind != SIM_RECV || u->comm != SIM_COMM_PP) continue;
+        exec_buf *b = take_recv(w, d);
+        size_t total = 0;
+        msg_offset(rt, st, u->stage, -1, &total);
+        if (!b || b->n != total) {
+            size_t got = b ? b->n : 0;
+            exec_buf_unref(b);
+            return util_errf(e, UTIL_EXIT_FAIL, "activation message from "
+                             "stage %d has %zu floats, the stage reads %zu",
+                             u->stage, got, total);
+        }
+        for (int q = 0; q < st->n_ext; q++) {
+            if (st->ext_stage[q] != u->stage) continue;
+            long off = msg_offset(rt, st, u->stage, st->ext_op[q], NULL);
+            r->ext[q].b = exec_buf_ref(b);
+            r->ext[q].off = (size_t)off;
+            r->ext[q].n = rt->xop[st->ext_op[q]].out_n;
+        }
+        exec_buf_unref(b);
+    }
+    if (run_forward_ops(w, st, r, w->rank == 0, tp, e)) return -1;
+    /* outputs for the stages that read them: the sends after this F, or
+     * straight to a stage of this device */
+    for (int k = ir->succ_off[id]; k < ir->succ_off[id + 1]; k++) {
+        int s = ir->succ[k];
+        const sim_task *u = &ir->tasks[s];
+        if (u->kind != SIM_SEND || u->comm != SIM_COMM_PP || u->grad)
+            continue;
+        const exec_stage *b = geo(rt, u->stage2);
+        exec_view *ob = util_calloc((size_t)b->n_ext + 1, sizeof *ob);
+        int n = 0;
+        for (int q = 0; q < b->n_ext; q++)
+            if (b->ext_stage[q] == st->id)
+                ob[n++] = exec_view_dup(&r->out[b->ext_op[q] - st->first]);
+        pthread_mutex_lock(&w->mu);
+        w->outbox[s] = ob;
+        w->n_outbox[s] = n;
+        pthread_mutex_unlock(&w->mu);
+    }
+    for (int j = 0; j < w->n_st; j++) {
+        const exec_stage *b = &w->st[j];
+        if (b->id == st->id) continue;
+        for (int q = 0; q < b->n_ext; q++) {
+            if (b->ext_stage[q] != st->id) continue;
+            if (!w->lact[j][slot])
+                w->lact[j][slot] = util_calloc((size_t)b->n_ext + 1,
+                                               sizeof(exec_view));
+            w->lact[j][slot][q] =
+                exec_view_dup(&r->out[b->ext_op[q] - st->first]);
+        }
+    }
+    keep_for_backward(rt, st, r, rt->recompute);
+    return 0;
+}
+
+static int task_recompute(exec_worker *w, int id, int64_t *tp, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const sim_task *t = &rt->ir->tasks[id];
+    int li = w->lidx[t->stage];
+    exec_stage *st = &w->st[li];
+    exec_rec *r = w->rec[li][SLOT(rt, t->minibatch, t->mb)];
+    if (!r)
+        return util_errf(e, UTIL_EXIT_FAIL, "recompute without its F");
+    if (run_forward_ops(w, st, r, 0, tp, e)) return -1;
+    keep_for_backward(rt, st, r, 0);
+    return 0;
+}
+
+/* ------------------------------------------------------------ backward */
+
+typedef struct gsrc {
+    int from;           /* consumer stage */
+    int seq;            /* order of arrival, for a stable sort */
+    int op;
+    exec_view v;
+} gsrc;
+
+static int gsrc_cmp(const void *a, const void *b)
+{
+    const gsrc *x = a, *y = b;
+    if (x->from != y->from) return x->from > y->from ? -1 : 1;
+    return (x->op > y->op) - (x->op < y->op);
+}
+
+/* Output gradients from the stages that read this stage's outputs, added
+ * later stage first: the order a single device's backward adds them. */
+static int gather_output_grads(exec_worker *w, int id, exec_stage *st,
+                               exec_rec *r, size_t slot, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const sim_ir *ir = rt->ir;
+    const sim_task *t = &ir->tasks[id];
+    int li = w->lidx[st->id];
+    int cap = 16, n = 0;
+    gsrc *g = util_malloc(sizeof *g * (size_t)cap);
+    int rc = 0;
+    for (int k = 0; k < t->n_dep && !rc; k++) {
+        int d = ir->deps[t->dep_off + k];
+        const sim_task *u = &ir->tasks[d];
+        if (u->kind != SIM_RECV || u->comm != SIM_COMM_PP || !u->grad)
+            continue;
+        exec_buf *b = take_recv(w, d);
+        const exec_stage *c = geo(rt, u->stage);
+        size_t total = 0;
+        msg_offset(rt, c, st->id, -1, &total);
+        if (!b || b->n != total) {
+            rc = util_errf(e, UTIL_EXIT_FAIL, "gradient message from stage "
+                           "%d has %zu floats, expected %zu", u->stage,
+                           b ? b->n : 0, total);
+            exec_buf_unref(b);
+            break;
+        }
+        for (int q = 0; q < c->n_ext; q++) {
+            if (c->ext_stage[q] != st->id) continue;
+            if (n == cap) g = util_realloc(g, sizeof *g * (size_t)(cap *= 2));
+            g[n].from = u->stage;
+            g[n].seq = n;
+            g[n].op = c->ext_op[q];
+            g[n].v.b = exec_buf_ref(b);
+            g[n].v.off = (size_t)msg_offset(rt, c, st->id, c->ext_op[q], NULL);
+            g[n].v.n = rt->xop[c->ext_op[q]].out_n;
+            n++;
+        }
+        exec_buf_unref(b);
+    }
+    for (exec_grad_in *x = w->lgrad[li][slot]; x;) {
+        exec_grad_in *next = x->next;
+        if (n == cap) g = util_realloc(g, sizeof *g * (size_t)(cap *= 2));
+        g[n].from = x->from;
+        g[n].seq = n;
+        g[n].op = x->op;
+        g[n].v = x->v;
+        n++;
+        free(x);
+        x = next;
+    }
+    w->lgrad[li][slot] = NULL;
+    qsort(g, (size_t)n, sizeof *g, gsrc_cmp);
+    for (int i = 0; i < n; i++) {
+        int j = g[i].op - st->first;
+        exec_view *dv = &r->dout[j];
+        size_t len = rt->xop[g[i].op].out_n;
+        if (!rc && !dv->b) {
+            dv->b = exec_buf_new(&w->mem, len, 1);
+            dv->n = len;
+            if (!dv->b) {
+                char a[32];
+                rc = util_errf(e, UTIL_EXIT_FAIL, "out of memory: %s more "
+                               "for a gradient",
+                               util_fmt_bytes(w->mem.need, a, sizeof a));
+            }
+        }
+        if (!rc) {
+            float *d = exec_view_p(dv);
+            const float *s = exec_view_p(&g[i].v);
+            EXEC_KERN(w, for (size_t k = 0; k < len; k++) d[k] += s[k]);
+        }
+        exec_view_drop(&g[i].v);
+    }
+    free(g);
+    return rc;
+}
+
+/* The gradients of the stage's inputs go back to their producers. */
+static int hand_back(exec_worker *w, int id, exec_stage *st, exec_rec *r,
+                     size_t slot, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const sim_ir *ir = rt->ir;
+    for (int q = 0; q < st->n_ext; q++)
+        if (!r->dext[q].b) {
+            size_t len = rt->xop[st->ext_op[q]].out_n;
+            r->dext[q].b = exec_buf_new(&w->mem, len, 1);
+            r->dext[q].n = len;
+            if (!r->dext[q].b) {
+                char a[32];
+                return util_errf(e, UTIL_EXIT_FAIL, "out of memory: %s more "
+                                 "for a gradient",
+                                 util_fmt_bytes(w->mem.need, a, sizeof a));
+            }
+        }
+    for (int k = ir->succ_off[id]; k < ir->succ_off[id + 1]; k++) {
+        int s = ir->succ[k];
+        const sim_task *u = &ir->tasks[s];
+        if (u->kind != SIM_SEND || u->comm != SIM_COMM_PP || !u->grad)
+            continue;
+        exec_view *ob = util_calloc((size_t)st->n_ext + 1, sizeof *ob);
+        int n = 0;
+        for (int q = 0; q < st->n_ext; q++)
+            if (st->ext_stage[q] == u->stage2)
+                ob[n++] = exec_view_dup(&r->dext[q]);
+        pthread_mutex_lock(&w->mu);
+        w->outbox[s] = ob;
+        w->n_outbox[s] = n;
+        pthread_mutex_unlock(&w->mu);
+    }
+    for (int q = 0; q < st->n_ext; q++) {
+        int a = st->ext_stage[q];
+        if (w->lidx[a] < 0) continue;
+        exec_grad_in *x = util_malloc(sizeof *x);
+        x->from = st->id;
+        x->op = st->ext_op[q];
+        x->v = exec_view_dup(&r->dext[q]);
+        int la = w->lidx[a];
+        x->next = w->lgrad[la][slot];
+        w->lgrad[la][slot] = x;
+    }
+    for (int q = 0; q < st->n_ext; q++) exec_view_drop(&r->dext[q]);
+    return 0;
+}
+
+static void version_release(exec_worker *w, exec_stage *st, int v);
+
+static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
+                         util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const sim_task *t = &rt->ir->tasks[id];
+    int li = w->lidx[t->stage];
+    exec_stage *st = &w->st[li];
+    size_t slot = SLOT(rt, t->minibatch, t->mb);
+    exec_rec *r = w->rec[li][slot];
+    if (!r)
+        return util_errf(e, UTIL_EXIT_FAIL, "backward without its F");
+    if (gather_output_grads(w, id, st, r, slot, e)) return -1;
+    for (int op = st->last; op >= st->first; op--) {
+        int i = op - st->first;
+        const exec_xop *x = &rt->xop[op];
+        if (exec_op_backward(w, st, r, op, 1, fused, tp, e)) return -1;
+        /* what no later part reads goes now */
+        if (fused || !x->has_w) exec_view_drop(&r->dout[i]);
+        if (fused || !st->w_needs[i]) exec_view_drop(&r->out[i]);
+        if (fused || !x->has_w) exec_view_drop(&r->aux[i]);
+    }
+    for (int q = 0; q < st->n_ext; q++)
+        if (fused || !st->w_needs_ext[q]) exec_view_drop(&r->ext[q]);
+    if (hand_back(w, id, st, r, slot, e)) return -1;
+    if (fused) {
+        rec_free(st, r);
+        w->rec[li][slot] = NULL;
+    }
+    return 0;
+}
+
+static int task_w(exec_worker *w, int id, int64_t *tp, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const sim_task *t = &rt->ir->tasks[id];
+    int li = w->lidx[t->stage];
+    exec_stage *st = &w->st[li];
+    size_t slot = SLOT(rt, t->minibatch, t->mb);
+    exec_rec *r = w->rec[li][slot];
+    if (!r) return util_errf(e, UTIL_EXIT_FAIL, "W without its B");
+    for (int op = st->last; op >= st->first; op--)
+        if (rt->xop[op].has_w &&
+            exec_op_backward(w, st, r, op, 0, 1, tp, e))
+            return -1;
+    rec_free(st, r);
+    w->rec[li][slot] = NULL;
+    return 0;
+}
+
+/* ------------------------------------------------- gradient receives */
+
+/* Ring chunk c of n floats over R members. */
+static void chunk(size_t n, int R, int c, size_t *lo, size_t *len)
+{
+    size_t a = n * (size_t)c / (size_t)R, b = n * (size_t)(c + 1) / (size_t)R;
+    *lo = a;
+    *len = b - a;
+}
+
+static int mod(int a, int R) { return ((a % R) + R) % R; }
+
+/* The chunk member `sender` sends at ring step `step`: reduce-scatter,
+ * then all-gather (sim_add_allreduce's ring). */
+static int ring_chunk(int sender, int step, int R)
+{
+    return step < R - 1 ? mod(sender - step, R)
+                        : mod(sender + 1 - (step - (R - 1)), R);
+}
+
+typedef struct tsrc { int stage; const float *p; exec_buf *b; } tsrc;
+
+static int tsrc_cmp(const void *a, const void *b)
+{
+    const tsrc *x = a, *y = b;
+    return (x->stage > y->stage) - (x->stage < y->stage);
+}
+
+/* Folds the gradient receives task depends on into their stages'
+ * gradients: ring steps add (reduce-scatter) or copy (all-gather) their
+ * chunk; tied-table copies are summed with the stage's own in stage
+ * order, so every holder gets the same bits. */
+static int integrate(exec_worker *w, int task, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const sim_ir *ir = rt->ir;
+    const sim_task *t = &ir->tasks[task];
+    int R = rt->dp * rt->pipes;
+    tsrc tied[16];
+    int nt = 0, tied_stage = -1;
+    for (int k = 0; k < t->n_dep; k++) {
+        int d = ir->deps[t->dep_off + k];
+        const sim_task *u = &ir->tasks[d];
+        if (u->kind != SIM_RECV ||
+            (u->comm != SIM_COMM_DP && u->comm != SIM_COMM_EMB))
+            continue;
+        exec_buf *b = take_recv(w, d);
+        if (!b) continue;           /* folded in already */
+        exec_stage *st = &w->st[w->lidx[u->stage2]];
+        if (u->comm == SIM_COMM_DP) {
+            int sender = geo(rt, u->stage)->replica;
+            size_t lo, len;
+            chunk(st->n, R, ring_chunk(sender, u->mb, R), &lo, &len);
+            if (b->n != len) {
+                exec_buf_unref(b);
+                return util_errf(e, UTIL_EXIT_FAIL, "ring step of %zu floats,"
+                                 " the chunk has %zu", b->n, len);
+            }
+            float *g = st->g + lo;
+            if (u->mb < R - 1)
+                EXEC_KERN(w, for (size_t i = 0; i < len; i++) g[i] += b->p[i]);
+            else
+                EXEC_KERN(w, memcpy(g, b->p, len * sizeof *g));
+            exec_buf_unref(b);
+            continue;
+        }
+        if (nt == 15 || st->tied_sl < 0) {
+            exec_buf_unref(b);
+            return util_errf(e, UTIL_EXIT_FAIL, "tied-table gradient for a "
+                             "stage without a copy");
+        }
+        tied_stage = st->id;
+        tied[nt++] = (tsrc){u->stage, b->p, b};
+    }
+    if (!nt) return 0;
+    exec_stage *st = &w->st[w->lidx[tied_stage]];
+    const exec_slice *sl = &st->sl[st->tied_sl];
+    float *own = st->g + sl->off;
+    tied[nt++] = (tsrc){st->id, own, NULL};
+    qsort(tied, (size_t)nt, sizeof *tied, tsrc_cmp);
+    int rc = 0;
+    for (int i = 0; i < nt; i++)
+        if (tied[i].b && tied[i].b->n != sl->n)
+            rc = util_errf(e, UTIL_EXIT_FAIL, "tied-table gradient of %zu "
+                           "floats, the copy has %zu", tied[i].b->n, sl->n);
+    if (!rc) {
+        float *acc = util_malloc(sizeof *acc * (sl->n + 1));
+        EXEC_KERN(w, {
+            memcpy(acc, tied[0].p, sl->n * sizeof *acc);
+            for (int i = 1; i < nt; i++)
+                for (size_t k = 0; k < sl->n; k++) acc[k] += tied[i].p[k];
+            memcpy(own, acc, sl->n * sizeof *acc);
+        });
+        free(acc);
+    }
+    for (int i = 0; i < nt; i++) exec_buf_unref(tied[i].b);
+    return rc;
+}
+
+/* ------------------------------------------------------------ updates */
+
+static void version_release(exec_worker *w, exec_stage *st, int v)
+{
+    if (!w->rt->async || v < 0 || v >= st->n_ver_slots) return;
+    if (--st->pending[v] == 0 && v != st->cur_ver && st->w[v]) {
+        exec_mem_charge(&w->mem, -(double)st->n * sizeof(float));
+        free(st->w[v]);
+        st->w[v] = NULL;
+        st->live--;
+    }
+}
+
+static double stage_norm_sq(const exec_stage *st)
+{
+    double s = 0;
+    for (int k = 0; k < st->n_sl; k++) {
+        if (!st->sl[k].norm_owner) continue;
+        const float *g = st->g + st->sl[k].off;
+        for (size_t i = 0; i < st->sl[k].n; i++) s += (double)g[i] * g[i];
+    }
+    return s;
+}
+
+/* AdamW on a stage's slices (elementwise, so slicing a tensor gives the
+ * reference's bits), into a new version when in-flight work still uses
+ * the current one (stashing); gradients cleared. */
+static int stage_update(exec_worker *w, exec_stage *st, float scale,
+                        util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    int s = st->steps;
+    exec_adamw a = rt->adamw;
+    float lr = exec_lr_at(a.lr, rt->warmup, rt->total_steps, s);
+    float *p = st->w[st->cur_ver];
+    if (rt->async) {
+        int nv = st->cur_ver + 1;
+        if (nv >= st->n_ver_slots)
+            return util_errf(e, UTIL_EXIT_FAIL, "more weight versions than "
+                             "minibatches");
+        if (st->pending[st->cur_ver] > 0) {
+            if (exec_mem_charge(&w->mem, (double)st->n * sizeof(float))) {
+                char b[32];
+                return util_errf(e, UTIL_EXIT_FAIL, "out of memory: %s more "
+                                 "for a stashed weight version",
+                                 util_fmt_bytes(w->mem.need, b, sizeof b));
+            }
+            float *q = util_malloc(sizeof *q * (st->n + 1));
+            memcpy(q, p, st->n * sizeof *q);
+            p = q;
+            if (++st->live > st->max_live) st->max_live = st->live;
+        } else {
+            st->w[st->cur_ver] = NULL;
+        }
+        st->w[nv] = p;
+        st->cur_ver = nv;
+    }
+    for (int k = 0; k < st->n_sl; k++) {
+        const exec_slice *sl = &st->sl[k];
+        size_t o = sl->off;
+        EXEC_KERN(w, kern_adamw_update(p + o, st->am + o, st->av + o,
+                                       st->g + o, sl->n, lr, a.beta1, a.beta2,
+                                       a.eps, sl->decay ? a.weight_decay : 0.0f,
+                                       scale, s + 1));
+    }
+    memset(st->g, 0, st->n * sizeof *st->g);
+    st->steps++;
+    return 0;
+}
+
+static int sum_world(exec_worker *w, double *v, int n, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    int64_t t0 = (int64_t)exec_now_ns();
+    int rc = rt->x->allreduce(rt->x, rt, w->id, EXEC_GROUP_WORLD, v,
+                              (size_t)n, 1, e);
+    w->wait_ns += (int64_t)exec_now_ns() - t0;
+    return rc;
+}
+
+/* A flushed step's optimizer tasks: the first one of the worker in the
+ * epoch waits for all of them to be ready, folds their receives in, and
+ * agrees with every worker on the gradient norm, the loss and whether to
+ * stop (one sum); each then updates its stage. Without a flush a stage
+ * updates alone and clips by its own norm. */
+static int task_opt(exec_worker *w, int id, int epoch, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const sim_task *t = &rt->ir->tasks[id];
+    exec_stage *st = &w->st[w->lidx[t->stage]];
+    if (rt->async) {
+        float scale = 1.0f;
+        if (integrate(w, id, e)) return -1;
+        if (rt->adamw.clip > 0) {
+            double ns = stage_norm_sq(st);
+            if (rt->tp > 1 &&
+                rt->x->allreduce(rt->x, rt, w->id, EXEC_GROUP_TP, &ns, 1, 1,
+                                 e))
+                return -1;
+            double norm = sqrt(ns);
+            if (norm > rt->adamw.clip) scale = (float)(rt->adamw.clip / norm);
+        }
+        return stage_update(w, st, scale, e);
+    }
+    if (w->opt_epoch != epoch) {
+        w->opt_epoch = epoch;
+        for (int i = 0; i < w->n_comp; i++) {
+            int o = w->comp[i];
+            if (o == id || rt->ir->tasks[o].kind != SIM_OPT) continue;
+            int64_t t0 = (int64_t)exec_now_ns();
+            int rc = deps_wait(w, o, epoch);
+            w->wait_ns += (int64_t)exec_now_ns() - t0;
+            if (rc) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
+        }
+        for (int i = 0; i < w->n_comp; i++) {
+            int o = w->comp[i];
+            if (rt->ir->tasks[o].kind == SIM_OPT && integrate(w, o, e))
+                return -1;
+        }
+        double v[3] = {0, 0, 0};
+        for (int i = 0; i < w->n_st; i++) v[0] += stage_norm_sq(&w->st[i]);
+        v[1] = w->ep_loss[epoch - 1];
+        v[2] = rt->stop_flag && *rt->stop_flag ? 1 : 0;
+        if (sum_world(w, v, 3, e)) return -1;
+        double norm = sqrt(v[0]);
+        w->ep_norm[epoch - 1] = norm;
+        w->ep_loss[epoch - 1] = v[1];
+        if (v[2] > 0) {
+            /* every worker sees the same sum: all stop after this step */
+            int cur = atomic_load(&rt->stop_epoch);
+            while (epoch < cur &&
+                   !atomic_compare_exchange_weak(&rt->stop_epoch, &cur,
+                                                 epoch))
+                ;
+        }
+        w->opt_scale = rt->adamw.clip > 0 && norm > rt->adamw.clip
+                     ? (float)(rt->adamw.clip / norm) : 1.0f;
+    }
+    st->steps = rt->step0 + epoch - 1;
+    return stage_update(w, st, w->opt_scale, e);
+}
+
+/* ------------------------------------------------------------- threads */
+
+static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const sim_task *t = &rt->ir->tasks[id];
+    int64_t tp = 0;
+    int rc = 0;
+    int64_t *ts = tslot(w, epoch, id);
+    ts[EXEC_T_START] = now_rel(rt);
+    switch (t->kind) {
+    case SIM_F: {
+        w->loss_sum = 0;
+        rc = task_f(w, id, epoch, &tp, e);
+        int idx = rt->async ? t->minibatch : epoch - 1;
+        w->ep_loss[idx] += w->loss_sum;
+        break;
+    }
+    case SIM_RECOMP: rc = task_recompute(w, id, &tp, e); break;
+    case SIM_BW: rc = task_backward(w, id, 1, &tp, e); break;
+    case SIM_B: rc = task_backward(w, id, 0, &tp, e); break;
+    case SIM_W: rc = task_w(w, id, &tp, e); break;
+    case SIM_OPT: rc = task_opt(w, id, epoch, e); break;
+    default:
+        rc = util_errf(e, UTIL_EXIT_FAIL, "task kind %s on the compute "
+                       "stream", sim_kind_name((sim_kind)t->kind));
+    }
+    ts[EXEC_T_END] = now_rel(rt);
+    ts[EXEC_T_TP] = tp;
+    if (!rc && t->kind <= SIM_RECOMP && rt->async)
+        version_release(w, &w->st[w->lidx[t->stage]], t->version);
+    return rc;
+}
+
+static void fail(exec_worker *w, int id, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    if (atomic_load(&rt->abort)) return;
+    char b[160];
+    if (id >= 0) {
+        util_err_prefix(e, "device %d%s%.0d: %s", w->device,
+                        rt->tp > 1 ? " rank " : "", rt->tp > 1 ? w->rank : 0,
+                        task_str(rt, id, b, sizeof b));
+    } else {
+        util_err_prefix(e, "device %d", w->device);
+    }
+    exec_rt_fail(rt, w->id, e);
+}
+
+static void *compute_main(void *arg)
+{
+    exec_worker *w = arg;
+    exec_runtime *rt = w->rt;
+    const sim_ir *ir = rt->ir;
+    util_err e = {0};
+    for (int epoch = 1; epoch <= rt->epochs; epoch++) {
+        if (epoch > atomic_load(&rt->stop_epoch)) break;
+        int64_t t0 = (int64_t)exec_now_ns();
+        w->kern_ns = w->wait_ns = 0;
+        for (int i = 0; i < w->n_comp; i++) {
+            int id = w->comp[i];
+            const sim_task *t = &ir->tasks[id];
+            /* no flush: a stop ends the minibatches not yet begun */
+            if (rt->async && t->minibatch > atomic_load(&rt->stop_epoch)) {
+                mark_done(w, id, epoch);
+                continue;
+            }
+            int64_t a = (int64_t)exec_now_ns();
+            int rc = deps_wait(w, id, epoch);
+            w->wait_ns += (int64_t)exec_now_ns() - a;
+            if (rc) goto out;
+            w->tasks_run++;
+            if (w->id == rt->fault_worker && w->tasks_run == rt->fault_task) {
+                if (rt->fault_kill) raise(SIGKILL);
+                util_errf(&e, UTIL_EXIT_FAIL, "injected fault "
+                          "(SLUICE_EXEC_FAULT)");
+                fail(w, id, &e);
+                goto out;
+            }
+            if (run_compute_task(w, id, epoch, &e)) {
+                fail(w, id, &e);
+                goto out;
+            }
+            mark_done(w, id, epoch);
+            if (rt->async && rt->stop_flag && *rt->stop_flag &&
+                t->kind == SIM_F && t->stage == 0) {
+                /* the first stage sets where the minibatches end */
+                int want = t->minibatch, cur = atomic_load(&rt->stop_epoch);
+                while (want < cur && !atomic_compare_exchange_weak(
+                                         &rt->stop_epoch, &cur, want))
+                    ;
+            }
+        }
+        int64_t t1 = (int64_t)exec_now_ns();
+        if (w->id == 0 && rt->on_step && !rt->async)
+            rt->on_step(rt->on_step_ctx, rt->step0 + epoch,
+                        w->ep_loss[epoch - 1] * rt->scale,
+                        w->ep_norm[epoch - 1],
+                        exec_lr_at(rt->adamw.lr, rt->warmup, rt->total_steps,
+                                   rt->step0 + epoch - 1),
+                        (double)(t1 - t0) / 1e6);
+        w->ep_wall[epoch - 1] = t1 - t0;
+        w->ep_kern[epoch - 1] = w->kern_ns;
+        w->ep_wait[epoch - 1] = w->wait_ns;
+        w->ep_end[epoch - 1] = t1 - rt->t0;
+    }
+out:
+    pthread_mutex_lock(&w->mu);
+    w->comp_finished = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* The pieces a send task carries. */
+static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
+                       int cap, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const sim_task *t = &rt->ir->tasks[id];
+    *np = 0;
+    if (t->comm == SIM_COMM_PP) {
+        pthread_mutex_lock(&w->mu);
+        exec_view *ob = w->outbox[id];
+        int n = w->n_outbox[id];
+        pthread_mutex_unlock(&w->mu);
+        if (!ob) return util_errf(e, UTIL_EXIT_FAIL, "nothing to send");
+        for (int i = 0; i < n && i < cap; i++)
+            pc[(*np)++] = (exec_piece){exec_view_p(&ob[i]), ob[i].n};
+        return 0;
+    }
+    exec_stage *st = &w->st[w->lidx[t->stage]];
+    if (t->comm == SIM_COMM_DP) {
+        if (integrate(w, id, e)) return -1;
+        int R = rt->dp * rt->pipes;
+        size_t lo, len;
+        chunk(st->n, R, ring_chunk(st->replica, t->mb, R), &lo, &len);
+        pc[(*np)++] = (exec_piece){st->g + lo, len};
+        return 0;
+    }
+    if (t->comm == SIM_COMM_EMB && st->tied_sl >= 0) {
+        const exec_slice *sl = &st->sl[st->tied_sl];
+        pc[(*np)++] = (exec_piece){st->g + sl->off, sl->n};
+        return 0;
+    }
+    return util_errf(e, UTIL_EXIT_FAIL, "a send the executor cannot fill");
+}
+
+static void send_done(exec_worker *w, int id, int epoch)
+{
+    pthread_mutex_lock(&w->mu);
+    exec_view *ob = w->outbox[id];
+    int n = w->n_outbox[id];
+    w->outbox[id] = NULL;
+    w->n_outbox[id] = 0;
+    pthread_mutex_unlock(&w->mu);
+    for (int i = 0; i < n; i++) exec_view_drop(&ob[i]);
+    free(ob);
+    tslot(w, epoch, id)[EXEC_T_END] = now_rel(w->rt);
+    mark_done(w, id, epoch);
+}
+
+static void *comm_main(void *arg)
+{
+    exec_worker *w = arg;
+    exec_runtime *rt = w->rt;
+    const sim_ir *ir = rt->ir;
+    int ep[2] = {1, 1}, idx[2] = {0, 0};
+    void *h[2] = {NULL, NULL};
+    util_err e = {0};
+    int64_t nap_us = 20;
+    for (;;) {
+        if (atomic_load(&rt->abort)) break;
+        int progress = 0, active = 0;
+        int last = rt->epochs < atomic_load(&rt->stop_epoch)
+                 ? rt->epochs : atomic_load(&rt->stop_epoch);
+        if (last < 1) last = rt->async ? 1 : 0;
+        for (int q = 0; q < 2; q++) {
+            while (idx[q] == w->n_sendq[q] && ep[q] < last) {
+                ep[q]++;
+                idx[q] = 0;
+            }
+            if (idx[q] >= w->n_sendq[q] || ep[q] > last) continue;
+            int id = w->sendq[q][idx[q]];
+            if (rt->async && ir->tasks[id].minibatch >
+                                 atomic_load(&rt->stop_epoch)) {
+                mark_done(w, id, ep[q]);
+                idx[q]++;
+                progress = 1;
+                continue;
+            }
+            active = 1;
+            if (h[q]) {
+                int done = 0;
+                if (rt->x->send_test(rt->x, h[q], &done, &e)) goto fail;
+                if (done) {
+                    h[q] = NULL;
+                    send_done(w, id, ep[q]);
+                    idx[q]++;
+                    progress = 1;
+                }
+                continue;
+            }
+            if (!deps_ready(w, id, ep[q])) continue;
+            const sim_task *t = &ir->tasks[id];
+            int64_t *ts = tslot(w, ep[q], id);
+            ts[EXEC_T_START] = ts[EXEC_T_FSTART] = now_rel(rt);
+            exec_piece pc[64];
+            int np = 0;
+            if (send_pieces(w, id, pc, &np, 64, &e)) goto fail_task;
+            int dst = ir->tasks[t->peer].device * rt->tp + w->rank;
+            if (rt->x->send(rt->x, rt, w->id, dst, ep[q], t->peer, pc, np,
+                            &h[q], &e))
+                goto fail_task;
+            if (!h[q]) {
+                send_done(w, id, ep[q]);
+                idx[q]++;
+            }
+            progress = 1;
+            continue;
+fail_task:
+            {
+                char b[160];
+                util_err_prefix(&e, "device %d: %s", w->device,
+                                task_str(rt, id, b, sizeof b));
+                exec_rt_fail(rt, w->id, &e);
+                goto out;
+            }
+        }
+        if (rt->x->poll) {
+            int got = 0;
+            if (rt->x->poll(rt->x, rt, w->id, &got, &e)) goto fail;
+            if (got) progress = 1;
+        }
+        pthread_mutex_lock(&w->mu);
+        int finished = w->comp_finished;
+        pthread_mutex_unlock(&w->mu);
+        if (!active && finished) break;
+        if (progress) {
+            nap_us = 20;
+            continue;
+        }
+        /* nothing to do: wait for a completion on this worker (sends
+         * need one), or poll again soon (MPI receives need polling) */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = (rt->x->poll ? nap_us : 50000) * 1000;
+        ts.tv_nsec += ns % 1000000000;
+        ts.tv_sec += ns / 1000000000 + ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        pthread_mutex_lock(&w->mu);
+        if (!atomic_load(&rt->abort))
+            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        pthread_mutex_unlock(&w->mu);
+        if (nap_us < 500) nap_us *= 2;
+    }
+    goto out;
+fail:
+    util_err_prefix(&e, "device %d", w->device);
+    exec_rt_fail(rt, w->id, &e);
+out:
+    return NULL;
+}
+
+/* -------------------------------------------------------------- setup */
+
+static const exec_stage *geo(const exec_runtime *rt, int v)
+{
+    return &rt->geo[v];
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Where each stage's ops sit, what crosses into it, what its backward
+ * reads: the same for every worker. */
+static void geo_build(exec_runtime *rt)
+{
+    const sim_plan *p = rt->plan;
+    const exec_xop *x = rt->xop;
+    int S = rt->S, SM = rt->S_model, nops = rt->model->n_ops;
+    int *op_ms = util_malloc(sizeof(int) * (size_t)(nops + 1));
+    for (int s = 0; s < SM; s++)
+        for (int i = p->first_op[s]; i <= p->last_op[s]; i++) op_ms[i] = s;
+    rt->geo = util_calloc((size_t)S, sizeof *rt->geo);
+    for (int v = 0; v < S; v++) {
+        exec_stage *g = &rt->geo[v];
+        int ms = v % SM;
+        g->id = v;
+        g->model_stage = ms;
+        g->replica = v / SM;
+        g->first = p->first_op[ms];
+        g->last = p->last_op[ms];
+        g->n_ops = g->last - g->first + 1;
+        g->device = rt->ir->stage_device[v];
+        g->tied_sl = -1;
+        int *ext = util_malloc(sizeof(int) * (size_t)(2 * g->n_ops + 1));
+        int ne = 0;
+        for (int i = g->first; i <= g->last; i++) {
+            if (x[i].role == PROF_ROLE_EMBED) g->has_embed = 1;
+            if (x[i].role == PROF_ROLE_LOSS) g->has_loss = 1;
+            for (int k = 0; k < x[i].n_in; k++) {
+                int j = x[i].in[k];
+                if (j < g->first || j > g->last) ext[ne++] = j;
+            }
+        }
+        qsort(ext, (size_t)ne, sizeof *ext, cmp_int);
+        int u = 0;
+        for (int i = 0; i < ne; i++)
+            if (!u || ext[u - 1] != ext[i]) ext[u++] = ext[i];
+        g->n_ext = u;
+        g->ext_op = ext;
+        g->ext_stage = util_malloc(sizeof(int) * (size_t)(u + 1));
+        g->keep_ext = util_calloc((size_t)u + 1, sizeof(int));
+        g->w_needs_ext = util_calloc((size_t)u + 1, sizeof(int));
+        for (int q = 0; q < u; q++)
+            g->ext_stage[q] = g->replica * SM + op_ms[ext[q]];
+        g->keep_out = util_calloc((size_t)g->n_ops, sizeof(int));
+        g->w_needs = util_calloc((size_t)g->n_ops, sizeof(int));
+        for (int i = g->first; i <= g->last; i++) {
+            if (x[i].self_keep) g->keep_out[i - g->first] = 1;
+            for (int k = 0; k < x[i].n_in; k++) {
+                int j = x[i].in[k];
+                int wn = x[i].has_w && k == 0;
+                int *keep = NULL, *wneed = NULL;
+                if (j >= g->first && j <= g->last) {
+                    keep = &g->keep_out[j - g->first];
+                    wneed = &g->w_needs[j - g->first];
+                } else {
+                    for (int q = 0; q < u; q++)
+                        if (ext[q] == j) {
+                            keep = &g->keep_ext[q];
+                            wneed = &g->w_needs_ext[q];
+                        }
+                }
+                if (x[i].need_in[k]) *keep = 1;
+                if (wn) *wneed = 1;
+            }
+        }
+    }
+    free(op_ms);
+}
+
+static void slice_copy(const exec_slice *s, const exec_tensor *tt,
+                       float *local, float *full, int to_full)
+{
+    for (size_t i = 0; i < s->rows; i++) {
+        float *l = local + s->off + i * s->ncols;
+        float *f = full + tt[s->tensor].off + (s->row0 + i) * s->fcols +
+                   s->col0;
+        if (to_full) memcpy(f, l, s->ncols * sizeof *f);
+        else memcpy(l, f, s->ncols * sizeof *f);
+    }
+}
+
+/* The device's task lists, checked for what the executor implements. */
+static int worker_tasks(exec_worker *w, util_err *e)
+{
+    const exec_runtime *rt = w->rt;
+    const sim_ir *ir = rt->ir;
+    int d = w->device, n = ir->dev_off[d + 1] - ir->dev_off[d];
+    w->comp = util_malloc(sizeof(int) * (size_t)(n + 1));
+    w->sendq[0] = util_malloc(sizeof(int) * (size_t)(n + 1));
+    w->sendq[1] = util_malloc(sizeof(int) * (size_t)(n + 1));
+    char b[160];
+    for (int j = ir->dev_off[d]; j < ir->dev_off[d + 1]; j++) {
+        int id = ir->seq[j];
+        const sim_task *t = &ir->tasks[id];
+        for (int k = 0; k < t->n_dep; k++) {
+            const sim_task *u = &ir->tasks[ir->deps[t->dep_off + k]];
+            if (u->device != d &&
+                !(t->kind == SIM_RECV && u->kind == SIM_SEND))
+                return util_errf(e, UTIL_EXIT_USAGE, "%s waits for a task of "
+                                 "device %d other than its send: the executor "
+                                 "runs only receives across devices",
+                                 task_str(rt, id, b, sizeof b), u->device);
+        }
+        switch (t->kind) {
+        case SIM_F: case SIM_B: case SIM_W: case SIM_BW: case SIM_RECOMP:
+        case SIM_OPT:
+            w->comp[w->n_comp++] = id;
+            break;
+        case SIM_SEND:
+            if (t->stream == SIM_STREAM_COLL)
+                w->sendq[1][w->n_sendq[1]++] = id;
+            else
+                w->sendq[0][w->n_sendq[0]++] = id;
+            break;
+        case SIM_RECV:
+            break;
+        default:
+            return util_errf(e, UTIL_EXIT_USAGE, "%s: the executor has no "
+                             "%s tasks yet (plans that offload to host memory "
+                             "or disk)", task_str(rt, id, b, sizeof b),
+                             sim_kind_name((sim_kind)t->kind));
+        }
+    }
+    return 0;
+}
+
+static int worker_stages(exec_worker *w, const float *full,
+                         const float *adam_m, const float *adam_v,
+                         util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    exec_tensor tt[EXEC_P_COUNT];
+    exec_gpt_param_table(&rt->cfg, tt);
+    w->lidx = util_malloc(sizeof(int) * (size_t)(rt->S + 1));
+    w->st = util_calloc((size_t)rt->S + 1, sizeof *w->st);
+    for (int v = 0; v < rt->S; v++) {
+        w->lidx[v] = -1;
+        if (rt->geo[v].device != w->device) continue;
+        w->lidx[v] = w->n_st;
+        exec_stage *st = &w->st[w->n_st++];
+        *st = rt->geo[v];
+        st->n = exec_slices_build(rt->model, &rt->cfg, st->first, st->last,
+                                  rt->tp, w->rank, st->replica, 0, &st->sl,
+                                  &st->n_sl);
+        for (int k = 0; k < st->n_sl; k++)
+            if (st->sl[k].tied) st->tied_sl = k;
+        if (exec_mem_charge(&w->mem, 4.0 * (double)st->n * sizeof(float))) {
+            char a[32], c[32];
+            return util_errf(e, UTIL_EXIT_FAIL, "device %d: the weights, "
+                             "gradients and AdamW state of stage %d (%s) do "
+                             "not fit its memory (%s)", w->device, v,
+                             util_fmt_bytes(4.0 * (double)st->n * sizeof(float),
+                                            a, sizeof a),
+                             util_fmt_bytes(w->mem.budget, c, sizeof c));
+        }
+        st->n_ver_slots = rt->async ? rt->K + 2 : 1;
+        st->w = util_calloc((size_t)st->n_ver_slots, sizeof *st->w);
+        st->pending = util_calloc((size_t)st->n_ver_slots, sizeof(int));
+        st->w[0] = util_malloc(sizeof(float) * (st->n + 1));
+        st->g = util_calloc(st->n + 1, sizeof(float));
+        st->am = util_calloc(st->n + 1, sizeof(float));
+        st->av = util_calloc(st->n + 1, sizeof(float));
+        for (int k = 0; k < st->n_sl; k++) {
+            slice_copy(&st->sl[k], tt, st->w[0], (float *)full, 0);
+            if (adam_m) slice_copy(&st->sl[k], tt, st->am, (float *)adam_m, 0);
+            if (adam_v) slice_copy(&st->sl[k], tt, st->av, (float *)adam_v, 0);
+        }
+        st->steps = rt->step0;
+        st->live = st->max_live = 1;
+        if (rt->async)
+            for (int i = 0; i < rt->ir->n_tasks; i++) {
+                const sim_task *t = &rt->ir->tasks[i];
+                if (t->stage == v && t->kind <= SIM_RECOMP &&
+                    t->stream == SIM_STREAM_COMPUTE && t->version >= 0 &&
+                    t->version < st->n_ver_slots)
+                    st->pending[t->version]++;
+            }
+    }
+    size_t slots = (size_t)rt->K * (size_t)rt->M;
+    w->rec = util_calloc((size_t)w->n_st + 1, sizeof *w->rec);
+    w->lact = util_calloc((size_t)w->n_st + 1, sizeof *w->lact);
+    w->lgrad = util_calloc((size_t)w->n_st + 1, sizeof *w->lgrad);
+    for (int i = 0; i < w->n_st; i++) {
+        w->rec[i] = util_calloc(slots, sizeof **w->rec);
+        w->lact[i] = util_calloc(slots, sizeof **w->lact);
+        w->lgrad[i] = util_calloc(slots, sizeof **w->lgrad);
+    }
+    return 0;
+}
+
+int exec_rt_setup(exec_runtime *rt, const float *full, const float *adam_m,
+                  const float *adam_v, util_err *e)
+{
+    const sim_ir *ir = rt->ir;
+    rt->S = ir->n_stages;
+    rt->S_model = rt->plan->n_stages;
+    rt->M = ir->n_mb;
+    rt->K = ir->n_minibatches;
+    pthread_mutex_init(&rt->err_mu, NULL);
+    rt->err_mu_ok = 1;
+    atomic_init(&rt->abort, 0);
+    atomic_init(&rt->stop_epoch, rt->async ? rt->K : rt->epochs);
+    geo_build(rt);
+    int n = ir->n_tasks, E = rt->epochs;
+    int nep = rt->async ? rt->K : rt->epochs;
+    rt->w = util_calloc((size_t)rt->n_local + 1, sizeof *rt->w);
+    for (int i = 0; i < rt->n_local; i++) {
+        exec_worker *w = &rt->w[i];
+        w->id = rt->first_local + i;
+        w->device = w->id / rt->tp;
+        w->rank = w->id % rt->tp;
+        w->rt = rt;
+        exec_mem_init(&w->mem, rt->budget);
+        pthread_mutex_init(&w->mu, NULL);
+        pthread_cond_init(&w->cv, NULL);
+        w->done = util_calloc((size_t)n + 1, sizeof(int));
+        w->rbuf = util_calloc((size_t)n + 1, sizeof *w->rbuf);
+        w->outbox = util_calloc((size_t)n + 1, sizeof *w->outbox);
+        w->n_outbox = util_calloc((size_t)n + 1, sizeof(int));
+        w->tm = util_malloc(sizeof(int64_t) * (size_t)E * (size_t)n *
+                                EXEC_T_N + sizeof(int64_t));
+        for (size_t k = 0; k < (size_t)E * (size_t)n * EXEC_T_N; k++)
+            w->tm[k] = -1;
+        w->ep_loss = util_calloc((size_t)nep + 1, sizeof(double));
+        w->ep_norm = util_calloc((size_t)nep + 1, sizeof(double));
+        w->ep_kern = util_calloc((size_t)E + 1, sizeof(int64_t));
+        w->ep_wait = util_calloc((size_t)E + 1, sizeof(int64_t));
+        w->ep_wall = util_calloc((size_t)E + 1, sizeof(int64_t));
+        w->ep_end = util_calloc((size_t)E + 1, sizeof(int64_t));
+        if (worker_tasks(w, e) || worker_stages(w, full, adam_m, adam_v, e))
+            return -1;
+    }
+    return 0;
+}
+
+static void pin(pthread_t th, int core)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(core % n, &set);
+    pthread_setaffinity_np(th, sizeof set, &set);
+}
+
+int exec_rt_run(exec_runtime *rt)
+{
+    rt->t0 = (int64_t)exec_now_ns();
+    for (int i = 0; i < rt->n_local; i++)
+        if (rt->record_mem) exec_mem_record(&rt->w[i].mem, rt->t0);
+    int started = 0;
+    for (int i = 0; i < rt->n_local; i++) {
+        exec_worker *w = &rt->w[i];
+        if (pthread_create(&w->comm_th, NULL, comm_main, w)) break;
+        w->threads |= 2;
+        if (pthread_create(&w->comp_th, NULL, compute_main, w)) break;
+        w->threads |= 1;
+        /* a device is a core: its compute thread stays on one */
+        if (rt->n_local > 1) pin(w->comp_th, w->id);
+        started++;
+    }
+    if (started < rt->n_local) {
+        util_err e;
+        util_errf(&e, UTIL_EXIT_FAIL, "could not start the workers' threads");
+        exec_rt_fail(rt, -1, &e);
+    }
+    for (int i = 0; i < rt->n_local; i++) {
+        exec_worker *w = &rt->w[i];
+        if (w->threads & 1) pthread_join(w->comp_th, NULL);
+        if (!(w->threads & 1)) {
+            /* its compute thread never ran: let the comm thread end */
+            pthread_mutex_lock(&w->mu);
+            w->comp_finished = 1;
+            pthread_cond_broadcast(&w->cv);
+            pthread_mutex_unlock(&w->mu);
+        }
+        if (w->threads & 2) pthread_join(w->comm_th, NULL);
+    }
+    return atomic_load(&rt->abort) ? -1 : 0;
+}
+
+void exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
+                     float *adam_v)
+{
+    exec_tensor tt[EXEC_P_COUNT];
+    exec_gpt_param_table(&rt->cfg, tt);
+    for (int i = 0; i < rt->n_local; i++) {
+        exec_worker *w = &rt->w[i];
+        for (int k = 0; k < w->n_st; k++) {
+            exec_stage *st = &w->st[k];
+            for (int j = 0; j < st->n_sl; j++) {
+                if (!st->sl[j].save_owner) continue;
+                slice_copy(&st->sl[j], tt, st->w[st->cur_ver], full, 1);
+                if (adam_m) slice_copy(&st->sl[j], tt, st->am, adam_m, 1);
+                if (adam_v) slice_copy(&st->sl[j], tt, st->av, adam_v, 1);
+            }
+        }
+    }
+}
+
+void exec_rt_free(exec_runtime *rt)
+{
+    if (!rt) return;
+    size_t slots = (size_t)rt->K * (size_t)rt->M;
+    for (int i = 0; rt->w && i < rt->n_local; i++) {
+        exec_worker *w = &rt->w[i];
+        if (!w->rt) continue;       /* never set up */
+        for (int k = 0; k < w->n_st; k++) {
+            exec_stage *st = &w->st[k];
+            for (size_t s = 0; w->rec && w->rec[k] && s < slots; s++) {
+                rec_free(st, w->rec[k][s]);
+                exec_view *la = w->lact[k][s];
+                for (int q = 0; la && q < st->n_ext; q++)
+                    exec_view_drop(&la[q]);
+                free(la);
+                for (exec_grad_in *x = w->lgrad[k][s]; x;) {
+                    exec_grad_in *nx = x->next;
+                    exec_view_drop(&x->v);
+                    free(x);
+                    x = nx;
+                }
+            }
+            if (w->rec) {
+                free(w->rec[k]);
+                free(w->lact[k]);
+                free(w->lgrad[k]);
+            }
+            for (int v = 0; st->w && v < st->n_ver_slots; v++) free(st->w[v]);
+            free(st->w);
+            free(st->pending);
+            free(st->g);
+            free(st->am);
+            free(st->av);
+            free(st->sl);
+        }
+        int n = rt->ir->n_tasks;
+        for (int k = 0; w->rbuf && k < n; k++) exec_buf_unref(w->rbuf[k]);
+        for (int k = 0; w->outbox && k < n; k++) {
+            for (int j = 0; j < w->n_outbox[k]; j++)
+                exec_view_drop(&w->outbox[k][j]);
+            free(w->outbox[k]);
+        }
+        free(w->rec); free(w->lact); free(w->lgrad);
+        free(w->st); free(w->lidx);
+        free(w->comp); free(w->sendq[0]); free(w->sendq[1]);
+        free(w->done); free(w->rbuf); free(w->outbox); free(w->n_outbox);
+        free(w->tm); free(w->ep_loss); free(w->ep_norm);
+        free(w->ep_kern); free(w->ep_wait); free(w->ep_wall); free(w->ep_end);
+        exec_mem_destroy(&w->mem);
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+    }
+    free(rt->w);
+    for (int v = 0; rt->geo && v < rt->S; v++) {
+        exec_stage *g = &rt->geo[v];
+        free(g->ext_op); free(g->ext_stage); free(g->keep_ext);
+        free(g->w_needs_ext); free(g->keep_out); free(g->w_needs);
+    }
+    free(rt->geo);
+    free(rt->xop);
+    rt->xop = NULL;
+    rt->geo = NULL;
+    rt->w = NULL;
+    if (rt->err_mu_ok) pthread_mutex_destroy(&rt->err_mu);
+}

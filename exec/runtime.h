@@ -1,0 +1,364 @@
+/* exec/runtime.h: internals of the pipeline executor (private to exec/).
+ * A run holds the plan's task IR, the model program and one worker per
+ * device and tensor-parallel rank; a worker runs its device's compute
+ * stream on one thread and its send streams on a communication thread,
+ * over a transport (in-process copies or MPI). Tensors come from a
+ * device's memory budget and are reference counted. Every cross-device
+ * dependency of the IR is a receive waiting for its send, so a worker
+ * only waits on its own tasks. Ownership: _new and _free pairs; a view
+ * holds one reference to its buffer. */
+#ifndef SLUICE_EXEC_RUNTIME_H
+#define SLUICE_EXEC_RUNTIME_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "exec/exec.h"
+#include "sim/ir.h"
+
+/* ------------------------------------------------------------- memory */
+
+/* One device's memory: a budget every tensor is charged to, what is in
+ * use, the peak, and (when recording) the curve over time. Freed blocks
+ * are kept for the next tensor of the same size (a step allocates the
+ * same sizes every microbatch), as a GPU framework's caching allocator
+ * does; the budget counts live tensors only. Thread-safe: a sender's
+ * thread charges a receive buffer to the receiving device. */
+typedef struct exec_free {
+    size_t n;
+    float *p;
+    struct exec_free *next;
+} exec_free;
+
+typedef struct exec_mem {
+    pthread_mutex_t mu;
+    double budget;          /* bytes; 0: unlimited */
+    double cur, peak;       /* live tensors (what the budget counts) */
+    exec_free *cache;       /* freed blocks kept for reuse, by size */
+    double need;            /* the request that failed (bytes) */
+    int record;
+    int64_t t0;             /* clock origin of the curve */
+    int64_t *pt_t;          /* curve: time (ns since t0) and bytes */
+    double *pt_b;
+    int n_pt, cap_pt;
+} exec_mem;
+
+void exec_mem_init(exec_mem *m, double budget);
+void exec_mem_destroy(exec_mem *m);
+/* Charges bytes (negative: releases); 0, or -1 when over the budget
+ * (nothing charged, m->need set). */
+int exec_mem_charge(exec_mem *m, double bytes);
+/* Starts the curve at clock t0 (exec_now_ns), with the current use. */
+void exec_mem_record(exec_mem *m, int64_t t0);
+
+/* A tensor buffer: n floats from a device's memory, reference counted
+ * (atomically: the communication thread holds references too). */
+typedef struct exec_buf {
+    float *p;
+    size_t n;
+    atomic_int refs;
+    exec_mem *mem;
+} exec_buf;
+
+/* One reference; zeroed when zero != 0. NULL when over budget. */
+exec_buf *exec_buf_new(exec_mem *m, size_t n, int zero);
+exec_buf *exec_buf_ref(exec_buf *b);
+void exec_buf_unref(exec_buf *b);   /* NULL is fine */
+
+/* A tensor inside a buffer; holds one reference to b when b != NULL. */
+typedef struct exec_view {
+    exec_buf *b;
+    size_t off, n;
+} exec_view;
+
+static inline float *exec_view_p(const exec_view *v)
+{
+    return v->b ? v->b->p + v->off : NULL;
+}
+/* A second reference to the same tensor. */
+exec_view exec_view_dup(const exec_view *v);
+void exec_view_drop(exec_view *v);
+
+/* ------------------------------------------------------ model program */
+
+/* One op of the graph as the executor runs it (GPT family), with the
+ * sizes one tensor-parallel rank holds for a microbatch. */
+typedef struct exec_xop {
+    prof_op_role role;
+    int layer;              /* GPT layer; -1 outside the layers */
+    int n_in, in[2];        /* producer ops */
+    size_t out_n;           /* floats of the output */
+    size_t aux_n;           /* floats kept beside it (LN mean and rstd,
+                             * the loss's probabilities) */
+    int self_keep;          /* its backward reads its own output */
+    int need_in[2];         /* its backward reads input k */
+    int has_w;              /* it has a weight-gradient part */
+    int tp_ar_fwd;          /* all-reduce of the output in F */
+    int tp_ar_bwd;          /* all-reduce of the input gradient in B */
+} exec_xop;
+
+/* A slice of a parameter tensor a stage holds: local floats [off, off+n)
+ * of the stage's arenas stand for `rows` rows of the reference model's
+ * tensor `tensor` (exec_gpt_tensor_id) from row `row0`, columns
+ * [col0, col0+ncols) of rows `fcols` wide. Tensors stacked over layers
+ * count their rows across layers. */
+typedef struct exec_slice {
+    int tensor;
+    size_t off, n;
+    size_t row0, rows, col0, ncols, fcols;
+    int decay;              /* AdamW weight decay applies */
+    int norm_owner;         /* counted in the global gradient norm (one
+                             * copy of what ranks or stages replicate) */
+    int tied;               /* a copy of the tied token table */
+    int save_owner;         /* written to checkpoints from this copy */
+} exec_slice;
+
+/* Builds the model program: per op role, sizes, what backward keeps.
+ * Errors for ops the kernels do not implement or sizes tensor
+ * parallelism cannot split, code 2. */
+int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
+                    int T, int tp, exec_xop **out, util_err *e);
+/* The parameter slices of ops [first, last] for tensor-parallel rank r of
+ * tp in data-parallel replica `replica`; tied_owner: no stage of the
+ * replica holds the embedding, so a tied head's copy is the one saved.
+ * *n gets the count, the return value the floats they take. */
+size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
+                         int first, int last, int tp, int r, int replica,
+                         int tied_owner, exec_slice **out, int *n);
+
+/* ------------------------------------------------------------ stages */
+
+/* A stage of the IR (replica `replica` of model stage `model_stage`) as
+ * one worker holds it. */
+typedef struct exec_stage {
+    int id, model_stage, replica;
+    int first, last, n_ops;  /* op range */
+    int device;
+    /* inputs from other stages, in op order: producer op and stage */
+    int n_ext, *ext_op, *ext_stage;
+    int *keep_out;          /* per op: output kept for the backward */
+    int *keep_ext;          /* per external input: kept for the backward */
+    int *w_needs;           /* per op: output read by a weight part */
+    int *w_needs_ext;
+    int has_embed, has_loss;
+    /* parameters: arenas of n floats (gradients, AdamW m and v), the
+     * weights per version (stashing): w[v] for each version in use */
+    exec_slice *sl;
+    int n_sl;
+    int tied_sl;            /* the slice holding a tied table's copy, -1 */
+    size_t n;
+    float *g, *am, *av;
+    float **w;
+    int *pending;           /* per version: compute tasks still to use it */
+    int n_ver_slots, cur_ver;
+    int live, max_live;     /* weight versions held at once */
+    int steps;              /* optimizer steps taken */
+} exec_stage;
+
+/* Activations of one (stage, minibatch, microbatch) between its F and the
+ * end of its backward. */
+typedef struct exec_rec {
+    exec_view *out, *aux;   /* per op of the stage */
+    exec_view *ext;         /* per external input */
+    exec_view *dout;        /* per op: output gradients */
+    exec_view *dext;        /* per external input: its gradient */
+    int *tok, *tgt;         /* the microbatch's tokens and targets */
+    int version;
+} exec_rec;
+
+/* A gradient handed to a producer stage by a consumer on the same
+ * device: op j's output gradient from stage `from`. */
+typedef struct exec_grad_in {
+    int from, op;
+    exec_view v;
+    struct exec_grad_in *next;
+} exec_grad_in;
+
+/* ---------------------------------------------------------- transport */
+
+typedef struct exec_xport exec_xport;
+typedef struct exec_runtime exec_runtime;
+
+/* Group of a collective: every worker, or the worker's tensor-parallel
+ * group. */
+enum { EXEC_GROUP_WORLD, EXEC_GROUP_TP };
+
+/* A contiguous piece of a message. */
+typedef struct exec_piece {
+    const float *p;
+    size_t n;
+} exec_piece;
+
+struct exec_xport {
+    const char *name;       /* "in-process", "mpi" */
+    /* Sends the pieces (concatenated) from worker src to worker dst for
+     * receive task rid of epoch `epoch`. In-process: copied into a buffer
+     * charged to the receiver and delivered before it returns (*h NULL).
+     * MPI: packed and started; *h is tested with send_test. */
+    int (*send)(exec_xport *x, exec_runtime *rt, int src, int dst, int epoch,
+                int rid, const exec_piece *pieces, int np, void **h,
+                util_err *e);
+    int (*send_test)(exec_xport *x, void *h, int *done, util_err *e);
+    /* Delivers what has arrived for worker w (MPI); *got counts them. */
+    int (*poll)(exec_xport *x, exec_runtime *rt, int w, int *got,
+                util_err *e);
+    /* Sum of n floats (or doubles) over the group, added in group rank
+     * order, so every member (and either transport) gets the same bits. */
+    int (*allreduce)(exec_xport *x, exec_runtime *rt, int w, int group,
+                     void *buf, size_t n, int is_double, util_err *e);
+    /* Wakes everything a worker may wait in, after rt->abort is set. */
+    void (*wake)(exec_xport *x, exec_runtime *rt);
+    void (*free)(exec_xport *x);
+    void *impl;
+};
+
+exec_xport *exec_xport_inproc_new(exec_runtime *rt);
+/* The MPI transport: one worker per rank (rank = worker id), messages on
+ * a communicator of their own, collectives on others (the tensor-
+ * parallel groups split by device). NULL with a message when MPI was not
+ * compiled in. A failure prints its message and aborts the job. */
+exec_xport *exec_xport_mpi_new(exec_runtime *rt, util_err *e);
+
+/* MPI around a run (transport_mpi.c): whether it was compiled in; whether
+ * this process was started by mpirun (its environment says so); start
+ * (threads: multiple) and stop; rank and size of the job. Without MPI,
+ * init answers "unavailable", code 2. */
+int exec_mpi_available(void);
+int exec_mpi_launched(void);
+int exec_mpi_init(int *rank, int *size, util_err *e);
+void exec_mpi_finalize(void);
+/* Sums n floats (is_double: doubles) over the ranks into every rank,
+ * in rank order (the same bits everywhere). */
+int exec_mpi_sum(void *buf, size_t n, int is_double, util_err *e);
+/* Rank 0's n bytes to every rank. */
+int exec_mpi_bcast(void *buf, size_t n, util_err *e);
+/* Ends the job at once with code, every rank. */
+void exec_mpi_abort(int code);
+
+/* ------------------------------------------------------------ workers */
+
+/* Times kept per task and epoch: start, end, when a send started to move
+ * (receives: when the transfer started), tensor-parallel time inside. */
+enum { EXEC_T_START, EXEC_T_END, EXEC_T_FSTART, EXEC_T_TP, EXEC_T_N };
+
+/* A worker: one device and tensor-parallel rank of the plan. */
+typedef struct exec_worker {
+    int id, device, rank;
+    exec_runtime *rt;
+    exec_mem mem;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* this device's tasks: compute order, and per send stream */
+    int *comp, n_comp;
+    int *sendq[2], n_sendq[2];
+    int *done;              /* per task: the last epoch it completed */
+    exec_buf **rbuf;        /* per receive task: what arrived */
+    exec_view **outbox;     /* per send task: the pieces to send */
+    int *n_outbox;
+    /* the device's stages (local index) and their records */
+    exec_stage *st;
+    int n_st;
+    int *lidx;              /* per IR stage: local index, or -1 */
+    exec_rec ***rec;        /* [local stage][minibatch * M + mb] */
+    exec_view ***lact;      /* [stage][slot]: inputs from local stages */
+    exec_grad_in ***lgrad;  /* [stage][slot]: gradients from local ones */
+    /* measurements */
+    int64_t *tm;            /* [epoch][task][EXEC_T_*], ns since rt->t0 */
+    double *ep_loss;        /* per epoch (async: per minibatch) */
+    double *ep_norm;        /* per epoch: gradient norm before clipping */
+    int64_t *ep_kern, *ep_wait, *ep_wall, *ep_end;
+    int opt_epoch;          /* the epoch whose norm has been agreed */
+    float opt_scale;        /* its clipping factor */
+    int64_t kern_ns;        /* compute thread: in kernels, this epoch */
+    int64_t wait_ns;        /* compute thread: blocked, this epoch */
+    double loss_sum;
+    int *tok, *tgt;         /* scratch for one microbatch's rows */
+    pthread_t comp_th, comm_th;
+    int threads;            /* which of them were started */
+    int comp_finished;
+    int tasks_run;          /* for faults on purpose */
+} exec_worker;
+
+/* The shared part of a run. */
+struct exec_runtime {
+    const sim_plan *plan;
+    const prof_model *model;
+    const sim_ir *ir;
+    exec_gpt_config cfg;
+    int mbs, T, tp, dp, pipes;
+    int n_workers, n_local, first_local;
+    exec_worker *w;             /* n_local: workers this process holds */
+    exec_xop *xop;              /* per graph op */
+    exec_stage *geo;            /* per IR stage: its geometry (op range,
+                                 * inputs, what backward keeps) */
+    int S, M, K;                /* IR stages, microbatches, minibatches */
+    int S_model;
+    int epochs;                 /* steps (flush) or 1 (no flush) */
+    int async;
+    int recompute;
+    const exec_corpus *corpus;
+    uint64_t seed;
+    exec_adamw adamw;
+    int warmup, total_steps, step0;
+    double scale;               /* loss gradient per token: 1 / tokens */
+    double budget;              /* bytes per device; 0: unlimited */
+    exec_xport *x;
+    /* per IR stage: the IR stages holding a tied copy in its replica */
+    int *tied_group;            /* per stage: bit-free list head, or -1 */
+    int fault_worker, fault_task, fault_kill;
+    atomic_int abort;
+    pthread_mutex_t err_mu;
+    int err_mu_ok;
+    util_err err;               /* the first failure */
+    int err_worker;
+    const volatile int *stop_flag;  /* Ctrl-C: stop after the step */
+    atomic_int stop_epoch;      /* the last epoch to run (stop agreed) */
+    int record_mem;
+    int64_t t0;                 /* clock origin (exec_now_ns) */
+    /* after each flushed step, on worker 0 (progress lines) */
+    void (*on_step)(void *ctx, int step, double loss, double norm,
+                    double lr, double ms);
+    void *on_step_ctx;
+};
+
+/* Sets up the workers this process holds (ids first..first+n-1): task
+ * lists, stages with their parameters from full (P floats in arena order;
+ * adam_m/adam_v may be NULL for zero state), memory. Code 1 when the
+ * state does not fit the budget. */
+int exec_rt_setup(exec_runtime *rt, const float *full,
+                  const float *adam_m, const float *adam_v, util_err *e);
+/* Runs every epoch on the workers held here (threads), joins them.
+ * Returns 0, or -1 with rt->err set (the first failure). */
+int exec_rt_run(exec_runtime *rt);
+/* Writes the weights and AdamW state of the slices this process owns for
+ * checkpoints into full arrays (P floats; others untouched). */
+void exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
+                     float *adam_v);
+void exec_rt_free(exec_runtime *rt);
+
+/* Delivers a receive (transport side): takes over b's reference. */
+void exec_deliver(exec_runtime *rt, int w, int epoch, int rid, exec_buf *b,
+                  int64_t started);
+/* The worker object of global worker id, or NULL when another process
+ * holds it. */
+exec_worker *exec_rt_worker(exec_runtime *rt, int id);
+/* Records a failure (the first wins), stops every worker. */
+void exec_rt_fail(exec_runtime *rt, int worker, const util_err *e);
+
+/* Forward, input-gradient and weight-gradient parts of one op of a
+ * record (stage_gpt.c); *tp_ns gets the tensor-parallel time added. */
+int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                    int count_loss, int64_t *tp_ns, util_err *e);
+int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                     int input_part, int weight_part, int64_t *tp_ns,
+                     util_err *e);
+
+/* Time inside kernels, added to the worker's count. */
+#define EXEC_KERN(w, call)                                                   \
+    do {                                                                     \
+        int64_t k0_ = (int64_t)exec_now_ns();                                \
+        call;                                                                \
+        (w)->kern_ns += (int64_t)exec_now_ns() - k0_;                        \
+    } while (0)
+
+#endif

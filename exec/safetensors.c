@@ -1,0 +1,224 @@
+/* Hugging Face safetensors for GPT-2: an 8-byte little-endian header
+ * length, a JSON header (per tensor: dtype, shape, data_offsets into the
+ * data that follows), then the raw tensors. GPT-2's projections are
+ * Conv1D layers whose weight is (in x out); the kernels multiply by
+ * (out x in), so they are transposed on the way in. Tensors are read one
+ * at a time (a 124M-parameter file is 0.5 GB). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+
+typedef struct st_file {
+    const char *path;
+    FILE *f;
+    long long data0, size;
+    json_t *hdr;
+    const char *prefix;      /* "" or "transformer." */
+} st_file;
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, ex = (h >> 10) & 31,
+             man = h & 1023, bits;
+    if (ex == 0) {
+        if (!man) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            ex = 127 - 15 + 1;
+            while (!(man & 1024)) { man <<= 1; ex--; }
+            bits = sign | (ex << 23) | ((man & 1023) << 13);
+        }
+    } else if (ex == 31) {
+        bits = sign | 0x7F800000u | (man << 13);
+    } else {
+        bits = sign | ((ex - 15 + 127) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Reads tensor `name` (with the file's prefix) of exactly `want` elements
+ * of shape rows x cols (cols 0: one dimension) into out as floats. */
+static int read_tensor(st_file *s, const char *name, size_t rows, size_t cols,
+                       float *out, util_err *e)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s%s", s->prefix, name);
+    json_t *t = json_object_get(s->hdr, key);
+    if (!t) t = json_object_get(s->hdr, name);
+    if (!json_is_object(t))
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: no tensor '%s' (is this a "
+                         "GPT-2 checkpoint?)", s->path, key);
+    const char *dt = json_string_value(json_object_get(t, "dtype"));
+    json_t *shape = json_object_get(t, "shape");
+    json_t *offs = json_object_get(t, "data_offsets");
+    int es = !dt ? 0 : !strcmp(dt, "F32") ? 4 : !strcmp(dt, "F16") ? 2
+           : !strcmp(dt, "BF16") ? 2 : 0;
+    if (!es)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: tensor '%s' has dtype %s "
+                         "(F32, F16 or BF16 are read)", s->path, key,
+                         dt ? dt : "(none)");
+    size_t want[2] = {rows, cols};
+    size_t nd = cols ? 2 : 1, n = 1;
+    if (!json_is_array(shape) || json_array_size(shape) != nd)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: tensor '%s' has %zu "
+                         "dimensions, the model needs %zu", s->path, key,
+                         json_is_array(shape) ? json_array_size(shape) : 0,
+                         nd);
+    for (size_t i = 0; i < nd; i++) {
+        json_int_t v = json_integer_value(json_array_get(shape, i));
+        if ((size_t)v != want[i] || v < 0)
+            return util_errf(e, UTIL_EXIT_USAGE, "%s: tensor '%s' dimension "
+                             "%zu is %lld, the model needs %zu (another "
+                             "model's weights?)", s->path, key, i,
+                             (long long)v, want[i]);
+        n *= want[i];
+    }
+    json_int_t b0 = json_integer_value(json_array_get(offs, 0));
+    json_int_t b1 = json_integer_value(json_array_get(offs, 1));
+    if (!json_is_array(offs) || b0 < 0 || b1 - b0 != (json_int_t)(n * es) ||
+        s->data0 + b1 > s->size)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: tensor '%s': data_offsets "
+                         "[%lld, %lld] do not hold %zu %s values in a file "
+                         "of %lld bytes", s->path, key, (long long)b0,
+                         (long long)b1, n, dt, s->size);
+    unsigned char *raw = util_malloc(n * (size_t)es + 1);
+    if (fseeko(s->f, (off_t)(s->data0 + b0), SEEK_SET) ||
+        fread(raw, (size_t)es, n, s->f) != n) {
+        free(raw);
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: cannot read tensor '%s'",
+                         s->path, key);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *b = raw + i * (size_t)es;
+        if (es == 4) {
+            memcpy(&out[i], b, 4);
+        } else if (!strcmp(dt, "F16")) {
+            out[i] = half_to_float((uint16_t)(b[0] | b[1] << 8));
+        } else {
+            uint32_t bits = (uint32_t)(b[0] | b[1] << 8) << 16;
+            memcpy(&out[i], &bits, 4);
+        }
+    }
+    free(raw);
+    return 0;
+}
+
+/* A Conv1D weight (in x out) into the kernels' (out x in). */
+static int read_conv(st_file *s, const char *name, size_t in, size_t out,
+                     float *dst, util_err *e)
+{
+    float *tmp = util_malloc(sizeof *tmp * (in * out + 1));
+    int rc = read_tensor(s, name, in, out, tmp, e);
+    if (!rc)
+        for (size_t i = 0; i < in; i++)
+            for (size_t o = 0; o < out; o++) dst[o * in + i] = tmp[i * out + o];
+    free(tmp);
+    return rc;
+}
+
+int exec_safetensors_load(const char *path, const exec_gpt_config *c,
+                          float *params, util_err *e)
+{
+    const uint16_t one = 1;
+    if (*(const unsigned char *)&one != 1)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: safetensors are "
+                         "little-endian; this machine is not", path);
+    if (!c->bias)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: GPT-2 weights carry "
+                         "biases; the model has none", path);
+    st_file s = {.path = path, .prefix = ""};
+    s.f = fopen(path, "rb");
+    if (!s.f)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: %s", path, strerror(errno));
+    int rc = -1;
+    unsigned char lb[8];
+    char *hdr = NULL;
+    if (fseeko(s.f, 0, SEEK_END) || (s.size = ftello(s.f)) < 8 ||
+        fseeko(s.f, 0, SEEK_SET) || fread(lb, 1, 8, s.f) != 8) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: not a safetensors file (too "
+                  "short, or not a regular file)", path);
+        goto out;
+    }
+    unsigned long long hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | lb[i];
+    if (hl < 2 || hl > 100000000ull || (long long)hl + 8 > s.size) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: not a safetensors file (header "
+                  "length %llu in a file of %lld bytes)", path, hl, s.size);
+        goto out;
+    }
+    hdr = util_malloc(hl + 1);
+    if (fread(hdr, 1, hl, s.f) != hl) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: truncated header", path);
+        goto out;
+    }
+    json_error_t je;
+    s.hdr = json_loadb(hdr, hl, 0, &je);
+    if (!json_is_object(s.hdr)) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: header: %s (line %d, column %d)",
+                  path, s.hdr ? "not a JSON object" : je.text, je.line,
+                  je.column);
+        goto out;
+    }
+    s.data0 = 8 + (long long)hl;
+    if (json_object_get(s.hdr, "transformer.wte.weight"))
+        s.prefix = "transformer.";
+    exec_tensor tt[EXEC_P_COUNT];
+    exec_gpt_param_table(c, tt);
+    size_t C = c->hidden, F = c->ffn, V = c->vocab, P = c->max_pos;
+#define AT(t) (params + tt[t].off)
+    if (read_tensor(&s, "wte.weight", V, C, AT(EXEC_P_WTE), e) ||
+        read_tensor(&s, "wpe.weight", P, C, AT(EXEC_P_WPE), e) ||
+        read_tensor(&s, "ln_f.weight", C, 0, AT(EXEC_P_LNFW), e) ||
+        read_tensor(&s, "ln_f.bias", C, 0, AT(EXEC_P_LNFB), e))
+        goto out;
+    for (int l = 0; l < c->layers; l++) {
+        char n[96];
+        size_t L = (size_t)l;
+#define RD(suffix, rows, cols, dst)                                          \
+    (snprintf(n, sizeof n, "h.%d.%s", l, suffix),                            \
+     read_tensor(&s, n, rows, cols, dst, e))
+#define RC(suffix, in, out, dst)                                             \
+    (snprintf(n, sizeof n, "h.%d.%s", l, suffix),                            \
+     read_conv(&s, n, in, out, dst, e))
+        if (RD("ln_1.weight", C, 0, AT(EXEC_P_LN1W) + L * C) ||
+            RD("ln_1.bias", C, 0, AT(EXEC_P_LN1B) + L * C) ||
+            RC("attn.c_attn.weight", C, 3 * C,
+               AT(EXEC_P_QKVW) + L * 3 * C * C) ||
+            RD("attn.c_attn.bias", 3 * C, 0, AT(EXEC_P_QKVB) + L * 3 * C) ||
+            RC("attn.c_proj.weight", C, C, AT(EXEC_P_ATTPROJW) + L * C * C) ||
+            RD("attn.c_proj.bias", C, 0, AT(EXEC_P_ATTPROJB) + L * C) ||
+            RD("ln_2.weight", C, 0, AT(EXEC_P_LN2W) + L * C) ||
+            RD("ln_2.bias", C, 0, AT(EXEC_P_LN2B) + L * C) ||
+            RC("mlp.c_fc.weight", C, F, AT(EXEC_P_FCW) + L * F * C) ||
+            RD("mlp.c_fc.bias", F, 0, AT(EXEC_P_FCB) + L * F) ||
+            RC("mlp.c_proj.weight", F, C, AT(EXEC_P_FCPROJW) + L * C * F) ||
+            RD("mlp.c_proj.bias", C, 0, AT(EXEC_P_FCPROJB) + L * C))
+            goto out;
+#undef RD
+#undef RC
+    }
+    if (!c->tied) {
+        /* an untied head: its own tensor when the file has one, else the
+         * token table it was tied to */
+        if (json_object_get(s.hdr, "lm_head.weight")) {
+            const char *pf = s.prefix;
+            s.prefix = "";
+            int r2 = read_tensor(&s, "lm_head.weight", V, C, AT(EXEC_P_LMW), e);
+            s.prefix = pf;
+            if (r2) goto out;
+        } else {
+            memcpy(AT(EXEC_P_LMW), AT(EXEC_P_WTE), sizeof(float) * V * C);
+        }
+    }
+#undef AT
+    rc = 0;
+out:
+    json_decref(s.hdr);
+    free(hdr);
+    fclose(s.f);
+    return rc;
+}

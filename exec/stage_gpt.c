@@ -1,0 +1,681 @@
+/* The GPT family as the pipeline executor runs it: every op of the model
+ * graph (embedding, norms, projections, the three attention ops, MLP,
+ * residuals, head, loss) with its forward, input-gradient and
+ * weight-gradient parts, so a stage may be any range of ops. Tensor
+ * parallelism splits as Megatron-LM does: attention heads and the MLP's
+ * columns (then rows), the vocabulary of the embedding, head and loss;
+ * an all-reduce follows each row-parallel GEMM and the embedding in the
+ * forward, and each column-parallel GEMM's input gradient in the
+ * backward. Each op reads the kernels of kernels/ with the sizes one rank
+ * holds; with one rank the calls are the reference trainer's, so a
+ * pipeline of one microbatch is bit-identical to it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/runtime.h"
+#include "kernels/kern_math.h"
+
+/* GPT layer of op i: the graph's layers are embed, l0..l{L-1}, head. */
+static int gpt_layer(const prof_model *m, int i, int L)
+{
+    int l = m->ops[i].layer - 1;
+    return l >= 0 && l < L ? l : -1;
+}
+
+int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
+                    int T, int tp, exec_xop **out, util_err *e)
+{
+    if (c->heads % tp || c->ffn % tp || c->vocab % tp)
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "tensor parallelism %d must divide the heads (%d), "
+                         "the MLP width (%d) and the vocabulary (%d): the "
+                         "executor does not pad them",
+                         tp, c->heads, c->ffn, c->vocab);
+    size_t N = (size_t)mbs * T, C = c->hidden, Cl = C / tp;
+    size_t NHl = c->heads / tp, Fl = c->ffn / tp, V = c->vocab, Vl = V / tp;
+    exec_xop *x = util_calloc((size_t)m->n_ops, sizeof *x);
+    for (int i = 0; i < m->n_ops; i++) {
+        const prof_op *o = &m->ops[i];
+        exec_xop *p = &x[i];
+        p->role = o->role;
+        p->layer = gpt_layer(m, i, c->layers);
+        p->n_in = o->n_in > 2 ? 2 : o->n_in;
+        for (int k = 0; k < p->n_in; k++) p->in[k] = o->in[k];
+        int tpx = tp > 1;
+        switch (o->role) {
+        case PROF_ROLE_EMBED:
+            p->out_n = N * C;
+            p->has_w = 1;
+            p->tp_ar_fwd = tpx;
+            break;
+        case PROF_ROLE_NORM:
+            p->out_n = N * C;
+            p->aux_n = 2 * N;
+            p->need_in[0] = p->has_w = 1;
+            break;
+        case PROF_ROLE_QKV:
+            p->out_n = N * 3 * Cl;
+            p->need_in[0] = p->has_w = 1;
+            p->tp_ar_bwd = tpx;
+            break;
+        case PROF_ROLE_ATTN_SCORES:
+            p->out_n = (size_t)mbs * NHl * T * T;
+            p->need_in[0] = 1;
+            break;
+        case PROF_ROLE_ATTN_SOFTMAX:
+            p->out_n = (size_t)mbs * NHl * T * T;
+            p->self_keep = 1;
+            break;
+        case PROF_ROLE_ATTN_CONTEXT:
+            p->out_n = N * Cl;
+            p->need_in[0] = p->need_in[1] = 1;
+            break;
+        case PROF_ROLE_ATTN_OUT:
+            p->out_n = N * C;
+            p->need_in[0] = p->has_w = 1;
+            p->tp_ar_fwd = tpx;
+            break;
+        case PROF_ROLE_RESIDUAL:
+            p->out_n = N * C;
+            break;
+        case PROF_ROLE_MLP_UP:
+            p->out_n = N * Fl;
+            p->need_in[0] = p->has_w = 1;
+            p->tp_ar_bwd = tpx;
+            break;
+        case PROF_ROLE_MLP_ACT:
+            p->out_n = N * Fl;
+            p->need_in[0] = 1;
+            break;
+        case PROF_ROLE_MLP_DOWN:
+            p->out_n = N * C;
+            p->need_in[0] = p->has_w = 1;
+            p->tp_ar_fwd = tpx;
+            break;
+        case PROF_ROLE_LM_HEAD:
+            p->out_n = N * Vl;
+            p->need_in[0] = p->has_w = 1;
+            p->tp_ar_bwd = tpx;
+            break;
+        case PROF_ROLE_LOSS:
+            p->out_n = N;
+            p->aux_n = N * Vl;
+            break;
+        default:
+            free(x);
+            return util_errf(e, UTIL_EXIT_USAGE,
+                             "op %s (%s): the executor's kernels have no "
+                             "such op",
+                             o->name, prof_op_role_name(o->role));
+        }
+    }
+    *out = x;
+    return 0;
+}
+
+/* ---------------------------------------------------------- parameters */
+
+typedef struct slices {
+    exec_slice *s;
+    int n, cap;
+    size_t off;
+} slices;
+
+static void add_slice(slices *v, int tensor, size_t row0, size_t rows,
+                      size_t col0, size_t ncols, size_t fcols, int decay,
+                      int norm_owner, int tied, int save_owner)
+{
+    if (v->n == v->cap) {
+        v->cap = v->cap ? 2 * v->cap : 16;
+        v->s = util_realloc(v->s, sizeof *v->s * (size_t)v->cap);
+    }
+    exec_slice *s = &v->s[v->n++];
+    memset(s, 0, sizeof *s);
+    s->tensor = tensor;
+    s->off = v->off;
+    s->n = rows * ncols;
+    s->row0 = row0;
+    s->rows = rows;
+    s->col0 = col0;
+    s->ncols = ncols;
+    s->fcols = fcols;
+    s->decay = decay;
+    s->norm_owner = norm_owner;
+    s->tied = tied;
+    s->save_owner = save_owner;
+    v->off += s->n;
+}
+
+/* Which norm an op is: the op after it says (attention, MLP or head). */
+static int norm_tensor(const prof_model *m, int i)
+{
+    prof_op_role next = i + 1 < m->n_ops ? m->ops[i + 1].role : PROF_ROLE_LOSS;
+    return next == PROF_ROLE_QKV ? EXEC_P_LN1W
+         : next == PROF_ROLE_MLP_UP ? EXEC_P_LN2W : EXEC_P_LNFW;
+}
+
+size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
+                         int first, int last, int tp, int r, int replica,
+                         int tied_owner, exec_slice **out, int *n)
+{
+    size_t C = c->hidden, Cl = C / tp, F = c->ffn, Fl = F / tp;
+    size_t V = c->vocab, Vl = V / tp, P = c->max_pos;
+    int rep0 = replica == 0, one = rep0 && r == 0;
+    slices v = {0};
+    int have_wte = 0;
+    for (int i = first; i <= last; i++) {
+        int l = gpt_layer(m, i, c->layers);
+        size_t L = l < 0 ? 0 : (size_t)l;
+        switch (m->ops[i].role) {
+        case PROF_ROLE_EMBED:
+            /* vocabulary-parallel rows; positions replicated */
+            add_slice(&v, EXEC_P_WTE, r * Vl, Vl, 0, C, C, 1, rep0,
+                      c->tied, rep0);
+            add_slice(&v, EXEC_P_WPE, 0, P, 0, C, C, 1, one, 0, one);
+            have_wte = 1;
+            break;
+        case PROF_ROLE_NORM: {
+            int t = norm_tensor(m, i);
+            size_t row = t == EXEC_P_LNFW ? 0 : L;
+            add_slice(&v, t, row, 1, 0, C, C, 0, one, 0, one);
+            add_slice(&v, t + 1, row, 1, 0, C, C, 0, one, 0, one);
+            break;
+        }
+        case PROF_ROLE_QKV:
+            for (int k = 0; k < 3; k++)
+                add_slice(&v, EXEC_P_QKVW, L * 3 * C + k * C + r * Cl, Cl, 0,
+                          C, C, 1, rep0, 0, rep0);
+            if (c->bias)
+                for (int k = 0; k < 3; k++)
+                    add_slice(&v, EXEC_P_QKVB, L * 3 * C + k * C + r * Cl, Cl,
+                              0, 1, 1, 0, rep0, 0, rep0);
+            break;
+        case PROF_ROLE_ATTN_OUT:
+            add_slice(&v, EXEC_P_ATTPROJW, L * C, C, r * Cl, Cl, C, 1, rep0,
+                      0, rep0);
+            if (c->bias)
+                add_slice(&v, EXEC_P_ATTPROJB, L * C, C, 0, 1, 1, 0, one, 0,
+                          one);
+            break;
+        case PROF_ROLE_MLP_UP:
+            add_slice(&v, EXEC_P_FCW, L * F + r * Fl, Fl, 0, C, C, 1, rep0, 0,
+                      rep0);
+            if (c->bias)
+                add_slice(&v, EXEC_P_FCB, L * F + r * Fl, Fl, 0, 1, 1, 0, rep0,
+                          0, rep0);
+            break;
+        case PROF_ROLE_MLP_DOWN:
+            add_slice(&v, EXEC_P_FCPROJW, L * C, C, r * Fl, Fl, F, 1, rep0, 0,
+                      rep0);
+            if (c->bias)
+                add_slice(&v, EXEC_P_FCPROJB, L * C, C, 0, 1, 1, 0, one, 0,
+                          one);
+            break;
+        case PROF_ROLE_LM_HEAD:
+            if (c->tied && have_wte) break; /* the embedding's own table */
+            /* a tied head's copy counts in the norm and is saved only
+             * where no stage holds the embedding (tied_owner) */
+            if (c->tied)
+                add_slice(&v, EXEC_P_WTE, r * Vl, Vl, 0, C, C, 1,
+                          rep0 && tied_owner, 1, rep0 && tied_owner);
+            else
+                add_slice(&v, EXEC_P_LMW, r * Vl, Vl, 0, C, C, 1, rep0, 0,
+                          rep0);
+            break;
+        default:
+            break;
+        }
+    }
+    *out = v.s;
+    *n = v.n;
+    return v.off;
+}
+
+/* ------------------------------------------------------------- tensors */
+
+static int ext_index(const exec_stage *st, int op)
+{
+    for (int k = 0; k < st->n_ext; k++)
+        if (st->ext_op[k] == op) return k;
+    return -1;
+}
+
+/* The input view of op's k-th input in a record. */
+static exec_view *in_view(exec_stage *st, exec_rec *r, int op,
+                          const exec_xop *x, int k)
+{
+    int j = x[op].in[k];
+    if (j >= st->first && j <= st->last) return &r->out[j - st->first];
+    int q = ext_index(st, j);
+    UTIL_NEVER(q < 0);
+    return &r->ext[q];
+}
+
+/* The gradient view of op's k-th input, allocated (zeroed) on first use. */
+static float *din(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                  int k, util_err *e)
+{
+    const exec_xop *x = w->rt->xop;
+    int j = x[op].in[k];
+    exec_view *v;
+    if (j >= st->first && j <= st->last) {
+        v = &r->dout[j - st->first];
+    } else {
+        int q = ext_index(st, j);
+        UTIL_NEVER(q < 0);
+        v = &r->dext[q];
+    }
+    if (!v->b) {
+        v->b = exec_buf_new(&w->mem, x[j].out_n, 1);
+        if (!v->b) {
+            char a[32];
+            util_errf(e, UTIL_EXIT_FAIL, "out of memory: %s more for a "
+                      "gradient", util_fmt_bytes(w->mem.need, a, sizeof a));
+            return NULL;
+        }
+        v->off = 0;
+        v->n = x[j].out_n;
+    }
+    return exec_view_p(v);
+}
+
+static float *newbuf(exec_worker *w, exec_view *v, size_t n, int zero,
+                     const char *what, util_err *e)
+{
+    exec_view_drop(v);
+    v->b = exec_buf_new(&w->mem, n, zero);
+    if (!v->b) {
+        char a[32];
+        util_errf(e, UTIL_EXIT_FAIL, "out of memory: %s more for %s",
+                  util_fmt_bytes(w->mem.need, a, sizeof a), what);
+        return NULL;
+    }
+    v->off = 0;
+    v->n = n;
+    return v->b->p;
+}
+
+/* Tensor-parallel sum, timed into *tp_ns. */
+static int tp_sum(exec_worker *w, float *buf, size_t n, int64_t *tp_ns,
+                  util_err *e)
+{
+    int64_t t0 = (int64_t)exec_now_ns();
+    exec_runtime *rt = w->rt;
+    int rc = rt->x->allreduce(rt->x, rt, w->id, EXEC_GROUP_TP, buf, n, 0, e);
+    *tp_ns += (int64_t)exec_now_ns() - t0;
+    return rc;
+}
+
+/* Parameter pointers of op i in a stage: the weight (or token table) and
+ * the bias (or position table) of its slices. */
+typedef struct oparams { float *w, *b, *gw, *gb; } oparams;
+
+static oparams op_params(const exec_worker *w, const exec_stage *st,
+                         const float *wv, int op)
+{
+    oparams o = {0};
+    const exec_runtime *rt = w->rt;
+    const prof_model *m = rt->model;
+    prof_op_role role = m->ops[op].role;
+    int first_w = -1, first_b = -1;
+    int want_w = -1, want_b = -1;
+    switch (role) {
+    case PROF_ROLE_EMBED: want_w = EXEC_P_WTE; want_b = EXEC_P_WPE; break;
+    case PROF_ROLE_NORM:
+        want_w = norm_tensor(m, op);
+        want_b = want_w + 1;
+        break;
+    case PROF_ROLE_QKV: want_w = EXEC_P_QKVW; want_b = EXEC_P_QKVB; break;
+    case PROF_ROLE_ATTN_OUT:
+        want_w = EXEC_P_ATTPROJW;
+        want_b = EXEC_P_ATTPROJB;
+        break;
+    case PROF_ROLE_MLP_UP: want_w = EXEC_P_FCW; want_b = EXEC_P_FCB; break;
+    case PROF_ROLE_MLP_DOWN:
+        want_w = EXEC_P_FCPROJW;
+        want_b = EXEC_P_FCPROJB;
+        break;
+    case PROF_ROLE_LM_HEAD:
+        want_w = rt->cfg.tied ? EXEC_P_WTE : EXEC_P_LMW;
+        break;
+    default:
+        return o;
+    }
+    /* the slices of this op: those of its tensors at its layer's rows */
+    int l = gpt_layer(m, op, rt->cfg.layers);
+    size_t C = rt->cfg.hidden;
+    for (int k = 0; k < st->n_sl; k++) {
+        const exec_slice *s = &st->sl[k];
+        int layer_ok = 1;
+        switch (s->tensor) {
+        case EXEC_P_QKVW: case EXEC_P_QKVB:
+            layer_ok = (int)(s->row0 / (3 * C)) == l;
+            break;
+        case EXEC_P_ATTPROJW: case EXEC_P_ATTPROJB:
+        case EXEC_P_FCPROJW: case EXEC_P_FCPROJB:
+            layer_ok = (int)(s->row0 / C) == l;
+            break;
+        case EXEC_P_FCW: case EXEC_P_FCB:
+            layer_ok = (int)(s->row0 / rt->cfg.ffn) == l;
+            break;
+        case EXEC_P_LN1W: case EXEC_P_LN1B: case EXEC_P_LN2W:
+        case EXEC_P_LN2B:
+            layer_ok = (int)s->row0 == l;
+            break;
+        default:
+            break;
+        }
+        if (!layer_ok) continue;
+        if (s->tensor == want_w && first_w < 0) first_w = k;
+        if (s->tensor == want_b && first_b < 0) first_b = k;
+    }
+    if (first_w >= 0) {
+        o.w = (float *)wv + st->sl[first_w].off;
+        o.gw = st->g + st->sl[first_w].off;
+    }
+    if (first_b >= 0) {
+        o.b = (float *)wv + st->sl[first_b].off;
+        o.gb = st->g + st->sl[first_b].off;
+    }
+    return o;
+}
+
+/* ------------------------------------------------------------- forward */
+
+static void embed_tp_forward(float *out, const int *tok, const float *wte,
+                             int r, int Vl, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * C;
+        int t = tok[n] - r * Vl;
+        if (t >= 0 && t < Vl)
+            memcpy(o, wte + (size_t)t * C, sizeof(float) * (size_t)C);
+        else
+            memset(o, 0, sizeof(float) * (size_t)C);
+    }
+}
+
+/* Vocabulary-parallel softmax cross-entropy (Megatron-LM): each rank
+ * holds Vl logits of a row; the row maxima, the sums of exponentials and
+ * the target's logit are summed over the group (the maxima by gathering
+ * them, the sum of a rank's own slot and zeros elsewhere being exact). */
+static int xent_tp_forward(exec_worker *w, float *losses, float *probs,
+                           const float *logits, const int *tgt, int N, int Vl,
+                           int64_t *tp_ns, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    int tp = rt->tp, r = w->rank;
+    size_t n3 = (size_t)N * (tp + 2);
+    float *buf = util_calloc(n3 + 1, sizeof *buf);
+    float *mx = buf, *sum = buf + (size_t)N * tp, *tl = sum + N;
+    for (int i = 0; i < N; i++) {
+        const float *l = logits + (size_t)i * Vl;
+        float m = l[0];
+        for (int j = 1; j < Vl; j++) m = l[j] > m ? l[j] : m;
+        mx[(size_t)r * N + i] = m;
+    }
+    if (tp_sum(w, mx, (size_t)N * tp, tp_ns, e)) return free(buf), -1;
+    for (int i = 0; i < N; i++) {
+        float m = mx[i];
+        for (int q = 1; q < tp; q++)
+            m = mx[(size_t)q * N + i] > m ? mx[(size_t)q * N + i] : m;
+        mx[i] = m;
+        const float *l = logits + (size_t)i * Vl;
+        float *p = probs + (size_t)i * Vl, s = 0;
+        for (int j = 0; j < Vl; j++) {
+            p[j] = kern_expf(l[j] - m);
+            s += p[j];
+        }
+        sum[i] = s;
+        int t = tgt[i] - r * Vl;
+        tl[i] = t >= 0 && t < Vl ? l[t] : 0.0f;
+    }
+    if (tp_sum(w, sum, 2 * (size_t)N, tp_ns, e)) return free(buf), -1;
+    for (int i = 0; i < N; i++) {
+        float inv = 1.0f / sum[i], *p = probs + (size_t)i * Vl;
+        for (int j = 0; j < Vl; j++) p[j] *= inv;
+        losses[i] = logf(sum[i]) + mx[i] - tl[i];
+    }
+    free(buf);
+    return 0;
+}
+
+int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                    int count_loss, int64_t *tp_ns, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const exec_xop *x = &rt->xop[op];
+    const exec_gpt_config *c = &rt->cfg;
+    int tp = rt->tp, B = rt->mbs, T = rt->T, N = B * T, C = c->hidden;
+    int Cl = C / tp, NHl = c->heads / tp, Fl = c->ffn / tp;
+    int Vl = c->vocab / tp;
+    int i = op - st->first;
+    oparams p = op_params(w, st, st->w[r->version], op);
+    float *out = newbuf(w, &r->out[i], x->out_n, 0, "an activation", e);
+    if (!out) return -1;
+    float *aux = NULL;
+    if (x->aux_n &&
+        !(aux = newbuf(w, &r->aux[i], x->aux_n, 0, "an activation", e)))
+        return -1;
+    const float *in0 = x->n_in > 0 ? exec_view_p(in_view(st, r, op, rt->xop, 0))
+                                   : NULL;
+    const float *in1 = x->n_in > 1 ? exec_view_p(in_view(st, r, op, rt->xop, 1))
+                                   : NULL;
+    switch (x->role) {
+    case PROF_ROLE_EMBED:
+        if (tp == 1) {
+            EXEC_KERN(w, kern_embed_forward(out, r->tok, p.w, p.b, B, T, C));
+        } else {
+            EXEC_KERN(w, embed_tp_forward(out, r->tok, p.w, w->rank, Vl, N, C));
+            if (tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
+            EXEC_KERN(w, for (int n = 0; n < N; n++) for (int k = 0; k < C;
+                                                          k++)
+                          out[(size_t)n * C + k] +=
+                              p.b[(size_t)(n % T) * C + k]);
+        }
+        break;
+    case PROF_ROLE_NORM:
+        EXEC_KERN(w, kern_layernorm_forward(out, aux, aux + N, in0, p.w, p.b,
+                                            N, C));
+        break;
+    case PROF_ROLE_QKV:
+        EXEC_KERN(w, kern_linear_forward(out, in0, p.w, p.b, N, C, 3 * Cl));
+        break;
+    case PROF_ROLE_ATTN_SCORES:
+        EXEC_KERN(w, kern_attn_scores_forward(out, in0, B, T, Cl, NHl));
+        break;
+    case PROF_ROLE_ATTN_SOFTMAX:
+        EXEC_KERN(w, kern_attn_softmax_forward(out, in0, B, T, NHl));
+        break;
+    case PROF_ROLE_ATTN_CONTEXT:
+        EXEC_KERN(w, kern_attn_context_forward(out, in0, in1, B, T, Cl, NHl));
+        break;
+    case PROF_ROLE_ATTN_OUT:
+    case PROF_ROLE_MLP_DOWN: {
+        int K = x->role == PROF_ROLE_ATTN_OUT ? Cl : Fl;
+        /* row-parallel: the bias once, by rank 0, before the sum */
+        EXEC_KERN(w, kern_linear_forward(out, in0, p.w, w->rank ? NULL : p.b,
+                                         N, K, C));
+        if (tp > 1 && tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
+        break;
+    }
+    case PROF_ROLE_RESIDUAL:
+        EXEC_KERN(w, kern_residual_forward(out, in0, in1, (size_t)N * C));
+        break;
+    case PROF_ROLE_MLP_UP:
+        EXEC_KERN(w, kern_linear_forward(out, in0, p.w, p.b, N, C, Fl));
+        break;
+    case PROF_ROLE_MLP_ACT:
+        EXEC_KERN(w, kern_gelu_forward(out, in0, (size_t)N * Fl));
+        break;
+    case PROF_ROLE_LM_HEAD:
+        EXEC_KERN(w, kern_linear_forward(out, in0, p.w, NULL, N, C, Vl));
+        break;
+    case PROF_ROLE_LOSS: {
+        if (tp == 1) {
+            EXEC_KERN(w, kern_softmax_xent_forward(out, aux, in0, r->tgt, N,
+                                                   c->vocab));
+        } else if (xent_tp_forward(w, out, aux, in0, r->tgt, N, Vl, tp_ns,
+                                   e)) {
+            return -1;
+        }
+        if (count_loss) {
+            double s = 0;
+            for (int k = 0; k < N; k++) s += out[k];
+            w->loss_sum += s;
+        }
+        break;
+    }
+    default:
+        util_never_(__FILE__, __LINE__, "an op role without a kernel");
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ backward */
+
+int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                     int input_part, int weight_part, int64_t *tp_ns,
+                     util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const exec_xop *x = &rt->xop[op];
+    const exec_gpt_config *c = &rt->cfg;
+    int tp = rt->tp, B = rt->mbs, T = rt->T, N = B * T, C = c->hidden;
+    int Cl = C / tp, NHl = c->heads / tp, Fl = c->ffn / tp;
+    int Vl = c->vocab / tp;
+    int i = op - st->first;
+    oparams p = op_params(w, st, st->w[r->version], op);
+    float *dout = exec_view_p(&r->dout[i]);
+    const float *aux = exec_view_p(&r->aux[i]);
+    const float *out = exec_view_p(&r->out[i]);
+    const float *in0 = x->n_in > 0 ? exec_view_p(in_view(st, r, op, rt->xop, 0))
+                                   : NULL;
+    const float *in1 = x->n_in > 1 ? exec_view_p(in_view(st, r, op, rt->xop, 1))
+                                   : NULL;
+    float *d0 = NULL, *d1 = NULL;
+    if (input_part && x->n_in > 0 && x->role != PROF_ROLE_EMBED) {
+        if (!(d0 = din(w, st, r, op, 0, e))) return -1;
+        if (x->n_in > 1 && !(d1 = din(w, st, r, op, 1, e))) return -1;
+    }
+    /* an op whose output nobody read back has no gradient (cannot happen
+     * in a model graph, where every op feeds the loss) */
+    if (!dout && x->role != PROF_ROLE_LOSS)
+        return util_errf(e, UTIL_EXIT_FAIL, "op %s: no output gradient",
+                         rt->model->ops[op].name);
+    switch (x->role) {
+    case PROF_ROLE_EMBED:
+        if (!weight_part) break;
+        if (tp == 1) {
+            EXEC_KERN(w, kern_embed_backward(p.gw, p.gb, dout, r->tok, B, T,
+                                             C));
+        } else {
+            EXEC_KERN(w, {
+                for (int n = 0; n < N; n++) {
+                    const float *d = dout + (size_t)n * C;
+                    int t = r->tok[n] - w->rank * Vl;
+                    float *pe = p.gb + (size_t)(n % T) * C;
+                    float *we = t >= 0 && t < Vl ? p.gw + (size_t)t * C : NULL;
+                    for (int k = 0; k < C; k++) {
+                        if (we) we[k] += d[k];
+                        pe[k] += d[k];
+                    }
+                }
+            });
+        }
+        break;
+    case PROF_ROLE_NORM:
+        if (input_part)
+            EXEC_KERN(w, kern_layernorm_backward_input(d0, dout, in0, p.w, aux,
+                                                       aux + N, N, C));
+        if (weight_part)
+            EXEC_KERN(w, kern_layernorm_backward_weight(p.gw, p.gb, dout, in0,
+                                                        aux, aux + N, N, C));
+        break;
+    case PROF_ROLE_QKV:
+    case PROF_ROLE_MLP_UP:
+    case PROF_ROLE_LM_HEAD: {
+        /* column-parallel: the input gradient is summed over the group */
+        int OC = x->role == PROF_ROLE_QKV ? 3 * Cl
+               : x->role == PROF_ROLE_MLP_UP ? Fl : Vl;
+        if (input_part) {
+            if (tp == 1) {
+                EXEC_KERN(w, kern_linear_backward_input(d0, dout, p.w, N, C,
+                                                        OC));
+            } else {
+                float *tmp = util_calloc((size_t)N * C + 1, sizeof *tmp);
+                EXEC_KERN(w, kern_linear_backward_input(tmp, dout, p.w, N, C,
+                                                        OC));
+                if (tp_sum(w, tmp, (size_t)N * C, tp_ns, e)) {
+                    free(tmp);
+                    return -1;
+                }
+                EXEC_KERN(w, for (size_t k = 0; k < (size_t)N * C; k++)
+                              d0[k] += tmp[k]);
+                free(tmp);
+            }
+        }
+        if (weight_part)
+            EXEC_KERN(w, kern_linear_backward_weight(
+                             p.gw, x->role == PROF_ROLE_LM_HEAD ? NULL : p.gb,
+                             dout, in0, N, C, OC));
+        break;
+    }
+    case PROF_ROLE_ATTN_OUT:
+    case PROF_ROLE_MLP_DOWN: {
+        int K = x->role == PROF_ROLE_ATTN_OUT ? Cl : Fl;
+        if (input_part)
+            EXEC_KERN(w, kern_linear_backward_input(d0, dout, p.w, N, K, C));
+        if (weight_part)
+            EXEC_KERN(w, kern_linear_backward_weight(p.gw, p.gb, dout, in0, N,
+                                                     K, C));
+        break;
+    }
+    case PROF_ROLE_ATTN_SCORES:
+        if (input_part)
+            EXEC_KERN(w, kern_attn_scores_backward(d0, dout, in0, B, T, Cl,
+                                                   NHl));
+        break;
+    case PROF_ROLE_ATTN_SOFTMAX:
+        /* its own output gradient is the kernel's scratch */
+        if (input_part)
+            EXEC_KERN(w, kern_attn_softmax_backward(d0, dout, out, B, T, NHl));
+        break;
+    case PROF_ROLE_ATTN_CONTEXT:
+        if (input_part)
+            EXEC_KERN(w, kern_attn_context_backward(d0, d1, dout, in0, in1, B,
+                                                    T, Cl, NHl));
+        break;
+    case PROF_ROLE_RESIDUAL:
+        if (input_part)
+            EXEC_KERN(w, kern_residual_backward(d0, d1, dout, (size_t)N * C));
+        break;
+    case PROF_ROLE_MLP_ACT:
+        if (input_part)
+            EXEC_KERN(w, kern_gelu_backward(d0, in0, dout, (size_t)N * Fl));
+        break;
+    case PROF_ROLE_LOSS:
+        if (!input_part) break;
+        if (tp == 1) {
+            EXEC_KERN(w, kern_softmax_xent_backward(d0, aux, r->tgt,
+                                                    (float)rt->scale, N,
+                                                    c->vocab));
+        } else {
+            float s = (float)rt->scale;
+            EXEC_KERN(w, {
+                for (int n = 0; n < N; n++) {
+                    const float *pr = aux + (size_t)n * Vl;
+                    float *d = d0 + (size_t)n * Vl;
+                    for (int j = 0; j < Vl; j++) d[j] += s * pr[j];
+                    int t = r->tgt[n] - w->rank * Vl;
+                    if (t >= 0 && t < Vl) d[t] -= s;
+                }
+            });
+        }
+        break;
+    default:
+        util_never_(__FILE__, __LINE__, "an op role without a kernel");
+    }
+    return 0;
+}

@@ -1,0 +1,334 @@
+/* The MPI transport: one worker per rank (OpenMPI, MPI_THREAD_MULTIPLE:
+ * the communication thread sends and receives while the compute thread
+ * runs collectives). Messages travel on a communicator of their own,
+ * tagged with their receive task and epoch; the receiver probes for any
+ * message, takes a buffer from its device's memory when one arrives (as a
+ * pre-posted receive would) and receives into it. Collectives gather every
+ * member's values and add them in rank order, the in-process transport's
+ * order, so both give the same bits. A failure prints its message and
+ * aborts the job (no rank is left waiting for a peer that stopped).
+ * Built only where MPI is found; elsewhere it answers "unavailable". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/runtime.h"
+
+int exec_mpi_launched(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") ||
+           getenv("PMIX_RANK");
+}
+
+#ifdef SLUICE_HAVE_MPI
+#include <mpi.h>
+
+typedef struct mpix {
+    MPI_Comm data, ctrl, tp;
+    int n_tasks;
+} mpix;
+
+typedef struct mreq {
+    MPI_Request req;
+    float *buf;
+} mreq;
+
+int exec_mpi_available(void) { return 1; }
+
+static int mpi_err(util_err *e, int rc, const char *what)
+{
+    char s[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    MPI_Error_string(rc, s, &n);
+    return util_errf(e, UTIL_EXIT_FAIL, "MPI %s failed: %.*s", what, n, s);
+}
+
+int exec_mpi_init(int *rank, int *size, util_err *e)
+{
+    int inited = 0, prov = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &prov);
+        if (rc != MPI_SUCCESS) return mpi_err(e, rc, "init");
+        if (prov < MPI_THREAD_MULTIPLE) {
+            MPI_Finalize();
+            return util_errf(e, UTIL_EXIT_FAIL, "this MPI gives no "
+                             "MPI_THREAD_MULTIPLE (the executor's "
+                             "communication thread needs it)");
+        }
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    return 0;
+}
+
+void exec_mpi_finalize(void)
+{
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    if (inited && !fin) MPI_Finalize();
+}
+
+void exec_mpi_abort(int code)
+{
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+/* Gathers every member's n values and adds them in rank order. */
+static int sum_in_order(MPI_Comm c, void *buf, size_t n, int is_double,
+                        util_err *e)
+{
+    int size;
+    MPI_Comm_size(c, &size);
+    size_t es = is_double ? sizeof(double) : sizeof(float);
+    if (n > (size_t)1 << 30)
+        return util_errf(e, UTIL_EXIT_FAIL, "a collective of %zu values", n);
+    char *all = util_malloc(n * es * (size_t)size + es);
+    int rc = MPI_Allgather(buf, (int)n, is_double ? MPI_DOUBLE : MPI_FLOAT,
+                           all, (int)n, is_double ? MPI_DOUBLE : MPI_FLOAT, c);
+    if (rc != MPI_SUCCESS) {
+        free(all);
+        return mpi_err(e, rc, "all-gather");
+    }
+    memcpy(buf, all, n * es);
+    for (int q = 1; q < size; q++) {
+        if (is_double) {
+            double *a = buf;
+            const double *b = (const double *)(all + (size_t)q * n * es);
+            for (size_t i = 0; i < n; i++) a[i] += b[i];
+        } else {
+            float *a = buf;
+            const float *b = (const float *)(all + (size_t)q * n * es);
+            for (size_t i = 0; i < n; i++) a[i] += b[i];
+        }
+    }
+    free(all);
+    return 0;
+}
+
+int exec_mpi_sum(void *buf, size_t n, int is_double, util_err *e)
+{
+    /* in slices, so the gathered copy stays small */
+    size_t es = is_double ? sizeof(double) : sizeof(float);
+    size_t step = (size_t)1 << 22;
+    for (size_t o = 0; o < n; o += step)
+        if (sum_in_order(MPI_COMM_WORLD, (char *)buf + o * es,
+                         n - o < step ? n - o : step, is_double, e))
+            return -1;
+    return 0;
+}
+
+int exec_mpi_bcast(void *buf, size_t n, util_err *e)
+{
+    size_t step = (size_t)1 << 30;
+    for (size_t o = 0; o < n; o += step) {
+        int rc = MPI_Bcast((char *)buf + o, (int)(n - o < step ? n - o : step),
+                           MPI_BYTE, 0, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_err(e, rc, "broadcast");
+    }
+    return 0;
+}
+
+static int tag_of(const mpix *m, int epoch, int rid)
+{
+    return ((epoch - 1) & 3) * m->n_tasks + rid;
+}
+
+static int mx_send(exec_xport *x, exec_runtime *rt, int src, int dst,
+                   int epoch, int rid, const exec_piece *pc, int np, void **h,
+                   util_err *e)
+{
+    (void)rt;
+    (void)src;
+    mpix *m = x->impl;
+    size_t total = 0;
+    for (int i = 0; i < np; i++) total += pc[i].n;
+    if (total > (size_t)1 << 30)
+        return util_errf(e, UTIL_EXIT_FAIL, "a message of %zu floats", total);
+    mreq *q = util_malloc(sizeof *q);
+    q->buf = util_malloc(total * sizeof(float) + sizeof(float));
+    size_t off = 0;
+    for (int i = 0; i < np; i++) {
+        memcpy(q->buf + off, pc[i].p, pc[i].n * sizeof(float));
+        off += pc[i].n;
+    }
+    int rc = MPI_Isend(q->buf, (int)total, MPI_FLOAT, dst,
+                       tag_of(m, epoch, rid), m->data, &q->req);
+    if (rc != MPI_SUCCESS) {
+        free(q->buf);
+        free(q);
+        return mpi_err(e, rc, "send");
+    }
+    *h = q;
+    return 0;
+}
+
+static int mx_send_test(exec_xport *x, void *h, int *done, util_err *e)
+{
+    (void)x;
+    mreq *q = h;
+    int flag = 0;
+    int rc = MPI_Test(&q->req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_err(e, rc, "send");
+    *done = flag;
+    if (flag) {
+        free(q->buf);
+        free(q);
+    }
+    return 0;
+}
+
+static int mx_poll(exec_xport *x, exec_runtime *rt, int wid, int *got,
+                   util_err *e)
+{
+    mpix *m = x->impl;
+    exec_worker *w = exec_rt_worker(rt, wid);
+    *got = 0;
+    for (;;) {
+        int flag = 0;
+        MPI_Message msg;
+        MPI_Status stt;
+        int rc = MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, m->data, &flag,
+                             &msg, &stt);
+        if (rc != MPI_SUCCESS) return mpi_err(e, rc, "probe");
+        if (!flag) return 0;
+        int64_t t0 = (int64_t)exec_now_ns();
+        int count = 0;
+        MPI_Get_count(&stt, MPI_FLOAT, &count);
+        int rid = stt.MPI_TAG % m->n_tasks, eb = stt.MPI_TAG / m->n_tasks;
+        pthread_mutex_lock(&w->mu);
+        int epoch = w->done[rid] + 1;
+        pthread_mutex_unlock(&w->mu);
+        const sim_task *t = &rt->ir->tasks[rid];
+        if (rid < 0 || t->kind != SIM_RECV || ((epoch - 1) & 3) != eb)
+            return util_errf(e, UTIL_EXIT_FAIL, "a message from rank %d for "
+                             "task %d of epoch bits %d matches no receive",
+                             stt.MPI_SOURCE, rid, eb);
+        exec_buf *b = exec_buf_new(&w->mem, (size_t)count, 0);
+        if (!b) {
+            char a[32], c[32], d[32], s[160];
+            return util_errf(e, UTIL_EXIT_FAIL, "out of memory receiving %s "
+                             "(%s more, %s of %s in use)",
+                             sim_task_str(rt->ir, rid, s, sizeof s),
+                             util_fmt_bytes(w->mem.need, a, sizeof a),
+                             util_fmt_bytes(w->mem.cur, c, sizeof c),
+                             util_fmt_bytes(w->mem.budget, d, sizeof d));
+        }
+        rc = MPI_Mrecv(b->p, count, MPI_FLOAT, &msg, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            exec_buf_unref(b);
+            return mpi_err(e, rc, "receive");
+        }
+        exec_deliver(rt, wid, epoch, rid, b, t0);
+        (*got)++;
+    }
+}
+
+static int mx_allreduce(exec_xport *x, exec_runtime *rt, int w, int which,
+                        void *buf, size_t n, int is_double, util_err *e)
+{
+    (void)rt;
+    (void)w;
+    mpix *m = x->impl;
+    return sum_in_order(which == EXEC_GROUP_WORLD ? m->ctrl : m->tp, buf, n,
+                        is_double, e);
+}
+
+/* A failure: say it here, the peers cannot, and end the job. */
+static void mx_wake(exec_xport *x, exec_runtime *rt)
+{
+    (void)x;
+    fprintf(stderr, "sluice exec: %s\n", rt->err.msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, rt->err.code ? rt->err.code : UTIL_EXIT_FAIL);
+}
+
+static void mx_free(exec_xport *x)
+{
+    if (!x) return;
+    mpix *m = x->impl;
+    MPI_Comm_free(&m->data);
+    MPI_Comm_free(&m->ctrl);
+    MPI_Comm_free(&m->tp);
+    free(m);
+    free(x);
+}
+
+exec_xport *exec_xport_mpi_new(exec_runtime *rt, util_err *e)
+{
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != rt->n_workers) {
+        util_errf(e, UTIL_EXIT_USAGE, "the plan runs on %d devices (%d "
+                  "workers with tensor parallelism), mpirun started %d "
+                  "ranks: use mpirun -np %d", rt->n_workers / rt->tp,
+                  rt->n_workers, size, rt->n_workers);
+        return NULL;
+    }
+    int ub_ok = 0, *ub = NULL;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &ub_ok);
+    if (ub_ok && ub && (long)4 * rt->ir->n_tasks > (long)*ub) {
+        util_errf(e, UTIL_EXIT_USAGE, "the schedule has %d tasks, more than "
+                  "this MPI's tags can name (%d)", rt->ir->n_tasks, *ub / 4);
+        return NULL;
+    }
+    mpix *m = util_calloc(1, sizeof *m);
+    m->n_tasks = rt->ir->n_tasks;
+    MPI_Comm_dup(MPI_COMM_WORLD, &m->data);
+    MPI_Comm_dup(MPI_COMM_WORLD, &m->ctrl);
+    MPI_Comm_split(MPI_COMM_WORLD, rank / rt->tp, rank % rt->tp, &m->tp);
+    exec_xport *x = util_calloc(1, sizeof *x);
+    x->name = "mpi";
+    x->send = mx_send;
+    x->send_test = mx_send_test;
+    x->poll = mx_poll;
+    x->allreduce = mx_allreduce;
+    x->wake = mx_wake;
+    x->free = mx_free;
+    x->impl = m;
+    return x;
+}
+
+#else /* no MPI */
+
+int exec_mpi_available(void) { return 0; }
+
+int exec_mpi_init(int *rank, int *size, util_err *e)
+{
+    *rank = 0;
+    *size = 1;
+    return util_errf(e, UTIL_EXIT_USAGE, "this sluice was built without MPI "
+                     "(install libopenmpi-dev and rebuild)");
+}
+
+void exec_mpi_finalize(void) {}
+void exec_mpi_abort(int code) { exit(code); }
+
+int exec_mpi_sum(void *buf, size_t n, int is_double, util_err *e)
+{
+    (void)buf;
+    (void)n;
+    (void)is_double;
+    (void)e;
+    return 0;
+}
+
+int exec_mpi_bcast(void *buf, size_t n, util_err *e)
+{
+    (void)buf;
+    (void)n;
+    (void)e;
+    return 0;
+}
+
+exec_xport *exec_xport_mpi_new(exec_runtime *rt, util_err *e)
+{
+    (void)rt;
+    util_errf(e, UTIL_EXIT_USAGE, "this sluice was built without MPI "
+              "(install libopenmpi-dev and rebuild)");
+    return NULL;
+}
+
+#endif

@@ -1,0 +1,177 @@
+/* A measured run over its prediction: two traces (the executor's and the
+ * simulator's, same format) drawn on one page, timelines on one time
+ * axis, measured above simulated, then each one's memory per device. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plots/plots.h"
+
+typedef struct tbox {
+    double t0, t1;
+    int dev, mb, kind;
+} tbox;
+
+typedef struct trace {
+    tbox *b;
+    int nb, ndev;
+    double tmax, mmax;
+    char *mem;          /* gnuplot data: one block per device */
+    size_t mlen;
+} trace;
+
+static const char *const kinds[] = {"F", "B", "W", "BW", "R", "OPT"};
+static const int rgb[] = {0x4C72B0, 0x55A868, 0xDD8452, 0x2A9D8F, 0x8C8C8C,
+                          0xC44E52};
+
+static int load(const char *path, trace *t, util_err *e)
+{
+    memset(t, 0, sizeof *t);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s:%d:%d: %s", path, je.line,
+                         je.column, je.text);
+    json_t *ev = json_object_get(root, "traceEvents");
+    size_t n = json_array_size(ev);
+    t->b = util_malloc(sizeof *t->b * (n + 1));
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(ev, i);
+        int pid = (int)json_integer_value(json_object_get(x, "pid"));
+        if (pid + 1 > t->ndev) t->ndev = pid + 1;
+        const char *ph = json_string_value(json_object_get(x, "ph"));
+        const char *cat = json_string_value(json_object_get(x, "cat"));
+        if (!ph || strcmp(ph, "X") || !cat) continue;
+        int k = -1;
+        for (int j = 0; j < 6; j++)
+            if (!strcmp(cat, kinds[j])) k = j;
+        if (k < 0) continue;
+        tbox *b = &t->b[t->nb++];
+        b->t0 = json_number_value(json_object_get(x, "ts")) / 1e3;
+        b->t1 = b->t0 + json_number_value(json_object_get(x, "dur")) / 1e3;
+        b->dev = pid;
+        b->mb = (int)json_integer_value(
+            json_object_get(json_object_get(x, "args"), "mb"));
+        b->kind = k;
+        if (b->t1 > t->tmax) t->tmax = b->t1;
+    }
+    FILE *f = open_memstream(&t->mem, &t->mlen);
+    for (int d = 0; d < t->ndev; d++) {
+        fprintf(f, "# device %d: time_ms GiB\n", d);
+        int any = 0;
+        for (size_t i = 0; i < n; i++) {
+            json_t *x = json_array_get(ev, i);
+            const char *ph = json_string_value(json_object_get(x, "ph"));
+            if (!ph || strcmp(ph, "C") ||
+                (int)json_integer_value(json_object_get(x, "pid")) != d)
+                continue;
+            double ts = json_number_value(json_object_get(x, "ts")) / 1e3;
+            double by = json_number_value(
+                json_object_get(json_object_get(x, "args"), "bytes"));
+            if (by > t->mmax) t->mmax = by;
+            fprintf(f, "%.6f %.6f\n", ts, by / (1 << 30));
+            any = 1;
+        }
+        if (!any) fprintf(f, "0 0\n");
+        fprintf(f, "\n\n");
+    }
+    fclose(f);
+    json_decref(root);
+    return 0;
+}
+
+static void boxes(FILE *f, const trace *t, double tmax)
+{
+    fprintf(f, "# x_center_ms y half_width half_height rgb\n");
+    for (int i = 0; i < t->nb; i++) {
+        const tbox *b = &t->b[i];
+        double s = 0.75 + 0.25 * (((b->mb < 0 ? 0 : b->mb) % 4) / 3.0);
+        int c = rgb[b->kind];
+        int r = (int)(((c >> 16) & 255) * s), g = (int)(((c >> 8) & 255) * s),
+            bl = (int)((c & 255) * s);
+        fprintf(f, "%.6f %d %.6f 0.4 %d\n", (b->t0 + b->t1) / 2, -b->dev,
+                (b->t1 - b->t0) / 2, (r << 16) | (g << 8) | bl);
+    }
+    (void)tmax;
+}
+
+static int put(const char *path, const char *buf, size_t len, util_err *e)
+{
+    return util_write_atomic(path, buf, len, e);
+}
+
+int plot_compare(const char *measured_trace, const char *simulated_trace,
+                 const char *prefix, util_err *e)
+{
+    trace t[2];
+    if (load(measured_trace, &t[0], e)) return -1;
+    if (load(simulated_trace, &t[1], e)) {
+        free(t[0].b);
+        free(t[0].mem);
+        return -1;
+    }
+    static const char *const what[2] = {"measured", "simulated"};
+    int rc = 0, ndev = t[0].ndev > t[1].ndev ? t[0].ndev : t[1].ndev;
+    double tmax = t[0].tmax > t[1].tmax ? t[0].tmax : t[1].tmax;
+    char dat[2][2][1200];
+    for (int k = 0; k < 2 && !rc; k++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        boxes(f, &t[k], tmax);
+        fclose(f);
+        snprintf(dat[k][0], sizeof dat[k][0], "%s-%s-timeline.dat", prefix,
+                 what[k]);
+        snprintf(dat[k][1], sizeof dat[k][1], "%s-%s-memory.dat", prefix,
+                 what[k]);
+        if (put(dat[k][0], buf, len, e) ||
+            put(dat[k][1], t[k].mem, t[k].mlen, e))
+            rc = -1;
+        free(buf);
+    }
+    if (!rc) {
+        char *gbuf = NULL;
+        size_t glen = 0;
+        FILE *g = open_memstream(&gbuf, &glen);
+        int h = 2 * (120 + 40 * ndev) + 2 * 260;
+        const char *term[2][2] = {{"pngcairo", "png"}, {"svg", "svg"}};
+        for (int k = 0; k < 2; k++) {
+            fprintf(g, "set terminal %s size 1400,%d font 'Sans,10'%s\n",
+                    term[k][0], h, k ? " dynamic background '#ffffff'" : "");
+            fprintf(g, "set output '%s-compare.%s'\n", prefix, term[k][1]);
+            fprintf(g, "set multiplot layout 4,1\nunset key\n"
+                    "set style fill solid 1.0 border rgb '#ffffff'\n");
+            for (int q = 0; q < 2; q++) {
+                fprintf(g, "set title '%s timeline' noenhanced\n", what[q]);
+                fprintf(g, "set xrange [0:%f]\nset yrange [%f:0.6]\n",
+                        tmax * 1.001, -ndev + 0.4);
+                fprintf(g, "set xlabel 'time (ms)'\nset ytics (");
+                for (int d = 0; d < ndev; d++)
+                    fprintf(g, "%s'dev %d' %d", d ? ", " : "", d, -d);
+                fprintf(g, ")\nset grid xtics\n");
+                fprintf(g, "plot '%s' using 1:2:3:4:5 with boxxyerror lc rgb "
+                        "variable\n", dat[q][0]);
+            }
+            fprintf(g, "set ytics auto\nset autoscale y\nset yrange [0:*]\n"
+                    "set key outside right\nset ylabel 'GiB'\n");
+            for (int q = 0; q < 2; q++) {
+                fprintf(g, "set title '%s memory per device' noenhanced\n",
+                        what[q]);
+                fprintf(g, "plot for [i=0:%d] '%s' index i using 1:2 with "
+                        "steps lw 2 title sprintf('dev %%d', i)\n", ndev - 1,
+                        dat[q][1]);
+            }
+            fprintf(g, "unset multiplot\nunset ylabel\n");
+        }
+        fclose(g);
+        char path[1200];
+        snprintf(path, sizeof path, "%s-compare.gp", prefix);
+        if (put(path, gbuf, glen, e)) rc = -1;
+        else rc = plot_run_gnuplot(path, e);
+        free(gbuf);
+    }
+    for (int k = 0; k < 2; k++) {
+        free(t[k].b);
+        free(t[k].mem);
+    }
+    return rc;
+}
