@@ -321,6 +321,8 @@ typedef struct exec_pipe_result {
     int64_t *times;             /* [epoch][task][4] */
     double *peak_bytes;         /* per device: measured peak */
     int *max_versions;          /* per IR stage: weight versions at once */
+    int *version_used;          /* per task: the weight version a compute
+                                 * task ran on (last epoch), -1 others */
     double *static_bytes;       /* per device: weights, gradients, AdamW */
     double *budget_bytes;       /* per device */
     double *overhead;           /* per epoch: runtime share of the step,

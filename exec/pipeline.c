@@ -71,6 +71,7 @@ void exec_pipe_result_free(exec_pipe_result *r)
     free(r->times);
     free(r->peak_bytes);
     free(r->max_versions);
+    free(r->version_used);
     free(r->static_bytes);
     free(r->budget_bytes);
     free(r->overhead);
@@ -104,7 +105,12 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
     double *peak = dv, *stat = dv + D, *bud = dv + 2 * D;
     double *ovh = dv + 3 * D, *loss = ovh + E, *norm = loss + nep;
     double *nw = norm + nep;
-    double *ver = util_calloc((size_t)rt->S + 1, sizeof *ver);
+    double *ver = util_calloc((size_t)rt->S + (size_t)n + 1, sizeof *ver);
+    double *used = ver + rt->S;
+    for (int i = 0; i < rt->n_local; i++)
+        for (int id = 0; rt->w[i].rank == 0 && id < n; id++)
+            if (rt->w[i].used_ver[id] >= 0)
+                used[id] = rt->w[i].used_ver[id] + 1;
     for (int i = 0; i < rt->n_local; i++)
         for (int k = 0; rt->w[i].rank == 0 && k < rt->w[i].n_st; k++)
             ver[rt->w[i].st[k].id] = rt->w[i].st[k].max_live;
@@ -144,7 +150,7 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
         nw[0] += 1;
     }
     int rc = 0;
-    if (mpi && (exec_mpi_sum(tv, nt, 1, e) || exec_mpi_sum(ver, (size_t)rt->S, 1, e) ||
+    if (mpi && (exec_mpi_sum(tv, nt, 1, e) || exec_mpi_sum(ver, (size_t)rt->S + (size_t)n, 1, e) ||
                 exec_mpi_sum(dv, (size_t)4 * D + 3 * (size_t)E + 2 * nep + 1,
                              1, e)))
         rc = -1;
@@ -161,6 +167,8 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
         memcpy(r->budget_bytes, bud, sizeof(double) * (size_t)D);
         r->max_versions = util_malloc(sizeof(int) * (size_t)(rt->S + 1));
         for (int v = 0; v < rt->S; v++) r->max_versions[v] = (int)ver[v];
+        r->version_used = util_malloc(sizeof(int) * (size_t)(n + 1));
+        for (int id = 0; id < n; id++) r->version_used[id] = (int)used[id] - 1;
         r->overhead = util_malloc(sizeof(double) * (size_t)(E + 1));
         for (int ep = 0; ep < E; ep++)
             r->overhead[ep] = nw[0] > 0 ? ovh[ep] / nw[0] : 0;

@@ -770,6 +770,17 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
     int rc = 0;
     int64_t *ts = tslot(w, epoch, id);
     ts[EXEC_T_START] = now_rel(rt);
+    if (t->kind <= SIM_RECOMP) {
+        /* the weights of the record's version (its F's) must be there */
+        exec_stage *st = &w->st[w->lidx[t->stage]];
+        exec_rec *r = t->kind == SIM_F ? NULL
+                    : w->rec[w->lidx[t->stage]][SLOT(rt, t->minibatch, t->mb)];
+        int v = r ? r->version : (rt->async ? t->version : 0);
+        if (v < 0 || v >= st->n_ver_slots || !st->w[v])
+            return util_errf(e, UTIL_EXIT_FAIL, "weight version %d is not "
+                             "held (stashing)", v);
+        w->used_ver[id] = v;
+    }
     switch (t->kind) {
     case SIM_F: {
         w->loss_sum = 0;
@@ -1266,6 +1277,8 @@ int exec_rt_setup(exec_runtime *rt, const float *full, const float *adam_m,
         w->ep_wait = util_calloc((size_t)E + 1, sizeof(int64_t));
         w->ep_wall = util_calloc((size_t)E + 1, sizeof(int64_t));
         w->ep_end = util_calloc((size_t)E + 1, sizeof(int64_t));
+        w->used_ver = util_malloc(sizeof(int) * (size_t)(n + 1));
+        for (int k = 0; k < n; k++) w->used_ver[k] = -1;
         if (worker_tasks(w, e) || worker_stages(w, full, adam_m, adam_v, e))
             return -1;
     }
@@ -1385,6 +1398,7 @@ void exec_rt_free(exec_runtime *rt)
         free(w->done); free(w->rbuf); free(w->outbox); free(w->n_outbox);
         free(w->tm); free(w->ep_loss); free(w->ep_norm);
         free(w->ep_kern); free(w->ep_wait); free(w->ep_wall); free(w->ep_end);
+        free(w->used_ver);
         exec_mem_destroy(&w->mem);
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv);

@@ -272,7 +272,8 @@ typedef struct exec_worker {
     int64_t kern_ns;        /* compute thread: in kernels, this epoch */
     int64_t wait_ns;        /* compute thread: blocked, this epoch */
     double loss_sum;
-    int *tok, *tgt;         /* scratch for one microbatch's rows */
+    int *used_ver;          /* per compute task: the weight version it ran
+                             * on (last epoch), -1 not run */
     pthread_t comp_th, comm_th;
     int threads;            /* which of them were started */
     int comp_finished;
