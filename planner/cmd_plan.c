@@ -102,7 +102,14 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         } else if (!strcmp(a, "--model")) { NEED(); c->model = v; }
         else if (!strcmp(a, "--json")) c->json = 1;
         else if (!strcmp(a, "--out")) { NEED(); c->out = v; }
-        else if (!strcmp(a, "--plot")) { NEED(); c->plot = v; }
+        else if (!strcmp(a, "--plot")) {
+            NEED();
+            c->plot = v;
+            if (strlen(v) > PLOT_MAX_PREFIX)
+                return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of "
+                                 "%zu bytes is longer than the %d sluice "
+                                 "takes", strlen(v), PLOT_MAX_PREFIX);
+        }
         else if (!strcmp(a, "--gpus")) { NEED(); c->gpus = v; }
         else if (!strcmp(a, "--recompute")) c->po.recompute = 1;
         else if (!strcmp(a, "--no-recompute")) c->po.recompute = 0;

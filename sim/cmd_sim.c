@@ -3,6 +3,7 @@
  * the plan, a Perfetto trace and gnuplot plots on request. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "plots/plots.h"
 #include "sim/sim.h"
@@ -218,6 +219,10 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         } else if (!strcmp(a, "--plot")) {
             if (need(i, argc, argv, e)) return -1;
             c->plot = argv[++i];
+            if (strlen(c->plot) > PLOT_MAX_PREFIX)
+                return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of "
+                                 "%zu bytes is longer than the %d sluice "
+                                 "takes", strlen(c->plot), PLOT_MAX_PREFIX);
         } else if (!strcmp(a, "--out")) {
             if (need(i, argc, argv, e)) return -1;
             c->out = argv[++i];
@@ -418,10 +423,14 @@ static int run(int argc, char **argv, util_err *e)
     if (c.out && sim_plan_save(c.out, &p, m, e)) goto out;
     if (c.trace && sim_trace_write(c.trace, ir, &r, cs, e)) goto out;
     if (c.plot) {
-        char tpath[1024];
+        char tpath[1100];
         snprintf(tpath, sizeof tpath, "%s-trace.json", c.plot);
-        const char *src = c.trace ? c.trace : tpath;
-        if (!c.trace && sim_trace_write(tpath, ir, &r, cs, e)) goto out;
+        /* the plot reads the trace back: from --trace only when that is
+         * a file (not a device or FIFO the trace went through) */
+        struct stat st;
+        int reuse = c.trace && stat(c.trace, &st) == 0 && S_ISREG(st.st_mode);
+        const char *src = reuse ? c.trace : tpath;
+        if (!reuse && sim_trace_write(tpath, ir, &r, cs, e)) goto out;
         int prc = plot_pipeline(src, c.plot, e);
         if (prc < 0) goto out;
         if (prc > 0) fprintf(stderr, "sluice sim: %s\n", e->msg);
