@@ -329,9 +329,9 @@ sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
  * seconds. Larger ones are refused with the estimate (exit code 2). */
 #define SIM_MAX_WORK (1 << 20)
 /* The steps of sim_schedule, for orders from elsewhere: an empty IR for
- * the options and costs (checks they agree, and the size), then, once the order of
- * data-parallel rank 0 is in, copies for the other ranks, optimizer
- * steps, lowering, all-reduces, freezing and validation. */
+ * the options and costs (checks they agree, and the size), then, once the
+ * order of data-parallel rank 0 is in, copies for the other ranks,
+ * optimizer steps, lowering, all-reduces, freezing and validation. */
 sim_ir *sim_schedule_new(const sim_sched_opts *o, const sim_costs *c,
                          util_err *e);
 int sim_schedule_finish(sim_ir *ir, const sim_costs *c, util_err *e);

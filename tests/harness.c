@@ -44,19 +44,10 @@ char *test_tmpdir(void)
     return d ? strdup(d) : NULL;
 }
 
-cli_result cli_run(const char *fmt, ...)
+/* The result of a run with wait status st whose output went to dir/out
+ * and dir/err; removes them and dir. */
+static cli_result collect(int st, char *dir)
 {
-    char args[4096], cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    const char *bin = getenv("SLUICE_BIN");
-    if (!bin) bin = "bin/sluice";
-    char *dir = test_tmpdir();
-    snprintf(cmd, sizeof cmd, "%s %s </dev/null >%s/out 2>%s/err", bin, args,
-             dir, dir);
-    int st = system(cmd);
     cli_result r;
     r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     char p[512];
@@ -69,6 +60,29 @@ cli_result cli_run(const char *fmt, ...)
     rmdir(dir);
     free(dir);
     return r;
+}
+
+void test_rm_rf(char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(dir);
+}
+
+cli_result cli_run(const char *fmt, ...)
+{
+    char args[4096], cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    const char *bin = getenv("SLUICE_BIN");
+    if (!bin) bin = "bin/sluice";
+    char *dir = test_tmpdir();
+    snprintf(cmd, sizeof cmd, "%s %s </dev/null >%s/out 2>%s/err", bin, args,
+             dir, dir);
+    return collect(system(cmd), dir);
 }
 
 /* The binary under test as an absolute path, so a child may change
@@ -109,17 +123,7 @@ cli_result cli_runv(const char *cwd, const char *const *args)
     int st = 0;
     waitpid(pid, &st, 0);
     free(argv);
-    cli_result r;
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    snprintf(p, sizeof p, "%s/out", dir);
-    r.out = slurp(p);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/err", dir);
-    r.err = slurp(p);
-    unlink(p);
-    rmdir(dir);
-    free(dir);
-    return r;
+    return collect(st, dir);
 }
 
 int sh_run(const char *fmt, ...)

@@ -21,6 +21,8 @@ int sh_run(const char *cmd_fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_result_free(cli_result *r);
 /* A fresh temporary folder for a test (removed by the caller if wanted). */
 char *test_tmpdir(void);
+/* Removes a folder of test_tmpdir and all in it, and frees dir. */
+void test_rm_rf(char *dir);
 /* The standard server or cluster of n GPUs of a built-in type (`--hw GPU
  * xN`); fails the test when there is none. */
 struct prof_topo;

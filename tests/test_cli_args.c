@@ -18,12 +18,16 @@
 #define SIM_TINY "--model gpt-tiny --schedule 1f1b --pp 2 --mbs 1 " \
                  "--microbatches 4"
 
-static void rm_rf(char *dir)
+/* sim --hw GPU_N --model gpt-tiny --mbs 1 --microbatches 4 ARGS --out
+ * DIR/NAME: a plan file for a test; fails the test when sim does. */
+static void write_plan(const char *dir, const char *name, const char *hw,
+                       const char *args)
 {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-    free(dir);
+    cli_result r = cli_run("sim --hw %s --model gpt-tiny --mbs 1 "
+                           "--microbatches 4 %s --out %s/%s", hw, args, dir,
+                           name);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
 }
 
 static double now_s(void)
@@ -115,11 +119,7 @@ Test(cli_args, schedule_names_come_from_the_table)
     cli_result_free(&p);
     /* a plan file may say mixed-pipe too */
     char *d = test_tmpdir();
-    cli_result o = cli_run("sim --hw rtx2080ti x2 --model gpt-tiny --schedule "
-                           "mixed --pp 2 --mbs 1 --microbatches 4 --out "
-                           "%s/p.json", d);
-    cr_assert_eq(o.code, 0, "%s", o.err);
-    cli_result_free(&o);
+    write_plan(d, "p.json", "rtx2080ti x2", "--schedule mixed --pp 2");
     int rc = sh_run("sed 's/\"schedule\": \"mixed\"/\"schedule\": "
                     "\"mixed-pipe\"/' %s/p.json > %s/q.json && grep -q "
                     "mixed-pipe %s/q.json", d, d, d);
@@ -127,7 +127,7 @@ Test(cli_args, schedule_names_come_from_the_table)
     cli_result q = cli_run("sim --plan %s/q.json", d);
     cr_assert_eq(q.code, 0, "%s", q.err);
     cli_result_free(&q);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 Test(cli_args, schedule_lists_and_files_that_say_nothing)
@@ -161,7 +161,7 @@ Test(cli_args, schedule_lists_and_files_that_say_nothing)
     cr_assert_eq(r.code, 2);
     cr_assert(strstr(r.err, "the schedule file is empty"), "%s", r.err);
     cli_result_free(&r);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 /* A plan file uses every GPU of its server; one edited to a larger server
@@ -170,11 +170,7 @@ Test(cli_args, schedule_lists_and_files_that_say_nothing)
 Test(cli_args, plan_file_uses_every_gpu_or_says_so)
 {
     char *d = test_tmpdir();
-    cli_result a = cli_run("sim --hw rtx2080ti x4 --model gpt-tiny --schedule "
-                           "1f1b --pp 4 --mbs 1 --microbatches 4 --out "
-                           "%s/p4.json", d);
-    cr_assert_eq(a.code, 0, "%s", a.err);
-    cli_result_free(&a);
+    write_plan(d, "p4.json", "rtx2080ti x4", "--schedule 1f1b --pp 4");
     cr_assert_eq(sh_run("sed 's/x4/x8/' %s/p4.json > %s/p8.json", d, d), 0);
     cli_result r = cli_run("sim --plan %s/p8.json", d);
     cr_assert_eq(r.code, 2, "%s", r.out);
@@ -200,7 +196,7 @@ Test(cli_args, plan_file_uses_every_gpu_or_says_so)
               strstr(r.err, "field 'gpus_used': 6, but dp 1 x pp 4 x tp 1 = 4"),
               "%s", r.err);
     cli_result_free(&r);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 /* A path that is not UTF-8 cannot go into a plan or JSON output: refused
@@ -252,7 +248,7 @@ Test(cli_args, paths_that_are_not_utf8)
     cr_assert_str_eq(name, "gpt?2");
     json_decref(j);
     cli_result_free(&r);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 Test(cli_args, long_paths_are_refused_not_cut)
@@ -313,5 +309,5 @@ Test(cli_args, huge_sizes_refused_up_front_with_an_estimate)
     cli_result r = cli_run("profile show %s/deep1000.json", d);
     cr_assert_eq(r.code, 0, "%s", r.err);
     cli_result_free(&r);
-    rm_rf(d);
+    test_rm_rf(d);
 }

@@ -17,14 +17,6 @@
 #define SIM "sim --hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 " \
             "--mbs 1 --microbatches 4"
 
-static void rm_rf(char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-    free(dir);
-}
-
 static char *slurp(const char *path)
 {
     char *s = NULL;
@@ -76,7 +68,7 @@ Test(cli_io, lost_stdout_fails_the_run, .timeout = 240)
     cr_assert_not_null(plan);
     cr_assert(!strncmp(plan, "{\n  \"sluice_plan\"", 17), "%.60s", plan);
     free(plan);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 Test(cli_io, outputs_keep_devices_links_and_modes)
@@ -123,7 +115,7 @@ Test(cli_io, outputs_keep_devices_links_and_modes)
     while ((de = readdir(dd))) n += de->d_name[0] != '.';
     closedir(dd);
     cr_assert_eq(n, 2, "temporaries left in %s", d);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 /* Inputs that are not regular files: refused at once, never read for
@@ -208,7 +200,7 @@ Test(cli_io, plot_prefix_is_a_name_not_a_command, .timeout = 120)
     cr_assert_neq(access(p, F_OK), 0, "the data file name ran a command");
     snprintf(p, sizeof p, "%s/<touch INJECTED2;-timeline.png", d);
     cr_assert_eq(access(p, F_OK), 0);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 /* gnuplot that exits 0 without drawing, or draws empty images (a full
@@ -252,5 +244,5 @@ Test(cli_io, plots_only_replace_whole_images, .timeout = 120)
         cr_assert_eq(sh_run("ls %s | grep -q sluice-tmp", d), 1,
                      "case %zu: a temporary was left", i);
     }
-    rm_rf(d);
+    test_rm_rf(d);
 }

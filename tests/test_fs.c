@@ -37,14 +37,6 @@ static char *listing(const char *dir)
     return s;
 }
 
-static void rm_rf(char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-    free(dir);
-}
-
 static char *read_all(const char *p)
 {
     char *s = NULL;
@@ -68,7 +60,7 @@ Test(fs, inputs_that_are_not_regular_files_are_refused)
     cr_assert_eq(mkfifo(p, 0600), 0);
     cr_assert_eq(util_read_file(p, &s, NULL, &e), -1);
     cr_assert(strstr(e.msg, "FIFO"), "%s", e.msg);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 Test(fs, inputs_are_capped)
@@ -92,7 +84,7 @@ Test(fs, inputs_are_capped)
     cr_assert_eq(util_read_file_max(p, 10, &s, &n, &e), 0, "%s", e.msg);
     cr_assert_eq(n, 10);
     free(s);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 Test(fs, write_keeps_mode_and_makes_new_files_by_umask)
@@ -118,7 +110,7 @@ Test(fs, write_keeps_mode_and_makes_new_files_by_umask)
     char *l = listing(d);
     cr_assert_str_eq(l, "new.json plan.json");
     free(l);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 Test(fs, write_through_symlinks_keeps_the_links)
@@ -161,7 +153,7 @@ Test(fs, write_through_symlinks_keeps_the_links)
     cr_assert_eq(symlink("loop", link1), 0);
     cr_assert_eq(util_write_atomic(link1, "x", 1, &e), -1);
     cr_assert(strstr(e.msg, "cannot write"), "%s", e.msg);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 Test(fs, devices_and_fifos_are_written_through)
@@ -198,7 +190,7 @@ Test(fs, devices_and_fifos_are_written_through)
     cr_assert(S_ISFIFO(st.st_mode));
     cr_assert_eq(util_write_atomic(d, "x", 1, &e), -1);
     cr_assert(strstr(e.msg, "is a directory"), "%s", e.msg);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 /* A leftover of a process that has ended is removed by the next write of
@@ -225,7 +217,7 @@ Test(fs, stale_temporaries_are_cleaned_up)
     cr_assert_neq(access(dead, F_OK), 0, "%s was left", dead);
     cr_assert_eq(access(live, F_OK), 0);
     cr_assert_eq(access(other, F_OK), 0);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 /* Children rewrite a 16 MiB file in a loop (all 'a', then all 'b'); each
@@ -283,13 +275,14 @@ Test(fs, killed_mid_write_leaves_no_temporary, .timeout = 120)
     free(l);
     free(a);
     free(b);
-    rm_rf(d);
+    test_rm_rf(d);
 }
 
 Test(fs, utf8)
 {
     util_err e;
-    cr_assert_eq(util_utf8_check("path", "models/gpt-\xC3\xA9t\xC3\xA9.json", &e), 0);
+    cr_assert_eq(util_utf8_check("path", "models/\xC3\xA9t\xC3\xA9.json", &e),
+                 0);
     cr_assert_eq(util_utf8_check("path", "\xF0\x9F\x9A\x80", &e), 0);
     const char *bad[] = {"caf\xE9.json", "\xC0\xAF", "\xED\xA0\x80",
                          "\xF4\x90\x80\x80", "cut \xE2\x82"};
