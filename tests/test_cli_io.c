@@ -109,6 +109,12 @@ Test(cli_io, outputs_keep_devices_links_and_modes)
     char *t = slurp(p);
     cr_assert(strstr(t, "traceEvents"), "%.80s", t);
     free(t);
+    /* /dev/stdout redirected to a file: the plan goes where the report
+     * goes, before it, and /dev/stdout stays a link */
+    cr_assert_eq(sh_run("\"$SLUICE\" " SIM " --out /dev/stdout >%s/so.txt "
+                        "&& test -L /dev/stdout && head -2 %s/so.txt | grep -q "
+                        "sluice_plan && grep -q 'sluice sim: gpt-tiny' "
+                        "%s/so.txt && rm %s/so.txt", d, d, d, d), 0);
     DIR *dd = opendir(d);
     int n = 0;
     struct dirent *de;

@@ -4,8 +4,8 @@
  * file (O_TMPFILE) in the target's folder, are synced, and are linked in
  * place by rename, so the target is the old file or the new one, never
  * half of each; a symbolic link keeps pointing where it did, the file it
- * points to is replaced; the file's mode and owner are kept. Devices and
- * FIFOs are written through. Where a temporary needs a name (the instant
+ * points to is replaced; the file's mode and owner are kept. Devices,
+ * FIFOs and our own stdout (/dev/stdout) are written through. Where a temporary needs a name (the instant
  * between link and rename, or a file system without O_TMPFILE) it is
  * PATH.sluice-tmp.PID.TAG, and the next write of PATH removes those whose
  * process is gone. Standard output is checked at exit (util_stdout_close). */
@@ -283,6 +283,18 @@ int util_write_atomic(const char *path, const void *data, size_t len,
     if (exists && S_ISDIR(st.st_mode))
         return util_errf(e, UTIL_EXIT_FAIL, "%s: cannot write: is a "
                          "directory", path);
+    /* /dev/stdout and the like, where that is a file: written where the
+     * other output goes, after it, not by replacing the file under it */
+    for (int fd = 1; exists && fd <= 2; fd++) {
+        struct stat sf;
+        if (fstat(fd, &sf) || sf.st_dev != st.st_dev || sf.st_ino != st.st_ino)
+            continue;
+        fflush(fd == 1 ? stdout : stderr);
+        if (write_all(fd, data, len))
+            return util_errf(e, UTIL_EXIT_FAIL, "%s: cannot write: %s", path,
+                             strerror(errno));
+        return 0;
+    }
     if (exists && !S_ISREG(st.st_mode)) {
         /* a device, FIFO or socket: what is there stays, the data go
          * through it (as `cat > /dev/null` does) */

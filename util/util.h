@@ -83,7 +83,9 @@ int util_read_file(const char *path, char **out, size_t *len, util_err *e);
  * (or a new one) is replaced atomically (unnamed temporary in the same
  * folder, fsync, rename, fsync of the folder) keeping its mode and, where
  * allowed, its owner; a symbolic link is kept and the file it points to
- * replaced; a device, FIFO or socket is written through. No temporary is
+ * replaced; a device, FIFO or socket is written through, and a file that
+ * is this process's stdout or stderr (/dev/stdout) is written to that
+ * descriptor, after what went there before. No temporary is
  * left behind by a failure, and those of a killed process are removed by
  * the next write of path. Errors have exit code 1. */
 int util_write_atomic(const char *path, const void *data, size_t len,
