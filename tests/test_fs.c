@@ -224,7 +224,7 @@ Test(fs, stale_temporaries_are_cleaned_up)
  * is killed with SIGKILL while its temporary file is open. The target is
  * always one whole version, and after the next write the folder holds the
  * target alone. */
-Test(fs, killed_mid_write_leaves_no_temporary, .timeout = 120)
+Test(fs, killed_mid_write_leaves_no_temporary)
 {
     enum { N = 16 << 20 };
     char *d = test_tmpdir(), p[512];
