@@ -162,7 +162,6 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             c->ho.pcie_gen = (int)n;
         } else if (!strcmp(a, "--schedule")) {
             NEED();
-            c->po.sched_mask = 0; /* a repeated --schedule replaces */
             if (sched_list(v, &c->po.sched_mask, e)) return -1;
         } else {
             const char *opts[] = {"--hw", "--model", "--json", "--out", "--plot",
