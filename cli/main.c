@@ -1,7 +1,8 @@
 /* sluice: one binary, git-style subcommands. Each module owns its command
  * (profiles/cmd_profile.c, sim/cmd_sim.c, planner/cmd_plan.c,
- * exec/cmd_exec.c); this file only dispatches. Exit codes: 0 success,
- * 1 failed run, 2 bad usage or bad input. */
+ * exec/cmd_exec.c); this file only dispatches, and checks that what went
+ * to stdout got there. Exit codes: 0 success, 1 failed run (a lost write
+ * to stdout included), 2 bad usage or bad input. */
 #include <stdio.h>
 #include <string.h>
 
@@ -35,7 +36,7 @@ static void usage(FILE *f, const command *cmds, int n)
     fprintf(f, "\nexit codes: 0 success, 1 failed run, 2 bad usage or input\n");
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
     const command cmds[] = {
         {"plan", plan_cmd_main,
@@ -77,4 +78,12 @@ int main(int argc, char **argv)
     fprintf(stderr, "\n");
     usage(stderr, cmds, n);
     return UTIL_EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    util_stdio_init();
+    int rc = run(argc, argv);
+    if (util_stdout_close() && rc == 0) rc = UTIL_EXIT_FAIL;
+    return rc;
 }

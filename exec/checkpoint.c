@@ -4,11 +4,17 @@
  * never half of each. */
 #include "exec/exec.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CKPT_MAGIC "SLUICEC1"
 #define CKPT_VERSION 1
+/* The largest checkpoint read: 256 GiB, 21 billion parameters with their
+ * AdamW moments, far past what the CPU trainer runs. */
+#define CKPT_MAX_BYTES ((size_t)256 << 30)
+/* The most steps a run can have done: --steps takes at most 10^8. */
+#define CKPT_MAX_STEP 100000000
 
 /* On-disk header: fixed-width fields, native (little-endian) order. */
 typedef struct ckpt_header {
@@ -102,7 +108,7 @@ int exec_ckpt_save_state(const char *path, const float *params,
 static int ckpt_read(const char *path, char **buf, size_t *len,
                      ckpt_header *h, util_err *e)
 {
-    if (util_read_file(path, buf, len, e)) {
+    if (util_read_file_max(path, CKPT_MAX_BYTES, buf, len, e)) {
         e->code = UTIL_EXIT_USAGE;
         return util_err_prefix(e, "checkpoint");
     }
@@ -143,6 +149,30 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
         free(*buf);
         return util_errf(e, UTIL_EXIT_USAGE,
                          "%s: corrupt checkpoint (checksum mismatch)", path);
+    }
+    if (h->step < 0 || h->step > CKPT_MAX_STEP) {
+        free(*buf);
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "%s: implausible checkpoint: step %lld (runs take "
+                         "0 to %d steps)", path, (long long)h->step,
+                         CKPT_MAX_STEP);
+    }
+    /* A checksum vouches for the bytes, not for the run that wrote them:
+     * weights or moments that are not finite would train on as NaN. */
+    static const char *const part[] = {"weight", "AdamW first moment",
+                                       "AdamW second moment"};
+    const char *body = *buf + sizeof *h;
+    for (size_t i = 0; i < 3 * (size_t)h->n_params; i++) {
+        float x;
+        memcpy(&x, body + i * sizeof x, sizeof x);
+        if (isfinite(x) && (i < 2 * h->n_params || x >= 0)) continue;
+        free(*buf);
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "%s: unusable checkpoint: %s %zu of %llu is %g (the "
+                         "run that saved it diverged; resume from an earlier "
+                         "checkpoint)", path, part[i / h->n_params],
+                         (size_t)(i % h->n_params),
+                         (unsigned long long)h->n_params, (double)x);
     }
     return 0;
 }

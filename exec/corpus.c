@@ -24,7 +24,8 @@ int exec_corpus_load(exec_corpus *c, const char *path, int T, util_err *e)
     memset(c, 0, sizeof *c);
     char *text;
     size_t len;
-    if (util_read_file(path, &text, &len, e)) {
+    /* 1 GiB: enwik9, the largest byte-level benchmark text, fits */
+    if (util_read_file_max(path, (size_t)1 << 30, &text, &len, e)) {
         e->code = UTIL_EXIT_USAGE;
         util_err_prefix(e, "corpus");
         size_t l = strlen(e->msg);

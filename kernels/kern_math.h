@@ -20,10 +20,13 @@
 #define KERN_GELU_CUBIC 0.044715f
 
 /* exp(x) for x in any range, relative error below 3e-7 on [-87, 88]
- * (values outside are clamped: exp(-87) ~ 1.6e-38 stands in for 0).
- * Host code calls no libm here, so the loops that use it stay cheap:
- * x = k ln2 + r with |r| <= ln2/2, e^r by its degree-6 Taylor polynomial
- * (remainder r^7/7! < 1.3e-7), 2^k assembled from the exponent bits. */
+ * (values outside are clamped: exp(-87) ~ 1.6e-38 stands in for 0; NaN
+ * gives NaN). Host code calls no libm here, so the loops that use it stay
+ * cheap: x = k ln2 + r with |r| <= ln2/2, e^r by its degree-6 Taylor
+ * polynomial (remainder r^7/7! < 1.3e-7), 2^k assembled from the exponent
+ * bits. k is read from the bits of the rounded float, never converted
+ * from float to int: a NaN (which the clamps let through) would make that
+ * conversion undefined; here it only makes r, and so the result, NaN. */
 KERN_HD float kern_expf(float x)
 {
 #ifdef __CUDA_ARCH__
@@ -37,8 +40,11 @@ KERN_HD float kern_expf(float x)
     float r = x - k * 0.693145751953125f - k * 1.4286068203094172e-06f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f +
               r * (4.1666668e-2f + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
-    int32_t ki = (int32_t)k;
-    uint32_t bits = (uint32_t)(ki + 127) << 23;
+    /* t = 1.5*2^23 + k exactly (|k| <= 127): its low mantissa bits
+     * are 2^22 + k. Unsigned arithmetic: wraps, never overflows. */
+    uint32_t tb;
+    memcpy(&tb, &t, sizeof tb);
+    uint32_t bits = (tb - 0x4B400000u + 127u) << 23;
     float s;
     memcpy(&s, &bits, sizeof s);
     return p * s;

@@ -12,13 +12,17 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: sluice plan --hw GPU xN | FILE.json --model NAME|FILE [options]\n"
         "       sluice plan --hw GPU --gpus 1,2,4,8 --model NAME [options]\n\n"
-        "Searches schedule (gpipe, 1f1b, 2bw, mixed, mixed-1f1b, mixed-gpipe,\n"
-        "wave), pipeline depth, microbatch size and count, recomputation and\n"
-        "the partition; simulates the survivors; prints the best plan, the\n"
-        "best of every other schedule and the gap to the lower bound.\n\n"
-        "options:\n"
+        "Searches the schedule, pipeline depth, microbatch size and count,\n"
+        "recomputation and the partition; simulates the survivors; prints the\n"
+        "best plan, the best of every other schedule and the gap to the lower\n"
+        "bound. --hw GPU without a count is one standard 8-GPU server (GPU x8).\n\n"
+        "schedules searched (--schedule LIST picks some):\n");
+    sim_sched_help(f, "  ");
+    fprintf(f,
+        "\noptions:\n"
         "  --batch N          global batch in samples (default: the model's,\n"
-        "                     else %d)\n"
+        "                     else %d)\n", PLAN_DEFAULT_BATCH);
+    fprintf(f,
         "  --schedule LIST    only these schedules, comma-separated\n"
         "  --pp P, --dp D, --tp T, --mbs B\n"
         "                     fix the pipeline depth, data or tensor parallel\n"
@@ -36,8 +40,7 @@ static void usage(FILE *f)
         "  --exhaustive       simulate every candidate (no pruning by bounds)\n"
         "  --sync             only schedules with a flush (no stale weights:\n"
         "                     leaves out 2bw and the asynchronous mixed)\n"
-        "\nexit codes: 0 a plan was found, 1 nothing fits, 2 bad usage or input\n",
-        PLAN_DEFAULT_BATCH);
+        "\nexit codes: 0 a plan was found, 1 nothing fits, 2 bad usage or input\n");
 }
 
 typedef struct cmd {
@@ -48,6 +51,35 @@ typedef struct cmd {
     plan_opts po;
     prof_hw_opts ho;
 } cmd;
+
+/* --schedule LIST: names (or aliases) of plannable schedules, every item
+ * given; an empty item is an error, not "all". */
+static int sched_list(const char *v, unsigned *mask, util_err *e)
+{
+    char known[256];
+    sim_sched_list(known, sizeof known);
+    for (const char *p = v;;) {
+        size_t len = strcspn(p, ",");
+        char tok[64];
+        snprintf(tok, sizeof tok, "%.*s", (int)len, p);
+        int k = len < sizeof tok ? sim_sched_parse(tok) : -1;
+        if (!len)
+            return util_errf(e, UTIL_EXIT_USAGE, "--schedule '%s': an empty "
+                             "name (give one or more of %s, comma-separated; "
+                             "leave --schedule out for all)", v, known);
+        if (k < 0 || !sim_sched_plannable((sim_sched)k)) {
+            const char *near = util_closest(tok, sim_sched_names(),
+                                            SIM_SCHED_FILE);
+            return util_errf(e, UTIL_EXIT_USAGE, "--schedule: unknown "
+                             "schedule '%s'%s%s%s (known: %s)", tok,
+                             near ? " (did you mean '" : "", near ? near : "",
+                             near ? "'?)" : "", known);
+        }
+        *mask |= 1u << k;
+        if (!p[len]) return 0;
+        p += len + 1;
+    }
+}
 
 static int parse(int argc, char **argv, cmd *c, util_err *e)
 {
@@ -62,6 +94,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
 #define NEED() do { if (!v) return util_errf(e, UTIL_EXIT_USAGE, "%s needs a value", a); i++; } while (0)
         if (!strcmp(a, "--hw")) {
             c->hw_at = i + 1;
+            c->hw_n = 0; /* a repeated --hw replaces the earlier one */
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) { i++; c->hw_n++; }
             if (!c->hw_n)
                 return util_errf(e, UTIL_EXIT_USAGE, "--hw needs a GPU type "
@@ -69,7 +102,14 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         } else if (!strcmp(a, "--model")) { NEED(); c->model = v; }
         else if (!strcmp(a, "--json")) c->json = 1;
         else if (!strcmp(a, "--out")) { NEED(); c->out = v; }
-        else if (!strcmp(a, "--plot")) { NEED(); c->plot = v; }
+        else if (!strcmp(a, "--plot")) {
+            NEED();
+            c->plot = v;
+            if (strlen(v) > PLOT_MAX_PREFIX)
+                return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of "
+                                 "%zu bytes is longer than the %d sluice "
+                                 "takes", strlen(v), PLOT_MAX_PREFIX);
+        }
         else if (!strcmp(a, "--gpus")) { NEED(); c->gpus = v; }
         else if (!strcmp(a, "--recompute")) c->po.recompute = 1;
         else if (!strcmp(a, "--no-recompute")) c->po.recompute = 0;
@@ -122,21 +162,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             c->ho.pcie_gen = (int)n;
         } else if (!strcmp(a, "--schedule")) {
             NEED();
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", v);
-            const char *const *names = sim_sched_names();
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                int k = 0;
-                while (names[k] && strcmp(names[k], tok)) k++;
-                if (!names[k]) {
-                    const char *near = util_closest(tok, names, SIM_SCHED_COUNT);
-                    return util_errf(e, UTIL_EXIT_USAGE, "--schedule: unknown "
-                                     "schedule '%s'%s%s%s", tok,
-                                     near ? " (did you mean '" : "",
-                                     near ? near : "", near ? "'?)" : "");
-                }
-                c->po.sched_mask |= 1u << k;
-            }
+            if (sched_list(v, &c->po.sched_mask, e)) return -1;
         } else {
             const char *opts[] = {"--hw", "--model", "--json", "--out", "--plot",
                                   "--gpus", "--recompute", "--no-recompute",
@@ -165,6 +191,15 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
     }
     if (c->hw_at < 0) return util_errf(e, UTIL_EXIT_USAGE, "--hw is required, e.g. --hw rtx2080ti x8");
     if (!c->model) return util_errf(e, UTIL_EXIT_USAGE, "--model is required, e.g. --model t5-3b");
+    /* the plan written or printed keeps the paths given */
+    for (int i = 0; (c->out || c->json) && i <= c->hw_n; i++)
+        if (util_utf8_check(i ? "--hw" : "--model",
+                            i ? c->argv[c->hw_at + i - 1] : c->model, e))
+            return -1;
+    if (strlen(c->model) >= sizeof ((sim_plan *)0)->model)
+        return util_errf(e, UTIL_EXIT_USAGE, "--model: '%.40s...' is longer "
+                         "than the %zu bytes a plan keeps", c->model,
+                         sizeof ((sim_plan *)0)->model - 1);
     return 0;
 }
 
@@ -422,7 +457,9 @@ int plan_validate_main(int argc, char **argv)
         if (argv[i][0] == '-') continue;
         nfiles++;
         util_err e = {0};
-        if (plan_validate_file(argv[i], json, stdout, &e)) {
+        /* --json names the table */
+        if ((json && util_utf8_check("the table path", argv[i], &e)) ||
+            plan_validate_file(argv[i], json, stdout, &e)) {
             fprintf(stderr, "sluice validate: %s\n", e.msg);
             if (e.code > rc) rc = e.code;
         }

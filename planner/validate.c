@@ -108,10 +108,8 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
                        "says which GPU the table was measured on", path);
         goto out;
     }
-    unsigned mask = 0;
-    const char *const *names = sim_sched_names();
-    for (int k = 0; names[k]; k++)
-        if (!strcmp(names[k], h.sched)) mask = 1u << k;
+    int sk = sim_sched_parse(h.sched);
+    unsigned mask = sk >= 0 ? 1u << sk : 0;
     if (!mask) {
         rc = util_errf(e, UTIL_EXIT_USAGE, "%s: schedule '%s' is not one sluice "
                        "simulates", path, h.sched);

@@ -37,26 +37,110 @@ static int shade(int rgb, int mb)
     return (r << 16) | (g << 8) | b;
 }
 
-int plot_run_gnuplot(const char *script, util_err *e)
+char *plot_quote(const char *s, int data_file)
 {
-    char *const argv[] = {(char *)"gnuplot", (char *)script, NULL};
+    /* a data file name starting with '<' is a shell command to gnuplot */
+    const char *pre = data_file && s[0] == '<' ? "./" : "";
+    char *q = util_malloc(4 * strlen(s) + 8), *o = q;
+    *o++ = '"';
+    o += sprintf(o, "%s", pre);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        /* backquotes run commands even inside double quotes: as octal
+         * they are plain characters; so are controls such as newline */
+        if (*c == '"' || *c == '\\') {
+            *o++ = '\\';
+            *o++ = (char)*c;
+        } else if (*c < 0x20 || *c == 0x7F || *c == '`') {
+            o += sprintf(o, "\\%03o", *c);
+        } else {
+            *o++ = (char)*c;
+        }
+    }
+    *o++ = '"';
+    *o = 0;
+    return q;
+}
+
+/* Whether an image gnuplot wrote is whole: a PNG ends with its IEND
+ * chunk, an SVG with its closing tag; a full disk leaves neither. */
+static int image_complete(const char *path, const char *buf, size_t len)
+{
+    size_t pl = strlen(path);
+    if (pl > 4 && !strcmp(path + pl - 4, ".png"))
+        return len >= 20 && !memcmp(buf, "\x89PNG", 4) &&
+               !memcmp(buf + len - 8, "IEND", 4);
+    if (pl > 4 && !strcmp(path + pl - 4, ".svg")) {
+        size_t k = len;
+        while (k && (buf[k - 1] == '\n' || buf[k - 1] == ' ')) k--;
+        return k >= 6 && !memcmp(buf + k - 6, "</svg>", 6);
+    }
+    return len > 0;
+}
+
+int plot_run_gnuplot(const char *script, const char *const *outs, int n_out,
+                     util_err *e)
+{
+    char sfx[64], var[96];
+    util_tmp_suffix("gp", sfx, sizeof sfx);
+    snprintf(var, sizeof var, "sluice_tmp='%s'", sfx);
+    /* a script name gnuplot could take for a command ('<...') or for
+     * stdin ('-') is made a path */
+    size_t sl = strlen(script) + 3;
+    char *spath = util_malloc(sl);
+    snprintf(spath, sl, "%s%s", script[0] == '/' ? "" : "./", script);
+    char *const argv[] = {(char *)"gnuplot", (char *)"-e", var, spath, NULL};
     pid_t pid;
     int rc = posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ);
+    free(spath);
     if (rc)
         return util_errf(e, UTIL_EXIT_FAIL, "gnuplot not found: plots "
                          "skipped (data and script written, run 'gnuplot "
                          "%s' later)", script), 1;
     int st;
+    rc = 0;
     if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
-        return util_errf(e, UTIL_EXIT_FAIL, "gnuplot %s did not finish",
-                         script);
-    if (WEXITSTATUS(st) == 127)
-        return util_errf(e, UTIL_EXIT_FAIL, "gnuplot not found: plots "
-                         "skipped (data and script written)"), 1;
-    if (WEXITSTATUS(st))
-        return util_errf(e, UTIL_EXIT_FAIL, "gnuplot %s failed with exit "
-                         "code %d", script, WEXITSTATUS(st));
-    return 0;
+        rc = util_errf(e, UTIL_EXIT_FAIL, "gnuplot %s did not finish",
+                       script);
+    else if (WEXITSTATUS(st) == 127)
+        rc = (util_errf(e, UTIL_EXIT_FAIL, "gnuplot not found: plots "
+                        "skipped (data and script written)"), 1);
+    else if (WEXITSTATUS(st))
+        rc = util_errf(e, UTIL_EXIT_FAIL, "gnuplot %s failed with exit "
+                       "code %d", script, WEXITSTATUS(st));
+    /* Images are drawn beside their names and moved over them only when
+     * all are whole: a failure leaves the ones there before untouched. */
+    char **tmp = util_calloc((size_t)n_out, sizeof *tmp);
+    char **img = util_calloc((size_t)n_out, sizeof *img);
+    size_t *len = util_calloc((size_t)n_out, sizeof *len);
+    for (int i = 0; i < n_out; i++) {
+        size_t n = strlen(outs[i]) + sizeof sfx;
+        tmp[i] = util_malloc(n);
+        snprintf(tmp[i], n, "%s%s", outs[i], sfx);
+        util_err re;
+        if (rc || access(tmp[i], F_OK)) {
+            if (!rc)
+                rc = util_errf(e, UTIL_EXIT_FAIL, "gnuplot %s exited 0 but "
+                               "did not draw %s", script, outs[i]);
+        } else if (util_read_file_max(tmp[i], (size_t)1 << 30, &img[i],
+                                      &len[i], &re)) {
+            rc = util_errf(e, UTIL_EXIT_FAIL, "gnuplot %s: %s", script,
+                           re.msg);
+        } else if (!image_complete(outs[i], img[i], len[i])) {
+            rc = util_errf(e, UTIL_EXIT_FAIL, "gnuplot %s exited 0 but %s is "
+                           "%s (a full disk?): the old image is kept", script,
+                           outs[i], len[i] ? "cut short" : "empty");
+        }
+    }
+    for (int i = 0; i < n_out; i++) {
+        if (!rc && util_write_atomic(outs[i], img[i], len[i], e)) rc = -1;
+        unlink(tmp[i]);
+        free(tmp[i]);
+        free(img[i]);
+    }
+    free(tmp);
+    free(img);
+    free(len);
+    return rc;
 }
 
 static int write_text(const char *path, char *buf, size_t len, util_err *e)
@@ -68,8 +152,17 @@ static int write_text(const char *path, char *buf, size_t len, util_err *e)
 
 int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
 {
+    if (strlen(prefix) > PLOT_MAX_PREFIX)
+        return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of %zu "
+                         "bytes is longer than the %d sluice takes",
+                         strlen(prefix), PLOT_MAX_PREFIX);
     json_error_t je;
-    json_t *root = json_load_file(trace_path, 0, &je);
+    char *text;
+    /* traces of the largest schedules sim takes stay under 1 GiB */
+    if (util_read_file_max(trace_path, (size_t)1 << 30, &text, NULL, e))
+        return -1;
+    json_t *root = json_loads(text, 0, &je);
+    free(text);
     if (!root)
         return util_errf(e, UTIL_EXIT_USAGE, "%s:%d:%d: %s", trace_path,
                          je.line, je.column, je.text);
@@ -148,7 +241,7 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
     }
     fclose(tf);
     fclose(mf);
-    char path[1200], tdat[1200], mdat[1200];
+    char path[1200], tdat[1200], mdat[1200], img[4][1200];
     snprintf(tdat, sizeof tdat, "%s-timeline.dat", prefix);
     snprintf(mdat, sizeof mdat, "%s-memory.dat", prefix);
     int rc = 0;
@@ -160,12 +253,25 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
     FILE *gf = open_memstream(&gbuf, &glen);
     int h = 140 + 48 * ndev;
     const char *term[2][2] = {{"pngcairo", "png"}, {"svg", "svg"}};
+    /* every name and title as a quoted gnuplot string: a prefix may hold
+     * quotes, newlines or backquotes, none of which may become commands */
+    char *qt = plot_quote(tdat, 1), *qm = plot_quote(mdat, 1), *qo;
+    char title[128];
+    snprintf(title, sizeof title, "pipeline timeline%s%s", sched ? ": " : "",
+             sched ? sched : "");
+    char *qtitle = plot_quote(title, 0);
+    fprintf(gf, "# gnuplot on this script draws the plots again; sluice "
+            "sets sluice_tmp\n# to draw them beside their names first\n"
+            "if (!exists(\"sluice_tmp\")) sluice_tmp = \"\"\n");
     for (int t = 0; t < 2; t++) {
         fprintf(gf, "set terminal %s size 1400,%d font 'Sans,10'%s\n",
                 term[t][0], h, t ? " dynamic background '#ffffff'" : "");
-        fprintf(gf, "set output '%s-timeline.%s'\n", prefix, term[t][1]);
-        fprintf(gf, "set title 'pipeline timeline%s%s' noenhanced\n",
-                sched ? ": " : "", sched ? sched : "");
+        snprintf(img[2 * t], sizeof img[0], "%s-timeline.%s", prefix,
+                 term[t][1]);
+        qo = plot_quote(img[2 * t], 0);
+        fprintf(gf, "set output %s.sluice_tmp\n", qo);
+        free(qo);
+        fprintf(gf, "set title %s noenhanced\n", qtitle);
         fprintf(gf, "set xlabel 'time (ms)'\nset yrange [%f:0.6]\n",
                 -ndev + 0.4);
         fprintf(gf, "set xrange [0:%f]\nset ytics (", tmax * 1.001);
@@ -180,14 +286,18 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
                     "set label %d '%s' at graph %f, 1.04 left front\n",
                     k + 1, 0.62 + k * 0.065, base_rgb[k], k + 1, kinds[k],
                     0.635 + k * 0.065);
-        fprintf(gf, "plot '%s' using 1:2:3:4:5 with boxxyerror lc rgb "
+        fprintf(gf, "plot %s using 1:2:3:4:5 with boxxyerror lc rgb "
                 "variable, '' using 1:2:6 with labels font 'Sans,8' tc rgb "
-                "'#ffffff'\n", tdat);
+                "'#ffffff'\n", qt);
         for (int k = 0; k < 6; k++)
             fprintf(gf, "unset object %d\nunset label %d\n", k + 1, k + 1);
         fprintf(gf, "set terminal %s size 1400,500 font 'Sans,10'\n",
                 term[t][0]);
-        fprintf(gf, "set output '%s-memory.%s'\n", prefix, term[t][1]);
+        snprintf(img[2 * t + 1], sizeof img[0], "%s-memory.%s", prefix,
+                 term[t][1]);
+        qo = plot_quote(img[2 * t + 1], 0);
+        fprintf(gf, "set output %s.sluice_tmp\n", qo);
+        free(qo);
         double cap0 = caps ? json_number_value(json_array_get(caps, 0)) : 0;
         /* a capacity far above the curves would flatten them: name it */
         int cap_line = cap0 > 0 && cap0 < 4 * mmax;
@@ -198,17 +308,22 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
         fprintf(gf, "' noenhanced\nset key "
                 "outside right\nset ylabel 'GiB'\nset autoscale y\nset "
                 "yrange [0:*]\nset ytics auto\nset grid ytics\n");
-        fprintf(gf, "plot for [i=0:%d] '%s' index i using 1:2 with steps "
-                "lw 2 title sprintf('dev %%d', i)", ndev - 1, mdat);
+        fprintf(gf, "plot for [i=0:%d] %s index i using 1:2 with steps "
+                "lw 2 title sprintf('dev %%d', i)", ndev - 1, qm);
         if (cap_line)
             fprintf(gf, ", %f with lines dt 2 lc rgb '#C44E52' title "
                     "'capacity'", cap0 / (1 << 30));
         fprintf(gf, "\nunset ylabel\nunset title\n");
     }
+    fprintf(gf, "unset output\n");
     fclose(gf);
+    free(qt);
+    free(qm);
+    free(qtitle);
     snprintf(path, sizeof path, "%s.gp", prefix);
+    const char *outs[] = {img[0], img[1], img[2], img[3]};
     if (write_text(path, gbuf, glen, e)) rc = -1;
-    else rc = plot_run_gnuplot(path, e);
+    else rc = plot_run_gnuplot(path, outs, 4, e);
     free(bx);
     json_decref(root);
     return rc;

@@ -13,6 +13,10 @@ int plot_capacity(const char *prefix, const char *title, int ns,
     size_t cap = 4096, len = 0;
     char *dat = util_malloc(cap);
     char path[1024], script[1024];
+    if (strlen(prefix) > PLOT_MAX_PREFIX)
+        return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of %zu "
+                         "bytes is longer than the %d sluice takes",
+                         strlen(prefix), PLOT_MAX_PREFIX);
 #define APPEND(...) do { \
         int w_ = snprintf(dat + len, cap - len, __VA_ARGS__); \
         if ((size_t)w_ >= cap - len) { cap = 2 * cap + (size_t)w_; \
@@ -32,24 +36,41 @@ int plot_capacity(const char *prefix, const char *title, int ns,
         return -1;
     }
     len = 0;
+    /* names and titles quoted: none may become gnuplot commands */
+    char img[2][1024], *qd = plot_quote(path, 1), *qt = plot_quote(title, 0);
+    APPEND("# gnuplot on this script draws the plot again; sluice sets "
+           "sluice_tmp\n# to draw it beside its name first\n"
+           "if (!exists(\"sluice_tmp\")) sluice_tmp = \"\"\n");
     for (int f = 0; f < 2; f++) {
         APPEND(f ? "set terminal svg size 900,560 dynamic font 'sans,11'\n"
                  : "set terminal pngcairo size 900,560 font 'sans,11'\n");
-        APPEND("set output '%s-capacity.%s'\n", prefix, f ? "svg" : "png");
-        APPEND("set title '%s'\nset xlabel 'GPUs'\nset ylabel 'samples/s'\n"
-               "set logscale x 2\nset grid\nset key top left\n", title);
+        snprintf(img[f], sizeof img[f], "%s-capacity.%s", prefix,
+                 f ? "svg" : "png");
+        char *qo = plot_quote(img[f], 0);
+        APPEND("set output %s.sluice_tmp\n", qo);
+        free(qo);
+        APPEND("set title %s noenhanced\nset xlabel 'GPUs'\nset ylabel "
+               "'samples/s'\nset logscale x 2\nset grid\nset key top left\n",
+               qt);
         APPEND("plot ");
-        for (int s = 0; s < ns; s++)
-            APPEND("%s'%s' index %d using 1:2 with linespoints lw 2 pt 7 "
-                   "lc %d title '%s', '%s' index %d using 1:3 with lines dt 2 "
-                   "lc %d notitle", s ? ", " : "", path, s, s + 1, names[s],
-                   path, s, s + 1);
+        for (int s = 0; s < ns; s++) {
+            char *qn = plot_quote(names[s], 0);
+            APPEND("%s%s index %d using 1:2 with linespoints lw 2 pt 7 "
+                   "lc %d title %s noenhanced, %s index %d using 1:3 with "
+                   "lines dt 2 lc %d notitle", s ? ", " : "", qd, s, s + 1,
+                   qn, qd, s, s + 1);
+            free(qn);
+        }
         APPEND("\n");
     }
+    APPEND("unset output\n");
 #undef APPEND
+    free(qd);
+    free(qt);
     snprintf(script, sizeof script, "%s-capacity.gp", prefix);
     int rc = util_write_atomic(script, dat, len, e);
     free(dat);
     if (rc) return -1;
-    return plot_run_gnuplot(script, e);
+    const char *outs[] = {img[0], img[1]};
+    return plot_run_gnuplot(script, outs, 2, e);
 }

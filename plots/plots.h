@@ -6,6 +6,9 @@
 
 #include "util/util.h"
 
+/* The longest --plot prefix taken (the file names add to it). */
+#define PLOT_MAX_PREFIX 1000
+
 /* Writes PREFIX-timeline.{png,svg} (a row per device, F/B/W boxes coloured
  * by kind, shaded and labelled by microbatch, bubbles left blank) and
  * PREFIX-memory.{png,svg} (memory per device over time, capacity dashed),
@@ -21,9 +24,21 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e);
 int plot_compare(const char *measured_trace, const char *simulated_trace,
                  const char *prefix, util_err *e);
 
-/* Runs `gnuplot SCRIPT`: 0 when it succeeded, 1 when gnuplot is not
- * installed (e says so), -1 when it failed. */
-int plot_run_gnuplot(const char *script, util_err *e);
+/* Runs `gnuplot -e sluice_tmp=SUFFIX SCRIPT`: the script draws each of
+ * outs[] to its name with the string variable sluice_tmp appended (empty
+ * when a person runs the script). Each image is checked whole (a PNG ends
+ * with its IEND chunk, an SVG with </svg>) and moved over its name with
+ * util_write_atomic only when all are, so a failure leaves the images that
+ * were there untouched and no temporary behind. Returns 0 when drawn, 1
+ * when gnuplot is not installed (e says so), -1 when it failed (gnuplot's
+ * exit status, an image missing or cut short). */
+int plot_run_gnuplot(const char *script, const char *const *outs, int n_out,
+                     util_err *e);
+/* s as a double-quoted gnuplot string (malloc'd): quotes and backslashes
+ * escaped, backquotes (command substitution even inside double quotes)
+ * and control characters as octal escapes. data_file: s names a data
+ * file, which gnuplot would run as a command if it began with '<'. */
+char *plot_quote(const char *s, int data_file);
 
 /* Capacity planning: throughput against GPU count, one line per GPU type,
  * with linear scaling from each type's first point dashed. Series i has

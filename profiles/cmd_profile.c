@@ -16,7 +16,8 @@ static void usage(FILE *f)
         "model spec or a Hugging Face config.json as published beside weights.\n"
         "show prints a per-layer table (per sample: params, FLOPs, activation\n"
         "bytes kept for backward, bytes crossing a cut after the layer); --ops\n"
-        "prints every op. --hw prints the server as a tree with link bandwidths.\n");
+        "prints every op. --hw prints the server as a tree with link bandwidths;\n"
+        "a GPU without a count is one standard 8-GPU server (GPU x8).\n");
 }
 
 static int bad(const char *fmt, const char *arg)
@@ -131,7 +132,9 @@ static int cmd_show(int argc, char **argv)
         if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--ops")) ops = 1;
         else if (!strcmp(a, "--hw")) {
+            /* a repeated --hw replaces the earlier one, as other options do */
             hw_at = i + 1;
+            hw_n = 0;
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) { i++; hw_n++; }
             if (!hw_n) return bad("show: --hw needs a GPU type and count, e.g. "
                                   "--hw rtx2080ti x8%s", "");

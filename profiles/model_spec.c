@@ -89,6 +89,19 @@ static int spec_problem(const prof_model_spec *s, const char **field,
 #define BAD(f, ...) do { *field = f; snprintf(msg, n, __VA_ARGS__); return 1; } while (0)
     if (s->hidden <= 0) BAD("hidden", "must be > 0");
     if (s->layers <= 0) BAD("layers", "must be > 0");
+    if ((long)s->layers + s->dec_layers > PROF_MAX_LAYERS) {
+        /* 12 ops per encoder or decoder-only layer, 20 per T5 decoder
+         * layer (cross-attention), as the graph builder makes them */
+        double ops = 12.0 * s->layers + 20.0 * s->dec_layers + 6;
+        char mem[32];
+        BAD(s->layers > PROF_MAX_LAYERS ? "layers" : "dec_layers",
+            "%ld layers would make %.0f ops (%s, and a search of hours):"
+            " sluice takes at most %d, encoder and decoder together "
+            "(DeepNet, the deepest published transformer, has 1000)",
+            (long)s->layers + s->dec_layers, ops,
+            util_fmt_bytes(ops * (double)(sizeof(prof_op) + sizeof(double)),
+                           mem, sizeof mem), PROF_MAX_LAYERS);
+    }
     if (s->heads <= 0) BAD("heads", "must be > 0");
     if (s->vocab <= 0) BAD("vocab", "must be > 0");
     if (s->seq_len <= 0) BAD("seq_len", "must be > 0");
@@ -404,6 +417,10 @@ static int parse_hf(const util_jobj *o, const char *file, prof_model_spec *s,
         free(d);
     }
     snprintf(s->source, sizeof s->source, "Hugging Face config.json: %s", file);
+    /* a path may be any bytes, and a cut may split a character: name and
+     * source go into JSON reports, which take UTF-8 only */
+    util_utf8_fix(s->name);
+    util_utf8_fix(s->source);
     derive(s);
     const char *field;
     char msg[256];

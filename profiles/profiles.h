@@ -350,7 +350,12 @@ const char *const *prof_model_names(void);
  * names list the known ones and the closest match. */
 int prof_model_spec_get(const char *name_or_file, prof_model_spec *out,
                         util_err *e);
-/* Checks a spec's values (heads divide hidden, sizes positive, ...). */
+/* The most layers a model may have, encoder and decoder together: DeepNet,
+ * the deepest published transformer, has 1000 (500 + 500). More would
+ * take gigabytes to expand and far longer to plan. */
+#define PROF_MAX_LAYERS 1024
+/* Checks a spec's values (heads divide hidden, sizes positive, at most
+ * PROF_MAX_LAYERS layers with the size they would take, ...). */
 int prof_model_spec_check(const prof_model_spec *s, const char *where,
                           util_err *e);
 /* Expands a spec into the op graph. */

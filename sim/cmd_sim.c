@@ -3,6 +3,7 @@
  * the plan, a Perfetto trace and gnuplot plots on request. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "plots/plots.h"
 #include "sim/sim.h"
@@ -13,11 +14,12 @@ static void usage(FILE *f)
         "usage: sluice sim --hw GPU xN --model NAME --schedule S --pp P\n"
         "                  --mbs B --microbatches M [options]\n"
         "       sluice sim --plan plan.json [options]\n\n"
-        "schedules: gpipe, 1f1b, 2bw (PipeDream-2BW), mixed (FTPipe, async),\n"
-        "           mixed-1f1b, mixed-gpipe (synchronous), wave (Hanayo),\n"
-        "           interleaved (Megatron-LM), zb-h1, zb-v (Zero Bubble),\n"
-        "           chimera, dualpipev (DeepSeek, as PyTorch orders it)\n\n"
-        "options:\n"
+        "--hw GPU without a count is one standard 8-GPU server of that GPU\n"
+        "(GPU x8); sluice profile list names the GPUs.\n\n"
+        "schedules (--schedule S):\n");
+    sim_sched_help(f, "  ");
+    fprintf(f,
+        "\noptions:\n"
         "  --dp D                 data-parallel replicas of the pipeline\n"
         "  --tp T                 tensor-parallel GPUs per stage (inside a node);\n"
         "                         GPU = (dp_rank*pp + pp_rank)*tp + tp_rank\n"
@@ -58,6 +60,18 @@ static int int_arg(const char *opt, const char *s, long lo, long hi, int *out,
         return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': expected an integer "
                          "from %ld to %ld", opt, s, lo, hi);
     *out = (int)v;
+    return 0;
+}
+
+/* Copies an option's value that the plan file keeps; one too long for it
+ * is an error, never cut short. */
+static int copy_arg(const char *opt, char *dst, size_t n, const char *v,
+                    util_err *e)
+{
+    if (strlen(v) >= n)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: '%.40s...' is longer than "
+                         "the %zu bytes a plan keeps", opt, v, n - 1);
+    memcpy(dst, v, strlen(v) + 1);
     return 0;
 }
 
@@ -115,7 +129,7 @@ typedef struct cmd_opts {
 
 static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
 {
-    char hw[256] = "";
+    char hw[sizeof p->hw + 1] = "";
     int have_sched = 0, have_pp = 0, have_mbs = 0, have_mb = 0;
     const char *defining = NULL; /* an option a plan file already fixes */
     for (int i = 1; i < argc; i++) {
@@ -129,30 +143,36 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
         if (!strcmp(a, "--hw")) {
             if (need(i, argc, argv, e)) return -1;
+            /* a repeated --hw replaces the earlier one */
             size_t n = 0;
+            hw[0] = 0;
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
                 n += (size_t)snprintf(hw + n, sizeof hw - n, "%s%s",
                                       n ? " " : "", argv[++i]);
                 if (n >= sizeof hw) n = sizeof hw - 1;
             }
-            snprintf(p->hw, sizeof p->hw, "%s", hw);
+            if (!n)
+                return util_errf(e, UTIL_EXIT_USAGE, "--hw needs a GPU type "
+                                 "and count, e.g. --hw rtx2080ti x8");
+            if (copy_arg("--hw", p->hw, sizeof p->hw, hw, e)) return -1;
         } else if (!strcmp(a, "--model")) {
             if (need(i, argc, argv, e)) return -1;
-            snprintf(p->model, sizeof p->model, "%s", argv[++i]);
+            if (copy_arg(a, p->model, sizeof p->model, argv[++i], e))
+                return -1;
         } else if (!strcmp(a, "--schedule")) {
             if (need(i, argc, argv, e)) return -1;
             const char *s = argv[++i];
-            const char *const *names = sim_sched_names();
-            int k = 0;
-            while (names[k] && strcmp(names[k], s)) k++;
-            if (!names[k] || k == SIM_SCHED_FILE) {
-                const char *near = util_closest(s, names, SIM_SCHED_COUNT);
+            int k = sim_sched_parse(s);
+            if (k < 0 || k == SIM_SCHED_FILE) {
+                char known[256];
+                const char *near = util_closest(s, sim_sched_names(),
+                                                SIM_SCHED_FILE);
                 return util_errf(e, UTIL_EXIT_USAGE, "--schedule '%s' is not "
-                                 "known%s%s%s (known: gpipe, 1f1b, 2bw, mixed,"
-                                 " mixed-1f1b, mixed-gpipe, wave, interleaved,"
-                                 " zb-h1, zb-v, chimera, dualpipev)", s,
+                                 "known%s%s%s (known: %s; an order from a "
+                                 "file: --schedule-file)", s,
                                  near ? " (did you mean '" : "",
-                                 near ? near : "", near ? "'?)" : "");
+                                 near ? near : "", near ? "'?)" : "",
+                                 sim_sched_list(known, sizeof known));
             }
             p->sched = (sim_sched)k;
             have_sched = 1;
@@ -199,6 +219,10 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         } else if (!strcmp(a, "--plot")) {
             if (need(i, argc, argv, e)) return -1;
             c->plot = argv[++i];
+            if (strlen(c->plot) > PLOT_MAX_PREFIX)
+                return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of "
+                                 "%zu bytes is longer than the %d sluice "
+                                 "takes", strlen(c->plot), PLOT_MAX_PREFIX);
         } else if (!strcmp(a, "--out")) {
             if (need(i, argc, argv, e)) return -1;
             c->out = argv[++i];
@@ -213,7 +237,9 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 int_arg(a, argv[++i], 1, 64, &p->chunks, e)) return -1;
         } else if (!strcmp(a, "--schedule-file")) {
             if (need(i, argc, argv, e)) return -1;
-            snprintf(p->sched_file, sizeof p->sched_file, "%s", argv[++i]);
+            if (copy_arg(a, p->sched_file, sizeof p->sched_file, argv[++i],
+                         e))
+                return -1;
             if (!have_sched) p->sched = SIM_SCHED_1F1B;
             have_sched = 1;
         } else if (!strcmp(a, "--emit-schedule")) {
@@ -265,6 +291,7 @@ static int run(int argc, char **argv, util_err *e)
         }
         p = loaded;
     }
+    if ((c.out || c.json) && sim_plan_paths_utf8(&p, e)) goto out;
     if (!(tp = load_hw(p.hw, e))) goto out;
     if (!(m = prof_model_load(p.model, e))) goto out;
     if (p.sched_file[0] && (sim_sched_async(p.sched) ||
@@ -324,6 +351,10 @@ static int run(int argc, char **argv, util_err *e)
                       (long)p.pp * p.dp * p.tp, tp->name, tp->n_gpus);
             goto out;
         }
+        /* on the command line, a pipeline on part of a server is asked
+         * for: the plan says so */
+        if ((long)p.pp * p.dp * p.tp < tp->n_gpus)
+            p.gpus_used = p.pp * p.dp * p.tp;
         sim_plan_stages(&p, S);
         const char *part = c.partition ? c.partition : "balanced";
         const prof_gpu *g = prof_topo_gpu(tp, 0);
@@ -392,10 +423,14 @@ static int run(int argc, char **argv, util_err *e)
     if (c.out && sim_plan_save(c.out, &p, m, e)) goto out;
     if (c.trace && sim_trace_write(c.trace, ir, &r, cs, e)) goto out;
     if (c.plot) {
-        char tpath[1024];
+        char tpath[1100];
         snprintf(tpath, sizeof tpath, "%s-trace.json", c.plot);
-        const char *src = c.trace ? c.trace : tpath;
-        if (!c.trace && sim_trace_write(tpath, ir, &r, cs, e)) goto out;
+        /* the plot reads the trace back: from --trace only when that is
+         * a file (not a device or FIFO the trace went through) */
+        struct stat st;
+        int reuse = c.trace && stat(c.trace, &st) == 0 && S_ISREG(st.st_mode);
+        const char *src = reuse ? c.trace : tpath;
+        if (!reuse && sim_trace_write(tpath, ir, &r, cs, e)) goto out;
         int prc = plot_pipeline(src, c.plot, e);
         if (prc < 0) goto out;
         if (prc > 0) fprintf(stderr, "sluice sim: %s\n", e->msg);

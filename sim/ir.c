@@ -118,17 +118,22 @@ void sim_ir_finish(sim_ir *ir)
     for (int i = 0; i < ir->n_edge; i++)
         deps[fill[ir->edge[2 * i]]++] = ir->edge[2 * i + 1];
     int nd = 0;
+    /* last[d]: the last task that listed d, so duplicates go in one pass
+     * (an optimizer step depends on every microbatch: a scan of the list
+     * so far made it quadratic in the microbatches) */
+    int *last = util_malloc(sizeof(int) * (size_t)(n + 1));
+    for (int t = 0; t < n; t++) last[t] = -1;
     for (int t = 0; t < n; t++) {
         int beg = nd;
         for (int k = cnt[t]; k < cnt[t + 1]; k++) {
-            int dup = 0;
-            for (int j = beg; j < nd; j++)
-                if (deps[j] == deps[k]) dup = 1;
-            if (!dup) deps[nd++] = deps[k];
+            if (last[deps[k]] == t) continue;
+            last[deps[k]] = t;
+            deps[nd++] = deps[k];
         }
         ir->tasks[t].dep_off = beg;
         ir->tasks[t].n_dep = nd - beg;
     }
+    free(last);
     ir->deps = deps;
     ir->n_deps = nd;
     /* successors */

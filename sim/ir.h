@@ -293,6 +293,16 @@ int sim_default_minibatches(sim_sched s, int pp, int n_stages, int n_mb);
 const char *sim_sched_name(sim_sched s);
 /* NULL-terminated list of names, index = sim_sched. */
 const char *const *sim_sched_names(void);
+/* The schedule a user names: one of sim_sched_names, or an alias
+ * ("mixed-pipe" for mixed); -1 when none. */
+int sim_sched_parse(const char *name);
+/* The schedule in a few words, for --help (lent). */
+const char *sim_sched_about(sim_sched s);
+/* The names of the built-in schedules (all but "file"), comma-separated,
+ * into buf; returns buf. */
+char *sim_sched_list(char *buf, size_t n);
+/* Prints one line per built-in schedule, "INDENT name  about". */
+void sim_sched_help(FILE *f, const char *indent);
 /* Whether the schedule runs without flushes (steady state is measured
  * over several minibatches). */
 int sim_sched_async(sim_sched s);
@@ -324,10 +334,14 @@ void sim_sched_map(const sim_sched_opts *o, int *stage_device);
 sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
                      util_err *e);
 
+/* The most stage-microbatch pairs (minibatches x microbatches x stages of
+ * every replica simulated) one schedule may hold: about 1 GiB and a few
+ * seconds. Larger ones are refused with the estimate (exit code 2). */
+#define SIM_MAX_WORK (1 << 20)
 /* The steps of sim_schedule, for orders from elsewhere: an empty IR for
- * the options and costs (checks they agree), then, once the order of
- * data-parallel rank 0 is in, copies for the other ranks, optimizer
- * steps, lowering, all-reduces, freezing and validation. */
+ * the options and costs (checks they agree, and the size), then, once the
+ * order of data-parallel rank 0 is in, copies for the other ranks,
+ * optimizer steps, lowering, all-reduces, freezing and validation. */
 sim_ir *sim_schedule_new(const sim_sched_opts *o, const sim_costs *c,
                          util_err *e);
 int sim_schedule_finish(sim_ir *ir, const sim_costs *c, util_err *e);
@@ -444,6 +458,9 @@ typedef struct sim_plan {
     int pp, dp, tp;         /* layout: global GPU = (dp_rank*pp + pp_rank)*tp
                              * + tp_rank ("dp-pp-tp") */
     int chunks;             /* interleaved: chunks per device (stages/pp) */
+    int gpus_used;          /* 0: every GPU of the server (dp*pp*tp of
+                             * them); else dp*pp*tp, fewer than the server
+                             * has: a pipeline on part of it, said so */
     char sched_file[256];   /* order read from a PyTorch schedule CSV ("":
                              * generated); sched gives the stage mapping */
     int mbs, n_mb;
@@ -470,14 +487,18 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e);
 sim_sched_opts sim_plan_sched_opts(const sim_plan *p);
 sim_cost_opts sim_plan_cost_opts(const sim_plan *p);
 /* Checks a plan against its model (stages cover the ops in order, devices
- * in range, schedule constraints) and its GPUs: dp*pp*tp GPUs, no more
- * than the topology has (exactly as many when dp or tp is above 1), each
- * tensor-parallel group inside one server (pass the topology; NULL skips
- * that check). */
+ * in range, schedule constraints) and its GPUs: dp*pp*tp GPUs, exactly as
+ * many as the topology has, or fewer when the plan says so in gpus_used
+ * (dp and tp 1 only). */
 int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
                    util_err *e);
 int sim_plan_check_topo(const sim_plan *p, const prof_topo *t, util_err *e);
+/* The plan's paths (model, hw, schedule file) as JSON takes them: valid
+ * UTF-8, else an error (exit code 2) naming the path. */
+int sim_plan_paths_utf8(const sim_plan *p, util_err *e);
 json_t *sim_plan_json(const sim_plan *p, const prof_model *m);
+/* Writes the plan file (util_write_atomic); paths as sim_plan_paths_utf8
+ * requires. */
 int sim_plan_save(const char *path, const sim_plan *p, const prof_model *m,
                   util_err *e);
 

@@ -56,7 +56,7 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         "sluice_plan", "model", "hw", "schedule", "pp", "dp", "tp", "mbs",
         "microbatches", "recompute", "waves", "minibatches",
         "state_bytes_per_param", "stages", "chunks", "layout",
-        "schedule_file", NULL};
+        "schedule_file", "gpus_used", NULL};
     static const char *const skeys[] = {"ops", "device", "from", "to", NULL};
     util_jdoc d;
     sim_plan_init(p);
@@ -74,7 +74,21 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     if (util_jint(&r, "sluice_plan", 1, 1, PLAN_FORMAT, &v, e)) goto out;
     if (util_jstr(&r, "model", 1, p->model, sizeof p->model, e)) goto out;
     if (util_jstr(&r, "hw", 1, p->hw, sizeof p->hw, e)) goto out;
-    if (util_jenum(&r, "schedule", 1, sim_sched_names(), &sched, e)) goto out;
+    {
+        /* names and aliases (util_jenum would take the names alone) */
+        char sn[128];
+        if (util_jstr(&r, "schedule", 1, sn, sizeof sn, e)) goto out;
+        if ((sched = sim_sched_parse(sn)) < 0) {
+            char known[256];
+            const char *near = util_closest(sn, sim_sched_names(),
+                                            SIM_SCHED_COUNT);
+            util_jerr(e, &r, "schedule", "unknown value '%s'%s%s%s "
+                      "(known: %s, file)", sn, near ? " (did you mean '" : "",
+                      near ? near : "", near ? "'?)" : "",
+                      sim_sched_list(known, sizeof known));
+            goto out;
+        }
+    }
     p->sched = (sim_sched)sched;
     if (util_jint(&r, "pp", 1, 1, 4096, &v, e)) goto out;
     p->pp = (int)v;
@@ -87,6 +101,14 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     v = 1;
     if (util_jint(&r, "chunks", 0, 1, 64, &v, e)) goto out;
     p->chunks = (int)v;
+    v = 0;
+    if (util_jint(&r, "gpus_used", 0, 1, 65536, &v, e)) goto out;
+    if (v && v != (long)p->pp * p->dp * p->tp) {
+        util_jerr(e, &r, "gpus_used", "%ld, but dp %d x pp %d x tp %d = %ld",
+                  v, p->dp, p->pp, p->tp, (long)p->pp * p->dp * p->tp);
+        goto out;
+    }
+    p->gpus_used = (int)v;
     {
         static const char *const layouts[] = {"dp-pp-tp", NULL};
         int lay = 0;
@@ -156,6 +178,18 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
                          "GPUs, not the %d of the server: data and tensor "
                          "parallelism use every GPU (layout dp-pp-tp)",
                          p->dp, p->pp, p->tp, ngpu, n_gpus);
+    /* A plan for a server uses all of it, as the planner makes them; one
+     * edited to a larger server would run on part of it unnoticed. */
+    if (p->gpus_used && p->gpus_used != ngpu)
+        return util_errf(e, UTIL_EXIT_USAGE, "gpus_used %d, but dp %d x pp "
+                         "%d x tp %d = %ld", p->gpus_used, p->dp, p->pp,
+                         p->tp, ngpu);
+    if (!p->gpus_used && ngpu != n_gpus)
+        return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
+                         "GPUs, not the %d of the server: a plan uses every "
+                         "GPU of its server (set dp, pp or hw to match, or "
+                         "add \"gpus_used\": %ld to run on part of it)",
+                         p->dp, p->pp, p->tp, ngpu, n_gpus, ngpu);
     if (p->tp > 1 && m->spec.heads % p->tp)
         return util_errf(e, UTIL_EXIT_USAGE, "tp %d does not divide the %d "
                          "attention heads of %s (Megatron splits heads over "
@@ -261,6 +295,8 @@ json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
     json_object_set_new(o, "layout", json_string("dp-pp-tp"));
     if (p->sched == SIM_SCHED_INTERLEAVED || p->chunks > 1)
         json_object_set_new(o, "chunks", json_integer(p->chunks));
+    if (p->gpus_used)
+        json_object_set_new(o, "gpus_used", json_integer(p->gpus_used));
     if (p->sched_file[0])
         json_object_set_new(o, "schedule_file", json_string(p->sched_file));
     json_object_set_new(o, "mbs", json_integer(p->mbs));
@@ -293,9 +329,21 @@ json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
     return o;
 }
 
+int sim_plan_paths_utf8(const sim_plan *p, util_err *e)
+{
+    /* Jansson takes UTF-8 only; a path it refused would leave its key
+     * out of the file without a word. Refused here, before any work. */
+    if (util_utf8_check("the model path", p->model, e) ||
+        util_utf8_check("the hardware path", p->hw, e) ||
+        util_utf8_check("the schedule file path", p->sched_file, e))
+        return -1;
+    return 0;
+}
+
 int sim_plan_save(const char *path, const sim_plan *p, const prof_model *m,
                   util_err *e)
 {
+    if (sim_plan_paths_utf8(p, e)) return -1;
     json_t *j = sim_plan_json(p, m);
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);

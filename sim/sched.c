@@ -17,6 +17,53 @@ const char *sim_sched_name(sim_sched s)
 
 const char *const *sim_sched_names(void) { return sched_names; }
 
+static const char *const sched_about[SIM_SCHED_COUNT] = {
+    "GPipe: all forwards, then all backwards, flush",
+    "1F1B with flush (PipeDream-Flush)",
+    "PipeDream-2BW: 1F1B, two weight versions, no flush (async)",
+    "Mixed-pipe (FTPipe; also mixed-pipe): sub-layer blocks, async",
+    "Mixed-pipe's blocks, 1F1B with flush",
+    "Mixed-pipe's blocks, GPipe with flush",
+    "Hanayo's wave: stages zig-zag over the devices (--waves)",
+    "interleaved 1F1B (Megatron-LM): --chunks stages per device",
+    "Zero Bubble H1: backward split into input and weight gradients",
+    "Zero Bubble V: two stages per device in a V",
+    "Chimera: two pipelines in opposite directions",
+    "DualPipeV (DeepSeek), as PyTorch orders it",
+    "an order read with --schedule-file"};
+
+int sim_sched_parse(const char *name)
+{
+    for (int k = 0; k < SIM_SCHED_COUNT; k++)
+        if (!strcmp(name, sched_names[k])) return k;
+    /* FTPipe's paper calls its schedule Mixed-pipe */
+    if (!strcmp(name, "mixed-pipe")) return SIM_SCHED_MIXED;
+    return -1;
+}
+
+const char *sim_sched_about(sim_sched s)
+{
+    return (unsigned)s < SIM_SCHED_COUNT ? sched_about[s] : "?";
+}
+
+char *sim_sched_list(char *buf, size_t n)
+{
+    size_t l = 0;
+    buf[0] = 0;
+    for (int k = 0; k < SIM_SCHED_COUNT && l < n; k++)
+        if (k != SIM_SCHED_FILE)
+            l += (size_t)snprintf(buf + l, n - l, "%s%s", l ? ", " : "",
+                                  sched_names[k]);
+    return buf;
+}
+
+void sim_sched_help(FILE *f, const char *indent)
+{
+    for (int k = 0; k < SIM_SCHED_COUNT; k++)
+        if (k != SIM_SCHED_FILE)
+            fprintf(f, "%s%-12s %s\n", indent, sched_names[k], sched_about[k]);
+}
+
 int sim_sched_async(sim_sched s)
 {
     return s == SIM_SCHED_2BW || s == SIM_SCHED_MIXED;
@@ -270,6 +317,22 @@ sim_ir *sim_schedule_new(const sim_sched_opts *o, const sim_costs *c,
                              c->stage_device[s], c->n_devices - 1),
                    NULL;
     int K = sim_sched_async(o->sched) ? o->n_minibatches : 1;
+    /* Refused before any task is made: memory grows with the stage and
+     * microbatch pairs (about 1 KiB each, tasks, dependencies and the
+     * engine's state), time too (a few microseconds each). */
+    double work = (double)K * (o->n_mb / pipes) * c->n_stages;
+    if (work > SIM_MAX_WORK) {
+        char mem[32];
+        return util_errf(e, UTIL_EXIT_USAGE, "%d minibatch(es) x %d "
+                         "microbatches x %d stages%s = %.0f stage-microbatches "
+                         "to simulate, about %s: sluice simulates at most %d "
+                         "(use larger or fewer microbatches)", K,
+                         o->n_mb / pipes, c->n_stages,
+                         c->replicas > 1 ? " (all replicas)" : "", work,
+                         util_fmt_bytes(work * 1024, mem, sizeof mem),
+                         SIM_MAX_WORK),
+               NULL;
+    }
     sim_ir *ir = sim_ir_new(sim_sched_name(o->sched), c->n_devices,
                             c->n_stages, c->stage_device, o->n_mb / pipes, K);
     ir->version_delay = o->sched == SIM_SCHED_2BW;

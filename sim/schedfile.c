@@ -217,20 +217,11 @@ static int check_act(rd *x, const act *a, int rank, util_err *e)
 sim_ir *sim_schedule_file(const char *path, const sim_sched_opts *o,
                           const sim_costs *c, util_err *e)
 {
-    size_t len = 0;
     char *text = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: cannot open the schedule "
-                         "file", path), NULL;
-    text = util_malloc(1 << 16);
-    size_t cap = 1 << 16, got;
-    while ((got = fread(text + len, 1, cap - len - 1, f)) > 0) {
-        len += got;
-        if (len + 1 >= cap) text = util_realloc(text, cap *= 2);
+    if (util_read_file(path, &text, NULL, e)) {
+        util_err_prefix(e, "schedule file");
+        return NULL;
     }
-    fclose(f);
-    text[len] = 0;
     sim_ir *ir = sim_schedule_new(o, c, e);
     if (!ir) { free(text); return NULL; }
     const int P = ir->n_gen_devices, S = ir->n_gen_stages, M = ir->n_mb;
@@ -288,7 +279,11 @@ sim_ir *sim_schedule_file(const char *path, const sim_sched_opts *o,
         if (!eol) break;
         p = eol + 1;
     }
-    if (!rc && rank < P)
+    if (!rc && rank == 0)
+        rc = util_errf(e, UTIL_EXIT_USAGE, "%s: the schedule file is empty "
+                       "(expected a line of actions per rank, e.g. "
+                       "0F0,0F1,0B0,0B1)", path);
+    else if (!rc && rank < P)
         rc = util_errf(e, UTIL_EXIT_USAGE, "%s: %d rank(s) in the file, pp "
                        "is %d", path, rank, P);
     /* every microbatch's F and backward on every stage */

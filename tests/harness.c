@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,19 +44,10 @@ char *test_tmpdir(void)
     return d ? strdup(d) : NULL;
 }
 
-cli_result cli_run(const char *fmt, ...)
+/* The result of a run with wait status st whose output went to dir/out
+ * and dir/err; removes them and dir. */
+static cli_result collect(int st, char *dir)
 {
-    char args[4096], cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    const char *bin = getenv("SLUICE_BIN");
-    if (!bin) bin = "bin/sluice";
-    char *dir = test_tmpdir();
-    snprintf(cmd, sizeof cmd, "%s %s </dev/null >%s/out 2>%s/err", bin, args,
-             dir, dir);
-    int st = system(cmd);
     cli_result r;
     r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     char p[512];
@@ -67,6 +60,89 @@ cli_result cli_run(const char *fmt, ...)
     rmdir(dir);
     free(dir);
     return r;
+}
+
+void test_rm_rf(char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(dir);
+}
+
+cli_result cli_run(const char *fmt, ...)
+{
+    char args[4096], cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    const char *bin = getenv("SLUICE_BIN");
+    if (!bin) bin = "bin/sluice";
+    char *dir = test_tmpdir();
+    snprintf(cmd, sizeof cmd, "%s %s </dev/null >%s/out 2>%s/err", bin, args,
+             dir, dir);
+    return collect(system(cmd), dir);
+}
+
+/* The binary under test as an absolute path, so a child may change
+ * folder. */
+static void abs_bin(char *out, size_t n)
+{
+    const char *bin = getenv("SLUICE_BIN");
+    if (!bin) bin = "bin/sluice";
+    char *r = realpath(bin, NULL);
+    snprintf(out, n, "%s", r ? r : bin);
+    free(r);
+}
+
+cli_result cli_runv(const char *cwd, const char *const *args)
+{
+    char bin[PATH_MAX], p[512];
+    abs_bin(bin, sizeof bin);
+    char *dir = test_tmpdir();
+    int n = 0;
+    while (args[n]) n++;
+    char **argv = calloc((size_t)n + 2, sizeof *argv);
+    argv[0] = bin;
+    for (int i = 0; i < n; i++) argv[i + 1] = (char *)args[i];
+    pid_t pid = fork();
+    if (pid == 0) {
+        snprintf(p, sizeof p, "%s/out", dir);
+        int o = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        snprintf(p, sizeof p, "%s/err", dir);
+        int er = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int in = open("/dev/null", O_RDONLY);
+        if (o < 0 || er < 0 || in < 0 || (cwd && chdir(cwd))) _exit(126);
+        dup2(in, 0);
+        dup2(o, 1);
+        dup2(er, 2);
+        execv(bin, argv);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    free(argv);
+    return collect(st, dir);
+}
+
+int sh_run(const char *fmt, ...)
+{
+    char bin[PATH_MAX], cmd[8192];
+    abs_bin(bin, sizeof bin);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("SLUICE", bin, 1);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 void cli_result_free(cli_result *r)

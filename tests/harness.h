@@ -12,9 +12,17 @@ typedef struct cli_result {
 /* Runs `sluice ARGS` through /bin/sh (ARGS is shell words). */
 cli_result cli_run(const char *args_fmt, ...)
     __attribute__((format(printf, 1, 2)));
+/* Runs the binary with args (NULL-terminated, no shell: any bytes pass)
+ * in folder cwd (NULL: the current one), stdin from /dev/null. */
+cli_result cli_runv(const char *cwd, const char *const *args);
+/* Runs `sh -c CMD` where CMD may name the binary under test as $SLUICE
+ * (an absolute path); returns the exit code, or 128+signal. */
+int sh_run(const char *cmd_fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_result_free(cli_result *r);
 /* A fresh temporary folder for a test (removed by the caller if wanted). */
 char *test_tmpdir(void);
+/* Removes a folder of test_tmpdir and all in it, and frees dir. */
+void test_rm_rf(char *dir);
 /* The standard server or cluster of n GPUs of a built-in type (`--hw GPU
  * xN`); fails the test when there is none. */
 struct prof_topo;

@@ -202,9 +202,15 @@ Test(exec_cli, bad_input_exit_2)
     cli_result_free(&r);
     r = cli_run("exec " SMALL " --steps 1 --data /dev/null");
     cr_assert_eq(r.code, 2);
-    cr_assert(strstr(r.err, "empty"), "%s", r.err);
+    cr_assert(strstr(r.err, "not a regular file"), "%s", r.err);
     cli_result_free(&r);
     char *d = test_tmpdir(), cmd[600];
+    snprintf(cmd, sizeof cmd, ": > %s/empty.txt", d);
+    cr_assert_eq(system(cmd), 0);
+    r = cli_run("exec " SMALL " --steps 1 --data %s/empty.txt", d);
+    cr_assert_eq(r.code, 2);
+    cr_assert(strstr(r.err, "empty"), "%s", r.err);
+    cli_result_free(&r);
     snprintf(cmd, sizeof cmd, "head -c 5000 /usr/share/common-licenses/GPL-3 "
              "> %s/short.txt", d);
     cr_assert_eq(system(cmd), 0);

@@ -100,7 +100,7 @@ Test(sim_plan, round_trip)
         cr_assert_eq(q.last_op[s], p.last_op[s]);
         cr_assert_eq(q.stage_device[s], s);
     }
-    cr_assert_eq(sim_plan_check(&q, m, 8, &e), 0, "%s", e.msg);
+    cr_assert_eq(sim_plan_check(&q, m, 4, &e), 0, "%s", e.msg);
     sim_plan_free(&q);
     sim_plan_free(&p);
     chain_free(m);
@@ -115,25 +115,25 @@ Test(sim_plan, coverage_and_schedule_errors)
     sim_plan p = plan_for(m, 4);
     util_err e;
     p.first_op[2]++;
-    cr_assert_eq(sim_plan_check(&p, m, 8, &e), -1);
+    cr_assert_eq(sim_plan_check(&p, m, 4, &e), -1);
     cr_assert(strstr(e.msg, "stages do not cover the model: stage 2 starts "
                      "at op"), "%s", e.msg);
     cr_assert_eq(e.code, UTIL_EXIT_USAGE);
     p.first_op[2]--;
     p.last_op[3] = 12;
-    cr_assert_eq(sim_plan_check(&p, m, 8, &e), -1);
+    cr_assert_eq(sim_plan_check(&p, m, 4, &e), -1);
     cr_assert(strstr(e.msg, "they end at op 12 but chain6 has 14 ops"), "%s",
               e.msg);
     p.last_op[3] = 13;
     p.sched = SIM_SCHED_2BW;
     p.n_mb = 2;
-    cr_assert_eq(sim_plan_check(&p, m, 8, &e), -1);
+    cr_assert_eq(sim_plan_check(&p, m, 4, &e), -1);
     cr_assert(strstr(e.msg, "2bw cannot take 2 microbatches"), "%s", e.msg);
     p.sched = SIM_SCHED_1F1B;
     cr_assert_eq(sim_plan_check(&p, m, 2, &e), -1);
     cr_assert(strstr(e.msg, "server has 2"), "%s", e.msg);
     p.stage_device[1] = 0;
-    cr_assert_eq(sim_plan_check(&p, m, 8, &e), -1);
+    cr_assert_eq(sim_plan_check(&p, m, 4, &e), -1);
     cr_assert(strstr(e.msg, "device 1 of 4 holds no stage"), "%s", e.msg);
     sim_plan_free(&p);
     chain_free(m);

@@ -193,3 +193,57 @@ char *util_fmt_time(double s, char *buf, size_t n)
     else snprintf(buf, n, "%.0f ns", s * 1e9);
     return buf;
 }
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 when there is none
+ * (stray continuation byte, overlong form, surrogate, past U+10FFFF, cut
+ * short). */
+static int utf8_len(const unsigned char *s)
+{
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    int n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+    if (!n || c > 0xF4) return 0;
+    unsigned cp = c & (0x3F >> (n - 1));
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3F);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return n;
+}
+
+int util_utf8_check(const char *what, const char *s, util_err *e)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    int bad = 0;
+    for (int n; *p; p += n ? n : 1) {
+        n = utf8_len(p);
+        bad |= !n;
+    }
+    if (!bad) return 0;
+    char shown[512];
+    size_t k = 0;
+    for (p = (const unsigned char *)s; *p && k + 5 < sizeof shown; p++) {
+        if (*p >= 0x20 && *p < 0x7F) shown[k++] = (char)*p;
+        else k += (size_t)snprintf(shown + k, sizeof shown - k, "\\x%02X", *p);
+    }
+    shown[k] = 0;
+    return util_errf(e, UTIL_EXIT_USAGE, "%s '%s' is not valid UTF-8, which "
+                     "a JSON file cannot hold: rename it, or give it through "
+                     "a symbolic link with a UTF-8 name", what, shown);
+}
+
+void util_utf8_fix(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        int n = utf8_len(p);
+        if (n) {
+            p += n;
+        } else {
+            *p++ = '?';
+        }
+    }
+}

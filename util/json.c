@@ -406,6 +406,8 @@ static void integralise(json_t *v)
 
 int util_json_print(json_t *v, FILE *f)
 {
+    /* a json_pack that failed (a string not UTF-8): never an empty answer */
+    if (UTIL_NEVER(!v)) return -1;
     integralise(v);
     int r = json_dumpf(v, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
                                  JSON_REAL_PRECISION(15));

@@ -63,12 +63,53 @@ char *util_fmt_count(double n, char *buf, size_t len);
 /* Formats seconds as "812 us", "3.41 ms", "1.20 s". */
 char *util_fmt_time(double s, char *buf, size_t n);
 
-/* Reads a whole file into a NUL-terminated malloc'd buffer. */
+/* The most util_read_file reads: JSON, CSV and schedule text. */
+#define UTIL_READ_MAX_BYTES ((size_t)64 << 20)
+/* Opens path for reading when it is a regular file of at most max_bytes;
+ * a directory, device, FIFO or socket is refused without reading (it
+ * could be read for ever, or wait for a writer). Returns the descriptor
+ * (close-on-exec) with the file's size in *size, or -1 with e filled
+ * (exit code 2, the message names path and what it is). */
+int util_open_regular(const char *path, size_t max_bytes, size_t *size,
+                      util_err *e);
+/* Reads a whole regular file of at most max_bytes into a NUL-terminated
+ * malloc'd buffer; *len (if not NULL) excludes the NUL. Errors as
+ * util_open_regular's, and read errors (exit code 2). */
+int util_read_file_max(const char *path, size_t max_bytes, char **out,
+                       size_t *len, util_err *e);
+/* util_read_file_max with UTIL_READ_MAX_BYTES. */
 int util_read_file(const char *path, char **out, size_t *len, util_err *e);
-/* Writes data to path atomically: a temporary file in the same folder,
- * fsync, rename, fsync of the folder. Never leaves path half-written. */
+/* Writes data to path so that path is never half-written: a regular file
+ * (or a new one) is replaced atomically (unnamed temporary in the same
+ * folder, fsync, rename, fsync of the folder) keeping its mode and, where
+ * allowed, its owner; a symbolic link is kept and the file it points to
+ * replaced; a device, FIFO or socket is written through, and a file that
+ * is this process's stdout or stderr (/dev/stdout) is written to that
+ * descriptor, after what went there before. No temporary is
+ * left behind by a failure, and those of a killed process are removed by
+ * the next write of path. Errors have exit code 1. */
 int util_write_atomic(const char *path, const void *data, size_t len,
                       util_err *e);
+/* ".sluice-tmp.PID.TAG" in buf (returned): appended to a path, the name of
+ * a temporary file of this process beside it, which the next
+ * util_write_atomic of that path removes once the process has ended. */
+char *util_tmp_suffix(const char *tag, char *buf, size_t n);
+
+/* First thing in main: a standard descriptor the caller closed (`>&-`) is
+ * reopened (stdout on /dev/full, stdin and stderr on /dev/null), so no
+ * file opened later takes its number and gets output meant for it, and
+ * writing to a closed stdout fails as it should. */
+void util_stdio_init(void);
+/* Last thing in main: flushes and closes stdout and reports on stderr a
+ * write that failed at any point (full disk, closed stdout). Returns 0,
+ * or UTIL_EXIT_FAIL after a failure. */
+int util_stdout_close(void);
+/* 0 when s is valid UTF-8; else -1 with e saying that `what` (a path the
+ * user gave) cannot go into a JSON file, the bad bytes shown as \xNN. */
+int util_utf8_check(const char *what, const char *s, util_err *e);
+/* Replaces in place every byte of s that is not part of a valid UTF-8
+ * sequence by '?' (names derived from paths, cut to fit a buffer). */
+void util_utf8_fix(char *s);
 
 /* ---------------------------------------------------------------------
  * JSON input. A document keeps its text so that any error can name the

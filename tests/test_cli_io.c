@@ -1,0 +1,254 @@
+/* Output and input through the binary: stdout on a full disk or closed
+ * fails the run (exit 1) with a message; --out and --trace keep devices,
+ * links and modes; inputs that are not files are refused at once; plots
+ * are drawn beside their names and moved only when whole, and no prefix
+ * becomes a gnuplot command. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+#include "util/util.h"
+
+#define SIM "sim --hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 " \
+            "--mbs 1 --microbatches 4"
+
+static char *slurp(const char *path)
+{
+    char *s = NULL;
+    util_err e;
+    return util_read_file(path, &s, NULL, &e) ? NULL : s;
+}
+
+static int have_gnuplot(void)
+{
+    return system("command -v gnuplot >/dev/null 2>&1") == 0;
+}
+
+/* Every command that prints: to a full disk, and to a closed stdout. */
+Test(cli_io, lost_stdout_fails_the_run)
+{
+    const char *cmds[] = {
+        "--version", "--help", "profile list", "profile list --json",
+        "profile show t5-3b --ops", "profile show --hw rtx2080ti x8 --json",
+        "profile validate profiles/models/gpt-tiny.json",
+        SIM, SIM " --json", SIM " --emit-schedule",
+        "plan --hw rtx2080ti x2 --model gpt-tiny --no-progress",
+        "plan --hw rtx2080ti x2 --model gpt-tiny --no-progress --json",
+        "validate validation/megatron-sc21-table1.csv",
+        "exec --model gpt-tiny --batch 2 --seq 16 --steps 1 --threads 1 "
+        "--eval-batches 1 --json",
+    };
+    char *d = test_tmpdir();
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        int rc = sh_run("\"$SLUICE\" %s >/dev/null 2>%s/err", cmds[i], d);
+        cr_assert_eq(rc, 0, "%s: exit %d to /dev/null", cmds[i], rc);
+        rc = sh_run("\"$SLUICE\" %s >/dev/full 2>%s/err", cmds[i], d);
+        cr_assert_eq(rc, 1, "%s: exit %d to /dev/full", cmds[i], rc);
+        cr_assert_eq(sh_run("grep -q 'cannot write to standard output: No "
+                            "space left on device' %s/err", d), 0,
+                     "%s: no message", cmds[i]);
+        rc = sh_run("\"$SLUICE\" %s >&- 2>%s/err", cmds[i], d);
+        cr_assert_eq(rc, 1, "%s: exit %d with stdout closed", cmds[i], rc);
+        cr_assert_eq(sh_run("grep -q 'standard output is closed' %s/err", d),
+                     0, "%s: no message", cmds[i]);
+    }
+    /* a usage error keeps its own exit code */
+    cr_assert_eq(sh_run("\"$SLUICE\" sim --pp x >/dev/full 2>/dev/null"), 2);
+    /* with stdout closed, a file written is not taken for stdout */
+    cr_assert_eq(sh_run("\"$SLUICE\" " SIM " --out %s/p.json >&- 2>/dev/null",
+                        d), 1);
+    char p[600];
+    snprintf(p, sizeof p, "%s/p.json", d);
+    char *plan = slurp(p);
+    cr_assert_not_null(plan);
+    cr_assert(!strncmp(plan, "{\n  \"sluice_plan\"", 17), "%.60s", plan);
+    free(plan);
+    test_rm_rf(d);
+}
+
+Test(cli_io, outputs_keep_devices_links_and_modes)
+{
+    struct stat st;
+    cli_result r = cli_run(SIM " --out /dev/null --trace /dev/null --plot "
+                           "/dev/null/p");
+    /* /dev/null/p cannot be a folder's file: the plot fails, the devices
+     * stay devices */
+    cr_assert_eq(r.code, 1, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run(SIM " --out /dev/null --trace /dev/null");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    cr_assert_eq(stat("/dev/null", &st), 0);
+    cr_assert(S_ISCHR(st.st_mode), "/dev/null was replaced");
+    r = cli_run(SIM " --out /dev/full");
+    cr_assert_eq(r.code, 1);
+    cr_assert(strstr(r.err, "/dev/full: cannot write: No space left"), "%s",
+              r.err);
+    cli_result_free(&r);
+    cr_assert_eq(stat("/dev/full", &st), 0);
+    cr_assert(S_ISCHR(st.st_mode), "/dev/full was replaced");
+
+    char *d = test_tmpdir();
+    cr_assert_eq(sh_run("cd %s && echo old > real.json && chmod 600 real.json "
+                        "&& ln -s real.json link.json", d), 0);
+    r = cli_run(SIM " --out %s/link.json --trace %s/link.json", d, d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    char p[600];
+    snprintf(p, sizeof p, "%s/link.json", d);
+    cr_assert_eq(lstat(p, &st), 0);
+    cr_assert(S_ISLNK(st.st_mode), "the link was replaced");
+    snprintf(p, sizeof p, "%s/real.json", d);
+    cr_assert_eq(stat(p, &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0600, "mode %o", st.st_mode & 07777);
+    char *t = slurp(p);
+    cr_assert(strstr(t, "traceEvents"), "%.80s", t);
+    free(t);
+    /* /dev/stdout redirected to a file: the plan goes where the report
+     * goes, before it, and /dev/stdout stays a link */
+    cr_assert_eq(sh_run("\"$SLUICE\" " SIM " --out /dev/stdout >%s/so.txt "
+                        "&& test -L /dev/stdout && head -2 %s/so.txt | grep -q "
+                        "sluice_plan && grep -q 'sluice sim: gpt-tiny' "
+                        "%s/so.txt && rm %s/so.txt", d, d, d, d), 0);
+    DIR *dd = opendir(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(dd))) n += de->d_name[0] != '.';
+    closedir(dd);
+    cr_assert_eq(n, 2, "temporaries left in %s", d);
+    test_rm_rf(d);
+}
+
+/* Inputs that are not regular files: refused at once, never read for
+ * ever (a /dev/zero model was read until memory ran out). */
+Test(cli_io, inputs_that_are_not_files)
+{
+    const char *cmds[] = {
+        "sim --plan /dev/zero",
+        "sim --hw rtx2080ti x2 --model /dev/zero --schedule 1f1b --pp 2 "
+        "--mbs 1 --microbatches 2",
+        "sim --hw /dev/zero --model gpt-tiny --schedule 1f1b --pp 2 --mbs 1 "
+        "--microbatches 2",
+        "plan --hw rtx2080ti x2 --model /dev/zero",
+        "plan --hw /dev/stdin --model gpt-tiny",
+        "profile show /dev/zero",
+        "profile validate /dev/zero",
+        "validate /dev/zero",
+        "sim --plan tests",
+    };
+    char *d = test_tmpdir();
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        /* bounded: a regression reads for ever (timeout's exit is 124) */
+        int rc = sh_run("timeout 20 \"$SLUICE\" %s </dev/null >/dev/null "
+                        "2>%s/err", cmds[i], d);
+        cr_assert_eq(rc, 2, "%s: exit %d", cmds[i], rc);
+        cr_assert_eq(sh_run("grep -q 'not a regular file' %s/err", d), 0,
+                     "%s: no message", cmds[i]);
+    }
+    test_rm_rf(d);
+}
+
+/* A prefix holding quotes, a backquote command and a newline draws files
+ * of exactly that name, and runs nothing; so does one starting with '<'
+ * (a data file gnuplot would read from a command). */
+Test(cli_io, plot_prefix_is_a_name_not_a_command)
+{
+    if (!have_gnuplot()) {
+        cli_result r = cli_run(SIM " --plot /tmp/sluice-no-gnuplot");
+        cr_assert(strstr(r.err, "gnuplot not found"), "%s", r.err);
+        cli_result_free(&r);
+        return;
+    }
+    /* run in d: the names are relative to it */
+    char *d = test_tmpdir(), inj[600], p[1200];
+    snprintf(inj, sizeof inj, "%s/INJECTED", d);
+    const char *prefix = "a'b\"c`touch INJECTED`\nd'; system('touch "
+                         "INJECTED'); '";
+    const char *args[] = {"sim", "--hw", "rtx2080ti", "x4", "--model",
+                          "gpt-tiny", "--schedule", "1f1b", "--pp", "4",
+                          "--mbs", "1", "--microbatches", "4", "--plot",
+                          prefix, NULL};
+    cli_result r = cli_runv(d, args);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    cr_assert_neq(access(inj, F_OK), 0, "the prefix ran a command");
+    const char *sfx[] = {"-timeline.png", "-timeline.svg", "-memory.png",
+                         "-memory.svg", ".gp"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(p, sizeof p, "%s/%s%s", d, prefix, sfx[i]);
+        struct stat st;
+        cr_assert_eq(stat(p, &st), 0, "%s missing", sfx[i]);
+        cr_assert_gt(st.st_size, 0);
+    }
+    /* the capacity plot too */
+    const char *cap[] = {"plan", "--hw", "rtx2080ti", "--gpus", "1,2",
+                         "--model", "gpt-tiny", "--no-progress", "--plot",
+                         prefix, NULL};
+    r = cli_runv(d, cap);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    cr_assert_neq(access(inj, F_OK), 0, "the prefix ran a command");
+    snprintf(p, sizeof p, "%s/%s-capacity.svg", d, prefix);
+    cr_assert_eq(access(p, F_OK), 0);
+    /* '<' first, relative to the folder the command runs in */
+    const char *lt[] = {"sim", "--hw", "rtx2080ti", "x4", "--model",
+                        "gpt-tiny", "--schedule", "1f1b", "--pp", "4",
+                        "--mbs", "1", "--microbatches", "4", "--plot",
+                        "<touch INJECTED2;", NULL};
+    r = cli_runv(d, lt);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    snprintf(p, sizeof p, "%s/INJECTED2", d);
+    cr_assert_neq(access(p, F_OK), 0, "the data file name ran a command");
+    snprintf(p, sizeof p, "%s/<touch INJECTED2;-timeline.png", d);
+    cr_assert_eq(access(p, F_OK), 0);
+    test_rm_rf(d);
+}
+
+/* gnuplot that exits 0 without drawing, or draws empty images (a full
+ * disk), or fails: exit 1 with the reason, the images there before are
+ * kept, and no temporary is left. A stand-in gnuplot on PATH plays each. */
+Test(cli_io, plots_only_replace_whole_images)
+{
+    char *d = test_tmpdir(), p[600];
+    struct { const char *body, *want; } c[] = {
+        {"exit 0", "did not draw"},
+        {"t=${2#sluice_tmp=\\'}; t=${t%%\\'}; for f in timeline memory; do "
+         "for x in png svg; do : > \"$D/p-$f.$x$t\"; done; done; exit 0",
+         "is empty (a full disk?): the old image is kept"},
+        {"t=${2#sluice_tmp=\\'}; t=${t%%\\'}; for f in timeline memory; do "
+         "for x in png svg; do printf x > \"$D/p-$f.$x$t\"; done; done; "
+         "exit 0", "is cut short"},
+        {"exit 3", "failed with exit code 3"},
+    };
+    cr_assert_eq(sh_run("mkdir %s/bin && cd %s && for f in timeline memory; "
+                        "do for x in png svg; do echo old > p-$f.$x; done; "
+                        "done", d, d), 0);
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        snprintf(p, sizeof p, "%s/bin/gnuplot", d);
+        FILE *f = fopen(p, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "#!/bin/sh\nD='%s'\n%s\n", d, c[i].body);
+        fclose(f);
+        cr_assert_eq(chmod(p, 0755), 0);
+        int rc = sh_run("PATH=%s/bin:$PATH \"$SLUICE\" " SIM " --plot %s/p "
+                        ">/dev/null 2>%s/err", d, d, d);
+        cr_assert_eq(rc, 1, "case %zu: exit %d", i, rc);
+        snprintf(p, sizeof p, "%s/err", d);
+        char *err = slurp(p);
+        cr_assert(strstr(err, c[i].want), "case %zu: expected '%s' in: %s", i,
+                  c[i].want, err);
+        free(err);
+        cr_assert_eq(sh_run("cd %s && for f in timeline memory; do for x in "
+                            "png svg; do grep -qx old p-$f.$x || exit 1; "
+                            "done; done", d), 0, "case %zu: an old image "
+                            "changed", i);
+        cr_assert_eq(sh_run("ls %s | grep -q sluice-tmp", d), 1,
+                     "case %zu: a temporary was left", i);
+    }
+    test_rm_rf(d);
+}

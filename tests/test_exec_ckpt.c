@@ -1,0 +1,108 @@
+/* Checkpoints whose bytes are intact (the checksum matches) but whose
+ * contents cannot be right: weights that are not finite, a negative second
+ * moment, a step count no run reaches; and inputs that are not files. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/harness.h"
+#include "util/util.h"
+
+#define SMALL "--model gpt-tiny --batch 2 --seq 16 --threads 1 --eval-batches 1"
+
+/* The on-disk layout exec/checkpoint.c writes: an 80-byte header (step at
+ * 64, parameter count at 72), 3 P floats, an FNV-1a checksum of all that. */
+enum { HDR = 80, OFF_STEP = 64, OFF_NPARAMS = 72 };
+
+static uint64_t fnv1a(const unsigned char *b, size_t n)
+{
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001B3ull;
+    }
+    return h;
+}
+
+/* Copies src to dst with the float at index i of the body set to x, or
+ * (i < 0) the step set to step; the checksum is made to match. */
+static void tamper(const char *src, const char *dst, long i, float x,
+                   int64_t step)
+{
+    char *buf;
+    size_t len;
+    util_err e;
+    cr_assert_eq(util_read_file_max(src, 1 << 30, &buf, &len, &e), 0, "%s",
+                 e.msg);
+    uint64_t np;
+    memcpy(&np, buf + OFF_NPARAMS, sizeof np);
+    cr_assert_eq(len, HDR + 12 * np + 8, "layout changed: %zu bytes", len);
+    if (i >= 0) memcpy(buf + HDR + 4 * (size_t)i, &x, sizeof x);
+    else memcpy(buf + OFF_STEP, &step, sizeof step);
+    uint64_t sum = fnv1a((unsigned char *)buf, len - 8);
+    memcpy(buf + len - 8, &sum, sizeof sum);
+    cr_assert_eq(util_write_atomic(dst, buf, len, &e), 0, "%s", e.msg);
+    free(buf);
+}
+
+Test(exec_ckpt, contents_that_cannot_be_right_exit_2)
+{
+    char *d = test_tmpdir(), ck[512], bad[512];
+    cli_result a = cli_run("exec " SMALL " --steps 1 --save %s/t.ck", d);
+    cr_assert_eq(a.code, 0, "%s", a.err);
+    cli_result_free(&a);
+    snprintf(ck, sizeof ck, "%s/t.ck", d);
+    snprintf(bad, sizeof bad, "%s/bad.ck", d);
+    char *buf;
+    size_t len;
+    util_err e;
+    cr_assert_eq(util_read_file_max(ck, 1 << 30, &buf, &len, &e), 0);
+    uint64_t np;
+    memcpy(&np, buf + OFF_NPARAMS, sizeof np);
+    free(buf);
+    struct {
+        long at;
+        float x;
+        int64_t step;
+        const char *want;
+    } c[] = {
+        {5, NAN, 0, "weight 5 of"},
+        {7, INFINITY, 0, "weight 7 of"},
+        {(long)np + 3, -INFINITY, 0, "AdamW first moment 3 of"},
+        {2 * (long)np + 1, -1.0f, 0, "AdamW second moment 1 of"},
+        {-1, 0, (int64_t)1 << 40, "implausible checkpoint: step 1099511627776"},
+        {-1, 0, -5, "implausible checkpoint: step -5"},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof *c; k++) {
+        tamper(ck, bad, c[k].at, c[k].x, c[k].step);
+        cli_result r = cli_run("exec " SMALL " --steps 3 --resume %s", bad);
+        cr_assert_eq(r.code, 2, "%zu: exit %d: %s", k, r.code, r.err);
+        cr_assert(strstr(r.err, c[k].want), "%zu: expected '%s' in: %s", k,
+                  c[k].want, r.err);
+        cli_result_free(&r);
+    }
+    /* the untouched checkpoint still resumes */
+    cli_result r = cli_run("exec " SMALL " --steps 2 --resume %s", ck);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    test_rm_rf(d);
+}
+
+Test(exec_ckpt, inputs_that_are_not_files_exit_2_at_once)
+{
+    const char *args[] = {"--resume /dev/zero", "--data /dev/zero",
+                          "--resume /dev/stdin", "--data tests"};
+    char *d = test_tmpdir();
+    for (size_t k = 0; k < sizeof args / sizeof *args; k++) {
+        /* bounded: a regression reads for ever (timeout's exit is 124) */
+        int rc = sh_run("timeout 60 \"$SLUICE\" exec " SMALL " --steps 1 %s "
+                        "</dev/null >/dev/null 2>%s/err", args[k], d);
+        cr_assert_eq(rc, 2, "%s: exit %d", args[k], rc);
+        cr_assert_eq(sh_run("grep -q 'not a regular file' %s/err", d), 0,
+                     "%s: no message", args[k]);
+    }
+    test_rm_rf(d);
+}
