@@ -136,6 +136,16 @@ static char *task_str(const exec_runtime *rt, int id, char *buf, size_t n)
     return sim_task_str(rt->ir, id, buf, n);
 }
 
+int exec_oom(exec_worker *w, const char *what, util_err *e)
+{
+    char a[32], b[32], c[32];
+    return util_errf(e, UTIL_EXIT_FAIL, "out of memory: %s more for %s, %s "
+                     "of %s in use (--mem-budget)",
+                     util_fmt_bytes(w->mem.need, a, sizeof a), what,
+                     util_fmt_bytes(w->mem.cur, b, sizeof b),
+                     util_fmt_bytes(w->mem.budget, c, sizeof c));
+}
+
 /* ------------------------------------------------------------- records */
 
 static exec_rec *rec_new(const exec_stage *st)
@@ -402,12 +412,7 @@ static int gather_output_grads(exec_worker *w, int id, exec_stage *st,
         if (!rc && !dv->b) {
             dv->b = exec_buf_new(&w->mem, len, 1);
             dv->n = len;
-            if (!dv->b) {
-                char a[32];
-                rc = util_errf(e, UTIL_EXIT_FAIL, "out of memory: %s more "
-                               "for a gradient",
-                               util_fmt_bytes(w->mem.need, a, sizeof a));
-            }
+            if (!dv->b) rc = exec_oom(w, "a gradient", e);
         }
         if (!rc) {
             float *d = exec_view_p(dv);
@@ -431,12 +436,7 @@ static int hand_back(exec_worker *w, int id, exec_stage *st, exec_rec *r,
             size_t len = rt->xop[st->ext_op[q]].out_n;
             r->dext[q].b = exec_buf_new(&w->mem, len, 1);
             r->dext[q].n = len;
-            if (!r->dext[q].b) {
-                char a[32];
-                return util_errf(e, UTIL_EXIT_FAIL, "out of memory: %s more "
-                                 "for a gradient",
-                                 util_fmt_bytes(w->mem.need, a, sizeof a));
-            }
+            if (!r->dext[q].b) return exec_oom(w, "a gradient", e);
         }
     for (int k = ir->succ_off[id]; k < ir->succ_off[id + 1]; k++) {
         int s = ir->succ[k];
@@ -659,12 +659,8 @@ static int stage_update(exec_worker *w, exec_stage *st, float scale,
             return util_errf(e, UTIL_EXIT_FAIL, "more weight versions than "
                              "minibatches");
         if (st->pending[st->cur_ver] > 0) {
-            if (exec_mem_charge(&w->mem, (double)st->n * sizeof(float))) {
-                char b[32];
-                return util_errf(e, UTIL_EXIT_FAIL, "out of memory: %s more "
-                                 "for a stashed weight version",
-                                 util_fmt_bytes(w->mem.need, b, sizeof b));
-            }
+            if (exec_mem_charge(&w->mem, (double)st->n * sizeof(float)))
+                return exec_oom(w, "a stashed weight version", e);
             float *q = util_malloc(sizeof *q * (st->n + 1));
             memcpy(q, p, st->n * sizeof *q);
             p = q;
@@ -811,8 +807,9 @@ static void fail(exec_worker *w, int id, util_err *e)
     if (atomic_load(&rt->abort)) return;
     char b[160];
     if (id >= 0) {
-        util_err_prefix(e, "device %d%s%.0d: %s", w->device,
-                        rt->tp > 1 ? " rank " : "", rt->tp > 1 ? w->rank : 0,
+        char r[32] = "";
+        if (rt->tp > 1) snprintf(r, sizeof r, " (tensor rank %d)", w->rank);
+        util_err_prefix(e, "device %d%s, task %s", w->device, r,
                         task_str(rt, id, b, sizeof b));
     } else {
         util_err_prefix(e, "device %d", w->device);
@@ -994,7 +991,7 @@ static void *comm_main(void *arg)
 fail_task:
             {
                 char b[160];
-                util_err_prefix(&e, "device %d: %s", w->device,
+                util_err_prefix(&e, "device %d, task %s", w->device,
                                 task_str(rt, id, b, sizeof b));
                 exec_rt_fail(rt, w->id, &e);
                 goto out;

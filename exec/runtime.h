@@ -354,6 +354,10 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                      int input_part, int weight_part, int64_t *tp_ns,
                      util_err *e);
 
+/* The out-of-memory error of worker w (its budget, the request that
+ * failed, what it was for); returns -1. */
+int exec_oom(exec_worker *w, const char *what, util_err *e);
+
 /* Time inside kernels, added to the worker's count. */
 #define EXEC_KERN(w, call)                                                   \
     do {                                                                     \

@@ -269,9 +269,7 @@ static float *din(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     if (!v->b) {
         v->b = exec_buf_new(&w->mem, x[j].out_n, 1);
         if (!v->b) {
-            char a[32];
-            util_errf(e, UTIL_EXIT_FAIL, "out of memory: %s more for a "
-                      "gradient", util_fmt_bytes(w->mem.need, a, sizeof a));
+            exec_oom(w, "a gradient", e);
             return NULL;
         }
         v->off = 0;
@@ -286,9 +284,7 @@ static float *newbuf(exec_worker *w, exec_view *v, size_t n, int zero,
     exec_view_drop(v);
     v->b = exec_buf_new(&w->mem, n, zero);
     if (!v->b) {
-        char a[32];
-        util_errf(e, UTIL_EXIT_FAIL, "out of memory: %s more for %s",
-                  util_fmt_bytes(w->mem.need, a, sizeof a), what);
+        exec_oom(w, what, e);
         return NULL;
     }
     v->off = 0;

@@ -134,39 +134,59 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
         FILE *g = open_memstream(&gbuf, &glen);
         int h = 2 * (120 + 40 * ndev) + 2 * 260;
         const char *term[2][2] = {{"pngcairo", "png"}, {"svg", "svg"}};
+        char img[2][1200];
+        /* names as quoted gnuplot strings: a prefix may hold quotes,
+         * newlines or backquotes, none of which may become commands */
+        char *q[2][2];
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 2; j++) q[k][j] = plot_quote(dat[k][j], 1);
+        fprintf(g, "# gnuplot on this script draws the plot again; sluice "
+                "sets sluice_tmp\n# to draw it beside its name first\n"
+                "if (!exists(\"sluice_tmp\")) sluice_tmp = \"\"\n");
         for (int k = 0; k < 2; k++) {
             fprintf(g, "set terminal %s size 1400,%d font 'Sans,10'%s\n",
                     term[k][0], h, k ? " dynamic background '#ffffff'" : "");
-            fprintf(g, "set output '%s-compare.%s'\n", prefix, term[k][1]);
+            snprintf(img[k], sizeof img[k], "%s-compare.%s", prefix,
+                     term[k][1]);
+            char *qo = plot_quote(img[k], 0);
+            fprintf(g, "set output %s.sluice_tmp\n", qo);
+            free(qo);
+            /* one time axis and the same margins for all four panels */
             fprintf(g, "set multiplot layout 4,1\nunset key\n"
+                    "set lmargin 10\nset rmargin 4\n"
                     "set style fill solid 1.0 border rgb '#ffffff'\n");
-            for (int q = 0; q < 2; q++) {
-                fprintf(g, "set title '%s timeline' noenhanced\n", what[q]);
+            for (int w = 0; w < 2; w++) {
+                fprintf(g, "set title '%s timeline' noenhanced\n", what[w]);
                 fprintf(g, "set xrange [0:%f]\nset yrange [%f:0.6]\n",
                         tmax * 1.001, -ndev + 0.4);
                 fprintf(g, "set xlabel 'time (ms)'\nset ytics (");
                 for (int d = 0; d < ndev; d++)
                     fprintf(g, "%s'dev %d' %d", d ? ", " : "", d, -d);
                 fprintf(g, ")\nset grid xtics\n");
-                fprintf(g, "plot '%s' using 1:2:3:4:5 with boxxyerror lc rgb "
-                        "variable\n", dat[q][0]);
+                fprintf(g, "plot %s using 1:2:3:4:5 with boxxyerror lc rgb "
+                        "variable\n", q[w][0]);
             }
             fprintf(g, "set ytics auto\nset autoscale y\nset yrange [0:*]\n"
-                    "set key outside right\nset ylabel 'GiB'\n");
-            for (int q = 0; q < 2; q++) {
+                    "set xrange [0:%f]\nset key inside top right\n"
+                    "set ylabel 'GiB'\n", tmax * 1.001);
+            for (int w = 0; w < 2; w++) {
                 fprintf(g, "set title '%s memory per device' noenhanced\n",
-                        what[q]);
-                fprintf(g, "plot for [i=0:%d] '%s' index i using 1:2 with "
+                        what[w]);
+                fprintf(g, "plot for [i=0:%d] %s index i using 1:2 with "
                         "steps lw 2 title sprintf('dev %%d', i)\n", ndev - 1,
-                        dat[q][1]);
+                        q[w][1]);
             }
             fprintf(g, "unset multiplot\nunset ylabel\n");
         }
+        fprintf(g, "unset output\n");
         fclose(g);
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 2; j++) free(q[k][j]);
         char path[1200];
         snprintf(path, sizeof path, "%s-compare.gp", prefix);
+        const char *outs[] = {img[0], img[1]};
         if (put(path, gbuf, glen, e)) rc = -1;
-        else rc = plot_run_gnuplot(path, e);
+        else rc = plot_run_gnuplot(path, outs, 2, e);
         free(gbuf);
     }
     for (int k = 0; k < 2; k++) {

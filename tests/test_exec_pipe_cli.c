@@ -1,0 +1,415 @@
+/* sluice exec --plan end to end: its JSON has sim --json's keys, its trace
+ * sim --trace's tasks and tracks; a run under mpirun gives the in-process
+ * run's weights bit for bit; a device that fails, an MPI rank that is
+ * killed, Ctrl-C, and bad plans each end as the user must see them (one
+ * message naming device and task, exit 1 or 2, nothing left running, no
+ * checkpoint half written). Small models and few steps: the suite also
+ * runs under ASan (MPI's own allocations are not ours: leak checks off
+ * for mpirun). */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+#define PICO "tests/data/exec/gpt-pico.json"
+#define MPIRUN "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " \
+               "OMPI_MCA_rmaps_base_oversubscribe=1 ASAN_OPTIONS=detect_leaks=0 " \
+               "mpirun -np 2"
+
+static char *cwd_abs(const char *rel)
+{
+    char *c = getcwd(NULL, 0), *r = malloc(strlen(c) + strlen(rel) + 2);
+    sprintf(r, "%s/%s", c, rel);
+    free(c);
+    return r;
+}
+
+/* A plan file written by `sluice sim --out` in dir; MODEL in args stands
+ * for the test model by absolute path (runs change folder). */
+static void make_plan(const char *dir, const char *name, const char *args)
+{
+    char *model = cwd_abs(PICO), buf[1024];
+    const char *m = strstr(args, "MODEL");
+    if (m)
+        snprintf(buf, sizeof buf, "%.*s%s%s", (int)(m - args), args, model,
+                 m + 5);
+    else
+        snprintf(buf, sizeof buf, "%s", args);
+    cli_result r = cli_run("sim %s --out %s/%s", buf, dir, name);
+    cr_assert_eq(r.code, 0, "sim %s: %s", buf, r.err);
+    cli_result_free(&r);
+    free(model);
+}
+
+static const char *PLAN_1F1B = "--hw cpu x2 --model MODEL --schedule 1f1b "
+                               "--pp 2 --mbs 2 --microbatches 4";
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    size_t k = fread(b, 1, (size_t)n, f);
+    b[k] = 0;
+    fclose(f);
+    return b;
+}
+
+/* Every key of want (recursively into objects and the first element of
+ * arrays of objects) is in got with a value of the same JSON type. */
+static void same_keys(json_t *want, json_t *got, const char *path)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(want, k, v) {
+        json_t *g = json_object_get(got, k);
+        cr_expect_not_null(g, "key %s.%s missing", path, k);
+        if (!g) continue;
+        int num = json_is_number(v) && json_is_number(g);
+        cr_expect(num || json_typeof(v) == json_typeof(g), "key %s.%s: "
+                  "type differs", path, k);
+        char sub[256];
+        snprintf(sub, sizeof sub, "%s.%s", path, k);
+        if (json_is_object(v)) same_keys(v, g, sub);
+        if (json_is_array(v) && json_array_size(v) &&
+            json_is_object(json_array_get(v, 0)))
+            same_keys(json_array_get(v, 0), json_array_get(g, 0), sub);
+    }
+}
+
+Test(exec_cli_pipe, json_compares_with_sim_key_by_key)
+{
+    char *dir = test_tmpdir();
+    make_plan(dir, "p.json", PLAN_1F1B);
+    cli_result s = cli_run("sim --plan %s/p.json --json", dir);
+    cli_result x = cli_run("exec --plan %s/p.json --steps 3 --json", dir);
+    cr_assert_eq(s.code, 0, "%s", s.err);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    json_error_t je;
+    json_t *js = json_loads(s.out, 0, &je), *jx = json_loads(x.out, 0, &je);
+    cr_assert_not_null(jx, "exec --json is not JSON: %s", je.text);
+    same_keys(js, jx, "");
+    /* and the prediction inside is sim's document for the same plan */
+    same_keys(js, json_object_get(jx, "predicted"), "predicted");
+    cr_expect_eq(json_real_value(json_object_get(js, "iteration_time_s")),
+                 json_real_value(json_object_get(
+                     json_object_get(jx, "predicted"), "iteration_time_s")));
+    cr_expect(json_is_true(json_object_get(jx, "measured")));
+    double ov = json_number_value(json_object_get(jx, "overhead_fraction"));
+    cr_expect(ov >= 0 && ov < 1, "overhead %g", ov);
+    json_t *st = json_object_get(jx, "steps");
+    cr_expect_eq(json_array_size(st), 3);
+    double it = json_number_value(json_object_get(jx, "iteration_time_s"));
+    double lo = json_number_value(json_object_get(jx, "iteration_time_min_s"));
+    double hi = json_number_value(json_object_get(jx, "iteration_time_max_s"));
+    cr_expect(lo > 0 && lo <= it && it <= hi, "%g %g %g", lo, it, hi);
+    json_t *pk = json_object_get(jx, "peak_mem_bytes");
+    cr_expect_eq(json_array_size(pk), 2);
+    for (int d = 0; d < 2; d++)
+        cr_expect_gt(json_number_value(json_array_get(pk, (size_t)d)), 0);
+    json_decref(js);
+    json_decref(jx);
+    cli_result_free(&s);
+    cli_result_free(&x);
+    test_rm_rf(dir);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The X events of a trace as "pid tid name" lines, sorted. */
+static char *events(const char *path)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    cr_assert_not_null(root, "%s: %s", path, je.text);
+    json_t *ev = json_object_get(root, "traceEvents");
+    size_t n = json_array_size(ev);
+    char **line = calloc(n + 1, sizeof *line);
+    size_t k = 0, total = 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(ev, i);
+        const char *ph = json_string_value(json_object_get(x, "ph"));
+        if (!ph || strcmp(ph, "X")) continue;
+        char buf[160];
+        snprintf(buf, sizeof buf, "%lld %lld %s",
+                 (long long)json_integer_value(json_object_get(x, "pid")),
+                 (long long)json_integer_value(json_object_get(x, "tid")),
+                 json_string_value(json_object_get(x, "name")));
+        line[k] = strdup(buf);
+        total += strlen(buf) + 1;
+        k++;
+    }
+    qsort(line, k, sizeof *line, cmp_str);
+    char *out = calloc(1, total);
+    for (size_t i = 0; i < k; i++) {
+        strcat(out, line[i]);
+        strcat(out, "\n");
+        free(line[i]);
+    }
+    free(line);
+    json_decref(root);
+    return out;
+}
+
+Test(exec_cli_pipe, trace_has_sims_tasks_and_tracks)
+{
+    char *dir = test_tmpdir();
+    make_plan(dir, "p.json", PLAN_1F1B);
+    cli_result s = cli_run("sim --plan %s/p.json --trace %s/sim.json", dir,
+                           dir);
+    cli_result x = cli_run("exec --plan %s/p.json --steps 2 --quiet --trace "
+                           "%s/exec.json", dir, dir);
+    cr_assert_eq(s.code, 0, "%s", s.err);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    char p[600];
+    snprintf(p, sizeof p, "%s/sim.json", dir);
+    char *a = events(p);
+    snprintf(p, sizeof p, "%s/exec.json", dir);
+    char *b = events(p);
+    cr_expect_str_eq(a, b, "the traces' tasks differ");
+    cr_expect_gt(strlen(a), 100);
+    free(a);
+    free(b);
+    cli_result_free(&s);
+    cli_result_free(&x);
+    test_rm_rf(dir);
+}
+
+static int have_mpirun(void)
+{
+    return system("command -v mpirun >/dev/null 2>&1") == 0;
+}
+
+/* Collectives add in rank order in both transports and the ring and
+ * pipeline transfers are the IR's: the same plan gives the same bits. */
+Test(exec_cli_pipe, mpi_and_in_process_give_the_same_weights)
+{
+    cr_assert(have_mpirun(), "mpirun is missing (./deps.sh installs "
+              "openmpi-bin)");
+    char *dir = test_tmpdir();
+    make_plan(dir, "p.json", PLAN_1F1B);
+    make_plan(dir, "dp.json", "--hw cpu x2 --model MODEL --schedule 1f1b "
+              "--pp 1 --dp 2 --mbs 2 --microbatches 2");
+    make_plan(dir, "tp.json", "--hw cpu x2 --model MODEL --schedule gpipe "
+              "--pp 1 --tp 2 --mbs 2 --microbatches 2");
+    const char *plans[] = {"p", "dp", "tp"};
+    for (int i = 0; i < 3; i++) {
+        int rc = sh_run("cd %s && %s \"$SLUICE\" exec --plan %s.json --steps 3 "
+                        "--quiet --save %s-mpi.ckpt > %s-mpi.out 2>&1", dir,
+                        MPIRUN, plans[i], plans[i], plans[i]);
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s-mpi.out", dir, plans[i]);
+        char *log = slurp(p);
+        cr_assert_eq(rc, 0, "mpirun %s: %s", plans[i], log ? log : "");
+        cr_expect(strstr(log, "mpi, 2 workers"), "%s", log);
+        free(log);
+        cli_result x = cli_run("exec --plan %s/%s.json --steps 3 --quiet "
+                               "--save %s/%s-in.ckpt", dir, plans[i], dir,
+                               plans[i]);
+        cr_assert_eq(x.code, 0, "%s", x.err);
+        cr_expect(strstr(x.out, "in-process, 2 workers"), "%s", x.out);
+        cli_result_free(&x);
+        cr_expect_eq(sh_run("cmp -s %s/%s-mpi.ckpt %s/%s-in.ckpt", dir,
+                            plans[i], dir, plans[i]), 0,
+                     "%s: weights differ between mpirun and in-process",
+                     plans[i]);
+    }
+    test_rm_rf(dir);
+}
+
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* A device fails mid-step: the run stops within seconds, says which
+ * device and task, exits 1, and the user's checkpoint is untouched. */
+Test(exec_cli_pipe, a_failing_device_stops_the_run)
+{
+    char *dir = test_tmpdir();
+    make_plan(dir, "p.json", PLAN_1F1B);
+    sh_run("printf 'keep me' > %s/old.ckpt", dir);
+    double t0 = seconds();
+    int rc = sh_run("cd %s && SLUICE_EXEC_FAULT=1:7 \"$SLUICE\" exec --plan "
+                    "p.json --steps 20 --save old.ckpt > out 2> err", dir);
+    double dt = seconds() - t0;
+    cr_expect_eq(rc, 1);
+    cr_expect_lt(dt, 20, "took %.1f s", dt);
+    char p[600];
+    snprintf(p, sizeof p, "%s/err", dir);
+    char *err = slurp(p);
+    cr_expect(strstr(err, "device 1, task dev 1 ") &&
+              strstr(err, "injected fault"), "%s", err);
+    /* one message */
+    int lines = 0;
+    for (const char *c = err; *c; c++) lines += *c == '\n';
+    cr_expect_eq(lines, 1, "%s", err);
+    free(err);
+    snprintf(p, sizeof p, "%s/old.ckpt", dir);
+    char *old = slurp(p);
+    cr_expect_str_eq(old, "keep me");
+    free(old);
+    test_rm_rf(dir);
+}
+
+Test(exec_cli_pipe, mpi_failures_stop_every_rank)
+{
+    cr_assert(have_mpirun(), "mpirun is missing");
+    char *dir = test_tmpdir();
+    make_plan(dir, "p.json", PLAN_1F1B);
+    /* a rank fails: it says so and the job ends */
+    double t0 = seconds();
+    int rc = sh_run("cd %s && SLUICE_EXEC_FAULT=1:7 %s \"$SLUICE\" exec --plan "
+                    "p.json --steps 20 > out 2> err", dir, MPIRUN);
+    cr_expect_neq(rc, 0);
+    cr_expect_lt(seconds() - t0, 30);
+    char p[600];
+    snprintf(p, sizeof p, "%s/err", dir);
+    char *err = slurp(p);
+    cr_expect(strstr(err, "device 1, task dev 1 ") &&
+              strstr(err, "injected fault"), "%s", err);
+    free(err);
+    /* a rank is killed: mpirun ends the others; nothing is left */
+    t0 = seconds();
+    rc = sh_run("cd %s && SLUICE_EXEC_FAULT=1:7:kill %s \"$SLUICE\" exec "
+                "--plan p.json --steps 20 --save x.ckpt > out 2> err", dir,
+                MPIRUN);
+    cr_expect_neq(rc, 0);
+    cr_expect_lt(seconds() - t0, 30);
+    snprintf(p, sizeof p, "%s/err", dir);
+    err = slurp(p);
+    cr_expect(strstr(err, "rank 1") || strstr(err, "signal 9") ||
+              strstr(err, "Killed"), "mpirun said: %s", err);
+    free(err);
+    /* (brackets: the pattern must not match this shell's own command) */
+    cr_expect_neq(sh_run("pgrep -f 'p[.]json --steps 20 --save x[.]ckpt' "
+                         ">/dev/null"), 0,
+                  "a process of the killed job is still running");
+    cr_expect_neq(sh_run("test -e %s/x.ckpt", dir), 0);
+    test_rm_rf(dir);
+}
+
+/* Ctrl-C: the step in progress ends, the checkpoint is saved, exit 1 with
+ * how to continue; --resume continues from there. */
+Test(exec_cli_pipe, ctrl_c_saves_at_the_end_of_the_step)
+{
+    char *dir = test_tmpdir();
+    make_plan(dir, "p.json", PLAN_1F1B);
+    char *bin = cwd_abs(getenv("SLUICE_BIN") ? getenv("SLUICE_BIN")
+                                             : "bin/sluice");
+    if (getenv("SLUICE_BIN") && getenv("SLUICE_BIN")[0] == '/') {
+        free(bin);
+        bin = strdup(getenv("SLUICE_BIN"));
+    }
+    char out[600], err[600], plan[600], ck[600];
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(err, sizeof err, "%s/err", dir);
+    snprintf(plan, sizeof plan, "%s/p.json", dir);
+    snprintf(ck, sizeof ck, "%s/s.ckpt", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen(out, "w", stdout);
+        freopen(err, "w", stderr);
+        execl(bin, bin, "exec", "--plan", plan, "--steps", "100000", "--save",
+              ck, (char *)NULL);
+        _exit(127);
+    }
+    double t0 = seconds();
+    for (;;) {
+        char *o = slurp(out);
+        int ready = o && strstr(o, "step     2/");
+        free(o);
+        if (ready || seconds() - t0 > 60) break;
+        usleep(20000);
+    }
+    kill(pid, SIGINT);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+    char *e = slurp(err);
+    cr_expect(strstr(e, "interrupted after step ") && strstr(e, "--resume"),
+              "%s", e);
+    int step = atoi(strstr(e, "after step ") + 11);
+    cr_expect_geq(step, 2);
+    free(e);
+    cli_result r = cli_run("exec --plan %s --steps %d --resume %s --save %s "
+                           "--quiet", plan, step + 2, ck, ck);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "saved") && strstr(r.out, "at step"), "%s",
+              r.out);
+    cli_result_free(&r);
+    free(bin);
+    test_rm_rf(dir);
+}
+
+Test(exec_cli_pipe, bad_plans_say_why)
+{
+    char *dir = test_tmpdir();
+    make_plan(dir, "p.json", PLAN_1F1B);
+    /* truncated */
+    sh_run("head -c 200 %s/p.json > %s/cut.json", dir, dir);
+    cli_result r = cli_run("exec --plan %s/cut.json --steps 2", dir);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "cut.json:"), "%s", r.err);
+    cli_result_free(&r);
+    /* a model family the kernels do not train */
+    char *t5 = cwd_abs("tests/golden/t5-tiny.json"), t5a[700];
+    snprintf(t5a, sizeof t5a, "--hw cpu x2 --model %s --schedule 1f1b --pp 2 "
+             "--mbs 1 --microbatches 2", t5);
+    free(t5);
+    make_plan(dir, "t5.json", t5a);
+    r = cli_run("exec --plan %s/t5.json --steps 2", dir);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "family t5"), "%s", r.err);
+    cli_result_free(&r);
+    /* tensor parallelism the vocabulary cannot be split by */
+    make_plan(dir, "tp.json", "--hw cpu x2 --model gpt2 --schedule gpipe "
+              "--pp 1 --tp 2 --mbs 1 --microbatches 1");
+    r = cli_run("exec --plan %s/tp.json --steps 2", dir);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "vocabulary (50257)"), "%s", r.err);
+    cli_result_free(&r);
+    /* options of the one-device trainer */
+    r = cli_run("exec --plan %s/p.json --batch 4", dir);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "--batch does not apply with --plan"), "%s",
+              r.err);
+    cli_result_free(&r);
+    /* a budget the stage state does not fit */
+    r = cli_run("exec --plan %s/p.json --steps 2 --mem-budget 64K", dir);
+    cr_expect_eq(r.code, 1);
+    cr_expect(strstr(r.err, "do not fit its memory"), "%s", r.err);
+    cli_result_free(&r);
+    /* activations that do not fit: out of memory naming device and task */
+    r = cli_run("exec --plan %s/p.json --steps 2 --mem-budget 360K", dir);
+    cr_expect_eq(r.code, 1);
+    cr_expect(strstr(r.err, "device 0, task dev 0 F stage 0") &&
+              strstr(r.err, "out of memory") && strstr(r.err, "in use"),
+              "%s", r.err);
+    cli_result_free(&r);
+    /* oversubscribed: a warning, and it runs */
+    make_plan(dir, "four.json", "--hw cpu x4 --model MODEL --schedule "
+              "1f1b --pp 4 --mbs 2 --microbatches 4");
+    r = cli_run("exec --plan %s/four.json --steps 2 --quiet", dir);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 4)
+        cr_expect(strstr(r.err, "oversubscribed"), "%s", r.err);
+    cli_result_free(&r);
+    test_rm_rf(dir);
+}
