@@ -362,3 +362,162 @@ Test(exec_pipe, async_mixed_uses_each_forwards_version)
     sim_plan_free(&p);
     sim_plan_free(&q);
 }
+
+/* ------------------------------------------------ Hugging Face weights */
+
+#define HF "tests/data/hf/gpt2-tiny/"
+
+static float *load_hf(const char *file, exec_gpt_config *c, size_t *P,
+                      util_err *e)
+{
+    prof_model_spec spec;
+    cr_assert_eq(prof_model_spec_get(HF "config.json", &spec, e), 0, "%s",
+                 e->msg);
+    cr_assert_eq(exec_gpt_config_from_spec(&spec, c, "gpt2-tiny", e), 0);
+    exec_tensor tt[EXEC_P_COUNT];
+    *P = exec_gpt_param_table(c, tt);
+    float *w = malloc(sizeof *w * (*P + 1));
+    if (exec_safetensors_load(file, c, w, e)) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* A GPT-2 saved by Hugging Face (tests/data/hf/gpt2-tiny/gen.py): its
+ * weights, Conv1D layers transposed, give the loss transformers' own
+ * GPT2LMHeadModel gives on the same tokens. */
+Test(exec_init, hugging_face_gpt2_computes_what_transformers_does)
+{
+    util_err e;
+    exec_gpt_config c;
+    size_t P;
+    float *w = load_hf(HF "model.safetensors", &c, &P, &e);
+    cr_assert_not_null(w, "%s", e.msg);
+    json_error_t je;
+    json_t *x = json_load_file(HF "expected.json", 0, &je);
+    cr_assert_not_null(x, "%s", je.text);
+    const char *text = json_string_value(json_object_get(x, "text"));
+    double want = json_number_value(json_object_get(x, "loss_32"));
+    cr_assert_geq(strlen(text), 33);
+    exec_gpt *m = exec_gpt_new(&c, 1, 32, 1);
+    memcpy(exec_gpt_params(m), w, sizeof *w * P);
+    int tok[32], tgt[32];
+    for (int i = 0; i < 32; i++) {
+        tok[i] = (unsigned char)text[i];
+        tgt[i] = (unsigned char)text[i + 1];
+    }
+    double got = exec_gpt_forward(m, tok, tgt);
+    cr_expect(fabs(got - want) <= 1e-5 * want, "loss %.7f, transformers "
+              "%.7f", got, want);
+    /* the same weights in half precisions: each to its rounding */
+    const char *half[2] = {HF "model-f16.safetensors",
+                           HF "model-bf16.safetensors"};
+    const double tol[2] = {1e-3, 8e-3};
+    for (int k = 0; k < 2; k++) {
+        size_t P2;
+        exec_gpt_config c2;
+        float *h = load_hf(half[k], &c2, &P2, &e);
+        cr_assert_not_null(h, "%s", e.msg);
+        cr_assert_eq(P2, P);
+        expect_close(w, h, P, tol[k], half[k]);
+        free(h);
+    }
+    exec_gpt_free(m);
+    json_decref(x);
+    free(w);
+}
+
+Test(exec_init, wrong_weights_say_which_tensor)
+{
+    util_err e;
+    /* another model's sizes */
+    prof_model_spec spec;
+    exec_gpt_config c;
+    cr_assert_eq(prof_model_spec_get(PICO, &spec, &e), 0);
+    cr_assert_eq(exec_gpt_config_from_spec(&spec, &c, "pico", &e), 0);
+    exec_tensor tt[EXEC_P_COUNT];
+    size_t P = exec_gpt_param_table(&c, tt);
+    float *w = malloc(sizeof *w * (P + 1));
+    cr_expect_eq(exec_safetensors_load(HF "model.safetensors", &c, w, &e), -1);
+    cr_expect_eq(e.code, 2);
+    cr_expect(strstr(e.msg, "model.safetensors: tensor 'transformer.h.0.mlp."
+                            "c_fc.weight' dimension 1 is 128, the model "
+                            "needs 64"), "%s", e.msg);
+    /* a truncated file and a file that is not one */
+    char *dir = test_tmpdir(), cut[600], junk[600];
+    snprintf(cut, sizeof cut, "%s/cut.safetensors", dir);
+    snprintf(junk, sizeof junk, "%s/junk.safetensors", dir);
+    sh_run("head -c 5000 " HF "model.safetensors > %s; printf 'not a "
+           "safetensors file' > %s", cut, junk);
+    size_t P2;
+    exec_gpt_config c2;
+    cr_expect_null(load_hf(cut, &c2, &P2, &e));
+    cr_expect(strstr(e.msg, "cut.safetensors: tensor") &&
+              strstr(e.msg, "do not hold"), "%s", e.msg);
+    cr_expect_null(load_hf(junk, &c2, &P2, &e));
+    cr_expect(strstr(e.msg, "not a safetensors file"), "%s", e.msg);
+    test_rm_rf(dir);
+    free(w);
+}
+
+/* --init: a tensor-parallel pipeline starts from the Hugging Face weights
+ * (its first loss is theirs on the first batch); what it saves, the
+ * reference trainer continues and --init reads, whatever the plan. */
+Test(exec_init, runs_start_from_weights_and_save_for_any_reader)
+{
+    pspec s = {HF "config.json", SIM_SCHED_1F1B, 2, 1, 2, 2, 2, 0, 0};
+    sim_plan p;
+    make_plan(&s, &p);
+    exec_pipe_opts o = {0};
+    o.plan = &p;
+    o.data = CORPUS;
+    o.steps = 3;
+    o.adamw = test_adamw(1.0f);
+    o.warmup = -1;
+    o.seed = 1337;
+    o.init = HF "model.safetensors";
+    exec_pipe_result r;
+    util_err e;
+    cr_assert_eq(exec_pipe_run(&o, &r, &e), 0, "%s", e.msg);
+    exec_gpt_config c;
+    size_t P;
+    float *w = load_hf(HF "model.safetensors", &c, &P, &e);
+    cr_assert_not_null(w, "%s", e.msg);
+    exec_gpt *m = exec_gpt_new(&c, r.B, r.T, 1);
+    memcpy(exec_gpt_params(m), w, sizeof *w * P);
+    exec_corpus corpus;
+    cr_assert_eq(exec_corpus_load(&corpus, CORPUS, r.T, &e), 0);
+    int *tok = malloc(sizeof(int) * (size_t)r.B * r.T);
+    int *tgt = malloc(sizeof(int) * (size_t)r.B * r.T);
+    exec_corpus_batch(&corpus, 0, 1337, 0, r.B, r.T, tok, tgt);
+    double first = exec_gpt_forward(m, tok, tgt);
+    cr_expect(fabs(first - r.loss[0]) <= 1e-5 * first, "first loss %.6f, "
+              "the weights give %.6f", r.loss[0], first);
+    /* saved as the trainer saves, read by the trainer and by --init */
+    char *dir = test_tmpdir(), ck[600];
+    snprintf(ck, sizeof ck, "%s/tp.ckpt", dir);
+    exec_ckpt_meta meta = {r.cfg, r.B, r.T, 1337, 3};
+    cr_assert_eq(exec_ckpt_save_state(ck, r.params, r.adam_m, r.adam_v,
+                                      &meta, &e), 0, "%s", e.msg);
+    cli_result x = cli_run("exec --model " HF "config.json --resume %s "
+                           "--steps 4 --quiet --eval-batches 0", ck);
+    cr_expect_eq(x.code, 0, "%s", x.err);
+    cr_expect(strstr(x.out, "resumed from") && strstr(x.out, "at step 3"),
+              "%s", x.out);
+    cli_result_free(&x);
+    o.init = ck;
+    o.steps = 1;
+    exec_pipe_result r2;
+    cr_assert_eq(exec_pipe_run(&o, &r2, &e), 0, "%s", e.msg);
+    cr_expect_eq(r2.step_first, 0);
+    exec_pipe_result_free(&r2);
+    test_rm_rf(dir);
+    free(tok);
+    free(tgt);
+    exec_corpus_free(&corpus);
+    exec_gpt_free(m);
+    free(w);
+    exec_pipe_result_free(&r);
+    sim_plan_free(&p);
+}
