@@ -15,8 +15,9 @@
 
 #define DEFAULT_CORPUS "/usr/share/common-licenses/GPL-3"
 
-/* Ctrl-C (or SIGTERM) stops after the current step; with --save the
- * checkpoint is written first. A second Ctrl-C kills as usual. */
+/* Ctrl-C (or SIGTERM, or SIGUSR1 for plan runs: mpirun forwards it to the
+ * ranks) stops after the current step; with --save the checkpoint is
+ * written first. A second Ctrl-C kills as usual. */
 static volatile int stop_flag;
 
 static void on_signal(int sig)
@@ -53,7 +54,9 @@ static void usage(FILE *f)
         "  --clip X            global gradient-norm clip, 0 for none (default 1)\n"
         "  --seed N            initialisation and batch order (default 1337)\n"
         "  --save FILE         write a checkpoint at the end (atomic), or when\n"
-        "                      Ctrl-C or SIGTERM stops the run after a step;\n"
+        "                      Ctrl-C or SIGTERM stops the run after a step\n"
+        "                      (under mpirun: kill -USR1 MPIRUN_PID, which\n"
+        "                      mpirun forwards; its Ctrl-C ends the job);\n"
         "                      the reference trainer and --init read it\n"
         "  --resume FILE       continue from a checkpoint (bit for bit with the\n"
         "                      same --steps, --lr, plan or --threads)\n"
@@ -372,6 +375,9 @@ static int run_plan(cmd *c)
     }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    /* mpirun ends the job on Ctrl-C itself, but forwards SIGUSR1 to the
+     * ranks: `kill -USR1 MPIRUN_PID` stops after the step and saves */
+    signal(SIGUSR1, on_signal);
     if (exec_pipe_run(&po, &r, &e)) {
         rc = -1;
         goto out;

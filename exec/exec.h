@@ -367,6 +367,12 @@ typedef struct exec_report_opts {
 int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                      const exec_report_opts *ro, util_err *e);
 
+/* The measured iteration (median step after `warm` steps, s) and its
+ * spread; the runtime's share of a step (mean over workers). */
+double exec_pipe_iteration_s(const exec_pipe_result *r, int warm,
+                             double *min_s, double *max_s);
+double exec_pipe_overhead(const exec_pipe_result *r, int warm);
+
 /* `sluice exec ...` (argv[0] is "exec"). */
 int exec_cmd_main(int argc, char **argv);
 

@@ -180,24 +180,36 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
             r->grad_norm[k] = rt->async ? NAN : norm[k];
         }
     }
-    /* memory curves of the devices held here (rank 0 of each) */
+    /* memory curves, per device as its rank 0 recorded them: counts
+     * first, then each process fills its devices' segments */
     if (!rc && rt->record_mem) {
-        int tot = 0;
+        double *cnt = util_calloc((size_t)D + 1, sizeof *cnt);
+        for (int d = 0; d < D; d++) {
+            exec_worker *w = exec_rt_worker(rt, d * rt->tp);
+            if (w) cnt[d] = w->mem.n_pt;
+        }
+        if (mpi && exec_mpi_sum(cnt, (size_t)D, 1, e)) rc = -1;
         r->mem_off = util_calloc((size_t)D + 1, sizeof(int));
-        for (int i = 0; i < rt->n_local; i++)
-            if (rt->w[i].rank == 0) tot += rt->w[i].mem.n_pt;
+        for (int d = 0; d < D; d++)
+            r->mem_off[d + 1] = r->mem_off[d] + (int)cnt[d];
+        int tot = r->mem_off[D];
+        double *pt = util_calloc(2 * (size_t)tot + 1, sizeof *pt);
+        for (int d = 0; d < D && !rc; d++) {
+            exec_worker *w = exec_rt_worker(rt, d * rt->tp);
+            for (int i = 0; w && i < w->mem.n_pt; i++) {
+                pt[2 * (r->mem_off[d] + i)] = (double)w->mem.pt_t[i];
+                pt[2 * (r->mem_off[d] + i) + 1] = w->mem.pt_b[i];
+            }
+        }
+        if (!rc && mpi && exec_mpi_sum(pt, 2 * (size_t)tot, 1, e)) rc = -1;
         r->mem_t = util_malloc(sizeof(int64_t) * (size_t)(tot + 1));
         r->mem_b = util_malloc(sizeof(double) * (size_t)(tot + 1));
-        int k = 0;
-        for (int d = 0; d < D; d++) {
-            r->mem_off[d] = k;
-            exec_worker *w = exec_rt_worker(rt, d * rt->tp);
-            if (!w) continue;
-            memcpy(r->mem_t + k, w->mem.pt_t, sizeof(int64_t) * (size_t)w->mem.n_pt);
-            memcpy(r->mem_b + k, w->mem.pt_b, sizeof(double) * (size_t)w->mem.n_pt);
-            k += w->mem.n_pt;
+        for (int i = 0; i < tot; i++) {
+            r->mem_t[i] = (int64_t)pt[2 * i];
+            r->mem_b[i] = pt[2 * i + 1];
         }
-        r->mem_off[D] = k;
+        free(pt);
+        free(cnt);
     }
     free(tv);
     free(dv);

@@ -203,7 +203,19 @@ static void measure(const exec_pipe_result *r, int warm, meas *m)
     free(iv);
 }
 
-static double overhead_mean(const exec_pipe_result *r, int warm)
+double exec_pipe_iteration_s(const exec_pipe_result *r, int warm,
+                             double *min_s, double *max_s)
+{
+    meas m;
+    measure(r, warm >= 0 ? warm : 1, &m);
+    if (min_s) *min_s = m.iter_min * 1e-9;
+    if (max_s) *max_s = m.iter_max * 1e-9;
+    double it = m.iter_med * 1e-9;
+    meas_free(&m);
+    return it;
+}
+
+double exec_pipe_overhead(const exec_pipe_result *r, int warm)
 {
     int E = r->epochs, w0 = E > warm ? warm : 0, n = 0;
     double s = 0;
@@ -264,7 +276,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
         if (prc < 0) goto out;
         if (prc > 0) fprintf(stderr, "sluice exec: %s\n", e->msg);
     }
-    double ovh = overhead_mean(r, warm);
+    double ovh = exec_pipe_overhead(r, warm);
     if (ro->json) {
         json_t *j = sim_report_json(p, r->model, r->topo, r->costs, &m.res,
                                     r->ir);

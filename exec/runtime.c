@@ -410,7 +410,7 @@ static int gather_output_grads(exec_worker *w, int id, exec_stage *st,
         exec_view *dv = &r->dout[j];
         size_t len = rt->xop[g[i].op].out_n;
         if (!rc && !dv->b) {
-            dv->b = exec_buf_new(&w->mem, len, 1);
+            EXEC_KERN(w, dv->b = exec_buf_new(&w->mem, len, 1));
             dv->n = len;
             if (!dv->b) rc = exec_oom(w, "a gradient", e);
         }
@@ -434,7 +434,7 @@ static int hand_back(exec_worker *w, int id, exec_stage *st, exec_rec *r,
     for (int q = 0; q < st->n_ext; q++)
         if (!r->dext[q].b) {
             size_t len = rt->xop[st->ext_op[q]].out_n;
-            r->dext[q].b = exec_buf_new(&w->mem, len, 1);
+            EXEC_KERN(w, r->dext[q].b = exec_buf_new(&w->mem, len, 1));
             r->dext[q].n = len;
             if (!r->dext[q].b) return exec_oom(w, "a gradient", e);
         }
@@ -679,7 +679,7 @@ static int stage_update(exec_worker *w, exec_stage *st, float scale,
                                        a.eps, sl->decay ? a.weight_decay : 0.0f,
                                        scale, s + 1));
     }
-    memset(st->g, 0, st->n * sizeof *st->g);
+    EXEC_KERN(w, memset(st->g, 0, st->n * sizeof *st->g));
     st->steps++;
     return 0;
 }

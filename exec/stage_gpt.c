@@ -267,7 +267,7 @@ static float *din(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         v = &r->dext[q];
     }
     if (!v->b) {
-        v->b = exec_buf_new(&w->mem, x[j].out_n, 1);
+        EXEC_KERN(w, v->b = exec_buf_new(&w->mem, x[j].out_n, 1));
         if (!v->b) {
             exec_oom(w, "a gradient", e);
             return NULL;
@@ -282,7 +282,8 @@ static float *newbuf(exec_worker *w, exec_view *v, size_t n, int zero,
                      const char *what, util_err *e)
 {
     exec_view_drop(v);
-    v->b = exec_buf_new(&w->mem, n, zero);
+    /* zeroing is a fill kernel on a GPU: timed as one */
+    EXEC_KERN(w, v->b = exec_buf_new(&w->mem, n, zero));
     if (!v->b) {
         exec_oom(w, what, e);
         return NULL;
@@ -299,7 +300,9 @@ static int tp_sum(exec_worker *w, float *buf, size_t n, int64_t *tp_ns,
     int64_t t0 = (int64_t)exec_now_ns();
     exec_runtime *rt = w->rt;
     int rc = rt->x->allreduce(rt->x, rt, w->id, EXEC_GROUP_TP, buf, n, 0, e);
-    *tp_ns += (int64_t)exec_now_ns() - t0;
+    int64_t dt = (int64_t)exec_now_ns() - t0;
+    *tp_ns += dt;
+    w->wait_ns += dt;   /* a collective: copies and waits, not runtime */
     return rc;
 }
 

@@ -413,3 +413,46 @@ Test(exec_cli_pipe, bad_plans_say_why)
     cli_result_free(&r);
     test_rm_rf(dir);
 }
+
+/* Under mpirun: SIGUSR1 to mpirun reaches every rank (mpirun forwards
+ * it), the step ends everywhere and rank 0 saves. */
+Test(exec_cli_pipe, mpi_stops_cleanly_on_sigusr1)
+{
+    cr_assert(have_mpirun(), "mpirun is missing");
+    char *dir = test_tmpdir();
+    make_plan(dir, "p.json", PLAN_1F1B);
+    char *bin = getenv("SLUICE_BIN") && getenv("SLUICE_BIN")[0] == '/'
+              ? strdup(getenv("SLUICE_BIN"))
+              : cwd_abs(getenv("SLUICE_BIN") ? getenv("SLUICE_BIN")
+                                             : "bin/sluice");
+    char cmd[2048], out[600], err[600];
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(err, sizeof err, "%s/err", dir);
+    snprintf(cmd, sizeof cmd, "cd %s && exec env %s '%s' exec --plan p.json "
+             "--steps 100000 --save s.ckpt > out 2> err", dir, MPIRUN, bin);
+    /* MPIRUN begins with variables: env takes them */
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    double t0 = seconds();
+    for (;;) {
+        char *o = slurp(out);
+        int ready = o && strstr(o, "step     2/");
+        free(o);
+        if (ready || seconds() - t0 > 60) break;
+        usleep(20000);
+    }
+    kill(pid, SIGUSR1);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    char *e = slurp(err), *o = slurp(out);
+    cr_expect(e && strstr(e, "interrupted after step"), "%s", e ? e : "");
+    cr_expect(o && strstr(o, "saved"), "%s", o ? o : "");
+    cr_expect_eq(sh_run("test -s %s/s.ckpt", dir), 0);
+    free(e);
+    free(o);
+    free(bin);
+    test_rm_rf(dir);
+}

@@ -1,5 +1,6 @@
-/* Every `bin/sluice` command the README shows runs and succeeds (paths
- * under /tmp/ are moved into a fresh folder of the test's own). */
+/* Every `bin/sluice` command the README shows runs and succeeds, those
+ * shown under `mpirun -np N` under mpirun (paths under /tmp/ are moved
+ * into a fresh folder of the test's own). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,13 +20,22 @@ Test(readme, every_command_shown_runs)
             in_sh = !in_sh && !strncmp(line, "```sh", 5);
             continue;
         }
-        if (!in_sh || strncmp(line, "bin/sluice ", 11)) continue;
-        char *hash = strstr(line, "  #");
+        /* mpirun -np N bin/sluice ...: the same under MPI */
+        int mpi = 0;
+        char *cmd = line;
+        if (in_sh && !strncmp(line, "mpirun -np ", 11)) {
+            char *b = strstr(line, " bin/sluice ");
+            if (!b) continue;
+            mpi = atoi(line + 11);
+            cmd = b + 1;
+        }
+        if (!in_sh || strncmp(cmd, "bin/sluice ", 11)) continue;
+        char *hash = strstr(cmd, "  #");
         if (hash) *hash = 0;
-        line[strcspn(line, "\n")] = 0;
+        cmd[strcspn(cmd, "\n")] = 0;
         /* Rewrite /tmp/ into the test's folder. */
         char args[4096] = "";
-        for (const char *p = line + 11; *p;) {
+        for (const char *p = cmd + 11; *p;) {
             if (!strncmp(p, "/tmp/", 5)) {
                 strncat(args, dir, sizeof args - strlen(args) - 1);
                 strncat(args, "/", sizeof args - strlen(args) - 1);
@@ -35,6 +45,17 @@ Test(readme, every_command_shown_runs)
                 if (l + 1 < sizeof args) { args[l] = *p; args[l + 1] = 0; }
                 p++;
             }
+        }
+        if (mpi) {
+            int rc = sh_run("OMPI_ALLOW_RUN_AS_ROOT=1 "
+                            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                            "OMPI_MCA_rmaps_base_oversubscribe=1 "
+                            "ASAN_OPTIONS=detect_leaks=0 mpirun -np %d "
+                            "\"$SLUICE\" %s >/dev/null 2>&1", mpi, args);
+            cr_expect_eq(rc, 0, "README command failed (%d): mpirun -np %d "
+                         "bin/sluice %s", rc, mpi, args);
+            ran++;
+            continue;
         }
         cli_result r = cli_run("%s", args);
         cr_expect_eq(r.code, 0, "README command failed (%d): bin/sluice %s\n%s",

@@ -1,0 +1,118 @@
+/* The pipeline executor on this machine: for gpt-mini on `--hw cpu x2`
+ * (two cores as devices), the planner's best plan of every schedule run
+ * for real, its measured samples/s beside the simulator's prediction and
+ * the single-device reference trainer's at the same global batch. Goal:
+ * the best two-device plan at least 1.6x one device. Also the runtime's
+ * overhead (a worker's time not in kernels, copies or waits), goal under
+ * 2% of a step. One run: compare the rows of one table, not tables. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+#include "planner/planner.h"
+
+#define CORPUS "/usr/share/common-licenses/GPL-3"
+#define STEPS 8
+#define WARM 2
+
+static exec_adamw adamw(void)
+{
+    return (exec_adamw){.lr = 2e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
+                        .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f};
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *model = argc > 1 ? argv[1] : "gpt-mini";
+    util_err e;
+    prof_model *m = prof_model_load(model, &e);
+    char *args[] = {"cpu", "x2"};
+    prof_topo *t = prof_topo_from_args(2, args, NULL, &e);
+    if (!m || !t) {
+        fprintf(stderr, "bench_exec: %s\n", e.msg);
+        return 1;
+    }
+    plan_opts po;
+    plan_opts_init(&po);
+    plan_result pr;
+    if (plan_search(m, t, model, "cpu x2", &po, &pr, &e)) {
+        fprintf(stderr, "bench_exec: %s\n", e.msg);
+        return 1;
+    }
+    /* one device: the reference trainer on the same global batch */
+    exec_train_opts to;
+    exec_train_defaults(&to);
+    prof_model_spec spec;
+    if (prof_model_spec_get(model, &spec, &e) ||
+        exec_gpt_config_from_spec(&spec, &to.cfg, model, &e)) {
+        fprintf(stderr, "bench_exec: %s\n", e.msg);
+        return 1;
+    }
+    snprintf(to.model, sizeof to.model, "%s", model);
+    to.data = CORPUS;
+    to.steps = STEPS;
+    to.B = pr.batch;
+    to.T = spec.seq_len;
+    to.quiet = 1;
+    to.eval_batches = 0;
+    FILE *devnull = fopen("/dev/null", "w");
+    to.out = devnull;
+    exec_train_result tr;
+    if (exec_train(&to, &tr, &e)) {
+        fprintf(stderr, "bench_exec: %s\n", e.msg);
+        return 1;
+    }
+    fclose(devnull);
+    double one = tr.tokens_per_s / to.T;
+    printf("%s on 2 CPU cores as devices, global batch %d x %d tokens, "
+           "%d steps (timed: median of steps %d-%d)\n", model, pr.batch,
+           to.T, STEPS, WARM + 1, STEPS);
+    printf("%-12s %-9s %-8s %10s %10s %9s %8s %9s\n", "schedule",
+           "p x d x t", "mbs x n", "measured", "simulated", "meas/sim",
+           "vs one", "overhead");
+    printf("%-12s %-9s %-8s %10.2f %10s %9s %7.2fx %9s\n", "one device",
+           "1x1x1", "", one, "", "", 1.0, "");
+    double best = 0;
+    const char *best_name = "";
+    for (int s = 0; s < SIM_SCHED_COUNT; s++) {
+        const plan_alt *a = &pr.alt[s];
+        if (!a->feasible) continue;
+        const sim_plan *p = &a->plan;
+        exec_pipe_opts o = {0};
+        o.plan = p;
+        o.data = CORPUS;
+        o.steps = STEPS;
+        o.adamw = adamw();
+        o.warmup = -1;
+        o.seed = 1337;
+        exec_pipe_result r;
+        if (exec_pipe_run(&o, &r, &e)) {
+            printf("%-12s failed: %s\n", sim_sched_name((sim_sched)s), e.msg);
+            continue;
+        }
+        double it = exec_pipe_iteration_s(&r, WARM, NULL, NULL);
+        double sps = it > 0 ? r.B / it : 0;
+        double ovh = exec_pipe_overhead(&r, WARM);
+        char lay[24], mb[24];
+        snprintf(lay, sizeof lay, "%dx%dx%d", p->pp, p->dp, p->tp);
+        snprintf(mb, sizeof mb, "%dx%d", p->mbs, p->n_mb);
+        printf("%-12s %-9s %-8s %10.2f %10.2f %9.3f %7.2fx %8.2f%%\n",
+               sim_sched_name((sim_sched)s), lay, mb, sps, a->samples_per_s,
+               a->samples_per_s > 0 ? sps / a->samples_per_s : 0,
+               one > 0 ? sps / one : 0, 100 * ovh);
+        if (sps > best) {
+            best = sps;
+            best_name = sim_sched_name((sim_sched)s);
+        }
+        exec_pipe_result_free(&r);
+    }
+    printf("best two-device plan: %s, %.2f samples/s = %.2fx one device "
+           "(goal 1.6x)\n", best_name, best, one > 0 ? best / one : 0);
+    plan_result_free(&pr);
+    prof_model_free(m);
+    prof_topo_free(t);
+    return 0;
+}
