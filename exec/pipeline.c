@@ -227,8 +227,9 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (prof_model_spec_get(p->model, &spec, e) ||
         exec_gpt_config_from_spec(&spec, &cfg, p->model, e))
         return util_err_prefix(e, "%s", where);
-    if (!(r->model = prof_model_build(&spec, e)) ||
-        !(r->topo = load_hw(p->hw, e)))
+    if (!(r->topo = load_hw(p->hw, e)) ||
+        !(r->model = prof_model_for_topo(prof_model_build(&spec, e),
+                                          r->topo, e)))
         return util_err_prefix(e, "%s", where);
     if (sim_plan_check(p, r->model, r->topo->n_gpus, e) ||
         sim_plan_check_topo(p, r->topo, e))

@@ -1203,7 +1203,8 @@ static int worker_stages(exec_worker *w, const float *full,
         st->n_ver_slots = rt->async ? rt->K + 2 : 1;
         st->w = util_calloc((size_t)st->n_ver_slots, sizeof *st->w);
         st->pending = util_calloc((size_t)st->n_ver_slots, sizeof(int));
-        st->w[0] = util_malloc(sizeof(float) * (st->n + 1));
+        /* zeroed: padding rows of a vocabulary shard stay zero */
+        st->w[0] = util_calloc(st->n + 1, sizeof(float));
         st->g = util_calloc(st->n + 1, sizeof(float));
         st->am = util_calloc(st->n + 1, sizeof(float));
         st->av = util_calloc(st->n + 1, sizeof(float));

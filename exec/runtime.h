@@ -118,6 +118,10 @@ typedef struct exec_slice {
  * parallelism cannot split, code 2. */
 int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                     int T, int tp, exec_xop **out, util_err *e);
+/* Rows of the vocabulary one of tp ranks holds: ceil(V / tp); the last
+ * rank's shard is padded with rows no token reaches, whose logits the
+ * loss leaves out (Megatron-LM pads the vocabulary the same way). */
+int exec_vocab_shard(int V, int tp);
 /* The parameter slices of ops [first, last] for tensor-parallel rank r of
  * tp in data-parallel replica `replica`; tied_owner: no stage of the
  * replica holds the embedding, so a tied head's copy is the one saved.

@@ -26,14 +26,13 @@ static int gpt_layer(const prof_model *m, int i, int L)
 int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                     int T, int tp, exec_xop **out, util_err *e)
 {
-    if (c->heads % tp || c->ffn % tp || c->vocab % tp)
+    if (c->heads % tp || c->ffn % tp)
         return util_errf(e, UTIL_EXIT_USAGE,
-                         "tensor parallelism %d must divide the heads (%d), "
-                         "the MLP width (%d) and the vocabulary (%d): the "
-                         "executor does not pad them",
-                         tp, c->heads, c->ffn, c->vocab);
+                         "tensor parallelism %d must divide the heads (%d) "
+                         "and the MLP width (%d)", tp, c->heads, c->ffn);
     size_t N = (size_t)mbs * T, C = c->hidden, Cl = C / tp;
-    size_t NHl = c->heads / tp, Fl = c->ffn / tp, V = c->vocab, Vl = V / tp;
+    size_t NHl = c->heads / tp, Fl = c->ffn / tp;
+    size_t Vl = (size_t)exec_vocab_shard(c->vocab, tp);
     exec_xop *x = util_calloc((size_t)m->n_ops, sizeof *x);
     for (int i = 0; i < m->n_ops; i++) {
         const prof_op *o = &m->ops[i];
@@ -114,6 +113,18 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
     return 0;
 }
 
+int exec_vocab_shard(int V, int tp)
+{
+    return (V + tp - 1) / tp;
+}
+
+/* Vocabulary rows rank r really holds (the last rank's shard is padded). */
+static size_t vocab_rows(size_t V, size_t Vl, int r)
+{
+    size_t lo = (size_t)r * Vl;
+    return lo >= V ? 0 : (V - lo < Vl ? V - lo : Vl);
+}
+
 /* ---------------------------------------------------------- parameters */
 
 typedef struct slices {
@@ -160,7 +171,8 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
                          int tied_owner, exec_slice **out, int *n)
 {
     size_t C = c->hidden, Cl = C / tp, F = c->ffn, Fl = F / tp;
-    size_t V = c->vocab, Vl = V / tp, P = c->max_pos;
+    size_t V = c->vocab, Vl = (size_t)exec_vocab_shard(c->vocab, tp);
+    size_t P = c->max_pos, Vr = vocab_rows(V, Vl, r);
     int rep0 = replica == 0, one = rep0 && r == 0;
     slices v = {0};
     int have_wte = 0;
@@ -169,9 +181,11 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
         size_t L = l < 0 ? 0 : (size_t)l;
         switch (m->ops[i].role) {
         case PROF_ROLE_EMBED:
-            /* vocabulary-parallel rows; positions replicated */
-            add_slice(&v, EXEC_P_WTE, r * Vl, Vl, 0, C, C, 1, rep0,
+            /* vocabulary-parallel rows, the shard padded to Vl rows (as
+             * Megatron-LM pads the vocabulary); positions replicated */
+            add_slice(&v, EXEC_P_WTE, r * Vl, Vr, 0, C, C, 1, rep0,
                       c->tied, rep0);
+            v.off += (Vl - Vr) * C;
             add_slice(&v, EXEC_P_WPE, 0, P, 0, C, C, 1, one, 0, one);
             have_wte = 1;
             break;
@@ -217,11 +231,12 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             /* a tied head's copy counts in the norm and is saved only
              * where no stage holds the embedding (tied_owner) */
             if (c->tied)
-                add_slice(&v, EXEC_P_WTE, r * Vl, Vl, 0, C, C, 1,
+                add_slice(&v, EXEC_P_WTE, r * Vl, Vr, 0, C, C, 1,
                           rep0 && tied_owner, 1, rep0 && tied_owner);
             else
-                add_slice(&v, EXEC_P_LMW, r * Vl, Vl, 0, C, C, 1, rep0, 0,
+                add_slice(&v, EXEC_P_LMW, r * Vl, Vr, 0, C, C, 1, rep0, 0,
                           rep0);
+            v.off += (Vl - Vr) * C;
             break;
         default:
             break;
@@ -405,13 +420,15 @@ static int xent_tp_forward(exec_worker *w, float *losses, float *probs,
 {
     exec_runtime *rt = w->rt;
     int tp = rt->tp, r = w->rank;
+    /* the columns of padded rows are no words: out of the softmax */
+    int Vv = (int)vocab_rows((size_t)rt->cfg.vocab, (size_t)Vl, r);
     size_t n3 = (size_t)N * (tp + 2);
     float *buf = util_calloc(n3 + 1, sizeof *buf);
     float *mx = buf, *sum = buf + (size_t)N * tp, *tl = sum + N;
     for (int i = 0; i < N; i++) {
         const float *l = logits + (size_t)i * Vl;
-        float m = l[0];
-        for (int j = 1; j < Vl; j++) m = l[j] > m ? l[j] : m;
+        float m = Vv ? l[0] : -3.0e38f;
+        for (int j = 1; j < Vv; j++) m = l[j] > m ? l[j] : m;
         mx[(size_t)r * N + i] = m;
     }
     if (tp_sum(w, mx, (size_t)N * tp, tp_ns, e)) return free(buf), -1;
@@ -423,7 +440,7 @@ static int xent_tp_forward(exec_worker *w, float *losses, float *probs,
         const float *l = logits + (size_t)i * Vl;
         float *p = probs + (size_t)i * Vl, s = 0;
         for (int j = 0; j < Vl; j++) {
-            p[j] = kern_expf(l[j] - m);
+            p[j] = j < Vv ? kern_expf(l[j] - m) : 0.0f;
             s += p[j];
         }
         sum[i] = s;
@@ -448,7 +465,7 @@ int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     const exec_gpt_config *c = &rt->cfg;
     int tp = rt->tp, B = rt->mbs, T = rt->T, N = B * T, C = c->hidden;
     int Cl = C / tp, NHl = c->heads / tp, Fl = c->ffn / tp;
-    int Vl = c->vocab / tp;
+    int Vl = exec_vocab_shard(c->vocab, tp);
     int i = op - st->first;
     oparams p = op_params(w, st, st->w[r->version], op);
     float *out = newbuf(w, &r->out[i], x->out_n, 0, "an activation", e);
@@ -543,7 +560,7 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     const exec_gpt_config *c = &rt->cfg;
     int tp = rt->tp, B = rt->mbs, T = rt->T, N = B * T, C = c->hidden;
     int Cl = C / tp, NHl = c->heads / tp, Fl = c->ffn / tp;
-    int Vl = c->vocab / tp;
+    int Vl = exec_vocab_shard(c->vocab, tp);
     int i = op - st->first;
     oparams p = op_params(w, st, st->w[r->version], op);
     float *dout = exec_view_p(&r->dout[i]);

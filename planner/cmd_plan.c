@@ -347,7 +347,7 @@ static int one(cmd *c, util_err *e)
 {
     prof_topo *t = prof_topo_from_args(c->hw_n, c->argv + c->hw_at, &c->ho, e);
     if (!t) return -1;
-    prof_model *m = prof_model_load(c->model, e);
+    prof_model *m = prof_model_for_topo(prof_model_load(c->model, e), t, e);
     if (!m) { prof_topo_free(t); return -1; }
     char hw[256] = "";
     for (int i = 0; i < c->hw_n; i++) {

@@ -413,6 +413,19 @@ prof_model *prof_model_build(const prof_model_spec *spec, util_err *e)
     return m;
 }
 
+prof_model *prof_model_for_topo(prof_model *m, const prof_topo *t,
+                                util_err *e)
+{
+    if (!m || !t || m->spec.dtype == PROF_DT_FP32 || !t->n_gpu_types)
+        return m;
+    for (int i = 0; i < t->n_gpu_types; i++)
+        if (t->gpu_types[i].form != PROF_FORM_CPU) return m;
+    prof_model_spec s = m->spec;
+    s.dtype = PROF_DT_FP32;
+    prof_model_free(m);
+    return prof_model_build(&s, e);
+}
+
 void prof_model_free(prof_model *m)
 {
     if (!m) return;

@@ -362,6 +362,12 @@ int prof_model_spec_check(const prof_model_spec *s, const char *where,
 prof_model *prof_model_build(const prof_model_spec *s, util_err *e);
 /* Both steps. */
 prof_model *prof_model_load(const char *name_or_file, util_err *e);
+/* The model as it runs on topology t: on CPU devices (sluice's CPU
+ * executor computes in fp32) a spec in another precision is rebuilt in
+ * fp32, so times and bytes are the executor's. Returns m, or the rebuilt
+ * model (m freed); NULL on error (m freed). */
+prof_model *prof_model_for_topo(prof_model *m, const prof_topo *t,
+                                util_err *e);
 void prof_model_free(prof_model *m);
 
 /* Totals per sample over ops [first, first+n). */

@@ -293,7 +293,8 @@ static int run(int argc, char **argv, util_err *e)
     }
     if ((c.out || c.json) && sim_plan_paths_utf8(&p, e)) goto out;
     if (!(tp = load_hw(p.hw, e))) goto out;
-    if (!(m = prof_model_load(p.model, e))) goto out;
+    if (!(m = prof_model_for_topo(prof_model_load(p.model, e), tp, e)))
+        goto out;
     if (p.sched_file[0] && (sim_sched_async(p.sched) ||
                             p.sched == SIM_SCHED_CHIMERA)) {
         util_errf(e, UTIL_EXIT_USAGE, "--schedule-file takes the stage "

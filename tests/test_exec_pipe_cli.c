@@ -377,12 +377,16 @@ Test(exec_cli_pipe, bad_plans_say_why)
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "family t5"), "%s", r.err);
     cli_result_free(&r);
-    /* tensor parallelism the vocabulary cannot be split by */
-    make_plan(dir, "tp.json", "--hw cpu x2 --model gpt2 --schedule gpipe "
-              "--pp 1 --tp 2 --mbs 1 --microbatches 1");
+    /* tensor parallelism the MLP cannot be split by */
+    char *f66 = cwd_abs("tests/data/exec/gpt-pico-ffn66.json"), fa[700];
+    snprintf(fa, sizeof fa, "--hw cpu x4 --model %s --schedule gpipe --pp 1 "
+             "--tp 4 --mbs 1 --microbatches 1", f66);
+    free(f66);
+    make_plan(dir, "tp.json", fa);
     r = cli_run("exec --plan %s/tp.json --steps 2", dir);
     cr_expect_eq(r.code, 2);
-    cr_expect(strstr(r.err, "vocabulary (50257)"), "%s", r.err);
+    cr_expect(strstr(r.err, "tp.json: tensor parallelism 4 must divide the "
+                     "heads (4) and the MLP width (66)"), "%s", r.err);
     cli_result_free(&r);
     /* options of the one-device trainer */
     r = cli_run("exec --plan %s/p.json --batch 4", dir);
