@@ -2,7 +2,7 @@
  * to (so a plan that does not fit fails as it would on the device, naming
  * the task), the peak, and the curve over time for traces. Buffers are
  * reference counted: a record, a send in flight and a consumer stage may
- * each hold one. */
+ * each hold one. Also the sum both transports' collectives add with. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,4 +127,17 @@ void exec_view_drop(exec_view *v)
 {
     exec_buf_unref(v->b);
     memset(v, 0, sizeof *v);
+}
+
+void exec_sum_into(void *acc, const void *src, size_t n, int is_double)
+{
+    if (is_double) {
+        double *a = acc;
+        const double *b = src;
+        for (size_t i = 0; i < n; i++) a[i] += b[i];
+    } else {
+        float *a = acc;
+        const float *b = src;
+        for (size_t i = 0; i < n; i++) a[i] += b[i];
+    }
 }

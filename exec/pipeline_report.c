@@ -19,6 +19,19 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Median, least and most of n intervals (ns). */
+static void spread(const int64_t *iv, int n, int64_t *med, int64_t *lo,
+                   int64_t *hi)
+{
+    int64_t *s = util_malloc(sizeof *s * (size_t)(n + 1));
+    memcpy(s, iv, sizeof *s * (size_t)n);
+    qsort(s, (size_t)n, sizeof *s, cmp_i64);
+    *med = n ? s[n / 2] : 0;
+    *lo = n ? s[0] : 0;
+    *hi = n ? s[n - 1] : 0;
+    free(s);
+}
+
 static const int64_t *tim(const exec_pipe_result *r, int epoch, int id)
 {
     return &r->times[((size_t)epoch * r->n_tasks + id) * 4];
@@ -102,16 +115,10 @@ static void measure(const exec_pipe_result *r, int warm, meas *m)
         iv = util_malloc(sizeof *iv * (size_t)(E + 1));
         for (int ep = w0; ep < E; ep++)
             iv[ne++] = ep ? ends[ep] - ends[ep - 1] : ends[0] - begs[0];
-        int64_t *sorted = util_malloc(sizeof *sorted * (size_t)(ne + 1));
-        memcpy(sorted, iv, sizeof *iv * (size_t)ne);
-        qsort(sorted, (size_t)ne, sizeof *sorted, cmp_i64);
-        m->iter_med = ne ? sorted[ne / 2] : 0;
-        m->iter_min = ne ? sorted[0] : 0;
-        m->iter_max = ne ? sorted[ne - 1] : 0;
+        spread(iv, ne, &m->iter_med, &m->iter_min, &m->iter_max);
         m->n_iter = ne;
         for (int k = 0; k < ne; k++)
             if (iv[k] == m->iter_med) pick = w0 + k;
-        free(sorted);
         m->first = r->step_first + w0 + 1;
         m->last = r->step_first + E;
         m->t0 = begs[pick];
@@ -130,16 +137,10 @@ static void measure(const exec_pipe_result *r, int warm, meas *m)
         int ne = 0;
         iv = util_malloc(sizeof *iv * (size_t)(K + 1));
         for (int k = w0; k < kmax; k++) iv[ne++] = done[k] - done[k - 1];
-        int64_t *sorted = util_malloc(sizeof *sorted * (size_t)(ne + 1));
-        memcpy(sorted, iv, sizeof *iv * (size_t)ne);
-        qsort(sorted, (size_t)ne, sizeof *sorted, cmp_i64);
-        m->iter_med = ne ? sorted[ne / 2] : 0;
-        m->iter_min = ne ? sorted[0] : 0;
-        m->iter_max = ne ? sorted[ne - 1] : 0;
+        spread(iv, ne, &m->iter_med, &m->iter_min, &m->iter_max);
         m->n_iter = ne;
         m->first = r->step_first + w0 + 1;
         m->last = r->step_first + kmax;
-        free(sorted);
         free(done);
         m->t0 = INT64_MAX;
         for (int id = 0; id < n; id++)

@@ -146,6 +146,15 @@ int exec_oom(exec_worker *w, const char *what, util_err *e)
                      util_fmt_bytes(w->mem.budget, c, sizeof c));
 }
 
+/* Hands a send task its pieces (the communication thread takes them). */
+static void put_outbox(exec_worker *w, int send, exec_view *ob, int n)
+{
+    pthread_mutex_lock(&w->mu);
+    w->outbox[send] = ob;
+    w->n_outbox[send] = n;
+    pthread_mutex_unlock(&w->mu);
+}
+
 /* ------------------------------------------------------------- records */
 
 static exec_rec *rec_new(const exec_stage *st)
@@ -210,6 +219,26 @@ static const exec_stage *geo(const exec_runtime *rt, int v);
 
 /* ------------------------------------------------------------- forward */
 
+/* A compute task's stage (local index, the stage) and its record's slot. */
+typedef struct tctx {
+    const sim_task *t;
+    int li;
+    exec_stage *st;
+    size_t slot;
+} tctx;
+
+static tctx tctx_of(exec_worker *w, int id)
+{
+    const exec_runtime *rt = w->rt;
+    tctx c;
+    c.t = &rt->ir->tasks[id];
+    c.li = w->lidx[c.t->stage];
+    c.st = &w->st[c.li];
+    c.slot = SLOT(rt, c.t->minibatch, c.t->mb);
+    return c;
+}
+
+
 static int fill_tokens(exec_worker *w, exec_stage *st, exec_rec *r,
                        const sim_task *t, int epoch)
 {
@@ -238,10 +267,11 @@ static int task_f(exec_worker *w, int id, int epoch, int64_t *tp,
 {
     exec_runtime *rt = w->rt;
     const sim_ir *ir = rt->ir;
-    const sim_task *t = &ir->tasks[id];
-    int li = w->lidx[t->stage];
-    exec_stage *st = &w->st[li];
-    size_t slot = SLOT(rt, t->minibatch, t->mb);
+    tctx c = tctx_of(w, id);
+    const sim_task *t = c.t;
+    int li = c.li;
+    exec_stage *st = c.st;
+    size_t slot = c.slot;
     if (w->rec[li][slot])
         return util_errf(e, UTIL_EXIT_FAIL, "a second F of the same "
                          "microbatch before its backward");
@@ -300,10 +330,7 @@ static int task_f(exec_worker *w, int id, int epoch, int64_t *tp,
         for (int q = 0; q < b->n_ext; q++)
             if (b->ext_stage[q] == st->id)
                 ob[n++] = exec_view_dup(&r->out[b->ext_op[q] - st->first]);
-        pthread_mutex_lock(&w->mu);
-        w->outbox[s] = ob;
-        w->n_outbox[s] = n;
-        pthread_mutex_unlock(&w->mu);
+        put_outbox(w, s, ob, n);
     }
     for (int j = 0; j < w->n_st; j++) {
         const exec_stage *b = &w->st[j];
@@ -324,10 +351,9 @@ static int task_f(exec_worker *w, int id, int epoch, int64_t *tp,
 static int task_recompute(exec_worker *w, int id, int64_t *tp, util_err *e)
 {
     exec_runtime *rt = w->rt;
-    const sim_task *t = &rt->ir->tasks[id];
-    int li = w->lidx[t->stage];
-    exec_stage *st = &w->st[li];
-    exec_rec *r = w->rec[li][SLOT(rt, t->minibatch, t->mb)];
+    tctx c = tctx_of(w, id);
+    exec_stage *st = c.st;
+    exec_rec *r = w->rec[c.li][c.slot];
     if (!r)
         return util_errf(e, UTIL_EXIT_FAIL, "recompute without its F");
     if (run_forward_ops(w, st, r, 0, tp, e)) return -1;
@@ -448,10 +474,7 @@ static int hand_back(exec_worker *w, int id, exec_stage *st, exec_rec *r,
         for (int q = 0; q < st->n_ext; q++)
             if (st->ext_stage[q] == u->stage2)
                 ob[n++] = exec_view_dup(&r->dext[q]);
-        pthread_mutex_lock(&w->mu);
-        w->outbox[s] = ob;
-        w->n_outbox[s] = n;
-        pthread_mutex_unlock(&w->mu);
+        put_outbox(w, s, ob, n);
     }
     for (int q = 0; q < st->n_ext; q++) {
         int a = st->ext_stage[q];
@@ -474,10 +497,10 @@ static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
                          util_err *e)
 {
     exec_runtime *rt = w->rt;
-    const sim_task *t = &rt->ir->tasks[id];
-    int li = w->lidx[t->stage];
-    exec_stage *st = &w->st[li];
-    size_t slot = SLOT(rt, t->minibatch, t->mb);
+    tctx c = tctx_of(w, id);
+    int li = c.li;
+    exec_stage *st = c.st;
+    size_t slot = c.slot;
     exec_rec *r = w->rec[li][slot];
     if (!r)
         return util_errf(e, UTIL_EXIT_FAIL, "backward without its F");
@@ -504,18 +527,16 @@ static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
 static int task_w(exec_worker *w, int id, int64_t *tp, util_err *e)
 {
     exec_runtime *rt = w->rt;
-    const sim_task *t = &rt->ir->tasks[id];
-    int li = w->lidx[t->stage];
-    exec_stage *st = &w->st[li];
-    size_t slot = SLOT(rt, t->minibatch, t->mb);
-    exec_rec *r = w->rec[li][slot];
+    tctx c = tctx_of(w, id);
+    exec_stage *st = c.st;
+    exec_rec *r = w->rec[c.li][c.slot];
     if (!r) return util_errf(e, UTIL_EXIT_FAIL, "W without its B");
     for (int op = st->last; op >= st->first; op--)
         if (rt->xop[op].has_w &&
             exec_op_backward(w, st, r, op, 0, 1, tp, e))
             return -1;
     rec_free(st, r);
-    w->rec[li][slot] = NULL;
+    w->rec[c.li][c.slot] = NULL;
     return 0;
 }
 

@@ -216,6 +216,10 @@ struct exec_xport {
     void *impl;
 };
 
+/* acc[i] += src[i] over n floats (or doubles): the one addition both
+ * transports' collectives make, member by member in rank order. */
+void exec_sum_into(void *acc, const void *src, size_t n, int is_double);
+
 exec_xport *exec_xport_inproc_new(exec_runtime *rt);
 /* The MPI transport: one worker per rank (rank = worker id), messages on
  * a communicator of their own, collectives on others (the tensor-

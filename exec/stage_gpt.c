@@ -23,6 +23,37 @@ static int gpt_layer(const prof_model *m, int i, int L)
     return l >= 0 && l < L ? l : -1;
 }
 
+/* Sizes of a role's output and kept state for one microbatch of N tokens
+ * on one tensor-parallel rank. */
+typedef enum {
+    SZ_0, SZ_N, SZ_2N, SZ_NC, SZ_N3CL, SZ_NCL, SZ_NFL, SZ_NVL, SZ_SCORES
+} xsize;
+
+/* What each role of the GPT graph keeps and does: output and auxiliary
+ * sizes; whether its backward reads its own output, input 0, input 1; a
+ * weight-gradient part; under tensor parallelism an all-reduce of the
+ * output in F (row-parallel, vocabulary-parallel embedding) or of the
+ * input gradient in B (column-parallel). */
+static const struct xrole {
+    prof_op_role role;
+    xsize out, aux;
+    int self, in0, in1, w, ar_fwd, ar_bwd;
+} xroles[] = {
+    {PROF_ROLE_EMBED, SZ_NC, SZ_0, 0, 0, 0, 1, 1, 0},
+    {PROF_ROLE_NORM, SZ_NC, SZ_2N, 0, 1, 0, 1, 0, 0},
+    {PROF_ROLE_QKV, SZ_N3CL, SZ_0, 0, 1, 0, 1, 0, 1},
+    {PROF_ROLE_ATTN_SCORES, SZ_SCORES, SZ_0, 0, 1, 0, 0, 0, 0},
+    {PROF_ROLE_ATTN_SOFTMAX, SZ_SCORES, SZ_0, 1, 0, 0, 0, 0, 0},
+    {PROF_ROLE_ATTN_CONTEXT, SZ_NCL, SZ_0, 0, 1, 1, 0, 0, 0},
+    {PROF_ROLE_ATTN_OUT, SZ_NC, SZ_0, 0, 1, 0, 1, 1, 0},
+    {PROF_ROLE_RESIDUAL, SZ_NC, SZ_0, 0, 0, 0, 0, 0, 0},
+    {PROF_ROLE_MLP_UP, SZ_NFL, SZ_0, 0, 1, 0, 1, 0, 1},
+    {PROF_ROLE_MLP_ACT, SZ_NFL, SZ_0, 0, 1, 0, 0, 0, 0},
+    {PROF_ROLE_MLP_DOWN, SZ_NC, SZ_0, 0, 1, 0, 1, 1, 0},
+    {PROF_ROLE_LM_HEAD, SZ_NVL, SZ_0, 0, 1, 0, 1, 0, 1},
+    {PROF_ROLE_LOSS, SZ_N, SZ_NVL, 0, 0, 0, 0, 0, 0},
+};
+
 int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                     int T, int tp, exec_xop **out, util_err *e)
 {
@@ -30,84 +61,38 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
         return util_errf(e, UTIL_EXIT_USAGE,
                          "tensor parallelism %d must divide the heads (%d) "
                          "and the MLP width (%d)", tp, c->heads, c->ffn);
-    size_t N = (size_t)mbs * T, C = c->hidden, Cl = C / tp;
-    size_t NHl = c->heads / tp, Fl = c->ffn / tp;
-    size_t Vl = (size_t)exec_vocab_shard(c->vocab, tp);
+    size_t N = (size_t)mbs * T, C = c->hidden;
+    const size_t sz[] = {
+        [SZ_0] = 0, [SZ_N] = N, [SZ_2N] = 2 * N, [SZ_NC] = N * C,
+        [SZ_N3CL] = N * 3 * (C / tp), [SZ_NCL] = N * (C / tp),
+        [SZ_NFL] = N * (size_t)(c->ffn / tp),
+        [SZ_NVL] = N * (size_t)exec_vocab_shard(c->vocab, tp),
+        [SZ_SCORES] = (size_t)mbs * (size_t)(c->heads / tp) * T * T};
     exec_xop *x = util_calloc((size_t)m->n_ops, sizeof *x);
     for (int i = 0; i < m->n_ops; i++) {
         const prof_op *o = &m->ops[i];
+        const struct xrole *r = NULL;
+        for (size_t k = 0; k < sizeof xroles / sizeof *xroles; k++)
+            if (xroles[k].role == o->role) r = &xroles[k];
+        if (!r) {
+            free(x);
+            return util_errf(e, UTIL_EXIT_USAGE,
+                             "op %s (%s): the executor's kernels have no "
+                             "such op", o->name, prof_op_role_name(o->role));
+        }
         exec_xop *p = &x[i];
         p->role = o->role;
         p->layer = gpt_layer(m, i, c->layers);
         p->n_in = o->n_in > 2 ? 2 : o->n_in;
         for (int k = 0; k < p->n_in; k++) p->in[k] = o->in[k];
-        int tpx = tp > 1;
-        switch (o->role) {
-        case PROF_ROLE_EMBED:
-            p->out_n = N * C;
-            p->has_w = 1;
-            p->tp_ar_fwd = tpx;
-            break;
-        case PROF_ROLE_NORM:
-            p->out_n = N * C;
-            p->aux_n = 2 * N;
-            p->need_in[0] = p->has_w = 1;
-            break;
-        case PROF_ROLE_QKV:
-            p->out_n = N * 3 * Cl;
-            p->need_in[0] = p->has_w = 1;
-            p->tp_ar_bwd = tpx;
-            break;
-        case PROF_ROLE_ATTN_SCORES:
-            p->out_n = (size_t)mbs * NHl * T * T;
-            p->need_in[0] = 1;
-            break;
-        case PROF_ROLE_ATTN_SOFTMAX:
-            p->out_n = (size_t)mbs * NHl * T * T;
-            p->self_keep = 1;
-            break;
-        case PROF_ROLE_ATTN_CONTEXT:
-            p->out_n = N * Cl;
-            p->need_in[0] = p->need_in[1] = 1;
-            break;
-        case PROF_ROLE_ATTN_OUT:
-            p->out_n = N * C;
-            p->need_in[0] = p->has_w = 1;
-            p->tp_ar_fwd = tpx;
-            break;
-        case PROF_ROLE_RESIDUAL:
-            p->out_n = N * C;
-            break;
-        case PROF_ROLE_MLP_UP:
-            p->out_n = N * Fl;
-            p->need_in[0] = p->has_w = 1;
-            p->tp_ar_bwd = tpx;
-            break;
-        case PROF_ROLE_MLP_ACT:
-            p->out_n = N * Fl;
-            p->need_in[0] = 1;
-            break;
-        case PROF_ROLE_MLP_DOWN:
-            p->out_n = N * C;
-            p->need_in[0] = p->has_w = 1;
-            p->tp_ar_fwd = tpx;
-            break;
-        case PROF_ROLE_LM_HEAD:
-            p->out_n = N * Vl;
-            p->need_in[0] = p->has_w = 1;
-            p->tp_ar_bwd = tpx;
-            break;
-        case PROF_ROLE_LOSS:
-            p->out_n = N;
-            p->aux_n = N * Vl;
-            break;
-        default:
-            free(x);
-            return util_errf(e, UTIL_EXIT_USAGE,
-                             "op %s (%s): the executor's kernels have no "
-                             "such op",
-                             o->name, prof_op_role_name(o->role));
-        }
+        p->out_n = sz[r->out];
+        p->aux_n = sz[r->aux];
+        p->self_keep = r->self;
+        p->need_in[0] = r->in0;
+        p->need_in[1] = r->in1;
+        p->has_w = r->w;
+        p->tp_ar_fwd = tp > 1 && r->ar_fwd;
+        p->tp_ar_bwd = tp > 1 && r->ar_bwd;
     }
     *out = x;
     return 0;
@@ -395,6 +380,23 @@ static oparams op_params(const exec_worker *w, const exec_stage *st,
     return o;
 }
 
+/* The sizes one tensor-parallel rank works with (kernels.h's letters). */
+typedef struct dims {
+    int tp, B, T, N, C, Cl, NHl, Fl, Vl;
+} dims;
+
+static dims dims_of(const exec_runtime *rt)
+{
+    const exec_gpt_config *c = &rt->cfg;
+    dims d = {.tp = rt->tp, .B = rt->mbs, .T = rt->T, .C = c->hidden};
+    d.N = d.B * d.T;
+    d.Cl = d.C / d.tp;
+    d.NHl = c->heads / d.tp;
+    d.Fl = c->ffn / d.tp;
+    d.Vl = exec_vocab_shard(c->vocab, d.tp);
+    return d;
+}
+
 /* ------------------------------------------------------------- forward */
 
 static void embed_tp_forward(float *out, const int *tok, const float *wte,
@@ -463,9 +465,9 @@ int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     exec_runtime *rt = w->rt;
     const exec_xop *x = &rt->xop[op];
     const exec_gpt_config *c = &rt->cfg;
-    int tp = rt->tp, B = rt->mbs, T = rt->T, N = B * T, C = c->hidden;
-    int Cl = C / tp, NHl = c->heads / tp, Fl = c->ffn / tp;
-    int Vl = exec_vocab_shard(c->vocab, tp);
+    dims d = dims_of(rt);
+    int tp = d.tp, B = d.B, T = d.T, N = d.N, C = d.C, Cl = d.Cl,
+        NHl = d.NHl, Fl = d.Fl, Vl = d.Vl;
     int i = op - st->first;
     oparams p = op_params(w, st, st->w[r->version], op);
     float *out = newbuf(w, &r->out[i], x->out_n, 0, "an activation", e);
@@ -558,9 +560,9 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     exec_runtime *rt = w->rt;
     const exec_xop *x = &rt->xop[op];
     const exec_gpt_config *c = &rt->cfg;
-    int tp = rt->tp, B = rt->mbs, T = rt->T, N = B * T, C = c->hidden;
-    int Cl = C / tp, NHl = c->heads / tp, Fl = c->ffn / tp;
-    int Vl = exec_vocab_shard(c->vocab, tp);
+    dims d = dims_of(rt);
+    int tp = d.tp, B = d.B, T = d.T, N = d.N, C = d.C, Cl = d.Cl,
+        NHl = d.NHl, Fl = d.Fl, Vl = d.Vl;
     int i = op - st->first;
     oparams p = op_params(w, st, st->w[r->version], op);
     float *dout = exec_view_p(&r->dout[i]);

@@ -106,17 +106,7 @@ static int ip_allreduce(exec_xport *x, exec_runtime *rt, int w, int which,
     size_t es = is_double ? sizeof(double) : sizeof(float);
     void *acc = util_malloc(n * es + es);
     memcpy(acc, g->ptr[0], n * es);
-    for (int q = 1; q < g->size; q++) {
-        if (is_double) {
-            double *a = acc;
-            const double *b = g->ptr[q];
-            for (size_t i = 0; i < n; i++) a[i] += b[i];
-        } else {
-            float *a = acc;
-            const float *b = g->ptr[q];
-            for (size_t i = 0; i < n; i++) a[i] += b[i];
-        }
-    }
+    for (int q = 1; q < g->size; q++) exec_sum_into(acc, g->ptr[q], n, is_double);
     /* nobody may change its buffer before all have read it */
     int rc = barrier(g, rt);
     if (!rc) memcpy(buf, acc, n * es);

@@ -92,17 +92,8 @@ static int sum_in_order(MPI_Comm c, void *buf, size_t n, int is_double,
         return mpi_err(e, rc, "all-gather");
     }
     memcpy(buf, all, n * es);
-    for (int q = 1; q < size; q++) {
-        if (is_double) {
-            double *a = buf;
-            const double *b = (const double *)(all + (size_t)q * n * es);
-            for (size_t i = 0; i < n; i++) a[i] += b[i];
-        } else {
-            float *a = buf;
-            const float *b = (const float *)(all + (size_t)q * n * es);
-            for (size_t i = 0; i < n; i++) a[i] += b[i];
-        }
-    }
+    for (int q = 1; q < size; q++)
+        exec_sum_into(buf, all + (size_t)q * n * es, n, is_double);
     free(all);
     return 0;
 }

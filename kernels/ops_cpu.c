@@ -131,29 +131,89 @@ void kern_linear_backward(float *dinp, float *dw, float *db, const float *dout,
 
 /* ------------------------------------------------------------ attention */
 
-/* Per (b, h): S = scale Q K^T as one sgemm over the whole T x T square
- * (the masked half is computed and thrown away: at these sizes one large
- * product beats T small ones), then a causal softmax per row, then
- * O = P V. The masked entries of att are stored as exact zeros, which the
- * backward relies on. Parts take whole (b, h) pairs. */
+/* The products of one (batch, head) pair, shared by the fused op and the
+ * three-op split, so both run the same sgemm calls in the same order and
+ * give the same bits. Q, K, V of head h sit at columns h*hs of q | k | v
+ * in qkv(B,T,3C); a pair's T x T scores or probabilities at bh*T*T. */
+typedef struct head {
+    int T, hs, C, C3;
+    size_t qkv_off, out_off, sq_off; /* q of the pair; its output; T x T */
+    float scale;
+} head;
+
+static head head_of(const kargs *a, size_t bh)
+{
+    head h;
+    h.T = a->T;
+    h.C = a->C;
+    h.C3 = 3 * a->C;
+    h.hs = a->C / a->NH;
+    size_t b = bh / (size_t)a->NH, hh = bh % (size_t)a->NH;
+    h.qkv_off = b * (size_t)h.T * h.C3 + hh * h.hs;
+    h.out_off = b * (size_t)h.T * h.C + hh * h.hs;
+    h.sq_off = bh * (size_t)h.T * h.T;
+    h.scale = 1.0f / sqrtf((float)h.hs);
+    return h;
+}
+
+/* S = scale Q K^T over the whole T x T square (the masked half is computed
+ * and thrown away: at these sizes one large product beats T small ones) */
+static void head_scores(const head *h, const float *qkv, float *s)
+{
+    const float *q = qkv + h->qkv_off;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, h->T, h->T, h->hs,
+                h->scale, q, h->C3, q + h->C, h->C3, 0.0f, s, h->T);
+}
+
+/* O = P V */
+static void head_context(const head *h, const float *p, const float *qkv,
+                         float *out)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, h->T, h->hs, h->T,
+                1.0f, p, h->T, qkv + h->qkv_off + 2 * h->C, h->C3, 0.0f, out,
+                h->C);
+}
+
+/* dP = dO V^T (beta 1: added into dp), dV += P^T dO */
+static void head_context_bwd(const head *h, const float *dout, const float *p,
+                             const float *qkv, float *dp, float beta,
+                             float *dqkv)
+{
+    const float *dO = dout + h->out_off;
+    size_t v = h->qkv_off + 2 * h->C;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, h->T, h->T, h->hs,
+                1.0f, dO, h->C, qkv + v, h->C3, beta, dp, h->T);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, h->T, h->hs, h->T,
+                1.0f, p, h->T, dO, h->C, 1.0f, dqkv + v, h->C3);
+}
+
+/* dQ += scale dS K; dK += scale dS^T Q */
+static void head_scores_bwd(const head *h, const float *ds, const float *qkv,
+                            float *dqkv)
+{
+    const float *q = qkv + h->qkv_off;
+    float *dq = dqkv + h->qkv_off;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, h->T, h->hs, h->T,
+                h->scale, ds, h->T, q + h->C, h->C3, 1.0f, dq, h->C3);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, h->T, h->hs, h->T,
+                h->scale, ds, h->T, q, h->C3, 1.0f, dq + h->C, h->C3);
+}
+
+/* Per (b, h): scores, a causal softmax per row, context. The masked
+ * entries of att are stored as exact zeros, which the backward relies
+ * on. Parts take whole (b, h) pairs. */
 static void attn_fwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
     const kern_rows *rows = kern_cpu_rows();
-    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    KERN_SPLIT((size_t)a->B * a->NH, part, np, lo, hi);
     for (size_t bh = lo; bh < hi; bh++) {
-        size_t b = bh / NH, h = bh % NH;
-        const float *q = a->in + b * T * C3 + h * hs;
-        const float *k = q + C, *v = q + 2 * C;
-        float *att = a->out2 + bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale,
-                    q, C3, k, C3, 0.0f, att, T);
-        for (int t = 0; t < T; t++)
-            rows->softmax_row(att + (size_t)t * T, t + 1, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
-                    att, T, v, C3, 0.0f, a->out + b * T * C + h * hs, C);
+        head h = head_of(a, bh);
+        float *att = a->out2 + h.sq_off;
+        head_scores(&h, a->in, att);
+        for (int t = 0; t < h.T; t++)
+            rows->softmax_row(att + (size_t)t * h.T, t + 1, h.T);
+        head_context(&h, att, a->in, a->out + h.out_off);
     }
 }
 
@@ -172,28 +232,16 @@ static void attn_bwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
     const kern_rows *rows = kern_cpu_rows();
-    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    KERN_SPLIT((size_t)a->B * a->NH, part, np, lo, hi);
     for (size_t bh = lo; bh < hi; bh++) {
-        size_t b = bh / NH, h = bh % NH;
-        size_t off = b * T * C3 + h * hs;
-        const float *q = a->in2 + off, *k = q + C, *v = q + 2 * C;
-        float *dq = a->out + off, *dk = dq + C, *dv = dq + 2 * C;
-        const float *pr0 = a->in3 + bh * T * T;
-        const float *dO = a->in + b * T * C + h * hs;
-        float *ds = a->out2 + bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f,
-                    dO, C, v, C3, 0.0f, ds, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f,
-                    pr0, T, dO, C, 1.0f, dv, C3);
-        for (int t = 0; t < T; t++)
-            rows->softmax_row_backward(ds + (size_t)t * T,
-                                          pr0 + (size_t)t * T, t + 1, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale,
-                    ds, T, k, C3, 1.0f, dq, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale,
-                    ds, T, q, C3, 1.0f, dk, C3);
+        head h = head_of(a, bh);
+        const float *pr = a->in3 + h.sq_off;
+        float *ds = a->out2 + h.sq_off;
+        head_context_bwd(&h, a->in, pr, a->in2, ds, 0.0f, a->out);
+        for (int t = 0; t < h.T; t++)
+            rows->softmax_row_backward(ds + (size_t)t * h.T,
+                                       pr + (size_t)t * h.T, t + 1, h.T);
+        head_scores_bwd(&h, ds, a->in2, a->out);
     }
 }
 
@@ -206,21 +254,16 @@ void kern_attention_backward(float *dqkv, float *scratch, const float *dout,
     kern_parallel(attn_bwd_part, &a);
 }
 
-/* The three-op attention: the same sgemm calls and row kernels as the
- * fused op, in the same order, so composing them gives the same bits. The
+/* The three-op attention: the per-pair products above, one op each. The
  * backward keeps the fused op's masking argument: att is zero above the
  * diagonal, so the softmax gradient is zero there whatever datt holds. */
 static void scores_fwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
-    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    KERN_SPLIT((size_t)a->B * a->NH, part, np, lo, hi);
     for (size_t bh = lo; bh < hi; bh++) {
-        size_t b = bh / NH, h = bh % NH;
-        const float *q = a->in + b * T * C3 + h * hs;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale,
-                    q, C3, q + C, C3, 0.0f, a->out + bh * T * T, T);
+        head h = head_of(a, bh);
+        head_scores(&h, a->in, a->out + h.sq_off);
     }
 }
 
@@ -254,14 +297,10 @@ void kern_attn_softmax_forward(float *att, const float *preatt, int B, int T,
 static void context_fwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
-    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
-    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    KERN_SPLIT((size_t)a->B * a->NH, part, np, lo, hi);
     for (size_t bh = lo; bh < hi; bh++) {
-        size_t b = bh / NH, h = bh % NH;
-        const float *v = a->in2 + b * T * C3 + 2 * C + h * hs;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
-                    a->in + bh * T * T, T, v, C3, 0.0f,
-                    a->out + b * T * C + h * hs, C);
+        head h = head_of(a, bh);
+        head_context(&h, a->in + h.sq_off, a->in2, a->out + h.out_off);
     }
 }
 
@@ -276,17 +315,11 @@ void kern_attn_context_forward(float *out, const float *att, const float *qkv,
 static void context_bwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
-    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
-    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    KERN_SPLIT((size_t)a->B * a->NH, part, np, lo, hi);
     for (size_t bh = lo; bh < hi; bh++) {
-        size_t b = bh / NH, h = bh % NH;
-        size_t off = b * T * C3 + 2 * C + h * hs;
-        const float *dO = a->in + b * T * C + h * hs;
-        const float *pr = a->in2 + bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f,
-                    dO, C, a->in3 + off, C3, 1.0f, a->out + bh * T * T, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f,
-                    pr, T, dO, C, 1.0f, a->out2 + off, C3);
+        head h = head_of(a, bh);
+        head_context_bwd(&h, a->in, a->in2 + h.sq_off, a->in3,
+                         a->out + h.sq_off, 1.0f, a->out2);
     }
 }
 
@@ -324,19 +357,10 @@ void kern_attn_softmax_backward(float *dpreatt, float *datt, const float *att,
 static void scores_bwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
-    int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    KERN_SPLIT((size_t)a->B * NH, part, np, lo, hi);
+    KERN_SPLIT((size_t)a->B * a->NH, part, np, lo, hi);
     for (size_t bh = lo; bh < hi; bh++) {
-        size_t b = bh / NH, h = bh % NH;
-        size_t off = b * T * C3 + h * hs;
-        const float *q = a->in2 + off, *k = q + C;
-        float *dq = a->out + off, *dk = dq + C;
-        const float *ds = a->in + bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale,
-                    ds, T, k, C3, 1.0f, dq, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale,
-                    ds, T, q, C3, 1.0f, dk, C3);
+        head h = head_of(a, bh);
+        head_scores_bwd(&h, a->in + h.sq_off, a->in2, a->out);
     }
 }
 

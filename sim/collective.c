@@ -63,7 +63,6 @@ void sim_add_tied(sim_ir *ir, const sim_costs *c)
                     int lw = lastb[(size_t)k * N + w];
                     if (lv < 0 || lw < 0) continue; /* validate names it */
                     sim_task x = {0};
-                    x.kind = SIM_SEND;
                     x.stream = SIM_STREAM_SEND;
                     x.comm = SIM_COMM_EMB;
                     x.grad = 1;
@@ -75,16 +74,10 @@ void sim_add_tied(sim_ir *ir, const sim_costs *c)
                     x.version = -1;
                     x.lanes = lanes;
                     x.bytes = c->stage[mem[i]].tied_bytes;
-                    x.peer = -1;
-                    int sid = sim_ir_add(ir, &x);
-                    x.kind = SIM_RECV;
-                    x.stream = SIM_STREAM_RECV;
-                    x.device = ir->stage_device[w];
-                    int rid = sim_ir_add(ir, &x);
-                    ir->tasks[sid].peer = rid;
-                    ir->tasks[rid].peer = sid;
+                    int rid;
+                    int sid = sim_ir_transfer(ir, &x, ir->stage_device[w],
+                                              &rid);
                     sim_ir_dep(ir, sid, lv);
-                    sim_ir_dep(ir, rid, sid);
                     int o = opt[(size_t)k * N + w];
                     if (o >= 0) sim_ir_dep(ir, o, rid);
                     /* and the sender's update waits until its gradient
@@ -94,32 +87,7 @@ void sim_add_tied(sim_ir *ir, const sim_costs *c)
                     anchor[na] = lv, task[na++] = sid;
                     anchor[na] = lw, task[na++] = rid;
                 }
-    /* rebuild the lists with each new task after its anchor, in creation
-     * order */
-    int *first = util_malloc(sizeof(int) * (size_t)(n0 + 1));
-    int *next = util_malloc(sizeof(int) * (size_t)(na + 1));
-    for (int i = 0; i < n0; i++) first[i] = -1;
-    for (int q = na - 1; q >= 0; q--) {
-        next[q] = first[anchor[q]];
-        first[anchor[q]] = q;
-    }
-    for (int d = 0; d < ir->n_devices; d++) {
-        int len = ir->dlen[d];
-        int32_t *out = util_malloc(sizeof(int32_t) * (size_t)(len + 1));
-        int o = 0;
-        for (int j = 0; j < len; j++) {
-            int id = ir->dlist[d][j];
-            if (id >= n0) continue;
-            out[o++] = id;
-            for (int q = first[id]; q >= 0; q = next[q]) out[o++] = task[q];
-        }
-        UTIL_NEVER(o != len);
-        free(ir->dlist[d]);
-        ir->dlist[d] = out;
-        ir->dcap[d] = len + 1;
-    }
-    free(first);
-    free(next);
+    sim_ir_place_after(ir, n0, anchor, task, na);
     free(anchor);
     free(task);
     free(lastb);
@@ -198,7 +166,6 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                 for (int r = 0; r < Rs; r++) {
                     int v = r * S + s, w = ((r + 1) % Rs) * S + s;
                     sim_task x = {0};
-                    x.kind = SIM_SEND;
                     x.stream = SIM_STREAM_COLL;
                     x.comm = SIM_COMM_DP;
                     x.grad = 1;
@@ -210,15 +177,9 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                     x.version = -1;
                     x.lanes = lanes;
                     x.bytes = bytes;
-                    x.peer = -1;
-                    int sid = sim_ir_add(ir, &x);
-                    x.kind = SIM_RECV;
-                    x.stream = SIM_STREAM_RECV;
-                    x.device = ir->stage_device[w];
-                    int rid = sim_ir_add(ir, &x);
-                    ir->tasks[sid].peer = rid;
-                    ir->tasks[rid].peer = sid;
-                    sim_ir_dep(ir, rid, sid);
+                    int rid;
+                    int sid = sim_ir_transfer(ir, &x, ir->stage_device[w],
+                                              &rid);
                     /* a member forwards what it received (reduced) */
                     int dep = st ? prev[r] : lastb[(size_t)k * N + v];
                     if (dep >= 0) sim_ir_dep(ir, sid, dep);

@@ -165,6 +165,54 @@ void sim_ir_finish(sim_ir *ir)
     ir->finished = 1;
 }
 
+void sim_ir_place_after(sim_ir *ir, int n0, const int *anchor,
+                        const int *task, int n)
+{
+    int *first = util_malloc(sizeof(int) * (size_t)(n0 + 1));
+    int *next = util_malloc(sizeof(int) * (size_t)(n + 1));
+    for (int i = 0; i < n0; i++) first[i] = -1;
+    /* linked lists in the order given: build them backwards */
+    for (int q = n - 1; q >= 0; q--) {
+        UTIL_NEVER(anchor[q] < 0 || anchor[q] >= n0);
+        next[q] = first[anchor[q]];
+        first[anchor[q]] = q;
+    }
+    for (int d = 0; d < ir->n_devices; d++) {
+        int len = ir->dlen[d];
+        int32_t *out = util_malloc(sizeof(int32_t) * (size_t)(len + 1));
+        int o = 0;
+        for (int j = 0; j < len; j++) {
+            int id = ir->dlist[d][j];
+            if (id >= n0) continue;
+            out[o++] = id;
+            for (int q = first[id]; q >= 0; q = next[q]) out[o++] = task[q];
+        }
+        UTIL_NEVER(o != len);
+        free(ir->dlist[d]);
+        ir->dlist[d] = out;
+        ir->dcap[d] = len + 1;
+    }
+    free(first);
+    free(next);
+}
+
+int sim_ir_transfer(sim_ir *ir, const sim_task *send, int device2, int *rid)
+{
+    sim_task x = *send;
+    x.kind = SIM_SEND;
+    x.peer = -1;
+    int sid = sim_ir_add(ir, &x);
+    x.kind = SIM_RECV;
+    x.stream = SIM_STREAM_RECV;
+    x.device = device2;
+    int r = sim_ir_add(ir, &x);
+    ir->tasks[sid].peer = r;
+    ir->tasks[r].peer = sid;
+    sim_ir_dep(ir, r, sid);
+    *rid = r;
+    return sid;
+}
+
 char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n)
 {
     const sim_task *t = &ir->tasks[id];

@@ -120,6 +120,16 @@ void sim_ir_finish(sim_ir *ir);
  * stage's device, compute stream; mb = -1 for OPT. Returns its id. */
 int sim_ir_compute(sim_ir *ir, sim_kind k, int stage, int mb, int minibatch,
                    int version);
+/* Moves tasks appended since task n0 (ids >= n0) to just after their
+ * anchors in their devices' lists: task[q] after anchor[q], those with
+ * one anchor in the order given; anchor[q] is a task id < n0 on the
+ * same device. Every task >= n0 must have one. */
+void sim_ir_place_after(sim_ir *ir, int n0, const int *anchor,
+                        const int *task, int n);
+/* Appends a send on `device` and its receive on `device2` (stream of the
+ * send as given, receive on SIM_STREAM_RECV), peers of each other, the
+ * receive after the send; *rid gets the receive. Returns the send. */
+int sim_ir_transfer(sim_ir *ir, const sim_task *send, int device2, int *rid);
 /* Human name of a task: "dev 2 F stage 3 mb 5" (buf returned). */
 char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n);
 

@@ -232,21 +232,14 @@ void sim_add_async_updates(sim_ir *ir)
     }
     /* place each OPT right after the backward that completed its
      * minibatch on that stage */
-    for (int d = 0; d < ir->n_devices; d++) {
-        int len = ir->dlen[d];
-        int32_t *out = util_malloc(sizeof(int32_t) * (size_t)(len + 1));
-        int o = 0;
-        for (int j = 0; j < len; j++) {
-            int id = ir->dlist[d][j];
-            if (id >= n0) continue;
-            out[o++] = id;
-            if (opt_after[id] >= 0) out[o++] = opt_after[id];
-        }
-        UTIL_NEVER(o != len);
-        free(ir->dlist[d]);
-        ir->dlist[d] = out;
-        ir->dcap[d] = len + 1;
-    }
+    int na = 0;
+    int *anchor = util_malloc(sizeof(int) * (size_t)(n0 + 1));
+    int *task = util_malloc(sizeof(int) * (size_t)(n0 + 1));
+    for (int i = 0; i < n0; i++)
+        if (opt_after[i] >= 0) anchor[na] = i, task[na++] = opt_after[i];
+    sim_ir_place_after(ir, n0, anchor, task, na);
+    free(anchor);
+    free(task);
     free(ver);
     free(nopt);
     free(nback);

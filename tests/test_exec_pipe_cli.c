@@ -304,6 +304,19 @@ Test(exec_cli_pipe, mpi_failures_stop_every_rank)
     test_rm_rf(dir);
 }
 
+/* Waits until the file at path holds what (60 s at most). */
+static void wait_for(const char *path, const char *what)
+{
+    double t0 = seconds();
+    for (;;) {
+        char *o = slurp(path);
+        int ready = o && strstr(o, what);
+        free(o);
+        if (ready || seconds() - t0 > 60) break;
+        usleep(20000);
+    }
+}
+
 /* Ctrl-C: the step in progress ends, the checkpoint is saved, exit 1 with
  * how to continue; --resume continues from there. */
 Test(exec_cli_pipe, ctrl_c_saves_at_the_end_of_the_step)
@@ -329,14 +342,7 @@ Test(exec_cli_pipe, ctrl_c_saves_at_the_end_of_the_step)
               ck, (char *)NULL);
         _exit(127);
     }
-    double t0 = seconds();
-    for (;;) {
-        char *o = slurp(out);
-        int ready = o && strstr(o, "step     2/");
-        free(o);
-        if (ready || seconds() - t0 > 60) break;
-        usleep(20000);
-    }
+    wait_for(out, "step     2/");
     kill(pid, SIGINT);
     int st = 0;
     waitpid(pid, &st, 0);
@@ -440,14 +446,7 @@ Test(exec_cli_pipe, mpi_stops_cleanly_on_sigusr1)
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    double t0 = seconds();
-    for (;;) {
-        char *o = slurp(out);
-        int ready = o && strstr(o, "step     2/");
-        free(o);
-        if (ready || seconds() - t0 > 60) break;
-        usleep(20000);
-    }
+    wait_for(out, "step     2/");
     kill(pid, SIGUSR1);
     int st = 0;
     waitpid(pid, &st, 0);
