@@ -286,6 +286,9 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                                                             ? ro->plan_path
                                                             : ""));
         json_object_set_new(j, "transport", json_string(r->xport));
+        json_object_set_new(j, "devices_are_cpu_cores", json_boolean(
+                                prof_topo_gpu(r->topo, 0)->form ==
+                                PROF_FORM_CPU));
         json_object_set_new(j, "workers", json_integer(r->n_workers));
         json_object_set_new(j, "iteration_time_min_s",
                             json_real(m.iter_min * 1e-9));
@@ -325,6 +328,10 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
             it > 0 ? samples * r->T / it : 0);
     fprintf(f, "  runtime overhead %9.2f%%   of a step (a worker's time not "
             "in kernels, copies or waits)\n", 100 * ovh);
+    if (prof_topo_gpu(r->topo, 0)->form != PROF_FORM_CPU)
+        fprintf(f, "  note: the plan is for %s; the run was on this machine's "
+                "cores, so the simulated figures are for other hardware\n",
+                r->topo->name);
     util_table *tb = util_table_new(9);
     const char *hd[] = {"dev", "compute ms", "comm ms", "bubble ms",
                         "optim ms", "peak mem", "sim compute", "sim bubble",
