@@ -2,7 +2,8 @@
 # sanitizer pass), header dependencies via -MMD -MP, quiet unless V=1.
 # Every module folder's *.c goes into libsluice.a; cli/main.c is the binary;
 # tests/test_*.c form one Criterion binary; tests/bench/bench_*.c are
-# benchmark programs run by `make bench`.
+# benchmark programs run by `make bench`; tests/fuzz/ holds the fuzz
+# targets, replayed by `make test` and run by `make fuzz` (clang).
 
 CC      ?= cc
 BUILD   ?= build
@@ -38,6 +39,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 CU_SRC  := $(sort $(wildcard kernels/*.cu exec/*.cu))
+FUZZ_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
 
 ifeq ($(V),1)
 Q :=
@@ -45,7 +47,8 @@ else
 Q := @
 endif
 
-.PHONY: all test test-plain test-asan bench cuda run clean features validate
+.PHONY: all test test-plain test-asan bench cuda run clean features validate \
+        fuzz fuzz-build fuzz-merge
 
 all: $(BINDIR)/sluice
 
@@ -79,6 +82,12 @@ $(BUILD)/tests/run_tests: $(TEST_OBJ) $(BUILD)/libsluice.a
 	@$(if $(Q),echo "  LD    $@")
 	$(Q)$(CC) $(LDFLAGS) $^ $(TESTLIBS) $(LIBS) -o $@
 
+# Fuzz inputs replayed through the fuzz targets, built like the rest.
+$(BUILD)/tests/fuzz_replay: $(BUILD)/tests/fuzz/replay.o $(FUZZ_OBJ) \
+                            $(BUILD)/libsluice.a
+	@$(if $(Q),echo "  LD    $@")
+	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -o $@
+
 $(BUILD)/bench/%: tests/bench/%.c $(BUILD)/libsluice.a
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $<")
@@ -89,17 +98,20 @@ $(BUILD)/bench/%: tests/bench/%.c $(BUILD)/libsluice.a
 # an int): asked for by name. Tests find the binary through SLUICE_BIN.
 test: test-plain test-asan
 
-test-plain: $(BINDIR)/sluice $(BUILD)/tests/run_tests
+test-plain: $(BINDIR)/sluice $(BUILD)/tests/run_tests $(BUILD)/tests/fuzz_replay
 	@echo "== tests (-O2)"
 	$(Q)SLUICE_BIN=$(BINDIR)/sluice $(BUILD)/tests/run_tests --jobs 2
+	$(Q)$(BUILD)/tests/fuzz_replay tests/fuzz
 
 test-asan:
 	@echo "== tests (AddressSanitizer + UBSan)"
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan BINDIR=build-asan/bin OPT=-O1 \
 	    SAN="-fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined,float-cast-overflow -fno-omit-frame-pointer" \
-	    build-asan/bin/sluice build-asan/tests/run_tests
+	    build-asan/bin/sluice build-asan/tests/run_tests build-asan/tests/fuzz_replay
 	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	    SLUICE_BIN=build-asan/bin/sluice build-asan/tests/run_tests --jobs 2
+	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	    build-asan/tests/fuzz_replay tests/fuzz
 
 bench: $(BINDIR)/sluice $(BENCH_BIN)
 	$(Q)for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
@@ -132,6 +144,80 @@ else
 	else echo "cuda: no CUDA sources yet"; fi
 endif
 
+# Fuzzing (tests/fuzz/README.md): one libFuzzer binary per target under
+# build-fuzz/fuzz/, each run FUZZ_S seconds on its committed corpus;
+# new inputs go to build-fuzz/corpus/<target>/ (`make fuzz-merge` folds
+# them into tests/fuzz/corpus/, minimised), crashes to
+# tests/fuzz/crashes/<target>/.
+FUZZ_CC ?= clang
+FUZZ_S ?= 10
+FUZZ_TARGETS ?= gpus hw model plan schedcsv ckpt cli_profile cli_sim \
+                cli_plan cli_validate
+FUZZ_FLAGS ?= -timeout=10 -rss_limit_mb=2048
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+            -fno-omit-frame-pointer
+# clang knows no -Wformat-truncation and warns of the string literal split
+# over lines in planner/cmd_plan.c's table header, which gcc accepts.
+FUZZ_WARN := -Wno-unknown-warning-option -Wno-string-concatenation
+
+# libFuzzer's entry, one object per target.
+.PRECIOUS: $(BUILD)/tests/fuzz/main_%.o
+$(BUILD)/tests/fuzz/main_%.o: tests/fuzz/libfuzzer.c
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -DFUZZ_FN=fuzz_$* -c $< -o $@
+
+$(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/main_%.o $(FUZZ_OBJ) $(BUILD)/libsluice.a
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD    $@")
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer $^ $(LIBS) -o $@
+
+fuzz-build:
+	@command -v $(FUZZ_CC) >/dev/null 2>&1 || { echo "make fuzz: $(FUZZ_CC)" \
+	    "not found; install it: apt-get install clang" >&2; exit 1; }
+	@mkdir -p build-fuzz
+	@printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n)\n{ return d[0] & (int)n & 0; }\n' \
+	    > build-fuzz/check.c
+	@$(FUZZ_CC) -fsanitize=fuzzer build-fuzz/check.c -o build-fuzz/check \
+	    >/dev/null 2>&1 || { echo "make fuzz: $(FUZZ_CC) has no libFuzzer" \
+	    "runtime; install it: apt-get install libclang-rt-$$($(FUZZ_CC) \
+	    -dumpversion | cut -d. -f1)-dev" >&2; exit 1; }
+	$(Q)$(MAKE) -s --no-print-directory BUILD=build-fuzz BINDIR=build-fuzz/bin \
+	    CC=$(FUZZ_CC) OPT=-O1 SAN="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" \
+	    EXTRA_CFLAGS="$(FUZZ_WARN)" \
+	    $(FUZZ_TARGETS:%=build-fuzz/fuzz/%)
+
+fuzz: fuzz-build
+	$(Q)failed=""; for t in $(FUZZ_TARGETS); do \
+	    echo "== fuzz $$t ($(FUZZ_S) s)"; \
+	    mkdir -p build-fuzz/corpus/$$t tests/fuzz/crashes/$$t; \
+	    nice -n 10 build-fuzz/fuzz/$$t -max_total_time=$(FUZZ_S) \
+	        -print_final_stats=1 $(FUZZ_FLAGS) \
+	        -artifact_prefix=$(CURDIR)/tests/fuzz/crashes/$$t/ \
+	        $(CURDIR)/build-fuzz/corpus/$$t $(CURDIR)/tests/fuzz/corpus/$$t \
+	        2>build-fuzz/$$t.log || failed="$$failed $$t"; \
+	    grep -E '^stat::(number_of_executed_units|new_units_added|peak_rss_mb)' \
+	        build-fuzz/$$t.log | tr '\n' ' '; echo; \
+	done; \
+	if [ -n "$$failed" ]; then \
+	    echo "make fuzz: crashed:$$failed (logs: build-fuzz/<target>.log;" \
+	        "inputs: tests/fuzz/crashes/<target>/)" >&2; exit 1; fi
+
+# Folds new inputs (build-fuzz/*/<target>/: corpora grown by `make fuzz`,
+# seeds from tests/fuzz/seeds.sh) into the committed corpora, keeping the
+# fewest inputs that reach every edge all of them reach (edges, not hit
+# counts: a corpus a third the size).
+fuzz-merge: fuzz-build
+	$(Q)for t in $(FUZZ_TARGETS); do \
+	    rm -rf build-fuzz/merged && mkdir -p build-fuzz/merged tests/fuzz/corpus/$$t; \
+	    nice -n 10 build-fuzz/fuzz/$$t -merge=1 -use_counters=0 $(FUZZ_FLAGS) \
+	        $(CURDIR)/build-fuzz/merged $(CURDIR)/tests/fuzz/corpus/$$t \
+	        $$(ls -d $(CURDIR)/build-fuzz/*/$$t/ 2>/dev/null) \
+	        2>build-fuzz/$$t.merge.log || exit 1; \
+	    rm -rf tests/fuzz/corpus/$$t && cp -r build-fuzz/merged tests/fuzz/corpus/$$t; \
+	    echo "$$t: $$(ls tests/fuzz/corpus/$$t | wc -l) inputs," \
+	        "$$(($$(cat tests/fuzz/corpus/$$t/* | wc -c) / 1024)) KiB"; \
+	done
+
 features:
 	@printf 'CUDA   %s\n' "$(if $(NVCC),found ($(NVCC)),not found)"
 	@printf 'MPI    %s\n' "$(if $(MPI_LIBS),found (OpenMPI),not found (install libopenmpi-dev))"
@@ -139,6 +225,8 @@ features:
 	@printf 'gnuplot %s\n' "$$(command -v gnuplot >/dev/null && echo found || echo 'not found (plots disabled)')"
 
 clean:
-	rm -rf build build-asan bin
+	rm -rf build build-asan build-fuzz bin
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/cli/main.d
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/cli/main.d \
+         $(FUZZ_OBJ:.o=.d) $(BUILD)/tests/fuzz/replay.d \
+         $(wildcard $(BUILD)/tests/fuzz/main_*.d)

@@ -162,7 +162,7 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
             fprintf(f, " %d", r->max_versions[s]);
         fprintf(f, "\n");
     }
-    if (r->oom && ir) {
+    if (r->oom && ir && r->oom_task >= 0) {
         char b[128];
         fprintf(f, "\nOOM: %s would exceed device memory at %s\n",
                 sim_task_str(ir, r->oom_task, b, sizeof b),
