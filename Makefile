@@ -152,7 +152,7 @@ endif
 FUZZ_CC ?= clang
 FUZZ_S ?= 10
 FUZZ_TARGETS ?= gpus hw model plan schedcsv ckpt cli_profile cli_sim \
-                cli_plan cli_validate
+                cli_plan cli_validate cli_exec
 FUZZ_FLAGS ?= -timeout=10 -rss_limit_mb=2048
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
             -fno-omit-frame-pointer

@@ -36,6 +36,7 @@ int fuzz_cli_profile(const uint8_t *data, size_t size);
 int fuzz_cli_sim(const uint8_t *data, size_t size);
 int fuzz_cli_plan(const uint8_t *data, size_t size);
 int fuzz_cli_validate(const uint8_t *data, size_t size);
+int fuzz_cli_exec(const uint8_t *data, size_t size);
 
 /* ---- the scratch folder (fuzz_common.c) ---- */
 

@@ -1,5 +1,5 @@
-/* Command-line targets: `sluice profile`, `sim`, `plan` and `validate` run
- * in the scratch folder on a fuzzed command line. An input is the
+/* Command-line targets: `sluice profile`, `sim`, `plan`, `validate` and
+ * `exec` run in the scratch folder on a fuzzed command line. An input is the
  * arguments, one per line, up to the first NUL byte; each later
  * NUL-separated part is a file, in1, in2, in3, that the arguments may name
  * (a model spec, a server, a plan, a schedule CSV, a validation table).
@@ -23,6 +23,7 @@
 int prof_cmd_main(int argc, char **argv);
 int plan_cmd_main(int argc, char **argv);
 int plan_validate_main(int argc, char **argv);
+int exec_cmd_main(int argc, char **argv);
 
 #define CLI_MAX_SIZE (16 * 1024)
 #define CLI_MAX_ARGS 32
@@ -133,6 +134,28 @@ static int cli_split(const uint8_t *data, size_t size, const char *cmd,
     return 0;
 }
 
+/* exec trains: steps asked for (the default, 50, takes seconds), a
+ * plan's global batch of at most 16 sequences, and no MPI (a process
+ * initialises it once). */
+static int skip_exec(const cli_input *c)
+{
+    int steps = 0;
+    for (int i = 1; i < c->argc; i++) {
+        const char *a = c->argv[i], *v = i + 1 < c->argc ? c->argv[i + 1] : "";
+        if (!strcmp(a, "--steps")) steps = 1;
+        if (!strcmp(a, "--transport") && !strcmp(v, "mpi")) return 1;
+        if (!strcmp(a, "--plan")) {
+            util_err e;
+            sim_plan p;
+            int big = !sim_plan_load(v, &p, &e) &&
+                      (long)p.mbs * p.n_mb * (p.dp > 1 ? p.dp : 1) > 16;
+            sim_plan_free(&p);
+            if (big) return 1;
+        }
+    }
+    return !steps;
+}
+
 /* A subcommand, its entry point and limits; skip refuses arguments. */
 typedef struct cli_cmd {
     const char *name;
@@ -150,6 +173,8 @@ static const cli_cmd cli_plan = {"plan", plan_cmd_main, {16, 8, 16},
                                  NULL};
 static const cli_cmd cli_validate = {"validate", plan_validate_main,
                                      {16, 16, 16}, NULL};
+static const cli_cmd cli_exec = {"exec", exec_cmd_main, {4, 4, 4},
+                                 skip_exec};
 
 static int run_cli(const uint8_t *data, size_t size, const cli_cmd *cmd)
 {
@@ -174,3 +199,4 @@ FUZZ_CLI(cli_profile)
 FUZZ_CLI(cli_sim)
 FUZZ_CLI(cli_plan)
 FUZZ_CLI(cli_validate)
+FUZZ_CLI(cli_exec)

@@ -24,6 +24,7 @@ const fuzz_target fuzz_targets[] = {
     {"cli_sim", fuzz_cli_sim},
     {"cli_plan", fuzz_cli_plan},
     {"cli_validate", fuzz_cli_validate},
+    {"cli_exec", fuzz_cli_exec},
     {NULL, NULL},
 };
 

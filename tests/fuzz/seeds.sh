@@ -9,7 +9,7 @@ set -eu
 out=${1:?usage: seeds.sh OUT}
 sluice=${SLUICE_BIN:-bin/sluice}
 for t in gpus hw model plan schedcsv ckpt cli_profile cli_sim cli_plan \
-         cli_validate; do
+         cli_validate cli_exec; do
     mkdir -p "$out/$t"
 done
 tmp=$(mktemp -d)
@@ -32,7 +32,7 @@ plan() { # plan FILE-NAME sluice-plan-args...
         >/dev/null
 }
 plan t5 --model t5-3b
-plan gpt2-2bw --model gpt2-xl --schedule 2bw --pp 4
+plan gpt2-2bw --model gpt2-xl --schedule 2bw --pp 8
 plan mini-wave --model gpt-mini --schedule wave
 plan tiny-dp --model gpt-tiny --dp 2 --tp 2 --recompute
 for s in gpipe 1f1b mixed mixed-1f1b mixed-gpipe wave interleaved zb-h1 \
@@ -168,4 +168,24 @@ cli cli_validate help --help
 f1=$tmp/table.csv
 cli cli_validate table in1
 cli cli_validate table-json --json in1
+f1=
+
+"$sluice" plan --hw cpu x2 --model gpt-tiny --batch 4 --no-progress \
+    --schedule 1f1b --out "$tmp/exec-1f1b.json" >/dev/null
+"$sluice" plan --hw cpu x2 --model gpt-tiny --batch 4 --no-progress \
+    --schedule 2bw --out "$tmp/exec-2bw.json" >/dev/null
+cli cli_exec help --help
+cli cli_exec tiny --model gpt-tiny --steps 2 --batch 2 --seq 4 \
+    --eval-batches 1 --quiet
+cli cli_exec tiny-json --model gpt-tiny --steps 1 --batch 2 --seq 4 --json \
+    --save ck --timings t.json
+cli cli_exec typo --modle gpt-tiny --steps 1
+cli cli_exec both --model gpt-tiny --plan x.json --steps 1
+f1=$tmp/exec-1f1b.json
+cli cli_exec plan --plan in1 --steps 2 --quiet
+cli cli_exec plan-json --plan in1 --steps 1 --json --trace t.json --warm 0
+cli cli_exec plan-budget --plan in1 --steps 1 --mem-budget 1M
+cli cli_exec plan-batch --plan in1 --steps 1 --batch 2
+f1=$tmp/exec-2bw.json
+cli cli_exec plan-async --plan in1 --steps 3 --quiet --save ck
 f1=
