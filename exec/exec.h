@@ -262,6 +262,9 @@ typedef struct exec_train_result {
  * over `warmup` steps, then cosine decay to lr/10 at step `steps`-1. */
 float exec_lr_at(float peak, int warmup, int steps, int s);
 
+/* This machine's physical memory, bytes (0 when unknown). */
+double exec_host_mem_bytes(void);
+
 /* Defaults for everything but model, cfg and data. */
 void exec_train_defaults(exec_train_opts *o);
 /* Trains; prints a line per step unless quiet, and a summary. */

@@ -264,6 +264,19 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
      * steps left) */
     exec_tensor tt[EXEC_P_COUNT];
     size_t P = exec_gpt_param_table(&cfg, tt);
+    /* the whole state at the start and end (weights, AdamW m and v) and
+     * every device's stages (weights, gradients, m, v): refused up front
+     * when the machine cannot hold it, whatever the budget says */
+    double need = 12.0 * (double)P + 16.0 * (double)P * (p->dp > 1 ? p->dp : 1);
+    double host = exec_host_mem_bytes();
+    if (host > 0 && need > host) {
+        char a[32], b[32];
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: %s does not fit this "
+                         "machine: its state needs %s (whole, and its "
+                         "devices' parts), the machine has %s of memory",
+                         where, p->model, util_fmt_bytes(need, a, sizeof a),
+                         util_fmt_bytes(host, b, sizeof b));
+    }
     float *full = util_malloc(sizeof(float) * (P + 1));
     float *am = util_calloc(P + 1, sizeof(float));
     float *av = util_calloc(P + 1, sizeof(float));

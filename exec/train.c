@@ -63,7 +63,7 @@ static float eval_loss(exec_gpt *m, const exec_corpus *c, uint64_t seed,
     return n ? (float)(s / n) : NAN;
 }
 
-static double phys_mem_bytes(void)
+double exec_host_mem_bytes(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), sz = sysconf(_SC_PAGESIZE);
     return pages > 0 && sz > 0 ? (double)pages * sz : 0;
@@ -128,8 +128,19 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
                          "tokens of the text",
                          o->model, cfg.vocab);
     exec_gpt_mem need = exec_gpt_mem_need(&cfg, B, T);
-    double budget = o->mem_budget_bytes > 0 ? o->mem_budget_bytes
-                                            : phys_mem_bytes();
+    double host = exec_host_mem_bytes();
+    if (host > 0 && need.total_bytes > host) {
+        /* whatever --mem-budget says: memory the machine does not have
+         * is not there to allocate */
+        char a[32], b[32];
+        return util_errf(
+            e, UTIL_EXIT_USAGE,
+            "%s does not fit this machine: training it with batch %d x %d "
+            "tokens needs %s, the machine has %s of memory",
+            o->model, B, T, util_fmt_bytes(need.total_bytes, a, sizeof a),
+            util_fmt_bytes(host, b, sizeof b));
+    }
+    double budget = o->mem_budget_bytes > 0 ? o->mem_budget_bytes : host;
     if (budget > 0 && need.total_bytes > budget) {
         char a[32], b[32], c[32], d[32], p[32];
         return util_errf(

@@ -459,3 +459,25 @@ Test(exec_cli_pipe, mpi_stops_cleanly_on_sigusr1)
     free(bin);
     test_rm_rf(dir);
 }
+
+/* A budget larger than the machine gives no memory the machine does not
+ * have: a model whose state cannot fit is refused up front with the
+ * estimate (it used to abort allocating). */
+Test(exec_cli_pipe, models_the_machine_cannot_hold_are_refused)
+{
+    cli_result r = cli_run("exec --model gpt3-175b --mem-budget 1000T "
+                           "--steps 1 --batch 1 --seq 64");
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "does not fit this machine") &&
+              strstr(r.err, "TiB"), "%s", r.err);
+    cli_result_free(&r);
+    char *dir = test_tmpdir();
+    make_plan(dir, "big.json", "--hw cpu x2 --model gpt3-175b --schedule 1f1b "
+              "--pp 2 --mbs 1 --microbatches 1");
+    r = cli_run("exec --plan %s/big.json --mem-budget 1000T --steps 1", dir);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "big.json: gpt3-175b does not fit this "
+                     "machine"), "%s", r.err);
+    cli_result_free(&r);
+    test_rm_rf(dir);
+}
