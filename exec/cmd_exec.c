@@ -243,6 +243,14 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                          "sluice exec: --model or --plan is required (e.g. "
                          "--model gpt-tiny, or --plan plan.json from sluice "
                          "plan --out)");
+    /* paths the JSON document names must be text JSON can hold */
+    if (o->json) {
+        const char *what[] = {"--model", "--plan", "--data", "--save"};
+        const char *path[] = {c->model, c->plan, o->data, o->save};
+        for (int i = 0; i < 4; i++)
+            if (path[i] && util_utf8_check(what[i], path[i], e))
+                return util_err_prefix(e, "sluice exec");
+    }
     return 0;
 }
 

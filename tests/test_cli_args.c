@@ -233,6 +233,24 @@ Test(cli_args, paths_that_are_not_utf8)
     cr_assert(strstr(r.err, "--model '") && strstr(r.err, "not valid UTF-8"),
               "%s", r.err);
     cli_result_free(&r);
+    /* exec's JSON report names the model and the save file */
+    const char *exec_json[] = {"exec", "--model", model, "--steps", "1",
+                               "--json", NULL};
+    r = cli_runv(NULL, exec_json);
+    cr_assert_eq(r.code, 2, "%s", r.err);
+    cr_assert(strstr(r.err, "--model '") && strstr(r.err, "not valid UTF-8"),
+              "%s", r.err);
+    cli_result_free(&r);
+    char save[600];
+    snprintf(save, sizeof save, "%s/ckpt\xE9", d);
+    const char *exec_save[] = {"exec", "--model",
+                               "tests/data/exec/gpt-pico.json", "--steps", "1",
+                               "--save", save, "--json", NULL};
+    r = cli_runv(NULL, exec_save);
+    cr_assert_eq(r.code, 2, "%s", r.err);
+    cr_assert(strstr(r.err, "--save '"), "%s", r.err);
+    cr_assert_neq(access(save, F_OK), 0, "a checkpoint was written");
+    cli_result_free(&r);
     /* a Hugging Face config named by its folder */
     snprintf(dirp, sizeof dirp, "%s/gpt\xFF" "2", d);
     cr_assert_eq(mkdir(dirp, 0755), 0);
