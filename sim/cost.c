@@ -465,9 +465,12 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     c->tokens_per_sample = m->spec.seq_len + m->spec.dec_seq_len;
     c->model_flops_per_sample = prof_model_train_flops(m, 0);
     int pipes = o && o->pipes > 1 ? o->pipes : 1;
-    int *shift = o && o->fold && dpw > 1 && pipes == 1
+    int *shift = o && o->fold && dpw > 1
                ? prof_topo_shift_map(t, n_devices * tpw, dpw) : NULL;
     if (shift) {
+        /* Chimera's two pipelines share the replica's devices: both are
+         * simulated, their replicas folded */
+        sim_costs_replicate(c, 1, pipes);
         c->fold = dpw;
         c->dp = dpw;
         fold_orbits(c, t, shift);

@@ -72,6 +72,10 @@ typedef struct sim_task {
     int32_t lanes;      /* transfers: parallel flows, one per tensor-parallel
                          * rank (GPU j of the sender's group to GPU j of the
                          * receiver's), each bytes/lanes; 0 or 1: one */
+    int32_t steps;      /* transfers: the transfer repeated back to back,
+                         * the route's latency between repeats (a folded
+                         * ring all-reduce, sim_add_allreduce); 0 or 1:
+                         * once */
     double bytes;       /* transfers, swaps, all-reduce (all lanes) */
     int32_t dep_off, n_dep; /* into sim_ir.deps (valid after finish) */
 } sim_task;

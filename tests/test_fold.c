@@ -15,6 +15,8 @@ typedef struct run {
     sim_dev_stats dev[64];
     int max_inflight[64];
     double ring_step_bytes; /* the largest all-reduce step's buffer */
+    int ring_sends;         /* all-reduce send tasks */
+    int minibatches;
 } run;
 
 /* Simulates a plan of schedule s: pp devices, v stages per device (even
@@ -61,6 +63,10 @@ static void simulate(const prof_model *m, const prof_topo *t, sim_sched s,
     for (int st = 0; st < c->n_stages; st++)
         if (c->stage[st].grad_bytes / dp > out->ring_step_bytes)
             out->ring_step_bytes = c->stage[st].grad_bytes / dp;
+    out->minibatches = ir->n_minibatches;
+    for (int i = 0; i < ir->n_tasks; i++)
+        out->ring_sends += ir->tasks[i].kind == SIM_SEND &&
+                           ir->tasks[i].comm == SIM_COMM_DP;
     sim_engine_free(en);
     sim_ir_free(ir);
     sim_costs_free(c);
@@ -111,6 +117,14 @@ static void check_pair(const prof_model *m, const prof_topo *t, sim_sched s,
     cr_expect_eq(a.n_devices, pp * dp, "%s", what);
     cr_expect_eq(b.n_devices, pp * dp / want, "%s", what);
     expect_same(&a, &b, pp, pp * v, what);
+    /* every member of every stage's ring, each minibatch: 2(R-1) steps
+     * explicit; folded with one member, the steps are one repeated send */
+    int pipes = sim_sched_pipes(s), R = dp * pipes, K = a.minibatches;
+    cr_expect_eq(a.ring_sends, K * pp * v * R * 2 * (R - 1), "%s: %d sends",
+                 what, a.ring_sends);
+    cr_expect_eq(b.ring_sends,
+                 K * pp * v * (pipes == 1 ? 1 : pipes * 2 * (R - 1)),
+                 "%s: %d sends folded", what, b.ring_sends);
 }
 
 Test(fold, one_replica_stands_for_all)
@@ -129,6 +143,8 @@ Test(fold, one_replica_stands_for_all)
         {SIM_SCHED_WAVE, 2, 2, 4, 4, 4},
         {SIM_SCHED_DUALPIPEV, 4, 2, 4, 2, 8},
         {SIM_SCHED_1F1B, 1, 1, 4, 8, 4},
+        {SIM_SCHED_CHIMERA, 4, 1, 4, 2, 8},
+        {SIM_SCHED_CHIMERA, 2, 1, 2, 8, 4},
     };
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++)
         check_pair(m, t, cs[i].s, cs[i].pp, cs[i].v, cs[i].dp, cs[i].tp,
