@@ -48,9 +48,16 @@ typedef struct prof_topo_x {
     unsigned *seen, *want;        /* search scratch, by stamp */
     unsigned stamp;
     int *par, *queue, *path;
+    /* link orbits under shifts of whole servers, one entry per (stride,
+     * count) asked (topo_symmetry.c); under mu */
+    struct prof_orbits *orbits;
+    int n_orbits;
     /* capacities of the growable arrays */
     int cap_nodes, cap_links, cap_types;
 } prof_topo_x;
+
+/* Drops the cached link orbits (the graph changed, or it is freed). */
+void prof_topo_orbits_clear(prof_topo_x *x);
 
 /* Achievable PCIe bandwidth per direction, bytes/s (topo_template.c). */
 double prof_pcie_bw(int gen, int lanes);

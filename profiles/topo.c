@@ -84,6 +84,7 @@ int prof_topo_add_link(prof_topo *t, int a, int b, prof_link_kind kind,
 
 static void cache_clear(prof_topo_x *x)
 {
+    prof_topo_orbits_clear(x);
     for (size_t i = 0; i < x->n_blocks; i++) free(x->blocks[i]);
     free(x->blocks);
     free(x->keys);

@@ -206,7 +206,8 @@ struct sim_costs {
      * directed link dl, crossed fold_mult[dl] times by the flow's copies
      * for each time the flow crosses dl. 1: every replica explicit. */
     int fold;
-    int *fold_rep, *fold_mult;  /* per directed link; NULL without fold */
+    const int *fold_rep, *fold_mult; /* per directed link, lent by the
+                                      * topology; NULL without fold */
 };
 
 /* Options of the cost model. */
