@@ -333,6 +333,21 @@ sim_costs *sim_costs_uniform(int n_stages, int n_devices,
     return c;
 }
 
+/* The replicas simulated for all where folding may apply: the fewest
+ * whose GPUs fill whole servers (rgpus GPUs a replica); 0 where it cannot
+ * (no folding asked, one replica, or no group of fewer than dp). Whether
+ * the cluster is symmetric under the shift is the topology's to say. */
+static int fold_group(const prof_topo *t, int rgpus, int dp,
+                      const sim_cost_opts *o)
+{
+    int gps = t->gpus_per_server;
+    if (!o || !o->fold || dp < 2 || gps <= 0 || rgpus <= 0) return 0;
+    int a = rgpus, b = gps;
+    while (b) { int x = a % b; a = b; b = x; }
+    int group = gps / a;              /* lcm(rgpus, gps) / rgpus */
+    return group < dp && dp % group == 0 ? group : 0;
+}
+
 sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                            int n_stages, const int *first_op,
                            const int *last_op, const int *stage_device,
@@ -455,16 +470,45 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     c->tokens_per_sample = m->spec.seq_len + m->spec.dec_seq_len;
     c->model_flops_per_sample = prof_model_train_flops(m, 0);
     int pipes = o && o->pipes > 1 ? o->pipes : 1;
-    if (o && o->fold && dpw > 1 &&
-        prof_topo_link_orbits(t, n_devices * tpw, dpw, &c->fold_rep,
-                              &c->fold_mult)) {
-        /* Chimera's two pipelines share the replica's devices: both are
-         * simulated, their replicas folded */
-        sim_costs_replicate(c, 1, pipes);
-        c->fold = dpw;
+    int group = fold_group(t, n_devices * tpw, dpw, o);
+    if (group && prof_topo_link_orbits(t, group * n_devices * tpw, dpw / group,
+                                       &c->fold_rep, &c->fold_mult)) {
+        /* the group's replicas (and Chimera's two pipelines, which share
+         * a replica's devices) are simulated, the groups folded */
+        sim_costs_replicate(c, group, pipes);
+        c->fold = dpw / group;
         c->dp = dpw;
     } else if (dpw > 1 || pipes > 1) {
         sim_costs_replicate(c, dpw, pipes);
     }
     return c;
+}
+
+sim_size sim_costs_size(const prof_topo *t, int n_stages, int pp,
+                        const sim_cost_opts *o, int n_mb, int n_minibatches)
+{
+    int tpw = o && o->tp > 1 ? o->tp : 1;
+    int dpw = o && o->dp > 1 ? o->dp : 1;
+    int pipes = o && o->pipes > 1 ? o->pipes : 1;
+    int K = n_minibatches > 1 ? n_minibatches : 1;
+    sim_size z = {dpw * pipes, 1, 0, 0};
+    int group = fold_group(t, pp * tpw, dpw, o);
+    const int *rep, *mult;
+    if (group && prof_topo_link_orbits(t, group * pp * tpw, dpw / group, &rep,
+                                       &mult)) {
+        z.simulated_replicas = group * pipes;
+        z.fold = dpw / group;
+    }
+    double Rs = z.simulated_replicas, R = (double)dpw * pipes;
+    double S = n_stages, N = Rs * S;
+    /* a stage's work per microbatch: forward, backward, weight gradient,
+     * recomputation, and a send and a receive each way; per minibatch an
+     * optimizer step and the all-reduce ring's steps (one repeated send
+     * where a single member is simulated) */
+    double ring = R > 1 ? (Rs > 1 ? Rs * 2 * (R - 1) * 2 : 2) : 0;
+    z.tasks = K * (N * (double)n_mb / pipes * 8 + N + S * ring);
+    /* about 300 bytes a task (task, dependencies, order, engine state),
+     * and the cost table's stage-to-stage transfer matrix */
+    z.bytes = z.tasks * 300 + N * N * 8;
+    return z;
 }
