@@ -63,6 +63,80 @@ Test(plan, pruning_matches_exhaustive_search)
     }
 }
 
+/* A time limit ends the search with what it covered: none at all with an
+ * instant limit (no plan, and the advice says why); every candidate, and
+ * the answer of an unlimited search, with a limit it never reaches. */
+Test(plan, time_limit_answers_with_what_it_covered)
+{
+    util_err e;
+    prof_model *m = prof_model_load("gpt-mini", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    prof_topo *t = test_topo("rtx2080ti", 4);
+    plan_result free_run, r;
+    search(m, t, 0, 16, &free_run);
+    cr_assert(free_run.found);
+    cr_expect_eq(free_run.covered, free_run.candidates);
+    cr_expect_not(free_run.cut_short);
+    for (int k = 0; k < 2; k++) {
+        plan_opts o;
+        plan_opts_init(&o);
+        o.batch = 16;
+        o.time_limit_s = k ? 1e6 : 1e-9;
+        cr_assert_eq(plan_search(m, t, m->spec.name, "test", &o, &r, &e), 0,
+                     "%s", e.msg);
+        cr_expect_eq(r.candidates, free_run.candidates);
+        if (k) {
+            cr_expect_not(r.cut_short);
+            cr_expect_eq(r.covered, r.candidates);
+            cr_assert(r.found);
+            cr_expect_eq(r.best, free_run.best);
+            cr_expect_eq(r.alt[r.best].iteration_s,
+                         free_run.alt[free_run.best].iteration_s);
+        } else {
+            cr_expect(r.cut_short);
+            cr_expect_eq(r.covered, 0);
+            cr_expect_eq(r.simulated, 0);
+            cr_expect_not(r.found);
+            cr_expect(strstr(r.advice, "time limit"), "%s", r.advice);
+        }
+        plan_result_free(&r);
+    }
+    plan_result_free(&free_run);
+    prof_topo_free(t);
+    prof_model_free(m);
+}
+
+Test(plan, time_limit_on_the_command_line)
+{
+    cli_result r = cli_run("plan --hw rtx2080ti x4 --model gpt-mini --json "
+                           "--time-limit 100000");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    json_t *s = json_object_get(j, "search");
+    cr_expect(json_is_false(json_object_get(s, "cut_short")));
+    cr_expect_eq(json_integer_value(json_object_get(s, "covered")),
+                 json_integer_value(json_object_get(s, "candidates")));
+    cr_expect_eq(json_number_value(json_object_get(s, "time_limit_s")), 100000);
+    json_decref(j);
+    cli_result_free(&r);
+    r = cli_run("plan --hw rtx2080ti x4 --model gpt-mini --json --time-limit 1e-9");
+    cr_expect_eq(r.code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "time limit of 1e-09 s ended the search"), "%s", r.err);
+    j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    s = json_object_get(j, "search");
+    cr_expect(json_is_true(json_object_get(s, "cut_short")));
+    cr_expect_eq(json_integer_value(json_object_get(s, "covered")), 0);
+    json_decref(j);
+    cli_result_free(&r);
+    r = cli_run("plan --hw rtx2080ti x4 --model gpt-mini --time-limit 0");
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "--time-limit '0'"), "%s", r.err);
+    cli_result_free(&r);
+}
+
 Test(plan, deterministic)
 {
     cli_result a = cli_run("plan --hw rtx2080ti x4 --model gpt-mini --json");
