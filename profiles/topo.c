@@ -632,6 +632,46 @@ typedef struct two_end {
     unsigned fs, bs, gs;
 } two_end;
 
+/* One end's search: marks (seen == stamp), distances, its queue and the
+ * adjacency its next level will scan. */
+typedef struct end {
+    unsigned *seen, stamp;
+    int *dist, *queue, head, tail;
+    long cost;
+} end;
+
+/* Expands one level of an end's search; a node reached that the other
+ * end knows is a meeting, and *best the shortest route through one so
+ * far. Forward, only src and forwarding nodes go on; backward, a node
+ * before another must forward (or be src) to be on a route, and src goes
+ * no further back. */
+static void expand(const two_end *s, end *me, const end *other, int backward,
+                   int *best)
+{
+    prof_topo_x *x = s->t->x;
+    int last = me->tail;
+    me->cost = 0;
+    for (; me->head < last; me->head++) {
+        int v = me->queue[me->head];
+        if (backward ? v == s->src : v != s->src && !fwd_ok(s->t, s->r, v))
+            continue;
+        for (int i = x->adj_off[v]; i < x->adj_off[v + 1]; i++) {
+            int u = x->adj_node[i];
+            if (me->seen[u] == me->stamp ||
+                (backward && u != s->src && !fwd_ok(s->t, s->r, u)) ||
+                !link_ok(s->t, s->r, x->adj_dl[i], s->thr))
+                continue;
+            me->seen[u] = me->stamp;
+            me->dist[u] = me->dist[v] + 1;
+            me->queue[me->tail++] = u;
+            me->cost += x->adj_off[u + 1] - x->adj_off[u];
+            if (other->seen[u] == other->stamp &&
+                (!*best || me->dist[u] + other->dist[u] < *best))
+                *best = me->dist[u] + other->dist[u];
+        }
+    }
+}
+
 /* Whether node w, forwarding, j hops from src, lies on a shortest path
  * to b (w then needs D - j more hops). */
 static int on_path(const two_end *s, int w, int j)
@@ -661,59 +701,22 @@ static int two_ended(const prof_topo *t, const rules *r, int src, int b,
     s.fs = next_stamp(x, n);
     s.bs = next_stamp(x, n);
     s.gs = next_stamp(x, n);
-    /* frontiers: queue[fh..ft) forward, bqueue[bh..bt) backward */
-    int fh = 0, ft = 0, bh = 0, bt = 0, best = 0;
-    long fcost = x->adj_off[src + 1] - x->adj_off[src];
-    long bcost = x->adj_off[b + 1] - x->adj_off[b];
+    end f = {x->seen, s.fs, x->df, x->queue, 0, 1,
+             x->adj_off[src + 1] - x->adj_off[src]};
+    end k = {x->bseen, s.bs, x->db, x->bqueue, 0, 1,
+             x->adj_off[b + 1] - x->adj_off[b]};
     x->seen[src] = s.fs;
     x->df[src] = 0;
-    x->queue[ft++] = src;
+    x->queue[0] = src;
     x->bseen[b] = s.bs;
     x->db[b] = 0;
-    x->bqueue[bt++] = b;
-    while (!best && fh < ft && bh < bt) {
-        if (fcost <= bcost) {
-            /* one level forward: only src and forwarding nodes go on */
-            int end = ft;
-            fcost = 0;
-            for (; fh < end; fh++) {
-                int v = x->queue[fh];
-                if (v != src && !fwd_ok(t, r, v)) continue;
-                for (int i = x->adj_off[v]; i < x->adj_off[v + 1]; i++) {
-                    int u = x->adj_node[i];
-                    if (x->seen[u] == s.fs || !link_ok(t, r, x->adj_dl[i], thr))
-                        continue;
-                    x->seen[u] = s.fs;
-                    x->df[u] = x->df[v] + 1;
-                    x->queue[ft++] = u;
-                    fcost += x->adj_off[u + 1] - x->adj_off[u];
-                    if (x->bseen[u] == s.bs &&
-                        (!best || x->df[u] + x->db[u] < best))
-                        best = x->df[u] + x->db[u];
-                }
-            }
+    x->bqueue[0] = b;
+    int best = 0;
+    while (!best && f.head < f.tail && k.head < k.tail) {
+        if (f.cost <= k.cost) {
+            expand(&s, &f, &k, 0, &best);
         } else {
-            /* one level backward: a node before v must forward (or be
-             * src) to be on a route */
-            int end = bt;
-            bcost = 0;
-            for (; bh < end; bh++) {
-                int v = x->bqueue[bh];
-                if (v == src) continue;
-                for (int i = x->adj_off[v]; i < x->adj_off[v + 1]; i++) {
-                    int u = x->adj_node[i];
-                    if (x->bseen[u] == s.bs || (u != src && !fwd_ok(t, r, u)) ||
-                        !link_ok(t, r, x->adj_dl[i], thr))
-                        continue;
-                    x->bseen[u] = s.bs;
-                    x->db[u] = x->db[v] + 1;
-                    x->bqueue[bt++] = u;
-                    bcost += x->adj_off[u + 1] - x->adj_off[u];
-                    if (x->seen[u] == s.fs &&
-                        (!best || x->df[u] + x->db[u] < best))
-                        best = x->df[u] + x->db[u];
-                }
-            }
+            expand(&s, &k, &f, 1, &best);
             s.rb++;
         }
     }
