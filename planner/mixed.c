@@ -8,6 +8,7 @@
 #include "planner/planner.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -278,6 +279,94 @@ static void refine(const plan_mixed_in *in, const ranges *r, int nb,
     free(d2);
 }
 
+/* ---- balanced cuts, remembered ---- */
+
+typedef struct memo_ent {
+    uint64_t hash;
+    int n, L;
+    double *time, *cut;       /* the chain, compared in full on a hit */
+    int *first;               /* [L+1]; NULL: no cut exists */
+} memo_ent;
+
+struct plan_mixed_memo {
+    memo_ent *e;
+    int n, cap;
+};
+
+plan_mixed_memo *plan_mixed_memo_new(void)
+{
+    return util_calloc(1, sizeof(plan_mixed_memo));
+}
+
+void plan_mixed_memo_free(plan_mixed_memo *m)
+{
+    if (!m) return;
+    for (int i = 0; i < m->n; i++) {
+        free(m->e[i].time);
+        free(m->e[i].cut);
+        free(m->e[i].first);
+    }
+    free(m->e);
+    free(m);
+}
+
+static uint64_t chain_hash(const double *time, const double *cut, int n, int L)
+{
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n ^ ((uint64_t)L << 32);
+    const unsigned char *b[2] = {(const unsigned char *)time,
+                                 (const unsigned char *)cut};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sizeof(double) * (size_t)n; i++)
+            h = (h ^ b[k][i]) * 1099511628211ULL;
+    return h;
+}
+
+/* The cut of the chain into L blocks of balanced compute, no memory limit
+ * (placement checks it): from the memo when the same chain was cut
+ * before. Returns 0, or -1 when no cut exists. */
+static int balanced_cut(const plan_mixed_in *in, int L, const double *zero,
+                        double *inf, double *cap, int *first)
+{
+    plan_mixed_memo *m = in->memo;
+    int n = in->n;
+    uint64_t h = m ? chain_hash(in->time, in->cut_time, n, L) : 0;
+    for (int i = 0; m && i < m->n; i++) {
+        memo_ent *x = &m->e[i];
+        if (x->hash != h || x->n != n || x->L != L ||
+            memcmp(x->time, in->time, sizeof(double) * (size_t)n) ||
+            memcmp(x->cut, in->cut_time, sizeof(double) * (size_t)n))
+            continue;
+        if (!x->first) return -1;
+        memcpy(first, x->first, sizeof(int) * (size_t)(L + 1));
+        return 0;
+    }
+    for (int s = 0; s < L; s++) {
+        inf[s] = 0;
+        cap[s] = INFINITY;
+    }
+    plan_chain c = {n, in->time, in->cut_time, zero, zero, L, inf, cap, 0};
+    int rc = plan_partition_chain(&c, first) >= 0 ? 0 : -1;
+    if (m) {
+        if (m->n == m->cap)
+            m->e = util_realloc(m->e, sizeof *m->e *
+                                (size_t)(m->cap = m->cap ? 2 * m->cap : 64));
+        memo_ent *x = &m->e[m->n++];
+        x->hash = h;
+        x->n = n;
+        x->L = L;
+        x->time = util_malloc(sizeof(double) * (size_t)n);
+        x->cut = util_malloc(sizeof(double) * (size_t)n);
+        memcpy(x->time, in->time, sizeof(double) * (size_t)n);
+        memcpy(x->cut, in->cut_time, sizeof(double) * (size_t)n);
+        x->first = NULL;
+        if (!rc) {
+            x->first = util_malloc(sizeof(int) * (size_t)(L + 1));
+            memcpy(x->first, first, sizeof(int) * (size_t)(L + 1));
+        }
+    }
+    return rc;
+}
+
 int plan_mixed_partition(const plan_mixed_in *in, plan_mixed *out)
 {
     int n = in->n, p = in->p;
@@ -308,13 +397,7 @@ int plan_mixed_partition(const plan_mixed_in *in, plan_mixed *out)
     for (int L = p; L <= 4 * p && L <= n; L += p / 2 > 0 ? p / 2 : 1) {
         int *first = util_malloc(sizeof(int) * (size_t)(L + 1));
         int *dev = util_malloc(sizeof(int) * (size_t)L);
-        for (int s = 0; s < L; s++) {
-            inf[s] = 0;
-            cap[s] = INFINITY;
-        }
-        plan_chain c = {n, in->time, in->cut_time, zero, zero, L,
-                        inf, cap, 0};
-        if (plan_partition_chain(&c, first) >= 0 &&
+        if (balanced_cut(in, L, zero, inf, cap, first) == 0 &&
             assign(in, &rg, L, first, dev) == 0) {
             refine(in, &rg, L, first, dev);
             int ns = merge(L, first, dev);

@@ -41,6 +41,13 @@ double plan_partition_chain(const plan_chain *c, int *first);
 
 /* ---- Mixed-pipe: blocks finer than layers, non-adjacent placement ---- */
 
+/* Balanced cuts of chains into L blocks, remembered across calls: the
+ * cut depends on the chain's times and transfers alone, which candidates
+ * differing only in memory (schedule, weight versions) share. */
+typedef struct plan_mixed_memo plan_mixed_memo;
+plan_mixed_memo *plan_mixed_memo_new(void);
+void plan_mixed_memo_free(plan_mixed_memo *m);
+
 /* A chain of n units (ops in topological order) to place on p devices as
  * blocks; a device may own several non-adjacent blocks (FTPipe). */
 typedef struct plan_mixed_in {
@@ -53,6 +60,7 @@ typedef struct plan_mixed_in {
     double cap;               /* bytes available per device */
     double inflight;          /* microbatches in flight per block (the
                                * schedule's worst stage) */
+    plan_mixed_memo *memo;    /* optional (NULL): cuts remembered */
 } plan_mixed_in;
 
 typedef struct plan_mixed {

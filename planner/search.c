@@ -49,12 +49,12 @@ static sim_costs *plan_costs(const sim_plan *p, const prof_model *m,
 
 /* Schedule and engine for a plan whose costs are built. */
 static int plan_run(const sim_plan *p, const sim_costs *c, int record,
-                    sim_ir **ir, sim_engine **engine, sim_result *res,
-                    util_err *e)
+                    int stop_at_oom, sim_ir **ir, sim_engine **engine,
+                    sim_result *res, util_err *e)
 {
     sim_sched_opts so = sim_plan_sched_opts(p);
     if (!(*ir = sim_schedule(&so, c, e))) return -1;
-    sim_run_opts ro = {.record = record};
+    sim_run_opts ro = {.record = record, .stop_at_oom = stop_at_oom};
     *engine = sim_engine_new(*ir, c, &ro);
     if (sim_engine_run(*engine, res))
         return util_errf(e, UTIL_EXIT_FAIL, "%s", res->msg);
@@ -68,7 +68,7 @@ int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
     *ir = NULL;
     *engine = NULL;
     if (!(*costs = plan_costs(p, m, t, reserve, 1, e))) return -1;
-    return plan_run(p, *costs, record, ir, engine, res, e);
+    return plan_run(p, *costs, record, 0, ir, engine, res, e);
 }
 
 /* A lower bound on the simulated iteration from the cost table alone (the
@@ -233,6 +233,7 @@ typedef struct cand {
     double need_bytes;        /* estimated worst-device memory */
     sim_plan plan;            /* partition filled; owned */
     int ok;                   /* a partition exists */
+    int stopped;              /* its run ended at the first overflow */
     int partitioned;          /* its partition was tried (a time limit may
                                * end the search before) */
     int idx;                  /* enumeration order, for deterministic ties */
@@ -317,11 +318,11 @@ static void plan_skeleton(cand *c, const plan_opts *o, const char *model_name,
 /* Mixed-pipe's blocks and placement over sub-layer units; the bound is the
  * busiest device's compute, the estimate the partitioner's objective. */
 static void partition_blocks(cand *c, const units *fine, const chain_in *ci,
-                             double cap)
+                             double cap, plan_mixed_memo *memo)
 {
     int p = c->pp, mb = c->n_mb, flush = !sim_sched_async(c->sched);
     plan_mixed_in in = {fine->n, ci->time, ci->cut, ci->smem, ci->amem, p, cap,
-                        inflight(c->sched, 0, p, mb)};
+                        inflight(c->sched, 0, p, mb), memo};
     plan_mixed pm;
     if (plan_mixed_partition(&in, &pm)) return;
     sim_plan_stages(&c->plan, pm.n_stages);
@@ -418,7 +419,7 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
                            const units *lay, const units *fine,
                            const op_times *ot, const plan_opts *o,
                            double cap, const char *model_name,
-                           const char *hw_name)
+                           const char *hw_name, plan_mixed_memo *memo)
 {
     double state = o->state_bytes_per_param > 0 ? o->state_bytes_per_param : 16;
     double bw, lat;
@@ -430,7 +431,7 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
     if (!is_mixed(c->sched) && u->n < S) return;
     chain_in ci;
     chain_fill(&ci, u, m, ot, c->recompute, versions, state, bw, lat, c->tp);
-    if (is_mixed(c->sched)) partition_blocks(c, fine, &ci, cap);
+    if (is_mixed(c->sched)) partition_blocks(c, fine, &ci, cap, memo);
     else partition_chain(c, u, &ci, cap);
     chain_free(&ci);
 }
@@ -449,6 +450,8 @@ typedef struct search {
     double cap;               /* bytes per GPU less the reserve */
     units lay, fine;
     op_times ot[MAX_LOG_MBS + 1]; /* per microbatch size, filled on use */
+    plan_mixed_memo *memo;    /* Mixed-pipe's balanced cuts, shared by the
+                               * three Mixed schedules of a layout */
     cand *cs;
     int ncand;
     long partitioned;         /* candidates whose partition was tried */
@@ -662,7 +665,7 @@ static void bound_candidates(search *s)
         while ((1 << lb) != c->mbs) lb++;
         if (!s->ot[lb].f) op_times_fill(&s->ot[lb], s->m, s->g, c->mbs);
         cand_partition(c, s->m, s->t, &s->lay, &s->fine, &s->ot[lb], s->o,
-                       s->cap, s->model_name, s->hw_name);
+                       s->cap, s->model_name, s->hw_name, s->memo);
         c->partitioned = 1;
         s->partitioned++;
         if (!c->ok) {
@@ -714,6 +717,40 @@ static void keep_if_best(search *s, cand *c, const sim_result *res)
     }
 }
 
+/* The costs of candidate c; NULL (its schedule told why) on failure. */
+static sim_costs *candidate_costs(search *s, const cand *c)
+{
+    util_err se;
+    sim_costs *sc = plan_costs(&c->plan, s->m, s->t, s->r->reserve_bytes,
+                               !s->o->no_fold, &se);
+    if (!sc) alt_reason(&s->r->alt[c->sched], "simulation failed: %s", se.msg);
+    return sc;
+}
+
+/* Schedule and engine for candidate c on its costs sc (freed here), and
+ * what the result decides; with stop_at_oom a run over memory ends at
+ * the first overflow (c->stopped). */
+static void run_candidate(search *s, cand *c, sim_costs *sc, int stop_at_oom)
+{
+    plan_alt *a = &s->r->alt[c->sched];
+    sim_ir *ir = NULL;
+    sim_engine *en = NULL;
+    sim_result res;
+    util_err se;
+    if (plan_run(&c->plan, sc, 0, stop_at_oom, &ir, &en, &res, &se)) {
+        alt_reason(a, "simulation failed: %s", se.msg);
+    } else if (res.stopped) {
+        c->stopped = 1;
+        alt_reason(a, "out of memory: simulated peak exceeds %s", s->g->name);
+    } else {
+        c->stopped = 0;
+        keep_if_best(s, c, &res);
+    }
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(sc);
+}
+
 /* Simulates candidate c unless a bound shows it cannot beat its
  * schedule's best: first the partitioner's, then the simulator's own
  * stage costs. */
@@ -742,30 +779,20 @@ static void simulate_candidate(search *s, cand *c)
         alt_reason(a, "%s", why);
         return;
     }
-    sim_ir *ir = NULL;
-    sim_engine *en = NULL;
-    sim_result res;
-    util_err se;
-    sim_costs *sc = plan_costs(&c->plan, s->m, s->t, r->reserve_bytes,
-                               !o->no_fold, &se);
-    if (!sc) {
-        alt_reason(a, "simulation failed: %s", se.msg);
-        return;
-    }
+    sim_costs *sc = candidate_costs(s, c);
+    if (!sc) return;
     if (!o->exhaustive && a->feasible &&
         costs_lower_bound(sc, &c->plan) >= a->iteration_s) {
         /* The simulator's own stage times already rule it out. */
         r->pruned++;
-    } else {
-        r->simulated++;
-        if (plan_run(&c->plan, sc, 0, &ir, &en, &res, &se))
-            alt_reason(a, "simulation failed: %s", se.msg);
-        else
-            keep_if_best(s, c, &res);
+        sim_costs_free(sc);
+        return;
     }
-    sim_engine_free(en);
-    sim_ir_free(ir);
-    sim_costs_free(sc);
+    r->simulated++;
+    /* Once its schedule has a plan or a reason, a candidate over memory
+     * changes nothing but the advice for when nothing fits (settled at
+     * the end): its run may end at the first overflow. */
+    run_candidate(s, c, sc, a->feasible || a->reason[0]);
 }
 
 /* Which candidates are simulated, most promising first, until all are
@@ -784,6 +811,21 @@ static void simulate_survivors(search *s)
         r->covered++;
     }
     progress_end(s);
+}
+
+/* Runs over memory were ended at the first overflow; where nothing fits,
+ * the advice needs their whole peaks, so those runs are finished now
+ * (their schedules' reasons were set before them and stay). */
+static void settle_needs(search *s)
+{
+    for (int k = 0; k < SIM_SCHED_COUNT; k++)
+        if (s->r->alt[k].feasible) return;
+    if (s->r->cut_short) return; /* the advice is the time limit's */
+    for (int i = 0; i < s->ncand; i++) {
+        sim_costs *sc;
+        if (s->cs[i].stopped && (sc = candidate_costs(s, &s->cs[i])))
+            run_candidate(s, &s->cs[i], sc, 0);
+    }
 }
 
 /* The best schedule wins; the others say why they lost or never applied;
@@ -850,6 +892,7 @@ static void search_free(search *s)
         if (s->ot[i].f) op_times_free(&s->ot[i]);
     units_free(&s->lay);
     units_free(&s->fine);
+    plan_mixed_memo_free(s->memo);
 }
 
 int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
@@ -870,9 +913,11 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
     if (check_request(&s, e)) return -1;
     units_make(m, 0, &s.lay);
     units_make(m, 1, &s.fine);
+    s.memo = plan_mixed_memo_new();
     enumerate_candidates(&s);
     bound_candidates(&s);
     simulate_survivors(&s);
+    settle_needs(&s);
     choose_best(&s);
     search_free(&s);
     r->seconds = now_s() - s.t0;

@@ -620,7 +620,7 @@ int sim_engine_run(sim_engine *e, sim_result *r)
     }
     for (int q = 0; q < e->nq; q++) try_start(e, e->head[q]);
     int64_t ended = 0;
-    while (e->nheap) {
+    while (e->nheap && !(e->oom && e->opts.stop_at_oom)) {
         sim_ev ev = heap_pop(e);
         e->now = ev.t;
         e->events++;
@@ -655,6 +655,12 @@ int sim_engine_run(sim_engine *e, sim_result *r)
     r->oom_t_ns = e->oom_t;
     for (int i = 0; i < n; i++)
         if (e->end[i] > r->makespan_ns) r->makespan_ns = e->end[i];
+    if (e->oom && e->opts.stop_at_oom && ended < n) {
+        /* the verdict is in; the timeline is not, so no statistics */
+        r->stopped = 1;
+        r->ok = 1;
+        return 0;
+    }
     if (ended < n) {
         char b[128];
         int len = snprintf(r->msg, sizeof r->msg, "deadlock: %lld of %d "

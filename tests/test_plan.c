@@ -283,3 +283,50 @@ Test(plan, capacity_sweep)
     json_decref(j);
     cli_result_free(&r);
 }
+
+/* A run ended at the first overflow (what the planner asks where only
+ * the verdict matters) agrees with the whole run up to it. */
+Test(plan, run_stopped_at_overflow_agrees)
+{
+    util_err e;
+    prof_model *m = prof_model_load("gpt2-xl", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    prof_topo *t = test_topo("rtx2080ti", 4);
+    sim_plan p;
+    sim_plan_init(&p);
+    p.sched = SIM_SCHED_GPIPE;
+    p.pp = 4;
+    p.mbs = 8;
+    p.n_mb = 16;
+    p.waves = 1;
+    sim_plan_stages(&p, 4);
+    cr_assert_eq(sim_partition_even(m, 4, p.first_op, p.last_op, &e), 0, "%s", e.msg);
+    sim_sched_opts so = sim_plan_sched_opts(&p);
+    sim_sched_map(&so, p.stage_device);
+    so = sim_plan_sched_opts(&p);
+    sim_cost_opts co = sim_plan_cost_opts(&p);
+    sim_costs *c = sim_costs_build(m, t, 4, p.first_op, p.last_op,
+                                   p.stage_device, 4, &co, &e);
+    cr_assert_not_null(c, "%s", e.msg);
+    sim_ir *ir = sim_schedule(&so, c, &e);
+    cr_assert_not_null(ir, "%s", e.msg);
+    sim_result whole, cut;
+    sim_run_opts full = {0}, stop = {.stop_at_oom = 1};
+    sim_engine *a = sim_engine_new(ir, c, &full), *b = sim_engine_new(ir, c, &stop);
+    cr_assert_eq(sim_engine_run(a, &whole), 0, "%s", whole.msg);
+    cr_assert_eq(sim_engine_run(b, &cut), 0, "%s", cut.msg);
+    cr_assert(whole.oom, "GPipe with 16 microbatches of 8 should overflow 11 GB");
+    cr_expect(cut.oom && cut.stopped && !whole.stopped);
+    cr_expect_eq(cut.oom_task, whole.oom_task);
+    cr_expect_eq(cut.oom_t_ns, whole.oom_t_ns);
+    cr_expect_lt(cut.events, whole.events);
+    for (int d = 0; d < 4; d++)
+        cr_expect_leq(cut.dev[d].peak_bytes, whole.dev[d].peak_bytes);
+    sim_engine_free(a);
+    sim_engine_free(b);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+    sim_plan_free(&p);
+    prof_topo_free(t);
+    prof_model_free(m);
+}
