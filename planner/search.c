@@ -6,7 +6,10 @@
  * follows (the bottleneck device must run all its microbatches). Candidates
  * are simulated in order of estimated time; one whose bound cannot beat the
  * best simulated plan of its schedule is pruned. The chosen plan's time and
- * memory are the simulator's, never a formula's. */
+ * memory are the simulator's, never a formula's. Shortcuts never change
+ * an answer: replicas are folded only where the timeline is the same, and
+ * a run is cut at its first overflow only where that verdict is all that
+ * is used. plan_search at the end reads as the outline of the steps. */
 #include "planner/planner.h"
 
 #include <math.h>
