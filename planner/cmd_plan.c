@@ -38,6 +38,9 @@ static void usage(FILE *f)
         "  --plot PREFIX      draw the chosen plan's timeline and memory, or with\n"
         "                     --gpus the capacity curve (gnuplot)\n"
         "  --exhaustive       simulate every candidate (no pruning by bounds)\n"
+        "  --time-limit S     answer within about S seconds with the best plan\n"
+        "                     found by then, saying how much was searched\n"
+        "  --no-progress      no progress bar (it shows on a terminal only)\n"
         "  --sync             only schedules with a flush (no stale weights:\n"
         "                     leaves out 2bw and the asynchronous mixed)\n"
         "\nexit codes: 0 a plan was found, 1 nothing fits, 2 bad usage or input\n");
@@ -141,6 +144,12 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             NEED();
             if (util_parse_size(v, &c->po.reserve_bytes))
                 return util_errf(e, UTIL_EXIT_USAGE, "--reserve '%s': expected a size such as 1G", v);
+        } else if (!strcmp(a, "--time-limit")) {
+            NEED();
+            if (util_parse_double(v, &c->po.time_limit_s) ||
+                !(c->po.time_limit_s > 0) || c->po.time_limit_s > 1e7)
+                return util_errf(e, UTIL_EXIT_USAGE, "--time-limit '%s': "
+                                 "expected seconds, more than 0", v);
         } else if (!strcmp(a, "--state-bytes")) {
             NEED();
             if (util_parse_double(v, &c->po.state_bytes_per_param) ||
@@ -169,7 +178,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--batch", "--pp", "--dp", "--tp", "--mbs", "--reserve",
                                   "--state-bytes", "--host-mem", "--nvme",
                                   "--pcie-gen", "--schedule", "--no-progress",
-                                  "--exhaustive", "--sync"};
+                                  "--exhaustive", "--sync", "--time-limit"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -243,14 +252,36 @@ static json_t *alt_json(const plan_result *r)
     return arr;
 }
 
+/* A search the time limit ended says so, with how much it covered. */
+static void print_cut_short(const plan_result *r, double limit_s, FILE *f)
+{
+    if (!r->cut_short) return;
+    fprintf(f, "search cut short by --time-limit %g s: %ld of %ld candidates "
+            "covered (simulated or ruled out by bounds), most promising "
+            "first; a better plan may be among the rest\n", limit_s,
+            r->covered, r->candidates);
+}
+
+static json_t *search_json(const plan_result *r, double limit_s)
+{
+    json_t *j = json_pack("{s:i,s:i,s:i,s:i,s:b,s:f}", "candidates",
+                          (int)r->candidates, "simulated", (int)r->simulated,
+                          "pruned", (int)r->pruned, "covered", (int)r->covered,
+                          "cut_short", r->cut_short, "seconds", r->seconds);
+    json_object_set_new(j, "time_limit_s",
+                        limit_s > 0 ? json_real(limit_s) : json_null());
+    return j;
+}
+
 static void print_answer(const plan_result *r, const prof_model *m,
                          const prof_topo *t, const sim_costs *c,
-                         const sim_result *res, json_t *rep)
+                         const sim_result *res, json_t *rep, double limit_s)
 {
     const plan_alt *b = &r->alt[r->best];
     const sim_plan *p = &b->plan;
     char tmp[64];
     printf("plan for %s on %s\n", m->spec.name, t->name);
+    print_cut_short(r, limit_s, stdout);
     printf("  batch %d samples of %d tokens; %.2f GiB per GPU reserved for the "
            "framework and allocator\n\n", r->batch, m->spec.seq_len, gib(r->reserve_bytes));
     char knob[48] = "";
@@ -341,6 +372,7 @@ static void print_answer(const plan_result *r, const prof_model *m,
            100 * g->eff.gemm_max, g->name, it / r->lower_bound_s);
     printf("search: %ld candidates, %ld simulated, %ld pruned by bounds, %.2f s\n",
            r->candidates, r->simulated, r->pruned, r->seconds);
+    print_cut_short(r, limit_s, stdout);
 }
 
 static int one(cmd *c, util_err *e)
@@ -361,11 +393,10 @@ static int one(cmd *c, util_err *e)
     sim_engine *en = NULL;
     if (rc == 0 && !r.found) {
         if (c->json) {
-            json_t *j = json_pack("{s:b,s:s,s:o,s:f,s:{s:i,s:i,s:f}}", "found", 0,
+            json_t *j = json_pack("{s:b,s:s,s:o,s:f,s:o}", "found", 0,
                                   "advice", r.advice, "alternatives", alt_json(&r),
                                   "lower_bound_s", r.lower_bound_s, "search",
-                                  "candidates", (int)r.candidates, "simulated",
-                                  (int)r.simulated, "seconds", r.seconds);
+                                  search_json(&r, c->po.time_limit_s));
             util_json_print(j, stdout);
             json_decref(j);
         }
@@ -384,13 +415,11 @@ static int one(cmd *c, util_err *e)
                 json_object_set_new(rep, "alternatives", alt_json(&r));
                 json_object_set_new(rep, "lower_bound_s", json_real(r.lower_bound_s));
                 json_object_set_new(rep, "reserve_bytes", json_real(r.reserve_bytes));
-                json_object_set_new(rep, "search", json_pack(
-                    "{s:i,s:i,s:i,s:f}", "candidates", (int)r.candidates,
-                    "simulated", (int)r.simulated, "pruned", (int)r.pruned,
-                    "seconds", r.seconds));
+                json_object_set_new(rep, "search",
+                                    search_json(&r, c->po.time_limit_s));
                 util_json_print(rep, stdout);
             } else {
-                print_answer(&r, m, t, cs, &res, rep);
+                print_answer(&r, m, t, cs, &res, rep, c->po.time_limit_s);
             }
             json_decref(rep);
             if (c->out && sim_plan_save(c->out, p, m, e)) rc = -1;

@@ -41,6 +41,13 @@ double plan_partition_chain(const plan_chain *c, int *first);
 
 /* ---- Mixed-pipe: blocks finer than layers, non-adjacent placement ---- */
 
+/* Balanced cuts of chains into L blocks, remembered across calls: the
+ * cut depends on the chain's times and transfers alone, which candidates
+ * differing only in memory (schedule, weight versions) share. */
+typedef struct plan_mixed_memo plan_mixed_memo;
+plan_mixed_memo *plan_mixed_memo_new(void);
+void plan_mixed_memo_free(plan_mixed_memo *m);
+
 /* A chain of n units (ops in topological order) to place on p devices as
  * blocks; a device may own several non-adjacent blocks (FTPipe). */
 typedef struct plan_mixed_in {
@@ -53,6 +60,7 @@ typedef struct plan_mixed_in {
     double cap;               /* bytes available per device */
     double inflight;          /* microbatches in flight per block (the
                                * schedule's worst stage) */
+    plan_mixed_memo *memo;    /* optional (NULL): cuts remembered */
 } plan_mixed_in;
 
 typedef struct plan_mixed {
@@ -90,6 +98,10 @@ typedef struct plan_opts {
     int exhaustive;           /* simulate every candidate: no pruning */
     int no_fold;              /* simulate every data-parallel replica even
                                * where the cluster is symmetric (tests) */
+    double time_limit_s;      /* > 0: answer with the best plan found by
+                               * then (partitioning takes at most half;
+                               * checked between candidates, so a running
+                               * simulation finishes); 0: no limit */
 } plan_opts;
 
 #define PLAN_DEFAULT_RESERVE (1024.0 * 1024 * 1024)
@@ -117,6 +129,10 @@ typedef struct plan_result {
     double capacity_bytes;    /* per GPU, before the reserve */
     double lower_bound_s;     /* model FLOPs over all GPUs at best efficiency */
     long candidates, simulated, pruned;
+    long covered;             /* candidates decided: simulated, pruned by a
+                               * bound or without a partition */
+    int cut_short;            /* the time limit ended the search with
+                               * candidates left (covered < candidates) */
     double seconds;
     double min_need_bytes;    /* least per-GPU memory any candidate needed */
     char advice[400];         /* when nothing fits */
@@ -132,7 +148,10 @@ void plan_result_free(plan_result *r);
 
 /* Simulates one plan: costs, schedule, engine. The caller frees *costs,
  * *ir and *engine (the result lends from the engine). Capacity is the
- * GPU's memory minus reserve_bytes. */
+ * GPU's memory minus reserve_bytes. Data-parallel replicas are folded as
+ * in the search where the cluster is symmetric: the result's devices are
+ * then those of replica 0, each standing for its place in every replica
+ * ((*costs)->fold of them). */
 int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
                   double reserve_bytes, int record, sim_costs **costs,
                   sim_ir **ir, sim_engine **engine, sim_result *res,

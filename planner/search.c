@@ -6,7 +6,10 @@
  * follows (the bottleneck device must run all its microbatches). Candidates
  * are simulated in order of estimated time; one whose bound cannot beat the
  * best simulated plan of its schedule is pruned. The chosen plan's time and
- * memory are the simulator's, never a formula's. */
+ * memory are the simulator's, never a formula's. Shortcuts never change
+ * an answer: replicas are folded only where the timeline is the same, and
+ * a run is cut at its first overflow only where that verdict is all that
+ * is used. plan_search at the end reads as the outline of the steps. */
 #include "planner/planner.h"
 
 #include <math.h>
@@ -49,12 +52,12 @@ static sim_costs *plan_costs(const sim_plan *p, const prof_model *m,
 
 /* Schedule and engine for a plan whose costs are built. */
 static int plan_run(const sim_plan *p, const sim_costs *c, int record,
-                    sim_ir **ir, sim_engine **engine, sim_result *res,
-                    util_err *e)
+                    int stop_at_oom, sim_ir **ir, sim_engine **engine,
+                    sim_result *res, util_err *e)
 {
     sim_sched_opts so = sim_plan_sched_opts(p);
     if (!(*ir = sim_schedule(&so, c, e))) return -1;
-    sim_run_opts ro = {.record = record};
+    sim_run_opts ro = {.record = record, .stop_at_oom = stop_at_oom};
     *engine = sim_engine_new(*ir, c, &ro);
     if (sim_engine_run(*engine, res))
         return util_errf(e, UTIL_EXIT_FAIL, "%s", res->msg);
@@ -67,8 +70,8 @@ int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
 {
     *ir = NULL;
     *engine = NULL;
-    if (!(*costs = plan_costs(p, m, t, reserve, 0, e))) return -1;
-    return plan_run(p, *costs, record, ir, engine, res, e);
+    if (!(*costs = plan_costs(p, m, t, reserve, 1, e))) return -1;
+    return plan_run(p, *costs, record, 0, ir, engine, res, e);
 }
 
 /* A lower bound on the simulated iteration from the cost table alone (the
@@ -233,6 +236,9 @@ typedef struct cand {
     double need_bytes;        /* estimated worst-device memory */
     sim_plan plan;            /* partition filled; owned */
     int ok;                   /* a partition exists */
+    int stopped;              /* its run ended at the first overflow */
+    int partitioned;          /* its partition was tried (a time limit may
+                               * end the search before) */
     int idx;                  /* enumeration order, for deterministic ties */
 } cand;
 
@@ -267,87 +273,93 @@ static int stages_per_device(const cand *c)
     }
 }
 
-/* Builds the candidate's partition and bounds. */
-static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
-                           const units *lay, const units *fine,
-                           const op_times *ot, const plan_opts *o,
-                           double cap, const char *model_name,
-                           const char *hw_name)
+/* The slowest link between consecutive pipeline devices (tensor parallel
+ * ranks innermost: stage s starts at GPU s*tp): bandwidth and latency a
+ * cut's transfer is priced at. */
+static void pipeline_link(const prof_topo *t, int p, int tp, double *bw,
+                          double *lat_s)
 {
-    int p = c->pp, mb = c->n_mb;
-    double state = o->state_bytes_per_param > 0 ? o->state_bytes_per_param : 16;
-    /* The slowest link between consecutive pipeline devices (tensor
-     * parallel ranks innermost: stage s starts at GPU s*tp). */
-    double bw = INFINITY, lat = 0;
+    *bw = INFINITY;
+    *lat_s = 0;
     for (int d = 0; d + 1 < p; d++) {
         int n;
-        const int *r = prof_topo_gpu_route(t, d * c->tp, (d + 1) * c->tp, &n);
+        const int *r = prof_topo_gpu_route(t, d * tp, (d + 1) * tp, &n);
         double b = prof_route_bw(t, r, n);
-        if (b < bw) bw = b;
+        if (b < *bw) *bw = b;
         double l = prof_route_latency_ns(t, r, n) * 1e-9;
-        if (l > lat) lat = l;
+        if (l > *lat_s) *lat_s = l;
     }
-    if (!isfinite(bw)) bw = 1e30;
+    if (!isfinite(*bw)) *bw = 1e30;
+}
+
+/* The candidate's plan but its stages; schedules without a flush are
+ * measured in steady state, so they simulate enough minibatches that the
+ * window lies past the pipeline's fill. */
+static void plan_skeleton(cand *c, const plan_opts *o, const char *model_name,
+                          const char *hw_name)
+{
     sim_plan_init(&c->plan);
     snprintf(c->plan.model, sizeof c->plan.model, "%s", model_name);
     snprintf(c->plan.hw, sizeof c->plan.hw, "%s", hw_name);
     c->plan.sched = c->sched;
-    c->plan.pp = p;
+    c->plan.pp = c->pp;
     c->plan.dp = c->dp;
     c->plan.tp = c->tp;
     c->plan.mbs = c->mbs;
-    c->plan.n_mb = mb;
+    c->plan.n_mb = c->n_mb;
     c->plan.recompute = c->recompute;
     c->plan.waves = c->waves > 0 ? c->waves : 1;
     c->plan.chunks = c->chunks;
     c->plan.state_bytes_per_param = o->state_bytes_per_param;
-    /* Schedules without flush are measured in steady state: simulate
-     * enough minibatches that the window lies past the pipeline's fill. */
     c->plan.n_minibatches = 1;
     if (sim_sched_async(c->sched)) {
-        int depth = is_mixed(c->sched) ? 4 * p : p;
-        c->plan.n_minibatches = 4 + (2 * depth + mb - 1) / mb;
+        int depth = is_mixed(c->sched) ? 4 * c->pp : c->pp;
+        c->plan.n_minibatches = 4 + (2 * depth + c->n_mb - 1) / c->n_mb;
     }
-    int versions = c->sched == SIM_SCHED_2BW || c->sched == SIM_SCHED_MIXED ? 2 : 1;
-    int flush = !sim_sched_async(c->sched);
+}
 
-    if (is_mixed(c->sched)) {
-        chain_in ci;
-        chain_fill(&ci, fine, m, ot, c->recompute, versions, state, bw, lat, c->tp);
-        plan_mixed_in in = {fine->n, ci.time, ci.cut, ci.smem, ci.amem, p, cap,
-                            inflight(c->sched, 0, p, mb)};
-        plan_mixed pm;
-        if (plan_mixed_partition(&in, &pm) == 0) {
-            sim_plan_stages(&c->plan, pm.n_stages);
-            for (int s = 0; s < pm.n_stages; s++) {
-                c->plan.first_op[s] = fine->first[pm.first[s]];
-                c->plan.last_op[s] = fine->last[pm.first[s + 1] - 1];
-                c->plan.stage_device[s] = pm.dev[s];
-            }
-            double busiest = 0, *load = util_calloc((size_t)p, sizeof(double));
-            for (int s = 0; s < pm.n_stages; s++)
-                for (int k = pm.first[s]; k < pm.first[s + 1]; k++)
-                    load[pm.dev[s]] += ci.time[k];
-            for (int d = 0; d < p; d++) busiest = fmax(busiest, load[d]);
-            free(load);
-            c->lb_s = mb * busiest;
-            c->est_s = mb * pm.objective + (flush ? (p - 1) * pm.objective / p : 0);
-            c->ok = 1;
-            plan_mixed_free(&pm);
-        }
-        chain_free(&ci);
-        return;
+/* Mixed-pipe's blocks and placement over sub-layer units; the bound is the
+ * busiest device's compute, the estimate the partitioner's objective. */
+static void partition_blocks(cand *c, const units *fine, const chain_in *ci,
+                             double cap, plan_mixed_memo *memo)
+{
+    int p = c->pp, mb = c->n_mb, flush = !sim_sched_async(c->sched);
+    plan_mixed_in in = {fine->n, ci->time, ci->cut, ci->smem, ci->amem, p, cap,
+                        inflight(c->sched, 0, p, mb), memo};
+    plan_mixed pm;
+    if (plan_mixed_partition(&in, &pm)) return;
+    sim_plan_stages(&c->plan, pm.n_stages);
+    for (int s = 0; s < pm.n_stages; s++) {
+        c->plan.first_op[s] = fine->first[pm.first[s]];
+        c->plan.last_op[s] = fine->last[pm.first[s + 1] - 1];
+        c->plan.stage_device[s] = pm.dev[s];
     }
-    /* Stages per device: the wave's 2W chunks, ZB-V's and DualPipeV's V,
-     * interleaved's v; Chimera's devices hold a stage of each of its two
-     * pipelines (their weights twice). */
+    double busiest = 0, *load = util_calloc((size_t)p, sizeof(double));
+    for (int s = 0; s < pm.n_stages; s++)
+        for (int k = pm.first[s]; k < pm.first[s + 1]; k++)
+            load[pm.dev[s]] += ci->time[k];
+    for (int d = 0; d < p; d++) busiest = fmax(busiest, load[d]);
+    free(load);
+    c->lb_s = mb * busiest;
+    c->est_s = mb * pm.objective + (flush ? (p - 1) * pm.objective / p : 0);
+    c->ok = 1;
+    plan_mixed_free(&pm);
+}
+
+/* The optimal contiguous cut of units u into the schedule's stages, mapped
+ * onto devices as the schedule places them; the bound is the busiest
+ * device's work, the estimate adds a flushed pipeline's fill. Stages per
+ * device: the wave's 2W chunks, ZB-V's and DualPipeV's V, interleaved's
+ * v; Chimera's devices hold a stage of each of its two pipelines (their
+ * weights twice). Where nothing fits, need_bytes says what the balanced
+ * cut would need. */
+static void partition_chain(cand *c, const units *u, const chain_in *ci,
+                            double cap)
+{
+    int p = c->pp, mb = c->n_mb, flush = !sim_sched_async(c->sched);
     int per_dev = stages_per_device(c);
     int S = per_dev * p;
     int mirrored = c->sched == SIM_SCHED_CHIMERA;
-    const units *u = lay->n >= S ? lay : fine;
-    if (u->n < S) return;
-    chain_in ci;
-    chain_fill(&ci, u, m, ot, c->recompute, versions, state, bw, lat, c->tp);
     double *inf = util_malloc(sizeof(double) * (size_t)S);
     double *caps = util_malloc(sizeof(double) * (size_t)S);
     int *first = util_malloc(sizeof(int) * (size_t)(S + 1));
@@ -358,10 +370,9 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
                              : inflight(c->sched, s, p, mb);
         caps[s] = cap / (per_dev * (mirrored ? 2 : 1));
     }
-    plan_chain pc = {u->n, ci.time, ci.cut, ci.smem, ci.amem, S, inf, caps, 1};
+    plan_chain pc = {u->n, ci->time, ci->cut, ci->smem, ci->amem, S, inf, caps, 1};
     double T = plan_partition_chain(&pc, first);
     if (T < 0) {
-        /* Nothing fits: record what the balanced cut would need. */
         for (int s = 0; s < S; s++) caps[s] = INFINITY;
         if (plan_partition_chain(&pc, first) >= 0) {
             double worst = 0;
@@ -385,7 +396,7 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
         double *load = util_calloc((size_t)p, sizeof(double));
         for (int s = 0; s < S; s++) {
             double ts = 0;
-            for (int k = first[s]; k < first[s + 1]; k++) ts += ci.time[k];
+            for (int k = first[s]; k < first[s + 1]; k++) ts += ci->time[k];
             if (mirrored) {
                 load[c->plan.stage_device[s]] += ts * mb / 2;
                 load[p - 1 - c->plan.stage_device[s]] += ts * mb / 2;
@@ -403,39 +414,96 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
     free(inf);
     free(caps);
     free(first);
+}
+
+/* The candidate's partition, bound and estimate: blocks for Mixed-pipe,
+ * layers (or sub-layer units where stages outnumber layers) otherwise. */
+static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
+                           const units *lay, const units *fine,
+                           const op_times *ot, const plan_opts *o,
+                           double cap, const char *model_name,
+                           const char *hw_name, plan_mixed_memo *memo)
+{
+    double state = o->state_bytes_per_param > 0 ? o->state_bytes_per_param : 16;
+    double bw, lat;
+    pipeline_link(t, c->pp, c->tp, &bw, &lat);
+    plan_skeleton(c, o, model_name, hw_name);
+    int versions = c->sched == SIM_SCHED_2BW || c->sched == SIM_SCHED_MIXED ? 2 : 1;
+    int S = stages_per_device(c) * c->pp;
+    const units *u = is_mixed(c->sched) ? fine : lay->n >= S ? lay : fine;
+    if (!is_mixed(c->sched) && u->n < S) return;
+    chain_in ci;
+    chain_fill(&ci, u, m, ot, c->recompute, versions, state, bw, lat, c->tp);
+    if (is_mixed(c->sched)) partition_blocks(c, fine, &ci, cap, memo);
+    else partition_chain(c, u, &ci, cap);
     chain_free(&ci);
 }
 
-/* ---- progress on a terminal ---- */
+/* ---- the search's state ---- */
 
-static void progress(const plan_opts *o, double t0, long done, long total)
+enum { MAX_LOG_MBS = 16 };
+
+typedef struct search {
+    const prof_model *m;
+    const prof_topo *t;
+    const char *model_name, *hw_name;
+    const plan_opts *o;
+    plan_result *r;
+    const prof_gpu *g;
+    double cap;               /* bytes per GPU less the reserve */
+    units lay, fine;
+    op_times ot[MAX_LOG_MBS + 1]; /* per microbatch size, filled on use */
+    plan_mixed_memo *memo;    /* Mixed-pipe's balanced cuts, shared by the
+                               * three Mixed schedules of a layout */
+    cand *cs;
+    int ncand;
+    long partitioned;         /* candidates whose partition was tried */
+    double t0, deadline;      /* deadline: INFINITY without a time limit */
+    double shown;             /* when progress was last drawn; 0: never */
+} search;
+
+static int expired(const search *s) { return now_s() >= s->deadline; }
+
+/* ---- progress on a terminal ----
+ * A bar on stderr for each phase, drawn only on a terminal, only once the
+ * search has run a second, at most ten times a second; cleared at the
+ * end so the answer starts on a clean line. */
+
+static void progress(search *s, const char *phase, long done, long total)
 {
-    static double last;
-    if (!o->progress || !isatty(2)) return;
+    if (!s->o->progress || !isatty(2)) return;
     double t = now_s();
-    if (t - t0 < 1.0 || (t - last < 0.1 && done < total)) return;
-    last = t;
+    if (t - s->t0 < 1.0 || t - s->shown < 0.1) return;
+    s->shown = t;
     int w = 30, fill = total ? (int)(w * done / total) : w;
-    fprintf(stderr, "\rsearching [%.*s%*s] %ld/%ld", fill,
-            "##############################", w - fill, "", done, total);
-    if (done == total) fprintf(stderr, "\r%*s\r", 60, "");
+    char left[48] = "";
+    if (isfinite(s->deadline))
+        snprintf(left, sizeof left, ", %.0f s of the time limit left",
+                 fmax(0, s->deadline - t));
+    fprintf(stderr, "\r%s [%.*s%*s] %ld/%ld, %.0f s%s\033[K", phase, fill,
+            "##############################", w - fill, "", done, total,
+            t - s->t0, left);
 }
 
-/* ---- the search ---- */
-
-static void alt_reason(plan_alt *a, const char *fmt, const char *s)
+static void progress_end(search *s)
 {
-    if (!a->reason[0]) snprintf(a->reason, sizeof a->reason, fmt, s);
+    if (s->shown > 0) fprintf(stderr, "\r\033[K");
+    s->shown = 0;
 }
 
-int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
-                const char *hw_name, const plan_opts *o, plan_result *r,
-                util_err *e)
+/* ---- the steps ---- */
+
+/* Whether the request can be searched at all: one GPU type, memory left
+ * after the reserve, fixed widths that fit the cluster and batch. Fills
+ * the batch, reserve, capacity and the FLOP lower bound. */
+static int check_request(search *s, util_err *e)
 {
-    double t0 = now_s();
-    memset(r, 0, sizeof *r);
+    const prof_model *m = s->m;
+    const prof_topo *t = s->t;
+    const plan_opts *o = s->o;
+    plan_result *r = s->r;
     int n = t->n_gpus;
-    const prof_gpu *g = prof_topo_gpu(t, 0);
+    const prof_gpu *g = s->g = prof_topo_gpu(t, 0);
     for (int d = 1; d < n; d++)
         if (strcmp(prof_topo_gpu(t, d)->name, g->name))
             return util_errf(e, UTIL_EXIT_USAGE, "the planner needs one GPU "
@@ -446,8 +514,8 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
     r->reserve_bytes = o->reserve_bytes >= 0 ? o->reserve_bytes
                                              : PLAN_DEFAULT_RESERVE;
     r->capacity_bytes = g->mem_bytes;
-    double cap = g->mem_bytes - r->reserve_bytes;
-    if (cap <= 0)
+    s->cap = g->mem_bytes - r->reserve_bytes;
+    if (s->cap <= 0)
         return util_errf(e, UTIL_EXIT_USAGE, "a reserve of %.2f GiB leaves "
                          "nothing of %s's %.2f GiB", r->reserve_bytes / 1073741824.0,
                          g->name, g->mem_bytes / 1073741824.0);
@@ -481,21 +549,51 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
                          prof_dtype_name(m->spec.dtype), m->spec.name);
     r->lower_bound_s = prof_model_train_flops(m, 0) * r->batch /
                        (n * peak * g->eff.gemm_max);
+    return 0;
+}
 
-    units lay, fine;
-    units_make(m, 0, &lay);
-    units_make(m, 1, &fine);
-    /* Per-op times per microbatch size (powers of two), filled on first
-     * use. */
-    enum { MAX_LOG_MBS = 16 };
-    op_times ot[MAX_LOG_MBS + 1];
-    memset(ot, 0, sizeof ot);
+/* The schedule's knob: waves of the wave (1, 2, 4), chunks of interleaved
+ * 1F1B (2, 4: one chunk is 1F1B); other schedules have one setting. */
+static int knob_first(int sc) { return sc == SIM_SCHED_INTERLEAVED ? 2 : 1; }
+static int knob_last(int sc)
+{
+    return sc == SIM_SCHED_WAVE || sc == SIM_SCHED_INTERLEAVED ? 4 : 1;
+}
 
-    /* Layouts: tensor parallel inside a server (dividing the heads),
-     * pipeline depth, data parallel width = the rest. */
-    int ncand = 0, capc = 64;
-    cand *cs = util_calloc((size_t)capc, sizeof *cs);
-    int per_server = t->gpus_per_server > 0 ? t->gpus_per_server : n;
+/* Adds candidate c if the simulator accepts its schedule on its layout;
+ * otherwise records why for its schedule. */
+static void add_candidate(search *s, const cand *c, int *capc)
+{
+    sim_sched_opts so = {
+        .sched = c->sched, .pp = c->pp,
+        .n_stages = is_mixed(c->sched) ? 2 * c->pp : stages_per_device(c) * c->pp,
+        .n_mb = c->n_mb, .recompute = c->recompute, .waves = c->waves,
+        .chunks = c->chunks, .dp = c->dp, .n_minibatches = 4};
+    util_err ce;
+    plan_alt *a = &s->r->alt[c->sched];
+    if (sim_sched_check(&so, &ce)) {
+        if (!a->na_reason[0])
+            snprintf(a->na_reason, sizeof a->na_reason, "not applicable: %s",
+                     ce.msg);
+        return;
+    }
+    a->tried = 1;
+    if (s->ncand == *capc)
+        s->cs = util_realloc(s->cs, sizeof *s->cs * (size_t)(*capc *= 2));
+    s->cs[s->ncand++] = *c;
+}
+
+/* Which candidates exist: tensor parallel width inside a server (dividing
+ * the heads), pipeline depth, data parallel width = the rest; microbatch
+ * size (powers of two dividing a replica's batch); every schedule the
+ * options allow; recomputation; the schedule's knob. */
+static void enumerate_candidates(search *s)
+{
+    const prof_model *m = s->m;
+    const plan_opts *o = s->o;
+    int n = s->t->n_gpus, batch = s->r->batch, capc = 64;
+    s->cs = util_calloc((size_t)capc, sizeof *s->cs);
+    int per_server = s->t->gpus_per_server > 0 ? s->t->gpus_per_server : n;
     char layout_why[200] = "";
     for (int tp = 1; tp <= per_server && tp <= n; tp *= 2) {
         if (o->tp && tp != o->tp) continue;
@@ -504,170 +602,274 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
             if ((n / tp) % p || (o->pp && p != o->pp)) continue;
             int d = n / (tp * p);
             if (n % tp || (o->dp && d != o->dp)) continue;
-            if (r->batch % d) {
+            if (batch % d) {
                 snprintf(layout_why, sizeof layout_why, "batch %d does not split "
-                         "over %d data-parallel replicas", r->batch, d);
+                         "over %d data-parallel replicas", batch, d);
                 continue;
             }
-            int bd = r->batch / d;
+            int bd = batch / d;
             for (int lb = 0; lb <= MAX_LOG_MBS && (1 << lb) <= bd; lb++) {
                 int mbs = 1 << lb;
                 if (bd % mbs || (o->mbs && mbs != o->mbs)) continue;
                 for (int sc = 0; sc < SIM_SCHED_COUNT; sc++) {
                     if (!sim_sched_plannable((sim_sched)sc)) continue;
                     if (o->sched_mask && !(o->sched_mask & (1u << sc))) continue;
+                    int wave = sc == SIM_SCHED_WAVE, inter = sc == SIM_SCHED_INTERLEAVED;
                     for (int rc = 0; rc <= 1; rc++) {
                         if (o->recompute >= 0 && rc != o->recompute) continue;
-                        /* The schedule's knob: waves W of the wave,
-                         * chunks v of interleaved 1F1B (v = 1 is 1F1B). */
-                        int wave = sc == SIM_SCHED_WAVE, inter = sc == SIM_SCHED_INTERLEAVED;
-                        for (int w = wave || inter ? (inter ? 2 : 1) : 1;
-                             w <= (wave || inter ? 4 : 1); w *= 2) {
+                        for (int w = knob_first(sc); w <= knob_last(sc); w *= 2) {
+                            if (inter && p == 1) continue;
                             cand c = {.sched = (sim_sched)sc, .pp = p, .dp = d,
                                       .tp = tp, .mbs = mbs, .n_mb = bd / mbs,
                                       .recompute = rc, .waves = wave ? w : 1,
                                       .chunks = inter ? w : 0};
-                            if (inter && p == 1) continue;
-                            sim_sched_opts so = {
-                                .sched = c.sched, .pp = p,
-                                .n_stages = is_mixed(c.sched) ? 2 * p
-                                            : stages_per_device(&c) * p,
-                                .n_mb = c.n_mb, .recompute = rc,
-                                .waves = c.waves, .chunks = c.chunks, .dp = d,
-                                .n_minibatches = 4};
-                            util_err ce;
-                            plan_alt *a = &r->alt[sc];
-                            if (sim_sched_check(&so, &ce)) {
-                                if (!a->na_reason[0])
-                                    snprintf(a->na_reason, sizeof a->na_reason,
-                                             "not applicable: %s", ce.msg);
-                                continue;
-                            }
-                            a->tried = 1;
-                            if (ncand == capc)
-                                cs = util_realloc(cs, sizeof *cs * (size_t)(capc *= 2));
-                            cs[ncand++] = c;
+                            add_candidate(s, &c, &capc);
                         }
                     }
                 }
             }
         }
     }
-    if (!ncand && layout_why[0])
+    if (!s->ncand && layout_why[0])
         for (int sc = 0; sc < SIM_SCHED_COUNT; sc++)
-            snprintf(r->alt[sc].na_reason, sizeof r->alt[sc].na_reason,
+            snprintf(s->r->alt[sc].na_reason, sizeof s->r->alt[sc].na_reason,
                      "not applicable: %s", layout_why);
-    r->candidates = ncand;
+    s->r->candidates = s->ncand;
+    for (int i = 0; i < s->ncand; i++) s->cs[i].idx = i;
+}
+
+/* A step through 0..n-1 that visits every index once and spreads over
+ * the range from the start: a stride near n/phi, coprime with n. */
+static int spread_stride(int n)
+{
+    for (int k = (int)(n * 0.618) | 1;; k -= 2) {
+        int a = n, b = k;
+        while (b) { int x = a % b; a = b; b = x; }
+        if (a == 1 || k <= 1) return k > 1 ? k : 1;
+    }
+}
+
+/* Each candidate's partition, lower bound and estimate; the least memory
+ * any candidate needed is kept for advice. The order does not change the
+ * answers; it is spread over layouts and schedules so that a time limit,
+ * which gives partitioning at most half of it, leaves the simulation a
+ * sample of the whole space, not its first layouts. */
+static void bound_candidates(search *s)
+{
+    plan_result *r = s->r;
+    double stop = s->t0 + (s->deadline - s->t0) / 2;
+    int step = spread_stride(s->ncand);
     r->min_need_bytes = INFINITY;
-    for (int i = 0; i < ncand; i++) {
-        cs[i].idx = i;
+    for (int i = 0; i < s->ncand; i++) {
+        cand *c = &s->cs[(long)i * step % s->ncand];
+        progress(s, "partitioning", i, s->ncand);
+        if (now_s() >= stop) break; /* the rest: never simulated */
         int lb = 0;
-        while ((1 << lb) != cs[i].mbs) lb++;
-        if (!ot[lb].f) op_times_fill(&ot[lb], m, g, cs[i].mbs);
-        cand_partition(&cs[i], m, t, &lay, &fine, &ot[lb], o, cap, model_name,
-                       hw_name);
-        if (!cs[i].ok) {
-            if (cs[i].need_bytes > 0 && cs[i].need_bytes + r->reserve_bytes < r->min_need_bytes)
-                r->min_need_bytes = cs[i].need_bytes + r->reserve_bytes;
-            cs[i].est_s = INFINITY;
-        }
-    }
-    /* Sort by estimate; equal estimates keep enumeration order. */
-    qsort(cs, (size_t)ncand, sizeof *cs, cmp_cand);
-
-    for (int i = 0; i < ncand; i++) {
-        cand *c = &cs[i];
-        plan_alt *a = &r->alt[c->sched];
-        progress(o, t0, i, ncand);
+        while ((1 << lb) != c->mbs) lb++;
+        if (!s->ot[lb].f) op_times_fill(&s->ot[lb], s->m, s->g, c->mbs);
+        cand_partition(c, s->m, s->t, &s->lay, &s->fine, &s->ot[lb], s->o,
+                       s->cap, s->model_name, s->hw_name, s->memo);
+        c->partitioned = 1;
+        s->partitioned++;
         if (!c->ok) {
-            alt_reason(a, "out of memory: no partition fits %s", g->name);
-            continue;
+            if (c->need_bytes > 0 && c->need_bytes + r->reserve_bytes < r->min_need_bytes)
+                r->min_need_bytes = c->need_bytes + r->reserve_bytes;
+            c->est_s = INFINITY;
         }
-        if (!o->exhaustive && a->feasible && c->lb_s >= a->iteration_s) {
-            r->pruned++;
-            continue;
-        }
-        sim_costs *sc;
-        sim_ir *ir = NULL;
-        sim_engine *en = NULL;
-        sim_result res;
-        util_err se;
-        int failed = 0;
-        if (!(sc = plan_costs(&c->plan, m, t, r->reserve_bytes,
-                              !o->no_fold, &se))) {
-            failed = 1;
-        } else if (!o->exhaustive && a->feasible &&
-                   costs_lower_bound(sc, &c->plan) >= a->iteration_s) {
-            /* The simulator's own stage times already rule it out. */
-            r->pruned++;
-            sim_costs_free(sc);
-            continue;
-        } else {
-            r->simulated++;
-            failed = plan_run(&c->plan, sc, 0, &ir, &en, &res, &se) != 0;
-        }
-        if (failed) {
-            alt_reason(a, "simulation failed: %s", se.msg);
-        } else {
-            double peak_b = 0;
-            for (int d = 0; d < res.n_devices; d++)
-                peak_b = fmax(peak_b, res.dev[d].peak_bytes);
-            double it = res.iteration_ns * 1e-9;
-            if (it < c->lb_s * (1 - 1e-6)) {
-                /* No device can finish its microbatches faster than their
-                 * compute: a broken invariant, never a plan. */
-                alt_reason(a, "simulation inconsistent (%s): below its "
-                           "compute bound", sim_sched_name(c->sched));
-            } else if (res.oom) {
-                if (peak_b + r->reserve_bytes < r->min_need_bytes)
-                    r->min_need_bytes = peak_b + r->reserve_bytes;
-                alt_reason(a, "out of memory: simulated peak exceeds %s", g->name);
-            } else if (!a->feasible || it < a->iteration_s) {
-                if (a->feasible) sim_plan_free(&a->plan);
-                a->feasible = 1;
-                a->iteration_s = it;
-                a->samples_per_s = r->batch / it;
-                a->peak_bytes = peak_b;
-                a->plan = c->plan;
-                memset(&c->plan, 0, sizeof c->plan); /* moved */
-                a->reason[0] = 0;
-            }
-        }
-        sim_engine_free(en);
-        sim_ir_free(ir);
-        sim_costs_free(sc);
     }
-    progress(o, t0, ncand, ncand);
-    for (int i = 0; i < ncand; i++) sim_plan_free(&cs[i].plan);
-    free(cs);
-    for (int i = 0; i <= MAX_LOG_MBS; i++)
-        if (ot[i].f) op_times_free(&ot[i]);
-    units_free(&lay);
-    units_free(&fine);
+    for (int i = 0; i < s->ncand; i++)
+        if (!s->cs[i].partitioned) s->cs[i].est_s = INFINITY;
+    /* Most promising first; equal estimates keep enumeration order. */
+    qsort(s->cs, (size_t)s->ncand, sizeof *s->cs, cmp_cand);
+}
 
-    for (int s = 0; s < SIM_SCHED_COUNT; s++) {
-        plan_alt *a = &r->alt[s];
+static void alt_reason(plan_alt *a, const char *fmt, const char *s)
+{
+    if (!a->reason[0]) snprintf(a->reason, sizeof a->reason, fmt, s);
+}
+
+/* Whether a simulated candidate becomes its schedule's best: below the
+ * compute bound is a broken invariant, over memory is a miss (remembered
+ * for advice), else the faster plan wins. */
+static void keep_if_best(search *s, cand *c, const sim_result *res)
+{
+    plan_result *r = s->r;
+    plan_alt *a = &r->alt[c->sched];
+    double peak_b = 0;
+    for (int d = 0; d < res->n_devices; d++)
+        peak_b = fmax(peak_b, res->dev[d].peak_bytes);
+    double it = res->iteration_ns * 1e-9;
+    if (it < c->lb_s * (1 - 1e-6)) {
+        /* No device can finish its microbatches faster than their
+         * compute: a broken invariant, never a plan. */
+        alt_reason(a, "simulation inconsistent (%s): below its "
+                   "compute bound", sim_sched_name(c->sched));
+    } else if (res->oom) {
+        if (peak_b + r->reserve_bytes < r->min_need_bytes)
+            r->min_need_bytes = peak_b + r->reserve_bytes;
+        alt_reason(a, "out of memory: simulated peak exceeds %s", s->g->name);
+    } else if (!a->feasible || it < a->iteration_s) {
+        if (a->feasible) sim_plan_free(&a->plan);
+        a->feasible = 1;
+        a->iteration_s = it;
+        a->samples_per_s = r->batch / it;
+        a->peak_bytes = peak_b;
+        a->plan = c->plan;
+        memset(&c->plan, 0, sizeof c->plan); /* moved */
+        a->reason[0] = 0;
+    }
+}
+
+/* The costs of candidate c; NULL (its schedule told why) on failure. */
+static sim_costs *candidate_costs(search *s, const cand *c)
+{
+    util_err se;
+    sim_costs *sc = plan_costs(&c->plan, s->m, s->t, s->r->reserve_bytes,
+                               !s->o->no_fold, &se);
+    if (!sc) alt_reason(&s->r->alt[c->sched], "simulation failed: %s", se.msg);
+    return sc;
+}
+
+/* Schedule and engine for candidate c on its costs sc (freed here), and
+ * what the result decides; with stop_at_oom a run over memory ends at
+ * the first overflow (c->stopped). */
+static void run_candidate(search *s, cand *c, sim_costs *sc, int stop_at_oom)
+{
+    plan_alt *a = &s->r->alt[c->sched];
+    sim_ir *ir = NULL;
+    sim_engine *en = NULL;
+    sim_result res;
+    util_err se;
+    if (plan_run(&c->plan, sc, 0, stop_at_oom, &ir, &en, &res, &se)) {
+        alt_reason(a, "simulation failed: %s", se.msg);
+    } else if (res.stopped) {
+        c->stopped = 1;
+        alt_reason(a, "out of memory: simulated peak exceeds %s", s->g->name);
+    } else {
+        c->stopped = 0;
+        keep_if_best(s, c, &res);
+    }
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(sc);
+}
+
+/* Simulates candidate c unless a bound shows it cannot beat its
+ * schedule's best: first the partitioner's, then the simulator's own
+ * stage costs. */
+static void simulate_candidate(search *s, cand *c)
+{
+    const plan_opts *o = s->o;
+    plan_result *r = s->r;
+    plan_alt *a = &r->alt[c->sched];
+    if (!c->ok) {
+        alt_reason(a, "out of memory: no partition fits %s", s->g->name);
+        return;
+    }
+    if (!o->exhaustive && a->feasible && c->lb_s >= a->iteration_s) {
+        r->pruned++;
+        return;
+    }
+    sim_cost_opts co = sim_plan_cost_opts(&c->plan);
+    co.fold = !o->no_fold;
+    sim_size z = sim_costs_size(s->t, c->plan.n_stages, c->pp, &co, c->n_mb,
+                                c->plan.n_minibatches);
+    if (z.bytes > SIM_SIZE_BUDGET_BYTES) {
+        char why[160];
+        snprintf(why, sizeof why, "too large to simulate: about %.1f GB "
+                 "(%.0f million tasks; a simulation may use %.0f GB)",
+                 z.bytes / 1e9, z.tasks / 1e6, SIM_SIZE_BUDGET_BYTES / 1e9);
+        alt_reason(a, "%s", why);
+        return;
+    }
+    sim_costs *sc = candidate_costs(s, c);
+    if (!sc) return;
+    if (!o->exhaustive && a->feasible &&
+        costs_lower_bound(sc, &c->plan) >= a->iteration_s) {
+        /* The simulator's own stage times already rule it out. */
+        r->pruned++;
+        sim_costs_free(sc);
+        return;
+    }
+    r->simulated++;
+    /* Once its schedule has a plan or a reason, a candidate over memory
+     * changes nothing but the advice for when nothing fits (settled at
+     * the end): its run may end at the first overflow. */
+    run_candidate(s, c, sc, a->feasible || a->reason[0]);
+}
+
+/* Which candidates are simulated, most promising first, until all are
+ * decided or the time limit ends the search. */
+static void simulate_survivors(search *s)
+{
+    plan_result *r = s->r;
+    for (int i = 0; i < s->ncand; i++) {
+        progress(s, "simulating", i, s->ncand);
+        if (expired(s) || !s->cs[i].partitioned) {
+            r->cut_short = 1;
+            if (expired(s)) break;
+            continue;
+        }
+        simulate_candidate(s, &s->cs[i]);
+        r->covered++;
+    }
+    progress_end(s);
+}
+
+/* Runs over memory were ended at the first overflow; where nothing fits,
+ * the advice needs their whole peaks, so those runs are finished now
+ * (their schedules' reasons were set before them and stay). */
+static void settle_needs(search *s)
+{
+    for (int k = 0; k < SIM_SCHED_COUNT; k++)
+        if (s->r->alt[k].feasible) return;
+    if (s->r->cut_short) return; /* the advice is the time limit's */
+    for (int i = 0; i < s->ncand; i++) {
+        sim_costs *sc;
+        if (s->cs[i].stopped && (sc = candidate_costs(s, &s->cs[i])))
+            run_candidate(s, &s->cs[i], sc, 0);
+    }
+}
+
+/* The best schedule wins; the others say why they lost or never applied;
+ * with nothing feasible, the advice says how much memory the best split
+ * needs. */
+static void choose_best(search *s)
+{
+    plan_result *r = s->r;
+    const prof_gpu *g = s->g;
+    for (int k = 0; k < SIM_SCHED_COUNT; k++) {
+        plan_alt *a = &r->alt[k];
         if (!a->feasible) {
             /* A schedule that never applied says why; one that did says
              * what stopped its candidates. */
             if (!a->tried)
                 snprintf(a->reason, sizeof a->reason, "%s",
                          a->na_reason[0] ? a->na_reason : "not searched");
+            else if (!a->reason[0] && r->cut_short)
+                snprintf(a->reason, sizeof a->reason, "not reached within "
+                         "the time limit");
             continue;
         }
         if (!r->found || a->samples_per_s > r->alt[r->best].samples_per_s) {
             r->found = 1;
-            r->best = (sim_sched)s;
+            r->best = (sim_sched)k;
         }
     }
     if (r->found) {
         double best = r->alt[r->best].samples_per_s;
-        for (int s = 0; s < SIM_SCHED_COUNT; s++) {
-            plan_alt *a = &r->alt[s];
-            if (a->feasible && s != (int)r->best)
+        for (int k = 0; k < SIM_SCHED_COUNT; k++) {
+            plan_alt *a = &r->alt[k];
+            if (a->feasible && k != (int)r->best)
                 snprintf(a->reason, sizeof a->reason, "slower: %.1f%% of the "
                          "best", 100 * a->samples_per_s / best);
         }
+    } else if (r->cut_short) {
+        snprintf(r->advice, sizeof r->advice, "the time limit of %g s ended "
+                 "the search before it found a plan that fits (%ld of %ld "
+                 "candidates partitioned, %ld simulated); give it more time",
+                 s->o->time_limit_s, s->partitioned, r->candidates,
+                 r->simulated);
     } else {
         char need[32], have[32];
         double gib = 1024.0 * 1024 * 1024;
@@ -679,10 +881,49 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
         snprintf(r->advice, sizeof r->advice,
                  "%s does not fit %d x %s: the best split needs %s per GPU "
                  "(with the %.1f GiB reserve); %s has %s; try more GPUs, "
-                 "recomputation, a smaller batch, or offload", m->spec.name, n,
-                 g->name, need, r->reserve_bytes / gib, g->name, have);
+                 "recomputation, a smaller batch, or offload", s->m->spec.name,
+                 s->t->n_gpus, g->name, need, r->reserve_bytes / gib, g->name,
+                 have);
     }
-    r->seconds = now_s() - t0;
+}
+
+static void search_free(search *s)
+{
+    for (int i = 0; i < s->ncand; i++) sim_plan_free(&s->cs[i].plan);
+    free(s->cs);
+    for (int i = 0; i <= MAX_LOG_MBS; i++)
+        if (s->ot[i].f) op_times_free(&s->ot[i]);
+    units_free(&s->lay);
+    units_free(&s->fine);
+    plan_mixed_memo_free(s->memo);
+}
+
+int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
+                const char *hw_name, const plan_opts *o, plan_result *r,
+                util_err *e)
+{
+    search s;
+    memset(&s, 0, sizeof s);
+    memset(r, 0, sizeof *r);
+    s.m = m;
+    s.t = t;
+    s.model_name = model_name;
+    s.hw_name = hw_name;
+    s.o = o;
+    s.r = r;
+    s.t0 = now_s();
+    s.deadline = o->time_limit_s > 0 ? s.t0 + o->time_limit_s : INFINITY;
+    if (check_request(&s, e)) return -1;
+    units_make(m, 0, &s.lay);
+    units_make(m, 1, &s.fine);
+    s.memo = plan_mixed_memo_new();
+    enumerate_candidates(&s);
+    bound_candidates(&s);
+    simulate_survivors(&s);
+    settle_needs(&s);
+    choose_best(&s);
+    search_free(&s);
+    r->seconds = now_s() - s.t0;
     return 0;
 }
 

@@ -25,6 +25,13 @@ typedef struct prof_route_rec { int *dl; int n; } prof_route_rec;
 
 #define HW_REC_CHUNK 1024
 
+/* After this many single routes from one source, its routes to every GPU
+ * and every node of its server are searched at once: one-to-all use (a
+ * table of routes from GPU 0) then costs one search per level, while a
+ * search's usual use, a few targets per source over a large cluster,
+ * keeps only the routes it asks for (each found from both ends). */
+#define HW_BULK_AFTER 64
+
 typedef struct prof_topo_x {
     /* Adjacency (CSR): for node v, entries [adj_off[v], adj_off[v+1]) hold
      * the neighbour and the directed link v->neighbour, sorted by
@@ -48,9 +55,22 @@ typedef struct prof_topo_x {
     unsigned *seen, *want;        /* search scratch, by stamp */
     unsigned stamp;
     int *par, *queue, *path;
+    /* two-ended search scratch: backward marks, distances from the
+     * source and to the target, memo of the walk, the two frontiers */
+    unsigned *bseen, *gseen;
+    int *df, *db, *good, *bqueue;
+    int bulk_after;               /* single routes from one source before
+                                   * the rest are searched at once */
+    /* link orbits under shifts of whole servers, one entry per (stride,
+     * count) asked (topo_symmetry.c); under mu */
+    struct prof_orbits *orbits;
+    int n_orbits;
     /* capacities of the growable arrays */
     int cap_nodes, cap_links, cap_types;
 } prof_topo_x;
+
+/* Drops the cached link orbits (the graph changed, or it is freed). */
+void prof_topo_orbits_clear(prof_topo_x *x);
 
 /* Achievable PCIe bandwidth per direction, bytes/s (topo_template.c). */
 double prof_pcie_bw(int gen, int lanes);

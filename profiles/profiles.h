@@ -213,6 +213,14 @@ int prof_topo_shift_symmetric(const prof_topo *t, int stride, int count);
  * directed link dl (2*i: a->b of link i, 2*i+1: b->a); malloc'd, or NULL
  * where the shift is not one. */
 int *prof_topo_shift_map(const prof_topo *t, int stride, int count);
+/* The orbits of the directed links under that shift: *rep[dl] is the
+ * smallest directed link of dl's orbit and *mult[dl] = count / (the
+ * orbit's size), how often the count copies of a flow that crosses dl
+ * cross its orbit. Returns 1 with both arrays lent (computed once per
+ * (stride, count) and kept by the topology until it is freed), or 0 where
+ * the shift is not an automorphism. Safe from several threads. */
+int prof_topo_link_orbits(const prof_topo *t, int stride, int count,
+                          const int **rep, const int **mult);
 
 /* Prints the topology as a tree with link bandwidths; or as JSON. */
 void prof_topo_print(const prof_topo *t, FILE *f);

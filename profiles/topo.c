@@ -36,6 +36,7 @@ prof_topo *prof_topo_new(const char *name)
     snprintf(t->name, sizeof t->name, "%s", name ? name : "");
     t->x = util_calloc(1, sizeof *t->x);
     pthread_mutex_init(&t->x->mu, NULL);
+    t->x->bulk_after = HW_BULK_AFTER;
     return t;
 }
 
@@ -84,6 +85,7 @@ int prof_topo_add_link(prof_topo *t, int a, int b, prof_link_kind kind,
 
 static void cache_clear(prof_topo_x *x)
 {
+    prof_topo_orbits_clear(x);
     for (size_t i = 0; i < x->n_blocks; i++) free(x->blocks[i]);
     free(x->blocks);
     free(x->keys);
@@ -96,8 +98,15 @@ static void cache_clear(prof_topo_x *x)
     free(x->par);
     free(x->queue);
     free(x->path);
-    x->seen = x->want = NULL;
+    free(x->bseen);
+    free(x->gseen);
+    free(x->df);
+    free(x->db);
+    free(x->good);
+    free(x->bqueue);
+    x->seen = x->want = x->bseen = x->gseen = NULL;
     x->par = x->queue = x->path = NULL;
+    x->df = x->db = x->good = x->bqueue = NULL;
     x->stamp = 0;
     x->src_queries = NULL;
     x->blocks = NULL;
@@ -526,7 +535,10 @@ static const prof_route_rec *cache_put(prof_topo_x *x, uint64_t key,
  * highest first: the first search that reaches b gives the widest path, and
  * breadth-first order with neighbours sorted by index gives the fewest hops
  * and then the lexicographically smallest node sequence. High levels span
- * small islands (NVLink, one server's PCIe), so most searches are tiny. */
+ * small islands (NVLink, one server's PCIe), so most searches are tiny.
+ * One route alone is searched from both ends (two_ended): on a cluster a
+ * search from one end reaches every server before the other end's, one
+ * from each end meets at the fabric. */
 
 /* Which links and nodes a search may use. */
 typedef struct rules {
@@ -540,6 +552,13 @@ static int fwd_ok(const prof_topo *t, const rules *r, int v)
     return forwards(k);
 }
 
+static int link_ok(const prof_topo *t, const rules *r, int dl, double thr)
+{
+    const prof_link *l = &t->links[dl >> 1];
+    return l->bw_bytes_per_s >= thr &&
+           (!r->nvlink_only || l->kind == PROF_LINK_NVLINK);
+}
+
 /* Scratch kept in x between searches (under the mutex); stamps avoid
  * clearing n-sized arrays for every search. */
 static unsigned next_stamp(prof_topo_x *x, int n)
@@ -547,9 +566,15 @@ static unsigned next_stamp(prof_topo_x *x, int n)
     if (!x->seen) {
         x->seen = util_calloc((size_t)n, sizeof *x->seen);
         x->want = util_calloc((size_t)n, sizeof *x->want);
+        x->bseen = util_calloc((size_t)n, sizeof *x->bseen);
+        x->gseen = util_calloc((size_t)n, sizeof *x->gseen);
         x->par = util_malloc(sizeof(int) * (size_t)n);
         x->queue = util_malloc(sizeof(int) * (size_t)n);
+        x->bqueue = util_malloc(sizeof(int) * (size_t)n);
         x->path = util_malloc(sizeof(int) * (size_t)n);
+        x->df = util_malloc(sizeof(int) * (size_t)n);
+        x->db = util_malloc(sizeof(int) * (size_t)n);
+        x->good = util_malloc(sizeof(int) * (size_t)n);
     }
     return ++x->stamp;
 }
@@ -582,6 +607,139 @@ static int bfs(const prof_topo *t, const rules *r, int src, double thr,
     return found;
 }
 
+/* The two-ended search for one route src->b over links of at least thr.
+ *
+ * The breadth-first route is the shortest path (inner nodes forwarding)
+ * whose node sequence is lexicographically smallest: a node's parent is
+ * the first node of the level before to reach it, and nodes of a level
+ * are reached in the order of their own routes. So it is found by
+ * learning the length D and then walking from src, taking at each node
+ * the first neighbour (adjacency order) that still lies on a shortest
+ * path. D comes from breadth-first searches from src (distances df) and
+ * backwards from b (db, over nodes that may forward into b's direction),
+ * a level at a time on whichever side is cheaper; the first level that
+ * meets the other side gives D as the least df + db among the meetings
+ * (before it, every node within df_max of src and db_max of b was known
+ * and none met, so D > df_max + db_max - 1). The walk knows "on a
+ * shortest path" from db near b and, nearer src, from the neighbours on
+ * it (on_path). Returns D and leaves the route in x->path, or 0 when b is
+ * not reachable at this level. */
+typedef struct two_end {
+    const prof_topo *t;
+    const rules *r;
+    double thr;
+    int src, b, D, rb;
+    unsigned fs, bs, gs;
+} two_end;
+
+/* One end's search: marks (seen == stamp), distances, its queue and the
+ * adjacency its next level will scan. */
+typedef struct end {
+    unsigned *seen, stamp;
+    int *dist, *queue, head, tail;
+    long cost;
+} end;
+
+/* Expands one level of an end's search; a node reached that the other
+ * end knows is a meeting, and *best the shortest route through one so
+ * far. Forward, only src and forwarding nodes go on; backward, a node
+ * before another must forward (or be src) to be on a route, and src goes
+ * no further back. */
+static void expand(const two_end *s, end *me, const end *other, int backward,
+                   int *best)
+{
+    prof_topo_x *x = s->t->x;
+    int last = me->tail;
+    me->cost = 0;
+    for (; me->head < last; me->head++) {
+        int v = me->queue[me->head];
+        if (backward ? v == s->src : v != s->src && !fwd_ok(s->t, s->r, v))
+            continue;
+        for (int i = x->adj_off[v]; i < x->adj_off[v + 1]; i++) {
+            int u = x->adj_node[i];
+            if (me->seen[u] == me->stamp ||
+                (backward && u != s->src && !fwd_ok(s->t, s->r, u)) ||
+                !link_ok(s->t, s->r, x->adj_dl[i], s->thr))
+                continue;
+            me->seen[u] = me->stamp;
+            me->dist[u] = me->dist[v] + 1;
+            me->queue[me->tail++] = u;
+            me->cost += x->adj_off[u + 1] - x->adj_off[u];
+            if (other->seen[u] == other->stamp &&
+                (!*best || me->dist[u] + other->dist[u] < *best))
+                *best = me->dist[u] + other->dist[u];
+        }
+    }
+}
+
+/* Whether node w, forwarding, j hops from src, lies on a shortest path
+ * to b (w then needs D - j more hops). */
+static int on_path(const two_end *s, int w, int j)
+{
+    prof_topo_x *x = s->t->x;
+    if (s->D - j <= s->rb) return x->bseen[w] == s->bs && x->db[w] == s->D - j;
+    if (x->seen[w] != s->fs || x->df[w] != j) return 0;
+    if (x->gseen[w] == s->gs) return x->good[w];
+    int ok = 0;
+    for (int i = x->adj_off[w]; i < x->adj_off[w + 1] && !ok; i++) {
+        int u = x->adj_node[i];
+        if (!link_ok(s->t, s->r, x->adj_dl[i], s->thr)) continue;
+        ok = j + 1 == s->D ? u == s->b
+                           : fwd_ok(s->t, s->r, u) && on_path(s, u, j + 1);
+    }
+    x->gseen[w] = s->gs;
+    x->good[w] = ok;
+    return ok;
+}
+
+static int two_ended(const prof_topo *t, const rules *r, int src, int b,
+                     double thr)
+{
+    prof_topo_x *x = t->x;
+    int n = t->n_nodes;
+    two_end s = {t, r, thr, src, b, 0, 0, 0, 0, 0};
+    s.fs = next_stamp(x, n);
+    s.bs = next_stamp(x, n);
+    s.gs = next_stamp(x, n);
+    end f = {x->seen, s.fs, x->df, x->queue, 0, 1,
+             x->adj_off[src + 1] - x->adj_off[src]};
+    end k = {x->bseen, s.bs, x->db, x->bqueue, 0, 1,
+             x->adj_off[b + 1] - x->adj_off[b]};
+    x->seen[src] = s.fs;
+    x->df[src] = 0;
+    x->queue[0] = src;
+    x->bseen[b] = s.bs;
+    x->db[b] = 0;
+    x->bqueue[0] = b;
+    int best = 0;
+    while (!best && f.head < f.tail && k.head < k.tail) {
+        if (f.cost <= k.cost) {
+            expand(&s, &f, &k, 0, &best);
+        } else {
+            expand(&s, &k, &f, 1, &best);
+            s.rb++;
+        }
+    }
+    if (!best) return 0;
+    s.D = best;
+    /* the walk: the first neighbour on a shortest path, hop by hop */
+    int v = src;
+    for (int j = 0; j < s.D; j++) {
+        int take = -1;
+        for (int i = x->adj_off[v]; i < x->adj_off[v + 1] && take < 0; i++) {
+            int u = x->adj_node[i];
+            if (!link_ok(t, r, x->adj_dl[i], thr)) continue;
+            if (j + 1 == s.D ? u == b
+                             : fwd_ok(t, r, u) && on_path(&s, u, j + 1))
+                take = i;
+        }
+        HW_NEVER(take < 0);
+        x->path[j] = x->adj_dl[take];
+        v = x->adj_node[take];
+    }
+    return s.D;
+}
+
 /* Computes routes from src to each of targets[0..nt) not cached yet and
  * stores them under key space `space`; unreachable ones get an empty
  * record. The caller holds the mutex. */
@@ -590,10 +748,12 @@ static void compute_routes(const prof_topo *t, const rules *r, int space,
 {
     prof_topo_x *x = t->x;
     int n = t->n_nodes;
-    /* one search uses at most n_levels + 1 stamps; clear before a wrap */
-    if (x->seen && x->stamp > UINT_MAX - (unsigned)x->n_levels - 2) {
+    /* one search uses at most 3 n_levels + 1 stamps; clear before a wrap */
+    if (x->seen && x->stamp > UINT_MAX - 3 * (unsigned)x->n_levels - 2) {
         memset(x->seen, 0, sizeof *x->seen * (size_t)n);
         memset(x->want, 0, sizeof *x->want * (size_t)n);
+        memset(x->bseen, 0, sizeof *x->bseen * (size_t)n);
+        memset(x->gseen, 0, sizeof *x->gseen * (size_t)n);
         x->stamp = 0;
     }
     unsigned wstamp = next_stamp(x, n);
@@ -605,6 +765,19 @@ static void compute_routes(const prof_topo *t, const rules *r, int space,
             continue;
         x->want[b] = wstamp;
         left++;
+    }
+    if (nt == 1 && left == 1) {
+        int b = targets[0];
+        x->want[b] = 0;
+        for (int lv = 0; lv < x->n_levels; lv++) {
+            int len = two_ended(t, r, src, b, x->levels[lv]);
+            if (len) {
+                cache_put(x, mkkey(t, space, src, b), x->path, len);
+                return;
+            }
+        }
+        cache_put(x, mkkey(t, space, src, b), NULL, 0);
+        return;
     }
     for (int lv = 0; lv < x->n_levels && left > 0; lv++) {
         unsigned stamp = next_stamp(x, n);
@@ -633,10 +806,6 @@ static void compute_routes(const prof_topo *t, const rules *r, int space,
         }
 }
 
-/* After this many single routes from one source, compute its routes to
- * every GPU and every node of its server at once: all-pairs use is then
- * one search per level per source, sparse use never pays for it. */
-#define BULK_AFTER 4
 
 /* Plain (unstaged) route a->b; caller holds the mutex. */
 static const prof_route_rec *plain(const prof_topo *t, int a, int b)
@@ -646,10 +815,10 @@ static const prof_route_rec *plain(const prof_topo *t, int a, int b)
     const prof_route_rec *rec = cache_get(x, key);
     if (rec) return rec;
     rules r = {0};
-    if (x->src_queries[a] < BULK_AFTER) {
+    if (x->src_queries[a] < x->bulk_after) {
         x->src_queries[a]++;
         compute_routes(t, &r, KEY_PLAIN, a, &b, 1);
-    } else if (x->src_queries[a] == BULK_AFTER) {
+    } else if (x->src_queries[a] == x->bulk_after) {
         x->src_queries[a]++;
         int *tg = util_malloc(sizeof(int) * (size_t)(t->n_nodes + 1));
         int nt = 0;

@@ -178,12 +178,25 @@ static void print_server(FILE *f, const prof_topo *t, tree *tr, int s)
     }
 }
 
-/* Servers alike: the same node kinds in the same order apart from GPUs. */
-static void signature(const prof_topo *t, int s, int *counts)
+/* Servers alike: the same node kinds in the same order apart from GPUs.
+ * Every server's counts by kind, from one pass over the nodes (a pass per
+ * server would grow with the square of the cluster). */
+static int *signatures(const prof_topo *t)
 {
-    memset(counts, 0, sizeof(int) * PROF_NODE_KIND_COUNT);
-    for (int v = 0; v < t->n_nodes; v++)
-        if (t->nodes[v].server == s) counts[t->nodes[v].kind]++;
+    int *sig = util_calloc((size_t)(t->n_servers > 0 ? t->n_servers : 1) *
+                               PROF_NODE_KIND_COUNT, sizeof(int));
+    for (int v = 0; v < t->n_nodes; v++) {
+        int s = t->nodes[v].server;
+        if (s >= 0 && s < t->n_servers)
+            sig[s * PROF_NODE_KIND_COUNT + t->nodes[v].kind]++;
+    }
+    return sig;
+}
+
+static void signature(const int *sigs, int s, int *counts)
+{
+    memcpy(counts, sigs + s * PROF_NODE_KIND_COUNT,
+           sizeof(int) * PROF_NODE_KIND_COUNT);
 }
 
 static void print_route(FILE *f, const prof_topo *t, int ga, int gb,
@@ -258,11 +271,12 @@ void prof_topo_print(const prof_topo *t, FILE *f)
     tr.placed = util_calloc((size_t)t->n_nodes, sizeof(int));
     tr.parent_link = NULL;
     int sig0[PROF_NODE_KIND_COUNT], sig[PROF_NODE_KIND_COUNT];
-    signature(t, 0, sig0);
+    int *sigs = signatures(t);
+    signature(sigs, 0, sig0);
     print_server(f, t, &tr, 0);
     int full = t->n_servers <= 2;
     for (int s = 1; s < t->n_servers;) {
-        signature(t, s, sig);
+        signature(sigs, s, sig);
         int g0 = sig[PROF_NODE_GPU];
         sig[PROF_NODE_GPU] = sig0[PROF_NODE_GPU];
         if (full || memcmp(sig, sig0, sizeof sig)) {
@@ -271,7 +285,7 @@ void prof_topo_print(const prof_topo *t, FILE *f)
         }
         int e2 = s;     /* run of servers like n0 with the same GPU count */
         while (e2 + 1 < t->n_servers) {
-            signature(t, e2 + 1, sig);
+            signature(sigs, e2 + 1, sig);
             int gg = sig[PROF_NODE_GPU];
             sig[PROF_NODE_GPU] = sig0[PROF_NODE_GPU];
             if (gg != g0 || memcmp(sig, sig0, sizeof sig)) break;
@@ -299,6 +313,7 @@ void prof_topo_print(const prof_topo *t, FILE *f)
         fprintf(f, "%-*s%s\n", COL_LINK, left, lk);
     }
     free(tr.placed);
+    free(sigs);
 
     /* routes from GPU 0: one example per distinct kind of path */
     if (t->n_gpus > 1) {

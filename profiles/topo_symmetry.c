@@ -6,11 +6,13 @@
  * automorphism when every link maps onto a link of the same kind,
  * bandwidth and latency, and every node onto one of the same kind, GPU
  * type and memory figures; then the max-min rates of any set of flows are
- * the same for the set and for its image. */
+ * the same for the set and for its image. The orbits of the links under a
+ * shift are kept by the topology: a search asks for the same few shifts
+ * for thousands of candidates. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "profiles/profiles.h"
+#include "profiles/hw_internal.h"
 
 typedef struct edge {
     int a, b, kind;
@@ -127,4 +129,71 @@ int prof_topo_shift_symmetric(const prof_topo *t, int stride, int count)
     int *m = prof_topo_shift_map(t, stride, count);
     free(m);
     return m != NULL;
+}
+
+/* Orbits of one shift; rep and mult NULL where it is not an automorphism. */
+typedef struct prof_orbits {
+    int stride, count;
+    int *rep, *mult;
+} prof_orbits;
+
+void prof_topo_orbits_clear(prof_topo_x *x)
+{
+    for (int i = 0; i < x->n_orbits; i++) {
+        free(x->orbits[i].rep);
+        free(x->orbits[i].mult);
+    }
+    free(x->orbits);
+    x->orbits = NULL;
+    x->n_orbits = 0;
+}
+
+/* Walks each orbit of the shift once: its smallest link stands for it. */
+static void orbits_fill(const int *shift, int n, int count, int *rep,
+                        int *mult)
+{
+    for (int l = 0; l < n; l++) rep[l] = -1;
+    for (int l = 0; l < n; l++) {
+        if (rep[l] >= 0) continue;
+        int z = 0, r = l;
+        for (int x = l;; x = shift[x]) {
+            if (x < r) r = x;
+            z++;
+            if (shift[x] == l || z > count) break;
+        }
+        UTIL_NEVER(count % z);
+        for (int x = l, i = 0; i < z; x = shift[x], i++) {
+            rep[x] = r;
+            mult[x] = count / z;
+        }
+    }
+}
+
+int prof_topo_link_orbits(const prof_topo *t, int stride, int count,
+                          const int **rep, const int **mult)
+{
+    prof_topo_x *x = t->x;
+    pthread_mutex_lock(&x->mu);
+    prof_orbits *o = NULL;
+    for (int i = 0; i < x->n_orbits && !o; i++)
+        if (x->orbits[i].stride == stride && x->orbits[i].count == count)
+            o = &x->orbits[i];
+    if (!o) {
+        x->orbits = util_realloc(x->orbits,
+                                 sizeof *x->orbits * (size_t)(x->n_orbits + 1));
+        o = &x->orbits[x->n_orbits++];
+        *o = (prof_orbits){stride, count, NULL, NULL};
+        int *shift = prof_topo_shift_map(t, stride, count);
+        if (shift) {
+            int n = 2 * t->n_links;
+            o->rep = util_malloc(sizeof(int) * (size_t)(n + 1));
+            o->mult = util_malloc(sizeof(int) * (size_t)(n + 1));
+            orbits_fill(shift, n, count, o->rep, o->mult);
+            free(shift);
+        }
+    }
+    *rep = o->rep;
+    *mult = o->mult;
+    pthread_mutex_unlock(&x->mu);
+    return o->rep != NULL;
 }

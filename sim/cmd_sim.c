@@ -271,6 +271,33 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
     return 0;
 }
 
+/* Every replica is simulated where that fits the size budget; beyond it
+ * they are folded where the cluster allows (the same timeline, said on
+ * stderr), and a plan that still would not fit is refused with the
+ * estimate. */
+static int size_check(const sim_plan *p, const prof_topo *tp,
+                      sim_cost_opts *co, util_err *e)
+{
+    int K = sim_sched_async(p->sched) ? p->n_minibatches : 1;
+    sim_size z = sim_costs_size(tp, p->n_stages, p->pp, co, p->n_mb, K);
+    if (z.bytes <= SIM_SIZE_BUDGET_BYTES) return 0;
+    co->fold = 1;
+    sim_size f = sim_costs_size(tp, p->n_stages, p->pp, co, p->n_mb, K);
+    if (f.bytes > SIM_SIZE_BUDGET_BYTES)
+        return util_errf(e, UTIL_EXIT_USAGE, "simulating this plan would take "
+                         "about %.1f GB (%.0f million tasks), more than the "
+                         "%.0f GB a simulation may use; fewer data-parallel "
+                         "replicas, microbatches or stages would fit",
+                         f.bytes / 1e9, f.tasks / 1e6,
+                         SIM_SIZE_BUDGET_BYTES / 1e9);
+    int g = f.simulated_replicas / sim_sched_pipes(p->sched);
+    fprintf(stderr, "sluice sim: all %d replicas would take about %.1f GB; "
+            "the first %d simulated stand%s for all (the cluster is "
+            "symmetric: the same timeline)\n", p->dp, z.bytes / 1e9, g,
+            g == 1 ? "s" : "");
+    return 0;
+}
+
 static int run(int argc, char **argv, util_err *e)
 {
     sim_plan p;
@@ -392,6 +419,7 @@ static int run(int argc, char **argv, util_err *e)
         goto out;
     }
     sim_cost_opts co = sim_plan_cost_opts(&p);
+    if (size_check(&p, tp, &co, e)) goto out;
     cs = sim_costs_build(m, tp, p.n_stages, p.first_op, p.last_op,
                          p.stage_device, p.pp, &co, e);
     if (!cs) goto out;

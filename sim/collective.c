@@ -9,7 +9,9 @@
  * first, so their all-reduce overlaps the backward of earlier ones.
  * Before it, the stages of one replica that hold copies of a tied table
  * (embedding and LM head) exchange their gradients of it, as Megatron-LM
- * all-reduces the embedding's gradient over its first and last stage. */
+ * all-reduces the embedding's gradient over its first and last stage.
+ * Folded (one replica simulated for all), the ring's steps are one
+ * transfer repeated 2(R-1) times: two tasks per ring, not 4(R-1). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,15 +108,20 @@ static int grp_cmp(const void *a, const void *b)
 
 void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
 {
-    /* Rs replicas are simulated; with folding (Rs = 1) the ring has fold
-     * members and replica 0 stands for all of them: its step sends to the
-     * next replica (the engine routes it there) and its receive is the one
-     * from the previous, which by symmetry ends at the same time. */
+    /* Rs rings members are simulated (replicas, and Chimera's two
+     * pipelines); folded, they stand for Rs x fold: the last member's
+     * step sends to the first member of the next replica (the engine
+     * routes it there) and the first member's receive is the one from the
+     * previous replica, which by symmetry ends at the same time. With one
+     * member (Rs = 1) each step waits for the one before on the same
+     * device and nothing else, so the chain is one send repeated
+     * (sim_task.steps), timed by the engine exactly as the chain of pairs
+     * would be. */
     const int Rs = c->replicas, S = c->n_model_stages, K = ir->n_minibatches;
     const int R = Rs * (c->fold > 1 ? c->fold : 1);
     const int N = ir->n_stages;
     if (R <= 1) return;
-    UTIL_NEVER(N != Rs * S || (R != Rs && Rs != 1));
+    UTIL_NEVER(N != Rs * S);
     int *lastb = util_malloc(sizeof(int) * (size_t)K * N);
     int *opt = util_malloc(sizeof(int) * (size_t)K * N);
     int *pos = util_malloc(sizeof(int) * (size_t)(ir->n_tasks + 1));
@@ -162,7 +169,8 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
         int k = g[gi].k, s = g[gi].s;
         {
             double bytes = c->stage[s].grad_bytes / R * lanes;
-            for (int st = 0; st < 2 * (R - 1); st++) {
+            int steps = 2 * (R - 1), pairs = Rs == 1 ? 1 : steps;
+            for (int st = 0; st < pairs; st++) {
                 for (int r = 0; r < Rs; r++) {
                     int v = r * S + s, w = ((r + 1) % Rs) * S + s;
                     sim_task x = {0};
@@ -176,6 +184,7 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                     x.minibatch = k;
                     x.version = -1;
                     x.lanes = lanes;
+                    x.steps = pairs == 1 ? steps : 1;
                     x.bytes = bytes;
                     int rid;
                     int sid = sim_ir_transfer(ir, &x, ir->stage_device[w],

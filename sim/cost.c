@@ -244,74 +244,61 @@ static prof_op tp_op(const prof_op *op, int t)
     return o;
 }
 
-/* Ring all-reduce of `bytes` over GPUs g0..g0+t-1: 2(t-1) steps of
- * bytes/t, every GPU sending to the next at once, at the max-min rates of
- * those t flows on the server graph. */
-static int64_t tp_allreduce_ns(const prof_topo *tp, int g0, int t,
-                               double bytes)
+/* The ring of tensor-parallel GPUs g0..g0+t-1, every GPU sending to the
+ * next at once: *lat_ns is the slowest route's latency, *bw the slowest of
+ * the t flows' max-min rates on the server graph (0: nothing moves). The
+ * ring's links are numbered afresh in the order its routes name them;
+ * max-min visits links in that order, so the rates are those it finds on
+ * the whole graph, for the work of the ring's routes alone. */
+static void tp_ring(const prof_topo *tp, int g0, int t, double *lat_ns,
+                    double *bw)
 {
-    if (t <= 1 || bytes <= 0 || !tp) return 0;
-    const int *rt[64];
-    int len[64], nf = 0;
-    double lat = 0;
-    for (int i = 0; i < t && i < 64; i++) {
+    enum { MAXF = 64, MAXL = 1024 };
+    const int *rt[MAXF];
+    int len[MAXF], nf = 0, used = 0, nl = 0;
+    int hop[MAXL], dl[MAXL]; /* routes in local numbers; local -> link */
+    *lat_ns = 0;
+    *bw = 0;
+    for (int i = 0; i < t && i < MAXF; i++) {
         int n = 0;
         const int *r = prof_topo_gpu_route(tp, g0 + i, g0 + (i + 1) % t, &n);
         if (!r || !n) continue;
-        rt[nf] = r;
+        UTIL_NEVER(used + n > MAXL);
+        for (int k = 0; k < n; k++) {
+            int j = 0;
+            while (j < nl && dl[j] != r[k]) j++;
+            if (j == nl) dl[nl++] = r[k];
+            hop[used + k] = j;
+        }
+        rt[nf] = hop + used;
         len[nf++] = n;
+        used += n;
         double l = prof_route_latency_ns(tp, r, n);
-        if (l > lat) lat = l;
+        if (l > *lat_ns) *lat_ns = l;
     }
-    if (!nf) return 0;
-    int ndl = 2 * tp->n_links + 1;
-    double *cap = util_malloc(sizeof(double) * (size_t)ndl);
-    for (int l = 0; l < tp->n_links; l++)
-        cap[2 * l] = cap[2 * l + 1] = tp->links[l].bw_bytes_per_s;
-    sim_maxmin_scratch w = {0};
-    w.rem = util_calloc((size_t)ndl, sizeof(double));
-    w.cnt = util_calloc((size_t)ndl, sizeof(int));
-    w.touched = util_calloc((size_t)ndl, sizeof(int));
-    w.frozen = util_calloc(64, 1);
-    double rate[64], bw = HUGE_VAL;
+    if (!nf) return;
+    double cap[MAXL], rem[MAXL], rate[MAXF], b = HUGE_VAL;
+    int cnt[MAXL] = {0}, touched[MAXL];
+    uint8_t frozen[MAXF];
+    for (int j = 0; j < nl; j++) cap[j] = tp->links[dl[j] / 2].bw_bytes_per_s;
+    sim_maxmin_scratch w = {rem, cnt, touched, frozen};
     sim_maxmin(nf, rt, len, cap, rate, &w);
-    for (int f = 0; f < nf; f++) bw = fmin(bw, rate[f]);
-    free(cap); free(w.rem); free(w.cnt); free(w.touched); free(w.frozen);
-    if (!(bw > 0) || bw == HUGE_VAL) return 0;
-    double step = lat + bytes / t / bw * 1e9;
-    return (int64_t)llround(2.0 * (t - 1) * step);
+    for (int f = 0; f < nf; f++) b = fmin(b, rate[f]);
+    if (b > 0 && b != HUGE_VAL) *bw = b;
 }
 
-/* Orbits of the directed links under the shift: the smallest link of
- * each stands for it, and a flow's `fold` copies cross a link of an orbit
- * of size z fold/z times for each time the flow crosses one. */
-static void fold_orbits(sim_costs *c, const prof_topo *t, const int *shift)
+/* Ring all-reduce of `bytes` over the t GPUs of a ring found by tp_ring:
+ * 2(t-1) steps of bytes/t. */
+static int64_t tp_allreduce_ns(double lat_ns, double bw, int t, double bytes)
 {
-    int n = 2 * t->n_links;
-    c->fold_rep = util_malloc(sizeof(int) * (size_t)(n + 1));
-    c->fold_mult = util_malloc(sizeof(int) * (size_t)(n + 1));
-    for (int l = 0; l < n; l++) c->fold_rep[l] = -1;
-    for (int l = 0; l < n; l++) {
-        if (c->fold_rep[l] >= 0) continue;
-        int z = 0, rep = l;
-        for (int x = l;; x = shift[x]) {
-            if (x < rep) rep = x;
-            z++;
-            if (shift[x] == l || z > c->fold) break;
-        }
-        UTIL_NEVER(c->fold % z);
-        for (int x = l, i = 0; i < z; x = shift[x], i++) {
-            c->fold_rep[x] = rep;
-            c->fold_mult[x] = c->fold / z;
-        }
-    }
+    if (t <= 1 || bytes <= 0 || !(bw > 0)) return 0;
+    double step = lat_ns + bytes / t / bw * 1e9;
+    return (int64_t)llround(2.0 * (t - 1) * step);
 }
 
 void sim_costs_free(sim_costs *c)
 {
     if (!c) return;
-    free(c->fold_rep);
-    free(c->fold_mult);
     free(c->stage);
     free(c->stage_device);
     free(c->xfer_bytes);
@@ -344,6 +331,21 @@ sim_costs *sim_costs_uniform(int n_stages, int n_devices,
     c->samples_per_mb = 1;
     c->tokens_per_sample = 1;
     return c;
+}
+
+/* The replicas simulated for all where folding may apply: the fewest
+ * whose GPUs fill whole servers (rgpus GPUs a replica); 0 where it cannot
+ * (no folding asked, one replica, or no group of fewer than dp). Whether
+ * the cluster is symmetric under the shift is the topology's to say. */
+static int fold_group(const prof_topo *t, int rgpus, int dp,
+                      const sim_cost_opts *o)
+{
+    int gps = t->gpus_per_server;
+    if (!o || !o->fold || dp < 2 || gps <= 0 || rgpus <= 0) return 0;
+    int a = rgpus, b = gps;
+    while (b) { int x = a % b; a = b; b = x; }
+    int group = gps / a;              /* lcm(rgpus, gps) / rgpus */
+    return group < dp && dp % group == 0 ? group : 0;
 }
 
 sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
@@ -409,6 +411,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->first_op = first_op[s];
         sc->last_op = last_op[s];
         double f = 0, bb = 0, w = 0, arf = 0, arb = 0;
+        double ring_lat = 0, ring_bw = 0;
+        if (tpw > 1) tp_ring(t, g0, tpw, &ring_lat, &ring_bw);
         for (int i = first_op[s]; i <= last_op[s]; i++) {
             prof_op opx = tp_op(&m->ops[i], tpw);
             const prof_op *op = &opx;
@@ -421,11 +425,12 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                  * GEMMs (backward): all-reduces of the activation */
                 tp_role r = tp_role_of(&m->ops[i]);
                 if (r == TP_ROW || m->ops[i].kind == PROF_OP_EMBED)
-                    arf += (double)tp_allreduce_ns(t, g0, tpw,
+                    arf += (double)tp_allreduce_ns(ring_lat, ring_bw, tpw,
                                                    m->ops[i].out_bytes * mbs);
                 if (r == TP_COL && op->n_in > 0 && op->in[0] >= 0)
                     arb += (double)tp_allreduce_ns(
-                        t, g0, tpw, m->ops[op->in[0]].out_bytes * mbs);
+                        ring_lat, ring_bw, tpw,
+                        m->ops[op->in[0]].out_bytes * mbs);
             }
             sc->fwd_flops += op->fwd_flops * mbs;
             sc->bwd_flops += (op->bwd_in_flops + op->bwd_w_flops) * mbs;
@@ -484,15 +489,45 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     c->tokens_per_sample = m->spec.seq_len + m->spec.dec_seq_len;
     c->model_flops_per_sample = prof_model_train_flops(m, 0);
     int pipes = o && o->pipes > 1 ? o->pipes : 1;
-    int *shift = o && o->fold && dpw > 1 && pipes == 1
-               ? prof_topo_shift_map(t, n_devices * tpw, dpw) : NULL;
-    if (shift) {
-        c->fold = dpw;
+    int group = fold_group(t, n_devices * tpw, dpw, o);
+    if (group && prof_topo_link_orbits(t, group * n_devices * tpw, dpw / group,
+                                       &c->fold_rep, &c->fold_mult)) {
+        /* the group's replicas (and Chimera's two pipelines, which share
+         * a replica's devices) are simulated, the groups folded */
+        sim_costs_replicate(c, group, pipes);
+        c->fold = dpw / group;
         c->dp = dpw;
-        fold_orbits(c, t, shift);
-        free(shift);
     } else if (dpw > 1 || pipes > 1) {
         sim_costs_replicate(c, dpw, pipes);
     }
     return c;
+}
+
+sim_size sim_costs_size(const prof_topo *t, int n_stages, int pp,
+                        const sim_cost_opts *o, int n_mb, int n_minibatches)
+{
+    int tpw = o && o->tp > 1 ? o->tp : 1;
+    int dpw = o && o->dp > 1 ? o->dp : 1;
+    int pipes = o && o->pipes > 1 ? o->pipes : 1;
+    int K = n_minibatches > 1 ? n_minibatches : 1;
+    sim_size z = {dpw * pipes, 1, 0, 0};
+    int group = fold_group(t, pp * tpw, dpw, o);
+    const int *rep, *mult;
+    if (group && prof_topo_link_orbits(t, group * pp * tpw, dpw / group, &rep,
+                                       &mult)) {
+        z.simulated_replicas = group * pipes;
+        z.fold = dpw / group;
+    }
+    double Rs = z.simulated_replicas, R = (double)dpw * pipes;
+    double S = n_stages, N = Rs * S;
+    /* a stage's work per microbatch: forward, backward, weight gradient,
+     * recomputation, and a send and a receive each way; per minibatch an
+     * optimizer step and the all-reduce ring's steps (one repeated send
+     * where a single member is simulated) */
+    double ring = R > 1 ? (Rs > 1 ? Rs * 2 * (R - 1) * 2 : 2) : 0;
+    z.tasks = K * (N * (double)n_mb / pipes * 8 + N + S * ring);
+    /* about 300 bytes a task (task, dependencies, order, engine state),
+     * and the cost table's stage-to-stage transfer matrix */
+    z.bytes = z.tasks * 300 + N * N * 8;
+    return z;
 }

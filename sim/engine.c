@@ -4,7 +4,10 @@
  * the head of its (device, stream) queue with the stream idle; a send
  * starts a flow over its route, sharing links max-min fairly with the
  * other flows (re-solved when a flow starts or ends); the matching receive
- * runs from the flow's start to its end plus the route latency. All memory
+ * runs from the flow's start to its end plus the route latency; a
+ * repeated transfer (sim_task.steps) restarts its flow a latency after
+ * each step, so it ends where the chain of sends it stands for would have
+ * ended, event for event. All memory
  * is allocated by sim_engine_new; a run allocates nothing (the heap only
  * grows if a first run needs more room). */
 #include <math.h>
@@ -115,6 +118,7 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
     e->route_len = util_calloc(NL, sizeof(int));
     e->lat_ns = util_calloc(N, sizeof(int64_t));
     e->lanes_left = util_calloc(N, sizeof(int32_t));
+    e->steps_left = util_calloc(N, sizeof(int32_t));
     e->tp_ns = util_calloc(N, sizeof(int64_t));
     e->static_bytes = util_calloc((size_t)e->nd, sizeof(double));
     e->pending0 = util_calloc((size_t)e->ns * e->vstride, sizeof(int32_t));
@@ -176,8 +180,10 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
         /* folded: replica 0's routes, each link replaced by its orbit's
          * stand-in as often as the flow's copies cross that orbit */
         int F = c->fold > 1 ? c->fold : 1;
-        /* folded, an all-reduce step goes to the next replica's device */
+        /* folded, an all-reduce step from the ring's last simulated
+         * member goes to the next replica's device */
         int next_replica = c->n_devices * c->tp;
+        int S = c->n_model_stages > 0 ? c->n_model_stages : 1;
         size_t *off = F > 1 ? util_calloc(NL, sizeof(size_t)) : NULL;
         size_t used = 0, capr = 0;
         for (int i = 0; i < n; i++) {
@@ -186,9 +192,10 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
                 int a = -1, b = -1;
                 if (t->kind == SIM_SEND && t->peer >= 0) {
                     a = tp->gpu_node[c->dev_gpu[t->device] + j];
+                    int wrap = F > 1 && t->comm == SIM_COMM_DP &&
+                               t->stage2 / S <= t->stage / S;
                     b = tp->gpu_node[c->dev_gpu[ir->tasks[t->peer].device] + j +
-                                     (F > 1 && t->comm == SIM_COMM_DP
-                                          ? next_replica : 0)];
+                                     (wrap ? next_replica : 0)];
                 } else if (t->kind == SIM_SWAP_OUT ||
                            t->kind == SIM_SWAP_IN) {
                     int g = c->dev_gpu[t->device];
@@ -239,7 +246,7 @@ void sim_engine_free(sim_engine *e)
     if (!e) return;
     free(e->dur); free(e->mem_start); free(e->mem_end); free(e->nxt);
     free(e->head0); free(e->route); free(e->route_len); free(e->lat_ns);
-    free(e->lane_off); free(e->lanes_left); free(e->tp_ns);
+    free(e->lane_off); free(e->lanes_left); free(e->steps_left); free(e->tp_ns);
     free(e->static_bytes); free(e->pending0); free(e->pending);
     free(e->unmet); free(e->head); free(e->busy); free(e->start);
     free(e->end); free(e->fstart); free(e->heap); free(e->mem_cur);
@@ -291,21 +298,25 @@ static void try_start(sim_engine *e, int id)
     task_start(e, id);
 }
 
-static void flow_begin(sim_engine *e, int id)
+/* The end of a transfer's step a latency from now: the send's, and with
+ * the last step its receive's. */
+static void step_end(sim_engine *e, int id)
 {
     const sim_task *t = &e->ir->tasks[id];
-    int r = t->kind == SIM_SEND ? t->peer : -1;
-    e->fstart[id] = e->now;
-    if (r >= 0) {
-        e->start[r] = e->fstart[r] = e->now;
-        sim_mem_add(e, e->ir->tasks[r].device, e->mem_start[r], r);
-    }
+    heap_push(e, e->now + e->lat_ns[id], id, 0);
+    if (t->kind == SIM_SEND && t->peer >= 0 && e->steps_left[id] <= 1)
+        heap_push(e, e->now + e->lat_ns[id], t->peer, 0);
+}
+
+/* Puts one step of a transfer's bytes on its lanes' routes. */
+static void flow_step(sim_engine *e, int id)
+{
+    const sim_task *t = &e->ir->tasks[id];
     int l0 = e->lane_off[id], nl = e->lane_off[id + 1] - l0, moving = 0;
     for (int j = 0; j < nl && t->bytes > 0; j++)
         if (e->route[l0 + j]) moving++;
     if (!moving) {
-        heap_push(e, e->now + e->lat_ns[id], id, 0);
-        if (r >= 0) heap_push(e, e->now + e->lat_ns[id], r, 0);
+        step_end(e, id);
         return;
     }
     flows_advance(e);
@@ -344,6 +355,18 @@ static void flow_begin(sim_engine *e, int id)
     else if (soon != INT64_MAX) heap_push(e, soon, -1, e->flow_epoch);
 }
 
+static void flow_begin(sim_engine *e, int id)
+{
+    const sim_task *t = &e->ir->tasks[id];
+    int r = t->kind == SIM_SEND ? t->peer : -1;
+    e->fstart[id] = e->now;
+    if (r >= 0) {
+        e->start[r] = e->fstart[r] = e->now;
+        sim_mem_add(e, e->ir->tasks[r].device, e->mem_start[r], r);
+    }
+    flow_step(e, id);
+}
+
 static void flows_check(sim_engine *e)
 {
     flows_advance(e);
@@ -355,11 +378,8 @@ static void flows_check(sim_engine *e)
             ended++;
             for (int k = 0; k < e->flow_rlen[f]; k++)
                 if (--e->link_use[e->flow_route[f][k]]) shared = 1;
-            const sim_task *t = &e->ir->tasks[id];
             if (--e->lanes_left[id] > 0) continue; /* other lanes move */
-            heap_push(e, e->now + e->lat_ns[id], id, 0);
-            if (t->kind == SIM_SEND && t->peer >= 0)
-                heap_push(e, e->now + e->lat_ns[id], t->peer, 0);
+            step_end(e, id);
             continue;
         }
         e->flow_task[w] = e->flow_task[f];
@@ -593,6 +613,7 @@ int sim_engine_run(sim_engine *e, sim_result *r)
     int n = e->n;
     for (int i = 0; i < n; i++) {
         e->unmet[i] = ir->tasks[i].n_dep;
+        e->steps_left[i] = ir->tasks[i].steps > 1 ? ir->tasks[i].steps : 1;
         e->start[i] = e->end[i] = e->fstart[i] = -1;
     }
     memcpy(e->head, e->head0, sizeof(int32_t) * (size_t)e->nq);
@@ -624,12 +645,19 @@ int sim_engine_run(sim_engine *e, sim_result *r)
     }
     for (int q = 0; q < e->nq; q++) try_start(e, e->head[q]);
     int64_t ended = 0;
-    while (e->nheap) {
+    while (e->nheap && !(e->oom && e->opts.stop_at_oom)) {
         sim_ev ev = heap_pop(e);
         e->now = ev.t;
         e->events++;
         if (ev.id < 0) {
             if (ev.epoch == e->flow_epoch) flows_check(e);
+            continue;
+        }
+        if (e->steps_left[ev.id] > 1) {
+            /* a step of a repeated transfer: the next one starts now,
+             * as the next send of the chain would when its receive ends */
+            e->steps_left[ev.id]--;
+            flow_step(e, ev.id);
             continue;
         }
         task_end(e, ev.id);
@@ -652,6 +680,12 @@ int sim_engine_run(sim_engine *e, sim_result *r)
     r->oom_t_ns = e->oom_t;
     for (int i = 0; i < n; i++)
         if (e->end[i] > r->makespan_ns) r->makespan_ns = e->end[i];
+    if (e->oom && e->opts.stop_at_oom && ended < n) {
+        /* the verdict is in; the timeline is not, so no statistics */
+        r->stopped = 1;
+        r->ok = 1;
+        return 0;
+    }
     if (ended < n) {
         char b[128];
         int len = snprintf(r->msg, sizeof r->msg, "deadlock: %lld of %d "

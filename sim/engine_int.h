@@ -32,6 +32,8 @@ struct sim_engine {
     int *fold_routes;       /* folded replicas: routes over link orbits
                              * (sim_costs.fold_rep), owned */
     int32_t *lanes_left;    /* run state: lanes of a send still moving */
+    int32_t *steps_left;    /* run state: steps of a repeated transfer
+                             * still to run, this one included */
     int64_t *tp_ns;         /* per task: tensor-parallel part of its time */
     /* static, per device / stage */
     double *static_bytes;

@@ -74,6 +74,10 @@ typedef struct sim_task {
     int32_t lanes;      /* transfers: parallel flows, one per tensor-parallel
                          * rank (GPU j of the sender's group to GPU j of the
                          * receiver's), each bytes/lanes; 0 or 1: one */
+    int32_t steps;      /* transfers: the transfer repeated back to back,
+                         * the route's latency between repeats (a folded
+                         * ring all-reduce, sim_add_allreduce); 0 or 1:
+                         * once */
     double bytes;       /* transfers, swaps, all-reduce (all lanes) */
     int32_t dep_off, n_dep; /* into sim_ir.deps (valid after finish) */
 } sim_task;
@@ -210,19 +214,22 @@ struct sim_costs {
     double samples_per_mb;      /* microbatch size */
     double tokens_per_sample;
     double model_flops_per_sample; /* forward + backward, no recompute */
-    /* Folding: with fold > 1 the table holds one data-parallel replica
-     * (replicas = 1, n_devices = pp) that stands for `fold` of them,
-     * n_devices * tp GPUs apart. The server graph is symmetric under that
-     * shift (prof_topo_shift_symmetric), so every replica runs the same
-     * timeline and every copy of a transfer gets the same max-min rate:
-     * the engine runs replica 0's tasks; each all-reduce step sends to the
-     * same device of the next replica, and its receive stands for the one
-     * from the previous replica. A flow crosses, instead of its links,
+    /* Folding: with fold > 1 the table holds the first group of
+     * data-parallel replicas (one replica where it fills whole servers,
+     * else the fewest that do; Chimera's two pipelines each) and stands
+     * for `fold` such groups, n_devices * tp GPUs apart. The server graph
+     * is symmetric under that shift (prof_topo_shift_symmetric), so every
+     * group runs the same timeline and every copy of a transfer gets the
+     * same max-min rate: the engine runs the first group's tasks; the
+     * all-reduce step of its last ring member sends to the next group's
+     * first, and the first member's receive stands for the one from the
+     * previous group. A flow crosses, instead of its links,
      * their orbits under the shift: fold_rep[dl] stands for the orbit of
      * directed link dl, crossed fold_mult[dl] times by the flow's copies
      * for each time the flow crosses dl. 1: every replica explicit. */
     int fold;
-    int *fold_rep, *fold_mult;  /* per directed link; NULL without fold */
+    const int *fold_rep, *fold_mult; /* per directed link, lent by the
+                                      * topology; NULL without fold */
 };
 
 /* Options of the cost model. */
@@ -233,13 +240,30 @@ typedef struct sim_cost_opts {
                                  * Chimera (sim_sched_pipes); 0: 1 */
     double state_bytes_per_param; /* weights+grads+optimizer; 0: 16 (Adam, mixed) */
     const sim_measured *measured; /* may be NULL */
-    int fold;                   /* fold the data-parallel replicas into one
-                                 * where the server graph allows it (one
-                                 * pipeline per rank, each replica whole
-                                 * servers of a symmetric cluster); the
-                                 * timeline is the same, the run dp times
-                                 * smaller */
+    int fold;                   /* fold the data-parallel replicas where
+                                 * the server graph allows it: the fewest
+                                 * replicas that fill whole servers (one,
+                                 * where a replica does) are simulated for
+                                 * all of them, the cluster being symmetric
+                                 * under a shift by that many servers; the
+                                 * timeline is the same, the run smaller */
 } sim_cost_opts;
+
+/* What simulating a plan of n_stages stages on pp devices would hold
+ * before it is built (replicas folded as sim_costs_build would fold them):
+ * the tasks of its schedule and the bytes of cost table, schedule and
+ * engine, an estimate within a small factor for n_mb microbatches and
+ * n_minibatches minibatches. */
+typedef struct sim_size {
+    int simulated_replicas;     /* replicas (and pipelines) run explicitly */
+    int fold;                   /* replicas each stands for */
+    double tasks, bytes;
+} sim_size;
+sim_size sim_costs_size(const prof_topo *t, int n_stages, int pp,
+                        const sim_cost_opts *o, int n_mb, int n_minibatches);
+/* What one simulation may hold: the planner does not simulate a candidate
+ * estimated beyond it, sim refuses such a plan up front. */
+#define SIM_SIZE_BUDGET_BYTES (2.0 * 1024 * 1024 * 1024)
 
 /* Builds costs from a model and topology for a partition: stage s holds
  * ops [first_op[s], last_op[s]] and runs on pipeline device

@@ -163,7 +163,11 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
     for (size_t i = 0; i < SG; i++) finF[i] = finB[i] = -1;
     for (int s = 0; s < S; s++)
         for (int t = 0; t < S; t++) {
-            xf[s * S + t] = xfer_ns(c, s, t);
+            /* read only between stages that exchange something (forward
+             * one way, gradients back): no route for the others */
+            int talk = c->xfer_bytes[(size_t)s * NS + t] > 0 ||
+                       c->xfer_bytes[(size_t)t * NS + s] > 0;
+            xf[s * S + t] = talk ? xfer_ns(c, s, t) : 0;
             if (t != s && c->xfer_bytes[(size_t)s * NS + t] > 0) {
                 prod[t * S + np[t]++] = s;
                 cons[s * S + nc[s]++] = t;

@@ -43,6 +43,9 @@ typedef struct sim_engine sim_engine;
 
 typedef struct sim_run_opts {
     int record;         /* keep the memory timeline (traces, plots) */
+    int stop_at_oom;    /* end the run when a device first goes over its
+                         * capacity: only the verdict is wanted (see
+                         * sim_result.stopped) */
 } sim_run_opts;
 
 typedef struct sim_dev_stats {
@@ -87,6 +90,9 @@ typedef struct sim_result {
     int oom;                /* a device went over capacity */
     int oom_task;           /* the first task that did */
     int64_t oom_t_ns;
+    int stopped;            /* stop_at_oom ended the run there: only oom,
+                             * oom_task, oom_t_ns and the peaks so far
+                             * (dev[].peak_bytes, a lower bound) hold */
     int64_t events;         /* events processed */
     const int64_t *start_ns, *end_ns; /* per task (lent from the engine) */
     const int64_t *flow_start_ns;     /* per task: sends/recvs, transfer start */

@@ -15,6 +15,8 @@ typedef struct run {
     sim_dev_stats dev[64];
     int max_inflight[64];
     double ring_step_bytes; /* the largest all-reduce step's buffer */
+    int ring_sends;         /* all-reduce send tasks */
+    int minibatches;
 } run;
 
 /* Simulates a plan of schedule s: pp devices, v stages per device (even
@@ -55,12 +57,16 @@ static void simulate(const prof_model *m, const prof_topo *t, sim_sched s,
     out->n_devices = r.n_devices;
     out->iteration_ns = r.iteration_ns;
     out->makespan_ns = r.makespan_ns;
-    for (int d = 0; d < pp && d < 64; d++) out->dev[d] = r.dev[d];
+    for (int d = 0; d < r.n_devices && d < 64; d++) out->dev[d] = r.dev[d];
     for (int st = 0; st < p.n_stages && st < 64; st++)
         out->max_inflight[st] = r.max_inflight[st];
     for (int st = 0; st < c->n_stages; st++)
         if (c->stage[st].grad_bytes / dp > out->ring_step_bytes)
             out->ring_step_bytes = c->stage[st].grad_bytes / dp;
+    out->minibatches = ir->n_minibatches;
+    for (int i = 0; i < ir->n_tasks; i++)
+        out->ring_sends += ir->tasks[i].kind == SIM_SEND &&
+                           ir->tasks[i].comm == SIM_COMM_DP;
     sim_engine_free(en);
     sim_ir_free(ir);
     sim_costs_free(c);
@@ -110,7 +116,18 @@ static void check_pair(const prof_model *m, const prof_topo *t, sim_sched s,
     cr_expect_eq(b.fold, want, "%s: folded %d", what, b.fold);
     cr_expect_eq(a.n_devices, pp * dp, "%s", what);
     cr_expect_eq(b.n_devices, pp * dp / want, "%s", what);
-    expect_same(&a, &b, pp, pp * v, what);
+    /* every simulated device: replica 0's, and with replicas smaller
+     * than a server the others of its group */
+    expect_same(&a, &b, b.n_devices < 64 ? b.n_devices : 64, pp * v, what);
+    /* every member of every stage's ring, each minibatch: 2(R-1) steps
+     * explicit; folded, those of the simulated members, and with one
+     * member the steps are one repeated send */
+    int pipes = sim_sched_pipes(s), R = dp * pipes, K = a.minibatches;
+    int Rs = dp / want * pipes;
+    cr_expect_eq(a.ring_sends, K * pp * v * R * 2 * (R - 1), "%s: %d sends",
+                 what, a.ring_sends);
+    cr_expect_eq(b.ring_sends, K * pp * v * (Rs == 1 ? 1 : Rs * 2 * (R - 1)),
+                 "%s: %d sends folded", what, b.ring_sends);
 }
 
 Test(fold, one_replica_stands_for_all)
@@ -129,6 +146,8 @@ Test(fold, one_replica_stands_for_all)
         {SIM_SCHED_WAVE, 2, 2, 4, 4, 4},
         {SIM_SCHED_DUALPIPEV, 4, 2, 4, 2, 8},
         {SIM_SCHED_1F1B, 1, 1, 4, 8, 4},
+        {SIM_SCHED_CHIMERA, 4, 1, 4, 2, 8},
+        {SIM_SCHED_CHIMERA, 2, 1, 2, 8, 4},
     };
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++)
         check_pair(m, t, cs[i].s, cs[i].pp, cs[i].v, cs[i].dp, cs[i].tp,
@@ -180,8 +199,8 @@ static prof_topo *two_servers(double bw1)
     return t;
 }
 
-/* Replicas smaller than a server, or servers that differ, are simulated
- * one by one. */
+/* Servers that differ are simulated one by one; replicas smaller than a
+ * server are folded by the fewest that fill whole servers. */
 Test(fold, only_where_symmetric)
 {
     prof_topo *same = two_servers(16e9), *odd = two_servers(8e9);
@@ -194,10 +213,16 @@ Test(fold, only_where_symmetric)
     prof_model *m = prof_model_load("gpt-mini", &e);
     cr_assert_not_null(m, "%s", e.msg);
     prof_topo *t = test_topo("a100-sxm-80gb", 32);
+    /* replicas of 4 GPUs on servers of 8: two replicas, one server, are
+     * simulated for the other three servers' */
+    check_pair(m, t, SIM_SCHED_1F1B, 2, 1, 4, 2, 4, 2);
+    check_pair(m, t, SIM_SCHED_CHIMERA, 2, 1, 8, 1, 4, 2);
+    check_pair(m, t, SIM_SCHED_2BW, 1, 1, 16, 2, 4, 4);
+    /* 3 GPUs a replica: 8 replicas fill 3 servers, 32 GPUs hold 10 */
     run a;
-    simulate(m, t, SIM_SCHED_1F1B, 2, 1, 4, 2, 4, 1, &a); /* 4 GPUs a replica */
+    simulate(m, t, SIM_SCHED_1F1B, 3, 1, 10, 1, 4, 1, &a);
     cr_expect_eq(a.fold, 1);
-    cr_expect_eq(a.n_devices, 8);
+    cr_expect_eq(a.n_devices, 30);
     cr_expect(prof_topo_shift_symmetric(t, 8, 4));
     cr_expect(prof_topo_shift_symmetric(t, 16, 2));
     cr_expect_not(prof_topo_shift_symmetric(t, 4, 8));
@@ -250,6 +275,66 @@ Test(fold, planner_answers_unchanged)
         plan_result_free(a);
         plan_result_free(b);
     }
+    prof_topo_free(t);
+    prof_model_free(m);
+}
+
+/* The size estimate the planner and sim check before simulating: the
+ * folding sim_costs_build will do, and tasks within a factor of two of the
+ * schedule it builds. */
+Test(fold, size_estimate)
+{
+    util_err e;
+    prof_model *m = prof_model_load("gpt-mini", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    prof_topo *t = test_topo("a100-sxm-80gb", 32);
+    struct { sim_sched s; int pp, dp, tp, fold, group; } cs[] = {
+        {SIM_SCHED_1F1B, 2, 4, 4, 4, 1},    /* a replica a server */
+        {SIM_SCHED_1F1B, 2, 8, 2, 4, 2},    /* two replicas a server */
+        {SIM_SCHED_2BW, 4, 8, 1, 4, 2},
+        {SIM_SCHED_CHIMERA, 4, 4, 2, 4, 1},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++)
+        for (int fold = 0; fold <= 1; fold++) {
+            sim_plan p;
+            sim_plan_init(&p);
+            p.sched = cs[i].s;
+            p.pp = cs[i].pp;
+            p.dp = cs[i].dp;
+            p.tp = cs[i].tp;
+            p.mbs = 1;
+            p.n_mb = 8;
+            p.waves = 1;
+            p.n_minibatches = sim_sched_async(p.sched) ? 6 : 1;
+            sim_plan_stages(&p, p.pp);
+            cr_assert_eq(sim_partition_even(m, p.pp, p.first_op, p.last_op, &e),
+                         0, "%s", e.msg);
+            sim_sched_opts so = sim_plan_sched_opts(&p);
+            sim_sched_map(&so, p.stage_device);
+            so = sim_plan_sched_opts(&p);
+            sim_cost_opts co = sim_plan_cost_opts(&p);
+            co.fold = fold;
+            sim_size z = sim_costs_size(t, p.n_stages, p.pp, &co, p.n_mb,
+                                        p.n_minibatches);
+            sim_costs *c = sim_costs_build(m, t, p.n_stages, p.first_op,
+                                           p.last_op, p.stage_device, p.pp,
+                                           &co, &e);
+            cr_assert_not_null(c, "%s", e.msg);
+            int pipes = sim_sched_pipes(p.sched);
+            cr_expect_eq(z.fold, fold ? cs[i].fold : 1, "case %zu", i);
+            cr_expect_eq(z.fold, c->fold, "case %zu", i);
+            cr_expect_eq(z.simulated_replicas, c->replicas, "case %zu", i);
+            cr_expect_eq(z.simulated_replicas,
+                         fold ? cs[i].group * pipes : cs[i].dp * pipes);
+            sim_ir *ir = sim_schedule(&so, c, &e);
+            cr_assert_not_null(ir, "%s", e.msg);
+            cr_expect(z.tasks >= ir->n_tasks / 2.0 && z.tasks <= ir->n_tasks * 2.0,
+                      "case %zu fold %d: estimate %.0f, %d tasks", i, fold,
+                      z.tasks, ir->n_tasks);
+            sim_ir_free(ir);
+            sim_costs_free(c);
+            sim_plan_free(&p);
+        }
     prof_topo_free(t);
     prof_model_free(m);
 }

@@ -331,6 +331,32 @@ Test(hw_routes, deterministic)
     prof_topo_free(b);
 }
 
+/* Routes searched one at a time from both ends are those of one search
+ * from the source to all: clusters with NVLink islands, rails of NICs and
+ * GeForce cards staging through host memory. */
+Test(hw_routes, one_at_a_time_as_all_at_once)
+{
+    const char *gpus[] = {"a100-sxm-80gb", "rtx3090", "v100-sxm2-32gb"};
+    for (int k = 0; k < 3; k++) {
+        prof_topo *one = test_topo(gpus[k], 64), *all = test_topo(gpus[k], 64);
+        one->x->bulk_after = 1 << 30;
+        all->x->bulk_after = 0;
+        for (int a = 0; a < one->n_nodes; a += 3)
+            for (int b = 0; b < one->n_nodes; b += 5) {
+                int n1, n2;
+                const int *r1 = prof_topo_route(one, a, b, &n1);
+                const int *r2 = prof_topo_route(all, a, b, &n2);
+                cr_assert_eq(n1, n2, "%s %s->%s", gpus[k], one->nodes[a].name,
+                             one->nodes[b].name);
+                if (n1) cr_assert(!memcmp(r1, r2, sizeof(int) * (size_t)n1),
+                                  "%s %s->%s", gpus[k], one->nodes[a].name,
+                                  one->nodes[b].name);
+            }
+        prof_topo_free(one);
+        prof_topo_free(all);
+    }
+}
+
 Test(hw_routes, big_cluster_on_demand)
 {
     prof_topo *t = test_topo("h100-sxm", 1024);
@@ -485,6 +511,9 @@ Test(hw_routes, matches_brute_force_on_random_graphs)
                                    bws[(seed >> 24) % 3], 100);
         }
         cr_assert_eq(prof_topo_finish(t, &e), 0, "%s", e.msg);
+        /* routes one at a time (searched from both ends), or every route
+         * from a source at once (one search from the source) */
+        if (trial % 2) t->x->bulk_after = 0;
         for (int a = 0; a < nn; a++)
             for (int b = 0; b < nn; b++) {
                 if (a == b) continue;

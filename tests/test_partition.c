@@ -104,7 +104,7 @@ Test(partition, mixed_pipe_beats_contiguous_on_unbalanced_chain)
     enum { N = 8 };
     double t[N] = {4, 1, 1, 1, 1, 1, 1, 4}, ct[N] = {0}, sm[N], am[N] = {0};
     for (int u = 0; u < N; u++) sm[u] = 1;
-    plan_mixed_in in = {N, t, ct, sm, am, 3, 100, 1};
+    plan_mixed_in in = {N, t, ct, sm, am, 3, 100, 1, NULL};
     plan_mixed m;
     cr_assert_eq(plan_mixed_partition(&in, &m), 0);
     /* The contiguous optimum over 3 devices is 5 ([4,1] [1,1,1,1] [1,4]). */
@@ -118,7 +118,7 @@ Test(partition, mixed_pipe_beats_contiguous_on_unbalanced_chain)
 
     /* Three heavy units spread so that contiguous pairs must share. */
     double t2[N] = {5, 5, 1, 1, 1, 1, 5, 1};
-    plan_mixed_in in2 = {N, t2, ct, sm, am, 3, 100, 1};
+    plan_mixed_in in2 = {N, t2, ct, sm, am, 3, 100, 1, NULL};
     double inf[3] = {1, 1, 1}, cap[3] = {100, 100, 100};
     int first[4];
     plan_chain c = {N, t2, ct, sm, am, 3, inf, cap, 1};
@@ -142,10 +142,106 @@ Test(partition, mixed_pipe_respects_memory)
     enum { N = 6 };
     double t[N] = {1, 1, 1, 1, 1, 1}, ct[N] = {0}, sm[N] = {5, 5, 5, 5, 5, 5},
            am[N] = {0};
-    plan_mixed_in in = {N, t, ct, sm, am, 2, 14, 1};
+    plan_mixed_in in = {N, t, ct, sm, am, 2, 14, 1, NULL};
     plan_mixed m;
     cr_expect_eq(plan_mixed_partition(&in, &m), -1); /* 30 bytes > 2 x 14 */
     in.cap = 15;
     cr_assert_eq(plan_mixed_partition(&in, &m), 0);
     plan_mixed_free(&m);
+}
+
+/* Random chains with transfers and memory limits: the objective reported
+ * is plan_mixed_objective's to the bit (the partitioner sums ranges from
+ * tables, in sum order), every device fits, and the result is never worse
+ * than the contiguous optimum. */
+Test(partition, mixed_pipe_figures_exact_on_random_chains)
+{
+    enum { N = 60, P = 6 };
+    double t[N], ct[N], sm[N], am[N];
+    int tried = 0;
+    for (int it = 0; it < 40; it++) {
+        int n = 8 + (int)(urand() * (N - 8)), p = 2 + (int)(urand() * (P - 1));
+        double total = 0;
+        for (int u = 0; u < n; u++) {
+            t[u] = 0.2 + urand();
+            ct[u] = urand() * (it % 2 ? 2.0 : 0.2);
+            sm[u] = 1 + urand();
+            am[u] = urand();
+            total += sm[u] + 2 * am[u];
+        }
+        plan_mixed_in in = {n, t, ct, sm, am, p, total / p * (1.1 + urand()),
+                            2, NULL};
+        plan_mixed m;
+        if (plan_mixed_partition(&in, &m)) continue;
+        tried++;
+        cr_expect_eq(m.objective, plan_mixed_objective(&in, m.n_stages, m.first,
+                                                       m.dev), "instance %d", it);
+        double mem[P] = {0};
+        for (int s = 0; s < m.n_stages; s++)
+            for (int u = m.first[s]; u < m.first[s + 1]; u++)
+                mem[m.dev[s]] += sm[u] + am[u] * in.inflight;
+        for (int d = 0; d < p; d++)
+            cr_expect_leq(mem[d], in.cap * (1 + 1e-12), "instance %d dev %d", it, d);
+        double inf[P], cap[P];
+        int first[P + 1];
+        for (int d = 0; d < p; d++) {
+            inf[d] = in.inflight;
+            cap[d] = in.cap;
+        }
+        plan_chain c = {n, t, ct, sm, am, p, inf, cap, 1};
+        if (plan_partition_chain(&c, first) >= 0) {
+            int dev[P];
+            for (int d = 0; d < p; d++) dev[d] = d;
+            cr_expect_leq(m.objective,
+                          plan_mixed_objective(&in, p, first, dev) * (1 + 1e-12),
+                          "instance %d", it);
+        }
+        plan_mixed_free(&m);
+    }
+    cr_expect_gt(tried, 20);
+}
+
+/* Cuts remembered across calls change nothing: the same placements with a
+ * memo (asked twice, the second from it) as without. */
+Test(partition, mixed_pipe_memo_changes_nothing)
+{
+    enum { N = 50, P = 5 };
+    double t[N], ct[N], sm[N], am[N];
+    plan_mixed_memo *memo = plan_mixed_memo_new();
+    for (int it = 0; it < 12; it++) {
+        int n = 10 + it * 3, p = 2 + it % (P - 1);
+        double total = 0;
+        for (int u = 0; u < n; u++) {
+            t[u] = 0.2 + urand();
+            ct[u] = urand() * 0.5;
+            sm[u] = 1 + urand();
+            am[u] = urand();
+            total += sm[u] + 2 * am[u];
+        }
+        plan_mixed_in in = {n, t, ct, sm, am, p, total / p * 1.3, 2, NULL};
+        plan_mixed ref, got;
+        int rc = plan_mixed_partition(&in, &ref);
+        in.memo = memo;
+        for (int k = 0; k < 2; k++) {
+            /* memory differs between the schedules sharing a cut */
+            in.inflight = k ? 1 : 2;
+            if (k) {
+                plan_mixed_free(&ref);
+                in.memo = NULL;
+                rc = plan_mixed_partition(&in, &ref);
+                in.memo = memo;
+            }
+            cr_assert_eq(plan_mixed_partition(&in, &got), rc, "instance %d", it);
+            if (rc) continue;
+            cr_expect_eq(got.n_stages, ref.n_stages, "instance %d", it);
+            cr_expect_eq(got.objective, ref.objective, "instance %d", it);
+            for (int s = 0; s < ref.n_stages && s < got.n_stages; s++) {
+                cr_expect_eq(got.first[s], ref.first[s]);
+                cr_expect_eq(got.dev[s], ref.dev[s]);
+            }
+            plan_mixed_free(&got);
+        }
+        if (!rc) plan_mixed_free(&ref);
+    }
+    plan_mixed_memo_free(memo);
 }

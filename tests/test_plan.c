@@ -63,6 +63,80 @@ Test(plan, pruning_matches_exhaustive_search)
     }
 }
 
+/* A time limit ends the search with what it covered: none at all with an
+ * instant limit (no plan, and the advice says why); every candidate, and
+ * the answer of an unlimited search, with a limit it never reaches. */
+Test(plan, time_limit_answers_with_what_it_covered)
+{
+    util_err e;
+    prof_model *m = prof_model_load("gpt-mini", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    prof_topo *t = test_topo("rtx2080ti", 4);
+    plan_result free_run, r;
+    search(m, t, 0, 16, &free_run);
+    cr_assert(free_run.found);
+    cr_expect_eq(free_run.covered, free_run.candidates);
+    cr_expect_not(free_run.cut_short);
+    for (int k = 0; k < 2; k++) {
+        plan_opts o;
+        plan_opts_init(&o);
+        o.batch = 16;
+        o.time_limit_s = k ? 1e6 : 1e-9;
+        cr_assert_eq(plan_search(m, t, m->spec.name, "test", &o, &r, &e), 0,
+                     "%s", e.msg);
+        cr_expect_eq(r.candidates, free_run.candidates);
+        if (k) {
+            cr_expect_not(r.cut_short);
+            cr_expect_eq(r.covered, r.candidates);
+            cr_assert(r.found);
+            cr_expect_eq(r.best, free_run.best);
+            cr_expect_eq(r.alt[r.best].iteration_s,
+                         free_run.alt[free_run.best].iteration_s);
+        } else {
+            cr_expect(r.cut_short);
+            cr_expect_eq(r.covered, 0);
+            cr_expect_eq(r.simulated, 0);
+            cr_expect_not(r.found);
+            cr_expect(strstr(r.advice, "time limit"), "%s", r.advice);
+        }
+        plan_result_free(&r);
+    }
+    plan_result_free(&free_run);
+    prof_topo_free(t);
+    prof_model_free(m);
+}
+
+Test(plan, time_limit_on_the_command_line)
+{
+    cli_result r = cli_run("plan --hw rtx2080ti x4 --model gpt-mini --json "
+                           "--time-limit 100000");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    json_t *s = json_object_get(j, "search");
+    cr_expect(json_is_false(json_object_get(s, "cut_short")));
+    cr_expect_eq(json_integer_value(json_object_get(s, "covered")),
+                 json_integer_value(json_object_get(s, "candidates")));
+    cr_expect_eq(json_number_value(json_object_get(s, "time_limit_s")), 100000);
+    json_decref(j);
+    cli_result_free(&r);
+    r = cli_run("plan --hw rtx2080ti x4 --model gpt-mini --json --time-limit 1e-9");
+    cr_expect_eq(r.code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "time limit of 1e-09 s ended the search"), "%s", r.err);
+    j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    s = json_object_get(j, "search");
+    cr_expect(json_is_true(json_object_get(s, "cut_short")));
+    cr_expect_eq(json_integer_value(json_object_get(s, "covered")), 0);
+    json_decref(j);
+    cli_result_free(&r);
+    r = cli_run("plan --hw rtx2080ti x4 --model gpt-mini --time-limit 0");
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "--time-limit '0'"), "%s", r.err);
+    cli_result_free(&r);
+}
+
 Test(plan, deterministic)
 {
     cli_result a = cli_run("plan --hw rtx2080ti x4 --model gpt-mini --json");
@@ -208,4 +282,51 @@ Test(plan, capacity_sweep)
     cr_expect_eq(json_array_size(rows), 4);
     json_decref(j);
     cli_result_free(&r);
+}
+
+/* A run ended at the first overflow (what the planner asks where only
+ * the verdict matters) agrees with the whole run up to it. */
+Test(plan, run_stopped_at_overflow_agrees)
+{
+    util_err e;
+    prof_model *m = prof_model_load("gpt2-xl", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    prof_topo *t = test_topo("rtx2080ti", 4);
+    sim_plan p;
+    sim_plan_init(&p);
+    p.sched = SIM_SCHED_GPIPE;
+    p.pp = 4;
+    p.mbs = 8;
+    p.n_mb = 16;
+    p.waves = 1;
+    sim_plan_stages(&p, 4);
+    cr_assert_eq(sim_partition_even(m, 4, p.first_op, p.last_op, &e), 0, "%s", e.msg);
+    sim_sched_opts so = sim_plan_sched_opts(&p);
+    sim_sched_map(&so, p.stage_device);
+    so = sim_plan_sched_opts(&p);
+    sim_cost_opts co = sim_plan_cost_opts(&p);
+    sim_costs *c = sim_costs_build(m, t, 4, p.first_op, p.last_op,
+                                   p.stage_device, 4, &co, &e);
+    cr_assert_not_null(c, "%s", e.msg);
+    sim_ir *ir = sim_schedule(&so, c, &e);
+    cr_assert_not_null(ir, "%s", e.msg);
+    sim_result whole, cut;
+    sim_run_opts full = {0}, stop = {.stop_at_oom = 1};
+    sim_engine *a = sim_engine_new(ir, c, &full), *b = sim_engine_new(ir, c, &stop);
+    cr_assert_eq(sim_engine_run(a, &whole), 0, "%s", whole.msg);
+    cr_assert_eq(sim_engine_run(b, &cut), 0, "%s", cut.msg);
+    cr_assert(whole.oom, "GPipe with 16 microbatches of 8 should overflow 11 GB");
+    cr_expect(cut.oom && cut.stopped && !whole.stopped);
+    cr_expect_eq(cut.oom_task, whole.oom_task);
+    cr_expect_eq(cut.oom_t_ns, whole.oom_t_ns);
+    cr_expect_lt(cut.events, whole.events);
+    for (int d = 0; d < 4; d++)
+        cr_expect_leq(cut.dev[d].peak_bytes, whole.dev[d].peak_bytes);
+    sim_engine_free(a);
+    sim_engine_free(b);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+    sim_plan_free(&p);
+    prof_topo_free(t);
+    prof_model_free(m);
 }
