@@ -258,8 +258,6 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     r->T = T;
     r->B = p->mbs * p->n_mb * rt.dp;
     r->async = rt.async;
-    if (exec_xops_build(r->model, &cfg, p->mbs, T, rt.tp, &rt.xop, e))
-        return util_err_prefix(e, "%s", where);
     /* the starting state, before the schedule (its size depends on the
      * steps left) */
     exec_tensor tt[EXEC_P_COUNT];
@@ -277,6 +275,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                          where, p->model, util_fmt_bytes(need, a, sizeof a),
                          util_fmt_bytes(host, b, sizeof b));
     }
+    if (exec_xops_build(r->model, &cfg, p->mbs, T, rt.tp, &rt.xop, e))
+        return util_err_prefix(e, "%s", where);
     float *full = util_malloc(sizeof(float) * (P + 1));
     float *am = util_calloc(P + 1, sizeof(float));
     float *av = util_calloc(P + 1, sizeof(float));

@@ -181,6 +181,25 @@ Test(sim_closed, mixed_variants_run)
     }
 }
 
+/* The schedule generator refuses work that would take gigabytes before
+ * making a task (every caller: sim, plan, exec), with the estimate. */
+Test(sim_closed, schedules_too_large_are_refused_with_the_estimate)
+{
+    sim_sched_opts o = {.sched = SIM_SCHED_2BW, .pp = 4, .n_stages = 4,
+                        .n_mb = 100000, .n_minibatches = 5};
+    int map[4];
+    sim_sched_map(&o, map);
+    sim_costs *c = sim_costs_uniform(4, 4, map, 50, 75, 25, 0, 10);
+    util_err e;
+    sim_ir *ir = sim_schedule(&o, c, &e);
+    cr_assert_null(ir);
+    cr_assert_eq(e.code, UTIL_EXIT_USAGE);
+    cr_assert(strstr(e.msg, "5 minibatch(es) x 100000 microbatches x 4 "
+                     "stages = 2000000 stage-microbatches to simulate, "
+                     "about 1.91 GiB"), "%s", e.msg);
+    sim_costs_free(c);
+}
+
 Test(sim_closed, recompute_time_and_memory)
 {
     sim_sched_opts o = {.sched = SIM_SCHED_GPIPE, .pp = 2, .n_stages = 2,
