@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "profiles/profiles.h"
 #include "util/util.h"
 
 #define SLUICE_VERSION "0.1.0"
@@ -17,6 +18,7 @@ int sim_cmd_main(int argc, char **argv) __attribute__((weak));
 int plan_cmd_main(int argc, char **argv) __attribute__((weak));
 int exec_cmd_main(int argc, char **argv) __attribute__((weak));
 int plan_validate_main(int argc, char **argv) __attribute__((weak));
+int exec_calibrate_main(int argc, char **argv) __attribute__((weak));
 
 typedef struct {
     const char *name;
@@ -33,16 +35,48 @@ static void usage(FILE *f, const command *cmds, int n)
     for (int i = 0; i < n; i++)
         fprintf(f, "  %-9s %s%s\n", cmds[i].name, cmds[i].summary,
                 cmds[i].fn ? "" : " (not built yet)");
+    fprintf(f, "\n--profile-dir DIR (any command): calibrated profiles from "
+            "DIR, else\n$SLUICE_PROFILE_DIR, else ~/.config/sluice/profiles "
+            "(sluice calibrate)\n");
     fprintf(f, "\nexit codes: 0 success, 1 failed run, 2 bad usage or input\n");
+}
+
+/* `--profile-dir DIR` is every command's: taken out of argv wherever it
+ * stands before the command sees the rest. */
+static int profile_dir_option(int *argc, char **argv)
+{
+    int n = 0;
+    for (int i = 0; i < *argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--profile-dir")) {
+            if (i + 1 >= *argc) {
+                fprintf(stderr, "sluice: --profile-dir needs a folder\n");
+                return -1;
+            }
+            prof_profile_dir_set(argv[++i]);
+            continue;
+        }
+        if (!strncmp(a, "--profile-dir=", 14)) {
+            prof_profile_dir_set(a + 14);
+            continue;
+        }
+        argv[n++] = argv[i];
+    }
+    argv[n] = NULL;
+    *argc = n;
+    return 0;
 }
 
 static int run(int argc, char **argv)
 {
+    if (profile_dir_option(&argc, argv)) return UTIL_EXIT_USAGE;
     const command cmds[] = {
         {"plan", plan_cmd_main,
          "search partitions, schedules and knobs for the best plan"},
         {"sim", sim_cmd_main, "simulate one training iteration of a plan"},
         {"exec", exec_cmd_main, "run a plan for real (CPU; CUDA on GPUs)"},
+        {"calibrate", exec_calibrate_main,
+         "measure this machine and fit its profile"},
         {"profile", prof_cmd_main,
          "list, show and validate hardware and model profiles"},
         {"validate", plan_validate_main,

@@ -376,7 +376,91 @@ double exec_pipe_iteration_s(const exec_pipe_result *r, int warm,
                              double *min_s, double *max_s);
 double exec_pipe_overhead(const exec_pipe_result *r, int warm);
 
+/* ------------------------------------------------------ calibration */
+
+/* One microbenchmark: an op of the model graph (its per-sample costs as
+ * the graph gives them) run for a microbatch of mbs sequences, its F, B or
+ * W part (kind SIM_OPT: an AdamW step over op.params parameters), and the
+ * time it took (median of repeats). */
+typedef struct exec_calib_sample {
+    prof_op op;
+    int mbs;
+    sim_kind kind;
+    double ns;
+} exec_calib_sample;
+
+/* The cost model's time for a sample on GPU type g (sim_op_model_ns or
+ * sim_opt_model_ns). */
+double exec_calib_model_ns(const prof_gpu *g, const exec_calib_sample *s);
+
+/* Fits the efficiency model of base to the samples by nonlinear least
+ * squares on log(model / measured) (GSL's trust-region solver): the GEMM
+ * rate (peak x gemm_max) and its half sizes, the memory rate and its half
+ * size, the launch, and a factor for each kind and phase of memory-bound
+ * op sampled (and the optimizer). A rate above base's peak raises the
+ * peak (efficiency 1). *out gets base with the fitted figures; params[]
+ * (PROF_CALIB_MAX_PARAMS) the values with 95% confidence intervals, the
+ * median and largest
+ * |model / measured - 1| after the fit. Fewer samples than 12, or no
+ * GEMM or no memory-bound sample among them: code 2. */
+int exec_calib_fit(const exec_calib_sample *s, int n, const prof_gpu *base,
+                   prof_gpu *out, prof_calib_param *params, int *n_params,
+                   double *median_err, double *max_err, util_err *e);
+
+/* A transfer measured at one size: one-way ns. */
+typedef struct exec_calib_xfer {
+    double bytes, ns;
+} exec_calib_xfer;
+
+/* Fits latency + bytes / bandwidth to transfers (least squares weighted
+ * for relative error, gsl_fit_wlinear). Fewer than 3 sizes, or a fit
+ * without a positive bandwidth: code 1. */
+int exec_calib_fit_link(const exec_calib_xfer *x, int n, prof_calib_link *l,
+                        prof_calib_param *lat, prof_calib_param *bw,
+                        util_err *e);
+
+/* An all-reduce measured against the ring the simulator prices with the
+ * fitted link (2(g-1) steps of bytes/g). */
+typedef struct exec_calib_check {
+    const char *what;       /* "in-process ring", "MPI_Allreduce" */
+    int group;
+    double bytes, measured_ns, predicted_ns;
+} exec_calib_check;
+
+typedef struct exec_calib_opts {
+    const char *device;     /* the device type to calibrate ("cpu") */
+    int devices;            /* devices of --hw: cores for the copies */
+    int quick;              /* fewer and shorter microbenchmarks (tests) */
+    const char *data;       /* text for the runtime's per-task cost */
+    const volatile int *stop; /* Ctrl-C: give up, nothing written */
+    FILE *log;              /* progress lines; NULL: none */
+} exec_calib_opts;
+
+typedef struct exec_calib_result {
+    prof_calib calib;       /* figures ready to write (ops: none) */
+    exec_calib_sample *samples;
+    int n_samples;
+    exec_calib_xfer *xfers[PROF_XFER_COUNT];
+    int n_xfers[PROF_XFER_COUNT];
+    exec_calib_check checks[16];
+    int n_checks;
+    double task_ns;         /* the runtime's cost per task */
+    int mpi_ranks;          /* processes of the MPI job (1: none) */
+    int mpi_rank;           /* this process: only rank 0 has results */
+    double seconds;         /* how long calibration took */
+} exec_calib_result;
+
+/* Measures this machine for device type o->device (only "cpu" devices
+ * here: CPU cores) and fits its figures. Under mpirun (two ranks or more)
+ * the MPI link is measured too, every rank taking part; only rank 0 gets
+ * the results and goes on to the rest. A stop request: code 1, "stopped". */
+int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
+                   util_err *e);
+void exec_calib_result_free(exec_calib_result *r);
+
 /* `sluice exec ...` (argv[0] is "exec"). */
 int exec_cmd_main(int argc, char **argv);
+/* `sluice calibrate ...` (argv[0] is "calibrate"). */
+int exec_calibrate_main(int argc, char **argv);
 
 #endif

@@ -242,6 +242,12 @@ int exec_mpi_sum(void *buf, size_t n, int is_double, util_err *e);
 int exec_mpi_bcast(void *buf, size_t n, util_err *e);
 /* Ends the job at once with code, every rank. */
 void exec_mpi_abort(int code);
+/* Calibration (calibrate_mpi.c), every rank of a job of two or more:
+ * ranks 0 and 1 exchange messages of growing size (one-way times into x,
+ * *n of them, on rank 0), then MPI_Allreduce over groups of 2..size
+ * ranks (appended to checks on rank 0, predicted later). */
+int exec_mpi_calibrate(int quick, exec_calib_xfer *x, int *n,
+                       exec_calib_check *checks, int *n_checks, util_err *e);
 
 /* ------------------------------------------------------------ workers */
 

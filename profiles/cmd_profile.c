@@ -52,8 +52,8 @@ static int cmd_list(int argc, char **argv)
                         "sequence"};
     for (int i = 0; i < 6; i++) util_table_col(tm, i, hm[i], i < 2 ? 'l' : 'r');
     for (int i = 0; g[i]; i++) {
-        prof_gpu gpu;
-        if (prof_gpu_get(g[i], &gpu, &e)) return fail(&e);
+        prof_gpu gpu;   /* the catalog's; calibrations are listed below */
+        if (prof_gpu_get_builtin(g[i], &gpu, &e)) return fail(&e);
         char mem[32], bw[32], f16[32], b16[32], host[32], nvl[48];
         util_fmt_bytes(gpu.mem_bytes, mem, sizeof mem);
         util_fmt_bw(gpu.mem_bw_bytes_per_s, bw, sizeof bw);
@@ -100,8 +100,48 @@ static int cmd_list(int argc, char **argv)
                                             "seq_len", s->seq_len));
         prof_model_free(m);
     }
+    /* calibrations: a broken file is named, the others still listed */
+    prof_calib *cal;
+    int ncal;
+    util_err ce;
+    int cal_rc = prof_calib_list(&cal, &ncal, &ce);
+    const char *dir = prof_profile_dir();
+    json_t *jc = json_array();
+    util_table *tc = util_table_new(6);
+    const char *hc[] = {"device", "calibrated", "machine", "fit error",
+                        "ops measured", "links"};
+    for (int i = 0; i < 6; i++) util_table_col(tc, i, hc[i], 'l');
+    for (int i = 0; i < ncal; i++) {
+        const prof_calib *c = &cal[i];
+        char mach[256], err[48], ops[16], links[64] = "";
+        prof_machine_str(&c->machine, mach, sizeof mach);
+        snprintf(err, sizeof err, "%.1f%% median, %.1f%% max (%d)",
+                 100 * c->fit_median_err, 100 * c->fit_max_err,
+                 c->fit_samples);
+        snprintf(ops, sizeof ops, "%d", c->n_ops);
+        for (int x = 0; x < PROF_XFER_COUNT; x++)
+            if (c->link[x].present) {
+                size_t l = strlen(links);
+                snprintf(links + l, sizeof links - l, "%s%s", l ? ", " : "",
+                         prof_xfer_name((prof_xfer)x));
+            }
+        const char *row[] = {c->device, c->date, mach, err, ops,
+                             links[0] ? links : "-"};
+        util_table_row(tc, row);
+        json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:i,s:f,s:f,s:i}", "device",
+                              c->device, "date", c->date, "file", c->file,
+                              "machine", mach, "fit_samples", c->fit_samples,
+                              "fit_median_error", c->fit_median_err,
+                              "fit_max_error", c->fit_max_err, "ops_measured",
+                              c->n_ops);
+        json_array_append_new(jc, o);
+    }
+    free(cal);
     if (json) {
-        json_t *root = json_pack("{s:o,s:o}", "gpus", jg, "models", jm);
+        json_t *root = json_pack("{s:o,s:o,s:o,s:o}", "gpus", jg, "models", jm,
+                                 "profile_dir", dir ? json_string(dir)
+                                                    : json_null(),
+                                 "calibrated", jc);
         util_json_print(root, stdout);
         json_decref(root);
     } else {
@@ -110,11 +150,26 @@ static int cmd_list(int argc, char **argv)
         util_table_print(tg, stdout, "  ");
         printf("\nmodels (--model NAME, or a spec / config.json file)\n");
         util_table_print(tm, stdout, "  ");
+        if (ncal) {
+            printf("\ncalibrated on a machine (in %s; these replace the "
+                   "figures above)\n", dir);
+            util_table_print(tc, stdout, "  ");
+        } else {
+            printf("\ncalibrated: none %s%s (sluice calibrate --hw cpu x2 "
+                   "measures this machine's cores)\n",
+                   dir ? "in " : "(no profile directory)", dir ? dir : "");
+        }
         json_decref(jg);
         json_decref(jm);
+        json_decref(jc);
     }
     util_table_free(tg);
     util_table_free(tm);
+    util_table_free(tc);
+    if (cal_rc) {
+        fprintf(stderr, "sluice profile: %s\n", ce.msg);
+        return ce.code ? ce.code : UTIL_EXIT_USAGE;
+    }
     return 0;
 }
 

@@ -63,20 +63,73 @@ static int name_ok(const char *s)
     return 1;
 }
 
+static const char *const phase_names[PROF_PHASES + 1] = {"F", "B", "W",
+                                                        NULL};
+
+/* "mem_factor": {"norm": {"F": 1.1, "B": 0.7}, ...} (and "gemm_factor"):
+ * kinds and phases absent keep their value. */
+static int parse_factors(const util_jobj *o, const char *key,
+                         double (*f)[PROF_PHASES], util_err *e)
+{
+    util_jobj m;
+    int have;
+    if (util_jchild(o, key, 0, &m, &have, e)) return -1;
+    if (!have) return 0;
+    const char *kinds[PROF_OP_KIND_COUNT + 1];
+    for (int k = 0; k < PROF_OP_KIND_COUNT; k++)
+        kinds[k] = prof_op_kind_name((prof_op_kind)k);
+    kinds[PROF_OP_KIND_COUNT] = NULL;
+    if (util_jkeys(&m, kinds, e)) return -1;
+    for (int k = 0; k < PROF_OP_KIND_COUNT; k++) {
+        util_jobj p;
+        if (util_jchild(&m, kinds[k], 0, &p, &have, e)) return -1;
+        if (!have) continue;
+        if (util_jkeys(&p, phase_names, e)) return -1;
+        for (int q = 0; q < PROF_PHASES; q++)
+            if (util_jnum(&p, phase_names[q], 0, UTIL_POSITIVE, 1e3,
+                          &f[k][q], e))
+                return -1;
+    }
+    return 0;
+}
+
+static json_t *factors_json(const double (*f)[PROF_PHASES])
+{
+    json_t *mf = json_object();
+    for (int k = 0; k < PROF_OP_KIND_COUNT; k++) {
+        json_t *p = json_object();
+        for (int q = 0; q < PROF_PHASES; q++)
+            if (f[k][q] > 0)
+                json_object_set_new(p, phase_names[q], json_real(f[k][q]));
+        if (json_object_size(p))
+            json_object_set_new(mf, prof_op_kind_name((prof_op_kind)k), p);
+        else
+            json_decref(p);
+    }
+    if (json_object_size(mf)) return mf;
+    json_decref(mf);
+    return NULL;
+}
+
 static int parse_eff(const util_jobj *o, prof_eff *f, int partial,
                      util_err *e)
 {
     static const char *const keys[] = {"gemm_max", "gemm_half_mn",
-        "gemm_half_k", "mem_max", "mem_half_bytes", "launch_ns", NULL};
+        "gemm_half_k", "mem_max", "mem_half_bytes", "launch_ns", "task_ns",
+        "gemm_factor", "mem_factor", "opt_factor", NULL};
     int req = !partial;
     if (util_jkeys(o, keys, e) ||
+        parse_factors(o, "gemm_factor", f->gemm_factor, e) ||
+        parse_factors(o, "mem_factor", f->mem_factor, e) ||
+        util_jnum(o, "opt_factor", 0, UTIL_POSITIVE, 1e3, &f->opt_factor, e) ||
         util_jnum(o, "gemm_max", req, UTIL_POSITIVE, 1, &f->gemm_max, e) ||
         util_jnum(o, "gemm_half_mn", req, 0, 1e6, &f->gemm_half_mn, e) ||
         util_jnum(o, "gemm_half_k", req, 0, 1e6, &f->gemm_half_k, e) ||
         util_jnum(o, "mem_max", req, UTIL_POSITIVE, 1, &f->mem_max, e) ||
         util_jnum(o, "mem_half_bytes", req, 0, 1e12, &f->mem_half_bytes,
                   e) ||
-        util_jnum(o, "launch_ns", req, 0, 1e7, &f->launch_ns, e))
+        util_jnum(o, "launch_ns", req, 0, 1e7, &f->launch_ns, e) ||
+        util_jnum(o, "task_ns", 0, 0, 1e9, &f->task_ns, e))
         return -1;
     return 0;
 }
@@ -195,6 +248,14 @@ json_t *prof_gpu_json(const prof_gpu *g)
         "gemm_half_k", g->eff.gemm_half_k, "mem_max", g->eff.mem_max,
         "mem_half_bytes", g->eff.mem_half_bytes,
         "launch_ns", g->eff.launch_ns);
+    if (g->eff.task_ns > 0)
+        json_object_set_new(eff, "task_ns", json_real(g->eff.task_ns));
+    json_t *gf = factors_json(g->eff.gemm_factor);
+    json_t *mf = factors_json(g->eff.mem_factor);
+    if (gf) json_object_set_new(eff, "gemm_factor", gf);
+    if (mf) json_object_set_new(eff, "mem_factor", mf);
+    if (g->eff.opt_factor > 0)
+        json_object_set_new(eff, "opt_factor", json_real(g->eff.opt_factor));
     json_t *o = json_object();
     json_object_set_new(o, "name", json_string(g->name));
     json_object_set_new(o, "full_name", json_string(g->full_name));
@@ -332,7 +393,7 @@ int prof_gpu_unknown(const char *name, util_err *e)
                      name, list);
 }
 
-int prof_gpu_get(const char *name, prof_gpu *out, util_err *e)
+int prof_gpu_get_builtin(const char *name, prof_gpu *out, util_err *e)
 {
     prof_gpu_names();
     for (int i = 0; i < cat.n; i++)
@@ -341,4 +402,17 @@ int prof_gpu_get(const char *name, prof_gpu *out, util_err *e)
             return 0;
         }
     return prof_gpu_unknown(name, e);
+}
+
+int prof_gpu_get(const char *name, prof_gpu *out, util_err *e)
+{
+    if (prof_gpu_get_builtin(name, out, e)) return -1;
+    const prof_calib *c;
+    util_err e2;
+    if (prof_calib_find(name, &c, &e2)) {
+        if (e) *e = e2;
+        return -1;
+    }
+    if (c) *out = c->gpu;
+    return 0;
 }

@@ -26,11 +26,29 @@ const char *prof_dtype_name(prof_dtype d);
 /* Bytes of one element stored in this precision (tf32 is stored as fp32). */
 int prof_dtype_bytes(prof_dtype d);
 
+/* What an op of the model graph is, by the cost it has (defined here:
+ * the efficiency model has figures per kind). */
+typedef enum {
+    PROF_OP_EMBED, PROF_OP_NORM, PROF_OP_LINEAR, PROF_OP_ATTN,
+    PROF_OP_ACT, PROF_OP_RESIDUAL, PROF_OP_LM_HEAD, PROF_OP_LOSS,
+    PROF_OP_POOLER, PROF_OP_KIND_COUNT
+} prof_op_kind;
+
 /* How close an op gets to peak.
  *   GEMM (m x k) @ (k x n):  eff = gemm_max * m/(m+gemm_half_mn)
  *                                  * n/(n+gemm_half_mn) * k/(k+gemm_half_k)
  *   memory-bound op moving b bytes: eff = mem_max * b/(b+mem_half_bytes)
- * and every kernel pays launch_ns on top. */
+ * and every kernel pays launch_ns on top; every task of a schedule (a
+ * stage's forward, backward, weight gradient, optimizer step) pays
+ * task_ns, the executor's own cost of running one (0 unless measured).
+ * An op of kind k with GEMMs takes gemm_factor[k][phase] times the GEMM
+ * curve's time in its forward, input-gradient and weight-gradient phases,
+ * one without mem_factor[k][phase] times the time of streaming its bytes,
+ * and the optimizer step opt_factor times: how much slower (or, with
+ * caches, faster) a kind's kernels run than the curves (a BLAS's
+ * transposed layouts, the exponentials of a softmax). 0 stands for 1,
+ * the datasheet assumption; calibration fits them. */
+enum { PROF_PHASE_F, PROF_PHASE_B, PROF_PHASE_W, PROF_PHASES };
 typedef struct prof_eff {
     double gemm_max;
     double gemm_half_mn;
@@ -38,6 +56,10 @@ typedef struct prof_eff {
     double mem_max;
     double mem_half_bytes;
     double launch_ns;
+    double task_ns;
+    double gemm_factor[PROF_OP_KIND_COUNT][PROF_PHASES];
+    double mem_factor[PROF_OP_KIND_COUNT][PROF_PHASES];
+    double opt_factor;
 } prof_eff;
 
 /* Fraction of peak for a GEMM of this shape, in (0, 1]. */
@@ -68,13 +90,20 @@ typedef struct prof_gpu {
     double fp16_acc16_flops;
     prof_eff eff;
     char source[768];
+    /* The calibration this type's figures come from (lent, lives until
+     * exit), NULL for datasheet figures. */
+    const struct prof_calib *calib;
 } prof_gpu;
 
 /* Names of the built-in GPU types, NULL-terminated (lent). */
 const char *const *prof_gpu_names(void);
-/* Looks a built-in GPU type up by name; an unknown name is an error listing
- * the known ones and the closest match. */
+/* Looks a built-in GPU type up by name, with the figures of its
+ * calibration in the profile directory when there is one; an unknown name
+ * is an error listing the known ones and the closest match, a calibration
+ * that does not load an error naming its file, line and field. */
 int prof_gpu_get(const char *name, prof_gpu *out, util_err *e);
+/* The built-in figures alone (what calibration starts from). */
+int prof_gpu_get_builtin(const char *name, prof_gpu *out, util_err *e);
 /* Parses one GPU object (catalog entry or inline in a server file). */
 int prof_gpu_parse(const util_jobj *o, prof_gpu *out, util_err *e);
 /* Loads a GPU catalog file ("format": "sluice-gpus", as hw/gpus.json);
@@ -146,6 +175,9 @@ typedef struct prof_hw_opts {
     int nvme;                 /* drives per server */
     int gpus_per_server;      /* force a node size */
     int pcie_gen;             /* override the host's PCIe generation */
+    int xfer;                 /* CPU devices: how they exchange tensors
+                               * (prof_xfer; 0 in-process), priced by the
+                               * calibration when it measured it */
 } prof_hw_opts;
 
 /* Builds the standard server or cluster for n GPUs of a built-in type:
@@ -270,12 +302,6 @@ typedef struct prof_model_spec {
     char source[512];
 } prof_model_spec;
 
-typedef enum {
-    PROF_OP_EMBED, PROF_OP_NORM, PROF_OP_LINEAR, PROF_OP_ATTN,
-    PROF_OP_ACT, PROF_OP_RESIDUAL, PROF_OP_LM_HEAD, PROF_OP_LOSS,
-    PROF_OP_POOLER, PROF_OP_KIND_COUNT
-} prof_op_kind;
-
 typedef enum { PROF_PART_NONE, PROF_PART_ENC, PROF_PART_DEC } prof_part;
 
 /* What an op computes, set by the graph builder, so that code which needs
@@ -397,6 +423,118 @@ double prof_model_cut_bytes(const prof_model *m, int last);
 
 void prof_model_print(const prof_model *m, int ops, FILE *f);
 json_t *prof_model_json(const prof_model *m, int ops);
+
+/* ===================================================================== *
+ * Calibration: measured figures that replace the datasheet's            *
+ * ===================================================================== */
+
+/* `sluice calibrate` measures a device type on this machine and fits the
+ * efficiency model (GEMM curve, memory bandwidth curve, launches, the
+ * executor's cost per task) and the links between devices; `sluice exec
+ * --calibrate` adds the time of every op a real run measured. The result
+ * is one file per device type, DIR/TYPE.json ("format":
+ * "sluice-calibration"), in the profile directory: `--profile-dir DIR`,
+ * else $SLUICE_PROFILE_DIR (set but empty: none), else
+ * $XDG_CONFIG_HOME/sluice/profiles (~/.config/sluice/profiles). Every
+ * command that looks a device type up (prof_gpu_get) gets the calibrated
+ * figures; the built-in ones stay for the types not calibrated. */
+
+/* Transfers a calibration measures: a copy between two devices of one
+ * process (the executor's in-process transport) and a message between
+ * processes (its MPI transport). */
+typedef enum {
+    PROF_XFER_INPROC, PROF_XFER_MPI, PROF_XFER_COUNT
+} prof_xfer;
+const char *prof_xfer_name(prof_xfer x);   /* "in-process", "mpi" */
+
+/* A transfer's fitted cost: latency + bytes / bandwidth. */
+typedef struct prof_calib_link {
+    int present;
+    double bw_bytes_per_s, latency_ns;
+    int samples;
+    double max_err;          /* largest |fit / measured - 1| */
+} prof_calib_link;
+
+/* A fitted value and its 95% confidence interval. */
+typedef struct prof_calib_param {
+    char name[32];
+    double value, lo, hi;
+} prof_calib_param;
+
+/* A task time the executor measured for one op signature
+ * (sim_op_signature): it replaces the efficiency model's figure. */
+typedef struct prof_calib_op {
+    char sig[128];
+    double ns;               /* mean over the samples */
+    long samples;
+    char model[64];          /* the model whose run measured it */
+} prof_calib_op;
+
+/* The machine a calibration comes from. Two calibrations are of the same
+ * hardware when the CPU model, core count and device name agree (host
+ * names change with every container). */
+typedef struct prof_machine {
+    char host[64];
+    char cpu[96];            /* /proc/cpuinfo's model name */
+    int cores;
+    char device[96];         /* what was measured: "CPU core", a GPU name */
+} prof_machine;
+
+#define PROF_CALIB_MAX_PARAMS 48
+
+typedef struct prof_calib {
+    char file[512];          /* where it was read from; "" when new */
+    char device[32];         /* the device type it calibrates */
+    char date[32];           /* ISO 8601, UTC */
+    prof_machine machine;
+    prof_gpu gpu;            /* the type with the fitted figures */
+    prof_calib_link link[PROF_XFER_COUNT];
+    prof_calib_param param[PROF_CALIB_MAX_PARAMS];
+    int n_param;
+    int fit_samples;         /* microbenchmarks the fit used */
+    double fit_median_err, fit_max_err; /* |fit / measured - 1| over them */
+    prof_calib_op *ops;      /* sorted by signature */
+    int n_ops;
+} prof_calib;
+
+/* The profile directory in force: set (NULL: none), or found as above. */
+void prof_profile_dir_set(const char *dir);
+/* The directory, or NULL when there is none. Lent. */
+const char *prof_profile_dir(void);
+/* DIR/device.json in buf, or NULL when there is no profile directory. */
+char *prof_calib_path(const char *device, char *buf, size_t n);
+
+/* This machine (host, CPU model, cores); device is left to the caller. */
+void prof_machine_this(prof_machine *m);
+int prof_machine_same(const prof_machine *a, const prof_machine *b);
+/* "AMD EPYC 7B13, 2 cores (host x)" */
+char *prof_machine_str(const prof_machine *m, char *buf, size_t n);
+
+/* Reads a calibration file: its GPU figures are checked as a catalog
+ * entry's are (an efficiency above 1, a negative bandwidth: an error
+ * naming the file, line and field). */
+int prof_calib_load(const char *path, prof_calib *c, util_err *e);
+/* Writes it atomically (the previous file stays whole until the rename). */
+int prof_calib_save(const prof_calib *c, const char *path, util_err *e);
+json_t *prof_calib_json(const prof_calib *c);
+void prof_calib_free(prof_calib *c);
+/* The calibration of a device type in the profile directory (lent, kept
+ * until exit; re-read when the file changes), *out NULL when none. */
+int prof_calib_find(const char *device, const prof_calib **out, util_err *e);
+/* Every calibration in the profile directory, one per built-in type
+ * calibrated: copies that share the cached ones' ops (free the array
+ * only). A file that does not load is skipped, the first such error in e
+ * and -1 returned; *n counts those that loaded. */
+int prof_calib_list(prof_calib **out, int *n, util_err *e);
+/* The measured time of an op signature, or -1. */
+double prof_calib_op_ns(const prof_calib *c, const char *sig);
+/* Adds measured samples of a signature (their mean merged with what the
+ * calibration has). */
+void prof_calib_add_op(prof_calib *c, const char *sig, double mean_ns,
+                       long samples, const char *model);
+/* A value fitted earlier, or NULL. */
+const prof_calib_param *prof_calib_param_get(const prof_calib *c,
+                                             const char *name);
 
 /* ===================================================================== *
  * Built-in files                                                        *

@@ -281,14 +281,21 @@ static void dgx_nvswitch_server(build *b, int ngpu, int *nics)
 #define CPU_COPY_BW (8.0 * GB)
 #define LAT_CPU_COPY 2500.0
 
-static void cpu_host(build *b, int ndev)
+static void cpu_host(build *b, int ndev, int xfer)
 {
     int cpu = sockets(b, 1);
+    double bw = CPU_COPY_BW, lat = LAT_CPU_COPY;
+    /* calibrated: a transfer crosses two links (core, host, core), so each
+     * has the measured bandwidth and half the measured latency */
+    const prof_calib *c = b->gpu->calib;
+    if (c && xfer >= 0 && xfer < PROF_XFER_COUNT && c->link[xfer].present) {
+        bw = c->link[xfer].bw_bytes_per_s;
+        lat = c->link[xfer].latency_ns / 2;
+    }
     for (int i = 0; i < ndev; i++) {
         int v = node(b, PROF_NODE_GPU, "core", i);
         b->t->nodes[v].gpu_type = b->type;
-        prof_topo_add_link(b->t, cpu, v, PROF_LINK_MEMORY, CPU_COPY_BW,
-                           LAT_CPU_COPY);
+        prof_topo_add_link(b->t, cpu, v, PROF_LINK_MEMORY, bw, lat);
     }
     drives(b, &cpu, 1);
 }
@@ -394,7 +401,8 @@ prof_topo *prof_topo_template_gpu(const prof_gpu *gp, int n,
         snprintf(name, sizeof name, "%dx %s, %d x %s, %s", n, g.name, servers,
                  what, p.net);
     prof_topo *t = prof_topo_new(name);
-    snprintf(t->host, sizeof t->host, "%s", p.desc);
+    snprintf(t->host, sizeof t->host, "%s%s%.10s", p.desc,
+             g.calib ? "; calibrated " : "", g.calib ? g.calib->date : "");
     build b = {t, &g, prof_topo_add_gpu_type(t, &g), p, 0};
     int nic_cap = 8 * servers, n_nic = 0;
     int *nics = util_malloc(sizeof(int) * (size_t)nic_cap);
@@ -407,7 +415,7 @@ prof_topo *prof_topo_template_gpu(const prof_gpu *gp, int n,
         case T_PCIE: pcie_server(&b, here, gps, loc); nl = 1; break;
         case T_DGX1: dgx1_server(&b, here, loc); nl = 4; break;
         case T_DGX_NVSWITCH: dgx_nvswitch_server(&b, here, loc); nl = 8; break;
-        case T_CPU: cpu_host(&b, here); break;
+        case T_CPU: cpu_host(&b, here, o->xfer); break;
         }
         for (int i = 0; i < nl; i++) nics[n_nic++] = loc[i];
     }

@@ -60,6 +60,10 @@ void sim_op_signature(const prof_gpu *g, const prof_op *op, int mbs,
         len += snprintf(out + len, n - (size_t)len, "%s%.0f,%.0f,%.0f,%.0f",
                         i ? ";" : "", op->gemm[i].m, op->gemm[i].n,
                         op->gemm[i].k, op->gemm[i].batch);
+    /* without GEMMs, the bytes tell sizes apart */
+    if (!op->n_gemm && len > 0 && (size_t)len < n)
+        snprintf(out + len, n - (size_t)len, "b%.0f",
+                 op->bytes_read + op->bytes_written);
 }
 
 static double peak_for(const prof_gpu *g, prof_dtype dt)
@@ -72,15 +76,36 @@ static double peak_for(const prof_gpu *g, prof_dtype dt)
 int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                   int mbs, sim_kind k, const sim_measured *meas)
 {
-    double flops = k == SIM_F ? op->fwd_flops
-                 : k == SIM_B ? op->bwd_in_flops : op->bwd_w_flops;
-    if (k == SIM_W && flops <= 0) return 0; /* no weights: no kernel */
-    if (meas && meas->n) {
+    if (k == SIM_W && op->bwd_w_flops <= 0) return 0; /* no weights */
+    if ((meas && meas->n) || (g->calib && g->calib->n_ops)) {
         char key[128];
         sim_op_signature(g, op, mbs, k, key, sizeof key);
         int64_t v = sim_measured_get(meas, key);
         if (v >= 0) return v;
+        double c = prof_calib_op_ns(g->calib, key);
+        if (c >= 0) return (int64_t)llround(c);
     }
+    return (int64_t)llround(sim_op_model_ns(g, dt, op, mbs, k));
+}
+
+/* The efficiency model's factor for an op's kind and phase: of the GEMM
+ * curve for ops with GEMMs, of streaming for the others (1 unset). */
+static double kind_factor(const prof_gpu *g, const prof_op *op, sim_kind k)
+{
+    int ph = k == SIM_F ? PROF_PHASE_F : k == SIM_B ? PROF_PHASE_B
+                                                    : PROF_PHASE_W;
+    if (op->kind < 0 || op->kind >= PROF_OP_KIND_COUNT) return 1;
+    double f = op->n_gemm > 0 ? g->eff.gemm_factor[op->kind][ph]
+                              : g->eff.mem_factor[op->kind][ph];
+    return f > 0 ? f : 1;
+}
+
+double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
+                       int mbs, sim_kind k)
+{
+    double flops = k == SIM_F ? op->fwd_flops
+                 : k == SIM_B ? op->bwd_in_flops : op->bwd_w_flops;
+    if (k == SIM_W && flops <= 0) return 0; /* no weights: no kernel */
     double b = mbs, peak = peak_for(g, dt);
     flops *= b;
     double t_comp = 0;
@@ -104,6 +129,7 @@ int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                 if (eff <= 0) eff = 1e-3;
                 t_comp += flops * share / (peak * eff);
             }
+            t_comp *= kind_factor(g, op, k);
         } else {
             t_comp = flops / peak;
         }
@@ -115,10 +141,19 @@ int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
         double eff = prof_mem_eff(&g->eff, bytes);
         if (eff <= 0) eff = 1e-3;
         t_mem = bytes / (g->mem_bw_bytes_per_s * eff);
+        if (op->n_gemm == 0) t_mem *= kind_factor(g, op, k);
     }
     int kernels = op->n_gemm > 0 ? op->n_gemm : 1;
-    double ns = fmax(t_comp, t_mem) * 1e9 + kernels * g->eff.launch_ns;
-    return (int64_t)llround(ns);
+    return fmax(t_comp, t_mem) * 1e9 + kernels * g->eff.launch_ns;
+}
+
+double sim_opt_model_ns(const prof_gpu *g, double params)
+{
+    double ob = params * ADAM_BYTES_PER_PARAM;
+    if (!(ob > 0) || !(g->mem_bw_bytes_per_s > 0)) return 0;
+    double f = g->eff.opt_factor > 0 ? g->eff.opt_factor : 1;
+    return f * ob / (g->mem_bw_bytes_per_s * prof_mem_eff(&g->eff, ob)) *
+               1e9 + g->eff.launch_ns;
 }
 
 static sim_costs *costs_alloc(int n_stages, int n_devices)
@@ -446,6 +481,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                     m->ops[p].out_bytes * mbs;
             }
         }
+        sc->task_ns = (int64_t)llround(g->eff.task_ns);
         sc->tp_f_ns = (int64_t)arf;
         sc->tp_b_ns = (int64_t)arb;
         sc->f_ns = (int64_t)(f + arf);
@@ -454,11 +490,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->weight_bytes = sc->params * wb;
         sc->grad_bytes = sc->params * wb;
         sc->opt_bytes = fmax(0, sc->params * (state - 2 * wb));
-        double ob = sc->params * ADAM_BYTES_PER_PARAM;
-        if (ob > 0 && g->mem_bw_bytes_per_s > 0)
-            sc->opt_ns = (int64_t)llround(
-                ob / (g->mem_bw_bytes_per_s * prof_mem_eff(&g->eff, ob)) * 1e9 +
-                g->eff.launch_ns);
+        sc->opt_ns = (int64_t)llround(sim_opt_model_ns(g, sc->params));
     }
     for (int s = 0; s < n_stages; s++)
         for (int q = 0; q < n_stages; q++)

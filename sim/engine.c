@@ -67,11 +67,11 @@ static int64_t task_dur(const sim_costs *c, const sim_task *t)
     const sim_stage_cost *sc = t->stage >= 0 && t->stage < c->n_stages
                              ? &c->stage[t->stage] : NULL;
     switch (t->kind) {
-    case SIM_F: case SIM_RECOMP: return sc->f_ns;
-    case SIM_B: return sc->b_ns;
-    case SIM_W: return sc->w_ns;
-    case SIM_BW: return sc->b_ns + sc->w_ns;
-    case SIM_OPT: return sc ? sc->opt_ns : 0;
+    case SIM_F: case SIM_RECOMP: return sc->f_ns + sc->task_ns;
+    case SIM_B: return sc->b_ns + sc->task_ns;
+    case SIM_W: return sc->w_ns + sc->task_ns;
+    case SIM_BW: return sc->b_ns + sc->w_ns + sc->task_ns;
+    case SIM_OPT: return sc ? sc->opt_ns + sc->task_ns : 0;
     default: return 0;
     }
 }

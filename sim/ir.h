@@ -167,6 +167,8 @@ typedef struct sim_stage_cost {
     double weight_bytes, grad_bytes, opt_bytes; /* one copy each */
     int first_op, last_op;      /* op range; -1 when hand-built */
     int model_stage;            /* stage of the plan this one copies */
+    int64_t task_ns;            /* the executor's own cost of each task
+                                 * (prof_eff.task_ns), added to each */
     int64_t tp_f_ns, tp_b_ns;   /* tensor-parallel all-reduces inside f_ns
                                  * (and a recompute) and inside b_ns */
     double tied_bytes;          /* the stage's copy of a table tied across
@@ -176,8 +178,9 @@ typedef struct sim_stage_cost {
 } sim_stage_cost;
 
 /* A measured-timing override: an op's task time on a GPU type at a
- * microbatch size, keyed by signature (sim_op_signature). The executor's
- * calibration fills it; the cost model uses a hit instead of its formula. */
+ * microbatch size, keyed by signature (sim_op_signature). The cost model
+ * uses a hit instead of its formula, before the GPU type's calibration
+ * (prof_calib_op_ns), which is consulted the same way. */
 typedef struct sim_measured {
     char (*key)[128];
     int64_t *ns;
@@ -188,7 +191,8 @@ void sim_measured_free(sim_measured *m);
 void sim_measured_set(sim_measured *m, const char *key, int64_t ns);
 /* -1 when absent. */
 int64_t sim_measured_get(const sim_measured *m, const char *key);
-/* "gpu|op-kind|kind|mbs|m,n,k,batch;..." for an op and task kind (F/B/W). */
+/* "gpu|op-kind|kind|mbs|m,n,k,batch;..." for an op and task kind (F/B/W);
+ * an op without GEMMs ends in "bBYTES" (forward bytes per sample). */
 void sim_op_signature(const prof_gpu *g, const prof_op *op, int mbs,
                       sim_kind k, char *out, size_t n);
 
@@ -299,6 +303,13 @@ void sim_costs_free(sim_costs *c);
  * model dtype dt: max(compute, memory) + launches (or a measured value). */
 int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                   int mbs, sim_kind k, const sim_measured *meas);
+/* The efficiency model's figure alone (no measured value), unrounded:
+ * what calibration fits. */
+double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
+                       int mbs, sim_kind k);
+/* An optimizer step over `params` parameters (AdamW: 28 bytes moved per
+ * parameter, memory-bound), ns. */
+double sim_opt_model_ns(const prof_gpu *g, double params);
 
 /* ===================================================================== *
  * Schedules                                                             *

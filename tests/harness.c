@@ -15,6 +15,13 @@
 
 #include "profiles/profiles.h"
 
+/* The suite never sees the calibrations of the user running it: no
+ * profile directory unless a test names one. */
+__attribute__((constructor)) static void no_profile_dir(void)
+{
+    setenv("SLUICE_PROFILE_DIR", "", 1);
+}
+
 prof_topo *test_topo(const char *gpu, int n)
 {
     util_err e;

@@ -188,7 +188,7 @@ Test(hw_eff, monotone_and_in_unit_interval)
             cr_assert_lt(prof_gemm_eff(&g.eff, 64, 4096, 4096),
                          0.5 * g.eff.gemm_max);
     }
-    prof_eff one = {1, 0, 0, 1, 0, 0};
+    prof_eff one = {.gemm_max = 1, .mem_max = 1};
     cr_assert_eq(prof_gemm_eff(&one, 1, 1, 1), 1);
     cr_assert_eq(prof_mem_eff(&one, 1), 1);
 }
@@ -556,7 +556,8 @@ Test(hw_template, sizes_and_options)
     prof_topo_free(t);
 
     util_err e;
-    prof_hw_opts o = {256.0 * (1 << 30), 4, 4, 4};
+    prof_hw_opts o = {.host_mem_bytes = 256.0 * (1 << 30), .nvme = 4,
+                      .gpus_per_server = 4, .pcie_gen = 4};
     t = prof_topo_template("rtx2080ti", 12, &o, &e);
     cr_assert_not_null(t, "%s", e.msg);
     cr_assert_eq(t->n_servers, 3);
@@ -579,13 +580,13 @@ Test(hw_template, sizes_and_options)
     cr_assert(strstr(t->host, "Ice Lake"));
     prof_topo_free(t);
 
-    prof_hw_opts bad = {0, 0, 12, 0};
+    prof_hw_opts bad = {.gpus_per_server = 12};
     cr_assert_null(prof_topo_template("h100-sxm", 16, &bad, &e));
     cr_assert_eq(e.code, 2);
     cr_assert(strstr(e.msg, "at most 8"), "%s", e.msg);
     cr_assert_null(prof_topo_template("h100-sxm", 0, NULL, &e));
     cr_assert(strstr(e.msg, "GPU count 0"), "%s", e.msg);
-    prof_hw_opts gen = {0, 0, 0, 7};
+    prof_hw_opts gen = {.pcie_gen = 7};
     cr_assert_null(prof_topo_template("rtx3090", 8, &gen, &e));
     cr_assert(strstr(e.msg, "--pcie-gen 7"), "%s", e.msg);
 }
@@ -687,7 +688,7 @@ Test(hw_load, examples)
     prof_topo_free(t);
 
     /* options on an explicit file are refused, on a template file applied */
-    prof_hw_opts o = {0, 3, 0, 0};
+    prof_hw_opts o = {.nvme = 3};
     char *argv[1] = {"profiles/hw/example-desktop.json"};
     cr_assert_null(prof_topo_from_args(1, argv, &o, &e));
     cr_assert(strstr(e.msg, "adjust templates"), "%s", e.msg);

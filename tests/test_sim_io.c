@@ -158,7 +158,9 @@ Test(sim_plan, partition_list_and_balanced)
     prof_gpu g = {0};
     g.peak_flops[PROF_DT_FP16] = 1e14;
     g.mem_bw_bytes_per_s = 1e12;
-    g.eff = (prof_eff){0.8, 64, 64, 0.9, 1e5, 5000};
+    g.eff = (prof_eff){.gemm_max = 0.8, .gemm_half_mn = 64, .gemm_half_k = 64,
+                      .mem_max = 0.9, .mem_half_bytes = 1e5,
+                      .launch_ns = 5000};
     int bf[5], bl[5];
     cr_assert_eq(sim_partition_balanced(m, &g, 1, 5, bf, bl, &e), 0, "%s", e.msg);
     cr_assert_eq(bf[0], 0);
@@ -264,7 +266,9 @@ Test(sim_costs, non_chain_transfers)
     g.mem_bytes = 11e9;
     g.peak_flops[PROF_DT_FP16] = 1e14;
     g.mem_bw_bytes_per_s = 6e11;
-    g.eff = (prof_eff){0.8, 64, 64, 0.9, 1e5, 5000};
+    g.eff = (prof_eff){.gemm_max = 0.8, .gemm_half_mn = 64, .gemm_half_k = 64,
+                      .mem_max = 0.9, .mem_half_bytes = 1e5,
+                      .launch_ns = 5000};
     int ty = prof_topo_add_gpu_type(t, &g);
     int sw = prof_topo_add_node(t, PROF_NODE_PCIE_SWITCH, "sw", 0);
     for (int i = 0; i < 3; i++) {
@@ -322,7 +326,9 @@ Test(sim_costs, measured_override)
     snprintf(g.name, sizeof g.name, "testgpu");
     g.peak_flops[PROF_DT_FP16] = 1e14;
     g.mem_bw_bytes_per_s = 6e11;
-    g.eff = (prof_eff){0.8, 64, 64, 0.9, 1e5, 5000};
+    g.eff = (prof_eff){.gemm_max = 0.8, .gemm_half_mn = 64, .gemm_half_k = 64,
+                      .mem_max = 0.9, .mem_half_bytes = 1e5,
+                      .launch_ns = 5000};
     const prof_op *op = &m->ops[1];
     int64_t model = sim_op_ns(&g, PROF_DT_FP16, op, 4, SIM_F, NULL);
     /* 2*128*1024*1024 per sample, x4, at 0.8*eff of 1e14, plus a launch */

@@ -1,0 +1,354 @@
+/* `sluice calibrate`: measures this machine's devices, fits the cost
+ * model's figures and writes them as the device type's profile in the
+ * profile directory (or --out), atomically: Ctrl-C or a kill leaves the
+ * previous profile as it was. Beside the fit it prints the previous
+ * calibration's values, so a second run shows whether they hold. */
+#include "exec/exec.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "exec/runtime.h"
+
+#define DEFAULT_CORPUS "/usr/share/common-licenses/GPL-3"
+
+static volatile int stop_flag;
+
+static void on_signal(int sig)
+{
+    stop_flag = 1;
+    signal(sig, SIG_DFL);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: sluice calibrate --hw cpu xN [--out FILE] [options]\n"
+        "       mpirun -np 2 sluice calibrate --hw cpu x2   (MPI messages "
+        "too)\n"
+        "\nMeasures this machine's devices with microbenchmarks (every op of "
+        "GPT\nlayers over widths, lengths and microbatches: the GEMM shapes "
+        "the model\nzoo makes and the memory-bound ops beside them; AdamW "
+        "steps; copies\nbetween cores; MPI messages under mpirun; the "
+        "runtime's cost per task),\nfits the cost model's figures to them "
+        "(GSL least squares) and writes the\ndevice type's calibrated "
+        "profile, which sim, plan and exec then use.\n"
+        "\noptions:\n"
+        "  --hw cpu xN         the devices: N cores of this machine\n"
+        "  --out FILE          where to write (default: the profile\n"
+        "                      directory's DIR/cpu.json; sluice profile list\n"
+        "                      names it)\n"
+        "  --quick             fewer, shorter microbenchmarks (seconds; a\n"
+        "                      rougher fit)\n"
+        "  --data FILE         text for the runtime measurement (default\n"
+        "                      " DEFAULT_CORPUS ")\n"
+        "  --json              the calibration as one JSON document\n"
+        "\nsluice exec --plan P --calibrate adds the times a real run "
+        "measured.\n");
+}
+
+typedef struct cmd {
+    char hw[256];
+    const char *out, *data;
+    int quick, json;
+} cmd;
+
+static int parse(int argc, char **argv, cmd *c, util_err *e)
+{
+    memset(c, 0, sizeof *c);
+    c->data = DEFAULT_CORPUS;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--hw")) {
+            size_t n = 0;
+            c->hw[0] = 0;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) &&
+                   n < sizeof c->hw - 1)
+                n += (size_t)snprintf(c->hw + n, sizeof c->hw - n, "%s%s",
+                                      n ? " " : "", argv[++i]);
+            if (!n)
+                return util_errf(e, UTIL_EXIT_USAGE, "sluice calibrate: --hw "
+                                 "needs a device type and count, e.g. --hw "
+                                 "cpu x2");
+        } else if (!strcmp(a, "--out") || !strcmp(a, "--data")) {
+            if (i + 1 >= argc)
+                return util_errf(e, UTIL_EXIT_USAGE, "sluice calibrate: %s "
+                                 "needs a value", a);
+            if (!strcmp(a, "--out")) c->out = argv[++i];
+            else c->data = argv[++i];
+        } else if (!strcmp(a, "--quick")) {
+            c->quick = 1;
+        } else if (!strcmp(a, "--json")) {
+            c->json = 1;
+        } else {
+            return util_errf(e, UTIL_EXIT_USAGE, "sluice calibrate: unknown "
+                             "option '%s' (see sluice calibrate --help)", a);
+        }
+    }
+    if (!c->hw[0])
+        return util_errf(e, UTIL_EXIT_USAGE, "sluice calibrate: --hw is "
+                         "required (e.g. --hw cpu x2)");
+    if (c->out && util_utf8_check("--out", c->out, e))
+        return util_err_prefix(e, "sluice calibrate");
+    return 0;
+}
+
+/* The folder of path, made with its parents (0755). */
+static int make_parent(const char *path, util_err *e)
+{
+    char d[1100];
+    snprintf(d, sizeof d, "%s", path);
+    char *slash = strrchr(d, '/');
+    if (!slash || slash == d) return 0;
+    *slash = 0;
+    for (char *p = d + 1; ; p++) {
+        if (*p && *p != '/') continue;
+        char c = *p;
+        *p = 0;
+        if (mkdir(d, 0755) && errno != EEXIST)
+            return util_errf(e, UTIL_EXIT_FAIL, "cannot make the folder "
+                             "%s: %s", d, strerror(errno));
+        if (!c) break;
+        *p = c;
+    }
+    return 0;
+}
+
+/* hw "cpu x2" as a topology: its device type and count. */
+static int device_of(const char *hw, char *dev, size_t n, int *count,
+                     util_err *e)
+{
+    char buf[256], *words[8];
+    snprintf(buf, sizeof buf, "%s", hw);
+    int nw = 0;
+    for (char *t = strtok(buf, " "); t && nw < 8; t = strtok(NULL, " "))
+        words[nw++] = t;
+    /* the built-in type: the calibration there may be what is replaced,
+     * and may not load */
+    const char *d = prof_profile_dir();
+    char *dir = d ? util_strdup(d) : NULL;
+    prof_profile_dir_set(NULL);
+    prof_topo *t = prof_topo_from_args(nw, words, NULL, e);
+    prof_profile_dir_set(dir);
+    free(dir);
+    if (!t) return -1;
+    if (t->n_gpu_types != 1) {
+        prof_topo_free(t);
+        return util_errf(e, UTIL_EXIT_USAGE, "--hw %s: %d device types; "
+                         "calibrate one at a time", hw, t->n_gpu_types);
+    }
+    snprintf(dev, n, "%s", t->gpu_types[0].name);
+    *count = t->n_gpus;
+    prof_topo_free(t);
+    return 0;
+}
+
+/* How a value of this run compares with the previous calibration's. */
+static const char *versus(const prof_calib_param *now,
+                          const prof_calib_param *was, char *buf, size_t n)
+{
+    if (!was) return "-";
+    int inside = now->value >= was->lo && now->value <= was->hi;
+    snprintf(buf, n, "%.4g [%.4g, %.4g] %s", was->value, was->lo, was->hi,
+             inside ? "holds" : "MOVED");
+    return buf;
+}
+
+static void report_text(const exec_calib_result *r, const prof_calib *prev,
+                        const char *path, const char *note)
+{
+    const prof_calib *c = &r->calib;
+    char mach[256], buf[160];
+    prof_machine_str(&c->machine, mach, sizeof mach);
+    printf("sluice calibrate: %s on %s, %.0f s\n", c->device, mach,
+           r->seconds);
+    printf("\nfit of the cost model to %d microbenchmarks: median error "
+           "%.1f%%, largest %.1f%%\n", c->fit_samples,
+           100 * c->fit_median_err, 100 * c->fit_max_err);
+    util_table *t = util_table_new(4);
+    const char *h[] = {"figure", "fitted", "95% interval",
+                       prev ? "previous [interval]" : "previous"};
+    for (int i = 0; i < 4; i++) util_table_col(t, i, h[i], i ? 'r' : 'l');
+    for (int i = 0; i < c->n_param; i++) {
+        const prof_calib_param *p = &c->param[i];
+        char v[32], ci[64];
+        snprintf(v, sizeof v, "%.4g", p->value);
+        snprintf(ci, sizeof ci, "[%.4g, %.4g]", p->lo, p->hi);
+        const char *row[] = {p->name, v, ci,
+                             versus(p, prof_calib_param_get(prev, p->name),
+                                    buf, sizeof buf)};
+        util_table_row(t, row);
+    }
+    util_table_print(t, stdout, "  ");
+    util_table_free(t);
+    const prof_gpu *g = &c->gpu;
+    printf("\nas the profile has it: fp32 peak %.1f GFLOP/s x GEMM "
+           "efficiency %.2f; memory %.1f GB/s x %.2f; launch %.0f ns; "
+           "%.1f us per task\n", g->peak_flops[PROF_DT_FP32] / 1e9,
+           g->eff.gemm_max, g->mem_bw_bytes_per_s / 1e9, g->eff.mem_max,
+           g->eff.launch_ns, g->eff.task_ns / 1e3);
+    for (int x = 0; x < PROF_XFER_COUNT; x++) {
+        const prof_calib_link *l = &c->link[x];
+        if (!l->present) continue;
+        printf("%s transfers: %.2f GB/s, latency %.1f us (%d sizes, largest "
+               "error %.0f%%)\n", prof_xfer_name((prof_xfer)x),
+               l->bw_bytes_per_s / 1e9, l->latency_ns / 1e3, l->samples,
+               100 * l->max_err);
+    }
+    if (r->n_checks) {
+        printf("\nall-reduce, measured against the ring the simulator "
+               "prices:\n");
+        t = util_table_new(5);
+        const char *hh[] = {"collective", "group", "bytes", "measured",
+                            "simulated"};
+        for (int i = 0; i < 5; i++) util_table_col(t, i, hh[i], i ? 'r' : 'l');
+        for (int i = 0; i < r->n_checks; i++) {
+            const exec_calib_check *k = &r->checks[i];
+            char gs[16], b[32], m[32], p[32];
+            snprintf(gs, sizeof gs, "%d", k->group);
+            util_fmt_bytes(k->bytes, b, sizeof b);
+            snprintf(m, sizeof m, "%.0f us", k->measured_ns / 1e3);
+            snprintf(p, sizeof p, "%.0f us (%+.0f%%)", k->predicted_ns / 1e3,
+                     k->measured_ns > 0
+                         ? 100 * (k->predicted_ns / k->measured_ns - 1)
+                         : 0);
+            const char *row[] = {k->what, gs, b, m, p};
+            util_table_row(t, row);
+        }
+        util_table_print(t, stdout, "  ");
+        util_table_free(t);
+    }
+    if (note[0]) printf("\n%s\n", note);
+    printf("\nwrote %s (%d measured op times kept)\n", path, c->n_ops);
+}
+
+static json_t *report_json(const exec_calib_result *r, const char *path)
+{
+    json_t *j = prof_calib_json(&r->calib);
+    json_object_set_new(j, "file", json_string(path));
+    json_object_set_new(j, "seconds", json_real(r->seconds));
+    json_t *ck = json_array();
+    for (int i = 0; i < r->n_checks; i++) {
+        const exec_calib_check *k = &r->checks[i];
+        json_array_append_new(ck, json_pack("{s:s,s:i,s:f,s:f,s:f}", "what",
+                              k->what, "group", k->group, "bytes", k->bytes,
+                              "measured_ns", k->measured_ns, "predicted_ns",
+                              k->predicted_ns));
+    }
+    json_object_set_new(j, "allreduce", ck);
+    json_t *sm = json_array();
+    for (int i = 0; i < r->n_samples; i++) {
+        const exec_calib_sample *s = &r->samples[i];
+        const char *op = s->kind == SIM_OPT ? "adamw"
+                                            : prof_op_role_name(s->op.role);
+        json_array_append_new(sm, json_pack("{s:s,s:s,s:i,s:f,s:f}", "op", op,
+                              "kind", sim_kind_name(s->kind), "mbs", s->mbs,
+                              "measured_ns", s->ns, "fitted_ns",
+                              exec_calib_model_ns(&r->calib.gpu, s)));
+    }
+    json_object_set_new(j, "samples", sm);
+    return j;
+}
+
+int exec_calibrate_main(int argc, char **argv)
+{
+    cmd c;
+    util_err e;
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        usage(stdout);
+        return 0;
+    }
+    if (parse(argc, argv, &c, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return e.code;
+    }
+    char dev[32], path[1100], note[400] = "";
+    int count = 1;
+    if (device_of(c.hw, dev, sizeof dev, &count, &e)) {
+        fprintf(stderr, "sluice calibrate: %s\n", e.msg);
+        return e.code ? e.code : UTIL_EXIT_USAGE;
+    }
+    if (c.out) {
+        snprintf(path, sizeof path, "%s", c.out);
+    } else if (!prof_calib_path(dev, path, sizeof path)) {
+        fprintf(stderr, "sluice calibrate: no profile directory "
+                "(SLUICE_PROFILE_DIR is empty): give --out FILE or "
+                "--profile-dir DIR\n");
+        return UTIL_EXIT_USAGE;
+    }
+    /* what the file holds now: its values to compare with, its measured
+     * op times kept when they are of this hardware */
+    prof_calib prev;
+    int have_prev = 0;
+    if (access(path, F_OK) == 0) {
+        util_err pe;
+        if (prof_calib_load(path, &prev, &pe) == 0)
+            have_prev = 1;
+        else
+            snprintf(note, sizeof note, "replacing %s, which did not load: "
+                     "%s", path, pe.msg);
+    }
+    /* measured against the built-in figures: the calibration being
+     * replaced plays no part */
+    prof_profile_dir_set(NULL);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    exec_calib_opts o = {.device = dev, .devices = count, .quick = c.quick,
+                         .data = c.data, .stop = &stop_flag,
+                         .log = c.json ? NULL : stderr};
+    exec_calib_result r;
+    int rc = exec_calibrate(&o, &r, &e);
+    if (rc) {
+        if (stop_flag)
+            fprintf(stderr, "sluice calibrate: stopped; %s is as it was\n",
+                    path);
+        else
+            fprintf(stderr, "sluice calibrate: %s\n", e.msg);
+        exec_calib_result_free(&r);
+        if (have_prev) prof_calib_free(&prev);
+        return stop_flag ? UTIL_EXIT_FAIL : (e.code ? e.code : 1);
+    }
+    if (r.mpi_rank) {           /* another rank of the job: its part done */
+        exec_calib_result_free(&r);
+        if (have_prev) prof_calib_free(&prev);
+        return 0;
+    }
+    prof_calib *cal = &r.calib;
+    if (have_prev) {
+        if (prof_machine_same(&prev.machine, &cal->machine)) {
+            for (int i = 0; i < prev.n_ops; i++)
+                prof_calib_add_op(cal, prev.ops[i].sig, prev.ops[i].ns,
+                                  prev.ops[i].samples, prev.ops[i].model);
+            /* an MPI link measured before stays until measured again */
+            for (int x = 0; x < PROF_XFER_COUNT; x++)
+                if (!cal->link[x].present && prev.link[x].present)
+                    cal->link[x] = prev.link[x];
+        } else if (prev.n_ops) {
+            char m[256];
+            prof_machine_str(&prev.machine, m, sizeof m);
+            snprintf(note, sizeof note, "the %d op times measured on %s are "
+                     "dropped (other hardware)", prev.n_ops, m);
+        }
+    }
+    if (make_parent(path, &e) || prof_calib_save(cal, path, &e)) {
+        fprintf(stderr, "sluice calibrate: %s\n", e.msg);
+        exec_calib_result_free(&r);
+        if (have_prev) prof_calib_free(&prev);
+        return e.code ? e.code : 1;
+    }
+    if (c.json) {
+        json_t *j = report_json(&r, path);
+        util_json_print(j, stdout);
+        json_decref(j);
+    } else {
+        report_text(&r, have_prev ? &prev : NULL, path, note);
+    }
+    exec_calib_result_free(&r);
+    if (have_prev) prof_calib_free(&prev);
+    return 0;
+}

@@ -1,0 +1,510 @@
+/* Calibration: the fits against synthetic measurements of known figures
+ * (the truth inside the reported intervals), calibration files (round
+ * trip, every bad value named by file, line and field), the profile
+ * directory and its precedence, calibrated figures reaching sim, and
+ * `sluice calibrate` end to end: written atomically, a killed or stopped
+ * run leaving the previous profile as it was. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "exec/exec.h"
+#include "tests/harness.h"
+
+/* A GPU type whose efficiency model is the truth the fits must find. */
+static prof_gpu truth(void)
+{
+    prof_gpu g;
+    util_err e;
+    cr_assert_eq(prof_gpu_get_builtin("cpu", &g, &e), 0);
+    g.peak_flops[PROF_DT_FP32] = 120e9;
+    g.eff.gemm_max = 0.7;
+    g.eff.gemm_half_mn = 24;
+    g.eff.gemm_half_k = 40;
+    g.mem_bw_bytes_per_s = 20e9;
+    g.eff.mem_max = 0.9;
+    g.eff.mem_half_bytes = 5e4;
+    g.eff.launch_ns = 800;
+    g.eff.mem_factor[PROF_OP_ACT][PROF_PHASE_F] = 2.5;
+    g.eff.mem_factor[PROF_OP_NORM][PROF_PHASE_B] = 1.4;
+    g.eff.gemm_factor[PROF_OP_LINEAR][PROF_PHASE_B] = 1.2;
+    g.eff.opt_factor = 0.6;
+    return g;
+}
+
+/* Deterministic normal noise (Box-Muller on an LCG). */
+static double noise(uint64_t *s, double sd)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    double u1 = ((double)(*s >> 11) + 1) / 9007199254740994.0;
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    double u2 = (double)(*s >> 11) / 9007199254740992.0;
+    return sd * sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+}
+
+/* Every op of one-layer GPTs over sizes, timed by the truth with 2%
+ * log-normal noise. */
+static exec_calib_sample *synthetic(const prof_gpu *g, int *n)
+{
+    int cap = 4096, k = 0;
+    exec_calib_sample *s = calloc((size_t)cap, sizeof *s);
+    prof_model_spec base;
+    util_err e;
+    cr_assert_eq(prof_model_spec_get("gpt-mini", &base, &e), 0);
+    uint64_t seed = 42;
+    int hid[] = {64, 128, 256, 512, 1024}, seq[] = {32, 128, 512};
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 3; b++)
+            for (int mbs = 1; mbs <= 4; mbs *= 2) {
+                prof_model_spec sp = base;
+                sp.hidden = hid[a];
+                sp.heads = hid[a] / 32;
+                sp.kv_heads = sp.heads;
+                sp.head_dim = 32;
+                sp.ffn = 4 * hid[a];
+                sp.seq_len = sp.max_pos = seq[b];
+                sp.layers = 1;
+                prof_model *m = prof_model_build(&sp, &e);
+                cr_assert_not_null(m, "%s", e.msg);
+                for (int i = 0; i < m->n_ops; i++)
+                    for (int kd = SIM_F; kd <= SIM_W; kd++) {
+                        exec_calib_sample x = {m->ops[i], mbs, (sim_kind)kd,
+                                               0};
+                        double t = exec_calib_model_ns(g, &x);
+                        if (!(t > 0) || k == cap) continue;
+                        x.ns = t * exp(noise(&seed, 0.02));
+                        s[k++] = x;
+                    }
+                exec_calib_sample o;
+                memset(&o, 0, sizeof o);
+                o.mbs = 1;
+                o.kind = SIM_OPT;
+                o.op.params = 12.0 * hid[a] * hid[a] / mbs;
+                o.ns = exec_calib_model_ns(g, &o) * exp(noise(&seed, 0.02));
+                s[k++] = o;
+                prof_model_free(m);
+            }
+    *n = k;
+    return s;
+}
+
+static const prof_calib_param *param(const prof_calib_param *p, int n,
+                                     const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(p[i].name, name)) return &p[i];
+    cr_assert_fail("no fitted '%s'", name);
+    return NULL;
+}
+
+Test(calib_fit, finds_known_figures_within_its_intervals)
+{
+    prof_gpu g = truth(), base, fit;
+    util_err e;
+    cr_assert_eq(prof_gpu_get_builtin("cpu", &base, &e), 0);
+    int n;
+    exec_calib_sample *s = synthetic(&g, &n);
+    cr_assert_gt(n, 300);
+    prof_calib_param p[PROF_CALIB_MAX_PARAMS];
+    int np;
+    double med, mx;
+    cr_assert_eq(exec_calib_fit(s, n, &base, &fit, p, &np, &med, &mx, &e), 0,
+                 "%s", e.msg);
+    /* the noise is 2%: the fit explains everything else */
+    cr_assert_lt(med, 0.03, "median error %g", med);
+    cr_assert_lt(mx, 0.12, "largest error %g", mx);
+    struct { const char *name; double want; } w[] = {
+        {"gemm_tflops", 120e9 * 0.7 / 1e12}, {"gemm_half_mn", 24},
+        {"gemm_half_k", 40}, {"mem_gb_per_s", 20 * 0.9},
+        {"mem_half_bytes", 5e4}, {"mem_factor.act.F", 2.5},
+        {"mem_factor.norm.B", 1.4}, {"gemm_factor.linear.B", 1.2},
+        {"opt_factor", 0.6}};
+    for (size_t i = 0; i < sizeof w / sizeof *w; i++) {
+        const prof_calib_param *q = param(p, np, w[i].name);
+        cr_expect(q->lo <= w[i].want && w[i].want <= q->hi,
+                  "%s: truth %g outside [%g, %g] (fitted %g)", w[i].name,
+                  w[i].want, q->lo, q->hi, q->value);
+        cr_expect_lt(fabs(q->value / w[i].want - 1), 0.15, "%s: %g vs %g",
+                     w[i].name, q->value, w[i].want);
+    }
+    /* as the profile keeps it: the catalog's peak stays, efficiency
+     * takes the rate */
+    cr_assert_float_eq(fit.peak_flops[PROF_DT_FP32],
+                       base.peak_flops[PROF_DT_FP32] > 84e9
+                           ? base.peak_flops[PROF_DT_FP32] : 84e9, 1);
+    cr_assert_leq(fit.eff.gemm_max, 1.0);
+    cr_assert_leq(fit.eff.mem_max, 1.0);
+    free(s);
+}
+
+Test(calib_fit, refuses_too_few_or_one_sided_samples)
+{
+    prof_gpu g = truth(), out;
+    util_err e;
+    int n;
+    exec_calib_sample *s = synthetic(&g, &n);
+    prof_calib_param p[PROF_CALIB_MAX_PARAMS];
+    int np;
+    double med, mx;
+    cr_assert_eq(exec_calib_fit(s, 5, &g, &out, p, &np, &med, &mx, &e), -1);
+    cr_assert(strstr(e.msg, "a fit needs 12 or more"), "%s", e.msg);
+    /* GEMMs only */
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (s[i].kind != SIM_OPT && s[i].op.n_gemm) s[k++] = s[i];
+    cr_assert_eq(exec_calib_fit(s, k, &g, &out, p, &np, &med, &mx, &e), -1);
+    cr_assert(strstr(e.msg, "GEMMs and memory-bound ops both"), "%s", e.msg);
+    s[0].ns = NAN;
+    cr_assert_eq(exec_calib_fit(s, n, &g, &out, p, &np, &med, &mx, &e), -1);
+    free(s);
+}
+
+Test(calib_fit, link_latency_and_bandwidth)
+{
+    exec_calib_xfer x[10];
+    uint64_t seed = 7;
+    int n = 0;
+    for (double b = 64; b <= 64 << 20 && n < 10; b *= 4, n++)
+        x[n] = (exec_calib_xfer){b, (3000 + b / 12.0) *
+                                        exp(noise(&seed, 0.03))};
+    prof_calib_link l;
+    prof_calib_param lat, bw;
+    util_err e;
+    cr_assert_eq(exec_calib_fit_link(x, n, &l, &lat, &bw, &e), 0, "%s",
+                 e.msg);
+    cr_expect(lat.lo <= 3.0 && 3.0 <= lat.hi, "latency [%g, %g] us", lat.lo,
+              lat.hi);
+    cr_expect(bw.lo <= 12 && 12 <= bw.hi, "bandwidth [%g, %g] GB/s", bw.lo,
+              bw.hi);
+    cr_expect_lt(fabs(l.bw_bytes_per_s / 12e9 - 1), 0.1);
+    cr_assert_eq(exec_calib_fit_link(x, 2, &l, &lat, &bw, &e), -1);
+    /* times that do not grow with size */
+    for (int i = 0; i < n; i++) x[i].ns = 5000 - i;
+    cr_assert_eq(exec_calib_fit_link(x, n, &l, &lat, &bw, &e), -1);
+    cr_assert(strstr(e.msg, "too noisy"), "%s", e.msg);
+}
+
+/* ------------------------------------------------------------- files */
+
+static prof_calib sample_calib(void)
+{
+    prof_calib c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.device, sizeof c.device, "cpu");
+    snprintf(c.date, sizeof c.date, "2026-11-23T10:00:00Z");
+    prof_machine_this(&c.machine);
+    snprintf(c.machine.device, sizeof c.machine.device, "CPU core");
+    c.gpu = truth();
+    c.gpu.eff.task_ns = 12000;
+    c.link[PROF_XFER_INPROC] = (prof_calib_link){1, 9e9, 4000, 9, 0.1};
+    c.n_param = 1;
+    c.param[0] = (prof_calib_param){"gemm_tflops", 0.084, 0.08, 0.09};
+    c.fit_samples = 400;
+    c.fit_median_err = 0.04;
+    c.fit_max_err = 0.3;
+    prof_calib_add_op(&c, "cpu|linear|F|4|128,768,256,1", 123456, 10,
+                      "gpt-mini");
+    prof_calib_add_op(&c, "cpu|norm|B|4|b262144", 2345, 30, "gpt-mini");
+    return c;
+}
+
+Test(calib_file, round_trip_and_lookups)
+{
+    char *d = test_tmpdir(), path[512];
+    snprintf(path, sizeof path, "%s/cpu.json", d);
+    prof_calib c = sample_calib(), r;
+    util_err e;
+    cr_assert_eq(prof_calib_save(&c, path, &e), 0, "%s", e.msg);
+    cr_assert_eq(prof_calib_load(path, &r, &e), 0, "%s", e.msg);
+    cr_assert_str_eq(r.device, "cpu");
+    cr_assert_str_eq(r.date, c.date);
+    cr_assert(prof_machine_same(&r.machine, &c.machine));
+    cr_assert_float_eq(r.gpu.eff.gemm_half_k, 40, 1e-9);
+    cr_assert_float_eq(r.gpu.eff.mem_factor[PROF_OP_ACT][PROF_PHASE_F], 2.5,
+                       1e-9);
+    cr_assert_float_eq(r.gpu.eff.gemm_factor[PROF_OP_LINEAR][PROF_PHASE_B],
+                       1.2, 1e-9);
+    cr_assert_float_eq(r.gpu.eff.task_ns, 12000, 1e-6);
+    cr_assert(r.link[PROF_XFER_INPROC].present);
+    cr_assert(!r.link[PROF_XFER_MPI].present);
+    cr_assert_float_eq(r.link[PROF_XFER_INPROC].bw_bytes_per_s, 9e9, 1);
+    cr_assert_eq(r.n_ops, 2);
+    cr_assert_float_eq(prof_calib_op_ns(&r, "cpu|norm|B|4|b262144"), 2345,
+                       1e-9);
+    cr_assert_lt(prof_calib_op_ns(&r, "cpu|norm|B|2|b262144"), 0);
+    /* merging samples: the mean weighted by their counts */
+    prof_calib_add_op(&r, "cpu|norm|B|4|b262144", 3345, 10, NULL);
+    cr_assert_float_eq(prof_calib_op_ns(&r, "cpu|norm|B|4|b262144"), 2595,
+                       1e-9);
+    const prof_calib_param *q = prof_calib_param_get(&r, "gemm_tflops");
+    cr_assert(q && q->lo == 0.08);
+    prof_calib_free(&r);
+    prof_calib_free(&c);
+    test_rm_rf(d);
+}
+
+/* Each bad value gives FILE:LINE:COL and the field. */
+Test(calib_file, bad_values_are_named)
+{
+    char *d = test_tmpdir(), path[512];
+    snprintf(path, sizeof path, "%s/cpu.json", d);
+    prof_calib c = sample_calib();
+    util_err e;
+    cr_assert_eq(prof_calib_save(&c, path, &e), 0, "%s", e.msg);
+    prof_calib_free(&c);
+    struct { const char *sed, *want; } cases[] = {
+        {"s/\"gemm_max\": [0-9.e+-]*/\"gemm_max\": 1.5/",
+         "field 'gpu.eff.gemm_max': 1.5 is too large"},
+        {"s/\"mem_bw_gb_per_s\": [0-9.e+-]*/\"mem_bw_gb_per_s\": -3/",
+         "field 'gpu.mem_bw_gb_per_s'"},
+        {"s/\"gb_per_s\": [0-9.e+-]*/\"gb_per_s\": 0/",
+         "field 'links.in-process.gb_per_s'"},
+        {"s/sluice-calibration/sluice-gpus/", "is not a calibration"},
+        {"s/\"device\": \"cpu\"/\"device\": \"nope\"/",
+         "field 'device': unknown GPU type 'nope'"},
+        {"s/cpu|norm/rtx4090|norm/", "is not a signature of cpu"},
+        {"/\"ci95\"/{n;s/0.08/0.085/}", "does not hold the value"},
+        {"s/\"task_ns\": [0-9.e+-]*/\"task_ns\": -1/",
+         "field 'gpu.eff.task_ns'"},
+        {"s/\"F\": 2.5/\"F\": 0/", "field 'gpu.eff.mem_factor.act.F'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char bad[600];
+        snprintf(bad, sizeof bad, "%s/bad.json", d);
+        cr_assert_eq(sh_run("sed '%s' %s > %s", cases[i].sed, path, bad), 0);
+        prof_calib r;
+        cr_assert_eq(prof_calib_load(bad, &r, &e), -1, "case %zu loaded", i);
+        cr_expect(strstr(e.msg, "bad.json:") && strstr(e.msg, cases[i].want),
+                  "case %zu: %s", i, e.msg);
+        /* FILE:LINE:COL */
+        const char *at = strstr(e.msg, "bad.json:");
+        int line = 0, col = 0;
+        cr_expect(at && sscanf(at, "bad.json:%d:%d", &line, &col) == 2 &&
+                      line > 0 && col > 0, "case %zu: %s", i, e.msg);
+    }
+    test_rm_rf(d);
+}
+
+/* ------------------------------------------------- the profile folder */
+
+Test(calib_dir, precedence_and_lookups)
+{
+    char *d = test_tmpdir(), path[600];
+    /* the suite runs without one */
+    cr_assert_null(prof_profile_dir());
+    cr_assert_null(prof_calib_path("cpu", path, sizeof path));
+    prof_profile_dir_set(d);
+    cr_assert_str_eq(prof_profile_dir(), d);
+    cr_assert_not_null(prof_calib_path("cpu", path, sizeof path));
+    prof_gpu g;
+    util_err e;
+    cr_assert_eq(prof_gpu_get("cpu", &g, &e), 0);
+    cr_assert_null(g.calib, "no file yet");
+    prof_calib c = sample_calib();
+    cr_assert_eq(prof_calib_save(&c, path, &e), 0, "%s", e.msg);
+    cr_assert_eq(prof_gpu_get("cpu", &g, &e), 0, "%s", e.msg);
+    cr_assert_not_null(g.calib);
+    cr_assert_float_eq(g.eff.gemm_half_mn, 24, 1e-9);
+    cr_assert_float_eq(g.eff.task_ns, 12000, 1e-6);
+    /* other types keep the catalog */
+    cr_assert_eq(prof_gpu_get("rtx4090", &g, &e), 0);
+    cr_assert_null(g.calib);
+    /* the template prices copies with the measured link */
+    char *args[] = {"cpu", "x2"};
+    prof_topo *t = prof_topo_from_args(2, args, NULL, &e);
+    cr_assert_not_null(t, "%s", e.msg);
+    int n;
+    const int *dl = prof_topo_gpu_route(t, 0, 1, &n);
+    cr_assert_float_eq(prof_route_bw(t, dl, n), 9e9, 1);
+    cr_assert_float_eq(prof_route_latency_ns(t, dl, n), 4000, 1e-6);
+    cr_assert(strstr(t->host, "calibrated 2026-11-23"), "%s", t->host);
+    prof_topo_free(t);
+    /* a file that changes is read again */
+    c.gpu.eff.gemm_half_mn = 99;
+    sleep(1);   /* a new modification time on coarse clocks */
+    cr_assert_eq(prof_calib_save(&c, path, &e), 0, "%s", e.msg);
+    cr_assert_eq(prof_gpu_get("cpu", &g, &e), 0, "%s", e.msg);
+    cr_assert_float_eq(g.eff.gemm_half_mn, 99, 1e-9);
+    /* a broken one is an error wherever the type is asked for */
+    cr_assert_eq(sh_run("echo '{\"format\": \"sluice-calibration\", "
+                        "\"device\": 3}' > %s", path), 0);
+    cr_assert_eq(prof_gpu_get("cpu", &g, &e), -1);
+    cr_assert(strstr(e.msg, "cpu.json:1:") && strstr(e.msg, "'device'"),
+              "%s", e.msg);
+    prof_calib_free(&c);
+    test_rm_rf(d);
+}
+
+/* sim and plan see the calibration: a machine twice as fast at GEMMs
+ * (and everything else as the catalog has it) finishes sooner. */
+Test(calib_dir, sim_uses_the_calibrated_figures)
+{
+    char *d = test_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/cpu.json", d);
+    prof_calib c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.device, sizeof c.device, "cpu");
+    snprintf(c.date, sizeof c.date, "2026-11-23T10:00:00Z");
+    prof_machine_this(&c.machine);
+    util_err e;
+    cr_assert_eq(prof_gpu_get_builtin("cpu", &c.gpu, &e), 0);
+    c.gpu.peak_flops[PROF_DT_FP32] *= 2;
+    cr_assert_eq(prof_calib_save(&c, path, &e), 0, "%s", e.msg);
+    const char *args = "sim --hw cpu x2 --model gpt-mini --schedule 1f1b "
+                       "--pp 2 --mbs 2 --microbatches 8 --json";
+    cli_result a = cli_run("%s", args);
+    cli_result b = cli_run("--profile-dir %s %s", d, args);
+    cli_result b2 = cli_run("%s --profile-dir=%s", args, d);
+    cr_assert_eq(a.code, 0, "%s", a.err);
+    cr_assert_eq(b.code, 0, "%s", b.err);
+    cr_assert_eq(b2.code, 0, "%s", b2.err);
+    cr_assert_str_eq(b.out, b2.out);
+    json_t *ja = json_loads(a.out, 0, NULL), *jb = json_loads(b.out, 0, NULL);
+    double ta = json_real_value(json_object_get(ja, "iteration_time_s"));
+    double tb = json_real_value(json_object_get(jb, "iteration_time_s"));
+    cr_assert_lt(tb, 0.7 * ta, "calibrated %g, built-in %g", tb, ta);
+    json_decref(ja);
+    json_decref(jb);
+    cli_result_free(&a);
+    cli_result_free(&b);
+    cli_result_free(&b2);
+    /* profile list names it */
+    cli_result l = cli_run("--profile-dir %s profile list", d);
+    cr_assert_eq(l.code, 0, "%s", l.err);
+    cr_assert(strstr(l.out, "calibrated on a machine") &&
+              strstr(l.out, "2026-11-23T10:00:00Z"), "%s", l.out);
+    cli_result_free(&l);
+    l = cli_run("--profile-dir %s profile list --json", d);
+    cr_assert(strstr(l.out, "\"calibrated\"") && strstr(l.out, "cpu.json"),
+              "%s", l.out);
+    cli_result_free(&l);
+    /* a broken file is named by profile list and by sim */
+    cr_assert_eq(sh_run("printf '{\\n  \"format\": \"sluice-calibration\","
+                        "\\n  \"version\": 7\\n}\\n' > %s", path), 0);
+    l = cli_run("--profile-dir %s profile list", d);
+    cr_assert_eq(l.code, 2, "%s", l.err);
+    cr_assert(strstr(l.err, "cpu.json:3:") && strstr(l.err, "'version'"),
+              "%s", l.err);
+    cli_result_free(&l);
+    l = cli_run("--profile-dir %s %s", d, args);
+    cr_assert_eq(l.code, 2);
+    cr_assert(strstr(l.err, "cpu.json:3:"), "%s", l.err);
+    cli_result_free(&l);
+    l = cli_run("sim --profile-dir");
+    cr_assert_eq(l.code, 2);
+    cr_assert(strstr(l.err, "--profile-dir needs a folder"), "%s", l.err);
+    cli_result_free(&l);
+    test_rm_rf(d);
+}
+
+/* ------------------------------------------------------ the command */
+
+static long file_size(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) ? -1 : (long)st.st_size;
+}
+
+Test(calib_cli, writes_a_profile_that_loads_and_compares_runs)
+{
+    char *d = test_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/sub/cpu.json", d);
+    cli_result r = cli_run("calibrate --hw cpu x2 --quick --profile-dir "
+                           "%s/sub", d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "fit of the cost model to") &&
+              strstr(r.out, "in-process transfers:") &&
+              strstr(r.out, "wrote "), "%s", r.out);
+    cli_result_free(&r);
+    prof_calib c;
+    util_err e;
+    cr_assert_eq(prof_calib_load(path, &c, &e), 0, "%s", e.msg);
+    cr_assert_gt(c.fit_samples, 50);
+    cr_assert(c.link[PROF_XFER_INPROC].present);
+    cr_assert_gt(c.gpu.eff.task_ns, 0);
+    cr_assert(strstr(c.gpu.source, "calibrated "), "%s", c.gpu.source);
+    prof_calib_free(&c);
+    /* a second run compares with the first */
+    r = cli_run("--profile-dir %s/sub calibrate --hw cpu x2 --quick", d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "previous [interval]"), "%s", r.out);
+    cli_result_free(&r);
+    /* --json, --out */
+    r = cli_run("calibrate --hw cpu x2 --quick --json --out %s/o.json", d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, "%s", r.out);
+    cr_assert(json_array_size(json_object_get(j, "samples")) > 50);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "format")),
+                     "sluice-calibration");
+    json_decref(j);
+    cli_result_free(&r);
+    test_rm_rf(d);
+}
+
+Test(calib_cli, bad_requests)
+{
+    struct { const char *args, *want; } c[] = {
+        {"calibrate", "--hw is required"},
+        {"calibrate --hw", "--hw needs a device type"},
+        {"calibrate --hw cpu x2 --frobnicate", "unknown option '--frobnicate'"},
+        {"calibrate --hw rtx4090 x1 --out /tmp/x.json",
+         "needs that GPU and the CUDA backend"},
+        {"calibrate --hw cpu x2", "no profile directory"},
+        {"calibrate --hw nope x2 --out /tmp/x.json", "unknown GPU type 'nope'"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        cli_result r = cli_run("%s", c[i].args);
+        cr_expect_eq(r.code, 2, "%s: %d %s", c[i].args, r.code, r.err);
+        cr_expect(strstr(r.err, c[i].want), "%s: %s", c[i].args, r.err);
+        cli_result_free(&r);
+    }
+}
+
+/* Killed or stopped midway: the previous profile is byte for byte what it
+ * was, and no temporary file is left beside it. */
+Test(calib_cli, a_killed_or_stopped_run_leaves_the_previous_profile)
+{
+    char *d = test_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/cpu.json", d);
+    prof_calib c = sample_calib();
+    util_err e;
+    cr_assert_eq(prof_calib_save(&c, path, &e), 0, "%s", e.msg);
+    prof_calib_free(&c);
+    cr_assert_eq(sh_run("cp %s %s/before", path, d), 0);
+    const int sig[] = {SIGKILL, SIGINT, SIGTERM};
+    for (int k = 0; k < 3; k++) {
+        /* started, then signalled once it has begun measuring */
+        int rc = sh_run("cd %s && rm -f log && (\"$SLUICE\" --profile-dir "
+                        "%s calibrate --hw cpu x2 --quick 2> log & p=$!; "
+                        "while ! grep -q 'ops: hidden' log; do sleep 0.05; "
+                        "done; kill -%d $p; wait $p; echo $? > rc)", d, d,
+                        sig[k]);
+        cr_assert_eq(rc, 0);
+        char rcp[700];
+        snprintf(rcp, sizeof rcp, "%s/rc", d);
+        FILE *f = fopen(rcp, "r");
+        int code = -1;
+        cr_assert(f && fscanf(f, "%d", &code) == 1);
+        fclose(f);
+        if (sig[k] == SIGKILL) {
+            cr_expect_eq(code, 137);
+        } else {
+            cr_expect_eq(code, 1, "signal %d: exit %d", sig[k], code);
+            cr_expect_eq(sh_run("grep -q 'stopped; .* is as it was' %s/log",
+                                d), 0);
+        }
+        cr_expect_eq(sh_run("cmp -s %s %s/before", path, d), 0,
+                     "signal %d changed the profile", sig[k]);
+        cr_expect_eq(sh_run("ls -a %s | grep -q tmp", d), 1,
+                     "a temporary file was left: signal %d", sig[k]);
+    }
+    cr_assert_gt(file_size(path), 100);
+    test_rm_rf(d);
+}
