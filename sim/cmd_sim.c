@@ -42,6 +42,9 @@ static void usage(FILE *f)
         "  --trace FILE           write a Chrome/Perfetto trace\n"
         "  --plot PREFIX          write PREFIX-timeline.{png,svg} and\n"
         "                         PREFIX-memory.{png,svg} (needs gnuplot)\n"
+        "  --measured TRACE       with --plot: PREFIX-compare.{png,svg}, a run\n"
+        "                         of this plan (sluice exec --trace) above the\n"
+        "                         simulation, memory below\n"
         "  --out FILE             write the plan file\n");
 }
 
@@ -123,7 +126,7 @@ static void map_lpt(const prof_model *m, const prof_gpu *g, sim_plan *p)
 }
 
 typedef struct cmd_opts {
-    const char *plan_file, *partition, *trace, *plot, *out;
+    const char *plan_file, *partition, *trace, *plot, *out, *measured;
     int json, stages, emit;
 } cmd_opts;
 
@@ -226,6 +229,9 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         } else if (!strcmp(a, "--out")) {
             if (need(i, argc, argv, e)) return -1;
             c->out = argv[++i];
+        } else if (!strcmp(a, "--measured")) {
+            if (need(i, argc, argv, e)) return -1;
+            c->measured = argv[++i];
         } else if (!strcmp(a, "--dp")) {
             if (need(i, argc, argv, e) ||
                 int_arg(a, argv[++i], 1, 4096, &p->dp, e)) return -1;
@@ -250,7 +256,8 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 "--microbatches", "--waves", "--stages", "--minibatches",
                 "--state-bytes", "--partition", "--recompute", "--json",
                 "--plan", "--trace", "--plot", "--out", "--help", "--dp",
-                "--tp", "--chunks", "--schedule-file", "--emit-schedule"};
+                "--tp", "--chunks", "--schedule-file", "--emit-schedule",
+                "--measured"};
             const char *near = util_closest(a, known, sizeof known / sizeof *known);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -261,6 +268,9 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "%s cannot be combined with "
                          "--plan: the plan file fixes the run (edit it, or "
                          "leave --plan out)", defining);
+    if (c->measured && !c->plot)
+        return util_errf(e, UTIL_EXIT_USAGE, "--measured draws a run above "
+                         "the simulation: give --plot PREFIX too");
     if (c->plan_file) return 0;
     const char *miss = !p->hw[0] ? "--hw" : !p->model[0] ? "--model"
                      : !have_sched ? "--schedule" : !have_pp ? "--pp"
@@ -296,6 +306,37 @@ static int size_check(const sim_plan *p, const prof_topo *tp,
             "symmetric: the same timeline)\n", p->dp, z.bytes / 1e9, g,
             g == 1 ? "s" : "");
     return 0;
+}
+
+/* A measured run to draw above the simulation: a trace sluice exec
+ * wrote (--trace) of the same schedule on as many devices. */
+static int measured_check(const char *path, const sim_ir *ir, util_err *e)
+{
+    util_jdoc d;
+    if (util_jdoc_load(&d, path, NULL, e)) return -1;
+    util_jobj root = util_jroot(&d), od;
+    json_t *ev;
+    char sched[64] = "";
+    long dev = 0;
+    int have, rc = -1;
+    if (!json_is_object(root.j)) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s:1:1: expected a trace (sluice exec "
+                  "--trace)", path);
+    } else if (!util_jarray(&root, "traceEvents", 1, &ev, e) &&
+               !util_jchild(&root, "otherData", 1, &od, &have, e) &&
+               !util_jstr(&od, "schedule", 1, sched, sizeof sched, e) &&
+               !util_jint(&od, "devices", 1, 1, 1 << 20, &dev, e)) {
+        if (strcmp(sched, ir->schedule))
+            util_jerr(e, &od, "schedule", "'%s': a run of another schedule "
+                      "than this plan's %s", sched, ir->schedule);
+        else if (dev != ir->n_devices)
+            util_jerr(e, &od, "devices", "%ld: the plan has %d", dev,
+                      ir->n_devices);
+        else
+            rc = 0;
+    }
+    util_jdoc_free(&d);
+    return rc ? util_err_prefix(e, "--measured") : 0;
 }
 
 static int run(int argc, char **argv, util_err *e)
@@ -451,6 +492,7 @@ static int run(int argc, char **argv, util_err *e)
     }
     if (c.out && sim_plan_save(c.out, &p, m, e)) goto out;
     if (c.trace && sim_trace_write(c.trace, ir, &r, cs, e)) goto out;
+    if (c.measured && measured_check(c.measured, ir, e)) goto out;
     if (c.plot) {
         char tpath[1100];
         snprintf(tpath, sizeof tpath, "%s-trace.json", c.plot);
@@ -460,7 +502,8 @@ static int run(int argc, char **argv, util_err *e)
         int reuse = c.trace && stat(c.trace, &st) == 0 && S_ISREG(st.st_mode);
         const char *src = reuse ? c.trace : tpath;
         if (!reuse && sim_trace_write(tpath, ir, &r, cs, e)) goto out;
-        int prc = plot_pipeline(src, c.plot, e);
+        int prc = c.measured ? plot_compare(c.measured, src, c.plot, e)
+                             : plot_pipeline(src, c.plot, e);
         if (prc < 0) goto out;
         if (prc > 0) fprintf(stderr, "sluice sim: %s\n", e->msg);
     }

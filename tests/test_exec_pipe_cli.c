@@ -185,6 +185,32 @@ Test(exec_cli_pipe, trace_has_sims_tasks_and_tracks)
     free(b);
     cli_result_free(&s);
     cli_result_free(&x);
+    /* sim draws the run above its prediction; a run of another plan or
+     * something that is no trace is refused */
+    s = cli_run("sim --plan %s/p.json --plot %s/c --measured %s/exec.json",
+                dir, dir, dir);
+    cr_assert_eq(s.code, 0, "%s", s.err);
+    cr_expect_eq(sh_run("test -s %s/c-compare.png && test -s "
+                        "%s/c-compare.svg", dir, dir), 0);
+    cli_result_free(&s);
+    make_plan(dir, "g.json", "--hw cpu x2 --model MODEL --schedule gpipe "
+              "--pp 2 --mbs 1 --microbatches 4");
+    s = cli_run("sim --plan %s/g.json --plot %s/c --measured %s/exec.json",
+                dir, dir, dir);
+    cr_expect_eq(s.code, 2);
+    cr_expect(strstr(s.err, "exec.json:") && strstr(s.err, "'otherData."
+              "schedule': '1f1b': a run of another schedule than this "
+              "plan's gpipe"), "%s", s.err);
+    cli_result_free(&s);
+    s = cli_run("sim --plan %s/p.json --plot %s/c --measured %s/p.json", dir,
+                dir, dir);
+    cr_expect_eq(s.code, 2);
+    cr_expect(strstr(s.err, "field 'traceEvents': missing"), "%s", s.err);
+    cli_result_free(&s);
+    s = cli_run("sim --plan %s/p.json --measured %s/exec.json", dir, dir);
+    cr_expect_eq(s.code, 2);
+    cr_expect(strstr(s.err, "give --plot PREFIX too"), "%s", s.err);
+    cli_result_free(&s);
     test_rm_rf(dir);
 }
 
