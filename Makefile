@@ -127,7 +127,8 @@ validate: $(BINDIR)/sluice
 # CUDA is optional: detected, never required by the CPU build and tests.
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-NVCCFLAGS ?= -O2 -std=c++17 -I. -Xcompiler -Wall,-Wextra,-Werror
+NVCCFLAGS ?= -O2 -std=c++17 -I. --default-stream per-thread \
+             -Xcompiler -Wall,-Wextra,-Werror
 # The CUDA test driver compares with the CPU oracle: kernels/*.c objects
 # (built by cc, no CUDA in them) are linked in with OpenBLAS.
 KERN_CPU_OBJ := $(filter $(BUILD)/kernels/%,$(LIB_OBJ))
