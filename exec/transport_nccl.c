@@ -444,15 +444,11 @@ exec_xport *exec_xport_nccl_new(exec_runtime *rt, util_err *e)
     n->mpi = mpi;
     n->me = me;
     n->gpu = w->dev.index;
-    exec_xport *x = util_calloc(1, sizeof *x);
-    x->name = "nccl";
-    x->send = nc_send;
-    x->send_test = nc_send_test;
-    x->poll = nc_poll;
-    x->allreduce = nc_allreduce;
-    x->wake = nc_wake;
-    x->free = nc_free;
-    x->impl = n;
+    exec_xport *x = util_malloc(sizeof *x);
+    *x = (exec_xport){.name = "nccl", .send = nc_send,
+                      .send_test = nc_send_test, .poll = nc_poll,
+                      .allreduce = nc_allreduce, .wake = nc_wake,
+                      .free = nc_free, .impl = n};
     if (nc_connect(n, rt, size, e)) {
         /* the peers wait inside NCCL for this rank: end the job */
         fprintf(stderr, "sluice exec: %s\n", e->msg);
