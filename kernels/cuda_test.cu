@@ -77,6 +77,11 @@ static void compare(const char *op, const char *what, const buf &b)
 {
     float *got = (float *)malloc(b.n * sizeof(float) + 4);
     cuda_ok(cudaDeviceSynchronize(), op);
+    char why[256];
+    if (kern_cuda_error(why, sizeof why)) {
+        printf("  %-28s %-8s FAIL: %s\n", op, what, why);
+        failures++;
+    }
     cuda_ok(cudaMemcpy(got, b.d, b.n * sizeof(float), cudaMemcpyDeviceToHost),
             "copy out");
     double worst = 0;
