@@ -31,15 +31,20 @@ LIBS += $(MPI_LIBS)
 endif
 
 MODULES := util profiles sim planner exec kernels plots
-LIB_SRC := $(sort $(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
+# C that needs CUDA's headers (the NCCL transport): built by `make cuda`
+# only, never part of libsluice.a.
+CU_C_SRC := exec/transport_nccl.c
+LIB_SRC := $(filter-out $(CU_C_SRC), \
+             $(sort $(foreach m,$(MODULES),$(wildcard $(m)/*.c))))
 PROFILE_JSON := $(sort $(wildcard profiles/hw/*.json profiles/models/*.json))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/builtin.o
 TEST_SRC := $(sort $(wildcard tests/test_*.c)) tests/harness.c
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
-CU_SRC  := $(sort $(wildcard kernels/*.cu exec/*.cu))
 FUZZ_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+
+comma := ,
 
 ifeq ($(V),1)
 Q :=
@@ -125,24 +130,64 @@ validate: $(BINDIR)/sluice
 	$(BINDIR)/sluice validate validation/*.csv
 
 # CUDA is optional: detected, never required by the CPU build and tests.
+# `make cuda` builds bin/sluice-cuda (this sluice with the CUDA backend and
+# the NCCL transport linked in: `exec --backend cuda`), bin/sluice-cuda-test
+# (every CUDA op against the CPU oracle) and tests/gpu/run.sh's helper.
+# Kernels launch on per-thread default streams unless given a stream.
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-NVCCFLAGS ?= -O2 -std=c++17 -I. -Xcompiler -Wall,-Wextra,-Werror
+NVCCFLAGS ?= -O2 -std=c++17 -I. --default-stream per-thread \
+             -Xcompiler -Wall,-Wextra,-Werror
+NCCL_FOUND := $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h)
+CU_LIB_SRC := kernels/ops_cuda.cu exec/backend_cuda.cu
+CUDA_OBJ := $(CU_LIB_SRC:%.cu=$(BUILD)/cuda/%.o) \
+            $(CU_C_SRC:%.c=$(BUILD)/cuda/%.o)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 \
+             -lcublas -lnccl -lcudart
 # The CUDA test driver compares with the CPU oracle: kernels/*.c objects
 # (built by cc, no CUDA in them) are linked in with OpenBLAS.
 KERN_CPU_OBJ := $(filter $(BUILD)/kernels/%,$(LIB_OBJ))
-cuda: $(KERN_CPU_OBJ)
+
+cuda:
 ifeq ($(NVCC),)
 	@echo "cuda: nvcc not found; install the CUDA toolkit or put nvcc on PATH" >&2; exit 1
+else ifeq ($(NCCL_FOUND),)
+	@echo "cuda: nccl.h not found; install NCCL (libnccl-dev) beside CUDA" >&2; exit 1
 else
-	@mkdir -p $(BUILD)/cuda $(BINDIR)
-	@echo "  NVCC  $(CU_SRC)"
-	$(Q)if [ -n "$(CU_SRC)" ]; then \
-	    $(NVCC) $(NVCCFLAGS) $(CU_SRC) $(KERN_CPU_OBJ) \
-	        -o $(BINDIR)/sluice-cuda-test \
-	        -L$(CUDA_HOME)/lib64 -lcublas -lnccl -lcudart -lopenblas -lm; \
-	else echo "cuda: no CUDA sources yet"; fi
+	$(Q)$(MAKE) --no-print-directory $(BINDIR)/sluice-cuda \
+	    $(BINDIR)/sluice-cuda-test $(BUILD)/gpu/gpu_check
 endif
+
+$(BUILD)/cuda/%.o: %.cu
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  NVCC  $<")
+	$(Q)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/cuda/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC    $<")
+	$(Q)$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -MMD -MP -c $< -o $@
+
+# Linked by nvcc (the CUDA runtime and C++ library come with it); whole
+# archive as for bin/sluice, so the weak references to the CUDA backend
+# and the NCCL transport find them.
+$(BINDIR)/sluice-cuda: $(BUILD)/cli/main.o $(BUILD)/libsluice.a $(CUDA_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD    $@")
+	$(Q)$(NVCC) $(BUILD)/cli/main.o \
+	    -Xlinker --whole-archive,$(BUILD)/libsluice.a,--no-whole-archive \
+	    $(CUDA_OBJ) $(CUDA_LIBS) $(LIBS) -o $@
+
+$(BINDIR)/sluice-cuda-test: $(BUILD)/cuda/kernels/cuda_test.o \
+                            $(BUILD)/cuda/kernels/ops_cuda.o $(KERN_CPU_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD    $@")
+	$(Q)$(NVCC) $^ $(CUDA_LIBS) -lopenblas -lm -lpthread -o $@
+
+$(BUILD)/gpu/gpu_check: tests/gpu/gpu_check.c $(BUILD)/libsluice.a
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC    $<")
+	$(Q)$(CC) $(CFLAGS) $< $(BUILD)/libsluice.a $(LIBS) -o $@
 
 # Fuzzing (tests/fuzz/README.md): one libFuzzer binary per target under
 # build-fuzz/fuzz/, each run FUZZ_S seconds on its committed corpus;
@@ -220,13 +265,15 @@ fuzz-merge: fuzz-build
 
 features:
 	@printf 'CUDA   %s\n' "$(if $(NVCC),found ($(NVCC)),not found)"
+	@printf 'exec backends: cpu%s\n' "$(if $(NVCC),$(comma) cuda (make cuda builds bin/sluice-cuda),; cuda needs nvcc)"
 	@printf 'MPI    %s\n' "$(if $(MPI_LIBS),found (OpenMPI),not found (install libopenmpi-dev))"
-	@printf 'NCCL   %s\n' "$(if $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),found,not found)"
+	@printf 'NCCL   %s\n' "$(if $(NCCL_FOUND),found (exec --transport nccl in bin/sluice-cuda),not found)"
 	@printf 'gnuplot %s\n' "$$(command -v gnuplot >/dev/null && echo found || echo 'not found (plots disabled)')"
 
 clean:
 	rm -rf build build-asan build-fuzz bin
 
 -include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/cli/main.d \
+         $(CUDA_OBJ:.o=.d) $(BUILD)/cuda/kernels/cuda_test.d \
          $(FUZZ_OBJ:.o=.d) $(BUILD)/tests/fuzz/replay.d \
          $(wildcard $(BUILD)/tests/fuzz/main_*.d)

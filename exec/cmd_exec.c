@@ -33,12 +33,12 @@ static void usage(FILE *f)
         "       sluice exec --plan PLAN.json [options]    (the plan's "
         "pipeline)\n"
         "       mpirun -np N sluice exec --plan PLAN.json [options]\n"
-        "\nTrains a GPT-style model on byte-level text on the CPU: on one "
-        "device\n(the reference trainer), or as a plan says (sluice plan "
-        "--out): one\nworker per device and tensor-parallel rank running "
-        "the plan's schedule,\nthreads of this process or MPI ranks, "
-        "measured and compared with the\nsimulator's prediction for the "
-        "same plan.\n"
+        "\nTrains a GPT-style model on byte-level text: on one CPU device "
+        "(the\nreference trainer), or as a plan says (sluice plan --out): "
+        "one worker\nper device and tensor-parallel rank running the plan's "
+        "schedule, threads\nof this process or MPI ranks, on CPU cores or "
+        "CUDA GPUs (--backend),\nmeasured and compared with the simulator's "
+        "prediction for the same plan.\n"
         "\noptions:\n"
         "  --model NAME|FILE   model zoo name (gpt-tiny, gpt-mini, gpt2) or "
         "spec file\n"
@@ -83,8 +83,13 @@ static void usage(FILE *f)
         "  --plot PREFIX       PREFIX-compare.{png,svg}: the measured timeline\n"
         "                      above the simulated one, with memory (gnuplot)\n"
         "  --warm N            steps left out of the timing summary (default 1)\n"
+        "  --backend B         cpu (default: a device is a core) or cuda (a "
+        "GPU per\n"
+        "                      worker, the worker modulo the GPUs; needs\n"
+        "                      bin/sluice-cuda from make cuda)\n"
         "  --transport T       auto (MPI under mpirun, else in-process),\n"
-        "                      inproc or mpi\n"
+        "                      inproc, mpi, or nccl (under mpirun, --backend\n"
+        "                      cuda, a GPU per worker)\n"
         "\nA plan for more workers than cores runs oversubscribed (with a "
         "warning).\nSLUICE_EXEC_FAULT=W:N[:kill] makes worker W fail at its "
         "N-th compute task\n(tests).\n");
@@ -128,6 +133,7 @@ typedef struct cmd {
     exec_train_opts t;
     const char *model, *plan, *init, *trace, *plot;
     exec_xport_kind xport;
+    const char *backend;
     int warm;
     const char *ref_only, *plan_only; /* first option of each kind given */
 } cmd;
@@ -139,12 +145,12 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         "--lr", "--warmup", "--weight-decay", "--clip", "--seed", "--threads",
         "--save", "--save-every", "--resume", "--timings", "--mem-budget",
         "--eval-batches", "--quiet", "--json", "--help", "--plan", "--init",
-        "--trace", "--plot", "--warm", "--transport"};
+        "--trace", "--plot", "--warm", "--transport", "--backend"};
     static const char *const ref[] = {"--model", "--stop-after", "--batch",
         "--seq", "--threads", "--save-every", "--timings", "--eval-batches",
         NULL};
     static const char *const pln[] = {"--plan", "--init", "--trace",
-        "--plot", "--warm", "--transport", NULL};
+        "--plot", "--warm", "--transport", "--backend", NULL};
     exec_train_opts *o = &c->t;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -179,10 +185,16 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             if (!strcmp(v, "auto")) c->xport = EXEC_XPORT_AUTO;
             else if (!strcmp(v, "inproc")) c->xport = EXEC_XPORT_INPROC;
             else if (!strcmp(v, "mpi")) c->xport = EXEC_XPORT_MPI;
+            else if (!strcmp(v, "nccl")) c->xport = EXEC_XPORT_NCCL;
             else
                 return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: "
-                                 "--transport '%s': expected auto, inproc or "
-                                 "mpi", v);
+                                 "--transport '%s': expected auto, inproc, "
+                                 "mpi or nccl", v);
+        } else if (!strcmp(a, "--backend")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+                return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --backend "
+                                 "'%s': expected cpu or cuda", v);
+            c->backend = v;
         } else if (!strcmp(a, "--steps"))
             rc = int_arg(a, v, 0, BIG, &o->steps, e);
         else if (!strcmp(a, "--stop-after"))
@@ -234,6 +246,10 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
     if (!c->plan && c->plan_only)
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: %s needs --plan",
                          c->plan_only);
+    if (c->xport == EXEC_XPORT_NCCL &&
+        (!c->backend || strcmp(c->backend, "cuda")))
+        return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --transport nccl "
+                         "moves GPU memory: use it with --backend cuda");
     if (c->init && o->resume)
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --init and "
                          "--resume exclude each other (--resume continues a "
@@ -328,7 +344,7 @@ static int run_plan(cmd *c)
     util_err e = {0};
     int rank = 0, size = 1, mpi = 0, rc = 0;
     /* under mpirun every rank runs this; rank 0 speaks */
-    if (c->xport == EXEC_XPORT_MPI ||
+    if (c->xport == EXEC_XPORT_MPI || c->xport == EXEC_XPORT_NCCL ||
         (c->xport == EXEC_XPORT_AUTO && exec_mpi_launched())) {
         if (exec_mpi_init(&rank, &size, &e)) {
             fprintf(stderr, "sluice exec: %s\n", e.msg);
@@ -342,6 +358,12 @@ static int run_plan(cmd *c)
     exec_pipe_opts po = {0};
     exec_pipe_result r;
     memset(&r, 0, sizeof r);
+    /* the backend first: one line and code 2 when it cannot be had */
+    if (!(po.backend = exec_backend_get(c->backend ? c->backend : "cpu",
+                                        &e))) {
+        rc = -1;
+        goto out;
+    }
     if (sim_plan_load(c->plan, &plan, &e) || fault_from_env(&po, &e)) {
         rc = -1;
         goto out;
@@ -367,7 +389,8 @@ static int run_plan(cmd *c)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int devs = plan.pp * (plan.dp > 1 ? plan.dp : 1) *
                (plan.tp > 1 ? plan.tp : 1);
-    if (out && !mpi && cores > 0 && devs > cores)
+    if (out && !mpi && po.backend == &exec_backend_cpu && cores > 0 &&
+        devs > cores)
         fprintf(stderr, "sluice exec: warning: %d workers on %ld cores run "
                 "oversubscribed; timings will not be one core's per device\n",
                 devs, cores);

@@ -274,13 +274,17 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e);
 
 /* The pipeline executor: runs a plan's task IR (sim/ir.h) for real, one
  * worker per device and tensor-parallel rank, in this process (threads,
- * copies between per-device memories) or one rank per worker under MPI.
+ * copies between per-device memories) or one rank per worker under MPI,
+ * on a device backend (CPU cores, or CUDA GPUs in bin/sluice-cuda).
  * Implemented for the GPT family the kernels train. */
 typedef enum {
     EXEC_XPORT_AUTO,    /* MPI when started by mpirun, else in-process */
     EXEC_XPORT_INPROC,
-    EXEC_XPORT_MPI
+    EXEC_XPORT_MPI,
+    EXEC_XPORT_NCCL     /* under mpirun, GPUs: NCCL moves the tensors */
 } exec_xport_kind;
+
+struct exec_backend;    /* exec/backend.h */
 
 typedef struct exec_pipe_opts {
     const char *plan_path;      /* for messages; the plan itself below */
@@ -295,6 +299,7 @@ typedef struct exec_pipe_opts {
     const char *resume;         /* a checkpoint to continue (state, step) */
     double mem_budget_bytes;    /* per device; 0: the plan's device memory */
     exec_xport_kind xport;
+    const struct exec_backend *backend; /* NULL: the CPU (lent) */
     int record_mem;             /* memory curves for traces */
     const volatile int *stop;   /* Ctrl-C: stop after the current step */
     /* faults on purpose (tests): worker, its n-th compute task, kill */
@@ -313,6 +318,7 @@ typedef struct exec_pipe_opts {
 typedef struct exec_pipe_result {
     int rank, n_ranks;          /* this process of the job (MPI) */
     char xport[16];
+    char backend[16];           /* "cpu", "cuda" */
     int n_workers, n_devices;
     int step_first;             /* global index of the first step run */
     int steps_run;              /* optimizer steps (minibatches) trained */

@@ -2,7 +2,8 @@
  * table and schedule IR the simulator builds for it (the same IR, so the
  * two compare task by task), the starting weights (the reference
  * trainer's initialisation, a checkpoint, or a Hugging Face GPT-2), the
- * workers on a transport, and what they measured gathered on rank 0. A
+ * workers on a backend and a transport, and what they measured gathered
+ * on rank 0. A
  * schedule with a flush runs its IR once per step; one without runs one
  * IR of as many minibatches as steps. */
 #include <math.h>
@@ -11,6 +12,25 @@
 #include <unistd.h>
 
 #include "exec/runtime.h"
+
+/* Present in bin/sluice-cuda only (make cuda). */
+exec_xport *exec_xport_nccl_new(exec_runtime *rt, util_err *e)
+    __attribute__((weak));
+
+/* The run's transport. */
+static exec_xport *xport_new(const exec_pipe_opts *o, exec_runtime *rt,
+                             int mpi, util_err *e)
+{
+    if (o->xport != EXEC_XPORT_NCCL)
+        return mpi ? exec_xport_mpi_new(rt, e) : exec_xport_inproc_new(rt);
+    if (!exec_xport_nccl_new) {
+        util_errf(e, UTIL_EXIT_USAGE, "--transport nccl: this sluice was "
+                  "built without CUDA; build bin/sluice-cuda with `make "
+                  "cuda`");
+        return NULL;
+    }
+    return exec_xport_nccl_new(rt, e);
+}
 
 static prof_topo *load_hw(const char *hw, util_err *e)
 {
@@ -262,10 +282,16 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
      * steps left) */
     exec_tensor tt[EXEC_P_COUNT];
     size_t P = exec_gpt_param_table(&cfg, tt);
-    /* the whole state at the start and end (weights, AdamW m and v) and
-     * every device's stages (weights, gradients, m, v): refused up front
-     * when the machine cannot hold it, whatever the budget says */
-    double need = 12.0 * (double)P + 16.0 * (double)P * (p->dp > 1 ? p->dp : 1);
+    const exec_backend *be = o->backend ? o->backend : &exec_backend_cpu;
+    if (o->xport == EXEC_XPORT_NCCL && strcmp(be->name, "cuda"))
+        return util_errf(e, UTIL_EXIT_USAGE, "--transport nccl moves GPU "
+                         "memory: use it with --backend cuda");
+    /* the whole state at the start and end (weights, AdamW m and v) and,
+     * when devices are cores, every device's stages (weights, gradients,
+     * m, v): refused up front when the machine cannot hold it, whatever
+     * the budget says */
+    double need = 12.0 * (double)P;
+    if (be->host_memory) need += 16.0 * (double)P * (p->dp > 1 ? p->dp : 1);
     double host = exec_host_mem_bytes();
     if (host > 0 && need > host) {
         char a[32], b[32];
@@ -330,6 +356,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
      * (OpenBLAS's own threads would spin against the other workers) */
     kern_set_threads(1);
     rt.corpus = &corpus;
+    rt.be = be;
+    snprintf(r->backend, sizeof r->backend, "%s", be->name);
     rt.seed = seed;
     rt.adamw = o->adamw;
     rt.total_steps = o->steps;
@@ -346,7 +374,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     rt.fault_worker = o->fault_task > 0 ? o->fault_worker : -1;
     rt.fault_task = o->fault_task;
     rt.fault_kill = o->fault_kill;
-    mpi = o->xport == EXEC_XPORT_MPI ||
+    mpi = o->xport == EXEC_XPORT_MPI || o->xport == EXEC_XPORT_NCCL ||
           (o->xport == EXEC_XPORT_AUTO && exec_mpi_launched());
     if (mpi) {
         if (exec_mpi_init(&rank, &size, e)) goto out;
@@ -359,7 +387,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     r->n_ranks = size;
     if (exec_rt_setup(&rt, full, step0 ? am : NULL, step0 ? av : NULL, e))
         goto out_rt;
-    x = mpi ? exec_xport_mpi_new(&rt, e) : exec_xport_inproc_new(&rt);
+    x = xport_new(o, &rt, mpi, e);
     if (!x) goto out_rt;
     rt.x = x;
     snprintf(r->xport, sizeof r->xport, "%s", x->name);
@@ -377,7 +405,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     memset(full, 0, sizeof(float) * P);
     memset(am, 0, sizeof(float) * P);
     memset(av, 0, sizeof(float) * P);
-    exec_rt_collect(&rt, full, am, av);
+    if (exec_rt_collect(&rt, full, am, av, e)) goto out_rt;
     if (mpi && (exec_mpi_sum(full, P, 0, e) || exec_mpi_sum(am, P, 0, e) ||
                 exec_mpi_sum(av, P, 0, e)))
         goto out_rt;

@@ -286,6 +286,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                                                             ? ro->plan_path
                                                             : ""));
         json_object_set_new(j, "transport", json_string(r->xport));
+        json_object_set_new(j, "backend", json_string(r->backend));
         json_object_set_new(j, "devices_are_cpu_cores", json_boolean(
                                 prof_topo_gpu(r->topo, 0)->form ==
                                 PROF_FORM_CPU));
@@ -315,8 +316,8 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
     double samples = (double)r->B;
     char a[32], b[32], c[32], d[32];
     fprintf(f, "\nmeasured over steps %d-%d (%d, median; min-max), %s, %d "
-            "worker%s:\n", m.first, m.last, m.n_iter, r->xport, r->n_workers,
-            r->n_workers == 1 ? "" : "s");
+            "worker%s on the %s backend:\n", m.first, m.last, m.n_iter,
+            r->xport, r->n_workers, r->n_workers == 1 ? "" : "s", r->backend);
     fprintf(f, "  iteration time   %10s  (%s-%s)   simulated %s, measured/"
             "simulated %.3f\n", util_fmt_time(it, a, sizeof a),
             util_fmt_time(m.iter_min * 1e-9, b, sizeof b),
@@ -328,7 +329,8 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
             it > 0 ? samples * r->T / it : 0);
     fprintf(f, "  runtime overhead %9.2f%%   of a step (a worker's time not "
             "in kernels, copies or waits)\n", 100 * ovh);
-    if (prof_topo_gpu(r->topo, 0)->form != PROF_FORM_CPU)
+    if (prof_topo_gpu(r->topo, 0)->form != PROF_FORM_CPU &&
+        !strcmp(r->backend, "cpu"))
         fprintf(f, "  note: the plan is for %s; the run was on this machine's "
                 "cores, so the simulated figures are for other hardware\n",
                 r->topo->name);

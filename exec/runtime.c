@@ -15,9 +15,11 @@
  * folds it into the gradient, after the stage's own sends have read it
  * (the IR orders that). With a flush, the first optimizer step of a
  * worker agrees the global gradient norm, the step's loss and whether to
- * stop with every worker in one sum. */
+ * stop with every worker in one sum. Tensors live on the run's backend
+ * (exec/backend.h): kernels come from its table, copies and sums are its
+ * operations, and each compute task ends by waiting for its device, so
+ * task times are the device's and what a task hands on is there. */
 #include <math.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,12 +140,7 @@ static char *task_str(const exec_runtime *rt, int id, char *buf, size_t n)
 
 int exec_oom(exec_worker *w, const char *what, util_err *e)
 {
-    char a[32], b[32], c[32];
-    return util_errf(e, UTIL_EXIT_FAIL, "out of memory: %s more for %s, %s "
-                     "of %s in use (--mem-budget)",
-                     util_fmt_bytes(w->mem.need, a, sizeof a), what,
-                     util_fmt_bytes(w->mem.cur, b, sizeof b),
-                     util_fmt_bytes(w->mem.budget, c, sizeof c));
+    return exec_mem_oom(&w->mem, what, e);
 }
 
 /* Hands a send task its pieces (the communication thread takes them). */
@@ -180,8 +177,8 @@ static void rec_free(const exec_stage *st, exec_rec *r)
         exec_view_drop(&r->ext[q]);
         exec_view_drop(&r->dext[q]);
     }
+    exec_view_drop(&r->ids);
     free(r->out); free(r->aux); free(r->dout); free(r->ext); free(r->dext);
-    free(r->tok); free(r->tgt);
     free(r);
 }
 
@@ -239,19 +236,25 @@ static tctx tctx_of(exec_worker *w, int id)
 }
 
 
+/* The microbatch's tokens and targets, read on the host and uploaded
+ * once per record. */
 static int fill_tokens(exec_worker *w, exec_stage *st, exec_rec *r,
-                       const sim_task *t, int epoch)
+                       const sim_task *t, int epoch, util_err *e)
 {
     exec_runtime *rt = w->rt;
     if (!st->has_embed && !st->has_loss) return 0;
     size_t n = (size_t)rt->mbs * rt->T;
-    r->tok = util_malloc(sizeof(int) * n);
-    r->tgt = util_malloc(sizeof(int) * n);
+    int *ids = util_malloc(sizeof(int) * 2 * n);
     int step = rt->step0 + (rt->async ? t->minibatch : epoch - 1);
     int g = st->replica * rt->M + t->mb;
     exec_corpus_rows(rt->corpus, 0, rt->seed, (uint64_t)step, g * rt->mbs,
-                     rt->mbs, rt->T, r->tok, r->tgt);
-    return 0;
+                     rt->mbs, rt->T, ids, ids + n);
+    r->ids.b = exec_buf_new(&w->mem, 2 * n, 0);
+    r->ids.off = 0;
+    r->ids.n = 2 * n;
+    if (r->ids.b) rt->be->from_host(r->ids.b->p, ids, sizeof(int) * 2 * n);
+    free(ids);
+    return r->ids.b ? 0 : exec_oom(w, "the tokens", e);
 }
 
 static int run_forward_ops(exec_worker *w, exec_stage *st, exec_rec *r,
@@ -278,7 +281,7 @@ static int task_f(exec_worker *w, int id, int epoch, int64_t *tp,
     exec_rec *r = rec_new(st);
     w->rec[li][slot] = r;
     r->version = rt->async ? t->version : 0;
-    fill_tokens(w, st, r, t, epoch);
+    if (fill_tokens(w, st, r, t, epoch, e)) return -1;
     /* inputs: from stages of this device, or from the receives before */
     exec_view *la = w->lact[li][slot];
     for (int q = 0; q < st->n_ext; q++) {
@@ -440,11 +443,9 @@ static int gather_output_grads(exec_worker *w, int id, exec_stage *st,
             dv->n = len;
             if (!dv->b) rc = exec_oom(w, "a gradient", e);
         }
-        if (!rc) {
-            float *d = exec_view_p(dv);
-            const float *s = exec_view_p(&g[i].v);
-            EXEC_KERN(w, for (size_t k = 0; k < len; k++) d[k] += s[k]);
-        }
+        if (!rc)
+            EXEC_KERN(w, rt->be->acc(exec_view_p(dv), exec_view_p(&g[i].v),
+                                     len));
         exec_view_drop(&g[i].v);
     }
     free(g);
@@ -600,9 +601,9 @@ static int integrate(exec_worker *w, int task, util_err *e)
             }
             float *g = st->g + lo;
             if (u->mb < R - 1)
-                EXEC_KERN(w, for (size_t i = 0; i < len; i++) g[i] += b->p[i]);
+                EXEC_KERN(w, rt->be->acc(g, b->p, len));
             else
-                EXEC_KERN(w, memcpy(g, b->p, len * sizeof *g));
+                EXEC_KERN(w, rt->be->copy(g, b->p, len * sizeof *g));
             exec_buf_unref(b);
             continue;
         }
@@ -625,18 +626,41 @@ static int integrate(exec_worker *w, int task, util_err *e)
         if (tied[i].b && tied[i].b->n != sl->n)
             rc = util_errf(e, UTIL_EXIT_FAIL, "tied-table gradient of %zu "
                            "floats, the copy has %zu", tied[i].b->n, sl->n);
+    exec_buf *acc = rc ? NULL : exec_buf_new(&w->mem, sl->n, 0);
+    if (!rc && !acc) rc = exec_oom(w, "the tied table's sum", e);
     if (!rc) {
-        float *acc = util_malloc(sizeof *acc * (sl->n + 1));
+        const exec_backend *be = rt->be;
         EXEC_KERN(w, {
-            memcpy(acc, tied[0].p, sl->n * sizeof *acc);
-            for (int i = 1; i < nt; i++)
-                for (size_t k = 0; k < sl->n; k++) acc[k] += tied[i].p[k];
-            memcpy(own, acc, sl->n * sizeof *acc);
+            be->copy(acc->p, tied[0].p, sl->n * sizeof *acc->p);
+            for (int i = 1; i < nt; i++) be->acc(acc->p, tied[i].p, sl->n);
+            be->copy(own, acc->p, sl->n * sizeof *acc->p);
         });
-        free(acc);
     }
+    exec_buf_unref(acc);
     for (int i = 0; i < nt; i++) exec_buf_unref(tied[i].b);
     return rc;
+}
+
+size_t exec_recv_floats(exec_runtime *rt, exec_worker *w, int rid)
+{
+    const sim_task *u = &rt->ir->tasks[rid];
+    size_t total = 0;
+    if (u->comm == SIM_COMM_PP) {
+        /* the outputs of the producer read by the consumer: activations
+         * go to stage2, gradients come from the consumer (stage) */
+        if (!u->grad) msg_offset(rt, geo(rt, u->stage2), u->stage, -1, &total);
+        else msg_offset(rt, geo(rt, u->stage), u->stage2, -1, &total);
+        return total;
+    }
+    const exec_stage *st = &w->st[w->lidx[u->stage2]];
+    if (u->comm == SIM_COMM_DP) {
+        int R = rt->dp * rt->pipes;
+        size_t lo;
+        chunk(st->n, R, ring_chunk(geo(rt, u->stage)->replica, u->mb, R), &lo,
+              &total);
+        return total;
+    }
+    return st->tied_sl >= 0 ? st->sl[st->tied_sl].n : 0;
 }
 
 /* ------------------------------------------------------------ updates */
@@ -646,20 +670,18 @@ static void version_release(exec_worker *w, exec_stage *st, int v)
     if (!w->rt->async || v < 0 || v >= st->n_ver_slots) return;
     if (--st->pending[v] == 0 && v != st->cur_ver && st->w[v]) {
         exec_mem_charge(&w->mem, -(double)st->n * sizeof(float));
-        free(st->w[v]);
+        exec_mem_put(&w->mem, st->w[v], st->n);
         st->w[v] = NULL;
         st->live--;
     }
 }
 
-static double stage_norm_sq(const exec_stage *st)
+static double stage_norm_sq(const exec_backend *be, const exec_stage *st)
 {
     double s = 0;
-    for (int k = 0; k < st->n_sl; k++) {
-        if (!st->sl[k].norm_owner) continue;
-        const float *g = st->g + st->sl[k].off;
-        for (size_t i = 0; i < st->sl[k].n; i++) s += (double)g[i] * g[i];
-    }
+    for (int k = 0; k < st->n_sl; k++)
+        if (st->sl[k].norm_owner)
+            be->norm_sq(&s, st->g + st->sl[k].off, st->sl[k].n);
     return s;
 }
 
@@ -670,6 +692,7 @@ static int stage_update(exec_worker *w, exec_stage *st, float scale,
                         util_err *e)
 {
     exec_runtime *rt = w->rt;
+    const exec_backend *be = rt->be;
     int s = st->steps;
     exec_adamw a = rt->adamw;
     float lr = exec_lr_at(a.lr, rt->warmup, rt->total_steps, s);
@@ -682,8 +705,12 @@ static int stage_update(exec_worker *w, exec_stage *st, float scale,
         if (st->pending[st->cur_ver] > 0) {
             if (exec_mem_charge(&w->mem, (double)st->n * sizeof(float)))
                 return exec_oom(w, "a stashed weight version", e);
-            float *q = util_malloc(sizeof *q * (st->n + 1));
-            memcpy(q, p, st->n * sizeof *q);
+            float *q = exec_mem_get(&w->mem, st->n);
+            if (!q) {
+                exec_mem_charge(&w->mem, -(double)st->n * sizeof(float));
+                return exec_oom(w, "a stashed weight version", e);
+            }
+            be->copy(q, p, st->n * sizeof *q);
             p = q;
             if (++st->live > st->max_live) st->max_live = st->live;
         } else {
@@ -695,12 +722,13 @@ static int stage_update(exec_worker *w, exec_stage *st, float scale,
     for (int k = 0; k < st->n_sl; k++) {
         const exec_slice *sl = &st->sl[k];
         size_t o = sl->off;
-        EXEC_KERN(w, kern_adamw_update(p + o, st->am + o, st->av + o,
-                                       st->g + o, sl->n, lr, a.beta1, a.beta2,
-                                       a.eps, sl->decay ? a.weight_decay : 0.0f,
-                                       scale, s + 1));
+        EXEC_KERN(w, be->k->adamw_update(p + o, st->am + o, st->av + o,
+                                         st->g + o, sl->n, lr, a.beta1,
+                                         a.beta2, a.eps,
+                                         sl->decay ? a.weight_decay : 0.0f,
+                                         scale, s + 1));
     }
-    EXEC_KERN(w, memset(st->g, 0, st->n * sizeof *st->g));
+    EXEC_KERN(w, be->zero(st->g, st->n));
     st->steps++;
     return 0;
 }
@@ -729,7 +757,7 @@ static int task_opt(exec_worker *w, int id, int epoch, util_err *e)
         float scale = 1.0f;
         if (integrate(w, id, e)) return -1;
         if (rt->adamw.clip > 0) {
-            double ns = stage_norm_sq(st);
+            double ns = stage_norm_sq(rt->be, st);
             if (rt->tp > 1 &&
                 rt->x->allreduce(rt->x, rt, w->id, EXEC_GROUP_TP, &ns, 1, 1,
                                  e))
@@ -755,7 +783,8 @@ static int task_opt(exec_worker *w, int id, int epoch, util_err *e)
                 return -1;
         }
         double v[3] = {0, 0, 0};
-        for (int i = 0; i < w->n_st; i++) v[0] += stage_norm_sq(&w->st[i]);
+        for (int i = 0; i < w->n_st; i++)
+            v[0] += stage_norm_sq(rt->be, &w->st[i]);
         v[1] = w->ep_loss[epoch - 1];
         v[2] = rt->stop_flag && *rt->stop_flag ? 1 : 0;
         if (sum_world(w, v, 3, e)) return -1;
@@ -815,6 +844,10 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
         rc = util_errf(e, UTIL_EXIT_FAIL, "task kind %s on the compute "
                        "stream", sim_kind_name((sim_kind)t->kind));
     }
+    /* the task ends when its device is done with it (a GPU runs behind
+     * the thread): its time is the device's, its results are there for
+     * other threads; waiting counts as kernel time */
+    if (!rc) EXEC_KERN(w, rc = rt->be->sync(e));
     ts[EXEC_T_END] = now_rel(rt);
     ts[EXEC_T_TP] = tp;
     if (!rc && t->kind <= SIM_RECOMP && rt->async)
@@ -844,6 +877,10 @@ static void *compute_main(void *arg)
     exec_runtime *rt = w->rt;
     const sim_ir *ir = rt->ir;
     util_err e = {0};
+    if (rt->be->bind(&w->dev, EXEC_ROLE_COMPUTE, &e)) {
+        fail(w, -1, &e);
+        goto out;
+    }
     for (int epoch = 1; epoch <= rt->epochs; epoch++) {
         if (epoch > atomic_load(&rt->stop_epoch)) break;
         int64_t t0 = (int64_t)exec_now_ns();
@@ -896,6 +933,7 @@ static void *compute_main(void *arg)
         w->ep_end[epoch - 1] = t1 - rt->t0;
     }
 out:
+    rt->be->unbind();
     pthread_mutex_lock(&w->mu);
     w->comp_finished = 1;
     pthread_cond_broadcast(&w->cv);
@@ -960,6 +998,7 @@ static void *comm_main(void *arg)
     void *h[2] = {NULL, NULL};
     util_err e = {0};
     int64_t nap_us = 20;
+    if (rt->be->bind(&w->dev, EXEC_ROLE_COMM, &e)) goto fail;
     for (;;) {
         if (atomic_load(&rt->abort)) break;
         int progress = 0, active = 0;
@@ -1050,6 +1089,7 @@ fail:
     util_err_prefix(&e, "device %d", w->device);
     exec_rt_fail(rt, w->id, &e);
 out:
+    rt->be->unbind();
     return NULL;
 }
 
@@ -1147,6 +1187,51 @@ static void slice_copy(const exec_slice *s, const exec_tensor *tt,
     }
 }
 
+/* A stage's arena of n floats on the worker's device: the slices' rows
+ * of full (P floats in arena order), zeros elsewhere (padding rows of a
+ * vocabulary shard stay zero) or everywhere when full is NULL; staged in
+ * host memory and uploaded at once. */
+static float *arena_new(exec_worker *w, const exec_stage *st,
+                        const exec_tensor *tt, const float *full, util_err *e)
+{
+    const exec_backend *be = w->rt->be;
+    float *d = exec_mem_get(&w->mem, st->n);
+    if (!d) {
+        exec_mem_oom(&w->mem, "a stage's weights and state", e);
+        util_err_prefix(e, "device %d", w->device);
+        return NULL;
+    }
+    if (!full) {
+        be->zero(d, st->n);
+        return d;
+    }
+    float *h = util_calloc(st->n + 1, sizeof *h);
+    for (int k = 0; k < st->n_sl; k++)
+        slice_copy(&st->sl[k], tt, h, (float *)full, 0);
+    be->from_host(d, h, st->n * sizeof *h);
+    free(h);
+    return d;
+}
+
+static void arena_free(exec_worker *w, const exec_stage *st, float *d)
+{
+    if (d) exec_mem_put(&w->mem, d, st->n);
+}
+
+/* The rows of a device arena the stage saves, into full. */
+static void arena_collect(const exec_backend *be, const exec_stage *st,
+                          const exec_tensor *tt, const float *d, float *full)
+{
+    int any = 0;
+    for (int k = 0; k < st->n_sl; k++) any |= st->sl[k].save_owner;
+    if (!any) return;
+    float *h = util_malloc(sizeof *h * (st->n + 1));
+    be->to_host(h, d, st->n * sizeof *h);
+    for (int k = 0; k < st->n_sl; k++)
+        if (st->sl[k].save_owner) slice_copy(&st->sl[k], tt, h, full, 1);
+    free(h);
+}
+
 /* The device's task lists, checked for what the executor implements. */
 static int worker_tasks(exec_worker *w, util_err *e)
 {
@@ -1224,16 +1309,11 @@ static int worker_stages(exec_worker *w, const float *full,
         st->n_ver_slots = rt->async ? rt->K + 2 : 1;
         st->w = util_calloc((size_t)st->n_ver_slots, sizeof *st->w);
         st->pending = util_calloc((size_t)st->n_ver_slots, sizeof(int));
-        /* zeroed: padding rows of a vocabulary shard stay zero */
-        st->w[0] = util_calloc(st->n + 1, sizeof(float));
-        st->g = util_calloc(st->n + 1, sizeof(float));
-        st->am = util_calloc(st->n + 1, sizeof(float));
-        st->av = util_calloc(st->n + 1, sizeof(float));
-        for (int k = 0; k < st->n_sl; k++) {
-            slice_copy(&st->sl[k], tt, st->w[0], (float *)full, 0);
-            if (adam_m) slice_copy(&st->sl[k], tt, st->am, (float *)adam_m, 0);
-            if (adam_v) slice_copy(&st->sl[k], tt, st->av, (float *)adam_v, 0);
-        }
+        if (!(st->w[0] = arena_new(w, st, tt, full, e)) ||
+            !(st->g = arena_new(w, st, tt, NULL, e)) ||
+            !(st->am = arena_new(w, st, tt, adam_m, e)) ||
+            !(st->av = arena_new(w, st, tt, adam_v, e)))
+            return -1;
         st->steps = rt->step0;
         st->live = st->max_live = 1;
         if (rt->async)
@@ -1279,7 +1359,10 @@ int exec_rt_setup(exec_runtime *rt, const float *full, const float *adam_m,
         w->device = w->id / rt->tp;
         w->rank = w->id % rt->tp;
         w->rt = rt;
-        exec_mem_init(&w->mem, rt->budget);
+        w->dev.be = rt->be;
+        w->dev.worker = w->id;
+        w->dev.pin = rt->n_local > 1;
+        exec_mem_init(&w->mem, rt->budget, &w->dev);
         pthread_mutex_init(&w->mu, NULL);
         pthread_cond_init(&w->cv, NULL);
         w->done = util_calloc((size_t)n + 1, sizeof(int));
@@ -1298,20 +1381,15 @@ int exec_rt_setup(exec_runtime *rt, const float *full, const float *adam_m,
         w->ep_end = util_calloc((size_t)E + 1, sizeof(int64_t));
         w->used_ver = util_malloc(sizeof(int) * (size_t)(n + 1));
         for (int k = 0; k < n; k++) w->used_ver[k] = -1;
-        if (worker_tasks(w, e) || worker_stages(w, full, adam_m, adam_v, e))
-            return -1;
+        if (worker_tasks(w, e) || rt->be->open(&w->dev, e)) return -1;
+        /* this thread uploads the stages' state on the device */
+        if (rt->be->bind(&w->dev, EXEC_ROLE_SETUP, e)) return -1;
+        int rc = worker_stages(w, full, adam_m, adam_v, e);
+        if (!rc) rc = rt->be->sync(e);
+        rt->be->unbind();
+        if (rc) return -1;
     }
     return 0;
-}
-
-static void pin(pthread_t th, int core)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1) return;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(core % n, &set);
-    pthread_setaffinity_np(th, sizeof set, &set);
 }
 
 int exec_rt_run(exec_runtime *rt)
@@ -1326,8 +1404,6 @@ int exec_rt_run(exec_runtime *rt)
         w->threads |= 2;
         if (pthread_create(&w->comp_th, NULL, compute_main, w)) break;
         w->threads |= 1;
-        /* a device is a core: its compute thread stays on one */
-        if (rt->n_local > 1) pin(w->comp_th, w->id);
         started++;
     }
     if (started < rt->n_local) {
@@ -1350,23 +1426,26 @@ int exec_rt_run(exec_runtime *rt)
     return atomic_load(&rt->abort) ? -1 : 0;
 }
 
-void exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
-                     float *adam_v)
+int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
+                    float *adam_v, util_err *e)
 {
+    const exec_backend *be = rt->be;
     exec_tensor tt[EXEC_P_COUNT];
     exec_gpt_param_table(&rt->cfg, tt);
     for (int i = 0; i < rt->n_local; i++) {
         exec_worker *w = &rt->w[i];
+        if (be->bind(&w->dev, EXEC_ROLE_SETUP, e)) return -1;
         for (int k = 0; k < w->n_st; k++) {
             exec_stage *st = &w->st[k];
-            for (int j = 0; j < st->n_sl; j++) {
-                if (!st->sl[j].save_owner) continue;
-                slice_copy(&st->sl[j], tt, st->w[st->cur_ver], full, 1);
-                if (adam_m) slice_copy(&st->sl[j], tt, st->am, adam_m, 1);
-                if (adam_v) slice_copy(&st->sl[j], tt, st->av, adam_v, 1);
-            }
+            arena_collect(be, st, tt, st->w[st->cur_ver], full);
+            if (adam_m) arena_collect(be, st, tt, st->am, adam_m);
+            if (adam_v) arena_collect(be, st, tt, st->av, adam_v);
         }
+        int rc = be->sync(e);
+        be->unbind();
+        if (rc) return util_err_prefix(e, "device %d", w->device);
     }
+    return 0;
 }
 
 void exec_rt_free(exec_runtime *rt)
@@ -1396,12 +1475,13 @@ void exec_rt_free(exec_runtime *rt)
                 free(w->lact[k]);
                 free(w->lgrad[k]);
             }
-            for (int v = 0; st->w && v < st->n_ver_slots; v++) free(st->w[v]);
+            for (int v = 0; st->w && v < st->n_ver_slots; v++)
+                arena_free(w, st, st->w[v]);
             free(st->w);
             free(st->pending);
-            free(st->g);
-            free(st->am);
-            free(st->av);
+            arena_free(w, st, st->g);
+            arena_free(w, st, st->am);
+            arena_free(w, st, st->av);
             free(st->sl);
         }
         int n = rt->ir->n_tasks;
@@ -1419,6 +1499,7 @@ void exec_rt_free(exec_runtime *rt)
         free(w->ep_kern); free(w->ep_wait); free(w->ep_wall); free(w->ep_end);
         free(w->used_ver);
         exec_mem_destroy(&w->mem);
+        rt->be->close(&w->dev);
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv);
     }

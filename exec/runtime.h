@@ -2,8 +2,9 @@
  * A run holds the plan's task IR, the model program and one worker per
  * device and tensor-parallel rank; a worker runs its device's compute
  * stream on one thread and its send streams on a communication thread,
- * over a transport (in-process copies or MPI). Tensors come from a
- * device's memory budget and are reference counted. Every cross-device
+ * over a transport (in-process copies, MPI or NCCL). Tensors live in a
+ * device's memory, from its backend (exec/backend.h: CPU cores or CUDA
+ * GPUs), charged to its budget, and are reference counted. Every cross-device
  * dependency of the IR is a receive waiting for its send, so a worker
  * only waits on its own tasks. Ownership: _new and _free pairs; a view
  * holds one reference to its buffer. */
@@ -13,29 +14,34 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "exec/backend.h"
 #include "exec/exec.h"
 #include "sim/ir.h"
 
 /* ------------------------------------------------------------- memory */
 
 /* One device's memory: a budget every tensor is charged to, what is in
- * use, the peak, and (when recording) the curve over time. Freed blocks
- * are kept for the next tensor of the same size (a step allocates the
- * same sizes every microbatch), as a GPU framework's caching allocator
- * does; the budget counts live tensors only. Thread-safe: a sender's
- * thread charges a receive buffer to the receiving device. */
+ * use, the peak, and (when recording) the curve over time. Blocks come
+ * from the device's backend; freed ones are kept for the next tensor of
+ * the same size (a step allocates the same sizes every microbatch), as a
+ * GPU framework's caching allocator does, each with the fence its reuse
+ * waits for (GPUs); the budget counts live tensors only. Thread-safe: a
+ * sender's thread charges a receive buffer to the receiving device. */
 typedef struct exec_free {
     size_t n;
     float *p;
+    void *fence;            /* backend fence (exec_backend.fence), or NULL */
     struct exec_free *next;
 } exec_free;
 
 typedef struct exec_mem {
     pthread_mutex_t mu;
+    exec_dev *dev;          /* whose memory (lent) */
     double budget;          /* bytes; 0: unlimited */
     double cur, peak;       /* live tensors (what the budget counts) */
     exec_free *cache;       /* freed blocks kept for reuse, by size */
     double need;            /* the request that failed (bytes) */
+    char why[160];          /* why the device had no block, or "" */
     int record;
     int64_t t0;             /* clock origin of the curve */
     int64_t *pt_t;          /* curve: time (ns since t0) and bytes */
@@ -43,16 +49,27 @@ typedef struct exec_mem {
     int n_pt, cap_pt;
 } exec_mem;
 
-void exec_mem_init(exec_mem *m, double budget);
+void exec_mem_init(exec_mem *m, double budget, exec_dev *dev);
+/* Gives every cached block back to the device (none may be in use). */
 void exec_mem_destroy(exec_mem *m);
+/* n floats of the device, uncharged: a cached block of that size (in
+ * stream order after its fence) or a new one; NULL when the device has
+ * none left even after giving the cache back (m->why says why). */
+float *exec_mem_get(exec_mem *m, size_t n);
+/* Takes p (n floats, from exec_mem_get) back into the cache, fenced. */
+void exec_mem_put(exec_mem *m, float *p, size_t n);
+/* The error of a failed allocation of m (the budget, or the device's
+ * own message), naming what it was for; returns -1. */
+int exec_mem_oom(exec_mem *m, const char *what, util_err *e);
 /* Charges bytes (negative: releases); 0, or -1 when over the budget
  * (nothing charged, m->need set). */
 int exec_mem_charge(exec_mem *m, double bytes);
 /* Starts the curve at clock t0 (exec_now_ns), with the current use. */
 void exec_mem_record(exec_mem *m, int64_t t0);
 
-/* A tensor buffer: n floats from a device's memory, reference counted
- * (atomically: the communication thread holds references too). */
+/* A tensor buffer: n floats of a device's memory (p is a device pointer),
+ * reference counted (atomically: the communication thread holds
+ * references too). */
 typedef struct exec_buf {
     float *p;
     size_t n;
@@ -75,6 +92,12 @@ static inline float *exec_view_p(const exec_view *v)
 {
     return v->b ? v->b->p + v->off : NULL;
 }
+/* The same memory as ints (token ids): a float's size, asserted below. */
+static inline int *exec_view_i(const exec_view *v)
+{
+    return (int *)exec_view_p(v);
+}
+_Static_assert(sizeof(int) == sizeof(float), "token ids sit in float blocks");
 /* A second reference to the same tensor. */
 exec_view exec_view_dup(const exec_view *v);
 void exec_view_drop(exec_view *v);
@@ -166,7 +189,8 @@ typedef struct exec_rec {
     exec_view *ext;         /* per external input */
     exec_view *dout;        /* per op: output gradients */
     exec_view *dext;        /* per external input: its gradient */
-    int *tok, *tgt;         /* the microbatch's tokens and targets */
+    exec_view ids;          /* the microbatch's tokens then targets (N
+                             * ints each, on the device) */
     int version;
 } exec_rec;
 
@@ -184,7 +208,8 @@ typedef struct exec_xport exec_xport;
 typedef struct exec_runtime exec_runtime;
 
 /* Group of a collective: every worker, or the worker's tensor-parallel
- * group. */
+ * group. Float sums are of device memory (tensor-parallel partial
+ * results), double sums of host memory (a step's agreed values). */
 enum { EXEC_GROUP_WORLD, EXEC_GROUP_TP };
 
 /* A contiguous piece of a message. */
@@ -194,7 +219,7 @@ typedef struct exec_piece {
 } exec_piece;
 
 struct exec_xport {
-    const char *name;       /* "in-process", "mpi" */
+    const char *name;       /* "in-process", "mpi", "nccl" */
     /* Sends the pieces (concatenated) from worker src to worker dst for
      * receive task rid of epoch `epoch`. In-process: copied into a buffer
      * charged to the receiver and delivered before it returns (*h NULL).
@@ -216,8 +241,9 @@ struct exec_xport {
     void *impl;
 };
 
-/* acc[i] += src[i] over n floats (or doubles): the one addition both
- * transports' collectives make, member by member in rank order. */
+/* acc[i] += src[i] over n floats (or doubles) of host memory: the one
+ * addition the transports' host collectives make, member by member in
+ * rank order. */
 void exec_sum_into(void *acc, const void *src, size_t n, int is_double);
 
 exec_xport *exec_xport_inproc_new(exec_runtime *rt);
@@ -226,6 +252,10 @@ exec_xport *exec_xport_inproc_new(exec_runtime *rt);
  * parallel groups split by device). NULL with a message when MPI was not
  * compiled in. A failure prints its message and aborts the job. */
 exec_xport *exec_xport_mpi_new(exec_runtime *rt, util_err *e);
+/* The NCCL transport (transport_nccl.c, in bin/sluice-cuda only): one
+ * worker per MPI rank and a GPU each; sends, receives and tensor-parallel
+ * sums through NCCL, the step's host sums through MPI. */
+exec_xport *exec_xport_nccl_new(exec_runtime *rt, util_err *e);
 
 /* MPI around a run (transport_mpi.c): whether it was compiled in; whether
  * this process was started by mpirun (its environment says so); start
@@ -259,6 +289,7 @@ enum { EXEC_T_START, EXEC_T_END, EXEC_T_FSTART, EXEC_T_TP, EXEC_T_N };
 typedef struct exec_worker {
     int id, device, rank;
     exec_runtime *rt;
+    exec_dev dev;           /* its device in the run's backend */
     exec_mem mem;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -312,6 +343,7 @@ struct exec_runtime {
     int async;
     int recompute;
     const exec_corpus *corpus;
+    const exec_backend *be;     /* where tensors live and kernels run */
     uint64_t seed;
     exec_adamw adamw;
     int warmup, total_steps, step0;
@@ -346,11 +378,15 @@ int exec_rt_setup(exec_runtime *rt, const float *full,
  * Returns 0, or -1 with rt->err set (the first failure). */
 int exec_rt_run(exec_runtime *rt);
 /* Writes the weights and AdamW state of the slices this process owns for
- * checkpoints into full arrays (P floats; others untouched). */
-void exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
-                     float *adam_v);
+ * checkpoints into full arrays (P floats; others untouched); -1 when a
+ * device failed to hand them back. */
+int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
+                    float *adam_v, util_err *e);
 void exec_rt_free(exec_runtime *rt);
 
+/* The floats receive task rid brings worker w (transports that must
+ * post receives of a known size: NCCL). */
+size_t exec_recv_floats(exec_runtime *rt, exec_worker *w, int rid);
 /* Delivers a receive (transport side): takes over b's reference. */
 void exec_deliver(exec_runtime *rt, int w, int epoch, int rid, exec_buf *b,
                   int64_t started);
@@ -368,8 +404,8 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                      int input_part, int weight_part, int64_t *tp_ns,
                      util_err *e);
 
-/* The out-of-memory error of worker w (its budget, the request that
- * failed, what it was for); returns -1. */
+/* The out-of-memory error of worker w (its budget and the request that
+ * failed, or the device's own message; what it was for); returns -1. */
 int exec_oom(exec_worker *w, const char *what, util_err *e);
 
 /* Time inside kernels, added to the worker's count. */

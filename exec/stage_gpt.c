@@ -6,15 +6,14 @@
  * columns (then rows), the vocabulary of the embedding, head and loss;
  * an all-reduce follows each row-parallel GEMM and the embedding in the
  * forward, and each column-parallel GEMM's input gradient in the
- * backward. Each op reads the kernels of kernels/ with the sizes one rank
- * holds; with one rank the calls are the reference trainer's, so a
- * pipeline of one microbatch is bit-identical to it. */
-#include <math.h>
+ * backward. Each op calls the kernels of the run's backend (kernels/,
+ * exec/backend.h) with the sizes one rank holds; with one rank the calls
+ * are the reference trainer's, so on the CPU a pipeline of one microbatch
+ * is bit-identical to it. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "exec/runtime.h"
-#include "kernels/kern_math.h"
 
 /* GPT layer of op i: the graph's layers are embed, l0..l{L-1}, head. */
 static int gpt_layer(const prof_model *m, int i, int L)
@@ -293,6 +292,16 @@ static float *newbuf(exec_worker *w, exec_view *v, size_t n, int zero,
     return v->b->p;
 }
 
+/* A scratch tensor of the worker's device (charged like any other). */
+static exec_buf *scratch(exec_worker *w, size_t n, const char *what,
+                         util_err *e)
+{
+    exec_buf *b;
+    EXEC_KERN(w, b = exec_buf_new(&w->mem, n, 1));
+    if (!b) exec_oom(w, what, e);
+    return b;
+}
+
 /* Tensor-parallel sum, timed into *tp_ns. */
 static int tp_sum(exec_worker *w, float *buf, size_t n, int64_t *tp_ns,
                   util_err *e)
@@ -399,19 +408,6 @@ static dims dims_of(const exec_runtime *rt)
 
 /* ------------------------------------------------------------- forward */
 
-static void embed_tp_forward(float *out, const int *tok, const float *wte,
-                             int r, int Vl, int N, int C)
-{
-    for (int n = 0; n < N; n++) {
-        float *o = out + (size_t)n * C;
-        int t = tok[n] - r * Vl;
-        if (t >= 0 && t < Vl)
-            memcpy(o, wte + (size_t)t * C, sizeof(float) * (size_t)C);
-        else
-            memset(o, 0, sizeof(float) * (size_t)C);
-    }
-}
-
 /* Vocabulary-parallel softmax cross-entropy (Megatron-LM): each rank
  * holds Vl logits of a row; the row maxima, the sums of exponentials and
  * the target's logit are summed over the group (the maxima by gathering
@@ -421,54 +417,49 @@ static int xent_tp_forward(exec_worker *w, float *losses, float *probs,
                            int64_t *tp_ns, util_err *e)
 {
     exec_runtime *rt = w->rt;
+    const kern_table *K = rt->be->k;
     int tp = rt->tp, r = w->rank;
     /* the columns of padded rows are no words: out of the softmax */
     int Vv = (int)vocab_rows((size_t)rt->cfg.vocab, (size_t)Vl, r);
-    size_t n3 = (size_t)N * (tp + 2);
-    float *buf = util_calloc(n3 + 1, sizeof *buf);
-    float *mx = buf, *sum = buf + (size_t)N * tp, *tl = sum + N;
-    for (int i = 0; i < N; i++) {
-        const float *l = logits + (size_t)i * Vl;
-        float m = Vv ? l[0] : -3.0e38f;
-        for (int j = 1; j < Vv; j++) m = l[j] > m ? l[j] : m;
-        mx[(size_t)r * N + i] = m;
+    exec_buf *b = scratch(w, (size_t)N * (tp + 2), "the loss's sums", e);
+    if (!b) return -1;
+    float *mx = b->p, *sum = b->p + (size_t)N * tp, *tl = sum + N;
+    EXEC_KERN(w, K->xent_shard_max(mx + (size_t)r * N, logits, N, Vl, Vv));
+    int rc = tp_sum(w, mx, (size_t)N * tp, tp_ns, e);
+    if (!rc) {
+        EXEC_KERN(w, K->xent_shard_exp(probs, sum, tl, mx, logits, tgt, tp,
+                                       r * Vl, N, Vl, Vv));
+        rc = tp_sum(w, sum, 2 * (size_t)N, tp_ns, e);
     }
-    if (tp_sum(w, mx, (size_t)N * tp, tp_ns, e)) return free(buf), -1;
-    for (int i = 0; i < N; i++) {
-        float m = mx[i];
-        for (int q = 1; q < tp; q++)
-            m = mx[(size_t)q * N + i] > m ? mx[(size_t)q * N + i] : m;
-        mx[i] = m;
-        const float *l = logits + (size_t)i * Vl;
-        float *p = probs + (size_t)i * Vl, s = 0;
-        for (int j = 0; j < Vl; j++) {
-            p[j] = j < Vv ? kern_expf(l[j] - m) : 0.0f;
-            s += p[j];
-        }
-        sum[i] = s;
-        int t = tgt[i] - r * Vl;
-        tl[i] = t >= 0 && t < Vl ? l[t] : 0.0f;
-    }
-    if (tp_sum(w, sum, 2 * (size_t)N, tp_ns, e)) return free(buf), -1;
-    for (int i = 0; i < N; i++) {
-        float inv = 1.0f / sum[i], *p = probs + (size_t)i * Vl;
-        for (int j = 0; j < Vl; j++) p[j] *= inv;
-        losses[i] = logf(sum[i]) + mx[i] - tl[i];
-    }
-    free(buf);
-    return 0;
+    if (!rc)
+        EXEC_KERN(w, K->xent_shard_norm(losses, probs, sum, mx, tl, N, Vl));
+    exec_buf_unref(b);
+    return rc;
+}
+
+/* The sum of a microbatch's token losses, in double in token order. */
+static void count_loss_of(exec_worker *w, const float *losses, int N)
+{
+    float *h = util_malloc(sizeof *h * ((size_t)N + 1));
+    w->rt->be->to_host(h, losses, sizeof *h * (size_t)N);
+    double s = 0;
+    for (int k = 0; k < N; k++) s += h[k];
+    w->loss_sum += s;
+    free(h);
 }
 
 int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                     int count_loss, int64_t *tp_ns, util_err *e)
 {
     exec_runtime *rt = w->rt;
+    const kern_table *K = rt->be->k;
     const exec_xop *x = &rt->xop[op];
     const exec_gpt_config *c = &rt->cfg;
     dims d = dims_of(rt);
     int tp = d.tp, B = d.B, T = d.T, N = d.N, C = d.C, Cl = d.Cl,
         NHl = d.NHl, Fl = d.Fl, Vl = d.Vl;
     int i = op - st->first;
+    const int *tok = exec_view_i(&r->ids), *tgt = tok ? tok + N : NULL;
     oparams p = op_params(w, st, st->w[r->version], op);
     float *out = newbuf(w, &r->out[i], x->out_n, 0, "an activation", e);
     if (!out) return -1;
@@ -483,66 +474,59 @@ int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     switch (x->role) {
     case PROF_ROLE_EMBED:
         if (tp == 1) {
-            EXEC_KERN(w, kern_embed_forward(out, r->tok, p.w, p.b, B, T, C));
+            EXEC_KERN(w, K->embed_forward(out, tok, p.w, p.b, B, T, C));
         } else {
-            EXEC_KERN(w, embed_tp_forward(out, r->tok, p.w, w->rank, Vl, N, C));
+            EXEC_KERN(w, K->embed_shard_forward(out, tok, p.w, w->rank * Vl,
+                                                Vl, N, C));
             if (tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
-            EXEC_KERN(w, for (int n = 0; n < N; n++) for (int k = 0; k < C;
-                                                          k++)
-                          out[(size_t)n * C + k] +=
-                              p.b[(size_t)(n % T) * C + k]);
+            EXEC_KERN(w, K->embed_pos_forward(out, p.b, B, T, C));
         }
         break;
     case PROF_ROLE_NORM:
-        EXEC_KERN(w, kern_layernorm_forward(out, aux, aux + N, in0, p.w, p.b,
-                                            N, C));
+        EXEC_KERN(w, K->layernorm_forward(out, aux, aux + N, in0, p.w, p.b,
+                                          N, C));
         break;
     case PROF_ROLE_QKV:
-        EXEC_KERN(w, kern_linear_forward(out, in0, p.w, p.b, N, C, 3 * Cl));
+        EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, 3 * Cl));
         break;
     case PROF_ROLE_ATTN_SCORES:
-        EXEC_KERN(w, kern_attn_scores_forward(out, in0, B, T, Cl, NHl));
+        EXEC_KERN(w, K->attn_scores_forward(out, in0, B, T, Cl, NHl));
         break;
     case PROF_ROLE_ATTN_SOFTMAX:
-        EXEC_KERN(w, kern_attn_softmax_forward(out, in0, B, T, NHl));
+        EXEC_KERN(w, K->attn_softmax_forward(out, in0, B, T, NHl));
         break;
     case PROF_ROLE_ATTN_CONTEXT:
-        EXEC_KERN(w, kern_attn_context_forward(out, in0, in1, B, T, Cl, NHl));
+        EXEC_KERN(w, K->attn_context_forward(out, in0, in1, B, T, Cl, NHl));
         break;
     case PROF_ROLE_ATTN_OUT:
     case PROF_ROLE_MLP_DOWN: {
-        int K = x->role == PROF_ROLE_ATTN_OUT ? Cl : Fl;
+        int IC = x->role == PROF_ROLE_ATTN_OUT ? Cl : Fl;
         /* row-parallel: the bias once, by rank 0, before the sum */
-        EXEC_KERN(w, kern_linear_forward(out, in0, p.w, w->rank ? NULL : p.b,
-                                         N, K, C));
+        EXEC_KERN(w, K->linear_forward(out, in0, p.w, w->rank ? NULL : p.b,
+                                       N, IC, C));
         if (tp > 1 && tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
         break;
     }
     case PROF_ROLE_RESIDUAL:
-        EXEC_KERN(w, kern_residual_forward(out, in0, in1, (size_t)N * C));
+        EXEC_KERN(w, K->residual_forward(out, in0, in1, (size_t)N * C));
         break;
     case PROF_ROLE_MLP_UP:
-        EXEC_KERN(w, kern_linear_forward(out, in0, p.w, p.b, N, C, Fl));
+        EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, Fl));
         break;
     case PROF_ROLE_MLP_ACT:
-        EXEC_KERN(w, kern_gelu_forward(out, in0, (size_t)N * Fl));
+        EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)N * Fl));
         break;
     case PROF_ROLE_LM_HEAD:
-        EXEC_KERN(w, kern_linear_forward(out, in0, p.w, NULL, N, C, Vl));
+        EXEC_KERN(w, K->linear_forward(out, in0, p.w, NULL, N, C, Vl));
         break;
     case PROF_ROLE_LOSS: {
         if (tp == 1) {
-            EXEC_KERN(w, kern_softmax_xent_forward(out, aux, in0, r->tgt, N,
-                                                   c->vocab));
-        } else if (xent_tp_forward(w, out, aux, in0, r->tgt, N, Vl, tp_ns,
-                                   e)) {
+            EXEC_KERN(w, K->softmax_xent_forward(out, aux, in0, tgt, N,
+                                                 c->vocab));
+        } else if (xent_tp_forward(w, out, aux, in0, tgt, N, Vl, tp_ns, e)) {
             return -1;
         }
-        if (count_loss) {
-            double s = 0;
-            for (int k = 0; k < N; k++) s += out[k];
-            w->loss_sum += s;
-        }
+        if (count_loss) count_loss_of(w, out, N);
         break;
     }
     default:
@@ -558,12 +542,14 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                      util_err *e)
 {
     exec_runtime *rt = w->rt;
+    const kern_table *K = rt->be->k;
     const exec_xop *x = &rt->xop[op];
     const exec_gpt_config *c = &rt->cfg;
     dims d = dims_of(rt);
     int tp = d.tp, B = d.B, T = d.T, N = d.N, C = d.C, Cl = d.Cl,
         NHl = d.NHl, Fl = d.Fl, Vl = d.Vl;
     int i = op - st->first;
+    const int *tok = exec_view_i(&r->ids), *tgt = tok ? tok + N : NULL;
     oparams p = op_params(w, st, st->w[r->version], op);
     float *dout = exec_view_p(&r->dout[i]);
     const float *aux = exec_view_p(&r->aux[i]);
@@ -585,31 +571,19 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     switch (x->role) {
     case PROF_ROLE_EMBED:
         if (!weight_part) break;
-        if (tp == 1) {
-            EXEC_KERN(w, kern_embed_backward(p.gw, p.gb, dout, r->tok, B, T,
-                                             C));
-        } else {
-            EXEC_KERN(w, {
-                for (int n = 0; n < N; n++) {
-                    const float *d = dout + (size_t)n * C;
-                    int t = r->tok[n] - w->rank * Vl;
-                    float *pe = p.gb + (size_t)(n % T) * C;
-                    float *we = t >= 0 && t < Vl ? p.gw + (size_t)t * C : NULL;
-                    for (int k = 0; k < C; k++) {
-                        if (we) we[k] += d[k];
-                        pe[k] += d[k];
-                    }
-                }
-            });
-        }
+        if (tp == 1)
+            EXEC_KERN(w, K->embed_backward(p.gw, p.gb, dout, tok, B, T, C));
+        else
+            EXEC_KERN(w, K->embed_shard_backward(p.gw, p.gb, dout, tok,
+                                                 w->rank * Vl, Vl, B, T, C));
         break;
     case PROF_ROLE_NORM:
         if (input_part)
-            EXEC_KERN(w, kern_layernorm_backward_input(d0, dout, in0, p.w, aux,
-                                                       aux + N, N, C));
+            EXEC_KERN(w, K->layernorm_backward_input(d0, dout, in0, p.w, aux,
+                                                     aux + N, N, C));
         if (weight_part)
-            EXEC_KERN(w, kern_layernorm_backward_weight(p.gw, p.gb, dout, in0,
-                                                        aux, aux + N, N, C));
+            EXEC_KERN(w, K->layernorm_backward_weight(p.gw, p.gb, dout, in0,
+                                                      aux, aux + N, N, C));
         break;
     case PROF_ROLE_QKV:
     case PROF_ROLE_MLP_UP:
@@ -619,78 +593,70 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                : x->role == PROF_ROLE_MLP_UP ? Fl : Vl;
         if (input_part) {
             if (tp == 1) {
-                EXEC_KERN(w, kern_linear_backward_input(d0, dout, p.w, N, C,
-                                                        OC));
+                EXEC_KERN(w, K->linear_backward_input(d0, dout, p.w, N, C,
+                                                      OC));
             } else {
-                float *tmp = util_calloc((size_t)N * C + 1, sizeof *tmp);
-                EXEC_KERN(w, kern_linear_backward_input(tmp, dout, p.w, N, C,
-                                                        OC));
-                if (tp_sum(w, tmp, (size_t)N * C, tp_ns, e)) {
-                    free(tmp);
-                    return -1;
-                }
-                EXEC_KERN(w, for (size_t k = 0; k < (size_t)N * C; k++)
-                              d0[k] += tmp[k]);
-                free(tmp);
+                exec_buf *tmp = scratch(w, (size_t)N * C, "an input "
+                                        "gradient", e);
+                if (!tmp) return -1;
+                EXEC_KERN(w, K->linear_backward_input(tmp->p, dout, p.w, N, C,
+                                                      OC));
+                int rc = tp_sum(w, tmp->p, (size_t)N * C, tp_ns, e);
+                if (!rc)
+                    EXEC_KERN(w, K->accumulate(d0, tmp->p, (size_t)N * C));
+                exec_buf_unref(tmp);
+                if (rc) return -1;
             }
         }
         if (weight_part)
-            EXEC_KERN(w, kern_linear_backward_weight(
+            EXEC_KERN(w, K->linear_backward_weight(
                              p.gw, x->role == PROF_ROLE_LM_HEAD ? NULL : p.gb,
                              dout, in0, N, C, OC));
         break;
     }
     case PROF_ROLE_ATTN_OUT:
     case PROF_ROLE_MLP_DOWN: {
-        int K = x->role == PROF_ROLE_ATTN_OUT ? Cl : Fl;
+        int IC = x->role == PROF_ROLE_ATTN_OUT ? Cl : Fl;
         if (input_part)
-            EXEC_KERN(w, kern_linear_backward_input(d0, dout, p.w, N, K, C));
+            EXEC_KERN(w, K->linear_backward_input(d0, dout, p.w, N, IC, C));
         if (weight_part)
-            EXEC_KERN(w, kern_linear_backward_weight(p.gw, p.gb, dout, in0, N,
-                                                     K, C));
+            EXEC_KERN(w, K->linear_backward_weight(p.gw, p.gb, dout, in0, N,
+                                                   IC, C));
         break;
     }
     case PROF_ROLE_ATTN_SCORES:
         if (input_part)
-            EXEC_KERN(w, kern_attn_scores_backward(d0, dout, in0, B, T, Cl,
-                                                   NHl));
+            EXEC_KERN(w, K->attn_scores_backward(d0, dout, in0, B, T, Cl,
+                                                 NHl));
         break;
     case PROF_ROLE_ATTN_SOFTMAX:
         /* its own output gradient is the kernel's scratch */
         if (input_part)
-            EXEC_KERN(w, kern_attn_softmax_backward(d0, dout, out, B, T, NHl));
+            EXEC_KERN(w, K->attn_softmax_backward(d0, dout, out, B, T, NHl));
         break;
     case PROF_ROLE_ATTN_CONTEXT:
         if (input_part)
-            EXEC_KERN(w, kern_attn_context_backward(d0, d1, dout, in0, in1, B,
-                                                    T, Cl, NHl));
+            EXEC_KERN(w, K->attn_context_backward(d0, d1, dout, in0, in1, B,
+                                                  T, Cl, NHl));
         break;
     case PROF_ROLE_RESIDUAL:
         if (input_part)
-            EXEC_KERN(w, kern_residual_backward(d0, d1, dout, (size_t)N * C));
+            EXEC_KERN(w, K->residual_backward(d0, d1, dout, (size_t)N * C));
         break;
     case PROF_ROLE_MLP_ACT:
         if (input_part)
-            EXEC_KERN(w, kern_gelu_backward(d0, in0, dout, (size_t)N * Fl));
+            EXEC_KERN(w, K->gelu_backward(d0, in0, dout, (size_t)N * Fl));
         break;
     case PROF_ROLE_LOSS:
         if (!input_part) break;
-        if (tp == 1) {
-            EXEC_KERN(w, kern_softmax_xent_backward(d0, aux, r->tgt,
-                                                    (float)rt->scale, N,
-                                                    c->vocab));
-        } else {
-            float s = (float)rt->scale;
-            EXEC_KERN(w, {
-                for (int n = 0; n < N; n++) {
-                    const float *pr = aux + (size_t)n * Vl;
-                    float *d = d0 + (size_t)n * Vl;
-                    for (int j = 0; j < Vl; j++) d[j] += s * pr[j];
-                    int t = r->tgt[n] - w->rank * Vl;
-                    if (t >= 0 && t < Vl) d[t] -= s;
-                }
-            });
-        }
+        if (tp == 1)
+            EXEC_KERN(w, K->softmax_xent_backward(d0, aux, tgt,
+                                                  (float)rt->scale, N,
+                                                  c->vocab));
+        else
+            EXEC_KERN(w, K->xent_shard_backward(d0, aux, tgt,
+                                                (float)rt->scale,
+                                                w->rank * Vl, N, Vl));
         break;
     default:
         util_never_(__FILE__, __LINE__, "an op role without a kernel");

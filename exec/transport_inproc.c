@@ -1,10 +1,11 @@
 /* The in-process transport: every worker is a pair of threads of this
  * process, each device's memory its own budget. A send copies its pieces
- * into a buffer charged to the receiving device and completes the receive
- * at once, as a peer-to-peer copy lands in the other GPU's memory; a
- * collective reads every member's buffer in member order, so each gets
- * the same sum and the MPI transport (which sums the same way) the same
- * bits. Barriers wake up when the run is stopped. */
+ * into a buffer charged to the receiving device (on GPUs a device-to-
+ * device or peer copy) and completes the receive once the copy is done. A
+ * sum over a group adds every member's values in member order, so each
+ * gets the same bits and the MPI transport (which sums the same way) too:
+ * member m adds up chunk m of all members' tensors, then each copies
+ * every chunk back. Barriers wake up when the run is stopped. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +16,8 @@ typedef struct group {
     pthread_cond_t cv;
     int size, arrived;
     unsigned gen;
-    void **ptr;
+    void **ptr;             /* each member's tensor */
+    float **part;           /* each member's chunk of the sum */
 } group;
 
 typedef struct inproc {
@@ -31,6 +33,7 @@ static void group_init(group *g, int size)
     pthread_cond_init(&g->cv, NULL);
     g->size = size;
     g->ptr = util_calloc((size_t)size + 1, sizeof *g->ptr);
+    g->part = util_calloc((size_t)size + 1, sizeof *g->part);
 }
 
 static void group_destroy(group *g)
@@ -38,6 +41,7 @@ static void group_destroy(group *g)
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
     free(g->ptr);
+    free(g->part);
 }
 
 static int barrier(group *g, exec_runtime *rt)
@@ -65,22 +69,24 @@ static int ip_send(exec_xport *x, exec_runtime *rt, int src, int dst,
     (void)src;
     *h = NULL;
     exec_worker *dw = exec_rt_worker(rt, dst);
+    const exec_backend *be = rt->be;
     size_t total = 0;
     for (int i = 0; i < np; i++) total += pc[i].n;
     int64_t t0 = (int64_t)exec_now_ns();
     exec_buf *b = exec_buf_new(&dw->mem, total, 0);
     if (!b) {
-        char a[32], c[32], d[32];
-        return util_errf(e, UTIL_EXIT_FAIL, "device %d is out of memory for "
-                         "the message (%s more, %s of %s in use)", dw->device,
-                         util_fmt_bytes(dw->mem.need, a, sizeof a),
-                         util_fmt_bytes(dw->mem.cur, c, sizeof c),
-                         util_fmt_bytes(dw->mem.budget, d, sizeof d));
+        exec_mem_oom(&dw->mem, "the message", e);
+        return util_err_prefix(e, "device %d", dw->device);
     }
     size_t off = 0;
     for (int i = 0; i < np; i++) {
-        memcpy(b->p + off, pc[i].p, pc[i].n * sizeof(float));
+        be->copy(b->p + off, pc[i].p, pc[i].n * sizeof(float));
         off += pc[i].n;
+    }
+    /* delivered once it has landed */
+    if (be->sync(e)) {
+        exec_buf_unref(b);
+        return -1;
     }
     exec_deliver(rt, dst, epoch, rid, b, t0);
     return 0;
@@ -95,23 +101,64 @@ static int ip_send_test(exec_xport *x, void *h, int *done, util_err *e)
     return 0;
 }
 
+/* Host doubles (a step's agreed values): every member adds all in member
+ * order. */
+static int sum_host(group *g, exec_runtime *rt, int me, double *buf,
+                    size_t n, util_err *e)
+{
+    g->ptr[me] = buf;
+    if (barrier(g, rt)) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
+    double *acc = util_malloc(sizeof *acc * (n + 1));
+    memcpy(acc, g->ptr[0], n * sizeof *acc);
+    for (int q = 1; q < g->size; q++) exec_sum_into(acc, g->ptr[q], n, 1);
+    /* nobody may change its buffer before all have read it */
+    int rc = barrier(g, rt);
+    if (!rc) memcpy(buf, acc, n * sizeof *acc);
+    free(acc);
+    return rc ? util_errf(e, UTIL_EXIT_FAIL, "stopped") : 0;
+}
+
+/* Device floats: member m sums chunk m of every member's tensor (in member
+ * order: the same bits as adding whole tensors), then each member copies
+ * all chunks back. Each waits for its device before the others read. */
+static int sum_dev(group *g, exec_runtime *rt, int w, int me, float *buf,
+                   size_t n, util_err *e)
+{
+    const exec_backend *be = rt->be;
+    exec_worker *wk = exec_rt_worker(rt, w);
+    size_t lo = n * (size_t)me / (size_t)g->size;
+    size_t len = n * (size_t)(me + 1) / (size_t)g->size - lo;
+    if (be->sync(e)) return -1;
+    g->ptr[me] = buf;
+    if (barrier(g, rt)) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
+    exec_buf *part = exec_buf_new(&wk->mem, len, 0);
+    if (!part) return exec_oom(wk, "a tensor-parallel sum", e);
+    be->copy(part->p, (float *)g->ptr[0] + lo, len * sizeof(float));
+    for (int q = 1; q < g->size; q++)
+        be->acc(part->p, (float *)g->ptr[q] + lo, len);
+    int rc = be->sync(e);
+    g->part[me] = part->p;
+    if (!rc && barrier(g, rt)) rc = util_errf(e, UTIL_EXIT_FAIL, "stopped");
+    for (int q = 0; q < g->size && !rc; q++) {
+        size_t a = n * (size_t)q / (size_t)g->size;
+        size_t b = n * (size_t)(q + 1) / (size_t)g->size;
+        be->copy(buf + a, g->part[q], (b - a) * sizeof(float));
+    }
+    if (!rc) rc = be->sync(e);
+    /* the chunks stay until every member has copied them */
+    if (!rc && barrier(g, rt)) rc = util_errf(e, UTIL_EXIT_FAIL, "stopped");
+    exec_buf_unref(part);
+    return rc;
+}
+
 static int ip_allreduce(exec_xport *x, exec_runtime *rt, int w, int which,
                         void *buf, size_t n, int is_double, util_err *e)
 {
     inproc *p = x->impl;
     group *g = which == EXEC_GROUP_WORLD ? &p->world : &p->tp[w / rt->tp];
     int me = which == EXEC_GROUP_WORLD ? w : w % rt->tp;
-    g->ptr[me] = buf;
-    if (barrier(g, rt)) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
-    size_t es = is_double ? sizeof(double) : sizeof(float);
-    void *acc = util_malloc(n * es + es);
-    memcpy(acc, g->ptr[0], n * es);
-    for (int q = 1; q < g->size; q++) exec_sum_into(acc, g->ptr[q], n, is_double);
-    /* nobody may change its buffer before all have read it */
-    int rc = barrier(g, rt);
-    if (!rc) memcpy(buf, acc, n * es);
-    free(acc);
-    return rc ? util_errf(e, UTIL_EXIT_FAIL, "stopped") : 0;
+    return is_double ? sum_host(g, rt, me, buf, n, e)
+                     : sum_dev(g, rt, w, me, buf, n, e);
 }
 
 static void ip_wake(exec_xport *x, exec_runtime *rt)

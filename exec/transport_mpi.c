@@ -5,9 +5,11 @@
  * message, takes a buffer from its device's memory when one arrives (as a
  * pre-posted receive would) and receives into it. Collectives gather every
  * member's values and add them in rank order, the in-process transport's
- * order, so both give the same bits. A failure prints its message and
- * aborts the job (no rank is left waiting for a peer that stopped).
- * Built only where MPI is found; elsewhere it answers "unavailable". */
+ * order, so both give the same bits. Device memory that is not host
+ * memory (GPUs) is staged through host buffers on both sides. A failure
+ * prints its message and aborts the job (no rank is left waiting for a
+ * peer that stopped). Built only where MPI is found; elsewhere it answers
+ * "unavailable". */
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,7 +132,6 @@ static int mx_send(exec_xport *x, exec_runtime *rt, int src, int dst,
                    int epoch, int rid, const exec_piece *pc, int np, void **h,
                    util_err *e)
 {
-    (void)rt;
     (void)src;
     mpix *m = x->impl;
     size_t total = 0;
@@ -141,8 +142,13 @@ static int mx_send(exec_xport *x, exec_runtime *rt, int src, int dst,
     q->buf = util_malloc(total * sizeof(float) + sizeof(float));
     size_t off = 0;
     for (int i = 0; i < np; i++) {
-        memcpy(q->buf + off, pc[i].p, pc[i].n * sizeof(float));
+        rt->be->to_host(q->buf + off, pc[i].p, pc[i].n * sizeof(float));
         off += pc[i].n;
+    }
+    if (rt->be->sync(e)) {
+        free(q->buf);
+        free(q);
+        return -1;
     }
     int rc = MPI_Isend(q->buf, (int)total, MPI_FLOAT, dst,
                        tag_of(m, epoch, rid), m->data, &q->req);
@@ -206,10 +212,21 @@ static int mx_poll(exec_xport *x, exec_runtime *rt, int wid, int *got,
                              util_fmt_bytes(w->mem.cur, c, sizeof c),
                              util_fmt_bytes(w->mem.budget, d, sizeof d));
         }
-        rc = MPI_Mrecv(b->p, count, MPI_FLOAT, &msg, MPI_STATUS_IGNORE);
+        /* straight into host memory, else staged and uploaded */
+        const exec_backend *be = rt->be;
+        float *h = be->host_memory ? b->p
+                 : util_malloc(sizeof(float) * ((size_t)count + 1));
+        rc = MPI_Mrecv(h, count, MPI_FLOAT, &msg, MPI_STATUS_IGNORE);
+        if (rc == MPI_SUCCESS && h != b->p)
+            be->from_host(b->p, h, sizeof(float) * (size_t)count);
+        if (h != b->p) free(h);
         if (rc != MPI_SUCCESS) {
             exec_buf_unref(b);
             return mpi_err(e, rc, "receive");
+        }
+        if (be->sync(e)) {
+            exec_buf_unref(b);
+            return -1;
         }
         exec_deliver(rt, wid, epoch, rid, b, t0);
         (*got)++;
@@ -219,11 +236,25 @@ static int mx_poll(exec_xport *x, exec_runtime *rt, int wid, int *got,
 static int mx_allreduce(exec_xport *x, exec_runtime *rt, int w, int which,
                         void *buf, size_t n, int is_double, util_err *e)
 {
-    (void)rt;
     (void)w;
     mpix *m = x->impl;
-    return sum_in_order(which == EXEC_GROUP_WORLD ? m->ctrl : m->tp, buf, n,
-                        is_double, e);
+    MPI_Comm c = which == EXEC_GROUP_WORLD ? m->ctrl : m->tp;
+    const exec_backend *be = rt->be;
+    /* doubles and host-memory devices: in place */
+    if (is_double || be->host_memory) {
+        if (be->sync(e)) return -1;
+        return sum_in_order(c, buf, n, is_double, e);
+    }
+    float *h = util_malloc(sizeof *h * (n + 1));
+    be->to_host(h, buf, n * sizeof *h);
+    int rc = be->sync(e);
+    if (!rc) rc = sum_in_order(c, h, n, 0, e);
+    if (!rc) {
+        be->from_host(buf, h, n * sizeof *h);
+        rc = be->sync(e);
+    }
+    free(h);
+    return rc;
 }
 
 /* A failure: say it here, the peers cannot, and end the job. */

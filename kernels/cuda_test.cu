@@ -77,6 +77,11 @@ static void compare(const char *op, const char *what, const buf &b)
 {
     float *got = (float *)malloc(b.n * sizeof(float) + 4);
     cuda_ok(cudaDeviceSynchronize(), op);
+    char why[256];
+    if (kern_cuda_error(why, sizeof why)) {
+        printf("  %-28s %-8s FAIL: %s\n", op, what, why);
+        failures++;
+    }
     cuda_ok(cudaMemcpy(got, b.d, b.n * sizeof(float), cudaMemcpyDeviceToHost),
             "copy out");
     double worst = 0;
@@ -265,6 +270,56 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         kern_cuda_softmax_xent_backward(dl.d, probs.d, dtgt, 1.0f / N, N, V);
         compare("softmax_xent_backward", "dlogits", dl);
         drop(logits); drop(probs); drop(losses); drop(dl);
+    }
+    // tensor parallelism over the vocabulary: rank 1 of 2 (its shard
+    // starts at v0 = Vl and is padded when V is odd)
+    {
+        int Vl = (V + 1) / 2, Vv = V - Vl;
+        size_t nl = (size_t)N * Vl;
+        buf wte = make((size_t)Vl * C, 1), wpe = make((size_t)T * C, 1);
+        buf out = make((size_t)N * C, 1), dout = make((size_t)N * C, 1);
+        buf dwte = make((size_t)Vl * C, 1), dwpe = make((size_t)T * C, 1);
+        kern_embed_shard_forward(out.h, tok, wte.h, Vl, Vl, N, C);
+        kern_cuda_embed_shard_forward(out.d, dtok, wte.d, Vl, Vl, N, C);
+        compare("embed_shard_forward", "out", out);
+        kern_embed_pos_forward(out.h, wpe.h, B, T, C);
+        kern_cuda_embed_pos_forward(out.d, wpe.d, B, T, C);
+        compare("embed_pos_forward", "out", out);
+        kern_embed_shard_backward(dwte.h, dwpe.h, dout.h, tok, Vl, Vl, B, T,
+                                  C);
+        kern_cuda_embed_shard_backward(dwte.d, dwpe.d, dout.d, dtok, Vl, Vl, B,
+                                       T, C);
+        compare("embed_shard_backward", "dwte", dwte);
+        compare("embed_shard_backward", "dwpe", dwpe);
+        drop(wte); drop(wpe); drop(out); drop(dout); drop(dwte); drop(dwpe);
+        // the loss's phases in order, rank 0's maxima random
+        buf logits = make(nl, 1), probs = make(nl, 1), mx = make(2 * N, 1);
+        buf sum = make(N, 1), tl = make(N, 1), losses = make(N, 1);
+        buf dl = make(nl, 1);
+        kern_xent_shard_max(mx.h + N, logits.h, N, Vl, Vv);
+        kern_cuda_xent_shard_max(mx.d + N, logits.d, N, Vl, Vv);
+        compare("xent_shard_max", "mx", mx);
+        kern_xent_shard_exp(probs.h, sum.h, tl.h, mx.h, logits.h, tgt, 2, Vl,
+                            N, Vl, Vv);
+        kern_cuda_xent_shard_exp(probs.d, sum.d, tl.d, mx.d, logits.d, dtgt, 2,
+                                 Vl, N, Vl, Vv);
+        compare("xent_shard_exp", "probs", probs);
+        compare("xent_shard_exp", "sum", sum);
+        compare("xent_shard_exp", "tl", tl);
+        compare("xent_shard_exp", "mx", mx);
+        kern_xent_shard_norm(losses.h, probs.h, sum.h, mx.h, tl.h, N, Vl);
+        kern_cuda_xent_shard_norm(losses.d, probs.d, sum.d, mx.d, tl.d, N, Vl);
+        compare("xent_shard_norm", "losses", losses);
+        compare("xent_shard_norm", "probs", probs);
+        kern_xent_shard_backward(dl.h, probs.h, tgt, 1.0f / N, Vl, N, Vl);
+        kern_cuda_xent_shard_backward(dl.d, probs.d, dtgt, 1.0f / N, Vl, N,
+                                      Vl);
+        compare("xent_shard_backward", "dlogits", dl);
+        kern_accumulate(dl.h, logits.h, nl);
+        kern_cuda_accumulate(dl.d, logits.d, nl);
+        compare("accumulate", "acc", dl);
+        drop(logits); drop(probs); drop(mx); drop(sum); drop(tl);
+        drop(losses); drop(dl);
     }
     // optimizer
     {

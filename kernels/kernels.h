@@ -118,6 +118,45 @@ extern "C" {
     X(softmax_xent_backward, LOSS,                                    \
       (float *dlogits, const float *probs, const int *targets, float scale,  \
        int N, int V))                                                         \
+    /* Tensor parallelism over a vocabulary (Megatron-LM): a rank holds   \
+     * rows [v0, v0+Vl) of the token table and those columns of the       \
+     * logits. out(N,C) = wte[token - v0] for the shard's tokens, 0 for   \
+     * the others (the ranks' outputs sum to the lookup) */               \
+    X(embed_shard_forward, EMBED,                                         \
+      (float *out, const int *tokens, const float *wte, int v0, int Vl,   \
+       int N, int C))                                                     \
+    /* out(B,T,C) += wpe[t] */                                            \
+    X(embed_pos_forward, EMBED,                                           \
+      (float *out, const float *wpe, int B, int T, int C))                \
+    /* dwte(Vl,C) += for the shard's tokens, dwpe(T,C) += for all */      \
+    X(embed_shard_backward, EMBED,                                        \
+      (float *dwte, float *dwpe, const float *dout, const int *tokens,    \
+       int v0, int Vl, int B, int T, int C))                              \
+    /* The loss of a shard's logits(N,Vl), of which the first Vv columns  \
+     * are words (the rest pads the last shard), in three phases around   \
+     * two sums over the ranks. mx(N) = row maxima (-3e38 if Vv is 0) */  \
+    X(xent_shard_max, LOSS,                                               \
+      (float *mx, const float *logits, int N, int Vl, int Vv))            \
+    /* mx(tp,N) holds every rank's maxima (the sum of each rank's slot):  \
+     * mx[0..N) becomes their maximum; probs(N,Vl) = exp(logit - max), 0  \
+     * past Vv; sum(N) their row sums; tl(N) the target's logit where the \
+     * shard holds the target, else 0 */                                  \
+    X(xent_shard_exp, LOSS,                                               \
+      (float *probs, float *sum, float *tl, float *mx,                    \
+       const float *logits, const int *targets, int tp, int v0, int N,    \
+       int Vl, int Vv))                                                   \
+    /* sum and tl summed over the ranks: probs /= sum, losses(N) =        \
+     * log(sum) + max - tl */                                             \
+    X(xent_shard_norm, LOSS,                                              \
+      (float *losses, float *probs, const float *sum, const float *mx,    \
+       const float *tl, int N, int Vl))                                   \
+    /* dlogits(N,Vl) += scale (probs - onehot(target - v0)) */            \
+    X(xent_shard_backward, LOSS,                                          \
+      (float *dlogits, const float *probs, const int *targets,            \
+       float scale, int v0, int N, int Vl))                               \
+    /* acc += src: gradients of one tensor from several consumers, ranks \
+     * or replicas */                                                     \
+    X(accumulate, RESIDUAL, (float *acc, const float *src, size_t n))     \
     /* out[0] = sum of x^2 (the global gradient norm is its square root   \
      * over all tensors); accumulated in double on the CPU */                \
     X(norm_sq, OPTIMIZER,                                        \
@@ -148,6 +187,17 @@ typedef enum {
 #define KERN_X_DECL(name, kind, args) void kern_##name args;
 KERN_OPS(KERN_X_DECL)
 #undef KERN_X_DECL
+
+/* One backend's ops as a table, for callers that pick a backend at run
+ * time (the pipeline executor): field <name> is kern_<name> in kern_cpu,
+ * kern_cuda_<name> in kern_cuda (kernels_cuda.h). */
+typedef struct kern_table {
+#define KERN_X_FIELD(name, kind, args) void (*name) args;
+    KERN_OPS(KERN_X_FIELD)
+#undef KERN_X_FIELD
+} kern_table;
+
+extern const kern_table kern_cpu;
 
 /* "linear_forward" etc. and the kind of each op ("linear"). Lent. */
 const char *kern_op_name(kern_op op);

@@ -1,9 +1,11 @@
 /* The CUDA backend of KERN_OPS (kernels/kernels.h): kern_cuda_<op> with the
  * same arguments as the CPU op, every pointer a device pointer, launched on
- * the default stream (callers synchronise). Matrix products go through
- * cuBLAS in fp32 (no TF32), element-wise math through kern_math.h, the
- * same definitions the CPU oracle uses. Only nvcc-compiled code includes
- * this header; a CPU build never needs CUDA. */
+ * the calling thread's stream (kern_cuda_set_stream; callers synchronise).
+ * Matrix products go through cuBLAS in fp32 (no TF32) with one handle per
+ * thread, bound to that thread's stream; element-wise math through
+ * kern_math.h, the same definitions the CPU oracle uses. A failed launch
+ * or cuBLAS call is kept, the first per thread, for kern_cuda_error. Only
+ * nvcc-compiled code includes this header; a CPU build never needs CUDA. */
 #ifndef SLUICE_KERNELS_CUDA_H
 #define SLUICE_KERNELS_CUDA_H
 
@@ -19,9 +21,17 @@ extern "C" {
 KERN_OPS(KERN_X_CUDA_DECL)
 #undef KERN_X_CUDA_DECL
 
+extern const kern_table kern_cuda;
+
 /* 1 when a CUDA device is usable; else 0 and why says why. */
 int kern_cuda_available(char *why, size_t n);
-/* Releases the cuBLAS handle (created on first use). */
+/* The stream (a cudaStream_t) this thread's ops launch on from now; NULL
+ * is the thread's default stream. */
+void kern_cuda_set_stream(void *stream);
+/* The first failure this thread's ops met since the last call (a launch
+ * or cuBLAS error, naming the op), cleared; 0 when none. */
+int kern_cuda_error(char *msg, size_t n);
+/* Releases this thread's cuBLAS handle (created on first use). */
 void kern_cuda_shutdown(void);
 
 #ifdef __cplusplus

@@ -416,6 +416,12 @@ void kern_norm_sq(float *out, const float *x, size_t n)
 
 /* ---------------------------------------------------------- the op list */
 
+const kern_table kern_cpu = {
+#define KERN_X_CPU(name, kind, args) kern_##name,
+    KERN_OPS(KERN_X_CPU)
+#undef KERN_X_CPU
+};
+
 const char *kern_op_name(kern_op op)
 {
     static const char *const names[] = {

@@ -3,29 +3,93 @@
 // checked against the CPU oracle by kernels/cuda_test.cu; fused and tiled
 // versions can replace them behind the same names). Reductions that feed
 // parameters (bias and norm gradients, norm_sq) loop in a fixed order, so
-// results are deterministic; attention's key/value gradients use atomics.
+// results are deterministic; attention's key/value gradients and the
+// embeddings' gradients use atomics. Each host thread launches on its own
+// stream with its own cuBLAS handle (the executor runs a compute and a
+// communication thread per worker, several workers per GPU), and keeps
+// the first failure it met for kern_cuda_error.
 #include "kernels/kernels_cuda.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <stdarg.h>
 #include <stdio.h>
 
 #include "kernels/kern_math.h"
 
-static cublasHandle_t blas_handle;
+static thread_local cudaStream_t cur_stream;    // 0: the thread's default
+static thread_local cublasHandle_t blas_handle;
+static thread_local cudaStream_t blas_stream;
+static thread_local char first_err[256];
 
+static void note(const char *fmt, ...)
+{
+    if (first_err[0]) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(first_err, sizeof first_err, fmt, ap);
+    va_end(ap);
+}
+
+extern "C" void kern_cuda_set_stream(void *stream)
+{
+    cur_stream = (cudaStream_t)stream;
+}
+
+extern "C" int kern_cuda_error(char *msg, size_t n)
+{
+    if (!first_err[0]) return 0;
+    snprintf(msg, n, "%s", first_err);
+    first_err[0] = 0;
+    return 1;
+}
+
+// The thread's handle, bound to its current stream.
 static cublasHandle_t blas(void)
 {
     if (!blas_handle) {
-        if (cublasCreate(&blas_handle) != CUBLAS_STATUS_SUCCESS) {
-            fprintf(stderr, "kern_cuda: cublasCreate failed\n");
+        cublasStatus_t st = cublasCreate(&blas_handle);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            blas_handle = NULL;
+            note("cublasCreate failed (status %d)", (int)st);
             return NULL;
         }
         // Plain fp32: the oracle is fp32, TF32 would differ by ~1e-3.
         cublasSetMathMode(blas_handle, CUBLAS_PEDANTIC_MATH);
+        blas_stream = 0;
+    }
+    // cuBLAS is not built for per-thread default streams: name it
+    cudaStream_t want = cur_stream ? cur_stream : cudaStreamPerThread;
+    if (blas_stream != want) {
+        cublasStatus_t st = cublasSetStream(blas_handle, want);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            note("cublasSetStream failed (status %d)", (int)st);
+        blas_stream = want;
     }
     return blas_handle;
 }
+
+// A matrix product through the thread's handle; a failure is noted.
+#define SGEMM(what, ...)                                                      \
+    do {                                                                      \
+        cublasHandle_t h_ = blas();                                           \
+        if (!h_) break;                                                       \
+        cublasStatus_t st_ = cublasSgemm(h_, __VA_ARGS__);                    \
+        if (st_ != CUBLAS_STATUS_SUCCESS)                                     \
+            note("cublasSgemm in %s failed (status %d)", what, (int)st_);     \
+    } while (0)
+
+// A launch on the thread's stream (none for an empty grid); a failed
+// launch is noted with the kernel's name.
+#define LAUNCH(k, grid, block, ...)                                           \
+    do {                                                                      \
+        unsigned g_ = (grid);                                                 \
+        if (!g_) break;                                                       \
+        k<<<g_, (block), 0, cur_stream>>>(__VA_ARGS__);                       \
+        cudaError_t e_ = cudaGetLastError();                                  \
+        if (e_ != cudaSuccess)                                                \
+            note("launch of %s failed: %s", #k, cudaGetErrorString(e_));      \
+    } while (0)
 
 extern "C" int kern_cuda_available(char *why, size_t n)
 {
@@ -47,6 +111,7 @@ extern "C" void kern_cuda_shutdown(void)
 {
     if (blas_handle) cublasDestroy(blas_handle);
     blas_handle = NULL;
+    blas_stream = 0;
 }
 
 static unsigned blocks(size_t n, unsigned threads)
@@ -84,7 +149,7 @@ extern "C" void kern_cuda_embed_forward(float *out, const int *tokens,
                                         int B, int T, int C)
 {
     size_t n = (size_t)B * T * C;
-    embed_fwd_k<<<blocks(n, TPB), TPB>>>(out, tokens, wte, wpe, B, T, C);
+    LAUNCH(embed_fwd_k, blocks(n, TPB), TPB, out, tokens, wte, wpe, B, T, C);
 }
 
 extern "C" void kern_cuda_embed_backward(float *dwte, float *dwpe,
@@ -92,7 +157,8 @@ extern "C" void kern_cuda_embed_backward(float *dwte, float *dwpe,
                                          int B, int T, int C)
 {
     size_t n = (size_t)B * T * C;
-    embed_bwd_k<<<blocks(n, TPB), TPB>>>(dwte, dwpe, dout, tokens, B, T, C);
+    LAUNCH(embed_bwd_k, blocks(n, TPB), TPB, dwte, dwpe, dout, tokens, B, T,
+           C);
 }
 
 // -------------------------------------------------------------- layernorm
@@ -162,22 +228,23 @@ extern "C" void kern_cuda_layernorm_forward(float *out, float *mean,
                                             const float *w, const float *b,
                                             int N, int C)
 {
-    ln_fwd_k<<<blocks(N, 128), 128>>>(out, mean, rstd, inp, w, b, N, C);
+    LAUNCH(ln_fwd_k, blocks(N, 128), 128, out, mean, rstd, inp, w, b, N, C);
 }
 
 extern "C" void kern_cuda_layernorm_backward_input(
     float *dinp, const float *dout, const float *inp, const float *w,
     const float *mean, const float *rstd, int N, int C)
 {
-    ln_bwd_in_k<<<blocks(N, 128), 128>>>(dinp, dout, inp, w, mean, rstd, N,
-                                         C);
+    LAUNCH(ln_bwd_in_k, blocks(N, 128), 128, dinp, dout, inp, w, mean, rstd,
+           N, C);
 }
 
 extern "C" void kern_cuda_layernorm_backward_weight(
     float *dw, float *db, const float *dout, const float *inp,
     const float *mean, const float *rstd, int N, int C)
 {
-    ln_bwd_w_k<<<blocks(C, 128), 128>>>(dw, db, dout, inp, mean, rstd, N, C);
+    LAUNCH(ln_bwd_w_k, blocks(C, 128), 128, dw, db, dout, inp, mean, rstd, N,
+           C);
 }
 
 extern "C" void kern_cuda_layernorm_backward(float *dinp, float *dw,
@@ -216,12 +283,12 @@ extern "C" void kern_cuda_linear_forward(float *out, const float *inp,
     float one = 1.0f, beta = 0.0f;
     if (b) {
         size_t n = (size_t)N * OC;
-        bias_fill_k<<<blocks(n, TPB), TPB>>>(out, b, N, OC);
+        LAUNCH(bias_fill_k, blocks(n, TPB), TPB, out, b, N, OC);
         beta = 1.0f;
     }
     // out^T (OC x N) = w^T' ... : op(w) = T gives (OC x C), inp is (C x N).
-    cublasSgemm(blas(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, w, C, inp,
-                C, &beta, out, OC);
+    SGEMM(__func__, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, w, C, inp, C,
+          &beta, out, OC);
 }
 
 extern "C" void kern_cuda_linear_backward_input(float *dinp,
@@ -231,8 +298,8 @@ extern "C" void kern_cuda_linear_backward_input(float *dinp,
 {
     float one = 1.0f;
     // dinp^T (C x N) += w^T (C x OC) dout^T (OC x N)
-    cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, w, C, dout,
-                OC, &one, dinp, C);
+    SGEMM(__func__, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, w, C, dout, OC,
+          &one, dinp, C);
 }
 
 extern "C" void kern_cuda_linear_backward_weight(float *dw, float *db,
@@ -242,9 +309,9 @@ extern "C" void kern_cuda_linear_backward_weight(float *dw, float *db,
 {
     float one = 1.0f;
     // dw^T (C x OC) += inp^T (C x N) dout (N x OC)
-    cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C,
-                dout, OC, &one, dw, C);
-    if (db) bias_grad_k<<<blocks(OC, 128), 128>>>(db, dout, N, OC);
+    SGEMM(__func__, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout,
+          OC, &one, dw, C);
+    if (db) LAUNCH(bias_grad_k, blocks(OC, 128), 128, db, dout, N, OC);
 }
 
 extern "C" void kern_cuda_linear_backward(float *dinp, float *dw, float *db,
@@ -334,7 +401,7 @@ extern "C" void kern_cuda_attention_forward(float *out, float *att,
                                             int C, int NH)
 {
     int n = B * NH * T;
-    attn_fwd_k<<<blocks(n, 64), 64>>>(out, att, qkv, B, T, C, NH);
+    LAUNCH(attn_fwd_k, blocks(n, 64), 64, out, att, qkv, B, T, C, NH);
 }
 
 extern "C" void kern_cuda_attention_backward(float *dqkv, float *scratch,
@@ -344,8 +411,8 @@ extern "C" void kern_cuda_attention_backward(float *dqkv, float *scratch,
                                              int C, int NH)
 {
     int n = B * NH * T;
-    attn_bwd_k<<<blocks(n, 64), 64>>>(dqkv, scratch, dout, qkv, att, B, T, C,
-                                      NH);
+    LAUNCH(attn_bwd_k, blocks(n, 64), 64, dqkv, scratch, dout, qkv, att, B,
+           T, C, NH);
 }
 
 // The three-op attention, one thread per (b, h, t) row as above.
@@ -467,14 +534,14 @@ extern "C" void kern_cuda_attn_scores_forward(float *preatt, const float *qkv,
                                               int B, int T, int C, int NH)
 {
     int n = B * NH * T;
-    scores_fwd_k<<<blocks(n, 64), 64>>>(preatt, qkv, B, T, C, NH);
+    LAUNCH(scores_fwd_k, blocks(n, 64), 64, preatt, qkv, B, T, C, NH);
 }
 
 extern "C" void kern_cuda_attn_softmax_forward(float *att, const float *preatt,
                                                int B, int T, int NH)
 {
     int n = B * NH * T;
-    softmax_fwd_k<<<blocks(n, 64), 64>>>(att, preatt, n, T);
+    LAUNCH(softmax_fwd_k, blocks(n, 64), 64, att, preatt, n, T);
 }
 
 extern "C" void kern_cuda_attn_context_forward(float *out, const float *att,
@@ -482,7 +549,7 @@ extern "C" void kern_cuda_attn_context_forward(float *out, const float *att,
                                                int C, int NH)
 {
     int n = B * NH * T;
-    context_fwd_k<<<blocks(n, 64), 64>>>(out, att, qkv, B, T, C, NH);
+    LAUNCH(context_fwd_k, blocks(n, 64), 64, out, att, qkv, B, T, C, NH);
 }
 
 extern "C" void kern_cuda_attn_context_backward(float *datt, float *dqkv,
@@ -492,8 +559,8 @@ extern "C" void kern_cuda_attn_context_backward(float *datt, float *dqkv,
                                                 int T, int C, int NH)
 {
     int n = B * NH * T;
-    context_bwd_k<<<blocks(n, 64), 64>>>(datt, dqkv, dout, att, qkv, B, T, C,
-                                         NH);
+    LAUNCH(context_bwd_k, blocks(n, 64), 64, datt, dqkv, dout, att, qkv, B,
+           T, C, NH);
 }
 
 extern "C" void kern_cuda_attn_softmax_backward(float *dpreatt, float *datt,
@@ -501,7 +568,7 @@ extern "C" void kern_cuda_attn_softmax_backward(float *dpreatt, float *datt,
                                                 int T, int NH)
 {
     int n = B * NH * T;
-    softmax_bwd_k<<<blocks(n, 64), 64>>>(dpreatt, datt, att, n, T);
+    LAUNCH(softmax_bwd_k, blocks(n, 64), 64, dpreatt, datt, att, n, T);
 }
 
 extern "C" void kern_cuda_attn_scores_backward(float *dqkv,
@@ -510,7 +577,7 @@ extern "C" void kern_cuda_attn_scores_backward(float *dqkv,
                                                int C, int NH)
 {
     int n = B * NH * T;
-    scores_bwd_k<<<blocks(n, 64), 64>>>(dqkv, dpreatt, qkv, B, T, C, NH);
+    LAUNCH(scores_bwd_k, blocks(n, 64), 64, dqkv, dpreatt, qkv, B, T, C, NH);
 }
 
 // ------------------------------------------------ element-wise, loss, optim
@@ -600,25 +667,25 @@ __global__ void adamw_k(float *p, float *m, float *v, const float *g,
 
 extern "C" void kern_cuda_gelu_forward(float *out, const float *inp, size_t n)
 {
-    gelu_fwd_k<<<blocks(n, TPB), TPB>>>(out, inp, n);
+    LAUNCH(gelu_fwd_k, blocks(n, TPB), TPB, out, inp, n);
 }
 
 extern "C" void kern_cuda_gelu_backward(float *dinp, const float *inp,
                                         const float *dout, size_t n)
 {
-    gelu_bwd_k<<<blocks(n, TPB), TPB>>>(dinp, inp, dout, n);
+    LAUNCH(gelu_bwd_k, blocks(n, TPB), TPB, dinp, inp, dout, n);
 }
 
 extern "C" void kern_cuda_residual_forward(float *out, const float *a,
                                            const float *b, size_t n)
 {
-    res_fwd_k<<<blocks(n, TPB), TPB>>>(out, a, b, n);
+    LAUNCH(res_fwd_k, blocks(n, TPB), TPB, out, a, b, n);
 }
 
 extern "C" void kern_cuda_residual_backward(float *da, float *db,
                                             const float *dout, size_t n)
 {
-    res_bwd_k<<<blocks(n, TPB), TPB>>>(da, db, dout, n);
+    LAUNCH(res_bwd_k, blocks(n, TPB), TPB, da, db, dout, n);
 }
 
 extern "C" void kern_cuda_softmax_xent_forward(float *losses, float *probs,
@@ -626,7 +693,8 @@ extern "C" void kern_cuda_softmax_xent_forward(float *losses, float *probs,
                                                const int *targets, int N,
                                                int V)
 {
-    xent_fwd_k<<<blocks(N, 128), 128>>>(losses, probs, logits, targets, N, V);
+    LAUNCH(xent_fwd_k, blocks(N, 128), 128, losses, probs, logits, targets,
+           N, V);
 }
 
 extern "C" void kern_cuda_softmax_xent_backward(float *dlogits,
@@ -635,12 +703,13 @@ extern "C" void kern_cuda_softmax_xent_backward(float *dlogits,
                                                 float scale, int N, int V)
 {
     size_t n = (size_t)N * V;
-    xent_bwd_k<<<blocks(n, TPB), TPB>>>(dlogits, probs, targets, scale, N, V);
+    LAUNCH(xent_bwd_k, blocks(n, TPB), TPB, dlogits, probs, targets, scale,
+           N, V);
 }
 
 extern "C" void kern_cuda_norm_sq(float *out, const float *x, size_t n)
 {
-    norm_sq_k<<<1, TPB>>>(out, x, n);
+    LAUNCH(norm_sq_k, 1, TPB, out, x, n);
 }
 
 extern "C" void kern_cuda_adamw_update(float *p, float *m, float *v,
@@ -650,6 +719,165 @@ extern "C" void kern_cuda_adamw_update(float *p, float *m, float *v,
 {
     float bc1 = (float)(1.0 - pow((double)beta1, t));
     float bc2 = (float)(1.0 - pow((double)beta2, t));
-    adamw_k<<<blocks(n, TPB), TPB>>>(p, m, v, g, n, lr, beta1, beta2, bc1,
-                                      bc2, eps, wd, grad_scale);
+    LAUNCH(adamw_k, blocks(n, TPB), TPB, p, m, v, g, n, lr, beta1, beta2,
+           bc1, bc2, eps, wd, grad_scale);
 }
+
+// ------------------------------------------ tensor-parallel vocabulary
+
+__global__ void shard_fwd_k(float *out, const int *tok, const float *wte,
+                            int v0, int Vl, int N, int C)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    size_t n = i / C;
+    int t = tok[n] - v0;
+    out[i] = t >= 0 && t < Vl ? wte[(size_t)t * C + i % C] : 0.0f;
+}
+
+__global__ void pos_fwd_k(float *out, const float *wpe, int T, size_t n,
+                          int C)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] += wpe[(i / C) % T * C + i % C];
+}
+
+__global__ void shard_bwd_k(float *dwte, float *dwpe, const float *dout,
+                            const int *tok, int v0, int Vl, int T, size_t n,
+                            int C)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    size_t row = i / C;
+    int c = (int)(i % C), t = tok[row] - v0;
+    if (t >= 0 && t < Vl) atomicAdd(&dwte[(size_t)t * C + c], dout[i]);
+    atomicAdd(&dwpe[(row % T) * C + c], dout[i]);
+}
+
+__global__ void xmax_k(float *mx, const float *logits, int N, int Vl, int Vv)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    const float *l = logits + (size_t)i * Vl;
+    float m = Vv ? l[0] : -3.0e38f;
+    for (int j = 1; j < Vv; j++) m = fmaxf(m, l[j]);
+    mx[i] = m;
+}
+
+__global__ void xexp_k(float *probs, float *sum, float *tl, float *mx,
+                       const float *logits, const int *tgt, int tp, int v0,
+                       int N, int Vl, int Vv)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    float m = mx[i];
+    for (int q = 1; q < tp; q++) m = fmaxf(m, mx[(size_t)q * N + i]);
+    mx[i] = m;
+    const float *l = logits + (size_t)i * Vl;
+    float *p = probs + (size_t)i * Vl, s = 0.0f;
+    for (int j = 0; j < Vl; j++) {
+        p[j] = j < Vv ? kern_expf(l[j] - m) : 0.0f;
+        s += p[j];
+    }
+    sum[i] = s;
+    int t = tgt[i] - v0;
+    tl[i] = t >= 0 && t < Vl ? l[t] : 0.0f;
+}
+
+__global__ void xnorm_k(float *losses, float *probs, const float *sum,
+                        const float *mx, const float *tl, int N, int Vl)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    float inv = 1.0f / sum[i], *p = probs + (size_t)i * Vl;
+    for (int j = 0; j < Vl; j++) p[j] *= inv;
+    losses[i] = logf(sum[i]) + mx[i] - tl[i];
+}
+
+__global__ void xshard_bwd_k(float *dlogits, const float *probs,
+                             const int *tgt, float scale, int v0, int N,
+                             int Vl)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * Vl) return;
+    int row = (int)(i / Vl), j = (int)(i % Vl);
+    float d = scale * probs[i];
+    if (j == tgt[row] - v0) d -= scale;
+    dlogits[i] += d;
+}
+
+__global__ void acc_k(float *acc, const float *src, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) acc[i] += src[i];
+}
+
+extern "C" void kern_cuda_embed_shard_forward(float *out, const int *tokens,
+                                              const float *wte, int v0,
+                                              int Vl, int N, int C)
+{
+    size_t n = (size_t)N * C;
+    LAUNCH(shard_fwd_k, blocks(n, TPB), TPB, out, tokens, wte, v0, Vl, N, C);
+}
+
+extern "C" void kern_cuda_embed_pos_forward(float *out, const float *wpe,
+                                            int B, int T, int C)
+{
+    size_t n = (size_t)B * T * C;
+    LAUNCH(pos_fwd_k, blocks(n, TPB), TPB, out, wpe, T, n, C);
+}
+
+extern "C" void kern_cuda_embed_shard_backward(float *dwte, float *dwpe,
+                                               const float *dout,
+                                               const int *tokens, int v0,
+                                               int Vl, int B, int T, int C)
+{
+    size_t n = (size_t)B * T * C;
+    LAUNCH(shard_bwd_k, blocks(n, TPB), TPB, dwte, dwpe, dout, tokens, v0, Vl,
+           T, n, C);
+}
+
+extern "C" void kern_cuda_xent_shard_max(float *mx, const float *logits,
+                                         int N, int Vl, int Vv)
+{
+    LAUNCH(xmax_k, blocks(N, 128), 128, mx, logits, N, Vl, Vv);
+}
+
+extern "C" void kern_cuda_xent_shard_exp(float *probs, float *sum, float *tl,
+                                         float *mx, const float *logits,
+                                         const int *targets, int tp, int v0,
+                                         int N, int Vl, int Vv)
+{
+    LAUNCH(xexp_k, blocks(N, 128), 128, probs, sum, tl, mx, logits, targets,
+           tp, v0, N, Vl, Vv);
+}
+
+extern "C" void kern_cuda_xent_shard_norm(float *losses, float *probs,
+                                          const float *sum, const float *mx,
+                                          const float *tl, int N, int Vl)
+{
+    LAUNCH(xnorm_k, blocks(N, 128), 128, losses, probs, sum, mx, tl, N, Vl);
+}
+
+extern "C" void kern_cuda_xent_shard_backward(float *dlogits,
+                                              const float *probs,
+                                              const int *targets, float scale,
+                                              int v0, int N, int Vl)
+{
+    size_t n = (size_t)N * Vl;
+    LAUNCH(xshard_bwd_k, blocks(n, TPB), TPB, dlogits, probs, targets, scale,
+           v0, N, Vl);
+}
+
+extern "C" void kern_cuda_accumulate(float *acc, const float *src, size_t n)
+{
+    LAUNCH(acc_k, blocks(n, TPB), TPB, acc, src, n);
+}
+
+// ------------------------------------------------------------ the table
+
+extern "C" const kern_table kern_cuda = {
+#define KERN_X_CUDA_TABLE(name, kind, args) kern_cuda_##name,
+    KERN_OPS(KERN_X_CUDA_TABLE)
+#undef KERN_X_CUDA_TABLE
+};

@@ -592,6 +592,159 @@ Test(kern, softmax_xent)
     each_isa(softmax_xent_body);
 }
 
+/* ------------------------------------------ tensor-parallel vocabulary */
+
+/* tp ranks of Vl = ceil(V/tp) rows each; the last shard is padded. */
+static int shard_rows(int V, int r, int Vl)
+{
+    int lo = r * Vl;
+    return lo >= V ? 0 : (V - lo < Vl ? V - lo : Vl);
+}
+
+/* The ranks' lookups add up to the embedding (each row comes from one
+ * rank, zeros from the others), the position add completes it, and each
+ * rank's backward gives its shard's rows of the full gradient. */
+Test(kern, embed_shards)
+{
+    const int shapes[][5] = {{2, 5, 8, 9, 2}, {1, 7, 4, 10, 3},
+                             {3, 4, 6, 5, 4}};
+    for (int s = 0; s < 3; s++) {
+        rng_seed(650 + s);
+        int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2],
+            V = shapes[s][3], tp = shapes[s][4], N = B * T;
+        int Vl = (V + tp - 1) / tp;
+        size_t n = (size_t)N * C, nw = (size_t)Vl * tp * C;
+        int *tok = rnd_tokens((size_t)N, V);
+        float *wte = rnd(nw), *wpe = rnd((size_t)T * C), *g = rnd(n);
+        embed_ctx c = {B, T, C, tok, to_d(wte, (size_t)V * C),
+                       to_d(wpe, (size_t)T * C), to_d(g, n),
+                       malloc(n * sizeof(double))};
+        embed_loss(&c);
+        double *fte = fd(embed_loss, &c, c.wte, (size_t)V * C);
+        double *fpe = fd(embed_loss, &c, c.wpe, (size_t)T * C);
+        float *sum = calloc(n, sizeof *sum), *out = rnd(n);
+        for (int r = 0; r < tp; r++) {
+            const float *shard = wte + (size_t)r * Vl * C;
+            kern_embed_shard_forward(out, tok, shard, r * Vl, Vl, N, C);
+            for (size_t i = 0; i < n; i++) sum[i] += out[i];
+            float *dwte = rnd((size_t)Vl * C), *dwpe = rnd((size_t)T * C);
+            float *dwte0 = copy_f(dwte, (size_t)Vl * C);
+            float *dwpe0 = copy_f(dwpe, (size_t)T * C);
+            kern_embed_shard_backward(dwte, dwpe, g, tok, r * Vl, Vl, B, T,
+                                      C);
+            size_t rows = (size_t)shard_rows(V, r, Vl);
+            check_grad("embed_shard.dwte", dwte, dwte0,
+                       fte + (size_t)r * Vl * C, rows * C);
+            for (size_t i = rows * C; i < (size_t)Vl * C; i++)
+                cr_assert_eq(dwte[i], dwte0[i], "padding row changed");
+            check_grad("embed_shard.dwpe", dwpe, dwpe0, fpe, (size_t)T * C);
+            free(dwte); free(dwpe); free(dwte0); free(dwpe0);
+        }
+        kern_embed_pos_forward(sum, wpe, B, T, C);
+        check("embed_shard.out", sum, c.out, n, FWD_ATOL, FWD_RTOL);
+        free(tok); free(wte); free(wpe); free(g); free(c.wte); free(c.wpe);
+        free(c.g); free(c.out); free(fte); free(fpe); free(sum); free(out);
+    }
+}
+
+/* The three phases of each rank with the executor's two sums between
+ * them (emulated here by adding the ranks' buffers) give the loss of the
+ * whole vocabulary and its probabilities; padding columns get none. */
+Test(kern, xent_shards)
+{
+    const int shapes[][3] = {{4, 11, 2}, {6, 40, 3}, {3, 7, 4}};
+    for (int s = 0; s < 3; s++) {
+        rng_seed(750 + s);
+        int N = shapes[s][0], V = shapes[s][1], tp = shapes[s][2];
+        int Vl = (V + tp - 1) / tp;
+        size_t n = (size_t)N * V, nl = (size_t)N * Vl;
+        size_t nb = (size_t)N * (tp + 2);
+        float *logits = rnd(n);
+        for (size_t i = 0; i < n; i++) logits[i] *= 8;
+        int *tgt = rnd_tokens((size_t)N, V);
+        xent_ctx c = {N, V, tgt, to_d(logits, n), malloc(N * sizeof(double)),
+                      1.0 / N};
+        xent_loss(&c);
+        double *fl = fd(xent_loss, &c, c.logits, n);
+        float *sl[8], *buf[8], *pr[8], *loss = rnd((size_t)N);
+        float *all = calloc(nb, sizeof *all);
+        for (int r = 0; r < tp; r++) {
+            sl[r] = rnd(nl);        /* padding columns hold junk */
+            for (int i = 0; i < N; i++)
+                for (int j = 0; j < shard_rows(V, r, Vl); j++)
+                    sl[r][(size_t)i * Vl + j] = logits[(size_t)i * V +
+                                                       r * Vl + j];
+            buf[r] = calloc(nb, sizeof *buf[r]);
+            pr[r] = rnd(nl);
+            kern_xent_shard_max(buf[r] + (size_t)r * N, sl[r], N, Vl,
+                                shard_rows(V, r, Vl));
+            for (size_t i = 0; i < (size_t)N * tp; i++) all[i] += buf[r][i];
+        }
+        for (int r = 0; r < tp; r++) {
+            memcpy(buf[r], all, sizeof(float) * (size_t)N * tp);
+            float *sum = buf[r] + (size_t)N * tp, *tl = sum + N;
+            kern_xent_shard_exp(pr[r], sum, tl, buf[r], sl[r], tgt, tp,
+                                r * Vl, N, Vl, shard_rows(V, r, Vl));
+        }
+        memset(all + (size_t)N * tp, 0, sizeof(float) * 2 * N);
+        for (int r = 0; r < tp; r++)
+            for (size_t i = (size_t)N * tp; i < nb; i++) all[i] += buf[r][i];
+        for (int r = 0; r < tp; r++) {
+            const float *sum = all + (size_t)N * tp, *tl = sum + N;
+            kern_xent_shard_norm(loss, pr[r], sum, buf[r], tl, N, Vl);
+            check("xent_shard.loss", loss, c.loss, (size_t)N, FWD_ATOL,
+                  FWD_RTOL);
+            for (int i = 0; i < N; i++) {
+                const double *l = c.logits + (size_t)i * V;
+                double mx = -INFINITY, z = 0;
+                for (int j = 0; j < V; j++) mx = fmax(mx, l[j]);
+                for (int j = 0; j < V; j++) z += exp(l[j] - mx);
+                for (int j = 0; j < Vl; j++) {
+                    int col = r * Vl + j;
+                    double want = col < V ? exp(l[col] - mx) / z : 0;
+                    double got = pr[r][(size_t)i * Vl + j];
+                    cr_assert(fabs(got - want) <= FWD_ATOL + FWD_RTOL * want,
+                              "xent_shard.probs[%d][%d]: %g vs %g", i, col,
+                              got, want);
+                }
+            }
+            float *dl = rnd(nl), *dl0 = copy_f(dl, nl);
+            kern_xent_shard_backward(dl, pr[r], tgt, (float)(1.0 / N), r * Vl,
+                                     N, Vl);
+            for (int i = 0; i < N; i++)
+                for (int j = 0; j < Vl; j++) {
+                    int col = r * Vl + j;
+                    size_t at = (size_t)i * Vl + j;
+                    double want = col < V ? fl[(size_t)i * V + col] : 0;
+                    double got = (double)dl[at] - dl0[at];
+                    cr_assert(fabs(got - want) <=
+                                  BWD_ATOL + BWD_RTOL * fabs(want),
+                              "xent_shard.dlogits[%d][%d]: %g vs %g", i, col,
+                              got, want);
+                }
+            free(dl); free(dl0);
+        }
+        for (int r = 0; r < tp; r++) {
+            free(sl[r]); free(buf[r]); free(pr[r]);
+        }
+        free(logits); free(tgt); free(c.logits); free(c.loss); free(fl);
+        free(loss); free(all);
+    }
+}
+
+Test(kern, accumulate)
+{
+    rng_seed(680);
+    size_t n = 1003;
+    float *a = rnd(n), *b = rnd(n);
+    double *want = malloc(n * sizeof *want);
+    for (size_t i = 0; i < n; i++) want[i] = (float)((double)a[i] + b[i]);
+    kern_accumulate(a, b, n);
+    /* one correctly rounded addition per element: exact */
+    check("accumulate", a, want, n, 0, 0);
+    free(a); free(b); free(want);
+}
+
 /* --------------------------------------------------------- optimizer */
 
 Test(kern, norm_sq)
@@ -658,7 +811,7 @@ Test(kern, expf_tanhf_accuracy)
 
 Test(kern, op_list)
 {
-    cr_assert_eq(KERN_OP_COUNT, 26);
+    cr_assert_eq(KERN_OP_COUNT, 34);
     cr_assert_str_eq(kern_op_name(KERN_OP_linear_backward_weight),
                      "linear_backward_weight");
     cr_assert_str_eq(kern_kind_name(kern_op_kind(KERN_OP_attention_forward)),

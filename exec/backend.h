@@ -1,0 +1,98 @@
+/* exec/backend.h: the device backend of the pipeline executor (private to
+ * exec/). A backend is a kernel table (kernels/kernels.h) and the few
+ * device operations the runtime, the stages and the transports need, so
+ * every touch of tensor memory goes through one and the same runtime runs
+ * on CPU cores (threads, OpenBLAS; backend_cpu.c) and on CUDA GPUs
+ * (streams, cuBLAS; backend_cuda.cu, built by `make cuda`).
+ *
+ * Ordering: device operations run in order on the calling thread's stream
+ * (bind gives each worker thread its own); sync() waits for them. Copies
+ * with host memory are complete when they return. On the CPU everything is
+ * done when it returns. Errors: a CUDA call that fails is kept, the first
+ * per thread, and returned by the next sync(), which every compute task
+ * ends with and every transfer calls before it completes, so the failure
+ * names the device and task; alloc alone answers at once (NULL).
+ * Plain C, also read by nvcc. */
+#ifndef SLUICE_EXEC_BACKEND_H
+#define SLUICE_EXEC_BACKEND_H
+
+#include <stddef.h>
+
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "util/util.h"
+
+struct exec_backend;
+
+/* One worker's device as the backend holds it. */
+typedef struct exec_dev {
+    const struct exec_backend *be;
+    int worker;     /* the plan's global GPU index (device x tp + rank) */
+    int index;      /* what it runs on: a core (CPU), a GPU (the worker
+                     * modulo this machine's GPUs) */
+    int pin;        /* CPU: pin the compute thread to core `index` */
+    void *impl;     /* the backend's (CUDA: GPU, streams) */
+} exec_dev;
+
+/* What a thread of a worker does: compute and communication have streams
+ * of their own; the thread that sets a run up or collects its results
+ * uses the compute stream (and is not pinned to a core). */
+enum { EXEC_ROLE_COMPUTE, EXEC_ROLE_COMM, EXEC_ROLE_SETUP };
+
+typedef struct exec_backend {
+    const char *name;           /* "cpu", "cuda" */
+    const kern_table *k;        /* its kernels */
+    int host_memory;            /* device memory is host memory: transports
+                                 * may read and write it directly */
+    /* Opens d for d->worker (sets d->index, d->impl); close(NULL impl) is
+     * fine. */
+    int (*open)(exec_dev *d, util_err *e);
+    void (*close)(exec_dev *d);
+    /* Binds the calling thread to d in a role (its device and stream);
+     * unbind releases what the thread holds (CUDA: its cuBLAS handle). */
+    int (*bind)(exec_dev *d, int role, util_err *e);
+    void (*unbind)(void);
+    /* Device memory of d from any thread; NULL with why filled when the
+     * device has none left. */
+    void *(*alloc)(exec_dev *d, size_t bytes, char *why, size_t n);
+    void (*release)(exec_dev *d, void *p);
+    void (*zero)(float *p, size_t n);
+    /* dst and src on any devices of the backend */
+    void (*copy)(void *dst, const void *src, size_t bytes);
+    void (*to_host)(void *dst, const void *src, size_t bytes);
+    void (*from_host)(void *dst, const void *src, size_t bytes);
+    /* acc += src over n floats; acc on the thread's device, src on any */
+    void (*acc)(float *acc, const float *src, size_t n);
+    /* *sum += x[i]^2 for i in order, in double (CPU: the reference's
+     * gradient-norm loop, continued across tensors bit for bit) */
+    void (*norm_sq)(double *sum, const float *x, size_t n);
+    /* Waits for the thread's stream; the first failure since, code 1. */
+    int (*sync)(util_err *e);
+    /* Stream-ordered reuse of freed blocks (NULL on the CPU): fence()
+     * marks the work queued so far on d's compute stream, where any
+     * kernel still reading a block freed now runs; fence_wait() makes the
+     * calling thread's stream wait for it, then releases it. */
+    void *(*fence)(exec_dev *d);
+    void (*fence_wait)(void *f);
+    /* The calling thread's stream (CUDA: a cudaStream_t; NULL on the
+     * CPU), for transports that order their own streams after it. */
+    void *(*stream)(void);
+} exec_backend;
+
+extern const exec_backend exec_backend_cpu;
+
+/* The backend named "cpu" or "cuda". Errors, code 2: another name; CUDA
+ * not compiled in (build bin/sluice-cuda with make cuda); no usable GPU. */
+const exec_backend *exec_backend_get(const char *name, util_err *e);
+/* The CUDA backend (backend_cuda.cu, in bin/sluice-cuda only): NULL with
+ * a message, code 2, when no GPU is usable. */
+const exec_backend *exec_backend_cuda(util_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

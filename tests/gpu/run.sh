@@ -1,0 +1,92 @@
+#!/bin/sh
+# GPU checks of the CUDA backend, not part of `make test` (which never needs
+# CUDA). Builds with `make cuda`; with a GPU it runs
+#   (a) one step of a 2-stage 1F1B plan on one GPU as two workers, its
+#       weights compared with the CPU backend's: every weight within 1e-6,
+#       except at most 1e-4 of them (fp32 sums in another order move a
+#       gradient by ~1e-6 of its size; AdamW's first step moves a weight
+#       by about lr in its gradient's sign, so a gradient within that
+#       noise of zero may step the other way; no weight may differ more);
+#   (b) 20 steps of 1F1B for GPT-2 on two workers (two GPUs when there
+#       are two) with --json: measured against simulated iteration time
+#       and per-device compute;
+#   (c) bin/sluice-cuda-test: every CUDA kernel against the CPU oracle.
+# Without a GPU it says why it skipped and exits 0. Exit 1 when a check
+# fails. SLUICE_GPU_HW names the plan's hardware (default: from the GPU's
+# name); MAKE_JOBS the build's parallelism (default 2).
+set -eu
+cd "$(dirname "$0")/../.."
+make -s -j"${MAKE_JOBS:-2}" cuda
+bin=bin/sluice-cuda
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sluice-gpu.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+# the CUDA runtime's own view: sluice-cuda-test exits 77 without a GPU
+rc=0
+bin/sluice-cuda-test >"$tmp/probe.txt" 2>&1 || rc=$?
+if [ "$rc" = 77 ]; then
+    echo "tests/gpu/run.sh: skipped, no GPU: $(head -n 1 "$tmp/probe.txt")"
+    exit 0
+fi
+
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null |
+      head -n 1 || true)
+count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+hw=${SLUICE_GPU_HW:-}
+if [ -z "$hw" ]; then
+    case "$gpu" in
+        *H200*NVL*) hw=h200-nvl ;;
+        *H200*) hw=h200 ;;
+        *H100*PCIe*) hw=h100-pcie ;;
+        *H100*) hw=h100-sxm ;;
+        *A100*40GB*) hw=a100-sxm-40gb ;;
+        *A100*PCIe*) hw=a100-pcie-80gb ;;
+        *A100*) hw=a100-sxm-80gb ;;
+        *L40S*) hw=l40s ;;
+        *4090*) hw=rtx4090 ;;
+        *) hw=h100-sxm ;;
+    esac
+fi
+data=/usr/share/common-licenses/GPL-3
+[ -f "$data" ] || data=README.md
+echo "tests/gpu/run.sh: ${gpu:-a GPU} (${count:-?} visible), plans for $hw"
+fail=0
+
+echo "== (a) one step of a 2-stage plan on one GPU (two workers) vs the CPU"
+$bin sim --hw "$hw" x2 --model gpt-mini --schedule 1f1b --pp 2 --mbs 4 \
+    --microbatches 4 --out "$tmp/two.json" >/dev/null
+$bin exec --plan "$tmp/two.json" --steps 1 --data "$data" --backend cpu \
+    --save "$tmp/cpu.ckpt" --quiet >"$tmp/cpu.txt"
+if CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} $bin exec \
+       --plan "$tmp/two.json" --steps 1 --data "$data" --backend cuda \
+       --save "$tmp/gpu.ckpt" --quiet >"$tmp/gpu.txt"; then
+    build/gpu/gpu_check weights "$tmp/cpu.ckpt" "$tmp/gpu.ckpt" 1e-6 1e-4 ||
+        fail=1
+else
+    fail=1
+fi
+
+echo "== (b) 20 steps of 1F1B, GPT-2, measured against simulated"
+$bin sim --hw "$hw" x2 --model gpt2 --schedule 1f1b --pp 2 --mbs 8 \
+    --microbatches 8 --out "$tmp/gpt2.json" >/dev/null
+[ "${count:-1}" -ge 2 ] ||
+    echo "(one GPU: both workers share it, the simulation has two)"
+if $bin exec --plan "$tmp/gpt2.json" --steps 20 --data "$data" \
+       --backend cuda --json >"$tmp/gpt2-run.json"; then
+    build/gpu/gpu_check report "$tmp/gpt2-run.json" || fail=1
+else
+    fail=1
+fi
+
+echo "== (c) every CUDA kernel against the CPU oracle"
+bin/sluice-cuda-test || fail=1
+
+# ---------------------------------------------------------------------
+# (d) calibration goes here: `sluice calibrate` on this GPU (being
+# written by the lead), its measured per-op costs fed back to the plan
+# of (b) and its prediction compared again.
+# ---------------------------------------------------------------------
+
+[ "$fail" = 0 ] && echo "tests/gpu/run.sh: all checks passed" ||
+    echo "tests/gpu/run.sh: a check FAILED"
+exit "$fail"
