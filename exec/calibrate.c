@@ -674,3 +674,33 @@ void exec_calib_result_free(exec_calib_result *r)
     prof_calib_free(&r->calib);
     memset(r, 0, sizeof *r);
 }
+
+int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,
+                       const char *model, int *n_added, util_err *e)
+{
+    const prof_gpu *g = prof_topo_gpu(r->topo, 0);
+    *n_added = 0;
+    if (strcmp(g->name, c->device))
+        return util_errf(e, UTIL_EXIT_USAGE, "a run on %s cannot calibrate "
+                         "%s", g->name, c->device);
+    if (!r->op_ns)
+        return util_errf(e, UTIL_EXIT_USAGE, "the run timed no ops");
+    int tp = r->costs->tp > 1 ? r->costs->tp : 1;
+    int mbs = (int)llround(r->costs->samples_per_mb);
+    const sim_kind kinds[PROF_PHASES] = {SIM_F, SIM_B, SIM_W};
+    for (int i = 0; i < r->model->n_ops; i++) {
+        prof_op op = sim_op_tp(&r->model->ops[i], tp);
+        for (int ph = 0; ph < PROF_PHASES; ph++) {
+            double n = r->op_calls[i * PROF_PHASES + ph];
+            if (!(n > 0)) continue;
+            char sig[128];
+            sim_op_signature(g, &op, mbs, kinds[ph], sig, sizeof sig);
+            prof_calib_add_op(c, sig, r->op_ns[i * PROF_PHASES + ph] / n,
+                              (long)n, model);
+            (*n_added)++;
+        }
+    }
+    if (r->task_rest_n > 0)
+        c->gpu.eff.task_ns = fmax(0, r->task_rest_ns / r->task_rest_n);
+    return 0;
+}

@@ -90,6 +90,10 @@ static void usage(FILE *f)
         "  --transport T       auto (MPI under mpirun, else in-process),\n"
         "                      inproc, mpi, or nccl (under mpirun, --backend\n"
         "                      cuda, a GPU per worker)\n"
+        "  --calibrate         time every op of the run and add the times\n"
+        "                      (and the runtime's cost per task) to the\n"
+        "                      device type's calibration (sluice calibrate\n"
+        "                      first); sim and plan then use them\n"
         "\nA plan for more workers than cores runs oversubscribed (with a "
         "warning).\nSLUICE_EXEC_FAULT=W:N[:kill] makes worker W fail at its "
         "N-th compute task\n(tests).\n");
@@ -134,7 +138,7 @@ typedef struct cmd {
     const char *model, *plan, *init, *trace, *plot;
     exec_xport_kind xport;
     const char *backend;
-    int warm;
+    int warm, calibrate;
     const char *ref_only, *plan_only; /* first option of each kind given */
 } cmd;
 
@@ -145,12 +149,13 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         "--lr", "--warmup", "--weight-decay", "--clip", "--seed", "--threads",
         "--save", "--save-every", "--resume", "--timings", "--mem-budget",
         "--eval-batches", "--quiet", "--json", "--help", "--plan", "--init",
-        "--trace", "--plot", "--warm", "--transport", "--backend"};
+        "--trace", "--plot", "--warm", "--transport", "--backend",
+        "--calibrate"};
     static const char *const ref[] = {"--model", "--stop-after", "--batch",
         "--seq", "--threads", "--save-every", "--timings", "--eval-batches",
         NULL};
     static const char *const pln[] = {"--plan", "--init", "--trace",
-        "--plot", "--warm", "--transport", "--backend", NULL};
+        "--plot", "--warm", "--transport", "--backend", "--calibrate", NULL};
     exec_train_opts *o = &c->t;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -160,6 +165,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             if (!strcmp(a, pln[k]) && !c->plan_only) c->plan_only = pln[k];
         if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "--calibrate")) { c->calibrate = 1; continue; }
         int known = 0;
         for (size_t k = 0; k < sizeof opts / sizeof *opts; k++)
             known |= !strcmp(a, opts[k]);
@@ -338,6 +344,69 @@ static int fault_from_env(exec_pipe_opts *po, util_err *e)
     return 0;
 }
 
+/* --calibrate: the calibration of the plan's device type, of this
+ * machine, must be there to add to (sluice calibrate makes it). */
+static int calib_check(const sim_plan *plan, const exec_backend *be,
+                       char *path, size_t n, util_err *e)
+{
+    char *hw = (char *)plan->hw;
+    prof_topo *t = prof_topo_from_args(1, &hw, NULL, e);
+    if (!t) return -1;
+    char dev[32];
+    snprintf(dev, sizeof dev, "%s", t->gpu_types[0].name);
+    int types = t->n_gpu_types;
+    prof_topo_free(t);
+    if (types != 1)
+        return util_errf(e, UTIL_EXIT_USAGE, "--calibrate: the plan's "
+                         "hardware has %d device types; calibrate one at a "
+                         "time", types);
+    if (!prof_calib_path(dev, path, n))
+        return util_errf(e, UTIL_EXIT_USAGE, "--calibrate: no profile "
+                         "directory (SLUICE_PROFILE_DIR is empty): give "
+                         "--profile-dir DIR");
+    if (access(path, F_OK))
+        return util_errf(e, UTIL_EXIT_USAGE, "--calibrate: %s does not "
+                         "exist: run sluice calibrate --hw %s first (this "
+                         "run's op times are added to it)", path, plan->hw);
+    prof_calib c;
+    if (prof_calib_load(path, &c, e)) return -1;
+    prof_machine m;
+    prof_machine_this(&m);
+    /* a GPU's name is the calibration's to say */
+    snprintf(m.device, sizeof m.device, "%s",
+             be->host_memory ? "CPU core" : c.machine.device);
+    int same = prof_machine_same(&c.machine, &m);
+    char a[256], b[256];
+    prof_machine_str(&c.machine, a, sizeof a);
+    prof_machine_str(&m, b, sizeof b);
+    prof_calib_free(&c);
+    if (!same)
+        return util_errf(e, UTIL_EXIT_USAGE, "--calibrate: %s was measured "
+                         "on %s; this is %s: its figures are not this "
+                         "machine's (calibrate here into another "
+                         "--profile-dir)", path, a, b);
+    return 0;
+}
+
+/* Adds the run's op times to the calibration, re-read now (atomic
+ * write: the file is the old one or the new one). */
+static int calib_write(const char *path, const sim_plan *plan,
+                       const exec_pipe_result *r, FILE *f, util_err *e)
+{
+    prof_calib c;
+    int n = 0;
+    if (prof_calib_load(path, &c, e)) return -1;
+    int before = c.n_ops;
+    int rc = exec_calib_add_run(&c, r, plan->model, &n, e) ||
+             prof_calib_save(&c, path, e) ? -1 : 0;
+    if (!rc)
+        fprintf(f, "calibration: %d op times measured, %d new signatures "
+                "(%d in all) and %.1f us per task added to %s\n", n,
+                c.n_ops - before, c.n_ops, c.gpu.eff.task_ns / 1e3, path);
+    prof_calib_free(&c);
+    return rc;
+}
+
 static int run_plan(cmd *c)
 {
     exec_train_opts *t = &c->t;
@@ -380,6 +449,13 @@ static int run_plan(cmd *c)
     po.mem_budget_bytes = t->mem_budget_bytes;
     po.xport = c->xport;
     po.record_mem = c->trace || c->plot;
+    po.op_timing = c->calibrate;
+    char cpath[1100] = "";
+    if (c->calibrate && calib_check(&plan, po.backend, cpath, sizeof cpath,
+                                    &e)) {
+        rc = -1;
+        goto out;
+    }
     po.stop = &stop_flag;
     progress pg = {stdout, t->steps};
     if (out && !t->quiet && !t->json) {
@@ -445,6 +521,11 @@ static int run_plan(cmd *c)
         if (!t->json && t->save)
             printf("saved %s at step %d\n", t->save,
                    r.step_first + r.steps_run);
+        if (c->calibrate && !r.stopped &&
+            calib_write(cpath, &plan, &r, t->json ? stderr : stdout, &e)) {
+            rc = -1;
+            goto out;
+        }
         if (r.async && r.cfg.tied && !t->json)
             printf("note: without a flush each stage updates alone, so the "
                    "LM head's copy of the tied token table trains apart from "

@@ -301,6 +301,7 @@ typedef struct exec_pipe_opts {
     exec_xport_kind xport;
     const struct exec_backend *backend; /* NULL: the CPU (lent) */
     int record_mem;             /* memory curves for traces */
+    int op_timing;              /* time every op's parts (calibration) */
     const volatile int *stop;   /* Ctrl-C: stop after the current step */
     /* faults on purpose (tests): worker, its n-th compute task, kill */
     int fault_worker, fault_task, fault_kill;
@@ -343,6 +344,12 @@ typedef struct exec_pipe_result {
     float *params, *adam_m, *adam_v; /* the final state (full, rank 0) */
     size_t n_params;
     int stopped;                /* a stop (Ctrl-C) ended the run early */
+    /* with op_timing, past the first step, over every worker: per graph
+     * op and phase (op * PROF_PHASES + PROF_PHASE_*) the ns its parts
+     * took and how many ran (tensor-parallel collectives left out), and
+     * compute tasks' time outside their ops */
+    double *op_ns, *op_calls;
+    double task_rest_ns, task_rest_n;
     sim_ir *ir;                 /* the IR that ran (owned) */
     sim_costs *costs;           /* its costs (owned) */
     prof_model *model;          /* owned */
@@ -463,6 +470,16 @@ typedef struct exec_calib_result {
 int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
                    util_err *e);
 void exec_calib_result_free(exec_calib_result *r);
+
+/* Adds what a plan run measured (exec_pipe_opts.op_timing) to c: every op
+ * part's mean time under its signature (the op as one tensor-parallel
+ * rank runs it, at the run's microbatch: sim_op_signature), which then
+ * overrides the efficiency model for that signature, and the runtime's
+ * cost per task (compute tasks' time outside their ops). *n_added counts
+ * the op parts (an op and phase; layers alike share a signature). A run
+ * of another device type than c's: code 2. */
+int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,
+                       const char *model, int *n_added, util_err *e);
 
 /* `sluice exec ...` (argv[0] is "exec"). */
 int exec_cmd_main(int argc, char **argv);

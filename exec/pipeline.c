@@ -101,11 +101,43 @@ void exec_pipe_result_free(exec_pipe_result *r)
     free(r->params);
     free(r->adam_m);
     free(r->adam_v);
+    free(r->op_ns);
+    free(r->op_calls);
     sim_ir_free(r->ir);
     sim_costs_free(r->costs);
     prof_model_free(r->model);
     prof_topo_free(r->topo);
     memset(r, 0, sizeof *r);
+}
+
+/* Calibration's op times, summed over the workers and ranks. */
+static int gather_op_times(exec_runtime *rt, exec_pipe_result *r, int mpi,
+                           util_err *e)
+{
+    if (!rt->op_timing) return 0;
+    size_t n = (size_t)rt->model->n_ops * PROF_PHASES;
+    double *v = util_calloc(2 * n + 2, sizeof *v);
+    for (int i = 0; i < rt->n_local; i++) {
+        const exec_worker *w = &rt->w[i];
+        for (size_t k = 0; k < n; k++) {
+            v[k] += w->op_ns[k];
+            v[n + k] += w->op_n[k];
+        }
+        v[2 * n] += w->rest_ns;
+        v[2 * n + 1] += w->rest_n;
+    }
+    if (mpi && exec_mpi_sum(v, 2 * n + 2, 1, e)) {
+        free(v);
+        return -1;
+    }
+    r->op_ns = util_malloc(sizeof(double) * (n + 1));
+    r->op_calls = util_malloc(sizeof(double) * (n + 1));
+    memcpy(r->op_ns, v, sizeof(double) * n);
+    memcpy(r->op_calls, v + n, sizeof(double) * n);
+    r->task_rest_ns = v[2 * n];
+    r->task_rest_n = v[2 * n + 1];
+    free(v);
+    return 0;
 }
 
 /* Everything the workers measured, summed over ranks (each rank fills
@@ -368,6 +400,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     rt.budget = o->mem_budget_bytes > 0 ? o->mem_budget_bytes
                                         : prof_topo_gpu(r->topo, 0)->mem_bytes;
     rt.record_mem = o->record_mem;
+    rt.op_timing = o->op_timing;
     rt.stop_flag = o->stop;
     rt.on_step = o->on_step;
     rt.on_step_ctx = o->on_step_ctx;
@@ -400,7 +433,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                             : (stop < rt.epochs ? stop : rt.epochs);
     r->stopped = rt.async ? stop < rt.K - 1 : stop < rt.epochs;
     if (r->steps_run > left) r->steps_run = left;
-    if (gather(&rt, r, mpi, e)) goto out_rt;
+    if (gather(&rt, r, mpi, e) || gather_op_times(&rt, r, mpi, e))
+        goto out_rt;
     /* the final state, whole (each value from its one owner) */
     memset(full, 0, sizeof(float) * P);
     memset(am, 0, sizeof(float) * P);

@@ -257,11 +257,69 @@ static int fill_tokens(exec_worker *w, exec_stage *st, exec_rec *r,
     return r->ids.b ? 0 : exec_oom(w, "the tokens", e);
 }
 
+/* ---------------------------------------------- per-op timing */
+
+/* Calibration: the time of one op's part, its tensor-parallel
+ * collectives left out (the simulator prices them apart); the device is
+ * drained before and after, so a GPU's time is the op's. The first step
+ * warms caches and the allocator: not counted. */
+static int op_timed(exec_worker *w, int op, int phase, int64_t t0,
+                    int64_t tp0, const int64_t *tp, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    if (rt->be->sync(e)) return -1;
+    int64_t dt = (int64_t)exec_now_ns() - t0 - (*tp - tp0);
+    w->task_ops_ns += dt + (*tp - tp0);
+    if (rt->async || w->epoch_now > 1) {
+        w->op_ns[op * PROF_PHASES + phase] += (double)dt;
+        w->op_n[op * PROF_PHASES + phase] += 1;
+    }
+    return 0;
+}
+
+static int op_start(exec_worker *w, int64_t *t0, util_err *e)
+{
+    if (w->rt->be->sync(e)) return -1;
+    *t0 = (int64_t)exec_now_ns();
+    return 0;
+}
+
+static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                      int count_loss, int64_t *tp, util_err *e)
+{
+    if (!w->rt->op_timing)
+        return exec_op_forward(w, st, r, op, count_loss, tp, e);
+    int64_t t0, tp0 = *tp;
+    return op_start(w, &t0, e) ||
+           exec_op_forward(w, st, r, op, count_loss, tp, e) ||
+           op_timed(w, op, PROF_PHASE_F, t0, tp0, tp, e) ? -1 : 0;
+}
+
+/* The input-gradient and weight-gradient parts; timed, they run one
+ * after the other (the order zero-bubble schedules use: the same bits). */
+static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                       int input_part, int weight_part, int64_t *tp,
+                       util_err *e)
+{
+    if (!w->rt->op_timing)
+        return exec_op_backward(w, st, r, op, input_part, weight_part, tp, e);
+    for (int part = 0; part < 2; part++) {
+        if (!(part ? weight_part : input_part)) continue;
+        int64_t t0, tp0 = *tp;
+        if (op_start(w, &t0, e) ||
+            exec_op_backward(w, st, r, op, !part, part, tp, e) ||
+            op_timed(w, op, part ? PROF_PHASE_W : PROF_PHASE_B, t0, tp0, tp,
+                     e))
+            return -1;
+    }
+    return 0;
+}
+
 static int run_forward_ops(exec_worker *w, exec_stage *st, exec_rec *r,
                            int count_loss, int64_t *tp, util_err *e)
 {
     for (int op = st->first; op <= st->last; op++)
-        if (exec_op_forward(w, st, r, op, count_loss, tp, e)) return -1;
+        if (op_forward(w, st, r, op, count_loss, tp, e)) return -1;
     return 0;
 }
 
@@ -509,7 +567,7 @@ static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
     for (int op = st->last; op >= st->first; op--) {
         int i = op - st->first;
         const exec_xop *x = &rt->xop[op];
-        if (exec_op_backward(w, st, r, op, 1, fused, tp, e)) return -1;
+        if (op_backward(w, st, r, op, 1, fused, tp, e)) return -1;
         /* what no later part reads goes now */
         if (fused || !x->has_w) exec_view_drop(&r->dout[i]);
         if (fused || !st->w_needs[i]) exec_view_drop(&r->out[i]);
@@ -534,7 +592,7 @@ static int task_w(exec_worker *w, int id, int64_t *tp, util_err *e)
     if (!r) return util_errf(e, UTIL_EXIT_FAIL, "W without its B");
     for (int op = st->last; op >= st->first; op--)
         if (rt->xop[op].has_w &&
-            exec_op_backward(w, st, r, op, 0, 1, tp, e))
+            op_backward(w, st, r, op, 0, 1, tp, e))
             return -1;
     rec_free(st, r);
     w->rec[c.li][c.slot] = NULL;
@@ -816,6 +874,8 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
     int rc = 0;
     int64_t *ts = tslot(w, epoch, id);
     ts[EXEC_T_START] = now_rel(rt);
+    w->epoch_now = epoch;
+    w->task_ops_ns = 0;
     if (t->kind <= SIM_RECOMP) {
         /* the weights of the record's version (its F's) must be there */
         exec_stage *st = &w->st[w->lidx[t->stage]];
@@ -850,6 +910,13 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
     if (!rc) EXEC_KERN(w, rc = rt->be->sync(e));
     ts[EXEC_T_END] = now_rel(rt);
     ts[EXEC_T_TP] = tp;
+    /* the task's own cost: its time outside its ops */
+    if (!rc && rt->op_timing && t->kind <= SIM_RECOMP &&
+        (rt->async || epoch > 1)) {
+        w->rest_ns += (double)(ts[EXEC_T_END] - ts[EXEC_T_START] -
+                               w->task_ops_ns);
+        w->rest_n += 1;
+    }
     if (!rc && t->kind <= SIM_RECOMP && rt->async)
         version_release(w, &w->st[w->lidx[t->stage]], t->version);
     return rc;
@@ -1380,6 +1447,9 @@ int exec_rt_setup(exec_runtime *rt, const float *full, const float *adam_m,
         w->ep_wall = util_calloc((size_t)E + 1, sizeof(int64_t));
         w->ep_end = util_calloc((size_t)E + 1, sizeof(int64_t));
         w->used_ver = util_malloc(sizeof(int) * (size_t)(n + 1));
+        size_t nop = (size_t)rt->model->n_ops * PROF_PHASES;
+        w->op_ns = util_calloc(nop + 1, sizeof(double));
+        w->op_n = util_calloc(nop + 1, sizeof(double));
         for (int k = 0; k < n; k++) w->used_ver[k] = -1;
         if (worker_tasks(w, e) || rt->be->open(&w->dev, e)) return -1;
         /* this thread uploads the stages' state on the device */
@@ -1498,6 +1568,8 @@ void exec_rt_free(exec_runtime *rt)
         free(w->tm); free(w->ep_loss); free(w->ep_norm);
         free(w->ep_kern); free(w->ep_wait); free(w->ep_wall); free(w->ep_end);
         free(w->used_ver);
+        free(w->op_ns);
+        free(w->op_n);
         exec_mem_destroy(&w->mem);
         rt->be->close(&w->dev);
         pthread_mutex_destroy(&w->mu);

@@ -323,6 +323,13 @@ typedef struct exec_worker {
     int threads;            /* which of them were started */
     int comp_finished;
     int tasks_run;          /* for faults on purpose */
+    /* calibration (rt->op_timing): per graph op and phase (F, B, W) the
+     * ns its parts took and how many ran, past the first step; compute
+     * tasks' time outside their ops, and how many */
+    double *op_ns, *op_n;
+    double rest_ns, rest_n;
+    int epoch_now;          /* the epoch of the task running */
+    int64_t task_ops_ns;    /* ops timed in the task running */
 } exec_worker;
 
 /* The shared part of a run. */
@@ -361,6 +368,7 @@ struct exec_runtime {
     const volatile int *stop_flag;  /* Ctrl-C: stop after the step */
     atomic_int stop_epoch;      /* the last epoch to run (stop agreed) */
     int record_mem;
+    int op_timing;              /* time every op's parts (calibration) */
     int64_t t0;                 /* clock origin (exec_now_ns) */
     /* after each flushed step, on worker 0 (progress lines) */
     void (*on_step)(void *ctx, int step, double loss, double norm,

@@ -257,7 +257,7 @@ static tp_role tp_role_of(const prof_op *op)
 }
 
 /* The op one tensor-parallel rank runs. */
-static prof_op tp_op(const prof_op *op, int t)
+prof_op sim_op_tp(const prof_op *op, int t)
 {
     prof_op o = *op;
     tp_role r = tp_role_of(op);
@@ -449,7 +449,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         double ring_lat = 0, ring_bw = 0;
         if (tpw > 1) tp_ring(t, g0, tpw, &ring_lat, &ring_bw);
         for (int i = first_op[s]; i <= last_op[s]; i++) {
-            prof_op opx = tp_op(&m->ops[i], tpw);
+            prof_op opx = sim_op_tp(&m->ops[i], tpw);
             const prof_op *op = &opx;
             f += (double)sim_op_ns(g, dt, op, mbs, SIM_F, meas);
             bb += (double)sim_op_ns(g, dt, op, mbs, SIM_B, meas);

@@ -303,6 +303,9 @@ void sim_costs_free(sim_costs *c);
  * model dtype dt: max(compute, memory) + launches (or a measured value). */
 int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                   int mbs, sim_kind k, const sim_measured *meas);
+/* What one of tp tensor-parallel ranks runs of an op, Megatron-style
+ * (sim_costs_build's split): its FLOPs, bytes and GEMMs. */
+prof_op sim_op_tp(const prof_op *op, int tp);
 /* The efficiency model's figure alone (no measured value), unrounded:
  * what calibration fits. */
 double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,

@@ -15,6 +15,11 @@ cli_result cli_run(const char *args_fmt, ...)
 /* Runs the binary with args (NULL-terminated, no shell: any bytes pass)
  * in folder cwd (NULL: the current one), stdin from /dev/null. */
 cli_result cli_runv(const char *cwd, const char *const *args);
+/* mpirun for two ranks as the tests run it (as root too; MPI's own
+ * allocations are not ours: leak checks off), for sh_run commands. */
+#define MPIRUN "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " \
+               "OMPI_MCA_rmaps_base_oversubscribe=1 ASAN_OPTIONS=detect_leaks=0 " \
+               "mpirun -np 2"
 /* Runs `sh -c CMD` where CMD may name the binary under test as $SLUICE
  * (an absolute path); returns the exit code, or 128+signal. */
 int sh_run(const char *cmd_fmt, ...) __attribute__((format(printf, 1, 2)));

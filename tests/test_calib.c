@@ -508,3 +508,95 @@ Test(calib_cli, a_killed_or_stopped_run_leaves_the_previous_profile)
     cr_assert_gt(file_size(path), 100);
     test_rm_rf(d);
 }
+
+/* The first "calibration: N op times measured" count in out, or -1. */
+static int op_times(const char *out)
+{
+    const char *p = strstr(out, "calibration: ");
+    int n = -1;
+    if (p) sscanf(p, "calibration: %d op times", &n);
+    return n;
+}
+
+/* exec --calibrate adds every op part a run timed, under the signature
+ * the cost model looks up; sim then uses the measured time; MPI ranks
+ * add theirs up; a calibration of other hardware, or none, is refused. */
+Test(calib_cli, exec_adds_a_runs_op_times)
+{
+    char *d = test_tmpdir(), *cwd = getcwd(NULL, 0);
+    cli_result r = cli_run("--profile-dir %s calibrate --hw cpu x2 --quick "
+                           "--out %s/cpu.json", d, d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("sim --hw cpu x2 --model %s/tests/data/exec/gpt-pico.json "
+                "--schedule 1f1b --pp 2 --mbs 2 --microbatches 4 --out "
+                "%s/p.json", cwd, d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("--profile-dir %s exec --plan %s/p.json --steps 3 --quiet "
+                "--calibrate", d, d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    int n1 = op_times(r.out);
+    cr_assert_gt(n1, 10, "%s", r.out);
+    cli_result_free(&r);
+    /* the signatures are the cost model's, and it uses them */
+    prof_profile_dir_set(d);
+    prof_gpu g;
+    util_err e;
+    cr_assert_eq(prof_gpu_get("cpu", &g, &e), 0, "%s", e.msg);
+    cr_assert_not_null(g.calib);
+    cr_assert_gt(g.calib->n_ops, 5);
+    cr_assert_gt(g.eff.task_ns, 0);
+    prof_model *m = prof_model_load("tests/data/exec/gpt-pico.json", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    int hits = 0;
+    for (int i = 0; i < m->n_ops; i++) {
+        char sig[128];
+        sim_op_signature(&g, &m->ops[i], 2, SIM_F, sig, sizeof sig);
+        double ns = prof_calib_op_ns(g.calib, sig);
+        if (ns < 0) continue;
+        hits++;
+        cr_assert_eq(sim_op_ns(&g, PROF_DT_FP32, &m->ops[i], 2, SIM_F, NULL),
+                     (int64_t)llround(ns), "%s", sig);
+    }
+    cr_assert_eq(hits, m->n_ops, "every op's forward was measured");
+    cr_assert(strstr(g.calib->ops[0].model, "gpt-pico"), "%s",
+              g.calib->ops[0].model);
+    prof_model_free(m);
+    /* MPI: each rank times its own ops, rank 0 adds them all */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cd %s && " MPIRUN " \"$SLUICE\" "
+             "--profile-dir %s exec --plan p.json --steps 3 --quiet "
+             "--calibrate > mpi.out 2>&1", d, d);
+    cr_assert_eq(sh_run("%s", cmd), 0);
+    char path[700];
+    snprintf(path, sizeof path, "%s/mpi.out", d);
+    FILE *f = fopen(path, "r");
+    char buf[8192] = "";
+    size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[got] = 0;
+    if (f) fclose(f);
+    cr_assert_eq(op_times(buf), n1, "%s", buf);
+    /* refusals */
+    r = cli_run("--profile-dir %s/none exec --plan %s/p.json --steps 3 "
+                "--calibrate", d, d);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "does not exist: run sluice calibrate --hw cpu "
+                     "x2 first"), "%s", r.err);
+    cli_result_free(&r);
+    cr_assert_eq(sh_run("sed -i 's/\"cores\": [0-9]*/\"cores\": 999/' "
+                        "%s/cpu.json", d), 0);
+    r = cli_run("--profile-dir %s exec --plan %s/p.json --steps 3 "
+                "--calibrate", d, d);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "999 cores") &&
+              strstr(r.err, "its figures are not this machine's"), "%s",
+              r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --model gpt-tiny --steps 1 --calibrate");
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "--calibrate needs --plan"), "%s", r.err);
+    cli_result_free(&r);
+    free(cwd);
+    test_rm_rf(d);
+}

@@ -19,9 +19,6 @@
 #include "tests/harness.h"
 
 #define PICO "tests/data/exec/gpt-pico.json"
-#define MPIRUN "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " \
-               "OMPI_MCA_rmaps_base_oversubscribe=1 ASAN_OPTIONS=detect_leaks=0 " \
-               "mpirun -np 2"
 
 static char *cwd_abs(const char *rel)
 {
