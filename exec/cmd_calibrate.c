@@ -246,7 +246,12 @@ static json_t *report_json(const exec_calib_result *r, const char *path)
         const exec_calib_sample *s = &r->samples[i];
         const char *op = s->kind == SIM_OPT ? "adamw"
                                             : prof_op_role_name(s->op.role);
-        json_array_append_new(sm, json_pack("{s:s,s:s,s:i,s:f,s:f}", "op", op,
+        char sig[128] = "";
+        if (s->kind != SIM_OPT)
+            sim_op_signature(&r->calib.gpu, &s->op, s->mbs, s->kind, sig,
+                             sizeof sig);
+        json_array_append_new(sm, json_pack("{s:s,s:s,s:s,s:i,s:f,s:f}", "op",
+                              op, "signature", sig,
                               "kind", sim_kind_name(s->kind), "mbs", s->mbs,
                               "measured_ns", s->ns, "fitted_ns",
                               exec_calib_model_ns(&r->calib.gpu, s)));

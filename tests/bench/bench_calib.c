@@ -1,0 +1,310 @@
+/* The calibration loop on this machine, `--hw cpu x2` (two cores as
+ * devices). Calibrate (sluice calibrate's microbenchmarks, then one
+ * single-device training run of gpt-mini with --calibrate) into a fresh
+ * profile directory; then for gpt-mini and gpt-long (tests/bench) take
+ * the planner's plan of every schedule, simulate it before calibration
+ * (built-in figures) and after, and run it. The runs predicted are never
+ * the ones calibrated from. Goals: after calibration the median error of
+ * the iteration time under 3%, none over 10%; peak memory per device
+ * within 5%; the planner's choice the fastest measured or within 3% of it.
+ * One run: compare the rows of one table, not tables. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "exec/exec.h"
+#include "planner/planner.h"
+
+#define CORPUS "/usr/share/common-licenses/GPL-3"
+#define STEPS 8
+#define WARM 2
+
+static const sim_sched scheds[] = {
+    SIM_SCHED_GPIPE, SIM_SCHED_1F1B, SIM_SCHED_2BW, SIM_SCHED_MIXED,
+    SIM_SCHED_WAVE, SIM_SCHED_INTERLEAVED, SIM_SCHED_ZBH1};
+#define NS ((int)(sizeof scheds / sizeof *scheds))
+
+static exec_adamw adamw(void)
+{
+    return (exec_adamw){.lr = 2e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
+                        .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f};
+}
+
+static int die(const util_err *e)
+{
+    fprintf(stderr, "bench_calib: %s\n", e->msg);
+    return 1;
+}
+
+/* The simulator's iteration time and peak memory per device for p with
+ * the profile directory in force. */
+static int simulate(const sim_plan *p, double *it_s, double *peak, int *nd,
+                    util_err *e)
+{
+    char *hw = (char *)p->hw;
+    prof_topo *t = prof_topo_from_args(1, &hw, NULL, e);
+    if (!t) return -1;
+    prof_model *m = prof_model_for_topo(prof_model_load(p->model, e), t, e);
+    if (!m) {
+        prof_topo_free(t);
+        return -1;
+    }
+    sim_costs *c = NULL;
+    sim_ir *ir = NULL;
+    sim_engine *en = NULL;
+    sim_result r;
+    int rc = plan_simulate(p, m, t, 0, 0, &c, &ir, &en, &r, e);
+    if (!rc) {
+        *it_s = r.iteration_ns / 1e9;
+        *nd = r.n_devices;
+        for (int d = 0; d < r.n_devices && d < 8; d++)
+            peak[d] = r.dev[d].peak_bytes;
+    }
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+    prof_model_free(m);
+    prof_topo_free(t);
+    return rc;
+}
+
+static int run(const sim_plan *p, int op_timing, exec_pipe_result *r,
+               util_err *e)
+{
+    exec_pipe_opts o = {0};
+    o.plan = p;
+    o.plan_path = "(bench)";
+    o.data = CORPUS;
+    o.steps = STEPS;
+    o.adamw = adamw();
+    o.warmup = -1;
+    o.seed = 1337;
+    o.xport = EXEC_XPORT_INPROC;
+    o.fault_worker = -1;
+    o.op_timing = op_timing;
+    return exec_pipe_run(&o, r, e);
+}
+
+static double err_of(double pred, double meas)
+{
+    return meas > 0 ? pred / meas - 1 : 0;
+}
+
+static int cmp_abs(const void *a, const void *b)
+{
+    double x = fabs(*(const double *)a), y = fabs(*(const double *)b);
+    return x < y ? -1 : x > y;
+}
+
+static double median_abs(double *v, int n)
+{
+    if (!n) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_abs);
+    return n % 2 ? fabs(v[n / 2]) : 0.5 * (fabs(v[n / 2 - 1]) + fabs(v[n / 2]));
+}
+
+/* Calibrates into dir: microbenchmarks, then one single-device run of
+ * gpt-mini (the planner's plan for one core) adding its op times. */
+static int calibrate(const char *dir, util_err *e)
+{
+    prof_profile_dir_set(NULL);
+    exec_calib_opts o = {.device = "cpu", .devices = 2, .data = CORPUS,
+                         .log = stderr};
+    exec_calib_result cr;
+    if (exec_calibrate(&o, &cr, e)) return -1;
+    char path[600];
+    snprintf(path, sizeof path, "%s/cpu.json", dir);
+    printf("calibrated in %.0f s: %d microbenchmarks, fit median error "
+           "%.1f%%, largest %.1f%%; copies %.1f GB/s + %.1f us; %.1f us per "
+           "task\n", cr.seconds, cr.calib.fit_samples,
+           100 * cr.calib.fit_median_err, 100 * cr.calib.fit_max_err,
+           cr.calib.link[PROF_XFER_INPROC].bw_bytes_per_s / 1e9,
+           cr.calib.link[PROF_XFER_INPROC].latency_ns / 1e3,
+           cr.task_ns / 1e3);
+    int rc = prof_calib_save(&cr.calib, path, e);
+    exec_calib_result_free(&cr);
+    if (rc) return -1;
+    /* the single-device run, planned with the microbenchmarks' figures */
+    prof_profile_dir_set(dir);
+    char *hw1[] = {"cpu", "x1"};
+    util_err e2;
+    prof_topo *t = prof_topo_from_args(2, hw1, NULL, e);
+    prof_model *m = t ? prof_model_for_topo(prof_model_load("gpt-mini", e),
+                                            t, e) : NULL;
+    if (!m) {
+        prof_topo_free(t);
+        return -1;
+    }
+    plan_opts po;
+    plan_opts_init(&po);
+    po.progress = 0;
+    plan_result pr;
+    rc = plan_search(m, t, "gpt-mini", "cpu x1", &po, &pr, e);
+    if (!rc && !pr.found) rc = util_errf(e, 1, "no plan for one core");
+    exec_pipe_result r;
+    memset(&r, 0, sizeof r);
+    if (!rc) rc = run(&pr.alt[pr.best].plan, 1, &r, e);
+    prof_calib c;
+    int n = 0;
+    if (!rc && !(rc = prof_calib_load(path, &c, e))) {
+        rc = exec_calib_add_run(&c, &r, "gpt-mini", &n, e) ||
+             prof_calib_save(&c, path, &e2);
+        if (!rc)
+            printf("single-device run (%s, microbatch %d x %d): %d op times, "
+                   "%d signatures, %.1f us per task\n",
+                   sim_sched_name(pr.alt[pr.best].plan.sched),
+                   pr.alt[pr.best].plan.mbs, pr.alt[pr.best].plan.n_mb, n,
+                   c.n_ops, c.gpu.eff.task_ns / 1e3);
+        prof_calib_free(&c);
+    }
+    exec_pipe_result_free(&r);
+    plan_result_free(&pr);
+    prof_model_free(m);
+    prof_topo_free(t);
+    return rc;
+}
+
+typedef struct row {
+    int ok;
+    double before, after, meas;        /* iteration s */
+    double mem_err;                    /* largest |peak error| over devices */
+} row;
+
+/* Predicts and runs p: before (no profile directory) and after (dir). */
+static void evaluate(const sim_plan *p, const char *dir, row *w)
+{
+    util_err e;
+    double pk[8], pm[8];
+    int nd = 0;
+    memset(w, 0, sizeof *w);
+    prof_profile_dir_set(NULL);
+    if (simulate(p, &w->before, pk, &nd, &e)) goto bad;
+    prof_profile_dir_set(dir);
+    if (simulate(p, &w->after, pk, &nd, &e)) goto bad;
+    exec_pipe_result r;
+    if (run(p, 0, &r, &e)) goto bad;
+    w->meas = exec_pipe_iteration_s(&r, WARM, NULL, NULL);
+    for (int d = 0; d < r.n_devices && d < nd && d < 8; d++) {
+        pm[d] = r.peak_bytes[d];
+        double x = fabs(err_of(pk[d], pm[d]));
+        if (x > w->mem_err) w->mem_err = x;
+    }
+    exec_pipe_result_free(&r);
+    w->ok = 1;
+    return;
+bad:
+    printf("  failed: %s\n", e.msg);
+}
+
+static void table_head(void)
+{
+    printf("%-12s %-9s %-7s %9s %9s %8s %9s %8s %7s\n", "schedule",
+           "p x d x t", "mbs x n", "measured", "before", "error", "after",
+           "error", "memory");
+}
+
+static void table_row(const char *name, const sim_plan *p, const row *w)
+{
+    char lay[24], mb[24];
+    snprintf(lay, sizeof lay, "%dx%dx%d", p->pp, p->dp, p->tp);
+    snprintf(mb, sizeof mb, "%dx%d", p->mbs, p->n_mb);
+    printf("%-12s %-9s %-7s %8.3fs %8.3fs %+7.1f%% %8.3fs %+7.1f%% %6.1f%%\n",
+           name, lay, mb, w->meas, w->before,
+           100 * err_of(w->before, w->meas), w->after,
+           100 * err_of(w->after, w->meas), 100 * w->mem_err);
+}
+
+static int loop(const char *model, const char *dir, int ranking)
+{
+    util_err e;
+    prof_profile_dir_set(dir);
+    char *hw2[] = {"cpu", "x2"};
+    prof_topo *t = prof_topo_from_args(2, hw2, NULL, &e);
+    prof_model *m = t ? prof_model_for_topo(prof_model_load(model, &e), t,
+                                            &e) : NULL;
+    if (!m) return die(&e);
+    plan_opts po;
+    plan_opts_init(&po);
+    po.progress = 0;
+    plan_result pr;
+    if (plan_search(m, t, model, "cpu x2", &po, &pr, &e)) return die(&e);
+    printf("\n%s on cpu x2, global batch %d; planned with the calibrated "
+           "figures; measured: median of steps %d-%d\n", model, pr.batch,
+           WARM + 1, STEPS);
+    table_head();
+    double eb[SIM_SCHED_COUNT], ea[SIM_SCHED_COUNT], mem = 0;
+    int n = 0;
+    row rows[SIM_SCHED_COUNT];
+    memset(rows, 0, sizeof rows);
+    for (int i = 0; i < NS; i++) {
+        const plan_alt *a = &pr.alt[scheds[i]];
+        if (!a->feasible) {
+            printf("%-12s no plan fits\n", sim_sched_name(scheds[i]));
+            continue;
+        }
+        row *w = &rows[scheds[i]];
+        evaluate(&a->plan, dir, w);
+        if (!w->ok) continue;
+        table_row(sim_sched_name(scheds[i]), &a->plan, w);
+        eb[n] = err_of(w->before, w->meas);
+        ea[n++] = err_of(w->after, w->meas);
+        if (w->mem_err > mem) mem = w->mem_err;
+    }
+    double mb = median_abs(eb, n), ma = median_abs(ea, n);
+    double worst = n ? fabs(ea[n - 1]) : 0;   /* sorted by median_abs */
+    printf("iteration time error, median |before| %.1f%% -> |after| %.1f%% "
+           "(goal under 3%%); largest after %.1f%% (goal under 10%%); peak "
+           "memory within %.1f%% (goal 5%%)\n", 100 * mb, 100 * ma,
+           100 * worst, 100 * mem);
+    if (ranking) {
+        /* every alternative plan lists: is the chosen one the fastest? */
+        printf("\nthe planner's ranking (%s): every schedule's plan run\n",
+               model);
+        printf("%-12s %10s %10s\n", "schedule", "predicted", "measured");
+        double fastest = HUGE_VAL, chosen = 0;
+        const char *fast_name = "";
+        for (int s = 0; s < SIM_SCHED_COUNT; s++) {
+            const plan_alt *a = &pr.alt[s];
+            if (!a->feasible) continue;
+            row *w = &rows[s];
+            if (!w->ok) evaluate(&a->plan, dir, w);
+            if (!w->ok) continue;
+            printf("%-12s %9.3fs %9.3fs%s\n", sim_sched_name((sim_sched)s),
+                   w->after, w->meas, s == (int)pr.best ? "  (chosen)" : "");
+            if (w->meas < fastest) {
+                fastest = w->meas;
+                fast_name = sim_sched_name((sim_sched)s);
+            }
+            if (s == (int)pr.best) chosen = w->meas;
+        }
+        printf("chosen %s: %.3f s; fastest measured %s: %.3f s; chosen is "
+               "%.1f%% slower (goal: within 3%%)\n",
+               sim_sched_name(pr.best), chosen, fast_name, fastest,
+               fastest > 0 ? 100 * (chosen / fastest - 1) : 0);
+    }
+    plan_result_free(&pr);
+    prof_model_free(m);
+    prof_topo_free(t);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    char dir[] = "/tmp/sluice-bench-calib-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("bench_calib");
+        return 1;
+    }
+    util_err e;
+    int rc = calibrate(dir, &e) ? die(&e) : 0;
+    const char *models[] = {"gpt-mini", "tests/bench/gpt-long.json"};
+    for (int i = 0; !rc && i < (argc > 1 ? argc - 1 : 2); i++)
+        rc = loop(argc > 1 ? argv[i + 1] : models[i], dir, i == 0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) rc = 1;
+    return rc;
+}
