@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 double exec_calib_model_ns(const prof_gpu *g, const exec_calib_sample *s)
 {
@@ -25,14 +26,15 @@ double exec_calib_model_ns(const prof_gpu *g, const exec_calib_sample *s)
 /* The fitted parameters, in log space so every one stays positive: the
  * global ones, then a factor per group of memory-bound samples (a kind
  * and phase, or the optimizer). */
-enum { P_GEMM, P_HALF_MN, P_HALF_K, P_MEM, P_HALF_B, P_LAUNCH, P_N };
+enum { P_GEMM, P_HALF_MN, P_HALF_K, P_MEM, P_HALF_B, P_LAUNCH, P_CACHE,
+       P_GAIN, P_N };
 #define MAX_P (P_N + 2 * PROF_OP_KIND_COUNT * PROF_PHASES + 1)
 
 static const char *const pnames[P_N] = {
     "gemm_tflops", "gemm_half_mn", "gemm_half_k", "mem_gb_per_s",
-    "mem_half_bytes", "launch_ns"};
+    "mem_half_bytes", "launch_ns", "cache_bytes", "cache_gain_minus_1"};
 /* what each parameter is reported in: value x scale */
-static const double pscale[P_N] = {1e-12, 1, 1, 1e-9, 1, 1};
+static const double pscale[P_N] = {1e-12, 1, 1, 1e-9, 1, 1, 1, 1};
 
 /* Groups: GEMM factors (kind * PROF_PHASES + phase), memory factors
  * after them, the optimizer last. The forward of linear layers defines
@@ -81,6 +83,8 @@ static prof_gpu gpu_of(const fit_ctx *c, const double *x)
     g.eff.gemm_half_k = exp(x[P_HALF_K]);
     g.eff.mem_half_bytes = exp(x[P_HALF_B]);
     g.eff.launch_ns = exp(x[P_LAUNCH]);
+    g.eff.cache_bytes = exp(x[P_CACHE]);
+    g.eff.cache_gain = 1 + exp(x[P_GAIN]);
     memset(g.eff.gemm_factor, 0, sizeof g.eff.gemm_factor);
     memset(g.eff.mem_factor, 0, sizeof g.eff.mem_factor);
     g.eff.opt_factor = 0;
@@ -108,6 +112,16 @@ static int residuals(const gsl_vector *xv, void *data, gsl_vector *f)
         gsl_vector_set(f, (size_t)i, log(fmax(m, 1e-3) / c->s[i].ns));
     }
     return GSL_SUCCESS;
+}
+
+/* Where the fit looks for a cache first: this machine's per-core L2. */
+static double cache_guess(void)
+{
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l2 > 0) return (double)l2;
+#endif
+    return 1 << 20;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -163,7 +177,9 @@ int exec_calib_fit(const exec_calib_sample *s, int n, const prof_gpu *base,
         log(base->peak_flops[PROF_DT_FP32] * b->gemm_max),
         log(fmax(b->gemm_half_mn, 1)), log(fmax(b->gemm_half_k, 1)),
         log(base->mem_bw_bytes_per_s * b->mem_max),
-        log(fmax(b->mem_half_bytes, 1)), log(fmax(b->launch_ns, 1))};
+        log(fmax(b->mem_half_bytes, 1)), log(fmax(b->launch_ns, 1)),
+        log(b->cache_bytes > 0 ? b->cache_bytes : cache_guess()),
+        log(b->cache_gain > 1 ? b->cache_gain - 1 : 1)};
     gsl_error_handler_t *old = gsl_set_error_handler_off();
     gsl_multifit_nlinear_parameters fp =
         gsl_multifit_nlinear_default_parameters();

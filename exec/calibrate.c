@@ -1,20 +1,23 @@
 /* `sluice calibrate`'s measurements: every op of GPT-family layers over a
  * range of widths, sequence lengths and microbatches (the GEMM shapes the
- * model zoo produces, and the memory-bound ops beside them), AdamW steps
- * over sizes, copies between two devices' threads and ring all-reduces
- * over groups of them, MPI messages under mpirun, and the runtime's cost
- * per task from a short pipeline run. Each microbenchmark runs the
- * executor's kernels on the core of device 0 until it has a median of
- * enough repeats. The fits are in calib_fit.c. */
+ * model zoo produces, and the memory-bound ops beside them) and AdamW
+ * steps, each as the executor runs it in training (short runs of small
+ * two-layer models with every op timed: caches, allocations and the
+ * runtime's own cost per task as a real run has them); how much slower
+ * ops get when several devices of the host compute at once; copies
+ * between two devices' threads and ring all-reduces over groups of them;
+ * MPI messages under mpirun. The fits are in calib_fit.c. */
 #include "exec/exec.h"
 #include "exec/runtime.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------- timing */
 
@@ -54,271 +57,238 @@ static int pin_self(int core, cpu_set_t *old)
 
 /* ---------------------------------------------------------------- ops */
 
-/* Buffers for one layer's ops at one size; every kernel reads and writes
- * its own, so repeats never feed each other. */
-typedef struct obench {
-    int B, T, N, C, NH, F, V;
-    float *x, *y, *dx, *dy, *w, *dw, *a, *bb, *db;
-    int *tok, *tgt;
-    prof_op_role role;
-    sim_kind kind;
-    size_t n_opt;
-} obench;
-
-static void fill(float *p, size_t n, uint64_t *seed)
-{
-    for (size_t i = 0; i < n; i++) {
-        *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
-        p[i] = (float)((double)(*seed >> 11) / 9007199254740992.0 - 0.5) *
-               0.2f;
-    }
-}
-
-/* The kernels the executor runs for one op's part (stage_gpt.c, one
- * tensor-parallel rank). */
-static void ob_run(void *ctx)
-{
-    obench *o = ctx;
-    int B = o->B, T = o->T, N = o->N, C = o->C, NH = o->NH, F = o->F,
-        V = o->V;
-    int K = C, OC = C;
-    const float *bias = o->bb;
-    switch (o->role) {
-    case PROF_ROLE_QKV: OC = 3 * C; break;
-    case PROF_ROLE_MLP_UP: OC = F; break;
-    case PROF_ROLE_MLP_DOWN: K = F; break;
-    case PROF_ROLE_LM_HEAD: OC = V; bias = NULL; break;
-    default: break;
-    }
-    sim_kind k = o->kind;
-    switch (o->role) {
-    case PROF_ROLE_EMBED:
-        if (k == SIM_F) kern_embed_forward(o->y, o->tok, o->w, o->bb, B, T, C);
-        else kern_embed_backward(o->dw, o->db, o->dy, o->tok, B, T, C);
-        break;
-    case PROF_ROLE_NORM:
-        if (k == SIM_F)
-            kern_layernorm_forward(o->y, o->a, o->a + N, o->x, o->w, o->bb, N,
-                                   C);
-        else if (k == SIM_B)
-            kern_layernorm_backward_input(o->dx, o->dy, o->x, o->w, o->a,
-                                          o->a + N, N, C);
-        else
-            kern_layernorm_backward_weight(o->dw, o->db, o->dy, o->x, o->a,
-                                           o->a + N, N, C);
-        break;
-    case PROF_ROLE_QKV:
-    case PROF_ROLE_ATTN_OUT:
-    case PROF_ROLE_MLP_UP:
-    case PROF_ROLE_MLP_DOWN:
-    case PROF_ROLE_LM_HEAD:
-        if (k == SIM_F)
-            kern_linear_forward(o->y, o->x, o->w, bias, N, K, OC);
-        else if (k == SIM_B)
-            kern_linear_backward_input(o->dx, o->dy, o->w, N, K, OC);
-        else
-            kern_linear_backward_weight(o->dw, bias ? o->db : NULL, o->dy,
-                                        o->x, N, K, OC);
-        break;
-    case PROF_ROLE_ATTN_SCORES:
-        if (k == SIM_F) kern_attn_scores_forward(o->y, o->x, B, T, C, NH);
-        else kern_attn_scores_backward(o->dx, o->dy, o->x, B, T, C, NH);
-        break;
-    case PROF_ROLE_ATTN_SOFTMAX:
-        if (k == SIM_F) kern_attn_softmax_forward(o->y, o->x, B, T, NH);
-        else kern_attn_softmax_backward(o->dx, o->dy, o->y, B, T, NH);
-        break;
-    case PROF_ROLE_ATTN_CONTEXT:
-        if (k == SIM_F)
-            kern_attn_context_forward(o->y, o->x, o->w, B, T, C, NH);
-        else
-            kern_attn_context_backward(o->dx, o->dw, o->dy, o->x, o->w, B, T,
-                                       C, NH);
-        break;
-    case PROF_ROLE_RESIDUAL:
-        if (k == SIM_F) kern_residual_forward(o->y, o->x, o->w, (size_t)N * C);
-        else kern_residual_backward(o->dx, o->dw, o->dy, (size_t)N * C);
-        break;
-    case PROF_ROLE_MLP_ACT:
-        if (k == SIM_F) kern_gelu_forward(o->y, o->x, (size_t)N * F);
-        else kern_gelu_backward(o->dx, o->x, o->dy, (size_t)N * F);
-        break;
-    case PROF_ROLE_LOSS:
-        if (k == SIM_F)
-            kern_softmax_xent_forward(o->y, o->a, o->x, o->tgt, N, V);
-        else
-            kern_softmax_xent_backward(o->dx, o->a, o->tgt, 1.0f / N, N, V);
-        break;
-    default:
-        break;
-    }
-}
-
-static void ob_opt(void *ctx)
-{
-    obench *o = ctx;
-    kern_adamw_update(o->w, o->x, o->y, o->dw, o->n_opt, 1e-4f, 0.9f, 0.95f,
-                      1e-8f, 0.1f, 1.0f, 1);
-}
-
-/* The parts of an op the executor runs: F, the input gradient (every op
- * with an input but the embedding), the weight gradient (ops with
- * weights). */
-static int runs(prof_op_role r, sim_kind k)
-{
-    if (k == SIM_F) return 1;
-    if (k == SIM_B) return r != PROF_ROLE_EMBED;
-    switch (r) {
-    case PROF_ROLE_EMBED: case PROF_ROLE_NORM: case PROF_ROLE_QKV:
-    case PROF_ROLE_ATTN_OUT: case PROF_ROLE_MLP_UP: case PROF_ROLE_MLP_DOWN:
-    case PROF_ROLE_LM_HEAD:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-/* One size of layer to measure. */
+/* One size of GPT layer to measure (hs: head size). */
 typedef struct layer_size {
     int C, T, mbs, V, hs;
 } layer_size;
 
+/* Widths, lengths and microbatches that span the zoo's small GPTs (and
+ * the tokens per microbatch planners pick for them), one with a larger
+ * vocabulary; a step of each takes well under a second on a core. */
 static const layer_size full_sizes[] = {
-    {64, 128, 1, 256, 32},   {64, 128, 4, 256, 32},
-    {128, 64, 1, 256, 32},   {128, 128, 4, 256, 32},
+    {64, 128, 1, 256, 32},   {64, 256, 4, 256, 32},
+    {128, 64, 2, 256, 32},   {128, 128, 8, 256, 32},
+    {128, 512, 1, 256, 32},  {192, 256, 4, 256, 32},
     {256, 128, 1, 256, 32},  {256, 128, 4, 256, 32},
-    {256, 64, 2, 256, 32},   {256, 256, 1, 256, 32},
-    {384, 128, 2, 256, 64},  {512, 128, 1, 8192, 64},
-    {512, 256, 2, 256, 64},  {768, 128, 1, 256, 64},
-    {768, 64, 4, 256, 64},   {1024, 128, 1, 256, 64},
+    {256, 128, 16, 256, 32}, {256, 256, 2, 256, 32},
+    {384, 128, 8, 256, 64},  {512, 64, 4, 256, 64},
+    {512, 256, 1, 256, 64},  {512, 128, 1, 8192, 64},
+    {768, 128, 2, 256, 64},  {768, 64, 8, 256, 64},
+    {1024, 128, 1, 256, 64},
 };
 static const layer_size quick_sizes[] = {
     {64, 32, 1, 256, 32}, {128, 64, 1, 256, 32}, {128, 32, 2, 256, 32},
 };
+/* the size whose slowdown with several devices at once is measured */
+static const layer_size busy_size = {256, 128, 4, 256, 32};
+static const layer_size busy_quick = {128, 64, 1, 256, 32};
+
+#define SYN_LAYERS 2
 
 typedef struct samples {
     exec_calib_sample *s;
-    int n, cap;
+    double *n;              /* calls behind each sample's mean */
+    int count, cap;
 } samples;
 
-static void push(samples *v, const prof_op *op, int mbs, sim_kind k,
-                 double ns)
+/* Adds calls of an op part averaging ns, merged into a sample of the same
+ * costs at the same microbatch (the layers of a model are alike). */
+static void add_sample(samples *v, const prof_op *op, int mbs, sim_kind k,
+                       double ns, double calls)
 {
-    if (v->n == v->cap) {
+    for (int i = 0; i < v->count; i++) {
+        exec_calib_sample *s = &v->s[i];
+        if (s->mbs == mbs && s->kind == k && s->op.kind == op->kind &&
+            s->op.role == op->role && s->op.fwd_flops == op->fwd_flops &&
+            s->op.params == op->params &&
+            s->op.bytes_read == op->bytes_read &&
+            s->op.bytes_written == op->bytes_written &&
+            s->op.n_gemm == op->n_gemm &&
+            !memcmp(s->op.gemm, op->gemm, sizeof op->gemm)) {
+            s->ns = (s->ns * v->n[i] + ns * calls) / (v->n[i] + calls);
+            v->n[i] += calls;
+            return;
+        }
+    }
+    if (v->count == v->cap) {
         v->cap = v->cap ? 2 * v->cap : 64;
         v->s = util_realloc(v->s, sizeof *v->s * (size_t)v->cap);
+        v->n = util_realloc(v->n, sizeof *v->n * (size_t)v->cap);
     }
-    exec_calib_sample *s = &v->s[v->n++];
+    exec_calib_sample *s = &v->s[v->count];
     memset(s, 0, sizeof *s);
     s->op = *op;
     s->mbs = mbs;
     s->kind = k;
     s->ns = ns;
+    v->n[v->count++] = calls;
 }
 
-/* Whether an op of the same kind and costs was measured at this size. */
-static int seen(const samples *v, int from, const prof_op *op, int mbs,
-                sim_kind k)
+/* A GPT of SYN_LAYERS layers of one size as a spec file. */
+static int write_spec(const char *path, const layer_size *L, util_err *e)
 {
-    for (int i = from; i < v->n; i++) {
-        const exec_calib_sample *s = &v->s[i];
-        if (s->mbs == mbs && s->kind == k && s->op.kind == op->kind &&
-            s->op.fwd_flops == op->fwd_flops &&
-            s->op.bytes_read == op->bytes_read &&
-            s->op.bytes_written == op->bytes_written &&
-            s->op.n_gemm == op->n_gemm &&
-            !memcmp(s->op.gemm, op->gemm, sizeof op->gemm))
-            return 1;
-    }
-    return 0;
+    char text[1024];
+    int n = snprintf(text, sizeof text,
+        "{\"name\": \"calib-%dx%d\", \"family\": \"gpt\", \"hidden\": %d, "
+        "\"layers\": %d, \"heads\": %d, \"ffn\": %d, \"vocab\": %d, "
+        "\"seq_len\": %d, \"max_pos\": %d, \"tied_embeddings\": true, "
+        "\"bias\": true, \"dropout\": false, \"batch\": %d, \"dtype\": "
+        "\"fp32\", \"source\": \"sluice calibrate: a GPT of one layer "
+        "size\"}\n", L->C, L->T, L->C, SYN_LAYERS, L->C / L->hs, 4 * L->C,
+        L->V, L->T, L->T, L->mbs);
+    return util_write_atomic(path, text, (size_t)n, e);
 }
 
-static int measure_layers(const exec_calib_opts *o, samples *v, util_err *e)
+/* Runs the model of spec as a plan of `devices` data-parallel replicas
+ * (one stage each, every device computing at once), every op timed. */
+static int run_spec(const exec_calib_opts *o, const char *spec,
+                    const layer_size *L, int devices, int steps,
+                    exec_pipe_result *r, util_err *e)
+{
+    util_err me;
+    prof_model *m = prof_model_load(spec, &me);
+    if (!m) return util_errf(e, me.code, "%s", me.msg);
+    sim_plan p;
+    sim_plan_init(&p);
+    snprintf(p.model, sizeof p.model, "%s", spec);
+    snprintf(p.hw, sizeof p.hw, "%s x%d", o->device, devices);
+    p.sched = SIM_SCHED_GPIPE;
+    p.pp = 1;
+    p.dp = devices;
+    p.tp = 1;
+    p.mbs = L->mbs;
+    p.n_mb = 1;
+    p.n_minibatches = 1;
+    sim_plan_stages(&p, 1);
+    p.first_op[0] = 0;
+    p.last_op[0] = m->n_ops - 1;
+    p.stage_device[0] = 0;
+    prof_model_free(m);
+    exec_pipe_opts po = {0};
+    po.plan_path = spec;
+    po.plan = &p;
+    po.data = o->data;
+    po.steps = steps;
+    po.adamw = (exec_adamw){1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    po.warmup = -1;
+    po.seed = 1;
+    po.xport = EXEC_XPORT_INPROC;
+    po.stop = o->stop;
+    po.fault_worker = -1;
+    po.op_timing = 1;
+    int rc = exec_pipe_run(&po, r, e);
+    sim_plan_free(&p);
+    return rc;
+}
+
+/* The run's op parts as samples; its optimizer steps (device 0, past the
+ * first step) as one; its tasks' own cost into *rest_ns, *rest_n. */
+static void take_samples(samples *v, const exec_pipe_result *r, int mbs,
+                         double *rest_ns, double *rest_n)
+{
+    static const sim_kind kinds[PROF_PHASES] = {SIM_F, SIM_B, SIM_W};
+    for (int i = 0; i < r->model->n_ops; i++)
+        for (int ph = 0; ph < PROF_PHASES; ph++) {
+            double n = r->op_calls[i * PROF_PHASES + ph];
+            const prof_op *op = &r->model->ops[i];
+            /* parts the cost model prices (an op without weights has no
+             * weight gradient, the embedding no input gradient) */
+            if (!(n > 0) || (ph == PROF_PHASE_W && op->bwd_w_flops <= 0 &&
+                             op->kind != PROF_OP_EMBED) ||
+                (ph == PROF_PHASE_B && op->kind == PROF_OP_EMBED))
+                continue;
+            add_sample(v, op, mbs, kinds[ph],
+                       r->op_ns[i * PROF_PHASES + ph] / n, n);
+        }
+    double opt = 0, nopt = 0;
+    for (int ep = 1; ep < r->epochs; ep++)
+        for (int t = 0; t < r->n_tasks; t++) {
+            const sim_task *k = &r->ir->tasks[t];
+            const int64_t *tm = &r->times[((size_t)ep * r->n_tasks + t) * 4];
+            if (k->kind != SIM_OPT || k->device != 0 || tm[0] < 0) continue;
+            opt += (double)(tm[1] - tm[0]);
+            nopt += 1;
+        }
+    if (nopt > 0) {
+        prof_op op;
+        memset(&op, 0, sizeof op);
+        snprintf(op.name, sizeof op.name, "adamw");
+        op.params = r->costs->stage[0].params;
+        add_sample(v, &op, 1, SIM_OPT, opt / nopt, nopt);
+    }
+    *rest_ns += r->task_rest_ns;
+    *rest_n += r->task_rest_n;
+}
+
+static int measure_layers(const exec_calib_opts *o, const char *tmp,
+                          samples *v, exec_calib_result *res, util_err *e)
 {
     const layer_size *sz = o->quick ? quick_sizes : full_sizes;
     int nsz = o->quick ? (int)(sizeof quick_sizes / sizeof *quick_sizes)
                        : (int)(sizeof full_sizes / sizeof *full_sizes);
-    double min_ns = o->quick ? 2e6 : 25e6;
-    prof_model_spec base;
-    if (prof_model_spec_get("gpt-mini", &base, e)) return -1;
-    uint64_t seed = 0x5eed;
+    int steps = o->quick ? 3 : 5;
+    double rest_ns = 0, rest_n = 0;
+    char spec[600];
+    snprintf(spec, sizeof spec, "%s/layer.json", tmp);
     for (int z = 0; z < nsz; z++) {
         if (o->stop && *o->stop)
             return util_errf(e, UTIL_EXIT_FAIL, "stopped");
         const layer_size *L = &sz[z];
-        prof_model_spec s = base;
-        snprintf(s.name, sizeof s.name, "calib-%d", z);
-        s.hidden = L->C;
-        s.heads = L->C / L->hs;
-        s.kv_heads = s.heads;
-        s.head_dim = L->hs;
-        s.ffn = 4 * L->C;
-        s.vocab = L->V;
-        s.seq_len = s.max_pos = L->T;
-        s.layers = 1;
-        s.dtype = PROF_DT_FP32;
-        prof_model *m = prof_model_build(&s, e);
-        if (!m) return -1;
-        obench b = {.B = L->mbs, .T = L->T, .C = L->C, .NH = s.heads,
-                    .F = s.ffn, .V = L->V};
-        b.N = b.B * b.T;
-        size_t N = (size_t)b.N, C = (size_t)b.C, E = N * 3 * C;
-        size_t cand[] = {N * (size_t)b.F, N * (size_t)b.V,
-                         (size_t)b.B * b.NH * b.T * b.T, (size_t)b.V * C,
-                         (size_t)b.F * C, 3 * C * C, 2 * N + N * (size_t)b.V};
-        for (size_t i = 0; i < sizeof cand / sizeof *cand; i++)
-            if (cand[i] > E) E = cand[i];
-        float **bufs[] = {&b.x, &b.y, &b.dx, &b.dy, &b.w, &b.dw, &b.a};
-        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
-            *bufs[i] = util_malloc(sizeof(float) * E);
-            fill(*bufs[i], E, &seed);
-        }
-        size_t nb = (size_t)b.T * C + 4 * C + (size_t)b.V + (size_t)b.F;
-        b.bb = util_malloc(sizeof(float) * nb);
-        b.db = util_malloc(sizeof(float) * nb);
-        fill(b.bb, nb, &seed);
-        fill(b.db, nb, &seed);
-        b.tok = util_malloc(sizeof(int) * N);
-        b.tgt = util_malloc(sizeof(int) * N);
-        for (size_t i = 0; i < N; i++) {
-            b.tok[i] = (int)((i * 7919u) % (unsigned)b.V);
-            b.tgt[i] = (int)((i * 104729u + 3) % (unsigned)b.V);
-        }
-        int from = v->n;
-        for (int i = 0; i < m->n_ops; i++) {
-            const prof_op *op = &m->ops[i];
-            for (int k = SIM_F; k <= SIM_W; k++) {
-                if (!runs(op->role, (sim_kind)k) ||
-                    seen(v, from, op, L->mbs, (sim_kind)k))
-                    continue;
-                b.role = op->role;
-                b.kind = SIM_F;
-                ob_run(&b);         /* what the backward reads */
-                b.kind = (sim_kind)k;
-                push(v, op, L->mbs, (sim_kind)k, median_ns(ob_run, &b, min_ns));
-            }
-        }
-        /* AdamW over a layer's parameters and a quarter of them */
-        for (int q = 0; q < 2; q++) {
-            prof_op op = {0};
-            op.params = (double)(12 * C * C) / (q ? 4 : 1);
-            b.n_opt = (size_t)op.params;
-            if (b.n_opt > E) b.n_opt = E;
-            op.params = (double)b.n_opt;
-            snprintf(op.name, sizeof op.name, "adamw");
-            push(v, &op, 1, SIM_OPT, median_ns(ob_opt, &b, min_ns));
-        }
+        exec_pipe_result r;
+        int from = v->count;
+        if (write_spec(spec, L, e) || run_spec(o, spec, L, 1, steps, &r, e))
+            return util_err_prefix(e, "ops of width %d", L->C);
+        take_samples(v, &r, L->mbs, &rest_ns, &rest_n);
+        exec_pipe_result_free(&r);
         if (o->log)
             fprintf(o->log, "  ops: hidden %d, sequence %d, microbatch %d%s: "
                     "%d samples\n", L->C, L->T, L->mbs,
-                    L->V > 256 ? ", vocabulary 8192" : "", v->n - from);
-        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(*bufs[i]);
-        free(b.bb);
-        free(b.db);
-        free(b.tok);
-        free(b.tgt);
-        prof_model_free(m);
+                    L->V > 256 ? ", vocabulary 8192" : "", v->count - from);
     }
+    res->task_ns = rest_n > 0 ? rest_ns / rest_n : 0;
+    return 0;
+}
+
+/* The slowdown of ops with n devices computing at once: one size run on
+ * n cores as data-parallel replicas against the same size alone, time
+ * weighted over its op parts. */
+static int measure_busy(const exec_calib_opts *o, const char *tmp,
+                        prof_calib *c, util_err *e)
+{
+    const layer_size *L = o->quick ? &busy_quick : &busy_size;
+    int steps = o->quick ? 3 : 5, top = o->devices;
+    if (top > PROF_CALIB_MAX_BUSY) top = PROF_CALIB_MAX_BUSY;
+    c->busy[0] = 1;
+    c->n_busy = 1;
+    char spec[600];
+    snprintf(spec, sizeof spec, "%s/busy.json", tmp);
+    if (write_spec(spec, L, e)) return -1;
+    exec_pipe_result one;
+    if (top < 2) return 0;
+    if (run_spec(o, spec, L, 1, steps, &one, e))
+        return util_err_prefix(e, "devices at once");
+    size_t n = (size_t)one.model->n_ops * PROF_PHASES;
+    for (int d = 2; d <= top; d++) {
+        if (o->stop && *o->stop) break;
+        exec_pipe_result r;
+        if (run_spec(o, spec, L, d, steps, &r, e)) {
+            exec_pipe_result_free(&one);
+            return util_err_prefix(e, "%d devices at once", d);
+        }
+        double a = 0, b = 0;
+        for (size_t k = 0; k < n; k++)
+            if (one.op_calls[k] > 0 && r.op_calls[k] > 0) {
+                a += r.op_ns[k] / r.op_calls[k] * one.op_calls[k];
+                b += one.op_ns[k];
+            }
+        c->busy[d - 1] = b > 0 ? fmax(0.5, fmin(100, a / b)) : 1;
+        c->n_busy = d;
+        exec_pipe_result_free(&r);
+        if (o->log)
+            fprintf(o->log, "  %d devices at once: ops take %.3fx their time "
+                    "alone\n", d, c->busy[d - 1]);
+    }
+    exec_pipe_result_free(&one);
     return 0;
 }
 
@@ -507,58 +477,6 @@ static void check_ring(const exec_calib_opts *o, exec_calib_result *r)
     }
 }
 
-/* ------------------------------------------------- the runtime's cost */
-
-/* A run of a tiny model on one device, whose tasks take tens of
- * microseconds: the runtime's share of each step (not in kernels; one
- * device neither waits nor sends) over its tasks is the cost of running
- * one. */
-static int measure_runtime(const exec_calib_opts *o, exec_calib_result *r,
-                           util_err *e)
-{
-    sim_plan p;
-    sim_plan_init(&p);
-    snprintf(p.model, sizeof p.model, "gpt-tiny");
-    snprintf(p.hw, sizeof p.hw, "%s x1", o->device);
-    p.sched = SIM_SCHED_1F1B;
-    p.pp = p.dp = p.tp = 1;
-    p.mbs = 1;
-    p.n_mb = 16;
-    p.n_minibatches = 1;
-    prof_model *m = prof_model_load("gpt-tiny", e);
-    if (!m) return -1;
-    sim_plan_stages(&p, 1);
-    p.first_op[0] = 0;
-    p.last_op[0] = m->n_ops - 1;
-    p.stage_device[0] = 0;
-    prof_model_free(m);
-    exec_pipe_opts po = {0};
-    po.plan_path = "(calibration)";
-    po.plan = &p;
-    po.data = o->data;
-    po.steps = o->quick ? 3 : 8;
-    po.adamw = (exec_adamw){1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    po.warmup = -1;
-    po.seed = 1;
-    po.xport = EXEC_XPORT_INPROC;
-    po.stop = o->stop;
-    po.fault_worker = -1;
-    exec_pipe_result pr;
-    int rc = exec_pipe_run(&po, &pr, e);
-    sim_plan_free(&p);
-    if (rc) return util_err_prefix(e, "runtime cost");
-    double it = exec_pipe_iteration_s(&pr, 1, NULL, NULL);
-    double share = exec_pipe_overhead(&pr, 1);
-    /* compute tasks per worker per step */
-    int per = 0;
-    for (int t = 0; t < pr.ir->n_tasks; t++)
-        per += pr.ir->tasks[t].stream == SIM_STREAM_COMPUTE &&
-               pr.ir->tasks[t].device == 0;
-    r->task_ns = per > 0 && it > 0 && share > 0 ? share * it * 1e9 / per : 0;
-    exec_pipe_result_free(&pr);
-    return 0;
-}
-
 /* ---------------------------------------------------------- the whole */
 
 static void machine_now(prof_calib *c, const char *device)
@@ -604,22 +522,35 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
         if (rc || rank) return rc;
     }
     int saved = kern_get_threads();
-    kern_set_threads(1);
-    cpu_set_t old;
-    pin_self(0, &old);
+    char tmp[] = "/tmp/sluice-calibrate-XXXXXX";
+    if (!mkdtemp(tmp))
+        return util_errf(e, UTIL_EXIT_FAIL, "cannot make a temporary "
+                         "folder: %s", strerror(errno));
     samples v = {0};
-    if (o->log) fprintf(o->log, "sluice calibrate: ops on core 0\n");
-    int rc = measure_layers(o, &v, e);
-    pthread_setaffinity_np(pthread_self(), sizeof old, &old);
-    r->samples = v.s;
-    r->n_samples = v.n;
     prof_calib *c = &r->calib;
+    snprintf(c->device, sizeof c->device, "%s", o->device);
+    machine_now(c, o->device);
+    if (o->log)
+        fprintf(o->log, "sluice calibrate: ops of GPT layers, run by the "
+                "executor on one core\n");
+    int rc = measure_layers(o, tmp, &v, r, e);
+    if (!rc && o->log && o->devices > 1)
+        fprintf(o->log, "sluice calibrate: devices computing at once\n");
+    if (!rc) rc = measure_busy(o, tmp, c, e);
+    char rm[600];
+    snprintf(rm, sizeof rm, "%s/layer.json", tmp);
+    unlink(rm);
+    snprintf(rm, sizeof rm, "%s/busy.json", tmp);
+    unlink(rm);
+    rmdir(tmp);
+    r->samples = v.s;
+    r->n_samples = v.count;
+    free(v.n);
     if (!rc) {
-        snprintf(c->device, sizeof c->device, "%s", o->device);
-        machine_now(c, o->device);
-        rc = exec_calib_fit(v.s, v.n, &base, &c->gpu, c->param, &c->n_param,
-                            &c->fit_median_err, &c->fit_max_err, e);
-        c->fit_samples = v.n;
+        rc = exec_calib_fit(v.s, v.count, &base, &c->gpu, c->param,
+                            &c->n_param, &c->fit_median_err, &c->fit_max_err,
+                            e);
+        c->fit_samples = v.count;
     }
     if (!rc && o->log)
         fprintf(o->log, "sluice calibrate: copies between cores\n");
@@ -649,9 +580,6 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
         }
     }
     if (!rc) check_ring(o, r);
-    if (!rc && o->log)
-        fprintf(o->log, "sluice calibrate: the runtime's cost per task\n");
-    if (!rc) rc = measure_runtime(o, r, e);
     kern_set_threads(saved);
     if (!rc) {
         c->gpu.eff.task_ns = r->task_ns;
@@ -696,7 +624,7 @@ int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,
             char sig[128];
             sim_op_signature(g, &op, mbs, kinds[ph], sig, sizeof sig);
             prof_calib_add_op(c, sig, r->op_ns[i * PROF_PHASES + ph] / n,
-                              (long)n, model);
+                              (long)n, model, r->n_workers);
             (*n_added)++;
         }
     }

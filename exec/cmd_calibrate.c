@@ -328,7 +328,8 @@ int exec_calibrate_main(int argc, char **argv)
         if (prof_machine_same(&prev.machine, &cal->machine)) {
             for (int i = 0; i < prev.n_ops; i++)
                 prof_calib_add_op(cal, prev.ops[i].sig, prev.ops[i].ns,
-                                  prev.ops[i].samples, prev.ops[i].model);
+                                  prev.ops[i].samples, prev.ops[i].model,
+                                  prev.ops[i].busy);
             /* an MPI link measured before stays until measured again */
             for (int x = 0; x < PROF_XFER_COUNT; x++)
                 if (!cal->link[x].present && prev.link[x].present)

@@ -315,11 +315,24 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     return 0;
 }
 
+/* The stage's ops in order. An output the backward does not read goes as
+ * soon as its last reader in the stage has run (one read by a later
+ * stage stays until it is handed over), so the forward holds what the
+ * backward keeps and little more. */
 static int run_forward_ops(exec_worker *w, exec_stage *st, exec_rec *r,
                            int count_loss, int64_t *tp, util_err *e)
 {
-    for (int op = st->first; op <= st->last; op++)
+    const exec_runtime *rt = w->rt;
+    for (int op = st->first; op <= st->last; op++) {
         if (op_forward(w, st, r, op, count_loss, tp, e)) return -1;
+        const exec_xop *x = &rt->xop[op];
+        for (int k = 0; k < x->n_in; k++) {
+            int j = x->in[k];
+            if (j >= st->first && j < op && rt->last_use[j] == op &&
+                !st->keep_out[j - st->first])
+                exec_view_drop(&r->out[j - st->first]);
+        }
+    }
     return 0;
 }
 
@@ -1183,6 +1196,14 @@ static void geo_build(exec_runtime *rt)
     int *op_ms = util_malloc(sizeof(int) * (size_t)(nops + 1));
     for (int s = 0; s < SM; s++)
         for (int i = p->first_op[s]; i <= p->last_op[s]; i++) op_ms[i] = s;
+    /* the last op to read each output (its own index when none does) */
+    rt->last_use = util_malloc(sizeof(int) * (size_t)(nops + 1));
+    for (int i = 0; i < nops; i++) rt->last_use[i] = i;
+    for (int i = 0; i < nops; i++)
+        for (int k = 0; k < x[i].n_in; k++)
+            if (x[i].in[k] >= 0 && x[i].in[k] < i &&
+                rt->last_use[x[i].in[k]] < i)
+                rt->last_use[x[i].in[k]] = i;
     rt->geo = util_calloc((size_t)S, sizeof *rt->geo);
     for (int v = 0; v < S; v++) {
         exec_stage *g = &rt->geo[v];
@@ -1583,7 +1604,9 @@ void exec_rt_free(exec_runtime *rt)
     }
     free(rt->geo);
     free(rt->xop);
+    free(rt->last_use);
     rt->xop = NULL;
+    rt->last_use = NULL;
     rt->geo = NULL;
     rt->w = NULL;
     if (rt->err_mu_ok) pthread_mutex_destroy(&rt->err_mu);

@@ -342,6 +342,7 @@ struct exec_runtime {
     int n_workers, n_local, first_local;
     exec_worker *w;             /* n_local: workers this process holds */
     exec_xop *xop;              /* per graph op */
+    int *last_use;              /* per graph op: the last op reading it */
     exec_stage *geo;            /* per IR stage: its geometry (op range,
                                  * inputs, what backward keeps) */
     int S, M, K;                /* IR stages, microbatches, minibatches */

@@ -194,21 +194,23 @@ static int parse_ops(const util_jobj *o, json_t *arr, prof_calib *c,
                      util_err *e)
 {
     static const char *const keys[] = {"signature", "ns", "samples",
-                                       "model", NULL};
+                                       "model", "busy", NULL};
     size_t n = json_array_size(arr);
     c->ops = util_calloc(n + 1, sizeof *c->ops);
     for (size_t i = 0; i < n; i++) {
         util_jobj p;
         prof_calib_op *q = &c->ops[i];
-        long samples = 1;
+        long samples = 1, busy = 1;
         if (util_jelem(o, "ops", arr, i, &p, e) ||
             util_jkeys(&p, keys, e) ||
             util_jstr(&p, "signature", 1, q->sig, sizeof q->sig, e) ||
             util_jnum(&p, "ns", 1, 0, 1e15, &q->ns, e) ||
             util_jint(&p, "samples", 0, 1, 1L << 40, &samples, e) ||
-            util_jstr(&p, "model", 0, q->model, sizeof q->model, e))
+            util_jstr(&p, "model", 0, q->model, sizeof q->model, e) ||
+            util_jint(&p, "busy", 0, 1, 1 << 20, &busy, e))
             return -1;
         q->samples = samples;
+        q->busy = (int)busy;
         /* "GPU|kind|F/B/W|mbs|gemms": the type must be this file's */
         size_t dl = strlen(c->device);
         if (strncmp(q->sig, c->device, dl) || q->sig[dl] != '|')
@@ -225,10 +227,36 @@ static int parse_ops(const util_jobj *o, json_t *arr, prof_calib *c,
     return 0;
 }
 
+/* "busy": [1, 1.04, ...]: the slowdown with 1, 2, ... devices at once. */
+static int parse_busy(const util_jobj *root, prof_calib *c, util_err *e)
+{
+    json_t *arr;
+    c->busy[0] = 1;
+    c->n_busy = 1;
+    if (util_jarray(root, "busy", 0, &arr, e)) return -1;
+    if (!arr) return 0;
+    size_t n = json_array_size(arr);
+    if (n < 1 || n > PROF_CALIB_MAX_BUSY)
+        return util_jerr(e, root, "busy", "%zu values: 1 to %d (the first "
+                         "for one device alone, 1)", n, PROF_CALIB_MAX_BUSY);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        double f = json_is_number(v) ? json_number_value(v) : -1;
+        if (!(f >= 0.5 && f <= 100) || (i == 0 && f != 1))
+            return util_jerr(e, root, "busy", "value %zu: %s (a slowdown "
+                             "between 0.5 and 100, the first 1)", i,
+                             json_is_number(v) ? "out of range"
+                                               : "not a number");
+        c->busy[i] = f;
+    }
+    c->n_busy = (int)n;
+    return 0;
+}
+
 static int parse(const util_jdoc *d, prof_calib *c, util_err *e)
 {
     static const char *const keys[] = {"format", "version", "device", "date",
-        "machine", "gpu", "links", "fit", "ops", NULL};
+        "machine", "gpu", "links", "fit", "ops", "busy", NULL};
     util_jobj root = util_jroot(d), o;
     char fmt[32] = "";
     long version = 1;
@@ -270,6 +298,7 @@ static int parse(const util_jdoc *d, prof_calib *c, util_err *e)
     }
     if (util_jchild(&root, "fit", 0, &o, &have, e)) return -1;
     if (have && parse_fit(&o, c, e)) return -1;
+    if (parse_busy(&root, c, e)) return -1;
     json_t *arr;
     if (util_jarray(&root, "ops", 0, &arr, e)) return -1;
     if (arr && parse_ops(&root, arr, c, e)) return -1;
@@ -332,11 +361,17 @@ json_t *prof_calib_json(const prof_calib *c)
     json_object_set_new(j, "fit", json_pack("{s:i,s:f,s:f,s:o}", "samples",
                         c->fit_samples, "median_error", c->fit_median_err,
                         "max_error", c->fit_max_err, "params", params));
+    json_t *busy = json_array();
+    for (int i = 0; i < c->n_busy; i++)
+        json_array_append_new(busy, json_real(c->busy[i]));
+    if (!c->n_busy) json_array_append_new(busy, json_real(1));
+    json_object_set_new(j, "busy", busy);
     json_t *ops = json_array();
     for (int i = 0; i < c->n_ops; i++) {
         const prof_calib_op *q = &c->ops[i];
-        json_t *o = json_pack("{s:s,s:f,s:I}", "signature", q->sig, "ns",
-                              q->ns, "samples", (json_int_t)q->samples);
+        json_t *o = json_pack("{s:s,s:f,s:I,s:i}", "signature", q->sig,
+                              "ns", q->ns, "samples", (json_int_t)q->samples,
+                              "busy", q->busy > 0 ? q->busy : 1);
         if (q->model[0])
             json_object_set_new(o, "model", json_string(q->model));
         json_array_append_new(ops, o);
@@ -363,25 +398,36 @@ int prof_calib_save(const prof_calib *c, const char *path, util_err *e)
 
 /* ------------------------------------------------------------ lookups */
 
-double prof_calib_op_ns(const prof_calib *c, const char *sig)
+double prof_calib_busy(const prof_calib *c, int n)
+{
+    if (!c || c->n_busy < 1 || n <= 1) return 1;
+    return c->busy[(n < c->n_busy ? n : c->n_busy) - 1];
+}
+
+double prof_calib_op_ns(const prof_calib *c, const char *sig, int busy)
 {
     if (!c || !c->n_ops) return -1;
     prof_calib_op key;
     snprintf(key.sig, sizeof key.sig, "%s", sig);
     const prof_calib_op *q = bsearch(&key, c->ops, (size_t)c->n_ops,
                                      sizeof *c->ops, op_cmp);
-    return q ? q->ns : -1;
+    if (!q) return -1;
+    return q->ns * prof_calib_busy(c, busy) / prof_calib_busy(c, q->busy);
 }
 
 void prof_calib_add_op(prof_calib *c, const char *sig, double mean_ns,
-                       long samples, const char *model)
+                       long samples, const char *model, int busy)
 {
     if (samples < 1) return;
+    if (busy < 1) busy = 1;
     for (int i = 0; i < c->n_ops; i++) {
         prof_calib_op *q = &c->ops[i];
         if (strcmp(q->sig, sig)) continue;
+        /* merged as if measured with the entry's devices at once */
+        double v = mean_ns * prof_calib_busy(c, q->busy) /
+                   prof_calib_busy(c, busy);
         double n = (double)q->samples + (double)samples;
-        q->ns = (q->ns * (double)q->samples + mean_ns * (double)samples) / n;
+        q->ns = (q->ns * (double)q->samples + v * (double)samples) / n;
         q->samples += samples;
         if (model && *model) snprintf(q->model, sizeof q->model, "%s", model);
         return;
@@ -392,6 +438,7 @@ void prof_calib_add_op(prof_calib *c, const char *sig, double mean_ns,
     snprintf(q->sig, sizeof q->sig, "%s", sig);
     q->ns = mean_ns;
     q->samples = samples;
+    q->busy = busy;
     if (model) snprintf(q->model, sizeof q->model, "%s", model);
     qsort(c->ops, (size_t)c->n_ops, sizeof *c->ops, op_cmp);
 }

@@ -116,9 +116,12 @@ static int parse_eff(const util_jobj *o, prof_eff *f, int partial,
 {
     static const char *const keys[] = {"gemm_max", "gemm_half_mn",
         "gemm_half_k", "mem_max", "mem_half_bytes", "launch_ns", "task_ns",
-        "gemm_factor", "mem_factor", "opt_factor", NULL};
+        "gemm_factor", "mem_factor", "opt_factor", "cache_bytes",
+        "cache_gain", NULL};
     int req = !partial;
     if (util_jkeys(o, keys, e) ||
+        util_jnum(o, "cache_bytes", 0, 0, 1e12, &f->cache_bytes, e) ||
+        util_jnum(o, "cache_gain", 0, 0, 1e3, &f->cache_gain, e) ||
         parse_factors(o, "gemm_factor", f->gemm_factor, e) ||
         parse_factors(o, "mem_factor", f->mem_factor, e) ||
         util_jnum(o, "opt_factor", 0, UTIL_POSITIVE, 1e3, &f->opt_factor, e) ||
@@ -256,6 +259,10 @@ json_t *prof_gpu_json(const prof_gpu *g)
     if (mf) json_object_set_new(eff, "mem_factor", mf);
     if (g->eff.opt_factor > 0)
         json_object_set_new(eff, "opt_factor", json_real(g->eff.opt_factor));
+    if (g->eff.cache_bytes > 0 && g->eff.cache_gain > 0) {
+        json_object_set_new(eff, "cache_bytes", json_real(g->eff.cache_bytes));
+        json_object_set_new(eff, "cache_gain", json_real(g->eff.cache_gain));
+    }
     json_t *o = json_object();
     json_object_set_new(o, "name", json_string(g->name));
     json_object_set_new(o, "full_name", json_string(g->full_name));

@@ -47,7 +47,10 @@ typedef enum {
  * and the optimizer step opt_factor times: how much slower (or, with
  * caches, faster) a kind's kernels run than the curves (a BLAS's
  * transposed layouts, the exponentials of a softmax). 0 stands for 1,
- * the datasheet assumption; calibration fits them. */
+ * the datasheet assumption; calibration fits them. Streaming is
+ * cache_gain times faster for an op whose bytes fit cache_bytes (a
+ * device's last private cache level), falling off smoothly past it
+ * (0: no such tier). */
 enum { PROF_PHASE_F, PROF_PHASE_B, PROF_PHASE_W, PROF_PHASES };
 typedef struct prof_eff {
     double gemm_max;
@@ -60,6 +63,7 @@ typedef struct prof_eff {
     double gemm_factor[PROF_OP_KIND_COUNT][PROF_PHASES];
     double mem_factor[PROF_OP_KIND_COUNT][PROF_PHASES];
     double opt_factor;
+    double cache_bytes, cache_gain;
 } prof_eff;
 
 /* Fraction of peak for a GEMM of this shape, in (0, 1]. */
@@ -93,6 +97,10 @@ typedef struct prof_gpu {
     /* The calibration this type's figures come from (lent, lives until
      * exit), NULL for datasheet figures. */
     const struct prof_calib *calib;
+    /* Devices of a plan computing at once on this device's host (the
+     * cost model sets it; 0 or 1: alone): cores share caches, memory
+     * bandwidth and clocks, and the calibration says what that costs. */
+    int busy;
 } prof_gpu;
 
 /* Names of the built-in GPU types, NULL-terminated (lent). */
@@ -468,6 +476,7 @@ typedef struct prof_calib_op {
     double ns;               /* mean over the samples */
     long samples;
     char model[64];          /* the model whose run measured it */
+    int busy;                /* devices computing at once when measured */
 } prof_calib_op;
 
 /* The machine a calibration comes from. Two calibrations are of the same
@@ -481,6 +490,7 @@ typedef struct prof_machine {
 } prof_machine;
 
 #define PROF_CALIB_MAX_PARAMS 48
+#define PROF_CALIB_MAX_BUSY 64
 
 typedef struct prof_calib {
     char file[512];          /* where it was read from; "" when new */
@@ -495,6 +505,11 @@ typedef struct prof_calib {
     double fit_median_err, fit_max_err; /* |fit / measured - 1| over them */
     prof_calib_op *ops;      /* sorted by signature */
     int n_ops;
+    /* busy[n-1]: how much longer ops take with n devices of the host
+     * computing at once than alone (busy[0] = 1), n = 1..n_busy; beyond,
+     * the last. The fitted figures are for a device alone. */
+    double busy[PROF_CALIB_MAX_BUSY];
+    int n_busy;
 } prof_calib;
 
 /* The profile directory in force: set (NULL: none), or found as above. */
@@ -526,12 +541,16 @@ int prof_calib_find(const char *device, const prof_calib **out, util_err *e);
  * only). A file that does not load is skipped, the first such error in e
  * and -1 returned; *n counts those that loaded. */
 int prof_calib_list(prof_calib **out, int *n, util_err *e);
-/* The measured time of an op signature, or -1. */
-double prof_calib_op_ns(const prof_calib *c, const char *sig);
-/* Adds measured samples of a signature (their mean merged with what the
- * calibration has). */
+/* The measured time of an op signature with `busy` devices of the host
+ * computing at once (scaled from how it was measured), or -1. */
+double prof_calib_op_ns(const prof_calib *c, const char *sig, int busy);
+/* The slowdown with n devices computing at once (1 without c). */
+double prof_calib_busy(const prof_calib *c, int n);
+/* Adds measured samples of a signature, taken with `busy` devices
+ * computing at once (their mean merged with what the calibration has,
+ * both as if alone). */
 void prof_calib_add_op(prof_calib *c, const char *sig, double mean_ns,
-                       long samples, const char *model);
+                       long samples, const char *model, int busy);
 /* A value fitted earlier, or NULL. */
 const prof_calib_param *prof_calib_param_get(const prof_calib *c,
                                              const char *name);

@@ -82,10 +82,20 @@ int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
         sim_op_signature(g, op, mbs, k, key, sizeof key);
         int64_t v = sim_measured_get(meas, key);
         if (v >= 0) return v;
-        double c = prof_calib_op_ns(g->calib, key);
+        double c = prof_calib_op_ns(g->calib, key, g->busy);
         if (c >= 0) return (int64_t)llround(c);
     }
     return (int64_t)llround(sim_op_model_ns(g, dt, op, mbs, k));
+}
+
+/* Streaming from a cache: cache_gain times faster for bytes well inside
+ * cache_bytes, the gain fading as they outgrow it. */
+static double cache_speedup(const prof_gpu *g, double bytes)
+{
+    double c = g->eff.cache_bytes, gain = g->eff.cache_gain;
+    if (!(c > 0) || !(gain > 1)) return 1;
+    double x = bytes / c;
+    return 1 + (gain - 1) / (1 + x * x * x);
 }
 
 /* The efficiency model's factor for an op's kind and phase: of the GEMM
@@ -140,11 +150,12 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
     if (bytes > 0 && g->mem_bw_bytes_per_s > 0) {
         double eff = prof_mem_eff(&g->eff, bytes);
         if (eff <= 0) eff = 1e-3;
-        t_mem = bytes / (g->mem_bw_bytes_per_s * eff);
+        t_mem = bytes / (g->mem_bw_bytes_per_s * eff) / cache_speedup(g, bytes);
         if (op->n_gemm == 0) t_mem *= kind_factor(g, op, k);
     }
     int kernels = op->n_gemm > 0 ? op->n_gemm : 1;
-    return fmax(t_comp, t_mem) * 1e9 + kernels * g->eff.launch_ns;
+    return (fmax(t_comp, t_mem) * 1e9 + kernels * g->eff.launch_ns) *
+           prof_calib_busy(g->calib, g->busy);
 }
 
 double sim_opt_model_ns(const prof_gpu *g, double params)
@@ -152,8 +163,9 @@ double sim_opt_model_ns(const prof_gpu *g, double params)
     double ob = params * ADAM_BYTES_PER_PARAM;
     if (!(ob > 0) || !(g->mem_bw_bytes_per_s > 0)) return 0;
     double f = g->eff.opt_factor > 0 ? g->eff.opt_factor : 1;
-    return f * ob / (g->mem_bw_bytes_per_s * prof_mem_eff(&g->eff, ob)) *
-               1e9 + g->eff.launch_ns;
+    return (f * ob / (g->mem_bw_bytes_per_s * prof_mem_eff(&g->eff, ob)) /
+                cache_speedup(g, ob) * 1e9 + g->eff.launch_ns) *
+           prof_calib_busy(g->calib, g->busy);
 }
 
 static sim_costs *costs_alloc(int n_stages, int n_devices)
@@ -438,11 +450,17 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     /* marks[i] = last consumer stage counted for producer op i */
     int *mark = util_malloc(sizeof(int) * (size_t)(m->n_ops + 1));
     for (int i = 0; i < m->n_ops; i++) mark[i] = -1;
+    /* devices of the plan computing at once on one host */
+    long busy = (long)n_devices * tpw * dpw;
+    if (t->gpus_per_server > 0 && busy > t->gpus_per_server)
+        busy = t->gpus_per_server;
     for (int s = 0; s < n_stages; s++) {
         sim_stage_cost *sc = &c->stage[s];
         c->stage_device[s] = stage_device[s];
         int g0 = stage_device[s] * tpw;
-        const prof_gpu *g = prof_topo_gpu(t, g0);
+        prof_gpu gb = *prof_topo_gpu(t, g0);
+        gb.busy = (int)busy;
+        const prof_gpu *g = &gb;
         sc->first_op = first_op[s];
         sc->last_op = last_op[s];
         double f = 0, bb = 0, w = 0, arf = 0, arb = 0;

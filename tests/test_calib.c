@@ -208,9 +208,12 @@ static prof_calib sample_calib(void)
     c.fit_samples = 400;
     c.fit_median_err = 0.04;
     c.fit_max_err = 0.3;
+    c.busy[0] = 1;
+    c.busy[1] = 1.1;
+    c.n_busy = 2;
     prof_calib_add_op(&c, "cpu|linear|F|4|128,768,256,1", 123456, 10,
-                      "gpt-mini");
-    prof_calib_add_op(&c, "cpu|norm|B|4|b262144", 2345, 30, "gpt-mini");
+                      "gpt-mini", 2);
+    prof_calib_add_op(&c, "cpu|norm|B|4|b262144", 2345, 30, "gpt-mini", 1);
     return c;
 }
 
@@ -235,13 +238,26 @@ Test(calib_file, round_trip_and_lookups)
     cr_assert(!r.link[PROF_XFER_MPI].present);
     cr_assert_float_eq(r.link[PROF_XFER_INPROC].bw_bytes_per_s, 9e9, 1);
     cr_assert_eq(r.n_ops, 2);
-    cr_assert_float_eq(prof_calib_op_ns(&r, "cpu|norm|B|4|b262144"), 2345,
+    cr_assert_float_eq(prof_calib_op_ns(&r, "cpu|norm|B|4|b262144", 1), 2345,
                        1e-9);
-    cr_assert_lt(prof_calib_op_ns(&r, "cpu|norm|B|2|b262144"), 0);
-    /* merging samples: the mean weighted by their counts */
-    prof_calib_add_op(&r, "cpu|norm|B|4|b262144", 3345, 10, NULL);
-    cr_assert_float_eq(prof_calib_op_ns(&r, "cpu|norm|B|4|b262144"), 2595,
+    cr_assert_lt(prof_calib_op_ns(&r, "cpu|norm|B|2|b262144", 1), 0);
+    /* measured with two devices at once: alone it takes 1/1.1 of that,
+     * with more than the calibration measured, the last factor */
+    cr_assert_eq(r.n_busy, 2);
+    const char *lin = "cpu|linear|F|4|128,768,256,1";
+    cr_assert_float_eq(prof_calib_op_ns(&r, lin, 2), 123456, 1e-6);
+    cr_assert_float_eq(prof_calib_op_ns(&r, lin, 1), 123456 / 1.1, 1e-6);
+    cr_assert_float_eq(prof_calib_op_ns(&r, lin, 8), 123456, 1e-6);
+    cr_assert_float_eq(prof_calib_busy(&r, 0), 1, 0);
+    cr_assert_float_eq(prof_calib_busy(NULL, 5), 1, 0);
+    /* merging samples: the mean weighted by their counts, each as if
+     * measured with the entry's devices at once */
+    prof_calib_add_op(&r, "cpu|norm|B|4|b262144", 3345, 10, NULL, 1);
+    cr_assert_float_eq(prof_calib_op_ns(&r, "cpu|norm|B|4|b262144", 1), 2595,
                        1e-9);
+    prof_calib_add_op(&r, "cpu|norm|B|4|b262144", 1.1 * 2595, 40, NULL, 2);
+    cr_assert_float_eq(prof_calib_op_ns(&r, "cpu|norm|B|4|b262144", 1), 2595,
+                       1e-6);
     const prof_calib_param *q = prof_calib_param_get(&r, "gemm_tflops");
     cr_assert(q && q->lo == 0.08);
     prof_calib_free(&r);
@@ -273,6 +289,8 @@ Test(calib_file, bad_values_are_named)
         {"s/\"task_ns\": [0-9.e+-]*/\"task_ns\": -1/",
          "field 'gpu.eff.task_ns'"},
         {"s/\"F\": 2.5/\"F\": 0/", "field 'gpu.eff.mem_factor.act.F'"},
+        {"/\"busy\": \\[/{n;s/1/2/}", "field 'busy': value 0"},
+        {"s/\"busy\": 2,/\"busy\": 0,/", "field 'ops[0].busy'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char bad[600];
@@ -553,7 +571,7 @@ Test(calib_cli, exec_adds_a_runs_op_times)
     for (int i = 0; i < m->n_ops; i++) {
         char sig[128];
         sim_op_signature(&g, &m->ops[i], 2, SIM_F, sig, sizeof sig);
-        double ns = prof_calib_op_ns(g.calib, sig);
+        double ns = prof_calib_op_ns(g.calib, sig, g.busy);
         if (ns < 0) continue;
         hits++;
         cr_assert_eq(sim_op_ns(&g, PROF_DT_FP32, &m->ops[i], 2, SIM_F, NULL),
