@@ -68,29 +68,37 @@ typedef struct fit_ctx {
 /* base with the parameters x: a rate above the base's peak raises the
  * peak (efficiency 1), otherwise the peak stays and the efficiency takes
  * the rate, as the catalog's figures mean. */
+/* exp(v) kept within what a profile may say (lo, hi): a parameter the
+ * samples hardly constrain wanders, and the file must load again. */
+static double bexp(double v, double lo, double hi)
+{
+    double r = exp(v);
+    return r < lo ? lo : r > hi ? hi : r;
+}
+
 static prof_gpu gpu_of(const fit_ctx *c, const double *x)
 {
     prof_gpu g = c->base;
     g.calib = NULL;
-    double rate = exp(x[P_GEMM]), mem = exp(x[P_MEM]);
+    double rate = bexp(x[P_GEMM], 1e3, 1e18), mem = bexp(x[P_MEM], 1e3, 1e15);
     double peak = g.peak_flops[PROF_DT_FP32];
     if (!(peak >= rate)) peak = rate;
     g.peak_flops[PROF_DT_FP32] = peak;
     g.eff.gemm_max = rate / peak;
     if (!(g.mem_bw_bytes_per_s >= mem)) g.mem_bw_bytes_per_s = mem;
     g.eff.mem_max = mem / g.mem_bw_bytes_per_s;
-    g.eff.gemm_half_mn = exp(x[P_HALF_MN]);
-    g.eff.gemm_half_k = exp(x[P_HALF_K]);
-    g.eff.mem_half_bytes = exp(x[P_HALF_B]);
-    g.eff.launch_ns = exp(x[P_LAUNCH]);
-    g.eff.cache_bytes = exp(x[P_CACHE]);
-    g.eff.cache_gain = 1 + exp(x[P_GAIN]);
+    g.eff.gemm_half_mn = bexp(x[P_HALF_MN], 0, 1e6);
+    g.eff.gemm_half_k = bexp(x[P_HALF_K], 0, 1e6);
+    g.eff.mem_half_bytes = bexp(x[P_HALF_B], 0, 1e12);
+    g.eff.launch_ns = bexp(x[P_LAUNCH], 0, 1e7);
+    g.eff.cache_bytes = bexp(x[P_CACHE], 1, 1e12);
+    g.eff.cache_gain = 1 + bexp(x[P_GAIN], 0, 999);
     memset(g.eff.gemm_factor, 0, sizeof g.eff.gemm_factor);
     memset(g.eff.mem_factor, 0, sizeof g.eff.mem_factor);
     g.eff.opt_factor = 0;
     for (int i = P_N; i < c->np; i++) {
         int gr = c->param_group[i];
-        double v = exp(x[i]);
+        double v = bexp(x[i], 1e-3, 1e3);
         if (gr == GROUP_OPT) g.eff.opt_factor = v;
         else if (gr >= GROUPS_KP)
             g.eff.mem_factor[(gr - GROUPS_KP) / PROF_PHASES]
@@ -268,8 +276,8 @@ int exec_calib_fit_link(const exec_calib_xfer *x, int n, prof_calib_link *l,
     if (c0 < 0) c0 = 0;       /* below the clock's resolution */
     memset(l, 0, sizeof *l);
     l->present = 1;
-    l->latency_ns = c0;
-    l->bw_bytes_per_s = 1e9 / c1;
+    l->latency_ns = fmin(c0, 1e10);
+    l->bw_bytes_per_s = fmin(1e9 / c1, 1e15);
     l->samples = n;
     for (int i = 0; i < n; i++) {
         double f = c0 + c1 * x[i].bytes;

@@ -4,9 +4,10 @@
  * steps, each as the executor runs it in training (short runs of small
  * two-layer models with every op timed: caches, allocations and the
  * runtime's own cost per task as a real run has them); how much slower
- * ops get when several devices of the host compute at once; copies
- * between two devices' threads and ring all-reduces over groups of them;
- * MPI messages under mpirun. The fits are in calib_fit.c. */
+ * ops get when several devices of the host compute at once; the
+ * pipeline's and data-parallel ring's transfers and the tensor-parallel
+ * all-reduces the executor makes between two devices; MPI messages under
+ * mpirun. The fits are in calib_fit.c. */
 #include "exec/exec.h"
 #include "exec/runtime.h"
 
@@ -18,42 +19,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ------------------------------------------------------------- timing */
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-#define MAX_REPS 400
-
-/* Median time of fn: one call to warm caches, then repeats until min_ns
- * have passed (at least 3, at most MAX_REPS). */
-static double median_ns(void (*fn)(void *), void *ctx, double min_ns)
-{
-    int64_t t[MAX_REPS], sum = 0;
-    int n = 0;
-    fn(ctx);
-    while (n < MAX_REPS && (n < 3 || (double)sum < min_ns)) {
-        int64_t t0 = (int64_t)exec_now_ns();
-        fn(ctx);
-        t[n] = (int64_t)exec_now_ns() - t0;
-        sum += t[n++];
-    }
-    qsort(t, (size_t)n, sizeof *t, cmp_i64);
-    return n % 2 ? (double)t[n / 2] : 0.5 * (double)(t[n / 2 - 1] + t[n / 2]);
-}
-
-static int pin_self(int core, cpu_set_t *old)
-{
-    if (old) pthread_getaffinity_np(pthread_self(), sizeof *old, old);
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(core, &s);
-    return pthread_setaffinity_np(pthread_self(), sizeof s, &s);
-}
 
 /* ---------------------------------------------------------------- ops */
 
@@ -80,8 +45,6 @@ static const layer_size quick_sizes[] = {
     {64, 32, 1, 256, 32}, {128, 64, 1, 256, 32}, {128, 32, 2, 256, 32},
 };
 /* the size whose slowdown with several devices at once is measured */
-static const layer_size busy_size = {256, 128, 4, 256, 32};
-static const layer_size busy_quick = {128, 64, 1, 256, 32};
 
 #define SYN_LAYERS 2
 
@@ -139,11 +102,13 @@ static int write_spec(const char *path, const layer_size *L, util_err *e)
     return util_write_atomic(path, text, (size_t)n, e);
 }
 
-/* Runs the model of spec as a plan of `devices` data-parallel replicas
- * (one stage each, every device computing at once), every op timed. */
-static int run_spec(const exec_calib_opts *o, const char *spec,
-                    const layer_size *L, int devices, int steps,
-                    exec_pipe_result *r, util_err *e)
+/* Runs the model of spec on cores as a plan of pp stages (the ops cut in
+ * halves), dp data-parallel replicas and tp tensor-parallel ranks, n_mb
+ * microbatches; with op_timing every op timed. */
+static int run_layout(const exec_calib_opts *o, const char *spec,
+                      const layer_size *L, int pp, int dp, int tp, int n_mb,
+                      int steps, int op_timing, exec_pipe_result *r,
+                      util_err *e)
 {
     util_err me;
     prof_model *m = prof_model_load(spec, &me);
@@ -151,18 +116,20 @@ static int run_spec(const exec_calib_opts *o, const char *spec,
     sim_plan p;
     sim_plan_init(&p);
     snprintf(p.model, sizeof p.model, "%s", spec);
-    snprintf(p.hw, sizeof p.hw, "%s x%d", o->device, devices);
+    snprintf(p.hw, sizeof p.hw, "%s x%d", o->device, pp * dp * tp);
     p.sched = SIM_SCHED_GPIPE;
-    p.pp = 1;
-    p.dp = devices;
-    p.tp = 1;
+    p.pp = pp;
+    p.dp = dp;
+    p.tp = tp;
     p.mbs = L->mbs;
-    p.n_mb = 1;
+    p.n_mb = n_mb;
     p.n_minibatches = 1;
-    sim_plan_stages(&p, 1);
-    p.first_op[0] = 0;
-    p.last_op[0] = m->n_ops - 1;
-    p.stage_device[0] = 0;
+    sim_plan_stages(&p, pp);
+    for (int s = 0; s < pp; s++) {
+        p.first_op[s] = s * m->n_ops / pp;
+        p.last_op[s] = (s + 1) * m->n_ops / pp - 1;
+        p.stage_device[s] = s;
+    }
     prof_model_free(m);
     exec_pipe_opts po = {0};
     po.plan_path = spec;
@@ -175,10 +142,17 @@ static int run_spec(const exec_calib_opts *o, const char *spec,
     po.xport = EXEC_XPORT_INPROC;
     po.stop = o->stop;
     po.fault_worker = -1;
-    po.op_timing = 1;
+    po.op_timing = op_timing;
     int rc = exec_pipe_run(&po, r, e);
     sim_plan_free(&p);
     return rc;
+}
+
+static int run_spec(const exec_calib_opts *o, const char *spec,
+                    const layer_size *L, int devices, int steps,
+                    exec_pipe_result *r, util_err *e)
+{
+    return run_layout(o, spec, L, 1, devices, 1, 1, steps, 1, r, e);
 }
 
 /* The run's op parts as samples; its optimizer steps (device 0, past the
@@ -245,236 +219,397 @@ static int measure_layers(const exec_calib_opts *o, const char *tmp,
                     "%d samples\n", L->C, L->T, L->mbs,
                     L->V > 256 ? ", vocabulary 8192" : "", v->count - from);
     }
-    res->task_ns = rest_n > 0 ? rest_ns / rest_n : 0;
+    res->task_ns = rest_n > 0 ? fmin(1e9, rest_ns / rest_n) : 0;
     return 0;
 }
 
-/* The slowdown of ops with n devices computing at once: one size run on
- * n cores as data-parallel replicas against the same size alone, time
- * weighted over its op parts. */
-static int measure_busy(const exec_calib_opts *o, const char *tmp,
-                        prof_calib *c, util_err *e)
+/* The slowdown of ops with n devices computing at once. A training step
+ * of one layer size (the reference trainer: forward, backward, AdamW) is
+ * timed on core 0 alone, then with cores 1..n-1 running the same at the
+ * same time, alternately many times, so the machine's other load and its
+ * clocks drift through both alike; the ratio of the medians. */
+typedef struct busy_ctx {
+    const layer_size *L;
+    int core, n_iters;
+    volatile int *go;           /* 1: run, -1: stop */
+    pthread_barrier_t *bar;
+    double *t;                  /* core 0: one time per iteration */
+} busy_ctx;
+
+static void busy_step(exec_gpt *m, const int *tok, const int *tgt)
 {
-    const layer_size *L = o->quick ? &busy_quick : &busy_size;
-    int steps = o->quick ? 3 : 5, top = o->devices;
-    if (top > PROF_CALIB_MAX_BUSY) top = PROF_CALIB_MAX_BUSY;
-    c->busy[0] = 1;
-    c->n_busy = 1;
-    char spec[600];
-    snprintf(spec, sizeof spec, "%s/busy.json", tmp);
-    if (write_spec(spec, L, e)) return -1;
-    exec_pipe_result one;
-    if (top < 2) return 0;
-    if (run_spec(o, spec, L, 1, steps, &one, e))
-        return util_err_prefix(e, "devices at once");
-    size_t n = (size_t)one.model->n_ops * PROF_PHASES;
-    for (int d = 2; d <= top; d++) {
-        if (o->stop && *o->stop) break;
-        exec_pipe_result r;
-        if (run_spec(o, spec, L, d, steps, &r, e)) {
-            exec_pipe_result_free(&one);
-            return util_err_prefix(e, "%d devices at once", d);
-        }
-        double a = 0, b = 0;
-        for (size_t k = 0; k < n; k++)
-            if (one.op_calls[k] > 0 && r.op_calls[k] > 0) {
-                a += r.op_ns[k] / r.op_calls[k] * one.op_calls[k];
-                b += one.op_ns[k];
-            }
-        c->busy[d - 1] = b > 0 ? fmax(0.5, fmin(100, a / b)) : 1;
-        c->n_busy = d;
-        exec_pipe_result_free(&r);
-        if (o->log)
-            fprintf(o->log, "  %d devices at once: ops take %.3fx their time "
-                    "alone\n", d, c->busy[d - 1]);
-    }
-    exec_pipe_result_free(&one);
-    return 0;
+    exec_adamw a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
+    exec_gpt_forward(m, tok, tgt);
+    exec_gpt_zero_grad(m);
+    exec_gpt_backward(m);
+    exec_gpt_step(m, &a, 1);
 }
 
-/* ------------------------------------------------- in-process copies */
-
-/* Two threads on two cores hand a message back and forth as the
- * in-process transport does: copy into a buffer of the receiver's, then
- * wake it. A one-way time is half a round trip. */
-typedef struct pingpong {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int turn;               /* whose move: 0 or 1; -1 stop */
-    size_t bytes;
-    char *buf[2];           /* each side's receive buffer */
-    int core[2];
-    int rounds;
-} pingpong;
-
-static void pp_wait(pingpong *p, int me)
+static void *busy_worker(void *arg)
 {
-    pthread_mutex_lock(&p->mu);
-    while (p->turn != me && p->turn != -1) pthread_cond_wait(&p->cv, &p->mu);
-    pthread_mutex_unlock(&p->mu);
-}
-
-static void pp_pass(pingpong *p, int me)
-{
-    memcpy(p->buf[!me], p->buf[me], p->bytes);
-    pthread_mutex_lock(&p->mu);
-    p->turn = !me;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-}
-
-static void *pp_peer(void *arg)
-{
-    pingpong *p = arg;
-    pin_self(p->core[1], NULL);
+    busy_ctx *c = arg;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(c->core, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    exec_gpt_config g = {.vocab = c->L->V, .max_pos = c->L->T,
+                         .hidden = c->L->C, .layers = 2,
+                         .heads = c->L->C / c->L->hs, .ffn = 4 * c->L->C,
+                         .bias = 1, .tied = 1};
+    int B = c->L->mbs, T = c->L->T;
+    exec_gpt *m = exec_gpt_new(&g, B, T, 7 + (uint64_t)c->core);
+    int *tok = util_malloc(sizeof(int) * (size_t)(2 * B * T));
+    for (int i = 0; i < 2 * B * T; i++) tok[i] = (i * 7919) % g.vocab;
+    busy_step(m, tok, tok + B * T);      /* warm */
     for (;;) {
-        pp_wait(p, 1);
-        if (p->turn == -1) break;
-        pp_pass(p, 1);
+        pthread_barrier_wait(c->bar);
+        int go = *c->go;
+        if (go < 0) break;
+        if (go == 0 && c->core) {       /* not this core's round */
+            pthread_barrier_wait(c->bar);
+            continue;
+        }
+        for (int i = 0; i < c->n_iters; i++) {
+            int64_t t0 = (int64_t)exec_now_ns();
+            busy_step(m, tok, tok + B * T);
+            if (c->t) c->t[i] = (double)((int64_t)exec_now_ns() - t0);
+        }
+        pthread_barrier_wait(c->bar);
     }
+    free(tok);
+    exec_gpt_free(m);
     return NULL;
 }
 
-static void pp_round(void *arg)
+static int cmp_dbl(const void *a, const void *b)
 {
-    pingpong *p = arg;
-    for (int i = 0; i < p->rounds; i++) {
-        pp_pass(p, 0);
-        pp_wait(p, 0);
-    }
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
 
-static int measure_copies(const exec_calib_opts *o, exec_calib_result *r,
-                          util_err *e)
+static int measure_busy(const exec_calib_opts *o, prof_calib *c, util_err *e)
 {
-    int cores = o->devices > 1 ? 2 : 1;
-    pingpong p = {.turn = 0, .core = {0, cores - 1}};
-    pthread_mutex_init(&p.mu, NULL);
-    pthread_cond_init(&p.cv, NULL);
-    size_t maxb = o->quick ? (4u << 20) : (64u << 20);
-    p.buf[0] = util_calloc(maxb, 1);
-    p.buf[1] = util_calloc(maxb, 1);
-    pthread_t th;
-    cpu_set_t old;
-    pin_self(0, &old);
-    if (pthread_create(&th, NULL, pp_peer, &p))
-        return util_errf(e, UTIL_EXIT_FAIL, "cannot start a thread");
-    exec_calib_xfer *x = util_calloc(16, sizeof *x);
-    int n = 0;
-    for (size_t b = 64; b <= maxb && n < 16; b *= 4) {
+    static const layer_size full = {256, 128, 8, 256, 32};
+    static const layer_size quick = {128, 64, 1, 256, 32};
+    const layer_size *L = o->quick ? &quick : &full;
+    int top = o->devices, rounds = o->quick ? 3 : 8, iters = 3;
+    if (top > PROF_CALIB_MAX_BUSY) top = PROF_CALIB_MAX_BUSY;
+    c->busy[0] = 1;
+    c->n_busy = 1;
+    int saved = kern_get_threads();
+    kern_set_threads(1);
+    for (int n = 2; n <= top; n++) {
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, (unsigned)n);
+        volatile int go = 0;
+        double *t = util_malloc(sizeof(double) * (size_t)iters);
+        double *alone = util_malloc(sizeof(double) * (size_t)(rounds * iters));
+        double *both = util_malloc(sizeof(double) * (size_t)(rounds * iters));
+        busy_ctx *ctx = util_calloc((size_t)n, sizeof *ctx);
+        pthread_t *th = util_calloc((size_t)n, sizeof *th);
+        for (int k = 0; k < n; k++) {
+            ctx[k] = (busy_ctx){L, k, iters, &go, &bar, k ? NULL : t};
+            if (k) pthread_create(&th[k], NULL, busy_worker, &ctx[k]);
+        }
+        /* core 0 is this thread's share of the work */
+        cpu_set_t old, set;
+        pthread_getaffinity_np(pthread_self(), sizeof old, &old);
+        CPU_ZERO(&set);
+        CPU_SET(0, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+        exec_gpt_config g = {.vocab = L->V, .max_pos = L->T, .hidden = L->C,
+                             .layers = 2, .heads = L->C / L->hs,
+                             .ffn = 4 * L->C, .bias = 1, .tied = 1};
+        exec_gpt *m = exec_gpt_new(&g, L->mbs, L->T, 7);
+        int BT = L->mbs * L->T;
+        int *tok = util_malloc(sizeof(int) * (size_t)(2 * BT));
+        for (int i = 0; i < 2 * BT; i++) tok[i] = (i * 7919) % g.vocab;
+        busy_step(m, tok, tok + BT);
+        int na = 0, nb = 0;
+        for (int r = 0; r < 2 * rounds; r++) {
+            go = r % 2;                 /* alone, then all at once */
+            pthread_barrier_wait(&bar);
+            for (int i = 0; i < iters; i++) {
+                int64_t t0 = (int64_t)exec_now_ns();
+                busy_step(m, tok, tok + BT);
+                double dt = (double)((int64_t)exec_now_ns() - t0);
+                if (go) both[nb++] = dt;
+                else alone[na++] = dt;
+            }
+            pthread_barrier_wait(&bar);
+        }
+        go = -1;
+        pthread_barrier_wait(&bar);
+        for (int k = 1; k < n; k++) pthread_join(th[k], NULL);
+        pthread_setaffinity_np(pthread_self(), sizeof old, &old);
+        qsort(alone, (size_t)na, sizeof *alone, cmp_dbl);
+        qsort(both, (size_t)nb, sizeof *both, cmp_dbl);
+        double f = alone[na / 2] > 0 ? both[nb / 2] / alone[na / 2] : 1;
+        c->busy[n - 1] = fmax(0.5, fmin(100, f));
+        c->n_busy = n;
+        if (o->log)
+            fprintf(o->log, "  %d devices at once: ops take %.3fx their time "
+                    "alone\n", n, c->busy[n - 1]);
+        exec_gpt_free(m);
+        free(tok);
+        free(t);
+        free(alone);
+        free(both);
+        free(ctx);
+        free(th);
+        pthread_barrier_destroy(&bar);
         if (o->stop && *o->stop) break;
-        p.bytes = b;
-        p.rounds = b < 65536 ? 64 : b < (4u << 20) ? 8 : 1;
-        double ns = median_ns(pp_round, &p, o->quick ? 2e6 : 20e6);
-        x[n++] = (exec_calib_xfer){(double)b, ns / (2.0 * p.rounds)};
     }
-    pthread_mutex_lock(&p.mu);
-    p.turn = -1;
-    pthread_cond_broadcast(&p.cv);
-    pthread_mutex_unlock(&p.mu);
-    pthread_join(th, NULL);
-    pthread_setaffinity_np(pthread_self(), sizeof old, &old);
-    free(p.buf[0]);
-    free(p.buf[1]);
-    pthread_mutex_destroy(&p.mu);
-    pthread_cond_destroy(&p.cv);
-    r->xfers[PROF_XFER_INPROC] = x;
-    r->n_xfers[PROF_XFER_INPROC] = n;
+    kern_set_threads(saved);
     if (o->stop && *o->stop) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
     return 0;
 }
 
-/* A ring all-reduce over g threads (one per core) with the same copies:
- * reduce-scatter then all-gather, 2(g-1) steps of bytes/g, a barrier
- * between steps as the pipeline's ring steps wait for their receive. */
-typedef struct ring {
-    int g;
-    size_t n;               /* floats per member */
-    float **data, **inbox;
-    pthread_barrier_t bar;
-    int core0;
-    int reps;
-    int64_t ns;
-} ring;
+/* ------------------------------------------------------ transfers */
 
-typedef struct ring_arg {
-    ring *r;
-    int me;
-} ring_arg;
-
-static void *ring_member(void *arg)
+/* A run's task times: [epoch][task][EXEC_T_*]. */
+static const int64_t *tms(const exec_pipe_result *r, int ep, int t)
 {
-    ring_arg *a = arg;
-    ring *r = a->r;
-    int g = r->g, me = a->me;
-    pin_self(me, NULL);
-    size_t chunk = (r->n + (size_t)g - 1) / (size_t)g;
-    int64_t t0 = 0;
-    for (int rep = 0; rep <= r->reps; rep++) {
-        pthread_barrier_wait(&r->bar);
-        if (rep == 1 && me == 0) t0 = (int64_t)exec_now_ns();
-        for (int st = 0; st < 2 * (g - 1); st++) {
-            /* send chunk c to the next member */
-            int c = ((me - st) % g + g) % g;
-            size_t lo = (size_t)c * chunk;
-            size_t len = lo >= r->n ? 0 : (r->n - lo < chunk ? r->n - lo
-                                                              : chunk);
-            memcpy(r->inbox[(me + 1) % g], r->data[me] + lo,
-                   len * sizeof(float));
-            pthread_barrier_wait(&r->bar);
-            int cr = ((me - st - 1) % g + g) % g;
-            size_t lr = (size_t)cr * chunk;
-            size_t ln = lr >= r->n ? 0 : (r->n - lr < chunk ? r->n - lr
-                                                             : chunk);
-            float *d = r->data[me] + lr;
-            if (st < g - 1)
-                for (size_t i = 0; i < ln; i++) d[i] += r->inbox[me][i];
-            else
-                memcpy(d, r->inbox[me], ln * sizeof(float));
-            pthread_barrier_wait(&r->bar);
-        }
-    }
-    if (me == 0) r->ns = ((int64_t)exec_now_ns() - t0) / r->reps;
-    return NULL;
+    return &r->times[((size_t)ep * r->n_tasks + t) * EXEC_T_N];
 }
 
-static void check_ring(const exec_calib_opts *o, exec_calib_result *r)
+/* Each transfer of the run past its first step, from the moment its send
+ * could start (the last task it waits for done, and the send before it on
+ * its stream) to its delivery: what the simulator prices as latency +
+ * bytes / bandwidth. */
+static void take_transfers(const exec_pipe_result *r, exec_calib_xfer **x,
+                           int *n, int *cap)
 {
-    const prof_calib_link *l = &r->calib.link[PROF_XFER_INPROC];
-    int cores = o->devices;
-    if (cores > 8) cores = 8;
-    for (int g = 2; g <= cores && l->present; g++) {
-        ring rg = {.g = g, .n = o->quick ? (1u << 16) : (1u << 20),
-                   .reps = o->quick ? 3 : 10};
-        rg.data = util_calloc((size_t)g, sizeof *rg.data);
-        rg.inbox = util_calloc((size_t)g, sizeof *rg.inbox);
-        size_t chunk = (rg.n + (size_t)g - 1) / (size_t)g;
-        for (int i = 0; i < g; i++) {
-            rg.data[i] = util_calloc(rg.n, sizeof(float));
-            rg.inbox[i] = util_calloc(chunk, sizeof(float));
+    const sim_ir *ir = r->ir;
+    for (int ep = 1; ep < r->epochs; ep++)
+        for (int t = 0; t < ir->n_tasks; t++) {
+            const sim_task *k = &ir->tasks[t];
+            if (k->kind != SIM_SEND || k->peer < 0 ||
+                (k->comm != SIM_COMM_PP && k->comm != SIM_COMM_DP))
+                continue;
+            int64_t ready = -1, start = tms(r, ep, t)[EXEC_T_START];
+            for (int d = 0; d < k->n_dep; d++) {
+                int64_t end = tms(r, ep, ir->deps[k->dep_off + d])[EXEC_T_END];
+                if (end > ready) ready = end;
+            }
+            /* the stream busy with an earlier send: not this one's time */
+            for (int u = 0; u < ir->n_tasks; u++) {
+                const sim_task *q = &ir->tasks[u];
+                int64_t end = tms(r, ep, u)[EXEC_T_END];
+                if (u != t && q->kind == SIM_SEND && q->device == k->device &&
+                    q->stream == k->stream && end <= start && end > ready)
+                    ready = end;
+            }
+            int64_t got = tms(r, ep, k->peer)[EXEC_T_END];
+            if (ready < 0 || got < ready) continue;
+            if (*n == *cap) {
+                *cap = *cap ? 2 * *cap : 64;
+                *x = util_realloc(*x, sizeof **x * (size_t)*cap);
+            }
+            (*x)[(*n)++] = (exec_calib_xfer){k->bytes, (double)(got - ready)};
         }
-        pthread_barrier_init(&rg.bar, NULL, (unsigned)g);
-        pthread_t th[8];
-        ring_arg a[8];
-        for (int i = 0; i < g; i++) {
-            a[i] = (ring_arg){&rg, i};
-            pthread_create(&th[i], NULL, ring_member, &a[i]);
-        }
-        for (int i = 0; i < g; i++) pthread_join(th[i], NULL);
-        pthread_barrier_destroy(&rg.bar);
-        double bytes = (double)rg.n * sizeof(float);
-        double step = l->latency_ns + bytes / g / l->bw_bytes_per_s * 1e9;
-        if (r->n_checks < 16)
-            r->checks[r->n_checks++] = (exec_calib_check){
-                "in-process ring all-reduce", g, bytes, (double)rg.ns,
-                2.0 * (g - 1) * step};
-        for (int i = 0; i < g; i++) {
-            free(rg.data[i]);
-            free(rg.inbox[i]);
-        }
-        free(rg.data);
-        free(rg.inbox);
+}
+
+static int cmp_xfer(const void *a, const void *b)
+{
+    const exec_calib_xfer *x = a, *y = b;
+    if (x->bytes != y->bytes) return x->bytes < y->bytes ? -1 : 1;
+    return (x->ns > y->ns) - (x->ns < y->ns);
+}
+
+/* One transfer per size: the median of those measured (sorts x). */
+static int median_by_size(exec_calib_xfer *x, int n, exec_calib_xfer **out)
+{
+    qsort(x, (size_t)n, sizeof *x, cmp_xfer);
+    *out = util_malloc(sizeof **out * (size_t)(n + 1));
+    int m = 0;
+    for (int i = 0; i < n;) {
+        int j = i;
+        while (j < n && x[j].bytes == x[i].bytes) j++;
+        (*out)[m++] = x[i + (j - i) / 2];
+        i = j;
     }
+    return m;
+}
+
+/* Tensor-parallel all-reduces of a tp-rank run: per forward and backward
+ * task, the ring steps the simulator would count and their bytes, and
+ * the time the task spent in them. */
+typedef struct tp_sample {
+    double steps, bytes, ns;
+} tp_sample;
+
+static void take_tp(const exec_pipe_result *r, int tp, tp_sample **x,
+                    int *n, int *cap)
+{
+    const sim_ir *ir = r->ir;
+    const prof_model *m = r->model;
+    int mbs = (int)llround(r->costs->samples_per_mb);
+    for (int ep = 1; ep < r->epochs; ep++)
+        for (int t = 0; t < ir->n_tasks; t++) {
+            const sim_task *k = &ir->tasks[t];
+            if (k->kind != SIM_F && k->kind != SIM_BW) continue;
+            const sim_stage_cost *sc = &r->costs->stage[k->stage];
+            double steps = 0, bytes = 0;
+            for (int i = sc->first_op; i <= sc->last_op; i++) {
+                double f, b;
+                sim_tp_allreduces(m, i, &f, &b);
+                double v = k->kind == SIM_F ? f : b;
+                if (v > 0) {
+                    steps += 2.0 * (tp - 1);
+                    bytes += 2.0 * (tp - 1) / tp * v * mbs;
+                }
+            }
+            double ns = (double)tms(r, ep, t)[EXEC_T_TP];
+            if (steps <= 0 || ns <= 0) continue;
+            if (*n == *cap) {
+                *cap = *cap ? 2 * *cap : 64;
+                *x = util_realloc(*x, sizeof **x * (size_t)*cap);
+            }
+            (*x)[(*n)++] = (tp_sample){steps, bytes, ns};
+        }
+}
+
+/* ns = steps * latency + bytes / bandwidth, least squares relative to
+ * ns (no intercept); *lat_ns, *bw (bytes/s). */
+static int fit_tp(const tp_sample *x, int n, prof_calib_link *l,
+                  util_err *e)
+{
+    double a = 0, b = 0, c = 0, d = 0, f = 0;   /* normal equations */
+    for (int i = 0; i < n; i++) {
+        double w = 1 / (x[i].ns * x[i].ns);
+        a += w * x[i].steps * x[i].steps;
+        b += w * x[i].steps * x[i].bytes;
+        c += w * x[i].bytes * x[i].bytes;
+        d += w * x[i].steps * x[i].ns;
+        f += w * x[i].bytes * x[i].ns;
+    }
+    double det = a * c - b * b;
+    if (n < 3 || !(fabs(det) > 0))
+        return util_errf(e, UTIL_EXIT_FAIL, "%d all-reduce samples: too few "
+                         "to fit", n);
+    double lat = (d * c - b * f) / det, inv = (a * f - b * d) / det;
+    if (!(inv > 1e-5)) {    /* latency-bound: the bytes tell little */
+        inv = 1e-5;         /* 100 TB/s: no limit worth the name */
+        lat = (d - b * inv) / a;
+    }
+    memset(l, 0, sizeof *l);
+    l->present = 1;
+    l->latency_ns = fmax(0, lat);
+    l->bw_bytes_per_s = 1e9 / inv;
+    l->samples = n;
+    for (int i = 0; i < n; i++) {
+        double g = x[i].steps * l->latency_ns + x[i].bytes * inv;
+        double r = fabs(g / x[i].ns - 1);
+        if (r > l->max_err) l->max_err = r;
+    }
+    return 0;
+}
+
+/* Pipeline and data-parallel transfers and tensor-parallel all-reduces as
+ * the executor makes them between two devices, over sizes: the in-process
+ * link and all-reduce figures. The data-parallel rings are also checked
+ * whole against the link fitted. */
+static int measure_transfers(const exec_calib_opts *o, const char *tmp,
+                             exec_calib_result *res, util_err *e)
+{
+    static const layer_size full[] = {{128, 64, 1, 256, 32},
+                                      {256, 128, 4, 256, 32},
+                                      {512, 128, 8, 256, 64}};
+    static const layer_size quick[] = {{64, 32, 1, 256, 32},
+                                       {128, 64, 2, 256, 32}};
+    const layer_size *sz = o->quick ? quick : full;
+    int nsz = o->quick ? 2 : 3, steps = o->quick ? 3 : 4;
+    exec_calib_xfer *x = NULL;
+    tp_sample *tpx = NULL;
+    int n = 0, cap = 0, ntp = 0, captp = 0, rc = 0;
+    char spec[600];
+    snprintf(spec, sizeof spec, "%s/xfer.json", tmp);
+    typedef struct ringrun { double bytes, ns; } ringrun;
+    ringrun rings[4];
+    int nring = 0;
+    for (int z = 0; z < nsz && !rc; z++) {
+        const layer_size *L = &sz[z];
+        exec_pipe_result r;
+        if ((rc = write_spec(spec, L, e))) break;
+        /* two stages, two microbatches: activations and gradients */
+        if ((rc = run_layout(o, spec, L, 2, 1, 1, 2, steps, 0, &r, e)))
+            break;
+        take_transfers(&r, &x, &n, &cap);
+        exec_pipe_result_free(&r);
+        /* two replicas: the gradients' ring; the whole ring timed too */
+        if ((rc = run_layout(o, spec, L, 1, 2, 1, 1, steps, 0, &r, e)))
+            break;
+        take_transfers(&r, &x, &n, &cap);
+        /* the ring from both replicas' backward done to its last step */
+        double ring = 0, cnt = 0, bytes = 0;
+        for (int ep = 1; ep < r.epochs; ep++) {
+            int64_t ready = -1, last = -1;
+            for (int t = 0; t < r.ir->n_tasks; t++) {
+                const sim_task *k = &r.ir->tasks[t];
+                if (k->comm != SIM_COMM_DP) continue;
+                if (k->kind == SIM_RECV) {
+                    int64_t end = tms(&r, ep, t)[EXEC_T_END];
+                    if (end > last) last = end;
+                    bytes = k->bytes * 2;   /* a chunk of two */
+                } else if (k->kind == SIM_SEND && k->mb == 0) {
+                    for (int d = 0; d < k->n_dep; d++) {
+                        int u = r.ir->deps[k->dep_off + d];
+                        int64_t end = tms(&r, ep, u)[EXEC_T_END];
+                        if (r.ir->tasks[u].kind != SIM_RECV && end > ready)
+                            ready = end;
+                    }
+                }
+            }
+            if (ready >= 0 && last > ready) {
+                ring += (double)(last - ready);
+                cnt++;
+            }
+        }
+        if (cnt > 0 && nring < 4) rings[nring++] = (ringrun){bytes, ring / cnt};
+        exec_pipe_result_free(&r);
+        /* two tensor-parallel ranks */
+        if ((rc = run_layout(o, spec, L, 1, 1, 2, 1, steps, 0, &r, e)))
+            break;
+        take_tp(&r, 2, &tpx, &ntp, &captp);
+        exec_pipe_result_free(&r);
+        if (o->log)
+            fprintf(o->log, "  transfers: hidden %d, sequence %d, microbatch "
+                    "%d: %d samples, %d all-reduce samples\n", L->C, L->T,
+                    L->mbs, n, ntp);
+    }
+    unlink(spec);
+    prof_calib *c = &res->calib;
+    if (!rc) {
+        res->xfers[PROF_XFER_INPROC] = x;
+        res->n_xfers[PROF_XFER_INPROC] = n;
+        x = NULL;
+        /* the median of each size: whatever else runs only delays some */
+        exec_calib_xfer *med = NULL;
+        int nm = median_by_size(res->xfers[PROF_XFER_INPROC], n, &med);
+        prof_calib_param pl, pb;
+        rc = exec_calib_fit_link(med, nm, &c->link[PROF_XFER_INPROC], &pl,
+                                 &pb, e);
+        free(med);
+        if (rc) util_err_prefix(e, "in-process transfers");
+        if (!rc && c->n_param + 2 <= PROF_CALIB_MAX_PARAMS) {
+            snprintf(pl.name, sizeof pl.name, "copy_latency_us");
+            snprintf(pb.name, sizeof pb.name, "copy_gb_per_s");
+            c->param[c->n_param++] = pl;
+            c->param[c->n_param++] = pb;
+        }
+    }
+    if (!rc && (rc = fit_tp(tpx, ntp, &c->link[PROF_XFER_COLL], e)))
+        util_err_prefix(e, "tensor-parallel all-reduces");
+    const prof_calib_link *l = &c->link[PROF_XFER_INPROC];
+    for (int i = 0; !rc && i < nring && res->n_checks < 16; i++)
+        res->checks[res->n_checks++] = (exec_calib_check){
+            "in-process ring (dp 2)", 2, rings[i].bytes, rings[i].ns,
+            2.0 * (l->latency_ns + rings[i].bytes / 2 /
+                                       l->bw_bytes_per_s * 1e9)};
+    free(x);
+    free(tpx);
+    return rc;
 }
 
 /* ---------------------------------------------------------- the whole */
@@ -536,13 +671,7 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
     int rc = measure_layers(o, tmp, &v, r, e);
     if (!rc && o->log && o->devices > 1)
         fprintf(o->log, "sluice calibrate: devices computing at once\n");
-    if (!rc) rc = measure_busy(o, tmp, c, e);
-    char rm[600];
-    snprintf(rm, sizeof rm, "%s/layer.json", tmp);
-    unlink(rm);
-    snprintf(rm, sizeof rm, "%s/busy.json", tmp);
-    unlink(rm);
-    rmdir(tmp);
+    if (!rc) rc = measure_busy(o, c, e);
     r->samples = v.s;
     r->n_samples = v.count;
     free(v.n);
@@ -552,11 +681,18 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
                             e);
         c->fit_samples = v.count;
     }
-    if (!rc && o->log)
-        fprintf(o->log, "sluice calibrate: copies between cores\n");
-    if (!rc) rc = measure_copies(o, r, e);
+    if (!rc && o->log && o->devices > 1)
+        fprintf(o->log, "sluice calibrate: transfers between cores\n");
+    if (!rc && o->devices > 1) rc = measure_transfers(o, tmp, r, e);
+    const char *files[] = {"layer.json", "xfer.json"};
+    for (int i = 0; i < 2; i++) {
+        char rm[600];
+        snprintf(rm, sizeof rm, "%s/%s", tmp, files[i]);
+        unlink(rm);
+    }
+    rmdir(tmp);
     for (int x = 0; !rc && x < PROF_XFER_COUNT; x++) {
-        if (!r->n_xfers[x]) continue;
+        if (!r->n_xfers[x] || x == PROF_XFER_INPROC) continue;
         prof_calib_param pl, pb;
         if (exec_calib_fit_link(r->xfers[x], r->n_xfers[x], &c->link[x], &pl,
                                 &pb, e)) {
@@ -579,7 +715,6 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
             k->predicted_ns = 2.0 * (k->group - 1) * step;
         }
     }
-    if (!rc) check_ring(o, r);
     kern_set_threads(saved);
     if (!rc) {
         c->gpu.eff.task_ns = r->task_ns;
@@ -629,6 +764,7 @@ int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,
         }
     }
     if (r->task_rest_n > 0)
-        c->gpu.eff.task_ns = fmax(0, r->task_rest_ns / r->task_rest_n);
+        c->gpu.eff.task_ns = fmin(1e9, fmax(0, r->task_rest_ns /
+                                                r->task_rest_n));
     return 0;
 }

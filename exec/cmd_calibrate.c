@@ -241,6 +241,16 @@ static json_t *report_json(const exec_calib_result *r, const char *path)
                               k->predicted_ns));
     }
     json_object_set_new(j, "allreduce", ck);
+    json_t *xf = json_object();
+    for (int x = 0; x < PROF_XFER_COUNT; x++) {
+        if (!r->n_xfers[x]) continue;
+        json_t *a = json_array();
+        for (int i = 0; i < r->n_xfers[x]; i++)
+            json_array_append_new(a, json_pack("[f,f]", r->xfers[x][i].bytes,
+                                               r->xfers[x][i].ns));
+        json_object_set_new(xf, prof_xfer_name((prof_xfer)x), a);
+    }
+    json_object_set_new(j, "transfers_bytes_ns", xf);
     json_t *sm = json_array();
     for (int i = 0; i < r->n_samples; i++) {
         const exec_calib_sample *s = &r->samples[i];

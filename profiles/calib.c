@@ -12,7 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const xfer_names[] = {"in-process", "mpi"};
+static const char *const xfer_names[] = {"in-process", "mpi",
+                                         "all-reduce"};
 
 const char *prof_xfer_name(prof_xfer x)
 {
@@ -287,7 +288,8 @@ static int parse(const util_jdoc *d, prof_calib *c, util_err *e)
                          c->gpu.name, c->device);
     if (util_jchild(&root, "links", 0, &o, &have, e)) return -1;
     if (have) {
-        static const char *const lkeys[] = {"in-process", "mpi", NULL};
+        static const char *const lkeys[] = {"in-process", "mpi",
+                                            "all-reduce", NULL};
         if (util_jkeys(&o, lkeys, e)) return -1;
         for (int x = 0; x < PROF_XFER_COUNT; x++) {
             util_jobj l;
@@ -386,6 +388,21 @@ int prof_calib_save(const prof_calib *c, const char *path, util_err *e)
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
                          JSON_REAL_PRECISION(10));
     json_decref(j);
+    /* what is written must load: checked before the file is touched */
+    util_jdoc d;
+    prof_calib back;
+    memset(&back, 0, sizeof back);
+    int bad = util_jdoc_load(&d, path, s, e);
+    if (!bad) {
+        bad = parse(&d, &back, e);
+        util_jdoc_free(&d);
+        prof_calib_free(&back);
+    }
+    if (bad) {
+        free(s);
+        return util_err_prefix(e, "the calibration would not load again, "
+                               "so %s is as it was", path);
+    }
     size_t n = strlen(s);
     char *t = util_malloc(n + 2);
     memcpy(t, s, n);

@@ -448,12 +448,15 @@ json_t *prof_model_json(const prof_model *m, int ops);
  * figures; the built-in ones stay for the types not calibrated. */
 
 /* Transfers a calibration measures: a copy between two devices of one
- * process (the executor's in-process transport) and a message between
- * processes (its MPI transport). */
+ * process (the executor's in-process transport), a message between
+ * processes (its MPI transport), and one step of a tensor-parallel
+ * all-reduce among a process's devices (priced as a ring step:
+ * latency + bytes / ranks / bandwidth). */
 typedef enum {
-    PROF_XFER_INPROC, PROF_XFER_MPI, PROF_XFER_COUNT
+    PROF_XFER_INPROC, PROF_XFER_MPI, PROF_XFER_COLL, PROF_XFER_COUNT
 } prof_xfer;
-const char *prof_xfer_name(prof_xfer x);   /* "in-process", "mpi" */
+/* "in-process", "mpi", "all-reduce" */
+const char *prof_xfer_name(prof_xfer x);
 
 /* A transfer's fitted cost: latency + bytes / bandwidth. */
 typedef struct prof_calib_link {

@@ -336,6 +336,19 @@ static void tp_ring(const prof_topo *tp, int g0, int t, double *lat_ns,
 
 /* Ring all-reduce of `bytes` over the t GPUs of a ring found by tp_ring:
  * 2(t-1) steps of bytes/t. */
+void sim_tp_allreduces(const prof_model *m, int i, double *fwd_bytes,
+                       double *bwd_bytes)
+{
+    /* Megatron's g after row-parallel GEMMs and the vocabulary-parallel
+     * embedding (forward), f before column-parallel GEMMs (backward):
+     * all-reduces of the activation */
+    const prof_op *op = &m->ops[i];
+    tp_role r = tp_role_of(op);
+    *fwd_bytes = r == TP_ROW || op->kind == PROF_OP_EMBED ? op->out_bytes : 0;
+    *bwd_bytes = r == TP_COL && op->n_in > 0 && op->in[0] >= 0
+               ? m->ops[op->in[0]].out_bytes : 0;
+}
+
 static int64_t tp_allreduce_ns(double lat_ns, double bw, int t, double bytes)
 {
     if (t <= 1 || bytes <= 0 || !(bw > 0)) return 0;
@@ -466,6 +479,13 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         double f = 0, bb = 0, w = 0, arf = 0, arb = 0;
         double ring_lat = 0, ring_bw = 0;
         if (tpw > 1) tp_ring(t, g0, tpw, &ring_lat, &ring_bw);
+        /* measured: the executor's own all-reduce between devices */
+        const prof_calib_link *cl = g->calib
+                                  ? &g->calib->link[PROF_XFER_COLL] : NULL;
+        if (tpw > 1 && cl && cl->present) {
+            ring_lat = cl->latency_ns;
+            ring_bw = cl->bw_bytes_per_s;
+        }
         for (int i = first_op[s]; i <= last_op[s]; i++) {
             prof_op opx = sim_op_tp(&m->ops[i], tpw);
             const prof_op *op = &opx;
@@ -473,17 +493,14 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             bb += (double)sim_op_ns(g, dt, op, mbs, SIM_B, meas);
             w += (double)sim_op_ns(g, dt, op, mbs, SIM_W, meas);
             if (tpw > 1) {
-                /* Megatron's g after row-parallel GEMMs and the vocabulary-
-                 * parallel embedding (forward), f before column-parallel
-                 * GEMMs (backward): all-reduces of the activation */
-                tp_role r = tp_role_of(&m->ops[i]);
-                if (r == TP_ROW || m->ops[i].kind == PROF_OP_EMBED)
+                double bf, bb2;
+                sim_tp_allreduces(m, i, &bf, &bb2);
+                if (bf > 0)
                     arf += (double)tp_allreduce_ns(ring_lat, ring_bw, tpw,
-                                                   m->ops[i].out_bytes * mbs);
-                if (r == TP_COL && op->n_in > 0 && op->in[0] >= 0)
-                    arb += (double)tp_allreduce_ns(
-                        ring_lat, ring_bw, tpw,
-                        m->ops[op->in[0]].out_bytes * mbs);
+                                                   bf * mbs);
+                if (bb2 > 0)
+                    arb += (double)tp_allreduce_ns(ring_lat, ring_bw, tpw,
+                                                   bb2 * mbs);
             }
             sc->fwd_flops += op->fwd_flops * mbs;
             sc->bwd_flops += (op->bwd_in_flops + op->bwd_w_flops) * mbs;

@@ -303,6 +303,12 @@ void sim_costs_free(sim_costs *c);
  * model dtype dt: max(compute, memory) + launches (or a measured value). */
 int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                   int mbs, sim_kind k, const sim_measured *meas);
+/* The tensor-parallel all-reduces op i of m ends with, per sample:
+ * bytes of its forward's (after row-parallel GEMMs and the embedding) and
+ * its backward's (of the input gradient of column-parallel GEMMs); 0 when
+ * none. Each costs 2(t-1) ring steps of bytes/t over t ranks. */
+void sim_tp_allreduces(const prof_model *m, int i, double *fwd_bytes,
+                       double *bwd_bytes);
 /* What one of tp tensor-parallel ranks runs of an op, Megatron-style
  * (sim_costs_build's split): its FLOPs, bytes and GEMMs. */
 prof_op sim_op_tp(const prof_op *op, int tp);

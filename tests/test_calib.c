@@ -260,6 +260,13 @@ Test(calib_file, round_trip_and_lookups)
                        1e-6);
     const prof_calib_param *q = prof_calib_param_get(&r, "gemm_tflops");
     cr_assert(q && q->lo == 0.08);
+    /* what would not load again is not written */
+    cr_assert_eq(sh_run("cp %s %s.was", path, path), 0);
+    r.gpu.eff.gemm_max = 1.5;
+    cr_assert_eq(prof_calib_save(&r, path, &e), -1);
+    cr_assert(strstr(e.msg, "would not load again") &&
+              strstr(e.msg, "gemm_max"), "%s", e.msg);
+    cr_assert_eq(sh_run("cmp -s %s %s.was", path, path), 0);
     prof_calib_free(&r);
     prof_calib_free(&c);
     test_rm_rf(d);

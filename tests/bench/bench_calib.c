@@ -4,7 +4,9 @@
  * profile directory; then for gpt-mini and gpt-long (tests/bench) take
  * the planner's plan of every schedule, simulate it before calibration
  * (built-in figures) and after, and run it. The runs predicted are never
- * the ones calibrated from. Goals: after calibration the median error of
+ * the ones calibrated from; each is run three times and the fastest run
+ * kept (the machine is shared; "spread" is how much slower the slowest
+ * was). Goals: after calibration the median error of
  * the iteration time under 3%, none over 10%; peak memory per device
  * within 5%; the planner's choice the fastest measured or within 3% of it.
  * One run: compare the rows of one table, not tables. */
@@ -20,6 +22,7 @@
 #define CORPUS "/usr/share/common-licenses/GPL-3"
 #define STEPS 8
 #define WARM 2
+#define RUNS 3
 
 static const sim_sched scheds[] = {
     SIM_SCHED_GPIPE, SIM_SCHED_1F1B, SIM_SCHED_2BW, SIM_SCHED_MIXED,
@@ -170,6 +173,7 @@ typedef struct row {
     int ok;
     double before, after, meas;        /* iteration s */
     double mem_err;                    /* largest |peak error| over devices */
+    double spread;                     /* slowest run / fastest - 1 */
 } row;
 
 /* Predicts and runs p: before (no profile directory) and after (dir). */
@@ -183,15 +187,24 @@ static void evaluate(const sim_plan *p, const char *dir, row *w)
     if (simulate(p, &w->before, pk, &nd, &e)) goto bad;
     prof_profile_dir_set(dir);
     if (simulate(p, &w->after, pk, &nd, &e)) goto bad;
-    exec_pipe_result r;
-    if (run(p, 0, &r, &e)) goto bad;
-    w->meas = exec_pipe_iteration_s(&r, WARM, NULL, NULL);
-    for (int d = 0; d < r.n_devices && d < nd && d < 8; d++) {
-        pm[d] = r.peak_bytes[d];
-        double x = fabs(err_of(pk[d], pm[d]));
-        if (x > w->mem_err) w->mem_err = x;
+    /* RUNS runs, the fastest kept: the machine is shared, and whatever
+     * else runs only ever slows a run down; their spread is the noise */
+    w->meas = HUGE_VAL;
+    double slow = 0;
+    for (int rep = 0; rep < RUNS; rep++) {
+        exec_pipe_result r;
+        if (run(p, 0, &r, &e)) goto bad;
+        double it = exec_pipe_iteration_s(&r, WARM, NULL, NULL);
+        w->meas = fmin(w->meas, it);
+        slow = fmax(slow, it);
+        for (int d = 0; d < r.n_devices && d < nd && d < 8; d++) {
+            pm[d] = r.peak_bytes[d];
+            double x = fabs(err_of(pk[d], pm[d]));
+            if (x > w->mem_err) w->mem_err = x;
+        }
+        exec_pipe_result_free(&r);
     }
-    exec_pipe_result_free(&r);
+    w->spread = w->meas > 0 ? slow / w->meas - 1 : 0;
     w->ok = 1;
     return;
 bad:
@@ -200,9 +213,9 @@ bad:
 
 static void table_head(void)
 {
-    printf("%-12s %-9s %-7s %9s %9s %8s %9s %8s %7s\n", "schedule",
-           "p x d x t", "mbs x n", "measured", "before", "error", "after",
-           "error", "memory");
+    printf("%-12s %-9s %-7s %9s %7s %9s %8s %9s %8s %7s\n", "schedule",
+           "p x d x t", "mbs x n", "measured", "spread", "before", "error",
+           "after", "error", "memory");
 }
 
 static void table_row(const char *name, const sim_plan *p, const row *w)
@@ -210,8 +223,8 @@ static void table_row(const char *name, const sim_plan *p, const row *w)
     char lay[24], mb[24];
     snprintf(lay, sizeof lay, "%dx%dx%d", p->pp, p->dp, p->tp);
     snprintf(mb, sizeof mb, "%dx%d", p->mbs, p->n_mb);
-    printf("%-12s %-9s %-7s %8.3fs %8.3fs %+7.1f%% %8.3fs %+7.1f%% %6.1f%%\n",
-           name, lay, mb, w->meas, w->before,
+    printf("%-12s %-9s %-7s %8.3fs %6.1f%% %8.3fs %+7.1f%% %8.3fs %+7.1f%% "
+           "%6.1f%%\n", name, lay, mb, w->meas, 100 * w->spread, w->before,
            100 * err_of(w->before, w->meas), w->after,
            100 * err_of(w->after, w->meas), 100 * w->mem_err);
 }
