@@ -143,6 +143,7 @@ static int run_layout(const exec_calib_opts *o, const char *spec,
     po.stop = o->stop;
     po.fault_worker = -1;
     po.op_timing = op_timing;
+    po.backend = o->backend;
     int rc = exec_pipe_run(&po, r, e);
     sim_plan_free(&p);
     return rc;
@@ -633,11 +634,15 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
     int64_t t0 = (int64_t)exec_now_ns();
     prof_gpu base;
     if (prof_gpu_get_builtin(o->device, &base, e)) return -1;
-    if (base.form != PROF_FORM_CPU)
+    int gpu = base.form != PROF_FORM_CPU;
+    if (gpu && (!o->backend || o->backend->host_memory))
         return util_errf(e, UTIL_EXIT_USAGE, "calibrating %s needs that GPU "
                          "and the CUDA backend (bin/sluice-cuda, built by "
-                         "make cuda); this build measures CPU devices "
-                         "(--hw cpu xN)", o->device);
+                         "make cuda)", o->device);
+    if (!gpu && o->backend && !o->backend->host_memory)
+        return util_errf(e, UTIL_EXIT_USAGE, "calibrating %s: the CUDA "
+                         "backend measures GPUs; CPU cores need the CPU "
+                         "backend", o->device);
     /* MPI first: the other ranks leave once it is measured */
     if (exec_mpi_launched()) {
         int rank = 0, size = 1;
@@ -667,11 +672,17 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
     machine_now(c, o->device);
     if (o->log)
         fprintf(o->log, "sluice calibrate: ops of GPT layers, run by the "
-                "executor on one core\n");
+                "executor on one %s\n", gpu ? "GPU" : "core");
     int rc = measure_layers(o, tmp, &v, r, e);
-    if (!rc && o->log && o->devices > 1)
+    if (!rc && o->log && o->devices > 1 && !gpu)
         fprintf(o->log, "sluice calibrate: devices computing at once\n");
-    if (!rc) rc = measure_busy(o, c, e);
+    /* cores share the socket's caches and memory; GPUs share nothing
+     * while they compute, so theirs stays 1 */
+    if (!rc && !gpu) rc = measure_busy(o, c, e);
+    if (gpu) {
+        c->busy[0] = 1;
+        c->n_busy = 1;
+    }
     r->samples = v.s;
     r->n_samples = v.count;
     free(v.n);
@@ -682,7 +693,8 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
         c->fit_samples = v.count;
     }
     if (!rc && o->log && o->devices > 1)
-        fprintf(o->log, "sluice calibrate: transfers between cores\n");
+        fprintf(o->log, "sluice calibrate: transfers between %s\n",
+                gpu ? "GPUs" : "cores");
     if (!rc && o->devices > 1) rc = measure_transfers(o, tmp, r, e);
     const char *files[] = {"layer.json", "xfer.json"};
     for (int i = 0; i < 2; i++) {

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "exec/backend.h"
 #include "exec/runtime.h"
 
 #define DEFAULT_CORPUS "/usr/share/common-licenses/GPL-3"
@@ -29,6 +30,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: sluice calibrate --hw cpu xN [--out FILE] [options]\n"
+        "       sluice-cuda calibrate --hw GPU xN   (this machine's GPUs)\n"
         "       mpirun -np 2 sluice calibrate --hw cpu x2   (MPI messages "
         "too)\n"
         "\nMeasures this machine's devices with microbenchmarks (every op of "
@@ -39,7 +41,9 @@ static void usage(FILE *f)
         "(GSL least squares) and writes the\ndevice type's calibrated "
         "profile, which sim, plan and exec then use.\n"
         "\noptions:\n"
-        "  --hw cpu xN         the devices: N cores of this machine\n"
+        "  --hw cpu xN         the devices: N cores of this machine (or N "
+        "GPUs of a\n                      catalog type, e.g. rtx4090 x2, in "
+        "bin/sluice-cuda)\n"
         "  --out FILE          where to write (default: the profile\n"
         "                      directory's DIR/cpu.json; sluice profile list\n"
         "                      names it)\n"
@@ -121,7 +125,7 @@ static int make_parent(const char *path, util_err *e)
 
 /* hw "cpu x2" as a topology: its device type and count. */
 static int device_of(const char *hw, char *dev, size_t n, int *count,
-                     util_err *e)
+                     int *gpu, util_err *e)
 {
     char buf[256], *words[8];
     snprintf(buf, sizeof buf, "%s", hw);
@@ -137,13 +141,15 @@ static int device_of(const char *hw, char *dev, size_t n, int *count,
     prof_profile_dir_set(dir);
     free(dir);
     if (!t) return -1;
-    if (t->n_gpu_types != 1) {
+    int types = t->n_gpu_types;
+    if (types != 1) {
         prof_topo_free(t);
         return util_errf(e, UTIL_EXIT_USAGE, "--hw %s: %d device types; "
-                         "calibrate one at a time", hw, t->n_gpu_types);
+                         "calibrate one at a time", hw, types);
     }
     snprintf(dev, n, "%s", t->gpu_types[0].name);
     *count = t->n_gpus;
+    *gpu = t->gpu_types[0].form != PROF_FORM_CPU;
     prof_topo_free(t);
     return 0;
 }
@@ -283,9 +289,17 @@ int exec_calibrate_main(int argc, char **argv)
         return e.code;
     }
     char dev[32], path[1100], note[400] = "";
-    int count = 1;
-    if (device_of(c.hw, dev, sizeof dev, &count, &e)) {
+    int count = 1, gpu = 0;
+    if (device_of(c.hw, dev, sizeof dev, &count, &gpu, &e)) {
         fprintf(stderr, "sluice calibrate: %s\n", e.msg);
+        return e.code ? e.code : UTIL_EXIT_USAGE;
+    }
+    /* a GPU type is measured on this machine's GPUs, by the CUDA backend
+     * (a build without it says so here) */
+    const exec_backend *be = exec_backend_get(gpu ? "cuda" : "cpu", &e);
+    if (!be) {
+        fprintf(stderr, "sluice calibrate: %s is measured on this machine's "
+                "GPUs: %s\n", dev, e.msg);
         return e.code ? e.code : UTIL_EXIT_USAGE;
     }
     if (c.out) {
@@ -313,7 +327,8 @@ int exec_calibrate_main(int argc, char **argv)
     prof_profile_dir_set(NULL);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    exec_calib_opts o = {.device = dev, .devices = count, .quick = c.quick,
+    exec_calib_opts o = {.device = dev, .devices = count, .backend = be,
+                         .quick = c.quick,
                          .data = c.data, .stop = &stop_flag,
                          .log = c.json ? NULL : stderr};
     exec_calib_result r;

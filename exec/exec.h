@@ -441,8 +441,10 @@ typedef struct exec_calib_check {
 } exec_calib_check;
 
 typedef struct exec_calib_opts {
-    const char *device;     /* the device type to calibrate ("cpu") */
-    int devices;            /* devices of --hw: cores for the copies */
+    const char *device;     /* the device type to calibrate ("cpu", or a
+                             * GPU type with the CUDA backend) */
+    int devices;            /* devices of --hw: cores or GPUs for copies */
+    const struct exec_backend *backend; /* NULL: the CPU */
     int quick;              /* fewer and shorter microbenchmarks (tests) */
     const char *data;       /* text for the runtime's per-task cost */
     const volatile int *stop; /* Ctrl-C: give up, nothing written */
@@ -463,8 +465,8 @@ typedef struct exec_calib_result {
     double seconds;         /* how long calibration took */
 } exec_calib_result;
 
-/* Measures this machine for device type o->device (only "cpu" devices
- * here: CPU cores) and fits its figures. Under mpirun (two ranks or more)
+/* Measures this machine for device type o->device (CPU cores, or GPUs of
+ * a type of the catalog through the CUDA backend) and fits its figures. Under mpirun (two ranks or more)
  * the MPI link is measured too, every rank taking part; only rank 0 gets
  * the results and goes on to the rest. A stop request: code 1, "stopped". */
 int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,

@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "exec/runtime.h"
 #include "tests/harness.h"
@@ -113,6 +114,17 @@ Test(exec_backend, cli_names_what_is_missing)
     cr_expect_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1,
                  "one line: %s", r.err);
     cr_expect_str_empty(r.out, "no work before the refusal");
+    cli_result_free(&r);
+    /* a GPU type is calibrated on GPUs: refused before anything runs */
+    r = cli_run("calibrate --hw rtx4090 x1 --quick --out %s/g.json", dir);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "rtx4090") && strstr(r.err, "make cuda"), "%s",
+              r.err);
+    cr_expect_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1,
+                 "one line: %s", r.err);
+    char g[600];
+    snprintf(g, sizeof g, "%s/g.json", dir);
+    cr_expect_neq(access(g, F_OK), 0, "nothing written");
     cli_result_free(&r);
     r = cli_run("exec --plan %s/p.json --steps 1 --backend tpu", dir);
     cr_expect_eq(r.code, 2);

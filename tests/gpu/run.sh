@@ -10,7 +10,9 @@
 #   (b) 20 steps of 1F1B for GPT-2 on two workers (two GPUs when there
 #       are two) with --json: measured against simulated iteration time
 #       and per-device compute;
-#   (c) bin/sluice-cuda-test: every CUDA kernel against the CPU oracle.
+#   (c) bin/sluice-cuda-test: every CUDA kernel against the CPU oracle;
+#   (d) sluice calibrate on the GPU(s), then (b)'s plan run again with
+#       --calibrate: measured against the calibrated prediction.
 # Without a GPU it says why it skipped and exits 0. Exit 1 when a check
 # fails. SLUICE_GPU_HW names the plan's hardware (default: from the GPU's
 # name); MAKE_JOBS the build's parallelism (default 2).
@@ -81,11 +83,28 @@ fi
 echo "== (c) every CUDA kernel against the CPU oracle"
 bin/sluice-cuda-test || fail=1
 
-# ---------------------------------------------------------------------
-# (d) calibration goes here: `sluice calibrate` on this GPU (being
-# written by the lead), its measured per-op costs fed back to the plan
-# of (b) and its prediction compared again.
-# ---------------------------------------------------------------------
+echo "== (d) sluice calibrate on this GPU, then (b)'s plan predicted again"
+# into a profile directory of this run's own: nothing of the user's moves
+prof="$tmp/profiles"
+mkdir -p "$prof"
+n=1
+[ "${count:-1}" -ge 2 ] && n=2
+if SLUICE_PROFILE_DIR="$prof" $bin calibrate --hw "$hw" x$n \
+       --data "$data" >"$tmp/calib.txt" 2>&1; then
+    tail -n 25 "$tmp/calib.txt"
+    if SLUICE_PROFILE_DIR="$prof" $bin exec --plan "$tmp/gpt2.json" \
+           --steps 20 --data "$data" --backend cuda --calibrate \
+           --json >"$tmp/gpt2-cal.json"; then
+        echo "(b) again, simulated with the calibration (and this run's op"
+        echo "times added to it):"
+        build/gpu/gpu_check report "$tmp/gpt2-cal.json" || fail=1
+    else
+        fail=1
+    fi
+else
+    cat "$tmp/calib.txt"
+    fail=1
+fi
 
 [ "$fail" = 0 ] && echo "tests/gpu/run.sh: all checks passed" ||
     echo "tests/gpu/run.sh: a check FAILED"
