@@ -403,13 +403,8 @@ int prof_calib_save(const prof_calib *c, const char *path, util_err *e)
         return util_err_prefix(e, "the calibration would not load again, "
                                "so %s is as it was", path);
     }
-    size_t n = strlen(s);
-    char *t = util_malloc(n + 2);
-    memcpy(t, s, n);
-    t[n] = '\n';
+    int rc = util_write_atomic_line(path, s, e);
     free(s);
-    int rc = util_write_atomic(path, t, n + 1, e);
-    free(t);
     return rc;
 }
 

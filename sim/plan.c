@@ -347,13 +347,8 @@ int sim_plan_save(const char *path, const sim_plan *p, const prof_model *m,
     json_t *j = sim_plan_json(p, m);
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);
-    size_t n = strlen(s);
-    char *t = util_malloc(n + 2);
-    memcpy(t, s, n);
-    t[n] = '\n';
+    int rc = util_write_atomic_line(path, s, e);
     free(s);
-    int rc = util_write_atomic(path, t, n + 1, e);
-    free(t);
     return rc;
 }
 

@@ -275,6 +275,17 @@ out:
     return rc;
 }
 
+int util_write_atomic_line(const char *path, const char *text, util_err *e)
+{
+    size_t n = strlen(text);
+    char *t = util_malloc(n + 1);
+    memcpy(t, text, n);
+    t[n] = '\n';
+    int rc = util_write_atomic(path, t, n + 1, e);
+    free(t);
+    return rc;
+}
+
 int util_write_atomic(const char *path, const void *data, size_t len,
                       util_err *e)
 {

@@ -90,6 +90,9 @@ int util_read_file(const char *path, char **out, size_t *len, util_err *e);
  * the next write of path. Errors have exit code 1. */
 int util_write_atomic(const char *path, const void *data, size_t len,
                       util_err *e);
+/* util_write_atomic of a text and a final newline (a JSON document as
+ * json_dumps gives it). */
+int util_write_atomic_line(const char *path, const char *text, util_err *e);
 /* ".sluice-tmp.PID.TAG" in buf (returned): appended to a path, the name of
  * a temporary file of this process beside it, which the next
  * util_write_atomic of that path removes once the process has ended. */
