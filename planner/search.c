@@ -99,8 +99,9 @@ static double costs_lower_bound(const sim_costs *c, const sim_plan *p)
     double lb = 0;
     int chain = S == pp && pipes == 1 && !sim_sched_async(p->sched);
     /* Only with a fused backward is a device's last task the input
-     * gradient that must still travel back (ZB-H1 may end on a W). */
-    int tail = chain && p->sched != SIM_SCHED_ZBH1;
+     * gradient that must still travel back (the split ones, ZB-H1 and
+     * every schedule listed after it, may end on a W). */
+    int tail = chain && p->sched < SIM_SCHED_ZBH1;
     double fwd_before = 0, bwd_before = 0;
     for (int d = 0; d < pp; d++) {
         double v = work[d];

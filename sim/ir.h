@@ -328,7 +328,7 @@ typedef enum {
     SIM_SCHED_GPIPE, SIM_SCHED_1F1B, SIM_SCHED_2BW, SIM_SCHED_MIXED,
     SIM_SCHED_MIXED_1F1B, SIM_SCHED_MIXED_GPIPE, SIM_SCHED_WAVE,
     SIM_SCHED_INTERLEAVED, SIM_SCHED_ZBH1, SIM_SCHED_ZBV, SIM_SCHED_CHIMERA,
-    SIM_SCHED_DUALPIPEV,
+    SIM_SCHED_DUALPIPEV, SIM_SCHED_ZBH2, SIM_SCHED_ZB2P,
     SIM_SCHED_FILE,     /* an order read with --schedule-file */
     SIM_SCHED_COUNT
 } sim_sched;
@@ -420,6 +420,14 @@ int sim_gen_zbh1(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                  util_err *e);
 int sim_gen_zbv(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                 util_err *e);
+/* ZB-H2 (Qi et al.'s handcrafted schedule with up to 2p-1 microbatches in
+ * flight) and ZB-2P (their automatic heuristic under twice 1F1B's
+ * activation memory, the best of its eight hyperparameter settings as
+ * this engine runs them): one stage per device, B and W split. */
+int sim_gen_zbh2(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                 util_err *e);
+int sim_gen_zb2p(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                 util_err *e);
 int sim_gen_chimera(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                     util_err *e);
 /* DualPipeV (DeepSeek-V3's DualPipe cut in half, as PyTorch's
@@ -481,6 +489,10 @@ void sim_schedule_emit(const sim_ir *ir, FILE *f);
  * forwards, the deepest stage of the model goes first (model_stage:
  * Chimera's two pipelines compare by depth). The result
  * is an order the list scheduler executed, so it cannot deadlock. */
+/* The list scheduler's estimate of a transfer from stage s to stage t:
+ * its route's latency plus the bytes over the bottleneck bandwidth,
+ * unshared; 0 on one device or without a topology. */
+int64_t sim_xfer_est_ns(const sim_costs *c, int s, int t);
 typedef enum { SIM_POL_FFIRST, SIM_POL_BFIRST } sim_policy;
 int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                      sim_policy pol, const int *inflight_cap, util_err *e);

@@ -12,7 +12,7 @@
 
 #include "sim/sim.h"
 
-static int64_t xfer_ns(const sim_costs *c, int s, int t)
+int64_t sim_xfer_est_ns(const sim_costs *c, int s, int t)
 {
     int ds = c->stage_device[s], dt = c->stage_device[t];
     if (ds == dt || !c->topo) return 0;
@@ -167,7 +167,7 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
              * one way, gradients back): no route for the others */
             int talk = c->xfer_bytes[(size_t)s * NS + t] > 0 ||
                        c->xfer_bytes[(size_t)t * NS + s] > 0;
-            xf[s * S + t] = talk ? xfer_ns(c, s, t) : 0;
+            xf[s * S + t] = talk ? sim_xfer_est_ns(c, s, t) : 0;
             if (t != s && c->xfer_bytes[(size_t)s * NS + t] > 0) {
                 prod[t * S + np[t]++] = s;
                 cons[s * S + nc[s]++] = t;

@@ -8,7 +8,8 @@
 
 static const char *const sched_names[SIM_SCHED_COUNT + 1] = {
     "gpipe", "1f1b", "2bw", "mixed", "mixed-1f1b", "mixed-gpipe", "wave",
-    "interleaved", "zb-h1", "zb-v", "chimera", "dualpipev", "file", NULL};
+    "interleaved", "zb-h1", "zb-v", "chimera", "dualpipev", "zb-h2", "zb-2p",
+    "file", NULL};
 
 const char *sim_sched_name(sim_sched s)
 {
@@ -30,6 +31,8 @@ static const char *const sched_about[SIM_SCHED_COUNT] = {
     "Zero Bubble V: two stages per device in a V",
     "Chimera: two pipelines in opposite directions",
     "DualPipeV (DeepSeek), as PyTorch orders it",
+    "Zero Bubble H2: more warm-up forwards (2p-1 in flight), W's fill the drain",
+    "Zero Bubble's automatic schedule under 2x 1F1B's activation memory",
     "an order read with --schedule-file"};
 
 int sim_sched_parse(const char *name)
@@ -100,7 +103,8 @@ int sim_sched_check(const sim_sched_opts *o, util_err *e)
                          "between 1 and 1000000", o->n_mb);
     switch (o->sched) {
     case SIM_SCHED_GPIPE: case SIM_SCHED_1F1B: case SIM_SCHED_2BW:
-    case SIM_SCHED_ZBH1: case SIM_SCHED_CHIMERA:
+    case SIM_SCHED_ZBH1: case SIM_SCHED_CHIMERA: case SIM_SCHED_ZBH2:
+    case SIM_SCHED_ZB2P:
         if (o->n_stages != o->pp)
             return util_errf(e, UTIL_EXIT_USAGE, "schedule %s maps one stage "
                              "per device: %d stages on %d devices (use "
@@ -270,6 +274,8 @@ sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
     case SIM_SCHED_INTERLEAVED: rc = sim_gen_interleaved(ir, o, c, e); break;
     case SIM_SCHED_ZBH1: rc = sim_gen_zbh1(ir, o, c, e); break;
     case SIM_SCHED_ZBV: rc = sim_gen_zbv(ir, o, c, e); break;
+    case SIM_SCHED_ZBH2: rc = sim_gen_zbh2(ir, o, c, e); break;
+    case SIM_SCHED_ZB2P: rc = sim_gen_zb2p(ir, o, c, e); break;
     case SIM_SCHED_CHIMERA: rc = sim_gen_chimera(ir, o, c, e); break;
     case SIM_SCHED_DUALPIPEV: sim_gen_dualpipev(ir, o); break;
     default: rc = util_errf(e, UTIL_EXIT_USAGE, "schedule %s is read from "

@@ -45,7 +45,7 @@ Test(hw_catalog, required_gpus_with_sources_and_sane_values)
 {
     const char *need[] = {"rtx2080ti", "rtx3090", "rtx4090", "v100-pcie-16gb",
         "v100-sxm2-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb",
-        "h100-sxm", "h100-pcie", "h200"};
+        "h100-sxm", "h100-pcie", "h200", "h800-sxm", "v100s", "l40s", "a6000"};
     const char *const *names = prof_gpu_names();
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
         int found = 0;
@@ -126,6 +126,63 @@ Test(hw_catalog, datasheet_figures)
     cr_assert_eq(g.pcie_gen, 4);
     cr_assert_eq(g.pcie_lanes, 16);
     cr_assert(near(g.peak_flops[PROF_DT_FP16], 165.2e12, 0.001));
+}
+
+/* Issue 15's GPUs, each figure as its datasheet prints it (the source
+ * field names the datasheet): dense tensor rates (half the sparse figure),
+ * FP32, memory, host link, NVLink, power, price. */
+Test(hw_catalog, datasheet_table)
+{
+    static const struct {
+        const char *name;
+        double fp32, tf32, fp16, bf16; /* TFLOP/s */
+        double mem_gib, bw_gb_per_s;
+        int pcie_gen, nvlink_links;
+        double nvlink_gb_per_s, tdp_w, price;
+        const char *cites;              /* in the source field */
+    } want[] = {
+        {"h800-sxm", 67.0, 494.5, 989.5, 989.5, 80, 3350, 5, 8, 25, 700, 0,
+         "H800 Tensor Core GPU datasheet"},
+        {"v100s", 16.4, 0, 130.0, 0, 32, 1134, 3, 0, 0, 250, 0,
+         "V100 Tensor Core GPU datasheet"},
+        {"l40s", 91.6, 183.0, 362.05, 362.05, 48, 864, 4, 0, 0, 350, 1.861,
+         "L40S datasheet"},
+        {"rtx3090", 35.6, 35.6, 71.0, 71.0, 24, 936, 4, 0, 0, 350, 0,
+         "GA102 GPU Architecture whitepaper"},
+        {"a6000", 38.7, 77.4, 154.8, 154.8, 48, 768, 4, 0, 0, 300, 0,
+         "RTX A6000 datasheet"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        prof_gpu g;
+        util_err e;
+        cr_assert_eq(prof_gpu_get(want[i].name, &g, &e), 0, "%s", e.msg);
+        const char *n = want[i].name;
+        cr_expect(near(g.peak_flops[PROF_DT_FP32], want[i].fp32 * 1e12, 1e-9),
+                  "%s fp32", n);
+        cr_expect(near(g.peak_flops[PROF_DT_TF32], want[i].tf32 * 1e12, 1e-9),
+                  "%s tf32", n);
+        cr_expect(near(g.peak_flops[PROF_DT_FP16], want[i].fp16 * 1e12, 1e-9),
+                  "%s fp16", n);
+        cr_expect(near(g.peak_flops[PROF_DT_BF16], want[i].bf16 * 1e12, 1e-9),
+                  "%s bf16", n);
+        cr_expect_eq(g.mem_bytes, want[i].mem_gib * (1 << 30), "%s mem", n);
+        cr_expect(near(g.mem_bw_bytes_per_s, want[i].bw_gb_per_s * 1e9, 1e-9),
+                  "%s mem bw", n);
+        cr_expect_eq(g.pcie_gen, want[i].pcie_gen, "%s pcie", n);
+        cr_expect_eq(g.pcie_lanes, 16, "%s lanes", n);
+        cr_expect_eq(g.nvlink_links, want[i].nvlink_links, "%s nvlink", n);
+        cr_expect(near(g.nvlink_bw_bytes_per_s, want[i].nvlink_gb_per_s * 1e9,
+                       1e-9), "%s nvlink bw", n);
+        cr_expect_eq(g.tdp_w, want[i].tdp_w, "%s tdp", n);
+        cr_expect(near(g.price_per_hour, want[i].price, 1e-9), "%s price", n);
+        cr_expect(strstr(g.source, want[i].cites), "%s: source '%s' does not "
+                  "cite the %s", n, g.source, want[i].cites);
+    }
+    /* the H800's datasheet NVLink figure is both directions together */
+    prof_gpu g;
+    util_err e;
+    cr_assert_eq(prof_gpu_get("h800-sxm", &g, &e), 0);
+    cr_expect_eq(2 * g.nvlink_links * g.nvlink_bw_bytes_per_s, 400e9);
 }
 
 Test(hw_catalog, unknown_name_lists_known_and_closest)

@@ -1,5 +1,6 @@
 /* sim: the newer schedules (interleaved, zero bubble, Chimera) against
- * their closed forms on uniform stages with free communication and
+ * their closed forms on uniform stages with free communication (ZB-H2
+ * and ZB-2P: idle gaps, microbatches in flight, peak memory) and
  * against the orders PyTorch's schedule classes build (tests/data/pytorch,
  * written by its gen.py), data-parallel all-reduce time on a ring of
  * equal links, steady-state windows of schedules without flush, and
@@ -187,6 +188,108 @@ Test(sim_sched, zbh1_bubble)
                          (long long)(m * (F + B + W) + (p - 1) * (F + B - W)));
             sdone(&x);
         }
+}
+
+/* Idle time of device d between its first and last compute task. */
+static int64_t gaps_ns(const srun *x, int d)
+{
+    int64_t t0 = -1, t1 = 0, busy = 0;
+    for (int i = 0; i < x->ir->n_tasks; i++) {
+        const sim_task *t = &x->ir->tasks[i];
+        if (t->device != d || (t->kind != SIM_F && t->kind != SIM_B &&
+                               t->kind != SIM_W && t->kind != SIM_BW))
+            continue;
+        if (t0 < 0 || x->r.start_ns[i] < t0) t0 = x->r.start_ns[i];
+        if (x->r.end_ns[i] > t1) t1 = x->r.end_ns[i];
+        busy += x->r.end_ns[i] - x->r.start_ns[i];
+    }
+    return t1 - t0 - busy;
+}
+
+Test(sim_sched, zbh2_parallelogram)
+{
+    /* ZB-H2 with F = B = W (Qi et al. 2024, Table 1: bubble
+     * (p-1)(F+B-2W) = 0, peak (2p-1) M_B): no device idles between its
+     * first and last task, device i starting after i forwards (the fill
+     * the paper overlaps with the previous iteration), and the first
+     * stage holds 2p-1 microbatches where 1F1B holds p */
+    const int64_t F = 100;
+    for (int p = 2; p <= 6; p += 2)
+        for (int m = p; m <= 3 * p; m += p) {
+            srun x = sgo(SIM_SCHED_ZBH2, p, p, m, F, F, F, 1, 1, NULL, 0);
+            srun a = sgo(SIM_SCHED_1F1B, p, p, m, F, 2 * F, 0, 0, 1, NULL, 0);
+            /* the warm-up needs 2p-1 microbatches to fill */
+            if (m >= 2 * p - 1) {
+                cr_expect_eq(x.r.iteration_ns, 3 * m * F + (p - 1) * F,
+                             "p %d m %d: %lld", p, m,
+                             (long long)x.r.iteration_ns);
+                for (int d = 0; d < p; d++)
+                    cr_expect_eq(gaps_ns(&x, d), 0, "p %d m %d dev %d: idle "
+                                 "%lld", p, m, d, (long long)gaps_ns(&x, d));
+            }
+            int want = 2 * p - 1 < m ? 2 * p - 1 : m;
+            cr_expect_eq(x.r.max_inflight[0], want, "p %d m %d: %d in flight",
+                         p, m, x.r.max_inflight[0]);
+            cr_expect_eq(a.r.max_inflight[0], p < m ? p : m);
+            for (int s = 0; s < p; s++)
+                cr_expect_leq(x.r.max_inflight[s], 2 * p - 1);
+            /* activations: F keeps 1000 bytes a microbatch (beside a
+             * byte of weights); the first stage peaks before its first B
+             * frees any */
+            cr_expect(x.r.dev[0].peak_bytes >= want * 1000.0 &&
+                      x.r.dev[0].peak_bytes <= want * 1000.0 + 100,
+                      "p %d m %d: %.0f", p, m, x.r.dev[0].peak_bytes);
+            int one = p < m ? p : m;
+            cr_expect(a.r.dev[0].peak_bytes >= one * 1000.0 &&
+                      a.r.dev[0].peak_bytes <= one * 1000.0 + 100);
+            /* ZB-H1's flushed iteration is as long, but its bubble
+             * (p-1)(F+B-W) = (p-1)F lies inside the first device's work,
+             * where no next iteration can fill it */
+            srun h = sgo(SIM_SCHED_ZBH1, p, p, m, F, F, F, 1, 1, NULL, 0);
+            if (m >= 2 * p - 1)
+                cr_expect_eq(h.r.iteration_ns, x.r.iteration_ns);
+            cr_expect_eq(gaps_ns(&h, 0), (p - 1) * F, "p %d m %d: %lld", p,
+                         m, (long long)gaps_ns(&h, 0));
+            sdone(&h);
+            sdone(&a);
+            sdone(&x);
+        }
+}
+
+Test(sim_sched, zb2p_heuristic)
+{
+    /* ZB-2P: the automatic schedule within 2p microbatches' activations.
+     * With F = B = W it reaches ZB-H2's parallelogram; with unequal
+     * passes it is never slower than ZB-H1 and 1F1B (the heuristic's
+     * grid holds orders as good), and stays under its memory limit */
+    int64_t fbw[][3] = {{100, 100, 100}, {100, 150, 50}, {100, 120, 80},
+                        {100, 100, 200}};
+    for (size_t k = 0; k < sizeof fbw / sizeof *fbw; k++)
+        for (int p = 2; p <= 6; p += 2)
+            for (int m = p; m <= 3 * p; m += p) {
+                int64_t F = fbw[k][0], B = fbw[k][1], W = fbw[k][2];
+                srun z = sgo(SIM_SCHED_ZB2P, p, p, m, F, B, W, 1, 1, NULL, 0);
+                srun h = sgo(SIM_SCHED_ZBH1, p, p, m, F, B, W, 1, 1, NULL, 0);
+                srun a = sgo(SIM_SCHED_1F1B, p, p, m, F, B + W, 0, 0, 1,
+                             NULL, 0);
+                if (F == B && B == W)
+                    cr_expect_eq(z.r.iteration_ns, 3 * m * F + (p - 1) * F,
+                                 "p %d m %d: %lld", p, m,
+                                 (long long)z.r.iteration_ns);
+                cr_expect_leq(z.r.iteration_ns, h.r.iteration_ns,
+                              "F %lld B %lld W %lld p %d m %d: zb-2p %lld, "
+                              "zb-h1 %lld", (long long)F, (long long)B,
+                              (long long)W, p, m, (long long)z.r.iteration_ns,
+                              (long long)h.r.iteration_ns);
+                cr_expect_leq(z.r.iteration_ns, a.r.iteration_ns);
+                for (int d = 0; d < p; d++)
+                    cr_expect_leq(z.r.dev[d].peak_bytes, 2 * p * 1000.0 + 100,
+                                  "p %d m %d dev %d: %.0f", p, m, d,
+                                  z.r.dev[d].peak_bytes);
+                sdone(&a);
+                sdone(&h);
+                sdone(&z);
+            }
 }
 
 static int64_t ideal_of(int m) { return (int64_t)m * 600; }
@@ -558,6 +661,10 @@ Test(sim_sched_cli, emit_and_read_back_identical)
         "--microbatches 8",
         "--hw rtx2080ti x4 --model gpt-tiny --schedule zb-v --pp 2 --mbs 1 "
         "--microbatches 4",
+        "--hw rtx2080ti x4 --model gpt-tiny --schedule zb-h2 --pp 4 --mbs 1 "
+        "--microbatches 8",
+        "--hw rtx2080ti x4 --model gpt-tiny --schedule zb-2p --pp 4 --mbs 1 "
+        "--microbatches 8 --recompute",
         "--hw rtx2080ti x4 --model gpt-tiny --schedule wave --pp 2 --mbs 1 "
         "--microbatches 4",
         "--hw rtx2080ti x4 --model gpt-tiny --schedule dualpipev --pp 2 "
