@@ -181,6 +181,8 @@ Test(exec_pipe, every_flush_schedule_equals_the_reference)
         {PICO, SIM_SCHED_1F1B, 3, 1, 1, 2, 4, 1, 0},
         {PICO, SIM_SCHED_INTERLEAVED, 2, 1, 1, 2, 4, 0, 4},
         {PICO, SIM_SCHED_ZBH1, 2, 1, 1, 2, 4, 0, 0},
+        {PICO, SIM_SCHED_ZBH2, 3, 1, 1, 2, 6, 0, 0},
+        {PICO, SIM_SCHED_ZB2P, 2, 1, 1, 2, 4, 0, 0},
         {PICO, SIM_SCHED_ZBV, 2, 1, 1, 2, 4, 0, 4},
         {PICO, SIM_SCHED_WAVE, 2, 1, 1, 2, 4, 0, 4},
         {PICO, SIM_SCHED_DUALPIPEV, 2, 1, 1, 2, 4, 0, 4},
