@@ -85,9 +85,10 @@ int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
             if (r.found) {
                 any = 1;
                 const plan_alt *a = &r.alt[r.best];
+                char tag[16];
                 snprintf(pl, sizeof pl, "%s p%d %dx%d%s", sim_sched_name(r.best),
                          a->plan.pp, a->plan.mbs, a->plan.n_mb,
-                         a->plan.recompute ? " rc" : "");
+                         plan_knob_tag(&a->plan, tag, sizeof tag));
                 snprintf(sps, sizeof sps, "%.2f", a->samples_per_s);
                 int si = nser - 1;
                 sx[si][spts[si]] = counts[i];
@@ -108,7 +109,9 @@ int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
                 json_object_set_new(row, "pp", json_integer(a->plan.pp));
                 json_object_set_new(row, "mbs", json_integer(a->plan.mbs));
                 json_object_set_new(row, "microbatches", json_integer(a->plan.n_mb));
-                json_object_set_new(row, "recompute", json_boolean(a->plan.recompute));
+                json_object_set_new(row, "recompute",
+                                    json_string(sim_recompute_name(a->plan.recompute)));
+                json_object_set_new(row, "sequence_parallel", json_boolean(a->plan.sp));
                 json_object_set_new(row, "samples_per_s", json_real(a->samples_per_s));
                 json_object_set_new(row, "headroom_bytes", json_real(head));
                 json_object_set_new(row, "usd_per_1k_samples",

@@ -27,7 +27,12 @@ static void usage(FILE *f)
         "  --pp P, --dp D, --tp T, --mbs B\n"
         "                     fix the pipeline depth, data or tensor parallel\n"
         "                     width, or the microbatch size\n"
-        "  --recompute        only plans with recomputation; --no-recompute: without\n"
+        "  --recompute [MODE] only plans with this recomputation: full (the\n"
+        "                     default), selective (the attention core) or none\n"
+        "                     (also --no-recompute); searched when not given\n"
+        "  --sequence-parallel, --no-sequence-parallel\n"
+        "                     only plans with (tp > 1) or without sequence\n"
+        "                     parallelism; searched when not given\n"
         "  --reserve SIZE     memory kept per GPU for the framework and allocator\n"
         "                     (default 1G)\n"
         "  --state-bytes N    weights+grads+optimizer bytes per parameter (default 16)\n"
@@ -114,8 +119,13 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                  "takes", strlen(v), PLOT_MAX_PREFIX);
         }
         else if (!strcmp(a, "--gpus")) { NEED(); c->gpus = v; }
-        else if (!strcmp(a, "--recompute")) c->po.recompute = 1;
-        else if (!strcmp(a, "--no-recompute")) c->po.recompute = 0;
+        else if (!strcmp(a, "--recompute")) {
+            if (sim_recompute_arg(argc, argv, &i, &c->po.recompute, e))
+                return -1;
+        }
+        else if (!strcmp(a, "--no-recompute")) c->po.recompute = SIM_RC_NONE;
+        else if (!strcmp(a, "--sequence-parallel")) c->po.sp = 1;
+        else if (!strcmp(a, "--no-sequence-parallel")) c->po.sp = 0;
         else if (!strcmp(a, "--no-progress")) c->po.progress = 0;
         else if (!strcmp(a, "--exhaustive")) c->po.exhaustive = 1;
         else if (!strcmp(a, "--sync")) c->sync = 1;
@@ -175,6 +185,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         } else {
             const char *opts[] = {"--hw", "--model", "--json", "--out", "--plot",
                                   "--gpus", "--recompute", "--no-recompute",
+                                  "--sequence-parallel", "--no-sequence-parallel",
                                   "--batch", "--pp", "--dp", "--tp", "--mbs", "--reserve",
                                   "--state-bytes", "--host-mem", "--nvme",
                                   "--pcie-gen", "--schedule", "--no-progress",
@@ -244,7 +255,9 @@ static json_t *alt_json(const plan_result *r)
             json_object_set_new(j, "pp", json_integer(a->plan.pp));
             json_object_set_new(j, "mbs", json_integer(a->plan.mbs));
             json_object_set_new(j, "microbatches", json_integer(a->plan.n_mb));
-            json_object_set_new(j, "recompute", json_boolean(a->plan.recompute));
+            json_object_set_new(j, "recompute",
+                                json_string(sim_recompute_name(a->plan.recompute)));
+            json_object_set_new(j, "sequence_parallel", json_boolean(a->plan.sp));
             json_object_set_new(j, "peak_mem_bytes", json_real(a->peak_bytes));
         }
         json_array_append_new(arr, j);
@@ -290,9 +303,11 @@ static void print_answer(const plan_result *r, const prof_model *m,
     else if (p->sched == SIM_SCHED_WAVE)
         snprintf(knob, sizeof knob, " (%d wave%s)", p->waves, p->waves > 1 ? "s" : "");
     printf("chosen: %s%s, pipeline %d x data %d x tensor %d, microbatch %d x %d "
-           "per replica, recomputation %s%s\n", sim_sched_name(p->sched), knob,
+           "per replica, recomputation %s%s%s\n", sim_sched_name(p->sched), knob,
            p->pp, p->dp, p->tp, p->mbs, p->n_mb,
-           p->recompute ? "on" : "off",
+           p->recompute == SIM_RC_SELECTIVE ? "selective"
+           : p->recompute ? "on" : "off",
+           p->sp ? ", sequence parallel" : "",
            sim_sched_async(p->sched) ? " (asynchronous: no flush, stale weights)" : "");
     util_table *tb = util_table_new(6);
     const char *h[] = {"device", "stages", "holds (layers, or ops where a cut "
@@ -350,8 +365,9 @@ static void print_answer(const plan_result *r, const prof_model *m,
             snprintf(sps, sizeof sps, "%.2f", a->samples_per_s);
             util_fmt_time(a->iteration_s, itb, sizeof itb);
             snprintf(pp, sizeof pp, "%dx%dx%d", a->plan.pp, a->plan.dp, a->plan.tp);
+            char tag[16];
             snprintf(mb, sizeof mb, "%d x %d%s", a->plan.mbs, a->plan.n_mb,
-                     a->plan.recompute ? " rc" : "");
+                     plan_knob_tag(&a->plan, tag, sizeof tag));
             snprintf(pk, sizeof pk, "%.2f GiB", gib(a->peak_bytes));
         }
         /* Reasons are cut to keep the table within 100 columns; --json

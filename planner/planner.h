@@ -91,7 +91,10 @@ typedef struct plan_opts {
                                * < 0: default (PLAN_DEFAULT_RESERVE) */
     int pp, mbs;              /* 0: search */
     int dp, tp;               /* 0: search */
-    int recompute;            /* -1: search, 0: off, 1: on */
+    int recompute;            /* -1: search none, selective and full;
+                               * else that sim_recompute */
+    int sp;                   /* sequence parallelism: -1 search (where
+                               * tp > 1), 0 off, 1 on (tp > 1 only) */
     unsigned sched_mask;      /* bit per sim_sched; 0: all */
     double state_bytes_per_param; /* 0: 16 (Adam, mixed precision) */
     int progress;             /* progress bar on stderr (only on a tty) */
@@ -108,6 +111,10 @@ typedef struct plan_opts {
 #define PLAN_DEFAULT_BATCH 32
 
 void plan_opts_init(plan_opts *o);
+/* A plan's recomputation and sequence parallelism as the tables show
+ * them after its microbatches: "", " rc" (full), " sel" (selective),
+ * then " sp"; into buf, returned. */
+char *plan_knob_tag(const sim_plan *p, char *buf, size_t n);
 
 /* The best plan of one schedule, or why there is none. */
 typedef struct plan_alt {
@@ -169,8 +176,8 @@ int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
 /* ---- predictions against published measurements ---- */
 
 /* Runs the planner on every row of a validation table (CSV with '#'
- * comment lines; a "# sluice: gpu=NAME vocab=V seq=S recompute=0|1
- * schedule=NAME dtype=T" line says how to read it; columns heads, hidden,
+ * comment lines; a "# sluice: gpu=NAME vocab=V seq=S recompute=0|1|MODE
+ * sp=0|1 schedule=NAME dtype=T" line says how to read it; columns heads, hidden,
  * layers, tensor_parallel, pipeline_parallel, gpus, batch, tflops_per_gpu)
  * with the row's layout and batch fixed, and prints predicted against
  * measured TFLOP/s per GPU, the error per row and the mean absolute

@@ -23,6 +23,14 @@ void plan_opts_init(plan_opts *o)
     memset(o, 0, sizeof *o);
     o->reserve_bytes = -1;
     o->recompute = -1;
+    o->sp = -1;
+}
+
+char *plan_knob_tag(const sim_plan *p, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s%s", p->recompute == SIM_RC_SELECTIVE ? " sel"
+             : p->recompute ? " rc" : "", p->sp ? " sp" : "");
+    return buf;
 }
 
 static double now_s(void)
@@ -92,8 +100,8 @@ static double costs_lower_bound(const sim_costs *c, const sim_plan *p)
             const sim_stage_cost *sc = &c->stage[r * S + s];
             int d = c->stage_device[r * S + s];
             if (d < 0 || d >= pp) continue;
-            double one = (double)(sc->f_ns * (p->recompute ? 2 : 1) + sc->b_ns +
-                                  sc->w_ns);
+            double one = (double)(sc->f_ns + (p->recompute ? sc->r_ns : 0) +
+                                  sc->b_ns + sc->w_ns);
             work[d] += one * per_stage_mb;
         }
     double lb = 0;
@@ -187,12 +195,14 @@ typedef struct chain_in {
 
 /* With tensor parallelism t, a unit's compute is taken as 1/t of its
  * single-GPU time (a lower bound: smaller GEMMs are no more efficient) and
- * its weights as 1/t; activations split except the ~30% Megatron keeps
- * whole (norm inputs, dropout masks: 10 of 34 s*h bytes per layer,
- * Korthikanti et al.). The simulator has the exact account. */
+ * its weights as 1/t; its activations are the simulator's account
+ * (sim_act_range: what one rank keeps, whole or split as Megatron keeps
+ * them, and under recomputation the checkpoints; the one layer being
+ * recomputed is the simulator's to add, once per stage). */
 static void chain_fill(chain_in *ci, const units *u, const prof_model *m,
-                       const op_times *ot, int recompute, int versions,
-                       double state_bytes, double bw, double lat_s, int tp)
+                       const op_times *ot, int recompute, int sp,
+                       int versions, double state_bytes, double bw,
+                       double lat_s, int tp)
 {
     int n = u->n, mbs = ot->mbs;
     double wbytes = prof_dtype_bytes(m->spec.dtype);
@@ -201,21 +211,17 @@ static void chain_fill(chain_in *ci, const units *u, const prof_model *m,
     ci->smem = util_malloc(sizeof(double) * (size_t)n);
     ci->amem = util_malloc(sizeof(double) * (size_t)n);
     for (int k = 0; k < n; k++) {
-        double t = 0, params = 0, act = 0;
+        double t = 0, params = 0;
         for (int i = u->first[k]; i <= u->last[k]; i++) {
-            t += ot->f[i] * (recompute ? 2 : 1) + ot->b[i] + ot->w[i];
+            t += ot->f[i] * (sim_op_recomputed(m, i, recompute) ? 2 : 1) +
+                 ot->b[i] + ot->w[i];
             params += m->ops[i].params;
-            act += m->ops[i].act_bytes;
         }
         ci->time[k] = t / tp;
         ci->smem[k] = params * (state_bytes + (versions - 1) * wbytes) / tp;
-        if (tp > 1) act *= 0.3 + 0.7 / tp;
-        /* Recomputation keeps only the unit's input between forward and
-         * backward; the unit's full activations live only while it is
-         * recomputed (counted once per stage by the simulator). */
-        double in = u->first[k] > 0
-                        ? prof_model_cut_bytes(m, u->first[k] - 1) : 0;
-        ci->amem[k] = (recompute ? in : act) * mbs;
+        sim_act a = sim_act_range(m, u->first[k], u->last[k], tp, sp,
+                                  recompute);
+        ci->amem[k] = (recompute ? a.keep : a.act) * mbs;
         ci->cut[k] = prof_model_cut_bytes(m, u->last[k]) * mbs / bw + lat_s;
     }
 }
@@ -232,7 +238,7 @@ static void chain_free(chain_in *ci)
 
 typedef struct cand {
     sim_sched sched;
-    int pp, dp, tp, mbs, n_mb, recompute, waves, chunks;
+    int pp, dp, tp, mbs, n_mb, recompute, sp, waves, chunks;
     double lb_s, est_s;       /* lower bound and estimate of iteration */
     double need_bytes;        /* estimated worst-device memory */
     sim_plan plan;            /* partition filled; owned */
@@ -309,6 +315,7 @@ static void plan_skeleton(cand *c, const plan_opts *o, const char *model_name,
     c->plan.mbs = c->mbs;
     c->plan.n_mb = c->n_mb;
     c->plan.recompute = c->recompute;
+    c->plan.sp = c->sp;
     c->plan.waves = c->waves > 0 ? c->waves : 1;
     c->plan.chunks = c->chunks;
     c->plan.state_bytes_per_param = o->state_bytes_per_param;
@@ -434,7 +441,8 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
     const units *u = is_mixed(c->sched) ? fine : lay->n >= S ? lay : fine;
     if (!is_mixed(c->sched) && u->n < S) return;
     chain_in ci;
-    chain_fill(&ci, u, m, ot, c->recompute, versions, state, bw, lat, c->tp);
+    chain_fill(&ci, u, m, ot, c->recompute, c->sp, versions, state, bw, lat,
+               c->tp);
     if (is_mixed(c->sched)) partition_blocks(c, fine, &ci, cap, memo);
     else partition_chain(c, u, &ci, cap);
     chain_free(&ci);
@@ -536,6 +544,10 @@ static int check_request(search *s, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "--tp %d is larger than a server "
                          "of %s (%d GPUs): tensor parallelism stays inside one",
                          o->tp, t->name, t->gpus_per_server);
+    if (o->sp == 1 && (o->tp == 1 || n == 1))
+        return util_errf(e, UTIL_EXIT_USAGE, "--sequence-parallel needs "
+                         "tensor parallelism (--tp 2 or more): the sequence "
+                         "is split over the tensor-parallel group");
     if ((o->pp ? o->pp : 1) * (o->dp ? o->dp : 1) * (o->tp ? o->tp : 1) > n ||
         (o->pp && o->dp && o->tp && o->pp * o->dp * o->tp != n))
         return util_errf(e, UTIL_EXIT_USAGE, "pp %d x dp %d x tp %d does not "
@@ -616,13 +628,16 @@ static void enumerate_candidates(search *s)
                     if (!sim_sched_plannable((sim_sched)sc)) continue;
                     if (o->sched_mask && !(o->sched_mask & (1u << sc))) continue;
                     int wave = sc == SIM_SCHED_WAVE, inter = sc == SIM_SCHED_INTERLEAVED;
-                    for (int rc = 0; rc <= 1; rc++) {
+                    for (int rc = 0; rc < SIM_RC_COUNT; rc++)
+                    for (int sp = 0; sp <= (tp > 1); sp++) {
                         if (o->recompute >= 0 && rc != o->recompute) continue;
+                        if (o->sp >= 0 && sp != o->sp) continue;
                         for (int w = knob_first(sc); w <= knob_last(sc); w *= 2) {
                             if (inter && p == 1) continue;
                             cand c = {.sched = (sim_sched)sc, .pp = p, .dp = d,
                                       .tp = tp, .mbs = mbs, .n_mb = bd / mbs,
-                                      .recompute = rc, .waves = wave ? w : 1,
+                                      .recompute = rc, .sp = sp,
+                                      .waves = wave ? w : 1,
                                       .chunks = inter ? w : 0};
                             add_candidate(s, &c, &capc);
                         }

@@ -16,7 +16,7 @@ typedef struct vrow {
 
 typedef struct vhead {
     char gpu[32], sched[32], dtype[8];
-    int vocab, seq, recompute;
+    int vocab, seq, recompute, sp;
 } vhead;
 
 static int directive(const char *line, vhead *h)
@@ -33,7 +33,10 @@ static int directive(const char *line, vhead *h)
         else if (!strcmp(t, "dtype")) snprintf(h->dtype, sizeof h->dtype, "%s", v);
         else if (!strcmp(t, "vocab")) h->vocab = atoi(v);
         else if (!strcmp(t, "seq")) h->seq = atoi(v);
-        else if (!strcmp(t, "recompute")) h->recompute = atoi(v);
+        else if (!strcmp(t, "recompute"))
+            h->recompute = sim_recompute_parse(v) >= 0
+                         ? sim_recompute_parse(v) : atoi(v) != 0;
+        else if (!strcmp(t, "sp")) h->sp = atoi(v) != 0;
         else return -1;
     }
     return 0;
@@ -65,7 +68,7 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
         if (l[0] == '#') {
             if (!strncmp(l, "# sluice:", 9) && directive(l, &h)) {
                 rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: bad '# sluice:' line "
-                               "(gpu=, schedule=, dtype=, vocab=, seq=, recompute=)",
+                               "(gpu=, schedule=, dtype=, vocab=, seq=, recompute=, sp=)",
                                path, lineno);
                 goto out;
             }
@@ -155,6 +158,7 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
             o.pp = (int)r->pp;
             o.dp = d;
             o.recompute = h.recompute;
+            o.sp = h.sp;
             /* Without a pipeline the table's runs are plain gradient
              * accumulation with the data-parallel all-reduce after the
              * backward (Megatron-LM's no-pipelining path): 1F1B on one

@@ -32,7 +32,13 @@ static void usage(FILE *f)
         "                         e.g. 4,4,5,3); default balanced\n"
         "  --stages S             stages for mixed (default 2 x pp)\n"
         "  --waves W              waves of the wave schedule (default 1)\n"
-        "  --recompute            activation recomputation\n"
+        "  --recompute [MODE]     activation recomputation: full (the\n"
+        "                         default: each layer keeps its input and\n"
+        "                         is recomputed before its backward),\n"
+        "                         selective (the attention core only) or\n"
+        "                         none (also --no-recompute)\n"
+        "  --sequence-parallel    split norms and dropouts over the tensor-\n"
+        "                         parallel group (needs --tp 2 or more)\n"
         "  --minibatches K        minibatches simulated by schedules without\n"
         "                         flush (default 4 + ceil(2 depth / m), so the\n"
         "                         measured steady state is past the fill)\n"
@@ -141,7 +147,8 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             "--hw", "--model", "--schedule", "--pp", "--mbs",
             "--microbatches", "--waves", "--stages", "--minibatches",
             "--state-bytes", "--partition", "--recompute", "--dp", "--tp",
-            "--chunks", "--schedule-file", NULL};
+            "--chunks", "--schedule-file", "--no-recompute",
+            "--sequence-parallel", NULL};
         for (int k = 0; fixed[k]; k++)
             if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
         if (!strcmp(a, "--hw")) {
@@ -210,7 +217,11 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             if (need(i, argc, argv, e)) return -1;
             c->partition = argv[++i];
         } else if (!strcmp(a, "--recompute")) {
-            p->recompute = 1;
+            if (sim_recompute_arg(argc, argv, &i, &p->recompute, e)) return -1;
+        } else if (!strcmp(a, "--no-recompute")) {
+            p->recompute = SIM_RC_NONE;
+        } else if (!strcmp(a, "--sequence-parallel")) {
+            p->sp = 1;
         } else if (!strcmp(a, "--json")) {
             c->json = 1;
         } else if (!strcmp(a, "--plan")) {
@@ -257,7 +268,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 "--state-bytes", "--partition", "--recompute", "--json",
                 "--plan", "--trace", "--plot", "--out", "--help", "--dp",
                 "--tp", "--chunks", "--schedule-file", "--emit-schedule",
-                "--measured"};
+                "--measured", "--no-recompute", "--sequence-parallel"};
             const char *near = util_closest(a, known, sizeof known / sizeof *known);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",

@@ -237,51 +237,46 @@ void sim_costs_replicate(sim_costs *c, int dp, int pipes)
 
 typedef enum { TP_NONE, TP_COL, TP_ROW, TP_SPLIT } tp_role;
 
-static int ends_with(const char *s, const char *suf)
-{
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
-/* How Megatron splits an op: column-parallel GEMMs (QKV, Q, KV, MLP up,
- * the vocabulary-parallel head), row-parallel ones (attention output, MLP
- * down), ops split with them (attention heads, the MLP activation, the
- * embedding table, the vocabulary-parallel loss); the rest (norms,
- * residual adds, pooler) is replicated. */
+/* How Megatron splits an op, by the role the graph builder gave it:
+ * column-parallel GEMMs (QKV, Q, KV, MLP up, the vocabulary-parallel
+ * head), row-parallel ones (attention output, MLP down), ops split with
+ * them (attention heads, the MLP activation, the embedding table, the
+ * vocabulary-parallel loss); the rest (norms, residual adds, pooler, the
+ * masked-LM transform) is replicated. */
 static tp_role tp_role_of(const prof_op *op)
 {
-    switch (op->kind) {
-    case PROF_OP_LINEAR:
-    case PROF_OP_LM_HEAD:
-        if (ends_with(op->name, ".qkv") || ends_with(op->name, ".q") ||
-            ends_with(op->name, ".kv") || ends_with(op->name, "mlp.up") ||
-            ends_with(op->name, "lm_head"))
-            return TP_COL;
-        if (ends_with(op->name, ".out") || ends_with(op->name, "mlp.down"))
-            return TP_ROW;
-        return TP_NONE;
-    case PROF_OP_ATTN: case PROF_OP_ACT: case PROF_OP_EMBED:
-    case PROF_OP_LOSS:
+    switch (op->role) {
+    case PROF_ROLE_QKV: case PROF_ROLE_Q: case PROF_ROLE_KV:
+    case PROF_ROLE_MLP_UP: case PROF_ROLE_LM_HEAD:
+        return TP_COL;
+    case PROF_ROLE_ATTN_OUT: case PROF_ROLE_MLP_DOWN:
+        return TP_ROW;
+    case PROF_ROLE_ATTN_SCORES: case PROF_ROLE_ATTN_SOFTMAX:
+    case PROF_ROLE_ATTN_CONTEXT: case PROF_ROLE_ATTN_FUSED:
+    case PROF_ROLE_MLP_ACT: case PROF_ROLE_MLM_ACT: case PROF_ROLE_EMBED:
+    case PROF_ROLE_LOSS:
         return TP_SPLIT;
     default:
         return TP_NONE;
     }
 }
 
-/* The op one tensor-parallel rank runs. */
-prof_op sim_op_tp(const prof_op *op, int t)
+/* The op one tensor-parallel rank runs; with sequence parallelism the
+ * replicated ops (norms, residual adds, dropouts) run on s/t tokens. */
+static prof_op op_split(const prof_op *op, int t, int sp)
 {
     prof_op o = *op;
     tp_role r = tp_role_of(op);
-    if (t <= 1 || r == TP_NONE) return o;
+    /* replicated GEMMs (pooler, masked-LM transform) stay whole */
+    if (t <= 1 || (r == TP_NONE && (!sp || op->n_gemm))) return o;
     o.fwd_flops /= t;
     o.bwd_in_flops /= t;
     o.bwd_w_flops /= t;
-    o.params /= t;
     o.bytes_read /= t;
     o.bytes_written /= t;
+    if (r != TP_NONE) o.params /= t;
     /* a column-parallel GEMM keeps its (replicated) input */
-    if (r != TP_COL) o.act_bytes /= t;
+    if (r != TP_COL || sp) o.act_bytes /= t;
     for (int i = 0; i < o.n_gemm; i++) {
         prof_gemm *g = &o.gemm[i];
         if (g->batch > 1) g->batch = fmax(1, g->batch / t); /* heads */
@@ -289,6 +284,155 @@ prof_op sim_op_tp(const prof_op *op, int t)
         else g->n /= t;
     }
     return o;
+}
+
+prof_op sim_op_tp(const prof_op *op, int t) { return op_split(op, t, 0); }
+
+double sim_op_act_rank(const prof_model *m, int i, int t, int sp)
+{
+    const prof_op *op = &m->ops[i];
+    if (t <= 1) return op->act_bytes;
+    if (sp) return op->act_bytes / t;
+    switch (tp_role_of(op)) {
+    case TP_SPLIT: return op->act_bytes / t;
+    case TP_ROW: {
+        /* its input is split; a dropout mask on its all-reduced output
+         * is whole on every rank */
+        double in = op->n_in > 0 && op->in[0] >= 0
+                  ? fmin(m->ops[op->in[0]].out_bytes, op->act_bytes)
+                  : op->act_bytes;
+        return in / t + (op->act_bytes - in);
+    }
+    default: return op->act_bytes;
+    }
+}
+
+/* Bytes of op i's output on one rank: split along heads or the hidden
+ * dimension after split ops, whole after all-reduces and replicated ops
+ * (the residual stream), split along the sequence with sp. */
+static double out_rank(const prof_op *op, int t, int sp)
+{
+    if (t <= 1) return op->out_bytes;
+    tp_role r = tp_role_of(op);
+    if (sp || r == TP_COL || (r == TP_SPLIT && op->role != PROF_ROLE_EMBED))
+        return op->out_bytes / t;
+    return op->out_bytes;
+}
+
+/* ---- recomputation (Korthikanti et al. 2022) ---- */
+
+static const char *const rc_names[SIM_RC_COUNT] = {"none", "full",
+                                                   "selective"};
+
+const char *sim_recompute_name(int rc)
+{
+    return rc >= 0 && rc < SIM_RC_COUNT ? rc_names[rc] : "?";
+}
+
+int sim_recompute_parse(const char *s)
+{
+    for (int i = 0; i < SIM_RC_COUNT; i++)
+        if (!strcmp(s, rc_names[i])) return i;
+    return -1;
+}
+
+int sim_recompute_arg(int argc, char **argv, int *i, int *out, util_err *e)
+{
+    *out = SIM_RC_FULL;
+    if (*i + 1 >= argc || argv[*i + 1][0] == '-') return 0;
+    int rc = sim_recompute_parse(argv[*i + 1]);
+    if (rc < 0)
+        return util_errf(e, UTIL_EXIT_USAGE, "--recompute '%s': expected "
+                         "full, selective or none", argv[*i + 1]);
+    *out = rc;
+    ++*i;
+    return 0;
+}
+
+static int attn_core_role(prof_op_role r)
+{
+    return r == PROF_ROLE_ATTN_SCORES || r == PROF_ROLE_ATTN_SOFTMAX ||
+           r == PROF_ROLE_ATTN_CONTEXT;
+}
+
+int sim_op_recomputed(const prof_model *m, int i, int rc)
+{
+    const prof_op *op = &m->ops[i];
+    if (rc == SIM_RC_SELECTIVE) return attn_core_role(op->role);
+    if (rc != SIM_RC_FULL || op->layer < 0 || op->layer >= m->n_layers)
+        return 0;
+    /* a transformer layer: one with attention (embeddings and the head
+     * keep theirs, as Megatron checkpoints its transformer layers only) */
+    const prof_layer *L = &m->layers[op->layer];
+    for (int k = L->first_op; k < L->first_op + L->n_ops; k++)
+        if (attn_core_role(m->ops[k].role) ||
+            m->ops[k].role == PROF_ROLE_ATTN_FUSED)
+            return 1;
+    return 0;
+}
+
+/* One recomputed segment [a, b] (ops of one layer, or one attention
+ * core): its checkpoint, the outputs of ops before it that it reads, each
+ * once; what its forward holds at most beyond the checkpoint when each
+ * tensor is freed once its last reader in the segment ran (the segment's
+ * output stays: the next checkpoint); its activations. */
+static void segment(const prof_model *m, int a, int b, int t, int sp,
+                    double *ckpt, double *fwd_ws, double *act)
+{
+    enum { MAXP = 64 };
+    int prod[MAXP], np = 0;
+    double live = 0;
+    *ckpt = *fwd_ws = *act = 0;
+    for (int k = a; k <= b; k++) {
+        const prof_op *op = &m->ops[k];
+        *act += sim_op_act_rank(m, k, t, sp);
+        for (int j = 0; j < op->n_in; j++) {
+            int p = op->in[j], seen = 0;
+            if (p < 0 || p >= a) continue;
+            for (int q = 0; q < np; q++) seen |= prod[q] == p;
+            if (seen || np == MAXP) continue;
+            prod[np++] = p;
+            *ckpt += out_rank(&m->ops[p], t, sp);
+        }
+        live += out_rank(op, t, sp);
+        if (live > *fwd_ws) *fwd_ws = live;
+        /* free the segment's tensors whose last reader in it was op k */
+        for (int p = a; p < k; p++) {
+            int last = -1;
+            for (int q = p + 1; q <= b; q++)
+                for (int j = 0; j < m->ops[q].n_in; j++)
+                    if (m->ops[q].in[j] == p) last = q;
+            if (last == k) live -= out_rank(&m->ops[p], t, sp);
+        }
+    }
+}
+
+sim_act sim_act_range(const prof_model *m, int first, int last, int t,
+                      int sp, int rc)
+{
+    sim_act r = {0, 0, 0, 0};
+    if (rc == SIM_RC_NONE) rc = SIM_RC_FULL;
+    for (int i = first; i <= last && i < m->n_ops;) {
+        if (!sim_op_recomputed(m, i, rc)) {
+            double a = sim_op_act_rank(m, i, t, sp);
+            r.act += a;
+            r.keep += a;
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j < last && j + 1 < m->n_ops && m->ops[j + 1].layer ==
+               m->ops[i].layer && sim_op_recomputed(m, j + 1, rc))
+            j++;
+        double ck, fw, ac;
+        segment(m, i, j, t, sp, &ck, &fw, &ac);
+        r.act += ac;
+        r.keep += ck;
+        r.fwd_ws = fmax(r.fwd_ws, fw);
+        r.rec_ws = fmax(r.rec_ws, ac - ck);
+        i = j + 1;
+    }
+    return r;
 }
 
 /* The ring of tensor-parallel GPUs g0..g0+t-1, every GPU sending to the
@@ -349,11 +493,38 @@ void sim_tp_allreduces(const prof_model *m, int i, double *fwd_bytes,
                ? m->ops[op->in[0]].out_bytes : 0;
 }
 
-static int64_t tp_allreduce_ns(double lat_ns, double bw, int t, double bytes)
+/* `steps` ring steps of bytes/t each: 2(t-1) for an all-reduce, t-1 for
+ * a reduce-scatter or an all-gather. */
+static double tp_ring_ns(double lat_ns, double bw, int t, double bytes,
+                         int steps)
 {
     if (t <= 1 || bytes <= 0 || !(bw > 0)) return 0;
     double step = lat_ns + bytes / t / bw * 1e9;
-    return (int64_t)llround(2.0 * (t - 1) * step);
+    return (double)llround(steps * step);
+}
+
+/* The tensor-parallel collectives of op i for a microbatch of mbs samples,
+ * forward and backward, ns. Without sequence parallelism the all-reduces
+ * of sim_tp_allreduces. With it (Korthikanti et al., Sec. 4.2.2) the
+ * forward's all-reduce after a row-parallel GEMM (or the embedding) is a
+ * reduce-scatter, and a column-parallel GEMM all-gathers its sequence-
+ * split input first; the backward mirrors them (the column-parallel
+ * input gradient reduce-scattered, the row-parallel output gradient
+ * all-gathered): the same bytes over the ring as the all-reduces. */
+static void tp_colls(const prof_model *m, int i, int t, int sp, double lat,
+                     double bw, int mbs, double *f_ns, double *b_ns)
+{
+    double fb, bb;
+    sim_tp_allreduces(m, i, &fb, &bb);
+    if (!sp) {
+        *f_ns += tp_ring_ns(lat, bw, t, fb * mbs, 2 * (t - 1));
+        *b_ns += tp_ring_ns(lat, bw, t, bb * mbs, 2 * (t - 1));
+        return;
+    }
+    *f_ns += tp_ring_ns(lat, bw, t, fb * mbs, t - 1) +
+             tp_ring_ns(lat, bw, t, bb * mbs, t - 1);
+    *b_ns += tp_ring_ns(lat, bw, t, bb * mbs, t - 1) +
+             tp_ring_ns(lat, bw, t, fb * mbs, t - 1);
 }
 
 void sim_costs_free(sim_costs *c)
@@ -382,6 +553,10 @@ sim_costs *sim_costs_uniform(int n_stages, int n_devices,
         sc->act_bytes = act_bytes;
         sc->input_bytes = s ? xfer_bytes : 0;
         sc->wkeep_bytes = act_bytes / 2;
+        /* recomputation as a whole-stage checkpoint: F keeps the input */
+        sc->r_ns = f_ns;
+        sc->keep_bytes = s ? xfer_bytes : 0;
+        sc->fwd_ws_bytes = sc->rec_ws_bytes = act_bytes - sc->keep_bytes;
         sc->first_op = sc->last_op = -1;
         c->stage_device[s] = stage_device[s];
         if (s + 1 < n_stages)
@@ -435,6 +610,9 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         }
     }
     int mbs = o && o->mbs > 0 ? o->mbs : 1;
+    int sp = o && o->sp && tpw > 1;
+    int rc = o && o->recompute > 0 && o->recompute < SIM_RC_COUNT
+           ? o->recompute : SIM_RC_FULL;
     double state = o && o->state_bytes_per_param > 0
                  ? o->state_bytes_per_param : DEFAULT_STATE_BYTES;
     const sim_measured *meas = o ? o->measured : NULL;
@@ -454,6 +632,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             return NULL;
         }
     c->tp = tpw;
+    c->sp = sp;
+    c->recompute = rc;
     for (int d = 0; d < n_devices; d++) {
         c->dev_gpu[d] = d * tpw;
         const prof_gpu *g = prof_topo_gpu(t, c->dev_gpu[d]);
@@ -476,7 +656,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         const prof_gpu *g = &gb;
         sc->first_op = first_op[s];
         sc->last_op = last_op[s];
-        double f = 0, bb = 0, w = 0, arf = 0, arb = 0;
+        double f = 0, bb = 0, w = 0, r = 0, arf = 0, arb = 0, arr = 0;
         double ring_lat = 0, ring_bw = 0;
         if (tpw > 1) tp_ring(t, g0, tpw, &ring_lat, &ring_bw);
         /* measured: the executor's own all-reduce between devices */
@@ -487,26 +667,26 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             ring_bw = cl->bw_bytes_per_s;
         }
         for (int i = first_op[s]; i <= last_op[s]; i++) {
-            prof_op opx = sim_op_tp(&m->ops[i], tpw);
+            prof_op opx = op_split(&m->ops[i], tpw, sp);
             const prof_op *op = &opx;
-            f += (double)sim_op_ns(g, dt, op, mbs, SIM_F, meas);
+            double fi = (double)sim_op_ns(g, dt, op, mbs, SIM_F, meas);
+            double cf = 0, cb = 0;
+            f += fi;
             bb += (double)sim_op_ns(g, dt, op, mbs, SIM_B, meas);
             w += (double)sim_op_ns(g, dt, op, mbs, SIM_W, meas);
-            if (tpw > 1) {
-                double bf, bb2;
-                sim_tp_allreduces(m, i, &bf, &bb2);
-                if (bf > 0)
-                    arf += (double)tp_allreduce_ns(ring_lat, ring_bw, tpw,
-                                                   bf * mbs);
-                if (bb2 > 0)
-                    arb += (double)tp_allreduce_ns(ring_lat, ring_bw, tpw,
-                                                   bb2 * mbs);
+            if (tpw > 1)
+                tp_colls(m, i, tpw, sp, ring_lat, ring_bw, mbs, &cf, &cb);
+            arf += cf;
+            arb += cb;
+            if (sim_op_recomputed(m, i, rc)) {
+                r += fi;
+                arr += cf;
             }
             sc->fwd_flops += op->fwd_flops * mbs;
             sc->bwd_flops += (op->bwd_in_flops + op->bwd_w_flops) * mbs;
             sc->params += op->params;
-            sc->act_bytes += op->act_bytes * mbs;
-            if (op->bwd_w_flops > 0) sc->wkeep_bytes += op->act_bytes * mbs;
+            if (op->bwd_w_flops > 0)
+                sc->wkeep_bytes += sim_op_act_rank(m, i, tpw, sp) * mbs;
             for (int k = 0; k < op->n_in; k++) {
                 int p = op->in[k];
                 if (p < 0 || p >= m->n_ops || op_stage[p] == s || mark[p] == s)
@@ -517,10 +697,17 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             }
         }
         sc->task_ns = (int64_t)llround(g->eff.task_ns);
+        sim_act ac = sim_act_range(m, first_op[s], last_op[s], tpw, sp, rc);
+        sc->act_bytes = ac.act * mbs;
+        sc->keep_bytes = ac.keep * mbs;
+        sc->fwd_ws_bytes = ac.fwd_ws * mbs;
+        sc->rec_ws_bytes = ac.rec_ws * mbs;
         sc->tp_f_ns = (int64_t)arf;
         sc->tp_b_ns = (int64_t)arb;
+        sc->tp_r_ns = (int64_t)arr;
         sc->f_ns = (int64_t)(f + arf);
         sc->b_ns = (int64_t)(bb + arb);
+        sc->r_ns = (int64_t)(r + arr);
         sc->w_ns = (int64_t)w;
         sc->weight_bytes = sc->params * wb;
         sc->grad_bytes = sc->params * wb;

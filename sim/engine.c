@@ -67,7 +67,8 @@ static int64_t task_dur(const sim_costs *c, const sim_task *t)
     const sim_stage_cost *sc = t->stage >= 0 && t->stage < c->n_stages
                              ? &c->stage[t->stage] : NULL;
     switch (t->kind) {
-    case SIM_F: case SIM_RECOMP: return sc->f_ns + sc->task_ns;
+    case SIM_F: return sc->f_ns + sc->task_ns;
+    case SIM_RECOMP: return sc->r_ns + sc->task_ns;
     case SIM_B: return sc->b_ns + sc->task_ns;
     case SIM_W: return sc->w_ns + sc->task_ns;
     case SIM_BW: return sc->b_ns + sc->w_ns + sc->task_ns;
@@ -81,7 +82,8 @@ static int64_t task_tp(const sim_costs *c, const sim_task *t)
     if (t->stage < 0 || t->stage >= c->n_stages) return 0;
     const sim_stage_cost *sc = &c->stage[t->stage];
     switch (t->kind) {
-    case SIM_F: case SIM_RECOMP: return sc->tp_f_ns;
+    case SIM_F: return sc->tp_f_ns;
+    case SIM_RECOMP: return sc->tp_r_ns;
     case SIM_B: case SIM_BW: return sc->tp_b_ns;
     default: return 0;
     }

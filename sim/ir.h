@@ -156,21 +156,53 @@ int sim_validate(const sim_ir *ir, util_err *e);
  * Costs: what one stage task costs, precomputed                         *
  * ===================================================================== */
 
+/* Activation recomputation (Korthikanti et al., "Reducing Activation
+ * Recomputation in Large Transformer Models", arXiv 2205.05198). Full:
+ * each transformer layer keeps only its input (the checkpoint) from its
+ * forward, freeing its internals as they are consumed, and is recomputed
+ * one layer at a time just before that layer's backward (Megatron-LM's
+ * uniform method with one layer per checkpoint, PyTorch's checkpoint);
+ * selective: only the attention core (QK^T, softmax, its dropout,
+ * attention over V: the a*s*s-sized tensors) is dropped and recomputed.
+ * Embeddings, head and loss keep their activations. NONE and FULL keep
+ * the values of the boolean this replaces. */
+typedef enum {
+    SIM_RC_NONE = 0, SIM_RC_FULL = 1, SIM_RC_SELECTIVE = 2, SIM_RC_COUNT
+} sim_recompute;
+const char *sim_recompute_name(int rc);  /* "none", "full", "selective" */
+/* A mode a user names; -1 when none. */
+int sim_recompute_parse(const char *s);
+/* The command line's `--recompute [full|selective|none]` at argv[*i]: a
+ * mode when the next word names one (*i moves past it), else full; a next
+ * word that is no option and no mode is an error naming it (exit code 2). */
+int sim_recompute_arg(int argc, char **argv, int *i, int *out, util_err *e);
+
 typedef struct sim_stage_cost {
     int64_t f_ns, b_ns, w_ns;   /* full backward = b_ns + w_ns */
+    int64_t r_ns;               /* recomputation before a backward (the
+                                 * forward of what the mode recomputes) */
     int64_t opt_ns;             /* optimizer step of the stage */
     double fwd_flops, bwd_flops;/* per microbatch (model FLOPs) */
     double params;
     double act_bytes;           /* kept from F for the backward, per mb */
     double input_bytes;         /* the stage's inputs, per mb (recompute keeps these) */
     double wkeep_bytes;         /* part of act_bytes W still needs after B */
+    /* With recomputation, per mb: what F keeps for the backward instead of
+     * act_bytes (checkpoints, and the activations of ops not recomputed),
+     * what F holds on top of that while it runs (its largest moment of
+     * live tensors in a recomputed layer), and what a recompute adds on
+     * top of the kept bytes until the backward ends (one layer's, or one
+     * attention core's, activations less its checkpoint). */
+    double keep_bytes, fwd_ws_bytes, rec_ws_bytes;
     double weight_bytes, grad_bytes, opt_bytes; /* one copy each */
     int first_op, last_op;      /* op range; -1 when hand-built */
     int model_stage;            /* stage of the plan this one copies */
     int64_t task_ns;            /* the executor's own cost of each task
                                  * (prof_eff.task_ns), added to each */
-    int64_t tp_f_ns, tp_b_ns;   /* tensor-parallel all-reduces inside f_ns
-                                 * (and a recompute) and inside b_ns */
+    int64_t tp_f_ns, tp_b_ns;   /* tensor-parallel collectives inside f_ns
+                                 * and inside b_ns */
+    int64_t tp_r_ns;            /* those inside r_ns (full recomputation
+                                 * repeats the forward's) */
     double tied_bytes;          /* the stage's copy of a table tied across
                                  * stages (one tensor-parallel rank's
                                  * share x tp); 0: none, or one stage holds
@@ -208,6 +240,10 @@ struct sim_costs {
     int n_stages, n_devices;    /* all replicas */
     int n_model_stages;         /* S: stages of one pipeline */
     int pp, dp, tp, replicas;   /* replicas R = dp * pipelines per rank */
+    int recompute;              /* sim_recompute the stages' r_ns and
+                                 * keep/ws bytes describe (built without
+                                 * one: full, for schedules that recompute) */
+    int sp;                     /* sequence parallelism */
     sim_stage_cost *stage;
     int *stage_device;          /* n_stages */
     double *xfer_bytes;         /* [s*n_stages+t]: s's outputs read by t, per mb */
@@ -243,6 +279,12 @@ typedef struct sim_cost_opts {
     int pipes;                  /* pipelines per data-parallel rank: 2 for
                                  * Chimera (sim_sched_pipes); 0: 1 */
     double state_bytes_per_param; /* weights+grads+optimizer; 0: 16 (Adam, mixed) */
+    int recompute;              /* sim_recompute */
+    int sp;                     /* sequence parallelism (Korthikanti et
+                                 * al.; tp > 1): norms and dropouts split
+                                 * over the tensor-parallel group along
+                                 * the sequence, each all-reduce a
+                                 * reduce-scatter and an all-gather */
     const sim_measured *measured; /* may be NULL */
     int fold;                   /* fold the data-parallel replicas where
                                  * the server graph allows it: the fewest
@@ -310,8 +352,32 @@ int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
 void sim_tp_allreduces(const prof_model *m, int i, double *fwd_bytes,
                        double *bwd_bytes);
 /* What one of tp tensor-parallel ranks runs of an op, Megatron-style
- * (sim_costs_build's split): its FLOPs, bytes and GEMMs. */
+ * (sim_costs_build's split without sequence parallelism): its FLOPs,
+ * bytes and GEMMs. */
 prof_op sim_op_tp(const prof_op *op, int tp);
+/* Bytes op i of m keeps for its backward, per sample, on one of tp
+ * tensor-parallel ranks (sp: sequence parallel). Without sequence
+ * parallelism the inputs of norms and of column-parallel GEMMs and the
+ * dropout masks after row-parallel GEMMs are whole on every rank, the
+ * rest split: s*b*h*(10 + 24/t) + 5*a*s*s*b/t bytes a GPT layer; with it
+ * everything is split: s*b*h*34/t + 5*a*s*s*b/t (Korthikanti et al.,
+ * Table 2). */
+double sim_op_act_rank(const prof_model *m, int i, int tp, int sp);
+/* Whether op i of m runs again before its backward under recomputation
+ * rc (sim_recompute): full, every op of a transformer layer (a layer with
+ * attention); selective, the attention core's unfused ops (fused
+ * attention already recomputes its scores). */
+int sim_op_recomputed(const prof_model *m, int i, int rc);
+/* Activation bytes of ops [first, last] per sample on one of tp ranks:
+ * act, what the forward keeps without recomputation; keep, fwd_ws and
+ * rec_ws as sim_stage_cost's keep_bytes, fwd_ws_bytes and rec_ws_bytes
+ * under rc (none: as full has them). The one account the simulator's
+ * stage costs and the planner's partitions share. */
+typedef struct sim_act {
+    double act, keep, fwd_ws, rec_ws;
+} sim_act;
+sim_act sim_act_range(const prof_model *m, int first, int last, int tp,
+                      int sp, int rc);
 /* The efficiency model's figure alone (no measured value), unrounded:
  * what calibration fits. */
 double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
@@ -366,7 +432,8 @@ typedef struct sim_sched_opts {
     int pp;             /* devices of the pipeline */
     int n_stages;       /* = pp, except mixed (>= pp) and wave (2*waves*pp) */
     int n_mb;           /* microbatches per minibatch */
-    int recompute;
+    int recompute;      /* sim_recompute: not none emits a recompute
+                         * before each backward */
     int waves;          /* wave: W >= 1 */
     int chunks;         /* interleaved: v chunks per device (n_stages = v*p);
                          * 0: n_stages / pp */
@@ -530,7 +597,8 @@ typedef struct sim_plan {
     char sched_file[256];   /* order read from a PyTorch schedule CSV ("":
                              * generated); sched gives the stage mapping */
     int mbs, n_mb;
-    int recompute;
+    int recompute;          /* sim_recompute */
+    int sp;                 /* sequence parallelism (tp > 1) */
     int waves;
     int n_minibatches;      /* 0: sim_default_minibatches */
     double state_bytes_per_param;

@@ -1,14 +1,34 @@
 /* Memory per device over time. Static: weights, gradients and optimizer
  * state of the device's stages. Dynamic: activations allocated when F
  * starts and freed when the backward ends (B frees what W does not need,
- * W the rest); with recomputation F keeps only the stage inputs and the
- * recompute task allocates the rest again; receive buffers live from the
+ * W the rest). A recomputed forward (one a recompute follows) holds its
+ * kept bytes (checkpoints) plus, while it runs, its largest working set,
+ * and keeps only the former; the recompute adds one layer's activations
+ * (layers are recomputed one at a time, each just before its backward),
+ * all freed when the backward ends. Receive buffers live from the
  * transfer's start to their consumer's start (the consumer takes the
  * tensor over); every extra weight version alive (stashing) costs one more
  * copy of the stage's weights. */
 #include <string.h>
 
 #include "sim/engine_int.h"
+
+/* Whether compute task i (F: a successor, B or BW: a dependency) is a
+ * recompute of its stage and microbatch. */
+static int recomputed(const sim_ir *ir, int i, int succ)
+{
+    const sim_task *t = &ir->tasks[i];
+    const int32_t *l = succ ? ir->succ + ir->succ_off[i]
+                            : ir->deps + t->dep_off;
+    int n = succ ? ir->succ_off[i + 1] - ir->succ_off[i] : t->n_dep;
+    for (int k = 0; k < n; k++) {
+        const sim_task *u = &ir->tasks[l[k]];
+        if (u->kind == SIM_RECOMP && u->stage == t->stage &&
+            u->mb == t->mb && u->minibatch == t->minibatch)
+            return 1;
+    }
+    return 0;
+}
 
 void sim_mem_setup(sim_engine *e)
 {
@@ -23,34 +43,30 @@ void sim_mem_setup(sim_engine *e)
         e->static_bytes[ir->stage_device[s]] +=
             sc->weight_bytes + sc->grad_bytes + sc->opt_bytes;
     }
-    /* does stage s recompute microbatch (k, mb)? one flag per task of F */
     for (int i = 0; i < e->n; i++) {
         const sim_task *t = &ir->tasks[i];
         const sim_stage_cost *sc = t->stage >= 0 && t->stage < e->ns
                                  ? &c->stage[t->stage] : NULL;
         switch (t->kind) {
-        case SIM_F: {
-            /* recomputed later? look for a RECOMP successor */
-            int rec = 0;
-            for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++) {
-                const sim_task *u = &ir->tasks[ir->succ[k]];
-                if (u->kind == SIM_RECOMP && u->stage == t->stage &&
-                    u->mb == t->mb && u->minibatch == t->minibatch)
-                    rec = 1;
+        case SIM_F:
+            if (recomputed(ir, i, 1)) {
+                e->mem_start[i] += sc->keep_bytes + sc->fwd_ws_bytes;
+                e->mem_end[i] -= sc->fwd_ws_bytes;
+            } else {
+                e->mem_start[i] += sc->act_bytes;
             }
-            e->mem_start[i] += sc->act_bytes;
-            if (rec)
-                e->mem_end[i] -= sc->act_bytes - sc->input_bytes;
             break;
-        }
         case SIM_RECOMP:
-            e->mem_start[i] += sc->act_bytes - sc->input_bytes;
+            e->mem_start[i] += sc->rec_ws_bytes;
             break;
         case SIM_BW:
-            e->mem_end[i] -= sc->act_bytes;
+            e->mem_end[i] -= recomputed(ir, i, 0)
+                           ? sc->keep_bytes + sc->rec_ws_bytes : sc->act_bytes;
             break;
         case SIM_B:
-            e->mem_end[i] -= sc->act_bytes - sc->wkeep_bytes;
+            e->mem_end[i] -= (recomputed(ir, i, 0)
+                              ? sc->keep_bytes + sc->rec_ws_bytes
+                              : sc->act_bytes) - sc->wkeep_bytes;
             break;
         case SIM_W:
             e->mem_end[i] -= sc->wkeep_bytes;

@@ -215,7 +215,7 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
         } else if (best_q == Q_B) {
             int g = nb[s]++;
             int64_t dur = sc->b_ns + (split ? 0 : sc->w_ns) +
-                          (o->recompute ? sc->f_ns : 0);
+                          (o->recompute ? sc->r_ns : 0);
             fin = best_t + dur;
             finB[(size_t)s * G + g] = fin;
             if (o->recompute) sim_ir_compute(ir, SIM_RECOMP, s, g % M, g / M, 0);

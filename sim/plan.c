@@ -50,13 +50,32 @@ void sim_plan_stages(sim_plan *p, int n)
     p->stage_device = util_calloc((size_t)n + 1, sizeof(int));
 }
 
+/* "recompute": "none", "full" or "selective"; plan files before the
+ * modes said true (full) or false. */
+static int plan_recompute(const util_jobj *r, sim_plan *p, util_err *e)
+{
+    json_t *v = json_object_get(r->j, "recompute");
+    if (!v) return 0;
+    if (json_is_boolean(v)) {
+        p->recompute = json_is_true(v) ? SIM_RC_FULL : SIM_RC_NONE;
+        return 0;
+    }
+    int rc = json_is_string(v) ? sim_recompute_parse(json_string_value(v))
+                               : -1;
+    if (rc < 0)
+        return util_jerr(e, r, "recompute", "must be \"full\", "
+                         "\"selective\" or \"none\" (or true / false)");
+    p->recompute = rc;
+    return 0;
+}
+
 int sim_plan_load(const char *path, sim_plan *p, util_err *e)
 {
     static const char *const keys[] = {
         "sluice_plan", "model", "hw", "schedule", "pp", "dp", "tp", "mbs",
         "microbatches", "recompute", "waves", "minibatches",
         "state_bytes_per_param", "stages", "chunks", "layout",
-        "schedule_file", "gpus_used", NULL};
+        "schedule_file", "gpus_used", "sequence_parallel", NULL};
     static const char *const skeys[] = {"ops", "device", "from", "to", NULL};
     util_jdoc d;
     sim_plan_init(p);
@@ -123,7 +142,14 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     p->mbs = (int)v;
     if (util_jint(&r, "microbatches", 1, 1, 1000000, &v, e)) goto out;
     p->n_mb = (int)v;
-    if (util_jbool(&r, "recompute", 0, &p->recompute, e)) goto out;
+    if (plan_recompute(&r, p, e)) goto out;
+    if (util_jbool(&r, "sequence_parallel", 0, &p->sp, e)) goto out;
+    if (p->sp && p->tp < 2) {
+        util_jerr(e, &r, "sequence_parallel", "true needs tensor "
+                  "parallelism (tp %d): the sequence is split over the "
+                  "tensor-parallel group", p->tp);
+        goto out;
+    }
     v = 1;
     if (util_jint(&r, "waves", 0, 1, 64, &v, e)) goto out;
     p->waves = (int)v;
@@ -195,6 +221,13 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
                          "attention heads of %s (Megatron splits heads over "
                          "the tensor-parallel GPUs)", p->tp, m->spec.heads,
                          m->spec.name);
+    if (p->sp && p->tp < 2)
+        return util_errf(e, UTIL_EXIT_USAGE, "sequence parallelism needs "
+                         "tensor parallelism (tp %d): the sequence is split "
+                         "over the tensor-parallel group", p->tp);
+    if (p->recompute < 0 || p->recompute >= SIM_RC_COUNT)
+        return util_errf(e, UTIL_EXIT_USAGE, "recompute %d: not a mode",
+                         p->recompute);
     sim_sched_opts o = sim_plan_sched_opts(p);
     if (sim_sched_check(&o, e)) return -1;
     int next = 0;
@@ -301,7 +334,9 @@ json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
         json_object_set_new(o, "schedule_file", json_string(p->sched_file));
     json_object_set_new(o, "mbs", json_integer(p->mbs));
     json_object_set_new(o, "microbatches", json_integer(p->n_mb));
-    json_object_set_new(o, "recompute", json_boolean(p->recompute));
+    json_object_set_new(o, "recompute",
+                        json_string(sim_recompute_name(p->recompute)));
+    if (p->sp) json_object_set_new(o, "sequence_parallel", json_true());
     json_object_set_new(o, "waves", json_integer(p->waves));
     json_object_set_new(o, "minibatches", json_integer(
         p->n_minibatches ? p->n_minibatches
@@ -528,6 +563,7 @@ sim_cost_opts sim_plan_cost_opts(const sim_plan *p)
 {
     sim_cost_opts o = {.mbs = p->mbs, .dp = p->dp, .tp = p->tp,
                        .pipes = sim_sched_pipes(p->sched),
-                       .state_bytes_per_param = p->state_bytes_per_param};
+                       .state_bytes_per_param = p->state_bytes_per_param,
+                       .recompute = p->recompute, .sp = p->sp};
     return o;
 }

@@ -77,8 +77,10 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
             p->sched_file[0] ? "" : "", p->pp,
             p->n_stages, p->n_stages == 1 ? "" : "s", p->mbs, p->n_mb);
     if (p->dp > 1) fprintf(f, " x dp %d", p->dp);
-    fprintf(f, " = %.0f samples/iteration%s", t.samples,
-            p->recompute ? ", recompute" : "");
+    fprintf(f, " = %.0f samples/iteration%s%s", t.samples,
+            p->recompute == SIM_RC_SELECTIVE ? ", selective recompute"
+            : p->recompute ? ", recompute" : "",
+            p->sp ? ", sequence parallel" : "");
     if (p->sched == SIM_SCHED_WAVE) fprintf(f, ", %d wave(s)", p->waves);
     if (p->sched == SIM_SCHED_INTERLEAVED)
         fprintf(f, ", %d chunk(s) per device", p->chunks);
@@ -193,7 +195,9 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
     json_object_set_new(o, "stages", json_integer(p->n_stages));
     json_object_set_new(o, "mbs", json_integer(p->mbs));
     json_object_set_new(o, "microbatches", json_integer(p->n_mb));
-    json_object_set_new(o, "recompute", json_boolean(p->recompute));
+    json_object_set_new(o, "recompute",
+                        json_string(sim_recompute_name(p->recompute)));
+    json_object_set_new(o, "sequence_parallel", json_boolean(p->sp));
     json_object_set_new(o, "iteration_time_s", json_real(t.iter_s));
     json_object_set_new(o, "samples_per_s", json_real(t.samples_per_s));
     json_object_set_new(o, "tokens_per_s", json_real(t.tokens_per_s));

@@ -1,0 +1,335 @@
+/* Recomputation and sequence parallelism: activation memory per GPT layer
+ * against the closed forms of Korthikanti et al. (arXiv 2205.05198,
+ * Table 2), per-layer checkpoints in the simulator's memory over time, the
+ * 22B run of their Table 3 that fits on eight 80 GB A100s, the plan
+ * file's fields and the command line's. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "planner/planner.h"
+#include "tests/harness.h"
+
+/* gpt2's first transformer layer (fp16, dropout, GELU): s = 1024,
+ * h = 768, a = 12, per sample (b = 1). */
+typedef struct layer_x {
+    prof_model *m;
+    int first, last;
+    double s, h, a;
+} layer_x;
+
+static layer_x gpt_layer(void)
+{
+    util_err e;
+    layer_x x;
+    x.m = prof_model_load("gpt2", &e);
+    cr_assert_not_null(x.m, "%s", e.msg);
+    const prof_layer *L = &x.m->layers[1];
+    cr_assert_str_eq(L->name, "l0");
+    x.first = L->first_op;
+    x.last = L->first_op + L->n_ops - 1;
+    x.s = x.m->spec.seq_len;
+    x.h = x.m->spec.hidden;
+    x.a = x.m->spec.heads;
+    return x;
+}
+
+static void near(double got, double want, const char *what)
+{
+    cr_expect(fabs(got - want) <= 1e-9 * want, "%s: %.0f bytes, closed form "
+              "%.0f", what, got, want);
+}
+
+/* Table 2, per layer, in bytes: no parallelism sbh(34 + 5as/h); tensor
+ * parallel sbh(10 + 24/t + 5as/(ht)); with sequence parallelism
+ * sbh(34/t + 5as/(ht)); selective sbh(10 + 24/t), with sequence
+ * parallelism sbh(34/t); full 2sbh (2sbh/t with sequence parallelism, the
+ * layer input being split). */
+Test(recompute, korthikanti_table2_per_layer)
+{
+    layer_x x = gpt_layer();
+    double s = x.s, h = x.h, a = x.a, sh = s * h, core = 5 * a * s * s;
+    for (int t = 1; t <= 8; t *= 2) {
+        sim_act n = sim_act_range(x.m, x.first, x.last, t, 0, SIM_RC_NONE);
+        near(n.act, sh * (t > 1 ? 10 + 24.0 / t : 34) + core / t, "none");
+        sim_act sel = sim_act_range(x.m, x.first, x.last, t, 0,
+                                    SIM_RC_SELECTIVE);
+        near(sel.act, n.act, "selective: all activations");
+        near(sel.keep, sh * (t > 1 ? 10 + 24.0 / t : 34), "selective keeps");
+        near(sel.rec_ws, core / t, "selective recomputes the core");
+        sim_act full = sim_act_range(x.m, x.first, x.last, t, 0, SIM_RC_FULL);
+        near(full.keep, 2 * sh, "full keeps the layer input");
+        near(full.rec_ws, n.act - 2 * sh, "full recomputes the rest");
+        if (t == 1) continue;
+        sim_act sp = sim_act_range(x.m, x.first, x.last, t, 1, SIM_RC_NONE);
+        near(sp.act, sh * 34 / t + core / t, "sequence parallel");
+        sim_act sps = sim_act_range(x.m, x.first, x.last, t, 1,
+                                    SIM_RC_SELECTIVE);
+        near(sps.keep, sh * 34 / t, "sequence parallel + selective");
+        sim_act spf = sim_act_range(x.m, x.first, x.last, t, 1, SIM_RC_FULL);
+        near(spf.keep, 2 * sh / t, "sequence parallel + full");
+    }
+    /* the forward of a checkpointed layer never holds all of it */
+    sim_act full = sim_act_range(x.m, x.first, x.last, 1, 0, SIM_RC_FULL);
+    cr_expect_gt(full.fwd_ws, 0);
+    cr_expect_lt(full.fwd_ws, full.rec_ws);
+    prof_model_free(x.m);
+}
+
+/* Selective recomputation reruns the attention core's forward only, and
+ * none of the op roles it picks is outside the core. */
+Test(recompute, selective_is_the_attention_core)
+{
+    layer_x x = gpt_layer();
+    int n = 0;
+    for (int i = 0; i < x.m->n_ops; i++) {
+        prof_op_role r = x.m->ops[i].role;
+        int core = r == PROF_ROLE_ATTN_SCORES || r == PROF_ROLE_ATTN_SOFTMAX ||
+                   r == PROF_ROLE_ATTN_CONTEXT;
+        cr_expect_eq(sim_op_recomputed(x.m, i, SIM_RC_SELECTIVE), core,
+                     "%s", x.m->ops[i].name);
+        cr_expect_eq(sim_op_recomputed(x.m, i, SIM_RC_NONE), 0);
+        n += core;
+    }
+    cr_expect_eq(n, 3 * x.m->spec.layers);
+    /* embeddings and head are never recomputed; every layer op is */
+    cr_expect_eq(sim_op_recomputed(x.m, 0, SIM_RC_FULL), 0);
+    cr_expect_eq(sim_op_recomputed(x.m, x.m->n_ops - 1, SIM_RC_FULL), 0);
+    for (int i = x.first; i <= x.last; i++)
+        cr_expect_eq(sim_op_recomputed(x.m, i, SIM_RC_FULL), 1);
+    prof_model_free(x.m);
+}
+
+typedef struct one {
+    sim_costs *c;
+    double peak, stat;
+    int64_t rec_ns;
+} one;
+
+/* gpt2 on one GPU, one stage, mbs samples, one microbatch: the engine's
+ * peak and the static part. */
+static one run_single(const prof_model *m, const prof_topo *t, int mbs,
+                      int rc)
+{
+    one o;
+    int first = 0, last = m->n_ops - 1, dev = 0;
+    sim_cost_opts co = {.mbs = mbs, .recompute = rc};
+    util_err e;
+    o.c = sim_costs_build(m, t, 1, &first, &last, &dev, 1, &co, &e);
+    cr_assert_not_null(o.c, "%s", e.msg);
+    sim_sched_opts so = {.sched = SIM_SCHED_1F1B, .pp = 1, .n_stages = 1,
+                         .n_mb = 1, .recompute = rc};
+    sim_ir *ir = sim_schedule(&so, o.c, &e);
+    cr_assert_not_null(ir, "%s", e.msg);
+    sim_engine *en = sim_engine_new(ir, o.c, NULL);
+    sim_result r;
+    cr_assert_eq(sim_engine_run(en, &r), 0, "%s", r.msg);
+    o.peak = r.dev[0].peak_bytes;
+    o.stat = r.dev[0].static_bytes;
+    o.rec_ns = r.dev[0].recompute_ns;
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    return o;
+}
+
+/* With full recomputation a stage of L layers keeps L checkpoints of
+ * s*b*h*2 bytes per microbatch (with what embeddings and head keep) plus
+ * one layer's working set; one stage saves memory, and selective lies in
+ * between. */
+Test(recompute, checkpoints_per_layer_in_memory_over_time)
+{
+    prof_topo *t = test_topo("v100-sxm2-32gb", 1);
+    layer_x x = gpt_layer();
+    const prof_model *m = x.m;
+    int b = 4, L = m->spec.layers;
+    double sbh2 = x.s * b * x.h * 2, layer = 0, outside = 0;
+    for (int i = 0; i < m->n_ops; i++) {
+        if (i >= x.first && i <= x.last) layer += m->ops[i].act_bytes * b;
+        if (!sim_op_recomputed(m, i, SIM_RC_FULL))
+            outside += m->ops[i].act_bytes * b;
+    }
+    one none = run_single(m, t, b, SIM_RC_NONE);
+    one full = run_single(m, t, b, SIM_RC_FULL);
+    one sel = run_single(m, t, b, SIM_RC_SELECTIVE);
+    near(none.peak - none.stat, L * layer + outside, "no recomputation");
+    near(full.c->stage[0].keep_bytes, L * sbh2 + outside, "checkpoints");
+    near(full.c->stage[0].rec_ws_bytes, layer - sbh2, "one layer");
+    near(full.peak - full.stat, L * sbh2 + outside + (layer - sbh2),
+         "full recomputation's peak");
+    cr_expect_lt(full.peak, sel.peak);
+    cr_expect_lt(sel.peak, none.peak);
+    /* the extra time: the layers' forward again, the attention core's */
+    cr_expect_eq(full.rec_ns, full.c->stage[0].r_ns + full.c->stage[0].task_ns);
+    cr_expect_lt(full.c->stage[0].r_ns, full.c->stage[0].f_ns);
+    cr_expect_lt(sel.c->stage[0].r_ns, full.c->stage[0].r_ns / 2);
+    cr_expect_gt(sel.c->stage[0].r_ns, 0);
+    sim_costs_free(none.c);
+    sim_costs_free(full.c);
+    sim_costs_free(sel.c);
+    prof_model_free(x.m);
+    prof_topo_free(t);
+}
+
+/* Sequence parallelism moves the same bytes: each forward or backward
+ * all-reduce becomes a reduce-scatter and an all-gather. */
+Test(recompute, sequence_parallel_same_volume)
+{
+    prof_topo *t = test_topo("a100-sxm-80gb", 8);
+    layer_x x = gpt_layer();
+    int first = 0, last = x.m->n_ops - 1, dev = 0;
+    util_err e;
+    sim_cost_opts co = {.mbs = 2, .tp = 8};
+    sim_costs *a = sim_costs_build(x.m, t, 1, &first, &last, &dev, 1, &co, &e);
+    co.sp = 1;
+    sim_costs *b = sim_costs_build(x.m, t, 1, &first, &last, &dev, 1, &co, &e);
+    cr_assert(a && b);
+    /* each collective is rounded to the ns on its own */
+    double ops = x.m->n_ops;
+    cr_expect(fabs((double)(a->stage[0].tp_f_ns - b->stage[0].tp_f_ns)) <= ops,
+              "%ld vs %ld", (long)a->stage[0].tp_f_ns, (long)b->stage[0].tp_f_ns);
+    cr_expect(fabs((double)(a->stage[0].tp_b_ns - b->stage[0].tp_b_ns)) <= ops);
+    cr_expect_gt(a->stage[0].tp_f_ns, 0);
+    cr_expect_lt(b->stage[0].act_bytes, a->stage[0].act_bytes);
+    /* norms and dropouts run on 1/t of the tokens */
+    cr_expect_lt(b->stage[0].f_ns, a->stage[0].f_ns);
+    sim_costs_free(a);
+    sim_costs_free(b);
+    prof_model_free(x.m);
+    prof_topo_free(t);
+}
+
+/* Korthikanti et al., Table 3: the 22B GPT, tensor-parallel 8, batch 4 on
+ * eight 80 GB A100s ran with full recomputation and with sequence
+ * parallelism and selective recomputation; without recomputation it
+ * does not fit (their Figure 7). */
+static int plan_22b(int rc, int sp, double *peak)
+{
+    util_err e;
+    prof_model *m = prof_model_load("tests/data/gpt-22b.json", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    prof_topo *t = test_topo("a100-sxm-80gb", 8);
+    plan_opts o;
+    plan_opts_init(&o);
+    o.batch = 4;
+    o.mbs = 4;
+    o.tp = 8;
+    o.pp = 1;
+    o.recompute = rc;
+    o.sp = sp;
+    o.sched_mask = 1u << SIM_SCHED_1F1B;
+    plan_result r;
+    cr_assert_eq(plan_search(m, t, m->spec.name, "test", &o, &r, &e), 0,
+                 "%s", e.msg);
+    int found = r.found;
+    *peak = found ? r.alt[r.best].peak_bytes : 0;
+    plan_result_free(&r);
+    prof_topo_free(t);
+    prof_model_free(m);
+    return found;
+}
+
+Test(recompute, korthikanti_22b_fits)
+{
+    double full, sel, none;
+    cr_expect(plan_22b(SIM_RC_FULL, 0, &full), "full recomputation fits");
+    cr_expect(plan_22b(SIM_RC_SELECTIVE, 1, &sel), "SP + selective fits");
+    cr_expect(!plan_22b(SIM_RC_NONE, 0, &none), "nothing kept out fits?");
+    cr_expect_lt(full, sel);
+    cr_expect_lt(sel, 79.0 * 1024 * 1024 * 1024);
+}
+
+/* The plan file: modes and sequence parallelism round-trip, the boolean
+ * of older files still reads, bad values are located. */
+static int load_text(const char *dir, const char *txt, sim_plan *p,
+                     util_err *e)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/p.json", dir);
+    cr_assert_eq(util_write_atomic(path, txt, strlen(txt), e), 0);
+    int rc = sim_plan_load(path, p, e);
+    unlink(path);
+    return rc;
+}
+
+#define PLAN_HEAD "{\n  \"sluice_plan\": 1, \"model\": \"gpt2\",\n" \
+    "  \"hw\": \"a100-sxm-80gb x2\", \"schedule\": \"1f1b\",\n" \
+    "  \"pp\": 1, \"mbs\": 1, \"microbatches\": 1, \"tp\": %d,\n"
+#define PLAN_TAIL "  \"stages\": [{\"ops\": [0, 3], \"device\": 0}]\n}\n"
+
+Test(recompute, plan_file_fields)
+{
+    char *dir = test_tmpdir(), txt[1024];
+    sim_plan p, q;
+    util_err e;
+    const char *modes[] = {"\"full\"", "\"selective\"", "\"none\"", "true",
+                           "false"};
+    int want[] = {SIM_RC_FULL, SIM_RC_SELECTIVE, SIM_RC_NONE, SIM_RC_FULL,
+                  SIM_RC_NONE};
+    for (int k = 0; k < 5; k++) {
+        snprintf(txt, sizeof txt, PLAN_HEAD "  \"recompute\": %s,\n"
+                 "  \"sequence_parallel\": true,\n" PLAN_TAIL, 2, modes[k]);
+        cr_assert_eq(load_text(dir, txt, &p, &e), 0, "%s", e.msg);
+        cr_expect_eq(p.recompute, want[k], "%s", modes[k]);
+        cr_expect_eq(p.sp, 1);
+        /* and back */
+        char path[512];
+        snprintf(path, sizeof path, "%s/q.json", dir);
+        cr_assert_eq(sim_plan_save(path, &p, NULL, &e), 0, "%s", e.msg);
+        cr_assert_eq(sim_plan_load(path, &q, &e), 0, "%s", e.msg);
+        cr_expect_eq(q.recompute, p.recompute);
+        cr_expect_eq(q.sp, 1);
+        unlink(path);
+        sim_plan_free(&p);
+        sim_plan_free(&q);
+    }
+    struct { const char *field; int tp; const char *name, *msg; } bad[] = {
+        {"\"recompute\": \"partial\",\n", 2, "recompute", "\"selective\""},
+        {"\"recompute\": 3,\n", 2, "recompute", "\"selective\""},
+        {"\"sequence_parallel\": \"yes\",\n", 2, "sequence_parallel", ""},
+        {"\"sequence_parallel\": true,\n", 1, "sequence_parallel",
+         "needs tensor parallelism"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        snprintf(txt, sizeof txt, PLAN_HEAD "  %s" PLAN_TAIL, bad[k].tp,
+                 bad[k].field);
+        cr_expect_eq(load_text(dir, txt, &p, &e), -1, "%s", bad[k].field);
+        cr_expect_eq(e.code, UTIL_EXIT_USAGE);
+        cr_expect(strstr(e.msg, "p.json:5:"), "%s", e.msg);
+        cr_expect(strstr(e.msg, bad[k].msg), "%s", e.msg);
+        char f[64];
+        snprintf(f, sizeof f, "field '%s'", bad[k].name);
+        cr_expect(strstr(e.msg, f), "%s", e.msg);
+        sim_plan_free(&p);
+    }
+    test_rm_rf(dir);
+}
+
+Test(recompute, command_line)
+{
+    cli_result r = cli_run("sim --hw a100-sxm-80gb x2 --model gpt2 "
+                           "--schedule 1f1b --pp 2 --mbs 1 --microbatches 2 "
+                           "--recompute partial");
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "--recompute 'partial': expected full, selective "
+                     "or none"), "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("sim --hw a100-sxm-80gb x2 --model gpt2 --schedule 1f1b "
+                "--pp 2 --mbs 1 --microbatches 2 --sequence-parallel");
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "needs tensor parallelism"), "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("sim --hw a100-sxm-80gb x2 --model gpt2 --schedule 1f1b "
+                "--pp 1 --tp 2 --mbs 1 --microbatches 2 --recompute selective "
+                "--sequence-parallel --json");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "\"recompute\": \"selective\""), "%s", r.out);
+    cr_expect(strstr(r.out, "\"sequence_parallel\": true"), "%s", r.out);
+    cli_result_free(&r);
+    r = cli_run("plan --hw a100-sxm-80gb x2 --model gpt2 --batch 4 --tp 2 "
+                "--recompute --sequence-parallel --no-progress --json");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "\"recompute\": \"full\""), "%s", r.out);
+    cli_result_free(&r);
+}
