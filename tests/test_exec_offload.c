@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "exec/exec.h"
 #include "sim/sim.h"
@@ -215,4 +216,60 @@ Test(exec_offload, refusals)
     cr_expect_not_null(strstr(e.msg, "--clip 0"), "%s", e.msg);
     exec_pipe_result_free(&r);
     sim_plan_free(&p);
+}
+
+/* The command line: bad values and combinations are usage errors (2); a
+ * path that takes no file is one line naming it, exit 1; the report says
+ * the tier's rates, in --json too. */
+Test(exec_offload, cli)
+{
+    char *dir = test_tmpdir();
+    char *cwd = getcwd(NULL, 0);
+    cli_result r = cli_run("sim --hw cpu x2 --model %s/" PICO " --schedule "
+                           "1f1b --pp 2 --mbs 2 --microbatches 2 --out "
+                           "%s/p.json", cwd, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    const char *usage[] = {"--offload zero", "--offload-tier nvme",
+                           "--offload zero-offload --offload-path .",
+                           "--offload fuyou --offload-tier disk"};
+    for (int i = 0; i < 4; i++) {
+        r = cli_run("exec --plan %s/p.json --steps 2 %s", dir, usage[i]);
+        cr_expect_eq(r.code, 2, "%s: %s", usage[i], r.err);
+        cli_result_free(&r);
+    }
+    r = cli_run("exec --plan %s/p.json --steps 2 --quiet --offload fuyou "
+                "--clip 0 --offload-tier nvme --offload-path %s/p.json", dir,
+                dir);
+    cr_expect_eq(r.code, 1, "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "p.json': cannot create a file there"),
+                       "%s", r.err);
+    cr_expect_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1, "one line:"
+                 " %s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/p.json --steps 2 --quiet --offload "
+                "zero-offload --offload-tier nvme --offload-path %s", dir,
+                dir);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_not_null(strstr(r.out, "offload zero-offload, nvme tier"), "%s",
+                       r.out);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/p.json --steps 2 --json --offload fuyou "
+                "--clip 0", dir);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_not_null(strstr(r.out, "\"adam_params_per_s\""), "%s", r.out);
+    cli_result_free(&r);
+    /* a disk that fills during the run */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "SLUICE_OFFLOAD_FULL=1M $SLUICE exec --plan "
+             "%s/p.json --steps 3 --quiet --offload fuyou --clip 0 "
+             "--offload-tier nvme --offload-path %s 2>%s/err >/dev/null", dir,
+             dir, dir);
+    cr_expect_eq(sh_run("%s", cmd), 1);
+    cr_expect_eq(files_in(dir), 2, "p.json and err: no offload file left");
+    snprintf(cmd, sizeof cmd, "grep -c 'No space left on device' %s/err",
+             dir);
+    cr_expect_eq(sh_run("%s >/dev/null", cmd), 0, "the message says why");
+    free(cwd);
+    test_rm_rf(dir);
 }
