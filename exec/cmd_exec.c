@@ -90,6 +90,15 @@ static void usage(FILE *f)
         "  --transport T       auto (MPI under mpirun, else in-process),\n"
         "                      inproc, mpi, or nccl (under mpirun, --backend\n"
         "                      cuda, a GPU per worker)\n"
+        "  --offload P         where each device's model states live: none\n"
+        "                      (default), zero-offload (host tier, AdamW on\n"
+        "                      the CPU after the backward pass) or fuyou\n"
+        "                      (each layer's AdamW on a CPU thread as soon\n"
+        "                      as its gradients are in; needs --clip 0);\n"
+        "                      layers are fetched to the device one by one\n"
+        "  --offload-tier T    dram (host memory, default) or nvme (a file)\n"
+        "  --offload-path DIR  where nvme's files go (default .): unique\n"
+        "                      names, removed however the run ends\n"
         "  --calibrate         time every op of the run and add the times\n"
         "                      (and the runtime's cost per task) to the\n"
         "                      device type's calibration (sluice calibrate\n"
@@ -139,6 +148,8 @@ typedef struct cmd {
     exec_xport_kind xport;
     const char *backend;
     int warm, calibrate;
+    exec_offload offload;
+    int tier_given;
     const char *ref_only, *plan_only; /* first option of each kind given */
 } cmd;
 
@@ -150,12 +161,13 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         "--save", "--save-every", "--resume", "--timings", "--mem-budget",
         "--eval-batches", "--quiet", "--json", "--help", "--plan", "--init",
         "--trace", "--plot", "--warm", "--transport", "--backend",
-        "--calibrate"};
+        "--calibrate", "--offload", "--offload-tier", "--offload-path"};
     static const char *const ref[] = {"--model", "--stop-after", "--batch",
         "--seq", "--threads", "--save-every", "--timings", "--eval-batches",
         NULL};
     static const char *const pln[] = {"--plan", "--init", "--trace",
-        "--plot", "--warm", "--transport", "--backend", "--calibrate", NULL};
+        "--plot", "--warm", "--transport", "--backend", "--calibrate",
+        "--offload", "--offload-tier", "--offload-path", NULL};
     exec_train_opts *o = &c->t;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -201,6 +213,19 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                 return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --backend "
                                  "'%s': expected cpu or cuda", v);
             c->backend = v;
+        } else if (!strcmp(a, "--offload")) {
+            if (exec_offload_parse(v, &c->offload.policy))
+                return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --offload "
+                                 "'%s': expected none, zero-offload or fuyou",
+                                 v);
+        } else if (!strcmp(a, "--offload-tier")) {
+            if (exec_tier_parse(v, &c->offload.tier))
+                return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: "
+                                 "--offload-tier '%s': expected dram or nvme",
+                                 v);
+            c->tier_given = 1;
+        } else if (!strcmp(a, "--offload-path")) {
+            c->offload.path = v;
         } else if (!strcmp(a, "--steps"))
             rc = int_arg(a, v, 0, BIG, &o->steps, e);
         else if (!strcmp(a, "--stop-after"))
@@ -256,6 +281,15 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         (!c->backend || strcmp(c->backend, "cuda")))
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --transport nccl "
                          "moves GPU memory: use it with --backend cuda");
+    if (c->offload.policy == EXEC_OFFLOAD_NONE &&
+        (c->tier_given || c->offload.path))
+        return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: %s needs "
+                         "--offload zero-offload or fuyou",
+                         c->tier_given ? "--offload-tier" : "--offload-path");
+    if (c->offload.path && c->offload.tier != EXEC_TIER_NVME)
+        return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --offload-path "
+                         "names where the nvme tier's files go: give "
+                         "--offload-tier nvme");
     if (c->init && o->resume)
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --init and "
                          "--resume exclude each other (--resume continues a "
@@ -341,6 +375,19 @@ static int fault_from_env(exec_pipe_opts *po, util_err *e)
     po->fault_worker = w;
     po->fault_task = n;
     po->fault_kill = kill[0] != 0;
+    return 0;
+}
+
+/* SLUICE_OFFLOAD_FULL=BYTES: the offload file takes that many bytes,
+ * then writes fail as on a full disk (tests). */
+static int offload_fault_from_env(exec_pipe_opts *po, util_err *e)
+{
+    const char *f = getenv("SLUICE_OFFLOAD_FULL");
+    if (!f || !*f) return 0;
+    if (util_parse_size(f, &po->offload.full_after_bytes) ||
+        !(po->offload.full_after_bytes > 0))
+        return util_errf(e, UTIL_EXIT_USAGE, "SLUICE_OFFLOAD_FULL '%s': "
+                         "expected a size such as 64K", f);
     return 0;
 }
 
@@ -450,6 +497,11 @@ static int run_plan(cmd *c)
     po.xport = c->xport;
     po.record_mem = c->trace || c->plot;
     po.op_timing = c->calibrate;
+    po.offload = c->offload;
+    if (offload_fault_from_env(&po, &e)) {
+        rc = -1;
+        goto out;
+    }
     char cpath[1100] = "";
     if (c->calibrate && calib_check(&plan, po.backend, cpath, sizeof cpath,
                                     &e)) {

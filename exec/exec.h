@@ -286,6 +286,32 @@ typedef enum {
 
 struct exec_backend;    /* exec/backend.h */
 
+/* Where a device's model states live (issue 13's tiers, exec/offload.c):
+ * on the device (none), or in host memory or a file, fetched layer by
+ * layer. zero-offload: AdamW on the CPU after the whole backward pass
+ * (ZeRO-Offload, Ren et al. 2021); fuyou: each layer's AdamW on a CPU
+ * thread as soon as its gradients are complete, overlapped with the rest
+ * of the backward pass (Fuyou, Liao et al. 2024). */
+typedef enum {
+    EXEC_OFFLOAD_NONE, EXEC_OFFLOAD_ZERO, EXEC_OFFLOAD_FUYOU
+} exec_offload_policy;
+typedef enum { EXEC_TIER_DRAM, EXEC_TIER_NVME } exec_tier;
+
+typedef struct exec_offload {
+    exec_offload_policy policy;
+    exec_tier tier;
+    const char *path;           /* nvme: the directory of the files */
+    double full_after_bytes;    /* tests: writes to the file fail with
+                                 * ENOSPC past this many bytes (0: never) */
+} exec_offload;
+
+/* Names ("none", "zero-offload", "fuyou"; "dram", "nvme") and their
+ * parse: 0, or -1 for another name. */
+const char *exec_offload_name(exec_offload_policy p);
+const char *exec_tier_name(exec_tier t);
+int exec_offload_parse(const char *s, exec_offload_policy *p);
+int exec_tier_parse(const char *s, exec_tier *t);
+
 typedef struct exec_pipe_opts {
     const char *plan_path;      /* for messages; the plan itself below */
     const sim_plan *plan;       /* lent */
@@ -302,6 +328,7 @@ typedef struct exec_pipe_opts {
     const struct exec_backend *backend; /* NULL: the CPU (lent) */
     int record_mem;             /* memory curves for traces */
     int op_timing;              /* time every op's parts (calibration) */
+    exec_offload offload;       /* model states below the device */
     const volatile int *stop;   /* Ctrl-C: stop after the current step */
     /* faults on purpose (tests): worker, its n-th compute task, kill */
     int fault_worker, fault_task, fault_kill;
@@ -350,6 +377,14 @@ typedef struct exec_pipe_result {
      * compute tasks' time outside their ops */
     double *op_ns, *op_calls;
     double task_rest_ns, task_rest_n;
+    /* with offload, over the workers of this process: the tier's bytes
+     * and seconds read (to the device) and written (back), parameters
+     * updated by the CPU's AdamW and its seconds; how the file is
+     * written (O_DIRECT, or why buffered) */
+    exec_offload offload;
+    double ofl_read_bytes, ofl_read_s, ofl_write_bytes, ofl_write_s;
+    double adam_params, adam_s;
+    char ofl_note[160];
     sim_ir *ir;                 /* the IR that ran (owned) */
     sim_costs *costs;           /* its costs (owned) */
     prof_model *model;          /* owned */

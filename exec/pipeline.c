@@ -182,7 +182,8 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
             peak[w->device] += w->mem.peak;
             double s = 0;
             for (int k = 0; k < w->n_st; k++)
-                s += 4.0 * (double)w->st[k].n * sizeof(float);
+                if (!w->st[k].ofl)  /* offloaded: in the tier */
+                    s += 4.0 * (double)w->st[k].n * sizeof(float);
             stat[w->device] += s;
             bud[w->device] += w->mem.budget;
         }
@@ -267,6 +268,28 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
     free(dv);
     free(ver);
     return rc;
+}
+
+/* The tiers' traffic and the CPU's AdamW, summed over every worker. */
+static int gather_offload(exec_runtime *rt, exec_pipe_result *r, int mpi,
+                          util_err *e)
+{
+    double v[6] = {0}, one[6];
+    for (int i = 0; i < rt->n_local; i++) {
+        exec_ofl_stats(&rt->w[i], one);
+        for (int k = 0; k < 6; k++) v[k] += one[k];
+        if (!r->ofl_note[0])
+            snprintf(r->ofl_note, sizeof r->ofl_note, "%s",
+                     exec_ofl_note(&rt->w[i]));
+    }
+    if (mpi && exec_mpi_sum(v, 6, 1, e)) return -1;
+    r->ofl_read_bytes = v[0];
+    r->ofl_read_s = v[1];
+    r->ofl_write_bytes = v[2];
+    r->ofl_write_s = v[3];
+    r->adam_params = v[4];
+    r->adam_s = v[5];
+    return 0;
 }
 
 int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
@@ -401,6 +424,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                                         : prof_topo_gpu(r->topo, 0)->mem_bytes;
     rt.record_mem = o->record_mem;
     rt.op_timing = o->op_timing;
+    rt.offload = o->offload;
+    r->offload = o->offload;
     rt.stop_flag = o->stop;
     rt.on_step = o->on_step;
     rt.on_step_ctx = o->on_step_ctx;
@@ -433,7 +458,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                             : (stop < rt.epochs ? stop : rt.epochs);
     r->stopped = rt.async ? stop < rt.K - 1 : stop < rt.epochs;
     if (r->steps_run > left) r->steps_run = left;
-    if (gather(&rt, r, mpi, e) || gather_op_times(&rt, r, mpi, e))
+    if (gather(&rt, r, mpi, e) || gather_op_times(&rt, r, mpi, e) ||
+        gather_offload(&rt, r, mpi, e))
         goto out_rt;
     /* the final state, whole (each value from its one owner) */
     memset(full, 0, sizeof(float) * P);

@@ -242,6 +242,51 @@ static json_t *steps_json(const exec_pipe_opts *o, const exec_pipe_result *r,
     return a;
 }
 
+/* A rate, or 0 when nothing was timed. */
+static double rate(double amount, double s)
+{
+    return s > 0 ? amount / s : 0;
+}
+
+/* The tiers' measured rates (issue 13): what the tier read to the device
+ * and wrote back, and the CPU's AdamW; null without offload. */
+static json_t *offload_json(const exec_pipe_result *r)
+{
+    if (r->offload.policy == EXEC_OFFLOAD_NONE) return json_null();
+    return json_pack("{s:s, s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f}",
+                     "policy", exec_offload_name(r->offload.policy),
+                     "tier", exec_tier_name(r->offload.tier),
+                     "io", r->ofl_note,
+                     "read_bytes", r->ofl_read_bytes,
+                     "read_bytes_per_s", rate(r->ofl_read_bytes,
+                                              r->ofl_read_s),
+                     "write_bytes", r->ofl_write_bytes,
+                     "write_bytes_per_s", rate(r->ofl_write_bytes,
+                                               r->ofl_write_s),
+                     "adam_params", r->adam_params,
+                     "adam_params_per_s", rate(r->adam_params, r->adam_s));
+}
+
+static void offload_lines(const exec_pipe_result *r, FILE *f)
+{
+    if (r->offload.policy == EXEC_OFFLOAD_NONE) return;
+    char a[32], b[32], c[32], d[32];
+    fprintf(f, "  offload %s, %s tier%s%s%s: read %s/s (%s), write %s/s (%s), "
+            "CPU AdamW %.1f M params/s\n",
+            exec_offload_name(r->offload.policy),
+            exec_tier_name(r->offload.tier), r->ofl_note[0] ? " (" : "",
+            r->ofl_note, r->ofl_note[0] ? ")" : "",
+            util_fmt_bytes(rate(r->ofl_read_bytes, r->ofl_read_s), a,
+                           sizeof a),
+            util_fmt_bytes(r->ofl_read_bytes, b, sizeof b),
+            util_fmt_bytes(rate(r->ofl_write_bytes, r->ofl_write_s), c,
+                           sizeof c),
+            util_fmt_bytes(r->ofl_write_bytes, d, sizeof d),
+            rate(r->adam_params, r->adam_s) / 1e6);
+    fprintf(f, "  (peak mem is the device's window; the simulated columns "
+            "keep the states on the device)\n");
+}
+
 int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                      const exec_report_opts *ro, util_err *e)
 {
@@ -300,6 +345,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
         json_object_set_new(j, "overhead_fraction", json_real(ovh));
         json_object_set_new(j, "steps", steps_json(o, r, warmup));
         json_object_set_new(j, "stopped", json_boolean(r->stopped));
+        json_object_set_new(j, "offload", offload_json(r));
         json_object_set_new(j, "predicted", sim_report_json(
                                                 p, r->model, r->topo,
                                                 r->costs, &pr, r->ir));
@@ -360,6 +406,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
     util_table_free(tb);
     fprintf(f, "  comm = compute waiting for a transfer in flight; the "
             "simulated columns are `sluice sim` for the same plan\n");
+    offload_lines(r, f);
     if (ro->trace) fprintf(f, "trace: %s\n", ro->trace);
     rc = 0;
 out:

@@ -324,6 +324,7 @@ static int run_forward_ops(exec_worker *w, exec_stage *st, exec_rec *r,
 {
     const exec_runtime *rt = w->rt;
     for (int op = st->first; op <= st->last; op++) {
+        if (st->ofl && exec_ofl_acquire(w, st, op, 0, 0, e)) return -1;
         if (op_forward(w, st, r, op, count_loss, tp, e)) return -1;
         const exec_xop *x = &rt->xop[op];
         for (int k = 0; k < x->n_in; k++) {
@@ -580,6 +581,8 @@ static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
     for (int op = st->last; op >= st->first; op--) {
         int i = op - st->first;
         const exec_xop *x = &rt->xop[op];
+        if (st->ofl && exec_ofl_acquire(w, st, op, 1, fused && x->has_w, e))
+            return -1;
         if (op_backward(w, st, r, op, 1, fused, tp, e)) return -1;
         /* what no later part reads goes now */
         if (fused || !x->has_w) exec_view_drop(&r->dout[i]);
@@ -605,7 +608,8 @@ static int task_w(exec_worker *w, int id, int64_t *tp, util_err *e)
     if (!r) return util_errf(e, UTIL_EXIT_FAIL, "W without its B");
     for (int op = st->last; op >= st->first; op--)
         if (rt->xop[op].has_w &&
-            op_backward(w, st, r, op, 0, 1, tp, e))
+            ((st->ofl && exec_ofl_acquire(w, st, op, 1, 1, e)) ||
+             op_backward(w, st, r, op, 0, 1, tp, e)))
             return -1;
     rec_free(st, r);
     w->rec[c.li][c.slot] = NULL;
@@ -766,6 +770,11 @@ static int stage_update(exec_worker *w, exec_stage *st, float scale,
     const exec_backend *be = rt->be;
     int s = st->steps;
     exec_adamw a = rt->adamw;
+    if (st->ofl) {
+        if (exec_ofl_step(w, st, s, scale, e)) return -1;
+        st->steps++;
+        return 0;
+    }
     float lr = exec_lr_at(a.lr, rt->warmup, rt->total_steps, s);
     float *p = st->w[st->cur_ver];
     if (rt->async) {
@@ -895,7 +904,7 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
         exec_rec *r = t->kind == SIM_F ? NULL
                     : w->rec[w->lidx[t->stage]][SLOT(rt, t->minibatch, t->mb)];
         int v = r ? r->version : (rt->async ? t->version : 0);
-        if (v < 0 || v >= st->n_ver_slots || !st->w[v])
+        if (v < 0 || v >= st->n_ver_slots || (!st->w[v] && !st->ofl))
             return util_errf(e, UTIL_EXIT_FAIL, "weight version %d is not "
                              "held (stashing)", v);
         w->used_ver[id] = v;
@@ -916,6 +925,13 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
     default:
         rc = util_errf(e, UTIL_EXIT_FAIL, "task kind %s on the compute "
                        "stream", sim_kind_name((sim_kind)t->kind));
+    }
+    /* its layers leave the device with it */
+    if (t->kind <= SIM_RECOMP && w->st[w->lidx[t->stage]].ofl) {
+        util_err e2;
+        int r2 = exec_ofl_release(w, &w->st[w->lidx[t->stage]], epoch,
+                                  rc ? &e2 : e);
+        if (!rc) rc = r2;
     }
     /* the task ends when its device is done with it (a GPU runs behind
      * the thread): its time is the device's, its results are there for
@@ -1294,8 +1310,7 @@ static float *arena_new(exec_worker *w, const exec_stage *st,
         return d;
     }
     float *h = util_calloc(st->n + 1, sizeof *h);
-    for (int k = 0; k < st->n_sl; k++)
-        slice_copy(&st->sl[k], tt, h, (float *)full, 0);
+    exec_stage_gather(st, tt, full, h);
     be->from_host(d, h, st->n * sizeof *h);
     free(h);
     return d;
@@ -1306,18 +1321,53 @@ static void arena_free(exec_worker *w, const exec_stage *st, float *d)
     if (d) exec_mem_put(&w->mem, d, st->n);
 }
 
+void exec_stage_gather(const exec_stage *st, const exec_tensor *tt,
+                       const float *full, float *h)
+{
+    for (int k = 0; k < st->n_sl; k++)
+        slice_copy(&st->sl[k], tt, h, (float *)full, 0);
+}
+
+void exec_stage_scatter(const exec_stage *st, const exec_tensor *tt,
+                        const float *h, float *full)
+{
+    for (int k = 0; k < st->n_sl; k++)
+        if (st->sl[k].save_owner)
+            slice_copy(&st->sl[k], tt, (float *)h, full, 1);
+}
+
+static int saves_any(const exec_stage *st)
+{
+    int any = 0;
+    for (int k = 0; k < st->n_sl; k++) any |= st->sl[k].save_owner;
+    return any;
+}
+
 /* The rows of a device arena the stage saves, into full. */
 static void arena_collect(const exec_backend *be, const exec_stage *st,
                           const exec_tensor *tt, const float *d, float *full)
 {
-    int any = 0;
-    for (int k = 0; k < st->n_sl; k++) any |= st->sl[k].save_owner;
-    if (!any) return;
+    if (!saves_any(st)) return;
     float *h = util_malloc(sizeof *h * (st->n + 1));
     be->to_host(h, d, st->n * sizeof *h);
-    for (int k = 0; k < st->n_sl; k++)
-        if (st->sl[k].save_owner) slice_copy(&st->sl[k], tt, h, full, 1);
+    exec_stage_scatter(st, tt, h, full);
     free(h);
+}
+
+/* The same from an offloaded stage's tier. */
+static int ofl_collect(exec_worker *w, exec_stage *st, const exec_tensor *tt,
+                       float *full, float *adam_m, float *adam_v, util_err *e)
+{
+    if (!saves_any(st)) return 0;
+    float *h[3];
+    for (int k = 0; k < 3; k++) h[k] = util_malloc(sizeof(float) * (st->n + 1));
+    int rc = exec_ofl_read_state(w, st, h[0], adam_m ? h[1] : NULL,
+                                 adam_v ? h[2] : NULL, e);
+    float *dst[3] = {full, adam_m, adam_v};
+    for (int k = 0; k < 3 && !rc; k++)
+        if (dst[k]) exec_stage_scatter(st, tt, h[k], dst[k]);
+    for (int k = 0; k < 3; k++) free(h[k]);
+    return rc;
 }
 
 /* The device's task lists, checked for what the executor implements. */
@@ -1374,6 +1424,8 @@ static int worker_stages(exec_worker *w, const float *full,
     exec_gpt_param_table(&rt->cfg, tt);
     w->lidx = util_malloc(sizeof(int) * (size_t)(rt->S + 1));
     w->st = util_calloc((size_t)rt->S + 1, sizeof *w->st);
+    if (rt->offload.policy != EXEC_OFFLOAD_NONE && exec_ofl_open(w, e))
+        return util_err_prefix(e, "device %d", w->device);
     for (int v = 0; v < rt->S; v++) {
         w->lidx[v] = -1;
         if (rt->geo[v].device != w->device) continue;
@@ -1385,6 +1437,17 @@ static int worker_stages(exec_worker *w, const float *full,
                                   &st->n_sl);
         for (int k = 0; k < st->n_sl; k++)
             if (st->sl[k].tied) st->tied_sl = k;
+        st->n_ver_slots = 1;
+        if (w->ofl) {
+            /* the states in the tier; the device holds windows */
+            st->w = util_calloc(1, sizeof *st->w);
+            st->pending = util_calloc(1, sizeof(int));
+            st->steps = rt->step0;
+            st->live = st->max_live = 1;
+            if (exec_ofl_stage_add(w, st, tt, full, adam_m, adam_v, e))
+                return util_err_prefix(e, "device %d", w->device);
+            continue;
+        }
         if (exec_mem_charge(&w->mem, 4.0 * (double)st->n * sizeof(float))) {
             char a[32], c[32];
             return util_errf(e, UTIL_EXIT_FAIL, "device %d: the weights, "
@@ -1528,6 +1591,13 @@ int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
         if (be->bind(&w->dev, EXEC_ROLE_SETUP, e)) return -1;
         for (int k = 0; k < w->n_st; k++) {
             exec_stage *st = &w->st[k];
+            if (st->ofl) {
+                if (ofl_collect(w, st, tt, full, adam_m, adam_v, e)) {
+                    be->unbind();
+                    return util_err_prefix(e, "device %d", w->device);
+                }
+                continue;
+            }
             arena_collect(be, st, tt, st->w[st->cur_ver], full);
             if (adam_m) arena_collect(be, st, tt, st->am, adam_m);
             if (adam_v) arena_collect(be, st, tt, st->av, adam_v);
@@ -1546,6 +1616,7 @@ void exec_rt_free(exec_runtime *rt)
     for (int i = 0; rt->w && i < rt->n_local; i++) {
         exec_worker *w = &rt->w[i];
         if (!w->rt) continue;       /* never set up */
+        exec_ofl_free(w);
         for (int k = 0; k < w->n_st; k++) {
             exec_stage *st = &w->st[k];
             for (size_t s = 0; w->rec && w->rec[k] && s < slots; s++) {

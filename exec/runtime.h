@@ -180,6 +180,8 @@ typedef struct exec_stage {
     int n_ver_slots, cur_ver;
     int live, max_live;     /* weight versions held at once */
     int steps;              /* optimizer steps taken */
+    struct exec_ofl_stage *ofl; /* offloaded model states (offload.c), or
+                             * NULL: w, g, am, av on the device */
 } exec_stage;
 
 /* Activations of one (stage, minibatch, microbatch) between its F and the
@@ -330,6 +332,7 @@ typedef struct exec_worker {
     double rest_ns, rest_n;
     int epoch_now;          /* the epoch of the task running */
     int64_t task_ops_ns;    /* ops timed in the task running */
+    struct exec_ofl *ofl;   /* its offload tier and threads, or NULL */
 } exec_worker;
 
 /* The shared part of a run. */
@@ -370,6 +373,7 @@ struct exec_runtime {
     atomic_int stop_epoch;      /* the last epoch to run (stop agreed) */
     int record_mem;
     int op_timing;              /* time every op's parts (calibration) */
+    exec_offload offload;       /* where model states live, or none */
     int64_t t0;                 /* clock origin (exec_now_ns) */
     /* after each flushed step, on worker 0 (progress lines) */
     void (*on_step)(void *ctx, int step, double loss, double norm,
@@ -424,5 +428,65 @@ int exec_oom(exec_worker *w, const char *what, util_err *e);
         call;                                                                \
         (w)->kern_ns += (int64_t)exec_now_ns() - k0_;                        \
     } while (0)
+
+/* ------------------------------------------------------------ offload */
+
+/* Model states in a tier below the device (offload.c): a stage's fp32
+ * weights and AdamW moments live in a host arena (DRAM) or a file
+ * (NVMe), its gradients in host memory; the device holds a window of
+ * layers ("chunks": the stage's ops of one GPT layer, the embedding or
+ * the head, whose parameters are contiguous in the stage's arena),
+ * fetched before a layer's ops and dropped after, the next one
+ * prefetched by an I/O thread. AdamW runs on a CPU thread of the worker:
+ * at the optimizer task (zero-offload), or for each layer as soon as its
+ * last gradient of the step has arrived (fuyou; the step's fetch of a
+ * layer waits for its update, so no update is stale). The CPU backend
+ * only. */
+
+/* Opens worker w's tier (the file in rt->offload.path, removed at once:
+ * nothing is left behind whatever ends the run) and its threads; 0 or -1,
+ * code 1 for a path that cannot take a file, code 2 for a plan the
+ * policy cannot run. */
+int exec_ofl_open(exec_worker *w, util_err *e);
+/* Puts stage st's states in the tier, from full, adam_m, adam_v (P
+ * floats in arena order; NULL: zeros), tt the arena's tensors. */
+int exec_ofl_stage_add(exec_worker *w, exec_stage *st,
+                       const exec_tensor *tt, const float *full,
+                       const float *adam_m,
+                       const float *adam_v, util_err *e);
+/* Makes the weights of op's layer resident on the device (and its
+ * gradient window when grad), prefetching the next layer in the sweep
+ * (backward: the one before); ops without parameters keep what is there. */
+int exec_ofl_acquire(exec_worker *w, exec_stage *st, int op, int backward,
+                     int grad, util_err *e);
+/* The end of a task's sweep: gradient windows written back, the window
+ * dropped. epoch: the step's gradients counted for fuyou's early update. */
+int exec_ofl_release(exec_worker *w, exec_stage *st, int epoch, util_err *e);
+/* The device address of a stage's weight (gradient) at arena offset off:
+ * its layer must be resident. */
+float *exec_ofl_wp(const exec_stage *st, size_t off);
+float *exec_ofl_gp(const exec_stage *st, size_t off);
+/* The optimizer task: updates the layers not updated yet with clipping
+ * factor scale for step `step` (0-based), waits for every update, clears
+ * the gradients. */
+int exec_ofl_step(exec_worker *w, exec_stage *st, int step, float scale,
+                  util_err *e);
+/* The stage's weights and moments (arena order, st->n floats each) into
+ * host arrays; NULL skips one. */
+int exec_ofl_read_state(exec_worker *w, exec_stage *st, float *wt, float *m,
+                        float *v, util_err *e);
+/* What the worker's tier measured: bytes and seconds read and written,
+ * parameters updated and seconds in AdamW. */
+void exec_ofl_stats(const exec_worker *w, double out[6]);
+/* How the file is written ("O_DIRECT" or why buffered), "" for DRAM. */
+const char *exec_ofl_note(const exec_worker *w);
+/* A stage's slices of full (P floats in arena order) into h (st->n
+ * floats, the rest untouched); the slices it saves from h into full. */
+void exec_stage_gather(const exec_stage *st, const exec_tensor *tt,
+                       const float *full, float *h);
+void exec_stage_scatter(const exec_stage *st, const exec_tensor *tt,
+                        const float *h, float *full);
+/* Stops the threads, frees the tier (the stages' parts too). */
+void exec_ofl_free(exec_worker *w);
 
 #endif

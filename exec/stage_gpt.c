@@ -319,6 +319,18 @@ static int tp_sum(exec_worker *w, float *buf, size_t n, int64_t *tp_ns,
  * the bias (or position table) of its slices. */
 typedef struct oparams { float *w, *b, *gw, *gb; } oparams;
 
+/* A weight (gradient) at arena offset off: in the stage's arenas, or in
+ * its device window when its states are offloaded (exec/offload.c). */
+static float *wparam(const exec_stage *st, const float *wv, size_t off)
+{
+    return st->ofl ? exec_ofl_wp(st, off) : (float *)wv + off;
+}
+
+static float *gparam(const exec_stage *st, size_t off)
+{
+    return st->ofl ? exec_ofl_gp(st, off) : st->g + off;
+}
+
 static oparams op_params(const exec_worker *w, const exec_stage *st,
                          const float *wv, int op)
 {
@@ -379,12 +391,12 @@ static oparams op_params(const exec_worker *w, const exec_stage *st,
         if (s->tensor == want_b && first_b < 0) first_b = k;
     }
     if (first_w >= 0) {
-        o.w = (float *)wv + st->sl[first_w].off;
-        o.gw = st->g + st->sl[first_w].off;
+        o.w = wparam(st, wv, st->sl[first_w].off);
+        o.gw = gparam(st, st->sl[first_w].off);
     }
     if (first_b >= 0) {
-        o.b = (float *)wv + st->sl[first_b].off;
-        o.gb = st->g + st->sl[first_b].off;
+        o.b = wparam(st, wv, st->sl[first_b].off);
+        o.gb = gparam(st, st->sl[first_b].off);
     }
     return o;
 }
