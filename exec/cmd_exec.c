@@ -526,9 +526,11 @@ static int run_plan(cmd *c)
         fprintf(stdout, "sluice exec: %s on %s, plan %s\n", plan.model,
                 plan.hw, c->plan);
         fprintf(stdout, "schedule %s, pipeline %d x data %d x tensor %d, "
-                "microbatch %d x %d%s; AdamW lr %.2e, clip %.2f, seed %llu\n",
-                sim_sched_name(plan.sched), plan.pp, plan.dp, plan.tp,
-                plan.mbs, plan.n_mb, plan.recompute ? ", recomputation" : "",
+                "microbatch %d x %d%s%s; AdamW lr %.2e, clip %.2f, seed "
+                "%llu\n", sim_sched_name(plan.sched), plan.pp, plan.dp,
+                plan.tp, plan.mbs, plan.n_mb,
+                plan.recompute ? ", recomputation " : "",
+                plan.recompute ? sim_recompute_name(plan.recompute) : "",
                 t->adamw.lr, t->adamw.clip, (unsigned long long)t->seed);
         fflush(stdout);
     }

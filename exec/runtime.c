@@ -182,18 +182,30 @@ static void rec_free(const exec_stage *st, exec_rec *r)
     free(r);
 }
 
-/* Drops what the backward does not read (after F; recompute keeps only
- * the stage's inputs). */
-static void keep_for_backward(const exec_runtime *rt, const exec_stage *st,
-                              exec_rec *r, int only_inputs)
+/* Whether the stage recomputes layer by layer (an offloaded stage's
+ * layer window moves in sweeps: it recomputes the whole stage in R). */
+static int rc_lazy(const exec_runtime *rt, const exec_stage *st)
 {
+    return rt->recompute && !st->ofl;
+}
+
+/* Drops what the backward does not read (after F). Recomputing, the
+ * forward keeps the checkpoints and what ops not run again keep (layer
+ * by layer), or only the stage's inputs (an offloaded stage). */
+static void keep_for_backward(const exec_runtime *rt, const exec_stage *st,
+                              exec_rec *r, int recompute)
+{
+    int lazy = recompute && rc_lazy(rt, st), only_inputs = recompute && !lazy;
+    const int *keep = lazy ? st->keep_rc : st->keep_out;
     for (int i = 0; i < st->n_ops; i++) {
-        if (only_inputs || !st->keep_out[i]) exec_view_drop(&r->out[i]);
-        if (only_inputs || !rt->xop[st->first + i].aux_n)
+        if (only_inputs || !keep[i]) exec_view_drop(&r->out[i]);
+        if (only_inputs || !rt->xop[st->first + i].aux_n ||
+            (lazy && st->rseg[i] >= 0))
             exec_view_drop(&r->aux[i]);
     }
+    const int *keep_ext = lazy ? st->keep_rc_ext : st->keep_ext;
     for (int q = 0; q < st->n_ext && !only_inputs; q++)
-        if (!st->keep_ext[q]) exec_view_drop(&r->ext[q]);
+        if (!keep_ext[q]) exec_view_drop(&r->ext[q]);
 }
 
 /* Offset (floats) of producer op j in the message from stage a to stage
@@ -319,20 +331,44 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
  * soon as its last reader in the stage has run (one read by a later
  * stage stays until it is handed over), so the forward holds what the
  * backward keeps and little more. */
-static int run_forward_ops(exec_worker *w, exec_stage *st, exec_rec *r,
-                           int count_loss, int64_t *tp, util_err *e)
+static int run_forward_range(exec_worker *w, exec_stage *st, exec_rec *r,
+                             int first, int last, const int *keep,
+                             int count_loss, int64_t *tp, util_err *e)
 {
     const exec_runtime *rt = w->rt;
-    for (int op = st->first; op <= st->last; op++) {
+    for (int op = first; op <= last; op++) {
         if (st->ofl && exec_ofl_acquire(w, st, op, 0, 0, e)) return -1;
         if (op_forward(w, st, r, op, count_loss, tp, e)) return -1;
         const exec_xop *x = &rt->xop[op];
         for (int k = 0; k < x->n_in; k++) {
             int j = x->in[k];
-            if (j >= st->first && j < op && rt->last_use[j] == op &&
-                !st->keep_out[j - st->first])
+            if (j >= first && j < op && rt->last_use[j] == op &&
+                !keep[j - st->first])
                 exec_view_drop(&r->out[j - st->first]);
         }
+    }
+    return 0;
+}
+
+static int run_forward_ops(exec_worker *w, exec_stage *st, exec_rec *r,
+                           int count_loss, int64_t *tp, util_err *e)
+{
+    return run_forward_range(w, st, r, st->first, st->last,
+                             rc_lazy(w->rt, st) ? st->keep_rc : st->keep_out,
+                             count_loss, tp, e);
+}
+
+/* Runs the recomputation segments above `seg` that have not run again
+ * yet, highest first (each keeps what its backward reads). */
+static int recompute_down(exec_worker *w, exec_stage *st, exec_rec *r,
+                          int seg, int64_t *tp, util_err *e)
+{
+    while (r->rc_low > seg) {
+        int k = --r->rc_low;
+        if (run_forward_range(w, st, r, st->first + st->seg_first[k],
+                              st->first + st->seg_last[k], st->keep_out, 0,
+                              tp, e))
+            return -1;
     }
     return 0;
 }
@@ -353,6 +389,7 @@ static int task_f(exec_worker *w, int id, int epoch, int64_t *tp,
     exec_rec *r = rec_new(st);
     w->rec[li][slot] = r;
     r->version = rt->async ? t->version : 0;
+    r->rc_low = st->n_rseg;
     if (fill_tokens(w, st, r, t, epoch, e)) return -1;
     /* inputs: from stages of this device, or from the receives before */
     exec_view *la = w->lact[li][slot];
@@ -431,6 +468,10 @@ static int task_recompute(exec_worker *w, int id, int64_t *tp, util_err *e)
     exec_rec *r = w->rec[c.li][c.slot];
     if (!r)
         return util_errf(e, UTIL_EXIT_FAIL, "recompute without its F");
+    /* layer by layer: the last segment now, the rest in the backward */
+    if (rc_lazy(rt, st))
+        return st->n_rseg ? recompute_down(w, st, r, st->n_rseg - 1, tp, e)
+                          : 0;
     if (run_forward_ops(w, st, r, 0, tp, e)) return -1;
     keep_for_backward(rt, st, r, 0);
     return 0;
@@ -582,6 +623,9 @@ static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
         int i = op - st->first;
         const exec_xop *x = &rt->xop[op];
         if (st->ofl && exec_ofl_acquire(w, st, op, 1, fused && x->has_w, e))
+            return -1;
+        if (rc_lazy(rt, st) && st->rseg[i] >= 0 &&
+            recompute_down(w, st, r, st->rseg[i], tp, e))
             return -1;
         if (op_backward(w, st, r, op, 1, fused, tp, e)) return -1;
         /* what no later part reads goes now */
@@ -1202,6 +1246,53 @@ static int cmp_int(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* A stage's recomputation segments and what its forward keeps with
+ * them (exec_stage.rseg): the simulator's account of which ops run again
+ * (sim_op_recomputed), a segment being the consecutive ops of one layer
+ * that do. */
+static void rc_build(const exec_runtime *rt, exec_stage *g, const int *ext)
+{
+    const exec_xop *x = rt->xop;
+    const prof_model *m = rt->model;
+    int n = g->n_ops;
+    g->rseg = util_malloc(sizeof(int) * (size_t)n);
+    g->seg_first = util_malloc(sizeof(int) * (size_t)n);
+    g->seg_last = util_malloc(sizeof(int) * (size_t)n);
+    g->keep_rc = util_calloc((size_t)n, sizeof(int));
+    g->keep_rc_ext = util_calloc((size_t)g->n_ext + 1, sizeof(int));
+    g->n_rseg = 0;
+    for (int i = 0; i < n; i++) {
+        int op = g->first + i;
+        g->rseg[i] = -1;
+        if (!rt->recompute || !sim_op_recomputed(m, op, rt->recompute))
+            continue;
+        if (i > 0 && g->rseg[i - 1] >= 0 &&
+            m->ops[op - 1].layer == m->ops[op].layer) {
+            g->rseg[i] = g->rseg[i - 1];
+            g->seg_last[g->rseg[i]] = i;
+        } else {
+            g->seg_first[g->n_rseg] = g->seg_last[g->n_rseg] = i;
+            g->rseg[i] = g->n_rseg++;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        int op = g->first + i, s = g->rseg[i];
+        if (s < 0) g->keep_rc[i] = g->keep_out[i];
+        for (int k = 0; k < x[op].n_in; k++) {
+            int j = x[op].in[k], *keep = NULL;
+            if (j >= g->first && j <= g->last) {
+                if (s >= 0 && g->rseg[j - g->first] == s) continue;
+                keep = &g->keep_rc[j - g->first];
+            } else {
+                for (int q = 0; q < g->n_ext; q++)
+                    if (ext[q] == j) keep = &g->keep_rc_ext[q];
+            }
+            /* read again by a recomputed op, or by a kept op's backward */
+            if (keep && (s >= 0 || x[op].need_in[k])) *keep = 1;
+        }
+    }
+}
+
 /* Where each stage's ops sit, what crosses into it, what its backward
  * reads: the same for every worker. */
 static void geo_build(exec_runtime *rt)
@@ -1275,6 +1366,7 @@ static void geo_build(exec_runtime *rt)
                 if (wn) *wneed = 1;
             }
         }
+        rc_build(rt, g, ext);
     }
     free(op_ms);
 }
@@ -1672,6 +1764,8 @@ void exec_rt_free(exec_runtime *rt)
         exec_stage *g = &rt->geo[v];
         free(g->ext_op); free(g->ext_stage); free(g->keep_ext);
         free(g->w_needs_ext); free(g->keep_out); free(g->w_needs);
+        free(g->rseg); free(g->seg_first); free(g->seg_last);
+        free(g->keep_rc); free(g->keep_rc_ext);
     }
     free(rt->geo);
     free(rt->xop);

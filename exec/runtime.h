@@ -167,6 +167,15 @@ typedef struct exec_stage {
     int *keep_ext;          /* per external input: kept for the backward */
     int *w_needs;           /* per op: output read by a weight part */
     int *w_needs_ext;
+    /* Recomputation (the plan's mode, sim_op_recomputed): segments of
+     * ops of one layer that run again just before their backward, the
+     * last of a stage in its R task, the others inside its backward, so
+     * one segment's activations live at a time. Per op its segment or
+     * -1; segment k's local op range; what the forward keeps instead of
+     * keep_out: the ops' not run again, and the checkpoints (outputs a
+     * later segment reads again, or a kept op's backward reads). */
+    int *rseg, *seg_first, *seg_last, n_rseg;
+    int *keep_rc, *keep_rc_ext;
     int has_embed, has_loss;
     /* parameters: arenas of n floats (gradients, AdamW m and v), the
      * weights per version (stashing): w[v] for each version in use */
@@ -194,6 +203,8 @@ typedef struct exec_rec {
     exec_view ids;          /* the microbatch's tokens then targets (N
                              * ints each, on the device) */
     int version;
+    int rc_low;             /* recomputation: segments from here up have
+                             * run again (n_rseg: none yet) */
 } exec_rec;
 
 /* A gradient handed to a producer stage by a consumer on the same

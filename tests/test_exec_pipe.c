@@ -163,9 +163,10 @@ static void check_sync(const pspec *s, float clip)
     float *ref = reference(s->model, r.B, 5, clip, &P);
     cr_assert_eq(P, r.n_params);
     char what[96];
-    snprintf(what, sizeof what, "%s pp%d dp%d tp%d%s",
+    snprintf(what, sizeof what, "%s pp%d dp%d tp%d%s%s",
              sim_sched_name(s->sched), s->pp, p.dp, p.tp,
-             s->recompute ? " recompute" : "");
+             s->recompute ? " recompute " : "",
+             s->recompute ? sim_recompute_name(s->recompute) : "");
     expect_close(ref, r.params, P, 1e-5, what);
     free(ref);
     exec_pipe_result_free(&r);
@@ -179,6 +180,8 @@ Test(exec_pipe, every_flush_schedule_equals_the_reference)
         {PICO, SIM_SCHED_GPIPE, 2, 1, 1, 2, 4, 1, 0},
         {PICO, SIM_SCHED_1F1B, 2, 1, 1, 2, 4, 0, 0},
         {PICO, SIM_SCHED_1F1B, 3, 1, 1, 2, 4, 1, 0},
+        {PICO, SIM_SCHED_1F1B, 2, 1, 1, 2, 4, SIM_RC_SELECTIVE, 0},
+        {PICO, SIM_SCHED_ZBH1, 2, 1, 1, 2, 4, SIM_RC_FULL, 0},
         {PICO, SIM_SCHED_INTERLEAVED, 2, 1, 1, 2, 4, 0, 4},
         {PICO, SIM_SCHED_ZBH1, 2, 1, 1, 2, 4, 0, 0},
         {PICO, SIM_SCHED_ZBH2, 3, 1, 1, 2, 6, 0, 0},
@@ -204,6 +207,7 @@ Test(exec_pipe, data_and_tensor_parallel_equal_the_reference)
         {PICO, SIM_SCHED_1F1B, 2, 2, 1, 2, 2, 0, 0},
         {PICO, SIM_SCHED_1F1B, 1, 2, 1, 4, 2, 0, 0},
         {PICO, SIM_SCHED_1F1B, 2, 1, 2, 2, 4, 1, 0},
+        {PICO, SIM_SCHED_1F1B, 2, 1, 2, 2, 4, SIM_RC_SELECTIVE, 0},
         {PICO, SIM_SCHED_ZBV, 2, 2, 2, 1, 4, 0, 4},
         {PICO, SIM_SCHED_CHIMERA, 2, 2, 1, 1, 4, 0, 0},
     };

@@ -8,6 +8,7 @@
  * for mpirun). */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +119,48 @@ Test(exec_cli_pipe, json_compares_with_sim_key_by_key)
     json_decref(jx);
     cli_result_free(&s);
     cli_result_free(&x);
+    test_rm_rf(dir);
+}
+
+/* Recomputation as the simulator counts it: every mode's measured peak
+ * per device within 8% of the prediction (the executor's records and
+ * scratch are not in it), and full below selective below none. */
+Test(exec_cli_pipe, recomputation_memory_is_the_simulators)
+{
+    char *dir = test_tmpdir();
+    const char *modes[] = {"none", "selective", "full"};
+    double peak0[3];
+    for (int k = 0; k < 3; k++) {
+        cli_result r = cli_run("sim --hw cpu x2 --model gpt-tiny --schedule "
+                               "1f1b --pp 2 --mbs 2 --microbatches 4 "
+                               "--recompute %s --out %s/%s.json", modes[k],
+                               dir, modes[k]);
+        cr_assert_eq(r.code, 0, "%s", r.err);
+        cli_result_free(&r);
+        r = cli_run("exec --plan %s/%s.json --steps 2 --json", dir, modes[k]);
+        cr_assert_eq(r.code, 0, "%s", r.err);
+        json_t *j = json_loads(r.out, 0, NULL);
+        cr_assert_not_null(j);
+        json_t *md = json_object_get(j, "devices"),
+               *pd = json_object_get(json_object_get(j, "predicted"),
+                                     "devices");
+        cr_assert_eq(json_array_size(md), 2);
+        for (size_t d = 0; d < 2; d++) {
+            double m = json_number_value(json_object_get(
+                       json_array_get(md, d), "peak_mem_bytes")),
+                   p = json_number_value(json_object_get(
+                       json_array_get(pd, d), "peak_mem_bytes"));
+            cr_expect(p > 0 && fabs(m / p - 1) < 0.08, "recompute %s, device "
+                      "%zu: measured %.0f, simulated %.0f bytes", modes[k],
+                      d, m, p);
+            if (!d) peak0[k] = m;
+        }
+        json_decref(j);
+        cli_result_free(&r);
+    }
+    cr_expect(peak0[2] < peak0[1] && peak0[1] < peak0[0],
+              "full %.0f, selective %.0f, none %.0f", peak0[2], peak0[1],
+              peak0[0]);
     test_rm_rf(dir);
 }
 
