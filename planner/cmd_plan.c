@@ -5,13 +5,16 @@
 #include <string.h>
 
 #include "planner/planner.h"
+#include "planner/workload.h"
 #include "plots/plots.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
         "usage: sluice plan --hw GPU xN | FILE.json --model NAME|FILE [options]\n"
-        "       sluice plan --hw GPU --gpus 1,2,4,8 --model NAME [options]\n\n"
+        "       sluice plan --hw GPU --gpus 1,2,4,8 --model NAME [options]\n"
+        "       sluice plan --hw GPU xN --models NAME xK ... | --workload FILE\n"
+        "                   (many jobs at once: sluice plan --models --help)\n\n"
         "Searches the schedule, pipeline depth, microbatch size and count,\n"
         "recomputation and the partition; simulates the survivors; prints the\n"
         "best plan, the best of every other schedule and the gap to the lower\n"
@@ -462,6 +465,7 @@ static int one(cmd *c, util_err *e)
 
 int plan_cmd_main(int argc, char **argv)
 {
+    if (plan_wl_wanted(argc, argv)) return plan_wl_main(argc, argv);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);

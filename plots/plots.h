@@ -49,4 +49,13 @@ int plot_capacity(const char *prefix, const char *title, int nseries,
                   const double *const *gpus, const double *const *sps,
                   util_err *e);
 
+/* Jobs over GPUs over time: a row per GPU, a box per segment (seconds)
+ * coloured by its job, n_jobs colours in the key. Writes
+ * PREFIX-gantt.{png,svg}, the data and the script. Returns as
+ * plot_pipeline does. */
+int plot_gantt(const char *prefix, const char *title, int n_gpus, int n_jobs,
+               const char *const *job_names, int n_seg, const int *gpu,
+               const int *job, const double *t0_s, const double *t1_s,
+               util_err *e);
+
 #endif

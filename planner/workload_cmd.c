@@ -1,0 +1,702 @@
+/* `sluice plan --models NAME xN | --workload FILE`: Hydra's shard
+ * schedules (Sharded-LRTF, random, round robin) against running the jobs
+ * one at a time as pipelines, each on its own GPU, or packed on groups;
+ * makespan, utilisation, host DRAM and PCIe per policy, the lower bound,
+ * a Gantt chart and a trace. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/workload.h"
+#include "planner/workload_int.h"
+#include "plots/plots.h"
+
+int plan_wl_wanted(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--models") || !strcmp(argv[i], "--workload"))
+            return 1;
+    return 0;
+}
+
+typedef struct wcmd {
+    int hw_at, hw_n;
+    char **argv;
+    const char *wfile, *plot, *trace;
+    int json, batch;
+    double samples, epochs, dataset;
+    int optim;
+    unsigned seed;
+    double reserve;
+    prof_hw_opts ho;
+    plan_wl w;
+} wcmd;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: sluice plan --hw GPU xN --models NAME xK [NAME xK...]\n"
+        "                   (--samples N | --epochs E --dataset-samples N) [options]\n"
+        "       sluice plan --hw GPU xN --workload FILE.json [options]\n\n"
+        "Many jobs at once: each model cut into the fewest shards that fit one\n"
+        "GPU, state spilled to host DRAM between uses, shards of the jobs\n"
+        "scheduled over the GPUs (Hydra's Sharded-LRTF, random, round robin),\n"
+        "against the jobs one at a time as the planner's best pipeline, each\n"
+        "on its own GPU (ZeRO-Offload where it does not fit) and packed on\n"
+        "GPU groups.\n\noptions:\n"
+        "  --batch N          samples per minibatch of --models jobs (default:\n"
+        "                     the model's)\n"
+        "  --optimizer adam|sgd  of --models jobs (default adam)\n"
+        "  --seed N           the random policy's seed (default 1)\n"
+        "  --reserve SIZE     memory kept per GPU (default 1G)\n"
+        "  --host-mem SIZE, --pcie-gen G   adjust the server template\n"
+        "  --json             the answer as JSON\n"
+        "  --plot PREFIX      Gantt chart of Sharded-LRTF (PREFIX-gantt.png/svg)\n"
+        "  --trace FILE       Perfetto trace of Sharded-LRTF\n"
+        "\nworkload file: {\"jobs\": [{\"model\": \"gpt2-xl\", \"batch\": 16,\n"
+        "  \"samples\": 100000 | \"epochs\": 1, \"dataset_samples\": N,\n"
+        "  \"optimizer\": \"adam\", \"priority\": 0, \"name\": \"lr3e-4\"}, ...]}\n"
+        "\nexit codes: 0 answered, 1 nothing runs, 2 bad usage or input\n");
+}
+
+static int add_jobs(wcmd *c, const char *model, long n)
+{
+    c->w.jobs = util_realloc(c->w.jobs, sizeof(plan_wl_job) *
+                             (size_t)(c->w.n_jobs + n));
+    for (long i = 0; i < n; i++) {
+        plan_wl_job *j = &c->w.jobs[c->w.n_jobs++];
+        memset(j, 0, sizeof *j);
+        snprintf(j->model, sizeof j->model, "%s", model);
+        snprintf(j->name, sizeof j->name, "%.50s.%ld", model, i);
+        snprintf(j->where, sizeof j->where, "--models %.200s", model);
+    }
+    return 0;
+}
+
+static int parse(int argc, char **argv, wcmd *c, util_err *e)
+{
+    memset(c, 0, sizeof *c);
+    c->argv = argv;
+    c->hw_at = -1;
+    c->seed = 1;
+    c->reserve = PLAN_DEFAULT_RESERVE;
+    int models = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+#define NEED() do { if (!v) return util_errf(e, UTIL_EXIT_USAGE, "%s needs a value", a); i++; } while (0)
+        if (!strcmp(a, "--hw")) {
+            c->hw_at = i + 1;
+            c->hw_n = 0;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) { i++; c->hw_n++; }
+            if (!c->hw_n)
+                return util_errf(e, UTIL_EXIT_USAGE, "--hw needs a GPU type "
+                                 "and count, e.g. --hw rtx2080ti x8");
+        } else if (!strcmp(a, "--models")) {
+            models = 1;
+            int any = 0;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
+                const char *name = argv[++i];
+                long k = 1;
+                if (i + 1 < argc && argv[i + 1][0] == 'x') {
+                    if (util_parse_int(argv[i + 1] + 1, 1, 4096, &k))
+                        return util_errf(e, UTIL_EXIT_USAGE, "--models %s %s: "
+                                         "expected a count such as x12", name,
+                                         argv[i + 1]);
+                    i++;
+                }
+                add_jobs(c, name, k);
+                any = 1;
+            }
+            if (!any)
+                return util_errf(e, UTIL_EXIT_USAGE, "--models needs a model "
+                                 "and a count, e.g. --models gpt2-xl x12");
+        } else if (!strcmp(a, "--workload")) { NEED(); c->wfile = v; }
+        else if (!strcmp(a, "--json")) c->json = 1;
+        else if (!strcmp(a, "--no-progress")) ;
+        else if (!strcmp(a, "--plot")) {
+            NEED();
+            if (strlen(v) > PLOT_MAX_PREFIX)
+                return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of "
+                                 "%zu bytes is longer than the %d sluice "
+                                 "takes", strlen(v), PLOT_MAX_PREFIX);
+            c->plot = v;
+        } else if (!strcmp(a, "--trace")) { NEED(); c->trace = v; }
+        else if (!strcmp(a, "--batch")) {
+            NEED();
+            if (util_parse_int(v, 1, 1 << 20, &n))
+                return util_errf(e, UTIL_EXIT_USAGE, "--batch '%s': expected a positive integer", v);
+            c->batch = (int)n;
+        } else if (!strcmp(a, "--samples") || !strcmp(a, "--dataset-samples") ||
+                   !strcmp(a, "--epochs")) {
+            NEED();
+            double x;
+            if (util_parse_double(v, &x) || !(x > 0) || x > 1e15)
+                return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': expected a "
+                                 "positive number", a, v);
+            if (a[2] == 's') c->samples = x;
+            else if (a[2] == 'd') c->dataset = x;
+            else c->epochs = x;
+        } else if (!strcmp(a, "--optimizer")) {
+            NEED();
+            if (!strcmp(v, "adam")) c->optim = PLAN_WL_ADAM;
+            else if (!strcmp(v, "sgd")) c->optim = PLAN_WL_SGD;
+            else return util_errf(e, UTIL_EXIT_USAGE, "--optimizer '%s': "
+                                  "expected adam or sgd", v);
+        } else if (!strcmp(a, "--seed")) {
+            NEED();
+            if (util_parse_int(v, 0, 4294967295L, &n))
+                return util_errf(e, UTIL_EXIT_USAGE, "--seed '%s': expected "
+                                 "a non-negative integer", v);
+            c->seed = (unsigned)n;
+        } else if (!strcmp(a, "--reserve")) {
+            NEED();
+            if (util_parse_size(v, &c->reserve))
+                return util_errf(e, UTIL_EXIT_USAGE, "--reserve '%s': expected a size such as 1G", v);
+        } else if (!strcmp(a, "--host-mem")) {
+            NEED();
+            if (util_parse_size(v, &c->ho.host_mem_bytes) || c->ho.host_mem_bytes <= 0)
+                return util_errf(e, UTIL_EXIT_USAGE, "--host-mem '%s': expected a size such as 256G", v);
+        } else if (!strcmp(a, "--pcie-gen")) {
+            NEED();
+            if (util_parse_int(v, 3, 6, &n))
+                return util_errf(e, UTIL_EXIT_USAGE, "--pcie-gen '%s': expected 3..6", v);
+            c->ho.pcie_gen = (int)n;
+        } else {
+            const char *opts[] = {"--hw", "--models", "--workload", "--json",
+                                  "--plot", "--trace", "--batch", "--samples",
+                                  "--epochs", "--dataset-samples", "--optimizer",
+                                  "--seed", "--reserve", "--host-mem",
+                                  "--pcie-gen", "--no-progress"};
+            const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
+            return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s' for a "
+                             "workload%s%s%s", a,
+                             near ? " (did you mean '" : "", near ? near : "",
+                             near ? "'?)" : "");
+        }
+#undef NEED
+    }
+    if (c->hw_at < 0)
+        return util_errf(e, UTIL_EXIT_USAGE, "--hw is required, e.g. --hw rtx2080ti x8");
+    if (models == !!c->wfile)
+        return util_errf(e, UTIL_EXIT_USAGE, "give --models NAME xN or "
+                         "--workload FILE, not both");
+    if (c->wfile) {
+        if (c->samples || c->epochs || c->dataset || c->batch)
+            return util_errf(e, UTIL_EXIT_USAGE, "--workload: batch and "
+                             "samples come from the file, not the command line");
+        return plan_wl_load(c->wfile, &c->w, e);
+    }
+    if (!c->samples == !(c->epochs && c->dataset) || (c->epochs && !c->dataset) ||
+        (!c->epochs && c->dataset))
+        return util_errf(e, UTIL_EXIT_USAGE, "--models needs --samples N, "
+                         "or --epochs E with --dataset-samples N");
+    for (int i = 0; i < c->w.n_jobs; i++) {
+        plan_wl_job *j = &c->w.jobs[i];
+        j->samples = c->samples ? c->samples : c->epochs * c->dataset;
+        j->optim = (plan_wl_optim)c->optim;
+        if (c->batch) j->batch = c->batch;
+        else {
+            prof_model_spec s;
+            if (prof_model_spec_get(j->model, &s, e)) {
+                util_err_prefix(e, "%s", j->where);
+                e->code = UTIL_EXIT_USAGE;
+                return -1;
+            }
+            j->batch = s.batch > 0 ? s.batch : PLAN_DEFAULT_BATCH;
+        }
+    }
+    return 0;
+}
+
+/* ---- one policy's answer ---- */
+
+typedef struct pol {
+    char name[32];
+    int feasible;
+    char note[160];
+    double makespan_s;
+    double *util;             /* [n_gpus]; NULL: only the mean is known */
+    double util_mean;
+    double host_peak_bytes;
+    double pcie_bytes;
+} pol;
+
+static void pol_from_run(pol *p, const char *name, const plan_wl_run *r)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->feasible = 1;
+    p->makespan_s = (double)r->makespan_ns * 1e-9;
+    p->util = util_calloc((size_t)r->n_gpus, sizeof(double));
+    for (int g = 0; g < r->n_gpus; g++) {
+        p->util[g] = r->makespan_ns ? (double)r->busy_ns[g] / (double)r->makespan_ns : 0;
+        p->util_mean += p->util[g] / r->n_gpus;
+    }
+    p->host_peak_bytes = r->host_peak_bytes;
+    p->pcie_bytes = r->pcie_bytes;
+}
+
+/* The planner's best synchronous plan of job p alone on g GPUs of its
+ * type: its iteration and the mean compute-busy fraction of the GPUs it
+ * uses. Returns 1 found, 0 nothing fits, -1 error. */
+static int best_plan(const wl_prep *p, int g, const prof_hw_opts *ho,
+                     double reserve, double *iter_s, double *busy, util_err *e)
+{
+    prof_topo *t = prof_topo_template(p->gpu->name, g, ho, e);
+    if (!t) return -1;
+    plan_opts o;
+    plan_opts_init(&o);
+    o.batch = p->job->batch;
+    o.reserve_bytes = reserve;
+    o.state_bytes_per_param = p->state;
+    o.progress = 0;
+    /* synchronous training, as every job of the workload is: schedules
+     * with a flush only */
+    for (int k = 0; k < SIM_SCHED_COUNT; k++)
+        if (!sim_sched_async((sim_sched)k)) o.sched_mask |= 1u << k;
+    char hw[64];
+    snprintf(hw, sizeof hw, "%s x%d", p->gpu->name, g);
+    plan_result r;
+    int rc = plan_search(p->m, t, p->job->model, hw, &o, &r, e);
+    if (rc == 0 && r.found) {
+        const sim_plan *pl = &r.alt[r.best].plan;
+        sim_costs *cs = NULL;
+        sim_ir *ir = NULL;
+        sim_engine *en = NULL;
+        sim_result res;
+        rc = plan_simulate(pl, p->m, t, r.reserve_bytes, 0, &cs, &ir, &en, &res, e);
+        if (rc == 0) {
+            *iter_s = r.alt[r.best].iteration_s;
+            double b = 0;
+            for (int d = 0; d < res.n_devices; d++)
+                b += (double)(res.dev[d].compute_ns + res.dev[d].recompute_ns +
+                              res.dev[d].opt_ns) / (double)res.iteration_ns;
+            int used = pl->gpus_used ? pl->gpus_used : g;
+            *busy = b / res.n_devices * used / g;
+            rc = 1;
+        }
+        sim_engine_free(en);
+        sim_ir_free(ir);
+        sim_costs_free(cs);
+    }
+    if (rc == 0 && !r.found) rc = 0;
+    plan_result_free(&r);
+    prof_topo_free(t);
+    return rc;
+}
+
+/* ZeRO-Offload on one GPU (Ren et al., ATC'21): fp16 weights and gradients
+ * on the GPU, fp32 master and optimizer state on the host, the update on
+ * the CPU. Full recomputation; the batch split into microbatches until
+ * the activations fit. Per iteration: the compute, gradients to the host
+ * behind the backward, the CPU step (memory-bound: 28 bytes a parameter
+ * over host DRAM shared by `concurrent` jobs), the weights back. Returns
+ * the iteration in s, or -1 when no microbatch fits. */
+static double zero_offload_s(const wl_prep *p, double dram_bw, int concurrent,
+                             util_err *e)
+{
+    double wb = prof_dtype_bytes(p->m->spec.dtype);
+    for (int mbs = p->job->batch; mbs >= 1; mbs /= 2) {
+        if (p->job->batch % mbs) continue;
+        util_err e2 = {0};
+        sim_cost_opts co = {0};
+        co.mbs = mbs;
+        co.state_bytes_per_param = p->state;
+        co.recompute = SIM_RC_FULL;
+        int f0 = 0, l0 = p->m->n_ops - 1, d0 = 0;
+        sim_costs *c = sim_costs_build(p->m, p->t, 1, &f0, &l0, &d0, 1, &co, &e2);
+        if (!c) { *e = e2; return -2; }
+        const sim_stage_cost *s = &c->stage[0];
+        double need = 2 * wb * s->params + s->keep_bytes +
+                      fmax(s->fwd_ws_bytes, s->rec_ws_bytes);
+        double nmb = (double)p->job->batch / mbs;
+        double fw = (double)s->f_ns * nmb * 1e-9;
+        double bw = (double)(s->r_ns + s->b_ns + s->w_ns) * nmb * 1e-9;
+        double params = s->params;
+        sim_costs_free(c);
+        if (need > p->cap) continue;
+        double d2h = wb * params / p->pcie_bw;
+        double cpu = 28.0 * params / (dram_bw / concurrent);
+        return fw + fmax(bw, d2h) + cpu + wb * params / p->pcie_bw;
+    }
+    return -1;
+}
+
+static double host_capacity(const prof_topo *t)
+{
+    double c = 0;
+    for (int i = 0; i < t->n_nodes; i++)
+        if (t->nodes[i].kind == PROF_NODE_DRAM && t->nodes[i].server == 0)
+            c += t->nodes[i].capacity_bytes;
+    return c;
+}
+
+static double dram_bw(const prof_topo *t)
+{
+    int h = prof_topo_gpu_host_mem(t, 0);
+    return h >= 0 && t->nodes[h].read_bw_bytes_per_s > 0
+         ? t->nodes[h].read_bw_bytes_per_s : 20e9;
+}
+
+/* Longest job first onto the group free earliest; returns the makespan. */
+static double lpt(const double *dur, int n, int groups)
+{
+    double *load = util_calloc((size_t)groups, sizeof(double));
+    int *done = util_calloc((size_t)n, sizeof(int));
+    double ms = 0;
+    for (int k = 0; k < n; k++) {
+        int j = -1;
+        for (int i = 0; i < n; i++)
+            if (!done[i] && (j < 0 || dur[i] > dur[j])) j = i;
+        done[j] = 1;
+        int g = 0;
+        for (int q = 1; q < groups; q++) if (load[q] < load[g]) g = q;
+        load[g] += dur[j];
+        if (load[g] > ms) ms = load[g];
+    }
+    free(load);
+    free(done);
+    return ms;
+}
+
+/* Baselines: (a) one job at a time over all GPUs, (b) a job per GPU,
+ * (c) jobs packed on groups of GPUs; plans shared by jobs alike. */
+static int baselines(wl_prep *P, int n, const prof_topo *t, const wcmd *c,
+                     pol *out, util_err *e)
+{
+    int ng = t->n_gpus;
+    int sizes[8], ns = 0;
+    for (int g = ng; g >= 1; g /= 2)
+        if (ng % g == 0 && ns < 8) sizes[ns++] = g;
+    double *it = util_malloc(sizeof(double) * (size_t)(n * ns));
+    double *bz = util_malloc(sizeof(double) * (size_t)(n * ns));
+    for (int j = 0; j < n; j++)
+        for (int s = 0; s < ns; s++) {
+            int same = -1;
+            for (int q = 0; q < j && same < 0; q++)
+                if (!strcmp(P[q].job->model, P[j].job->model) &&
+                    P[q].job->batch == P[j].job->batch && P[q].state == P[j].state)
+                    same = q;
+            if (same >= 0) {
+                it[j * ns + s] = it[same * ns + s];
+                bz[j * ns + s] = bz[same * ns + s];
+                continue;
+            }
+            int rc = best_plan(&P[j], sizes[s], &c->ho, c->reserve,
+                               &it[j * ns + s], &bz[j * ns + s], e);
+            if (rc < 0) { free(it); free(bz); return -1; }
+            if (rc == 0) it[j * ns + s] = -1;
+        }
+    /* (a) */
+    pol *a = &out[0];
+    memset(a, 0, sizeof *a);
+    snprintf(a->name, sizeof a->name, "pipeline-each");
+    a->feasible = 1;
+    double work = 0;
+    for (int j = 0; j < n; j++) {
+        if (it[j * ns] < 0) {
+            a->feasible = 0;
+            snprintf(a->note, sizeof a->note, "%s fits no plan on %d GPUs",
+                     P[j].job->name, ng);
+            break;
+        }
+        double d = it[j * ns] * (double)P[j].minibatches;
+        a->makespan_s += d;
+        work += d * bz[j * ns];
+    }
+    if (a->feasible) {
+        a->util_mean = work / a->makespan_s;
+        snprintf(a->note, sizeof a->note, "jobs in turn, planner's best "
+                 "synchronous plan on all %d GPUs", ng);
+    }
+    /* (b) */
+    pol *b = &out[1];
+    memset(b, 0, sizeof *b);
+    snprintf(b->name, sizeof b->name, "gpu-each");
+    b->feasible = 1;
+    double *dur = util_malloc(sizeof(double) * (size_t)n);
+    int conc = n < ng ? n : ng, offl = 0;
+    work = 0;
+    for (int j = 0; j < n && b->feasible; j++) {
+        double i1 = it[j * ns + ns - 1];
+        if (i1 < 0) {
+            i1 = zero_offload_s(&P[j], dram_bw(t), conc, e);
+            if (i1 == -2) { free(it); free(bz); free(dur); return -1; }
+            if (i1 < 0) {
+                b->feasible = 0;
+                snprintf(b->note, sizeof b->note, "%s fits one GPU neither "
+                         "alone nor with ZeRO-Offload", P[j].job->name);
+                break;
+            }
+            offl++;
+            double wb = prof_dtype_bytes(P[j].m->spec.dtype);
+            b->pcie_bytes += 2 * wb * P[j].m->params * (double)P[j].minibatches;
+            /* fp32 master and state on the host, and the fp16 gradients */
+            double hb = P[j].m->params * (P[j].state - wb);
+            if (j < conc) b->host_peak_bytes += hb;
+            work += (double)P[j].mb_compute_ns * 1e-9 * (double)P[j].minibatches;
+        } else {
+            work += i1 * bz[j * ns + ns - 1] * (double)P[j].minibatches;
+        }
+        dur[j] = i1 * (double)P[j].minibatches;
+    }
+    if (b->feasible) {
+        b->makespan_s = lpt(dur, n, ng);
+        b->util_mean = fmin(1, work / (b->makespan_s * ng));
+        snprintf(b->note, sizeof b->note, "a job per GPU, longest first%s",
+                 offl ? "; ZeRO-Offload where it does not fit" : "");
+    }
+    /* (c): the group size whose packing ends first */
+    pol *cc = &out[2];
+    memset(cc, 0, sizeof *cc);
+    snprintf(cc->name, sizeof cc->name, "gpu-groups");
+    for (int s = 0; s < ns; s++) {
+        int ok = 1;
+        double w = 0;
+        for (int j = 0; j < n && ok; j++) {
+            ok = it[j * ns + s] > 0;
+            dur[j] = it[j * ns + s] * (double)P[j].minibatches;
+            w += dur[j] * bz[j * ns + s] * sizes[s];
+        }
+        if (!ok) continue;
+        double ms = lpt(dur, n, ng / sizes[s]);
+        if (!cc->feasible || ms < cc->makespan_s) {
+            cc->feasible = 1;
+            cc->makespan_s = ms;
+            cc->util_mean = w / (ms * ng);
+            snprintf(cc->note, sizeof cc->note, "%d groups of %d GPUs, the "
+                     "planner's plan for %d, longest job first", ng / sizes[s],
+                     sizes[s], sizes[s]);
+        }
+    }
+    if (!cc->feasible)
+        snprintf(cc->note, sizeof cc->note, "no group size fits every job");
+    free(dur);
+    free(it);
+    free(bz);
+    return 0;
+}
+
+/* ---- output ---- */
+
+static int write_trace(const char *path, const plan_wl_run *r,
+                       const wl_prep *P, util_err *e)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return util_errf(e, UTIL_EXIT_FAIL, "out of memory");
+    fprintf(f, "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n");
+    for (int g = 0; g < r->n_gpus; g++)
+        fprintf(f, "%s{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, "
+                "\"args\": {\"name\": \"gpu %d\"}},\n{\"ph\": \"M\", \"name\": "
+                "\"thread_name\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": "
+                "\"compute\"}}", g ? ",\n" : "", g, g, g);
+    for (int i = 0; i < r->n_seg; i++) {
+        const plan_wl_seg *s = &r->seg[i];
+        json_t *nm = json_string(P[s->job].job->name);
+        char *q = json_dumps(nm, JSON_ENCODE_ANY);
+        fprintf(f, ",\n{\"ph\": \"X\", \"name\": %s, \"pid\": %d, \"tid\": 0, "
+                "\"ts\": %lld.%03lld, \"dur\": %lld.%03lld, \"args\": "
+                "{\"job\": %d, \"steps\": %ld}}", q, s->gpu,
+                (long long)(s->start_ns / 1000), (long long)(s->start_ns % 1000),
+                (long long)((s->end_ns - s->start_ns) / 1000),
+                (long long)((s->end_ns - s->start_ns) % 1000), s->job, s->steps);
+        free(q);
+        json_decref(nm);
+    }
+    fprintf(f, "\n]}\n");
+    fclose(f);
+    int rc = util_write_atomic(path, buf, len, e);
+    free(buf);
+    return rc;
+}
+
+static json_t *pol_json(const pol *p, double lb, int ng)
+{
+    json_t *j = json_pack("{s:s,s:b,s:s}", "policy", p->name, "feasible",
+                          p->feasible, "note", p->note);
+    json_object_set_new(j, "makespan_s", p->feasible ? json_real(p->makespan_s) : json_null());
+    json_object_set_new(j, "gap_to_bound", p->feasible ? json_real(p->makespan_s / lb) : json_null());
+    json_object_set_new(j, "mean_utilization", p->feasible ? json_real(p->util_mean) : json_null());
+    json_t *u = json_array();
+    for (int g = 0; p->util && g < ng; g++) json_array_append_new(u, json_real(p->util[g]));
+    json_object_set_new(j, "utilization", p->util ? u : (json_decref(u), json_null()));
+    json_object_set_new(j, "host_peak_bytes", json_real(p->host_peak_bytes));
+    json_object_set_new(j, "pcie_bytes", json_real(p->pcie_bytes));
+    return j;
+}
+
+static int run(wcmd *c, util_err *e)
+{
+    prof_topo *t = prof_topo_from_args(c->hw_n, c->argv + c->hw_at, &c->ho, e);
+    if (!t) return -1;
+    int n = c->w.n_jobs, ng = t->n_gpus, rc = 0;
+    for (int g = 1; g < ng; g++)
+        if (strcmp(prof_topo_gpu(t, g)->name, prof_topo_gpu(t, 0)->name)) {
+            prof_topo_free(t);
+            return util_errf(e, UTIL_EXIT_USAGE, "a workload needs one GPU "
+                             "type; %s mixes them", t->name);
+        }
+    wl_prep *P = util_calloc((size_t)n, sizeof *P);
+    plan_wl_sjob *sj = util_calloc((size_t)n, sizeof *sj);
+    double flops = 0;
+    for (int j = 0; j < n && !rc; j++) {
+        if (wl_prep_job(&P[j], &c->w.jobs[j], t, c->reserve, e)) rc = -1;
+        else {
+            sj[j] = P[j].sj;
+            flops += P[j].flops;
+        }
+    }
+    pol pols[6];
+    memset(pols, 0, sizeof pols);
+    plan_wl_run lr = {0};
+    const prof_gpu *gp = prof_topo_gpu(t, 0);
+    double lb = 0, hostcap = host_capacity(t);
+    if (!rc) {
+        double peak = gp->peak_flops[P[0].m->spec.dtype];
+        if (peak <= 0) peak = gp->peak_flops[PROF_DT_FP16];
+        /* every model FLOP at the GPU's best GEMM efficiency, over all GPUs */
+        lb = flops / (ng * peak * gp->eff.gemm_max);
+        const plan_wl_policy pl[] = {PLAN_WL_LRTF, PLAN_WL_RANDOM, PLAN_WL_RR};
+        for (int k = 0; k < 3; k++) {
+            plan_wl_sched_opts o = {0};
+            o.policy = pl[k];
+            o.seed = c->seed;
+            o.record = k == 0 && (c->plot || c->trace);
+            plan_wl_run r;
+            plan_wl_schedule(sj, n, ng, &o, &r);
+            pol_from_run(&pols[k], plan_wl_policy_name(pl[k]), &r);
+            snprintf(pols[k].note, sizeof pols[k].note, "Hydra: shards over "
+                     "all GPUs, state spilled to host DRAM");
+            if (k == 0) lr = r;
+            else plan_wl_run_free(&r);
+        }
+        rc = baselines(P, n, t, c, pols + 3, e);
+    }
+    if (!rc && c->json) {
+        json_t *root = json_pack("{s:s,s:i,s:f,s:f}", "hw", t->name, "gpus", ng,
+                                 "lower_bound_s", lb, "host_capacity_bytes", hostcap);
+        json_t *jobs = json_array(), *pa = json_array();
+        for (int j = 0; j < n; j++) {
+            json_t *sh = json_array();
+            for (int s = 0; s < P[j].k; s++)
+                json_array_append_new(sh, json_pack("{s:i,s:i}", "first_layer",
+                                      P[j].first[s], "layers",
+                                      P[j].first[s + 1] - P[j].first[s]));
+            json_array_append_new(jobs, json_pack(
+                "{s:s,s:s,s:i,s:f,s:I,s:s,s:i,s:o,s:f}", "name", P[j].job->name,
+                "model", P[j].job->model, "batch", P[j].job->batch,
+                "samples", P[j].job->samples, "minibatches",
+                (json_int_t)P[j].minibatches, "optimizer",
+                plan_wl_optim_name(P[j].job->optim), "priority", P[j].job->priority,
+                "shards", sh, "minibatch_compute_s",
+                (double)P[j].mb_compute_ns * 1e-9));
+        }
+        for (int k = 0; k < 6; k++) json_array_append_new(pa, pol_json(&pols[k], lb, ng));
+        json_object_set_new(root, "jobs", jobs);
+        json_object_set_new(root, "policies", pa);
+        util_json_print(root, stdout);
+        json_decref(root);
+    } else if (!rc) {
+        char b1[32], b2[32];
+        printf("%d jobs on %s\n", n, t->name);
+        for (int j = 0; j < n; j++) {
+            if (j >= 3 && j < n - 1) {
+                if (j == 3) printf("  ...\n");
+                continue;
+            }
+            printf("  %-16s %s, batch %d, %ld minibatches, %s: %d shard%s, "
+                   "%s of shard-steps a minibatch\n", P[j].job->name,
+                   P[j].m->spec.name, P[j].job->batch, P[j].minibatches,
+                   plan_wl_optim_name(P[j].job->optim), P[j].k, P[j].k > 1 ? "s" : "",
+                   util_fmt_time((double)P[j].mb_compute_ns * 1e-9, b1, sizeof b1));
+        }
+        printf("\n");
+        util_table *tb = util_table_new(7);
+        const char *h[] = {"policy", "makespan", "x bound", "GPU util",
+                           "util min..max", "host DRAM peak", "PCIe traffic"};
+        for (int i = 0; i < 7; i++) util_table_col(tb, i, h[i], i ? 'r' : 'l');
+        for (int k = 0; k < 6; k++) {
+            const pol *p = &pols[k];
+            char ms[32] = "-", xb[32] = "-", um[32] = "-", mm[32] = "-",
+                 hp[32] = "-", pc[32] = "-";
+            if (p->feasible) {
+                util_fmt_time(p->makespan_s, ms, sizeof ms);
+                snprintf(xb, sizeof xb, "%.2f", p->makespan_s / lb);
+                snprintf(um, sizeof um, "%.0f%%", 100 * p->util_mean);
+                if (p->util) {
+                    double lo = 1, hi = 0;
+                    for (int g = 0; g < ng; g++) {
+                        lo = fmin(lo, p->util[g]);
+                        hi = fmax(hi, p->util[g]);
+                    }
+                    snprintf(mm, sizeof mm, "%.0f..%.0f%%", 100 * lo, 100 * hi);
+                }
+                util_fmt_bytes(p->host_peak_bytes, b1, sizeof b1);
+                snprintf(hp, sizeof hp, "%s%s", b1,
+                         hostcap > 0 && p->host_peak_bytes > hostcap ? " OVER" : "");
+                util_fmt_bytes(p->pcie_bytes, b2, sizeof b2);
+                snprintf(pc, sizeof pc, "%s", b2);
+            }
+            const char *row[] = {p->name, ms, xb, um, mm, hp, pc};
+            util_table_row(tb, row);
+        }
+        util_table_print(tb, stdout, "  ");
+        util_table_free(tb);
+        for (int k = 3; k < 6; k++) printf("  %s: %s\n", pols[k].name, pols[k].note);
+        util_fmt_bytes(hostcap, b2, sizeof b2);
+        printf("\nlower bound: %s (all model FLOPs over %d GPUs at %.0f%% of "
+               "%s's peak); host memory %s; sharded-lrtf %.2fx the throughput of "
+               "pipeline-each\n",
+               util_fmt_time(lb, b1, sizeof b1), ng, 100 * gp->eff.gemm_max,
+               gp->name, b2, pols[3].feasible ? pols[3].makespan_s / pols[0].makespan_s : 0);
+    }
+    if (!rc && c->trace && write_trace(c->trace, &lr, P, e)) rc = -1;
+    if (!rc && c->plot) {
+        const char **names = util_malloc(sizeof(char *) * (size_t)n);
+        for (int j = 0; j < n; j++) names[j] = P[j].job->name;
+        size_t ns = (size_t)(lr.n_seg ? lr.n_seg : 1);
+        int *sg = util_malloc(sizeof(int) * ns), *sjb = util_malloc(sizeof(int) * ns);
+        double *t0 = util_malloc(sizeof(double) * ns), *t1 = util_malloc(sizeof(double) * ns);
+        for (int i = 0; i < lr.n_seg; i++) {
+            sg[i] = lr.seg[i].gpu;
+            sjb[i] = lr.seg[i].job;
+            t0[i] = (double)lr.seg[i].start_ns * 1e-9;
+            t1[i] = (double)lr.seg[i].end_ns * 1e-9;
+        }
+        int prc = plot_gantt(c->plot, "Sharded-LRTF: jobs over GPUs", ng, n,
+                             names, lr.n_seg, sg, sjb, t0, t1, e);
+        free(sg);
+        free(sjb);
+        free(t0);
+        free(t1);
+        free(names);
+        if (prc < 0) rc = -1;
+        else if (prc > 0) fprintf(stderr, "sluice plan: %s\n", e->msg);
+    }
+    plan_wl_run_free(&lr);
+    for (int k = 0; k < 6; k++) free(pols[k].util);
+    for (int j = 0; j < n; j++) wl_prep_free(&P[j]);
+    free(P);
+    free(sj);
+    prof_topo_free(t);
+    return rc;
+}
+
+int plan_wl_main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+    wcmd c;
+    util_err e = {0};
+    int rc = parse(argc, argv, &c, &e) ? -1 : run(&c, &e);
+    plan_wl_free(&c.w);
+    if (rc == 0) return 0;
+    fprintf(stderr, "sluice plan: %s\n", e.msg);
+    return e.code ? e.code : UTIL_EXIT_FAIL;
+}

@@ -1,0 +1,217 @@
+/* Many jobs at once: the shard scheduler against a hand-computed
+ * schedule and against brute force over every order on a tiny case; the
+ * command's lower bound, JSON keys, plot and trace; bad workloads. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/workload.h"
+#include "tests/harness.h"
+
+static plan_wl_run sched(const plan_wl_sjob *j, int n, int ng,
+                         plan_wl_policy p)
+{
+    plan_wl_sched_opts o = {0};
+    o.policy = p;
+    o.seed = 7;
+    plan_wl_run r;
+    plan_wl_schedule(j, n, ng, &o, &r);
+    return r;
+}
+
+/* Two GPUs; jobs of one shard: J0 and J1 one minibatch of 10 ns, J2 two.
+ * Loads take 4 ns, write-backs 3. Sharded-LRTF: gpu0 takes J2 (20 ns
+ * left), gpu1 J0 (tie with J1: lower index), both loaded by 4. gpu0 keeps
+ * J2 (its shard stays: no copy), computes 4..14 and 14..24, writes back
+ * 24..27. gpu1 prefetches J1 during J0 (4..8), writes J0 back 14..17,
+ * computes J1 14..24, writes it back 24..27. Makespan 27 ns. Round robin
+ * takes J0 and J1 first and leaves J2's two minibatches for the end. */
+Test(workload, lrtf_matches_hand_computed_schedule)
+{
+    plan_wl_step st = {10, 4, 3, 100, 50, 0, 0};
+    plan_wl_sjob j[3] = {{1, &st, 1, 0, 0}, {1, &st, 1, 0, 0},
+                         {1, &st, 2, 0, 0}};
+    plan_wl_run r = sched(j, 3, 2, PLAN_WL_LRTF);
+    cr_expect_eq(r.makespan_ns, 27);
+    cr_expect_eq(r.busy_ns[0], 20);
+    cr_expect_eq(r.busy_ns[1], 20);
+    /* three loads and three write-backs: J2's second minibatch stays */
+    cr_expect_float_eq(r.pcie_bytes, 3 * 100 + 3 * 50, 1e-9);
+    plan_wl_run_free(&r);
+    r = sched(j, 3, 2, PLAN_WL_RR);
+    cr_expect_gt(r.makespan_ns, 27);
+    plan_wl_run_free(&r);
+}
+
+/* Every order a GPU may pick, by scripted choices (an odometer over the
+ * candidates at each decision); returns the shortest makespan. */
+static int64_t brute(const plan_wl_sjob *j, int n, int ng, long *orders)
+{
+    int script[64] = {0}, branch[64];
+    int64_t best = -1;
+    *orders = 0;
+    for (;;) {
+        plan_wl_sched_opts o = {0};
+        o.policy = PLAN_WL_SCRIPT;
+        o.script = script;
+        o.n_script = 64;
+        o.branch = branch;
+        o.max_branch = 64;
+        plan_wl_run r;
+        plan_wl_schedule(j, n, ng, &o, &r);
+        cr_assert_leq(r.decisions, 64);
+        if (best < 0 || r.makespan_ns < best) best = r.makespan_ns;
+        (*orders)++;
+        int d = (int)r.decisions - 1;
+        plan_wl_run_free(&r);
+        while (d >= 0 && script[d] + 1 >= branch[d]) script[d--] = 0;
+        if (d < 0) return best;
+        script[d]++;
+    }
+}
+
+/* 2 GPUs, 3 jobs of 2 shards (3 steps a minibatch), unequal steps and
+ * copies: no policy beats the best order, and Sharded-LRTF, a list
+ * schedule that never idles a GPU while a job waits, stays within
+ * Graham's bound (2 - 1/m) of it. */
+Test(workload, policies_against_brute_force)
+{
+    plan_wl_step a[3] = {{7, 2, 1, 1, 1, 1, 0}, {11, 3, 2, 1, 1, 0, 1},
+                         {5, 2, 2, 1, 1, -1, 0}};
+    plan_wl_step b[3] = {{3, 1, 1, 1, 1, 1, 0}, {4, 1, 1, 1, 1, 0, 1},
+                         {2, 1, 1, 1, 1, -1, 0}};
+    plan_wl_step c[3] = {{9, 5, 1, 1, 1, 1, 0}, {2, 1, 4, 1, 1, 0, 1},
+                         {6, 3, 3, 1, 1, -1, 0}};
+    plan_wl_sjob j[3] = {{3, a, 2, 0, 0}, {3, b, 3, 0, 0}, {3, c, 1, 0, 0}};
+    long orders;
+    int64_t opt = brute(j, 3, 2, &orders);
+    cr_assert_gt(orders, 10, "only %ld orders", orders);
+    for (int p = 0; p < PLAN_WL_SCRIPT; p++) {
+        plan_wl_run r = sched(j, 3, 2, (plan_wl_policy)p);
+        cr_expect_geq(r.makespan_ns, opt, "%s", plan_wl_policy_name(p));
+        if (p == PLAN_WL_LRTF)
+            cr_expect_leq(2 * r.makespan_ns, 3 * opt, "lrtf %lld, optimum %lld",
+                          (long long)r.makespan_ns, (long long)opt);
+        plan_wl_run_free(&r);
+    }
+}
+
+/* Priorities come before the policy: the urgent job runs first. */
+Test(workload, priority_first)
+{
+    plan_wl_step st = {10, 0, 0, 0, 0, 0, 0};
+    plan_wl_sjob j[2] = {{1, &st, 5, 0, 0}, {1, &st, 1, 1, 0}};
+    plan_wl_sched_opts o = {0};
+    o.record = 1;
+    plan_wl_run r;
+    plan_wl_schedule(j, 2, 1, &o, &r);
+    cr_assert_gt(r.n_seg, 0);
+    cr_expect_eq(r.seg[0].job, 1);
+    cr_expect_eq(r.makespan_ns, 60);
+    plan_wl_run_free(&r);
+}
+
+static json_t *plan_json(const char *args)
+{
+    cli_result r = cli_run("plan --hw rtx2080ti x2 %s --json", args);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    cr_assert(j, "%s", je.text);
+    cli_result_free(&r);
+    return j;
+}
+
+/* The lower bound is below every policy's makespan; the keys are there. */
+Test(workload, json_keys_and_lower_bound)
+{
+    json_t *j = plan_json("--workload tests/data/workload/tiny.json");
+    double lb = json_number_value(json_object_get(j, "lower_bound_s"));
+    cr_assert_gt(lb, 0);
+    json_t *ps = json_object_get(j, "policies");
+    cr_assert_eq(json_array_size(ps), 6);
+    const char *names[] = {"sharded-lrtf", "random", "round-robin",
+                           "pipeline-each", "gpu-each", "gpu-groups"};
+    for (size_t i = 0; i < json_array_size(ps); i++) {
+        json_t *p = json_array_get(ps, i);
+        cr_expect_str_eq(json_string_value(json_object_get(p, "policy")), names[i]);
+        cr_assert(json_is_true(json_object_get(p, "feasible")), "%s", names[i]);
+        double ms = json_number_value(json_object_get(p, "makespan_s"));
+        cr_expect_geq(ms, lb, "%s: %g below the bound %g", names[i], ms, lb);
+        for (int k = 0; k < 4; k++) {
+            const char *key[] = {"gap_to_bound", "mean_utilization",
+                                 "host_peak_bytes", "pcie_bytes"};
+            cr_expect(json_object_get(p, key[k]), "%s: %s", names[i], key[k]);
+        }
+    }
+    json_t *jobs = json_object_get(j, "jobs");
+    cr_assert_eq(json_array_size(jobs), 3);
+    /* epochs x dataset samples: 2 x 800 at batch 16 */
+    cr_expect_eq(json_integer_value(json_object_get(json_array_get(jobs, 1),
+                                                    "minibatches")), 100);
+    json_decref(j);
+}
+
+/* A model too large for one shard of one GPU is cut into several, each
+ * within the GPU after the reserve. */
+Test(workload, large_model_is_sharded)
+{
+    json_t *j = plan_json("--models gpt2-xl x2 --samples 64 --batch 8");
+    json_t *sh = json_object_get(json_array_get(json_object_get(j, "jobs"), 0),
+                                 "shards");
+    cr_expect_gt(json_array_size(sh), 2);
+    int layers = 0;
+    for (size_t i = 0; i < json_array_size(sh); i++)
+        layers += (int)json_integer_value(json_object_get(json_array_get(sh, i),
+                                                          "layers"));
+    cr_expect_eq(layers, 50, "embed, 48 blocks, head");
+    json_decref(j);
+}
+
+Test(workload, trace_and_plot_files)
+{
+    char *dir = test_tmpdir();
+    cli_result r = cli_run("plan --hw rtx2080ti x2 --workload "
+                           "tests/data/workload/tiny.json --trace %s/t.json "
+                           "--plot %s/w", dir, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    char p[512];
+    snprintf(p, sizeof p, "%s/t.json", dir);
+    json_error_t je;
+    json_t *t = json_load_file(p, 0, &je);
+    cr_assert(t, "%s", je.text);
+    cr_expect_gt(json_array_size(json_object_get(t, "traceEvents")), 4);
+    json_decref(t);
+    snprintf(p, sizeof p, "%s/w-gantt.gp", dir);
+    FILE *f = fopen(p, "r");
+    cr_expect(f, "no gnuplot script");
+    if (f) fclose(f);
+    cli_result_free(&r);
+    test_rm_rf(dir);
+}
+
+static void bad(const char *args, const char *want)
+{
+    cli_result r = cli_run("plan --hw rtx2080ti x2 %s", args);
+    cr_expect_eq(r.code, 2, "%s: %s", args, r.err);
+    cr_expect(strstr(r.err, want), "%s: '%s' not in %s", args, want, r.err);
+    cli_result_free(&r);
+}
+
+Test(workload, bad_inputs_name_file_line_and_field)
+{
+    bad("--workload tests/data/workload/unknown_model.json",
+        "unknown_model.json:3:13: field 'jobs[1].model'");
+    bad("--workload tests/data/workload/too_big.json",
+        "too_big.json:2:3: field 'jobs[0]'");
+    bad("--workload tests/data/workload/bad_field.json", "'jobs[0].optimiser'");
+    bad("--workload tests/data/workload/bad_json.json", "bad_json.json:2:");
+    bad("--workload tests/data/workload/no_samples.json", "dataset_samples");
+    bad("--workload tests/data/workload/missing.json", "missing.json");
+    bad("--models gpt-tiny x3", "--samples");
+    bad("--models gpt-tiny x0 --samples 10", "x0");
+    bad("--models gpt-tiny x2 --samples 10 --optimizer lamb", "lamb");
+    bad("--models gpt-tiny x2 --workload tests/data/workload/tiny.json",
+        "not both");
+}
