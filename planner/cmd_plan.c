@@ -36,6 +36,10 @@ static void usage(FILE *f)
         "  --sequence-parallel, --no-sequence-parallel\n"
         "                     only plans with (tp > 1) or without sequence\n"
         "                     parallelism; searched when not given\n"
+        "  --zero N           only plans with ZeRO stage N (0-3) over the data-\n"
+        "                     parallel group; searched when not given\n"
+        "  --fsdp full|hybrid only FSDP plans: ZeRO-3 over the group, or inside\n"
+        "                     a server and replicated across servers\n"
         "  --reserve SIZE     memory kept per GPU for the framework and allocator\n"
         "                     (default 1G)\n"
         "  --state-bytes N    weights+grads+optimizer bytes per parameter (default 16)\n"
@@ -127,6 +131,10 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                 return -1;
         }
         else if (!strcmp(a, "--no-recompute")) c->po.recompute = SIM_RC_NONE;
+        else if (!strcmp(a, "--zero") || !strcmp(a, "--fsdp")) {
+            if (sim_shard_arg(argc, argv, &i, &c->po.zero, &c->po.fsdp, e) < 0)
+                return -1;
+        }
         else if (!strcmp(a, "--sequence-parallel")) c->po.sp = 1;
         else if (!strcmp(a, "--no-sequence-parallel")) c->po.sp = 0;
         else if (!strcmp(a, "--no-progress")) c->po.progress = 0;
@@ -192,7 +200,8 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--batch", "--pp", "--dp", "--tp", "--mbs", "--reserve",
                                   "--state-bytes", "--host-mem", "--nvme",
                                   "--pcie-gen", "--schedule", "--no-progress",
-                                  "--exhaustive", "--sync", "--time-limit"};
+                                  "--exhaustive", "--sync", "--time-limit",
+                                  "--zero", "--fsdp"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -305,12 +314,16 @@ static void print_answer(const plan_result *r, const prof_model *m,
         snprintf(knob, sizeof knob, " (%d chunks per device)", p->chunks);
     else if (p->sched == SIM_SCHED_WAVE)
         snprintf(knob, sizeof knob, " (%d wave%s)", p->waves, p->waves > 1 ? "s" : "");
+    char shard[48] = "";
+    if (p->fsdp) snprintf(shard, sizeof shard, ", FSDP %s",
+                          sim_fsdp_name(p->fsdp));
+    else if (p->zero) snprintf(shard, sizeof shard, ", ZeRO-%d", p->zero);
     printf("chosen: %s%s, pipeline %d x data %d x tensor %d, microbatch %d x %d "
-           "per replica, recomputation %s%s%s\n", sim_sched_name(p->sched), knob,
+           "per replica, recomputation %s%s%s%s\n", sim_sched_name(p->sched), knob,
            p->pp, p->dp, p->tp, p->mbs, p->n_mb,
            p->recompute == SIM_RC_SELECTIVE ? "selective"
            : p->recompute ? "on" : "off",
-           p->sp ? ", sequence parallel" : "",
+           p->sp ? ", sequence parallel" : "", shard,
            sim_sched_async(p->sched) ? " (asynchronous: no flush, stale weights)" : "");
     util_table *tb = util_table_new(6);
     const char *h[] = {"device", "stages", "holds (layers, or ops where a cut "

@@ -95,6 +95,11 @@ typedef struct plan_opts {
                                * else that sim_recompute */
     int sp;                   /* sequence parallelism: -1 search (where
                                * tp > 1), 0 off, 1 on (tp > 1 only) */
+    int zero;                 /* ZeRO stage: -1 unsharded plans, and
+                               * where none fits, stages 0..3 (sharding
+                               * where dp > 1); else that stage */
+    int fsdp;                 /* sim_fsdp: full or hybrid fixes ZeRO-3
+                               * sharded that way; 0: as zero says */
     unsigned sched_mask;      /* bit per sim_sched; 0: all */
     double state_bytes_per_param; /* 0: 16 (Adam, mixed precision) */
     int progress;             /* progress bar on stderr (only on a tty) */
@@ -111,9 +116,9 @@ typedef struct plan_opts {
 #define PLAN_DEFAULT_BATCH 32
 
 void plan_opts_init(plan_opts *o);
-/* A plan's recomputation and sequence parallelism as the tables show
- * them after its microbatches: "", " rc" (full), " sel" (selective),
- * then " sp"; into buf, returned. */
+/* A plan's recomputation, sequence parallelism and sharding as the tables
+ * show them after its microbatches: "", " rc" (full), " sel" (selective),
+ * then " sp", then " z1".." z3" or " fsdp"/" hsdp"; into buf, returned. */
 char *plan_knob_tag(const sim_plan *p, char *buf, size_t n);
 
 /* The best plan of one schedule, or why there is none. */

@@ -24,12 +24,17 @@ void plan_opts_init(plan_opts *o)
     o->reserve_bytes = -1;
     o->recompute = -1;
     o->sp = -1;
+    o->zero = -1;
 }
 
 char *plan_knob_tag(const sim_plan *p, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s%s", p->recompute == SIM_RC_SELECTIVE ? " sel"
-             : p->recompute ? " rc" : "", p->sp ? " sp" : "");
+    char z[8] = "";
+    if (p->fsdp) snprintf(z, sizeof z, " %s",
+                          p->fsdp == SIM_FSDP_HYBRID ? "hsdp" : "fsdp");
+    else if (p->zero) snprintf(z, sizeof z, " z%d", p->zero);
+    snprintf(buf, n, "%s%s%s", p->recompute == SIM_RC_SELECTIVE ? " sel"
+             : p->recompute ? " rc" : "", p->sp ? " sp" : "", z);
     return buf;
 }
 
@@ -202,7 +207,8 @@ typedef struct chain_in {
 static void chain_fill(chain_in *ci, const units *u, const prof_model *m,
                        const op_times *ot, int recompute, int sp,
                        int versions, double state_bytes, double bw,
-                       double lat_s, int tp)
+                       double lat_s, int tp, int zero, int shard,
+                       int per_dev)
 {
     int n = u->n, mbs = ot->mbs;
     double wbytes = prof_dtype_bytes(m->spec.dtype);
@@ -219,6 +225,16 @@ static void chain_fill(chain_in *ci, const units *u, const prof_model *m,
         }
         ci->time[k] = t / tp;
         ci->smem[k] = params * (state_bytes + (versions - 1) * wbytes) / tp;
+        if (zero > 0 && shard > 1) {
+            /* ZeRO's Figure 1, and under ZeRO-3 two gathered stages (the
+             * one computing, the one prefetched): a device's per_dev
+             * chunks share them */
+            double w = wbytes, g = wbytes, opt = state_bytes - 2 * wbytes;
+            opt /= shard;
+            if (zero >= 2) g /= shard;
+            if (zero >= 3) w = w / shard + 2.0 * wbytes / per_dev;
+            ci->smem[k] = params * (w + g + fmax(0, opt)) / tp;
+        }
         sim_act a = sim_act_range(m, u->first[k], u->last[k], tp, sp,
                                   recompute);
         ci->amem[k] = (recompute ? a.keep : a.act) * mbs;
@@ -239,6 +255,7 @@ static void chain_free(chain_in *ci)
 typedef struct cand {
     sim_sched sched;
     int pp, dp, tp, mbs, n_mb, recompute, sp, waves, chunks;
+    int zero, fsdp;           /* sharding (sim_zero_check holds) */
     double lb_s, est_s;       /* lower bound and estimate of iteration */
     double need_bytes;        /* estimated worst-device memory */
     sim_plan plan;            /* partition filled; owned */
@@ -316,6 +333,8 @@ static void plan_skeleton(cand *c, const plan_opts *o, const char *model_name,
     c->plan.n_mb = c->n_mb;
     c->plan.recompute = c->recompute;
     c->plan.sp = c->sp;
+    c->plan.zero = c->zero;
+    c->plan.fsdp = c->fsdp;
     c->plan.waves = c->waves > 0 ? c->waves : 1;
     c->plan.chunks = c->chunks;
     c->plan.state_bytes_per_param = o->state_bytes_per_param;
@@ -441,8 +460,15 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
     const units *u = is_mixed(c->sched) ? fine : lay->n >= S ? lay : fine;
     if (!is_mixed(c->sched) && u->n < S) return;
     chain_in ci;
+    /* the shard group: the data-parallel width, or under hybrid sharding
+     * the ranks of a stage inside a server (sim_costs_build checks it) */
+    int shard = c->dp, rg = c->pp * c->tp, gps = t->gpus_per_server;
+    if (c->fsdp == SIM_FSDP_HYBRID && gps > 0 && gps % rg == 0 &&
+        gps / rg < shard)
+        shard = gps / rg;
     chain_fill(&ci, u, m, ot, c->recompute, c->sp, versions, state, bw, lat,
-               c->tp);
+               c->tp, sim_zero_stage(c->zero, c->fsdp), shard,
+               stages_per_device(c));
     if (is_mixed(c->sched)) partition_blocks(c, fine, &ci, cap, memo);
     else partition_chain(c, u, &ci, cap);
     chain_free(&ci);
@@ -632,13 +658,28 @@ static void enumerate_candidates(search *s)
                     for (int sp = 0; sp <= (tp > 1); sp++) {
                         if (o->recompute >= 0 && rc != o->recompute) continue;
                         if (o->sp >= 0 && sp != o->sp) continue;
+                        for (int z = 0; z <= 3; z++)
                         for (int w = knob_first(sc); w <= knob_last(sc); w *= 2) {
-                            if (inter && p == 1) continue;
+                            int fs = o->fsdp;
+                            if (fs ? z != 3 : o->zero >= 0 && z != o->zero)
+                                continue;
+                            util_err ze;
+                            if (sim_zero_check(z, fs, d, (sim_sched)sc, &ze)) {
+                                if (o->zero > 0 || fs)
+                                    snprintf(layout_why, sizeof layout_why,
+                                             "%s", ze.msg);
+                                continue;
+                            }
+                            /* one device's chunks are ZeRO-3's gather
+                             * groups: interleaving on one device only
+                             * serves that */
+                            if (inter && p == 1 && z < 3) continue;
                             cand c = {.sched = (sim_sched)sc, .pp = p, .dp = d,
                                       .tp = tp, .mbs = mbs, .n_mb = bd / mbs,
                                       .recompute = rc, .sp = sp,
                                       .waves = wave ? w : 1,
-                                      .chunks = inter ? w : 0};
+                                      .chunks = inter ? w : 0,
+                                      .zero = z, .fsdp = fs};
                             add_candidate(s, &c, &capc);
                         }
                     }
@@ -914,9 +955,9 @@ static void search_free(search *s)
     plan_mixed_memo_free(s->memo);
 }
 
-int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
-                const char *hw_name, const plan_opts *o, plan_result *r,
-                util_err *e)
+static int search_once(const prof_model *m, const prof_topo *t,
+                       const char *model_name, const char *hw_name,
+                       const plan_opts *o, plan_result *r, util_err *e)
 {
     search s;
     memset(&s, 0, sizeof s);
@@ -941,6 +982,29 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
     search_free(&s);
     r->seconds = now_s() - s.t0;
     return 0;
+}
+
+int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
+                const char *hw_name, const plan_opts *o, plan_result *r,
+                util_err *e)
+{
+    if (o->zero >= 0 || o->fsdp)
+        return search_once(m, t, model_name, hw_name, o, r, e);
+    /* Unsharded plans first: sharding is searched where none fits, so a
+     * plan shards only what memory asks (and a user asks with --zero or
+     * --fsdp) */
+    plan_opts o0 = *o;
+    o0.zero = 0;
+    if (search_once(m, t, model_name, hw_name, &o0, r, e)) return -1;
+    if (r->found || r->cut_short) return 0;
+    double first_s = r->seconds;
+    plan_result_free(r);
+    plan_opts o1 = *o;
+    if (o->time_limit_s > 0)
+        o1.time_limit_s = fmax(1e-3, o->time_limit_s - first_s);
+    int rc = search_once(m, t, model_name, hw_name, &o1, r, e);
+    r->seconds += first_s;
+    return rc;
 }
 
 void plan_result_free(plan_result *r)

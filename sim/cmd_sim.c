@@ -39,6 +39,12 @@ static void usage(FILE *f)
         "                         none (also --no-recompute)\n"
         "  --sequence-parallel    split norms and dropouts over the tensor-\n"
         "                         parallel group (needs --tp 2 or more)\n"
+        "  --zero N               ZeRO stage over each stage's data-parallel\n"
+        "                         group: 1 shards the optimizer state, 2 also\n"
+        "                         the gradients, 3 also the parameters\n"
+        "  --fsdp full|hybrid     PyTorch FSDP: full = ZeRO-3 over the group,\n"
+        "                         hybrid = ZeRO-3 inside a server, replicated\n"
+        "                         across servers\n"
         "  --minibatches K        minibatches simulated by schedules without\n"
         "                         flush (default 4 + ceil(2 depth / m), so the\n"
         "                         measured steady state is past the fill)\n"
@@ -148,7 +154,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             "--microbatches", "--waves", "--stages", "--minibatches",
             "--state-bytes", "--partition", "--recompute", "--dp", "--tp",
             "--chunks", "--schedule-file", "--no-recompute",
-            "--sequence-parallel", NULL};
+            "--sequence-parallel", "--zero", "--fsdp", NULL};
         for (int k = 0; fixed[k]; k++)
             if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
         if (!strcmp(a, "--hw")) {
@@ -222,6 +228,9 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             p->recompute = SIM_RC_NONE;
         } else if (!strcmp(a, "--sequence-parallel")) {
             p->sp = 1;
+        } else if (!strcmp(a, "--zero") || !strcmp(a, "--fsdp")) {
+            if (sim_shard_arg(argc, argv, &i, &p->zero, &p->fsdp, e) < 0)
+                return -1;
         } else if (!strcmp(a, "--json")) {
             c->json = 1;
         } else if (!strcmp(a, "--plan")) {
@@ -268,7 +277,8 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 "--state-bytes", "--partition", "--recompute", "--json",
                 "--plan", "--trace", "--plot", "--out", "--help", "--dp",
                 "--tp", "--chunks", "--schedule-file", "--emit-schedule",
-                "--measured", "--no-recompute", "--sequence-parallel"};
+                "--measured", "--no-recompute", "--sequence-parallel",
+                "--zero", "--fsdp"};
             const char *near = util_closest(a, known, sizeof known / sizeof *known);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",

@@ -11,7 +11,10 @@
  * (embedding and LM head) exchange their gradients of it, as Megatron-LM
  * all-reduces the embedding's gradient over its first and last stage.
  * Folded (one replica simulated for all), the ring's steps are one
- * transfer repeated 2(R-1) times: two tasks per ring, not 4(R-1). */
+ * transfer repeated 2(R-1) times: two tasks per ring, not 4(R-1).
+ * Sharded plans (ZeRO, FSDP) replace the all-reduce by the halves of the
+ * ring over the shard group, placed as the ZeRO paper places them
+ * (sim_add_sharded). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +99,34 @@ void sim_add_tied(sim_ir *ir, const sim_costs *c)
     free(opt);
 }
 
+/* The tied-embedding transfers each (minibatch, stage) pair's reduction
+ * starts after: the copies it receives and its own sends (they read the
+ * gradient reduced). CSR: (*tied)[(*off)[k*N+v] .. (*off)[k*N+v+1]). */
+static void tied_index(const sim_ir *ir, int **off, int **tied)
+{
+    const int N = ir->n_stages, K = ir->n_minibatches;
+    int *tied_off = util_calloc((size_t)K * N + 1, sizeof(int));
+    for (int i = 0; i < ir->n_tasks; i++) {
+        const sim_task *t = &ir->tasks[i];
+        if (t->comm != SIM_COMM_EMB) continue;
+        int v = t->kind == SIM_RECV ? t->stage2 : t->stage;
+        tied_off[(size_t)t->minibatch * N + v + 1]++;
+    }
+    for (int i = 0; i < K * N; i++) tied_off[i + 1] += tied_off[i];
+    int *tl = util_malloc(sizeof(int) * (size_t)(tied_off[K * N] + 1));
+    int *tfill = util_malloc(sizeof(int) * (size_t)(K * N + 1));
+    memcpy(tfill, tied_off, sizeof(int) * (size_t)(K * N + 1));
+    for (int i = 0; i < ir->n_tasks; i++) {
+        const sim_task *t = &ir->tasks[i];
+        if (t->comm != SIM_COMM_EMB) continue;
+        int v = t->kind == SIM_RECV ? t->stage2 : t->stage;
+        tl[tfill[(size_t)t->minibatch * N + v]++] = i;
+    }
+    free(tfill);
+    *off = tied_off;
+    *tied = tl;
+}
+
 typedef struct grp { int key, k, s; } grp;
 
 static int grp_cmp(const void *a, const void *b)
@@ -122,6 +153,10 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
     const int N = ir->n_stages;
     if (R <= 1) return;
     UTIL_NEVER(N != Rs * S);
+    if (c->zero > 0) {
+        sim_add_sharded(ir, c);
+        return;
+    }
     int *lastb = util_malloc(sizeof(int) * (size_t)K * N);
     int *opt = util_malloc(sizeof(int) * (size_t)K * N);
     int *pos = util_malloc(sizeof(int) * (size_t)(ir->n_tasks + 1));
@@ -130,24 +165,8 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
      * after: the copies it receives, and its own sends (they read the
      * gradient the ring reduces); tied_off/tied CSR per (minibatch,
      * stage) */
-    int *tied_off = util_calloc((size_t)K * N + 1, sizeof(int));
-    for (int i = 0; i < ir->n_tasks; i++) {
-        const sim_task *t = &ir->tasks[i];
-        if (t->comm != SIM_COMM_EMB) continue;
-        int v = t->kind == SIM_RECV ? t->stage2 : t->stage;
-        tied_off[(size_t)t->minibatch * N + v + 1]++;
-    }
-    for (int i = 0; i < K * N; i++) tied_off[i + 1] += tied_off[i];
-    int *tied = util_malloc(sizeof(int) * (size_t)(tied_off[K * N] + 1));
-    int *tfill = util_malloc(sizeof(int) * (size_t)(K * N + 1));
-    memcpy(tfill, tied_off, sizeof(int) * (size_t)(K * N + 1));
-    for (int i = 0; i < ir->n_tasks; i++) {
-        const sim_task *t = &ir->tasks[i];
-        if (t->comm != SIM_COMM_EMB) continue;
-        int v = t->kind == SIM_RECV ? t->stage2 : t->stage;
-        tied[tfill[(size_t)t->minibatch * N + v]++] = i;
-    }
-    free(tfill);
+    int *tied_off, *tied;
+    tied_index(ir, &tied_off, &tied);
     int *last_send = util_malloc(sizeof(int) * (size_t)R);
     int lanes = c->tp > 1 ? c->tp : 1;
     int *prev = util_malloc(sizeof(int) * (size_t)R);
@@ -216,6 +235,252 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
     free(pos);
     free(prev);
     free(cur);
+    free(lastb);
+    free(opt);
+}
+
+/* ---- sharded data parallelism (ZeRO, FSDP) ---- */
+
+/* Per member of a ring: its first send, last send and last receive. */
+typedef struct ring_end { int first, last_send, last_recv; } ring_end;
+
+/* A ring over the simulated replicas mem[0..nm) of plan stage s: `steps`
+ * steps in which each member sends `bytes` (all lanes) to the next. With
+ * one member (folded: fold > 1) one send repeated `steps` times, which
+ * the engine routes to the next group's copy of the member; with more,
+ * the last member's send goes to the next group too, unless `inner`
+ * closes the ring inside the simulated group. Member i's first send waits
+ * for dep[i] (-1: nothing). */
+static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
+                      int nm, int steps, double bytes, sim_coll coll,
+                      int inner, const int *dep, ring_end *out)
+{
+    const int S = c->n_model_stages;
+    int pairs = nm == 1 ? 1 : steps;
+    int *prev = util_malloc(sizeof(int) * (size_t)nm);
+    int *cur = util_malloc(sizeof(int) * (size_t)nm);
+    for (int st = 0; st < pairs; st++) {
+        for (int i = 0; i < nm; i++) {
+            int v = mem[i] * S + s, w = mem[(i + 1) % nm] * S + s;
+            sim_task x = {0};
+            x.stream = SIM_STREAM_COLL;
+            x.comm = SIM_COMM_DP;
+            x.coll = (uint8_t)coll;
+            x.inner = (uint8_t)inner;
+            x.grad = coll != SIM_COLL_ALLGATHER;
+            x.device = ir->stage_device[v];
+            x.stage = v;
+            x.stage2 = w;
+            x.mb = st;
+            x.version = -1;
+            x.lanes = c->tp > 1 ? c->tp : 1;
+            x.steps = pairs == 1 ? steps : 1;
+            x.bytes = bytes;
+            int rid;
+            int sid = sim_ir_transfer(ir, &x, ir->stage_device[w], &rid);
+            int d = st ? prev[i] : dep[i];
+            if (d >= 0) sim_ir_dep(ir, sid, d);
+            if (!st) out[i].first = sid;
+            out[i].last_send = sid;
+            cur[(i + 1) % nm] = rid;
+        }
+        int *tmp = prev; prev = cur; cur = tmp;
+    }
+    for (int i = 0; i < nm; i++) out[i].last_recv = prev[i];
+    free(prev);
+    free(cur);
+}
+
+/* A reduce-scatter of plan stage s's gradients, or an all-gather of its
+ * parameters, over every shard group, each simulated replica r starting
+ * after dep[r]; out[r] says when it is done. A shard group of H ranks
+ * runs H-1 steps of 1/H of the stage's bytes each (half a ring). Hybrid
+ * sharding (H below the data-parallel width R) then all-reduces each
+ * reduced shard across the R/H groups, as FSDP's HYBRID_SHARD does. */
+static void shard_coll(sim_ir *ir, const sim_costs *c, int s, sim_coll coll,
+                       const int *dep, ring_end *out)
+{
+    const int Rs = c->replicas, F = c->fold > 1 ? c->fold : 1;
+    const int R = Rs * F, H = c->shard, G = R / H;
+    double P = c->stage[s].param_bytes * (c->tp > 1 ? c->tp : 1);
+    int *mem = util_malloc(sizeof(int) * (size_t)(Rs + 1));
+    int *d2 = util_malloc(sizeof(int) * (size_t)(Rs + 1));
+    ring_end *o2 = util_malloc(sizeof *o2 * (size_t)(Rs + 1));
+    if (H == R || F > 1) {
+        /* the whole group (folded: the simulated members stand for it),
+         * or, folded hybrid, the simulated group is one shard group */
+        UTIL_NEVER(H < R && Rs != H);
+        for (int r = 0; r < Rs; r++) mem[r] = r;
+        ring_emit(ir, c, s, mem, Rs, H - 1, P / H, coll, H < R, dep, out);
+    } else {
+        for (int g = 0; g < G; g++) {
+            for (int i = 0; i < H; i++) mem[i] = g * H + i;
+            ring_emit(ir, c, s, mem, H, H - 1, P / H, coll, 0, dep + g * H,
+                      out + g * H);
+        }
+    }
+    if (coll == SIM_COLL_REDUCE_SCATTER && H < R) {
+        /* rank i of every group holds the same shard: a ring over them
+         * (folded: member i alone, repeated, wrapping to the next group) */
+        int rows = F > 1 ? 1 : G, lanes_of = F > 1 ? Rs : H;
+        for (int i = 0; i < lanes_of; i++) {
+            for (int g = 0; g < rows; g++) {
+                mem[g] = g * H + i;
+                d2[g] = out[mem[g]].last_recv;
+            }
+            ring_emit(ir, c, s, mem, rows, 2 * (G - 1), P / H / G,
+                      SIM_COLL_ALLREDUCE, 0, d2, o2);
+            for (int g = 0; g < rows; g++) {
+                o2[g].first = out[mem[g]].first;
+                out[mem[g]] = o2[g];
+            }
+        }
+    }
+    free(mem);
+    free(d2);
+    free(o2);
+}
+
+/* Whether compute task id (a B or BW) follows a recompute of its stage
+ * and microbatch that gathered its parameters already. */
+static int after_recompute(const sim_ir *ir, const int *list, int j)
+{
+    const sim_task *t = &ir->tasks[list[j]];
+    for (int k = j - 1; k >= 0; k--) {
+        const sim_task *u = &ir->tasks[list[k]];
+        if (u->stage == t->stage && u->mb == t->mb)
+            return u->kind == SIM_RECOMP;
+    }
+    return 0;
+}
+
+/* The reduce-scatter of plan stage s's gradients after compute task j of
+ * the device's order L[r] in every replica r: after the tied-table
+ * exchange where j is the stage's last backward; its update waits. */
+static void reduce_grads(sim_ir *ir, const sim_costs *c, int s, int **L,
+                         int j, const int *lastb, const int *tied_off,
+                         const int *tied, const int *opt, int *dep,
+                         ring_end *out)
+{
+    const int S = c->n_model_stages, Rs = c->replicas;
+    for (int r = 0; r < Rs; r++) dep[r] = L[r][j];
+    shard_coll(ir, c, s, SIM_COLL_REDUCE_SCATTER, dep, out);
+    for (int r = 0; r < Rs; r++) {
+        int v = r * S + s;
+        for (int q = tied_off[v]; L[r][j] == lastb[v] && q < tied_off[v + 1];
+             q++)
+            sim_ir_dep(ir, out[r].first, tied[q]);
+        if (opt[v] < 0) continue;
+        sim_ir_dep(ir, opt[v], out[r].last_recv);
+        sim_ir_dep(ir, opt[v], out[r].last_send);
+    }
+}
+
+void sim_add_sharded(sim_ir *ir, const sim_costs *c)
+{
+    const int S = c->n_model_stages, Rs = c->replicas, pp = c->pp;
+    const int N = ir->n_stages, z = c->zero;
+    UTIL_NEVER(ir->n_minibatches != 1 || N != Rs * S || c->shard < 2);
+    int *lastb = util_malloc(sizeof(int) * (size_t)N);
+    int *opt = util_malloc(sizeof(int) * (size_t)N);
+    stage_marks(ir, lastb, opt, NULL);
+    int *tied_off, *tied;
+    tied_index(ir, &tied_off, &tied);
+    int *dep = util_malloc(sizeof(int) * (size_t)Rs);
+    ring_end *out = util_malloc(sizeof *out * (size_t)Rs);
+    int **L = util_calloc((size_t)Rs, sizeof *L);
+    for (int d = 0; d < pp; d++) {
+        /* the compute order of pipeline device d in every replica: the
+         * replicas run the same order (sim_schedule copies it) */
+        int n = 0;
+        for (int r = 0; r < Rs; r++) {
+            int dv = r * pp + d, k = 0;
+            L[r] = util_realloc(L[r], sizeof(int) * (size_t)(ir->dlen[dv] + 1));
+            for (int q = 0; q < ir->dlen[dv]; q++) {
+                int id = ir->dlist[dv][q];
+                if (ir->tasks[id].stream == SIM_STREAM_COMPUTE &&
+                    ir->tasks[id].stage >= 0)
+                    L[r][k++] = id;
+            }
+            UTIL_NEVER(r && k != n);
+            n = k;
+        }
+        /* ZeRO-3: the parameters of a stage are gathered before its F
+         * and before its backward (before the recompute where there is
+         * one), held until that compute ends; task j's gather may start
+         * when task j-1 starts (it waits for the end of j-2): the next
+         * group's prefetch overlaps the current one's compute */
+        int *rel = util_malloc(sizeof(int) * (size_t)(n + 1));
+        int *deferred = util_malloc(sizeof(int) * (size_t)(n + 1)), nd = 0;
+        for (int j = 0; j < n; j++) {
+            const sim_task *t = &ir->tasks[L[0][j]];
+            rel[j] = -1;
+            if (z < 3) continue;
+            if (t->kind == SIM_F) rel[j] = j;
+            else if ((t->kind == SIM_B || t->kind == SIM_BW) &&
+                     !after_recompute(ir, L[0], j))
+                rel[j] = j;
+            else if (t->kind == SIM_RECOMP)
+                for (int k = j + 1; k < n && rel[j] < 0; k++) {
+                    const sim_task *u = &ir->tasks[L[0][k]];
+                    if (u->stage == t->stage && u->mb == t->mb &&
+                        (u->kind == SIM_B || u->kind == SIM_BW))
+                        rel[j] = k;
+                }
+        }
+        for (int j = -2; j < n; j++) {
+            int g = j + 2;
+            if (g < n && rel[g] >= 0) {
+                int s = ir->tasks[L[0][g]].stage;
+                for (int r = 0; r < Rs; r++) dep[r] = j >= 0 ? L[r][j] : -1;
+                shard_coll(ir, c, s, SIM_COLL_ALLGATHER, dep, out);
+                for (int r = 0; r < Rs; r++) {
+                    sim_ir_dep(ir, L[r][g], out[r].last_recv);
+                    sim_ir_dep(ir, L[r][g], out[r].last_send);
+                    sim_ir_buffer(ir, out[r].first, L[r][rel[g]],
+                                  c->stage[s].param_bytes);
+                }
+            }
+            if (j < 0) continue;
+            /* a copy: emitting tasks moves the task array */
+            const sim_task tj = ir->tasks[L[0][j]], *t = &tj;
+            int s = t->stage;
+            /* gradients: ZeRO-1 reduce-scatters once, after the stage's
+             * last backward (each rank accumulated them whole); 2 and 3
+             * after every microbatch's, into the rank's shard */
+            int bw = t->kind == SIM_W || t->kind == SIM_BW;
+            int tied_last = L[0][j] == lastb[s] && tied_off[s + 1] > tied_off[s];
+            if (bw && (z >= 2 || L[0][j] == lastb[s]) && !tied_last)
+                reduce_grads(ir, c, s, L, j, lastb, tied_off, tied, opt, dep,
+                             out);
+            else if (bw && tied_last)
+                deferred[nd++] = j;
+            /* ZeRO-1 and 2: each rank updated its shard of the weights;
+             * the others get it by an all-gather */
+            /* a copy of a tied table is reduced once the other copy's
+             * gradient came (sim_add_tied), which waits for a backward
+             * later in the order: behind the gathers, or they would wait
+             * for it (before the first update, which waits for it) */
+            if (t->kind == SIM_OPT)
+                for (int q = 0; q < nd; q++)
+                    reduce_grads(ir, c, ir->tasks[L[0][deferred[q]]].stage,
+                                 L, deferred[q], lastb, tied_off, tied, opt,
+                                 dep, out);
+            if (t->kind == SIM_OPT) nd = 0;
+            if (t->kind == SIM_OPT && z <= 2) {
+                for (int r = 0; r < Rs; r++) dep[r] = L[r][j];
+                shard_coll(ir, c, s, SIM_COLL_ALLGATHER, dep, out);
+            }
+        }
+        free(rel);
+        free(deferred);
+    }
+    for (int r = 0; r < Rs; r++) free(L[r]);
+    free(L);
+    free(out);
+    free(dep);
+    free(tied);
+    free(tied_off);
     free(lastb);
     free(opt);
 }

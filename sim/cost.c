@@ -349,6 +349,76 @@ int sim_recompute_arg(int argc, char **argv, int *i, int *out, util_err *e)
     return 0;
 }
 
+/* ---- sharded data parallelism (ZeRO; PyTorch FSDP) ---- */
+
+static const char *const fsdp_names[SIM_FSDP_COUNT] = {"none", "full",
+                                                       "hybrid"};
+
+const char *sim_fsdp_name(int f)
+{
+    return f >= 0 && f < SIM_FSDP_COUNT ? fsdp_names[f] : "?";
+}
+
+int sim_fsdp_parse(const char *s)
+{
+    for (int i = SIM_FSDP_FULL; i < SIM_FSDP_COUNT; i++)
+        if (!strcmp(s, fsdp_names[i])) return i;
+    return -1;
+}
+
+int sim_shard_arg(int argc, char **argv, int *i, int *zero, int *fsdp,
+                  util_err *e)
+{
+    const char *a = argv[*i];
+    int isz = !strcmp(a, "--zero"), isf = !strcmp(a, "--fsdp");
+    if (!isz && !isf) return 0;
+    if (*i + 1 >= argc)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s needs a value (%s)", a,
+                         isz ? "0, 1, 2 or 3" : "full or hybrid");
+    const char *v = argv[++*i];
+    if (isz) {
+        if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
+            return util_errf(e, UTIL_EXIT_USAGE, "--zero '%s': expected 0, "
+                             "1, 2 or 3", v);
+        *zero = v[0] - '0';
+    } else {
+        int f = sim_fsdp_parse(v);
+        if (f < 0)
+            return util_errf(e, UTIL_EXIT_USAGE, "--fsdp '%s': expected "
+                             "full or hybrid", v);
+        *fsdp = f;
+    }
+    return 1;
+}
+
+int sim_zero_stage(int zero, int fsdp)
+{
+    return fsdp > SIM_FSDP_NONE ? 3 : zero;
+}
+
+/* The ranks of a data-parallel group of dp replicas (rgpus GPUs each)
+ * that a stage's state is sharded over: all of them, or under FSDP's
+ * hybrid sharding those inside one server (the replicas lie rgpus GPUs
+ * apart, so a server of gps GPUs holds gps / rgpus of them). 1: none. */
+static int shard_group(const prof_topo *t, int zero, int fsdp, int dp,
+                       int rgpus, util_err *e)
+{
+    if (zero <= 0 || dp < 2) return 1;
+    if (fsdp != SIM_FSDP_HYBRID) return dp;
+    int gps = t->gpus_per_server;
+    int h = gps > 0 && gps % rgpus == 0 ? gps / rgpus : 1;
+    if (h > dp) h = dp;
+    if (h < 2 || dp % h)
+        return util_errf(e, UTIL_EXIT_USAGE, "fsdp hybrid: a replica takes "
+                         "%d GPU(s) (pp x tp) of a server's %d, so %s; "
+                         "hybrid sharding shards inside a server (use fsdp "
+                         "full, or a smaller pp x tp)", rgpus, gps,
+                         h < 2 ? "no two data-parallel ranks of a stage "
+                         "share a server" : "the data-parallel group does "
+                         "not split into whole servers"), 0;
+    return h;
+}
+
 static int attn_core_role(prof_op_role r)
 {
     return r == PROF_ROLE_ATTN_SCORES || r == PROF_ROLE_ATTN_SOFTMAX ||
@@ -618,6 +688,11 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     const sim_measured *meas = o ? o->measured : NULL;
     prof_dtype dt = m->spec.dtype;
     double wb = prof_dtype_bytes(dt);
+    int zst = o ? sim_zero_stage(o->zero, o->fsdp) : 0;
+    int fsdp = o && zst > 0 ? o->fsdp : SIM_FSDP_NONE;
+    int shard = shard_group(t, zst, fsdp, dpw, n_devices * tpw, e);
+    if (!shard) return NULL;
+    if (shard < 2) zst = 0;
     sim_costs *c = costs_alloc(n_stages, n_devices);
     int *op_stage = util_malloc(sizeof(int) * (size_t)(m->n_ops + 1));
     for (int i = 0; i < m->n_ops; i++) op_stage[i] = -1;
@@ -634,6 +709,9 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     c->tp = tpw;
     c->sp = sp;
     c->recompute = rc;
+    c->zero = zst;
+    c->fsdp = zst ? fsdp : SIM_FSDP_NONE;
+    c->shard = shard;
     for (int d = 0; d < n_devices; d++) {
         c->dev_gpu[d] = d * tpw;
         const prof_gpu *g = prof_topo_gpu(t, c->dev_gpu[d]);
@@ -709,10 +787,18 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->b_ns = (int64_t)(bb + arb);
         sc->r_ns = (int64_t)(r + arr);
         sc->w_ns = (int64_t)w;
+        sc->param_bytes = sc->params * wb;
         sc->weight_bytes = sc->params * wb;
         sc->grad_bytes = sc->params * wb;
         sc->opt_bytes = fmax(0, sc->params * (state - 2 * wb));
-        sc->opt_ns = (int64_t)llround(sim_opt_model_ns(g, sc->params));
+        /* ZeRO's Figure 1: each rank keeps 1/Nd of the optimizer state
+         * (stage 1), of the gradients (2), of the parameters (3), and
+         * updates only its shard */
+        if (zst >= 1) sc->opt_bytes /= shard;
+        if (zst >= 2) sc->grad_bytes /= shard;
+        if (zst >= 3) sc->weight_bytes /= shard;
+        sc->opt_ns = (int64_t)llround(sim_opt_model_ns(
+            g, zst ? sc->params / shard : sc->params));
     }
     for (int s = 0; s < n_stages; s++)
         for (int q = 0; q < n_stages; q++)
@@ -744,6 +830,9 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     c->model_flops_per_sample = prof_model_train_flops(m, 0);
     int pipes = o && o->pipes > 1 ? o->pipes : 1;
     int group = fold_group(t, n_devices * tpw, dpw, o);
+    /* hybrid sharding folds only where the group simulated is one
+     * server's shard group: its rings close inside it */
+    if (shard > 1 && shard < dpw && group != shard) group = 0;
     if (group && prof_topo_link_orbits(t, group * n_devices * tpw, dpw / group,
                                        &c->fold_rep, &c->fold_mult)) {
         /* the group's replicas (and Chimera's two pipelines, which share
@@ -779,6 +868,16 @@ sim_size sim_costs_size(const prof_topo *t, int n_stages, int pp,
      * optimizer step and the all-reduce ring's steps (one repeated send
      * where a single member is simulated) */
     double ring = R > 1 ? (Rs > 1 ? Rs * 2 * (R - 1) * 2 : 2) : 0;
+    /* sharded: a reduce-scatter and an all-gather per stage (ZeRO-1), a
+     * reduce-scatter per microbatch (2), and two gathers per microbatch
+     * (3), each half a ring (hybrid: and a ring across servers) */
+    int zst = o && R > 1 ? sim_zero_stage(o->zero, o->fsdp) : 0;
+    if (zst) {
+        double half = Rs > 1 ? Rs * (R - 1) * 2 : 2;
+        double rings = zst == 1 ? 2 : zst == 2 ? n_mb + 1 : 3.0 * n_mb;
+        if (o->fsdp == SIM_FSDP_HYBRID) rings += n_mb;
+        ring = rings * half;
+    }
     z.tasks = K * (N * (double)n_mb / pipes * 8 + N + S * ring);
     /* about 300 bytes a task (task, dependencies, order, engine state),
      * and the cost table's stage-to-stage transfer matrix */

@@ -195,7 +195,7 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
                 if (t->kind == SIM_SEND && t->peer >= 0) {
                     a = tp->gpu_node[c->dev_gpu[t->device] + j];
                     int wrap = F > 1 && t->comm == SIM_COMM_DP &&
-                               t->stage2 / S <= t->stage / S;
+                               !t->inner && t->stage2 / S <= t->stage / S;
                     b = tp->gpu_node[c->dev_gpu[ir->tasks[t->peer].device] + j +
                                      (wrap ? next_replica : 0)];
                 } else if (t->kind == SIM_SWAP_OUT ||

@@ -21,6 +21,13 @@ const char *sim_comm_name(sim_comm c)
     return (unsigned)c < SIM_COMM_COUNT ? comm_names[c] : "?";
 }
 
+const char *sim_coll_name(sim_coll c)
+{
+    static const char *const names[SIM_COLL_COUNT] = {
+        "all-reduce", "reduce-scatter", "all-gather"};
+    return (unsigned)c < SIM_COLL_COUNT ? names[c] : "?";
+}
+
 const char *sim_kind_name(sim_kind k)
 {
     return (unsigned)k < SIM_KIND_COUNT ? kind_names[k] : "?";
@@ -63,6 +70,7 @@ void sim_ir_free(sim_ir *ir)
     free(ir->succ);
     free(ir->succ_off);
     free(ir->edge);
+    free(ir->bufs);
     free(ir);
 }
 
@@ -213,6 +221,20 @@ int sim_ir_transfer(sim_ir *ir, const sim_task *send, int device2, int *rid)
     return sid;
 }
 
+void sim_ir_buffer(sim_ir *ir, int alloc, int release, double bytes)
+{
+    UTIL_NEVER(alloc < 0 || alloc >= ir->n_tasks || release < 0 ||
+               release >= ir->n_tasks ||
+               ir->tasks[alloc].device != ir->tasks[release].device);
+    if (ir->n_bufs == ir->cap_bufs) {
+        ir->cap_bufs = ir->cap_bufs ? 2 * ir->cap_bufs : 64;
+        ir->bufs = util_realloc(ir->bufs,
+                                sizeof *ir->bufs * (size_t)ir->cap_bufs);
+    }
+    ir->bufs[ir->n_bufs++] = (sim_ir_buf){alloc, release,
+                                          ir->tasks[alloc].device, bytes};
+}
+
 char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n)
 {
     const sim_task *t = &ir->tasks[id];
@@ -232,8 +254,9 @@ char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n)
         char kb[32] = "";
         if (ir->n_minibatches > 1)
             snprintf(kb, sizeof kb, " minibatch %d", t->minibatch);
-        snprintf(buf, n, "dev %d %s all-reduce stage %d->%d step %d%s",
-                 t->device, sim_kind_name(t->kind), t->stage, t->stage2,
+        snprintf(buf, n, "dev %d %s %s stage %d->%d step %d%s",
+                 t->device, sim_kind_name(t->kind),
+                 sim_coll_name((sim_coll)t->coll), t->stage, t->stage2,
                  t->mb, kb);
     } else if ((t->kind == SIM_SEND || t->kind == SIM_RECV) &&
                t->comm == SIM_COMM_EMB) {

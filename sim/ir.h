@@ -55,6 +55,16 @@ typedef enum {
 } sim_comm;
 const char *sim_comm_name(sim_comm c); /* "pipeline", ... */
 
+/* Which collective a data-parallel transfer is a step of: the ring
+ * all-reduce of gradients (no sharding), or, under ZeRO (Rajbhandari et
+ * al., SC'20), a reduce-scatter of gradients or an all-gather of
+ * parameters over the shard group. */
+typedef enum {
+    SIM_COLL_ALLREDUCE, SIM_COLL_REDUCE_SCATTER, SIM_COLL_ALLGATHER,
+    SIM_COLL_COUNT
+} sim_coll;
+const char *sim_coll_name(sim_coll c); /* "all-reduce", ... */
+
 const char *sim_kind_name(sim_kind k);     /* "F", "B", "W", "BW", ... */
 const char *sim_stream_name(sim_stream s); /* "compute", ... */
 
@@ -63,6 +73,11 @@ typedef struct sim_task {
     uint8_t stream;     /* sim_stream */
     uint8_t grad;       /* transfers: 1 = gradient (backward direction) */
     uint8_t comm;       /* transfers: sim_comm */
+    uint8_t coll;       /* data-parallel transfers: sim_coll */
+    uint8_t inner;      /* folded data-parallel transfers: the ring closes
+                         * inside the simulated group (hybrid sharding's
+                         * ring inside a server), its last member sends to
+                         * its first, not to the next group's */
     int32_t device;
     int32_t stage;      /* compute: its stage; transfers: the sending stage
                          * (stages of replicas: r*S + s, see sim_costs) */
@@ -81,6 +96,15 @@ typedef struct sim_task {
     double bytes;       /* transfers, swaps, all-reduce (all lanes) */
     int32_t dep_off, n_dep; /* into sim_ir.deps (valid after finish) */
 } sim_task;
+
+/* A buffer the memory account holds from the start of task `alloc` to the
+ * end of task `release` (both on `device`): ZeRO-3's gathered parameters,
+ * from their all-gather's first step to the end of the compute using
+ * them. */
+typedef struct sim_ir_buf {
+    int32_t alloc, release, device;
+    double bytes;
+} sim_ir_buf;
 
 typedef struct sim_ir {
     char schedule[32];
@@ -108,6 +132,8 @@ typedef struct sim_ir {
     int32_t **dlist; int *dlen, *dcap;
     int32_t *edge;      /* (task, dep) pairs before finish */
     int n_edge, cap_edge;
+    sim_ir_buf *bufs;   /* buffers by liveness (sim_ir_buffer) */
+    int n_bufs, cap_bufs;
     int finished;
 } sim_ir;
 
@@ -134,6 +160,9 @@ void sim_ir_place_after(sim_ir *ir, int n0, const int *anchor,
  * send as given, receive on SIM_STREAM_RECV), peers of each other, the
  * receive after the send; *rid gets the receive. Returns the send. */
 int sim_ir_transfer(sim_ir *ir, const sim_task *send, int device2, int *rid);
+/* Records a buffer of `bytes` on alloc's device, live from the start of
+ * task alloc to the end of task release (same device). */
+void sim_ir_buffer(sim_ir *ir, int alloc, int release, double bytes);
 /* Human name of a task: "dev 2 F stage 3 mb 5" (buf returned). */
 char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n);
 
@@ -177,6 +206,25 @@ int sim_recompute_parse(const char *s);
  * word that is no option and no mode is an error naming it (exit code 2). */
 int sim_recompute_arg(int argc, char **argv, int *i, int *out, util_err *e);
 
+/* Sharded data parallelism (ZeRO, Rajbhandari et al., SC'20; PyTorch
+ * FSDP): ZeRO stage 1 splits the optimizer state of each stage over its
+ * data-parallel group, 2 the gradients too, 3 the parameters too. FSDP's
+ * FULL_SHARD is ZeRO-3 over the whole group; HYBRID_SHARD is ZeRO-3 over
+ * the group's ranks inside one server, replicated across servers. */
+typedef enum {
+    SIM_FSDP_NONE = 0, SIM_FSDP_FULL, SIM_FSDP_HYBRID, SIM_FSDP_COUNT
+} sim_fsdp;
+const char *sim_fsdp_name(int f);   /* "none", "full", "hybrid" */
+/* A mode a user names ("full", "hybrid"); -1 when none. */
+int sim_fsdp_parse(const char *s);
+/* The command line's `--zero N` or `--fsdp MODE` at argv[*i]: 1 when it
+ * is one of them (*i moves past the value, *zero or *fsdp set), 0 when
+ * it is not, -1 on a missing or bad value (exit code 2). */
+int sim_shard_arg(int argc, char **argv, int *i, int *zero, int *fsdp,
+                  util_err *e);
+/* The ZeRO stage a plan runs: zero, or 3 under FSDP. */
+int sim_zero_stage(int zero, int fsdp);
+
 typedef struct sim_stage_cost {
     int64_t f_ns, b_ns, w_ns;   /* full backward = b_ns + w_ns */
     int64_t r_ns;               /* recomputation before a backward (the
@@ -194,7 +242,11 @@ typedef struct sim_stage_cost {
      * top of the kept bytes until the backward ends (one layer's, or one
      * attention core's, activations less its checkpoint). */
     double keep_bytes, fwd_ws_bytes, rec_ws_bytes;
-    double weight_bytes, grad_bytes, opt_bytes; /* one copy each */
+    double weight_bytes, grad_bytes, opt_bytes; /* one copy each, as this
+                                 * GPU holds them (sharded under ZeRO) */
+    double param_bytes;         /* the stage's weights unsharded: what a
+                                 * ZeRO-3 gather brings, and the bytes a
+                                 * gradient reduction reduces */
     int first_op, last_op;      /* op range; -1 when hand-built */
     int model_stage;            /* stage of the plan this one copies */
     int64_t task_ns;            /* the executor's own cost of each task
@@ -244,6 +296,12 @@ struct sim_costs {
                                  * keep/ws bytes describe (built without
                                  * one: full, for schedules that recompute) */
     int sp;                     /* sequence parallelism */
+    int zero;                   /* ZeRO stage 0..3 (FSDP: 3) */
+    int fsdp;                   /* sim_fsdp */
+    int shard;                  /* data-parallel ranks a stage's sharded
+                                 * state is split over: dp (ZeRO, FSDP
+                                 * full), the ranks inside a server (FSDP
+                                 * hybrid); 1 without sharding */
     sim_stage_cost *stage;
     int *stage_device;          /* n_stages */
     double *xfer_bytes;         /* [s*n_stages+t]: s's outputs read by t, per mb */
@@ -285,6 +343,8 @@ typedef struct sim_cost_opts {
                                  * over the tensor-parallel group along
                                  * the sequence, each all-reduce a
                                  * reduce-scatter and an all-gather */
+    int zero;                   /* ZeRO stage 0..3 (sim_zero_check) */
+    int fsdp;                   /* sim_fsdp: full or hybrid sharding */
     const sim_measured *measured; /* may be NULL */
     int fold;                   /* fold the data-parallel replicas where
                                  * the server graph allows it: the fewest
@@ -510,6 +570,20 @@ void sim_gen_dualpipev(sim_ir *ir, const sim_sched_opts *o);
  * backward of earlier stages) and its optimizer step waits for it. Runs
  * after sim_lower; does nothing with one replica. */
 void sim_add_allreduce(sim_ir *ir, const sim_costs *c);
+/* Sharded plans (sim_costs.zero > 0; sim_add_allreduce calls it): the
+ * gradient all-reduce becomes a reduce-scatter over the shard group (half
+ * a ring: H-1 steps of 1/H of the stage's bytes), after the stage's last
+ * backward (ZeRO-1) or every microbatch's (2, 3); the optimizer step
+ * waits for it; ZeRO-1 and 2 all-gather the updated weights after it,
+ * ZeRO-3 gathers the parameters before every forward and backward (the
+ * recompute's, where there is one), the gather of the compute task after
+ * next starting when the current one ends (prefetch), the gathered bytes
+ * held from the gather's start to the end of the compute using them.
+ * Hybrid sharding all-reduces each reduced shard across servers. Per
+ * step and GPU: 2(H-1)/H of the stage's bytes for stages 1 and 2 (an
+ * all-reduce's), 3(H-1)/H for stage 3 with one microbatch (ZeRO paper,
+ * section 7). */
+void sim_add_sharded(sim_ir *ir, const sim_costs *c);
 
 /* Tied embeddings (the token table shared with the LM head, or T5's
  * decoder embedding): every stage holding a copy (tied_bytes > 0) sends
@@ -599,6 +673,8 @@ typedef struct sim_plan {
     int mbs, n_mb;
     int recompute;          /* sim_recompute */
     int sp;                 /* sequence parallelism (tp > 1) */
+    int zero;               /* ZeRO stage 0..3 */
+    int fsdp;               /* sim_fsdp */
     int waves;
     int n_minibatches;      /* 0: sim_default_minibatches */
     double state_bytes_per_param;
@@ -609,6 +685,13 @@ typedef struct sim_plan {
      * them ("" when absent); checked against the model */
     char (*from_op)[48], (*to_op)[48];
 } sim_plan;
+
+/* Whether sharding applies to a plan: zero 0..3, FSDP with zero 0 or 3,
+ * data parallelism (dp >= 2: ZeRO shards over the data-parallel group),
+ * a schedule with a flush and one pipeline per rank (weight stashing and
+ * Chimera's two replicas are not sharded). The message says which value
+ * and why (exit code 2). */
+int sim_zero_check(int zero, int fsdp, int dp, sim_sched s, util_err *e);
 
 void sim_plan_init(sim_plan *p);
 void sim_plan_free(sim_plan *p);

@@ -8,7 +8,11 @@
  * all freed when the backward ends. Receive buffers live from the
  * transfer's start to their consumer's start (the consumer takes the
  * tensor over); every extra weight version alive (stashing) costs one more
- * copy of the stage's weights. */
+ * copy of the stage's weights. Under ZeRO the static state is the GPU's
+ * shard; ZeRO-3's gathered parameters are held from their all-gather's
+ * start to the end of the compute using them (sim_ir.bufs), and the steps
+ * of sharded collectives land in those buffers, the sharded gradients or
+ * the weights, so they take no receive buffer of their own. */
 #include <string.h>
 
 #include "sim/engine_int.h"
@@ -72,6 +76,7 @@ void sim_mem_setup(sim_engine *e)
             e->mem_end[i] -= sc->wkeep_bytes;
             break;
         case SIM_RECV: {
+            if (t->comm == SIM_COMM_DP && c->zero > 0) break;
             /* a pipeline receive ends as the whole activation on every
              * tensor-parallel rank; an all-reduce step or a tied-table
              * gradient brings each rank its own lane's share */
@@ -93,6 +98,10 @@ void sim_mem_setup(sim_engine *e)
         if ((t->kind <= SIM_RECOMP) && sc && t->version >= 0 &&
             t->version < e->vstride)
             e->pending0[t->stage * e->vstride + t->version]++;
+    }
+    for (int b = 0; b < ir->n_bufs; b++) {
+        e->mem_start[ir->bufs[b].alloc] += ir->bufs[b].bytes;
+        e->mem_end[ir->bufs[b].release] -= ir->bufs[b].bytes;
     }
 }
 

@@ -22,6 +22,37 @@ void sim_plan_init(sim_plan *p)
     p->n_minibatches = 0;
 }
 
+int sim_zero_check(int zero, int fsdp, int dp, sim_sched s, util_err *e)
+{
+    if (zero < 0 || zero > 3)
+        return util_errf(e, UTIL_EXIT_USAGE, "zero %d: a ZeRO stage is 0, "
+                         "1, 2 or 3", zero);
+    if (fsdp < 0 || fsdp >= SIM_FSDP_COUNT)
+        return util_errf(e, UTIL_EXIT_USAGE, "fsdp %d: not a mode", fsdp);
+    if (fsdp && zero && zero != 3)
+        return util_errf(e, UTIL_EXIT_USAGE, "fsdp %s with zero %d: FSDP "
+                         "shards parameters, gradients and optimizer state "
+                         "(ZeRO stage 3)", sim_fsdp_name(fsdp), zero);
+    if (!sim_zero_stage(zero, fsdp)) return 0;
+    char what[32];
+    if (fsdp) snprintf(what, sizeof what, "fsdp %s", sim_fsdp_name(fsdp));
+    else snprintf(what, sizeof what, "zero %d", zero);
+    if (dp < 2)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s needs data parallelism "
+                         "(dp %d): it shards over the data-parallel group",
+                         what, dp);
+    if (sim_sched_async(s))
+        return util_errf(e, UTIL_EXIT_USAGE, "%s with schedule %s: a "
+                         "schedule without flush keeps weight versions, "
+                         "which are not sharded here", what,
+                         sim_sched_name(s));
+    if (sim_sched_pipes(s) > 1)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s with schedule %s: its two "
+                         "weight replicas per rank are not sharded here",
+                         what, sim_sched_name(s));
+    return 0;
+}
+
 void sim_plan_free(sim_plan *p)
 {
     if (!p) return;
@@ -75,7 +106,8 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         "sluice_plan", "model", "hw", "schedule", "pp", "dp", "tp", "mbs",
         "microbatches", "recompute", "waves", "minibatches",
         "state_bytes_per_param", "stages", "chunks", "layout",
-        "schedule_file", "gpus_used", "sequence_parallel", NULL};
+        "schedule_file", "gpus_used", "sequence_parallel", "zero", "fsdp",
+        NULL};
     static const char *const skeys[] = {"ops", "device", "from", "to", NULL};
     util_jdoc d;
     sim_plan_init(p);
@@ -149,6 +181,20 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
                   "parallelism (tp %d): the sequence is split over the "
                   "tensor-parallel group", p->tp);
         goto out;
+    }
+    v = 0;
+    if (util_jint(&r, "zero", 0, 0, 3, &v, e)) goto out;
+    p->zero = (int)v;
+    if (json_object_get(r.j, "fsdp")) {
+        static const char *const fs[] = {"none", "full", "hybrid", NULL};
+        if (util_jenum(&r, "fsdp", 0, fs, &p->fsdp, e)) goto out;
+    }
+    {
+        util_err ze;
+        if (sim_zero_check(p->zero, p->fsdp, p->dp, p->sched, &ze)) {
+            util_jerr(e, &r, p->fsdp ? "fsdp" : "zero", "%s", ze.msg);
+            goto out;
+        }
     }
     v = 1;
     if (util_jint(&r, "waves", 0, 1, 64, &v, e)) goto out;
@@ -228,6 +274,7 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
     if (p->recompute < 0 || p->recompute >= SIM_RC_COUNT)
         return util_errf(e, UTIL_EXIT_USAGE, "recompute %d: not a mode",
                          p->recompute);
+    if (sim_zero_check(p->zero, p->fsdp, p->dp, p->sched, e)) return -1;
     sim_sched_opts o = sim_plan_sched_opts(p);
     if (sim_sched_check(&o, e)) return -1;
     int next = 0;
@@ -337,6 +384,11 @@ json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
     json_object_set_new(o, "recompute",
                         json_string(sim_recompute_name(p->recompute)));
     if (p->sp) json_object_set_new(o, "sequence_parallel", json_true());
+    if (sim_zero_stage(p->zero, p->fsdp))
+        json_object_set_new(o, "zero",
+                            json_integer(sim_zero_stage(p->zero, p->fsdp)));
+    if (p->fsdp) json_object_set_new(o, "fsdp",
+                                     json_string(sim_fsdp_name(p->fsdp)));
     json_object_set_new(o, "waves", json_integer(p->waves));
     json_object_set_new(o, "minibatches", json_integer(
         p->n_minibatches ? p->n_minibatches
@@ -564,6 +616,7 @@ sim_cost_opts sim_plan_cost_opts(const sim_plan *p)
     sim_cost_opts o = {.mbs = p->mbs, .dp = p->dp, .tp = p->tp,
                        .pipes = sim_sched_pipes(p->sched),
                        .state_bytes_per_param = p->state_bytes_per_param,
-                       .recompute = p->recompute, .sp = p->sp};
+                       .recompute = p->recompute, .sp = p->sp,
+                       .zero = p->zero, .fsdp = p->fsdp};
     return o;
 }

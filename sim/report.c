@@ -81,6 +81,11 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
             p->recompute == SIM_RC_SELECTIVE ? ", selective recompute"
             : p->recompute ? ", recompute" : "",
             p->sp ? ", sequence parallel" : "");
+    if (c->zero && c->fsdp)
+        fprintf(f, ", FSDP %s (ZeRO-3 over %d ranks)", sim_fsdp_name(c->fsdp),
+                c->shard);
+    else if (c->zero)
+        fprintf(f, ", ZeRO-%d over %d ranks", c->zero, c->shard);
     if (p->sched == SIM_SCHED_WAVE) fprintf(f, ", %d wave(s)", p->waves);
     if (p->sched == SIM_SCHED_INTERLEAVED)
         fprintf(f, ", %d chunk(s) per device", p->chunks);
@@ -198,6 +203,9 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
     json_object_set_new(o, "recompute",
                         json_string(sim_recompute_name(p->recompute)));
     json_object_set_new(o, "sequence_parallel", json_boolean(p->sp));
+    json_object_set_new(o, "zero", json_integer(c->zero));
+    json_object_set_new(o, "fsdp", json_string(sim_fsdp_name(c->fsdp)));
+    json_object_set_new(o, "shard_ranks", json_integer(c->shard));
     json_object_set_new(o, "iteration_time_s", json_real(t.iter_s));
     json_object_set_new(o, "samples_per_s", json_real(t.samples_per_s));
     json_object_set_new(o, "tokens_per_s", json_real(t.tokens_per_s));
@@ -241,6 +249,17 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
         json_object_set_new(x, "optimizer_s", json_real(ds->opt_ns * 1e-9));
         json_object_set_new(x, "bubble_fraction",
                             json_real(ds->bubble_fraction));
+        /* the model state this GPU holds, as ZeRO's Figure 1 counts it */
+        double wb = 0, gb = 0, ob = 0;
+        for (int s = 0; s < c->n_stages; s++)
+            if (c->stage_device[s] == d) {
+                wb += c->stage[s].weight_bytes;
+                gb += c->stage[s].grad_bytes;
+                ob += c->stage[s].opt_bytes;
+            }
+        json_object_set_new(x, "weight_bytes", json_real(wb));
+        json_object_set_new(x, "grad_bytes", json_real(gb));
+        json_object_set_new(x, "optimizer_bytes", json_real(ob));
         json_object_set_new(x, "static_bytes", json_real(ds->static_bytes));
         json_object_set_new(x, "peak_mem_bytes", json_real(ds->peak_bytes));
         json_object_set_new(x, "capacity_bytes",
