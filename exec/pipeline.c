@@ -309,6 +309,15 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (sim_plan_check(p, r->model, r->topo->n_gpus, e) ||
         sim_plan_check_topo(p, r->topo, e))
         return util_err_prefix(e, "%s", where);
+    /* sharded data parallelism is simulated and planned; its reduce-
+     * scatters and all-gathers have no implementation here yet */
+    if (sim_zero_stage(p->zero, p->fsdp) > 0)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: ZeRO stage %d%s%s is "
+                         "simulated and planned but not run by the executor "
+                         "yet; plan with --zero 0", where,
+                         sim_zero_stage(p->zero, p->fsdp),
+                         p->fsdp ? ", FSDP " : "",
+                         p->fsdp ? sim_fsdp_name(p->fsdp) : "");
     int T = spec.seq_len > 0 ? spec.seq_len : cfg.max_pos;
     if (T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: sequence %d exceeds the "
