@@ -179,7 +179,7 @@ static void take_samples(samples *v, const exec_pipe_result *r, int mbs,
     for (int ep = 1; ep < r->epochs; ep++)
         for (int t = 0; t < r->n_tasks; t++) {
             const sim_task *k = &r->ir->tasks[t];
-            const int64_t *tm = &r->times[((size_t)ep * r->n_tasks + t) * 4];
+            const int64_t *tm = exec_pipe_times(r, ep, t);
             if (k->kind != SIM_OPT || k->device != 0 || tm[0] < 0) continue;
             opt += (double)(tm[1] - tm[0]);
             nopt += 1;
@@ -294,6 +294,9 @@ static int measure_busy(const exec_calib_opts *o, prof_calib *c, util_err *e)
     static const layer_size quick = {128, 64, 1, 256, 32};
     const layer_size *L = o->quick ? &quick : &full;
     int top = o->devices, rounds = o->quick ? 3 : 8, iters = 3;
+    /* more devices than cores would time the scheduler, not the socket */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 0 && top > cores) top = (int)cores;
     if (top > PROF_CALIB_MAX_BUSY) top = PROF_CALIB_MAX_BUSY;
     c->busy[0] = 1;
     c->n_busy = 1;
@@ -369,11 +372,6 @@ static int measure_busy(const exec_calib_opts *o, prof_calib *c, util_err *e)
 /* ------------------------------------------------------ transfers */
 
 /* A run's task times: [epoch][task][EXEC_T_*]. */
-static const int64_t *tms(const exec_pipe_result *r, int ep, int t)
-{
-    return &r->times[((size_t)ep * r->n_tasks + t) * EXEC_T_N];
-}
-
 /* Each transfer of the run past its first step, from the moment its send
  * could start (the last task it waits for done, and the send before it on
  * its stream) to its delivery: what the simulator prices as latency +
@@ -388,20 +386,20 @@ static void take_transfers(const exec_pipe_result *r, exec_calib_xfer **x,
             if (k->kind != SIM_SEND || k->peer < 0 ||
                 (k->comm != SIM_COMM_PP && k->comm != SIM_COMM_DP))
                 continue;
-            int64_t ready = -1, start = tms(r, ep, t)[EXEC_T_START];
+            int64_t ready = -1, start = exec_pipe_times(r, ep, t)[EXEC_T_START];
             for (int d = 0; d < k->n_dep; d++) {
-                int64_t end = tms(r, ep, ir->deps[k->dep_off + d])[EXEC_T_END];
+                int64_t end = exec_pipe_times(r, ep, ir->deps[k->dep_off + d])[EXEC_T_END];
                 if (end > ready) ready = end;
             }
             /* the stream busy with an earlier send: not this one's time */
             for (int u = 0; u < ir->n_tasks; u++) {
                 const sim_task *q = &ir->tasks[u];
-                int64_t end = tms(r, ep, u)[EXEC_T_END];
+                int64_t end = exec_pipe_times(r, ep, u)[EXEC_T_END];
                 if (u != t && q->kind == SIM_SEND && q->device == k->device &&
                     q->stream == k->stream && end <= start && end > ready)
                     ready = end;
             }
-            int64_t got = tms(r, ep, k->peer)[EXEC_T_END];
+            int64_t got = exec_pipe_times(r, ep, k->peer)[EXEC_T_END];
             if (ready < 0 || got < ready) continue;
             if (*n == *cap) {
                 *cap = *cap ? 2 * *cap : 64;
@@ -461,7 +459,7 @@ static void take_tp(const exec_pipe_result *r, int tp, tp_sample **x,
                     bytes += 2.0 * (tp - 1) / tp * v * mbs;
                 }
             }
-            double ns = (double)tms(r, ep, t)[EXEC_T_TP];
+            double ns = (double)exec_pipe_times(r, ep, t)[EXEC_T_TP];
             if (steps <= 0 || ns <= 0) continue;
             if (*n == *cap) {
                 *cap = *cap ? 2 * *cap : 64;
@@ -550,13 +548,13 @@ static int measure_transfers(const exec_calib_opts *o, const char *tmp,
                 const sim_task *k = &r.ir->tasks[t];
                 if (k->comm != SIM_COMM_DP) continue;
                 if (k->kind == SIM_RECV) {
-                    int64_t end = tms(&r, ep, t)[EXEC_T_END];
+                    int64_t end = exec_pipe_times(&r, ep, t)[EXEC_T_END];
                     if (end > last) last = end;
                     bytes = k->bytes * 2;   /* a chunk of two */
                 } else if (k->kind == SIM_SEND && k->mb == 0) {
                     for (int d = 0; d < k->n_dep; d++) {
                         int u = r.ir->deps[k->dep_off + d];
-                        int64_t end = tms(&r, ep, u)[EXEC_T_END];
+                        int64_t end = exec_pipe_times(&r, ep, u)[EXEC_T_END];
                         if (r.ir->tasks[u].kind != SIM_RECV && end > ready)
                             ready = end;
                     }

@@ -16,15 +16,6 @@
 #include "exec/backend.h"
 #include "exec/runtime.h"
 
-#define DEFAULT_CORPUS "/usr/share/common-licenses/GPL-3"
-
-static volatile int stop_flag;
-
-static void on_signal(int sig)
-{
-    stop_flag = 1;
-    signal(sig, SIG_DFL);
-}
 
 static void usage(FILE *f)
 {
@@ -50,7 +41,7 @@ static void usage(FILE *f)
         "  --quick             fewer, shorter microbenchmarks (seconds; a\n"
         "                      rougher fit)\n"
         "  --data FILE         text for the runtime measurement (default\n"
-        "                      " DEFAULT_CORPUS ")\n"
+        "                      " EXEC_DEFAULT_CORPUS ")\n"
         "  --json              the calibration as one JSON document\n"
         "\nsluice exec --plan P --calibrate adds the times a real run "
         "measured.\n");
@@ -65,7 +56,7 @@ typedef struct cmd {
 static int parse(int argc, char **argv, cmd *c, util_err *e)
 {
     memset(c, 0, sizeof *c);
-    c->data = DEFAULT_CORPUS;
+    c->data = EXEC_DEFAULT_CORPUS;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--hw")) {
@@ -294,6 +285,11 @@ int exec_calibrate_main(int argc, char **argv)
         fprintf(stderr, "sluice calibrate: %s\n", e.msg);
         return e.code ? e.code : UTIL_EXIT_USAGE;
     }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!gpu && cores > 0 && count > cores)
+        fprintf(stderr, "sluice calibrate: warning: --hw %s on %ld cores: "
+                "devices computing at once are measured up to %ld\n", c.hw,
+                cores, cores);
     /* a GPU type is measured on this machine's GPUs, by the CUDA backend
      * (a build without it says so here) */
     const exec_backend *be = exec_backend_get(gpu ? "cuda" : "cpu", &e);
@@ -325,23 +321,23 @@ int exec_calibrate_main(int argc, char **argv)
     /* measured against the built-in figures: the calibration being
      * replaced plays no part */
     prof_profile_dir_set(NULL);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    signal(SIGINT, exec_on_stop);
+    signal(SIGTERM, exec_on_stop);
     exec_calib_opts o = {.device = dev, .devices = count, .backend = be,
                          .quick = c.quick,
-                         .data = c.data, .stop = &stop_flag,
+                         .data = c.data, .stop = &exec_stop_flag,
                          .log = c.json ? NULL : stderr};
     exec_calib_result r;
     int rc = exec_calibrate(&o, &r, &e);
     if (rc) {
-        if (stop_flag)
+        if (exec_stop_flag)
             fprintf(stderr, "sluice calibrate: stopped; %s is as it was\n",
                     path);
         else
             fprintf(stderr, "sluice calibrate: %s\n", e.msg);
         exec_calib_result_free(&r);
         if (have_prev) prof_calib_free(&prev);
-        return stop_flag ? UTIL_EXIT_FAIL : (e.code ? e.code : 1);
+        return exec_stop_flag ? UTIL_EXIT_FAIL : (e.code ? e.code : 1);
     }
     if (r.mpi_rank) {           /* another rank of the job: its part done */
         exec_calib_result_free(&r);

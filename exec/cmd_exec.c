@@ -13,16 +13,14 @@
 
 #include "exec/runtime.h"
 
-#define DEFAULT_CORPUS "/usr/share/common-licenses/GPL-3"
-
 /* Ctrl-C (or SIGTERM, or SIGUSR1 for plan runs: mpirun forwards it to the
  * ranks) stops after the current step; with --save the checkpoint is
  * written first. A second Ctrl-C kills as usual. */
-static volatile int stop_flag;
+volatile int exec_stop_flag;
 
-static void on_signal(int sig)
+void exec_on_stop(int sig)
 {
-    stop_flag = 1;
+    exec_stop_flag = 1;
     signal(sig, SIG_DFL);
 }
 
@@ -46,7 +44,7 @@ static void usage(FILE *f)
         "batch)\n"
         "  --steps N           train until N steps are done (default 50;\n"
         "                      with --resume, counts the steps already done)\n"
-        "  --data FILE         text to train on (default " DEFAULT_CORPUS ")\n"
+        "  --data FILE         text to train on (default " EXEC_DEFAULT_CORPUS ")\n"
         "  --lr X              peak learning rate (default 2e-3); linear\n"
         "                      warm-up, cosine decay to lr/10 at the last step\n"
         "  --warmup N          warm-up steps (default steps/10)\n"
@@ -335,9 +333,9 @@ static int run_model(cmd *c)
                                      : "dropout is off (deterministic)")
                               : "");
     if (!o.T && !o.resume && spec.seq_len > 0) o.T = spec.seq_len;
-    o.stop = &stop_flag;
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    o.stop = &exec_stop_flag;
+    signal(SIGINT, exec_on_stop);
+    signal(SIGTERM, exec_on_stop);
     exec_train_result r;
     if (exec_train(&o, &r, &e)) {
         fprintf(stderr, "sluice exec: %s\n", e.msg);
@@ -508,7 +506,7 @@ static int run_plan(cmd *c)
         rc = -1;
         goto out;
     }
-    po.stop = &stop_flag;
+    po.stop = &exec_stop_flag;
     progress pg = {stdout, t->steps};
     if (out && !t->quiet && !t->json) {
         po.on_step = on_step;
@@ -534,11 +532,11 @@ static int run_plan(cmd *c)
                 t->adamw.lr, t->adamw.clip, (unsigned long long)t->seed);
         fflush(stdout);
     }
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    signal(SIGINT, exec_on_stop);
+    signal(SIGTERM, exec_on_stop);
     /* mpirun ends the job on Ctrl-C itself, but forwards SIGUSR1 to the
      * ranks: `kill -USR1 MPIRUN_PID` stops after the step and saves */
-    signal(SIGUSR1, on_signal);
+    signal(SIGUSR1, exec_on_stop);
     if (exec_pipe_run(&po, &r, &e)) {
         rc = -1;
         goto out;
@@ -613,7 +611,7 @@ int exec_cmd_main(int argc, char **argv)
     cmd c;
     memset(&c, 0, sizeof c);
     exec_train_defaults(&c.t);
-    c.t.data = DEFAULT_CORPUS;
+    c.t.data = EXEC_DEFAULT_CORPUS;
     c.warm = -1;
     util_err e = {0};
     if (parse(argc, argv, &c, &e)) {

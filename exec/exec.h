@@ -343,6 +343,10 @@ typedef struct exec_pipe_opts {
  * step with a flush; the whole run without one) and task of the IR, as
  * the device's tensor-parallel rank 0 saw them: start, end, when a
  * transfer started to move, tensor-parallel time inside (-1: not run). */
+/* Times kept per task and epoch: start, end, when a send started to move
+ * (receives: when the transfer started), tensor-parallel time inside. */
+enum { EXEC_T_START, EXEC_T_END, EXEC_T_FSTART, EXEC_T_TP, EXEC_T_N };
+
 typedef struct exec_pipe_result {
     int rank, n_ranks;          /* this process of the job (MPI) */
     char xport[16];
@@ -355,7 +359,7 @@ typedef struct exec_pipe_result {
     double *loss;               /* per step: mean token loss */
     double *grad_norm;          /* per step (flush only; NaN otherwise) */
     int n_tasks;
-    int64_t *times;             /* [epoch][task][4] */
+    int64_t *times;             /* [epoch][task][EXEC_T_N]: exec_pipe_times */
     double *peak_bytes;         /* per device: measured peak */
     int *max_versions;          /* per IR stage: weight versions at once */
     int *version_used;          /* per task: the weight version a compute
@@ -392,6 +396,13 @@ typedef struct exec_pipe_result {
     exec_gpt_config cfg;
     int B, T;                   /* global batch, sequence length */
 } exec_pipe_result;
+
+/* Task id's times in epoch ep of a run (EXEC_T_*; -1: not run). */
+static inline const int64_t *exec_pipe_times(const exec_pipe_result *r,
+                                             int ep, int id)
+{
+    return &r->times[((size_t)ep * r->n_tasks + id) * EXEC_T_N];
+}
 
 /* Runs the plan. Errors: bad plan, model or options, code 2; a failed run
  * (out of memory, a device that stopped), code 1, the message naming the
@@ -517,6 +528,15 @@ void exec_calib_result_free(exec_calib_result *r);
  * of another device type than c's: code 2. */
 int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,
                        const char *model, int *n_added, util_err *e);
+
+/* The text trained on when none is given: every Debian machine has it. */
+#define EXEC_DEFAULT_CORPUS "/usr/share/common-licenses/GPL-3"
+
+/* A stop request of the commands (exec, calibrate): set by exec_on_stop,
+ * the signal handler they install, which also restores the default so a
+ * second Ctrl-C kills as usual. */
+extern volatile int exec_stop_flag;
+void exec_on_stop(int sig);
 
 /* `sluice exec ...` (argv[0] is "exec"). */
 int exec_cmd_main(int argc, char **argv);

@@ -32,11 +32,6 @@ static void spread(const int64_t *iv, int n, int64_t *med, int64_t *lo,
     free(s);
 }
 
-static const int64_t *tim(const exec_pipe_result *r, int epoch, int id)
-{
-    return &r->times[((size_t)epoch * r->n_tasks + id) * 4];
-}
-
 /* A measured epoch as the engine's result: times relative to the epoch's
  * first start, the accounting, the memory measured. */
 typedef struct meas {
@@ -104,7 +99,7 @@ static void measure(const exec_pipe_result *r, int warm, meas *m)
         for (int ep = 0; ep < E; ep++) {
             begs[ep] = INT64_MAX;
             for (int id = 0; id < n; id++) {
-                const int64_t *t = tim(r, ep, id);
+                const int64_t *t = exec_pipe_times(r, ep, id);
                 if (t[0] < 0) continue;
                 if (t[0] < begs[ep]) begs[ep] = t[0];
                 if (t[1] > ends[ep]) ends[ep] = t[1];
@@ -127,7 +122,7 @@ static void measure(const exec_pipe_result *r, int warm, meas *m)
         int K = ir->n_minibatches;
         int64_t *done = util_calloc((size_t)K + 1, sizeof *done);
         for (int id = 0; id < n; id++) {
-            const int64_t *t = tim(r, 0, id);
+            const int64_t *t = exec_pipe_times(r, 0, id);
             int k = ir->tasks[id].minibatch;
             if (t[1] > done[k] && k >= 0 && k < K) done[k] = t[1];
         }
@@ -148,8 +143,8 @@ static void measure(const exec_pipe_result *r, int warm, meas *m)
         free(done);
         m->t0 = INT64_MAX;
         for (int id = 0; id < n; id++)
-            if (tim(r, 0, id)[0] >= 0 && tim(r, 0, id)[0] < m->t0)
-                m->t0 = tim(r, 0, id)[0];
+            if (exec_pipe_times(r, 0, id)[0] >= 0 && exec_pipe_times(r, 0, id)[0] < m->t0)
+                m->t0 = exec_pipe_times(r, 0, id)[0];
     }
     m->start = util_malloc(sizeof(int64_t) * (size_t)(n + 1));
     m->end = util_malloc(sizeof(int64_t) * (size_t)(n + 1));
@@ -157,7 +152,7 @@ static void measure(const exec_pipe_result *r, int warm, meas *m)
     m->tp = util_malloc(sizeof(int64_t) * (size_t)(n + 1));
     int64_t mk = 0;
     for (int id = 0; id < n; id++) {
-        const int64_t *t = tim(r, pick, id);
+        const int64_t *t = exec_pipe_times(r, pick, id);
         int ran = t[0] >= 0;
         m->start[id] = ran ? t[0] - m->t0 : -1;
         m->end[id] = ran ? t[1] - m->t0 : -1;

@@ -1094,7 +1094,11 @@ static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
         int n = w->n_outbox[id];
         pthread_mutex_unlock(&w->mu);
         if (!ob) return util_errf(e, UTIL_EXIT_FAIL, "nothing to send");
-        for (int i = 0; i < n && i < cap; i++)
+        /* a piece per tensor the next stage reads: never cut short */
+        if (n > cap)
+            return util_errf(e, UTIL_EXIT_FAIL, "a message of %d tensors, "
+                             "more than the %d a send takes", n, cap);
+        for (int i = 0; i < n; i++)
             pc[(*np)++] = (exec_piece){exec_view_p(&ob[i]), ob[i].n};
         return 0;
     }
@@ -1529,6 +1533,7 @@ static int worker_stages(exec_worker *w, const float *full,
                                   &st->n_sl);
         for (int k = 0; k < st->n_sl; k++)
             if (st->sl[k].tied) st->tied_sl = k;
+        exec_stage_op_slices(rt, st);
         st->n_ver_slots = 1;
         if (w->ofl) {
             /* the states in the tier; the device holds windows */
@@ -1737,6 +1742,8 @@ void exec_rt_free(exec_runtime *rt)
             arena_free(w, st, st->am);
             arena_free(w, st, st->av);
             free(st->sl);
+            free(st->sl_w);
+            free(st->sl_b);
         }
         int n = rt->ir->n_tasks;
         for (int k = 0; w->rbuf && k < n; k++) exec_buf_unref(w->rbuf[k]);

@@ -176,6 +176,9 @@ typedef struct exec_stage {
      * later segment reads again, or a kept op's backward reads). */
     int *rseg, *seg_first, *seg_last, n_rseg;
     int *keep_rc, *keep_rc_ext;
+    /* per op: the slices of its weight and bias (-1: none), found once
+     * (exec_stage_op_slices) rather than by every task */
+    int *sl_w, *sl_b;
     int has_embed, has_loss;
     /* parameters: arenas of n floats (gradients, AdamW m and v), the
      * weights per version (stashing): w[v] for each version in use */
@@ -294,9 +297,6 @@ int exec_mpi_calibrate(int quick, exec_calib_xfer *x, int *n,
 
 /* ------------------------------------------------------------ workers */
 
-/* Times kept per task and epoch: start, end, when a send started to move
- * (receives: when the transfer started), tensor-parallel time inside. */
-enum { EXEC_T_START, EXEC_T_END, EXEC_T_FSTART, EXEC_T_TP, EXEC_T_N };
 
 /* A worker: one device and tensor-parallel rank of the plan. */
 typedef struct exec_worker {
@@ -493,6 +493,8 @@ void exec_ofl_stats(const exec_worker *w, double out[6]);
 const char *exec_ofl_note(const exec_worker *w);
 /* A stage's slices of full (P floats in arena order) into h (st->n
  * floats, the rest untouched); the slices it saves from h into full. */
+/* Fills st->sl_w, st->sl_b from its slices (stage_gpt.c). */
+void exec_stage_op_slices(const exec_runtime *rt, exec_stage *st);
 void exec_stage_gather(const exec_stage *st, const exec_tensor *tt,
                        const float *full, float *h);
 void exec_stage_scatter(const exec_stage *st, const exec_tensor *tt,

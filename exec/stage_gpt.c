@@ -331,15 +331,15 @@ static float *gparam(const exec_stage *st, size_t off)
     return st->ofl ? exec_ofl_gp(st, off) : st->g + off;
 }
 
-static oparams op_params(const exec_worker *w, const exec_stage *st,
-                         const float *wv, int op)
+/* The slices holding op's weight and bias in the stage (-1: none): those
+ * of its tensors at its layer's rows. */
+static void op_slices(const exec_runtime *rt, const exec_stage *st, int op,
+                      int *first_w, int *first_b)
 {
-    oparams o = {0};
-    const exec_runtime *rt = w->rt;
     const prof_model *m = rt->model;
     prof_op_role role = m->ops[op].role;
-    int first_w = -1, first_b = -1;
     int want_w = -1, want_b = -1;
+    *first_w = *first_b = -1;
     switch (role) {
     case PROF_ROLE_EMBED: want_w = EXEC_P_WTE; want_b = EXEC_P_WPE; break;
     case PROF_ROLE_NORM:
@@ -360,9 +360,8 @@ static oparams op_params(const exec_worker *w, const exec_stage *st,
         want_w = rt->cfg.tied ? EXEC_P_WTE : EXEC_P_LMW;
         break;
     default:
-        return o;
+        return;
     }
-    /* the slices of this op: those of its tensors at its layer's rows */
     int l = gpt_layer(m, op, rt->cfg.layers);
     size_t C = rt->cfg.hidden;
     for (int k = 0; k < st->n_sl; k++) {
@@ -387,9 +386,25 @@ static oparams op_params(const exec_worker *w, const exec_stage *st,
             break;
         }
         if (!layer_ok) continue;
-        if (s->tensor == want_w && first_w < 0) first_w = k;
-        if (s->tensor == want_b && first_b < 0) first_b = k;
+        if (s->tensor == want_w && *first_w < 0) *first_w = k;
+        if (s->tensor == want_b && *first_b < 0) *first_b = k;
     }
+}
+
+void exec_stage_op_slices(const exec_runtime *rt, exec_stage *st)
+{
+    st->sl_w = util_malloc(sizeof(int) * (size_t)st->n_ops);
+    st->sl_b = util_malloc(sizeof(int) * (size_t)st->n_ops);
+    for (int i = 0; i < st->n_ops; i++)
+        op_slices(rt, st, st->first + i, &st->sl_w[i], &st->sl_b[i]);
+}
+
+static oparams op_params(const exec_worker *w, const exec_stage *st,
+                         const float *wv, int op)
+{
+    (void)w;
+    oparams o = {0};
+    int first_w = st->sl_w[op - st->first], first_b = st->sl_b[op - st->first];
     if (first_w >= 0) {
         o.w = wparam(st, wv, st->sl[first_w].off);
         o.gw = gparam(st, st->sl[first_w].off);

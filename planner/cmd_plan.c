@@ -44,7 +44,8 @@ static void usage(FILE *f)
         "                     (default 1G)\n"
         "  --state-bytes N    weights+grads+optimizer bytes per parameter (default 16)\n"
         "  --gpus LIST        capacity planning: the best plan for each GPU count\n"
-        "  --host-mem SIZE, --nvme N, --pcie-gen G   adjust the server template\n"
+        "  --host-mem SIZE, --nvme N, --gpus-per-server N, --pcie-gen G\n"
+        "                      adjust the server template\n"
         "  --json             print the answer as JSON\n"
         "  --out FILE         write the chosen plan (for sluice sim --plan)\n"
         "  --plot PREFIX      draw the chosen plan's timeline and memory, or with\n"
@@ -120,10 +121,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         else if (!strcmp(a, "--plot")) {
             NEED();
             c->plot = v;
-            if (strlen(v) > PLOT_MAX_PREFIX)
-                return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of "
-                                 "%zu bytes is longer than the %d sluice "
-                                 "takes", strlen(v), PLOT_MAX_PREFIX);
+            if (plot_prefix_check(v, e)) return -1;
         }
         else if (!strcmp(a, "--gpus")) { NEED(); c->gpus = v; }
         else if (!strcmp(a, "--recompute")) {
@@ -176,20 +174,8 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             if (util_parse_double(v, &c->po.state_bytes_per_param) ||
                 c->po.state_bytes_per_param <= 0)
                 return util_errf(e, UTIL_EXIT_USAGE, "--state-bytes '%s': expected a positive number", v);
-        } else if (!strcmp(a, "--host-mem")) {
-            NEED();
-            if (util_parse_size(v, &c->ho.host_mem_bytes) || c->ho.host_mem_bytes <= 0)
-                return util_errf(e, UTIL_EXIT_USAGE, "--host-mem '%s': expected a size such as 256G", v);
-        } else if (!strcmp(a, "--nvme")) {
-            NEED();
-            if (util_parse_int(v, 0, 64, &n))
-                return util_errf(e, UTIL_EXIT_USAGE, "--nvme '%s': expected 0..64", v);
-            c->ho.nvme = (int)n;
-        } else if (!strcmp(a, "--pcie-gen")) {
-            NEED();
-            if (util_parse_int(v, 3, 6, &n))
-                return util_errf(e, UTIL_EXIT_USAGE, "--pcie-gen '%s': expected 3..6", v);
-            c->ho.pcie_gen = (int)n;
+        } else if ((n = prof_hw_opts_arg(argc, argv, &i, &c->ho, e))) {
+            if (n < 0) return -1;
         } else if (!strcmp(a, "--schedule")) {
             NEED();
             if (sched_list(v, &c->po.sched_mask, e)) return -1;
@@ -198,7 +184,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--gpus", "--recompute", "--no-recompute",
                                   "--sequence-parallel", "--no-sequence-parallel",
                                   "--batch", "--pp", "--dp", "--tp", "--mbs", "--reserve",
-                                  "--state-bytes", "--host-mem", "--nvme",
+                                  "--state-bytes", "--host-mem", "--nvme", "--gpus-per-server",
                                   "--pcie-gen", "--schedule", "--no-progress",
                                   "--exhaustive", "--sync", "--time-limit",
                                   "--zero", "--fsdp"};

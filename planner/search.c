@@ -229,11 +229,11 @@ static void chain_fill(chain_in *ci, const units *u, const prof_model *m,
             /* ZeRO's Figure 1, and under ZeRO-3 two gathered stages (the
              * one computing, the one prefetched): a device's per_dev
              * chunks share them */
-            double w = wbytes, g = wbytes, opt = state_bytes - 2 * wbytes;
-            opt /= shard;
-            if (zero >= 2) g /= shard;
-            if (zero >= 3) w = w / shard + 2.0 * wbytes / per_dev;
-            ci->smem[k] = params * (w + g + fmax(0, opt)) / tp;
+            double w, g, opt;
+            sim_zero_bytes(params, wbytes, state_bytes, zero, shard, &w, &g,
+                           &opt);
+            if (zero >= 3) w += 2.0 * params * wbytes / per_dev;
+            ci->smem[k] = (w + g + opt) / tp;
         }
         sim_act a = sim_act_range(m, u->first[k], u->last[k], tp, sp,
                                   recompute);
@@ -462,10 +462,10 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
     chain_in ci;
     /* the shard group: the data-parallel width, or under hybrid sharding
      * the ranks of a stage inside a server (sim_costs_build checks it) */
-    int shard = c->dp, rg = c->pp * c->tp, gps = t->gpus_per_server;
-    if (c->fsdp == SIM_FSDP_HYBRID && gps > 0 && gps % rg == 0 &&
-        gps / rg < shard)
-        shard = gps / rg;
+    util_err se;
+    int shard = sim_shard_group(t, sim_zero_stage(c->zero, c->fsdp), c->fsdp,
+                                c->dp, c->pp * c->tp, &se);
+    if (!shard) return;     /* the layout hybrid sharding cannot take */
     chain_fill(&ci, u, m, ot, c->recompute, c->sp, versions, state, bw, lat,
                c->tp, sim_zero_stage(c->zero, c->fsdp), shard,
                stages_per_device(c));

@@ -49,7 +49,8 @@ static void usage(FILE *f)
         "  --optimizer adam|sgd  of --models jobs (default adam)\n"
         "  --seed N           the random policy's seed (default 1)\n"
         "  --reserve SIZE     memory kept per GPU (default 1G)\n"
-        "  --host-mem SIZE, --pcie-gen G   adjust the server template\n"
+        "  --host-mem SIZE, --nvme N, --gpus-per-server N, --pcie-gen G\n"
+        "                      adjust the server template\n"
         "  --json             the answer as JSON\n"
         "  --plot PREFIX      Gantt chart of Sharded-LRTF (PREFIX-gantt.png/svg)\n"
         "  --trace FILE       Perfetto trace of Sharded-LRTF\n"
@@ -116,10 +117,7 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
         else if (!strcmp(a, "--no-progress")) ;
         else if (!strcmp(a, "--plot")) {
             NEED();
-            if (strlen(v) > PLOT_MAX_PREFIX)
-                return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of "
-                                 "%zu bytes is longer than the %d sluice "
-                                 "takes", strlen(v), PLOT_MAX_PREFIX);
+            if (plot_prefix_check(v, e)) return -1;
             c->plot = v;
         } else if (!strcmp(a, "--trace")) { NEED(); c->trace = v; }
         else if (!strcmp(a, "--batch")) {
@@ -153,21 +151,15 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
             NEED();
             if (util_parse_size(v, &c->reserve))
                 return util_errf(e, UTIL_EXIT_USAGE, "--reserve '%s': expected a size such as 1G", v);
-        } else if (!strcmp(a, "--host-mem")) {
-            NEED();
-            if (util_parse_size(v, &c->ho.host_mem_bytes) || c->ho.host_mem_bytes <= 0)
-                return util_errf(e, UTIL_EXIT_USAGE, "--host-mem '%s': expected a size such as 256G", v);
-        } else if (!strcmp(a, "--pcie-gen")) {
-            NEED();
-            if (util_parse_int(v, 3, 6, &n))
-                return util_errf(e, UTIL_EXIT_USAGE, "--pcie-gen '%s': expected 3..6", v);
-            c->ho.pcie_gen = (int)n;
+        } else if ((n = prof_hw_opts_arg(argc, argv, &i, &c->ho, e))) {
+            if (n < 0) return -1;
         } else {
             const char *opts[] = {"--hw", "--models", "--workload", "--json",
                                   "--plot", "--trace", "--batch", "--samples",
                                   "--epochs", "--dataset-samples", "--optimizer",
                                   "--seed", "--reserve", "--host-mem",
-                                  "--pcie-gen", "--no-progress"};
+                                  "--nvme", "--gpus-per-server", "--pcie-gen",
+                                  "--no-progress"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s' for a "
                              "workload%s%s%s", a,
@@ -280,7 +272,6 @@ static int best_plan(const wl_prep *p, int g, const prof_hw_opts *ho,
         sim_ir_free(ir);
         sim_costs_free(cs);
     }
-    if (rc == 0 && !r.found) rc = 0;
     plan_result_free(&r);
     prof_topo_free(t);
     return rc;

@@ -152,10 +152,7 @@ static int write_text(const char *path, char *buf, size_t len, util_err *e)
 
 int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
 {
-    if (strlen(prefix) > PLOT_MAX_PREFIX)
-        return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of %zu "
-                         "bytes is longer than the %d sluice takes",
-                         strlen(prefix), PLOT_MAX_PREFIX);
+    if (plot_prefix_check(prefix, e)) return -1;
     json_error_t je;
     char *text;
     /* traces of the largest schedules sim takes stay under 1 GiB */

@@ -1,5 +1,6 @@
 /* The capacity plot: samples/s against GPU count per GPU type, with ideal
  * linear scaling dashed, so a person sees where adding GPUs stops paying. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,67 +11,41 @@ int plot_capacity(const char *prefix, const char *title, int ns,
                   const double *const *gpus, const double *const *sps,
                   util_err *e)
 {
-    size_t cap = 4096, len = 0;
-    char *dat = util_malloc(cap);
-    char path[1024], script[1024];
-    if (strlen(prefix) > PLOT_MAX_PREFIX)
-        return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of %zu "
-                         "bytes is longer than the %d sluice takes",
-                         strlen(prefix), PLOT_MAX_PREFIX);
-#define APPEND(...) do { \
-        int w_ = snprintf(dat + len, cap - len, __VA_ARGS__); \
-        if ((size_t)w_ >= cap - len) { cap = 2 * cap + (size_t)w_; \
-            dat = util_realloc(dat, cap); \
-            snprintf(dat + len, cap - len, __VA_ARGS__); } \
-        len += (size_t)w_; } while (0)
+    if (plot_prefix_check(prefix, e)) return -1;
+    plot_text t = {0};
     for (int s = 0; s < ns; s++) {
-        APPEND("# %s: gpus samples_per_s ideal\n", names[s]);
+        plot_text_add(&t, "# %s: gpus samples_per_s ideal\n", names[s]);
         for (int i = 0; i < n[s]; i++)
-            APPEND("%g %.6g %.6g\n", gpus[s][i], sps[s][i],
-                   sps[s][0] / gpus[s][0] * gpus[s][i]);
-        APPEND("\n\n");
+            plot_text_add(&t, "%g %.6g %.6g\n", gpus[s][i], sps[s][i],
+                          sps[s][0] / gpus[s][0] * gpus[s][i]);
+        plot_text_add(&t, "\n\n");
     }
+    char path[1100];
     snprintf(path, sizeof path, "%s-capacity.dat", prefix);
-    if (util_write_atomic(path, dat, len, e)) {
-        free(dat);
+    if (plot_text_save(&t, path, e)) {
+        free(t.p);
         return -1;
     }
-    len = 0;
     /* names and titles quoted: none may become gnuplot commands */
-    char img[2][1024], *qd = plot_quote(path, 1), *qt = plot_quote(title, 0);
-    APPEND("# gnuplot on this script draws the plot again; sluice sets "
-           "sluice_tmp\n# to draw it beside its name first\n"
-           "if (!exists(\"sluice_tmp\")) sluice_tmp = \"\"\n");
+    char *qd = plot_quote(path, 1), *qt = plot_quote(title, 0);
+    plot_script_begin(&t);
     for (int f = 0; f < 2; f++) {
-        APPEND(f ? "set terminal svg size 900,560 dynamic font 'sans,11'\n"
-                 : "set terminal pngcairo size 900,560 font 'sans,11'\n");
-        snprintf(img[f], sizeof img[f], "%s-capacity.%s", prefix,
-                 f ? "svg" : "png");
-        char *qo = plot_quote(img[f], 0);
-        APPEND("set output %s.sluice_tmp\n", qo);
-        free(qo);
-        APPEND("set title %s noenhanced\nset xlabel 'GPUs'\nset ylabel "
-               "'samples/s'\nset logscale x 2\nset grid\nset key top left\n",
-               qt);
-        APPEND("plot ");
+        plot_script_image(&t, f, 900, 560, prefix, "capacity");
+        plot_text_add(&t, "set title %s noenhanced\nset xlabel 'GPUs'\nset "
+                      "ylabel 'samples/s'\nset logscale x 2\nset grid\nset "
+                      "key top left\n", qt);
+        plot_text_add(&t, "plot ");
         for (int s = 0; s < ns; s++) {
             char *qn = plot_quote(names[s], 0);
-            APPEND("%s%s index %d using 1:2 with linespoints lw 2 pt 7 "
-                   "lc %d title %s noenhanced, %s index %d using 1:3 with "
-                   "lines dt 2 lc %d notitle", s ? ", " : "", qd, s, s + 1,
-                   qn, qd, s, s + 1);
+            plot_text_add(&t, "%s%s index %d using 1:2 with linespoints lw 2 "
+                          "pt 7 lc %d title %s noenhanced, %s index %d using "
+                          "1:3 with lines dt 2 lc %d notitle", s ? ", " : "",
+                          qd, s, s + 1, qn, qd, s, s + 1);
             free(qn);
         }
-        APPEND("\n");
+        plot_text_add(&t, "\n");
     }
-    APPEND("unset output\n");
-#undef APPEND
     free(qd);
     free(qt);
-    snprintf(script, sizeof script, "%s-capacity.gp", prefix);
-    int rc = util_write_atomic(script, dat, len, e);
-    free(dat);
-    if (rc) return -1;
-    const char *outs[] = {img[0], img[1]};
-    return plot_run_gnuplot(script, outs, 2, e);
+    return plot_script_run(&t, prefix, "capacity", e);
 }

@@ -2,6 +2,7 @@
  * one job's shard-steps, one colour per job (hues spread evenly), so a
  * person sees which job held which GPU when, and where GPUs sat idle. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,71 +33,47 @@ int plot_gantt(const char *prefix, const char *title, int n_gpus, int n_jobs,
                const int *job, const double *t0_s, const double *t1_s,
                util_err *e)
 {
-    if (strlen(prefix) > PLOT_MAX_PREFIX)
-        return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of %zu "
-                         "bytes is longer than the %d sluice takes",
-                         strlen(prefix), PLOT_MAX_PREFIX);
-    size_t cap = 4096, len = 0;
-    char *dat = util_malloc(cap);
-#define APPEND(...) do { \
-        int w_ = snprintf(dat + len, cap - len, __VA_ARGS__); \
-        if ((size_t)w_ >= cap - len) { cap = 2 * cap + (size_t)w_; \
-            dat = util_realloc(dat, cap); \
-            snprintf(dat + len, cap - len, __VA_ARGS__); } \
-        len += (size_t)w_; } while (0)
+    if (plot_prefix_check(prefix, e)) return -1;
+    plot_text t = {0};
     /* one data block per job, so each has its colour and key entry */
     for (int j = 0; j < n_jobs; j++) {
-        APPEND("# job %d: gpu start_s end_s\n", j);
+        plot_text_add(&t, "# job %d: gpu start_s end_s\n", j);
         int any = 0;
         for (int i = 0; i < n_seg; i++)
             if (job[i] == j) {
-                APPEND("%d %.9g %.9g\n", gpu[i], t0_s[i], t1_s[i]);
+                plot_text_add(&t, "%d %.9g %.9g\n", gpu[i], t0_s[i], t1_s[i]);
                 any = 1;
             }
-        if (!any) APPEND("-10 0 0\n");   /* keeps the block (and its key) */
-        APPEND("\n\n");
+        if (!any) plot_text_add(&t, "-10 0 0\n"); /* keeps the block (and key) */
+        plot_text_add(&t, "\n\n");
     }
-    char path[1024], script[1024], img[2][1024];
+    char path[1100];
     snprintf(path, sizeof path, "%s-gantt.dat", prefix);
-    if (util_write_atomic(path, dat, len, e)) {
-        free(dat);
+    if (plot_text_save(&t, path, e)) {
+        free(t.p);
         return -1;
     }
-    len = 0;
     char *qd = plot_quote(path, 1), *qt = plot_quote(title, 0);
-    APPEND("# gnuplot on this script draws the chart again; sluice sets "
-           "sluice_tmp\n# to draw it beside its name first\n"
-           "if (!exists(\"sluice_tmp\")) sluice_tmp = \"\"\n");
-    int h = 160 + 40 * n_gpus;
+    plot_script_begin(&t);
     for (int f = 0; f < 2; f++) {
-        APPEND(f ? "set terminal svg size 1100,%d dynamic font 'sans,11'\n"
-                 : "set terminal pngcairo size 1100,%d font 'sans,11'\n", h);
-        snprintf(img[f], sizeof img[f], "%s-gantt.%s", prefix, f ? "svg" : "png");
-        char *qo = plot_quote(img[f], 0);
-        APPEND("set output %s.sluice_tmp\n", qo);
-        free(qo);
-        APPEND("set title %s noenhanced\nset xlabel 'time (s)'\nset ylabel "
-               "'GPU'\nset yrange [-0.6:%g] reverse\nset ytics 1\n"
-               "set key outside right top\nset style fill solid 0.9 noborder\n"
-               "set xrange [0:*]\n", qt, n_gpus - 0.4);
-        APPEND("plot ");
+        plot_script_image(&t, f, 1100, 160 + 40 * n_gpus, prefix, "gantt");
+        plot_text_add(&t, "set title %s noenhanced\nset xlabel 'time (s)'\n"
+                      "set ylabel 'GPU'\nset yrange [-0.6:%g] reverse\nset "
+                      "ytics 1\nset key outside right top\nset style fill "
+                      "solid 0.9 noborder\nset xrange [0:*]\n", qt,
+                      n_gpus - 0.4);
+        plot_text_add(&t, "plot ");
         for (int j = 0; j < n_jobs; j++) {
             char *qn = plot_quote(job_names[j], 0);
-            APPEND("%s%s index %d using (($2+$3)/2):1:(($3-$2)/2):(0.4) with "
-                   "boxxyerror lc rgb '#%06x' title %s noenhanced",
-                   j ? ", \\\n     " : "", qd, j, job_rgb(j, n_jobs), qn);
+            plot_text_add(&t, "%s%s index %d using (($2+$3)/2):1:(($3-$2)/2):"
+                          "(0.4) with boxxyerror lc rgb '#%06x' title %s "
+                          "noenhanced", j ? ", \\\n     " : "", qd, j,
+                          job_rgb(j, n_jobs), qn);
             free(qn);
         }
-        APPEND("\n");
+        plot_text_add(&t, "\n");
     }
-    APPEND("unset output\n");
-#undef APPEND
     free(qd);
     free(qt);
-    snprintf(script, sizeof script, "%s-gantt.gp", prefix);
-    int rc = util_write_atomic(script, dat, len, e);
-    free(dat);
-    if (rc) return -1;
-    const char *outs[] = {img[0], img[1]};
-    return plot_run_gnuplot(script, outs, 2, e);
+    return plot_script_run(&t, prefix, "gantt", e);
 }

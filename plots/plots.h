@@ -40,6 +40,28 @@ int plot_run_gnuplot(const char *script, const char *const *outs, int n_out,
  * file, which gnuplot would run as a command if it began with '<'. */
 char *plot_quote(const char *s, int data_file);
 
+/* What the small plots share (plot_script.c). A text that grows as it is
+ * written ({0} is empty); plot_text_save writes it to path atomically and
+ * empties it. */
+typedef struct plot_text {
+    char *p;
+    size_t len, cap;
+} plot_text;
+void plot_text_add(plot_text *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int plot_text_save(plot_text *t, const char *path, util_err *e);
+/* A --plot prefix longer than PLOT_MAX_PREFIX: code 2. */
+int plot_prefix_check(const char *prefix, util_err *e);
+/* A script that draws PREFIX-KIND.png and .svg: its header, then for each
+ * image (svg 0, then 1) the terminal and output lines before its plot;
+ * plot_script_run ends it, writes PREFIX-KIND.gp, frees t and runs it
+ * (returns as plot_run_gnuplot). */
+void plot_script_begin(plot_text *t);
+void plot_script_image(plot_text *t, int svg, int w, int h,
+                       const char *prefix, const char *kind);
+int plot_script_run(plot_text *t, const char *prefix, const char *kind,
+                    util_err *e);
+
 /* Capacity planning: throughput against GPU count, one line per GPU type,
  * with linear scaling from each type's first point dashed. Series i has
  * n[i] points (gpus, samples/s). Writes PREFIX-capacity.{png,svg}, the data

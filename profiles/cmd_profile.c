@@ -180,6 +180,7 @@ static int cmd_show(int argc, char **argv)
     long seq = 0;
     int dtype = -1;
     prof_hw_opts ho = {0};
+    util_err e;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -205,25 +206,8 @@ static int cmd_show(int argc, char **argv)
             if (dtype < 0 || dtype == PROF_DT_TF32)
                 return bad("show: --dtype is one of fp32, fp16, bf16, got '%s'", v ? v : "");
             i++;
-        } else if (!strcmp(a, "--host-mem")) {
-            if (!v || util_parse_size(v, &ho.host_mem_bytes) || ho.host_mem_bytes <= 0)
-                return bad("show: --host-mem needs a size such as 256G, got '%s'", v ? v : "");
-            i++;
-        } else if (!strcmp(a, "--nvme")) {
-            if (!v || util_parse_int(v, 0, 64, &n))
-                return bad("show: --nvme needs a drive count 0..64, got '%s'", v ? v : "");
-            ho.nvme = (int)n;
-            i++;
-        } else if (!strcmp(a, "--gpus-per-server")) {
-            if (!v || util_parse_int(v, 1, 64, &n))
-                return bad("show: --gpus-per-server needs 1..64, got '%s'", v ? v : "");
-            ho.gpus_per_server = (int)n;
-            i++;
-        } else if (!strcmp(a, "--pcie-gen")) {
-            if (!v || util_parse_int(v, 3, 6, &n))
-                return bad("show: --pcie-gen needs 3..6, got '%s'", v ? v : "");
-            ho.pcie_gen = (int)n;
-            i++;
+        } else if ((n = prof_hw_opts_arg(argc, argv, &i, &ho, &e))) {
+            if (n < 0) return bad("show: %s", e.msg);
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -235,7 +219,6 @@ static int cmd_show(int argc, char **argv)
             return bad("show: one model at a time, got another: '%s'", a);
         }
     }
-    util_err e;
     if (hw_at >= 0) {
         if (model) return bad("show: give a model or --hw, not both ('%s')", model);
         prof_topo *t = prof_topo_from_args(hw_n, argv + hw_at, &ho, &e);

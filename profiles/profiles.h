@@ -188,6 +188,13 @@ typedef struct prof_hw_opts {
                                * calibration when it measured it */
 } prof_hw_opts;
 
+/* The server template's options on a command line (--host-mem SIZE,
+ * --nvme N, --gpus-per-server N, --pcie-gen G) at argv[*i]: 1 when it is
+ * one of them (*i moves past its value, o set), 0 when not, -1 with a
+ * message naming the option and value (exit code 2). */
+int prof_hw_opts_arg(int argc, char **argv, int *i, prof_hw_opts *o,
+                     util_err *e);
+
 /* Builds the standard server or cluster for n GPUs of a built-in type:
  * GeForce cards on a two-socket PCIe server with PCIe switches, SXM cards
  * as DGX-like nodes, more GPUs than one node holds as several nodes joined

@@ -444,3 +444,32 @@ double prof_link_default_latency_ns(prof_link_kind k)
     default: return LAT_NET;
     }
 }
+
+int prof_hw_opts_arg(int argc, char **argv, int *i, prof_hw_opts *o,
+                     util_err *e)
+{
+    static const char *const name[] = {"--host-mem", "--nvme",
+                                       "--gpus-per-server", "--pcie-gen"};
+    static const char *const want[] = {"a size such as 256G", "0..64",
+                                       "1..64", "3..6"};
+    int k = 0;
+    while (k < 4 && strcmp(argv[*i], name[k])) k++;
+    if (k == 4) return 0;
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    long n = 0;
+    int bad;
+    if (k == 0)
+        bad = !v || util_parse_size(v, &o->host_mem_bytes) ||
+              o->host_mem_bytes <= 0;
+    else
+        bad = !v || util_parse_int(v, k == 1 ? 0 : k == 2 ? 1 : 3,
+                                   k == 3 ? 6 : 64, &n);
+    if (bad)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': expected %s", name[k],
+                         v ? v : "", want[k]);
+    if (k == 1) o->nvme = (int)n;
+    if (k == 2) o->gpus_per_server = (int)n;
+    if (k == 3) o->pcie_gen = (int)n;
+    (*i)++;
+    return 1;
+}

@@ -396,12 +396,8 @@ int sim_zero_stage(int zero, int fsdp)
     return fsdp > SIM_FSDP_NONE ? 3 : zero;
 }
 
-/* The ranks of a data-parallel group of dp replicas (rgpus GPUs each)
- * that a stage's state is sharded over: all of them, or under FSDP's
- * hybrid sharding those inside one server (the replicas lie rgpus GPUs
- * apart, so a server of gps GPUs holds gps / rgpus of them). 1: none. */
-static int shard_group(const prof_topo *t, int zero, int fsdp, int dp,
-                       int rgpus, util_err *e)
+int sim_shard_group(const prof_topo *t, int zero, int fsdp, int dp,
+                    int rgpus, util_err *e)
 {
     if (zero <= 0 || dp < 2) return 1;
     if (fsdp != SIM_FSDP_HYBRID) return dp;
@@ -417,6 +413,17 @@ static int shard_group(const prof_topo *t, int zero, int fsdp, int dp,
                          "share a server" : "the data-parallel group does "
                          "not split into whole servers"), 0;
     return h;
+}
+
+void sim_zero_bytes(double params, double wbytes, double state, int zero,
+                    int shard, double *w, double *g, double *opt)
+{
+    *w = *g = params * wbytes;
+    *opt = fmax(0, params * (state - 2 * wbytes));
+    if (shard < 2) return;
+    if (zero >= 1) *opt /= shard;
+    if (zero >= 2) *g /= shard;
+    if (zero >= 3) *w /= shard;
 }
 
 static int attn_core_role(prof_op_role r)
@@ -453,6 +460,14 @@ static void segment(const prof_model *m, int a, int b, int t, int sp,
     int prod[MAXP], np = 0;
     double live = 0;
     *ckpt = *fwd_ws = *act = 0;
+    /* each of the segment's tensors' last reader in it (-1: none) */
+    int *last = util_malloc(sizeof(int) * (size_t)(b - a + 1));
+    for (int p = a; p <= b; p++) last[p - a] = -1;
+    for (int q = a; q <= b; q++)
+        for (int j = 0; j < m->ops[q].n_in; j++) {
+            int p = m->ops[q].in[j];
+            if (p >= a && p < q) last[p - a] = q;
+        }
     for (int k = a; k <= b; k++) {
         const prof_op *op = &m->ops[k];
         *act += sim_op_act_rank(m, k, t, sp);
@@ -467,14 +482,10 @@ static void segment(const prof_model *m, int a, int b, int t, int sp,
         live += out_rank(op, t, sp);
         if (live > *fwd_ws) *fwd_ws = live;
         /* free the segment's tensors whose last reader in it was op k */
-        for (int p = a; p < k; p++) {
-            int last = -1;
-            for (int q = p + 1; q <= b; q++)
-                for (int j = 0; j < m->ops[q].n_in; j++)
-                    if (m->ops[q].in[j] == p) last = q;
-            if (last == k) live -= out_rank(&m->ops[p], t, sp);
-        }
+        for (int p = a; p < k; p++)
+            if (last[p - a] == k) live -= out_rank(&m->ops[p], t, sp);
     }
+    free(last);
 }
 
 sim_act sim_act_range(const prof_model *m, int first, int last, int t,
@@ -690,7 +701,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     double wb = prof_dtype_bytes(dt);
     int zst = o ? sim_zero_stage(o->zero, o->fsdp) : 0;
     int fsdp = o && zst > 0 ? o->fsdp : SIM_FSDP_NONE;
-    int shard = shard_group(t, zst, fsdp, dpw, n_devices * tpw, e);
+    int shard = sim_shard_group(t, zst, fsdp, dpw, n_devices * tpw, e);
     if (!shard) return NULL;
     if (shard < 2) zst = 0;
     sim_costs *c = costs_alloc(n_stages, n_devices);
@@ -788,15 +799,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->r_ns = (int64_t)(r + arr);
         sc->w_ns = (int64_t)w;
         sc->param_bytes = sc->params * wb;
-        sc->weight_bytes = sc->params * wb;
-        sc->grad_bytes = sc->params * wb;
-        sc->opt_bytes = fmax(0, sc->params * (state - 2 * wb));
-        /* ZeRO's Figure 1: each rank keeps 1/Nd of the optimizer state
-         * (stage 1), of the gradients (2), of the parameters (3), and
-         * updates only its shard */
-        if (zst >= 1) sc->opt_bytes /= shard;
-        if (zst >= 2) sc->grad_bytes /= shard;
-        if (zst >= 3) sc->weight_bytes /= shard;
+        sim_zero_bytes(sc->params, wb, state, zst, shard, &sc->weight_bytes,
+                       &sc->grad_bytes, &sc->opt_bytes);
         sc->opt_ns = (int64_t)llround(sim_opt_model_ns(
             g, zst ? sc->params / shard : sc->params));
     }

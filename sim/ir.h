@@ -224,6 +224,20 @@ int sim_shard_arg(int argc, char **argv, int *i, int *zero, int *fsdp,
                   util_err *e);
 /* The ZeRO stage a plan runs: zero, or 3 under FSDP. */
 int sim_zero_stage(int zero, int fsdp);
+/* The ranks of a data-parallel group of dp replicas (rgpus GPUs each)
+ * that a stage's state is sharded over under ZeRO stage `zero`: all of
+ * them, or under FSDP's hybrid sharding those inside one server (the
+ * replicas lie rgpus GPUs apart, so a server of gps GPUs holds gps/rgpus
+ * of them); 1: none. 0 with a message when hybrid sharding cannot take
+ * the layout (code 2). */
+int sim_shard_group(const prof_topo *t, int zero, int fsdp, int dp,
+                    int rgpus, util_err *e);
+/* ZeRO's Figure 1 for `params` parameters of wbytes each and `state`
+ * bytes of model state per parameter: the weights, gradients and
+ * optimizer state a rank keeps when stage `zero` shards them over
+ * `shard` ranks (*w, *g, *opt in bytes). */
+void sim_zero_bytes(double params, double wbytes, double state, int zero,
+                    int shard, double *w, double *g, double *opt);
 
 typedef struct sim_stage_cost {
     int64_t f_ns, b_ns, w_ns;   /* full backward = b_ns + w_ns */
