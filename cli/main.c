@@ -5,6 +5,7 @@
  * to stdout included), 2 bad usage or bad input. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "profiles/profiles.h"
 #include "util/util.h"
@@ -42,8 +43,8 @@ static void usage(FILE *f, const command *cmds, int n)
 }
 
 /* `--profile-dir DIR` is every command's: taken out of argv wherever it
- * stands before the command sees the rest. */
-static int profile_dir_option(int *argc, char **argv)
+ * stands before the command sees the rest (*dir: the last given). */
+static int profile_dir_option(int *argc, char **argv, const char **dir)
 {
     int n = 0;
     for (int i = 0; i < *argc; i++) {
@@ -53,11 +54,11 @@ static int profile_dir_option(int *argc, char **argv)
                 fprintf(stderr, "sluice: --profile-dir needs a folder\n");
                 return -1;
             }
-            prof_profile_dir_set(argv[++i]);
+            prof_profile_dir_set(*dir = argv[++i]);
             continue;
         }
         if (!strncmp(a, "--profile-dir=", 14)) {
-            prof_profile_dir_set(a + 14);
+            prof_profile_dir_set(*dir = a + 14);
             continue;
         }
         argv[n++] = argv[i];
@@ -67,9 +68,30 @@ static int profile_dir_option(int *argc, char **argv)
     return 0;
 }
 
+/* A profile directory given by name must be one: a file is refused; one
+ * that is not there yet is only calibrate's to make, so the others say
+ * they go on with the built-in figures. */
+static int profile_dir_check(const char *dir, const char *cmd)
+{
+    struct stat st;
+    if (!dir || !*dir) return 0;
+    if (stat(dir, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return 0;
+        fprintf(stderr, "sluice: --profile-dir %s is not a folder\n", dir);
+        return -1;
+    }
+    if (strcmp(cmd, "calibrate"))
+        fprintf(stderr, "sluice: --profile-dir %s does not exist (sluice "
+                "calibrate makes it): no calibrated profiles\n", dir);
+    return 0;
+}
+
 static int run(int argc, char **argv)
 {
-    if (profile_dir_option(&argc, argv)) return UTIL_EXIT_USAGE;
+    const char *pdir = NULL;
+    if (profile_dir_option(&argc, argv, &pdir) ||
+        profile_dir_check(pdir, argc > 1 ? argv[1] : ""))
+        return UTIL_EXIT_USAGE;
     const command cmds[] = {
         {"plan", plan_cmd_main,
          "search partitions, schedules and knobs for the best plan"},

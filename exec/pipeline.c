@@ -378,8 +378,13 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (initial_state(o, &cfg, r->B, T, full, am, av, &step0, &seed, e))
         goto out;
     if (o->steps <= step0) {
-        util_errf(e, UTIL_EXIT_USAGE, "%s: %d steps are done already "
-                  "(--steps counts them; ask for more)", o->resume, step0);
+        if (o->resume)
+            util_errf(e, UTIL_EXIT_USAGE, "%s: %d steps are done already "
+                      "(--steps counts them; ask for more)", o->resume,
+                      step0);
+        else
+            util_errf(e, UTIL_EXIT_USAGE, "--steps %d: nothing to run (give "
+                      "1 or more)", o->steps);
         goto out;
     }
     int left = o->steps - step0;

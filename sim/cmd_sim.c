@@ -242,10 +242,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         } else if (!strcmp(a, "--plot")) {
             if (need(i, argc, argv, e)) return -1;
             c->plot = argv[++i];
-            if (strlen(c->plot) > PLOT_MAX_PREFIX)
-                return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of "
-                                 "%zu bytes is longer than the %d sluice "
-                                 "takes", strlen(c->plot), PLOT_MAX_PREFIX);
+            if (plot_prefix_check(c->plot, e)) return -1;
         } else if (!strcmp(a, "--out")) {
             if (need(i, argc, argv, e)) return -1;
             c->out = argv[++i];

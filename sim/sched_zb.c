@@ -344,7 +344,7 @@ static int zb2p_order(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
     for (int s = 0; s < p; s++) {
         const sim_stage_cost *sc = &c->stage[s];
         z.tf[s] = sc->f_ns;
-        z.tb[s] = sc->b_ns + (o->recompute ? sc->f_ns : 0);
+        z.tb[s] = sc->b_ns + (o->recompute ? sc->r_ns : 0);
         z.tw[s] = sc->w_ns;
         if (s + 1 < p) z.comm[s] = sim_xfer_est_ns(c, s, s + 1);
         /* what W still holds after B (half when nothing says) */
