@@ -230,12 +230,15 @@ Test(exec_offload, cli)
                            "%s/p.json", cwd, dir);
     cr_assert_eq(r.code, 0, "%s", r.err);
     cli_result_free(&r);
-    const char *usage[] = {"--offload zero", "--offload-tier nvme",
-                           "--offload zero-offload --offload-path .",
-                           "--offload fuyou --offload-tier disk"};
+    const char *usage[][2] = {
+        {"--offload zero", "expected none, zero-offload or fuyou"},
+        {"--offload-tier nvme", "needs --offload zero-offload or fuyou"},
+        {"--offload zero-offload --offload-path .", "give --offload-tier nvme"},
+        {"--offload fuyou --offload-tier disk", "expected dram or nvme"}};
     for (int i = 0; i < 4; i++) {
-        r = cli_run("exec --plan %s/p.json --steps 2 %s", dir, usage[i]);
-        cr_expect_eq(r.code, 2, "%s: %s", usage[i], r.err);
+        r = cli_run("exec --plan %s/p.json --steps 2 %s", dir, usage[i][0]);
+        cr_expect_eq(r.code, 2, "%s: %s", usage[i][0], r.err);
+        cr_expect(strstr(r.err, usage[i][1]), "%s: %s", usage[i][0], r.err);
         cli_result_free(&r);
     }
     r = cli_run("exec --plan %s/p.json --steps 2 --quiet --offload fuyou "

@@ -94,7 +94,9 @@ Test(exec_cli_pipe, json_compares_with_sim_key_by_key)
     cr_assert_eq(s.code, 0, "%s", s.err);
     cr_assert_eq(x.code, 0, "%s", x.err);
     json_error_t je;
-    json_t *js = json_loads(s.out, 0, &je), *jx = json_loads(x.out, 0, &je);
+    json_t *js = json_loads(s.out, 0, &je);
+    cr_assert_not_null(js, "sim --json is not JSON: %s", je.text);
+    json_t *jx = json_loads(x.out, 0, &je);
     cr_assert_not_null(jx, "exec --json is not JSON: %s", je.text);
     same_keys(js, jx, "");
     /* and the prediction inside is sim's document for the same plan */

@@ -21,7 +21,7 @@
 #include "exec/exec.h"
 #include "planner/planner.h"
 
-#define CORPUS "/usr/share/common-licenses/GPL-3"
+#define CORPUS EXEC_DEFAULT_CORPUS
 #define STEPS 8
 #define WARM 2
 #define RUNS 3
@@ -318,10 +318,15 @@ static int loop(const char *model, const char *dir, int ranking)
             }
             if (s == (int)pr.best) chosen = w->meas;
         }
-        printf("chosen %s: %.3f s; fastest measured %s: %.3f s; chosen is "
-               "%.1f%% slower (goal: within 3%%)\n",
-               sim_sched_name(pr.best), chosen, fast_name, fastest,
-               fastest > 0 ? 100 * (chosen / fastest - 1) : 0);
+        if (!(chosen > 0))
+            printf("chosen %s: its run failed, so the ranking is not "
+                   "measured (goal: within 3%% of the fastest)\n",
+                   sim_sched_name(pr.best));
+        else
+            printf("chosen %s: %.3f s; fastest measured %s: %.3f s; chosen "
+                   "is %.1f%% slower (goal: within 3%%)\n",
+                   sim_sched_name(pr.best), chosen, fast_name, fastest,
+                   100 * (chosen / fastest - 1));
     }
     plan_result_free(&pr);
     prof_model_free(m);

@@ -13,7 +13,7 @@
 #include "exec/exec.h"
 #include "sim/sim.h"
 
-#define CORPUS "/usr/share/common-licenses/GPL-3"
+#define CORPUS EXEC_DEFAULT_CORPUS
 #define STEPS 8
 #define WARM 2
 

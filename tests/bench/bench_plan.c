@@ -32,7 +32,7 @@ typedef struct bcase {
     const char *model, *gpu;
     int n, batch, reps;
     int no_fold;
-    const char *goal_s;
+    const char *goal_s, *goal_mb;
 } bcase;
 
 /* What a child reports back through its pipe. */
@@ -82,19 +82,19 @@ int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0); /* rows appear as they finish */
     const bcase cases[] = {
-        {"t5-3b", "rtx2080ti", 8, 0, 5, 0, "1"},
-        {"gpt2-xl", "rtx2080ti", 8, 0, 5, 0, "-"},
-        {"bert-large", "rtx2080ti", 8, 0, 5, 0, "-"},
-        {"gpt3-13b", "a100-sxm-80gb", 16, 0, 3, 0, "-"},
-        {"gpt3-175b", "a100-sxm-80gb", 256, 0, 1, 0, "-"},
-        {"gpt3-175b", "a100-sxm-80gb", 256, 0, 1, 1, "-"},
-        {"gpt3-175b", "a100-sxm-80gb", 1024, 0, 1, 0, "10"},
-        {"gpt3-175b", "a100-sxm-80gb", 4096, 0, 1, 0, "-"},
-        {"gpt3-175b", "a100-sxm-80gb", 16384, 0, 1, 0, "60"},
+        {"t5-3b", "rtx2080ti", 8, 0, 5, 0, "1", "-"},
+        {"gpt2-xl", "rtx2080ti", 8, 0, 5, 0, "-", "-"},
+        {"bert-large", "rtx2080ti", 8, 0, 5, 0, "-", "-"},
+        {"gpt3-13b", "a100-sxm-80gb", 16, 0, 3, 0, "-", "-"},
+        {"gpt3-175b", "a100-sxm-80gb", 256, 0, 1, 0, "-", "-"},
+        {"gpt3-175b", "a100-sxm-80gb", 256, 0, 1, 1, "-", "-"},
+        {"gpt3-175b", "a100-sxm-80gb", 1024, 0, 1, 0, "10", "2048"},
+        {"gpt3-175b", "a100-sxm-80gb", 4096, 0, 1, 0, "-", "-"},
+        {"gpt3-175b", "a100-sxm-80gb", 16384, 0, 1, 0, "60", "2048"},
     };
-    printf("%-10s %-13s %6s %-4s %10s %9s %7s %9s %6s %10s\n", "model", "gpu",
-           "GPUs", "fold", "candidates", "simulated", "pruned", "median s",
-           "goal s", "max RSS MB");
+    printf("%-10s %-13s %6s %-4s %10s %9s %7s %9s %6s %10s %7s\n", "model",
+           "gpu", "GPUs", "fold", "candidates", "simulated", "pruned",
+           "median s", "goal s", "max RSS MB", "goal MB");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const bcase *c = &cases[i];
         int fd[2];
@@ -125,10 +125,10 @@ int main(void)
                     c->gpu);
             return 1;
         }
-        printf("%-10s %-13s %6d %-4s %10ld %9ld %7ld %9.3f %6s %10.0f\n",
+        printf("%-10s %-13s %6d %-4s %10ld %9ld %7ld %9.3f %6s %10.0f %7s\n",
                c->model, c->gpu, c->n, c->no_fold ? "off" : "on", b.candidates,
                b.simulated, b.pruned, b.median_s, c->goal_s,
-               ru.ru_maxrss / 1024.0);
+               ru.ru_maxrss / 1024.0, c->goal_mb);
     }
     return 0;
 }
