@@ -425,6 +425,15 @@ Test(calib_dir, sim_uses_the_calibrated_figures)
     cr_assert_eq(l.code, 2);
     cr_assert(strstr(l.err, "--profile-dir needs a folder"), "%s", l.err);
     cli_result_free(&l);
+    /* a file is no folder; a folder not there yet is said, not an error */
+    l = cli_run("--profile-dir %s/cpu.json profile list", d);
+    cr_expect_eq(l.code, 2);
+    cr_expect(strstr(l.err, "is not a folder"), "%s", l.err);
+    cli_result_free(&l);
+    l = cli_run("--profile-dir %s/typo profile list", d);
+    cr_expect_eq(l.code, 0, "%s", l.err);
+    cr_expect(strstr(l.err, "typo does not exist"), "%s", l.err);
+    cli_result_free(&l);
     test_rm_rf(d);
 }
 

@@ -461,6 +461,12 @@ Test(exec_cli_pipe, bad_plans_say_why)
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "cut.json:"), "%s", r.err);
     cli_result_free(&r);
+    /* nothing to run */
+    r = cli_run("exec --plan %s/p.json --steps 0", dir);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "--steps 0: nothing to run") &&
+              !strstr(r.err, "(null)"), "%s", r.err);
+    cli_result_free(&r);
     /* a model family the kernels do not train */
     char *t5 = cwd_abs("tests/golden/t5-tiny.json"), t5a[700];
     snprintf(t5a, sizeof t5a, "--hw cpu x2 --model %s --schedule 1f1b --pp 2 "
