@@ -304,7 +304,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         return util_err_prefix(e, "%s", where);
     if (!(r->topo = load_hw(p->hw, e)) ||
         !(r->model = prof_model_for_topo(prof_model_build(&spec, e),
-                                          r->topo, e)))
+                                          r->topo, e)) ||
+        prof_model_finetune(r->model, &p->ft, e))
         return util_err_prefix(e, "%s", where);
     if (sim_plan_check(p, r->model, r->topo->n_gpus, e) ||
         sim_plan_check_topo(p, r->topo, e))
@@ -318,6 +319,13 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                          sim_zero_stage(p->zero, p->fsdp),
                          p->fsdp ? ", FSDP " : "",
                          p->fsdp ? sim_fsdp_name(p->fsdp) : "");
+    if (!prof_finetune_full(&p->ft)) {
+        char ft[64];
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: fine-tuning mode %s is "
+                         "simulated and planned but not run by the executor "
+                         "yet", where,
+                         prof_finetune_name(&p->ft, ft, sizeof ft));
+    }
     int T = spec.seq_len > 0 ? spec.seq_len : cfg.max_pos;
     if (T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: sequence %d exceeds the "

@@ -217,14 +217,18 @@ static void chain_fill(chain_in *ci, const units *u, const prof_model *m,
     ci->smem = util_malloc(sizeof(double) * (size_t)n);
     ci->amem = util_malloc(sizeof(double) * (size_t)n);
     for (int k = 0; k < n; k++) {
-        double t = 0, params = 0;
+        double t = 0, params = 0, frozen = 0;
         for (int i = u->first[k]; i <= u->last[k]; i++) {
             t += ot->f[i] * (sim_op_recomputed(m, i, recompute) ? 2 : 1) +
                  ot->b[i] + ot->w[i];
-            params += m->ops[i].params;
+            params += prof_op_train_params(&m->ops[i]);
+            frozen += m->ops[i].frozen_bytes;
         }
         ci->time[k] = t / tp;
-        ci->smem[k] = params * (state_bytes + (versions - 1) * wbytes) / tp;
+        /* weights that train, with their gradients, optimizer state and
+         * stashed versions; frozen ones (fine-tuning) as stored */
+        ci->smem[k] = (params * (state_bytes + (versions - 1) * wbytes) +
+                       frozen) / tp;
         if (zero > 0 && shard > 1) {
             /* ZeRO's Figure 1, and under ZeRO-3 two gathered stages (the
              * one computing, the one prefetched): a device's per_dev
@@ -232,7 +236,8 @@ static void chain_fill(chain_in *ci, const units *u, const prof_model *m,
             double w, g, opt;
             sim_zero_bytes(params, wbytes, state_bytes, zero, shard, &w, &g,
                            &opt);
-            if (zero >= 3) w += 2.0 * params * wbytes / per_dev;
+            w += zero >= 3 ? frozen / shard : frozen;
+            if (zero >= 3) w += 2.0 * (params * wbytes + frozen) / per_dev;
             ci->smem[k] = (w + g + opt) / tp;
         }
         sim_act a = sim_act_range(m, u->first[k], u->last[k], tp, sp,

@@ -110,7 +110,7 @@ static int linear(builder *b, prof_op_role role, const char *name, int in,
     o->act_bytes = s * k * e;
     o->out_bytes = s * n * e;
     o->n_gemm = 1;
-    o->gemm[0] = (prof_gemm){s, n, k, 1};
+    o->gemm[0] = (prof_gemm){.m = s, .n = n, .k = k, .batch = 1};
     return idx(b, o);
 }
 
@@ -171,8 +171,8 @@ static int attn_core(builder *b, const char *name, int q, int kv, double sq,
         o->bytes_written = qbytes;
         o->out_bytes = qbytes;
         o->n_gemm = 2;
-        o->gemm[0] = (prof_gemm){sq, skv, d, a};
-        o->gemm[1] = (prof_gemm){sq, d, skv, a};
+        o->gemm[0] = (prof_gemm){.m = sq, .n = skv, .k = d, .batch = a};
+        o->gemm[1] = (prof_gemm){.m = sq, .n = d, .k = skv, .batch = a};
         return idx(b, o);
     }
     snprintf(n, sizeof n, "%s.scores", name);
@@ -185,7 +185,7 @@ static int attn_core(builder *b, const char *name, int q, int kv, double sq,
     o->bytes_written = scores * e;
     o->out_bytes = scores * e;
     o->n_gemm = 1;
-    o->gemm[0] = (prof_gemm){sq, skv, d, a};
+    o->gemm[0] = (prof_gemm){.m = sq, .n = skv, .k = d, .batch = a};
     int sc = idx(b, o);
 
     snprintf(n, sizeof n, "%s.softmax", name);
@@ -210,7 +210,7 @@ static int attn_core(builder *b, const char *name, int q, int kv, double sq,
     o->bytes_written = qbytes;
     o->out_bytes = qbytes;
     o->n_gemm = 1;
-    o->gemm[0] = (prof_gemm){sq, d, skv, a};
+    o->gemm[0] = (prof_gemm){.m = sq, .n = d, .k = skv, .batch = a};
     return idx(b, o);
 }
 
@@ -408,7 +408,9 @@ prof_model *prof_model_build(const prof_model_spec *spec, util_err *e)
         if (o->tied && o->kind == PROF_OP_LM_HEAD) p -= V * h;
         if (o->tied && o->kind == PROF_OP_EMBED) p -= V * h;
         m->params += p;
+        m->ops[i].train_params = m->ops[i].params;
     }
+    m->train_params = m->params;
     fill_cuts(m);
     return m;
 }

@@ -344,12 +344,23 @@ const char *prof_op_role_name(prof_op_role r);
 
 const char *prof_op_kind_name(prof_op_kind k);
 
+/* How far backward reaches an op: its weights train, or they are frozen
+ * and only the input gradient flows through it, or no backward at all
+ * (every op before the first trainable one). */
+typedef enum { PROF_GRAD_TRAIN, PROF_GRAD_INPUT, PROF_GRAD_NONE } prof_grad;
+
 /* One GEMM per sample: (m x k) @ (k x n), repeated batch times (attention
  * runs one per head). m counts rows of one sample, so a microbatch of b
  * samples runs m*b rows (attention: batch*b). */
 typedef struct prof_gemm {
     double m, n, k, batch;
+    /* fine-tuning (prof_model_finetune): a frozen weight's GEMM has no
+     * weight-gradient GEMM; a LoRA adapter's two GEMMs are marked
+     * PROF_ADAPTER_A (x A: k -> r) and PROF_ADAPTER_B (-> n) */
+    int frozen, adapter;
 } prof_gemm;
+
+enum { PROF_ADAPTER_NONE, PROF_ADAPTER_A, PROF_ADAPTER_B };
 
 #define PROF_OP_MAX_IN 4
 #define PROF_OP_MAX_GEMM 3
@@ -367,7 +378,14 @@ typedef struct prof_op {
                              * model, but a stage holding it keeps a copy */
     double fwd_flops, bwd_in_flops, bwd_w_flops;
     double bytes_read, bytes_written;   /* forward memory traffic */
-    double params;
+    double params;          /* the op's parameters (a LoRA adapter's too) */
+    /* Fine-tuning (prof_model_finetune; full training: train_params =
+     * params and the rest 0): the parameters that get gradients and
+     * optimizer state, the bytes the frozen rest takes (4-bit under
+     * QLoRA), the bytes a 4-bit base moves to be dequantized before each
+     * forward and input-gradient GEMM, and how far backward reaches: */
+    double train_params, frozen_bytes, dequant_bytes;
+    int grad;               /* prof_grad */
     double act_bytes;       /* kept from forward for backward */
     double out_bytes;       /* output, what crosses a cut after this op */
     int n_gemm;
@@ -376,6 +394,14 @@ typedef struct prof_op {
     int in[PROF_OP_MAX_IN]; /* op indices this op reads; earlier ops only */
 } prof_op;
 
+/* The parameters of an op that get gradients and optimizer state: all of
+ * them while it trains (an op built by hand need not set train_params),
+ * its adapters' when it is frozen. */
+static inline double prof_op_train_params(const prof_op *o)
+{
+    return o->grad == PROF_GRAD_TRAIN ? o->params : o->train_params;
+}
+
 /* A layer: a contiguous run of ops (embeddings and head are layers too). */
 typedef struct prof_layer {
     char name[32];          /* "embed", "enc.3", "dec.0", "head" */
@@ -383,8 +409,51 @@ typedef struct prof_layer {
     int first_op, n_ops;
 } prof_layer;
 
+
+/* Fine-tuning: which parameters train. full: all; frozen:N: the embedding
+ * and the first N transformer blocks frozen (a tied LM head with them);
+ * lora:R[:targets]: every base weight frozen, a rank-R adapter x A B
+ * beside each target linear (Hu et al. 2021); qlora:R[:targets]: LoRA
+ * over a base whose block linears are stored in 4-bit NormalFloat with
+ * double quantization, 4.127 bits a weight, and dequantized to 16 bits
+ * for each forward and input-gradient GEMM (Dettmers et al. 2023, sec.
+ * 3); norms, embeddings and the head stay 16-bit. An adapter is one per
+ * weight matrix, as PEFT puts them on Hugging Face models (a fused q|k|v
+ * projection carries three). Targets, joined by '+': q, k, v, out (the
+ * attention's projections), gate, up, down (the MLP's; gate only in a
+ * gated MLP), qkv, attn (qkv+out), mlp (gate+up+down), all. LoRA's
+ * default is q+v (the paper's Wq and Wv, PEFT's default for Llama),
+ * QLoRA's all (the paper: every linear is needed to match 16-bit
+ * fine-tuning). */
+typedef enum {
+    PROF_FT_FULL, PROF_FT_FROZEN, PROF_FT_LORA, PROF_FT_QLORA, PROF_FT_COUNT
+} prof_ft_kind;
+enum {
+    PROF_LORA_Q = 1, PROF_LORA_K = 2, PROF_LORA_V = 4, PROF_LORA_OUT = 8,
+    PROF_LORA_GATE = 16, PROF_LORA_UP = 32, PROF_LORA_DOWN = 64,
+    PROF_LORA_ALL = 127
+};
+typedef struct prof_finetune {
+    prof_ft_kind kind;
+    int frozen;             /* frozen:N */
+    int rank;               /* lora, qlora */
+    unsigned targets;       /* PROF_LORA_* */
+} prof_finetune;
+/* Bytes a QLoRA base weight takes: 4-bit NF4 plus 0.127 bits of
+ * double-quantized block constants (Dettmers et al. 2023). */
+#define PROF_NF4_BYTES (4.127 / 8)
+/* Parses a mode ("full", "frozen:12", "lora:16", "lora:8:attn+mlp",
+ * "qlora:64"); errors name the value and what is expected (exit 2). */
+int prof_finetune_parse(const char *s, prof_finetune *out, util_err *e);
+/* The canonical text: "full", "frozen:12", "lora:16:qkv", ... */
+const char *prof_finetune_name(const prof_finetune *f, char *buf, size_t n);
+/* Whether a mode trains everything (the default). */
+int prof_finetune_full(const prof_finetune *f);
+
 typedef struct prof_model {
     prof_model_spec spec;
+    prof_finetune ft;       /* the mode the ops describe (full as built) */
+    double train_params;    /* parameters that train (unique) */
     prof_op *ops;           /* topological order */
     int n_ops;
     prof_layer *layers;
@@ -418,6 +487,14 @@ prof_model *prof_model_load(const char *name_or_file, util_err *e);
 prof_model *prof_model_for_topo(prof_model *m, const prof_topo *t,
                                 util_err *e);
 void prof_model_free(prof_model *m);
+/* Applies a fine-tuning mode to a model as built (full training): marks
+ * what is frozen and how far backward reaches, adds the adapters'
+ * parameters, FLOPs, GEMMs and kept activations to the ops they adapt,
+ * drops the weight gradients (and the inputs kept only for them) of
+ * frozen ops, and stores a QLoRA base in 4 bits. Applied once, after
+ * prof_model_for_topo (which rebuilds). Errors: frozen:N past the
+ * model's blocks, QLoRA on an fp32 model (exit 2). */
+int prof_model_finetune(prof_model *m, const prof_finetune *f, util_err *e);
 
 /* Totals per sample over ops [first, first+n). */
 typedef struct prof_cost {

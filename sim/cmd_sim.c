@@ -45,6 +45,13 @@ static void usage(FILE *f)
         "  --fsdp full|hybrid     PyTorch FSDP: full = ZeRO-3 over the group,\n"
         "                         hybrid = ZeRO-3 inside a server, replicated\n"
         "                         across servers\n"
+        "  --finetune MODE        which parameters train: full (default),\n"
+        "                         frozen:N (embedding and first N blocks\n"
+        "                         frozen), lora:R[:TARGETS] (rank-R adapters,\n"
+        "                         base frozen; TARGETS from qkv, out, up,\n"
+        "                         down, attn, mlp, all, joined by '+'; default\n"
+        "                         qkv), qlora:R[:TARGETS] (LoRA over a 4-bit\n"
+        "                         base; default all)\n"
         "  --minibatches K        minibatches simulated by schedules without\n"
         "                         flush (default 4 + ceil(2 depth / m), so the\n"
         "                         measured steady state is past the fill)\n"
@@ -154,7 +161,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             "--microbatches", "--waves", "--stages", "--minibatches",
             "--state-bytes", "--partition", "--recompute", "--dp", "--tp",
             "--chunks", "--schedule-file", "--no-recompute",
-            "--sequence-parallel", "--zero", "--fsdp", NULL};
+            "--sequence-parallel", "--zero", "--fsdp", "--finetune", NULL};
         for (int k = 0; fixed[k]; k++)
             if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
         if (!strcmp(a, "--hw")) {
@@ -231,6 +238,10 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         } else if (!strcmp(a, "--zero") || !strcmp(a, "--fsdp")) {
             if (sim_shard_arg(argc, argv, &i, &p->zero, &p->fsdp, e) < 0)
                 return -1;
+        } else if (!strcmp(a, "--finetune")) {
+            if (need(i, argc, argv, e) ||
+                prof_finetune_parse(argv[++i], &p->ft, e))
+                return -1;
         } else if (!strcmp(a, "--json")) {
             c->json = 1;
         } else if (!strcmp(a, "--plan")) {
@@ -275,7 +286,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 "--plan", "--trace", "--plot", "--out", "--help", "--dp",
                 "--tp", "--chunks", "--schedule-file", "--emit-schedule",
                 "--measured", "--no-recompute", "--sequence-parallel",
-                "--zero", "--fsdp"};
+                "--zero", "--fsdp", "--finetune"};
             const char *near = util_closest(a, known, sizeof known / sizeof *known);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -379,8 +390,7 @@ static int run(int argc, char **argv, util_err *e)
     }
     if ((c.out || c.json) && sim_plan_paths_utf8(&p, e)) goto out;
     if (!(tp = load_hw(p.hw, e))) goto out;
-    if (!(m = prof_model_for_topo(prof_model_load(p.model, e), tp, e)))
-        goto out;
+    if (!(m = sim_plan_model(&p, tp, e))) goto out;
     if (p.sched_file[0] && (sim_sched_async(p.sched) ||
                             p.sched == SIM_SCHED_CHIMERA)) {
         util_errf(e, UTIL_EXIT_USAGE, "--schedule-file takes the stage "

@@ -302,7 +302,10 @@ static void shard_coll(sim_ir *ir, const sim_costs *c, int s, sim_coll coll,
 {
     const int Rs = c->replicas, F = c->fold > 1 ? c->fold : 1;
     const int R = Rs * F, H = c->shard, G = R / H;
-    double P = c->stage[s].param_bytes * (c->tp > 1 ? c->tp : 1);
+    /* gathered: every weight; reduced: the gradients of those that train */
+    double P = (coll == SIM_COLL_ALLGATHER ? c->stage[s].param_bytes
+                                           : c->stage[s].train_bytes) *
+               (c->tp > 1 ? c->tp : 1);
     int *mem = util_malloc(sizeof(int) * (size_t)(Rs + 1));
     int *d2 = util_malloc(sizeof(int) * (size_t)(Rs + 1));
     ring_end *o2 = util_malloc(sizeof *o2 * (size_t)(Rs + 1));

@@ -116,17 +116,22 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
     double flops = k == SIM_F ? op->fwd_flops
                  : k == SIM_B ? op->bwd_in_flops : op->bwd_w_flops;
     if (k == SIM_W && flops <= 0) return 0; /* no weights: no kernel */
+    if (k != SIM_F && op->grad == PROF_GRAD_NONE) return 0;
     double b = mbs, peak = peak_for(g, dt);
     flops *= b;
     double t_comp = 0;
     double gsum = 0;
+    /* a frozen weight has no weight-gradient GEMM (a LoRA adapter's run) */
+#define GEMM_RUNS(q) (k != SIM_W || !(q)->frozen)
     for (int i = 0; i < op->n_gemm; i++)
-        gsum += 2 * op->gemm[i].m * op->gemm[i].n * op->gemm[i].k *
-                (op->gemm[i].batch > 0 ? op->gemm[i].batch : 1);
+        if (GEMM_RUNS(&op->gemm[i]))
+            gsum += 2 * op->gemm[i].m * op->gemm[i].n * op->gemm[i].k *
+                    (op->gemm[i].batch > 0 ? op->gemm[i].batch : 1);
     if (peak > 0) {
         if (gsum > 0) {
             for (int i = 0; i < op->n_gemm; i++) {
                 const prof_gemm *q = &op->gemm[i];
+                if (!GEMM_RUNS(q)) continue;
                 double bt = q->batch > 0 ? q->batch : 1;
                 /* a microbatch multiplies rows, or the batch of
                  * batched GEMMs (attention: one per head) */
@@ -153,9 +158,19 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
         t_mem = bytes / (g->mem_bw_bytes_per_s * eff) / cache_speedup(g, bytes);
         if (op->n_gemm == 0) t_mem *= kind_factor(g, op, k);
     }
-    int kernels = op->n_gemm > 0 ? op->n_gemm : 1;
-    return (fmax(t_comp, t_mem) * 1e9 + kernels * g->eff.launch_ns) *
-           prof_calib_busy(g->calib, g->busy);
+    int kernels = 0;
+    for (int i = 0; i < op->n_gemm; i++) kernels += GEMM_RUNS(&op->gemm[i]);
+#undef GEMM_RUNS
+    if (!kernels) kernels = 1;
+    double t = fmax(t_comp, t_mem) * 1e9 + kernels * g->eff.launch_ns;
+    /* a 4-bit base (QLoRA) is dequantized to 16 bits by a kernel of its
+     * own before the forward's and the input gradient's GEMM */
+    if (op->dequant_bytes > 0 && k != SIM_W && g->mem_bw_bytes_per_s > 0) {
+        double qb = op->dequant_bytes;
+        t += qb / (g->mem_bw_bytes_per_s * prof_mem_eff(&g->eff, qb)) * 1e9 +
+             g->eff.launch_ns;
+    }
+    return t * prof_calib_busy(g->calib, g->busy);
 }
 
 double sim_opt_model_ns(const prof_gpu *g, double params)
@@ -274,11 +289,27 @@ static prof_op op_split(const prof_op *op, int t, int sp)
     o.bwd_w_flops /= t;
     o.bytes_read /= t;
     o.bytes_written /= t;
-    if (r != TP_NONE) o.params /= t;
+    if (r != TP_NONE) {
+        o.params /= t;
+        o.train_params /= t;
+        o.frozen_bytes /= t;
+        o.dequant_bytes /= t;
+    }
     /* a column-parallel GEMM keeps its (replicated) input */
     if (r != TP_COL || sp) o.act_bytes /= t;
     for (int i = 0; i < o.n_gemm; i++) {
         prof_gemm *g = &o.gemm[i];
+        /* a LoRA adapter: A (k -> r) beside a column-parallel weight is
+         * replicated and B split by columns; beside a row-parallel one A
+         * is split by rows and B replicated */
+        if (g->adapter == PROF_ADAPTER_A) {
+            if (r == TP_ROW) g->k /= t;
+            continue;
+        }
+        if (g->adapter == PROF_ADAPTER_B) {
+            if (r == TP_COL) g->n /= t;
+            continue;
+        }
         if (g->batch > 1) g->batch = fmax(1, g->batch / t); /* heads */
         else if (r == TP_ROW) g->k /= t;
         else g->n /= t;
@@ -746,6 +777,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->first_op = first_op[s];
         sc->last_op = last_op[s];
         double f = 0, bb = 0, w = 0, r = 0, arf = 0, arb = 0, arr = 0;
+        double frozen = 0;
         double ring_lat = 0, ring_bw = 0;
         if (tpw > 1) tp_ring(t, g0, tpw, &ring_lat, &ring_bw);
         /* measured: the executor's own all-reduce between devices */
@@ -774,6 +806,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             sc->fwd_flops += op->fwd_flops * mbs;
             sc->bwd_flops += (op->bwd_in_flops + op->bwd_w_flops) * mbs;
             sc->params += op->params;
+            sc->train_params += prof_op_train_params(op);
+            frozen += op->frozen_bytes;
             if (op->bwd_w_flops > 0)
                 sc->wkeep_bytes += sim_op_act_rank(m, i, tpw, sp) * mbs;
             for (int k = 0; k < op->n_in; k++) {
@@ -798,11 +832,17 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->b_ns = (int64_t)(bb + arb);
         sc->r_ns = (int64_t)(r + arr);
         sc->w_ns = (int64_t)w;
-        sc->param_bytes = sc->params * wb;
-        sim_zero_bytes(sc->params, wb, state, zst, shard, &sc->weight_bytes,
-                       &sc->grad_bytes, &sc->opt_bytes);
+        /* what trains has gradients and optimizer state; frozen weights
+         * (a fine-tuning mode's) only their storage, sharded with the
+         * rest under ZeRO-3 */
+        sc->train_bytes = sc->train_params * wb;
+        sc->param_bytes = sc->train_bytes + frozen;
+        sc->frozen_bytes = frozen;
+        sim_zero_bytes(sc->train_params, wb, state, zst, shard,
+                       &sc->weight_bytes, &sc->grad_bytes, &sc->opt_bytes);
+        sc->weight_bytes += zst >= 3 ? frozen / shard : frozen;
         sc->opt_ns = (int64_t)llround(sim_opt_model_ns(
-            g, zst ? sc->params / shard : sc->params));
+            g, zst ? sc->train_params / shard : sc->train_params));
     }
     for (int s = 0; s < n_stages; s++)
         for (int q = 0; q < n_stages; q++)
@@ -812,7 +852,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
      * the copies' gradients are exchanged (sim_add_tied) when they sit in
      * more than one stage. */
     int holders = 0, any_tied = 0;
-    for (int i = 0; i < m->n_ops; i++) any_tied |= m->ops[i].tied;
+    for (int i = 0; i < m->n_ops; i++)
+        any_tied |= m->ops[i].tied && m->ops[i].grad == PROF_GRAD_TRAIN;
     for (int s = 0; s < n_stages && any_tied; s++) {
         int hold = m->ops[first_op[s]].role == PROF_ROLE_EMBED &&
                    first_op[s] == 0;

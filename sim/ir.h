@@ -259,8 +259,13 @@ typedef struct sim_stage_cost {
     double weight_bytes, grad_bytes, opt_bytes; /* one copy each, as this
                                  * GPU holds them (sharded under ZeRO) */
     double param_bytes;         /* the stage's weights unsharded: what a
-                                 * ZeRO-3 gather brings, and the bytes a
+                                 * ZeRO-3 gather brings */
+    double train_params;        /* those that train (all but under a
+                                 * fine-tuning mode: prof_model_finetune) */
+    double train_bytes;         /* their gradients unsharded: what a
                                  * gradient reduction reduces */
+    double frozen_bytes;        /* frozen weights, unsharded (in
+                                 * weight_bytes; never stashed) */
     int first_op, last_op;      /* op range; -1 when hand-built */
     int model_stage;            /* stage of the plan this one copies */
     int64_t task_ns;            /* the executor's own cost of each task
@@ -689,6 +694,7 @@ typedef struct sim_plan {
     int sp;                 /* sequence parallelism (tp > 1) */
     int zero;               /* ZeRO stage 0..3 */
     int fsdp;               /* sim_fsdp */
+    prof_finetune ft;       /* which parameters train (full as default) */
     int waves;
     int n_minibatches;      /* 0: sim_default_minibatches */
     double state_bytes_per_param;
@@ -706,6 +712,12 @@ typedef struct sim_plan {
  * Chimera's two replicas are not sharded). The message says which value
  * and why (exit code 2). */
 int sim_zero_check(int zero, int fsdp, int dp, sim_sched s, util_err *e);
+
+/* The model a plan trains, as it runs on topology t: loaded, rebuilt for
+ * CPU devices (prof_model_for_topo), its fine-tuning mode applied. NULL
+ * on error (the message names the model or the mode). */
+prof_model *sim_plan_model(const sim_plan *p, const prof_topo *t,
+                           util_err *e);
 
 void sim_plan_init(sim_plan *p);
 void sim_plan_free(sim_plan *p);

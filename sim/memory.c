@@ -129,7 +129,8 @@ void sim_mem_task_end(sim_engine *e, int id)
     const sim_task *t = &e->ir->tasks[id];
     int s = t->stage;
     if (s < 0 || s >= e->ns) return;
-    double wb = e->c->stage[s].weight_bytes;
+    /* a version of the weights that train (frozen ones never change) */
+    double wb = e->c->stage[s].weight_bytes - e->c->stage[s].frozen_bytes;
     int d = t->device;
     if (t->kind == SIM_OPT) {
         int old = e->cur_ver[s]++;

@@ -100,6 +100,17 @@ static int plan_recompute(const util_jobj *r, sim_plan *p, util_err *e)
     return 0;
 }
 
+prof_model *sim_plan_model(const sim_plan *p, const prof_topo *t,
+                           util_err *e)
+{
+    prof_model *m = prof_model_for_topo(prof_model_load(p->model, e), t, e);
+    if (m && prof_model_finetune(m, &p->ft, e)) {
+        prof_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
 int sim_plan_load(const char *path, sim_plan *p, util_err *e)
 {
     static const char *const keys[] = {
@@ -107,7 +118,7 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         "microbatches", "recompute", "waves", "minibatches",
         "state_bytes_per_param", "stages", "chunks", "layout",
         "schedule_file", "gpus_used", "sequence_parallel", "zero", "fsdp",
-        NULL};
+        "finetune", NULL};
     static const char *const skeys[] = {"ops", "device", "from", "to", NULL};
     util_jdoc d;
     sim_plan_init(p);
@@ -193,6 +204,15 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         util_err ze;
         if (sim_zero_check(p->zero, p->fsdp, p->dp, p->sched, &ze)) {
             util_jerr(e, &r, p->fsdp ? "fsdp" : "zero", "%s", ze.msg);
+            goto out;
+        }
+    }
+    {
+        char ft[64] = "full";
+        util_err fe;
+        if (util_jstr(&r, "finetune", 0, ft, sizeof ft, e)) goto out;
+        if (prof_finetune_parse(ft, &p->ft, &fe)) {
+            util_jerr(e, &r, "finetune", "%s", fe.msg);
             goto out;
         }
     }
@@ -389,6 +409,11 @@ json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
                             json_integer(sim_zero_stage(p->zero, p->fsdp)));
     if (p->fsdp) json_object_set_new(o, "fsdp",
                                      json_string(sim_fsdp_name(p->fsdp)));
+    if (!prof_finetune_full(&p->ft)) {
+        char ft[64];
+        json_object_set_new(o, "finetune", json_string(
+            prof_finetune_name(&p->ft, ft, sizeof ft)));
+    }
     json_object_set_new(o, "waves", json_integer(p->waves));
     json_object_set_new(o, "minibatches", json_integer(
         p->n_minibatches ? p->n_minibatches

@@ -39,7 +39,7 @@ static prof_model *chain_model(int n_layers)
             op->bytes_read = op->bytes_written = 1e5;
             if (!j) {
                 op->n_gemm = 1;
-                op->gemm[0] = (prof_gemm){128, 1024, 1024, 1};
+                op->gemm[0] = (prof_gemm){.m = 128, .n = 1024, .k = 1024, .batch = 1};
             }
             if (k) {
                 op->n_in = 1;
