@@ -27,8 +27,9 @@ static int parse_counts(const char *s, int *out, int max, util_err *e)
 }
 
 int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
-                  const char *model, const char *gpus, const plan_opts *po,
-                  int json, const char *plot, util_err *e)
+                  const char *model, const prof_finetune *ft,
+                  const char *gpus, const plan_opts *po, int json,
+                  const char *plot, util_err *e)
 {
     if (hw_n != 1 || strchr(hw[0], '/') || strstr(hw[0], ".json"))
         return util_errf(e, UTIL_EXIT_USAGE, "--gpus sweeps GPU counts of "
@@ -39,6 +40,10 @@ int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
     if (nc < 0) return -1;
     prof_model *m = prof_model_load(model, e);
     if (!m) return -1;
+    if (prof_model_finetune(m, ft, e)) {
+        prof_model_free(m);
+        return -1;
+    }
     char types[256];
     snprintf(types, sizeof types, "%s", hw[0]);
     util_table *tb = util_table_new(9);

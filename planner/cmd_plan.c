@@ -40,6 +40,12 @@ static void usage(FILE *f)
         "                     parallel group; searched when not given\n"
         "  --fsdp full|hybrid only FSDP plans: ZeRO-3 over the group, or inside\n"
         "                     a server and replicated across servers\n"
+        "  --finetune LIST    fine-tuning modes allowed, comma-separated: full,\n"
+        "                     frozen:N, lora:R[:TARGETS], qlora:R[:TARGETS]\n"
+        "                     (sluice sim --help); the fastest plan of any is\n"
+        "                     chosen, each shown. auto = full,lora:16,qlora:16.\n"
+        "                     Default: full, and where full training fits\n"
+        "                     nowhere lora:16, then qlora:16, said so\n"
         "  --reserve SIZE     memory kept per GPU for the framework and allocator\n"
         "                     (default 1G)\n"
         "  --state-bytes N    weights+grads+optimizer bytes per parameter (default 16)\n"
@@ -59,14 +65,51 @@ static void usage(FILE *f)
         "\nexit codes: 0 a plan was found, 1 nothing fits, 2 bad usage or input\n");
 }
 
+/* Fine-tuning modes one search may try. */
+#define MAX_FT 8
+
 typedef struct cmd {
     int hw_at, hw_n;
     char **argv;
     const char *model, *out, *plot, *gpus;
     int json, sync;
+    prof_finetune ft[MAX_FT];
+    int n_ft;                 /* 0: full, falling back to LoRA, QLoRA */
     plan_opts po;
     prof_hw_opts ho;
 } cmd;
+
+/* The modes full training falls back to, and --finetune auto's after full:
+ * LoRA at rank 16 (the QLoRA paper's rank for its 7B-65B runs) on LoRA's
+ * default targets, then QLoRA at the same rank on every linear. */
+static const char *const ft_fallback[] = {"lora:16", "qlora:16"};
+
+/* --finetune LIST: modes, or auto. */
+static int ft_list(const char *v, cmd *c, util_err *e)
+{
+    c->n_ft = 0;
+    if (!strcmp(v, "auto")) {
+        c->ft[c->n_ft++] = (prof_finetune){PROF_FT_FULL, 0, 0, 0};
+        for (int k = 0; k < 2; k++)
+            if (prof_finetune_parse(ft_fallback[k], &c->ft[c->n_ft++], e))
+                return -1;
+        return 0;
+    }
+    for (const char *p = v;;) {
+        size_t len = strcspn(p, ",");
+        char tok[64];
+        if (!len || len >= sizeof tok)
+            return util_errf(e, UTIL_EXIT_USAGE, "--finetune '%s': %s", v,
+                             len ? "a mode too long" : "an empty mode");
+        if (c->n_ft == MAX_FT)
+            return util_errf(e, UTIL_EXIT_USAGE, "--finetune '%s': at most "
+                             "%d modes", v, MAX_FT);
+        snprintf(tok, sizeof tok, "%.*s", (int)len, p);
+        if (prof_finetune_parse(tok, &c->ft[c->n_ft++], e)) return -1;
+        if (!p[len]) return 0;
+        p += len + 1;
+    }
+}
 
 /* --schedule LIST: names (or aliases) of plannable schedules, every item
  * given; an empty item is an error, not "all". */
@@ -138,6 +181,10 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         else if (!strcmp(a, "--no-progress")) c->po.progress = 0;
         else if (!strcmp(a, "--exhaustive")) c->po.exhaustive = 1;
         else if (!strcmp(a, "--sync")) c->sync = 1;
+        else if (!strcmp(a, "--finetune")) {
+            NEED();
+            if (ft_list(v, c, e)) return -1;
+        }
         else if (!strcmp(a, "--batch")) {
             NEED();
             if (util_parse_int(v, 1, 1 << 24, &n))
@@ -187,7 +234,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--state-bytes", "--host-mem", "--nvme", "--gpus-per-server",
                                   "--pcie-gen", "--schedule", "--no-progress",
                                   "--exhaustive", "--sync", "--time-limit",
-                                  "--zero", "--fsdp"};
+                                  "--zero", "--fsdp", "--finetune"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -311,6 +358,13 @@ static void print_answer(const plan_result *r, const prof_model *m,
            : p->recompute ? "on" : "off",
            p->sp ? ", sequence parallel" : "", shard,
            sim_sched_async(p->sched) ? " (asynchronous: no flush, stale weights)" : "");
+    if (!prof_finetune_full(&m->ft)) {
+        char md[64], a[16], b[16];
+        printf("fine-tuning %s: %s of %s parameters train\n",
+               prof_finetune_name(&m->ft, md, sizeof md),
+               util_fmt_count(m->train_params, a, sizeof a),
+               util_fmt_count(m->params, b, sizeof b));
+    }
     util_table *tb = util_table_new(6);
     const char *h[] = {"device", "stages", "holds (layers, or ops where a cut "
                        "splits a layer)", "compute/mb", "peak mem", "capacity"};
@@ -393,51 +447,232 @@ static void print_answer(const plan_result *r, const prof_model *m,
     print_cut_short(r, limit_s, stdout);
 }
 
+/* One fine-tuning mode's search. */
+typedef struct ft_try {
+    prof_finetune ft;
+    prof_model *m;            /* NULL: the mode does not apply (why) */
+    char why[200];
+    plan_result r;
+    int searched;
+} ft_try;
+
+static const char *ft_str(const prof_finetune *f, char *buf, size_t n)
+{
+    return prof_finetune_name(f, buf, n);
+}
+
+/* What each mode tried gave: a table, or a JSON array. */
+static void print_modes(const ft_try *tr, int n, int best, FILE *f)
+{
+    fprintf(f, "\nfine-tuning modes:\n");
+    util_table *tb = util_table_new(6);
+    const char *h[] = {"mode", "trains", "samples/s", "iteration",
+                       "peak mem", "result"};
+    for (int i = 0; i < 6; i++)
+        util_table_col(tb, i, h[i], i == 0 || i == 5 ? 'l' : 'r');
+    for (int k = 0; k < n; k++) {
+        const ft_try *x = &tr[k];
+        char md[64], trn[48] = "-", sps[32] = "-", it[32] = "-", pk[32] = "-";
+        char why[64];
+        ft_str(&x->ft, md, sizeof md);
+        if (x->m) {
+            char a[16], b[16];
+            snprintf(trn, sizeof trn, "%s of %s",
+                     util_fmt_count(x->m->train_params, a, sizeof a),
+                     util_fmt_count(x->m->params, b, sizeof b));
+        }
+        const plan_result *r = &x->r;
+        if (x->m && x->searched && r->found) {
+            const plan_alt *a = &r->alt[r->best];
+            snprintf(sps, sizeof sps, "%.2f", a->samples_per_s);
+            util_fmt_time(a->iteration_s, it, sizeof it);
+            snprintf(pk, sizeof pk, "%.2f GiB", gib(a->peak_bytes));
+            if (k == best)
+                snprintf(why, sizeof why, "chosen");
+            else
+                snprintf(why, sizeof why, "slower: %.1f%% of the best",
+                         100 * a->samples_per_s /
+                         tr[best].r.alt[tr[best].r.best].samples_per_s);
+        } else if (x->m && x->searched) {
+            if (isfinite(r->min_need_bytes))
+                snprintf(why, sizeof why, "does not fit: needs %.1f GiB",
+                         gib(r->min_need_bytes));
+            else
+                snprintf(why, sizeof why, "does not fit");
+        } else {
+            snprintf(why, sizeof why, "%.60s", x->why);
+        }
+        const char *row[] = {md, trn, sps, it, pk, why};
+        util_table_row(tb, row);
+    }
+    util_table_print(tb, f, "  ");
+    util_table_free(tb);
+}
+
+static json_t *modes_json(const ft_try *tr, int n, int best)
+{
+    json_t *arr = json_array();
+    for (int k = 0; k < n; k++) {
+        const ft_try *x = &tr[k];
+        char md[64];
+        json_t *j = json_pack("{s:s,s:b}", "finetune",
+                              ft_str(&x->ft, md, sizeof md), "chosen",
+                              k == best);
+        int found = x->m && x->searched && x->r.found;
+        json_object_set_new(j, "feasible", json_boolean(found));
+        if (x->m) {
+            json_object_set_new(j, "params", json_real(x->m->params));
+            json_object_set_new(j, "train_params",
+                                json_real(x->m->train_params));
+        }
+        if (found) {
+            const plan_alt *a = &x->r.alt[x->r.best];
+            json_object_set_new(j, "samples_per_s",
+                                json_real(a->samples_per_s));
+            json_object_set_new(j, "iteration_time_s",
+                                json_real(a->iteration_s));
+            json_object_set_new(j, "peak_mem_bytes", json_real(a->peak_bytes));
+        } else if (x->m && x->searched) {
+            json_object_set_new(j, "reason", json_string(x->r.advice));
+        } else {
+            json_object_set_new(j, "reason", json_string(x->why));
+        }
+        json_array_append_new(arr, j);
+    }
+    return arr;
+}
+
+/* Plans each fine-tuning mode the user allows (by default full, then
+ * LoRA and QLoRA only where full training fits nowhere); *best is the
+ * fastest mode that fits, -1 for none. A mode that cannot apply to the
+ * model is an error when it is the only one asked for, else a row. */
+static int search_modes(cmd *c, const prof_topo *t, const char *hw,
+                        ft_try *tr, int *n_tr, int *best, util_err *e)
+{
+    int fallback = c->n_ft == 0;
+    int n = fallback ? 1 : c->n_ft;
+    *best = -1;
+    *n_tr = 0;
+    for (int k = 0; k < n; k++) {
+        ft_try *x = &tr[k];
+        memset(x, 0, sizeof *x);
+        x->ft = fallback ? (prof_finetune){PROF_FT_FULL, 0, 0, 0} : c->ft[k];
+        if (fallback && k > 0 &&
+            prof_finetune_parse(ft_fallback[k - 1], &x->ft, e))
+            return -1;
+        *n_tr = k + 1;
+        util_err me = {0};
+        x->m = prof_model_for_topo(prof_model_load(c->model, e), t, e);
+        if (!x->m) return -1;
+        if (prof_model_finetune(x->m, &x->ft, &me)) {
+            prof_model_free(x->m);
+            x->m = NULL;
+            if (n == 1) {
+                *e = me;
+                return -1;
+            }
+            snprintf(x->why, sizeof x->why, "%s", me.msg);
+            continue;
+        }
+        plan_opts po = c->po;
+        if (k > 0) po.progress = 0;
+        if (plan_search(x->m, t, c->model, hw, &po, &x->r, e)) return -1;
+        x->searched = 1;
+        if (x->r.found &&
+            (*best < 0 || x->r.alt[x->r.best].samples_per_s >
+                              tr[*best].r.alt[tr[*best].r.best].samples_per_s))
+            *best = k;
+        /* full training fits nowhere: fall back */
+        if (fallback && k == n - 1 && *best < 0 && n < 3) n++;
+    }
+    return 0;
+}
+
+static void modes_free(ft_try *tr, int n)
+{
+    for (int k = 0; k < n; k++) {
+        if (tr[k].searched) plan_result_free(&tr[k].r);
+        prof_model_free(tr[k].m);
+    }
+}
+
 static int one(cmd *c, util_err *e)
 {
     prof_topo *t = prof_topo_from_args(c->hw_n, c->argv + c->hw_at, &c->ho, e);
     if (!t) return -1;
-    prof_model *m = prof_model_for_topo(prof_model_load(c->model, e), t, e);
-    if (!m) { prof_topo_free(t); return -1; }
     char hw[256] = "";
     for (int i = 0; i < c->hw_n; i++) {
         size_t l = strlen(hw);
         snprintf(hw + l, sizeof hw - l, "%s%s", i ? " " : "", c->argv[c->hw_at + i]);
     }
-    plan_result r;
-    int rc = plan_search(m, t, c->model, hw, &c->po, &r, e);
+    ft_try tr[MAX_FT];
+    int n_tr = 0, best = -1;
+    int rc = search_modes(c, t, hw, tr, &n_tr, &best, e);
+    /* the table of modes shows when more than one was planned */
+    int show_modes = n_tr > 1;
     sim_costs *cs = NULL;
     sim_ir *ir = NULL;
     sim_engine *en = NULL;
-    if (rc == 0 && !r.found) {
+    if (rc == 0 && best < 0) {
+        /* nothing fits: the first mode's search says why */
+        const plan_result *r0 = &tr[0].r;
+        int k0 = 0;
+        while (k0 < n_tr && !tr[k0].searched) k0++;
+        if (k0 < n_tr) r0 = &tr[k0].r;
         if (c->json) {
-            json_t *j = json_pack("{s:b,s:s,s:o,s:f,s:o}", "found", 0,
-                                  "advice", r.advice, "alternatives", alt_json(&r),
-                                  "lower_bound_s", r.lower_bound_s, "search",
-                                  search_json(&r, c->po.time_limit_s));
+            json_t *j = json_pack("{s:b,s:s}", "found", 0, "advice",
+                                  k0 < n_tr ? r0->advice : tr[0].why);
+            if (k0 < n_tr) {
+                json_object_set_new(j, "alternatives", alt_json(r0));
+                json_object_set_new(j, "lower_bound_s",
+                                    json_real(r0->lower_bound_s));
+                json_object_set_new(j, "search",
+                                    search_json(r0, c->po.time_limit_s));
+            }
+            if (show_modes)
+                json_object_set_new(j, "finetune_modes",
+                                    modes_json(tr, n_tr, best));
             util_json_print(j, stdout);
             json_decref(j);
+        } else if (show_modes) {
+            print_modes(tr, n_tr, best, stdout);
         }
-        util_errf(e, UTIL_EXIT_FAIL, "%s", r.advice);
+        util_errf(e, UTIL_EXIT_FAIL, "%s%s",
+                  k0 < n_tr ? r0->advice : tr[0].why,
+                  show_modes ? "; no fine-tuning mode tried fits either "
+                  "(the table above)" : "");
         rc = -1;
     } else if (rc == 0) {
-        const sim_plan *p = &r.alt[r.best].plan;
+        plan_result *rp = &tr[best].r;
+        const prof_model *m = tr[best].m;
+        const sim_plan *p = &rp->alt[rp->best].plan;
         sim_result res;
-        rc = plan_simulate(p, m, t, r.reserve_bytes, c->plot != NULL, &cs, &ir,
-                           &en, &res, e);
+        rc = plan_simulate(p, m, t, rp->reserve_bytes, c->plot != NULL, &cs,
+                           &ir, &en, &res, e);
         if (rc == 0) {
             json_t *rep = sim_report_json(p, m, t, cs, &res, ir);
             if (c->json) {
                 json_object_set_new(rep, "found", json_true());
                 json_object_set_new(rep, "plan", sim_plan_json(p, m));
-                json_object_set_new(rep, "alternatives", alt_json(&r));
-                json_object_set_new(rep, "lower_bound_s", json_real(r.lower_bound_s));
-                json_object_set_new(rep, "reserve_bytes", json_real(r.reserve_bytes));
+                json_object_set_new(rep, "alternatives", alt_json(rp));
+                json_object_set_new(rep, "lower_bound_s", json_real(rp->lower_bound_s));
+                json_object_set_new(rep, "reserve_bytes", json_real(rp->reserve_bytes));
                 json_object_set_new(rep, "search",
-                                    search_json(&r, c->po.time_limit_s));
+                                    search_json(rp, c->po.time_limit_s));
+                if (show_modes)
+                    json_object_set_new(rep, "finetune_modes",
+                                        modes_json(tr, n_tr, best));
                 util_json_print(rep, stdout);
             } else {
-                print_answer(&r, m, t, cs, &res, rep, c->po.time_limit_s);
+                if (c->n_ft == 0 && best > 0) {
+                    char md[64];
+                    printf("full fine-tuning does not fit: %s\nfell back to "
+                           "%s (only the adapters train; --finetune full "
+                           "refuses instead)\n\n", tr[0].r.advice,
+                           ft_str(&tr[best].ft, md, sizeof md));
+                }
+                print_answer(rp, m, t, cs, &res, rep, c->po.time_limit_s);
+                if (show_modes) print_modes(tr, n_tr, best, stdout);
             }
             json_decref(rep);
             if (c->out && sim_plan_save(c->out, p, m, e)) rc = -1;
@@ -456,8 +691,7 @@ static int one(cmd *c, util_err *e)
     sim_engine_free(en);
     sim_ir_free(ir);
     sim_costs_free(cs);
-    plan_result_free(&r);
-    prof_model_free(m);
+    modes_free(tr, n_tr);
     prof_topo_free(t);
     return rc;
 }
@@ -474,8 +708,13 @@ int plan_cmd_main(int argc, char **argv)
     util_err e = {0};
     int rc;
     if (parse(argc, argv, &c, &e)) rc = -1;
-    else if (c.gpus) rc = plan_capacity(c.hw_n, c.argv + c.hw_at, &c.ho,
-                                        c.model, c.gpus, &c.po, c.json, c.plot, &e);
+    else if (c.gpus && c.n_ft > 1) {
+        rc = util_errf(&e, UTIL_EXIT_USAGE, "--gpus plans one fine-tuning "
+                       "mode: give --finetune a single one");
+    } else if (c.gpus)
+        rc = plan_capacity(c.hw_n, c.argv + c.hw_at, &c.ho, c.model,
+                           c.n_ft ? &c.ft[0] : NULL, c.gpus, &c.po, c.json,
+                           c.plot, &e);
     else rc = one(&c, &e);
     if (rc == 0) return 0;
     fprintf(stderr, "sluice plan: %s\n", e.msg);

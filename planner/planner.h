@@ -172,11 +172,13 @@ int plan_simulate(const sim_plan *p, const prof_model *m, const prof_topo *t,
 /* Capacity planning over built-in GPU types hw[0] ("rtx2080ti" or
  * "rtx2080ti,rtx3090") and counts ("1,2,4,8"): prints a table (or JSON) of
  * the best plan of each; with plot (a path prefix), draws throughput
- * against GPU count (PREFIX-capacity.png/svg). Returns 0, or -1 (e filled; exit code 1 when
+ * against GPU count (PREFIX-capacity.png/svg); the model fine-tuned as ft
+ * says (NULL: full training). Returns 0, or -1 (e filled; exit code 1 when
  * nothing fits anywhere). */
 int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
-                  const char *model, const char *gpus, const plan_opts *po,
-                  int json, const char *plot, util_err *e);
+                  const char *model, const prof_finetune *ft,
+                  const char *gpus, const plan_opts *po, int json,
+                  const char *plot, util_err *e);
 
 /* ---- predictions against published measurements ---- */
 

@@ -324,10 +324,11 @@ static void pipeline_link(const prof_topo *t, int p, int tp, double *bw,
 /* The candidate's plan but its stages; schedules without a flush are
  * measured in steady state, so they simulate enough minibatches that the
  * window lies past the pipeline's fill. */
-static void plan_skeleton(cand *c, const plan_opts *o, const char *model_name,
-                          const char *hw_name)
+static void plan_skeleton(cand *c, const plan_opts *o, const prof_model *m,
+                          const char *model_name, const char *hw_name)
 {
     sim_plan_init(&c->plan);
+    c->plan.ft = m->ft;
     snprintf(c->plan.model, sizeof c->plan.model, "%s", model_name);
     snprintf(c->plan.hw, sizeof c->plan.hw, "%s", hw_name);
     c->plan.sched = c->sched;
@@ -459,7 +460,7 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
     double state = o->state_bytes_per_param > 0 ? o->state_bytes_per_param : 16;
     double bw, lat;
     pipeline_link(t, c->pp, c->tp, &bw, &lat);
-    plan_skeleton(c, o, model_name, hw_name);
+    plan_skeleton(c, o, m, model_name, hw_name);
     int versions = c->sched == SIM_SCHED_2BW || c->sched == SIM_SCHED_MIXED ? 2 : 1;
     int S = stages_per_device(c) * c->pp;
     const units *u = is_mixed(c->sched) ? fine : lay->n >= S ? lay : fine;
@@ -943,9 +944,12 @@ static void choose_best(search *s)
         snprintf(r->advice, sizeof r->advice,
                  "%s does not fit %d x %s: the best split needs %s per GPU "
                  "(with the %.1f GiB reserve); %s has %s; try more GPUs, "
-                 "recomputation, a smaller batch, or offload", s->m->spec.name,
-                 s->t->n_gpus, g->name, need, r->reserve_bytes / gib, g->name,
-                 have);
+                 "recomputation, a smaller batch, or offload%s",
+                 s->m->spec.name, s->t->n_gpus, g->name, need,
+                 r->reserve_bytes / gib, g->name, have,
+                 prof_finetune_full(&s->m->ft)
+                 ? ", or train fewer parameters (--finetune lora:16, "
+                   "qlora:16 or auto)" : "");
     }
 }
 

@@ -335,11 +335,13 @@ Test(zero, planner_shards_what_does_not_fit)
 }
 
 /* GPT-3 175B on 384 A100s, one stage per replica, tensor width 8: the
- * unsharded state needs far more than a GPU, ZeRO-3 fits. */
+ * unsharded state of full training needs far more than a GPU (without
+ * --finetune full the planner would fall back to LoRA), ZeRO-3 fits. */
 Test(zero, gpt3_175b_fits_with_zero_3)
 {
     cli_result a = cli_run("plan --hw a100-sxm-80gb x384 --model gpt3-175b "
-                           "--zero 0 --pp 1 --tp 8 --no-progress");
+                           "--zero 0 --pp 1 --tp 8 --finetune full "
+                           "--no-progress");
     cr_expect_eq(a.code, 1, "%s", a.err);
     cr_expect(strstr(a.err, "does not fit"), "%s", a.err);
     cli_result b = cli_run("plan --hw a100-sxm-80gb x384 --model gpt3-175b "
