@@ -60,8 +60,12 @@ static void usage(FILE *f)
         "  --time-limit S     answer within about S seconds with the best plan\n"
         "                     found by then, saying how much was searched\n"
         "  --no-progress      no progress bar (it shows on a terminal only)\n"
-        "  --sync             only schedules with a flush (no stale weights:\n"
-        "                     leaves out 2bw and the asynchronous mixed)\n"
+        "  --async            an asynchronous schedule (2bw, the asynchronous\n"
+        "                     mixed: no flush, stale weights) may be chosen;\n"
+        "                     by default they are shown beside the chosen\n"
+        "                     synchronous plan (or chosen when --schedule\n"
+        "                     names only them)\n"
+        "  --sync             leave asynchronous schedules out of the search\n"
         "\nexit codes: 0 a plan was found, 1 nothing fits, 2 bad usage or input\n");
 }
 
@@ -181,6 +185,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         else if (!strcmp(a, "--no-progress")) c->po.progress = 0;
         else if (!strcmp(a, "--exhaustive")) c->po.exhaustive = 1;
         else if (!strcmp(a, "--sync")) c->sync = 1;
+        else if (!strcmp(a, "--async")) c->po.allow_async = 1;
         else if (!strcmp(a, "--finetune")) {
             NEED();
             if (ft_list(v, c, e)) return -1;
@@ -233,7 +238,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--batch", "--pp", "--dp", "--tp", "--mbs", "--reserve",
                                   "--state-bytes", "--host-mem", "--nvme", "--gpus-per-server",
                                   "--pcie-gen", "--schedule", "--no-progress",
-                                  "--exhaustive", "--sync", "--time-limit",
+                                  "--exhaustive", "--sync", "--async", "--time-limit",
                                   "--zero", "--fsdp", "--finetune"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
@@ -242,6 +247,9 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         }
 #undef NEED
     }
+    if (c->sync && c->po.allow_async)
+        return util_errf(e, UTIL_EXIT_USAGE, "--sync and --async contradict "
+                         "each other: give one");
     if (c->sync) {
         /* Only schedules with a flush: every step sees the weights of the
          * step before, as in single-device training. */
@@ -437,6 +445,21 @@ static void print_answer(const plan_result *r, const prof_model *m,
     }
     util_table_print(ta, stdout, "  ");
     util_table_free(ta);
+    /* a faster asynchronous plan left out by default says what it is */
+    int fa = -1;
+    for (int s = 0; s < SIM_SCHED_COUNT; s++)
+        if (r->alt[s].feasible && sim_sched_async((sim_sched)s) &&
+            s != (int)r->best &&
+            r->alt[s].samples_per_s > r->alt[r->best].samples_per_s &&
+            (fa < 0 || r->alt[s].samples_per_s > r->alt[fa].samples_per_s))
+            fa = s;
+    if (fa >= 0)
+        printf("%s would be %.1f%% faster, but it is asynchronous: no flush,"
+               "\neach step computed on weights one or more updates old, so "
+               "the model differs\nfrom data-parallel training's; --async "
+               "lets the planner choose it\n", sim_sched_name((sim_sched)fa),
+               100 * (r->alt[fa].samples_per_s /
+                      r->alt[r->best].samples_per_s - 1));
     const prof_gpu *g = prof_topo_gpu(t, 0);
     printf("\nlower bound: %s per iteration (all model FLOPs spread over %d GPUs "
            "at %.0f%% of %s's peak); the chosen plan is %.2fx the bound\n",

@@ -101,6 +101,11 @@ typedef struct plan_opts {
     int fsdp;                 /* sim_fsdp: full or hybrid fixes ZeRO-3
                                * sharded that way; 0: as zero says */
     unsigned sched_mask;      /* bit per sim_sched; 0: all */
+    int allow_async;          /* an asynchronous schedule (no flush: stale
+                               * weights, 2BW, asynchronous Mixed-pipe) may
+                               * be chosen; else they are searched and shown
+                               * but a synchronous one is chosen, unless
+                               * sched_mask names asynchronous ones only */
     double state_bytes_per_param; /* 0: 16 (Adam, mixed precision) */
     int progress;             /* progress bar on stderr (only on a tty) */
     int exhaustive;           /* simulate every candidate: no pruning */

@@ -901,6 +901,15 @@ static void choose_best(search *s)
 {
     plan_result *r = s->r;
     const prof_gpu *g = s->g;
+    /* synchronous training unless asked otherwise: the weights a user
+     * gets are data-parallel training's */
+    int async_ok = s->o->allow_async;
+    if (s->o->sched_mask) {
+        async_ok = 1;
+        for (int k = 0; k < SIM_SCHED_COUNT; k++)
+            if ((s->o->sched_mask & (1u << k)) && !sim_sched_async((sim_sched)k))
+                async_ok = s->o->allow_async;
+    }
     for (int k = 0; k < SIM_SCHED_COUNT; k++) {
         plan_alt *a = &r->alt[k];
         if (!a->feasible) {
@@ -914,19 +923,32 @@ static void choose_best(search *s)
                          "the time limit");
             continue;
         }
+        if (!async_ok && sim_sched_async((sim_sched)k)) continue;
         if (!r->found || a->samples_per_s > r->alt[r->best].samples_per_s) {
             r->found = 1;
             r->best = (sim_sched)k;
         }
     }
+    int async_fits = 0;
+    for (int k = 0; k < SIM_SCHED_COUNT; k++)
+        async_fits |= r->alt[k].feasible && sim_sched_async((sim_sched)k);
     if (r->found) {
         double best = r->alt[r->best].samples_per_s;
         for (int k = 0; k < SIM_SCHED_COUNT; k++) {
             plan_alt *a = &r->alt[k];
-            if (a->feasible && k != (int)r->best)
+            if (!a->feasible || k == (int)r->best) continue;
+            if (!async_ok && sim_sched_async((sim_sched)k))
+                snprintf(a->reason, sizeof a->reason, "async, stale "
+                         "weights: %.1f%%", 100 * a->samples_per_s / best);
+            else
                 snprintf(a->reason, sizeof a->reason, "slower: %.1f%% of the "
                          "best", 100 * a->samples_per_s / best);
         }
+    } else if (async_fits) {
+        snprintf(r->advice, sizeof r->advice, "only asynchronous schedules "
+                 "fit %d x %s (2BW or asynchronous Mixed-pipe: no flush, "
+                 "each step on weights one or more updates old); --async "
+                 "allows them", s->t->n_gpus, g->name);
     } else if (r->cut_short) {
         snprintf(r->advice, sizeof r->advice, "the time limit of %g s ended "
                  "the search before it found a plan that fits (%ld of %ld "
