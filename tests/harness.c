@@ -77,19 +77,38 @@ void test_rm_rf(char *dir)
     free(dir);
 }
 
-cli_result cli_run(const char *fmt, ...)
+static cli_result cli_vrun(const char *fmt, va_list ap)
 {
     char args[4096], cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
     const char *bin = getenv("SLUICE_BIN");
     if (!bin) bin = "bin/sluice";
     char *dir = test_tmpdir();
     snprintf(cmd, sizeof cmd, "%s %s </dev/null >%s/out 2>%s/err", bin, args,
              dir, dir);
     return collect(system(cmd), dir);
+}
+
+cli_result cli_run(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cli_result r = cli_vrun(fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+void cli_expect(int code, const char *want, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cli_result r = cli_vrun(fmt, ap);
+    va_end(ap);
+    const char *where = code ? r.err : r.out;
+    cr_expect_eq(r.code, code, "exit %d, not %d: %s", r.code, code, r.err);
+    if (want)
+        cr_expect(strstr(where, want), "expected '%s' in: %s", want, where);
+    cli_result_free(&r);
 }
 
 /* The binary under test as an absolute path, so a child may change

@@ -12,6 +12,10 @@ typedef struct cli_result {
 /* Runs `sluice ARGS` through /bin/sh (ARGS is shell words). */
 cli_result cli_run(const char *args_fmt, ...)
     __attribute__((format(printf, 1, 2)));
+/* Runs `sluice ARGS` and expects exit code `code` and, where want is not
+ * NULL, want in its stdout (code 0) or its stderr (any other code). */
+void cli_expect(int code, const char *want, const char *args_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Runs the binary with args (NULL-terminated, no shell: any bytes pass)
  * in folder cwd (NULL: the current one), stdin from /dev/null. */
 cli_result cli_runv(const char *cwd, const char *const *args);

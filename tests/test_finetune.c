@@ -194,16 +194,10 @@ Test(finetune, refusals)
     cr_expect_eq(prof_model_finetune(m, &f, &e), -1, "applied twice");
     prof_model_free(m);
     /* QLoRA computes in 16 bits: not on CPU devices (fp32 there) */
-    cli_result r = cli_run("sim --hw cpu x1 --model gpt-tiny --schedule gpipe "
-                           "--pp 1 --mbs 1 --microbatches 1 --finetune qlora:8");
-    cr_expect_eq(r.code, 2, "%s", r.err);
-    cr_expect(strstr(r.err, "use lora"), "%s", r.err);
-    cli_result_free(&r);
-    r = cli_run("sim --hw cpu x1 --model gpt-tiny --schedule gpipe --pp 1 "
-                "--mbs 1 --microbatches 1 --finetune lora:8:wq");
-    cr_expect_eq(r.code, 2);
-    cr_expect(strstr(r.err, "'lora:8:wq'"), "%s", r.err);
-    cli_result_free(&r);
+    const char *sim = "sim --hw cpu x1 --model gpt-tiny --schedule gpipe "
+                      "--pp 1 --mbs 1 --microbatches 1";
+    cli_expect(2, "use lora", "%s --finetune qlora:8", sim);
+    cli_expect(2, "'lora:8:wq'", "%s --finetune lora:8:wq", sim);
 }
 
 /* The plan file keeps the mode; a bad one names file, line and field. */
@@ -243,19 +237,12 @@ Test(finetune, plan_file)
  * fastest that fits. */
 Test(finetune, planner)
 {
-    cli_result r = cli_run("plan --hw rtx4090 x1 --model llama2-7b "
-                           "--batch 16 --no-progress");
-    cr_assert_eq(r.code, 0, "%s", r.err);
-    cr_expect(strstr(r.out, "full fine-tuning does not fit"), "%s", r.out);
-    cr_expect(strstr(r.out, "fine-tuning lora:16:q+v: 8.4M of"), "%s", r.out);
-    cli_result_free(&r);
-    r = cli_run("plan --hw rtx4090 x1 --model llama2-7b --batch 16 "
-                "--finetune full --no-progress");
-    cr_expect_eq(r.code, 1);
-    cr_expect(strstr(r.err, "--finetune lora:16"), "%s", r.err);
-    cli_result_free(&r);
-    r = cli_run("plan --hw rtx4090 x1 --model llama2-7b --batch 16 "
-                "--finetune auto --json");
+    const char *plan = "plan --hw rtx4090 x1 --model llama2-7b --batch 16 "
+                       "--no-progress";
+    cli_expect(0, "full fine-tuning does not fit", "%s", plan);
+    cli_expect(0, "fine-tuning lora:16:q+v: 8.4M of", "%s", plan);
+    cli_expect(1, "--finetune lora:16", "%s --finetune full", plan);
+    cli_result r = cli_run("%s --finetune auto --json", plan);
     cr_assert_eq(r.code, 0, "%s", r.err);
     json_t *j = json_loads(r.out, 0, NULL);
     cr_assert_not_null(j);
