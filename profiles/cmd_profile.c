@@ -7,7 +7,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: sluice profile list [--json]\n"
-        "       sluice profile show MODEL [--ops] [--seq N] [--dtype T] [--json]\n"
+        "       sluice profile show MODEL [--ops] [--seq N] [--dtype T]\n"
+        "                           [--finetune MODE] [--json]\n"
         "       sluice profile show --hw GPU xN | FILE.json [--host-mem SIZE]\n"
         "                           [--nvme N] [--gpus-per-server N] [--pcie-gen G] [--json]\n"
         "       sluice profile validate FILE...\n"
@@ -16,7 +17,8 @@ static void usage(FILE *f)
         "model spec or a Hugging Face config.json as published beside weights.\n"
         "show prints a per-layer table (per sample: params, FLOPs, activation\n"
         "bytes kept for backward, bytes crossing a cut after the layer); --ops\n"
-        "prints every op. --hw prints the server as a tree with link bandwidths;\n"
+        "prints every op; --finetune MODE shows the model as that mode trains\n"
+        "it (sluice sim --help). --hw prints the server as a tree with link bandwidths;\n"
         "a GPU without a count is one standard 8-GPU server (GPU x8).\n");
 }
 
@@ -179,6 +181,7 @@ static int cmd_show(int argc, char **argv)
     const char *model = NULL;
     long seq = 0;
     int dtype = -1;
+    prof_finetune ft = {PROF_FT_FULL, 0, 0, 0};
     prof_hw_opts ho = {0};
     util_err e;
     for (int i = 1; i < argc; i++) {
@@ -198,6 +201,10 @@ static int cmd_show(int argc, char **argv)
             if (!v || util_parse_int(v, 1, 1 << 20, &n))
                 return bad("show: --seq needs a positive integer, got '%s'", v ? v : "");
             seq = n;
+            i++;
+        } else if (!strcmp(a, "--finetune")) {
+            if (!v) return bad("show: --finetune needs a mode%s", "");
+            if (prof_finetune_parse(v, &ft, &e)) return bad("show: %s", e.msg);
             i++;
         } else if (!strcmp(a, "--dtype")) {
             const char *d[] = {"fp32", "tf32", "fp16", "bf16"};
@@ -247,6 +254,10 @@ static int cmd_show(int argc, char **argv)
     if (dtype >= 0) s.dtype = (prof_dtype)dtype;
     prof_model *m = prof_model_build(&s, &e);
     if (!m) return fail(&e);
+    if (prof_model_finetune(m, &ft, &e)) {
+        prof_model_free(m);
+        return fail(&e);
+    }
     if (json) {
         json_t *j = prof_model_json(m, ops);
         util_json_print(j, stdout);

@@ -524,6 +524,13 @@ void prof_model_print(const prof_model *m, int ops, FILE *f)
             util_fmt_count(m->params, c1, sizeof c1),
             util_fmt_count(tf, c2, sizeof c2),
             util_fmt_count(prof_model_train_flops(m, 1), c3, sizeof c3));
+    if (!prof_finetune_full(&m->ft)) {
+        char md[64];
+        fprintf(f, "  fine-tuning %s: %.0f parameters train (%s, %.3f%%)\n",
+                prof_finetune_name(&m->ft, md, sizeof md), m->train_params,
+                util_fmt_count(m->train_params, c1, sizeof c1),
+                100 * m->train_params / m->params);
+    }
     fprintf(f, "  per sample: FLOP and bytes below are for one sequence; "
             "out = bytes crossing a cut after the row\n\n");
     util_table *t;
@@ -609,6 +616,10 @@ json_t *prof_model_json(const prof_model *m, int ops)
                              prof_model_train_flops(m, 0),
                              "train_flops_per_sample_recompute",
                              prof_model_train_flops(m, 1));
+    char md[64];
+    json_object_set_new(root, "finetune", json_string(
+        prof_finetune_name(&m->ft, md, sizeof md)));
+    json_object_set_new(root, "train_params", json_real(m->train_params));
     json_t *layers = json_array();
     for (int l = 0; l < m->n_layers; l++) {
         const prof_layer *L = &m->layers[l];

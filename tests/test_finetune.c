@@ -75,6 +75,8 @@ Test(finetune, trainable_parameters)
         /* Hugging Face's 6,738,415,616 base parameters, plus adapters */
         if (!strcmp(c[i].model, "llama2-7b"))
             cr_expect_eq(m->params, 6738415616.0 + c[i].train);
+        else    /* PEFT's "all params: 124,734,720" */
+            cr_expect_eq(m->params, 124734720.0);
         prof_model_free(m);
     }
     /* frozen:4 on GPT-2: the (tied) embedding and head and blocks 0..3
@@ -198,6 +200,8 @@ Test(finetune, refusals)
                       "--pp 1 --mbs 1 --microbatches 1";
     cli_expect(2, "use lora", "%s --finetune qlora:8", sim);
     cli_expect(2, "'lora:8:wq'", "%s --finetune lora:8:wq", sim);
+    cli_expect(0, "lora:8:q+v: 294912 parameters train",
+               "profile show gpt2 --finetune lora:8");
 }
 
 /* The plan file keeps the mode; a bad one names file, line and field. */
