@@ -62,6 +62,11 @@ typedef struct exec_backend {
     void (*zero)(float *p, size_t n);
     /* dst and src on any devices of the backend */
     void (*copy)(void *dst, const void *src, size_t bytes);
+    /* rows x cols floats of the thread's device, rows src_ld and dst_ld
+     * floats apart: a block of columns out of a matrix or back into it
+     * (LoRA's q, k and v thirds of the fused projection) */
+    void (*copy2d)(float *dst, size_t dst_ld, const float *src,
+                   size_t src_ld, size_t rows, size_t cols);
     void (*to_host)(void *dst, const void *src, size_t bytes);
     void (*from_host)(void *dst, const void *src, size_t bytes);
     /* acc += src over n floats; acc on the thread's device, src on any */

@@ -67,6 +67,13 @@ static void cpu_copy(void *dst, const void *src, size_t bytes)
     memcpy(dst, src, bytes);
 }
 
+static void cpu_copy2d(float *dst, size_t dst_ld, const float *src,
+                       size_t src_ld, size_t rows, size_t cols)
+{
+    for (size_t i = 0; i < rows; i++)
+        memcpy(dst + i * dst_ld, src + i * src_ld, cols * sizeof *dst);
+}
+
 static void cpu_acc(float *acc, const float *src, size_t n)
 {
     kern_accumulate(acc, src, n);
@@ -102,6 +109,7 @@ const exec_backend exec_backend_cpu = {
     .release = cpu_release,
     .zero = cpu_zero,
     .copy = cpu_copy,
+    .copy2d = cpu_copy2d,
     .to_host = cpu_copy,
     .from_host = cpu_copy,
     .acc = cpu_acc,

@@ -196,6 +196,14 @@ static void cuda_copy(void *dst, const void *src, size_t bytes)
     CK(cudaMemcpyAsync, (dst, src, bytes, cudaMemcpyDefault, tl.s));
 }
 
+static void cuda_copy2d(float *dst, size_t dst_ld, const float *src,
+                        size_t src_ld, size_t rows, size_t cols)
+{
+    CK(cudaMemcpy2DAsync, (dst, dst_ld * sizeof *dst, src,
+                           src_ld * sizeof *src, cols * sizeof *src, rows,
+                           cudaMemcpyDefault, tl.s));
+}
+
 static void cuda_to_host(void *dst, const void *src, size_t bytes)
 {
     CK(cudaMemcpyAsync, (dst, src, bytes, cudaMemcpyDeviceToHost, tl.s));
@@ -333,6 +341,7 @@ static void cuda_be_fill(void)
     cuda_be.release = cuda_release;
     cuda_be.zero = cuda_zero;
     cuda_be.copy = cuda_copy;
+    cuda_be.copy2d = cuda_copy2d;
     cuda_be.to_host = cuda_to_host;
     cuda_be.from_host = cuda_from_host;
     cuda_be.acc = cuda_acc;

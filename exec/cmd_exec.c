@@ -56,6 +56,7 @@ static void usage(FILE *f)
         "                      (under mpirun: kill -USR1 MPIRUN_PID, which\n"
         "                      mpirun forwards; its Ctrl-C ends the job);\n"
         "                      the reference trainer and --init read it\n"
+        "                      (a LoRA plan's: adapters merged in)\n"
         "  --resume FILE       continue from a checkpoint (bit for bit with the\n"
         "                      same --steps, --lr, plan or --threads)\n"
         "  --mem-budget SIZE   memory per device (default: the plan's device\n"
@@ -523,12 +524,16 @@ static int run_plan(cmd *c)
     if (out && !t->json) {
         fprintf(stdout, "sluice exec: %s on %s, plan %s\n", plan.model,
                 plan.hw, c->plan);
+        char ft[64];
         fprintf(stdout, "schedule %s, pipeline %d x data %d x tensor %d, "
-                "microbatch %d x %d%s%s; AdamW lr %.2e, clip %.2f, seed "
+                "microbatch %d x %d%s%s%s%s; AdamW lr %.2e, clip %.2f, seed "
                 "%llu\n", sim_sched_name(plan.sched), plan.pp, plan.dp,
                 plan.tp, plan.mbs, plan.n_mb,
                 plan.recompute ? ", recomputation " : "",
                 plan.recompute ? sim_recompute_name(plan.recompute) : "",
+                prof_finetune_full(&plan.ft) ? "" : ", fine-tuning ",
+                prof_finetune_full(&plan.ft)
+                    ? "" : prof_finetune_name(&plan.ft, ft, sizeof ft),
                 t->adamw.lr, t->adamw.clip, (unsigned long long)t->seed);
         fflush(stdout);
     }
@@ -556,6 +561,9 @@ static int run_plan(cmd *c)
             exec_ckpt_meta old;
             if (!exec_ckpt_peek(t->resume, &old, &e)) meta.seed = old.seed;
         }
+        /* LoRA: the adapters merged into the weights, a plain model
+         * any reader takes (the adapters' AdamW state is not kept) */
+        if (r.lora) exec_lora_merge(&r.cfg, &plan.ft, r.lora, r.params);
         if (exec_ckpt_save_state(t->save, r.params, r.adam_m, r.adam_v,
                                  &meta, &e)) {
             rc = -1;
@@ -571,14 +579,16 @@ static int run_plan(cmd *c)
             goto out;
         }
         if (!t->json && t->save)
-            printf("saved %s at step %d\n", t->save,
-                   r.step_first + r.steps_run);
+            printf("saved %s at step %d%s\n", t->save,
+                   r.step_first + r.steps_run,
+                   r.lora ? " (LoRA adapters merged into the weights)" : "");
         if (c->calibrate && !r.stopped &&
             calib_write(cpath, &plan, &r, t->json ? stderr : stdout, &e)) {
             rc = -1;
             goto out;
         }
-        if (r.async && r.cfg.tied && !t->json)
+        if (r.async && r.cfg.tied && prof_finetune_full(&plan.ft) &&
+            !t->json)
             printf("note: without a flush each stage updates alone, so the "
                    "LM head's copy of the tied token table trains apart from "
                    "the embedding's; checkpoints keep the embedding's\n");
@@ -587,7 +597,8 @@ static int run_plan(cmd *c)
         char saved[600] = "";
         if (t->save)
             snprintf(saved, sizeof saved, "; saved %s, continue with "
-                     "--resume %s", t->save, t->save);
+                     "%s %s", t->save, r.lora ? "another fine-tuning from "
+                     "the merged weights, --init" : "--resume", t->save);
         util_errf(&e, UTIL_EXIT_FAIL, "interrupted after step %d%s",
                   r.step_first + r.steps_run, saved);
         rc = -1;

@@ -96,6 +96,9 @@ size_t exec_gpt_param_table(const exec_gpt_config *c, exec_tensor *t);
 /* The initial parameters exec_gpt_new gives for seed, into p (P floats),
  * so a pipeline's stages start from the reference's weights. */
 void exec_gpt_init_params(const exec_gpt_config *c, uint64_t seed, float *p);
+/* splitmix64: the executor's seeded random numbers (initialisations), the
+ * same sequence on every machine; advances *state. */
+uint64_t exec_splitmix(uint64_t *state);
 /* Times every kernel call into t (NULL: stop). Not owned. */
 void exec_gpt_set_timing(exec_gpt *m, exec_timing *t);
 
@@ -114,6 +117,38 @@ typedef struct exec_adamw {
 /* One AdamW step (t counts from 1) with global-norm clipping. Returns the
  * gradient norm before clipping. */
 float exec_gpt_step(exec_gpt *m, const exec_adamw *o, int t);
+
+/* ------------------------------------------------------------- LoRA */
+
+/* LoRA adapters of a GPT (Hu et al. 2021) as the pipeline executor trains
+ * them under a fine-tuning mode lora:R[:targets] (exec/lora.c): beside
+ * each targeted weight matrix W of every block (k inputs, n outputs; the
+ * fused q|k|v projection holds three, q, k and v, each C wide; GPT's MLP
+ * has no gate), A (k x R) and B (R x n), and y = x W + s (x A) B with
+ * s = 1. They live in an arena of their own, block by block, targets in
+ * the order q, k, v, out, up, down, each adapter's A as the kernels store
+ * a weight (R x k: A transposed), then its B (R x n): tensor 2i is
+ * adapter i's A, 2i+1 its B. */
+
+/* The adapters of mode f on c (none unless f is LoRA): fills t (two per
+ * adapter; NULL: only count) and returns the arena's floats; *n gets the
+ * tensors. */
+size_t exec_lora_table(const exec_gpt_config *c, const prof_finetune *f,
+                       exec_tensor *t, int *n);
+/* The adapter of target (one PROF_LORA_* bit) in block `layer`, -1 when
+ * that matrix has none. */
+int exec_lora_index(const exec_gpt_config *c, const prof_finetune *f,
+                    int layer, unsigned target);
+/* Initial adapters into lora (the arena): every A from a uniform in
+ * [-1/sqrt(k), 1/sqrt(k)] drawn from seed, every B zero, so a run's
+ * first step computes the base model exactly. */
+void exec_lora_init(const exec_gpt_config *c, const prof_finetune *f,
+                    uint64_t seed, float *lora);
+/* The merged model: params (P floats in arena order) W += s A B for every
+ * adapter, summed in double, so a plain model computes what the base with
+ * its adapters computes (within fp32 rounding). */
+void exec_lora_merge(const exec_gpt_config *c, const prof_finetune *f,
+                     const float *lora, float *params);
 
 /* ----------------------------------------------------------- timing */
 
@@ -372,8 +407,13 @@ typedef struct exec_pipe_result {
     int64_t *mem_t;             /* memory curves: per device, points */
     double *mem_b;
     int *mem_off;               /* device d: points mem_off[d]..[d+1] */
-    float *params, *adam_m, *adam_v; /* the final state (full, rank 0) */
+    float *params, *adam_m, *adam_v; /* the final state (full, rank 0):
+                                 * under LoRA the base, as it started */
     size_t n_params;
+    float *lora;                /* LoRA: the final adapters (the arena of
+                                 * exec_lora_table; exec_lora_merge makes
+                                 * the plain model a checkpoint holds) */
+    size_t n_lora;
     int stopped;                /* a stop (Ctrl-C) ended the run early */
     /* with op_timing, past the first step, over every worker: per graph
      * op and phase (op * PROF_PHASES + PROF_PHASE_*) the ns its parts

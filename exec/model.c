@@ -177,8 +177,9 @@ exec_gpt_mem exec_gpt_mem_need(const exec_gpt_config *c, int B, int T)
     return m;
 }
 
-/* splitmix64, and normals by Box-Muller: deterministic across machines. */
-static uint64_t splitmix(uint64_t *s)
+/* splitmix64 (exec.h), and normals by Box-Muller: deterministic across
+ * machines. */
+uint64_t exec_splitmix(uint64_t *s)
 {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -189,8 +190,8 @@ static uint64_t splitmix(uint64_t *s)
 static void fill_normal(float *x, size_t n, float std, uint64_t *s)
 {
     for (size_t i = 0; i < n; i += 2) {
-        double u1 = ((splitmix(s) >> 11) + 1.0) / 9007199254740993.0;
-        double u2 = (splitmix(s) >> 11) / 9007199254740992.0;
+        double u1 = ((exec_splitmix(s) >> 11) + 1.0) / 9007199254740993.0;
+        double u2 = (exec_splitmix(s) >> 11) / 9007199254740992.0;
         double r = sqrt(-2.0 * log(u1));
         x[i] = (float)(std * r * cos(2 * M_PI * u2));
         if (i + 1 < n) x[i + 1] = (float)(std * r * sin(2 * M_PI * u2));

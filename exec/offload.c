@@ -378,7 +378,8 @@ static void chunks_build(exec_worker *w, exec_stage *st,
         exec_slice *sl = NULL;
         int k = 0;
         at[i] = exec_slices_build(m, &rt->cfg, st->first, st->first + i - 1,
-                                  rt->tp, w->rank, st->replica, 0, &sl, &k);
+                                  rt->tp, w->rank, st->replica, 0, &sl, &k,
+                                  NULL);
         free(sl);
     }
     s->need = util_malloc(sizeof(int) * (size_t)(n + 1));
@@ -465,7 +466,8 @@ int exec_ofl_stage_add(exec_worker *w, exec_stage *st, const exec_tensor *tt,
     float *h[3];
     for (int k = 0; k < 3; k++) {
         h[k] = util_calloc(st->n + 1, sizeof(float));
-        if (src[k]) exec_stage_gather(st, tt, src[k], h[k]);
+        exec_parr a = {.tt = tt, .p = (float *)src[k]};
+        exec_stage_gather(st, &a, h[k], NULL);
     }
     if (o->o.tier == EXEC_TIER_DRAM) {
         s->hw = h[0];

@@ -83,6 +83,33 @@ static int initial_state(const exec_pipe_opts *o, const exec_gpt_config *c,
     return 0;
 }
 
+/* What the executor does not run of a fine-tuning mode (the model graph
+ * has refused what the plan's devices cannot compute: QLoRA's 16 bits on
+ * CPU cores). */
+static int finetune_check(const exec_pipe_opts *o, const sim_plan *p,
+                          const char *where, util_err *e)
+{
+    if (prof_finetune_full(&p->ft)) return 0;
+    char ft[64];
+    prof_finetune_name(&p->ft, ft, sizeof ft);
+    if (p->ft.kind == PROF_FT_QLORA)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: fine-tuning mode %s: the "
+                         "executor computes in fp32 and keeps no 4-bit base; "
+                         "plan with --finetune lora:%d instead", where, ft,
+                         p->ft.rank);
+    if (o->offload.policy != EXEC_OFFLOAD_NONE)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: --offload %s does not run "
+                         "fine-tuning mode %s yet (its tier holds every "
+                         "weight with its gradient and moments)", where,
+                         exec_offload_name(o->offload.policy), ft);
+    if (o->resume && p->ft.kind == PROF_FT_LORA)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: --resume %s: a LoRA run's "
+                         "checkpoint holds its adapters merged into the "
+                         "weights, not the adapters; start another "
+                         "fine-tuning from it with --init", where, o->resume);
+    return 0;
+}
+
 void exec_pipe_result_free(exec_pipe_result *r)
 {
     if (!r) return;
@@ -101,6 +128,7 @@ void exec_pipe_result_free(exec_pipe_result *r)
     free(r->params);
     free(r->adam_m);
     free(r->adam_v);
+    free(r->lora);
     free(r->op_ns);
     free(r->op_calls);
     sim_ir_free(r->ir);
@@ -183,7 +211,8 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
             double s = 0;
             for (int k = 0; k < w->n_st; k++)
                 if (!w->st[k].ofl)  /* offloaded: in the tier */
-                    s += 4.0 * (double)w->st[k].n * sizeof(float);
+                    s += (4.0 * (double)w->st[k].n +
+                          (double)w->st[k].n_frozen) * sizeof(float);
             stat[w->device] += s;
             bud[w->device] += w->mem.budget;
         }
@@ -319,13 +348,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                          sim_zero_stage(p->zero, p->fsdp),
                          p->fsdp ? ", FSDP " : "",
                          p->fsdp ? sim_fsdp_name(p->fsdp) : "");
-    if (!prof_finetune_full(&p->ft)) {
-        char ft[64];
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: fine-tuning mode %s is "
-                         "simulated and planned but not run by the executor "
-                         "yet", where,
-                         prof_finetune_name(&p->ft, ft, sizeof ft));
-    }
+    if (finetune_check(o, p, where, e)) return -1;
     int T = spec.seq_len > 0 ? spec.seq_len : cfg.max_pos;
     if (T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: sequence %d exceeds the "
@@ -378,6 +401,9 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     float *full = util_malloc(sizeof(float) * (P + 1));
     float *am = util_calloc(P + 1, sizeof(float));
     float *av = util_calloc(P + 1, sizeof(float));
+    int n_lt;
+    size_t NL = exec_lora_table(&cfg, &p->ft, NULL, &n_lt);
+    float *lora = NL ? util_calloc(NL, sizeof(float)) : NULL;
     uint64_t seed = o->seed;
     int step0 = 0, rc = -1;
     exec_corpus corpus = {0};
@@ -385,6 +411,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     int mpi = 0, rank = 0, size = 1;
     if (initial_state(o, &cfg, r->B, T, full, am, av, &step0, &seed, e))
         goto out;
+    if (lora) exec_lora_init(&cfg, &p->ft, seed, lora);
     if (o->steps <= step0) {
         if (o->resume)
             util_errf(e, UTIL_EXIT_USAGE, "%s: %d steps are done already "
@@ -465,7 +492,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     }
     r->rank = rank;
     r->n_ranks = size;
-    if (exec_rt_setup(&rt, full, step0 ? am : NULL, step0 ? av : NULL, e))
+    if (exec_rt_setup(&rt, full, step0 ? am : NULL, step0 ? av : NULL, lora,
+                      e))
         goto out_rt;
     x = xport_new(o, &rt, mpi, e);
     if (!x) goto out_rt;
@@ -487,15 +515,19 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     memset(full, 0, sizeof(float) * P);
     memset(am, 0, sizeof(float) * P);
     memset(av, 0, sizeof(float) * P);
-    if (exec_rt_collect(&rt, full, am, av, e)) goto out_rt;
+    if (lora) memset(lora, 0, sizeof(float) * NL);
+    if (exec_rt_collect(&rt, full, am, av, lora, e)) goto out_rt;
     if (mpi && (exec_mpi_sum(full, P, 0, e) || exec_mpi_sum(am, P, 0, e) ||
-                exec_mpi_sum(av, P, 0, e)))
+                exec_mpi_sum(av, P, 0, e) ||
+                (lora && exec_mpi_sum(lora, NL, 0, e))))
         goto out_rt;
     r->params = full;
     r->adam_m = am;
     r->adam_v = av;
     r->n_params = P;
-    full = am = av = NULL;
+    r->lora = lora;
+    r->n_lora = NL;
+    full = am = av = lora = NULL;
     rc = 0;
 out_rt:
     if (x) x->free(x);
@@ -506,6 +538,7 @@ out:
     free(full);
     free(am);
     free(av);
+    free(lora);
     exec_corpus_free(&corpus);
     return rc;
 }

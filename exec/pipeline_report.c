@@ -335,6 +335,9 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                                 prof_topo_gpu(r->topo, 0)->form ==
                                 PROF_FORM_CPU));
         json_object_set_new(j, "workers", json_integer(r->n_workers));
+        char ft[64];
+        json_object_set_new(j, "finetune", json_string(
+                                prof_finetune_name(&p->ft, ft, sizeof ft)));
         json_object_set_new(j, "iteration_time_min_s",
                             json_real(m.iter_min * 1e-9));
         json_object_set_new(j, "iteration_time_max_s",

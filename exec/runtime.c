@@ -162,6 +162,7 @@ static exec_rec *rec_new(const exec_stage *st)
     r->dout = util_calloc((size_t)st->n_ops, sizeof *r->dout);
     r->ext = util_calloc((size_t)st->n_ext + 1, sizeof *r->ext);
     r->dext = util_calloc((size_t)st->n_ext + 1, sizeof *r->dext);
+    r->xa = util_calloc((size_t)st->n_ops, sizeof *r->xa);
     return r;
 }
 
@@ -172,6 +173,7 @@ static void rec_free(const exec_stage *st, exec_rec *r)
         exec_view_drop(&r->out[i]);
         exec_view_drop(&r->aux[i]);
         exec_view_drop(&r->dout[i]);
+        exec_view_drop(&r->xa[i]);
     }
     for (int q = 0; q < st->n_ext; q++) {
         exec_view_drop(&r->ext[q]);
@@ -179,6 +181,7 @@ static void rec_free(const exec_stage *st, exec_rec *r)
     }
     exec_view_drop(&r->ids);
     free(r->out); free(r->aux); free(r->dout); free(r->ext); free(r->dext);
+    free(r->xa);
     free(r);
 }
 
@@ -198,10 +201,14 @@ static void keep_for_backward(const exec_runtime *rt, const exec_stage *st,
     int lazy = recompute && rc_lazy(rt, st), only_inputs = recompute && !lazy;
     const int *keep = lazy ? st->keep_rc : st->keep_out;
     for (int i = 0; i < st->n_ops; i++) {
+        const exec_xop *x = &rt->xop[st->first + i];
         if (only_inputs || !keep[i]) exec_view_drop(&r->out[i]);
-        if (only_inputs || !rt->xop[st->first + i].aux_n ||
-            (lazy && st->rseg[i] >= 0))
+        /* an op with no backward keeps nothing of its own */
+        if (only_inputs || !x->aux_n || (lazy && st->rseg[i] >= 0) ||
+            x->grad == PROF_GRAD_NONE)
             exec_view_drop(&r->aux[i]);
+        if (only_inputs || (lazy && st->rseg[i] >= 0))
+            exec_view_drop(&r->xa[i]);
     }
     const int *keep_ext = lazy ? st->keep_rc_ext : st->keep_ext;
     for (int q = 0; q < st->n_ext && !only_inputs; q++)
@@ -551,6 +558,12 @@ static int gather_output_grads(exec_worker *w, int id, exec_stage *st,
         int j = g[i].op - st->first;
         exec_view *dv = &r->dout[j];
         size_t len = rt->xop[g[i].op].out_n;
+        /* an op that runs no backward needs no gradient: the IR still
+         * sends it (the message arrives), nothing adds it up */
+        if (rt->xop[g[i].op].grad == PROF_GRAD_NONE) {
+            exec_view_drop(&g[i].v);
+            continue;
+        }
         if (!rc && !dv->b) {
             EXEC_KERN(w, dv->b = exec_buf_new(&w->mem, len, 1));
             dv->n = len;
@@ -624,14 +637,18 @@ static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
         const exec_xop *x = &rt->xop[op];
         if (st->ofl && exec_ofl_acquire(w, st, op, 1, fused && x->has_w, e))
             return -1;
-        if (rc_lazy(rt, st) && st->rseg[i] >= 0 &&
+        /* nothing before the first op that trains needs a gradient
+         * (PROF_GRAD_NONE): its backward is not run */
+        int bwd = x->grad != PROF_GRAD_NONE;
+        if (bwd && rc_lazy(rt, st) && st->rseg[i] >= 0 &&
             recompute_down(w, st, r, st->rseg[i], tp, e))
             return -1;
-        if (op_backward(w, st, r, op, 1, fused, tp, e)) return -1;
+        if (bwd && op_backward(w, st, r, op, 1, fused, tp, e)) return -1;
         /* what no later part reads goes now */
         if (fused || !x->has_w) exec_view_drop(&r->dout[i]);
         if (fused || !st->w_needs[i]) exec_view_drop(&r->out[i]);
         if (fused || !x->has_w) exec_view_drop(&r->aux[i]);
+        if (fused || !x->has_w) exec_view_drop(&r->xa[i]);
     }
     for (int q = 0; q < st->n_ext; q++)
         if (fused || !st->w_needs_ext[q]) exec_view_drop(&r->ext[q]);
@@ -846,6 +863,7 @@ static int stage_update(exec_worker *w, exec_stage *st, float scale,
     for (int k = 0; k < st->n_sl; k++) {
         const exec_slice *sl = &st->sl[k];
         size_t o = sl->off;
+        if (sl->frozen) continue;
         EXEC_KERN(w, be->k->adamw_update(p + o, st->am + o, st->av + o,
                                          st->g + o, sl->n, lr, a.beta1,
                                          a.beta2, a.eps,
@@ -1375,9 +1393,16 @@ static void geo_build(exec_runtime *rt)
     free(op_ms);
 }
 
-static void slice_copy(const exec_slice *s, const exec_tensor *tt,
-                       float *local, float *full, int to_full)
+/* Copies slice s between a stage's host arenas (h: trained, hf: frozen)
+ * and the run's whole arrays a (the model's or the adapters'); nothing
+ * when that array is NULL (gathering: zeros stay). */
+static void slice_copy(const exec_slice *s, const exec_parr *a, float *h,
+                       float *hf, int to_full)
 {
+    const exec_tensor *tt = s->lora ? a->lt : a->tt;
+    float *full = s->lora ? a->lora : a->p;
+    float *local = s->frozen ? hf : h;
+    if (!full || !local) return;
     for (size_t i = 0; i < s->rows; i++) {
         float *l = local + s->off + i * s->ncols;
         float *f = full + tt[s->tensor].off + (s->row0 + i) * s->fcols +
@@ -1387,49 +1412,41 @@ static void slice_copy(const exec_slice *s, const exec_tensor *tt,
     }
 }
 
-/* A stage's arena of n floats on the worker's device: the slices' rows
- * of full (P floats in arena order), zeros elsewhere (padding rows of a
- * vocabulary shard stay zero) or everywhere when full is NULL; staged in
- * host memory and uploaded at once. */
-static float *arena_new(exec_worker *w, const exec_stage *st,
-                        const exec_tensor *tt, const float *full, util_err *e)
+/* An arena of n floats on the worker's device: h's (staged in host
+ * memory), or zeros when h is NULL. */
+static float *arena_new(exec_worker *w, size_t n, const float *h,
+                        util_err *e)
 {
     const exec_backend *be = w->rt->be;
-    float *d = exec_mem_get(&w->mem, st->n);
+    float *d = exec_mem_get(&w->mem, n);
     if (!d) {
         exec_mem_oom(&w->mem, "a stage's weights and state", e);
         util_err_prefix(e, "device %d", w->device);
         return NULL;
     }
-    if (!full) {
-        be->zero(d, st->n);
-        return d;
-    }
-    float *h = util_calloc(st->n + 1, sizeof *h);
-    exec_stage_gather(st, tt, full, h);
-    be->from_host(d, h, st->n * sizeof *h);
-    free(h);
+    if (h) be->from_host(d, h, n * sizeof *h);
+    else be->zero(d, n);
     return d;
 }
 
-static void arena_free(exec_worker *w, const exec_stage *st, float *d)
+static void arena_free(exec_worker *w, size_t n, float *d)
 {
-    if (d) exec_mem_put(&w->mem, d, st->n);
+    if (d) exec_mem_put(&w->mem, d, n);
 }
 
-void exec_stage_gather(const exec_stage *st, const exec_tensor *tt,
-                       const float *full, float *h)
+void exec_stage_gather(const exec_stage *st, const exec_parr *src, float *h,
+                       float *hf)
 {
     for (int k = 0; k < st->n_sl; k++)
-        slice_copy(&st->sl[k], tt, h, (float *)full, 0);
+        slice_copy(&st->sl[k], src, h, hf, 0);
 }
 
-void exec_stage_scatter(const exec_stage *st, const exec_tensor *tt,
-                        const float *h, float *full)
+void exec_stage_scatter(const exec_stage *st, const float *h,
+                        const float *hf, const exec_parr *dst)
 {
     for (int k = 0; k < st->n_sl; k++)
         if (st->sl[k].save_owner)
-            slice_copy(&st->sl[k], tt, (float *)h, full, 1);
+            slice_copy(&st->sl[k], dst, (float *)h, (float *)hf, 1);
 }
 
 static int saves_any(const exec_stage *st)
@@ -1439,15 +1456,20 @@ static int saves_any(const exec_stage *st)
     return any;
 }
 
-/* The rows of a device arena the stage saves, into full. */
+/* The rows of a stage's device arenas (d: trained, df: frozen, NULL
+ * without) it saves, into dst. */
 static void arena_collect(const exec_backend *be, const exec_stage *st,
-                          const exec_tensor *tt, const float *d, float *full)
+                          const float *d, const float *df,
+                          const exec_parr *dst)
 {
     if (!saves_any(st)) return;
     float *h = util_malloc(sizeof *h * (st->n + 1));
+    float *hf = df ? util_malloc(sizeof *hf * (st->n_frozen + 1)) : NULL;
     be->to_host(h, d, st->n * sizeof *h);
-    exec_stage_scatter(st, tt, h, full);
+    if (df) be->to_host(hf, df, st->n_frozen * sizeof *hf);
+    exec_stage_scatter(st, h, hf, dst);
     free(h);
+    free(hf);
 }
 
 /* The same from an offloaded stage's tier. */
@@ -1460,8 +1482,10 @@ static int ofl_collect(exec_worker *w, exec_stage *st, const exec_tensor *tt,
     int rc = exec_ofl_read_state(w, st, h[0], adam_m ? h[1] : NULL,
                                  adam_v ? h[2] : NULL, e);
     float *dst[3] = {full, adam_m, adam_v};
-    for (int k = 0; k < 3 && !rc; k++)
-        if (dst[k]) exec_stage_scatter(st, tt, h[k], dst[k]);
+    for (int k = 0; k < 3 && !rc; k++) {
+        exec_parr a = {.tt = tt, .p = dst[k]};
+        exec_stage_scatter(st, h[k], NULL, &a);
+    }
     for (int k = 0; k < 3; k++) free(h[k]);
     return rc;
 }
@@ -1511,18 +1535,33 @@ static int worker_tasks(exec_worker *w, util_err *e)
     return 0;
 }
 
+/* The LoRA adapters' tensors of the run's mode (none but a terminator
+ * unless it is LoRA); freed by the caller. */
+static exec_tensor *lora_tensors(const exec_runtime *rt)
+{
+    int n;
+    exec_lora_table(&rt->cfg, &rt->model->ft, NULL, &n);
+    exec_tensor *t = util_calloc((size_t)n + 1, sizeof *t);
+    exec_lora_table(&rt->cfg, &rt->model->ft, t, &n);
+    return t;
+}
+
 static int worker_stages(exec_worker *w, const float *full,
                          const float *adam_m, const float *adam_v,
-                         util_err *e)
+                         const float *lora, util_err *e)
 {
     exec_runtime *rt = w->rt;
     exec_tensor tt[EXEC_P_COUNT];
     exec_gpt_param_table(&rt->cfg, tt);
+    exec_tensor *lt = lora_tensors(rt);
+    int rc = 0;
     w->lidx = util_malloc(sizeof(int) * (size_t)(rt->S + 1));
     w->st = util_calloc((size_t)rt->S + 1, sizeof *w->st);
-    if (rt->offload.policy != EXEC_OFFLOAD_NONE && exec_ofl_open(w, e))
+    if (rt->offload.policy != EXEC_OFFLOAD_NONE && exec_ofl_open(w, e)) {
+        free(lt);
         return util_err_prefix(e, "device %d", w->device);
-    for (int v = 0; v < rt->S; v++) {
+    }
+    for (int v = 0; v < rt->S && !rc; v++) {
         w->lidx[v] = -1;
         if (rt->geo[v].device != w->device) continue;
         w->lidx[v] = w->n_st;
@@ -1530,9 +1569,9 @@ static int worker_stages(exec_worker *w, const float *full,
         *st = rt->geo[v];
         st->n = exec_slices_build(rt->model, &rt->cfg, st->first, st->last,
                                   rt->tp, w->rank, st->replica, 0, &st->sl,
-                                  &st->n_sl);
+                                  &st->n_sl, &st->n_frozen);
         for (int k = 0; k < st->n_sl; k++)
-            if (st->sl[k].tied) st->tied_sl = k;
+            if (st->sl[k].tied && !st->sl[k].frozen) st->tied_sl = k;
         exec_stage_op_slices(rt, st);
         st->n_ver_slots = 1;
         if (w->ofl) {
@@ -1542,26 +1581,45 @@ static int worker_stages(exec_worker *w, const float *full,
             st->steps = rt->step0;
             st->live = st->max_live = 1;
             if (exec_ofl_stage_add(w, st, tt, full, adam_m, adam_v, e))
-                return util_err_prefix(e, "device %d", w->device);
+                rc = util_err_prefix(e, "device %d", w->device);
             continue;
         }
-        if (exec_mem_charge(&w->mem, 4.0 * (double)st->n * sizeof(float))) {
+        /* what trains: weights, gradients, AdamW m and v; what is frozen
+         * (a fine-tuning mode's): its weights only */
+        double bytes = (4.0 * (double)st->n + (double)st->n_frozen) *
+                       sizeof(float);
+        if (exec_mem_charge(&w->mem, bytes)) {
             char a[32], c[32];
-            return util_errf(e, UTIL_EXIT_FAIL, "device %d: the weights, "
-                             "gradients and AdamW state of stage %d (%s) do "
-                             "not fit its memory (%s)", w->device, v,
-                             util_fmt_bytes(4.0 * (double)st->n * sizeof(float),
-                                            a, sizeof a),
-                             util_fmt_bytes(w->mem.budget, c, sizeof c));
+            rc = util_errf(e, UTIL_EXIT_FAIL, "device %d: the weights, "
+                           "gradients and AdamW state of stage %d (%s) do "
+                           "not fit its memory (%s)", w->device, v,
+                           util_fmt_bytes(bytes, a, sizeof a),
+                           util_fmt_bytes(w->mem.budget, c, sizeof c));
+            break;
         }
         st->n_ver_slots = rt->async ? rt->K + 2 : 1;
         st->w = util_calloc((size_t)st->n_ver_slots, sizeof *st->w);
         st->pending = util_calloc((size_t)st->n_ver_slots, sizeof(int));
-        if (!(st->w[0] = arena_new(w, st, tt, full, e)) ||
-            !(st->g = arena_new(w, st, tt, NULL, e)) ||
-            !(st->am = arena_new(w, st, tt, adam_m, e)) ||
-            !(st->av = arena_new(w, st, tt, adam_v, e)))
-            return -1;
+        /* staged in host memory, uploaded at once */
+        float *h[4], *hf = util_calloc(st->n_frozen + 1, sizeof *hf);
+        const float *src[4] = {full, NULL, adam_m, adam_v};
+        for (int k = 0; k < 4; k++) {
+            h[k] = NULL;
+            if (!src[k]) continue;      /* gradients, moments from zero */
+            h[k] = util_calloc(st->n + 1, sizeof *h[k]);
+            /* the adapters start from lora; their moments from zero */
+            exec_parr a = {tt, lt, (float *)src[k], k ? NULL : (float *)lora};
+            exec_stage_gather(st, &a, h[k], k ? NULL : hf);
+        }
+        if (!(st->w[0] = arena_new(w, st->n, h[0], e)) ||
+            !(st->g = arena_new(w, st->n, NULL, e)) ||
+            !(st->am = arena_new(w, st->n, h[2], e)) ||
+            !(st->av = arena_new(w, st->n, h[3], e)) ||
+            (st->n_frozen && !(st->wf = arena_new(w, st->n_frozen, hf, e))))
+            rc = -1;
+        for (int k = 0; k < 4; k++) free(h[k]);
+        free(hf);
+        if (rc) break;
         st->steps = rt->step0;
         st->live = st->max_live = 1;
         if (rt->async)
@@ -1573,6 +1631,8 @@ static int worker_stages(exec_worker *w, const float *full,
                     st->pending[t->version]++;
             }
     }
+    free(lt);
+    if (rc) return -1;
     size_t slots = (size_t)rt->K * (size_t)rt->M;
     w->rec = util_calloc((size_t)w->n_st + 1, sizeof *w->rec);
     w->lact = util_calloc((size_t)w->n_st + 1, sizeof *w->lact);
@@ -1586,7 +1646,7 @@ static int worker_stages(exec_worker *w, const float *full,
 }
 
 int exec_rt_setup(exec_runtime *rt, const float *full, const float *adam_m,
-                  const float *adam_v, util_err *e)
+                  const float *adam_v, const float *lora, util_err *e)
 {
     const sim_ir *ir = rt->ir;
     rt->S = ir->n_stages;
@@ -1635,7 +1695,7 @@ int exec_rt_setup(exec_runtime *rt, const float *full, const float *adam_m,
         if (worker_tasks(w, e) || rt->be->open(&w->dev, e)) return -1;
         /* this thread uploads the stages' state on the device */
         if (rt->be->bind(&w->dev, EXEC_ROLE_SETUP, e)) return -1;
-        int rc = worker_stages(w, full, adam_m, adam_v, e);
+        int rc = worker_stages(w, full, adam_m, adam_v, lora, e);
         if (!rc) rc = rt->be->sync(e);
         rt->be->unbind();
         if (rc) return -1;
@@ -1678,32 +1738,39 @@ int exec_rt_run(exec_runtime *rt)
 }
 
 int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
-                    float *adam_v, util_err *e)
+                    float *adam_v, float *lora, util_err *e)
 {
     const exec_backend *be = rt->be;
     exec_tensor tt[EXEC_P_COUNT];
     exec_gpt_param_table(&rt->cfg, tt);
-    for (int i = 0; i < rt->n_local; i++) {
+    exec_tensor *lt = lora_tensors(rt);
+    /* weights into full and lora; moments of what the model's arena
+     * holds (the adapters' are not kept: a checkpoint is a plain model) */
+    exec_parr wt = {tt, lt, full, lora}, m = {tt, lt, adam_m, NULL},
+              v = {tt, lt, adam_v, NULL};
+    int rc = 0;
+    for (int i = 0; i < rt->n_local && !rc; i++) {
         exec_worker *w = &rt->w[i];
-        if (be->bind(&w->dev, EXEC_ROLE_SETUP, e)) return -1;
-        for (int k = 0; k < w->n_st; k++) {
+        if (be->bind(&w->dev, EXEC_ROLE_SETUP, e)) {
+            rc = -1;
+            break;
+        }
+        for (int k = 0; k < w->n_st && !rc; k++) {
             exec_stage *st = &w->st[k];
             if (st->ofl) {
-                if (ofl_collect(w, st, tt, full, adam_m, adam_v, e)) {
-                    be->unbind();
-                    return util_err_prefix(e, "device %d", w->device);
-                }
+                if (ofl_collect(w, st, tt, full, adam_m, adam_v, e))
+                    rc = util_err_prefix(e, "device %d", w->device);
                 continue;
             }
-            arena_collect(be, st, tt, st->w[st->cur_ver], full);
-            if (adam_m) arena_collect(be, st, tt, st->am, adam_m);
-            if (adam_v) arena_collect(be, st, tt, st->av, adam_v);
+            arena_collect(be, st, st->w[st->cur_ver], st->wf, &wt);
+            if (adam_m) arena_collect(be, st, st->am, NULL, &m);
+            if (adam_v) arena_collect(be, st, st->av, NULL, &v);
         }
-        int rc = be->sync(e);
+        if (!rc && be->sync(e)) rc = util_err_prefix(e, "device %d", w->device);
         be->unbind();
-        if (rc) return util_err_prefix(e, "device %d", w->device);
     }
-    return 0;
+    free(lt);
+    return rc;
 }
 
 void exec_rt_free(exec_runtime *rt)
@@ -1735,15 +1802,17 @@ void exec_rt_free(exec_runtime *rt)
                 free(w->lgrad[k]);
             }
             for (int v = 0; st->w && v < st->n_ver_slots; v++)
-                arena_free(w, st, st->w[v]);
+                arena_free(w, st->n, st->w[v]);
             free(st->w);
             free(st->pending);
-            arena_free(w, st, st->g);
-            arena_free(w, st, st->am);
-            arena_free(w, st, st->av);
+            arena_free(w, st->n, st->g);
+            arena_free(w, st->n, st->am);
+            arena_free(w, st->n, st->av);
+            arena_free(w, st->n_frozen, st->wf);
             free(st->sl);
             free(st->sl_w);
             free(st->sl_b);
+            free(st->sl_l);
         }
         int n = rt->ir->n_tasks;
         for (int k = 0; w->rbuf && k < n; k++) exec_buf_unref(w->rbuf[k]);

@@ -118,6 +118,16 @@ typedef struct exec_xop {
     int has_w;              /* it has a weight-gradient part */
     int tp_ar_fwd;          /* all-reduce of the output in F */
     int tp_ar_bwd;          /* all-reduce of the input gradient in B */
+    /* Fine-tuning (prof_model_finetune): how far its backward reaches
+     * (PROF_GRAD_NONE: none at all), whether its own weights train, and
+     * its LoRA adapters (exec_lora_table): how many, where each one's
+     * outputs start in the op's (q, k, v of the fused projection), their
+     * width and the inputs' on this rank, whether W is row-parallel (A
+     * split by rows, x A summed over the group), and the floats of x A
+     * kept for the backward (N x n_lora x R). */
+    int grad, train_w;
+    int n_lora, lora_col[3], lora_n, lora_k, lora_rowpar;
+    size_t lora_keep_n;
 } exec_xop;
 
 /* A slice of a parameter tensor a stage holds: local floats [off, off+n)
@@ -134,6 +144,11 @@ typedef struct exec_slice {
                              * copy of what ranks or stages replicate) */
     int tied;               /* a copy of the tied token table */
     int save_owner;         /* written to checkpoints from this copy */
+    int frozen;             /* in the stage's frozen arena: no gradient,
+                             * no AdamW state, one version */
+    int lora;               /* `tensor` is a LoRA adapter's
+                             * (exec_lora_table), not the model's */
+    int op;                 /* the graph op it belongs to */
 } exec_slice;
 
 /* Builds the model program: per op role, sizes, what backward keeps.
@@ -146,12 +161,15 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
  * loss leaves out (Megatron-LM pads the vocabulary the same way). */
 int exec_vocab_shard(int V, int tp);
 /* The parameter slices of ops [first, last] for tensor-parallel rank r of
- * tp in data-parallel replica `replica`; tied_owner: no stage of the
- * replica holds the embedding, so a tied head's copy is the one saved.
- * *n gets the count, the return value the floats they take. */
+ * tp in data-parallel replica `replica`, with the LoRA adapters and the
+ * frozen weights of the model's fine-tuning mode (m->ft, each op's grad);
+ * tied_owner: no stage of the replica holds the embedding, so a tied
+ * head's copy is the one saved. *n gets the count, *n_frozen the floats
+ * of the frozen arena, the return value those of the trained one. */
 size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
                          int first, int last, int tp, int r, int replica,
-                         int tied_owner, exec_slice **out, int *n);
+                         int tied_owner, exec_slice **out, int *n,
+                         size_t *n_frozen);
 
 /* ------------------------------------------------------------ stages */
 
@@ -176,17 +194,21 @@ typedef struct exec_stage {
      * later segment reads again, or a kept op's backward reads). */
     int *rseg, *seg_first, *seg_last, n_rseg;
     int *keep_rc, *keep_rc_ext;
-    /* per op: the slices of its weight and bias (-1: none), found once
+    /* per op: the slices of its weight and bias, and the first of its
+     * LoRA adapters' (A, B, A, B...) (-1: none), found once
      * (exec_stage_op_slices) rather than by every task */
-    int *sl_w, *sl_b;
+    int *sl_w, *sl_b, *sl_l;
     int has_embed, has_loss;
-    /* parameters: arenas of n floats (gradients, AdamW m and v), the
-     * weights per version (stashing): w[v] for each version in use */
+    /* parameters: arenas of the n floats that train (gradients, AdamW m
+     * and v), their weights per version (stashing): w[v] for each
+     * version in use; the n_frozen floats of frozen weights (a
+     * fine-tuning mode's) in wf, one version, never written */
     exec_slice *sl;
     int n_sl;
-    int tied_sl;            /* the slice holding a tied table's copy, -1 */
-    size_t n;
-    float *g, *am, *av;
+    int tied_sl;            /* the slice holding a tied table's copy that
+                             * trains, -1 */
+    size_t n, n_frozen;
+    float *g, *am, *av, *wf;
     float **w;
     int *pending;           /* per version: compute tasks still to use it */
     int n_ver_slots, cur_ver;
@@ -203,6 +225,7 @@ typedef struct exec_rec {
     exec_view *ext;         /* per external input */
     exec_view *dout;        /* per op: output gradients */
     exec_view *dext;        /* per external input: its gradient */
+    exec_view *xa;          /* per op: its LoRA adapters' x A */
     exec_view ids;          /* the microbatch's tokens then targets (N
                              * ints each, on the device) */
     int version;
@@ -392,20 +415,31 @@ struct exec_runtime {
     void *on_step_ctx;
 };
 
+/* The run's whole parameter arrays a stage's slices come from and go to:
+ * the model's (P floats in the order of table tt) and the LoRA adapters'
+ * (exec_lora_table lt; lora NULL: zeros, or not wanted). */
+typedef struct exec_parr {
+    const exec_tensor *tt, *lt;
+    float *p, *lora;
+} exec_parr;
+
 /* Sets up the workers this process holds (ids first..first+n-1): task
  * lists, stages with their parameters from full (P floats in arena order;
- * adam_m/adam_v may be NULL for zero state), memory. Code 1 when the
+ * adam_m/adam_v may be NULL for zero state) and the LoRA adapters from
+ * lora (exec_lora_table's arena; NULL without), memory. Code 1 when the
  * state does not fit the budget. */
 int exec_rt_setup(exec_runtime *rt, const float *full,
-                  const float *adam_m, const float *adam_v, util_err *e);
+                  const float *adam_m, const float *adam_v, const float *lora,
+                  util_err *e);
 /* Runs every epoch on the workers held here (threads), joins them.
  * Returns 0, or -1 with rt->err set (the first failure). */
 int exec_rt_run(exec_runtime *rt);
 /* Writes the weights and AdamW state of the slices this process owns for
- * checkpoints into full arrays (P floats; others untouched); -1 when a
- * device failed to hand them back. */
+ * checkpoints into full arrays (P floats; others untouched), the LoRA
+ * adapters into lora (NULL without); -1 when a device failed to hand them
+ * back. */
 int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
-                    float *adam_v, util_err *e);
+                    float *adam_v, float *lora, util_err *e);
 void exec_rt_free(exec_runtime *rt);
 
 /* The floats receive task rid brings worker w (transports that must
@@ -491,14 +525,15 @@ int exec_ofl_read_state(exec_worker *w, exec_stage *st, float *wt, float *m,
 void exec_ofl_stats(const exec_worker *w, double out[6]);
 /* How the file is written ("O_DIRECT" or why buffered), "" for DRAM. */
 const char *exec_ofl_note(const exec_worker *w);
-/* A stage's slices of full (P floats in arena order) into h (st->n
- * floats, the rest untouched); the slices it saves from h into full. */
-/* Fills st->sl_w, st->sl_b from its slices (stage_gpt.c). */
+/* Fills st->sl_w, st->sl_b, st->sl_l from its slices (stage_gpt.c). */
 void exec_stage_op_slices(const exec_runtime *rt, exec_stage *st);
-void exec_stage_gather(const exec_stage *st, const exec_tensor *tt,
-                       const float *full, float *h);
-void exec_stage_scatter(const exec_stage *st, const exec_tensor *tt,
-                        const float *h, float *full);
+/* A stage's slices of src into h (st->n floats) and hf (st->n_frozen; NULL
+ * when the stage has none), the rest untouched; the slices it saves from
+ * h and hf into dst (a NULL array of dst is left out). */
+void exec_stage_gather(const exec_stage *st, const exec_parr *src, float *h,
+                       float *hf);
+void exec_stage_scatter(const exec_stage *st, const float *h,
+                        const float *hf, const exec_parr *dst);
 /* Stops the threads, frees the tier (the stages' parts too). */
 void exec_ofl_free(exec_worker *w);
 

@@ -53,6 +53,53 @@ static const struct xrole {
     {PROF_ROLE_LOSS, SZ_N, SZ_NVL, 0, 0, 0, 0, 0, 0},
 };
 
+/* The targets LoRA may put beside a linear role's weight matrix (q, k
+ * and v: the fused projection's thirds), W's inputs k and outputs n, and
+ * whether W is row-parallel under tensor parallelism (the attention's
+ * output, the MLP's second linear; the others are column-parallel);
+ * 0 for a role without one. */
+static int lora_targets(const exec_gpt_config *c, prof_op_role role,
+                        unsigned bits[3], size_t *k, size_t *n, int *rowpar)
+{
+    int nb = 1;
+    *k = *n = (size_t)c->hidden;
+    *rowpar = 0;
+    switch (role) {
+    case PROF_ROLE_QKV:
+        bits[0] = PROF_LORA_Q, bits[1] = PROF_LORA_K, bits[2] = PROF_LORA_V;
+        nb = 3;
+        break;
+    case PROF_ROLE_ATTN_OUT: bits[0] = PROF_LORA_OUT, *rowpar = 1; break;
+    case PROF_ROLE_MLP_UP: bits[0] = PROF_LORA_UP, *n = c->ffn; break;
+    case PROF_ROLE_MLP_DOWN:
+        bits[0] = PROF_LORA_DOWN, *rowpar = 1, *k = c->ffn;
+        break;
+    default:
+        return 0;
+    }
+    return nb;
+}
+
+/* The LoRA adapters beside op p's weight matrix (its layer's targets of
+ * the model's mode) as one of tp ranks holds them: beside a column-
+ * parallel W each adapter's output columns are split and A is whole,
+ * beside a row-parallel one A's rows are split (x A is summed over the
+ * group). */
+static void lora_geometry(const prof_model *m, const exec_gpt_config *c,
+                          size_t N, int tp, exec_xop *p)
+{
+    unsigned bits[3];
+    size_t k, n;
+    int rowpar, nb = lora_targets(c, p->role, bits, &k, &n, &rowpar);
+    p->lora_rowpar = rowpar;
+    p->lora_k = (int)(rowpar ? k / tp : k);
+    p->lora_n = (int)(rowpar ? n : n / tp);
+    for (int b = 0; b < nb; b++)
+        if (exec_lora_index(c, &m->ft, p->layer, bits[b]) >= 0)
+            p->lora_col[p->n_lora++] = b * p->lora_n;
+    p->lora_keep_n = N * (size_t)p->n_lora * (size_t)m->ft.rank;
+}
+
 int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                     int T, int tp, exec_xop **out, util_err *e)
 {
@@ -86,10 +133,21 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
         for (int k = 0; k < p->n_in; k++) p->in[k] = o->in[k];
         p->out_n = sz[r->out];
         p->aux_n = sz[r->aux];
-        p->self_keep = r->self;
-        p->need_in[0] = r->in0;
-        p->need_in[1] = r->in1;
-        p->has_w = r->w;
+        p->grad = o->grad;
+        p->train_w = r->w && o->grad == PROF_GRAD_TRAIN;
+        lora_geometry(m, c, N, tp, p);
+        p->has_w = p->train_w || p->n_lora > 0;
+        /* nothing before the first op that trains runs a backward; a
+         * linear reads its input for its weight gradients only */
+        int bwd = o->grad != PROF_GRAD_NONE;
+        int linear = o->role == PROF_ROLE_QKV ||
+                     o->role == PROF_ROLE_ATTN_OUT ||
+                     o->role == PROF_ROLE_MLP_UP ||
+                     o->role == PROF_ROLE_MLP_DOWN ||
+                     o->role == PROF_ROLE_LM_HEAD;
+        p->self_keep = bwd && r->self;
+        p->need_in[0] = bwd && (linear ? p->has_w : r->in0);
+        p->need_in[1] = bwd && r->in1;
         p->tp_ar_fwd = tp > 1 && r->ar_fwd;
         p->tp_ar_bwd = tp > 1 && r->ar_bwd;
     }
@@ -114,7 +172,8 @@ static size_t vocab_rows(size_t V, size_t Vl, int r)
 typedef struct slices {
     exec_slice *s;
     int n, cap;
-    size_t off;
+    size_t off, foff;       /* next float of the trained, frozen arena */
+    int frozen, op;         /* of the op whose slices are being added */
 } slices;
 
 static void add_slice(slices *v, int tensor, size_t row0, size_t rows,
@@ -128,7 +187,6 @@ static void add_slice(slices *v, int tensor, size_t row0, size_t rows,
     exec_slice *s = &v->s[v->n++];
     memset(s, 0, sizeof *s);
     s->tensor = tensor;
-    s->off = v->off;
     s->n = rows * ncols;
     s->row0 = row0;
     s->rows = rows;
@@ -136,10 +194,22 @@ static void add_slice(slices *v, int tensor, size_t row0, size_t rows,
     s->ncols = ncols;
     s->fcols = fcols;
     s->decay = decay;
-    s->norm_owner = norm_owner;
+    s->frozen = v->frozen;
+    s->op = v->op;
+    /* a frozen weight has no gradient to count */
+    s->norm_owner = norm_owner && !v->frozen;
     s->tied = tied;
     s->save_owner = save_owner;
-    v->off += s->n;
+    size_t *at = v->frozen ? &v->foff : &v->off;
+    s->off = *at;
+    *at += s->n;
+}
+
+/* Floats of the current arena no tensor fills (a vocabulary shard's
+ * padding rows). */
+static void pad(slices *v, size_t n)
+{
+    *(v->frozen ? &v->foff : &v->off) += n;
 }
 
 /* Which norm an op is: the op after it says (attention, MLP or head). */
@@ -150,9 +220,41 @@ static int norm_tensor(const prof_model *m, int i)
          : next == PROF_ROLE_MLP_UP ? EXEC_P_LN2W : EXEC_P_LNFW;
 }
 
+/* The LoRA adapters of graph op i (the targets of its role in its layer)
+ * as rank r of tp holds them: beside a column-parallel W, A whole (saved
+ * and counted by rank 0) and B's columns split; beside a row-parallel
+ * one, A's columns (W's rows) split and B whole. Replica 0 saves. */
+static void add_lora(slices *v, const prof_model *m,
+                     const exec_gpt_config *c, int i, int tp, int r,
+                     int replica)
+{
+    unsigned bits[3];
+    size_t k, n;
+    int rowpar, nb = lora_targets(c, m->ops[i].role, bits, &k, &n, &rowpar);
+    size_t R = (size_t)m->ft.rank, kl = k / tp, nl = n / tp;
+    int rep0 = replica == 0, one = rep0 && r == 0;
+    int was = v->frozen;
+    v->frozen = 0;              /* adapters train */
+    for (int b = 0; b < nb; b++) {
+        int a = exec_lora_index(c, &m->ft, gpt_layer(m, i, c->layers),
+                                bits[b]);
+        if (a < 0) continue;
+        if (rowpar) {
+            add_slice(v, 2 * a, 0, R, r * kl, kl, k, 1, rep0, 0, rep0);
+            add_slice(v, 2 * a + 1, 0, R, 0, n, n, 1, one, 0, one);
+        } else {
+            add_slice(v, 2 * a, 0, R, 0, k, k, 1, one, 0, one);
+            add_slice(v, 2 * a + 1, 0, R, r * nl, nl, n, 1, rep0, 0, rep0);
+        }
+        v->s[v->n - 2].lora = v->s[v->n - 1].lora = 1;
+    }
+    v->frozen = was;
+}
+
 size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
                          int first, int last, int tp, int r, int replica,
-                         int tied_owner, exec_slice **out, int *n)
+                         int tied_owner, exec_slice **out, int *n,
+                         size_t *n_frozen)
 {
     size_t C = c->hidden, Cl = C / tp, F = c->ffn, Fl = F / tp;
     size_t V = c->vocab, Vl = (size_t)exec_vocab_shard(c->vocab, tp);
@@ -163,13 +265,16 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
     for (int i = first; i <= last; i++) {
         int l = gpt_layer(m, i, c->layers);
         size_t L = l < 0 ? 0 : (size_t)l;
+        /* a fine-tuning mode's frozen weights (prof_model_finetune) */
+        v.frozen = m->ops[i].grad != PROF_GRAD_TRAIN;
+        v.op = i;
         switch (m->ops[i].role) {
         case PROF_ROLE_EMBED:
             /* vocabulary-parallel rows, the shard padded to Vl rows (as
              * Megatron-LM pads the vocabulary); positions replicated */
             add_slice(&v, EXEC_P_WTE, r * Vl, Vr, 0, C, C, 1, rep0,
                       c->tied, rep0);
-            v.off += (Vl - Vr) * C;
+            pad(&v, (Vl - Vr) * C);
             add_slice(&v, EXEC_P_WPE, 0, P, 0, C, C, 1, one, 0, one);
             have_wte = 1;
             break;
@@ -188,6 +293,7 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
                 for (int k = 0; k < 3; k++)
                     add_slice(&v, EXEC_P_QKVB, L * 3 * C + k * C + r * Cl, Cl,
                               0, 1, 1, 0, rep0, 0, rep0);
+            add_lora(&v, m, c, i, tp, r, replica);
             break;
         case PROF_ROLE_ATTN_OUT:
             add_slice(&v, EXEC_P_ATTPROJW, L * C, C, r * Cl, Cl, C, 1, rep0,
@@ -195,6 +301,7 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             if (c->bias)
                 add_slice(&v, EXEC_P_ATTPROJB, L * C, C, 0, 1, 1, 0, one, 0,
                           one);
+            add_lora(&v, m, c, i, tp, r, replica);
             break;
         case PROF_ROLE_MLP_UP:
             add_slice(&v, EXEC_P_FCW, L * F + r * Fl, Fl, 0, C, C, 1, rep0, 0,
@@ -202,6 +309,7 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             if (c->bias)
                 add_slice(&v, EXEC_P_FCB, L * F + r * Fl, Fl, 0, 1, 1, 0, rep0,
                           0, rep0);
+            add_lora(&v, m, c, i, tp, r, replica);
             break;
         case PROF_ROLE_MLP_DOWN:
             add_slice(&v, EXEC_P_FCPROJW, L * C, C, r * Fl, Fl, F, 1, rep0, 0,
@@ -209,6 +317,7 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             if (c->bias)
                 add_slice(&v, EXEC_P_FCPROJB, L * C, C, 0, 1, 1, 0, one, 0,
                           one);
+            add_lora(&v, m, c, i, tp, r, replica);
             break;
         case PROF_ROLE_LM_HEAD:
             if (c->tied && have_wte) break; /* the embedding's own table */
@@ -220,7 +329,7 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             else
                 add_slice(&v, EXEC_P_LMW, r * Vl, Vr, 0, C, C, 1, rep0, 0,
                           rep0);
-            v.off += (Vl - Vr) * C;
+            pad(&v, (Vl - Vr) * C);
             break;
         default:
             break;
@@ -228,6 +337,7 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
     }
     *out = v.s;
     *n = v.n;
+    if (n_frozen) *n_frozen = v.foff;
     return v.off;
 }
 
@@ -316,8 +426,12 @@ static int tp_sum(exec_worker *w, float *buf, size_t n, int64_t *tp_ns,
 }
 
 /* Parameter pointers of op i in a stage: the weight (or token table) and
- * the bias (or position table) of its slices. */
-typedef struct oparams { float *w, *b, *gw, *gb; } oparams;
+ * the bias (or position table) of its slices, its LoRA adapters' A and B;
+ * gradients NULL for what is frozen. */
+typedef struct oparams {
+    float *w, *b, *gw, *gb;
+    float *la[3], *lb[3], *gla[3], *glb[3];
+} oparams;
 
 /* A weight (gradient) at arena offset off: in the stage's arenas, or in
  * its device window when its states are offloaded (exec/offload.c). */
@@ -366,7 +480,7 @@ static void op_slices(const exec_runtime *rt, const exec_stage *st, int op,
     size_t C = rt->cfg.hidden;
     for (int k = 0; k < st->n_sl; k++) {
         const exec_slice *s = &st->sl[k];
-        int layer_ok = 1;
+        int layer_ok = !s->lora;
         switch (s->tensor) {
         case EXEC_P_QKVW: case EXEC_P_QKVB:
             layer_ok = (int)(s->row0 / (3 * C)) == l;
@@ -395,8 +509,26 @@ void exec_stage_op_slices(const exec_runtime *rt, exec_stage *st)
 {
     st->sl_w = util_malloc(sizeof(int) * (size_t)st->n_ops);
     st->sl_b = util_malloc(sizeof(int) * (size_t)st->n_ops);
-    for (int i = 0; i < st->n_ops; i++)
+    st->sl_l = util_malloc(sizeof(int) * (size_t)st->n_ops);
+    for (int i = 0; i < st->n_ops; i++) {
         op_slices(rt, st, st->first + i, &st->sl_w[i], &st->sl_b[i]);
+        st->sl_l[i] = -1;
+    }
+    for (int k = st->n_sl - 1; k >= 0; k--)
+        if (st->sl[k].lora) st->sl_l[st->sl[k].op - st->first] = k;
+}
+
+/* A slice's weights: in the frozen arena, or in version wv of the trained
+ * one; its gradient, NULL when frozen. */
+static float *slice_w(const exec_stage *st, const float *wv,
+                      const exec_slice *s)
+{
+    return s->frozen ? st->wf + s->off : wparam(st, wv, s->off);
+}
+
+static float *slice_g(const exec_stage *st, const exec_slice *s)
+{
+    return s->frozen ? NULL : gparam(st, s->off);
 }
 
 static oparams op_params(const exec_worker *w, const exec_stage *st,
@@ -404,14 +536,22 @@ static oparams op_params(const exec_worker *w, const exec_stage *st,
 {
     (void)w;
     oparams o = {0};
-    int first_w = st->sl_w[op - st->first], first_b = st->sl_b[op - st->first];
+    int i = op - st->first;
+    int first_w = st->sl_w[i], first_b = st->sl_b[i], l = st->sl_l[i];
     if (first_w >= 0) {
-        o.w = wparam(st, wv, st->sl[first_w].off);
-        o.gw = gparam(st, st->sl[first_w].off);
+        o.w = slice_w(st, wv, &st->sl[first_w]);
+        o.gw = slice_g(st, &st->sl[first_w]);
     }
     if (first_b >= 0) {
-        o.b = wparam(st, wv, st->sl[first_b].off);
-        o.gb = gparam(st, st->sl[first_b].off);
+        o.b = slice_w(st, wv, &st->sl[first_b]);
+        o.gb = slice_g(st, &st->sl[first_b]);
+    }
+    for (int a = 0; l >= 0 && a < w->rt->xop[op].n_lora; a++) {
+        const exec_slice *A = &st->sl[l + 2 * a], *B = A + 1;
+        o.la[a] = slice_w(st, wv, A);
+        o.lb[a] = slice_w(st, wv, B);
+        o.gla[a] = slice_g(st, A);
+        o.glb[a] = slice_g(st, B);
     }
     return o;
 }
@@ -475,6 +615,114 @@ static void count_loss_of(exec_worker *w, const float *losses, int N)
     free(h);
 }
 
+/* ---------------------------------------------------------------- LoRA */
+
+/* Columns [col, col+n) of a matrix of rows ld wide, out to a packed copy
+ * (to_packed) or back: the kernels take whole rows, and an adapter of the
+ * fused q|k|v projection owns a third of them. */
+static void cols_copy(exec_worker *w, float *packed, float *m, size_t ld,
+                      size_t col, size_t n, int to_packed)
+{
+    const exec_backend *be = w->rt->be;
+    size_t N = (size_t)w->rt->mbs * w->rt->T;
+    if (to_packed)
+        EXEC_KERN(w, be->copy2d(packed, n, m + col, ld, N, n));
+    else
+        EXEC_KERN(w, be->copy2d(m + col, ld, packed, n, N, n));
+}
+
+/* LoRA beside a linear's weight W (Hu et al. 2021): out += s (x A) B per
+ * adapter, with s = alpha / R and alpha = R: the paper sets alpha to the
+ * first R it tries and does not tune it, so s = 1 and nothing is scaled.
+ * Every adapter's x A is kept for B's gradient (r->xa, N x R each).
+ * Beside a row-parallel W a rank's x A is a partial sum, summed over the
+ * group first, and rank 0 alone adds (x A) B to its part of the output
+ * before the output's own sum, as it adds the bias. OC: the output's
+ * width on this rank. */
+static int lora_forward(exec_worker *w, exec_rec *r, int i, const exec_xop *x,
+                        const oparams *p, const float *in, float *out, int OC,
+                        int64_t *tp_ns, util_err *e)
+{
+    if (!x->n_lora) return 0;
+    exec_runtime *rt = w->rt;
+    const kern_table *K = rt->be->k;
+    int N = rt->mbs * rt->T, R = rt->model->ft.rank, n = x->lora_n;
+    size_t NR = (size_t)N * R;
+    float *xa = newbuf(w, &r->xa[i], x->lora_keep_n, 0, "LoRA's x A", e);
+    if (!xa) return -1;
+    for (int a = 0; a < x->n_lora; a++)
+        EXEC_KERN(w, K->linear_forward(xa + a * NR, in, p->la[a], NULL, N,
+                                       x->lora_k, R));
+    if (x->lora_rowpar && rt->tp > 1 &&
+        tp_sum(w, xa, x->lora_keep_n, tp_ns, e))
+        return -1;
+    if (x->lora_rowpar && w->rank) return 0;
+    exec_buf *s = n == OC ? NULL
+                : scratch(w, (size_t)N * n, "LoRA's output", e);
+    if (n != OC && !s) return -1;
+    for (int a = 0; a < x->n_lora; a++) {
+        /* += (x A) B: the input-gradient GEMM adds, with B as W */
+        float *y = s ? s->p : out;
+        if (s) cols_copy(w, y, out, OC, x->lora_col[a], n, 1);
+        EXEC_KERN(w, K->linear_backward_input(y, xa + a * NR, p->lb[a], N, n,
+                                              R));
+        if (s) cols_copy(w, y, out, OC, x->lora_col[a], n, 0);
+    }
+    exec_buf_unref(s);
+    return 0;
+}
+
+/* LoRA's part of a linear's backward, from the output gradient dy (OC
+ * wide on this rank) and what the forward kept: per adapter d(x A) =
+ * dy B^T, then the input part dx += d(x A) A^T (dx NULL: none; beside a
+ * column-parallel W the caller sums dx over the group after) and the
+ * weight part dB += (x A)^T dy, dA += x^T d(x A) (beside a column-
+ * parallel W, d(x A) is a rank's partial sum: summed over the group
+ * first). A weight part alone computes d(x A) again rather than keep it
+ * from the input part: the kept x A is all the simulator counts. */
+static int lora_backward(exec_worker *w, exec_rec *r, int i,
+                         const exec_xop *x, const oparams *p, const float *in,
+                         float *dy, int OC, float *dx, int weight_part,
+                         int64_t *tp_ns, util_err *e)
+{
+    if (!x->n_lora) return 0;
+    exec_runtime *rt = w->rt;
+    const kern_table *K = rt->be->k;
+    int N = rt->mbs * rt->T, R = rt->model->ft.rank, n = x->lora_n,
+        k = x->lora_k;
+    size_t NR = (size_t)N * R;
+    const float *xa = exec_view_p(&r->xa[i]);
+    if (weight_part && !xa)
+        return util_errf(e, UTIL_EXIT_FAIL, "LoRA's x A was not kept for "
+                         "its weight gradients");
+    exec_buf *s = scratch(w, NR + (n == OC ? 0 : (size_t)N * n),
+                          "LoRA's gradients", e);
+    if (!s) return -1;
+    float *dxa = s->p, *dya = s->p + NR;
+    int rc = 0;
+    for (int a = 0; a < x->n_lora && !rc; a++) {
+        const float *g = dy;
+        if (n != OC) {
+            cols_copy(w, dya, dy, OC, x->lora_col[a], n, 1);
+            g = dya;
+        }
+        EXEC_KERN(w, K->linear_forward(dxa, g, p->lb[a], NULL, N, n, R));
+        if (dx)
+            EXEC_KERN(w, K->linear_backward_input(dx, dxa, p->la[a], N, k,
+                                                  R));
+        if (!weight_part) continue;
+        EXEC_KERN(w, K->linear_backward_weight(p->glb[a], NULL, xa + a * NR,
+                                               g, N, n, R));
+        if (!x->lora_rowpar && rt->tp > 1)
+            rc = tp_sum(w, dxa, NR, tp_ns, e);
+        if (!rc)
+            EXEC_KERN(w, K->linear_backward_weight(p->gla[a], NULL, dxa, in,
+                                                   N, k, R));
+    }
+    exec_buf_unref(s);
+    return rc;
+}
+
 int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                     int count_loss, int64_t *tp_ns, util_err *e)
 {
@@ -515,6 +763,8 @@ int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         break;
     case PROF_ROLE_QKV:
         EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, 3 * Cl));
+        if (lora_forward(w, r, i, x, &p, in0, out, 3 * Cl, tp_ns, e))
+            return -1;
         break;
     case PROF_ROLE_ATTN_SCORES:
         EXEC_KERN(w, K->attn_scores_forward(out, in0, B, T, Cl, NHl));
@@ -531,6 +781,7 @@ int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         /* row-parallel: the bias once, by rank 0, before the sum */
         EXEC_KERN(w, K->linear_forward(out, in0, p.w, w->rank ? NULL : p.b,
                                        N, IC, C));
+        if (lora_forward(w, r, i, x, &p, in0, out, C, tp_ns, e)) return -1;
         if (tp > 1 && tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
         break;
     }
@@ -539,6 +790,7 @@ int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         break;
     case PROF_ROLE_MLP_UP:
         EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, Fl));
+        if (lora_forward(w, r, i, x, &p, in0, out, Fl, tp_ns, e)) return -1;
         break;
     case PROF_ROLE_MLP_ACT:
         EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)N * Fl));
@@ -586,6 +838,9 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     const float *in1 = x->n_in > 1 ? exec_view_p(in_view(st, r, op, rt->xop, 1))
                                    : NULL;
     float *d0 = NULL, *d1 = NULL;
+    /* frozen weights get no gradient; nothing before the first op that
+     * trains runs a backward (the caller skips those ops) */
+    int base_w = weight_part && x->train_w;
     if (input_part && x->n_in > 0 && x->role != PROF_ROLE_EMBED) {
         if (!(d0 = din(w, st, r, op, 0, e))) return -1;
         if (x->n_in > 1 && !(d1 = din(w, st, r, op, 1, e))) return -1;
@@ -597,7 +852,7 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                          rt->model->ops[op].name);
     switch (x->role) {
     case PROF_ROLE_EMBED:
-        if (!weight_part) break;
+        if (!base_w) break;
         if (tp == 1)
             EXEC_KERN(w, K->embed_backward(p.gw, p.gb, dout, tok, B, T, C));
         else
@@ -608,7 +863,7 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         if (input_part)
             EXEC_KERN(w, K->layernorm_backward_input(d0, dout, in0, p.w, aux,
                                                      aux + N, N, C));
-        if (weight_part)
+        if (base_w)
             EXEC_KERN(w, K->layernorm_backward_weight(p.gw, p.gb, dout, in0,
                                                       aux, aux + N, N, C));
         break;
@@ -622,20 +877,30 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
             if (tp == 1) {
                 EXEC_KERN(w, K->linear_backward_input(d0, dout, p.w, N, C,
                                                       OC));
+                if (lora_backward(w, r, i, x, &p, in0, dout, OC, d0,
+                                  weight_part, tp_ns, e))
+                    return -1;
             } else {
                 exec_buf *tmp = scratch(w, (size_t)N * C, "an input "
                                         "gradient", e);
                 if (!tmp) return -1;
                 EXEC_KERN(w, K->linear_backward_input(tmp->p, dout, p.w, N, C,
                                                       OC));
-                int rc = tp_sum(w, tmp->p, (size_t)N * C, tp_ns, e);
+                /* the adapters' part of this rank's sum, before it */
+                int rc = lora_backward(w, r, i, x, &p, in0, dout, OC, tmp->p,
+                                       weight_part, tp_ns, e);
+                if (!rc) rc = tp_sum(w, tmp->p, (size_t)N * C, tp_ns, e);
                 if (!rc)
                     EXEC_KERN(w, K->accumulate(d0, tmp->p, (size_t)N * C));
                 exec_buf_unref(tmp);
                 if (rc) return -1;
             }
+        } else if (weight_part &&
+                   lora_backward(w, r, i, x, &p, in0, dout, OC, NULL, 1,
+                                 tp_ns, e)) {
+            return -1;
         }
-        if (weight_part)
+        if (base_w)
             EXEC_KERN(w, K->linear_backward_weight(
                              p.gw, x->role == PROF_ROLE_LM_HEAD ? NULL : p.gb,
                              dout, in0, N, C, OC));
@@ -646,7 +911,11 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         int IC = x->role == PROF_ROLE_ATTN_OUT ? Cl : Fl;
         if (input_part)
             EXEC_KERN(w, K->linear_backward_input(d0, dout, p.w, N, IC, C));
-        if (weight_part)
+        if ((input_part || weight_part) &&
+            lora_backward(w, r, i, x, &p, in0, dout, C,
+                          input_part ? d0 : NULL, weight_part, tp_ns, e))
+            return -1;
+        if (base_w)
             EXEC_KERN(w, K->linear_backward_weight(p.gw, p.gb, dout, in0, N,
                                                    IC, C));
         break;

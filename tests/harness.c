@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#include <math.h>
 
 #include "profiles/profiles.h"
 
@@ -176,4 +177,139 @@ void cli_result_free(cli_result *r)
     free(r->out);
     free(r->err);
     r->out = r->err = NULL;
+}
+
+/* ---------------------------------------------- pipeline executor runs */
+
+void pipe_plan(const pspec *s, sim_plan *p)
+{
+    util_err e;
+    prof_model *m = prof_model_load(s->model, &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    sim_plan_init(p);
+    snprintf(p->model, sizeof p->model, "%s", s->model);
+    snprintf(p->hw, sizeof p->hw, "cpu x%d", s->pp * (s->dp ? s->dp : 1) *
+                                                (s->tp ? s->tp : 1));
+    p->sched = s->sched;
+    p->pp = s->pp;
+    p->dp = s->dp ? s->dp : 1;
+    p->tp = s->tp ? s->tp : 1;
+    p->mbs = s->mbs;
+    p->n_mb = s->nmb;
+    p->recompute = s->recompute;
+    p->waves = 1;
+    int S = s->stages ? s->stages : s->pp;
+    if (s->sched == SIM_SCHED_INTERLEAVED) p->chunks = S / s->pp;
+    sim_plan_stages(p, S);
+    prof_gpu g;
+    cr_assert_eq(prof_gpu_get("cpu", &g, &e), 0);
+    cr_assert_eq(sim_partition_balanced(m, &g, s->mbs, S, p->first_op,
+                                        p->last_op, &e), 0, "%s", e.msg);
+    sim_sched_opts so = {.sched = s->sched, .pp = s->pp, .n_stages = S,
+                         .waves = 1};
+    sim_sched_map(&so, p->stage_device);
+    if (s->sched == SIM_SCHED_MIXED || s->sched == SIM_SCHED_MIXED_1F1B ||
+        s->sched == SIM_SCHED_MIXED_GPIPE)
+        for (int k = 0; k < S; k++) p->stage_device[k] = (S - 1 - k) % s->pp;
+    prof_model_free(m);
+}
+
+void cli_plan(const char *args, sim_plan *p)
+{
+    char *dir = test_tmpdir(), path[512];
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    cli_result r = cli_run("sim %s --out %s", args, path);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    util_err e;
+    cr_assert_eq(sim_plan_load(path, p, &e), 0, "%s", e.msg);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+}
+
+exec_adamw pipe_adamw(float clip)
+{
+    return (exec_adamw){.lr = 2e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
+                        .eps = 1e-6f, .weight_decay = 0.1f, .clip = clip};
+}
+
+exec_pipe_opts pipe_opts(const sim_plan *p, int steps, float clip)
+{
+    exec_pipe_opts o = {0};
+    o.plan = p;
+    o.data = TEST_CORPUS;
+    o.steps = steps;
+    o.adamw = pipe_adamw(clip);
+    o.warmup = -1;
+    o.seed = 1337;
+    return o;
+}
+
+void pipe_run_lr(const sim_plan *p, int steps, float clip, float lr,
+                 exec_pipe_result *r)
+{
+    exec_pipe_opts o = pipe_opts(p, steps, clip);
+    if (lr > 0) {
+        o.adamw.lr = lr;
+        o.adamw.eps = 1e-8f;
+    }
+    util_err e = {0};
+    cr_assert_eq(exec_pipe_run(&o, r, &e), 0, "%s: %s",
+                 sim_sched_name(p->sched), e.msg);
+}
+
+void pipe_run(const sim_plan *p, int steps, float clip, exec_pipe_result *r)
+{
+    pipe_run_lr(p, steps, clip, 0, r);
+}
+
+float *pipe_reference(const char *model, int B, int steps, float clip,
+                      size_t *P)
+{
+    util_err e;
+    exec_train_opts t;
+    exec_train_defaults(&t);
+    prof_model_spec spec;
+    cr_assert_eq(prof_model_spec_get(model, &spec, &e), 0, "%s", e.msg);
+    cr_assert_eq(exec_gpt_config_from_spec(&spec, &t.cfg, model, &e), 0);
+    char *dir = test_tmpdir(), path[512];
+    snprintf(path, sizeof path, "%s/ref.ckpt", dir);
+    t.data = TEST_CORPUS;
+    t.steps = steps;
+    t.B = B;
+    t.T = spec.seq_len;
+    t.adamw = pipe_adamw(clip);
+    t.quiet = 1;
+    t.eval_batches = 0;
+    t.save = path;
+    FILE *devnull = fopen("/dev/null", "w");
+    t.out = devnull;
+    exec_train_result tr;
+    cr_assert_eq(exec_train(&t, &tr, &e), 0, "%s", e.msg);
+    fclose(devnull);
+    exec_tensor tt[EXEC_P_COUNT];
+    *P = exec_gpt_param_table(&t.cfg, tt);
+    float *w = malloc(sizeof *w * (*P + 1));
+    exec_ckpt_meta meta;
+    cr_assert_eq(exec_ckpt_load_state(path, &t.cfg, w, NULL, NULL, &meta, &e),
+                 0, "%s", e.msg);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+    return w;
+}
+
+void expect_close(const float *a, const float *b, size_t n, double tol,
+                  const char *what)
+{
+    double md = 0, mw = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > md) md = d, at = i;
+        if (fabs(a[i]) > mw) mw = fabs(a[i]);
+    }
+    cr_expect(md <= tol * mw, "%s: max |difference| %.3g at %zu (%g vs %g), "
+              "bound %.3g", what, md, at, a[at], b[at], tol * mw);
 }

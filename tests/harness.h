@@ -3,6 +3,9 @@
 #ifndef SLUICE_TEST_HARNESS_H
 #define SLUICE_TEST_HARNESS_H
 
+#include "exec/exec.h"
+#include "sim/sim.h"
+
 typedef struct cli_result {
     int code;     /* exit code, or 128+signal */
     char *out;    /* stdout, malloc'd */
@@ -36,5 +39,42 @@ void test_rm_rf(char *dir);
  * xN`); fails the test when there is none. */
 struct prof_topo;
 struct prof_topo *test_topo(const char *gpu, int n);
+
+
+/* ---------------------------------------------- pipeline executor runs */
+
+/* The text the executor's tests train on. */
+#define TEST_CORPUS "/usr/share/common-licenses/GPL-3"
+
+/* A plan for tests: model, schedule, layout, microbatches, recomputation,
+ * stages (0: pp). */
+typedef struct pspec {
+    const char *model;
+    sim_sched sched;
+    int pp, dp, tp, mbs, nmb, recompute, stages;
+} pspec;
+
+/* A plan as `sluice sim` makes it: balanced cuts on the CPU device, the
+ * schedule's own stage map (LPT for Mixed-pipe, as sim does). */
+void pipe_plan(const pspec *s, sim_plan *p);
+/* The plan `sluice sim ARGS --out` writes. */
+void cli_plan(const char *args, sim_plan *p);
+/* The tests' AdamW: lr 2e-3, eps 1e-6 (see tests/test_exec_pipe.c). */
+exec_adamw pipe_adamw(float clip);
+/* Options of a run of plan p for steps from seed 1337 on the test text,
+ * AdamW pipe_adamw(clip), the default warm-up. */
+exec_pipe_opts pipe_opts(const sim_plan *p, int steps, float clip);
+/* Runs plan p for steps from seed 1337 (fails the test on error); lr >
+ * 0: that peak and the trainer's own eps (1e-8). */
+void pipe_run_lr(const sim_plan *p, int steps, float clip, float lr,
+                 exec_pipe_result *r);
+void pipe_run(const sim_plan *p, int steps, float clip, exec_pipe_result *r);
+/* The reference trainer on the same global batches: its final weights
+ * (P floats, malloc'd). */
+float *pipe_reference(const char *model, int B, int steps, float clip,
+                      size_t *P);
+/* Expects max |a-b| <= tol * max |a| over n floats. */
+void expect_close(const float *a, const float *b, size_t n, double tol,
+                  const char *what);
 
 #endif

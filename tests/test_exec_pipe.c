@@ -23,144 +23,19 @@
 
 #define PICO "tests/data/exec/gpt-pico.json"
 #define PICO_UNTIED "tests/data/exec/gpt-pico-untied.json"
-#define CORPUS "/usr/share/common-licenses/GPL-3"
-
-typedef struct pspec {
-    const char *model;
-    sim_sched sched;
-    int pp, dp, tp, mbs, nmb, recompute, stages;
-} pspec;
-
-/* A plan as `sluice sim` makes it: balanced cuts on the CPU device, the
- * schedule's own stage map (LPT for Mixed-pipe, as sim does). */
-static void make_plan(const pspec *s, sim_plan *p)
-{
-    util_err e;
-    prof_model *m = prof_model_load(s->model, &e);
-    cr_assert_not_null(m, "%s", e.msg);
-    sim_plan_init(p);
-    snprintf(p->model, sizeof p->model, "%s", s->model);
-    snprintf(p->hw, sizeof p->hw, "cpu x%d", s->pp * (s->dp ? s->dp : 1) *
-                                                (s->tp ? s->tp : 1));
-    p->sched = s->sched;
-    p->pp = s->pp;
-    p->dp = s->dp ? s->dp : 1;
-    p->tp = s->tp ? s->tp : 1;
-    p->mbs = s->mbs;
-    p->n_mb = s->nmb;
-    p->recompute = s->recompute;
-    p->waves = 1;
-    int S = s->stages ? s->stages : s->pp;
-    if (s->sched == SIM_SCHED_INTERLEAVED) p->chunks = S / s->pp;
-    sim_plan_stages(p, S);
-    prof_gpu g;
-    cr_assert_eq(prof_gpu_get("cpu", &g, &e), 0);
-    cr_assert_eq(sim_partition_balanced(m, &g, s->mbs, S, p->first_op,
-                                        p->last_op, &e), 0, "%s", e.msg);
-    sim_sched_opts so = {.sched = s->sched, .pp = s->pp, .n_stages = S,
-                         .waves = 1};
-    sim_sched_map(&so, p->stage_device);
-    if (s->sched == SIM_SCHED_MIXED || s->sched == SIM_SCHED_MIXED_1F1B ||
-        s->sched == SIM_SCHED_MIXED_GPIPE)
-        for (int k = 0; k < S; k++) p->stage_device[k] = (S - 1 - k) % s->pp;
-    prof_model_free(m);
-}
-
-static exec_adamw test_adamw(float clip)
-{
-    return (exec_adamw){.lr = 2e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
-                        .eps = 1e-6f, .weight_decay = 0.1f, .clip = clip};
-}
-
-/* lr > 0: that peak and the trainer's own eps (1e-8) */
-static void run_pipe_lr(const sim_plan *p, int steps, float clip, float lr,
-                        exec_pipe_result *r)
-{
-    exec_pipe_opts o = {0};
-    o.plan = p;
-    o.data = CORPUS;
-    o.steps = steps;
-    o.adamw = test_adamw(clip);
-    if (lr > 0) {
-        o.adamw.lr = lr;
-        o.adamw.eps = 1e-8f;
-    }
-    o.warmup = -1;
-    o.seed = 1337;
-    util_err e = {0};
-    cr_assert_eq(exec_pipe_run(&o, r, &e), 0, "%s: %s",
-                 sim_sched_name(p->sched), e.msg);
-}
-
-static void run_pipe(const sim_plan *p, int steps, float clip,
-                     exec_pipe_result *r)
-{
-    run_pipe_lr(p, steps, clip, 0, r);
-}
-
-/* The reference trainer on the same global batches: its final weights. */
-static float *reference(const char *model, int B, int steps, float clip,
-                        size_t *P)
-{
-    util_err e;
-    exec_train_opts t;
-    exec_train_defaults(&t);
-    prof_model_spec spec;
-    cr_assert_eq(prof_model_spec_get(model, &spec, &e), 0, "%s", e.msg);
-    cr_assert_eq(exec_gpt_config_from_spec(&spec, &t.cfg, model, &e), 0);
-    char *dir = test_tmpdir(), path[512];
-    snprintf(path, sizeof path, "%s/ref.ckpt", dir);
-    t.data = CORPUS;
-    t.steps = steps;
-    t.B = B;
-    t.T = spec.seq_len;
-    t.adamw = test_adamw(clip);
-    t.quiet = 1;
-    t.eval_batches = 0;
-    t.save = path;
-    FILE *devnull = fopen("/dev/null", "w");
-    t.out = devnull;
-    exec_train_result tr;
-    cr_assert_eq(exec_train(&t, &tr, &e), 0, "%s", e.msg);
-    fclose(devnull);
-    exec_tensor tt[EXEC_P_COUNT];
-    *P = exec_gpt_param_table(&t.cfg, tt);
-    float *w = malloc(sizeof *w * (*P + 1));
-    exec_ckpt_meta meta;
-    cr_assert_eq(exec_ckpt_load_state(path, &t.cfg, w, NULL, NULL, &meta, &e),
-                 0, "%s", e.msg);
-    unlink(path);
-    rmdir(dir);
-    free(dir);
-    return w;
-}
-
-/* max |a-b| <= tol * max |a| */
-static void expect_close(const float *a, const float *b, size_t n, double tol,
-                         const char *what)
-{
-    double md = 0, mw = 0;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > md) md = d, at = i;
-        if (fabs(a[i]) > mw) mw = fabs(a[i]);
-    }
-    cr_expect(md <= tol * mw, "%s: max |difference| %.3g at %zu (%g vs %g), "
-              "bound %.3g", what, md, at, a[at], b[at], tol * mw);
-}
+#define CORPUS TEST_CORPUS
 
 static void check_sync(const pspec *s, float clip)
 {
     sim_plan p;
-    make_plan(s, &p);
+    pipe_plan(s, &p);
     exec_pipe_result r;
-    run_pipe(&p, 5, clip, &r);
+    pipe_run(&p, 5, clip, &r);
     cr_assert_eq(r.steps_run, 5);
     for (int k = 1; k < 5; k++)
         cr_expect(isfinite(r.loss[k]) && r.loss[k] > 0);
     size_t P;
-    float *ref = reference(s->model, r.B, 5, clip, &P);
+    float *ref = pipe_reference(s->model, r.B, 5, clip, &P);
     cr_assert_eq(P, r.n_params);
     char what[96];
     snprintf(what, sizeof what, "%s pp%d dp%d tp%d%s%s",
@@ -228,11 +103,11 @@ Test(exec_pipe, one_microbatch_is_bit_identical)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         sim_plan p;
-        make_plan(&cases[i], &p);
+        pipe_plan(&cases[i], &p);
         exec_pipe_result r;
-        run_pipe(&p, 3, 0, &r);
+        pipe_run(&p, 3, 0, &r);
         size_t P;
-        float *ref = reference(cases[i].model, r.B, 3, 0, &P);
+        float *ref = pipe_reference(cases[i].model, r.B, 3, 0, &P);
         cr_expect(!memcmp(ref, r.params, P * sizeof *ref), "%s: weights "
                   "differ from the reference's", sim_sched_name(p.sched));
         free(ref);
@@ -260,7 +135,7 @@ static float *emulate_2bw(const char *model, int B, int steps, size_t *P)
     memcpy(prev, exec_gpt_params(m), bytes);
     int *tok = malloc(sizeof(int) * (size_t)B * T);
     int *tgt = malloc(sizeof(int) * (size_t)B * T);
-    exec_adamw a = test_adamw(0);
+    exec_adamw a = pipe_adamw(0);
     int warmup = steps / 10 > 0 ? steps / 10 : 1;
     for (int s = 0; s < steps; s++) {
         memcpy(cur, exec_gpt_params(m), bytes);
@@ -291,9 +166,9 @@ Test(exec_pipe, twobw_is_its_weight_update_rule)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         sim_plan p;
-        make_plan(&cases[i], &p);
+        pipe_plan(&cases[i], &p);
         exec_pipe_result r;
-        run_pipe(&p, 6, 0, &r);
+        pipe_run(&p, 6, 0, &r);
         cr_assert_eq(r.steps_run, 6);
         size_t P;
         float *emu = emulate_2bw(cases[i].model, r.B, 6, &P);
@@ -302,7 +177,7 @@ Test(exec_pipe, twobw_is_its_weight_update_rule)
         snprintf(what, sizeof what, "2bw pp%d dp%d", p.pp, p.dp);
         expect_close(emu, r.params, P, 1e-5, what);
         /* and not the synchronous rule: the delay is real */
-        float *sync = reference(cases[i].model, r.B, 6, 0, &P);
+        float *sync = pipe_reference(cases[i].model, r.B, 6, 0, &P);
         double md = 0;
         for (size_t k = 0; k < P; k++)
             md = fmax(md, fabs((double)sync[k] - r.params[k]));
@@ -319,28 +194,13 @@ Test(exec_pipe, twobw_is_its_weight_update_rule)
  * gpt-tiny the loss keeps within 2% of the synchronous run's. Stale
  * weights want a smaller step: at lr 1e-3 the curves keep within 1.4%,
  * at 2e-3 the asynchronous one trails by up to 5% (measured). */
-/* The plan `sluice sim` writes for these options. */
-static void cli_plan(const char *args, sim_plan *p)
-{
-    char *dir = test_tmpdir(), path[512];
-    snprintf(path, sizeof path, "%s/plan.json", dir);
-    cli_result r = cli_run("sim %s --out %s", args, path);
-    cr_assert_eq(r.code, 0, "%s", r.err);
-    cli_result_free(&r);
-    util_err e;
-    cr_assert_eq(sim_plan_load(path, p, &e), 0, "%s", e.msg);
-    unlink(path);
-    rmdir(dir);
-    free(dir);
-}
-
 Test(exec_pipe, async_mixed_uses_each_forwards_version)
 {
     sim_plan p;
     cli_plan("--hw cpu x2 --model gpt-tiny --schedule mixed --pp 2 --mbs 1 "
              "--microbatches 4 --stages 4", &p);
     exec_pipe_result a;
-    run_pipe_lr(&p, 200, 1.0f, 1e-3f, &a);
+    pipe_run_lr(&p, 200, 1.0f, 1e-3f, &a);
     cr_assert_eq(a.steps_run, 200);
     int checked = 0, stale = 0;
     for (int id = 0; id < a.ir->n_tasks; id++) {
@@ -359,7 +219,7 @@ Test(exec_pipe, async_mixed_uses_each_forwards_version)
     cli_plan("--hw cpu x2 --model gpt-tiny --schedule mixed-1f1b --pp 2 "
              "--mbs 1 --microbatches 4 --stages 4", &q);
     exec_pipe_result b;
-    run_pipe_lr(&q, 200, 1.0f, 1e-3f, &b);
+    pipe_run_lr(&q, 200, 1.0f, 1e-3f, &b);
     /* the curves, smoothed over 40 steps, agree within 2% from step 40 */
     for (int k = 40; k + 40 <= 200; k += 40) {
         double x = 0, y = 0;
@@ -478,12 +338,12 @@ Test(exec_init, runs_start_from_weights_and_save_for_any_reader)
 {
     pspec s = {HF "config.json", SIM_SCHED_1F1B, 2, 1, 2, 2, 2, 0, 0};
     sim_plan p;
-    make_plan(&s, &p);
+    pipe_plan(&s, &p);
     exec_pipe_opts o = {0};
     o.plan = &p;
     o.data = CORPUS;
     o.steps = 3;
-    o.adamw = test_adamw(1.0f);
+    o.adamw = pipe_adamw(1.0f);
     o.warmup = -1;
     o.seed = 1337;
     o.init = HF "model.safetensors";

@@ -1,0 +1,160 @@
+/* LoRA adapters of the GPT family (exec.h): which weight matrices carry
+ * them, where they sit in their arena, how they start and how they are
+ * merged into the model they adapt. The arena's layout is the model's,
+ * not a run's: every pipeline, data- and tensor-parallel layout slices
+ * the same adapters from it (exec_slices_build). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+
+/* The matrices LoRA may adapt in a GPT block, in arena order; GPT's MLP
+ * is not gated, so a gate target adapts nothing here (as the model graph
+ * counts it: prof_model_finetune). */
+static const struct {
+    unsigned bit;
+    const char *name;
+} gpt_targets[] = {
+    {PROF_LORA_Q, "q"}, {PROF_LORA_K, "k"}, {PROF_LORA_V, "v"},
+    {PROF_LORA_OUT, "out"}, {PROF_LORA_UP, "up"}, {PROF_LORA_DOWN, "down"},
+};
+#define N_GPT_TARGETS (int)(sizeof gpt_targets / sizeof gpt_targets[0])
+
+static int is_lora(const prof_finetune *f)
+{
+    return f && (f->kind == PROF_FT_LORA || f->kind == PROF_FT_QLORA);
+}
+
+/* W's inputs k and outputs n for a target. */
+static void target_dims(const exec_gpt_config *c, unsigned bit, size_t *k,
+                        size_t *n)
+{
+    size_t C = c->hidden, F = c->ffn;
+    *k = bit == PROF_LORA_DOWN ? F : C;
+    *n = bit == PROF_LORA_UP ? F : C;
+}
+
+/* Adapters per block. */
+static int per_layer(const prof_finetune *f)
+{
+    int n = 0;
+    for (int t = 0; is_lora(f) && t < N_GPT_TARGETS; t++)
+        n += (f->targets & gpt_targets[t].bit) != 0;
+    return n;
+}
+
+size_t exec_lora_table(const exec_gpt_config *c, const prof_finetune *f,
+                       exec_tensor *t, int *n)
+{
+    size_t off = 0, R = is_lora(f) ? (size_t)f->rank : 0;
+    int nt = 0;
+    for (int l = 0; l < c->layers && per_layer(f); l++)
+        for (int i = 0; i < N_GPT_TARGETS; i++) {
+            if (!(f->targets & gpt_targets[i].bit)) continue;
+            size_t k, nn;
+            target_dims(c, gpt_targets[i].bit, &k, &nn);
+            for (int part = 0; part < 2; part++, nt++) {
+                size_t sz = R * (part ? nn : k);
+                if (t) {
+                    snprintf(t[nt].name, sizeof t[nt].name, "l%d.%s.%c", l,
+                             gpt_targets[i].name, part ? 'B' : 'A');
+                    t[nt].off = off;
+                    t[nt].n = sz;
+                    /* matrices: decayed as the model's are */
+                    t[nt].decay = 1;
+                }
+                off += sz;
+            }
+        }
+    *n = nt;
+    return off;
+}
+
+int exec_lora_index(const exec_gpt_config *c, const prof_finetune *f,
+                    int layer, unsigned target)
+{
+    int per = per_layer(f);
+    if (!per || layer < 0 || layer >= c->layers || !(f->targets & target))
+        return -1;
+    int k = 0;
+    for (int i = 0; i < N_GPT_TARGETS; i++) {
+        if (gpt_targets[i].bit == target) return layer * per + k;
+        k += (f->targets & gpt_targets[i].bit) != 0;
+    }
+    return -1;
+}
+
+void exec_lora_init(const exec_gpt_config *c, const prof_finetune *f,
+                    uint64_t seed, float *lora)
+{
+    int n;
+    size_t total = exec_lora_table(c, f, NULL, &n);
+    if (!total) return;
+    exec_tensor *t = util_malloc(sizeof *t * (size_t)n);
+    exec_lora_table(c, f, t, &n);
+    /* a stream of its own, apart from the base's initialisation; A as
+     * LoRA's reference implementation starts it (Kaiming-uniform with
+     * a = sqrt(5): bound 1/sqrt(fan_in), fan_in = k), B zero */
+    uint64_t s = seed ^ 0x4c6f5241u;
+    for (int i = 0; i < n; i += 2) {
+        size_t k = t[i].n / (size_t)f->rank;
+        double bound = 1.0 / sqrt((double)k);
+        for (size_t j = 0; j < t[i].n; j++) {
+            double u = (double)(exec_splitmix(&s) >> 11) / 9007199254740992.0;
+            lora[t[i].off + j] = (float)((2 * u - 1) * bound);
+        }
+        memset(lora + t[i + 1].off, 0, t[i + 1].n * sizeof *lora);
+    }
+    free(t);
+}
+
+/* Where target's W of block l sits in the model's arena: its tensor and
+ * first row (the kernels store W as n rows of k). */
+static size_t target_at(const exec_gpt_config *c, const exec_tensor *tt,
+                        int l, unsigned bit)
+{
+    size_t C = c->hidden, F = c->ffn, L = (size_t)l;
+    switch (bit) {
+    case PROF_LORA_Q: return tt[EXEC_P_QKVW].off + (L * 3 * C) * C;
+    case PROF_LORA_K: return tt[EXEC_P_QKVW].off + (L * 3 * C + C) * C;
+    case PROF_LORA_V: return tt[EXEC_P_QKVW].off + (L * 3 * C + 2 * C) * C;
+    case PROF_LORA_OUT: return tt[EXEC_P_ATTPROJW].off + L * C * C;
+    case PROF_LORA_UP: return tt[EXEC_P_FCW].off + L * F * C;
+    default: return tt[EXEC_P_FCPROJW].off + L * C * F;
+    }
+}
+
+void exec_lora_merge(const exec_gpt_config *c, const prof_finetune *f,
+                     const float *lora, float *params)
+{
+    int nt;
+    if (!exec_lora_table(c, f, NULL, &nt)) return;
+    exec_tensor *lt = util_malloc(sizeof *lt * (size_t)nt);
+    exec_lora_table(c, f, lt, &nt);
+    exec_tensor tt[EXEC_P_COUNT];
+    exec_gpt_param_table(c, tt);
+    size_t R = (size_t)f->rank;
+    for (int l = 0; l < c->layers; l++)
+        for (int i = 0; i < N_GPT_TARGETS; i++) {
+            unsigned bit = gpt_targets[i].bit;
+            int a = exec_lora_index(c, f, l, bit);
+            if (a < 0) continue;
+            size_t k, n;
+            target_dims(c, bit, &k, &n);
+            const float *A = lora + lt[2 * a].off;
+            const float *B = lora + lt[2 * a + 1].off;
+            float *W = params + target_at(c, tt, l, bit);
+            /* W as stored is x W's transpose: row o, column j gets
+             * sum_r A[j][r] B[r][o], with A stored transposed (R x k) */
+            for (size_t o = 0; o < n; o++)
+                for (size_t j = 0; j < k; j++) {
+                    double d = 0;
+                    for (size_t r = 0; r < R; r++)
+                        d += (double)A[r * k + j] * B[r * n + o];
+                    W[o * k + j] = (float)((double)W[o * k + j] + d);
+                }
+        }
+    free(lt);
+}

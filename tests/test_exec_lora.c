@@ -1,0 +1,515 @@
+/* Fine-tuning modes run by the pipeline executor. LoRA: the adapters get
+ * the gradients of the model with the adapters merged in (signs of the
+ * first AdamW steps against the reference trainer's weight gradients
+ * projected through them), the first step computes the base model
+ * exactly, the base is never written, and every layout (pipeline, zero
+ * bubble, interleaved, data and tensor parallel, recomputation, 2BW, MPI)
+ * trains the single device's adapters. frozen:N: the frozen blocks keep
+ * their bits, the rest trains as on one device. The memory each device
+ * measures is the simulator's. Small models, few steps. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "exec/exec.h"
+#include "sim/sim.h"
+#include "tests/harness.h"
+
+#define PICO "tests/data/exec/gpt-pico.json"
+
+static void set_ft(sim_plan *p, const char *ft)
+{
+    util_err e;
+    cr_assert_eq(prof_finetune_parse(ft, &p->ft, &e), 0, "%s", e.msg);
+}
+
+static exec_gpt_config config(const char *model)
+{
+    util_err e;
+    prof_model_spec spec;
+    exec_gpt_config c;
+    cr_assert_eq(prof_model_spec_get(model, &spec, &e), 0, "%s", e.msg);
+    cr_assert_eq(exec_gpt_config_from_spec(&spec, &c, model, &e), 0);
+    return c;
+}
+
+/* The weights every run starts from (seed 1337), P floats. */
+static float *base_of(const exec_gpt_config *c)
+{
+    exec_tensor tt[EXEC_P_COUNT];
+    size_t P = exec_gpt_param_table(c, tt);
+    float *w = malloc(sizeof *w * (P + 1));
+    exec_gpt_init_params(c, 1337, w);
+    return w;
+}
+
+/* A run whose learning rate does not depend on its length (warm-up past
+ * its end, so 1- and 2-step runs share their first step), without weight
+ * decay and with a small eps: a weight moves against its gradient's sign
+ * however small the gradient (attention's q and k get ~1e-9 at first).
+ * The rate is large (0.5, then 1): after one step every entry of every B
+ * is +-0.5, so the second step's gradients depend on the adapters as
+ * much as on the base, through every path. */
+static void run_warm(const sim_plan *p, int steps, exec_pipe_result *r)
+{
+    exec_pipe_opts o = pipe_opts(p, steps, 0);
+    o.warmup = 3;
+    o.adamw.lr = 1.5f;
+    o.adamw.weight_decay = 0;
+    o.adamw.eps = 1e-10f;
+    util_err e = {0};
+    cr_assert_eq(exec_pipe_run(&o, r, &e), 0, "%s", e.msg);
+}
+
+/* Where target's W of block l sits in the model's arena (the kernels
+ * store it as n rows of k), written out apart from exec/lora.c. */
+static size_t w_at(const exec_gpt_config *c, int l, unsigned bit, size_t *k,
+                   size_t *n)
+{
+    exec_tensor tt[EXEC_P_COUNT];
+    exec_gpt_param_table(c, tt);
+    size_t C = c->hidden, F = c->ffn, L = (size_t)l;
+    *k = bit == PROF_LORA_DOWN ? F : C;
+    *n = bit == PROF_LORA_UP ? F : C;
+    switch (bit) {
+    case PROF_LORA_Q: case PROF_LORA_K: case PROF_LORA_V: {
+        size_t part = bit == PROF_LORA_Q ? 0 : bit == PROF_LORA_K ? 1 : 2;
+        return tt[EXEC_P_QKVW].off + (L * 3 * C + part * C) * C;
+    }
+    case PROF_LORA_OUT: return tt[EXEC_P_ATTPROJW].off + L * C * C;
+    case PROF_LORA_UP: return tt[EXEC_P_FCW].off + L * F * C;
+    default: return tt[EXEC_P_FCPROJW].off + L * C * F;
+    }
+}
+
+/* Sign agreement of a weight change with the gradient it followed:
+ * moved[i] must have the sign of -grad[i] wherever |grad| is above 5% of
+ * its largest (smaller ones may drown in eps and decay). */
+static void expect_signs(const double *grad, const float *moved, size_t n,
+                         const char *what)
+{
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(grad[i]));
+    cr_assert_gt(mx, 0, "%s: no gradient", what);
+    int checked = 0, wrong = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (fabs(grad[i]) < 0.05 * mx) continue;
+        checked++;
+        wrong += (grad[i] > 0) != (moved[i] < 0);
+    }
+    cr_expect_gt(checked, 0);
+    cr_expect_eq(wrong, 0, "%s: %d of %d moved against their gradient", what,
+                 wrong, checked);
+}
+
+/* LoRA on every target of a one-device plan, against the reference
+ * trainer: after one step each B moved against A^T dW (dW the base's
+ * weight gradient: B starts at zero, so A gets none yet); after two each
+ * A moved against dW' B^T (dW' the merged model's), and the second
+ * step's loss is the merged model's. The base keeps its bits. */
+Test(exec_lora, adapters_follow_the_merged_models_gradients)
+{
+    pspec s = {PICO, SIM_SCHED_1F1B, 1, 1, 1, 2, 4, 0, 0};
+    sim_plan p;
+    pipe_plan(&s, &p);
+    set_ft(&p, "lora:4:all");
+    exec_pipe_result r1, r2;
+    run_warm(&p, 1, &r1);
+    run_warm(&p, 2, &r2);
+    exec_gpt_config c = config(PICO);
+    float *base = base_of(&c);
+    cr_expect(!memcmp(base, r2.params, sizeof *base * r2.n_params),
+              "the base was written");
+    int nt;
+    size_t NL = exec_lora_table(&c, &p.ft, NULL, &nt);
+    cr_assert_eq(NL, r2.n_lora);
+    exec_tensor *lt = malloc(sizeof *lt * (size_t)nt);
+    exec_lora_table(&c, &p.ft, lt, &nt);
+    float *a0 = malloc(sizeof *a0 * NL);
+    exec_lora_init(&c, &p.ft, 1337, a0);
+    /* the reference on the same batches */
+    int B = r1.B, T = r1.T, R = p.ft.rank;
+    exec_gpt *m = exec_gpt_new(&c, B, T, 1337);
+    exec_corpus corpus;
+    util_err e;
+    cr_assert_eq(exec_corpus_load(&corpus, TEST_CORPUS, T, &e), 0);
+    int *tok = malloc(sizeof(int) * (size_t)B * T);
+    int *tgt = malloc(sizeof(int) * (size_t)B * T);
+    size_t P = r1.n_params;
+    const unsigned bits[6] = {PROF_LORA_Q, PROF_LORA_K, PROF_LORA_V,
+                              PROF_LORA_OUT, PROF_LORA_UP, PROF_LORA_DOWN};
+    for (int step = 0; step < 2; step++) {
+        /* step 0: the base, A0, B = 0; step 1: merged after one step */
+        memcpy(exec_gpt_params(m), base, sizeof *base * P);
+        if (step) exec_lora_merge(&c, &p.ft, r1.lora, exec_gpt_params(m));
+        exec_corpus_batch(&corpus, 0, 1337, (uint64_t)step, B, T, tok, tgt);
+        double loss = exec_gpt_forward(m, tok, tgt);
+        if (step)
+            cr_expect(fabs(loss - r2.loss[1]) <= 1e-5 * loss, "step 2's loss "
+                      "%.7f, the merged model's %.7f", r2.loss[1], loss);
+        exec_gpt_zero_grad(m);
+        exec_gpt_backward(m);
+        const float *g = exec_gpt_grads(m);
+        const float *A = step ? r1.lora : a0, *Bm = r1.lora;
+        for (int l = 0; l < c.layers; l++)
+            for (int t = 0; t < 6; t++) {
+                int a = exec_lora_index(&c, &p.ft, l, bits[t]);
+                cr_assert_geq(a, 0);
+                size_t k, n, at = w_at(&c, l, bits[t], &k, &n);
+                const float *dw = g + at;
+                size_t cnt = (size_t)R * (step ? k : n);
+                double *want = calloc(cnt, sizeof *want);
+                float *moved = malloc(sizeof *moved * cnt);
+                const float *Aa = A + lt[2 * a].off;
+                const float *Ba = Bm + lt[2 * a + 1].off;
+                char what[64];
+                snprintf(what, sizeof what, "step %d, %s", step + 1,
+                         lt[step ? 2 * a : 2 * a + 1].name);
+                for (int rr = 0; rr < R; rr++) {
+                    if (!step) /* dB = A^T dW: A stored as R x k */
+                        for (size_t o = 0; o < n; o++) {
+                            double d = 0;
+                            for (size_t j = 0; j < k; j++)
+                                d += (double)Aa[rr * k + j] * dw[o * k + j];
+                            want[rr * n + o] = d;
+                            moved[rr * n + o] = r1.lora[lt[2 * a + 1].off +
+                                                        rr * n + o];
+                        }
+                    else /* dA^T = B dW' (R x k) */
+                        for (size_t j = 0; j < k; j++) {
+                            double d = 0;
+                            for (size_t o = 0; o < n; o++)
+                                d += (double)Ba[rr * n + o] * dw[o * k + j];
+                            want[rr * k + j] = d;
+                            size_t q = lt[2 * a].off + rr * k + j;
+                            moved[rr * k + j] = r2.lora[q] - r1.lora[q];
+                        }
+                }
+                expect_signs(want, moved, cnt, what);
+                free(want);
+                free(moved);
+            }
+    }
+    free(tok);
+    free(tgt);
+    exec_corpus_free(&corpus);
+    exec_gpt_free(m);
+    free(a0);
+    free(lt);
+    free(base);
+    exec_pipe_result_free(&r1);
+    exec_pipe_result_free(&r2);
+    sim_plan_free(&p);
+}
+
+/* gpt-tiny: LoRA's first loss is the base model's bit for bit (B = 0),
+ * the base keeps its bits, and over 30 steps the loss falls. */
+Test(exec_lora, first_step_is_the_base_model_and_the_loss_falls)
+{
+    pspec s = {"gpt-tiny", SIM_SCHED_1F1B, 1, 1, 1, 4, 4, 0, 0};
+    sim_plan p;
+    pipe_plan(&s, &p);
+    exec_pipe_result full, lora;
+    pipe_run(&p, 1, 1.0f, &full);
+    set_ft(&p, "lora:8");
+    pipe_run(&p, 30, 1.0f, &lora);
+    cr_expect_eq(lora.loss[0], full.loss[0], "first loss %.9f, the base "
+                 "model's %.9f", lora.loss[0], full.loss[0]);
+    exec_gpt_config c = config("gpt-tiny");
+    float *base = base_of(&c);
+    cr_expect(!memcmp(base, lora.params, sizeof *base * lora.n_params),
+              "the base was written");
+    double last = 0;
+    for (int k = 25; k < 30; k++) last += lora.loss[k] / 5;
+    cr_expect_lt(last, lora.loss[0] - 0.3, "loss %.4f at first, %.4f over "
+                 "the last 5 steps", lora.loss[0], last);
+    free(base);
+    exec_pipe_result_free(&full);
+    exec_pipe_result_free(&lora);
+    sim_plan_free(&p);
+}
+
+/* Runs every layout of cases under mode ft for 5 steps against one
+ * device's run: adapters within 1e-5, the base's bits kept (LoRA), or
+ * the whole model within 1e-5 with the frozen part's bits kept. */
+static void check_layouts(const char *ft, const pspec *cases, int n)
+{
+    pspec one = cases[0];
+    one.sched = SIM_SCHED_1F1B;
+    one.pp = 1, one.dp = 1, one.tp = 1, one.recompute = 0, one.stages = 0;
+    one.mbs = cases[0].mbs * cases[0].dp;
+    sim_plan p1;
+    pipe_plan(&one, &p1);
+    set_ft(&p1, ft);
+    exec_pipe_result ref;
+    pipe_run(&p1, 5, 1.0f, &ref);
+    exec_gpt_config c = config(one.model);
+    float *base = base_of(&c);
+    size_t P = ref.n_params;
+    /* what mode ft freezes: the embedding (the tied head with it) and
+     * the first N blocks' rows of each stacked tensor (frozen:N), or all
+     * (LoRA) */
+    exec_tensor tt[EXEC_P_COUNT];
+    exec_gpt_param_table(&c, tt);
+    char *frozen = calloc(P, 1);
+    int N = p1.ft.kind == PROF_FT_FROZEN ? p1.ft.frozen : c.layers;
+    for (int t = 0; t < EXEC_P_COUNT; t++) {
+        int stacked = t >= EXEC_P_LN1W && t <= EXEC_P_FCPROJB;
+        size_t per = tt[t].n / (size_t)c.layers;
+        size_t upto = t == EXEC_P_WTE || t == EXEC_P_WPE ? tt[t].n
+                    : stacked ? per * (size_t)N
+                    : p1.ft.kind == PROF_FT_LORA ? tt[t].n : 0;
+        memset(frozen + tt[t].off, 1, upto);
+    }
+    size_t wrote = 0, moved = 0;
+    for (size_t i = 0; i < P; i++) {
+        wrote += frozen[i] && ref.params[i] != base[i];
+        moved += !frozen[i] && ref.params[i] != base[i];
+    }
+    float *l0 = malloc(sizeof *l0 * (ref.n_lora + 1));
+    exec_lora_init(&c, &p1.ft, 1337, l0);
+    for (size_t i = 0; i < ref.n_lora; i++) moved += ref.lora[i] != l0[i];
+    free(l0);
+    cr_expect_eq(wrote, 0, "%s: %zu frozen weights written", ft, wrote);
+    cr_expect_gt(moved, 0, "%s: nothing trained", ft);
+    for (int i = 0; i < n; i++) {
+        sim_plan p;
+        pipe_plan(&cases[i], &p);
+        set_ft(&p, ft);
+        exec_pipe_result r;
+        pipe_run(&p, 5, 1.0f, &r);
+        char what[128];
+        snprintf(what, sizeof what, "%s %s pp%d dp%d tp%d%s", ft,
+                 sim_sched_name(p.sched), p.pp, p.dp, p.tp,
+                 p.recompute ? " recompute" : "");
+        cr_assert_eq(r.n_lora, ref.n_lora);
+        if (ref.n_lora)
+            expect_close(ref.lora, r.lora, r.n_lora, 1e-5, what);
+        expect_close(ref.params, r.params, P, 1e-5, what);
+        size_t wrote = 0;
+        for (size_t k = 0; k < P; k++)
+            wrote += frozen[k] && r.params[k] != base[k];
+        cr_expect_eq(wrote, 0, "%s: %zu frozen weights written", what,
+                     wrote);
+        exec_pipe_result_free(&r);
+        sim_plan_free(&p);
+    }
+    free(frozen);
+    free(base);
+    exec_pipe_result_free(&ref);
+    sim_plan_free(&p1);
+}
+
+Test(exec_lora, every_layout_trains_the_single_devices_adapters)
+{
+    const pspec cases[] = {
+        {PICO, SIM_SCHED_1F1B, 2, 1, 1, 2, 4, 0, 0},
+        {PICO, SIM_SCHED_ZBH1, 2, 1, 1, 2, 4, 0, 0},
+        {PICO, SIM_SCHED_INTERLEAVED, 2, 1, 1, 2, 4, 0, 4},
+        {PICO, SIM_SCHED_GPIPE, 2, 1, 1, 2, 4, SIM_RC_FULL, 0},
+        {PICO, SIM_SCHED_1F1B, 2, 1, 2, 2, 4, 0, 0},
+    };
+    check_layouts("lora:4:all", cases, 5);
+    /* the default targets (q and v of the fused projection), data
+     * parallel: the ring moves the adapters' gradients only */
+    const pspec dp[] = {
+        {PICO, SIM_SCHED_1F1B, 2, 2, 1, 1, 4, 0, 0},
+        {PICO, SIM_SCHED_ZBV, 2, 1, 2, 2, 4, 0, 4},
+    };
+    check_layouts("lora:4", dp, 2);
+}
+
+Test(exec_lora, frozen_blocks_keep_their_bits)
+{
+    const pspec cases[] = {
+        {PICO, SIM_SCHED_1F1B, 2, 1, 1, 2, 4, 0, 0},
+        {PICO, SIM_SCHED_ZBH1, 2, 1, 1, 2, 4, 0, 0},
+        {PICO, SIM_SCHED_1F1B, 2, 2, 1, 1, 4, 0, 0},
+        {PICO, SIM_SCHED_1F1B, 2, 1, 2, 2, 4, SIM_RC_SELECTIVE, 0},
+    };
+    check_layouts("frozen:1", cases, 4);
+    check_layouts("frozen:0", cases, 1);
+}
+
+/* PipeDream-2BW stashes versions of what trains only: the base keeps its
+ * bits, the adapters train, and each device's peak is the simulator's
+ * (which charges a stashed version the adapters' bytes). */
+Test(exec_lora, twobw_stashes_only_the_adapters)
+{
+    pspec s = {PICO, SIM_SCHED_2BW, 2, 1, 1, 2, 4, 0, 0};
+    sim_plan p;
+    pipe_plan(&s, &p);
+    set_ft(&p, "lora:4:all");
+    exec_pipe_result r;
+    pipe_run(&p, 6, 0, &r);
+    cr_assert_eq(r.steps_run, 6);
+    exec_gpt_config c = config(PICO);
+    float *base = base_of(&c);
+    cr_expect(!memcmp(base, r.params, sizeof *base * r.n_params),
+              "the base was written");
+    int stashed = 0;
+    for (int k = 0; k < r.ir->n_stages; k++) stashed |= r.max_versions[k] > 1;
+    cr_expect(stashed, "no stage held two versions");
+    for (int k = 0; k < 6; k++) cr_expect(isfinite(r.loss[k]));
+    free(base);
+    exec_pipe_result_free(&r);
+    sim_plan_free(&p);
+}
+
+/* The simulator's peak of a run's own IR and costs, per device. */
+static double sim_peak(const exec_pipe_result *r, int d)
+{
+    sim_run_opts so = {0};
+    sim_engine *en = sim_engine_new(r->ir, r->costs, &so);
+    sim_result res;
+    cr_assert_eq(sim_engine_run(en, &res), 0, "%s", res.msg);
+    double v = res.dev[d].peak_bytes;
+    sim_engine_free(en);
+    return v;
+}
+
+/* Memory accounting is deterministic: what each device measures (its
+ * frozen weights as storage only; adapters with gradients and AdamW
+ * state; the kept x A) is within 10% of what the simulator counts, and
+ * LoRA's and frozen:N's peaks are below full training's on the same
+ * plan. gpt-tiny, GPipe on two devices, two steps. The simulator counts
+ * what the forward keeps, not the working set of the op running (its
+ * input, output and their gradients: 2 x 64 x 512 floats at the MLP's
+ * backward, the same in every mode, as much as 8% of a 1F1B device's
+ * peak under LoRA on gpt-tiny); GPipe keeps every microbatch, so the
+ * comparison here is of what is kept. */
+Test(exec_lora, device_memory_is_the_simulators)
+{
+    pspec s = {"gpt-tiny", SIM_SCHED_GPIPE, 2, 1, 1, 1, 8, 0, 0};
+    const char *modes[] = {"full", "lora:8", "lora:8:all", "frozen:1"};
+    double full[2] = {0, 0};
+    for (int i = 0; i < 4; i++) {
+        sim_plan p;
+        pipe_plan(&s, &p);
+        set_ft(&p, modes[i]);
+        exec_pipe_result r;
+        pipe_run(&p, 2, 1.0f, &r);
+        for (int d = 0; d < 2; d++) {
+            double meas = r.peak_bytes[d], sim = sim_peak(&r, d);
+            cr_expect(fabs(meas - sim) <= 0.1 * sim, "%s, device %d: "
+                      "measured %.0f bytes, simulated %.0f", modes[i], d,
+                      meas, sim);
+            if (!i) full[d] = meas;
+            else
+                cr_expect_lt(meas, full[d], "%s, device %d: %.0f bytes, "
+                             "full training %.0f", modes[i], d, meas,
+                             full[d]);
+        }
+        exec_pipe_result_free(&r);
+        sim_plan_free(&p);
+    }
+}
+
+/* The command line: under mpirun the adapters are the in-process run's
+ * bit for bit (compared through the checkpoints); --save writes the base
+ * with the adapters merged in (exec_lora_merge of the run's own), which
+ * --init then reads as a plain model; --resume of it is refused (it
+ * holds no adapters), as are --offload and QLoRA's 4-bit base. */
+Test(exec_lora, mpirun_and_the_merged_checkpoint)
+{
+    char *dir = test_tmpdir();
+    cli_result x = cli_run("sim --hw cpu x2 --model " PICO " --schedule 1f1b "
+                           "--pp 2 --mbs 2 --microbatches 4 --finetune "
+                           "lora:4:all --out %s/l.json", dir);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    int rc = sh_run("%s \"$SLUICE\" exec --plan %s/l.json --steps 3 --quiet "
+                    "--save %s/m.ckpt > %s/m.out 2>&1", MPIRUN, dir, dir,
+                    dir);
+    cr_assert_eq(rc, 0, "mpirun failed (%s/m.out)", dir);
+    x = cli_run("exec --plan %s/l.json --steps 3 --quiet --save %s/i.ckpt",
+                dir, dir);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    cr_expect(strstr(x.out, "fine-tuning lora:4:all") &&
+              strstr(x.out, "LoRA adapters merged"), "%s", x.out);
+    cli_result_free(&x);
+    cr_expect_eq(sh_run("cmp -s %s/m.ckpt %s/i.ckpt", dir, dir), 0,
+                 "weights differ between mpirun and in-process");
+    /* the file is the run's base with its adapters merged */
+    char path[600];
+    snprintf(path, sizeof path, "%s/l.json", dir);
+    sim_plan p;
+    util_err e;
+    cr_assert_eq(sim_plan_load(path, &p, &e), 0, "%s", e.msg);
+    exec_train_opts t;
+    exec_train_defaults(&t);
+    exec_pipe_opts o = pipe_opts(&p, 3, 1.0f);
+    o.adamw = t.adamw;
+    exec_pipe_result r;
+    cr_assert_eq(exec_pipe_run(&o, &r, &e), 0, "%s", e.msg);
+    exec_lora_merge(&r.cfg, &p.ft, r.lora, r.params);
+    float *ck = malloc(sizeof *ck * (r.n_params + 1));
+    snprintf(path, sizeof path, "%s/i.ckpt", dir);
+    exec_ckpt_meta meta;
+    cr_assert_eq(exec_ckpt_load_state(path, &r.cfg, ck, NULL, NULL, &meta,
+                                      &e), 0, "%s", e.msg);
+    cr_expect(!memcmp(ck, r.params, sizeof *ck * r.n_params), "the "
+              "checkpoint is not the merged model");
+    free(ck);
+    exec_pipe_result_free(&r);
+    sim_plan_free(&p);
+    x = cli_run("exec --plan %s/l.json --resume %s/i.ckpt --steps 4", dir,
+                dir);
+    cr_expect_eq(x.code, 2);
+    cr_expect(strstr(x.err, "merged") && strstr(x.err, "--init"), "%s",
+              x.err);
+    cli_result_free(&x);
+    x = cli_run("exec --plan %s/l.json --offload zero-offload --steps 1",
+                dir);
+    cr_expect_eq(x.code, 2);
+    cr_expect(strstr(x.err, "l.json: --offload zero-offload does not run "
+                     "fine-tuning mode lora:4:all"), "%s", x.err);
+    cli_result_free(&x);
+    x = cli_run("sim --hw cpu x2 --model " PICO " --schedule 1f1b --pp 2 "
+                "--mbs 2 --microbatches 4 --out %s/f.json", dir);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    x = cli_run("exec --plan %s/f.json --init %s/i.ckpt --steps 1 --quiet",
+                dir, dir);
+    cr_expect_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    test_rm_rf(dir);
+}
+
+#define HF "tests/data/hf/gpt2-tiny/"
+
+/* The real use: Hugging Face GPT-2 weights (--init), adapters trained on
+ * them: the first loss is those weights' own, and they keep their bits. */
+Test(exec_lora, fine_tunes_hugging_face_weights)
+{
+    pspec s = {HF "config.json", SIM_SCHED_1F1B, 2, 1, 1, 2, 2, 0, 0};
+    sim_plan p;
+    pipe_plan(&s, &p);
+    exec_pipe_opts o = pipe_opts(&p, 3, 1.0f);
+    o.init = HF "model.safetensors";
+    exec_pipe_result full, lora;
+    util_err e;
+    cr_assert_eq(exec_pipe_run(&o, &full, &e), 0, "%s", e.msg);
+    set_ft(&p, "lora:4:attn");
+    cr_assert_eq(exec_pipe_run(&o, &lora, &e), 0, "%s", e.msg);
+    cr_expect_eq(lora.loss[0], full.loss[0]);
+    exec_gpt_config c = config(HF "config.json");
+    exec_tensor tt[EXEC_P_COUNT];
+    size_t P = exec_gpt_param_table(&c, tt);
+    float *w = malloc(sizeof *w * (P + 1));
+    cr_assert_eq(exec_safetensors_load(o.init, &c, w, &e), 0, "%s", e.msg);
+    cr_expect(!memcmp(w, lora.params, sizeof *w * P), "the base was "
+              "written");
+    /* and the adapters trained */
+    float *l0 = malloc(sizeof *l0 * (lora.n_lora + 1));
+    exec_lora_init(&c, &p.ft, 1337, l0);
+    cr_expect(memcmp(l0, lora.lora, sizeof *l0 * lora.n_lora), "the "
+              "adapters did not move");
+    free(l0);
+    free(w);
+    exec_pipe_result_free(&full);
+    exec_pipe_result_free(&lora);
+    sim_plan_free(&p);
+}
