@@ -96,9 +96,9 @@ Test(finetune, trainable_parameters)
 /* One stage of llama2-7b on one GPU: the model state is the frozen base
  * as stored plus the adapters with fp16 gradients and 12 bytes of Adam
  * state each (16 in all, as for full training). */
-static sim_costs *one_stage(const prof_model *m, int dp)
+static sim_costs *one_stage(const prof_model *m, int dp, prof_topo **tp)
 {
-    prof_topo *t = test_topo("a100-sxm-80gb", dp);
+    prof_topo *t = *tp = test_topo("a100-sxm-80gb", dp);
     int first = 0, last = m->n_ops - 1, dev = 0;
     sim_cost_opts o = {.mbs = 1, .dp = dp};
     util_err e;
@@ -111,7 +111,8 @@ Test(finetune, model_state)
 {
     const double A16 = 8388608, Q16 = 39976960;
     prof_model *lo = ft_model("llama2-7b", "lora:16");
-    sim_costs *c = one_stage(lo, 1);
+    prof_topo *t[3];
+    sim_costs *c = one_stage(lo, 1, &t[0]);
     const sim_stage_cost *s = &c->stage[0];
     cr_expect_float_eq(s->weight_bytes, 2 * (6738415616.0 + A16), 1);
     cr_expect_float_eq(s->grad_bytes, 2 * A16, 1);
@@ -121,7 +122,7 @@ Test(finetune, model_state)
      * 4096, 4096 x 22016, 11008 x 4096 each) in 4.127 bits a weight; the
      * embedding, head and norms (262,410,240) and the adapters in 16 */
     prof_model *q = ft_model("llama2-7b", "qlora:16");
-    c = one_stage(q, 1);
+    c = one_stage(q, 1, &t[1]);
     double lin = 32.0 * (4096.0 * 12288 + 4096.0 * 4096 + 4096.0 * 22016 +
                          11008.0 * 4096);
     cr_expect_float_eq(c->stage[0].weight_bytes,
@@ -129,12 +130,13 @@ Test(finetune, model_state)
     cr_expect_float_eq(c->stage[0].grad_bytes, 2 * Q16, 1);
     sim_costs_free(c);
     /* data parallelism reduces only the adapters' gradients */
-    c = one_stage(lo, 2);
+    c = one_stage(lo, 2, &t[2]);
     cr_expect_float_eq(c->stage[0].train_bytes, 2 * A16, 1);
     cr_expect_float_eq(c->stage[0].param_bytes, 2 * (6738415616.0 + A16), 1);
     sim_costs_free(c);
     prof_model_free(lo);
     prof_model_free(q);
+    for (int i = 0; i < 3; i++) prof_topo_free(t[i]);
 }
 
 /* What backward runs: nothing before the first trainable op; frozen
@@ -181,6 +183,7 @@ Test(finetune, backward_reach)
     prof_model_free(full);
     prof_model_free(lo);
     prof_model_free(fz);
+    prof_topo_free(t);
 }
 
 Test(finetune, refusals)
