@@ -13,12 +13,9 @@
 /* The matrices LoRA may adapt in a GPT block, in arena order; GPT's MLP
  * is not gated, so a gate target adapts nothing here (as the model graph
  * counts it: prof_model_finetune). */
-static const struct {
-    unsigned bit;
-    const char *name;
-} gpt_targets[] = {
-    {PROF_LORA_Q, "q"}, {PROF_LORA_K, "k"}, {PROF_LORA_V, "v"},
-    {PROF_LORA_OUT, "out"}, {PROF_LORA_UP, "up"}, {PROF_LORA_DOWN, "down"},
+static const unsigned gpt_targets[] = {
+    PROF_LORA_Q, PROF_LORA_K, PROF_LORA_V, PROF_LORA_OUT, PROF_LORA_UP,
+    PROF_LORA_DOWN,
 };
 #define N_GPT_TARGETS (int)(sizeof gpt_targets / sizeof gpt_targets[0])
 
@@ -41,7 +38,7 @@ static int per_layer(const prof_finetune *f)
 {
     int n = 0;
     for (int t = 0; is_lora(f) && t < N_GPT_TARGETS; t++)
-        n += (f->targets & gpt_targets[t].bit) != 0;
+        n += (f->targets & gpt_targets[t]) != 0;
     return n;
 }
 
@@ -52,14 +49,15 @@ size_t exec_lora_table(const exec_gpt_config *c, const prof_finetune *f,
     int nt = 0;
     for (int l = 0; l < c->layers && per_layer(f); l++)
         for (int i = 0; i < N_GPT_TARGETS; i++) {
-            if (!(f->targets & gpt_targets[i].bit)) continue;
+            if (!(f->targets & gpt_targets[i])) continue;
             size_t k, nn;
-            target_dims(c, gpt_targets[i].bit, &k, &nn);
+            target_dims(c, gpt_targets[i], &k, &nn);
             for (int part = 0; part < 2; part++, nt++) {
                 size_t sz = R * (part ? nn : k);
                 if (t) {
                     snprintf(t[nt].name, sizeof t[nt].name, "l%d.%s.%c", l,
-                             gpt_targets[i].name, part ? 'B' : 'A');
+                             prof_lora_target_name(gpt_targets[i]),
+                             part ? 'B' : 'A');
                     t[nt].off = off;
                     t[nt].n = sz;
                     /* matrices: decayed as the model's are */
@@ -80,8 +78,8 @@ int exec_lora_index(const exec_gpt_config *c, const prof_finetune *f,
         return -1;
     int k = 0;
     for (int i = 0; i < N_GPT_TARGETS; i++) {
-        if (gpt_targets[i].bit == target) return layer * per + k;
-        k += (f->targets & gpt_targets[i].bit) != 0;
+        if (gpt_targets[i] == target) return layer * per + k;
+        k += (f->targets & gpt_targets[i]) != 0;
     }
     return -1;
 }
@@ -138,7 +136,7 @@ void exec_lora_merge(const exec_gpt_config *c, const prof_finetune *f,
     size_t R = (size_t)f->rank;
     for (int l = 0; l < c->layers; l++)
         for (int i = 0; i < N_GPT_TARGETS; i++) {
-            unsigned bit = gpt_targets[i].bit;
+            unsigned bit = gpt_targets[i];
             int a = exec_lora_index(c, f, l, bit);
             if (a < 0) continue;
             size_t k, n;

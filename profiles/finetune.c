@@ -1,7 +1,6 @@
 /* Fine-tuning modes: which parameters of a model train, and what that
  * changes in its op graph (prof_model_finetune). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "profiles/profiles.h"
@@ -29,65 +28,59 @@ int prof_finetune_full(const prof_finetune *f)
     return !f || f->kind == PROF_FT_FULL;
 }
 
-/* A whole number in [lo, hi] from s up to end (exclusive). */
-static int parse_int(const char *s, const char *end, int lo, int hi,
-                     int *out)
+const char *prof_lora_target_name(unsigned bit)
 {
-    if (s == end || end - s > 9) return 0;
-    long v = 0;
-    for (const char *c = s; c < end; c++) {
-        if (*c < '0' || *c > '9') return 0;
-        v = v * 10 + (*c - '0');
-    }
-    if (v < lo || v > hi) return 0;
-    *out = (int)v;
-    return 1;
+    for (int k = 0; k < N_SINGLE; k++)
+        if (targets[k].bits == bit) return targets[k].name;
+    return NULL;
 }
 
-static int parse_targets(const char *s, unsigned *out)
+/* TARGETS: names joined by '+' (an empty one is no name). */
+static int parse_targets(char *s, unsigned *out)
 {
     *out = 0;
-    while (*s) {
-        const char *plus = strchr(s, '+');
-        size_t n = plus ? (size_t)(plus - s) : strlen(s);
+    for (char *item = s; item;) {
+        char *plus = strchr(item, '+');
+        if (plus) *plus = 0;
         int k = 0;
-        while (k < N_TARGETS &&
-               (strlen(targets[k].name) != n || strncmp(targets[k].name, s, n)))
-            k++;
+        while (k < N_TARGETS && strcmp(targets[k].name, item)) k++;
         if (k == N_TARGETS) return 0;
         *out |= targets[k].bits;
-        if (!plus) break;
-        s = plus + 1;
-        if (!*s) return 0;
+        item = plus ? plus + 1 : NULL;
     }
-    return *out != 0;
+    return 1;
 }
 
 int prof_finetune_parse(const char *s, prof_finetune *out, util_err *e)
 {
     prof_finetune f = {PROF_FT_FULL, 0, 0, 0};
-    const char *colon = s ? strchr(s, ':') : NULL;
-    size_t n = !s ? 0 : colon ? (size_t)(colon - s) : strlen(s);
-    int k = 0;
-    while (k < PROF_FT_COUNT &&
-           (strlen(kind_names[k]) != n || strncmp(kind_names[k], s, n)))
-        k++;
+    /* KIND[:N[:TARGETS]] split at its colons */
+    char buf[64], *part[3] = {buf, NULL, NULL};
+    int np = 1, k = 0;
+    long v;
+    if (!s || strlen(s) >= sizeof buf) goto bad;
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *c = buf; *c; c++)
+        if (*c == ':') {
+            if (np == 3) goto bad;
+            *c = 0;
+            part[np++] = c + 1;
+        }
+    while (k < PROF_FT_COUNT && strcmp(kind_names[k], part[0])) k++;
     if (k == PROF_FT_COUNT) goto bad;
     f.kind = (prof_ft_kind)k;
     if (f.kind == PROF_FT_FULL) {
-        if (colon) goto bad;
+        if (np > 1) goto bad;
     } else if (f.kind == PROF_FT_FROZEN) {
-        if (!colon || !parse_int(colon + 1, colon + 1 + strlen(colon + 1), 0,
-                                 PROF_MAX_LAYERS, &f.frozen))
+        if (np != 2 || util_parse_int(part[1], 0, PROF_MAX_LAYERS, &v))
             goto bad;
+        f.frozen = (int)v;
     } else {
-        if (!colon) goto bad;
-        const char *r = colon + 1, *c2 = strchr(r, ':');
-        const char *rend = c2 ? c2 : r + strlen(r);
-        if (!parse_int(r, rend, 1, 65536, &f.rank)) goto bad;
+        if (np < 2 || util_parse_int(part[1], 1, 65536, &v)) goto bad;
+        f.rank = (int)v;
         f.targets = f.kind == PROF_FT_QLORA ? PROF_LORA_ALL
                                             : PROF_LORA_Q | PROF_LORA_V;
-        if (c2 && !parse_targets(c2 + 1, &f.targets)) goto bad;
+        if (np == 3 && !parse_targets(part[2], &f.targets)) goto bad;
     }
     *out = f;
     return 0;
@@ -246,7 +239,6 @@ int prof_model_finetune(prof_model *m, const prof_finetune *f, util_err *e)
             last_frozen = l;
             seen += is_block(m, l);
         }
-        if (f->frozen == 0) last_frozen = -1;
     } else {
         last_frozen = m->n_layers - 1;
     }
@@ -263,12 +255,14 @@ int prof_model_finetune(prof_model *m, const prof_finetune *f, util_err *e)
         o->train_params = 0;
         o->bwd_w_flops = 0;
         for (int g = 0; g < o->n_gemm; g++) o->gemm[g].frozen = 1;
+        /* a block's linear: adapted under LoRA, 4-bit under QLoRA */
+        int linear = is_block(m, o->layer) && o->kind == PROF_OP_LINEAR &&
+                     o->n_gemm == 1;
         double n_out = 0;
-        int parts = (f->kind == PROF_FT_LORA || f->kind == PROF_FT_QLORA) &&
-                    is_block(m, o->layer) && o->n_gemm == 1
+        int parts = linear && (f->kind == PROF_FT_LORA ||
+                               f->kind == PROF_FT_QLORA)
                     ? lora_parts(m, o, f->targets, &n_out) : 0;
-        int quant = f->kind == PROF_FT_QLORA && is_block(m, o->layer) &&
-                    o->kind == PROF_OP_LINEAR && o->n_gemm == 1;
+        int quant = linear && f->kind == PROF_FT_QLORA;
         if (quant) {
             /* the weight matrix in 4 bits; a bias stays 16-bit */
             double w = o->gemm[0].k * o->gemm[0].n;
@@ -295,19 +289,7 @@ int prof_model_finetune(prof_model *m, const prof_finetune *f, util_err *e)
     if (first_train == m->n_ops)
         return util_errf(e, UTIL_EXIT_USAGE, "--finetune %s: nothing of %s "
                          "would train", nm, m->spec.name);
-    m->train_params = 0;
-    for (int i = 0; i < m->n_ops; i++)
-        if (!m->ops[i].tied || m->ops[i].kind != PROF_OP_LM_HEAD)
-            m->train_params += prof_op_train_params(&m->ops[i]);
-    m->params = 0;
-    double V = m->spec.vocab, h = m->spec.hidden;
-    for (int i = 0; i < m->n_ops; i++) {
-        const prof_op *o = &m->ops[i];
-        double p = o->params;
-        if (o->tied && (o->kind == PROF_OP_LM_HEAD || o->kind == PROF_OP_EMBED))
-            p -= V * h;
-        m->params += p;
-    }
+    prof_model_count_params(m);
     m->ft = *f;
     return 0;
 }

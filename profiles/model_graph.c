@@ -400,19 +400,26 @@ prof_model *prof_model_build(const prof_model_spec *spec, util_err *e)
         begin_layer(&b, "head", PROF_PART_NONE);
         head(&b, x, st, s->family != PROF_FAM_BERT);
     }
-    /* Unique parameters: tied ops share the embedding's table. */
-    double V = s->vocab;
-    for (int i = 0; i < m->n_ops; i++) {
-        const prof_op *o = &m->ops[i];
-        double p = o->params;
-        if (o->tied && o->kind == PROF_OP_LM_HEAD) p -= V * h;
-        if (o->tied && o->kind == PROF_OP_EMBED) p -= V * h;
-        m->params += p;
+    for (int i = 0; i < m->n_ops; i++)
         m->ops[i].train_params = m->ops[i].params;
-    }
-    m->train_params = m->params;
+    prof_model_count_params(m);
     fill_cuts(m);
     return m;
+}
+
+void prof_model_count_params(prof_model *m)
+{
+    /* tied ops (a tied LM head, T5's decoder embedding) share the
+     * embedding's table: counted once */
+    double table = (double)m->spec.vocab * m->spec.hidden;
+    m->params = m->train_params = 0;
+    for (int i = 0; i < m->n_ops; i++) {
+        const prof_op *o = &m->ops[i];
+        double shared = o->tied && (o->kind == PROF_OP_LM_HEAD ||
+                                    o->kind == PROF_OP_EMBED) ? table : 0;
+        m->params += o->params - shared;
+        m->train_params += fmax(0, prof_op_train_params(o) - shared);
+    }
 }
 
 prof_model *prof_model_for_topo(prof_model *m, const prof_topo *t,

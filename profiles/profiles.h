@@ -442,6 +442,8 @@ typedef struct prof_finetune {
 /* Bytes a QLoRA base weight takes: 4-bit NF4 plus 0.127 bits of
  * double-quantized block constants (Dettmers et al. 2023). */
 #define PROF_NF4_BYTES (4.127 / 8)
+/* The name of one LoRA target bit ("q", "out", ...), NULL for others. */
+const char *prof_lora_target_name(unsigned bit);
 /* Parses a mode ("full", "frozen:12", "lora:16", "lora:8:attn+mlp",
  * "qlora:64"); errors name the value and what is expected (exit 2). */
 int prof_finetune_parse(const char *s, prof_finetune *out, util_err *e);
@@ -487,6 +489,9 @@ prof_model *prof_model_load(const char *name_or_file, util_err *e);
 prof_model *prof_model_for_topo(prof_model *m, const prof_topo *t,
                                 util_err *e);
 void prof_model_free(prof_model *m);
+/* Sets m->params and m->train_params from the ops: unique parameters,
+ * a table tied across ops counted once. */
+void prof_model_count_params(prof_model *m);
 /* Applies a fine-tuning mode to a model as built (full training): marks
  * what is frozen and how far backward reaches, adds the adapters'
  * parameters, FLOPs, GEMMs and kept activations to the ops they adapt,
