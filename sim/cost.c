@@ -110,6 +110,13 @@ static double kind_factor(const prof_gpu *g, const prof_op *op, sim_kind k)
     return f > 0 ? f : 1;
 }
 
+/* Whether a GEMM of an op runs in task kind k: a frozen weight has no
+ * weight-gradient GEMM (a LoRA adapter's run). */
+static int gemm_runs(const prof_gemm *q, sim_kind k)
+{
+    return k != SIM_W || !q->frozen;
+}
+
 double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                        int mbs, sim_kind k)
 {
@@ -121,17 +128,15 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
     flops *= b;
     double t_comp = 0;
     double gsum = 0;
-    /* a frozen weight has no weight-gradient GEMM (a LoRA adapter's run) */
-#define GEMM_RUNS(q) (k != SIM_W || !(q)->frozen)
     for (int i = 0; i < op->n_gemm; i++)
-        if (GEMM_RUNS(&op->gemm[i]))
+        if (gemm_runs(&op->gemm[i], k))
             gsum += 2 * op->gemm[i].m * op->gemm[i].n * op->gemm[i].k *
                     (op->gemm[i].batch > 0 ? op->gemm[i].batch : 1);
     if (peak > 0) {
         if (gsum > 0) {
             for (int i = 0; i < op->n_gemm; i++) {
                 const prof_gemm *q = &op->gemm[i];
-                if (!GEMM_RUNS(q)) continue;
+                if (!gemm_runs(q, k)) continue;
                 double bt = q->batch > 0 ? q->batch : 1;
                 /* a microbatch multiplies rows, or the batch of
                  * batched GEMMs (attention: one per head) */
@@ -159,8 +164,7 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
         if (op->n_gemm == 0) t_mem *= kind_factor(g, op, k);
     }
     int kernels = 0;
-    for (int i = 0; i < op->n_gemm; i++) kernels += GEMM_RUNS(&op->gemm[i]);
-#undef GEMM_RUNS
+    for (int i = 0; i < op->n_gemm; i++) kernels += gemm_runs(&op->gemm[i], k);
     if (!kernels) kernels = 1;
     double t = fmax(t_comp, t_mem) * 1e9 + kernels * g->eff.launch_ns;
     /* a 4-bit base (QLoRA) is dequantized to 16 bits by a kernel of its
