@@ -78,28 +78,25 @@ typedef struct cmd {
     const char *model, *out, *plot, *gpus;
     int json, sync;
     prof_finetune ft[MAX_FT];
-    int n_ft;                 /* 0: full, falling back to LoRA, QLoRA */
+    int n_ft;
+    int fallback;             /* no --finetune: ft holds ft_auto's modes,
+                               * planned in order until one fits */
     plan_opts po;
     prof_hw_opts ho;
 } cmd;
 
-/* The modes full training falls back to, and --finetune auto's after full:
- * LoRA at rank 16 (the QLoRA paper's rank for its 7B-65B runs) on LoRA's
- * default targets, then QLoRA at the same rank on every linear. */
-static const char *const ft_fallback[] = {"lora:16", "qlora:16"};
+/* --finetune auto: full training, then LoRA at rank 16 (the QLoRA paper's
+ * rank for its 7B-65B runs) on LoRA's default targets, then QLoRA at the
+ * same rank on every linear. Without --finetune the same list is planned
+ * in order until a mode fits: full training, falling back to the others. */
+static const char ft_auto[] = "full,lora:16,qlora:16";
 
 /* --finetune LIST: modes, or auto. */
 static int ft_list(const char *v, cmd *c, util_err *e)
 {
+    const char *list = strcmp(v, "auto") ? v : ft_auto;
     c->n_ft = 0;
-    if (!strcmp(v, "auto")) {
-        c->ft[c->n_ft++] = (prof_finetune){PROF_FT_FULL, 0, 0, 0};
-        for (int k = 0; k < 2; k++)
-            if (prof_finetune_parse(ft_fallback[k], &c->ft[c->n_ft++], e))
-                return -1;
-        return 0;
-    }
-    for (const char *p = v;;) {
+    for (const char *p = list;;) {
         size_t len = strcspn(p, ",");
         char tok[64];
         if (!len || len >= sizeof tok)
@@ -149,6 +146,8 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
     memset(c, 0, sizeof *c);
     c->argv = argv;
     c->hw_at = -1;
+    if (ft_list(ft_auto, c, e)) return -1;
+    c->fallback = 1;
     plan_opts_init(&c->po);
     c->po.progress = 1;
     for (int i = 1; i < argc; i++) {
@@ -189,6 +188,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         else if (!strcmp(a, "--finetune")) {
             NEED();
             if (ft_list(v, c, e)) return -1;
+            c->fallback = 0;
         }
         else if (!strcmp(a, "--batch")) {
             NEED();
@@ -572,25 +572,22 @@ static json_t *modes_json(const ft_try *tr, int n, int best)
 static int search_modes(cmd *c, const prof_topo *t, const char *hw,
                         ft_try *tr, int *n_tr, int *best, util_err *e)
 {
-    int fallback = c->n_ft == 0;
-    int n = fallback ? 1 : c->n_ft;
     *best = -1;
     *n_tr = 0;
-    for (int k = 0; k < n; k++) {
+    prof_model_spec spec;
+    if (prof_model_spec_get(c->model, &spec, e)) return -1;
+    for (int k = 0; k < c->n_ft && !(c->fallback && *best >= 0); k++) {
         ft_try *x = &tr[k];
         memset(x, 0, sizeof *x);
-        x->ft = fallback ? (prof_finetune){PROF_FT_FULL, 0, 0, 0} : c->ft[k];
-        if (fallback && k > 0 &&
-            prof_finetune_parse(ft_fallback[k - 1], &x->ft, e))
-            return -1;
+        x->ft = c->ft[k];
         *n_tr = k + 1;
         util_err me = {0};
-        x->m = prof_model_for_topo(prof_model_load(c->model, e), t, e);
+        x->m = prof_model_for_topo(prof_model_build(&spec, e), t, e);
         if (!x->m) return -1;
         if (prof_model_finetune(x->m, &x->ft, &me)) {
             prof_model_free(x->m);
             x->m = NULL;
-            if (n == 1) {
+            if (c->n_ft == 1) {
                 *e = me;
                 return -1;
             }
@@ -605,8 +602,6 @@ static int search_modes(cmd *c, const prof_topo *t, const char *hw,
             (*best < 0 || x->r.alt[x->r.best].samples_per_s >
                               tr[*best].r.alt[tr[*best].r.best].samples_per_s))
             *best = k;
-        /* full training fits nowhere: fall back */
-        if (fallback && k == n - 1 && *best < 0 && n < 3) n++;
     }
     return 0;
 }
@@ -687,7 +682,7 @@ static int one(cmd *c, util_err *e)
                                         modes_json(tr, n_tr, best));
                 util_json_print(rep, stdout);
             } else {
-                if (c->n_ft == 0 && best > 0) {
+                if (c->fallback && best > 0) {
                     char md[64];
                     printf("full fine-tuning does not fit: %s\nfell back to "
                            "%s (only the adapters train; --finetune full "
@@ -731,13 +726,12 @@ int plan_cmd_main(int argc, char **argv)
     util_err e = {0};
     int rc;
     if (parse(argc, argv, &c, &e)) rc = -1;
-    else if (c.gpus && c.n_ft > 1) {
+    else if (c.gpus && !c.fallback && c.n_ft > 1) {
         rc = util_errf(&e, UTIL_EXIT_USAGE, "--gpus plans one fine-tuning "
                        "mode: give --finetune a single one");
     } else if (c.gpus)
         rc = plan_capacity(c.hw_n, c.argv + c.hw_at, &c.ho, c.model,
-                           c.n_ft ? &c.ft[0] : NULL, c.gpus, &c.po, c.json,
-                           c.plot, &e);
+                           &c.ft[0], c.gpus, &c.po, c.json, c.plot, &e);
     else rc = one(&c, &e);
     if (rc == 0) return 0;
     fprintf(stderr, "sluice plan: %s\n", e.msg);
