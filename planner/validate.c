@@ -228,7 +228,8 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
                 "recomputation %s)\n", path, h.gpu, h.sched, h.recompute ? "on" : "off");
         util_table_print(tb, out, "  ");
         if (counted)
-            fprintf(out, "  mean absolute error %.1f%% over %d rows; worst %.1f%%\n",
+            fprintf(out, "  mean absolute error %.1f%% over %d rows; worst "
+                    "%.1f%% (goal: mean under 5%%, no row over 10%%)\n",
                     100 * mape, counted, 100 * worst);
     }
     util_table_free(tb);
