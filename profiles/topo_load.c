@@ -425,8 +425,33 @@ prof_topo *prof_topo_from_args(int argc, char **argv, const prof_hw_opts *o,
         used += (size_t)w;
     }
     char *save = NULL;
+    /* the template's options may ride along ("rtx4090 x1 --host-mem 256G
+     * --nvme 12": what a plan file's "hw" keeps), over those given */
+    prof_hw_opts ho = {0};
+    if (o) ho = *o;
+    char *pending = NULL;
     for (char *s = strtok_r(all, seps, &save); s;
          s = strtok_r(NULL, seps, &save)) {
+        if (pending) {
+            char *av[2] = {pending, s};
+            int k = 0;
+            if (prof_hw_opts_arg(2, av, &k, &ho, e) < 0) return NULL;
+            pending = NULL;
+            continue;
+        }
+        if (!strncmp(s, "--", 2)) {
+            char *av[1] = {s};
+            int k = 0;
+            int r = prof_hw_opts_arg(1, av, &k, &ho, e);
+            if (r == 0) {
+                util_errf(e, UTIL_EXIT_USAGE, "--hw: unknown option '%s' "
+                          "(--host-mem, --nvme, --gpus-per-server, "
+                          "--pcie-gen)", s);
+                return NULL;
+            }
+            pending = s;   /* its value is the next word */
+            continue;
+        }
         if (nt == 3) {
             util_errf(e, UTIL_EXIT_USAGE, "--hw: unexpected '%s' (expected a "
                       "GPU type and a count, e.g. rtx2080ti x8, or a server "
@@ -435,6 +460,13 @@ prof_topo *prof_topo_from_args(int argc, char **argv, const prof_hw_opts *o,
         }
         tok[nt++] = s;
     }
+    if (pending) {
+        char *av[1] = {pending};
+        int k = 0;
+        prof_hw_opts_arg(1, av, &k, &ho, e);
+        return NULL;
+    }
+    o = &ho;
     if (nt == 0) {
         util_errf(e, UTIL_EXIT_USAGE, "--hw: expected a GPU type and a count "
                   "(e.g. rtx2080ti x8) or a server file (FILE.json)");

@@ -55,6 +55,13 @@ static void usage(FILE *f)
         "  --minibatches K        minibatches simulated by schedules without\n"
         "                         flush (default 4 + ceil(2 depth / m), so the\n"
         "                         measured steady state is past the fill)\n"
+        "  --offload-tier auto|dram|nvme  where zero-offload, zero-infinity\n"
+        "                         and fuyou keep the model states (auto:\n"
+        "                         DRAM for zero-offload, else the NVMe\n"
+        "                         drives when the server has any)\n"
+        "  --host-mem SIZE, --nvme N, --gpus-per-server N, --pcie-gen G\n"
+        "                         the server template's host memory, drives,\n"
+        "                         size and PCIe (kept with the plan's hw)\n"
         "  --state-bytes N        weights+grads+optimizer bytes per parameter\n"
         "                         (default 16: Adam, mixed precision)\n"
         "  --json                 print the summary as JSON\n"
@@ -152,7 +159,8 @@ typedef struct cmd_opts {
 static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
 {
     char hw[sizeof p->hw + 1] = "";
-    int have_sched = 0, have_pp = 0, have_mbs = 0, have_mb = 0;
+    char hwx[sizeof p->hw] = "";   /* template options, kept with --hw */
+    int have_sched = 0, have_pp = 0, have_mbs = 0, have_mb = 0, have_rc = 0;
     const char *defining = NULL; /* an option a plan file already fixes */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -161,7 +169,11 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             "--microbatches", "--waves", "--stages", "--minibatches",
             "--state-bytes", "--partition", "--recompute", "--dp", "--tp",
             "--chunks", "--schedule-file", "--no-recompute",
-            "--sequence-parallel", "--zero", "--fsdp", "--finetune", NULL};
+            "--sequence-parallel", "--zero", "--fsdp", "--finetune",
+            "--offload-tier", "--host-mem", "--nvme", "--gpus-per-server",
+            "--pcie-gen", NULL};
+        prof_hw_opts ho = {0};
+        int hn;
         for (int k = 0; fixed[k]; k++)
             if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
         if (!strcmp(a, "--hw")) {
@@ -231,8 +243,10 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             c->partition = argv[++i];
         } else if (!strcmp(a, "--recompute")) {
             if (sim_recompute_arg(argc, argv, &i, &p->recompute, e)) return -1;
+            have_rc = 1;
         } else if (!strcmp(a, "--no-recompute")) {
             p->recompute = SIM_RC_NONE;
+            have_rc = 1;
         } else if (!strcmp(a, "--sequence-parallel")) {
             p->sp = 1;
         } else if (!strcmp(a, "--zero") || !strcmp(a, "--fsdp")) {
@@ -278,6 +292,20 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             have_sched = 1;
         } else if (!strcmp(a, "--emit-schedule")) {
             c->emit = 1;
+        } else if (!strcmp(a, "--offload-tier")) {
+            if (need(i, argc, argv, e)) return -1;
+            int t = sim_tier_parse(argv[++i]);
+            if (t < 0)
+                return util_errf(e, UTIL_EXIT_USAGE, "--offload-tier '%s': "
+                                 "expected auto, dram or nvme", argv[i]);
+            p->tier = t;
+        } else if ((hn = prof_hw_opts_arg(argc, argv, &i, &ho, e))) {
+            if (hn < 0) return -1;
+            size_t l = strlen(hwx);
+            if ((size_t)snprintf(hwx + l, sizeof hwx - l, " %s %s", a,
+                                 argv[i]) >= sizeof hwx - l)
+                return util_errf(e, UTIL_EXIT_USAGE, "%s: hardware options "
+                                 "too long", a);
         } else {
             static const char *const known[] = {
                 "--hw", "--model", "--schedule", "--pp", "--mbs",
@@ -286,12 +314,18 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 "--plan", "--trace", "--plot", "--out", "--help", "--dp",
                 "--tp", "--chunks", "--schedule-file", "--emit-schedule",
                 "--measured", "--no-recompute", "--sequence-parallel",
-                "--zero", "--fsdp", "--finetune"};
+                "--zero", "--fsdp", "--finetune", "--offload-tier",
+                "--host-mem", "--nvme", "--gpus-per-server", "--pcie-gen"};
             const char *near = util_closest(a, known, sizeof known / sizeof *known);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
                              near ? "'?)" : "");
         }
+    }
+    if (hwx[0] && !c->plan_file && p->hw[0]) {
+        char all[sizeof hw + sizeof hwx];
+        snprintf(all, sizeof all, "%s%s", p->hw, hwx);
+        if (copy_arg("--hw", p->hw, sizeof p->hw, all, e)) return -1;
     }
     if (c->plan_file && defining)
         return util_errf(e, UTIL_EXIT_USAGE, "%s cannot be combined with "
@@ -301,6 +335,13 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "--measured draws a run above "
                          "the simulation: give --plot PREFIX too");
     if (c->plan_file) return 0;
+    /* an offload schedule runs on one GPU and checkpoints each layer's
+     * input, as the systems it models do */
+    if (have_sched && sim_sched_offload(p->sched)) {
+        if (!have_pp) p->pp = 1;
+        if (!have_rc) p->recompute = SIM_RC_FULL;
+        have_pp = 1;
+    }
     const char *miss = !p->hw[0] ? "--hw" : !p->model[0] ? "--model"
                      : !have_sched ? "--schedule" : !have_pp ? "--pp"
                      : !have_mbs ? "--mbs" : !have_mb ? "--microbatches" : NULL;
@@ -436,6 +477,9 @@ static int run(int argc, char **argv, util_err *e)
         else if (p.sched == SIM_SCHED_MIXED || p.sched == SIM_SCHED_MIXED_1F1B ||
                  p.sched == SIM_SCHED_MIXED_GPIPE)
             S = c.stages ? c.stages : 2 * p.pp;
+        else if (sim_sched_offload(p.sched))
+            /* offloaded: a stage per layer, fetched and stepped alone */
+            S = c.stages ? c.stages : m->n_layers;
         else if (c.stages && c.stages != p.pp) {
             util_errf(e, UTIL_EXIT_USAGE, "--stages %d: schedule %s runs one "
                       "stage per device (%d)", c.stages,
@@ -453,7 +497,8 @@ static int run(int argc, char **argv, util_err *e)
         if ((long)p.pp * p.dp * p.tp < tp->n_gpus)
             p.gpus_used = p.pp * p.dp * p.tp;
         sim_plan_stages(&p, S);
-        const char *part = c.partition ? c.partition : "balanced";
+        const char *part = c.partition ? c.partition
+                         : sim_sched_offload(p.sched) ? "even" : "balanced";
         const prof_gpu *g = prof_topo_gpu(tp, 0);
         int prc;
         /* stage times for balancing: with tensor parallelism each GPU

@@ -652,6 +652,7 @@ void sim_costs_free(sim_costs *c)
     free(c->dev_gpu);
     free(c->dev_capacity);
     free(c->dev_peak_flops);
+    free(c->drive);
     free(c);
 }
 
@@ -874,6 +875,11 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     free(mark);
     free(op_stage);
     c->topo = t;
+    c->offload = o && sim_sched_offload(o->offload) ? o->offload : 0;
+    if (c->offload && sim_offload_costs(c, t, o->tier, e)) {
+        sim_costs_free(c);
+        return NULL;
+    }
     c->samples_per_mb = mbs;
     c->tokens_per_sample = m->spec.seq_len + m->spec.dec_seq_len;
     c->model_flops_per_sample = prof_model_train_flops(m, 0);

@@ -73,6 +73,7 @@ static int64_t task_dur(const sim_costs *c, const sim_task *t)
     case SIM_W: return sc->w_ns + sc->task_ns;
     case SIM_BW: return sc->b_ns + sc->w_ns + sc->task_ns;
     case SIM_OPT: return sc ? sc->opt_ns + sc->task_ns : 0;
+    case SIM_CPU_OPT: return sc ? sc->cpu_opt_ns : 0;
     default: return 0;
     }
 }
@@ -86,6 +87,57 @@ static int64_t task_tp(const sim_costs *c, const sim_task *t)
     case SIM_RECOMP: return sc->tp_r_ns;
     case SIM_B: case SIM_BW: return sc->tp_b_ns;
     default: return 0;
+    }
+}
+
+/* Routes of NVMe transfers: lane j of a read or write of a device's
+ * states stripes over drive j of its server (c->drive), from the drive to
+ * the host memory nearest the device's GPU or back, and crosses the
+ * drive's own resource, which reads and writes share: a write's lane
+ * moves read/write bandwidth times its bytes there, so alone it takes
+ * bytes over the write bandwidth. */
+static void nvme_routes(sim_engine *e, const sim_ir *ir, const sim_costs *c)
+{
+    const prof_topo *tp = c->topo;
+    size_t need = 0;
+    for (int i = 0; i < ir->n_tasks; i++)
+        if (sim_kind_nvme(ir->tasks[i].kind)) {
+            int nl = e->lane_off[i + 1] - e->lane_off[i];
+            for (int j = 0; j < nl && j < c->n_drives; j++) {
+                int n = 0;
+                int h = prof_topo_gpu_host_mem(tp, c->dev_gpu[ir->tasks[i].device]);
+                prof_topo_route(tp, c->drive[j], h, &n);
+                need += (size_t)n + 1;
+            }
+        }
+    if (!need) return;
+    e->xroute = util_malloc(sizeof(int) * need);
+    size_t used = 0;
+    for (int i = 0; i < ir->n_tasks; i++) {
+        const sim_task *t = &ir->tasks[i];
+        if (!sim_kind_nvme(t->kind)) continue;
+        int nl = e->lane_off[i + 1] - e->lane_off[i];
+        int h = prof_topo_gpu_host_mem(tp, c->dev_gpu[t->device]);
+        for (int j = 0; j < nl && j < c->n_drives; j++) {
+            int dv = c->drive[j], n = 0;
+            int rd = t->kind == SIM_NVME_READ;
+            const int *r = prof_topo_route(tp, rd ? dv : h, rd ? h : dv, &n);
+            if (h < 0 || !r || !n) continue;
+            int L = e->lane_off[i] + j;
+            int *x = e->xroute + used;
+            memcpy(x, r, sizeof(int) * (size_t)n);
+            x[n] = e->n_dl + dv;
+            used += (size_t)n + 1;
+            e->route[L] = x;
+            e->route_len[L] = n + 1;
+            const prof_node *nd = &tp->nodes[dv];
+            if (!rd && nd->write_bw_bytes_per_s > 0)
+                e->lane_scale[L] = nd->read_bw_bytes_per_s /
+                                   nd->write_bw_bytes_per_s;
+            double lat = prof_route_latency_ns(tp, r, n);
+            if ((int64_t)llround(lat) > e->lat_ns[i])
+                e->lat_ns[i] = (int64_t)llround(lat);
+        }
     }
 }
 
@@ -112,12 +164,15 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
     e->lane_off = util_calloc(N + 1, sizeof(int));
     for (int i = 0; i < n; i++) {
         const sim_task *t = &ir->tasks[i];
-        int l = t->kind == SIM_SEND && t->lanes > 1 ? t->lanes : 1;
+        int l = (t->kind == SIM_SEND || sim_kind_nvme(t->kind)) &&
+                t->lanes > 1 ? t->lanes : 1;
         e->lane_off[i + 1] = e->lane_off[i] + l;
     }
     size_t NL = (size_t)e->lane_off[n] + 1;
     e->route = util_calloc(NL, sizeof(int *));
     e->route_len = util_calloc(NL, sizeof(int));
+    e->lane_scale = util_malloc(NL * sizeof(double));
+    for (size_t L = 0; L < NL; L++) e->lane_scale[L] = 1;
     e->lat_ns = util_calloc(N, sizeof(int64_t));
     e->lanes_left = util_calloc(N, sizeof(int32_t));
     e->steps_left = util_calloc(N, sizeof(int32_t));
@@ -170,14 +225,19 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
     const prof_topo *tp = c->topo;
     if (tp) {
         e->n_dl = 2 * tp->n_links;
-        e->link_cap = util_malloc(sizeof(double) * (size_t)(e->n_dl + 1));
+        e->n_res = e->n_dl + tp->n_nodes;
+        e->link_cap = util_malloc(sizeof(double) * (size_t)(e->n_res + 1));
         for (int l = 0; l < tp->n_links; l++)
             e->link_cap[2 * l] = e->link_cap[2 * l + 1] =
                 tp->links[l].bw_bytes_per_s;
-        e->link_use = util_calloc((size_t)e->n_dl + 1, sizeof(int32_t));
-        e->mm.rem = util_calloc((size_t)e->n_dl + 1, sizeof(double));
-        e->mm.cnt = util_calloc((size_t)e->n_dl + 1, sizeof(int));
-        e->mm.touched = util_calloc((size_t)e->n_dl + 1, sizeof(int));
+        /* a drive's resource (per node, used by NVMe nodes only) */
+        for (int v = 0; v < tp->n_nodes; v++)
+            e->link_cap[e->n_dl + v] = tp->nodes[v].read_bw_bytes_per_s;
+        e->link_use = util_calloc((size_t)e->n_res + 1, sizeof(int32_t));
+        e->mm.rem = util_calloc((size_t)e->n_res + 1, sizeof(double));
+        e->mm.cnt = util_calloc((size_t)e->n_res + 1, sizeof(int));
+        e->mm.touched = util_calloc((size_t)e->n_res + 1, sizeof(int));
+        nvme_routes(e, ir, c);
         e->mm.frozen = util_calloc(NL, 1);
         /* folded: replica 0's routes, each link replaced by its orbit's
          * stand-in as often as the flow's copies cross that orbit */
@@ -254,7 +314,8 @@ void sim_engine_free(sim_engine *e)
     free(e->end); free(e->fstart); free(e->heap); free(e->mem_cur);
     free(e->cur_ver); free(e->live); free(e->inflight); free(e->flow_task);
     free(e->flow_rem); free(e->flow_rate); free(e->flow_route);
-    free(e->flow_rlen); free(e->fold_routes); free(e->link_cap); free(e->link_use); free(e->mm.rem); free(e->mm.cnt);
+    free(e->flow_rlen); free(e->fold_routes); free(e->lane_scale);
+    free(e->xroute); free(e->link_cap); free(e->link_use); free(e->mm.rem); free(e->mm.cnt);
     free(e->mm.touched); free(e->mm.frozen); free(e->dev);
     free(e->max_inflight); free(e->max_versions); free(e->mem);
     free(e->scratch_k); free(e->scratch_dw);
@@ -338,7 +399,7 @@ static void flow_step(sim_engine *e, int id)
         if (!e->route[l0 + j]) continue;
         int f = e->nflow++;
         e->flow_task[f] = id;
-        e->flow_rem[f] = t->bytes / nl;
+        e->flow_rem[f] = t->bytes / nl * e->lane_scale[l0 + j];
         e->flow_rate[f] = 0;
         e->flow_route[f] = e->route[l0 + j];
         e->flow_rlen[f] = e->route_len[l0 + j];
@@ -423,7 +484,7 @@ static void task_start(sim_engine *e, int id)
             e->max_inflight[s] = e->inflight[s];
     }
     if (t->kind == SIM_SEND || t->kind == SIM_SWAP_IN ||
-        t->kind == SIM_SWAP_OUT)
+        t->kind == SIM_SWAP_OUT || sim_kind_nvme(t->kind))
         flow_begin(e, id);
     else
         heap_push(e, e->now + e->dur[id], id, 0);
@@ -633,7 +694,7 @@ int sim_engine_run(sim_engine *e, sim_result *r)
     e->flow_last = 0;
     e->flow_epoch = 0;
     if (e->link_use)
-        memset(e->link_use, 0, sizeof(int32_t) * (size_t)(e->n_dl + 1));
+        memset(e->link_use, 0, sizeof(int32_t) * (size_t)(e->n_res + 1));
     e->n_mem = 0;
     e->oom = 0;
     e->oom_task = -1;

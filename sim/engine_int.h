@@ -61,7 +61,15 @@ struct sim_engine {
     uint32_t flow_epoch;
     double *link_cap;
     int32_t *link_use;      /* active flows per directed link */
-    int n_dl;
+    int n_dl;               /* directed links; then one resource per NVMe
+                             * drive (n_res in all): reads and writes share
+                             * the drive, so both cross it */
+    int n_res;
+    double *lane_scale;     /* bytes a lane moves per byte of its task: a
+                             * drive's read over write bandwidth for NVMe
+                             * writes, so the drive's one resource times
+                             * both; else 1 */
+    int *xroute;            /* NVMe lanes' routes (route points here) */
     sim_maxmin_scratch mm;
     /* results */
     sim_dev_stats *dev;

@@ -10,9 +10,11 @@
 
 static const char *const kind_names[SIM_KIND_COUNT] = {
     "F", "B", "W", "BW", "R", "OPT", "SEND", "RECV", "ALLREDUCE",
-    "SWAP_OUT", "SWAP_IN"};
+    "SWAP_OUT", "SWAP_IN", "NVME_READ", "NVME_WRITE", "CPU_OPT"};
 static const char *const stream_names[SIM_STREAM_COUNT] = {
-    "compute", "copy-in", "copy-out", "send", "collective", "recv"};
+    "compute", "copy-in", "copy-out", "send", "collective", "io-in", "io-out",
+    "host",
+    "recv"};
 static const char *const comm_names[SIM_COMM_COUNT] = {
     "pipeline", "data-parallel", "tensor-parallel", "embedding"};
 

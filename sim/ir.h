@@ -33,6 +33,9 @@ typedef enum {
     SIM_ALLREDUCE,  /* collective over a group (data/replica parallelism) */
     SIM_SWAP_OUT,   /* device -> host copy */
     SIM_SWAP_IN,    /* host -> device copy */
+    SIM_NVME_READ,  /* NVMe -> host DRAM, striped over the server's drives */
+    SIM_NVME_WRITE, /* host DRAM -> NVMe */
+    SIM_CPU_OPT,    /* optimizer step of one stage on the host's CPU */
     SIM_KIND_COUNT
 } sim_kind;
 
@@ -42,7 +45,12 @@ typedef enum {
  * each from its sender's start to the end of the transfer. */
 typedef enum {
     SIM_STREAM_COMPUTE, SIM_STREAM_COPY_IN, SIM_STREAM_COPY_OUT,
-    SIM_STREAM_SEND, SIM_STREAM_COLL, SIM_STREAM_RECV, SIM_STREAM_COUNT
+    SIM_STREAM_SEND, SIM_STREAM_COLL,
+    SIM_STREAM_IO_IN,   /* the device's NVMe reads (offload) */
+    SIM_STREAM_IO_OUT,  /* its NVMe writes (they share the drives with
+                         * the reads, at the same time) */
+    SIM_STREAM_HOST,    /* the CPU optimizer working for the device */
+    SIM_STREAM_RECV, SIM_STREAM_COUNT
 } sim_stream;
 
 /* What a transfer is for: pipeline activations and gradients, data-
@@ -66,6 +74,11 @@ typedef enum {
 const char *sim_coll_name(sim_coll c); /* "all-reduce", ... */
 
 const char *sim_kind_name(sim_kind k);     /* "F", "B", "W", "BW", ... */
+/* Whether a task kind is an NVMe read or write. */
+static inline int sim_kind_nvme(int k)
+{
+    return k == SIM_NVME_READ || k == SIM_NVME_WRITE;
+}
 const char *sim_stream_name(sim_stream s); /* "compute", ... */
 
 typedef struct sim_task {
@@ -244,6 +257,7 @@ typedef struct sim_stage_cost {
     int64_t r_ns;               /* recomputation before a backward (the
                                  * forward of what the mode recomputes) */
     int64_t opt_ns;             /* optimizer step of the stage */
+    int64_t cpu_opt_ns;         /* the same on the host's CPU (offload) */
     double fwd_flops, bwd_flops;/* per microbatch (model FLOPs) */
     double params;
     double act_bytes;           /* kept from F for the backward, per mb */
@@ -321,6 +335,13 @@ struct sim_costs {
                                  * state is split over: dp (ZeRO, FSDP
                                  * full), the ranks inside a server (FSDP
                                  * hybrid); 1 without sharding */
+    int offload;                /* the offload schedule (sim_sched_offload)
+                                 * whose tiers the costs price; 0: none */
+    int tier;                   /* sim_tier the model states live in */
+    int n_drives;               /* NVMe drives the states stripe over */
+    int *drive;                 /* their nodes in topo */
+    double host_bytes, host_cap;/* host DRAM the plan holds, and has */
+    double nvme_bytes, nvme_cap;/* the same on the drives */
     sim_stage_cost *stage;
     int *stage_device;          /* n_stages */
     double *xfer_bytes;         /* [s*n_stages+t]: s's outputs read by t, per mb */
@@ -365,6 +386,9 @@ typedef struct sim_cost_opts {
     int zero;                   /* ZeRO stage 0..3 (sim_zero_check) */
     int fsdp;                   /* sim_fsdp: full or hybrid sharding */
     const sim_measured *measured; /* may be NULL */
+    int offload;                /* an offload schedule (sim_sched_offload),
+                                 * 0: none */
+    int tier;                   /* sim_tier: where its states live */
     int fold;                   /* fold the data-parallel replicas where
                                  * the server graph allows it: the fewest
                                  * replicas that fill whole servers (one,
@@ -474,6 +498,7 @@ typedef enum {
     SIM_SCHED_MIXED_1F1B, SIM_SCHED_MIXED_GPIPE, SIM_SCHED_WAVE,
     SIM_SCHED_INTERLEAVED, SIM_SCHED_ZBH1, SIM_SCHED_ZBV, SIM_SCHED_CHIMERA,
     SIM_SCHED_DUALPIPEV, SIM_SCHED_ZBH2, SIM_SCHED_ZB2P,
+    SIM_SCHED_ZERO_OFFLOAD, SIM_SCHED_ZERO_INFINITY, SIM_SCHED_FUYOU,
     SIM_SCHED_FILE,     /* an order read with --schedule-file */
     SIM_SCHED_COUNT
 } sim_sched;
@@ -481,6 +506,9 @@ typedef enum {
 /* The schedules the planner searches (the others are simulated on
  * request). */
 int sim_sched_plannable(sim_sched s);
+/* Whether a schedule offloads model states to host tiers (ZeRO-Offload,
+ * ZeRO-Infinity, Fuyou). */
+int sim_sched_offload(sim_sched s);
 /* Pipelines per data-parallel rank: 2 for Chimera, else 1. */
 int sim_sched_pipes(sim_sched s);
 /* Minibatches an asynchronous schedule simulates by default, so that the
@@ -604,6 +632,42 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c);
  * section 7). */
 void sim_add_sharded(sim_ir *ir, const sim_costs *c);
 
+/* Offloaded training on one GPU (Rajbhandari et al., ZeRO-Offload,
+ * ATC'21 and ZeRO-Infinity, SC'21; Liao et al., Fuyou, arXiv 2403.06504):
+ * the plan's stages are layer groups on device 0, all recomputed from
+ * their inputs when the plan recomputes. ZeRO-Offload and ZeRO-Infinity
+ * run the microbatches one after the other through every stage (gradient
+ * accumulation); Fuyou runs each stage over all microbatches before the
+ * next (its layer-by-layer sweep over the batch). Compute order only;
+ * sim_add_offload adds what moves. */
+int sim_gen_offload(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                    util_err *e);
+/* The tiers' tasks of an offload schedule (c->offload), after lowering.
+ * A run of compute tasks of one stage is a group; its weights reach the
+ * GPU (SWAP_IN on copy-in, after an NVMe read when they live there) while
+ * the group before it computes (two groups' weights at most on the GPU:
+ * a fetch waits for the end of the group two back; a drive read for the
+ * group three back) and are held until the group ends; ZeRO-Offload
+ * keeps its fp16 weights on the GPU instead and copies the updated ones
+ * back after each stage's CPU step. Gradients go to the host (SWAP_OUT
+ * on copy-out): ZeRO after every backward, Fuyou after a stage's last
+ * (accumulated on the GPU over the microbatches), each held on the GPU
+ * from its backward's start to the copy's end. The host's CPU steps the
+ * optimizer one stage at a time (SIM_CPU_OPT on the host stream): ZeRO
+ * after the whole backward pass (the gradient norm needs every gradient),
+ * from the deepest stage up; Fuyou as soon as the stage's gradients
+ * arrive, overlapped with the backward of the stages before it. On the
+ * NVMe tier the step reads the stage's optimizer state from the drives
+ * first and writes it back, with the new fp16 weights, after. */
+void sim_add_offload(sim_ir *ir, const sim_costs *c);
+/* Prices the tiers of an offload schedule (c->offload set): the tier
+ * (auto resolved), the drives of the GPU's server, each stage's CPU
+ * step, and what host DRAM and the drives hold against what they have;
+ * an error (code 2) says which tier lacks how much. sim_costs_build
+ * calls it. */
+int sim_offload_costs(sim_costs *c, const prof_topo *t, int tier,
+                      util_err *e);
+
 /* Tied embeddings (the token table shared with the LM head, or T5's
  * decoder embedding): every stage holding a copy (tied_bytes > 0) sends
  * its gradient of the table to every other holder of its replica once its
@@ -696,6 +760,7 @@ typedef struct sim_plan {
     int fsdp;               /* sim_fsdp */
     prof_finetune ft;       /* which parameters train (full as default) */
     int waves;
+    int tier;               /* offload schedules: sim_tier */
     int n_minibatches;      /* 0: sim_default_minibatches */
     double state_bytes_per_param;
     int n_stages;
@@ -705,6 +770,15 @@ typedef struct sim_plan {
      * them ("" when absent); checked against the model */
     char (*from_op)[48], (*to_op)[48];
 } sim_plan;
+
+/* Where an offloaded plan keeps its model states: host DRAM or the
+ * server's NVMe drives. Auto: DRAM for ZeRO-Offload, the drives for
+ * ZeRO-Infinity and Fuyou where the server has any. */
+typedef enum {
+    SIM_TIER_AUTO = 0, SIM_TIER_DRAM, SIM_TIER_NVME, SIM_TIER_COUNT
+} sim_tier;
+const char *sim_tier_name(int t);      /* "auto", "dram", "nvme" */
+int sim_tier_parse(const char *s);     /* -1 when none */
 
 /* Whether sharding applies to a plan: zero 0..3, FSDP with zero 0 or 3,
  * data parallelism (dp >= 2: ZeRO shards over the data-parallel group),

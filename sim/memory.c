@@ -12,7 +12,9 @@
  * shard; ZeRO-3's gathered parameters are held from their all-gather's
  * start to the end of the compute using them (sim_ir.bufs), and the steps
  * of sharded collectives land in those buffers, the sharded gradients or
- * the weights, so they take no receive buffer of their own. */
+ * the weights, so they take no receive buffer of their own. Offloaded
+ * (sim_add_offload), the GPU keeps no state but ZeRO-Offload's fp16
+ * weights; fetched weights and outgoing gradients are buffers too. */
 #include <string.h>
 
 #include "sim/engine_int.h"
@@ -42,10 +44,14 @@ void sim_mem_setup(sim_engine *e)
     memset(e->mem_end, 0, sizeof(double) * (size_t)e->n);
     memset(e->static_bytes, 0, sizeof(double) * (size_t)e->nd);
     memset(e->pending0, 0, sizeof(int32_t) * (size_t)e->ns * e->vstride);
+    /* offloaded, the GPU keeps no state (ZeRO-Offload: its fp16
+     * weights): fetched weights and gradients on their way out are the
+     * IR's buffers (sim_add_offload) */
     for (int s = 0; s < e->ns; s++) {
         const sim_stage_cost *sc = &c->stage[s];
         e->static_bytes[ir->stage_device[s]] +=
-            sc->weight_bytes + sc->grad_bytes + sc->opt_bytes;
+            !c->offload ? sc->weight_bytes + sc->grad_bytes + sc->opt_bytes
+            : c->offload == SIM_SCHED_ZERO_OFFLOAD ? sc->weight_bytes : 0;
     }
     for (int i = 0; i < e->n; i++) {
         const sim_task *t = &ir->tasks[i];

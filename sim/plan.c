@@ -118,7 +118,7 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         "microbatches", "recompute", "waves", "minibatches",
         "state_bytes_per_param", "stages", "chunks", "layout",
         "schedule_file", "gpus_used", "sequence_parallel", "zero", "fsdp",
-        "finetune", NULL};
+        "finetune", "offload_tier", NULL};
     static const char *const skeys[] = {"ops", "device", "from", "to", NULL};
     util_jdoc d;
     sim_plan_init(p);
@@ -213,6 +213,16 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         if (util_jstr(&r, "finetune", 0, ft, sizeof ft, e)) goto out;
         if (prof_finetune_parse(ft, &p->ft, &fe)) {
             util_jerr(e, &r, "finetune", "%s", fe.msg);
+            goto out;
+        }
+    }
+    if (json_object_get(r.j, "offload_tier")) {
+        static const char *const ts[] = {"auto", "dram", "nvme", NULL};
+        if (util_jenum(&r, "offload_tier", 0, ts, &p->tier, e)) goto out;
+        if (!sim_sched_offload(p->sched)) {
+            util_jerr(e, &r, "offload_tier", "schedule %s keeps its states "
+                      "on the GPU (zero-offload, zero-infinity and fuyou "
+                      "offload)", sim_sched_name(p->sched));
             goto out;
         }
     }
@@ -414,6 +424,9 @@ json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
         json_object_set_new(o, "finetune", json_string(
             prof_finetune_name(&p->ft, ft, sizeof ft)));
     }
+    if (sim_sched_offload(p->sched) && p->tier)
+        json_object_set_new(o, "offload_tier",
+                            json_string(sim_tier_name(p->tier)));
     json_object_set_new(o, "waves", json_integer(p->waves));
     json_object_set_new(o, "minibatches", json_integer(
         p->n_minibatches ? p->n_minibatches
@@ -642,6 +655,8 @@ sim_cost_opts sim_plan_cost_opts(const sim_plan *p)
                        .pipes = sim_sched_pipes(p->sched),
                        .state_bytes_per_param = p->state_bytes_per_param,
                        .recompute = p->recompute, .sp = p->sp,
-                       .zero = p->zero, .fsdp = p->fsdp};
+                       .zero = p->zero, .fsdp = p->fsdp,
+                       .offload = sim_sched_offload(p->sched) ? p->sched : 0,
+                       .tier = p->tier};
     return o;
 }

@@ -63,6 +63,61 @@ static void comm_mean(const sim_result *r, int k, double *busy, double *exp)
     *exp /= r->n_devices;
 }
 
+/* The tiers of an offloaded plan: what host DRAM and the drives hold,
+ * each resource's busy time, and the one that bounds the iteration. */
+static void offload_print(const sim_costs *c, const sim_result *r,
+                          const sim_ir *ir, FILE *f)
+{
+    sim_offload_use u;
+    sim_offload_usage(ir, r, &u);
+    char a[32], b[32], x[32], y[32];
+    fprintf(f, "\n  offload %s: model states in %s", sim_sched_name(c->offload),
+            c->tier == SIM_TIER_NVME ? "NVMe" : "host DRAM");
+    if (c->tier == SIM_TIER_NVME)
+        fprintf(f, " (%d drive%s)", c->n_drives, c->n_drives == 1 ? "" : "s");
+    fprintf(f, "; host DRAM %s of %s", util_fmt_bytes(c->host_bytes, a, sizeof a),
+            util_fmt_bytes(c->host_cap, b, sizeof b));
+    if (c->tier == SIM_TIER_NVME)
+        fprintf(f, ", NVMe %s of %s", util_fmt_bytes(c->nvme_bytes, x, sizeof x),
+                util_fmt_bytes(c->nvme_cap, y, sizeof y));
+    fprintf(f, "\n");
+    double it = (double)r->iteration_ns;
+    for (int k = 0; k < SIM_OFL_RES_COUNT; k++) {
+        if (k == SIM_OFL_NVME && c->tier != SIM_TIER_NVME) continue;
+        fprintf(f, "  %-15s busy %9.3f s  %5.1f%% of the iteration",
+                sim_offload_res_name(k), u.busy_ns[k] * 1e-9,
+                it > 0 ? 100.0 * (double)u.busy_ns[k] / it : 0);
+        if (u.bytes[k] > 0)
+            fprintf(f, "  %s moved", util_fmt_bytes(u.bytes[k], a, sizeof a));
+        fprintf(f, "\n");
+    }
+    fprintf(f, "  bound by: %s\n", sim_offload_res_name(u.bound));
+}
+
+static json_t *offload_json(const sim_costs *c, const sim_result *r,
+                            const sim_ir *ir)
+{
+    sim_offload_use u;
+    sim_offload_usage(ir, r, &u);
+    json_t *o = json_object();
+    json_object_set_new(o, "policy", json_string(sim_sched_name(c->offload)));
+    json_object_set_new(o, "tier", json_string(sim_tier_name(c->tier)));
+    json_object_set_new(o, "drives", json_integer(c->n_drives));
+    json_object_set_new(o, "host_bytes", json_real(c->host_bytes));
+    json_object_set_new(o, "host_capacity_bytes", json_real(c->host_cap));
+    json_object_set_new(o, "nvme_bytes", json_real(c->nvme_bytes));
+    json_object_set_new(o, "nvme_capacity_bytes", json_real(c->nvme_cap));
+    json_t *res = json_object();
+    static const char *const keys[SIM_OFL_RES_COUNT] = {
+        "gpu", "pcie_in", "pcie_out", "nvme", "cpu"};
+    for (int k = 0; k < SIM_OFL_RES_COUNT; k++)
+        json_object_set_new(res, keys[k], json_pack(
+            "{s:f,s:f}", "busy_s", u.busy_ns[k] * 1e-9, "bytes", u.bytes[k]));
+    json_object_set_new(o, "resources", res);
+    json_object_set_new(o, "bound_by", json_string(keys[u.bound]));
+    return o;
+}
+
 void sim_report_print(const sim_plan *p, const prof_model *m,
                       const prof_topo *tp, const sim_costs *c,
                       const sim_result *r, const sim_ir *ir, FILE *f)
@@ -169,6 +224,7 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
             fprintf(f, " %d", r->max_versions[s]);
         fprintf(f, "\n");
     }
+    if (c->offload && ir) offload_print(c, r, ir, f);
     if (r->oom && ir && r->oom_task >= 0) {
         char b[128];
         fprintf(f, "\nOOM: %s would exceed device memory at %s\n",
@@ -277,6 +333,8 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
         json_object_set_new(o, "oom_time_s", json_real(r->oom_t_ns * 1e-9));
     }
     json_object_set_new(o, "devices", dv);
+    if (c->offload && ir)
+        json_object_set_new(o, "offload", offload_json(c, r, ir));
     json_t *cm = json_object();
     for (int k = 0; k < SIM_COMM_COUNT; k++) {
         double busy, exp;

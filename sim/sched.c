@@ -9,7 +9,7 @@
 static const char *const sched_names[SIM_SCHED_COUNT + 1] = {
     "gpipe", "1f1b", "2bw", "mixed", "mixed-1f1b", "mixed-gpipe", "wave",
     "interleaved", "zb-h1", "zb-v", "chimera", "dualpipev", "zb-h2", "zb-2p",
-    "file", NULL};
+    "zero-offload", "zero-infinity", "fuyou", "file", NULL};
 
 const char *sim_sched_name(sim_sched s)
 {
@@ -33,6 +33,9 @@ static const char *const sched_about[SIM_SCHED_COUNT] = {
     "DualPipeV (DeepSeek), as PyTorch orders it",
     "Zero Bubble H2: more warm-up forwards (2p-1 in flight), W's fill the drain",
     "Zero Bubble's automatic schedule under 2x 1F1B's activation memory",
+    "ZeRO-Offload: optimizer state in host DRAM, CPU Adam after backward",
+    "ZeRO-Infinity: weights and state in DRAM or NVMe, fetched per layer",
+    "Fuyou: states on NVMe, CPU Adam per layer overlapped with backward",
     "an order read with --schedule-file"};
 
 int sim_sched_parse(const char *name)
@@ -74,11 +77,19 @@ int sim_sched_async(sim_sched s)
 
 int sim_sched_plannable(sim_sched s)
 {
-    /* every built-in generator; an order read from a file is the user's */
-    return s >= 0 && s < SIM_SCHED_COUNT && s != SIM_SCHED_FILE;
+    /* every built-in generator; an order read from a file is the user's;
+     * the offload policies are planned apart (plan_offload) */
+    return s >= 0 && s < SIM_SCHED_COUNT && s != SIM_SCHED_FILE &&
+           !sim_sched_offload(s);
 }
 
 int sim_sched_pipes(sim_sched s) { return s == SIM_SCHED_CHIMERA ? 2 : 1; }
+
+int sim_sched_offload(sim_sched s)
+{
+    return s == SIM_SCHED_ZERO_OFFLOAD || s == SIM_SCHED_ZERO_INFINITY ||
+           s == SIM_SCHED_FUYOU;
+}
 
 int sim_default_minibatches(sim_sched s, int pp, int n_stages, int n_mb)
 {
@@ -155,6 +166,13 @@ int sim_sched_check(const sim_sched_opts *o, util_err *e)
                              "take %d microbatches on %d devices: it needs at "
                              "least as many as stages (2p = %d)", o->n_mb,
                              o->pp, 2 * o->pp);
+        break;
+    case SIM_SCHED_ZERO_OFFLOAD: case SIM_SCHED_ZERO_INFINITY:
+    case SIM_SCHED_FUYOU:
+        if (o->pp != 1 || (o->dp > 1))
+            return util_errf(e, UTIL_EXIT_USAGE, "schedule %s offloads the "
+                             "model of one GPU: --pp 1 and --dp 1 (got pp %d, "
+                             "dp %d)", n, o->pp, o->dp > 1 ? o->dp : 1);
         break;
     default:
         break;
@@ -278,6 +296,10 @@ sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
     case SIM_SCHED_ZB2P: rc = sim_gen_zb2p(ir, o, c, e); break;
     case SIM_SCHED_CHIMERA: rc = sim_gen_chimera(ir, o, c, e); break;
     case SIM_SCHED_DUALPIPEV: sim_gen_dualpipev(ir, o); break;
+    case SIM_SCHED_ZERO_OFFLOAD: case SIM_SCHED_ZERO_INFINITY:
+    case SIM_SCHED_FUYOU:
+        rc = sim_gen_offload(ir, o, c, e);
+        break;
     default: rc = util_errf(e, UTIL_EXIT_USAGE, "schedule %s is read from "
                             "a file (sim_schedule_file)",
                             sim_sched_name(o->sched));
@@ -361,12 +383,14 @@ static void replicate(sim_ir *ir, const sim_costs *c)
 int sim_schedule_finish(sim_ir *ir, const sim_costs *c, util_err *e)
 {
     replicate(ir, c);
+    /* offloaded, the host's CPU steps the optimizer (sim_add_offload) */
     if (ir->n_minibatches > 1) sim_add_async_updates(ir);
-    else add_final_updates(ir);
+    else if (!c->offload) add_final_updates(ir);
     int rc = sim_lower(ir, c, e);
     if (!rc) {
         sim_add_tied(ir, c);
         sim_add_allreduce(ir, c);
+        if (c->offload) sim_add_offload(ir, c);
         sim_ir_finish(ir);
         rc = sim_validate(ir, e);
     }

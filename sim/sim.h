@@ -100,6 +100,23 @@ typedef struct sim_result {
     int n_mem;
 } sim_result;
 
+/* An offloaded iteration's resources (device 0): busy time (the union of
+ * its tasks' intervals; the drives' reads and writes count as one
+ * resource, as they share the drives) and bytes moved; bound is the
+ * busiest. */
+enum {
+    SIM_OFL_GPU, SIM_OFL_PCIE_IN, SIM_OFL_PCIE_OUT, SIM_OFL_NVME,
+    SIM_OFL_CPU, SIM_OFL_RES_COUNT
+};
+typedef struct sim_offload_use {
+    int64_t busy_ns[SIM_OFL_RES_COUNT];
+    double bytes[SIM_OFL_RES_COUNT];
+    int bound;
+} sim_offload_use;
+const char *sim_offload_res_name(int k);   /* "GPU compute", ... */
+void sim_offload_usage(const sim_ir *ir, const sim_result *r,
+                       sim_offload_use *u);
+
 /* Prepares an engine for one IR and cost table (lent; must outlive it).
  * Everything the event loop needs is allocated here. */
 sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,

@@ -100,7 +100,7 @@ Test(cli_args, schedule_names_come_from_the_table)
         cr_assert(strstr(bad.err, names[k]), "%s", bad.err);
         n++;
     }
-    cr_assert_eq(n, 14);
+    cr_assert_eq(n, 17);
     cli_result_free(&sh);
     cli_result_free(&ph);
     cli_result_free(&bad);

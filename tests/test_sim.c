@@ -539,7 +539,9 @@ Test(sim_props, random_configurations)
     prof_topo *t = star(2e9);
     for (int it = 0; it < 300; it++) {
         sim_sched_opts o = {0};
-        o.sched = (sim_sched)rnd(SIM_SCHED_FILE);
+        /* the offload schedules price tiers (tests/test_sim_offload.c) */
+        do o.sched = (sim_sched)rnd(SIM_SCHED_FILE);
+        while (sim_sched_offload(o.sched));
         o.pp = 1 + rnd(3);
         o.n_mb = 1 + rnd(9);
         o.dp = 1 + rnd(2);

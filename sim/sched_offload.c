@@ -1,0 +1,314 @@
+/* Offloaded training on one GPU: ZeRO-Offload, ZeRO-Infinity and Fuyou as
+ * schedules of the IR (see sim_gen_offload and sim_add_offload in
+ * sim/ir.h). The GPU computes the stages in order; PCIe copies, drive
+ * reads and writes and the CPU's optimizer steps are tasks on their own
+ * streams, so how much of the traffic hides behind compute, and which
+ * resource bounds the step, come out of the engine (max-min sharing of
+ * PCIe, the host's memory links and the drives). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/sim.h"
+
+int sim_gen_offload(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
+                    util_err *e)
+{
+    const int S = o->n_stages, M = o->n_mb;
+    if (!c->offload || c->n_devices != 1)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s needs costs built "
+                         "for offload on one device",
+                         sim_sched_name(o->sched));
+    int layer_major = o->sched == SIM_SCHED_FUYOU;
+    for (int mb = 0; mb < (layer_major ? 1 : M); mb++) {
+        int m0 = layer_major ? 0 : mb, m1 = layer_major ? M : mb + 1;
+        for (int s = 0; s < S; s++)
+            for (int m = m0; m < m1; m++)
+                sim_ir_compute(ir, SIM_F, s, m, 0, 0);
+        for (int s = S - 1; s >= 0; s--)
+            for (int m = m0; m < m1; m++) {
+                if (o->recompute) sim_ir_compute(ir, SIM_RECOMP, s, m, 0, 0);
+                sim_ir_compute(ir, SIM_BW, s, m, 0, 0);
+            }
+    }
+    return 0;
+}
+
+/* A tier task of stage s on device 0 (lanes: the drives it stripes over,
+ * for NVMe); its dependency dep when >= 0. */
+static int tier_task(sim_ir *ir, const sim_costs *c, sim_kind k, int s,
+                     double bytes, int dep)
+{
+    sim_task x = {0};
+    x.kind = (uint8_t)k;
+    switch (k) {
+    case SIM_SWAP_IN: x.stream = SIM_STREAM_COPY_IN; break;
+    case SIM_SWAP_OUT: x.stream = SIM_STREAM_COPY_OUT; break;
+    case SIM_NVME_READ: x.stream = SIM_STREAM_IO_IN; break;
+    case SIM_NVME_WRITE: x.stream = SIM_STREAM_IO_OUT; break;
+    default: x.stream = SIM_STREAM_HOST; break;
+    }
+    x.device = 0;
+    x.stage = s;
+    x.stage2 = -1;
+    x.mb = -1;
+    x.version = -1;
+    x.peer = -1;
+    x.lanes = sim_kind_nvme(k) && c->n_drives > 1 ? c->n_drives : 1;
+    x.bytes = bytes;
+    int id = sim_ir_add(ir, &x);
+    if (dep >= 0) sim_ir_dep(ir, id, dep);
+    return id;
+}
+
+/* The CPU's step of stage s after dep (and the drives' read of its state
+ * on the NVMe tier); the write-back, or ZeRO-Offload's copy of the new
+ * weights to the GPU, after it. Returns the step. */
+static int cpu_step(sim_ir *ir, const sim_costs *c, int s, int dep)
+{
+    const sim_stage_cost *sc = &c->stage[s];
+    int nvme = c->tier == SIM_TIER_NVME;
+    int rd = nvme ? tier_task(ir, c, SIM_NVME_READ, s, sc->opt_bytes, -1)
+                  : -1;
+    int op = tier_task(ir, c, SIM_CPU_OPT, s, 0, dep);
+    if (rd >= 0) sim_ir_dep(ir, op, rd);
+    if (nvme)
+        tier_task(ir, c, SIM_NVME_WRITE, s, sc->opt_bytes + sc->train_bytes,
+                  op);
+    if (c->offload == SIM_SCHED_ZERO_OFFLOAD)
+        tier_task(ir, c, SIM_SWAP_IN, s, sc->train_bytes, op);
+    return op;
+}
+
+void sim_add_offload(sim_ir *ir, const sim_costs *c)
+{
+    UTIL_NEVER(ir->n_devices != 1);
+    const int S = ir->n_stages;
+    /* the compute order, copied: adding tasks moves the lists */
+    int n = ir->dlen[0];
+    int *L = util_malloc(sizeof(int) * (size_t)(n + 1));
+    for (int j = 0; j < n; j++) L[j] = ir->dlist[0][j];
+    int fetch = c->offload != SIM_SCHED_ZERO_OFFLOAD;
+    int fuyou = c->offload == SIM_SCHED_FUYOU;
+    int nvme = c->tier == SIM_TIER_NVME;
+    /* the last compute task of each group so far, for the window */
+    int *gend = util_malloc(sizeof(int) * (size_t)(n + 1)), ng = 0;
+    int *first_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
+    int *last_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
+    for (int s = 0; s < S; s++) first_bw[s] = last_bw[s] = -1;
+    for (int j = 0; j < n; j++) {
+        const sim_task *t = &ir->tasks[L[j]];
+        if (t->kind == SIM_BW) {
+            if (first_bw[t->stage] < 0) first_bw[t->stage] = L[j];
+            last_bw[t->stage] = L[j];
+        }
+    }
+    int last_out = -1;
+    for (int j = 0; j < n;) {
+        int s = ir->tasks[L[j]].stage, k = j;
+        while (k + 1 < n && ir->tasks[L[k + 1]].stage == s) k++;
+        /* group L[j..k] of stage s */
+        const sim_stage_cost *sc = &c->stage[s];
+        if (fetch) {
+            int rd = -1;
+            if (nvme)
+                rd = tier_task(ir, c, SIM_NVME_READ, s, sc->weight_bytes,
+                               ng >= 3 ? gend[ng - 3] : -1);
+            int sw = tier_task(ir, c, SIM_SWAP_IN, s, sc->weight_bytes, rd);
+            if (ng >= 2) sim_ir_dep(ir, sw, gend[ng - 2]);
+            sim_ir_dep(ir, L[j], sw);
+            sim_ir_buffer(ir, sw, L[k], sc->weight_bytes);
+        }
+        for (int q = j; q <= k; q++) {
+            int id = L[q];
+            if (ir->tasks[id].kind != SIM_BW) continue;
+            if (fuyou && id != last_bw[s]) continue;
+            int so = tier_task(ir, c, SIM_SWAP_OUT, s, sc->train_bytes, id);
+            sim_ir_buffer(ir, fuyou ? first_bw[s] : id, so, sc->train_bytes);
+            last_out = so;
+            if (fuyou) cpu_step(ir, c, s, so);
+        }
+        gend[ng++] = L[k];
+        j = k + 1;
+    }
+    /* ZeRO: the step after the whole backward pass, deepest stage first
+     * (the order its gradients arrived in) */
+    for (int s = S - 1; !fuyou && s >= 0; s--) cpu_step(ir, c, s, last_out);
+    free(first_bw);
+    free(last_bw);
+    free(gend);
+    free(L);
+}
+
+/* ------------------------------------------------------------ the tiers */
+
+const char *sim_tier_name(int t)
+{
+    static const char *const names[SIM_TIER_COUNT] = {"auto", "dram", "nvme"};
+    return (unsigned)t < SIM_TIER_COUNT ? names[t] : "?";
+}
+
+int sim_tier_parse(const char *s)
+{
+    for (int t = 0; t < SIM_TIER_COUNT; t++)
+        if (!strcmp(s, sim_tier_name(t))) return t;
+    return -1;
+}
+
+/* Bytes an AdamW step moves per parameter on the host: fp32 weight, two
+ * moments and the gradient read, weight and moments written (the GPU's
+ * figure, sim_opt_model_ns); memory-bound on the host's DRAM, as
+ * DeepSpeed's vectorised CPU Adam is. */
+#define CPU_ADAM_BYTES 28.0
+
+int sim_offload_costs(sim_costs *c, const prof_topo *t, int tier,
+                      util_err *e)
+{
+    const char *pol = sim_sched_name(c->offload);
+    int g = c->dev_gpu[0], host = prof_topo_gpu_host_mem(t, g);
+    int server = t->nodes[t->gpu_node[g]].server;
+    if (host < 0)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: GPU %d has no "
+                         "host memory in %s", pol, g, t->name);
+    c->host_cap = c->nvme_cap = 0;
+    c->n_drives = 0;
+    free(c->drive);
+    c->drive = util_malloc(sizeof(int) * (size_t)(t->n_nodes + 1));
+    for (int v = 0; v < t->n_nodes; v++) {
+        const prof_node *nd = &t->nodes[v];
+        if (nd->server != server) continue;
+        if (nd->kind == PROF_NODE_DRAM) c->host_cap += nd->capacity_bytes;
+        if (nd->kind == PROF_NODE_NVME) {
+            c->nvme_cap += nd->capacity_bytes;
+            c->drive[c->n_drives++] = v;
+        }
+    }
+    if (tier == SIM_TIER_AUTO)
+        tier = c->offload == SIM_SCHED_ZERO_OFFLOAD || !c->n_drives
+             ? SIM_TIER_DRAM : SIM_TIER_NVME;
+    if (tier == SIM_TIER_NVME && !c->n_drives)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s --offload-tier nvme:"
+                         " %s has no NVMe drive (give --nvme N)", pol,
+                         t->name);
+    if (tier == SIM_TIER_NVME && c->offload == SIM_SCHED_ZERO_OFFLOAD)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule zero-offload keeps its "
+                         "states in host DRAM; zero-infinity and fuyou use "
+                         "the nvme tier");
+    c->tier = tier;
+    /* one GPU holds the one table a tied head shares with the embedding:
+     * fetched for each, its gradient summed in place */
+    for (int s = 0; s < c->n_stages; s++) c->stage[s].tied_bytes = 0;
+    double bw = t->nodes[host].read_bw_bytes_per_s;
+    double w = 0, tr = 0, opt = 0, big = 0;
+    for (int s = 0; s < c->n_stages; s++) {
+        sim_stage_cost *sc = &c->stage[s];
+        sc->cpu_opt_ns = bw > 0 ? (int64_t)llround(sc->train_params *
+                                                   CPU_ADAM_BYTES / bw * 1e9)
+                                : 0;
+        w += sc->weight_bytes;
+        tr += sc->train_bytes;
+        opt += sc->opt_bytes;
+        double one = sc->weight_bytes + sc->train_bytes + sc->opt_bytes;
+        if (one > big) big = one;
+    }
+    /* host DRAM: staging for a few stages in flight (fetched weights,
+     * gradients on their way, the state a step works on); ZeRO keeps
+     * every gradient there until the step, in fp32 (twice the fp16
+     * bytes), where Fuyou steps each stage as its gradients come; on the
+     * DRAM tier the optimizer state and, but for ZeRO-Offload (whose
+     * fp16 weights stay on the GPU), the weights live there too */
+    int zero = c->offload != SIM_SCHED_FUYOU;
+    c->nvme_bytes = tier == SIM_TIER_NVME ? w + opt : 0;
+    c->host_bytes = 4 * big + (zero ? 2 * tr : 0) +
+                    (tier == SIM_TIER_NVME ? 0 : opt) +
+                    (tier == SIM_TIER_NVME ||
+                     c->offload == SIM_SCHED_ZERO_OFFLOAD ? 0 : w);
+    char need[32], have[32], miss[32];
+    if (c->host_bytes > c->host_cap)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: host DRAM cannot "
+                         "hold what the %s tier needs there: %s, the server "
+                         "has %s (%s missing in DRAM; give --host-mem%s)", pol,
+                         sim_tier_name(tier),
+                         util_fmt_bytes(c->host_bytes, need, sizeof need),
+                         util_fmt_bytes(c->host_cap, have, sizeof have),
+                         util_fmt_bytes(c->host_bytes - c->host_cap, miss,
+                                        sizeof miss),
+                         tier == SIM_TIER_DRAM && c->offload !=
+                         SIM_SCHED_ZERO_OFFLOAD ? " or --offload-tier nvme"
+                                                : "");
+    if (c->nvme_bytes > c->nvme_cap)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: the NVMe drives "
+                         "cannot hold the model states: %s, %d drive(s) hold "
+                         "%s (%s missing on NVMe; give --nvme N)", pol,
+                         util_fmt_bytes(c->nvme_bytes, need, sizeof need),
+                         c->n_drives,
+                         util_fmt_bytes(c->nvme_cap, have, sizeof have),
+                         util_fmt_bytes(c->nvme_bytes - c->nvme_cap, miss,
+                                        sizeof miss));
+    return 0;
+}
+
+/* ----------------------------------------------------- what bounds it */
+
+static const char *const res_names[SIM_OFL_RES_COUNT] = {
+    "GPU compute", "PCIe to GPU", "PCIe from GPU", "NVMe", "CPU optimizer"};
+
+const char *sim_offload_res_name(int k)
+{
+    return (unsigned)k < SIM_OFL_RES_COUNT ? res_names[k] : "?";
+}
+
+static int res_of(const sim_task *t)
+{
+    switch (t->stream) {
+    case SIM_STREAM_COMPUTE: return SIM_OFL_GPU;
+    case SIM_STREAM_COPY_IN: return SIM_OFL_PCIE_IN;
+    case SIM_STREAM_COPY_OUT: return SIM_OFL_PCIE_OUT;
+    case SIM_STREAM_IO_IN: case SIM_STREAM_IO_OUT: return SIM_OFL_NVME;
+    case SIM_STREAM_HOST: return SIM_OFL_CPU;
+    default: return -1;
+    }
+}
+
+typedef struct ivl { int64_t a, b; } ivl;
+
+static int ivl_cmp(const void *x, const void *y)
+{
+    const ivl *p = x, *q = y;
+    return (p->a > q->a) - (p->a < q->a);
+}
+
+void sim_offload_usage(const sim_ir *ir, const sim_result *r,
+                       sim_offload_use *u)
+{
+    memset(u, 0, sizeof *u);
+    ivl *v = util_malloc(sizeof *v * (size_t)(ir->n_tasks + 1));
+    for (int k = 0; k < SIM_OFL_RES_COUNT; k++) {
+        int n = 0;
+        for (int i = 0; i < ir->n_tasks; i++) {
+            const sim_task *t = &ir->tasks[i];
+            if (t->device != 0 || res_of(t) != k) continue;
+            if (r->end_ns[i] > r->start_ns[i])
+                v[n++] = (ivl){r->start_ns[i], r->end_ns[i]};
+            if (k != SIM_OFL_GPU && k != SIM_OFL_CPU)
+                u->bytes[k] += t->bytes;
+        }
+        /* busy: the union of the intervals (reads and writes of the
+         * drives overlap: one resource) */
+        qsort(v, (size_t)n, sizeof *v, ivl_cmp);
+        int64_t busy = 0, a = 0, b = -1;
+        for (int j = 0; j < n; j++) {
+            if (v[j].a > b) {
+                if (b > a) busy += b - a;
+                a = v[j].a;
+                b = v[j].b;
+            } else if (v[j].b > b) {
+                b = v[j].b;
+            }
+        }
+        if (b > a) busy += b - a;
+        u->busy_ns[k] = busy;
+        if (busy > u->busy_ns[u->bound]) u->bound = k;
+    }
+    free(v);
+}
