@@ -83,6 +83,8 @@ typedef struct cmd {
                                * planned in order until one fits */
     plan_opts po;
     prof_hw_opts ho;
+    char hwx[128];            /* those options as given, kept with the
+                               * plan's hw */
 } cmd;
 
 /* --finetune auto: full training, then LoRA at rank 16 (the QLoRA paper's
@@ -127,7 +129,8 @@ static int sched_list(const char *v, unsigned *mask, util_err *e)
             return util_errf(e, UTIL_EXIT_USAGE, "--schedule '%s': an empty "
                              "name (give one or more of %s, comma-separated; "
                              "leave --schedule out for all)", v, known);
-        if (k < 0 || !sim_sched_plannable((sim_sched)k)) {
+        if (k < 0 || (!sim_sched_plannable((sim_sched)k) &&
+                      !sim_sched_offload((sim_sched)k))) {
             const char *near = util_closest(tok, sim_sched_names(),
                                             SIM_SCHED_FILE);
             return util_errf(e, UTIL_EXIT_USAGE, "--schedule: unknown "
@@ -228,6 +231,11 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                 return util_errf(e, UTIL_EXIT_USAGE, "--state-bytes '%s': expected a positive number", v);
         } else if ((n = prof_hw_opts_arg(argc, argv, &i, &c->ho, e))) {
             if (n < 0) return -1;
+            size_t l = strlen(c->hwx);
+            if ((size_t)snprintf(c->hwx + l, sizeof c->hwx - l, " %s %s", a,
+                                 argv[i]) >= sizeof c->hwx - l)
+                return util_errf(e, UTIL_EXIT_USAGE, "%s: hardware options "
+                                 "too long", a);
         } else if (!strcmp(a, "--schedule")) {
             NEED();
             if (sched_list(v, &c->po.sched_mask, e)) return -1;
@@ -297,7 +305,7 @@ static json_t *alt_json(const plan_result *r)
 {
     json_t *arr = json_array();
     for (int s = 0; s < SIM_SCHED_COUNT; s++) {
-        if (!sim_sched_plannable((sim_sched)s)) continue;
+        if (!sim_sched_plannable((sim_sched)s) && !r->alt[s].tried) continue;
         const plan_alt *a = &r->alt[s];
         json_t *j = json_pack("{s:s,s:b,s:s}", "schedule", sim_sched_name((sim_sched)s),
                               "feasible", a->feasible, "reason",
@@ -415,6 +423,36 @@ static void print_answer(const plan_result *r, const prof_model *m,
            json_number_value(json_object_get(rep, "tokens_per_s")),
            json_number_value(json_object_get(rep, "tflops_per_gpu")),
            100 * json_number_value(json_object_get(rep, "mfu")), 100 * bmean);
+    json_t *ofl = json_object_get(rep, "offload");
+    if (ofl) {
+        /* the tiers, and the resource that bounds the step */
+        static const char *const res_key[] = {"gpu", "pcie_in", "pcie_out",
+                                              "nvme", "cpu"};
+        json_t *rs = json_object_get(ofl, "resources");
+        char hb[32], hc[32];
+        const char *tier = json_string_value(json_object_get(ofl, "tier"));
+        printf("offload: model states in %s", !strcmp(tier, "nvme")
+               ? "NVMe" : "host DRAM");
+        if (!strcmp(tier, "nvme"))
+            printf(" (%lld drives)", (long long)json_integer_value(
+                       json_object_get(ofl, "drives")));
+        printf(", host DRAM %s of %s; busy:", util_fmt_bytes(
+                   json_number_value(json_object_get(ofl, "host_bytes")), hb,
+                   sizeof hb),
+               util_fmt_bytes(json_number_value(json_object_get(
+                   ofl, "host_capacity_bytes")), hc, sizeof hc));
+        for (int k = 0; k < SIM_OFL_RES_COUNT; k++) {
+            if (k == SIM_OFL_NVME && strcmp(tier, "nvme")) continue;
+            double b = json_number_value(json_object_get(
+                json_object_get(rs, res_key[k]), "busy_s"));
+            printf("%s %s %.0f%%", k ? "," : "", sim_offload_res_name(k),
+                   it > 0 ? 100 * b / it : 0);
+        }
+        const char *bound = json_string_value(json_object_get(ofl, "bound_by"));
+        for (int k = 0; k < SIM_OFL_RES_COUNT; k++)
+            if (!strcmp(bound, res_key[k]))
+                printf("\nbound by: %s\n", sim_offload_res_name(k));
+    }
 
     printf("\nbest plan of every schedule:\n");
     util_table *ta = util_table_new(7);
@@ -422,7 +460,7 @@ static void print_answer(const plan_result *r, const prof_model *m,
                         "mbs x n", "peak mem", "result"};
     for (int i = 0; i < 7; i++) util_table_col(ta, i, ha[i], i == 0 || i == 6 ? 'l' : 'r');
     for (int s = 0; s < SIM_SCHED_COUNT; s++) {
-        if (!sim_sched_plannable((sim_sched)s)) continue;
+        if (!sim_sched_plannable((sim_sched)s) && !r->alt[s].tried) continue;
         const plan_alt *a = &r->alt[s];
         char sps[32] = "-", itb[32] = "-", pp[32] = "-", mb[32] = "-", pk[32] = "-";
         if (a->feasible) {
@@ -623,6 +661,8 @@ static int one(cmd *c, util_err *e)
         size_t l = strlen(hw);
         snprintf(hw + l, sizeof hw - l, "%s%s", i ? " " : "", c->argv[c->hw_at + i]);
     }
+    size_t l = strlen(hw);
+    snprintf(hw + l, sizeof hw - l, "%s", c->hwx);
     ft_try tr[MAX_FT];
     int n_tr = 0, best = -1;
     int rc = search_modes(c, t, hw, tr, &n_tr, &best, e);

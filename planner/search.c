@@ -861,6 +861,58 @@ static void simulate_candidate(search *s, cand *c)
     run_candidate(s, c, sc, a->feasible || a->reason[0]);
 }
 
+/* The offload schedules a request names (--schedule): one GPU, a stage
+ * per layer recomputed from its input, every power-of-two microbatch
+ * size the batch allows (or the one asked), the states where the
+ * schedule keeps them by default; each simulated, the fastest that fits
+ * its schedule's best. */
+static void offload_search(search *s)
+{
+    const plan_opts *o = s->o;
+    plan_result *r = s->r;
+    for (int k = 0; k < SIM_SCHED_COUNT && !expired(s); k++) {
+        if (!sim_sched_offload((sim_sched)k) || !(o->sched_mask & (1u << k)))
+            continue;
+        plan_alt *a = &r->alt[k];
+        a->tried = 1;
+        if ((o->pp > 1 || o->dp > 1 || o->tp > 1)) {
+            alt_reason(a, "%s", "offloads one GPU: pp, dp and tp 1");
+            continue;
+        }
+        for (int mbs = 1; mbs <= r->batch && !expired(s); mbs *= 2) {
+            if (r->batch % mbs || (o->mbs > 0 && mbs != o->mbs)) continue;
+            cand c;
+            memset(&c, 0, sizeof c);
+            c.sched = (sim_sched)k;
+            c.pp = c.dp = c.tp = 1;
+            c.mbs = mbs;
+            c.n_mb = r->batch / mbs;
+            c.recompute = o->recompute >= 0 ? o->recompute : SIM_RC_FULL;
+            plan_skeleton(&c, o, s->m, s->model_name, s->hw_name);
+            if (s->t->n_gpus > 1) c.plan.gpus_used = 1;
+            util_err e;
+            sim_plan_stages(&c.plan, s->m->n_layers);
+            if (sim_partition_even(s->m, c.plan.n_stages, c.plan.first_op,
+                                   c.plan.last_op, &e)) {
+                alt_reason(a, "%s", e.msg);
+                sim_plan_free(&c.plan);
+                continue;
+            }
+            r->candidates++;
+            r->covered++;
+            sim_costs *sc = plan_costs(&c.plan, s->m, s->t, r->reserve_bytes,
+                                       0, &e);
+            if (!sc) {
+                alt_reason(a, "%s", e.msg);
+            } else {
+                r->simulated++;
+                run_candidate(s, &c, sc, 0);
+            }
+            sim_plan_free(&c.plan);
+        }
+    }
+}
+
 /* Which candidates are simulated, most promising first, until all are
  * decided or the time limit ends the search. */
 static void simulate_survivors(search *s)
@@ -1008,6 +1060,7 @@ static int search_once(const prof_model *m, const prof_topo *t,
     enumerate_candidates(&s);
     bound_candidates(&s);
     simulate_survivors(&s);
+    offload_search(&s);
     settle_needs(&s);
     choose_best(&s);
     search_free(&s);

@@ -235,3 +235,43 @@ Test(sim_offload, the_plan_keeps_tier_and_host)
                "fuyou --mbs 1 --microbatches 1");
     test_rm_rf(dir);
 }
+
+Test(sim_offload, the_planner_compares_the_policies)
+{
+    char *dir = test_tmpdir();
+    char plan[300];
+    snprintf(plan, sizeof plan, "%s/p.json", dir);
+    cli_result r = cli_run("plan --hw rtx4090 x1 --host-mem 96G --nvme 2 "
+                           "--model gpt2 --batch 8 --schedule "
+                           "fuyou,zero-infinity,zero-offload --out %s", plan);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    /* every policy planned and shown, the chosen one with its tiers and
+     * the resource that bounds it; nothing else searched */
+    cr_assert(strstr(r.out, "bound by: "), "%s", r.out);
+    cr_assert(strstr(r.out, "offload: model states in "), "%s", r.out);
+    const char *pol[] = {"fuyou", "zero-infinity", "zero-offload"};
+    for (int k = 0; k < 3; k++) {
+        char row[64];
+        snprintf(row, sizeof row, "\n  %-13s", pol[k]);
+        const char *at = strstr(r.out, row);
+        cr_assert(at, "no row for %s in %s", pol[k], r.out);
+        char line[200];
+        snprintf(line, sizeof line, "%.*s", (int)strcspn(at + 1, "\n"),
+                 at + 1);
+        cr_assert(strstr(line, "chosen") || strstr(line, "slower") ||
+                  strstr(line, "out of memory"), "%s", line);
+    }
+    cr_assert(strstr(r.out, "1f1b                   -"), "%s", r.out);
+    cli_result_free(&r);
+    /* the plan it wrote runs in sim on the same host */
+    cli_expect(0, "of 96.00 GiB", "sim --plan %s", plan);
+    r = cli_run("plan --hw rtx4090 x1 --host-mem 96G --nvme 2 --model gpt2 "
+                "--batch 8 --schedule fuyou,zero-infinity --json");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "\"bound_by\""), "%s", r.out);
+    cr_assert(strstr(r.out, "\"schedule\": \"zero-infinity\""), "%s", r.out);
+    cli_result_free(&r);
+    cli_expect(2, "unknown schedule 'fuyu'", "plan --hw rtx4090 x1 --model "
+               "gpt2 --schedule fuyu");
+    test_rm_rf(dir);
+}
