@@ -932,7 +932,8 @@ static double stage_norm_sq(const exec_runtime *rt, const exec_stage *st)
     double s = 0;
     size_t a, b;
     for (int k = 0; k < st->n_sl; k++)
-        if (st->sl[k].norm_owner && sl_part(rt, st, &st->sl[k], &a, &b))
+        if (st->sl[k].norm_owner && sl_part(rt, st, &st->sl[k], &a, &b) &&
+            (rt->zero < 2 || st->gsh))
             rt->be->norm_sq(&s, grad_at(rt, st, a), b - a);
     return s;
 }
@@ -962,6 +963,20 @@ static int rs_fold(exec_worker *w, exec_stage *st, int epoch, int all,
         if (!st->rsb[k])
             return util_errf(e, UTIL_EXIT_FAIL, "reduce-scatter %d of stage "
                              "%d without its gradient", k, st->id);
+        /* the shard is held from the first fold to the update: while the
+         * step's first backward writes its whole gradient, not before */
+        if (!st->gsh) {
+            if (exec_mem_charge(&w->mem, (double)st->sh_n * sizeof(float)))
+                return exec_oom(w, "the gradient's shard", e);
+            st->gsh = exec_mem_get(&w->mem, st->sh_n);
+            if (!st->gsh) {
+                exec_mem_charge(&w->mem, -(double)st->sh_n * sizeof(float));
+                return exec_oom(w, "the gradient's shard", e);
+            }
+            /* 0 + x, as the unsharded gradient's first sum (signed
+             * zeros too) */
+            EXEC_KERN(w, rt->be->zero(st->gsh, st->sh_n));
+        }
         EXEC_KERN(w, rt->be->acc(st->gsh, st->rsb[k]->p + st->sh_lo,
                                  st->sh_n));
         exec_buf_unref(st->rsb[k]);
@@ -977,12 +992,16 @@ static int rs_fold(exec_worker *w, exec_stage *st, int epoch, int all,
 static int ag_settle(exec_worker *w, exec_stage *st, int epoch, util_err *e)
 {
     if (!w->rt->zero || st->ag_done >= epoch) return 0;
+    /* every step first: a send folds the receive before it in (taking
+     * one here could race its copy with the send of the same chunk) */
     for (int i = 0; i < st->n_ag; i++) {
-        int id = st->ag[i];
         int64_t t0 = (int64_t)exec_now_ns();
-        int rc = wait_done(w, id, epoch);
+        int rc = wait_done(w, st->ag[i], epoch);
         w->wait_ns += (int64_t)exec_now_ns() - t0;
         if (rc) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
+    }
+    for (int i = 0; i < st->n_ag; i++) {
+        int id = st->ag[i];
         if (w->rt->ir->tasks[id].kind != SIM_RECV) continue;
         exec_buf *b = take_recv(w, id);
         if (b && fold_dp(w, id, b, e)) return -1;
@@ -1035,7 +1054,9 @@ static int stage_update(exec_worker *w, exec_stage *st, float scale,
     for (int k = 0; k < st->n_sl; k++) {
         const exec_slice *sl = &st->sl[k];
         size_t o, end;
-        if (sl->frozen || !sl_part(rt, st, sl, &o, &end)) continue;
+        if (sl->frozen || !sl_part(rt, st, sl, &o, &end) ||
+            (rt->zero >= 2 && !st->gsh))
+            continue;
         size_t mo = moment_off(rt, st, o);
         EXEC_KERN(w, be->k->adamw_update(p + o, st->am + mo, st->av + mo,
                                          grad_at(rt, st, o), end - o, lr,
@@ -1043,8 +1064,13 @@ static int stage_update(exec_worker *w, exec_stage *st, float scale,
                                          sl->decay ? a.weight_decay : 0.0f,
                                          scale, s + 1));
     }
-    if (rt->zero >= 2) EXEC_KERN(w, be->zero(st->gsh, st->sh_n));
-    else EXEC_KERN(w, be->zero(st->g, st->n));
+    if (rt->zero >= 2 && st->gsh) {
+        exec_mem_put(&w->mem, st->gsh, st->sh_n);
+        exec_mem_charge(&w->mem, -(double)st->sh_n * sizeof(float));
+        st->gsh = NULL;
+    } else if (rt->zero < 2) {
+        EXEC_KERN(w, be->zero(st->g, st->n));
+    }
     st->steps++;
     return 0;
 }
@@ -1759,7 +1785,9 @@ double exec_stage_state_bytes(const exec_runtime *rt, const exec_stage *st)
 {
     if (st->ofl) return 0;
     double n = (double)st->n, sh = (double)st->sh_n;
-    double g = rt->zero >= 2 ? sh : n, m = rt->zero ? sh : n;
+    /* ZeRO-2's gradient shard lives from a step's first reduced
+     * microbatch to its update only */
+    double g = rt->zero >= 2 ? 0 : n, m = rt->zero ? sh : n;
     return (n + g + 2 * m + (double)st->n_frozen) * sizeof(float);
 }
 
@@ -1901,7 +1929,6 @@ static int worker_stages(exec_worker *w, const float *full,
                                                              : st->n;
         if (!(st->w[0] = arena_new(w, st->n, h[0], e)) ||
             (rt->zero < 2 && !(st->g = arena_new(w, st->n, NULL, e))) ||
-            (rt->zero >= 2 && !(st->gsh = arena_new(w, st->sh_n, NULL, e))) ||
             !(st->am = arena_new(w, mn, h[2] ? h[2] + mo : NULL, e)) ||
             !(st->av = arena_new(w, mn, h[3] ? h[3] + mo : NULL, e)) ||
             (st->n_frozen && !(st->wf = arena_new(w, st->n_frozen, hf, e))))
@@ -2104,6 +2131,8 @@ void exec_rt_free(exec_runtime *rt)
                 arena_free(w, mn, st->am);
                 arena_free(w, mn, st->av);
             }
+            if (st->gsh) exec_mem_charge(&w->mem,
+                                         -(double)st->sh_n * sizeof(float));
             arena_free(w, st->sh_n, st->gsh);
             for (int k = 0; st->rsb && k < st->n_rs; k++)
                 exec_buf_unref(st->rsb[k]);

@@ -218,11 +218,13 @@ typedef struct exec_stage {
      * ranks): the rank's shard of the trained arena is [sh_lo, sh_lo +
      * sh_n), the chunk the reduce-scatter's ring leaves reduced on it; am
      * and av hold that shard only. ZeRO-2 keeps the gradient as the
-     * shard (gsh; g points at the running backward's buffer, else NULL):
-     * each microbatch's whole gradient is a buffer of its own (rsb[k],
-     * the stage's k-th reduce-scatter of the step) until its ring is done
-     * and its shard added to gsh, in order (rs_next, in step rs_epoch). rs_last[2k], [2k+1]:
-     * that ring's last send and receive on this device; ag: the device's
+     * shard (gsh, from the step's first reduced microbatch to its update;
+     * g points at the running backward's buffer, else NULL): each
+     * microbatch's whole gradient is a buffer of its own (rsb[k], the
+     * stage's k-th reduce-scatter of the step) until its ring is done and
+     * its shard added to gsh, in order (rs_next, in step rs_epoch).
+     * rs_last[2k], [2k+1]: that ring's last send and receive on this
+     * device; ag: the device's
      * all-gather tasks of the stage (sends and receives), ag_done the
      * last step whose all-gather has been waited for. */
     size_t sh_lo, sh_n;
