@@ -110,6 +110,46 @@ static int finetune_check(const exec_pipe_opts *o, const sim_plan *p,
     return 0;
 }
 
+/* What the executor does not run of sharded data parallelism (the plan
+ * passed sim_zero_check). */
+static int zero_check(const exec_pipe_opts *o, const sim_plan *p,
+                      const char *where, util_err *e)
+{
+    int z = sim_zero_stage(p->zero, p->fsdp);
+    if (!z) return 0;
+    char what[32];
+    if (p->fsdp) snprintf(what, sizeof what, "fsdp %s", sim_fsdp_name(p->fsdp));
+    else snprintf(what, sizeof what, "zero %d", z);
+    if (z >= 3)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: %s (ZeRO stage 3) is "
+                         "simulated and planned but not run by the executor "
+                         "yet; plan with --zero 2 or lower", where, what);
+    if (o->offload.policy != EXEC_OFFLOAD_NONE)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: --offload %s with %s: the "
+                         "tier holds a stage's whole state, not a shard",
+                         where, exec_offload_name(o->offload.policy), what);
+    return 0;
+}
+
+/* ZeRO-2 with a tied table on two stages: each microbatch's gradient is
+ * reduce-scattered as soon as its backward ends, so the copies could
+ * only exchange the last microbatch's (sim_add_tied sends once). */
+static int zero_tied_check(const sim_ir *ir, const sim_plan *p,
+                           const char *where, util_err *e)
+{
+    if (sim_zero_stage(p->zero, p->fsdp) < 2) return 0;
+    for (int i = 0; i < ir->n_tasks; i++)
+        if (ir->tasks[i].comm == SIM_COMM_EMB)
+            return util_errf(e, UTIL_EXIT_USAGE, "%s: ZeRO stage %d with a "
+                             "table tied across stages (the embedding and "
+                             "the LM head): a microbatch's gradient is "
+                             "sharded when its backward ends, before the "
+                             "copies exchange theirs; use --zero 1, one "
+                             "stage, or an untied head", where,
+                             sim_zero_stage(p->zero, p->fsdp));
+    return 0;
+}
+
 void exec_pipe_result_free(exec_pipe_result *r)
 {
     if (!r) return;
@@ -210,9 +250,7 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
             peak[w->device] += w->mem.peak;
             double s = 0;
             for (int k = 0; k < w->n_st; k++)
-                if (!w->st[k].ofl)  /* offloaded: in the tier */
-                    s += (4.0 * (double)w->st[k].n +
-                          (double)w->st[k].n_frozen) * sizeof(float);
+                s += exec_stage_state_bytes(rt, &w->st[k]);
             stat[w->device] += s;
             bud[w->device] += w->mem.budget;
         }
@@ -339,16 +377,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (sim_plan_check(p, r->model, r->topo->n_gpus, e) ||
         sim_plan_check_topo(p, r->topo, e))
         return util_err_prefix(e, "%s", where);
-    /* sharded data parallelism is simulated and planned; its reduce-
-     * scatters and all-gathers have no implementation here yet */
-    if (sim_zero_stage(p->zero, p->fsdp) > 0)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: ZeRO stage %d%s%s is "
-                         "simulated and planned but not run by the executor "
-                         "yet; plan with --zero 0", where,
-                         sim_zero_stage(p->zero, p->fsdp),
-                         p->fsdp ? ", FSDP " : "",
-                         p->fsdp ? sim_fsdp_name(p->fsdp) : "");
-    if (finetune_check(o, p, where, e)) return -1;
+    if (finetune_check(o, p, where, e) || zero_check(o, p, where, e))
+        return -1;
     int T = spec.seq_len > 0 ? spec.seq_len : cfg.max_pos;
     if (T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: sequence %d exceeds the "
@@ -449,7 +479,17 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         util_err_prefix(e, "%s", where);
         goto out;
     }
+    if (zero_tied_check(r->ir, p, where, e)) goto out;
     rt.ir = r->ir;
+    rt.zero = r->costs->zero;
+    rt.shard = r->costs->shard;
+    if (rt.zero && rt.shard < rt.dp) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: fsdp hybrid shards over %d of "
+                  "the %d data-parallel ranks; the executor runs sharding "
+                  "over the whole group only (fsdp full)", where, rt.shard,
+                  rt.dp);
+        goto out;
+    }
     rt.epochs = rt.async ? 1 : left;
     rt.n_workers = r->ir->n_devices * rt.tp;
     r->n_devices = r->ir->n_devices;

@@ -123,6 +123,14 @@ static int deps_ready(exec_worker *w, int id, int epoch)
     return ok;
 }
 
+static int task_done(exec_worker *w, int id, int epoch)
+{
+    pthread_mutex_lock(&w->mu);
+    int ok = w->done[id] >= epoch;
+    pthread_mutex_unlock(&w->mu);
+    return ok;
+}
+
 /* Takes a delivered receive's buffer (its reference moves to the caller). */
 static exec_buf *take_recv(exec_worker *w, int rid)
 {
@@ -180,6 +188,7 @@ static void rec_free(const exec_stage *st, exec_rec *r)
         exec_view_drop(&r->dext[q]);
     }
     exec_view_drop(&r->ids);
+    exec_buf_unref(r->gb);
     free(r->out); free(r->aux); free(r->dout); free(r->ext); free(r->dext);
     free(r->xa);
     free(r);
@@ -620,6 +629,33 @@ static int hand_back(exec_worker *w, int id, exec_stage *st, exec_rec *r,
 
 static void version_release(exec_worker *w, exec_stage *st, int v);
 
+/* ZeRO-2: the backward of a microbatch writes its own whole gradient
+ * (a ring step may still read the previous one's), from its first
+ * backward part on. */
+static int grad_begin(exec_worker *w, exec_stage *st, exec_rec *r,
+                      util_err *e)
+{
+    if (w->rt->zero < 2) return 0;
+    if (!r->gb) {
+        EXEC_KERN(w, r->gb = exec_buf_new(&w->mem, st->n, 1));
+        if (!r->gb) return exec_oom(w, "a microbatch's gradient", e);
+    }
+    st->g = r->gb->p;
+    return 0;
+}
+
+/* ...and hands it to the reduce-scatter after its last part (task id). */
+static void grad_end(exec_worker *w, exec_stage *st, exec_rec *r, int id)
+{
+    if (w->rt->zero < 2) return;
+    st->g = NULL;
+    int k = w->bw_rs[id];
+    if (k < 0) return;
+    UTIL_NEVER(k >= st->n_rs || st->rsb[k]);
+    st->rsb[k] = r->gb;
+    r->gb = NULL;
+}
+
 static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
                          util_err *e)
 {
@@ -631,7 +667,9 @@ static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
     exec_rec *r = w->rec[li][slot];
     if (!r)
         return util_errf(e, UTIL_EXIT_FAIL, "backward without its F");
-    if (gather_output_grads(w, id, st, r, slot, e)) return -1;
+    if (grad_begin(w, st, r, e) ||
+        gather_output_grads(w, id, st, r, slot, e))
+        return -1;
     for (int op = st->last; op >= st->first; op--) {
         int i = op - st->first;
         const exec_xop *x = &rt->xop[op];
@@ -653,6 +691,8 @@ static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
     for (int q = 0; q < st->n_ext; q++)
         if (fused || !st->w_needs_ext[q]) exec_view_drop(&r->ext[q]);
     if (hand_back(w, id, st, r, slot, e)) return -1;
+    if (fused) grad_end(w, st, r, id);
+    else if (w->rt->zero >= 2) st->g = NULL;
     if (fused) {
         rec_free(st, r);
         w->rec[li][slot] = NULL;
@@ -667,11 +707,13 @@ static int task_w(exec_worker *w, int id, int64_t *tp, util_err *e)
     exec_stage *st = c.st;
     exec_rec *r = w->rec[c.li][c.slot];
     if (!r) return util_errf(e, UTIL_EXIT_FAIL, "W without its B");
+    if (grad_begin(w, st, r, e)) return -1;
     for (int op = st->last; op >= st->first; op--)
         if (rt->xop[op].has_w &&
             ((st->ofl && exec_ofl_acquire(w, st, op, 1, 1, e)) ||
              op_backward(w, st, r, op, 0, 1, tp, e)))
             return -1;
+    grad_end(w, st, r, id);
     rec_free(st, r);
     w->rec[c.li][c.slot] = NULL;
     return 0;
@@ -697,6 +739,66 @@ static int ring_chunk(int sender, int step, int R)
                         : mod(sender + 1 - (step - (R - 1)), R);
 }
 
+/* Where the chunk data-parallel ring task `task` (sent by replica
+ * `sender`) moves lies in stage st's trained arena: [*lo, *lo + *len).
+ * Unsharded, a step of sim_add_allreduce's ring over every replica;
+ * sharded (sim_add_sharded), a step of a reduce-scatter or all-gather
+ * over the shard group, whose member p's shard is chunk p+1 (what the
+ * reduce-scatter leaves it: ZeRO-1's reduced gradients are the
+ * all-reduce's bits). */
+static void dp_chunk(const exec_runtime *rt, const exec_stage *st, int task,
+                     int sender, size_t *lo, size_t *len)
+{
+    const sim_task *t = &rt->ir->tasks[task];
+    if (!rt->zero) {
+        int R = rt->dp * rt->pipes;
+        chunk(st->n, R, ring_chunk(sender, t->mb, R), lo, len);
+        return;
+    }
+    int H = rt->shard, p = sender % H;
+    int c = t->coll == SIM_COLL_ALLGATHER ? mod(p + 1 - t->mb, H)
+                                          : mod(p - t->mb, H);
+    chunk(st->n, H, c, lo, len);
+}
+
+/* The buffer a data-parallel ring task of stage st reads or writes: the
+ * gradient (ZeRO-2: its microbatch's buffer), or for all-gathers the
+ * weights. NULL when ZeRO-2's buffer is not there. */
+static float *dp_base(const exec_worker *w, const exec_stage *st, int task)
+{
+    const sim_task *t = &w->rt->ir->tasks[task];
+    if (t->coll == SIM_COLL_ALLGATHER) return st->w[st->cur_ver];
+    if (w->rt->zero < 2) return st->g;
+    int k = w->inst[task];
+    return k >= 0 && k < st->n_rs && st->rsb[k] ? st->rsb[k]->p : NULL;
+}
+
+/* Folds data-parallel receive d into its stage: reduce-scatter steps
+ * add their chunk, all-gather steps copy it. */
+static int fold_dp(exec_worker *w, int d, exec_buf *b, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const sim_task *u = &rt->ir->tasks[d];
+    exec_stage *st = &w->st[w->lidx[u->stage2]];
+    size_t lo, len;
+    dp_chunk(rt, st, d, geo(rt, u->stage)->replica, &lo, &len);
+    float *base = dp_base(w, st, d);
+    int rc = 0;
+    if (b->n != len)
+        rc = util_errf(e, UTIL_EXIT_FAIL, "ring step of %zu floats, the "
+                       "chunk has %zu", b->n, len);
+    else if (!base)
+        rc = util_errf(e, UTIL_EXIT_FAIL, "ring step for a gradient that "
+                       "is not there");
+    else if (rt->zero ? u->coll == SIM_COLL_REDUCE_SCATTER
+                      : u->mb < rt->dp * rt->pipes - 1)
+        EXEC_KERN(w, rt->be->acc(base + lo, b->p, len));
+    else
+        EXEC_KERN(w, rt->be->copy(base + lo, b->p, len * sizeof *base));
+    exec_buf_unref(b);
+    return rc;
+}
+
 typedef struct tsrc { int stage; const float *p; exec_buf *b; } tsrc;
 
 static int tsrc_cmp(const void *a, const void *b)
@@ -714,7 +816,6 @@ static int integrate(exec_worker *w, int task, util_err *e)
     exec_runtime *rt = w->rt;
     const sim_ir *ir = rt->ir;
     const sim_task *t = &ir->tasks[task];
-    int R = rt->dp * rt->pipes;
     tsrc tied[16];
     int nt = 0, tied_stage = -1;
     for (int k = 0; k < t->n_dep; k++) {
@@ -727,20 +828,7 @@ static int integrate(exec_worker *w, int task, util_err *e)
         if (!b) continue;           /* folded in already */
         exec_stage *st = &w->st[w->lidx[u->stage2]];
         if (u->comm == SIM_COMM_DP) {
-            int sender = geo(rt, u->stage)->replica;
-            size_t lo, len;
-            chunk(st->n, R, ring_chunk(sender, u->mb, R), &lo, &len);
-            if (b->n != len) {
-                exec_buf_unref(b);
-                return util_errf(e, UTIL_EXIT_FAIL, "ring step of %zu floats,"
-                                 " the chunk has %zu", b->n, len);
-            }
-            float *g = st->g + lo;
-            if (u->mb < R - 1)
-                EXEC_KERN(w, rt->be->acc(g, b->p, len));
-            else
-                EXEC_KERN(w, rt->be->copy(g, b->p, len * sizeof *g));
-            exec_buf_unref(b);
+            if (fold_dp(w, d, b, e)) return -1;
             continue;
         }
         if (nt == 15 || st->tied_sl < 0) {
@@ -790,10 +878,8 @@ size_t exec_recv_floats(exec_runtime *rt, exec_worker *w, int rid)
     }
     const exec_stage *st = &w->st[w->lidx[u->stage2]];
     if (u->comm == SIM_COMM_DP) {
-        int R = rt->dp * rt->pipes;
         size_t lo;
-        chunk(st->n, R, ring_chunk(geo(rt, u->stage)->replica, u->mb, R), &lo,
-              &total);
+        dp_chunk(rt, st, rid, geo(rt, u->stage)->replica, &lo, &total);
         return total;
     }
     return st->tied_sl >= 0 ? st->sl[st->tied_sl].n : 0;
@@ -812,13 +898,116 @@ static void version_release(exec_worker *w, exec_stage *st, int v)
     }
 }
 
-static double stage_norm_sq(const exec_backend *be, const exec_stage *st)
+/* The part [*a, *b) of slice sl that stage st updates: all of it, or
+ * under ZeRO what lies in the rank's shard; 0 when none. */
+static int sl_part(const exec_runtime *rt, const exec_stage *st,
+                   const exec_slice *sl, size_t *a, size_t *b)
+{
+    *a = sl->off;
+    *b = sl->off + sl->n;
+    if (rt->zero) {
+        if (*a < st->sh_lo) *a = st->sh_lo;
+        if (*b > st->sh_lo + st->sh_n) *b = st->sh_lo + st->sh_n;
+    }
+    return *a < *b;
+}
+
+/* The reduced gradient at arena offset a (ZeRO-2: in the shard). */
+static float *grad_at(const exec_runtime *rt, const exec_stage *st, size_t a)
+{
+    return rt->zero >= 2 ? st->gsh + (a - st->sh_lo) : st->g + a;
+}
+
+/* AdamW's moments at arena offset a (ZeRO: the shard's). */
+static size_t moment_off(const exec_runtime *rt, const exec_stage *st,
+                         size_t a)
+{
+    return rt->zero ? a - st->sh_lo : a;
+}
+
+/* Sharded, each rank counts its shard: the slices' ownership is replica
+ * 0's (exec_slices_build), so every value is counted once. */
+static double stage_norm_sq(const exec_runtime *rt, const exec_stage *st)
 {
     double s = 0;
+    size_t a, b;
     for (int k = 0; k < st->n_sl; k++)
-        if (st->sl[k].norm_owner)
-            be->norm_sq(&s, st->g + st->sl[k].off, st->sl[k].n);
+        if (st->sl[k].norm_owner && sl_part(rt, st, &st->sl[k], &a, &b) &&
+            (rt->zero < 2 || st->gsh))
+            rt->be->norm_sq(&s, grad_at(rt, st, a), b - a);
     return s;
+}
+
+/* ZeRO-2: the reduce-scatters of the stage whose rings are done (all:
+ * every one, waiting for them) add their shard to the stage's, in the
+ * order they were started, and their microbatch's gradient goes. */
+static int rs_fold(exec_worker *w, exec_stage *st, int epoch, int all,
+                   util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    if (st->rs_epoch != epoch) {
+        st->rs_epoch = epoch;
+        st->rs_next = 0;
+    }
+    while (st->rs_next < st->n_rs) {
+        int k = st->rs_next, ls = st->rs_last[2 * k];
+        int lr = st->rs_last[2 * k + 1];
+        if (all) {
+            if (wait_done(w, ls, epoch) || wait_done(w, lr, epoch))
+                return util_errf(e, UTIL_EXIT_FAIL, "stopped");
+        } else if (!task_done(w, ls, epoch) || !task_done(w, lr, epoch)) {
+            break;
+        }
+        exec_buf *b = take_recv(w, lr);
+        if (b && fold_dp(w, lr, b, e)) return -1;
+        if (!st->rsb[k])
+            return util_errf(e, UTIL_EXIT_FAIL, "reduce-scatter %d of stage "
+                             "%d without its gradient", k, st->id);
+        /* the shard is held from the first fold to the update: while the
+         * step's first backward writes its whole gradient, not before */
+        if (!st->gsh) {
+            if (exec_mem_charge(&w->mem, (double)st->sh_n * sizeof(float)))
+                return exec_oom(w, "the gradient's shard", e);
+            st->gsh = exec_mem_get(&w->mem, st->sh_n);
+            if (!st->gsh) {
+                exec_mem_charge(&w->mem, -(double)st->sh_n * sizeof(float));
+                return exec_oom(w, "the gradient's shard", e);
+            }
+            /* 0 + x, as the unsharded gradient's first sum (signed
+             * zeros too) */
+            EXEC_KERN(w, rt->be->zero(st->gsh, st->sh_n));
+        }
+        EXEC_KERN(w, rt->be->acc(st->gsh, st->rsb[k]->p + st->sh_lo,
+                                 st->sh_n));
+        exec_buf_unref(st->rsb[k]);
+        st->rsb[k] = NULL;
+        st->rs_next++;
+    }
+    return 0;
+}
+
+/* ZeRO-1 and 2: the forward of step `epoch` reads the weights the
+ * previous step's all-gather brought: wait for its steps, fold the last
+ * receives in. Run once per stage and step, before its first compute. */
+static int ag_settle(exec_worker *w, exec_stage *st, int epoch, util_err *e)
+{
+    if (!w->rt->zero || st->ag_done >= epoch) return 0;
+    /* every step first: a send folds the receive before it in (taking
+     * one here could race its copy with the send of the same chunk) */
+    for (int i = 0; i < st->n_ag; i++) {
+        int64_t t0 = (int64_t)exec_now_ns();
+        int rc = wait_done(w, st->ag[i], epoch);
+        w->wait_ns += (int64_t)exec_now_ns() - t0;
+        if (rc) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
+    }
+    for (int i = 0; i < st->n_ag; i++) {
+        int id = st->ag[i];
+        if (w->rt->ir->tasks[id].kind != SIM_RECV) continue;
+        exec_buf *b = take_recv(w, id);
+        if (b && fold_dp(w, id, b, e)) return -1;
+    }
+    st->ag_done = epoch;
+    return 0;
 }
 
 /* AdamW on a stage's slices (elementwise, so slicing a tensor gives the
@@ -860,17 +1049,28 @@ static int stage_update(exec_worker *w, exec_stage *st, float scale,
         st->w[nv] = p;
         st->cur_ver = nv;
     }
+    /* sharded: the rank's shard (AdamW is elementwise), which the
+     * all-gather after this hands to the others */
     for (int k = 0; k < st->n_sl; k++) {
         const exec_slice *sl = &st->sl[k];
-        size_t o = sl->off;
-        if (sl->frozen) continue;
-        EXEC_KERN(w, be->k->adamw_update(p + o, st->am + o, st->av + o,
-                                         st->g + o, sl->n, lr, a.beta1,
-                                         a.beta2, a.eps,
+        size_t o, end;
+        if (sl->frozen || !sl_part(rt, st, sl, &o, &end) ||
+            (rt->zero >= 2 && !st->gsh))
+            continue;
+        size_t mo = moment_off(rt, st, o);
+        EXEC_KERN(w, be->k->adamw_update(p + o, st->am + mo, st->av + mo,
+                                         grad_at(rt, st, o), end - o, lr,
+                                         a.beta1, a.beta2, a.eps,
                                          sl->decay ? a.weight_decay : 0.0f,
                                          scale, s + 1));
     }
-    EXEC_KERN(w, be->zero(st->g, st->n));
+    if (rt->zero >= 2 && st->gsh) {
+        exec_mem_put(&w->mem, st->gsh, st->sh_n);
+        exec_mem_charge(&w->mem, -(double)st->sh_n * sizeof(float));
+        st->gsh = NULL;
+    } else if (rt->zero < 2) {
+        EXEC_KERN(w, be->zero(st->g, st->n));
+    }
     st->steps++;
     return 0;
 }
@@ -899,7 +1099,7 @@ static int task_opt(exec_worker *w, int id, int epoch, util_err *e)
         float scale = 1.0f;
         if (integrate(w, id, e)) return -1;
         if (rt->adamw.clip > 0) {
-            double ns = stage_norm_sq(rt->be, st);
+            double ns = stage_norm_sq(rt, st);
             if (rt->tp > 1 &&
                 rt->x->allreduce(rt->x, rt, w->id, EXEC_GROUP_TP, &ns, 1, 1,
                                  e))
@@ -919,6 +1119,9 @@ static int task_opt(exec_worker *w, int id, int epoch, util_err *e)
             w->wait_ns += (int64_t)exec_now_ns() - t0;
             if (rc) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
         }
+        for (int i = 0; i < w->n_st; i++)
+            if (rt->zero >= 2 && rs_fold(w, &w->st[i], epoch, 1, e))
+                return -1;
         for (int i = 0; i < w->n_comp; i++) {
             int o = w->comp[i];
             if (rt->ir->tasks[o].kind == SIM_OPT && integrate(w, o, e))
@@ -926,7 +1129,7 @@ static int task_opt(exec_worker *w, int id, int epoch, util_err *e)
         }
         double v[3] = {0, 0, 0};
         for (int i = 0; i < w->n_st; i++)
-            v[0] += stage_norm_sq(rt->be, &w->st[i]);
+            v[0] += stage_norm_sq(rt, &w->st[i]);
         v[1] = w->ep_loss[epoch - 1];
         v[2] = rt->stop_flag && *rt->stop_flag ? 1 : 0;
         if (sum_world(w, v, 3, e)) return -1;
@@ -960,6 +1163,13 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
     ts[EXEC_T_START] = now_rel(rt);
     w->epoch_now = epoch;
     w->task_ops_ns = 0;
+    /* sharded: the stage's weights of the last step are all there; the
+     * reduce-scatters that are done give their microbatches' gradients
+     * back */
+    if (rt->zero && ag_settle(w, &w->st[w->lidx[t->stage]], epoch - 1, e))
+        return -1;
+    for (int i = 0; rt->zero >= 2 && i < w->n_st; i++)
+        if (rs_fold(w, &w->st[i], epoch, 0, e)) return -1;
     if (t->kind <= SIM_RECOMP) {
         /* the weights of the record's version (its F's) must be there */
         exec_stage *st = &w->st[w->lidx[t->stage]];
@@ -1035,6 +1245,7 @@ static void *compute_main(void *arg)
     exec_runtime *rt = w->rt;
     const sim_ir *ir = rt->ir;
     util_err e = {0};
+    int last = 0;
     if (rt->be->bind(&w->dev, EXEC_ROLE_COMPUTE, &e)) {
         fail(w, -1, &e);
         goto out;
@@ -1089,7 +1300,14 @@ static void *compute_main(void *arg)
         w->ep_kern[epoch - 1] = w->kern_ns;
         w->ep_wait[epoch - 1] = w->wait_ns;
         w->ep_end[epoch - 1] = t1 - rt->t0;
+        last = epoch;
     }
+    /* the last step's all-gathers, for the weights the run hands back */
+    for (int k = 0; rt->zero && k < w->n_st; k++)
+        if (ag_settle(w, &w->st[k], last, &e)) {
+            fail(w, -1, &e);
+            goto out;
+        }
 out:
     rt->be->unbind();
     pthread_mutex_lock(&w->mu);
@@ -1123,10 +1341,13 @@ static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
     exec_stage *st = &w->st[w->lidx[t->stage]];
     if (t->comm == SIM_COMM_DP) {
         if (integrate(w, id, e)) return -1;
-        int R = rt->dp * rt->pipes;
         size_t lo, len;
-        chunk(st->n, R, ring_chunk(st->replica, t->mb, R), &lo, &len);
-        pc[(*np)++] = (exec_piece){st->g + lo, len};
+        dp_chunk(rt, st, id, st->replica, &lo, &len);
+        float *base = dp_base(w, st, id);
+        if (!base)
+            return util_errf(e, UTIL_EXIT_FAIL, "a reduce-scatter of a "
+                             "gradient that is not there");
+        pc[(*np)++] = (exec_piece){base + lo, len};
         return 0;
     }
     if (t->comm == SIM_COMM_EMB && st->tied_sl >= 0) {
@@ -1395,20 +1616,25 @@ static void geo_build(exec_runtime *rt)
 
 /* Copies slice s between a stage's host arenas (h: trained, hf: frozen)
  * and the run's whole arrays a (the model's or the adapters'); nothing
- * when that array is NULL (gathering: zeros stay). */
+ * when that array is NULL (gathering: zeros stay). Of the trained arena
+ * only floats [lo, hi) (a ZeRO shard; everything: 0, SIZE_MAX). */
 static void slice_copy(const exec_slice *s, const exec_parr *a, float *h,
-                       float *hf, int to_full)
+                       float *hf, int to_full, size_t lo, size_t hi)
 {
     const exec_tensor *tt = s->lora ? a->lt : a->tt;
     float *full = s->lora ? a->lora : a->p;
     float *local = s->frozen ? hf : h;
     if (!full || !local) return;
+    if (s->frozen) lo = 0, hi = SIZE_MAX;
     for (size_t i = 0; i < s->rows; i++) {
-        float *l = local + s->off + i * s->ncols;
+        size_t l0 = s->off + i * s->ncols, x = l0 > lo ? l0 : lo;
+        size_t y = l0 + s->ncols < hi ? l0 + s->ncols : hi;
+        if (x >= y) continue;
+        float *l = local + x;
         float *f = full + tt[s->tensor].off + (s->row0 + i) * s->fcols +
-                   s->col0;
-        if (to_full) memcpy(f, l, s->ncols * sizeof *f);
-        else memcpy(l, f, s->ncols * sizeof *f);
+                   s->col0 + (x - l0);
+        if (to_full) memcpy(f, l, (y - x) * sizeof *f);
+        else memcpy(l, f, (y - x) * sizeof *f);
     }
 }
 
@@ -1438,7 +1664,7 @@ void exec_stage_gather(const exec_stage *st, const exec_parr *src, float *h,
                        float *hf)
 {
     for (int k = 0; k < st->n_sl; k++)
-        slice_copy(&st->sl[k], src, h, hf, 0);
+        slice_copy(&st->sl[k], src, h, hf, 0, 0, SIZE_MAX);
 }
 
 void exec_stage_scatter(const exec_stage *st, const float *h,
@@ -1446,7 +1672,8 @@ void exec_stage_scatter(const exec_stage *st, const float *h,
 {
     for (int k = 0; k < st->n_sl; k++)
         if (st->sl[k].save_owner)
-            slice_copy(&st->sl[k], dst, (float *)h, (float *)hf, 1);
+            slice_copy(&st->sl[k], dst, (float *)h, (float *)hf, 1, 0,
+                       SIZE_MAX);
 }
 
 static int saves_any(const exec_stage *st)
@@ -1457,17 +1684,25 @@ static int saves_any(const exec_stage *st)
 }
 
 /* The rows of a stage's device arenas (d: trained, df: frozen, NULL
- * without) it saves, into dst. */
-static void arena_collect(const exec_backend *be, const exec_stage *st,
-                          const float *d, const float *df,
-                          const exec_parr *dst)
+ * without) it saves, into dst. Sharded, every replica saves the floats
+ * of its shard (d holds [lo, lo + n) of the arena: the shard, or all of
+ * it) and replica 0 the frozen ones. */
+static void arena_collect(const exec_runtime *rt, const exec_stage *st,
+                          const float *d, size_t lo, size_t n,
+                          const float *df, const exec_parr *dst)
 {
     if (!saves_any(st)) return;
-    float *h = util_malloc(sizeof *h * (st->n + 1));
+    const exec_backend *be = rt->be;
+    float *h = util_calloc(st->n + 1, sizeof *h);
+    if (df && rt->zero && st->replica) df = NULL;
     float *hf = df ? util_malloc(sizeof *hf * (st->n_frozen + 1)) : NULL;
-    be->to_host(h, d, st->n * sizeof *h);
+    be->to_host(h + lo, d, n * sizeof *h);
     if (df) be->to_host(hf, df, st->n_frozen * sizeof *hf);
-    exec_stage_scatter(st, h, hf, dst);
+    size_t a = rt->zero ? st->sh_lo : 0;
+    size_t b = rt->zero ? st->sh_lo + st->sh_n : SIZE_MAX;
+    for (int k = 0; k < st->n_sl; k++)
+        if (st->sl[k].save_owner)
+            slice_copy(&st->sl[k], dst, h, hf, 1, a, b);
     free(h);
     free(hf);
 }
@@ -1546,6 +1781,76 @@ static exec_tensor *lora_tensors(const exec_runtime *rt)
     return t;
 }
 
+double exec_stage_state_bytes(const exec_runtime *rt, const exec_stage *st)
+{
+    if (st->ofl) return 0;
+    double n = (double)st->n, sh = (double)st->sh_n;
+    /* ZeRO-2's gradient shard lives from a step's first reduced
+     * microbatch to its update only */
+    double g = rt->zero >= 2 ? 0 : n, m = rt->zero ? sh : n;
+    return (n + g + 2 * m + (double)st->n_frozen) * sizeof(float);
+}
+
+/* Sharded data parallelism: which ring step each data-parallel task is
+ * (exec_worker.inst), the reduce-scatter each backward's gradient goes
+ * to, each stage's reduce-scatters and all-gathers on this device. The
+ * k-th task of a kind, collective, stage and step number in id order is
+ * of the stage's k-th ring of that collective (every ring has one of
+ * each on every member). */
+static void worker_rings(exec_worker *w)
+{
+    const exec_runtime *rt = w->rt;
+    const sim_ir *ir = rt->ir;
+    int n = ir->n_tasks, H = rt->shard > 1 ? rt->shard : 1;
+    w->inst = util_malloc(sizeof(int) * (size_t)(n + 1));
+    w->bw_rs = util_malloc(sizeof(int) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) w->inst[i] = w->bw_rs[i] = -1;
+    if (!rt->zero) return;
+    size_t nk = (size_t)w->n_st * SIM_COLL_COUNT * 2 * (size_t)H;
+    int *cnt = util_calloc(nk + 1, sizeof *cnt);
+    for (int pass = 0; pass < 2; pass++) {
+        memset(cnt, 0, sizeof *cnt * nk);
+        for (int id = 0; id < n; id++) {
+            const sim_task *t = &ir->tasks[id];
+            if (t->comm != SIM_COMM_DP || t->device != w->device) continue;
+            int recv = t->kind == SIM_RECV;
+            int li = w->lidx[recv ? t->stage2 : t->stage];
+            UTIL_NEVER(li < 0 || t->mb < 0 || t->mb >= H);
+            exec_stage *st = &w->st[li];
+            size_t key = (((size_t)li * SIM_COLL_COUNT + t->coll) * 2 +
+                          (size_t)recv) * (size_t)H + (size_t)t->mb;
+            int k = w->inst[id] = cnt[key]++;
+            if (t->coll == SIM_COLL_ALLGATHER) {
+                if (pass) st->ag[st->n_ag++] = id;
+                else st->n_ag++;
+                continue;
+            }
+            if (t->coll != SIM_COLL_REDUCE_SCATTER) continue;
+            if (!pass) {
+                if (!recv && !t->mb) st->n_rs++;
+                continue;
+            }
+            if (t->mb == H - 2) st->rs_last[2 * k + recv] = id;
+            /* the backward whose gradient the ring reduces */
+            for (int q = 0; !recv && !t->mb && q < t->n_dep; q++) {
+                int d = ir->deps[t->dep_off + q];
+                const sim_task *u = &ir->tasks[d];
+                if (u->stream == SIM_STREAM_COMPUTE &&
+                    (u->kind == SIM_W || u->kind == SIM_BW))
+                    w->bw_rs[d] = k;
+            }
+        }
+        for (int i = 0; !pass && i < w->n_st; i++) {
+            exec_stage *st = &w->st[i];
+            st->ag = util_malloc(sizeof(int) * (size_t)(st->n_ag + 1));
+            st->n_ag = 0;
+            st->rsb = util_calloc((size_t)st->n_rs + 1, sizeof *st->rsb);
+            st->rs_last = util_calloc(2 * (size_t)st->n_rs + 1, sizeof(int));
+        }
+    }
+    free(cnt);
+}
+
 static int worker_stages(exec_worker *w, const float *full,
                          const float *adam_m, const float *adam_v,
                          const float *lora, util_err *e)
@@ -1567,9 +1872,18 @@ static int worker_stages(exec_worker *w, const float *full,
         w->lidx[v] = w->n_st;
         exec_stage *st = &w->st[w->n_st++];
         *st = rt->geo[v];
+        /* sharded, every replica counts and saves its shard: replica 0's
+         * ownership, cut to the shard where it is used */
         st->n = exec_slices_build(rt->model, &rt->cfg, st->first, st->last,
-                                  rt->tp, w->rank, st->replica, 0, &st->sl,
+                                  rt->tp, w->rank,
+                                  rt->zero ? 0 : st->replica, 0, &st->sl,
                                   &st->n_sl, &st->n_frozen);
+        st->sh_n = st->n;
+        if (rt->zero) {
+            int H = rt->shard;
+            chunk(st->n, H, mod(st->replica % H + 1, H), &st->sh_lo,
+                  &st->sh_n);
+        }
         for (int k = 0; k < st->n_sl; k++)
             if (st->sl[k].tied && !st->sl[k].frozen) st->tied_sl = k;
         exec_stage_op_slices(rt, st);
@@ -1584,10 +1898,10 @@ static int worker_stages(exec_worker *w, const float *full,
                 rc = util_err_prefix(e, "device %d", w->device);
             continue;
         }
-        /* what trains: weights, gradients, AdamW m and v; what is frozen
-         * (a fine-tuning mode's): its weights only */
-        double bytes = (4.0 * (double)st->n + (double)st->n_frozen) *
-                       sizeof(float);
+        /* what trains: weights, gradients, AdamW m and v (sharded as
+         * the ZeRO stage says); what is frozen (a fine-tuning mode's):
+         * its weights only */
+        double bytes = exec_stage_state_bytes(rt, st);
         if (exec_mem_charge(&w->mem, bytes)) {
             char a[32], c[32];
             rc = util_errf(e, UTIL_EXIT_FAIL, "device %d: the weights, "
@@ -1611,10 +1925,12 @@ static int worker_stages(exec_worker *w, const float *full,
             exec_parr a = {tt, lt, (float *)src[k], k ? NULL : (float *)lora};
             exec_stage_gather(st, &a, h[k], k ? NULL : hf);
         }
+        size_t mo = rt->zero ? st->sh_lo : 0, mn = rt->zero ? st->sh_n
+                                                             : st->n;
         if (!(st->w[0] = arena_new(w, st->n, h[0], e)) ||
-            !(st->g = arena_new(w, st->n, NULL, e)) ||
-            !(st->am = arena_new(w, st->n, h[2], e)) ||
-            !(st->av = arena_new(w, st->n, h[3], e)) ||
+            (rt->zero < 2 && !(st->g = arena_new(w, st->n, NULL, e))) ||
+            !(st->am = arena_new(w, mn, h[2] ? h[2] + mo : NULL, e)) ||
+            !(st->av = arena_new(w, mn, h[3] ? h[3] + mo : NULL, e)) ||
             (st->n_frozen && !(st->wf = arena_new(w, st->n_frozen, hf, e))))
             rc = -1;
         for (int k = 0; k < 4; k++) free(h[k]);
@@ -1642,6 +1958,7 @@ static int worker_stages(exec_worker *w, const float *full,
         w->lact[i] = util_calloc(slots, sizeof **w->lact);
         w->lgrad[i] = util_calloc(slots, sizeof **w->lgrad);
     }
+    worker_rings(w);
     return 0;
 }
 
@@ -1762,9 +2079,11 @@ int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
                     rc = util_err_prefix(e, "device %d", w->device);
                 continue;
             }
-            arena_collect(be, st, st->w[st->cur_ver], st->wf, &wt);
-            if (adam_m) arena_collect(be, st, st->am, NULL, &m);
-            if (adam_v) arena_collect(be, st, st->av, NULL, &v);
+            size_t mo = rt->zero ? st->sh_lo : 0;
+            size_t mn = rt->zero ? st->sh_n : st->n;
+            arena_collect(rt, st, st->w[st->cur_ver], 0, st->n, st->wf, &wt);
+            if (adam_m) arena_collect(rt, st, st->am, mo, mn, NULL, &m);
+            if (adam_v) arena_collect(rt, st, st->av, mo, mn, NULL, &v);
         }
         if (!rc && be->sync(e)) rc = util_err_prefix(e, "device %d", w->device);
         be->unbind();
@@ -1805,9 +2124,21 @@ void exec_rt_free(exec_runtime *rt)
                 arena_free(w, st->n, st->w[v]);
             free(st->w);
             free(st->pending);
-            arena_free(w, st->n, st->g);
-            arena_free(w, st->n, st->am);
-            arena_free(w, st->n, st->av);
+            size_t mn = rt->zero ? st->sh_n : st->n;
+            if (!st->ofl) {
+                arena_free(w, rt->zero >= 2 ? 0 : st->n,
+                           rt->zero >= 2 ? NULL : st->g);
+                arena_free(w, mn, st->am);
+                arena_free(w, mn, st->av);
+            }
+            if (st->gsh) exec_mem_charge(&w->mem,
+                                         -(double)st->sh_n * sizeof(float));
+            arena_free(w, st->sh_n, st->gsh);
+            for (int k = 0; st->rsb && k < st->n_rs; k++)
+                exec_buf_unref(st->rsb[k]);
+            free(st->rsb);
+            free(st->rs_last);
+            free(st->ag);
             arena_free(w, st->n_frozen, st->wf);
             free(st->sl);
             free(st->sl_w);
@@ -1828,6 +2159,8 @@ void exec_rt_free(exec_runtime *rt)
         free(w->tm); free(w->ep_loss); free(w->ep_norm);
         free(w->ep_kern); free(w->ep_wait); free(w->ep_wall); free(w->ep_end);
         free(w->used_ver);
+        free(w->inst);
+        free(w->bw_rs);
         free(w->op_ns);
         free(w->op_n);
         exec_mem_destroy(&w->mem);

@@ -214,6 +214,24 @@ typedef struct exec_stage {
     int n_ver_slots, cur_ver;
     int live, max_live;     /* weight versions held at once */
     int steps;              /* optimizer steps taken */
+    /* Sharded data parallelism (ZeRO stage rt->zero over rt->shard
+     * ranks): the rank's shard of the trained arena is [sh_lo, sh_lo +
+     * sh_n), the chunk the reduce-scatter's ring leaves reduced on it; am
+     * and av hold that shard only. ZeRO-2 keeps the gradient as the
+     * shard (gsh, from the step's first reduced microbatch to its update;
+     * g points at the running backward's buffer, else NULL): each
+     * microbatch's whole gradient is a buffer of its own (rsb[k], the
+     * stage's k-th reduce-scatter of the step) until its ring is done and
+     * its shard added to gsh, in order (rs_next, in step rs_epoch).
+     * rs_last[2k], [2k+1]: that ring's last send and receive on this
+     * device; ag: the device's
+     * all-gather tasks of the stage (sends and receives), ag_done the
+     * last step whose all-gather has been waited for. */
+    size_t sh_lo, sh_n;
+    float *gsh;
+    exec_buf **rsb;
+    int n_rs, rs_next, rs_epoch, *rs_last;
+    int *ag, n_ag, ag_done;
     struct exec_ofl_stage *ofl; /* offloaded model states (offload.c), or
                              * NULL: w, g, am, av on the device */
 } exec_stage;
@@ -228,6 +246,9 @@ typedef struct exec_rec {
     exec_view *xa;          /* per op: its LoRA adapters' x A */
     exec_view ids;          /* the microbatch's tokens then targets (N
                              * ints each, on the device) */
+    exec_buf *gb;           /* ZeRO-2: this microbatch's gradient, from
+                             * its first backward part to its reduce-
+                             * scatter */
     int version;
     int rc_low;             /* recomputation: segments from here up have
                              * run again (n_rseg: none yet) */
@@ -355,6 +376,11 @@ typedef struct exec_worker {
     double loss_sum;
     int *used_ver;          /* per compute task: the weight version it ran
                              * on (last epoch), -1 not run */
+    /* sharded data parallelism: per task, a ring step's instance among
+     * the steps of its kind, collective, stage and step number on this
+     * device (the k-th reduce-scatter of a stage in a step, ...), or -1;
+     * per compute task, the reduce-scatter its gradient goes to, -1 */
+    int *inst, *bw_rs;
     pthread_t comp_th, comm_th;
     int threads;            /* which of them were started */
     int comp_finished;
@@ -376,6 +402,8 @@ struct exec_runtime {
     const sim_ir *ir;
     exec_gpt_config cfg;
     int mbs, T, tp, dp, pipes;
+    int zero;                   /* ZeRO stage run (sim_zero_stage) */
+    int shard;                  /* ranks a stage's state is sharded over */
     int n_workers, n_local, first_local;
     exec_worker *w;             /* n_local: workers this process holds */
     exec_xop *xop;              /* per graph op */
@@ -534,6 +562,9 @@ void exec_stage_gather(const exec_stage *st, const exec_parr *src, float *h,
                        float *hf);
 void exec_stage_scatter(const exec_stage *st, const float *h,
                         const float *hf, const exec_parr *dst);
+/* The bytes of stage st's weights, gradients and AdamW state its
+ * device holds for the whole run (sharded under ZeRO; none offloaded). */
+double exec_stage_state_bytes(const exec_runtime *rt, const exec_stage *st);
 /* Stops the threads, frees the tier (the stages' parts too). */
 void exec_ofl_free(exec_worker *w);
 

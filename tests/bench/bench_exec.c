@@ -7,8 +7,10 @@
  * 2% of a step. Then fine-tuning: 1F1B on the two devices (microbatch 2
  * x 4, cut as `sluice sim --finetune` cuts) training everything, LoRA
  * adapters of rank 8 on q and v, and all but the last two blocks frozen,
- * each measured and simulated. One run: compare the rows of one table,
- * not tables. */
+ * each measured and simulated. Then sharded data parallelism: 1F1B on
+ * the two devices as two data-parallel ranks (pp 1, microbatch 2 x 4)
+ * with ZeRO 0, 1 and 2, each measured and simulated. One run: compare
+ * the rows of one table, not tables. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,19 +30,22 @@ static exec_adamw adamw(void)
                         .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f};
 }
 
-/* `sluice sim --hw cpu x2 --model MODEL --schedule 1f1b --pp 2 --mbs 2
- * --microbatches 4 --finetune FT` run for real: its samples/s and each
- * device's peak, measured and simulated for the run's own IR. */
-static int finetune_row(const char *model, const prof_topo *t,
-                        const char *ft, double *full, util_err *e)
+/* `sluice sim --hw cpu x2 --model MODEL --schedule 1f1b --pp PP --dp
+ * 2/PP --mbs 2 --microbatches 4 --finetune FT --zero Z` run for real: its
+ * samples/s and each device's peak, measured and simulated for the run's
+ * own IR; the first row is the one the others are compared with. */
+static int row(const char *model, const prof_topo *t, const char *ft,
+               int pp, int zero, double *full, util_err *e)
 {
     sim_plan p;
     sim_plan_init(&p);
     snprintf(p.model, sizeof p.model, "%s", model);
     snprintf(p.hw, sizeof p.hw, "cpu x2");
     p.sched = SIM_SCHED_1F1B;
-    p.pp = 2;
-    p.dp = p.tp = 1;
+    p.pp = pp;
+    p.dp = 2 / pp;
+    p.tp = 1;
+    p.zero = zero;
     p.mbs = 2;
     p.n_mb = 4;
     p.waves = 1;
@@ -52,11 +57,11 @@ static int finetune_row(const char *model, const prof_topo *t,
     if (prof_finetune_parse(ft, &p.ft, e) ||
         !(m = sim_plan_model(&p, t, e)))
         goto out;
-    sim_plan_stages(&p, 2);
-    if (sim_partition_balanced(m, prof_topo_gpu(t, 0), p.mbs, 2, p.first_op,
+    sim_plan_stages(&p, pp);
+    if (sim_partition_balanced(m, prof_topo_gpu(t, 0), p.mbs, pp, p.first_op,
                                p.last_op, e))
         goto out;
-    sim_sched_opts so = {.sched = p.sched, .pp = 2, .n_stages = 2,
+    sim_sched_opts so = {.sched = p.sched, .pp = pp, .n_stages = pp,
                          .waves = 1};
     sim_sched_map(&so, p.stage_device);
     exec_pipe_opts o = {0};
@@ -81,6 +86,7 @@ static int finetune_row(const char *model, const prof_topo *t,
     if (!full[0]) memcpy(full, v, sizeof v);
     char name[64];
     prof_finetune_name(&p.ft, name, sizeof name);
+    if (pp == 1) snprintf(name, sizeof name, "zero %d", zero);
     printf("%-12s %8.2f %8.2f %6.3f %5.2fx %7.2f %7.2f %6.3f %7.2f %7.2f "
            "%6.3f\n", name, v[0], v[1], v[0] / v[1], v[0] / full[0],
            v[2] / 1048576, v[3] / 1048576, v[2] / v[3], v[4] / 1048576,
@@ -193,8 +199,17 @@ int main(int argc, char **argv)
     const char *fts[] = {"full", "lora:8", "frozen:4"};
     double full[6] = {0};
     for (int i = 0; i < 3; i++)
-        if (finetune_row(model, t, fts[i], full, &e))
+        if (row(model, t, fts[i], 2, 0, full, &e))
             printf("%-12s failed: %s\n", fts[i], e.msg);
+    printf("\nsharded data parallelism %s, 1f1b dp 2, microbatch 2 x 4 "
+           "(samples/s; peak MiB per device)\n", model);
+    printf("%-12s %8s %8s %6s %6s %7s %7s %6s %7s %7s %6s\n", "ZeRO",
+           "measured", "sim", "m/s", "/z0", "dev0", "sim", "m/s", "dev1",
+           "sim", "m/s");
+    double z0[6] = {0};
+    for (int z = 0; z <= 2; z++)
+        if (row(model, t, "full", 1, z, z0, &e))
+            printf("zero %d       failed: %s\n", z, e.msg);
     plan_result_free(&pr);
     prof_model_free(m);
     prof_topo_free(t);

@@ -1,0 +1,249 @@
+/* Sharded data parallelism in the executor (ZeRO-1 and 2 over the data-
+ * parallel group) against the unsharded run of the same plan: ZeRO-1's
+ * reduce-scatter is the first half of the all-reduce's ring and each
+ * rank's shard is the chunk that ring leaves it, so its weights and AdamW
+ * state are the unsharded run's bits, with a tied head across stages,
+ * tensor parallelism, a zero-bubble split and LoRA. ZeRO-2 reduces each
+ * microbatch's gradient over the ranks as its backward ends, then adds
+ * the reduced microbatches; unsharded, each rank adds its microbatches,
+ * then the ring adds the ranks: with one microbatch the sums are the same
+ * and so are the bits, with more they are reordered fp32 sums (within
+ * 1e-5 of the largest weight after 3 steps, as tests/test_exec_pipe.c
+ * allows reorderings). mpirun gives the in-process bits; sharded runs
+ * hold less memory, measured and simulated; what is not run is refused.
+ * No clipping where bits are compared: the global norm is summed shard
+ * by shard, so its last bits (and a clipping factor) may differ. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+#include "sim/sim.h"
+#include "tests/harness.h"
+
+#define PICO "tests/data/exec/gpt-pico.json"
+#define UNTIED "tests/data/exec/gpt-pico-untied.json"
+
+/* `sluice sim ARGS --zero Z` run for 3 steps without clipping. */
+static void zrun(const char *args, int zero, exec_pipe_result *r,
+                 sim_plan *p)
+{
+    char a[512];
+    snprintf(a, sizeof a, "%s --zero %d", args, zero);
+    cli_plan(a, p);
+    cr_assert_eq(p->zero, zero);
+    util_err e = {0};
+    exec_pipe_opts o = pipe_opts(p, 3, 0);
+    cr_assert_eq(exec_pipe_run(&o, r, &e), 0, "%s: %s", a, e.msg);
+}
+
+/* Weights, and AdamW's moments where bits are asked for, of ZeRO stage
+ * zero against ZeRO 0 (tol < 0: bit for bit). */
+static void vs_unsharded(const char *args, int zero, double tol)
+{
+    exec_pipe_result a, b;
+    sim_plan pa, pb;
+    zrun(args, 0, &a, &pa);
+    zrun(args, zero, &b, &pb);
+    cr_assert_eq(a.n_params, b.n_params);
+    size_t P = a.n_params;
+    if (tol < 0) {
+        cr_expect(!memcmp(a.params, b.params, P * sizeof *a.params),
+                  "zero %d, %s: weights differ from zero 0's", zero, args);
+        cr_expect(!memcmp(a.adam_m, b.adam_m, P * sizeof *a.adam_m) &&
+                  !memcmp(a.adam_v, b.adam_v, P * sizeof *a.adam_v),
+                  "zero %d, %s: AdamW moments differ from zero 0's", zero,
+                  args);
+        cr_expect(a.n_lora == b.n_lora &&
+                  (!a.n_lora || !memcmp(a.lora, b.lora,
+                                        a.n_lora * sizeof *a.lora)),
+                  "zero %d, %s: LoRA adapters differ", zero, args);
+    } else {
+        char what[600];
+        snprintf(what, sizeof what, "zero %d, %s", zero, args);
+        expect_close(a.params, b.params, P, tol, what);
+        /* and the training moved them: the check can fail */
+        cr_expect(memcmp(a.params, b.params, P * sizeof *a.params),
+                  "%s: the same bits where the sums are reordered", what);
+    }
+    exec_pipe_result_free(&a);
+    exec_pipe_result_free(&b);
+    sim_plan_free(&pa);
+    sim_plan_free(&pb);
+}
+
+Test(exec_zero, zero1_is_the_all_reduce_bit_for_bit)
+{
+    /* a tied head on the last stage, microbatches 4 */
+    vs_unsharded("--hw 'cpu x4' --model " PICO " --schedule 1f1b --pp 2 "
+                 "--dp 2 --mbs 2 --microbatches 4", 1, -1);
+    /* three ranks: chunks of unequal size */
+    vs_unsharded("--hw 'cpu x3' --model " PICO " --schedule gpipe --pp 1 "
+                 "--dp 3 --mbs 2 --microbatches 2", 1, -1);
+    vs_unsharded("--hw 'cpu x4' --model " UNTIED " --schedule 1f1b --pp 1 "
+                 "--dp 2 --tp 2 --mbs 2 --microbatches 2", 1, -1);
+    vs_unsharded("--hw 'cpu x4' --model " PICO " --schedule zb-h1 --pp 2 "
+                 "--dp 2 --mbs 2 --microbatches 4 --finetune lora:4", 1, -1);
+}
+
+Test(exec_zero, zero2_one_microbatch_is_bit_for_bit)
+{
+    vs_unsharded("--hw 'cpu x4' --model " UNTIED " --schedule 1f1b --pp 2 "
+                 "--dp 2 --mbs 4 --microbatches 1", 2, -1);
+    /* a tied table on one stage; frozen blocks */
+    vs_unsharded("--hw 'cpu x2' --model " PICO " --schedule 1f1b --pp 1 "
+                 "--dp 2 --mbs 4 --microbatches 1 --finetune frozen:1", 2,
+                 -1);
+    vs_unsharded("--hw 'cpu x4' --model " UNTIED " --schedule 1f1b --pp 1 "
+                 "--dp 2 --tp 2 --mbs 4 --microbatches 1", 2, -1);
+}
+
+Test(exec_zero, zero2_microbatches_within_fp32_reordering)
+{
+    vs_unsharded("--hw 'cpu x4' --model " UNTIED " --schedule interleaved "
+                 "--chunks 2 --pp 2 --dp 2 --mbs 2 --microbatches 4", 2, 1e-5);
+    vs_unsharded("--hw 'cpu x4' --model " UNTIED " --schedule zb-h1 --pp 2 "
+                 "--dp 2 --mbs 2 --microbatches 4", 2, 1e-5);
+}
+
+Test(exec_zero, mpirun_gives_the_in_process_bits)
+{
+    char *dir = test_tmpdir();
+    for (int z = 1; z <= 2; z++) {
+        cli_result x = cli_run("sim --hw 'cpu x2' --model %s --schedule 1f1b "
+                               "--pp 1 --dp 2 --mbs 2 --microbatches 3 "
+                               "--zero %d --out %s/z.json", PICO, z, dir);
+        cr_assert_eq(x.code, 0, "%s", x.err);
+        cli_result_free(&x);
+        int rc = sh_run("%s \"$SLUICE\" exec --plan %s/z.json --steps 3 "
+                        "--quiet --save %s/m.ckpt > %s/m.out 2>&1", MPIRUN,
+                        dir, dir, dir);
+        cr_assert_eq(rc, 0, "mpirun failed (%s/m.out)", dir);
+        x = cli_run("exec --plan %s/z.json --steps 3 --quiet --save "
+                    "%s/i.ckpt", dir, dir);
+        cr_assert_eq(x.code, 0, "%s", x.err);
+        cli_result_free(&x);
+        cr_expect_eq(sh_run("cmp -s %s/m.ckpt %s/i.ckpt", dir, dir), 0,
+                     "zero %d: mpirun and in-process differ", z);
+        /* a sharded run's checkpoint is a whole one: it resumes unsharded */
+        x = cli_run("sim --hw 'cpu x2' --model %s --schedule 1f1b --pp 1 "
+                    "--dp 2 --mbs 2 --microbatches 3 --out %s/u.json", PICO,
+                    dir);
+        cr_assert_eq(x.code, 0, "%s", x.err);
+        cli_result_free(&x);
+        x = cli_run("exec --plan %s/u.json --steps 4 --quiet --resume "
+                    "%s/i.ckpt", dir, dir);
+        cr_expect_eq(x.code, 0, "%s", x.err);
+        cli_result_free(&x);
+    }
+    test_rm_rf(dir);
+}
+
+/* A checkpoint saved sharded is a whole one: the unsharded run's file,
+ * and either run resumes it. */
+Test(exec_zero, checkpoints_resume_with_or_without_sharding)
+{
+    char *dir = test_tmpdir();
+    const char *sim = "sim --hw 'cpu x2' --model " PICO " --schedule 1f1b "
+                      "--pp 1 --dp 2 --mbs 2 --microbatches 2";
+    cli_result x = cli_run("%s --zero 1 --out %s/z.json", sim, dir);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    x = cli_run("%s --out %s/u.json", sim, dir);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    const char *ex = "--quiet --clip 0 --steps";
+    const char *runs[][4] = {
+        {"z", "3", "", "a"}, {"u", "3", "", "b"},
+        {"u", "4", "a", "c"}, {"z", "4", "b", "d"},
+    };
+    for (int i = 0; i < 4; i++) {
+        char res[600] = "";
+        if (runs[i][2][0])
+            snprintf(res, sizeof res, "--resume %s/%s.ckpt", dir,
+                     runs[i][2]);
+        x = cli_run("exec --plan %s/%s.json %s %s %s --save %s/%s.ckpt", dir,
+                    runs[i][0], ex, runs[i][1], res, dir, runs[i][3]);
+        cr_assert_eq(x.code, 0, "%s", x.err);
+        cli_result_free(&x);
+    }
+    cr_expect_eq(sh_run("cmp -s %s/a.ckpt %s/b.ckpt", dir, dir), 0,
+                 "ZeRO-1's checkpoint is not the unsharded run's");
+    cr_expect_eq(sh_run("cmp -s %s/c.ckpt %s/d.ckpt", dir, dir), 0,
+                 "resumed across sharding, the runs differ");
+    test_rm_rf(dir);
+}
+
+/* The weights' state a device keeps, measured against the simulator's
+ * account of the same IR. */
+Test(exec_zero, sharded_runs_hold_less)
+{
+    const char *args = "--hw 'cpu x2' --model " UNTIED " --schedule 1f1b "
+                       "--pp 1 --dp 2 --mbs 1 --microbatches 1";
+    double peak[3], stat[3];
+    for (int z = 0; z < 3; z++) {
+        exec_pipe_result r;
+        sim_plan p;
+        zrun(args, z, &r, &p);
+        sim_run_opts ro = {0};
+        sim_engine *en = sim_engine_new(r.ir, r.costs, &ro);
+        sim_result sr;
+        cr_assert_eq(sim_engine_run(en, &sr), 0, "%s", sr.msg);
+        peak[z] = r.peak_bytes[0] + r.peak_bytes[1];
+        stat[z] = r.static_bytes[0] + r.static_bytes[1];
+        cr_log_info("zero %d: peak per device %.1f KiB measured, %.1f KiB "
+                    "simulated", z, peak[z] / 2048,
+                    (sr.dev[0].peak_bytes + sr.dev[1].peak_bytes) / 2048);
+        sim_engine_free(en);
+        exec_pipe_result_free(&r);
+        sim_plan_free(&p);
+    }
+    /* two ranks: ZeRO-1 keeps half of m and v for the run (a quarter of
+     * the state less), ZeRO-2 no gradient between steps (its shard lives
+     * from the first reduced microbatch to the update) */
+    cr_expect(stat[1] < stat[0] * 0.76 && stat[1] > stat[0] * 0.74,
+              "zero 1 keeps %.0f bytes, zero 0 %.0f", stat[1], stat[0]);
+    cr_expect(stat[2] < stat[0] * 0.51 && stat[2] > stat[0] * 0.49,
+              "zero 2 keeps %.0f bytes, zero 0 %.0f", stat[2], stat[0]);
+    cr_expect(peak[1] < peak[0], "zero 1 peak %.0f, zero 0 %.0f", peak[1],
+              peak[0]);
+    /* ZeRO-2 saves between microbatches and steps: while a backward
+     * runs, its whole gradient is there (each microbatch's in a buffer
+     * of its own, dropped when its ring is done: when depends on the
+     * threads' timing), so its peak is about ZeRO-1's, not below */
+    cr_expect(peak[2] < peak[0], "zero 2 peak %.0f, zero 1 %.0f, zero 0 "
+              "%.0f", peak[2], peak[1], peak[0]);
+}
+
+Test(exec_zero, what_is_not_run_is_refused)
+{
+    char *dir = test_tmpdir();
+    const struct { const char *sim, *exec, *want; } cases[] = {
+        {"--model " PICO " --pp 1 --dp 2 --zero 3", "",
+         "ZeRO stage 3) is simulated and planned but not run"},
+        {"--model " PICO " --pp 1 --dp 2 --fsdp hybrid", "",
+         "fsdp hybrid (ZeRO stage 3)"},
+        {"--model " PICO " --pp 2 --dp 1 --zero 2", "",
+         "needs data parallelism"},
+        {"--model " PICO " --pp 2 --dp 2 --zero 2", "",
+         "with a table tied across stages"},
+        {"--model " PICO " --pp 1 --dp 2 --zero 1",
+         "--offload zero-offload", "the tier holds a stage's whole state"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int n = strstr(cases[i].sim, "--pp 2 --dp 2") ? 4 : 2;
+        cli_result x = cli_run("sim --hw 'cpu x%d' --schedule 1f1b --mbs 2 "
+                               "--microbatches 2 %s --out %s/p.json", n,
+                               cases[i].sim, dir);
+        if (x.code) {
+            /* the plan itself is refused (sim_zero_check) */
+            cr_expect(strstr(x.err, cases[i].want), "%s", x.err);
+            cli_result_free(&x);
+            continue;
+        }
+        cli_result_free(&x);
+        cli_expect(2, cases[i].want, "exec --plan %s/p.json --steps 1 %s",
+                   dir, cases[i].exec);
+    }
+    test_rm_rf(dir);
+}
