@@ -906,6 +906,8 @@ static void predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r)
 static int run_sequential(exec_wl *W, exec_wl_result *r, util_err *e)
 {
     (void)e;
+    /* one thread, as `sluice exec --model` trains by default */
+    kern_set_threads(1);
     int64_t t0 = (int64_t)exec_now_ns();
     for (int j = 0; j < W->n; j++) {
         const wl_job *J = &W->job[j];
