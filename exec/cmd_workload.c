@@ -145,6 +145,12 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
                          "devices the jobs share");
     if (!c->n_pol)
         for (int p = 0; p < EXEC_WL_POLICY_COUNT; p++) c->pol[c->n_pol++] = p;
+    /* the budget the run holds devices to, said in the report */
+    prof_gpu g;
+    if (!o->mem_bytes) {
+        if (prof_gpu_get("cpu", &g, e)) return -1;
+        o->mem_bytes = g.mem_bytes;
+    }
     return 0;
 }
 
@@ -371,8 +377,7 @@ int exec_wl_main(int argc, char **argv)
         printf("sluice exec: workload %s, %d jobs on %d CPU device%s of %s; "
                "AdamW lr %.2e, clip 0, seed %llu\n", c.o.workload,
                exec_wl_jobs(W), c.o.devices, c.o.devices > 1 ? "s" : "",
-               c.o.mem_bytes > 0 ? util_fmt_bytes(c.o.mem_bytes, b, sizeof b)
-                                 : "the cpu type's memory",
+               util_fmt_bytes(c.o.mem_bytes, b, sizeof b),
                c.o.adamw.lr, (unsigned long long)c.o.seed);
         for (int j = 0; j < exec_wl_jobs(W); j++) {
             const char *name, *model;
