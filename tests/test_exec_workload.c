@@ -37,43 +37,6 @@ static exec_adamw adamw(void)
                         .eps = 1e-8f, .weight_decay = 0.1f, .clip = 0};
 }
 
-/* The reference trainer's final state for model at batch B, steps, seed:
- * params, then AdamW m and v (3P floats, malloc'd). */
-static float *reference(const char *model, int B, int steps, uint64_t seed,
-                        size_t *P)
-{
-    util_err e;
-    exec_train_opts t;
-    exec_train_defaults(&t);
-    prof_model_spec spec;
-    cr_assert_eq(prof_model_spec_get(model, &spec, &e), 0, "%s", e.msg);
-    cr_assert_eq(exec_gpt_config_from_spec(&spec, &t.cfg, model, &e), 0);
-    char *dir = test_tmpdir(), path[512];
-    snprintf(path, sizeof path, "%s/ref.ckpt", dir);
-    t.data = TEST_CORPUS;
-    t.steps = steps;
-    t.B = B;
-    t.T = spec.seq_len;
-    t.adamw = adamw();
-    t.seed = seed;
-    t.quiet = 1;
-    t.eval_batches = 0;
-    t.save = path;
-    FILE *devnull = fopen("/dev/null", "w");
-    t.out = devnull;
-    exec_train_result tr;
-    cr_assert_eq(exec_train(&t, &tr, &e), 0, "%s", e.msg);
-    fclose(devnull);
-    exec_tensor tt[EXEC_P_COUNT];
-    *P = exec_gpt_param_table(&t.cfg, tt);
-    float *w = malloc(sizeof *w * (3 * *P + 1));
-    exec_ckpt_meta meta;
-    cr_assert_eq(exec_ckpt_load_state(path, &t.cfg, w, w + *P, w + 2 * *P,
-                                      &meta, &e), 0, "%s", e.msg);
-    test_rm_rf(dir);
-    return w;
-}
-
 Test(exec_workload, every_policy_trains_each_job_as_the_reference)
 {
     char *dir = test_tmpdir();
@@ -112,7 +75,8 @@ Test(exec_workload, every_policy_trains_each_job_as_the_reference)
     float *ref[3];
     size_t P[3];
     for (int j = 0; j < 3; j++)
-        ref[j] = reference(models[j], Bs[j], want_steps[j], 1337 + j, &P[j]);
+        ref[j] = train_reference(models[j], Bs[j], want_steps[j], 1337 + j,
+                                 adamw(), 1, &P[j]);
     for (int p = 0; p < EXEC_WL_POLICY_COUNT; p++) {
         exec_wl_result r;
         cr_assert_eq(exec_wl_run(w, (exec_wl_policy)p, &r, &e), 0, "%s: %s",
