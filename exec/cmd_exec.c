@@ -31,6 +31,8 @@ static void usage(FILE *f)
         "       sluice exec --plan PLAN.json [options]    (the plan's "
         "pipeline)\n"
         "       mpirun -np N sluice exec --plan PLAN.json [options]\n"
+        "       sluice exec --workload FILE --hw cpu xN [options]  (many "
+        "models;\n                       sluice exec --workload F --help)\n"
         "\nTrains a GPT-style model on byte-level text: on one CPU device "
         "(the\nreference trainer), or as a plan says (sluice plan --out): "
         "one worker\nper device and tensor-parallel rank running the plan's "
@@ -614,6 +616,9 @@ out:
 
 int exec_cmd_main(int argc, char **argv)
 {
+    /* many models at once: a command of its own (exec/cmd_workload.c) */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--workload")) return exec_wl_main(argc, argv);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);

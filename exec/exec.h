@@ -475,6 +475,96 @@ double exec_pipe_iteration_s(const exec_pipe_result *r, int warm,
                              double *min_s, double *max_s);
 double exec_pipe_overhead(const exec_pipe_result *r, int warm);
 
+/* ------------------------------------------ many models at once (Hydra) */
+
+/* A workload of GPT jobs (plan_wl_load's file) trained at once on CPU
+ * devices as Hydra does (Nagrecha and Kumar, arXiv 2110.08633): each
+ * model cut into the fewest shards that fit one device (the planner's cut,
+ * planner/workload.c), its weights and AdamW state in a host pool between
+ * uses, a device thread running one shard-step at a time (exec/workload.c).
+ * Or, as the baseline, each job in turn on one device with the reference
+ * model (exec_gpt). Every job trains as the reference trainer would with
+ * the same seed, data and steps, bit for bit. */
+typedef enum {
+    EXEC_WL_HYDRA,          /* Sharded-LRTF: longest remaining time first */
+    EXEC_WL_RANDOM,         /* uniformly among the free jobs (seeded) */
+    EXEC_WL_RR,             /* round robin over job indices */
+    EXEC_WL_SEQUENTIAL,     /* the baseline: jobs in turn, one device each */
+    EXEC_WL_POLICY_COUNT
+} exec_wl_policy;
+/* "hydra", "random", "round-robin", "sequential"; parse: 0 or -1. */
+const char *exec_wl_policy_name(exec_wl_policy p);
+int exec_wl_policy_parse(const char *s, exec_wl_policy *p);
+
+typedef struct exec_wl_opts {
+    const char *workload;   /* the job file */
+    int devices;            /* CPU devices (cores) */
+    double mem_bytes;       /* budget per device; 0: the cpu type's */
+    int steps;              /* per job; 0: the file's samples / batch */
+    const char *data;       /* corpus path */
+    exec_adamw adamw;       /* lr is the peak; clip must be 0 (a shard
+                             * steps before the others' gradients exist) */
+    int warmup;             /* -1: steps/10 */
+    uint64_t seed;          /* job j is initialised and fed with seed + j */
+    unsigned policy_seed;   /* the random policy's */
+    int prefetch;           /* load the next shard-step's state while the
+                             * current one runs, where the budget allows */
+} exec_wl_opts;
+
+/* One shard-step as it ran: device, job, shard, kind (0 forward, 1 the
+ * last shard's forward and backward, 2 a backward with recomputation),
+ * ns since the run began. */
+typedef struct exec_wl_seg {
+    int dev, job, shard, kind;
+    int64_t start_ns, end_ns;
+} exec_wl_seg;
+
+typedef struct exec_wl_jobres {
+    char name[64];
+    int shards, steps;
+    size_t n_params;
+    float *params, *adam_m, *adam_v;    /* final state, arena order */
+    double last_loss;                   /* mean token loss, last step */
+} exec_wl_jobres;
+
+typedef struct exec_wl_result {
+    exec_wl_policy policy;
+    int n_jobs, n_devices;
+    double makespan_s, predicted_makespan_s;
+    double *busy_s, *predicted_busy_s;  /* [n_devices] computing */
+    double *dev_peak_bytes;             /* [n_devices] measured */
+    double host_peak_bytes, predicted_host_peak_bytes;
+    double h2d_bytes, d2h_bytes;        /* host pool <-> device arenas */
+    double predicted_copy_bytes;
+    long steps, prefetched;             /* shard-steps; loaded ahead */
+    exec_wl_jobres *job;                /* [n_jobs] */
+    exec_wl_seg *seg;
+    int n_seg;
+} exec_wl_result;
+
+typedef struct exec_wl exec_wl;
+
+/* Loads the workload and cuts every job. Errors, code 2, name the job's
+ * file:line:col and field: a bad file, a model the executor cannot train
+ * (not GPT, an optimizer other than Adam, a vocabulary under 256), a job
+ * that does not fit one device even one layer per shard. */
+exec_wl *exec_wl_new(const exec_wl_opts *o, util_err *e);
+void exec_wl_free(exec_wl *w);
+/* The jobs, lent: name, model, shards (k) and the layers each starts at
+ * (first[k+1], the planner's layers: embedding, blocks, head), batch,
+ * sequence length and steps. */
+int exec_wl_jobs(const exec_wl *w);
+void exec_wl_job_info(const exec_wl *w, int j, const char **name,
+                      const char **model, int *k, const int **first,
+                      int *B, int *T, int *steps);
+/* Runs every job's steps under a policy. Code 1 for a failed run (out of
+ * device memory, naming device, job and shard). */
+int exec_wl_run(exec_wl *w, exec_wl_policy p, exec_wl_result *r,
+                util_err *e);
+void exec_wl_result_free(exec_wl_result *r);
+/* `sluice exec --workload FILE ...` (exec/cmd_workload.c). */
+int exec_wl_main(int argc, char **argv);
+
 /* ------------------------------------------------------ calibration */
 
 /* One microbenchmark: an op of the model graph (its per-sample costs as

@@ -1,5 +1,6 @@
 /* Inside the workload planner: a job prepared for scheduling (its model,
- * per-layer costs, shards and shard-steps). Not for other modules. */
+ * per-layer costs, shards and shard-steps). Shared with the workload
+ * executor (exec/workload.c), which runs the same cut; not for others. */
 #ifndef SLUICE_PLANNER_WORKLOAD_INT_H
 #define SLUICE_PLANNER_WORKLOAD_INT_H
 

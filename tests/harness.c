@@ -264,8 +264,8 @@ void pipe_run(const sim_plan *p, int steps, float clip, exec_pipe_result *r)
     pipe_run_lr(p, steps, clip, 0, r);
 }
 
-float *pipe_reference(const char *model, int B, int steps, float clip,
-                      size_t *P)
+float *train_reference(const char *model, int B, int steps, uint64_t seed,
+                       exec_adamw a, int moments, size_t *P)
 {
     util_err e;
     exec_train_opts t;
@@ -279,7 +279,8 @@ float *pipe_reference(const char *model, int B, int steps, float clip,
     t.steps = steps;
     t.B = B;
     t.T = spec.seq_len;
-    t.adamw = pipe_adamw(clip);
+    t.adamw = a;
+    t.seed = seed;
     t.quiet = 1;
     t.eval_batches = 0;
     t.save = path;
@@ -290,14 +291,22 @@ float *pipe_reference(const char *model, int B, int steps, float clip,
     fclose(devnull);
     exec_tensor tt[EXEC_P_COUNT];
     *P = exec_gpt_param_table(&t.cfg, tt);
-    float *w = malloc(sizeof *w * (*P + 1));
+    float *w = malloc(sizeof *w * ((moments ? 3 : 1) * *P + 1));
     exec_ckpt_meta meta;
-    cr_assert_eq(exec_ckpt_load_state(path, &t.cfg, w, NULL, NULL, &meta, &e),
+    cr_assert_eq(exec_ckpt_load_state(path, &t.cfg, w,
+                                      moments ? w + *P : NULL,
+                                      moments ? w + 2 * *P : NULL, &meta, &e),
                  0, "%s", e.msg);
     unlink(path);
     rmdir(dir);
     free(dir);
     return w;
+}
+
+float *pipe_reference(const char *model, int B, int steps, float clip,
+                      size_t *P)
+{
+    return train_reference(model, B, steps, 1337, pipe_adamw(clip), 0, P);
 }
 
 void expect_close(const float *a, const float *b, size_t n, double tol,

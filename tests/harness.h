@@ -69,6 +69,11 @@ exec_pipe_opts pipe_opts(const sim_plan *p, int steps, float clip);
 void pipe_run_lr(const sim_plan *p, int steps, float clip, float lr,
                  exec_pipe_result *r);
 void pipe_run(const sim_plan *p, int steps, float clip, exec_pipe_result *r);
+/* The reference trainer for steps of batch B from seed with AdamW a: its
+ * final weights, then with moments its AdamW m and v (P floats each,
+ * malloc'd). */
+float *train_reference(const char *model, int B, int steps, uint64_t seed,
+                       exec_adamw a, int moments, size_t *P);
 /* The reference trainer on the same global batches: its final weights
  * (P floats, malloc'd). */
 float *pipe_reference(const char *model, int B, int steps, float clip,

@@ -1,0 +1,224 @@
+/* Many models at once on CPU devices (exec/workload.c): under every
+ * policy each job's final weights and AdamW moments equal the reference
+ * trainer's (exec_train, same seed, data and steps) bit for bit, though
+ * the jobs are cut into shards that recompute their forward, their state
+ * moves between a host pool and the devices, and a tied table's gradient
+ * crosses shards; every shard-step runs; a job that fits no device, a
+ * model the executor cannot train and a bad file are errors naming the
+ * file, line and field (exit 2); the JSON and the trace. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "exec/exec.h"
+#include "tests/harness.h"
+
+#define PICO "tests/data/exec/gpt-pico.json"
+
+/* tiny cut into several shards at this budget, pico whole */
+#define BUDGET (10.0 * 1024 * 1024)
+
+static char *write_file(const char *dir, const char *name, const char *text)
+{
+    char *p = malloc(strlen(dir) + strlen(name) + 2);
+    sprintf(p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    return p;
+}
+
+static exec_adamw adamw(void)
+{
+    return (exec_adamw){.lr = 2e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
+                        .eps = 1e-8f, .weight_decay = 0.1f, .clip = 0};
+}
+
+Test(exec_workload, every_policy_trains_each_job_as_the_reference)
+{
+    char *dir = test_tmpdir();
+    char *wf = write_file(dir, "w.json",
+        "{\"jobs\": [\n"
+        "  {\"model\": \"gpt-tiny\", \"batch\": 4, \"samples\": 12, \"name\": \"t4\"},\n"
+        "  {\"model\": \"" PICO "\", \"batch\": 8, \"samples\": 24, \"name\": \"pico\"},\n"
+        "  {\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 4, \"name\": \"t2\","
+        " \"priority\": 1}\n]}\n");
+    exec_wl_opts o = {.workload = wf, .devices = 2, .mem_bytes = BUDGET,
+                      .data = TEST_CORPUS, .adamw = adamw(), .warmup = -1,
+                      .seed = 1337, .policy_seed = 7, .prefetch = 1};
+    util_err e = {0};
+    exec_wl *w = exec_wl_new(&o, &e);
+    cr_assert_not_null(w, "%s", e.msg);
+    cr_assert_eq(exec_wl_jobs(w), 3);
+    const char *models[3] = {"gpt-tiny", PICO, "gpt-tiny"};
+    int Bs[3] = {4, 8, 2}, want_steps[3] = {3, 3, 2};
+    long total = 0;
+    int max_k = 0, min_k = 99;
+    for (int j = 0; j < 3; j++) {
+        const char *name, *model;
+        int k, B, T, steps;
+        const int *first;
+        exec_wl_job_info(w, j, &name, &model, &k, &first, &B, &T, &steps);
+        cr_assert_eq(steps, want_steps[j]);
+        cr_assert_eq(B, Bs[j]);
+        total += (long)steps * (2 * k - 1);
+        if (k > max_k) max_k = k;
+        if (k < min_k) min_k = k;
+    }
+    /* the shards are real: a job cut in three or more (middle shards
+     * with a boundary on each side), and one whole */
+    cr_assert_geq(max_k, 3);
+    cr_assert_eq(min_k, 1);
+    float *ref[3];
+    size_t P[3];
+    for (int j = 0; j < 3; j++)
+        ref[j] = train_reference(models[j], Bs[j], want_steps[j], 1337 + j,
+                                 adamw(), 1, &P[j]);
+    for (int p = 0; p < EXEC_WL_POLICY_COUNT; p++) {
+        exec_wl_result r;
+        cr_assert_eq(exec_wl_run(w, (exec_wl_policy)p, &r, &e), 0, "%s: %s",
+                     exec_wl_policy_name((exec_wl_policy)p), e.msg);
+        if (p != EXEC_WL_SEQUENTIAL) {
+            cr_assert_eq(r.steps, total, "%s ran %ld of %ld shard-steps",
+                         exec_wl_policy_name((exec_wl_policy)p), r.steps,
+                         total);
+            cr_assert_eq(r.n_seg, total);
+            cr_assert_gt(r.h2d_bytes, 0);
+            cr_assert_gt(r.predicted_makespan_s, 0);
+            for (int g = 0; g < 2; g++)
+                cr_assert_leq(r.dev_peak_bytes[g], BUDGET);
+        }
+        for (int j = 0; j < 3; j++) {
+            cr_assert_eq(r.job[j].n_params, P[j]);
+            size_t n = P[j] * sizeof(float);
+            cr_assert(!memcmp(r.job[j].params, ref[j], n), "%s: job %d's "
+                      "weights differ from the reference trainer's",
+                      exec_wl_policy_name((exec_wl_policy)p), j);
+            cr_assert(!memcmp(r.job[j].adam_m, ref[j] + P[j], n) &&
+                      !memcmp(r.job[j].adam_v, ref[j] + 2 * P[j], n),
+                      "%s: job %d's AdamW moments differ",
+                      exec_wl_policy_name((exec_wl_policy)p), j);
+        }
+        exec_wl_result_free(&r);
+    }
+    for (int j = 0; j < 3; j++) free(ref[j]);
+    exec_wl_free(w);
+    free(wf);
+    test_rm_rf(dir);
+}
+
+Test(exec_workload, without_prefetch_the_same_bits)
+{
+    char *dir = test_tmpdir();
+    char *wf = write_file(dir, "w.json",
+        "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 4},"
+        " {\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 4}]}\n");
+    exec_wl_opts o = {.workload = wf, .devices = 1, .mem_bytes = BUDGET,
+                      .data = TEST_CORPUS, .adamw = adamw(), .warmup = -1,
+                      .seed = 5, .policy_seed = 1, .prefetch = 0};
+    util_err e = {0};
+    exec_wl *w = exec_wl_new(&o, &e);
+    cr_assert_not_null(w, "%s", e.msg);
+    exec_wl_result a, b;
+    cr_assert_eq(exec_wl_run(w, EXEC_WL_RR, &a, &e), 0, "%s", e.msg);
+    cr_assert_eq(a.prefetched, 0);
+    cr_assert_eq(exec_wl_run(w, EXEC_WL_SEQUENTIAL, &b, &e), 0, "%s", e.msg);
+    for (int j = 0; j < 2; j++)
+        cr_assert(!memcmp(a.job[j].params, b.job[j].params,
+                          a.job[j].n_params * sizeof(float)));
+    exec_wl_result_free(&a);
+    exec_wl_result_free(&b);
+    exec_wl_free(w);
+    free(wf);
+    test_rm_rf(dir);
+}
+
+/* A workload file in a fresh folder, and the command on it. */
+static void expect_wl(int code, const char *want, const char *text,
+                      const char *args)
+{
+    char *dir = test_tmpdir();
+    char *wf = write_file(dir, "w.json", text);
+    cli_expect(code, want, "exec --workload %s --hw cpu x2 --steps 1 %s", wf,
+               args);
+    free(wf);
+    test_rm_rf(dir);
+}
+
+Test(exec_workload, errors_name_the_file_line_and_field)
+{
+    expect_wl(2, "w.json:2:12: field 'jobs[1].model': model 'bert-large': "
+              "the CPU reference trainer cannot train this model: family bert",
+              "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 2},\n"
+              " {\"model\": \"bert-large\", \"batch\": 2, \"samples\": 2}]}\n", "");
+    expect_wl(2, "w.json:1:21: field 'jobs[0].model': unknown model 'gpt-nano'",
+              "{\"jobs\": [{\"model\": \"gpt-nano\", \"batch\": 2, \"samples\": 2}]}\n",
+              "");
+    expect_wl(2, "field 'jobs[0]': optimizer sgd: the executor trains with "
+              "AdamW only",
+              "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 2,"
+              " \"optimizer\": \"sgd\"}]}\n", "");
+    expect_wl(2, "malformed JSON",
+              "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2\n", "");
+    expect_wl(2, "field 'jobs[0].batch'",
+              "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 0, \"samples\": 2}]}\n",
+              "");
+    expect_wl(2, "w.json:1:11: field 'jobs[0]': job 'job0' (gpt-tiny, batch 4 "
+              "x 64 tokens) does not fit a device of 2.00 MiB even one layer "
+              "per shard: layer l0 needs",
+              "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 4, \"samples\": 2}]}\n",
+              "--mem-per-device 2M");
+    cli_expect(2, "a workload runs on CPU devices", "exec --workload w.json "
+               "--hw rtx2080ti x2");
+    cli_expect(2, "--policy 'lrtf': expected hydra, random, round-robin or "
+               "sequential", "exec --workload w.json --hw cpu x2 --policy lrtf");
+    cli_expect(2, "--hw cpu xN is required", "exec --workload w.json");
+}
+
+Test(exec_workload, json_and_trace)
+{
+    char *dir = test_tmpdir();
+    char *wf = write_file(dir, "w.json",
+        "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 4},"
+        " {\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 4}]}\n");
+    char tr[600];
+    snprintf(tr, sizeof tr, "%s/t.json", dir);
+    cli_result r = cli_run("exec --workload %s --hw cpu x2 --mem-per-device 10M "
+                           "--policy hydra,sequential --json --trace %s", wf, tr);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    json_t *pol = json_object_get(j, "policies");
+    cr_assert_eq(json_array_size(pol), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *p = json_array_get(pol, i);
+        cr_assert_str_eq(json_string_value(json_object_get(p, "policy")),
+                         i ? "sequential" : "hydra");
+        cr_assert_gt(json_real_value(json_object_get(p, "makespan_s")), 0);
+        cr_assert_gt(json_real_value(json_object_get(p, "predicted_makespan_s")), 0);
+        cr_assert(json_is_true(json_object_get(p, "weights_equal_baseline")));
+    }
+    cr_assert_gt(json_real_value(json_object_get(j, "hydra_speedup")), 0);
+    size_t want = 0;
+    for (size_t i = 0; i < 2; i++) {
+        json_t *jb = json_array_get(json_object_get(j, "jobs"), i);
+        want += 2 * (2 * json_integer_value(json_object_get(jb, "shards")) - 1);
+    }
+    json_decref(j);
+    json_t *t = json_load_file(tr, 0, &je);
+    cr_assert_not_null(t, "%s", je.text);
+    size_t x = 0, k;
+    json_t *ev;
+    json_array_foreach(json_object_get(t, "traceEvents"), k, ev)
+        x += !strcmp(json_string_value(json_object_get(ev, "ph")), "X");
+    /* a shard-step an event: two steps of 2k-1 per job */
+    cr_assert_eq(x, want);
+    json_decref(t);
+    cli_result_free(&r);
+    free(wf);
+    test_rm_rf(dir);
+}
