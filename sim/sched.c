@@ -78,7 +78,7 @@ int sim_sched_async(sim_sched s)
 int sim_sched_plannable(sim_sched s)
 {
     /* every built-in generator; an order read from a file is the user's;
-     * the offload policies are planned apart (plan_offload) */
+     * the offload policies only when named (the planner's offload_search) */
     return s >= 0 && s < SIM_SCHED_COUNT && s != SIM_SCHED_FILE &&
            !sim_sched_offload(s);
 }
@@ -169,7 +169,7 @@ int sim_sched_check(const sim_sched_opts *o, util_err *e)
         break;
     case SIM_SCHED_ZERO_OFFLOAD: case SIM_SCHED_ZERO_INFINITY:
     case SIM_SCHED_FUYOU:
-        if (o->pp != 1 || (o->dp > 1))
+        if (o->pp != 1 || o->dp > 1)
             return util_errf(e, UTIL_EXIT_USAGE, "schedule %s offloads the "
                              "model of one GPU: --pp 1 and --dp 1 (got pp %d, "
                              "dp %d)", n, o->pp, o->dp > 1 ? o->dp : 1);
