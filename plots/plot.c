@@ -15,15 +15,34 @@ typedef struct box {
     int dev, mb, kind;
 } box;
 
-static const char *const kinds[] = {"F", "B", "W", "BW", "R", "OPT"};
+/* Compute kinds, then what offload schedules move (sim_add_offload),
+ * each on a row of its own under its device's compute row */
+#define N_KINDS 11
+#define N_COMPUTE 6
+static const char *const kinds[N_KINDS] = {
+    "F", "B", "W", "BW", "R", "OPT", "SWAP_IN", "SWAP_OUT", "NVME_READ",
+    "NVME_WRITE", "CPU_OPT"};
+static const char *const legend[N_KINDS] = {
+    "F", "B", "W", "BW", "R", "OPT", "to GPU", "from GPU", "NVMe read",
+    "NVMe write", "CPU step"};
 /* fill colours per kind: forward blue, backward green, weight-grad
- * orange, fused backward teal, recompute grey, optimizer red */
-static const int base_rgb[] = {0x4C72B0, 0x55A868, 0xDD8452, 0x2A9D8F,
-                               0x8C8C8C, 0xC44E52};
+ * orange, fused backward teal, recompute grey, optimizer red; copies
+ * purple and brown, drive reads and writes olive and cyan, the CPU's
+ * step pink */
+static const int base_rgb[N_KINDS] = {0x4C72B0, 0x55A868, 0xDD8452,
+                                      0x2A9D8F, 0x8C8C8C, 0xC44E52,
+                                      0x8172B3, 0x937860, 0xBCBD22,
+                                      0x17BECF, 0xDA8BC3};
+/* the row under a device a kind is drawn on: compute, PCIe to the GPU,
+ * from it, the drives, the CPU */
+#define N_ROWS 5
+static const int row_of[N_KINDS] = {0, 0, 0, 0, 0, 0, 1, 2, 3, 3, 4};
+static const char *const row_name[N_ROWS] = {"", "PCIe in", "PCIe out",
+                                             "NVMe", "CPU"};
 
 static int kind_of(const char *c)
 {
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < N_KINDS; i++)
         if (!strcmp(c, kinds[i])) return i;
     return -1;
 }
@@ -220,6 +239,19 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
         b->kind = k;
         if (b->t1 > tmax) tmax = b->t1;
     }
+    /* a lane per device and row that has boxes, in order */
+    int *lane = util_malloc(sizeof(int) * (size_t)(ndev * N_ROWS + 1));
+    int nlane = 0, tiers = 0;
+    for (int i = 0; i < ndev * N_ROWS; i++) lane[i] = -1;
+    for (int i = 0; i < nb; i++)
+        if (bx[i].dev >= 0 && bx[i].dev < ndev)
+            lane[bx[i].dev * N_ROWS + row_of[bx[i].kind]] = 0;
+    for (int d = 0; d < ndev; d++)
+        for (int w = 0; w < N_ROWS; w++)
+            if (!w || lane[d * N_ROWS + w] >= 0) {
+                lane[d * N_ROWS + w] = nlane++;
+                tiers |= w > 0;
+            }
     json_t *od = json_object_get(root, "otherData");
     json_t *caps = od ? json_object_get(od, "capacity_bytes") : NULL;
     const char *sched = od ? json_string_value(json_object_get(od, "schedule"))
@@ -232,7 +264,9 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
         int wide = (b->t1 - b->t0) > tmax / 90;
         char lab[16] = "\"\"";
         if (wide && b->mb >= 0) snprintf(lab, sizeof lab, "%d", b->mb);
-        fprintf(tf, "%.6f %d %.6f 0.4 %d %s\n", (b->t0 + b->t1) / 2, -b->dev,
+        int y = b->dev >= 0 && b->dev < ndev
+              ? lane[b->dev * N_ROWS + row_of[b->kind]] : 0;
+        fprintf(tf, "%.6f %d %.6f 0.4 %d %s\n", (b->t0 + b->t1) / 2, -y,
                 (b->t1 - b->t0) / 2, shade(base_rgb[b->kind], b->mb < 0 ? 0 : b->mb),
                 lab);
     }
@@ -244,11 +278,12 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
     int rc = 0;
     if (write_text(tdat, tbuf, tlen, e) || write_text(mdat, mbuf, mlen, e)) {
         free(bx);
+        free(lane);
         json_decref(root);
         return -1;
     }
     FILE *gf = open_memstream(&gbuf, &glen);
-    int h = 140 + 48 * ndev;
+    int h = 140 + 48 * nlane;
     const char *term[2][2] = {{"pngcairo", "png"}, {"svg", "svg"}};
     /* every name and title as a quoted gnuplot string: a prefix may hold
      * quotes, newlines or backquotes, none of which may become commands */
@@ -270,24 +305,33 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
         free(qo);
         fprintf(gf, "set title %s noenhanced\n", qtitle);
         fprintf(gf, "set xlabel 'time (ms)'\nset yrange [%f:0.6]\n",
-                -ndev + 0.4);
+                -nlane + 0.4);
         fprintf(gf, "set xrange [0:%f]\nset ytics (", tmax * 1.001);
         for (int d = 0; d < ndev; d++)
-            fprintf(gf, "%s'dev %d' %d", d ? ", " : "", d, -d);
+            for (int w = 0; w < N_ROWS; w++) {
+                int l = lane[d * N_ROWS + w];
+                if (l < 0) continue;
+                if (w) fprintf(gf, ", '%s' %d", row_name[w], -l);
+                else fprintf(gf, "%s'dev %d' %d", d ? ", " : "", d, -l);
+            }
         fprintf(gf, ")\nset grid xtics\nset style fill solid 1.0 border "
                 "rgb '#ffffff'\nunset key\n");
-        /* legend as labels of the kinds */
-        for (int k = 0; k < 6; k++)
+        /* legend as labels of the kinds (the tiers' where drawn) */
+        int nk = tiers ? N_KINDS : N_COMPUTE;
+        double x0 = tiers ? 0.14 : 0.62, dx = tiers ? 0.078 : 0.065;
+        if (tiers) fprintf(gf, "set title offset 0,1\n");
+        for (int k = 0; k < nk; k++)
             fprintf(gf, "set object %d rect at graph %f, 1.04 size char 2, "
                     "char 0.8 fc rgb '#%06x' fs solid noborder\n"
                     "set label %d '%s' at graph %f, 1.04 left front\n",
-                    k + 1, 0.62 + k * 0.065, base_rgb[k], k + 1, kinds[k],
-                    0.635 + k * 0.065);
+                    k + 1, x0 + k * dx, base_rgb[k], k + 1, legend[k],
+                    x0 + 0.015 + k * dx);
         fprintf(gf, "plot %s using 1:2:3:4:5 with boxxyerror lc rgb "
                 "variable, '' using 1:2:6 with labels font 'Sans,8' tc rgb "
                 "'#ffffff'\n", qt);
-        for (int k = 0; k < 6; k++)
+        for (int k = 0; k < nk; k++)
             fprintf(gf, "unset object %d\nunset label %d\n", k + 1, k + 1);
+        if (tiers) fprintf(gf, "set title offset 0,0\n");
         fprintf(gf, "set terminal %s size 1400,500 font 'Sans,10'\n",
                 term[t][0]);
         snprintf(img[2 * t + 1], sizeof img[0], "%s-memory.%s", prefix,
@@ -322,6 +366,7 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
     if (write_text(path, gbuf, glen, e)) rc = -1;
     else rc = plot_run_gnuplot(path, outs, 4, e);
     free(bx);
+    free(lane);
     json_decref(root);
     return rc;
 }

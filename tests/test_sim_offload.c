@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planner/planner.h"
 #include "tests/harness.h"
 
 typedef struct orun {
@@ -41,16 +42,12 @@ static void osim(const char *model, sim_sched s, int mbs, int m, int drives,
     sim_plan_stages(&p, md->n_layers);
     cr_assert_eq(sim_partition_even(md, p.n_stages, p.first_op, p.last_op,
                                     &e), 0, "%s", e.msg);
-    sim_sched_opts so = sim_plan_sched_opts(&p);
-    sim_cost_opts co = sim_plan_cost_opts(&p);
-    sim_costs *c = sim_costs_build(md, t, p.n_stages, p.first_op, p.last_op,
-                                   p.stage_device, 1, &co, &e);
-    cr_assert_not_null(c, "%s", e.msg);
-    sim_ir *ir = sim_schedule(&so, c, &e);
-    cr_assert_not_null(ir, "%s", e.msg);
-    sim_engine *en = sim_engine_new(ir, c, NULL);
+    sim_costs *c;
+    sim_ir *ir;
+    sim_engine *en;
     sim_result r;
-    cr_assert_eq(sim_engine_run(en, &r), 0, "%s", r.msg);
+    cr_assert_eq(plan_simulate(&p, md, t, 0, 0, &c, &ir, &en, &r, &e), 0,
+                 "%s", e.msg);
     memset(o, 0, sizeof *o);
     for (int i = 0; i < ir->n_tasks; i++) {
         const sim_task *x = &ir->tasks[i];
@@ -273,5 +270,34 @@ Test(sim_offload, the_planner_compares_the_policies)
     cli_result_free(&r);
     cli_expect(2, "unknown schedule 'fuyu'", "plan --hw rtx4090 x1 --model "
                "gpt2 --schedule fuyu");
+    test_rm_rf(dir);
+}
+
+Test(sim_offload, the_timeline_draws_the_tiers)
+{
+    char *dir = test_tmpdir();
+    char pre[300], gp[320];
+    snprintf(pre, sizeof pre, "%s/o", dir);
+    /* without gnuplot the data and script are written all the same */
+    cli_result r = cli_run("sim --hw rtx4090 x1 --model gpt2 --schedule fuyou "
+                           "--mbs 1 --microbatches 2 --nvme 2 --plot %s", pre);
+    cli_result_free(&r);
+    snprintf(gp, sizeof gp, "%s.gp", pre);
+    char *s = NULL;
+    util_err e;
+    cr_assert_eq(util_read_file(gp, &s, NULL, &e), 0, "%s", e.msg);
+    /* a row under the device per tier that moved something */
+    cr_assert(strstr(s, "'dev 0' 0, 'PCIe in' -1, 'PCIe out' -2, 'NVMe' -3, "
+                        "'CPU' -4"), "%s", s);
+    cr_assert(strstr(s, "'NVMe write'"), "%s", s);
+    free(s);
+    /* a pipeline keeps one row per device and the compute legend */
+    r = cli_run("sim --hw rtx2080ti x2 --model gpt2 --schedule 1f1b --pp 2 "
+                "--mbs 1 --microbatches 2 --plot %s", pre);
+    cli_result_free(&r);
+    cr_assert_eq(util_read_file(gp, &s, NULL, &e), 0, "%s", e.msg);
+    cr_assert(strstr(s, "'dev 0' 0, 'dev 1' -1)"), "%s", s);
+    cr_assert(!strstr(s, "'CPU'"), "%s", s);
+    free(s);
     test_rm_rf(dir);
 }
