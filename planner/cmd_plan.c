@@ -83,8 +83,6 @@ typedef struct cmd {
                                * planned in order until one fits */
     plan_opts po;
     prof_hw_opts ho;
-    char hwx[128];            /* those options as given, kept with the
-                               * plan's hw */
 } cmd;
 
 /* --finetune auto: full training, then LoRA at rank 16 (the QLoRA paper's
@@ -231,11 +229,6 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                 return util_errf(e, UTIL_EXIT_USAGE, "--state-bytes '%s': expected a positive number", v);
         } else if ((n = prof_hw_opts_arg(argc, argv, &i, &c->ho, e))) {
             if (n < 0) return -1;
-            size_t l = strlen(c->hwx);
-            if ((size_t)snprintf(c->hwx + l, sizeof c->hwx - l, " %s %s", a,
-                                 argv[i]) >= sizeof c->hwx - l)
-                return util_errf(e, UTIL_EXIT_USAGE, "%s: hardware options "
-                                 "too long", a);
         } else if (!strcmp(a, "--schedule")) {
             NEED();
             if (sched_list(v, &c->po.sched_mask, e)) return -1;
@@ -664,7 +657,7 @@ static int one(cmd *c, util_err *e)
         snprintf(hw + l, sizeof hw - l, "%s%s", i ? " " : "", c->argv[c->hw_at + i]);
     }
     size_t l = strlen(hw);
-    snprintf(hw + l, sizeof hw - l, "%s", c->hwx);
+    snprintf(hw + l, sizeof hw - l, "%s", c->ho.text);
     ft_try tr[MAX_FT];
     int n_tr = 0, best = -1;
     int rc = search_modes(c, t, hw, tr, &n_tr, &best, e);

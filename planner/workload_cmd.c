@@ -285,8 +285,7 @@ static int best_plan(const wl_prep *p, int g, const prof_hw_opts *ho,
  * behind the backward, the CPU step (memory-bound: 28 bytes a parameter
  * over host DRAM shared by `concurrent` jobs), the weights back. Returns
  * the iteration in s, or -1 when no microbatch fits. */
-static double zero_offload_s(const wl_prep *p, double dram_bw, int concurrent,
-                             util_err *e)
+static double zero_offload_s(const wl_prep *p, int concurrent, util_err *e)
 {
     double wb = prof_dtype_bytes(p->m->spec.dtype);
     for (int mbs = p->job->batch; mbs >= 1; mbs /= 2) {
@@ -309,26 +308,10 @@ static double zero_offload_s(const wl_prep *p, double dram_bw, int concurrent,
         sim_costs_free(c);
         if (need > p->cap) continue;
         double d2h = wb * params / p->pcie_bw;
-        double cpu = 28.0 * params / (dram_bw / concurrent);
+        double cpu = sim_cpu_opt_ns(p->t, 0, params) * 1e-9 * concurrent;
         return fw + fmax(bw, d2h) + cpu + wb * params / p->pcie_bw;
     }
     return -1;
-}
-
-static double host_capacity(const prof_topo *t)
-{
-    double c = 0;
-    for (int i = 0; i < t->n_nodes; i++)
-        if (t->nodes[i].kind == PROF_NODE_DRAM && t->nodes[i].server == 0)
-            c += t->nodes[i].capacity_bytes;
-    return c;
-}
-
-static double dram_bw(const prof_topo *t)
-{
-    int h = prof_topo_gpu_host_mem(t, 0);
-    return h >= 0 && t->nodes[h].read_bw_bytes_per_s > 0
-         ? t->nodes[h].read_bw_bytes_per_s : 20e9;
 }
 
 /* Longest job first onto the group free earliest; returns the makespan. */
@@ -413,7 +396,7 @@ static int baselines(wl_prep *P, int n, const prof_topo *t, const wcmd *c,
     for (int j = 0; j < n && b->feasible; j++) {
         double i1 = it[j * ns + ns - 1];
         if (i1 < 0) {
-            i1 = zero_offload_s(&P[j], dram_bw(t), conc, e);
+            i1 = zero_offload_s(&P[j], conc, e);
             if (i1 == -2) { free(it); free(bz); free(dur); return -1; }
             if (i1 < 0) {
                 b->feasible = 0;
@@ -545,7 +528,7 @@ static int run(wcmd *c, util_err *e)
     memset(pols, 0, sizeof pols);
     plan_wl_run lr = {0};
     const prof_gpu *gp = prof_topo_gpu(t, 0);
-    double lb = 0, hostcap = host_capacity(t);
+    double lb = 0, hostcap = prof_topo_server_dram(t, 0);
     if (!rc) {
         double peak = gp->peak_flops[P[0].m->spec.dtype];
         if (peak <= 0) peak = gp->peak_flops[PROF_DT_FP16];

@@ -20,14 +20,10 @@ int plot_capacity(const char *prefix, const char *title, int ns,
                           sps[s][0] / gpus[s][0] * gpus[s][i]);
         plot_text_add(&t, "\n\n");
     }
-    char path[1100];
-    snprintf(path, sizeof path, "%s-capacity.dat", prefix);
-    if (plot_text_save(&t, path, e)) {
-        free(t.p);
-        return -1;
-    }
+    char *qd = plot_data_save(&t, prefix, "capacity", e);
+    if (!qd) return -1;
     /* names and titles quoted: none may become gnuplot commands */
-    char *qd = plot_quote(path, 1), *qt = plot_quote(title, 0);
+    char *qt = plot_quote(title, 0);
     plot_script_begin(&t);
     for (int f = 0; f < 2; f++) {
         plot_script_image(&t, f, 900, 560, prefix, "capacity");

@@ -47,13 +47,9 @@ int plot_gantt(const char *prefix, const char *title, int n_gpus, int n_jobs,
         if (!any) plot_text_add(&t, "-10 0 0\n"); /* keeps the block (and key) */
         plot_text_add(&t, "\n\n");
     }
-    char path[1100];
-    snprintf(path, sizeof path, "%s-gantt.dat", prefix);
-    if (plot_text_save(&t, path, e)) {
-        free(t.p);
-        return -1;
-    }
-    char *qd = plot_quote(path, 1), *qt = plot_quote(title, 0);
+    char *qd = plot_data_save(&t, prefix, "gantt", e);
+    if (!qd) return -1;
+    char *qt = plot_quote(title, 0);
     plot_script_begin(&t);
     for (int f = 0; f < 2; f++) {
         plot_script_image(&t, f, 1100, 160 + 40 * n_gpus, prefix, "gantt");

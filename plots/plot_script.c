@@ -34,6 +34,19 @@ int plot_text_save(plot_text *t, const char *path, util_err *e)
     return rc;
 }
 
+char *plot_data_save(plot_text *t, const char *prefix, const char *kind,
+                     util_err *e)
+{
+    char path[PLOT_MAX_PREFIX + 64];
+    snprintf(path, sizeof path, "%s-%s.dat", prefix, kind);
+    if (plot_text_save(t, path, e)) {
+        free(t->p);
+        t->p = NULL;
+        return NULL;
+    }
+    return plot_quote(path, 1);
+}
+
 int plot_prefix_check(const char *prefix, util_err *e)
 {
     if (strlen(prefix) > PLOT_MAX_PREFIX)

@@ -50,6 +50,11 @@ typedef struct plot_text {
 void plot_text_add(plot_text *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 int plot_text_save(plot_text *t, const char *path, util_err *e);
+/* Saves t as the data file PREFIX-KIND.dat and returns its name quoted
+ * for the script (plot_quote; the caller frees); NULL with t freed when
+ * the file cannot be written. */
+char *plot_data_save(plot_text *t, const char *prefix, const char *kind,
+                     util_err *e);
 /* A --plot prefix longer than PLOT_MAX_PREFIX: code 2. */
 int plot_prefix_check(const char *prefix, util_err *e);
 /* A script that draws PREFIX-KIND.png and .svg: its header, then for each

@@ -186,12 +186,16 @@ typedef struct prof_hw_opts {
     int xfer;                 /* CPU devices: how they exchange tensors
                                * (prof_xfer; 0 in-process), priced by the
                                * calibration when it measured it */
+    char text[128];           /* the options prof_hw_opts_arg took, as
+                               * given (" --host-mem 256G --nvme 12"):
+                               * what a plan's hw keeps after the GPUs */
 } prof_hw_opts;
 
 /* The server template's options on a command line (--host-mem SIZE,
  * --nvme N, --gpus-per-server N, --pcie-gen G) at argv[*i]: 1 when it is
- * one of them (*i moves past its value, o set), 0 when not, -1 with a
- * message naming the option and value (exit code 2). */
+ * one of them (*i moves past its value, o set and the option appended to
+ * o->text), 0 when not, -1 with a message naming the option and value
+ * (exit code 2). */
 int prof_hw_opts_arg(int argc, char **argv, int *i, prof_hw_opts *o,
                      util_err *e);
 
@@ -247,6 +251,8 @@ double prof_route_latency_ns(const prof_topo *t, const int *dl, int n);
 /* Nearest host DRAM node and NVMe node (or -1) to GPU g. */
 int prof_topo_gpu_host_mem(const prof_topo *t, int g);
 int prof_topo_gpu_nvme(const prof_topo *t, int g);
+/* Host DRAM of a server: its DRAM nodes' capacity summed, bytes. */
+double prof_topo_server_dram(const prof_topo *t, int server);
 
 /* Whether shifting GPUs by `stride` (whole servers) within the first
  * stride*count GPUs, g -> (g + stride) mod (stride*count), extends to an

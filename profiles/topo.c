@@ -411,6 +411,15 @@ int prof_topo_gpu_nvme(const prof_topo *t, int g)
     return t->x->gpu_nvme[g];
 }
 
+double prof_topo_server_dram(const prof_topo *t, int server)
+{
+    double c = 0;
+    for (int i = 0; i < t->n_nodes; i++)
+        if (t->nodes[i].kind == PROF_NODE_DRAM && t->nodes[i].server == server)
+            c += t->nodes[i].capacity_bytes;
+    return c;
+}
+
 double prof_route_bw(const prof_topo *t, const int *dl, int n)
 {
     if (n <= 0) return HUGE_VAL;

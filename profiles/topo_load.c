@@ -62,8 +62,9 @@ static prof_topo *load_template(const util_jobj *root, const prof_hw_opts *cli,
         }
         if (prof_gpu_parse_ex(&go, &g, 1, e)) return NULL;
     }
-    prof_hw_opts o = {mem_gib * 1073741824.0, (int)nvme, (int)gps, (int)gen,
-                      cli ? cli->xfer : 0};
+    prof_hw_opts o = {.host_mem_bytes = mem_gib * 1073741824.0,
+                      .nvme = (int)nvme, .gpus_per_server = (int)gps,
+                      .pcie_gen = (int)gen, .xfer = cli ? cli->xfer : 0};
     if (cli) {  /* command-line options win over the file */
         if (cli->host_mem_bytes > 0) o.host_mem_bytes = cli->host_mem_bytes;
         if (cli->nvme > 0) o.nvme = cli->nvme;

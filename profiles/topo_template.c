@@ -470,6 +470,12 @@ int prof_hw_opts_arg(int argc, char **argv, int *i, prof_hw_opts *o,
     if (k == 1) o->nvme = (int)n;
     if (k == 2) o->gpus_per_server = (int)n;
     if (k == 3) o->pcie_gen = (int)n;
+    size_t l = strlen(o->text);
+    if ((size_t)snprintf(o->text + l, sizeof o->text - l, " %s %s", name[k],
+                         v) >= sizeof o->text - l)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': hardware options "
+                         "longer than the %zu bytes a plan keeps", name[k], v,
+                         sizeof o->text - 1);
     (*i)++;
     return 1;
 }

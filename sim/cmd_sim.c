@@ -159,7 +159,7 @@ typedef struct cmd_opts {
 static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
 {
     char hw[sizeof p->hw + 1] = "";
-    char hwx[sizeof p->hw] = "";   /* template options, kept with --hw */
+    prof_hw_opts ho = {0};         /* template options, kept with --hw */
     int have_sched = 0, have_pp = 0, have_mbs = 0, have_mb = 0, have_rc = 0;
     const char *defining = NULL; /* an option a plan file already fixes */
     for (int i = 1; i < argc; i++) {
@@ -172,7 +172,6 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             "--sequence-parallel", "--zero", "--fsdp", "--finetune",
             "--offload-tier", "--host-mem", "--nvme", "--gpus-per-server",
             "--pcie-gen", NULL};
-        prof_hw_opts ho = {0};
         int hn;
         for (int k = 0; fixed[k]; k++)
             if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
@@ -301,11 +300,6 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             p->tier = t;
         } else if ((hn = prof_hw_opts_arg(argc, argv, &i, &ho, e))) {
             if (hn < 0) return -1;
-            size_t l = strlen(hwx);
-            if ((size_t)snprintf(hwx + l, sizeof hwx - l, " %s %s", a,
-                                 argv[i]) >= sizeof hwx - l)
-                return util_errf(e, UTIL_EXIT_USAGE, "%s: hardware options "
-                                 "too long", a);
         } else {
             static const char *const known[] = {
                 "--hw", "--model", "--schedule", "--pp", "--mbs",
@@ -322,9 +316,9 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                              near ? "'?)" : "");
         }
     }
-    if (hwx[0] && !c->plan_file && p->hw[0]) {
-        char all[sizeof hw + sizeof hwx];
-        snprintf(all, sizeof all, "%s%s", p->hw, hwx);
+    if (ho.text[0] && !c->plan_file && p->hw[0]) {
+        char all[sizeof hw + sizeof ho.text];
+        snprintf(all, sizeof all, "%s%s", p->hw, ho.text);
         if (copy_arg("--hw", p->hw, sizeof p->hw, all, e)) return -1;
     }
     if (c->plan_file && defining)

@@ -16,6 +16,9 @@
 /* Bytes the Adam step moves per parameter: reads master, m, v (fp32) and
  * the grad (fp16), writes master, m, v and the fp16 weights. */
 #define ADAM_BYTES_PER_PARAM 28.0
+/* a host without a DRAM node in its server file: dual-channel DDR4's
+ * order, 20 GB/s */
+#define HOST_BW_UNKNOWN 20e9
 
 void sim_measured_init(sim_measured *m) { memset(m, 0, sizeof *m); }
 
@@ -185,6 +188,14 @@ double sim_opt_model_ns(const prof_gpu *g, double params)
     return (f * ob / (g->mem_bw_bytes_per_s * prof_mem_eff(&g->eff, ob)) /
                 cache_speedup(g, ob) * 1e9 + g->eff.launch_ns) *
            prof_calib_busy(g->calib, g->busy);
+}
+
+double sim_cpu_opt_ns(const prof_topo *t, int g, double params)
+{
+    int h = prof_topo_gpu_host_mem(t, g);
+    double bw = h >= 0 && t->nodes[h].read_bw_bytes_per_s > 0
+              ? t->nodes[h].read_bw_bytes_per_s : HOST_BW_UNKNOWN;
+    return params * ADAM_BYTES_PER_PARAM / bw * 1e9;
 }
 
 static sim_costs *costs_alloc(int n_stages, int n_devices)

@@ -488,6 +488,10 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
 /* An optimizer step over `params` parameters (AdamW: 28 bytes moved per
  * parameter, memory-bound), ns. */
 double sim_opt_model_ns(const prof_gpu *g, double params);
+/* The same step on the host of GPU g (AdamW on the CPU, as ZeRO-Offload
+ * and Fuyou run it): the 28 bytes a parameter over the bandwidth of the
+ * DRAM nearest the GPU (20 GB/s where the server file has none), ns. */
+double sim_cpu_opt_ns(const prof_topo *t, int g, double params);
 
 /* ===================================================================== *
  * Schedules                                                             *

@@ -155,12 +155,6 @@ int sim_tier_parse(const char *s)
     return -1;
 }
 
-/* Bytes an AdamW step moves per parameter on the host: fp32 weight, two
- * moments and the gradient read, weight and moments written (the GPU's
- * figure, sim_opt_model_ns); memory-bound on the host's DRAM, as
- * DeepSpeed's vectorised CPU Adam is. */
-#define CPU_ADAM_BYTES 28.0
-
 int sim_offload_costs(sim_costs *c, const prof_topo *t, int tier,
                       util_err *e)
 {
@@ -170,14 +164,14 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t, int tier,
     if (host < 0)
         return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: GPU %d has no "
                          "host memory in %s", pol, g, t->name);
-    c->host_cap = c->nvme_cap = 0;
+    c->host_cap = prof_topo_server_dram(t, server);
+    c->nvme_cap = 0;
     c->n_drives = 0;
     free(c->drive);
     c->drive = util_malloc(sizeof(int) * (size_t)(t->n_nodes + 1));
     for (int v = 0; v < t->n_nodes; v++) {
         const prof_node *nd = &t->nodes[v];
         if (nd->server != server) continue;
-        if (nd->kind == PROF_NODE_DRAM) c->host_cap += nd->capacity_bytes;
         if (nd->kind == PROF_NODE_NVME) {
             c->nvme_cap += nd->capacity_bytes;
             c->drive[c->n_drives++] = v;
@@ -198,13 +192,11 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t, int tier,
     /* one GPU holds the one table a tied head shares with the embedding:
      * fetched for each, its gradient summed in place */
     for (int s = 0; s < c->n_stages; s++) c->stage[s].tied_bytes = 0;
-    double bw = t->nodes[host].read_bw_bytes_per_s;
     double w = 0, tr = 0, opt = 0, big = 0;
     for (int s = 0; s < c->n_stages; s++) {
         sim_stage_cost *sc = &c->stage[s];
-        sc->cpu_opt_ns = bw > 0 ? (int64_t)llround(sc->train_params *
-                                                   CPU_ADAM_BYTES / bw * 1e9)
-                                : 0;
+        sc->cpu_opt_ns = (int64_t)llround(sim_cpu_opt_ns(t, g,
+                                                         sc->train_params));
         w += sc->weight_bytes;
         tr += sc->train_bytes;
         opt += sc->opt_bytes;
