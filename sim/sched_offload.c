@@ -91,8 +91,9 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
     int fetch = c->offload != SIM_SCHED_ZERO_OFFLOAD;
     int fuyou = c->offload == SIM_SCHED_FUYOU;
     int nvme = c->tier == SIM_TIER_NVME;
-    /* the last compute task of each group so far, for the window */
-    int *gend = util_malloc(sizeof(int) * (size_t)(n + 1)), ng = 0;
+    /* the last compute task of the groups one, two and three back (the
+     * window) */
+    int back[3] = {-1, -1, -1};
     int *first_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
     int *last_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
     for (int s = 0; s < S; s++) first_bw[s] = last_bw[s] = -1;
@@ -113,9 +114,9 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
             int rd = -1;
             if (nvme)
                 rd = tier_task(ir, c, SIM_NVME_READ, s, sc->weight_bytes,
-                               ng >= 3 ? gend[ng - 3] : -1);
+                               back[2]);
             int sw = tier_task(ir, c, SIM_SWAP_IN, s, sc->weight_bytes, rd);
-            if (ng >= 2) sim_ir_dep(ir, sw, gend[ng - 2]);
+            if (back[1] >= 0) sim_ir_dep(ir, sw, back[1]);
             sim_ir_dep(ir, L[j], sw);
             sim_ir_buffer(ir, sw, L[k], sc->weight_bytes);
         }
@@ -128,7 +129,9 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
             last_out = so;
             if (fuyou) cpu_step(ir, c, s, so);
         }
-        gend[ng++] = L[k];
+        back[2] = back[1];
+        back[1] = back[0];
+        back[0] = L[k];
         j = k + 1;
     }
     /* ZeRO: the step after the whole backward pass, deepest stage first
@@ -136,7 +139,6 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
     for (int s = S - 1; !fuyou && s >= 0; s--) cpu_step(ir, c, s, last_out);
     free(first_bw);
     free(last_bw);
-    free(gend);
     free(L);
 }
 
