@@ -710,6 +710,8 @@ static int one(cmd *c, util_err *e)
                 json_object_set_new(rep, "alternatives", alt_json(rp));
                 json_object_set_new(rep, "lower_bound_s", json_real(rp->lower_bound_s));
                 json_object_set_new(rep, "reserve_bytes", json_real(rp->reserve_bytes));
+                if (rp->note[0])
+                    json_object_set_new(rep, "note", json_string(rp->note));
                 json_object_set_new(rep, "search",
                                     search_json(rp, c->po.time_limit_s));
                 if (show_modes)
@@ -724,6 +726,11 @@ static int one(cmd *c, util_err *e)
                            "refuses instead)\n\n", tr[0].r.advice,
                            ft_str(&tr[best].ft, md, sizeof md));
                 }
+                if (c->fallback && best == 0 && sim_sched_offload(p->sched))
+                    printf("full fine-tuning fits only with its model states "
+                           "offloaded to the host; --finetune auto also plans "
+                           "LoRA and QLoRA (adapters train, on the GPU)\n\n");
+                if (rp->note[0]) printf("%s\n\n", rp->note);
                 print_answer(rp, m, t, cs, &res, rep, c->po.time_limit_s);
                 if (show_modes) print_modes(tr, n_tr, best, stdout);
             }

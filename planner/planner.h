@@ -152,7 +152,8 @@ typedef struct plan_result {
                                * candidates left (covered < candidates) */
     double seconds;
     double min_need_bytes;    /* least per-GPU memory any candidate needed */
-    char advice[400];         /* when nothing fits */
+    char advice[1000];        /* when nothing fits */
+    char note[1400];          /* said above the answer ("": nothing) */
 } plan_result;
 
 /* Searches the plan space for model m on topology t. model_name and

@@ -500,6 +500,7 @@ typedef struct search {
     int ncand;
     long partitioned;         /* candidates whose partition was tried */
     double t0, deadline;      /* deadline: INFINITY without a time limit */
+    unsigned offload;         /* offload schedules to search (bits) */
     double shown;             /* when progress was last drawn; 0: never */
 } search;
 
@@ -864,15 +865,15 @@ static void simulate_candidate(search *s, cand *c)
 /* The offload schedules a request names (--schedule): one GPU, a stage
  * per layer recomputed from its input, every power-of-two microbatch
  * size the batch allows (or the one asked), the states where the
- * schedule keeps them by default; each simulated, the fastest that fits
+ * schedule keeps them by default, the activations swapped as
+ * sim_offload_swap_search chooses; each simulated, the fastest that fits
  * its schedule's best. */
 static void offload_search(search *s)
 {
     const plan_opts *o = s->o;
     plan_result *r = s->r;
     for (int k = 0; k < SIM_SCHED_COUNT && !expired(s); k++) {
-        if (!sim_sched_offload((sim_sched)k) || !(o->sched_mask & (1u << k)))
-            continue;
+        if (!(s->offload & (1u << k))) continue;
         plan_alt *a = &r->alt[k];
         a->tried = 1;
         if ((o->pp > 1 || o->dp > 1 || o->tp > 1)) {
@@ -902,6 +903,10 @@ static void offload_search(search *s)
             r->covered++;
             sim_costs *sc = plan_costs(&c.plan, s->m, s->t, r->reserve_bytes,
                                        0, &e);
+            if (sc && sim_offload_swap_search(&c.plan, sc, s->t, &e)) {
+                sim_costs_free(sc);
+                sc = NULL;
+            }
             if (!sc) {
                 alt_reason(a, "%s", e.msg);
             } else {
@@ -943,6 +948,37 @@ static void settle_needs(search *s)
         sim_costs *sc;
         if (s->cs[i].stopped && (sc = candidate_costs(s, &s->cs[i])))
             run_candidate(s, &s->cs[i], sc, 0);
+    }
+}
+
+/* The offload schedules of the request: those --schedule names; without
+ * --schedule, all of them where one GPU alone runs the plan as asked (a
+ * CPU device's memory is the host's: nothing to offload to). */
+static unsigned offload_mask(const plan_opts *o, const prof_topo *t)
+{
+    unsigned all = 0;
+    for (int k = 0; k < SIM_SCHED_COUNT; k++)
+        if (sim_sched_offload((sim_sched)k)) all |= 1u << k;
+    if (o->sched_mask) return o->sched_mask & all;
+    const prof_gpu *g = prof_topo_gpu(t, 0);
+    if (g->form == PROF_FORM_CPU || o->pp > 1 || o->dp > 1 || o->tp > 1 ||
+        o->zero > 0 || o->fsdp)
+        return 0;
+    return all;
+}
+
+/* Appends to the advice why Fuyou's offload (the one that needs the
+ * least of the GPU and of DRAM), else another, did not fit. */
+static void offload_why(plan_result *r)
+{
+    static const sim_sched order[] = {SIM_SCHED_FUYOU, SIM_SCHED_ZERO_INFINITY,
+                                      SIM_SCHED_ZERO_OFFLOAD};
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+        const plan_alt *a = &r->alt[order[i]];
+        if (!a->tried || !a->reason[0]) continue;
+        size_t l = strlen(r->advice);
+        snprintf(r->advice + l, sizeof r->advice - l, " (%s)", a->reason);
+        return;
     }
 }
 
@@ -1018,12 +1054,16 @@ static void choose_best(search *s)
         snprintf(r->advice, sizeof r->advice,
                  "%s does not fit %d x %s: the best split needs %s per GPU "
                  "(with the %.1f GiB reserve); %s has %s; try more GPUs, "
-                 "recomputation, a smaller batch, or offload%s",
+                 "recomputation, a smaller batch%s%s%s",
                  s->m->spec.name, s->t->n_gpus, g->name, need,
                  r->reserve_bytes / gib, g->name, have,
+                 offload_mask(s->o, s->t) ? "" : ", or offload",
                  prof_finetune_full(&s->m->ft)
                  ? ", or train fewer parameters (--finetune lora:16, "
-                   "qlora:16 or auto)" : "");
+                   "qlora:16 or auto)" : "",
+                 s->offload ? "; offloading the model states to the host "
+                              "does not fit either" : "");
+    if (!r->found && s->offload) offload_why(r);
     }
 }
 
@@ -1040,11 +1080,13 @@ static void search_free(search *s)
 
 static int search_once(const prof_model *m, const prof_topo *t,
                        const char *model_name, const char *hw_name,
-                       const plan_opts *o, plan_result *r, util_err *e)
+                       const plan_opts *o, unsigned offload, plan_result *r,
+                       util_err *e)
 {
     search s;
     memset(&s, 0, sizeof s);
     memset(r, 0, sizeof *r);
+    s.offload = offload;
     s.m = m;
     s.t = t;
     s.model_name = model_name;
@@ -1068,27 +1110,58 @@ static int search_once(const prof_model *m, const prof_topo *t,
     return 0;
 }
 
+/* The rest of the time limit after `spent` seconds. */
+static plan_opts opts_after(const plan_opts *o, double spent)
+{
+    plan_opts x = *o;
+    if (o->time_limit_s > 0)
+        x.time_limit_s = fmax(1e-3, o->time_limit_s - spent);
+    return x;
+}
+
 int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
                 const char *hw_name, const plan_opts *o, plan_result *r,
                 util_err *e)
 {
+    unsigned ofl = offload_mask(o, t);
+    /* one GPU: offload competes with keeping everything on it */
+    unsigned now = t->n_gpus == 1 ? ofl : o->sched_mask & ofl;
     if (o->zero >= 0 || o->fsdp)
-        return search_once(m, t, model_name, hw_name, o, r, e);
+        return search_once(m, t, model_name, hw_name, o, now, r, e);
     /* Unsharded plans first: sharding is searched where none fits, so a
      * plan shards only what memory asks (and a user asks with --zero or
      * --fsdp) */
     plan_opts o0 = *o;
     o0.zero = 0;
-    if (search_once(m, t, model_name, hw_name, &o0, r, e)) return -1;
-    if (r->found || r->cut_short) return 0;
-    double first_s = r->seconds;
+    if (search_once(m, t, model_name, hw_name, &o0, now, r, e)) return -1;
+    if (r->found || r->cut_short || t->n_gpus == 1) return 0;
+    double spent = r->seconds;
     plan_result_free(r);
-    plan_opts o1 = *o;
-    if (o->time_limit_s > 0)
-        o1.time_limit_s = fmax(1e-3, o->time_limit_s - first_s);
-    int rc = search_once(m, t, model_name, hw_name, &o1, r, e);
-    r->seconds += first_s;
-    return rc;
+    plan_opts o1 = opts_after(o, spent);
+    if (search_once(m, t, model_name, hw_name, &o1, now, r, e)) return -1;
+    spent += r->seconds;
+    r->seconds = spent;
+    if (r->found || r->cut_short || !(ofl & ~now)) return 0;
+    /* Nothing fits the GPUs, sharded or not: one of them offloading its
+     * model states to the host (the offload schedules run one GPU) */
+    char why[sizeof r->advice];
+    snprintf(why, sizeof why, "%s", r->advice);
+    plan_result_free(r);
+    plan_opts o2 = opts_after(o, spent);
+    o2.sched_mask = ofl & ~now;
+    if (search_once(m, t, model_name, hw_name, &o2, ofl & ~now, r, e))
+        return -1;
+    r->seconds += spent;
+    if (r->found)
+        snprintf(r->note, sizeof r->note, "no plan keeps its model states on "
+                 "the GPUs: %s; one GPU offloading them to the host fits "
+                 "(offload inside a pipeline is not modelled yet)", why);
+    else {
+        snprintf(r->advice, sizeof r->advice, "%s; offloading the model "
+                 "states to the host does not fit either", why);
+        offload_why(r);
+    }
+    return 0;
 }
 
 void plan_result_free(plan_result *r)

@@ -181,6 +181,7 @@ typedef struct prof_topo {
 typedef struct prof_hw_opts {
     double host_mem_bytes;    /* per server */
     int nvme;                 /* drives per server */
+    int nvme_set;             /* nvme given (0: a server without drives) */
     int gpus_per_server;      /* force a node size */
     int pcie_gen;             /* override the host's PCIe generation */
     int xfer;                 /* CPU devices: how they exchange tensors

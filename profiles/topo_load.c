@@ -18,7 +18,7 @@ static const char *const link_kinds[] = {"pcie", "nvlink", "socket",
 
 static int opts_set(const prof_hw_opts *o)
 {
-    return o && (o->host_mem_bytes > 0 || o->nvme > 0 ||
+    return o && (o->host_mem_bytes > 0 || o->nvme > 0 || o->nvme_set ||
                  o->gpus_per_server > 0 || o->pcie_gen > 0);
 }
 
@@ -42,7 +42,7 @@ static prof_topo *load_template(const util_jobj *root, const prof_hw_opts *cli,
         util_jstr(&tp, "gpu", 1, gname, sizeof gname, e) ||
         util_jint(&tp, "count", 0, 1, 65536, &count, e) ||
         util_jnum(root, "host_mem_gib", 0, UTIL_POSITIVE, 1e7, &mem_gib, e) ||
-        util_jint(root, "nvme", 0, 1, 64, &nvme, e) ||
+        util_jint(root, "nvme", 0, 0, 64, &nvme, e) ||
         util_jint(root, "gpus_per_server", 0, 1, 16, &gps, e) ||
         util_jint(root, "pcie_gen", 0, 3, 5, &gen, e) ||
         util_jchild(root, "gpu", 0, &go, &have_gpu, e) ||
@@ -63,11 +63,14 @@ static prof_topo *load_template(const util_jobj *root, const prof_hw_opts *cli,
         if (prof_gpu_parse_ex(&go, &g, 1, e)) return NULL;
     }
     prof_hw_opts o = {.host_mem_bytes = mem_gib * 1073741824.0,
-                      .nvme = (int)nvme, .gpus_per_server = (int)gps,
+                      .nvme = (int)nvme,
+                      .nvme_set = json_object_get(root->j, "nvme") != NULL,
+                      .gpus_per_server = (int)gps,
                       .pcie_gen = (int)gen, .xfer = cli ? cli->xfer : 0};
     if (cli) {  /* command-line options win over the file */
         if (cli->host_mem_bytes > 0) o.host_mem_bytes = cli->host_mem_bytes;
-        if (cli->nvme > 0) o.nvme = cli->nvme;
+        if (cli->nvme > 0 || cli->nvme_set)
+            o.nvme = cli->nvme, o.nvme_set = 1;
         if (cli->gpus_per_server > 0) o.gpus_per_server = cli->gpus_per_server;
         if (cli->pcie_gen > 0) o.pcie_gen = cli->pcie_gen;
     }

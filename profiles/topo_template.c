@@ -381,7 +381,7 @@ prof_topo *prof_topo_template_gpu(const prof_gpu *gp, int n,
         gps = o->gpus_per_server;
     }
     if (o->host_mem_bytes > 0) p.host_mem = o->host_mem_bytes;
-    if (o->nvme > 0) {
+    if (o->nvme > 0 || o->nvme_set) {
         if (o->nvme > 64) {
             util_errf(e, UTIL_EXIT_USAGE, "--nvme %d: at most 64 drives per "
                       "server", o->nvme);
@@ -467,7 +467,7 @@ int prof_hw_opts_arg(int argc, char **argv, int *i, prof_hw_opts *o,
     if (bad)
         return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': expected %s", name[k],
                          v ? v : "", want[k]);
-    if (k == 1) o->nvme = (int)n;
+    if (k == 1) o->nvme = (int)n, o->nvme_set = 1;
     if (k == 2) o->gpus_per_server = (int)n;
     if (k == 3) o->pcie_gen = (int)n;
     size_t l = strlen(o->text);

@@ -59,6 +59,13 @@ static void usage(FILE *f)
         "                         and fuyou keep the model states (auto:\n"
         "                         DRAM for zero-offload, else the NVMe\n"
         "                         drives when the server has any)\n"
+        "  --act-swap auto|K[:J]  activations an offload schedule swaps to\n"
+        "                         the host (then the drives where DRAM is\n"
+        "                         short): the checkpoints of the first K\n"
+        "                         stages, and (fuyou) the whole activations\n"
+        "                         of the last J, which skip recomputation;\n"
+        "                         auto (default) simulates to choose: the\n"
+        "                         fewest K that fit, the fastest J\n"
         "  --host-mem SIZE, --nvme N, --gpus-per-server N, --pcie-gen G\n"
         "                         the server template's host memory, drives,\n"
         "                         size and PCIe (kept with the plan's hw)\n"
@@ -154,6 +161,7 @@ static void map_lpt(const prof_model *m, const prof_gpu *g, sim_plan *p)
 typedef struct cmd_opts {
     const char *plan_file, *partition, *trace, *plot, *out, *measured;
     int json, stages, emit;
+    int swap_given;             /* --act-swap K[:J] (else auto) */
 } cmd_opts;
 
 static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
@@ -171,7 +179,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             "--chunks", "--schedule-file", "--no-recompute",
             "--sequence-parallel", "--zero", "--fsdp", "--finetune",
             "--offload-tier", "--host-mem", "--nvme", "--gpus-per-server",
-            "--pcie-gen", NULL};
+            "--pcie-gen", "--act-swap", NULL};
         int hn;
         for (int k = 0; fixed[k]; k++)
             if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
@@ -298,6 +306,13 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 return util_errf(e, UTIL_EXIT_USAGE, "--offload-tier '%s': "
                                  "expected auto, dram or nvme", argv[i]);
             p->tier = t;
+        } else if (!strcmp(a, "--act-swap")) {
+            if (need(i, argc, argv, e)) return -1;
+            if (strcmp(argv[++i], "auto")) {
+                if (sim_swap_parse(argv[i], &p->swap_ckpt, &p->swap_full, e))
+                    return -1;
+                c->swap_given = 1;
+            }
         } else if ((hn = prof_hw_opts_arg(argc, argv, &i, &ho, e))) {
             if (hn < 0) return -1;
         } else {
@@ -309,7 +324,8 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 "--tp", "--chunks", "--schedule-file", "--emit-schedule",
                 "--measured", "--no-recompute", "--sequence-parallel",
                 "--zero", "--fsdp", "--finetune", "--offload-tier",
-                "--host-mem", "--nvme", "--gpus-per-server", "--pcie-gen"};
+                "--host-mem", "--nvme", "--gpus-per-server", "--pcie-gen",
+                "--act-swap"};
             const char *near = util_closest(a, known, sizeof known / sizeof *known);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -329,6 +345,10 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "--measured draws a run above "
                          "the simulation: give --plot PREFIX too");
     if (c->plan_file) return 0;
+    if (c->swap_given && !sim_sched_offload(p->sched))
+        return util_errf(e, UTIL_EXIT_USAGE, "--act-swap: schedule %s swaps "
+                         "no activations (zero-offload, zero-infinity and "
+                         "fuyou do)", sim_sched_name(p->sched));
     /* an offload schedule runs on one GPU and checkpoints each layer's
      * input, as the systems it models do */
     if (have_sched && sim_sched_offload(p->sched)) {
@@ -531,6 +551,9 @@ static int run(int argc, char **argv, util_err *e)
     cs = sim_costs_build(m, tp, p.n_stages, p.first_op, p.last_op,
                          p.stage_device, p.pp, &co, e);
     if (!cs) goto out;
+    if (sim_sched_offload(p.sched) && !c.plan_file && !c.swap_given &&
+        sim_offload_swap_search(&p, cs, tp, e))
+        goto out;
     sim_sched_opts so = sim_plan_sched_opts(&p);
     if (p.sched_file[0]) {
         if (sim_sched_check(&so, e)) goto out;

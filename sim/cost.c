@@ -887,7 +887,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     free(op_stage);
     c->topo = t;
     c->offload = o && sim_sched_offload(o->offload) ? o->offload : 0;
-    if (c->offload && sim_offload_costs(c, t, o->tier, e)) {
+    if (c->offload && sim_offload_costs(c, t, o, e)) {
         sim_costs_free(c);
         return NULL;
     }

@@ -234,7 +234,13 @@ void sim_ir_buffer(sim_ir *ir, int alloc, int release, double bytes)
                                 sizeof *ir->bufs * (size_t)ir->cap_bufs);
     }
     ir->bufs[ir->n_bufs++] = (sim_ir_buf){alloc, release,
-                                          ir->tasks[alloc].device, bytes};
+                                          ir->tasks[alloc].device, bytes, 0};
+}
+
+void sim_ir_hole(sim_ir *ir, int out, int in, double bytes)
+{
+    sim_ir_buffer(ir, out, in, bytes);
+    ir->bufs[ir->n_bufs - 1].hole = 1;
 }
 
 char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n)

@@ -117,6 +117,8 @@ typedef struct sim_task {
 typedef struct sim_ir_buf {
     int32_t alloc, release, device;
     double bytes;
+    int hole;           /* sim_ir_hole: absent from the end of alloc to
+                         * the start of release */
 } sim_ir_buf;
 
 typedef struct sim_ir {
@@ -176,6 +178,9 @@ int sim_ir_transfer(sim_ir *ir, const sim_task *send, int device2, int *rid);
 /* Records a buffer of `bytes` on alloc's device, live from the start of
  * task alloc to the end of task release (same device). */
 void sim_ir_buffer(sim_ir *ir, int alloc, int release, double bytes);
+/* Records the opposite: `bytes` of out's device that leave it when task
+ * out ends and are back when task in starts (a swapped activation). */
+void sim_ir_hole(sim_ir *ir, int out, int in, double bytes);
 /* Human name of a task: "dev 2 F stage 3 mb 5" (buf returned). */
 char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n);
 
@@ -338,6 +343,14 @@ struct sim_costs {
     int offload;                /* the offload schedule (sim_sched_offload)
                                  * whose tiers the costs price; 0: none */
     int tier;                   /* sim_tier the model states live in */
+    /* Activations an offload schedule swaps out of the GPU in the forward
+     * pass and back for the backward: the checkpoints (kept inputs) of
+     * stages 0..swap_ckpt-1, and the whole activations of the last
+     * swap_full stages, which then skip their recomputation (Fuyou);
+     * act_tier (sim_tier) is where they wait, act_swap_bytes how much of
+     * it an iteration swaps (swap_mb microbatches). */
+    int swap_ckpt, swap_full, swap_mb, act_tier;
+    double act_swap_bytes;
     int n_drives;               /* NVMe drives the states stripe over */
     int *drive;                 /* their nodes in topo */
     double host_bytes, host_cap;/* host DRAM the plan holds, and has */
@@ -389,6 +402,9 @@ typedef struct sim_cost_opts {
     int offload;                /* an offload schedule (sim_sched_offload),
                                  * 0: none */
     int tier;                   /* sim_tier: where its states live */
+    int swap_ckpt, swap_full;   /* activations it swaps (sim_costs) */
+    int n_mb;                   /* microbatches of an iteration: how many
+                                 * activations swap (offload only) */
     int fold;                   /* fold the data-parallel replicas where
                                  * the server graph allows it: the fewest
                                  * replicas that fill whole servers (one,
@@ -664,13 +680,15 @@ int sim_gen_offload(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
  * NVMe tier the step reads the stage's optimizer state from the drives
  * first and writes it back, with the new fp16 weights, after. */
 void sim_add_offload(sim_ir *ir, const sim_costs *c);
-/* Prices the tiers of an offload schedule (c->offload set): the tier
- * (auto resolved), the drives of the GPU's server, each stage's CPU
- * step, and what host DRAM and the drives hold against what they have;
- * an error (code 2) says which tier lacks how much. sim_costs_build
+/* Prices the tiers of an offload schedule (c->offload set) as o asks:
+ * the tier (auto resolved), the drives of the GPU's server, each stage's
+ * CPU step, the activations swapped and where they wait (host DRAM where
+ * it holds them beside the rest, else the drives), and what host DRAM
+ * and the drives hold against what they have; an error (code 2) says
+ * which tier lacks how much, or which swap cannot be. sim_costs_build
  * calls it. */
-int sim_offload_costs(sim_costs *c, const prof_topo *t, int tier,
-                      util_err *e);
+int sim_offload_costs(sim_costs *c, const prof_topo *t,
+                      const sim_cost_opts *o, util_err *e);
 
 /* Tied embeddings (the token table shared with the LM head, or T5's
  * decoder embedding): every stage holding a copy (tied_bytes > 0) sends
@@ -765,6 +783,7 @@ typedef struct sim_plan {
     prof_finetune ft;       /* which parameters train (full as default) */
     int waves;
     int tier;               /* offload schedules: sim_tier */
+    int swap_ckpt, swap_full; /* and the activations they swap (sim_costs) */
     int n_minibatches;      /* 0: sim_default_minibatches */
     double state_bytes_per_param;
     int n_stages;
@@ -783,6 +802,20 @@ typedef enum {
 } sim_tier;
 const char *sim_tier_name(int t);      /* "auto", "dram", "nvme" */
 int sim_tier_parse(const char *s);     /* -1 when none */
+
+/* Chooses the activations offload plan p swaps (p->swap_ckpt,
+ * p->swap_full) by simulating it on its costs c: the fewest checkpoints
+ * that let the GPU hold the run (a binary search), then, under Fuyou, how
+ * many stages swap their whole activations instead of recomputing them
+ * (a ternary search over the iteration, convex in it as Fuyou's paper
+ * finds). c is left priced for the choice. Where nothing fits, every
+ * checkpoint swaps and the caller's run shows the overflow. Returns 0, or
+ * -1 when a simulation fails. */
+int sim_offload_swap_search(sim_plan *p, sim_costs *c, const prof_topo *t,
+                            util_err *e);
+/* "K" or "K:J" (J 0 when left out) into *ckpt and *full; an error names
+ * the option --act-swap. */
+int sim_swap_parse(const char *s, int *ckpt, int *full, util_err *e);
 
 /* Whether sharding applies to a plan: zero 0..3, FSDP with zero 0 or 3,
  * data parallelism (dp >= 2: ZeRO shards over the data-parallel group),

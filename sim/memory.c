@@ -14,7 +14,9 @@
  * of sharded collectives land in those buffers, the sharded gradients or
  * the weights, so they take no receive buffer of their own. Offloaded
  * (sim_add_offload), the GPU keeps no state but ZeRO-Offload's fp16
- * weights; fetched weights and outgoing gradients are buffers too. */
+ * weights; fetched weights and outgoing gradients are buffers too, and a
+ * swapped activation is a hole (sim_ir_hole) from its copy out to its
+ * copy back. */
 #include <string.h>
 
 #include "sim/engine_int.h"
@@ -106,8 +108,14 @@ void sim_mem_setup(sim_engine *e)
             e->pending0[t->stage * e->vstride + t->version]++;
     }
     for (int b = 0; b < ir->n_bufs; b++) {
-        e->mem_start[ir->bufs[b].alloc] += ir->bufs[b].bytes;
-        e->mem_end[ir->bufs[b].release] -= ir->bufs[b].bytes;
+        const sim_ir_buf *x = &ir->bufs[b];
+        if (x->hole) {
+            e->mem_end[x->alloc] -= x->bytes;
+            e->mem_start[x->release] += x->bytes;
+        } else {
+            e->mem_start[x->alloc] += x->bytes;
+            e->mem_end[x->release] -= x->bytes;
+        }
     }
 }
 

@@ -118,7 +118,8 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         "microbatches", "recompute", "waves", "minibatches",
         "state_bytes_per_param", "stages", "chunks", "layout",
         "schedule_file", "gpus_used", "sequence_parallel", "zero", "fsdp",
-        "finetune", "offload_tier", NULL};
+        "finetune", "offload_tier", "act_swap_checkpoints",
+        "act_swap_whole", NULL};
     static const char *const skeys[] = {"ops", "device", "from", "to", NULL};
     util_jdoc d;
     sim_plan_init(p);
@@ -226,6 +227,30 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
             goto out;
         }
     }
+    for (int k = 0; k < 2; k++) {
+        const char *key = k ? "act_swap_whole" : "act_swap_checkpoints";
+        if (!json_object_get(r.j, key)) continue;
+        if (!sim_sched_offload(p->sched)) {
+            util_jerr(e, &r, key, "schedule %s swaps no activations "
+                      "(zero-offload, zero-infinity and fuyou do)",
+                      sim_sched_name(p->sched));
+            goto out;
+        }
+        v = 0;
+        if (util_jint(&r, key, 0, 0, 1 << 20, &v, e)) goto out;
+        *(k ? &p->swap_full : &p->swap_ckpt) = (int)v;
+        if (v && k && p->sched != SIM_SCHED_FUYOU) {
+            util_jerr(e, &r, key, "schedule %s recomputes every stage from "
+                      "its checkpoint: only fuyou swaps whole activations",
+                      sim_sched_name(p->sched));
+            goto out;
+        }
+        if (v && !k && !p->recompute) {
+            util_jerr(e, &r, key, "without recomputation there are no "
+                      "checkpoints to swap");
+            goto out;
+        }
+    }
     v = 1;
     if (util_jint(&r, "waves", 0, 1, 64, &v, e)) goto out;
     p->waves = (int)v;
@@ -260,6 +285,14 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         if (util_jstr(&so, "from", 0, p->from_op[s], sizeof p->from_op[s], e) ||
             util_jstr(&so, "to", 0, p->to_op[s], sizeof p->to_op[s], e))
             goto out;
+    }
+    if (p->swap_ckpt > p->n_stages || p->swap_full > p->n_stages) {
+        const char *key = p->swap_ckpt > p->n_stages ? "act_swap_checkpoints"
+                                                     : "act_swap_whole";
+        util_jerr(e, &r, key, "%d: the plan has %d stages",
+                  p->swap_ckpt > p->n_stages ? p->swap_ckpt : p->swap_full,
+                  p->n_stages);
+        goto out;
     }
     rc = 0;
 out:
@@ -427,6 +460,11 @@ json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
     if (sim_sched_offload(p->sched) && p->tier)
         json_object_set_new(o, "offload_tier",
                             json_string(sim_tier_name(p->tier)));
+    if (sim_sched_offload(p->sched)) {
+        json_object_set_new(o, "act_swap_checkpoints",
+                            json_integer(p->swap_ckpt));
+        json_object_set_new(o, "act_swap_whole", json_integer(p->swap_full));
+    }
     json_object_set_new(o, "waves", json_integer(p->waves));
     json_object_set_new(o, "minibatches", json_integer(
         p->n_minibatches ? p->n_minibatches
@@ -657,6 +695,7 @@ sim_cost_opts sim_plan_cost_opts(const sim_plan *p)
                        .recompute = p->recompute, .sp = p->sp,
                        .zero = p->zero, .fsdp = p->fsdp,
                        .offload = sim_sched_offload(p->sched) ? p->sched : 0,
-                       .tier = p->tier};
+                       .tier = p->tier, .swap_ckpt = p->swap_ckpt,
+                       .swap_full = p->swap_full, .n_mb = p->n_mb};
     return o;
 }

@@ -81,9 +81,17 @@ static void offload_print(const sim_costs *c, const sim_result *r,
         fprintf(f, ", NVMe %s of %s", util_fmt_bytes(c->nvme_bytes, x, sizeof x),
                 util_fmt_bytes(c->nvme_cap, y, sizeof y));
     fprintf(f, "\n");
+    if (c->act_swap_bytes > 0)
+        fprintf(f, "  activations swapped to %s: %s an iteration (the "
+                "checkpoints of %d stage%s, the whole activations of %d)\n",
+                c->act_tier == SIM_TIER_NVME ? "NVMe" : "host DRAM",
+                util_fmt_bytes(c->act_swap_bytes, a, sizeof a), c->swap_ckpt,
+                c->swap_ckpt == 1 ? "" : "s", c->swap_full);
     double it = (double)r->iteration_ns;
     for (int k = 0; k < SIM_OFL_RES_COUNT; k++) {
-        if (k == SIM_OFL_NVME && c->tier != SIM_TIER_NVME) continue;
+        if (k == SIM_OFL_NVME && c->tier != SIM_TIER_NVME &&
+            c->act_tier != SIM_TIER_NVME)
+            continue;
         fprintf(f, "  %-15s busy %9.3f s  %5.1f%% of the iteration",
                 sim_offload_res_name(k), u.busy_ns[k] * 1e-9,
                 it > 0 ? 100.0 * (double)u.busy_ns[k] / it : 0);
@@ -107,6 +115,10 @@ static json_t *offload_json(const sim_costs *c, const sim_result *r,
     json_object_set_new(o, "host_capacity_bytes", json_real(c->host_cap));
     json_object_set_new(o, "nvme_bytes", json_real(c->nvme_bytes));
     json_object_set_new(o, "nvme_capacity_bytes", json_real(c->nvme_cap));
+    json_object_set_new(o, "act_swap_checkpoints", json_integer(c->swap_ckpt));
+    json_object_set_new(o, "act_swap_whole", json_integer(c->swap_full));
+    json_object_set_new(o, "act_swap_bytes", json_real(c->act_swap_bytes));
+    json_object_set_new(o, "act_tier", json_string(sim_tier_name(c->act_tier)));
     json_t *res = json_object();
     static const char *const keys[SIM_OFL_RES_COUNT] = {
         "gpu", "pcie_in", "pcie_out", "nvme", "cpu"};

@@ -11,6 +11,18 @@
 
 #include "sim/sim.h"
 
+/* Whether stage s swaps its whole activations (the last swap_full
+ * stages), or its checkpoint (the first swap_ckpt of the others). */
+static int swaps_full(const sim_costs *c, int s)
+{
+    return s >= c->n_stages - c->swap_full;
+}
+
+static int swaps_ckpt(const sim_costs *c, int s)
+{
+    return s < c->swap_ckpt && !swaps_full(c, s);
+}
+
 int sim_gen_offload(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                     util_err *e)
 {
@@ -27,7 +39,10 @@ int sim_gen_offload(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                 sim_ir_compute(ir, SIM_F, s, m, 0, 0);
         for (int s = S - 1; s >= 0; s--)
             for (int m = m0; m < m1; m++) {
-                if (o->recompute) sim_ir_compute(ir, SIM_RECOMP, s, m, 0, 0);
+                /* a stage whose whole activations come back recomputes
+                 * nothing */
+                if (o->recompute && !swaps_full(c, s))
+                    sim_ir_compute(ir, SIM_RECOMP, s, m, 0, 0);
                 sim_ir_compute(ir, SIM_BW, s, m, 0, 0);
             }
     }
@@ -80,6 +95,61 @@ static int cpu_step(sim_ir *ir, const sim_costs *c, int s, int dep)
     return op;
 }
 
+/* The bytes stage s swaps per microbatch: its whole activations, its
+ * checkpoint, or none. */
+static double swap_bytes(const sim_costs *c, int s)
+{
+    const sim_stage_cost *sc = &c->stage[s];
+    return swaps_full(c, s) ? sc->act_bytes
+         : swaps_ckpt(c, s) ? sc->keep_bytes : 0;
+}
+
+/* The activation swaps of the compute tasks L[j..k] (a group of one
+ * stage): after each forward of a swapping stage, its activation goes to
+ * the host (after the copy, to the drives when they hold activations)
+ * and leaves the GPU; before the recompute or backward that needs it, it
+ * comes back in a window of compute tasks, not groups, since a group may
+ * hold every microbatch (the copy after the end of the compute task two
+ * before, the drive read after the one three before), and after its own
+ * copy out or write. The compute task two after a forward waits for its
+ * copy out, so activations leave no faster than the link takes them. */
+static void swap_group(sim_ir *ir, const sim_costs *c, const int *L, int n,
+                       int j, int k, int *act_out, int *act_wr)
+{
+    const int M = ir->n_mb;
+    int disk = c->act_tier == SIM_TIER_NVME;
+    for (int q = j; q <= k; q++) {
+        const sim_task *t = &ir->tasks[L[q]];
+        int s = t->stage, m = t->mb, slot = s * M + m;
+        double by = swap_bytes(c, s);
+        if (by <= 0 || m < 0 || m >= M) continue;
+        int id = L[q];
+        if (t->kind == SIM_F) {
+            act_out[slot] = tier_task(ir, c, SIM_SWAP_OUT, s, by, id);
+            act_wr[slot] = disk ? tier_task(ir, c, SIM_NVME_WRITE, s, by,
+                                            act_out[slot])
+                                : -1;
+            /* the forward two on waits for this copy: activations leave
+             * at the pace the link takes them */
+            if (q + 2 < n) sim_ir_dep(ir, L[q + 2], act_out[slot]);
+            continue;
+        }
+        /* the first task of the backward that needs it */
+        if (t->kind != (swaps_full(c, s) ? SIM_BW : SIM_RECOMP)) continue;
+        int rd = -1;
+        if (disk) {
+            rd = tier_task(ir, c, SIM_NVME_READ, s, by, act_wr[slot]);
+            if (q >= 3) sim_ir_dep(ir, rd, L[q - 3]);
+        }
+        int si = tier_task(ir, c, SIM_SWAP_IN, s, by,
+                           disk ? rd : act_out[slot]);
+        if (disk) sim_ir_dep(ir, si, act_out[slot]);
+        if (q >= 2) sim_ir_dep(ir, si, L[q - 2]);
+        sim_ir_dep(ir, id, si);
+        sim_ir_hole(ir, act_out[slot], si, by);
+    }
+}
+
 void sim_add_offload(sim_ir *ir, const sim_costs *c)
 {
     UTIL_NEVER(ir->n_devices != 1);
@@ -105,6 +175,11 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
         }
     }
     int last_out = -1;
+    /* per stage and microbatch, a swapped activation's copy out and its
+     * drive write (-1: none) */
+    const int M = ir->n_mb;
+    int *act_out = util_malloc(sizeof(int) * (size_t)(S * M + 1));
+    int *act_wr = util_malloc(sizeof(int) * (size_t)(S * M + 1));
     for (int j = 0; j < n;) {
         int s = ir->tasks[L[j]].stage, k = j;
         while (k + 1 < n && ir->tasks[L[k + 1]].stage == s) k++;
@@ -120,6 +195,7 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
             sim_ir_dep(ir, L[j], sw);
             sim_ir_buffer(ir, sw, L[k], sc->weight_bytes);
         }
+        swap_group(ir, c, L, n, j, k, act_out, act_wr);
         for (int q = j; q <= k; q++) {
             int id = L[q];
             if (ir->tasks[id].kind != SIM_BW) continue;
@@ -137,6 +213,8 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
     /* ZeRO: the step after the whole backward pass, deepest stage first
      * (the order its gradients arrived in) */
     for (int s = S - 1; !fuyou && s >= 0; s--) cpu_step(ir, c, s, last_out);
+    free(act_out);
+    free(act_wr);
     free(first_bw);
     free(last_bw);
     free(L);
@@ -157,10 +235,27 @@ int sim_tier_parse(const char *s)
     return -1;
 }
 
-int sim_offload_costs(sim_costs *c, const prof_topo *t, int tier,
-                      util_err *e)
+int sim_offload_costs(sim_costs *c, const prof_topo *t,
+                      const sim_cost_opts *o, util_err *e)
 {
     const char *pol = sim_sched_name(c->offload);
+    int tier = o->tier, S = c->n_stages;
+    if (o->swap_ckpt < 0 || o->swap_ckpt > S || o->swap_full < 0 ||
+        o->swap_full > S)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: swapped "
+                         "activations %d:%d: each must be 0..%d (the "
+                         "stages)", pol, o->swap_ckpt, o->swap_full, S);
+    if (o->swap_full && c->offload != SIM_SCHED_FUYOU)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s recomputes every "
+                         "stage from its checkpoint: only fuyou swaps whole "
+                         "activations instead (give :0)", pol);
+    if (o->swap_ckpt && !o->recompute)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s without "
+                         "recomputation keeps no checkpoints to swap (give "
+                         "0:J, or --recompute full)", pol);
+    c->swap_ckpt = o->swap_ckpt;
+    c->swap_full = o->swap_full;
+    c->swap_mb = o->n_mb > 0 ? o->n_mb : 1;
     int g = c->dev_gpu[0], host = prof_topo_gpu_host_mem(t, g);
     int server = t->nodes[t->gpu_node[g]].server;
     if (host < 0)
@@ -217,23 +312,39 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t, int tier,
                     (tier == SIM_TIER_NVME ? 0 : opt) +
                     (tier == SIM_TIER_NVME ||
                      c->offload == SIM_SCHED_ZERO_OFFLOAD ? 0 : w);
+    /* swapped activations wait in DRAM where it holds them beside the
+     * rest; Fuyou's go on to the drives where it does not (ZeRO keeps
+     * them in DRAM) */
+    c->act_swap_bytes = 0;
+    for (int s = 0; s < S; s++)
+        c->act_swap_bytes += swap_bytes(c, s) * c->swap_mb;
+    c->act_tier = SIM_TIER_DRAM;
+    if (c->host_bytes + c->act_swap_bytes > c->host_cap &&
+        c->offload == SIM_SCHED_FUYOU && c->n_drives)
+        c->act_tier = SIM_TIER_NVME;
+    if (c->act_tier == SIM_TIER_NVME) c->nvme_bytes += c->act_swap_bytes;
+    else c->host_bytes += c->act_swap_bytes;
     char need[32], have[32], miss[32];
     if (c->host_bytes > c->host_cap)
         return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: host DRAM cannot "
-                         "hold what the %s tier needs there: %s, the server "
+                         "hold what the %s tier needs there%s: %s, the server "
                          "has %s (%s missing in DRAM; give --host-mem%s)", pol,
-                         sim_tier_name(tier),
+                         sim_tier_name(tier), c->act_swap_bytes > 0
+                         ? " with the swapped activations" : "",
                          util_fmt_bytes(c->host_bytes, need, sizeof need),
                          util_fmt_bytes(c->host_cap, have, sizeof have),
                          util_fmt_bytes(c->host_bytes - c->host_cap, miss,
                                         sizeof miss),
-                         tier == SIM_TIER_DRAM && c->offload !=
-                         SIM_SCHED_ZERO_OFFLOAD ? " or --offload-tier nvme"
-                                                : "");
+                         tier != SIM_TIER_DRAM || c->offload ==
+                         SIM_SCHED_ZERO_OFFLOAD ? ""
+                         : c->n_drives ? " or --offload-tier nvme"
+                                       : " or drives: --nvme N");
     if (c->nvme_bytes > c->nvme_cap)
         return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: the NVMe drives "
-                         "cannot hold the model states: %s, %d drive(s) hold "
-                         "%s (%s missing on NVMe; give --nvme N)", pol,
+                         "cannot hold the model states%s: %s, %d drive(s) "
+                         "hold %s (%s missing on NVMe; give --nvme N)", pol,
+                         c->act_tier == SIM_TIER_NVME
+                         ? " and the swapped activations" : "",
                          util_fmt_bytes(c->nvme_bytes, need, sizeof need),
                          c->n_drives,
                          util_fmt_bytes(c->nvme_cap, have, sizeof have),
@@ -305,4 +416,131 @@ void sim_offload_usage(const sim_ir *ir, const sim_result *r,
         if (busy > u->busy_ns[u->bound]) u->bound = k;
     }
     free(v);
+}
+
+/* ----------------------------------------- how much activation to swap */
+
+typedef struct swap_eval {
+    sim_plan *p;
+    sim_costs *c;
+    const prof_topo *t;
+    double *tj;                 /* iteration by whole-swapped stages, NAN:
+                                 * not yet simulated (at the chosen K) */
+    int n_runs;
+} swap_eval;
+
+/* The iteration (seconds) with k checkpoints and j whole activations
+ * swapped; INFINITY where it overflows a tier or the GPU. Leaves the
+ * costs priced for (k, j). */
+static double swap_time(swap_eval *v, int k, int j, util_err *e)
+{
+    sim_plan *p = v->p;
+    p->swap_ckpt = k;
+    p->swap_full = j;
+    sim_cost_opts co = sim_plan_cost_opts(p);
+    util_err ce;
+    if (sim_offload_costs(v->c, v->t, &co, &ce)) return INFINITY;
+    sim_sched_opts so = sim_plan_sched_opts(p);
+    sim_ir *ir = sim_schedule(&so, v->c, e);
+    if (!ir) return NAN;
+    sim_run_opts ro = {.stop_at_oom = 1};
+    sim_engine *en = sim_engine_new(ir, v->c, &ro);
+    sim_result r;
+    double it = sim_engine_run(en, &r) ? NAN
+              : r.oom ? INFINITY : (double)r.iteration_ns * 1e-9;
+    if (isnan(it)) util_errf(e, UTIL_EXIT_FAIL, "%s", r.msg);
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    v->n_runs++;
+    return it;
+}
+
+static double swap_time_j(swap_eval *v, int k, int j, util_err *e)
+{
+    if (isnan(v->tj[j])) v->tj[j] = swap_time(v, k, j, e);
+    return v->tj[j];
+}
+
+int sim_offload_swap_search(sim_plan *p, sim_costs *c, const prof_topo *t,
+                            util_err *e)
+{
+    const int S = p->n_stages;
+    swap_eval v = {.p = p, .c = c, .t = t};
+    /* The checkpoints first, as few as fit: more only add traffic (the
+     * first stages' go first, their wait for the backward being the
+     * longest). Fewer fit only if more do. */
+    int lo = 0, hi = p->recompute ? S : 0;
+    double thi = swap_time(&v, hi, 0, e);
+    if (isnan(thi)) return -1;
+    if (isinf(thi)) hi = lo = p->recompute ? S : 0; /* nothing fits: the run says so */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        double tm = swap_time(&v, mid, 0, e);
+        if (isnan(tm)) return -1;
+        if (isinf(tm)) lo = mid + 1;
+        else hi = mid;
+    }
+    int k = hi, best_j = 0;
+    if (c->offload == SIM_SCHED_FUYOU && !isinf(thi)) {
+        /* Then the whole activations of the last stages, each sparing
+         * its recomputation for traffic that competes with the model
+         * states': the iteration is convex in how many (Fuyou's premise),
+         * so a ternary search over them finds the fastest */
+        v.tj = util_malloc(sizeof(double) * (size_t)(S + 1));
+        for (int j = 0; j <= S; j++) v.tj[j] = NAN;
+        int a = 0, b = S;
+        while (b - a > 2) {
+            int m1 = a + (b - a) / 3, m2 = b - (b - a) / 3;
+            double t1 = swap_time_j(&v, k, m1, e),
+                   t2 = swap_time_j(&v, k, m2, e);
+            if (isnan(t1) || isnan(t2)) {
+                free(v.tj);
+                return -1;
+            }
+            if (t1 <= t2) b = m2;
+            else a = m1;
+        }
+        double bt = INFINITY;
+        for (int j = a; j <= b; j++) {
+            double tj = swap_time_j(&v, k, j, e);
+            if (isnan(tj)) {
+                free(v.tj);
+                return -1;
+            }
+            if (tj < bt) bt = tj, best_j = j;
+        }
+        free(v.tj);
+    }
+    p->swap_ckpt = k;
+    p->swap_full = best_j;
+    sim_cost_opts co = sim_plan_cost_opts(p);
+    util_err ce;
+    if (sim_offload_costs(c, t, &co, &ce)) {
+        /* over a tier even so: the choice stays, the costs as the
+         * smallest swap left them for the caller's run to refuse */
+        p->swap_ckpt = p->swap_full = 0;
+        co = sim_plan_cost_opts(p);
+        return sim_offload_costs(c, t, &co, e);
+    }
+    return 0;
+}
+
+int sim_swap_parse(const char *s, int *ckpt, int *full, util_err *e)
+{
+    char k[24] = "", j[24] = "0";
+    const char *colon = strchr(s, ':');
+    size_t n = colon ? (size_t)(colon - s) : strlen(s);
+    long a, b;
+    if (n >= sizeof k || (colon && strlen(colon + 1) >= sizeof j))
+        return util_errf(e, UTIL_EXIT_USAGE, "--act-swap '%s': expected "
+                         "auto or K[:J]", s);
+    memcpy(k, s, n);
+    if (colon) strcpy(j, colon + 1);
+    if (util_parse_int(k, 0, 1 << 20, &a) || util_parse_int(j, 0, 1 << 20, &b))
+        return util_errf(e, UTIL_EXIT_USAGE, "--act-swap '%s': expected "
+                         "auto or K[:J], K stages' checkpoints and J stages' "
+                         "whole activations (whole numbers >= 0)", s);
+    *ckpt = (int)a;
+    *full = (int)b;
+    return 0;
 }

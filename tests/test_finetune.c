@@ -246,12 +246,22 @@ Test(finetune, planner)
 {
     const char *plan = "plan --hw rtx4090 x1 --model llama2-7b --batch 16 "
                        "--no-progress";
+    /* full training fits the GPU only with its states on the host:
+     * planned so, and said so; without the host's drives it does not,
+     * and LoRA is the fallback */
     cli_result r = cli_run("%s", plan);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "full fine-tuning fits only with its model "
+                            "states offloaded"), "%s", r.out);
+    cr_expect(!strstr(r.out, "fine-tuning lora"), "%s", r.out);
+    cli_result_free(&r);
+    r = cli_run("%s --nvme 0 --host-mem 32G", plan);
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_expect(strstr(r.out, "full fine-tuning does not fit"), "%s", r.out);
     cr_expect(strstr(r.out, "fine-tuning lora:16:q+v: 8.4M of"), "%s", r.out);
     cli_result_free(&r);
-    cli_expect(1, "--finetune lora:16", "%s --finetune full", plan);
+    cli_expect(1, "--finetune lora:16", "%s --nvme 0 --host-mem 32G "
+               "--finetune full", plan);
     r = cli_run("%s --finetune auto --json", plan);
     cr_assert_eq(r.code, 0, "%s", r.err);
     json_t *j = json_loads(r.out, 0, NULL);
@@ -263,8 +273,8 @@ Test(finetune, planner)
     for (int k = 0; k < 3; k++) {
         json_t *x = json_array_get(modes, (size_t)k);
         double sps = json_number_value(json_object_get(x, "samples_per_s"));
-        cr_expect_eq(json_is_true(json_object_get(x, "feasible")), k > 0,
-                     "mode %d", k);
+        cr_expect(json_is_true(json_object_get(x, "feasible")), "mode %d",
+                  k);
         if (json_is_true(json_object_get(x, "chosen"))) chosen = k;
         if (sps > best) best = sps;
     }

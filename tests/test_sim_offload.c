@@ -21,10 +21,19 @@ typedef struct orun {
     int64_t cpu_ns, compute_ns, iteration_ns;
     double static_bytes, peak_bytes, drive_ns;
     sim_offload_use use;
+    /* activation swaps: per microbatch, the checkpoints and the whole
+     * activations the plan swaps, and the recomputation the latter spare */
+    double keep_sw, act_sw, act_swap_bytes;
+    int64_t r_sw_ns;
+    int n_recomp, oom, act_tier;
 } orun;
 
-static void osim(const char *model, sim_sched s, int mbs, int m, int drives,
-                 double host_gib, int tier, orun *o)
+/* A run of model on one RTX 4090 with `drives` NVMe drives and host_gib
+ * of DRAM; the last stages' whole activations and the first ones'
+ * checkpoints swapped as swap[0] (checkpoints) and swap[1] (whole) say. */
+static void osim_swap(const char *model, sim_sched s, int mbs, int m,
+                      int drives, double host_gib, int tier, const int swap[2],
+                      orun *o)
 {
     util_err e;
     prof_model *md = prof_model_load(model, &e);
@@ -39,6 +48,8 @@ static void osim(const char *model, sim_sched s, int mbs, int m, int drives,
     p.n_mb = m;
     p.recompute = SIM_RC_FULL;
     p.tier = tier;
+    p.swap_ckpt = swap[0];
+    p.swap_full = swap[1];
     sim_plan_stages(&p, md->n_layers);
     cr_assert_eq(sim_partition_even(md, p.n_stages, p.first_op, p.last_op,
                                     &e), 0, "%s", e.msg);
@@ -56,6 +67,7 @@ static void osim(const char *model, sim_sched s, int mbs, int m, int drives,
         if (x->kind == SIM_SWAP_IN) o->in += x->bytes;
         if (x->kind == SIM_SWAP_OUT) o->out += x->bytes;
         if (x->kind == SIM_CPU_OPT) o->n_cpu++;
+        if (x->kind == SIM_RECOMP) o->n_recomp++;
         if (x->stream == SIM_STREAM_COMPUTE)
             o->compute_ns += r.end_ns[i] - r.start_ns[i];
     }
@@ -65,6 +77,17 @@ static void osim(const char *model, sim_sched s, int mbs, int m, int drives,
         o->opt += c->stage[st].opt_bytes;
         o->cpu_ns += c->stage[st].cpu_opt_ns;
     }
+    for (int st = 0; st < c->n_stages; st++) {
+        if (st >= c->n_stages - swap[1]) {
+            o->act_sw += c->stage[st].act_bytes;
+            o->r_sw_ns += c->stage[st].r_ns + c->stage[st].task_ns;
+        } else if (st < swap[0]) {
+            o->keep_sw += c->stage[st].keep_bytes;
+        }
+    }
+    o->act_swap_bytes = c->act_swap_bytes;
+    o->act_tier = c->act_tier;
+    o->oom = r.oom;
     o->w_first = c->stage[0].weight_bytes;
     o->w_last = c->stage[c->n_stages - 1].weight_bytes;
     o->n_stages = c->n_stages;
@@ -83,6 +106,13 @@ static void osim(const char *model, sim_sched s, int mbs, int m, int drives,
     sim_plan_free(&p);
     prof_topo_free(t);
     prof_model_free(md);
+}
+
+static void osim(const char *model, sim_sched s, int mbs, int m, int drives,
+                 double host_gib, int tier, orun *o)
+{
+    static const int none[2] = {0, 0};
+    osim_swap(model, s, mbs, m, drives, host_gib, tier, none, o);
 }
 
 static void near(double got, double want, const char *what)
@@ -300,4 +330,184 @@ Test(sim_offload, the_timeline_draws_the_tiers)
     cr_assert(!strstr(s, "'CPU'"), "%s", s);
     free(s);
     test_rm_rf(dir);
+}
+
+Test(sim_offload, swapped_checkpoints_leave_the_gpu_and_come_back)
+{
+    /* gpt2 at microbatch 8: every checkpoint swapped goes out after its
+     * forward and back before its recompute, adding its bytes to each
+     * PCIe direction once per microbatch; it leaves the GPU meanwhile */
+    const int M = 3, all[2] = {12, 0}, half[2] = {6, 0};
+    orun a, b, c;
+    osim("gpt2", SIM_SCHED_FUYOU, 8, M, 2, 64, SIM_TIER_AUTO, &a);
+    osim_swap("gpt2", SIM_SCHED_FUYOU, 8, M, 2, 64, SIM_TIER_AUTO, all, &b);
+    osim_swap("gpt2", SIM_SCHED_FUYOU, 8, M, 2, 64, SIM_TIER_AUTO, half, &c);
+    cr_assert_gt(b.keep_sw, 0);
+    near(b.out - a.out, M * b.keep_sw, "PCIe from GPU, all checkpoints");
+    near(b.in - a.in, M * b.keep_sw, "PCIe to GPU, all checkpoints");
+    near(c.out - a.out, M * c.keep_sw, "PCIe from GPU, the first six");
+    near(b.act_swap_bytes, M * b.keep_sw, "bytes swapped");
+    cr_assert_eq(b.act_tier, SIM_TIER_DRAM);
+    cr_assert_eq(b.n_recomp, a.n_recomp);
+    /* at most a few stages' checkpoints are on the GPU at once */
+    cr_assert_lt(b.peak_bytes, a.peak_bytes - M * b.keep_sw / 2,
+                 "peak %.0f, without swapping %.0f", b.peak_bytes,
+                 a.peak_bytes);
+    cr_assert_lt(c.peak_bytes, a.peak_bytes);
+    cr_assert_gt(c.peak_bytes, b.peak_bytes);
+    cr_assert_eq(b.rd, a.rd, "no activation on the drives while DRAM "
+                 "holds them");
+}
+
+Test(sim_offload, whole_activations_skip_their_recomputation)
+{
+    const int M = 2, last4[2] = {0, 4};
+    orun a, b;
+    osim("gpt2", SIM_SCHED_FUYOU, 4, M, 2, 64, SIM_TIER_AUTO, &a);
+    osim_swap("gpt2", SIM_SCHED_FUYOU, 4, M, 2, 64, SIM_TIER_AUTO, last4, &b);
+    cr_assert_eq(a.n_recomp - b.n_recomp, 4 * M);
+    near(b.out - a.out, M * b.act_sw, "PCIe from GPU");
+    near(b.in - a.in, M * b.act_sw, "PCIe to GPU");
+    near((double)(a.compute_ns - b.compute_ns), (double)(M * b.r_sw_ns),
+         "compute spared");
+}
+
+Test(sim_offload, activations_go_to_the_drives_where_dram_is_short)
+{
+    /* 20 GiB of host DRAM hold gpt2's staging but not every whole
+     * activation of a batch of 32: they go on to the drives, and the
+     * drives read back what they were written */
+    const int M = 4, all[2] = {0, 14};
+    orun a, b;
+    osim("gpt2", SIM_SCHED_FUYOU, 8, M, 2, 20, SIM_TIER_AUTO, &a);
+    osim_swap("gpt2", SIM_SCHED_FUYOU, 8, M, 2, 20, SIM_TIER_AUTO, all, &b);
+    cr_assert_eq(b.act_tier, SIM_TIER_NVME, "%.0f bytes swapped",
+                 b.act_swap_bytes);
+    near(b.wr - a.wr, M * b.act_sw, "NVMe writes");
+    near(b.rd - a.rd, M * b.act_sw, "NVMe reads");
+}
+
+Test(sim_offload, the_search_swaps_the_fewest_checkpoints_that_fit)
+{
+    /* GPT-3 175B on one RTX 4090 with 256 GB and 12 drives fits only with
+     * checkpoints swapped: the fewest K that fit are chosen (one fewer
+     * runs over the GPU); whole activations cost more PCIe time than the
+     * recomputation they spare, so none swap */
+    char *dir = test_tmpdir();
+    char plan[300];
+    snprintf(plan, sizeof plan, "%s/p.json", dir);
+    const char *run = "sim --hw rtx4090 x1 --host-mem 256G --nvme 12 --model "
+                      "gpt3-175b --schedule fuyou --mbs 1 --microbatches 4";
+    cli_expect(0, "OOM:", "%s --act-swap 0", run);
+    cli_result r = cli_run("%s --out %s", run, plan);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "activations swapped to host DRAM"), "%s", r.out);
+    cr_assert(!strstr(r.out, "OOM"), "%s", r.out);
+    cli_result_free(&r);
+    util_err e;
+    sim_plan p;
+    cr_assert_eq(sim_plan_load(plan, &p, &e), 0, "%s", e.msg);
+    int k = p.swap_ckpt;
+    cr_assert(k > 0 && k < p.n_stages, "%d", k);
+    cr_assert_eq(p.swap_full, 0);
+    sim_plan_free(&p);
+    cli_expect(0, "OOM:", "%s --act-swap %d", run, k - 1);
+    r = cli_run("%s --act-swap %d", run, k);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert(!strstr(r.out, "OOM"), "%s", r.out);
+    cli_result_free(&r);
+    /* the plan file runs as chosen */
+    cli_expect(0, "the checkpoints of", "sim --plan %s", plan);
+    test_rm_rf(dir);
+}
+
+/* The iteration of gpt-mini's Fuyou plan on one CPU core with the last
+ * j stages' whole activations swapped (seconds). */
+static double mini_it(int j)
+{
+    cli_result r = cli_run("sim --hw cpu x1 --model gpt-mini --schedule "
+                           "fuyou --mbs 2 --microbatches 4 --act-swap 0:%d "
+                           "--json", j);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *x = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(x);
+    double it = json_number_value(json_object_get(x, "iteration_time_s"));
+    json_decref(x);
+    cli_result_free(&r);
+    return it;
+}
+
+Test(sim_offload, the_search_finds_the_fastest_swap_by_brute_force)
+{
+    /* on a CPU device, copies are fast against compute: swapping whole
+     * activations beats recomputing them; the ternary search's choice is
+     * the brute force's best over every count */
+    cli_result r = cli_run("sim --hw cpu x1 --model gpt-mini --schedule fuyou "
+                           "--mbs 2 --microbatches 4 --json");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *x = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(x);
+    json_t *ofl = json_object_get(x, "offload");
+    int j = (int)json_integer_value(json_object_get(ofl, "act_swap_whole"));
+    double got = json_number_value(json_object_get(x, "iteration_time_s"));
+    json_decref(x);
+    cli_result_free(&r);
+    double best = INFINITY;
+    int n_best = 0;
+    for (int k = 0; k <= 8; k++) {
+        double t = mini_it(k);
+        if (t < best) best = t, n_best = k;
+    }
+    cr_assert_gt(n_best, 0, "swapping should pay on a CPU device");
+    cr_assert_eq(got, best, "search: %d stages, %.6f s; brute force: %d, "
+                 "%.6f s", j, got, n_best, best);
+}
+
+Test(sim_offload, swap_options_and_plan_fields_are_checked)
+{
+    const char *run = "sim --hw rtx4090 x1 --model gpt2 --mbs 1 "
+                      "--microbatches 1";
+    cli_expect(2, "--act-swap 'x'", "%s --schedule fuyou --act-swap x", run);
+    cli_expect(2, "--act-swap '3:y'", "%s --schedule fuyou --act-swap 3:y",
+               run);
+    cli_expect(2, "--act-swap '-1'", "%s --schedule fuyou --act-swap -1", run);
+    cli_expect(2, "each must be 0..14", "%s --schedule fuyou --act-swap 15",
+               run);
+    cli_expect(2, "only fuyou swaps whole", "%s --schedule zero-infinity "
+               "--act-swap 2:1", run);
+    cli_expect(2, "swaps no activations", "%s --schedule 1f1b --pp 1 "
+               "--act-swap 2", run);
+    char *dir = test_tmpdir();
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/b.json", dir);
+    FILE *f = fopen(bad, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"sluice_plan\": 1, \"model\": \"gpt2\", \"hw\": \"rtx4090 "
+               "x1\", \"schedule\": \"zero-offload\", \"pp\": 1, \"mbs\": 1,\n"
+               " \"microbatches\": 1, \"act_swap_whole\": 2, \"stages\":"
+               " [{\"ops\": [0, 1], \"device\": 0}]}\n");
+    fclose(f);
+    cli_expect(2, "b.json:2:", "sim --plan %s", bad);
+    cli_expect(2, "field 'act_swap_whole'", "sim --plan %s", bad);
+    test_rm_rf(dir);
+}
+
+Test(sim_offload, the_planner_fits_gpt3_175b_on_one_rtx4090)
+{
+    /* the issue's run, at a fine-tuning batch: a plan, what bounds it */
+    cli_result r = cli_run("plan --hw rtx4090 x1 --host-mem 256G --nvme 12 "
+                           "--model gpt3-175b --batch 8 --no-progress --json");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j);
+    json_t *p = json_object_get(j, "plan");
+    const char *sched = json_string_value(json_object_get(p, "schedule"));
+    cr_expect(sched && !strcmp(sched, "fuyou"), "%s", sched);
+    cr_expect_gt(json_integer_value(json_object_get(p,
+                                                    "act_swap_checkpoints")),
+                 0);
+    json_t *ofl = json_object_get(j, "offload");
+    cr_expect(json_is_string(json_object_get(ofl, "bound_by")));
+    json_decref(j);
+    cli_result_free(&r);
 }
