@@ -50,12 +50,16 @@ static void usage(FILE *f)
         "                     (default 1G)\n"
         "  --state-bytes N    weights+grads+optimizer bytes per parameter (default 16)\n"
         "  --gpus LIST        capacity planning: the best plan for each GPU count\n"
+        "  --sweep-host-mem LIST  the largest model (the --model's layer shape,\n"
+        "                     as many layers as fit) each offload schedule fits\n"
+        "                     on one GPU, for each host DRAM size (128G,256G)\n"
         "  --host-mem SIZE, --nvme N, --gpus-per-server N, --pcie-gen G\n"
         "                      adjust the server template\n"
         "  --json             print the answer as JSON\n"
         "  --out FILE         write the chosen plan (for sluice sim --plan)\n"
         "  --plot PREFIX      draw the chosen plan's timeline and memory, or with\n"
-        "                     --gpus the capacity curve (gnuplot)\n"
+        "                     --gpus the capacity curve, with --sweep-host-mem\n"
+        "                     the largest model against DRAM (gnuplot)\n"
         "  --exhaustive       simulate every candidate (no pruning by bounds)\n"
         "  --time-limit S     answer within about S seconds with the best plan\n"
         "                     found by then, saying how much was searched\n"
@@ -75,7 +79,7 @@ static void usage(FILE *f)
 typedef struct cmd {
     int hw_at, hw_n;
     char **argv;
-    const char *model, *out, *plot, *gpus;
+    const char *model, *out, *plot, *gpus, *sweep_mem;
     int json, sync;
     prof_finetune ft[MAX_FT];
     int n_ft;
@@ -171,6 +175,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             if (plot_prefix_check(v, e)) return -1;
         }
         else if (!strcmp(a, "--gpus")) { NEED(); c->gpus = v; }
+        else if (!strcmp(a, "--sweep-host-mem")) { NEED(); c->sweep_mem = v; }
         else if (!strcmp(a, "--recompute")) {
             if (sim_recompute_arg(argc, argv, &i, &c->po.recompute, e))
                 return -1;
@@ -240,7 +245,8 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--state-bytes", "--host-mem", "--nvme", "--gpus-per-server",
                                   "--pcie-gen", "--schedule", "--no-progress",
                                   "--exhaustive", "--sync", "--async", "--time-limit",
-                                  "--zero", "--fsdp", "--finetune"};
+                                  "--zero", "--fsdp", "--finetune",
+                                  "--sweep-host-mem"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -771,7 +777,15 @@ int plan_cmd_main(int argc, char **argv)
     else if (c.gpus && !c.fallback && c.n_ft > 1) {
         rc = util_errf(&e, UTIL_EXIT_USAGE, "--gpus plans one fine-tuning "
                        "mode: give --finetune a single one");
-    } else if (c.gpus)
+    } else if (c.sweep_mem && (c.gpus || (!c.fallback && c.n_ft > 1))) {
+        rc = util_errf(&e, UTIL_EXIT_USAGE, "--sweep-host-mem sweeps one "
+                       "GPU's host with one fine-tuning mode: leave out "
+                       "--gpus, give --finetune a single mode");
+    } else if (c.sweep_mem)
+        rc = plan_sweep_host_mem(c.hw_n, c.argv + c.hw_at, &c.ho, c.model,
+                                 &c.ft[0], c.sweep_mem, &c.po, c.json,
+                                 c.plot, &e);
+    else if (c.gpus)
         rc = plan_capacity(c.hw_n, c.argv + c.hw_at, &c.ho, c.model,
                            &c.ft[0], c.gpus, &c.po, c.json, c.plot, &e);
     else rc = one(&c, &e);

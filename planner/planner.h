@@ -186,6 +186,17 @@ int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
                   const char *gpus, const plan_opts *po, int json,
                   const char *plot, util_err *e);
 
+/* The largest model each offload policy (zero-offload, zero-infinity,
+ * fuyou; those po->sched_mask names) fits on one GPU hw[0..hw_n-1] for
+ * each host DRAM size in `sizes` ("128G,256G"): model's layer shape with
+ * as many layers as the planner fits. Prints a table (or JSON); with
+ * plot, draws parameters against DRAM (PREFIX-host-mem.png/svg).
+ * Returns 0, or -1 (e filled). */
+int plan_sweep_host_mem(int hw_n, char **hw, const prof_hw_opts *ho,
+                        const char *model, const prof_finetune *ft,
+                        const char *sizes, const plan_opts *po, int json,
+                        const char *plot, util_err *e);
+
 /* ---- predictions against published measurements ---- */
 
 /* Runs the planner on every row of a validation table (CSV with '#'

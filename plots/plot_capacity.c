@@ -45,3 +45,43 @@ int plot_capacity(const char *prefix, const char *title, int ns,
     free(qt);
     return plot_script_run(&t, prefix, "capacity", e);
 }
+
+int plot_lines(const char *prefix, const char *kind, const char *title,
+               const char *xlabel, const char *ylabel, int ns,
+               const char *const *names, const int *n,
+               const double *const *x, const double *const *y, util_err *e)
+{
+    if (plot_prefix_check(prefix, e)) return -1;
+    plot_text t = {0};
+    for (int s = 0; s < ns; s++) {
+        plot_text_add(&t, "# %s: x y\n", names[s]);
+        for (int i = 0; i < n[s]; i++)
+            plot_text_add(&t, "%g %.6g\n", x[s][i], y[s][i]);
+        plot_text_add(&t, "\n\n");
+    }
+    char *qd = plot_data_save(&t, prefix, kind, e);
+    if (!qd) return -1;
+    char *qt = plot_quote(title, 0), *qx = plot_quote(xlabel, 0),
+         *qy = plot_quote(ylabel, 0);
+    plot_script_begin(&t);
+    for (int f = 0; f < 2; f++) {
+        plot_script_image(&t, f, 900, 560, prefix, kind);
+        plot_text_add(&t, "set title %s noenhanced\nset xlabel %s noenhanced\n"
+                      "set ylabel %s noenhanced\nset grid\nset key top left\n"
+                      "plot ", qt, qx, qy);
+        for (int s = 0; s < ns; s++) {
+            char *qn = plot_quote(names[s], 0);
+            plot_text_add(&t, "%s%s index %d using 1:2 with linespoints lw 2 "
+                          "pt 7 lc %d title %s noenhanced", s ? ", " : "", qd,
+                          s, s + 1, qn);
+            free(qn);
+        }
+        if (!ns) plot_text_add(&t, "NaN notitle");
+        plot_text_add(&t, "\n");
+    }
+    free(qd);
+    free(qt);
+    free(qx);
+    free(qy);
+    return plot_script_run(&t, prefix, kind, e);
+}

@@ -76,6 +76,14 @@ int plot_capacity(const char *prefix, const char *title, int nseries,
                   const double *const *gpus, const double *const *sps,
                   util_err *e);
 
+/* Lines of points: series i has n[i] points (x, y), drawn with the
+ * labels given. Writes PREFIX-KIND.{png,svg}, the data and the script.
+ * Returns as plot_pipeline does. */
+int plot_lines(const char *prefix, const char *kind, const char *title,
+               const char *xlabel, const char *ylabel, int nseries,
+               const char *const *names, const int *n,
+               const double *const *x, const double *const *y, util_err *e);
+
 /* Jobs over GPUs over time: a row per GPU, a box per segment (seconds)
  * coloured by its job, n_jobs colours in the key. Writes
  * PREFIX-gantt.{png,svg}, the data and the script. Returns as

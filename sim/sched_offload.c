@@ -289,7 +289,7 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     /* one GPU holds the one table a tied head shares with the embedding:
      * fetched for each, its gradient summed in place */
     for (int s = 0; s < c->n_stages; s++) c->stage[s].tied_bytes = 0;
-    double w = 0, tr = 0, opt = 0, big = 0;
+    double w = 0, tr = 0, opt = 0, big_io = 0, big_st = 0;
     for (int s = 0; s < c->n_stages; s++) {
         sim_stage_cost *sc = &c->stage[s];
         sc->cpu_opt_ns = (int64_t)llround(sim_cpu_opt_ns(t, g,
@@ -297,18 +297,22 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
         w += sc->weight_bytes;
         tr += sc->train_bytes;
         opt += sc->opt_bytes;
-        double one = sc->weight_bytes + sc->train_bytes + sc->opt_bytes;
-        if (one > big) big = one;
+        big_io = fmax(big_io, sc->weight_bytes + sc->train_bytes);
+        big_st = fmax(big_st, sc->weight_bytes + sc->opt_bytes);
     }
-    /* host DRAM: staging for a few stages in flight (fetched weights,
-     * gradients on their way, the state a step works on); ZeRO keeps
-     * every gradient there until the step, in fp32 (twice the fp16
-     * bytes), where Fuyou steps each stage as its gradients come; on the
-     * DRAM tier the optimizer state and, but for ZeRO-Offload (whose
-     * fp16 weights stay on the GPU), the weights live there too */
+    /* host DRAM: staging for the stages in flight over PCIe (fetched
+     * weights and gradients on their way: four stages' worth), and on the
+     * NVMe tier the state of three stages (one read ahead, one stepped,
+     * one written back; on the DRAM tier the step works where the state
+     * lives); ZeRO keeps every gradient there until the step, in fp32
+     * (twice the fp16 bytes), where Fuyou steps each stage as its
+     * gradients come; on the DRAM tier the optimizer state and, but for
+     * ZeRO-Offload (whose fp16 weights stay on the GPU), the weights live
+     * there too */
     int zero = c->offload != SIM_SCHED_FUYOU;
     c->nvme_bytes = tier == SIM_TIER_NVME ? w + opt : 0;
-    c->host_bytes = 4 * big + (zero ? 2 * tr : 0) +
+    c->host_bytes = 4 * big_io + (tier == SIM_TIER_NVME ? 3 * big_st : 0) +
+                    (zero ? 2 * tr : 0) +
                     (tier == SIM_TIER_NVME ? 0 : opt) +
                     (tier == SIM_TIER_NVME ||
                      c->offload == SIM_SCHED_ZERO_OFFLOAD ? 0 : w);
@@ -455,6 +459,15 @@ static double swap_time(swap_eval *v, int k, int j, util_err *e)
     return it;
 }
 
+/* Whether the host tiers refuse k checkpoints swapped (why in *why). */
+static int swap_priced(swap_eval *v, int k, util_err *why)
+{
+    v->p->swap_ckpt = k;
+    v->p->swap_full = 0;
+    sim_cost_opts co = sim_plan_cost_opts(v->p);
+    return sim_offload_costs(v->c, v->t, &co, why) != 0;
+}
+
 static double swap_time_j(swap_eval *v, int k, int j, util_err *e)
 {
     if (isnan(v->tj[j])) v->tj[j] = swap_time(v, k, j, e);
@@ -469,10 +482,29 @@ int sim_offload_swap_search(sim_plan *p, sim_costs *c, const prof_topo *t,
     /* The checkpoints first, as few as fit: more only add traffic (the
      * first stages' go first, their wait for the backward being the
      * longest). Fewer fit only if more do. */
-    int lo = 0, hi = p->recompute ? S : 0;
+    int kmax = p->recompute ? S : 0, kcap = kmax;
+    util_err over;              /* why one more than kcap does not fit */
+    if (swap_priced(&v, kmax, &over)) {
+        /* the most checkpoints the host tiers hold (none always: the
+         * costs were built) */
+        int a = 0, b = kmax;
+        while (b - a > 1) {
+            int mid = a + (b - a) / 2;
+            if (swap_priced(&v, mid, &over)) b = mid;
+            else a = mid;
+        }
+        swap_priced(&v, b, &over);
+        kcap = a;
+    }
+    int lo = 0, hi = kcap;
     double thi = swap_time(&v, hi, 0, e);
     if (isnan(thi)) return -1;
-    if (isinf(thi)) hi = lo = p->recompute ? S : 0; /* nothing fits: the run says so */
+    if (isinf(thi) && kcap < kmax)
+        /* the GPU needs more swapped than the host can hold */
+        return util_errf(e, UTIL_EXIT_USAGE, "%s; the GPU holds the run "
+                         "only with more than the %d checkpoint stage(s) "
+                         "swapped that fit there", over.msg, kcap);
+    if (isinf(thi)) hi = lo = kmax; /* nothing fits: the run says so */
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
         double tm = swap_time(&v, mid, 0, e);

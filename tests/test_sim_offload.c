@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "planner/planner.h"
 #include "tests/harness.h"
@@ -240,7 +241,7 @@ Test(sim_offload, the_plan_keeps_tier_and_host)
                "--mbs 1 --microbatches 2 --host-mem 96G --nvme 2 "
                "--offload-tier dram --out %s", plan);
     /* the plan runs the same: its hw keeps the host's options */
-    cli_expect(0, "model states in host DRAM; host DRAM 5.08 GiB of "
+    cli_expect(0, "model states in host DRAM; host DRAM 3.32 GiB of "
                "96.00 GiB", "sim --plan %s", plan);
     cli_result r = cli_run("sim --plan %s --json", plan);
     cr_assert_eq(r.code, 0, "%s", r.err);
@@ -510,4 +511,53 @@ Test(sim_offload, the_planner_fits_gpt3_175b_on_one_rtx4090)
     cr_expect(json_is_string(json_object_get(ofl, "bound_by")));
     json_decref(j);
     cli_result_free(&r);
+}
+
+Test(sim_offload, the_largest_model_by_host_dram)
+{
+    /* gpt2's layer shape on one RTX 4090 with one drive: ZeRO-Offload
+     * keeps the fp16 weights on the GPU and the rest in DRAM, so more
+     * DRAM fits more layers until the GPU is full; Fuyou, whose states
+     * live on the drive, is not held back by DRAM */
+    char *dir = test_tmpdir();
+    char plot[300];
+    snprintf(plot, sizeof plot, "%s/s", dir);
+    cli_result r = cli_run("plan --hw rtx4090 x1 --nvme 1 --model gpt2 "
+                           "--sweep-host-mem 8G,16G --schedule "
+                           "zero-offload,fuyou --batch 8 --json --plot %s",
+                           plot);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, "%s", r.out);
+    json_t *rows = json_object_get(j, "sweep");
+    cr_assert_eq(json_array_size(rows), 4);
+    double p[2][2] = {{0}};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *x = json_array_get(rows, i);
+        const char *pol = json_string_value(json_object_get(x, "policy"));
+        int fy = !strcmp(pol, "fuyou");
+        cr_assert(json_is_true(json_object_get(x, "fits")), "%zu", i);
+        p[fy][i / 2] = json_number_value(json_object_get(x, "params"));
+        /* one layer more does not fit, and says why */
+        cr_assert(strlen(json_string_value(json_object_get(
+                      x, "one_more_layer"))) > 10);
+    }
+    cr_expect_gt(p[0][1], p[0][0], "zero-offload: 16G %.0f, 8G %.0f",
+                 p[0][1], p[0][0]);
+    cr_expect_gt(p[1][0], p[0][0]);
+    json_decref(j);
+    cli_result_free(&r);
+    char png[320];
+    snprintf(png, sizeof png, "%s-host-mem.gp", plot);
+    cr_expect_eq(access(png, R_OK), 0, "%s", png);
+    cli_expect(2, "--sweep-host-mem '8G,x'", "plan --hw rtx4090 x1 --model "
+               "gpt2 --sweep-host-mem 8G,x");
+    cli_expect(2, "only zero-offload, zero-infinity and fuyou",
+               "plan --hw rtx4090 x1 --model gpt2 --sweep-host-mem 8G "
+               "--schedule 1f1b");
+    cli_expect(2, "give --hw GPU x1", "plan --hw rtx4090 x2 --model gpt2 "
+               "--sweep-host-mem 8G");
+    cli_expect(2, "encoder and a decoder", "plan --hw rtx4090 x1 --model "
+               "t5-3b --sweep-host-mem 8G");
+    test_rm_rf(dir);
 }

@@ -1,0 +1,255 @@
+/* The largest model each offload policy fits on one GPU, by host DRAM
+ * (`sluice plan --sweep-host-mem`): the model's layer shape kept, its
+ * layer count grown until the plan no longer fits, each size planned by
+ * the planner itself (microbatches, tier, activation swaps), so the limit
+ * is whichever tier runs out first: GPU, DRAM or the drives. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/planner.h"
+#include "plots/plots.h"
+
+#define MAX_SIZES 16
+#define SWEEP_BATCH 16
+
+static const sim_sched policies[] = {SIM_SCHED_ZERO_OFFLOAD,
+                                     SIM_SCHED_ZERO_INFINITY,
+                                     SIM_SCHED_FUYOU};
+#define N_POL ((int)(sizeof policies / sizeof *policies))
+
+static int parse_sizes(const char *s, double *out, util_err *e)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        double v;
+        if (n == MAX_SIZES || util_parse_size(t, &v) || !(v > 0))
+            return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem '%s': "
+                             "expected up to %d sizes, comma-separated, e.g. "
+                             "128G,256G,512G,768G", s, MAX_SIZES);
+        out[n++] = v;
+    }
+    if (!n)
+        return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem needs sizes, "
+                         "e.g. 128G,256G,512G,768G");
+    return n;
+}
+
+/* One size of the sweep: the plan of policy pol for `layers` layers of
+ * the shape, or why none fits. */
+typedef struct fit {
+    int found, layers;
+    double params, samples_per_s, tflops;
+    char why[240];
+} fit;
+
+static int plan_size(const prof_model_spec *shape, int layers,
+                     const prof_finetune *ft, const prof_topo *t,
+                     const char *hw, sim_sched pol, const plan_opts *po,
+                     fit *f, util_err *e)
+{
+    prof_model_spec s = *shape;
+    s.layers = layers;
+    memset(f, 0, sizeof *f);
+    f->layers = layers;
+    prof_model *m = prof_model_for_topo(prof_model_build(&s, e), t, e);
+    if (!m || prof_model_finetune(m, ft, e)) {
+        prof_model_free(m);
+        return -1;
+    }
+    f->params = m->params;
+    plan_opts o = *po;
+    o.progress = 0;
+    o.sched_mask = 1u << pol;
+    plan_result r;
+    if (plan_search(m, t, s.name, hw, &o, &r, e)) {
+        prof_model_free(m);
+        return -1;
+    }
+    if (r.found) {
+        const plan_alt *a = &r.alt[r.best];
+        f->found = 1;
+        f->samples_per_s = a->samples_per_s;
+        f->tflops = prof_model_train_flops(m, 0) * a->samples_per_s / 1e12;
+    } else {
+        snprintf(f->why, sizeof f->why, "%s", r.alt[pol].reason[0]
+                 ? r.alt[pol].reason : r.advice);
+    }
+    plan_result_free(&r);
+    prof_model_free(m);
+    return 0;
+}
+
+/* The most layers of the shape that pol fits (0: not even one); *best
+ * that plan, *next why one more layer does not fit. Doubling from the
+ * shape's own depth, then bisection: fitting is monotone in depth (every
+ * tier holds a share per layer). */
+static int largest(const prof_model_spec *shape, const prof_finetune *ft,
+                   const prof_topo *t, const char *hw, sim_sched pol,
+                   const plan_opts *po, fit *best, fit *next, util_err *e)
+{
+    int lo = 0, hi = -1;        /* lo fits (0: trivially), hi does not */
+    fit f;
+    memset(best, 0, sizeof *best);
+    memset(next, 0, sizeof *next);
+    for (int l = shape->layers; hi < 0;) {
+        if (plan_size(shape, l, ft, t, hw, pol, po, &f, e)) return -1;
+        if (f.found) {
+            lo = l;
+            *best = f;
+            if (l >= PROF_MAX_LAYERS / 2) {
+                hi = PROF_MAX_LAYERS + 1;
+                break;
+            }
+            l *= 2;
+        } else {
+            hi = l;
+            *next = f;
+        }
+    }
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (plan_size(shape, mid, ft, t, hw, pol, po, &f, e)) return -1;
+        if (f.found) lo = mid, *best = f;
+        else hi = mid, *next = f;
+    }
+    return 0;
+}
+
+int plan_sweep_host_mem(int hw_n, char **hw, const prof_hw_opts *ho,
+                        const char *model, const prof_finetune *ft,
+                        const char *sizes, const plan_opts *po, int json,
+                        const char *plot, util_err *e)
+{
+    double mem[MAX_SIZES];
+    int n = parse_sizes(sizes, mem, e);
+    if (n < 0) return -1;
+    prof_model_spec shape;
+    if (prof_model_spec_get(model, &shape, e)) return -1;
+    if (shape.dec_layers > 0)
+        return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem grows a "
+                         "model by its layers: %s has an encoder and a "
+                         "decoder (give a decoder-only model)", shape.name);
+    unsigned want = 0;
+    for (int p = 0; p < N_POL; p++) want |= 1u << policies[p];
+    if (po->sched_mask & ~want)
+        return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem compares the "
+                         "offload schedules: --schedule may name only "
+                         "zero-offload, zero-infinity and fuyou");
+    if (po->sched_mask) want = po->sched_mask;
+    /* a fine-tuning batch unless one is given (the zoo's default is the
+     * pretraining batch, thousands of samples for GPT-3) */
+    plan_opts pb = *po;
+    if (pb.batch <= 0) pb.batch = SWEEP_BATCH;
+    po = &pb;
+    util_table *tb = util_table_new(7);
+    const char *h[] = {"host DRAM", "policy", "largest", "layers",
+                       "samples/s", "TFLOP/s", "one layer more"};
+    for (int i = 0; i < 7; i++)
+        util_table_col(tb, i, h[i], i == 1 || i == 6 ? 'l' : 'r');
+    json_t *rows = json_array();
+    double px[N_POL][MAX_SIZES], py[N_POL][MAX_SIZES];
+    int pc[N_POL] = {0};
+    char gpu[64] = "", drives[96] = "";
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        prof_hw_opts o = *ho;
+        o.host_mem_bytes = mem[i];
+        prof_topo *t = prof_topo_from_args(hw_n, hw, &o, e);
+        if (!t) return json_decref(rows), util_table_free(tb), -1;
+        if (t->n_gpus != 1) {
+            prof_topo_free(t);
+            json_decref(rows);
+            util_table_free(tb);
+            return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem plans one "
+                             "GPU offloading to its host: give --hw GPU x1");
+        }
+        int nd = 0;
+        for (int v = 0; v < t->n_nodes; v++)
+            nd += t->nodes[v].kind == PROF_NODE_NVME;
+        snprintf(gpu, sizeof gpu, "%s", prof_topo_gpu(t, 0)->name);
+        snprintf(drives, sizeof drives, "%d NVMe drive%s", nd,
+                 nd == 1 ? "" : "s");
+        char hwname[256], dram[32];
+        snprintf(hwname, sizeof hwname, "%s%s --host-mem %.0fG", hw[0],
+                 hw_n > 1 ? " x1" : "", mem[i] / 1073741824.0);
+        util_fmt_bytes(mem[i], dram, sizeof dram);
+        for (int p = 0; p < N_POL && !rc; p++) {
+            if (!(want & (1u << policies[p]))) continue;
+            fit best, next;
+            if (largest(&shape, ft, t, hwname, policies[p], po, &best, &next,
+                        e)) {
+                rc = -1;
+                break;
+            }
+            char big[32] = "-", lay[16] = "-", sps[32] = "-", tf[32] = "-";
+            if (best.found) {
+                snprintf(big, sizeof big, "%.1fB", best.params / 1e9);
+                snprintf(lay, sizeof lay, "%d", best.layers);
+                snprintf(sps, sizeof sps, "%.3f", best.samples_per_s);
+                snprintf(tf, sizeof tf, "%.1f", best.tflops);
+                px[p][pc[p]] = mem[i] / 1073741824.0;
+                py[p][pc[p]++] = best.params / 1e9;
+            }
+            const char *pol = sim_sched_name(policies[p]);
+            const char *why = next.why[0] ? next.why : "(the most layers "
+                              "sluice builds)";
+            const char *cells[] = {dram, pol, big, lay, sps, tf, why};
+            util_table_row(tb, cells);
+            json_t *row = json_pack("{s:f,s:s,s:b}", "host_mem_bytes", mem[i],
+                                    "policy", pol, "fits", best.found);
+            if (best.found) {
+                json_object_set_new(row, "params", json_real(best.params));
+                json_object_set_new(row, "layers", json_integer(best.layers));
+                json_object_set_new(row, "samples_per_s",
+                                    json_real(best.samples_per_s));
+                json_object_set_new(row, "model_tflops",
+                                    json_real(best.tflops));
+            }
+            json_object_set_new(row, "one_more_layer", json_string(why));
+            json_array_append_new(rows, row);
+        }
+        prof_topo_free(t);
+    }
+    if (rc == 0 && json) {
+        json_t *j = json_pack("{s:s,s:i,s:i,s:i,s:o}", "shape", shape.name,
+                              "hidden", shape.hidden, "heads", shape.heads,
+                              "batch", po->batch, "sweep", rows);
+        util_json_print(j, stdout);
+        json_decref(j);
+        rows = NULL;
+    } else if (rc == 0) {
+        printf("largest model each offload policy fits on one %s with %s, "
+               "by host DRAM: %s's layers (hidden %d, %d heads, %d tokens), "
+               "as many as fit, batch %d; TFLOP/s are model FLOPs\n", gpu,
+               drives, shape.name, shape.hidden, shape.heads, shape.seq_len,
+               po->batch);
+        util_table_print(tb, stdout, "  ");
+    }
+    if (rc == 0 && plot) {
+        const char *pn[N_POL];
+        const double *x[N_POL], *y[N_POL];
+        int np = 0, cnt[N_POL];
+        for (int p = 0; p < N_POL; p++)
+            if (pc[p]) {
+                pn[np] = sim_sched_name(policies[p]);
+                x[np] = px[p];
+                y[np] = py[p];
+                cnt[np++] = pc[p];
+            }
+        char title[160];
+        snprintf(title, sizeof title, "largest %s-shaped model on one %s",
+                 shape.name, gpu);
+        int prc = plot_lines(plot, "host-mem", title, "host DRAM (GiB)",
+                             "parameters (billions)", np, pn, cnt, x, y, e);
+        if (prc < 0) rc = -1;
+        else if (prc > 0) fprintf(stderr, "sluice plan: %s\n", e->msg);
+    }
+    json_decref(rows);
+    util_table_free(tb);
+    return rc;
+}
