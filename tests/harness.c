@@ -112,6 +112,19 @@ void cli_expect(int code, const char *want, const char *fmt, ...)
     cli_result_free(&r);
 }
 
+json_t *cli_json(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cli_result r = cli_vrun(fmt, ap);
+    va_end(ap);
+    cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, "not JSON: %s", r.out);
+    cli_result_free(&r);
+    return j;
+}
+
 /* The binary under test as an absolute path, so a child may change
  * folder. */
 static void abs_bin(char *out, size_t n)

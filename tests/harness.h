@@ -19,6 +19,10 @@ cli_result cli_run(const char *args_fmt, ...)
  * NULL, want in its stdout (code 0) or its stderr (any other code). */
 void cli_expect(int code, const char *want, const char *args_fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Runs the command, which must exit 0 and print JSON; the parsed output
+ * (json_decref it). */
+json_t *cli_json(const char *args_fmt, ...)
+    __attribute__((format(printf, 1, 2)));
 /* Runs the binary with args (NULL-terminated, no shell: any bytes pass)
  * in folder cwd (NULL: the current one), stdin from /dev/null. */
 cli_result cli_runv(const char *cwd, const char *const *args);

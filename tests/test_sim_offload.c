@@ -231,10 +231,29 @@ Test(sim_offload, tiers_that_cannot_hold_the_states)
                "--mbs 1 --microbatches 1 --host-mem lots");
 }
 
+/* A one-stage gpt2 plan of schedule sched with `field` (JSON) on its
+ * second line: refused, naming the file's line and the field. */
+static void bad_plan(const char *sched, const char *field, const char *name)
+{
+    char *dir = test_tmpdir();
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/b.json", dir);
+    FILE *f = fopen(bad, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"sluice_plan\": 1, \"model\": \"gpt2\", \"hw\": \"rtx4090 "
+               "x1\", \"schedule\": \"%s\", \"pp\": 1, \"mbs\": 1,\n"
+               " \"microbatches\": 1, %s, \"stages\":"
+               " [{\"ops\": [0, 1], \"device\": 0}]}\n", sched, field);
+    fclose(f);
+    cli_expect(2, "b.json:2:", "sim --plan %s", bad);
+    cli_expect(2, name, "sim --plan %s", bad);
+    test_rm_rf(dir);
+}
+
 Test(sim_offload, the_plan_keeps_tier_and_host)
 {
     char *dir = test_tmpdir();
-    char plan[300], bad[300];
+    char plan[300];
     snprintf(plan, sizeof plan, "%s/p.json", dir);
     cli_expect(0, "bound by",
                "sim --hw rtx4090 x1 --model gpt2 --schedule zero-infinity "
@@ -248,16 +267,7 @@ Test(sim_offload, the_plan_keeps_tier_and_host)
     cr_assert(strstr(r.out, "\"tier\": \"dram\""), "%s", r.out);
     cli_result_free(&r);
     /* a tier on a schedule that keeps its state on the GPU */
-    snprintf(bad, sizeof bad, "%s/b.json", dir);
-    FILE *f = fopen(bad, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "{\"sluice_plan\": 1, \"model\": \"gpt2\", \"hw\": \"rtx4090 "
-               "x1\", \"schedule\": \"gpipe\", \"pp\": 1, \"mbs\": 1,\n"
-               " \"microbatches\": 1, \"offload_tier\": \"nvme\", \"stages\":"
-               " [{\"ops\": [0, 1], \"device\": 0}]}\n");
-    fclose(f);
-    cli_expect(2, "b.json:2:", "sim --plan %s", bad);
-    cli_expect(2, "field 'offload_tier'", "sim --plan %s", bad);
+    bad_plan("gpipe", "\"offload_tier\": \"nvme\"", "offload_tier");
     cli_expect(2, "--hw: unknown option '--disk'",
                "sim --hw 'rtx4090 x1 --disk 2' --model gpt2 --schedule "
                "fuyou --mbs 1 --microbatches 1");
@@ -426,15 +436,11 @@ Test(sim_offload, the_search_swaps_the_fewest_checkpoints_that_fit)
  * j stages' whole activations swapped (seconds). */
 static double mini_it(int j)
 {
-    cli_result r = cli_run("sim --hw cpu x1 --model gpt-mini --schedule "
-                           "fuyou --mbs 2 --microbatches 4 --act-swap 0:%d "
-                           "--json", j);
-    cr_assert_eq(r.code, 0, "%s", r.err);
-    json_t *x = json_loads(r.out, 0, NULL);
-    cr_assert_not_null(x);
+    json_t *x = cli_json("sim --hw cpu x1 --model gpt-mini --schedule "
+                         "fuyou --mbs 2 --microbatches 4 --act-swap 0:%d "
+                         "--json", j);
     double it = json_number_value(json_object_get(x, "iteration_time_s"));
     json_decref(x);
-    cli_result_free(&r);
     return it;
 }
 
@@ -443,16 +449,12 @@ Test(sim_offload, the_search_finds_the_fastest_swap_by_brute_force)
     /* on a CPU device, copies are fast against compute: swapping whole
      * activations beats recomputing them; the ternary search's choice is
      * the brute force's best over every count */
-    cli_result r = cli_run("sim --hw cpu x1 --model gpt-mini --schedule fuyou "
-                           "--mbs 2 --microbatches 4 --json");
-    cr_assert_eq(r.code, 0, "%s", r.err);
-    json_t *x = json_loads(r.out, 0, NULL);
-    cr_assert_not_null(x);
+    json_t *x = cli_json("sim --hw cpu x1 --model gpt-mini --schedule fuyou "
+                         "--mbs 2 --microbatches 4 --json");
     json_t *ofl = json_object_get(x, "offload");
     int j = (int)json_integer_value(json_object_get(ofl, "act_swap_whole"));
     double got = json_number_value(json_object_get(x, "iteration_time_s"));
     json_decref(x);
-    cli_result_free(&r);
     double best = INFINITY;
     int n_best = 0;
     for (int k = 0; k <= 8; k++) {
@@ -478,29 +480,16 @@ Test(sim_offload, swap_options_and_plan_fields_are_checked)
                "--act-swap 2:1", run);
     cli_expect(2, "swaps no activations", "%s --schedule 1f1b --pp 1 "
                "--act-swap 2", run);
-    char *dir = test_tmpdir();
-    char bad[300];
-    snprintf(bad, sizeof bad, "%s/b.json", dir);
-    FILE *f = fopen(bad, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "{\"sluice_plan\": 1, \"model\": \"gpt2\", \"hw\": \"rtx4090 "
-               "x1\", \"schedule\": \"zero-offload\", \"pp\": 1, \"mbs\": 1,\n"
-               " \"microbatches\": 1, \"act_swap_whole\": 2, \"stages\":"
-               " [{\"ops\": [0, 1], \"device\": 0}]}\n");
-    fclose(f);
-    cli_expect(2, "b.json:2:", "sim --plan %s", bad);
-    cli_expect(2, "field 'act_swap_whole'", "sim --plan %s", bad);
-    test_rm_rf(dir);
+    bad_plan("zero-offload", "\"act_swap_whole\": 2", "act_swap_whole");
+    bad_plan("fuyou\", \"recompute\": \"none",
+             "\"act_swap_checkpoints\": 2", "act_swap_checkpoints");
 }
 
 Test(sim_offload, the_planner_fits_gpt3_175b_on_one_rtx4090)
 {
     /* the issue's run, at a fine-tuning batch: a plan, what bounds it */
-    cli_result r = cli_run("plan --hw rtx4090 x1 --host-mem 256G --nvme 12 "
-                           "--model gpt3-175b --batch 8 --no-progress --json");
-    cr_assert_eq(r.code, 0, "%s", r.err);
-    json_t *j = json_loads(r.out, 0, NULL);
-    cr_assert_not_null(j);
+    json_t *j = cli_json("plan --hw rtx4090 x1 --host-mem 256G --nvme 12 "
+                         "--model gpt3-175b --batch 8 --no-progress --json");
     json_t *p = json_object_get(j, "plan");
     const char *sched = json_string_value(json_object_get(p, "schedule"));
     cr_expect(sched && !strcmp(sched, "fuyou"), "%s", sched);
@@ -510,7 +499,6 @@ Test(sim_offload, the_planner_fits_gpt3_175b_on_one_rtx4090)
     json_t *ofl = json_object_get(j, "offload");
     cr_expect(json_is_string(json_object_get(ofl, "bound_by")));
     json_decref(j);
-    cli_result_free(&r);
 }
 
 Test(sim_offload, the_largest_model_by_host_dram)
@@ -522,13 +510,10 @@ Test(sim_offload, the_largest_model_by_host_dram)
     char *dir = test_tmpdir();
     char plot[300];
     snprintf(plot, sizeof plot, "%s/s", dir);
-    cli_result r = cli_run("plan --hw rtx4090 x1 --nvme 1 --model gpt2 "
-                           "--sweep-host-mem 8G,16G --schedule "
-                           "zero-offload,fuyou --batch 8 --json --plot %s",
-                           plot);
-    cr_assert_eq(r.code, 0, "%s", r.err);
-    json_t *j = json_loads(r.out, 0, NULL);
-    cr_assert_not_null(j, "%s", r.out);
+    json_t *j = cli_json("plan --hw rtx4090 x1 --nvme 1 --model gpt2 "
+                         "--sweep-host-mem 8G,16G --schedule "
+                         "zero-offload,fuyou --batch 8 --json --plot %s",
+                         plot);
     json_t *rows = json_object_get(j, "sweep");
     cr_assert_eq(json_array_size(rows), 4);
     double p[2][2] = {{0}};
@@ -546,7 +531,6 @@ Test(sim_offload, the_largest_model_by_host_dram)
                  p[0][1], p[0][0]);
     cr_expect_gt(p[1][0], p[0][0]);
     json_decref(j);
-    cli_result_free(&r);
     char png[320];
     snprintf(png, sizeof png, "%s-host-mem.gp", plot);
     cr_expect_eq(access(png, R_OK), 0, "%s", png);
