@@ -203,20 +203,28 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
     }
     ndev = maxdev;
     FILE *mf = open_memstream(&mbuf, &mlen);
-    for (int d = 0; d < ndev; d++) {
-        fprintf(mf, "# device %d: time_ms GiB\n", d);
+    /* blocks: a device's memory each, then an offloaded plan's host tiers
+     * (blocks ndev, ndev + 1: host DRAM, NVMe), empty where absent */
+    static const char *const tier_ctr[2] = {"host DRAM", "NVMe"};
+    int has_tier[2] = {0, 0};
+    for (int d = 0; d < ndev + 2; d++) {
+        const char *want = d < ndev ? "memory" : tier_ctr[d - ndev];
+        int pid = d < ndev ? d : 0;
+        fprintf(mf, "# %s %d: time_ms GiB\n", want, pid);
         int any = 0;
         for (size_t i = 0; i < n; i++) {
             json_t *ev = json_array_get(evs, i);
             const char *ph = json_string_value(json_object_get(ev, "ph"));
-            if (!ph || strcmp(ph, "C")) continue;
-            if ((int)json_integer_value(json_object_get(ev, "pid")) != d)
+            const char *nm = json_string_value(json_object_get(ev, "name"));
+            if (!ph || strcmp(ph, "C") || !nm || strcmp(nm, want)) continue;
+            if ((int)json_integer_value(json_object_get(ev, "pid")) != pid)
                 continue;
             double ts = json_number_value(json_object_get(ev, "ts")) / 1e3;
             double by = json_number_value(json_object_get(
                 json_object_get(ev, "args"), "bytes"));
             fprintf(mf, "%.6f %.6f\n", ts, by / (1 << 30));
-            if (by > mmax) mmax = by;
+            if (by > mmax && d < ndev) mmax = by;
+            if (d >= ndev) has_tier[d - ndev] = 1;
             any = 1;
             if (ts > tmax) tmax = ts;
         }
@@ -349,11 +357,23 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
         fprintf(gf, "' noenhanced\nset key "
                 "outside right\nset ylabel 'GiB'\nset autoscale y\nset "
                 "yrange [0:*]\nset ytics auto\nset grid ytics\n");
+        /* the host tiers on their own axis: hundreds of GiB or TiB
+         * beside a GPU's few */
+        if (has_tier[0] || has_tier[1])
+            fprintf(gf, "set y2label 'GiB, host tiers'\nset y2range [0:*]\n"
+                    "set y2tics\n");
         fprintf(gf, "plot for [i=0:%d] %s index i using 1:2 with steps "
                 "lw 2 title sprintf('dev %%d', i)", ndev - 1, qm);
+        for (int k = 0; k < 2; k++)
+            if (has_tier[k])
+                fprintf(gf, ", %s index %d using 1:2 with steps lw 2 dt %d "
+                        "axes x1y2 title '%s'", qm, ndev + k, k ? 3 : 2,
+                        tier_ctr[k]);
         if (cap_line)
             fprintf(gf, ", %f with lines dt 2 lc rgb '#C44E52' title "
                     "'capacity'", cap0 / (1 << 30));
+        if (has_tier[0] || has_tier[1])
+            fprintf(gf, "\nunset y2label\nunset y2tics");
         fprintf(gf, "\nunset ylabel\nunset title\n");
     }
     fprintf(gf, "unset output\n");

@@ -81,6 +81,16 @@ static void offload_print(const sim_costs *c, const sim_result *r,
         fprintf(f, ", NVMe %s of %s", util_fmt_bytes(c->nvme_bytes, x, sizeof x),
                 util_fmt_bytes(c->nvme_cap, y, sizeof y));
     fprintf(f, "\n");
+    sim_tier_use tu;
+    sim_offload_tier_use(ir, r, c, &tu);
+    fprintf(f, "  in time: host DRAM peaks at %s (%s all along)",
+            util_fmt_bytes(tu.host_peak, a, sizeof a),
+            util_fmt_bytes(tu.host_resident, b, sizeof b));
+    if (c->tier == SIM_TIER_NVME || c->act_tier == SIM_TIER_NVME)
+        fprintf(f, ", the drives at %s",
+                util_fmt_bytes(tu.nvme_peak, x, sizeof x));
+    fprintf(f, "\n");
+    sim_tier_use_free(&tu);
     if (c->act_swap_bytes > 0)
         fprintf(f, "  activations swapped to %s: %s an iteration (the "
                 "checkpoints of %d stage%s, the whole activations of %d)\n",
@@ -115,6 +125,12 @@ static json_t *offload_json(const sim_costs *c, const sim_result *r,
     json_object_set_new(o, "host_capacity_bytes", json_real(c->host_cap));
     json_object_set_new(o, "nvme_bytes", json_real(c->nvme_bytes));
     json_object_set_new(o, "nvme_capacity_bytes", json_real(c->nvme_cap));
+    sim_tier_use tu;
+    sim_offload_tier_use(ir, r, c, &tu);
+    json_object_set_new(o, "host_peak_bytes", json_real(tu.host_peak));
+    json_object_set_new(o, "host_resident_bytes", json_real(tu.host_resident));
+    json_object_set_new(o, "nvme_peak_bytes", json_real(tu.nvme_peak));
+    sim_tier_use_free(&tu);
     json_object_set_new(o, "act_swap_checkpoints", json_integer(c->swap_ckpt));
     json_object_set_new(o, "act_swap_whole", json_integer(c->swap_full));
     json_object_set_new(o, "act_swap_bytes", json_real(c->act_swap_bytes));

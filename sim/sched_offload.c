@@ -76,6 +76,16 @@ static int tier_task(sim_ir *ir, const sim_costs *c, sim_kind k, int s,
     return id;
 }
 
+/* A tier task moving microbatch m's activation of stage s (its mb says
+ * so: tier tasks of model states have none). */
+static int act_task(sim_ir *ir, const sim_costs *c, sim_kind k, int s, int m,
+                    double bytes, int dep)
+{
+    int id = tier_task(ir, c, k, s, bytes, dep);
+    ir->tasks[id].mb = m;
+    return id;
+}
+
 /* The CPU's step of stage s after dep (and the drives' read of its state
  * on the NVMe tier); the write-back, or ZeRO-Offload's copy of the new
  * weights to the GPU, after it. Returns the step. */
@@ -125,9 +135,9 @@ static void swap_group(sim_ir *ir, const sim_costs *c, const int *L, int n,
         if (by <= 0 || m < 0 || m >= M) continue;
         int id = L[q];
         if (t->kind == SIM_F) {
-            act_out[slot] = tier_task(ir, c, SIM_SWAP_OUT, s, by, id);
-            act_wr[slot] = disk ? tier_task(ir, c, SIM_NVME_WRITE, s, by,
-                                            act_out[slot])
+            act_out[slot] = act_task(ir, c, SIM_SWAP_OUT, s, m, by, id);
+            act_wr[slot] = disk ? act_task(ir, c, SIM_NVME_WRITE, s, m, by,
+                                           act_out[slot])
                                 : -1;
             /* the forward two on waits for this copy: activations leave
              * at the pace the link takes them */
@@ -138,11 +148,11 @@ static void swap_group(sim_ir *ir, const sim_costs *c, const int *L, int n,
         if (t->kind != (swaps_full(c, s) ? SIM_BW : SIM_RECOMP)) continue;
         int rd = -1;
         if (disk) {
-            rd = tier_task(ir, c, SIM_NVME_READ, s, by, act_wr[slot]);
+            rd = act_task(ir, c, SIM_NVME_READ, s, m, by, act_wr[slot]);
             if (q >= 3) sim_ir_dep(ir, rd, L[q - 3]);
         }
-        int si = tier_task(ir, c, SIM_SWAP_IN, s, by,
-                           disk ? rd : act_out[slot]);
+        int si = act_task(ir, c, SIM_SWAP_IN, s, m, by,
+                          disk ? rd : act_out[slot]);
         if (disk) sim_ir_dep(ir, si, act_out[slot]);
         if (q >= 2) sim_ir_dep(ir, si, L[q - 2]);
         sim_ir_dep(ir, id, si);
@@ -318,16 +328,19 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
                      c->offload == SIM_SCHED_ZERO_OFFLOAD ? 0 : w);
     /* swapped activations wait in DRAM where it holds them beside the
      * rest; Fuyou's go on to the drives where it does not (ZeRO keeps
-     * them in DRAM) */
-    c->act_swap_bytes = 0;
-    for (int s = 0; s < S; s++)
-        c->act_swap_bytes += swap_bytes(c, s) * c->swap_mb;
+     * them in DRAM). At most one microbatch's wait at once under ZeRO
+     * (each runs its forward and backward before the next), every
+     * microbatch's under Fuyou (each layer over the whole batch). */
+    double one_mb = 0;
+    for (int s = 0; s < S; s++) one_mb += swap_bytes(c, s);
+    c->act_swap_bytes = one_mb * c->swap_mb;
+    double held = zero ? one_mb : c->act_swap_bytes;
     c->act_tier = SIM_TIER_DRAM;
-    if (c->host_bytes + c->act_swap_bytes > c->host_cap &&
+    if (c->host_bytes + held > c->host_cap &&
         c->offload == SIM_SCHED_FUYOU && c->n_drives)
         c->act_tier = SIM_TIER_NVME;
-    if (c->act_tier == SIM_TIER_NVME) c->nvme_bytes += c->act_swap_bytes;
-    else c->host_bytes += c->act_swap_bytes;
+    if (c->act_tier == SIM_TIER_NVME) c->nvme_bytes += held;
+    else c->host_bytes += held;
     char need[32], have[32], miss[32];
     if (c->host_bytes > c->host_cap)
         return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: host DRAM cannot "
@@ -575,4 +588,101 @@ int sim_swap_parse(const char *s, int *ckpt, int *full, util_err *e)
     *ckpt = (int)a;
     *full = (int)b;
     return 0;
+}
+
+/* ------------------------------------------- host DRAM and drives in time */
+
+typedef struct tev {
+    int64_t t;
+    double host, nvme;
+} tev;
+
+static int tev_cmp(const void *x, const void *y)
+{
+    const tev *p = x, *q = y;
+    if (p->t != q->t) return (p->t > q->t) - (p->t < q->t);
+    /* at one instant, what leaves before what arrives */
+    double a = p->host + p->nvme, b = q->host + q->nvme;
+    return (a > b) - (a < b);
+}
+
+void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
+                          const sim_costs *c, sim_tier_use *u)
+{
+    memset(u, 0, sizeof *u);
+    const int S = c->n_stages;
+    int zero = c->offload != SIM_SCHED_FUYOU;
+    int disk = c->act_tier == SIM_TIER_NVME;
+    double tr = 0, one_mb = 0;
+    for (int s = 0; s < S; s++) {
+        tr += c->stage[s].train_bytes;
+        one_mb += swap_bytes(c, s);
+    }
+    double held = zero ? one_mb : c->act_swap_bytes;
+    /* what stays all iteration: the states, staging */
+    u->host_resident = c->host_bytes - (zero ? 2 * tr : 0) -
+                       (disk ? 0 : held);
+    u->nvme_resident = c->nvme_bytes - (disk ? held : 0);
+    tev *ev = util_malloc(sizeof *ev * (size_t)(2 * ir->n_tasks + 2));
+    int n = 0;
+    int *seen = util_calloc((size_t)S + 1, sizeof(int));
+    for (int i = 0; i < ir->n_tasks; i++) {
+        const sim_task *t = &ir->tasks[i];
+        if (t->device != 0 || t->stage < 0 || t->stage >= S) continue;
+        int64_t a = r->start_ns[i], b = r->end_ns[i];
+        double by = t->bytes;
+        int act = t->mb >= 0 && t->kind != SIM_CPU_OPT &&
+                  (t->kind == SIM_SWAP_IN || t->kind == SIM_SWAP_OUT ||
+                   sim_kind_nvme(t->kind));
+        if (act) {
+            /* an activation: in DRAM from its copy out until its copy
+             * back, or, on the drives, until written and again from
+             * its read */
+            switch (t->kind) {
+            case SIM_SWAP_OUT: ev[n++] = (tev){b, by, 0}; break;
+            case SIM_SWAP_IN: ev[n++] = (tev){b, -by, 0}; break;
+            case SIM_NVME_WRITE: ev[n++] = (tev){b, -by, by}; break;
+            case SIM_NVME_READ:
+                ev[n++] = (tev){a, by, 0};
+                ev[n++] = (tev){b, 0, -by};
+                break;
+            default: break;
+            }
+        } else if (zero && t->kind == SIM_SWAP_OUT && t->stream ==
+                   SIM_STREAM_COPY_OUT && !seen[t->stage]++) {
+            /* ZeRO: the stage's fp32 gradient from its first copy
+             * out until its step */
+            ev[n++] = (tev){b, 2 * c->stage[t->stage].train_bytes, 0};
+        } else if (zero && t->kind == SIM_CPU_OPT) {
+            ev[n++] = (tev){b, -2 * c->stage[t->stage].train_bytes, 0};
+        }
+    }
+    free(seen);
+    qsort(ev, (size_t)n, sizeof *ev, tev_cmp);
+    u->n = n + 1;
+    u->t_ns = util_malloc(sizeof(int64_t) * (size_t)u->n);
+    u->host = util_malloc(sizeof(double) * (size_t)u->n);
+    u->nvme = util_malloc(sizeof(double) * (size_t)u->n);
+    double h = u->host_resident, v = u->nvme_resident;
+    u->t_ns[0] = 0;
+    u->host[0] = u->host_peak = h;
+    u->nvme[0] = u->nvme_peak = v;
+    for (int k = 0; k < n; k++) {
+        h += ev[k].host;
+        v += ev[k].nvme;
+        u->t_ns[k + 1] = ev[k].t;
+        u->host[k + 1] = h;
+        u->nvme[k + 1] = v;
+        if (h > u->host_peak) u->host_peak = h;
+        if (v > u->nvme_peak) u->nvme_peak = v;
+    }
+    free(ev);
+}
+
+void sim_tier_use_free(sim_tier_use *u)
+{
+    free(u->t_ns);
+    free(u->host);
+    free(u->nvme);
+    memset(u, 0, sizeof *u);
 }

@@ -116,6 +116,23 @@ typedef struct sim_offload_use {
 const char *sim_offload_res_name(int k);   /* "GPU compute", ... */
 void sim_offload_usage(const sim_ir *ir, const sim_result *r,
                        sim_offload_use *u);
+/* Host DRAM and drive use over an offloaded iteration: what stays (the
+ * states on their tier, staging) and, in time, the swapped activations
+ * (in DRAM from their copy out to their copy back, on the drives from
+ * their write to their read) and ZeRO's fp32 gradients (from a stage's
+ * first copy out to its step). Points (t_ns, bytes) after each change;
+ * the peaks never exceed what sim_offload_costs checked (sim_costs
+ * host_bytes and nvme_bytes: the most at once). */
+typedef struct sim_tier_use {
+    double host_resident, nvme_resident;
+    double host_peak, nvme_peak;
+    int n;
+    int64_t *t_ns;
+    double *host, *nvme;
+} sim_tier_use;
+void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
+                          const sim_costs *c, sim_tier_use *u);
+void sim_tier_use_free(sim_tier_use *u);
 
 /* Prepares an engine for one IR and cost table (lent; must outlive it).
  * Everything the event loop needs is allocated here. */

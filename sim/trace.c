@@ -93,6 +93,22 @@ int sim_trace_write(const char *path, const sim_ir *ir, const sim_result *r,
         us(f, p->t_ns);
         fprintf(f, ", \"args\": {\"bytes\": %.0f}}", p->bytes);
     }
+    /* offloaded: host DRAM and the drives in time, counters of the GPU's
+     * process named for their tier */
+    sim_tier_use tu = {0};
+    if (c && c->offload) sim_offload_tier_use(ir, r, c, &tu);
+    for (int i = 0; i < tu.n; i++)
+        for (int k = 0; k < 2; k++) {
+            if (k && c->tier != SIM_TIER_NVME &&
+                c->act_tier != SIM_TIER_NVME)
+                continue;
+            fprintf(f, "%s{\"ph\": \"C\", \"name\": \"%s\", \"pid\": 0, "
+                    "\"ts\": ", SEP(), k ? "NVMe" : "host DRAM");
+            us(f, tu.t_ns[i]);
+            fprintf(f, ", \"args\": {\"bytes\": %.0f}}",
+                    k ? tu.nvme[i] : tu.host[i]);
+        }
+    sim_tier_use_free(&tu);
     fprintf(f, "\n], \"otherData\": {\"schedule\": \"%s\", \"devices\": %d, "
             "\"capacity_bytes\": [", ir->schedule, ir->n_devices);
     for (int d = 0; d < ir->n_devices; d++)

@@ -545,3 +545,49 @@ Test(sim_offload, the_largest_model_by_host_dram)
                "t5-3b --sweep-host-mem 8G");
     test_rm_rf(dir);
 }
+
+Test(sim_offload, host_dram_and_drives_in_time)
+{
+    /* in time, host DRAM holds the states and staging all along; swapped
+     * checkpoints from their copy out to their copy back; ZeRO's fp32
+     * gradients from a stage's first copy out to its step. Its peak is
+     * what the capacity check charged: every microbatch's checkpoints at
+     * the turn of Fuyou's sweep; under ZeRO one microbatch's, with every
+     * gradient already there in the last microbatch */
+    static const char *const sched[2] = {"fuyou", "zero-infinity"};
+    for (int k = 0; k < 2; k++) {
+        json_t *j = cli_json("sim --hw rtx4090 x1 --model gpt2 --schedule %s "
+                             "--mbs 4 --microbatches 3 --act-swap 10 "
+                             "--host-mem 64G --nvme 2 --json", sched[k]);
+        json_t *o = json_object_get(j, "offload");
+        double peak = json_number_value(json_object_get(o, "host_peak_bytes"));
+        double held = json_number_value(json_object_get(o, "host_bytes"));
+        double res = json_number_value(json_object_get(o,
+                                                       "host_resident_bytes"));
+        double act = json_number_value(json_object_get(o, "act_swap_bytes"));
+        cr_assert_gt(act, 0);
+        cr_expect(fabs(peak - held) <= 1e-9 * held, "%s: peak %.0f, charged "
+                  "%.0f", sched[k], peak, held);
+        cr_expect_lt(res, peak - (k ? act / 3 : act) * 0.999, "%s", sched[k]);
+        cr_expect(fabs(json_number_value(json_object_get(o, "nvme_peak_bytes"))
+                       - json_number_value(json_object_get(o, "nvme_bytes")))
+                  <= 1, "%s", sched[k]);
+        json_decref(j);
+    }
+    char *dir = test_tmpdir();
+    char pre[300], gp[320];
+    snprintf(pre, sizeof pre, "%s/p", dir);
+    cli_expect(0, "in time: host DRAM peaks at", "sim --hw rtx4090 x1 "
+               "--model gpt2 --schedule zero-infinity --mbs 2 "
+               "--microbatches 2 --nvme 1 --plot %s", pre);
+    snprintf(gp, sizeof gp, "%s.gp", pre);
+    FILE *f = fopen(gp, "r");
+    cr_assert_not_null(f);
+    char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    cr_expect(strstr(buf, "title 'host DRAM'"));
+    cr_expect(strstr(buf, "title 'NVMe'"));
+    test_rm_rf(dir);
+}
