@@ -562,12 +562,26 @@ sim_act sim_act_range(const prof_model *m, int first, int last, int t,
     return r;
 }
 
+/* What NCCL's ring (Simple protocol, the one it picks for the megabyte
+ * messages of tensor parallelism) adds to the wire, from NCCL's own cost
+ * model (src/graph/tuning.cc, NCCL 2.12 to 2.19): a base latency of 8.4 us
+ * per collective and 3.4 us per ring step over NVLink (5.7 us over PCIe).
+ * NVLink carries packet headers: NCCL's maintainers give ~20% protocol
+ * overhead (450 GB/s line rate, ~370 GB/s effective on H100; NVIDIA/
+ * nccl-tests issue 212), so a ring over NVLink moves 370/450 of the links'
+ * rate. */
+#define NCCL_BASE_NS 8400.0
+#define NCCL_STEP_NVLINK_NS 3400.0
+#define NCCL_STEP_PCIE_NS 5700.0
+#define NVLINK_DATA_EFF (370.0 / 450.0)
+
 /* The ring of tensor-parallel GPUs g0..g0+t-1, every GPU sending to the
  * next at once: *lat_ns is the slowest route's latency, *bw the slowest of
  * the t flows' max-min rates on the server graph (0: nothing moves). The
  * ring's links are numbered afresh in the order its routes name them;
  * max-min visits links in that order, so the rates are those it finds on
- * the whole graph, for the work of the ring's routes alone. */
+ * the whole graph, for the work of the ring's routes alone. A step takes at
+ * least NCCL's per-step latency; NVLink links count at their data rate. */
 static void tp_ring(const prof_topo *tp, int g0, int t, double *lat_ns,
                     double *bw)
 {
@@ -592,13 +606,20 @@ static void tp_ring(const prof_topo *tp, int g0, int t, double *lat_ns,
         len[nf++] = n;
         used += n;
         double l = prof_route_latency_ns(tp, r, n);
+        for (int k = 0; k < n; k++)
+            l = fmax(l, tp->links[r[k] / 2].kind == PROF_LINK_NVLINK
+                        ? NCCL_STEP_NVLINK_NS : NCCL_STEP_PCIE_NS);
         if (l > *lat_ns) *lat_ns = l;
     }
     if (!nf) return;
     double cap[MAXL], rem[MAXL], rate[MAXF], b = HUGE_VAL;
     int cnt[MAXL] = {0}, touched[MAXL];
     uint8_t frozen[MAXF];
-    for (int j = 0; j < nl; j++) cap[j] = tp->links[dl[j] / 2].bw_bytes_per_s;
+    for (int j = 0; j < nl; j++) {
+        const prof_link *lk = &tp->links[dl[j] / 2];
+        cap[j] = lk->bw_bytes_per_s *
+                 (lk->kind == PROF_LINK_NVLINK ? NVLINK_DATA_EFF : 1);
+    }
     sim_maxmin_scratch w = {rem, cnt, touched, frozen};
     sim_maxmin(nf, rt, len, cap, rate, &w);
     for (int f = 0; f < nf; f++) b = fmin(b, rate[f]);
@@ -620,14 +641,21 @@ void sim_tp_allreduces(const prof_model *m, int i, double *fwd_bytes,
                ? m->ops[op->in[0]].out_bytes : 0;
 }
 
-/* `steps` ring steps of bytes/t each: 2(t-1) for an all-reduce, t-1 for
- * a reduce-scatter or an all-gather. */
-static double tp_ring_ns(double lat_ns, double bw, int t, double bytes,
-                         int steps)
+double sim_ring_coll_ns(double base_ns, double lat_ns, double bw, int t,
+                        double bytes, int steps)
 {
     if (t <= 1 || bytes <= 0 || !(bw > 0)) return 0;
     double step = lat_ns + bytes / t / bw * 1e9;
-    return (double)llround(steps * step);
+    return (double)llround(base_ns + steps * step);
+}
+
+/* `steps` ring steps of bytes/t each: 2(t-1) for an all-reduce, t-1 for
+ * a reduce-scatter or an all-gather; NCCL's base latency once, except
+ * where a measured latency already holds it (base 0). */
+static double tp_ring_ns(double base, double lat_ns, double bw, int t,
+                         double bytes, int steps)
+{
+    return sim_ring_coll_ns(base, lat_ns, bw, t, bytes, steps);
 }
 
 /* The tensor-parallel collectives of op i for a microbatch of mbs samples,
@@ -638,20 +666,21 @@ static double tp_ring_ns(double lat_ns, double bw, int t, double bytes,
  * split input first; the backward mirrors them (the column-parallel
  * input gradient reduce-scattered, the row-parallel output gradient
  * all-gathered): the same bytes over the ring as the all-reduces. */
-static void tp_colls(const prof_model *m, int i, int t, int sp, double lat,
-                     double bw, int mbs, double *f_ns, double *b_ns)
+static void tp_colls(const prof_model *m, int i, int t, int sp, double base,
+                     double lat, double bw, int mbs, double *f_ns,
+                     double *b_ns)
 {
     double fb, bb;
     sim_tp_allreduces(m, i, &fb, &bb);
     if (!sp) {
-        *f_ns += tp_ring_ns(lat, bw, t, fb * mbs, 2 * (t - 1));
-        *b_ns += tp_ring_ns(lat, bw, t, bb * mbs, 2 * (t - 1));
+        *f_ns += tp_ring_ns(base, lat, bw, t, fb * mbs, 2 * (t - 1));
+        *b_ns += tp_ring_ns(base, lat, bw, t, bb * mbs, 2 * (t - 1));
         return;
     }
-    *f_ns += tp_ring_ns(lat, bw, t, fb * mbs, t - 1) +
-             tp_ring_ns(lat, bw, t, bb * mbs, t - 1);
-    *b_ns += tp_ring_ns(lat, bw, t, bb * mbs, t - 1) +
-             tp_ring_ns(lat, bw, t, fb * mbs, t - 1);
+    *f_ns += tp_ring_ns(base, lat, bw, t, fb * mbs, t - 1) +
+             tp_ring_ns(base, lat, bw, t, bb * mbs, t - 1);
+    *b_ns += tp_ring_ns(base, lat, bw, t, bb * mbs, t - 1) +
+             tp_ring_ns(base, lat, bw, t, fb * mbs, t - 1);
 }
 
 void sim_costs_free(sim_costs *c)
@@ -794,7 +823,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->last_op = last_op[s];
         double f = 0, bb = 0, w = 0, r = 0, arf = 0, arb = 0, arr = 0;
         double frozen = 0;
-        double ring_lat = 0, ring_bw = 0;
+        double ring_lat = 0, ring_bw = 0, ring_base = NCCL_BASE_NS;
         if (tpw > 1) tp_ring(t, g0, tpw, &ring_lat, &ring_bw);
         /* measured: the executor's own all-reduce between devices */
         const prof_calib_link *cl = g->calib
@@ -802,6 +831,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         if (tpw > 1 && cl && cl->present) {
             ring_lat = cl->latency_ns;
             ring_bw = cl->bw_bytes_per_s;
+            ring_base = 0;
         }
         for (int i = first_op[s]; i <= last_op[s]; i++) {
             prof_op opx = op_split(&m->ops[i], tpw, sp);
@@ -812,7 +842,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             bb += (double)sim_op_ns(g, dt, op, mbs, SIM_B, meas);
             w += (double)sim_op_ns(g, dt, op, mbs, SIM_W, meas);
             if (tpw > 1)
-                tp_colls(m, i, tpw, sp, ring_lat, ring_bw, mbs, &cf, &cb);
+                tp_colls(m, i, tpw, sp, ring_base, ring_lat, ring_bw, mbs, &cf,
+                         &cb);
             arf += cf;
             arb += cb;
             if (sim_op_recomputed(m, i, rc)) {

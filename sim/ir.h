@@ -468,6 +468,13 @@ int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
  * bytes of its forward's (after row-parallel GEMMs and the embedding) and
  * its backward's (of the input gradient of column-parallel GEMMs); 0 when
  * none. Each costs 2(t-1) ring steps of bytes/t over t ranks. */
+/* A ring collective of `steps` steps over t ranks, each step sending
+ * bytes/t at bw bytes/s after lat_ns, plus base_ns once (NCCL's launch and
+ * synchronisation): base + steps (lat + bytes/(t bw)), ns rounded; 0 when
+ * t <= 1 or nothing moves. An all-reduce is 2(t-1) steps, a
+ * reduce-scatter or an all-gather t-1. */
+double sim_ring_coll_ns(double base_ns, double lat_ns, double bw, int t,
+                        double bytes, int steps);
 void sim_tp_allreduces(const prof_model *m, int i, double *fwd_bytes,
                        double *bwd_bytes);
 /* What one of tp tensor-parallel ranks runs of an op, Megatron-style

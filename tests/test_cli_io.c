@@ -252,3 +252,44 @@ Test(cli_io, plots_only_replace_whole_images)
     }
     test_rm_rf(d);
 }
+
+/* validate: a bad cell is named by file, line and column; a table with a
+ * catalog model, fixed knobs and iterations in seconds is predicted. */
+Test(cli_io, validate_rows_and_knobs)
+{
+    char *dir = test_tmpdir();
+    char bad[512], good[512];
+    snprintf(bad, sizeof bad, "%s/bad.csv", dir);
+    snprintf(good, sizeof good, "%s/good.csv", dir);
+    FILE *f = fopen(bad, "w");
+    cr_assert_not_null(f);
+    fputs("# sluice: gpu=a100-sxm-80gb\n"
+          "model,tensor_parallel,pipeline_parallel,gpus,batch,recompute,iteration_s\n"
+          "gpt2,1,1,1,8,sometimes,0.5\n", f);
+    fclose(f);
+    cli_expect(2, "bad.csv:3: column 'recompute': 'sometimes' is not none, "
+               "selective or full", "validate %s", bad);
+    f = fopen(bad, "w");
+    fputs("# sluice: gpu=a100-sxm-80gb\n"
+          "model,tensor_parallel,pipeline_parallel,gpus,batch\n", f);
+    fclose(f);
+    cli_expect(2, "bad.csv:2: the header has no measurement column", "validate %s",
+               bad);
+    f = fopen(bad, "w");
+    fputs("# sluice: gpu=a100-sxm-80gb\n"
+          "heads,hidden,layers,tensor_parallel,pipeline_parallel,gpus,batch,tokens_per_s_per_gpu\n"
+          "12,768,12,2,1,3,8,1000\n", f);
+    fclose(f);
+    cli_expect(2, "bad.csv:3: column 'gpus': 3 is not a multiple", "validate %s", bad);
+    f = fopen(good, "w");
+    fputs("# sluice: gpu=a100-sxm-80gb seq=1024\n"
+          "model,tensor_parallel,pipeline_parallel,gpus,batch,microbatch,recompute,iteration_s\n"
+          "gpt2,1,1,1,8,8,selective,0.1\n", f);
+    fclose(f);
+    cli_result r = cli_run("validate --json %s", good);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "\"measure\": \"iteration_s\"") != NULL, "%s", r.out);
+    cr_expect(strstr(r.out, "\"knobs\": \"sel\"") != NULL, "%s", r.out);
+    cli_result_free(&r);
+    test_rm_rf(dir);
+}

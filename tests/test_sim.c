@@ -1,6 +1,7 @@
 /* sim: closed forms on uniform stages with free communication, link
  * sharing, the validator and the deadlock detector. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -640,4 +641,24 @@ Test(sim_props, random_configurations)
         sim_costs_free(c);
     }
     star_free(t);
+}
+
+/* A ring collective against its closed form: an all-reduce of B bytes over
+ * n ranks is 2(n-1) steps of B/n, each after the step latency, plus the
+ * base latency once; a reduce-scatter or all-gather (n-1 steps) half of
+ * the steps. */
+Test(sim_closed, ring_collective_time)
+{
+    double B = 64e6, bw = 240e9, lat = 3400, base = 8400;
+    for (int n = 2; n <= 16; n *= 2) {
+        double ar = base + 2.0 * (n - 1) * (lat + B / n / bw * 1e9);
+        cr_expect_float_eq(sim_ring_coll_ns(base, lat, bw, n, B, 2 * (n - 1)),
+                           (double)llround(ar), 0.5, "n %d", n);
+        double rs = base + (n - 1) * (lat + B / n / bw * 1e9);
+        cr_expect_float_eq(sim_ring_coll_ns(base, lat, bw, n, B, n - 1),
+                           (double)llround(rs), 0.5, "n %d", n);
+    }
+    /* nothing to move, or one rank: free */
+    cr_expect_eq(sim_ring_coll_ns(base, lat, bw, 1, B, 0), 0);
+    cr_expect_eq(sim_ring_coll_ns(base, lat, bw, 8, 0, 14), 0);
 }
