@@ -239,6 +239,12 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
                        "says which GPU the table was measured on", path);
         goto out;
     }
+    if (!have_header) {
+        rc = util_errf(e, UTIL_EXIT_USAGE, "%s: no header line names the "
+                       "columns (heads, hidden, layers, ..., and tflops_per_gpu, "
+                       "iteration_s or tokens_per_s_per_gpu)", path);
+        goto out;
+    }
     int sk = sim_sched_parse(h.sched);
     unsigned mask = sk >= 0 ? 1u << sk : 0;
     if (!mask) {

@@ -275,6 +275,11 @@ Test(cli_io, validate_rows_and_knobs)
     fclose(f);
     cli_expect(2, "bad.csv:2: the header has no measurement column", "validate %s",
                bad);
+    /* comments only: no header names the columns */
+    f = fopen(bad, "w");
+    fputs("# sluice: gpu=a100-sxm-80gb\n", f);
+    fclose(f);
+    cli_expect(2, "no header line names the columns", "validate %s", bad);
     f = fopen(bad, "w");
     fputs("# sluice: gpu=a100-sxm-80gb\n"
           "heads,hidden,layers,tensor_parallel,pipeline_parallel,gpus,batch,tokens_per_s_per_gpu\n"
