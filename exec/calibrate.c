@@ -660,10 +660,17 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
         if (rc || rank) return rc;
     }
     int saved = kern_get_threads();
-    char tmp[] = "/tmp/sluice-calibrate-XXXXXX";
+    /* scratch for the measuring runs' plans, where the user keeps
+     * temporary files */
+    const char *td = getenv("TMPDIR");
+    char tmp[512];
+    if (snprintf(tmp, sizeof tmp, "%s/sluice-calibrate-XXXXXX",
+                 td && *td ? td : "/tmp") >= (int)sizeof tmp)
+        return util_errf(e, UTIL_EXIT_USAGE, "TMPDIR '%s': too long", td);
     if (!mkdtemp(tmp))
         return util_errf(e, UTIL_EXIT_FAIL, "cannot make a temporary "
-                         "folder: %s", strerror(errno));
+                         "folder in %s: %s", td && *td ? td : "/tmp",
+                         strerror(errno));
     samples v = {0};
     prof_calib *c = &r->calib;
     snprintf(c->device, sizeof c->device, "%s", o->device);

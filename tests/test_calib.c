@@ -515,10 +515,12 @@ Test(calib_cli, a_killed_or_stopped_run_leaves_the_previous_profile)
     const int sig[] = {SIGKILL, SIGINT, SIGTERM};
     for (int k = 0; k < 3; k++) {
         /* started, then signalled once it has begun measuring */
-        int rc = sh_run("cd %s && rm -f log && (\"$SLUICE\" --profile-dir "
+        /* its scratch in a folder of the test's own (TMPDIR) */
+        int rc = sh_run("cd %s && rm -rf log scratch && mkdir scratch && "
+                        "(TMPDIR=%s/scratch \"$SLUICE\" --profile-dir "
                         "%s calibrate --hw cpu x2 --quick 2> log & p=$!; "
                         "while ! grep -q 'ops: hidden' log; do sleep 0.05; "
-                        "done; kill -%d $p; wait $p; echo $? > rc)", d, d,
+                        "done; kill -%d $p; wait $p; echo $? > rc)", d, d, d,
                         sig[k]);
         cr_assert_eq(rc, 0);
         char rcp[700];
@@ -533,6 +535,9 @@ Test(calib_cli, a_killed_or_stopped_run_leaves_the_previous_profile)
             cr_expect_eq(code, 1, "signal %d: exit %d", sig[k], code);
             cr_expect_eq(sh_run("grep -q 'stopped; .* is as it was' %s/log",
                                 d), 0);
+            /* stopped, it removes its scratch */
+            cr_expect_eq(sh_run("test -z \"$(ls -A %s/scratch)\"", d), 0,
+                         "signal %d left scratch", sig[k]);
         }
         cr_expect_eq(sh_run("cmp -s %s %s/before", path, d), 0,
                      "signal %d changed the profile", sig[k]);
