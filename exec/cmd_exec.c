@@ -99,7 +99,9 @@ static void usage(FILE *f)
         "                      layers are fetched to the device one by one\n"
         "  --offload-tier T    dram (host memory, default) or nvme (a file)\n"
         "  --offload-path DIR  where nvme's files go (default .): unique\n"
-        "                      names, removed however the run ends\n"
+        "                      names, removed however the run ends; also\n"
+        "                      for plans of zero-infinity and fuyou, whose\n"
+        "                      tier tasks run as planned\n"
         "  --calibrate         time every op of the run and add the times\n"
         "                      (and the runtime's cost per task) to the\n"
         "                      device type's calibration (sluice calibrate\n"
@@ -282,12 +284,16 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         (!c->backend || strcmp(c->backend, "cuda")))
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --transport nccl "
                          "moves GPU memory: use it with --backend cuda");
-    if (c->offload.policy == EXEC_OFFLOAD_NONE &&
-        (c->tier_given || c->offload.path))
-        return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: %s needs "
-                         "--offload zero-offload or fuyou",
-                         c->tier_given ? "--offload-tier" : "--offload-path");
-    if (c->offload.path && c->offload.tier != EXEC_TIER_NVME)
+    if (c->offload.policy == EXEC_OFFLOAD_NONE && c->tier_given)
+        return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --offload-tier "
+                         "needs --offload zero-offload or fuyou");
+    if (c->offload.policy == EXEC_OFFLOAD_NONE && c->offload.path &&
+        !c->plan)
+        return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --offload-path "
+                         "needs --offload zero-offload or fuyou, or the "
+                         "plan of an offload schedule");
+    if (c->offload.policy != EXEC_OFFLOAD_NONE && c->offload.path &&
+        c->offload.tier != EXEC_TIER_NVME)
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --offload-path "
                          "names where the nvme tier's files go: give "
                          "--offload-tier nvme");
@@ -483,6 +489,16 @@ static int run_plan(cmd *c)
     }
     if (sim_plan_load(c->plan, &plan, &e) || fault_from_env(&po, &e)) {
         rc = -1;
+        goto out;
+    }
+    if (c->offload.path && c->offload.policy == EXEC_OFFLOAD_NONE &&
+        !sim_sched_offload(plan.sched)) {
+        rc = util_errf(&e, UTIL_EXIT_USAGE, "sluice exec: --offload-path "
+                       "names where the drive tier's files go: schedule %s "
+                       "of %s keeps its states on the device (give --offload "
+                       "zero-offload or fuyou, or plan with --schedule "
+                       "zero-infinity or fuyou)", sim_sched_name(plan.sched),
+                       c->plan);
         goto out;
     }
     po.plan_path = c->plan;

@@ -429,6 +429,14 @@ typedef struct exec_pipe_result {
     double ofl_read_bytes, ofl_read_s, ofl_write_bytes, ofl_write_s;
     double adam_params, adam_s;
     char ofl_note[160];
+    /* a plan of an offload schedule (its tiers ran the IR's tier tasks):
+     * the schedule, where states and swapped activations lived
+     * (sim_tier), bytes and seconds copied to and from the device, the
+     * host memory its tiers held at most; the fields above are its file's
+     * and its AdamW's */
+    int tiers, tier_sched, tier, act_tier;
+    double tier_up_bytes, tier_up_s, tier_down_bytes, tier_down_s;
+    double tier_host_peak;
     sim_ir *ir;                 /* the IR that ran (owned) */
     sim_costs *costs;           /* its costs (owned) */
     prof_model *model;          /* owned */

@@ -15,7 +15,7 @@
 
 #include "exec/runtime.h"
 
-#define ALIGN 4096              /* O_DIRECT: buffers, offsets and sizes */
+#define ALIGN EXEC_TFILE_ALIGN
 
 /* A layer of a stage: its ops' parameters, contiguous in the arena. */
 typedef struct ofl_chunk {
@@ -53,10 +53,7 @@ typedef struct ofl_job {
 typedef struct exec_ofl {
     exec_worker *w;
     exec_offload o;
-    int fd, direct;
-    char note[160];
-    int64_t fsize;
-    double written;             /* bytes, for the full-disk fault */
+    exec_tfile f;               /* nvme: the file */
     size_t region;              /* bytes of the largest region */
     float *bounce[5];           /* compute, I/O thread, AdamW's w, m, v */
     pthread_mutex_t mu;
@@ -66,7 +63,7 @@ typedef struct exec_ofl {
     pthread_t th[2];
     int failed;
     util_err err;
-    double rd_bytes, rd_ns, wr_bytes, wr_ns, adam_params, adam_ns;
+    double adam_params, adam_ns;
     exec_stage **st;
     int n_st;
 } exec_ofl;
@@ -91,10 +88,10 @@ int exec_tier_parse(const char *s, exec_tier *t)
     return -1;
 }
 
-static size_t up(size_t b) { return (b + ALIGN - 1) / ALIGN * ALIGN; }
+static size_t up(size_t b) { return exec_tfile_up(b); }
 
 /* Aligned host memory for O_DIRECT; failure aborts as util_malloc's. */
-static void *aligned(size_t bytes)
+void *exec_tfile_buf(size_t bytes)
 {
     void *p = NULL;
     if (posix_memalign(&p, ALIGN, bytes ? bytes : ALIGN))
@@ -122,40 +119,47 @@ static int ofl_failed(exec_ofl *o, util_err *e)
 }
 
 /* Whole pread or pwrite of the file, timed; a full disk names the path. */
-static int file_io(exec_ofl *o, int wr, void *buf, size_t bytes, int64_t off,
-                   util_err *e)
+int exec_tfile_io(exec_tfile *f, int wr, void *buf, size_t bytes, int64_t off,
+                  util_err *e)
 {
     int64_t t0 = (int64_t)exec_now_ns();
     char *p = buf;
     size_t done = 0;
     while (done < bytes) {
         ssize_t k;
-        if (wr && o->o.full_after_bytes > 0 &&
-            o->written + (double)(bytes - done) > o->o.full_after_bytes) {
+        pthread_mutex_lock(&f->mu);
+        int full = wr && f->full_after > 0 &&
+                   f->written + (double)(bytes - done) > f->full_after;
+        pthread_mutex_unlock(&f->mu);
+        if (full) {
             k = -1;
             errno = ENOSPC;
         } else {
-            k = wr ? pwrite(o->fd, p + done, bytes - done, off + (int64_t)done)
-                   : pread(o->fd, p + done, bytes - done, off + (int64_t)done);
+            k = wr ? pwrite(f->fd, p + done, bytes - done, off + (int64_t)done)
+                   : pread(f->fd, p + done, bytes - done, off + (int64_t)done);
         }
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
             int er = k < 0 ? errno : (wr ? ENOSPC : EIO);
             char a[32];
             return util_errf(e, UTIL_EXIT_FAIL, "offload file in '%s': %s "
-                             "%s: %s%s", o->o.path, wr ? "writing" : "reading",
+                             "%s: %s%s", f->dir, wr ? "writing" : "reading",
                              util_fmt_bytes((double)bytes, a, sizeof a),
                              strerror(er), er == ENOSPC ? " (the disk is full;"
                              " the file is removed)" : "");
         }
         done += (size_t)k;
-        if (wr) o->written += (double)k;
+        if (wr) {
+            pthread_mutex_lock(&f->mu);
+            f->written += (double)k;
+            pthread_mutex_unlock(&f->mu);
+        }
     }
     double dt = (double)((int64_t)exec_now_ns() - t0);
-    pthread_mutex_lock(&o->mu);
-    if (wr) { o->wr_bytes += (double)bytes; o->wr_ns += dt; }
-    else { o->rd_bytes += (double)bytes; o->rd_ns += dt; }
-    pthread_mutex_unlock(&o->mu);
+    pthread_mutex_lock(&f->mu);
+    if (wr) { f->wr_bytes += (double)bytes; f->wr_ns += dt; }
+    else { f->rd_bytes += (double)bytes; f->rd_ns += dt; }
+    pthread_mutex_unlock(&f->mu);
     return 0;
 }
 
@@ -166,7 +170,7 @@ static int state_read(exec_ofl *o, exec_stage *st, int c, int k, float *h,
     struct exec_ofl_stage *s = st->ofl;
     const ofl_chunk *ch = &s->c[c];
     if (o->o.tier == EXEC_TIER_NVME)
-        return file_io(o, 0, h, up(ch->n * sizeof(float)),
+        return exec_tfile_io(&o->f, 0, h, up(ch->n * sizeof(float)),
                        ch->foff + (int64_t)(k * up(ch->n * sizeof(float))), e);
     float *src = (k == 0 ? s->hw : k == 1 ? s->hm : s->hv) + ch->off;
     memcpy(h, src, ch->n * sizeof *h);
@@ -198,10 +202,10 @@ static int fetch(exec_ofl *o, exec_stage *st, int c, float *dst, float *bounce,
     }
     int64_t t0 = (int64_t)exec_now_ns();
     be->from_host(dst, s->hw + ch->off, ch->n * sizeof *dst);
-    pthread_mutex_lock(&o->mu);
-    o->rd_bytes += (double)(ch->n * sizeof *dst);
-    o->rd_ns += (double)((int64_t)exec_now_ns() - t0);
-    pthread_mutex_unlock(&o->mu);
+    pthread_mutex_lock(&o->f.mu);
+    o->f.rd_bytes += (double)(ch->n * sizeof *dst);
+    o->f.rd_ns += (double)((int64_t)exec_now_ns() - t0);
+    pthread_mutex_unlock(&o->f.mu);
     return 0;
 }
 
@@ -238,7 +242,8 @@ static int update(exec_ofl *o, exec_stage *st, int c, int step, float scale,
     pthread_mutex_unlock(&o->mu);
     size_t rb = up(ch->n * sizeof(float));
     for (int k = 0; nvme && k < 3; k++)
-        if (file_io(o, 1, h[k], rb, ch->foff + (int64_t)(k * rb), e))
+        if (exec_tfile_io(&o->f, 1, h[k], rb, ch->foff + (int64_t)(k * rb),
+                          e))
             return -1;
     return 0;
 }
@@ -291,10 +296,20 @@ static void *adam_main(void *arg) { return ofl_main_q(arg, 1); }
 /* The file: a unique name in the directory, unlinked as soon as it is
  * open (the kernel frees it when the run ends, however it ends); O_DIRECT
  * when an aligned write goes through, else buffered, with a note. */
-static int file_open(exec_ofl *o, util_err *e)
+void exec_tfile_init(exec_tfile *f)
 {
-    const char *dir = o->o.path && *o->o.path ? o->o.path : ".";
-    o->o.path = dir;
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    pthread_mutex_init(&f->mu, NULL);
+    f->mu_ok = 1;
+}
+
+int exec_tfile_open(exec_tfile *f, const char *dir, double full_after,
+                    util_err *e)
+{
+    f->full_after = full_after;
+    dir = dir && *dir ? dir : ".";
+    f->dir = dir;
     char path[4200];
     if (snprintf(path, sizeof path, "%s/sluice-offload-XXXXXX", dir) >=
         (int)sizeof path)
@@ -307,18 +322,18 @@ static int file_open(exec_ofl *o, util_err *e)
     int dfd = open(path, O_RDWR | O_DIRECT);
     int derr = errno;
     unlink(path);
-    o->fd = fd;
+    f->fd = fd;
     if (dfd >= 0) {
-        void *blk = aligned(ALIGN);
+        void *blk = exec_tfile_buf(ALIGN);
         memset(blk, 0, ALIGN);
         ssize_t k = pwrite(dfd, blk, ALIGN, 0);
         derr = errno;
         free(blk);
         if (k == ALIGN) {
             close(fd);
-            o->fd = dfd;
-            o->direct = 1;
-            snprintf(o->note, sizeof o->note, "O_DIRECT");
+            f->fd = dfd;
+            f->direct = 1;
+            snprintf(f->note, sizeof f->note, "O_DIRECT");
             return 0;
         }
         close(dfd);
@@ -326,9 +341,26 @@ static int file_open(exec_ofl *o, util_err *e)
             return util_errf(e, UTIL_EXIT_FAIL, "offload file in '%s': %s "
                              "(the disk is full)", dir, strerror(derr));
     }
-    snprintf(o->note, sizeof o->note, "buffered: O_DIRECT unavailable on "
+    snprintf(f->note, sizeof f->note, "buffered: O_DIRECT unavailable on "
              "this file system (%s)", strerror(derr));
     return 0;
+}
+
+int64_t exec_tfile_grow(exec_tfile *f, size_t bytes)
+{
+    pthread_mutex_lock(&f->mu);
+    int64_t at = f->size;
+    f->size += (int64_t)exec_tfile_up(bytes);
+    pthread_mutex_unlock(&f->mu);
+    return at;
+}
+
+void exec_tfile_close(exec_tfile *f)
+{
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    if (f->mu_ok) pthread_mutex_destroy(&f->mu);
+    f->mu_ok = 0;
 }
 
 int exec_ofl_open(exec_worker *w, util_err *e)
@@ -351,11 +383,13 @@ int exec_ofl_open(exec_worker *w, util_err *e)
     exec_ofl *o = util_calloc(1, sizeof *o);
     o->w = w;
     o->o = *of;
-    o->fd = -1;
+    exec_tfile_init(&o->f);
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
     w->ofl = o;
-    if (of->tier == EXEC_TIER_NVME && file_open(o, e)) return -1;
+    if (of->tier == EXEC_TIER_NVME &&
+        exec_tfile_open(&o->f, of->path, of->full_after_bytes, e))
+        return -1;
     for (int q = 0; q < 2; q++) {
         if (pthread_create(&o->th[q], NULL, q ? adam_main : io_main, o))
             return util_errf(e, UTIL_EXIT_FAIL, "could not start the offload"
@@ -477,24 +511,23 @@ int exec_ofl_stage_add(exec_worker *w, exec_stage *st, const exec_tensor *tt,
     }
     for (int b = 0; b < 5; b++) {
         free(o->bounce[b]);
-        o->bounce[b] = aligned(o->region);
+        o->bounce[b] = exec_tfile_buf(o->region);
     }
     int rc = 0;
     for (int c = 0; c < s->n_c && !rc; c++) {
         ofl_chunk *ch = &s->c[c];
         size_t rb = up(ch->n * sizeof(float));
-        ch->foff = o->fsize;
-        o->fsize += 3 * (int64_t)rb;
+        ch->foff = exec_tfile_grow(&o->f, 3 * rb);
         for (int k = 0; k < 3 && !rc; k++) {
             memset(o->bounce[0], 0, rb);
             memcpy(o->bounce[0], h[k] + ch->off, ch->n * sizeof(float));
-            rc = file_io(o, 1, o->bounce[0], rb, ch->foff + (int64_t)(k * rb),
-                         e);
+            rc = exec_tfile_io(&o->f, 1, o->bounce[0], rb,
+                               ch->foff + (int64_t)(k * rb), e);
         }
     }
     for (int k = 0; k < 3; k++) free(h[k]);
     /* setting up is not the run's traffic */
-    o->wr_bytes = o->wr_ns = 0;
+    o->f.wr_bytes = o->f.wr_ns = 0;
     return rc;
 }
 
@@ -683,17 +716,17 @@ void exec_ofl_stats(const exec_worker *w, double out[6])
     const exec_ofl *o = w->ofl;
     memset(out, 0, 6 * sizeof *out);
     if (!o) return;
-    out[0] = o->rd_bytes;
-    out[1] = o->rd_ns / 1e9;
-    out[2] = o->wr_bytes;
-    out[3] = o->wr_ns / 1e9;
+    out[0] = o->f.rd_bytes;
+    out[1] = o->f.rd_ns / 1e9;
+    out[2] = o->f.wr_bytes;
+    out[3] = o->f.wr_ns / 1e9;
     out[4] = o->adam_params;
     out[5] = o->adam_ns / 1e9;
 }
 
 const char *exec_ofl_note(const exec_worker *w)
 {
-    return w->ofl ? w->ofl->note : "";
+    return w->ofl ? w->ofl->f.note : "";
 }
 
 void exec_ofl_free(exec_worker *w)
@@ -732,7 +765,7 @@ void exec_ofl_free(exec_worker *w)
     }
     free(o->st);
     for (int b = 0; b < 5; b++) free(o->bounce[b]);
-    if (o->fd >= 0) close(o->fd);
+    exec_tfile_close(&o->f);
     pthread_mutex_destroy(&o->mu);
     pthread_cond_destroy(&o->cv);
     free(o);

@@ -102,6 +102,11 @@ static int finetune_check(const exec_pipe_opts *o, const sim_plan *p,
                          "fine-tuning mode %s yet (its tier holds every "
                          "weight with its gradient and moments)", where,
                          exec_offload_name(o->offload.policy), ft);
+    if (sim_sched_offload(p->sched))
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: schedule %s does not run "
+                         "fine-tuning mode %s yet (its tiers hold every "
+                         "weight with its gradient and moments)", where,
+                         sim_sched_name(p->sched), ft);
     if (o->resume && p->ft.kind == PROF_FT_LORA)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: --resume %s: a LoRA run's "
                          "checkpoint holds its adapters merged into the "
@@ -341,15 +346,23 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
 static int gather_offload(exec_runtime *rt, exec_pipe_result *r, int mpi,
                           util_err *e)
 {
-    double v[6] = {0}, one[6];
+    double v[EXEC_TIER_STATS] = {0}, one[EXEC_TIER_STATS];
     for (int i = 0; i < rt->n_local; i++) {
-        exec_ofl_stats(&rt->w[i], one);
-        for (int k = 0; k < 6; k++) v[k] += one[k];
+        if (rt->tiers) exec_tiers_stats(&rt->w[i], one);
+        else exec_ofl_stats(&rt->w[i], one);
+        for (int k = 0; k < (rt->tiers ? EXEC_TIER_STATS : 6); k++)
+            v[k] += one[k];
         if (!r->ofl_note[0])
             snprintf(r->ofl_note, sizeof r->ofl_note, "%s",
-                     exec_ofl_note(&rt->w[i]));
+                     rt->tiers ? exec_tiers_note(&rt->w[i])
+                               : exec_ofl_note(&rt->w[i]));
     }
-    if (mpi && exec_mpi_sum(v, 6, 1, e)) return -1;
+    if (mpi && exec_mpi_sum(v, EXEC_TIER_STATS, 1, e)) return -1;
+    r->tier_up_bytes = v[6];
+    r->tier_up_s = v[7];
+    r->tier_down_bytes = v[8];
+    r->tier_down_s = v[9];
+    r->tier_host_peak = v[10];
     r->ofl_read_bytes = v[0];
     r->ofl_read_s = v[1];
     r->ofl_write_bytes = v[2];
@@ -481,6 +494,22 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     }
     if (zero_tied_check(r->ir, p, where, e)) goto out;
     rt.ir = r->ir;
+    rt.tiers = r->costs->offload != 0;
+    rt.tier_sched = r->costs->offload;
+    rt.tier = r->costs->tier;
+    rt.act_tier = r->costs->act_tier;
+    r->tiers = rt.tiers;
+    r->tier_sched = rt.tier_sched;
+    r->tier = rt.tier;
+    r->act_tier = rt.act_tier;
+    if (rt.tiers && o->offload.policy != EXEC_OFFLOAD_NONE) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: schedule %s moves the model "
+                  "states itself: --offload %s is for plans that keep them "
+                  "on the device (give --offload-path only)", where,
+                  sim_sched_name(p->sched),
+                  exec_offload_name(o->offload.policy));
+        goto out;
+    }
     rt.zero = r->costs->zero;
     rt.shard = r->costs->shard;
     if (rt.zero && rt.shard < rt.dp) {

@@ -286,6 +286,112 @@ static void offload_lines(const exec_pipe_result *r, FILE *f)
             "keep the states on the device)\n");
 }
 
+/* A plan of an offload schedule: per resource of the tiers (sim/sim.h's
+ * SIM_OFL_*) the measured and simulated busy time and bytes in the
+ * iteration, which bounds it in each, and host memory at its peak. */
+typedef struct tiers_cmp {
+    sim_offload_use mu, su;
+    double bytes[SIM_OFL_RES_COUNT];    /* moved per step, measured */
+    double host_sim;
+} tiers_cmp;
+
+static void tiers_compare(const exec_pipe_result *r, const meas *m,
+                          const sim_result *pr, tiers_cmp *c)
+{
+    sim_offload_usage(r->ir, &m->res, &c->mu);
+    sim_offload_usage(r->ir, pr, &c->su);
+    sim_tier_use tu;
+    sim_offload_tier_use(r->ir, pr, r->costs, &tu);
+    c->host_sim = tu.host_peak;
+    sim_tier_use_free(&tu);
+    /* the engine's bytes are the IR's: what moved is the run's count */
+    double n = r->steps_run > 0 ? r->steps_run : 1;
+    memset(c->bytes, 0, sizeof c->bytes);
+    c->bytes[SIM_OFL_PCIE_IN] = r->tier_up_bytes / n;
+    c->bytes[SIM_OFL_PCIE_OUT] = r->tier_down_bytes / n;
+    c->bytes[SIM_OFL_NVME] = (r->ofl_read_bytes + r->ofl_write_bytes) / n;
+}
+
+static json_t *tiers_json(const exec_pipe_result *r, const meas *m,
+                          const sim_result *pr)
+{
+    if (!r->tiers) return json_null();
+    tiers_cmp c;
+    tiers_compare(r, m, pr, &c);
+    json_t *res = json_array();
+    for (int k = 0; k < SIM_OFL_RES_COUNT; k++)
+        json_array_append_new(res, json_pack(
+            "{s:s, s:f, s:f, s:f, s:f}", "resource", sim_offload_res_name(k),
+            "busy_s", c.mu.busy_ns[k] * 1e-9,
+            "simulated_busy_s", c.su.busy_ns[k] * 1e-9,
+            "bytes", c.bytes[k], "simulated_bytes", c.su.bytes[k]));
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:s, s:f, s:f, s:f, "
+                     "s:f, s:f}",
+                     "schedule", sim_sched_name(r->tier_sched),
+                     "tier", sim_tier_name(r->tier),
+                     "activations_tier", sim_tier_name(r->act_tier),
+                     "io", r->ofl_note, "resources", res,
+                     "bound_by", sim_offload_res_name(c.mu.bound),
+                     "simulated_bound_by", sim_offload_res_name(c.su.bound),
+                     "host_peak_bytes", r->tier_host_peak,
+                     "simulated_host_peak_bytes", c.host_sim,
+                     "read_bytes_per_s", rate(r->ofl_read_bytes,
+                                              r->ofl_read_s),
+                     "write_bytes_per_s", rate(r->ofl_write_bytes,
+                                               r->ofl_write_s),
+                     "adam_params_per_s", rate(r->adam_params, r->adam_s));
+}
+
+static void tiers_lines(const exec_pipe_result *r, const meas *m,
+                        const sim_result *pr, FILE *f)
+{
+    if (!r->tiers) return;
+    tiers_cmp c;
+    tiers_compare(r, m, pr, &c);
+    fprintf(f, "\n  tiers of %s: states in %s, swapped activations in %s%s%s"
+            "%s\n", sim_sched_name(r->tier_sched), sim_tier_name(r->tier),
+            sim_tier_name(r->act_tier), r->ofl_note[0] ? " (file: " : "",
+            r->ofl_note, r->ofl_note[0] ? ")" : "");
+    util_table *tb = util_table_new(5);
+    const char *hd[] = {"resource", "busy", "sim busy", "bytes",
+                        "sim bytes"};
+    for (int i = 0; i < 5; i++) util_table_col(tb, i, hd[i], i ? 'r' : 'l');
+    double it = (double)m->iter_med, ps = (double)pr->iteration_ns;
+    for (int k = 0; k < SIM_OFL_RES_COUNT; k++) {
+        char cells[5][32];
+        snprintf(cells[0], 32, "%s", sim_offload_res_name(k));
+        snprintf(cells[1], 32, "%.0f%%", it > 0 ? 100 * c.mu.busy_ns[k] / it
+                                                : 0);
+        snprintf(cells[2], 32, "%.0f%%", ps > 0 ? 100 * c.su.busy_ns[k] / ps
+                                                : 0);
+        if (k == SIM_OFL_GPU || k == SIM_OFL_CPU) {
+            snprintf(cells[3], 32, "-");
+            snprintf(cells[4], 32, "-");
+        } else {
+            util_fmt_bytes(c.bytes[k], cells[3], 32);
+            util_fmt_bytes(c.su.bytes[k], cells[4], 32);
+        }
+        const char *row[5];
+        for (int i = 0; i < 5; i++) row[i] = cells[i];
+        util_table_row(tb, row);
+    }
+    util_table_print(tb, f, "  ");
+    util_table_free(tb);
+    char a[32], b[32], x[32], y[32];
+    fprintf(f, "  bound by %s (simulated: %s); host memory at most %s "
+            "(simulated %s)\n", sim_offload_res_name(c.mu.bound),
+            sim_offload_res_name(c.su.bound),
+            util_fmt_bytes(r->tier_host_peak, a, sizeof a),
+            util_fmt_bytes(c.host_sim, b, sizeof b));
+    fprintf(f, "  drive read %s/s, write %s/s; CPU AdamW %.1f M params/s; "
+            "bytes are per iteration, busy its share of it\n",
+            util_fmt_bytes(rate(r->ofl_read_bytes, r->ofl_read_s), x,
+                           sizeof x),
+            util_fmt_bytes(rate(r->ofl_write_bytes, r->ofl_write_s), y,
+                           sizeof y),
+            rate(r->adam_params, r->adam_s) / 1e6);
+}
+
 int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                      const exec_report_opts *ro, util_err *e)
 {
@@ -348,6 +454,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
         json_object_set_new(j, "steps", steps_json(o, r, warmup));
         json_object_set_new(j, "stopped", json_boolean(r->stopped));
         json_object_set_new(j, "offload", offload_json(r));
+        json_object_set_new(j, "tiers", tiers_json(r, &m, &pr));
         json_object_set_new(j, "predicted", sim_report_json(
                                                 p, r->model, r->topo,
                                                 r->costs, &pr, r->ir));
@@ -409,6 +516,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
     fprintf(f, "  comm = compute waiting for a transfer in flight; the "
             "simulated columns are `sluice sim` for the same plan\n");
     offload_lines(r, f);
+    tiers_lines(r, &m, &pr, f);
     if (ro->trace) fprintf(f, "trace: %s\n", ro->trace);
     rc = 0;
 out:

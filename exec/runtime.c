@@ -28,7 +28,6 @@
 
 #include "exec/runtime.h"
 
-#define SLOT(rt, k, mb) ((size_t)(k) * (size_t)(rt)->M + (size_t)(mb))
 
 static int64_t now_rel(const exec_runtime *rt)
 {
@@ -198,7 +197,8 @@ static void rec_free(const exec_stage *st, exec_rec *r)
  * layer window moves in sweeps: it recomputes the whole stage in R). */
 static int rc_lazy(const exec_runtime *rt, const exec_stage *st)
 {
-    return rt->recompute && !st->ofl;
+    (void)rt;
+    return st->recomp && !st->ofl;
 }
 
 /* Drops what the backward does not read (after F). Recomputing, the
@@ -472,7 +472,7 @@ static int task_f(exec_worker *w, int id, int epoch, int64_t *tp,
                 exec_view_dup(&r->out[b->ext_op[q] - st->first]);
         }
     }
-    keep_for_backward(rt, st, r, rt->recompute);
+    keep_for_backward(rt, st, r, st->recomp);
     return 0;
 }
 
@@ -1176,6 +1176,7 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
         exec_rec *r = t->kind == SIM_F ? NULL
                     : w->rec[w->lidx[t->stage]][SLOT(rt, t->minibatch, t->mb)];
         int v = r ? r->version : (rt->async ? t->version : 0);
+        if (rt->tiers && exec_tiers_bind(w, id, st, e)) return -1;
         if (v < 0 || v >= st->n_ver_slots || (!st->w[v] && !st->ofl))
             return util_errf(e, UTIL_EXIT_FAIL, "weight version %d is not "
                              "held (stashing)", v);
@@ -1209,6 +1210,8 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
      * the thread): its time is the device's, its results are there for
      * other threads; waiting counts as kernel time */
     if (!rc) EXEC_KERN(w, rc = rt->be->sync(e));
+    if (rt->tiers && t->kind <= SIM_RECOMP)
+        exec_tiers_after(w, id, &w->st[w->lidx[t->stage]]);
     ts[EXEC_T_END] = now_rel(rt);
     ts[EXEC_T_TP] = tp;
     /* the task's own cost: its time outside its ops */
@@ -1239,6 +1242,38 @@ static void fail(exec_worker *w, int id, util_err *e)
     exec_rt_fail(rt, w->id, e);
 }
 
+/* Opens iteration epoch to the worker's tier threads: an iteration's
+ * tier tasks never start before the one before has ended (the simulator
+ * simulates one iteration). */
+static void tiers_open(exec_worker *w, int epoch)
+{
+    pthread_mutex_lock(&w->mu);
+    w->tier_open = epoch;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* The iteration's end: every tier task of it done (the last of each
+ * stream), its gradient norm, and a stop asked for ends the run after
+ * it (one worker: nothing to agree). */
+static int tiers_end(exec_worker *w, int epoch)
+{
+    exec_runtime *rt = w->rt;
+    int64_t t0 = (int64_t)exec_now_ns();
+    for (int q = 0; q < SIM_STREAM_COUNT; q++)
+        if (w->n_tq[q] && wait_done(w, w->tq[q][w->n_tq[q] - 1], epoch))
+            return -1;
+    w->wait_ns += (int64_t)exec_now_ns() - t0;
+    w->ep_norm[epoch - 1] = sqrt(exec_tiers_norm_sq(w, epoch));
+    if (rt->stop_flag && *rt->stop_flag) {
+        int cur = atomic_load(&rt->stop_epoch);
+        while (epoch < cur &&
+               !atomic_compare_exchange_weak(&rt->stop_epoch, &cur, epoch))
+            ;
+    }
+    return 0;
+}
+
 static void *compute_main(void *arg)
 {
     exec_worker *w = arg;
@@ -1254,6 +1289,7 @@ static void *compute_main(void *arg)
         if (epoch > atomic_load(&rt->stop_epoch)) break;
         int64_t t0 = (int64_t)exec_now_ns();
         w->kern_ns = w->wait_ns = 0;
+        if (rt->tiers) tiers_open(w, epoch);
         for (int i = 0; i < w->n_comp; i++) {
             int id = w->comp[i];
             const sim_task *t = &ir->tasks[id];
@@ -1288,6 +1324,7 @@ static void *compute_main(void *arg)
                     ;
             }
         }
+        if (rt->tiers && tiers_end(w, epoch)) goto out;
         int64_t t1 = (int64_t)exec_now_ns();
         if (w->id == 0 && rt->on_step && !rt->async)
             rt->on_step(rt->on_step_ctx, rt->step0 + epoch,
@@ -1314,6 +1351,51 @@ out:
     w->comp_finished = 1;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* A tier thread: the worker's tier tasks of one stream, in the IR's
+ * order, each after its dependencies, iteration by iteration as the
+ * compute thread opens them. */
+typedef struct tier_arg {
+    exec_worker *w;
+    int q;
+} tier_arg;
+
+static void *tier_main(void *arg)
+{
+    tier_arg a = *(tier_arg *)arg;
+    free(arg);
+    exec_worker *w = a.w;
+    exec_runtime *rt = w->rt;
+    util_err e = {0};
+    if (rt->be->bind(&w->dev, EXEC_ROLE_COMM, &e)) {
+        fail(w, -1, &e);
+        return NULL;
+    }
+    for (int epoch = 1; epoch <= rt->epochs; epoch++) {
+        pthread_mutex_lock(&w->mu);
+        while (w->tier_open < epoch && !w->comp_finished &&
+               !atomic_load(&rt->abort))
+            pthread_cond_wait(&w->cv, &w->mu);
+        int go = w->tier_open >= epoch && !atomic_load(&rt->abort);
+        pthread_mutex_unlock(&w->mu);
+        if (!go) break;
+        for (int i = 0; i < w->n_tq[a.q]; i++) {
+            int id = w->tq[a.q][i];
+            if (deps_wait(w, id, epoch)) goto out;
+            int64_t *ts = tslot(w, epoch, id);
+            ts[EXEC_T_START] = ts[EXEC_T_FSTART] = now_rel(rt);
+            if (exec_tiers_task(w, id, epoch, &e)) {
+                fail(w, id, &e);
+                goto out;
+            }
+            ts[EXEC_T_END] = now_rel(rt);
+            mark_done(w, id, epoch);
+        }
+    }
+out:
+    rt->be->unbind();
     return NULL;
 }
 
@@ -1507,7 +1589,7 @@ static void rc_build(const exec_runtime *rt, exec_stage *g, const int *ext)
     for (int i = 0; i < n; i++) {
         int op = g->first + i;
         g->rseg[i] = -1;
-        if (!rt->recompute || !sim_op_recomputed(m, op, rt->recompute))
+        if (!g->recomp || !sim_op_recomputed(m, op, rt->recompute))
             continue;
         if (i > 0 && g->rseg[i - 1] >= 0 &&
             m->ops[op - 1].layer == m->ops[op].layer) {
@@ -1534,6 +1616,18 @@ static void rc_build(const exec_runtime *rt, exec_stage *g, const int *ext)
             if (keep && (s >= 0 || x[op].need_in[k])) *keep = 1;
         }
     }
+}
+
+/* Whether stage v recomputes: with the plan's recomputation, every stage
+ * but those an offload schedule swaps whole (they have no R task). */
+static int stage_recomputes(const exec_runtime *rt, int v)
+{
+    const sim_ir *ir = rt->ir;
+    if (!rt->tiers) return 1;
+    for (int i = 0; i < ir->n_tasks; i++)
+        if (ir->tasks[i].stage == v && ir->tasks[i].kind == SIM_RECOMP)
+            return 1;
+    return 0;
 }
 
 /* Where each stage's ops sit, what crosses into it, what its backward
@@ -1609,6 +1703,7 @@ static void geo_build(exec_runtime *rt)
                 if (wn) *wneed = 1;
             }
         }
+        g->recomp = rt->recompute && stage_recomputes(rt, v);
         rc_build(rt, g, ext);
     }
     free(op_ms);
@@ -1714,8 +1809,9 @@ static int ofl_collect(exec_worker *w, exec_stage *st, const exec_tensor *tt,
     if (!saves_any(st)) return 0;
     float *h[3];
     for (int k = 0; k < 3; k++) h[k] = util_malloc(sizeof(float) * (st->n + 1));
-    int rc = exec_ofl_read_state(w, st, h[0], adam_m ? h[1] : NULL,
-                                 adam_v ? h[2] : NULL, e);
+    float *m = adam_m ? h[1] : NULL, *v = adam_v ? h[2] : NULL;
+    int rc = w->tiers ? exec_tiers_read_state(w, st, h[0], m, v, e)
+                      : exec_ofl_read_state(w, st, h[0], m, v, e);
     float *dst[3] = {full, adam_m, adam_v};
     for (int k = 0; k < 3 && !rc; k++) {
         exec_parr a = {.tt = tt, .p = dst[k]};
@@ -1760,6 +1856,16 @@ static int worker_tasks(exec_worker *w, util_err *e)
             break;
         case SIM_RECV:
             break;
+        case SIM_SWAP_IN: case SIM_SWAP_OUT: case SIM_NVME_READ:
+        case SIM_NVME_WRITE: case SIM_CPU_OPT:
+            if (rt->tiers) {
+                int q = t->stream;
+                if (!w->tq[q])
+                    w->tq[q] = util_malloc(sizeof(int) * (size_t)(n + 1));
+                w->tq[q][w->n_tq[q]++] = id;
+                break;
+            }
+            /* fall through */
         default:
             return util_errf(e, UTIL_EXIT_USAGE, "%s: the executor has no "
                              "%s tasks yet (plans that offload to host memory "
@@ -1784,6 +1890,10 @@ static exec_tensor *lora_tensors(const exec_runtime *rt)
 double exec_stage_state_bytes(const exec_runtime *rt, const exec_stage *st)
 {
     if (st->ofl) return 0;
+    /* the tiers hold the states; zero-offload keeps its weights here */
+    if (rt->tiers)
+        return rt->tier_sched == SIM_SCHED_ZERO_OFFLOAD
+             ? (double)st->n * sizeof(float) : 0;
     double n = (double)st->n, sh = (double)st->sh_n;
     /* ZeRO-2's gradient shard lives from a step's first reduced
      * microbatch to its update only */
@@ -1862,7 +1972,8 @@ static int worker_stages(exec_worker *w, const float *full,
     int rc = 0;
     w->lidx = util_malloc(sizeof(int) * (size_t)(rt->S + 1));
     w->st = util_calloc((size_t)rt->S + 1, sizeof *w->st);
-    if (rt->offload.policy != EXEC_OFFLOAD_NONE && exec_ofl_open(w, e)) {
+    if ((rt->offload.policy != EXEC_OFFLOAD_NONE && exec_ofl_open(w, e)) ||
+        (rt->tiers && exec_tiers_open(w, e))) {
         free(lt);
         return util_err_prefix(e, "device %d", w->device);
     }
@@ -1888,6 +1999,17 @@ static int worker_stages(exec_worker *w, const float *full,
             if (st->sl[k].tied && !st->sl[k].frozen) st->tied_sl = k;
         exec_stage_op_slices(rt, st);
         st->n_ver_slots = 1;
+        if (w->tiers) {
+            /* the states in their tier; the IR's fetches bring the
+             * weights, its backwards start gradient buffers */
+            st->w = util_calloc(1, sizeof *st->w);
+            st->pending = util_calloc(1, sizeof(int));
+            st->steps = rt->step0;
+            st->live = st->max_live = 1;
+            if (exec_tiers_stage_add(w, st, tt, full, adam_m, adam_v, e))
+                rc = util_err_prefix(e, "device %d", w->device);
+            continue;
+        }
         if (w->ofl) {
             /* the states in the tier; the device holds windows */
             st->w = util_calloc(1, sizeof *st->w);
@@ -1948,6 +2070,7 @@ static int worker_stages(exec_worker *w, const float *full,
             }
     }
     free(lt);
+    if (!rc && w->tiers && exec_tiers_ready(w, e)) rc = -1;
     if (rc) return -1;
     size_t slots = (size_t)rt->K * (size_t)rt->M;
     w->rec = util_calloc((size_t)w->n_st + 1, sizeof *w->rec);
@@ -2032,6 +2155,18 @@ int exec_rt_run(exec_runtime *rt)
         w->threads |= 2;
         if (pthread_create(&w->comp_th, NULL, compute_main, w)) break;
         w->threads |= 1;
+        int q = 0;
+        for (; q < SIM_STREAM_COUNT; q++) {
+            if (!w->n_tq[q]) continue;
+            tier_arg *a = util_malloc(sizeof *a);
+            *a = (tier_arg){w, q};
+            if (pthread_create(&w->tier_th[q], NULL, tier_main, a)) {
+                free(a);
+                break;
+            }
+            w->tier_threads |= 1 << q;
+        }
+        if (q < SIM_STREAM_COUNT) break;
         started++;
     }
     if (started < rt->n_local) {
@@ -2050,6 +2185,8 @@ int exec_rt_run(exec_runtime *rt)
             pthread_mutex_unlock(&w->mu);
         }
         if (w->threads & 2) pthread_join(w->comm_th, NULL);
+        for (int q = 0; q < SIM_STREAM_COUNT; q++)
+            if (w->tier_threads & (1 << q)) pthread_join(w->tier_th[q], NULL);
     }
     return atomic_load(&rt->abort) ? -1 : 0;
 }
@@ -2074,7 +2211,7 @@ int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
         }
         for (int k = 0; k < w->n_st && !rc; k++) {
             exec_stage *st = &w->st[k];
-            if (st->ofl) {
+            if (st->ofl || w->tiers) {
                 if (ofl_collect(w, st, tt, full, adam_m, adam_v, e))
                     rc = util_err_prefix(e, "device %d", w->device);
                 continue;
@@ -2100,6 +2237,8 @@ void exec_rt_free(exec_runtime *rt)
         exec_worker *w = &rt->w[i];
         if (!w->rt) continue;       /* never set up */
         exec_ofl_free(w);
+        exec_tiers_free(w);
+        for (int q = 0; q < SIM_STREAM_COUNT; q++) free(w->tq[q]);
         for (int k = 0; k < w->n_st; k++) {
             exec_stage *st = &w->st[k];
             for (size_t s = 0; w->rec && w->rec[k] && s < slots; s++) {
@@ -2125,7 +2264,7 @@ void exec_rt_free(exec_runtime *rt)
             free(st->w);
             free(st->pending);
             size_t mn = rt->zero ? st->sh_n : st->n;
-            if (!st->ofl) {
+            if (!st->ofl && !rt->tiers) {
                 arena_free(w, rt->zero >= 2 ? 0 : st->n,
                            rt->zero >= 2 ? NULL : st->g);
                 arena_free(w, mn, st->am);

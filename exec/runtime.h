@@ -194,6 +194,8 @@ typedef struct exec_stage {
      * later segment reads again, or a kept op's backward reads). */
     int *rseg, *seg_first, *seg_last, n_rseg;
     int *keep_rc, *keep_rc_ext;
+    int recomp;             /* it recomputes (the plan's mode; not a stage
+                             * an offload schedule swaps whole) */
     /* per op: the slices of its weight and bias, and the first of its
      * LoRA adapters' (A, B, A, B...) (-1: none), found once
      * (exec_stage_op_slices) rather than by every task */
@@ -253,6 +255,9 @@ typedef struct exec_rec {
     int rc_low;             /* recomputation: segments from here up have
                              * run again (n_rseg: none yet) */
 } exec_rec;
+
+/* The record slot of minibatch k's microbatch mb (exec_worker.rec). */
+#define SLOT(rt, k, mb) ((size_t)(k) * (size_t)(rt)->M + (size_t)(mb))
 
 /* A gradient handed to a producer stage by a consumer on the same
  * device: op j's output gradient from stage `from`. */
@@ -393,6 +398,14 @@ typedef struct exec_worker {
     int epoch_now;          /* the epoch of the task running */
     int64_t task_ops_ns;    /* ops timed in the task running */
     struct exec_ofl *ofl;   /* its offload tier and threads, or NULL */
+    /* an offload schedule's plan (rt->tiers): the tier tasks per stream
+     * (SIM_STREAM_*), a thread for each stream that has some, the
+     * iteration the compute thread has opened to them */
+    struct exec_tiers *tiers;
+    int *tq[SIM_STREAM_COUNT], n_tq[SIM_STREAM_COUNT];
+    pthread_t tier_th[SIM_STREAM_COUNT];
+    int tier_threads;
+    int tier_open;
 } exec_worker;
 
 /* The shared part of a run. */
@@ -435,7 +448,12 @@ struct exec_runtime {
     atomic_int stop_epoch;      /* the last epoch to run (stop agreed) */
     int record_mem;
     int op_timing;              /* time every op's parts (calibration) */
-    exec_offload offload;       /* where model states live, or none */
+    exec_offload offload;       /* where model states live, or none; with
+                                 * rt->tiers its path and fault only */
+    /* the plan's schedule offloads (sim_sched_offload): its schedule,
+     * where the states live and where swapped activations wait
+     * (sim_tier), as its costs say */
+    int tiers, tier_sched, tier, act_tier;
     int64_t t0;                 /* clock origin (exec_now_ns) */
     /* after each flushed step, on worker 0 (progress lines) */
     void (*on_step)(void *ctx, int step, double loss, double norm,
@@ -502,6 +520,44 @@ int exec_oom(exec_worker *w, const char *what, util_err *e);
         (w)->kern_ns += (int64_t)exec_now_ns() - k0_;                        \
     } while (0)
 
+/* --------------------------------------------------------- tier file */
+
+/* A file of the NVMe tier (offload.c): a unique name in a directory,
+ * unlinked as soon as it is open, so nothing is left behind however the
+ * run ends; O_DIRECT where the file system takes an aligned write (else
+ * buffered, and the note says why). Offsets, sizes and buffers of
+ * O_DIRECT I/O are multiples of EXEC_TFILE_ALIGN. Thread-safe. */
+#define EXEC_TFILE_ALIGN 4096
+typedef struct exec_tfile {
+    int fd, direct;
+    const char *dir;            /* lent */
+    char note[160];             /* "O_DIRECT" or why buffered; "" unopened */
+    pthread_mutex_t mu;
+    int mu_ok;
+    int64_t size;               /* bytes handed out (exec_tfile_grow) */
+    double written, full_after; /* tests: ENOSPC past full_after bytes */
+    double rd_bytes, rd_ns, wr_bytes, wr_ns;
+} exec_tfile;
+
+static inline size_t exec_tfile_up(size_t b)
+{
+    return (b + EXEC_TFILE_ALIGN - 1) / EXEC_TFILE_ALIGN * EXEC_TFILE_ALIGN;
+}
+/* Aligned host memory; failure aborts as util_malloc's. */
+void *exec_tfile_buf(size_t bytes);
+void exec_tfile_init(exec_tfile *f);
+/* Creates the file in dir (NULL or "": the working directory); code 1
+ * for a directory that cannot take it or a full disk. */
+int exec_tfile_open(exec_tfile *f, const char *dir, double full_after,
+                    util_err *e);
+/* The offset of a new region of bytes (rounded up to the alignment). */
+int64_t exec_tfile_grow(exec_tfile *f, size_t bytes);
+/* The whole pread (wr 0) or pwrite of bytes at off, timed; code 1 with
+ * the directory named on failure (a full disk says so). */
+int exec_tfile_io(exec_tfile *f, int wr, void *buf, size_t bytes, int64_t off,
+                  util_err *e);
+void exec_tfile_close(exec_tfile *f);
+
 /* ------------------------------------------------------------ offload */
 
 /* Model states in a tier below the device (offload.c): a stage's fp32
@@ -553,6 +609,47 @@ int exec_ofl_read_state(exec_worker *w, exec_stage *st, float *wt, float *m,
 void exec_ofl_stats(const exec_worker *w, double out[6]);
 /* How the file is written ("O_DIRECT" or why buffered), "" for DRAM. */
 const char *exec_ofl_note(const exec_worker *w);
+/* ------------------------------------------------------------- tiers */
+
+/* Plans of the offload schedules (tiers.c): the IR's tier tasks run on a
+ * thread per stream; the states of a stage live in host memory or a file
+ * (rt->offload.path), its weights come to the device with the fetch of
+ * each group of its compute tasks and its gradients go to the host. The
+ * CPU backend, one worker. */
+typedef struct exec_tiers exec_tiers;
+/* Worker w's tiers (its file where a tier is NVMe), before its stages;
+ * code 2 for a run the executor cannot make, 1 for a path that cannot
+ * take the file. */
+int exec_tiers_open(exec_worker *w, util_err *e);
+/* Puts stage st's states in its tier, from full, adam_m, adam_v (NULL:
+ * zeros); zero-offload's weights on the device. */
+int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
+                         const exec_tensor *tt, const float *full,
+                         const float *adam_m, const float *adam_v,
+                         util_err *e);
+/* After every stage: which holder of a tied table steps it. */
+int exec_tiers_ready(exec_worker *w, util_err *e);
+/* Before compute task id of stage st: st->w[0] are the weights its fetch
+ * brought (or the resident ones), st->g a new gradient buffer where the
+ * IR starts one. */
+int exec_tiers_bind(exec_worker *w, int id, exec_stage *st, util_err *e);
+/* After it: the weights and gradient it was the last to use go. */
+void exec_tiers_after(exec_worker *w, int id, exec_stage *st);
+/* Runs tier task id of iteration epoch. */
+int exec_tiers_task(exec_worker *w, int id, int epoch, util_err *e);
+/* The iteration's gradient norm's square, once its steps are done. */
+double exec_tiers_norm_sq(const exec_worker *w, int epoch);
+/* The stage's weights and moments into host arrays (NULL skips one). */
+int exec_tiers_read_state(exec_worker *w, exec_stage *st, float *wt,
+                          float *m, float *v, util_err *e);
+/* Measured: the file's bytes and seconds read and written, parameters
+ * and seconds of AdamW, bytes and seconds copied to and from the device,
+ * host memory's peak (bytes). */
+enum { EXEC_TIER_STATS = 11 };
+void exec_tiers_stats(const exec_worker *w, double out[EXEC_TIER_STATS]);
+const char *exec_tiers_note(const exec_worker *w);
+void exec_tiers_free(exec_worker *w);
+
 /* Fills st->sl_w, st->sl_b, st->sl_l from its slices (stage_gpt.c). */
 void exec_stage_op_slices(const exec_runtime *rt, exec_stage *st);
 /* A stage's slices of src into h (st->n floats) and hf (st->n_frozen; NULL

@@ -7,8 +7,13 @@
  * fuyou: time per step as a ratio to no offload, the device's peak, the
  * tier's measured read and write rates and the CPU AdamW's throughput.
  * On a CPU "device" memory is host memory, so the ratios are the cost of
- * the runtime's layer windows, copies and file I/O, not of PCIe. One run:
- * compare the rows of one table, not tables. */
+ * the runtime's layer windows, copies and file I/O, not of PCIe. Last,
+ * plans of the offload schedules themselves (a stage per layer, their
+ * tier tasks run as the IR says: exec/tiers.c): the measured iteration
+ * against the simulated one, the device's and the host's peaks against
+ * the simulation's, and the resource bounding each. One run: compare the
+ * rows of one table, not tables. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +89,106 @@ static int seed_rows(void)
                156.0 / 45.0);
     prof_topo_free(t);
     prof_model_free(m);
+    return rc;
+}
+
+/* Plans of the offload schedules on one CPU device, run and simulated. */
+static int tier_rows(const char *model, prof_model *m, const char *dir)
+{
+    static const struct {
+        sim_sched s;
+        int tier, ckpt, full;
+    } rows[] = {
+        {SIM_SCHED_ZERO_OFFLOAD, SIM_TIER_DRAM, 0, 0},
+        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_DRAM, 0, 0},
+        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 0, 0},
+        {SIM_SCHED_FUYOU, SIM_TIER_DRAM, 0, 0},
+        {SIM_SCHED_FUYOU, SIM_TIER_NVME, 0, 0},
+        {SIM_SCHED_FUYOU, SIM_TIER_NVME, 4, 2},
+    };
+    printf("\nplans of the offload schedules, %s on one CPU device, a stage "
+           "per layer, 4 x 2 microbatches, %d steps (median past %d); "
+           "swap K:J = checkpoints of the first K stages, whole activations "
+           "of the last J\n\n", model, STEPS, WARM);
+    printf("%-13s %-5s %4s %9s %9s %7s %9s %9s %9s %9s  %s\n", "schedule",
+           "tier", "swap", "step ms", "sim ms", "meas/sim", "peak MiB",
+           "sim MiB", "host MiB", "sim host", "bound by (measured, "
+           "simulated)");
+    int rc = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof *rows && !rc; i++) {
+        util_err e;
+        sim_plan p;
+        sim_plan_init(&p);
+        snprintf(p.model, sizeof p.model, "%s", model);
+        snprintf(p.hw, sizeof p.hw, "cpu x1");
+        p.sched = rows[i].s;
+        p.pp = p.dp = p.tp = 1;
+        p.mbs = 2;
+        p.n_mb = 4;
+        p.waves = 1;
+        p.recompute = SIM_RC_FULL;
+        p.tier = rows[i].tier;
+        p.swap_ckpt = rows[i].ckpt;
+        p.swap_full = rows[i].full;
+        sim_plan_stages(&p, m->n_layers);
+        if (sim_partition_even(m, m->n_layers, p.first_op, p.last_op, &e)) {
+            fprintf(stderr, "bench_offload: %s\n", e.msg);
+            sim_plan_free(&p);
+            return 1;
+        }
+        exec_pipe_opts o = {0};
+        o.plan = &p;
+        o.data = CORPUS;
+        o.steps = STEPS;
+        o.adamw = (exec_adamw){.lr = 2e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
+                               .eps = 1e-8f, .weight_decay = 0.1f,
+                               .clip = 0};
+        o.warmup = -1;
+        o.seed = 1337;
+        o.offload.path = dir;
+        exec_pipe_result r;
+        exec_report_opts ro = {.json = 1, .warm = WARM};
+        json_t *j = NULL;
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&buf, &len);
+        ro.out = mem;
+        if (exec_pipe_run(&o, &r, &e) || exec_pipe_report(&o, &r, &ro, &e)) {
+            fprintf(stderr, "bench_offload: %s: %s\n",
+                    sim_sched_name(p.sched), e.msg);
+            rc = 1;
+        }
+        fclose(mem);
+        if (!rc) j = json_loads(buf, 0, NULL);
+        free(buf);
+        if (!rc && j) {
+            json_t *pr = json_object_get(j, "predicted");
+            json_t *t = json_object_get(j, "tiers");
+            double it = json_real_value(json_object_get(j, "iteration_time_s"));
+            double ps = json_real_value(json_object_get(pr,
+                                                        "iteration_time_s"));
+            double pk = r.peak_bytes[0];
+            double sp = json_number_value(json_object_get(
+                json_array_get(json_object_get(pr, "devices"), 0),
+                "peak_mem_bytes"));
+            char sw[16];
+            snprintf(sw, sizeof sw, "%d:%d", rows[i].ckpt, rows[i].full);
+            printf("%-13s %-5s %4s %9.1f %9.1f %7.2f %9.1f %9.1f %9.1f %9.1f"
+                   "  %s, %s\n", sim_sched_name(p.sched),
+                   sim_tier_name(rows[i].tier), sw, it * 1e3, ps * 1e3,
+                   ps > 0 ? it / ps : 0, pk / 1048576.0, sp / 1048576.0,
+                   json_number_value(json_object_get(t, "host_peak_bytes")) /
+                       1048576.0,
+                   json_number_value(json_object_get(
+                       t, "simulated_host_peak_bytes")) / 1048576.0,
+                   json_string_value(json_object_get(t, "bound_by")),
+                   json_string_value(json_object_get(t,
+                                                     "simulated_bound_by")));
+        }
+        json_decref(j);
+        exec_pipe_result_free(&r);
+        sim_plan_free(&p);
+    }
     return rc;
 }
 
@@ -170,6 +275,7 @@ int main(int argc, char **argv)
         exec_pipe_result_free(&r);
     }
     sim_plan_free(&p);
+    if (!rc) rc = tier_rows(model, m, dir);
     prof_model_free(m);
     return rc;
 }

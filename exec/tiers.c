@@ -1,0 +1,863 @@
+/* Plans of the offload schedules (sim/sched_offload.c: zero-offload,
+ * zero-infinity, fuyou) run as the simulator simulates them: every tier
+ * task of the IR is real work, on a thread of the worker per stream (copies
+ * to and from the device, the drive's reads and writes, the CPU's AdamW),
+ * in the IR's order and after the IR's dependencies, so what overlaps in
+ * the simulation overlaps here.
+ *
+ * A stage's fp32 weights and AdamW moments live in host memory (the DRAM
+ * tier) or in regions of one file (the NVMe tier); its gradients come to
+ * host memory. What each task does:
+ *   NVMe read before a fetch       the stage's weights into a staging buffer
+ *   copy in (fetch)                those weights onto the device, held by
+ *                                  the group of compute tasks the IR gives
+ *                                  them to, released after its last
+ *   copy out (gradients)           the device's gradient buffer (a new one
+ *                                  from the backward the IR starts it at)
+ *                                  to host memory: set by the step's first,
+ *                                  added to by the others (ZeRO's copy per
+ *                                  microbatch), then released
+ *   NVMe read before a step        weights and moments into staging
+ *   CPU step                       AdamW on the host, the CPU's kernel slice
+ *                                  by slice (elementwise: the device's bits)
+ *   NVMe write after a step        weights and moments back to the file
+ *   copy in after a step           zero-offload: the new weights onto the
+ *                                  device, where they stay
+ *   copy out / in (activations)    what the microbatch's record keeps for
+ *                                  its backward leaves the device after its
+ *                                  forward and comes back before its
+ *                                  recomputation or backward; through the
+ *                                  file when the plan swaps to the drives
+ * Steps do not overlap across iterations (the compute thread opens an
+ * iteration's tier tasks when it starts it and waits for all of them at
+ * its end), as the simulator simulates one iteration.
+ *
+ * The tied token table (embedding and LM head): each holder's copy of its
+ * gradient comes to the host with its stage; the table is stepped once, at
+ * the holders' last step in the IR, with the copies' sum in stage order,
+ * and the new weights go to the other holders' fetches from a host copy.
+ * ZeRO clips by the global gradient norm (its steps follow the whole
+ * backward pass); Fuyou steps a layer before the norm is known and runs
+ * with --clip 0, as the executor's own fuyou policy (offload.c). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/runtime.h"
+
+enum {
+    R_NONE, R_W_READ, R_W_IN, R_W_PUSH, R_G_OUT, R_OPT_READ, R_OPT,
+    R_OPT_WRITE, R_A_OUT, R_A_WRITE, R_A_READ, R_A_IN
+};
+
+/* One device buffer a swapped record referred to, on the host. */
+typedef struct tier_img {
+    float *h;                   /* NULL while on the drives */
+    size_t n;
+} tier_img;
+
+/* A record's view of an image. */
+typedef struct tier_ref {
+    exec_view *v;
+    int img;
+    size_t off, n;
+} tier_ref;
+
+/* The swapped record of one (stage, microbatch). */
+typedef struct tier_act {
+    tier_img *img;
+    int n_img;
+    tier_ref *ref;
+    int n_ref;
+    int64_t foff;               /* its region of the file, fcap bytes */
+    size_t fcap;
+} tier_act;
+
+typedef struct tier_stage {
+    exec_stage *st;
+    float *hw, *hm, *hv;        /* DRAM tier: the states */
+    float *hg;                  /* the step's gradient */
+    int g_set;                  /* hg holds this step's first copy */
+    int64_t foff;               /* NVMe tier: w, m, v regions of rb bytes */
+    size_t rb;
+    float *so[3];               /* NVMe: weights and moments for the step */
+    exec_buf *res;              /* zero-offload: the resident weights */
+    exec_buf **gq;              /* gradient buffers waiting for their copy
+                                 * out, oldest first */
+    int gq_n, gq_cap;
+} tier_stage;
+
+struct exec_tiers {
+    exec_worker *w;
+    int sched, tier, act_tier;
+    unsigned char *role;        /* per IR task */
+    int *win;                   /* per compute task: the fetch its weights
+                                 * came with, -1 (resident) */
+    int *wrel;                  /* per compute task: the fetch whose weights
+                                 * go after it, -1 */
+    exec_buf **wbuf;            /* per fetch: the weights it brought */
+    int *rd_for;                /* per NVMe read of weights: its fetch */
+    float **stg;                /* per fetch: what its read staged */
+    unsigned char *galloc;      /* per compute task: starts a gradient */
+    unsigned char *gend;        /* per compute task: its gradient's last */
+    tier_stage *ts;             /* per local stage */
+    tier_act *act;              /* per local stage x microbatch */
+    exec_tfile f;
+    pthread_mutex_t mu;
+    /* the tied table: the local stages holding a copy, the one stepping
+     * it (its step is the holders' last), the weights after each step */
+    int tied[4], n_tied, tied_step;
+    size_t tied_n;
+    float *tied_w;
+    /* the step's gradient norm (squares; ZeRO: all of it at the first
+     * step, Fuyou: each step adds its own) and clipping factor */
+    double norm_sq;
+    int norm_epoch;
+    float scale;
+    /* measured: copies to and from the device, AdamW; host memory */
+    double up_bytes, up_ns, down_bytes, down_ns, adam_params, adam_ns;
+    double host_cur, host_peak;
+};
+
+static void host_add(exec_tiers *t, double bytes)
+{
+    pthread_mutex_lock(&t->mu);
+    t->host_cur += bytes;
+    if (t->host_cur > t->host_peak) t->host_peak = t->host_cur;
+    pthread_mutex_unlock(&t->mu);
+}
+
+static float *host_new(exec_tiers *t, size_t n)
+{
+    host_add(t, (double)exec_tfile_up(n * sizeof(float)));
+    return exec_tfile_buf(exec_tfile_up(n * sizeof(float)));
+}
+
+static void host_free(exec_tiers *t, float **p, size_t n)
+{
+    if (!*p) return;
+    free(*p);
+    *p = NULL;
+    host_add(t, -(double)exec_tfile_up(n * sizeof(float)));
+}
+
+/* A copy between host and device, timed (up: to the device). */
+static void copy_timed(exec_tiers *t, int up, float *dst, const float *src,
+                       size_t n)
+{
+    const exec_backend *be = t->w->rt->be;
+    int64_t t0 = (int64_t)exec_now_ns();
+    if (up) be->from_host(dst, src, n * sizeof *dst);
+    else be->to_host(dst, src, n * sizeof *dst);
+    double dt = (double)((int64_t)exec_now_ns() - t0);
+    pthread_mutex_lock(&t->mu);
+    if (up) { t->up_bytes += (double)(n * sizeof *dst); t->up_ns += dt; }
+    else { t->down_bytes += (double)(n * sizeof *dst); t->down_ns += dt; }
+    pthread_mutex_unlock(&t->mu);
+}
+
+static int has_dep_kind(const sim_ir *ir, int id, int kind)
+{
+    const sim_task *t = &ir->tasks[id];
+    for (int k = 0; k < t->n_dep; k++)
+        if (ir->tasks[ir->deps[t->dep_off + k]].kind == kind) return 1;
+    return 0;
+}
+
+static int has_succ_kind(const sim_ir *ir, int id, int kind)
+{
+    for (int k = ir->succ_off[id]; k < ir->succ_off[id + 1]; k++)
+        if (ir->tasks[ir->succ[k]].kind == kind) return 1;
+    return 0;
+}
+
+/* What each tier task of the device is, which weights and gradient
+ * buffers each compute task uses and ends. */
+static void roles_build(exec_tiers *t)
+{
+    exec_worker *w = t->w;
+    const sim_ir *ir = w->rt->ir;
+    int n = ir->n_tasks;
+    t->role = util_calloc((size_t)n + 1, 1);
+    t->galloc = util_calloc((size_t)n + 1, 1);
+    t->gend = util_calloc((size_t)n + 1, 1);
+    t->win = util_malloc(sizeof(int) * (size_t)(n + 1));
+    t->wrel = util_malloc(sizeof(int) * (size_t)(n + 1));
+    t->wbuf = util_calloc((size_t)n + 1, sizeof *t->wbuf);
+    t->stg = util_calloc((size_t)n + 1, sizeof *t->stg);
+    t->rd_for = util_malloc(sizeof(int) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) {
+        t->win[i] = t->wrel[i] = t->rd_for[i] = -1;
+        const sim_task *k = &ir->tasks[i];
+        if (k->device != w->device) continue;
+        int act = k->mb >= 0;
+        switch (k->kind) {
+        case SIM_SWAP_OUT: t->role[i] = act ? R_A_OUT : R_G_OUT; break;
+        case SIM_SWAP_IN:
+            t->role[i] = act ? R_A_IN
+                       : has_dep_kind(ir, i, SIM_CPU_OPT) ? R_W_PUSH : R_W_IN;
+            break;
+        case SIM_NVME_READ:
+            t->role[i] = act ? R_A_READ
+                       : has_succ_kind(ir, i, SIM_CPU_OPT) ? R_OPT_READ
+                                                           : R_W_READ;
+            break;
+        case SIM_NVME_WRITE: t->role[i] = act ? R_A_WRITE : R_OPT_WRITE; break;
+        case SIM_CPU_OPT: t->role[i] = R_OPT; break;
+        default: break;
+        }
+    }
+    for (int b = 0; b < ir->n_bufs; b++) {
+        const sim_ir_buf *x = &ir->bufs[b];
+        if (x->hole || x->device != w->device) continue;
+        if (t->role[x->alloc] == R_W_IN) t->wrel[x->release] = x->alloc;
+        if (t->role[x->release] == R_G_OUT) t->galloc[x->alloc] = 1;
+    }
+    for (int i = 0; i < n; i++)
+        if (t->role[i] == R_W_READ)
+            for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++)
+                if (t->role[ir->succ[k]] == R_W_IN) t->rd_for[i] = ir->succ[k];
+    for (int i = 0; i < n; i++)
+        if (t->role[i] == R_G_OUT) {
+            const sim_task *k = &ir->tasks[i];
+            for (int d = 0; d < k->n_dep; d++) {
+                int j = ir->deps[k->dep_off + d];
+                if (ir->tasks[j].stream == SIM_STREAM_COMPUTE) t->gend[j] = 1;
+            }
+        }
+    /* a group's first compute task waits for its fetch; the others of the
+     * stage after it use the same weights */
+    int *cur = util_malloc(sizeof(int) * (size_t)(ir->n_stages + 1));
+    for (int s = 0; s < ir->n_stages; s++) cur[s] = -1;
+    for (int c = 0; c < w->n_comp; c++) {
+        int id = w->comp[c];
+        const sim_task *k = &ir->tasks[id];
+        for (int d = 0; d < k->n_dep; d++) {
+            int j = ir->deps[k->dep_off + d];
+            if (t->role[j] == R_W_IN && ir->tasks[j].stage == k->stage)
+                cur[k->stage] = j;
+        }
+        t->win[id] = cur[k->stage];
+    }
+    free(cur);
+}
+
+int exec_tiers_open(exec_worker *w, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    if (rt->be != &exec_backend_cpu)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s runs on the CPU "
+                         "backend only (its tiers are host memory and "
+                         "files)", sim_sched_name(rt->plan->sched));
+    if (rt->n_workers != 1)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s runs one device "
+                         "and one tensor-parallel rank", sim_sched_name(
+                             rt->plan->sched));
+    if (rt->tier_sched == SIM_SCHED_FUYOU && rt->adamw.clip > 0)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule fuyou updates each "
+                         "layer during the backward pass, before the global "
+                         "gradient norm is known: give --clip 0 "
+                         "(zero-offload and zero-infinity clip)");
+    exec_tiers *t = util_calloc(1, sizeof *t);
+    w->tiers = t;
+    t->w = w;
+    t->sched = rt->tier_sched;
+    t->tier = rt->tier;
+    t->act_tier = rt->act_tier;
+    t->tied_step = -1;
+    t->norm_epoch = -1;
+    pthread_mutex_init(&t->mu, NULL);
+    exec_tfile_init(&t->f);
+    roles_build(t);
+    t->ts = util_calloc((size_t)rt->S + 1, sizeof *t->ts);
+    t->act = util_calloc((size_t)rt->S * (size_t)rt->M + 1, sizeof *t->act);
+    if ((t->tier == SIM_TIER_NVME || t->act_tier == SIM_TIER_NVME) &&
+        exec_tfile_open(&t->f, rt->offload.path,
+                        rt->offload.full_after_bytes, e))
+        return -1;
+    return 0;
+}
+
+/* Reads (wr 0) or writes region k (0 weights, 1 m, 2 v) of a stage. */
+static int region_io(exec_tiers *t, tier_stage *s, int wr, int k, float *h,
+                     util_err *e)
+{
+    return exec_tfile_io(&t->f, wr, h, s->rb,
+                         s->foff + (int64_t)k * (int64_t)s->rb, e);
+}
+
+int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
+                         const exec_tensor *tt, const float *full,
+                         const float *adam_m, const float *adam_v,
+                         util_err *e)
+{
+    exec_tiers *t = w->tiers;
+    int li = w->lidx[st->id];
+    tier_stage *s = &t->ts[li];
+    s->st = st;
+    s->rb = exec_tfile_up(st->n * sizeof(float));
+    const float *src[3] = {full, adam_m, adam_v};
+    float *h[3];
+    for (int k = 0; k < 3; k++) {
+        h[k] = host_new(t, st->n);
+        memset(h[k], 0, s->rb);
+        exec_parr a = {.tt = tt, .p = (float *)src[k]};
+        exec_stage_gather(st, &a, h[k], NULL);
+    }
+    s->hg = host_new(t, st->n);
+    if (st->tied_sl >= 0 && t->n_tied < 4) {
+        t->tied[t->n_tied++] = li;
+        t->tied_n = st->sl[st->tied_sl].n;
+        if (!t->tied_w) {
+            t->tied_w = host_new(t, t->tied_n);
+            memcpy(t->tied_w, h[0] + st->sl[st->tied_sl].off,
+                   t->tied_n * sizeof(float));
+        }
+    }
+    if (t->sched == SIM_SCHED_ZERO_OFFLOAD) {
+        EXEC_KERN(w, s->res = exec_buf_new(&w->mem, st->n, 0));
+        if (!s->res)
+            return exec_oom(w, "a stage's resident weights (zero-offload)", e);
+        w->rt->be->from_host(s->res->p, h[0], st->n * sizeof(float));
+    }
+    if (t->tier != SIM_TIER_NVME) {
+        s->hw = h[0];
+        s->hm = h[1];
+        s->hv = h[2];
+        return 0;
+    }
+    s->foff = exec_tfile_grow(&t->f, 3 * s->rb);
+    int rc = 0;
+    for (int k = 0; k < 3 && !rc; k++) rc = region_io(t, s, 1, k, h[k], e);
+    for (int k = 0; k < 3; k++) host_free(t, &h[k], st->n);
+    /* setting up is not the run's traffic */
+    pthread_mutex_lock(&t->f.mu);
+    t->f.wr_bytes = t->f.wr_ns = 0;
+    pthread_mutex_unlock(&t->f.mu);
+    return rc;
+}
+
+/* The holder of the tied table whose step comes last in the IR steps it:
+ * by then every copy's gradient is on the host. */
+int exec_tiers_ready(exec_worker *w, util_err *e)
+{
+    exec_tiers *t = w->tiers;
+    const sim_ir *ir = w->rt->ir;
+    (void)e;
+    for (int i = 0; i < ir->n_tasks && t->n_tied > 1; i++)
+        if (t->role[i] == R_OPT)
+            for (int k = 0; k < t->n_tied; k++)
+                if (w->lidx[ir->tasks[i].stage] == t->tied[k])
+                    t->tied_step = t->tied[k];
+    /* one holder steps and fetches its own copy */
+    if (t->tied_step < 0) host_free(t, &t->tied_w, t->tied_n);
+    return 0;
+}
+
+/* ------------------------------------------------------ compute side */
+
+int exec_tiers_bind(exec_worker *w, int id, exec_stage *st, util_err *e)
+{
+    exec_tiers *t = w->tiers;
+    tier_stage *s = &t->ts[w->lidx[st->id]];
+    int f = t->win[id];
+    exec_buf *b = f >= 0 ? t->wbuf[f] : s->res;
+    if (!b)
+        return util_errf(e, UTIL_EXIT_FAIL, "the stage's weights are not on "
+                         "the device (no fetch before it)");
+    st->w[0] = b->p;
+    if (t->galloc[id]) {
+        exec_buf *g;
+        EXEC_KERN(w, g = exec_buf_new(&w->mem, st->n, 1));
+        if (!g) return exec_oom(w, "a stage's gradients", e);
+        pthread_mutex_lock(&t->mu);
+        if (s->gq_n == s->gq_cap)
+            s->gq = util_realloc(s->gq, sizeof *s->gq *
+                                 (size_t)(s->gq_cap = 2 * s->gq_cap + 2));
+        s->gq[s->gq_n++] = g;
+        pthread_mutex_unlock(&t->mu);
+        st->g = g->p;
+    }
+    return 0;
+}
+
+void exec_tiers_after(exec_worker *w, int id, exec_stage *st)
+{
+    exec_tiers *t = w->tiers;
+    if (t->gend[id]) st->g = NULL;
+    int f = t->wrel[id];
+    if (f >= 0) {
+        exec_buf_unref(t->wbuf[f]);
+        t->wbuf[f] = NULL;
+        st->w[0] = NULL;
+    }
+}
+
+/* --------------------------------------------------------- the tasks */
+
+/* A fetch: the stage's weights onto the device, with the tied table's
+ * newest weights where the stage holds a copy it does not step. */
+static int task_w_in(exec_tiers *t, int id, tier_stage *s, util_err *e)
+{
+    exec_worker *w = t->w;
+    exec_stage *st = s->st;
+    exec_buf *b = exec_buf_new(&w->mem, st->n, 0);
+    if (!b) return exec_oom(w, "a stage's fetched weights", e);
+    const float *src = s->hw;
+    if (t->tier == SIM_TIER_NVME) {
+        if (!t->stg[id]) {
+            exec_buf_unref(b);
+            return util_errf(e, UTIL_EXIT_FAIL, "a fetch without its read");
+        }
+        src = t->stg[id];
+    }
+    copy_timed(t, 1, b->p, src, st->n);
+    if (st->tied_sl >= 0 && t->tied_w)
+        copy_timed(t, 1, b->p + st->sl[st->tied_sl].off, t->tied_w,
+                   t->tied_n);
+    if (t->tier == SIM_TIER_NVME) host_free(t, &t->stg[id], st->n);
+    UTIL_NEVER(t->wbuf[id] != NULL);
+    t->wbuf[id] = b;
+    return 0;
+}
+
+/* Zero-offload's new weights onto the device, where they stay; the
+ * stepping holder of the tied table refreshes the other holders' copies
+ * (stepped before it, they pushed the table as it was). */
+static int task_w_push(exec_tiers *t, tier_stage *s)
+{
+    exec_stage *st = s->st;
+    copy_timed(t, 1, s->res->p, t->tier == SIM_TIER_NVME ? s->so[0] : s->hw,
+               st->n);
+    if (t->w->lidx[st->id] != t->tied_step) return 0;
+    for (int k = 0; k < t->n_tied; k++) {
+        tier_stage *o = &t->ts[t->tied[k]];
+        if (o != s)
+            copy_timed(t, 1, o->res->p + o->st->sl[o->st->tied_sl].off,
+                       t->tied_w, t->tied_n);
+    }
+    return 0;
+}
+
+/* The oldest gradient buffer of the stage to the host. */
+static int task_g_out(exec_tiers *t, tier_stage *s, util_err *e)
+{
+    exec_stage *st = s->st;
+    pthread_mutex_lock(&t->mu);
+    exec_buf *g = s->gq_n ? s->gq[0] : NULL;
+    if (g) {
+        memmove(s->gq, s->gq + 1, sizeof *s->gq * (size_t)(s->gq_n - 1));
+        s->gq_n--;
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (!g)
+        return util_errf(e, UTIL_EXIT_FAIL, "a gradient copy without its "
+                         "backward");
+    if (!s->g_set) {
+        copy_timed(t, 0, s->hg, g->p, st->n);
+        s->g_set = 1;
+    } else {
+        float *tmp = util_malloc(sizeof(float) * (st->n + 1));
+        copy_timed(t, 0, tmp, g->p, st->n);
+        for (size_t i = 0; i < st->n; i++) s->hg[i] += tmp[i];
+        free(tmp);
+    }
+    exec_buf_unref(g);
+    return 0;
+}
+
+/* Squares of the gradients a step counts in the norm: its slices in
+ * order (one copy of what is replicated), the tied table where it is
+ * stepped (the copies' sum by then). */
+static double stage_norm_sq(const exec_tiers *t, const tier_stage *s, int li)
+{
+    const exec_stage *st = s->st;
+    double sum = 0;
+    for (int k = 0; k < st->n_sl; k++) {
+        const exec_slice *sl = &st->sl[k];
+        int tied = k == st->tied_sl && t->n_tied > 1;
+        if (tied ? li != t->tied_step : !sl->norm_owner) continue;
+        const float *g = s->hg + sl->off;
+        for (size_t i = 0; i < sl->n; i++) sum += (double)g[i] * g[i];
+    }
+    return sum;
+}
+
+/* The copies of the tied table's gradient summed in stage order into the
+ * stepping holder's (each holder's own copy is cleared). */
+static void tied_sum(exec_tiers *t)
+{
+    if (t->n_tied < 2 || t->tied_step < 0) return;
+    float *acc = util_calloc(t->tied_n + 1, sizeof *acc);
+    for (int k = 0; k < t->n_tied; k++) {
+        tier_stage *s = &t->ts[t->tied[k]];
+        float *g = s->hg + s->st->sl[s->st->tied_sl].off;
+        if (k == 0) memcpy(acc, g, t->tied_n * sizeof *acc);
+        else for (size_t i = 0; i < t->tied_n; i++) acc[i] += g[i];
+        if (t->tied[k] != t->tied_step) memset(g, 0, t->tied_n * sizeof *g);
+    }
+    tier_stage *s = &t->ts[t->tied_step];
+    memcpy(s->hg + s->st->sl[s->st->tied_sl].off, acc,
+           t->tied_n * sizeof *acc);
+    free(acc);
+}
+
+/* The CPU's AdamW on a stage: on the DRAM states or on what the drive's
+ * read staged. ZeRO's first step of an iteration finds every gradient on
+ * the host: it sums the tied table's copies and sets the norm and the
+ * clipping factor for all. */
+static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
+                    util_err *e)
+{
+    exec_worker *w = t->w;
+    const exec_runtime *rt = w->rt;
+    exec_stage *st = s->st;
+    int li = w->lidx[st->id];
+    int fuyou = t->sched == SIM_SCHED_FUYOU;
+    (void)id;
+    if (t->norm_epoch != epoch) {
+        t->norm_epoch = epoch;
+        t->norm_sq = 0;
+        t->scale = 1.0f;
+        if (!fuyou) {
+            tied_sum(t);
+            for (int k = 0; k < w->n_st; k++)
+                t->norm_sq += stage_norm_sq(t, &t->ts[k], k);
+            double norm = sqrt(t->norm_sq);
+            if (rt->adamw.clip > 0 && norm > rt->adamw.clip)
+                t->scale = (float)(rt->adamw.clip / norm);
+        }
+    }
+    if (fuyou) {
+        if (li == t->tied_step) tied_sum(t);
+        t->norm_sq += stage_norm_sq(t, s, li);
+    }
+    float *h[3] = {s->hw, s->hm, s->hv};
+    if (t->tier == SIM_TIER_NVME) {
+        for (int k = 0; k < 3; k++) h[k] = s->so[k];
+        if (!h[0])
+            return util_errf(e, UTIL_EXIT_FAIL, "a step without its read");
+    }
+    int step = rt->step0 + epoch - 1;
+    exec_adamw a = rt->adamw;
+    float lr = exec_lr_at(a.lr, rt->warmup, rt->total_steps, step);
+    int64_t t0 = (int64_t)exec_now_ns();
+    size_t n = 0;
+    for (int k = 0; k < st->n_sl; k++) {
+        const exec_slice *sl = &st->sl[k];
+        if (sl->frozen) continue;
+        if (k == st->tied_sl && t->n_tied > 1 && li != t->tied_step) continue;
+        kern_cpu.adamw_update(h[0] + sl->off, h[1] + sl->off, h[2] + sl->off,
+                              s->hg + sl->off, sl->n, lr, a.beta1, a.beta2,
+                              a.eps, sl->decay ? a.weight_decay : 0.0f,
+                              t->scale, step + 1);
+        n += sl->n;
+    }
+    if (li == t->tied_step && t->tied_w)
+        memcpy(t->tied_w, h[0] + st->sl[st->tied_sl].off,
+               t->tied_n * sizeof(float));
+    pthread_mutex_lock(&t->mu);
+    t->adam_ns += (double)((int64_t)exec_now_ns() - t0);
+    t->adam_params += (double)n;
+    pthread_mutex_unlock(&t->mu);
+    /* the tied copy a later step sums stays */
+    int keep = st->tied_sl >= 0 && t->n_tied > 1 && li != t->tied_step &&
+               fuyou;
+    if (keep) {
+        const exec_slice *sl = &st->sl[st->tied_sl];
+        memset(s->hg, 0, sl->off * sizeof(float));
+        memset(s->hg + sl->off + sl->n, 0,
+               (st->n - sl->off - sl->n) * sizeof(float));
+    } else {
+        memset(s->hg, 0, st->n * sizeof(float));
+    }
+    s->g_set = 0;
+    return 0;
+}
+
+/* ----------------------------------------------- swapped activations */
+
+static exec_rec *task_rec(exec_worker *w, const sim_task *k)
+{
+    return w->rec[w->lidx[k->stage]][SLOT(w->rt, k->minibatch, k->mb)];
+}
+
+static tier_act *task_act(exec_tiers *t, const sim_task *k)
+{
+    return &t->act[(size_t)t->w->lidx[k->stage] * (size_t)t->w->rt->M +
+                   (size_t)k->mb];
+}
+
+/* Notes view v of a record (its buffer among bufs, *nb so far). */
+static void act_ref(tier_act *a, exec_view *v, exec_buf ***bufs, int *nb)
+{
+    if (!v->b) return;
+    int i = 0;
+    while (i < *nb && (*bufs)[i] != v->b) i++;
+    if (i == *nb) {
+        *bufs = util_realloc(*bufs, sizeof **bufs * (size_t)(i + 1));
+        (*bufs)[(*nb)++] = v->b;
+    }
+    a->ref = util_realloc(a->ref, sizeof *a->ref * (size_t)(a->n_ref + 1));
+    a->ref[a->n_ref++] = (tier_ref){v, i, v->off, v->n};
+}
+
+/* What the record keeps for its backward leaves the device: each buffer
+ * it refers to copied to the host once, its views dropped. A buffer also
+ * held elsewhere (an output the next stage reads too) stays until that
+ * holder drops it, and comes back as a copy of the record's own. */
+static int task_a_out(exec_tiers *t, const sim_task *k, util_err *e)
+{
+    exec_worker *w = t->w;
+    exec_rec *r = task_rec(w, k);
+    tier_act *a = task_act(t, k);
+    if (!r || a->n_ref)
+        return util_errf(e, UTIL_EXIT_FAIL, "an activation swap without "
+                         "its forward");
+    const exec_stage *st = &w->st[w->lidx[k->stage]];
+    exec_buf **bufs = NULL;
+    int nb = 0;
+    for (int i = 0; i < st->n_ops; i++) {
+        act_ref(a, &r->out[i], &bufs, &nb);
+        act_ref(a, &r->aux[i], &bufs, &nb);
+        act_ref(a, &r->xa[i], &bufs, &nb);
+    }
+    for (int q = 0; q < st->n_ext; q++) act_ref(a, &r->ext[q], &bufs, &nb);
+    act_ref(a, &r->ids, &bufs, &nb);
+    a->img = util_calloc((size_t)nb + 1, sizeof *a->img);
+    a->n_img = nb;
+    for (int i = 0; i < nb; i++) {
+        a->img[i].n = bufs[i]->n;
+        a->img[i].h = host_new(t, bufs[i]->n);
+        copy_timed(t, 0, a->img[i].h, bufs[i]->p, bufs[i]->n);
+    }
+    free(bufs);
+    for (int i = 0; i < a->n_ref; i++) exec_view_drop(a->ref[i].v);
+    return 0;
+}
+
+static int task_a_io(exec_tiers *t, const sim_task *k, int wr, util_err *e)
+{
+    tier_act *a = task_act(t, k);
+    size_t need = 0;
+    for (int i = 0; i < a->n_img; i++)
+        need += exec_tfile_up(a->img[i].n * sizeof(float));
+    if (need > a->fcap) {
+        a->foff = exec_tfile_grow(&t->f, need);
+        a->fcap = need;
+    }
+    int64_t at = a->foff;
+    for (int i = 0; i < a->n_img; i++) {
+        tier_img *m = &a->img[i];
+        size_t by = exec_tfile_up(m->n * sizeof(float));
+        if (!wr) m->h = host_new(t, m->n);
+        if (!m->h)
+            return util_errf(e, UTIL_EXIT_FAIL, "an activation write "
+                             "without its copy");
+        if (exec_tfile_io(&t->f, wr, m->h, by, at, e)) return -1;
+        if (wr) host_free(t, &m->h, m->n);
+        at += (int64_t)by;
+    }
+    return 0;
+}
+
+/* ...and comes back before its recomputation or backward. */
+static int task_a_in(exec_tiers *t, const sim_task *k, util_err *e)
+{
+    exec_worker *w = t->w;
+    tier_act *a = task_act(t, k);
+    exec_buf **nb = util_calloc((size_t)a->n_img + 1, sizeof *nb);
+    int rc = 0;
+    for (int i = 0; i < a->n_img && !rc; i++) {
+        if (!a->img[i].h) {
+            rc = util_errf(e, UTIL_EXIT_FAIL, "an activation back before "
+                           "its read");
+            break;
+        }
+        nb[i] = exec_buf_new(&w->mem, a->img[i].n, 0);
+        if (!nb[i]) {
+            rc = exec_oom(w, "a swapped activation coming back", e);
+            break;
+        }
+        copy_timed(t, 1, nb[i]->p, a->img[i].h, a->img[i].n);
+    }
+    for (int i = 0; i < a->n_ref && !rc; i++) {
+        tier_ref *f = &a->ref[i];
+        f->v->b = exec_buf_ref(nb[f->img]);
+        f->v->off = f->off;
+        f->v->n = f->n;
+    }
+    for (int i = 0; i < a->n_img; i++) {
+        exec_buf_unref(nb[i]);
+        host_free(t, &a->img[i].h, a->img[i].n);
+    }
+    free(nb);
+    free(a->img);
+    free(a->ref);
+    a->img = NULL;
+    a->ref = NULL;
+    a->n_img = a->n_ref = 0;
+    return rc;
+}
+
+int exec_tiers_task(exec_worker *w, int id, int epoch, util_err *e)
+{
+    exec_tiers *t = w->tiers;
+    const sim_task *k = &w->rt->ir->tasks[id];
+    tier_stage *s = &t->ts[w->lidx[k->stage]];
+    exec_stage *st = s->st;
+    switch (t->role[id]) {
+    case R_W_READ: {
+        int f = t->rd_for[id];
+        if (f < 0 || t->stg[f])
+            return util_errf(e, UTIL_EXIT_FAIL, "a read for no fetch");
+        t->stg[f] = host_new(t, st->n);
+        return region_io(t, s, 0, 0, t->stg[f], e);
+    }
+    case R_W_IN: return task_w_in(t, id, s, e);
+    case R_W_PUSH: return task_w_push(t, s);
+    case R_G_OUT: return task_g_out(t, s, e);
+    case R_OPT_READ:
+        for (int q = 0; q < 3; q++) {
+            if (!s->so[q]) s->so[q] = host_new(t, st->n);
+            if (region_io(t, s, 0, q, s->so[q], e)) return -1;
+        }
+        return 0;
+    case R_OPT: return task_opt(t, id, epoch, s, e);
+    case R_OPT_WRITE:
+        for (int q = 0; q < 3; q++) {
+            if (!s->so[q])
+                return util_errf(e, UTIL_EXIT_FAIL, "a write-back without "
+                                 "its step");
+            if (region_io(t, s, 1, q, s->so[q], e)) return -1;
+        }
+        for (int q = 0; q < 3; q++) host_free(t, &s->so[q], st->n);
+        return 0;
+    case R_A_OUT: return task_a_out(t, k, e);
+    case R_A_WRITE: return task_a_io(t, k, 1, e);
+    case R_A_READ: return task_a_io(t, k, 0, e);
+    case R_A_IN: return task_a_in(t, k, e);
+    default:
+        return util_errf(e, UTIL_EXIT_FAIL, "a tier task the executor does "
+                         "not know");
+    }
+}
+
+double exec_tiers_norm_sq(const exec_worker *w, int epoch)
+{
+    const exec_tiers *t = w->tiers;
+    return t && t->norm_epoch == epoch ? t->norm_sq : 0;
+}
+
+/* ---------------------------------------------------------- the state */
+
+int exec_tiers_read_state(exec_worker *w, exec_stage *st, float *wt,
+                          float *m, float *v, util_err *e)
+{
+    exec_tiers *t = w->tiers;
+    int li = w->lidx[st->id];
+    tier_stage *s = &t->ts[li];
+    float *dst[3] = {wt, m, v};
+    float *buf = t->tier == SIM_TIER_NVME ? host_new(t, st->n) : NULL;
+    int rc = 0;
+    for (int k = 0; k < 3 && !rc; k++) {
+        if (!dst[k]) continue;
+        const float *src = k == 0 ? s->hw : k == 1 ? s->hm : s->hv;
+        if (buf) {
+            rc = region_io(t, s, 0, k, buf, e);
+            src = buf;
+        }
+        if (!rc) memcpy(dst[k], src, st->n * sizeof(float));
+    }
+    host_free(t, &buf, st->n);
+    /* a holder that does not step the table has the stepped weights and
+     * moments */
+    if (!rc && wt && st->tied_sl >= 0 && t->tied_w)
+        memcpy(wt + st->sl[st->tied_sl].off, t->tied_w,
+               t->tied_n * sizeof(float));
+    if (!rc && (m || v) && st->tied_sl >= 0 && t->tied_step >= 0 &&
+        li != t->tied_step) {
+        const exec_stage *o = t->ts[t->tied_step].st;
+        float *om = util_malloc(sizeof(float) * (o->n + 1));
+        float *ov = util_malloc(sizeof(float) * (o->n + 1));
+        rc = exec_tiers_read_state(w, t->ts[t->tied_step].st, NULL, om, ov,
+                                   e);
+        size_t from = o->sl[o->tied_sl].off, to = st->sl[st->tied_sl].off;
+        if (!rc && m) memcpy(m + to, om + from, t->tied_n * sizeof(float));
+        if (!rc && v) memcpy(v + to, ov + from, t->tied_n * sizeof(float));
+        free(om);
+        free(ov);
+    }
+    return rc;
+}
+
+void exec_tiers_stats(const exec_worker *w, double out[EXEC_TIER_STATS])
+{
+    memset(out, 0, EXEC_TIER_STATS * sizeof *out);
+    const exec_tiers *t = w->tiers;
+    if (!t) return;
+    out[0] = t->f.rd_bytes;
+    out[1] = t->f.rd_ns / 1e9;
+    out[2] = t->f.wr_bytes;
+    out[3] = t->f.wr_ns / 1e9;
+    out[4] = t->adam_params;
+    out[5] = t->adam_ns / 1e9;
+    out[6] = t->up_bytes;
+    out[7] = t->up_ns / 1e9;
+    out[8] = t->down_bytes;
+    out[9] = t->down_ns / 1e9;
+    out[10] = t->host_peak;
+}
+
+const char *exec_tiers_note(const exec_worker *w)
+{
+    return w->tiers ? w->tiers->f.note : "";
+}
+
+void exec_tiers_free(exec_worker *w)
+{
+    exec_tiers *t = w->tiers;
+    if (!t) return;
+    const exec_runtime *rt = w->rt;
+    for (int i = 0; i < rt->ir->n_tasks; i++) {
+        exec_buf_unref(t->wbuf[i]);
+        free(t->stg[i]);
+    }
+    for (int li = 0; li < rt->S; li++) {
+        tier_stage *s = &t->ts[li];
+        size_t n = s->st ? s->st->n : 0;
+        host_free(t, &s->hw, n);
+        host_free(t, &s->hm, n);
+        host_free(t, &s->hv, n);
+        host_free(t, &s->hg, n);
+        for (int k = 0; k < 3; k++) host_free(t, &s->so[k], n);
+        exec_buf_unref(s->res);
+        for (int k = 0; k < s->gq_n; k++) exec_buf_unref(s->gq[k]);
+        free(s->gq);
+        if (s->st) {
+            s->st->w[0] = NULL;
+            s->st->g = NULL;
+        }
+    }
+    for (size_t i = 0; i < (size_t)rt->S * (size_t)rt->M; i++) {
+        tier_act *a = &t->act[i];
+        for (int k = 0; k < a->n_img; k++) free(a->img[k].h);
+        free(a->img);
+        free(a->ref);
+    }
+    free(t->tied_w);
+    free(t->act);
+    free(t->ts);
+    free(t->role);
+    free(t->galloc);
+    free(t->gend);
+    free(t->win);
+    free(t->wrel);
+    free(t->wbuf);
+    free(t->stg);
+    free(t->rd_for);
+    exec_tfile_close(&t->f);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+    w->tiers = NULL;
+}

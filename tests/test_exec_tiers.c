@@ -1,0 +1,211 @@
+/* Plans of the offload schedules run by the executor (exec/tiers.c): the
+ * IR's tier tasks (fetches, gradient copies, the drive's reads and
+ * writes, the CPU's AdamW, swapped activations) all run, every step; the
+ * weights and moments after a few steps are those of the same batch
+ * trained on one device without offload; the device holds less; a tier
+ * path that cannot take the file, or a disk that fills up during the run,
+ * ends it with one message naming the path and leaves no file. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+#include "sim/sim.h"
+#include "tests/harness.h"
+
+#define PICO "tests/data/exec/gpt-pico.json"
+#define CORPUS "/usr/share/common-licenses/GPL-3"
+
+static exec_pipe_opts opts(const sim_plan *p, float clip)
+{
+    exec_pipe_opts o = {0};
+    o.plan = p;
+    o.data = CORPUS;
+    o.steps = 3;
+    o.adamw = (exec_adamw){.lr = 2e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
+                           .eps = 1e-6f, .weight_decay = 0.1f, .clip = clip};
+    o.warmup = -1;
+    o.seed = 1337;
+    return o;
+}
+
+/* `sluice sim` writes the plan (schedule and flags as given). */
+static void plan_of(const char *dir, const char *flags, sim_plan *p)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    cli_expect(0, "", "sim --hw cpu x1 --model %s --mbs 2 --microbatches 2 "
+               "%s --out %s", PICO, flags, path);
+    util_err e;
+    cr_assert_eq(sim_plan_load(path, p, &e), 0, "%s", e.msg);
+}
+
+static int files_in(const char *dir)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    int n = 0;
+    for (struct dirent *x; (x = readdir(d));)
+        n += strcmp(x->d_name, ".") && strcmp(x->d_name, "..") &&
+             strcmp(x->d_name, "plan.json");
+    closedir(d);
+    return n;
+}
+
+/* Largest |a - b| over n floats, relative to the largest |a|. */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs((double)a[i]));
+    }
+    return m > 0 ? d / m : d;
+}
+
+/* The offload plan (flags) against GPipe on one device: the same weights,
+ * moments and losses; every tier task ran in every step; the device
+ * peaked lower. */
+static void same_training(const char *flags, float clip, int nvme)
+{
+    char *dir = test_tmpdir();
+    sim_plan p, ref;
+    plan_of(dir, flags, &p);
+    plan_of(dir, "--schedule gpipe --pp 1", &ref);
+    exec_pipe_result a, b;
+    util_err e = {0};
+    exec_pipe_opts o = opts(&ref, clip);
+    cr_assert_eq(exec_pipe_run(&o, &a, &e), 0, "%s", e.msg);
+    o = opts(&p, clip);
+    o.offload.path = dir;
+    cr_assert_eq(exec_pipe_run(&o, &b, &e), 0, "%s: %s", flags, e.msg);
+    cr_assert_eq(a.n_params, b.n_params);
+    cr_expect_lt(rel_diff(a.params, b.params, a.n_params), 1e-5,
+                 "%s: weights differ by %g", flags,
+                 rel_diff(a.params, b.params, a.n_params));
+    cr_expect_lt(rel_diff(a.adam_m, b.adam_m, a.n_params), 1e-4,
+                 "%s: first moments", flags);
+    cr_expect_lt(rel_diff(a.adam_v, b.adam_v, a.n_params), 1e-4,
+                 "%s: second moments", flags);
+    for (int k = 0; k < a.steps_run; k++)
+        cr_expect_lt(fabs(a.loss[k] - b.loss[k]), 1e-5 * fabs(a.loss[k]),
+                     "%s: step %d loss %.9g against %.9g", flags, k,
+                     b.loss[k], a.loss[k]);
+    cr_expect(b.tiers);
+    /* every tier task of the IR ran in every step */
+    int tier = 0;
+    for (int id = 0; id < b.n_tasks; id++) {
+        int s = b.ir->tasks[id].stream;
+        if (s == SIM_STREAM_COMPUTE || s == SIM_STREAM_RECV ||
+            s == SIM_STREAM_SEND || s == SIM_STREAM_COLL)
+            continue;
+        tier++;
+        for (int ep = 0; ep < b.epochs; ep++)
+            cr_expect_geq(exec_pipe_times(&b, ep, id)[1],
+                          exec_pipe_times(&b, ep, id)[0],
+                          "%s: tier task %d in step %d", flags, id, ep);
+        for (int ep = 0; ep < b.epochs; ep++)
+            cr_expect_geq(exec_pipe_times(&b, ep, id)[0], 0);
+    }
+    cr_expect_gt(tier, 0);
+    cr_expect_lt(b.peak_bytes[0], a.peak_bytes[0], "%s: device peak %.0f "
+                 "against %.0f", flags, b.peak_bytes[0], a.peak_bytes[0]);
+    cr_expect_geq(b.adam_params, (double)b.steps_run * b.n_params * 0.5,
+                  "the CPU's AdamW ran");
+    cr_expect_gt(b.tier_up_bytes, 0);
+    cr_expect_gt(b.tier_down_bytes, 0);
+    cr_expect_gt(b.tier_host_peak, 0);
+    if (nvme) {
+        cr_expect_gt(b.ofl_read_bytes, 0, "%s: the drive was read", flags);
+        cr_expect_gt(b.ofl_write_bytes, 0, "%s: and written", flags);
+    } else {
+        cr_expect_eq(b.ofl_read_bytes, 0, "%s: no file", flags);
+    }
+    cr_expect_eq(files_in(dir), 0, "the tier's file is removed");
+    exec_pipe_result_free(&a);
+    exec_pipe_result_free(&b);
+    sim_plan_free(&p);
+    sim_plan_free(&ref);
+    test_rm_rf(dir);
+}
+
+Test(exec_tiers, zero_offload)
+{
+    same_training("--schedule zero-offload", 1.0f, 0);
+}
+
+Test(exec_tiers, zero_infinity_dram)
+{
+    same_training("--schedule zero-infinity --offload-tier dram", 1.0f, 0);
+}
+
+Test(exec_tiers, zero_infinity_nvme)
+{
+    same_training("--schedule zero-infinity --offload-tier nvme", 1.0f, 1);
+}
+
+Test(exec_tiers, fuyou_dram)
+{
+    same_training("--schedule fuyou --offload-tier dram --act-swap 0:0", 0,
+                  0);
+}
+
+Test(exec_tiers, fuyou_nvme)
+{
+    same_training("--schedule fuyou --offload-tier nvme --act-swap 0:0", 0,
+                  1);
+}
+
+/* Checkpoints of the first stages and the whole activations of the last
+ * leave the device and come back: the same training. */
+Test(exec_tiers, fuyou_swaps_activations)
+{
+    same_training("--schedule fuyou --offload-tier nvme --act-swap 3:2", 0,
+                  1);
+}
+
+Test(exec_tiers, zero_infinity_swaps_checkpoints)
+{
+    same_training("--schedule zero-infinity --offload-tier dram "
+                  "--act-swap 4:0", 1.0f, 0);
+}
+
+/* A path that cannot take the file, a disk that fills up during the run:
+ * one message naming the path, exit 1, nothing left behind. */
+Test(exec_tiers, bad_paths_and_a_full_disk)
+{
+    char *dir = test_tmpdir();
+    sim_plan p;
+    plan_of(dir, "--schedule fuyou --offload-tier nvme", &p);
+    exec_pipe_result r;
+    util_err e = {0};
+    exec_pipe_opts o = opts(&p, 0);
+    o.offload.path = "/nonexistent-sluice-dir";
+    cr_expect_eq(exec_pipe_run(&o, &r, &e), -1);
+    cr_expect(strstr(e.msg, "/nonexistent-sluice-dir"), "%s", e.msg);
+    cr_expect_eq(e.code, UTIL_EXIT_FAIL);
+    exec_pipe_result_free(&r);
+    o.offload.path = dir;
+    o.offload.full_after_bytes = 64 * 1024;
+    cr_expect_eq(exec_pipe_run(&o, &r, &e), -1);
+    cr_expect(strstr(e.msg, "the disk is full"), "%s", e.msg);
+    cr_expect(strstr(e.msg, dir), "%s", e.msg);
+    cr_expect_eq(files_in(dir), 0, "the tier's file is removed");
+    exec_pipe_result_free(&r);
+    sim_plan_free(&p);
+    /* from the command line: clipping Fuyou cannot do, exit 2; then the
+     * run's own failure, exit 1 */
+    char plan[600];
+    snprintf(plan, sizeof plan, "%s/plan.json", dir);
+    cli_expect(2, "give --clip 0", "exec --plan %s --steps 2 --data %s",
+               plan, CORPUS);
+    cli_expect(1, "cannot create a file there", "exec --plan %s --steps 2 "
+               "--data %s --clip 0 --offload-path /nonexistent-sluice-dir",
+               plan, CORPUS);
+    cli_expect(2, "moves the model states itself", "exec --plan %s --steps "
+               "2 --data %s --clip 0 --offload zero-offload", plan, CORPUS);
+    test_rm_rf(dir);
+}
