@@ -254,10 +254,29 @@ static int parse_busy(const util_jobj *root, prof_calib *c, util_err *e)
     return 0;
 }
 
+/* "tiers": the drive's rates (GB/s) and AdamW's (M parameters/s). */
+static int parse_tiers(const util_jobj *o, prof_calib_tiers *t, util_err *e)
+{
+    static const char *const keys[] = {"drive_read_gb_per_s",
+        "drive_write_gb_per_s", "adam_mparams_per_s", "model", NULL};
+    double rd, wr, ad;
+    if (util_jkeys(o, keys, e) ||
+        util_jnum(o, "drive_read_gb_per_s", 1, 1e-6, 1e6, &rd, e) ||
+        util_jnum(o, "drive_write_gb_per_s", 1, 1e-6, 1e6, &wr, e) ||
+        util_jnum(o, "adam_mparams_per_s", 1, 1e-6, 1e9, &ad, e) ||
+        util_jstr(o, "model", 0, t->model, sizeof t->model, e))
+        return -1;
+    t->read_bytes_per_s = rd * 1e9;
+    t->write_bytes_per_s = wr * 1e9;
+    t->adam_params_per_s = ad * 1e6;
+    t->present = 1;
+    return 0;
+}
+
 static int parse(const util_jdoc *d, prof_calib *c, util_err *e)
 {
     static const char *const keys[] = {"format", "version", "device", "date",
-        "machine", "gpu", "links", "fit", "ops", "busy", NULL};
+        "machine", "gpu", "links", "fit", "ops", "busy", "tiers", NULL};
     util_jobj root = util_jroot(d), o;
     char fmt[32] = "";
     long version = 1;
@@ -300,6 +319,8 @@ static int parse(const util_jdoc *d, prof_calib *c, util_err *e)
     }
     if (util_jchild(&root, "fit", 0, &o, &have, e)) return -1;
     if (have && parse_fit(&o, c, e)) return -1;
+    if (util_jchild(&root, "tiers", 0, &o, &have, e)) return -1;
+    if (have && parse_tiers(&o, &c->tiers, e)) return -1;
     if (parse_busy(&root, c, e)) return -1;
     json_t *arr;
     if (util_jarray(&root, "ops", 0, &arr, e)) return -1;
@@ -353,6 +374,12 @@ json_t *prof_calib_json(const prof_calib *c)
             "max_error", l->max_err));
     }
     json_object_set_new(j, "links", links);
+    if (c->tiers.present)
+        json_object_set_new(j, "tiers", json_pack(
+            "{s:f,s:f,s:f,s:s}", "drive_read_gb_per_s",
+            c->tiers.read_bytes_per_s / 1e9, "drive_write_gb_per_s",
+            c->tiers.write_bytes_per_s / 1e9, "adam_mparams_per_s",
+            c->tiers.adam_params_per_s / 1e6, "model", c->tiers.model));
     json_t *params = json_array();
     for (int i = 0; i < c->n_param; i++) {
         const prof_calib_param *p = &c->param[i];

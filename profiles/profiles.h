@@ -578,6 +578,16 @@ typedef struct prof_calib_op {
     int busy;                /* devices computing at once when measured */
 } prof_calib_op;
 
+/* What a run of an offload schedule's plan measured of the host's tiers
+ * (`sluice exec --calibrate`): the drive's read and write rates through
+ * the tier's file and the CPU's AdamW; the simulator's drives and CPU
+ * steps on a server of this device type use them. */
+typedef struct prof_calib_tiers {
+    int present;
+    double read_bytes_per_s, write_bytes_per_s, adam_params_per_s;
+    char model[64];          /* the model whose run measured them */
+} prof_calib_tiers;
+
 /* The machine a calibration comes from. Two calibrations are of the same
  * hardware when the CPU model, core count and device name agree (host
  * names change with every container). */
@@ -609,6 +619,7 @@ typedef struct prof_calib {
      * the last. The fitted figures are for a device alone. */
     double busy[PROF_CALIB_MAX_BUSY];
     int n_busy;
+    prof_calib_tiers tiers;
 } prof_calib;
 
 /* The profile directory in force: set (NULL: none), or found as above. */

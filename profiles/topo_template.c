@@ -297,7 +297,17 @@ static void cpu_host(build *b, int ndev, int xfer)
         b->t->nodes[v].gpu_type = b->type;
         prof_topo_add_link(b->t, cpu, v, PROF_LINK_MEMORY, bw, lat);
     }
+    int first = b->t->n_nodes;
     drives(b, &cpu, 1);
+    /* calibrated: the drives together read and write as a run's tier
+     * file did (the executor writes one file, the simulator stripes) */
+    int nd = b->p.nvme > 0 ? b->p.nvme : 1;
+    for (int v = first; c && c->tiers.present && v < b->t->n_nodes; v++)
+        if (b->t->nodes[v].kind == PROF_NODE_NVME) {
+            prof_node *x = &b->t->nodes[v];
+            x->read_bw_bytes_per_s = c->tiers.read_bytes_per_s / nd;
+            x->write_bw_bytes_per_s = c->tiers.write_bytes_per_s / nd;
+        }
 }
 
 typedef enum { T_DESKTOP, T_PCIE, T_DGX1, T_DGX_NVSWITCH, T_CPU } tkind;

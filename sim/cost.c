@@ -192,6 +192,10 @@ double sim_opt_model_ns(const prof_gpu *g, double params)
 
 double sim_cpu_opt_ns(const prof_topo *t, int g, double params)
 {
+    /* calibrated: AdamW as fast as a run's CPU steps were */
+    const prof_calib *c = prof_topo_gpu(t, g)->calib;
+    if (c && c->tiers.present)
+        return params / c->tiers.adam_params_per_s * 1e9;
     int h = prof_topo_gpu_host_mem(t, g);
     double bw = h >= 0 && t->nodes[h].read_bw_bytes_per_s > 0
               ? t->nodes[h].read_bw_bytes_per_s : HOST_BW_UNKNOWN;

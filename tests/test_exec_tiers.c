@@ -209,3 +209,68 @@ Test(exec_tiers, bad_paths_and_a_full_disk)
                "2 --data %s --clip 0 --offload zero-offload", plan, CORPUS);
     test_rm_rf(dir);
 }
+
+/* exec --calibrate of such a plan adds the drive's and AdamW's rates to
+ * the device type's calibration; the simulator's drives and CPU steps
+ * then go as fast as they say; a rate out of range is refused naming
+ * file, line and field. */
+Test(exec_tiers, calibration_takes_the_tiers_rates)
+{
+    char *d = test_tmpdir();
+    cli_result r = cli_run("--profile-dir %s calibrate --hw cpu x1 --quick "
+                           "--out %s/cpu.json", d, d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    cli_expect(0, "", "sim --hw cpu x1 --model %s --mbs 2 --microbatches 2 "
+               "--schedule zero-infinity --offload-tier nvme --out %s/p.json",
+               PICO, d);
+    r = cli_run("--profile-dir %s exec --plan %s/p.json --steps 3 --quiet "
+                "--calibrate --offload-path %s --data %s", d, d, d, CORPUS);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    char path[600];
+    snprintf(path, sizeof path, "%s/cpu.json", d);
+    json_t *j = json_load_file(path, 0, NULL);
+    cr_assert_not_null(j);
+    json_t *t = json_object_get(j, "tiers");
+    cr_assert_not_null(t, "the run's tier rates are in the calibration");
+    cr_expect_gt(json_number_value(json_object_get(t, "drive_read_gb_per_s")),
+                 0);
+    cr_expect_gt(json_number_value(json_object_get(t, "adam_mparams_per_s")),
+                 0);
+    json_decref(j);
+    /* known rates: the drive reads at 0.1 GB/s and writes at 0.2, AdamW
+     * steps 10 M parameters a second */
+    cr_assert_eq(sh_run("sed -i -e 's/\"drive_read_gb_per_s\": [0-9.e+-]*/"
+                        "\"drive_read_gb_per_s\": 0.1/' -e 's/\"drive_write_"
+                        "gb_per_s\": [0-9.e+-]*/\"drive_write_gb_per_s\": "
+                        "0.2/' -e 's/\"adam_mparams_per_s\": [0-9.e+-]*/"
+                        "\"adam_mparams_per_s\": 10/' %s", path), 0);
+    json_t *s = cli_json("--profile-dir %s sim --plan %s/p.json --json", d,
+                         d);
+    json_t *res = json_object_get(json_object_get(s, "offload"),
+                                  "resources");
+    double nvme = json_number_value(json_object_get(
+        json_object_get(res, "nvme"), "busy_s"));
+    double cpu = json_number_value(json_object_get(
+        json_object_get(res, "cpu"), "busy_s"));
+    json_decref(s);
+    util_err e;
+    prof_model *m = prof_model_load(PICO, &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    double params = m->params;
+    /* every parameter stepped once at 10 M/s (a tied table's copies
+     * twice), and the drive no faster than its reads at 0.1 GB/s */
+    cr_expect(cpu >= params / 10e6 * 0.999 && cpu <= 2 * params / 10e6,
+              "CPU steps %g s for %g parameters", cpu, params);
+    cr_expect_geq(nvme, params * 4 / 0.1e9, "drive busy %g s", nvme);
+    prof_model_free(m);
+    cr_assert_eq(sh_run("sed -i 's/\"drive_read_gb_per_s\": 0.1/"
+                        "\"drive_read_gb_per_s\": -1/' %s", path), 0);
+    r = cli_run("--profile-dir %s sim --plan %s/p.json", d, d);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "cpu.json:") &&
+              strstr(r.err, "drive_read_gb_per_s"), "%s", r.err);
+    cli_result_free(&r);
+    test_rm_rf(d);
+}
