@@ -1999,24 +1999,17 @@ static int worker_stages(exec_worker *w, const float *full,
             if (st->sl[k].tied && !st->sl[k].frozen) st->tied_sl = k;
         exec_stage_op_slices(rt, st);
         st->n_ver_slots = 1;
-        if (w->tiers) {
-            /* the states in their tier; the IR's fetches bring the
-             * weights, its backwards start gradient buffers */
+        if (w->ofl || w->tiers) {
+            /* the states in their tier; the device holds windows
+             * (offload.c), or what the IR's fetches bring and the
+             * gradient buffers its backwards start (tiers.c) */
             st->w = util_calloc(1, sizeof *st->w);
             st->pending = util_calloc(1, sizeof(int));
             st->steps = rt->step0;
             st->live = st->max_live = 1;
-            if (exec_tiers_stage_add(w, st, tt, full, adam_m, adam_v, e))
-                rc = util_err_prefix(e, "device %d", w->device);
-            continue;
-        }
-        if (w->ofl) {
-            /* the states in the tier; the device holds windows */
-            st->w = util_calloc(1, sizeof *st->w);
-            st->pending = util_calloc(1, sizeof(int));
-            st->steps = rt->step0;
-            st->live = st->max_live = 1;
-            if (exec_ofl_stage_add(w, st, tt, full, adam_m, adam_v, e))
+            if (w->tiers
+                    ? exec_tiers_stage_add(w, st, tt, full, adam_m, adam_v, e)
+                    : exec_ofl_stage_add(w, st, tt, full, adam_m, adam_v, e))
                 rc = util_err_prefix(e, "device %d", w->device);
             continue;
         }

@@ -92,6 +92,21 @@ static int seed_rows(void)
     return rc;
 }
 
+/* A run of plan p: fuyou steps each layer before the global norm is
+ * known, so no row clips and every row trains the same weights. */
+static exec_pipe_opts run_opts(const sim_plan *p)
+{
+    exec_pipe_opts o = {0};
+    o.plan = p;
+    o.data = CORPUS;
+    o.steps = STEPS;
+    o.adamw = (exec_adamw){.lr = 2e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
+                           .eps = 1e-8f, .weight_decay = 0.1f, .clip = 0};
+    o.warmup = -1;
+    o.seed = 1337;
+    return o;
+}
+
 /* Plans of the offload schedules on one CPU device, run and simulated. */
 static int tier_rows(const char *model, prof_model *m, const char *dir)
 {
@@ -136,15 +151,7 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
             sim_plan_free(&p);
             return 1;
         }
-        exec_pipe_opts o = {0};
-        o.plan = &p;
-        o.data = CORPUS;
-        o.steps = STEPS;
-        o.adamw = (exec_adamw){.lr = 2e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
-                               .eps = 1e-8f, .weight_decay = 0.1f,
-                               .clip = 0};
-        o.warmup = -1;
-        o.seed = 1337;
+        exec_pipe_opts o = run_opts(&p);
         o.offload.path = dir;
         exec_pipe_result r;
         exec_report_opts ro = {.json = 1, .warm = WARM};
@@ -236,17 +243,7 @@ int main(int argc, char **argv)
     double base = 0;
     int rc = 0;
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
-        exec_pipe_opts o = {0};
-        o.plan = &p;
-        o.data = CORPUS;
-        o.steps = STEPS;
-        /* fuyou steps each layer before the global norm is known: no
-         * clipping in any row, so every row trains the same weights */
-        o.adamw = (exec_adamw){.lr = 2e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
-                               .eps = 1e-8f, .weight_decay = 0.1f,
-                               .clip = 0};
-        o.warmup = -1;
-        o.seed = 1337;
+        exec_pipe_opts o = run_opts(&p);
         o.offload = (exec_offload){rows[i].pol, rows[i].tier, dir, 0};
         exec_pipe_result r;
         if (exec_pipe_run(&o, &r, &e)) {
