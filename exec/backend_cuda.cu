@@ -7,8 +7,8 @@
 // stream). Copies between GPUs are peer copies (direct where the GPUs allow
 // peer access, which is enabled when a device opens; else staged by the
 // driver). Every CUDA call is checked: the first failure of a thread is
-// kept, naming the call and the GPU, and returned by sync(). Not run on
-// the machine this was written on (no GPU there): tests/gpu/run.sh runs it.
+// kept, naming the call and the GPU, and returned by sync(). Checked on a
+// GPU by tests/gpu/run.sh (the README gives its figures).
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -250,14 +250,18 @@ static void cuda_acc(float *acc, const float *src, size_t n)
 }
 
 #define NORM_TPB 256
+#define NORM_BLOCKS 256
 
-// One block, fixed strides and a tree in shared memory, in double:
-// deterministic (not the CPU's order, so not its bits).
-__global__ void norm_sq_k(double *out, const float *x, size_t n)
+// NORM_BLOCKS blocks, each over a fixed grid stride with a tree in shared
+// memory, in double, their partial sums added on the host in block order:
+// deterministic (not the CPU's order, so not its bits), and the whole GPU
+// reads the gradient (one block alone would take milliseconds on GPT-2's).
+__global__ void norm_sq_k(double *part_out, const float *x, size_t n)
 {
     __shared__ double part[NORM_TPB];
     double s = 0.0;
-    for (size_t i = threadIdx.x; i < n; i += NORM_TPB)
+    for (size_t i = blockIdx.x * (size_t)NORM_TPB + threadIdx.x; i < n;
+         i += (size_t)NORM_TPB * NORM_BLOCKS)
         s += (double)x[i] * x[i];
     part[threadIdx.x] = s;
     __syncthreads();
@@ -265,23 +269,26 @@ __global__ void norm_sq_k(double *out, const float *x, size_t n)
         if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
         __syncthreads();
     }
-    if (threadIdx.x == 0) out[0] = part[0];
+    if (threadIdx.x == 0) part_out[blockIdx.x] = part[0];
 }
 
 static void cuda_norm_sq(double *sum, const float *x, size_t n)
 {
     if (!n) return;
     if (!tl.dsum) {
-        CK(cudaMalloc, ((void **)&tl.dsum, sizeof(double)));
+        CK(cudaMalloc, ((void **)&tl.dsum, NORM_BLOCKS * sizeof(double)));
         if (!tl.dsum) return;
     }
-    norm_sq_k<<<1, NORM_TPB, 0, tl.s>>>(tl.dsum, x, n);
+    norm_sq_k<<<NORM_BLOCKS, NORM_TPB, 0, tl.s>>>(tl.dsum, x, n);
     CK(cudaGetLastError, ());
-    double h = 0;
-    CK(cudaMemcpyAsync, (&h, tl.dsum, sizeof h, cudaMemcpyDeviceToHost,
+    double h[NORM_BLOCKS];
+    memset(h, 0, sizeof h);
+    CK(cudaMemcpyAsync, (h, tl.dsum, sizeof h, cudaMemcpyDeviceToHost,
                          tl.s));
     CK(cudaStreamSynchronize, (tl.s));
-    *sum += h;
+    double t = 0;
+    for (int b = 0; b < NORM_BLOCKS; b++) t += h[b];
+    *sum += t;
 }
 
 static int cuda_sync(util_err *e)

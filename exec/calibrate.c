@@ -44,6 +44,18 @@ static const layer_size full_sizes[] = {
 static const layer_size quick_sizes[] = {
     {64, 32, 1, 256, 32}, {128, 64, 1, 256, 32}, {128, 32, 2, 256, 32},
 };
+/* A GPU's: its ops take microseconds at the CPU's sizes, where the launch
+ * alone is measured; these span GPT-2 to GPT-3 XL widths and sequences of
+ * 256 to 1024 (the tokens per microbatch its plans pick), with the small
+ * end kept so the launch's cost is still seen, one larger vocabulary. */
+static const layer_size gpu_sizes[] = {
+    {128, 128, 1, 256, 32},    {256, 256, 4, 256, 64},
+    {512, 256, 8, 256, 64},    {512, 1024, 2, 256, 64},
+    {768, 512, 4, 256, 64},    {768, 1024, 8, 256, 64},
+    {1024, 512, 8, 256, 64},   {1024, 1024, 4, 256, 64},
+    {1536, 512, 4, 256, 96},   {2048, 512, 4, 256, 128},
+    {2048, 1024, 2, 256, 128}, {768, 512, 4, 8192, 64},
+};
 /* the size whose slowdown with several devices at once is measured */
 
 #define SYN_LAYERS 2
@@ -195,11 +207,14 @@ static void take_samples(samples *v, const exec_pipe_result *r, int mbs,
     *rest_n += r->task_rest_n;
 }
 
-static int measure_layers(const exec_calib_opts *o, const char *tmp,
+static int measure_layers(const exec_calib_opts *o, int gpu, const char *tmp,
                           samples *v, exec_calib_result *res, util_err *e)
 {
-    const layer_size *sz = o->quick ? quick_sizes : full_sizes;
+    const layer_size *sz = o->quick ? quick_sizes
+                           : gpu    ? gpu_sizes
+                                    : full_sizes;
     int nsz = o->quick ? (int)(sizeof quick_sizes / sizeof *quick_sizes)
+              : gpu    ? (int)(sizeof gpu_sizes / sizeof *gpu_sizes)
                        : (int)(sizeof full_sizes / sizeof *full_sizes);
     int steps = o->quick ? 3 : 5;
     double rest_ns = 0, rest_n = 0;
@@ -678,7 +693,7 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
     if (o->log)
         fprintf(o->log, "sluice calibrate: ops of GPT layers, run by the "
                 "executor on one %s\n", gpu ? "GPU" : "core");
-    int rc = measure_layers(o, tmp, &v, r, e);
+    int rc = measure_layers(o, gpu, tmp, &v, r, e);
     if (!rc && o->log && o->devices > 1 && !gpu)
         fprintf(o->log, "sluice calibrate: devices computing at once\n");
     /* cores share the socket's caches and memory; GPUs share nothing
@@ -765,6 +780,12 @@ int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,
                          "%s", g->name, c->device);
     if (!r->op_ns)
         return util_errf(e, UTIL_EXIT_USAGE, "the run timed no ops");
+    if (r->shared_gpu)
+        return util_errf(e, UTIL_EXIT_USAGE, "the run's workers shared GPU "
+                         "%d, so each op's time holds the other workers' "
+                         "kernels: calibrate from a run with a GPU per "
+                         "worker (the calibration is unchanged)",
+                         r->shared_gpu - 1);
     int tp = r->costs->tp > 1 ? r->costs->tp : 1;
     int mbs = (int)llround(r->costs->samples_per_mb);
     const sim_kind kinds[PROF_PHASES] = {SIM_F, SIM_B, SIM_W};

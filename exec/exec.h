@@ -387,6 +387,8 @@ typedef struct exec_pipe_result {
     char xport[16];
     char backend[16];           /* "cpu", "cuda" */
     int n_workers, n_devices;
+    int shared_gpu;             /* 1 + a GPU two of this process's workers
+                                 * ran on (each slowed the other); 0 none */
     int step_first;             /* global index of the first step run */
     int steps_run;              /* optimizer steps (minibatches) trained */
     int epochs;                 /* measured epochs (see times) */

@@ -382,6 +382,11 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (prof_model_spec_get(p->model, &spec, e) ||
         exec_gpt_config_from_spec(&spec, &cfg, p->model, e))
         return util_err_prefix(e, "%s", where);
+    /* the run is predicted as it runs: every backend computes and keeps
+     * its weights in fp32 (a GPU's bf16 peak would price it 10x too
+     * fast), without dropout (the masks would add memory it never uses) */
+    spec.dtype = PROF_DT_FP32;
+    spec.dropout = 0;
     if (!(r->topo = load_hw(p->hw, e)) ||
         !(r->model = prof_model_for_topo(prof_model_build(&spec, e),
                                           r->topo, e)) ||
@@ -564,6 +569,11 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (exec_rt_setup(&rt, full, step0 ? am : NULL, step0 ? av : NULL, lora,
                       e))
         goto out_rt;
+    /* GPUs fewer than workers: workers share one (worker modulo GPUs) */
+    for (int i = 0; i < rt.n_local && !be->host_memory; i++)
+        for (int j = i + 1; j < rt.n_local; j++)
+            if (rt.w[i].dev.index == rt.w[j].dev.index && !r->shared_gpu)
+                r->shared_gpu = 1 + rt.w[i].dev.index;
     x = xport_new(o, &rt, mpi, e);
     if (!x) goto out_rt;
     rt.x = x;

@@ -1,9 +1,10 @@
-// The CUDA backend of KERN_OPS: cuBLAS for the linear layers, plain
-// kernels elsewhere (one thread per element or per row: correct first,
-// checked against the CPU oracle by kernels/cuda_test.cu; fused and tiled
-// versions can replace them behind the same names). Reductions that feed
-// parameters (bias and norm gradients, norm_sq) loop in a fixed order, so
-// results are deterministic; attention's key/value gradients and the
+// The CUDA backend of KERN_OPS: cuBLAS for the linear layers and for
+// attention's products (batched over a sequence's heads, as the CPU ops
+// take them per head), a warp per row for the softmaxes, the norms and the
+// cross-entropy, one thread per element elsewhere; checked against the
+// CPU oracle by kernels/cuda_test.cu. Reductions that feed parameters
+// (bias and norm gradients, norm_sq) add in a fixed order (chunks of rows,
+// then the chunks in order), so results are deterministic; the
 // embeddings' gradients use atomics. Each host thread launches on its own
 // stream with its own cuBLAS handle (the executor runs a compute and a
 // communication thread per worker, several workers per GPU), and keeps
@@ -21,6 +22,9 @@ static thread_local cudaStream_t cur_stream;    // 0: the thread's default
 static thread_local cublasHandle_t blas_handle;
 static thread_local cudaStream_t blas_stream;
 static thread_local char first_err[256];
+static thread_local double *norm_part;     // norm_sq's partial sums
+static thread_local float *col_part;       // column sums' partial sums
+static thread_local size_t col_part_n;
 
 static void note(const char *fmt, ...)
 {
@@ -111,6 +115,11 @@ extern "C" void kern_cuda_shutdown(void)
 {
     if (blas_handle) cublasDestroy(blas_handle);
     blas_handle = NULL;
+    if (norm_part) cudaFree(norm_part);
+    norm_part = NULL;
+    if (col_part) cudaFree(col_part);
+    col_part = NULL;
+    col_part_n = 0;
     blas_stream = 0;
 }
 
@@ -120,6 +129,22 @@ static unsigned blocks(size_t n, unsigned threads)
 }
 
 #define TPB 256
+
+// Sums and maxima over a warp, in a fixed order: deterministic.
+__device__ float warp_sum(float x)
+{
+    for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+__device__ float warp_max(float x)
+{
+    for (int o = 16; o > 0; o /= 2)
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+#define ROWS_PER_BLOCK 4    // warps of a 128-thread block, a row each
 
 // ------------------------------------------------------------------ embed
 
@@ -163,64 +188,124 @@ extern "C" void kern_cuda_embed_backward(float *dwte, float *dwpe,
 
 // -------------------------------------------------------------- layernorm
 
+// A warp per row (its sums in a fixed order: deterministic), lanes on
+// consecutive channels so the row is read whole by each load.
 __global__ void ln_fwd_k(float *out, float *mean, float *rstd,
                          const float *inp, const float *w, const float *b,
                          int N, int C)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
     if (i >= N) return;
     const float *x = inp + (size_t)i * C;
     float m = 0.0f;
-    for (int c = 0; c < C; c++) m += x[c];
-    m /= (float)C;
+    for (int c = lane; c < C; c += 32) m += x[c];
+    m = warp_sum(m) / (float)C;
     float var = 0.0f;
-    for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
-    var /= (float)C;
+    for (int c = lane; c < C; c += 32) var += (x[c] - m) * (x[c] - m);
+    var = warp_sum(var) / (float)C;
     float s = rsqrtf(var + KERN_LN_EPS);
     float *o = out + (size_t)i * C;
-    for (int c = 0; c < C; c++)
+    for (int c = lane; c < C; c += 32)
         o[c] = (x[c] - m) * s * w[c] + (b ? b[c] : 0.0f);
-    mean[i] = m;
-    rstd[i] = s;
+    if (lane == 0) {
+        mean[i] = m;
+        rstd[i] = s;
+    }
 }
 
 __global__ void ln_bwd_in_k(float *dinp, const float *dout, const float *inp,
                             const float *w, const float *mean,
                             const float *rstd, int N, int C)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
     if (i >= N) return;
     const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
     float m = mean[i], s = rstd[i], sdn = 0.0f, sdnn = 0.0f;
-    for (int c = 0; c < C; c++) {
+    for (int c = lane; c < C; c += 32) {
         float nn = (x[c] - m) * s, dn = w[c] * d[c];
         sdn += dn;
         sdnn += dn * nn;
     }
-    sdn /= (float)C;
-    sdnn /= (float)C;
+    sdn = warp_sum(sdn) / (float)C;
+    sdnn = warp_sum(sdnn) / (float)C;
     float *dx = dinp + (size_t)i * C;
-    for (int c = 0; c < C; c++) {
+    for (int c = lane; c < C; c += 32) {
         float nn = (x[c] - m) * s, dn = w[c] * d[c];
         dx[c] += s * (dn - sdn - nn * sdnn);
     }
 }
 
-// One thread per channel, rows in order: deterministic.
-__global__ void ln_bwd_w_k(float *dw, float *db, const float *dout,
-                           const float *inp, const float *mean,
-                           const float *rstd, int N, int C)
+// Column sums over N rows (the norms' and biases' parameter gradients)
+// in two passes: COL_CHUNKS chunks of rows, a thread per channel in each,
+// rows in order; then a thread per channel adds the chunks in order:
+// deterministic, and COL_CHUNKS times the blocks of one pass over all rows.
+#define COL_CHUNKS 64
+#define COL_TPB 128
+
+// Scratch for the chunks' partial sums, grown as needed (cudaFree waits
+// for the device, so a smaller buffer still in use is not freed early).
+static float *col_scratch(size_t n)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n > col_part_n) {
+        if (col_part) cudaFree(col_part);
+        col_part = NULL;
+        col_part_n = 0;
+        cudaError_t rc = cudaMalloc((void **)&col_part, n * sizeof(float));
+        if (rc != cudaSuccess) {
+            col_part = NULL;
+            note("cudaMalloc of %zu floats for column sums failed: %s", n,
+                 cudaGetErrorString(rc));
+            return NULL;
+        }
+        col_part_n = n;
+    }
+    return col_part;
+}
+
+__global__ void ln_bwd_w_part_k(float *pw, float *pb, const float *dout,
+                                const float *inp, const float *mean,
+                                const float *rstd, int N, int C)
+{
+    int c = blockIdx.x * COL_TPB + threadIdx.x, k = blockIdx.y;
     if (c >= C) return;
+    int per = (N + COL_CHUNKS - 1) / COL_CHUNKS;
+    int lo = k * per, hi = min(N, lo + per);
     float sw = 0.0f, sb = 0.0f;
-    for (int i = 0; i < N; i++) {
+    for (int i = lo; i < hi; i++) {
         float d = dout[(size_t)i * C + c];
         sw += d * (inp[(size_t)i * C + c] - mean[i]) * rstd[i];
         sb += d;
     }
-    dw[c] += sw;
-    if (db) db[c] += sb;
+    pw[(size_t)k * C + c] = sw;
+    pb[(size_t)k * C + c] = sb;
+}
+
+__global__ void col_add_k(float *dst, const float *part, int C)
+{
+    int c = blockIdx.x * COL_TPB + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f;
+    for (int k = 0; k < COL_CHUNKS; k++) s += part[(size_t)k * C + c];
+    dst[c] += s;
+}
+
+static void ln_bwd_w(float *dw, float *db, const float *dout,
+                     const float *inp, const float *mean, const float *rstd,
+                     int N, int C)
+{
+    float *p = col_scratch((size_t)2 * COL_CHUNKS * C);
+    if (!p) return;
+    float *pb = p + (size_t)COL_CHUNKS * C;
+    dim3 grid(blocks(C, COL_TPB), COL_CHUNKS);
+    ln_bwd_w_part_k<<<grid, COL_TPB, 0, cur_stream>>>(p, pb, dout, inp, mean,
+                                                     rstd, N, C);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        note("launch of ln_bwd_w_part_k failed: %s", cudaGetErrorString(e));
+    LAUNCH(col_add_k, blocks(C, COL_TPB), COL_TPB, dw, p, C);
+    if (db) LAUNCH(col_add_k, blocks(C, COL_TPB), COL_TPB, db, pb, C);
 }
 
 extern "C" void kern_cuda_layernorm_forward(float *out, float *mean,
@@ -228,23 +313,23 @@ extern "C" void kern_cuda_layernorm_forward(float *out, float *mean,
                                             const float *w, const float *b,
                                             int N, int C)
 {
-    LAUNCH(ln_fwd_k, blocks(N, 128), 128, out, mean, rstd, inp, w, b, N, C);
+    LAUNCH(ln_fwd_k, blocks(N, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK, out,
+           mean, rstd, inp, w, b, N, C);
 }
 
 extern "C" void kern_cuda_layernorm_backward_input(
     float *dinp, const float *dout, const float *inp, const float *w,
     const float *mean, const float *rstd, int N, int C)
 {
-    LAUNCH(ln_bwd_in_k, blocks(N, 128), 128, dinp, dout, inp, w, mean, rstd,
-           N, C);
+    LAUNCH(ln_bwd_in_k, blocks(N, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK, dinp,
+           dout, inp, w, mean, rstd, N, C);
 }
 
 extern "C" void kern_cuda_layernorm_backward_weight(
     float *dw, float *db, const float *dout, const float *inp,
     const float *mean, const float *rstd, int N, int C)
 {
-    LAUNCH(ln_bwd_w_k, blocks(C, 128), 128, dw, db, dout, inp, mean, rstd, N,
-           C);
+    ln_bwd_w(dw, db, dout, inp, mean, rstd, N, C);
 }
 
 extern "C" void kern_cuda_layernorm_backward(float *dinp, float *dw,
@@ -267,13 +352,28 @@ __global__ void bias_fill_k(float *out, const float *b, int N, int OC)
     if (i < (size_t)N * OC) out[i] = b[i % OC];
 }
 
-__global__ void bias_grad_k(float *db, const float *dout, int N, int OC)
+__global__ void bias_part_k(float *part, const float *dout, int N, int OC)
 {
-    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    int o = blockIdx.x * COL_TPB + threadIdx.x, k = blockIdx.y;
     if (o >= OC) return;
+    int per = (N + COL_CHUNKS - 1) / COL_CHUNKS;
+    int lo = k * per, hi = min(N, lo + per);
     float s = 0.0f;
-    for (int i = 0; i < N; i++) s += dout[(size_t)i * OC + o];
-    db[o] += s;
+    for (int i = lo; i < hi; i++) s += dout[(size_t)i * OC + o];
+    part[(size_t)k * OC + o] = s;
+}
+
+// db += column sums of dout (N x OC), as ln_bwd_w's
+static void bias_grad(float *db, const float *dout, int N, int OC)
+{
+    float *p = col_scratch((size_t)COL_CHUNKS * OC);
+    if (!p) return;
+    dim3 grid(blocks(OC, COL_TPB), COL_CHUNKS);
+    bias_part_k<<<grid, COL_TPB, 0, cur_stream>>>(p, dout, N, OC);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        note("launch of bias_part_k failed: %s", cudaGetErrorString(e));
+    LAUNCH(col_add_k, blocks(OC, COL_TPB), COL_TPB, db, p, OC);
 }
 
 extern "C" void kern_cuda_linear_forward(float *out, const float *inp,
@@ -311,7 +411,7 @@ extern "C" void kern_cuda_linear_backward_weight(float *dw, float *db,
     // dw^T (C x OC) += inp^T (C x N) dout (N x OC)
     SGEMM(__func__, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout,
           OC, &one, dw, C);
-    if (db) LAUNCH(bias_grad_k, blocks(OC, 128), 128, db, dout, N, OC);
+    if (db) bias_grad(db, dout, N, OC);
 }
 
 extern "C" void kern_cuda_linear_backward(float *dinp, float *dw, float *db,
@@ -324,84 +424,160 @@ extern "C" void kern_cuda_linear_backward(float *dinp, float *dw, float *db,
 }
 
 // -------------------------------------------------------------- attention
-// One thread per (b, h, t) query row.
+// As the CPU ops do it: per (batch, head) pair, the scores S = scale Q K^T
+// over the whole T x T square, O = P V and their gradients are matrix
+// products (cuBLAS, batched over the heads of a sequence); the causal
+// softmax and its gradient run one warp per row. Q, K, V of head h sit at
+// columns h*hs of q | k | v in qkv(B,T,3C); a pair's T x T square at
+// (b*NH + h)*T*T.
 
-__global__ void attn_fwd_k(float *out, float *att, const float *qkv, int B,
-                           int T, int C, int NH)
+// Row-major C (M x N, ldc) = alpha op(A) op(B) + beta C, op(A) M x K, for
+// the NH heads of a sequence at strides sa, sb, sc: column-major cuBLAS
+// computes C^T = op(B)^T op(A)^T, the operands swapped, their flags kept.
+static void rm_gemm_heads(const char *what, cublasOperation_t ta,
+                          cublasOperation_t tb, int M, int N, int K,
+                          float alpha, const float *A, int lda, long long sa,
+                          const float *B, int ldb, long long sb, float beta,
+                          float *C, int ldc, long long sc, int heads)
 {
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= B * NH * T) return;
-    int t = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
+    cublasHandle_t h = blas();
+    if (!h) return;
+    cublasStatus_t st = cublasSgemmStridedBatched(
+        h, tb, ta, N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta, C, ldc, sc,
+        heads);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        note("cublasSgemmStridedBatched in %s failed (status %d)", what,
+             (int)st);
+}
+
+static const cublasOperation_t OP_N = CUBLAS_OP_N, OP_T = CUBLAS_OP_T;
+
+// S = scale Q K^T for every pair (written over the whole square)
+static void scores(float *s, const float *qkv, int B, int T, int C, int NH)
+{
     int hs = C / NH, C3 = 3 * C;
-    float scale = rsqrtf((float)hs);
-    const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-    float *row = att + (((size_t)b * NH + h) * T + t) * T;
-    float mx = -3.0e38f;
-    for (int j = 0; j <= t; j++) {
-        const float *k = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
-        float s = 0.0f;
-        for (int i = 0; i < hs; i++) s += q[i] * k[i];
-        s *= scale;
-        row[j] = s;
-        mx = fmaxf(mx, s);
-    }
-    float sum = 0.0f;
-    for (int j = 0; j <= t; j++) {
-        row[j] = kern_expf(row[j] - mx);
-        sum += row[j];
-    }
-    float inv = 1.0f / sum;
-    for (int j = 0; j <= t; j++) row[j] *= inv;
-    for (int j = t + 1; j < T; j++) row[j] = 0.0f;
-    float *o = out + ((size_t)b * T + t) * C + h * hs;
-    for (int i = 0; i < hs; i++) {
-        float s = 0.0f;
-        for (int j = 0; j <= t; j++)
-            s += row[j] * qkv[((size_t)b * T + j) * C3 + 2 * C + h * hs + i];
-        o[i] = s;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * C3;
+        rm_gemm_heads("attention scores", OP_N, OP_T, T, T, hs, scale, q, C3,
+                      hs, q + C, C3, hs, 0.0f, s + (size_t)b * NH * T * T, T,
+                      (long long)T * T, NH);
     }
 }
 
-__global__ void attn_bwd_k(float *dqkv, float *scratch, const float *dout,
-                           const float *qkv, const float *att, int B, int T,
-                           int C, int NH)
+// O = P V
+static void context(float *out, const float *p, const float *qkv, int B,
+                    int T, int C, int NH)
 {
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= B * NH * T) return;
-    int t = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
     int hs = C / NH, C3 = 3 * C;
-    float scale = rsqrtf((float)hs);
-    size_t rowoff = (((size_t)b * NH + h) * T + t) * T;
-    const float *p = att + rowoff;
-    float *ds = scratch + rowoff;
-    const float *dO = dout + ((size_t)b * T + t) * C + h * hs;
+    for (int b = 0; b < B; b++)
+        rm_gemm_heads("attention context", OP_N, OP_N, T, hs, T, 1.0f,
+                      p + (size_t)b * NH * T * T, T, (long long)T * T,
+                      qkv + (size_t)b * T * C3 + 2 * C, C3, hs, 0.0f,
+                      out + (size_t)b * T * C, C, hs, NH);
+}
+
+// dP = dO V^T (beta 1: added into dp); dV += P^T dO
+static void context_bwd(float *dp, float beta, float *dqkv, const float *dout,
+                        const float *p, const float *qkv, int B, int T, int C,
+                        int NH)
+{
+    int hs = C / NH, C3 = 3 * C;
+    for (int b = 0; b < B; b++) {
+        size_t sq = (size_t)b * NH * T * T, v = (size_t)b * T * C3 + 2 * C;
+        const float *dO = dout + (size_t)b * T * C;
+        rm_gemm_heads("attention context gradient", OP_N, OP_T, T, T, hs,
+                      1.0f, dO, C, hs, qkv + v, C3, hs, beta, dp + sq, T,
+                      (long long)T * T, NH);
+        rm_gemm_heads("attention value gradient", OP_T, OP_N, T, hs, T, 1.0f,
+                      p + sq, T, (long long)T * T, dO, C, hs, 1.0f, dqkv + v,
+                      C3, hs, NH);
+    }
+}
+
+// dQ += scale dS K; dK += scale dS^T Q
+static void scores_bwd(float *dqkv, const float *ds, const float *qkv, int B,
+                       int T, int C, int NH)
+{
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b = 0; b < B; b++) {
+        size_t sq = (size_t)b * NH * T * T, q = (size_t)b * T * C3;
+        rm_gemm_heads("attention query gradient", OP_N, OP_N, T, hs, T, scale,
+                      ds + sq, T, (long long)T * T, qkv + q + C, C3, hs, 1.0f,
+                      dqkv + q, C3, hs, NH);
+        rm_gemm_heads("attention key gradient", OP_T, OP_N, T, hs, T, scale,
+                      ds + sq, T, (long long)T * T, qkv + q, C3, hs, 1.0f,
+                      dqkv + q + C, C3, hs, NH);
+    }
+}
+
+// Row r of the squares (query t = r mod T): its first t+1 entries
+// softmaxed, the rest zero; in may be out.
+__global__ void softmax_rows_k(float *out, const float *in, int rows, int T)
+{
+    int r = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    int n = r % T + 1;
+    const float *x = in + (size_t)r * T;
+    float *y = out + (size_t)r * T;
+    float mx = -3.0e38f;
+    for (int j = lane; j < n; j += 32) mx = fmaxf(mx, x[j]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+        float v = kern_expf(x[j] - mx);
+        y[j] = v;
+        sum += v;
+    }
+    float inv = 1.0f / warp_sum(sum);
+    for (int j = lane; j < n; j += 32) y[j] *= inv;
+    for (int j = n + lane; j < T; j += 32) y[j] = 0.0f;
+}
+
+// dr = p (dr - sum(p dr)) over the row's first t+1 entries, zero after;
+// added into dpre (the whole row) when there is one.
+__global__ void softmax_bwd_rows_k(float *dpre, float *dr, const float *p,
+                                   int rows, int T)
+{
+    int r = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    int n = r % T + 1;
+    size_t off = (size_t)r * T;
     float dot = 0.0f;
-    for (int j = 0; j <= t; j++) {
-        const float *v = qkv + ((size_t)b * T + j) * C3 + 2 * C + h * hs;
-        float dp = 0.0f;
-        for (int i = 0; i < hs; i++) dp += dO[i] * v[i];
-        ds[j] = dp;
-        dot += p[j] * dp;
+    for (int j = lane; j < n; j += 32) dot += p[off + j] * dr[off + j];
+    dot = warp_sum(dot);
+    for (int j = lane; j < T; j += 32) {
+        float g = j < n ? p[off + j] * (dr[off + j] - dot) : 0.0f;
+        dr[off + j] = g;
+        if (dpre) dpre[off + j] += g;
     }
-    const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-    float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
-    for (int j = 0; j <= t; j++) {
-        float d = p[j] * (ds[j] - dot) * scale;
-        size_t kj = ((size_t)b * T + j) * C3 + h * hs;
-        for (int i = 0; i < hs; i++) {
-            dq[i] += d * qkv[kj + C + i];
-            atomicAdd(&dqkv[kj + C + i], d * q[i]);
-            atomicAdd(&dqkv[kj + 2 * C + i], p[j] * dO[i]);
-        }
-    }
+}
+
+static void softmax_rows(float *out, const float *in, int B, int T, int NH)
+{
+    int rows = B * NH * T;
+    LAUNCH(softmax_rows_k, blocks(rows, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK,
+           out, in, rows, T);
+}
+
+static void softmax_bwd_rows(float *dpre, float *dr, const float *p, int B,
+                             int T, int NH)
+{
+    int rows = B * NH * T;
+    LAUNCH(softmax_bwd_rows_k, blocks(rows, ROWS_PER_BLOCK),
+           32 * ROWS_PER_BLOCK, dpre, dr, p, rows, T);
 }
 
 extern "C" void kern_cuda_attention_forward(float *out, float *att,
                                             const float *qkv, int B, int T,
                                             int C, int NH)
 {
-    int n = B * NH * T;
-    LAUNCH(attn_fwd_k, blocks(n, 64), 64, out, att, qkv, B, T, C, NH);
+    scores(att, qkv, B, T, C, NH);
+    softmax_rows(att, att, B, T, NH);
+    context(out, att, qkv, B, T, C, NH);
 }
 
 extern "C" void kern_cuda_attention_backward(float *dqkv, float *scratch,
@@ -410,146 +586,30 @@ extern "C" void kern_cuda_attention_backward(float *dqkv, float *scratch,
                                              const float *att, int B, int T,
                                              int C, int NH)
 {
-    int n = B * NH * T;
-    LAUNCH(attn_bwd_k, blocks(n, 64), 64, dqkv, scratch, dout, qkv, att, B,
-           T, C, NH);
+    context_bwd(scratch, 0.0f, dqkv, dout, att, qkv, B, T, C, NH);
+    softmax_bwd_rows(NULL, scratch, att, B, T, NH);
+    scores_bwd(dqkv, scratch, qkv, B, T, C, NH);
 }
 
-// The three-op attention, one thread per (b, h, t) row as above.
-
-__global__ void scores_fwd_k(float *pre, const float *qkv, int B, int T,
-                             int C, int NH)
-{
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= B * NH * T) return;
-    int t = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
-    int hs = C / NH, C3 = 3 * C;
-    float scale = rsqrtf((float)hs);
-    const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-    float *row = pre + (size_t)idx * T;
-    for (int j = 0; j < T; j++) {
-        const float *k = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
-        float s = 0.0f;
-        for (int i = 0; i < hs; i++) s += q[i] * k[i];
-        row[j] = s * scale;
-    }
-}
-
-__global__ void softmax_fwd_k(float *att, const float *pre, int rows, int T)
-{
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= rows) return;
-    int t = idx % T;
-    const float *in = pre + (size_t)idx * T;
-    float *row = att + (size_t)idx * T;
-    float mx = -3.0e38f;
-    for (int j = 0; j <= t; j++) mx = fmaxf(mx, in[j]);
-    float sum = 0.0f;
-    for (int j = 0; j <= t; j++) {
-        row[j] = kern_expf(in[j] - mx);
-        sum += row[j];
-    }
-    float inv = 1.0f / sum;
-    for (int j = 0; j <= t; j++) row[j] *= inv;
-    for (int j = t + 1; j < T; j++) row[j] = 0.0f;
-}
-
-__global__ void context_fwd_k(float *out, const float *att, const float *qkv,
-                              int B, int T, int C, int NH)
-{
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= B * NH * T) return;
-    int t = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
-    int hs = C / NH, C3 = 3 * C;
-    const float *row = att + (size_t)idx * T;
-    float *o = out + ((size_t)b * T + t) * C + h * hs;
-    for (int i = 0; i < hs; i++) {
-        float s = 0.0f;
-        for (int j = 0; j <= t; j++)
-            s += row[j] * qkv[((size_t)b * T + j) * C3 + 2 * C + h * hs + i];
-        o[i] = s;
-    }
-}
-
-__global__ void context_bwd_k(float *datt, float *dqkv, const float *dout,
-                              const float *att, const float *qkv, int B,
-                              int T, int C, int NH)
-{
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= B * NH * T) return;
-    int t = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
-    int hs = C / NH, C3 = 3 * C;
-    const float *p = att + (size_t)idx * T;
-    float *dr = datt + (size_t)idx * T;
-    const float *dO = dout + ((size_t)b * T + t) * C + h * hs;
-    for (int j = 0; j < T; j++) {
-        size_t vj = ((size_t)b * T + j) * C3 + 2 * C + h * hs;
-        float dp = 0.0f;
-        for (int i = 0; i < hs; i++) dp += dO[i] * qkv[vj + i];
-        dr[j] += dp;
-        if (j <= t)
-            for (int i = 0; i < hs; i++) atomicAdd(&dqkv[vj + i], p[j] * dO[i]);
-    }
-}
-
-__global__ void softmax_bwd_k(float *dpre, float *datt, const float *att,
-                              int rows, int T)
-{
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= rows) return;
-    int t = idx % T;
-    const float *p = att + (size_t)idx * T;
-    float *dr = datt + (size_t)idx * T, *dp = dpre + (size_t)idx * T;
-    float dot = 0.0f;
-    for (int j = 0; j <= t; j++) dot += p[j] * dr[j];
-    for (int j = 0; j <= t; j++) {
-        dr[j] = p[j] * (dr[j] - dot);
-        dp[j] += dr[j];
-    }
-    for (int j = t + 1; j < T; j++) dr[j] = 0.0f;
-}
-
-__global__ void scores_bwd_k(float *dqkv, const float *dpre, const float *qkv,
-                             int B, int T, int C, int NH)
-{
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= B * NH * T) return;
-    int t = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
-    int hs = C / NH, C3 = 3 * C;
-    float scale = rsqrtf((float)hs);
-    const float *ds = dpre + (size_t)idx * T;
-    const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-    float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
-    for (int j = 0; j <= t; j++) {
-        float d = ds[j] * scale;
-        size_t kj = ((size_t)b * T + j) * C3 + C + h * hs;
-        for (int i = 0; i < hs; i++) {
-            dq[i] += d * qkv[kj + i];
-            atomicAdd(&dqkv[kj + i], d * q[i]);
-        }
-    }
-}
+// The three-op attention: the same products and rows, one op each.
 
 extern "C" void kern_cuda_attn_scores_forward(float *preatt, const float *qkv,
                                               int B, int T, int C, int NH)
 {
-    int n = B * NH * T;
-    LAUNCH(scores_fwd_k, blocks(n, 64), 64, preatt, qkv, B, T, C, NH);
+    scores(preatt, qkv, B, T, C, NH);
 }
 
 extern "C" void kern_cuda_attn_softmax_forward(float *att, const float *preatt,
                                                int B, int T, int NH)
 {
-    int n = B * NH * T;
-    LAUNCH(softmax_fwd_k, blocks(n, 64), 64, att, preatt, n, T);
+    softmax_rows(att, preatt, B, T, NH);
 }
 
 extern "C" void kern_cuda_attn_context_forward(float *out, const float *att,
                                                const float *qkv, int B, int T,
                                                int C, int NH)
 {
-    int n = B * NH * T;
-    LAUNCH(context_fwd_k, blocks(n, 64), 64, out, att, qkv, B, T, C, NH);
+    context(out, att, qkv, B, T, C, NH);
 }
 
 extern "C" void kern_cuda_attn_context_backward(float *datt, float *dqkv,
@@ -558,17 +618,14 @@ extern "C" void kern_cuda_attn_context_backward(float *datt, float *dqkv,
                                                 const float *qkv, int B,
                                                 int T, int C, int NH)
 {
-    int n = B * NH * T;
-    LAUNCH(context_bwd_k, blocks(n, 64), 64, datt, dqkv, dout, att, qkv, B,
-           T, C, NH);
+    context_bwd(datt, 1.0f, dqkv, dout, att, qkv, B, T, C, NH);
 }
 
 extern "C" void kern_cuda_attn_softmax_backward(float *dpreatt, float *datt,
                                                 const float *att, int B,
                                                 int T, int NH)
 {
-    int n = B * NH * T;
-    LAUNCH(softmax_bwd_k, blocks(n, 64), 64, dpreatt, datt, att, n, T);
+    softmax_bwd_rows(dpreatt, datt, att, B, T, NH);
 }
 
 extern "C" void kern_cuda_attn_scores_backward(float *dqkv,
@@ -576,8 +633,7 @@ extern "C" void kern_cuda_attn_scores_backward(float *dqkv,
                                                const float *qkv, int B, int T,
                                                int C, int NH)
 {
-    int n = B * NH * T;
-    LAUNCH(scores_bwd_k, blocks(n, 64), 64, dqkv, dpreatt, qkv, B, T, C, NH);
+    scores_bwd(dqkv, dpreatt, qkv, B, T, C, NH);
 }
 
 // ------------------------------------------------ element-wise, loss, optim
@@ -611,23 +667,28 @@ __global__ void res_bwd_k(float *da, float *db, const float *dout, size_t n)
     }
 }
 
+// A warp per row of logits (V wide): lanes on consecutive entries.
 __global__ void xent_fwd_k(float *losses, float *probs, const float *logits,
                            const int *targets, int N, int V)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
     if (i >= N) return;
     const float *l = logits + (size_t)i * V;
     float *p = probs + (size_t)i * V;
-    float mx = l[0];
-    for (int j = 1; j < V; j++) mx = fmaxf(mx, l[j]);
+    float mx = -3.0e38f;
+    for (int j = lane; j < V; j += 32) mx = fmaxf(mx, l[j]);
+    mx = warp_max(mx);
     float sum = 0.0f;
-    for (int j = 0; j < V; j++) {
-        p[j] = kern_expf(l[j] - mx);
-        sum += p[j];
+    for (int j = lane; j < V; j += 32) {
+        float e = kern_expf(l[j] - mx);
+        p[j] = e;
+        sum += e;
     }
+    sum = warp_sum(sum);
     float inv = 1.0f / sum;
-    for (int j = 0; j < V; j++) p[j] *= inv;
-    losses[i] = logf(sum) + mx - l[targets[i]];
+    for (int j = lane; j < V; j += 32) p[j] *= inv;
+    if (lane == 0) losses[i] = logf(sum) + mx - l[targets[i]];
 }
 
 __global__ void xent_bwd_k(float *dlogits, const float *probs,
@@ -639,15 +700,33 @@ __global__ void xent_bwd_k(float *dlogits, const float *probs,
     dlogits[i] += scale * (probs[i] - (j == targets[row] ? 1.0f : 0.0f));
 }
 
-// One block, fixed strides and a tree in shared memory: deterministic.
-__global__ void norm_sq_k(float *out, const float *x, size_t n)
+// NORM_BLOCKS blocks over a fixed grid stride, each a tree in shared
+// memory, then one block adds their partial sums in a tree: deterministic
+// on any GPU, and the whole GPU reads x.
+#define NORM_BLOCKS 256
+
+__global__ void norm_sq_part_k(double *part_out, const float *x, size_t n)
 {
     __shared__ double part[TPB];
     double s = 0.0;
-    for (size_t i = threadIdx.x; i < n; i += TPB) s += (double)x[i] * x[i];
+    for (size_t i = blockIdx.x * (size_t)TPB + threadIdx.x; i < n;
+         i += (size_t)TPB * NORM_BLOCKS)
+        s += (double)x[i] * x[i];
     part[threadIdx.x] = s;
     __syncthreads();
     for (int w = TPB / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part_out[blockIdx.x] = part[0];
+}
+
+__global__ void norm_sq_sum_k(float *out, const double *in)
+{
+    __shared__ double part[NORM_BLOCKS];
+    part[threadIdx.x] = in[threadIdx.x];
+    __syncthreads();
+    for (int w = NORM_BLOCKS / 2; w > 0; w /= 2) {
         if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
         __syncthreads();
     }
@@ -693,8 +772,8 @@ extern "C" void kern_cuda_softmax_xent_forward(float *losses, float *probs,
                                                const int *targets, int N,
                                                int V)
 {
-    LAUNCH(xent_fwd_k, blocks(N, 128), 128, losses, probs, logits, targets,
-           N, V);
+    LAUNCH(xent_fwd_k, blocks(N, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK,
+           losses, probs, logits, targets, N, V);
 }
 
 extern "C" void kern_cuda_softmax_xent_backward(float *dlogits,
@@ -709,7 +788,17 @@ extern "C" void kern_cuda_softmax_xent_backward(float *dlogits,
 
 extern "C" void kern_cuda_norm_sq(float *out, const float *x, size_t n)
 {
-    LAUNCH(norm_sq_k, 1, TPB, out, x, n);
+    if (!norm_part) {
+        cudaError_t rc = cudaMalloc((void **)&norm_part,
+                                    NORM_BLOCKS * sizeof(double));
+        if (rc != cudaSuccess) {
+            norm_part = NULL;
+            note("cudaMalloc in norm_sq failed: %s", cudaGetErrorString(rc));
+            return;
+        }
+    }
+    LAUNCH(norm_sq_part_k, NORM_BLOCKS, TPB, norm_part, x, n);
+    LAUNCH(norm_sq_sum_k, 1, NORM_BLOCKS, out, norm_part);
 }
 
 extern "C" void kern_cuda_adamw_update(float *p, float *m, float *v,

@@ -587,6 +587,7 @@ static int check_request(search *s, util_err *e)
                          "match the %d GPUs of %s", o->pp ? o->pp : 1,
                          o->dp ? o->dp : 1, o->tp ? o->tp : 1, n, t->name);
     /* Lower bound: every model FLOP at the GPU's best GEMM efficiency. */
+    g = prof_gpu_at(g, m->spec.dtype);
     double peak = g->peak_flops[m->spec.dtype];
     if (peak <= 0 && m->spec.dtype == PROF_DT_BF16) peak = g->peak_flops[PROF_DT_FP16];
     if (peak <= 0)

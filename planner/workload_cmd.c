@@ -530,6 +530,7 @@ static int run(wcmd *c, util_err *e)
     const prof_gpu *gp = prof_topo_gpu(t, 0);
     double lb = 0, hostcap = prof_topo_server_dram(t, 0);
     if (!rc) {
+        gp = prof_gpu_at(gp, P[0].m->spec.dtype);
         double peak = gp->peak_flops[P[0].m->spec.dtype];
         if (peak <= 0) peak = gp->peak_flops[PROF_DT_FP16];
         /* every model FLOP at the GPU's best GEMM efficiency, over all GPUs */

@@ -420,6 +420,15 @@ int prof_gpu_get(const char *name, prof_gpu *out, util_err *e)
         if (e) *e = e2;
         return -1;
     }
-    if (c) *out = c->gpu;
+    if (c) {
+        *out = c->gpu;
+        for (int i = 0; i < cat.n; i++)
+            if (!strcmp(cat.gpus[i].name, name)) out->datasheet = &cat.gpus[i];
+    }
     return 0;
+}
+
+const prof_gpu *prof_gpu_at(const prof_gpu *g, prof_dtype dt)
+{
+    return dt != PROF_DT_FP32 && g->datasheet ? g->datasheet : g;
 }

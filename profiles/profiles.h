@@ -97,6 +97,9 @@ typedef struct prof_gpu {
     /* The calibration this type's figures come from (lent, lives until
      * exit), NULL for datasheet figures. */
     const struct prof_calib *calib;
+    /* Calibrated: the built-in figures (lent, lives until exit), for the
+     * precisions calibration did not measure; NULL otherwise. */
+    const struct prof_gpu *datasheet;
     /* Devices of a plan computing at once on this device's host (the
      * cost model sets it; 0 or 1: alone): cores share caches, memory
      * bandwidth and clocks, and the calibration says what that costs. */
@@ -110,6 +113,10 @@ const char *const *prof_gpu_names(void);
  * is an error listing the known ones and the closest match, a calibration
  * that does not load an error naming its file, line and field. */
 int prof_gpu_get(const char *name, prof_gpu *out, util_err *e);
+/* The figures that price math in dt: a calibration measured the
+ * executor's kernels, which compute in fp32, so another precision is
+ * priced by the datasheet's figures. */
+const prof_gpu *prof_gpu_at(const prof_gpu *g, prof_dtype dt);
 /* The built-in figures alone (what calibration starts from). */
 int prof_gpu_get_builtin(const char *name, prof_gpu *out, util_err *e);
 /* Parses one GPU object (catalog entry or inline in a server file). */

@@ -80,6 +80,11 @@ int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                   int mbs, sim_kind k, const sim_measured *meas)
 {
     if (k == SIM_W && op->bwd_w_flops <= 0) return 0; /* no weights */
+    /* a calibration's op times are the executor's, which computes in
+     * fp32: a plan at another precision is priced by the datasheet's
+     * formula (prof_gpu_at leaves no calibration); measurements given
+     * for this simulation (meas) are taken as they are */
+    g = prof_gpu_at(g, dt);
     if ((meas && meas->n) || (g->calib && g->calib->n_ops)) {
         char key[128];
         sim_op_signature(g, op, mbs, k, key, sizeof key);
@@ -127,6 +132,7 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                  : k == SIM_B ? op->bwd_in_flops : op->bwd_w_flops;
     if (k == SIM_W && flops <= 0) return 0; /* no weights: no kernel */
     if (k != SIM_F && op->grad == PROF_GRAD_NONE) return 0;
+    g = prof_gpu_at(g, dt);
     double b = mbs, peak = peak_for(g, dt);
     flops *= b;
     double t_comp = 0;
@@ -805,7 +811,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     c->shard = shard;
     for (int d = 0; d < n_devices; d++) {
         c->dev_gpu[d] = d * tpw;
-        const prof_gpu *g = prof_topo_gpu(t, c->dev_gpu[d]);
+        const prof_gpu *g = prof_gpu_at(prof_topo_gpu(t, c->dev_gpu[d]), dt);
         c->dev_capacity[d] = g->mem_bytes;
         c->dev_peak_flops[d] = peak_for(g, dt);
     }
@@ -820,7 +826,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sim_stage_cost *sc = &c->stage[s];
         c->stage_device[s] = stage_device[s];
         int g0 = stage_device[s] * tpw;
-        prof_gpu gb = *prof_topo_gpu(t, g0);
+        prof_gpu gb = *prof_gpu_at(prof_topo_gpu(t, g0), dt);
         gb.busy = (int)busy;
         const prof_gpu *g = &gb;
         sc->first_op = first_op[s];

@@ -639,3 +639,106 @@ Test(calib_cli, exec_adds_a_runs_op_times)
     free(cwd);
     test_rm_rf(d);
 }
+
+/* A calibration's op times are the executor's, in fp32: they price an
+ * fp32 plan, never a bf16 one, which the datasheet's figures price (a
+ * GPU's fp32 kernels would slow its bf16 plans). */
+Test(calib_runs, measured_times_price_fp32_plans_only)
+{
+    util_err e;
+    prof_model_spec sp;
+    cr_assert_eq(prof_model_spec_get("gpt-mini", &sp, &e), 0);
+    prof_model *m = prof_model_build(&sp, &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    prof_gpu sheet, g;
+    cr_assert_eq(prof_gpu_get_builtin("h100-sxm", &sheet, &e), 0);
+    const prof_op *op = &m->ops[2];
+    char key[128];
+    sim_op_signature(&sheet, op, 2, SIM_F, key, sizeof key);
+    prof_calib c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.device, sizeof c.device, "h100-sxm");
+    c.gpu = sheet;
+    c.gpu.eff.gemm_max = 1.0;
+    c.gpu.eff.launch_ns *= 3;
+    prof_calib_add_op(&c, key, 123456789, 5, "gpt-mini", 1);
+    g = c.gpu;
+    g.calib = &c;
+    g.datasheet = &sheet;
+    cr_expect_eq(sim_op_ns(&g, PROF_DT_FP32, op, 2, SIM_F, NULL), 123456789);
+    int64_t bf = sim_op_ns(&g, PROF_DT_BF16, op, 2, SIM_F, NULL);
+    cr_expect_eq(bf, sim_op_ns(&sheet, PROF_DT_BF16, op, 2, SIM_F, NULL));
+    cr_expect_neq(bf, sim_op_ns(&c.gpu, PROF_DT_BF16, op, 2, SIM_F, NULL));
+    prof_calib_free(&c);
+    prof_model_free(m);
+}
+
+/* A run whose workers shared a GPU timed each op with the other workers'
+ * kernels in it: its op times are refused, the calibration untouched. */
+Test(calib_runs, a_run_on_a_shared_gpu_is_refused)
+{
+    util_err e;
+    exec_pipe_result r;
+    memset(&r, 0, sizeof r);
+    r.topo = prof_topo_template("h100-sxm", 1, NULL, &e);
+    cr_assert_not_null(r.topo, "%s", e.msg);
+    double ns = 1000;
+    r.op_ns = &ns;
+    r.shared_gpu = 1;
+    prof_calib c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.device, sizeof c.device, "h100-sxm");
+    int n = -1;
+    cr_assert_neq(exec_calib_add_run(&c, &r, "gpt2", &n, &e), 0);
+    cr_expect(strstr(e.msg, "shared GPU 0"), "%s", e.msg);
+    cr_expect_eq(n, 0);
+    cr_expect_eq(c.n_ops, 0);
+    prof_topo_free(r.topo);
+}
+
+/* A GPU's calibration measured the executor's fp32 kernels: it prices
+ * fp32 plans; a half-precision plan keeps the datasheet's figures. */
+Test(calib_dir, a_gpus_calibration_prices_fp32_plans_only)
+{
+    char *d = test_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/h100-sxm.json", d);
+    prof_calib c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.device, sizeof c.device, "h100-sxm");
+    snprintf(c.date, sizeof c.date, "2026-11-26T12:00:00Z");
+    prof_machine_this(&c.machine);
+    util_err e;
+    cr_assert_eq(prof_gpu_get_builtin("h100-sxm", &c.gpu, &e), 0);
+    c.gpu.peak_flops[PROF_DT_FP32] *= 2;
+    c.gpu.eff.gemm_max = 1.0;
+    c.gpu.eff.launch_ns *= 3;
+    c.gpu.mem_bw_bytes_per_s *= 2;
+    cr_assert_eq(prof_calib_save(&c, path, &e), 0, "%s", e.msg);
+    char spec[600];
+    snprintf(spec, sizeof spec, "%s/gpt-mini-fp32.json", d);
+    cr_assert_eq(sh_run("sed 's/\"dtype\": *\"[a-z0-9]*\"/\"dtype\": \"fp32\"/' "
+                        "profiles/models/gpt-mini.json | sed "
+                        "'s/\"name\": *\"gpt-mini\"/\"name\": \"gpt-mini-fp32\"/'"
+                        " > %s", spec), 0);
+    const char *models[] = {"gpt2", spec};
+    double t[2][2];
+    for (int m = 0; m < 2; m++)
+        for (int cal = 0; cal < 2; cal++) {
+            cli_result r = cli_run("%s%s sim --hw h100-sxm x2 --model %s "
+                                   "--schedule 1f1b --pp 2 --mbs 2 "
+                                   "--microbatches 8 --json",
+                                   cal ? "--profile-dir " : "",
+                                   cal ? d : "", models[m]);
+            cr_assert_eq(r.code, 0, "%s", r.err);
+            json_t *j = json_loads(r.out, 0, NULL);
+            cr_assert_not_null(j, "%s", r.out);
+            t[m][cal] = json_real_value(json_object_get(j, "iteration_time_s"));
+            json_decref(j);
+            cli_result_free(&r);
+        }
+    /* gpt2 is fp16: the calibration changes nothing; fp32 moves */
+    cr_expect_eq(t[0][0], t[0][1], "fp16: %g built-in, %g calibrated",
+                 t[0][0], t[0][1]);
+    cr_expect_neq(t[1][0], t[1][1], "fp32: %g both", t[1][0]);
+    test_rm_rf(d);
+}

@@ -9,19 +9,29 @@
 #       noise of zero may step the other way; no weight may differ more);
 #   (b) 20 steps of 1F1B for GPT-2 on two workers (two GPUs when there
 #       are two) with --json: measured against simulated iteration time
-#       and per-device compute;
+#       and per-device compute; (b1) 10 steps of GPT-2 on one GPU as one
+#       worker, the comparison where nothing is shared;
 #   (c) bin/sluice-cuda-test: every CUDA kernel against the CPU oracle;
-#   (d) sluice calibrate on the GPU(s), then (b)'s plan run again with
-#       --calibrate: measured against the calibrated prediction.
+#   (d) sluice calibrate on the GPU(s), then (b1)'s plan run again with
+#       --calibrate (its op times join the calibration: one worker per
+#       GPU, so nothing is shared) and (b)'s without: measured against the
+#       calibrated prediction (the executor computes in fp32, so every
+#       prediction here is of fp32 math).
 # Without a GPU it says why it skipped and exits 0. Exit 1 when a check
 # fails. SLUICE_GPU_HW names the plan's hardware (default: from the GPU's
-# name); MAKE_JOBS the build's parallelism (default 2).
+# name); MAKE_JOBS the build's parallelism (default 2);
+# SLUICE_GPU_PREBUILT=1 runs the binaries already in bin/ and build/gpu/
+# without calling make (a GPU machine that lacks the build's libraries);
+# SLUICE_GPU_KEEP=DIR keeps each check's plan, report and log there.
 set -eu
 cd "$(dirname "$0")/../.."
-make -s -j"${MAKE_JOBS:-2}" cuda
+[ -n "${SLUICE_GPU_PREBUILT:-}" ] || make -s -j"${MAKE_JOBS:-2}" cuda
 bin=bin/sluice-cuda
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sluice-gpu.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+keep() {
+    [ -z "${SLUICE_GPU_KEEP:-}" ] || cp "$@" "$SLUICE_GPU_KEEP"/ || true
+}
 
 # the CUDA runtime's own view: sluice-cuda-test exits 77 without a GPU
 rc=0
@@ -49,8 +59,10 @@ if [ -z "$hw" ]; then
         *) hw=h100-sxm ;;
     esac
 fi
-data=/usr/share/common-licenses/GPL-3
-[ -f "$data" ] || data=README.md
+# a corpus of the repository's own text (GPT-2's 1024-token sequences
+# need ten blocks of 4100 bytes); SLUICE_GPU_DATA names another
+data=${SLUICE_GPU_DATA:-$tmp/corpus.txt}
+[ -n "${SLUICE_GPU_DATA:-}" ] || cat README.md exec/*.c >"$data"
 echo "tests/gpu/run.sh: ${gpu:-a GPU} (${count:-?} visible), plans for $hw"
 fail=0
 
@@ -79,11 +91,23 @@ if $bin exec --plan "$tmp/gpt2.json" --steps 20 --data "$data" \
 else
     fail=1
 fi
+keep "$tmp/gpt2-run.json"
+
+echo "== (b1) the same model on one GPU as one worker (nothing shared)"
+$bin sim --hw "$hw" x1 --model gpt2 --schedule 1f1b --pp 1 --mbs 8 \
+    --microbatches 8 --out "$tmp/one.json" >/dev/null
+if $bin exec --plan "$tmp/one.json" --steps 10 --data "$data" \
+       --backend cuda --json >"$tmp/one-run.json"; then
+    build/gpu/gpu_check report "$tmp/one-run.json" || fail=1
+else
+    fail=1
+fi
+keep "$tmp/one-run.json"
 
 echo "== (c) every CUDA kernel against the CPU oracle"
 bin/sluice-cuda-test || fail=1
 
-echo "== (d) sluice calibrate on this GPU, then (b)'s plan predicted again"
+echo "== (d) sluice calibrate on this GPU, then (b1) and (b) predicted again"
 # into a profile directory of this run's own: nothing of the user's moves
 prof="$tmp/profiles"
 mkdir -p "$prof"
@@ -92,12 +116,24 @@ n=1
 if SLUICE_PROFILE_DIR="$prof" $bin calibrate --hw "$hw" x$n \
        --data "$data" >"$tmp/calib.txt" 2>&1; then
     tail -n 25 "$tmp/calib.txt"
+    keep "$tmp/calib.txt" "$prof"/*.json
+    # the prediction of (b1) from the microbenchmarks alone; its op times
+    # then join the calibration (one worker per GPU: nothing shared)
+    echo "(b1) again, simulated with the calibration; its op times added:"
+    if SLUICE_PROFILE_DIR="$prof" $bin exec --plan "$tmp/one.json" \
+           --steps 10 --data "$data" --backend cuda --calibrate \
+           --json >"$tmp/one-cal.json"; then
+        build/gpu/gpu_check report "$tmp/one-cal.json" || fail=1
+        keep "$tmp/one-cal.json"
+    else
+        fail=1
+    fi
+    echo "(b) again, simulated with the calibration and (b1)'s op times:"
     if SLUICE_PROFILE_DIR="$prof" $bin exec --plan "$tmp/gpt2.json" \
-           --steps 20 --data "$data" --backend cuda --calibrate \
+           --steps 20 --data "$data" --backend cuda \
            --json >"$tmp/gpt2-cal.json"; then
-        echo "(b) again, simulated with the calibration (and this run's op"
-        echo "times added to it):"
         build/gpu/gpu_check report "$tmp/gpt2-cal.json" || fail=1
+        keep "$tmp/gpt2-cal.json"
     else
         fail=1
     fi
