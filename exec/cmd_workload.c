@@ -1,9 +1,11 @@
 /* `sluice exec --workload FILE --hw cpu xN`: many GPT jobs trained at once
  * on CPU devices under Hydra's policy and others (exec/workload.c), and
- * the baseline of one job at a time; each policy's measured makespan
- * beside the simulated one, utilisation, host pool, copies, the speedup
- * over the baseline, and whether every job's weights equal the
- * baseline's. Exit codes: 0 ok, 1 failed run, 2 bad usage or input. */
+ * the baselines of one job at a time (on one device; as a pipeline over
+ * all); each policy's measured makespan beside the simulated one,
+ * utilisation, host pool, copies, the speedups over the baselines, and
+ * whether every job's weights equal the baseline's. Exit codes: 0 ok, 1
+ * failed run, 2 bad usage or input. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,12 +21,13 @@ static void usage(FILE *f)
         "device (the planner's\ncut), weights and AdamW state in a host pool "
         "between uses, a device\nrunning one shard-step at a time and loading "
         "the next while it computes.\nThe baseline (sequential) trains the "
-        "jobs in turn, each on one device with\nthe reference model. Each "
-        "policy's makespan is measured and simulated.\n"
+        "jobs in turn, each on one device with\nthe reference model; the "
+        "pipeline baseline runs each job in turn as the\nplanner's best "
+        "synchronous pipeline over every device. Each policy's\nmakespan is "
+        "measured and simulated.\n"
         "\noptions:\n"
         "  --policy P[,P...]    hydra (Sharded-LRTF), random, round-robin,\n"
-        "                       sequential (default hydra,random,round-robin,\n"
-        "                       sequential)\n"
+        "                       sequential, pipeline (default: all five)\n"
         "  --steps K            steps of every job (default: the file's "
         "samples\n"
         "                       over its batch)\n"
@@ -104,8 +107,8 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
                 exec_wl_policy p;
                 if (exec_wl_policy_parse(s, &p))
                     return util_errf(e, UTIL_EXIT_USAGE, "--policy '%s': "
-                                     "expected hydra, random, round-robin or "
-                                     "sequential", s);
+                                     "expected hydra, random, round-robin, "
+                                     "sequential or pipeline", s);
                 int dup = 0;
                 for (int k = 0; k < c->n_pol; k++) dup |= c->pol[k] == (int)p;
                 if (!dup) c->pol[c->n_pol++] = (int)p;
@@ -163,6 +166,20 @@ static int same_bits(const exec_wl_result *r, const exec_wl_result *b, int j)
            !memcmp(x->adam_m, y->adam_m, n) && !memcmp(x->adam_v, y->adam_v, n);
 }
 
+/* The largest difference of job j's final state from b's, over the
+ * largest weight of b's (the pipeline baseline sums in its own order). */
+static double max_diff(const exec_wl_result *r, const exec_wl_result *b,
+                       int j)
+{
+    const exec_wl_jobres *x = &r->job[j], *y = &b->job[j];
+    double d = 0, w = 0;
+    for (size_t i = 0; i < x->n_params; i++) {
+        d = fmax(d, fabs((double)x->params[i] - y->params[i]));
+        w = fmax(w, fabs((double)y->params[i]));
+    }
+    return w > 0 ? d / w : d;
+}
+
 static double mean(const double *v, int n, double over)
 {
     double s = 0;
@@ -215,26 +232,40 @@ static json_t *dvec(const double *v, int n)
 static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
                   int n, util_err *e)
 {
-    int base = -1, hyd = -1, nd = c->o.devices, nj = exec_wl_jobs(W);
+    int base = -1, hyd = -1, pipe = -1, nd = c->o.devices;
+    int nj = exec_wl_jobs(W);
     for (int i = 0; i < n; i++) {
         if (res[i].policy == EXEC_WL_SEQUENTIAL) base = i;
         if (res[i].policy == EXEC_WL_HYDRA) hyd = i;
+        if (res[i].policy == EXEC_WL_PIPELINE) pipe = i;
     }
+    /* every policy but the pipeline's sums in the reference's order:
+     * equal bits; the pipeline's within its own order's rounding */
     int *eq = util_calloc((size_t)n, sizeof(int));
+    double *dev = util_calloc((size_t)n, sizeof(double));
     for (int i = 0; i < n; i++) {
         eq[i] = base >= 0;
-        for (int j = 0; j < nj && base >= 0; j++)
+        for (int j = 0; j < nj && base >= 0; j++) {
             eq[i] &= same_bits(&res[i], &res[base], j);
+            dev[i] = fmax(dev[i], max_diff(&res[i], &res[base], j));
+        }
     }
     double sp = hyd >= 0 && base >= 0 ? res[base].makespan_s / res[hyd].makespan_s : 0;
     double spp = hyd >= 0 && base >= 0
                ? res[base].predicted_makespan_s / res[hyd].predicted_makespan_s : 0;
+    double sq = hyd >= 0 && pipe >= 0 ? res[pipe].makespan_s / res[hyd].makespan_s : 0;
+    double sqp = hyd >= 0 && pipe >= 0
+               ? res[pipe].predicted_makespan_s / res[hyd].predicted_makespan_s : 0;
     static const char *base_note = "jobs in turn, each on one device with the "
         "reference model (exec_gpt: the whole model, no shards)";
+    static const char *pipe_note = "jobs in turn, each the planner's best "
+        "synchronous pipeline over every device, run by the pipeline "
+        "executor";
     if (c->json) {
-        json_t *root = json_pack("{s:s,s:i,s:f,s:s}", "workload", c->o.workload,
-                                 "devices", nd, "mem_per_device_bytes",
-                                 c->o.mem_bytes, "baseline", base_note);
+        json_t *root = json_pack("{s:s,s:i,s:f,s:s,s:s}", "workload",
+                                 c->o.workload, "devices", nd,
+                                 "mem_per_device_bytes", c->o.mem_bytes,
+                                 "baseline", base_note, "pipeline", pipe_note);
         json_t *jobs = json_array(), *pa = json_array();
         for (int j = 0; j < nj; j++) {
             const char *name, *model;
@@ -274,8 +305,16 @@ static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
             for (int j = 0; j < nj; j++)
                 json_array_append_new(loss, json_real(r->job[j].last_loss));
             json_object_set_new(p, "last_loss", loss);
+            if (r->policy == EXEC_WL_PIPELINE) {
+                json_t *pls = json_array();
+                for (int j = 0; j < nj; j++)
+                    json_array_append_new(pls, json_string(r->job[j].plan));
+                json_object_set_new(p, "plans", pls);
+            }
             json_object_set_new(p, "weights_equal_baseline",
                                 base >= 0 ? json_boolean(eq[i]) : json_null());
+            json_object_set_new(p, "weights_max_diff_baseline",
+                                base >= 0 ? json_real(dev[i]) : json_null());
             json_array_append_new(pa, p);
         }
         json_object_set_new(root, "jobs", jobs);
@@ -283,6 +322,10 @@ static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
         json_object_set_new(root, "hydra_speedup", sp > 0 ? json_real(sp) : json_null());
         json_object_set_new(root, "hydra_speedup_predicted",
                             spp > 0 ? json_real(spp) : json_null());
+        json_object_set_new(root, "hydra_speedup_over_pipeline",
+                            sq > 0 ? json_real(sq) : json_null());
+        json_object_set_new(root, "hydra_speedup_over_pipeline_predicted",
+                            sqp > 0 ? json_real(sqp) : json_null());
         util_json_print(root, stdout);
         json_decref(root);
     } else {
@@ -308,15 +351,29 @@ static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
                                  ut, util_fmt_bytes(r->host_peak_bytes, b1, sizeof b1),
                                  util_fmt_bytes(r->h2d_bytes, b2, sizeof b2),
                                  util_fmt_bytes(r->d2h_bytes, b3, sizeof b3),
-                                 r->policy == EXEC_WL_SEQUENTIAL ? "-" : pf};
+                                 r->policy == EXEC_WL_SEQUENTIAL ||
+                                 r->policy == EXEC_WL_PIPELINE ? "-" : pf};
             util_table_row(t, row);
         }
         util_table_print(t, stdout, "  ");
         util_table_free(t);
         printf("  device util: measured (simulated); sequential: %s\n", base_note);
+        if (pipe >= 0) printf("  pipeline: %s\n", pipe_note);
         for (int i = 0; i < n; i++) {
             const exec_wl_result *r = &res[i];
             if (r->policy == EXEC_WL_SEQUENTIAL) continue;
+            if (r->policy == EXEC_WL_PIPELINE) {
+                printf("  pipeline per device:");
+                for (int g = 0; g < nd; g++)
+                    printf(" %.0f%%", r->makespan_s > 0
+                                          ? 100 * r->busy_s[g] / r->makespan_s
+                                          : 0);
+                printf("; device peak %s\n",
+                       util_fmt_bytes(r->dev_peak_bytes[0], b1, sizeof b1));
+                for (int j = 0; j < nj; j++)
+                    printf("    %-14s %s\n", r->job[j].name, r->job[j].plan);
+                continue;
+            }
             printf("  %s per device:", exec_wl_policy_name(r->policy));
             for (int g = 0; g < nd; g++)
                 printf(" %.0f%%", r->makespan_s > 0 ? 100 * r->busy_s[g] / r->makespan_s : 0);
@@ -328,29 +385,39 @@ static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
         if (sp > 0)
             printf("\nhydra: %.2fx the baseline's throughput measured, %.2fx "
                    "simulated\n", sp, spp);
+        if (sq > 0)
+            printf("%s%.2fx the pipeline's throughput measured, %.2fx "
+                   "simulated\n", sp > 0 ? "       " : "\nhydra: ", sq, sqp);
         if (base >= 0) {
             int all = 1;
-            for (int i = 0; i < n; i++) all &= eq[i];
+            for (int i = 0; i < n; i++)
+                if (i != pipe) all &= eq[i];
             printf("weights: %s\n", all ? "every job's final weights and AdamW "
-                   "state equal the baseline's bit for bit under every policy"
+                   "state equal the baseline's bit for bit under every "
+                   "sharded policy"
                    : "some jobs' final weights differ from the baseline's:");
             for (int i = 0; i < n && !all; i++)
-                if (!eq[i])
+                if (!eq[i] && i != pipe)
                     printf("  %s differs\n", exec_wl_policy_name(res[i].policy));
+            if (pipe >= 0)
+                printf("  pipeline: within %.1e of the largest weight (it "
+                       "sums in its own order)\n", dev[pipe]);
         }
     }
     int rc = 0;
     if (c->trace) {
         int k = -1;
         for (int i = 0; i < n && k < 0; i++)
-            if (res[i].policy != EXEC_WL_SEQUENTIAL) k = i;
+            if (res[i].policy != EXEC_WL_SEQUENTIAL &&
+                res[i].policy != EXEC_WL_PIPELINE)
+                k = i;
         if (k < 0)
-            rc = util_errf(e, UTIL_EXIT_USAGE, "--trace: the sequential "
-                           "baseline has no shard-steps to trace; add a "
-                           "sharded --policy");
+            rc = util_errf(e, UTIL_EXIT_USAGE, "--trace: the baselines have "
+                           "no shard-steps to trace; add a sharded --policy");
         else rc = write_trace(c->trace, W, &res[k], e);
     }
     free(eq);
+    free(dev);
     return rc;
 }
 

@@ -500,6 +500,8 @@ typedef enum {
     EXEC_WL_RANDOM,         /* uniformly among the free jobs (seeded) */
     EXEC_WL_RR,             /* round robin over job indices */
     EXEC_WL_SEQUENTIAL,     /* the baseline: jobs in turn, one device each */
+    EXEC_WL_PIPELINE,       /* jobs in turn, each the planner's best
+                             * synchronous pipeline over every device */
     EXEC_WL_POLICY_COUNT
 } exec_wl_policy;
 /* "hydra", "random", "round-robin", "sequential"; parse: 0 or -1. */
@@ -535,6 +537,7 @@ typedef struct exec_wl_jobres {
     size_t n_params;
     float *params, *adam_m, *adam_v;    /* final state, arena order */
     double last_loss;                   /* mean token loss, last step */
+    char plan[96];                      /* the pipeline baseline's plan */
 } exec_wl_jobres;
 
 typedef struct exec_wl_result {

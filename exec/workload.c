@@ -13,11 +13,12 @@
 
 #include "exec/exec.h"
 #include "exec/runtime.h"
+#include "planner/planner.h"
 #include "planner/workload.h"
 #include "planner/workload_int.h"
 
 static const char *const pol_names[] = {"hydra", "random", "round-robin",
-                                        "sequential"};
+                                        "sequential", "pipeline"};
 
 const char *exec_wl_policy_name(exec_wl_policy p)
 {
@@ -59,6 +60,9 @@ typedef struct wl_job {
     wl_shard *sh;
     int64_t ref_step_ns;    /* the cost model's step of the whole model
                              * on one device (the baseline) */
+    plan_result pipe;       /* the pipeline baseline's search */
+    int pipe_done;
+    double pipe_extra;      /* bytes kept off the planner's budget */
 } wl_job;
 
 struct exec_wl {
@@ -342,6 +346,7 @@ void exec_wl_free(exec_wl *W)
         free(J->sh);
         free(J->xop);
         wl_prep_free(&J->prep);
+        if (J->pipe_done) plan_result_free(&J->pipe);
     }
     free(W->job);
     if (W->corpus_ok) exec_corpus_free(&W->corpus);
@@ -868,10 +873,46 @@ static void result_init(exec_wl *W, exec_wl_policy p, exec_wl_result *r)
     }
 }
 
+/* The pipeline baseline's plan of job J: the planner's best synchronous
+ * plan of the job alone on every device, in the devices' budget less
+ * J->pipe_extra (searched once per budget). NULL with e filled when
+ * nothing fits. */
+static const plan_alt *pipe_plan(exec_wl *W, wl_job *J, util_err *e)
+{
+    if (!J->pipe_done) {
+        plan_opts o;
+        plan_opts_init(&o);
+        o.batch = J->B;
+        o.reserve_bytes = prof_topo_gpu(W->t, 0)->mem_bytes - W->budget +
+                          J->pipe_extra;
+        o.progress = 0;
+        for (int k = 0; k < SIM_SCHED_COUNT; k++)
+            if (!sim_sched_async((sim_sched)k) &&
+                sim_sched_plannable((sim_sched)k) &&
+                !sim_sched_offload((sim_sched)k))
+                o.sched_mask |= 1u << k;
+        char hw[32];
+        snprintf(hw, sizeof hw, "cpu x%d", W->o.devices);
+        if (plan_search(J->prep.m, W->t, J->j->model, hw, &o, &J->pipe, e))
+            return NULL;
+        J->pipe_done = 1;
+    }
+    if (!J->pipe.found) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: no pipeline plan of %s on %d "
+                  "devices fits (%s)", J->j->where, J->j->model, W->o.devices,
+                  J->pipe.advice);
+        return NULL;
+    }
+    return &J->pipe.alt[J->pipe.best];
+}
+
 /* The simulated run: the planner's scheduler over the same cut, with the
  * CPU profile's times. */
-static void predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r)
+static int predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r,
+                   util_err *e)
 {
+    (void)e;
+    if (p == EXEC_WL_PIPELINE) return 0;    /* the plans that ran: below */
     if (p == EXEC_WL_SEQUENTIAL) {
         for (int j = 0; j < W->n; j++) {
             const wl_job *J = &W->job[j];
@@ -882,7 +923,7 @@ static void predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r)
                 r->predicted_host_peak_bytes = m.total_bytes;
         }
         r->predicted_busy_s[0] = r->predicted_makespan_s;
-        return;
+        return 0;
     }
     plan_wl_sjob *sj = util_calloc((size_t)W->n, sizeof *sj);
     for (int j = 0; j < W->n; j++) sj[j] = W->job[j].prep.sj;
@@ -899,6 +940,7 @@ static void predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r)
     r->predicted_copy_bytes = pr.pcie_bytes;
     plan_wl_run_free(&pr);
     free(sj);
+    return 0;
 }
 
 /* The baseline: each job in turn trained by the reference model on one
@@ -945,6 +987,96 @@ static int run_sequential(exec_wl *W, exec_wl_result *r, util_err *e)
     r->makespan_s = (double)((int64_t)exec_now_ns() - t0) * 1e-9;
     r->busy_s[0] = r->makespan_s;
     r->dev_peak_bytes[0] = r->host_peak_bytes;
+    return 0;
+}
+
+/* One run of job J on plan a by the pipeline executor, from the job's
+ * seed on the same batches as the reference. */
+static int pipe_once(const exec_wl *W, const wl_job *J, const plan_alt *a,
+                     exec_pipe_result *pr, util_err *e)
+{
+    exec_pipe_opts po;
+    memset(&po, 0, sizeof po);
+    po.plan_path = J->j->where;
+    po.plan = &a->plan;
+    po.data = W->o.data;
+    po.steps = J->steps;
+    po.adamw = W->o.adamw;
+    po.warmup = J->warmup;
+    po.seed = J->seed;
+    po.mem_budget_bytes = W->budget;
+    po.xport = EXEC_XPORT_INPROC;
+    po.fault_worker = -1;
+    return exec_pipe_run(&po, pr, e);
+}
+
+/* The pipeline baseline: each job in turn run by the pipeline executor
+ * (sluice exec --plan) on the planner's best synchronous plan over every
+ * device, from the job's seed on the same batches; its final state is
+ * the reference's within the pipeline's summation order. Predicted: the
+ * planner's iteration of the plan that ran, times the job's steps. */
+static int run_pipeline(exec_wl *W, exec_wl_result *r, util_err *e)
+{
+    for (int j = 0; j < W->n; j++) {
+        wl_job *J = &W->job[j];
+        exec_pipe_result pr;
+        const plan_alt *a;
+        /* the executor holds more than the simulator plans for (its
+         * workspace): a plan the budget cannot take is planned again with
+         * an eighth of the budget more held back, as a user would */
+        int64_t j0 = 0;
+        for (int tries = 0;; tries++) {
+            if (!(a = pipe_plan(W, J, e))) return -1;
+            j0 = (int64_t)exec_now_ns();
+            if (!pipe_once(W, J, a, &pr, e)) break;
+            if (tries == 6 || !strstr(e->msg, "out of memory"))
+                return util_err_prefix(e, "pipeline baseline, job %s",
+                                       J->j->name);
+            plan_result_free(&J->pipe);
+            J->pipe_done = 0;
+            J->pipe_extra += W->budget / 8;
+        }
+        /* the run that trained (not the planning, nor a refused try) */
+        r->makespan_s += (double)((int64_t)exec_now_ns() - j0) * 1e-9;
+        const sim_plan *pl = &a->plan;
+        snprintf(r->job[j].plan, sizeof r->job[j].plan, "%s, %dx%dx%d "
+                 "(pp x dp x tp), microbatch %d x %d%s", sim_sched_name(
+                 pl->sched), pl->pp, pl->dp, pl->tp, pl->mbs, pl->n_mb,
+                 J->pipe_extra > 0 ? ", planned in a smaller budget" : "");
+        double s = a->iteration_s * J->steps;
+        r->predicted_makespan_s += s;
+        int used = a->plan.gpus_used ? a->plan.gpus_used : W->o.devices;
+        for (int g = 0; g < used && g < W->o.devices; g++)
+            r->predicted_busy_s[g] += s;
+        /* busy: every compute task of every measured epoch, on each of
+         * its device's tensor-parallel ranks (a core each) */
+        int tp = pr.costs->tp > 1 ? pr.costs->tp : 1;
+        for (int ep = 0; ep < pr.epochs; ep++)
+            for (int t = 0; t < pr.n_tasks; t++) {
+                const sim_task *k = &pr.ir->tasks[t];
+                const int64_t *tm = exec_pipe_times(&pr, ep, t);
+                if (k->kind > SIM_OPT || tm[0] < 0 || tm[1] < tm[0])
+                    continue;
+                for (int q = 0; q < tp; q++)
+                    if (k->device * tp + q < W->o.devices)
+                        r->busy_s[k->device * tp + q] +=
+                            (double)(tm[1] - tm[0]) * 1e-9;
+            }
+        for (int d = 0; d < pr.n_devices && d < W->o.devices; d++)
+            if (pr.peak_bytes[d] > r->dev_peak_bytes[d])
+                r->dev_peak_bytes[d] = pr.peak_bytes[d];
+        exec_wl_jobres *o = &r->job[j];
+        size_t P = J->P;
+        o->params = util_malloc(P * sizeof(float));
+        o->adam_m = util_malloc(P * sizeof(float));
+        o->adam_v = util_malloc(P * sizeof(float));
+        memcpy(o->params, pr.params, P * sizeof(float));
+        memcpy(o->adam_m, pr.adam_m, P * sizeof(float));
+        memcpy(o->adam_v, pr.adam_v, P * sizeof(float));
+        o->last_loss = pr.steps_run > 0 ? pr.loss[pr.steps_run - 1] : 0;
+        r->steps += J->steps;
+        exec_pipe_result_free(&pr);
+    }
     return 0;
 }
 
@@ -1062,8 +1194,9 @@ static int run_sharded(exec_wl *W, exec_wl_policy p, exec_wl_result *r,
 int exec_wl_run(exec_wl *W, exec_wl_policy p, exec_wl_result *r, util_err *e)
 {
     result_init(W, p, r);
-    predict(W, p, r);
+    if (predict(W, p, r, e)) return -1;
     return p == EXEC_WL_SEQUENTIAL ? run_sequential(W, r, e)
+         : p == EXEC_WL_PIPELINE   ? run_pipeline(W, r, e)
                                    : run_sharded(W, p, r, e);
 }
 

@@ -7,6 +7,7 @@
  * model the executor cannot train and a bad file are errors naming the
  * file, line and field (exit 2); the JSON and the trace. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,7 @@ Test(exec_workload, every_policy_trains_each_job_as_the_reference)
         ref[j] = train_reference(models[j], Bs[j], want_steps[j], 1337 + j,
                                  adamw(), 1, &P[j]);
     for (int p = 0; p < EXEC_WL_POLICY_COUNT; p++) {
+        if (p == EXEC_WL_PIPELINE) continue;    /* its own order: below */
         exec_wl_result r;
         cr_assert_eq(exec_wl_run(w, (exec_wl_policy)p, &r, &e), 0, "%s: %s",
                      exec_wl_policy_name((exec_wl_policy)p), e.msg);
@@ -136,6 +138,59 @@ Test(exec_workload, without_prefetch_the_same_bits)
     test_rm_rf(dir);
 }
 
+/* The pipeline baseline: each job in turn as the planner's best
+ * synchronous plan over both devices, run by the pipeline executor: the
+ * reference's weights within the pipeline's own summation order, both
+ * devices busy, a prediction from the planner's iteration. */
+Test(exec_workload, the_pipeline_baseline_trains_each_job_as_the_reference)
+{
+    char *dir = test_tmpdir();
+    char *wf = write_file(dir, "w.json",
+        "{\"jobs\": [\n"
+        "  {\"model\": \"gpt-tiny\", \"batch\": 4, \"samples\": 12},\n"
+        "  {\"model\": \"" PICO "\", \"batch\": 8, \"samples\": 16}\n]}\n");
+    exec_wl_opts o = {.workload = wf, .devices = 2, .mem_bytes = BUDGET,
+                      .data = TEST_CORPUS, .adamw = adamw(), .warmup = -1,
+                      .seed = 11, .policy_seed = 1, .prefetch = 1};
+    util_err e = {0};
+    exec_wl *w = exec_wl_new(&o, &e);
+    cr_assert_not_null(w, "%s", e.msg);
+    exec_wl_result r;
+    cr_assert_eq(exec_wl_run(w, EXEC_WL_PIPELINE, &r, &e), 0, "%s", e.msg);
+    const char *models[2] = {"gpt-tiny", PICO};
+    int Bs[2] = {4, 8}, steps[2] = {3, 2};
+    cr_assert_eq(r.steps, 5);
+    cr_assert_gt(r.predicted_makespan_s, 0);
+    cr_assert_gt(r.makespan_s, 0);
+    for (int g = 0; g < 2; g++) {
+        cr_expect_gt(r.busy_s[g], 0, "device %d idle", g);
+        cr_expect_leq(r.busy_s[g], r.makespan_s);
+        cr_expect_gt(r.dev_peak_bytes[g], 0);
+        cr_expect_leq(r.dev_peak_bytes[g], BUDGET);
+    }
+    for (int j = 0; j < 2; j++) {
+        size_t P;
+        float *ref = train_reference(models[j], Bs[j], steps[j], 11 + j,
+                                     adamw(), 1, &P);
+        cr_assert_eq(r.job[j].n_params, P);
+        double d = 0, big = 0;
+        for (size_t i = 0; i < P; i++) {
+            d = fmax(d, fabs((double)r.job[j].params[i] - ref[i]));
+            big = fmax(big, fabs((double)ref[i]));
+        }
+        cr_expect_gt(d, 0, "job %d: bit for bit, so not the pipeline's run",
+                     j);
+        cr_expect_lt(d, 1e-3 * big, "job %d: %g off (largest weight %g)", j,
+                     d, big);
+        cr_expect(isfinite(r.job[j].last_loss) && r.job[j].last_loss > 0);
+        free(ref);
+    }
+    exec_wl_result_free(&r);
+    exec_wl_free(w);
+    free(wf);
+    test_rm_rf(dir);
+}
+
 /* A workload file in a fresh folder, and the command on it. */
 static void expect_wl(int code, const char *want, const char *text,
                       const char *args)
@@ -173,8 +228,9 @@ Test(exec_workload, errors_name_the_file_line_and_field)
               "--mem-per-device 2M");
     cli_expect(2, "a workload runs on CPU devices", "exec --workload w.json "
                "--hw rtx2080ti x2");
-    cli_expect(2, "--policy 'lrtf': expected hydra, random, round-robin or "
-               "sequential", "exec --workload w.json --hw cpu x2 --policy lrtf");
+    cli_expect(2, "--policy 'lrtf': expected hydra, random, round-robin, "
+               "sequential or pipeline", "exec --workload w.json --hw cpu x2 "
+               "--policy lrtf");
     cli_expect(2, "--hw cpu xN is required", "exec --workload w.json");
 }
 
