@@ -50,6 +50,7 @@ static void usage(FILE *f)
 typedef struct wcmd {
     exec_wl_opts o;
     int pol[EXEC_WL_POLICY_COUNT], n_pol;
+    int pol_default;        /* no --policy: all of them */
     const char *trace;
     int json;
 } wcmd;
@@ -146,8 +147,10 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
     if (!hw)
         return util_errf(e, UTIL_EXIT_USAGE, "--hw cpu xN is required: the "
                          "devices the jobs share");
-    if (!c->n_pol)
+    if (!c->n_pol) {
         for (int p = 0; p < EXEC_WL_POLICY_COUNT; p++) c->pol[c->n_pol++] = p;
+        c->pol_default = 1;
+    }
     /* the budget the run holds devices to, said in the report */
     prof_gpu g;
     if (!o->mem_bytes) {
@@ -162,8 +165,9 @@ static int same_bits(const exec_wl_result *r, const exec_wl_result *b, int j)
 {
     const exec_wl_jobres *x = &r->job[j], *y = &b->job[j];
     size_t n = x->n_params * sizeof(float);
-    return !memcmp(x->params, y->params, n) &&
-           !memcmp(x->adam_m, y->adam_m, n) && !memcmp(x->adam_v, y->adam_v, n);
+    if (memcmp(x->params, y->params, n)) return 0;
+    if (!x->adam_m || !y->adam_m) return !x->adam_m && !y->adam_m; /* SGD */
+    return !memcmp(x->adam_m, y->adam_m, n) && !memcmp(x->adam_v, y->adam_v, n);
 }
 
 /* The largest difference of job j's final state from b's, over the
@@ -439,10 +443,23 @@ int exec_wl_main(int argc, char **argv)
         rc = -1;
         goto out;
     }
+    /* the pipeline executor trains with AdamW: with SGD jobs the default
+     * leaves its baseline out (asked for by name, it is an error) */
+    int sgd = 0;
+    for (int j = 0; j < exec_wl_jobs(W); j++) sgd |= exec_wl_job_sgd(W, j);
+    if (sgd && c.pol_default) {
+        int k = 0;
+        for (int i = 0; i < c.n_pol; i++)
+            if (c.pol[i] != EXEC_WL_PIPELINE) c.pol[k++] = c.pol[i];
+        c.n_pol = k;
+        fprintf(stderr, "sluice exec: the pipeline baseline is left out: it "
+                "trains with AdamW and the workload has SGD jobs\n");
+    }
     if (!c.json) {
         char b[32];
         printf("sluice exec: workload %s, %d jobs on %d CPU device%s of %s; "
-               "AdamW lr %.2e, clip 0, seed %llu\n", c.o.workload,
+               "AdamW (SGD where a job says) lr %.2e, clip 0, seed %llu\n",
+               c.o.workload,
                exec_wl_jobs(W), c.o.devices, c.o.devices > 1 ? "s" : "",
                util_fmt_bytes(c.o.mem_bytes, b, sizeof b),
                c.o.adamw.lr, (unsigned long long)c.o.seed);
@@ -451,8 +468,9 @@ int exec_wl_main(int argc, char **argv)
             int k, B, T, steps;
             const int *first;
             exec_wl_job_info(W, j, &name, &model, &k, &first, &B, &T, &steps);
-            printf("  %-14s %s, batch %d x %d, %d steps: %d shard%s (layers",
-                   name, model, B, T, steps, k, k > 1 ? "s" : "");
+            printf("  %-14s %s, batch %d x %d, %d steps%s: %d shard%s "
+                   "(layers", name, model, B, T, steps,
+                   exec_wl_job_sgd(W, j) ? ", SGD" : "", k, k > 1 ? "s" : "");
             for (int s = 0; s < k; s++)
                 printf("%s%d-%d", s ? ", " : " ", first[s], first[s + 1] - 1);
             printf(")\n");

@@ -117,6 +117,14 @@ typedef struct exec_adamw {
 /* One AdamW step (t counts from 1) with global-norm clipping. Returns the
  * gradient norm before clipping. */
 float exec_gpt_step(exec_gpt *m, const exec_adamw *o, int t);
+/* Plain SGD without momentum (as Hydra trains its jobs), decoupled weight
+ * decay as AdamW's: p -= lr (scale g + wd p), element by element in index
+ * order. */
+void exec_sgd_update(float *p, const float *g, size_t n, float lr, float wd,
+                     float scale);
+/* One SGD step of the whole model (o's lr, weight_decay and clip; the
+ * betas unused). Returns the gradient norm before clipping. */
+float exec_gpt_sgd_step(exec_gpt *m, const exec_adamw *o);
 
 /* ------------------------------------------------------------- LoRA */
 
@@ -504,7 +512,8 @@ typedef enum {
                              * synchronous pipeline over every device */
     EXEC_WL_POLICY_COUNT
 } exec_wl_policy;
-/* "hydra", "random", "round-robin", "sequential"; parse: 0 or -1. */
+/* "hydra", "random", "round-robin", "sequential", "pipeline"; parse: 0
+ * or -1. */
 const char *exec_wl_policy_name(exec_wl_policy p);
 int exec_wl_policy_parse(const char *s, exec_wl_policy *p);
 
@@ -535,7 +544,8 @@ typedef struct exec_wl_jobres {
     char name[64];
     int shards, steps;
     size_t n_params;
-    float *params, *adam_m, *adam_v;    /* final state, arena order */
+    float *params, *adam_m, *adam_v;    /* final state, arena order (no
+                                         * moments, NULL, for SGD) */
     double last_loss;                   /* mean token loss, last step */
     char plan[96];                      /* the pipeline baseline's plan */
 } exec_wl_jobres;
@@ -559,14 +569,16 @@ typedef struct exec_wl exec_wl;
 
 /* Loads the workload and cuts every job. Errors, code 2, name the job's
  * file:line:col and field: a bad file, a model the executor cannot train
- * (not GPT, an optimizer other than Adam, a vocabulary under 256), a job
- * that does not fit one device even one layer per shard. */
+ * (not GPT, a vocabulary under 256), a job that does not fit one device
+ * even one layer per shard. Jobs train with AdamW, or plain SGD where the
+ * file says "optimizer": "sgd" (no moments: exec_sgd_update). */
 exec_wl *exec_wl_new(const exec_wl_opts *o, util_err *e);
 void exec_wl_free(exec_wl *w);
 /* The jobs, lent: name, model, shards (k) and the layers each starts at
  * (first[k+1], the planner's layers: embedding, blocks, head), batch,
  * sequence length and steps. */
 int exec_wl_jobs(const exec_wl *w);
+int exec_wl_job_sgd(const exec_wl *w, int j);   /* 1: SGD, 0: AdamW */
 void exec_wl_job_info(const exec_wl *w, int j, const char **name,
                       const char **model, int *k, const int **first,
                       int *B, int *T, int *steps);

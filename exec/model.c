@@ -495,6 +495,30 @@ void exec_gpt_backward(exec_gpt *m)
                               GDACT(G_ENCODED), m->tokens, B, T, C));
 }
 
+void exec_sgd_update(float *p, const float *g, size_t n, float lr, float wd,
+                     float scale)
+{
+    for (size_t i = 0; i < n; i++) p[i] -= lr * (scale * g[i] + wd * p[i]);
+}
+
+float exec_gpt_sgd_step(exec_gpt *m, const exec_adamw *o)
+{
+    float *g = exec_gpt_grads(m);
+    float nsq = 0;
+    kern_norm_sq(&nsq, g, m->P);
+    float norm = sqrtf(nsq);
+    float scale = 1.0f;
+    if (o->clip > 0 && norm > o->clip) scale = o->clip / norm;
+    for (int i = 0; i < P_COUNT; i++) {
+        exec_tensor *te = &m->tens[i];
+        if (!te->n) continue;
+        float *p = m->arena + te->off;
+        exec_sgd_update(p, p + m->P, te->n, o->lr,
+                        te->decay ? o->weight_decay : 0.0f, scale);
+    }
+    return norm;
+}
+
 float exec_gpt_step(exec_gpt *m, const exec_adamw *o, int t)
 {
     float *g = exec_gpt_grads(m);

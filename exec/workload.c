@@ -58,6 +58,7 @@ typedef struct wl_job {
     exec_xop *xop;
     exec_runtime rt;        /* what stage_gpt.c reads of a run */
     wl_shard *sh;
+    int sgd;                /* plain SGD (no moments), else AdamW */
     int64_t ref_step_ns;    /* the cost model's step of the whole model
                              * on one device (the baseline) */
     plan_result pipe;       /* the pipeline baseline's search */
@@ -77,6 +78,8 @@ struct exec_wl {
 };
 
 int exec_wl_jobs(const exec_wl *w) { return w->n; }
+
+int exec_wl_job_sgd(const exec_wl *w, int j) { return w->job[j].sgd; }
 
 void exec_wl_job_info(const exec_wl *w, int j, const char **name,
                       const char **model, int *k, const int **first,
@@ -119,7 +122,7 @@ static double shard_need(const wl_job *J, int a, int b, size_t *n,
         fl += 2.0 * J->xop[i].out_n + J->xop[i].aux_n;
     if (n) *n = nn;
     if (act) *act = 4 * fl;
-    return 4 * (4.0 * nn + fl);
+    return 4 * ((J->sgd ? 2.0 : 4.0) * nn + fl);
 }
 
 /* The planner's cut of job J with the device's budget less what the
@@ -258,10 +261,7 @@ static int check_chain(const wl_job *J, util_err *e)
 static int prep_job(exec_wl *W, wl_job *J, int idx, util_err *e)
 {
     const plan_wl_job *j = J->j;
-    if (j->optim != PLAN_WL_ADAM)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: optimizer %s: the executor "
-                         "trains with AdamW only", j->where,
-                         plan_wl_optim_name(j->optim));
+    J->sgd = j->optim == PLAN_WL_SGD;
     prof_model_spec spec;
     if (prof_model_spec_get(j->model, &spec, e)) {
         e->code = UTIL_EXIT_USAGE;
@@ -506,14 +506,22 @@ static void slot_free(exec_worker *w, slot *s)
     s->job = -1;
 }
 
-/* Arena for job j's shard: weights, and for a backward the gradients and
- * moments. -1 when over the budget (nothing kept). */
+/* The arrays of a shard's state a step needs: weights, and for a
+ * backward the gradients and (AdamW) the moments. */
+static int job_arrays(const wl_job *J, int opt)
+{
+    return !opt ? 1 : J->sgd ? 2 : 4;
+}
+
+/* Arena for job j's shard: `arrays` of n floats (job_arrays). -1 when
+ * over the budget (nothing kept). */
 static int slot_alloc(exec_worker *w, slot *s, int j, int shard, size_t n,
-                      int opt)
+                      int arrays)
 {
     s->n = n;
     float **a[4] = {&s->w, &s->g, &s->m, &s->v};
-    for (int i = 0; i < (opt ? 4 : 1); i++) {
+    int opt = arrays > 1;
+    for (int i = 0; i < arrays; i++) {
         if (exec_mem_charge(&w->mem, (double)n * sizeof(float))) {
             slot_free(w, s);
             return -1;
@@ -539,7 +547,7 @@ static void slot_load(run *R, int j, slot *s)
     exec_parr a = {J->tt, NULL, q->p, NULL};
     exec_stage_gather(st, &a, s->w, NULL);
     double b = (double)s->n * sizeof(float);
-    if (s->opt) {
+    if (s->opt && s->m) {
         a.p = q->am;
         exec_stage_gather(st, &a, s->m, NULL);
         a.p = q->av;
@@ -702,26 +710,33 @@ static int run_step(run *R, wdev *d, int j, slot *s, util_err *e)
             count_copy(R, 0, (double)t->n * sizeof(float));
         }
         if (!rc) {
-            /* AdamW on the slices this shard owns: elementwise, so a
-             * slice gets the reference's bits */
+            /* AdamW or SGD on the slices this shard owns: elementwise,
+             * so a slice gets the reference's bits */
             exec_adamw a = R->W->o.adamw;
             float lr = exec_lr_at(a.lr, J->warmup, J->steps, (int)mb);
             for (int i = 0; i < st->n_sl; i++) {
                 const exec_slice *sl = &st->sl[i];
                 if (!sl->save_owner) continue;
-                bk->k->adamw_update(s->w + sl->off, s->m + sl->off,
-                                    s->v + sl->off, s->g + sl->off, sl->n, lr,
-                                    a.beta1, a.beta2, a.eps,
-                                    sl->decay ? a.weight_decay : 0.0f, 1.0f,
-                                    (int)mb + 1);
+                float wd = sl->decay ? a.weight_decay : 0.0f;
+                if (J->sgd)
+                    exec_sgd_update(s->w + sl->off, s->g + sl->off, sl->n,
+                                    lr, wd, 1.0f);
+                else
+                    bk->k->adamw_update(s->w + sl->off, s->m + sl->off,
+                                        s->v + sl->off, s->g + sl->off,
+                                        sl->n, lr, a.beta1, a.beta2, a.eps,
+                                        wd, 1.0f, (int)mb + 1);
             }
             exec_parr dst = {J->tt, NULL, q->p, NULL};
             exec_stage_scatter(st, s->w, NULL, &dst);
-            dst.p = q->am;
-            exec_stage_scatter(st, s->m, NULL, &dst);
-            dst.p = q->av;
-            exec_stage_scatter(st, s->v, NULL, &dst);
-            count_copy(R, 0, 3.0 * (double)s->n * sizeof(float));
+            if (!J->sgd) {
+                dst.p = q->am;
+                exec_stage_scatter(st, s->m, NULL, &dst);
+                dst.p = q->av;
+                exec_stage_scatter(st, s->v, NULL, &dst);
+            }
+            count_copy(R, 0, (J->sgd ? 1.0 : 3.0) * (double)s->n *
+                                 sizeof(float));
             if (kind == 1) q->loss = w->loss_sum / (double)N;
         }
     }
@@ -772,7 +787,8 @@ static void *dev_main(void *arg)
         if (!(cur->job == j && cur->shard == sh && cur->opt >= opt)) {
             /* not here: the last slot goes, this one is loaded now */
             slot_free(&d->w, cur);
-            if (slot_alloc(&d->w, cur, j, sh, J->sh[sh].st.n, opt)) {
+            if (slot_alloc(&d->w, cur, j, sh, J->sh[sh].st.n,
+                           job_arrays(J, opt))) {
                 exec_oom(&d->w, "a shard's weights and state", &e);
                 util_err_prefix(&e, "device %d, job '%s', shard %d", d->id,
                                 J->j->name, sh);
@@ -797,9 +813,10 @@ static void *dev_main(void *arg)
              * activations will take must fit the budget together */
             double room = d->w.mem.budget - d->w.mem.cur - J->sh[sh].act_bytes;
             size_t nn = NJ->sh[nsh].st.n;
-            double need = (double)nn * sizeof(float) * (nk ? 4 : 1);
+            int arr = job_arrays(NJ, nk != 0);
+            double need = (double)nn * sizeof(float) * arr;
             if (!stays && (d->w.mem.budget <= 0 || need <= room) &&
-                !slot_alloc(&d->w, nxt, nj, nsh, nn, nk != 0)) {
+                !slot_alloc(&d->w, nxt, nj, nsh, nn, arr)) {
                 pthread_mutex_lock(&d->mu);
                 d->target = nxt;
                 d->req = 1;
@@ -968,16 +985,19 @@ static int run_sequential(exec_wl *W, exec_wl_result *r, util_err *e)
             exec_gpt_backward(m);
             exec_adamw a = W->o.adamw;
             a.lr = exec_lr_at(a.lr, J->warmup, J->steps, s);
-            exec_gpt_step(m, &a, s + 1);
+            if (J->sgd) exec_gpt_sgd_step(m, &a);
+            else exec_gpt_step(m, &a, s + 1);
         }
         exec_wl_jobres *o = &r->job[j];
         size_t P = J->P;
         o->params = util_malloc(P * sizeof(float));
-        o->adam_m = util_malloc(P * sizeof(float));
-        o->adam_v = util_malloc(P * sizeof(float));
         memcpy(o->params, exec_gpt_params(m), P * sizeof(float));
-        memcpy(o->adam_m, exec_gpt_adam_m(m), P * sizeof(float));
-        memcpy(o->adam_v, exec_gpt_adam_v(m), P * sizeof(float));
+        if (!J->sgd) {
+            o->adam_m = util_malloc(P * sizeof(float));
+            o->adam_v = util_malloc(P * sizeof(float));
+            memcpy(o->adam_m, exec_gpt_adam_m(m), P * sizeof(float));
+            memcpy(o->adam_v, exec_gpt_adam_v(m), P * sizeof(float));
+        }
         o->last_loss = loss;
         r->steps += J->steps;
         free(tok);
@@ -1017,6 +1037,13 @@ static int pipe_once(const exec_wl *W, const wl_job *J, const plan_alt *a,
  * planner's iteration of the plan that ran, times the job's steps. */
 static int run_pipeline(exec_wl *W, exec_wl_result *r, util_err *e)
 {
+    for (int j = 0; j < W->n; j++)
+        if (W->job[j].sgd)
+            return util_errf(e, UTIL_EXIT_USAGE, "%s: the pipeline baseline "
+                             "trains with AdamW only (the pipeline executor's "
+                             "optimizer) and job %s is SGD: leave pipeline out "
+                             "of --policy", W->job[j].j->where,
+                             W->job[j].j->name);
     for (int j = 0; j < W->n; j++) {
         wl_job *J = &W->job[j];
         exec_pipe_result pr;
@@ -1096,10 +1123,12 @@ static int run_sharded(exec_wl *W, exec_wl_policy p, exec_wl_result *r,
         const wl_job *J = &W->job[j];
         jrun *q = &R.J[j];
         q->p = util_malloc(J->P * sizeof(float));
-        q->am = util_calloc(J->P, sizeof(float));
-        q->av = util_calloc(J->P, sizeof(float));
+        if (!J->sgd) {
+            q->am = util_calloc(J->P, sizeof(float));
+            q->av = util_calloc(J->P, sizeof(float));
+        }
         exec_gpt_init_params(&J->cfg, J->seed, q->p);
-        R.host += 3.0 * (double)J->P * sizeof(float);
+        R.host += (J->sgd ? 1.0 : 3.0) * (double)J->P * sizeof(float);
         if (J->k > 1 && J->cfg.tied) {
             q->tied_g = util_calloc((size_t)J->cfg.vocab * J->cfg.hidden,
                                     sizeof(float));

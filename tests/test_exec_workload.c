@@ -191,6 +191,102 @@ Test(exec_workload, the_pipeline_baseline_trains_each_job_as_the_reference)
     test_rm_rf(dir);
 }
 
+/* Plain SGD as Hydra trains (no momentum, decoupled weight decay), by
+ * the model alone: the reference an SGD job is checked against. */
+static float *sgd_reference(const char *model, int B, int steps,
+                            uint64_t seed, size_t *P)
+{
+    util_err e;
+    prof_model_spec spec;
+    exec_gpt_config cfg;
+    cr_assert_eq(prof_model_spec_get(model, &spec, &e), 0, "%s", e.msg);
+    cr_assert_eq(exec_gpt_config_from_spec(&spec, &cfg, model, &e), 0);
+    int T = spec.seq_len;
+    exec_corpus c;
+    cr_assert_eq(exec_corpus_load(&c, TEST_CORPUS, T, &e), 0, "%s", e.msg);
+    exec_gpt *m = exec_gpt_new(&cfg, B, T, seed);
+    int *tok = malloc(sizeof *tok * (size_t)B * T);
+    int *tgt = malloc(sizeof *tgt * (size_t)B * T);
+    int warmup = steps / 10 < 1 ? 1 : steps / 10;
+    for (int s = 0; s < steps; s++) {
+        exec_corpus_batch(&c, 0, seed, (uint64_t)s, B, T, tok, tgt);
+        exec_gpt_forward(m, tok, tgt);
+        exec_gpt_zero_grad(m);
+        exec_gpt_backward(m);
+        exec_adamw a = adamw();
+        a.lr = exec_lr_at(a.lr, warmup, steps, s);
+        exec_gpt_sgd_step(m, &a);
+    }
+    exec_tensor tt[EXEC_P_COUNT];
+    *P = exec_gpt_param_table(&cfg, tt);
+    float *w = malloc(sizeof *w * *P);
+    memcpy(w, exec_gpt_params(m), sizeof *w * *P);
+    free(tok);
+    free(tgt);
+    exec_gpt_free(m);
+    exec_corpus_free(&c);
+    return w;
+}
+
+/* An SGD job beside an AdamW one: no moments kept or copied, and under
+ * every sharded policy and the baseline its weights are SGD's alone, bit
+ * for bit; its shards hold two arrays where AdamW's hold four. */
+Test(exec_workload, sgd_jobs_train_as_plain_sgd)
+{
+    char *dir = test_tmpdir();
+    char *wf = write_file(dir, "w.json",
+        "{\"jobs\": [\n"
+        "  {\"model\": \"gpt-tiny\", \"batch\": 4, \"samples\": 12},\n"
+        "  {\"model\": \"gpt-tiny\", \"batch\": 4, \"samples\": 12,"
+        " \"optimizer\": \"sgd\"}\n]}\n");
+    exec_wl_opts o = {.workload = wf, .devices = 2, .mem_bytes = BUDGET,
+                      .data = TEST_CORPUS, .adamw = adamw(), .warmup = -1,
+                      .seed = 21, .policy_seed = 3, .prefetch = 1};
+    util_err e = {0};
+    exec_wl *w = exec_wl_new(&o, &e);
+    cr_assert_not_null(w, "%s", e.msg);
+    cr_assert_eq(exec_wl_job_sgd(w, 0), 0);
+    cr_assert_eq(exec_wl_job_sgd(w, 1), 1);
+    int ks[2];
+    for (int j = 0; j < 2; j++) {
+        const char *name, *model;
+        int B, T, steps;
+        const int *first;
+        exec_wl_job_info(w, j, &name, &model, &ks[j], &first, &B, &T,
+                         &steps);
+    }
+    /* the same model with less state per parameter: no more shards */
+    cr_expect_leq(ks[1], ks[0]);
+    size_t P, P0;
+    float *ref = sgd_reference("gpt-tiny", 4, 3, 22, &P);
+    float *ref0 = train_reference("gpt-tiny", 4, 3, 21, adamw(), 0, &P0);
+    cr_assert_eq(P, P0);
+    const exec_wl_policy pols[] = {EXEC_WL_HYDRA, EXEC_WL_RANDOM, EXEC_WL_RR,
+                                   EXEC_WL_SEQUENTIAL};
+    for (int i = 0; i < 4; i++) {
+        exec_wl_result r;
+        cr_assert_eq(exec_wl_run(w, pols[i], &r, &e), 0, "%s", e.msg);
+        const char *pn = exec_wl_policy_name(pols[i]);
+        cr_expect(!memcmp(r.job[1].params, ref, P * sizeof(float)),
+                  "%s: the SGD job's weights differ from SGD's", pn);
+        cr_expect_null(r.job[1].adam_m, "%s: moments for an SGD job", pn);
+        cr_expect(!memcmp(r.job[0].params, ref0, P * sizeof(float)),
+                  "%s: the AdamW job's weights differ", pn);
+        cr_expect(memcmp(r.job[1].params, ref0, P * sizeof(float)),
+                  "%s: SGD trained as AdamW", pn);
+        exec_wl_result_free(&r);
+    }
+    exec_wl_result r;
+    cr_assert_neq(exec_wl_run(w, EXEC_WL_PIPELINE, &r, &e), 0);
+    cr_expect(strstr(e.msg, "trains with AdamW only"), "%s", e.msg);
+    exec_wl_result_free(&r);
+    free(ref);
+    free(ref0);
+    exec_wl_free(w);
+    free(wf);
+    test_rm_rf(dir);
+}
+
 /* A workload file in a fresh folder, and the command on it. */
 static void expect_wl(int code, const char *want, const char *text,
                       const char *args)
@@ -212,10 +308,10 @@ Test(exec_workload, errors_name_the_file_line_and_field)
     expect_wl(2, "w.json:1:21: field 'jobs[0].model': unknown model 'gpt-nano'",
               "{\"jobs\": [{\"model\": \"gpt-nano\", \"batch\": 2, \"samples\": 2}]}\n",
               "");
-    expect_wl(2, "field 'jobs[0]': optimizer sgd: the executor trains with "
-              "AdamW only",
+    expect_wl(2, "field 'jobs[0]': the pipeline baseline trains with AdamW "
+              "only (the pipeline executor's optimizer) and job job0 is SGD",
               "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 2,"
-              " \"optimizer\": \"sgd\"}]}\n", "");
+              " \"optimizer\": \"sgd\"}]}\n", "--policy hydra,pipeline");
     expect_wl(2, "malformed JSON",
               "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2\n", "");
     expect_wl(2, "field 'jobs[0].batch'",
