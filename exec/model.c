@@ -501,43 +501,40 @@ void exec_sgd_update(float *p, const float *g, size_t n, float lr, float wd,
     for (size_t i = 0; i < n; i++) p[i] -= lr * (scale * g[i] + wd * p[i]);
 }
 
-float exec_gpt_sgd_step(exec_gpt *m, const exec_adamw *o)
+/* One optimizer step of every tensor after the gradients' global norm
+ * (clipped at o->clip): AdamW (step t, from 1) or plain SGD. Returns the
+ * norm before clipping. */
+static float model_step(exec_gpt *m, const exec_adamw *o, int t, int sgd)
 {
-    float *g = exec_gpt_grads(m);
     float nsq = 0;
-    kern_norm_sq(&nsq, g, m->P);
+    TIMED(norm_sq, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2.0 * m->P, F4 * m->P,
+          kern_norm_sq(&nsq, exec_gpt_grads(m), m->P));
     float norm = sqrtf(nsq);
-    float scale = 1.0f;
-    if (o->clip > 0 && norm > o->clip) scale = o->clip / norm;
+    float scale = o->clip > 0 && norm > o->clip ? o->clip / norm : 1.0f;
     for (int i = 0; i < P_COUNT; i++) {
         exec_tensor *te = &m->tens[i];
         if (!te->n) continue;
         float *p = m->arena + te->off;
-        exec_sgd_update(p, p + m->P, te->n, o->lr,
-                        te->decay ? o->weight_decay : 0.0f, scale);
+        float wd = te->decay ? o->weight_decay : 0.0f;
+        if (sgd) {
+            exec_sgd_update(p, p + m->P, te->n, o->lr, wd, scale);
+            continue;
+        }
+        TIMED(adamw_update, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12.0 * te->n,
+              F4 * 7.0 * te->n,
+              kern_adamw_update(p, p + 2 * m->P, p + 3 * m->P, p + m->P,
+                                te->n, o->lr, o->beta1, o->beta2, o->eps, wd,
+                                scale, t));
     }
     return norm;
 }
 
+float exec_gpt_sgd_step(exec_gpt *m, const exec_adamw *o)
+{
+    return model_step(m, o, 0, 1);
+}
+
 float exec_gpt_step(exec_gpt *m, const exec_adamw *o, int t)
 {
-    float *g = exec_gpt_grads(m);
-    float nsq = 0;
-    TIMED(norm_sq, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2.0 * m->P, F4 * m->P,
-          kern_norm_sq(&nsq, g, m->P));
-    float norm = sqrtf(nsq);
-    float scale = 1.0f;
-    if (o->clip > 0 && norm > o->clip) scale = o->clip / norm;
-    for (int i = 0; i < P_COUNT; i++) {
-        exec_tensor *te = &m->tens[i];
-        if (!te->n) continue;
-        float *p = m->arena + te->off;
-        TIMED(adamw_update, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12.0 * te->n,
-              F4 * 7.0 * te->n,
-              kern_adamw_update(p, p + 2 * m->P, p + 3 * m->P, p + m->P,
-                                te->n, o->lr, o->beta1, o->beta2, o->eps,
-                                te->decay ? o->weight_decay : 0.0f, scale,
-                                t));
-    }
-    return norm;
+    return model_step(m, o, t, 0);
 }

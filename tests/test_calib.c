@@ -368,17 +368,26 @@ Test(calib_dir, precedence_and_lookups)
 
 /* sim and plan see the calibration: a machine twice as fast at GEMMs
  * (and everything else as the catalog has it) finishes sooner. */
+/* A calibration of device dev on this machine, dated date, holding the
+ * built-in figures (a test changes some). */
+static prof_calib builtin_calib(const char *dev, const char *date)
+{
+    prof_calib c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.device, sizeof c.device, "%s", dev);
+    snprintf(c.date, sizeof c.date, "%s", date);
+    prof_machine_this(&c.machine);
+    util_err e;
+    cr_assert_eq(prof_gpu_get_builtin(dev, &c.gpu, &e), 0, "%s", e.msg);
+    return c;
+}
+
 Test(calib_dir, sim_uses_the_calibrated_figures)
 {
     char *d = test_tmpdir(), path[600];
     snprintf(path, sizeof path, "%s/cpu.json", d);
-    prof_calib c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.device, sizeof c.device, "cpu");
-    snprintf(c.date, sizeof c.date, "2026-11-23T10:00:00Z");
-    prof_machine_this(&c.machine);
+    prof_calib c = builtin_calib("cpu", "2026-11-23T10:00:00Z");
     util_err e;
-    cr_assert_eq(prof_gpu_get_builtin("cpu", &c.gpu, &e), 0);
     c.gpu.peak_flops[PROF_DT_FP32] *= 2;
     cr_assert_eq(prof_calib_save(&c, path, &e), 0, "%s", e.msg);
     const char *args = "sim --hw cpu x2 --model gpt-mini --schedule 1f1b "
@@ -702,13 +711,8 @@ Test(calib_dir, a_gpus_calibration_prices_fp32_plans_only)
 {
     char *d = test_tmpdir(), path[600];
     snprintf(path, sizeof path, "%s/h100-sxm.json", d);
-    prof_calib c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.device, sizeof c.device, "h100-sxm");
-    snprintf(c.date, sizeof c.date, "2026-11-26T12:00:00Z");
-    prof_machine_this(&c.machine);
+    prof_calib c = builtin_calib("h100-sxm", "2026-11-26T12:00:00Z");
     util_err e;
-    cr_assert_eq(prof_gpu_get_builtin("h100-sxm", &c.gpu, &e), 0);
     c.gpu.peak_flops[PROF_DT_FP32] *= 2;
     c.gpu.eff.gemm_max = 1.0;
     c.gpu.eff.launch_ns *= 3;

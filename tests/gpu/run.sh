@@ -32,6 +32,19 @@ trap 'rm -rf "$tmp"' EXIT
 keep() {
     [ -z "${SLUICE_GPU_KEEP:-}" ] || cp "$@" "$SLUICE_GPU_KEEP"/ || true
 }
+# run PLAN STEPS OUT [exec options]: trains PLAN on the GPU, reports
+# measured against simulated, keeps the report; a failure fails the script
+run() {
+    plan=$1 steps=$2 out=$3
+    shift 3
+    if $bin exec --plan "$plan" --steps "$steps" --data "$data" \
+           --backend cuda --json "$@" >"$out"; then
+        build/gpu/gpu_check report "$out" || fail=1
+        keep "$out"
+    else
+        fail=1
+    fi
+}
 
 # the CUDA runtime's own view: sluice-cuda-test exits 77 without a GPU
 rc=0
@@ -85,24 +98,12 @@ $bin sim --hw "$hw" x2 --model gpt2 --schedule 1f1b --pp 2 --mbs 8 \
     --microbatches 8 --out "$tmp/gpt2.json" >/dev/null
 [ "${count:-1}" -ge 2 ] ||
     echo "(one GPU: both workers share it, the simulation has two)"
-if $bin exec --plan "$tmp/gpt2.json" --steps 20 --data "$data" \
-       --backend cuda --json >"$tmp/gpt2-run.json"; then
-    build/gpu/gpu_check report "$tmp/gpt2-run.json" || fail=1
-else
-    fail=1
-fi
-keep "$tmp/gpt2-run.json"
+run "$tmp/gpt2.json" 20 "$tmp/gpt2-run.json"
 
 echo "== (b1) the same model on one GPU as one worker (nothing shared)"
 $bin sim --hw "$hw" x1 --model gpt2 --schedule 1f1b --pp 1 --mbs 8 \
     --microbatches 8 --out "$tmp/one.json" >/dev/null
-if $bin exec --plan "$tmp/one.json" --steps 10 --data "$data" \
-       --backend cuda --json >"$tmp/one-run.json"; then
-    build/gpu/gpu_check report "$tmp/one-run.json" || fail=1
-else
-    fail=1
-fi
-keep "$tmp/one-run.json"
+run "$tmp/one.json" 10 "$tmp/one-run.json"
 
 echo "== (c) every CUDA kernel against the CPU oracle"
 bin/sluice-cuda-test || fail=1
@@ -119,24 +120,12 @@ if SLUICE_PROFILE_DIR="$prof" $bin calibrate --hw "$hw" x$n \
     keep "$tmp/calib.txt" "$prof"/*.json
     # the prediction of (b1) from the microbenchmarks alone; its op times
     # then join the calibration (one worker per GPU: nothing shared)
+    SLUICE_PROFILE_DIR="$prof"
+    export SLUICE_PROFILE_DIR
     echo "(b1) again, simulated with the calibration; its op times added:"
-    if SLUICE_PROFILE_DIR="$prof" $bin exec --plan "$tmp/one.json" \
-           --steps 10 --data "$data" --backend cuda --calibrate \
-           --json >"$tmp/one-cal.json"; then
-        build/gpu/gpu_check report "$tmp/one-cal.json" || fail=1
-        keep "$tmp/one-cal.json"
-    else
-        fail=1
-    fi
+    run "$tmp/one.json" 10 "$tmp/one-cal.json" --calibrate
     echo "(b) again, simulated with the calibration and (b1)'s op times:"
-    if SLUICE_PROFILE_DIR="$prof" $bin exec --plan "$tmp/gpt2.json" \
-           --steps 20 --data "$data" --backend cuda \
-           --json >"$tmp/gpt2-cal.json"; then
-        build/gpu/gpu_check report "$tmp/gpt2-cal.json" || fail=1
-        keep "$tmp/gpt2-cal.json"
-    else
-        fail=1
-    fi
+    run "$tmp/gpt2.json" 20 "$tmp/gpt2-cal.json"
 else
     cat "$tmp/calib.txt"
     fail=1
