@@ -339,22 +339,36 @@ Test(exec_workload, json_and_trace)
     char tr[600];
     snprintf(tr, sizeof tr, "%s/t.json", dir);
     cli_result r = cli_run("exec --workload %s --hw cpu x2 --mem-per-device 10M "
-                           "--policy hydra,sequential --json --trace %s", wf, tr);
+                           "--policy hydra,sequential,pipeline --json --trace "
+                           "%s", wf, tr);
     cr_assert_eq(r.code, 0, "%s", r.err);
     json_error_t je;
     json_t *j = json_loads(r.out, 0, &je);
     cr_assert_not_null(j, "%s", je.text);
     json_t *pol = json_object_get(j, "policies");
-    cr_assert_eq(json_array_size(pol), 2);
-    for (size_t i = 0; i < 2; i++) {
+    cr_assert_eq(json_array_size(pol), 3);
+    const char *names[3] = {"hydra", "sequential", "pipeline"};
+    for (size_t i = 0; i < 3; i++) {
         json_t *p = json_array_get(pol, i);
         cr_assert_str_eq(json_string_value(json_object_get(p, "policy")),
-                         i ? "sequential" : "hydra");
+                         names[i]);
         cr_assert_gt(json_real_value(json_object_get(p, "makespan_s")), 0);
         cr_assert_gt(json_real_value(json_object_get(p, "predicted_makespan_s")), 0);
-        cr_assert(json_is_true(json_object_get(p, "weights_equal_baseline")));
+        /* the pipeline sums in its own order: close, not equal */
+        double d = json_real_value(json_object_get(p,
+                                   "weights_max_diff_baseline"));
+        cr_assert(i < 2 ? json_is_true(json_object_get(p,
+                                       "weights_equal_baseline")) && d == 0
+                        : d > 0 && d < 1e-3, "%s: %g", names[i], d);
+        json_t *plans = json_object_get(p, "plans");
+        cr_assert_eq(json_array_size(plans), i < 2 ? 0 : 2);
+        if (i == 2)
+            cr_assert(strstr(json_string_value(json_array_get(plans, 0)),
+                             "(pp x dp x tp)"));
     }
     cr_assert_gt(json_real_value(json_object_get(j, "hydra_speedup")), 0);
+    cr_assert_gt(json_real_value(json_object_get(j,
+                                 "hydra_speedup_over_pipeline")), 0);
     size_t want = 0;
     for (size_t i = 0; i < 2; i++) {
         json_t *jb = json_array_get(json_object_get(j, "jobs"), i);
