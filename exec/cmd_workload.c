@@ -35,8 +35,13 @@ static void usage(FILE *f)
         "type's)\n"
         "  --data FILE          text to train on (default " EXEC_DEFAULT_CORPUS
         ")\n"
-        "  --lr X, --warmup N, --weight-decay X   AdamW as sluice exec (clip "
-        "0)\n"
+        "  --lr X, --warmup N, --weight-decay X   AdamW as sluice exec\n"
+        "  --clip X             each job's global gradient-norm clip (default "
+        "0: none,\n"
+        "                       as Hydra trains); with X > 0 a job's step "
+        "waits for\n"
+        "                       its last shard's gradient and is taken on "
+        "the host\n"
         "  --seed N             job j starts from seed N + j (default 1337)\n"
         "  --policy-seed N      the random policy's seed (default 1)\n"
         "  --no-prefetch        load each shard-step's state when it starts\n"
@@ -76,7 +81,7 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
         if (!strcmp(a, "--quiet")) continue;
         static const char *const opts[] = {"--workload", "--hw", "--policy",
             "--steps", "--mem-per-device", "--data", "--lr", "--warmup",
-            "--weight-decay", "--seed", "--policy-seed", "--trace", "--json",
+            "--weight-decay", "--clip", "--seed", "--policy-seed", "--trace", "--json",
             "--no-prefetch", "--quiet"};
         int known = 0;
         for (size_t k = 0; k < sizeof opts / sizeof *opts; k++)
@@ -127,7 +132,12 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
                                  "expected a size such as 64M", v);
         } else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--trace")) c->trace = v;
-        else if (!strcmp(a, "--lr") || !strcmp(a, "--weight-decay")) {
+        else if (!strcmp(a, "--clip")) {
+            if (util_parse_double(v, &x) || !(x >= 0 && x <= 1e9))
+                return util_errf(e, UTIL_EXIT_USAGE, "--clip '%s': expected "
+                                 "0 (none) or a positive norm", v);
+            o->adamw.clip = (float)x;
+        } else if (!strcmp(a, "--lr") || !strcmp(a, "--weight-decay")) {
             if (util_parse_double(v, &x) || !(x >= 0 && x <= 10))
                 return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': expected a "
                                  "number in [0, 10]", a, v);
@@ -458,11 +468,12 @@ int exec_wl_main(int argc, char **argv)
     if (!c.json) {
         char b[32];
         printf("sluice exec: workload %s, %d jobs on %d CPU device%s of %s; "
-               "AdamW (SGD where a job says) lr %.2e, clip 0, seed %llu\n",
+               "AdamW (SGD where a job says) lr %.2e, clip %g, seed %llu\n",
                c.o.workload,
                exec_wl_jobs(W), c.o.devices, c.o.devices > 1 ? "s" : "",
                util_fmt_bytes(c.o.mem_bytes, b, sizeof b),
-               c.o.adamw.lr, (unsigned long long)c.o.seed);
+               c.o.adamw.lr, (double)c.o.adamw.clip,
+               (unsigned long long)c.o.seed);
         for (int j = 0; j < exec_wl_jobs(W); j++) {
             const char *name, *model;
             int k, B, T, steps;

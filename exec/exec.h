@@ -523,8 +523,10 @@ typedef struct exec_wl_opts {
     double mem_bytes;       /* budget per device; 0: the cpu type's */
     int steps;              /* per job; 0: the file's samples / batch */
     const char *data;       /* corpus path */
-    exec_adamw adamw;       /* lr is the peak; clip must be 0 (a shard
-                             * steps before the others' gradients exist) */
+    exec_adamw adamw;       /* lr is the peak; clip > 0: a job's step
+                             * waits for its last shard's gradient and is
+                             * taken on the host (0: each shard steps on
+                             * its device after its backward) */
     int warmup;             /* -1: steps/10 */
     uint64_t seed;          /* job j is initialised and fed with seed + j */
     unsigned policy_seed;   /* the random policy's */

@@ -59,6 +59,8 @@ typedef struct wl_job {
     exec_runtime rt;        /* what stage_gpt.c reads of a run */
     wl_shard *sh;
     int sgd;                /* plain SGD (no moments), else AdamW */
+    int defer;              /* clipping: the step waits for every shard's
+                             * gradient and is taken on the host */
     int64_t ref_step_ns;    /* the cost model's step of the whole model
                              * on one device (the baseline) */
     plan_result pipe;       /* the pipeline baseline's search */
@@ -122,7 +124,7 @@ static double shard_need(const wl_job *J, int a, int b, size_t *n,
         fl += 2.0 * J->xop[i].out_n + J->xop[i].aux_n;
     if (n) *n = nn;
     if (act) *act = 4 * fl;
-    return 4 * ((J->sgd ? 2.0 : 4.0) * nn + fl);
+    return 4 * ((J->sgd || J->defer ? 2.0 : 4.0) * nn + fl);
 }
 
 /* The planner's cut of job J with the device's budget less what the
@@ -262,6 +264,7 @@ static int prep_job(exec_wl *W, wl_job *J, int idx, util_err *e)
 {
     const plan_wl_job *j = J->j;
     J->sgd = j->optim == PLAN_WL_SGD;
+    J->defer = W->o.adamw.clip > 0;
     prof_model_spec spec;
     if (prof_model_spec_get(j->model, &spec, e)) {
         e->code = UTIL_EXIT_USAGE;
@@ -300,10 +303,9 @@ exec_wl *exec_wl_new(const exec_wl_opts *o, util_err *e)
 {
     exec_wl *W = util_calloc(1, sizeof *W);
     W->o = *o;
-    if (o->adamw.clip != 0) {
-        util_errf(e, UTIL_EXIT_USAGE, "a workload trains with --clip 0: a "
-                  "shard steps its optimizer before the other shards' "
-                  "gradients exist, so no global norm is known");
+    if (!(o->adamw.clip >= 0)) {
+        util_errf(e, UTIL_EXIT_USAGE, "--clip %g: expected 0 (none) or a "
+                  "positive norm", o->adamw.clip);
         goto fail;
     }
     if (plan_wl_load(o->workload, &W->w, e)) {
@@ -363,6 +365,8 @@ typedef struct jrun {       /* a job during a run */
                              * backward, for the embedding's */
     float **act;            /* [k]: the boundary entering shard s */
     float *grad;            /* the boundary gradient going back */
+    float *gfull;           /* clipping: the minibatch's gradient, arena
+                             * order, filled shard by shard */
     long next, total;       /* shard-steps started, in all */
     int held;               /* device running or holding it next, -1 */
     int64_t remaining_ns;   /* predicted compute of the steps to start */
@@ -507,10 +511,11 @@ static void slot_free(exec_worker *w, slot *s)
 }
 
 /* The arrays of a shard's state a step needs: weights, and for a
- * backward the gradients and (AdamW) the moments. */
+ * backward the gradients and (AdamW stepping on the device) the
+ * moments. */
 static int job_arrays(const wl_job *J, int opt)
 {
-    return !opt ? 1 : J->sgd ? 2 : 4;
+    return !opt ? 1 : J->sgd || J->defer ? 2 : 4;
 }
 
 /* Arena for job j's shard: `arrays` of n floats (job_arrays). -1 when
@@ -644,6 +649,32 @@ static void host_drop(run *R, float **p, size_t n)
 }
 
 /* One shard-step of job j (its step q->next) with its state in slot s. */
+/* Clipping: minibatch mb's step of job j on the host, once the last
+ * shard's gradient is in q->gfull: the global norm over the whole
+ * gradient in arena order and every tensor's update, as the reference
+ * trainer's step (exec_gpt_step) takes them, so the bits are its. */
+static void host_step(const run *R, const wl_job *J, jrun *q, long mb)
+{
+    const exec_adamw *a = &R->W->o.adamw;
+    float nsq = 0;
+    kern_norm_sq(&nsq, q->gfull, J->P);
+    float norm = sqrtf(nsq);
+    float scale = norm > a->clip ? a->clip / norm : 1.0f;
+    float lr = exec_lr_at(a->lr, J->warmup, J->steps, (int)mb);
+    for (int i = 0; i < EXEC_P_COUNT; i++) {
+        const exec_tensor *te = &J->tt[i];
+        if (!te->n) continue;
+        float wd = te->decay ? a->weight_decay : 0.0f;
+        size_t o = te->off;
+        if (J->sgd)
+            exec_sgd_update(q->p + o, q->gfull + o, te->n, lr, wd, scale);
+        else
+            kern_adamw_update(q->p + o, q->am + o, q->av + o, q->gfull + o,
+                              te->n, lr, a->beta1, a->beta2, a->eps, wd,
+                              scale, (int)mb + 1);
+    }
+}
+
 static int run_step(run *R, wdev *d, int j, slot *s, util_err *e)
 {
     wl_job *J = &R->W->job[j];
@@ -709,7 +740,19 @@ static int run_step(run *R, wdev *d, int j, slot *s, util_err *e)
             memcpy(q->tied_g, s->g + t->off, t->n * sizeof(float));
             count_copy(R, 0, (double)t->n * sizeof(float));
         }
-        if (!rc) {
+        if (!rc && J->defer) {
+            /* clipping: the gradient goes to the host; the last shard's
+             * completes it and the step is taken there (the device's
+             * copy of the weights is then stale: dropped) */
+            exec_parr dst = {J->tt, NULL, q->gfull, NULL};
+            exec_stage_scatter(st, s->g, NULL, &dst);
+            count_copy(R, 0, (double)s->n * sizeof(float));
+            if (kind == 1) q->loss = w->loss_sum / (double)N;
+            if (sh == 0) {
+                host_step(R, J, q, mb);
+                s->job = -1;
+            }
+        } else if (!rc) {
             /* AdamW or SGD on the slices this shard owns: elementwise,
              * so a slice gets the reference's bits */
             exec_adamw a = R->W->o.adamw;
@@ -804,7 +847,10 @@ static void *dev_main(void *arg)
         int nj = R->failed ? -1 : pick(R, d->id, j);
         if (nj >= 0) R->J[nj].held = d->id;
         pthread_mutex_unlock(&R->mu);
-        if (nj >= 0 && W->o.prefetch) {
+        /* clipping: after the minibatch's last backward the host steps
+         * the job; its next state is loaded once that is done */
+        int stepping = J->defer && opt && sh == 0;
+        if (nj >= 0 && W->o.prefetch && !(stepping && nj == j)) {
             wl_job *NJ = &W->job[nj];
             long nstep = R->J[nj].next + (nj == j);
             int nk, nsh = step_shard(NJ->k, nstep % (2 * NJ->k - 1), &nk);
@@ -961,7 +1007,7 @@ static int predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r,
 }
 
 /* The baseline: each job in turn trained by the reference model on one
- * device, as `sluice exec --model` trains (clip 0). */
+ * device, as `sluice exec --model` trains. */
 static int run_sequential(exec_wl *W, exec_wl_result *r, util_err *e)
 {
     (void)e;
@@ -1127,8 +1173,10 @@ static int run_sharded(exec_wl *W, exec_wl_policy p, exec_wl_result *r,
             q->am = util_calloc(J->P, sizeof(float));
             q->av = util_calloc(J->P, sizeof(float));
         }
+        if (J->defer) q->gfull = util_calloc(J->P, sizeof(float));
         exec_gpt_init_params(&J->cfg, J->seed, q->p);
-        R.host += (J->sgd ? 1.0 : 3.0) * (double)J->P * sizeof(float);
+        R.host += ((J->sgd ? 1.0 : 3.0) + (J->defer ? 1.0 : 0.0)) *
+                  (double)J->P * sizeof(float);
         if (J->k > 1 && J->cfg.tied) {
             q->tied_g = util_calloc((size_t)J->cfg.vocab * J->cfg.hidden,
                                     sizeof(float));
@@ -1209,6 +1257,7 @@ static int run_sharded(exec_wl *W, exec_wl_policy p, exec_wl_result *r,
         o->adam_v = q->av;
         o->last_loss = q->loss;
         free(q->tied_g);
+        free(q->gfull);
         for (int s = 0; s < W->job[j].k; s++) free(q->act[s]);
         free(q->act);
         free(q->grad);

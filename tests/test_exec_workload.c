@@ -194,7 +194,7 @@ Test(exec_workload, the_pipeline_baseline_trains_each_job_as_the_reference)
 /* Plain SGD as Hydra trains (no momentum, decoupled weight decay), by
  * the model alone: the reference an SGD job is checked against. */
 static float *sgd_reference(const char *model, int B, int steps,
-                            uint64_t seed, size_t *P)
+                            uint64_t seed, float clip, size_t *P)
 {
     util_err e;
     prof_model_spec spec;
@@ -215,6 +215,7 @@ static float *sgd_reference(const char *model, int B, int steps,
         exec_gpt_backward(m);
         exec_adamw a = adamw();
         a.lr = exec_lr_at(a.lr, warmup, steps, s);
+        a.clip = clip;
         exec_gpt_sgd_step(m, &a);
     }
     exec_tensor tt[EXEC_P_COUNT];
@@ -258,7 +259,7 @@ Test(exec_workload, sgd_jobs_train_as_plain_sgd)
     /* the same model with less state per parameter: no more shards */
     cr_expect_leq(ks[1], ks[0]);
     size_t P, P0;
-    float *ref = sgd_reference("gpt-tiny", 4, 3, 22, &P);
+    float *ref = sgd_reference("gpt-tiny", 4, 3, 22, 0, &P);
     float *ref0 = train_reference("gpt-tiny", 4, 3, 21, adamw(), 0, &P0);
     cr_assert_eq(P, P0);
     const exec_wl_policy pols[] = {EXEC_WL_HYDRA, EXEC_WL_RANDOM, EXEC_WL_RR,
@@ -282,6 +283,70 @@ Test(exec_workload, sgd_jobs_train_as_plain_sgd)
     exec_wl_result_free(&r);
     free(ref);
     free(ref0);
+    exec_wl_free(w);
+    free(wf);
+    test_rm_rf(dir);
+}
+
+/* Clipping: a job's step waits for its last shard's gradient and is
+ * taken on the host with the global norm, so under every sharded policy
+ * each job (AdamW or SGD, cut in shards or whole) ends with the clipped
+ * reference's bits, which are not the unclipped ones. */
+Test(exec_workload, clipping_steps_each_job_as_the_clipped_reference)
+{
+    char *dir = test_tmpdir();
+    char *wf = write_file(dir, "w.json",
+        "{\"jobs\": [\n"
+        "  {\"model\": \"gpt-tiny\", \"batch\": 4, \"samples\": 12},\n"
+        "  {\"model\": \"gpt-tiny\", \"batch\": 4, \"samples\": 12,"
+        " \"optimizer\": \"sgd\"},\n"
+        "  {\"model\": \"" PICO "\", \"batch\": 8, \"samples\": 16}\n]}\n");
+    exec_adamw a = adamw();
+    a.clip = 0.5f;
+    exec_wl_opts o = {.workload = wf, .devices = 2, .mem_bytes = BUDGET,
+                      .data = TEST_CORPUS, .adamw = a, .warmup = -1,
+                      .seed = 31, .policy_seed = 5, .prefetch = 1};
+    util_err e = {0};
+    exec_wl *w = exec_wl_new(&o, &e);
+    cr_assert_not_null(w, "%s", e.msg);
+    int max_k = 0, min_k = 99;
+    for (int j = 0; j < 3; j++) {
+        const char *name, *model;
+        int k, B, T, steps;
+        const int *first;
+        exec_wl_job_info(w, j, &name, &model, &k, &first, &B, &T, &steps);
+        if (k > max_k) max_k = k;
+        if (k < min_k) min_k = k;
+    }
+    cr_assert_geq(max_k, 2);
+    cr_assert_eq(min_k, 1);
+    size_t P[3], Pu;
+    float *ref[3];
+    ref[0] = train_reference("gpt-tiny", 4, 3, 31, a, 1, &P[0]);
+    ref[1] = sgd_reference("gpt-tiny", 4, 3, 32, a.clip, &P[1]);
+    ref[2] = train_reference(PICO, 8, 2, 33, a, 1, &P[2]);
+    float *unclipped = train_reference("gpt-tiny", 4, 3, 31, adamw(), 0, &Pu);
+    cr_assert(memcmp(unclipped, ref[0], Pu * sizeof(float)),
+              "clip 0.5 changed nothing: the test would not see clipping");
+    const exec_wl_policy pols[] = {EXEC_WL_HYDRA, EXEC_WL_RANDOM, EXEC_WL_RR,
+                                   EXEC_WL_SEQUENTIAL};
+    for (int i = 0; i < 4; i++) {
+        exec_wl_result r;
+        cr_assert_eq(exec_wl_run(w, pols[i], &r, &e), 0, "%s", e.msg);
+        const char *pn = exec_wl_policy_name(pols[i]);
+        for (int j = 0; j < 3; j++) {
+            size_t n = P[j] * sizeof(float);
+            cr_expect(!memcmp(r.job[j].params, ref[j], n), "%s: job %d's "
+                      "weights differ from the clipped reference's", pn, j);
+            if (j != 1)
+                cr_expect(!memcmp(r.job[j].adam_m, ref[j] + P[j], n) &&
+                          !memcmp(r.job[j].adam_v, ref[j] + 2 * P[j], n),
+                          "%s: job %d's moments differ", pn, j);
+        }
+        exec_wl_result_free(&r);
+    }
+    for (int j = 0; j < 3; j++) free(ref[j]);
+    free(unclipped);
     exec_wl_free(w);
     free(wf);
     test_rm_rf(dir);
