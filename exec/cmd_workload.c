@@ -276,9 +276,10 @@ static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
         "synchronous pipeline over every device, run by the pipeline "
         "executor";
     if (c->json) {
-        json_t *root = json_pack("{s:s,s:i,s:f,s:s,s:s}", "workload",
+        json_t *root = json_pack("{s:s,s:i,s:f,s:f,s:s,s:s}", "workload",
                                  c->o.workload, "devices", nd,
                                  "mem_per_device_bytes", c->o.mem_bytes,
+                                 "clip", (double)c->o.adamw.clip,
                                  "baseline", base_note, "pipeline", pipe_note);
         json_t *jobs = json_array(), *pa = json_array();
         for (int j = 0; j < nj; j++) {
