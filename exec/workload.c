@@ -648,7 +648,6 @@ static void host_drop(run *R, float **p, size_t n)
     host_add(R, -(double)n * sizeof(float));
 }
 
-/* One shard-step of job j (its step q->next) with its state in slot s. */
 /* Clipping: minibatch mb's step of job j on the host, once the last
  * shard's gradient is in q->gfull: the global norm over the whole
  * gradient in arena order and every tensor's update, as the reference
@@ -675,6 +674,7 @@ static void host_step(const run *R, const wl_job *J, jrun *q, long mb)
     }
 }
 
+/* One shard-step of job j (its step q->next) with its state in slot s. */
 static int run_step(run *R, wdev *d, int j, slot *s, util_err *e)
 {
     wl_job *J = &R->W->job[j];
