@@ -125,6 +125,14 @@ void exec_sgd_update(float *p, const float *g, size_t n, float lr, float wd,
 /* One SGD step of the whole model (o's lr, weight_decay and clip; the
  * betas unused). Returns the gradient norm before clipping. */
 float exec_gpt_sgd_step(exec_gpt *m, const exec_adamw *o);
+/* The step both take, on any arena of the layout tt[EXEC_P_COUNT] (P
+ * floats each: parameters p, gradients g, AdamW moments am and av, unused
+ * by SGD): the gradients' global norm in index order, the clip factor,
+ * then every tensor's AdamW (step t, from 1) or SGD update. Ops are timed
+ * into m's timing when m is given (NULL: none). Returns the norm. */
+float exec_params_step(exec_gpt *m, const exec_tensor *tt, size_t P,
+                       float *p, const float *g, float *am, float *av,
+                       const exec_adamw *o, int t, int sgd);
 
 /* ------------------------------------------------------------- LoRA */
 

@@ -294,9 +294,9 @@ static float *glob_at(exec_gpt *m, float *base, int which)
 /* Timed kernel call: dims are B,T,C,NH,V,OC; gemm m,n,k; flops; bytes. */
 #define TIMED(op, d0, d1, d2, d3, d4, d5, gm, gn, gk, fl, by, call)          \
     do {                                                                     \
-        uint64_t t0_ = m->tm ? exec_now_ns() : 0;                            \
+        uint64_t t0_ = m && m->tm ? exec_now_ns() : 0;                       \
         call;                                                                \
-        if (m->tm) {                                                         \
+        if (m && m->tm) {                                                    \
             int dims_[6] = {d0, d1, d2, d3, d4, d5};                         \
             double g_[3] = {gm, gn, gk};                                     \
             exec_timing_add(m->tm, KERN_OP_##op, m->as, dims_, g_, fl, by,   \
@@ -501,40 +501,42 @@ void exec_sgd_update(float *p, const float *g, size_t n, float lr, float wd,
     for (size_t i = 0; i < n; i++) p[i] -= lr * (scale * g[i] + wd * p[i]);
 }
 
-/* One optimizer step of every tensor after the gradients' global norm
- * (clipped at o->clip): AdamW (step t, from 1) or plain SGD. Returns the
- * norm before clipping. */
-static float model_step(exec_gpt *m, const exec_adamw *o, int t, int sgd)
+float exec_params_step(exec_gpt *m, const exec_tensor *tt, size_t P,
+                       float *p, const float *g, float *am, float *av,
+                       const exec_adamw *o, int t, int sgd)
 {
     float nsq = 0;
-    TIMED(norm_sq, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2.0 * m->P, F4 * m->P,
-          kern_norm_sq(&nsq, exec_gpt_grads(m), m->P));
+    TIMED(norm_sq, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2.0 * P, F4 * P,
+          kern_norm_sq(&nsq, g, P));
     float norm = sqrtf(nsq);
     float scale = o->clip > 0 && norm > o->clip ? o->clip / norm : 1.0f;
-    for (int i = 0; i < P_COUNT; i++) {
-        exec_tensor *te = &m->tens[i];
+    for (int i = 0; i < EXEC_P_COUNT; i++) {
+        const exec_tensor *te = &tt[i];
         if (!te->n) continue;
-        float *p = m->arena + te->off;
+        size_t k = te->off;
         float wd = te->decay ? o->weight_decay : 0.0f;
         if (sgd) {
-            exec_sgd_update(p, p + m->P, te->n, o->lr, wd, scale);
+            exec_sgd_update(p + k, g + k, te->n, o->lr, wd, scale);
             continue;
         }
         TIMED(adamw_update, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12.0 * te->n,
               F4 * 7.0 * te->n,
-              kern_adamw_update(p, p + 2 * m->P, p + 3 * m->P, p + m->P,
-                                te->n, o->lr, o->beta1, o->beta2, o->eps, wd,
-                                scale, t));
+              kern_adamw_update(p + k, am + k, av + k, g + k, te->n, o->lr,
+                                o->beta1, o->beta2, o->eps, wd, scale, t));
     }
     return norm;
 }
 
 float exec_gpt_sgd_step(exec_gpt *m, const exec_adamw *o)
 {
-    return model_step(m, o, 0, 1);
+    float *a = m->arena;
+    return exec_params_step(m, m->tens, m->P, a, a + m->P, NULL, NULL, o, 0,
+                            1);
 }
 
 float exec_gpt_step(exec_gpt *m, const exec_adamw *o, int t)
 {
-    return model_step(m, o, t, 0);
+    float *a = m->arena;
+    return exec_params_step(m, m->tens, m->P, a, a + m->P, a + 2 * m->P,
+                            a + 3 * m->P, o, t, 0);
 }

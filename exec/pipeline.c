@@ -388,8 +388,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     spec.dtype = PROF_DT_FP32;
     spec.dropout = 0;
     if (!(r->topo = load_hw(p->hw, e)) ||
-        !(r->model = prof_model_for_topo(prof_model_build(&spec, e),
-                                          r->topo, e)) ||
+        !(r->model = prof_model_build(&spec, e)) ||
         prof_model_finetune(r->model, &p->ft, e))
         return util_err_prefix(e, "%s", where);
     if (sim_plan_check(p, r->model, r->topo->n_gpus, e) ||

@@ -649,29 +649,14 @@ static void host_drop(run *R, float **p, size_t n)
 }
 
 /* Clipping: minibatch mb's step of job j on the host, once the last
- * shard's gradient is in q->gfull: the global norm over the whole
- * gradient in arena order and every tensor's update, as the reference
- * trainer's step (exec_gpt_step) takes them, so the bits are its. */
+ * shard's gradient is in q->gfull: the reference trainer's own step over
+ * the job's arena in the pool, so the bits are its. */
 static void host_step(const run *R, const wl_job *J, jrun *q, long mb)
 {
-    const exec_adamw *a = &R->W->o.adamw;
-    float nsq = 0;
-    kern_norm_sq(&nsq, q->gfull, J->P);
-    float norm = sqrtf(nsq);
-    float scale = norm > a->clip ? a->clip / norm : 1.0f;
-    float lr = exec_lr_at(a->lr, J->warmup, J->steps, (int)mb);
-    for (int i = 0; i < EXEC_P_COUNT; i++) {
-        const exec_tensor *te = &J->tt[i];
-        if (!te->n) continue;
-        float wd = te->decay ? a->weight_decay : 0.0f;
-        size_t o = te->off;
-        if (J->sgd)
-            exec_sgd_update(q->p + o, q->gfull + o, te->n, lr, wd, scale);
-        else
-            kern_adamw_update(q->p + o, q->am + o, q->av + o, q->gfull + o,
-                              te->n, lr, a->beta1, a->beta2, a->eps, wd,
-                              scale, (int)mb + 1);
-    }
+    exec_adamw a = R->W->o.adamw;
+    a.lr = exec_lr_at(a.lr, J->warmup, J->steps, (int)mb);
+    exec_params_step(NULL, J->tt, J->P, q->p, q->gfull, q->am, q->av, &a,
+                     (int)mb + 1, J->sgd);
 }
 
 /* One shard-step of job j (its step q->next) with its state in slot s. */
@@ -949,11 +934,7 @@ static const plan_alt *pipe_plan(exec_wl *W, wl_job *J, util_err *e)
         o.reserve_bytes = prof_topo_gpu(W->t, 0)->mem_bytes - W->budget +
                           J->pipe_extra;
         o.progress = 0;
-        for (int k = 0; k < SIM_SCHED_COUNT; k++)
-            if (!sim_sched_async((sim_sched)k) &&
-                sim_sched_plannable((sim_sched)k) &&
-                !sim_sched_offload((sim_sched)k))
-                o.sched_mask |= 1u << k;
+        o.sched_mask = plan_sync_mask(0);
         char hw[32];
         snprintf(hw, sizeof hw, "cpu x%d", W->o.devices);
         if (plan_search(J->prep.m, W->t, J->j->model, hw, &o, &J->pipe, e))
@@ -971,11 +952,9 @@ static const plan_alt *pipe_plan(exec_wl *W, wl_job *J, util_err *e)
 
 /* The simulated run: the planner's scheduler over the same cut, with the
  * CPU profile's times. */
-static int predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r,
-                   util_err *e)
+static void predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r)
 {
-    (void)e;
-    if (p == EXEC_WL_PIPELINE) return 0;    /* the plans that ran: below */
+    if (p == EXEC_WL_PIPELINE) return;      /* the plans that ran: below */
     if (p == EXEC_WL_SEQUENTIAL) {
         for (int j = 0; j < W->n; j++) {
             const wl_job *J = &W->job[j];
@@ -986,7 +965,7 @@ static int predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r,
                 r->predicted_host_peak_bytes = m.total_bytes;
         }
         r->predicted_busy_s[0] = r->predicted_makespan_s;
-        return 0;
+        return;
     }
     plan_wl_sjob *sj = util_calloc((size_t)W->n, sizeof *sj);
     for (int j = 0; j < W->n; j++) sj[j] = W->job[j].prep.sj;
@@ -1003,7 +982,6 @@ static int predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r,
     r->predicted_copy_bytes = pr.pcie_bytes;
     plan_wl_run_free(&pr);
     free(sj);
-    return 0;
 }
 
 /* The baseline: each job in turn trained by the reference model on one
@@ -1138,14 +1116,12 @@ static int run_pipeline(exec_wl *W, exec_wl_result *r, util_err *e)
         for (int d = 0; d < pr.n_devices && d < W->o.devices; d++)
             if (pr.peak_bytes[d] > r->dev_peak_bytes[d])
                 r->dev_peak_bytes[d] = pr.peak_bytes[d];
+        /* the run's final state becomes the job's */
         exec_wl_jobres *o = &r->job[j];
-        size_t P = J->P;
-        o->params = util_malloc(P * sizeof(float));
-        o->adam_m = util_malloc(P * sizeof(float));
-        o->adam_v = util_malloc(P * sizeof(float));
-        memcpy(o->params, pr.params, P * sizeof(float));
-        memcpy(o->adam_m, pr.adam_m, P * sizeof(float));
-        memcpy(o->adam_v, pr.adam_v, P * sizeof(float));
+        o->params = pr.params;
+        o->adam_m = pr.adam_m;
+        o->adam_v = pr.adam_v;
+        pr.params = pr.adam_m = pr.adam_v = NULL;
         o->last_loss = pr.steps_run > 0 ? pr.loss[pr.steps_run - 1] : 0;
         r->steps += J->steps;
         exec_pipe_result_free(&pr);
@@ -1272,7 +1248,7 @@ static int run_sharded(exec_wl *W, exec_wl_policy p, exec_wl_result *r,
 int exec_wl_run(exec_wl *W, exec_wl_policy p, exec_wl_result *r, util_err *e)
 {
     result_init(W, p, r);
-    if (predict(W, p, r, e)) return -1;
+    predict(W, p, r);
     return p == EXEC_WL_SEQUENTIAL ? run_sequential(W, r, e)
          : p == EXEC_WL_PIPELINE   ? run_pipeline(W, r, e)
                                    : run_sharded(W, p, r, e);

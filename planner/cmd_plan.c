@@ -260,13 +260,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
     if (c->sync) {
         /* Only schedules with a flush: every step sees the weights of the
          * step before, as in single-device training. */
-        unsigned given = c->po.sched_mask;
-        c->po.sched_mask = 0;
-        for (int k = 0; k < SIM_SCHED_COUNT; k++)
-            if ((given ? (given & (1u << k)) != 0
-                       : sim_sched_plannable((sim_sched)k))
-                && !sim_sched_async((sim_sched)k))
-                c->po.sched_mask |= 1u << k;
+        c->po.sched_mask = plan_sync_mask(c->po.sched_mask);
         if (!c->po.sched_mask)
             return util_errf(e, UTIL_EXIT_USAGE, "--sync leaves no schedule: "
                              "those given all run without a flush");

@@ -121,6 +121,10 @@ typedef struct plan_opts {
 #define PLAN_DEFAULT_BATCH 32
 
 void plan_opts_init(plan_opts *o);
+/* The schedules with a flush (synchronous training: every step sees the
+ * weights of the step before) among those of mask `given` (0: every
+ * schedule the planner searches by default); 0 when none is. */
+unsigned plan_sync_mask(unsigned given);
 /* A plan's recomputation, sequence parallelism and sharding as the tables
  * show them after its microbatches: "", " rc" (full), " sel" (selective),
  * then " sp", then " z1".." z3" or " fsdp"/" hsdp"; into buf, returned. */

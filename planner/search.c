@@ -18,6 +18,17 @@
 #include <time.h>
 #include <unistd.h>
 
+unsigned plan_sync_mask(unsigned given)
+{
+    unsigned m = 0;
+    for (int k = 0; k < SIM_SCHED_COUNT; k++)
+        if ((given ? (given & (1u << k)) != 0
+                   : sim_sched_plannable((sim_sched)k)) &&
+            !sim_sched_async((sim_sched)k))
+            m |= 1u << k;
+    return m;
+}
+
 void plan_opts_init(plan_opts *o)
 {
     memset(o, 0, sizeof *o);

@@ -243,11 +243,8 @@ static int best_plan(const wl_prep *p, int g, const prof_hw_opts *ho,
     o.reserve_bytes = reserve;
     o.state_bytes_per_param = p->state;
     o.progress = 0;
-    /* synchronous training, as every job of the workload is: schedules
-     * with a flush only */
-    for (int k = 0; k < SIM_SCHED_COUNT; k++)
-        if (!sim_sched_async((sim_sched)k) && sim_sched_plannable((sim_sched)k))
-            o.sched_mask |= 1u << k;
+    /* synchronous training, as every job of the workload is */
+    o.sched_mask = plan_sync_mask(0);
     char hw[64];
     snprintf(hw, sizeof hw, "%s x%d", p->gpu->name, g);
     plan_result r;

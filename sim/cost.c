@@ -132,7 +132,6 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                  : k == SIM_B ? op->bwd_in_flops : op->bwd_w_flops;
     if (k == SIM_W && flops <= 0) return 0; /* no weights: no kernel */
     if (k != SIM_F && op->grad == PROF_GRAD_NONE) return 0;
-    g = prof_gpu_at(g, dt);
     double b = mbs, peak = peak_for(g, dt);
     flops *= b;
     double t_comp = 0;

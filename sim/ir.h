@@ -505,7 +505,8 @@ typedef struct sim_act {
 sim_act sim_act_range(const prof_model *m, int first, int last, int tp,
                       int sp, int rc);
 /* The efficiency model's figure alone (no measured value), unrounded:
- * what calibration fits. */
+ * what calibration fits, with g's figures as given (sim_op_ns gives
+ * prof_gpu_at's for dt). */
 double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                        int mbs, sim_kind k);
 /* An optimizer step over `params` parameters (AdamW: 28 bytes moved per
