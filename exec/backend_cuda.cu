@@ -33,7 +33,7 @@ struct tstate {
     int gpu;
     float *scratch;         // a peer's floats staged for acc
     size_t scratch_n;
-    double *dsum;           // norm_sq's result on the device
+    double *dsum;           // norm_sq's partial sums on the device
     char err[400];
 };
 
@@ -249,45 +249,25 @@ static void cuda_acc(float *acc, const float *src, size_t n)
     kern_cuda_accumulate(acc, src, n);
 }
 
-#define NORM_TPB 256
-#define NORM_BLOCKS 256
-
-// NORM_BLOCKS blocks, each over a fixed grid stride with a tree in shared
-// memory, in double, their partial sums added on the host in block order:
-// deterministic (not the CPU's order, so not its bits), and the whole GPU
-// reads the gradient (one block alone would take milliseconds on GPT-2's).
-__global__ void norm_sq_k(double *part_out, const float *x, size_t n)
-{
-    __shared__ double part[NORM_TPB];
-    double s = 0.0;
-    for (size_t i = blockIdx.x * (size_t)NORM_TPB + threadIdx.x; i < n;
-         i += (size_t)NORM_TPB * NORM_BLOCKS)
-        s += (double)x[i] * x[i];
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = NORM_TPB / 2; w > 0; w /= 2) {
-        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) part_out[blockIdx.x] = part[0];
-}
-
+// The gradient's squares summed by the kernels' partial sums
+// (kern_cuda_norm_sq_parts), added on the host in order, in double:
+// deterministic (not the CPU's order, so not its bits).
 static void cuda_norm_sq(double *sum, const float *x, size_t n)
 {
     if (!n) return;
     if (!tl.dsum) {
-        CK(cudaMalloc, ((void **)&tl.dsum, NORM_BLOCKS * sizeof(double)));
+        CK(cudaMalloc,
+           ((void **)&tl.dsum, KERN_CUDA_NORM_PARTS * sizeof(double)));
         if (!tl.dsum) return;
     }
-    norm_sq_k<<<NORM_BLOCKS, NORM_TPB, 0, tl.s>>>(tl.dsum, x, n);
-    CK(cudaGetLastError, ());
-    double h[NORM_BLOCKS];
+    kern_cuda_norm_sq_parts(tl.dsum, x, n);
+    double h[KERN_CUDA_NORM_PARTS];
     memset(h, 0, sizeof h);
     CK(cudaMemcpyAsync, (h, tl.dsum, sizeof h, cudaMemcpyDeviceToHost,
                          tl.s));
     CK(cudaStreamSynchronize, (tl.s));
     double t = 0;
-    for (int b = 0; b < NORM_BLOCKS; b++) t += h[b];
+    for (int b = 0; b < KERN_CUDA_NORM_PARTS; b++) t += h[b];
     *sum += t;
 }
 

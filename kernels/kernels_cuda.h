@@ -31,6 +31,12 @@ void kern_cuda_set_stream(void *stream);
 /* The first failure this thread's ops met since the last call (a launch
  * or cuBLAS error, naming the op), cleared; 0 when none. */
 int kern_cuda_error(char *msg, size_t n);
+/* The squares of x's n floats summed, in double, into
+ * KERN_CUDA_NORM_PARTS partial sums at parts (device memory), block b over
+ * a fixed grid stride from b: added in index order they are norm_sq's
+ * total, the same on any GPU. */
+#define KERN_CUDA_NORM_PARTS 256
+void kern_cuda_norm_sq_parts(double *parts, const float *x, size_t n);
 /* Releases this thread's cuBLAS handle (created on first use). */
 void kern_cuda_shutdown(void);
 

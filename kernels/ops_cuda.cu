@@ -87,8 +87,8 @@ static cublasHandle_t blas(void)
 // launch is noted with the kernel's name.
 #define LAUNCH(k, grid, block, ...)                                           \
     do {                                                                      \
-        unsigned g_ = (grid);                                                 \
-        if (!g_) break;                                                       \
+        dim3 g_ = (grid);                                                     \
+        if (!g_.x || !g_.y) break;                                            \
         k<<<g_, (block), 0, cur_stream>>>(__VA_ARGS__);                       \
         cudaError_t e_ = cudaGetLastError();                                  \
         if (e_ != cudaSuccess)                                                \
@@ -299,11 +299,8 @@ static void ln_bwd_w(float *dw, float *db, const float *dout,
     if (!p) return;
     float *pb = p + (size_t)COL_CHUNKS * C;
     dim3 grid(blocks(C, COL_TPB), COL_CHUNKS);
-    ln_bwd_w_part_k<<<grid, COL_TPB, 0, cur_stream>>>(p, pb, dout, inp, mean,
-                                                     rstd, N, C);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        note("launch of ln_bwd_w_part_k failed: %s", cudaGetErrorString(e));
+    LAUNCH(ln_bwd_w_part_k, grid, COL_TPB, p, pb, dout, inp, mean, rstd, N,
+           C);
     LAUNCH(col_add_k, blocks(C, COL_TPB), COL_TPB, dw, p, C);
     if (db) LAUNCH(col_add_k, blocks(C, COL_TPB), COL_TPB, db, pb, C);
 }
@@ -369,10 +366,7 @@ static void bias_grad(float *db, const float *dout, int N, int OC)
     float *p = col_scratch((size_t)COL_CHUNKS * OC);
     if (!p) return;
     dim3 grid(blocks(OC, COL_TPB), COL_CHUNKS);
-    bias_part_k<<<grid, COL_TPB, 0, cur_stream>>>(p, dout, N, OC);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        note("launch of bias_part_k failed: %s", cudaGetErrorString(e));
+    LAUNCH(bias_part_k, grid, COL_TPB, p, dout, N, OC);
     LAUNCH(col_add_k, blocks(OC, COL_TPB), COL_TPB, db, p, OC);
 }
 
@@ -700,17 +694,17 @@ __global__ void xent_bwd_k(float *dlogits, const float *probs,
     dlogits[i] += scale * (probs[i] - (j == targets[row] ? 1.0f : 0.0f));
 }
 
-// NORM_BLOCKS blocks over a fixed grid stride, each a tree in shared
+// KERN_CUDA_NORM_PARTS blocks over a fixed grid stride, each a tree in shared
 // memory, then one block adds their partial sums in a tree: deterministic
 // on any GPU, and the whole GPU reads x.
-#define NORM_BLOCKS 256
+#define KERN_CUDA_NORM_PARTS 256
 
 __global__ void norm_sq_part_k(double *part_out, const float *x, size_t n)
 {
     __shared__ double part[TPB];
     double s = 0.0;
     for (size_t i = blockIdx.x * (size_t)TPB + threadIdx.x; i < n;
-         i += (size_t)TPB * NORM_BLOCKS)
+         i += (size_t)TPB * KERN_CUDA_NORM_PARTS)
         s += (double)x[i] * x[i];
     part[threadIdx.x] = s;
     __syncthreads();
@@ -723,10 +717,10 @@ __global__ void norm_sq_part_k(double *part_out, const float *x, size_t n)
 
 __global__ void norm_sq_sum_k(float *out, const double *in)
 {
-    __shared__ double part[NORM_BLOCKS];
+    __shared__ double part[KERN_CUDA_NORM_PARTS];
     part[threadIdx.x] = in[threadIdx.x];
     __syncthreads();
-    for (int w = NORM_BLOCKS / 2; w > 0; w /= 2) {
+    for (int w = KERN_CUDA_NORM_PARTS / 2; w > 0; w /= 2) {
         if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
         __syncthreads();
     }
@@ -790,15 +784,21 @@ extern "C" void kern_cuda_norm_sq(float *out, const float *x, size_t n)
 {
     if (!norm_part) {
         cudaError_t rc = cudaMalloc((void **)&norm_part,
-                                    NORM_BLOCKS * sizeof(double));
+                                    KERN_CUDA_NORM_PARTS * sizeof(double));
         if (rc != cudaSuccess) {
             norm_part = NULL;
             note("cudaMalloc in norm_sq failed: %s", cudaGetErrorString(rc));
             return;
         }
     }
-    LAUNCH(norm_sq_part_k, NORM_BLOCKS, TPB, norm_part, x, n);
-    LAUNCH(norm_sq_sum_k, 1, NORM_BLOCKS, out, norm_part);
+    kern_cuda_norm_sq_parts(norm_part, x, n);
+    LAUNCH(norm_sq_sum_k, 1, KERN_CUDA_NORM_PARTS, out, norm_part);
+}
+
+extern "C" void kern_cuda_norm_sq_parts(double *parts, const float *x,
+                                        size_t n)
+{
+    LAUNCH(norm_sq_part_k, KERN_CUDA_NORM_PARTS, TPB, parts, x, n);
 }
 
 extern "C" void kern_cuda_adamw_update(float *p, float *m, float *v,
