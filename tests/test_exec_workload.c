@@ -32,6 +32,21 @@ static char *write_file(const char *dir, const char *name, const char *text)
     return p;
 }
 
+/* The workload of file wf on `devices` CPU devices of BUDGET each, on
+ * the test corpus with optimizer settings a, job j from seed + j. */
+static exec_wl *open_wl(const char *wf, int devices, exec_adamw a,
+                        uint64_t seed, unsigned policy_seed, int prefetch)
+{
+    exec_wl_opts o = {.workload = wf, .devices = devices,
+                      .mem_bytes = BUDGET, .data = TEST_CORPUS, .adamw = a,
+                      .warmup = -1, .seed = seed,
+                      .policy_seed = policy_seed, .prefetch = prefetch};
+    util_err e = {0};
+    exec_wl *w = exec_wl_new(&o, &e);
+    cr_assert_not_null(w, "%s", e.msg);
+    return w;
+}
+
 /* Job j's shard count. */
 static int shards(const exec_wl *w, int j)
 {
@@ -57,12 +72,8 @@ Test(exec_workload, every_policy_trains_each_job_as_the_reference)
         "  {\"model\": \"" PICO "\", \"batch\": 8, \"samples\": 24, \"name\": \"pico\"},\n"
         "  {\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 4, \"name\": \"t2\","
         " \"priority\": 1}\n]}\n");
-    exec_wl_opts o = {.workload = wf, .devices = 2, .mem_bytes = BUDGET,
-                      .data = TEST_CORPUS, .adamw = adamw(), .warmup = -1,
-                      .seed = 1337, .policy_seed = 7, .prefetch = 1};
+    exec_wl *w = open_wl(wf, 2, adamw(), 1337, 7, 1);
     util_err e = {0};
-    exec_wl *w = exec_wl_new(&o, &e);
-    cr_assert_not_null(w, "%s", e.msg);
     cr_assert_eq(exec_wl_jobs(w), 3);
     const char *models[3] = {"gpt-tiny", PICO, "gpt-tiny"};
     int Bs[3] = {4, 8, 2}, want_steps[3] = {3, 3, 2};
@@ -128,12 +139,8 @@ Test(exec_workload, without_prefetch_the_same_bits)
     char *wf = write_file(dir, "w.json",
         "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 4},"
         " {\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 4}]}\n");
-    exec_wl_opts o = {.workload = wf, .devices = 1, .mem_bytes = BUDGET,
-                      .data = TEST_CORPUS, .adamw = adamw(), .warmup = -1,
-                      .seed = 5, .policy_seed = 1, .prefetch = 0};
+    exec_wl *w = open_wl(wf, 1, adamw(), 5, 1, 0);
     util_err e = {0};
-    exec_wl *w = exec_wl_new(&o, &e);
-    cr_assert_not_null(w, "%s", e.msg);
     exec_wl_result a, b;
     cr_assert_eq(exec_wl_run(w, EXEC_WL_RR, &a, &e), 0, "%s", e.msg);
     cr_assert_eq(a.prefetched, 0);
@@ -159,12 +166,8 @@ Test(exec_workload, the_pipeline_baseline_trains_each_job_as_the_reference)
         "{\"jobs\": [\n"
         "  {\"model\": \"gpt-tiny\", \"batch\": 4, \"samples\": 12},\n"
         "  {\"model\": \"" PICO "\", \"batch\": 8, \"samples\": 16}\n]}\n");
-    exec_wl_opts o = {.workload = wf, .devices = 2, .mem_bytes = BUDGET,
-                      .data = TEST_CORPUS, .adamw = adamw(), .warmup = -1,
-                      .seed = 11, .policy_seed = 1, .prefetch = 1};
+    exec_wl *w = open_wl(wf, 2, adamw(), 11, 1, 1);
     util_err e = {0};
-    exec_wl *w = exec_wl_new(&o, &e);
-    cr_assert_not_null(w, "%s", e.msg);
     exec_wl_result r;
     cr_assert_eq(exec_wl_run(w, EXEC_WL_PIPELINE, &r, &e), 0, "%s", e.msg);
     const char *models[2] = {"gpt-tiny", PICO};
@@ -250,12 +253,8 @@ Test(exec_workload, sgd_jobs_train_as_plain_sgd)
         "  {\"model\": \"gpt-tiny\", \"batch\": 4, \"samples\": 12},\n"
         "  {\"model\": \"gpt-tiny\", \"batch\": 4, \"samples\": 12,"
         " \"optimizer\": \"sgd\"}\n]}\n");
-    exec_wl_opts o = {.workload = wf, .devices = 2, .mem_bytes = BUDGET,
-                      .data = TEST_CORPUS, .adamw = adamw(), .warmup = -1,
-                      .seed = 21, .policy_seed = 3, .prefetch = 1};
+    exec_wl *w = open_wl(wf, 2, adamw(), 21, 3, 1);
     util_err e = {0};
-    exec_wl *w = exec_wl_new(&o, &e);
-    cr_assert_not_null(w, "%s", e.msg);
     cr_assert_eq(exec_wl_job_sgd(w, 0), 0);
     cr_assert_eq(exec_wl_job_sgd(w, 1), 1);
     /* the same model with less state per parameter: no more shards */
@@ -305,12 +304,8 @@ Test(exec_workload, clipping_steps_each_job_as_the_clipped_reference)
         "  {\"model\": \"" PICO "\", \"batch\": 8, \"samples\": 16}\n]}\n");
     exec_adamw a = adamw();
     a.clip = 0.5f;
-    exec_wl_opts o = {.workload = wf, .devices = 2, .mem_bytes = BUDGET,
-                      .data = TEST_CORPUS, .adamw = a, .warmup = -1,
-                      .seed = 31, .policy_seed = 5, .prefetch = 1};
+    exec_wl *w = open_wl(wf, 2, a, 31, 5, 1);
     util_err e = {0};
-    exec_wl *w = exec_wl_new(&o, &e);
-    cr_assert_not_null(w, "%s", e.msg);
     /* cut in shards (AdamW and SGD) or whole */
     cr_assert_geq(shards(w, 0), 2);
     cr_assert_geq(shards(w, 1), 2);
