@@ -39,8 +39,14 @@ typedef struct exec_dev {
 
 /* What a thread of a worker does: compute and communication have streams
  * of their own; the thread that sets a run up or collects its results
- * uses the compute stream (and is not pinned to a core). */
-enum { EXEC_ROLE_COMPUTE, EXEC_ROLE_COMM, EXEC_ROLE_SETUP };
+ * uses the compute stream (and is not pinned to a core). A tier plan's
+ * thread for the IR's stream q binds as EXEC_ROLE_TIER + q, a stream of
+ * its own, so copies to and from the device overlap each other and the
+ * compute (q < EXEC_ROLE_COUNT - EXEC_ROLE_TIER). */
+enum {
+    EXEC_ROLE_COMPUTE, EXEC_ROLE_COMM, EXEC_ROLE_SETUP, EXEC_ROLE_TIER,
+    EXEC_ROLE_COUNT = EXEC_ROLE_TIER + 12
+};
 
 typedef struct exec_backend {
     const char *name;           /* "cpu", "cuda" */
@@ -69,6 +75,13 @@ typedef struct exec_backend {
                    size_t src_ld, size_t rows, size_t cols);
     void (*to_host)(void *dst, const void *src, size_t bytes);
     void (*from_host)(void *dst, const void *src, size_t bytes);
+    /* Page-locks host memory that copies to and from the device use for
+     * long (CUDA: cudaHostRegister, so they run at the link's rate rather
+     * than through the driver's staging buffers); unpin before it is
+     * freed. Best effort: memory that cannot be pinned is copied as it is.
+     * NULL on the CPU. */
+    void (*host_pin)(void *p, size_t bytes);
+    void (*host_unpin)(void *p);
     /* acc += src over n floats; acc on the thread's device, src on any */
     void (*acc)(float *acc, const float *src, size_t n);
     /* *sum += x[i]^2 for i in order, in double (CPU: the reference's

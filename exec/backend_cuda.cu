@@ -1,8 +1,9 @@
 // The CUDA backend of the pipeline executor (built by make cuda, linked
 // into bin/sluice-cuda): a worker runs on GPU (worker id modulo the GPUs
 // here), so two stages of a plan may share one GPU as two workers. Each
-// worker has a compute and a communication stream, created when its device
-// opens; a thread bound to it launches on its role's stream (kernels
+// worker has a stream per role (compute, communication, a tier plan's
+// copies), created when a thread first binds to it in that role; a thread
+// bound to it launches on its role's stream (kernels
 // through kern_cuda, cuBLAS through the thread's own handle on that
 // stream). Copies between GPUs are peer copies (direct where the GPUs allow
 // peer access, which is enabled when a device opens; else staged by the
@@ -23,7 +24,8 @@
 // A worker's GPU and its streams, one per role.
 struct cdev {
     int gpu;
-    cudaStream_t stream[2];
+    pthread_mutex_t mu;                 // creates streams
+    cudaStream_t stream[EXEC_ROLE_COUNT];
 };
 
 // What the calling thread is bound to, and the first failure it met.
@@ -99,6 +101,7 @@ static int cuda_open(exec_dev *d, util_err *e)
     c->gpu = d->worker % count;
     d->index = c->gpu;
     d->impl = c;
+    pthread_mutex_init(&c->mu, NULL);
     int prev = current_gpu();
     const char *what = "cudaSetDevice";
     rc = cudaSetDevice(c->gpu);
@@ -121,9 +124,10 @@ static void cuda_close(exec_dev *d)
     if (!c) return;
     int prev = current_gpu();
     if (cudaSetDevice(c->gpu) == cudaSuccess)
-        for (int r = 0; r < 2; r++)
+        for (int r = 0; r < EXEC_ROLE_COUNT; r++)
             if (c->stream[r]) cudaStreamDestroy(c->stream[r]);
     cudaSetDevice(prev);
+    pthread_mutex_destroy(&c->mu);
     free(c);
     d->impl = NULL;
 }
@@ -135,8 +139,21 @@ static int cuda_bind(exec_dev *d, int role, util_err *e)
     if (rc != cudaSuccess)
         return util_errf(e, UTIL_EXIT_FAIL, "GPU %d: cudaSetDevice failed: "
                          "%s", c->gpu, cudaGetErrorString(rc));
+    // setting up and collecting use the compute stream
+    int r = role == EXEC_ROLE_SETUP ? EXEC_ROLE_COMPUTE : role;
+    if (r < 0 || r >= EXEC_ROLE_COUNT)
+        return util_errf(e, UTIL_EXIT_FAIL, "GPU %d: no stream for role %d",
+                         c->gpu, role);
+    pthread_mutex_lock(&c->mu);
+    if (!c->stream[r])
+        rc = cudaStreamCreateWithFlags(&c->stream[r], cudaStreamNonBlocking);
+    pthread_mutex_unlock(&c->mu);
+    if (rc != cudaSuccess)
+        return util_errf(e, UTIL_EXIT_FAIL, "GPU %d: cudaStreamCreate"
+                         "WithFlags failed: %s", c->gpu,
+                         cudaGetErrorString(rc));
     tl.d = d;
-    tl.s = c->stream[role == EXEC_ROLE_COMM ? 1 : 0];
+    tl.s = c->stream[r];
     tl.gpu = c->gpu;
     tl.err[0] = 0;
     kern_cuda_set_stream(tl.s);
@@ -214,6 +231,20 @@ static void cuda_from_host(void *dst, const void *src, size_t bytes)
 {
     CK(cudaMemcpyAsync, (dst, src, bytes, cudaMemcpyHostToDevice, tl.s));
     CK(cudaStreamSynchronize, (tl.s));
+}
+
+// Pinning is best effort: a refusal (no page-locked memory left, memory
+// already registered) leaves the copies to the driver's staging.
+static void cuda_host_pin(void *p, size_t bytes)
+{
+    if (p && bytes &&
+        cudaHostRegister(p, bytes, cudaHostRegisterDefault) != cudaSuccess)
+        cudaGetLastError();
+}
+
+static void cuda_host_unpin(void *p)
+{
+    if (p && cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
 }
 
 // The GPU a device pointer is on; -1 when the runtime cannot tell.
@@ -331,6 +362,8 @@ static void cuda_be_fill(void)
     cuda_be.copy2d = cuda_copy2d;
     cuda_be.to_host = cuda_to_host;
     cuda_be.from_host = cuda_from_host;
+    cuda_be.host_pin = cuda_host_pin;
+    cuda_be.host_unpin = cuda_host_unpin;
     cuda_be.acc = cuda_acc;
     cuda_be.norm_sq = cuda_norm_sq;
     cuda_be.sync = cuda_sync;

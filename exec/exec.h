@@ -354,6 +354,9 @@ typedef struct exec_offload {
     const char *path;           /* nvme: the directory of the files */
     double full_after_bytes;    /* tests: writes to the file fail with
                                  * ENOSPC past this many bytes (0: never) */
+    int host_threads;           /* the threads of the host's steps in the
+                                 * offload schedules (0: the host's cores
+                                 * but the one computing) */
 } exec_offload;
 
 /* Names ("none", "zero-offload", "fuyou"; "dram", "nvme") and their

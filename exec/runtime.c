@@ -1369,7 +1369,9 @@ static void *tier_main(void *arg)
     exec_worker *w = a.w;
     exec_runtime *rt = w->rt;
     util_err e = {0};
-    if (rt->be->bind(&w->dev, EXEC_ROLE_COMM, &e)) {
+    _Static_assert(SIM_STREAM_COUNT <= EXEC_ROLE_COUNT - EXEC_ROLE_TIER,
+                   "a stream of the device per tier queue");
+    if (rt->be->bind(&w->dev, EXEC_ROLE_TIER + a.q, &e)) {
         fail(w, -1, &e);
         return NULL;
     }

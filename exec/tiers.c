@@ -3,7 +3,10 @@
  * task of the IR is real work, on a thread of the worker per stream (copies
  * to and from the device, the drive's reads and writes, the CPU's AdamW),
  * in the IR's order and after the IR's dependencies, so what overlaps in
- * the simulation overlaps here.
+ * the simulation overlaps here. On either backend: the device's memory is
+ * reached only through the backend's copies, each tier thread on a stream
+ * of its own (EXEC_ROLE_TIER), and the host memory those copies use all
+ * run long is pinned where the backend pins (CUDA).
  *
  * A stage's fp32 weights and AdamW moments live in host memory (the DRAM
  * tier) or in regions of one file (the NVMe tier); its gradients come to
@@ -42,8 +45,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "exec/runtime.h"
+
+/* The most threads the host's share of a step (AdamW, the gradient norm,
+ * the sums of gradient copies) takes. */
+#define TIER_MAX_THREADS 32
 
 enum {
     R_NONE, R_W_READ, R_W_IN, R_W_PUSH, R_G_OUT, R_OPT_READ, R_OPT,
@@ -77,6 +85,8 @@ typedef struct tier_stage {
     exec_stage *st;
     float *hw, *hm, *hv;        /* DRAM tier: the states */
     float *hg;                  /* the step's gradient */
+    float *hgt;                 /* the copy added to hg (pinned; made at
+                                 * the first copy that adds) */
     int g_set;                  /* hg holds this step's first copy */
     int64_t foff;               /* NVMe tier: w, m, v regions of rb bytes */
     size_t rb;
@@ -104,6 +114,7 @@ struct exec_tiers {
     tier_act *act;              /* per local stage x microbatch */
     exec_tfile f;
     pthread_mutex_t mu;
+    int threads;                /* the host's step runs on this many */
     /* the tied table: the local stages holding a copy, the one stepping
      * it (its step is the holders' last), the weights after each step */
     int tied[4], n_tied, tied_step;
@@ -139,6 +150,22 @@ static void host_free(exec_tiers *t, float **p, size_t n)
     free(*p);
     *p = NULL;
     host_add(t, -(double)exec_tfile_up(n * sizeof(float)));
+}
+
+/* Host memory the device's copies use all run long (the DRAM tier's
+ * weights, the gradients, the tied table's weights), page-locked where
+ * the backend pins; unpinned again before it goes. */
+static void host_pin(exec_tiers *t, float *p, size_t n)
+{
+    const exec_backend *be = t->w->rt->be;
+    if (be->host_pin && p) be->host_pin(p, exec_tfile_up(n * sizeof(float)));
+}
+
+static void host_free_pinned(exec_tiers *t, float **p, size_t n)
+{
+    const exec_backend *be = t->w->rt->be;
+    if (be->host_unpin && *p) be->host_unpin(*p);
+    host_free(t, p, n);
 }
 
 /* A copy between host and device, timed (up: to the device). */
@@ -245,10 +272,6 @@ static void roles_build(exec_tiers *t)
 int exec_tiers_open(exec_worker *w, util_err *e)
 {
     exec_runtime *rt = w->rt;
-    if (rt->be != &exec_backend_cpu)
-        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s runs on the CPU "
-                         "backend only (its tiers are host memory and "
-                         "files)", sim_sched_name(rt->plan->sched));
     if (rt->n_workers != 1)
         return util_errf(e, UTIL_EXIT_USAGE, "schedule %s runs one device "
                          "and one tensor-parallel rank", sim_sched_name(
@@ -266,6 +289,12 @@ int exec_tiers_open(exec_worker *w, util_err *e)
     t->act_tier = rt->act_tier;
     t->tied_step = -1;
     t->norm_epoch = -1;
+    /* the host's cores but the one computing (a CPU device's, or the one
+     * driving the GPU) */
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    t->threads = rt->offload.host_threads > 0 ? rt->offload.host_threads
+               : nc > 2 ? (int)(nc - 1) : 1;
+    if (t->threads > TIER_MAX_THREADS) t->threads = TIER_MAX_THREADS;
     pthread_mutex_init(&t->mu, NULL);
     exec_tfile_init(&t->f);
     roles_build(t);
@@ -305,6 +334,7 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
         exec_stage_gather(st, &a, h[k], NULL);
     }
     s->hg = host_new(t, st->n);
+    host_pin(t, s->hg, st->n);
     if (st->tied_sl >= 0 && t->n_tied < 4) {
         t->tied[t->n_tied++] = li;
         t->tied_n = st->sl[st->tied_sl].n;
@@ -312,6 +342,7 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
             t->tied_w = host_new(t, t->tied_n);
             memcpy(t->tied_w, h[0] + st->sl[st->tied_sl].off,
                    t->tied_n * sizeof(float));
+            host_pin(t, t->tied_w, t->tied_n);
         }
     }
     if (t->sched == SIM_SCHED_ZERO_OFFLOAD) {
@@ -324,6 +355,7 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
         s->hw = h[0];
         s->hm = h[1];
         s->hv = h[2];
+        host_pin(t, s->hw, st->n);
         return 0;
     }
     s->foff = exec_tfile_grow(&t->f, 3 * s->rb);
@@ -350,8 +382,50 @@ int exec_tiers_ready(exec_worker *w, util_err *e)
                 if (w->lidx[ir->tasks[i].stage] == t->tied[k])
                     t->tied_step = t->tied[k];
     /* one holder steps and fetches its own copy */
-    if (t->tied_step < 0) host_free(t, &t->tied_w, t->tied_n);
+    if (t->tied_step < 0) host_free_pinned(t, &t->tied_w, t->tied_n);
     return 0;
+}
+
+/* The host's part of a step on t->threads threads: fn(ctx, part, n) for
+ * every part, part 0 on the calling thread. Elementwise work split this
+ * way keeps its bits; sums are summed per part, then in part order. */
+typedef struct par_arg {
+    void (*fn)(void *ctx, int part, int n);
+    void *ctx;
+    int part, n;
+} par_arg;
+
+static void *par_main(void *arg)
+{
+    par_arg *a = arg;
+    a->fn(a->ctx, a->part, a->n);
+    return NULL;
+}
+
+static void host_par(const exec_tiers *t, void (*fn)(void *, int, int),
+                     void *ctx)
+{
+    int n = t->threads > 1 ? t->threads : 1;
+    pthread_t th[TIER_MAX_THREADS];
+    par_arg a[TIER_MAX_THREADS];
+    int started = 1;
+    for (int p = 1; p < n; p++) {
+        a[p] = (par_arg){fn, ctx, p, n};
+        if (pthread_create(&th[p], NULL, par_main, &a[p])) break;
+        started++;
+    }
+    /* parts whose thread did not start run here */
+    fn(ctx, 0, n);
+    for (int p = started; p < n; p++) fn(ctx, p, n);
+    for (int p = 1; p < started; p++) pthread_join(th[p], NULL);
+}
+
+/* Part p of n of [0, len). */
+static void part_range(size_t len, int p, int n, size_t *lo, size_t *hi)
+{
+    *lo = len / (size_t)n * (size_t)p + (len % (size_t)n < (size_t)p
+                                         ? len % (size_t)n : (size_t)p);
+    *hi = *lo + len / (size_t)n + ((size_t)p < len % (size_t)n);
 }
 
 /* ------------------------------------------------------ compute side */
@@ -439,6 +513,20 @@ static int task_w_push(exec_tiers *t, tier_stage *s)
     return 0;
 }
 
+typedef struct add_ctx {
+    float *dst;
+    const float *src;
+    size_t n;
+} add_ctx;
+
+static void add_part(void *ctx, int p, int n)
+{
+    add_ctx *c = ctx;
+    size_t lo, hi;
+    part_range(c->n, p, n, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) c->dst[i] += c->src[i];
+}
+
 /* The oldest gradient buffer of the stage to the host. */
 static int task_g_out(exec_tiers *t, tier_stage *s, util_err *e)
 {
@@ -457,10 +545,13 @@ static int task_g_out(exec_tiers *t, tier_stage *s, util_err *e)
         copy_timed(t, 0, s->hg, g->p, st->n);
         s->g_set = 1;
     } else {
-        float *tmp = util_malloc(sizeof(float) * (st->n + 1));
-        copy_timed(t, 0, tmp, g->p, st->n);
-        for (size_t i = 0; i < st->n; i++) s->hg[i] += tmp[i];
-        free(tmp);
+        if (!s->hgt) {
+            s->hgt = host_new(t, st->n);
+            host_pin(t, s->hgt, st->n);
+        }
+        copy_timed(t, 0, s->hgt, g->p, st->n);
+        add_ctx c = {s->hg, s->hgt, st->n};
+        host_par(t, add_part, &c);
     }
     exec_buf_unref(g);
     return 0;
@@ -469,17 +560,36 @@ static int task_g_out(exec_tiers *t, tier_stage *s, util_err *e)
 /* Squares of the gradients a step counts in the norm: its slices in
  * order (one copy of what is replicated), the tied table where it is
  * stepped (the copies' sum by then). */
-static double stage_norm_sq(const exec_tiers *t, const tier_stage *s, int li)
+typedef struct norm_ctx {
+    const exec_tiers *t;
+    const tier_stage *s;
+    int li;
+    double sum[TIER_MAX_THREADS];
+} norm_ctx;
+
+static void norm_part(void *ctx, int p, int n)
 {
-    const exec_stage *st = s->st;
+    norm_ctx *c = ctx;
+    const exec_stage *st = c->s->st;
     double sum = 0;
     for (int k = 0; k < st->n_sl; k++) {
         const exec_slice *sl = &st->sl[k];
-        int tied = k == st->tied_sl && t->n_tied > 1;
-        if (tied ? li != t->tied_step : !sl->norm_owner) continue;
-        const float *g = s->hg + sl->off;
-        for (size_t i = 0; i < sl->n; i++) sum += (double)g[i] * g[i];
+        int tied = k == st->tied_sl && c->t->n_tied > 1;
+        if (tied ? c->li != c->t->tied_step : !sl->norm_owner) continue;
+        const float *g = c->s->hg + sl->off;
+        size_t lo, hi;
+        part_range(sl->n, p, n, &lo, &hi);
+        for (size_t i = lo; i < hi; i++) sum += (double)g[i] * g[i];
     }
+    c->sum[p] = sum;
+}
+
+static double stage_norm_sq(const exec_tiers *t, const tier_stage *s, int li)
+{
+    norm_ctx c = {.t = t, .s = s, .li = li};
+    host_par(t, norm_part, &c);
+    double sum = 0;
+    for (int p = 0; p < t->threads; p++) sum += c.sum[p];
     return sum;
 }
 
@@ -500,6 +610,64 @@ static void tied_sum(exec_tiers *t)
     memcpy(s->hg + s->st->sl[s->st->tied_sl].off, acc,
            t->tied_n * sizeof *acc);
     free(acc);
+}
+
+/* Whether a stage's step updates its slice k: not a frozen one, nor the
+ * tied table where another holder steps it. */
+static int opt_steps(const exec_tiers *t, const exec_stage *st, int li, int k)
+{
+    if (st->sl[k].frozen) return 0;
+    return !(k == st->tied_sl && t->n_tied > 1 && li != t->tied_step);
+}
+
+typedef struct opt_ctx {
+    const exec_tiers *t;
+    tier_stage *s;
+    int li;
+    float *h[3];
+    int step;
+    float lr;
+    int keep;                   /* clear_part leaves the tied copy */
+} opt_ctx;
+
+/* Part p of n of every slice the step updates: the CPU's kernel,
+ * elementwise, so the parts' bits are the whole's. */
+static void opt_part(void *ctx, int p, int n)
+{
+    opt_ctx *c = ctx;
+    const exec_stage *st = c->s->st;
+    const exec_adamw *a = &c->t->w->rt->adamw;
+    for (int k = 0; k < st->n_sl; k++) {
+        const exec_slice *sl = &st->sl[k];
+        if (!opt_steps(c->t, st, c->li, k)) continue;
+        size_t lo, hi;
+        part_range(sl->n, p, n, &lo, &hi);
+        size_t o = sl->off + lo;
+        if (hi > lo)
+            kern_cpu.adamw_update(c->h[0] + o, c->h[1] + o, c->h[2] + o,
+                                  c->s->hg + o, hi - lo, c->lr, a->beta1,
+                                  a->beta2, a->eps,
+                                  sl->decay ? a->weight_decay : 0.0f,
+                                  c->t->scale, c->step + 1);
+    }
+}
+
+/* Part p of n of the stage's gradient cleared after its step (all but
+ * the tied table's copy when c->keep). */
+static void clear_part(void *ctx, int p, int n)
+{
+    opt_ctx *c = ctx;
+    const exec_stage *st = c->s->st;
+    size_t lo, hi, a = st->n, b = st->n;
+    part_range(st->n, p, n, &lo, &hi);
+    if (c->keep) {
+        a = st->sl[st->tied_sl].off;
+        b = a + st->sl[st->tied_sl].n;
+    }
+    float *g = c->s->hg;
+    size_t e1 = hi < a ? hi : a, s2 = lo > b ? lo : b;
+    if (e1 > lo) memset(g + lo, 0, (e1 - lo) * sizeof *g);
+    if (hi > s2) memset(g + s2, 0, (hi - s2) * sizeof *g);
 }
 
 /* The CPU's AdamW on a stage: on the DRAM states or on what the drive's
@@ -539,20 +707,14 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
             return util_errf(e, UTIL_EXIT_FAIL, "a step without its read");
     }
     int step = rt->step0 + epoch - 1;
-    exec_adamw a = rt->adamw;
-    float lr = exec_lr_at(a.lr, rt->warmup, rt->total_steps, step);
     int64_t t0 = (int64_t)exec_now_ns();
     size_t n = 0;
-    for (int k = 0; k < st->n_sl; k++) {
-        const exec_slice *sl = &st->sl[k];
-        if (sl->frozen) continue;
-        if (k == st->tied_sl && t->n_tied > 1 && li != t->tied_step) continue;
-        kern_cpu.adamw_update(h[0] + sl->off, h[1] + sl->off, h[2] + sl->off,
-                              s->hg + sl->off, sl->n, lr, a.beta1, a.beta2,
-                              a.eps, sl->decay ? a.weight_decay : 0.0f,
-                              t->scale, step + 1);
-        n += sl->n;
-    }
+    for (int k = 0; k < st->n_sl; k++)
+        if (opt_steps(t, st, li, k)) n += st->sl[k].n;
+    opt_ctx oc = {t, s, li, {h[0], h[1], h[2]}, step,
+                  exec_lr_at(rt->adamw.lr, rt->warmup, rt->total_steps,
+                             step), 0};
+    host_par(t, opt_part, &oc);
     if (li == t->tied_step && t->tied_w)
         memcpy(t->tied_w, h[0] + st->sl[st->tied_sl].off,
                t->tied_n * sizeof(float));
@@ -561,16 +723,9 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
     t->adam_params += (double)n;
     pthread_mutex_unlock(&t->mu);
     /* the tied copy a later step sums stays */
-    int keep = st->tied_sl >= 0 && t->n_tied > 1 && li != t->tied_step &&
-               fuyou;
-    if (keep) {
-        const exec_slice *sl = &st->sl[st->tied_sl];
-        memset(s->hg, 0, sl->off * sizeof(float));
-        memset(s->hg + sl->off + sl->n, 0,
-               (st->n - sl->off - sl->n) * sizeof(float));
-    } else {
-        memset(s->hg, 0, st->n * sizeof(float));
-    }
+    oc.keep = st->tied_sl >= 0 && t->n_tied > 1 && li != t->tied_step &&
+              fuyou;
+    host_par(t, clear_part, &oc);
     s->g_set = 0;
     return 0;
 }
@@ -826,10 +981,11 @@ void exec_tiers_free(exec_worker *w)
     for (int li = 0; li < rt->S; li++) {
         tier_stage *s = &t->ts[li];
         size_t n = s->st ? s->st->n : 0;
-        host_free(t, &s->hw, n);
+        host_free_pinned(t, &s->hw, n);
         host_free(t, &s->hm, n);
         host_free(t, &s->hv, n);
-        host_free(t, &s->hg, n);
+        host_free_pinned(t, &s->hg, n);
+        host_free_pinned(t, &s->hgt, n);
         for (int k = 0; k < 3; k++) host_free(t, &s->so[k], n);
         exec_buf_unref(s->res);
         for (int k = 0; k < s->gq_n; k++) exec_buf_unref(s->gq[k]);
@@ -845,7 +1001,7 @@ void exec_tiers_free(exec_worker *w)
         free(a->img);
         free(a->ref);
     }
-    free(t->tied_w);
+    host_free_pinned(t, &t->tied_w, t->tied_n);
     free(t->act);
     free(t->ts);
     free(t->role);

@@ -82,7 +82,7 @@ static void same_bits(sim_sched sched, int pp, int nmb, float clip,
     exec_pipe_opts o = opts(&p, clip);
     cr_assert_eq(exec_pipe_run(&o, &a, &e), 0, "%s", e.msg);
     char *dir = test_tmpdir();
-    o.offload = (exec_offload){pol, tier, dir, 0};
+    o.offload = (exec_offload){.policy = pol, .tier = tier, .path = dir};
     cr_assert_eq(exec_pipe_run(&o, &b, &e), 0, "%s: %s",
                  exec_offload_name(pol), e.msg);
     cr_assert_eq(a.n_params, b.n_params);
@@ -178,10 +178,12 @@ Test(exec_offload, unwritable_path)
     fclose(f);
     /* root writes anywhere: a file where a folder should be is refused
      * whoever runs the test */
-    fails((exec_offload){EXEC_OFFLOAD_ZERO, EXEC_TIER_NVME, file, 0},
+    fails((exec_offload){.policy = EXEC_OFFLOAD_ZERO, .tier = EXEC_TIER_NVME,
+                         .path = file},
           "cannot create a file there");
     snprintf(gone, sizeof gone, "%s/no/such/dir", dir);
-    fails((exec_offload){EXEC_OFFLOAD_FUYOU, EXEC_TIER_NVME, gone, 0},
+    fails((exec_offload){.policy = EXEC_OFFLOAD_FUYOU, .tier = EXEC_TIER_NVME,
+                         .path = gone},
           "No such file or directory");
     f = fopen(file, "r");
     char line[32] = "";
@@ -195,9 +197,11 @@ Test(exec_offload, disk_full)
 {
     char *dir = test_tmpdir();
     /* the states fit; the first updates' write-back does not */
-    fails((exec_offload){EXEC_OFFLOAD_FUYOU, EXEC_TIER_NVME, dir, 1 << 20},
+    fails((exec_offload){.policy = EXEC_OFFLOAD_FUYOU, .tier = EXEC_TIER_NVME,
+                         .path = dir, .full_after_bytes = 1 << 20},
           "No space left on device");
-    fails((exec_offload){EXEC_OFFLOAD_ZERO, EXEC_TIER_NVME, dir, 4096},
+    fails((exec_offload){.policy = EXEC_OFFLOAD_ZERO, .tier = EXEC_TIER_NVME,
+                         .path = dir, .full_after_bytes = 4096},
           "No space left on device");
     cr_expect_eq(files_in(dir), 0, "the offload file is removed");
     test_rm_rf(dir);
@@ -208,7 +212,8 @@ Test(exec_offload, refusals)
     sim_plan p;
     make_plan(SIM_SCHED_1F1B, 2, 2, &p);
     exec_pipe_opts o = opts(&p, 1.0f);
-    o.offload = (exec_offload){EXEC_OFFLOAD_FUYOU, EXEC_TIER_DRAM, NULL, 0};
+    o.offload = (exec_offload){.policy = EXEC_OFFLOAD_FUYOU,
+                               .tier = EXEC_TIER_DRAM};
     exec_pipe_result r;
     util_err e = {0};
     cr_assert_neq(exec_pipe_run(&o, &r, &e), 0);

@@ -173,6 +173,41 @@ Test(exec_tiers, zero_infinity_swaps_checkpoints)
                   "--act-swap 4:0", 1.0f, 0);
 }
 
+/* The host's step on three threads: each thread steps and clears a part
+ * of every slice, elementwise, so the weights, moments and losses are
+ * the one thread's bit for bit (no clipping: the norm's partial sums
+ * round otherwise); ZeRO-Offload's second microbatch's gradient copy is
+ * added on the threads too. */
+Test(exec_tiers, host_threads_keep_the_bits)
+{
+    const char *flags[] = {"--schedule fuyou --offload-tier dram "
+                           "--act-swap 0:0", "--schedule zero-offload"};
+    for (int f = 0; f < 2; f++) {
+        char *dir = test_tmpdir();
+        sim_plan p;
+        plan_of(dir, flags[f], &p);
+        exec_pipe_result r[2];
+        for (int k = 0; k < 2; k++) {
+            util_err e = {0};
+            exec_pipe_opts o = opts(&p, 0);
+            o.offload.host_threads = k ? 3 : 1;
+            cr_assert_eq(exec_pipe_run(&o, &r[k], &e), 0, "%s", e.msg);
+        }
+        size_t n = r[0].n_params * sizeof(float);
+        cr_assert_eq(r[0].n_params, r[1].n_params);
+        cr_expect_eq(memcmp(r[0].params, r[1].params, n), 0, "%s: weights",
+                     flags[f]);
+        cr_expect_eq(memcmp(r[0].adam_m, r[1].adam_m, n), 0, "%s", flags[f]);
+        cr_expect_eq(memcmp(r[0].adam_v, r[1].adam_v, n), 0, "%s", flags[f]);
+        for (int s = 0; s < r[0].steps_run; s++)
+            cr_expect_eq(r[0].loss[s], r[1].loss[s], "%s: step %d",
+                         flags[f], s);
+        for (int k = 0; k < 2; k++) exec_pipe_result_free(&r[k]);
+        sim_plan_free(&p);
+        test_rm_rf(dir);
+    }
+}
+
 /* A path that cannot take the file, a disk that fills up during the run:
  * one message naming the path, exit 1, nothing left behind. */
 Test(exec_tiers, bad_paths_and_a_full_disk)

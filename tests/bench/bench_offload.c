@@ -244,7 +244,8 @@ int main(int argc, char **argv)
     int rc = 0;
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         exec_pipe_opts o = run_opts(&p);
-        o.offload = (exec_offload){rows[i].pol, rows[i].tier, dir, 0};
+        o.offload = (exec_offload){.policy = rows[i].pol,
+                                   .tier = rows[i].tier, .path = dir};
         exec_pipe_result r;
         if (exec_pipe_run(&o, &r, &e)) {
             fprintf(stderr, "bench_offload: %s\n", e.msg);
