@@ -804,13 +804,17 @@ int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,
     if (r->task_rest_n > 0)
         c->gpu.eff.task_ns = fmin(1e9, fmax(0, r->task_rest_ns /
                                                 r->task_rest_n));
-    /* a plan of an offload schedule: its drive's and AdamW's rates */
-    if (r->tiers && r->ofl_read_s > 0 && r->ofl_write_s > 0 &&
-        r->adam_s > 0) {
+    /* a plan of an offload schedule: its drive's rates where it used the
+     * drive, and AdamW's; a rate it did not measure stays as it was */
+    if (r->tiers && (r->ofl_read_s > 0 || r->ofl_write_s > 0 ||
+                     r->adam_s > 0)) {
         prof_calib_tiers *t = &c->tiers;
-        t->read_bytes_per_s = r->ofl_read_bytes / r->ofl_read_s;
-        t->write_bytes_per_s = r->ofl_write_bytes / r->ofl_write_s;
-        t->adam_params_per_s = r->adam_params / r->adam_s;
+        if (r->ofl_read_s > 0 && r->ofl_read_bytes > 0)
+            t->read_bytes_per_s = r->ofl_read_bytes / r->ofl_read_s;
+        if (r->ofl_write_s > 0 && r->ofl_write_bytes > 0)
+            t->write_bytes_per_s = r->ofl_write_bytes / r->ofl_write_s;
+        if (r->adam_s > 0 && r->adam_params > 0)
+            t->adam_params_per_s = r->adam_params / r->adam_s;
         snprintf(t->model, sizeof t->model, "%s", model);
         t->present = 1;
     }

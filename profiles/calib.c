@@ -254,18 +254,23 @@ static int parse_busy(const util_jobj *root, prof_calib *c, util_err *e)
     return 0;
 }
 
-/* "tiers": the drive's rates (GB/s) and AdamW's (M parameters/s). */
+/* "tiers": the drive's rates (GB/s) and AdamW's (M parameters/s), each
+ * where a run measured it, one at least. */
 static int parse_tiers(const util_jobj *o, prof_calib_tiers *t, util_err *e)
 {
     static const char *const keys[] = {"drive_read_gb_per_s",
         "drive_write_gb_per_s", "adam_mparams_per_s", "model", NULL};
-    double rd, wr, ad;
+    double rd = 0, wr = 0, ad = 0;
     if (util_jkeys(o, keys, e) ||
-        util_jnum(o, "drive_read_gb_per_s", 1, 1e-6, 1e6, &rd, e) ||
-        util_jnum(o, "drive_write_gb_per_s", 1, 1e-6, 1e6, &wr, e) ||
-        util_jnum(o, "adam_mparams_per_s", 1, 1e-6, 1e9, &ad, e) ||
+        util_jnum(o, "drive_read_gb_per_s", 0, 1e-6, 1e6, &rd, e) ||
+        util_jnum(o, "drive_write_gb_per_s", 0, 1e-6, 1e6, &wr, e) ||
+        util_jnum(o, "adam_mparams_per_s", 0, 1e-6, 1e9, &ad, e) ||
         util_jstr(o, "model", 0, t->model, sizeof t->model, e))
         return -1;
+    if (!(rd > 0 || wr > 0 || ad > 0))
+        return util_jerr(e, o, "adam_mparams_per_s", "the tiers' rates: "
+                         "none given (drive_read_gb_per_s, "
+                         "drive_write_gb_per_s or adam_mparams_per_s)");
     t->read_bytes_per_s = rd * 1e9;
     t->write_bytes_per_s = wr * 1e9;
     t->adam_params_per_s = ad * 1e6;
@@ -374,12 +379,18 @@ json_t *prof_calib_json(const prof_calib *c)
             "max_error", l->max_err));
     }
     json_object_set_new(j, "links", links);
-    if (c->tiers.present)
-        json_object_set_new(j, "tiers", json_pack(
-            "{s:f,s:f,s:f,s:s}", "drive_read_gb_per_s",
-            c->tiers.read_bytes_per_s / 1e9, "drive_write_gb_per_s",
-            c->tiers.write_bytes_per_s / 1e9, "adam_mparams_per_s",
-            c->tiers.adam_params_per_s / 1e6, "model", c->tiers.model));
+    if (c->tiers.present) {
+        const prof_calib_tiers *t = &c->tiers;
+        json_t *o = json_object();
+        const char *k[] = {"drive_read_gb_per_s", "drive_write_gb_per_s",
+                           "adam_mparams_per_s"};
+        double v[] = {t->read_bytes_per_s / 1e9, t->write_bytes_per_s / 1e9,
+                      t->adam_params_per_s / 1e6};
+        for (int i = 0; i < 3; i++)
+            if (v[i] > 0) json_object_set_new(o, k[i], json_real(v[i]));
+        json_object_set_new(o, "model", json_string(t->model));
+        json_object_set_new(j, "tiers", o);
+    }
     json_t *params = json_array();
     for (int i = 0; i < c->n_param; i++) {
         const prof_calib_param *p = &c->param[i];

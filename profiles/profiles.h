@@ -585,12 +585,13 @@ typedef struct prof_calib_op {
     int busy;                /* devices computing at once when measured */
 } prof_calib_op;
 
-/* What a run of an offload schedule's plan measured of the host's tiers
+/* What runs of offload schedules' plans measured of the host's tiers
  * (`sluice exec --calibrate`): the drive's read and write rates through
  * the tier's file and the CPU's AdamW; the simulator's drives and CPU
- * steps on a server of this device type use them. */
+ * steps on a server of this device type use them. A rate no run measured
+ * is 0 (a run with its states in DRAM measures AdamW alone). */
 typedef struct prof_calib_tiers {
-    int present;
+    int present;             /* some rate is measured */
     double read_bytes_per_s, write_bytes_per_s, adam_params_per_s;
     char model[64];          /* the model whose run measured them */
 } prof_calib_tiers;

@@ -305,8 +305,10 @@ static void cpu_host(build *b, int ndev, int xfer)
     for (int v = first; c && c->tiers.present && v < b->t->n_nodes; v++)
         if (b->t->nodes[v].kind == PROF_NODE_NVME) {
             prof_node *x = &b->t->nodes[v];
-            x->read_bw_bytes_per_s = c->tiers.read_bytes_per_s / nd;
-            x->write_bw_bytes_per_s = c->tiers.write_bytes_per_s / nd;
+            if (c->tiers.read_bytes_per_s > 0)
+                x->read_bw_bytes_per_s = c->tiers.read_bytes_per_s / nd;
+            if (c->tiers.write_bytes_per_s > 0)
+                x->write_bw_bytes_per_s = c->tiers.write_bytes_per_s / nd;
         }
 }
 

@@ -199,7 +199,7 @@ double sim_cpu_opt_ns(const prof_topo *t, int g, double params)
 {
     /* calibrated: AdamW as fast as a run's CPU steps were */
     const prof_calib *c = prof_topo_gpu(t, g)->calib;
-    if (c && c->tiers.present)
+    if (c && c->tiers.adam_params_per_s > 0)
         return params / c->tiers.adam_params_per_s * 1e9;
     int h = prof_topo_gpu_host_mem(t, g);
     double bw = h >= 0 && t->nodes[h].read_bw_bytes_per_s > 0

@@ -246,9 +246,9 @@ Test(exec_tiers, bad_paths_and_a_full_disk)
 }
 
 /* exec --calibrate of such a plan adds the drive's and AdamW's rates to
- * the device type's calibration; the simulator's drives and CPU steps
- * then go as fast as they say; a rate out of range is refused naming
- * file, line and field. */
+ * the device type's calibration (a run in DRAM: AdamW's alone); the
+ * simulator's drives and CPU steps then go as fast as they say; a rate
+ * out of range, or none, is refused naming file, line and field. */
 Test(exec_tiers, calibration_takes_the_tiers_rates)
 {
     char *d = test_tmpdir();
@@ -256,6 +256,28 @@ Test(exec_tiers, calibration_takes_the_tiers_rates)
                            "--out %s/cpu.json", d, d);
     cr_assert_eq(r.code, 0, "%s", r.err);
     cli_result_free(&r);
+    char path[600];
+    snprintf(path, sizeof path, "%s/cpu.json", d);
+    /* the states in DRAM: AdamW's rate, no drive's */
+    cli_expect(0, "", "sim --hw cpu x1 --model %s --mbs 2 --microbatches 2 "
+               "--schedule zero-offload --offload-tier dram --out %s/z.json",
+               PICO, d);
+    r = cli_run("--profile-dir %s exec --plan %s/z.json --steps 2 --quiet "
+                "--calibrate --data %s", d, d, CORPUS);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    json_t *j = json_load_file(path, 0, NULL);
+    cr_assert_not_null(j);
+    json_t *t = json_object_get(j, "tiers");
+    cr_assert_not_null(t, "a DRAM run's AdamW rate is in the calibration");
+    cr_expect_gt(json_number_value(json_object_get(t, "adam_mparams_per_s")),
+                 0);
+    cr_expect_null(json_object_get(t, "drive_read_gb_per_s"),
+                   "no drive was used");
+    json_decref(j);
+    cli_expect(0, "", "--profile-dir %s sim --hw cpu x1 --model %s --mbs 2 "
+               "--microbatches 2 --schedule zero-offload --offload-tier dram",
+               d, PICO);
     cli_expect(0, "", "sim --hw cpu x1 --model %s --mbs 2 --microbatches 2 "
                "--schedule zero-infinity --offload-tier nvme --out %s/p.json",
                PICO, d);
@@ -263,11 +285,9 @@ Test(exec_tiers, calibration_takes_the_tiers_rates)
                 "--calibrate --offload-path %s --data %s", d, d, d, CORPUS);
     cr_assert_eq(r.code, 0, "%s", r.err);
     cli_result_free(&r);
-    char path[600];
-    snprintf(path, sizeof path, "%s/cpu.json", d);
-    json_t *j = json_load_file(path, 0, NULL);
+    j = json_load_file(path, 0, NULL);
     cr_assert_not_null(j);
-    json_t *t = json_object_get(j, "tiers");
+    t = json_object_get(j, "tiers");
     cr_assert_not_null(t, "the run's tier rates are in the calibration");
     cr_expect_gt(json_number_value(json_object_get(t, "drive_read_gb_per_s")),
                  0);
@@ -306,6 +326,14 @@ Test(exec_tiers, calibration_takes_the_tiers_rates)
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "cpu.json:") &&
               strstr(r.err, "drive_read_gb_per_s"), "%s", r.err);
+    cli_result_free(&r);
+    cr_assert_eq(sh_run("sed -i -e '/\"drive_read_gb_per_s\"/d' -e "
+                        "'/\"drive_write_gb_per_s\"/d' -e "
+                        "'/\"adam_mparams_per_s\"/d' %s", path), 0);
+    r = cli_run("--profile-dir %s sim --plan %s/p.json", d, d);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "cpu.json:") && strstr(r.err, "none given"),
+              "%s", r.err);
     cli_result_free(&r);
     test_rm_rf(d);
 }
