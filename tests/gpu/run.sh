@@ -12,11 +12,22 @@
 #       and per-device compute; (b1) 10 steps of GPT-2 on one GPU as one
 #       worker, the comparison where nothing is shared;
 #   (c) bin/sluice-cuda-test: every CUDA kernel against the CPU oracle;
-#   (d) sluice calibrate on the GPU(s), then (b1)'s plan run again with
+#   (d) (run last) sluice calibrate on the GPU(s), then (b1)'s plan run again with
 #       --calibrate (its op times join the calibration: one worker per
 #       GPU, so nothing is shared) and (b)'s without: measured against the
 #       calibrated prediction (the executor computes in fp32, so every
-#       prediction here is of fp32 math).
+#       prediction here is of fp32 math); then zero-offload's GPT-2 run
+#       of (f) adds the host's AdamW rate, and fuyou's is predicted again;
+#   (e) one step of each kind of plan against the CPU backend's, as (a):
+#       tensor parallelism, ZeRO-1 and -2 data parallelism, LoRA,
+#       recomputation, zero-bubble and interleaved schedules (their workers
+#       on one GPU), and the tier schedules (zero-offload, fuyou with its
+#       states in DRAM, zero-infinity with them in a file on the drive);
+#   (f) GPT-2 under fuyou and zero-offload (states in DRAM) and
+#       zero-infinity (states in a file on the drive), 4 steps:
+#       measured against simulated iteration time and each tier resource
+#       (PCIe each way, the CPU's AdamW).
+# SLUICE_GPU_CHECKS lists the checks to run (default: "a b b1 c d e f").
 # Without a GPU it says why it skipped and exits 0. Exit 1 when a check
 # fails. SLUICE_GPU_HW names the plan's hardware (default: from the GPU's
 # name); MAKE_JOBS the build's parallelism (default 2);
@@ -78,7 +89,52 @@ data=${SLUICE_GPU_DATA:-$tmp/corpus.txt}
 [ -n "${SLUICE_GPU_DATA:-}" ] || cat README.md exec/*.c >"$data"
 echo "tests/gpu/run.sh: ${gpu:-a GPU} (${count:-?} visible), plans for $hw"
 fail=0
+checks=" ${SLUICE_GPU_CHECKS:-a b b1 c d e f} "
+want() {
+    case "$checks" in *" $1 "*) return 0 ;; esac
+    return 1
+}
+# same NAME GPUS [sim options] -- [exec options]: one step of the plan on
+# the CPU and on the GPU, every weight compared as in (a); with against=CKPT
+# the GPU's weights are compared with that checkpoint's instead (another
+# GPU run), and with against=keep:CKPT the GPU's run is kept there
+same() {
+    name=$1 n=$2
+    shift 2
+    sargs=
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do sargs="$sargs $1"; shift; done
+    [ $# -gt 0 ] && shift
+    printf '%-20s ' "$name"
+    # shellcheck disable=SC2086
+    if ! $bin sim --hw "$hw" x"$n" --model gpt-mini --mbs 4 \
+           --microbatches 4 $sargs --out "$tmp/k.json" >/dev/null; then
+        echo "sim failed"; fail=1; return
+    fi
+    ref=$tmp/kc.ckpt
+    case "${against:-}" in
+        keep:*) ;;
+        ?*) ref=$against ;;
+        *) $bin exec --plan "$tmp/k.json" --steps 1 --data "$data" \
+               --backend cpu --save "$ref" --quiet "$@" \
+               >"$tmp/kc.txt" 2>&1 || ref= ;;
+    esac
+    gpu=$tmp/kg.ckpt
+    case "${against:-}" in keep:*) gpu=${against#keep:} ;; esac
+    if [ -n "$ref" ] &&
+       $bin exec --plan "$tmp/k.json" --steps 1 --data "$data" \
+           --backend cuda --save "$gpu" --quiet "$@" \
+           >"$tmp/kg.txt" 2>&1; then
+        case "${against:-}" in
+            keep:*) echo "kept as the reference" ;;
+            *) build/gpu/gpu_check weights "$ref" "$gpu" 1e-6 1e-4 ||
+                   fail=1 ;;
+        esac
+    else
+        echo "exec failed:"; tail -n 3 "$tmp/kc.txt" "$tmp/kg.txt"; fail=1
+    fi
+}
 
+if want a; then
 echo "== (a) one step of a 2-stage plan on one GPU (two workers) vs the CPU"
 $bin sim --hw "$hw" x2 --model gpt-mini --schedule 1f1b --pp 2 --mbs 4 \
     --microbatches 4 --out "$tmp/two.json" >/dev/null
@@ -92,22 +148,76 @@ if CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} $bin exec \
 else
     fail=1
 fi
+fi
 
-echo "== (b) 20 steps of 1F1B, GPT-2, measured against simulated"
 $bin sim --hw "$hw" x2 --model gpt2 --schedule 1f1b --pp 2 --mbs 8 \
     --microbatches 8 --out "$tmp/gpt2.json" >/dev/null
+$bin sim --hw "$hw" x1 --model gpt2 --schedule 1f1b --pp 1 --mbs 8 \
+    --microbatches 8 --out "$tmp/one.json" >/dev/null
+
+if want b; then
+echo "== (b) 20 steps of 1F1B, GPT-2, measured against simulated"
 [ "${count:-1}" -ge 2 ] ||
     echo "(one GPU: both workers share it, the simulation has two)"
 run "$tmp/gpt2.json" 20 "$tmp/gpt2-run.json"
+fi
 
+if want b1; then
 echo "== (b1) the same model on one GPU as one worker (nothing shared)"
-$bin sim --hw "$hw" x1 --model gpt2 --schedule 1f1b --pp 1 --mbs 8 \
-    --microbatches 8 --out "$tmp/one.json" >/dev/null
 run "$tmp/one.json" 10 "$tmp/one-run.json"
+fi
 
+if want c; then
 echo "== (c) every CUDA kernel against the CPU oracle"
 bin/sluice-cuda-test || fail=1
+fi
 
+if want e; then
+echo "== (e) one step of each kind of plan, the GPU against the CPU"
+same "tp 2" 2 --schedule 1f1b --pp 1 --tp 2
+same "dp 2, zero 1" 2 --schedule 1f1b --pp 1 --dp 2 --zero 1
+same "dp 2, zero 2" 2 --schedule 1f1b --pp 1 --dp 2 --zero 2
+same "lora 8" 2 --schedule 1f1b --pp 2 --finetune lora:8
+same "recompute" 2 --schedule 1f1b --pp 2 --recompute
+same "zb-h1" 2 --schedule zb-h1 --pp 2
+same "interleaved" 2 --schedule interleaved --pp 2
+same "zero-offload" 1 --schedule zero-offload --offload-tier dram
+same "zero-infinity" 1 --schedule zero-infinity --offload-tier nvme \
+    -- --offload-path "$tmp"
+# Without clipping AdamW's first step is lr g / (|g| + eps) at full size
+# for every weight, and the GPU's sums against the CPU's moved 1.7e-4 of
+# them beyond 1e-6 for the plain 1F1B plan as for fuyou (H100, 2026-11):
+# the unclipped runs are compared with the GPU's own 1F1B run, where the
+# kernels are the same and only the tiers differ
+against=keep:$tmp/ref0.ckpt same "1f1b, clip 0" 2 --schedule 1f1b --pp 2 \
+    -- --clip 0
+against=$tmp/ref0.ckpt same "fuyou, dram" 1 --schedule fuyou \
+    --offload-tier dram -- --clip 0
+against=$tmp/ref0.ckpt same "zero-offload, clip 0" 1 \
+    --schedule zero-offload --offload-tier dram -- --clip 0
+fi
+
+if want f; then
+echo "== (f) GPT-2 with its states off the GPU: measured against simulated"
+for st in fuyou:dram zero-offload:dram zero-infinity:nvme; do
+    sch=${st%:*}
+    $bin sim --hw "$hw" x1 --model gpt2 --schedule "$sch" --mbs 8 \
+        --microbatches 4 --offload-tier "${st#*:}" --out "$tmp/$sch.json" \
+        >/dev/null
+    echo "-- $sch, states in ${st#*:}"
+    if $bin exec --plan "$tmp/$sch.json" --steps 4 --data "$data" \
+           --backend cuda --clip 0 --offload-path "$tmp" \
+           >"$tmp/$sch-run.txt" 2>&1; then
+        sed -n '/^measured/,$p' "$tmp/$sch-run.txt"
+    else
+        tail -n 5 "$tmp/$sch-run.txt"
+        fail=1
+    fi
+    keep "$tmp/$sch-run.txt"
+done
+fi
+
+if want d; then
 echo "== (d) sluice calibrate on this GPU, then (b1) and (b) predicted again"
 # into a profile directory of this run's own: nothing of the user's moves
 prof="$tmp/profiles"
@@ -126,9 +236,29 @@ if SLUICE_PROFILE_DIR="$prof" $bin calibrate --hw "$hw" x$n \
     run "$tmp/one.json" 10 "$tmp/one-cal.json" --calibrate
     echo "(b) again, simulated with the calibration and (b1)'s op times:"
     run "$tmp/gpt2.json" 20 "$tmp/gpt2-cal.json"
+    # the host's rates (the CPU's AdamW) from a zero-offload run, then
+    # fuyou predicted with them
+    for st in zero-offload:--calibrate fuyou:; do
+        sch=${st%:*} opt=${st#*:} what=
+        [ -n "$opt" ] && what="; its host rates added"
+        $bin sim --hw "$hw" x1 --model gpt2 --schedule "$sch" --mbs 8 \
+            --microbatches 4 --offload-tier dram --out "$tmp/c-$sch.json" \
+            >/dev/null
+        echo "(f) $sch again, simulated with the calibration$what:"
+        # shellcheck disable=SC2086
+        if $bin exec --plan "$tmp/c-$sch.json" --steps 4 --data "$data" \
+               --backend cuda --clip 0 $opt >"$tmp/c-$sch.txt" 2>&1; then
+            sed -n '/^measured/,/^$/p;/^  tiers/,$p' "$tmp/c-$sch.txt"
+        else
+            tail -n 5 "$tmp/c-$sch.txt"
+            fail=1
+        fi
+        keep "$tmp/c-$sch.txt"
+    done
 else
     cat "$tmp/calib.txt"
     fail=1
+fi
 fi
 
 [ "$fail" = 0 ] && echo "tests/gpu/run.sh: all checks passed" ||
