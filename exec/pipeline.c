@@ -125,10 +125,6 @@ static int zero_check(const exec_pipe_opts *o, const sim_plan *p,
     char what[32];
     if (p->fsdp) snprintf(what, sizeof what, "fsdp %s", sim_fsdp_name(p->fsdp));
     else snprintf(what, sizeof what, "zero %d", z);
-    if (z >= 3)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: %s (ZeRO stage 3) is "
-                         "simulated and planned but not run by the executor "
-                         "yet; plan with --zero 2 or lower", where, what);
     if (o->offload.policy != EXEC_OFFLOAD_NONE)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: --offload %s with %s: the "
                          "tier holds a stage's whole state, not a shard",
@@ -143,6 +139,18 @@ static int zero_tied_check(const sim_ir *ir, const sim_plan *p,
                            const char *where, util_err *e)
 {
     if (sim_zero_stage(p->zero, p->fsdp) < 2) return 0;
+    /* ZeRO-3 gathers a stage's weights for its F and its backward
+     * (sim_add_sharded); a weight pass of its own would find them gone */
+    for (int i = 0; sim_zero_stage(p->zero, p->fsdp) >= 3 &&
+                    i < ir->n_tasks; i++)
+        if (ir->tasks[i].kind == SIM_W)
+            return util_errf(e, UTIL_EXIT_USAGE, "%s: ZeRO stage 3 with "
+                             "schedule %s, whose weight gradients run in a "
+                             "pass of their own: the executor gathers the "
+                             "weights for the forward and the backward "
+                             "only; use a schedule without a W pass "
+                             "(1f1b, gpipe, interleaved)", where,
+                             sim_sched_name(p->sched));
     for (int i = 0; i < ir->n_tasks; i++)
         if (ir->tasks[i].comm == SIM_COMM_EMB)
             return util_errf(e, UTIL_EXIT_USAGE, "%s: ZeRO stage %d with a "

@@ -767,10 +767,30 @@ static void dp_chunk(const exec_runtime *rt, const exec_stage *st, int task,
 static float *dp_base(const exec_worker *w, const exec_stage *st, int task)
 {
     const sim_task *t = &w->rt->ir->tasks[task];
+    if (t->coll == SIM_COLL_ALLGATHER && w->rt->zero >= 3) {
+        int k = w->inst[task];
+        return k >= 0 && k < st->n_agb && st->agb[k] ? st->agb[k]->p : NULL;
+    }
     if (t->coll == SIM_COLL_ALLGATHER) return st->w[st->cur_ver];
     if (w->rt->zero < 2) return st->g;
     int k = w->inst[task];
     return k >= 0 && k < st->n_rs && st->rsb[k] ? st->rsb[k]->p : NULL;
+}
+
+/* ZeRO-3: a gather's first send (task id) starts its arena: the rank's
+ * shard in place, the others' chunks to come by the ring. */
+static int ag_open(exec_worker *w, exec_stage *st, int id, util_err *e)
+{
+    int k = w->inst[id];
+    if (k < 0 || k >= st->n_agb || st->agb[k])
+        return util_errf(e, UTIL_EXIT_FAIL, "an all-gather of stage %d "
+                         "started twice", st->id);
+    /* the communication thread's: no kernel time of the compute's */
+    exec_buf *b = exec_buf_new(&w->mem, st->n, 0);
+    if (!b) return exec_oom(w, "a stage's gathered weights", e);
+    w->rt->be->copy(b->p + st->sh_lo, st->wsh, st->sh_n * sizeof *st->wsh);
+    st->agb[k] = b;
+    return 0;
 }
 
 /* Folds data-parallel receive d into its stage: reduce-scatter steps
@@ -1010,6 +1030,41 @@ static int ag_settle(exec_worker *w, exec_stage *st, int epoch, util_err *e)
     return 0;
 }
 
+/* ZeRO-3: compute task id reads the weights its gather brought (the
+ * gather's last receive folded in first). */
+static int ag_bind(exec_worker *w, int id, util_err *e)
+{
+    const sim_ir *ir = w->rt->ir;
+    const sim_task *t = &ir->tasks[id];
+    exec_stage *st = &w->st[w->lidx[t->stage]];
+    int k = w->ag_use[id];
+    for (int q = 0; q < t->n_dep; q++) {
+        int d = ir->deps[t->dep_off + q];
+        const sim_task *u = &ir->tasks[d];
+        if (u->kind != SIM_RECV || u->comm != SIM_COMM_DP ||
+            u->coll != SIM_COLL_ALLGATHER)
+            continue;
+        exec_buf *b = take_recv(w, d);
+        if (b && fold_dp(w, d, b, e)) return -1;
+    }
+    if (k >= st->n_agb || !st->agb[k])
+        return util_errf(e, UTIL_EXIT_FAIL, "the stage's weights were not "
+                         "gathered before it");
+    st->w[0] = st->agb[k]->p;
+    return 0;
+}
+
+/* ...and after the last task that reads them they go. */
+static void ag_release(exec_worker *w, int id)
+{
+    exec_stage *st = &w->st[w->lidx[w->rt->ir->tasks[id].stage]];
+    int k = w->ag_rel[id];
+    if (k >= st->n_agb || !st->agb[k]) return;
+    if (st->w[0] == st->agb[k]->p) st->w[0] = NULL;
+    exec_buf_unref(st->agb[k]);
+    st->agb[k] = NULL;
+}
+
 /* AdamW on a stage's slices (elementwise, so slicing a tensor gives the
  * reference's bits), into a new version when in-flight work still uses
  * the current one (stashing); gradients cleared. */
@@ -1058,7 +1113,8 @@ static int stage_update(exec_worker *w, exec_stage *st, float scale,
             (rt->zero >= 2 && !st->gsh))
             continue;
         size_t mo = moment_off(rt, st, o);
-        EXEC_KERN(w, be->k->adamw_update(p + o, st->am + mo, st->av + mo,
+        float *wo = rt->zero >= 3 ? st->wsh + mo : p + o;
+        EXEC_KERN(w, be->k->adamw_update(wo, st->am + mo, st->av + mo,
                                          grad_at(rt, st, o), end - o, lr,
                                          a.beta1, a.beta2, a.eps,
                                          sl->decay ? a.weight_decay : 0.0f,
@@ -1166,8 +1222,10 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
     /* sharded: the stage's weights of the last step are all there; the
      * reduce-scatters that are done give their microbatches' gradients
      * back */
-    if (rt->zero && ag_settle(w, &w->st[w->lidx[t->stage]], epoch - 1, e))
+    if (rt->zero && rt->zero < 3 &&
+        ag_settle(w, &w->st[w->lidx[t->stage]], epoch - 1, e))
         return -1;
+    if (w->ag_use[id] >= 0 && ag_bind(w, id, e)) return -1;
     for (int i = 0; rt->zero >= 2 && i < w->n_st; i++)
         if (rs_fold(w, &w->st[i], epoch, 0, e)) return -1;
     if (t->kind <= SIM_RECOMP) {
@@ -1212,6 +1270,7 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
     if (!rc) EXEC_KERN(w, rc = rt->be->sync(e));
     if (rt->tiers && t->kind <= SIM_RECOMP)
         exec_tiers_after(w, id, &w->st[w->lidx[t->stage]]);
+    if (w->ag_rel[id] >= 0) ag_release(w, id);
     ts[EXEC_T_END] = now_rel(rt);
     ts[EXEC_T_TP] = tp;
     /* the task's own cost: its time outside its ops */
@@ -1423,6 +1482,9 @@ static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
         return 0;
     }
     exec_stage *st = &w->st[w->lidx[t->stage]];
+    if (t->comm == SIM_COMM_DP && w->ag_after[id] >= 0 &&
+        ag_open(w, st, id, e))
+        return -1;
     if (t->comm == SIM_COMM_DP) {
         if (integrate(w, id, e)) return -1;
         size_t lo, len;
@@ -1499,6 +1561,10 @@ static void *comm_main(void *arg)
                 continue;
             }
             if (!deps_ready(w, id, ep[q])) continue;
+            /* ZeRO-3: a gather sends the shard the step before updated */
+            if (w->ag_after[id] >= 0 && ep[q] > 1 &&
+                !task_done(w, w->ag_after[id], ep[q] - 1))
+                continue;
             const sim_task *t = &ir->tasks[id];
             int64_t *ts = tslot(w, ep[q], id);
             ts[EXEC_T_START] = ts[EXEC_T_FSTART] = now_rel(rt);
@@ -1898,9 +1964,56 @@ double exec_stage_state_bytes(const exec_runtime *rt, const exec_stage *st)
              ? (double)st->n * sizeof(float) : 0;
     double n = (double)st->n, sh = (double)st->sh_n;
     /* ZeRO-2's gradient shard lives from a step's first reduced
-     * microbatch to its update only */
+     * microbatch to its update only; ZeRO-3 keeps the weights' shard
+     * (its gathers hold the whole for a while) */
     double g = rt->zero >= 2 ? 0 : n, m = rt->zero ? sh : n;
-    return (n + g + 2 * m + (double)st->n_frozen) * sizeof(float);
+    double wt = rt->zero >= 3 ? sh : n;
+    return (wt + g + 2 * m + (double)st->n_frozen) * sizeof(float);
+}
+
+/* ZeRO-3 (sim_add_sharded): a compute task that waits for an all-gather
+ * computes with its weights, and so does the one the IR's buffer of that
+ * gather holds them until (the backward after a recomputation), after
+ * which they go; a gather's first send waits for the stage's step before
+ * (the IR has one iteration: the next one's gathers carry no dependency
+ * on the step that updated the shard they send). */
+static void gathers_index(exec_worker *w)
+{
+    const sim_ir *ir = w->rt->ir;
+    for (int id = 0; id < ir->n_tasks; id++) {
+        const sim_task *t = &ir->tasks[id];
+        if (t->device != w->device || t->stream != SIM_STREAM_COMPUTE ||
+            t->stage < 0)
+            continue;
+        for (int q = 0; q < t->n_dep; q++) {
+            int d = ir->deps[t->dep_off + q];
+            const sim_task *u = &ir->tasks[d];
+            if (u->comm == SIM_COMM_DP && u->coll == SIM_COLL_ALLGATHER)
+                w->ag_use[id] = w->inst[d];
+        }
+    }
+    for (int b = 0; b < ir->n_bufs; b++) {
+        const sim_ir_buf *x = &ir->bufs[b];
+        const sim_task *a = &ir->tasks[x->alloc];
+        if (x->device != w->device || a->comm != SIM_COMM_DP ||
+            a->coll != SIM_COLL_ALLGATHER)
+            continue;
+        w->ag_use[x->release] = w->ag_rel[x->release] = w->inst[x->alloc];
+    }
+    int *opt = util_malloc(sizeof(int) * (size_t)(ir->n_stages + 1));
+    for (int v = 0; v < ir->n_stages; v++) opt[v] = -1;
+    for (int id = 0; id < ir->n_tasks; id++) {
+        const sim_task *t = &ir->tasks[id];
+        if (t->kind == SIM_OPT && t->device == w->device && t->stage >= 0)
+            opt[t->stage] = id;
+    }
+    for (int id = 0; id < ir->n_tasks; id++) {
+        const sim_task *t = &ir->tasks[id];
+        if (t->device == w->device && t->comm == SIM_COMM_DP &&
+            t->coll == SIM_COLL_ALLGATHER && t->kind != SIM_RECV && !t->mb)
+            w->ag_after[id] = opt[t->stage];
+    }
+    free(opt);
 }
 
 /* Sharded data parallelism: which ring step each data-parallel task is
@@ -1916,7 +2029,12 @@ static void worker_rings(exec_worker *w)
     int n = ir->n_tasks, H = rt->shard > 1 ? rt->shard : 1;
     w->inst = util_malloc(sizeof(int) * (size_t)(n + 1));
     w->bw_rs = util_malloc(sizeof(int) * (size_t)(n + 1));
-    for (int i = 0; i < n; i++) w->inst[i] = w->bw_rs[i] = -1;
+    w->ag_use = util_malloc(sizeof(int) * (size_t)(n + 1));
+    w->ag_rel = util_malloc(sizeof(int) * (size_t)(n + 1));
+    w->ag_after = util_malloc(sizeof(int) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++)
+        w->inst[i] = w->bw_rs[i] = w->ag_use[i] = w->ag_rel[i] =
+            w->ag_after[i] = -1;
     if (!rt->zero) return;
     size_t nk = (size_t)w->n_st * SIM_COLL_COUNT * 2 * (size_t)H;
     int *cnt = util_calloc(nk + 1, sizeof *cnt);
@@ -1932,6 +2050,10 @@ static void worker_rings(exec_worker *w)
             size_t key = (((size_t)li * SIM_COLL_COUNT + t->coll) * 2 +
                           (size_t)recv) * (size_t)H + (size_t)t->mb;
             int k = w->inst[id] = cnt[key]++;
+            if (t->coll == SIM_COLL_ALLGATHER && rt->zero >= 3) {
+                if (!pass && !recv && !t->mb) st->n_agb++;
+                continue;
+            }
             if (t->coll == SIM_COLL_ALLGATHER) {
                 if (pass) st->ag[st->n_ag++] = id;
                 else st->n_ag++;
@@ -1958,9 +2080,11 @@ static void worker_rings(exec_worker *w)
             st->n_ag = 0;
             st->rsb = util_calloc((size_t)st->n_rs + 1, sizeof *st->rsb);
             st->rs_last = util_calloc(2 * (size_t)st->n_rs + 1, sizeof(int));
+            st->agb = util_calloc((size_t)st->n_agb + 1, sizeof *st->agb);
         }
     }
     free(cnt);
+    if (rt->zero >= 3) gathers_index(w);
 }
 
 static int worker_stages(exec_worker *w, const float *full,
@@ -2044,7 +2168,10 @@ static int worker_stages(exec_worker *w, const float *full,
         }
         size_t mo = rt->zero ? st->sh_lo : 0, mn = rt->zero ? st->sh_n
                                                              : st->n;
-        if (!(st->w[0] = arena_new(w, st->n, h[0], e)) ||
+        /* ZeRO-3 keeps the weights' shard; gathers bring the rest */
+        if ((rt->zero >= 3
+                 ? !(st->wsh = arena_new(w, mn, h[0] ? h[0] + mo : NULL, e))
+                 : !(st->w[0] = arena_new(w, st->n, h[0], e))) ||
             (rt->zero < 2 && !(st->g = arena_new(w, st->n, NULL, e))) ||
             !(st->am = arena_new(w, mn, h[2] ? h[2] + mo : NULL, e)) ||
             !(st->av = arena_new(w, mn, h[3] ? h[3] + mo : NULL, e)) ||
@@ -2213,7 +2340,11 @@ int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
             }
             size_t mo = rt->zero ? st->sh_lo : 0;
             size_t mn = rt->zero ? st->sh_n : st->n;
-            arena_collect(rt, st, st->w[st->cur_ver], 0, st->n, st->wf, &wt);
+            if (rt->zero >= 3)
+                arena_collect(rt, st, st->wsh, mo, mn, st->wf, &wt);
+            else
+                arena_collect(rt, st, st->w[st->cur_ver], 0, st->n, st->wf,
+                              &wt);
             if (adam_m) arena_collect(rt, st, st->am, mo, mn, NULL, &m);
             if (adam_v) arena_collect(rt, st, st->av, mo, mn, NULL, &v);
         }
@@ -2254,8 +2385,14 @@ void exec_rt_free(exec_runtime *rt)
                 free(w->lact[k]);
                 free(w->lgrad[k]);
             }
-            for (int v = 0; st->w && v < st->n_ver_slots; v++)
+            /* ZeRO-3's w[0] is a gather's, lent */
+            for (int v = 0; st->w && rt->zero < 3 && v < st->n_ver_slots;
+                 v++)
                 arena_free(w, st->n, st->w[v]);
+            arena_free(w, st->sh_n, st->wsh);
+            for (int k = 0; st->agb && k < st->n_agb; k++)
+                exec_buf_unref(st->agb[k]);
+            free(st->agb);
             free(st->w);
             free(st->pending);
             size_t mn = rt->zero ? st->sh_n : st->n;
@@ -2295,6 +2432,9 @@ void exec_rt_free(exec_runtime *rt)
         free(w->used_ver);
         free(w->inst);
         free(w->bw_rs);
+        free(w->ag_use);
+        free(w->ag_rel);
+        free(w->ag_after);
         free(w->op_ns);
         free(w->op_n);
         exec_mem_destroy(&w->mem);

@@ -234,6 +234,14 @@ typedef struct exec_stage {
     exec_buf **rsb;
     int n_rs, rs_next, rs_epoch, *rs_last;
     int *ag, n_ag, ag_done;
+    /* ZeRO-3: the rank's shard of the trained weights ([sh_lo, sh_lo +
+     * sh_n) of the arena), the one copy between steps; w[0] is the
+     * gathered arena the running compute task reads (agb[k]'s, lent),
+     * each of the n_agb all-gathers of a step bringing its own, from its
+     * first send to the compute task after which it goes */
+    float *wsh;
+    exec_buf **agb;
+    int n_agb;
     struct exec_ofl_stage *ofl; /* offloaded model states (offload.c), or
                              * NULL: w, g, am, av on the device */
 } exec_stage;
@@ -386,6 +394,11 @@ typedef struct exec_worker {
      * device (the k-th reduce-scatter of a stage in a step, ...), or -1;
      * per compute task, the reduce-scatter its gradient goes to, -1 */
     int *inst, *bw_rs;
+    /* ZeRO-3: per compute task, the stage's all-gather whose weights it
+     * computes with, and the one whose weights go after it (-1: none);
+     * per task, for a gather's first send, the stage's optimizer step it
+     * waits for in the step before (the shard it sends), -1 */
+    int *ag_use, *ag_rel, *ag_after;
     pthread_t comp_th, comm_th;
     int threads;            /* which of them were started */
     int comp_finished;

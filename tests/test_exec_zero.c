@@ -1,5 +1,5 @@
-/* Sharded data parallelism in the executor (ZeRO-1 and 2 over the data-
- * parallel group) against the unsharded run of the same plan: ZeRO-1's
+/* Sharded data parallelism in the executor (ZeRO-1, 2 and 3 over the
+ * data-parallel group) against the unsharded run of the same plan: ZeRO-1's
  * reduce-scatter is the first half of the all-reduce's ring and each
  * rank's shard is the chunk that ring leaves it, so its weights and AdamW
  * state are the unsharded run's bits, with a tied head across stages,
@@ -9,7 +9,11 @@
  * then the ring adds the ranks: with one microbatch the sums are the same
  * and so are the bits, with more they are reordered fp32 sums (within
  * 1e-5 of the largest weight after 3 steps, as tests/test_exec_pipe.c
- * allows reorderings). mpirun gives the in-process bits; sharded runs
+ * allows reorderings). ZeRO-3 reduces as ZeRO-2 and keeps only the
+ * weights' shard between uses, gathering the whole before each forward
+ * and backward: ZeRO-2's bits, whatever the schedule, recomputation,
+ * tensor parallelism or fine-tuning mode. mpirun gives the in-process
+ * bits; sharded runs
  * hold less memory, measured and simulated; what is not run is refused.
  * No clipping where bits are compared: the global norm is summed shard
  * by shard, so its last bits (and a clipping factor) may differ. */
@@ -38,22 +42,23 @@ static void zrun(const char *args, int zero, exec_pipe_result *r,
 }
 
 /* Weights, and AdamW's moments where bits are asked for, of ZeRO stage
- * zero against ZeRO 0 (tol < 0: bit for bit). */
-static void vs_unsharded(const char *args, int zero, double tol)
+ * zero against stage ref (tol < 0: bit for bit). */
+static void vs_stage(const char *args, int ref, int zero, double tol)
 {
     exec_pipe_result a, b;
     sim_plan pa, pb;
-    zrun(args, 0, &a, &pa);
+    zrun(args, ref, &a, &pa);
     zrun(args, zero, &b, &pb);
     cr_assert_eq(a.n_params, b.n_params);
     size_t P = a.n_params;
     if (tol < 0) {
         cr_expect(!memcmp(a.params, b.params, P * sizeof *a.params),
-                  "zero %d, %s: weights differ from zero 0's", zero, args);
+                  "zero %d, %s: weights differ from zero %d's", zero, args,
+                  ref);
         cr_expect(!memcmp(a.adam_m, b.adam_m, P * sizeof *a.adam_m) &&
                   !memcmp(a.adam_v, b.adam_v, P * sizeof *a.adam_v),
-                  "zero %d, %s: AdamW moments differ from zero 0's", zero,
-                  args);
+                  "zero %d, %s: AdamW moments differ from zero %d's", zero,
+                  args, ref);
         cr_expect(a.n_lora == b.n_lora &&
                   (!a.n_lora || !memcmp(a.lora, b.lora,
                                         a.n_lora * sizeof *a.lora)),
@@ -70,6 +75,11 @@ static void vs_unsharded(const char *args, int zero, double tol)
     exec_pipe_result_free(&b);
     sim_plan_free(&pa);
     sim_plan_free(&pb);
+}
+
+static void vs_unsharded(const char *args, int zero, double tol)
+{
+    vs_stage(args, 0, zero, tol);
 }
 
 Test(exec_zero, zero1_is_the_all_reduce_bit_for_bit)
@@ -96,6 +106,36 @@ Test(exec_zero, zero2_one_microbatch_is_bit_for_bit)
                  -1);
     vs_unsharded("--hw 'cpu x4' --model " UNTIED " --schedule 1f1b --pp 1 "
                  "--dp 2 --tp 2 --mbs 4 --microbatches 1", 2, -1);
+}
+
+/* ZeRO-3 gathers what ZeRO-2 keeps: with one microbatch the unsharded
+ * run's bits, with more ZeRO-2's */
+Test(exec_zero, zero3_one_microbatch_is_bit_for_bit)
+{
+    vs_unsharded("--hw 'cpu x4' --model " UNTIED " --schedule 1f1b --pp 2 "
+                 "--dp 2 --mbs 4 --microbatches 1", 3, -1);
+    vs_unsharded("--hw 'cpu x2' --model " PICO " --schedule 1f1b --pp 1 "
+                 "--dp 2 --mbs 4 --microbatches 1 --finetune frozen:1", 3,
+                 -1);
+}
+
+Test(exec_zero, zero3_is_zero2_bit_for_bit)
+{
+    vs_stage("--hw 'cpu x4' --model " UNTIED " --schedule 1f1b --pp 2 "
+             "--dp 2 --mbs 2 --microbatches 4", 2, 3, -1);
+    vs_stage("--hw 'cpu x4' --model " UNTIED " --schedule interleaved "
+             "--chunks 2 --pp 2 --dp 2 --mbs 2 --microbatches 4", 2, 3, -1);
+    /* the backward after a recomputation computes with the gather
+     * before the recomputation */
+    vs_stage("--hw 'cpu x4' --model " UNTIED " --schedule gpipe --pp 2 "
+             "--dp 2 --mbs 2 --microbatches 3 --recompute", 2, 3, -1);
+    vs_stage("--hw 'cpu x4' --model " UNTIED " --schedule 1f1b --pp 1 "
+             "--dp 2 --tp 2 --mbs 2 --microbatches 2", 2, 3, -1);
+    /* three ranks: shards of unequal size; LoRA's adapters sharded */
+    vs_stage("--hw 'cpu x3' --model " UNTIED " --schedule 1f1b --pp 1 "
+             "--dp 3 --mbs 2 --microbatches 2", 2, 3, -1);
+    vs_stage("--hw 'cpu x2' --model " PICO " --schedule 1f1b --pp 1 "
+             "--dp 2 --mbs 2 --microbatches 2 --finetune lora:4", 2, 3, -1);
 }
 
 Test(exec_zero, zero2_microbatches_within_fp32_reordering)
@@ -180,8 +220,8 @@ Test(exec_zero, sharded_runs_hold_less)
 {
     const char *args = "--hw 'cpu x2' --model " UNTIED " --schedule 1f1b "
                        "--pp 1 --dp 2 --mbs 1 --microbatches 1";
-    double peak[3], stat[3];
-    for (int z = 0; z < 3; z++) {
+    double peak[4], stat[4];
+    for (int z = 0; z < 4; z++) {
         exec_pipe_result r;
         sim_plan p;
         zrun(args, z, &r, &p);
@@ -205,6 +245,9 @@ Test(exec_zero, sharded_runs_hold_less)
               "zero 1 keeps %.0f bytes, zero 0 %.0f", stat[1], stat[0]);
     cr_expect(stat[2] < stat[0] * 0.51 && stat[2] > stat[0] * 0.49,
               "zero 2 keeps %.0f bytes, zero 0 %.0f", stat[2], stat[0]);
+    /* ZeRO-3 half the weights too: 1.5 of the 4 copies */
+    cr_expect(stat[3] < stat[0] * 0.38 && stat[3] > stat[0] * 0.37,
+              "zero 3 keeps %.0f bytes, zero 0 %.0f", stat[3], stat[0]);
     cr_expect(peak[1] < peak[0], "zero 1 peak %.0f, zero 0 %.0f", peak[1],
               peak[0]);
     /* ZeRO-2 saves between microbatches and steps: while a backward
@@ -218,23 +261,27 @@ Test(exec_zero, sharded_runs_hold_less)
 Test(exec_zero, what_is_not_run_is_refused)
 {
     char *dir = test_tmpdir();
-    const struct { const char *sim, *exec, *want; } cases[] = {
-        {"--model " PICO " --pp 1 --dp 2 --zero 3", "",
-         "ZeRO stage 3) is simulated and planned but not run"},
-        {"--model " PICO " --pp 1 --dp 2 --fsdp hybrid", "",
-         "fsdp hybrid (ZeRO stage 3)"},
+    /* hw: the plan's devices */
+    const struct { const char *sim, *exec, *want, *hw; } cases[] = {
+        {"--model " UNTIED " --pp 2 --dp 2 --zero 3 --schedule zb-h1", "",
+         "whose weight gradients run in a pass of their own", "cpu"},
+        {"--model " PICO " --pp 1 --dp 4 --fsdp hybrid --gpus-per-server 2",
+         "", "the executor runs sharding over the whole group only",
+         "rtx2080ti"},
         {"--model " PICO " --pp 2 --dp 1 --zero 2", "",
-         "needs data parallelism"},
+         "needs data parallelism", "cpu"},
         {"--model " PICO " --pp 2 --dp 2 --zero 2", "",
-         "with a table tied across stages"},
+         "with a table tied across stages", "cpu"},
         {"--model " PICO " --pp 1 --dp 2 --zero 1",
-         "--offload zero-offload", "the tier holds a stage's whole state"},
+         "--offload zero-offload", "the tier holds a stage's whole state",
+         "cpu"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int n = strstr(cases[i].sim, "--pp 2 --dp 2") ? 4 : 2;
-        cli_result x = cli_run("sim --hw 'cpu x%d' --schedule 1f1b --mbs 2 "
-                               "--microbatches 2 %s --out %s/p.json", n,
-                               cases[i].sim, dir);
+        int n = strstr(cases[i].sim, "--pp 2 --dp 2") ||
+                strstr(cases[i].sim, "--dp 4") ? 4 : 2;
+        cli_result x = cli_run("sim --hw '%s x%d' --schedule 1f1b --mbs 2 "
+                               "--microbatches 2 %s --out %s/p.json",
+                               cases[i].hw, n, cases[i].sim, dir);
         if (x.code) {
             /* the plan itself is refused (sim_zero_check) */
             cr_expect(strstr(x.err, cases[i].want), "%s", x.err);
