@@ -218,8 +218,7 @@ typedef struct chain_in {
 static void chain_fill(chain_in *ci, const units *u, const prof_model *m,
                        const op_times *ot, int recompute, int sp,
                        int versions, double state_bytes, double bw,
-                       double lat_s, int tp, int zero, int shard,
-                       int per_dev)
+                       double lat_s, int tp, int zero, int shard)
 {
     int n = u->n, mbs = ot->mbs;
     double wbytes = prof_dtype_bytes(m->spec.dtype);
@@ -241,14 +240,13 @@ static void chain_fill(chain_in *ci, const units *u, const prof_model *m,
         ci->smem[k] = (params * (state_bytes + (versions - 1) * wbytes) +
                        frozen) / tp;
         if (zero > 0 && shard > 1) {
-            /* ZeRO's Figure 1, and under ZeRO-3 two gathered stages (the
-             * one computing, the one prefetched): a device's per_dev
-             * chunks share them */
+            /* ZeRO's Figure 1; ZeRO-3's gathered layers (two per stage,
+             * sim_stage_cost.gather_bytes) are not a unit's to add: the
+             * bound leaves them to the simulation */
             double w, g, opt;
             sim_zero_bytes(params, wbytes, state_bytes, zero, shard, &w, &g,
                            &opt);
             w += zero >= 3 ? frozen / shard : frozen;
-            if (zero >= 3) w += 2.0 * (params * wbytes + frozen) / per_dev;
             ci->smem[k] = (w + g + opt) / tp;
         }
         sim_act a = sim_act_range(m, u->first[k], u->last[k], tp, sp,
@@ -484,8 +482,7 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
                                 c->dp, c->pp * c->tp, &se);
     if (!shard) return;     /* the layout hybrid sharding cannot take */
     chain_fill(&ci, u, m, ot, c->recompute, c->sp, versions, state, bw, lat,
-               c->tp, sim_zero_stage(c->zero, c->fsdp), shard,
-               stages_per_device(c));
+               c->tp, sim_zero_stage(c->zero, c->fsdp), shard);
     if (is_mixed(c->sched)) partition_blocks(c, fine, &ci, cap, memo);
     else partition_chain(c, u, &ci, cap);
     chain_free(&ci);
@@ -689,10 +686,10 @@ static void enumerate_candidates(search *s)
                                              "%s", ze.msg);
                                 continue;
                             }
-                            /* one device's chunks are ZeRO-3's gather
-                             * groups: interleaving on one device only
-                             * serves that */
-                            if (inter && p == 1 && z < 3) continue;
+                            /* interleaving on one device gains
+                             * nothing (ZeRO-3 gathers a layer at a
+                             * time, however the chunks cut) */
+                            if (inter && p == 1) continue;
                             cand c = {.sched = (sim_sched)sc, .pp = p, .dp = d,
                                       .tp = tp, .mbs = mbs, .n_mb = bd / mbs,
                                       .recompute = rc, .sp = sp,

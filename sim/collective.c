@@ -412,7 +412,10 @@ void sim_add_sharded(sim_ir *ir, const sim_costs *c)
          * and before its backward (before the recompute where there is
          * one), held until that compute ends; task j's gather may start
          * when task j-1 starts (it waits for the end of j-2): the next
-         * group's prefetch overlaps the current one's compute */
+         * group's prefetch overlaps the current one's compute. The whole
+         * stage is gathered (its bytes move), but as FSDP and ZeRO-3
+         * gather a layer at a time, two layers' weights are held at once
+         * (sim_stage_cost.gather_bytes) */
         int *rel = util_malloc(sizeof(int) * (size_t)(n + 1));
         int *deferred = util_malloc(sizeof(int) * (size_t)(n + 1)), nd = 0;
         for (int j = 0; j < n; j++) {
@@ -441,7 +444,7 @@ void sim_add_sharded(sim_ir *ir, const sim_costs *c)
                     sim_ir_dep(ir, L[r][g], out[r].last_recv);
                     sim_ir_dep(ir, L[r][g], out[r].last_send);
                     sim_ir_buffer(ir, out[r].first, L[r][rel[g]],
-                                  c->stage[s].param_bytes);
+                                  c->stage[s].gather_bytes);
                 }
             }
             if (j < 0) continue;

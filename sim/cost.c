@@ -832,6 +832,10 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->last_op = last_op[s];
         double f = 0, bb = 0, w = 0, r = 0, arf = 0, arb = 0, arr = 0;
         double frozen = 0;
+        /* ZeRO-3's unit: a layer's weights (trained params, frozen
+         * bytes), the largest of the stage's */
+        double unit = 0, unit_tp = 0, unit_fz = 0;
+        int unit_layer = -1;
         double ring_lat = 0, ring_bw = 0, ring_base = NCCL_BASE_NS;
         if (tpw > 1) tp_ring(t, g0, tpw, &ring_lat, &ring_bw);
         /* measured: the executor's own all-reduce between devices */
@@ -864,6 +868,13 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             sc->params += op->params;
             sc->train_params += prof_op_train_params(op);
             frozen += op->frozen_bytes;
+            if (op->layer != unit_layer) {
+                unit = fmax(unit, unit_tp * wb + unit_fz);
+                unit_tp = unit_fz = 0;
+                unit_layer = op->layer;
+            }
+            unit_tp += prof_op_train_params(op);
+            unit_fz += op->frozen_bytes;
             if (op->bwd_w_flops > 0)
                 sc->wkeep_bytes += sim_op_act_rank(m, i, tpw, sp) * mbs;
             for (int k = 0; k < op->n_in; k++) {
@@ -893,6 +904,10 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
          * rest under ZeRO-3 */
         sc->train_bytes = sc->train_params * wb;
         sc->param_bytes = sc->train_bytes + frozen;
+        /* held gathered at once: the layer computing and the next one
+         * prefetched, as FSDP's units and ZeRO-3's prefetch hold them */
+        unit = fmax(unit, unit_tp * wb + unit_fz);
+        sc->gather_bytes = fmin(sc->param_bytes, 2 * unit);
         sc->frozen_bytes = frozen;
         sim_zero_bytes(sc->train_params, wb, state, zst, shard,
                        &sc->weight_bytes, &sc->grad_bytes, &sc->opt_bytes);

@@ -279,6 +279,10 @@ typedef struct sim_stage_cost {
                                  * GPU holds them (sharded under ZeRO) */
     double param_bytes;         /* the stage's weights unsharded: what a
                                  * ZeRO-3 gather brings */
+    double gather_bytes;        /* what a ZeRO-3 gather holds at once: two
+                                 * layers' weights (the one computing,
+                                 * the next prefetched), at most the
+                                 * stage's */
     double train_params;        /* those that train (all but under a
                                  * fine-tuning mode: prof_model_finetune) */
     double train_bytes;         /* their gradients unsharded: what a

@@ -167,17 +167,18 @@ Test(exec_cli_pipe, recomputation_memory_is_the_simulators)
 }
 
 /* A sharded plan is refused before any work (it crashed the runtime). */
+/* ZeRO-3 with a W pass of its own: the IR gathers for F and B only */
 Test(exec_cli_pipe, sharded_plans_are_refused)
 {
     char *dir = test_tmpdir();
-    cli_result r = cli_run("sim --hw cpu x2 --model %s --schedule 1f1b --pp 1 "
-                           "--dp 2 --mbs 2 --microbatches 2 --zero 3 --out "
-                           "%s/z.json", PICO, dir);
+    cli_result r = cli_run("sim --hw cpu x2 --model %s --schedule zb-h1 "
+                           "--pp 1 --dp 2 --mbs 2 --microbatches 2 --zero 3 "
+                           "--out %s/z.json", PICO, dir);
     cr_assert_eq(r.code, 0, "%s", r.err);
     cli_result_free(&r);
     r = cli_run("exec --plan %s/z.json --steps 1", dir);
     cr_expect_eq(r.code, 2);
-    cr_expect(strstr(r.err, "ZeRO stage 3") && strstr(r.err, "--zero 2"),
+    cr_expect(strstr(r.err, "ZeRO stage 3") && strstr(r.err, "1f1b"),
               "%s", r.err);
     cr_expect_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1,
                  "one line: %s", r.err);
