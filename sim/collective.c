@@ -137,6 +137,38 @@ static int grp_cmp(const void *a, const void *b)
     return (y->s > x->s) - (y->s < x->s);
 }
 
+/* The server of simulated replica r's copy of plan stage s. */
+static int replica_server(const sim_ir *ir, const sim_costs *c, int s, int r)
+{
+    const prof_topo *t = c->topo;
+    int g = c->dev_gpu[ir->stage_device[r * c->n_model_stages + s]];
+    return t->nodes[t->gpu_node[g]].server;
+}
+
+/* NCCL's channels for the step of a ring over consecutive replicas
+ * mem[0..nm) of plan stage s from member i to the next (wrap: to the
+ * next simulated group's first, folded): where it crosses servers, NCCL
+ * runs a ring per channel, each crossing through another GPU's network
+ * port, so the step takes as many ports as the two servers hold members
+ * in a row on each side. One elsewhere. */
+static int ring_chans(const sim_ir *ir, const sim_costs *c, int s,
+                      const int *mem, int nm, int i, int wrap)
+{
+    if (!c->topo || !c->dev_gpu || nm < 2) return 1;
+    int j = wrap ? 0 : (i + 1) % nm;
+    int a = replica_server(ir, c, s, mem[i]);
+    int b = replica_server(ir, c, s, mem[j]);
+    if (!wrap && a == b) return 1;
+    int ks = 1, kd = 1;
+    while (i - ks >= 0 && mem[i - ks] == mem[i] - ks &&
+           replica_server(ir, c, s, mem[i - ks]) == a)
+        ks++;
+    while (j + kd < nm && mem[j + kd] == mem[j] + kd &&
+           replica_server(ir, c, s, mem[j + kd]) == b)
+        kd++;
+    return ks < kd ? ks : kd;
+}
+
 void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
 {
     /* Rs rings members are simulated (replicas, and Chimera's two
@@ -160,6 +192,8 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
     int *lastb = util_malloc(sizeof(int) * (size_t)K * N);
     int *opt = util_malloc(sizeof(int) * (size_t)K * N);
     int *pos = util_malloc(sizeof(int) * (size_t)(ir->n_tasks + 1));
+    int *rmem = util_malloc(sizeof(int) * (size_t)(Rs + 1));
+    for (int r = 0; r < Rs; r++) rmem[r] = r;
     stage_marks(ir, lastb, opt, pos);
     /* tied-embedding transfers of a stage (sim_add_tied) its ring starts
      * after: the copies it receives, and its own sends (they read the
@@ -203,6 +237,8 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                     x.minibatch = k;
                     x.version = -1;
                     x.lanes = lanes;
+                    x.chans = ring_chans(ir, c, s, rmem, Rs, r,
+                                         c->fold > 1 && r == Rs - 1);
                     x.steps = pairs == 1 ? steps : 1;
                     x.bytes = bytes;
                     int rid;
@@ -229,6 +265,7 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
         }
     }
     free(g);
+    free(rmem);
     free(last_send);
     free(tied);
     free(tied_off);
@@ -274,6 +311,8 @@ static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
             x.mb = st;
             x.version = -1;
             x.lanes = c->tp > 1 ? c->tp : 1;
+            x.chans = ring_chans(ir, c, s, mem, nm, i,
+                                 c->fold > 1 && !inner && i == nm - 1);
             x.steps = pairs == 1 ? steps : 1;
             x.bytes = bytes;
             int rid;

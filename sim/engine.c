@@ -166,6 +166,7 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
         const sim_task *t = &ir->tasks[i];
         int l = (t->kind == SIM_SEND || sim_kind_nvme(t->kind)) &&
                 t->lanes > 1 ? t->lanes : 1;
+        if (t->kind == SIM_SEND && t->chans > 1) l *= t->chans;
         e->lane_off[i + 1] = e->lane_off[i] + l;
     }
     size_t NL = (size_t)e->lane_off[n] + 1;
@@ -250,13 +251,24 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
         size_t used = 0, capr = 0;
         for (int i = 0; i < n; i++) {
             const sim_task *t = &ir->tasks[i];
+            int tl = t->lanes > 1 ? t->lanes : 1;
             for (int j = 0; j < e->lane_off[i + 1] - e->lane_off[i]; j++) {
                 int a = -1, b = -1;
                 if (t->kind == SIM_SEND && t->peer >= 0) {
-                    a = tp->gpu_node[c->dev_gpu[t->device] + j];
+                    /* lane j: tensor-parallel rank j % tl of channel
+                     * j / tl, which leaves from the member ch before the
+                     * sender and arrives at the one ch after the
+                     * receiver (sim_task.chans) */
+                    int ch = j / tl, sd = t->device;
+                    int rd = ir->tasks[t->peer].device;
+                    if (ch) {
+                        sd = ir->stage_device[t->stage - ch * S];
+                        rd = ir->stage_device[t->stage2 + ch * S];
+                    }
+                    a = tp->gpu_node[c->dev_gpu[sd] + j % tl];
                     int wrap = F > 1 && t->comm == SIM_COMM_DP &&
                                !t->inner && t->stage2 / S <= t->stage / S;
-                    b = tp->gpu_node[c->dev_gpu[ir->tasks[t->peer].device] + j +
+                    b = tp->gpu_node[c->dev_gpu[rd] + j % tl +
                                      (wrap ? next_replica : 0)];
                 } else if (t->kind == SIM_SWAP_OUT ||
                            t->kind == SIM_SWAP_IN) {

@@ -102,6 +102,12 @@ typedef struct sim_task {
     int32_t lanes;      /* transfers: parallel flows, one per tensor-parallel
                          * rank (GPU j of the sender's group to GPU j of the
                          * receiver's), each bytes/lanes; 0 or 1: one */
+    int32_t chans;      /* data-parallel ring steps between servers:
+                         * NCCL's channels, each crossing through another
+                         * member's network port (the c-th member before
+                         * the sender to the c-th after the receiver),
+                         * every lane's bytes split over them; 0 or 1:
+                         * one (sim_ring_chans) */
     int32_t steps;      /* transfers: the transfer repeated back to back,
                          * the route's latency between repeats (a folded
                          * ring all-reduce, sim_add_allreduce); 0 or 1:

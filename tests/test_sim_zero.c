@@ -190,6 +190,35 @@ Test(zero, communication_volume)
     }
 }
 
+/* A data-parallel ring over two 8-GPU servers: as NCCL runs a ring per
+ * channel, each crossing servers through another GPU's port, the step
+ * between servers takes all eight ports of the 200 Gb/s fabric (25 GB/s
+ * each), not one: the all-reduce's 2(N-1) steps of P/N bytes take about
+ * (P/N) / 200 GB/s each (NVLink's hop is faster), eight times less than
+ * through one port. The same for ZeRO-3's gathers and reduce-scatters
+ * (3(N-1) steps, the backward's gather overlapping the forward: busy
+ * for less than their sum); folded or not. */
+Test(zero, rings_between_servers_take_every_port)
+{
+    const int N = 16;
+    for (int z = 0; z <= 3; z += 3)
+        for (int fold = 0; fold <= 1; fold++) {
+            zrun r;
+            zsim("gpt2", "a100-sxm-80gb", N, SIM_SCHED_1F1B, 1, N, 1, 1, z,
+                 0, fold, &r);
+            double P = r.param_bytes[0];
+            double steps = (z ? 3.0 : 2.0) * (N - 1);
+            double ports = steps * (P / N) / (8 * 25e9);
+            /* the busiest sender: one whose step crosses servers */
+            double dp = 0;
+            for (int d = 0; d < r.n_devices && d < 64; d++)
+                dp = fmax(dp, r.dev[d].comm_busy_ns[SIM_COMM_DP] * 1e-9);
+            cr_expect(dp > (z ? 0.6 : 0.9) * ports && dp < 1.4 * ports,
+                      "zero %d, fold %d: rings busy %.2f ms, eight ports "
+                      "%.2f ms", z, fold, dp * 1e3, ports * 1e3);
+        }
+}
+
 /* ZeRO-3 holds the gathered parameters of a stage from their gather to
  * the end of the compute using them, two layers' at a time (the one
  * computing, the next prefetched), as FSDP's units: at least one such
