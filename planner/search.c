@@ -492,6 +492,15 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
 
 enum { MAX_LOG_MBS = 16 };
 
+/* The search's op times of microbatch size mbs: a power of two's by its
+ * log, the one other size a search may have (--mbs) in the last slot. */
+static int ot_slot(int mbs)
+{
+    int lb = 0;
+    while (lb < MAX_LOG_MBS && (1 << lb) < mbs) lb++;
+    return (1 << lb) == mbs ? lb : MAX_LOG_MBS + 1;
+}
+
 typedef struct search {
     const prof_model *m;
     const prof_topo *t;
@@ -501,7 +510,8 @@ typedef struct search {
     const prof_gpu *g;
     double cap;               /* bytes per GPU less the reserve */
     units lay, fine;
-    op_times ot[MAX_LOG_MBS + 1]; /* per microbatch size, filled on use */
+    op_times ot[MAX_LOG_MBS + 2]; /* per microbatch size, filled on use
+                               * (ot_slot) */
     plan_mixed_memo *memo;    /* Mixed-pipe's balanced cuts, shared by the
                                * three Mixed schedules of a layout */
     cand *cs;
@@ -578,9 +588,6 @@ static int check_request(search *s, util_err *e)
     if (o->mbs > 0 && r->batch % o->mbs)
         return util_errf(e, UTIL_EXIT_USAGE, "batch %d cannot be split into "
                          "microbatches of %d", r->batch, o->mbs);
-    if (o->mbs > 0 && (o->mbs & (o->mbs - 1)))
-        return util_errf(e, UTIL_EXIT_USAGE, "--mbs %d: microbatch sizes are "
-                         "powers of two", o->mbs);
     if (o->tp > 0 && (t->gpus_per_server > 0 ? o->tp > t->gpus_per_server : o->tp > n))
         return util_errf(e, UTIL_EXIT_USAGE, "--tp %d is larger than a server "
                          "of %s (%d GPUs): tensor parallelism stays inside one",
@@ -640,7 +647,7 @@ static void add_candidate(search *s, const cand *c, int *capc)
 
 /* Which candidates exist: tensor parallel width inside a server (dividing
  * the heads), pipeline depth, data parallel width = the rest; microbatch
- * size (powers of two dividing a replica's batch); every schedule the
+ * size (powers of two dividing a replica's batch, or --mbs); every schedule the
  * options allow; recomputation; the schedule's knob. */
 static void enumerate_candidates(search *s)
 {
@@ -663,9 +670,11 @@ static void enumerate_candidates(search *s)
                 continue;
             }
             int bd = batch / d;
+            /* powers of two, or the one size asked for */
             for (int lb = 0; lb <= MAX_LOG_MBS && (1 << lb) <= bd; lb++) {
-                int mbs = 1 << lb;
-                if (bd % mbs || (o->mbs && mbs != o->mbs)) continue;
+                int mbs = o->mbs > 0 ? o->mbs : 1 << lb;
+                if (o->mbs > 0 && lb) break;
+                if (bd % mbs) continue;
                 for (int sc = 0; sc < SIM_SCHED_COUNT; sc++) {
                     if (!sim_sched_plannable((sim_sched)sc)) continue;
                     if (o->sched_mask && !(o->sched_mask & (1u << sc))) continue;
@@ -737,8 +746,7 @@ static void bound_candidates(search *s)
         cand *c = &s->cs[(long)i * step % s->ncand];
         progress(s, "partitioning", i, s->ncand);
         if (now_s() >= stop) break; /* the rest: never simulated */
-        int lb = 0;
-        while ((1 << lb) != c->mbs) lb++;
+        int lb = ot_slot(c->mbs);
         if (!s->ot[lb].f) op_times_fill(&s->ot[lb], s->m, s->g, c->mbs);
         cand_partition(c, s->m, s->t, &s->lay, &s->fine, &s->ot[lb], s->o,
                        s->cap, s->model_name, s->hw_name, s->memo);
@@ -889,7 +897,8 @@ static void offload_search(search *s)
             alt_reason(a, "%s", "offloads one GPU: pp, dp and tp 1");
             continue;
         }
-        for (int mbs = 1; mbs <= r->batch && !expired(s); mbs *= 2) {
+        for (int mbs = o->mbs > 0 ? o->mbs : 1;
+             mbs <= r->batch && !expired(s); mbs *= 2) {
             if (r->batch % mbs || (o->mbs > 0 && mbs != o->mbs)) continue;
             cand c;
             memset(&c, 0, sizeof c);
@@ -1080,7 +1089,7 @@ static void search_free(search *s)
 {
     for (int i = 0; i < s->ncand; i++) sim_plan_free(&s->cs[i].plan);
     free(s->cs);
-    for (int i = 0; i <= MAX_LOG_MBS; i++)
+    for (int i = 0; i <= MAX_LOG_MBS + 1; i++)
         if (s->ot[i].f) op_times_free(&s->ot[i]);
     units_free(&s->lay);
     units_free(&s->fine);

@@ -373,6 +373,18 @@ Test(plan, bad_input)
     }
 }
 
+/* A microbatch size the user fixes need not be a power of two (published
+ * runs use 6, 10, 24...): the search takes it as given. */
+Test(plan, any_microbatch_size_asked_for)
+{
+    json_t *j = cli_json("plan --hw a100-sxm-80gb x8 --model gpt2 --mbs 6 "
+                         "--batch 96 --no-progress --json");
+    json_t *p = json_object_get(j, "plan");
+    cr_assert_not_null(p);
+    cr_expect_eq(json_integer_value(json_object_get(p, "mbs")), 6);
+    json_decref(j);
+}
+
 Test(plan, capacity_sweep)
 {
     cli_result r = cli_run("plan --hw rtx2080ti,rtx3090 --gpus 2,4 --model gpt2-xl --json");
