@@ -28,6 +28,10 @@ typedef struct vrow {
     char model[64];           /* a catalog model, or "" (GPT from columns) */
     double heads, hidden, layers, tp, pp, gpus, batch, measured;
     int recompute, sp, mbs, zero; /* -1: not given in the row */
+    int has_ft;               /* a 'finetune' cell: what trains */
+    prof_finetune ft;
+    double mem_gib;           /* a 'peak_mem_gib' cell: the measured peak
+                               * per GPU; 0: none */
 } vrow;
 
 typedef struct vhead {
@@ -149,7 +153,8 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
                                        "layers"};
     static const char *const knobs[] = {"recompute", "sequence_parallel",
                                         "microbatch", "zero"};
-    int col[7], kc[4], mcol = -1, meas = -1, mk = -1, have_header = 0;
+    int col[7], kc[4], mcol = -1, fcol = -1, pcol = -1, meas = -1, mk = -1;
+    int have_header = 0;
     int nrows = 0, rc = 0;
     vrow rows[256];
     int lineno = 0;
@@ -172,6 +177,8 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
             cells[n++] = c;
         if (!have_header) {
             mcol = col_of(cells, n, "model");
+            fcol = col_of(cells, n, "finetune");
+            pcol = col_of(cells, n, "peak_mem_gib");
             for (int k = 0; k < 7; k++) {
                 col[k] = col_of(cells, n, need[k]);
                 if (col[k] < 0 && (k < 4 || mcol < 0)) {
@@ -232,6 +239,23 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
             rc = -1;
             goto out;
         }
+        if (pcol >= 0 && pcol < n && cells[pcol][0] &&
+            (util_parse_double(cells[pcol], &r->mem_gib) ||
+             !(r->mem_gib > 0))) {
+            rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: column 'peak_mem_gib': "
+                           "expected a positive number", path, lineno);
+            goto out;
+        }
+        /* fine-tuning: which parameters train (sluice plan --finetune) */
+        if (fcol >= 0 && fcol < n && cells[fcol][0]) {
+            util_err fe;
+            if (prof_finetune_parse(cells[fcol], &r->ft, &fe)) {
+                rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: column 'finetune'"
+                               ": %s", path, lineno, fe.msg);
+                goto out;
+            }
+            r->has_ft = 1;
+        }
         nrows++;
     }
     if (!h.gpu[0]) {
@@ -257,17 +281,25 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
     const char *hd[] = {"line", "model", "t", "p", "d", "GPUs", "knobs",
                         "measured", "predicted", "error"};
     for (int k = 0; k < 10; k++) util_table_col(tb, k, hd[k], k == 1 || k == 6 ? 'l' : 'r');
-    double sum_abs = 0, worst = 0;
-    int counted = 0;
+    double sum_abs = 0, worst = 0, mem_abs = 0, mem_worst = 0;
+    int counted = 0, mem_counted = 0;
+    util_table *mt = util_table_new(5);
+    const char *mh[] = {"line", "model", "measured GiB", "predicted GiB",
+                        "error"};
+    for (int k = 0; k < 5; k++) util_table_col(mt, k, mh[k], k == 1 ? 'l' : 'r');
     for (int i = 0; i < nrows; i++) {
         vrow *r = &rows[i];
         prof_model_spec s;
         util_err re;
-        double pred = NAN;
+        double pred = NAN, pmem = NAN;
         char why[160] = "", tag[48] = "", mname[32];
         int d = (int)(r->gpus / (r->tp * r->pp));
         int rcm = r->recompute >= 0 ? r->recompute : h.recompute;
         prof_model *m = row_spec(r, &h, &s, &re) ? NULL : prof_model_build(&s, &re);
+        if (m && r->has_ft && prof_model_finetune(m, &r->ft, &re)) {
+            prof_model_free(m);
+            m = NULL;
+        }
         snprintf(mname, sizeof mname, "%s", r->model[0] ? r->model : s.name);
         char cnt[16];
         snprintf(cnt, sizeof cnt, "x%.0f", r->gpus);
@@ -302,6 +334,15 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
                      : mk == M_ITER_S ? a->iteration_s
                      : r->batch * S / a->iteration_s / r->gpus;
                 plan_knob_tag(&a->plan, tag, sizeof tag);
+                pmem = a->peak_bytes / 1073741824.0;
+                if (r->has_ft && !prof_finetune_full(&r->ft)) {
+                    /* the mode's kind ("lora", "qlora", "frozen") */
+                    char fn[64];
+                    prof_finetune_name(&r->ft, fn, sizeof fn);
+                    fn[strcspn(fn, ":")] = 0;
+                    size_t tl = strlen(tag);
+                    snprintf(tag + tl, sizeof tag - tl, " %s", fn);
+                }
             } else {
                 snprintf(why, sizeof why, "%s", pr.found ? re.msg : pr.advice);
             }
@@ -344,6 +385,23 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
             json_object_set_new(jr, "predicted", json_null());
             json_object_set_new(jr, "reason", json_string(why));
         }
+        if (r->mem_gib > 0 && isfinite(pmem)) {
+            /* the worst GPU's peak, what the framework's counter shows */
+            double err = (pmem - r->mem_gib) / r->mem_gib;
+            mem_abs += fabs(err);
+            mem_worst = fmax(mem_worst, fabs(err));
+            mem_counted++;
+            char m[5][40];
+            snprintf(m[0], 40, "%d", r->line);
+            snprintf(m[1], 40, "%s", mname);
+            snprintf(m[2], 40, "%.2f", r->mem_gib);
+            snprintf(m[3], 40, "%.2f", pmem);
+            snprintf(m[4], 40, "%+.1f%%", 100 * err);
+            const char *mc[5] = {m[0], m[1], m[2], m[3], m[4]};
+            util_table_row(mt, mc);
+            json_object_set_new(jr, "peak_mem_gib", json_real(r->mem_gib));
+            json_object_set_new(jr, "predicted_peak_mem_gib", json_real(pmem));
+        }
         const char *cells[10];
         for (int k = 0; k < 10; k++) cells[k] = c[k];
         util_table_row(tb, cells);
@@ -368,8 +426,18 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
             fprintf(out, "  mean absolute error %.1f%% over %d rows; worst "
                     "%.1f%% (goal: mean under 5%%, no row over 10%%; positive: "
                     "sluice too fast)\n", 100 * mape, counted, 100 * worst);
+        if (mem_counted) {
+            fprintf(out, "%s: peak memory per GPU, measured and predicted\n",
+                    path);
+            util_table_print(mt, out, "  ");
+            fprintf(out, "  mean absolute error %.1f%% over %d rows; worst "
+                    "%.1f%% (positive: sluice predicts more)\n",
+                    100 * mem_abs / mem_counted, mem_counted,
+                    100 * mem_worst);
+        }
     }
     util_table_free(tb);
+    util_table_free(mt);
     if (!counted)
         rc = util_errf(e, UTIL_EXIT_FAIL, "%s: no row could be predicted", path);
 out:

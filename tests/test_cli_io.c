@@ -254,7 +254,8 @@ Test(cli_io, plots_only_replace_whole_images)
 }
 
 /* validate: a bad cell is named by file, line and column; a table with a
- * catalog model, fixed knobs and iterations in seconds is predicted. */
+ * catalog model, fixed knobs and iterations in seconds is predicted; a
+ * fine-tuning mode per row, and a measured peak compared. */
 Test(cli_io, validate_rows_and_knobs)
 {
     char *dir = test_tmpdir();
@@ -296,5 +297,33 @@ Test(cli_io, validate_rows_and_knobs)
     cr_expect(strstr(r.out, "\"measure\": \"iteration_s\"") != NULL, "%s", r.out);
     cr_expect(strstr(r.out, "\"knobs\": \"sel\"") != NULL, "%s", r.out);
     cli_result_free(&r);
+    /* what trains (finetune) and the measured peak memory: LoRA plans
+     * for less memory than full training, and the peak is compared */
+    f = fopen(good, "w");
+    fputs("# sluice: gpu=a100-sxm-80gb seq=1024\n"
+          "model,tensor_parallel,pipeline_parallel,gpus,batch,microbatch,"
+          "finetune,peak_mem_gib,iteration_s\n"
+          "gpt2,1,1,1,8,8,full,10,0.1\n"
+          "gpt2,1,1,1,8,8,lora:8,10,0.1\n", f);
+    fclose(f);
+    json_t *j = cli_json("validate --json %s", good);
+    json_t *rows = json_object_get(j, "rows");
+    cr_assert_eq(json_array_size(rows), 2);
+    double full = json_number_value(json_object_get(
+        json_array_get(rows, 0), "predicted_peak_mem_gib"));
+    double lora = json_number_value(json_object_get(
+        json_array_get(rows, 1), "predicted_peak_mem_gib"));
+    cr_expect(full > 0 && lora > 0 && lora < full,
+              "LoRA's peak %.3f GiB, full training's %.3f", lora, full);
+    json_decref(j);
+    cli_expect(0, "peak memory per GPU, measured and predicted", "validate %s",
+               good);
+    f = fopen(bad, "w");
+    fputs("# sluice: gpu=a100-sxm-80gb\n"
+          "model,tensor_parallel,pipeline_parallel,gpus,batch,finetune,"
+          "iteration_s\n"
+          "gpt2,1,1,1,8,lora:zero,0.5\n", f);
+    fclose(f);
+    cli_expect(2, "bad.csv:3: column 'finetune'", "validate %s", bad);
     test_rm_rf(dir);
 }
