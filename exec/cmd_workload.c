@@ -325,6 +325,7 @@ static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
                 for (int j = 0; j < nj; j++)
                     json_array_append_new(pls, json_string(r->job[j].plan));
                 json_object_set_new(p, "plans", pls);
+                json_object_set_new(p, "setup_s", json_real(r->setup_s));
             }
             json_object_set_new(p, "weights_equal_baseline",
                                 base >= 0 ? json_boolean(eq[i]) : json_null());
@@ -373,7 +374,11 @@ static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
         util_table_print(t, stdout, "  ");
         util_table_free(t);
         printf("  device util: measured (simulated); sequential: %s\n", base_note);
-        if (pipe >= 0) printf("  pipeline: %s\n", pipe_note);
+        if (pipe >= 0)
+            printf("  pipeline: %s; its makespan is the runs' training, "
+                   "%.2f s more went to setting them up (the plan's IR and "
+                   "prediction, the corpus, the workers)\n", pipe_note,
+                   res[pipe].setup_s);
         for (int i = 0; i < n; i++) {
             const exec_wl_result *r = &res[i];
             if (r->policy == EXEC_WL_SEQUENTIAL) continue;

@@ -567,6 +567,10 @@ typedef struct exec_wl_result {
     exec_wl_policy policy;
     int n_jobs, n_devices;
     double makespan_s, predicted_makespan_s;
+    double setup_s;                     /* pipeline: its runs' time outside
+                                         * training (the plan's IR and
+                                         * prediction, the corpus, the
+                                         * workers), not in makespan_s */
     double *busy_s, *predicted_busy_s;  /* [n_devices] computing */
     double *dev_peak_bytes;             /* [n_devices] measured */
     double host_peak_bytes, predicted_host_peak_bytes;

@@ -93,6 +93,8 @@ int main(void)
         printf("hydra's weights %s the baseline's bit for bit; %ld of %ld "
                "shard-steps prefetched\n", same ? "equal" : "DIFFER FROM",
                r[1].prefetched, r[1].steps);
+        printf("the pipelines' makespan is their runs' training; %.3f s "
+               "more went to setting the runs up\n", r[2].setup_s);
         if (!same) rc = 1;
     }
     for (int i = 0; i < n; i++) exec_wl_result_free(&r[i]);

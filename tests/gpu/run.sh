@@ -19,7 +19,7 @@
 #       prediction here is of fp32 math); then zero-offload's GPT-2 run
 #       of (f) adds the host's AdamW rate, and fuyou's is predicted again;
 #   (e) one step of each kind of plan against the CPU backend's, as (a):
-#       tensor parallelism, ZeRO-1 and -2 data parallelism, LoRA,
+#       tensor parallelism, ZeRO-1, -2 and -3 data parallelism, LoRA,
 #       recomputation, zero-bubble and interleaved schedules (their workers
 #       on one GPU), and the tier schedules (zero-offload, fuyou with its
 #       states in DRAM, zero-infinity with them in a file on the drive);
@@ -177,6 +177,7 @@ echo "== (e) one step of each kind of plan, the GPU against the CPU"
 same "tp 2" 2 --schedule 1f1b --pp 1 --tp 2
 same "dp 2, zero 1" 2 --schedule 1f1b --pp 1 --dp 2 --zero 1
 same "dp 2, zero 2" 2 --schedule 1f1b --pp 1 --dp 2 --zero 2
+same "dp 2, zero 3" 2 --schedule 1f1b --pp 1 --dp 2 --zero 3
 same "lora 8" 2 --schedule 1f1b --pp 2 --finetune lora:8
 same "recompute" 2 --schedule 1f1b --pp 2 --recompute
 same "zb-h1" 2 --schedule zb-h1 --pp 2
