@@ -132,7 +132,7 @@ validate: $(BINDIR)/sluice
 # CUDA is optional: detected, never required by the CPU build and tests.
 # `make cuda` builds bin/sluice-cuda (this sluice with the CUDA backend and
 # the NCCL transport linked in: `exec --backend cuda`), bin/sluice-cuda-test
-# (every CUDA op against the CPU oracle) and tests/gpu/run.sh's helper.
+# (every CUDA op against the CPU oracle) and tests/gpu/run.sh's helpers.
 # Kernels launch on per-thread default streams unless given a stream.
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
@@ -155,7 +155,8 @@ else ifeq ($(NCCL_FOUND),)
 	@echo "cuda: nccl.h not found; install NCCL (libnccl-dev) beside CUDA" >&2; exit 1
 else
 	$(Q)$(MAKE) --no-print-directory $(BINDIR)/sluice-cuda \
-	    $(BINDIR)/sluice-cuda-test $(BUILD)/gpu/gpu_check
+	    $(BINDIR)/sluice-cuda-test $(BUILD)/gpu/gpu_check \
+	    $(BUILD)/gpu/gemm_rate
 endif
 
 $(BUILD)/cuda/%.o: %.cu
@@ -183,6 +184,12 @@ $(BINDIR)/sluice-cuda-test: $(BUILD)/cuda/kernels/cuda_test.o \
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD    $@")
 	$(Q)$(NVCC) $^ $(CUDA_LIBS) -lopenblas -lm -lpthread -o $@
+
+# cuBLAS's sustained bf16 GEMM rate (tests/gpu/run.sh, check (g))
+$(BUILD)/gpu/gemm_rate: $(BUILD)/cuda/tests/gpu/gemm_rate.o
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD    $@")
+	$(Q)$(NVCC) $^ $(CUDA_LIBS) -o $@
 
 $(BUILD)/gpu/gpu_check: tests/gpu/gpu_check.c $(BUILD)/libsluice.a
 	@mkdir -p $(dir $@)

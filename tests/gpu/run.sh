@@ -27,7 +27,10 @@
 #       zero-infinity (states in a file on the drive), 4 steps:
 #       measured against simulated iteration time and each tier resource
 #       (PCIe each way, the CPU's AdamW).
-# SLUICE_GPU_CHECKS lists the checks to run (default: "a b b1 c d e f").
+#   (g) cuBLAS's sustained bf16 GEMM rate for a transformer layer's shapes
+#       (build/gpu/gemm_rate), as a share of the profile's bf16 peak: what
+#       the profile's GEMM efficiency (gemm_max and its curve) should say.
+# SLUICE_GPU_CHECKS lists the checks to run (default: "a b b1 c d e f g").
 # Without a GPU it says why it skipped and exits 0. Exit 1 when a check
 # fails. SLUICE_GPU_HW names the plan's hardware (default: from the GPU's
 # name); MAKE_JOBS the build's parallelism (default 2);
@@ -89,7 +92,7 @@ data=${SLUICE_GPU_DATA:-$tmp/corpus.txt}
 [ -n "${SLUICE_GPU_DATA:-}" ] || cat README.md exec/*.c >"$data"
 echo "tests/gpu/run.sh: ${gpu:-a GPU} (${count:-?} visible), plans for $hw"
 fail=0
-checks=" ${SLUICE_GPU_CHECKS:-a b b1 c d e f} "
+checks=" ${SLUICE_GPU_CHECKS:-a b b1 c d e f g} "
 want() {
     case "$checks" in *" $1 "*) return 0 ;; esac
     return 1
@@ -216,6 +219,13 @@ for st in fuyou:dram zero-offload:dram zero-infinity:nvme; do
     fi
     keep "$tmp/$sch-run.txt"
 done
+fi
+
+if want g; then
+echo "== (g) cuBLAS's bf16 GEMMs, sustained, against the profile's peak"
+peak=$($bin profile show --hw "$hw" x1 --json | tr -d ' \n' |
+       sed -n 's/.*"peak_tflops":{[^}]*"bf16":\([0-9.]*\).*/\1/p')
+build/gpu/gemm_rate "${peak:-0}" 2 || fail=1
 fi
 
 if want d; then
