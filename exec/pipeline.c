@@ -132,11 +132,13 @@ static int zero_check(const exec_pipe_opts *o, const sim_plan *p,
     return 0;
 }
 
-/* ZeRO-2 with a tied table on two stages: each microbatch's gradient is
- * reduce-scattered as soon as its backward ends, so the copies could
- * only exchange the last microbatch's (sim_add_tied sends once). */
-static int zero_tied_check(const sim_ir *ir, const sim_plan *p,
-                           const char *where, util_err *e)
+/* What the IR of a sharded plan asks that the executor does not run:
+ * ZeRO-2 and 3 with a tied table on two stages (each microbatch's
+ * gradient is reduce-scattered as soon as its backward ends, so the
+ * copies could only exchange the last microbatch's: sim_add_tied sends
+ * once), ZeRO-3 with a W pass. */
+static int zero_ir_check(const sim_ir *ir, const sim_plan *p,
+                         const char *where, util_err *e)
 {
     if (sim_zero_stage(p->zero, p->fsdp) < 2) return 0;
     /* ZeRO-3 gathers a stage's weights for its F and its backward
@@ -504,7 +506,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         util_err_prefix(e, "%s", where);
         goto out;
     }
-    if (zero_tied_check(r->ir, p, where, e)) goto out;
+    if (zero_ir_check(r->ir, p, where, e)) goto out;
     rt.ir = r->ir;
     rt.tiers = r->costs->offload != 0;
     rt.tier_sched = r->costs->offload;
