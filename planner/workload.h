@@ -31,6 +31,13 @@ typedef struct plan_wl_sjob {
     long minibatches;
     int priority;             /* higher first, before any policy's rule */
     double host_bytes;        /* state the host keeps throughout */
+    int64_t host_step_ns;     /* clipping (sluice exec --clip): the job's
+                               * optimizer step on the host, run by the
+                               * device's thread after each minibatch's
+                               * last step (as sluice exec runs it), whose
+                               * shard then goes and loads again for the
+                               * next step (the device's copy is stale);
+                               * 0: none */
 } plan_wl_sjob;
 
 typedef enum {

@@ -64,7 +64,7 @@ static ev heap_pop(heap *h)
 typedef struct gstate {
     int cur, nxt;             /* jobs: computing, reserved next; -1 */
     const plan_wl_step *cur_step, *nxt_step;
-    int64_t cur_start, nxt_load_end;
+    int64_t cur_start, cur_ns, nxt_load_end;
     int64_t copy_in_free, copy_out_free;
     int64_t slot_free;        /* write-back of the step before the current
                                * one done: its slot takes the next load */
@@ -161,6 +161,14 @@ static void push(loop *L, int64_t t, int start, int gpu)
     heap_push(&L->h, v);
 }
 
+/* Whether job j's step `step` ends a minibatch that the host steps
+ * (clipping). */
+static int host_steps(const loop *L, int j, long step)
+{
+    const plan_wl_sjob *J = &L->jobs[j];
+    return J->host_step_ns > 0 && (step + 1) % J->n_steps == 0;
+}
+
 /* GPU gi reserves job j's next step and starts loading it at `now`. */
 static void reserve(loop *L, int gi, int j, int64_t now)
 {
@@ -170,11 +178,16 @@ static void reserve(loop *L, int gi, int j, int64_t now)
     s->held = gi;
     g->nxt = j;
     g->nxt_step = st;
-    /* the same shard again on this GPU stays where it is */
-    int stays = g->cur == j && g->cur_step && g->cur_step->shard == st->shard;
+    /* the same shard again on this GPU stays where it is, unless the
+     * step computing now ends with the host's step of the job: then its
+     * copy here is stale, and loads again once that is done */
+    int after = g->cur == j && g->cur_step && host_steps(L, j, s->next - 1);
+    int stays = g->cur == j && g->cur_step &&
+                g->cur_step->shard == st->shard && !after;
     int64_t ls = now;
     if (g->copy_in_free > ls) ls = g->copy_in_free;
     if (g->slot_free > ls) ls = g->slot_free;
+    if (after && g->cur_start + g->cur_ns > ls) ls = g->cur_start + g->cur_ns;
     int64_t le = stays ? ls : ls + st->load_ns;
     if (!stays) {
         g->copy_in_free = le;
@@ -203,23 +216,27 @@ static void start(loop *L, int gi, int64_t now)
     g->cur = j;
     g->cur_step = g->nxt_step;
     g->cur_start = now;
+    /* the host's step under clipping runs on the device's thread, as
+     * sluice exec runs it */
+    g->cur_ns = g->cur_step->compute_ns +
+                (host_steps(L, j, s->next) ? L->jobs[j].host_step_ns : 0);
     g->nxt = -1;
     g->nxt_step = NULL;
     s->next++;
     s->remaining_ns -= g->cur_step->compute_ns;
-    push(L, now + g->cur_step->compute_ns, 0, gi);
+    push(L, now + g->cur_ns, 0, gi);
     plan_wl_run *r = L->r;
     if (L->o->record) {
         plan_wl_seg *ls = g->last_seg >= 0 ? &r->seg[g->last_seg] : NULL;
         if (ls && ls->job == j) {
-            ls->end_ns = now + g->cur_step->compute_ns;
+            ls->end_ns = now + g->cur_ns;
             ls->steps++;
         } else {
             if (r->n_seg == r->cap_seg) {
                 r->cap_seg = r->cap_seg ? 2 * r->cap_seg : 256;
                 r->seg = util_realloc(r->seg, sizeof *r->seg * (size_t)r->cap_seg);
             }
-            plan_wl_seg sg = {gi, j, now, now + g->cur_step->compute_ns, 1};
+            plan_wl_seg sg = {gi, j, now, now + g->cur_ns, 1};
             g->last_seg = r->n_seg;
             r->seg[r->n_seg++] = sg;
         }
@@ -234,8 +251,10 @@ static void end(loop *L, int gi, int64_t now)
     int j = g->cur;
     jstate *s = &L->j[j];
     const plan_wl_step *st = g->cur_step;
-    L->r->busy_ns[gi] += st->compute_ns;
-    int stays = g->nxt == j && g->nxt_step->shard == st->shard;
+    L->r->busy_ns[gi] += g->cur_ns;
+    /* after the host's step the shard here is stale: it goes */
+    int stays = g->nxt == j && g->nxt_step->shard == st->shard &&
+                !host_steps(L, j, s->next - 1);
     int64_t ee = now;
     if (!stays) {
         ee = (g->copy_out_free > now ? g->copy_out_free : now) + st->evict_ns;

@@ -30,8 +30,8 @@ static plan_wl_run sched(const plan_wl_sjob *j, int n, int ng,
 Test(workload, lrtf_matches_hand_computed_schedule)
 {
     plan_wl_step st = {10, 4, 3, 100, 50, 0, 0};
-    plan_wl_sjob j[3] = {{1, &st, 1, 0, 0}, {1, &st, 1, 0, 0},
-                         {1, &st, 2, 0, 0}};
+    plan_wl_sjob j[3] = {{1, &st, 1, 0, 0, 0}, {1, &st, 1, 0, 0, 0},
+                         {1, &st, 2, 0, 0, 0}};
     plan_wl_run r = sched(j, 3, 2, PLAN_WL_LRTF);
     cr_expect_eq(r.makespan_ns, 27);
     cr_expect_eq(r.busy_ns[0], 20);
@@ -41,6 +41,28 @@ Test(workload, lrtf_matches_hand_computed_schedule)
     plan_wl_run_free(&r);
     r = sched(j, 3, 2, PLAN_WL_RR);
     cr_expect_gt(r.makespan_ns, 27);
+    plan_wl_run_free(&r);
+}
+
+/* Clipping: the host steps the job on the device's thread after each
+ * minibatch's last step (5 ns), and its shard, stale then, goes and
+ * loads again. One GPU, J2 of the schedule above alone: load 0..4,
+ * compute 4..14 and the host's step 14..19, write-back 19..22 and the
+ * load again 19..23 (copies both ways at once), compute 23..33, the
+ * host's step 33..38, write-back 38..41. Without clipping, 27 ns. */
+Test(workload, a_clipped_job_steps_on_the_host)
+{
+    plan_wl_step st = {10, 4, 3, 100, 50, 0, 0};
+    plan_wl_sjob j = {1, &st, 2, 0, 0, 5};
+    plan_wl_run r = sched(&j, 1, 1, PLAN_WL_LRTF);
+    cr_expect_eq(r.makespan_ns, 41);
+    cr_expect_eq(r.busy_ns[0], 30, "compute and the host's steps");
+    cr_expect_float_eq(r.pcie_bytes, 2 * 100 + 2 * 50, 1e-9,
+                       "loaded and written back twice");
+    plan_wl_run_free(&r);
+    j.host_step_ns = 0;
+    r = sched(&j, 1, 1, PLAN_WL_LRTF);
+    cr_expect_eq(r.makespan_ns, 27);
     plan_wl_run_free(&r);
 }
 
@@ -83,7 +105,8 @@ Test(workload, policies_against_brute_force)
                          {2, 1, 1, 1, 1, -1, 0}};
     plan_wl_step c[3] = {{9, 5, 1, 1, 1, 1, 0}, {2, 1, 4, 1, 1, 0, 1},
                          {6, 3, 3, 1, 1, -1, 0}};
-    plan_wl_sjob j[3] = {{3, a, 2, 0, 0}, {3, b, 3, 0, 0}, {3, c, 1, 0, 0}};
+    plan_wl_sjob j[3] = {{3, a, 2, 0, 0, 0}, {3, b, 3, 0, 0, 0},
+                         {3, c, 1, 0, 0, 0}};
     long orders;
     int64_t opt = brute(j, 3, 2, &orders);
     cr_assert_gt(orders, 10, "only %ld orders", orders);
@@ -101,7 +124,7 @@ Test(workload, policies_against_brute_force)
 Test(workload, priority_first)
 {
     plan_wl_step st = {10, 0, 0, 0, 0, 0, 0};
-    plan_wl_sjob j[2] = {{1, &st, 5, 0, 0}, {1, &st, 1, 1, 0}};
+    plan_wl_sjob j[2] = {{1, &st, 5, 0, 0, 0}, {1, &st, 1, 1, 0, 0}};
     plan_wl_sched_opts o = {0};
     o.record = 1;
     plan_wl_run r;
