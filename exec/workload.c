@@ -286,6 +286,8 @@ static int prep_job(exec_wl *W, wl_job *J, int idx, util_err *e)
     J->seed = W->o.seed + (uint64_t)idx;
     J->P = exec_gpt_param_table(&J->cfg, J->tt);
     if (cut_job(W, J, e)) return -1;
+    /* clipping: the steps as run_step takes them (the host steps the job) */
+    if (J->defer) wl_prep_clip(&J->prep, J->sgd);
     J->prep.sj.minibatches = J->steps;
     J->rt.model = J->prep.m;
     J->rt.cfg = J->cfg;
@@ -952,35 +954,6 @@ static const plan_alt *pipe_plan(exec_wl *W, wl_job *J, util_err *e)
 
 /* The simulated run: the planner's scheduler over the same cut, with the
  * CPU profile's times. */
-/* Clipping, as the run does it (run_step): each backward step's shard
- * gradient goes to the host too (at the rate of the step's write-back,
- * or of its load when it writes nothing back), and after a minibatch's
- * last backward the host steps the whole job, as the simulator prices a
- * CPU's step (AdamW's bytes; SGD moves 12 of AdamW's 28 a parameter).
- * The steps are a copy (*own) of the job's. */
-static void clipped_steps(const exec_wl *W, const wl_job *J,
-                          plan_wl_sjob *sj, plan_wl_step **own)
-{
-    int n = sj->n_steps;
-    plan_wl_step *st = util_malloc(sizeof *st * (size_t)(n + 1));
-    memcpy(st, sj->step, sizeof *st * (size_t)n);
-    for (int i = 0; i < n; i++) {
-        int kind, sh = step_shard(J->k, i, &kind);
-        if (kind == 0) continue;
-        double by = (double)J->sh[sh].st.n * sizeof(float);
-        double rate = st[i].evict_bytes > 0 && st[i].evict_ns > 0
-                    ? st[i].evict_bytes / (double)st[i].evict_ns
-                    : st[i].load_bytes > 0 && st[i].load_ns > 0
-                    ? st[i].load_bytes / (double)st[i].load_ns : 0;
-        st[i].evict_bytes += by;
-        if (rate > 0) st[i].evict_ns += (int64_t)llround(by / rate);
-    }
-    sj->step = st;
-    *own = st;
-    double adam = sim_cpu_opt_ns(W->t, 0, (double)J->P);
-    sj->host_step_ns = (int64_t)llround(J->sgd ? adam * 12.0 / 28.0 : adam);
-}
-
 static void predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r)
 {
     if (p == EXEC_WL_PIPELINE) return;      /* the plans that ran: below */
@@ -997,11 +970,7 @@ static void predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r)
         return;
     }
     plan_wl_sjob *sj = util_calloc((size_t)W->n, sizeof *sj);
-    plan_wl_step **own = util_calloc((size_t)W->n, sizeof *own);
-    for (int j = 0; j < W->n; j++) {
-        sj[j] = W->job[j].prep.sj;
-        if (W->job[j].defer) clipped_steps(W, &W->job[j], &sj[j], &own[j]);
-    }
+    for (int j = 0; j < W->n; j++) sj[j] = W->job[j].prep.sj;
     plan_wl_sched_opts o = {0};
     o.policy = p == EXEC_WL_HYDRA ? PLAN_WL_LRTF
              : p == EXEC_WL_RANDOM ? PLAN_WL_RANDOM : PLAN_WL_RR;
@@ -1014,8 +983,6 @@ static void predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r)
     r->predicted_host_peak_bytes = pr.host_peak_bytes;
     r->predicted_copy_bytes = pr.pcie_bytes;
     plan_wl_run_free(&pr);
-    for (int j = 0; j < W->n; j++) free(own[j]);
-    free(own);
     free(sj);
 }
 

@@ -230,10 +230,15 @@ static int cut_shards(wl_prep *p, util_err *e)
  * 1..k-1 keep only their output on the host; the last shard runs forward,
  * loss and backward at once; backwards k-1..1 recompute their forward from
  * the saved input, then backward and the optimizer step on the GPU, and
- * write their state back. Copies at the route's bandwidth plus latency. */
+ * write their state back. Copies at the route's bandwidth plus latency.
+ * Clipped (p->clip): a backward loads the weights only, takes no step and
+ * sends its gradient to the host instead of its state; the host steps the
+ * job after the minibatch (sj.host_step_ns, as a CPU's step is priced:
+ * AdamW's bytes, SGD's 12 of their 28). */
 static void make_steps(wl_prep *p)
 {
     const sim_costs *c = p->lc;
+    int clip = p->clip;
     int k = p->k, b = p->job->batch;
     p->n_steps = 2 * k - 1;
     p->step = util_calloc((size_t)p->n_steps, sizeof(plan_wl_step));
@@ -245,9 +250,9 @@ static void make_steps(wl_prep *p)
             const sim_stage_cost *sc = &c->stage[l];
             f += (double)sc->f_ns;
             bw += (double)(sc->b_ns + sc->w_ns);
-            opt += (double)sc->opt_ns;
-            ld += lload(sc, !fwd);
-            st += sc->weight_bytes + sc->opt_bytes;
+            opt += clip ? 0 : (double)sc->opt_ns;
+            ld += lload(sc, !fwd && !clip);
+            st += clip ? sc->train_bytes : sc->weight_bytes + sc->opt_bytes;
             tk = (double)sc->task_ns;
         }
         double in = in_act(p->m, p->first[s], b);
@@ -266,7 +271,9 @@ static void make_steps(wl_prep *p)
              * optimizer step */
             x->compute_ns = (int64_t)llround(f + bw + opt + tk);
             x->load_bytes = ld + in + (last ? 0 : out);
-            x->evict_bytes = st + in;       /* state, and the input gradient */
+            x->evict_bytes = st + in;       /* state (clipped: the
+                                             * gradient), and the input
+                                             * gradient */
             x->host_delta_bytes = -in;      /* the saved input is consumed */
         }
         x->load_ns = (int64_t)llround(x->load_bytes / p->pcie_bw + p->pcie_lat_ns);
@@ -275,6 +282,15 @@ static void make_steps(wl_prep *p)
     }
     p->sj.n_steps = p->n_steps;
     p->sj.step = p->step;
+    p->sj.host_step_ns = 0;
+    if (clip) {
+        double params = 0;
+        for (int l = 0; l < c->n_stages; l++)
+            params += c->stage[l].train_params;
+        double adam = sim_cpu_opt_ns(p->t, 0, params);
+        p->sj.host_step_ns = (int64_t)llround(clip == 2 ? adam * 12.0 / 28.0
+                                                        : adam);
+    }
     p->sj.minibatches = p->minibatches;
     p->sj.priority = p->job->priority;
     p->sj.host_bytes = 0;
@@ -313,6 +329,15 @@ int wl_prep_job(wl_prep *p, const plan_wl_job *j, const prof_topo *t,
     make_steps(p);
     p->flops = prof_model_train_flops(p->m, 0) * j->samples;
     return 0;
+}
+
+void wl_prep_clip(wl_prep *p, int sgd)
+{
+    free(p->step);
+    p->step = NULL;
+    p->mb_compute_ns = 0;
+    p->clip = sgd ? 2 : 1;
+    make_steps(p);
 }
 
 void wl_prep_free(wl_prep *p)

@@ -23,12 +23,18 @@ typedef struct wl_prep {
     int64_t mb_compute_ns;      /* one minibatch's shard-steps */
     double flops;               /* model FLOPs of the whole job */
     plan_wl_sjob sj;            /* lends step */
+    int clip;                   /* steps of wl_prep_clip: 1 AdamW, 2 SGD */
 } wl_prep;
 
 /* Prepares job j for topology t (GPU 0's type for all GPUs). Errors name
  * the job's place in its file (exit code 2). */
 int wl_prep_job(wl_prep *p, const plan_wl_job *j, const prof_topo *t,
                 double reserve, util_err *e);
+/* The job's steps again as a run clipping the gradient takes them (sluice
+ * exec --clip): each backward sends its gradient to the host, which steps
+ * the whole job after the minibatch (sj.host_step_ns); sgd: the job's
+ * optimizer is SGD. */
+void wl_prep_clip(wl_prep *p, int sgd);
 void wl_prep_free(wl_prep *p);
 
 #endif

@@ -295,7 +295,7 @@ Test(exec_workload, sgd_jobs_train_as_plain_sgd)
  * taken on the host with the global norm, so under every sharded policy
  * each job (AdamW or SGD, cut in shards or whole) ends with the clipped
  * reference's bits, which are not the unclipped ones; the prediction
- * counts the host's steps. */
+ * copies what the run copies. */
 Test(exec_workload, clipping_steps_each_job_as_the_clipped_reference)
 {
     char *dir = test_tmpdir();
@@ -327,6 +327,13 @@ Test(exec_workload, clipping_steps_each_job_as_the_clipped_reference)
         exec_wl_result r;
         cr_assert_eq(exec_wl_run(w, pols[i], &r, &e), 0, "%s", e.msg);
         const char *pn = exec_wl_policy_name(pols[i]);
+        /* the prediction copies what the run copied: gradients out, no
+         * moments in or out (the host steps the job) */
+        double moved = r.h2d_bytes + r.d2h_bytes;
+        if (pols[i] != EXEC_WL_SEQUENTIAL)
+            cr_expect(fabs(r.predicted_copy_bytes - moved) < 0.05 * moved,
+                      "%s: %.0f bytes copied, %.0f predicted", pn, moved,
+                      r.predicted_copy_bytes);
         for (int j = 0; j < 3; j++) {
             size_t n = P[j] * sizeof(float);
             cr_expect(!memcmp(r.job[j].params, ref[j], n), "%s: job %d's "
@@ -338,32 +345,6 @@ Test(exec_workload, clipping_steps_each_job_as_the_clipped_reference)
         }
         exec_wl_result_free(&r);
     }
-    /* the prediction has the host's steps (on the devices' threads, as
-     * the run takes them) and the gradients' copies: the devices busier
-     * than for the same workload unclipped, more bytes copied (jobs
-     * whole either way: the same cut) */
-    char *wp = write_file(dir, "p.json",
-        "{\"jobs\": [\n"
-        "  {\"model\": \"" PICO "\", \"batch\": 8, \"samples\": 16},\n"
-        "  {\"model\": \"" PICO "\", \"batch\": 8, \"samples\": 16}\n]}\n");
-    exec_wl *c = open_wl(wp, 2, a, 31, 5, 1);
-    exec_wl *u = open_wl(wp, 2, adamw(), 31, 5, 1);
-    cr_assert_eq(shards(c, 0), shards(u, 0));
-    exec_wl_result rc, ru;
-    cr_assert_eq(exec_wl_run(c, EXEC_WL_HYDRA, &rc, &e), 0, "%s", e.msg);
-    cr_assert_eq(exec_wl_run(u, EXEC_WL_HYDRA, &ru, &e), 0, "%s", e.msg);
-    double bc = 0, bu = 0;
-    for (int g = 0; g < 2; g++) {
-        bc += rc.predicted_busy_s[g];
-        bu += ru.predicted_busy_s[g];
-    }
-    cr_expect_gt(bc, bu, "busy %g s clipped, %g s not", bc, bu);
-    cr_expect_gt(rc.predicted_copy_bytes, ru.predicted_copy_bytes);
-    exec_wl_result_free(&rc);
-    exec_wl_result_free(&ru);
-    exec_wl_free(c);
-    exec_wl_free(u);
-    free(wp);
     for (int j = 0; j < 3; j++) free(ref[j]);
     free(unclipped);
     exec_wl_free(w);
