@@ -294,8 +294,10 @@ static void make_steps(wl_prep *p)
     p->sj.minibatches = p->minibatches;
     p->sj.priority = p->job->priority;
     p->sj.host_bytes = 0;
+    /* clipped, the host also holds the minibatch's whole gradient */
     for (int l = 0; l < p->m->n_layers; l++)
-        p->sj.host_bytes += c->stage[l].weight_bytes + c->stage[l].opt_bytes;
+        p->sj.host_bytes += c->stage[l].weight_bytes + c->stage[l].opt_bytes +
+                            (clip ? c->stage[l].train_bytes : 0);
 }
 
 int wl_prep_job(wl_prep *p, const plan_wl_job *j, const prof_topo *t,
