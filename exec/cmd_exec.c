@@ -514,6 +514,7 @@ static int run_plan(cmd *c)
     po.xport = c->xport;
     po.record_mem = c->trace || c->plot;
     po.op_timing = c->calibrate;
+    po.own_gpus = c->calibrate;
     po.offload = c->offload;
     if (offload_fault_from_env(&po, &e)) {
         rc = -1;

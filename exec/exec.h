@@ -382,6 +382,9 @@ typedef struct exec_pipe_opts {
     const struct exec_backend *backend; /* NULL: the CPU (lent) */
     int record_mem;             /* memory curves for traces */
     int op_timing;              /* time every op's parts (calibration) */
+    int own_gpus;               /* refuse, before running, workers that
+                                 * would share a GPU (--calibrate: their op
+                                 * times would hold each other's kernels) */
     exec_offload offload;       /* model states below the device */
     const volatile int *stop;   /* Ctrl-C: stop after the current step */
     /* faults on purpose (tests): worker, its n-th compute task, kill */

@@ -583,6 +583,14 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         for (int j = i + 1; j < rt.n_local; j++)
             if (rt.w[i].dev.index == rt.w[j].dev.index && !r->shared_gpu)
                 r->shared_gpu = 1 + rt.w[i].dev.index;
+    if (o->own_gpus && r->shared_gpu) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: its %d workers would share "
+                  "GPU %d, and a shared GPU's op times hold the other "
+                  "workers' kernels; calibrate from a plan with a GPU per "
+                  "worker (nothing was run)", where, rt.n_local,
+                  r->shared_gpu - 1);
+        goto out_rt;
+    }
     x = xport_new(o, &rt, mpi, e);
     if (!x) goto out_rt;
     rt.x = x;

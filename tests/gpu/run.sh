@@ -16,7 +16,8 @@
 #       --calibrate (its op times join the calibration: one worker per
 #       GPU, so nothing is shared) and (b)'s without: measured against the
 #       calibrated prediction (the executor computes in fp32, so every
-#       prediction here is of fp32 math); then zero-offload's GPT-2 run
+#       prediction here is of fp32 math), and (b) with --calibrate on one
+#       GPU refused before it runs; then zero-offload's GPT-2 run
 #       of (f) adds the host's AdamW rate, and fuyou's is predicted again;
 #   (e) one step of each kind of plan against the CPU backend's, as (a):
 #       tensor parallelism, ZeRO-1, -2 and -3 data parallelism, LoRA,
@@ -247,6 +248,18 @@ if SLUICE_PROFILE_DIR="$prof" $bin calibrate --hw "$hw" x$n \
     run "$tmp/one.json" 10 "$tmp/one-cal.json" --calibrate
     echo "(b) again, simulated with the calibration and (b1)'s op times:"
     run "$tmp/gpt2.json" 20 "$tmp/gpt2-cal.json"
+    if [ "${count:-1}" -lt 2 ]; then
+        # its two workers would share the GPU: refused before it runs
+        rc=0
+        $bin exec --plan "$tmp/gpt2.json" --steps 1 --data "$data" \
+            --backend cuda --calibrate >"$tmp/shared.txt" 2>&1 || rc=$?
+        if [ "$rc" = 2 ] && grep -q "would share GPU" "$tmp/shared.txt"; then
+            echo "(b) with --calibrate on one GPU: refused before running"
+        else
+            echo "(b) with --calibrate on one GPU: not refused (exit $rc)"
+            fail=1
+        fi
+    fi
     # the host's rates (the CPU's AdamW) from a zero-offload run, then
     # fuyou predicted with them
     for st in zero-offload:--calibrate fuyou:; do
