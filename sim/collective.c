@@ -145,28 +145,33 @@ static int replica_server(const sim_ir *ir, const sim_costs *c, int s, int r)
     return t->nodes[t->gpu_node[g]].server;
 }
 
-/* NCCL's channels for the step of a ring over consecutive replicas
- * mem[0..nm) of plan stage s from member i to the next (wrap: to the
- * next simulated group's first, folded): where it crosses servers, NCCL
- * runs a ring per channel, each crossing through another GPU's network
- * port, so the step takes as many ports as the two servers hold members
- * in a row on each side. One elsewhere. */
-static int ring_chans(const sim_ir *ir, const sim_costs *c, int s,
-                      const int *mem, int nm, int i, int wrap)
+/* NCCL's channels for each step of a ring over consecutive replicas
+ * mem[0..nm) of plan stage s, from member i to the next (wrap: the last
+ * member's to the next simulated group's first, folded), into ch[0..nm):
+ * where a step crosses servers, NCCL runs a ring per channel, each
+ * crossing through another GPU's network port, so the step takes as many
+ * ports as the two servers hold members in a row on each side; one
+ * elsewhere. The same for every step of the ring. */
+static void ring_chans(const sim_ir *ir, const sim_costs *c, int s,
+                       const int *mem, int nm, int wrap, int *ch)
 {
-    if (!c->topo || !c->dev_gpu || nm < 2) return 1;
-    int j = wrap ? 0 : (i + 1) % nm;
-    int a = replica_server(ir, c, s, mem[i]);
-    int b = replica_server(ir, c, s, mem[j]);
-    if (!wrap && a == b) return 1;
-    int ks = 1, kd = 1;
-    while (i - ks >= 0 && mem[i - ks] == mem[i] - ks &&
-           replica_server(ir, c, s, mem[i - ks]) == a)
-        ks++;
-    while (j + kd < nm && mem[j + kd] == mem[j] + kd &&
-           replica_server(ir, c, s, mem[j + kd]) == b)
-        kd++;
-    return ks < kd ? ks : kd;
+    for (int i = 0; i < nm; i++) ch[i] = 1;
+    if (!c->topo || !c->dev_gpu || nm < 2) return;
+    int *srv = util_malloc(sizeof(int) * (size_t)nm);
+    for (int i = 0; i < nm; i++) srv[i] = replica_server(ir, c, s, mem[i]);
+    for (int i = 0; i < nm; i++) {
+        int w = wrap && i == nm - 1, j = w ? 0 : (i + 1) % nm;
+        if (!w && srv[i] == srv[j]) continue;
+        int ks = 1, kd = 1;
+        while (i - ks >= 0 && mem[i - ks] == mem[i] - ks &&
+               srv[i - ks] == srv[i])
+            ks++;
+        while (j + kd < nm && mem[j + kd] == mem[j] + kd &&
+               srv[j + kd] == srv[j])
+            kd++;
+        ch[i] = ks < kd ? ks : kd;
+    }
+    free(srv);
 }
 
 void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
@@ -193,6 +198,7 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
     int *opt = util_malloc(sizeof(int) * (size_t)K * N);
     int *pos = util_malloc(sizeof(int) * (size_t)(ir->n_tasks + 1));
     int *rmem = util_malloc(sizeof(int) * (size_t)(Rs + 1));
+    int *chans = util_malloc(sizeof(int) * (size_t)(Rs + 1));
     for (int r = 0; r < Rs; r++) rmem[r] = r;
     stage_marks(ir, lastb, opt, pos);
     /* tied-embedding transfers of a stage (sim_add_tied) its ring starts
@@ -223,6 +229,7 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
         {
             double bytes = c->stage[s].grad_bytes / R * lanes;
             int steps = 2 * (R - 1), pairs = Rs == 1 ? 1 : steps;
+            ring_chans(ir, c, s, rmem, Rs, c->fold > 1, chans);
             for (int st = 0; st < pairs; st++) {
                 for (int r = 0; r < Rs; r++) {
                     int v = r * S + s, w = ((r + 1) % Rs) * S + s;
@@ -237,8 +244,7 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                     x.minibatch = k;
                     x.version = -1;
                     x.lanes = lanes;
-                    x.chans = ring_chans(ir, c, s, rmem, Rs, r,
-                                         c->fold > 1 && r == Rs - 1);
+                    x.chans = chans[r];
                     x.steps = pairs == 1 ? steps : 1;
                     x.bytes = bytes;
                     int rid;
@@ -266,6 +272,7 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
     }
     free(g);
     free(rmem);
+    free(chans);
     free(last_send);
     free(tied);
     free(tied_off);
@@ -296,6 +303,8 @@ static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
     int pairs = nm == 1 ? 1 : steps;
     int *prev = util_malloc(sizeof(int) * (size_t)nm);
     int *cur = util_malloc(sizeof(int) * (size_t)nm);
+    int *chans = util_malloc(sizeof(int) * (size_t)nm);
+    ring_chans(ir, c, s, mem, nm, c->fold > 1 && !inner, chans);
     for (int st = 0; st < pairs; st++) {
         for (int i = 0; i < nm; i++) {
             int v = mem[i] * S + s, w = mem[(i + 1) % nm] * S + s;
@@ -311,8 +320,7 @@ static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
             x.mb = st;
             x.version = -1;
             x.lanes = c->tp > 1 ? c->tp : 1;
-            x.chans = ring_chans(ir, c, s, mem, nm, i,
-                                 c->fold > 1 && !inner && i == nm - 1);
+            x.chans = chans[i];
             x.steps = pairs == 1 ? steps : 1;
             x.bytes = bytes;
             int rid;
@@ -328,6 +336,7 @@ static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
     for (int i = 0; i < nm; i++) out[i].last_recv = prev[i];
     free(prev);
     free(cur);
+    free(chans);
 }
 
 /* A reduce-scatter of plan stage s's gradients, or an all-gather of its
