@@ -761,6 +761,13 @@ static void dp_chunk(const exec_runtime *rt, const exec_stage *st, int task,
     chunk(st->n, H, c, lo, len);
 }
 
+/* ZeRO-3: the arena of the stage's k-th gather of the step, NULL while
+ * none is open. */
+static exec_buf *ag_buf(const exec_stage *st, int k)
+{
+    return k >= 0 && k < st->n_agb ? st->agb[k] : NULL;
+}
+
 /* The buffer a data-parallel ring task of stage st reads or writes: the
  * gradient (ZeRO-2: its microbatch's buffer), or for all-gathers the
  * weights. NULL when ZeRO-2's buffer is not there. */
@@ -768,8 +775,8 @@ static float *dp_base(const exec_worker *w, const exec_stage *st, int task)
 {
     const sim_task *t = &w->rt->ir->tasks[task];
     if (t->coll == SIM_COLL_ALLGATHER && w->rt->zero >= 3) {
-        int k = w->inst[task];
-        return k >= 0 && k < st->n_agb && st->agb[k] ? st->agb[k]->p : NULL;
+        exec_buf *b = ag_buf(st, w->inst[task]);
+        return b ? b->p : NULL;
     }
     if (t->coll == SIM_COLL_ALLGATHER) return st->w[st->cur_ver];
     if (w->rt->zero < 2) return st->g;
@@ -782,7 +789,7 @@ static float *dp_base(const exec_worker *w, const exec_stage *st, int task)
 static int ag_open(exec_worker *w, exec_stage *st, int id, util_err *e)
 {
     int k = w->inst[id];
-    if (k < 0 || k >= st->n_agb || st->agb[k])
+    if (k < 0 || k >= st->n_agb || ag_buf(st, k))
         return util_errf(e, UTIL_EXIT_FAIL, "an all-gather of stage %d "
                          "started twice", st->id);
     /* the communication thread's: no kernel time of the compute's */
@@ -1047,10 +1054,11 @@ static int ag_bind(exec_worker *w, int id, util_err *e)
         exec_buf *b = take_recv(w, d);
         if (b && fold_dp(w, d, b, e)) return -1;
     }
-    if (k >= st->n_agb || !st->agb[k])
+    exec_buf *b = ag_buf(st, k);
+    if (!b)
         return util_errf(e, UTIL_EXIT_FAIL, "the stage's weights were not "
                          "gathered before it");
-    st->w[0] = st->agb[k]->p;
+    st->w[0] = b->p;
     return 0;
 }
 
@@ -1059,9 +1067,10 @@ static void ag_release(exec_worker *w, int id)
 {
     exec_stage *st = &w->st[w->lidx[w->rt->ir->tasks[id].stage]];
     int k = w->ag_rel[id];
-    if (k >= st->n_agb || !st->agb[k]) return;
-    if (st->w[0] == st->agb[k]->p) st->w[0] = NULL;
-    exec_buf_unref(st->agb[k]);
+    exec_buf *b = ag_buf(st, k);
+    if (!b) return;
+    if (st->w[0] == b->p) st->w[0] = NULL;
+    exec_buf_unref(b);
     st->agb[k] = NULL;
 }
 
