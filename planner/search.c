@@ -12,6 +12,7 @@
  * is used. plan_search at the end reads as the outline of the steps. */
 #include "planner/planner.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -897,9 +898,11 @@ static void offload_search(search *s)
             alt_reason(a, "%s", "offloads one GPU: pp, dp and tp 1");
             continue;
         }
+        /* powers of two, or the one size asked for */
         for (int mbs = o->mbs > 0 ? o->mbs : 1;
-             mbs <= r->batch && !expired(s); mbs *= 2) {
-            if (r->batch % mbs || (o->mbs > 0 && mbs != o->mbs)) continue;
+             mbs <= r->batch && !expired(s); mbs = o->mbs > 0 ? INT_MAX
+                                                               : 2 * mbs) {
+            if (r->batch % mbs) continue;
             cand c;
             memset(&c, 0, sizeof c);
             c.sched = (sim_sched)k;
