@@ -120,6 +120,8 @@ test-asan:
 
 bench: $(BINDIR)/sluice $(BENCH_BIN)
 	$(Q)for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
+	@echo "== validation (sluice validate validation/*.csv: each table's error beside its goal)"
+	$(Q)$(BINDIR)/sluice validate validation/*.csv | grep -E '^validation/|mean absolute'
 
 # The main job of the README's first command.
 run: $(BINDIR)/sluice
