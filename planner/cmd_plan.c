@@ -418,6 +418,39 @@ static void print_answer(const plan_result *r, const prof_model *m,
            json_number_value(json_object_get(rep, "tokens_per_s")),
            json_number_value(json_object_get(rep, "tflops_per_gpu")),
            100 * json_number_value(json_object_get(rep, "mfu")), 100 * bmean);
+    json_t *stt = json_object_get(rep, "state_tiers");
+    if (stt) {
+        /* stages whose optimizer state the host keeps and steps */
+        json_t *sts = json_object_get(stt, "stages");
+        char hb[32], hc[32], nb[32];
+        printf("optimizer state on the host (fp32 weights and Adam moments, "
+               "stepped by the CPU):");
+        for (int t = SIM_TIER_DRAM; t <= SIM_TIER_NVME; t++) {
+            int n = 0;
+            double worst = 0;
+            for (size_t k = 0; k < json_array_size(sts); k++) {
+                json_t *x = json_array_get(sts, k);
+                if (strcmp(json_string_value(json_object_get(x, "tier")),
+                           sim_state_tier_name(t)))
+                    continue;
+                printf("%s", n++ ? "," : t == SIM_TIER_DRAM ? " DRAM: stage "
+                                              : "; NVMe: stage ");
+                printf("%zu", k);
+                worst = fmax(worst, json_number_value(json_object_get(
+                    x, "host_step_s")));
+            }
+            if (n) printf(" (step off the GPU at most %s)",
+                          util_fmt_time(worst, hb, sizeof hb));
+        }
+        printf("\n  host DRAM %s of %s", util_fmt_bytes(json_number_value(
+                   json_object_get(stt, "host_bytes")), hb, sizeof hb),
+               util_fmt_bytes(json_number_value(json_object_get(
+                   stt, "host_capacity_bytes")), hc, sizeof hc));
+        double nv = json_number_value(json_object_get(stt, "nvme_bytes"));
+        if (nv > 0)
+            printf(", NVMe %s", util_fmt_bytes(nv, nb, sizeof nb));
+        printf(" (the fullest server)\n");
+    }
     json_t *ofl = json_object_get(rep, "offload");
     if (ofl) {
         /* the tiers, and the resource that bounds the step */

@@ -111,6 +111,10 @@ typedef struct plan_opts {
     int exhaustive;           /* simulate every candidate: no pruning */
     int no_fold;              /* simulate every data-parallel replica even
                                * where the cluster is symmetric (tests) */
+    int state_tiers;          /* the search's own pass where nothing fits
+                               * the GPUs: a stage that overflows its GPU
+                               * keeps its optimizer state on a host tier
+                               * (sim_add_stage_tiers); 0 for callers */
     double time_limit_s;      /* > 0: answer with the best plan found by
                                * then (partitioning takes at most half;
                                * checked between candidates, so a running

@@ -468,6 +468,8 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
                            const char *hw_name, plan_mixed_memo *memo)
 {
     double state = o->state_bytes_per_param > 0 ? o->state_bytes_per_param : 16;
+    /* stage tiers: the GPU keeps fp16 weights and gradients at least */
+    if (o->state_tiers) state = fmin(state, 4);
     double bw, lat;
     pipeline_link(t, c->pp, c->tp, &bw, &lat);
     plan_skeleton(c, o, m, model_name, hw_name);
@@ -836,6 +838,74 @@ static void run_candidate(search *s, cand *c, sim_costs *sc, int stop_at_oom)
     sim_costs_free(sc);
 }
 
+/* Candidate c in the stage-tier pass, on its costs sc (freed here):
+ * simulated whole; while a device of the first replica overflows, the
+ * stages on it move their optimizer state to the host, the largest first,
+ * until what they free covers the overflow, and it runs again. The host
+ * takes them in DRAM where its servers hold them, else the deepest
+ * stages' go to the drives one by one. */
+static void run_tiered(search *s, cand *c, sim_costs *sc)
+{
+    plan_alt *a = &s->r->alt[c->sched];
+    sim_plan *p = &c->plan;
+    const int S = p->n_stages;
+    for (int round = 0; round <= S; round++) {
+        sim_ir *ir = NULL;
+        sim_engine *en = NULL;
+        sim_result res;
+        util_err se;
+        if (plan_run(p, sc, 0, 0, &ir, &en, &res, &se)) {
+            alt_reason(a, "simulation failed: %s", se.msg);
+            sim_engine_free(en);
+            sim_ir_free(ir);
+            break;
+        }
+        int moved = 0, stuck = 0;
+        for (int d = 0; res.oom && d < p->pp && d < res.n_devices; d++) {
+            double over = res.dev[d].peak_bytes - res.dev[d].capacity_bytes;
+            while (over > 0) {
+                int best = -1;
+                for (int k = 0; k < S; k++)
+                    if (p->stage_device[k] == d && !p->state_tier[k] &&
+                        (best < 0 || sc->stage[k].opt_bytes >
+                                     sc->stage[best].opt_bytes))
+                        best = k;
+                if (best < 0 || sc->stage[best].opt_bytes <= 0) {
+                    stuck = 1;
+                    break;
+                }
+                p->state_tier[best] = SIM_TIER_DRAM;
+                over -= sc->stage[best].opt_bytes;
+                moved = 1;
+            }
+        }
+        if (!moved || stuck) {
+            /* fits (or cannot be helped): its result decides */
+            keep_if_best(s, c, &res);
+            sim_engine_free(en);
+            sim_ir_free(ir);
+            break;
+        }
+        sim_engine_free(en);
+        sim_ir_free(ir);
+        sim_costs_free(sc);
+        util_err ce;
+        int fold = !s->o->no_fold;
+        double res_b = s->r->reserve_bytes;
+        sc = plan_costs(p, s->m, s->t, res_b, fold, &ce);
+        for (int k = S - 1; !sc && k >= 0; k--)
+            if (p->state_tier[k] == SIM_TIER_DRAM) {
+                p->state_tier[k] = SIM_TIER_NVME;
+                sc = plan_costs(p, s->m, s->t, res_b, fold, &ce);
+            }
+        if (!sc) {
+            alt_reason(a, "%s", ce.msg);
+            return;
+        }
+    }
+    sim_costs_free(sc);
+}
+
 /* Simulates candidate c unless a bound shows it cannot beat its
  * schedule's best: first the partitioner's, then the simulator's own
  * stage costs. */
@@ -874,6 +944,10 @@ static void simulate_candidate(search *s, cand *c)
         return;
     }
     r->simulated++;
+    if (o->state_tiers) {
+        run_tiered(s, c, sc);
+        return;
+    }
     /* Once its schedule has a plan or a reason, a candidate over memory
      * changes nothing but the advice for when nothing fits (settled at
      * the end): its run may end at the first overflow. */
@@ -1162,25 +1236,40 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
     if (search_once(m, t, model_name, hw_name, &o1, now, r, e)) return -1;
     spent += r->seconds;
     r->seconds = spent;
-    if (r->found || r->cut_short || !(ofl & ~now)) return 0;
-    /* Nothing fits the GPUs, sharded or not: one of them offloading its
-     * model states to the host (the offload schedules run one GPU) */
+    if (r->found || r->cut_short) return 0;
+    /* Nothing fits the GPUs, sharded or not: the stages that overflow
+     * keep their optimizer state on the host (stage tiers), beside one
+     * GPU offloading all its model states (the offload schedules); the
+     * faster wins */
     char why[sizeof r->advice];
     snprintf(why, sizeof why, "%s", r->advice);
     plan_result_free(r);
-    plan_opts o2 = opts_after(o, spent);
-    o2.sched_mask = ofl & ~now;
-    if (search_once(m, t, model_name, hw_name, &o2, ofl & ~now, r, e))
-        return -1;
+    plan_opts ot = opts_after(o, spent);
+    ot.zero = 0;
+    ot.state_tiers = 1;
+    if (search_once(m, t, model_name, hw_name, &ot, ofl, r, e)) return -1;
     r->seconds += spent;
-    if (r->found)
+    if (r->found && !sim_sched_offload(r->best)) {
+        const sim_plan *bp = &r->alt[r->best].plan;
+        int n = 0, nv = 0;
+        for (int k = 0; k < bp->n_stages; k++) {
+            n += bp->state_tier[k] != 0;
+            nv += bp->state_tier[k] == SIM_TIER_NVME;
+        }
         snprintf(r->note, sizeof r->note, "no plan keeps its model states on "
-                 "the GPUs: %s; one GPU offloading them to the host fits "
-                 "(offload inside a pipeline is not modelled yet)", why);
-    else {
+                 "the GPUs: %s; %d of %d stages keep their fp32 weights and "
+                 "Adam moments in host %s and step them on the CPU", why, n,
+                 bp->n_stages, nv == n ? "NVMe" : nv ? "DRAM and on NVMe"
+                                                   : "DRAM");
+    } else if (r->found) {
+        snprintf(r->note, sizeof r->note, "no plan keeps its model states on "
+                 "the GPUs: %s; one GPU offloading them to the host fits, "
+                 "faster than pipeline stages keeping their optimizer state "
+                 "there", why);
+    } else if (!r->cut_short) {
         snprintf(r->advice, sizeof r->advice, "%s; offloading the model "
                  "states to the host does not fit either", why);
-        offload_why(r);
+        if (ofl) offload_why(r);
     }
     return 0;
 }

@@ -66,6 +66,12 @@ static void usage(FILE *f)
         "                         of the last J, which skip recomputation;\n"
         "                         auto (default) simulates to choose: the\n"
         "                         fewest K that fit, the fastest J\n"
+        "  --state-tiers LIST     where each pipeline stage keeps its fp32\n"
+        "                         weights and Adam moments: gpu (default),\n"
+        "                         dram or nvme (stepped by the host's CPU;\n"
+        "                         fp16 weights and gradients stay on the\n"
+        "                         GPU); one for every stage, or one per\n"
+        "                         stage: gpu,dram,dram,gpu\n"
         "  --host-mem SIZE, --nvme N, --gpus-per-server N, --pcie-gen G\n"
         "                         the server template's host memory, drives,\n"
         "                         size and PCIe (kept with the plan's hw)\n"
@@ -162,6 +168,7 @@ typedef struct cmd_opts {
     const char *plan_file, *partition, *trace, *plot, *out, *measured;
     int json, stages, emit;
     int swap_given;             /* --act-swap K[:J] (else auto) */
+    const char *state_tiers;    /* --state-tiers LIST */
 } cmd_opts;
 
 static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
@@ -179,7 +186,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             "--chunks", "--schedule-file", "--no-recompute",
             "--sequence-parallel", "--zero", "--fsdp", "--finetune",
             "--offload-tier", "--host-mem", "--nvme", "--gpus-per-server",
-            "--pcie-gen", "--act-swap", NULL};
+            "--pcie-gen", "--act-swap", "--state-tiers", NULL};
         int hn;
         for (int k = 0; fixed[k]; k++)
             if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
@@ -306,6 +313,9 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 return util_errf(e, UTIL_EXIT_USAGE, "--offload-tier '%s': "
                                  "expected auto, dram or nvme", argv[i]);
             p->tier = t;
+        } else if (!strcmp(a, "--state-tiers")) {
+            if (need(i, argc, argv, e)) return -1;
+            c->state_tiers = argv[++i];
         } else if (!strcmp(a, "--act-swap")) {
             if (need(i, argc, argv, e)) return -1;
             if (strcmp(argv[++i], "auto")) {
@@ -325,7 +335,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 "--measured", "--no-recompute", "--sequence-parallel",
                 "--zero", "--fsdp", "--finetune", "--offload-tier",
                 "--host-mem", "--nvme", "--gpus-per-server", "--pcie-gen",
-                "--act-swap"};
+                "--act-swap", "--state-tiers"};
             const char *near = util_closest(a, known, sizeof known / sizeof *known);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -345,6 +355,10 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "--measured draws a run above "
                          "the simulation: give --plot PREFIX too");
     if (c->plan_file) return 0;
+    if (c->state_tiers && sim_sched_offload(p->sched))
+        return util_errf(e, UTIL_EXIT_USAGE, "--state-tiers: schedule %s "
+                         "places every stage's states itself (stage tiers "
+                         "are for pipelines)", sim_sched_name(p->sched));
     if (c->swap_given && !sim_sched_offload(p->sched))
         return util_errf(e, UTIL_EXIT_USAGE, "--act-swap: schedule %s swaps "
                          "no activations (zero-offload, zero-infinity and "
@@ -537,6 +551,11 @@ static int run(int argc, char **argv, util_err *e)
             map_lpt(m, g, &p);
         } else {
             sim_sched_map(&so, p.stage_device);
+        }
+        if (c.state_tiers &&
+            sim_state_tiers_parse(c.state_tiers, S, p.state_tier, e)) {
+            util_err_prefix(e, "--state-tiers");
+            goto out;
         }
     }
     if (!p.n_minibatches)

@@ -739,10 +739,14 @@ sim_costs *sim_costs_uniform(int n_stages, int n_devices,
  * (no folding asked, one replica, or no group of fewer than dp). Whether
  * the cluster is symmetric under the shift is the topology's to say. */
 static int fold_group(const prof_topo *t, int rgpus, int dp,
-                      const sim_cost_opts *o)
+                      const sim_cost_opts *o, int n_stages)
 {
     int gps = t->gpus_per_server;
     if (!o || !o->fold || dp < 2 || gps <= 0 || rgpus <= 0) return 0;
+    /* a stage tier's traffic goes to its own server's host: every
+     * replica simulated */
+    for (int i = 0; o->state_tier && i < n_stages; i++)
+        if (o->state_tier[i]) return 0;
     int a = rgpus, b = gps;
     while (b) { int x = a % b; a = b; b = x; }
     int group = gps / a;              /* lcm(rgpus, gps) / rgpus */
@@ -914,6 +918,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->weight_bytes += zst >= 3 ? frozen / shard : frozen;
         sc->opt_ns = (int64_t)llround(sim_opt_model_ns(
             g, zst ? sc->train_params / shard : sc->train_params));
+        sc->state_tier = o && o->state_tier ? o->state_tier[s] : 0;
     }
     for (int s = 0; s < n_stages; s++)
         for (int q = 0; q < n_stages; q++)
@@ -950,7 +955,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     c->tokens_per_sample = m->spec.seq_len + m->spec.dec_seq_len;
     c->model_flops_per_sample = prof_model_train_flops(m, 0);
     int pipes = o && o->pipes > 1 ? o->pipes : 1;
-    int group = fold_group(t, n_devices * tpw, dpw, o);
+    int group = fold_group(t, n_devices * tpw, dpw, o, n_stages);
     /* hybrid sharding folds only where the group simulated is one
      * server's shard group: its rings close inside it */
     if (shard > 1 && shard < dpw && group != shard) group = 0;
@@ -964,6 +969,10 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     } else if (dpw > 1 || pipes > 1) {
         sim_costs_replicate(c, dpw, pipes);
     }
+    if (sim_stage_tier_costs(c, t, e)) {
+        sim_costs_free(c);
+        return NULL;
+    }
     return c;
 }
 
@@ -975,7 +984,7 @@ sim_size sim_costs_size(const prof_topo *t, int n_stages, int pp,
     int pipes = o && o->pipes > 1 ? o->pipes : 1;
     int K = n_minibatches > 1 ? n_minibatches : 1;
     sim_size z = {dpw * pipes, 1, 0, 0};
-    int group = fold_group(t, pp * tpw, dpw, o);
+    int group = fold_group(t, pp * tpw, dpw, o, n_stages);
     const int *rep, *mult;
     if (group && prof_topo_link_orbits(t, group * pp * tpw, dpw / group, &rep,
                                        &mult)) {

@@ -90,36 +90,73 @@ static int64_t task_tp(const sim_costs *c, const sim_task *t)
     }
 }
 
-/* Routes of NVMe transfers: lane j of a read or write of a device's
- * states stripes over drive j of its server (c->drive), from the drive to
- * the host memory nearest the device's GPU or back, and crosses the
- * drive's own resource, which reads and writes share: a write's lane
- * moves read/write bandwidth times its bytes there, so alone it takes
- * bytes over the write bandwidth. */
-static void nvme_routes(sim_engine *e, const sim_ir *ir, const sim_costs *c)
+/* Drive j of the server of device d's GPU (its j-th NVMe node), -1. */
+static int drive_of(const sim_costs *c, int d, int j)
+{
+    const prof_topo *tp = c->topo;
+    int srv = tp->nodes[tp->gpu_node[c->dev_gpu[d]]].server;
+    for (int v = 0; v < tp->n_nodes; v++)
+        if (tp->nodes[v].kind == PROF_NODE_NVME &&
+            tp->nodes[v].server == srv && j-- == 0)
+            return v;
+    return -1;
+}
+
+/* Whether task t is a CPU step priced as traffic on its host's memory (a
+ * stage tier's, sim_add_stage_tiers). */
+static int cpu_flow(const sim_task *t)
+{
+    return t->kind == SIM_CPU_OPT && t->bytes > 0;
+}
+
+/* Routes that end in a node's own resource. NVMe transfers: lane j of a
+ * read or write of a device's states stripes over drive j of its server,
+ * from the drive to the host memory nearest the device's GPU or back, and
+ * crosses the drive's own resource, which reads and writes share: a
+ * write's lane moves read/write bandwidth times its bytes there, so alone
+ * it takes bytes over the write bandwidth. A CPU step as traffic: lane j
+ * crosses the host memory nearest GPU j of the device's group, which the
+ * steps of the server's GPUs share. */
+static void node_routes(sim_engine *e, const sim_ir *ir, const sim_costs *c)
 {
     const prof_topo *tp = c->topo;
     size_t need = 0;
-    for (int i = 0; i < ir->n_tasks; i++)
-        if (sim_kind_nvme(ir->tasks[i].kind)) {
-            int nl = e->lane_off[i + 1] - e->lane_off[i];
-            for (int j = 0; j < nl && j < c->n_drives; j++) {
-                int n = 0;
-                int h = prof_topo_gpu_host_mem(tp, c->dev_gpu[ir->tasks[i].device]);
-                prof_topo_route(tp, c->drive[j], h, &n);
+    for (int i = 0; i < ir->n_tasks; i++) {
+        const sim_task *t = &ir->tasks[i];
+        int nl = e->lane_off[i + 1] - e->lane_off[i];
+        if (cpu_flow(t)) {
+            need += (size_t)nl;
+        } else if (sim_kind_nvme(t->kind)) {
+            int h = prof_topo_gpu_host_mem(tp, c->dev_gpu[t->device]);
+            for (int j = 0; j < nl; j++) {
+                int dv = drive_of(c, t->device, j), n = 0;
+                if (dv >= 0) prof_topo_route(tp, dv, h, &n);
                 need += (size_t)n + 1;
             }
         }
+    }
     if (!need) return;
     e->xroute = util_malloc(sizeof(int) * need);
     size_t used = 0;
     for (int i = 0; i < ir->n_tasks; i++) {
         const sim_task *t = &ir->tasks[i];
-        if (!sim_kind_nvme(t->kind)) continue;
         int nl = e->lane_off[i + 1] - e->lane_off[i];
+        if (cpu_flow(t)) {
+            for (int j = 0; j < nl; j++) {
+                int h = prof_topo_gpu_host_mem(tp, c->dev_gpu[t->device] + j);
+                if (h < 0 || e->link_cap[e->n_dl + h] <= 0) continue;
+                int L = e->lane_off[i] + j;
+                e->xroute[used] = e->n_dl + h;
+                e->route[L] = e->xroute + used++;
+                e->route_len[L] = 1;
+            }
+            continue;
+        }
+        if (!sim_kind_nvme(t->kind)) continue;
         int h = prof_topo_gpu_host_mem(tp, c->dev_gpu[t->device]);
-        for (int j = 0; j < nl && j < c->n_drives; j++) {
-            int dv = c->drive[j], n = 0;
+        for (int j = 0; j < nl; j++) {
+            int dv = drive_of(c, t->device, j), n = 0;
+            if (dv < 0) continue;
             int rd = t->kind == SIM_NVME_READ;
             const int *r = prof_topo_route(tp, rd ? dv : h, rd ? h : dv, &n);
             if (h < 0 || !r || !n) continue;
@@ -164,8 +201,9 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
     e->lane_off = util_calloc(N + 1, sizeof(int));
     for (int i = 0; i < n; i++) {
         const sim_task *t = &ir->tasks[i];
-        int l = (t->kind == SIM_SEND || sim_kind_nvme(t->kind)) &&
-                t->lanes > 1 ? t->lanes : 1;
+        int l = (t->kind == SIM_SEND || sim_kind_nvme(t->kind) ||
+                 t->kind == SIM_SWAP_IN || t->kind == SIM_SWAP_OUT ||
+                 cpu_flow(t)) && t->lanes > 1 ? t->lanes : 1;
         if (t->kind == SIM_SEND && t->chans > 1) l *= t->chans;
         e->lane_off[i + 1] = e->lane_off[i] + l;
     }
@@ -238,7 +276,7 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
         e->mm.rem = util_calloc((size_t)e->n_res + 1, sizeof(double));
         e->mm.cnt = util_calloc((size_t)e->n_res + 1, sizeof(int));
         e->mm.touched = util_calloc((size_t)e->n_res + 1, sizeof(int));
-        nvme_routes(e, ir, c);
+        node_routes(e, ir, c);
         e->mm.frozen = util_calloc(NL, 1);
         /* folded: replica 0's routes, each link replaced by its orbit's
          * stand-in as often as the flow's copies cross that orbit */
@@ -272,7 +310,8 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
                                      (wrap ? next_replica : 0)];
                 } else if (t->kind == SIM_SWAP_OUT ||
                            t->kind == SIM_SWAP_IN) {
-                    int g = c->dev_gpu[t->device];
+                    /* lane j: GPU j of the device's group */
+                    int g = c->dev_gpu[t->device] + j;
                     int gn = tp->gpu_node[g], h = prof_topo_gpu_host_mem(tp, g);
                     a = t->kind == SIM_SWAP_IN ? h : gn;
                     b = t->kind == SIM_SWAP_IN ? gn : h;
@@ -496,7 +535,7 @@ static void task_start(sim_engine *e, int id)
             e->max_inflight[s] = e->inflight[s];
     }
     if (t->kind == SIM_SEND || t->kind == SIM_SWAP_IN ||
-        t->kind == SIM_SWAP_OUT || sim_kind_nvme(t->kind))
+        t->kind == SIM_SWAP_OUT || sim_kind_nvme(t->kind) || cpu_flow(t))
         flow_begin(e, id);
     else
         heap_push(e, e->now + e->dur[id], id, 0);

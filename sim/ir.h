@@ -297,6 +297,16 @@ typedef struct sim_stage_cost {
                                  * weight_bytes; never stashed) */
     int first_op, last_op;      /* op range; -1 when hand-built */
     int model_stage;            /* stage of the plan this one copies */
+    int state_tier;             /* where a pipeline stage keeps its
+                                 * optimizer state (sim_add_stage_tiers):
+                                 * 0 on the GPU, SIM_TIER_DRAM, SIM_TIER_NVME */
+    double tier_bytes;          /* such a stage's step moves this each way
+                                 * over PCIe: its gradient out, its new
+                                 * weights back (all tensor-parallel ranks) */
+    double cpu_opt_bytes;       /* its CPU step as traffic on the host's
+                                 * memory: alone, cpu_opt_ns of it; 0: a
+                                 * fixed cpu_opt_ns (the host's bandwidth
+                                 * unknown) */
     int64_t task_ns;            /* the executor's own cost of each task
                                  * (prof_eff.task_ns), added to each */
     int64_t tp_f_ns, tp_b_ns;   /* tensor-parallel collectives inside f_ns
@@ -361,9 +371,13 @@ struct sim_costs {
      * it an iteration swaps (swap_mb microbatches). */
     int swap_ckpt, swap_full, swap_mb, act_tier;
     double act_swap_bytes;
+    int stage_tiers;            /* stages of a pipeline keeping their
+                                 * optimizer state on a host tier
+                                 * (sim_stage_cost.state_tier) */
     int n_drives;               /* NVMe drives the states stripe over */
     int *drive;                 /* their nodes in topo */
-    double host_bytes, host_cap;/* host DRAM the plan holds, and has */
+    double host_bytes, host_cap;/* host DRAM the plan holds, and has
+                                 * (stage tiers: the fullest server's) */
     double nvme_bytes, nvme_cap;/* the same on the drives */
     sim_stage_cost *stage;
     int *stage_device;          /* n_stages */
@@ -415,6 +429,9 @@ typedef struct sim_cost_opts {
     int swap_ckpt, swap_full;   /* activations it swaps (sim_costs) */
     int n_mb;                   /* microbatches of an iteration: how many
                                  * activations swap (offload only) */
+    const unsigned char *state_tier; /* per plan stage, where it keeps its
+                                 * optimizer state (sim_stage_cost); NULL:
+                                 * every stage on its GPU */
     int fold;                   /* fold the data-parallel replicas where
                                  * the server graph allows it: the fewest
                                  * replicas that fill whole servers (one,
@@ -708,6 +725,23 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c);
 int sim_offload_costs(sim_costs *c, const prof_topo *t,
                       const sim_cost_opts *o, util_err *e);
 
+/* Prices the stage tiers of a pipeline (some sim_stage_cost.state_tier
+ * set; after replication): each such stage's CPU step (AdamW of what it
+ * trains, on the host of its GPU) and what moves; what each server's
+ * host DRAM and drives hold against what they have. An error (code 2)
+ * says which server's tier lacks how much. sim_costs_build calls it. */
+int sim_stage_tier_costs(sim_costs *c, const prof_topo *t, util_err *e);
+/* The tier tasks of such stages, after lowering and the data-parallel
+ * reduction: before each step of a stage with its state on the host, the
+ * gradient goes to the host (SWAP_OUT, after what the step waited for),
+ * the drives give the state (NVMe tier), the CPU steps it (SIM_CPU_OPT
+ * on the device's host stream, as traffic on the host's memory: steps of
+ * GPUs on one server share it), the drives take the state back, and the
+ * new weights come to the GPU (SWAP_IN), which the step (then free on
+ * the GPU) waits for. The tasks sit in the device's list just before
+ * the step. */
+void sim_add_stage_tiers(sim_ir *ir, const sim_costs *c);
+
 /* Tied embeddings (the token table shared with the LM head, or T5's
  * decoder embedding): every stage holding a copy (tied_bytes > 0) sends
  * its gradient of the table to every other holder of its replica once its
@@ -802,6 +836,9 @@ typedef struct sim_plan {
     int waves;
     int tier;               /* offload schedules: sim_tier */
     int swap_ckpt, swap_full; /* and the activations they swap (sim_costs) */
+    unsigned char *state_tier; /* per stage: where the pipeline stage keeps
+                             * its optimizer state (0 its GPU, SIM_TIER_DRAM,
+                             * SIM_TIER_NVME; sim_add_stage_tiers) */
     int n_minibatches;      /* 0: sim_default_minibatches */
     double state_bytes_per_param;
     int n_stages;
@@ -820,6 +857,22 @@ typedef enum {
 } sim_tier;
 const char *sim_tier_name(int t);      /* "auto", "dram", "nvme" */
 int sim_tier_parse(const char *s);     /* -1 when none */
+
+/* A pipeline stage's optimizer state on a host tier, as DeepSpeed runs
+ * ZeRO-Offload's optimizer inside a pipeline: the stage's fp16 weights
+ * and gradients stay on its GPU, its fp32 master weights and Adam moments
+ * live in host DRAM or on the server's drives, and its step runs on the
+ * host's CPU. Names: "gpu" (0), "dram", "nvme". */
+const char *sim_state_tier_name(int t);
+int sim_state_tier_parse(const char *s);   /* -1 when none */
+/* "T" (every stage) or "T0,T1,..." (one per stage) into out[n_stages];
+ * the message names the value and says what was expected. */
+int sim_state_tiers_parse(const char *s, int n_stages, unsigned char *out,
+                          util_err *e);
+/* Whether any stage of p keeps its optimizer state off its GPU. */
+int sim_plan_tiered(const sim_plan *p);
+/* "gpu,dram,..." for p's stages into buf. */
+char *sim_state_tiers_str(const sim_plan *p, char *buf, size_t n);
 
 /* Chooses the activations offload plan p swaps (p->swap_ckpt,
  * p->swap_full) by simulating it on its costs c: the fewest checkpoints

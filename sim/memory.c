@@ -16,7 +16,8 @@
  * (sim_add_offload), the GPU keeps no state but ZeRO-Offload's fp16
  * weights; fetched weights and outgoing gradients are buffers too, and a
  * swapped activation is a hole (sim_ir_hole) from its copy out to its
- * copy back. */
+ * copy back. A pipeline stage with its optimizer state on a host tier
+ * (sim_add_stage_tiers) keeps its weights and gradients only. */
 #include <string.h>
 
 #include "sim/engine_int.h"
@@ -52,8 +53,10 @@ void sim_mem_setup(sim_engine *e)
     for (int s = 0; s < e->ns; s++) {
         const sim_stage_cost *sc = &c->stage[s];
         e->static_bytes[ir->stage_device[s]] +=
-            !c->offload ? sc->weight_bytes + sc->grad_bytes + sc->opt_bytes
-            : c->offload == SIM_SCHED_ZERO_OFFLOAD ? sc->weight_bytes : 0;
+            c->offload ? (c->offload == SIM_SCHED_ZERO_OFFLOAD
+                          ? sc->weight_bytes : 0)
+            : sc->weight_bytes + sc->grad_bytes +
+              (sc->state_tier ? 0 : sc->opt_bytes);
     }
     for (int i = 0; i < e->n; i++) {
         const sim_task *t = &ir->tasks[i];

@@ -61,8 +61,10 @@ void sim_plan_free(sim_plan *p)
     free(p->stage_device);
     free(p->from_op);
     free(p->to_op);
+    free(p->state_tier);
     p->first_op = p->last_op = p->stage_device = NULL;
     p->from_op = p->to_op = NULL;
+    p->state_tier = NULL;
     p->n_stages = 0;
 }
 
@@ -73,7 +75,9 @@ void sim_plan_stages(sim_plan *p, int n)
     free(p->stage_device);
     free(p->from_op);
     free(p->to_op);
+    free(p->state_tier);
     p->n_stages = n;
+    p->state_tier = util_calloc((size_t)n + 1, 1);
     p->from_op = util_calloc((size_t)n + 1, sizeof *p->from_op);
     p->to_op = util_calloc((size_t)n + 1, sizeof *p->to_op);
     p->first_op = util_calloc((size_t)n + 1, sizeof(int));
@@ -120,7 +124,8 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         "schedule_file", "gpus_used", "sequence_parallel", "zero", "fsdp",
         "finetune", "offload_tier", "act_swap_checkpoints",
         "act_swap_whole", NULL};
-    static const char *const skeys[] = {"ops", "device", "from", "to", NULL};
+    static const char *const skeys[] = {"ops", "device", "from", "to",
+                                        "state_tier", NULL};
     util_jdoc d;
     sim_plan_init(p);
     if (util_jdoc_load(&d, path, NULL, e)) return -1;
@@ -285,6 +290,18 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         if (util_jstr(&so, "from", 0, p->from_op[s], sizeof p->from_op[s], e) ||
             util_jstr(&so, "to", 0, p->to_op[s], sizeof p->to_op[s], e))
             goto out;
+        if (json_object_get(so.j, "state_tier")) {
+            static const char *const ts[] = {"gpu", "dram", "nvme", NULL};
+            int t = 0;
+            if (util_jenum(&so, "state_tier", 0, ts, &t, e)) goto out;
+            if (t && sim_sched_offload(p->sched)) {
+                util_jerr(e, &so, "state_tier", "schedule %s places every "
+                          "stage's states itself (give none, or \"gpu\")",
+                          sim_sched_name(p->sched));
+                goto out;
+            }
+            p->state_tier[s] = (unsigned char)t;
+        }
     }
     if (p->swap_ckpt > p->n_stages || p->swap_full > p->n_stages) {
         const char *key = p->swap_ckpt > p->n_stages ? "act_swap_checkpoints"
@@ -480,6 +497,9 @@ json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
         json_array_append_new(ops, json_integer(p->last_op[s]));
         json_object_set_new(x, "ops", ops);
         json_object_set_new(x, "device", json_integer(p->stage_device[s]));
+        if (p->state_tier && p->state_tier[s])
+            json_object_set_new(x, "state_tier", json_string(
+                sim_state_tier_name(p->state_tier[s])));
         if (m && p->last_op[s] < m->n_ops) {
             json_object_set_new(x, "from",
                                 json_string(m->ops[p->first_op[s]].name));
@@ -696,6 +716,8 @@ sim_cost_opts sim_plan_cost_opts(const sim_plan *p)
                        .zero = p->zero, .fsdp = p->fsdp,
                        .offload = sim_sched_offload(p->sched) ? p->sched : 0,
                        .tier = p->tier, .swap_ckpt = p->swap_ckpt,
-                       .swap_full = p->swap_full, .n_mb = p->n_mb};
+                       .swap_full = p->swap_full, .n_mb = p->n_mb,
+                       .state_tier = sim_plan_tiered(p) ? p->state_tier
+                                                        : NULL};
     return o;
 }

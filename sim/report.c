@@ -146,6 +146,82 @@ static json_t *offload_json(const sim_costs *c, const sim_result *r,
     return o;
 }
 
+/* A pipeline's stages with their optimizer state on a host tier: per
+ * such stage of the first replica, the span of its step off the GPU
+ * (first minibatch: the gradient's copy out to the new weights' copy in)
+ * into span[s], -1 for stages on their GPU. */
+static void tier_spans(const sim_costs *c, const sim_result *r,
+                       const sim_ir *ir, double *span)
+{
+    int S = c->n_model_stages;
+    for (int s = 0; s < S; s++) span[s] = -1;
+    for (int s = 0; s < S; s++) {
+        if (!c->stage[s].state_tier) continue;
+        int64_t a = INT64_MAX, b = 0;
+        for (int i = 0; i < ir->n_tasks; i++) {
+            const sim_task *t = &ir->tasks[i];
+            if (t->stage != s || t->minibatch || t->mb >= 0 ||
+                (t->kind != SIM_SWAP_OUT && t->kind != SIM_SWAP_IN &&
+                 t->kind != SIM_CPU_OPT && !sim_kind_nvme(t->kind)))
+                continue;
+            /* from the gradient's copy out (the drives read ahead) */
+            if (t->kind == SIM_SWAP_OUT && r->start_ns[i] < a)
+                a = r->start_ns[i];
+            if (r->end_ns[i] > b) b = r->end_ns[i];
+        }
+        span[s] = a < b ? (double)(b - a) * 1e-9 : 0;
+    }
+}
+
+static void tiers_print(const sim_costs *c, const sim_result *r,
+                        const sim_ir *ir, FILE *f)
+{
+    int S = c->n_model_stages;
+    double *span = util_malloc(sizeof(double) * (size_t)(S + 1));
+    tier_spans(c, r, ir, span);
+    char a[32], b[32];
+    fprintf(f, "\n  optimizer state off the GPU (fp32 weights and moments, "
+            "stepped by the host's CPU):\n");
+    for (int s = 0; s < S; s++)
+        if (span[s] >= 0)
+            fprintf(f, "    stage %-3d %-5s step off the GPU %9.3f s "
+                    "(gradient out, CPU step, weights back)\n", s,
+                    sim_state_tier_name(c->stage[s].state_tier), span[s]);
+    fprintf(f, "  host DRAM %s of %s", util_fmt_bytes(c->host_bytes, a,
+                                                      sizeof a),
+            util_fmt_bytes(c->host_cap, b, sizeof b));
+    if (c->nvme_bytes > 0)
+        fprintf(f, ", NVMe %s of %s", util_fmt_bytes(c->nvme_bytes, a,
+                                                    sizeof a),
+                util_fmt_bytes(c->nvme_cap, b, sizeof b));
+    fprintf(f, " (the fullest server)\n");
+    free(span);
+}
+
+static json_t *tiers_json(const sim_costs *c, const sim_result *r,
+                          const sim_ir *ir)
+{
+    int S = c->n_model_stages;
+    double *span = util_malloc(sizeof(double) * (size_t)(S + 1));
+    tier_spans(c, r, ir, span);
+    json_t *o = json_object(), *st = json_array();
+    for (int s = 0; s < S; s++) {
+        json_t *x = json_object();
+        json_object_set_new(x, "tier", json_string(
+            sim_state_tier_name(c->stage[s].state_tier)));
+        if (span[s] >= 0)
+            json_object_set_new(x, "host_step_s", json_real(span[s]));
+        json_array_append_new(st, x);
+    }
+    json_object_set_new(o, "stages", st);
+    json_object_set_new(o, "host_bytes", json_real(c->host_bytes));
+    json_object_set_new(o, "host_capacity_bytes", json_real(c->host_cap));
+    json_object_set_new(o, "nvme_bytes", json_real(c->nvme_bytes));
+    json_object_set_new(o, "nvme_capacity_bytes", json_real(c->nvme_cap));
+    free(span);
+    return o;
+}
+
 void sim_report_print(const sim_plan *p, const prof_model *m,
                       const prof_topo *tp, const sim_costs *c,
                       const sim_result *r, const sim_ir *ir, FILE *f)
@@ -253,6 +329,7 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
         fprintf(f, "\n");
     }
     if (c->offload && ir) offload_print(c, r, ir, f);
+    if (c->stage_tiers && ir) tiers_print(c, r, ir, f);
     if (r->oom && ir && r->oom_task >= 0) {
         char b[128];
         fprintf(f, "\nOOM: %s would exceed device memory at %s\n",
@@ -363,6 +440,8 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
     json_object_set_new(o, "devices", dv);
     if (c->offload && ir)
         json_object_set_new(o, "offload", offload_json(c, r, ir));
+    if (c->stage_tiers && ir)
+        json_object_set_new(o, "state_tiers", tiers_json(c, r, ir));
     json_t *cm = json_object();
     for (int k = 0; k < SIM_COMM_COUNT; k++) {
         double busy, exp;

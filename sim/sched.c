@@ -391,6 +391,7 @@ int sim_schedule_finish(sim_ir *ir, const sim_costs *c, util_err *e)
         sim_add_tied(ir, c);
         sim_add_allreduce(ir, c);
         if (c->offload) sim_add_offload(ir, c);
+        if (c->stage_tiers) sim_add_stage_tiers(ir, c);
         sim_ir_finish(ir);
         rc = sim_validate(ir, e);
     }
