@@ -406,6 +406,16 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         return util_err_prefix(e, "%s", where);
     if (finetune_check(o, p, where, e) || zero_check(o, p, where, e))
         return -1;
+    if (sim_plan_tiered(p)) {
+        char tiers[256];
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: stage tiers %s: the "
+                         "executor does not step a pipeline stage's state "
+                         "on the host yet (sluice sim and plan price it); "
+                         "give every stage \"state_tier\": \"gpu\", or "
+                         "--offload zero-offload to run every device's "
+                         "states on the host", where,
+                         sim_state_tiers_str(p, tiers, sizeof tiers));
+    }
     int T = spec.seq_len > 0 ? spec.seq_len : cfg.max_pos;
     if (T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: sequence %d exceeds the "

@@ -862,7 +862,8 @@ static void run_tiered(search *s, cand *c, sim_costs *sc)
         }
         int moved = 0, stuck = 0;
         for (int d = 0; res.oom && d < p->pp && d < res.n_devices; d++) {
-            double over = res.dev[d].peak_bytes - res.dev[d].capacity_bytes;
+            double cap = res.dev[d].capacity_bytes;
+            double over = cap > 0 ? res.dev[d].peak_bytes - cap : 0;
             while (over > 0) {
                 int best = -1;
                 for (int k = 0; k < S; k++)
@@ -1241,6 +1242,8 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
      * keep their optimizer state on the host (stage tiers), beside one
      * GPU offloading all its model states (the offload schedules); the
      * faster wins */
+    /* CPU devices: their memory is the host's, nothing to move there */
+    if (prof_topo_gpu(t, 0)->form == PROF_FORM_CPU) return 0;
     char why[sizeof r->advice];
     snprintf(why, sizeof why, "%s", r->advice);
     plan_result_free(r);

@@ -71,6 +71,19 @@ static void tplan_free(prof_model *md, prof_topo *t, sim_plan *p)
     prof_model_free(md);
 }
 
+/* The one task of kind k of run x (its index). */
+static int only(const trun *x, sim_kind k)
+{
+    int id = -1;
+    for (int i = 0; i < x->ir->n_tasks; i++)
+        if (x->ir->tasks[i].kind == k) {
+            cr_assert_eq(id, -1, "more than one %s", sim_kind_name(k));
+            id = i;
+        }
+    cr_assert_geq(id, 0);
+    return id;
+}
+
 Test(sim_stage_tiers, the_gpu_keeps_fp16_state_and_the_step_moves_it_once)
 {
     prof_model *md;
@@ -115,6 +128,10 @@ Test(sim_stage_tiers, the_gpu_keeps_fp16_state_and_the_step_moves_it_once)
     }
     cr_assert_eq(out, 1);
     cr_assert_eq(in, 1);
+    /* the gradient leaves once every backward of the stage is done */
+    for (int i = 0, o = only(&b, SIM_SWAP_OUT); i < b.ir->n_tasks; i++)
+        if (b.ir->tasks[i].kind == SIM_BW && b.ir->tasks[i].stage == 1)
+            cr_assert_leq(b.r.end_ns[i], b.r.start_ns[o]);
     cr_assert_eq(cpu, 1);
     cr_assert_eq(other, 0);
     /* the step on the CPU is slower than on the GPU: not faster overall */
@@ -122,19 +139,6 @@ Test(sim_stage_tiers, the_gpu_keeps_fp16_state_and_the_step_moves_it_once)
     trun_free(&a);
     trun_free(&b);
     tplan_free(md, t, &p);
-}
-
-/* The one task of kind k of run x (its index). */
-static int only(const trun *x, sim_kind k)
-{
-    int id = -1;
-    for (int i = 0; i < x->ir->n_tasks; i++)
-        if (x->ir->tasks[i].kind == k) {
-            cr_assert_eq(id, -1, "more than one %s", sim_kind_name(k));
-            id = i;
-        }
-    cr_assert_geq(id, 0);
-    return id;
 }
 
 Test(sim_stage_tiers, a_step_alone_takes_its_pcie_and_cpu_times)
@@ -357,6 +361,20 @@ static void bad_stage(const char *sched, const char *field, const char *want)
     test_rm_rf(dir);
 }
 
+Test(sim_stage_tiers, the_executor_refuses_them_by_name)
+{
+    char *dir = test_tmpdir();
+    char path[300];
+    snprintf(path, sizeof path, "%s/p.json", dir);
+    cli_expect(0, NULL, "sim --hw rtx4090 x2 --model gpt-tiny --schedule 1f1b "
+               "--pp 2 --mbs 1 --microbatches 2 --state-tiers gpu,dram "
+               "--out %s", path);
+    cli_expect(2, "stage tiers gpu,dram: the executor does not step a "
+               "pipeline stage's state on the host yet", "exec --plan %s "
+               "--steps 1", path);
+    test_rm_rf(dir);
+}
+
 Test(sim_stage_tiers, bad_tiers_are_named)
 {
     bad_stage("1f1b", "\"state_tier\": \"ssd\"", "state_tier");
@@ -381,6 +399,9 @@ Test(sim_stage_tiers, bad_tiers_are_named)
     cli_expect(2, "gives 2 tiers for 3 stages", "sim --hw rtx4090 x3 "
                "--model gpt2 --schedule 1f1b --pp 3 --mbs 1 --microbatches 2 "
                "--state-tiers gpu,dram");
+    cli_expect(2, "are CPUs, whose memory is the host's", "sim --hw cpu x2 "
+               "--model gpt-tiny --schedule 1f1b --pp 2 --mbs 1 "
+               "--microbatches 2 --state-tiers gpu,dram");
     /* drives too small for the state: how much is missing, where */
     prof_model *md;
     prof_topo *t;
