@@ -80,6 +80,15 @@ static inline int sim_kind_nvme(int k)
     return k == SIM_NVME_READ || k == SIM_NVME_WRITE;
 }
 const char *sim_stream_name(sim_stream s); /* "compute", ... */
+/* The stream a tier task runs on: copies in and out, the drives' reads
+ * and writes, else (the CPU's step) the host's. */
+static inline sim_stream sim_tier_stream(int k)
+{
+    return k == SIM_SWAP_IN ? SIM_STREAM_COPY_IN
+         : k == SIM_SWAP_OUT ? SIM_STREAM_COPY_OUT
+         : k == SIM_NVME_READ ? SIM_STREAM_IO_IN
+         : k == SIM_NVME_WRITE ? SIM_STREAM_IO_OUT : SIM_STREAM_HOST;
+}
 
 typedef struct sim_task {
     uint8_t kind;       /* sim_kind */

@@ -56,13 +56,7 @@ static int tier_task(sim_ir *ir, const sim_costs *c, sim_kind k, int s,
 {
     sim_task x = {0};
     x.kind = (uint8_t)k;
-    switch (k) {
-    case SIM_SWAP_IN: x.stream = SIM_STREAM_COPY_IN; break;
-    case SIM_SWAP_OUT: x.stream = SIM_STREAM_COPY_OUT; break;
-    case SIM_NVME_READ: x.stream = SIM_STREAM_IO_IN; break;
-    case SIM_NVME_WRITE: x.stream = SIM_STREAM_IO_OUT; break;
-    default: x.stream = SIM_STREAM_HOST; break;
-    }
+    x.stream = (uint8_t)sim_tier_stream(k);
     x.device = 0;
     x.stage = s;
     x.stage2 = -1;

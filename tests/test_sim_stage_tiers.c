@@ -245,6 +245,28 @@ Test(sim_stage_tiers, drives_stream_the_state_in_chunks)
     tplan_free(md, t, &p);
 }
 
+/* Plan p with stage s's optimizer state in DRAM where bit s of m is set,
+ * else on its GPU: its iteration, and whether it overflows (*oom). */
+static int64_t run_assign(sim_plan *p, const prof_model *md,
+                          const prof_topo *t, unsigned m, int *oom)
+{
+    for (int s = 0; s < p->n_stages; s++)
+        p->state_tier[s] = m >> s & 1 ? SIM_TIER_DRAM : 0;
+    sim_costs *c;
+    sim_ir *ir;
+    sim_engine *en;
+    sim_result r;
+    util_err e;
+    cr_assert_eq(plan_simulate(p, md, t, PLAN_DEFAULT_RESERVE, 0, &c, &ir,
+                               &en, &r, &e), 0, "%s", e.msg);
+    int64_t it = r.iteration_ns;
+    *oom = r.oom;
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+    return it;
+}
+
 /* The planner's stage tiers for a pipeline that needs some: every
  * assignment of the same plan (each stage on its GPU or in DRAM) that
  * fits keeps at least the stages the planner moved on the host, and none
@@ -273,41 +295,19 @@ Test(sim_stage_tiers, the_planner_moves_what_overflows_and_brute_force_agrees)
     cr_assert(chosen && chosen != (1u << S) - 1, "a partial choice: %x",
               chosen);
     int64_t best = -1;
+    int oom;
     for (unsigned m = 0; m < 1u << S; m++) {
-        for (int s = 0; s < S; s++)
-            p.state_tier[s] = m >> s & 1 ? SIM_TIER_DRAM : 0;
-        sim_costs *c;
-        sim_ir *ir;
-        sim_engine *en;
-        sim_result r;
-        cr_assert_eq(plan_simulate(&p, md, t, PLAN_DEFAULT_RESERVE, 0, &c,
-                                   &ir, &en, &r, &e), 0, "%s", e.msg);
-        if (!r.oom) {
-            cr_assert_eq(m & chosen, chosen, "tiers %x fit without all of "
-                         "the planner's %x", m, chosen);
-            if (m == chosen) best = r.iteration_ns;
-        }
-        sim_engine_free(en);
-        sim_ir_free(ir);
-        sim_costs_free(c);
+        int64_t it = run_assign(&p, md, t, m, &oom);
+        if (oom) continue;
+        cr_assert_eq(m & chosen, chosen, "tiers %x fit without all of the "
+                     "planner's %x", m, chosen);
+        if (m == chosen) best = it;
     }
     cr_assert_geq(best, 0, "the planner's tiers do not fit");
-    for (unsigned m = 0; m < 1u << S; m++) {
-        if ((m & chosen) != chosen || m == chosen) continue;
-        for (int s = 0; s < S; s++)
-            p.state_tier[s] = m >> s & 1 ? SIM_TIER_DRAM : 0;
-        sim_costs *c;
-        sim_ir *ir;
-        sim_engine *en;
-        sim_result r;
-        cr_assert_eq(plan_simulate(&p, md, t, PLAN_DEFAULT_RESERVE, 0, &c,
-                                   &ir, &en, &r, &e), 0, "%s", e.msg);
-        cr_assert_geq(r.iteration_ns, best, "tiers %x faster than the "
-                      "planner's %x", m, chosen);
-        sim_engine_free(en);
-        sim_ir_free(ir);
-        sim_costs_free(c);
-    }
+    for (unsigned m = 0; m < 1u << S; m++)
+        if ((m & chosen) == chosen && m != chosen)
+            cr_assert_geq(run_assign(&p, md, t, m, &oom), best, "tiers %x "
+                          "faster than the planner's %x", m, chosen);
     prof_model_free(md);
     prof_topo_free(t);
     sim_plan_free(&p);
