@@ -101,7 +101,8 @@ static void usage(FILE *f)
         "  --offload-path DIR  where nvme's files go (default .): unique\n"
         "                      names, removed however the run ends; also\n"
         "                      for plans of zero-infinity and fuyou, whose\n"
-        "                      tier tasks run as planned\n"
+        "                      tier tasks run as planned, and for stages\n"
+        "                      whose state_tier is nvme\n"
         "  --calibrate         time every op of the run and add the times\n"
         "                      (and the runtime's cost per task) to the\n"
         "                      device type's calibration (sluice calibrate\n"
@@ -491,14 +492,17 @@ static int run_plan(cmd *c)
         rc = -1;
         goto out;
     }
+    int on_drives = 0;
+    for (int s = 0; plan.state_tier && s < plan.n_stages; s++)
+        on_drives |= plan.state_tier[s] == SIM_TIER_NVME;
     if (c->offload.path && c->offload.policy == EXEC_OFFLOAD_NONE &&
-        !sim_sched_offload(plan.sched)) {
+        !sim_sched_offload(plan.sched) && !on_drives) {
         rc = util_errf(&e, UTIL_EXIT_USAGE, "sluice exec: --offload-path "
                        "names where the drive tier's files go: schedule %s "
                        "of %s keeps its states on the device (give --offload "
-                       "zero-offload or fuyou, or plan with --schedule "
-                       "zero-infinity or fuyou)", sim_sched_name(plan.sched),
-                       c->plan);
+                       "zero-offload or fuyou, plan with --schedule "
+                       "zero-infinity or fuyou, or give a stage state_tier "
+                       "nvme)", sim_sched_name(plan.sched), c->plan);
         goto out;
     }
     po.plan_path = c->plan;

@@ -132,6 +132,33 @@ static int zero_check(const exec_pipe_opts *o, const sim_plan *p,
     return 0;
 }
 
+/* What the executor does not run of stage tiers (the plan's state_tier):
+ * beside sharding, weight stashing or --offload, each of which places the
+ * state its own way. */
+static int stier_check(const exec_pipe_opts *o, const sim_plan *p,
+                       const char *where, util_err *e)
+{
+    if (!sim_plan_tiered(p)) return 0;
+    char tiers[256], why[64] = "";
+    sim_state_tiers_str(p, tiers, sizeof tiers);
+    if (sim_zero_stage(p->zero, p->fsdp))
+        snprintf(why, sizeof why, "with zero %d", sim_zero_stage(p->zero,
+                                                                 p->fsdp));
+    else if (sim_sched_async(p->sched))
+        snprintf(why, sizeof why, "with schedule %s (no flush)",
+                 sim_sched_name(p->sched));
+    else if (o->offload.policy != EXEC_OFFLOAD_NONE)
+        snprintf(why, sizeof why, "with --offload %s",
+                 exec_offload_name(o->offload.policy));
+    if (why[0])
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: stage tiers %s %s: the "
+                         "executor steps a stage tier's whole state on the "
+                         "host after a flush (give every stage \"state_tier\""
+                         ": \"gpu\", or leave the other out)", where, tiers,
+                         why);
+    return 0;
+}
+
 /* What the IR of a sharded plan asks that the executor does not run:
  * ZeRO-2 and 3 with a tied table on two stages (each microbatch's
  * gradient is reduce-scattered as soon as its backward ends, so the
@@ -406,16 +433,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         return util_err_prefix(e, "%s", where);
     if (finetune_check(o, p, where, e) || zero_check(o, p, where, e))
         return -1;
-    if (sim_plan_tiered(p)) {
-        char tiers[256];
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: stage tiers %s: the "
-                         "executor does not step a pipeline stage's state "
-                         "on the host yet (sluice sim and plan price it); "
-                         "give every stage \"state_tier\": \"gpu\", or "
-                         "--offload zero-offload to run every device's "
-                         "states on the host", where,
-                         sim_state_tiers_str(p, tiers, sizeof tiers));
-    }
+    if (stier_check(o, p, where, e)) return -1;
     int T = spec.seq_len > 0 ? spec.seq_len : cfg.max_pos;
     if (T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: sequence %d exceeds the "
@@ -519,6 +537,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (zero_ir_check(r->ir, p, where, e)) goto out;
     rt.ir = r->ir;
     rt.tiers = r->costs->offload != 0;
+    rt.stage_tiers = r->costs->stage_tiers > 0;
     rt.tier_sched = r->costs->offload;
     rt.tier = r->costs->tier;
     rt.act_tier = r->costs->act_tier;

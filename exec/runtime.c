@@ -1150,37 +1150,41 @@ static int sum_world(exec_worker *w, double *v, int n, util_err *e)
     return rc;
 }
 
-/* A flushed step's optimizer tasks: the first one of the worker in the
- * epoch waits for all of them to be ready, folds their receives in, and
- * agrees with every worker on the gradient norm, the loss and whether to
- * stop (one sum); each then updates its stage. Without a flush a stage
- * updates alone and clips by its own norm. */
-static int task_opt(exec_worker *w, int id, int epoch, util_err *e)
+/* Whether task kind k is a tier task (copies to and from the host, the
+ * drives, the CPU's step). */
+static int tier_kind(int k)
+{
+    return k == SIM_SWAP_IN || k == SIM_SWAP_OUT || k == SIM_CPU_OPT ||
+           sim_kind_nvme(k);
+}
+
+/* What step o waits for but a stage tier's tasks, which the compute
+ * thread runs after this wait. */
+static int opt_deps_wait(exec_worker *w, int o, int epoch)
+{
+    const sim_ir *ir = w->rt->ir;
+    const sim_task *t = &ir->tasks[o];
+    for (int k = 0; k < t->n_dep; k++) {
+        int d = ir->deps[t->dep_off + k];
+        if (!tier_kind(ir->tasks[d].kind) && wait_done(w, d, epoch))
+            return -1;
+    }
+    return 0;
+}
+
+/* Once per flushed step, at its first step or stage tier's copy out (id):
+ * every step's gradients in (what they receive integrated), the global
+ * gradient norm and the clipping factor (w->opt_scale) set. */
+static int opt_prepare(exec_worker *w, int id, int epoch, util_err *e)
 {
     exec_runtime *rt = w->rt;
-    const sim_task *t = &rt->ir->tasks[id];
-    exec_stage *st = &w->st[w->lidx[t->stage]];
-    if (rt->async) {
-        float scale = 1.0f;
-        if (integrate(w, id, e)) return -1;
-        if (rt->adamw.clip > 0) {
-            double ns = stage_norm_sq(rt, st);
-            if (rt->tp > 1 &&
-                rt->x->allreduce(rt->x, rt, w->id, EXEC_GROUP_TP, &ns, 1, 1,
-                                 e))
-                return -1;
-            double norm = sqrt(ns);
-            if (norm > rt->adamw.clip) scale = (float)(rt->adamw.clip / norm);
-        }
-        return stage_update(w, st, scale, e);
-    }
     if (w->opt_epoch != epoch) {
         w->opt_epoch = epoch;
         for (int i = 0; i < w->n_comp; i++) {
             int o = w->comp[i];
             if (o == id || rt->ir->tasks[o].kind != SIM_OPT) continue;
             int64_t t0 = (int64_t)exec_now_ns();
-            int rc = deps_wait(w, o, epoch);
+            int rc = opt_deps_wait(w, o, epoch);
             w->wait_ns += (int64_t)exec_now_ns() - t0;
             if (rc) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
         }
@@ -1212,7 +1216,40 @@ static int task_opt(exec_worker *w, int id, int epoch, util_err *e)
         w->opt_scale = rt->adamw.clip > 0 && norm > rt->adamw.clip
                      ? (float)(rt->adamw.clip / norm) : 1.0f;
     }
+    return 0;
+}
+
+/* A flushed step's optimizer tasks: the first one of the worker in the
+ * epoch waits for all of them to be ready, folds their receives in, and
+ * agrees with every worker on the gradient norm, the loss and whether to
+ * stop (one sum); each then updates its stage. Without a flush a stage
+ * updates alone and clips by its own norm. */
+static int task_opt(exec_worker *w, int id, int epoch, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const sim_task *t = &rt->ir->tasks[id];
+    exec_stage *st = &w->st[w->lidx[t->stage]];
+    if (rt->async) {
+        float scale = 1.0f;
+        if (integrate(w, id, e)) return -1;
+        if (rt->adamw.clip > 0) {
+            double ns = stage_norm_sq(rt, st);
+            if (rt->tp > 1 &&
+                rt->x->allreduce(rt->x, rt, w->id, EXEC_GROUP_TP, &ns, 1, 1,
+                                 e))
+                return -1;
+            double norm = sqrt(ns);
+            if (norm > rt->adamw.clip) scale = (float)(rt->adamw.clip / norm);
+        }
+        return stage_update(w, st, scale, e);
+    }
+    if (opt_prepare(w, id, epoch, e)) return -1;
     st->steps = rt->step0 + epoch - 1;
+    if (st->stier) {
+        /* its tier tasks stepped it on the host */
+        st->steps++;
+        return 0;
+    }
     return stage_update(w, st, w->opt_scale, e);
 }
 
@@ -1262,6 +1299,18 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
     case SIM_B: rc = task_backward(w, id, 0, &tp, e); break;
     case SIM_W: rc = task_w(w, id, &tp, e); break;
     case SIM_OPT: rc = task_opt(w, id, epoch, e); break;
+    case SIM_SWAP_OUT: case SIM_SWAP_IN: case SIM_CPU_OPT:
+    case SIM_NVME_READ: case SIM_NVME_WRITE:
+        /* a stage tier's: the step's norm is known before its gradient
+         * leaves */
+        if (!rt->stage_tiers) {
+            rc = util_errf(e, UTIL_EXIT_FAIL, "task kind %s on the compute "
+                           "stream", sim_kind_name((sim_kind)t->kind));
+            break;
+        }
+        if (t->kind == SIM_SWAP_OUT) rc = opt_prepare(w, id, epoch, e);
+        if (!rc) rc = exec_stier_task(w, id, epoch, w->opt_scale, e);
+        break;
     default:
         rc = util_errf(e, UTIL_EXIT_FAIL, "task kind %s on the compute "
                        "stream", sim_kind_name((sim_kind)t->kind));
@@ -1935,6 +1984,11 @@ static int worker_tasks(exec_worker *w, util_err *e)
             break;
         case SIM_SWAP_IN: case SIM_SWAP_OUT: case SIM_NVME_READ:
         case SIM_NVME_WRITE: case SIM_CPU_OPT:
+            if (rt->stage_tiers) {
+                /* a stage tier's: in order, before its step */
+                w->comp[w->n_comp++] = id;
+                break;
+            }
             if (rt->tiers) {
                 int q = t->stream;
                 if (!w->tq[q])
@@ -1977,6 +2031,7 @@ double exec_stage_state_bytes(const exec_runtime *rt, const exec_stage *st)
      * (its gathers hold the whole for a while) */
     double g = rt->zero >= 2 ? 0 : n, m = rt->zero ? sh : n;
     double wt = rt->zero >= 3 ? sh : n;
+    if (st->stier) m = 0;       /* the moments are the host's */
     return (wt + g + 2 * m + (double)st->n_frozen) * sizeof(float);
 }
 
@@ -2151,7 +2206,11 @@ static int worker_stages(exec_worker *w, const float *full,
         /* what trains: weights, gradients, AdamW m and v (sharded as
          * the ZeRO stage says); what is frozen (a fine-tuning mode's):
          * its weights only */
-        double bytes = exec_stage_state_bytes(rt, st);
+        /* a stage tier keeps AdamW's moments on the host */
+        int htier = rt->stage_tiers ? rt->plan->state_tier[
+                        v % rt->plan->n_stages] : 0;
+        double bytes = exec_stage_state_bytes(rt, st) -
+                       (htier ? 2.0 * (double)st->n * sizeof(float) : 0);
         if (exec_mem_charge(&w->mem, bytes)) {
             char a[32], c[32];
             rc = util_errf(e, UTIL_EXIT_FAIL, "device %d: the weights, "
@@ -2182,10 +2241,23 @@ static int worker_stages(exec_worker *w, const float *full,
                  ? !(st->wsh = arena_new(w, mn, h[0] ? h[0] + mo : NULL, e))
                  : !(st->w[0] = arena_new(w, st->n, h[0], e))) ||
             (rt->zero < 2 && !(st->g = arena_new(w, st->n, NULL, e))) ||
-            !(st->am = arena_new(w, mn, h[2] ? h[2] + mo : NULL, e)) ||
-            !(st->av = arena_new(w, mn, h[3] ? h[3] + mo : NULL, e)) ||
+            (!htier &&
+             (!(st->am = arena_new(w, mn, h[2] ? h[2] + mo : NULL, e)) ||
+              !(st->av = arena_new(w, mn, h[3] ? h[3] + mo : NULL, e)))) ||
             (st->n_frozen && !(st->wf = arena_new(w, st->n_frozen, hf, e))))
             rc = -1;
+        /* the tier's weights are the device's at the start (those given,
+         * or the arena's own) */
+        if (!rc && htier) {
+            float *w0 = h[0];
+            if (!w0) {
+                w0 = util_calloc(st->n + 1, sizeof *w0);
+                rt->be->to_host(w0, st->w[0], st->n * sizeof *w0);
+            }
+            if (exec_stier_add(w, st, htier, w0, h[2], h[3], e))
+                rc = util_err_prefix(e, "device %d", w->device);
+            if (w0 != h[0]) free(w0);
+        }
         for (int k = 0; k < 4; k++) free(h[k]);
         free(hf);
         if (rc) break;
@@ -2322,6 +2394,24 @@ int exec_rt_run(exec_runtime *rt)
     return atomic_load(&rt->abort) ? -1 : 0;
 }
 
+/* A stage tier's moments into m and v (NULL: not wanted). */
+static int stier_collect(exec_worker *w, exec_stage *st, const exec_parr *m,
+                         const exec_parr *v, util_err *e)
+{
+    if (!saves_any(st) || (!m && !v)) return 0;
+    float *h[2];
+    for (int k = 0; k < 2; k++) h[k] = util_calloc(st->n + 1, sizeof(float));
+    int rc = exec_stier_moments(w, st, m ? h[0] : NULL, v ? h[1] : NULL, e);
+    for (int k = 0; k < st->n_sl && !rc; k++)
+        if (st->sl[k].save_owner) {
+            if (m) slice_copy(&st->sl[k], m, h[0], NULL, 1, 0, SIZE_MAX);
+            if (v) slice_copy(&st->sl[k], v, h[1], NULL, 1, 0, SIZE_MAX);
+        }
+    free(h[0]);
+    free(h[1]);
+    return rc;
+}
+
 int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
                     float *adam_v, float *lora, util_err *e)
 {
@@ -2354,6 +2444,12 @@ int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
             else
                 arena_collect(rt, st, st->w[st->cur_ver], 0, st->n, st->wf,
                               &wt);
+            if (st->stier) {
+                if (stier_collect(w, st, adam_m ? &m : NULL,
+                                  adam_v ? &v : NULL, e))
+                    rc = util_err_prefix(e, "device %d", w->device);
+                continue;
+            }
             if (adam_m) arena_collect(rt, st, st->am, mo, mn, NULL, &m);
             if (adam_v) arena_collect(rt, st, st->av, mo, mn, NULL, &v);
         }
@@ -2405,6 +2501,7 @@ void exec_rt_free(exec_runtime *rt)
             free(st->w);
             free(st->pending);
             size_t mn = rt->zero ? st->sh_n : st->n;
+            exec_stier_free(w, st);
             if (!st->ofl && !rt->tiers) {
                 arena_free(w, rt->zero >= 2 ? 0 : st->n,
                            rt->zero >= 2 ? NULL : st->g);

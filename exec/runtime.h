@@ -244,6 +244,9 @@ typedef struct exec_stage {
     int n_agb;
     struct exec_ofl_stage *ofl; /* offloaded model states (offload.c), or
                              * NULL: w, g, am, av on the device */
+    struct exec_stier *stier; /* a stage tier (stage_tier.c): AdamW's
+                             * moments and the fp32 weights it steps on
+                             * the host, am and av NULL; or NULL */
 } exec_stage;
 
 /* Activations of one (stage, minibatch, microbatch) between its F and the
@@ -467,6 +470,10 @@ struct exec_runtime {
      * where the states live and where swapped activations wait
      * (sim_tier), as its costs say */
     int tiers, tier_sched, tier, act_tier;
+    /* the plan's stages keeping their optimizer state on a host tier
+     * (sim_plan.state_tier): their tier tasks run on the compute thread
+     * in the IR's order (stage_tier.c) */
+    int stage_tiers;
     int64_t t0;                 /* clock origin (exec_now_ns) */
     /* after each flushed step, on worker 0 (progress lines) */
     void (*on_step)(void *ctx, int step, double loss, double norm,
@@ -622,6 +629,31 @@ int exec_ofl_read_state(exec_worker *w, exec_stage *st, float *wt, float *m,
 void exec_ofl_stats(const exec_worker *w, double out[6]);
 /* How the file is written ("O_DIRECT" or why buffered), "" for DRAM. */
 const char *exec_ofl_note(const exec_worker *w);
+/* ------------------------------------------------------- stage tiers */
+
+/* A pipeline stage with its optimizer state on the host (the plan's
+ * state_tier; sim_add_stage_tiers prices it): its weights and gradients
+ * stay on the device; its AdamW moments and fp32 weights live in host
+ * memory (dram) or in a file (nvme, read and written in the IR's chunks).
+ * Its tier tasks run on the compute thread in the IR's order: the
+ * gradient to the host (and cleared on the device), each chunk read,
+ * stepped by the CPU's AdamW (elementwise: the CPU backend's bits) and
+ * written back, the new weights to the device; the stage's own step then
+ * does nothing. */
+typedef struct exec_stier exec_stier;
+/* Stage st of worker w keeps its state on tier (SIM_TIER_DRAM, _NVME),
+ * from weights w0 and moments m0, v0 (NULL: zero), st->n floats each. */
+int exec_stier_add(exec_worker *w, exec_stage *st, int tier, const float *w0,
+                   const float *m0, const float *v0, util_err *e);
+/* Runs tier task id of the device (its stage's; epoch from 1) at clip
+ * scale `scale`. */
+int exec_stier_task(exec_worker *w, int id, int epoch, float scale,
+                    util_err *e);
+/* The moments (m, v may be NULL) of a stage tier, st->n floats each. */
+int exec_stier_moments(exec_worker *w, exec_stage *st, float *m, float *v,
+                       util_err *e);
+void exec_stier_free(exec_worker *w, exec_stage *st);
+
 /* ------------------------------------------------------------- tiers */
 
 /* Plans of the offload schedules (tiers.c): the IR's tier tasks run on a

@@ -116,10 +116,7 @@ int sim_stage_tier_costs(sim_costs *c, const prof_topo *t, util_err *e)
     if (!t)
         return util_errf(e, UTIL_EXIT_USAGE, "stage tiers need a server "
                          "with host memory");
-    if (prof_topo_gpu(t, 0)->form == PROF_FORM_CPU)
-        return util_errf(e, UTIL_EXIT_USAGE, "stage tiers: the devices of %s "
-                         "are CPUs, whose memory is the host's (give gpu)",
-                         t->name);
+
     int tp = c->tp > 1 ? c->tp : 1;
     int ns = t->n_servers > 0 ? t->n_servers : 1;
     double *host = util_calloc((size_t)ns, sizeof(double));

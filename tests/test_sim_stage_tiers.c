@@ -399,9 +399,6 @@ Test(sim_stage_tiers, bad_tiers_are_named)
     cli_expect(2, "gives 2 tiers for 3 stages", "sim --hw rtx4090 x3 "
                "--model gpt2 --schedule 1f1b --pp 3 --mbs 1 --microbatches 2 "
                "--state-tiers gpu,dram");
-    cli_expect(2, "are CPUs, whose memory is the host's", "sim --hw cpu x2 "
-               "--model gpt-tiny --schedule 1f1b --pp 2 --mbs 1 "
-               "--microbatches 2 --state-tiers gpu,dram");
     /* drives too small for the state: how much is missing, where */
     prof_model *md;
     prof_topo *t;

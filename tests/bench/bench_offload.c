@@ -11,8 +11,10 @@
  * plans of the offload schedules themselves (a stage per layer, their
  * tier tasks run as the IR says: exec/tiers.c): the measured iteration
  * against the simulated one, the device's and the host's peaks against
- * the simulation's, and the resource bounding each. One run: compare the
- * rows of one table, not tables. */
+ * the simulation's, and the resource bounding each. Last, stage tiers: a
+ * two-device pipeline whose stages keep their AdamW state on the device,
+ * in host memory or in a file. One run: compare the rows of one table,
+ * not tables. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,6 +201,89 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
     return rc;
 }
 
+/* Stage tiers: a pipeline of two CPU devices whose stages keep their
+ * AdamW state on the device, in host memory or in a file, run and
+ * simulated: the iteration and its ratio to the all-device row, measured
+ * and simulated, and each device's peak against the simulation's. */
+static int stage_tier_rows(const char *model, prof_model *m, const char *dir)
+{
+    static const char *const rows[] = {"gpu", "gpu,dram", "dram", "nvme"};
+    prof_gpu g;
+    util_err e;
+    if (prof_gpu_get("cpu", &g, &e)) {
+        fprintf(stderr, "bench_offload: %s\n", e.msg);
+        return 1;
+    }
+    printf("\nstage tiers, %s on two CPU devices, 1F1B, 4 x 2 microbatches, "
+           "%d steps (median past %d)\n\n", model, STEPS, WARM);
+    printf("%-9s %9s %9s %8s %9s %9s %9s %9s %9s %9s\n", "tiers", "step ms",
+           "sim ms", "meas/sim", "x gpu", "sim x gpu", "dev0 MiB", "sim MiB",
+           "dev1 MiB", "sim MiB");
+    double base = 0, sbase = 0;
+    int rc = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof *rows && !rc; i++) {
+        sim_plan p;
+        sim_plan_init(&p);
+        snprintf(p.model, sizeof p.model, "%s", model);
+        snprintf(p.hw, sizeof p.hw, "cpu x2");
+        p.sched = SIM_SCHED_1F1B;
+        p.pp = 2;
+        p.dp = p.tp = 1;
+        p.mbs = 2;
+        p.n_mb = 4;
+        p.waves = 1;
+        sim_plan_stages(&p, 2);
+        p.stage_device[1] = 1;
+        if (sim_partition_balanced(m, &g, p.mbs, 2, p.first_op, p.last_op,
+                                   &e) ||
+            sim_state_tiers_parse(rows[i], 2, p.state_tier, &e)) {
+            fprintf(stderr, "bench_offload: %s\n", e.msg);
+            sim_plan_free(&p);
+            return 1;
+        }
+        exec_pipe_opts o = run_opts(&p);
+        o.offload.path = dir;
+        exec_pipe_result r;
+        exec_report_opts ro = {.json = 1, .warm = WARM};
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&buf, &len);
+        ro.out = mem;
+        if (exec_pipe_run(&o, &r, &e) || exec_pipe_report(&o, &r, &ro, &e)) {
+            fprintf(stderr, "bench_offload: tiers %s: %s\n", rows[i], e.msg);
+            rc = 1;
+        }
+        fclose(mem);
+        json_t *j = rc ? NULL : json_loads(buf, 0, NULL);
+        free(buf);
+        if (j) {
+            json_t *pr = json_object_get(j, "predicted");
+            json_t *dv = json_object_get(pr, "devices");
+            double it = json_real_value(json_object_get(j, "iteration_time_s"));
+            double ps = json_real_value(json_object_get(pr,
+                                                        "iteration_time_s"));
+            if (!i) {
+                base = it;
+                sbase = ps;
+            }
+            double sp[2];
+            for (int d = 0; d < 2; d++)
+                sp[d] = json_number_value(json_object_get(
+                    json_array_get(dv, (size_t)d), "peak_mem_bytes"));
+            printf("%-9s %9.1f %9.1f %8.2f %9.2f %9.2f %9.1f %9.1f %9.1f "
+                   "%9.1f\n", rows[i], it * 1e3, ps * 1e3,
+                   ps > 0 ? it / ps : 0, base > 0 ? it / base : 0,
+                   sbase > 0 ? ps / sbase : 0, r.peak_bytes[0] / 1048576.0,
+                   sp[0] / 1048576.0, r.peak_bytes[1] / 1048576.0,
+                   sp[1] / 1048576.0);
+        }
+        json_decref(j);
+        exec_pipe_result_free(&r);
+        sim_plan_free(&p);
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -274,6 +359,7 @@ int main(int argc, char **argv)
     }
     sim_plan_free(&p);
     if (!rc) rc = tier_rows(model, m, dir);
+    if (!rc) rc = stage_tier_rows(model, m, dir);
     prof_model_free(m);
     return rc;
 }

@@ -1,0 +1,125 @@
+/* Stage tiers in the executor: a pipeline stage whose AdamW moments and
+ * fp32 weights the host keeps (in memory or in a file) and steps with the
+ * CPU's kernel. The kernel is elementwise and the step's gradient and
+ * clipping factor are the device's, so the weights and moments after k
+ * steps are the bits of the same plan with every state on its device:
+ * one stage or all, DRAM or NVMe, clipped, with a tied head, interleaved
+ * stages, data and tensor parallelism, LoRA, and under mpirun. The device
+ * holds AdamW's moments less; what is not run is refused. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+#include "sim/sim.h"
+#include "tests/harness.h"
+
+#define PICO "tests/data/exec/gpt-pico.json"
+#define UNTIED "tests/data/exec/gpt-pico-untied.json"
+
+/* `sluice sim ARGS [--state-tiers T]` run for 3 steps at clip 1. */
+static void trun(const char *args, const char *tiers, exec_pipe_result *r,
+                 sim_plan *p)
+{
+    char a[512];
+    snprintf(a, sizeof a, "%s%s%s", args, tiers ? " --state-tiers " : "",
+             tiers ? tiers : "");
+    cli_plan(a, p);
+    cr_assert_eq(sim_plan_tiered(p), tiers != NULL, "%s", a);
+    util_err e = {0};
+    exec_pipe_opts o = pipe_opts(p, 3, 1.0f);
+    cr_assert_eq(exec_pipe_run(&o, r, &e), 0, "%s: %s", a, e.msg);
+}
+
+/* Weights and moments with tiers against every state on the devices;
+ * the device of stage 0 holds its moments less. */
+static void vs_device(const char *args, const char *tiers)
+{
+    exec_pipe_result a, b;
+    sim_plan pa, pb;
+    trun(args, NULL, &a, &pa);
+    trun(args, tiers, &b, &pb);
+    size_t P = a.n_params;
+    cr_assert_eq(P, b.n_params);
+    cr_expect(!memcmp(a.params, b.params, P * sizeof *a.params),
+              "%s, tiers %s: weights differ from the device's", args, tiers);
+    cr_expect(!memcmp(a.adam_m, b.adam_m, P * sizeof *a.adam_m) &&
+              !memcmp(a.adam_v, b.adam_v, P * sizeof *a.adam_v),
+              "%s, tiers %s: AdamW moments differ", args, tiers);
+    cr_expect(a.n_lora == b.n_lora &&
+              (!a.n_lora || !memcmp(a.lora, b.lora,
+                                    a.n_lora * sizeof *a.lora)),
+              "%s, tiers %s: LoRA adapters differ", args, tiers);
+    /* the training moved them: the comparison can fail */
+    cr_expect(a.loss[0] != a.loss[2], "%s: the loss did not move", args);
+    if (pb.state_tier[0] && !a.n_lora)
+        cr_expect_lt(b.static_bytes[pb.stage_device[0]],
+                     a.static_bytes[pa.stage_device[0]],
+                     "%s, tiers %s: the device kept its moments", args,
+                     tiers);
+    exec_pipe_result_free(&a);
+    exec_pipe_result_free(&b);
+    sim_plan_free(&pa);
+    sim_plan_free(&pb);
+}
+
+Test(exec_stage_tiers, the_host_step_is_the_device_step_bit_for_bit)
+{
+    /* a tied head across the stages, clipped */
+    vs_device("--hw 'cpu x2' --model " PICO " --schedule 1f1b --pp 2 "
+              "--mbs 2 --microbatches 4", "dram");
+    vs_device("--hw 'cpu x2' --model " PICO " --schedule 1f1b --pp 2 "
+              "--mbs 2 --microbatches 4", "gpu,nvme");
+    vs_device("--hw 'cpu x2' --model " PICO " --schedule gpipe --pp 2 "
+              "--mbs 2 --microbatches 2 --recompute", "nvme,dram");
+}
+
+Test(exec_stage_tiers, interleaved_data_and_tensor_parallel_and_lora)
+{
+    vs_device("--hw 'cpu x2' --model " PICO " --schedule interleaved --pp 2 "
+              "--chunks 2 --mbs 2 --microbatches 4", "dram,gpu,gpu,nvme");
+    vs_device("--hw 'cpu x4' --model " PICO " --schedule 1f1b --pp 2 --dp 2 "
+              "--mbs 2 --microbatches 2", "dram,gpu");
+    vs_device("--hw 'cpu x4' --model " UNTIED " --schedule 1f1b --pp 2 "
+              "--tp 2 --mbs 2 --microbatches 2", "gpu,dram");
+    vs_device("--hw 'cpu x2' --model " PICO " --schedule 1f1b --pp 2 "
+              "--mbs 2 --microbatches 2 --finetune lora:4", "dram");
+}
+
+Test(exec_stage_tiers, mpirun_keeps_the_bits)
+{
+    char *dir = test_tmpdir();
+    int rc = sh_run("cd %s && $SLUICE sim --hw 'cpu x2' --model %s/" PICO
+                    " --schedule 1f1b --pp 2 --mbs 2 --microbatches 2 "
+                    "--state-tiers nvme,dram --out p.json > /dev/null && "
+                    "$SLUICE exec --plan p.json --steps 2 --offload-path . "
+                    "--save a.ckpt > /dev/null && " MPIRUN " $SLUICE exec "
+                    "--plan p.json --steps 2 --offload-path . --save b.ckpt "
+                    "> /dev/null && cmp a.ckpt b.ckpt && ! ls sluice-offload-*"
+                    " 2> /dev/null", dir, getenv("PWD"));
+    cr_expect_eq(rc, 0, "mpirun's checkpoint differs, or a file was left");
+    test_rm_rf(dir);
+}
+
+Test(exec_stage_tiers, what_is_not_run_is_refused)
+{
+    char *dir = test_tmpdir();
+    char path[300];
+    snprintf(path, sizeof path, "%s/p.json", dir);
+    cli_expect(0, NULL, "sim --hw 'cpu x4' --model " PICO " --schedule 1f1b "
+               "--pp 2 --dp 2 --zero 1 --mbs 2 --microbatches 2 "
+               "--state-tiers dram --out %s", path);
+    cli_expect(2, "stage tiers dram,dram with zero 1", "exec --plan %s "
+               "--steps 1", path);
+    cli_expect(0, NULL, "sim --hw 'cpu x2' --model " PICO " --schedule 2bw "
+               "--pp 2 --mbs 2 --microbatches 2 --state-tiers dram --out %s",
+               path);
+    cli_expect(2, "with schedule 2bw (no flush)", "exec --plan %s --steps 1",
+               path);
+    cli_expect(0, NULL, "sim --hw 'cpu x2' --model " PICO " --schedule 1f1b "
+               "--pp 2 --mbs 2 --microbatches 2 --state-tiers dram --out %s",
+               path);
+    cli_expect(2, "with --offload zero-offload", "exec --plan %s --steps 1 "
+               "--offload zero-offload", path);
+    test_rm_rf(dir);
+}
