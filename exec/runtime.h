@@ -629,6 +629,21 @@ int exec_ofl_read_state(exec_worker *w, exec_stage *st, float *wt, float *m,
 void exec_ofl_stats(const exec_worker *w, double out[6]);
 /* How the file is written ("O_DIRECT" or why buffered), "" for DRAM. */
 const char *exec_ofl_note(const exec_worker *w);
+/* ---------------------------------------------------- the host's step */
+
+/* The most threads the host's share of a step (AdamW, the gradient norm,
+ * the sums of gradient copies) takes. */
+#define EXEC_HOST_MAX_THREADS 32
+/* Its threads: --offload's host_threads, else the host's cores but the
+ * one computing (a CPU device's, or the one driving the GPU). */
+int exec_host_threads(const exec_runtime *rt);
+/* fn(ctx, part, n) for every part of n (at most EXEC_HOST_MAX_THREADS),
+ * part 0 on the calling thread. Elementwise work split this way keeps its
+ * bits; sums are summed per part, then in part order. */
+void exec_host_par(int threads, void (*fn)(void *, int, int), void *ctx);
+/* Part p of n of [0, len): [*lo, *hi). */
+void exec_part_range(size_t len, int p, int n, size_t *lo, size_t *hi);
+
 /* ------------------------------------------------------- stage tiers */
 
 /* A pipeline stage with its optimizer state on the host (the plan's

@@ -83,6 +83,10 @@ int exec_stier_add(exec_worker *w, exec_stage *st, int tier, const float *w0,
     t->hg = exec_tfile_buf(nb);
     memset(t->hg, 0, nb);
     const float *src[3] = {w0, m0, v0};
+    /* what the device's copies use all run long is page-locked where the
+     * backend pins */
+    const exec_backend *be = rt->be;
+    if (be->host_pin) be->host_pin(t->hg, nb);
     if (tier == SIM_TIER_DRAM) {
         float **h[3] = {&t->hw, &t->hm, &t->hv};
         for (int k = 0; k < 3; k++) {
@@ -90,6 +94,7 @@ int exec_stier_add(exec_worker *w, exec_stage *st, int tier, const float *w0,
             memset(*h[k], 0, nb);
             if (src[k]) memcpy(*h[k], src[k], n * sizeof(float));
         }
+        if (be->host_pin) be->host_pin(t->hw, nb);
         return 0;
     }
     if (exec_tfile_open(&t->f, rt->offload.path, rt->offload.full_after_bytes,
@@ -111,25 +116,49 @@ int exec_stier_add(exec_worker *w, exec_stage *st, int tier, const float *w0,
     return rc;
 }
 
-/* AdamW on floats [lo, hi) of the stage: the weights, moments at h[0..2]
- * (indexed from lo), the gradient in hg. */
+typedef struct step_ctx {
+    const exec_runtime *rt;
+    const exec_stage *st;
+    const exec_stier *t;
+    float *h[3];
+    size_t lo, hi;
+    int step;
+    float lr, scale;
+} step_ctx;
+
+/* Part p of n of AdamW on floats [lo, hi) of the stage: the weights and
+ * moments at h[0..2] (indexed from lo), the gradient in hg. */
+static void step_part(void *ctx, int p, int n)
+{
+    const step_ctx *c = ctx;
+    const exec_adamw *a = &c->rt->adamw;
+    size_t plo, phi;
+    exec_part_range(c->hi - c->lo, p, n, &plo, &phi);
+    plo += c->lo;
+    phi += c->lo;
+    for (int k = 0; k < c->st->n_sl; k++) {
+        const exec_slice *sl = &c->st->sl[k];
+        size_t a0 = sl->off > plo ? sl->off : plo;
+        size_t a1 = sl->off + sl->n < phi ? sl->off + sl->n : phi;
+        if (sl->frozen || a0 >= a1) continue;
+        size_t o = a0 - c->lo;
+        kern_cpu.adamw_update(c->h[0] + o, c->h[1] + o, c->h[2] + o,
+                              c->t->hg + a0, a1 - a0, c->lr, a->beta1,
+                              a->beta2, a->eps,
+                              sl->decay ? a->weight_decay : 0.0f, c->scale,
+                              c->step + 1);
+    }
+}
+
+/* AdamW on floats [lo, hi) of the stage on the host's threads. */
 static void step_range(const exec_runtime *rt, const exec_stage *st,
                        const exec_stier *t, float *const h[3], size_t lo,
                        size_t hi, int step, float scale)
 {
-    const exec_adamw *a = &rt->adamw;
-    float lr = exec_lr_at(a->lr, rt->warmup, rt->total_steps, step);
-    for (int k = 0; k < st->n_sl; k++) {
-        const exec_slice *sl = &st->sl[k];
-        size_t a0 = sl->off > lo ? sl->off : lo;
-        size_t a1 = sl->off + sl->n < hi ? sl->off + sl->n : hi;
-        if (sl->frozen || a0 >= a1) continue;
-        kern_cpu.adamw_update(h[0] + (a0 - lo), h[1] + (a0 - lo),
-                              h[2] + (a0 - lo), t->hg + a0, a1 - a0, lr,
-                              a->beta1, a->beta2, a->eps,
-                              sl->decay ? a->weight_decay : 0.0f, scale,
-                              step + 1);
-    }
+    step_ctx c = {rt, st, t, {h[0], h[1], h[2]}, lo, hi, step,
+                  exec_lr_at(rt->adamw.lr, rt->warmup, rt->total_steps, step),
+                  scale};
+    exec_host_par(exec_host_threads(rt), step_part, &c);
 }
 
 int exec_stier_task(exec_worker *w, int id, int epoch, float scale,
@@ -211,9 +240,13 @@ int exec_stier_moments(exec_worker *w, exec_stage *st, float *m, float *v,
 
 void exec_stier_free(exec_worker *w, exec_stage *st)
 {
-    (void)w;
     exec_stier *t = st->stier;
     if (!t) return;
+    const exec_backend *be = w->rt->be;
+    if (be->host_unpin) {
+        if (t->hg) be->host_unpin(t->hg);
+        if (t->hw) be->host_unpin(t->hw);
+    }
     free(t->hw);
     free(t->hm);
     free(t->hv);

@@ -49,9 +49,6 @@
 
 #include "exec/runtime.h"
 
-/* The most threads the host's share of a step (AdamW, the gradient norm,
- * the sums of gradient copies) takes. */
-#define TIER_MAX_THREADS 32
 
 enum {
     R_NONE, R_W_READ, R_W_IN, R_W_PUSH, R_G_OUT, R_OPT_READ, R_OPT,
@@ -289,12 +286,7 @@ int exec_tiers_open(exec_worker *w, util_err *e)
     t->act_tier = rt->act_tier;
     t->tied_step = -1;
     t->norm_epoch = -1;
-    /* the host's cores but the one computing (a CPU device's, or the one
-     * driving the GPU) */
-    long nc = sysconf(_SC_NPROCESSORS_ONLN);
-    t->threads = rt->offload.host_threads > 0 ? rt->offload.host_threads
-               : nc > 2 ? (int)(nc - 1) : 1;
-    if (t->threads > TIER_MAX_THREADS) t->threads = TIER_MAX_THREADS;
+    t->threads = exec_host_threads(rt);
     pthread_mutex_init(&t->mu, NULL);
     exec_tfile_init(&t->f);
     roles_build(t);
@@ -386,9 +378,6 @@ int exec_tiers_ready(exec_worker *w, util_err *e)
     return 0;
 }
 
-/* The host's part of a step on t->threads threads: fn(ctx, part, n) for
- * every part, part 0 on the calling thread. Elementwise work split this
- * way keeps its bits; sums are summed per part, then in part order. */
 typedef struct par_arg {
     void (*fn)(void *ctx, int part, int n);
     void *ctx;
@@ -402,12 +391,12 @@ static void *par_main(void *arg)
     return NULL;
 }
 
-static void host_par(const exec_tiers *t, void (*fn)(void *, int, int),
-                     void *ctx)
+void exec_host_par(int threads, void (*fn)(void *, int, int), void *ctx)
 {
-    int n = t->threads > 1 ? t->threads : 1;
-    pthread_t th[TIER_MAX_THREADS];
-    par_arg a[TIER_MAX_THREADS];
+    int n = threads < 1 ? 1 : threads > EXEC_HOST_MAX_THREADS
+          ? EXEC_HOST_MAX_THREADS : threads;
+    pthread_t th[EXEC_HOST_MAX_THREADS];
+    par_arg a[EXEC_HOST_MAX_THREADS];
     int started = 1;
     for (int p = 1; p < n; p++) {
         a[p] = (par_arg){fn, ctx, p, n};
@@ -420,12 +409,30 @@ static void host_par(const exec_tiers *t, void (*fn)(void *, int, int),
     for (int p = 1; p < started; p++) pthread_join(th[p], NULL);
 }
 
-/* Part p of n of [0, len). */
-static void part_range(size_t len, int p, int n, size_t *lo, size_t *hi)
+void exec_part_range(size_t len, int p, int n, size_t *lo, size_t *hi)
 {
     *lo = len / (size_t)n * (size_t)p + (len % (size_t)n < (size_t)p
                                          ? len % (size_t)n : (size_t)p);
     *hi = *lo + len / (size_t)n + ((size_t)p < len % (size_t)n);
+}
+
+int exec_host_threads(const exec_runtime *rt)
+{
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = rt->offload.host_threads > 0 ? rt->offload.host_threads
+          : nc > 2 ? (int)(nc - 1) : 1;
+    return n > EXEC_HOST_MAX_THREADS ? EXEC_HOST_MAX_THREADS : n;
+}
+
+static void host_par(const exec_tiers *t, void (*fn)(void *, int, int),
+                     void *ctx)
+{
+    exec_host_par(t->threads, fn, ctx);
+}
+
+static void part_range(size_t len, int p, int n, size_t *lo, size_t *hi)
+{
+    exec_part_range(len, p, n, lo, hi);
 }
 
 /* ------------------------------------------------------ compute side */
@@ -564,7 +571,7 @@ typedef struct norm_ctx {
     const exec_tiers *t;
     const tier_stage *s;
     int li;
-    double sum[TIER_MAX_THREADS];
+    double sum[EXEC_HOST_MAX_THREADS];
 } norm_ctx;
 
 static void norm_part(void *ctx, int p, int n)

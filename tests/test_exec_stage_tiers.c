@@ -17,7 +17,10 @@
 #define PICO "tests/data/exec/gpt-pico.json"
 #define UNTIED "tests/data/exec/gpt-pico-untied.json"
 
-/* `sluice sim ARGS [--state-tiers T]` run for 3 steps at clip 1. */
+/* `sluice sim ARGS [--state-tiers T]` run for 3 steps at clip 1, the
+ * host's step on `threads` threads (0: the default). */
+static int threads;
+
 static void trun(const char *args, const char *tiers, exec_pipe_result *r,
                  sim_plan *p)
 {
@@ -28,6 +31,7 @@ static void trun(const char *args, const char *tiers, exec_pipe_result *r,
     cr_assert_eq(sim_plan_tiered(p), tiers != NULL, "%s", a);
     util_err e = {0};
     exec_pipe_opts o = pipe_opts(p, 3, 1.0f);
+    o.offload.host_threads = threads;
     cr_assert_eq(exec_pipe_run(&o, r, &e), 0, "%s: %s", a, e.msg);
 }
 
@@ -84,6 +88,15 @@ Test(exec_stage_tiers, interleaved_data_and_tensor_parallel_and_lora)
               "--tp 2 --mbs 2 --microbatches 2", "gpu,dram");
     vs_device("--hw 'cpu x2' --model " PICO " --schedule 1f1b --pp 2 "
               "--mbs 2 --microbatches 2 --finetune lora:4", "dram");
+}
+
+/* the host's step split over threads: elementwise, the same bits */
+Test(exec_stage_tiers, host_threads_keep_the_bits)
+{
+    threads = 3;
+    vs_device("--hw 'cpu x2' --model " PICO " --schedule 1f1b --pp 2 "
+              "--mbs 2 --microbatches 2", "dram,nvme");
+    threads = 0;
 }
 
 Test(exec_stage_tiers, mpirun_keeps_the_bits)

@@ -22,16 +22,20 @@
 #   (e) one step of each kind of plan against the CPU backend's, as (a):
 #       tensor parallelism, ZeRO-1, -2 and -3 data parallelism, LoRA,
 #       recomputation, zero-bubble and interleaved schedules (their workers
-#       on one GPU), and the tier schedules (zero-offload, fuyou with its
-#       states in DRAM, zero-infinity with them in a file on the drive);
+#       on one GPU), the tier schedules (zero-offload, fuyou with its
+#       states in DRAM, zero-infinity with them in a file on the drive) and
+#       stage tiers (one stage's AdamW state in DRAM, the other's in a file);
 #   (f) GPT-2 under fuyou and zero-offload (states in DRAM) and
 #       zero-infinity (states in a file on the drive), 4 steps:
 #       measured against simulated iteration time and each tier resource
 #       (PCIe each way, the CPU's AdamW).
+#   (h) GPT-2 on one GPU with its AdamW state in host DRAM (a stage tier:
+#       gradient out, the host's AdamW, weights back) and on the GPU:
+#       measured against simulated iteration and peak;
 #   (g) cuBLAS's sustained bf16 GEMM rate for a transformer layer's shapes
 #       (build/gpu/gemm_rate), as a share of the profile's bf16 peak: what
 #       the profile's GEMM efficiency (gemm_max and its curve) should say.
-# SLUICE_GPU_CHECKS lists the checks to run (default: "a b b1 c d e f g").
+# SLUICE_GPU_CHECKS lists the checks to run (default: "a b b1 c d e f g h").
 # Without a GPU it says why it skipped and exits 0. Exit 1 when a check
 # fails. SLUICE_GPU_HW names the plan's hardware (default: from the GPU's
 # name); MAKE_JOBS the build's parallelism (default 2);
@@ -93,7 +97,7 @@ data=${SLUICE_GPU_DATA:-$tmp/corpus.txt}
 [ -n "${SLUICE_GPU_DATA:-}" ] || cat README.md exec/*.c >"$data"
 echo "tests/gpu/run.sh: ${gpu:-a GPU} (${count:-?} visible), plans for $hw"
 fail=0
-checks=" ${SLUICE_GPU_CHECKS:-a b b1 c d e f g} "
+checks=" ${SLUICE_GPU_CHECKS:-a b b1 c d e f g h} "
 want() {
     case "$checks" in *" $1 "*) return 0 ;; esac
     return 1
@@ -189,6 +193,8 @@ same "interleaved" 2 --schedule interleaved --pp 2
 same "zero-offload" 1 --schedule zero-offload --offload-tier dram
 same "zero-infinity" 1 --schedule zero-infinity --offload-tier nvme \
     -- --offload-path "$tmp"
+same "stage tiers" 2 --schedule 1f1b --pp 2 --nvme 1 \
+    --state-tiers dram,nvme -- --offload-path "$tmp"
 # Without clipping AdamW's first step is lr g / (|g| + eps) at full size
 # for every weight, and the GPU's sums against the CPU's moved 1.7e-4 of
 # them beyond 1e-6 for the plain 1F1B plan as for fuyou (H100, 2026-11):
@@ -219,6 +225,25 @@ for st in fuyou:dram zero-offload:dram zero-infinity:nvme; do
         fail=1
     fi
     keep "$tmp/$sch-run.txt"
+done
+fi
+
+if want h; then
+echo "== (h) GPT-2, its optimizer state in host DRAM (stage tiers) or on the GPU"
+for st in gpu dram; do
+    $bin sim --hw "$hw" x1 --model gpt2 --schedule 1f1b --pp 1 --mbs 8 \
+        --microbatches 4 --state-tiers "$st" --out "$tmp/st-$st.json" \
+        >/dev/null
+    echo "-- AdamW state on the $st"
+    if $bin exec --plan "$tmp/st-$st.json" --steps 4 --data "$data" \
+           --backend cuda >"$tmp/st-$st-run.txt" 2>&1; then
+        sed -n '/^measured/,/^$/p' "$tmp/st-$st-run.txt"
+        grep -E '^  (dev|0 )' "$tmp/st-$st-run.txt" || true
+    else
+        tail -n 5 "$tmp/st-$st-run.txt"
+        fail=1
+    fi
+    keep "$tmp/st-$st-run.txt"
 done
 fi
 
