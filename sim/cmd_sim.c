@@ -569,7 +569,10 @@ static int run(int argc, char **argv, util_err *e)
     if (size_check(&p, tp, &co, e)) goto out;
     cs = sim_costs_build(m, tp, p.n_stages, p.first_op, p.last_op,
                          p.stage_device, p.pp, &co, e);
-    if (!cs) goto out;
+    if (!cs) {
+        if (c.plan_file) util_err_prefix(e, "%s", c.plan_file);
+        goto out;
+    }
     if (sim_sched_offload(p.sched) && !c.plan_file && !c.swap_given &&
         sim_offload_swap_search(&p, cs, tp, e))
         goto out;
