@@ -88,10 +88,11 @@ char *sim_state_tiers_str(const sim_plan *p, char *buf, size_t n)
 }
 
 /* What a stage's step takes in (the gradient) and gives back (the
- * weights): a shard of it under ZeRO. */
+ * weights): the rank's shard of it under ZeRO. */
 static double stepped_bytes(const sim_costs *c, const sim_stage_cost *sc)
 {
-    return c->zero ? sc->grad_bytes : sc->train_bytes;
+    return c->zero && c->shard > 1 ? sc->train_bytes / c->shard
+                                   : sc->train_bytes;
 }
 
 /* The chunks of a drive-held step: one where the CPU's share is a fixed
@@ -151,8 +152,8 @@ int sim_stage_tier_costs(sim_costs *c, const prof_topo *t, util_err *e)
                            t->name);
             break;
         }
-        double params = (c->zero ? sc->train_params / c->shard
-                                 : sc->train_params) * tp;
+        double params = (c->zero && c->shard > 1
+                         ? sc->train_params / c->shard : sc->train_params) * tp;
         double step = stepped_bytes(c, sc) * tp;
         sc->cpu_opt_ns = (int64_t)llround(sim_cpu_opt_ns(t, g, params));
         double bw = t->nodes[h].read_bw_bytes_per_s;

@@ -361,20 +361,6 @@ static void bad_stage(const char *sched, const char *field, const char *want)
     test_rm_rf(dir);
 }
 
-Test(sim_stage_tiers, the_executor_refuses_them_by_name)
-{
-    char *dir = test_tmpdir();
-    char path[300];
-    snprintf(path, sizeof path, "%s/p.json", dir);
-    cli_expect(0, NULL, "sim --hw rtx4090 x2 --model gpt-tiny --schedule 1f1b "
-               "--pp 2 --mbs 1 --microbatches 2 --state-tiers gpu,dram "
-               "--out %s", path);
-    cli_expect(2, "stage tiers gpu,dram: the executor does not step a "
-               "pipeline stage's state on the host yet", "exec --plan %s "
-               "--steps 1", path);
-    test_rm_rf(dir);
-}
-
 Test(sim_stage_tiers, bad_tiers_are_named)
 {
     bad_stage("1f1b", "\"state_tier\": \"ssd\"", "state_tier");
