@@ -273,7 +273,8 @@ void sim_add_stage_tiers(sim_ir *ir, const sim_costs *c)
         if (t->kind != SIM_OPT || t->stage < 0 ||
             !c->stage[t->stage].state_tier || prev[i] < 0)
             continue;
-        int s = t->stage, opt = i;
+        /* t moves as tasks are added: what it says is kept here */
+        int s = t->stage, opt = i, mbk = t->minibatch;
         const sim_stage_cost *sc = &c->stage[s];
         int nd = 0;
         deps = util_realloc(deps, sizeof(int) * (size_t)(dcnt[i] + 1));
@@ -282,7 +283,7 @@ void sim_add_stage_tiers(sim_ir *ir, const sim_costs *c)
         int chain[3 * NVME_MAX_CHUNKS + 4], nc = 0;
         int out = stage_task(ir, c, SIM_SWAP_OUT, s, sc->tier_bytes, tp, -1);
         for (int k = 0; k < nd; k++) sim_ir_dep(ir, out, deps[k]);
-        ir->tasks[out].minibatch = t->minibatch;
+        ir->tasks[out].minibatch = mbk;
         chain[nc++] = out;
         int last;
         if (sc->state_tier == SIM_TIER_NVME) {
@@ -312,7 +313,7 @@ void sim_add_stage_tiers(sim_ir *ir, const sim_costs *c)
         chain[nc++] = in;
         sim_ir_dep(ir, opt, in);
         for (int k = 0; k < nc; k++) {
-            ir->tasks[chain[k]].minibatch = t->minibatch;
+            ir->tasks[chain[k]].minibatch = mbk;
             if (na == cap) {
                 cap *= 2;
                 anchor = util_realloc(anchor, sizeof(int) * (size_t)cap);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "exec/exec.h"
+#include "planner/planner.h"
 #include "sim/sim.h"
 #include "tests/harness.h"
 
@@ -88,6 +89,42 @@ Test(exec_stage_tiers, interleaved_data_and_tensor_parallel_and_lora)
               "--tp 2 --mbs 2 --microbatches 2", "gpu,dram");
     vs_device("--hw 'cpu x2' --model " PICO " --schedule 1f1b --pp 2 "
               "--mbs 2 --microbatches 2 --finetune lora:4", "dram");
+}
+
+/* The drives' state in several chunks: the plan's state bytes per
+ * parameter make the simulated state large enough for the IR to read,
+ * step and write stage 0's in chunks; the run splits its floats as many
+ * ways, and keeps the bits. */
+Test(exec_stage_tiers, the_drives_chunks_keep_the_bits)
+{
+    const char *args = "--hw rtx4090 x2 --model gpt-mini --schedule 1f1b "
+                       "--pp 2 --mbs 2 --microbatches 2 --state-bytes 1024";
+    char a[300];
+    snprintf(a, sizeof a, "%s --state-tiers nvme,dram", args);
+    sim_plan p;
+    cli_plan(a, &p);
+    util_err e;
+    prof_topo *t = prof_topo_template("rtx4090", 2, NULL, &e);
+    cr_assert_not_null(t, "%s", e.msg);
+    prof_model *m = sim_plan_model(&p, t, &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    sim_costs *c;
+    sim_ir *ir;
+    sim_engine *en;
+    sim_result r;
+    cr_assert_eq(plan_simulate(&p, m, t, 0, 0, &c, &ir, &en, &r, &e), 0,
+                 "%s", e.msg);
+    int chunks = 0;
+    for (int i = 0; i < ir->n_tasks; i++)
+        chunks += ir->tasks[i].kind == SIM_CPU_OPT && ir->tasks[i].stage == 0;
+    cr_assert_gt(chunks, 1, "stage 0's step in %d chunk(s)", chunks);
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+    prof_model_free(m);
+    prof_topo_free(t);
+    sim_plan_free(&p);
+    vs_device(args, "nvme,dram");
 }
 
 /* the host's step split over threads: elementwise, the same bits */

@@ -109,6 +109,28 @@ static exec_pipe_opts run_opts(const sim_plan *p)
     return o;
 }
 
+/* Plan p run (nvme files in dir) and its report as JSON (freed by the
+ * caller); NULL after saying why on stderr (what names the row). */
+static json_t *run_report(const sim_plan *p, const char *dir,
+                          const char *what, exec_pipe_result *r)
+{
+    util_err e;
+    exec_pipe_opts o = run_opts(p);
+    o.offload.path = dir;
+    exec_report_opts ro = {.json = 1, .warm = WARM};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    ro.out = mem;
+    int rc = exec_pipe_run(&o, r, &e) || exec_pipe_report(&o, r, &ro, &e);
+    fclose(mem);
+    json_t *j = rc ? NULL : json_loads(buf, 0, NULL);
+    free(buf);
+    if (rc) fprintf(stderr, "bench_offload: %s: %s\n", what, e.msg);
+    else if (!j) fprintf(stderr, "bench_offload: %s: no JSON report\n", what);
+    return j;
+}
+
 /* Plans of the offload schedules on one CPU device, run and simulated. */
 static int tier_rows(const char *model, prof_model *m, const char *dir)
 {
@@ -153,24 +175,10 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
             sim_plan_free(&p);
             return 1;
         }
-        exec_pipe_opts o = run_opts(&p);
-        o.offload.path = dir;
         exec_pipe_result r;
-        exec_report_opts ro = {.json = 1, .warm = WARM};
-        json_t *j = NULL;
-        char *buf = NULL;
-        size_t len = 0;
-        FILE *mem = open_memstream(&buf, &len);
-        ro.out = mem;
-        if (exec_pipe_run(&o, &r, &e) || exec_pipe_report(&o, &r, &ro, &e)) {
-            fprintf(stderr, "bench_offload: %s: %s\n",
-                    sim_sched_name(p.sched), e.msg);
-            rc = 1;
-        }
-        fclose(mem);
-        if (!rc) j = json_loads(buf, 0, NULL);
-        free(buf);
-        if (!rc && j) {
+        json_t *j = run_report(&p, dir, sim_sched_name(p.sched), &r);
+        if (!j) rc = 1;
+        if (j) {
             json_t *pr = json_object_get(j, "predicted");
             json_t *t = json_object_get(j, "tiers");
             double it = json_real_value(json_object_get(j, "iteration_time_s"));
@@ -241,21 +249,9 @@ static int stage_tier_rows(const char *model, prof_model *m, const char *dir)
             sim_plan_free(&p);
             return 1;
         }
-        exec_pipe_opts o = run_opts(&p);
-        o.offload.path = dir;
         exec_pipe_result r;
-        exec_report_opts ro = {.json = 1, .warm = WARM};
-        char *buf = NULL;
-        size_t len = 0;
-        FILE *mem = open_memstream(&buf, &len);
-        ro.out = mem;
-        if (exec_pipe_run(&o, &r, &e) || exec_pipe_report(&o, &r, &ro, &e)) {
-            fprintf(stderr, "bench_offload: tiers %s: %s\n", rows[i], e.msg);
-            rc = 1;
-        }
-        fclose(mem);
-        json_t *j = rc ? NULL : json_loads(buf, 0, NULL);
-        free(buf);
+        json_t *j = run_report(&p, dir, rows[i], &r);
+        if (!j) rc = 1;
         if (j) {
             json_t *pr = json_object_get(j, "predicted");
             json_t *dv = json_object_get(pr, "devices");
