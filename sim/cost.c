@@ -836,6 +836,10 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->last_op = last_op[s];
         double f = 0, bb = 0, w = 0, r = 0, arf = 0, arb = 0, arr = 0;
         double frozen = 0;
+        /* a tied table (the LM head's, T5's decoder embedding) held by
+         * the stage that holds the embedding it shares: one copy */
+        int own_table = 0;
+        double tied_p = 0, tied_tr = 0, tied_fz = 0;
         /* ZeRO-3's unit: a layer's weights (trained params, frozen
          * bytes), the largest of the stage's */
         double unit = 0, unit_tp = 0, unit_fz = 0;
@@ -872,6 +876,14 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             sc->params += op->params;
             sc->train_params += prof_op_train_params(op);
             frozen += op->frozen_bytes;
+            if (op->kind == PROF_OP_EMBED && !op->tied && i == 0)
+                own_table = 1;
+            if (op->tied && (op->kind == PROF_OP_LM_HEAD ||
+                             op->kind == PROF_OP_EMBED)) {
+                tied_p += op->params;
+                tied_tr += prof_op_train_params(op);
+                tied_fz += op->frozen_bytes;
+            }
             if (op->layer != unit_layer) {
                 unit = fmax(unit, unit_tp * wb + unit_fz);
                 unit_tp = unit_fz = 0;
@@ -889,6 +901,11 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                 c->xfer_bytes[(size_t)op_stage[p] * n_stages + s] +=
                     m->ops[p].out_bytes * mbs;
             }
+        }
+        if (own_table) {
+            sc->params -= tied_p;
+            sc->train_params -= tied_tr;
+            frozen -= tied_fz;
         }
         sc->task_ns = (int64_t)llround(g->eff.task_ns);
         sim_act ac = sim_act_range(m, first_op[s], last_op[s], tpw, sp, rc);
