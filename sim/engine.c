@@ -90,16 +90,32 @@ static int64_t task_tp(const sim_costs *c, const sim_task *t)
     }
 }
 
-/* Drive j of the server of device d's GPU (its j-th NVMe node), -1. */
-static int drive_of(const sim_costs *c, int d, int j)
+/* The NVMe drives of every server: those of server v are
+ * drv[off[v] .. off[v + 1]), in node order (malloc'd; free both). */
+static void server_drives(const prof_topo *tp, int **off, int **drv)
+{
+    int ns = tp->n_servers > 0 ? tp->n_servers : 1;
+    *off = util_calloc((size_t)ns + 2, sizeof(int));
+    *drv = util_malloc(sizeof(int) * (size_t)(tp->n_nodes + 1));
+    for (int v = 0; v < tp->n_nodes; v++)
+        if (tp->nodes[v].kind == PROF_NODE_NVME && tp->nodes[v].server < ns)
+            (*off)[tp->nodes[v].server + 1]++;
+    for (int v = 0; v < ns; v++) (*off)[v + 1] += (*off)[v];
+    int *fill = util_malloc(sizeof(int) * (size_t)(ns + 1));
+    memcpy(fill, *off, sizeof(int) * (size_t)ns);
+    for (int v = 0; v < tp->n_nodes; v++)
+        if (tp->nodes[v].kind == PROF_NODE_NVME && tp->nodes[v].server < ns)
+            (*drv)[fill[tp->nodes[v].server]++] = v;
+    free(fill);
+}
+
+/* Drive j of the server of device d's GPU, -1. */
+static int drive_of(const sim_costs *c, const int *off, const int *drv,
+                    int d, int j)
 {
     const prof_topo *tp = c->topo;
     int srv = tp->nodes[tp->gpu_node[c->dev_gpu[d]]].server;
-    for (int v = 0; v < tp->n_nodes; v++)
-        if (tp->nodes[v].kind == PROF_NODE_NVME &&
-            tp->nodes[v].server == srv && j-- == 0)
-            return v;
-    return -1;
+    return off[srv] + j < off[srv + 1] ? drv[off[srv] + j] : -1;
 }
 
 /* Whether task t is a CPU step priced as traffic on its host's memory (a
@@ -120,6 +136,8 @@ static int cpu_flow(const sim_task *t)
 static void node_routes(sim_engine *e, const sim_ir *ir, const sim_costs *c)
 {
     const prof_topo *tp = c->topo;
+    int *off, *drv;
+    server_drives(tp, &off, &drv);
     size_t need = 0;
     for (int i = 0; i < ir->n_tasks; i++) {
         const sim_task *t = &ir->tasks[i];
@@ -129,13 +147,17 @@ static void node_routes(sim_engine *e, const sim_ir *ir, const sim_costs *c)
         } else if (sim_kind_nvme(t->kind)) {
             int h = prof_topo_gpu_host_mem(tp, c->dev_gpu[t->device]);
             for (int j = 0; j < nl; j++) {
-                int dv = drive_of(c, t->device, j), n = 0;
+                int dv = drive_of(c, off, drv, t->device, j), n = 0;
                 if (dv >= 0) prof_topo_route(tp, dv, h, &n);
                 need += (size_t)n + 1;
             }
         }
     }
-    if (!need) return;
+    if (!need) {
+        free(off);
+        free(drv);
+        return;
+    }
     e->xroute = util_malloc(sizeof(int) * need);
     size_t used = 0;
     for (int i = 0; i < ir->n_tasks; i++) {
@@ -155,7 +177,7 @@ static void node_routes(sim_engine *e, const sim_ir *ir, const sim_costs *c)
         if (!sim_kind_nvme(t->kind)) continue;
         int h = prof_topo_gpu_host_mem(tp, c->dev_gpu[t->device]);
         for (int j = 0; j < nl; j++) {
-            int dv = drive_of(c, t->device, j), n = 0;
+            int dv = drive_of(c, off, drv, t->device, j), n = 0;
             if (dv < 0) continue;
             int rd = t->kind == SIM_NVME_READ;
             const int *r = prof_topo_route(tp, rd ? dv : h, rd ? h : dv, &n);
@@ -176,6 +198,8 @@ static void node_routes(sim_engine *e, const sim_ir *ir, const sim_costs *c)
                 e->lat_ns[i] = (int64_t)llround(lat);
         }
     }
+    free(off);
+    free(drv);
 }
 
 sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,

@@ -256,14 +256,23 @@ void sim_add_stage_tiers(sim_ir *ir, const sim_costs *c)
     for (int d = 0; d < ir->n_devices; d++)
         for (int j = 1; j < ir->dlen[d]; j++)
             prev[ir->dlist[d][j]] = ir->dlist[d][j - 1];
-    /* what each step waits for */
-    int *dcnt = util_calloc((size_t)n0 + 1, sizeof(int));
+    /* what each step waits for, gathered in one pass over the edges:
+     * deps[doff[i] .. doff[i + 1]) for step i */
+    int *doff = util_calloc((size_t)n0 + 2, sizeof(int));
     for (int k = 0; k < ir->n_edge; k++)
-        if (ir->tasks[ir->edge[2 * k]].kind == SIM_OPT) dcnt[ir->edge[2 * k]]++;
+        if (ir->tasks[ir->edge[2 * k]].kind == SIM_OPT)
+            doff[ir->edge[2 * k] + 1]++;
+    for (int i = 0; i < n0; i++) doff[i + 1] += doff[i];
+    int *deps = util_malloc(sizeof(int) * (size_t)(doff[n0] + 1));
+    int *fill = util_malloc(sizeof(int) * (size_t)(n0 + 1));
+    memcpy(fill, doff, sizeof(int) * (size_t)n0);
+    for (int k = 0; k < ir->n_edge; k++)
+        if (ir->tasks[ir->edge[2 * k]].kind == SIM_OPT)
+            deps[fill[ir->edge[2 * k]]++] = ir->edge[2 * k + 1];
+    free(fill);
     int cap = 16, na = 0;
     int *anchor = util_malloc(sizeof(int) * (size_t)cap);
     int *task = util_malloc(sizeof(int) * (size_t)cap);
-    int *deps = NULL;
     /* per stage, the last drive write of its step before: the next step
      * reads the state after it */
     int *wlast = util_malloc(sizeof(int) * (size_t)(ir->n_stages + 1));
@@ -276,14 +285,10 @@ void sim_add_stage_tiers(sim_ir *ir, const sim_costs *c)
         /* t moves as tasks are added: what it says is kept here */
         int s = t->stage, opt = i, mbk = t->minibatch;
         const sim_stage_cost *sc = &c->stage[s];
-        int nd = 0;
-        deps = util_realloc(deps, sizeof(int) * (size_t)(dcnt[i] + 1));
-        for (int k = 0; k < ir->n_edge; k++)
-            if (ir->edge[2 * k] == opt) deps[nd++] = ir->edge[2 * k + 1];
         int chain[3 * NVME_MAX_CHUNKS + 4], nc = 0;
         int out = stage_task(ir, c, SIM_SWAP_OUT, s, sc->tier_bytes, tp, -1);
-        for (int k = 0; k < nd; k++) sim_ir_dep(ir, out, deps[k]);
-        ir->tasks[out].minibatch = mbk;
+        for (int k = doff[opt]; k < doff[opt + 1]; k++)
+            sim_ir_dep(ir, out, deps[k]);
         chain[nc++] = out;
         int last;
         if (sc->state_tier == SIM_TIER_NVME) {
@@ -328,6 +333,6 @@ void sim_add_stage_tiers(sim_ir *ir, const sim_costs *c)
     free(deps);
     free(anchor);
     free(task);
-    free(dcnt);
+    free(doff);
     free(prev);
 }
