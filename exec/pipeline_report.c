@@ -342,27 +342,6 @@ static json_t *tiers_json(const exec_pipe_result *r, const meas *m,
                      "adam_params_per_s", rate(r->adam_params, r->adam_s));
 }
 
-/* A stage tier's step off the device in result x (minibatch 0), ns: the
- * gradient out, the CPU's AdamW, the drives, the weights back, and from
- * the gradient's copy out to the weights' end. */
-static void stier_parts(const sim_ir *ir, const sim_result *x, int s,
-                        double v[5])
-{
-    int64_t a = INT64_MAX, b = 0;
-    for (int k = 0; k < 5; k++) v[k] = 0;
-    for (int i = 0; i < ir->n_tasks; i++) {
-        const sim_task *t = &ir->tasks[i];
-        if (t->stage != s || t->minibatch || t->mb >= 0) continue;
-        int k = t->kind == SIM_SWAP_OUT ? 0 : t->kind == SIM_CPU_OPT ? 1
-              : sim_kind_nvme(t->kind) ? 2 : t->kind == SIM_SWAP_IN ? 3 : -1;
-        if (k < 0) continue;
-        v[k] += (double)(x->end_ns[i] - x->start_ns[i]);
-        if (k == 0 && x->start_ns[i] < a) a = x->start_ns[i];
-        if (x->end_ns[i] > b) b = x->end_ns[i];
-    }
-    v[4] = a < b ? (double)(b - a) : 0;
-}
-
 /* Stage tiers: each such stage's step off the device (the first
  * replica's), measured against simulated. */
 static void stier_lines(const exec_pipe_result *r, const meas *m,
@@ -378,9 +357,13 @@ static void stier_lines(const exec_pipe_result *r, const meas *m,
     for (int i = 0; i < 7; i++) util_table_col(tb, i, hd[i], i > 1 ? 'r' : 'l');
     for (int s = 0; s < c->n_model_stages; s++) {
         if (!c->stage[s].state_tier) continue;
-        double mv[5], sv[5];
-        stier_parts(r->ir, &m->res, s, mv);
-        stier_parts(r->ir, pr, s, sv);
+        sim_tier_step ms, ss;
+        sim_stage_tier_step(r->ir, &m->res, s, &ms);
+        sim_stage_tier_step(r->ir, pr, s, &ss);
+        double mv[5] = {ms.out_ns, ms.cpu_ns, ms.drives_ns, ms.in_ns,
+                        ms.span_ns};
+        double sv[5] = {ss.out_ns, ss.cpu_ns, ss.drives_ns, ss.in_ns,
+                        ss.span_ns};
         char cells[7][40];
         snprintf(cells[0], 40, "%d", s);
         snprintf(cells[1], 40, "%s",

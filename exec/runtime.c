@@ -1150,14 +1150,6 @@ static int sum_world(exec_worker *w, double *v, int n, util_err *e)
     return rc;
 }
 
-/* Whether task kind k is a tier task (copies to and from the host, the
- * drives, the CPU's step). */
-static int tier_kind(int k)
-{
-    return k == SIM_SWAP_IN || k == SIM_SWAP_OUT || k == SIM_CPU_OPT ||
-           sim_kind_nvme(k);
-}
-
 /* What step o waits for but a stage tier's tasks, which the compute
  * thread runs after this wait. */
 static int opt_deps_wait(exec_worker *w, int o, int epoch)
@@ -1166,7 +1158,7 @@ static int opt_deps_wait(exec_worker *w, int o, int epoch)
     const sim_task *t = &ir->tasks[o];
     for (int k = 0; k < t->n_dep; k++) {
         int d = ir->deps[t->dep_off + k];
-        if (!tier_kind(ir->tasks[d].kind) && wait_done(w, d, epoch))
+        if (!sim_kind_tier(ir->tasks[d].kind) && wait_done(w, d, epoch))
             return -1;
     }
     return 0;
@@ -2018,6 +2010,14 @@ static exec_tensor *lora_tensors(const exec_runtime *rt)
     return t;
 }
 
+/* Where stage st keeps AdamW's state: its plan stage's state_tier (0:
+ * on the device). */
+static int stage_htier(const exec_runtime *rt, const exec_stage *st)
+{
+    return rt->stage_tiers
+         ? rt->plan->state_tier[st->id % rt->plan->n_stages] : 0;
+}
+
 double exec_stage_state_bytes(const exec_runtime *rt, const exec_stage *st)
 {
     if (st->ofl) return 0;
@@ -2031,7 +2031,7 @@ double exec_stage_state_bytes(const exec_runtime *rt, const exec_stage *st)
      * (its gathers hold the whole for a while) */
     double g = rt->zero >= 2 ? 0 : n, m = rt->zero ? sh : n;
     double wt = rt->zero >= 3 ? sh : n;
-    if (st->stier) m = 0;       /* the moments are the host's */
+    if (stage_htier(rt, st)) m = 0;     /* the moments are the host's */
     return (wt + g + 2 * m + (double)st->n_frozen) * sizeof(float);
 }
 
@@ -2207,10 +2207,8 @@ static int worker_stages(exec_worker *w, const float *full,
          * the ZeRO stage says); what is frozen (a fine-tuning mode's):
          * its weights only */
         /* a stage tier keeps AdamW's moments on the host */
-        int htier = rt->stage_tiers ? rt->plan->state_tier[
-                        v % rt->plan->n_stages] : 0;
-        double bytes = exec_stage_state_bytes(rt, st) -
-                       (htier ? 2.0 * (double)st->n * sizeof(float) : 0);
+        int htier = stage_htier(rt, st);
+        double bytes = exec_stage_state_bytes(rt, st);
         if (exec_mem_charge(&w->mem, bytes)) {
             char a[32], c[32];
             rc = util_errf(e, UTIL_EXIT_FAIL, "device %d: the weights, "

@@ -79,6 +79,13 @@ static inline int sim_kind_nvme(int k)
 {
     return k == SIM_NVME_READ || k == SIM_NVME_WRITE;
 }
+/* Whether a task kind is a tier task: copies to and from the host, the
+ * drives, the CPU's step. */
+static inline int sim_kind_tier(int k)
+{
+    return k == SIM_SWAP_IN || k == SIM_SWAP_OUT || k == SIM_CPU_OPT ||
+           sim_kind_nvme(k);
+}
 const char *sim_stream_name(sim_stream s); /* "compute", ... */
 /* The stream a tier task runs on: copies in and out, the drives' reads
  * and writes, else (the CPU's step) the host's. */

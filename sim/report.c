@@ -147,29 +147,15 @@ static json_t *offload_json(const sim_costs *c, const sim_result *r,
 }
 
 /* A pipeline's stages with their optimizer state on a host tier: per
- * such stage of the first replica, the span of its step off the GPU
- * (first minibatch: the gradient's copy out to the new weights' copy in)
- * into span[s], -1 for stages on their GPU. */
+ * such stage of the first replica, the span of its step off the GPU in s
+ * (sim_stage_tier_step) into span[s], -1 for stages on their GPU. */
 static void tier_spans(const sim_costs *c, const sim_result *r,
                        const sim_ir *ir, double *span)
 {
-    int S = c->n_model_stages;
-    for (int s = 0; s < S; s++) span[s] = -1;
-    for (int s = 0; s < S; s++) {
-        if (!c->stage[s].state_tier) continue;
-        int64_t a = INT64_MAX, b = 0;
-        for (int i = 0; i < ir->n_tasks; i++) {
-            const sim_task *t = &ir->tasks[i];
-            if (t->stage != s || t->minibatch || t->mb >= 0 ||
-                (t->kind != SIM_SWAP_OUT && t->kind != SIM_SWAP_IN &&
-                 t->kind != SIM_CPU_OPT && !sim_kind_nvme(t->kind)))
-                continue;
-            /* from the gradient's copy out (the drives read ahead) */
-            if (t->kind == SIM_SWAP_OUT && r->start_ns[i] < a)
-                a = r->start_ns[i];
-            if (r->end_ns[i] > b) b = r->end_ns[i];
-        }
-        span[s] = a < b ? (double)(b - a) * 1e-9 : 0;
+    for (int s = 0; s < c->n_model_stages; s++) {
+        sim_tier_step x;
+        sim_stage_tier_step(ir, r, s, &x);
+        span[s] = c->stage[s].state_tier ? x.span_ns * 1e-9 : -1;
     }
 }
 

@@ -130,6 +130,14 @@ typedef struct sim_tier_use {
     int64_t *t_ns;
     double *host, *nvme;
 } sim_tier_use;
+/* A stage tier's step (sim_add_stage_tiers) in result r: stage s's tier
+ * tasks of the first minibatch, by part (each summed, ns), and from the
+ * gradient's copy out to the end of the last (the drives read ahead). */
+typedef struct sim_tier_step {
+    double out_ns, cpu_ns, drives_ns, in_ns, span_ns;
+} sim_tier_step;
+void sim_stage_tier_step(const sim_ir *ir, const sim_result *r, int s,
+                         sim_tier_step *x);
 void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
                           const sim_costs *c, sim_tier_use *u);
 void sim_tier_use_free(sim_tier_use *u);

@@ -336,3 +336,28 @@ void sim_add_stage_tiers(sim_ir *ir, const sim_costs *c)
     free(doff);
     free(prev);
 }
+
+void sim_stage_tier_step(const sim_ir *ir, const sim_result *r, int s,
+                         sim_tier_step *x)
+{
+    memset(x, 0, sizeof *x);
+    int64_t a = INT64_MAX, b = 0;
+    for (int i = 0; i < ir->n_tasks; i++) {
+        const sim_task *t = &ir->tasks[i];
+        if (t->stage != s || t->minibatch || t->mb >= 0 ||
+            !sim_kind_tier(t->kind))
+            continue;
+        double d = (double)(r->end_ns[i] - r->start_ns[i]);
+        switch (t->kind) {
+        case SIM_SWAP_OUT:
+            x->out_ns += d;
+            if (r->start_ns[i] < a) a = r->start_ns[i];
+            break;
+        case SIM_CPU_OPT: x->cpu_ns += d; break;
+        case SIM_SWAP_IN: x->in_ns += d; break;
+        default: x->drives_ns += d; break;
+        }
+        if (r->end_ns[i] > b) b = r->end_ns[i];
+    }
+    x->span_ns = a < b ? (double)(b - a) : 0;
+}
