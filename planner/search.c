@@ -468,8 +468,9 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
                            const char *hw_name, plan_mixed_memo *memo)
 {
     double state = o->state_bytes_per_param > 0 ? o->state_bytes_per_param : 16;
-    /* stage tiers: the GPU keeps fp16 weights and gradients at least */
-    if (o->state_tiers) state = fmin(state, 4);
+    /* stage tiers: the GPU keeps the weights and gradients at least */
+    if (o->state_tiers)
+        state = fmin(state, 2 * prof_dtype_bytes(m->spec.dtype));
     double bw, lat;
     pipeline_link(t, c->pp, c->tp, &bw, &lat);
     plan_skeleton(c, o, m, model_name, hw_name);
