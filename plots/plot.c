@@ -196,10 +196,16 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
     size_t mlen = 0, tlen = 0, glen = 0;
     /* memory: one block per device */
     int maxdev = 0;
+    double tend = 0; /* the iteration's end: curves hold their last value */
     for (size_t i = 0; i < n; i++) {
         json_t *ev = json_array_get(evs, i);
         int pid = (int)json_integer_value(json_object_get(ev, "pid"));
         if (pid + 1 > maxdev) maxdev = pid + 1;
+        const char *ph = json_string_value(json_object_get(ev, "ph"));
+        double t = (json_number_value(json_object_get(ev, "ts")) +
+                    json_number_value(json_object_get(ev, "dur"))) / 1e3;
+        if (ph && (!strcmp(ph, "X") || !strcmp(ph, "C")) && t > tend)
+            tend = t;
     }
     ndev = maxdev;
     FILE *mf = open_memstream(&mbuf, &mlen);
@@ -212,6 +218,7 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
         int pid = d < ndev ? d : 0;
         fprintf(mf, "# %s %d: time_ms GiB\n", want, pid);
         int any = 0;
+        double last_t = 0, last_by = 0;
         for (size_t i = 0; i < n; i++) {
             json_t *ev = json_array_get(evs, i);
             const char *ph = json_string_value(json_object_get(ev, "ph"));
@@ -226,9 +233,12 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
             if (by > mmax && d < ndev) mmax = by;
             if (d >= ndev) has_tier[d - ndev] = 1;
             any = 1;
+            if (ts >= last_t) last_t = ts, last_by = by;
             if (ts > tmax) tmax = ts;
         }
         if (!any) fprintf(mf, "0 0\n");
+        else if (last_t < tend)
+            fprintf(mf, "%.6f %.6f\n", tend, last_by / (1 << 30));
         fprintf(mf, "\n\n");
     }
     for (size_t i = 0; i < n; i++) {

@@ -245,6 +245,70 @@ Test(sim_stage_tiers, drives_stream_the_state_in_chunks)
     tplan_free(md, t, &p);
 }
 
+/* The memory plot draws what the fullest server's DRAM and drives hold
+ * (the report's figures), and every curve, the GPUs' too, runs to the
+ * iteration's end. */
+Test(sim_stage_tiers, the_memory_plot_draws_the_host_tiers)
+{
+    const char *args = "sim --hw rtx4090 x2 --model gpt2-xl --schedule 1f1b "
+                       "--pp 2 --mbs 1 --microbatches 4 --host-mem 128G "
+                       "--nvme 2 --state-tiers gpu,nvme";
+    json_t *j = cli_json("%s --json", args);
+    json_t *st = json_object_get(j, "state_tiers");
+    double want[2] = {
+        json_number_value(json_object_get(st, "host_bytes")),
+        json_number_value(json_object_get(st, "nvme_bytes"))};
+    double it_ms = json_number_value(json_object_get(j, "iteration_time_s")) * 1e3;
+    json_decref(j);
+    cr_assert_gt(want[0], 0);
+    cr_assert_gt(want[1], 0);
+    cr_assert_gt(it_ms, 0);
+    char *dir = test_tmpdir();
+    char pre[300], path[320];
+    snprintf(pre, sizeof pre, "%s/p", dir);
+    cli_expect(0, "NVMe", "%s --plot %s", args, pre);
+    snprintf(path, sizeof path, "%s-memory.dat", pre);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    char line[256], what[64] = "";
+    int blocks = 0, tiers = 0;
+    double t = 0, by = 0, last_t = -1;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') {
+            cr_assert_eq(sscanf(line, "# %63[^0-9]", what), 1);
+            blocks++;
+            continue;
+        }
+        if (sscanf(line, "%lf %lf", &t, &by) == 2) {
+            last_t = t;
+            int k = !strncmp(what, "host DRAM", 9) ? 0
+                  : !strncmp(what, "NVMe", 4) ? 1 : -1;
+            if (k >= 0) {
+                cr_expect_float_eq(by, want[k] / (1 << 30), 1e-5, "%s", what);
+                tiers |= 1 << k;
+            }
+        } else if (last_t >= 0) {
+            /* a block's end: its curve reaches the iteration's end */
+            cr_expect_float_eq(last_t, it_ms, 1e-3 * it_ms, "%s ends at "
+                               "%.3f ms of %.3f", what, last_t, it_ms);
+            last_t = -1;
+        }
+    }
+    fclose(f);
+    cr_expect_eq(blocks, 4);
+    cr_expect_eq(tiers, 3);
+    snprintf(path, sizeof path, "%s.gp", pre);
+    f = fopen(path, "r");
+    cr_assert_not_null(f);
+    char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    cr_expect(strstr(buf, "title 'host DRAM'"));
+    cr_expect(strstr(buf, "title 'NVMe'"));
+    test_rm_rf(dir);
+}
+
 /* Plan p with stage s's optimizer state in DRAM where bit s of m is set,
  * else on its GPU: its iteration, and whether it overflows (*oom). */
 static int64_t run_assign(sim_plan *p, const prof_model *md,
