@@ -1373,6 +1373,8 @@ static int tiers_end(exec_worker *w, int epoch)
         if (w->n_tq[q] && wait_done(w, w->tq[q][w->n_tq[q] - 1], epoch))
             return -1;
     w->wait_ns += (int64_t)exec_now_ns() - t0;
+    /* a stage tier's last chunks written back: the norm is the step's */
+    if (!rt->tiers) return 0;
     w->ep_norm[epoch - 1] = sqrt(exec_tiers_norm_sq(w, epoch));
     if (rt->stop_flag && *rt->stop_flag) {
         int cur = atomic_load(&rt->stop_epoch);
@@ -1398,7 +1400,8 @@ static void *compute_main(void *arg)
         if (epoch > atomic_load(&rt->stop_epoch)) break;
         int64_t t0 = (int64_t)exec_now_ns();
         w->kern_ns = w->wait_ns = 0;
-        if (rt->tiers) tiers_open(w, epoch);
+        int tq = rt->tiers || rt->stage_tiers;
+        if (tq) tiers_open(w, epoch);
         for (int i = 0; i < w->n_comp; i++) {
             int id = w->comp[i];
             const sim_task *t = &ir->tasks[id];
@@ -1433,7 +1436,7 @@ static void *compute_main(void *arg)
                     ;
             }
         }
-        if (rt->tiers && tiers_end(w, epoch)) goto out;
+        if (tq && tiers_end(w, epoch)) goto out;
         int64_t t1 = (int64_t)exec_now_ns();
         if (w->id == 0 && rt->on_step && !rt->async)
             rt->on_step(rt->on_step_ctx, rt->step0 + epoch,
@@ -1497,7 +1500,9 @@ static void *tier_main(void *arg)
             if (deps_wait(w, id, epoch)) goto out;
             int64_t *ts = tslot(w, epoch, id);
             ts[EXEC_T_START] = ts[EXEC_T_FSTART] = now_rel(rt);
-            if (exec_tiers_task(w, id, epoch, &e)) {
+            if (rt->stage_tiers
+                    ? exec_stier_task(w, id, epoch, w->opt_scale, &e)
+                    : exec_tiers_task(w, id, epoch, &e)) {
                 fail(w, id, &e);
                 goto out;
             }
@@ -1976,12 +1981,19 @@ static int worker_tasks(exec_worker *w, util_err *e)
             break;
         case SIM_SWAP_IN: case SIM_SWAP_OUT: case SIM_NVME_READ:
         case SIM_NVME_WRITE: case SIM_CPU_OPT:
-            if (rt->stage_tiers) {
-                /* a stage tier's: in order, before its step */
+            if (rt->stage_tiers && !sim_kind_nvme(t->kind) &&
+                !(t->kind == SIM_CPU_OPT &&
+                  rt->plan->state_tier[t->stage % rt->plan->n_stages] ==
+                      SIM_TIER_NVME)) {
+                /* a stage tier's copies (and its step on DRAM): in
+                 * order, before its step */
                 w->comp[w->n_comp++] = id;
                 break;
             }
-            if (rt->tiers) {
+            if (rt->tiers || rt->stage_tiers) {
+                /* a tier thread per stream: a stage tier's drive chunks
+                 * read, step and write back side by side, as the IR
+                 * overlaps them */
                 int q = t->stream;
                 if (!w->tq[q])
                     w->tq[q] = util_malloc(sizeof(int) * (size_t)(n + 1));

@@ -471,8 +471,10 @@ struct exec_runtime {
      * (sim_tier), as its costs say */
     int tiers, tier_sched, tier, act_tier;
     /* the plan's stages keeping their optimizer state on a host tier
-     * (sim_plan.state_tier): their tier tasks run on the compute thread
-     * in the IR's order (stage_tier.c) */
+     * (sim_plan.state_tier): their copies and DRAM steps run on the
+     * compute thread in the IR's order, their drive chunks' reads, steps
+     * and writes on a tier thread per stream, overlapped as the IR says
+     * (stage_tier.c) */
     int stage_tiers;
     int64_t t0;                 /* clock origin (exec_now_ns) */
     /* after each flushed step, on worker 0 (progress lines) */

@@ -6,13 +6,17 @@
  * tier those live in a file, three regions of the stage's floats, each
  * step reading, stepping and writing them back chunk by chunk (the IR's
  * chunks, aligned for O_DIRECT), the stepped weights gathered in the
- * gradient's buffer for the copy back. */
+ * gradient's buffer for the copy back. The chunks' tasks run on the
+ * worker's tier threads (a read, a step and a write at once); chunk k
+ * stages in set k % 3, free again once the IR lets a read start (it
+ * waits for the write two chunks back). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "exec/runtime.h"
 
 #define ALIGN_FLOATS (EXEC_TFILE_ALIGN / sizeof(float))
+#define STG_SETS 3 /* chunks staged at once, as the simulator charges */
 
 struct exec_stier {
     int tier;
@@ -24,7 +28,7 @@ struct exec_stier {
     exec_tfile f;               /* nvme: w, m, v regions of rb bytes */
     int64_t foff;
     size_t rb;
-    float *stg[3];              /* nvme: one chunk's w, m, v */
+    float *stg[STG_SETS][3];    /* nvme: a chunk's w, m, v per set */
     int *chunk;                 /* per IR task of the stage: its chunk */
 };
 
@@ -112,7 +116,8 @@ int exec_stier_add(exec_worker *w, exec_stage *st, int tier, const float *w0,
     }
     free(b);
     size_t cb = exec_tfile_up(t->cn * sizeof(float));
-    for (int k = 0; k < 3 && !rc; k++) t->stg[k] = exec_tfile_buf(cb);
+    for (int j = 0; j < STG_SETS; j++)
+        for (int k = 0; k < 3 && !rc; k++) t->stg[j][k] = exec_tfile_buf(cb);
     return rc;
 }
 
@@ -174,6 +179,7 @@ int exec_stier_task(exec_worker *w, int id, int epoch, float scale,
     UTIL_NEVER(!t);
     int c = t->chunk[id] >= 0 ? t->chunk[id] : 0;
     chunk_range(t, n, c, &lo, &hi);
+    float **stg = t->stg[c % STG_SETS];
     switch (k->kind) {
     case SIM_SWAP_OUT: {
         /* the step's gradient to the host; the device's starts again */
@@ -185,7 +191,7 @@ int exec_stier_task(exec_worker *w, int id, int epoch, float scale,
     }
     case SIM_NVME_READ:
         for (int r = 0; r < 3; r++)
-            if (region_io(t, 0, r, t->stg[r], lo, hi, e)) return -1;
+            if (region_io(t, 0, r, stg[r], lo, hi, e)) return -1;
         return 0;
     case SIM_CPU_OPT:
         if (t->tier == SIM_TIER_DRAM) {
@@ -194,13 +200,13 @@ int exec_stier_task(exec_worker *w, int id, int epoch, float scale,
             step_range(rt, st, t, h, 0, n, step, scale);
             return 0;
         }
-        step_range(rt, st, t, t->stg, lo, hi, step, scale);
+        step_range(rt, st, t, stg, lo, hi, step, scale);
         /* the chunk's gradient is spent: its buffer takes the weights */
-        memcpy(t->hg + lo, t->stg[0], (hi - lo) * sizeof(float));
+        memcpy(t->hg + lo, stg[0], (hi - lo) * sizeof(float));
         return 0;
     case SIM_NVME_WRITE:
         for (int r = 0; r < 3; r++)
-            if (region_io(t, 1, r, t->stg[r], lo, hi, e)) return -1;
+            if (region_io(t, 1, r, stg[r], lo, hi, e)) return -1;
         return 0;
     case SIM_SWAP_IN: {
         int rc = 0;
@@ -251,7 +257,8 @@ void exec_stier_free(exec_worker *w, exec_stage *st)
     free(t->hm);
     free(t->hv);
     free(t->hg);
-    for (int k = 0; k < 3; k++) free(t->stg[k]);
+    for (int j = 0; j < STG_SETS; j++)
+        for (int k = 0; k < 3; k++) free(t->stg[j][k]);
     free(t->chunk);
     exec_tfile_close(&t->f);
     free(t);

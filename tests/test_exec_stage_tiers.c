@@ -127,6 +127,55 @@ Test(exec_stage_tiers, the_drives_chunks_keep_the_bits)
     vs_device(args, "nvme,dram");
 }
 
+/* The drives' chunks run on threads of their own, overlapped as the IR
+ * says: the second chunk's read waits for nothing (the first write-back
+ * frees its staging only for the third), so it starts before the first
+ * chunk's step ends, which one thread running the chain in order could
+ * not do. */
+Test(exec_stage_tiers, the_drives_chunks_overlap_the_step)
+{
+    exec_pipe_result r;
+    sim_plan p;
+    trun("--hw rtx4090 x2 --model gpt-mini --schedule 1f1b --pp 2 --mbs 2 "
+         "--microbatches 2 --state-bytes 1024", "nvme,dram", &r, &p);
+    util_err e;
+    prof_topo *t = prof_topo_template("rtx4090", 2, NULL, &e);
+    cr_assert_not_null(t, "%s", e.msg);
+    prof_model *m = sim_plan_model(&p, t, &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    sim_costs *c;
+    sim_ir *ir;
+    sim_engine *en;
+    sim_result sr;
+    cr_assert_eq(plan_simulate(&p, m, t, 0, 0, &c, &ir, &en, &sr, &e), 0,
+                 "%s", e.msg);
+    cr_assert_eq(ir->n_tasks, r.n_tasks);
+    int rd[2] = {-1, -1}, op0 = -1, nrd = 0;
+    for (int i = 0; i < ir->n_tasks; i++) {
+        const sim_task *k = &ir->tasks[i];
+        if (k->stage != 0) continue;
+        if (k->kind == SIM_NVME_READ && nrd < 2) rd[nrd++] = i;
+        if (k->kind == SIM_CPU_OPT && op0 < 0) op0 = i;
+    }
+    cr_assert(rd[1] >= 0 && op0 >= 0);
+    int early = 0;
+    for (int ep = 0; ep < r.epochs; ep++) {
+        const int64_t *a = exec_pipe_times(&r, ep, rd[1]);
+        const int64_t *b = exec_pipe_times(&r, ep, op0);
+        cr_assert(a[EXEC_T_START] >= 0 && b[EXEC_T_END] >= 0);
+        early += a[EXEC_T_START] < b[EXEC_T_END];
+    }
+    cr_expect_gt(early, 0, "the second chunk was read after the first "
+                 "chunk's step in all %d steps", r.epochs);
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+    prof_model_free(m);
+    prof_topo_free(t);
+    exec_pipe_result_free(&r);
+    sim_plan_free(&p);
+}
+
 /* the host's step split over threads: elementwise, the same bits */
 Test(exec_stage_tiers, host_threads_keep_the_bits)
 {
