@@ -252,6 +252,8 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
     e->capheap = 2 * n + 64;
     e->heap = util_malloc(sizeof(sim_ev) * (size_t)e->capheap);
     e->mem_cur = util_calloc((size_t)e->nd, sizeof(double));
+    e->mem_dirty = util_calloc(2 * (size_t)e->nd, sizeof(int32_t));
+    e->mem_task = util_calloc((size_t)e->nd, sizeof(int32_t));
     e->cur_ver = util_calloc((size_t)e->ns, sizeof(int32_t));
     e->live = util_calloc((size_t)e->ns, sizeof(int32_t));
     e->inflight = util_calloc((size_t)e->ns, sizeof(int32_t));
@@ -387,6 +389,7 @@ void sim_engine_free(sim_engine *e)
     free(e->static_bytes); free(e->pending0); free(e->pending);
     free(e->unmet); free(e->head); free(e->busy); free(e->start);
     free(e->end); free(e->fstart); free(e->heap); free(e->mem_cur);
+    free(e->mem_dirty); free(e->mem_task);
     free(e->cur_ver); free(e->live); free(e->inflight); free(e->flow_task);
     free(e->flow_rem); free(e->flow_rate); free(e->flow_route);
     free(e->flow_rlen); free(e->fold_routes); free(e->lane_scale);
@@ -775,15 +778,22 @@ int sim_engine_run(sim_engine *e, sim_result *r)
     e->oom_task = -1;
     e->oom_t = 0;
     e->events = 0;
+    e->n_dirty = 0;
     for (int d = 0; d < e->nd; d++) {
         memset(&e->dev[d], 0, sizeof e->dev[d]);
         e->dev[d].capacity_bytes = e->c->dev_capacity[d];
         e->mem_cur[d] = 0;
+        e->mem_dirty[d] = 0;
         sim_mem_add(e, d, e->static_bytes[d], -1);
     }
     for (int q = 0; q < e->nq; q++) try_start(e, e->head[q]);
     int64_t ended = 0;
-    while (e->nheap && !(e->oom && e->opts.stop_at_oom)) {
+    while (e->nheap) {
+        /* an instant's memory counts once all of it is applied */
+        if (e->heap[0].t != e->now) {
+            sim_mem_settle(e);
+            if (e->oom && e->opts.stop_at_oom) break;
+        }
         sim_ev ev = heap_pop(e);
         e->now = ev.t;
         e->events++;
@@ -801,6 +811,7 @@ int sim_engine_run(sim_engine *e, sim_result *r)
         task_end(e, ev.id);
         ended++;
     }
+    sim_mem_settle(e);
     memset(r, 0, sizeof *r);
     r->n_devices = e->nd;
     r->n_stages = e->ns;

@@ -48,6 +48,10 @@ struct sim_engine {
     uint64_t seq;
     int64_t now;
     double *mem_cur;
+    /* devices whose memory changed at `now` (sim_mem_settle), and the
+     * last task that added to each */
+    int32_t *mem_dirty, *mem_task;
+    int n_dirty;
     int32_t *pending;
     int32_t *cur_ver, *live;
     int32_t *inflight;
@@ -86,6 +90,11 @@ struct sim_engine {
 void sim_mem_setup(sim_engine *e);
 /* memory.c: applies a delta on device d at the engine's time. */
 void sim_mem_add(sim_engine *e, int d, double delta, int task);
+/* memory.c: before the engine's time moves on, the devices' memory at
+ * `now` (every change of that instant applied: what ends then frees its
+ * memory before what starts then, whatever order the events came in)
+ * counts toward their peaks, capacity checks and recorded points. */
+void sim_mem_settle(sim_engine *e);
 /* memory.c: version bookkeeping at the end of a stage task / an OPT. */
 void sim_mem_task_end(sim_engine *e, int id);
 

@@ -125,20 +125,37 @@ void sim_mem_setup(sim_engine *e)
 void sim_mem_add(sim_engine *e, int d, double delta, int task)
 {
     if (delta == 0) return;
-    double v = e->mem_cur[d] += delta;
-    sim_dev_stats *ds = &e->dev[d];
-    if (v > ds->peak_bytes) ds->peak_bytes = v;
-    if (!e->oom && ds->capacity_bytes > 0 && v > ds->capacity_bytes) {
-        e->oom = 1;
-        e->oom_task = task;
-        e->oom_t = e->now;
+    e->mem_cur[d] += delta;
+    if (!(e->mem_dirty[d] & 1)) {
+        e->mem_dirty[d] |= 1;
+        e->mem_dirty[e->nd + e->n_dirty++] = d;
     }
-    if (e->opts.record && e->n_mem < e->cap_mem) {
-        sim_mem_point *p = &e->mem[e->n_mem++];
-        p->t_ns = e->now;
-        p->device = d;
-        p->bytes = v;
+    /* an overflow is named for the last task that added */
+    if (delta > 0 || !(e->mem_dirty[d] & 2)) e->mem_task[d] = task;
+    if (delta > 0) e->mem_dirty[d] |= 2;
+}
+
+void sim_mem_settle(sim_engine *e)
+{
+    for (int k = 0; k < e->n_dirty; k++) {
+        int d = e->mem_dirty[e->nd + k];
+        double v = e->mem_cur[d];
+        e->mem_dirty[d] = 0;
+        sim_dev_stats *ds = &e->dev[d];
+        if (v > ds->peak_bytes) ds->peak_bytes = v;
+        if (!e->oom && ds->capacity_bytes > 0 && v > ds->capacity_bytes) {
+            e->oom = 1;
+            e->oom_task = e->mem_task[d];
+            e->oom_t = e->now;
+        }
+        if (e->opts.record && e->n_mem < e->cap_mem) {
+            sim_mem_point *p = &e->mem[e->n_mem++];
+            p->t_ns = e->now;
+            p->device = d;
+            p->bytes = v;
+        }
     }
+    e->n_dirty = 0;
 }
 
 void sim_mem_task_end(sim_engine *e, int id)

@@ -406,3 +406,27 @@ Test(zero, gpt3_175b_fits_with_zero_3)
     cli_result_free(&a);
     cli_result_free(&b);
 }
+
+/* Memory at an instant counts once all of it is applied: a replica's
+ * gradient arrives as its own backward ends and frees the activations,
+ * so the receive buffer never adds to them, on either replica, whatever
+ * order the engine meets the two events in; both replicas peak where one
+ * alone does. */
+Test(sim_zero, replicas_peak_alike)
+{
+    const char *a = "sim --hw cpu x2 --model gpt-mini --schedule 1f1b --pp 1 "
+                    "--mbs 8 --microbatches 1 --json";
+    json_t *one = cli_json("%s --dp 1", a), *two = cli_json("%s --dp 2", a);
+    double p1 = json_number_value(json_object_get(
+        json_array_get(json_object_get(one, "devices"), 0), "peak_mem_bytes"));
+    cr_assert_gt(p1, 0);
+    for (int d = 0; d < 2; d++) {
+        double p = json_number_value(json_object_get(
+            json_array_get(json_object_get(two, "devices"), (size_t)d),
+            "peak_mem_bytes"));
+        cr_expect_float_eq(p, p1, 1e-9 * p1, "replica %d peaks at %.0f, one "
+                           "alone at %.0f", d, p, p1);
+    }
+    json_decref(one);
+    json_decref(two);
+}
