@@ -891,8 +891,11 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             }
             unit_tp += prof_op_train_params(op);
             unit_fz += op->frozen_bytes;
+            /* a deferred weight gradient (dW = X^T dY) needs the op's
+             * saved input and the gradient of its output */
             if (op->bwd_w_flops > 0)
-                sc->wkeep_bytes += sim_op_act_rank(m, i, tpw, sp) * mbs;
+                sc->wkeep_bytes += (sim_op_act_rank(m, i, tpw, sp) +
+                                    out_rank(&m->ops[i], tpw, sp)) * mbs;
             for (int k = 0; k < op->n_in; k++) {
                 int p = op->in[k];
                 if (p < 0 || p >= m->n_ops || op_stage[p] == s || mark[p] == s)

@@ -289,7 +289,9 @@ typedef struct sim_stage_cost {
     double params;
     double act_bytes;           /* kept from F for the backward, per mb */
     double input_bytes;         /* the stage's inputs, per mb (recompute keeps these) */
-    double wkeep_bytes;         /* part of act_bytes W still needs after B */
+    double wkeep_bytes;         /* what W still needs after B: the weighted
+                                 * ops' saved inputs (part of act_bytes)
+                                 * and their output gradients */
     /* With recomputation, per mb: what F keeps for the backward instead of
      * act_bytes (checkpoints, and the activations of ops not recomputed),
      * what F holds on top of that while it runs (its largest moment of
