@@ -682,9 +682,17 @@ static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
             recompute_down(w, st, r, st->rseg[i], tp, e))
             return -1;
         if (bwd && op_backward(w, st, r, op, 1, fused, tp, e)) return -1;
-        /* what no later part reads goes now */
+        /* what no later part reads goes now: the op's own, and each input
+         * no backward reads again (the executor frees an activation as
+         * autograd does, after its last reader's backward) */
         if (fused || !x->has_w) exec_view_drop(&r->dout[i]);
         if (fused || !st->w_needs[i]) exec_view_drop(&r->out[i]);
+        for (int k = 0; k < x->n_in; k++) {
+            int j = x->in[k];
+            if (j >= st->first && j < op && st->last_rd[j - st->first] == op &&
+                (fused || !st->w_needs[j - st->first]))
+                exec_view_drop(&r->out[j - st->first]);
+        }
         if (fused || !x->has_w) exec_view_drop(&r->aux[i]);
         if (fused || !x->has_w) exec_view_drop(&r->xa[i]);
     }
@@ -1826,6 +1834,18 @@ static void geo_build(exec_runtime *rt)
                 if (wn) *wneed = 1;
             }
         }
+        /* the backward reading an output last: its own op's (when it
+         * reads it), else its lowest reader's */
+        g->last_rd = util_malloc(sizeof(int) * (size_t)(g->n_ops + 1));
+        for (int i = 0; i < g->n_ops; i++)
+            g->last_rd[i] = x[g->first + i].self_keep ? g->first + i : -1;
+        for (int i = g->last; i >= g->first; i--)
+            for (int k = 0; k < x[i].n_in; k++) {
+                int j = x[i].in[k];
+                if (j >= g->first && j <= g->last && x[i].need_in[k] &&
+                    g->last_rd[j - g->first] != j)
+                    g->last_rd[j - g->first] = i;
+            }
         g->recomp = rt->recompute && stage_recomputes(rt, v);
         rc_build(rt, g, ext);
     }
@@ -2563,6 +2583,7 @@ void exec_rt_free(exec_runtime *rt)
         exec_stage *g = &rt->geo[v];
         free(g->ext_op); free(g->ext_stage); free(g->keep_ext);
         free(g->w_needs_ext); free(g->keep_out); free(g->w_needs);
+        free(g->last_rd);
         free(g->rseg); free(g->seg_first); free(g->seg_last);
         free(g->keep_rc); free(g->keep_rc_ext);
     }

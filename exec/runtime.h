@@ -184,6 +184,9 @@ typedef struct exec_stage {
     int *keep_out;          /* per op: output kept for the backward */
     int *keep_ext;          /* per external input: kept for the backward */
     int *w_needs;           /* per op: output read by a weight part */
+    int *last_rd;           /* per op: the op whose backward reads its
+                             * output last (backward runs last to first:
+                             * the lowest reader), -1 none */
     int *w_needs_ext;
     /* Recomputation (the plan's mode, sim_op_recomputed): segments of
      * ops of one layer that run again just before their backward, the
