@@ -543,6 +543,46 @@ static void segment(const prof_model *m, int a, int b, int t, int sp,
     free(last);
 }
 
+/* What a stage's backward holds at most beyond what it starts with, per
+ * sample, walking its ops last to first as the executor runs them: an op
+ * allocates the gradient of each input not yet given one (a tensor read
+ * twice gets one, summed), then frees the gradient of its output and its
+ * saved activation, unless its weight gradient waits for a later W
+ * (split: the op's input and output gradient stay, wkeep_bytes). An
+ * activation a recomputation brings back is the recomputation's working
+ * set (rec_ws), not freed here. Fused: B and W in one task (BW). The
+ * stage cost's bwd_ws_bytes. */
+static double bwd_ws(const prof_model *m, int first, int last, int t, int sp,
+                     int rc, int fused)
+{
+    uint8_t *has = util_calloc((size_t)(last - first + 2), 1);
+    double live = 0, peak = 0;
+    for (int k = last; k >= first; k--) {
+        const prof_op *op = &m->ops[k];
+        if (op->grad == PROF_GRAD_NONE) continue;
+        for (int j = 0; j < op->n_in; j++) {
+            int p = op->in[j];
+            if (p < 0) continue;
+            /* an input from another stage: a gradient to send, its own */
+            if (p < first) {
+                live += out_rank(&m->ops[p], t, sp);
+                continue;
+            }
+            if (has[p - first]) continue;
+            has[p - first] = 1;
+            live += out_rank(&m->ops[p], t, sp);
+        }
+        if (live > peak) peak = live;
+        if (fused || !(op->bwd_w_flops > 0)) {
+            if (has[k - first]) live -= out_rank(op, t, sp);
+            if (!sim_op_recomputed(m, k, rc))
+                live -= sim_op_act_rank(m, k, t, sp);
+        }
+    }
+    free(has);
+    return peak;
+}
+
 sim_act sim_act_range(const prof_model *m, int first, int last, int t,
                       int sp, int rc)
 {
@@ -916,6 +956,10 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->keep_bytes = ac.keep * mbs;
         sc->fwd_ws_bytes = ac.fwd_ws * mbs;
         sc->rec_ws_bytes = ac.rec_ws * mbs;
+        for (int k = 0; k < 4; k++)
+            sc->bwd_ws_bytes[k] = bwd_ws(m, first_op[s], last_op[s], tpw, sp,
+                                         k & 2 ? rc : SIM_RC_NONE, k & 1) *
+                                  mbs;
         sc->tp_f_ns = (int64_t)arf;
         sc->tp_b_ns = (int64_t)arb;
         sc->tp_r_ns = (int64_t)arr;

@@ -299,6 +299,10 @@ typedef struct sim_stage_cost {
      * top of the kept bytes until the backward ends (one layer's, or one
      * attention core's, activations less its checkpoint). */
     double keep_bytes, fwd_ws_bytes, rec_ws_bytes;
+    /* what the backward holds at most beyond its start: gradients in
+     * flight, and (split B) those its W keeps; [k]: k & 1 fused (BW, else
+     * B), k & 2 the stage recomputed (cost.c: bwd_ws) */
+    double bwd_ws_bytes[4];
     double weight_bytes, grad_bytes, opt_bytes; /* one copy each, as this
                                  * GPU holds them (sharded under ZeRO) */
     double param_bytes;         /* the stage's weights unsharded: what a

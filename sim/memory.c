@@ -75,14 +75,16 @@ void sim_mem_setup(sim_engine *e)
             e->mem_start[i] += sc->rec_ws_bytes;
             break;
         case SIM_BW:
-            e->mem_end[i] -= recomputed(ir, i, 0)
-                           ? sc->keep_bytes + sc->rec_ws_bytes : sc->act_bytes;
+        case SIM_B: {
+            /* its gradients in flight at most, from its start */
+            int rec = recomputed(ir, i, 0);
+            double ws = sc->bwd_ws_bytes[(t->kind == SIM_BW) | rec << 1];
+            e->mem_start[i] += ws;
+            e->mem_end[i] -= ws + (rec ? sc->keep_bytes + sc->rec_ws_bytes
+                                       : sc->act_bytes) -
+                             (t->kind == SIM_B ? sc->wkeep_bytes : 0);
             break;
-        case SIM_B:
-            e->mem_end[i] -= (recomputed(ir, i, 0)
-                              ? sc->keep_bytes + sc->rec_ws_bytes
-                              : sc->act_bytes) - sc->wkeep_bytes;
-            break;
+        }
         case SIM_W:
             e->mem_end[i] -= sc->wkeep_bytes;
             break;
