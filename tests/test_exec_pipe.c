@@ -170,16 +170,23 @@ static double mem_at(const exec_pipe_result *r, int d, int64_t t)
  * weighted op's saved input and the gradient of its output (dW = X^T dY):
  * what the executor frees at a W is what the simulator's W releases
  * (wkeep_bytes), within 1%. One device, so nothing else allocates. */
+/* gpt-tiny under sched on one device, microbatch 2 x 2, two steps, its
+ * memory recorded. */
+static void mem_run(sim_sched sched, sim_plan *p, exec_pipe_result *r)
+{
+    pspec s = {"gpt-tiny", sched, 1, 1, 1, 2, 2, 0, 0};
+    pipe_plan(&s, p);
+    exec_pipe_opts o = pipe_opts(p, 2, 1.0f);
+    o.record_mem = 1;
+    util_err e = {0};
+    cr_assert_eq(exec_pipe_run(&o, r, &e), 0, "%s", e.msg);
+}
+
 Test(exec_pipe, what_w_holds_is_the_simulators)
 {
-    pspec s = {"gpt-tiny", SIM_SCHED_ZBH1, 1, 1, 1, 2, 2, 0, 0};
     sim_plan p;
-    pipe_plan(&s, &p);
-    exec_pipe_opts o = pipe_opts(&p, 2, 1.0f);
-    o.record_mem = 1;
     exec_pipe_result r;
-    util_err e = {0};
-    cr_assert_eq(exec_pipe_run(&o, &r, &e), 0, "%s", e.msg);
+    mem_run(SIM_SCHED_ZBH1, &p, &r);
     double want = r.costs->stage[0].wkeep_bytes;
     cr_assert_gt(want, 0);
     int nw = 0;
@@ -223,14 +230,9 @@ Test(exec_pipe, the_backwards_rise_is_the_simulators)
     const sim_sched sched[2] = {SIM_SCHED_1F1B, SIM_SCHED_ZBH1};
     double rise[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
-        pspec s = {"gpt-tiny", sched[k], 1, 1, 1, 2, 2, 0, 0};
         sim_plan p;
-        pipe_plan(&s, &p);
-        exec_pipe_opts o = pipe_opts(&p, 2, 1.0f);
-        o.record_mem = 1;
         exec_pipe_result r;
-        util_err e = {0};
-        cr_assert_eq(exec_pipe_run(&o, &r, &e), 0, "%s", e.msg);
+        mem_run(sched[k], &p, &r);
         double want = r.costs->stage[0].bwd_ws_bytes[k ? 0 : 1];
         int n = 0;
         for (int i = 0; i < r.ir->n_tasks; i++) {
