@@ -298,14 +298,12 @@ Test(sim_stage_tiers, the_memory_plot_draws_the_host_tiers)
     cr_expect_eq(blocks, 4);
     cr_expect_eq(tiers, 3);
     snprintf(path, sizeof path, "%s.gp", pre);
-    f = fopen(path, "r");
-    cr_assert_not_null(f);
-    char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    cr_expect(strstr(buf, "title 'host DRAM'"));
-    cr_expect(strstr(buf, "title 'NVMe'"));
+    char *gp = NULL;
+    util_err e;
+    cr_assert_eq(util_read_file(path, &gp, NULL, &e), 0, "%s", e.msg);
+    cr_expect(strstr(gp, "title 'host DRAM'") && strstr(gp, "title 'NVMe'"),
+              "%s draws no host tier", path);
+    free(gp);
     test_rm_rf(dir);
 }
 
