@@ -155,6 +155,104 @@ static void param_name(const fit_ctx *c, int i, char *buf, size_t n)
              "FBW"[k % PROF_PHASES]);
 }
 
+/* Fits c's parameters from x (in and out) by GSL's trust region; with
+ * cov, their covariance (unscaled), *chi2 the residuals' sum of squares
+ * and free[i] set where no sample's residual moves with parameter i (a
+ * value held at a bound the model is flat beyond: the covariance gives
+ * it zero, but nothing pins it). 0, or GSL's error (running out of
+ * iterations is not one). */
+static int solve(fit_ctx *c, double *x, gsl_matrix *cov, double *chi2,
+                 int *free_p)
+{
+    size_t np = (size_t)c->np;
+    gsl_multifit_nlinear_parameters fp =
+        gsl_multifit_nlinear_default_parameters();
+    gsl_multifit_nlinear_workspace *w = gsl_multifit_nlinear_alloc(
+        gsl_multifit_nlinear_trust, &fp, (size_t)c->n, np);
+    gsl_multifit_nlinear_fdf fdf = {0};
+    fdf.f = residuals;
+    fdf.n = (size_t)c->n;
+    fdf.p = np;
+    fdf.params = c;
+    gsl_vector_view xv = gsl_vector_view_array(x, np);
+    int info = 0, rc = gsl_multifit_nlinear_init(&xv.vector, &fdf, w);
+    if (!rc) rc = gsl_multifit_nlinear_driver(400, 1e-8, 1e-8, 1e-8, NULL,
+                                              NULL, &info, w);
+    if (rc == GSL_EMAXITER) rc = 0;
+    if (!rc) {
+        for (size_t i = 0; i < np; i++)
+            x[i] = gsl_vector_get(gsl_multifit_nlinear_position(w), i);
+        if (cov) {
+            const gsl_matrix *J = gsl_multifit_nlinear_jac(w);
+            gsl_multifit_nlinear_covar(J, 0.0, cov);
+            gsl_blas_ddot(gsl_multifit_nlinear_residual(w),
+                          gsl_multifit_nlinear_residual(w), chi2);
+            for (size_t i = 0; i < np; i++) {
+                gsl_vector_const_view col = gsl_matrix_const_column(J, i);
+                free_p[i] = !(gsl_blas_dnrm2(&col.vector) > 1e-9);
+            }
+        }
+    }
+    gsl_multifit_nlinear_free(w);
+    return rc;
+}
+
+/* The group of a set in the jackknife (sets beyond JK_GROUPS share
+ * groups, as a delete-a-group jackknife does). */
+#define JK_GROUPS 24
+static int jk_group(const int *id, int n_id, int set)
+{
+    for (int k = 0; k < n_id; k++)
+        if (id[k] == set) return k % JK_GROUPS;
+    return -1;
+}
+
+/* The delete-a-group jackknife of c's fit x: each set of samples (or
+ * group of sets, past JK_GROUPS of them) left out in turn and the rest
+ * refitted from x; var[i] gets the jackknife variance of parameter i,
+ * (G - 1) / G times the sum of squares about the refits' mean. The
+ * number of groups G (below 3: no variance, var untouched); a refit that
+ * fails counts as no change. */
+static int jackknife(const fit_ctx *c, const double *x, double *var)
+{
+    enum { MAX_SETS = 256 };
+    int id[MAX_SETS], n_id = 0;
+    for (int i = 0; i < c->n && n_id < MAX_SETS; i++) {
+        int seen = 0;
+        for (int k = 0; k < n_id; k++) seen |= id[k] == c->s[i].set;
+        if (!seen) id[n_id++] = c->s[i].set;
+    }
+    int G = n_id < JK_GROUPS ? n_id : JK_GROUPS;
+    if (G < 3) return G;
+    exec_calib_sample *sub = util_malloc(sizeof *sub * (size_t)c->n);
+    double *xs = util_malloc(sizeof(double) * (size_t)G * MAX_P);
+    for (int g = 0; g < G; g++) {
+        int k = 0;
+        for (int i = 0; i < c->n; i++)
+            if (jk_group(id, n_id, c->s[i].set) != g) sub[k++] = c->s[i];
+        fit_ctx cg = *c;
+        cg.s = sub;
+        cg.n = k;
+        double *xg = xs + (size_t)g * MAX_P;
+        memcpy(xg, x, sizeof(double) * (size_t)c->np);
+        if (k <= c->np || solve(&cg, xg, NULL, NULL, NULL))
+            memcpy(xg, x, sizeof(double) * (size_t)c->np);
+    }
+    for (int i = 0; i < c->np; i++) {
+        double m = 0, q = 0;
+        for (int g = 0; g < G; g++) m += xs[(size_t)g * MAX_P + i];
+        m /= G;
+        for (int g = 0; g < G; g++) {
+            double d = xs[(size_t)g * MAX_P + i] - m;
+            q += d * d;
+        }
+        var[i] = q * (G - 1) / G;
+    }
+    free(xs);
+    free(sub);
+    return G;
+}
+
 int exec_calib_fit(const exec_calib_sample *s, int n, const prof_gpu *base,
                    prof_gpu *out, prof_calib_param *params, int *n_params,
                    double *median_err, double *max_err, util_err *e)
@@ -188,45 +286,37 @@ int exec_calib_fit(const exec_calib_sample *s, int n, const prof_gpu *base,
         log(fmax(b->mem_half_bytes, 1)), log(fmax(b->launch_ns, 1)),
         log(b->cache_bytes > 0 ? b->cache_bytes : cache_guess()),
         log(b->cache_gain > 1 ? b->cache_gain - 1 : 1)};
-    gsl_error_handler_t *old = gsl_set_error_handler_off();
-    gsl_multifit_nlinear_parameters fp =
-        gsl_multifit_nlinear_default_parameters();
-    size_t np = (size_t)c.np;
-    gsl_multifit_nlinear_workspace *w = gsl_multifit_nlinear_alloc(
-        gsl_multifit_nlinear_trust, &fp, (size_t)n, np);
-    gsl_multifit_nlinear_fdf fdf = {0};
-    fdf.f = residuals;
-    fdf.n = (size_t)n;
-    fdf.p = np;
-    fdf.params = &c;
-    gsl_vector_view xv = gsl_vector_view_array(x0, np);
-    int info = 0, rc = gsl_multifit_nlinear_init(&xv.vector, &fdf, w);
-    if (!rc) rc = gsl_multifit_nlinear_driver(400, 1e-8, 1e-8, 1e-8, NULL,
-                                              NULL, &info, w);
-    if (rc && rc != GSL_EMAXITER) {
-        const char *why = gsl_strerror(rc);
-        gsl_multifit_nlinear_free(w);
-        gsl_set_error_handler(old);
-        return util_errf(e, UTIL_EXIT_FAIL, "the fit failed: %s", why);
-    }
     double x[MAX_P];
-    for (int i = 0; i < c.np; i++)
-        x[i] = gsl_vector_get(gsl_multifit_nlinear_position(w), (size_t)i);
+    memcpy(x, x0, sizeof x);
+    gsl_matrix *cov = gsl_matrix_alloc((size_t)c.np, (size_t)c.np);
+    double chi2 = 0;
+    int free_p[MAX_P] = {0};
+    gsl_error_handler_t *old = gsl_set_error_handler_off();
+    int rc = solve(&c, x, cov, &chi2, free_p);
+    if (rc) {
+        gsl_matrix_free(cov);
+        gsl_set_error_handler(old);
+        return util_errf(e, UTIL_EXIT_FAIL, "the fit failed: %s",
+                         gsl_strerror(rc));
+    }
+    /* the jackknife: each set left out in turn, refitted from the fit */
+    double jk[MAX_P] = {0};
+    int sets = jackknife(&c, x, jk);
+    gsl_set_error_handler(old);
     /* 95% intervals: covariance scaled by the residual variance, t
-     * quantile for n - p degrees of freedom */
-    gsl_matrix *cov = gsl_matrix_alloc(np, np);
-    gsl_multifit_nlinear_covar(gsl_multifit_nlinear_jac(w), 0.0, cov);
-    double chi2;
-    gsl_blas_ddot(gsl_multifit_nlinear_residual(w),
-                  gsl_multifit_nlinear_residual(w), &chi2);
+     * quantile for n - p degrees of freedom; the jackknife's with t for
+     * sets - 1, where wider */
     double dof = n - c.np, t = gsl_cdf_tdist_Pinv(0.975, dof);
     double sd = sqrt(chi2 / dof);
+    double tj = sets >= 3 ? gsl_cdf_tdist_Pinv(0.975, sets - 1) : 0;
     for (int i = 0; i < c.np; i++) {
         double v = gsl_matrix_get(cov, (size_t)i, (size_t)i);
         double h = t * sd * sqrt(v > 0 && isfinite(v) ? v : 0);
-        /* an unconstrained value (a curve the samples never bend) gets
-         * an interval as wide as the doubles allow */
-        if (!(h < 700)) h = 700;
+        if (tj > 0 && isfinite(jk[i])) h = fmax(h, tj * sqrt(jk[i]));
+        /* an unconstrained value (a curve the samples never bend, or a
+         * value at a bound the model is flat beyond) gets an interval as
+         * wide as the doubles allow */
+        if (!(h < 700) || free_p[i]) h = 700;
         double sc = i < P_N ? pscale[i] : 1;
         prof_calib_param *q = &params[i];
         param_name(&c, i, q->name, sizeof q->name);
@@ -236,8 +326,6 @@ int exec_calib_fit(const exec_calib_sample *s, int n, const prof_gpu *base,
     }
     *n_params = c.np;
     gsl_matrix_free(cov);
-    gsl_multifit_nlinear_free(w);
-    gsl_set_error_handler(old);
     *out = gpu_of(&c, x);
     double *err = util_malloc(sizeof(double) * (size_t)n);
     for (int i = 0; i < n; i++)

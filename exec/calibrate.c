@@ -64,6 +64,7 @@ typedef struct samples {
     exec_calib_sample *s;
     double *n;              /* calls behind each sample's mean */
     int count, cap;
+    int set;                /* the run new samples come from */
 } samples;
 
 /* Adds calls of an op part averaging ns, merged into a sample of the same
@@ -96,6 +97,7 @@ static void add_sample(samples *v, const prof_op *op, int mbs, sim_kind k,
     s->mbs = mbs;
     s->kind = k;
     s->ns = ns;
+    s->set = v->set;
     v->n[v->count++] = calls;
 }
 
@@ -226,6 +228,7 @@ static int measure_layers(const exec_calib_opts *o, int gpu, const char *tmp,
         const layer_size *L = &sz[z];
         exec_pipe_result r;
         int from = v->count;
+        v->set = z + 1;
         if (write_spec(spec, L, e) || run_spec(o, spec, L, 1, steps, &r, e))
             return util_err_prefix(e, "ops of width %d", L->C);
         take_samples(v, &r, L->mbs, &rest_ns, &rest_n);

@@ -621,6 +621,9 @@ typedef struct exec_calib_sample {
     int mbs;
     sim_kind kind;
     double ns;
+    int set;        /* the microbenchmark run it came from (a layer size,
+                     * a training run; 0 where unknown): the fit's
+                     * jackknife leaves one set out at a time */
 } exec_calib_sample;
 
 /* The cost model's time for a sample on GPU type g (sim_op_model_ns or
@@ -633,8 +636,11 @@ double exec_calib_model_ns(const prof_gpu *g, const exec_calib_sample *s);
  * size, the launch, and a factor for each kind and phase of memory-bound
  * op sampled (and the optimizer). A rate above base's peak raises the
  * peak (efficiency 1). *out gets base with the fitted figures; params[]
- * (PROF_CALIB_MAX_PARAMS) the values with 95% confidence intervals, the
- * median and largest
+ * (PROF_CALIB_MAX_PARAMS) the values with 95% confidence intervals (the
+ * wider of the covariance's and, with 3 or more sets of samples, a
+ * delete-one-set jackknife's: the samples of one run share its state, so
+ * the covariance alone, which takes them as independent, is too sure of
+ * a figure the sets disagree on), the median and largest
  * |model / measured - 1| after the fit. Fewer samples than 12, or no
  * GEMM or no memory-bound sample among them: code 2. */
 int exec_calib_fit(const exec_calib_sample *s, int n, const prof_gpu *base,
