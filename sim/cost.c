@@ -550,37 +550,41 @@ static void segment(const prof_model *m, int a, int b, int t, int sp,
  * saved activation, unless its weight gradient waits for a later W
  * (split: the op's input and output gradient stay, wkeep_bytes). An
  * activation a recomputation brings back is the recomputation's working
- * set (rec_ws), not freed here. Fused: B and W in one task (BW). The
- * stage cost's bwd_ws_bytes. */
-static double bwd_ws(const prof_model *m, int first, int last, int t, int sp,
-                     int rc, int fused)
+ * set (rec_ws), not freed here. The four variants in one walk (which
+ * gradients exist does not depend on them): ws[k], k & 1 fused (B and W
+ * in one task, BW), k & 2 recomputed under rc (sim_stage_cost's
+ * bwd_ws_bytes). */
+static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
+                   int rc, double ws[4])
 {
     uint8_t *has = util_calloc((size_t)(last - first + 2), 1);
-    double live = 0, peak = 0;
-    for (int k = last; k >= first; k--) {
-        const prof_op *op = &m->ops[k];
+    double live[4] = {0, 0, 0, 0};
+    for (int k = 0; k < 4; k++) ws[k] = 0;
+    for (int i = last; i >= first; i--) {
+        const prof_op *op = &m->ops[i];
         if (op->grad == PROF_GRAD_NONE) continue;
+        double add = 0;
         for (int j = 0; j < op->n_in; j++) {
             int p = op->in[j];
             if (p < 0) continue;
             /* an input from another stage: a gradient to send, its own */
-            if (p < first) {
-                live += out_rank(&m->ops[p], t, sp);
-                continue;
+            if (p >= first) {
+                if (has[p - first]) continue;
+                has[p - first] = 1;
             }
-            if (has[p - first]) continue;
-            has[p - first] = 1;
-            live += out_rank(&m->ops[p], t, sp);
+            add += out_rank(&m->ops[p], t, sp);
         }
-        if (live > peak) peak = live;
-        if (fused || !(op->bwd_w_flops > 0)) {
-            if (has[k - first]) live -= out_rank(op, t, sp);
-            if (!sim_op_recomputed(m, k, rc))
-                live -= sim_op_act_rank(m, k, t, sp);
+        double dy = has[i - first] ? out_rank(op, t, sp) : 0;
+        double act = sim_op_act_rank(m, i, t, sp);
+        int rec = sim_op_recomputed(m, i, rc), waits = op->bwd_w_flops > 0;
+        for (int k = 0; k < 4; k++) {
+            live[k] += add;
+            if (live[k] > ws[k]) ws[k] = live[k];
+            if ((k & 1) || !waits)
+                live[k] -= dy + (k & 2 && rec ? 0 : act);
         }
     }
     free(has);
-    return peak;
 }
 
 sim_act sim_act_range(const prof_model *m, int first, int last, int t,
@@ -956,10 +960,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->keep_bytes = ac.keep * mbs;
         sc->fwd_ws_bytes = ac.fwd_ws * mbs;
         sc->rec_ws_bytes = ac.rec_ws * mbs;
-        for (int k = 0; k < 4; k++)
-            sc->bwd_ws_bytes[k] = bwd_ws(m, first_op[s], last_op[s], tpw, sp,
-                                         k & 2 ? rc : SIM_RC_NONE, k & 1) *
-                                  mbs;
+        bwd_ws(m, first_op[s], last_op[s], tpw, sp, rc, sc->bwd_ws_bytes);
+        for (int k = 0; k < 4; k++) sc->bwd_ws_bytes[k] *= mbs;
         sc->tp_f_ns = (int64_t)arf;
         sc->tp_b_ns = (int64_t)arb;
         sc->tp_r_ns = (int64_t)arr;
