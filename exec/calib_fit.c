@@ -197,15 +197,9 @@ static int solve(fit_ctx *c, double *x, gsl_matrix *cov, double *chi2,
     return rc;
 }
 
-/* The group of a set in the jackknife (sets beyond JK_GROUPS share
- * groups, as a delete-a-group jackknife does). */
+/* Groups of the jackknife: sets beyond JK_GROUPS share groups, as a
+ * delete-a-group jackknife does. */
 #define JK_GROUPS 24
-static int jk_group(const int *id, int n_id, int set)
-{
-    for (int k = 0; k < n_id; k++)
-        if (id[k] == set) return k % JK_GROUPS;
-    return -1;
-}
 
 /* The delete-a-group jackknife of c's fit x: each set of samples (or
  * group of sets, past JK_GROUPS of them) left out in turn and the rest
@@ -215,21 +209,28 @@ static int jk_group(const int *id, int n_id, int set)
  * fails counts as no change. */
 static int jackknife(const fit_ctx *c, const double *x, double *var)
 {
-    enum { MAX_SETS = 256 };
-    int id[MAX_SETS], n_id = 0;
-    for (int i = 0; i < c->n && n_id < MAX_SETS; i++) {
-        int seen = 0;
-        for (int k = 0; k < n_id; k++) seen |= id[k] == c->s[i].set;
-        if (!seen) id[n_id++] = c->s[i].set;
+    /* each sample's group, once: its set's order of appearance, folded */
+    int *grp = util_malloc(sizeof(int) * (size_t)(c->n + 1));
+    int *id = util_malloc(sizeof(int) * (size_t)(c->n + 1));
+    int n_id = 0;
+    for (int i = 0; i < c->n; i++) {
+        int k = 0;
+        while (k < n_id && id[k] != c->s[i].set) k++;
+        if (k == n_id) id[n_id++] = c->s[i].set;
+        grp[i] = k % JK_GROUPS;
     }
+    free(id);
     int G = n_id < JK_GROUPS ? n_id : JK_GROUPS;
-    if (G < 3) return G;
+    if (G < 3) {
+        free(grp);
+        return G;
+    }
     exec_calib_sample *sub = util_malloc(sizeof *sub * (size_t)c->n);
     double *xs = util_malloc(sizeof(double) * (size_t)G * MAX_P);
     for (int g = 0; g < G; g++) {
         int k = 0;
         for (int i = 0; i < c->n; i++)
-            if (jk_group(id, n_id, c->s[i].set) != g) sub[k++] = c->s[i];
+            if (grp[i] != g) sub[k++] = c->s[i];
         fit_ctx cg = *c;
         cg.s = sub;
         cg.n = k;
@@ -250,6 +251,7 @@ static int jackknife(const fit_ctx *c, const double *x, double *var)
     }
     free(xs);
     free(sub);
+    free(grp);
     return G;
 }
 

@@ -1964,6 +1964,14 @@ static int ofl_collect(exec_worker *w, exec_stage *st, const exec_tensor *tt,
     return rc;
 }
 
+/* Where IR stage v keeps AdamW's state: its plan stage's state_tier (0:
+ * on the device). */
+static int stage_htier(const exec_runtime *rt, int v)
+{
+    return rt->stage_tiers ? rt->plan->state_tier[v % rt->plan->n_stages]
+                           : 0;
+}
+
 /* The device's task lists, checked for what the executor implements. */
 static int worker_tasks(exec_worker *w, util_err *e)
 {
@@ -2003,8 +2011,7 @@ static int worker_tasks(exec_worker *w, util_err *e)
         case SIM_NVME_WRITE: case SIM_CPU_OPT:
             if (rt->stage_tiers && !sim_kind_nvme(t->kind) &&
                 !(t->kind == SIM_CPU_OPT &&
-                  rt->plan->state_tier[t->stage % rt->plan->n_stages] ==
-                      SIM_TIER_NVME)) {
+                  stage_htier(rt, t->stage) == SIM_TIER_NVME)) {
                 /* a stage tier's copies (and its step on DRAM): in
                  * order, before its step */
                 w->comp[w->n_comp++] = id;
@@ -2042,13 +2049,6 @@ static exec_tensor *lora_tensors(const exec_runtime *rt)
     return t;
 }
 
-/* Where stage st keeps AdamW's state: its plan stage's state_tier (0:
- * on the device). */
-static int stage_htier(const exec_runtime *rt, const exec_stage *st)
-{
-    return rt->stage_tiers
-         ? rt->plan->state_tier[st->id % rt->plan->n_stages] : 0;
-}
 
 double exec_stage_state_bytes(const exec_runtime *rt, const exec_stage *st)
 {
@@ -2063,7 +2063,7 @@ double exec_stage_state_bytes(const exec_runtime *rt, const exec_stage *st)
      * (its gathers hold the whole for a while) */
     double g = rt->zero >= 2 ? 0 : n, m = rt->zero ? sh : n;
     double wt = rt->zero >= 3 ? sh : n;
-    if (stage_htier(rt, st)) m = 0;     /* the moments are the host's */
+    if (stage_htier(rt, st->id)) m = 0;     /* the moments are the host's */
     return (wt + g + 2 * m + (double)st->n_frozen) * sizeof(float);
 }
 
@@ -2239,7 +2239,7 @@ static int worker_stages(exec_worker *w, const float *full,
          * the ZeRO stage says); what is frozen (a fine-tuning mode's):
          * its weights only */
         /* a stage tier keeps AdamW's moments on the host */
-        int htier = stage_htier(rt, st);
+        int htier = stage_htier(rt, st->id);
         double bytes = exec_stage_state_bytes(rt, st);
         if (exec_mem_charge(&w->mem, bytes)) {
             char a[32], c[32];

@@ -154,8 +154,10 @@ static void tier_spans(const sim_costs *c, const sim_result *r,
 {
     for (int s = 0; s < c->n_model_stages; s++) {
         sim_tier_step x;
+        span[s] = -1;
+        if (!c->stage[s].state_tier) continue;
         sim_stage_tier_step(ir, r, s, &x);
-        span[s] = c->stage[s].state_tier ? x.span_ns * 1e-9 : -1;
+        span[s] = x.span_ns * 1e-9;
     }
 }
 

@@ -112,16 +112,13 @@ int sim_trace_write(const char *path, const sim_ir *ir, const sim_result *r,
     /* stage tiers: the fullest server's DRAM and drives hold the states
      * (and the gradients the CPU reads) from setup to the end */
     if (c && c->stage_tiers && !c->offload) {
-        int64_t end = 0;
-        for (int i = 0; i < ir->n_tasks; i++)
-            if (r->end_ns[i] > end) end = r->end_ns[i];
         for (int k = 0; k < 2; k++) {
             double by = k ? c->nvme_bytes : c->host_bytes;
             if (!(by > 0)) continue;
             for (int j = 0; j < 2; j++) {
                 fprintf(f, "%s{\"ph\": \"C\", \"name\": \"%s\", \"pid\": "
                         "0, \"ts\": ", SEP(), k ? "NVMe" : "host DRAM");
-                us(f, j ? end : 0);
+                us(f, j ? r->makespan_ns : 0);
                 fprintf(f, ", \"args\": {\"bytes\": %.0f}}", by);
             }
         }

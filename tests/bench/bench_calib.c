@@ -152,7 +152,8 @@ static int calibrate(const char *dir, util_err *e)
                      b->value, a->value);
     }
     printf("calibrated again: %d of %d figures within the first fit's 95%% "
-           "intervals%s%s\n", inside, nfig, *moved ? "; moved: " : "", moved);
+           "intervals (goal: all)%s%s\n", inside, nfig,
+           *moved ? "; moved: " : "", moved);
     exec_calib_result_free(&again);
     int rc = prof_calib_save(&cr.calib, path, e);
     exec_calib_result_free(&cr);
