@@ -336,8 +336,9 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
                 "rgb '#ffffff'\nunset key\n");
         /* legend as labels of the kinds (the tiers' where drawn) */
         int nk = tiers ? N_KINDS : N_COMPUTE;
-        double x0 = tiers ? 0.14 : 0.62, dx = tiers ? 0.078 : 0.065;
-        if (tiers) fprintf(gf, "set title offset 0,1\n");
+        double x0 = tiers ? 0.06 : 0.62, dx = tiers ? 0.085 : 0.065;
+        /* the tiers' longer legend takes a row of its own under the title */
+        if (tiers) fprintf(gf, "set tmargin 5\nset title offset 0,2.5\n");
         for (int k = 0; k < nk; k++)
             fprintf(gf, "set object %d rect at graph %f, 1.04 size char 2, "
                     "char 0.8 fc rgb '#%06x' fs solid noborder\n"
@@ -349,7 +350,7 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
                 "'#ffffff'\n", qt);
         for (int k = 0; k < nk; k++)
             fprintf(gf, "unset object %d\nunset label %d\n", k + 1, k + 1);
-        if (tiers) fprintf(gf, "set title offset 0,0\n");
+        if (tiers) fprintf(gf, "set title offset 0,0\nset tmargin -1\n");
         fprintf(gf, "set terminal %s size 1400,500 font 'Sans,10'\n",
                 term[t][0]);
         snprintf(img[2 * t + 1], sizeof img[0], "%s-memory.%s", prefix,
