@@ -179,6 +179,11 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
         }
     }
     int last_out = -1;
+    /* the gradients' last two copies out: a gradient's buffer is not
+     * taken while two wait for the link (double buffering, as
+     * DeepSpeed's backward hooks block on a bucket still being copied),
+     * so the backward runs no faster than the link drains it */
+    int gout[2] = {-1, -1};
     /* per stage and microbatch, a swapped activation's copy out and its
      * drive write (-1: none) */
     const int M = ir->n_mb;
@@ -205,7 +210,11 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
             if (ir->tasks[id].kind != SIM_BW) continue;
             if (fuyou && id != last_bw[s]) continue;
             int so = tier_task(ir, c, SIM_SWAP_OUT, s, sc->train_bytes, id);
-            sim_ir_buffer(ir, fuyou ? first_bw[s] : id, so, sc->train_bytes);
+            int holder = fuyou ? first_bw[s] : id;
+            sim_ir_buffer(ir, holder, so, sc->train_bytes);
+            if (gout[1] >= 0) sim_ir_dep(ir, holder, gout[1]);
+            gout[1] = gout[0];
+            gout[0] = so;
             last_out = so;
             if (fuyou) cpu_step(ir, c, s, so);
         }
@@ -524,7 +533,9 @@ int sim_offload_swap_search(sim_plan *p, sim_costs *c, const prof_topo *t,
         /* Then the whole activations of the last stages, each sparing
          * its recomputation for traffic that competes with the model
          * states': the iteration is convex in how many (Fuyou's premise),
-         * so a ternary search over them finds the fastest */
+         * so a ternary search over them finds the fastest. Where some
+         * overflow the GPU it is not (their whole activations come back
+         * early), so none swapped, which fits, stays a candidate */
         v.tj = util_malloc(sizeof(double) * (size_t)(S + 1));
         for (int j = 0; j <= S; j++) v.tj[j] = NAN;
         int a = 0, b = S;
@@ -539,10 +550,10 @@ int sim_offload_swap_search(sim_plan *p, sim_costs *c, const prof_topo *t,
             if (t1 <= t2) b = m2;
             else a = m1;
         }
-        double bt = INFINITY;
+        double bt = swap_time_j(&v, k, 0, e);
         for (int j = a; j <= b; j++) {
             double tj = swap_time_j(&v, k, j, e);
-            if (isnan(tj)) {
+            if (isnan(tj) || isnan(bt)) {
                 free(v.tj);
                 return -1;
             }

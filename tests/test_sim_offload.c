@@ -27,7 +27,35 @@ typedef struct orun {
     double keep_sw, act_sw, act_swap_bytes;
     int64_t r_sw_ns;
     int n_recomp, oom, act_tier;
+    /* the most model-gradient buffers on the GPU at one instant (from
+     * the first backward that writes one to the end of its copy out),
+     * and the copies out that wait for the link */
+    int grad_bufs;
+    int64_t grad_out_ns;
 } orun;
+
+/* The most of the IR's buffers released by a gradient's copy out (a
+ * model state's: no microbatch) alive at once in r. */
+static int grad_bufs_at_once(const sim_ir *ir, const sim_result *r)
+{
+    int most = 0;
+    for (int b = 0; b < ir->n_bufs; b++) {
+        const sim_ir_buf *x = &ir->bufs[b];
+        const sim_task *t = &ir->tasks[x->release];
+        if (t->kind != SIM_SWAP_OUT || t->mb >= 0) continue;
+        int64_t at = r->start_ns[x->alloc];
+        int n = 0;
+        for (int q = 0; q < ir->n_bufs; q++) {
+            const sim_ir_buf *y = &ir->bufs[q];
+            const sim_task *u = &ir->tasks[y->release];
+            if (u->kind == SIM_SWAP_OUT && u->mb < 0 &&
+                r->start_ns[y->alloc] <= at && r->end_ns[y->release] > at)
+                n++;
+        }
+        if (n > most) most = n;
+    }
+    return most;
+}
 
 /* A run of model on one RTX 4090 with `drives` NVMe drives and host_gib
  * of DRAM; the last stages' whole activations and the first ones'
@@ -67,6 +95,8 @@ static void osim_swap(const char *model, sim_sched s, int mbs, int m,
         if (x->kind == SIM_NVME_WRITE) o->wr += x->bytes;
         if (x->kind == SIM_SWAP_IN) o->in += x->bytes;
         if (x->kind == SIM_SWAP_OUT) o->out += x->bytes;
+        if (x->kind == SIM_SWAP_OUT && x->mb < 0)
+            o->grad_out_ns += r.end_ns[i] - r.start_ns[i];
         if (x->kind == SIM_CPU_OPT) o->n_cpu++;
         if (x->kind == SIM_RECOMP) o->n_recomp++;
         if (x->stream == SIM_STREAM_COMPUTE)
@@ -98,6 +128,7 @@ static void osim_swap(const char *model, sim_sched s, int mbs, int m,
                        o->wr / d->write_bw_bytes_per_s) / c->n_drives * 1e9;
     }
     o->iteration_ns = r.iteration_ns;
+    o->grad_bufs = grad_bufs_at_once(ir, &r);
     o->static_bytes = r.dev[0].static_bytes;
     o->peak_bytes = r.dev[0].peak_bytes;
     sim_offload_usage(ir, &r, &o->use);
@@ -194,6 +225,28 @@ Test(sim_offload, fuyou_hides_the_optimizer_behind_backward)
     cr_assert_geq((double)z.iteration_ns,
                   (double)z.compute_ns + 0.9 * (double)z.cpu_ns);
     cr_assert_lt(f.iteration_ns, z.iteration_ns);
+}
+
+Test(sim_offload, gradients_leave_no_faster_than_the_link_takes_them)
+{
+    /* gpt3-13b's 40 layers on one 4090 whose twelve drives crowd the
+     * host's lanes: each layer's gradient copy takes longer than its
+     * backward. Two wait for the link at most, beside the one being
+     * written, so the GPU's peak does not grow with the depth of the
+     * backward; ZeRO's copies follow each microbatch's backward, Fuyou's
+     * each layer's last */
+    static const sim_sched sc[2] = {SIM_SCHED_ZERO_INFINITY,
+                                    SIM_SCHED_FUYOU};
+    for (int k = 0; k < 2; k++) {
+        orun o;
+        osim("gpt3-13b", sc[k], 1, 2, 12, 512, SIM_TIER_NVME, &o);
+        cr_assert_gt(o.grad_out_ns, o.compute_ns / 4, "%s: the link is "
+                     "not slow here", sim_sched_name(sc[k]));
+        cr_assert_leq(o.grad_bufs, 3, "%s: %d gradients on the GPU at "
+                      "once", sim_sched_name(sc[k]), o.grad_bufs);
+        cr_assert_geq(o.grad_bufs, 2, "%s: the copies never overlap the "
+                      "backward", sim_sched_name(sc[k]));
+    }
 }
 
 Test(sim_offload, deterministic)
