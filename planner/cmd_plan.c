@@ -352,7 +352,12 @@ static void print_answer(const plan_result *r, const prof_model *m,
     printf("plan for %s on %s\n", m->spec.name, t->name);
     print_cut_short(r, limit_s, stdout);
     printf("  batch %d samples of %d tokens; %.2f GiB per GPU reserved for the "
-           "framework and allocator\n\n", r->batch, m->spec.seq_len, gib(r->reserve_bytes));
+           "framework and allocator\n", r->batch, m->spec.seq_len, gib(r->reserve_bytes));
+    const prof_gpu *fb = prof_topo_dtype_fallback(t, m->spec.dtype);
+    if (fb)
+        printf("  %s trains in bf16, which %s lacks: priced in fp16, as it "
+               "would run there\n", m->spec.name, fb->name);
+    printf("\n");
     char knob[48] = "";
     if (p->sched == SIM_SCHED_INTERLEAVED)
         snprintf(knob, sizeof knob, " (%d chunks per device)", p->chunks);

@@ -607,8 +607,7 @@ static int check_request(search *s, util_err *e)
                          o->dp ? o->dp : 1, o->tp ? o->tp : 1, n, t->name);
     /* Lower bound: every model FLOP at the GPU's best GEMM efficiency. */
     g = prof_gpu_at(g, m->spec.dtype);
-    double peak = g->peak_flops[m->spec.dtype];
-    if (peak <= 0 && m->spec.dtype == PROF_DT_BF16) peak = g->peak_flops[PROF_DT_FP16];
+    double peak = prof_gpu_peak(g, m->spec.dtype);
     if (peak <= 0)
         return util_errf(e, UTIL_EXIT_USAGE, "%s has no %s peak; choose "
                          "another precision for %s", g->name,

@@ -528,8 +528,7 @@ static int run(wcmd *c, util_err *e)
     double lb = 0, hostcap = prof_topo_server_dram(t, 0);
     if (!rc) {
         gp = prof_gpu_at(gp, P[0].m->spec.dtype);
-        double peak = gp->peak_flops[P[0].m->spec.dtype];
-        if (peak <= 0) peak = gp->peak_flops[PROF_DT_FP16];
+        double peak = prof_gpu_peak(gp, P[0].m->spec.dtype);
         /* every model FLOP at the GPU's best GEMM efficiency, over all GPUs */
         lb = flops / (ng * peak * gp->eff.gemm_max);
         const plan_wl_policy pl[] = {PLAN_WL_LRTF, PLAN_WL_RANDOM, PLAN_WL_RR};

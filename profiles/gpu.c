@@ -432,3 +432,21 @@ const prof_gpu *prof_gpu_at(const prof_gpu *g, prof_dtype dt)
 {
     return dt != PROF_DT_FP32 && g->datasheet ? g->datasheet : g;
 }
+
+double prof_gpu_peak(const prof_gpu *g, prof_dtype dt)
+{
+    if ((unsigned)dt >= PROF_DT_COUNT) return 0;
+    double p = g->peak_flops[dt];
+    if (dt == PROF_DT_BF16 && !(p > 0)) p = g->peak_flops[PROF_DT_FP16];
+    if (dt == PROF_DT_FP32 && !(p > 0)) p = g->peak_flops[PROF_DT_TF32];
+    return p > 0 ? p : 0;
+}
+
+const prof_gpu *prof_topo_dtype_fallback(const prof_topo *t, prof_dtype dt)
+{
+    for (int i = 0; t && dt == PROF_DT_BF16 && i < t->n_gpu_types; i++) {
+        const prof_gpu *g = prof_gpu_at(&t->gpu_types[i], dt);
+        if (g->form != PROF_FORM_CPU && !(g->peak_flops[dt] > 0)) return g;
+    }
+    return NULL;
+}

@@ -117,6 +117,10 @@ int prof_gpu_get(const char *name, prof_gpu *out, util_err *e);
  * executor's kernels, which compute in fp32, so another precision is
  * priced by the datasheet's figures. */
 const prof_gpu *prof_gpu_at(const prof_gpu *g, prof_dtype dt);
+/* g's peak for math in dt (FLOP/s): bf16 on a GPU without it (Volta,
+ * Turing) runs in fp16, as people train there; fp32 on a CPU without an
+ * fp32 figure at its tf32 one. 0 where g has neither. */
+double prof_gpu_peak(const prof_gpu *g, prof_dtype dt);
 /* The built-in figures alone (what calibration starts from). */
 int prof_gpu_get_builtin(const char *name, prof_gpu *out, util_err *e);
 /* Parses one GPU object (catalog entry or inline in a server file). */
@@ -244,6 +248,11 @@ int prof_dl_tail(const prof_topo *t, int dl);
 
 /* The GPU type of global GPU g (lent). */
 const prof_gpu *prof_topo_gpu(const prof_topo *t, int g);
+/* The first GPU type of t without math in dt that computes it in
+ * another precision (bf16 in fp16: prof_gpu_peak), NULL when none:
+ * reports say so. */
+const prof_gpu *prof_topo_dtype_fallback(const prof_topo *t,
+                                         prof_dtype dt);
 /* Route from node a to node b as directed link ids; *n gets the count.
  * Lent, valid until prof_topo_free; empty (NULL, 0) when a == b or b
  * cannot be reached. Routes are widest-path (largest bottleneck

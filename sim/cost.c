@@ -71,9 +71,7 @@ void sim_op_signature(const prof_gpu *g, const prof_op *op, int mbs,
 
 static double peak_for(const prof_gpu *g, prof_dtype dt)
 {
-    double p = g->peak_flops[dt];
-    if (dt == PROF_DT_FP32 && p <= 0) p = g->peak_flops[PROF_DT_TF32];
-    return p;
+    return prof_gpu_peak(g, dt);
 }
 
 int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,

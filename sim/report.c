@@ -252,6 +252,11 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
             "recompute not counted)\n", t.tflops_gpu);
     fprintf(f, "  MFU                %.1f%%   (of %.1f TFLOP/s peak)\n",
             100 * t.mfu, t.peak_mean / 1e12);
+    const prof_gpu *fb = m ? prof_topo_dtype_fallback(tp, m->spec.dtype)
+                           : NULL;
+    if (fb)
+        fprintf(f, "  precision          bf16 runs in fp16 on %s (no bf16)\n",
+                fb->name);
     fprintf(f, "  simulated events   %lld\n\n", (long long)r->events);
     int any = 0;
     for (int k = 0; k < SIM_COMM_COUNT; k++) {

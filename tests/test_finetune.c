@@ -289,3 +289,38 @@ Test(finetune, planner)
     json_decref(j);
     cli_result_free(&r);
 }
+
+/* bf16 on a GPU without it (Turing, Volta) runs in fp16, as people train
+ * there: priced at the fp16 peak, never for free; the lower bound and the
+ * report's MFU use the same peak. */
+Test(finetune, bf16_without_bf16_runs_as_fp16)
+{
+    prof_model *m = ft_model("llama2-7b", "full");
+    prof_topo *t = test_topo("rtx2080ti", 1);
+    const prof_gpu *g = prof_topo_gpu(t, 0);
+    cr_assert_eq(g->peak_flops[PROF_DT_BF16], 0);
+    cr_assert_eq(prof_gpu_peak(g, PROF_DT_BF16), g->peak_flops[PROF_DT_FP16]);
+    int up = -1;
+    for (int i = 0; i < m->n_ops && up < 0; i++)
+        if (m->ops[i].role == PROF_ROLE_MLP_UP) up = i;
+    cr_assert_geq(up, 0);
+    for (int k = 0; k < 3; k++) {
+        double b = sim_op_model_ns(g, PROF_DT_BF16, &m->ops[up], 1,
+                                   (sim_kind)k);
+        double h = sim_op_model_ns(g, PROF_DT_FP16, &m->ops[up], 1,
+                                   (sim_kind)k);
+        cr_expect_float_eq(b, h, 1e-9 * h, "kind %d: bf16 %.0f ns, fp16 "
+                           "%.0f ns", k, b, h);
+        /* at most the fp16 peak: 2 m n k FLOPs of the forward GEMM */
+        const prof_gemm *q = &m->ops[up].gemm[0];
+        cr_expect_geq(b * 1e-9 * g->peak_flops[PROF_DT_FP16],
+                      2 * q->m * q->n * q->k * 0.999);
+    }
+    json_t *x = cli_json("sim --hw rtx2080ti x8 --model llama2-7b --schedule "
+                         "1f1b --pp 8 --mbs 1 --microbatches 8 --json");
+    double mfu = json_number_value(json_object_get(x, "mfu"));
+    cr_expect(mfu > 0.05 && mfu < 0.8, "MFU %.3f", mfu);
+    json_decref(x);
+    prof_topo_free(t);
+    prof_model_free(m);
+}
