@@ -53,6 +53,10 @@ static void usage(FILE *f)
         "  --sweep-host-mem LIST  the largest model (the --model's layer shape,\n"
         "                     as many layers as fit) each offload schedule fits\n"
         "                     on one GPU, for each host DRAM size (128G,256G)\n"
+        "  --offload-tier auto|dram|nvme  where the offload schedules keep\n"
+        "                     the model states; auto (default) tries DRAM\n"
+        "                     and, where the server has drives, NVMe for\n"
+        "                     zero-infinity and fuyou, and keeps the faster\n"
         "  --host-mem SIZE, --nvme N, --gpus-per-server N, --pcie-gen G\n"
         "                      adjust the server template\n"
         "  --json             print the answer as JSON\n"
@@ -237,6 +241,13 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         } else if (!strcmp(a, "--schedule")) {
             NEED();
             if (sched_list(v, &c->po.sched_mask, e)) return -1;
+        } else if (!strcmp(a, "--offload-tier")) {
+            NEED();
+            int t = sim_tier_parse(v);
+            if (t < 0)
+                return util_errf(e, UTIL_EXIT_USAGE, "--offload-tier '%s': "
+                                 "expected auto, dram or nvme", v);
+            c->po.offload_tier = t;
         } else {
             const char *opts[] = {"--hw", "--model", "--json", "--out", "--plot",
                                   "--gpus", "--recompute", "--no-recompute",
@@ -246,7 +257,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--pcie-gen", "--schedule", "--no-progress",
                                   "--exhaustive", "--sync", "--async", "--time-limit",
                                   "--zero", "--fsdp", "--finetune",
-                                  "--sweep-host-mem"};
+                                  "--sweep-host-mem", "--offload-tier"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",

@@ -115,6 +115,11 @@ typedef struct plan_opts {
                                * the GPUs: a stage that overflows its GPU
                                * keeps its optimizer state on a host tier
                                * (sim_add_stage_tiers); 0 for callers */
+    int offload_tier;         /* sim_tier where the offload schedules
+                               * keep the model states; SIM_TIER_AUTO:
+                               * searched (DRAM for zero-offload; DRAM and,
+                               * where the server has drives, NVMe for
+                               * the others) */
     double time_limit_s;      /* > 0: answer with the best plan found by
                                * then (partitioning takes at most half;
                                * checked between candidates, so a running

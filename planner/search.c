@@ -30,6 +30,17 @@ unsigned plan_sync_mask(unsigned given)
     return m;
 }
 
+/* The NVMe drives of the first GPU's server. */
+static int server_drives(const prof_topo *t)
+{
+    if (!t->n_gpus) return 0;
+    int server = t->nodes[t->gpu_node[0]].server, n = 0;
+    for (int v = 0; v < t->n_nodes; v++)
+        n += t->nodes[v].server == server &&
+             t->nodes[v].kind == PROF_NODE_NVME;
+    return n;
+}
+
 void plan_opts_init(plan_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -592,6 +603,14 @@ static int check_request(search *s, util_err *e)
     if (o->mbs > 0 && r->batch % o->mbs)
         return util_errf(e, UTIL_EXIT_USAGE, "batch %d cannot be split into "
                          "microbatches of %d", r->batch, o->mbs);
+    if (o->offload_tier == SIM_TIER_NVME && !server_drives(t))
+        return util_errf(e, UTIL_EXIT_USAGE, "--offload-tier nvme: %s has no "
+                         "NVMe drive (give --nvme N)", t->name);
+    if (o->offload_tier == SIM_TIER_NVME &&
+        o->sched_mask == 1u << SIM_SCHED_ZERO_OFFLOAD)
+        return util_errf(e, UTIL_EXIT_USAGE, "--offload-tier nvme: schedule "
+                         "zero-offload keeps its states in host DRAM; "
+                         "zero-infinity and fuyou use the nvme tier");
     if (o->tp > 0 && (t->gpus_per_server > 0 ? o->tp > t->gpus_per_server : o->tp > n))
         return util_errf(e, UTIL_EXIT_USAGE, "--tp %d is larger than a server "
                          "of %s (%d GPUs): tensor parallelism stays inside one",
@@ -973,7 +992,18 @@ static void offload_search(search *s)
             alt_reason(a, "%s", "offloads one GPU: pp, dp and tp 1");
             continue;
         }
+        /* the tiers: as asked, else DRAM and (not ZeRO-Offload's) the
+         * drives where the server has them */
+        int tiers[2], nt = 0;
+        if (o->offload_tier != SIM_TIER_AUTO) {
+            tiers[nt++] = o->offload_tier;
+        } else {
+            if (k != SIM_SCHED_ZERO_OFFLOAD && server_drives(s->t))
+                tiers[nt++] = SIM_TIER_NVME;
+            tiers[nt++] = SIM_TIER_DRAM;
+        }
         /* powers of two, or the one size asked for */
+        for (int q = 0; q < nt; q++)
         for (int mbs = o->mbs > 0 ? o->mbs : 1;
              mbs <= r->batch && !expired(s); mbs = o->mbs > 0 ? INT_MAX
                                                                : 2 * mbs) {
@@ -986,6 +1016,7 @@ static void offload_search(search *s)
             c.n_mb = r->batch / mbs;
             c.recompute = o->recompute >= 0 ? o->recompute : SIM_RC_FULL;
             plan_skeleton(&c, o, s->m, s->model_name, s->hw_name);
+            c.plan.tier = tiers[q];
             if (s->t->n_gpus > 1) c.plan.gpus_used = 1;
             util_err e;
             sim_plan_stages(&c.plan, s->m->n_layers);

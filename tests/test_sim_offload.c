@@ -367,6 +367,43 @@ Test(sim_offload, the_planner_compares_the_policies)
     test_rm_rf(dir);
 }
 
+/* The iteration and tier of the plan `plan ARGS --json` chooses. */
+static double planned(const char *args, char *tier, size_t n)
+{
+    json_t *x = cli_json("plan %s --json", args);
+    double it = json_number_value(json_object_get(x, "iteration_time_s"));
+    const char *t = json_string_value(
+        json_object_get(json_object_get(x, "plan"), "offload_tier"));
+    snprintf(tier, n, "%s", t ? t : "");
+    json_decref(x);
+    return it;
+}
+
+Test(sim_offload, the_planner_keeps_the_states_in_the_faster_tier)
+{
+    /* gpt3-13b's states fit 768 GB of DRAM; one drive bounds the NVMe
+     * tier: the planner tries both and keeps DRAM, as fast as the plan
+     * that fixes it; --offload-tier nvme fixes the drives */
+    const char *run = "--hw rtx4090 x1 --host-mem 768G --nvme 1 --model "
+                      "gpt3-13b --batch 16 --schedule zero-infinity";
+    char a[300], t[16], td[16], tn[16];
+    snprintf(a, sizeof a, "%s", run);
+    double it = planned(a, t, sizeof t);
+    snprintf(a, sizeof a, "%s --offload-tier dram", run);
+    double itd = planned(a, td, sizeof td);
+    snprintf(a, sizeof a, "%s --offload-tier nvme", run);
+    double itn = planned(a, tn, sizeof tn);
+    cr_assert_str_eq(t, "dram");
+    cr_assert_str_eq(td, "dram");
+    cr_assert_str_eq(tn, "nvme");
+    cr_assert_lt(itd, itn, "DRAM %.2f s, one drive %.2f s", itd, itn);
+    cr_assert_float_eq(it, itd, 1e-9 * itd);
+    cli_expect(2, "--offload-tier 'disk': expected auto, dram or nvme",
+               "plan %s --offload-tier disk", run);
+    cli_expect(2, "has no NVMe drive", "plan --hw rtx4090 x1 --model gpt2 "
+               "--schedule zero-infinity --nvme 0 --offload-tier nvme");
+}
+
 Test(sim_offload, the_timeline_draws_the_tiers)
 {
     char *dir = test_tmpdir();
