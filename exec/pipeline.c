@@ -434,6 +434,12 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (finetune_check(o, p, where, e) || zero_check(o, p, where, e))
         return -1;
     if (stier_check(o, p, where, e)) return -1;
+    if (sim_sched_offload(p->sched) && p->dp > 1)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: schedule %s with dp %d: "
+                         "data-parallel offload is simulated and planned, "
+                         "not run yet; the executor runs offload schedules "
+                         "on one device (plan with --dp 1)", where,
+                         sim_sched_name(p->sched), p->dp);
     int T = spec.seq_len > 0 ? spec.seq_len : cfg.max_pos;
     if (T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: sequence %d exceeds the "

@@ -470,8 +470,6 @@ static void print_answer(const plan_result *r, const prof_model *m,
     json_t *ofl = json_object_get(rep, "offload");
     if (ofl) {
         /* the tiers, and the resource that bounds the step */
-        static const char *const res_key[] = {"gpu", "pcie_in", "pcie_out",
-                                              "nvme", "cpu"};
         json_t *rs = json_object_get(ofl, "resources");
         char hb[32], hc[32];
         const char *tier = json_string_value(json_object_get(ofl, "tier"));
@@ -480,6 +478,8 @@ static void print_answer(const plan_result *r, const prof_model *m,
         if (!strcmp(tier, "nvme"))
             printf(" (%lld drives)", (long long)json_integer_value(
                        json_object_get(ofl, "drives")));
+        if (p->dp > 1)
+            printf(", partitioned over %d data-parallel GPUs", p->dp);
         printf(", host DRAM %s of %s; busy:", util_fmt_bytes(
                    json_number_value(json_object_get(ofl, "host_bytes")), hb,
                    sizeof hb),
@@ -487,14 +487,15 @@ static void print_answer(const plan_result *r, const prof_model *m,
                    ofl, "host_capacity_bytes")), hc, sizeof hc));
         for (int k = 0; k < SIM_OFL_RES_COUNT; k++) {
             if (k == SIM_OFL_NVME && strcmp(tier, "nvme")) continue;
+            if (k == SIM_OFL_RING && p->dp < 2) continue;
             double b = json_number_value(json_object_get(
-                json_object_get(rs, res_key[k]), "busy_s"));
+                json_object_get(rs, sim_offload_res_key(k)), "busy_s"));
             printf("%s %s %.0f%%", k ? "," : "", sim_offload_res_name(k),
                    it > 0 ? 100 * b / it : 0);
         }
         const char *bound = json_string_value(json_object_get(ofl, "bound_by"));
         for (int k = 0; k < SIM_OFL_RES_COUNT; k++)
-            if (!strcmp(bound, res_key[k]))
+            if (!strcmp(bound, sim_offload_res_key(k)))
                 printf("\nbound by: %s\n", sim_offload_res_name(k));
     }
 

@@ -974,6 +974,49 @@ static void simulate_candidate(search *s, cand *c)
     run_candidate(s, c, sc, a->feasible || a->reason[0]);
 }
 
+/* Schedule k's best offload plan on one GPU run data parallel on 2, 4,
+ * ... of the server's gps GPUs, each rank over its share of the batch:
+ * its tier, activation swaps and microbatch kept (halved where a rank's
+ * share needs it; a rank's GPU holds what the one GPU did, host DRAM
+ * the ranks' swaps), each width simulated once. */
+static void offload_ranks(search *s, int k, int gps)
+{
+    plan_result *r = s->r;
+    const sim_plan one = r->alt[k].plan;
+    for (int dp = 2; dp <= gps && !expired(s); dp *= 2) {
+        /* the microbatch, or the largest below it a rank's share takes */
+        int mbs = one.mbs;
+        while (mbs > 1 && r->batch % (mbs * dp)) mbs /= 2;
+        if (r->batch % (mbs * dp)) continue;
+        cand c;
+        memset(&c, 0, sizeof c);
+        c.sched = (sim_sched)k;
+        c.pp = c.tp = 1;
+        c.dp = dp;
+        c.mbs = mbs;
+        c.n_mb = r->batch / (mbs * dp);
+        c.recompute = one.recompute;
+        plan_skeleton(&c, s->o, s->m, s->model_name, s->hw_name);
+        c.plan.tier = one.tier;
+        c.plan.swap_ckpt = one.swap_ckpt;
+        c.plan.swap_full = one.swap_full;
+        if (s->t->n_gpus > dp) c.plan.gpus_used = dp;
+        util_err e;
+        sim_plan_stages(&c.plan, s->m->n_layers);
+        sim_costs *sc = NULL;
+        if (!sim_partition_even(s->m, c.plan.n_stages, c.plan.first_op,
+                                c.plan.last_op, &e))
+            sc = plan_costs(&c.plan, s->m, s->t, r->reserve_bytes, 0, &e);
+        r->candidates++;
+        r->covered++;
+        if (sc) {
+            r->simulated++;
+            run_candidate(s, &c, sc, 0);
+        }
+        sim_plan_free(&c.plan);
+    }
+}
+
 /* The offload schedules a request names (--schedule): one GPU, a stage
  * per layer recomputed from its input, every power-of-two microbatch
  * size the batch allows (or the one asked), the states where the
@@ -988,8 +1031,22 @@ static void offload_search(search *s)
         if (!(s->offload & (1u << k))) continue;
         plan_alt *a = &r->alt[k];
         a->tried = 1;
-        if ((o->pp > 1 || o->dp > 1 || o->tp > 1)) {
-            alt_reason(a, "%s", "offloads one GPU: pp, dp and tp 1");
+        if (o->pp > 1 || o->tp > 1 || o->zero > 0 || o->fsdp) {
+            alt_reason(a, "%s", "offloads each GPU's whole model: pp and "
+                       "tp 1, its own partitioning (no --zero)");
+            continue;
+        }
+        /* data-parallel ranks on one server, powers of two (or as asked):
+         * they share its host and drives */
+        int gps = s->t->gpus_per_server > 0 ? s->t->gpus_per_server
+                                            : s->t->n_gpus;
+        if (gps > s->t->n_gpus) gps = s->t->n_gpus;
+        if (gps > SIM_OFL_MAX_RANKS) gps = SIM_OFL_MAX_RANKS;
+        if (o->dp > gps) {
+            char why[96];
+            snprintf(why, sizeof why, "dp %d: its ranks share one server's "
+                     "host (%d GPUs)", o->dp, gps);
+            alt_reason(a, "%s", why);
             continue;
         }
         /* the tiers: as asked, else DRAM and (not ZeRO-Offload's) the
@@ -1002,22 +1059,25 @@ static void offload_search(search *s)
                 tiers[nt++] = SIM_TIER_NVME;
             tiers[nt++] = SIM_TIER_DRAM;
         }
-        /* powers of two, or the one size asked for */
+        /* powers of two, or the one size asked for; on one GPU, or the
+         * data-parallel width asked for */
+        const int dp = o->dp > 0 ? o->dp : 1;
         for (int q = 0; q < nt; q++)
         for (int mbs = o->mbs > 0 ? o->mbs : 1;
-             mbs <= r->batch && !expired(s); mbs = o->mbs > 0 ? INT_MAX
-                                                               : 2 * mbs) {
-            if (r->batch % mbs) continue;
+             mbs <= r->batch / dp && !expired(s);
+             mbs = o->mbs > 0 ? INT_MAX : 2 * mbs) {
+            if (r->batch % (mbs * dp)) continue;
             cand c;
             memset(&c, 0, sizeof c);
             c.sched = (sim_sched)k;
-            c.pp = c.dp = c.tp = 1;
+            c.pp = c.tp = 1;
+            c.dp = dp;
             c.mbs = mbs;
-            c.n_mb = r->batch / mbs;
+            c.n_mb = r->batch / (mbs * dp);
             c.recompute = o->recompute >= 0 ? o->recompute : SIM_RC_FULL;
             plan_skeleton(&c, o, s->m, s->model_name, s->hw_name);
             c.plan.tier = tiers[q];
-            if (s->t->n_gpus > 1) c.plan.gpus_used = 1;
+            if (s->t->n_gpus > dp) c.plan.gpus_used = dp;
             util_err e;
             sim_plan_stages(&c.plan, s->m->n_layers);
             if (sim_partition_even(s->m, c.plan.n_stages, c.plan.first_op,
@@ -1042,6 +1102,7 @@ static void offload_search(search *s)
             }
             sim_plan_free(&c.plan);
         }
+        if (o->dp <= 0 && a->feasible) offload_ranks(s, k, gps);
     }
 }
 

@@ -20,7 +20,9 @@ static void usage(FILE *f)
     sim_sched_help(f, "  ");
     fprintf(f,
         "\noptions:\n"
-        "  --dp D                 data-parallel replicas of the pipeline\n"
+        "  --dp D                 data-parallel replicas of the pipeline (of\n"
+        "                         an offload schedule: D GPUs of one server\n"
+        "                         sharing its host, the states partitioned)\n"
         "  --tp T                 tensor-parallel GPUs per stage (inside a node);\n"
         "                         GPU = (dp_rank*pp + pp_rank)*tp + tp_rank\n"
         "  --chunks V             interleaved: chunks (stages) per device\n"

@@ -188,7 +188,8 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
     const int Rs = c->replicas, S = c->n_model_stages, K = ir->n_minibatches;
     const int R = Rs * (c->fold > 1 ? c->fold : 1);
     const int N = ir->n_stages;
-    if (R <= 1) return;
+    /* offloaded, the host reduces the gradients (sim_add_offload) */
+    if (R <= 1 || c->offload) return;
     UTIL_NEVER(N != Rs * S);
     if (c->zero > 0) {
         sim_add_sharded(ir, c);
@@ -337,6 +338,26 @@ static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
     free(prev);
     free(cur);
     free(chans);
+}
+
+void sim_ring_all(sim_ir *ir, const sim_costs *c, int s, sim_coll coll,
+                  double bytes, const int *dep, int *last_send,
+                  int *last_recv)
+{
+    const int R = c->replicas;
+    int *mem = util_malloc(sizeof(int) * (size_t)(R + 1));
+    ring_end *out = util_malloc(sizeof *out * (size_t)(R + 1));
+    for (int r = 0; r < R; r++) mem[r] = r;
+    /* the ring's R-1 steps as one: each member sends its neighbour what
+     * its steps would, (R-1)/R of the bytes, over the same route (the
+     * steps' latencies aside) */
+    ring_emit(ir, c, s, mem, R, 1, bytes * (R - 1) / R, coll, 1, dep, out);
+    for (int r = 0; r < R; r++) {
+        last_send[r] = out[r].last_send;
+        last_recv[r] = out[r].last_recv;
+    }
+    free(mem);
+    free(out);
 }
 
 /* A reduce-scatter of plan stage s's gradients, or an all-gather of its

@@ -1019,7 +1019,10 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     c->tokens_per_sample = m->spec.seq_len + m->spec.dec_seq_len;
     c->model_flops_per_sample = prof_model_train_flops(m, 0);
     int pipes = o && o->pipes > 1 ? o->pipes : 1;
-    int group = fold_group(t, n_devices * tpw, dpw, o, n_stages);
+    /* offloaded, every rank's traffic goes to the one host: every
+     * replica simulated */
+    int group = c->offload ? 0 : fold_group(t, n_devices * tpw, dpw, o,
+                                            n_stages);
     /* hybrid sharding folds only where the group simulated is one
      * server's shard group: its rings close inside it */
     if (shard > 1 && shard < dpw && group != shard) group = 0;

@@ -708,11 +708,20 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c);
  * all-reduce's), 3(H-1)/H for stage 3 with one microbatch (ZeRO paper,
  * section 7). */
 void sim_add_sharded(sim_ir *ir, const sim_costs *c);
+/* A reduce-scatter or all-gather of `bytes` of plan stage s over every
+ * replica, unfolded: half a ring's traffic, (R-1)/R of the bytes from
+ * each member to the next, as one send (its R-1 steps' latencies
+ * aside), member r's after dep[r] (-1: nothing); last_send[r] and
+ * last_recv[r] get its send and receive. */
+void sim_ring_all(sim_ir *ir, const sim_costs *c, int s, sim_coll coll,
+                  double bytes, const int *dep, int *last_send,
+                  int *last_recv);
 
-/* Offloaded training on one GPU (Rajbhandari et al., ZeRO-Offload,
- * ATC'21 and ZeRO-Infinity, SC'21; Liao et al., Fuyou, arXiv 2403.06504):
- * the plan's stages are layer groups on device 0, all recomputed from
- * their inputs when the plan recomputes. ZeRO-Offload and ZeRO-Infinity
+/* Offloaded training (Rajbhandari et al., ZeRO-Offload, ATC'21 and
+ * ZeRO-Infinity, SC'21; Liao et al., Fuyou, arXiv 2403.06504): the
+ * plan's stages are layer groups, all on one GPU (replicated on each of
+ * dp GPUs of one server, each rank over its share of the batch), all
+ * recomputed from their inputs when the plan recomputes. ZeRO-Offload and ZeRO-Infinity
  * run the microbatches one after the other through every stage (gradient
  * accumulation); Fuyou runs each stage over all microbatches before the
  * next (its layer-by-layer sweep over the batch). Compute order only;
@@ -735,8 +744,19 @@ int sim_gen_offload(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
  * from the deepest stage up; Fuyou as soon as the stage's gradients
  * arrive, overlapped with the backward of the stages before it. On the
  * NVMe tier the step reads the stage's optimizer state from the drives
- * first and writes it back, with the new fp16 weights, after. */
+ * first and writes it back, with the new fp16 weights, after. With D
+ * data-parallel ranks, as DeepSpeed runs ZeRO-Offload and ZeRO-Infinity
+ * on several GPUs: each rank fetches its 1/D of a group's weights (read
+ * from the drives by it) and the ranks all-gather the rest between the
+ * GPUs (a ring over the server graph, through the host where GPUs lack
+ * peer-to-peer); each gradient is reduce-scattered between them and each
+ * rank copies its reduced 1/D out; each rank's CPU step covers its 1/D of
+ * the parameters and state, the steps of all ranks sharing the host's
+ * memory bandwidth (sim_task bytes); ZeRO-Offload's updated shards go up
+ * to their ranks and are all-gathered. */
 void sim_add_offload(sim_ir *ir, const sim_costs *c);
+/* The most data-parallel ranks of an offload plan (one server's GPUs). */
+#define SIM_OFL_MAX_RANKS 64
 /* Prices the tiers of an offload schedule (c->offload set) as o asks:
  * the tier (auto resolved), the drives of the GPU's server, each stage's
  * CPU step, the activations swapped and where they wait (host DRAM where

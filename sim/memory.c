@@ -89,7 +89,8 @@ void sim_mem_setup(sim_engine *e)
             e->mem_end[i] -= sc->wkeep_bytes;
             break;
         case SIM_RECV: {
-            if (t->comm == SIM_COMM_DP && c->zero > 0) break;
+            if (t->comm == SIM_COMM_DP && (c->zero > 0 || c->offload))
+                break;
             /* a pipeline receive ends as the whole activation on every
              * tensor-parallel rank; an all-reduce step or a tied-table
              * gradient brings each rank its own lane's share */

@@ -325,7 +325,11 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
         return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
                          "GPUs but the server has %d", p->dp, p->pp, p->tp,
                          ngpu, n_gpus);
-    if ((p->dp > 1 || p->tp > 1) && ngpu != n_gpus)
+    /* (an offload schedule's ranks may take part of a server: they
+     * share its host, one GPU each) */
+    if ((p->dp > 1 || p->tp > 1) && ngpu != n_gpus &&
+        !(sim_sched_offload(p->sched) && p->tp <= 1 &&
+          p->gpus_used == ngpu))
         return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
                          "GPUs, not the %d of the server: data and tensor "
                          "parallelism use every GPU (layout dp-pp-tp)",

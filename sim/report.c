@@ -73,6 +73,8 @@ static void offload_print(const sim_costs *c, const sim_result *r,
     char a[32], b[32], x[32], y[32];
     fprintf(f, "\n  offload %s: model states in %s", sim_sched_name(c->offload),
             c->tier == SIM_TIER_NVME ? "NVMe" : "host DRAM");
+    if (c->replicas > 1)
+        fprintf(f, ", partitioned over %d data-parallel GPUs", c->replicas);
     if (c->tier == SIM_TIER_NVME)
         fprintf(f, " (%d drive%s)", c->n_drives, c->n_drives == 1 ? "" : "s");
     fprintf(f, "; host DRAM %s of %s", util_fmt_bytes(c->host_bytes, a, sizeof a),
@@ -102,6 +104,7 @@ static void offload_print(const sim_costs *c, const sim_result *r,
         if (k == SIM_OFL_NVME && c->tier != SIM_TIER_NVME &&
             c->act_tier != SIM_TIER_NVME)
             continue;
+        if (k == SIM_OFL_RING && c->replicas < 2) continue;
         fprintf(f, "  %-15s busy %9.3f s  %5.1f%% of the iteration",
                 sim_offload_res_name(k), u.busy_ns[k] * 1e-9,
                 it > 0 ? 100.0 * (double)u.busy_ns[k] / it : 0);
@@ -136,13 +139,12 @@ static json_t *offload_json(const sim_costs *c, const sim_result *r,
     json_object_set_new(o, "act_swap_bytes", json_real(c->act_swap_bytes));
     json_object_set_new(o, "act_tier", json_string(sim_tier_name(c->act_tier)));
     json_t *res = json_object();
-    static const char *const keys[SIM_OFL_RES_COUNT] = {
-        "gpu", "pcie_in", "pcie_out", "nvme", "cpu"};
     for (int k = 0; k < SIM_OFL_RES_COUNT; k++)
-        json_object_set_new(res, keys[k], json_pack(
+        json_object_set_new(res, sim_offload_res_key(k), json_pack(
             "{s:f,s:f}", "busy_s", u.busy_ns[k] * 1e-9, "bytes", u.bytes[k]));
     json_object_set_new(o, "resources", res);
-    json_object_set_new(o, "bound_by", json_string(keys[u.bound]));
+    json_object_set_new(o, "bound_by",
+                        json_string(sim_offload_res_key(u.bound)));
     return o;
 }
 

@@ -169,10 +169,10 @@ int sim_sched_check(const sim_sched_opts *o, util_err *e)
         break;
     case SIM_SCHED_ZERO_OFFLOAD: case SIM_SCHED_ZERO_INFINITY:
     case SIM_SCHED_FUYOU:
-        if (o->pp != 1 || o->dp > 1)
-            return util_errf(e, UTIL_EXIT_USAGE, "schedule %s offloads the "
-                             "model of one GPU: --pp 1 and --dp 1 (got pp %d, "
-                             "dp %d)", n, o->pp, o->dp > 1 ? o->dp : 1);
+        if (o->pp != 1)
+            return util_errf(e, UTIL_EXIT_USAGE, "schedule %s offloads each "
+                             "GPU's whole model: --pp 1 (got pp %d; --dp D "
+                             "runs it data parallel on D GPUs)", n, o->pp);
         break;
     default:
         break;

@@ -15,21 +15,29 @@
  * stages), or its checkpoint (the first swap_ckpt of the others). */
 static int swaps_full(const sim_costs *c, int s)
 {
-    return s >= c->n_stages - c->swap_full;
+    const int S = c->n_model_stages;
+    return s % S >= S - c->swap_full;
 }
 
 static int swaps_ckpt(const sim_costs *c, int s)
 {
-    return s < c->swap_ckpt && !swaps_full(c, s);
+    return s % c->n_model_stages < c->swap_ckpt && !swaps_full(c, s);
+}
+
+/* The data-parallel ranks of an offload plan: each runs the schedule on
+ * its GPU over its share of the batch (sim_add_offload). */
+static int ranks(const sim_costs *c)
+{
+    return c->replicas > 1 ? c->replicas : 1;
 }
 
 int sim_gen_offload(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
                     util_err *e)
 {
     const int S = o->n_stages, M = o->n_mb;
-    if (!c->offload || c->n_devices != 1)
+    if (!c->offload || c->n_devices != ranks(c))
         return util_errf(e, UTIL_EXIT_USAGE, "schedule %s needs costs built "
-                         "for offload on one device",
+                         "for offload, one device per rank",
                          sim_sched_name(o->sched));
     int layer_major = o->sched == SIM_SCHED_FUYOU;
     for (int mb = 0; mb < (layer_major ? 1 : M); mb++) {
@@ -49,15 +57,15 @@ int sim_gen_offload(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
     return 0;
 }
 
-/* A tier task of stage s on device 0 (lanes: the drives it stripes over,
- * for NVMe); its dependency dep when >= 0. */
+/* A tier task of stage s on its device (lanes: the drives it stripes
+ * over, for NVMe); its dependency dep when >= 0. */
 static int tier_task(sim_ir *ir, const sim_costs *c, sim_kind k, int s,
                      double bytes, int dep)
 {
     sim_task x = {0};
     x.kind = (uint8_t)k;
     x.stream = (uint8_t)sim_tier_stream(k);
-    x.device = 0;
+    x.device = c->stage_device[s];
     x.stage = s;
     x.stage2 = -1;
     x.mb = -1;
@@ -80,23 +88,42 @@ static int act_task(sim_ir *ir, const sim_costs *c, sim_kind k, int s, int m,
     return id;
 }
 
-/* The CPU's step of stage s after dep (and the drives' read of its state
- * on the NVMe tier); the write-back, or ZeRO-Offload's copy of the new
- * weights to the GPU, after it. Returns the step. */
-static int cpu_step(sim_ir *ir, const sim_costs *c, int s, int dep)
+/* The CPU's steps of model stage s, one per rank for its share of the
+ * parameters and state, rank r's after dep[r] (all: after every rank's,
+ * as ZeRO's gradient norm needs every gradient) and the drives' read of
+ * its share of the state on the NVMe tier; the write-backs after them,
+ * or ZeRO-Offload's copy of each rank's new weights to its GPU, then
+ * gathered by all. With several ranks a step is traffic on the host's
+ * memory, which the ranks share (sim_task bytes); one alone takes the
+ * CPU's time. */
+static void cpu_step(sim_ir *ir, const sim_costs *c, int s, const int *dep,
+                     int all)
 {
-    const sim_stage_cost *sc = &c->stage[s];
-    int nvme = c->tier == SIM_TIER_NVME;
-    int rd = nvme ? tier_task(ir, c, SIM_NVME_READ, s, sc->opt_bytes, -1)
-                  : -1;
-    int op = tier_task(ir, c, SIM_CPU_OPT, s, 0, dep);
-    if (rd >= 0) sim_ir_dep(ir, op, rd);
-    if (nvme)
-        tier_task(ir, c, SIM_NVME_WRITE, s, sc->opt_bytes + sc->train_bytes,
-                  op);
-    if (c->offload == SIM_SCHED_ZERO_OFFLOAD)
-        tier_task(ir, c, SIM_SWAP_IN, s, sc->train_bytes, op);
-    return op;
+    const int S = c->n_model_stages, D = ranks(c);
+    int nvme = c->tier == SIM_TIER_NVME, in[SIM_OFL_MAX_RANKS];
+    for (int r = 0; r < D; r++) {
+        int v = r * S + s;
+        const sim_stage_cost *sc = &c->stage[v];
+        int rd = nvme ? tier_task(ir, c, SIM_NVME_READ, v, sc->opt_bytes / D,
+                                  -1)
+                      : -1;
+        int op = tier_task(ir, c, SIM_CPU_OPT, v,
+                           D > 1 ? sc->cpu_opt_bytes : 0, -1);
+        for (int q = all ? 0 : r; q < (all ? D : r + 1); q++)
+            if (dep[q] >= 0) sim_ir_dep(ir, op, dep[q]);
+        if (rd >= 0) sim_ir_dep(ir, op, rd);
+        if (nvme)
+            tier_task(ir, c, SIM_NVME_WRITE, v,
+                      (sc->opt_bytes + sc->train_bytes) / D, op);
+        in[r] = c->offload == SIM_SCHED_ZERO_OFFLOAD
+              ? tier_task(ir, c, SIM_SWAP_IN, v, sc->train_bytes / D, op)
+              : -1;
+    }
+    if (c->offload == SIM_SCHED_ZERO_OFFLOAD && D > 1) {
+        int ls[SIM_OFL_MAX_RANKS], lr[SIM_OFL_MAX_RANKS];
+        sim_ring_all(ir, c, s, SIM_COLL_ALLGATHER, c->stage[s].train_bytes,
+                     in, ls, lr);
+    }
 }
 
 /* The bytes stage s swaps per microbatch: its whole activations, its
@@ -156,81 +183,116 @@ static void swap_group(sim_ir *ir, const sim_costs *c, const int *L, int n,
 
 void sim_add_offload(sim_ir *ir, const sim_costs *c)
 {
-    UTIL_NEVER(ir->n_devices != 1);
-    const int S = ir->n_stages;
-    /* the compute order, copied: adding tasks moves the lists */
+    const int D = ranks(c), S = c->n_model_stages;
+    UTIL_NEVER(ir->n_devices != D || ir->n_stages != D * S ||
+               D > SIM_OFL_MAX_RANKS);
+    /* the compute orders, copied (adding tasks moves the lists): every
+     * rank runs rank 0's, on its own stages */
     int n = ir->dlen[0];
-    int *L = util_malloc(sizeof(int) * (size_t)(n + 1));
-    for (int j = 0; j < n; j++) L[j] = ir->dlist[0][j];
+    int *L[SIM_OFL_MAX_RANKS];
+    for (int r = 0; r < D; r++) {
+        UTIL_NEVER(ir->dlen[r] != n);
+        L[r] = util_malloc(sizeof(int) * (size_t)(n + 1));
+        for (int j = 0; j < n; j++) L[r][j] = ir->dlist[r][j];
+    }
     int fetch = c->offload != SIM_SCHED_ZERO_OFFLOAD;
     int fuyou = c->offload == SIM_SCHED_FUYOU;
     int nvme = c->tier == SIM_TIER_NVME;
-    /* the last compute task of the groups one, two and three back (the
-     * window) */
-    int back[3] = {-1, -1, -1};
-    int *first_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
-    int *last_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
-    for (int s = 0; s < S; s++) first_bw[s] = last_bw[s] = -1;
-    for (int j = 0; j < n; j++) {
-        const sim_task *t = &ir->tasks[L[j]];
-        if (t->kind == SIM_BW) {
-            if (first_bw[t->stage] < 0) first_bw[t->stage] = L[j];
-            last_bw[t->stage] = L[j];
-        }
-    }
-    int last_out = -1;
+    /* per rank, the last compute task of the groups one, two and three
+     * back (the window) */
+    int back[SIM_OFL_MAX_RANKS][3];
     /* the gradients' last two copies out: a gradient's buffer is not
      * taken while two wait for the link (double buffering, as
      * DeepSpeed's backward hooks block on a bucket still being copied),
      * so the backward runs no faster than the link drains it */
-    int gout[2] = {-1, -1};
-    /* per stage and microbatch, a swapped activation's copy out and its
-     * drive write (-1: none) */
+    int gout[SIM_OFL_MAX_RANKS][2];
+    int last_out[SIM_OFL_MAX_RANKS];
+    for (int r = 0; r < D; r++) {
+        back[r][0] = back[r][1] = back[r][2] = -1;
+        gout[r][0] = gout[r][1] = -1;
+        last_out[r] = -1;
+    }
+    int *first_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
+    int *last_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
+    for (int s = 0; s < S; s++) first_bw[s] = last_bw[s] = -1;
+    for (int j = 0; j < n; j++) {
+        const sim_task *t = &ir->tasks[L[0][j]];
+        if (t->kind == SIM_BW) {
+            if (first_bw[t->stage] < 0) first_bw[t->stage] = j;
+            last_bw[t->stage] = j;
+        }
+    }
+    /* per stage of every rank and microbatch, a swapped activation's
+     * copy out and its drive write (-1: none) */
     const int M = ir->n_mb;
-    int *act_out = util_malloc(sizeof(int) * (size_t)(S * M + 1));
-    int *act_wr = util_malloc(sizeof(int) * (size_t)(S * M + 1));
+    int *act_out = util_malloc(sizeof(int) * (size_t)(D * S * M + 1));
+    int *act_wr = util_malloc(sizeof(int) * (size_t)(D * S * M + 1));
+    int dep[SIM_OFL_MAX_RANKS], ls[SIM_OFL_MAX_RANKS], lr[SIM_OFL_MAX_RANKS];
     for (int j = 0; j < n;) {
-        int s = ir->tasks[L[j]].stage, k = j;
-        while (k + 1 < n && ir->tasks[L[k + 1]].stage == s) k++;
-        /* group L[j..k] of stage s */
+        int s = ir->tasks[L[0][j]].stage, k = j;
+        while (k + 1 < n && ir->tasks[L[0][k + 1]].stage == s) k++;
+        /* group L[r][j..k] of model stage s on every rank r */
         const sim_stage_cost *sc = &c->stage[s];
-        if (fetch) {
-            int rd = -1;
-            if (nvme)
-                rd = tier_task(ir, c, SIM_NVME_READ, s, sc->weight_bytes,
-                               back[2]);
-            int sw = tier_task(ir, c, SIM_SWAP_IN, s, sc->weight_bytes, rd);
-            if (back[1] >= 0) sim_ir_dep(ir, sw, back[1]);
-            sim_ir_dep(ir, L[j], sw);
-            sim_ir_buffer(ir, sw, L[k], sc->weight_bytes);
+        double wr = sc->weight_bytes / D;
+        for (int r = 0; fetch && r < D; r++) {
+            int v = r * S + s;
+            int rd = nvme ? tier_task(ir, c, SIM_NVME_READ, v, wr,
+                                      back[r][2])
+                          : -1;
+            int sw = tier_task(ir, c, SIM_SWAP_IN, v, wr, rd);
+            if (back[r][1] >= 0) sim_ir_dep(ir, sw, back[r][1]);
+            dep[r] = sw;
+            sim_ir_buffer(ir, sw, L[r][k], sc->weight_bytes);
         }
-        swap_group(ir, c, L, n, j, k, act_out, act_wr);
+        if (fetch && D > 1)
+            /* the others' shares, between the GPUs */
+            sim_ring_all(ir, c, s, SIM_COLL_ALLGATHER, sc->weight_bytes, dep,
+                         ls, lr);
+        for (int r = 0; fetch && r < D; r++) {
+            sim_ir_dep(ir, L[r][j], D > 1 ? lr[r] : dep[r]);
+            if (D > 1) sim_ir_dep(ir, L[r][j], ls[r]);
+        }
+        for (int r = 0; r < D; r++)
+            swap_group(ir, c, L[r], n, j, k, act_out, act_wr);
         for (int q = j; q <= k; q++) {
-            int id = L[q];
-            if (ir->tasks[id].kind != SIM_BW) continue;
-            if (fuyou && id != last_bw[s]) continue;
-            int so = tier_task(ir, c, SIM_SWAP_OUT, s, sc->train_bytes, id);
-            int holder = fuyou ? first_bw[s] : id;
-            sim_ir_buffer(ir, holder, so, sc->train_bytes);
-            if (gout[1] >= 0) sim_ir_dep(ir, holder, gout[1]);
-            gout[1] = gout[0];
-            gout[0] = so;
-            last_out = so;
-            if (fuyou) cpu_step(ir, c, s, so);
+            if (ir->tasks[L[0][q]].kind != SIM_BW) continue;
+            if (fuyou && q != last_bw[s]) continue;
+            for (int r = 0; r < D; r++) dep[r] = L[r][q];
+            if (D > 1)
+                sim_ring_all(ir, c, s, SIM_COLL_REDUCE_SCATTER,
+                             sc->train_bytes, dep, ls, lr);
+            int so[SIM_OFL_MAX_RANKS];
+            for (int r = 0; r < D; r++) {
+                int v = r * S + s;
+                int holder = fuyou ? L[r][first_bw[s]] : L[r][q];
+                so[r] = tier_task(ir, c, SIM_SWAP_OUT, v,
+                                  sc->train_bytes / D,
+                                  D > 1 ? lr[r] : L[r][q]);
+                if (D > 1) sim_ir_dep(ir, so[r], ls[r]);
+                sim_ir_buffer(ir, holder, so[r], sc->train_bytes);
+                if (gout[r][1] >= 0) sim_ir_dep(ir, holder, gout[r][1]);
+                gout[r][1] = gout[r][0];
+                gout[r][0] = so[r];
+                last_out[r] = so[r];
+            }
+            if (fuyou) cpu_step(ir, c, s, so, 0);
         }
-        back[2] = back[1];
-        back[1] = back[0];
-        back[0] = L[k];
+        for (int r = 0; r < D; r++) {
+            back[r][2] = back[r][1];
+            back[r][1] = back[r][0];
+            back[r][0] = L[r][k];
+        }
         j = k + 1;
     }
     /* ZeRO: the step after the whole backward pass, deepest stage first
      * (the order its gradients arrived in) */
-    for (int s = S - 1; !fuyou && s >= 0; s--) cpu_step(ir, c, s, last_out);
+    for (int s = S - 1; !fuyou && s >= 0; s--)
+        cpu_step(ir, c, s, last_out, 1);
     free(act_out);
     free(act_wr);
     free(first_bw);
     free(last_bw);
-    free(L);
+    for (int r = 0; r < D; r++) free(L[r]);
 }
 
 /* ------------------------------------------------------------ the tiers */
@@ -252,7 +314,19 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
                       const sim_cost_opts *o, util_err *e)
 {
     const char *pol = sim_sched_name(c->offload);
-    int tier = o->tier, S = c->n_stages;
+    /* before sim_costs_build replicates the stages, or after (the swap
+     * search prices them again): totals over one rank's stages, each
+     * replica's stages priced alike */
+    int tier = o->tier, S = c->n_model_stages, N = c->n_stages;
+    int D = o->dp > 1 ? o->dp : 1;
+    if (D > SIM_OFL_MAX_RANKS)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: dp %d: at most "
+                         "%d ranks offload to one host", pol, D,
+                         SIM_OFL_MAX_RANKS);
+    if (c->tp > 1 || c->zero)
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s partitions the "
+                         "states over its data-parallel ranks itself: no "
+                         "--tp or --zero", pol);
     if (o->swap_ckpt < 0 || o->swap_ckpt > S || o->swap_full < 0 ||
         o->swap_full > S)
         return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: swapped "
@@ -274,6 +348,11 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     if (host < 0)
         return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: GPU %d has no "
                          "host memory in %s", pol, g, t->name);
+    if (D > 1 && (D > t->n_gpus ||
+                  t->nodes[t->gpu_node[g + D - 1]].server != server))
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: its %d ranks "
+                         "share one server's host (%d GPUs per server in "
+                         "%s)", pol, D, t->gpus_per_server, t->name);
     c->host_cap = prof_topo_server_dram(t, server);
     c->nvme_cap = 0;
     c->n_drives = 0;
@@ -301,12 +380,20 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     c->tier = tier;
     /* one GPU holds the one table a tied head shares with the embedding:
      * fetched for each, its gradient summed in place */
-    for (int s = 0; s < c->n_stages; s++) c->stage[s].tied_bytes = 0;
-    double w = 0, tr = 0, opt = 0, big_io = 0, big_st = 0;
-    for (int s = 0; s < c->n_stages; s++) {
-        sim_stage_cost *sc = &c->stage[s];
+    double hbw = t->nodes[host].read_bw_bytes_per_s;
+    for (int v = 0; v < N; v++) {
+        sim_stage_cost *sc = &c->stage[v];
+        sc->tied_bytes = 0;
+        /* a rank steps its share; several share the host's memory, so
+         * their steps are priced as traffic on it (sim_add_offload) */
         sc->cpu_opt_ns = (int64_t)llround(sim_cpu_opt_ns(t, g,
-                                                         sc->train_params));
+                                                         sc->train_params / D));
+        sc->cpu_opt_bytes = hbw > 0 ? (double)sc->cpu_opt_ns * 1e-9 * hbw
+                                    : 0;
+    }
+    double w = 0, tr = 0, opt = 0, big_io = 0, big_st = 0;
+    for (int s = 0; s < S; s++) {
+        sim_stage_cost *sc = &c->stage[s];
         w += sc->weight_bytes;
         tr += sc->train_bytes;
         opt += sc->opt_bytes;
@@ -336,8 +423,9 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
      * microbatch's under Fuyou (each layer over the whole batch). */
     double one_mb = 0;
     for (int s = 0; s < S; s++) one_mb += swap_bytes(c, s);
-    c->act_swap_bytes = one_mb * c->swap_mb;
-    double held = zero ? one_mb : c->act_swap_bytes;
+    /* every rank's */
+    c->act_swap_bytes = one_mb * c->swap_mb * D;
+    double held = zero ? one_mb * D : c->act_swap_bytes;
     c->act_tier = SIM_TIER_DRAM;
     if (c->host_bytes + held > c->host_cap &&
         c->offload == SIM_SCHED_FUYOU && c->n_drives)
@@ -376,11 +464,19 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
 /* ----------------------------------------------------- what bounds it */
 
 static const char *const res_names[SIM_OFL_RES_COUNT] = {
-    "GPU compute", "PCIe to GPU", "PCIe from GPU", "NVMe", "CPU optimizer"};
+    "GPU compute", "PCIe to GPU", "PCIe from GPU", "NVMe", "CPU optimizer",
+    "GPU to GPU"};
 
 const char *sim_offload_res_name(int k)
 {
     return (unsigned)k < SIM_OFL_RES_COUNT ? res_names[k] : "?";
+}
+
+const char *sim_offload_res_key(int k)
+{
+    static const char *const keys[SIM_OFL_RES_COUNT] = {
+        "gpu", "pcie_in", "pcie_out", "nvme", "cpu", "gpu_ring"};
+    return (unsigned)k < SIM_OFL_RES_COUNT ? keys[k] : "?";
 }
 
 static int res_of(const sim_task *t)
@@ -391,6 +487,7 @@ static int res_of(const sim_task *t)
     case SIM_STREAM_COPY_OUT: return SIM_OFL_PCIE_OUT;
     case SIM_STREAM_IO_IN: case SIM_STREAM_IO_OUT: return SIM_OFL_NVME;
     case SIM_STREAM_HOST: return SIM_OFL_CPU;
+    case SIM_STREAM_COLL: return SIM_OFL_RING;
     default: return -1;
     }
 }
@@ -615,7 +712,7 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
                           const sim_costs *c, sim_tier_use *u)
 {
     memset(u, 0, sizeof *u);
-    const int S = c->n_stages;
+    const int S = c->n_model_stages, D = ranks(c);
     int zero = c->offload != SIM_SCHED_FUYOU;
     int disk = c->act_tier == SIM_TIER_NVME;
     double tr = 0, one_mb = 0;
@@ -623,7 +720,7 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
         tr += c->stage[s].train_bytes;
         one_mb += swap_bytes(c, s);
     }
-    double held = zero ? one_mb : c->act_swap_bytes;
+    double held = zero ? one_mb * D : c->act_swap_bytes;
     /* what stays all iteration: the states, staging */
     u->host_resident = c->host_bytes - (zero ? 2 * tr : 0) -
                        (disk ? 0 : held);
@@ -633,7 +730,7 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
     int *seen = util_calloc((size_t)S + 1, sizeof(int));
     for (int i = 0; i < ir->n_tasks; i++) {
         const sim_task *t = &ir->tasks[i];
-        if (t->device != 0 || t->stage < 0 || t->stage >= S) continue;
+        if (t->stage < 0 || t->stage >= D * S) continue;
         int64_t a = r->start_ns[i], b = r->end_ns[i];
         double by = t->bytes;
         int act = t->mb >= 0 && t->kind != SIM_CPU_OPT &&
@@ -653,10 +750,12 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
                 break;
             default: break;
             }
+        } else if (t->device) {
+            continue;           /* the model states: one copy, rank 0's */
         } else if (zero && t->kind == SIM_SWAP_OUT && t->stream ==
                    SIM_STREAM_COPY_OUT && !seen[t->stage]++) {
-            /* ZeRO: the stage's fp32 gradient from its first copy
-             * out until its step */
+            /* ZeRO: the stage's fp32 gradient (every rank's share) from
+             * its first copy out until its step */
             ev[n++] = (tev){b, 2 * c->stage[t->stage].train_bytes, 0};
         } else if (zero && t->kind == SIM_CPU_OPT) {
             ev[n++] = (tev){b, -2 * c->stage[t->stage].train_bytes, 0};

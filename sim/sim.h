@@ -100,13 +100,14 @@ typedef struct sim_result {
     int n_mem;
 } sim_result;
 
-/* An offloaded iteration's resources (device 0): busy time (the union of
- * its tasks' intervals; the drives' reads and writes count as one
- * resource, as they share the drives) and bytes moved; bound is the
- * busiest. */
+/* An offloaded iteration's resources (device 0, rank 0 of several):
+ * busy time (the union of its tasks' intervals; the drives' reads and
+ * writes count as one resource, as they share the drives) and bytes
+ * moved; bound is the busiest. Data-parallel ranks also gather weights
+ * and reduce gradients between the GPUs (the ring: its sends). */
 enum {
     SIM_OFL_GPU, SIM_OFL_PCIE_IN, SIM_OFL_PCIE_OUT, SIM_OFL_NVME,
-    SIM_OFL_CPU, SIM_OFL_RES_COUNT
+    SIM_OFL_CPU, SIM_OFL_RING, SIM_OFL_RES_COUNT
 };
 typedef struct sim_offload_use {
     int64_t busy_ns[SIM_OFL_RES_COUNT];
@@ -114,6 +115,7 @@ typedef struct sim_offload_use {
     int bound;
 } sim_offload_use;
 const char *sim_offload_res_name(int k);   /* "GPU compute", ... */
+const char *sim_offload_res_key(int k);    /* JSON: "gpu", ... */
 void sim_offload_usage(const sim_ir *ir, const sim_result *r,
                        sim_offload_use *u);
 /* Host DRAM and drive use over an offloaded iteration: what stays (the

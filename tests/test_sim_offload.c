@@ -15,6 +15,7 @@
 
 typedef struct orun {
     double rd, wr, in, out;     /* NVMe read / write, PCIe in / out bytes */
+    double ring;                /* sent to the other ranks' GPUs */
     int n_cpu;                  /* CPU steps */
     double w, tr, opt;          /* summed over the stages */
     double w_first, w_last;     /* the first and last stage's weights */
@@ -60,19 +61,35 @@ static int grad_bufs_at_once(const sim_ir *ir, const sim_result *r)
 /* A run of model on one RTX 4090 with `drives` NVMe drives and host_gib
  * of DRAM; the last stages' whole activations and the first ones'
  * checkpoints swapped as swap[0] (checkpoints) and swap[1] (whole) say. */
+/* osim_swap on `gpus` RTX 4090s of one server, dp of them data parallel
+ * (each over m microbatches); o's counts are rank 0's but the drives'
+ * and the CPU steps', which are all ranks'. */
+static void osim_dp(const char *model, sim_sched s, int mbs, int m,
+                    int drives, double host_gib, int tier, const int swap[2],
+                    int gpus, int dp, orun *o);
+
 static void osim_swap(const char *model, sim_sched s, int mbs, int m,
                       int drives, double host_gib, int tier, const int swap[2],
                       orun *o)
+{
+    osim_dp(model, s, mbs, m, drives, host_gib, tier, swap, 1, 1, o);
+}
+
+static void osim_dp(const char *model, sim_sched s, int mbs, int m,
+                    int drives, double host_gib, int tier, const int swap[2],
+                    int gpus, int dp, orun *o)
 {
     util_err e;
     prof_model *md = prof_model_load(model, &e);
     cr_assert_not_null(md, "%s", e.msg);
     prof_hw_opts ho = {.nvme = drives, .host_mem_bytes = host_gib * (1 << 30)};
-    prof_topo *t = prof_topo_template("rtx4090", 1, &ho, &e);
+    prof_topo *t = prof_topo_template("rtx4090", gpus, &ho, &e);
     cr_assert_not_null(t, "%s", e.msg);
     sim_plan p;
     sim_plan_init(&p);
     p.sched = s;
+    p.dp = dp;
+    if (gpus > dp) p.gpus_used = dp;
     p.mbs = mbs;
     p.n_mb = m;
     p.recompute = SIM_RC_FULL;
@@ -93,23 +110,26 @@ static void osim_swap(const char *model, sim_sched s, int mbs, int m,
         const sim_task *x = &ir->tasks[i];
         if (x->kind == SIM_NVME_READ) o->rd += x->bytes;
         if (x->kind == SIM_NVME_WRITE) o->wr += x->bytes;
+        if (x->kind == SIM_CPU_OPT) o->n_cpu++;
+        if (x->device) continue;
         if (x->kind == SIM_SWAP_IN) o->in += x->bytes;
         if (x->kind == SIM_SWAP_OUT) o->out += x->bytes;
+        if (x->kind == SIM_SEND && x->comm == SIM_COMM_DP)
+            o->ring += x->bytes;
         if (x->kind == SIM_SWAP_OUT && x->mb < 0)
             o->grad_out_ns += r.end_ns[i] - r.start_ns[i];
-        if (x->kind == SIM_CPU_OPT) o->n_cpu++;
         if (x->kind == SIM_RECOMP) o->n_recomp++;
         if (x->stream == SIM_STREAM_COMPUTE)
             o->compute_ns += r.end_ns[i] - r.start_ns[i];
     }
-    for (int st = 0; st < c->n_stages; st++) {
+    for (int st = 0; st < c->n_model_stages; st++) {
         o->w += c->stage[st].weight_bytes;
         o->tr += c->stage[st].train_bytes;
         o->opt += c->stage[st].opt_bytes;
         o->cpu_ns += c->stage[st].cpu_opt_ns;
     }
-    for (int st = 0; st < c->n_stages; st++) {
-        if (st >= c->n_stages - swap[1]) {
+    for (int st = 0; st < c->n_model_stages; st++) {
+        if (st >= c->n_model_stages - swap[1]) {
             o->act_sw += c->stage[st].act_bytes;
             o->r_sw_ns += c->stage[st].r_ns + c->stage[st].task_ns;
         } else if (st < swap[0]) {
@@ -120,8 +140,8 @@ static void osim_swap(const char *model, sim_sched s, int mbs, int m,
     o->act_tier = c->act_tier;
     o->oom = r.oom;
     o->w_first = c->stage[0].weight_bytes;
-    o->w_last = c->stage[c->n_stages - 1].weight_bytes;
-    o->n_stages = c->n_stages;
+    o->w_last = c->stage[c->n_model_stages - 1].weight_bytes;
+    o->n_stages = c->n_model_stages;
     if (c->n_drives) {
         const prof_node *d = &t->nodes[c->drive[0]];
         o->drive_ns = (o->rd / d->read_bw_bytes_per_s +
@@ -249,6 +269,67 @@ Test(sim_offload, gradients_leave_no_faster_than_the_link_takes_them)
     }
 }
 
+Test(sim_offload, data_parallel_ranks_split_the_states_and_share_the_host)
+{
+    /* gpt2 under ZeRO-Infinity on a server of two 4090s: one GPU, or
+     * both, each over as many microbatches. A rank fetches half of each
+     * layer over its PCIe link and gets the other half from the other
+     * GPU, reduce-scatters each gradient and copies its half out; the
+     * drives read each layer once for both ranks and the CPU steps each
+     * rank's half */
+    static const int none[2] = {0, 0};
+    const int M = 2;
+    orun a, b;
+    osim_dp("gpt2", SIM_SCHED_ZERO_INFINITY, 2, M, 2, 64, SIM_TIER_NVME,
+            none, 2, 1, &a);
+    osim_dp("gpt2", SIM_SCHED_ZERO_INFINITY, 2, M, 2, 64, SIM_TIER_NVME,
+            none, 2, 2, &b);
+    cr_assert_eq(a.ring, 0);
+    near(b.in, a.in / 2, "rank 0's weights over PCIe");
+    near(b.out, a.out / 2, "rank 0's gradients over PCIe");
+    near(b.ring, a.in / 2 + a.out / 2, "rank 0's sends to the other GPU");
+    near(b.rd, a.rd, "the drives' reads, both ranks");
+    near(b.wr, a.wr, "the drives' writes, both ranks");
+    cr_assert_eq(b.n_cpu, 2 * a.n_cpu);
+    /* twice the samples in less than twice the time; a rank's GPU holds
+     * about what the one GPU did */
+    cr_assert_lt(b.iteration_ns, 1.6 * (double)a.iteration_ns,
+                 "two ranks %lld ns, one %lld ns", (long long)b.iteration_ns,
+                 (long long)a.iteration_ns);
+    cr_assert_geq(b.iteration_ns, a.iteration_ns * 0.999);
+    cr_assert_lt(fabs(b.peak_bytes - a.peak_bytes), 0.1 * a.peak_bytes,
+                 "rank 0 peaks at %.0f, one GPU at %.0f", b.peak_bytes,
+                 a.peak_bytes);
+    cr_assert_eq(b.use.bytes[SIM_OFL_RING] > 0, 1);
+}
+
+Test(sim_offload, the_planner_spreads_offload_over_the_servers_gpus)
+{
+    /* gpt3-13b fits four 4090s only offloaded: the planner runs the
+     * offload schedules data parallel over them, faster than on one */
+    const char *run = "--hw rtx4090 x4 --host-mem 256G --nvme 4 --model "
+                      "gpt3-13b --batch 16 --schedule zero-infinity,fuyou";
+    json_t *x = cli_json("plan %s --json", run);
+    int dp = (int)json_integer_value(json_object_get(x, "dp"));
+    double it = json_number_value(json_object_get(x, "iteration_time_s"));
+    json_decref(x);
+    x = cli_json("plan %s --dp 1 --json", run);
+    double it1 = json_number_value(json_object_get(x, "iteration_time_s"));
+    json_decref(x);
+    cr_assert_gt(dp, 1);
+    cr_assert_lt(it, it1, "dp %d: %.2f s, one GPU %.2f s", dp, it, it1);
+    /* the plan it writes runs in sim; the executor says what it does not
+     * run */
+    char *dir = test_tmpdir();
+    char plan[300];
+    snprintf(plan, sizeof plan, "%s/p.json", dir);
+    cli_expect(0, "partitioned over", "plan %s --out %s", run, plan);
+    cli_expect(0, "GPU to GPU", "sim --plan %s", plan);
+    cli_expect(2, "data-parallel offload is simulated and planned",
+               "exec --plan %s --steps 1", plan);
+    test_rm_rf(dir);
+}
+
 Test(sim_offload, deterministic)
 {
     orun a, b;
@@ -276,9 +357,15 @@ Test(sim_offload, tiers_that_cannot_hold_the_states)
     cli_expect(2, "--offload-tier 'ssd': expected auto, dram or nvme",
                "sim --hw rtx4090 x1 --model gpt2 --schedule fuyou "
                "--mbs 1 --microbatches 1 --offload-tier ssd");
-    cli_expect(2, "offloads the model of one GPU",
+    cli_expect(2, "offloads each GPU's whole model: --pp 1",
                "sim --hw rtx4090 x2 --model gpt2 --schedule fuyou --pp 2 "
                "--mbs 1 --microbatches 1");
+    cli_expect(2, "partitions the states over its data-parallel ranks "
+               "itself", "sim --hw rtx4090 x2 --model gpt2 --schedule "
+               "zero-infinity --dp 2 --zero 3 --mbs 1 --microbatches 1");
+    cli_expect(2, "ranks share one server's host", "sim --hw rtx4090 x16 "
+               "--model gpt2 --schedule zero-infinity --dp 16 --mbs 1 "
+               "--microbatches 1");
     cli_expect(2, "--host-mem 'lots': expected a size",
                "sim --hw rtx4090 x1 --model gpt2 --schedule fuyou "
                "--mbs 1 --microbatches 1 --host-mem lots");
