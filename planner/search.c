@@ -974,6 +974,31 @@ static void simulate_candidate(search *s, cand *c)
     run_candidate(s, c, sc, a->feasible || a->reason[0]);
 }
 
+/* Offload candidate c of schedule k: dp ranks of microbatch mbs, a stage
+ * per layer, the states on `tier`; its partition made (-1, e says why,
+ * where none is). */
+static int offload_cand(search *s, int k, int dp, int mbs, int rc, int tier,
+                        cand *c, util_err *e)
+{
+    memset(c, 0, sizeof *c);
+    c->sched = (sim_sched)k;
+    c->pp = c->tp = 1;
+    c->dp = dp;
+    c->mbs = mbs;
+    c->n_mb = s->r->batch / (mbs * dp);
+    c->recompute = rc;
+    plan_skeleton(c, s->o, s->m, s->model_name, s->hw_name);
+    c->plan.tier = tier;
+    if (s->t->n_gpus > dp) c->plan.gpus_used = dp;
+    sim_plan_stages(&c->plan, s->m->n_layers);
+    if (sim_partition_even(s->m, c->plan.n_stages, c->plan.first_op,
+                           c->plan.last_op, e)) {
+        sim_plan_free(&c->plan);
+        return -1;
+    }
+    return 0;
+}
+
 /* Schedule k's best offload plan on one GPU run data parallel on 2, 4,
  * ... of the server's gps GPUs, each rank over its share of the batch:
  * its tier, activation swaps and microbatch kept (halved where a rank's
@@ -982,31 +1007,22 @@ static void simulate_candidate(search *s, cand *c)
 static void offload_ranks(search *s, int k, int gps)
 {
     plan_result *r = s->r;
-    const sim_plan one = r->alt[k].plan;
+    /* what the one-GPU plan says (a faster one found here replaces it) */
+    const sim_plan *one = &r->alt[k].plan;
+    const int mbs1 = one->mbs, rc = one->recompute, tier = one->tier;
+    const int sk = one->swap_ckpt, sf = one->swap_full;
     for (int dp = 2; dp <= gps && !expired(s); dp *= 2) {
         /* the microbatch, or the largest below it a rank's share takes */
-        int mbs = one.mbs;
+        int mbs = mbs1;
         while (mbs > 1 && r->batch % (mbs * dp)) mbs /= 2;
         if (r->batch % (mbs * dp)) continue;
         cand c;
-        memset(&c, 0, sizeof c);
-        c.sched = (sim_sched)k;
-        c.pp = c.tp = 1;
-        c.dp = dp;
-        c.mbs = mbs;
-        c.n_mb = r->batch / (mbs * dp);
-        c.recompute = one.recompute;
-        plan_skeleton(&c, s->o, s->m, s->model_name, s->hw_name);
-        c.plan.tier = one.tier;
-        c.plan.swap_ckpt = one.swap_ckpt;
-        c.plan.swap_full = one.swap_full;
-        if (s->t->n_gpus > dp) c.plan.gpus_used = dp;
         util_err e;
-        sim_plan_stages(&c.plan, s->m->n_layers);
-        sim_costs *sc = NULL;
-        if (!sim_partition_even(s->m, c.plan.n_stages, c.plan.first_op,
-                                c.plan.last_op, &e))
-            sc = plan_costs(&c.plan, s->m, s->t, r->reserve_bytes, 0, &e);
+        if (offload_cand(s, k, dp, mbs, rc, tier, &c, &e)) continue;
+        c.plan.swap_ckpt = sk;
+        c.plan.swap_full = sf;
+        sim_costs *sc = plan_costs(&c.plan, s->m, s->t, r->reserve_bytes, 0,
+                                   &e);
         r->candidates++;
         r->covered++;
         if (sc) {
@@ -1068,22 +1084,11 @@ static void offload_search(search *s)
              mbs = o->mbs > 0 ? INT_MAX : 2 * mbs) {
             if (r->batch % (mbs * dp)) continue;
             cand c;
-            memset(&c, 0, sizeof c);
-            c.sched = (sim_sched)k;
-            c.pp = c.tp = 1;
-            c.dp = dp;
-            c.mbs = mbs;
-            c.n_mb = r->batch / (mbs * dp);
-            c.recompute = o->recompute >= 0 ? o->recompute : SIM_RC_FULL;
-            plan_skeleton(&c, o, s->m, s->model_name, s->hw_name);
-            c.plan.tier = tiers[q];
-            if (s->t->n_gpus > dp) c.plan.gpus_used = dp;
             util_err e;
-            sim_plan_stages(&c.plan, s->m->n_layers);
-            if (sim_partition_even(s->m, c.plan.n_stages, c.plan.first_op,
-                                   c.plan.last_op, &e)) {
+            if (offload_cand(s, k, dp, mbs, o->recompute >= 0 ? o->recompute
+                                                              : SIM_RC_FULL,
+                             tiers[q], &c, &e)) {
                 alt_reason(a, "%s", e.msg);
-                sim_plan_free(&c.plan);
                 continue;
             }
             r->candidates++;
