@@ -17,28 +17,28 @@ typedef struct box {
 
 /* Compute kinds, then what offload schedules move (sim_add_offload),
  * each on a row of its own under its device's compute row */
-#define N_KINDS 11
+#define N_KINDS 12
 #define N_COMPUTE 6
 static const char *const kinds[N_KINDS] = {
     "F", "B", "W", "BW", "R", "OPT", "SWAP_IN", "SWAP_OUT", "NVME_READ",
-    "NVME_WRITE", "CPU_OPT"};
+    "NVME_WRITE", "CPU_OPT", "RING"};
 static const char *const legend[N_KINDS] = {
     "F", "B", "W", "BW", "R", "OPT", "to GPU", "from GPU", "NVMe read",
-    "NVMe write", "CPU step"};
+    "NVMe write", "CPU step", "to GPUs"};
 /* fill colours per kind: forward blue, backward green, weight-grad
  * orange, fused backward teal, recompute grey, optimizer red; copies
  * purple and brown, drive reads and writes olive and cyan, the CPU's
- * step pink */
+ * step pink, data-parallel ranks' sends to each other yellow */
 static const int base_rgb[N_KINDS] = {0x4C72B0, 0x55A868, 0xDD8452,
                                       0x2A9D8F, 0x8C8C8C, 0xC44E52,
                                       0x8172B3, 0x937860, 0xBCBD22,
-                                      0x17BECF, 0xDA8BC3};
+                                      0x17BECF, 0xDA8BC3, 0xE3B505};
 /* the row under a device a kind is drawn on: compute, PCIe to the GPU,
- * from it, the drives, the CPU */
-#define N_ROWS 5
-static const int row_of[N_KINDS] = {0, 0, 0, 0, 0, 0, 1, 2, 3, 3, 4};
+ * from it, the drives, the CPU, the other GPUs */
+#define N_ROWS 6
+static const int row_of[N_KINDS] = {0, 0, 0, 0, 0, 0, 1, 2, 3, 3, 4, 5};
 static const char *const row_name[N_ROWS] = {"", "PCIe in", "PCIe out",
-                                             "NVMe", "CPU"};
+                                             "NVMe", "CPU", "to GPUs"};
 
 static int kind_of(const char *c)
 {
@@ -261,9 +261,12 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
     int *lane = util_malloc(sizeof(int) * (size_t)(ndev * N_ROWS + 1));
     int nlane = 0, tiers = 0;
     for (int i = 0; i < ndev * N_ROWS; i++) lane[i] = -1;
-    for (int i = 0; i < nb; i++)
+    int drawn[N_KINDS] = {0};
+    for (int i = 0; i < nb; i++) {
+        drawn[bx[i].kind] = 1;
         if (bx[i].dev >= 0 && bx[i].dev < ndev)
             lane[bx[i].dev * N_ROWS + row_of[bx[i].kind]] = 0;
+    }
     for (int d = 0; d < ndev; d++)
         for (int w = 0; w < N_ROWS; w++)
             if (!w || lane[d * N_ROWS + w] >= 0) {
@@ -334,17 +337,24 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
             }
         fprintf(gf, ")\nset grid xtics\nset style fill solid 1.0 border "
                 "rgb '#ffffff'\nunset key\n");
-        /* legend as labels of the kinds (the tiers' where drawn) */
-        int nk = tiers ? N_KINDS : N_COMPUTE;
-        double x0 = tiers ? 0.06 : 0.62, dx = tiers ? 0.085 : 0.065;
-        /* the tiers' longer legend takes a row of its own under the title */
+        /* legend as labels of the kinds: the compute's, and the tiers'
+         * drawn */
+        int nk = 0, shown[N_KINDS];
+        for (int k = 0; k < N_KINDS; k++)
+            if (k < N_COMPUTE || drawn[k]) shown[nk++] = k;
+        /* the tiers' longer legend takes a row of its own under the
+         * title, each entry as wide as its label (a character is about
+         * 0.0055 of the graph's width at this size and font) */
+        double x = tiers ? 0.04 : 0.62;
         if (tiers) fprintf(gf, "set tmargin 5\nset title offset 0,2.5\n");
-        for (int k = 0; k < nk; k++)
+        for (int i = 0; i < nk; i++) {
+            const char *lb = legend[shown[i]];
             fprintf(gf, "set object %d rect at graph %f, 1.04 size char 2, "
                     "char 0.8 fc rgb '#%06x' fs solid noborder\n"
                     "set label %d '%s' at graph %f, 1.04 left front\n",
-                    k + 1, x0 + k * dx, base_rgb[k], k + 1, legend[k],
-                    x0 + 0.015 + k * dx);
+                    i + 1, x, base_rgb[shown[i]], i + 1, lb, x + 0.015);
+            x += tiers ? (double)(strlen(lb) + 6) * 0.0055 : 0.065;
+        }
         fprintf(gf, "plot %s using 1:2:3:4:5 with boxxyerror lc rgb "
                 "variable, '' using 1:2:6 with labels font 'Sans,8' tc rgb "
                 "'#ffffff'\n", qt);

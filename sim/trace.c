@@ -61,8 +61,12 @@ int sim_trace_write(const char *path, const sim_ir *ir, const sim_result *r,
             if (t->kind == SIM_SEND || t->kind == SIM_RECV)
                 fprintf(f, " %s %d->%d", t->grad ? "grad" : "act", t->stage,
                         t->stage2);
+            /* an offload's ring between its ranks' GPUs has a category
+             * of its own (the plots draw it on a row) */
+            const char *cat = c && c->offload && t->kind == SIM_SEND &&
+                              t->comm == SIM_COMM_DP ? "RING" : kn;
             fprintf(f, "\", \"cat\": \"%s\", \"pid\": %d, \"tid\": %d, "
-                    "\"ts\": ", kn, d, tid_of(ir, t));
+                    "\"ts\": ", cat, d, tid_of(ir, t));
             us(f, st);
             fprintf(f, ", \"dur\": ");
             us(f, en - st);

@@ -508,6 +508,15 @@ Test(sim_offload, the_timeline_draws_the_tiers)
     cr_assert(strstr(s, "'dev 0' 0, 'PCIe in' -1, 'PCIe out' -2, 'NVMe' -3, "
                         "'CPU' -4"), "%s", s);
     cr_assert(strstr(s, "'NVMe write'"), "%s", s);
+    cr_assert(!strstr(s, "'to GPUs'"), "%s", s);
+    free(s);
+    /* data-parallel ranks: each device's rows, its sends to the other
+     * GPU on one of their own */
+    r = cli_run("sim --hw rtx4090 x2 --model gpt2 --schedule zero-infinity "
+                "--dp 2 --mbs 1 --microbatches 2 --nvme 2 --plot %s", pre);
+    cli_result_free(&r);
+    cr_assert_eq(util_read_file(gp, &s, NULL, &e), 0, "%s", e.msg);
+    cr_assert(strstr(s, "'CPU' -4, 'to GPUs' -5, 'dev 1' -6"), "%s", s);
     free(s);
     /* a pipeline keeps one row per device and the compute legend */
     r = cli_run("sim --hw rtx2080ti x2 --model gpt2 --schedule 1f1b --pp 2 "
