@@ -491,20 +491,28 @@ Test(sim_offload, the_planner_keeps_the_states_in_the_faster_tier)
                "--schedule zero-infinity --nvme 0 --offload-tier nvme");
 }
 
-Test(sim_offload, the_timeline_draws_the_tiers)
+/* The gnuplot script `sim ARGS --plot PRE` writes (caller frees); without
+ * gnuplot the data and script are written all the same. */
+static char *plot_script(const char *pre, const char *args)
 {
-    char *dir = test_tmpdir();
-    char pre[300], gp[320];
-    snprintf(pre, sizeof pre, "%s/o", dir);
-    /* without gnuplot the data and script are written all the same */
-    cli_result r = cli_run("sim --hw rtx4090 x1 --model gpt2 --schedule fuyou "
-                           "--mbs 1 --microbatches 2 --nvme 2 --plot %s", pre);
+    cli_result r = cli_run("sim %s --plot %s", args, pre);
     cli_result_free(&r);
+    char gp[320];
     snprintf(gp, sizeof gp, "%s.gp", pre);
     char *s = NULL;
     util_err e;
     cr_assert_eq(util_read_file(gp, &s, NULL, &e), 0, "%s", e.msg);
+    return s;
+}
+
+Test(sim_offload, the_timeline_draws_the_tiers)
+{
+    char *dir = test_tmpdir();
+    char pre[300];
+    snprintf(pre, sizeof pre, "%s/o", dir);
     /* a row under the device per tier that moved something */
+    char *s = plot_script(pre, "--hw rtx4090 x1 --model gpt2 --schedule "
+                          "fuyou --mbs 1 --microbatches 2 --nvme 2");
     cr_assert(strstr(s, "'dev 0' 0, 'PCIe in' -1, 'PCIe out' -2, 'NVMe' -3, "
                         "'CPU' -4"), "%s", s);
     cr_assert(strstr(s, "'NVMe write'"), "%s", s);
@@ -512,17 +520,13 @@ Test(sim_offload, the_timeline_draws_the_tiers)
     free(s);
     /* data-parallel ranks: each device's rows, its sends to the other
      * GPU on one of their own */
-    r = cli_run("sim --hw rtx4090 x2 --model gpt2 --schedule zero-infinity "
-                "--dp 2 --mbs 1 --microbatches 2 --nvme 2 --plot %s", pre);
-    cli_result_free(&r);
-    cr_assert_eq(util_read_file(gp, &s, NULL, &e), 0, "%s", e.msg);
+    s = plot_script(pre, "--hw rtx4090 x2 --model gpt2 --schedule "
+                    "zero-infinity --dp 2 --mbs 1 --microbatches 2 --nvme 2");
     cr_assert(strstr(s, "'CPU' -4, 'to GPUs' -5, 'dev 1' -6"), "%s", s);
     free(s);
     /* a pipeline keeps one row per device and the compute legend */
-    r = cli_run("sim --hw rtx2080ti x2 --model gpt2 --schedule 1f1b --pp 2 "
-                "--mbs 1 --microbatches 2 --plot %s", pre);
-    cli_result_free(&r);
-    cr_assert_eq(util_read_file(gp, &s, NULL, &e), 0, "%s", e.msg);
+    s = plot_script(pre, "--hw rtx2080ti x2 --model gpt2 --schedule 1f1b "
+                    "--pp 2 --mbs 1 --microbatches 2");
     cr_assert(strstr(s, "'dev 0' 0, 'dev 1' -1)"), "%s", s);
     cr_assert(!strstr(s, "'CPU'"), "%s", s);
     free(s);
