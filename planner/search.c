@@ -30,15 +30,11 @@ unsigned plan_sync_mask(unsigned given)
     return m;
 }
 
-/* The NVMe drives of the first GPU's server. */
+/* The NVMe drives of the first GPU's server (the offload plans'). */
 static int server_drives(const prof_topo *t)
 {
-    if (!t->n_gpus) return 0;
-    int server = t->nodes[t->gpu_node[0]].server, n = 0;
-    for (int v = 0; v < t->n_nodes; v++)
-        n += t->nodes[v].server == server &&
-             t->nodes[v].kind == PROF_NODE_NVME;
-    return n;
+    return t->n_gpus
+         ? prof_topo_server_drives(t, t->nodes[t->gpu_node[0]].server) : 0;
 }
 
 void plan_opts_init(plan_opts *o)

@@ -168,9 +168,7 @@ int plan_sweep_host_mem(int hw_n, char **hw, const prof_hw_opts *ho,
             return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem plans one "
                              "GPU offloading to its host: give --hw GPU x1");
         }
-        int nd = 0;
-        for (int v = 0; v < t->n_nodes; v++)
-            nd += t->nodes[v].kind == PROF_NODE_NVME;
+        int nd = prof_topo_server_drives(t, t->nodes[t->gpu_node[0]].server);
         snprintf(gpu, sizeof gpu, "%s", prof_topo_gpu(t, 0)->name);
         snprintf(drives, sizeof drives, "%d NVMe drive%s", nd,
                  nd == 1 ? "" : "s");

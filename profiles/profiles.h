@@ -270,6 +270,8 @@ int prof_topo_gpu_host_mem(const prof_topo *t, int g);
 int prof_topo_gpu_nvme(const prof_topo *t, int g);
 /* Host DRAM of a server: its DRAM nodes' capacity summed, bytes. */
 double prof_topo_server_dram(const prof_topo *t, int server);
+/* The NVMe drives of server `server`. */
+int prof_topo_server_drives(const prof_topo *t, int server);
 
 /* Whether shifting GPUs by `stride` (whole servers) within the first
  * stride*count GPUs, g -> (g + stride) mod (stride*count), extends to an

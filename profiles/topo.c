@@ -420,6 +420,14 @@ double prof_topo_server_dram(const prof_topo *t, int server)
     return c;
 }
 
+int prof_topo_server_drives(const prof_topo *t, int server)
+{
+    int n = 0;
+    for (int i = 0; i < t->n_nodes; i++)
+        n += t->nodes[i].kind == PROF_NODE_NVME && t->nodes[i].server == server;
+    return n;
+}
+
 double prof_route_bw(const prof_topo *t, const int *dl, int n)
 {
     if (n <= 0) return HUGE_VAL;

@@ -69,11 +69,6 @@ void sim_op_signature(const prof_gpu *g, const prof_op *op, int mbs,
                  op->bytes_read + op->bytes_written);
 }
 
-static double peak_for(const prof_gpu *g, prof_dtype dt)
-{
-    return prof_gpu_peak(g, dt);
-}
-
 int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                   int mbs, sim_kind k, const sim_measured *meas)
 {
@@ -130,7 +125,7 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                  : k == SIM_B ? op->bwd_in_flops : op->bwd_w_flops;
     if (k == SIM_W && flops <= 0) return 0; /* no weights: no kernel */
     if (k != SIM_F && op->grad == PROF_GRAD_NONE) return 0;
-    double b = mbs, peak = peak_for(g, dt);
+    double b = mbs, peak = prof_gpu_peak(g, dt);
     flops *= b;
     double t_comp = 0;
     double gsum = 0;
@@ -785,6 +780,9 @@ static int fold_group(const prof_topo *t, int rgpus, int dp,
 {
     int gps = t->gpus_per_server;
     if (!o || !o->fold || dp < 2 || gps <= 0 || rgpus <= 0) return 0;
+    /* offloaded, every rank's traffic goes to the one host: every
+     * replica simulated */
+    if (sim_sched_offload(o->offload)) return 0;
     /* a stage tier's traffic goes to its own server's host: every
      * replica simulated */
     for (int i = 0; o->state_tier && i < n_stages; i++)
@@ -858,7 +856,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         c->dev_gpu[d] = d * tpw;
         const prof_gpu *g = prof_gpu_at(prof_topo_gpu(t, c->dev_gpu[d]), dt);
         c->dev_capacity[d] = g->mem_bytes;
-        c->dev_peak_flops[d] = peak_for(g, dt);
+        c->dev_peak_flops[d] = prof_gpu_peak(g, dt);
     }
     /* marks[i] = last consumer stage counted for producer op i */
     int *mark = util_malloc(sizeof(int) * (size_t)(m->n_ops + 1));
@@ -1019,10 +1017,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     c->tokens_per_sample = m->spec.seq_len + m->spec.dec_seq_len;
     c->model_flops_per_sample = prof_model_train_flops(m, 0);
     int pipes = o && o->pipes > 1 ? o->pipes : 1;
-    /* offloaded, every rank's traffic goes to the one host: every
-     * replica simulated */
-    int group = c->offload ? 0 : fold_group(t, n_devices * tpw, dpw, o,
-                                            n_stages);
+    int group = fold_group(t, n_devices * tpw, dpw, o, n_stages);
     /* hybrid sharding folds only where the group simulated is one
      * server's shard group: its rings close inside it */
     if (shard > 1 && shard < dpw && group != shard) group = 0;

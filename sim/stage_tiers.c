@@ -240,11 +240,8 @@ static int stage_task(sim_ir *ir, const sim_costs *c, sim_kind k, int s,
 static int server_drives(const sim_costs *c, int s)
 {
     const prof_topo *t = c->topo;
-    int srv = t->nodes[t->gpu_node[c->dev_gpu[c->stage_device[s]]]].server;
-    int n = 0;
-    for (int v = 0; v < t->n_nodes; v++)
-        n += t->nodes[v].kind == PROF_NODE_NVME && t->nodes[v].server == srv;
-    return n;
+    return prof_topo_server_drives(
+        t, t->nodes[t->gpu_node[c->dev_gpu[c->stage_device[s]]]].server);
 }
 
 void sim_add_stage_tiers(sim_ir *ir, const sim_costs *c)
