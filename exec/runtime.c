@@ -1523,9 +1523,11 @@ out:
     return NULL;
 }
 
-/* The pieces a send task carries. */
+/* The pieces a send task carries. A pipeline send takes its outbox over
+ * (*own, *n_own: the views it holds until send_done): the next step's
+ * backward may fill the outbox again before this send is seen done. */
 static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
-                       int cap, util_err *e)
+                       int cap, exec_view **own, int *n_own, util_err *e)
 {
     exec_runtime *rt = w->rt;
     const sim_task *t = &rt->ir->tasks[id];
@@ -1534,8 +1536,12 @@ static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
         pthread_mutex_lock(&w->mu);
         exec_view *ob = w->outbox[id];
         int n = w->n_outbox[id];
+        w->outbox[id] = NULL;
+        w->n_outbox[id] = 0;
         pthread_mutex_unlock(&w->mu);
         if (!ob) return util_errf(e, UTIL_EXIT_FAIL, "nothing to send");
+        *own = ob;
+        *n_own = n;
         /* a piece per tensor the next stage reads: never cut short */
         if (n > cap)
             return util_errf(e, UTIL_EXIT_FAIL, "a message of %d tensors, "
@@ -1567,16 +1573,19 @@ static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
     return util_errf(e, UTIL_EXIT_FAIL, "a send the executor cannot fill");
 }
 
-static void send_done(exec_worker *w, int id, int epoch)
+/* Drops the views a send held (send_pieces). */
+static void send_release(exec_view **own, int *n_own)
 {
-    pthread_mutex_lock(&w->mu);
-    exec_view *ob = w->outbox[id];
-    int n = w->n_outbox[id];
-    w->outbox[id] = NULL;
-    w->n_outbox[id] = 0;
-    pthread_mutex_unlock(&w->mu);
-    for (int i = 0; i < n; i++) exec_view_drop(&ob[i]);
-    free(ob);
+    for (int i = 0; i < *n_own; i++) exec_view_drop(&(*own)[i]);
+    free(*own);
+    *own = NULL;
+    *n_own = 0;
+}
+
+static void send_done(exec_worker *w, int id, int epoch, exec_view **own,
+                      int *n_own)
+{
+    send_release(own, n_own);
     tslot(w, epoch, id)[EXEC_T_END] = now_rel(w->rt);
     mark_done(w, id, epoch);
 }
@@ -1588,6 +1597,8 @@ static void *comm_main(void *arg)
     const sim_ir *ir = rt->ir;
     int ep[2] = {1, 1}, idx[2] = {0, 0};
     void *h[2] = {NULL, NULL};
+    exec_view *own[2] = {NULL, NULL};   /* what each queue's send holds */
+    int n_own[2] = {0, 0};
     util_err e = {0};
     int64_t nap_us = 20;
     if (rt->be->bind(&w->dev, EXEC_ROLE_COMM, &e)) goto fail;
@@ -1617,7 +1628,7 @@ static void *comm_main(void *arg)
                 if (rt->x->send_test(rt->x, h[q], &done, &e)) goto fail;
                 if (done) {
                     h[q] = NULL;
-                    send_done(w, id, ep[q]);
+                    send_done(w, id, ep[q], &own[q], &n_own[q]);
                     idx[q]++;
                     progress = 1;
                 }
@@ -1633,13 +1644,14 @@ static void *comm_main(void *arg)
             ts[EXEC_T_START] = ts[EXEC_T_FSTART] = now_rel(rt);
             exec_piece pc[64];
             int np = 0;
-            if (send_pieces(w, id, pc, &np, 64, &e)) goto fail_task;
+            if (send_pieces(w, id, pc, &np, 64, &own[q], &n_own[q], &e))
+                goto fail_task;
             int dst = ir->tasks[t->peer].device * rt->tp + w->rank;
             if (rt->x->send(rt->x, rt, w->id, dst, ep[q], t->peer, pc, np,
                             &h[q], &e))
                 goto fail_task;
             if (!h[q]) {
-                send_done(w, id, ep[q]);
+                send_done(w, id, ep[q], &own[q], &n_own[q]);
                 idx[q]++;
             }
             progress = 1;
@@ -1685,6 +1697,20 @@ fail:
     util_err_prefix(&e, "device %d", w->device);
     exec_rt_fail(rt, w->id, &e);
 out:
+    /* a send still in flight may be read until every thread has stopped:
+     * its views go back to the outbox, which the teardown frees (one
+     * the next step filled, never sent, goes now) */
+    for (int q = 0; q < 2; q++) {
+        if (!own[q]) continue;
+        int id = w->sendq[q][idx[q]];
+        pthread_mutex_lock(&w->mu);
+        exec_view *nx = w->outbox[id];
+        int nn = w->n_outbox[id];
+        w->outbox[id] = own[q];
+        w->n_outbox[id] = n_own[q];
+        pthread_mutex_unlock(&w->mu);
+        send_release(&nx, &nn);
+    }
     rt->be->unbind();
     return NULL;
 }
@@ -2048,7 +2074,6 @@ static exec_tensor *lora_tensors(const exec_runtime *rt)
     exec_lora_table(&rt->cfg, &rt->model->ft, t, &n);
     return t;
 }
-
 
 double exec_stage_state_bytes(const exec_runtime *rt, const exec_stage *st)
 {
