@@ -975,8 +975,13 @@ static void predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r)
     o.policy = p == EXEC_WL_HYDRA ? PLAN_WL_LRTF
              : p == EXEC_WL_RANDOM ? PLAN_WL_RANDOM : PLAN_WL_RR;
     o.seed = W->o.policy_seed;
+    /* the devices' copies share the host's links, as the planner's do */
+    plan_wl_net net;
+    util_err e2 = {0};
+    if (!plan_wl_net_build(W->t, &net, &e2)) o.net = &net;
     plan_wl_run pr;
     plan_wl_schedule(sj, W->n, W->o.devices, &o, &pr);
+    if (o.net) plan_wl_net_free(&net);
     r->predicted_makespan_s = (double)pr.makespan_ns * 1e-9;
     for (int g = 0; g < W->o.devices; g++)
         r->predicted_busy_s[g] = (double)pr.busy_ns[g] * 1e-9;

@@ -276,8 +276,8 @@ static void make_steps(wl_prep *p)
                                              * gradient */
             x->host_delta_bytes = -in;      /* the saved input is consumed */
         }
-        x->load_ns = (int64_t)llround(x->load_bytes / p->pcie_bw + p->pcie_lat_ns);
-        x->evict_ns = (int64_t)llround(x->evict_bytes / p->pcie_bw + p->pcie_lat_ns);
+        x->load_ns = (int64_t)llround(x->load_bytes / p->pcie_bw * 1e9 + p->pcie_lat_ns);
+        x->evict_ns = (int64_t)llround(x->evict_bytes / p->pcie_bw * 1e9 + p->pcie_lat_ns);
         p->mb_compute_ns += x->compute_ns;
     }
     p->sj.n_steps = p->n_steps;
@@ -350,4 +350,75 @@ void wl_prep_free(wl_prep *p)
     free(p->first);
     free(p->step);
     memset(p, 0, sizeof *p);
+}
+
+int plan_wl_net_build(const prof_topo *t, plan_wl_net *n, util_err *e)
+{
+    memset(n, 0, sizeof *n);
+    n->n_gpus = t->n_gpus;
+    n->n_dl = 2 * t->n_links;
+    n->cap = util_calloc((size_t)(n->n_dl ? n->n_dl : 1), sizeof(double));
+    for (int dl = 0; dl < n->n_dl; dl++)
+        n->cap[dl] = t->links[dl / 2].bw_bytes_per_s * 1e-9;
+    for (int d = 0; d < 2; d++) {
+        n->route[d] = util_calloc((size_t)t->n_gpus, sizeof(int *));
+        n->len[d] = util_calloc((size_t)t->n_gpus, sizeof(int));
+        n->lat_ns[d] = util_calloc((size_t)t->n_gpus, sizeof(double));
+    }
+    for (int g = 0; g < t->n_gpus; g++) {
+        int host = prof_topo_gpu_host_mem(t, g);
+        for (int d = 0; d < 2; d++) {
+            int k = 0;
+            const int *r = host < 0 ? NULL
+                         : d ? prof_topo_route(t, t->gpu_node[g], host, &k)
+                             : prof_topo_route(t, host, t->gpu_node[g], &k);
+            if (!r || !k) {
+                plan_wl_net_free(n);
+                return util_errf(e, UTIL_EXIT_USAGE, "no route between GPU "
+                                 "%d and host memory on %s", g, t->name);
+            }
+            n->route[d][g] = util_malloc(sizeof(int) * (size_t)k);
+            memcpy(n->route[d][g], r, sizeof(int) * (size_t)k);
+            n->len[d][g] = k;
+            n->lat_ns[d][g] = prof_route_latency_ns(t, r, k);
+        }
+    }
+    return 0;
+}
+
+void plan_wl_net_free(plan_wl_net *n)
+{
+    if (!n) return;
+    for (int d = 0; d < 2; d++) {
+        for (int g = 0; n->route[d] && g < n->n_gpus; g++) free(n->route[d][g]);
+        free(n->route[d]);
+        free(n->len[d]);
+        free(n->lat_ns[d]);
+    }
+    free(n->cap);
+    memset(n, 0, sizeof *n);
+}
+
+double plan_wl_net_share(const plan_wl_net *n, int k, int dir)
+{
+    if (k > n->n_gpus) k = n->n_gpus;
+    if (k < 1) return 0;
+    size_t nd = (size_t)(n->n_dl ? n->n_dl : 1);
+    sim_maxmin_scratch w = {util_calloc(nd, sizeof(double)),
+                            util_calloc(nd, sizeof(int)),
+                            util_calloc(nd, sizeof(int)),
+                            util_calloc((size_t)k, 1)};
+    const int **r = util_calloc((size_t)k, sizeof *r);
+    double *rate = util_calloc((size_t)k, sizeof *rate);
+    for (int g = 0; g < k; g++) r[g] = n->route[dir][g];
+    sim_maxmin(k, r, n->len[dir], n->cap, rate, &w);
+    double m = rate[0];
+    for (int g = 1; g < k; g++) if (rate[g] < m) m = rate[g];
+    free(w.rem);
+    free(w.cnt);
+    free(w.touched);
+    free(w.frozen);
+    free(r);
+    free(rate);
+    return m * 1e9;
 }

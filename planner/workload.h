@@ -56,6 +56,27 @@ typedef struct plan_wl_seg {  /* consecutive steps of one job on one GPU */
     long steps;
 } plan_wl_seg;
 
+/* The links that host-GPU copies share: each GPU's route from its host
+ * memory (in) and back (out) as directed links of the topology, each
+ * direction of a link its own capacity, shared max-min fair among the
+ * copies crossing it at each moment, as the simulator shares links; a
+ * copy's route latency follows its last byte. */
+typedef struct plan_wl_net {
+    int n_gpus, n_dl;
+    double *cap;              /* [n_dl] bytes per ns */
+    int **route[2];           /* [0] host to GPU g, [1] GPU g to host */
+    int *len[2];
+    double *lat_ns[2];
+} plan_wl_net;
+
+/* The routes of t's GPUs to the host memory nearest each. -1 with a
+ * message when a GPU has none (exit code 2). */
+int plan_wl_net_build(const prof_topo *t, plan_wl_net *n, util_err *e);
+void plan_wl_net_free(plan_wl_net *n);
+/* The rate (bytes/s) the slowest of GPUs 0..k-1 gets when all of them
+ * copy in direction dir at once. */
+double plan_wl_net_share(const plan_wl_net *n, int k, int dir);
+
 typedef struct plan_wl_sched_opts {
     plan_wl_policy policy;
     unsigned seed;            /* random */
@@ -65,6 +86,9 @@ typedef struct plan_wl_sched_opts {
     int n_script;
     int *branch;              /* optional out: candidates at decision i */
     int max_branch;
+    const plan_wl_net *net;   /* copies share these links (load_bytes,
+                               * evict_bytes); NULL: each copy takes its
+                               * step's load_ns, evict_ns, as alone */
 } plan_wl_sched_opts;
 
 typedef struct plan_wl_run {
@@ -84,7 +108,9 @@ typedef struct plan_wl_run {
  * orchestrator does) among the jobs running nowhere else and its own, and
  * prefetches it on its copy-in stream, into the slot the step before the
  * current one freed (double buffering); write-backs run on the copy-out
- * stream. A GPU with nothing to pick idles until a job is released. */
+ * stream, in order. A step starts once its shard is loaded and the job's
+ * write-back from another GPU is done. A GPU with nothing to pick idles
+ * until a job is released. */
 void plan_wl_schedule(const plan_wl_sjob *jobs, int n, int n_gpus,
                       const plan_wl_sched_opts *o, plan_wl_run *r);
 void plan_wl_run_free(plan_wl_run *r);

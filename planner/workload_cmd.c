@@ -280,9 +280,12 @@ static int best_plan(const wl_prep *p, int g, const prof_hw_opts *ho,
  * the CPU. Full recomputation; the batch split into microbatches until
  * the activations fit. Per iteration: the compute, gradients to the host
  * behind the backward, the CPU step (memory-bound: 28 bytes a parameter
- * over host DRAM shared by `concurrent` jobs), the weights back. Returns
- * the iteration in s, or -1 when no microbatch fits. */
-static double zero_offload_s(const wl_prep *p, int concurrent, util_err *e)
+ * over host DRAM shared by `concurrent` jobs), the weights back; copies
+ * at d2h and h2d bytes/s, each GPU's share of the links while every job
+ * copies at once. Returns the iteration in s, or -1 when no microbatch
+ * fits. */
+static double zero_offload_s(const wl_prep *p, int concurrent, double d2h_bw,
+                             double h2d_bw, util_err *e)
 {
     double wb = prof_dtype_bytes(p->m->spec.dtype);
     for (int mbs = p->job->batch; mbs >= 1; mbs /= 2) {
@@ -304,9 +307,9 @@ static double zero_offload_s(const wl_prep *p, int concurrent, util_err *e)
         double params = s->params;
         sim_costs_free(c);
         if (need > p->cap) continue;
-        double d2h = wb * params / p->pcie_bw;
+        double d2h = wb * params / d2h_bw;
         double cpu = sim_cpu_opt_ns(p->t, 0, params) * 1e-9 * concurrent;
-        return fw + fmax(bw, d2h) + cpu + wb * params / p->pcie_bw;
+        return fw + fmax(bw, d2h) + cpu + wb * params / h2d_bw;
     }
     return -1;
 }
@@ -334,8 +337,9 @@ static double lpt(const double *dur, int n, int groups)
 
 /* Baselines: (a) one job at a time over all GPUs, (b) a job per GPU,
  * (c) jobs packed on groups of GPUs; plans shared by jobs alike. */
-static int baselines(wl_prep *P, int n, const prof_topo *t, const wcmd *c,
-                     pol *out, util_err *e)
+static int baselines(wl_prep *P, int n, const prof_topo *t,
+                     const plan_wl_net *net, const wcmd *c, pol *out,
+                     util_err *e)
 {
     int ng = t->n_gpus;
     int sizes[8], ns = 0;
@@ -393,7 +397,8 @@ static int baselines(wl_prep *P, int n, const prof_topo *t, const wcmd *c,
     for (int j = 0; j < n && b->feasible; j++) {
         double i1 = it[j * ns + ns - 1];
         if (i1 < 0) {
-            i1 = zero_offload_s(&P[j], conc, e);
+            i1 = zero_offload_s(&P[j], conc, plan_wl_net_share(net, conc, 1),
+                                plan_wl_net_share(net, conc, 0), e);
             if (i1 == -2) { free(it); free(bz); free(dur); return -1; }
             if (i1 < 0) {
                 b->feasible = 0;
@@ -514,6 +519,8 @@ static int run(wcmd *c, util_err *e)
     wl_prep *P = util_calloc((size_t)n, sizeof *P);
     plan_wl_sjob *sj = util_calloc((size_t)n, sizeof *sj);
     double flops = 0;
+    plan_wl_net net;
+    if (plan_wl_net_build(t, &net, e)) rc = -1;
     for (int j = 0; j < n && !rc; j++) {
         if (wl_prep_job(&P[j], &c->w.jobs[j], t, c->reserve, e)) rc = -1;
         else {
@@ -535,6 +542,7 @@ static int run(wcmd *c, util_err *e)
         for (int k = 0; k < 3; k++) {
             plan_wl_sched_opts o = {0};
             o.policy = pl[k];
+            o.net = &net;
             o.seed = c->seed;
             o.record = k == 0 && (c->plot || c->trace);
             plan_wl_run r;
@@ -545,7 +553,7 @@ static int run(wcmd *c, util_err *e)
             if (k == 0) lr = r;
             else plan_wl_run_free(&r);
         }
-        rc = baselines(P, n, t, c, pols + 3, e);
+        rc = baselines(P, n, t, &net, c, pols + 3, e);
     }
     if (!rc && c->json) {
         json_t *root = json_pack("{s:s,s:i,s:f,s:f}", "hw", t->name, "gpus", ng,
@@ -651,6 +659,7 @@ static int run(wcmd *c, util_err *e)
     plan_wl_run_free(&lr);
     for (int k = 0; k < 6; k++) free(pols[k].util);
     for (int j = 0; j < n; j++) wl_prep_free(&P[j]);
+    plan_wl_net_free(&net);
     free(P);
     free(sj);
     prof_topo_free(t);

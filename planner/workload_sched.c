@@ -2,6 +2,7 @@
  * each with a compute stream and two copy streams (PCIe is full duplex),
  * two slots of shard state (double buffering) and a one-deep lookahead.
  * Events are ordered by time, then by sequence number: deterministic. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,10 +15,14 @@ const char *plan_wl_policy_name(plan_wl_policy p)
     return p < PLAN_WL_POLICY_COUNT ? n[p] : "?";
 }
 
+typedef enum { EV_START, EV_END, EV_IN, EV_OUT } ev_kind;
+
 typedef struct ev {
     int64_t t;
     long seq;
-    int start;                /* 1: a reserved step starts computing */
+    ev_kind kind;             /* a reserved step starts computing, the
+                               * current one ends, a load or a write-back
+                               * is done */
     int gpu;
 } ev;
 
@@ -61,13 +66,35 @@ static ev heap_pop(heap *h)
     return top;
 }
 
+/* A copy moving bytes on its share of the links (net): left bytes at
+ * t0, moving at rate, the last one at fin. */
+typedef struct xfer {
+    int on;
+    int gpu, dir, grp;
+    double left, rate;        /* bytes at t0; bytes per ns */
+    int64_t t0, fin;
+} xfer;
+
+typedef struct evq {          /* a write-back waiting for the stream */
+    int job;
+    double bytes;
+    int64_t ns;
+} evq;
+
 typedef struct gstate {
     int cur, nxt;             /* jobs: computing, reserved next; -1 */
     const plan_wl_step *cur_step, *nxt_step;
-    int64_t cur_start, cur_ns, nxt_load_end;
-    int64_t copy_in_free, copy_out_free;
-    int64_t slot_free;        /* write-back of the step before the current
-                               * one done: its slot takes the next load */
+    int64_t cur_start, cur_ns;
+    /* the load of nxt: 0 none, 1 waiting, 2 moving, 3 done */
+    int ld;
+    int ld_after;             /* waits for the current step's end */
+    int ld_stays;             /* the shard is here already: no copy */
+    long ld_evicts;           /* waits for this many write-backs done */
+    int start_queued;
+    xfer in, out;
+    evq q[4];                 /* write-backs in order; q[0] moving */
+    int nq;
+    long evicts_queued, evicts_done;
     int idle;
     int last_seg;
 } gstate;
@@ -75,7 +102,8 @@ typedef struct gstate {
 typedef struct jstate {
     long next, total;         /* steps started, steps in all */
     int held;                 /* GPU computing or holding it next; -1 */
-    int64_t ready;            /* its last step's output back on the host */
+    int wb_gpu;               /* the GPU writing its steps back; -1 */
+    int wb_n;                 /* write-backs not yet done */
     int64_t remaining_ns;     /* compute of the steps not yet started */
     int done;
 } jstate;
@@ -84,6 +112,7 @@ typedef struct loop {
     const plan_wl_sjob *jobs;
     int n, ng;
     const plan_wl_sched_opts *o;
+    const plan_wl_net *net;
     plan_wl_run *r;
     gstate *g;
     jstate *j;
@@ -93,6 +122,18 @@ typedef struct loop {
     unsigned rng;
     double host;
     int *cand;
+    /* net: the copies moving; copies in different groups share no
+     * link, so one starting or ending rerates its group alone */
+    int *grp;                 /* [2 * ng]: dir * ng + gpu */
+    uint8_t *dirty;           /* [2 * ng] groups to rerate */
+    int *dlist, rerate;       /* those groups, rerate of them */
+    xfer **act;               /* the copies moving */
+    int n_act;
+    const int **fr;
+    int *fl;
+    double *frate;
+    xfer **fx;
+    sim_maxmin_scratch mm;
 } loop;
 
 static const plan_wl_step *step_of(const loop *L, int j, long s)
@@ -155,9 +196,9 @@ static int pick(loop *L, int gi)
     util_never_(__FILE__, __LINE__, "workload policy");
 }
 
-static void push(loop *L, int64_t t, int start, int gpu)
+static void push(loop *L, int64_t t, ev_kind k, int gpu)
 {
-    ev v = {t, L->seq++, start, gpu};
+    ev v = {t, L->seq++, k, gpu};
     heap_push(&L->h, v);
 }
 
@@ -169,31 +210,168 @@ static int host_steps(const loop *L, int j, long step)
     return J->host_step_ns > 0 && (step + 1) % J->n_steps == 0;
 }
 
-/* GPU gi reserves job j's next step and starts loading it at `now`. */
+/* ---- copies ---- */
+
+static void mark(loop *L, int grp)
+{
+    if (!L->dirty[grp]) L->dlist[L->rerate++] = grp;
+    L->dirty[grp] = 1;
+}
+
+/* Starts a copy of `bytes` (fixed: ns) on GPU gi's stream dir; its end
+ * comes as EV_IN or EV_OUT. */
+static void xfer_start(loop *L, int gi, int dir, double bytes, int64_t ns,
+                       int64_t now)
+{
+    xfer *x = dir ? &L->g[gi].out : &L->g[gi].in;
+    if (!L->net || !(bytes > 0) || !L->net->len[dir][gi]) {
+        push(L, now + (L->net ? (int64_t)llround(L->net->lat_ns[dir][gi])
+                              : ns), dir ? EV_OUT : EV_IN, gi);
+        return;
+    }
+    x->on = 1;
+    x->gpu = gi;
+    x->dir = dir;
+    x->grp = L->grp[dir * L->ng + gi];
+    x->left = bytes;
+    x->rate = 0;
+    x->t0 = now;
+    x->fin = INT64_MAX;
+    L->act[L->n_act++] = x;
+    mark(L, x->grp);
+}
+
+/* Max-min rates, at `now`, of the copies in the groups that changed, and
+ * when each would end. */
+static void net_rerate(loop *L, int64_t now)
+{
+    for (int q = 0; q < L->rerate; q++) {
+        int gr = L->dlist[q];
+        L->dirty[gr] = 0;
+        int nf = 0;
+        for (int i = 0; i < L->n_act; i++) {
+            xfer *x = L->act[i];
+            if (x->grp != gr) continue;
+            x->left -= x->rate * (double)(now - x->t0);
+            x->t0 = now;
+            L->fr[nf] = L->net->route[x->dir][x->gpu];
+            L->fl[nf] = L->net->len[x->dir][x->gpu];
+            L->fx[nf++] = x;
+        }
+        if (!nf) continue;
+        sim_maxmin(nf, L->fr, L->fl, L->net->cap, L->frate, &L->mm);
+        for (int f = 0; f < nf; f++) {
+            xfer *x = L->fx[f];
+            x->rate = L->frate[f];
+            double left = x->left > 0 ? x->left : 0;
+            x->fin = x->rate > 0 ? now + (int64_t)ceil(left / x->rate)
+                                 : INT64_MAX;
+        }
+    }
+    L->rerate = 0;
+}
+
+/* The earliest end of a copy's bytes. */
+static int64_t net_next(const loop *L)
+{
+    int64_t t = INT64_MAX;
+    for (int i = 0; i < L->n_act; i++)
+        if (L->act[i]->fin < t) t = L->act[i]->fin;
+    return t;
+}
+
+/* The copies whose bytes are all moved by t: their latency follows. */
+static void net_finish(loop *L, int64_t t)
+{
+    for (int i = 0; i < L->n_act;) {
+        xfer *x = L->act[i];
+        if (x->fin > t) { i++; continue; }
+        x->on = 0;
+        L->act[i] = L->act[--L->n_act];
+        mark(L, x->grp);
+        push(L, t + (int64_t)llround(L->net->lat_ns[x->dir][x->gpu]),
+             x->dir ? EV_OUT : EV_IN, x->gpu);
+    }
+}
+
+/* Groups of GPU streams whose routes share a directed link (union-find
+ * over the links). */
+static void net_groups(loop *L)
+{
+    int ng = L->ng, m = 2 * ng;
+    int *owner = util_malloc(sizeof(int) * (size_t)(L->net->n_dl ? L->net->n_dl : 1));
+    for (int i = 0; i < L->net->n_dl; i++) owner[i] = -1;
+    for (int i = 0; i < m; i++) L->grp[i] = i;
+    for (int i = 0; i < m; i++) {
+        int d = i / ng, g = i % ng;
+        for (int k = 0; k < L->net->len[d][g]; k++) {
+            int dl = L->net->route[d][g][k];
+            if (owner[dl] < 0) { owner[dl] = i; continue; }
+            int a = owner[dl], b = i;
+            while (L->grp[a] != a) a = L->grp[a];
+            while (L->grp[b] != b) b = L->grp[b];
+            if (a != b) L->grp[a > b ? a : b] = a < b ? a : b;
+        }
+    }
+    for (int i = 0; i < m; i++) {
+        int r = i;
+        while (L->grp[r] != r) r = L->grp[r];
+        L->grp[i] = r;
+    }
+    free(owner);
+}
+
+/* ---- steps ---- */
+
+/* GPU gi's reserved step starts once its load is done, the GPU is free
+ * and the job's write-back from another GPU is done. */
+static void try_start(loop *L, int gi, int64_t now)
+{
+    gstate *g = &L->g[gi];
+    if (g->cur >= 0 || g->nxt < 0 || g->ld != 3 || g->start_queued) return;
+    const jstate *s = &L->j[g->nxt];
+    if (s->wb_gpu >= 0 && s->wb_gpu != gi) return;
+    g->start_queued = 1;
+    push(L, now, EV_START, gi);
+}
+
+/* GPU gi's load starts once the step before the current one is written
+ * back (its slot is free) and, when the shard must load again after the
+ * host's step, once the current step is done. */
+static void try_load(loop *L, int gi, int64_t now)
+{
+    gstate *g = &L->g[gi];
+    if (g->ld != 1 || g->evicts_done < g->ld_evicts ||
+        (g->ld_after && g->cur >= 0))
+        return;
+    const plan_wl_step *st = g->nxt_step;
+    if (g->ld_stays) {
+        g->ld = 3;
+        try_start(L, gi, now);
+        return;
+    }
+    g->ld = 2;
+    L->r->pcie_bytes += st->load_bytes;
+    xfer_start(L, gi, 0, st->load_bytes, st->load_ns, now);
+}
+
+/* GPU gi reserves job j's next step and loads it when it can. */
 static void reserve(loop *L, int gi, int j, int64_t now)
 {
     gstate *g = &L->g[gi];
     jstate *s = &L->j[j];
-    const plan_wl_step *st = step_of(L, j, s->next);
     s->held = gi;
     g->nxt = j;
-    g->nxt_step = st;
-    /* the same shard again on this GPU stays where it is, unless the
-     * step computing now ends with the host's step of the job: then its
-     * copy here is stale, and loads again once that is done */
-    int after = g->cur == j && g->cur_step && host_steps(L, j, s->next - 1);
-    int stays = g->cur == j && g->cur_step &&
-                g->cur_step->shard == st->shard && !after;
-    int64_t ls = now;
-    if (g->copy_in_free > ls) ls = g->copy_in_free;
-    if (g->slot_free > ls) ls = g->slot_free;
-    if (after && g->cur_start + g->cur_ns > ls) ls = g->cur_start + g->cur_ns;
-    int64_t le = stays ? ls : ls + st->load_ns;
-    if (!stays) {
-        g->copy_in_free = le;
-        L->r->pcie_bytes += st->load_bytes;
-    }
-    g->nxt_load_end = le;
+    g->nxt_step = step_of(L, j, s->next);
+    /* after the host's step the copy here is stale: it loads again once
+     * that is done */
+    g->ld_after = g->cur == j && g->cur_step && host_steps(L, j, s->next - 1);
+    /* the same shard again on this GPU stays where it is */
+    g->ld_stays = g->cur == j && g->cur_step &&
+                  g->cur_step->shard == g->nxt_step->shard && !g->ld_after;
+    g->ld_evicts = g->evicts_queued;
+    g->ld = 1;
+    try_load(L, gi, now);
 }
 
 static void dispatch(loop *L, int gi, int64_t now)
@@ -203,14 +381,12 @@ static void dispatch(loop *L, int gi, int64_t now)
     if (j < 0) return;
     g->idle = 0;
     reserve(L, gi, j, now);
-    int64_t t = g->nxt_load_end;
-    if (L->j[j].ready > t) t = L->j[j].ready;
-    push(L, t, 1, gi);
 }
 
 static void start(loop *L, int gi, int64_t now)
 {
     gstate *g = &L->g[gi];
+    g->start_queued = 0;
     int j = g->nxt;
     jstate *s = &L->j[j];
     g->cur = j;
@@ -222,9 +398,10 @@ static void start(loop *L, int gi, int64_t now)
                 (host_steps(L, j, s->next) ? L->jobs[j].host_step_ns : 0);
     g->nxt = -1;
     g->nxt_step = NULL;
+    g->ld = 0;
     s->next++;
     s->remaining_ns -= g->cur_step->compute_ns;
-    push(L, now + g->cur_ns, 0, gi);
+    push(L, now + g->cur_ns, EV_END, gi);
     plan_wl_run *r = L->r;
     if (L->o->record) {
         plan_wl_seg *ls = g->last_seg >= 0 ? &r->seg[g->last_seg] : NULL;
@@ -245,6 +422,15 @@ static void start(loop *L, int gi, int64_t now)
     if (k >= 0) reserve(L, gi, k, now);
 }
 
+/* The head of GPU gi's write-backs moves when the stream is free. */
+static void evict_next(loop *L, int gi, int64_t now)
+{
+    gstate *g = &L->g[gi];
+    if (!g->nq) return;
+    L->r->pcie_bytes += g->q[0].bytes;
+    xfer_start(L, gi, 1, g->q[0].bytes, g->q[0].ns, now);
+}
+
 static void end(loop *L, int gi, int64_t now)
 {
     gstate *g = &L->g[gi];
@@ -255,22 +441,24 @@ static void end(loop *L, int gi, int64_t now)
     /* after the host's step the shard here is stale: it goes */
     int stays = g->nxt == j && g->nxt_step->shard == st->shard &&
                 !host_steps(L, j, s->next - 1);
-    int64_t ee = now;
-    if (!stays) {
-        ee = (g->copy_out_free > now ? g->copy_out_free : now) + st->evict_ns;
-        g->copy_out_free = ee;
-        L->r->pcie_bytes += st->evict_bytes;
+    g->evicts_queued++;
+    if (stays) {
+        g->evicts_done++;
+    } else {
+        if (UTIL_NEVER(g->nq == 4)) return;
+        g->q[g->nq++] = (evq){j, st->evict_bytes, st->evict_ns};
+        s->wb_gpu = gi;
+        s->wb_n++;
+        if (g->nq == 1) evict_next(L, gi, now);
     }
-    g->slot_free = ee;
     /* Boundary activations are counted on the host from the step's end. */
     L->host += st->host_delta_bytes;
     if (L->host > L->r->host_peak_bytes) L->r->host_peak_bytes = L->host;
-    s->ready = ee;
     int released = 0;
     if (s->next >= s->total) {
         s->done = 1;
         s->held = -1;
-        if (ee > L->r->makespan_ns) L->r->makespan_ns = ee;
+        if (stays && now > L->r->makespan_ns) L->r->makespan_ns = now;
     } else if (g->nxt != j) {
         s->held = -1;
         released = 1;
@@ -278,15 +466,35 @@ static void end(loop *L, int gi, int64_t now)
     g->cur = -1;
     g->cur_step = NULL;
     if (g->nxt >= 0) {
-        int64_t t = now > g->nxt_load_end ? now : g->nxt_load_end;
-        if (g->nxt != j && L->j[g->nxt].ready > t) t = L->j[g->nxt].ready;
-        push(L, t, 1, gi);
+        try_load(L, gi, now);
+        try_start(L, gi, now);
     } else {
         g->idle = 1;
+        dispatch(L, gi, now);
     }
-    if (g->idle) dispatch(L, gi, now);
     for (int h = 0; released && h < L->ng; h++)
         if (L->g[h].idle) dispatch(L, h, now);
+}
+
+static void load_done(loop *L, int gi, int64_t now)
+{
+    L->g[gi].ld = 3;
+    try_start(L, gi, now);
+}
+
+static void evict_done(loop *L, int gi, int64_t now)
+{
+    gstate *g = &L->g[gi];
+    int j = g->q[0].job;
+    memmove(g->q, g->q + 1, sizeof *g->q * (size_t)--g->nq);
+    g->evicts_done++;
+    jstate *s = &L->j[j];
+    if (!--s->wb_n) s->wb_gpu = -1;
+    if (s->done && now > L->r->makespan_ns) L->r->makespan_ns = now;
+    evict_next(L, gi, now);
+    try_load(L, gi, now);
+    for (int h = 0; h < L->ng; h++)
+        if (L->g[h].nxt == j) try_start(L, h, now);
 }
 
 void plan_wl_schedule(const plan_wl_sjob *jobs, int n, int n_gpus,
@@ -301,14 +509,32 @@ void plan_wl_schedule(const plan_wl_sjob *jobs, int n, int n_gpus,
     L.ng = n_gpus;
     L.o = o;
     L.r = r;
+    L.net = o->net && o->net->n_gpus >= n_gpus ? o->net : NULL;
     L.rng = o->seed ? o->seed : 1;
     L.g = util_calloc((size_t)n_gpus, sizeof(gstate));
     L.j = util_calloc((size_t)(n ? n : 1), sizeof(jstate));
     L.cand = util_malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (L.net) {
+        size_t nf = 2 * (size_t)n_gpus, nd = (size_t)L.net->n_dl;
+        L.grp = util_calloc(nf, sizeof *L.grp);
+        L.dirty = util_calloc(nf, 1);
+        L.dlist = util_calloc(nf, sizeof *L.dlist);
+        L.act = util_calloc(nf, sizeof *L.act);
+        net_groups(&L);
+        L.fr = util_calloc(nf, sizeof *L.fr);
+        L.fl = util_calloc(nf, sizeof *L.fl);
+        L.frate = util_calloc(nf, sizeof *L.frate);
+        L.fx = util_calloc(nf, sizeof *L.fx);
+        L.mm.rem = util_calloc(nd, sizeof(double));
+        L.mm.cnt = util_calloc(nd, sizeof(int));
+        L.mm.touched = util_calloc(nd, sizeof(int));
+        L.mm.frozen = util_calloc(nf, 1);
+    }
     for (int i = 0; i < n; i++) {
         jstate *s = &L.j[i];
         s->total = jobs[i].minibatches * jobs[i].n_steps;
         s->held = -1;
+        s->wb_gpu = -1;
         int64_t mb = 0;
         for (int k = 0; k < jobs[i].n_steps; k++) mb += jobs[i].step[k].compute_ns;
         s->remaining_ns = mb * jobs[i].minibatches;
@@ -323,10 +549,24 @@ void plan_wl_schedule(const plan_wl_sjob *jobs, int n, int n_gpus,
     }
     for (int gi = 0; gi < n_gpus; gi++)
         if (L.g[gi].idle) dispatch(&L, gi, 0);
-    while (L.h.n) {
+    int64_t now = 0;
+    for (;;) {
+        if (L.rerate) net_rerate(&L, now);
+        int64_t tf = net_next(&L);
+        int64_t th = L.h.n ? L.h.a[0].t : INT64_MAX;
+        if (tf == INT64_MAX && th == INT64_MAX) break;
+        if (tf < th) {
+            net_finish(&L, now = tf);
+            continue;
+        }
         ev v = heap_pop(&L.h);
-        if (v.start) start(&L, v.gpu, v.t);
-        else end(&L, v.gpu, v.t);
+        now = v.t;
+        switch (v.kind) {
+        case EV_START: start(&L, v.gpu, v.t); break;
+        case EV_END: end(&L, v.gpu, v.t); break;
+        case EV_IN: load_done(&L, v.gpu, v.t); break;
+        case EV_OUT: evict_done(&L, v.gpu, v.t); break;
+        }
     }
     for (int i = 0; i < n; i++)
         if (UTIL_NEVER(!L.j[i].done)) break;
@@ -334,6 +574,18 @@ void plan_wl_schedule(const plan_wl_sjob *jobs, int n, int n_gpus,
     free(L.g);
     free(L.j);
     free(L.cand);
+    free(L.grp);
+    free(L.dirty);
+    free(L.dlist);
+    free(L.act);
+    free(L.fr);
+    free(L.fl);
+    free(L.frate);
+    free(L.fx);
+    free(L.mm.rem);
+    free(L.mm.cnt);
+    free(L.mm.touched);
+    free(L.mm.frozen);
 }
 
 void plan_wl_run_free(plan_wl_run *r)

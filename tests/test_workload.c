@@ -135,6 +135,76 @@ Test(workload, priority_first)
     plan_wl_run_free(&r);
 }
 
+/* Links by hand: directed link 0 an uplink that two GPUs' loads share,
+ * links 1 and 2 theirs alone, 3 and 4 their write-backs'. */
+static plan_wl_net shared_uplink(double up_cap, double own_cap)
+{
+    static int in0[] = {0, 1}, in1[] = {0, 2}, out0[] = {3}, out1[] = {4};
+    static int *in[] = {in0, in1}, *out[] = {out0, out1};
+    static int len_in[] = {2, 2}, len_out[] = {1, 1};
+    static double lat[] = {0, 0}, cap[5];
+    cap[0] = up_cap;
+    for (int i = 1; i < 5; i++) cap[i] = own_cap;
+    plan_wl_net n = {0};
+    n.n_gpus = 2;
+    n.n_dl = 5;
+    n.cap = cap;
+    n.route[0] = in;
+    n.route[1] = out;
+    n.len[0] = len_in;
+    n.len[1] = len_out;
+    n.lat_ns[0] = n.lat_ns[1] = lat;
+    return n;
+}
+
+/* Two GPUs load 100 bytes each at once through an uplink of 1 byte/ns:
+ * each gets half, so both loads end at 200 ns, the steps at 210, and the
+ * 50-byte write-backs, on links of 1 byte/ns of their own, at 260. Alone
+ * on the uplink a load takes 100 ns; with an uplink of 2 bytes/ns neither
+ * waits for the other. */
+Test(workload, copies_share_the_links_they_cross)
+{
+    plan_wl_step st = {10, 1, 1, 100, 50, 0, 0};
+    plan_wl_sjob j[2] = {{1, &st, 1, 0, 0, 0}, {1, &st, 1, 0, 0, 0}};
+    plan_wl_net n = shared_uplink(1, 1);
+    plan_wl_sched_opts o = {0};
+    o.net = &n;
+    plan_wl_run r;
+    plan_wl_schedule(j, 2, 2, &o, &r);
+    cr_expect_eq(r.makespan_ns, 260);
+    plan_wl_run_free(&r);
+    plan_wl_schedule(j, 1, 2, &o, &r);
+    cr_expect_eq(r.makespan_ns, 160, "one job: its load alone on the uplink");
+    plan_wl_run_free(&r);
+    n = shared_uplink(2, 1);
+    plan_wl_schedule(j, 2, 2, &o, &r);
+    cr_expect_eq(r.makespan_ns, 160);
+    plan_wl_run_free(&r);
+}
+
+/* With links to spare the copies take their own time: the hand-computed
+ * schedule above (loads of 100 bytes at 25 bytes/ns: 4 ns; write-backs of
+ * 48 bytes at 16: 3 ns) ends at 27 ns as with fixed copy times. */
+Test(workload, unshared_links_give_the_fixed_schedule)
+{
+    plan_wl_step st = {10, 0, 0, 100, 48, 0, 0};
+    plan_wl_sjob j[3] = {{1, &st, 1, 0, 0, 0}, {1, &st, 1, 0, 0, 0},
+                         {1, &st, 2, 0, 0, 0}};
+    static int in0[] = {0}, in1[] = {1}, out0[] = {2}, out1[] = {3};
+    static int *in[] = {in0, in1}, *out[] = {out0, out1};
+    static int len[] = {1, 1};
+    static double lat[] = {0, 0}, cap[] = {25, 25, 16, 16};
+    plan_wl_net n = {2, 4, cap, {in, out}, {len, len}, {lat, lat}};
+    plan_wl_sched_opts o = {0};
+    o.net = &n;
+    plan_wl_run r;
+    plan_wl_schedule(j, 3, 2, &o, &r);
+    cr_expect_eq(r.makespan_ns, 27);
+    cr_expect_eq(r.busy_ns[0], 20);
+    cr_expect_eq(r.busy_ns[1], 20);
+    plan_wl_run_free(&r);
+}
+
 static json_t *plan_json(const char *args)
 {
     cli_result r = cli_run("plan --hw rtx2080ti x2 %s --json", args);
@@ -237,4 +307,38 @@ Test(workload, bad_inputs_name_file_line_and_field)
     bad("--models gpt-tiny x2 --samples 10 --optimizer lamb", "lamb");
     bad("--models gpt-tiny x2 --workload tests/data/workload/tiny.json",
         "not both");
+}
+
+/* Eight RTX 2080 Ti behind two PCIe switches: every byte a shard policy
+ * copies crosses one of the switches' uplinks, so no schedule moves its
+ * bytes faster than the four directed uplinks carry them. At batch 1 the
+ * copies outweigh the compute (each copy once priced in seconds as if
+ * nanoseconds, and unshared, the schedule was 12x faster than this). */
+Test(workload, copies_take_no_less_than_the_uplinks_carry)
+{
+    util_err e = {0};
+    prof_topo *t = prof_topo_template("rtx2080ti", 8, NULL, &e);
+    cr_assert(t, "%s", e.msg);
+    int sw = prof_topo_find(t, "n0.sw0"), cpu = prof_topo_find(t, "n0.cpu0");
+    double up = 0;
+    for (int l = 0; l < t->n_links; l++)
+        if ((t->links[l].a == sw && t->links[l].b == cpu) ||
+            (t->links[l].a == cpu && t->links[l].b == sw))
+            up = t->links[l].bw_bytes_per_s;
+    prof_topo_free(t);
+    cr_assert_gt(up, 0);
+    cli_result r = cli_run("plan --hw rtx2080ti x8 --models gpt2-xl x8 "
+                           "--samples 16 --batch 1 --json");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert(j);
+    for (int k = 0; k < 3; k++) {
+        json_t *p = json_array_get(json_object_get(j, "policies"), (size_t)k);
+        double ms = json_number_value(json_object_get(p, "makespan_s"));
+        double b = json_number_value(json_object_get(p, "pcie_bytes"));
+        cr_expect_geq(ms, b / (4 * up), "%s: %g s for %g bytes",
+                      json_string_value(json_object_get(p, "policy")), ms, b);
+    }
+    json_decref(j);
+    cli_result_free(&r);
 }
