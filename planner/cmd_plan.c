@@ -52,7 +52,8 @@ static void usage(FILE *f)
         "  --gpus LIST        capacity planning: the best plan for each GPU count\n"
         "  --sweep-host-mem LIST  the largest model (the --model's layer shape,\n"
         "                     as many layers as fit) each offload schedule fits\n"
-        "                     on one GPU, for each host DRAM size (128G,256G)\n"
+        "                     on one GPU, for each host DRAM size (128G,256G),\n"
+        "                     and Hydra's shards (--schedule hydra alone)\n"
         "  --offload-tier auto|dram|nvme  where the offload schedules keep\n"
         "                     the model states; auto (default) tries DRAM\n"
         "                     and, where the server has drives, NVMe for\n"
@@ -131,6 +132,13 @@ static int sched_list(const char *v, unsigned *mask, util_err *e)
         char tok[64];
         snprintf(tok, sizeof tok, "%.*s", (int)len, p);
         int k = len < sizeof tok ? sim_sched_parse(tok) : -1;
+        /* Hydra's shards: a column of --sweep-host-mem (checked there) */
+        if (!strcmp(tok, "hydra")) {
+            *mask |= 1u << PLAN_SWEEP_HYDRA;
+            if (!p[len]) return 0;
+            p += len + 1;
+            continue;
+        }
         if (!len)
             return util_errf(e, UTIL_EXIT_USAGE, "--schedule '%s': an empty "
                              "name (give one or more of %s, comma-separated; "
@@ -825,6 +833,11 @@ int plan_cmd_main(int argc, char **argv)
         rc = util_errf(&e, UTIL_EXIT_USAGE, "--sweep-host-mem sweeps one "
                        "GPU's host with one fine-tuning mode: leave out "
                        "--gpus, give --finetune a single mode");
+    } else if (!c.sweep_mem && (c.po.sched_mask & (1u << PLAN_SWEEP_HYDRA))) {
+        rc = util_errf(&e, UTIL_EXIT_USAGE, "--schedule hydra: Hydra's shards "
+                       "are planned for many jobs (--models, --workload) and "
+                       "in --sweep-host-mem's table, not as one job's "
+                       "schedule");
     } else if (c.sweep_mem)
         rc = plan_sweep_host_mem(c.hw_n, c.argv + c.hw_at, &c.ho, c.model,
                                  &c.ft[0], c.sweep_mem, &c.po, c.json,

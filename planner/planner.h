@@ -127,6 +127,9 @@ typedef struct plan_opts {
 } plan_opts;
 
 #define PLAN_DEFAULT_RESERVE (1024.0 * 1024 * 1024)
+/* plan_opts.sched_mask's bit for Hydra's shards, past the simulator's
+ * schedules: --sweep-host-mem's column of the workload planner. */
+#define PLAN_SWEEP_HYDRA SIM_SCHED_COUNT
 #define PLAN_DEFAULT_BATCH 32
 
 void plan_opts_init(plan_opts *o);

@@ -8,15 +8,25 @@
 #include <string.h>
 
 #include "planner/planner.h"
+#include "planner/workload.h"
+#include "planner/workload_int.h"
 #include "plots/plots.h"
 
 #define MAX_SIZES 16
 #define SWEEP_BATCH 16
 
-static const sim_sched policies[] = {SIM_SCHED_ZERO_OFFLOAD,
-                                     SIM_SCHED_ZERO_INFINITY,
-                                     SIM_SCHED_FUYOU};
+/* the offload schedules, then Hydra's shards (not a schedule of the
+ * simulator: the workload planner's) */
+#define POL_HYDRA PLAN_SWEEP_HYDRA
+static const int policies[] = {SIM_SCHED_ZERO_OFFLOAD,
+                               SIM_SCHED_ZERO_INFINITY, SIM_SCHED_FUYOU,
+                               POL_HYDRA};
 #define N_POL ((int)(sizeof policies / sizeof *policies))
+
+static const char *pol_name(int p)
+{
+    return p == POL_HYDRA ? "hydra" : sim_sched_name((sim_sched)p);
+}
 
 static int parse_sizes(const char *s, double *out, util_err *e)
 {
@@ -84,12 +94,92 @@ static int plan_size(const prof_model_spec *shape, int layers,
     return 0;
 }
 
+/* Hydra's fit of `layers` layers (Nagrecha and Kumar, arXiv
+ * 2110.08633): the fewest shards that fit the GPU, each job's state
+ * spilled to host DRAM, trained with the policy's AdamW as the other
+ * columns are. It fits when every layer fits the GPU as a shard of its
+ * own and host DRAM holds the state and the boundary activations at
+ * their peak; its speed is the shard scheduler's over HYDRA_MB
+ * minibatches, the copies sharing the GPU's route to host memory. */
+#define HYDRA_MB 4
+
+static int hydra_size(const prof_model_spec *shape, int layers,
+                      const prof_topo *t, const plan_opts *po, fit *f,
+                      util_err *e)
+{
+    prof_model_spec s = *shape;
+    s.layers = layers;
+    memset(f, 0, sizeof *f);
+    f->layers = layers;
+    prof_model *m = prof_model_for_topo(prof_model_build(&s, e), t, e);
+    if (!m) return -1;
+    f->params = m->params;
+    plan_wl_job j;
+    memset(&j, 0, sizeof j);
+    snprintf(j.name, sizeof j.name, "%s", s.name);
+    snprintf(j.where, sizeof j.where, "--sweep-host-mem");
+    j.batch = po->batch;
+    j.samples = (double)po->batch * HYDRA_MB;
+    j.optim = PLAN_WL_ADAM;
+    double reserve = po->reserve_bytes >= 0 ? po->reserve_bytes
+                                            : PLAN_DEFAULT_RESERVE;
+    wl_prep p;
+    util_err e2 = {0};
+    if (wl_prep_model(&p, &j, m, t, reserve, &e2)) {
+        int nofit = p.no_fit;
+        if (nofit)
+            snprintf(f->why, sizeof f->why, "a shard of one layer does not "
+                     "fit the GPU: %s needs %.2f GiB of %.2f GiB at batch %d "
+                     "(a shard takes the whole batch)",
+                     p.m->layers[p.worst_layer].name,
+                     p.worst_need / 1073741824.0, p.cap / 1073741824.0,
+                     j.batch);
+        wl_prep_free(&p);
+        if (!nofit) return *e = e2, -1;
+        return 0;
+    }
+    plan_wl_net net;
+    if (plan_wl_net_build(t, &net, e)) {
+        wl_prep_free(&p);
+        return -1;
+    }
+    plan_wl_sched_opts o = {0};
+    o.net = &net;
+    plan_wl_run r;
+    plan_wl_schedule(&p.sj, 1, 1, &o, &r);
+    double dram = prof_topo_server_dram(t, 0);
+    if (r.host_peak_bytes > dram) {
+        char need[32], have[32];
+        util_fmt_bytes(r.host_peak_bytes, need, sizeof need);
+        util_fmt_bytes(dram, have, sizeof have);
+        snprintf(f->why, sizeof f->why, "host DRAM: needs %s of %s (state "
+                 "and boundary activations)", need, have);
+    } else if (r.makespan_ns > 0) {
+        f->found = 1;
+        f->samples_per_s = j.samples / ((double)r.makespan_ns * 1e-9);
+        f->tflops = prof_model_train_flops(p.m, 0) * f->samples_per_s / 1e12;
+    }
+    plan_wl_run_free(&r);
+    plan_wl_net_free(&net);
+    wl_prep_free(&p);
+    return 0;
+}
+
 /* The most layers of the shape that pol fits (0: not even one); *best
  * that plan, *next why one more layer does not fit. Doubling from the
  * shape's own depth, then bisection: fitting is monotone in depth (every
  * tier holds a share per layer). */
+static int size_of(const prof_model_spec *shape, int layers,
+                   const prof_finetune *ft, const prof_topo *t,
+                   const char *hw, int pol, const plan_opts *po, fit *f,
+                   util_err *e)
+{
+    if (pol == POL_HYDRA) return hydra_size(shape, layers, t, po, f, e);
+    return plan_size(shape, layers, ft, t, hw, (sim_sched)pol, po, f, e);
+}
+
 static int largest(const prof_model_spec *shape, const prof_finetune *ft,
-                   const prof_topo *t, const char *hw, sim_sched pol,
+                   const prof_topo *t, const char *hw, int pol,
                    const plan_opts *po, fit *best, fit *next, util_err *e)
 {
     int lo = 0, hi = -1;        /* lo fits (0: trivially), hi does not */
@@ -97,7 +187,7 @@ static int largest(const prof_model_spec *shape, const prof_finetune *ft,
     memset(best, 0, sizeof *best);
     memset(next, 0, sizeof *next);
     for (int l = shape->layers; hi < 0;) {
-        if (plan_size(shape, l, ft, t, hw, pol, po, &f, e)) return -1;
+        if (size_of(shape, l, ft, t, hw, pol, po, &f, e)) return -1;
         if (f.found) {
             lo = l;
             *best = f;
@@ -113,7 +203,7 @@ static int largest(const prof_model_spec *shape, const prof_finetune *ft,
     }
     while (hi - lo > 1) {
         int mid = lo + (hi - lo) / 2;
-        if (plan_size(shape, mid, ft, t, hw, pol, po, &f, e)) return -1;
+        if (size_of(shape, mid, ft, t, hw, pol, po, &f, e)) return -1;
         if (f.found) lo = mid, *best = f;
         else hi = mid, *next = f;
     }
@@ -136,10 +226,13 @@ int plan_sweep_host_mem(int hw_n, char **hw, const prof_hw_opts *ho,
                          "decoder (give a decoder-only model)", shape.name);
     unsigned want = 0;
     for (int p = 0; p < N_POL; p++) want |= 1u << policies[p];
+    /* Hydra trains the whole model: without a fine-tuning mode only */
+    if (ft && ft->kind != PROF_FT_FULL) want &= ~(1u << POL_HYDRA);
     if (po->sched_mask & ~want)
         return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem compares the "
                          "offload schedules: --schedule may name only "
-                         "zero-offload, zero-infinity and fuyou");
+                         "zero-offload, zero-infinity, fuyou and hydra "
+                         "(Hydra: full training only)");
     if (po->sched_mask) want = po->sched_mask;
     /* a fine-tuning batch unless one is given (the zoo's default is the
      * pretraining batch, thousands of samples for GPT-3) */
@@ -193,7 +286,7 @@ int plan_sweep_host_mem(int hw_n, char **hw, const prof_hw_opts *ho,
                 px[p][pc[p]] = mem[i] / 1073741824.0;
                 py[p][pc[p]++] = best.params / 1e9;
             }
-            const char *pol = sim_sched_name(policies[p]);
+            const char *pol = pol_name(policies[p]);
             const char *why = next.why[0] ? next.why : "(the most layers "
                               "sluice builds)";
             const char *cells[] = {dram, pol, big, lay, sps, tf, why};
@@ -234,7 +327,7 @@ int plan_sweep_host_mem(int hw_n, char **hw, const prof_hw_opts *ho,
         int np = 0, cnt[N_POL];
         for (int p = 0; p < N_POL; p++)
             if (pc[p]) {
-                pn[np] = sim_sched_name(policies[p]);
+                pn[np] = pol_name(policies[p]);
                 x[np] = px[p];
                 y[np] = py[p];
                 cnt[np++] = pc[p];

@@ -210,6 +210,8 @@ static int cut_shards(wl_prep *p, util_err *e)
                                      l + 1 < n ? l + 1 : -1);
             if (need > wn) { wn = need; worst = l; }
         }
+        p->worst_layer = worst;
+        p->worst_need = wn;
         util_errf(e, UTIL_EXIT_USAGE, "%s: job '%s' (%s at batch %d) does "
                   "not fit one %s even sharded into single layers with host "
                   "spilling: layer %s needs %.2f GiB of the %.2f GiB left "
@@ -300,12 +302,13 @@ static void make_steps(wl_prep *p)
                             (clip ? c->stage[l].train_bytes : 0);
 }
 
-int wl_prep_job(wl_prep *p, const plan_wl_job *j, const prof_topo *t,
-                double reserve, util_err *e)
+int wl_prep_model(wl_prep *p, const plan_wl_job *j, prof_model *m,
+                  const prof_topo *t, double reserve, util_err *e)
 {
     memset(p, 0, sizeof *p);
     p->job = j;
     p->t = t;
+    p->m = m;
     p->gpu = prof_topo_gpu(t, 0);
     p->cap = p->gpu->mem_bytes - reserve;
     p->state = plan_wl_state_bytes(j->optim);
@@ -318,19 +321,30 @@ int wl_prep_job(wl_prep *p, const plan_wl_job *j, const prof_topo *t,
                          "host memory on %s", j->where, t->name);
     p->pcie_bw = prof_route_bw(t, r, n);
     p->pcie_lat_ns = prof_route_latency_ns(t, r, n);
-    if (!(p->m = prof_model_load(j->model, e))) {
-        util_err_prefix(e, "%s", j->model_where[0] ? j->model_where : j->where);
-        e->code = UTIL_EXIT_USAGE;
-        return -1;
-    }
     if (!(p->lc = layer_costs(p->m, t, j->batch, p->state, e))) {
         util_err_prefix(e, "%s", j->where);
         return -1;
     }
-    if (cut_shards(p, e)) return -1;
+    if (cut_shards(p, e)) {
+        p->no_fit = 1;
+        return -1;
+    }
     make_steps(p);
     p->flops = prof_model_train_flops(p->m, 0) * j->samples;
     return 0;
+}
+
+int wl_prep_job(wl_prep *p, const plan_wl_job *j, const prof_topo *t,
+                double reserve, util_err *e)
+{
+    memset(p, 0, sizeof *p);
+    prof_model *m = prof_model_load(j->model, e);
+    if (!m) {
+        util_err_prefix(e, "%s", j->model_where[0] ? j->model_where : j->where);
+        e->code = UTIL_EXIT_USAGE;
+        return -1;
+    }
+    return wl_prep_model(p, j, m, t, reserve, e);
 }
 
 void wl_prep_clip(wl_prep *p, int sgd)

@@ -726,7 +726,7 @@ Test(sim_offload, the_largest_model_by_host_dram)
     cr_expect_eq(access(png, R_OK), 0, "%s", png);
     cli_expect(2, "--sweep-host-mem '8G,x'", "plan --hw rtx4090 x1 --model "
                "gpt2 --sweep-host-mem 8G,x");
-    cli_expect(2, "only zero-offload, zero-infinity and fuyou",
+    cli_expect(2, "only zero-offload, zero-infinity, fuyou and hydra",
                "plan --hw rtx4090 x1 --model gpt2 --sweep-host-mem 8G "
                "--schedule 1f1b");
     cli_expect(2, "give --hw GPU x1", "plan --hw rtx4090 x2 --model gpt2 "
@@ -734,6 +734,47 @@ Test(sim_offload, the_largest_model_by_host_dram)
     cli_expect(2, "encoder and a decoder", "plan --hw rtx4090 x1 --model "
                "t5-3b --sweep-host-mem 8G");
     test_rm_rf(dir);
+}
+
+/* Hydra's column of the sweep: every job's state waits in host DRAM
+ * between its shards, so DRAM alone bounds the model (gpt2's layers at
+ * batch 8: twice the DRAM, about twice the layers), and AdamW's 14 bytes
+ * a parameter kept there (fp16 weights, fp32 master and moments) fit in
+ * it; a layer that does not fit the GPU as a shard of its own fits
+ * nothing. */
+Test(sim_offload, hydra_is_bound_by_host_dram)
+{
+    json_t *j = cli_json("plan --hw rtx4090 x1 --model gpt2 --sweep-host-mem "
+                         "8G,16G --schedule hydra --batch 8 --json");
+    json_t *rows = json_object_get(j, "sweep");
+    cr_assert_eq(json_array_size(rows), 2);
+    double p[2], dram[2];
+    for (size_t i = 0; i < 2; i++) {
+        json_t *x = json_array_get(rows, i);
+        cr_expect_str_eq(json_string_value(json_object_get(x, "policy")),
+                         "hydra");
+        cr_assert(json_is_true(json_object_get(x, "fits")));
+        p[i] = json_number_value(json_object_get(x, "params"));
+        dram[i] = json_number_value(json_object_get(x, "host_mem_bytes"));
+        cr_expect(strstr(json_string_value(json_object_get(x, "one_more_layer")),
+                         "host DRAM"), "%zu", i);
+        cr_expect_leq(14 * p[i], dram[i]);
+        cr_expect_gt(14 * p[i], 0.9 * dram[i], "DRAM is what runs out");
+        cr_expect_gt(json_number_value(json_object_get(x, "samples_per_s")), 0);
+    }
+    cr_expect_gt(p[1], 1.8 * p[0], "16G %.0f, 8G %.0f", p[1], p[0]);
+    json_decref(j);
+    j = cli_json("plan --hw rtx4090 x1 --model gpt3-175b --sweep-host-mem 256G "
+                 "--schedule hydra --batch 16 --json");
+    json_t *x = json_array_get(json_object_get(j, "sweep"), 0);
+    cr_expect(json_is_false(json_object_get(x, "fits")));
+    cr_expect(strstr(json_string_value(json_object_get(x, "one_more_layer")),
+                     "a shard of one layer does not fit the GPU"));
+    json_decref(j);
+    cli_expect(2, "--schedule hydra", "plan --hw rtx4090 x1 --model gpt2 "
+               "--schedule hydra");
+    cli_expect(2, "full training only", "plan --hw rtx4090 x1 --model gpt2 "
+               "--sweep-host-mem 8G --schedule hydra --finetune lora:8");
 }
 
 Test(sim_offload, host_dram_and_drives_in_time)
