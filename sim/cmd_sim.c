@@ -86,7 +86,10 @@ static void usage(FILE *f)
         "  --measured TRACE       with --plot: PREFIX-compare.{png,svg}, a run\n"
         "                         of this plan (sluice exec --trace) above the\n"
         "                         simulation, memory below\n"
-        "  --out FILE             write the plan file\n");
+        "  --out FILE             write the plan file\n"
+        "\nexit codes: 0 simulated and it fits, 1 a device's memory runs over\n"
+        "(the answer is printed, with the task where it does), 2 bad usage or\n"
+        "input\n");
 }
 
 static int need(int i, int argc, char **argv, util_err *e)
@@ -627,6 +630,13 @@ static int run(int argc, char **argv, util_err *e)
         json_decref(j);
     } else {
         sim_report_print(&p, m, tp, cs, &r, ir, stdout);
+    }
+    /* the answer is printed; a plan over a device's memory does not run */
+    if (r.oom) {
+        util_errf(e, UTIL_EXIT_FAIL, "the plan does not fit: %s",
+                  r.oom_task >= 0 ? "a device's memory runs over (OOM "
+                  "above)" : "the model state does not fit a device");
+        goto out;
     }
     rc = 0;
 out:

@@ -19,7 +19,8 @@ cli_result cli_run(const char *args_fmt, ...)
  * NULL, want in its stdout (code 0) or its stderr (any other code). */
 void cli_expect(int code, const char *want, const char *args_fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Runs the command, which must exit 0 and print JSON; the parsed output
+/* Runs the command, which must exit 0 (or 1 with "oom": true, a sim
+ * answer over a device's memory) and print JSON; the parsed output
  * (json_decref it). */
 json_t *cli_json(const char *args_fmt, ...)
     __attribute__((format(printf, 1, 2)));

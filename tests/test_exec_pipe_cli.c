@@ -41,7 +41,9 @@ static void make_plan(const char *dir, const char *name, const char *args)
     else
         snprintf(buf, sizeof buf, "%s", args);
     cli_result r = cli_run("sim %s --out %s/%s", buf, dir, name);
-    cr_assert_eq(r.code, 0, "sim %s: %s", buf, r.err);
+    /* a plan over a device's memory is written too (sim exits 1) */
+    cr_assert(r.code == 0 || (r.code == 1 && strstr(r.err, "does not fit")),
+              "sim %s: %s", buf, r.err);
     cli_result_free(&r);
     free(model);
 }
