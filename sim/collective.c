@@ -348,10 +348,9 @@ void sim_ring_all(sim_ir *ir, const sim_costs *c, int s, sim_coll coll,
     int *mem = util_malloc(sizeof(int) * (size_t)(R + 1));
     ring_end *out = util_malloc(sizeof *out * (size_t)(R + 1));
     for (int r = 0; r < R; r++) mem[r] = r;
-    /* the ring's R-1 steps as one: each member sends its neighbour what
-     * its steps would, (R-1)/R of the bytes, over the same route (the
-     * steps' latencies aside) */
-    ring_emit(ir, c, s, mem, R, 1, bytes * (R - 1) / R, coll, 1, dep, out);
+    /* the ring's R-1 steps, each member sending its neighbour 1/R of
+     * the bytes a step, after what it received the step before */
+    ring_emit(ir, c, s, mem, R, R - 1, bytes / R, coll, 1, dep, out);
     for (int r = 0; r < R; r++) {
         last_send[r] = out[r].last_send;
         last_recv[r] = out[r].last_recv;

@@ -709,10 +709,10 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c);
  * section 7). */
 void sim_add_sharded(sim_ir *ir, const sim_costs *c);
 /* A reduce-scatter or all-gather of `bytes` of plan stage s over every
- * replica, unfolded: half a ring's traffic, (R-1)/R of the bytes from
- * each member to the next, as one send (its R-1 steps' latencies
- * aside), member r's after dep[r] (-1: nothing); last_send[r] and
- * last_recv[r] get its send and receive. */
+ * replica, unfolded: half a ring, R-1 steps of 1/R of the bytes from each
+ * member to the next (a step's send after the member's receive of the
+ * step before), member r's first after dep[r] (-1: nothing); last_send[r]
+ * and last_recv[r] get its last send and receive. */
 void sim_ring_all(sim_ir *ir, const sim_costs *c, int s, sim_coll coll,
                   double bytes, const int *dep, int *last_send,
                   int *last_recv);

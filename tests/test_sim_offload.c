@@ -16,6 +16,8 @@
 typedef struct orun {
     double rd, wr, in, out;     /* NVMe read / write, PCIe in / out bytes */
     double ring;                /* sent to the other ranks' GPUs */
+    int n_ring, ring_steps;     /* rank 0's ring sends; the most steps of
+                                 * one ring (its sends' mb) */
     int n_cpu;                  /* CPU steps */
     double w, tr, opt;          /* summed over the stages */
     double w_first, w_last;     /* the first and last stage's weights */
@@ -114,8 +116,11 @@ static void osim_dp(const char *model, sim_sched s, int mbs, int m,
         if (x->device) continue;
         if (x->kind == SIM_SWAP_IN) o->in += x->bytes;
         if (x->kind == SIM_SWAP_OUT) o->out += x->bytes;
-        if (x->kind == SIM_SEND && x->comm == SIM_COMM_DP)
+        if (x->kind == SIM_SEND && x->comm == SIM_COMM_DP) {
             o->ring += x->bytes;
+            o->n_ring++;
+            if (x->mb + 1 > o->ring_steps) o->ring_steps = x->mb + 1;
+        }
         if (x->kind == SIM_SWAP_OUT && x->mb < 0)
             o->grad_out_ns += r.end_ns[i] - r.start_ns[i];
         if (x->kind == SIM_RECOMP) o->n_recomp++;
@@ -301,6 +306,22 @@ Test(sim_offload, data_parallel_ranks_split_the_states_and_share_the_host)
                  "rank 0 peaks at %.0f, one GPU at %.0f", b.peak_bytes,
                  a.peak_bytes);
     cr_assert_eq(b.use.bytes[SIM_OFL_RING] > 0, 1);
+}
+
+/* Four ranks: each ring takes its three steps of a quarter of the bytes,
+ * so rank 0 sends its neighbour three quarters of each layer's weights
+ * and of its gradients. */
+Test(sim_offload, data_parallel_rings_take_their_steps)
+{
+    static const int none[2] = {0, 0};
+    orun a, d;
+    osim_dp("gpt2", SIM_SCHED_ZERO_INFINITY, 2, 2, 2, 64, SIM_TIER_NVME,
+            none, 4, 1, &a);
+    osim_dp("gpt2", SIM_SCHED_ZERO_INFINITY, 2, 2, 2, 64, SIM_TIER_NVME,
+            none, 4, 4, &d);
+    cr_expect_eq(d.ring_steps, 3);
+    cr_expect_eq(d.n_ring % 3, 0);
+    near(d.ring, 3 * a.in / 4 + 3 * a.out / 4, "rank 0's sends");
 }
 
 Test(sim_offload, the_planner_spreads_offload_over_the_servers_gpus)
