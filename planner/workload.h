@@ -99,6 +99,9 @@ typedef struct plan_wl_run {
     double host_peak_bytes;   /* state of every job plus boundary
                                * activations held, at its highest */
     long decisions;           /* choices made (branch[] entries) */
+    double *link_bytes;       /* [n_dl] with a net: bytes each directed
+                               * link carried */
+    int n_dl;
     plan_wl_seg *seg;         /* record only */
     int n_seg, cap_seg;
 } plan_wl_run;
@@ -113,6 +116,10 @@ typedef struct plan_wl_run {
  * until a job is released. */
 void plan_wl_schedule(const plan_wl_sjob *jobs, int n, int n_gpus,
                       const plan_wl_sched_opts *o, plan_wl_run *r);
+/* The directed link of n busy the largest share of r's makespan, and
+ * that share (0..1); -1 when r used no net. */
+int plan_wl_busiest_link(const plan_wl_run *r, const plan_wl_net *n,
+                         double *busy);
 void plan_wl_run_free(plan_wl_run *r);
 
 /* ---- workloads ---- */

@@ -212,6 +212,8 @@ typedef struct pol {
     double util_mean;
     double host_peak_bytes;
     double pcie_bytes;
+    char link[96];            /* shard policies: the busiest link, "" */
+    double link_busy;         /* its bytes' share of the makespan */
 } pol;
 
 static void pol_from_run(pol *p, const char *name, const plan_wl_run *r)
@@ -495,6 +497,9 @@ static json_t *pol_json(const pol *p, double lb, int ng)
     json_t *j = json_pack("{s:s,s:b,s:s}", "policy", p->name, "feasible",
                           p->feasible, "note", p->note);
     json_object_set_new(j, "makespan_s", p->feasible ? json_real(p->makespan_s) : json_null());
+    if (p->link[0])
+        json_object_set_new(j, "busiest_link", json_pack("{s:s,s:f}", "link",
+                            p->link, "busy", p->link_busy));
     json_object_set_new(j, "gap_to_bound", p->feasible ? json_real(p->makespan_s / lb) : json_null());
     json_object_set_new(j, "mean_utilization", p->feasible ? json_real(p->util_mean) : json_null());
     json_t *u = json_array();
@@ -550,6 +555,14 @@ static int run(wcmd *c, util_err *e)
             pol_from_run(&pols[k], plan_wl_policy_name(pl[k]), &r);
             snprintf(pols[k].note, sizeof pols[k].note, "Hydra: shards over "
                      "all GPUs, state spilled to host DRAM");
+            double busy;
+            int dl = plan_wl_busiest_link(&r, &net, &busy);
+            if (dl >= 0) {
+                snprintf(pols[k].link, sizeof pols[k].link, "%s > %s",
+                         t->nodes[prof_dl_tail(t, dl)].name,
+                         t->nodes[prof_dl_head(t, dl)].name);
+                pols[k].link_busy = busy;
+            }
             if (k == 0) lr = r;
             else plan_wl_run_free(&r);
         }
@@ -625,6 +638,11 @@ static int run(wcmd *c, util_err *e)
         }
         util_table_print(tb, stdout, "  ");
         util_table_free(tb);
+        for (int k = 0; k < 3; k++)
+            if (pols[k].feasible && pols[k].link[0])
+                printf("  %s: the busiest link, %s, is busy %.0f%% of the "
+                       "makespan\n", pols[k].name, pols[k].link,
+                       100 * pols[k].link_busy);
         for (int k = 3; k < 6; k++) printf("  %s: %s\n", pols[k].name, pols[k].note);
         util_fmt_bytes(hostcap, b2, sizeof b2);
         printf("\nlower bound: %s (all model FLOPs over %d GPUs at %.0f%% of "

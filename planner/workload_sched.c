@@ -239,6 +239,8 @@ static void xfer_start(loop *L, int gi, int dir, double bytes, int64_t ns,
     x->fin = INT64_MAX;
     L->act[L->n_act++] = x;
     mark(L, x->grp);
+    for (int k = 0; k < L->net->len[dir][gi]; k++)
+        L->r->link_bytes[L->net->route[dir][gi][k]] += bytes;
 }
 
 /* Max-min rates, at `now`, of the copies in the groups that changed, and
@@ -516,6 +518,8 @@ void plan_wl_schedule(const plan_wl_sjob *jobs, int n, int n_gpus,
     L.cand = util_malloc(sizeof(int) * (size_t)(n ? n : 1));
     if (L.net) {
         size_t nf = 2 * (size_t)n_gpus, nd = (size_t)L.net->n_dl;
+        r->n_dl = L.net->n_dl;
+        r->link_bytes = util_calloc(nd + 1, sizeof(double));
         L.grp = util_calloc(nf, sizeof *L.grp);
         L.dirty = util_calloc(nf, 1);
         L.dlist = util_calloc(nf, sizeof *L.dlist);
@@ -588,9 +592,26 @@ void plan_wl_schedule(const plan_wl_sjob *jobs, int n, int n_gpus,
     free(L.mm.frozen);
 }
 
+int plan_wl_busiest_link(const plan_wl_run *r, const plan_wl_net *n,
+                         double *busy)
+{
+    int best = -1;
+    *busy = 0;
+    if (!r->link_bytes || !n || r->n_dl != n->n_dl || r->makespan_ns <= 0)
+        return -1;
+    for (int dl = 0; dl < r->n_dl; dl++) {
+        double b = n->cap[dl] > 0
+                 ? r->link_bytes[dl] / (n->cap[dl] * (double)r->makespan_ns)
+                 : 0;
+        if (b > *busy) *busy = b, best = dl;
+    }
+    return best;
+}
+
 void plan_wl_run_free(plan_wl_run *r)
 {
     if (!r) return;
+    free(r->link_bytes);
     free(r->busy_ns);
     free(r->seg);
     memset(r, 0, sizeof *r);

@@ -338,6 +338,14 @@ Test(workload, copies_take_no_less_than_the_uplinks_carry)
         double b = json_number_value(json_object_get(p, "pcie_bytes"));
         cr_expect_geq(ms, b / (4 * up), "%s: %g s for %g bytes",
                       json_string_value(json_object_get(p, "policy")), ms, b);
+        /* and says which link is busiest: a switch's uplink, nearly
+         * always busy, as the copies outweigh the compute */
+        json_t *bl = json_object_get(p, "busiest_link");
+        const char *ln = json_string_value(json_object_get(bl, "link"));
+        double busy = json_number_value(json_object_get(bl, "busy"));
+        cr_expect(ln && strstr(ln, ".sw") && strstr(ln, ".cpu"), "%s",
+                  ln ? ln : "none");
+        cr_expect(busy > 0.6 && busy <= 1 + 1e-9, "busy %g", busy);
     }
     json_decref(j);
     cli_result_free(&r);
