@@ -4,6 +4,7 @@
  * makespan, utilisation, host DRAM and PCIe per policy, the lower bound,
  * a Gantt chart and a trace. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -457,6 +458,21 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
     return 0;
 }
 
+/* One shard policy's schedule, on a thread of its own. */
+typedef struct sched_job {
+    const plan_wl_sjob *jobs;
+    int n, ng;
+    plan_wl_sched_opts o;
+    plan_wl_run r;
+} sched_job;
+
+static void *sched_main(void *arg)
+{
+    sched_job *j = arg;
+    plan_wl_schedule(j->jobs, j->n, j->ng, &j->o, &j->r);
+    return NULL;
+}
+
 /* ---- output ---- */
 
 static int write_trace(const char *path, const plan_wl_run *r,
@@ -544,14 +560,29 @@ static int run(wcmd *c, util_err *e)
         /* every model FLOP at the GPU's best GEMM efficiency, over all GPUs */
         lb = flops / (ng * peak * gp->eff.gemm_max);
         const plan_wl_policy pl[] = {PLAN_WL_LRTF, PLAN_WL_RANDOM, PLAN_WL_RR};
+        /* the three schedules are independent: side by side */
+        sched_job sjobs[3];
+        pthread_t th[3];
+        int started[3] = {0};
         for (int k = 0; k < 3; k++) {
-            plan_wl_sched_opts o = {0};
-            o.policy = pl[k];
-            o.net = &net;
-            o.seed = c->seed;
-            o.record = k == 0 && (c->plot || c->trace);
-            plan_wl_run r;
-            plan_wl_schedule(sj, n, ng, &o, &r);
+            plan_wl_sched_opts *o = &sjobs[k].o;
+            memset(&sjobs[k], 0, sizeof sjobs[k]);
+            o->policy = pl[k];
+            o->net = &net;
+            o->seed = c->seed;
+            o->record = k == 0 && (c->plot || c->trace);
+            sjobs[k].jobs = sj;
+            sjobs[k].n = n;
+            sjobs[k].ng = ng;
+            if (k) started[k] = !pthread_create(&th[k], NULL, sched_main,
+                                                &sjobs[k]);
+        }
+        for (int k = 0; k < 3; k++)
+            if (!started[k]) sched_main(&sjobs[k]);
+        for (int k = 1; k < 3; k++)
+            if (started[k]) pthread_join(th[k], NULL);
+        for (int k = 0; k < 3; k++) {
+            plan_wl_run r = sjobs[k].r;
             pol_from_run(&pols[k], plan_wl_policy_name(pl[k]), &r);
             snprintf(pols[k].note, sizeof pols[k].note, "Hydra: shards over "
                      "all GPUs, state spilled to host DRAM");
