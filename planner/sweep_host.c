@@ -165,10 +165,7 @@ static int hydra_size(const prof_model_spec *shape, int layers,
     return 0;
 }
 
-/* The most layers of the shape that pol fits (0: not even one); *best
- * that plan, *next why one more layer does not fit. Doubling from the
- * shape's own depth, then bisection: fitting is monotone in depth (every
- * tier holds a share per layer). */
+/* One size of the sweep under policy pol (a schedule, or Hydra). */
 static int size_of(const prof_model_spec *shape, int layers,
                    const prof_finetune *ft, const prof_topo *t,
                    const char *hw, int pol, const plan_opts *po, fit *f,
@@ -178,6 +175,10 @@ static int size_of(const prof_model_spec *shape, int layers,
     return plan_size(shape, layers, ft, t, hw, (sim_sched)pol, po, f, e);
 }
 
+/* The most layers of the shape that pol fits (0: not even one); *best
+ * that plan, *next why one more layer does not fit. Doubling from the
+ * shape's own depth, then bisection: fitting is monotone in depth (every
+ * tier holds a share per layer). */
 static int largest(const prof_model_spec *shape, const prof_finetune *ft,
                    const prof_topo *t, const char *hw, int pol,
                    const plan_opts *po, fit *best, fit *next, util_err *e)
