@@ -396,12 +396,14 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
     b->feasible = 1;
     double *dur = util_malloc(sizeof(double) * (size_t)n);
     int conc = n < ng ? n : ng, offl = 0;
+    /* each GPU's share of the links while every job copies at once */
+    double d2h = plan_wl_net_share(net, conc, 1),
+           h2d = plan_wl_net_share(net, conc, 0);
     work = 0;
     for (int j = 0; j < n && b->feasible; j++) {
         double i1 = it[j * ns + ns - 1];
         if (i1 < 0) {
-            i1 = zero_offload_s(&P[j], conc, plan_wl_net_share(net, conc, 1),
-                                plan_wl_net_share(net, conc, 0), e);
+            i1 = zero_offload_s(&P[j], conc, d2h, h2d, e);
             if (i1 == -2) { free(it); free(bz); free(dur); return -1; }
             if (i1 < 0) {
                 b->feasible = 0;

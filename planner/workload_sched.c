@@ -69,7 +69,6 @@ static ev heap_pop(heap *h)
 /* A copy moving bytes on its share of the links (net): left bytes at
  * t0, moving at rate, the last one at fin. */
 typedef struct xfer {
-    int on;
     int gpu, dir, grp;
     double left, rate;        /* bytes at t0; bytes per ns */
     int64_t t0, fin;
@@ -84,7 +83,7 @@ typedef struct evq {          /* a write-back waiting for the stream */
 typedef struct gstate {
     int cur, nxt;             /* jobs: computing, reserved next; -1 */
     const plan_wl_step *cur_step, *nxt_step;
-    int64_t cur_start, cur_ns;
+    int64_t cur_ns;
     /* the load of nxt: 0 none, 1 waiting, 2 moving, 3 done */
     int ld;
     int ld_after;             /* waits for the current step's end */
@@ -229,7 +228,6 @@ static void xfer_start(loop *L, int gi, int dir, double bytes, int64_t ns,
                               : ns), dir ? EV_OUT : EV_IN, gi);
         return;
     }
-    x->on = 1;
     x->gpu = gi;
     x->dir = dir;
     x->grp = L->grp[dir * L->ng + gi];
@@ -288,7 +286,6 @@ static void net_finish(loop *L, int64_t t)
     for (int i = 0; i < L->n_act;) {
         xfer *x = L->act[i];
         if (x->fin > t) { i++; continue; }
-        x->on = 0;
         L->act[i] = L->act[--L->n_act];
         mark(L, x->grp);
         push(L, t + (int64_t)llround(L->net->lat_ns[x->dir][x->gpu]),
@@ -393,7 +390,6 @@ static void start(loop *L, int gi, int64_t now)
     jstate *s = &L->j[j];
     g->cur = j;
     g->cur_step = g->nxt_step;
-    g->cur_start = now;
     /* the host's step under clipping runs on the device's thread, as
      * sluice exec runs it */
     g->cur_ns = g->cur_step->compute_ns +
