@@ -80,6 +80,9 @@ static void usage(FILE *f)
         "  --state-bytes N        weights+grads+optimizer bytes per parameter\n"
         "                         (default 16: Adam, mixed precision)\n"
         "  --json                 print the summary as JSON\n"
+        "  --ops                  also each op's forward, input-gradient and\n"
+        "                         weight-gradient time per microbatch on its\n"
+        "                         stage's device, and its share of the stage\n"
         "  --trace FILE           write a Chrome/Perfetto trace\n"
         "  --plot PREFIX          write PREFIX-timeline.{png,svg} and\n"
         "                         PREFIX-memory.{png,svg} (needs gnuplot)\n"
@@ -171,7 +174,7 @@ static void map_lpt(const prof_model *m, const prof_gpu *g, sim_plan *p)
 
 typedef struct cmd_opts {
     const char *plan_file, *partition, *trace, *plot, *out, *measured;
-    int json, stages, emit;
+    int json, stages, emit, ops;
     int swap_given;             /* --act-swap K[:J] (else auto) */
     const char *state_tiers;    /* --state-tiers LIST */
 } cmd_opts;
@@ -277,6 +280,8 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 return -1;
         } else if (!strcmp(a, "--json")) {
             c->json = 1;
+        } else if (!strcmp(a, "--ops")) {
+            c->ops = 1;
         } else if (!strcmp(a, "--plan")) {
             if (need(i, argc, argv, e)) return -1;
             c->plan_file = argv[++i];
@@ -340,7 +345,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 "--measured", "--no-recompute", "--sequence-parallel",
                 "--zero", "--fsdp", "--finetune", "--offload-tier",
                 "--host-mem", "--nvme", "--gpus-per-server", "--pcie-gen",
-                "--act-swap", "--state-tiers"};
+                "--act-swap", "--state-tiers", "--ops"};
             const char *near = util_closest(a, known, sizeof known / sizeof *known);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -626,10 +631,12 @@ static int run(int argc, char **argv, util_err *e)
     }
     if (c.json) {
         json_t *j = sim_report_json(&p, m, tp, cs, &r, ir);
+        if (c.ops) json_object_set_new(j, "ops", sim_report_ops_json(m, cs));
         util_json_print(j, stdout);
         json_decref(j);
     } else {
         sim_report_print(&p, m, tp, cs, &r, ir, stdout);
+        if (c.ops) sim_report_ops_print(m, cs, stdout);
     }
     /* the answer is printed; a plan over a device's memory does not run */
     if (r.oom) {

@@ -733,6 +733,7 @@ void sim_costs_free(sim_costs *c)
 {
     if (!c) return;
     free(c->stage);
+    free(c->op_ns);
     free(c->stage_device);
     free(c->xfer_bytes);
     free(c->dev_gpu);
@@ -846,6 +847,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                       m->ops[i].name);
             return NULL;
         }
+    c->n_ops = m->n_ops;
+    c->op_ns = util_calloc((size_t)m->n_ops * 3, sizeof(double));
     c->tp = tpw;
     c->sp = sp;
     c->recompute = rc;
@@ -897,11 +900,12 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         for (int i = first_op[s]; i <= last_op[s]; i++) {
             prof_op opx = op_split(&m->ops[i], tpw, sp);
             const prof_op *op = &opx;
-            double fi = (double)sim_op_ns(g, dt, op, mbs, SIM_F, meas);
+            double *on = c->op_ns + 3 * (size_t)i;
+            double fi = on[0] = (double)sim_op_ns(g, dt, op, mbs, SIM_F, meas);
             double cf = 0, cb = 0;
             f += fi;
-            bb += (double)sim_op_ns(g, dt, op, mbs, SIM_B, meas);
-            w += (double)sim_op_ns(g, dt, op, mbs, SIM_W, meas);
+            bb += on[1] = (double)sim_op_ns(g, dt, op, mbs, SIM_B, meas);
+            w += on[2] = (double)sim_op_ns(g, dt, op, mbs, SIM_W, meas);
             if (tpw > 1)
                 tp_colls(m, i, tpw, sp, ring_base, ring_lat, ring_bw, mbs, &cf,
                          &cb);

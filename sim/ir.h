@@ -402,6 +402,11 @@ struct sim_costs {
                                  * (stage tiers: the fullest server's) */
     double nvme_bytes, nvme_cap;/* the same on the drives */
     sim_stage_cost *stage;
+    /* each op's task times on its stage's device, per microbatch (one
+     * tensor-parallel rank's share): op_ns[3 * i + k], k a sim_kind of
+     * F, B, W; n_ops of them (0 for costs not built from a model) */
+    int n_ops;
+    double *op_ns;
     int *stage_device;          /* n_stages */
     double *xfer_bytes;         /* [s*n_stages+t]: s's outputs read by t, per mb */
     const prof_topo *topo;      /* lent; NULL: communication is free */

@@ -462,3 +462,71 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
     json_object_set_new(o, "events", json_integer(r->events));
     return o;
 }
+
+/* Where a stage's compute goes: each op's F, B and W on its stage's
+ * device, per microbatch, and its share of the stage's F + B + W. The
+ * stages of one pipeline (the replicas run the same ops). */
+static double stage_op_sum(const sim_costs *c, int s)
+{
+    double sum = 0;
+    for (int i = c->stage[s].first_op; i <= c->stage[s].last_op; i++)
+        sum += c->op_ns[3 * i] + c->op_ns[3 * i + 1] + c->op_ns[3 * i + 2];
+    return sum;
+}
+
+void sim_report_ops_print(const prof_model *m, const sim_costs *c, FILE *f)
+{
+    if (!m || !c->op_ns || c->n_ops != m->n_ops) return;
+    util_table *t = util_table_new(7);
+    const char *h[] = {"stage", "op", "role", "F ms", "B ms", "W ms",
+                       "share"};
+    for (int k = 0; k < 7; k++) util_table_col(t, k, h[k], k && k < 3 ? 'l'
+                                                                       : 'r');
+    for (int s = 0; s < c->n_model_stages; s++) {
+        double sum = stage_op_sum(c, s);
+        for (int i = c->stage[s].first_op; i <= c->stage[s].last_op; i++) {
+            const double *on = c->op_ns + 3 * (size_t)i;
+            char st[16], fb[3][32], sh[16];
+            snprintf(st, sizeof st, "%d", s);
+            for (int k = 0; k < 3; k++)
+                snprintf(fb[k], sizeof fb[k], "%.3f", on[k] * 1e-6);
+            snprintf(sh, sizeof sh, "%.1f%%",
+                     sum > 0 ? 100 * (on[0] + on[1] + on[2]) / sum : 0);
+            const char *row[] = {st, m->ops[i].name,
+                                 prof_op_role_name(m->ops[i].role), fb[0],
+                                 fb[1], fb[2], sh};
+            util_table_row(t, row);
+        }
+        if (s + 1 < c->n_model_stages) util_table_sep(t);
+    }
+    fprintf(f, "\nops, per microbatch of %g on its stage's device (one "
+            "tensor-parallel rank's share; F forward, B input gradient, W "
+            "weight gradient; share of the stage's F + B + W):\n",
+            c->samples_per_mb);
+    util_table_print(t, f, "  ");
+    util_table_free(t);
+}
+
+json_t *sim_report_ops_json(const prof_model *m, const sim_costs *c)
+{
+    json_t *a = json_array();
+    if (!m || !c->op_ns || c->n_ops != m->n_ops) return a;
+    for (int s = 0; s < c->n_model_stages; s++) {
+        double sum = stage_op_sum(c, s);
+        for (int i = c->stage[s].first_op; i <= c->stage[s].last_op; i++) {
+            const double *on = c->op_ns + 3 * (size_t)i;
+            json_t *o = json_object();
+            json_object_set_new(o, "stage", json_integer(s));
+            json_object_set_new(o, "op", json_string(m->ops[i].name));
+            json_object_set_new(o, "role", json_string(
+                prof_op_role_name(m->ops[i].role)));
+            json_object_set_new(o, "fwd_s", json_real(on[0] * 1e-9));
+            json_object_set_new(o, "bwd_in_s", json_real(on[1] * 1e-9));
+            json_object_set_new(o, "bwd_w_s", json_real(on[2] * 1e-9));
+            json_object_set_new(o, "share", json_real(
+                sum > 0 ? (on[0] + on[1] + on[2]) / sum : 0));
+            json_array_append_new(a, o);
+        }
+    }
+    return a;
+}

@@ -178,6 +178,10 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
 json_t *sim_report_json(const sim_plan *p, const prof_model *m,
                         const prof_topo *t, const sim_costs *c,
                         const sim_result *r, const sim_ir *ir);
+/* --ops: each op's F, B and W per microbatch on its stage's device and
+ * its share of the stage's compute, as a table and as a JSON array. */
+void sim_report_ops_print(const prof_model *m, const sim_costs *c, FILE *f);
+json_t *sim_report_ops_json(const prof_model *m, const sim_costs *c);
 /* Chrome/Perfetto trace-event JSON: a process per device, a thread per
  * stream, X events in microseconds, memory counters, send->recv flows. */
 int sim_trace_write(const char *path, const sim_ir *ir, const sim_result *r,

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "profiles/profiles.h"
 #include "tests/harness.h"
 #include "util/util.h"
 
@@ -247,4 +248,46 @@ Test(sim_cli, same_input_same_trace)
     unlink(b);
     rmdir(dir);
     free(dir);
+}
+
+/* --ops: every op once, in its stage, the shares of each stage summing
+ * to one; the table names the same ops. */
+Test(sim_cli, ops_say_where_each_stage_spends_its_time)
+{
+    const char *args = "sim --hw h100-sxm x2 --model gpt2 --schedule 1f1b "
+                       "--pp 2 --mbs 2 --microbatches 4 --ops";
+    cli_result r = cli_run("%s --json", args);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, "%s", r.out);
+    json_t *ops = json_object_get(j, "ops");
+    cr_assert(json_is_array(ops));
+    util_err e;
+    prof_model *m = prof_model_load("gpt2", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    cr_assert_eq(json_array_size(ops), (size_t)m->n_ops);
+    double share[2] = {0, 0};
+    int last_stage = 0;
+    for (size_t i = 0; i < json_array_size(ops); i++) {
+        json_t *o = json_array_get(ops, i);
+        int st = (int)json_integer_value(json_object_get(o, "stage"));
+        cr_assert(st == 0 || st == 1, "stage %d", st);
+        cr_assert_geq(st, last_stage, "ops in stage order");
+        last_stage = st;
+        cr_assert_str_eq(json_string_value(json_object_get(o, "op")),
+                         m->ops[i].name);
+        cr_assert_geq(json_real_value(json_object_get(o, "fwd_s")), 0);
+        share[st] += json_real_value(json_object_get(o, "share"));
+    }
+    cr_expect_float_eq(share[0], 1, 1e-9);
+    cr_expect_float_eq(share[1], 1, 1e-9);
+    json_decref(j);
+    cli_result q = cli_run("%s", args);
+    cr_assert_eq(q.code, 0, "%s", q.err);
+    cr_assert(strstr(q.out, "ops, per microbatch of 2"), "%s", q.out);
+    cr_assert(strstr(q.out, "head.loss"), "%s", q.out);
+    cr_assert(strstr(q.out, "l0.attn.core"), "%s", q.out);
+    cli_result_free(&q);
+    cli_result_free(&r);
+    prof_model_free(m);
 }
