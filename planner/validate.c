@@ -37,8 +37,9 @@ typedef struct vrow {
 typedef struct vhead {
     char gpu[32], sched[32], dtype[8];
     int vocab, seq, recompute, sp, zero, flash;
-    int set_vocab, set_seq, set_dtype, set_flash; /* given: overrides a
-                                                   * catalog model */
+    int fused_loss;
+    int set_vocab, set_seq, set_dtype, set_flash, set_fused_loss; /* given:
+                                   * overrides a catalog model */
 } vhead;
 
 static int directive(const char *line, vhead *h)
@@ -62,6 +63,8 @@ static int directive(const char *line, vhead *h)
                          ? sim_recompute_parse(v) : atoi(v) != 0;
         else if (!strcmp(t, "sp")) h->sp = atoi(v) != 0;
         else if (!strcmp(t, "flash")) h->flash = atoi(v) != 0, h->set_flash = 1;
+        else if (!strcmp(t, "fused_loss"))
+            h->fused_loss = atoi(v) != 0, h->set_fused_loss = 1;
         else if (!strcmp(t, "zero")) {
             h->zero = atoi(v);
             if (h->zero < 0 || h->zero > 3) return -1;
@@ -134,6 +137,7 @@ static int row_spec(const vrow *r, const vhead *h, prof_model_spec *s,
         if (!r->model[0]) s->max_pos = h->seq;
     }
     if (h->set_flash) s->flash_attn = h->flash;
+    if (h->set_fused_loss) s->fused_loss = h->fused_loss;
     if (!r->model[0] || h->set_dtype)
         s->dtype = !strcmp(h->dtype, "bf16") ? PROF_DT_BF16 : PROF_DT_FP16;
     return 0;

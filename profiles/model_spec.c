@@ -61,6 +61,7 @@ static void defaults(prof_model_spec *s)
     s->pooler = f == PROF_FAM_BERT;
     s->dropout = f != PROF_FAM_LLAMA;
     s->flash_attn = 0;
+    s->fused_loss = 0;
     s->act = f == PROF_FAM_LLAMA ? PROF_ACT_SILU
              : (f == PROF_FAM_OPT || f == PROF_FAM_T5) ? PROF_ACT_RELU
                                                        : PROF_ACT_GELU;
@@ -164,7 +165,7 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
         "name", "family", "hidden", "layers", "dec_layers", "heads",
         "kv_heads", "head_dim", "ffn", "vocab", "seq_len", "dec_seq_len",
         "max_pos", "type_vocab", "tied_embeddings", "gated_mlp", "rmsnorm",
-        "bias", "rel_pos_buckets", "pooler", "dropout", "flash_attn", "act",
+        "bias", "rel_pos_buckets", "pooler", "dropout", "flash_attn", "fused_loss", "act",
         "dtype", "batch", "source", NULL};
     if (util_jkeys(o, keys, e)) return -1;
     int fam = 0;
@@ -186,7 +187,8 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
     if (getb(o, "tied_embeddings", &s->tied_embeddings, e) ||
         getb(o, "gated_mlp", &s->gated_mlp, e) || getb(o, "rmsnorm", &s->rmsnorm, e) ||
         getb(o, "bias", &s->bias, e) || getb(o, "pooler", &s->pooler, e) ||
-        getb(o, "dropout", &s->dropout, e) || getb(o, "flash_attn", &s->flash_attn, e))
+        getb(o, "dropout", &s->dropout, e) || getb(o, "flash_attn", &s->flash_attn, e) ||
+        getb(o, "fused_loss", &s->fused_loss, e))
         return -1;
     int v = (int)s->act;
     if (util_jenum(o, "act", 0, act_names, &v, e)) return -1;

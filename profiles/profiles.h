@@ -335,6 +335,11 @@ typedef struct prof_model_spec {
     int dropout;         /* dropout masks kept for backward */
     int flash_attn;      /* fused attention: no s*s scores kept, recomputed
                           * in backward */
+    int fused_loss;      /* the loss is one fused kernel (flash-attn's
+                          * cross-entropy, LLM Foundry's default): it reads
+                          * the logits once and writes their gradient over
+                          * them; else the framework's fp32 log-softmax and
+                          * NLL (PyTorch's under autocast, Megatron-LM's) */
     prof_act act;        /* MLP activation (gated with gated_mlp) */
     prof_dtype dtype;    /* training precision of weights and activations */
     int batch;           /* default global batch (sequences) for planning;
@@ -403,6 +408,10 @@ typedef struct prof_op {
                              * model, but a stage holding it keeps a copy */
     double fwd_flops, bwd_in_flops, bwd_w_flops;
     double bytes_read, bytes_written;   /* forward memory traffic */
+    double bwd_bytes;       /* the input gradient's memory traffic; 0:
+                             * twice the forward's (it reads the saved
+                             * input and the output's gradient, writes
+                             * the input's) */
     double params;          /* the op's parameters (a LoRA adapter's too) */
     /* Fine-tuning (prof_model_finetune; full training: train_params =
      * params and the rest 0): the parameters that get gradients and

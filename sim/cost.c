@@ -156,7 +156,8 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
         }
     }
     double bytes = (op->bytes_read + op->bytes_written) * b;
-    if (k == SIM_B) bytes *= 2; /* reads the saved input and dY, writes dX */
+    if (k == SIM_B) /* reads the saved input and dY, writes dX */
+        bytes = op->bwd_bytes > 0 ? op->bwd_bytes * b : 2 * bytes;
     double t_mem = 0;
     if (bytes > 0 && g->mem_bw_bytes_per_s > 0) {
         double eff = prof_mem_eff(&g->eff, bytes);
@@ -306,6 +307,7 @@ static prof_op op_split(const prof_op *op, int t, int sp)
     o.bwd_w_flops /= t;
     o.bytes_read /= t;
     o.bytes_written /= t;
+    o.bwd_bytes /= t;
     if (r != TP_NONE) {
         o.params /= t;
         o.train_params /= t;

@@ -308,3 +308,34 @@ Test(model, op_roles)
         prof_model_free(m);
     }
 }
+
+/* The loss as frameworks compute it: the fp32 cast and the log-softmax's
+ * passes (bytes per logit: 22 forward and 26 backward in bf16, 16 and 20
+ * in fp32, the fp32 log-probabilities kept), or one fused kernel (the
+ * logits read once, the gradient written over them). */
+Test(model, loss_bytes_as_frameworks_compute_it)
+{
+    struct { prof_dtype dt; int fused; double fwd, bwd, act; } c[] = {
+        {PROF_DT_BF16, 0, 22, 26, 4}, {PROF_DT_FP16, 0, 22, 26, 4},
+        {PROF_DT_FP32, 0, 16, 20, 4}, {PROF_DT_BF16, 1, 2, 4, 2},
+        {PROF_DT_FP32, 1, 4, 8, 4}};
+    for (size_t k = 0; k < sizeof c / sizeof *c; k++) {
+        util_err e;
+        prof_model_spec s;
+        cr_assert_eq(prof_model_spec_get("gpt2", &s, &e), 0, "%s", e.msg);
+        s.dtype = c[k].dt;
+        s.fused_loss = c[k].fused;
+        prof_model *m = prof_model_build(&s, &e);
+        cr_assert_not_null(m, "%s", e.msg);
+        const prof_op *l = &m->ops[m->n_ops - 1];
+        cr_assert_eq(l->role, PROF_ROLE_LOSS);
+        double n = (double)s.seq_len * s.vocab;
+        /* the per-token loss (and log-sum-exp) aside */
+        double fwd = (l->bytes_read + l->bytes_written) / n;
+        cr_expect(fabs(fwd - c[k].fwd) < 0.01, "case %zu: %.3f B/logit "
+                  "forward, want %g", k, fwd, c[k].fwd);
+        cr_expect_float_eq(l->bwd_bytes / n, c[k].bwd, 1e-9, "case %zu", k);
+        cr_expect_float_eq(l->act_bytes / n, c[k].act, 1e-9, "case %zu", k);
+        prof_model_free(m);
+    }
+}

@@ -1,6 +1,7 @@
 /* sim: plan files (round trip, located errors, coverage checks),
  * partitions, deterministic traces and repeated runs. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -344,4 +345,44 @@ Test(sim_costs, measured_override)
     cr_assert_neq(sim_op_ns(&g, PROF_DT_FP16, op, 4, SIM_B, &t), 123456);
     sim_measured_free(&t);
     chain_free(m);
+}
+
+/* sim --ops: an op's F, B and W on its stage's device add up to the
+ * stage's tasks (no tensor parallelism: nothing else is in them), and a
+ * backward with its own traffic (the loss) is priced by it. */
+Test(sim_costs, op_times_add_up_to_the_stages)
+{
+    util_err e;
+    prof_model_spec s;
+    cr_assert_eq(prof_model_spec_get("gpt2", &s, &e), 0, "%s", e.msg);
+    s.dtype = PROF_DT_BF16;
+    prof_model *m = prof_model_build(&s, &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    prof_topo *t = test_topo("h100-sxm", 2);
+    int cut = m->layers[m->n_layers / 2].first_op;
+    int first[2] = {0, cut}, last[2] = {cut - 1, m->n_ops - 1}, dev[2] = {0, 1};
+    sim_cost_opts o = {.mbs = 4};
+    sim_costs *c = sim_costs_build(m, t, 2, first, last, dev, 2, &o, &e);
+    cr_assert_not_null(c, "%s", e.msg);
+    cr_assert_eq(c->n_ops, m->n_ops);
+    for (int st = 0; st < 2; st++) {
+        double sum[3] = {0, 0, 0};
+        for (int i = first[st]; i <= last[st]; i++)
+            for (int k = 0; k < 3; k++) sum[k] += c->op_ns[3 * i + k];
+        cr_expect_eq((int64_t)sum[0], c->stage[st].f_ns, "stage %d F", st);
+        cr_expect_eq((int64_t)sum[1], c->stage[st].b_ns, "stage %d B", st);
+        cr_expect_eq((int64_t)sum[2], c->stage[st].w_ns, "stage %d W", st);
+    }
+    /* the loss: memory-bound, its input gradient priced by its own
+     * traffic (26 bytes a logit), not twice its forward's (22) */
+    const prof_op *l = &m->ops[m->n_ops - 1];
+    const prof_gpu *g = prof_topo_gpu(t, 1);
+    double want = sim_op_model_ns(g, PROF_DT_BF16, l, 4, SIM_F) *
+                  l->bwd_bytes / (l->bytes_read + l->bytes_written);
+    double b = c->op_ns[3 * (m->n_ops - 1) + 1];
+    cr_expect(fabs(b / want - 1) < 0.02, "loss B %.0f ns, want %.0f", b, want);
+    cr_expect_eq(c->op_ns[3 * (m->n_ops - 1) + 2], 0, "the loss has no W");
+    sim_costs_free(c);
+    prof_topo_free(t);
+    prof_model_free(m);
 }
