@@ -34,8 +34,11 @@
 #       measured against simulated iteration and peak;
 #   (g) cuBLAS's sustained bf16 GEMM rate for a transformer layer's shapes
 #       (build/gpu/gemm_rate), as a share of the profile's bf16 peak: what
-#       the profile's GEMM efficiency (gemm_max and its curve) should say.
-# SLUICE_GPU_CHECKS lists the checks to run (default: "a b b1 c d e f g h").
+#       the profile's GEMM efficiency (gemm_max and its curve) should say;
+#   (t) where python3 has PyTorch with CUDA: an MPT block's ops as PyTorch
+#       runs them in bf16 (tests/gpu/torch_ops.py) beside `sluice sim
+#       --ops` for the same ops (tests/gpu/torch_ops_compare.py).
+# SLUICE_GPU_CHECKS lists the checks to run (default: "a b b1 c d e f g h t").
 # Without a GPU it says why it skipped and exits 0. Exit 1 when a check
 # fails. SLUICE_GPU_HW names the plan's hardware (default: from the GPU's
 # name); MAKE_JOBS the build's parallelism (default 2);
@@ -97,7 +100,7 @@ data=${SLUICE_GPU_DATA:-$tmp/corpus.txt}
 [ -n "${SLUICE_GPU_DATA:-}" ] || cat README.md exec/*.c >"$data"
 echo "tests/gpu/run.sh: ${gpu:-a GPU} (${count:-?} visible), plans for $hw"
 fail=0
-checks=" ${SLUICE_GPU_CHECKS:-a b b1 c d e f g h} "
+checks=" ${SLUICE_GPU_CHECKS:-a b b1 c d e f g h t} "
 want() {
     case "$checks" in *" $1 "*) return 0 ;; esac
     return 1
@@ -252,6 +255,23 @@ echo "== (g) cuBLAS's bf16 GEMMs, sustained, against the profile's peak"
 peak=$($bin profile show --hw "$hw" x1 --json | tr -d ' \n' |
        sed -n 's/.*"peak_tflops":{[^}]*"bf16":\([0-9.]*\).*/\1/p')
 build/gpu/gemm_rate "${peak:-0}" 2 || fail=1
+fi
+
+if want t; then
+echo "== (t) PyTorch's bf16 ops of an MPT block against sluice sim --ops"
+if python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' \
+       2>/dev/null; then
+    if python3 tests/gpu/torch_ops.py "$tmp/torch_ops.json" 2>"$tmp/t.log" &&
+       python3 tests/gpu/torch_ops_compare.py "$tmp/torch_ops.json" "$hw" \
+           "$bin" >"$tmp/t.txt"; then
+        sed -n '/by role/,$p' "$tmp/t.txt"
+        keep "$tmp/torch_ops.json" "$tmp/t.txt"
+    else
+        tail -n 5 "$tmp/t.log" "$tmp/t.txt"; fail=1
+    fi
+else
+    echo "skipped: python3 has no PyTorch with CUDA"
+fi
 fi
 
 if want d; then
