@@ -37,7 +37,8 @@
 #       the profile's GEMM efficiency (gemm_max and its curve) should say;
 #   (t) where python3 has PyTorch with CUDA: an MPT block's ops as PyTorch
 #       runs them in bf16 (tests/gpu/torch_ops.py) beside `sluice sim
-#       --ops` for the same ops (tests/gpu/torch_ops_compare.py).
+#       --ops` for the same ops (tests/gpu/torch_ops_compare.py), and a
+#       7B model's block run for 30 s (tests/gpu/torch_sustained.py).
 # SLUICE_GPU_CHECKS lists the checks to run (default: "a b b1 c d e f g h t").
 # Without a GPU it says why it skipped and exits 0. Exit 1 when a check
 # fails. SLUICE_GPU_HW names the plan's hardware (default: from the GPU's
@@ -266,6 +267,10 @@ if python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' \
            "$bin" >"$tmp/t.txt"; then
         sed -n '/by role/,$p' "$tmp/t.txt"
         keep "$tmp/torch_ops.json" "$tmp/t.txt"
+        # a 7B model's block for 30 s: does the GPU hold its speed?
+        python3 tests/gpu/torch_sustained.py "$tmp/sustained.json" 30 ||
+            fail=1
+        keep "$tmp/sustained.json"
     else
         tail -n 5 "$tmp/t.log" "$tmp/t.txt"; fail=1
     fi

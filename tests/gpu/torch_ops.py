@@ -3,7 +3,7 @@
 
 The ops of an MPT block (LLM Foundry's GPT-3-style layer: LayerNorm, fused
 QKV, causal flash attention, output projection, residual, 4h GELU MLP),
-the LM head and its cross-entropy, and one fused AdamW step, each timed
+the LM head and its cross-entropy, and one AdamW step (fused, and multi-tensor), each timed
 alone, forward and backward (the backward's input and weight gradients
 together), with CUDA events, at the hidden sizes and microbatches of the
 validation's MPT rows (sequence 2048). Also the whole block forward and
@@ -16,6 +16,7 @@ the two can be set side by side. Needs PyTorch with CUDA; not part of
 `make test`.
 """
 import json
+import os
 import sys
 
 import torch
@@ -26,6 +27,10 @@ VOCAB = 50368
 # (hidden, heads, microbatch): validation/llmfoundry-mpt-fsdp-h100-sxm.csv
 SHAPES = [(1536, 12, 24), (2048, 16, 20), (2560, 20, 8), (4096, 32, 6),
           (5120, 40, 2), (7168, 56, 8), (8192, 64, 8)]
+# SLUICE_TORCH_SHAPES="768:12:32,1024:16:32" times others
+if os.environ.get("SLUICE_TORCH_SHAPES"):
+    SHAPES = [tuple(int(v) for v in t.split(":"))
+              for t in os.environ["SLUICE_TORCH_SHAPES"].split(",")]
 DT = torch.bfloat16
 
 
@@ -146,16 +151,19 @@ def layer_ops(h, heads, b):
         [logits], [])
     del logits, head, x
 
-    # one fused AdamW step over a layer's parameters in fp32 (FSDP's
+    # one AdamW step over a layer's parameters in fp32 (FSDP's
     # sharded master copy); ms for the 12 h^2 + 13 h parameters
     n = 12 * h * h + 13 * h
     p = torch.zeros(n, device=dev, dtype=torch.float32, requires_grad=True)
     p.grad = torch.randn_like(p)
     opt = torch.optim.AdamW([p], lr=1e-4, fused=True)
     adam = timed(opt.step)
+    # the multi-tensor step (PyTorch's default; fused is asked for)
+    opt = torch.optim.AdamW([p], lr=1e-4, foreach=True)
+    adam_foreach = timed(opt.step)
     del p, opt
     torch.cuda.empty_cache()
-    return rows, whole, {"params": n, "ms": adam}
+    return rows, whole, {"params": n, "ms": adam, "foreach_ms": adam_foreach}
 
 
 def main():

@@ -77,9 +77,13 @@ def main():
             a = sh["adamw"]
             # sluice prices AdamW as 28 bytes a parameter at the
             # streaming rate (sim_opt_model_ns)
-            print(f"  AdamW (fused, fp32): {28 * a['params'] / a['ms'] / 1e6:.0f}"
-                  f" GB/s at 28 bytes a parameter; the copy "
-                  f"{d['copy_gb_per_s']:.0f} GB/s")
+            many = (f", multi-tensor "
+                    f"{28 * a['params'] / a['foreach_ms'] / 1e6:.0f}"
+                    if "foreach_ms" in a else "")
+            print(f"  AdamW in fp32, fused "
+                  f"{28 * a['params'] / a['ms'] / 1e6:.0f}{many} GB/s at 28 "
+                  f"bytes a parameter; the copy {d['copy_gb_per_s']:.0f} "
+                  f"GB/s")
     print("\nmeasured over sluice's time, fwd + bwd, by role (one value a "
           "shape; attn.core.KERNEL: PyTorch's attention kernels, .full "
           "without the causal mask, against sluice's fused core):")
