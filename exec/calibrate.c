@@ -109,10 +109,10 @@ static int write_spec(const char *path, const layer_size *L, util_err *e)
         "{\"name\": \"calib-%dx%d\", \"family\": \"gpt\", \"hidden\": %d, "
         "\"layers\": %d, \"heads\": %d, \"ffn\": %d, \"vocab\": %d, "
         "\"seq_len\": %d, \"max_pos\": %d, \"tied_embeddings\": true, "
-        "\"bias\": true, \"dropout\": false, \"batch\": %d, \"dtype\": "
-        "\"fp32\", \"source\": \"sluice calibrate: a GPT of one layer "
-        "size\"}\n", L->C, L->T, L->C, SYN_LAYERS, L->C / L->hs, 4 * L->C,
-        L->V, L->T, L->T, L->mbs);
+        "\"bias\": true, \"dropout\": false, \"fused_loss\": true, "
+        "\"batch\": %d, \"dtype\": \"fp32\", \"source\": \"sluice "
+        "calibrate: a GPT of one layer size\"}\n", L->C, L->T, L->C,
+        SYN_LAYERS, L->C / L->hs, 4 * L->C, L->V, L->T, L->T, L->mbs);
     return util_write_atomic(path, text, (size_t)n, e);
 }
 

@@ -421,9 +421,12 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         return util_err_prefix(e, "%s", where);
     /* the run is predicted as it runs: every backend computes and keeps
      * its weights in fp32 (a GPU's bf16 peak would price it 10x too
-     * fast), without dropout (the masks would add memory it never uses) */
+     * fast), without dropout (the masks would add memory it never uses),
+     * and its loss is one kernel (softmax_xent: the probabilities kept,
+     * the gradient written in place) */
     spec.dtype = PROF_DT_FP32;
     spec.dropout = 0;
+    spec.fused_loss = 1;
     if (!(r->topo = load_hw(p->hw, e)) ||
         !(r->model = prof_model_build(&spec, e)) ||
         prof_model_finetune(r->model, &p->ft, e))

@@ -303,7 +303,8 @@ static double zero_offload_s(const wl_prep *p, int concurrent, double d2h_bw,
         if (!c) { *e = e2; return -2; }
         const sim_stage_cost *s = &c->stage[0];
         double need = 2 * wb * s->params + s->keep_bytes +
-                      fmax(s->fwd_ws_bytes, s->rec_ws_bytes);
+                      fmax(s->fwd_ws_bytes, s->rec_ws_bytes) +
+                      s->fwd_scratch_bytes;
         double nmb = (double)p->job->batch / mbs;
         double fw = (double)s->f_ns * nmb * 1e-9;
         double bw = (double)(s->r_ns + s->b_ns + s->w_ns) * nmb * 1e-9;

@@ -367,6 +367,13 @@ static void head(builder *b, int x, double s_tok, int final_norm)
         loss->bytes_written = n * (cast ? 4 : 0) + n * 4 + s_tok * 4;
         loss->bwd_bytes = n * 20 + n * (cast ? 4 + e : 0);
         loss->act_bytes = n * 4; /* fp32 log-probabilities */
+        /* Its forward holds the logits, which nothing keeps, and their
+         * fp32 copy beside the log-probabilities; its backward the NLL's
+         * gradient and the input's fp32 gradient (8 bytes a logit) where
+         * the input's gradient is e. PyTorch 2.11 on an H100 took
+         * exactly these (tests/gpu/torch_loss_mem.py). */
+        loss->fwd_scratch = n * e + n * (cast ? 4 : 0);
+        loss->bwd_scratch = n * (8 - e);
     }
     loss->out_bytes = 4;
 }

@@ -412,6 +412,10 @@ typedef struct prof_op {
                              * twice the forward's (it reads the saved
                              * input and the output's gradient, writes
                              * the input's) */
+    /* what the op holds while its forward (its input gradient) runs,
+     * beyond what it keeps and the gradients of its inputs (the unfused
+     * loss's fp32 copies) */
+    double fwd_scratch, bwd_scratch;
     double params;          /* the op's parameters (a LoRA adapter's too) */
     /* Fine-tuning (prof_model_finetune; full training: train_params =
      * params and the rest 0): the parameters that get gradients and

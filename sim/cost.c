@@ -308,6 +308,8 @@ static prof_op op_split(const prof_op *op, int t, int sp)
     o.bytes_read /= t;
     o.bytes_written /= t;
     o.bwd_bytes /= t;
+    o.fwd_scratch /= t;
+    o.bwd_scratch /= t;
     if (r != TP_NONE) {
         o.params /= t;
         o.train_params /= t;
@@ -571,10 +573,11 @@ static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
         }
         double dy = has[i - first] ? out_rank(op, t, sp) : 0;
         double act = sim_op_act_rank(m, i, t, sp);
+        double scratch = op_split(op, t, sp).bwd_scratch;
         int rec = sim_op_recomputed(m, i, rc), waits = op->bwd_w_flops > 0;
         for (int k = 0; k < 4; k++) {
             live[k] += add;
-            if (live[k] > ws[k]) ws[k] = live[k];
+            if (live[k] + scratch > ws[k]) ws[k] = live[k] + scratch;
             if ((k & 1) || !waits)
                 live[k] -= dy + (k & 2 && rec ? 0 : act);
         }
@@ -880,7 +883,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->first_op = first_op[s];
         sc->last_op = last_op[s];
         double f = 0, bb = 0, w = 0, r = 0, arf = 0, arb = 0, arr = 0;
-        double frozen = 0;
+        double frozen = 0, scratch = 0;
         /* a tied table (the LM head's, T5's decoder embedding) held by
          * the stage that holds the embedding it shares: one copy */
         int own_table = 0;
@@ -902,6 +905,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         for (int i = first_op[s]; i <= last_op[s]; i++) {
             prof_op opx = op_split(&m->ops[i], tpw, sp);
             const prof_op *op = &opx;
+            scratch = fmax(scratch, op->fwd_scratch);
             double *on = c->op_ns + 3 * (size_t)i;
             double fi = on[0] = (double)sim_op_ns(g, dt, op, mbs, SIM_F, meas);
             double cf = 0, cb = 0;
@@ -962,6 +966,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->keep_bytes = ac.keep * mbs;
         sc->fwd_ws_bytes = ac.fwd_ws * mbs;
         sc->rec_ws_bytes = ac.rec_ws * mbs;
+        sc->fwd_scratch_bytes = scratch * mbs;
         bwd_ws(m, first_op[s], last_op[s], tpw, sp, rc, sc->bwd_ws_bytes);
         for (int k = 0; k < 4; k++) sc->bwd_ws_bytes[k] *= mbs;
         sc->tp_f_ns = (int64_t)arf;

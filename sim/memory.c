@@ -5,7 +5,9 @@
  * kept bytes (checkpoints) plus, while it runs, its largest working set,
  * and keeps only the former; the recompute adds one layer's activations
  * (layers are recomputed one at a time, each just before its backward),
- * all freed when the backward ends. Receive buffers live from the
+ * all freed when the backward ends. A forward or recompute also holds,
+ * while it runs, the largest transient of its ops (the unfused loss's
+ * fp32 copies), and a backward its ops' (bwd_ws). Receive buffers live from the
  * transfer's start to their consumer's start (the consumer takes the
  * tensor over); every extra weight version alive (stashing) costs one more
  * copy of the stage's weights. Under ZeRO the static state is the GPU's
@@ -70,9 +72,13 @@ void sim_mem_setup(sim_engine *e)
             } else {
                 e->mem_start[i] += sc->act_bytes;
             }
+            /* an op's transient (the unfused loss's fp32 copies) */
+            e->mem_start[i] += sc->fwd_scratch_bytes;
+            e->mem_end[i] -= sc->fwd_scratch_bytes;
             break;
         case SIM_RECOMP:
-            e->mem_start[i] += sc->rec_ws_bytes;
+            e->mem_start[i] += sc->rec_ws_bytes + sc->fwd_scratch_bytes;
+            e->mem_end[i] -= sc->fwd_scratch_bytes;
             break;
         case SIM_BW:
         case SIM_B: {

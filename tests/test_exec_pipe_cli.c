@@ -502,9 +502,8 @@ Test(exec_cli_pipe, bad_plans_say_why)
     cr_expect_eq(r.code, 1);
     cr_expect(strstr(r.err, "do not fit its memory"), "%s", r.err);
     cli_result_free(&r);
-    /* activations that do not fit (stage 0's state is 378.5 KiB): out of
-     * memory naming device and task */
-    r = cli_run("exec --plan %s/p.json --steps 2 --mem-budget 450K", dir);
+    /* activations that do not fit: out of memory naming device and task */
+    r = cli_run("exec --plan %s/p.json --steps 2 --mem-budget 360K", dir);
     cr_expect_eq(r.code, 1);
     cr_expect(strstr(r.err, "device 0, task dev 0 F stage 0") &&
               strstr(r.err, "out of memory") && strstr(r.err, "in use"),

@@ -311,14 +311,17 @@ Test(model, op_roles)
 
 /* The loss as frameworks compute it: the fp32 cast and the log-softmax's
  * passes (bytes per logit: 22 forward and 26 backward in bf16, 16 and 20
- * in fp32, the fp32 log-probabilities kept), or one fused kernel (the
- * logits read once, the gradient written over them). */
+ * in fp32, the fp32 log-probabilities kept; held beyond that while the
+ * forward runs, the logits and their fp32 copy, 6 and 4; at the
+ * backward's peak 8 beside the log-probabilities, less the input's
+ * gradient the walk counts: 6 and 4, as PyTorch measured), or one fused
+ * kernel (the logits read once, the gradient written over them). */
 Test(model, loss_bytes_as_frameworks_compute_it)
 {
-    struct { prof_dtype dt; int fused; double fwd, bwd, act; } c[] = {
-        {PROF_DT_BF16, 0, 22, 26, 4}, {PROF_DT_FP16, 0, 22, 26, 4},
-        {PROF_DT_FP32, 0, 16, 20, 4}, {PROF_DT_BF16, 1, 2, 4, 2},
-        {PROF_DT_FP32, 1, 4, 8, 4}};
+    struct { prof_dtype dt; int fused; double fwd, bwd, act, fs, bs; } c[] = {
+        {PROF_DT_BF16, 0, 22, 26, 4, 6, 6}, {PROF_DT_FP16, 0, 22, 26, 4, 6, 6},
+        {PROF_DT_FP32, 0, 16, 20, 4, 4, 4}, {PROF_DT_BF16, 1, 2, 4, 2, 0, 0},
+        {PROF_DT_FP32, 1, 4, 8, 4, 0, 0}};
     for (size_t k = 0; k < sizeof c / sizeof *c; k++) {
         util_err e;
         prof_model_spec s;
@@ -336,6 +339,8 @@ Test(model, loss_bytes_as_frameworks_compute_it)
                   "forward, want %g", k, fwd, c[k].fwd);
         cr_expect_float_eq(l->bwd_bytes / n, c[k].bwd, 1e-9, "case %zu", k);
         cr_expect_float_eq(l->act_bytes / n, c[k].act, 1e-9, "case %zu", k);
+        cr_expect_float_eq(l->fwd_scratch / n, c[k].fs, 1e-9, "case %zu", k);
+        cr_expect_float_eq(l->bwd_scratch / n, c[k].bs, 1e-9, "case %zu", k);
         prof_model_free(m);
     }
 }

@@ -386,3 +386,38 @@ Test(sim_costs, op_times_add_up_to_the_stages)
     prof_topo_free(t);
     prof_model_free(m);
 }
+
+/* The unfused loss's transients: its forward holds 6 bytes a logit beyond
+ * the stage's activations (bf16: the logits and their fp32 copy), and the
+ * backward's peak is at the loss, 8 bytes a logit beyond them (the NLL's
+ * gradient and the input's fp32 gradient), where the fused kernel's is
+ * the logits' 16-bit gradient alone. */
+Test(sim_costs, the_unfused_loss_holds_its_copies)
+{
+    double ws[2], fs[2];
+    util_err e;
+    prof_model_spec s;
+    cr_assert_eq(prof_model_spec_get("gpt2", &s, &e), 0, "%s", e.msg);
+    double n = (double)s.seq_len * s.vocab * 2; /* microbatch 2 */
+    prof_topo *t = test_topo("h100-sxm", 1);
+    for (int fused = 0; fused < 2; fused++) {
+        s.dtype = PROF_DT_BF16;
+        s.fused_loss = fused;
+        prof_model *m = prof_model_build(&s, &e);
+        cr_assert_not_null(m, "%s", e.msg);
+        int first = 0, last = m->n_ops - 1, dev = 0;
+        sim_cost_opts o = {.mbs = 2, .recompute = SIM_RC_NONE};
+        sim_costs *c = sim_costs_build(m, t, 1, &first, &last, &dev, 1, &o,
+                                       &e);
+        cr_assert_not_null(c, "%s", e.msg);
+        ws[fused] = c->stage[0].bwd_ws_bytes[1];
+        fs[fused] = c->stage[0].fwd_scratch_bytes;
+        sim_costs_free(c);
+        prof_model_free(m);
+    }
+    cr_expect_float_eq(fs[0] / n, 6, 1e-9);
+    cr_expect_float_eq(fs[1], 0, 1e-9);
+    cr_expect_float_eq(ws[0] / n, 8, 1e-6, "%.4f", ws[0] / n);
+    cr_expect_float_eq(ws[1] / n, 2, 1e-6, "%.4f", ws[1] / n);
+    prof_topo_free(t);
+}

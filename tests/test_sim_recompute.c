@@ -137,8 +137,9 @@ static one run_single(const prof_model *m, const prof_topo *t, int mbs,
 /* With full recomputation a stage of L layers keeps L checkpoints of
  * s*b*h*2 bytes per microbatch (with what embeddings and head keep) plus
  * one layer's working set; one stage saves memory, and selective lies in
- * between. The backward's own peak comes first, at the loss: the logits'
- * gradient (s*b*V*2 bytes) beside the logits it is computed from. */
+ * between. The backward's own peak comes first, at the loss: beside the
+ * fp32 log-probabilities it keeps, the NLL's fp32 gradient and the
+ * logits' (s*b*V*8 bytes; PyTorch's cross-entropy under autocast). */
 Test(recompute, checkpoints_per_layer_in_memory_over_time)
 {
     prof_topo *t = test_topo("v100-sxm2-32gb", 1);
@@ -151,7 +152,7 @@ Test(recompute, checkpoints_per_layer_in_memory_over_time)
         if (!sim_op_recomputed(m, i, SIM_RC_FULL))
             outside += m->ops[i].act_bytes * b;
     }
-    double logits = x.s * b * m->spec.vocab * 2;
+    double logits = x.s * b * m->spec.vocab * 8;
     one none = run_single(m, t, b, SIM_RC_NONE);
     one full = run_single(m, t, b, SIM_RC_FULL);
     one sel = run_single(m, t, b, SIM_RC_SELECTIVE);
