@@ -147,8 +147,12 @@ static int sched_list(const char *v, unsigned *mask, util_err *e)
                       !sim_sched_offload((sim_sched)k))) {
             const char *near = util_closest(tok, sim_sched_names(),
                                             SIM_SCHED_FILE);
+            if (!near && util_closest(tok, (const char *const[]){"hydra"},
+                                      1))
+                near = "hydra";
             return util_errf(e, UTIL_EXIT_USAGE, "--schedule: unknown "
-                             "schedule '%s'%s%s%s (known: %s)", tok,
+                             "schedule '%s'%s%s%s (known: %s; with "
+                             "--sweep-host-mem also hydra)", tok,
                              near ? " (did you mean '" : "", near ? near : "",
                              near ? "'?)" : "", known);
         }

@@ -141,6 +141,10 @@ Test(cli_args, schedule_lists_and_files_that_say_nothing)
          "an empty name"},
         {"plan --hw rtx2080ti x2 --model gpt-tiny --schedule file",
          "unknown schedule 'file'"},
+        {"plan --hw rtx2080ti x2 --model gpt-tiny --schedule hyrda",
+         "(did you mean 'hydra'?)"},
+        {"plan --hw rtx2080ti x2 --model gpt-tiny --schedule foo",
+         "with --sweep-host-mem also hydra"},
         {"sim --hw rtx2080ti x2 --model gpt-tiny --schedule-file tests "
          "--pp 2 --mbs 1 --microbatches 4", "tests: is a directory"},
         {"sim --hw rtx2080ti x2 --model gpt-tiny --schedule-file /dev/null "
