@@ -235,11 +235,23 @@ static void pol_from_run(pol *p, const char *name, const plan_wl_run *r)
 /* The planner's best synchronous plan of job p alone on g GPUs of its
  * type: its iteration and the mean compute-busy fraction of the GPUs it
  * uses. Returns 1 found, 0 nothing fits, -1 error. */
-static int best_plan(const wl_prep *p, int g, const prof_hw_opts *ho,
-                     double reserve, double *iter_s, double *busy, util_err *e)
+static int best_plan(const wl_prep *p, int g, int share,
+                     const prof_hw_opts *ho, double reserve, double *iter_s,
+                     double *busy, double *host, util_err *e)
 {
     prof_topo *t = prof_topo_template(p->gpu->name, g, ho, e);
     if (!t) return -1;
+    /* share groups run on one server at once: each plans with its share
+     * of the host's DRAM and drives (their room and their bandwidth, which
+     * the CPU's optimizer steps stream through) */
+    for (int i = 0; share > 1 && i < t->n_nodes; i++) {
+        prof_node *nd = &t->nodes[i];
+        if (nd->kind != PROF_NODE_DRAM && nd->kind != PROF_NODE_NVME)
+            continue;
+        nd->capacity_bytes /= share;
+        nd->read_bw_bytes_per_s /= share;
+        nd->write_bw_bytes_per_s /= share;
+    }
     plan_opts o;
     plan_opts_init(&o);
     o.batch = p->job->batch;
@@ -267,6 +279,7 @@ static int best_plan(const wl_prep *p, int g, const prof_hw_opts *ho,
                               res.dev[d].opt_ns) / (double)res.iteration_ns;
             int used = pl->gpus_used ? pl->gpus_used : g;
             *busy = b / res.n_devices * used / g;
+            *host = cs->host_bytes; /* stage tiers' or offload's state */
             rc = 1;
         }
         sim_engine_free(en);
@@ -351,6 +364,7 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
         if (ng % g == 0 && ns < 8) sizes[ns++] = g;
     double *it = util_malloc(sizeof(double) * (size_t)(n * ns));
     double *bz = util_malloc(sizeof(double) * (size_t)(n * ns));
+    double *hb = util_calloc((size_t)(n * ns), sizeof(double));
     for (int j = 0; j < n; j++)
         for (int s = 0; s < ns; s++) {
             int same = -1;
@@ -361,11 +375,17 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
             if (same >= 0) {
                 it[j * ns + s] = it[same * ns + s];
                 bz[j * ns + s] = bz[same * ns + s];
+                hb[j * ns + s] = hb[same * ns + s];
                 continue;
             }
-            int rc = best_plan(&P[j], sizes[s], &c->ho, c->reserve,
-                               &it[j * ns + s], &bz[j * ns + s], e);
-            if (rc < 0) { free(it); free(bz); return -1; }
+            /* groups of sizes[s] GPUs at once on one server */
+            int per = t->gpus_per_server > 0 && t->gpus_per_server < ng
+                    ? t->gpus_per_server : ng;
+            int share = per / sizes[s] > 1 ? per / sizes[s] : 1;
+            int rc = best_plan(&P[j], sizes[s], share, &c->ho, c->reserve,
+                               &it[j * ns + s], &bz[j * ns + s],
+                               &hb[j * ns + s], e);
+            if (rc < 0) { free(it); free(bz); free(hb); return -1; }
             if (rc == 0) it[j * ns + s] = -1;
         }
     /* (a) */
@@ -384,6 +404,7 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
         double d = it[j * ns] * (double)P[j].minibatches;
         a->makespan_s += d;
         work += d * bz[j * ns];
+        a->host_peak_bytes = fmax(a->host_peak_bytes, hb[j * ns]);
     }
     if (a->feasible) {
         a->util_mean = work / a->makespan_s;
@@ -405,7 +426,10 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
         double i1 = it[j * ns + ns - 1];
         if (i1 < 0) {
             i1 = zero_offload_s(&P[j], conc, d2h, h2d, e);
-            if (i1 == -2) { free(it); free(bz); free(dur); return -1; }
+            if (i1 == -2) {
+                free(it); free(bz); free(hb); free(dur);
+                return -1;
+            }
             if (i1 < 0) {
                 b->feasible = 0;
                 snprintf(b->note, sizeof b->note, "%s fits one GPU neither "
@@ -421,6 +445,7 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
             work += (double)P[j].mb_compute_ns * 1e-9 * (double)P[j].minibatches;
         } else {
             work += i1 * bz[j * ns + ns - 1] * (double)P[j].minibatches;
+            if (j < conc) b->host_peak_bytes += hb[j * ns + ns - 1];
         }
         dur[j] = i1 * (double)P[j].minibatches;
     }
@@ -448,9 +473,15 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
             cc->feasible = 1;
             cc->makespan_s = ms;
             cc->util_mean = w / (ms * ng);
-            snprintf(cc->note, sizeof cc->note, "%d groups of %d GPUs, the "
-                     "planner's plan for %d, longest job first", ng / sizes[s],
-                     sizes[s], sizes[s]);
+            /* the groups at once, each at its largest job's */
+            double top = 0;
+            for (int j = 0; j < n; j++) top = fmax(top, hb[j * ns + s]);
+            int at_once = ng / sizes[s] < n ? ng / sizes[s] : n;
+            cc->host_peak_bytes = top * at_once;
+            snprintf(cc->note, sizeof cc->note, "%d group%s of %d GPU%s, "
+                     "the planner's plan for %d, longest job first",
+                     ng / sizes[s], ng / sizes[s] > 1 ? "s" : "", sizes[s],
+                     sizes[s] > 1 ? "s" : "", sizes[s]);
         }
     }
     if (!cc->feasible)
@@ -458,6 +489,7 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
     free(dur);
     free(it);
     free(bz);
+    free(hb);
     return 0;
 }
 

@@ -350,3 +350,28 @@ Test(workload, copies_take_no_less_than_the_uplinks_carry)
     json_decref(j);
     cli_result_free(&r);
 }
+
+/* The baselines' host DRAM is what their plans keep there: two Llama 2 7B
+ * jobs on two RTX 4090s fit a pipeline only with their optimizer state
+ * offloaded, so pipeline-each and gpu-groups hold host DRAM (they read
+ * 0 B before), within the server's. */
+Test(workload, baselines_count_the_host_their_plans_hold)
+{
+    cli_result r = cli_run("plan --hw rtx4090 x2 --models llama2-7b x2 "
+                           "--samples 64 --batch 4 --json");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, "%s", r.out);
+    json_t *ps = json_object_get(j, "policies");
+    for (size_t i = 0; i < json_array_size(ps); i++) {
+        json_t *p = json_array_get(ps, i);
+        const char *name = json_string_value(json_object_get(p, "policy"));
+        if (strcmp(name, "pipeline-each") && strcmp(name, "gpu-groups"))
+            continue;
+        double h = json_number_value(json_object_get(p, "host_peak_bytes"));
+        cr_expect_gt(h, 7e9 * 12 / 2, "%s: %g bytes", name, h);
+        cr_expect_lt(h, 512.0 * (1 << 30), "%s: %g bytes", name, h);
+    }
+    json_decref(j);
+    cli_result_free(&r);
+}
