@@ -56,6 +56,12 @@ typedef struct plan_wl_seg {  /* consecutive steps of one job on one GPU */
     long steps;
 } plan_wl_seg;
 
+typedef struct plan_wl_copy { /* a load (dir 0) or write-back (1) of a */
+    int gpu, dir, job;        /* shard on GPU gpu, from its start on its */
+    int64_t start_ns, end_ns; /* stream to its last byte's arrival */
+    double bytes;
+} plan_wl_copy;
+
 /* The links that host-GPU copies share: each GPU's route from its host
  * memory (in) and back (out) as directed links of the topology, each
  * direction of a link its own capacity, shared max-min fair among the
@@ -104,6 +110,8 @@ typedef struct plan_wl_run {
     int n_dl;
     plan_wl_seg *seg;         /* record only */
     int n_seg, cap_seg;
+    plan_wl_copy *cp;         /* record only: every copy */
+    int n_cp, cap_cp;
 } plan_wl_run;
 
 /* The event-driven schedule of n jobs over n_gpus GPUs. A GPU that starts

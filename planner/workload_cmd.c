@@ -53,8 +53,10 @@ static void usage(FILE *f)
         "  --host-mem SIZE, --nvme N, --gpus-per-server N, --pcie-gen G\n"
         "                      adjust the server template\n"
         "  --json             the answer as JSON\n"
-        "  --plot PREFIX      Gantt chart of Sharded-LRTF (PREFIX-gantt.png/svg)\n"
-        "  --trace FILE       Perfetto trace of Sharded-LRTF\n"
+        "  --plot PREFIX      Gantt chart of Sharded-LRTF (PREFIX-gantt.png/svg),\n"
+        "                     its copies as thin bars under each GPU\n"
+        "  --trace FILE       Perfetto trace of Sharded-LRTF: compute and\n"
+        "                     every copy in and out\n"
         "\nworkload file: {\"jobs\": [{\"model\": \"gpt2-xl\", \"batch\": 16,\n"
         "  \"samples\": 100000 | \"epochs\": 1, \"dataset_samples\": N,\n"
         "  \"optimizer\": \"adam\", \"priority\": 0, \"name\": \"lr3e-4\"}, ...]}\n"
@@ -510,6 +512,20 @@ static void *sched_main(void *arg)
 
 /* ---- output ---- */
 
+/* The copies a trace or plot draws at most: every copy of a long
+ * workload is millions of boxes (the paper's grid at 100,000 samples a
+ * job: 820 MB of trace); the first ones show the pattern. */
+#define COPIES_SHOWN 400000
+
+static int copies_shown(const plan_wl_run *r, const char *what)
+{
+    if (r->n_cp <= COPIES_SHOWN) return r->n_cp;
+    fprintf(stderr, "sluice plan: %s shows the first %d of %d copies "
+            "(every compute box); fewer --samples show them all\n", what,
+            COPIES_SHOWN, r->n_cp);
+    return COPIES_SHOWN;
+}
+
 static int write_trace(const char *path, const plan_wl_run *r,
                        const wl_prep *P, util_err *e)
 {
@@ -518,11 +534,15 @@ static int write_trace(const char *path, const plan_wl_run *r,
     FILE *f = open_memstream(&buf, &len);
     if (!f) return util_errf(e, UTIL_EXIT_FAIL, "out of memory");
     fprintf(f, "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n");
-    for (int g = 0; g < r->n_gpus; g++)
+    static const char *const tname[3] = {"compute", "copy in", "copy out"};
+    for (int g = 0; g < r->n_gpus; g++) {
         fprintf(f, "%s{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, "
-                "\"args\": {\"name\": \"gpu %d\"}},\n{\"ph\": \"M\", \"name\": "
-                "\"thread_name\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": "
-                "\"compute\"}}", g ? ",\n" : "", g, g, g);
+                "\"args\": {\"name\": \"gpu %d\"}}", g ? ",\n" : "", g, g);
+        for (int k = 0; k < 3; k++)
+            fprintf(f, ",\n{\"ph\": \"M\", \"name\": \"thread_name\", "
+                    "\"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
+                    g, k, tname[k]);
+    }
     for (int i = 0; i < r->n_seg; i++) {
         const plan_wl_seg *s = &r->seg[i];
         json_t *nm = json_string(P[s->job].job->name);
@@ -533,6 +553,21 @@ static int write_trace(const char *path, const plan_wl_run *r,
                 (long long)(s->start_ns / 1000), (long long)(s->start_ns % 1000),
                 (long long)((s->end_ns - s->start_ns) / 1000),
                 (long long)((s->end_ns - s->start_ns) % 1000), s->job, s->steps);
+        free(q);
+        json_decref(nm);
+    }
+    /* the copies on each GPU's streams, named by their job */
+    int n_cp = copies_shown(r, "--trace");
+    for (int i = 0; i < n_cp; i++) {
+        const plan_wl_copy *x = &r->cp[i];
+        json_t *nm = json_string(P[x->job].job->name);
+        char *q = json_dumps(nm, JSON_ENCODE_ANY);
+        int64_t d = x->end_ns - x->start_ns;
+        fprintf(f, ",\n{\"ph\": \"X\", \"name\": %s, \"pid\": %d, \"tid\": %d, "
+                "\"ts\": %lld.%03lld, \"dur\": %lld.%03lld, \"args\": "
+                "{\"job\": %d, \"bytes\": %.0f}}", q, x->gpu, 1 + x->dir,
+                (long long)(x->start_ns / 1000), (long long)(x->start_ns % 1000),
+                (long long)(d / 1000), (long long)(d % 1000), x->job, x->bytes);
         free(q);
         json_decref(nm);
     }
@@ -730,12 +765,30 @@ static int run(wcmd *c, util_err *e)
             t0[i] = (double)lr.seg[i].start_ns * 1e-9;
             t1[i] = (double)lr.seg[i].end_ns * 1e-9;
         }
+        int n_cp = copies_shown(&lr, "--plot");
+        size_t nc = (size_t)(n_cp ? n_cp : 1);
+        int *cg = util_malloc(sizeof(int) * nc), *cd = util_malloc(sizeof(int) * nc);
+        int *cj = util_malloc(sizeof(int) * nc);
+        double *c0 = util_malloc(sizeof(double) * nc), *c1 = util_malloc(sizeof(double) * nc);
+        for (int i = 0; i < n_cp; i++) {
+            cg[i] = lr.cp[i].gpu;
+            cd[i] = lr.cp[i].dir;
+            cj[i] = lr.cp[i].job;
+            c0[i] = (double)lr.cp[i].start_ns * 1e-9;
+            c1[i] = (double)lr.cp[i].end_ns * 1e-9;
+        }
         int prc = plot_gantt(c->plot, "Sharded-LRTF: jobs over GPUs", ng, n,
-                             names, lr.n_seg, sg, sjb, t0, t1, e);
+                             names, lr.n_seg, sg, sjb, t0, t1, n_cp, cg,
+                             cd, cj, c0, c1, e);
         free(sg);
         free(sjb);
         free(t0);
         free(t1);
+        free(cg);
+        free(cd);
+        free(cj);
+        free(c0);
+        free(c1);
         free(names);
         if (prc < 0) rc = -1;
         else if (prc > 0) fprintf(stderr, "sluice plan: %s\n", e->msg);

@@ -96,6 +96,7 @@ typedef struct gstate {
     long evicts_queued, evicts_done;
     int idle;
     int last_seg;
+    int cp_open[2];           /* record: the copy moving on each stream */
 } gstate;
 
 typedef struct jstate {
@@ -210,6 +211,28 @@ static int host_steps(const loop *L, int j, long step)
 }
 
 /* ---- copies ---- */
+
+/* record: a copy of job j's shard starts on GPU gi's stream dir */
+static void cp_begin(loop *L, int gi, int dir, int j, double bytes,
+                     int64_t now)
+{
+    plan_wl_run *r = L->r;
+    if (!L->o->record) return;
+    if (r->n_cp == r->cap_cp) {
+        r->cap_cp = r->cap_cp ? 2 * r->cap_cp : 256;
+        r->cp = util_realloc(r->cp, sizeof *r->cp * (size_t)r->cap_cp);
+    }
+    r->cp[r->n_cp] = (plan_wl_copy){gi, dir, j, now, now, bytes};
+    L->g[gi].cp_open[dir] = r->n_cp++;
+}
+
+static void cp_end(loop *L, int gi, int dir, int64_t now)
+{
+    int k = L->g[gi].cp_open[dir];
+    if (!L->o->record || k < 0) return;
+    L->r->cp[k].end_ns = now;
+    L->g[gi].cp_open[dir] = -1;
+}
 
 static void mark(loop *L, int grp)
 {
@@ -351,6 +374,7 @@ static void try_load(loop *L, int gi, int64_t now)
     }
     g->ld = 2;
     L->r->pcie_bytes += st->load_bytes;
+    cp_begin(L, gi, 0, g->nxt, st->load_bytes, now);
     xfer_start(L, gi, 0, st->load_bytes, st->load_ns, now);
 }
 
@@ -426,6 +450,7 @@ static void evict_next(loop *L, int gi, int64_t now)
     gstate *g = &L->g[gi];
     if (!g->nq) return;
     L->r->pcie_bytes += g->q[0].bytes;
+    cp_begin(L, gi, 1, g->q[0].job, g->q[0].bytes, now);
     xfer_start(L, gi, 1, g->q[0].bytes, g->q[0].ns, now);
 }
 
@@ -476,6 +501,7 @@ static void end(loop *L, int gi, int64_t now)
 
 static void load_done(loop *L, int gi, int64_t now)
 {
+    cp_end(L, gi, 0, now);
     L->g[gi].ld = 3;
     try_start(L, gi, now);
 }
@@ -484,6 +510,7 @@ static void evict_done(loop *L, int gi, int64_t now)
 {
     gstate *g = &L->g[gi];
     int j = g->q[0].job;
+    cp_end(L, gi, 1, now);
     memmove(g->q, g->q + 1, sizeof *g->q * (size_t)--g->nq);
     g->evicts_done++;
     jstate *s = &L->j[j];
@@ -546,6 +573,7 @@ void plan_wl_schedule(const plan_wl_sjob *jobs, int n, int n_gpus,
         L.g[gi].cur = L.g[gi].nxt = -1;
         L.g[gi].idle = 1;
         L.g[gi].last_seg = -1;
+        L.g[gi].cp_open[0] = L.g[gi].cp_open[1] = -1;
     }
     for (int gi = 0; gi < n_gpus; gi++)
         if (L.g[gi].idle) dispatch(&L, gi, 0);
@@ -610,5 +638,6 @@ void plan_wl_run_free(plan_wl_run *r)
     free(r->link_bytes);
     free(r->busy_ns);
     free(r->seg);
+    free(r->cp);
     memset(r, 0, sizeof *r);
 }

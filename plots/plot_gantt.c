@@ -31,7 +31,9 @@ static unsigned job_rgb(int j, int n)
 int plot_gantt(const char *prefix, const char *title, int n_gpus, int n_jobs,
                const char *const *job_names, int n_seg, const int *gpu,
                const int *job, const double *t0_s, const double *t1_s,
-               util_err *e)
+               int n_cp, const int *cp_gpu, const int *cp_dir,
+               const int *cp_job, const double *cp_t0_s,
+               const double *cp_t1_s, util_err *e)
 {
     if (plot_prefix_check(prefix, e)) return -1;
     plot_text t = {0};
@@ -47,6 +49,20 @@ int plot_gantt(const char *prefix, const char *title, int n_gpus, int n_jobs,
         if (!any) plot_text_add(&t, "-10 0 0\n"); /* keeps the block (and key) */
         plot_text_add(&t, "\n\n");
     }
+    /* the copies: a block per direction, each row's colour its job's */
+    for (int d = 0; d < 2; d++) {
+        plot_text_add(&t, "# copies %s: gpu start_s end_s rgb\n",
+                      d ? "out" : "in");
+        int any = 0;
+        for (int i = 0; i < n_cp; i++)
+            if (cp_dir[i] == d) {
+                plot_text_add(&t, "%d %.9g %.9g %u\n", cp_gpu[i], cp_t0_s[i],
+                              cp_t1_s[i], job_rgb(cp_job[i], n_jobs));
+                any = 1;
+            }
+        if (!any) plot_text_add(&t, "-10 0 0 0\n");
+        plot_text_add(&t, "\n\n");
+    }
     char *qd = plot_data_save(&t, prefix, "gantt", e);
     if (!qd) return -1;
     char *qt = plot_quote(title, 0);
@@ -54,19 +70,25 @@ int plot_gantt(const char *prefix, const char *title, int n_gpus, int n_jobs,
     for (int f = 0; f < 2; f++) {
         plot_script_image(&t, f, 1100, 160 + 40 * n_gpus, prefix, "gantt");
         plot_text_add(&t, "set title %s noenhanced\nset xlabel 'time (s)'\n"
-                      "set ylabel 'GPU'\nset yrange [-0.6:%g] reverse\nset "
+                      "set ylabel 'GPU (thin: copies in, then out)'\nset "
+                      "yrange [-0.6:%g] reverse\nset "
                       "ytics 1\nset key outside right top\nset style fill "
                       "solid 0.9 noborder\nset xrange [0:*]\n", qt,
                       n_gpus - 0.4);
         plot_text_add(&t, "plot ");
         for (int j = 0; j < n_jobs; j++) {
             char *qn = plot_quote(job_names[j], 0);
-            plot_text_add(&t, "%s%s index %d using (($2+$3)/2):1:(($3-$2)/2):"
-                          "(0.4) with boxxyerror lc rgb '#%06x' title %s "
-                          "noenhanced", j ? ", \\\n     " : "", qd, j,
-                          job_rgb(j, n_jobs), qn);
+            plot_text_add(&t, "%s%s index %d using (($2+$3)/2):($1-0.1):"
+                          "(($3-$2)/2):(0.28) with boxxyerror lc rgb '#%06x' "
+                          "title %s noenhanced", j ? ", \\\n     " : "", qd,
+                          j, job_rgb(j, n_jobs), qn);
             free(qn);
         }
+        for (int d = 0; d < 2; d++)
+            plot_text_add(&t, ", \\\n     %s index %d using (($2+$3)/2):"
+                          "($1+%.2f):(($3-$2)/2):(0.04):4 with boxxyerror lc "
+                          "rgb variable notitle", qd, n_jobs + d,
+                          d ? 0.36 : 0.25);
         plot_text_add(&t, "\n");
     }
     free(qd);

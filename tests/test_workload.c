@@ -274,8 +274,53 @@ Test(workload, trace_and_plot_files)
     json_error_t je;
     json_t *t = json_load_file(p, 0, &je);
     cr_assert(t, "%s", je.text);
-    cr_expect_gt(json_array_size(json_object_get(t, "traceEvents")), 4);
+    json_t *ev = json_object_get(t, "traceEvents");
+    cr_expect_gt(json_array_size(ev), 4);
+    /* the copies: each load ends before a step of its job starts on
+     * that GPU, and the write-backs go out after one */
+    int in = 0, out = 0;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        json_t *x = json_array_get(ev, i);
+        if (strcmp(json_string_value(json_object_get(x, "ph")), "X"))
+            continue;
+        int tid = (int)json_integer_value(json_object_get(x, "tid"));
+        if (tid != 1 && tid != 2) continue;
+        double b = json_number_value(json_object_get(json_object_get(x,
+                                                     "args"), "bytes"));
+        cr_expect_gt(b, 0);
+        in += tid == 1;
+        out += tid == 2;
+        double t0 = json_number_value(json_object_get(x, "ts"));
+        double t1 = t0 + json_number_value(json_object_get(x, "dur"));
+        json_int_t pid = json_integer_value(json_object_get(x, "pid"));
+        const char *job = json_string_value(json_object_get(x, "name"));
+        int found = 0;
+        for (size_t k = 0; k < json_array_size(ev) && !found; k++) {
+            json_t *y = json_array_get(ev, k);
+            if (strcmp(json_string_value(json_object_get(y, "ph")), "X") ||
+                json_integer_value(json_object_get(y, "tid")) != 0 ||
+                json_integer_value(json_object_get(y, "pid")) != pid ||
+                strcmp(json_string_value(json_object_get(y, "name")), job))
+                continue;
+            double c0 = json_number_value(json_object_get(y, "ts"));
+            double c1 = c0 + json_number_value(json_object_get(y, "dur"));
+            found = tid == 1 ? c0 >= t1 - 1e-3 : c1 <= t0 + 1e-3;
+        }
+        cr_expect(found, "%s copy of %s on gpu %lld at %g us: no step of "
+                  "it %s there", tid == 1 ? "a load" : "a write-back", job,
+                  (long long)pid, t0, tid == 1 ? "after" : "before");
+    }
+    cr_expect_gt(in, 0, "no copy in");
+    cr_expect_gt(out, 0, "no write-back");
     json_decref(t);
+    snprintf(p, sizeof p, "%s/w-gantt.dat", dir);
+    char *dat = NULL;
+    size_t dlen = 0;
+    util_err fe;
+    cr_expect_eq(util_read_file(p, &dat, &dlen, &fe), 0, "no Gantt data");
+    cr_expect(dat && strstr(dat, "# copies in") && strstr(dat, "# copies out"),
+              "the Gantt's data has no copies");
+    free(dat);
     snprintf(p, sizeof p, "%s/w-gantt.gp", dir);
     FILE *f = fopen(p, "r");
     cr_expect(f, "no gnuplot script");
