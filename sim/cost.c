@@ -890,7 +890,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         double tied_p = 0, tied_tr = 0, tied_fz = 0;
         /* ZeRO-3's unit: a layer's weights (trained params, frozen
          * bytes), the largest of the stage's */
-        double unit = 0, unit_tp = 0, unit_fz = 0;
+        double unit = 0, unit_tp = 0, unit_fz = 0, unit_g = 0;
         int unit_layer = -1;
         double ring_lat = 0, ring_bw = 0, ring_base = NCCL_BASE_NS;
         if (tpw > 1) tp_ring(t, g0, tpw, &ring_lat, &ring_bw);
@@ -936,6 +936,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             }
             if (op->layer != unit_layer) {
                 unit = fmax(unit, unit_tp * wb + unit_fz);
+                unit_g = fmax(unit_g, unit_tp * wb);
                 unit_tp = unit_fz = 0;
                 unit_layer = op->layer;
             }
@@ -984,7 +985,12 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         /* held gathered at once: the layer computing and the next one
          * prefetched, as FSDP's units and ZeRO-3's prefetch hold them */
         unit = fmax(unit, unit_tp * wb + unit_fz);
+        unit_g = fmax(unit_g, unit_tp * wb);
         sc->gather_bytes = fmin(sc->param_bytes, 2 * unit);
+        /* sharded gradients: a layer's whole gradient exists from its
+         * backward until its reduce-scatter is done, as FSDP's units and
+         * ZeRO-2's buckets hold them, the next layer's computing beside */
+        sc->rs_bytes = zst >= 2 ? fmin(sc->train_bytes, 2 * unit_g) : 0;
         sc->frozen_bytes = frozen;
         sim_zero_bytes(sc->train_params, wb, state, zst, shard,
                        &sc->weight_bytes, &sc->grad_bytes, &sc->opt_bytes);

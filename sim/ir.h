@@ -314,6 +314,11 @@ typedef struct sim_stage_cost {
                                  * layers' weights (the one computing,
                                  * the next prefetched), at most the
                                  * stage's */
+    double rs_bytes;            /* ZeRO-2 and 3: the unsharded weight
+                                 * gradients a backward holds at once, two
+                                 * layers' (the one computing, the one
+                                 * being reduce-scattered), at most the
+                                 * stage's; 0 otherwise */
     double train_params;        /* those that train (all but under a
                                  * fine-tuning mode: prof_model_finetune) */
     double train_bytes;         /* their gradients unsharded: what a

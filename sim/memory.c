@@ -14,7 +14,9 @@
  * shard; ZeRO-3's gathered parameters are held from their all-gather's
  * start to the end of the compute using them (sim_ir.bufs), and the steps
  * of sharded collectives land in those buffers, the sharded gradients or
- * the weights, so they take no receive buffer of their own. Offloaded
+ * the weights, so they take no receive buffer of their own; under ZeRO-2
+ * and 3 a task making weight gradients holds two layers' unsharded ones
+ * (the one computing, the one being reduce-scattered). Offloaded
  * (sim_add_offload), the GPU keeps no state but ZeRO-Offload's fp16
  * weights; fetched weights and outgoing gradients are buffers too, and a
  * swapped activation is a hole (sim_ir_hole) from its copy out to its
@@ -89,10 +91,16 @@ void sim_mem_setup(sim_engine *e)
             e->mem_end[i] -= ws + (rec ? sc->keep_bytes + sc->rec_ws_bytes
                                        : sc->act_bytes) -
                              (t->kind == SIM_B ? sc->wkeep_bytes : 0);
+            if (t->kind == SIM_BW) { /* sharded gradients in flight */
+                e->mem_start[i] += sc->rs_bytes;
+                e->mem_end[i] -= sc->rs_bytes;
+            }
             break;
         }
         case SIM_W:
             e->mem_end[i] -= sc->wkeep_bytes;
+            e->mem_start[i] += sc->rs_bytes;
+            e->mem_end[i] -= sc->rs_bytes;
             break;
         case SIM_RECV: {
             if (t->comm == SIM_COMM_DP && (c->zero > 0 || c->offload))

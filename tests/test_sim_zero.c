@@ -16,6 +16,7 @@ typedef struct zrun {
     double static_bytes[64], peak_bytes[64];
     double param_bytes[64];     /* per stage, unsharded */
     double gather_bytes[64];    /* per stage: what a ZeRO-3 gather holds */
+    double rs_bytes[64];        /* per stage: unsharded gradients held */
     double dp_bytes_per_gpu;    /* data-parallel bytes sent per GPU */
     int64_t iteration_ns;
     sim_dev_stats dev[64];
@@ -72,6 +73,7 @@ static void zsim(const char *model, const char *gpu, int n, sim_sched s,
     for (int st = 0; st < pp; st++) {
         out->param_bytes[st] = c->stage[st].param_bytes;
         out->gather_bytes[st] = c->stage[st].gather_bytes;
+        out->rs_bytes[st] = c->stage[st].rs_bytes;
     }
     /* every data-parallel send, repeated steps and all lanes counted,
      * over the GPUs simulated */
@@ -248,6 +250,27 @@ Test(zero, gathered_parameters_are_counted)
                    (a.peak_bytes[0] - a.static_bytes[0]);
     cr_expect_geq(extra, G - 1, "gathered %.0f of %.0f", extra, G);
     cr_expect_leq(extra, 2 * G + 1, "gathered %.0f of %.0f", extra, G);
+}
+
+/* ZeRO-2 and 3 hold a layer's whole gradient from its backward until its
+ * reduce-scatter is done, the next layer's computing beside it: two of
+ * the largest layer's (GPT-2's embeddings, (50257 + 1024) x 768
+ * parameters, fp16), on top of what ZeRO-1 holds beside its whole
+ * gradient; none unsharded or under ZeRO-1. */
+Test(zero, sharded_gradients_in_flight_are_counted)
+{
+    zrun r[3];
+    for (int z = 0; z < 3; z++)
+        zsim("gpt2", "a100-sxm-80gb", 8, SIM_SCHED_1F1B, 1, 8, 1, 4, z, 0, 0,
+             &r[z]);
+    double layer = (50257.0 + 1024) * 768 * 2;
+    cr_expect_eq(r[0].rs_bytes[0], 0);
+    cr_expect_eq(r[1].rs_bytes[0], 0);
+    cr_expect_float_eq(r[2].rs_bytes[0], 2 * layer, 1, "%.0f",
+                       r[2].rs_bytes[0]);
+    double extra = (r[2].peak_bytes[0] - r[2].static_bytes[0]) -
+                   (r[1].peak_bytes[0] - r[1].static_bytes[0]);
+    cr_expect_float_eq(extra, 2 * layer, 1, "%.0f more at the peak", extra);
 }
 
 static void expect_same(const zrun *a, const zrun *b, int pp, double tol,
