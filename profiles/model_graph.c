@@ -647,8 +647,8 @@ json_t *prof_model_json(const prof_model *m, int ops)
         s->dec_seq_len, "max_pos", s->max_pos, "type_vocab", s->type_vocab,
         "tied_embeddings", s->tied_embeddings, "gated_mlp", s->gated_mlp,
         "rmsnorm", s->rmsnorm, "bias", s->bias, "dropout", s->dropout,
-        "flash_attn", s->flash_attn, "fused_loss", s->fused_loss, "dtype", prof_dtype_name(s->dtype),
-        "batch", s->batch, "source", s->source);
+        "flash_attn", s->flash_attn, "fused_loss", s->fused_loss, "dtype",
+        prof_dtype_name(s->dtype), "batch", s->batch, "source", s->source);
     json_t *root = json_pack("{s:o,s:f,s:f,s:f}", "spec", spec, "params",
                              m->params, "train_flops_per_sample",
                              prof_model_train_flops(m, 0),

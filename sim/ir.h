@@ -299,8 +299,8 @@ typedef struct sim_stage_cost {
      * top of the kept bytes until the backward ends (one layer's, or one
      * attention core's, activations less its checkpoint). */
     double keep_bytes, fwd_ws_bytes, rec_ws_bytes;
-    /* what an op of the stage holds at most while its forward runs (a
-     * forward or recompute task's), beyond the stage's activations */
+    /* what an op of the stage holds at most while its forward runs,
+     * beyond the stage's activations */
     double fwd_scratch_bytes;
     /* what the backward holds at most beyond its start: gradients in
      * flight, and (split B) those its W keeps; [k]: k & 1 fused (BW, else

@@ -5,18 +5,19 @@
  * kept bytes (checkpoints) plus, while it runs, its largest working set,
  * and keeps only the former; the recompute adds one layer's activations
  * (layers are recomputed one at a time, each just before its backward),
- * all freed when the backward ends. A forward or recompute also holds,
- * while it runs, the largest transient of its ops (the unfused loss's
- * fp32 copies), and a backward its ops' (bwd_ws). Receive buffers live from the
- * transfer's start to their consumer's start (the consumer takes the
- * tensor over); every extra weight version alive (stashing) costs one more
- * copy of the stage's weights. Under ZeRO the static state is the GPU's
- * shard; ZeRO-3's gathered parameters are held from their all-gather's
- * start to the end of the compute using them (sim_ir.bufs), and the steps
- * of sharded collectives land in those buffers, the sharded gradients or
- * the weights, so they take no receive buffer of their own; under ZeRO-2
- * and 3 a task making weight gradients holds two layers' unsharded ones
- * (the one computing, the one being reduce-scattered). Offloaded
+ * all freed when the backward ends. A forward also holds, while it runs,
+ * the largest transient of its ops (the unfused loss's fp32 copies; the
+ * loss is never recomputed), and a backward its ops' (bwd_ws). Receive
+ * buffers live from the transfer's start to their consumer's start (the
+ * consumer takes the tensor over); every extra weight version alive
+ * (stashing) costs one more copy of the stage's weights. Under ZeRO the
+ * static state is the GPU's shard; ZeRO-3's gathered parameters are held
+ * from their all-gather's start to the end of the compute using them
+ * (sim_ir.bufs), and the steps of sharded collectives land in those
+ * buffers, the sharded gradients or the weights, so they take no receive
+ * buffer of their own; under ZeRO-2 and 3 a task making weight gradients
+ * holds two layers' unsharded ones (the one computing, the one being
+ * reduce-scattered). Offloaded
  * (sim_add_offload), the GPU keeps no state but ZeRO-Offload's fp16
  * weights; fetched weights and outgoing gradients are buffers too, and a
  * swapped activation is a hole (sim_ir_hole) from its copy out to its
@@ -79,8 +80,7 @@ void sim_mem_setup(sim_engine *e)
             e->mem_end[i] -= sc->fwd_scratch_bytes;
             break;
         case SIM_RECOMP:
-            e->mem_start[i] += sc->rec_ws_bytes + sc->fwd_scratch_bytes;
-            e->mem_end[i] -= sc->fwd_scratch_bytes;
+            e->mem_start[i] += sc->rec_ws_bytes;
             break;
         case SIM_BW:
         case SIM_B: {
@@ -91,7 +91,7 @@ void sim_mem_setup(sim_engine *e)
             e->mem_end[i] -= ws + (rec ? sc->keep_bytes + sc->rec_ws_bytes
                                        : sc->act_bytes) -
                              (t->kind == SIM_B ? sc->wkeep_bytes : 0);
-            if (t->kind == SIM_BW) { /* sharded gradients in flight */
+            if (t->kind == SIM_BW && !c->offload) { /* sharded gradients */
                 e->mem_start[i] += sc->rs_bytes;
                 e->mem_end[i] -= sc->rs_bytes;
             }
@@ -99,8 +99,10 @@ void sim_mem_setup(sim_engine *e)
         }
         case SIM_W:
             e->mem_end[i] -= sc->wkeep_bytes;
-            e->mem_start[i] += sc->rs_bytes;
-            e->mem_end[i] -= sc->rs_bytes;
+            if (!c->offload) {
+                e->mem_start[i] += sc->rs_bytes;
+                e->mem_end[i] -= sc->rs_bytes;
+            }
             break;
         case SIM_RECV: {
             if (t->comm == SIM_COMM_DP && (c->zero > 0 || c->offload))
