@@ -294,14 +294,21 @@ static tp_role tp_role_of(const prof_op *op)
     }
 }
 
+/* Whether a tensor-parallel rank runs a t-th of the op: replicated GEMMs
+ * (pooler, masked-LM transform) stay whole, and the other replicated ops
+ * (norms, residual adds, dropouts) unless sequence parallel. */
+static int op_is_split(const prof_op *op, int t, int sp)
+{
+    return t > 1 && (tp_role_of(op) != TP_NONE || (sp && !op->n_gemm));
+}
+
 /* The op one tensor-parallel rank runs; with sequence parallelism the
  * replicated ops (norms, residual adds, dropouts) run on s/t tokens. */
 static prof_op op_split(const prof_op *op, int t, int sp)
 {
     prof_op o = *op;
     tp_role r = tp_role_of(op);
-    /* replicated GEMMs (pooler, masked-LM transform) stay whole */
-    if (t <= 1 || (r == TP_NONE && (!sp || op->n_gemm))) return o;
+    if (!op_is_split(op, t, sp)) return o;
     o.fwd_flops /= t;
     o.bwd_in_flops /= t;
     o.bwd_w_flops /= t;
@@ -573,7 +580,8 @@ static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
         }
         double dy = has[i - first] ? out_rank(op, t, sp) : 0;
         double act = sim_op_act_rank(m, i, t, sp);
-        double scratch = op_split(op, t, sp).bwd_scratch;
+        double scratch = op->bwd_scratch > 0 && op_is_split(op, t, sp)
+                       ? op->bwd_scratch / t : op->bwd_scratch;
         int rec = sim_op_recomputed(m, i, rc), waits = op->bwd_w_flops > 0;
         for (int k = 0; k < 4; k++) {
             live[k] += add;
