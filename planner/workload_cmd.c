@@ -380,10 +380,12 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
                 hb[j * ns + s] = hb[same * ns + s];
                 continue;
             }
-            /* groups of sizes[s] GPUs at once on one server */
+            /* groups of sizes[s] GPUs at once on one server, no more
+             * than there are jobs */
             int per = t->gpus_per_server > 0 && t->gpus_per_server < ng
                     ? t->gpus_per_server : ng;
-            int share = per / sizes[s] > 1 ? per / sizes[s] : 1;
+            int share = per / sizes[s] < n ? per / sizes[s] : n;
+            if (share < 1) share = 1;
             int rc = best_plan(&P[j], sizes[s], share, &c->ho, c->reserve,
                                &it[j * ns + s], &bz[j * ns + s],
                                &hb[j * ns + s], e);
