@@ -234,25 +234,61 @@ static void pol_from_run(pol *p, const char *name, const plan_wl_run *r)
     p->pcie_bytes = r->pcie_bytes;
 }
 
+/* The most GPUs one node of kind k of t has as its children (a PCIe
+ * switch's, a CPU socket's below its switches), 0 when none. */
+static int gpus_under(const prof_topo *t, prof_node_kind k)
+{
+    int best = 0;
+    for (int v = 0; v < t->n_nodes; v++) {
+        if (t->nodes[v].kind != k) continue;
+        int n = 0;
+        for (int gi = 0; gi < t->n_gpus; gi++) {
+            /* the GPU's route to its host memory passes v */
+            int h = prof_topo_gpu_host_mem(t, gi), len = 0;
+            const int *r = h >= 0 ? prof_topo_route(t, t->gpu_node[gi], h,
+                                                    &len) : NULL;
+            for (int q = 0; q < len; q++) {
+                const prof_link *l = &t->links[r[q] / 2];
+                if (l->a == v || l->b == v) { n++; break; }
+            }
+        }
+        if (n > best) best = n;
+    }
+    return best;
+}
+
 /* The planner's best synchronous plan of job p alone on g GPUs of its
  * type: its iteration and the mean compute-busy fraction of the GPUs it
  * uses. Returns 1 found, 0 nothing fits, -1 error. */
-static int best_plan(const wl_prep *p, int g, int share,
+static int best_plan(const wl_prep *p, int g, const int share[3],
                      const prof_hw_opts *ho, double reserve, double *iter_s,
                      double *busy, double *host, util_err *e)
 {
     prof_topo *t = prof_topo_template(p->gpu->name, g, ho, e);
     if (!t) return -1;
-    /* share groups run on one server at once: each plans with its share
-     * of the host's DRAM and drives (their room and their bandwidth, which
-     * the CPU's optimizer steps stream through) */
-    for (int i = 0; share > 1 && i < t->n_nodes; i++) {
+    /* Groups running at once on one server share its host: each plans
+     * with its share of the DRAM and drives (room and bandwidth, which
+     * the CPU's optimizer steps stream through; share[0] groups a server),
+     * of each socket's memory link (share[1] a socket) and of each PCIe
+     * switch's uplink (share[2] a switch), which copies through host
+     * memory cross. */
+    for (int i = 0; share[0] > 1 && i < t->n_nodes; i++) {
         prof_node *nd = &t->nodes[i];
         if (nd->kind != PROF_NODE_DRAM && nd->kind != PROF_NODE_NVME)
             continue;
-        nd->capacity_bytes /= share;
-        nd->read_bw_bytes_per_s /= share;
-        nd->write_bw_bytes_per_s /= share;
+        nd->capacity_bytes /= share[0];
+        nd->read_bw_bytes_per_s /= share[0];
+        nd->write_bw_bytes_per_s /= share[0];
+    }
+    for (int i = 0; i < t->n_links; i++) {
+        prof_link *l = &t->links[i];
+        prof_node_kind ka = t->nodes[l->a].kind, kb = t->nodes[l->b].kind;
+        int cpu = ka == PROF_NODE_CPU || kb == PROF_NODE_CPU;
+        if (l->kind == PROF_LINK_MEMORY && cpu && share[1] > 1)
+            l->bw_bytes_per_s /= share[1];
+        else if (l->kind == PROF_LINK_PCIE && cpu && share[2] > 1 &&
+                 (ka == PROF_NODE_PCIE_SWITCH || kb == PROF_NODE_PCIE_SWITCH))
+            l->bw_bytes_per_s /= share[2];
     }
     plan_opts o;
     plan_opts_init(&o);
@@ -367,6 +403,8 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
     double *it = util_malloc(sizeof(double) * (size_t)(n * ns));
     double *bz = util_malloc(sizeof(double) * (size_t)(n * ns));
     double *hb = util_calloc((size_t)(n * ns), sizeof(double));
+    int per_socket = gpus_under(t, PROF_NODE_CPU);
+    int per_switch = gpus_under(t, PROF_NODE_PCIE_SWITCH);
     for (int j = 0; j < n; j++)
         for (int s = 0; s < ns; s++) {
             int same = -1;
@@ -380,12 +418,15 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
                 hb[j * ns + s] = hb[same * ns + s];
                 continue;
             }
-            /* groups of sizes[s] GPUs at once on one server, no more
-             * than there are jobs */
-            int per = t->gpus_per_server > 0 && t->gpus_per_server < ng
-                    ? t->gpus_per_server : ng;
-            int share = per / sizes[s] < n ? per / sizes[s] : n;
-            if (share < 1) share = 1;
+            /* groups of sizes[s] GPUs at once on one server, a socket
+             * and a switch, no more than there are jobs */
+            int per[3] = {t->gpus_per_server > 0 && t->gpus_per_server < ng
+                          ? t->gpus_per_server : ng, per_socket, per_switch};
+            int share[3];
+            for (int k = 0; k < 3; k++) {
+                share[k] = per[k] / sizes[s] < n ? per[k] / sizes[s] : n;
+                if (share[k] < 1) share[k] = 1;
+            }
             int rc = best_plan(&P[j], sizes[s], share, &c->ho, c->reserve,
                                &it[j * ns + s], &bz[j * ns + s],
                                &hb[j * ns + s], e);
