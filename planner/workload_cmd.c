@@ -209,7 +209,7 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
 typedef struct pol {
     char name[32];
     int feasible;
-    char note[160];
+    char note[256];
     double makespan_s;
     double *util;             /* [n_gpus]; NULL: only the mean is known */
     double util_mean;
@@ -403,8 +403,18 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
     double *it = util_malloc(sizeof(double) * (size_t)(n * ns));
     double *bz = util_malloc(sizeof(double) * (size_t)(n * ns));
     double *hb = util_calloc((size_t)(n * ns), sizeof(double));
-    int per_socket = gpus_under(t, PROF_NODE_CPU);
-    int per_switch = gpus_under(t, PROF_NODE_PCIE_SWITCH);
+    /* groups of sizes[s] GPUs at once on one server, a socket and a
+     * switch, no more than there are jobs: what each group's plan shares
+     * the host with (shr[s]) */
+    int per[3] = {t->gpus_per_server > 0 && t->gpus_per_server < ng
+                  ? t->gpus_per_server : ng, gpus_under(t, PROF_NODE_CPU),
+                  gpus_under(t, PROF_NODE_PCIE_SWITCH)};
+    int shr[8][3];
+    for (int s = 0; s < ns; s++)
+        for (int k = 0; k < 3; k++) {
+            shr[s][k] = per[k] / sizes[s] < n ? per[k] / sizes[s] : n;
+            if (shr[s][k] < 1) shr[s][k] = 1;
+        }
     for (int j = 0; j < n; j++)
         for (int s = 0; s < ns; s++) {
             int same = -1;
@@ -418,16 +428,7 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
                 hb[j * ns + s] = hb[same * ns + s];
                 continue;
             }
-            /* groups of sizes[s] GPUs at once on one server, a socket
-             * and a switch, no more than there are jobs */
-            int per[3] = {t->gpus_per_server > 0 && t->gpus_per_server < ng
-                          ? t->gpus_per_server : ng, per_socket, per_switch};
-            int share[3];
-            for (int k = 0; k < 3; k++) {
-                share[k] = per[k] / sizes[s] < n ? per[k] / sizes[s] : n;
-                if (share[k] < 1) share[k] = 1;
-            }
-            int rc = best_plan(&P[j], sizes[s], share, &c->ho, c->reserve,
+            int rc = best_plan(&P[j], sizes[s], shr[s], &c->ho, c->reserve,
                                &it[j * ns + s], &bz[j * ns + s],
                                &hb[j * ns + s], e);
             if (rc < 0) { free(it); free(bz); free(hb); return -1; }
@@ -523,10 +524,18 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
             for (int j = 0; j < n; j++) top = fmax(top, hb[j * ns + s]);
             int at_once = ng / sizes[s] < n ? ng / sizes[s] : n;
             cc->host_peak_bytes = top * at_once;
-            snprintf(cc->note, sizeof cc->note, "%d group%s of %d GPU%s, "
-                     "the planner's plan for %d, longest job first",
-                     ng / sizes[s], ng / sizes[s] > 1 ? "s" : "", sizes[s],
-                     sizes[s] > 1 ? "s" : "", sizes[s]);
+            int len = snprintf(cc->note, sizeof cc->note, "%d group%s of "
+                               "%d GPU%s, the planner's plan for %d, longest "
+                               "job first", ng / sizes[s],
+                               ng / sizes[s] > 1 ? "s" : "", sizes[s],
+                               sizes[s] > 1 ? "s" : "", sizes[s]);
+            const int *q = shr[s];
+            if ((q[0] > 1 || q[1] > 1 || q[2] > 1) && len > 0 &&
+                (size_t)len < sizeof cc->note)
+                snprintf(cc->note + len, sizeof cc->note - (size_t)len,
+                         "; each with 1/%d of the host's DRAM and drives, "
+                         "1/%d of a socket's memory link, 1/%d of a PCIe "
+                         "switch's uplink", q[0], q[1], q[2]);
         }
     }
     if (!cc->feasible)

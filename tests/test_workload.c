@@ -420,3 +420,32 @@ Test(workload, baselines_count_the_host_their_plans_hold)
     json_decref(j);
     cli_result_free(&r);
 }
+
+/* A group plans with its share of the host: eight jobs on the eight 2080
+ * Ti of the 2-socket server (four GPUs under each switch, one switch a
+ * socket) run as eight groups of one, each with an eighth of the DRAM
+ * and drives and a quarter of its socket's memory link and switch's
+ * uplink; the note says so. */
+Test(workload, groups_share_the_host)
+{
+    cli_result r = cli_run("plan --hw rtx2080ti x8 --models gpt2 x8 "
+                           "--samples 512 --batch 8 --json");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, "%s", r.out);
+    json_t *ps = json_object_get(j, "policies");
+    const char *note = NULL;
+    for (size_t i = 0; i < json_array_size(ps); i++) {
+        json_t *p = json_array_get(ps, i);
+        if (!strcmp(json_string_value(json_object_get(p, "policy")),
+                    "gpu-groups"))
+            note = json_string_value(json_object_get(p, "note"));
+    }
+    cr_assert_not_null(note);
+    cr_expect(strstr(note, "8 groups of 1 GPU") &&
+              strstr(note, "1/8 of the host's DRAM and drives, 1/4 of a "
+                     "socket's memory link, 1/4 of a PCIe switch's uplink"),
+              "%s", note);
+    json_decref(j);
+    cli_result_free(&r);
+}
