@@ -396,29 +396,45 @@ Test(workload, copies_take_no_less_than_the_uplinks_carry)
     cli_result_free(&r);
 }
 
+/* `plan ARGS --json` of a workload, and its policy named name. */
+static json_t *wl_json(const char *args)
+{
+    cli_result r = cli_run("plan %s --json", args);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, "%s", r.out);
+    cli_result_free(&r);
+    return j;
+}
+
+static json_t *policy_named(json_t *j, const char *name)
+{
+    json_t *ps = json_object_get(j, "policies");
+    for (size_t i = 0; i < json_array_size(ps); i++) {
+        json_t *p = json_array_get(ps, i);
+        if (!strcmp(json_string_value(json_object_get(p, "policy")), name))
+            return p;
+    }
+    cr_assert_fail("no policy %s", name);
+    return NULL;
+}
+
 /* The baselines' host DRAM is what their plans keep there: two Llama 2 7B
  * jobs on two RTX 4090s fit a pipeline only with their optimizer state
  * offloaded, so pipeline-each and gpu-groups hold host DRAM (they read
  * 0 B before), within the server's. */
 Test(workload, baselines_count_the_host_their_plans_hold)
 {
-    cli_result r = cli_run("plan --hw rtx4090 x2 --models llama2-7b x2 "
-                           "--samples 64 --batch 4 --json");
-    cr_assert_eq(r.code, 0, "%s", r.err);
-    json_t *j = json_loads(r.out, 0, NULL);
-    cr_assert_not_null(j, "%s", r.out);
-    json_t *ps = json_object_get(j, "policies");
-    for (size_t i = 0; i < json_array_size(ps); i++) {
-        json_t *p = json_array_get(ps, i);
-        const char *name = json_string_value(json_object_get(p, "policy"));
-        if (strcmp(name, "pipeline-each") && strcmp(name, "gpu-groups"))
-            continue;
+    json_t *j = wl_json("--hw rtx4090 x2 --models llama2-7b x2 --samples 64 "
+                        "--batch 4");
+    const char *names[] = {"pipeline-each", "gpu-groups"};
+    for (int k = 0; k < 2; k++) {
+        json_t *p = policy_named(j, names[k]);
         double h = json_number_value(json_object_get(p, "host_peak_bytes"));
-        cr_expect_gt(h, 7e9 * 12 / 2, "%s: %g bytes", name, h);
-        cr_expect_lt(h, 512.0 * (1 << 30), "%s: %g bytes", name, h);
+        cr_expect_gt(h, 7e9 * 12 / 2, "%s: %g bytes", names[k], h);
+        cr_expect_lt(h, 512.0 * (1 << 30), "%s: %g bytes", names[k], h);
     }
     json_decref(j);
-    cli_result_free(&r);
 }
 
 /* A group plans with its share of the host: eight jobs on the eight 2080
@@ -428,24 +444,14 @@ Test(workload, baselines_count_the_host_their_plans_hold)
  * uplink; the note says so. */
 Test(workload, groups_share_the_host)
 {
-    cli_result r = cli_run("plan --hw rtx2080ti x8 --models gpt2 x8 "
-                           "--samples 512 --batch 8 --json");
-    cr_assert_eq(r.code, 0, "%s", r.err);
-    json_t *j = json_loads(r.out, 0, NULL);
-    cr_assert_not_null(j, "%s", r.out);
-    json_t *ps = json_object_get(j, "policies");
-    const char *note = NULL;
-    for (size_t i = 0; i < json_array_size(ps); i++) {
-        json_t *p = json_array_get(ps, i);
-        if (!strcmp(json_string_value(json_object_get(p, "policy")),
-                    "gpu-groups"))
-            note = json_string_value(json_object_get(p, "note"));
-    }
+    json_t *j = wl_json("--hw rtx2080ti x8 --models gpt2 x8 --samples 512 "
+                        "--batch 8");
+    const char *note = json_string_value(
+        json_object_get(policy_named(j, "gpu-groups"), "note"));
     cr_assert_not_null(note);
     cr_expect(strstr(note, "8 groups of 1 GPU") &&
               strstr(note, "1/8 of the host's DRAM and drives, 1/4 of a "
                      "socket's memory link, 1/4 of a PCIe switch's uplink"),
               "%s", note);
     json_decref(j);
-    cli_result_free(&r);
 }
