@@ -576,6 +576,7 @@ static int run(int argc, char **argv, util_err *e)
         goto out;
     }
     sim_cost_opts co = sim_plan_cost_opts(&p);
+    co.op_times = c.ops;
     if (size_check(&p, tp, &co, e)) goto out;
     cs = sim_costs_build(m, tp, p.n_stages, p.first_op, p.last_op,
                          p.stage_device, p.pp, &co, e);

@@ -860,8 +860,10 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                       m->ops[i].name);
             return NULL;
         }
-    c->n_ops = m->n_ops;
-    c->op_ns = util_calloc((size_t)m->n_ops * 3, sizeof(double));
+    if (o && o->op_times) {
+        c->n_ops = m->n_ops;
+        c->op_ns = util_calloc((size_t)m->n_ops * 3, sizeof(double));
+    }
     c->tp = tpw;
     c->sp = sp;
     c->recompute = rc;
@@ -914,7 +916,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             prof_op opx = op_split(&m->ops[i], tpw, sp);
             const prof_op *op = &opx;
             scratch = fmax(scratch, op->fwd_scratch);
-            double *on = c->op_ns + 3 * (size_t)i;
+            double tmp[3], *on = c->op_ns ? c->op_ns + 3 * (size_t)i : tmp;
             double fi = on[0] = (double)sim_op_ns(g, dt, op, mbs, SIM_F, meas);
             double cf = 0, cb = 0;
             f += fi;

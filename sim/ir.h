@@ -410,9 +410,10 @@ struct sim_costs {
                                  * (stage tiers: the fullest server's) */
     double nvme_bytes, nvme_cap;/* the same on the drives */
     sim_stage_cost *stage;
-    /* each op's task times on its stage's device, per microbatch (one
-     * tensor-parallel rank's share): op_ns[3 * i + k], k a sim_kind of
-     * F, B, W; n_ops of them (0 for costs not built from a model) */
+    /* with sim_cost_opts.op_times, each op's task times on its stage's
+     * device, per microbatch (one tensor-parallel rank's share):
+     * op_ns[3 * i + k], k a sim_kind of F, B, W; n_ops of them (else 0
+     * and NULL) */
     int n_ops;
     double *op_ns;
     int *stage_device;          /* n_stages */
@@ -458,6 +459,9 @@ typedef struct sim_cost_opts {
     int zero;                   /* ZeRO stage 0..3 (sim_zero_check) */
     int fsdp;                   /* sim_fsdp: full or hybrid sharding */
     const sim_measured *measured; /* may be NULL */
+    int op_times;               /* keep each op's task times
+                                 * (sim_costs.op_ns: sim --ops); 0: the
+                                 * stages' sums only */
     int offload;                /* an offload schedule (sim_sched_offload),
                                  * 0: none */
     int tier;                   /* sim_tier: where its states live */

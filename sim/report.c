@@ -500,9 +500,9 @@ void sim_report_ops_print(const prof_model *m, const sim_costs *c, FILE *f)
         if (s + 1 < c->n_model_stages) util_table_sep(t);
     }
     fprintf(f, "\nops, per microbatch of %g on its stage's device (one "
-            "tensor-parallel rank's share; F forward, B input gradient, W "
-            "weight gradient; share of the stage's F + B + W):\n",
-            c->samples_per_mb);
+            "tensor-parallel rank's share, its all-reduces apart; F forward, "
+            "B input gradient, W weight gradient; share of the stage's F + "
+            "B + W):\n", c->samples_per_mb);
     util_table_print(t, f, "  ");
     util_table_free(t);
 }

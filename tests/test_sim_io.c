@@ -361,7 +361,7 @@ Test(sim_costs, op_times_add_up_to_the_stages)
     prof_topo *t = test_topo("h100-sxm", 2);
     int cut = m->layers[m->n_layers / 2].first_op;
     int first[2] = {0, cut}, last[2] = {cut - 1, m->n_ops - 1}, dev[2] = {0, 1};
-    sim_cost_opts o = {.mbs = 4};
+    sim_cost_opts o = {.mbs = 4, .op_times = 1};
     sim_costs *c = sim_costs_build(m, t, 2, first, last, dev, 2, &o, &e);
     cr_assert_not_null(c, "%s", e.msg);
     cr_assert_eq(c->n_ops, m->n_ops);
