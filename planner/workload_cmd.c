@@ -566,7 +566,7 @@ static void *sched_main(void *arg)
 
 /* The copies a trace or plot draws at most: every copy of a long
  * workload is millions of boxes (the paper's grid at 100,000 samples a
- * job: 820 MB of trace); the first ones show the pattern. */
+ * job has 5.2 million); the first ones show the pattern. */
 #define COPIES_SHOWN 400000
 
 static int copies_shown(const plan_wl_run *r, const char *what)

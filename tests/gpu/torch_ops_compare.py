@@ -45,7 +45,15 @@ def predict(sluice, gpu, seq, vocab, shape, tmp):
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
-    d = json.load(open(sys.argv[1]))
+    try:
+        with open(sys.argv[1]) as f:
+            d = json.load(f)
+        for k in ("gpu", "torch", "seq", "vocab", "shapes",
+                  "copy_gb_per_s", "gemm_8192_tflops"):
+            d[k]
+    except (OSError, ValueError, KeyError) as err:
+        sys.exit(f"torch_ops_compare.py: {sys.argv[1]}: not a result of "
+                 f"torch_ops.py ({err})")
     gpu = sys.argv[2]
     sluice = sys.argv[3] if len(sys.argv) > 3 else "bin/sluice"
     print(f"{d['gpu']}, PyTorch {d['torch']}, against sluice's {gpu}: copy "
