@@ -98,6 +98,10 @@ typedef struct exec_backend {
     /* The calling thread's stream (CUDA: a cudaStream_t; NULL on the
      * CPU), for transports that order their own streams after it. */
     void *(*stream)(void);
+    /* The products' math from now, every thread (CUDA: 1 TF32 on tensor
+     * cores, 0 fp32); NULL on the CPU, which has no TF32. Set before the
+     * workers start. */
+    void (*set_tf32)(int on);
 } exec_backend;
 
 extern const exec_backend exec_backend_cpu;

@@ -370,6 +370,7 @@ static void cuda_be_fill(void)
     cuda_be.fence = cuda_fence;
     cuda_be.fence_wait = cuda_fence_wait;
     cuda_be.stream = cuda_stream;
+    cuda_be.set_tf32 = kern_cuda_set_tf32;
 }
 
 const exec_backend *exec_backend_cuda(util_err *e)

@@ -107,6 +107,9 @@ static void usage(FILE *f)
         "                      (and the runtime's cost per task) to the\n"
         "                      device type's calibration (sluice calibrate\n"
         "                      first); sim and plan then use them\n"
+        "  --tf32              the products in TF32 on the GPU's tensor\n"
+        "                      cores (--backend cuda; Ampere and later),\n"
+        "                      predicted at its TF32 peak; default fp32\n"
         "\nA plan for more workers than cores runs oversubscribed (with a "
         "warning).\nSLUICE_EXEC_FAULT=W:N[:kill] makes worker W fail at its "
         "N-th compute task\n(tests).\n");
@@ -151,7 +154,7 @@ typedef struct cmd {
     const char *model, *plan, *init, *trace, *plot;
     exec_xport_kind xport;
     const char *backend;
-    int warm, calibrate;
+    int warm, calibrate, tf32;
     exec_offload offload;
     int tier_given;
     const char *ref_only, *plan_only; /* first option of each kind given */
@@ -165,13 +168,14 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         "--save", "--save-every", "--resume", "--timings", "--mem-budget",
         "--eval-batches", "--quiet", "--json", "--help", "--plan", "--init",
         "--trace", "--plot", "--warm", "--transport", "--backend",
-        "--calibrate", "--offload", "--offload-tier", "--offload-path"};
+        "--calibrate", "--offload", "--offload-tier", "--offload-path",
+        "--tf32"};
     static const char *const ref[] = {"--model", "--stop-after", "--batch",
         "--seq", "--threads", "--save-every", "--timings", "--eval-batches",
         NULL};
     static const char *const pln[] = {"--plan", "--init", "--trace",
         "--plot", "--warm", "--transport", "--backend", "--calibrate",
-        "--offload", "--offload-tier", "--offload-path", NULL};
+        "--offload", "--offload-tier", "--offload-path", "--tf32", NULL};
     exec_train_opts *o = &c->t;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -182,6 +186,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
         if (!strcmp(a, "--calibrate")) { c->calibrate = 1; continue; }
+        if (!strcmp(a, "--tf32")) { c->tf32 = 1; continue; }
         int known = 0;
         for (size_t k = 0; k < sizeof opts / sizeof *opts; k++)
             known |= !strcmp(a, opts[k]);
@@ -520,6 +525,14 @@ static int run_plan(cmd *c)
     po.op_timing = c->calibrate;
     po.own_gpus = c->calibrate;
     po.offload = c->offload;
+    po.tf32 = c->tf32;
+    /* a calibration prices fp32 plans with the op times it holds */
+    if (c->calibrate && c->tf32) {
+        rc = util_errf(&e, UTIL_EXIT_USAGE, "--calibrate with --tf32: a "
+                       "calibration holds the fp32 kernels' times, which "
+                       "price fp32 plans; calibrate with an fp32 run");
+        goto out;
+    }
     if (offload_fault_from_env(&po, &e)) {
         rc = -1;
         goto out;

@@ -386,6 +386,9 @@ typedef struct exec_pipe_opts {
                                  * would share a GPU (--calibrate: their op
                                  * times would hold each other's kernels) */
     exec_offload offload;       /* model states below the device */
+    int tf32;                   /* products in TF32 (the CUDA backend's
+                                 * tensor cores), predicted at the GPU's
+                                 * TF32 peak */
     const volatile int *stop;   /* Ctrl-C: stop after the current step */
     /* faults on purpose (tests): worker, its n-th compute task, kill */
     int fault_worker, fault_task, fault_kill;
@@ -408,6 +411,7 @@ typedef struct exec_pipe_result {
     int rank, n_ranks;          /* this process of the job (MPI) */
     char xport[16];
     char backend[16];           /* "cpu", "cuda" */
+    int tf32;                   /* its products ran in TF32 */
     int n_workers, n_devices;
     int shared_gpu;             /* 1 + a GPU two of this process's workers
                                  * ran on (each slowed the other); 0 none */

@@ -427,6 +427,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     spec.dtype = PROF_DT_FP32;
     spec.dropout = 0;
     spec.fused_loss = 1;
+    spec.tf32 = o->tf32;   /* its products on tensor cores (CUDA) */
     if (!(r->topo = load_hw(p->hw, e)) ||
         !(r->model = prof_model_build(&spec, e)) ||
         prof_model_finetune(r->model, &p->ft, e))
@@ -475,6 +476,10 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (o->xport == EXEC_XPORT_NCCL && strcmp(be->name, "cuda"))
         return util_errf(e, UTIL_EXIT_USAGE, "--transport nccl moves GPU "
                          "memory: use it with --backend cuda");
+    if (o->tf32 && !be->set_tf32)
+        return util_errf(e, UTIL_EXIT_USAGE, "--tf32: the %s backend has no "
+                         "TF32 math (it is a GPU's tensor-core mode): use it "
+                         "with --backend cuda", be->name);
     /* the whole state at the start and end (weights, AdamW m and v) and,
      * when devices are cores, every device's stages (weights, gradients,
      * m, v): refused up front when the machine cannot hold it, whatever
@@ -583,6 +588,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     rt.corpus = &corpus;
     rt.be = be;
     snprintf(r->backend, sizeof r->backend, "%s", be->name);
+    r->tf32 = o->tf32;
+    if (be->set_tf32) be->set_tf32(o->tf32);
     rt.seed = seed;
     rt.adamw = o->adamw;
     rt.total_steps = o->steps;

@@ -474,6 +474,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                                                             : ""));
         json_object_set_new(j, "transport", json_string(r->xport));
         json_object_set_new(j, "backend", json_string(r->backend));
+        json_object_set_new(j, "tf32", json_boolean(r->tf32));
         json_object_set_new(j, "devices_are_cpu_cores", json_boolean(
                                 prof_topo_gpu(r->topo, 0)->form ==
                                 PROF_FORM_CPU));
@@ -508,8 +509,10 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
     double samples = (double)r->B;
     char a[32], b[32], c[32], d[32];
     fprintf(f, "\nmeasured over steps %d-%d (%d, %s; min-max), %s, %d "
-            "worker%s on the %s backend:\n", m.first, m.last, m.n_iter,
-            r->async ? "mean" : "median", r->xport, r->n_workers, r->n_workers == 1 ? "" : "s", r->backend);
+            "worker%s on the %s backend%s:\n", m.first, m.last, m.n_iter,
+            r->async ? "mean" : "median", r->xport, r->n_workers,
+            r->n_workers == 1 ? "" : "s", r->backend,
+            r->tf32 ? " (products in TF32)" : "");
     fprintf(f, "  iteration time   %10s  (%s-%s)   simulated %s, measured/"
             "simulated %.3f\n", util_fmt_time(it, a, sizeof a),
             util_fmt_time(m.iter_min * 1e-9, b, sizeof b),

@@ -28,6 +28,11 @@ int kern_cuda_available(char *why, size_t n);
 /* The stream (a cudaStream_t) this thread's ops launch on from now; NULL
  * is the thread's default stream. */
 void kern_cuda_set_stream(void *stream);
+/* cuBLAS's math for the products from now, in every thread: 1 TF32 on
+ * tensor cores (Ampere and later; inputs rounded to 10-bit mantissas,
+ * fp32 accumulate), 0 plain fp32 (the default: the CPU oracle's). Set it
+ * before the threads that compute start. */
+void kern_cuda_set_tf32(int on);
 /* The first failure this thread's ops met since the last call (a launch
  * or cuBLAS error, naming the op), cleared; 0 when none. */
 int kern_cuda_error(char *msg, size_t n);

@@ -21,6 +21,8 @@
 static thread_local cudaStream_t cur_stream;    // 0: the thread's default
 static thread_local cublasHandle_t blas_handle;
 static thread_local cudaStream_t blas_stream;
+static thread_local int blas_tf32;          // the handle's math mode
+static int want_tf32;                       // kern_cuda_set_tf32's
 static thread_local char first_err[256];
 static thread_local double *norm_part;     // norm_sq's partial sums
 static thread_local float *col_part;       // column sums' partial sums
@@ -38,6 +40,11 @@ static void note(const char *fmt, ...)
 extern "C" void kern_cuda_set_stream(void *stream)
 {
     cur_stream = (cudaStream_t)stream;
+}
+
+extern "C" void kern_cuda_set_tf32(int on)
+{
+    want_tf32 = on != 0;
 }
 
 extern "C" int kern_cuda_error(char *msg, size_t n)
@@ -58,9 +65,19 @@ static cublasHandle_t blas(void)
             note("cublasCreate failed (status %d)", (int)st);
             return NULL;
         }
-        // Plain fp32: the oracle is fp32, TF32 would differ by ~1e-3.
+        // Plain fp32 unless TF32 is asked for: the oracle is fp32, TF32
+        // would differ by ~1e-3.
         cublasSetMathMode(blas_handle, CUBLAS_PEDANTIC_MATH);
+        blas_tf32 = 0;
         blas_stream = 0;
+    }
+    if (blas_tf32 != want_tf32) {
+        cublasStatus_t st = cublasSetMathMode(
+            blas_handle, want_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                   : CUBLAS_PEDANTIC_MATH);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            note("cublasSetMathMode failed (status %d)", (int)st);
+        blas_tf32 = want_tf32;
     }
     // cuBLAS is not built for per-thread default streams: name it
     cudaStream_t want = cur_stream ? cur_stream : cudaStreamPerThread;
@@ -115,6 +132,7 @@ extern "C" void kern_cuda_shutdown(void)
 {
     if (blas_handle) cublasDestroy(blas_handle);
     blas_handle = NULL;
+    blas_tf32 = 0;
     if (norm_part) cudaFree(norm_part);
     norm_part = NULL;
     if (col_part) cudaFree(col_part);

@@ -164,9 +164,9 @@ static void op_times_fill(op_times *ot, const prof_model *m,
     ot->w = util_malloc(sizeof(double) * (size_t)m->n_ops);
     for (int i = 0; i < m->n_ops; i++) {
         const prof_op *o = &m->ops[i];
-        ot->f[i] = sim_op_ns(g, m->spec.dtype, o, mbs, SIM_F, NULL) * 1e-9;
-        ot->b[i] = sim_op_ns(g, m->spec.dtype, o, mbs, SIM_B, NULL) * 1e-9;
-        ot->w[i] = sim_op_ns(g, m->spec.dtype, o, mbs, SIM_W, NULL) * 1e-9;
+        ot->f[i] = sim_op_ns(g, prof_spec_math(&m->spec), o, mbs, SIM_F, NULL) * 1e-9;
+        ot->b[i] = sim_op_ns(g, prof_spec_math(&m->spec), o, mbs, SIM_B, NULL) * 1e-9;
+        ot->w[i] = sim_op_ns(g, prof_spec_math(&m->spec), o, mbs, SIM_W, NULL) * 1e-9;
     }
 }
 
@@ -621,8 +621,9 @@ static int check_request(search *s, util_err *e)
                          "match the %d GPUs of %s", o->pp ? o->pp : 1,
                          o->dp ? o->dp : 1, o->tp ? o->tp : 1, n, t->name);
     /* Lower bound: every model FLOP at the GPU's best GEMM efficiency. */
-    g = prof_gpu_at(g, m->spec.dtype);
-    double peak = prof_gpu_peak(g, m->spec.dtype);
+    prof_dtype mt = prof_gpu_math(g, prof_spec_math(&m->spec));
+    g = prof_gpu_at(g, mt);
+    double peak = prof_gpu_peak(g, mt);
     if (peak <= 0)
         return util_errf(e, UTIL_EXIT_USAGE, "%s has no %s peak; choose "
                          "another precision for %s", g->name,

@@ -677,8 +677,9 @@ static int run(wcmd *c, util_err *e)
     const prof_gpu *gp = prof_topo_gpu(t, 0);
     double lb = 0, hostcap = prof_topo_server_dram(t, 0);
     if (!rc) {
-        gp = prof_gpu_at(gp, P[0].m->spec.dtype);
-        double peak = prof_gpu_peak(gp, P[0].m->spec.dtype);
+        prof_dtype mt = prof_gpu_math(gp, prof_spec_math(&P[0].m->spec));
+        gp = prof_gpu_at(gp, mt);
+        double peak = prof_gpu_peak(gp, mt);
         /* every model FLOP at the GPU's best GEMM efficiency, over all GPUs */
         lb = flops / (ng * peak * gp->eff.gemm_max);
         const plan_wl_policy pl[] = {PLAN_WL_LRTF, PLAN_WL_RANDOM, PLAN_WL_RR};

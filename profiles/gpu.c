@@ -117,9 +117,10 @@ static int parse_eff(const util_jobj *o, prof_eff *f, int partial,
     static const char *const keys[] = {"gemm_max", "gemm_half_mn",
         "gemm_half_k", "mem_max", "mem_half_bytes", "launch_ns", "task_ns",
         "gemm_factor", "mem_factor", "opt_factor", "cache_bytes",
-        "cache_gain", NULL};
+        "cache_gain", "unaligned", NULL};
     int req = !partial;
     if (util_jkeys(o, keys, e) ||
+        util_jnum(o, "unaligned", 0, UTIL_POSITIVE, 1, &f->unaligned, e) ||
         util_jnum(o, "cache_bytes", 0, 0, 1e12, &f->cache_bytes, e) ||
         util_jnum(o, "cache_gain", 0, 0, 1e3, &f->cache_gain, e) ||
         parse_factors(o, "gemm_factor", f->gemm_factor, e) ||
@@ -253,6 +254,8 @@ json_t *prof_gpu_json(const prof_gpu *g)
         "launch_ns", g->eff.launch_ns);
     if (g->eff.task_ns > 0)
         json_object_set_new(eff, "task_ns", json_real(g->eff.task_ns));
+    if (g->eff.unaligned > 0)
+        json_object_set_new(eff, "unaligned", json_real(g->eff.unaligned));
     json_t *gf = factors_json(g->eff.gemm_factor);
     json_t *mf = factors_json(g->eff.mem_factor);
     if (gf) json_object_set_new(eff, "gemm_factor", gf);
@@ -439,7 +442,21 @@ double prof_gpu_peak(const prof_gpu *g, prof_dtype dt)
     double p = g->peak_flops[dt];
     if (dt == PROF_DT_BF16 && !(p > 0)) p = g->peak_flops[PROF_DT_FP16];
     if (dt == PROF_DT_FP32 && !(p > 0)) p = g->peak_flops[PROF_DT_TF32];
+    if (dt == PROF_DT_TF32 && !(p > 0)) p = g->peak_flops[PROF_DT_FP32];
     return p > 0 ? p : 0;
+}
+
+prof_dtype prof_spec_math(const prof_model_spec *s)
+{
+    return s->tf32 && s->dtype == PROF_DT_FP32 ? PROF_DT_TF32 : s->dtype;
+}
+
+prof_dtype prof_gpu_math(const prof_gpu *g, prof_dtype dt)
+{
+    if (dt != PROF_DT_TF32) return dt;
+    const prof_gpu *d = g->datasheet ? g->datasheet : g;
+    return d->form != PROF_FORM_CPU && d->peak_flops[PROF_DT_TF32] > 0
+         ? PROF_DT_TF32 : PROF_DT_FP32;
 }
 
 const prof_gpu *prof_topo_dtype_fallback(const prof_topo *t, prof_dtype dt)

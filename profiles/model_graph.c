@@ -639,7 +639,7 @@ json_t *prof_model_json(const prof_model *m, int ops)
     const prof_model_spec *s = &m->spec;
     json_t *spec = json_pack(
         "{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:b,"
-        "s:b,s:b,s:b,s:b,s:b,s:s,s:i,s:s}",
+        "s:b,s:b,s:b,s:b,s:b,s:b,s:s,s:i,s:s}",
         "name", s->name, "family", prof_family_name(s->family), "hidden",
         s->hidden, "layers", s->layers, "dec_layers", s->dec_layers, "heads",
         s->heads, "kv_heads", s->kv_heads, "head_dim", s->head_dim, "ffn",
@@ -647,7 +647,7 @@ json_t *prof_model_json(const prof_model *m, int ops)
         s->dec_seq_len, "max_pos", s->max_pos, "type_vocab", s->type_vocab,
         "tied_embeddings", s->tied_embeddings, "gated_mlp", s->gated_mlp,
         "rmsnorm", s->rmsnorm, "bias", s->bias, "dropout", s->dropout,
-        "flash_attn", s->flash_attn, "fused_loss", s->fused_loss, "dtype",
+        "flash_attn", s->flash_attn, "fused_loss", s->fused_loss, "tf32", s->tf32, "dtype",
         prof_dtype_name(s->dtype), "batch", s->batch, "source", s->source);
     json_t *root = json_pack("{s:o,s:f,s:f,s:f}", "spec", spec, "params",
                              m->params, "train_flops_per_sample",

@@ -62,6 +62,7 @@ static void defaults(prof_model_spec *s)
     s->dropout = f != PROF_FAM_LLAMA;
     s->flash_attn = 0;
     s->fused_loss = 0;
+    s->tf32 = 0;
     s->act = f == PROF_FAM_LLAMA ? PROF_ACT_SILU
              : (f == PROF_FAM_OPT || f == PROF_FAM_T5) ? PROF_ACT_RELU
                                                        : PROF_ACT_GELU;
@@ -128,7 +129,10 @@ static int spec_problem(const prof_model_spec *s, const char **field,
             s->seq_len, s->max_pos);
     if (s->type_vocab < 0) BAD("type_vocab", "must be >= 0");
     if (s->rel_pos_buckets < 0) BAD("rel_pos_buckets", "must be >= 0");
-    if (s->dtype == PROF_DT_TF32) BAD("dtype", "tf32 is a math mode, not a storage type: use fp32");
+    if (s->dtype == PROF_DT_TF32) BAD("dtype", "tf32 is a math mode, not a storage type: use fp32 (and \"tf32\": true)");
+    if (s->tf32 && s->dtype != PROF_DT_FP32)
+        BAD("tf32", "TF32 is the math of fp32 GEMMs; the dtype is %s",
+            prof_dtype_name(s->dtype));
     return 0;
 #undef BAD
 }
@@ -166,7 +170,7 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
         "kv_heads", "head_dim", "ffn", "vocab", "seq_len", "dec_seq_len",
         "max_pos", "type_vocab", "tied_embeddings", "gated_mlp", "rmsnorm",
         "bias", "rel_pos_buckets", "pooler", "dropout", "flash_attn", "fused_loss", "act",
-        "dtype", "batch", "source", NULL};
+        "dtype", "tf32", "batch", "source", NULL};
     if (util_jkeys(o, keys, e)) return -1;
     int fam = 0;
     if (util_jenum(o, "family", 1, family_names, &fam, e)) return -1;
@@ -188,7 +192,8 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
         getb(o, "gated_mlp", &s->gated_mlp, e) || getb(o, "rmsnorm", &s->rmsnorm, e) ||
         getb(o, "bias", &s->bias, e) || getb(o, "pooler", &s->pooler, e) ||
         getb(o, "dropout", &s->dropout, e) || getb(o, "flash_attn", &s->flash_attn, e) ||
-        getb(o, "fused_loss", &s->fused_loss, e))
+        getb(o, "fused_loss", &s->fused_loss, e) ||
+        getb(o, "tf32", &s->tf32, e))
         return -1;
     int v = (int)s->act;
     if (util_jenum(o, "act", 0, act_names, &v, e)) return -1;

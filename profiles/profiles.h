@@ -50,7 +50,11 @@ typedef enum {
  * the datasheet assumption; calibration fits them. Streaming is
  * cache_gain times faster for an op whose bytes fit cache_bytes (a
  * device's last private cache level), falling off smoothly past it
- * (0: no such tier). */
+ * (0: no such tier). A tensor-core GEMM (16-bit or TF32) whose rows are
+ * not 16 bytes aligned (a layer's width or depth not a multiple of 8
+ * 16-bit or 4 TF32 elements: GPT-2's vocabulary of 50257) runs at most
+ * unaligned of its precision's peak, half that where they are 2 bytes
+ * aligned (an odd width in 16 bits); 0: not modelled. */
 enum { PROF_PHASE_F, PROF_PHASE_B, PROF_PHASE_W, PROF_PHASES };
 typedef struct prof_eff {
     double gemm_max;
@@ -64,6 +68,7 @@ typedef struct prof_eff {
     double mem_factor[PROF_OP_KIND_COUNT][PROF_PHASES];
     double opt_factor;
     double cache_bytes, cache_gain;
+    double unaligned;
 } prof_eff;
 
 /* Fraction of peak for a GEMM of this shape, in (0, 1]. */
@@ -121,6 +126,10 @@ const prof_gpu *prof_gpu_at(const prof_gpu *g, prof_dtype dt);
  * Turing) runs in fp16, as people train there; fp32 on a CPU without an
  * fp32 figure at its tf32 one. 0 where g has neither. */
 double prof_gpu_peak(const prof_gpu *g, prof_dtype dt);
+/* The precision math in dt runs in on g: TF32 runs as fp32 on a GPU
+ * without tensor cores for it (Volta, Turing) and on a CPU, with the
+ * fp32 figures and calibration. */
+prof_dtype prof_gpu_math(const prof_gpu *g, prof_dtype dt);
 /* The built-in figures alone (what calibration starts from). */
 int prof_gpu_get_builtin(const char *name, prof_gpu *out, util_err *e);
 /* Parses one GPU object (catalog entry or inline in a server file). */
@@ -342,10 +351,17 @@ typedef struct prof_model_spec {
                           * NLL (PyTorch's under autocast, Megatron-LM's) */
     prof_act act;        /* MLP activation (gated with gated_mlp) */
     prof_dtype dtype;    /* training precision of weights and activations */
+    int tf32;            /* fp32 GEMMs on tensor cores in TF32 (PyTorch's
+                          * allow_tf32, cuBLAS's TF32 math mode): priced
+                          * at the GPU's TF32 peak where it has one */
     int batch;           /* default global batch (sequences) for planning;
                           * 0: the planner's default */
     char source[512];
 } prof_model_spec;
+
+/* The precision a model's GEMMs are priced in: TF32 for an fp32 spec that
+ * asks for it, else its dtype. */
+prof_dtype prof_spec_math(const prof_model_spec *s);
 
 typedef enum { PROF_PART_NONE, PROF_PART_ENC, PROF_PART_DEC } prof_part;
 

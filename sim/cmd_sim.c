@@ -153,7 +153,7 @@ static void map_lpt(const prof_model *m, const prof_gpu *g, sim_plan *p)
         order[s] = s;
         for (int i = p->first_op[s]; i <= p->last_op[s]; i++)
             for (int k = SIM_F; k <= SIM_W; k++)
-                cost[s] += (double)sim_op_ns(g, m->spec.dtype, &m->ops[i],
+                cost[s] += (double)sim_op_ns(g, prof_spec_math(&m->spec), &m->ops[i],
                                              p->mbs, (sim_kind)k, NULL);
     }
     for (int i = 1; i < S; i++) /* insertion sort: by cost, then index */

@@ -76,7 +76,12 @@ int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
     /* a calibration's op times are the executor's, which computes in
      * fp32: a plan at another precision is priced by the datasheet's
      * formula (prof_gpu_at leaves no calibration); measurements given
-     * for this simulation (meas) are taken as they are */
+     * for this simulation (meas) are taken as they are; TF32 where the
+     * GPU has none is fp32, with its calibration */
+    dt = prof_gpu_math(g, dt);
+    /* TF32 changes cuBLAS's products only: any other op is the fp32
+     * kernel, priced (and calibrated) as such */
+    if (dt == PROF_DT_TF32 && op->n_gemm == 0) dt = PROF_DT_FP32;
     g = prof_gpu_at(g, dt);
     if ((meas && meas->n) || (g->calib && g->calib->n_ops)) {
         char key[128];
@@ -111,6 +116,30 @@ static double kind_factor(const prof_gpu *g, const prof_op *op, sim_kind k)
     return f > 0 ? f : 1;
 }
 
+/* The ceiling of a tensor-core GEMM whose rows are not 16 bytes aligned
+ * (prof_eff.unaligned), 1 where they are or it is not modelled. Whatever
+ * the phase, the layer's width n and depth k are the rows' lengths of
+ * its operands (the tokens, m, are rows), so the forward, the input
+ * gradient and the weight gradient share it. */
+static double unaligned_cap(const prof_gpu *g, prof_dtype dt,
+                            const prof_gemm *q)
+{
+    double u = g->eff.unaligned;
+    if (!(u > 0)) return 1;
+    int eb = dt == PROF_DT_TF32 ? 4
+           : dt == PROF_DT_FP16 || dt == PROF_DT_BF16 ? 2 : 0;
+    if (!eb) return 1;          /* fp32 runs on the CUDA cores */
+    int align = 16;
+    double d[2] = {q->n, q->k};
+    for (int i = 0; i < 2; i++) {
+        long bytes = (long)d[i] * eb;
+        int a = 1;
+        while (a < 16 && bytes % (2 * a) == 0) a *= 2;
+        if (a < align) align = a;
+    }
+    return align >= 16 ? 1 : align >= 4 ? u : u / 2;
+}
+
 /* Whether a GEMM of an op runs in task kind k: a frozen weight has no
  * weight-gradient GEMM (a LoRA adapter's run). */
 static int gemm_runs(const prof_gemm *q, sim_kind k)
@@ -133,6 +162,9 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
         if (gemm_runs(&op->gemm[i], k))
             gsum += 2 * op->gemm[i].m * op->gemm[i].n * op->gemm[i].k *
                     (op->gemm[i].batch > 0 ? op->gemm[i].batch : 1);
+    /* TF32 is cuBLAS's math mode: what is not a GEMM computes in fp32 */
+    if (dt == PROF_DT_TF32 && !(gsum > 0))
+        peak = prof_gpu_peak(g, PROF_DT_FP32);
     if (peak > 0) {
         if (gsum > 0) {
             for (int i = 0; i < op->n_gemm; i++) {
@@ -147,6 +179,7 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                 else if (k == SIM_W) { gm = K; gk = M; }   /* X^T dY */
                 double share = 2 * q->m * q->n * q->k * bt / gsum;
                 double eff = prof_gemm_eff(&g->eff, gm, gn, gk);
+                eff = fmin(eff, unaligned_cap(g, dt, q));
                 if (eff <= 0) eff = 1e-3;
                 t_comp += flops * share / (peak * eff);
             }
@@ -840,8 +873,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     double state = o && o->state_bytes_per_param > 0
                  ? o->state_bytes_per_param : DEFAULT_STATE_BYTES;
     const sim_measured *meas = o ? o->measured : NULL;
-    prof_dtype dt = m->spec.dtype;
-    double wb = prof_dtype_bytes(dt);
+    prof_dtype mt = prof_spec_math(&m->spec); /* the GEMMs' precision */
+    double wb = prof_dtype_bytes(m->spec.dtype);
     int zst = o ? sim_zero_stage(o->zero, o->fsdp) : 0;
     int fsdp = o && zst > 0 ? o->fsdp : SIM_FSDP_NONE;
     int shard = sim_shard_group(t, zst, fsdp, dpw, n_devices * tpw, e);
@@ -872,7 +905,9 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     c->shard = shard;
     for (int d = 0; d < n_devices; d++) {
         c->dev_gpu[d] = d * tpw;
-        const prof_gpu *g = prof_gpu_at(prof_topo_gpu(t, c->dev_gpu[d]), dt);
+        const prof_gpu *g0 = prof_topo_gpu(t, c->dev_gpu[d]);
+        prof_dtype dt = prof_gpu_math(g0, mt);
+        const prof_gpu *g = prof_gpu_at(g0, dt);
         c->dev_capacity[d] = g->mem_bytes;
         c->dev_peak_flops[d] = prof_gpu_peak(g, dt);
     }
@@ -887,7 +922,10 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sim_stage_cost *sc = &c->stage[s];
         c->stage_device[s] = stage_device[s];
         int g0 = stage_device[s] * tpw;
-        prof_gpu gb = *prof_gpu_at(prof_topo_gpu(t, g0), dt);
+        prof_dtype dt = prof_gpu_math(prof_topo_gpu(t, g0), mt);
+        /* under TF32 only the products leave the calibration (sim_op_ns) */
+        prof_gpu gb = *prof_gpu_at(prof_topo_gpu(t, g0),
+                                   dt == PROF_DT_TF32 ? PROF_DT_FP32 : dt);
         gb.busy = (int)busy;
         const prof_gpu *g = &gb;
         sc->first_op = first_op[s];

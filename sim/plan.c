@@ -645,9 +645,9 @@ int sim_partition_balanced(const prof_model *m, const prof_gpu *g, int mbs,
     double lo = 0, hi = 0;
     for (int i = 0; i < m->n_ops; i++) {
         const prof_op *op = &m->ops[i];
-        cost[i] = (double)(sim_op_ns(g, m->spec.dtype, op, mbs, SIM_F, NULL) +
-                           sim_op_ns(g, m->spec.dtype, op, mbs, SIM_B, NULL) +
-                           sim_op_ns(g, m->spec.dtype, op, mbs, SIM_W, NULL));
+        cost[i] = (double)(sim_op_ns(g, prof_spec_math(&m->spec), op, mbs, SIM_F, NULL) +
+                           sim_op_ns(g, prof_spec_math(&m->spec), op, mbs, SIM_B, NULL) +
+                           sim_op_ns(g, prof_spec_math(&m->spec), op, mbs, SIM_W, NULL));
         if (cost[i] > lo) lo = cost[i];
         hi += cost[i];
     }

@@ -87,18 +87,59 @@ static int report(const char *path)
            json_string_value(json_object_get(j, "backend")),
            json_string_value(json_object_get(j, "transport")), m * 1e3,
            s * 1e3, s > 0 ? m / s : 0);
+    if (json_is_true(json_object_get(j, "tf32")))
+        printf("products in TF32 (predicted at the GPU's TF32 peak)\n");
     json_t *dm = json_object_get(j, "devices");
     json_t *ds = json_object_get(p, "devices");
-    printf("%-6s %16s %16s %8s\n", "device", "compute ms", "simulated ms",
-           "ratio");
+    printf("%-6s %12s %12s %8s %12s %12s %8s\n", "device", "compute ms",
+           "simulated", "ratio", "peak GiB", "simulated", "ratio");
     for (size_t d = 0; d < json_array_size(dm); d++) {
-        double a = num(json_array_get(dm, d), "compute_s");
-        double b = num(json_array_get(ds, d), "compute_s");
-        printf("%-6zu %16.3f %16.3f %8.3f\n", d, a * 1e3, b * 1e3,
-               b > 0 ? a / b : 0);
+        json_t *x = json_array_get(dm, d), *y = json_array_get(ds, d);
+        double a = num(x, "compute_s"), b = num(y, "compute_s");
+        double pa = num(x, "peak_mem_bytes") / (1 << 30);
+        double pb = num(y, "peak_mem_bytes") / (1 << 30);
+        printf("%-6zu %12.3f %12.3f %8.3f %12.3f %12.3f %8.3f\n", d, a * 1e3,
+               b * 1e3, b > 0 ? a / b : 0, pa, pb, pb > 0 ? pa / pb : 0);
     }
+    json_t *st = json_object_get(j, "steps");
+    size_t ns = json_array_size(st);
+    if (ns)
+        printf("loss: step 1 %.4f, step %zu %.4f\n",
+               num(json_array_get(st, 0), "loss"), ns,
+               num(json_array_get(st, ns - 1), "loss"));
     json_decref(j);
     return 0;
+}
+
+/* Two runs' losses step by step: every step's within rel of a's. */
+static int losses(const char *pa, const char *pb, double rel)
+{
+    json_error_t je;
+    json_t *a = json_load_file(pa, 0, &je), *b = NULL;
+    if (!a || !(b = json_load_file(pb, 0, &je))) {
+        fprintf(stderr, "gpu_check: %s:%d: %s\n", a ? pb : pa, je.line,
+                je.text);
+        json_decref(a);
+        return 2;
+    }
+    json_t *sa = json_object_get(a, "steps"), *sb = json_object_get(b, "steps");
+    size_t n = json_array_size(sa);
+    double worst = 0;
+    size_t at = 0;
+    int ok = n > 0 && n == json_array_size(sb);
+    for (size_t k = 0; ok && k < n; k++) {
+        double x = num(json_array_get(sa, k), "loss");
+        double y = num(json_array_get(sb, k), "loss");
+        double d = fabs(y - x) / fabs(x);
+        if (!(d <= worst)) worst = d, at = k;
+    }
+    ok = ok && worst <= rel;
+    printf("losses: %zu steps compared, largest relative difference %.3g "
+           "(step %zu), at most %.1g allowed: %s\n", n, worst, at + 1, rel,
+           ok ? "agree" : "DIFFER");
+    json_decref(a);
+    json_decref(b);
+    return ok ? 0 : 1;
 }
 
 int main(int argc, char **argv)
@@ -106,7 +147,10 @@ int main(int argc, char **argv)
     if (argc == 6 && !strcmp(argv[1], "weights"))
         return weights(argv[2], argv[3], atof(argv[4]), atof(argv[5]));
     if (argc == 3 && !strcmp(argv[1], "report")) return report(argv[2]);
+    if (argc == 5 && !strcmp(argv[1], "losses"))
+        return losses(argv[2], argv[3], atof(argv[4]));
     fprintf(stderr, "usage: gpu_check weights A.ckpt B.ckpt ATOL FRACTION\n"
-                    "       gpu_check report RUN.json\n");
+                    "       gpu_check report RUN.json\n"
+                    "       gpu_check losses A.json B.json RELATIVE\n");
     return 2;
 }

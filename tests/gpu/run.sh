@@ -10,7 +10,10 @@
 #   (b) 20 steps of 1F1B for GPT-2 on two workers (two GPUs when there
 #       are two) with --json: measured against simulated iteration time
 #       and per-device compute; (b1) 10 steps of GPT-2 on one GPU as one
-#       worker, the comparison where nothing is shared;
+#       worker, the comparison where nothing is shared; (b2) (b1)'s
+#       plan with --tf32 (the products on the tensor cores): measured
+#       against the simulator's TF32 pricing, its losses step by step
+#       within 2% of (b1)'s;
 #   (c) bin/sluice-cuda-test: every CUDA kernel against the CPU oracle;
 #   (d) (run last) sluice calibrate on the GPU(s), then (b1)'s plan run again with
 #       --calibrate (its op times join the calibration: one worker per
@@ -32,14 +35,16 @@
 #   (h) GPT-2 on one GPU with its AdamW state in host DRAM (a stage tier:
 #       gradient out, the host's AdamW, weights back) and on the GPU:
 #       measured against simulated iteration and peak;
-#   (g) cuBLAS's sustained bf16 GEMM rate for a transformer layer's shapes
-#       (build/gpu/gemm_rate), as a share of the profile's bf16 peak: what
-#       the profile's GEMM efficiency (gemm_max and its curve) should say;
+#   (g) cuBLAS's sustained GEMM rate for a transformer layer's shapes
+#       (build/gpu/gemm_rate) in bf16, TF32 and fp32, each as a share of
+#       the profile's peak for it: what the profile's GEMM efficiency
+#       (gemm_max and its curve) should say;
 #   (t) where python3 has PyTorch with CUDA: an MPT block's ops as PyTorch
 #       runs them in bf16 (tests/gpu/torch_ops.py) beside `sluice sim
 #       --ops` for the same ops (tests/gpu/torch_ops_compare.py), and a
 #       7B model's block run for 30 s (tests/gpu/torch_sustained.py).
-# SLUICE_GPU_CHECKS lists the checks to run (default: "a b b1 c d e f g h t").
+# SLUICE_GPU_CHECKS lists the checks to run (default: "a b b1 b2 c d e f g h
+# t").
 # Without a GPU it says why it skipped and exits 0. Exit 1 when a check
 # fails. SLUICE_GPU_HW names the plan's hardware (default: from the GPU's
 # name); MAKE_JOBS the build's parallelism (default 2);
@@ -101,7 +106,7 @@ data=${SLUICE_GPU_DATA:-$tmp/corpus.txt}
 [ -n "${SLUICE_GPU_DATA:-}" ] || cat README.md exec/*.c >"$data"
 echo "tests/gpu/run.sh: ${gpu:-a GPU} (${count:-?} visible), plans for $hw"
 fail=0
-checks=" ${SLUICE_GPU_CHECKS:-a b b1 c d e f g h t} "
+checks=" ${SLUICE_GPU_CHECKS:-a b b1 b2 c d e f g h t} "
 want() {
     case "$checks" in *" $1 "*) return 0 ;; esac
     return 1
@@ -179,6 +184,15 @@ echo "== (b1) the same model on one GPU as one worker (nothing shared)"
 run "$tmp/one.json" 10 "$tmp/one-run.json"
 fi
 
+if want b2; then
+echo "== (b2) (b1)'s plan with its products in TF32"
+run "$tmp/one.json" 10 "$tmp/one-tf32.json" --tf32
+if [ -f "$tmp/one-run.json" ] && [ -f "$tmp/one-tf32.json" ]; then
+    build/gpu/gpu_check losses "$tmp/one-run.json" "$tmp/one-tf32.json" \
+        0.02 || fail=1
+fi
+fi
+
 if want c; then
 echo "== (c) every CUDA kernel against the CPU oracle"
 bin/sluice-cuda-test || fail=1
@@ -252,10 +266,13 @@ done
 fi
 
 if want g; then
-echo "== (g) cuBLAS's bf16 GEMMs, sustained, against the profile's peak"
-peak=$($bin profile show --hw "$hw" x1 --json | tr -d ' \n' |
-       sed -n 's/.*"peak_tflops":{[^}]*"bf16":\([0-9.]*\).*/\1/p')
-build/gpu/gemm_rate "${peak:-0}" 2 || fail=1
+echo "== (g) cuBLAS's GEMMs, sustained, against the profile's peaks"
+for pr in bf16:2 tf32:1 fp32:1; do
+    p=${pr%:*}
+    peak=$($bin profile show --hw "$hw" x1 --json | tr -d ' \n' |
+           sed -n "s/.*\"peak_tflops\":{[^}]*\"$p\":\([0-9.]*\).*/\1/p")
+    build/gpu/gemm_rate "${peak:-0}" "${pr#*:}" "$p" || fail=1
+done
 fi
 
 if want t; then
