@@ -102,6 +102,14 @@ typedef struct exec_backend {
      * cores, 0 fp32); NULL on the CPU, which has no TF32. Set before the
      * workers start. */
     void (*set_tf32)(int on);
+    /* The device's own clock, for timing ops without draining the device
+     * around each (NULL on the CPU, whose host clock is the device's):
+     * mark() records a point on the thread's stream (NULL when none could
+     * be made), mark_ns(a, b) the device's ns from a to b once b has
+     * passed (waiting for it; -1 on a failure), unmark() releases one. */
+    void *(*mark)(void);
+    double (*mark_ns)(void *a, void *b);
+    void (*unmark)(void *m);
 } exec_backend;
 
 extern const exec_backend exec_backend_cpu;

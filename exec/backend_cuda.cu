@@ -343,6 +343,33 @@ static void *cuda_stream(void)
     return (void *)tl.s;
 }
 
+// A timing event recorded on the thread's stream.
+static void *cuda_mark(void)
+{
+    cudaEvent_t ev = NULL;
+    if (cudaEventCreate(&ev) != cudaSuccess) return NULL;
+    if (cudaEventRecord(ev, tl.s) != cudaSuccess) {
+        cudaEventDestroy(ev);
+        return NULL;
+    }
+    return ev;
+}
+
+static double cuda_mark_ns(void *a, void *b)
+{
+    float ms = 0;
+    if (cudaEventSynchronize((cudaEvent_t)b) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b) !=
+            cudaSuccess)
+        return -1;
+    return (double)ms * 1e6;
+}
+
+static void cuda_unmark(void *m)
+{
+    if (m) cudaEventDestroy((cudaEvent_t)m);
+}
+
 static exec_backend cuda_be;
 static pthread_once_t cuda_be_once = PTHREAD_ONCE_INIT;
 
@@ -371,6 +398,9 @@ static void cuda_be_fill(void)
     cuda_be.fence_wait = cuda_fence_wait;
     cuda_be.stream = cuda_stream;
     cuda_be.set_tf32 = kern_cuda_set_tf32;
+    cuda_be.mark = cuda_mark;
+    cuda_be.mark_ns = cuda_mark_ns;
+    cuda_be.unmark = cuda_unmark;
 }
 
 const exec_backend *exec_backend_cuda(util_err *e)

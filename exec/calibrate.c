@@ -792,13 +792,15 @@ int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,
     int tp = r->costs->tp > 1 ? r->costs->tp : 1;
     int mbs = (int)llround(r->costs->samples_per_mb);
     const sim_kind kinds[PROF_PHASES] = {SIM_F, SIM_B, SIM_W};
+    /* a TF32 run's products have signatures of their own */
+    prof_dtype dt = r->tf32 ? prof_gpu_math(g, PROF_DT_TF32) : PROF_DT_FP32;
     for (int i = 0; i < r->model->n_ops; i++) {
         prof_op op = sim_op_tp(&r->model->ops[i], tp);
         for (int ph = 0; ph < PROF_PHASES; ph++) {
             double n = r->op_calls[i * PROF_PHASES + ph];
             if (!(n > 0)) continue;
-            char sig[128];
-            sim_op_signature(g, &op, mbs, kinds[ph], sig, sizeof sig);
+            char sig[140];
+            sim_op_signature_dt(g, &op, mbs, kinds[ph], dt, sig, sizeof sig);
             prof_calib_add_op(c, sig, r->op_ns[i * PROF_PHASES + ph] / n,
                               (long)n, model, r->n_workers);
             (*n_added)++;

@@ -106,7 +106,9 @@ static void usage(FILE *f)
         "  --calibrate         time every op of the run and add the times\n"
         "                      (and the runtime's cost per task) to the\n"
         "                      device type's calibration (sluice calibrate\n"
-        "                      first); sim and plan then use them\n"
+        "                      first); sim and plan then use them (with\n"
+        "                      --tf32, the products' times price TF32\n"
+        "                      plans only)\n"
         "  --tf32              the products in TF32 on the GPU's tensor\n"
         "                      cores (--backend cuda; Ampere and later),\n"
         "                      predicted at its TF32 peak; default fp32\n"
@@ -526,13 +528,6 @@ static int run_plan(cmd *c)
     po.own_gpus = c->calibrate;
     po.offload = c->offload;
     po.tf32 = c->tf32;
-    /* a calibration prices fp32 plans with the op times it holds */
-    if (c->calibrate && c->tf32) {
-        rc = util_errf(&e, UTIL_EXIT_USAGE, "--calibrate with --tf32: a "
-                       "calibration holds the fp32 kernels' times, which "
-                       "price fp32 plans; calibrate with an fp32 run");
-        goto out;
-    }
     if (offload_fault_from_env(&po, &e)) {
         rc = -1;
         goto out;

@@ -416,6 +416,10 @@ typedef struct exec_worker {
     double rest_ns, rest_n;
     int epoch_now;          /* the epoch of the task running */
     int64_t task_ops_ns;    /* ops timed in the task running */
+    /* ops of the task running timed on the device's clock (backend
+     * mark), read when it ends: op, phase, and the marks around it */
+    struct exec_mark { int op, phase; void *a, *b; } *marks;
+    int n_marks, cap_marks;
     struct exec_ofl *ofl;   /* its offload tier and threads, or NULL */
     /* an offload schedule's plan (rt->tiers): the tier tasks per stream
      * (SIM_STREAM_*), a thread for each stream that has some, the

@@ -69,26 +69,40 @@ void sim_op_signature(const prof_gpu *g, const prof_op *op, int mbs,
                  op->bytes_read + op->bytes_written);
 }
 
+void sim_op_signature_dt(const prof_gpu *g, const prof_op *op, int mbs,
+                         sim_kind k, prof_dtype dt, char *out, size_t n)
+{
+    sim_op_signature(g, op, mbs, k, out, n);
+    size_t len = strlen(out);
+    if (dt == PROF_DT_TF32 && op->n_gemm > 0 && len < n)
+        snprintf(out + len, n - len, "|tf32");
+}
+
 int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                   int mbs, sim_kind k, const sim_measured *meas)
 {
     if (k == SIM_W && op->bwd_w_flops <= 0) return 0; /* no weights */
-    /* a calibration's op times are the executor's, which computes in
-     * fp32: a plan at another precision is priced by the datasheet's
-     * formula (prof_gpu_at leaves no calibration); measurements given
-     * for this simulation (meas) are taken as they are; TF32 where the
-     * GPU has none is fp32, with its calibration */
+    /* a calibration's op times and fit are the executor's, which
+     * computes in fp32 (its products in TF32 with exec --tf32): a plan at
+     * another precision is priced by the datasheet's formula
+     * (prof_gpu_at leaves no calibration); measurements given for this
+     * simulation (meas) are taken as they are; TF32 where the GPU has
+     * none is fp32, with its calibration */
     dt = prof_gpu_math(g, dt);
     /* TF32 changes cuBLAS's products only: any other op is the fp32
-     * kernel, priced (and calibrated) as such */
+     * kernel, priced (and calibrated) as such; a product has the times
+     * TF32 runs measured, else the datasheet's TF32 formula */
     if (dt == PROF_DT_TF32 && op->n_gemm == 0) dt = PROF_DT_FP32;
+    const prof_calib *cal = dt == PROF_DT_FP32 || dt == PROF_DT_TF32
+                          ? g->calib : NULL;
+    int busy = g->busy;
     g = prof_gpu_at(g, dt);
-    if ((meas && meas->n) || (g->calib && g->calib->n_ops)) {
-        char key[128];
-        sim_op_signature(g, op, mbs, k, key, sizeof key);
+    if ((meas && meas->n) || (cal && cal->n_ops)) {
+        char key[140];
+        sim_op_signature_dt(g, op, mbs, k, dt, key, sizeof key);
         int64_t v = sim_measured_get(meas, key);
         if (v >= 0) return v;
-        double c = prof_calib_op_ns(g->calib, key, g->busy);
+        double c = prof_calib_op_ns(cal, key, busy);
         if (c >= 0) return (int64_t)llround(c);
     }
     return (int64_t)llround(sim_op_model_ns(g, dt, op, mbs, k));

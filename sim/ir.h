@@ -367,6 +367,11 @@ int64_t sim_measured_get(const sim_measured *m, const char *key);
  * an op without GEMMs ends in "bBYTES" (forward bytes per sample). */
 void sim_op_signature(const prof_gpu *g, const prof_op *op, int mbs,
                       sim_kind k, char *out, size_t n);
+/* The same for an op whose math is in precision dt: a product in TF32
+ * ends in "|tf32" (its own times); any other op is the fp32 kernel and
+ * shares fp32's signature. */
+void sim_op_signature_dt(const prof_gpu *g, const prof_op *op, int mbs,
+                         sim_kind k, prof_dtype dt, char *out, size_t n);
 
 /* Stages of the cost table are the plan's S stages replicated R times
  * (R = dp x pipelines per data-parallel rank, 2 for Chimera): stage

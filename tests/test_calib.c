@@ -736,6 +736,55 @@ Test(calib_runs, measured_times_price_fp32_plans_only)
     prof_model_free(m);
 }
 
+/* Under TF32 a product has the times a TF32 run measured (its signature
+ * ends in "|tf32"), else the datasheet's TF32 formula, never the fp32
+ * product's time; an op that is no product is the fp32 kernel and keeps
+ * its fp32 time. */
+Test(calib_runs, tf32_products_have_times_of_their_own)
+{
+    util_err e;
+    prof_model_spec sp;
+    cr_assert_eq(prof_model_spec_get("gpt-mini", &sp, &e), 0);
+    prof_model *m = prof_model_build(&sp, &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    const prof_op *mm = NULL, *nm = NULL;
+    for (int i = 0; i < m->n_ops; i++) {
+        if (!mm && m->ops[i].role == PROF_ROLE_MLP_UP) mm = &m->ops[i];
+        if (!nm && m->ops[i].role == PROF_ROLE_NORM) nm = &m->ops[i];
+    }
+    cr_assert(mm && nm);
+    prof_gpu sheet, g;
+    cr_assert_eq(prof_gpu_get_builtin("h100-sxm", &sheet, &e), 0);
+    char k32[128], ktf[140], kn32[128], kntf[140];
+    sim_op_signature(&sheet, mm, 2, SIM_F, k32, sizeof k32);
+    sim_op_signature_dt(&sheet, mm, 2, SIM_F, PROF_DT_TF32, ktf, sizeof ktf);
+    sim_op_signature(&sheet, nm, 2, SIM_F, kn32, sizeof kn32);
+    sim_op_signature_dt(&sheet, nm, 2, SIM_F, PROF_DT_TF32, kntf,
+                        sizeof kntf);
+    cr_expect(strlen(ktf) == strlen(k32) + 5 &&
+              !strcmp(ktf + strlen(k32), "|tf32"), "%s", ktf);
+    cr_expect_str_eq(kntf, kn32);
+    prof_calib c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.device, sizeof c.device, "h100-sxm");
+    c.gpu = sheet;
+    prof_calib_add_op(&c, k32, 7000000, 5, "gpt-mini", 1);
+    prof_calib_add_op(&c, kn32, 3000000, 5, "gpt-mini", 1);
+    g = c.gpu;
+    g.calib = &c;
+    g.datasheet = &sheet;
+    /* no TF32 time yet: the datasheet's TF32 price for the product, the
+     * fp32 time for the norm */
+    cr_expect_eq(sim_op_ns(&g, PROF_DT_TF32, mm, 2, SIM_F, NULL),
+                 sim_op_ns(&sheet, PROF_DT_TF32, mm, 2, SIM_F, NULL));
+    cr_expect_eq(sim_op_ns(&g, PROF_DT_TF32, nm, 2, SIM_F, NULL), 3000000);
+    prof_calib_add_op(&c, ktf, 1000000, 5, "gpt-mini", 1);
+    cr_expect_eq(sim_op_ns(&g, PROF_DT_TF32, mm, 2, SIM_F, NULL), 1000000);
+    cr_expect_eq(sim_op_ns(&g, PROF_DT_FP32, mm, 2, SIM_F, NULL), 7000000);
+    prof_calib_free(&c);
+    prof_model_free(m);
+}
+
 /* A run whose workers shared a GPU timed each op with the other workers'
  * kernels in it: its op times are refused, the calibration untouched. */
 Test(calib_runs, a_run_on_a_shared_gpu_is_refused)

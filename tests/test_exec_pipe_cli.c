@@ -491,16 +491,11 @@ Test(exec_cli_pipe, bad_plans_say_why)
     cr_expect(strstr(r.err, "tp.json: tensor parallelism 4 must divide the "
                      "heads (4) and the MLP width (66)"), "%s", r.err);
     cli_result_free(&r);
-    /* TF32 is a GPU's math: refused on the cores, and as a calibration
-     * (whose op times price fp32 plans), before anything runs */
+    /* TF32 is a GPU's math: refused on the cores before anything runs */
     r = cli_run("exec --plan %s/p.json --steps 2 --tf32", dir);
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "--tf32: the cpu backend has no TF32 math"),
               "%s", r.err);
-    cli_result_free(&r);
-    r = cli_run("exec --plan %s/p.json --steps 2 --tf32 --calibrate", dir);
-    cr_expect_eq(r.code, 2);
-    cr_expect(strstr(r.err, "--calibrate with --tf32"), "%s", r.err);
     cli_result_free(&r);
     r = cli_run("exec --model gpt-tiny --steps 2 --tf32");
     cr_expect_eq(r.code, 2);
