@@ -18,8 +18,10 @@
 #   (d) (run last) sluice calibrate on the GPU(s), then (b1)'s plan run again with
 #       --calibrate (its op times join the calibration: one worker per
 #       GPU, so nothing is shared) and (b)'s without: measured against the
-#       calibrated prediction (the executor computes in fp32, so every
-#       prediction here is of fp32 math), and (b) with --calibrate on one
+#       calibrated prediction (the executor computes in fp32, so these
+#       predictions are of fp32 math), (b2) with --calibrate and a
+#       plan of microbatch 8 x 4 in TF32 predicted from its products'
+#       times, and (b) with --calibrate on one
 #       GPU refused before it runs; then zero-offload's GPT-2 run
 #       of (f) adds the host's AdamW rate, and fuyou's is predicted again;
 #   (e) one step of each kind of plan against the CPU backend's, as (a):
@@ -315,6 +317,14 @@ if SLUICE_PROFILE_DIR="$prof" $bin calibrate --hw "$hw" x$n \
     run "$tmp/one.json" 10 "$tmp/one-cal.json" --calibrate
     echo "(b) again, simulated with the calibration and (b1)'s op times:"
     run "$tmp/gpt2.json" 20 "$tmp/gpt2-cal.json"
+    # TF32: (b2) adds its products' times, then microbatch 8 x 4 (another
+    # plan of the same ops) is predicted from them
+    echo "(b2) again with --calibrate (its products' TF32 times added):"
+    run "$tmp/one.json" 6 "$tmp/one-tf32-cal.json" --tf32 --calibrate
+    $bin sim --hw "$hw" x1 --model gpt2 --schedule 1f1b --pp 1 --mbs 8 \
+        --microbatches 4 --out "$tmp/four.json" >/dev/null
+    echo "microbatch 8 x 4 in TF32, simulated with them:"
+    run "$tmp/four.json" 6 "$tmp/four-tf32.json" --tf32
     if [ "${count:-1}" -lt 2 ]; then
         # its two workers would share the GPU: refused before it runs
         rc=0
