@@ -449,6 +449,21 @@ static void print_answer(const plan_result *r, const prof_model *m,
            json_number_value(json_object_get(rep, "tokens_per_s")),
            json_number_value(json_object_get(rep, "tflops_per_gpu")),
            100 * json_number_value(json_object_get(rep, "mfu")), 100 * bmean);
+    json_t *un = json_object_get(rep, "unaligned_gemms");
+    for (size_t i = 0; i < json_array_size(un); i++) {
+        json_t *u = json_array_get(un, i);
+        printf("note: %s is %lld wide, not 16 bytes aligned: its GEMMs run "
+               "at most %.1f%% of peak (+%s a microbatch); padded to %lld "
+               "they would not\n",
+               json_string_value(json_object_get(u, "op")),
+               (long long)json_integer_value(json_object_get(u, "width")),
+               100 * json_number_value(json_object_get(u, "cap")),
+               util_fmt_time(json_number_value(json_object_get(
+                                 u, "extra_s_per_microbatch")),
+                             tmp, sizeof tmp),
+               (long long)json_integer_value(json_object_get(
+                   u, "padded_width")));
+    }
     json_t *stt = json_object_get(rep, "state_tiers");
     if (stt) {
         /* stages whose optimizer state the host keeps and steps */

@@ -135,8 +135,8 @@ static double kind_factor(const prof_gpu *g, const prof_op *op, sim_kind k)
  * the phase, the layer's width n and depth k are the rows' lengths of
  * its operands (the tokens, m, are rows), so the forward, the input
  * gradient and the weight gradient share it. */
-static double unaligned_cap(const prof_gpu *g, prof_dtype dt,
-                            const prof_gemm *q)
+double sim_gemm_unaligned_cap(const prof_gpu *g, prof_dtype dt,
+                              const prof_gemm *q)
 {
     double u = g->eff.unaligned;
     if (!(u > 0)) return 1;
@@ -193,7 +193,7 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                 else if (k == SIM_W) { gm = K; gk = M; }   /* X^T dY */
                 double share = 2 * q->m * q->n * q->k * bt / gsum;
                 double eff = prof_gemm_eff(&g->eff, gm, gn, gk);
-                eff = fmin(eff, unaligned_cap(g, dt, q));
+                eff = fmin(eff, sim_gemm_unaligned_cap(g, dt, q));
                 if (eff <= 0) eff = 1e-3;
                 t_comp += flops * share / (peak * eff);
             }

@@ -34,6 +34,53 @@ static totals compute(const sim_plan *p, const sim_costs *c,
     return t;
 }
 
+/* Ops whose products are priced as not 16 bytes aligned
+ * (sim_gemm_unaligned_cap) on their stage's device: the op, the width
+ * that is not, the cap and the time per microbatch beyond the aligned
+ * price (the datasheet's formula, F + B + W). */
+typedef struct unal {
+    int op;
+    long width;
+    double cap, extra_ns;
+} unal;
+
+static int unaligned_ops(const sim_plan *p, const prof_model *m,
+                         const prof_topo *tp, const sim_costs *c, unal *out,
+                         int n)
+{
+    if (!m || !tp || !c || !c->stage) return 0;
+    int k = 0, tpw = c->tp > 1 ? c->tp : 1;
+    prof_dtype mt = prof_spec_math(&m->spec);
+    for (int i = 0; i < m->n_ops && k < n; i++) {
+        int s = 0;
+        while (s < c->n_stages &&
+               (i < c->stage[s].first_op || i > c->stage[s].last_op))
+            s++;
+        if (s == c->n_stages || m->ops[i].n_gemm == 0) continue;
+        const prof_gpu *g0 = prof_topo_gpu(
+            tp, c->dev_gpu[c->stage_device[s]]);
+        prof_dtype dt = prof_gpu_math(g0, mt);
+        const prof_gpu *g = prof_gpu_at(g0, dt);
+        prof_op o = sim_op_tp(&m->ops[i], tpw);
+        unal u = {i, 0, 1, 0};
+        for (int j = 0; j < o.n_gemm; j++) {
+            double q = sim_gemm_unaligned_cap(g, dt, &o.gemm[j]);
+            if (q >= u.cap) continue;
+            u.cap = q;
+            long d[2] = {(long)o.gemm[j].n, (long)o.gemm[j].k};
+            u.width = d[0] % 8 ? d[0] : d[1];
+        }
+        if (u.cap >= 1) continue;
+        prof_gpu ga = *g;
+        ga.eff.unaligned = 0;
+        for (int ph = 0; ph < 3; ph++)
+            u.extra_ns += sim_op_model_ns(g, dt, &o, p->mbs, (sim_kind)ph) -
+                          sim_op_model_ns(&ga, dt, &o, p->mbs, (sim_kind)ph);
+        out[k++] = u;
+    }
+    return k;
+}
+
 /* Stages of device d (plan stage numbers; Chimera's upward copies
  * marked '). */
 static void stages_of(const sim_plan *p, const sim_costs *c, int d,
@@ -259,6 +306,18 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
     if (fb)
         fprintf(f, "  precision          bf16 runs in fp16 on %s (no bf16)\n",
                 fb->name);
+    unal un[4];
+    int nu = unaligned_ops(p, m, tp, c, un, 4);
+    for (int i = 0; i < nu; i++) {
+        const prof_op *o = &m->ops[un[i].op];
+        int voc = o->role == PROF_ROLE_LM_HEAD || o->role == PROF_ROLE_EMBED;
+        fprintf(f, "  %-18s %s %ld wide: <= %.1f%% of peak, +%s a "
+                "microbatch; pad %s to %ld\n",
+                i ? "" : "unaligned GEMMs", o->name, un[i].width,
+                100 * un[i].cap,
+                util_fmt_time(un[i].extra_ns * 1e-9, b1, sizeof b1),
+                voc ? "the vocabulary" : "it", (un[i].width + 63) / 64 * 64);
+    }
     fprintf(f, "  simulated events   %lld\n\n", (long long)r->events);
     int any = 0;
     for (int k = 0; k < SIM_COMM_COUNT; k++) {
@@ -348,6 +407,18 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
     json_object_set_new(o, "dp", json_integer(p->dp));
     json_object_set_new(o, "tp", json_integer(p->tp));
     json_object_set_new(o, "gpus", json_integer(p->dp * p->pp * p->tp));
+    unal un[8];
+    int nu = unaligned_ops(p, m, tp, c, un, 8);
+    if (nu) {
+        json_t *a = json_array();
+        for (int i = 0; i < nu; i++)
+            json_array_append_new(a, json_pack(
+                "{s:s,s:I,s:f,s:f,s:I}", "op", m->ops[un[i].op].name,
+                "width", (json_int_t)un[i].width, "cap", un[i].cap,
+                "extra_s_per_microbatch", un[i].extra_ns * 1e-9,
+                "padded_width", (json_int_t)((un[i].width + 63) / 64 * 64)));
+        json_object_set_new(o, "unaligned_gemms", a);
+    }
     json_object_set_new(o, "layout", json_string("dp-pp-tp"));
     if (p->sched == SIM_SCHED_INTERLEAVED)
         json_object_set_new(o, "chunks", json_integer(p->chunks));

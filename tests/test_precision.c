@@ -174,3 +174,40 @@ Test(precision, unaligned_rows_cap_tensor_core_gemms)
     prof_topo_free(h);
     prof_topo_free(a);
 }
+
+/* sim and plan say which GEMMs are priced unaligned, what it costs and
+ * the width that would not be; nothing where every row is aligned or
+ * the GPU does not model it. */
+Test(precision, unaligned_gemms_are_reported)
+{
+    json_t *x = cli_json("sim --hw h100-sxm x1 --model gpt2 --schedule 1f1b "
+                         "--pp 1 --mbs 8 --microbatches 2 --json");
+    json_t *u = json_object_get(x, "unaligned_gemms");
+    cr_assert_eq(json_array_size(u), 1);
+    json_t *o = json_array_get(u, 0);
+    cr_expect_str_eq(json_string_value(json_object_get(o, "op")),
+                     "head.lm_head");
+    cr_expect_eq(json_integer_value(json_object_get(o, "width")), 50257);
+    cr_expect_eq(json_integer_value(json_object_get(o, "padded_width")),
+                 50304);
+    cr_expect_float_eq(json_number_value(json_object_get(o, "cap")), 0.125,
+                       1e-12);
+    double extra = json_number_value(json_object_get(
+        o, "extra_s_per_microbatch"));
+    double it = json_number_value(json_object_get(x, "iteration_time_s"));
+    cr_expect(extra > 0.05 * it / 2 && extra < it / 2, "%g of %g", extra, it);
+    json_decref(x);
+    x = cli_json("sim --hw a100-sxm-80gb x1 --model gpt2 --schedule 1f1b "
+                 "--pp 1 --mbs 8 --microbatches 2 --json");
+    cr_expect_null(json_object_get(x, "unaligned_gemms"));
+    json_decref(x);
+    x = cli_json("sim --hw h100-sxm x1 --model llama2-7b --schedule 1f1b "
+                 "--pp 1 --mbs 1 --microbatches 1 --json");
+    cr_expect_null(json_object_get(x, "unaligned_gemms"));
+    json_decref(x);
+    cli_expect(0, "unaligned GEMMs    head.lm_head 50257 wide: <= 12.5% of "
+               "peak", "sim --hw h100-sxm x1 --model gpt2 --schedule 1f1b "
+               "--pp 1 --mbs 8 --microbatches 2");
+    cli_expect(0, "note: head.lm_head is 50257 wide, not 16 bytes aligned",
+               "plan --hw h100-sxm x1 --model gpt2");
+}
