@@ -569,13 +569,20 @@ static void *sched_main(void *arg)
  * job has 5.2 million); the first ones show the pattern. */
 #define COPIES_SHOWN 400000
 
-static int copies_shown(const plan_wl_run *r, const char *what)
+static int copies_shown(const plan_wl_run *r)
 {
-    if (r->n_cp <= COPIES_SHOWN) return r->n_cp;
-    fprintf(stderr, "sluice plan: %s shows the first %d of %d copies "
-            "(every compute box); fewer --samples show them all\n", what,
-            COPIES_SHOWN, r->n_cp);
-    return COPIES_SHOWN;
+    return r->n_cp <= COPIES_SHOWN ? r->n_cp : COPIES_SHOWN;
+}
+
+/* Said once for the trace and the plot together. */
+static void copies_note(const plan_wl_run *r, int trace, int plot)
+{
+    if (r->n_cp <= COPIES_SHOWN || !(trace || plot)) return;
+    fprintf(stderr, "sluice plan: %s show%s the first %d of %d copies "
+            "(every compute box); fewer --samples show them all\n",
+            trace && plot ? "--trace and --plot" : trace ? "--trace"
+                                                          : "--plot",
+            trace && plot ? "" : "s", COPIES_SHOWN, r->n_cp);
 }
 
 static int write_trace(const char *path, const plan_wl_run *r,
@@ -609,7 +616,7 @@ static int write_trace(const char *path, const plan_wl_run *r,
         json_decref(nm);
     }
     /* the copies on each GPU's streams, named by their job */
-    int n_cp = copies_shown(r, "--trace");
+    int n_cp = copies_shown(r);
     for (int i = 0; i < n_cp; i++) {
         const plan_wl_copy *x = &r->cp[i];
         json_t *nm = json_string(P[x->job].job->name);
@@ -805,6 +812,7 @@ static int run(wcmd *c, util_err *e)
                util_fmt_time(lb, b1, sizeof b1), ng, 100 * gp->eff.gemm_max,
                gp->name, b2, pols[3].feasible ? pols[3].makespan_s / pols[0].makespan_s : 0);
     }
+    if (!rc) copies_note(&lr, c->trace != NULL, c->plot != NULL);
     if (!rc && c->trace && write_trace(c->trace, &lr, P, e)) rc = -1;
     if (!rc && c->plot) {
         const char **names = util_malloc(sizeof(char *) * (size_t)n);
@@ -818,7 +826,7 @@ static int run(wcmd *c, util_err *e)
             t0[i] = (double)lr.seg[i].start_ns * 1e-9;
             t1[i] = (double)lr.seg[i].end_ns * 1e-9;
         }
-        int n_cp = copies_shown(&lr, "--plot");
+        int n_cp = copies_shown(&lr);
         size_t nc = (size_t)(n_cp ? n_cp : 1);
         int *cg = util_malloc(sizeof(int) * nc), *cd = util_malloc(sizeof(int) * nc);
         int *cj = util_malloc(sizeof(int) * nc);
