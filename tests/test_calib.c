@@ -703,16 +703,24 @@ Test(calib_cli, exec_adds_a_runs_op_times)
     test_rm_rf(d);
 }
 
-/* A calibration's op times are the executor's, in fp32: they price an
- * fp32 plan, never a bf16 one, which the datasheet's figures price (a
- * GPU's fp32 kernels would slow its bf16 plans). */
-Test(calib_runs, measured_times_price_fp32_plans_only)
+/* gpt-mini's graph. */
+static prof_model *mini_model(void)
 {
     util_err e;
     prof_model_spec sp;
     cr_assert_eq(prof_model_spec_get("gpt-mini", &sp, &e), 0);
     prof_model *m = prof_model_build(&sp, &e);
     cr_assert_not_null(m, "%s", e.msg);
+    return m;
+}
+
+/* A calibration's op times are the executor's, in fp32: they price an
+ * fp32 plan, never a bf16 one, which the datasheet's figures price (a
+ * GPU's fp32 kernels would slow its bf16 plans). */
+Test(calib_runs, measured_times_price_fp32_plans_only)
+{
+    util_err e;
+    prof_model *m = mini_model();
     prof_gpu sheet, g;
     cr_assert_eq(prof_gpu_get_builtin("h100-sxm", &sheet, &e), 0);
     const prof_op *op = &m->ops[2];
@@ -743,10 +751,7 @@ Test(calib_runs, measured_times_price_fp32_plans_only)
 Test(calib_runs, tf32_products_have_times_of_their_own)
 {
     util_err e;
-    prof_model_spec sp;
-    cr_assert_eq(prof_model_spec_get("gpt-mini", &sp, &e), 0);
-    prof_model *m = prof_model_build(&sp, &e);
-    cr_assert_not_null(m, "%s", e.msg);
+    prof_model *m = mini_model();
     const prof_op *mm = NULL, *nm = NULL;
     for (int i = 0; i < m->n_ops; i++) {
         if (!mm && m->ops[i].role == PROF_ROLE_MLP_UP) mm = &m->ops[i];
