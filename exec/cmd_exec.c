@@ -111,7 +111,8 @@ static void usage(FILE *f)
         "                      plans only)\n"
         "  --tf32              the products in TF32 on the GPU's tensor\n"
         "                      cores (--backend cuda; Ampere and later),\n"
-        "                      predicted at its TF32 peak; default fp32\n"
+        "                      predicted at its TF32 peak; default fp32,\n"
+        "                      or TF32 for a plan made with --dtype tf32\n"
         "\nA plan for more workers than cores runs oversubscribed (with a "
         "warning).\nSLUICE_EXEC_FAULT=W:N[:kill] makes worker W fail at its "
         "N-th compute task\n(tests).\n");
@@ -527,7 +528,10 @@ static int run_plan(cmd *c)
     po.op_timing = c->calibrate;
     po.own_gpus = c->calibrate;
     po.offload = c->offload;
-    po.tf32 = c->tf32;
+    /* a plan in TF32 (--dtype tf32) runs so where the backend can; every
+     * other precision is computed in fp32 */
+    po.tf32 = c->tf32 || (plan.math == 1 + PROF_DT_TF32 && po.backend &&
+                          po.backend->set_tf32);
     if (offload_fault_from_env(&po, &e)) {
         rc = -1;
         goto out;
@@ -566,6 +570,10 @@ static int run_plan(cmd *c)
                 prof_finetune_full(&plan.ft)
                     ? "" : prof_finetune_name(&plan.ft, ft, sizeof ft),
                 t->adamw.lr, t->adamw.clip, (unsigned long long)t->seed);
+        if (plan.math && !po.tf32)
+            fprintf(stdout, "note: the plan trains in %s; this backend "
+                    "computes in fp32, as it predicts\n",
+                    prof_math_name(plan.math));
         fflush(stdout);
     }
     signal(SIGINT, exec_on_stop);

@@ -46,6 +46,9 @@ static void usage(FILE *f)
         "                     chosen, each shown. auto = full,lora:16,qlora:16.\n"
         "                     Default: full, and where full training fits\n"
         "                     nowhere lora:16, then qlora:16, said so\n"
+        "  --dtype fp32|tf32|fp16|bf16  the precision the model trains in\n"
+        "                     instead of its spec's (tf32: fp32 with TF32\n"
+        "                     products); the plan file keeps it\n"
         "  --reserve SIZE     memory kept per GPU for the framework and allocator\n"
         "                     (default 1G)\n"
         "  --state-bytes N    weights+grads+optimizer bytes per parameter (default 16)\n"
@@ -212,6 +215,10 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             if (ft_list(v, c, e)) return -1;
             c->fallback = 0;
         }
+        else if (!strcmp(a, "--dtype")) {
+            NEED();
+            if (prof_math_parse(v, &c->po.math, e)) return -1;
+        }
         else if (!strcmp(a, "--batch")) {
             NEED();
             if (util_parse_int(v, 1, 1 << 24, &n))
@@ -269,7 +276,8 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--pcie-gen", "--schedule", "--no-progress",
                                   "--exhaustive", "--sync", "--async", "--time-limit",
                                   "--zero", "--fsdp", "--finetune",
-                                  "--sweep-host-mem", "--offload-tier"};
+                                  "--sweep-host-mem", "--offload-tier",
+                                  "--dtype"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -376,6 +384,8 @@ static void print_answer(const plan_result *r, const prof_model *m,
     print_cut_short(r, limit_s, stdout);
     printf("  batch %d samples of %d tokens; %.2f GiB per GPU reserved for the "
            "framework and allocator\n", r->batch, m->spec.seq_len, gib(r->reserve_bytes));
+    if (p->math)
+        printf("  trains in %s (--dtype)\n", prof_math_name(p->math));
     const prof_gpu *fb = prof_topo_dtype_fallback(t, m->spec.dtype);
     if (fb)
         printf("  %s trains in bf16, which %s lacks: priced in fp16, as it "
@@ -689,6 +699,7 @@ static int search_modes(cmd *c, const prof_topo *t, const char *hw,
     *n_tr = 0;
     prof_model_spec spec;
     if (prof_model_spec_get(c->model, &spec, e)) return -1;
+    prof_spec_set_math(&spec, c->po.math);
     for (int k = 0; k < c->n_ft && !(c->fallback && *best >= 0); k++) {
         ft_try *x = &tr[k];
         memset(x, 0, sizeof *x);

@@ -493,6 +493,30 @@ int prof_model_spec_get(const char *name, prof_model_spec *out, util_err *e)
     return r;
 }
 
+int prof_math_parse(const char *s, int *out, util_err *e)
+{
+    for (int d = 0; d < PROF_DT_COUNT; d++)
+        if (!strcmp(s, dtype_names[d])) {
+            *out = 1 + d;
+            return 0;
+        }
+    return util_errf(e, UTIL_EXIT_USAGE, "--dtype '%s': expected fp32, tf32 "
+                     "(fp32 with TF32 products), fp16 or bf16", s);
+}
+
+const char *prof_math_name(int math)
+{
+    return math > 0 && math <= PROF_DT_COUNT ? dtype_names[math - 1] : "";
+}
+
+void prof_spec_set_math(prof_model_spec *s, int math)
+{
+    if (math <= 0 || math > PROF_DT_COUNT) return;
+    prof_dtype d = (prof_dtype)(math - 1);
+    s->tf32 = d == PROF_DT_TF32;
+    s->dtype = s->tf32 ? PROF_DT_FP32 : d;
+}
+
 prof_model *prof_model_load(const char *name, util_err *e)
 {
     prof_model_spec s;

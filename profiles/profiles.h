@@ -536,6 +536,15 @@ int prof_model_spec_check(const prof_model_spec *s, const char *where,
 prof_model *prof_model_build(const prof_model_spec *s, util_err *e);
 /* Both steps. */
 prof_model *prof_model_load(const char *name_or_file, util_err *e);
+/* A precision a model trains in instead of its spec's (--dtype): "fp32",
+ * "tf32" (fp32 with TF32 products), "fp16" or "bf16" into *out (0: the
+ * spec's, as sim_plan.math keeps it; else 1 + prof_dtype). Error, code
+ * 2: another name. */
+int prof_math_parse(const char *s, int *out, util_err *e);
+/* Its name ("" for 0). */
+const char *prof_math_name(int math);
+/* Sets a spec's precision to math (0: leaves it). */
+void prof_spec_set_math(prof_model_spec *s, int math);
 /* The model as it runs on topology t: on CPU devices (sluice's CPU
  * executor computes in fp32) a spec in another precision is rebuilt in
  * fp32, so times and bytes are the executor's. Returns m, or the rebuilt

@@ -54,6 +54,9 @@ static void usage(FILE *f)
         "                         gate, up, down, qkv, attn, mlp, all, joined\n"
         "                         by '+'; default q+v), qlora:R[:TARGETS]\n"
         "                         (LoRA over a 4-bit base; default all)\n"
+        "  --dtype fp32|tf32|fp16|bf16  the precision it trains in instead\n"
+        "                         of the model spec's (tf32: fp32 with the\n"
+        "                         products in TF32 on the tensor cores)\n"
         "  --minibatches K        minibatches simulated by schedules without\n"
         "                         flush (default 4 + ceil(2 depth / m), so the\n"
         "                         measured steady state is past the fill)\n"
@@ -194,7 +197,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             "--chunks", "--schedule-file", "--no-recompute",
             "--sequence-parallel", "--zero", "--fsdp", "--finetune",
             "--offload-tier", "--host-mem", "--nvme", "--gpus-per-server",
-            "--pcie-gen", "--act-swap", "--state-tiers", NULL};
+            "--pcie-gen", "--act-swap", "--state-tiers", "--dtype", NULL};
         int hn;
         for (int k = 0; fixed[k]; k++)
             if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
@@ -278,6 +281,10 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             if (need(i, argc, argv, e) ||
                 prof_finetune_parse(argv[++i], &p->ft, e))
                 return -1;
+        } else if (!strcmp(a, "--dtype")) {
+            if (need(i, argc, argv, e) ||
+                prof_math_parse(argv[++i], &p->math, e))
+                return -1;
         } else if (!strcmp(a, "--json")) {
             c->json = 1;
         } else if (!strcmp(a, "--ops")) {
@@ -345,7 +352,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 "--measured", "--no-recompute", "--sequence-parallel",
                 "--zero", "--fsdp", "--finetune", "--offload-tier",
                 "--host-mem", "--nvme", "--gpus-per-server", "--pcie-gen",
-                "--act-swap", "--state-tiers", "--ops"};
+                "--act-swap", "--state-tiers", "--ops", "--dtype"};
             const char *near = util_closest(a, known, sizeof known / sizeof *known);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",

@@ -902,6 +902,9 @@ typedef struct sim_plan {
     int zero;               /* ZeRO stage 0..3 */
     int fsdp;               /* sim_fsdp */
     prof_finetune ft;       /* which parameters train (full as default) */
+    int math;               /* the precision it trains in instead of the
+                             * model spec's (--dtype; prof_math_parse), 0:
+                             * the spec's */
     int waves;
     int tier;               /* offload schedules: sim_tier */
     int swap_ckpt, swap_full; /* and the activations they swap (sim_costs) */

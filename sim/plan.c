@@ -107,7 +107,10 @@ static int plan_recompute(const util_jobj *r, sim_plan *p, util_err *e)
 prof_model *sim_plan_model(const sim_plan *p, const prof_topo *t,
                            util_err *e)
 {
-    prof_model *m = prof_model_for_topo(prof_model_load(p->model, e), t, e);
+    prof_model_spec s;
+    if (prof_model_spec_get(p->model, &s, e)) return NULL;
+    prof_spec_set_math(&s, p->math);
+    prof_model *m = prof_model_for_topo(prof_model_build(&s, e), t, e);
     if (m && prof_model_finetune(m, &p->ft, e)) {
         prof_model_free(m);
         return NULL;
@@ -123,7 +126,7 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         "state_bytes_per_param", "stages", "chunks", "layout",
         "schedule_file", "gpus_used", "sequence_parallel", "zero", "fsdp",
         "finetune", "offload_tier", "act_swap_checkpoints",
-        "act_swap_whole", NULL};
+        "act_swap_whole", "dtype", NULL};
     static const char *const skeys[] = {"ops", "device", "from", "to",
                                         "state_tier", NULL};
     util_jdoc d;
@@ -219,6 +222,16 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         if (util_jstr(&r, "finetune", 0, ft, sizeof ft, e)) goto out;
         if (prof_finetune_parse(ft, &p->ft, &fe)) {
             util_jerr(e, &r, "finetune", "%s", fe.msg);
+            goto out;
+        }
+    }
+    if (json_object_get(r.j, "dtype")) {
+        char dt[16];
+        util_err de;
+        if (util_jstr(&r, "dtype", 0, dt, sizeof dt, e)) goto out;
+        if (prof_math_parse(dt, &p->math, &de)) {
+            util_jerr(e, &r, "dtype", "'%s': expected fp32, tf32, fp16 or "
+                      "bf16", dt);
             goto out;
         }
     }
@@ -478,6 +491,8 @@ json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
         json_object_set_new(o, "finetune", json_string(
             prof_finetune_name(&p->ft, ft, sizeof ft)));
     }
+    if (p->math)
+        json_object_set_new(o, "dtype", json_string(prof_math_name(p->math)));
     if (sim_sched_offload(p->sched) && p->tier)
         json_object_set_new(o, "offload_tier",
                             json_string(sim_tier_name(p->tier)));

@@ -265,7 +265,8 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
 {
     totals t = compute(p, c, r);
     char b1[32], b2[32], b3[32];
-    fprintf(f, "sluice sim: %s on %s\n", m ? m->spec.name : p->model,
+    fprintf(f, "sluice sim: %s%s%s on %s\n", m ? m->spec.name : p->model,
+            p->math ? " in " : "", prof_math_name(p->math),
             tp ? tp->name : p->hw);
     fprintf(f, "schedule %s%s%s, pp %d, %d stage%s, microbatch %d x %d",
             p->sched_file[0] ? "from " : "",
@@ -407,6 +408,8 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
     json_object_set_new(o, "dp", json_integer(p->dp));
     json_object_set_new(o, "tp", json_integer(p->tp));
     json_object_set_new(o, "gpus", json_integer(p->dp * p->pp * p->tp));
+    if (p->math)
+        json_object_set_new(o, "dtype", json_string(prof_math_name(p->math)));
     unal un[8];
     int nu = unaligned_ops(p, m, tp, c, un, 8);
     if (nu) {

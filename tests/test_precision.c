@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "profiles/profiles.h"
 #include "sim/sim.h"
@@ -210,4 +211,73 @@ Test(precision, unaligned_gemms_are_reported)
                "--pp 1 --mbs 8 --microbatches 2");
     cli_expect(0, "note: head.lm_head is 50257 wide, not 16 bytes aligned",
                "plan --hw h100-sxm x1 --model gpt2");
+}
+
+/* --dtype: sim and plan train a model in another precision than its
+ * spec's, as a spec with that dtype would; the plan file keeps it (sim
+ * --plan reproduces the plan, a bad value names the file's field), and
+ * the executor on the cores runs a TF32 plan in fp32 and says so. */
+Test(precision, dtype_overrides_the_spec_and_plans_keep_it)
+{
+    char *dir = test_tmpdir(), spec[512];
+    snprintf(spec, sizeof spec, "%s/g.json", dir);
+    FILE *f = fopen(spec, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"name\": \"gpt2\", \"family\": \"gpt\", \"hidden\": 768, "
+            "\"layers\": 12, \"heads\": 12, \"vocab\": 50257, \"seq_len\": "
+            "1024, \"max_pos\": 1024, \"dtype\": \"fp32\", \"tf32\": true, "
+            "\"dropout\": true}");
+    fclose(f);
+    const char *run = "--hw a100-sxm-80gb x1 --schedule 1f1b --pp 1 --mbs 8 "
+                      "--microbatches 2 --json";
+    json_t *a = cli_json("sim %s --model gpt2 --dtype tf32", run);
+    json_t *b = cli_json("sim %s --model %s", run, spec);
+    json_t *c = cli_json("sim %s --model gpt2", run);
+    double ta = json_number_value(json_object_get(a, "iteration_time_s"));
+    double tb = json_number_value(json_object_get(b, "iteration_time_s"));
+    double tc = json_number_value(json_object_get(c, "iteration_time_s"));
+    cr_expect_float_eq(ta, tb, 1e-12 * tb, "--dtype tf32 %.6f, spec %.6f", ta,
+                       tb);
+    cr_expect(fabs(ta - tc) > 0.05 * tc, "tf32 %.4f against fp16 %.4f", ta,
+              tc);
+    cr_expect_str_eq(json_string_value(json_object_get(a, "dtype")), "tf32");
+    cr_expect_null(json_object_get(c, "dtype"));
+    json_decref(a);
+    json_decref(b);
+    json_decref(c);
+    cli_expect(2, "--dtype 'fp8': expected fp32, tf32", "sim %s --model gpt2 "
+               "--dtype fp8", run);
+    /* the plan keeps it */
+    cli_expect(0, "trains in tf32 (--dtype)", "plan --hw a100-sxm-80gb x1 "
+               "--model gpt2 --dtype tf32 --out %s/p.json", dir);
+    json_t *p = cli_json("plan --hw a100-sxm-80gb x1 --model gpt2 --dtype tf32 "
+                         "--json");
+    double tp = json_number_value(json_object_get(p, "iteration_time_s"));
+    cr_expect_str_eq(json_string_value(json_object_get(
+                         json_object_get(p, "plan"), "dtype")), "tf32");
+    json_decref(p);
+    json_t *s = cli_json("sim --plan %s/p.json --json", dir);
+    cr_expect_float_eq(json_number_value(json_object_get(
+                           s, "iteration_time_s")), tp, 1e-9 * tp);
+    json_decref(s);
+    cli_expect(2, "--dtype cannot be combined with --plan",
+               "sim --plan %s/p.json --dtype bf16", dir);
+    sh_run("sed 's/\"tf32\"/\"fp7\"/' %s/p.json > %s/bad.json", dir, dir);
+    cli_expect(2, "bad.json:", "sim --plan %s/bad.json", dir);
+    cli_result r = cli_run("sim --plan %s/bad.json", dir);
+    cr_expect(strstr(r.err, "'dtype'") && strstr(r.err, "fp7"), "%s", r.err);
+    cli_result_free(&r);
+    /* the cores compute fp32 */
+    cli_expect(0, NULL, "sim --hw cpu x2 --model gpt-tiny --dtype tf32 "
+               "--schedule 1f1b --pp 2 --mbs 1 --microbatches 2 --out "
+               "%s/c.json", dir);
+    r = cli_run("exec --plan %s/c.json --steps 1 --data README.md --quiet",
+                dir);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/c.json --steps 1 --data README.md", dir);
+    cr_expect(strstr(r.out, "note: the plan trains in tf32; this backend "
+                     "computes in fp32"), "%s", r.out);
+    cli_result_free(&r);
+    test_rm_rf(dir);
 }
