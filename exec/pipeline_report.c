@@ -512,7 +512,11 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
             "worker%s on the %s backend%s:\n", m.first, m.last, m.n_iter,
             r->async ? "mean" : "median", r->xport, r->n_workers,
             r->n_workers == 1 ? "" : "s", r->backend,
-            r->tf32 ? " (products in TF32)" : "");
+            !r->tf32 ? ""
+            : prof_gpu_math(prof_topo_gpu(r->topo, 0), PROF_DT_TF32) ==
+                      PROF_DT_TF32
+                ? " (products in TF32)"
+                : " (TF32 asked; the plan's GPU has none: fp32)");
     fprintf(f, "  iteration time   %10s  (%s-%s)   simulated %s, measured/"
             "simulated %.3f\n", util_fmt_time(it, a, sizeof a),
             util_fmt_time(m.iter_min * 1e-9, b, sizeof b),

@@ -386,10 +386,12 @@ static void print_answer(const plan_result *r, const prof_model *m,
            "framework and allocator\n", r->batch, m->spec.seq_len, gib(r->reserve_bytes));
     if (p->math)
         printf("  trains in %s (--dtype)\n", prof_math_name(p->math));
-    const prof_gpu *fb = prof_topo_dtype_fallback(t, m->spec.dtype);
+    prof_dtype mt = prof_spec_math(&m->spec);
+    const prof_gpu *fb = prof_topo_dtype_fallback(t, mt);
     if (fb)
-        printf("  %s trains in bf16, which %s lacks: priced in fp16, as it "
-               "would run there\n", m->spec.name, fb->name);
+        printf("  %s trains in %s, which %s lacks: priced in %s, as it "
+               "would run there\n", m->spec.name, prof_dtype_name(mt),
+               fb->name, mt == PROF_DT_TF32 ? "fp32" : "fp16");
     printf("\n");
     char knob[48] = "";
     if (p->sched == SIM_SCHED_INTERLEAVED)

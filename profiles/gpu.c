@@ -461,7 +461,8 @@ prof_dtype prof_gpu_math(const prof_gpu *g, prof_dtype dt)
 
 const prof_gpu *prof_topo_dtype_fallback(const prof_topo *t, prof_dtype dt)
 {
-    for (int i = 0; t && dt == PROF_DT_BF16 && i < t->n_gpu_types; i++) {
+    for (int i = 0; t && (dt == PROF_DT_BF16 || dt == PROF_DT_TF32) &&
+                    i < t->n_gpu_types; i++) {
         const prof_gpu *g = prof_gpu_at(&t->gpu_types[i], dt);
         if (g->form != PROF_FORM_CPU && !(g->peak_flops[dt] > 0)) return g;
     }

@@ -258,8 +258,8 @@ int prof_dl_tail(const prof_topo *t, int dl);
 /* The GPU type of global GPU g (lent). */
 const prof_gpu *prof_topo_gpu(const prof_topo *t, int g);
 /* The first GPU type of t without math in dt that computes it in
- * another precision (bf16 in fp16: prof_gpu_peak), NULL when none:
- * reports say so. */
+ * another precision (bf16 in fp16, TF32 in fp32: prof_gpu_peak), NULL
+ * when none: reports say so. */
 const prof_gpu *prof_topo_dtype_fallback(const prof_topo *t,
                                          prof_dtype dt);
 /* Route from node a to node b as directed link ids; *n gets the count.

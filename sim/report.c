@@ -302,11 +302,13 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
             "recompute not counted)\n", t.tflops_gpu);
     fprintf(f, "  MFU                %.1f%%   (of %.1f TFLOP/s peak)\n",
             100 * t.mfu, t.peak_mean / 1e12);
-    const prof_gpu *fb = m ? prof_topo_dtype_fallback(tp, m->spec.dtype)
-                           : NULL;
+    prof_dtype mt = m ? prof_spec_math(&m->spec) : PROF_DT_FP32;
+    const prof_gpu *fb = m ? prof_topo_dtype_fallback(tp, mt) : NULL;
     if (fb)
-        fprintf(f, "  precision          bf16 runs in fp16 on %s (no bf16)\n",
-                fb->name);
+        fprintf(f, "  precision          %s runs in %s on %s (no %s)\n",
+                prof_dtype_name(mt),
+                mt == PROF_DT_TF32 ? "fp32" : "fp16", fb->name,
+                prof_dtype_name(mt));
     unal un[4];
     int nu = unaligned_ops(p, m, tp, c, un, 4);
     for (int i = 0; i < nu; i++) {

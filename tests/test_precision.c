@@ -247,6 +247,12 @@ Test(precision, dtype_overrides_the_spec_and_plans_keep_it)
     json_decref(c);
     cli_expect(2, "--dtype 'fp8': expected fp32, tf32", "sim %s --model gpt2 "
                "--dtype fp8", run);
+    /* Turing has no TF32: said, and priced in fp32 */
+    cli_expect(0, "precision          tf32 runs in fp32 on rtx2080ti (no "
+               "tf32)", "sim --hw rtx2080ti x1 --model gpt2 --dtype tf32 "
+               "--schedule 1f1b --pp 1 --mbs 1 --microbatches 2");
+    cli_expect(0, "gpt2 trains in tf32, which rtx2080ti lacks: priced in "
+               "fp32", "plan --hw rtx2080ti x1 --model gpt2 --dtype tf32");
     /* the plan keeps it */
     cli_expect(0, "trains in tf32 (--dtype)", "plan --hw a100-sxm-80gb x1 "
                "--model gpt2 --dtype tf32 --out %s/p.json", dir);
