@@ -634,12 +634,34 @@ static int check_request(search *s, util_err *e)
     return 0;
 }
 
-/* The schedule's knob: waves of the wave (1, 2, 4), chunks of interleaved
- * 1F1B (2, 4: one chunk is 1F1B); other schedules have one setting. */
-static int knob_first(int sc) { return sc == SIM_SCHED_INTERLEAVED ? 2 : 1; }
-static int knob_last(int sc)
+/* The schedule's knob on a pipeline of p devices, into out (at most
+ * MAX_KNOBS): waves of the wave (1, 2, 4); chunks of interleaved 1F1B (one
+ * chunk is 1F1B): 2 and 4, and where neither gives every chunk the same
+ * whole number of layers, as Megatron-LM requires of its virtual stages,
+ * the counts up to 8 that do (105 layers on 35 devices: 3 chunks of one
+ * layer, as Korthikanti et al. ran their 530B model). Not every such
+ * count: more chunks multiply the pipeline's sends, which the simulator
+ * overlaps with compute where Megatron-LM's code of those runs blocked
+ * on them, so plans of many chunks would gain a few percent on paper
+ * only; other schedules have one setting. */
+#define MAX_KNOBS 8
+static int knobs(int sc, int p, const prof_model *m, int *out)
 {
-    return sc == SIM_SCHED_WAVE || sc == SIM_SCHED_INTERLEAVED ? 4 : 1;
+    int n = 0;
+    if (sc == SIM_SCHED_WAVE) {
+        for (int w = 1; w <= 4; w *= 2) out[n++] = w;
+    } else if (sc == SIM_SCHED_INTERLEAVED) {
+        int layers = m->spec.layers + m->spec.dec_layers;
+        int whole = layers > 0 && (layers % (2 * p) == 0 ||
+                                   layers % (4 * p) == 0);
+        out[n++] = 2;
+        out[n++] = 4;
+        for (int v = 3; v <= MAX_KNOBS && !whole && layers > 0; v++)
+            if (v != 4 && layers % (p * v) == 0) out[n++] = v;
+    } else {
+        out[n++] = 1;
+    }
+    return n;
 }
 
 /* Adds candidate c if the simulator accepts its schedule on its layout;
@@ -699,12 +721,15 @@ static void enumerate_candidates(search *s)
                     if (!sim_sched_plannable((sim_sched)sc)) continue;
                     if (o->sched_mask && !(o->sched_mask & (1u << sc))) continue;
                     int wave = sc == SIM_SCHED_WAVE, inter = sc == SIM_SCHED_INTERLEAVED;
+                    int kn[MAX_KNOBS];
+                    int nk = knobs(sc, p, m, kn);
                     for (int rc = 0; rc < SIM_RC_COUNT; rc++)
                     for (int sp = 0; sp <= (tp > 1); sp++) {
                         if (o->recompute >= 0 && rc != o->recompute) continue;
                         if (o->sp >= 0 && sp != o->sp) continue;
                         for (int z = 0; z <= 3; z++)
-                        for (int w = knob_first(sc); w <= knob_last(sc); w *= 2) {
+                        for (int ki = 0; ki < nk; ki++) {
+                            int w = kn[ki];
                             int fs = o->fsdp;
                             if (fs ? z != 3 : o->zero >= 0 && z != o->zero)
                                 continue;

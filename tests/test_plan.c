@@ -461,3 +461,37 @@ Test(plan, run_stopped_at_overflow_agrees)
     prof_topo_free(t);
     prof_model_free(m);
 }
+
+/* Interleaved 1F1B's chunk counts: 2 and 4, and where neither gives each
+ * chunk whole layers (Megatron-LM's virtual stages must), the counts up to
+ * 8 that do: 15 layers on 5 devices add 3 (one layer a chunk), 20 add
+ * none (2 gives two layers); and the plan of 3 chunks is what the
+ * simulator makes of it. */
+Test(plan, interleaved_chunks_with_whole_layers)
+{
+    char *dir = test_tmpdir();
+    int want[2] = {3, 2}, layers[2] = {15, 20};
+    for (int i = 0; i < 2; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec, "%s/l%d.json", dir, layers[i]);
+        FILE *f = fopen(spec, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "{\"name\": \"g\", \"family\": \"gpt\", \"hidden\": 1024, "
+                "\"layers\": %d, \"heads\": 16, \"vocab\": 51200, "
+                "\"seq_len\": 1024, \"max_pos\": 1024}", layers[i]);
+        fclose(f);
+        json_t *j = cli_json("plan --hw a100-sxm-80gb x5 --model %s --schedule "
+                             "interleaved --pp 5 --tp 1 --batch 20 --mbs 1 "
+                             "--recompute none --zero 0 --json", spec);
+        cr_expect_eq(json_integer_value(json_object_get(
+                         json_object_get(j, "search"), "candidates")),
+                     want[i], "%d layers", layers[i]);
+        json_decref(j);
+    }
+    json_t *s = cli_json("sim --hw a100-sxm-80gb x5 --model %s/l15.json "
+                         "--schedule interleaved --chunks 3 --pp 5 --mbs 1 "
+                         "--microbatches 20 --json", dir);
+    cr_expect_gt(json_number_value(json_object_get(s, "iteration_time_s")), 0);
+    json_decref(s);
+    test_rm_rf(dir);
+}
