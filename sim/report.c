@@ -67,8 +67,9 @@ static int unaligned_ops(const sim_plan *p, const prof_model *m,
             double q = sim_gemm_unaligned_cap(g, dt, &o.gemm[j]);
             if (q >= u.cap) continue;
             u.cap = q;
+            /* the one of width and depth that is not 16 bytes */
             long d[2] = {(long)o.gemm[j].n, (long)o.gemm[j].k};
-            u.width = d[0] % 8 ? d[0] : d[1];
+            u.width = d[0] % (dt == PROF_DT_TF32 ? 4 : 8) ? d[0] : d[1];
         }
         if (u.cap >= 1) continue;
         prof_gpu ga = *g;
