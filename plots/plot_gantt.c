@@ -71,7 +71,7 @@ int plot_gantt(const char *prefix, const char *title, int n_gpus, int n_jobs,
         plot_script_image(&t, f, 1100, 160 + 40 * n_gpus, prefix, "gantt");
         plot_text_add(&t, "set title %s noenhanced\nset xlabel 'time (s)'\n"
                       "set ylabel 'GPU (thin: copies in, then out)'\nset "
-                      "yrange [-0.6:%g] reverse\nset "
+                      "yrange [%g:-0.6]\nset "
                       "ytics 1\nset key outside right top\nset style fill "
                       "solid 0.9 noborder\nset xrange [0:*]\n", qt,
                       n_gpus - 0.4);
