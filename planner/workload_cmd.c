@@ -586,12 +586,20 @@ static void copies_note(const plan_wl_run *r, int trace, int plot)
 }
 
 static int write_trace(const char *path, const plan_wl_run *r,
-                       const wl_prep *P, util_err *e)
+                       const wl_prep *P, int n, util_err *e)
 {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return util_errf(e, UTIL_EXIT_FAIL, "out of memory");
+    /* each job's name as a JSON string, once (a trace has millions of
+     * boxes, each naming its job) */
+    char **qn = util_malloc(sizeof(char *) * (size_t)(n + 1));
+    for (int j = 0; j < n; j++) {
+        json_t *nm = json_string(P[j].job->name);
+        qn[j] = json_dumps(nm, JSON_ENCODE_ANY);
+        json_decref(nm);
+    }
     fprintf(f, "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n");
     static const char *const tname[3] = {"compute", "copy in", "copy out"};
     for (int g = 0; g < r->n_gpus; g++) {
@@ -604,34 +612,30 @@ static int write_trace(const char *path, const plan_wl_run *r,
     }
     for (int i = 0; i < r->n_seg; i++) {
         const plan_wl_seg *s = &r->seg[i];
-        json_t *nm = json_string(P[s->job].job->name);
-        char *q = json_dumps(nm, JSON_ENCODE_ANY);
+        const char *q = qn[s->job];
         fprintf(f, ",\n{\"ph\": \"X\", \"name\": %s, \"pid\": %d, \"tid\": 0, "
                 "\"ts\": %lld.%03lld, \"dur\": %lld.%03lld, \"args\": "
                 "{\"job\": %d, \"steps\": %ld}}", q, s->gpu,
                 (long long)(s->start_ns / 1000), (long long)(s->start_ns % 1000),
                 (long long)((s->end_ns - s->start_ns) / 1000),
                 (long long)((s->end_ns - s->start_ns) % 1000), s->job, s->steps);
-        free(q);
-        json_decref(nm);
     }
     /* the copies on each GPU's streams, named by their job */
     int n_cp = copies_shown(r);
     for (int i = 0; i < n_cp; i++) {
         const plan_wl_copy *x = &r->cp[i];
-        json_t *nm = json_string(P[x->job].job->name);
-        char *q = json_dumps(nm, JSON_ENCODE_ANY);
+        const char *q = qn[x->job];
         int64_t d = x->end_ns - x->start_ns;
         fprintf(f, ",\n{\"ph\": \"X\", \"name\": %s, \"pid\": %d, \"tid\": %d, "
                 "\"ts\": %lld.%03lld, \"dur\": %lld.%03lld, \"args\": "
                 "{\"job\": %d, \"bytes\": %.0f}}", q, x->gpu, 1 + x->dir,
                 (long long)(x->start_ns / 1000), (long long)(x->start_ns % 1000),
                 (long long)(d / 1000), (long long)(d % 1000), x->job, x->bytes);
-        free(q);
-        json_decref(nm);
     }
     fprintf(f, "\n]}\n");
     fclose(f);
+    for (int k = 0; k < n; k++) free(qn[k]);
+    free(qn);
     int rc = util_write_atomic(path, buf, len, e);
     free(buf);
     return rc;
@@ -813,7 +817,7 @@ static int run(wcmd *c, util_err *e)
                gp->name, b2, pols[3].feasible ? pols[3].makespan_s / pols[0].makespan_s : 0);
     }
     if (!rc) copies_note(&lr, c->trace != NULL, c->plot != NULL);
-    if (!rc && c->trace && write_trace(c->trace, &lr, P, e)) rc = -1;
+    if (!rc && c->trace && write_trace(c->trace, &lr, P, n, e)) rc = -1;
     if (!rc && c->plot) {
         const char **names = util_malloc(sizeof(char *) * (size_t)n);
         for (int j = 0; j < n; j++) names[j] = P[j].job->name;
