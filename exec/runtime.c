@@ -291,17 +291,21 @@ static int fill_tokens(exec_worker *w, exec_stage *st, exec_rec *r,
  * collectives left out (the simulator prices them apart); the device is
  * drained before and after, so a GPU's time is the op's. The first step
  * warms caches and the allocator: not counted. */
+static void op_count(exec_worker *w, int op, int phase, double ns)
+{
+    if (w->rt->async || w->epoch_now > 1) {
+        w->op_ns[op * PROF_PHASES + phase] += ns;
+        w->op_n[op * PROF_PHASES + phase] += 1;
+    }
+}
+
 static int op_timed(exec_worker *w, int op, int phase, int64_t t0,
                     int64_t tp0, const int64_t *tp, util_err *e)
 {
-    exec_runtime *rt = w->rt;
-    if (rt->be->sync(e)) return -1;
+    if (w->rt->be->sync(e)) return -1;
     int64_t dt = (int64_t)exec_now_ns() - t0 - (*tp - tp0);
     w->task_ops_ns += dt + (*tp - tp0);
-    if (rt->async || w->epoch_now > 1) {
-        w->op_ns[op * PROF_PHASES + phase] += (double)dt;
-        w->op_n[op * PROF_PHASES + phase] += 1;
-    }
+    op_count(w, op, phase, (double)dt);
     return 0;
 }
 
@@ -349,12 +353,22 @@ static int marks_read(exec_worker *w, int count, util_err *e)
         be->unmark(m->b);
         if (!count || rc) continue;
         w->task_ops_ns += (int64_t)dt;
-        if (w->rt->async || w->epoch_now > 1) {
-            w->op_ns[m->op * PROF_PHASES + m->phase] += dt;
-            w->op_n[m->op * PROF_PHASES + m->phase] += 1;
-        }
+        op_count(w, m->op, m->phase, dt);
     }
     w->n_marks = 0;
+    return rc;
+}
+
+/* One part of an op (F, B or W) between two marks. */
+static int op_marked(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                     int phase, int count_loss, int64_t *tp, util_err *e)
+{
+    void *a = w->rt->be->mark();
+    int rc = phase == PROF_PHASE_F
+           ? exec_op_forward(w, st, r, op, count_loss, tp, e)
+           : exec_op_backward(w, st, r, op, phase == PROF_PHASE_B,
+                              phase == PROF_PHASE_W, tp, e);
+    mark_push(w, op, phase, a, w->rt->be->mark());
     return rc;
 }
 
@@ -363,12 +377,8 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
 {
     if (!w->rt->op_timing)
         return exec_op_forward(w, st, r, op, count_loss, tp, e);
-    if (marked(w)) {
-        void *a = w->rt->be->mark();
-        int rc = exec_op_forward(w, st, r, op, count_loss, tp, e);
-        mark_push(w, op, PROF_PHASE_F, a, w->rt->be->mark());
-        return rc;
-    }
+    if (marked(w))
+        return op_marked(w, st, r, op, PROF_PHASE_F, count_loss, tp, e);
     int64_t t0, tp0 = *tp;
     return op_start(w, &t0, e) ||
            exec_op_forward(w, st, r, op, count_loss, tp, e) ||
@@ -386,11 +396,9 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     for (int part = 0; part < 2; part++) {
         if (!(part ? weight_part : input_part)) continue;
         if (marked(w)) {
-            void *a = w->rt->be->mark();
-            int rc = exec_op_backward(w, st, r, op, !part, part, tp, e);
-            mark_push(w, op, part ? PROF_PHASE_W : PROF_PHASE_B, a,
-                      w->rt->be->mark());
-            if (rc) return -1;
+            if (op_marked(w, st, r, op, part ? PROF_PHASE_W : PROF_PHASE_B,
+                          0, tp, e))
+                return -1;
             continue;
         }
         int64_t t0, tp0 = *tp;
@@ -2663,6 +2671,7 @@ void exec_rt_free(exec_runtime *rt)
         free(w->ag_after);
         free(w->op_ns);
         free(w->op_n);
+        if (w->n_marks) marks_read(w, 0, NULL);    /* an aborted task's */
         free(w->marks);
         exec_mem_destroy(&w->mem);
         rt->be->close(&w->dev);
