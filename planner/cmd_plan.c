@@ -391,7 +391,7 @@ static void print_answer(const plan_result *r, const prof_model *m,
     if (fb)
         printf("  %s trains in %s, which %s lacks: priced in %s, as it "
                "would run there\n", m->spec.name, prof_dtype_name(mt),
-               fb->name, mt == PROF_DT_TF32 ? "fp32" : "fp16");
+               fb->name, prof_dtype_name(prof_dtype_fallback(mt)));
     printf("\n");
     char knob[48] = "";
     if (p->sched == SIM_SCHED_INTERLEAVED)

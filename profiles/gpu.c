@@ -440,10 +440,15 @@ double prof_gpu_peak(const prof_gpu *g, prof_dtype dt)
 {
     if ((unsigned)dt >= PROF_DT_COUNT) return 0;
     double p = g->peak_flops[dt];
-    if (dt == PROF_DT_BF16 && !(p > 0)) p = g->peak_flops[PROF_DT_FP16];
+    if (!(p > 0)) p = g->peak_flops[prof_dtype_fallback(dt)];
     if (dt == PROF_DT_FP32 && !(p > 0)) p = g->peak_flops[PROF_DT_TF32];
-    if (dt == PROF_DT_TF32 && !(p > 0)) p = g->peak_flops[PROF_DT_FP32];
     return p > 0 ? p : 0;
+}
+
+prof_dtype prof_dtype_fallback(prof_dtype dt)
+{
+    return dt == PROF_DT_BF16 ? PROF_DT_FP16
+         : dt == PROF_DT_TF32 ? PROF_DT_FP32 : dt;
 }
 
 prof_dtype prof_spec_math(const prof_model_spec *s)
@@ -461,7 +466,7 @@ prof_dtype prof_gpu_math(const prof_gpu *g, prof_dtype dt)
 
 const prof_gpu *prof_topo_dtype_fallback(const prof_topo *t, prof_dtype dt)
 {
-    for (int i = 0; t && (dt == PROF_DT_BF16 || dt == PROF_DT_TF32) &&
+    for (int i = 0; t && prof_dtype_fallback(dt) != dt &&
                     i < t->n_gpu_types; i++) {
         const prof_gpu *g = prof_gpu_at(&t->gpu_types[i], dt);
         if (g->form != PROF_FORM_CPU && !(g->peak_flops[dt] > 0)) return g;

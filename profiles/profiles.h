@@ -262,6 +262,9 @@ const prof_gpu *prof_topo_gpu(const prof_topo *t, int g);
  * when none: reports say so. */
 const prof_gpu *prof_topo_dtype_fallback(const prof_topo *t,
                                          prof_dtype dt);
+/* The precision math in dt runs in on a GPU without it: bf16 in fp16,
+ * TF32 in fp32; dt itself for the others. */
+prof_dtype prof_dtype_fallback(prof_dtype dt);
 /* Route from node a to node b as directed link ids; *n gets the count.
  * Lent, valid until prof_topo_free; empty (NULL, 0) when a == b or b
  * cannot be reached. Routes are widest-path (largest bottleneck

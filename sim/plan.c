@@ -658,11 +658,12 @@ int sim_partition_balanced(const prof_model *m, const prof_gpu *g, int mbs,
                          "ops", n, m->spec.name, m->n_ops);
     double *cost = util_malloc(sizeof(double) * (size_t)m->n_ops);
     double lo = 0, hi = 0;
+    prof_dtype mt = prof_spec_math(&m->spec);
     for (int i = 0; i < m->n_ops; i++) {
         const prof_op *op = &m->ops[i];
-        cost[i] = (double)(sim_op_ns(g, prof_spec_math(&m->spec), op, mbs, SIM_F, NULL) +
-                           sim_op_ns(g, prof_spec_math(&m->spec), op, mbs, SIM_B, NULL) +
-                           sim_op_ns(g, prof_spec_math(&m->spec), op, mbs, SIM_W, NULL));
+        cost[i] = (double)(sim_op_ns(g, mt, op, mbs, SIM_F, NULL) +
+                           sim_op_ns(g, mt, op, mbs, SIM_B, NULL) +
+                           sim_op_ns(g, mt, op, mbs, SIM_W, NULL));
         if (cost[i] > lo) lo = cost[i];
         hi += cost[i];
     }

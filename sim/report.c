@@ -307,9 +307,8 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
     const prof_gpu *fb = m ? prof_topo_dtype_fallback(tp, mt) : NULL;
     if (fb)
         fprintf(f, "  precision          %s runs in %s on %s (no %s)\n",
-                prof_dtype_name(mt),
-                mt == PROF_DT_TF32 ? "fp32" : "fp16", fb->name,
-                prof_dtype_name(mt));
+                prof_dtype_name(mt), prof_dtype_name(prof_dtype_fallback(mt)),
+                fb->name, prof_dtype_name(mt));
     unal un[4];
     int nu = unaligned_ops(p, m, tp, c, un, 4);
     for (int i = 0; i < nu; i++) {
