@@ -136,20 +136,23 @@ static double kind_factor(const prof_gpu *g, const prof_op *op, sim_kind k)
  * its operands (the tokens, m, are rows), so the forward, the input
  * gradient and the weight gradient share it. */
 double sim_gemm_unaligned_cap(const prof_gpu *g, prof_dtype dt,
-                              const prof_gemm *q)
+                              const prof_gemm *q, long *width)
 {
     double u = g->eff.unaligned;
+    if (width) *width = 0;
     if (!(u > 0)) return 1;
     int eb = dt == PROF_DT_TF32 ? 4
            : dt == PROF_DT_FP16 || dt == PROF_DT_BF16 ? 2 : 0;
     if (!eb) return 1;          /* fp32 runs on the CUDA cores */
     int align = 16;
-    double d[2] = {q->n, q->k};
+    long d[2] = {(long)q->n, (long)q->k};
     for (int i = 0; i < 2; i++) {
-        long bytes = (long)d[i] * eb;
         int a = 1;
-        while (a < 16 && bytes % (2 * a) == 0) a *= 2;
-        if (a < align) align = a;
+        while (a < 16 && d[i] * eb % (2 * a) == 0) a *= 2;
+        if (a < align) {
+            align = a;
+            if (width) *width = d[i];
+        }
     }
     return align >= 16 ? 1 : align >= 4 ? u : u / 2;
 }
@@ -193,7 +196,7 @@ double sim_op_model_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
                 else if (k == SIM_W) { gm = K; gk = M; }   /* X^T dY */
                 double share = 2 * q->m * q->n * q->k * bt / gsum;
                 double eff = prof_gemm_eff(&g->eff, gm, gn, gk);
-                eff = fmin(eff, sim_gemm_unaligned_cap(g, dt, q));
+                eff = fmin(eff, sim_gemm_unaligned_cap(g, dt, q, NULL));
                 if (eff <= 0) eff = 1e-3;
                 t_comp += flops * share / (peak * eff);
             }

@@ -554,9 +554,10 @@ void sim_tp_allreduces(const prof_model *m, int i, double *fwd_bytes,
 prof_op sim_op_tp(const prof_op *op, int tp);
 /* The most a GEMM of precision dt reaches on g, as a share of the peak,
  * where its rows are not 16 bytes aligned (prof_eff.unaligned); 1 where
- * they are, or g does not model it. */
+ * they are, or g does not model it. *width (may be NULL) gets its width
+ * or depth that is least aligned, 0 where none is short. */
 double sim_gemm_unaligned_cap(const prof_gpu *g, prof_dtype dt,
-                              const prof_gemm *q);
+                              const prof_gemm *q, long *width);
 /* Bytes op i of m keeps for its backward, per sample, on one of tp
  * tensor-parallel ranks (sp: sequence parallel). Without sequence
  * parallelism the inputs of norms and of column-parallel GEMMs and the

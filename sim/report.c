@@ -40,7 +40,7 @@ static totals compute(const sim_plan *p, const sim_costs *c,
  * price (the datasheet's formula, F + B + W). */
 typedef struct unal {
     int op;
-    long width;
+    long width, padded;         /* padded: to a multiple of 64 */
     double cap, extra_ns;
 } unal;
 
@@ -62,16 +62,16 @@ static int unaligned_ops(const sim_plan *p, const prof_model *m,
         prof_dtype dt = prof_gpu_math(g0, mt);
         const prof_gpu *g = prof_gpu_at(g0, dt);
         prof_op o = sim_op_tp(&m->ops[i], tpw);
-        unal u = {i, 0, 1, 0};
+        unal u = {i, 0, 0, 1, 0};
         for (int j = 0; j < o.n_gemm; j++) {
-            double q = sim_gemm_unaligned_cap(g, dt, &o.gemm[j]);
+            long w;
+            double q = sim_gemm_unaligned_cap(g, dt, &o.gemm[j], &w);
             if (q >= u.cap) continue;
             u.cap = q;
-            /* the one of width and depth that is not 16 bytes */
-            long d[2] = {(long)o.gemm[j].n, (long)o.gemm[j].k};
-            u.width = d[0] % (dt == PROF_DT_TF32 ? 4 : 8) ? d[0] : d[1];
+            u.width = w;
         }
         if (u.cap >= 1) continue;
+        u.padded = (u.width + 63) / 64 * 64;
         prof_gpu ga = *g;
         ga.eff.unaligned = 0;
         for (int ph = 0; ph < 3; ph++)
@@ -319,7 +319,7 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
                 i ? "" : "unaligned GEMMs", o->name, un[i].width,
                 100 * un[i].cap,
                 util_fmt_time(un[i].extra_ns * 1e-9, b1, sizeof b1),
-                voc ? "the vocabulary" : "it", (un[i].width + 63) / 64 * 64);
+                voc ? "the vocabulary" : "it", un[i].padded);
     }
     fprintf(f, "  simulated events   %lld\n\n", (long long)r->events);
     int any = 0;
@@ -421,7 +421,7 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
                 "{s:s,s:I,s:f,s:f,s:I}", "op", m->ops[un[i].op].name,
                 "width", (json_int_t)un[i].width, "cap", un[i].cap,
                 "extra_s_per_microbatch", un[i].extra_ns * 1e-9,
-                "padded_width", (json_int_t)((un[i].width + 63) / 64 * 64)));
+                "padded_width", (json_int_t)un[i].padded));
         json_object_set_new(o, "unaligned_gemms", a);
     }
     json_object_set_new(o, "layout", json_string("dp-pp-tp"));
