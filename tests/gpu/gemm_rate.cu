@@ -65,7 +65,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: gemm_rate PEAK_TFLOPS [SECONDS "
-                        "[bf16|tf32|fp32]]\n");
+                        "[bf16|tf32|fp32 [MxNxK...]]]\n");
         return 2;
     }
     double peak = atof(argv[1]) * 1e12;
@@ -78,13 +78,6 @@ int main(int argc, char **argv)
         return 2;
     }
     size_t eb = half ? 2 : 4;
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
-        fprintf(stderr, "gemm_rate: no GPU\n");
-        return 77;
-    }
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
     // a layer of GPT with hidden 4096 over 16384 tokens (a microbatch of
     // 8 x 2048): QKV, the attention output, the MLP's two; and square
     static const shape builtin[] = {
@@ -119,6 +112,14 @@ int main(int argc, char **argv)
             shapes.push_back(s);
         }
     }
+    // the arguments are checked before the GPU is looked for
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
+        fprintf(stderr, "gemm_rate: no GPU\n");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
     size_t most = 0;
     for (const shape &s : shapes) {
         size_t a = (size_t)s.m * s.k, b = (size_t)s.k * s.n,

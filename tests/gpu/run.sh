@@ -40,7 +40,9 @@
 #   (g) cuBLAS's sustained GEMM rate for a transformer layer's shapes
 #       (build/gpu/gemm_rate) in bf16, TF32 and fp32, each as a share of
 #       the profile's peak for it: what the profile's GEMM efficiency
-#       (gemm_max and its curve) should say;
+#       (gemm_max and its curve) should say; and 18 shapes whose widths
+#       or depths are and are not 16 bytes aligned (the profile's
+#       unaligned, profiles/hw/README.md);
 #   (t) where python3 has PyTorch with CUDA: an MPT block's ops as PyTorch
 #       runs them in bf16 (tests/gpu/torch_ops.py) beside `sluice sim
 #       --ops` for the same ops (tests/gpu/torch_ops_compare.py), and a
@@ -269,11 +271,23 @@ fi
 
 if want g; then
 echo "== (g) cuBLAS's GEMMs, sustained, against the profile's peaks"
+# rows not 16 bytes aligned (the profile's `unaligned`): odd, even and
+# 4-aligned widths and depths beside aligned ones, an odd row count
+unal="8192x50257x768 8192x50304x768 8192x50257x1600 8192x50304x1600
+8192x50257x4096 16384x6143x4096 16384x6144x4096 16384x4096x4095
+8193x2501x5008 8192x2504x5008 2048x50257x768 8192x30522x1024
+8192x30528x1024 8192x3072x766 8192x3072x764 8192x3070x768 8192x3068x768
+8191x3072x768"
 for pr in bf16:2 tf32:1 fp32:1; do
     p=${pr%:*}
     peak=$($bin profile show --hw "$hw" x1 --json | tr -d ' \n' |
            sed -n "s/.*\"peak_tflops\":{[^}]*\"$p\":\([0-9.]*\).*/\1/p")
     build/gpu/gemm_rate "${peak:-0}" "${pr#*:}" "$p" || fail=1
+    if [ "$p" != fp32 ]; then
+        echo "-- $p, aligned and unaligned rows"
+        # shellcheck disable=SC2086
+        build/gpu/gemm_rate "${peak:-0}" 0.5 "$p" $unal || fail=1
+    fi
 done
 fi
 
