@@ -1339,6 +1339,7 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
                 const char *hw_name, const plan_opts *o, plan_result *r,
                 util_err *e)
 {
+    util_heap_keep();
     unsigned ofl = offload_mask(o, t);
     /* one GPU: offload competes with keeping everything on it */
     unsigned now = t->n_gpus == 1 ? ofl : o->sched_mask & ofl;
