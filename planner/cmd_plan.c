@@ -30,6 +30,9 @@ static void usage(FILE *f)
         "  --pp P, --dp D, --tp T, --mbs B\n"
         "                     fix the pipeline depth, data or tensor parallel\n"
         "                     width, or the microbatch size\n"
+        "  --chunks V         interleaved 1F1B with V chunks per device only\n"
+        "                     (Megatron-LM's virtual pipeline stages); the\n"
+        "                     other schedules are searched as before\n"
         "  --recompute [MODE] only plans with this recomputation: full (the\n"
         "                     default), selective (the attention core) or none\n"
         "                     (also --no-recompute); searched when not given\n"
@@ -240,6 +243,13 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             if (util_parse_int(v, 1, 1 << 16, &n))
                 return util_errf(e, UTIL_EXIT_USAGE, "--mbs '%s': expected a positive integer", v);
             c->po.mbs = (int)n;
+        } else if (!strcmp(a, "--chunks")) {
+            NEED();
+            if (util_parse_int(v, 1, 64, &n))
+                return util_errf(e, UTIL_EXIT_USAGE, "--chunks '%s': expected "
+                                 "interleaved 1F1B's chunks per device, 1 "
+                                 "to 64", v);
+            c->po.chunks = (int)n;
         } else if (!strcmp(a, "--reserve")) {
             NEED();
             if (util_parse_size(v, &c->po.reserve_bytes))
@@ -277,7 +287,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--exhaustive", "--sync", "--async", "--time-limit",
                                   "--zero", "--fsdp", "--finetune",
                                   "--sweep-host-mem", "--offload-tier",
-                                  "--dtype"};
+                                  "--dtype", "--chunks"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -296,6 +306,11 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             return util_errf(e, UTIL_EXIT_USAGE, "--sync leaves no schedule: "
                              "those given all run without a flush");
     }
+    if (c->po.chunks && c->po.sched_mask &&
+        !(c->po.sched_mask & (1u << SIM_SCHED_INTERLEAVED)))
+        return util_errf(e, UTIL_EXIT_USAGE, "--chunks %d: chunks per device "
+                         "are interleaved 1F1B's, which --schedule leaves "
+                         "out", c->po.chunks);
     if (c->hw_at < 0) return util_errf(e, UTIL_EXIT_USAGE, "--hw is required, e.g. --hw rtx2080ti x8");
     if (!c->model) return util_errf(e, UTIL_EXIT_USAGE, "--model is required, e.g. --model t5-3b");
     /* the plan written or printed keeps the paths given */

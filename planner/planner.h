@@ -101,6 +101,9 @@ typedef struct plan_opts {
     int fsdp;                 /* sim_fsdp: full or hybrid fixes ZeRO-3
                                * sharded that way; 0: as zero says */
     unsigned sched_mask;      /* bit per sim_sched; 0: all */
+    int chunks;               /* interleaved 1F1B's chunks per device
+                               * (Megatron-LM's virtual pipeline stages):
+                               * 0: searched; else that count only */
     int allow_async;          /* an asynchronous schedule (no flush: stale
                                * weights, 2BW, asynchronous Mixed-pipe) may
                                * be chosen; else they are searched and shown

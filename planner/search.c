@@ -643,12 +643,16 @@ static int check_request(search *s, util_err *e)
  * count: more chunks multiply the pipeline's sends, which the simulator
  * overlaps with compute where Megatron-LM's code of those runs blocked
  * on them, so plans of many chunks would gain a few percent on paper
- * only; other schedules have one setting. */
+ * only; or the count plan_opts.chunks fixes. Other schedules have one
+ * setting. */
 #define MAX_KNOBS 8
-static int knobs(int sc, int p, const prof_model *m, int *out)
+static int knobs(int sc, int p, const prof_model *m, const plan_opts *o,
+                 int *out)
 {
     int n = 0;
-    if (sc == SIM_SCHED_WAVE) {
+    if (sc == SIM_SCHED_INTERLEAVED && o->chunks > 0) {
+        out[n++] = o->chunks;
+    } else if (sc == SIM_SCHED_WAVE) {
         for (int w = 1; w <= 4; w *= 2) out[n++] = w;
     } else if (sc == SIM_SCHED_INTERLEAVED) {
         int layers = m->spec.layers + m->spec.dec_layers;
@@ -722,7 +726,7 @@ static void enumerate_candidates(search *s)
                     if (o->sched_mask && !(o->sched_mask & (1u << sc))) continue;
                     int wave = sc == SIM_SCHED_WAVE, inter = sc == SIM_SCHED_INTERLEAVED;
                     int kn[MAX_KNOBS];
-                    int nk = knobs(sc, p, m, kn);
+                    int nk = knobs(sc, p, m, o, kn);
                     for (int rc = 0; rc < SIM_RC_COUNT; rc++)
                     for (int sp = 0; sp <= (tp > 1); sp++) {
                         if (o->recompute >= 0 && rc != o->recompute) continue;

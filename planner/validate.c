@@ -28,6 +28,11 @@ typedef struct vrow {
     char model[64];           /* a catalog model, or "" (GPT from columns) */
     double heads, hidden, layers, tp, pp, gpus, batch, measured;
     int recompute, sp, mbs, zero; /* -1: not given in the row */
+    int sched;                /* a 'schedule' cell: the run's schedule
+                               * where it had a pipeline; -1: the
+                               * header's */
+    int chunks;               /* a 'chunks' cell: interleaved 1F1B's
+                               * chunks per device; 0: searched */
     int has_ft;               /* a 'finetune' cell: what trains */
     prof_finetune ft;
     double mem_gib;           /* a 'peak_mem_gib' cell: the measured peak
@@ -110,6 +115,33 @@ static int row_knobs(const char *path, int lineno, char **cells, int n,
     return 0;
 }
 
+/* The row's own schedule and interleaving where the table gives them
+ * (the run's published configuration): empty cells leave the header's
+ * schedule and the searched chunk counts. */
+static int row_sched(const char *path, int lineno, const char *sv,
+                     const char *cv, vrow *r, util_err *e)
+{
+    r->sched = -1;
+    r->chunks = 0;
+    if (sv[0]) {
+        int k = sim_sched_parse(sv);
+        if (k < 0 || !sim_sched_plannable((sim_sched)k))
+            return util_errf(e, UTIL_EXIT_USAGE, "%s:%d: column 'schedule': "
+                             "'%s' is not a schedule the planner searches "
+                             "(sluice plan --help)", path, lineno, sv);
+        r->sched = k;
+    }
+    if (cv[0]) {
+        long x;
+        if (util_parse_int(cv, 1, 64, &x))
+            return util_errf(e, UTIL_EXIT_USAGE, "%s:%d: column 'chunks': "
+                             "'%s' is not a count of chunks per device (1 "
+                             "to 64)", path, lineno, cv);
+        r->chunks = (int)x;
+    }
+    return 0;
+}
+
 /* A row's model: a catalog model where the table has a 'model' column
  * (the header's vocab, seq and dtype override it where given), else a
  * GPT-3-style decoder from the row's heads, hidden and layers. */
@@ -158,6 +190,7 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
     static const char *const knobs[] = {"recompute", "sequence_parallel",
                                         "microbatch", "zero"};
     int col[7], kc[4], mcol = -1, fcol = -1, pcol = -1, meas = -1, mk = -1;
+    int scol = -1, ccol = -1;
     int have_header = 0;
     int nrows = 0, rc = 0;
     vrow rows[256];
@@ -177,12 +210,20 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
         char buf[1024], *cells[32];
         snprintf(buf, sizeof buf, "%s", l);
         int n = 0;
-        for (char *c = strtok(buf, ",\r"); c && n < 32; c = strtok(NULL, ",\r"))
+        /* every cell, empty ones too (a row may leave an optional cell
+         * blank before one it gives) */
+        buf[strcspn(buf, "\r")] = 0;
+        for (char *c = buf; c && n < 32;) {
             cells[n++] = c;
+            c = strchr(c, ',');
+            if (c) *c++ = 0;
+        }
         if (!have_header) {
             mcol = col_of(cells, n, "model");
             fcol = col_of(cells, n, "finetune");
             pcol = col_of(cells, n, "peak_mem_gib");
+            scol = col_of(cells, n, "schedule");
+            ccol = col_of(cells, n, "chunks");
             for (int k = 0; k < 7; k++) {
                 col[k] = col_of(cells, n, need[k]);
                 if (col[k] < 0 && (k < 4 || mcol < 0)) {
@@ -243,6 +284,11 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
             rc = -1;
             goto out;
         }
+        if (row_sched(path, lineno, scol < n && scol >= 0 ? cells[scol] : "",
+                      ccol < n && ccol >= 0 ? cells[ccol] : "", r, e)) {
+            rc = -1;
+            goto out;
+        }
         if (pcol >= 0 && pcol < n && cells[pcol][0] &&
             (util_parse_double(cells[pcol], &r->mem_gib) ||
              !(r->mem_gib > 0))) {
@@ -279,6 +325,18 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
         rc = util_errf(e, UTIL_EXIT_USAGE, "%s: schedule '%s' is not one sluice "
                        "simulates", path, h.sched);
         goto out;
+    }
+    for (int i = 0; i < nrows; i++) {
+        const vrow *r = &rows[i];
+        int rs = r->sched >= 0 ? r->sched : sk;
+        if (r->chunks && (r->pp <= 1 || rs != SIM_SCHED_INTERLEAVED)) {
+            rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: column 'chunks': %d "
+                           "chunks per device, but the row runs %s (chunks "
+                           "are interleaved 1F1B's, on a pipeline)", path,
+                           r->line, r->chunks,
+                           r->pp <= 1 ? "no pipeline" : sim_sched_name(rs));
+            goto out;
+        }
     }
     json_t *jrows = json_array();
     util_table *tb = util_table_new(10);
@@ -326,7 +384,9 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
              * backward (Megatron-LM's no-pipelining path): 1F1B on one
              * stage, not a schedule that splits the model into chunks on
              * one GPU to overlap the all-reduce. */
-            o.sched_mask = r->pp > 1 ? mask : 1u << SIM_SCHED_1F1B;
+            o.sched_mask = r->pp <= 1 ? 1u << SIM_SCHED_1F1B
+                         : r->sched >= 0 ? 1u << r->sched : mask;
+            o.chunks = r->chunks;
             plan_result pr;
             if (plan_search(m, t, s.name, cnt, &o, &pr, &re) == 0 && pr.found) {
                 const plan_alt *a = &pr.alt[pr.best];
@@ -338,6 +398,12 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
                      : mk == M_ITER_S ? a->iteration_s
                      : r->batch * S / a->iteration_s / r->gpus;
                 plan_knob_tag(&a->plan, tag, sizeof tag);
+                if (r->pp > 1 && (int)a->plan.sched != sk) {
+                    /* the row's own schedule */
+                    size_t tl = strlen(tag);
+                    snprintf(tag + tl, sizeof tag - tl, " %s",
+                             sim_sched_name(a->plan.sched));
+                }
                 pmem = a->peak_bytes / 1073741824.0;
                 if (r->has_ft && !prof_finetune_full(&r->ft)) {
                     /* the mode's kind ("lora", "qlora", "frozen") */

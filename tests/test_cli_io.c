@@ -327,3 +327,55 @@ Test(cli_io, validate_rows_and_knobs)
     cli_expect(2, "bad.csv:3: column 'finetune'", "validate %s", bad);
     test_rm_rf(dir);
 }
+
+/* validate: a row's own schedule and chunks (its run's configuration),
+ * an empty cell before a given one, and the cells that cannot be. */
+Test(cli_io, validate_row_schedule_and_chunks)
+{
+    char *dir = test_tmpdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/t.csv", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("# sluice: gpu=a100-sxm-80gb schedule=interleaved seq=1024\n"
+          "model,tensor_parallel,pipeline_parallel,gpus,batch,microbatch,"
+          "schedule,chunks,iteration_s\n"
+          "gpt2,1,2,2,16,1,,2,0.1\n"
+          "gpt2,1,2,2,16,1,interleaved,3,0.1\n"
+          "gpt2,1,2,2,16,1,1f1b,,0.1\n", f);
+    fclose(f);
+    json_t *j = cli_json("validate --json %s", path);
+    json_t *rows = json_object_get(j, "rows");
+    cr_assert_eq(json_array_size(rows), 3);
+    double p[3];
+    for (int i = 0; i < 3; i++)
+        p[i] = json_number_value(json_object_get(json_array_get(rows, i),
+                                                 "predicted"));
+    cr_expect(p[0] > 0 && p[1] > 0 && p[2] > 0 && p[0] != p[1] &&
+              p[0] != p[2], "2 chunks %.4f s, 3 chunks %.4f s, 1F1B %.4f s",
+              p[0], p[1], p[2]);
+    /* a schedule other than the table's is said beside the knobs */
+    cr_expect(strstr(json_string_value(json_object_get(
+                  json_array_get(rows, 2), "knobs")), "1f1b") != NULL);
+    json_decref(j);
+    const char *bad[][2] = {
+        {"gpt2,1,1,1,8,1,,2,0.1", "t.csv:3: column 'chunks': 2 chunks per "
+         "device, but the row runs no pipeline"},
+        {"gpt2,1,2,2,16,1,gpipe,2,0.1", "t.csv:3: column 'chunks': 2 chunks "
+         "per device, but the row runs gpipe"},
+        {"gpt2,1,2,2,16,1,zigzag,,0.1", "t.csv:3: column 'schedule': 'zigzag' "
+         "is not a schedule the planner searches"},
+        {"gpt2,1,2,2,16,1,,many,0.1", "t.csv:3: column 'chunks': 'many' is "
+         "not a count of chunks per device"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "# sluice: gpu=a100-sxm-80gb schedule=interleaved\n"
+                "model,tensor_parallel,pipeline_parallel,gpus,batch,"
+                "microbatch,schedule,chunks,iteration_s\n%s\n", bad[i][0]);
+        fclose(f);
+        cli_expect(2, bad[i][1], "validate %s", path);
+    }
+    test_rm_rf(dir);
+}

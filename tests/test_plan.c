@@ -495,3 +495,27 @@ Test(plan, interleaved_chunks_with_whole_layers)
     json_decref(s);
     test_rm_rf(dir);
 }
+
+/* --chunks fixes interleaved 1F1B's chunks per device, as a run's
+ * published configuration does (Megatron-LM's virtual stages); it names
+ * interleaved's knob, so a --schedule without interleaved is refused. */
+Test(plan, chunks_fix_the_interleaving)
+{
+    for (int v = 2; v <= 3; v++) {
+        json_t *j = cli_json("plan --hw a100-sxm-80gb x2 --model gpt2 --pp 2 "
+                             "--schedule interleaved --chunks %d --json", v);
+        json_t *p = json_object_get(j, "plan");
+        cr_expect_eq(json_integer_value(json_object_get(p, "chunks")), v);
+        cr_expect_eq(json_array_size(json_object_get(p, "stages")),
+                     (size_t)(2 * v));
+        cr_expect_eq(json_integer_value(json_object_get(
+                         json_object_get(j, "search"), "candidates")) > 0, 1);
+        json_decref(j);
+    }
+    cli_expect(2, "--chunks 3: chunks per device are interleaved 1F1B's, "
+               "which --schedule leaves out", "plan --hw a100-sxm-80gb x2 "
+               "--model gpt2 --chunks 3 --schedule 1f1b");
+    cli_expect(2, "--chunks '0': expected interleaved 1F1B's chunks per "
+               "device, 1 to 64", "plan --hw a100-sxm-80gb x2 --model gpt2 "
+               "--chunks 0");
+}
