@@ -160,10 +160,7 @@ static int stier_check(const exec_pipe_opts *o, const sim_plan *p,
 }
 
 /* What the IR of a sharded plan asks that the executor does not run:
- * ZeRO-2 and 3 with a tied table on two stages (each microbatch's
- * gradient is reduce-scattered as soon as its backward ends, so the
- * copies could only exchange the last microbatch's: sim_add_tied sends
- * once), ZeRO-3 with a W pass. */
+ * ZeRO-3 with a W pass. */
 static int zero_ir_check(const sim_ir *ir, const sim_plan *p,
                          const char *where, util_err *e)
 {
@@ -180,15 +177,6 @@ static int zero_ir_check(const sim_ir *ir, const sim_plan *p,
                              "only; use a schedule without a W pass "
                              "(1f1b, gpipe, interleaved)", where,
                              sim_sched_name(p->sched));
-    for (int i = 0; i < ir->n_tasks; i++)
-        if (ir->tasks[i].comm == SIM_COMM_EMB)
-            return util_errf(e, UTIL_EXIT_USAGE, "%s: ZeRO stage %d with a "
-                             "table tied across stages (the embedding and "
-                             "the LM head): a microbatch's gradient is "
-                             "sharded when its backward ends, before the "
-                             "copies exchange theirs; use --zero 1, one "
-                             "stage, or an untied head", where,
-                             sim_zero_stage(p->zero, p->fsdp));
     return 0;
 }
 

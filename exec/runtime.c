@@ -712,16 +712,43 @@ static int grad_begin(exec_worker *w, exec_stage *st, exec_rec *r,
     return 0;
 }
 
-/* ...and hands it to the reduce-scatter after its last part (task id). */
-static void grad_end(exec_worker *w, exec_stage *st, exec_rec *r, int id)
+/* ...and hands it to the reduce-scatter after its last part (task id);
+ * a tied table's copy moves to the stage's sum first (tacc). */
+static int grad_end(exec_worker *w, exec_stage *st, exec_rec *r, int id,
+                    util_err *e)
 {
-    if (w->rt->zero < 2) return;
+    const exec_runtime *rt = w->rt;
+    if (rt->zero < 2) return 0;
     st->g = NULL;
+    if (st->tied_x && st->tied_sl >= 0 && r->gb) {
+        const exec_slice *sl = &st->sl[st->tied_sl];
+        if (!st->tacc) {
+            EXEC_KERN(w, st->tacc = exec_buf_new(&w->mem, sl->n, 1));
+            if (!st->tacc)
+                return exec_oom(w, "a tied table's gradient (ZeRO)", e);
+        }
+        float *g = r->gb->p + sl->off;
+        EXEC_KERN(w, {
+            rt->be->acc(st->tacc->p, g, sl->n);
+            rt->be->zero(g, sl->n);
+        });
+    }
     int k = w->bw_rs[id];
-    if (k < 0) return;
+    if (k < 0) return 0;
     UTIL_NEVER(k >= st->n_rs || st->rsb[k]);
     st->rsb[k] = r->gb;
     r->gb = NULL;
+    return 0;
+}
+
+/* Where a stage's gradient of its tied table's copy is: the running
+ * step's sum of it under ZeRO-2 and 3 (NULL before the first backward),
+ * else in the gradient. */
+static float *tied_grad(const exec_runtime *rt, const exec_stage *st)
+{
+    if (rt->zero >= 2 && st->tied_x)
+        return st->tacc ? st->tacc->p : NULL;
+    return st->g ? st->g + st->sl[st->tied_sl].off : NULL;
 }
 
 static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
@@ -767,8 +794,11 @@ static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
     for (int q = 0; q < st->n_ext; q++)
         if (fused || !st->w_needs_ext[q]) exec_view_drop(&r->ext[q]);
     if (hand_back(w, id, st, r, slot, e)) return -1;
-    if (fused) grad_end(w, st, r, id);
-    else if (w->rt->zero >= 2) st->g = NULL;
+    if (fused) {
+        if (grad_end(w, st, r, id, e)) return -1;
+    } else if (w->rt->zero >= 2) {
+        st->g = NULL;
+    }
     if (fused) {
         rec_free(st, r);
         w->rec[li][slot] = NULL;
@@ -789,7 +819,7 @@ static int task_w(exec_worker *w, int id, int64_t *tp, util_err *e)
             ((st->ofl && exec_ofl_acquire(w, st, op, 1, 1, e)) ||
              op_backward(w, st, r, op, 0, 1, tp, e)))
             return -1;
-    grad_end(w, st, r, id);
+    if (grad_end(w, st, r, id, e)) return -1;
     rec_free(st, r);
     w->rec[c.li][c.slot] = NULL;
     return 0;
@@ -945,7 +975,21 @@ static int integrate(exec_worker *w, int task, util_err *e)
     if (!nt) return 0;
     exec_stage *st = &w->st[w->lidx[tied_stage]];
     const exec_slice *sl = &st->sl[st->tied_sl];
-    float *own = st->g + sl->off;
+    float *own = tied_grad(rt, st);
+    /* sharded: the copies' total goes into the step's last reduce-
+     * scatter of the stage, the ring this task starts */
+    float *ring = NULL;
+    if (rt->zero >= 2 && st->tied_x) {
+        ring = t->kind == SIM_SEND && t->comm == SIM_COMM_DP &&
+               t->coll == SIM_COLL_REDUCE_SCATTER && t->stage == st->id
+             ? dp_base(w, st, task) : NULL;
+        if (!ring || !own) {
+            for (int i = 0; i < nt; i++) exec_buf_unref(tied[i].b);
+            return util_errf(e, UTIL_EXIT_FAIL, "tied-table gradient of "
+                             "stage %d without %s", st->id, own ? "the "
+                             "reduce-scatter that carries it" : "a backward");
+        }
+    }
     tied[nt++] = (tsrc){st->id, own, NULL};
     qsort(tied, (size_t)nt, sizeof *tied, tsrc_cmp);
     int rc = 0;
@@ -960,11 +1004,18 @@ static int integrate(exec_worker *w, int task, util_err *e)
         EXEC_KERN(w, {
             be->copy(acc->p, tied[0].p, sl->n * sizeof *acc->p);
             for (int i = 1; i < nt; i++) be->acc(acc->p, tied[i].p, sl->n);
-            be->copy(own, acc->p, sl->n * sizeof *acc->p);
+            be->copy(ring ? ring + sl->off : own, acc->p,
+                     sl->n * sizeof *acc->p);
         });
     }
     exec_buf_unref(acc);
     for (int i = 0; i < nt; i++) exec_buf_unref(tied[i].b);
+    if (!rc && ring) {
+        /* its send is done (the ring waits for it): the next step sums
+         * anew */
+        exec_buf_unref(st->tacc);
+        st->tacc = NULL;
+    }
     return rc;
 }
 
@@ -1640,7 +1691,11 @@ static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
     }
     if (t->comm == SIM_COMM_EMB && st->tied_sl >= 0) {
         const exec_slice *sl = &st->sl[st->tied_sl];
-        pc[(*np)++] = (exec_piece){st->g + sl->off, sl->n};
+        float *g = tied_grad(rt, st);
+        if (!g)
+            return util_errf(e, UTIL_EXIT_FAIL, "a tied-table gradient "
+                             "sent before its backward");
+        pc[(*np)++] = (exec_piece){g, sl->n};
         return 0;
     }
     return util_errf(e, UTIL_EXIT_FAIL, "a send the executor cannot fill");
@@ -2230,6 +2285,13 @@ static void worker_rings(exec_worker *w)
         w->inst[i] = w->bw_rs[i] = w->ag_use[i] = w->ag_rel[i] =
             w->ag_after[i] = -1;
     if (!rt->zero) return;
+    /* the stages whose tied table's copy the IR exchanges */
+    for (int id = 0; id < n; id++) {
+        const sim_task *t = &ir->tasks[id];
+        if (t->comm == SIM_COMM_EMB && t->kind == SIM_SEND &&
+            t->device == w->device && w->lidx[t->stage] >= 0)
+            w->st[w->lidx[t->stage]].tied_x = 1;
+    }
     size_t nk = (size_t)w->n_st * SIM_COLL_COUNT * 2 * (size_t)H;
     int *cnt = util_calloc(nk + 1, sizeof *cnt);
     for (int pass = 0; pass < 2; pass++) {
@@ -2639,6 +2701,7 @@ void exec_rt_free(exec_runtime *rt)
             if (st->gsh) exec_mem_charge(&w->mem,
                                          -(double)st->sh_n * sizeof(float));
             arena_free(w, st->sh_n, st->gsh);
+            exec_buf_unref(st->tacc);
             for (int k = 0; st->rsb && k < st->n_rs; k++)
                 exec_buf_unref(st->rsb[k]);
             free(st->rsb);

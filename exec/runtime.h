@@ -234,6 +234,14 @@ typedef struct exec_stage {
      * last step whose all-gather has been waited for. */
     size_t sh_lo, sh_n;
     float *gsh;
+    /* ZeRO-2 and 3 with a tied table whose copies the IR exchanges
+     * (tied_x): each microbatch's gradient of the copy is added here and
+     * cleared in its buffer before the ring reduces it; the exchange
+     * sends this sum, and the copies' total goes into the buffer of the
+     * step's last reduce-scatter, which waits for the exchange (from the
+     * step's first backward to that ring) */
+    exec_buf *tacc;
+    int tied_x;
     exec_buf **rsb;
     int n_rs, rs_next, rs_epoch, *rs_last;
     int *ag, n_ag, ag_done;

@@ -62,6 +62,12 @@ void sim_mem_setup(sim_engine *e)
                           ? sc->weight_bytes : 0)
             : sc->weight_bytes + sc->grad_bytes +
               (sc->state_tier ? 0 : sc->opt_bytes);
+        /* ZeRO-2 and 3 shard each microbatch's gradient as its backward
+         * ends, but a tied table's copies are summed once (sim_add_tied):
+         * each holder keeps its copy's gradient whole until then */
+        if (c->zero >= 2 && sc->tied_bytes > 0 && ir->n_minibatches == 1 &&
+            !c->offload)
+            e->static_bytes[ir->stage_device[s]] += sc->tied_bytes;
     }
     for (int i = 0; i < e->n; i++) {
         const sim_task *t = &ir->tasks[i];
