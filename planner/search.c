@@ -528,6 +528,8 @@ typedef struct search {
                                * three Mixed schedules of a layout */
     cand *cs;
     int ncand;
+    int inter_one;            /* interleaved was asked on a one-device
+                               * layout (not searched) */
     long partitioned;         /* candidates whose partition was tried */
     double t0, deadline;      /* deadline: INFINITY without a time limit */
     unsigned offload;         /* offload schedules to search (bits) */
@@ -695,6 +697,14 @@ static void add_candidate(search *s, const cand *c, int *capc)
  * the heads), pipeline depth, data parallel width = the rest; microbatch
  * size (powers of two dividing a replica's batch, or --mbs); every schedule the
  * options allow; recomputation; the schedule's knob. */
+/* Adds a reason a layout was not taken to buf (n bytes), once. */
+static void why_add(char *buf, size_t n, const char *why)
+{
+    size_t l = strlen(buf);
+    if (strstr(buf, why) || l + strlen(why) + 3 >= n) return;
+    snprintf(buf + l, n - l, "%s%s", l ? "; " : "", why);
+}
+
 static void enumerate_candidates(search *s)
 {
     const prof_model *m = s->m;
@@ -702,7 +712,7 @@ static void enumerate_candidates(search *s)
     int n = s->t->n_gpus, batch = s->r->batch, capc = 64;
     s->cs = util_calloc((size_t)capc, sizeof *s->cs);
     int per_server = s->t->gpus_per_server > 0 ? s->t->gpus_per_server : n;
-    char layout_why[200] = "";
+    char layout_why[200] = "", w1[160];
     for (int tp = 1; tp <= per_server && tp <= n; tp *= 2) {
         if (o->tp && tp != o->tp) continue;
         if (m->spec.heads % tp || m->spec.kv_heads % tp) continue;
@@ -711,8 +721,9 @@ static void enumerate_candidates(search *s)
             int d = n / (tp * p);
             if (n % tp || (o->dp && d != o->dp)) continue;
             if (batch % d) {
-                snprintf(layout_why, sizeof layout_why, "batch %d does not split "
-                         "over %d data-parallel replicas", batch, d);
+                snprintf(w1, sizeof w1, "batch %d does not split over %d "
+                         "data-parallel replicas", batch, d);
+                why_add(layout_why, sizeof layout_why, w1);
                 continue;
             }
             int bd = batch / d;
@@ -740,14 +751,17 @@ static void enumerate_candidates(search *s)
                             util_err ze;
                             if (sim_zero_check(z, fs, d, (sim_sched)sc, &ze)) {
                                 if (o->zero > 0 || fs)
-                                    snprintf(layout_why, sizeof layout_why,
-                                             "%s", ze.msg);
+                                    why_add(layout_why, sizeof layout_why,
+                                            ze.msg);
                                 continue;
                             }
                             /* interleaving on one device gains
                              * nothing (ZeRO-3 gathers a layer at a
                              * time, however the chunks cut) */
-                            if (inter && p == 1) continue;
+                            if (inter && p == 1) {
+                                s->inter_one = 1;
+                                continue;
+                            }
                             cand c = {.sched = (sim_sched)sc, .pp = p, .dp = d,
                                       .tp = tp, .mbs = mbs, .n_mb = bd / mbs,
                                       .recompute = rc, .sp = sp,
@@ -1257,6 +1271,20 @@ static void choose_best(search *s)
                  "fit %d x %s (2BW or asynchronous Mixed-pipe: no flush, "
                  "each step on weights one or more updates old); --async "
                  "allows them", s->t->n_gpus, g->name);
+    } else if (!r->candidates) {
+        /* nothing asked for applies to the machine: say why, not that it
+         * does not fit (every schedule has the last layout's reason) */
+        const char *why = "";
+        for (int k = 0; k < SIM_SCHED_COUNT && !why[0]; k++)
+            why = r->alt[k].na_reason;
+        if (!strncmp(why, "not applicable: ", 16)) why += 16;
+        snprintf(r->advice, sizeof r->advice, "no plan applies to %d x %s "
+                 "with the options given: %s%s%s", s->t->n_gpus, g->name,
+                 why[0] ? why : "no layout takes them",
+                 s->inter_one ? "; interleaved 1F1B runs on a pipeline of 2 "
+                                "or more devices (its chunks on one gain "
+                                "nothing)" : "",
+                 "; give fewer options or other schedules");
     } else if (r->cut_short) {
         snprintf(r->advice, sizeof r->advice, "the time limit of %g s ended "
                  "the search before it found a plan that fits (%ld of %ld "
