@@ -1401,7 +1401,10 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
                     : w->rec[w->lidx[t->stage]][SLOT(rt, t->minibatch, t->mb)];
         int v = r ? r->version : (rt->async ? t->version : 0);
         if (rt->tiers && exec_tiers_bind(w, id, st, e)) return -1;
-        if (v < 0 || v >= st->n_ver_slots || (!st->w[v] && !st->ofl))
+        /* ZeRO-3's W reads no weights: none are gathered for it */
+        int bare = rt->zero >= 3 && t->kind == SIM_W && w->ag_use[id] < 0;
+        if (v < 0 || v >= st->n_ver_slots ||
+            (!st->w[v] && !st->ofl && !bare))
             return util_errf(e, UTIL_EXIT_FAIL, "weight version %d is not "
                              "held (stashing)", v);
         w->used_ver[id] = v;

@@ -435,9 +435,11 @@ typedef struct oparams {
 
 /* A weight (gradient) at arena offset off: in the stage's arenas, or in
  * its device window when its states are offloaded (exec/offload.c). */
+/* NULL where the weights are not there: ZeRO-3's weight-gradient pass,
+ * which reads none (the IR gathers for the forward and backward only). */
 static float *wparam(const exec_stage *st, const float *wv, size_t off)
 {
-    return st->ofl ? exec_ofl_wp(st, off) : (float *)wv + off;
+    return st->ofl ? exec_ofl_wp(st, off) : wv ? (float *)wv + off : NULL;
 }
 
 static float *gparam(const exec_stage *st, size_t off)

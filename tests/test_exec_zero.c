@@ -11,7 +11,8 @@
  * 1e-5 of the largest weight after 3 steps, as tests/test_exec_pipe.c
  * allows reorderings). ZeRO-3 reduces as ZeRO-2 and keeps only the
  * weights' shard between uses, gathering the whole before each forward
- * and backward: ZeRO-2's bits, whatever the schedule, recomputation,
+ * and backward (not for a separate weight-gradient pass, which reads
+ * none): ZeRO-2's bits, whatever the schedule, recomputation,
  * tensor parallelism or fine-tuning mode, with a table tied across
  * stages too. mpirun gives the in-process bits; sharded runs
  * hold less memory, measured and simulated; what is not run is refused.
@@ -136,6 +137,15 @@ Test(exec_zero, zero3_is_zero2_bit_for_bit)
              "--dp 3 --mbs 2 --microbatches 2", 2, 3, -1);
     vs_stage("--hw 'cpu x2' --model " PICO " --schedule 1f1b --pp 1 "
              "--dp 2 --mbs 2 --microbatches 2 --finetune lora:4", 2, 3, -1);
+    /* weight gradients in a pass of their own, which reads no weights:
+     * none are gathered for it */
+    vs_stage("--hw 'cpu x4' --model " UNTIED " --schedule zb-h1 --pp 2 "
+             "--dp 2 --mbs 2 --microbatches 4", 2, 3, -1);
+    vs_stage("--hw 'cpu x2' --model " PICO " --schedule zb-v --pp 1 "
+             "--dp 2 --mbs 2 --microbatches 3", 2, 3, -1);
+    vs_stage("--hw 'cpu x4' --model " UNTIED " --schedule dualpipev --pp 2 "
+             "--dp 2 --mbs 2 --microbatches 4 --finetune frozen:1", 2, 3,
+             -1);
 }
 
 Test(exec_zero, zero2_microbatches_within_fp32_reordering)
@@ -290,8 +300,9 @@ Test(exec_zero, what_is_not_run_is_refused)
     char *dir = test_tmpdir();
     /* hw: the plan's devices */
     const struct { const char *sim, *exec, *want, *hw; } cases[] = {
-        {"--model " UNTIED " --pp 2 --dp 2 --zero 3 --schedule zb-h1", "",
-         "whose weight gradients run in a pass of their own", "cpu"},
+        {"--model " UNTIED " --pp 2 --dp 2 --zero 3 --schedule zb-h1 "
+         "--finetune lora:4", "", "the adapters' gradients read the "
+         "adapters' weights", "cpu"},
         {"--model " PICO " --pp 1 --dp 4 --fsdp hybrid --gpus-per-server 2",
          "", "the executor runs sharding over the whole group only",
          "rtx2080ti"},
