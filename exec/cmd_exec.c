@@ -51,7 +51,8 @@ static void usage(FILE *f)
         "                      warm-up, cosine decay to lr/10 at the last step\n"
         "  --warmup N          warm-up steps (default steps/10)\n"
         "  --weight-decay X    AdamW decoupled decay of matrices (default 0.1)\n"
-        "  --clip X            global gradient-norm clip, 0 for none (default 1)\n"
+        "  --clip X            global gradient-norm clip, 0 for none (default 1;\n"
+        "                      0 for fuyou, which cannot clip)\n"
         "  --seed N            initialisation and batch order (default 1337)\n"
         "  --save FILE         write a checkpoint at the end (atomic), or when\n"
         "                      Ctrl-C or SIGTERM stops the run after a step\n"
@@ -95,7 +96,7 @@ static void usage(FILE *f)
         "                      (default), zero-offload (host tier, AdamW on\n"
         "                      the CPU after the backward pass) or fuyou\n"
         "                      (each layer's AdamW on a CPU thread as soon\n"
-        "                      as its gradients are in; needs --clip 0);\n"
+        "                      as its gradients are in; unclipped);\n"
         "                      layers are fetched to the device one by one\n"
         "  --offload-tier T    dram (host memory, default) or nvme (a file)\n"
         "  --offload-path DIR  where nvme's files go (default .): unique\n"
@@ -160,6 +161,7 @@ typedef struct cmd {
     int warm, calibrate, tf32;
     exec_offload offload;
     int tier_given;
+    int clip_given;
     const char *ref_only, *plan_only; /* first option of each kind given */
 } cmd;
 
@@ -252,8 +254,10 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             rc = int_arg(a, v, 0, BIG, &o->warmup, e);
         else if (!strcmp(a, "--weight-decay"))
             rc = float_arg(a, v, 0, 10, &o->adamw.weight_decay, e);
-        else if (!strcmp(a, "--clip"))
+        else if (!strcmp(a, "--clip")) {
             rc = float_arg(a, v, 0, 1e9, &o->adamw.clip, e);
+            c->clip_given = 1;
+        }
         else if (!strcmp(a, "--seed")) {
             rc = int_arg(a, v, 0, 2147483647, &seed, e);
             o->seed = (uint64_t)seed;
@@ -528,6 +532,12 @@ static int run_plan(cmd *c)
     po.op_timing = c->calibrate;
     po.own_gpus = c->calibrate;
     po.offload = c->offload;
+    /* Fuyou steps each layer during the backward pass, before the global
+     * norm is known: without a --clip of the user's, it runs unclipped */
+    int fuyou = plan.sched == SIM_SCHED_FUYOU ||
+                c->offload.policy == EXEC_OFFLOAD_FUYOU;
+    int unclipped = fuyou && !c->clip_given && po.adamw.clip > 0;
+    if (unclipped) po.adamw.clip = t->adamw.clip = 0;
     /* a plan in TF32 (--dtype tf32) runs so where the backend can; every
      * other precision is computed in fp32 */
     po.tf32 = c->tf32 || (plan.math == 1 + PROF_DT_TF32 && po.backend &&
@@ -570,6 +580,10 @@ static int run_plan(cmd *c)
                 prof_finetune_full(&plan.ft)
                     ? "" : prof_finetune_name(&plan.ft, ft, sizeof ft),
                 t->adamw.lr, t->adamw.clip, (unsigned long long)t->seed);
+        if (unclipped)
+            fprintf(stdout, "note: fuyou steps each layer as its gradients "
+                    "come, before the global gradient norm is known: no "
+                    "clipping (--clip 0)\n");
         if (plan.math && !po.tf32)
             fprintf(stdout, "note: the plan trains in %s; this backend "
                     "computes in fp32, as it predicts\n",

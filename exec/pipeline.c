@@ -102,11 +102,6 @@ static int finetune_check(const exec_pipe_opts *o, const sim_plan *p,
                          "fine-tuning mode %s yet (its tier holds every "
                          "weight with its gradient and moments)", where,
                          exec_offload_name(o->offload.policy), ft);
-    if (sim_sched_offload(p->sched))
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: schedule %s does not run "
-                         "fine-tuning mode %s yet (its tiers hold every "
-                         "weight with its gradient and moments)", where,
-                         sim_sched_name(p->sched), ft);
     if (o->resume && p->ft.kind == PROF_FT_LORA)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: --resume %s: a LoRA run's "
                          "checkpoint holds its adapters merged into the "

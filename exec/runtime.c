@@ -2102,22 +2102,27 @@ static void arena_collect(const exec_runtime *rt, const exec_stage *st,
     free(hf);
 }
 
-/* The same from an offloaded stage's tier. */
+/* The same from an offloaded stage's tier: the weights (the adapters'
+ * into lora, the frozen ones too), the moments of what the model's
+ * arena holds. */
 static int ofl_collect(exec_worker *w, exec_stage *st, const exec_tensor *tt,
-                       float *full, float *adam_m, float *adam_v, util_err *e)
+                       const exec_tensor *lt, float *full, float *lora,
+                       float *adam_m, float *adam_v, util_err *e)
 {
     if (!saves_any(st)) return 0;
     float *h[3];
     for (int k = 0; k < 3; k++) h[k] = util_malloc(sizeof(float) * (st->n + 1));
+    float *hf = util_malloc(sizeof(float) * (st->n_frozen + 1));
     float *m = adam_m ? h[1] : NULL, *v = adam_v ? h[2] : NULL;
-    int rc = w->tiers ? exec_tiers_read_state(w, st, h[0], m, v, e)
+    int rc = w->tiers ? exec_tiers_read_state(w, st, h[0], m, v, hf, e)
                       : exec_ofl_read_state(w, st, h[0], m, v, e);
     float *dst[3] = {full, adam_m, adam_v};
     for (int k = 0; k < 3 && !rc; k++) {
-        exec_parr a = {.tt = tt, .p = dst[k]};
-        exec_stage_scatter(st, h[k], NULL, &a);
+        exec_parr a = {tt, lt, dst[k], k ? NULL : lora};
+        exec_stage_scatter(st, h[k], k || !w->tiers ? NULL : hf, &a);
     }
     for (int k = 0; k < 3; k++) free(h[k]);
+    free(hf);
     return rc;
 }
 
@@ -2392,8 +2397,9 @@ static int worker_stages(exec_worker *w, const float *full,
             st->pending = util_calloc(1, sizeof(int));
             st->steps = rt->step0;
             st->live = st->max_live = 1;
+            exec_parr ws = {tt, lt, (float *)full, (float *)lora};
             if (w->tiers
-                    ? exec_tiers_stage_add(w, st, tt, full, adam_m, adam_v, e)
+                    ? exec_tiers_stage_add(w, st, &ws, adam_m, adam_v, e)
                     : exec_ofl_stage_add(w, st, tt, full, adam_m, adam_v, e))
                 rc = util_err_prefix(e, "device %d", w->device);
             continue;
@@ -2626,7 +2632,8 @@ int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
         for (int k = 0; k < w->n_st && !rc; k++) {
             exec_stage *st = &w->st[k];
             if (st->ofl || w->tiers) {
-                if (ofl_collect(w, st, tt, full, adam_m, adam_v, e))
+                if (ofl_collect(w, st, tt, lt, full, lora, adam_m, adam_v,
+                                e))
                     rc = util_err_prefix(e, "device %d", w->device);
                 continue;
             }

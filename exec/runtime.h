@@ -698,12 +698,13 @@ typedef struct exec_tiers exec_tiers;
  * code 2 for a run the executor cannot make, 1 for a path that cannot
  * take the file. */
 int exec_tiers_open(exec_worker *w, util_err *e);
-/* Puts stage st's states in its tier, from full, adam_m, adam_v (NULL:
+/* Puts stage st's states in its tier: the weights from wsrc (the
+ * model's and the adapters'; a fine-tuning mode's frozen weights too,
+ * fetched with the rest), AdamW's moments from adam_m, adam_v (NULL:
  * zeros); zero-offload's weights on the device. */
 int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
-                         const exec_tensor *tt, const float *full,
-                         const float *adam_m, const float *adam_v,
-                         util_err *e);
+                         const exec_parr *wsrc, const float *adam_m,
+                         const float *adam_v, util_err *e);
 /* After every stage: which holder of a tied table steps it. */
 int exec_tiers_ready(exec_worker *w, util_err *e);
 /* Before compute task id of stage st: st->w[0] are the weights its fetch
@@ -716,9 +717,10 @@ void exec_tiers_after(exec_worker *w, int id, exec_stage *st);
 int exec_tiers_task(exec_worker *w, int id, int epoch, util_err *e);
 /* The iteration's gradient norm's square, once its steps are done. */
 double exec_tiers_norm_sq(const exec_worker *w, int epoch);
-/* The stage's weights and moments into host arrays (NULL skips one). */
+/* The stage's weights and moments into host arrays, its frozen weights
+ * into wf (NULL skips one). */
 int exec_tiers_read_state(exec_worker *w, exec_stage *st, float *wt,
-                          float *m, float *v, util_err *e);
+                          float *m, float *v, float *wf, util_err *e);
 /* Measured: the file's bytes and seconds read and written, parameters
  * and seconds of AdamW, bytes and seconds copied to and from the device,
  * host memory's peak (bytes). */

@@ -81,14 +81,21 @@ typedef struct tier_act {
 typedef struct tier_stage {
     exec_stage *st;
     float *hw, *hm, *hv;        /* DRAM tier: the states */
+    float *hwf;                 /* DRAM tier: the frozen weights (a
+                                 * fine-tuning mode's: fetched, never
+                                 * stepped) */
     float *hg;                  /* the step's gradient */
     float *hgt;                 /* the copy added to hg (pinned; made at
                                  * the first copy that adds) */
     int g_set;                  /* hg holds this step's first copy */
     int64_t foff;               /* NVMe tier: w, m, v regions of rb bytes */
     size_t rb;
+    int64_t foff_f;             /* NVMe tier: the frozen weights' region
+                                 * of rbf bytes */
+    size_t rbf;
     float *so[3];               /* NVMe: weights and moments for the step */
-    exec_buf *res;              /* zero-offload: the resident weights */
+    exec_buf *res, *resf;       /* zero-offload: the resident weights,
+                                 * trained and frozen */
     exec_buf **gq;              /* gradient buffers waiting for their copy
                                  * out, oldest first */
     int gq_n, gq_cap;
@@ -102,9 +109,10 @@ struct exec_tiers {
                                  * came with, -1 (resident) */
     int *wrel;                  /* per compute task: the fetch whose weights
                                  * go after it, -1 */
-    exec_buf **wbuf;            /* per fetch: the weights it brought */
+    exec_buf **wbuf, **wbuff;   /* per fetch: the weights it brought
+                                 * (trained, frozen) */
     int *rd_for;                /* per NVMe read of weights: its fetch */
-    float **stg;                /* per fetch: what its read staged */
+    float **stg, **stgf;        /* per fetch: what its read staged */
     unsigned char *galloc;      /* per compute task: starts a gradient */
     unsigned char *gend;        /* per compute task: its gradient's last */
     tier_stage *ts;             /* per local stage */
@@ -208,7 +216,9 @@ static void roles_build(exec_tiers *t)
     t->win = util_malloc(sizeof(int) * (size_t)(n + 1));
     t->wrel = util_malloc(sizeof(int) * (size_t)(n + 1));
     t->wbuf = util_calloc((size_t)n + 1, sizeof *t->wbuf);
+    t->wbuff = util_calloc((size_t)n + 1, sizeof *t->wbuff);
     t->stg = util_calloc((size_t)n + 1, sizeof *t->stg);
+    t->stgf = util_calloc((size_t)n + 1, sizeof *t->stgf);
     t->rd_for = util_malloc(sizeof(int) * (size_t)(n + 1));
     for (int i = 0; i < n; i++) {
         t->win[i] = t->wrel[i] = t->rd_for[i] = -1;
@@ -308,22 +318,27 @@ static int region_io(exec_tiers *t, tier_stage *s, int wr, int k, float *h,
 }
 
 int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
-                         const exec_tensor *tt, const float *full,
-                         const float *adam_m, const float *adam_v,
-                         util_err *e)
+                         const exec_parr *wsrc, const float *adam_m,
+                         const float *adam_v, util_err *e)
 {
     exec_tiers *t = w->tiers;
     int li = w->lidx[st->id];
     tier_stage *s = &t->ts[li];
     s->st = st;
     s->rb = exec_tfile_up(st->n * sizeof(float));
-    const float *src[3] = {full, adam_m, adam_v};
+    size_t nf = st->n_frozen;
+    s->rbf = nf ? exec_tfile_up(nf * sizeof(float)) : 0;
+    float *hf = nf ? host_new(t, nf) : NULL;
+    if (hf) memset(hf, 0, s->rbf);
+    const float *src[3] = {wsrc->p, adam_m, adam_v};
     float *h[3];
     for (int k = 0; k < 3; k++) {
         h[k] = host_new(t, st->n);
         memset(h[k], 0, s->rb);
-        exec_parr a = {.tt = tt, .p = (float *)src[k]};
-        exec_stage_gather(st, &a, h[k], NULL);
+        /* the adapters start from theirs, their moments from zero */
+        exec_parr a = {wsrc->tt, wsrc->lt, (float *)src[k],
+                       k ? NULL : wsrc->lora};
+        exec_stage_gather(st, &a, h[k], k ? NULL : hf);
     }
     s->hg = host_new(t, st->n);
     host_pin(t, s->hg, st->n);
@@ -338,21 +353,37 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
         }
     }
     if (t->sched == SIM_SCHED_ZERO_OFFLOAD) {
+        /* its weights stay on the device, the frozen ones too */
         EXEC_KERN(w, s->res = exec_buf_new(&w->mem, st->n, 0));
         if (!s->res)
             return exec_oom(w, "a stage's resident weights (zero-offload)", e);
         w->rt->be->from_host(s->res->p, h[0], st->n * sizeof(float));
+        if (nf) {
+            EXEC_KERN(w, s->resf = exec_buf_new(&w->mem, nf, 0));
+            if (!s->resf)
+                return exec_oom(w, "a stage's resident frozen weights "
+                                "(zero-offload)", e);
+            w->rt->be->from_host(s->resf->p, hf, nf * sizeof(float));
+            host_free(t, &hf, nf);
+        }
     }
     if (t->tier != SIM_TIER_NVME) {
         s->hw = h[0];
         s->hm = h[1];
         s->hv = h[2];
+        s->hwf = hf;
         host_pin(t, s->hw, st->n);
+        host_pin(t, s->hwf, nf);
         return 0;
     }
     s->foff = exec_tfile_grow(&t->f, 3 * s->rb);
     int rc = 0;
     for (int k = 0; k < 3 && !rc; k++) rc = region_io(t, s, 1, k, h[k], e);
+    if (hf) {
+        s->foff_f = exec_tfile_grow(&t->f, s->rbf);
+        if (!rc) rc = exec_tfile_io(&t->f, 1, hf, s->rbf, s->foff_f, e);
+        host_free(t, &hf, nf);
+    }
     for (int k = 0; k < 3; k++) host_free(t, &h[k], st->n);
     /* setting up is not the run's traffic */
     pthread_mutex_lock(&t->f.mu);
@@ -447,6 +478,11 @@ int exec_tiers_bind(exec_worker *w, int id, exec_stage *st, util_err *e)
         return util_errf(e, UTIL_EXIT_FAIL, "the stage's weights are not on "
                          "the device (no fetch before it)");
     st->w[0] = b->p;
+    exec_buf *bf = f >= 0 ? t->wbuff[f] : s->resf;
+    if (st->n_frozen && !bf)
+        return util_errf(e, UTIL_EXIT_FAIL, "the stage's frozen weights are "
+                         "not on the device");
+    st->wf = bf ? bf->p : NULL;
     if (t->galloc[id]) {
         exec_buf *g;
         EXEC_KERN(w, g = exec_buf_new(&w->mem, st->n, 1));
@@ -469,8 +505,10 @@ void exec_tiers_after(exec_worker *w, int id, exec_stage *st)
     int f = t->wrel[id];
     if (f >= 0) {
         exec_buf_unref(t->wbuf[f]);
-        t->wbuf[f] = NULL;
+        exec_buf_unref(t->wbuff[f]);
+        t->wbuf[f] = t->wbuff[f] = NULL;
         st->w[0] = NULL;
+        st->wf = NULL;
     }
 }
 
@@ -497,8 +535,21 @@ static int task_w_in(exec_tiers *t, int id, tier_stage *s, util_err *e)
         copy_timed(t, 1, b->p + st->sl[st->tied_sl].off, t->tied_w,
                    t->tied_n);
     if (t->tier == SIM_TIER_NVME) host_free(t, &t->stg[id], st->n);
-    UTIL_NEVER(t->wbuf[id] != NULL);
+    UTIL_NEVER(t->wbuf[id] != NULL || t->wbuff[id] != NULL);
     t->wbuf[id] = b;
+    size_t nf = st->n_frozen;
+    if (!nf) return 0;
+    /* the frozen weights come with the rest (the IR's fetch moves the
+     * stage's weights, frozen ones included) */
+    const float *srcf = t->tier == SIM_TIER_NVME ? t->stgf[id] : s->hwf;
+    if (!srcf)
+        return util_errf(e, UTIL_EXIT_FAIL, "a fetch without its frozen "
+                         "weights' read");
+    exec_buf *bf = exec_buf_new(&w->mem, nf, 0);
+    if (!bf) return exec_oom(w, "a stage's fetched frozen weights", e);
+    copy_timed(t, 1, bf->p, srcf, nf);
+    if (t->tier == SIM_TIER_NVME) host_free(t, &t->stgf[id], nf);
+    t->wbuff[id] = bf;
     return 0;
 }
 
@@ -582,6 +633,7 @@ static void norm_part(void *ctx, int p, int n)
     for (int k = 0; k < st->n_sl; k++) {
         const exec_slice *sl = &st->sl[k];
         int tied = k == st->tied_sl && c->t->n_tied > 1;
+        if (sl->frozen) continue;
         if (tied ? c->li != c->t->tied_step : !sl->norm_owner) continue;
         const float *g = c->s->hg + sl->off;
         size_t lo, hi;
@@ -874,7 +926,10 @@ int exec_tiers_task(exec_worker *w, int id, int epoch, util_err *e)
         if (f < 0 || t->stg[f])
             return util_errf(e, UTIL_EXIT_FAIL, "a read for no fetch");
         t->stg[f] = host_new(t, st->n);
-        return region_io(t, s, 0, 0, t->stg[f], e);
+        if (region_io(t, s, 0, 0, t->stg[f], e)) return -1;
+        if (!st->n_frozen) return 0;
+        t->stgf[f] = host_new(t, st->n_frozen);
+        return exec_tfile_io(&t->f, 0, t->stgf[f], s->rbf, s->foff_f, e);
     }
     case R_W_IN: return task_w_in(t, id, s, e);
     case R_W_PUSH: return task_w_push(t, s);
@@ -914,7 +969,7 @@ double exec_tiers_norm_sq(const exec_worker *w, int epoch)
 /* ---------------------------------------------------------- the state */
 
 int exec_tiers_read_state(exec_worker *w, exec_stage *st, float *wt,
-                          float *m, float *v, util_err *e)
+                          float *m, float *v, float *wf, util_err *e)
 {
     exec_tiers *t = w->tiers;
     int li = w->lidx[st->id];
@@ -932,6 +987,19 @@ int exec_tiers_read_state(exec_worker *w, exec_stage *st, float *wt,
         if (!rc) memcpy(dst[k], src, st->n * sizeof(float));
     }
     host_free(t, &buf, st->n);
+    size_t nf = st->n_frozen;
+    if (!rc && wf && nf) {
+        if (s->resf)
+            w->rt->be->to_host(wf, s->resf->p, nf * sizeof *wf);
+        else if (s->hwf)
+            memcpy(wf, s->hwf, nf * sizeof *wf);
+        else {
+            float *fb = host_new(t, nf);
+            rc = exec_tfile_io(&t->f, 0, fb, s->rbf, s->foff_f, e);
+            if (!rc) memcpy(wf, fb, nf * sizeof *wf);
+            host_free(t, &fb, nf);
+        }
+    }
     /* a holder that does not step the table has the stepped weights and
      * moments */
     if (!rc && wt && st->tied_sl >= 0 && t->tied_w)
@@ -943,7 +1011,7 @@ int exec_tiers_read_state(exec_worker *w, exec_stage *st, float *wt,
         float *om = util_malloc(sizeof(float) * (o->n + 1));
         float *ov = util_malloc(sizeof(float) * (o->n + 1));
         rc = exec_tiers_read_state(w, t->ts[t->tied_step].st, NULL, om, ov,
-                                   e);
+                                   NULL, e);
         size_t from = o->sl[o->tied_sl].off, to = st->sl[st->tied_sl].off;
         if (!rc && m) memcpy(m + to, om + from, t->tied_n * sizeof(float));
         if (!rc && v) memcpy(v + to, ov + from, t->tied_n * sizeof(float));
@@ -983,23 +1051,28 @@ void exec_tiers_free(exec_worker *w)
     const exec_runtime *rt = w->rt;
     for (int i = 0; i < rt->ir->n_tasks; i++) {
         exec_buf_unref(t->wbuf[i]);
+        exec_buf_unref(t->wbuff[i]);
         free(t->stg[i]);
+        free(t->stgf[i]);
     }
     for (int li = 0; li < rt->S; li++) {
         tier_stage *s = &t->ts[li];
         size_t n = s->st ? s->st->n : 0;
         host_free_pinned(t, &s->hw, n);
+        host_free_pinned(t, &s->hwf, s->st ? s->st->n_frozen : 0);
         host_free(t, &s->hm, n);
         host_free(t, &s->hv, n);
         host_free_pinned(t, &s->hg, n);
         host_free_pinned(t, &s->hgt, n);
         for (int k = 0; k < 3; k++) host_free(t, &s->so[k], n);
         exec_buf_unref(s->res);
+        exec_buf_unref(s->resf);
         for (int k = 0; k < s->gq_n; k++) exec_buf_unref(s->gq[k]);
         free(s->gq);
         if (s->st) {
             s->st->w[0] = NULL;
             s->st->g = NULL;
+            s->st->wf = NULL;
         }
     }
     for (size_t i = 0; i < (size_t)rt->S * (size_t)rt->M; i++) {
@@ -1017,7 +1090,9 @@ void exec_tiers_free(exec_worker *w)
     free(t->win);
     free(t->wrel);
     free(t->wbuf);
+    free(t->wbuff);
     free(t->stg);
+    free(t->stgf);
     free(t->rd_for);
     exec_tfile_close(&t->f);
     pthread_mutex_destroy(&t->mu);

@@ -66,15 +66,22 @@ static double rel_diff(const float *a, const float *b, size_t n)
     return m > 0 ? d / m : d;
 }
 
-/* The offload plan (flags) against GPipe on one device: the same weights,
- * moments and losses; every tier task ran in every step; the device
- * peaked lower. */
-static void same_training(const char *flags, float clip, int nvme)
+/* The offload plan (flags, and the fine-tuning mode ft: "" trains every
+ * weight) against GPipe on one device with the same mode: the same
+ * weights (adapters too), moments and losses; every tier task ran in
+ * every step; the device peaked lower (the reference keeps its frozen
+ * weights as they started, tests/test_exec_lora.c). */
+static void same_training_ft(const char *flags, const char *ft, float clip,
+                             int nvme)
 {
     char *dir = test_tmpdir();
     sim_plan p, ref;
-    plan_of(dir, flags, &p);
-    plan_of(dir, "--schedule gpipe --pp 1", &ref);
+    char f1[300], f2[300];
+    snprintf(f1, sizeof f1, "%s %s", flags, ft);
+    snprintf(f2, sizeof f2, "--schedule gpipe --pp 1 %s", ft);
+    plan_of(dir, f1, &p);
+    plan_of(dir, f2, &ref);
+    flags = f1;
     exec_pipe_result a, b;
     util_err e = {0};
     exec_pipe_opts o = opts(&ref, clip);
@@ -90,6 +97,11 @@ static void same_training(const char *flags, float clip, int nvme)
                  "%s: first moments", flags);
     cr_expect_lt(rel_diff(a.adam_v, b.adam_v, a.n_params), 1e-4,
                  "%s: second moments", flags);
+    cr_assert_eq(a.n_lora, b.n_lora);
+    if (a.n_lora)
+        cr_expect_lt(rel_diff(a.lora, b.lora, a.n_lora), 1e-5,
+                     "%s: adapters differ by %g", flags,
+                     rel_diff(a.lora, b.lora, a.n_lora));
     for (int k = 0; k < a.steps_run; k++)
         cr_expect_lt(fabs(a.loss[k] - b.loss[k]), 1e-5 * fabs(a.loss[k]),
                      "%s: step %d loss %.9g against %.9g", flags, k,
@@ -113,8 +125,10 @@ static void same_training(const char *flags, float clip, int nvme)
     cr_expect_gt(tier, 0);
     cr_expect_lt(b.peak_bytes[0], a.peak_bytes[0], "%s: device peak %.0f "
                  "against %.0f", flags, b.peak_bytes[0], a.peak_bytes[0]);
-    cr_expect_geq(b.adam_params, (double)b.steps_run * b.n_params * 0.5,
-                  "the CPU's AdamW ran");
+    cr_expect_geq(b.adam_params, (double)b.steps_run *
+                                 (ft[0] ? (double)b.n_lora : b.n_params) *
+                                 0.5, "the CPU's AdamW ran");
+
     cr_expect_gt(b.tier_up_bytes, 0);
     cr_expect_gt(b.tier_down_bytes, 0);
     cr_expect_gt(b.tier_host_peak, 0);
@@ -130,6 +144,24 @@ static void same_training(const char *flags, float clip, int nvme)
     sim_plan_free(&p);
     sim_plan_free(&ref);
     test_rm_rf(dir);
+}
+
+static void same_training(const char *flags, float clip, int nvme)
+{
+    same_training_ft(flags, "", clip, nvme);
+}
+
+/* LoRA and frozen layers: the tier holds what trains with its moments,
+ * and the frozen weights, fetched with the rest and never stepped */
+Test(exec_tiers, finetune_modes)
+{
+    same_training_ft("--schedule zero-offload", "--finetune lora:4", 1.0f, 0);
+    same_training_ft("--schedule zero-infinity --offload-tier nvme",
+                     "--finetune lora:4", 1.0f, 1);
+    same_training_ft("--schedule fuyou --offload-tier dram --act-swap 0:0",
+                     "--finetune frozen:1", 0, 0);
+    same_training_ft("--schedule fuyou --offload-tier nvme --act-swap 2:1",
+                     "--finetune lora:4", 0, 1);
 }
 
 Test(exec_tiers, zero_offload)
@@ -231,12 +263,17 @@ Test(exec_tiers, bad_paths_and_a_full_disk)
     cr_expect_eq(files_in(dir), 0, "the tier's file is removed");
     exec_pipe_result_free(&r);
     sim_plan_free(&p);
-    /* from the command line: clipping Fuyou cannot do, exit 2; then the
-     * run's own failure, exit 1 */
+    /* from the command line: clipping Fuyou cannot do, asked for, exit 2
+     * (not asked for, it runs unclipped and says so); then the run's own
+     * failure, exit 1 */
     char plan[600];
     snprintf(plan, sizeof plan, "%s/plan.json", dir);
-    cli_expect(2, "give --clip 0", "exec --plan %s --steps 2 --data %s",
-               plan, CORPUS);
+    cli_expect(2, "give --clip 0", "exec --plan %s --steps 2 --data %s "
+               "--clip 1", plan, CORPUS);
+    cli_expect(0, "note: fuyou steps each layer as its gradients come, "
+               "before the global gradient norm is known: no clipping",
+               "exec --plan %s --steps 2 --data %s", plan, CORPUS);
+    cr_expect_eq(files_in(dir), 0, "the tier's file is removed");
     cli_expect(1, "cannot create a file there", "exec --plan %s --steps 2 "
                "--data %s --clip 0 --offload-path /nonexistent-sluice-dir",
                plan, CORPUS);
