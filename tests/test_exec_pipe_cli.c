@@ -168,14 +168,15 @@ Test(exec_cli_pipe, recomputation_memory_is_the_simulators)
     test_rm_rf(dir);
 }
 
-/* A sharded plan is refused before any work (it crashed the runtime). */
-/* ZeRO-3 with a W pass of its own: the IR gathers for F and B only */
+/* A sharded plan the executor cannot run is refused before any work, in
+ * one line: ZeRO-3 with LoRA and a W pass of its own (the IR gathers for
+ * F and B only; the adapters' weight gradients read the adapters). */
 Test(exec_cli_pipe, sharded_plans_are_refused)
 {
     char *dir = test_tmpdir();
     cli_result r = cli_run("sim --hw cpu x2 --model %s --schedule zb-h1 "
                            "--pp 1 --dp 2 --mbs 2 --microbatches 2 --zero 3 "
-                           "--out %s/z.json", PICO, dir);
+                           "--finetune lora:4 --out %s/z.json", PICO, dir);
     cr_assert_eq(r.code, 0, "%s", r.err);
     cli_result_free(&r);
     r = cli_run("exec --plan %s/z.json --steps 1", dir);
