@@ -554,13 +554,6 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     }
     rt.zero = r->costs->zero;
     rt.shard = r->costs->shard;
-    if (rt.zero && rt.shard < rt.dp) {
-        util_errf(e, UTIL_EXIT_USAGE, "%s: fsdp hybrid shards over %d of "
-                  "the %d data-parallel ranks; the executor runs sharding "
-                  "over the whole group only (fsdp full)", where, rt.shard,
-                  rt.dp);
-        goto out;
-    }
     rt.epochs = rt.async ? 1 : left;
     rt.n_workers = r->ir->n_devices * rt.tp;
     r->n_devices = r->ir->n_devices;

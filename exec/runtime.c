@@ -862,6 +862,15 @@ static void dp_chunk(const exec_runtime *rt, const exec_stage *st, int task,
         return;
     }
     int H = rt->shard, p = sender % H;
+    if (t->coll == SIM_COLL_ALLREDUCE) {
+        /* hybrid: the shard all-reduced over the G shard groups, the ring
+         * of the ranks holding it (sender / H is its place) */
+        int G = rt->dp * rt->pipes / H;
+        size_t l;
+        chunk(st->sh_n, G, ring_chunk(sender / H, t->mb, G), &l, len);
+        *lo = st->sh_lo + l;
+        return;
+    }
     int c = t->coll == SIM_COLL_ALLGATHER ? mod(p + 1 - t->mb, H)
                                           : mod(p - t->mb, H);
     chunk(st->n, H, c, lo, len);
@@ -923,7 +932,9 @@ static int fold_dp(exec_worker *w, int d, exec_buf *b, util_err *e)
     else if (!base)
         rc = util_errf(e, UTIL_EXIT_FAIL, "ring step for a gradient that "
                        "is not there");
-    else if (rt->zero ? u->coll == SIM_COLL_REDUCE_SCATTER
+    else if (rt->zero ? u->coll == SIM_COLL_REDUCE_SCATTER ||
+                            (u->coll == SIM_COLL_ALLREDUCE &&
+                             u->mb < rt->dp * rt->pipes / rt->shard - 1)
                       : u->mb < rt->dp * rt->pipes - 1)
         EXEC_KERN(w, rt->be->acc(base + lo, b->p, len));
     else
@@ -2300,7 +2311,11 @@ static void worker_rings(exec_worker *w)
             t->device == w->device && w->lidx[t->stage] >= 0)
             w->st[w->lidx[t->stage]].tied_x = 1;
     }
-    size_t nk = (size_t)w->n_st * SIM_COLL_COUNT * 2 * (size_t)H;
+    /* hybrid sharding: each reduce-scatter's shard is then all-reduced
+     * over the G groups, a ring of 2(G - 1) steps, whose end is the
+     * reduction's */
+    int G = rt->dp * rt->pipes / H, steps = H > 2 * G ? H : 2 * G;
+    size_t nk = (size_t)w->n_st * SIM_COLL_COUNT * 2 * (size_t)steps;
     int *cnt = util_calloc(nk + 1, sizeof *cnt);
     for (int pass = 0; pass < 2; pass++) {
         memset(cnt, 0, sizeof *cnt * nk);
@@ -2309,11 +2324,15 @@ static void worker_rings(exec_worker *w)
             if (t->comm != SIM_COMM_DP || t->device != w->device) continue;
             int recv = t->kind == SIM_RECV;
             int li = w->lidx[recv ? t->stage2 : t->stage];
-            UTIL_NEVER(li < 0 || t->mb < 0 || t->mb >= H);
+            UTIL_NEVER(li < 0 || t->mb < 0 || t->mb >= steps);
             exec_stage *st = &w->st[li];
             size_t key = (((size_t)li * SIM_COLL_COUNT + t->coll) * 2 +
-                          (size_t)recv) * (size_t)H + (size_t)t->mb;
+                          (size_t)recv) * (size_t)steps + (size_t)t->mb;
             int k = w->inst[id] = cnt[key]++;
+            if (t->coll == SIM_COLL_ALLREDUCE) {
+                if (pass && t->mb == 2 * G - 3) st->rs_last[2 * k + recv] = id;
+                continue;
+            }
             if (t->coll == SIM_COLL_ALLGATHER && rt->zero >= 3) {
                 if (!pass && !recv && !t->mb) st->n_agb++;
                 continue;
@@ -2328,7 +2347,7 @@ static void worker_rings(exec_worker *w)
                 if (!recv && !t->mb) st->n_rs++;
                 continue;
             }
-            if (t->mb == H - 2) st->rs_last[2 * k + recv] = id;
+            if (t->mb == H - 2 && G == 1) st->rs_last[2 * k + recv] = id;
             /* the backward whose gradient the ring reduces */
             for (int q = 0; !recv && !t->mb && q < t->n_dep; q++) {
                 int d = ir->deps[t->dep_off + q];
@@ -2377,7 +2396,8 @@ static int worker_stages(exec_worker *w, const float *full,
          * ownership, cut to the shard where it is used */
         st->n = exec_slices_build(rt->model, &rt->cfg, st->first, st->last,
                                   rt->tp, w->rank,
-                                  rt->zero ? 0 : st->replica, 0, &st->sl,
+                                  rt->zero ? st->replica / rt->shard
+                                           : st->replica, 0, &st->sl,
                                   &st->n_sl, &st->n_frozen);
         st->sh_n = st->n;
         if (rt->zero) {
