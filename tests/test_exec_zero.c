@@ -213,6 +213,24 @@ Test(exec_zero, fsdp_hybrid_shards_inside_servers)
     exec_pipe_result_free(&rb);
     sim_plan_free(&pa);
     sim_plan_free(&pb);
+    /* four processes under mpirun: the in-process bits */
+    char *dir = test_tmpdir();
+    cli_result x = cli_run("sim %s --fsdp hybrid --out %s/h.json", base, dir);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    int rc = sh_run("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                    "OMPI_MCA_rmaps_base_oversubscribe=1 "
+                    "ASAN_OPTIONS=detect_leaks=0 mpirun -np 4 \"$SLUICE\" "
+                    "exec --plan %s/h.json --steps 3 --quiet --save "
+                    "%s/m.ckpt > %s/m.out 2>&1", dir, dir, dir);
+    cr_assert_eq(rc, 0, "mpirun failed (%s/m.out)", dir);
+    x = cli_run("exec --plan %s/h.json --steps 3 --quiet --save %s/i.ckpt",
+                dir, dir);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    cr_expect_eq(sh_run("cmp -s %s/m.ckpt %s/i.ckpt", dir, dir), 0,
+                 "fsdp hybrid: mpirun and in-process differ");
+    test_rm_rf(dir);
 }
 
 Test(exec_zero, mpirun_gives_the_in_process_bits)
