@@ -137,19 +137,24 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
     static const struct {
         sim_sched s;
         int tier, ckpt, full;
+        const char *ft;         /* a fine-tuning mode; NULL: full */
     } rows[] = {
-        {SIM_SCHED_ZERO_OFFLOAD, SIM_TIER_DRAM, 0, 0},
-        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_DRAM, 0, 0},
-        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 0, 0},
-        {SIM_SCHED_FUYOU, SIM_TIER_DRAM, 0, 0},
-        {SIM_SCHED_FUYOU, SIM_TIER_NVME, 0, 0},
-        {SIM_SCHED_FUYOU, SIM_TIER_NVME, 4, 2},
+        {SIM_SCHED_ZERO_OFFLOAD, SIM_TIER_DRAM, 0, 0, NULL},
+        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_DRAM, 0, 0, NULL},
+        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 0, 0, NULL},
+        {SIM_SCHED_FUYOU, SIM_TIER_DRAM, 0, 0, NULL},
+        {SIM_SCHED_FUYOU, SIM_TIER_NVME, 0, 0, NULL},
+        {SIM_SCHED_FUYOU, SIM_TIER_NVME, 4, 2, NULL},
+        /* LoRA: the frozen base fetched, the adapters stepped */
+        {SIM_SCHED_ZERO_OFFLOAD, SIM_TIER_DRAM, 0, 0, "lora:8"},
+        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 0, 0, "lora:8"},
+        {SIM_SCHED_FUYOU, SIM_TIER_DRAM, 0, 0, "lora:8"},
     };
     printf("\nplans of the offload schedules, %s on one CPU device, a stage "
            "per layer, 4 x 2 microbatches, %d steps (median past %d); "
            "swap K:J = checkpoints of the first K stages, whole activations "
            "of the last J\n\n", model, STEPS, WARM);
-    printf("%-13s %-5s %4s %9s %9s %7s %9s %9s %9s %9s  %s\n", "schedule",
+    printf("%-20s %-5s %4s %9s %9s %7s %9s %9s %9s %9s  %s\n", "schedule",
            "tier", "swap", "step ms", "sim ms", "meas/sim", "peak MiB",
            "sim MiB", "host MiB", "sim host", "bound by (measured, "
            "simulated)");
@@ -169,6 +174,11 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
         p.tier = rows[i].tier;
         p.swap_ckpt = rows[i].ckpt;
         p.swap_full = rows[i].full;
+        if (rows[i].ft && prof_finetune_parse(rows[i].ft, &p.ft, &e)) {
+            fprintf(stderr, "bench_offload: %s\n", e.msg);
+            sim_plan_free(&p);
+            return 1;
+        }
         sim_plan_stages(&p, m->n_layers);
         if (sim_partition_even(m, m->n_layers, p.first_op, p.last_op, &e)) {
             fprintf(stderr, "bench_offload: %s\n", e.msg);
@@ -188,10 +198,12 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
             double sp = json_number_value(json_object_get(
                 json_array_get(json_object_get(pr, "devices"), 0),
                 "peak_mem_bytes"));
-            char sw[16];
+            char sw[16], name[40];
             snprintf(sw, sizeof sw, "%d:%d", rows[i].ckpt, rows[i].full);
-            printf("%-13s %-5s %4s %9.1f %9.1f %7.2f %9.1f %9.1f %9.1f %9.1f"
-                   "  %s, %s\n", sim_sched_name(p.sched),
+            snprintf(name, sizeof name, "%s%s%s", sim_sched_name(p.sched),
+                     rows[i].ft ? " " : "", rows[i].ft ? rows[i].ft : "");
+            printf("%-20s %-5s %4s %9.1f %9.1f %7.2f %9.1f %9.1f %9.1f %9.1f"
+                   "  %s, %s\n", name,
                    sim_tier_name(rows[i].tier), sw, it * 1e3, ps * 1e3,
                    ps > 0 ? it / ps : 0, pk / 1048576.0, sp / 1048576.0,
                    json_number_value(json_object_get(t, "host_peak_bytes")) /
