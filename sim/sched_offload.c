@@ -397,11 +397,17 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
         w += sc->weight_bytes;
         tr += sc->train_bytes;
         opt += sc->opt_bytes;
-        big_io = fmax(big_io, sc->weight_bytes + sc->train_bytes);
+        /* what crosses PCIe for a stage: its weights in (ZeRO-Offload's
+         * stay on the GPU: only the updated ones, what trains, come back)
+         * and its gradients out */
+        big_io = fmax(big_io, (c->offload == SIM_SCHED_ZERO_OFFLOAD
+                               ? sc->train_bytes : sc->weight_bytes) +
+                                  sc->train_bytes);
         big_st = fmax(big_st, sc->weight_bytes + sc->opt_bytes);
     }
     /* host DRAM: staging for the stages in flight over PCIe (fetched
-     * weights and gradients on their way: four stages' worth), and on the
+     * weights, or ZeRO-Offload's updated ones, and gradients on their
+     * way: four stages' worth), and on the
      * NVMe tier the state of three stages (one read ahead, one stepped,
      * one written back; on the DRAM tier the step works where the state
      * lives); ZeRO keeps every gradient there until the step, in fp32
