@@ -406,6 +406,11 @@ int exec_tiers_ready(exec_worker *w, util_err *e)
                     t->tied_step = t->tied[k];
     /* one holder steps and fetches its own copy */
     if (t->tied_step < 0) host_free_pinned(t, &t->tied_w, t->tied_n);
+    /* the run's peak: not the copies that put the states in place (a
+     * frozen stage's weights on their way to zero-offload's device) */
+    pthread_mutex_lock(&t->mu);
+    t->host_peak = t->host_cur;
+    pthread_mutex_unlock(&t->mu);
     return 0;
 }
 
