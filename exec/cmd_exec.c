@@ -62,17 +62,20 @@ static void usage(FILE *f)
         "                      (a LoRA plan's: adapters merged in)\n"
         "  --resume FILE       continue from a checkpoint (bit for bit with the\n"
         "                      same --steps, --lr, plan or --threads)\n"
+        "  --stop-after N      stop after step N (the learning rate's schedule\n"
+        "                      still spans --steps; pair with --save, then\n"
+        "                      --resume)\n"
+        "  --save-every N      also save every N steps (a plan runs in pieces\n"
+        "                      of N steps, each continuing from the one\n"
+        "                      before's checkpoint, bit for bit)\n"
         "  --mem-budget SIZE   memory per device (default: the plan's device\n"
         "                      memory; one device: the machine's RAM)\n"
         "  --json              the run as one JSON document on stdout\n"
         "  --quiet             no line per step\n"
         "\nwith --model only:\n"
-        "  --stop-after N      stop after step N as if interrupted (the\n"
-        "                      schedule still spans --steps; pair with --save)\n"
         "  --batch B           sequences per step (default 16)\n"
         "  --seq T             tokens per sequence (default: the model's)\n"
         "  --threads N         CPU threads for the kernels (default 1)\n"
-        "  --save-every N      also save every N steps\n"
         "  --timings FILE      per-op timings as JSON (op, shapes, GEMM m/n/k,\n"
         "                      bytes, ns), the cost model's signature\n"
         "  --eval-batches N    validation batches before and after (default 4)\n"
@@ -175,9 +178,8 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         "--trace", "--plot", "--warm", "--transport", "--backend",
         "--calibrate", "--offload", "--offload-tier", "--offload-path",
         "--tf32"};
-    static const char *const ref[] = {"--model", "--stop-after", "--batch",
-        "--seq", "--threads", "--save-every", "--timings", "--eval-batches",
-        NULL};
+    static const char *const ref[] = {"--model", "--batch", "--seq",
+        "--threads", "--timings", "--eval-batches", NULL};
     static const char *const pln[] = {"--plan", "--init", "--trace",
         "--plot", "--warm", "--transport", "--backend", "--calibrate",
         "--offload", "--offload-tier", "--offload-path", "--tf32", NULL};
@@ -288,8 +290,14 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
     if (c->plan && c->ref_only)
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: %s does not apply "
                          "with --plan (the plan fixes the model, batch and "
-                         "sequence; steps are saved at the end or on Ctrl-C)",
-                         c->ref_only);
+                         "sequence)", c->ref_only);
+    if (c->plan && o->save_every > 0 && !o->save)
+        return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --save-every %d "
+                         "needs --save FILE (the checkpoint it rewrites)",
+                         o->save_every);
+    if (c->plan && o->save_every > 0 && c->calibrate)
+        return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --calibrate "
+                         "measures one run: give it without --save-every");
     if (!c->plan && c->plan_only)
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: %s needs --plan",
                          c->plan_only);
@@ -474,6 +482,23 @@ static int calib_write(const char *path, const sim_plan *plan,
     return rc;
 }
 
+/* The run's state as a checkpoint at t->save (atomic). */
+static int save_ckpt(const exec_train_opts *t, const sim_plan *plan,
+                     exec_pipe_result *r, util_err *e)
+{
+    exec_ckpt_meta meta = {r->cfg, r->B, r->T, t->seed,
+                           r->step_first + r->steps_run};
+    if (t->resume) {
+        exec_ckpt_meta old;
+        if (!exec_ckpt_peek(t->resume, &old, e)) meta.seed = old.seed;
+    }
+    /* LoRA: the adapters merged into the weights, a plain model any
+     * reader takes (the adapters' AdamW state is not kept) */
+    if (r->lora) exec_lora_merge(&r->cfg, &plan->ft, r->lora, r->params);
+    return exec_ckpt_save_state(t->save, r->params, r->adam_m, r->adam_v,
+                                &meta, e);
+}
+
 static int run_plan(cmd *c)
 {
     exec_train_opts *t = &c->t;
@@ -515,6 +540,13 @@ static int run_plan(cmd *c)
                        "zero-offload or fuyou, plan with --schedule "
                        "zero-infinity or fuyou, or give a stage state_tier "
                        "nvme)", sim_sched_name(plan.sched), c->plan);
+        goto out;
+    }
+    if (t->save_every > 0 && plan.ft.kind == PROF_FT_LORA) {
+        rc = util_errf(&e, UTIL_EXIT_USAGE, "sluice exec: --save-every: a "
+                       "LoRA plan's checkpoint holds its adapters merged "
+                       "into the weights, which --resume cannot continue "
+                       "(save at the end, then --init another fine-tuning)");
         goto out;
     }
     po.plan_path = c->plan;
@@ -595,33 +627,52 @@ static int run_plan(cmd *c)
     /* mpirun ends the job on Ctrl-C itself, but forwards SIGUSR1 to the
      * ranks: `kill -USR1 MPIRUN_PID` stops after the step and saves */
     signal(SIGUSR1, exec_on_stop);
-    if (exec_pipe_run(&po, &r, &e)) {
-        rc = -1;
-        goto out;
+    /* --stop-after ends the run early (the learning rate's schedule
+     * still spans --steps); --save-every runs it in pieces, each
+     * continuing from the checkpoint the one before saved (--resume's
+     * bits) */
+    int end = t->stop_after > 0 && t->stop_after < t->steps ? t->stop_after
+                                                            : t->steps;
+    int every = t->save && t->save_every > 0 ? t->save_every : 0;
+    int at = 0;
+    if (t->resume) {
+        exec_ckpt_meta old;
+        if (!exec_ckpt_peek(t->resume, &old, &e)) at = old.step;
     }
-    if (out && !t->quiet && !t->json && r.async)
-        for (int k = 0; k < r.steps_run; k++)
-            fprintf(stdout, "step %5d/%d | loss %.6f | lr %.3e (no flush: "
-                    "each stage steps on its own)\n", r.step_first + k + 1,
-                    t->steps, r.loss[k],
-                    exec_lr_at(t->adamw.lr, po.warmup >= 0 ? po.warmup
-                               : (t->steps / 10 > 0 ? t->steps / 10 : 1),
-                               t->steps, r.step_first + k));
-    if (out && t->save) {
-        exec_ckpt_meta meta = {r.cfg, r.B, r.T, t->seed,
-                               r.step_first + r.steps_run};
-        if (t->resume) {
-            exec_ckpt_meta old;
-            if (!exec_ckpt_peek(t->resume, &old, &e)) meta.seed = old.seed;
-        }
-        /* LoRA: the adapters merged into the weights, a plain model
-         * any reader takes (the adapters' AdamW state is not kept) */
-        if (r.lora) exec_lora_merge(&r.cfg, &plan.ft, r.lora, r.params);
-        if (exec_ckpt_save_state(t->save, r.params, r.adam_m, r.adam_v,
-                                 &meta, &e)) {
+    for (;;) {
+        int seg = every ? (at / every + 1) * every : end;
+        if (seg > end) seg = end;
+        po.stop_after = seg < t->steps ? seg : 0;
+        if (exec_pipe_run(&po, &r, &e)) {
             rc = -1;
             goto out;
         }
+        if (out && !t->quiet && !t->json && r.async)
+            for (int k = 0; k < r.steps_run; k++)
+                fprintf(stdout, "step %5d/%d | loss %.6f | lr %.3e (no "
+                        "flush: each stage steps on its own)\n",
+                        r.step_first + k + 1, t->steps, r.loss[k],
+                        exec_lr_at(t->adamw.lr, po.warmup >= 0 ? po.warmup
+                                   : (t->steps / 10 > 0 ? t->steps / 10 : 1),
+                                   t->steps, r.step_first + k));
+        if (out && t->save && save_ckpt(t, &plan, &r, &e)) {
+            rc = -1;
+            goto out;
+        }
+        at = r.step_first + r.steps_run;
+        if (at >= end || r.stopped) break;
+        if (out && !t->json)
+            printf("saved %s at step %d\n", t->save, at);
+        /* the next piece reads it: every rank waits for rank 0's write */
+        int go = 1;
+        if (mpi && exec_mpi_bcast(&go, sizeof go, &e)) {
+            rc = -1;
+            goto out;
+        }
+        exec_pipe_result_free(&r);
+        memset(&r, 0, sizeof r);
+        t->resume = po.resume = t->save;
+        po.init = NULL;
     }
     if (out) {
         exec_report_opts ro = {.plan_path = c->plan, .json = t->json,
@@ -645,6 +696,12 @@ static int run_plan(cmd *c)
             printf("note: without a flush each stage updates alone, so the "
                    "LM head's copy of the tied token table trains apart from "
                    "the embedding's; checkpoints keep the embedding's\n");
+        if (!r.stopped && end < t->steps && !t->json)
+            printf("stopped after step %d of %d (--stop-after)%s%s%s\n",
+                   end, t->steps, t->save ? "; continue with " : "",
+                   t->save ? (r.lora ? "another fine-tuning from the merged "
+                                       "weights, --init " : "--resume ")
+                           : "", t->save ? t->save : "");
     }
     if (r.stopped) {
         char saved[600] = "";

@@ -371,6 +371,9 @@ typedef struct exec_pipe_opts {
     const sim_plan *plan;       /* lent */
     const char *data;           /* corpus path */
     int steps;                  /* train until this many steps are done */
+    int stop_after;             /* > 0: stop once this many are done (the
+                                 * learning rate's schedule still spans
+                                 * steps) */
     exec_adamw adamw;           /* lr is the peak */
     int warmup;                 /* -1: steps/10 */
     uint64_t seed;

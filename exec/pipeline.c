@@ -506,11 +506,19 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                       "1 or more)", o->steps);
         goto out;
     }
-    int left = o->steps - step0;
+    int end = o->stop_after > 0 && o->stop_after < o->steps ? o->stop_after
+                                                            : o->steps;
+    if (end <= step0) {
+        util_errf(e, UTIL_EXIT_USAGE, "--stop-after %d: %d steps are done "
+                  "already", o->stop_after, step0);
+        goto out;
+    }
+    int left = end - step0;
     if (rt.async && left < 3) {
         util_errf(e, UTIL_EXIT_USAGE, "schedule %s has no flush: it runs at "
-                  "least 3 steps at once (--steps %d leaves %d)",
-                  sim_sched_name(p->sched), o->steps, left);
+                  "least 3 steps at once (--steps %d%s leaves %d)",
+                  sim_sched_name(p->sched), o->steps,
+                  end < o->steps ? " and --stop-after" : "", left);
         goto out;
     }
     sim_cost_opts co = sim_plan_cost_opts(p);

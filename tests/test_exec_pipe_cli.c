@@ -589,3 +589,64 @@ Test(exec_cli_pipe, models_the_machine_cannot_hold_are_refused)
     cli_result_free(&r);
     test_rm_rf(dir);
 }
+
+/* A plan run in pieces: --stop-after N saves at step N and --resume
+ * continues it, --save-every N saves every N steps (each piece continues
+ * from the one before's checkpoint); both end with the bits of one run,
+ * in-process and under mpirun. What cannot be: refused naming it. */
+Test(exec_cli_pipe, plan_runs_in_pieces)
+{
+    char *dir = test_tmpdir();
+    cli_result r = cli_run("sim --hw cpu x2 --model %s --schedule 1f1b --pp 2 "
+                           "--mbs 2 --microbatches 2 --out %s/p.json", PICO,
+                           dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/p.json --steps 6 --quiet --save %s/one.ckpt",
+                dir, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/p.json --steps 6 --save-every 2 --save "
+                "%s/ev.ckpt", dir, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "ev.ckpt at step 2\n") &&
+              strstr(r.out, "ev.ckpt at step 4\n") &&
+              strstr(r.out, "ev.ckpt at step 6\n"), "%s", r.out);
+    cr_expect(strstr(r.out, "step     5/6 |") != NULL, "%s", r.out);
+    cli_result_free(&r);
+    cr_expect_eq(sh_run("cmp -s %s/one.ckpt %s/ev.ckpt", dir, dir), 0,
+                 "--save-every: not one run's bits");
+    r = cli_run("exec --plan %s/p.json --steps 6 --stop-after 3 --save "
+                "%s/sa.ckpt", dir, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "stopped after step 3 of 6 (--stop-after); "
+                     "continue with --resume") != NULL, "%s", r.out);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/p.json --steps 6 --resume %s/sa.ckpt --quiet "
+                "--save %s/sb.ckpt", dir, dir, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    cr_expect_eq(sh_run("cmp -s %s/one.ckpt %s/sb.ckpt", dir, dir), 0,
+                 "--stop-after, then --resume: not one run's bits");
+    /* two processes: each piece waits for rank 0's checkpoint */
+    int rc = sh_run("%s \"$SLUICE\" exec --plan %s/p.json --steps 6 --quiet "
+                    "--save-every 4 --save %s/m.ckpt > %s/m.out 2>&1",
+                    MPIRUN, dir, dir, dir);
+    cr_expect_eq(rc, 0, "mpirun failed (%s/m.out)", dir);
+    cr_expect_eq(sh_run("cmp -s %s/one.ckpt %s/m.ckpt", dir, dir), 0,
+                 "--save-every under mpirun: not one run's bits");
+    cli_expect(2, "--save-every 2 needs --save FILE", "exec --plan %s/p.json "
+               "--steps 4 --save-every 2", dir);
+    cli_expect(2, "--stop-after 2: 3 steps are done already", "exec --plan "
+               "%s/p.json --steps 6 --stop-after 2 --resume %s/sa.ckpt", dir,
+               dir);
+    r = cli_run("sim --hw cpu x2 --model %s --schedule 1f1b --pp 2 --mbs 2 "
+                "--microbatches 2 --finetune lora:4 --out %s/l.json", PICO,
+                dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    cli_expect(2, "--save-every: a LoRA plan's checkpoint holds its adapters "
+               "merged", "exec --plan %s/l.json --steps 4 --save-every 2 "
+               "--save %s/l.ckpt", dir, dir);
+    test_rm_rf(dir);
+}
