@@ -542,6 +542,15 @@ static int run_plan(cmd *c)
                        "nvme)", sim_sched_name(plan.sched), c->plan);
         goto out;
     }
+    if (t->save_every > 0 && sim_sched_async(plan.sched)) {
+        rc = util_errf(&e, UTIL_EXIT_USAGE, "sluice exec: --save-every: "
+                       "schedule %s has no flush, so a checkpoint is not the "
+                       "state of the run in flight (its stashed weight "
+                       "versions; the LM head's copy of a tied table): "
+                       "pieces would train another run; save at the end",
+                       sim_sched_name(plan.sched));
+        goto out;
+    }
     if (t->save_every > 0 && plan.ft.kind == PROF_FT_LORA) {
         rc = util_errf(&e, UTIL_EXIT_USAGE, "sluice exec: --save-every: a "
                        "LoRA plan's checkpoint holds its adapters merged "

@@ -648,5 +648,12 @@ Test(exec_cli_pipe, plan_runs_in_pieces)
     cli_expect(2, "--save-every: a LoRA plan's checkpoint holds its adapters "
                "merged", "exec --plan %s/l.json --steps 4 --save-every 2 "
                "--save %s/l.ckpt", dir, dir);
+    r = cli_run("sim --hw cpu x2 --model %s --schedule 2bw --pp 2 --mbs 2 "
+                "--microbatches 2 --out %s/a.json", PICO, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    cli_expect(2, "--save-every: schedule 2bw has no flush", "exec --plan "
+               "%s/a.json --steps 6 --save-every 3 --save %s/a.ckpt", dir,
+               dir);
     test_rm_rf(dir);
 }
