@@ -45,35 +45,78 @@ typedef struct vhead {
     int fused_loss;
     int set_vocab, set_seq, set_dtype, set_flash, set_fused_loss; /* given:
                                    * overrides a catalog model */
+    int math;                   /* dtype= as prof_math_parse reads it */
 } vhead;
 
-static int directive(const char *line, vhead *h)
+/* A flag's value: 0 or 1. */
+static int flag(const char *v, int *out)
+{
+    long x;
+    if (util_parse_int(v, 0, 1, &x)) return -1;
+    *out = (int)x;
+    return 0;
+}
+
+/* The '# sluice:' line's settings into h; -1 with why (the setting and
+ * what it takes) on a bad one. */
+static int directive(const char *line, vhead *h, char *why, size_t wn)
 {
     char buf[512];
     snprintf(buf, sizeof buf, "%s", line + strlen("# sluice:"));
     for (char *t = strtok(buf, " \t\r\n"); t; t = strtok(NULL, " \t\r\n")) {
         char *eq = strchr(t, '=');
-        if (!eq) return -1;
+        if (!eq) {
+            snprintf(why, wn, "'%s' is not KEY=VALUE", t);
+            return -1;
+        }
         *eq = 0;
         const char *v = eq + 1;
-        if (!strcmp(t, "gpu")) snprintf(h->gpu, sizeof h->gpu, "%s", v);
-        else if (!strcmp(t, "schedule")) snprintf(h->sched, sizeof h->sched, "%s", v);
-        else if (!strcmp(t, "dtype")) {
+        long x = 0;
+        int bad = 0;
+        util_err me;
+        if (!strcmp(t, "gpu")) {
+            snprintf(h->gpu, sizeof h->gpu, "%s", v);
+        } else if (!strcmp(t, "schedule")) {
+            snprintf(h->sched, sizeof h->sched, "%s", v);
+        } else if (!strcmp(t, "dtype")) {
+            bad = prof_math_parse(v, &h->math, &me) || !h->math;
             snprintf(h->dtype, sizeof h->dtype, "%s", v);
             h->set_dtype = 1;
-        } else if (!strcmp(t, "vocab")) h->vocab = atoi(v), h->set_vocab = 1;
-        else if (!strcmp(t, "seq")) h->seq = atoi(v), h->set_seq = 1;
-        else if (!strcmp(t, "recompute"))
-            h->recompute = sim_recompute_parse(v) >= 0
-                         ? sim_recompute_parse(v) : atoi(v) != 0;
-        else if (!strcmp(t, "sp")) h->sp = atoi(v) != 0;
-        else if (!strcmp(t, "flash")) h->flash = atoi(v) != 0, h->set_flash = 1;
-        else if (!strcmp(t, "fused_loss"))
-            h->fused_loss = atoi(v) != 0, h->set_fused_loss = 1;
-        else if (!strcmp(t, "zero")) {
-            h->zero = atoi(v);
-            if (h->zero < 0 || h->zero > 3) return -1;
-        } else return -1;
+        } else if (!strcmp(t, "vocab") || !strcmp(t, "seq")) {
+            bad = util_parse_int(v, 1, 1 << 24, &x) != 0;
+            if (t[0] == 'v') h->vocab = (int)x, h->set_vocab = 1;
+            else h->seq = (int)x, h->set_seq = 1;
+        } else if (!strcmp(t, "recompute")) {
+            int r = sim_recompute_parse(v);
+            if (r < 0 && flag(v, &r)) bad = 1;
+            h->recompute = r;
+        } else if (!strcmp(t, "sp")) {
+            bad = flag(v, &h->sp);
+        } else if (!strcmp(t, "flash")) {
+            bad = flag(v, &h->flash);
+            h->set_flash = 1;
+        } else if (!strcmp(t, "fused_loss")) {
+            bad = flag(v, &h->fused_loss);
+            h->set_fused_loss = 1;
+        } else if (!strcmp(t, "zero")) {
+            bad = util_parse_int(v, 0, 3, &x) != 0;
+            h->zero = (int)x;
+        } else {
+            snprintf(why, wn, "no setting '%s' (gpu=, schedule=, dtype=, "
+                     "vocab=, seq=, recompute=, sp=, zero=, flash=, "
+                     "fused_loss=)", t);
+            return -1;
+        }
+        if (bad) {
+            const char *takes =
+                !strcmp(t, "dtype") ? "fp32, tf32, fp16 or bf16"
+              : !strcmp(t, "vocab") || !strcmp(t, "seq")
+                  ? "a whole number from 1 to 16777216"
+              : !strcmp(t, "recompute") ? "none, selective, full, 0 or 1"
+              : !strcmp(t, "zero") ? "0 to 3" : "0 or 1";
+            snprintf(why, wn, "%s='%s': expected %s", t, v, takes);
+            return -1;
+        }
     }
     return 0;
 }
@@ -96,6 +139,7 @@ static int row_knobs(const char *path, int lineno, char **cells, int n,
         *dst[k] = -1;
         if (kc[k] < 0) continue;
         const char *v = kc[k] < n ? cells[kc[k]] : "";
+        if (!v[0]) continue;            /* an empty cell: not given */
         long x = -1;
         if (k == 0) {
             x = sim_recompute_parse(v);
@@ -171,7 +215,7 @@ static int row_spec(const vrow *r, const vhead *h, prof_model_spec *s,
     if (h->set_flash) s->flash_attn = h->flash;
     if (h->set_fused_loss) s->fused_loss = h->fused_loss;
     if (!r->model[0] || h->set_dtype)
-        s->dtype = !strcmp(h->dtype, "bf16") ? PROF_DT_BF16 : PROF_DT_FP16;
+        prof_spec_set_math(s, h->math);
     return 0;
 }
 
@@ -181,6 +225,8 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
     if (util_read_file(path, &text, NULL, e)) return -1;
     vhead h = {.vocab = 51200, .seq = 2048, .recompute = 1, .zero = -1};
     snprintf(h.dtype, sizeof h.dtype, "fp16");
+    util_err me;
+    prof_math_parse("fp16", &h.math, &me);
     snprintf(h.sched, sizeof h.sched, "1f1b");
     /* the layout every row gives; the model's own sizes only where there
      * is no 'model' column */
@@ -195,25 +241,48 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
     int nrows = 0, rc = 0;
     vrow rows[256];
     int lineno = 0;
-    char *save = NULL;
-    for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+    /* line by line, blank ones counted (errors name the file's lines) */
+    for (char *l = text, *nl; l; l = nl) {
+        nl = strchr(l, '\n');
+        if (nl) *nl++ = 0;
         lineno++;
+        l[strcspn(l, "\r")] = 0;
+        if (!l[0]) continue;
         if (l[0] == '#') {
-            if (!strncmp(l, "# sluice:", 9) && directive(l, &h)) {
-                rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: bad '# sluice:' line "
-                               "(gpu=, schedule=, dtype=, vocab=, seq=, recompute=, "
-                               "sp=, zero=0..3, flash=0|1)", path, lineno);
+            char why[200];
+            if (!strncmp(l, "# sluice:", 9) &&
+                directive(l, &h, why, sizeof why)) {
+                rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: '# sluice:' line: "
+                               "%s", path, lineno, why);
+                goto out;
+            }
+            util_err ue;
+            if (!strncmp(l, "# sluice:", 9) &&
+                util_utf8_check("gpu=", h.gpu, &ue)) {
+                rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: '# sluice:' line: "
+                               "gpu= is not UTF-8 text (no GPU profile is "
+                               "named so)", path, lineno);
                 goto out;
             }
             continue;
         }
         char buf[1024], *cells[32];
+        if (strlen(l) >= sizeof buf) {
+            rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: a line of %zu "
+                           "characters (at most %zu)", path, lineno,
+                           strlen(l), sizeof buf - 1);
+            goto out;
+        }
         snprintf(buf, sizeof buf, "%s", l);
         int n = 0;
         /* every cell, empty ones too (a row may leave an optional cell
          * blank before one it gives) */
-        buf[strcspn(buf, "\r")] = 0;
-        for (char *c = buf; c && n < 32;) {
+        for (char *c = buf; c;) {
+            if (n == 32) {
+                rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: more than 32 "
+                               "columns", path, lineno);
+                goto out;
+            }
             cells[n++] = c;
             c = strchr(c, ',');
             if (c) *c++ = 0;
@@ -262,6 +331,13 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
                 goto out;
             }
             snprintf(r->model, sizeof r->model, "%s", cells[mcol]);
+            util_err ue;
+            if (util_utf8_check("column 'model'", r->model, &ue)) {
+                rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: column 'model': "
+                               "not UTF-8 text (no model is named so)", path,
+                               lineno);
+                goto out;
+            }
         }
         for (int k = 0; k < 8; k++) {
             int c = k < 7 ? col[k] : meas;
@@ -273,6 +349,13 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
                                "a positive number", path, lineno, name);
                 goto out;
             }
+            /* layout and shape: counts */
+            if (k < 7 && (*d != floor(*d) || *d > 1e9)) {
+                rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: column '%s': '%s' "
+                               "is not a whole number from 1 to 1000000000",
+                               path, lineno, name, cells[c]);
+                goto out;
+            }
         }
         if (fmod(r->gpus, r->tp * r->pp) != 0) {
             rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: column 'gpus': %.0f is "
@@ -282,6 +365,13 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
         }
         if (row_knobs(path, lineno, cells, n, kc, r, e)) {
             rc = -1;
+            goto out;
+        }
+        if (r->sp == 1 && r->tp < 2) {
+            rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: column "
+                           "'sequence_parallel': 1 needs tensor_parallel "
+                           "above 1 (it splits the tensor-parallel group's "
+                           "activations)", path, lineno);
             goto out;
         }
         if (row_sched(path, lineno, scol < n && scol >= 0 ? cells[scol] : "",
@@ -480,7 +570,10 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
             fprintf(out, "  line %d not predicted: %s\n", r->line, why);
     }
     double mape = counted ? sum_abs / counted : NAN;
-    if (json) {
+    if (json && util_utf8_check(path, path, e)) {
+        json_decref(jrows);
+        rc = -1;
+    } else if (json) {
         json_t *j = json_pack("{s:s,s:s,s:s,s:o,s:i,s:f,s:f}", "file", path,
                               "measure", meas_cols[mk], "gpu", h.gpu, "rows", jrows,
                               "predicted", counted, "mape", counted ? mape : 0.0,
@@ -508,7 +601,7 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
     }
     util_table_free(tb);
     util_table_free(mt);
-    if (!counted)
+    if (!rc && !counted)
         rc = util_errf(e, UTIL_EXIT_FAIL, "%s: no row could be predicted", path);
 out:
     free(text);

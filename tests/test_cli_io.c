@@ -328,6 +328,75 @@ Test(cli_io, validate_rows_and_knobs)
     test_rm_rf(dir);
 }
 
+/* validate: what a table cannot say is refused naming file, line and
+ * column (fuzzed tables divided by a zero head count, cast 1e30 to an
+ * int, and aborted on a GPU name JSON cannot hold); blank lines count. */
+Test(cli_io, validate_cells_that_cannot_be)
+{
+    char *dir = test_tmpdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/t.csv", dir);
+    const char *hdr = "heads,hidden,layers,tensor_parallel,pipeline_parallel,"
+                      "gpus,batch,tflops_per_gpu";
+    const char *cases[][3] = {
+        {"gpu=a100-sxm-80gb", "0.5,64,2,1,1,1,8,1",
+         "t.csv:3: column 'heads': '0.5' is not a whole number"},
+        {"gpu=a100-sxm-80gb", "1,1e30,2,1,1,1,8,1",
+         "t.csv:3: column 'hidden': '1e30' is not a whole number"},
+        {"gpu=a100-sxm-80gb", "1,64,2,1.5,2,3,8,1",
+         "t.csv:3: column 'tensor_parallel': '1.5' is not a whole number"},
+        {"gpu=a100-sxm-80gb dtype=bogus", "1,64,2,1,1,1,8,1",
+         "t.csv:1: '# sluice:' line: dtype='bogus': expected fp32, tf32, "
+         "fp16 or bf16"},
+        {"gpu=a100-sxm-80gb vocab=-5", "1,64,2,1,1,1,8,1",
+         "t.csv:1: '# sluice:' line: vocab='-5': expected a whole number"},
+        {"gpu=\xff\xfe", "1,64,2,1,1,1,8,1",
+         "t.csv:1: '# sluice:' line: gpu= is not UTF-8 text"},
+        {"gpu=a100-sxm-80gb", "1,64,2,1,1,1,8,1,9,9,9,9,9,9,9,9,9,9,9,9,9,9,"
+         "9,9,9,9,9,9,9,9,9,9,9", "t.csv:3: more than 32 columns"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "# sluice: %s\n%s\n%s\n", cases[i][0], hdr, cases[i][1]);
+        fclose(f);
+        cli_expect(2, cases[i][2], "validate --json %s", path);
+    }
+    /* blank lines are lines: the error names the file's fifth */
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "# sluice: gpu=a100-sxm-80gb\n\n%s\n\n1,64,2,1,1,1,8,x\n",
+            hdr);
+    fclose(f);
+    cli_expect(2, "t.csv:5: column 'tflops_per_gpu'", "validate %s", path);
+    /* a line longer than the parser reads is refused, not cut */
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "# sluice: gpu=a100-sxm-80gb\n%s\n1,64,2,1,1,1,8,1", hdr);
+    for (int k = 0; k < 1100; k++) fputc('0', f);
+    fputc('\n', f);
+    fclose(f);
+    cli_expect(2, "t.csv:3: a line of", "validate %s", path);
+    /* an empty knob cell is one not given; sequence parallelism needs a
+     * tensor-parallel group */
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "# sluice: gpu=a100-sxm-80gb seq=1024\n"
+            "model,tensor_parallel,pipeline_parallel,gpus,batch,microbatch,"
+            "sequence_parallel,iteration_s\ngpt2,1,1,1,8,,,0.1\n");
+    fclose(f);
+    cli_expect(0, "gpt2", "validate %s", path);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "# sluice: gpu=a100-sxm-80gb seq=1024\n"
+            "model,tensor_parallel,pipeline_parallel,gpus,batch,"
+            "sequence_parallel,iteration_s\ngpt2,1,1,1,8,1,0.1\n");
+    fclose(f);
+    cli_expect(2, "t.csv:3: column 'sequence_parallel': 1 needs "
+               "tensor_parallel above 1", "validate %s", path);
+    test_rm_rf(dir);
+}
+
 /* validate: a row's own schedule and chunks (its run's configuration),
  * an empty cell before a given one, and the cells that cannot be. */
 Test(cli_io, validate_row_schedule_and_chunks)

@@ -140,11 +140,14 @@ void fuzz_put(const char *name, const void *data, size_t size)
 
 int fuzz_small_numbers(const char *data, size_t size, long cap)
 {
-    /* digits inside a built-in name (rtx2080ti, gpt3-175b) are no size:
-     * mark them */
+    /* digits inside a built-in name (rtx2080ti, gpt3-175b, the
+     * precisions) are no size: mark them */
     char *name_at = calloc(size + 1, 1);
-    const char *const *lists[] = {prof_gpu_names(), prof_model_names()};
-    for (int l = 0; l < 2; l++)
+    static const char *const dtypes[] = {"fp32", "tf32", "fp16", "bf16",
+                                         NULL};
+    const char *const *lists[] = {prof_gpu_names(), prof_model_names(),
+                                  dtypes};
+    for (int l = 0; l < 3; l++)
         for (const char *const *g = lists[l]; *g; g++) {
             size_t n = strlen(*g);
             for (const char *p = data;
