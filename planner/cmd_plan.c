@@ -739,6 +739,8 @@ static int search_modes(cmd *c, const prof_topo *t, const char *hw,
         if (k > 0) po.progress = 0;
         if (plan_search(x->m, t, c->model, hw, &po, &x->r, e)) return -1;
         x->searched = 1;
+        /* no layout takes the options: no other mode would either */
+        if (c->fallback && !x->r.found && !x->r.candidates) break;
         if (x->r.found &&
             (*best < 0 || x->r.alt[x->r.best].samples_per_s >
                               tr[*best].r.alt[tr[*best].r.best].samples_per_s))
@@ -866,6 +868,8 @@ static int one(cmd *c, util_err *e)
 
 int plan_cmd_main(int argc, char **argv)
 {
+    /* thousands of simulations, each allocating and freeing its arrays */
+    util_heap_keep();
     if (plan_wl_wanted(argc, argv)) return plan_wl_main(argc, argv);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -905,6 +909,7 @@ int plan_cmd_main(int argc, char **argv)
 int plan_validate_main(int argc, char **argv)
 {
     int json = 0, nfiles = 0, rc = 0;
+    util_heap_keep();
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: sluice validate [--json] FILE.csv...\n\n"

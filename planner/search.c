@@ -762,6 +762,15 @@ static void enumerate_candidates(search *s)
                                 s->inter_one = 1;
                                 continue;
                             }
+                            if (inter && w * p > s->fine.n) {
+                                snprintf(w1, sizeof w1, "interleaved with %d "
+                                         "chunks on %d devices needs %d "
+                                         "stages, %s splits into %d at "
+                                         "most", w, p, w * p, m->spec.name,
+                                         s->fine.n);
+                                why_add(layout_why, sizeof layout_why, w1);
+                                continue;
+                            }
                             cand c = {.sched = (sim_sched)sc, .pp = p, .dp = d,
                                       .tp = tp, .mbs = mbs, .n_mb = bd / mbs,
                                       .recompute = rc, .sp = sp,
@@ -1371,7 +1380,6 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
                 const char *hw_name, const plan_opts *o, plan_result *r,
                 util_err *e)
 {
-    util_heap_keep();
     unsigned ofl = offload_mask(o, t);
     /* one GPU: offload competes with keeping everything on it */
     unsigned now = t->n_gpus == 1 ? ofl : o->sched_mask & ofl;
@@ -1383,7 +1391,10 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
     plan_opts o0 = *o;
     o0.zero = 0;
     if (search_once(m, t, model_name, hw_name, &o0, now, r, e)) return -1;
-    if (r->found || r->cut_short || t->n_gpus == 1) return 0;
+    /* no layout takes the options (r->advice says why): sharding, stage
+     * tiers or offload would not either */
+    if (r->found || r->cut_short || t->n_gpus == 1 || !r->candidates)
+        return 0;
     double spent = r->seconds;
     plan_result_free(r);
     plan_opts o1 = opts_after(o, spent);

@@ -535,4 +535,7 @@ Test(plan, options_no_layout_takes)
     cli_result_free(&r);
     cli_expect(1, "interleaved 1F1B runs on a pipeline of 2 or more devices",
                "plan --hw cpu x1 --model gpt-mini --schedule interleaved");
+    cli_expect(1, "interleaved with 3 chunks on 4 devices needs 12 stages, "
+               "gpt-tiny splits into", "plan --hw rtx2080ti x8 --model "
+               "gpt-tiny --pp 4 --schedule interleaved --chunks 3");
 }

@@ -45,6 +45,7 @@ typedef struct brow {
 static brow run_case(const bcase *c)
 {
     brow b = {0};
+    util_heap_keep();           /* as sluice plan runs the search */
     util_err e;
     prof_model *m = prof_model_load(c->model, &e);
     char cnt[16];
