@@ -664,20 +664,28 @@ static int run_plan(cmd *c)
                         exec_lr_at(t->adamw.lr, po.warmup >= 0 ? po.warmup
                                    : (t->steps / 10 > 0 ? t->steps / 10 : 1),
                                    t->steps, r.step_first + k));
-        if (out && t->save && save_ckpt(t, &plan, &r, &e)) {
+        int saved = !(out && t->save && save_ckpt(t, &plan, &r, &e));
+        at = r.step_first + r.steps_run;
+        if (at >= end || r.stopped) {
+            if (saved) break;
             rc = -1;
             goto out;
         }
-        at = r.step_first + r.steps_run;
-        if (at >= end || r.stopped) break;
+        /* the next piece reads it: every rank waits for rank 0's write,
+         * and learns whether it was made */
+        if (mpi && exec_mpi_bcast(&saved, sizeof saved, &e)) {
+            rc = -1;
+            goto out;
+        }
+        if (!saved) {
+            if (!out)
+                util_errf(&e, UTIL_EXIT_FAIL, "rank 0 could not save %s",
+                          t->save);
+            rc = -1;
+            goto out;
+        }
         if (out && !t->json)
             printf("saved %s at step %d\n", t->save, at);
-        /* the next piece reads it: every rank waits for rank 0's write */
-        int go = 1;
-        if (mpi && exec_mpi_bcast(&go, sizeof go, &e)) {
-            rc = -1;
-            goto out;
-        }
         exec_pipe_result_free(&r);
         memset(&r, 0, sizeof r);
         t->resume = po.resume = t->save;
@@ -706,11 +714,14 @@ static int run_plan(cmd *c)
                    "LM head's copy of the tied token table trains apart from "
                    "the embedding's; checkpoints keep the embedding's\n");
         if (!r.stopped && end < t->steps && !t->json)
-            printf("stopped after step %d of %d (--stop-after)%s%s%s\n",
+            printf("stopped after step %d of %d (--stop-after)%s%s%s%s\n",
                    end, t->steps, t->save ? "; continue with " : "",
                    t->save ? (r.lora ? "another fine-tuning from the merged "
                                        "weights, --init " : "--resume ")
-                           : "", t->save ? t->save : "");
+                           : "", t->save ? t->save : "",
+                   t->save && r.async ? " (no flush: the run resumed from "
+                   "it is not the one that would have gone on, its weight "
+                   "versions in flight are not kept)" : "");
     }
     if (r.stopped) {
         char saved[600] = "";

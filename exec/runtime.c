@@ -2225,10 +2225,11 @@ static exec_tensor *lora_tensors(const exec_runtime *rt)
 double exec_stage_state_bytes(const exec_runtime *rt, const exec_stage *st)
 {
     if (st->ofl) return 0;
-    /* the tiers hold the states; zero-offload keeps its weights here */
+    /* the tiers hold the states; zero-offload keeps its weights here,
+     * the frozen ones too */
     if (rt->tiers)
         return rt->tier_sched == SIM_SCHED_ZERO_OFFLOAD
-             ? (double)st->n * sizeof(float) : 0;
+             ? (double)(st->n + st->n_frozen) * sizeof(float) : 0;
     double n = (double)st->n, sh = (double)st->sh_n;
     /* ZeRO-2's gradient shard lives from a step's first reduced
      * microbatch to its update only; ZeRO-3 keeps the weights' shard

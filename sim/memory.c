@@ -67,7 +67,8 @@ void sim_mem_setup(sim_engine *e)
          * each holder keeps its copy's gradient whole until then */
         if (c->zero >= 2 && sc->tied_bytes > 0 && ir->n_minibatches == 1 &&
             !c->offload)
-            e->static_bytes[ir->stage_device[s]] += sc->tied_bytes;
+            e->static_bytes[ir->stage_device[s]] +=
+                sc->tied_bytes / (c->tp > 1 ? c->tp : 1);    /* a rank's rows */
     }
     for (int i = 0; i < e->n; i++) {
         const sim_task *t = &ir->tasks[i];
