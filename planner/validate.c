@@ -222,7 +222,15 @@ static int row_spec(const vrow *r, const vhead *h, prof_model_spec *s,
 int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
 {
     char *text;
-    if (util_read_file(path, &text, NULL, e)) return -1;
+    size_t len;
+    if (util_read_file(path, &text, &len, e)) return -1;
+    if (strlen(text) < len) {
+        int line = 1;
+        for (const char *c = text; *c; c++) line += *c == '\n';
+        free(text);
+        return util_errf(e, UTIL_EXIT_USAGE, "%s:%d: a NUL byte: not a "
+                         "text table", path, line);
+    }
     vhead h = {.vocab = 51200, .seq = 2048, .recompute = 1, .zero = -1};
     snprintf(h.dtype, sizeof h.dtype, "fp16");
     util_err me;

@@ -362,6 +362,14 @@ Test(cli_io, validate_cells_that_cannot_be)
         fclose(f);
         cli_expect(2, cases[i][2], "validate --json %s", path);
     }
+    /* a NUL byte does not end the table quietly */
+    FILE *z = fopen(path, "wb");
+    cr_assert_not_null(z);
+    fprintf(z, "# sluice: gpu=a100-sxm-80gb\n%s\n", hdr);
+    fputc(0, z);
+    fputs("1,64,2,1,1,1,8,1\n", z);
+    fclose(z);
+    cli_expect(2, "t.csv:3: a NUL byte", "validate %s", path);
     /* blank lines are lines: the error names the file's fifth */
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
