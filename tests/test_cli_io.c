@@ -5,6 +5,7 @@
  * becomes a gnuplot command. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -331,6 +332,18 @@ Test(cli_io, validate_rows_and_knobs)
 /* validate: what a table cannot say is refused naming file, line and
  * column (fuzzed tables divided by a zero head count, cast 1e30 to an
  * int, and aborted on a GPU name JSON cannot hold); blank lines count. */
+/* Writes text (printf-style) to path. */
+static void put(const char *path, const char *fmt, ...)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+}
+
 Test(cli_io, validate_cells_that_cannot_be)
 {
     char *dir = test_tmpdir();
@@ -356,10 +369,7 @@ Test(cli_io, validate_cells_that_cannot_be)
          "9,9,9,9,9,9,9,9,9,9,9", "t.csv:3: more than 32 columns"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        FILE *f = fopen(path, "w");
-        cr_assert_not_null(f);
-        fprintf(f, "# sluice: %s\n%s\n%s\n", cases[i][0], hdr, cases[i][1]);
-        fclose(f);
+        put(path, "# sluice: %s\n%s\n%s\n", cases[i][0], hdr, cases[i][1]);
         cli_expect(2, cases[i][2], "validate --json %s", path);
     }
     /* a NUL byte does not end the table quietly */
@@ -371,35 +381,22 @@ Test(cli_io, validate_cells_that_cannot_be)
     fclose(z);
     cli_expect(2, "t.csv:3: a NUL byte", "validate %s", path);
     /* blank lines are lines: the error names the file's fifth */
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "# sluice: gpu=a100-sxm-80gb\n\n%s\n\n1,64,2,1,1,1,8,x\n",
-            hdr);
-    fclose(f);
+    put(path, "# sluice: gpu=a100-sxm-80gb\n\n%s\n\n1,64,2,1,1,1,8,x\n",
+        hdr);
     cli_expect(2, "t.csv:5: column 'tflops_per_gpu'", "validate %s", path);
     /* a line longer than the parser reads is refused, not cut */
-    f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "# sluice: gpu=a100-sxm-80gb\n%s\n1,64,2,1,1,1,8,1", hdr);
-    for (int k = 0; k < 1100; k++) fputc('0', f);
-    fputc('\n', f);
-    fclose(f);
+    put(path, "# sluice: gpu=a100-sxm-80gb\n%s\n1,64,2,1,1,1,8,1%01100d\n",
+        hdr, 0);
     cli_expect(2, "t.csv:3: a line of", "validate %s", path);
     /* an empty knob cell is one not given; sequence parallelism needs a
      * tensor-parallel group */
-    f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "# sluice: gpu=a100-sxm-80gb seq=1024\n"
-            "model,tensor_parallel,pipeline_parallel,gpus,batch,microbatch,"
-            "sequence_parallel,iteration_s\ngpt2,1,1,1,8,,,0.1\n");
-    fclose(f);
+    put(path, "# sluice: gpu=a100-sxm-80gb seq=1024\nmodel,tensor_parallel,"
+        "pipeline_parallel,gpus,batch,microbatch,sequence_parallel,"
+        "iteration_s\ngpt2,1,1,1,8,,,0.1\n");
     cli_expect(0, "gpt2", "validate %s", path);
-    f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "# sluice: gpu=a100-sxm-80gb seq=1024\n"
-            "model,tensor_parallel,pipeline_parallel,gpus,batch,"
-            "sequence_parallel,iteration_s\ngpt2,1,1,1,8,1,0.1\n");
-    fclose(f);
+    put(path, "# sluice: gpu=a100-sxm-80gb seq=1024\nmodel,tensor_parallel,"
+        "pipeline_parallel,gpus,batch,sequence_parallel,iteration_s\n"
+        "gpt2,1,1,1,8,1,0.1\n");
     cli_expect(2, "t.csv:3: column 'sequence_parallel': 1 needs "
                "tensor_parallel above 1", "validate %s", path);
     test_rm_rf(dir);
