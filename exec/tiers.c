@@ -355,17 +355,21 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
     if (t->sched == SIM_SCHED_ZERO_OFFLOAD) {
         /* its weights stay on the device, the frozen ones too */
         EXEC_KERN(w, s->res = exec_buf_new(&w->mem, st->n, 0));
-        if (!s->res)
-            return exec_oom(w, "a stage's resident weights (zero-offload)", e);
-        w->rt->be->from_host(s->res->p, h[0], st->n * sizeof(float));
-        if (nf) {
+        if (s->res)
+            w->rt->be->from_host(s->res->p, h[0], st->n * sizeof(float));
+        if (s->res && nf) {
             EXEC_KERN(w, s->resf = exec_buf_new(&w->mem, nf, 0));
-            if (!s->resf)
-                return exec_oom(w, "a stage's resident frozen weights "
-                                "(zero-offload)", e);
-            w->rt->be->from_host(s->resf->p, hf, nf * sizeof(float));
-            host_free(t, &hf, nf);
+            if (s->resf)
+                w->rt->be->from_host(s->resf->p, hf, nf * sizeof(float));
         }
+        if (!s->res || (nf && !s->resf)) {
+            for (int k = 0; k < 3; k++) host_free(t, &h[k], st->n);
+            host_free(t, &hf, nf);
+            return exec_oom(w, s->res ? "a stage's resident frozen weights "
+                            "(zero-offload)" : "a stage's resident weights "
+                            "(zero-offload)", e);
+        }
+        host_free(t, &hf, nf);
     }
     if (t->tier != SIM_TIER_NVME) {
         s->hw = h[0];
