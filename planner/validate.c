@@ -295,6 +295,10 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
             c = strchr(c, ',');
             if (c) *c++ = 0;
         }
+        /* a line of commas only (a spreadsheet's empty row) is blank */
+        int any = 0;
+        for (int k = 0; k < n; k++) any |= cells[k][0] != 0;
+        if (!any) continue;
         if (!have_header) {
             mcol = col_of(cells, n, "model");
             fcol = col_of(cells, n, "finetune");

@@ -380,8 +380,9 @@ Test(cli_io, validate_cells_that_cannot_be)
     fputs("1,64,2,1,1,1,8,1\n", z);
     fclose(z);
     cli_expect(2, "t.csv:3: a NUL byte", "validate %s", path);
-    /* blank lines are lines: the error names the file's fifth */
-    put(path, "# sluice: gpu=a100-sxm-80gb\n\n%s\n\n1,64,2,1,1,1,8,x\n",
+    /* blank lines (and a spreadsheet's rows of commas) are lines: the
+     * error names the file's fifth */
+    put(path, "# sluice: gpu=a100-sxm-80gb\n\n%s\n,,,\n1,64,2,1,1,1,8,x\n",
         hdr);
     cli_expect(2, "t.csv:5: column 'tflops_per_gpu'", "validate %s", path);
     /* a line longer than the parser reads is refused, not cut */
