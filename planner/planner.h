@@ -153,7 +153,7 @@ typedef struct plan_alt {
     int tried;                /* the schedule applied to some candidate */
     int feasible;
     char reason[200];         /* why it lost or does not apply */
-    char na_reason[200];      /* why some layouts could not take it */
+    char na_reason[420];      /* why some layouts could not take it */
     sim_plan plan;            /* owned; valid when feasible */
     double iteration_s, samples_per_s;
     double peak_bytes;        /* worst device */

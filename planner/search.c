@@ -528,8 +528,6 @@ typedef struct search {
                                * three Mixed schedules of a layout */
     cand *cs;
     int ncand;
-    int inter_one;            /* interleaved was asked on a one-device
-                               * layout (not searched) */
     long partitioned;         /* candidates whose partition was tried */
     double t0, deadline;      /* deadline: INFINITY without a time limit */
     unsigned offload;         /* offload schedules to search (bits) */
@@ -712,7 +710,7 @@ static void enumerate_candidates(search *s)
     int n = s->t->n_gpus, batch = s->r->batch, capc = 64;
     s->cs = util_calloc((size_t)capc, sizeof *s->cs);
     int per_server = s->t->gpus_per_server > 0 ? s->t->gpus_per_server : n;
-    char layout_why[200] = "", w1[160];
+    char layout_why[400] = "", w1[160];
     for (int tp = 1; tp <= per_server && tp <= n; tp *= 2) {
         if (o->tp && tp != o->tp) continue;
         if (m->spec.heads % tp || m->spec.kv_heads % tp) continue;
@@ -759,7 +757,10 @@ static void enumerate_candidates(search *s)
                              * nothing (ZeRO-3 gathers a layer at a
                              * time, however the chunks cut) */
                             if (inter && p == 1) {
-                                s->inter_one = 1;
+                                why_add(layout_why, sizeof layout_why,
+                                        "interleaved 1F1B runs on a "
+                                        "pipeline of 2 or more devices "
+                                        "(its chunks on one gain nothing)");
                                 continue;
                             }
                             if (inter && w * p > s->fine.n) {
@@ -1282,18 +1283,13 @@ static void choose_best(search *s)
                  "allows them", s->t->n_gpus, g->name);
     } else if (!r->candidates) {
         /* nothing asked for applies to the machine: say why, not that it
-         * does not fit (every schedule has the last layout's reason) */
-        const char *why = "";
-        for (int k = 0; k < SIM_SCHED_COUNT && !why[0]; k++)
-            why = r->alt[k].na_reason;
+         * does not fit (every schedule has the layouts' reasons) */
+        const char *why = r->alt[0].na_reason;
         if (!strncmp(why, "not applicable: ", 16)) why += 16;
         snprintf(r->advice, sizeof r->advice, "no plan applies to %d x %s "
-                 "with the options given: %s%s%s", s->t->n_gpus, g->name,
-                 why[0] ? why : "no layout takes them",
-                 s->inter_one ? "; interleaved 1F1B runs on a pipeline of 2 "
-                                "or more devices (its chunks on one gain "
-                                "nothing)" : "",
-                 "; give fewer options or other schedules");
+                 "with the options given: %s; give fewer options or other "
+                 "schedules", s->t->n_gpus, g->name,
+                 why[0] ? why : "no layout takes them");
     } else if (r->cut_short) {
         snprintf(r->advice, sizeof r->advice, "the time limit of %g s ended "
                  "the search before it found a plan that fits (%ld of %ld "
