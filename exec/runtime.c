@@ -845,6 +845,14 @@ static int ring_chunk(int sender, int step, int R)
                         : mod(sender + 1 - (step - (R - 1)), R);
 }
 
+/* The shard groups a sharded plan's data-parallel ranks form: 1, or
+ * more under hybrid sharding (each shard all-reduced over them). */
+static int shard_groups(const exec_runtime *rt)
+{
+    int H = rt->shard > 1 ? rt->shard : 1;
+    return rt->dp * rt->pipes / H;
+}
+
 /* Where the chunk data-parallel ring task `task` (sent by replica
  * `sender`) moves lies in stage st's trained arena: [*lo, *lo + *len).
  * Unsharded, a step of sim_add_allreduce's ring over every replica;
@@ -865,7 +873,7 @@ static void dp_chunk(const exec_runtime *rt, const exec_stage *st, int task,
     if (t->coll == SIM_COLL_ALLREDUCE) {
         /* hybrid: the shard all-reduced over the G shard groups, the ring
          * of the ranks holding it (sender / H is its place) */
-        int G = rt->dp * rt->pipes / H;
+        int G = shard_groups(rt);
         size_t l;
         chunk(st->sh_n, G, ring_chunk(sender / H, t->mb, G), &l, len);
         *lo = st->sh_lo + l;
@@ -934,7 +942,7 @@ static int fold_dp(exec_worker *w, int d, exec_buf *b, util_err *e)
                        "is not there");
     else if (rt->zero ? u->coll == SIM_COLL_REDUCE_SCATTER ||
                             (u->coll == SIM_COLL_ALLREDUCE &&
-                             u->mb < rt->dp * rt->pipes / rt->shard - 1)
+                             u->mb < shard_groups(rt) - 1)
                       : u->mb < rt->dp * rt->pipes - 1)
         EXEC_KERN(w, rt->be->acc(base + lo, b->p, len));
     else
@@ -2315,7 +2323,7 @@ static void worker_rings(exec_worker *w)
     /* hybrid sharding: each reduce-scatter's shard is then all-reduced
      * over the G groups, a ring of 2(G - 1) steps, whose end is the
      * reduction's */
-    int G = rt->dp * rt->pipes / H, steps = H > 2 * G ? H : 2 * G;
+    int G = shard_groups(rt), steps = H > 2 * G ? H : 2 * G;
     size_t nk = (size_t)w->n_st * SIM_COLL_COUNT * 2 * (size_t)steps;
     int *cnt = util_calloc(nk + 1, sizeof *cnt);
     for (int pass = 0; pass < 2; pass++) {
