@@ -256,6 +256,50 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         compare("residual_backward", "db", dy);
         drop(x); drop(out); drop(dout); drop(dx); drop(y); drop(dy);
     }
+    // Llama's ops: RMSNorm, SwiGLU, the q | k | v expansion (RoPE, two
+    // query heads per key and value head where the heads are even)
+    {
+        buf x = make((size_t)N * C, 1), w = make(C, 1), out = make((size_t)N * C, 1);
+        buf rstd = make(N, 1), dout = make((size_t)N * C, 1),
+            dx = make((size_t)N * C, 1), dw = make(C, 1);
+        kern_rmsnorm_forward(out.h, rstd.h, x.h, w.h, N, C);
+        kern_cuda_rmsnorm_forward(out.d, rstd.d, x.d, w.d, N, C);
+        compare("rmsnorm_forward", "out", out);
+        compare("rmsnorm_forward", "rstd", rstd);
+        kern_rmsnorm_backward_input(dx.h, dout.h, x.h, w.h, rstd.h, N, C);
+        kern_cuda_rmsnorm_backward_input(dx.d, dout.d, x.d, w.d, rstd.d, N, C);
+        compare("rmsnorm_backward_input", "dinp", dx);
+        kern_rmsnorm_backward_weight(dw.h, dout.h, x.h, rstd.h, N, C);
+        kern_cuda_rmsnorm_backward_weight(dw.d, dout.d, x.d, rstd.d, N, C);
+        compare("rmsnorm_backward_weight", "dw", dw);
+        drop(x); drop(w); drop(out); drop(rstd); drop(dout); drop(dx); drop(dw);
+    }
+    {
+        size_t n = (size_t)N * OC;
+        buf x = make(2 * n, 1), out = make(n, 1), dout = make(n, 1),
+            dx = make(2 * n, 1);
+        kern_swiglu_forward(out.h, x.h, N, OC);
+        kern_cuda_swiglu_forward(out.d, x.d, N, OC);
+        compare("swiglu_forward", "out", out);
+        kern_swiglu_backward(dx.h, x.h, dout.h, N, OC);
+        kern_cuda_swiglu_backward(dx.d, x.d, dout.d, N, OC);
+        compare("swiglu_backward", "dinp", dx);
+        drop(x); drop(out); drop(dout); drop(dx);
+    }
+    for (int g = 1; g <= 2; g++) {
+        if (NH % g) continue;
+        int hs = C / NH, NKV = NH / g;
+        size_t raw_n = (size_t)N * (NH + 2 * NKV) * hs, out_n = (size_t)N * 3 * C;
+        buf raw = make(raw_n, 1), out = make(out_n, 1), dout = make(out_n, 1),
+            draw = make(raw_n, 1);
+        kern_qkv_expand_forward(out.h, raw.h, B, T, NH, NKV, hs, 1);
+        kern_cuda_qkv_expand_forward(out.d, raw.d, B, T, NH, NKV, hs, 1);
+        compare("qkv_expand_forward", "out", out);
+        kern_qkv_expand_backward(draw.h, dout.h, B, T, NH, NKV, hs, 1);
+        kern_cuda_qkv_expand_backward(draw.d, dout.d, B, T, NH, NKV, hs, 1);
+        compare("qkv_expand_backward", "draw", draw);
+        drop(raw); drop(out); drop(dout); drop(draw);
+    }
     // softmax cross-entropy
     {
         size_t n = (size_t)N * V;

@@ -100,4 +100,29 @@ KERN_HD void kern_adamw_one(float *p, float *m, float *v, float g, float lr,
     *p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * *p);
 }
 
+/* SiLU (swish) and its derivative: x sigmoid(x); d/dx = s (1 + x (1 - s)). */
+KERN_HD float kern_silu(float x)
+{
+    return x / (1.0f + kern_expf(-x));
+}
+
+KERN_HD float kern_silu_grad(float x)
+{
+    float s = 1.0f / (1.0f + kern_expf(-x));
+    return s * (1.0f + x * (1.0f - s));
+}
+
+/* RoPE's base (Llama and Llama 2: 10000). */
+#define KERN_ROPE_BASE 10000.0
+
+/* cos and sin of RoPE's angle for position t and pair i of a head of hs
+ * channels: t base^(-2i/hs), in double so that the angle of a long
+ * sequence's last positions keeps its digits, then rounded. */
+KERN_HD void kern_rope_cs(int t, int i, int hs, float *c, float *s)
+{
+    double a = (double)t * pow(KERN_ROPE_BASE, -2.0 * i / hs);
+    *c = (float)cos(a);
+    *s = (float)sin(a);
+}
+
 #endif

@@ -32,11 +32,11 @@ extern "C" {
  * kern_<name>, the CUDA backend kern_cuda_<name> with the same arguments
  * (device pointers there). */
 #define KERN_OPS(X)                                                           \
-    /* out(B,T,C) = wte[tokens] + wpe[t] */                                   \
+    /* out(B,T,C) = wte[tokens] + wpe[t]; wpe NULL: no position table */  \
     X(embed_forward, EMBED,                                          \
       (float *out, const int *tokens, const float *wte, const float *wpe,     \
        int B, int T, int C))                                                  \
-    /* dwte(V,C), dwpe(T,C) += */                                             \
+    /* dwte(V,C), dwpe(T,C) += (dwpe NULL: none) */                       \
     X(embed_backward, EMBED,                                         \
       (float *dwte, float *dwpe, const float *dout, const int *tokens,        \
        int B, int T, int C))                                                  \
@@ -128,7 +128,8 @@ extern "C" {
     /* out(B,T,C) += wpe[t] */                                            \
     X(embed_pos_forward, EMBED,                                           \
       (float *out, const float *wpe, int B, int T, int C))                \
-    /* dwte(Vl,C) += for the shard's tokens, dwpe(T,C) += for all */      \
+    /* dwte(Vl,C) += for the shard's tokens, dwpe(T,C) += for all (or  \
+     * NULL) */                                                           \
     X(embed_shard_backward, EMBED,                                        \
       (float *dwte, float *dwpe, const float *dout, const int *tokens,    \
        int v0, int Vl, int B, int T, int C))                              \
@@ -166,7 +167,39 @@ extern "C" {
     X(adamw_update, OPTIMIZER,                                   \
       (float *p, float *m, float *v, const float *g, size_t n, float lr,     \
        float beta1, float beta2, float eps, float wd, float grad_scale,      \
-       int t))
+       int t))                                                                \
+    /* Llama-style decoders. RMSNorm (Zhang and Sennrich 2019):           \
+     * out(N,C) = x rstd w with rstd(N) = 1/sqrt(mean(x^2) + eps) kept    \
+     * for backward; eps 1e-5 */                                          \
+    X(rmsnorm_forward, NORM,                                              \
+      (float *out, float *rstd, const float *inp, const float *w, int N,  \
+       int C))                                                            \
+    X(rmsnorm_backward_input, NORM,                                       \
+      (float *dinp, const float *dout, const float *inp, const float *w,  \
+       const float *rstd, int N, int C))                                  \
+    X(rmsnorm_backward_weight, NORM,                                      \
+      (float *dw, const float *dout, const float *inp, const float *rstd, \
+       int N, int C))                                                     \
+    /* SwiGLU (Shazeer 2020): a row of inp(N,2F) is gate | up;            \
+     * out(N,F) = silu(gate) up */                                        \
+    X(swiglu_forward, ACT, (float *out, const float *inp, int N, int F))  \
+    X(swiglu_backward, ACT,                                               \
+      (float *dinp, const float *inp, const float *dout, int N, int F))   \
+    /* raw(B,T,(NH+2 NKV) hs) is q | k | v of NH query heads and NKV key  \
+     * and value heads (NKV divides NH); out(B,T,3 NH hs) is the q | k | v \
+     * the attention ops read: query head h has the k and v of head       \
+     * h / (NH/NKV) (grouped-query attention), and with rope q and k are  \
+     * rotated by their position t (RoPE, Su et al. 2021: channel i of a  \
+     * head paired with i + hs/2, angle t base^(-2i/hs), base 10000, as   \
+     * Llama's Hugging Face layout pairs them; hs even) */                \
+    X(qkv_expand_forward, ATTN,                                           \
+      (float *out, const float *raw, int B, int T, int NH, int NKV,       \
+       int hs, int rope))                                                 \
+    /* draw += the gradient of raw: rotated back, a group's heads summed  \
+     * in head order */                                                   \
+    X(qkv_expand_backward, ATTN,                                          \
+      (float *draw, const float *dout, int B, int T, int NH, int NKV,     \
+       int hs, int rope))
 
 /* Op kinds (what the simulator's cost model calls them). */
 typedef enum {
@@ -220,8 +253,11 @@ int kern_set_isa(const char *isa);
 /* OpenBLAS's name for the kernels it picked for this CPU ("Haswell"). */
 const char *kern_blas_core(void);
 
-/* Epsilon of the layer norm. */
+/* Epsilon of the layer norm and of RMSNorm. */
 #define KERN_LN_EPS 1e-5f
+
+/* The widest attention head qkv_expand takes (hs). */
+#define KERN_HEAD_MAX 2048
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,10 @@ static void embed_fwd_part(void *p, int part, int np)
     for (size_t r = lo; r < hi; r++) {
         float *o = a->out + r * a->C;
         const float *we = a->in + (size_t)a->tok[r] * a->C;
+        if (!a->in2) {
+            memcpy(o, we, sizeof *o * (size_t)a->C);
+            continue;
+        }
         const float *pe = a->in2 + (r % (size_t)a->T) * a->C;
         for (int c = 0; c < a->C; c++) o[c] = we[c] + pe[c];
     }
@@ -44,11 +48,10 @@ void kern_embed_backward(float *dwte, float *dwpe, const float *dout,
         for (int t = 0; t < T; t++) {
             const float *d = dout + ((size_t)b * T + t) * C;
             float *we = dwte + (size_t)tokens[b * T + t] * C;
+            for (int c = 0; c < C; c++) we[c] += d[c];
+            if (!dwpe) continue;
             float *pe = dwpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) {
-                we[c] += d[c];
-                pe[c] += d[c];
-            }
+            for (int c = 0; c < C; c++) pe[c] += d[c];
         }
 }
 

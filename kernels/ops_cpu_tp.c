@@ -72,11 +72,11 @@ void kern_embed_shard_backward(float *dwte, float *dwpe, const float *dout,
     for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * C;
         int t = tokens[n] - v0;
-        float *pe = dwpe + (size_t)(n % T) * C;
+        float *pe = dwpe ? dwpe + (size_t)(n % T) * C : NULL;
         float *we = t >= 0 && t < Vl ? dwte + (size_t)t * C : NULL;
         for (int k = 0; k < C; k++) {
             if (we) we[k] += d[k];
-            pe[k] += d[k];
+            if (pe) pe[k] += d[k];
         }
     }
 }

@@ -173,7 +173,7 @@ __global__ void embed_fwd_k(float *out, const int *tok, const float *wte,
     if (i >= (size_t)B * T * C) return;
     size_t bt = i / C;
     int c = (int)(i % C), t = (int)(bt % T);
-    out[i] = wte[(size_t)tok[bt] * C + c] + wpe[(size_t)t * C + c];
+    out[i] = wte[(size_t)tok[bt] * C + c] + (wpe ? wpe[(size_t)t * C + c] : 0.0f);
 }
 
 __global__ void embed_bwd_k(float *dwte, float *dwpe, const float *dout,
@@ -184,7 +184,7 @@ __global__ void embed_bwd_k(float *dwte, float *dwpe, const float *dout,
     size_t bt = i / C;
     int c = (int)(i % C), t = (int)(bt % T);
     atomicAdd(&dwte[(size_t)tok[bt] * C + c], dout[i]);
-    atomicAdd(&dwpe[(size_t)t * C + c], dout[i]);
+    if (dwpe) atomicAdd(&dwpe[(size_t)t * C + c], dout[i]);
 }
 
 extern "C" void kern_cuda_embed_forward(float *out, const int *tokens,
@@ -858,7 +858,7 @@ __global__ void shard_bwd_k(float *dwte, float *dwpe, const float *dout,
     size_t row = i / C;
     int c = (int)(i % C), t = tok[row] - v0;
     if (t >= 0 && t < Vl) atomicAdd(&dwte[(size_t)t * C + c], dout[i]);
-    atomicAdd(&dwpe[(row % T) * C + c], dout[i]);
+    if (dwpe) atomicAdd(&dwpe[(row % T) * C + c], dout[i]);
 }
 
 __global__ void xmax_k(float *mx, const float *logits, int N, int Vl, int Vv)
@@ -982,6 +982,202 @@ extern "C" void kern_cuda_accumulate(float *acc, const float *src, size_t n)
 }
 
 // ------------------------------------------------------------ the table
+
+// ------------------------------------------------------- Llama's kernels
+
+// RMSNorm: a warp per row, as the layer norm.
+__global__ void rms_fwd_k(float *out, float *rstd, const float *inp,
+                          const float *w, int N, int C)
+{
+    int i = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (i >= N) return;
+    const float *x = inp + (size_t)i * C;
+    float ss = 0.0f;
+    for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
+    float r = rsqrtf(warp_sum(ss) / (float)C + KERN_LN_EPS);
+    float *o = out + (size_t)i * C;
+    for (int c = lane; c < C; c += 32) o[c] = x[c] * r * w[c];
+    if (lane == 0) rstd[i] = r;
+}
+
+__global__ void rms_bwd_in_k(float *dinp, const float *dout,
+                             const float *inp, const float *w,
+                             const float *rstd, int N, int C)
+{
+    int i = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (i >= N) return;
+    const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+    float r = rstd[i], s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += w[c] * d[c] * x[c] * r;
+    s = warp_sum(s) / (float)C;
+    float *dx = dinp + (size_t)i * C;
+    for (int c = lane; c < C; c += 32)
+        dx[c] += r * (w[c] * d[c] - x[c] * r * s);
+}
+
+__global__ void rms_bwd_w_part_k(float *pw, const float *dout,
+                                 const float *inp, const float *rstd, int N,
+                                 int C)
+{
+    int c = blockIdx.x * COL_TPB + threadIdx.x, k = blockIdx.y;
+    if (c >= C) return;
+    int per = (N + COL_CHUNKS - 1) / COL_CHUNKS;
+    int lo = k * per, hi = min(N, lo + per);
+    float sw = 0.0f;
+    for (int i = lo; i < hi; i++)
+        sw += dout[(size_t)i * C + c] * inp[(size_t)i * C + c] * rstd[i];
+    pw[(size_t)k * C + c] = sw;
+}
+
+extern "C" void kern_cuda_rmsnorm_forward(float *out, float *rstd,
+                                          const float *inp, const float *w,
+                                          int N, int C)
+{
+    LAUNCH(rms_fwd_k, blocks(N, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK, out,
+           rstd, inp, w, N, C);
+}
+
+extern "C" void kern_cuda_rmsnorm_backward_input(float *dinp,
+                                                 const float *dout,
+                                                 const float *inp,
+                                                 const float *w,
+                                                 const float *rstd, int N,
+                                                 int C)
+{
+    LAUNCH(rms_bwd_in_k, blocks(N, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK,
+           dinp, dout, inp, w, rstd, N, C);
+}
+
+extern "C" void kern_cuda_rmsnorm_backward_weight(float *dw,
+                                                  const float *dout,
+                                                  const float *inp,
+                                                  const float *rstd, int N,
+                                                  int C)
+{
+    float *p = col_scratch((size_t)COL_CHUNKS * C);
+    if (!p) return;
+    dim3 grid(blocks(C, COL_TPB), COL_CHUNKS);
+    LAUNCH(rms_bwd_w_part_k, grid, COL_TPB, p, dout, inp, rstd, N, C);
+    LAUNCH(col_add_k, blocks(C, COL_TPB), COL_TPB, dw, p, C);
+}
+
+__global__ void swiglu_fwd_k(float *out, const float *inp, size_t n, int F)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    size_t row = i / F, j = i % F;
+    const float *g = inp + row * 2 * F;
+    out[i] = kern_silu(g[j]) * g[F + j];
+}
+
+__global__ void swiglu_bwd_k(float *dinp, const float *inp,
+                             const float *dout, size_t n, int F)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    size_t row = i / F, j = i % F;
+    const float *g = inp + row * 2 * F;
+    float *dg = dinp + row * 2 * F;
+    dg[j] += dout[i] * g[F + j] * kern_silu_grad(g[j]);
+    dg[F + j] += dout[i] * kern_silu(g[j]);
+}
+
+extern "C" void kern_cuda_swiglu_forward(float *out, const float *inp, int N,
+                                         int F)
+{
+    size_t n = (size_t)N * F;
+    LAUNCH(swiglu_fwd_k, blocks(n, TPB), TPB, out, inp, n, F);
+}
+
+extern "C" void kern_cuda_swiglu_backward(float *dinp, const float *inp,
+                                          const float *dout, int N, int F)
+{
+    size_t n = (size_t)N * F;
+    LAUNCH(swiglu_bwd_k, blocks(n, TPB), TPB, dinp, inp, dout, n, F);
+}
+
+// Channel i of the head at x rotated by position t (back: the transpose).
+__device__ float rope_at(const float *x, int i, int t, int hs, int back)
+{
+    int h2 = hs / 2, p = i < h2 ? i : i - h2;
+    float c, s;
+    kern_rope_cs(t, p, hs, &c, &s);
+    if (back) s = -s;
+    return i < h2 ? x[i] * c - x[i + h2] * s : x[i] * c + x[i - h2] * s;
+}
+
+// A thread per channel of out(N, 3 NH hs).
+__global__ void expand_fwd_k(float *out, const float *raw, size_t n, int T,
+                             int NH, int NKV, int hs, int rope)
+{
+    size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (e >= n) return;
+    size_t Q = (size_t)NH * hs, K = (size_t)NKV * hs, row = e / (3 * Q);
+    int j = (int)(e % (3 * Q)), part = j / (int)Q, h = j % (int)Q / hs,
+        i = j % hs, t = (int)(row % T);
+    const float *x = raw + row * (Q + 2 * K);
+    const float *src = part == 0 ? x + (size_t)h * hs
+                     : x + Q + (part - 1) * K + (size_t)(h / (NH / NKV)) * hs;
+    out[e] = rope && part < 2 ? rope_at(src, i, t, hs, 0) : src[i];
+}
+
+// A thread per channel of draw(N, (NH + 2 NKV) hs): a group's heads summed
+// in head order, then rotated back.
+__global__ void expand_bwd_k(float *draw, const float *dout, size_t n, int T,
+                             int NH, int NKV, int hs, int rope)
+{
+    size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (e >= n) return;
+    size_t Q = (size_t)NH * hs, K = (size_t)NKV * hs, W = Q + 2 * K;
+    size_t row = e / W;
+    int j = (int)(e % W), t = (int)(row % T), grp = NH / NKV;
+    const float *d = dout + row * 3 * Q;
+    if ((size_t)j < Q) {
+        int h = j / hs, i = j % hs;
+        draw[e] += rope ? rope_at(d + (size_t)h * hs, i, t, hs, 1)
+                        : d[(size_t)h * hs + i];
+        return;
+    }
+    int kv = (size_t)j < Q + K, g = (int)((j - Q - (kv ? 0 : K)) / hs),
+        i = (j - (int)Q) % hs;
+    const float *base = d + (kv ? Q : 2 * Q);
+    float acc = 0.0f;
+    if (kv && rope) {
+        int h2 = hs / 2, p = i < h2 ? i : i - h2;
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int h = g * grp; h < (g + 1) * grp; h++) {
+            s1 += base[(size_t)h * hs + p];
+            s2 += base[(size_t)h * hs + p + h2];
+        }
+        float c, s;
+        kern_rope_cs(t, p, hs, &c, &s);
+        acc = i < h2 ? s1 * c + s2 * s : s2 * c - s1 * s;
+    } else {
+        for (int h = g * grp; h < (g + 1) * grp; h++)
+            acc += base[(size_t)h * hs + i];
+    }
+    draw[e] += acc;
+}
+
+extern "C" void kern_cuda_qkv_expand_forward(float *out, const float *raw,
+                                             int B, int T, int NH, int NKV,
+                                             int hs, int rope)
+{
+    size_t n = (size_t)B * T * 3 * NH * hs;
+    LAUNCH(expand_fwd_k, blocks(n, TPB), TPB, out, raw, n, T, NH, NKV, hs,
+           rope);
+}
+
+extern "C" void kern_cuda_qkv_expand_backward(float *draw, const float *dout,
+                                              int B, int T, int NH, int NKV,
+                                              int hs, int rope)
+{
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * hs;
+    LAUNCH(expand_bwd_k, blocks(n, TPB), TPB, draw, dout, n, T, NH, NKV, hs,
+           rope);
+}
 
 extern "C" const kern_table kern_cuda = {
 #define KERN_X_CUDA_TABLE(name, kind, args) kern_cuda_##name,

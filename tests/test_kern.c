@@ -809,9 +809,181 @@ Test(kern, expf_tanhf_accuracy)
     cr_assert(worst_t < 4e-7, "kern_tanhf absolute error %g", worst_t);
 }
 
+/* ------------------------------------------------- Llama's kernels */
+
+static void ref_rmsnorm(double *out, const double *x, const double *w, int N,
+                        int C)
+{
+    for (int i = 0; i < N; i++) {
+        double ss = 0;
+        for (int c = 0; c < C; c++) ss += x[i * C + c] * x[i * C + c];
+        double r = 1.0 / sqrt(ss / C + 1e-5);
+        for (int c = 0; c < C; c++) out[i * C + c] = x[i * C + c] * r * w[c];
+    }
+}
+
+typedef struct {
+    int N, C;
+    double *x, *w, *g, *out;
+} rms_ctx;
+
+static double rms_loss(void *p)
+{
+    rms_ctx *c = p;
+    ref_rmsnorm(c->out, c->x, c->w, c->N, c->C);
+    return dot(c->out, c->g, (size_t)c->N * c->C);
+}
+
+Test(kern, rmsnorm)
+{
+    const int shapes[][2] = {{1, 4}, {5, 8}, {9, 33}};
+    for (int s = 0; s < 3; s++) {
+        rng_seed(1200 + s);
+        int N = shapes[s][0], C = shapes[s][1];
+        size_t n = (size_t)N * C;
+        float *x = rnd(n), *w = rnd(C), *g = rnd(n), *out = rnd(n),
+              *rstd = rnd(N);
+        rms_ctx c = {N, C, to_d(x, n), to_d(w, C), to_d(g, n),
+                     malloc(n * sizeof(double))};
+        kern_rmsnorm_forward(out, rstd, x, w, N, C);
+        rms_loss(&c);
+        check("rmsnorm.out", out, c.out, n, FWD_ATOL, FWD_RTOL);
+        float *dx = rnd(n), *dw = rnd(C), *dx0 = copy_f(dx, n),
+              *dw0 = copy_f(dw, C);
+        kern_rmsnorm_backward_input(dx, g, x, w, rstd, N, C);
+        kern_rmsnorm_backward_weight(dw, g, x, rstd, N, C);
+        double *fx = fd(rms_loss, &c, c.x, n), *fw = fd(rms_loss, &c, c.w, C);
+        check_grad("rmsnorm.dinp", dx, dx0, fx, n);
+        check_grad("rmsnorm.dw", dw, dw0, fw, C);
+        free(x); free(w); free(g); free(out); free(rstd); free(c.x);
+        free(c.w); free(c.g); free(c.out); free(dx); free(dw); free(dx0);
+        free(dw0); free(fx); free(fw);
+    }
+}
+
+static double ref_silu(double x) { return x / (1 + exp(-x)); }
+
+Test(kern, swiglu)
+{
+    const int shapes[][2] = {{1, 3}, {4, 17}};
+    for (int s = 0; s < 2; s++) {
+        rng_seed(1300 + s);
+        int N = shapes[s][0], F = shapes[s][1];
+        size_t n = (size_t)N * F;
+        float *x = rnd(2 * n), *g = rnd(n), *out = rnd(n);
+        for (size_t i = 0; i < 2 * n; i++) x[i] *= (float)(1 + 5 * (i % 3));
+        double *want = malloc(n * sizeof *want),
+               *fx = malloc(2 * n * sizeof *fx);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < F; j++) {
+                double a = x[i * 2 * F + j], u = x[i * 2 * F + F + j],
+                       gg = g[i * F + j];
+                want[i * F + j] = ref_silu(a) * u;
+                fx[i * 2 * F + j] =
+                    gg * u * (ref_silu(a + FD_H) - ref_silu(a - FD_H)) /
+                    (2 * FD_H);
+                fx[i * 2 * F + F + j] = gg * ref_silu(a);
+            }
+        kern_swiglu_forward(out, x, N, F);
+        check("swiglu.out", out, want, n, FWD_ATOL, FWD_RTOL);
+        float *dx = rnd(2 * n), *dx0 = copy_f(dx, 2 * n);
+        kern_swiglu_backward(dx, x, g, N, F);
+        check_grad("swiglu.dinp", dx, dx0, fx, 2 * n);
+        free(x); free(g); free(out); free(want); free(fx); free(dx);
+        free(dx0);
+    }
+}
+
+/* q | k | v expansion, against RoPE written from its definition: the
+ * head's channel pairs (i, i + hs/2) as complex numbers times
+ * e^{i t base^(-2i/hs)}; k and v of head h are those of kv head
+ * h / (NH/NKV). */
+typedef struct {
+    int B, T, NH, NKV, hs, rope;
+    double *raw, *g, *out;
+} qx_ctx;
+
+static void ref_expand(qx_ctx *c)
+{
+    int Q = c->NH * c->hs, K = c->NKV * c->hs, h2 = c->hs / 2,
+        grp = c->NH / c->NKV;
+    for (int r = 0; r < c->B * c->T; r++) {
+        const double *x = c->raw + (size_t)r * (Q + 2 * K);
+        double *o = c->out + (size_t)r * 3 * Q;
+        int t = r % c->T;
+        for (int part = 0; part < 3; part++)
+            for (int h = 0; h < c->NH; h++) {
+                const double *src = part == 0 ? x + h * c->hs
+                                  : x + Q + (part - 1) * K +
+                                        (h / grp) * c->hs;
+                double *dst = o + part * Q + h * c->hs;
+                for (int i = 0; i < c->hs; i++) dst[i] = src[i];
+                if (part == 2 || !c->rope) continue;
+                for (int i = 0; i < h2; i++) {
+                    double a = t * pow(10000.0, -2.0 * i / c->hs);
+                    double re = src[i], im = src[i + h2];
+                    dst[i] = re * cos(a) - im * sin(a);
+                    dst[i + h2] = re * sin(a) + im * cos(a);
+                }
+            }
+    }
+}
+
+static double qx_loss(void *p)
+{
+    qx_ctx *c = p;
+    ref_expand(c);
+    return dot(c->out, c->g, (size_t)c->B * c->T * 3 * c->NH * c->hs);
+}
+
+Test(kern, qkv_expand)
+{
+    /* B, T, NH, NKV, hs, rope: MHA with RoPE, GQA with and without */
+    const int shapes[][6] = {{1, 5, 2, 2, 4, 1}, {2, 7, 4, 2, 6, 1},
+                             {2, 3, 6, 2, 4, 0}, {1, 9, 3, 1, 8, 1}};
+    for (int s = 0; s < 4; s++) {
+        rng_seed(1400 + s);
+        const int *z = shapes[s];
+        int B = z[0], T = z[1], NH = z[2], NKV = z[3], hs = z[4];
+        size_t nr = (size_t)B * T * (NH + 2 * NKV) * hs,
+               no = (size_t)B * T * 3 * NH * hs;
+        float *raw = rnd(nr), *g = rnd(no), *out = rnd(no);
+        qx_ctx c = {B, T, NH, NKV, hs, z[5], to_d(raw, nr), to_d(g, no),
+                    malloc(no * sizeof(double))};
+        kern_qkv_expand_forward(out, raw, B, T, NH, NKV, hs, z[5]);
+        qx_loss(&c);
+        check("qkv_expand.out", out, c.out, no, FWD_ATOL, FWD_RTOL);
+        float *dr = rnd(nr), *dr0 = copy_f(dr, nr);
+        kern_qkv_expand_backward(dr, g, B, T, NH, NKV, hs, z[5]);
+        double *fr = fd(qx_loss, &c, c.raw, nr);
+        check_grad("qkv_expand.draw", dr, dr0, fr, nr);
+        free(raw); free(g); free(out); free(c.raw); free(c.g); free(c.out);
+        free(dr); free(dr0); free(fr);
+    }
+}
+
+/* An embedding without a position table (RoPE models): the token rows
+ * alone, and no position gradient. */
+Test(kern, embed_no_positions)
+{
+    rng_seed(1500);
+    int B = 2, T = 3, C = 5, V = 7, N = B * T;
+    float *wte = rnd((size_t)V * C), *out = rnd((size_t)N * C),
+          *d = rnd((size_t)N * C), *dw = calloc((size_t)V * C, 4);
+    int *tok = rnd_tokens(N, V);
+    kern_embed_forward(out, tok, wte, NULL, B, T, C);
+    for (int r = 0; r < N; r++)
+        cr_assert(!memcmp(out + r * C, wte + tok[r] * C, C * sizeof *out));
+    kern_embed_backward(dw, NULL, d, tok, B, T, C);
+    float *ds = calloc((size_t)V * C, 4);
+    kern_embed_shard_backward(ds, NULL, d, tok, 0, V, B, T, C);
+    cr_assert(!memcmp(dw, ds, (size_t)V * C * sizeof *dw));
+    free(wte); free(out); free(d); free(dw); free(tok); free(ds);
+}
+
 Test(kern, op_list)
 {
-    cr_assert_eq(KERN_OP_COUNT, 34);
+    cr_assert_eq(KERN_OP_COUNT, 41);
     cr_assert_str_eq(kern_op_name(KERN_OP_linear_backward_weight),
                      "linear_backward_weight");
     cr_assert_str_eq(kern_kind_name(kern_op_kind(KERN_OP_attention_forward)),

@@ -1,0 +1,226 @@
+/* The CPU kernels of Llama-style decoders (kernels.h): RMSNorm, SwiGLU
+ * and the q | k | v expansion that applies RoPE and shares a group's key
+ * and value heads. Plain loops split over the pool's threads; each part
+ * writes rows (or, for the norm's weight gradient, channels) of its own,
+ * and every sum runs in one fixed order, so results do not depend on the
+ * thread count. */
+#include "kernels/kernels.h"
+
+#include <math.h>
+
+#include "kernels/kern_cpu.h"
+#include "kernels/kern_math.h"
+
+/* ------------------------------------------------------------- RMSNorm */
+
+static void rms_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    int C = a->C;
+    for (size_t i = lo; i < hi; i++) {
+        const float *x = a->in + i * C;
+        float ss = 0.0f;
+        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        float r = 1.0f / sqrtf(ss / (float)C + KERN_LN_EPS);
+        float *o = a->out + i * C;
+        for (int c = 0; c < C; c++) o[c] = x[c] * r * a->in2[c];
+        a->out2[i] = r;
+    }
+}
+
+void kern_rmsnorm_forward(float *out, float *rstd, const float *inp,
+                          const float *w, int N, int C)
+{
+    kargs a = {.out = out, .out2 = rstd, .in = inp, .in2 = w, .N = N,
+               .C = C};
+    kern_parallel(rms_fwd_part, &a);
+}
+
+/* dx = r (w dy - n mean(w dy n)), n = x r */
+static void rms_bwd_in_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    int C = a->C;
+    const float *w = a->in3;
+    for (size_t i = lo; i < hi; i++) {
+        const float *x = a->in2 + i * C, *d = a->in + i * C;
+        float r = a->in4[i], s = 0.0f;
+        for (int c = 0; c < C; c++) s += w[c] * d[c] * x[c] * r;
+        s /= (float)C;
+        float *dx = a->out + i * C;
+        for (int c = 0; c < C; c++)
+            dx[c] += r * (w[c] * d[c] - x[c] * r * s);
+    }
+}
+
+void kern_rmsnorm_backward_input(float *dinp, const float *dout,
+                                 const float *inp, const float *w,
+                                 const float *rstd, int N, int C)
+{
+    kargs a = {.out = dinp, .in = dout, .in2 = inp, .in3 = w, .in4 = rstd,
+               .N = N, .C = C};
+    kern_parallel(rms_bwd_in_part, &a);
+}
+
+/* dw[c] += sum over rows of dy x r: a part owns channels, rows in order */
+static void rms_bwd_w_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->C, part, np, lo, hi);
+    size_t C = (size_t)a->C;
+    for (size_t c = lo; c < hi; c++) {
+        float s = 0.0f;
+        for (int i = 0; i < a->N; i++)
+            s += a->in[i * C + c] * a->in2[i * C + c] * a->in3[i];
+        a->out[c] += s;
+    }
+}
+
+void kern_rmsnorm_backward_weight(float *dw, const float *dout,
+                                  const float *inp, const float *rstd, int N,
+                                  int C)
+{
+    kargs a = {.out = dw, .in = dout, .in2 = inp, .in3 = rstd, .N = N,
+               .C = C};
+    kern_parallel(rms_bwd_w_part, &a);
+}
+
+/* -------------------------------------------------------------- SwiGLU */
+
+static void swiglu_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    size_t F = (size_t)a->C;
+    for (size_t i = lo; i < hi; i++) {
+        const float *g = a->in + i * 2 * F, *u = g + F;
+        float *o = a->out + i * F;
+        for (size_t j = 0; j < F; j++) o[j] = kern_silu(g[j]) * u[j];
+    }
+}
+
+void kern_swiglu_forward(float *out, const float *inp, int N, int F)
+{
+    kargs a = {.out = out, .in = inp, .N = N, .C = F};
+    kern_parallel(swiglu_fwd_part, &a);
+}
+
+static void swiglu_bwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    size_t F = (size_t)a->C;
+    for (size_t i = lo; i < hi; i++) {
+        const float *g = a->in + i * 2 * F, *u = g + F, *d = a->in2 + i * F;
+        float *dg = a->out + i * 2 * F, *du = dg + F;
+        for (size_t j = 0; j < F; j++) {
+            dg[j] += d[j] * u[j] * kern_silu_grad(g[j]);
+            du[j] += d[j] * kern_silu(g[j]);
+        }
+    }
+}
+
+void kern_swiglu_backward(float *dinp, const float *inp, const float *dout,
+                          int N, int F)
+{
+    kargs a = {.out = dinp, .in = inp, .in2 = dout, .N = N, .C = F};
+    kern_parallel(swiglu_bwd_part, &a);
+}
+
+/* ---------------------------------------------------- q | k | v, RoPE */
+
+/* Rotates the head at x (hs channels) by position t, into y: channel i
+ * paired with i + hs/2. back: the transpose (the gradient's rotation). */
+static void rope_head(float *y, const float *x, int t, int hs, int back)
+{
+    int h2 = hs / 2;
+    for (int i = 0; i < h2; i++) {
+        float c, s;
+        kern_rope_cs(t, i, hs, &c, &s);
+        if (back) s = -s;
+        float x1 = x[i], x2 = x[i + h2];
+        y[i] = x1 * c - x2 * s;
+        y[i + h2] = x2 * c + x1 * s;
+    }
+}
+
+static void expand_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    int NH = a->NH, NKV = a->OC, hs = a->C, rope = a->V, grp = NH / NKV;
+    size_t Q = (size_t)NH * hs, K = (size_t)NKV * hs;
+    for (size_t r = lo; r < hi; r++) {
+        const float *x = a->in + r * (Q + 2 * K);
+        float *o = a->out + r * 3 * Q;
+        int t = (int)(r % (size_t)a->T);
+        for (int h = 0; h < NH; h++) {
+            const float *q = x + (size_t)h * hs,
+                        *k = x + Q + (size_t)(h / grp) * hs,
+                        *v = x + Q + K + (size_t)(h / grp) * hs;
+            float *oq = o + (size_t)h * hs, *ok = oq + Q, *ov = ok + Q;
+            if (rope) {
+                rope_head(oq, q, t, hs, 0);
+                rope_head(ok, k, t, hs, 0);
+            } else {
+                for (int i = 0; i < hs; i++) oq[i] = q[i], ok[i] = k[i];
+            }
+            for (int i = 0; i < hs; i++) ov[i] = v[i];
+        }
+    }
+}
+
+void kern_qkv_expand_forward(float *out, const float *raw, int B, int T,
+                             int NH, int NKV, int hs, int rope)
+{
+    kargs a = {.out = out, .in = raw, .N = B * T, .T = T, .NH = NH,
+               .OC = NKV, .C = hs, .V = rope};
+    kern_parallel(expand_fwd_part, &a);
+}
+
+static void expand_bwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    int NH = a->NH, NKV = a->OC, hs = a->C, rope = a->V, grp = NH / NKV;
+    size_t Q = (size_t)NH * hs, K = (size_t)NKV * hs;
+    float sk[KERN_HEAD_MAX], rot[KERN_HEAD_MAX], sv[KERN_HEAD_MAX];
+    for (size_t r = lo; r < hi; r++) {
+        const float *d = a->in + r * 3 * Q;
+        float *x = a->out + r * (Q + 2 * K);
+        int t = (int)(r % (size_t)a->T);
+        for (int h = 0; h < NH; h++) {
+            const float *dq = d + (size_t)h * hs;
+            float *xq = x + (size_t)h * hs;
+            if (rope) {
+                rope_head(rot, dq, t, hs, 1);
+                dq = rot;
+            }
+            for (int i = 0; i < hs; i++) xq[i] += dq[i];
+        }
+        for (int g = 0; g < NKV; g++) {
+            for (int i = 0; i < hs; i++) sk[i] = sv[i] = 0.0f;
+            for (int h = g * grp; h < (g + 1) * grp; h++) {
+                const float *dk = d + Q + (size_t)h * hs, *dv = dk + Q;
+                for (int i = 0; i < hs; i++) sk[i] += dk[i], sv[i] += dv[i];
+            }
+            const float *k = sk;
+            if (rope) {
+                rope_head(rot, sk, t, hs, 1);
+                k = rot;
+            }
+            float *xk = x + Q + (size_t)g * hs, *xv = xk + K;
+            for (int i = 0; i < hs; i++) xk[i] += k[i], xv[i] += sv[i];
+        }
+    }
+}
+
+void kern_qkv_expand_backward(float *draw, const float *dout, int B, int T,
+                              int NH, int NKV, int hs, int rope)
+{
+    kargs a = {.out = draw, .in = dout, .N = B * T, .T = T, .NH = NH,
+               .OC = NKV, .C = hs, .V = rope};
+    kern_parallel(expand_bwd_part, &a);
+}
