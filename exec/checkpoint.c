@@ -5,11 +5,12 @@
 #include "exec/exec.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CKPT_MAGIC "SLUICEC1"
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2
 /* The largest checkpoint read: 256 GiB, 21 billion parameters with their
  * AdamW moments, far past what the CPU trainer runs. */
 #define CKPT_MAX_BYTES ((size_t)256 << 30)
@@ -26,7 +27,12 @@ typedef struct ckpt_header {
     uint64_t seed;
     int64_t step;
     uint64_t n_params;
+    int32_t llama[4];        /* version 2: kv_heads rmsnorm swiglu rope */
 } ckpt_header;
+
+/* Version 1 (before Llama's choices) ends before llama[]: it is read as
+ * GPT-2's (all 0). */
+#define CKPT_V1_BYTES offsetof(ckpt_header, llama)
 
 static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
 {
@@ -40,26 +46,32 @@ static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
 
 #define FNV_INIT 0xCBF29CE484222325ull
 
-static void cfg_pack(const exec_gpt_config *c, int32_t *o)
+static void cfg_pack(const exec_gpt_config *c, int32_t *o, int32_t *x)
 {
     o[0] = c->vocab; o[1] = c->max_pos; o[2] = c->hidden; o[3] = c->layers;
     o[4] = c->heads; o[5] = c->ffn; o[6] = c->bias; o[7] = c->tied;
+    x[0] = c->kv_heads; x[1] = c->rmsnorm; x[2] = c->swiglu; x[3] = c->rope;
 }
 
-static void cfg_unpack(const int32_t *o, exec_gpt_config *c)
+static void cfg_unpack(const int32_t *o, const int32_t *x,
+                       exec_gpt_config *c)
 {
     c->vocab = o[0]; c->max_pos = o[1]; c->hidden = o[2]; c->layers = o[3];
     c->heads = o[4]; c->ffn = o[5]; c->bias = o[6]; c->tied = o[7];
+    c->kv_heads = x[0]; c->rmsnorm = x[1]; c->swiglu = x[2]; c->rope = x[3];
 }
 
 static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
 {
     snprintf(buf, n,
-             "hidden %d, layers %d, heads %d, ffn %d, vocab %d, max_pos %d, "
-             "%s, %s",
-             c->hidden, c->layers, c->heads, c->ffn, c->vocab, c->max_pos,
-             c->bias ? "biases" : "no biases",
-             c->tied ? "tied head" : "untied head");
+             "hidden %d, layers %d, heads %d, key/value heads %d, ffn %d, "
+             "vocab %d, max_pos %d, %s, %s, %s, %s, %s",
+             c->hidden, c->layers, c->heads, exec_kv_heads(c), c->ffn,
+             c->vocab, c->max_pos, c->bias ? "biases" : "no biases",
+             c->tied ? "tied head" : "untied head",
+             c->rmsnorm ? "RMSNorm" : "LayerNorm",
+             c->swiglu ? "SwiGLU" : "GELU", c->rope ? "RoPE" : "learned "
+             "positions");
 }
 
 int exec_ckpt_save(const char *path, exec_gpt *m, const exec_ckpt_meta *meta,
@@ -85,7 +97,7 @@ int exec_ckpt_save_state(const char *path, const float *params,
     memcpy(h.magic, CKPT_MAGIC, 8);
     h.version = CKPT_VERSION;
     h.header_bytes = sizeof h;
-    cfg_pack(&meta->cfg, h.cfg);
+    cfg_pack(&meta->cfg, h.cfg, h.llama);
     h.B = meta->B;
     h.T = meta->T;
     h.seed = meta->seed;
@@ -118,22 +130,26 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
                          "%s: not a sluice checkpoint (no '%s' header)", path,
                          CKPT_MAGIC);
     }
-    if (*len < sizeof *h) {
+    if (*len < CKPT_V1_BYTES) {
         free(*buf);
         return util_errf(e, UTIL_EXIT_USAGE,
                          "%s: truncated checkpoint (%zu bytes, the header "
                          "alone is %zu)",
-                         path, *len, sizeof *h);
+                         path, *len, (size_t)CKPT_V1_BYTES);
     }
-    memcpy(h, *buf, sizeof *h);
-    if (h->version != CKPT_VERSION || h->header_bytes != sizeof *h) {
+    memset(h, 0, sizeof *h);
+    memcpy(h, *buf, CKPT_V1_BYTES);
+    int v1 = h->version == 1 && h->header_bytes == CKPT_V1_BYTES;
+    if (!v1 && h->header_bytes == sizeof *h && *len >= sizeof *h)
+        memcpy(h, *buf, sizeof *h);
+    if (!v1 && (h->version != CKPT_VERSION || h->header_bytes != sizeof *h)) {
         free(*buf);
         return util_errf(e, UTIL_EXIT_USAGE,
                          "%s: checkpoint format version %u, this sluice reads "
                          "version %d",
                          path, h->version, CKPT_VERSION);
     }
-    size_t want = sizeof *h + 3 * (size_t)h->n_params * sizeof(float) +
+    size_t want = h->header_bytes + 3 * (size_t)h->n_params * sizeof(float) +
                   sizeof(uint64_t);
     if (h->n_params > ((size_t)1 << 40) || *len != want) {
         free(*buf);
@@ -161,7 +177,7 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
      * weights or moments that are not finite would train on as NaN. */
     static const char *const part[] = {"weight", "AdamW first moment",
                                        "AdamW second moment"};
-    const char *body = *buf + sizeof *h;
+    const char *body = *buf + h->header_bytes;
     for (size_t i = 0; i < 3 * (size_t)h->n_params; i++) {
         float x;
         memcpy(&x, body + i * sizeof x, sizeof x);
@@ -179,7 +195,7 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
 
 static void meta_of(const ckpt_header *h, exec_ckpt_meta *meta)
 {
-    cfg_unpack(h->cfg, &meta->cfg);
+    cfg_unpack(h->cfg, h->llama, &meta->cfg);
     meta->B = h->B;
     meta->T = h->T;
     meta->seed = h->seed;
@@ -195,7 +211,8 @@ int exec_ckpt_peek(const char *path, exec_ckpt_meta *meta, util_err *e)
     free(buf);
     meta_of(&h, meta);
     if (exec_gpt_config_check(&meta->cfg, e) || meta->B < 1 || meta->T < 1 ||
-        meta->T > meta->cfg.max_pos || meta->step < 0) {
+        (!meta->cfg.rope && meta->T > meta->cfg.max_pos) ||
+        meta->step < 0) {
         e->code = UTIL_EXIT_USAGE;
         return util_errf(e, UTIL_EXIT_USAGE,
                          "%s: corrupt checkpoint (invalid header values)",
@@ -224,7 +241,7 @@ int exec_ckpt_load_state(const char *path, const exec_gpt_config *c,
     exec_tensor tt[EXEC_P_COUNT];
     size_t P = exec_gpt_param_table(c, tt);
     if (memcmp(&meta->cfg, c, sizeof *c) || h.n_params != P) {
-        char a[200], b[200];
+        char a[256], b[256];
         cfg_str(&meta->cfg, a, sizeof a);
         cfg_str(c, b, sizeof b);
         free(buf);
@@ -233,11 +250,12 @@ int exec_ckpt_load_state(const char *path, const exec_gpt_config *c,
                          "asked for is %s",
                          path, a, b);
     }
-    memcpy(params, buf + sizeof h, P * sizeof(float));
+    memcpy(params, buf + h.header_bytes, P * sizeof(float));
     if (adam_m)
-        memcpy(adam_m, buf + sizeof h + P * sizeof(float), P * sizeof(float));
+        memcpy(adam_m, buf + h.header_bytes + P * sizeof(float),
+               P * sizeof(float));
     if (adam_v)
-        memcpy(adam_v, buf + sizeof h + 2 * P * sizeof(float),
+        memcpy(adam_v, buf + h.header_bytes + 2 * P * sizeof(float),
                P * sizeof(float));
     free(buf);
     return 0;

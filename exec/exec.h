@@ -1,6 +1,7 @@
-/* exec: runs models for real. For now the single-device reference trainer:
- * a GPT-style decoder (GPT-2 layout: learned positions, pre-LayerNorm,
- * GELU MLP, optional linear biases, optionally tied LM head) trained with
+/* exec: runs models for real. The single-device reference trainer: a
+ * GPT-style decoder (GPT-2 layout: learned positions, pre-LayerNorm,
+ * GELU MLP, optional linear biases, optionally tied LM head; or Llama's:
+ * RoPE, RMSNorm, SwiGLU, grouped key and value heads) trained with
  * AdamW on byte-level text, on the CPU through kernels/. Later schedules
  * are checked against it. Per-op times are recorded under the signature
  * the simulator's cost model uses (op kind, GEMM m/n/k or bytes moved).
@@ -30,11 +31,43 @@ typedef struct exec_gpt_config {
     int ffn;       /* F, MLP inner width */
     int bias;      /* linear layers carry biases */
     int tied;      /* the LM head is the token embedding */
+    /* Llama's choices (all 0: GPT-2's) */
+    int kv_heads;  /* key and value heads, dividing NH (grouped-query
+                    * attention); 0: one per query head */
+    int rmsnorm;   /* RMSNorm (a weight, no bias) for every LayerNorm */
+    int swiglu;    /* the MLP is (silu(x Wg) * x Wu) Wd: fcw holds a
+                    * layer's F gate rows, then its F up rows */
+    int rope;      /* rotary positions on q and k, no position table
+                    * (max_pos 0: any sequence length) */
 } exec_gpt_config;
 
+/* Key and value heads; rows of a layer's q | k | v weight (C + 2 NKV hs);
+ * rows of its MLP up weight (F, 2F with SwiGLU); whether the attention
+ * reads the projection through kern qkv_expand (RoPE or shared heads). */
+static inline int exec_kv_heads(const exec_gpt_config *c)
+{
+    return c->kv_heads > 0 ? c->kv_heads : c->heads;
+}
+
+static inline size_t exec_qkv_rows(const exec_gpt_config *c)
+{
+    return (size_t)c->hidden +
+           2 * (size_t)exec_kv_heads(c) * (size_t)(c->hidden / c->heads);
+}
+
+static inline size_t exec_fc_rows(const exec_gpt_config *c)
+{
+    return (size_t)c->ffn * (c->swiglu ? 2 : 1);
+}
+
+static inline int exec_qkv_expands(const exec_gpt_config *c)
+{
+    return c->rope || exec_kv_heads(c) != c->heads;
+}
+
 /* Fills c from a model-zoo spec. Families and features the CPU trainer
- * does not implement (T5, BERT, OPT, Llama's RMSNorm and gated MLP, ReLU,
- * grouped KV heads, a head size other than C/NH, no position table) are
+ * does not implement (T5, BERT, OPT, ReLU, a gated MLP other than SwiGLU,
+ * a head size other than C/NH) are
  * an error naming the feature, code 2. The spec's dtype and dropout are
  * not: the CPU trains in fp32 and without dropout (deterministic), and
  * callers may say so. where names the spec for messages. */
@@ -56,7 +89,10 @@ exec_gpt_mem exec_gpt_mem_need(const exec_gpt_config *c, int B, int T);
 
 /* The parameter tensors of the arena, in order: token and position
  * tables, per-layer tensors stacked over layers (ln1w holds L x C, qkvw
- * L x 3C x C, ...), the final norm and, untied only, the LM head. */
+ * L x 3C x C, ...), the final norm and, untied only, the LM head. What a
+ * config does not have is empty: wpe with RoPE, the norms' biases with
+ * RMSNorm, the linear biases without bias; qkvw holds L x (C + 2 NKV hs)
+ * x C and fcw L x 2F x C with SwiGLU. */
 typedef enum {
     EXEC_P_WTE, EXEC_P_WPE, EXEC_P_LN1W, EXEC_P_LN1B, EXEC_P_QKVW,
     EXEC_P_QKVB, EXEC_P_ATTPROJW, EXEC_P_ATTPROJB, EXEC_P_LN2W, EXEC_P_LN2B,
@@ -142,7 +178,8 @@ float exec_params_step(exec_gpt *m, const exec_tensor *tt, size_t P,
  * fused q|k|v projection holds three, q, k and v, each C wide; GPT's MLP
  * has no gate), A (k x R) and B (R x n), and y = x W + s (x A) B with
  * s = 1. They live in an arena of their own, block by block, targets in
- * the order q, k, v, out, up, down, each adapter's A as the kernels store
+ * the order q, k, v, out, gate (SwiGLU only), up, down, each adapter's A
+ * as the kernels store
  * a weight (R x k: A transposed), then its B (R x n): tensor 2i is
  * adapter i's A, 2i+1 its B. */
 
@@ -155,6 +192,10 @@ size_t exec_lora_table(const exec_gpt_config *c, const prof_finetune *f,
  * that matrix has none. */
 int exec_lora_index(const exec_gpt_config *c, const prof_finetune *f,
                     int layer, unsigned target);
+/* The inputs k and outputs n of the weight target adapts (k and v: the
+ * key and value heads' width). */
+void exec_lora_dims(const exec_gpt_config *c, unsigned target, size_t *k,
+                    size_t *n);
 /* Initial adapters into lora (the arena): every A from a uniform in
  * [-1/sqrt(k), 1/sqrt(k)] drawn from seed, every B zero, so a run's
  * first step computes the base model exactly. */

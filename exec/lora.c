@@ -10,12 +10,12 @@
 
 #include "exec/exec.h"
 
-/* The matrices LoRA may adapt in a GPT block, in arena order; GPT's MLP
- * is not gated, so a gate target adapts nothing here (as the model graph
+/* The matrices LoRA may adapt in a block, in arena order; GPT-2's MLP is
+ * not gated, so there a gate target adapts nothing (as the model graph
  * counts it: prof_model_finetune). */
 static const unsigned gpt_targets[] = {
-    PROF_LORA_Q, PROF_LORA_K, PROF_LORA_V, PROF_LORA_OUT, PROF_LORA_UP,
-    PROF_LORA_DOWN,
+    PROF_LORA_Q, PROF_LORA_K, PROF_LORA_V, PROF_LORA_OUT, PROF_LORA_GATE,
+    PROF_LORA_UP, PROF_LORA_DOWN,
 };
 #define N_GPT_TARGETS (int)(sizeof gpt_targets / sizeof gpt_targets[0])
 
@@ -24,21 +24,36 @@ static int is_lora(const prof_finetune *f)
     return f && (f->kind == PROF_FT_LORA || f->kind == PROF_FT_QLORA);
 }
 
+/* Whether a block of c has target bit and f adapts it. */
+static int adapts(const exec_gpt_config *c, const prof_finetune *f,
+                  unsigned bit)
+{
+    return (f->targets & bit) && (bit != PROF_LORA_GATE || c->swiglu);
+}
+
 /* W's inputs k and outputs n for a target. */
 static void target_dims(const exec_gpt_config *c, unsigned bit, size_t *k,
                         size_t *n)
 {
-    size_t C = c->hidden, F = c->ffn;
+    size_t C = c->hidden, F = c->ffn,
+           KV = (size_t)exec_kv_heads(c) * (size_t)(c->hidden / c->heads);
     *k = bit == PROF_LORA_DOWN ? F : C;
-    *n = bit == PROF_LORA_UP ? F : C;
+    *n = bit == PROF_LORA_UP || bit == PROF_LORA_GATE ? F
+       : bit == PROF_LORA_K || bit == PROF_LORA_V ? KV : C;
+}
+
+void exec_lora_dims(const exec_gpt_config *c, unsigned bit, size_t *k,
+                    size_t *n)
+{
+    target_dims(c, bit, k, n);
 }
 
 /* Adapters per block. */
-static int per_layer(const prof_finetune *f)
+static int per_layer(const exec_gpt_config *c, const prof_finetune *f)
 {
     int n = 0;
     for (int t = 0; is_lora(f) && t < N_GPT_TARGETS; t++)
-        n += (f->targets & gpt_targets[t]) != 0;
+        n += adapts(c, f, gpt_targets[t]);
     return n;
 }
 
@@ -47,9 +62,9 @@ size_t exec_lora_table(const exec_gpt_config *c, const prof_finetune *f,
 {
     size_t off = 0, R = is_lora(f) ? (size_t)f->rank : 0;
     int nt = 0;
-    for (int l = 0; l < c->layers && per_layer(f); l++)
+    for (int l = 0; l < c->layers && per_layer(c, f); l++)
         for (int i = 0; i < N_GPT_TARGETS; i++) {
-            if (!(f->targets & gpt_targets[i])) continue;
+            if (!adapts(c, f, gpt_targets[i])) continue;
             size_t k, nn;
             target_dims(c, gpt_targets[i], &k, &nn);
             for (int part = 0; part < 2; part++, nt++) {
@@ -73,13 +88,13 @@ size_t exec_lora_table(const exec_gpt_config *c, const prof_finetune *f,
 int exec_lora_index(const exec_gpt_config *c, const prof_finetune *f,
                     int layer, unsigned target)
 {
-    int per = per_layer(f);
-    if (!per || layer < 0 || layer >= c->layers || !(f->targets & target))
+    int per = per_layer(c, f);
+    if (!per || layer < 0 || layer >= c->layers || !adapts(c, f, target))
         return -1;
     int k = 0;
     for (int i = 0; i < N_GPT_TARGETS; i++) {
         if (gpt_targets[i] == target) return layer * per + k;
-        k += (f->targets & gpt_targets[i]) != 0;
+        k += adapts(c, f, gpt_targets[i]);
     }
     return -1;
 }
@@ -113,13 +128,17 @@ void exec_lora_init(const exec_gpt_config *c, const prof_finetune *f,
 static size_t target_at(const exec_gpt_config *c, const exec_tensor *tt,
                         int l, unsigned bit)
 {
-    size_t C = c->hidden, F = c->ffn, L = (size_t)l;
+    size_t C = c->hidden, F = c->ffn, L = (size_t)l,
+           QKV = exec_qkv_rows(c), FC = exec_fc_rows(c),
+           KV = (QKV - C) / 2;
     switch (bit) {
-    case PROF_LORA_Q: return tt[EXEC_P_QKVW].off + (L * 3 * C) * C;
-    case PROF_LORA_K: return tt[EXEC_P_QKVW].off + (L * 3 * C + C) * C;
-    case PROF_LORA_V: return tt[EXEC_P_QKVW].off + (L * 3 * C + 2 * C) * C;
+    case PROF_LORA_Q: return tt[EXEC_P_QKVW].off + (L * QKV) * C;
+    case PROF_LORA_K: return tt[EXEC_P_QKVW].off + (L * QKV + C) * C;
+    case PROF_LORA_V: return tt[EXEC_P_QKVW].off + (L * QKV + C + KV) * C;
     case PROF_LORA_OUT: return tt[EXEC_P_ATTPROJW].off + L * C * C;
-    case PROF_LORA_UP: return tt[EXEC_P_FCW].off + L * F * C;
+    case PROF_LORA_GATE: return tt[EXEC_P_FCW].off + L * FC * C;
+    case PROF_LORA_UP:
+        return tt[EXEC_P_FCW].off + (L * FC + (c->swiglu ? F : 0)) * C;
     default: return tt[EXEC_P_FCPROJW].off + L * C * F;
     }
 }

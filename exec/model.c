@@ -12,7 +12,8 @@
 /* Activations of one layer, offsets (in floats) into the activation arena
  * are computed by act_layout. */
 enum {
-    A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATT, A_ATTY, A_ATTPROJ, A_RES2,
+    A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_QKVX, A_ATT, A_ATTY, A_ATTPROJ,
+    A_RES2,
     A_LN2, A_LN2_MEAN, A_LN2_RSTD, A_FCH, A_FCH_GELU, A_FCPROJ, A_RES3,
     A_PER_LAYER
 };
@@ -31,16 +32,19 @@ static act_layout act_sizes(const exec_gpt_config *c, int B, int T)
 {
     act_layout a;
     size_t N = (size_t)B * T, C = c->hidden, F = c->ffn;
+    size_t mean = c->rmsnorm ? 0 : N;   /* RMSNorm keeps rstd alone */
     size_t sz[A_PER_LAYER] = {
-        [A_LN1] = N * C, [A_LN1_MEAN] = N, [A_LN1_RSTD] = N,
-        [A_QKV] = N * 3 * C, [A_ATT] = (size_t)B * c->heads * T * T,
+        [A_LN1] = N * C, [A_LN1_MEAN] = mean, [A_LN1_RSTD] = N,
+        [A_QKV] = N * exec_qkv_rows(c),
+        [A_QKVX] = exec_qkv_expands(c) ? N * 3 * C : 0,
+        [A_ATT] = (size_t)B * c->heads * T * T,
         [A_ATTY] = N * C, [A_ATTPROJ] = N * C, [A_RES2] = N * C,
-        [A_LN2] = N * C, [A_LN2_MEAN] = N, [A_LN2_RSTD] = N,
-        [A_FCH] = N * F, [A_FCH_GELU] = N * F, [A_FCPROJ] = N * C,
-        [A_RES3] = N * C};
+        [A_LN2] = N * C, [A_LN2_MEAN] = mean, [A_LN2_RSTD] = N,
+        [A_FCH] = N * exec_fc_rows(c), [A_FCH_GELU] = N * F,
+        [A_FCPROJ] = N * C, [A_RES3] = N * C};
     memcpy(a.layer, sz, sizeof sz);
     size_t g[G_COUNT] = {[G_ENCODED] = N * C, [G_LNF] = N * C,
-                         [G_LNF_MEAN] = N, [G_LNF_RSTD] = N,
+                         [G_LNF_MEAN] = mean, [G_LNF_RSTD] = N,
                          [G_LOGITS] = N * c->vocab, [G_PROBS] = N * c->vocab,
                          [G_LOSSES] = N};
     memcpy(a.glob, g, sizeof g);
@@ -61,18 +65,20 @@ enum {
 static void param_table(const exec_gpt_config *c, exec_tensor *t)
 {
     size_t V = c->vocab, C = c->hidden, L = c->layers, F = c->ffn,
-           P = c->max_pos, bias = c->bias != 0;
+           P = c->rope ? 0 : c->max_pos, bias = c->bias != 0,
+           lnb = !c->rmsnorm, QKV = exec_qkv_rows(c), FC = exec_fc_rows(c);
     static const char *const names[P_COUNT] = {
         "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw",
         "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb",
         "lnfw", "lnfb", "lmw"};
     size_t n[P_COUNT] = {
-        [P_WTE] = V * C, [P_WPE] = P * C, [P_LN1W] = L * C, [P_LN1B] = L * C,
-        [P_QKVW] = L * 3 * C * C, [P_QKVB] = bias * L * 3 * C,
-        [P_ATTPROJW] = L * C * C, [P_ATTPROJB] = bias * L * C,
-        [P_LN2W] = L * C, [P_LN2B] = L * C, [P_FCW] = L * F * C,
-        [P_FCB] = bias * L * F, [P_FCPROJW] = L * C * F,
-        [P_FCPROJB] = bias * L * C, [P_LNFW] = C, [P_LNFB] = C,
+        [P_WTE] = V * C, [P_WPE] = P * C, [P_LN1W] = L * C,
+        [P_LN1B] = lnb * L * C, [P_QKVW] = L * QKV * C,
+        [P_QKVB] = bias * L * QKV, [P_ATTPROJW] = L * C * C,
+        [P_ATTPROJB] = bias * L * C, [P_LN2W] = L * C,
+        [P_LN2B] = lnb * L * C, [P_FCW] = L * FC * C,
+        [P_FCB] = bias * L * FC, [P_FCPROJW] = L * C * F,
+        [P_FCPROJB] = bias * L * C, [P_LNFW] = C, [P_LNFB] = lnb * C,
         [P_LMW] = c->tied ? 0 : V * C};
     size_t off = 0;
     for (int i = 0; i < P_COUNT; i++) {
@@ -115,7 +121,8 @@ struct exec_gpt {
 int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
 {
     if (c->vocab < 2 || c->hidden < 1 || c->layers < 1 || c->heads < 1 ||
-        c->ffn < 1 || c->max_pos < 1)
+        c->ffn < 1 || (c->max_pos < 1 && !c->rope) || c->max_pos < 0 ||
+        c->kv_heads < 0)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "model sizes must be positive (vocab %d, hidden %d, "
                          "layers %d, heads %d, ffn %d, max_pos %d)",
@@ -125,6 +132,16 @@ int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "heads (%d) must divide hidden (%d)", c->heads,
                          c->hidden);
+    if (c->heads % exec_kv_heads(c))
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "key and value heads (%d) must divide heads (%d)",
+                         exec_kv_heads(c), c->heads);
+    int hs = c->hidden / c->heads;
+    if (exec_qkv_expands(c) && (hs > KERN_HEAD_MAX || (c->rope && hs % 2)))
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "a head of %d channels: rotary positions need an "
+                         "even head size, grouped heads one of at most %d",
+                         hs, KERN_HEAD_MAX);
     return 0;
 }
 
@@ -132,22 +149,17 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
                               const char *where, util_err *e)
 {
     char why[160] = "";
-    if (s->family != PROF_FAM_GPT)
+    if (s->family != PROF_FAM_GPT && s->family != PROF_FAM_LLAMA)
         snprintf(why, sizeof why,
-                 "family %s (it trains GPT-style decoders, family gpt)",
+                 "family %s (it trains decoders: families gpt and llama)",
                  prof_family_name(s->family));
-    else if (s->rmsnorm)
-        snprintf(why, sizeof why, "RMSNorm (it implements LayerNorm)");
-    else if (s->gated_mlp || s->act != PROF_ACT_GELU)
-        snprintf(why, sizeof why, "a %sMLP other than GELU",
-                 s->gated_mlp ? "gated " : "");
-    else if (s->kv_heads && s->kv_heads != s->heads)
-        snprintf(why, sizeof why, "grouped KV heads (%d for %d heads)",
-                 s->kv_heads, s->heads);
+    else if (s->gated_mlp && s->act != PROF_ACT_SILU)
+        snprintf(why, sizeof why, "a gated MLP other than SwiGLU");
+    else if (!s->gated_mlp && s->act != PROF_ACT_GELU)
+        snprintf(why, sizeof why, "an MLP activation other than GELU "
+                 "(or SwiGLU, gated)");
     else if (s->head_dim && s->heads && s->head_dim * s->heads != s->hidden)
         snprintf(why, sizeof why, "a head size other than hidden/heads");
-    else if (s->max_pos <= 0)
-        snprintf(why, sizeof why, "no learned position table (max_pos)");
     if (why[0])
         return util_errf(e, UTIL_EXIT_USAGE,
                          "%s: the CPU reference trainer cannot train this "
@@ -161,6 +173,12 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
     c->ffn = s->ffn;
     c->bias = s->bias != 0;
     c->tied = s->tied_embeddings != 0;
+    c->kv_heads = s->kv_heads && s->kv_heads != s->heads ? s->kv_heads : 0;
+    c->rmsnorm = s->rmsnorm != 0;
+    c->swiglu = s->gated_mlp != 0;
+    /* no learned position table: rotary positions, as Llama */
+    c->rope = s->max_pos <= 0;
+    if (c->rope) c->max_pos = 0;
     if (exec_gpt_config_check(c, e)) return util_err_prefix(e, "%s", where);
     return 0;
 }
@@ -272,6 +290,18 @@ static float *grd(exec_gpt *m, int i)
     return m->tens[i].n ? m->arena + m->P + m->tens[i].off : NULL;
 }
 
+/* Element off of tensor i and of its gradient; NULL for a tensor the
+ * config does not have (the norms' biases under RMSNorm). */
+static float *par_at(exec_gpt *m, int i, size_t off)
+{
+    return m->tens[i].n ? m->arena + m->tens[i].off + off : NULL;
+}
+
+static float *grd_at(exec_gpt *m, int i, size_t off)
+{
+    return m->tens[i].n ? m->arena + m->P + m->tens[i].off + off : NULL;
+}
+
 static float *act_at(exec_gpt *m, float *base, int l, int which)
 {
     size_t off = (size_t)l * m->al.per_layer;
@@ -333,6 +363,12 @@ static void ln_fwd(exec_gpt *m, float *out, float *mean, float *rstd,
                    const float *inp, const float *w, const float *b)
 {
     int N = m->B * m->T, C = m->c.hidden;
+    if (m->c.rmsnorm) {
+        TIMED(rmsnorm_forward, m->B, m->T, C, 0, 0, 0, 0, 0, 0, 4.0 * N * C,
+              F4 * (2.0 * N * C + C),
+              kern_rmsnorm_forward(out, rstd, inp, w, N, C));
+        return;
+    }
     TIMED(layernorm_forward, m->B, m->T, C, 0, 0, 0, 0, 0, 0, 8.0 * N * C,
           F4 * (2.0 * N * C + 2.0 * C),
           kern_layernorm_forward(out, mean, rstd, inp, w, b, N, C));
@@ -343,6 +379,15 @@ static void ln_bwd(exec_gpt *m, float *dinp, float *dw, float *db,
                    const float *mean, const float *rstd)
 {
     int N = m->B * m->T, C = m->c.hidden;
+    if (m->c.rmsnorm) {
+        TIMED(rmsnorm_backward_input, m->B, m->T, C, 0, 0, 0, 0, 0, 0,
+              8.0 * N * C, F4 * (3.0 * N * C + C),
+              kern_rmsnorm_backward_input(dinp, dout, inp, w, rstd, N, C));
+        TIMED(rmsnorm_backward_weight, m->B, m->T, C, 0, 0, 0, 0, 0, 0,
+              3.0 * N * C, F4 * (2.0 * N * C + C),
+              kern_rmsnorm_backward_weight(dw, dout, inp, rstd, N, C));
+        return;
+    }
     TIMED(layernorm_backward_input, m->B, m->T, C, 0, 0, 0, 0, 0, 0,
           12.0 * N * C, F4 * (4.0 * N * C + C),
           kern_layernorm_backward_input(dinp, dout, inp, w, mean, rstd, N,
@@ -366,19 +411,28 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
           kern_embed_forward(x, tokens, par(m, P_WTE), par(m, P_WPE), B, T,
                              C));
     double attn_fl = 4.0 * B * NH * (double)T * T * (C / NH);
+    int QKV = (int)exec_qkv_rows(&m->c), FC = (int)exec_fc_rows(&m->c),
+        NKV = exec_kv_heads(&m->c), hs = C / NH, xp = exec_qkv_expands(&m->c);
     for (int l = 0; l < m->c.layers; l++) {
         const float *resid = l ? ACT(l - 1, A_RES3) : GACT(G_ENCODED);
         size_t lc = (size_t)l * C;
         ln_fwd(m, ACT(l, A_LN1), ACT(l, A_LN1_MEAN), ACT(l, A_LN1_RSTD),
                resid, par(m, P_LN1W) + lc,
-               par(m, P_LN1B) + lc);
+               par_at(m, P_LN1B, lc));
         linear_fwd(m, ACT(l, A_QKV), ACT(l, A_LN1),
-                   par(m, P_QKVW) + (size_t)l * 3 * C * C,
-                   m->c.bias ? par(m, P_QKVB) + 3 * lc : NULL, N, C, 3 * C);
+                   par(m, P_QKVW) + (size_t)l * QKV * C,
+                   m->c.bias ? par(m, P_QKVB) + (size_t)l * QKV : NULL, N, C,
+                   QKV);
+        float *qkv = ACT(l, xp ? A_QKVX : A_QKV);
+        if (xp)
+            TIMED(qkv_expand_forward, B, T, C, NH, 0, 0, 0, 0, 0,
+                  6.0 * N * C, F4 * ((double)N * QKV + 3.0 * NC),
+                  kern_qkv_expand_forward(qkv, ACT(l, A_QKV), B, T, NH, NKV,
+                                          hs, m->c.rope));
         TIMED(attention_forward, B, T, C, NH, 0, 0, 0, 0, 0, attn_fl,
               F4 * (3.0 * NC + NC + 2.0 * B * NH * T * T),
-              kern_attention_forward(ACT(l, A_ATTY), ACT(l, A_ATT),
-                                     ACT(l, A_QKV), B, T, C, NH));
+              kern_attention_forward(ACT(l, A_ATTY), ACT(l, A_ATT), qkv, B, T,
+                                     C, NH));
         linear_fwd(m, ACT(l, A_ATTPROJ), ACT(l, A_ATTY),
                    par(m, P_ATTPROJW) + (size_t)l * C * C,
                    m->c.bias ? par(m, P_ATTPROJB) + lc : NULL, N, C, C);
@@ -387,14 +441,21 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
               kern_residual_forward(ACT(l, A_RES2), resid, ACT(l, A_ATTPROJ),
                                     NC));
         ln_fwd(m, ACT(l, A_LN2), ACT(l, A_LN2_MEAN), ACT(l, A_LN2_RSTD),
-               ACT(l, A_RES2), par(m, P_LN2W) + lc, par(m, P_LN2B) + lc);
+               ACT(l, A_RES2), par(m, P_LN2W) + lc, par_at(m, P_LN2B, lc));
         linear_fwd(m, ACT(l, A_FCH), ACT(l, A_LN2),
-                   par(m, P_FCW) + (size_t)l * F * C,
-                   m->c.bias ? par(m, P_FCB) + (size_t)l * F : NULL, N, C, F);
-        TIMED(gelu_forward, B, T, F, 0, 0, 0, 0, 0, 0, 20.0 * N * F,
-              F4 * 2.0 * N * F,
-              kern_gelu_forward(ACT(l, A_FCH_GELU), ACT(l, A_FCH),
-                                (size_t)N * F));
+                   par(m, P_FCW) + (size_t)l * FC * C,
+                   m->c.bias ? par(m, P_FCB) + (size_t)l * FC : NULL, N, C,
+                   FC);
+        if (m->c.swiglu)
+            TIMED(swiglu_forward, B, T, F, 0, 0, 0, 0, 0, 0, 6.0 * N * F,
+                  F4 * 3.0 * N * F,
+                  kern_swiglu_forward(ACT(l, A_FCH_GELU), ACT(l, A_FCH), N,
+                                      F));
+        else
+            TIMED(gelu_forward, B, T, F, 0, 0, 0, 0, 0, 0, 20.0 * N * F,
+                  F4 * 2.0 * N * F,
+                  kern_gelu_forward(ACT(l, A_FCH_GELU), ACT(l, A_FCH),
+                                    (size_t)N * F));
         linear_fwd(m, ACT(l, A_FCPROJ), ACT(l, A_FCH_GELU),
                    par(m, P_FCPROJW) + (size_t)l * C * F,
                    m->c.bias ? par(m, P_FCPROJB) + lc : NULL, N, F, C);
@@ -444,6 +505,8 @@ void exec_gpt_backward(exec_gpt *m)
            GDACT(G_LNF), ACT(L - 1, A_RES3), par(m, P_LNFW),
            GACT(G_LNF_MEAN), GACT(G_LNF_RSTD));
     double attn_fl = 8.0 * B * NH * (double)T * T * (C / NH);
+    int QKV = (int)exec_qkv_rows(&m->c), FC = (int)exec_fc_rows(&m->c),
+        NKV = exec_kv_heads(&m->c), hs = C / NH, xp = exec_qkv_expands(&m->c);
     for (int l = L - 1; l >= 0; l--) {
         const float *resid = l ? ACT(l - 1, A_RES3) : GACT(G_ENCODED);
         float *dresid = l ? DACT(l - 1, A_RES3) : GDACT(G_ENCODED);
@@ -456,15 +519,21 @@ void exec_gpt_backward(exec_gpt *m)
                    m->c.bias ? grd(m, P_FCPROJB) + lc : NULL,
                    DACT(l, A_FCPROJ), ACT(l, A_FCH_GELU),
                    par(m, P_FCPROJW) + (size_t)l * C * F, N, F, C);
-        TIMED(gelu_backward, B, T, F, 0, 0, 0, 0, 0, 0, 30.0 * N * F,
-              F4 * 4.0 * N * F,
-              kern_gelu_backward(DACT(l, A_FCH), ACT(l, A_FCH),
-                                 DACT(l, A_FCH_GELU), (size_t)N * F));
-        linear_bwd(m, DACT(l, A_LN2), grd(m, P_FCW) + (size_t)l * F * C,
-                   m->c.bias ? grd(m, P_FCB) + (size_t)l * F : NULL,
+        if (m->c.swiglu)
+            TIMED(swiglu_backward, B, T, F, 0, 0, 0, 0, 0, 0, 12.0 * N * F,
+                  F4 * 5.0 * N * F,
+                  kern_swiglu_backward(DACT(l, A_FCH), ACT(l, A_FCH),
+                                       DACT(l, A_FCH_GELU), N, F));
+        else
+            TIMED(gelu_backward, B, T, F, 0, 0, 0, 0, 0, 0, 30.0 * N * F,
+                  F4 * 4.0 * N * F,
+                  kern_gelu_backward(DACT(l, A_FCH), ACT(l, A_FCH),
+                                     DACT(l, A_FCH_GELU), (size_t)N * F));
+        linear_bwd(m, DACT(l, A_LN2), grd(m, P_FCW) + (size_t)l * FC * C,
+                   m->c.bias ? grd(m, P_FCB) + (size_t)l * FC : NULL,
                    DACT(l, A_FCH), ACT(l, A_LN2),
-                   par(m, P_FCW) + (size_t)l * F * C, N, C, F);
-        ln_bwd(m, DACT(l, A_RES2), grd(m, P_LN2W) + lc, grd(m, P_LN2B) + lc,
+                   par(m, P_FCW) + (size_t)l * FC * C, N, C, FC);
+        ln_bwd(m, DACT(l, A_RES2), grd(m, P_LN2W) + lc, grd_at(m, P_LN2B, lc),
                DACT(l, A_LN2), ACT(l, A_RES2), par(m, P_LN2W) + lc,
                ACT(l, A_LN2_MEAN), ACT(l, A_LN2_RSTD));
         TIMED(residual_backward, B, T, C, 0, 0, 0, 0, 0, 0, 2.0 * NC,
@@ -479,14 +548,20 @@ void exec_gpt_backward(exec_gpt *m)
          * (probabilities have no parameter): it is the scratch. */
         TIMED(attention_backward, B, T, C, NH, 0, 0, 0, 0, 0, attn_fl,
               F4 * (7.0 * NC + 3.0 * B * NH * T * T),
-              kern_attention_backward(DACT(l, A_QKV), DACT(l, A_ATT),
-                                      DACT(l, A_ATTY), ACT(l, A_QKV),
+              kern_attention_backward(DACT(l, xp ? A_QKVX : A_QKV),
+                                      DACT(l, A_ATT), DACT(l, A_ATTY),
+                                      ACT(l, xp ? A_QKVX : A_QKV),
                                       ACT(l, A_ATT), B, T, C, NH));
-        linear_bwd(m, DACT(l, A_LN1), grd(m, P_QKVW) + (size_t)l * 3 * C * C,
-                   m->c.bias ? grd(m, P_QKVB) + 3 * lc : NULL,
+        if (xp)
+            TIMED(qkv_expand_backward, B, T, C, NH, 0, 0, 0, 0, 0,
+                  6.0 * N * C, F4 * ((double)N * QKV + 3.0 * NC),
+                  kern_qkv_expand_backward(DACT(l, A_QKV), DACT(l, A_QKVX),
+                                           B, T, NH, NKV, hs, m->c.rope));
+        linear_bwd(m, DACT(l, A_LN1), grd(m, P_QKVW) + (size_t)l * QKV * C,
+                   m->c.bias ? grd(m, P_QKVB) + (size_t)l * QKV : NULL,
                    DACT(l, A_QKV), ACT(l, A_LN1),
-                   par(m, P_QKVW) + (size_t)l * 3 * C * C, N, C, 3 * C);
-        ln_bwd(m, dresid, grd(m, P_LN1W) + lc, grd(m, P_LN1B) + lc,
+                   par(m, P_QKVW) + (size_t)l * QKV * C, N, C, QKV);
+        ln_bwd(m, dresid, grd(m, P_LN1W) + lc, grd_at(m, P_LN1B, lc),
                DACT(l, A_LN1), resid, par(m, P_LN1W) + lc,
                ACT(l, A_LN1_MEAN), ACT(l, A_LN1_RSTD));
     }

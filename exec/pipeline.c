@@ -430,7 +430,11 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                          "on one device (plan with --dp 1)", where,
                          sim_sched_name(p->sched), p->dp);
     int T = spec.seq_len > 0 ? spec.seq_len : cfg.max_pos;
-    if (T > cfg.max_pos)
+    if (T < 1)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: model %s has neither a "
+                         "sequence length nor a position table", where,
+                         p->model);
+    if (!cfg.rope && T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: sequence %d exceeds the "
                          "model's position table (%d)", where, T, cfg.max_pos);
     if (cfg.vocab < 256)

@@ -121,12 +121,13 @@ typedef struct exec_xop {
     /* Fine-tuning (prof_model_finetune): how far its backward reaches
      * (PROF_GRAD_NONE: none at all), whether its own weights train, and
      * its LoRA adapters (exec_lora_table): how many, where each one's
-     * outputs start in the op's (q, k, v of the fused projection), their
-     * width and the inputs' on this rank, whether W is row-parallel (A
+     * outputs start in the op's (q, k, v of the fused projection; gate
+     * and up of SwiGLU's), each one's width and the inputs' on this
+     * rank, whether W is row-parallel (A
      * split by rows, x A summed over the group), and the floats of x A
      * kept for the backward (N x n_lora x R). */
     int grad, train_w;
-    int n_lora, lora_col[3], lora_n, lora_k, lora_rowpar;
+    int n_lora, lora_col[3], lora_n[3], lora_k, lora_rowpar;
     size_t lora_keep_n;
 } exec_xop;
 

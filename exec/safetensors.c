@@ -1,9 +1,12 @@
-/* Hugging Face safetensors for GPT-2: an 8-byte little-endian header
- * length, a JSON header (per tensor: dtype, shape, data_offsets into the
- * data that follows), then the raw tensors. GPT-2's projections are
- * Conv1D layers whose weight is (in x out); the kernels multiply by
- * (out x in), so they are transposed on the way in. Tensors are read one
- * at a time (a 124M-parameter file is 0.5 GB). */
+/* Hugging Face safetensors for GPT-2 and Llama: an 8-byte little-endian
+ * header length, a JSON header (per tensor: dtype, shape, data_offsets
+ * into the data that follows), then the raw tensors. GPT-2's projections
+ * are Conv1D layers whose weight is (in x out); the kernels multiply by
+ * (out x in), so they are transposed on the way in. Llama's are Linear
+ * layers, (out x in) already: q, k and v are stacked into the fused
+ * projection's rows, gate and up into the MLP's. Hugging Face's Llama
+ * pairs RoPE's channels as the kernels do (i with i + hs/2). Tensors are
+ * read one at a time (a 124M-parameter file is 0.5 GB). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +54,8 @@ static int read_tensor(st_file *s, const char *name, size_t rows, size_t cols,
     if (!t) t = json_object_get(s->hdr, name);
     if (!json_is_object(t))
         return util_errf(e, UTIL_EXIT_USAGE, "%s: no tensor '%s' (is this a "
-                         "GPT-2 checkpoint?)", s->path, key);
+                         "%s checkpoint?)", s->path, key,
+                         strcmp(s->prefix, "model.") ? "GPT-2" : "Llama");
     const char *dt = json_string_value(json_object_get(t, "dtype"));
     json_t *shape = json_object_get(t, "shape");
     json_t *offs = json_object_get(t, "data_offsets");
@@ -120,6 +124,55 @@ static int read_conv(st_file *s, const char *name, size_t in, size_t out,
     return rc;
 }
 
+/* Hugging Face's LlamaForCausalLM ("model." names; lm_head alone). */
+static int load_llama(st_file *s, const exec_gpt_config *c, float *params,
+                      util_err *e)
+{
+    if (c->bias || !c->rope || !c->rmsnorm || !c->swiglu)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: Llama weights (RoPE, "
+                         "RMSNorm, SwiGLU, no biases); the model is not "
+                         "Llama's", s->path);
+    exec_tensor tt[EXEC_P_COUNT];
+    exec_gpt_param_table(c, tt);
+    size_t C = c->hidden, F = c->ffn, V = c->vocab, QKV = exec_qkv_rows(c),
+           KV = (QKV - C) / 2;
+    s->prefix = "model.";
+#define AT(t) (params + tt[t].off)
+    if (read_tensor(s, "embed_tokens.weight", V, C, AT(EXEC_P_WTE), e) ||
+        read_tensor(s, "norm.weight", C, 0, AT(EXEC_P_LNFW), e))
+        return -1;
+    for (int l = 0; l < c->layers; l++) {
+        char n[96];
+        size_t L = (size_t)l;
+#define RD(suffix, rows, cols, dst)                                          \
+    (snprintf(n, sizeof n, "layers.%d.%s", l, suffix),                       \
+     read_tensor(s, n, rows, cols, dst, e))
+        float *qkv = AT(EXEC_P_QKVW) + L * QKV * C,
+              *fc = AT(EXEC_P_FCW) + L * 2 * F * C;
+        if (RD("input_layernorm.weight", C, 0, AT(EXEC_P_LN1W) + L * C) ||
+            RD("self_attn.q_proj.weight", C, C, qkv) ||
+            RD("self_attn.k_proj.weight", KV, C, qkv + C * C) ||
+            RD("self_attn.v_proj.weight", KV, C, qkv + (C + KV) * C) ||
+            RD("self_attn.o_proj.weight", C, C,
+               AT(EXEC_P_ATTPROJW) + L * C * C) ||
+            RD("post_attention_layernorm.weight", C, 0,
+               AT(EXEC_P_LN2W) + L * C) ||
+            RD("mlp.gate_proj.weight", F, C, fc) ||
+            RD("mlp.up_proj.weight", F, C, fc + F * C) ||
+            RD("mlp.down_proj.weight", C, F, AT(EXEC_P_FCPROJW) + L * C * F))
+            return -1;
+#undef RD
+    }
+    if (!c->tied) {
+        s->prefix = "";
+        if (json_object_get(s->hdr, "lm_head.weight"))
+            return read_tensor(s, "lm_head.weight", V, C, AT(EXEC_P_LMW), e);
+        memcpy(AT(EXEC_P_LMW), AT(EXEC_P_WTE), sizeof(float) * V * C);
+    }
+#undef AT
+    return 0;
+}
+
 int exec_safetensors_load(const char *path, const exec_gpt_config *c,
                           float *params, util_err *e)
 {
@@ -127,9 +180,6 @@ int exec_safetensors_load(const char *path, const exec_gpt_config *c,
     if (*(const unsigned char *)&one != 1)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: safetensors are "
                          "little-endian; this machine is not", path);
-    if (!c->bias)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: GPT-2 weights carry "
-                         "biases; the model has none", path);
     st_file s = {.path = path, .prefix = ""};
     s.f = fopen(path, "rb");
     if (!s.f)
@@ -164,6 +214,16 @@ int exec_safetensors_load(const char *path, const exec_gpt_config *c,
         goto out;
     }
     s.data0 = 8 + (long long)hl;
+    if (json_object_get(s.hdr, "model.embed_tokens.weight")) {
+        rc = load_llama(&s, c, params, e);
+        goto out;
+    }
+    if (!c->bias || c->rope || c->rmsnorm || c->swiglu || c->kv_heads) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: GPT-2 weights (learned "
+                  "positions, LayerNorm, GELU, biases); the model is not "
+                  "GPT-2's", path);
+        goto out;
+    }
     if (json_object_get(s.hdr, "transformer.wte.weight"))
         s.prefix = "transformer.";
     exec_tensor tt[EXEC_P_COUNT];

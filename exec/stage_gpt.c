@@ -54,15 +54,17 @@ static const struct xrole {
 };
 
 /* The targets LoRA may put beside a linear role's weight matrix (q, k
- * and v: the fused projection's thirds), W's inputs k and outputs n, and
- * whether W is row-parallel under tensor parallelism (the attention's
- * output, the MLP's second linear; the others are column-parallel);
- * 0 for a role without one. */
+ * and v: the parts of the fused projection; gate and up: SwiGLU's), W's
+ * inputs k and each target's outputs n[b] (exec_lora_dims), and whether
+ * W is row-parallel under tensor parallelism (the attention's output,
+ * the MLP's second linear; the others are column-parallel); 0 for a role
+ * without one. A target's outputs start after those of the ones before
+ * it in the op's output. */
 static int lora_targets(const exec_gpt_config *c, prof_op_role role,
-                        unsigned bits[3], size_t *k, size_t *n, int *rowpar)
+                        unsigned bits[3], size_t *k, size_t n[3],
+                        int *rowpar)
 {
     int nb = 1;
-    *k = *n = (size_t)c->hidden;
     *rowpar = 0;
     switch (role) {
     case PROF_ROLE_QKV:
@@ -70,13 +72,17 @@ static int lora_targets(const exec_gpt_config *c, prof_op_role role,
         nb = 3;
         break;
     case PROF_ROLE_ATTN_OUT: bits[0] = PROF_LORA_OUT, *rowpar = 1; break;
-    case PROF_ROLE_MLP_UP: bits[0] = PROF_LORA_UP, *n = c->ffn; break;
-    case PROF_ROLE_MLP_DOWN:
-        bits[0] = PROF_LORA_DOWN, *rowpar = 1, *k = c->ffn;
+    case PROF_ROLE_MLP_UP:
+        if (c->swiglu)
+            bits[0] = PROF_LORA_GATE, bits[1] = PROF_LORA_UP, nb = 2;
+        else
+            bits[0] = PROF_LORA_UP;
         break;
+    case PROF_ROLE_MLP_DOWN: bits[0] = PROF_LORA_DOWN, *rowpar = 1; break;
     default:
         return 0;
     }
+    for (int b = 0; b < nb; b++) exec_lora_dims(c, bits[b], k, &n[b]);
     return nb;
 }
 
@@ -89,24 +95,29 @@ static void lora_geometry(const prof_model *m, const exec_gpt_config *c,
                           size_t N, int tp, exec_xop *p)
 {
     unsigned bits[3];
-    size_t k, n;
-    int rowpar, nb = lora_targets(c, p->role, bits, &k, &n, &rowpar);
+    size_t k, n[3];
+    int rowpar, nb = lora_targets(c, p->role, bits, &k, n, &rowpar), col = 0;
     p->lora_rowpar = rowpar;
     p->lora_k = (int)(rowpar ? k / tp : k);
-    p->lora_n = (int)(rowpar ? n : n / tp);
-    for (int b = 0; b < nb; b++)
-        if (exec_lora_index(c, &m->ft, p->layer, bits[b]) >= 0)
-            p->lora_col[p->n_lora++] = b * p->lora_n;
+    for (int b = 0; b < nb; b++) {
+        int nl = (int)(rowpar ? n[b] : n[b] / tp);
+        if (exec_lora_index(c, &m->ft, p->layer, bits[b]) >= 0) {
+            p->lora_col[p->n_lora] = col;
+            p->lora_n[p->n_lora++] = nl;
+        }
+        col += nl;
+    }
     p->lora_keep_n = N * (size_t)p->n_lora * (size_t)m->ft.rank;
 }
 
 int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                     int T, int tp, exec_xop **out, util_err *e)
 {
-    if (c->heads % tp || c->ffn % tp)
+    if (c->heads % tp || c->ffn % tp || exec_kv_heads(c) % tp)
         return util_errf(e, UTIL_EXIT_USAGE,
-                         "tensor parallelism %d must divide the heads (%d) "
-                         "and the MLP width (%d)", tp, c->heads, c->ffn);
+                         "tensor parallelism %d must divide the heads (%d), "
+                         "the key and value heads (%d) and the MLP width "
+                         "(%d)", tp, c->heads, exec_kv_heads(c), c->ffn);
     size_t N = (size_t)mbs * T, C = c->hidden;
     const size_t sz[] = {
         [SZ_0] = 0, [SZ_N] = N, [SZ_2N] = 2 * N, [SZ_NC] = N * C,
@@ -133,6 +144,8 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
         for (int k = 0; k < p->n_in; k++) p->in[k] = o->in[k];
         p->out_n = sz[r->out];
         p->aux_n = sz[r->aux];
+        /* SwiGLU's up projection holds the gate's columns and the up's */
+        if (o->role == PROF_ROLE_MLP_UP && c->swiglu) p->out_n *= 2;
         p->grad = o->grad;
         p->train_w = r->w && o->grad == PROF_GRAD_TRAIN;
         lora_geometry(m, c, N, tp, p);
@@ -229,9 +242,9 @@ static void add_lora(slices *v, const prof_model *m,
                      int replica)
 {
     unsigned bits[3];
-    size_t k, n;
-    int rowpar, nb = lora_targets(c, m->ops[i].role, bits, &k, &n, &rowpar);
-    size_t R = (size_t)m->ft.rank, kl = k / tp, nl = n / tp;
+    size_t k, nn[3];
+    int rowpar, nb = lora_targets(c, m->ops[i].role, bits, &k, nn, &rowpar);
+    size_t R = (size_t)m->ft.rank, kl = k / tp;
     int rep0 = replica == 0, one = rep0 && r == 0;
     int was = v->frozen;
     v->frozen = 0;              /* adapters train */
@@ -239,6 +252,7 @@ static void add_lora(slices *v, const prof_model *m,
         int a = exec_lora_index(c, &m->ft, gpt_layer(m, i, c->layers),
                                 bits[b]);
         if (a < 0) continue;
+        size_t n = nn[b], nl = n / tp;
         if (rowpar) {
             add_slice(v, 2 * a, 0, R, r * kl, kl, k, 1, rep0, 0, rep0);
             add_slice(v, 2 * a + 1, 0, R, 0, n, n, 1, one, 0, one);
@@ -259,6 +273,12 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
     size_t C = c->hidden, Cl = C / tp, F = c->ffn, Fl = F / tp;
     size_t V = c->vocab, Vl = (size_t)exec_vocab_shard(c->vocab, tp);
     size_t P = c->max_pos, Vr = vocab_rows(V, Vl, r);
+    /* a layer's q | k | v rows and this rank's of each (its heads), its
+     * MLP up rows (SwiGLU: gate, then up) */
+    size_t QKV = exec_qkv_rows(c), KV = (QKV - C) / 2, KVl = KV / tp,
+           FC = exec_fc_rows(c);
+    size_t qkv0[3] = {r * Cl, C + r * KVl, C + KV + r * KVl},
+           qkvn[3] = {Cl, KVl, KVl};
     int rep0 = replica == 0, one = rep0 && r == 0;
     slices v = {0};
     int have_wte = 0;
@@ -275,24 +295,26 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             add_slice(&v, EXEC_P_WTE, r * Vl, Vr, 0, C, C, 1, rep0,
                       c->tied, rep0);
             pad(&v, (Vl - Vr) * C);
-            add_slice(&v, EXEC_P_WPE, 0, P, 0, C, C, 1, one, 0, one);
+            if (!c->rope)
+                add_slice(&v, EXEC_P_WPE, 0, P, 0, C, C, 1, one, 0, one);
             have_wte = 1;
             break;
         case PROF_ROLE_NORM: {
             int t = norm_tensor(m, i);
             size_t row = t == EXEC_P_LNFW ? 0 : L;
             add_slice(&v, t, row, 1, 0, C, C, 0, one, 0, one);
-            add_slice(&v, t + 1, row, 1, 0, C, C, 0, one, 0, one);
+            if (!c->rmsnorm)
+                add_slice(&v, t + 1, row, 1, 0, C, C, 0, one, 0, one);
             break;
         }
         case PROF_ROLE_QKV:
             for (int k = 0; k < 3; k++)
-                add_slice(&v, EXEC_P_QKVW, L * 3 * C + k * C + r * Cl, Cl, 0,
-                          C, C, 1, rep0, 0, rep0);
+                add_slice(&v, EXEC_P_QKVW, L * QKV + qkv0[k], qkvn[k], 0, C,
+                          C, 1, rep0, 0, rep0);
             if (c->bias)
                 for (int k = 0; k < 3; k++)
-                    add_slice(&v, EXEC_P_QKVB, L * 3 * C + k * C + r * Cl, Cl,
-                              0, 1, 1, 0, rep0, 0, rep0);
+                    add_slice(&v, EXEC_P_QKVB, L * QKV + qkv0[k], qkvn[k], 0,
+                              1, 1, 0, rep0, 0, rep0);
             add_lora(&v, m, c, i, tp, r, replica);
             break;
         case PROF_ROLE_ATTN_OUT:
@@ -304,11 +326,14 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             add_lora(&v, m, c, i, tp, r, replica);
             break;
         case PROF_ROLE_MLP_UP:
-            add_slice(&v, EXEC_P_FCW, L * F + r * Fl, Fl, 0, C, C, 1, rep0, 0,
-                      rep0);
+            /* SwiGLU: the rank's gate rows, then its up rows */
+            for (size_t h = 0; h < FC / F; h++)
+                add_slice(&v, EXEC_P_FCW, L * FC + h * F + r * Fl, Fl, 0, C,
+                          C, 1, rep0, 0, rep0);
             if (c->bias)
-                add_slice(&v, EXEC_P_FCB, L * F + r * Fl, Fl, 0, 1, 1, 0, rep0,
-                          0, rep0);
+                for (size_t h = 0; h < FC / F; h++)
+                    add_slice(&v, EXEC_P_FCB, L * FC + h * F + r * Fl, Fl, 0,
+                              1, 1, 0, rep0, 0, rep0);
             add_lora(&v, m, c, i, tp, r, replica);
             break;
         case PROF_ROLE_MLP_DOWN:
@@ -482,17 +507,21 @@ static void op_slices(const exec_runtime *rt, const exec_stage *st, int op,
     size_t C = rt->cfg.hidden;
     for (int k = 0; k < st->n_sl; k++) {
         const exec_slice *s = &st->sl[k];
-        int layer_ok = !s->lora;
+        /* an adapter's tensor is its index in the LoRA arena, not a
+         * model tensor: a model without biases would take an adapter
+         * for one */
+        if (s->lora) continue;
+        int layer_ok = 1;
         switch (s->tensor) {
         case EXEC_P_QKVW: case EXEC_P_QKVB:
-            layer_ok = (int)(s->row0 / (3 * C)) == l;
+            layer_ok = (int)(s->row0 / exec_qkv_rows(&rt->cfg)) == l;
             break;
         case EXEC_P_ATTPROJW: case EXEC_P_ATTPROJB:
         case EXEC_P_FCPROJW: case EXEC_P_FCPROJB:
             layer_ok = (int)(s->row0 / C) == l;
             break;
         case EXEC_P_FCW: case EXEC_P_FCB:
-            layer_ok = (int)(s->row0 / rt->cfg.ffn) == l;
+            layer_ok = (int)(s->row0 / exec_fc_rows(&rt->cfg)) == l;
             break;
         case EXEC_P_LN1W: case EXEC_P_LN1B: case EXEC_P_LN2W:
         case EXEC_P_LN2B:
@@ -561,6 +590,9 @@ static oparams op_params(const exec_worker *w, const exec_stage *st,
 /* The sizes one tensor-parallel rank works with (kernels.h's letters). */
 typedef struct dims {
     int tp, B, T, N, C, Cl, NHl, Fl, Vl;
+    int KVl, hs, QKVl, xp;  /* key and value heads; a head's width; the
+                             * q | k | v projection's outputs; whether
+                             * qkv_expand reads them (RoPE, GQA) */
 } dims;
 
 static dims dims_of(const exec_runtime *rt)
@@ -572,6 +604,10 @@ static dims dims_of(const exec_runtime *rt)
     d.NHl = c->heads / d.tp;
     d.Fl = c->ffn / d.tp;
     d.Vl = exec_vocab_shard(c->vocab, d.tp);
+    d.KVl = exec_kv_heads(c) / d.tp;
+    d.hs = c->hidden / c->heads;
+    d.QKVl = (d.NHl + 2 * d.KVl) * d.hs;
+    d.xp = exec_qkv_expands(c);
     return d;
 }
 
@@ -648,8 +684,10 @@ static int lora_forward(exec_worker *w, exec_rec *r, int i, const exec_xop *x,
     if (!x->n_lora) return 0;
     exec_runtime *rt = w->rt;
     const kern_table *K = rt->be->k;
-    int N = rt->mbs * rt->T, R = rt->model->ft.rank, n = x->lora_n;
+    int N = rt->mbs * rt->T, R = rt->model->ft.rank, wide = 0;
     size_t NR = (size_t)N * R;
+    for (int a = 0; a < x->n_lora; a++)
+        if (x->lora_n[a] != OC) wide = wide > x->lora_n[a] ? wide : x->lora_n[a];
     float *xa = newbuf(w, &r->xa[i], x->lora_keep_n, 0, "LoRA's x A", e);
     if (!xa) return -1;
     for (int a = 0; a < x->n_lora; a++)
@@ -659,16 +697,17 @@ static int lora_forward(exec_worker *w, exec_rec *r, int i, const exec_xop *x,
         tp_sum(w, xa, x->lora_keep_n, tp_ns, e))
         return -1;
     if (x->lora_rowpar && w->rank) return 0;
-    exec_buf *s = n == OC ? NULL
-                : scratch(w, (size_t)N * n, "LoRA's output", e);
-    if (n != OC && !s) return -1;
+    exec_buf *s = !wide ? NULL
+                : scratch(w, (size_t)N * wide, "LoRA's output", e);
+    if (wide && !s) return -1;
     for (int a = 0; a < x->n_lora; a++) {
         /* += (x A) B: the input-gradient GEMM adds, with B as W */
-        float *y = s ? s->p : out;
-        if (s) cols_copy(w, y, out, OC, x->lora_col[a], n, 1);
+        int n = x->lora_n[a], part = n != OC;
+        float *y = part ? s->p : out;
+        if (part) cols_copy(w, y, out, OC, x->lora_col[a], n, 1);
         EXEC_KERN(w, K->linear_backward_input(y, xa + a * NR, p->lb[a], N, n,
                                               R));
-        if (s) cols_copy(w, y, out, OC, x->lora_col[a], n, 0);
+        if (part) cols_copy(w, y, out, OC, x->lora_col[a], n, 0);
     }
     exec_buf_unref(s);
     return 0;
@@ -690,20 +729,21 @@ static int lora_backward(exec_worker *w, exec_rec *r, int i,
     if (!x->n_lora) return 0;
     exec_runtime *rt = w->rt;
     const kern_table *K = rt->be->k;
-    int N = rt->mbs * rt->T, R = rt->model->ft.rank, n = x->lora_n,
-        k = x->lora_k;
+    int N = rt->mbs * rt->T, R = rt->model->ft.rank, k = x->lora_k, wide = 0;
     size_t NR = (size_t)N * R;
+    for (int a = 0; a < x->n_lora; a++)
+        if (x->lora_n[a] != OC) wide = wide > x->lora_n[a] ? wide : x->lora_n[a];
     const float *xa = exec_view_p(&r->xa[i]);
     if (weight_part && !xa)
         return util_errf(e, UTIL_EXIT_FAIL, "LoRA's x A was not kept for "
                          "its weight gradients");
-    exec_buf *s = scratch(w, NR + (n == OC ? 0 : (size_t)N * n),
-                          "LoRA's gradients", e);
+    exec_buf *s = scratch(w, NR + (size_t)N * wide, "LoRA's gradients", e);
     if (!s) return -1;
     float *dxa = s->p, *dya = s->p + NR;
     int rc = 0;
     for (int a = 0; a < x->n_lora && !rc; a++) {
         const float *g = dy;
+        int n = x->lora_n[a];
         if (n != OC) {
             cols_copy(w, dya, dy, OC, x->lora_col[a], n, 1);
             g = dya;
@@ -756,18 +796,32 @@ int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
             EXEC_KERN(w, K->embed_shard_forward(out, tok, p.w, w->rank * Vl,
                                                 Vl, N, C));
             if (tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
-            EXEC_KERN(w, K->embed_pos_forward(out, p.b, B, T, C));
+            if (p.b) EXEC_KERN(w, K->embed_pos_forward(out, p.b, B, T, C));
         }
         break;
     case PROF_ROLE_NORM:
-        EXEC_KERN(w, K->layernorm_forward(out, aux, aux + N, in0, p.w, p.b,
-                                          N, C));
+        if (c->rmsnorm)
+            EXEC_KERN(w, K->rmsnorm_forward(out, aux, in0, p.w, N, C));
+        else
+            EXEC_KERN(w, K->layernorm_forward(out, aux, aux + N, in0, p.w,
+                                              p.b, N, C));
         break;
-    case PROF_ROLE_QKV:
-        EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, 3 * Cl));
-        if (lora_forward(w, r, i, x, &p, in0, out, 3 * Cl, tp_ns, e))
-            return -1;
+    case PROF_ROLE_QKV: {
+        /* RoPE or shared key and value heads: the projection's outputs
+         * are a scratch the expansion reads */
+        exec_buf *raw = d.xp ? scratch(w, (size_t)N * d.QKVl, "the q, k "
+                                       "and v projection", e) : NULL;
+        if (d.xp && !raw) return -1;
+        float *y = raw ? raw->p : out;
+        EXEC_KERN(w, K->linear_forward(y, in0, p.w, p.b, N, C, d.QKVl));
+        int rc = lora_forward(w, r, i, x, &p, in0, y, d.QKVl, tp_ns, e);
+        if (!rc && raw)
+            EXEC_KERN(w, K->qkv_expand_forward(out, y, B, T, NHl, d.KVl, d.hs,
+                                               c->rope));
+        exec_buf_unref(raw);
+        if (rc) return -1;
         break;
+    }
     case PROF_ROLE_ATTN_SCORES:
         EXEC_KERN(w, K->attn_scores_forward(out, in0, B, T, Cl, NHl));
         break;
@@ -790,12 +844,17 @@ int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     case PROF_ROLE_RESIDUAL:
         EXEC_KERN(w, K->residual_forward(out, in0, in1, (size_t)N * C));
         break;
-    case PROF_ROLE_MLP_UP:
-        EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, Fl));
-        if (lora_forward(w, r, i, x, &p, in0, out, Fl, tp_ns, e)) return -1;
+    case PROF_ROLE_MLP_UP: {
+        int OC = c->swiglu ? 2 * Fl : Fl;
+        EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, OC));
+        if (lora_forward(w, r, i, x, &p, in0, out, OC, tp_ns, e)) return -1;
         break;
+    }
     case PROF_ROLE_MLP_ACT:
-        EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)N * Fl));
+        if (c->swiglu)
+            EXEC_KERN(w, K->swiglu_forward(out, in0, N, Fl));
+        else
+            EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)N * Fl));
         break;
     case PROF_ROLE_LM_HEAD:
         EXEC_KERN(w, K->linear_forward(out, in0, p.w, NULL, N, C, Vl));
@@ -862,6 +921,15 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                                                  w->rank * Vl, Vl, B, T, C));
         break;
     case PROF_ROLE_NORM:
+        if (c->rmsnorm) {
+            if (input_part)
+                EXEC_KERN(w, K->rmsnorm_backward_input(d0, dout, in0, p.w, aux,
+                                                       N, C));
+            if (base_w)
+                EXEC_KERN(w, K->rmsnorm_backward_weight(p.gw, dout, in0, aux,
+                                                        N, C));
+            break;
+        }
         if (input_part)
             EXEC_KERN(w, K->layernorm_backward_input(d0, dout, in0, p.w, aux,
                                                      aux + N, N, C));
@@ -873,39 +941,53 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     case PROF_ROLE_MLP_UP:
     case PROF_ROLE_LM_HEAD: {
         /* column-parallel: the input gradient is summed over the group */
-        int OC = x->role == PROF_ROLE_QKV ? 3 * Cl
-               : x->role == PROF_ROLE_MLP_UP ? Fl : Vl;
+        int OC = x->role == PROF_ROLE_QKV ? d.QKVl
+               : x->role == PROF_ROLE_MLP_UP ? (c->swiglu ? 2 * Fl : Fl) : Vl;
+        /* behind qkv_expand the projection's gradient is the expansion's
+         * input gradient, made again by each part that reads it (a weight
+         * pass apart from the input pass keeps the expanded one) */
+        exec_buf *dg = NULL;
+        if (x->role == PROF_ROLE_QKV && d.xp) {
+            if (!(dg = scratch(w, (size_t)N * d.QKVl, "the q, k and v "
+                               "projection's gradient", e)))
+                return -1;
+            EXEC_KERN(w, K->qkv_expand_backward(dg->p, dout, B, T, NHl, d.KVl,
+                                                d.hs, c->rope));
+            dout = dg->p;
+        }
+        int rc = 0;
         if (input_part) {
             if (tp == 1) {
                 EXEC_KERN(w, K->linear_backward_input(d0, dout, p.w, N, C,
                                                       OC));
-                if (lora_backward(w, r, i, x, &p, in0, dout, OC, d0,
-                                  weight_part, tp_ns, e))
-                    return -1;
+                rc = lora_backward(w, r, i, x, &p, in0, dout, OC, d0,
+                                   weight_part, tp_ns, e);
             } else {
                 exec_buf *tmp = scratch(w, (size_t)N * C, "an input "
                                         "gradient", e);
-                if (!tmp) return -1;
-                EXEC_KERN(w, K->linear_backward_input(tmp->p, dout, p.w, N, C,
-                                                      OC));
+                if (!tmp) rc = -1;
+                if (!rc)
+                    EXEC_KERN(w, K->linear_backward_input(tmp->p, dout, p.w, N,
+                                                          C, OC));
                 /* the adapters' part of this rank's sum, before it */
-                int rc = lora_backward(w, r, i, x, &p, in0, dout, OC, tmp->p,
+                if (!rc)
+                    rc = lora_backward(w, r, i, x, &p, in0, dout, OC, tmp->p,
                                        weight_part, tp_ns, e);
                 if (!rc) rc = tp_sum(w, tmp->p, (size_t)N * C, tp_ns, e);
                 if (!rc)
                     EXEC_KERN(w, K->accumulate(d0, tmp->p, (size_t)N * C));
                 exec_buf_unref(tmp);
-                if (rc) return -1;
             }
-        } else if (weight_part &&
-                   lora_backward(w, r, i, x, &p, in0, dout, OC, NULL, 1,
-                                 tp_ns, e)) {
-            return -1;
+        } else if (weight_part) {
+            rc = lora_backward(w, r, i, x, &p, in0, dout, OC, NULL, 1, tp_ns,
+                               e);
         }
-        if (base_w)
+        if (!rc && base_w)
             EXEC_KERN(w, K->linear_backward_weight(
                              p.gw, x->role == PROF_ROLE_LM_HEAD ? NULL : p.gb,
                              dout, in0, N, C, OC));
+        exec_buf_unref(dg);
+        if (rc) return -1;
         break;
     }
     case PROF_ROLE_ATTN_OUT:
@@ -942,7 +1024,9 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
             EXEC_KERN(w, K->residual_backward(d0, d1, dout, (size_t)N * C));
         break;
     case PROF_ROLE_MLP_ACT:
-        if (input_part)
+        if (input_part && c->swiglu)
+            EXEC_KERN(w, K->swiglu_backward(d0, in0, dout, N, Fl));
+        else if (input_part)
             EXEC_KERN(w, K->gelu_backward(d0, in0, dout, (size_t)N * Fl));
         break;
     case PROF_ROLE_LOSS:

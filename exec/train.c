@@ -117,7 +117,11 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
     }
     if (!B) B = 16;
     if (!T) T = cfg.max_pos;
-    if (T > cfg.max_pos)
+    if (!T)
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "the model has no position table to take its "
+                         "sequence length from: give --seq");
+    if (!cfg.rope && T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "sequence length %d exceeds the model's position "
                          "table (%d)",
@@ -179,12 +183,17 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
     FILE *out = o->out ? o->out : stdout;
     FILE *hu = o->json ? NULL : out; /* human lines, off with --json */
     json_t *jsteps = json_array();
-    char pc[32], mb[32];
+    char pc[32], mb[32], kind[96] = "";
+    if (cfg.rope || cfg.rmsnorm || cfg.swiglu || cfg.kv_heads)
+        snprintf(kind, sizeof kind, "; %s, %s, %s, %d key/value heads",
+                 cfg.rope ? "RoPE" : "learned positions",
+                 cfg.rmsnorm ? "RMSNorm" : "LayerNorm",
+                 cfg.swiglu ? "SwiGLU" : "GELU", exec_kv_heads(&cfg));
     say(hu,
             "model %s: %s parameters (hidden %d, layers %d, heads %d, ffn %d, "
-            "vocab %d), %s to train\n",
+            "vocab %d%s), %s to train\n",
             o->model, util_fmt_count((double)need.params, pc, sizeof pc),
-            cfg.hidden, cfg.layers, cfg.heads, cfg.ffn, cfg.vocab,
+            cfg.hidden, cfg.layers, cfg.heads, cfg.ffn, cfg.vocab, kind,
             util_fmt_bytes(need.total_bytes, mb, sizeof mb));
     if (o->note[0]) say(hu, "%s\n", o->note);
     say(hu,

@@ -3,7 +3,12 @@
  * and value heads. Plain loops split over the pool's threads; each part
  * writes rows (or, for the norm's weight gradient, channels) of its own,
  * and every sum runs in one fixed order, so results do not depend on the
- * thread count. */
+ * thread count. Optimised as the row kernels are (ops_cpu_eltwise.c):
+ * O3 and finite math, no reassociation. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3", "finite-math-only", "no-signed-zeros", \
+                     "no-math-errno", "no-trapping-math")
+#endif
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -131,18 +136,26 @@ void kern_swiglu_backward(float *dinp, const float *inp, const float *dout,
 
 /* ---------------------------------------------------- q | k | v, RoPE */
 
-/* Rotates the head at x (hs channels) by position t, into y: channel i
- * paired with i + hs/2. back: the transpose (the gradient's rotation). */
-static void rope_head(float *y, const float *x, int t, int hs, int back)
+/* cos and sin of a position's angles, pair by pair (sin negated: back,
+ * the transpose, the gradient's rotation). */
+static void rope_row(float *c, float *s, int t, int hs, int back)
+{
+    for (int i = 0; i < hs / 2; i++) {
+        kern_rope_cs(t, i, hs, &c[i], &s[i]);
+        if (back) s[i] = -s[i];
+    }
+}
+
+/* Rotates the head at x (hs channels) into y: channel i paired with
+ * i + hs/2, by the angles of rope_row. */
+static void rope_head(float *y, const float *x, const float *c,
+                      const float *s, int hs)
 {
     int h2 = hs / 2;
     for (int i = 0; i < h2; i++) {
-        float c, s;
-        kern_rope_cs(t, i, hs, &c, &s);
-        if (back) s = -s;
         float x1 = x[i], x2 = x[i + h2];
-        y[i] = x1 * c - x2 * s;
-        y[i + h2] = x2 * c + x1 * s;
+        y[i] = x1 * c[i] - x2 * s[i];
+        y[i + h2] = x2 * c[i] + x1 * s[i];
     }
 }
 
@@ -152,18 +165,20 @@ static void expand_fwd_part(void *p, int part, int np)
     KERN_SPLIT(a->N, part, np, lo, hi);
     int NH = a->NH, NKV = a->OC, hs = a->C, rope = a->V, grp = NH / NKV;
     size_t Q = (size_t)NH * hs, K = (size_t)NKV * hs;
+    float cs[KERN_HEAD_MAX / 2], sn[KERN_HEAD_MAX / 2];
     for (size_t r = lo; r < hi; r++) {
         const float *x = a->in + r * (Q + 2 * K);
         float *o = a->out + r * 3 * Q;
         int t = (int)(r % (size_t)a->T);
+        if (rope) rope_row(cs, sn, t, hs, 0);
         for (int h = 0; h < NH; h++) {
             const float *q = x + (size_t)h * hs,
                         *k = x + Q + (size_t)(h / grp) * hs,
                         *v = x + Q + K + (size_t)(h / grp) * hs;
             float *oq = o + (size_t)h * hs, *ok = oq + Q, *ov = ok + Q;
             if (rope) {
-                rope_head(oq, q, t, hs, 0);
-                rope_head(ok, k, t, hs, 0);
+                rope_head(oq, q, cs, sn, hs);
+                rope_head(ok, k, cs, sn, hs);
             } else {
                 for (int i = 0; i < hs; i++) oq[i] = q[i], ok[i] = k[i];
             }
@@ -187,15 +202,17 @@ static void expand_bwd_part(void *p, int part, int np)
     int NH = a->NH, NKV = a->OC, hs = a->C, rope = a->V, grp = NH / NKV;
     size_t Q = (size_t)NH * hs, K = (size_t)NKV * hs;
     float sk[KERN_HEAD_MAX], rot[KERN_HEAD_MAX], sv[KERN_HEAD_MAX];
+    float cs[KERN_HEAD_MAX / 2], sn[KERN_HEAD_MAX / 2];
     for (size_t r = lo; r < hi; r++) {
         const float *d = a->in + r * 3 * Q;
         float *x = a->out + r * (Q + 2 * K);
         int t = (int)(r % (size_t)a->T);
+        if (rope) rope_row(cs, sn, t, hs, 1);
         for (int h = 0; h < NH; h++) {
             const float *dq = d + (size_t)h * hs;
             float *xq = x + (size_t)h * hs;
             if (rope) {
-                rope_head(rot, dq, t, hs, 1);
+                rope_head(rot, dq, cs, sn, hs);
                 dq = rot;
             }
             for (int i = 0; i < hs; i++) xq[i] += dq[i];
@@ -208,7 +225,7 @@ static void expand_bwd_part(void *p, int part, int np)
             }
             const float *k = sk;
             if (rope) {
-                rope_head(rot, sk, t, hs, 1);
+                rope_head(rot, sk, cs, sn, hs);
                 k = rot;
             }
             float *xk = x + Q + (size_t)g * hs, *xv = xk + K;

@@ -513,3 +513,20 @@ Test(exec_lora, fine_tunes_hugging_face_weights)
     exec_pipe_result_free(&lora);
     sim_plan_free(&p);
 }
+
+/* Llama's blocks: adapters on every target (SwiGLU's gate and up, the
+ * key and value heads' narrower k and v) train the single device's
+ * adapters in pipelines, zero-bubble and tensor-parallel layouts, and the
+ * base keeps its bits. */
+Test(exec_lora, llama_every_target_in_every_layout)
+{
+    const pspec cases[] = {
+        {"tests/data/exec/llama-pico.json", SIM_SCHED_1F1B, 2, 1, 1, 2, 4, 0,
+         0},
+        {"tests/data/exec/llama-pico.json", SIM_SCHED_ZBH1, 2, 1, 1, 2, 4, 0,
+         0},
+        {"tests/data/exec/llama-pico.json", SIM_SCHED_1F1B, 2, 1, 2, 2, 4,
+         SIM_RC_FULL, 0},
+    };
+    check_layouts("lora:4:all", cases, 3);
+}

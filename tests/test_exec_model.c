@@ -116,16 +116,37 @@ Test(exec_model, config_from_spec_rejects_what_it_cannot_train)
 {
     prof_model_spec s;
     memset(&s, 0, sizeof s);
-    s.family = PROF_FAM_LLAMA;
+    s.family = PROF_FAM_T5;
     s.hidden = 64; s.layers = 2; s.heads = 4; s.ffn = 128; s.vocab = 256;
-    s.max_pos = 32; s.rmsnorm = 1; s.gated_mlp = 1;
+    s.max_pos = 32;
     exec_gpt_config c;
     util_err e;
     cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), -1);
     cr_assert_eq(e.code, 2);
-    cr_assert(strstr(e.msg, "x.json") && strstr(e.msg, "llama"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "x.json") && strstr(e.msg, "t5"), "%s", e.msg);
+    /* Llama's choices train; a gated GELU (T5 v1.1's) does not */
+    s.family = PROF_FAM_LLAMA;
+    s.rmsnorm = s.gated_mlp = 1;
+    s.act = PROF_ACT_GELU;
+    cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), -1);
+    cr_assert(strstr(e.msg, "SwiGLU"), "%s", e.msg);
+    s.act = PROF_ACT_SILU;
+    s.max_pos = 0;
+    s.kv_heads = 3;
+    cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), -1);
+    cr_assert(strstr(e.msg, "key and value heads (3) must divide heads (4)"),
+              "%s", e.msg);
+    s.kv_heads = 2;
+    cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), 0, "%s",
+                 e.msg);
+    cr_assert(c.rope && c.rmsnorm && c.swiglu && c.kv_heads == 2 &&
+              c.max_pos == 0);
+    cr_assert_eq(exec_qkv_rows(&c), 64 + 2 * 2 * 16);
+    cr_assert_eq(exec_fc_rows(&c), 256);
     s.family = PROF_FAM_GPT;
-    s.rmsnorm = s.gated_mlp = 0;
+    s.rmsnorm = s.gated_mlp = s.kv_heads = 0;
+    s.act = PROF_ACT_GELU;
+    s.max_pos = 32;
     s.heads = 5;
     cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), -1);
     cr_assert(strstr(e.msg, "divide"), "%s", e.msg);
@@ -135,4 +156,5 @@ Test(exec_model, config_from_spec_rejects_what_it_cannot_train)
     cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), 0);
     cr_assert_eq(c.hidden, 64);
     cr_assert_eq(c.tied, 1);
+    cr_assert(!c.rope && !c.rmsnorm && !c.swiglu && !exec_qkv_expands(&c));
 }

@@ -487,3 +487,53 @@ Test(exec_init, runs_start_from_weights_and_save_for_any_reader)
     exec_pipe_result_free(&r);
     sim_plan_free(&p);
 }
+
+/* Llama's decoder (RoPE, RMSNorm, SwiGLU, grouped key and value heads):
+ * every kind of schedule, data and tensor parallelism (the rank's query
+ * heads with their key and value heads, gate and up columns) end with
+ * the reference's weights, and with one microbatch and an untied head
+ * its bits. */
+#define LLAMA "tests/data/exec/llama-pico.json"
+#define LLAMA_MHA "tests/data/exec/llama-pico-mha.json"
+
+Test(exec_pipe, llama_equals_the_reference)
+{
+    const pspec cases[] = {
+        {LLAMA, SIM_SCHED_GPIPE, 2, 1, 1, 2, 4, 1, 0},
+        {LLAMA, SIM_SCHED_1F1B, 3, 1, 1, 2, 4, SIM_RC_SELECTIVE, 0},
+        {LLAMA, SIM_SCHED_ZBH1, 2, 1, 1, 2, 4, 0, 0},
+        {LLAMA, SIM_SCHED_INTERLEAVED, 2, 1, 1, 2, 4, 0, 4},
+        {LLAMA, SIM_SCHED_ZBV, 2, 1, 1, 2, 4, 0, 4},
+        {LLAMA, SIM_SCHED_DUALPIPEV, 2, 1, 1, 2, 4, 0, 4},
+        {LLAMA, SIM_SCHED_MIXED_1F1B, 2, 1, 1, 2, 4, 0, 5},
+        {LLAMA, SIM_SCHED_1F1B, 2, 1, 2, 2, 4, 0, 0},
+        {LLAMA, SIM_SCHED_ZBV, 2, 2, 2, 1, 4, 0, 4},
+        {LLAMA_MHA, SIM_SCHED_1F1B, 2, 2, 2, 1, 4, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_sync(&cases[i], 1.0f);
+}
+
+Test(exec_pipe, llama_one_microbatch_is_bit_identical)
+{
+    const pspec cases[] = {
+        {LLAMA, SIM_SCHED_1F1B, 2, 1, 1, 8, 1, 0, 0},
+        {LLAMA, SIM_SCHED_ZBH1, 3, 1, 1, 8, 1, 1, 0},
+        {LLAMA, SIM_SCHED_INTERLEAVED, 2, 1, 1, 8, 1, 0, 6},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sim_plan p;
+        pipe_plan(&cases[i], &p);
+        exec_pipe_result r;
+        pipe_run(&p, 3, 0, &r);
+        size_t P;
+        float *ref = pipe_reference(cases[i].model, r.B, 3, 0, &P);
+        cr_assert_eq(P, r.n_params);
+        cr_expect(!memcmp(ref, r.params, P * sizeof *ref), "%s %s: weights "
+                  "differ from the reference's", cases[i].model,
+                  sim_sched_name(p.sched));
+        free(ref);
+        exec_pipe_result_free(&r);
+        sim_plan_free(&p);
+    }
+}

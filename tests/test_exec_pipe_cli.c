@@ -490,7 +490,8 @@ Test(exec_cli_pipe, bad_plans_say_why)
     r = cli_run("exec --plan %s/tp.json --steps 2", dir);
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "tp.json: tensor parallelism 4 must divide the "
-                     "heads (4) and the MLP width (66)"), "%s", r.err);
+                     "heads (4), the key and value heads (4) and the MLP "
+                     "width (66)"), "%s", r.err);
     cli_result_free(&r);
     /* TF32 is a GPU's math: refused on the cores before anything runs */
     r = cli_run("exec --plan %s/p.json --steps 2 --tf32", dir);

@@ -383,3 +383,16 @@ Test(exec_zero, what_is_not_run_is_refused)
     }
     test_rm_rf(dir);
 }
+
+/* Llama's decoder sharded as GPT's: ZeRO-3 with one microbatch is the
+ * unsharded run's bits; ZeRO-1 with tensor parallelism (a rank's query,
+ * key and value heads, gate and up rows) the all-reduce's. */
+Test(exec_zero, llama)
+{
+    vs_unsharded("--hw 'cpu x4' --model tests/data/exec/llama-pico.json "
+                 "--schedule 1f1b --pp 2 --dp 2 --mbs 4 --microbatches 1", 3,
+                 -1);
+    vs_unsharded("--hw 'cpu x4' --model tests/data/exec/llama-pico.json "
+                 "--schedule 1f1b --pp 1 --dp 2 --tp 2 --mbs 2 "
+                 "--microbatches 2", 1, -1);
+}
