@@ -394,6 +394,58 @@ Test(exec_init, hugging_face_gpt2_computes_what_transformers_does)
     free(w);
 }
 
+/* A Llama saved by Hugging Face (tests/data/hf/llama-tiny/gen.py: RoPE,
+ * RMSNorm, SwiGLU, two query heads per key and value head, an untied
+ * head): its weights give the loss and logits transformers' own
+ * LlamaForCausalLM gives on the same tokens. */
+Test(exec_init, hugging_face_llama_computes_what_transformers_does)
+{
+#define HFL "tests/data/hf/llama-tiny/"
+    util_err e;
+    prof_model_spec spec;
+    cr_assert_eq(prof_model_spec_get(HFL "config.json", &spec, &e), 0, "%s",
+                 e.msg);
+    exec_gpt_config c;
+    cr_assert_eq(exec_gpt_config_from_spec(&spec, &c, "llama-tiny", &e), 0,
+                 "%s", e.msg);
+    cr_assert(c.rope && c.rmsnorm && c.swiglu && c.kv_heads == 2 && !c.tied);
+    exec_tensor tt[EXEC_P_COUNT];
+    size_t P = exec_gpt_param_table(&c, tt);
+    exec_gpt *m = exec_gpt_new(&c, 1, 32, 1);
+    cr_assert_eq(exec_safetensors_load(HFL "model.safetensors", &c,
+                                       exec_gpt_params(m), &e), 0, "%s",
+                 e.msg);
+    (void)P;
+    json_error_t je;
+    json_t *x = json_load_file(HFL "expected.json", 0, &je);
+    cr_assert_not_null(x, "%s", je.text);
+    const char *text = json_string_value(json_object_get(x, "text"));
+    double want = json_number_value(json_object_get(x, "loss_32"));
+    cr_assert_geq(strlen(text), 33);
+    int tok[32], tgt[32];
+    for (int i = 0; i < 32; i++) {
+        tok[i] = (unsigned char)text[i];
+        tgt[i] = (unsigned char)text[i + 1];
+    }
+    double got = exec_gpt_forward(m, tok, tgt);
+    cr_expect(fabs(got - want) <= 1e-6 * want, "loss %.7f, transformers "
+              "%.7f", got, want);
+    /* GPT-2's loader refuses them, and Llama's refuses GPT-2's model */
+    exec_gpt_config g = c;
+    g.rope = g.rmsnorm = g.swiglu = 0;
+    g.kv_heads = 0;
+    g.max_pos = 64;
+    g.bias = 1;
+    float *w = malloc(sizeof *w * (exec_gpt_param_table(&g, tt) + 1));
+    cr_expect_eq(exec_safetensors_load(HFL "model.safetensors", &g, w, &e),
+                 -1);
+    cr_expect(strstr(e.msg, "Llama weights"), "%s", e.msg);
+    free(w);
+    exec_gpt_free(m);
+    json_decref(x);
+#undef HFL
+}
+
 Test(exec_init, wrong_weights_say_which_tensor)
 {
     util_err e;
