@@ -120,6 +120,8 @@ test-asan:
 
 bench: $(BINDIR)/sluice $(BENCH_BIN)
 	$(Q)for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
+	@echo "== $(BUILD)/bench/bench_exec llama-tiny (Llama's decoder, the same tables)"
+	$(Q)$(BUILD)/bench/bench_exec llama-tiny
 	@echo "== validation (sluice validate validation/*.csv: each table's error beside its goal)"
 	$(Q)$(BINDIR)/sluice validate validation/*.csv | grep -E '^validation/|mean absolute'
 
