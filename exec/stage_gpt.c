@@ -669,6 +669,16 @@ static void cols_copy(exec_worker *w, float *packed, float *m, size_t ld,
         EXEC_KERN(w, be->copy2d(m + col, ld, packed, n, N, n));
 }
 
+/* The widest adapter output that is a part of the op's OC columns (0:
+ * each adapter writes them all): the scratch it is copied through. */
+static int lora_wide(const exec_xop *x, int OC)
+{
+    int wide = 0;
+    for (int a = 0; a < x->n_lora; a++)
+        if (x->lora_n[a] != OC && x->lora_n[a] > wide) wide = x->lora_n[a];
+    return wide;
+}
+
 /* LoRA beside a linear's weight W (Hu et al. 2021): out += s (x A) B per
  * adapter, with s = alpha / R and alpha = R: the paper sets alpha to the
  * first R it tries and does not tune it, so s = 1 and nothing is scaled.
@@ -684,10 +694,8 @@ static int lora_forward(exec_worker *w, exec_rec *r, int i, const exec_xop *x,
     if (!x->n_lora) return 0;
     exec_runtime *rt = w->rt;
     const kern_table *K = rt->be->k;
-    int N = rt->mbs * rt->T, R = rt->model->ft.rank, wide = 0;
+    int N = rt->mbs * rt->T, R = rt->model->ft.rank, wide = lora_wide(x, OC);
     size_t NR = (size_t)N * R;
-    for (int a = 0; a < x->n_lora; a++)
-        if (x->lora_n[a] != OC) wide = wide > x->lora_n[a] ? wide : x->lora_n[a];
     float *xa = newbuf(w, &r->xa[i], x->lora_keep_n, 0, "LoRA's x A", e);
     if (!xa) return -1;
     for (int a = 0; a < x->n_lora; a++)
@@ -729,10 +737,9 @@ static int lora_backward(exec_worker *w, exec_rec *r, int i,
     if (!x->n_lora) return 0;
     exec_runtime *rt = w->rt;
     const kern_table *K = rt->be->k;
-    int N = rt->mbs * rt->T, R = rt->model->ft.rank, k = x->lora_k, wide = 0;
+    int N = rt->mbs * rt->T, R = rt->model->ft.rank, k = x->lora_k,
+        wide = lora_wide(x, OC);
     size_t NR = (size_t)N * R;
-    for (int a = 0; a < x->n_lora; a++)
-        if (x->lora_n[a] != OC) wide = wide > x->lora_n[a] ? wide : x->lora_n[a];
     const float *xa = exec_view_p(&r->xa[i]);
     if (weight_part && !xa)
         return util_errf(e, UTIL_EXIT_FAIL, "LoRA's x A was not kept for "

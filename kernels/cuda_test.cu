@@ -259,7 +259,8 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
     // Llama's ops: RMSNorm, SwiGLU, the q | k | v expansion (RoPE, two
     // query heads per key and value head where the heads are even)
     {
-        buf x = make((size_t)N * C, 1), w = make(C, 1), out = make((size_t)N * C, 1);
+        buf x = make((size_t)N * C, 1), w = make(C, 1),
+            out = make((size_t)N * C, 1);
         buf rstd = make(N, 1), dout = make((size_t)N * C, 1),
             dx = make((size_t)N * C, 1), dw = make(C, 1);
         kern_rmsnorm_forward(out.h, rstd.h, x.h, w.h, N, C);
@@ -289,7 +290,8 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
     for (int g = 1; g <= 2; g++) {
         if (NH % g) continue;
         int hs = C / NH, NKV = NH / g;
-        size_t raw_n = (size_t)N * (NH + 2 * NKV) * hs, out_n = (size_t)N * 3 * C;
+        size_t raw_n = (size_t)N * (NH + 2 * NKV) * hs,
+               out_n = (size_t)N * 3 * C;
         buf raw = make(raw_n, 1), out = make(out_n, 1), dout = make(out_n, 1),
             draw = make(raw_n, 1);
         kern_qkv_expand_forward(out.h, raw.h, B, T, NH, NKV, hs, 1);

@@ -173,7 +173,8 @@ __global__ void embed_fwd_k(float *out, const int *tok, const float *wte,
     if (i >= (size_t)B * T * C) return;
     size_t bt = i / C;
     int c = (int)(i % C), t = (int)(bt % T);
-    out[i] = wte[(size_t)tok[bt] * C + c] + (wpe ? wpe[(size_t)t * C + c] : 0.0f);
+    out[i] = wte[(size_t)tok[bt] * C + c] +
+             (wpe ? wpe[(size_t)t * C + c] : 0.0f);
 }
 
 __global__ void embed_bwd_k(float *dwte, float *dwpe, const float *dout,

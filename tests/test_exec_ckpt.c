@@ -151,4 +151,5 @@ Test(exec_ckpt, version_1_and_llama_checkpoints)
     cr_expect(strstr(r.err, "checkpoint of another model") &&
                   strstr(r.err, "RMSNorm, SwiGLU, RoPE"), "%s", r.err);
     cli_result_free(&r);
+    test_rm_rf(d);
 }
