@@ -201,6 +201,26 @@ void exec_lora_dims(const exec_gpt_config *c, unsigned target, size_t *k,
  * first step computes the base model exactly. */
 void exec_lora_init(const exec_gpt_config *c, const prof_finetune *f,
                     uint64_t seed, float *lora);
+/* QLoRA's base (exec/nf4.c): a slice of rows x cols weights, element
+ * (i,j) at flat0 + i ld + j of its tensor, stored in `floats` floats: its
+ * nb blocks' group statistics (ng groups: mean, scale), its blocks'
+ * 8-bit absmax codes from block b0, its NF4 codes (kernels.h,
+ * nf4_dequantize). */
+typedef struct exec_nf4 {
+    long long flat0, b0;
+    int rows, cols, ld;
+    size_t nb, ng, floats;
+} exec_nf4;
+
+exec_nf4 exec_nf4_geom(size_t flat0, size_t rows, size_t cols, size_t ld);
+/* Quantizes the slice q of tensor t (tn floats, the whole tensor: blocks
+ * and groups are the tensor's, so every layout rounds alike) into st
+ * (q->floats floats). */
+void exec_nf4_pack(const exec_nf4 *q, float *st, const float *t, size_t tn);
+/* The parts of a packed slice. */
+void exec_nf4_view(const exec_nf4 *q, const float *st, const float **gstat,
+                   const signed char **bcode, const unsigned char **codes);
+
 /* The merged model: params (P floats in arena order) W += s A B for every
  * adapter, summed in double, so a plain model computes what the base with
  * its adapters computes (within fp32 rounding). */

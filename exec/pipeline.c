@@ -92,10 +92,14 @@ static int finetune_check(const exec_pipe_opts *o, const sim_plan *p,
     if (prof_finetune_full(&p->ft)) return 0;
     char ft[64];
     prof_finetune_name(&p->ft, ft, sizeof ft);
-    if (p->ft.kind == PROF_FT_QLORA)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: fine-tuning mode %s: the "
-                         "executor computes in fp32 and keeps no 4-bit base; "
-                         "plan with --finetune lora:%d instead", where, ft,
+    if (p->ft.kind == PROF_FT_QLORA &&
+        (sim_sched_offload(p->sched) || sim_plan_tiered(p)))
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: fine-tuning mode %s with "
+                         "%s: a tier holds the frozen base in fp32; the "
+                         "4-bit base runs on the devices only (plan it "
+                         "without offload, or with lora:%d)", where, ft,
+                         sim_sched_offload(p->sched) ? "an offload schedule"
+                                                     : "stage tiers",
                          p->ft.rank);
     if (o->offload.policy != EXEC_OFFLOAD_NONE)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: --offload %s does not run "

@@ -2039,6 +2039,29 @@ static void slice_copy(const exec_slice *s, const exec_parr *a, float *h,
     float *full = s->lora ? a->lora : a->p;
     float *local = s->frozen ? hf : h;
     if (!full || !local) return;
+    if (s->q4) {
+        /* QLoRA's base: quantized from the whole tensor, and back as the
+         * run computed with it */
+        const exec_tensor *t = &tt[s->tensor];
+        exec_nf4 q = exec_nf4_geom(s->row0 * s->fcols + s->col0, s->rows,
+                                   s->ncols, s->fcols);
+        if (!to_full) {
+            exec_nf4_pack(&q, local + s->off, full + t->off, t->n);
+            return;
+        }
+        const float *gs;
+        const signed char *bc;
+        const unsigned char *cd;
+        exec_nf4_view(&q, local + s->off, &gs, &bc, &cd);
+        float *tmp = util_malloc(sizeof *tmp * (s->n + 1));
+        kern_nf4_dequantize(tmp, cd, bc, gs, q.flat0, q.rows, q.cols, q.ld,
+                            q.b0);
+        for (size_t i = 0; i < s->rows; i++)
+            memcpy(full + t->off + (s->row0 + i) * s->fcols + s->col0,
+                   tmp + i * s->ncols, s->ncols * sizeof *tmp);
+        free(tmp);
+        return;
+    }
     if (s->frozen) lo = 0, hi = SIZE_MAX;
     for (size_t i = 0; i < s->rows; i++) {
         size_t l0 = s->off + i * s->ncols, x = l0 > lo ? l0 : lo;

@@ -149,6 +149,9 @@ typedef struct exec_slice {
                              * no AdamW state, one version */
     int lora;               /* `tensor` is a LoRA adapter's
                              * (exec_lora_table), not the model's */
+    int q4;                 /* frozen under QLoRA: stored as NF4 in
+                             * nq floats of the frozen arena (exec_nf4) */
+    size_t nq;
     int op;                 /* the graph op it belongs to */
 } exec_slice;
 

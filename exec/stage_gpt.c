@@ -187,6 +187,7 @@ typedef struct slices {
     int n, cap;
     size_t off, foff;       /* next float of the trained, frozen arena */
     int frozen, op;         /* of the op whose slices are being added */
+    int q4;                 /* its weight matrix frozen in NF4 (QLoRA) */
 } slices;
 
 static void add_slice(slices *v, int tensor, size_t row0, size_t rows,
@@ -213,9 +214,16 @@ static void add_slice(slices *v, int tensor, size_t row0, size_t rows,
     s->norm_owner = norm_owner && !v->frozen;
     s->tied = tied;
     s->save_owner = save_owner;
+    /* QLoRA's 4-bit base: a block's weight matrices, not their biases */
+    s->q4 = v->q4 && v->frozen &&
+            (tensor == EXEC_P_QKVW || tensor == EXEC_P_ATTPROJW ||
+             tensor == EXEC_P_FCW || tensor == EXEC_P_FCPROJW);
+    s->nq = s->q4 ? exec_nf4_geom(row0 * fcols + col0, rows, ncols, fcols)
+                        .floats
+                  : s->n;
     size_t *at = v->frozen ? &v->foff : &v->off;
     s->off = *at;
-    *at += s->n;
+    *at += s->nq;
 }
 
 /* Floats of the current arena no tensor fills (a vocabulary shard's
@@ -287,6 +295,7 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
         size_t L = l < 0 ? 0 : (size_t)l;
         /* a fine-tuning mode's frozen weights (prof_model_finetune) */
         v.frozen = m->ops[i].grad != PROF_GRAD_TRAIN;
+        v.q4 = m->ft.kind == PROF_FT_QLORA;
         v.op = i;
         switch (m->ops[i].role) {
         case PROF_ROLE_EMBED:
@@ -772,8 +781,48 @@ static int lora_backward(exec_worker *w, exec_rec *r, int i,
     return rc;
 }
 
-int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
-                    int count_loss, int64_t *tp_ns, util_err *e)
+/* QLoRA: op's weight matrix dequantized from the frozen arena's NF4
+ * into a buffer of the device (as bitsandbytes does before each
+ * product): its consecutive slices of the tensor (q, k and v; gate and
+ * up) one after the other. NULL when the weight is not 4-bit, or, with
+ * *failed set, when the device has no room. */
+static exec_buf *q4_weight(exec_worker *w, const exec_stage *st, int op,
+                           int *failed, util_err *e)
+{
+    int k0 = st->sl_w[op - st->first], k1 = k0;
+    *failed = 0;
+    if (k0 < 0 || !st->sl[k0].q4) return NULL;
+    size_t n = 0;
+    while (k1 < st->n_sl && st->sl[k1].q4 && st->sl[k1].op == op &&
+           st->sl[k1].tensor == st->sl[k0].tensor)
+        n += st->sl[k1++].n;
+    exec_buf *b;
+    EXEC_KERN(w, b = exec_buf_new(&w->mem, n, 0));
+    if (!b) {
+        exec_oom(w, "QLoRA's dequantized weight", e);
+        *failed = 1;
+        return NULL;
+    }
+    const kern_table *K = w->rt->be->k;
+    size_t at = 0;
+    for (int k = k0; k < k1; k++) {
+        const exec_slice *s = &st->sl[k];
+        exec_nf4 q = exec_nf4_geom(s->row0 * s->fcols + s->col0, s->rows,
+                                   s->ncols, s->fcols);
+        const float *gs;
+        const signed char *bc;
+        const unsigned char *cd;
+        exec_nf4_view(&q, st->wf + s->off, &gs, &bc, &cd);
+        EXEC_KERN(w, K->nf4_dequantize(b->p + at, cd, bc, gs, q.flat0,
+                                       q.rows, q.cols, q.ld, q.b0));
+        at += s->n;
+    }
+    return b;
+}
+
+static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                      int count_loss, int64_t *tp_ns, const float *wq,
+                      util_err *e)
 {
     exec_runtime *rt = w->rt;
     const kern_table *K = rt->be->k;
@@ -785,6 +834,7 @@ int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     int i = op - st->first;
     const int *tok = exec_view_i(&r->ids), *tgt = tok ? tok + N : NULL;
     oparams p = op_params(w, st, st->w[r->version], op);
+    if (wq) p.w = (float *)wq;
     float *out = newbuf(w, &r->out[i], x->out_n, 0, "an activation", e);
     if (!out) return -1;
     float *aux = NULL;
@@ -884,9 +934,21 @@ int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
 
 /* ------------------------------------------------------------ backward */
 
-int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
-                     int input_part, int weight_part, int64_t *tp_ns,
-                     util_err *e)
+int exec_op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                    int count_loss, int64_t *tp_ns, util_err *e)
+{
+    int failed;
+    exec_buf *wq = q4_weight(w, st, op, &failed, e);
+    if (failed) return -1;
+    int rc = op_forward(w, st, r, op, count_loss, tp_ns, wq ? wq->p : NULL,
+                        e);
+    exec_buf_unref(wq);
+    return rc;
+}
+
+static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                       int input_part, int weight_part, int64_t *tp_ns,
+                       const float *wq, util_err *e)
 {
     exec_runtime *rt = w->rt;
     const kern_table *K = rt->be->k;
@@ -898,6 +960,7 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     int i = op - st->first;
     const int *tok = exec_view_i(&r->ids), *tgt = tok ? tok + N : NULL;
     oparams p = op_params(w, st, st->w[r->version], op);
+    if (wq) p.w = (float *)wq;
     float *dout = exec_view_p(&r->dout[i]);
     const float *aux = exec_view_p(&r->aux[i]);
     const float *out = exec_view_p(&r->out[i]);
@@ -1051,4 +1114,18 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         util_never_(__FILE__, __LINE__, "an op role without a kernel");
     }
     return 0;
+}
+
+int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                     int input_part, int weight_part, int64_t *tp_ns,
+                     util_err *e)
+{
+    /* the frozen 4-bit weight is read by the input gradient alone */
+    int failed = 0;
+    exec_buf *wq = input_part ? q4_weight(w, st, op, &failed, e) : NULL;
+    if (failed) return -1;
+    int rc = op_backward(w, st, r, op, input_part, weight_part, tp_ns,
+                         wq ? wq->p : NULL, e);
+    exec_buf_unref(wq);
+    return rc;
 }

@@ -302,6 +302,37 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         compare("qkv_expand_backward", "draw", draw);
         drop(raw); drop(out); drop(dout); drop(draw);
     }
+    // NF4 dequantization of a column slice of a (N, OC) tensor: random
+    // codes, block codes and group statistics, as exec/nf4.c lays them
+    {
+        int cols = OC / 2, rows = N;
+        long long flat0 = OC / 4, b0 = flat0 / KERN_NF4_BLOCK;
+        long long last = flat0 + (long long)(rows - 1) * OC + cols - 1;
+        size_t nb = (size_t)(last / KERN_NF4_BLOCK - b0 + 1),
+               ng = (size_t)(last / KERN_NF4_BLOCK / KERN_NF4_GROUP -
+                             b0 / KERN_NF4_GROUP + 1),
+               nc = ((size_t)rows * cols + 1) / 2;
+        unsigned char *hq = (unsigned char *)malloc(nb + nc);
+        for (size_t i = 0; i < nb + nc; i++) {
+            urand();
+            hq[i] = (unsigned char)(rng >> 24);
+        }
+        for (size_t i = 0; i < nb; i++)
+            if ((signed char)hq[i] == -128) hq[i] = 0;
+        buf gs = make(2 * ng, 1), out = make((size_t)rows * cols, 1);
+        unsigned char *dq;
+        cuda_ok(cudaMalloc((void **)&dq, nb + nc), "cudaMalloc");
+        cuda_ok(cudaMemcpy(dq, hq, nb + nc, cudaMemcpyHostToDevice),
+                "copy in");
+        kern_nf4_dequantize(out.h, hq + nb, (const signed char *)hq, gs.h,
+                            flat0, rows, cols, OC, b0);
+        kern_cuda_nf4_dequantize(out.d, dq + nb, (const signed char *)dq,
+                                 gs.d, flat0, rows, cols, OC, b0);
+        compare("nf4_dequantize", "out", out);
+        cudaFree(dq);
+        free(hq);
+        drop(gs); drop(out);
+    }
     // softmax cross-entropy
     {
         size_t n = (size_t)N * V;

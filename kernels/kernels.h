@@ -199,7 +199,19 @@ extern "C" {
      * in head order */                                                   \
     X(qkv_expand_backward, ATTN,                                          \
       (float *draw, const float *dout, int B, int T, int NH, int NKV,     \
-       int hs, int rope))
+       int hs, int rope))                                                 \
+    /* QLoRA's 4-bit base (Dettmers et al. 2023): out(rows,cols) of a     \
+     * weight stored as NF4 codes, two a byte, low nibble first, in      \
+     * row-major order. Element (i,j) is element flat0 + i ld + j of its  \
+     * tensor, whose blocks of KERN_NF4_BLOCK elements have an absmax    \
+     * kept in 8 bits: bcode[blk] with blk = flat / KERN_NF4_BLOCK - b0,  \
+     * absmax = gstat[2g] + gstat[2g+1] bcode / 127 for the block's group \
+     * of KERN_NF4_GROUP blocks, g counted from b0's;                     \
+     * out = KERN_NF4_LEVELS[code] absmax */                              \
+    X(nf4_dequantize, LINEAR,                                             \
+      (float *out, const unsigned char *codes, const signed char *bcode,  \
+       const float *gstat, long long flat0, int rows, int cols, int ld,   \
+       long long b0))
 
 /* Op kinds (what the simulator's cost model calls them). */
 typedef enum {
@@ -258,6 +270,20 @@ const char *kern_blas_core(void);
 
 /* The widest attention head qkv_expand takes (hs). */
 #define KERN_HEAD_MAX 2048
+
+/* NF4, the 4-bit NormalFloat of QLoRA (Dettmers et al. 2023, appendix E;
+ * the table bitsandbytes ships): quantiles of N(0,1) scaled to [-1, 1],
+ * with an exact 0. Blocks of 64 weights share an absmax; groups of 256
+ * blocks quantize their absmaxes to 8 bits (double quantization). */
+#define KERN_NF4_LEVELS                                                     \
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f,                      \
+        -0.39491748809814453f, -0.28444138169288635f,                       \
+        -0.18477343022823334f, -0.09105003625154495f, 0.0f,                 \
+        0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f,   \
+        0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,    \
+        0.7229568362236023f, 1.0f
+#define KERN_NF4_BLOCK 64
+#define KERN_NF4_GROUP 256
 
 #ifdef __cplusplus
 }

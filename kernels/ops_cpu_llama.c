@@ -241,3 +241,44 @@ void kern_qkv_expand_backward(float *draw, const float *dout, int B, int T,
                .OC = NKV, .C = hs, .V = rope};
     kern_parallel(expand_bwd_part, &a);
 }
+
+/* ---------------------------------------------------- NF4 (QLoRA) */
+
+static const float nf4_levels[16] = {KERN_NF4_LEVELS};
+
+typedef struct nf4args {
+    float *out;
+    const unsigned char *codes;
+    const signed char *bcode;
+    const float *gstat;
+    long long flat0, b0;
+    int rows, cols, ld;
+} nf4args;
+
+static void nf4_part(void *p, int part, int np)
+{
+    const nf4args *a = p;
+    KERN_SPLIT(a->rows, part, np, lo, hi);
+    long long g0 = a->b0 / KERN_NF4_GROUP;
+    for (size_t i = lo; i < hi; i++)
+        for (int j = 0; j < a->cols; j++) {
+            size_t e = i * (size_t)a->cols + (size_t)j;
+            int code = a->codes[e / 2] >> (4 * (e & 1)) & 15;
+            long long blk = (a->flat0 + (long long)i * a->ld + j) /
+                            KERN_NF4_BLOCK;
+            long long g = blk / KERN_NF4_GROUP - g0;
+            float absmax = a->gstat[2 * g] +
+                           a->gstat[2 * g + 1] *
+                               (float)a->bcode[blk - a->b0] / 127.0f;
+            a->out[e] = nf4_levels[code] * absmax;
+        }
+}
+
+void kern_nf4_dequantize(float *out, const unsigned char *codes,
+                         const signed char *bcode, const float *gstat,
+                         long long flat0, int rows, int cols, int ld,
+                         long long b0)
+{
+    nf4args a = {out, codes, bcode, gstat, flat0, b0, rows, cols, ld};
+    kern_parallel(nf4_part, &a);
+}

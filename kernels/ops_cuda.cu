@@ -1180,6 +1180,37 @@ extern "C" void kern_cuda_qkv_expand_backward(float *draw, const float *dout,
            rope);
 }
 
+// QLoRA's NF4 base: a thread per weight.
+__constant__ float nf4_levels[16] = {KERN_NF4_LEVELS};
+
+__global__ void nf4_k(float *out, const unsigned char *codes,
+                      const signed char *bcode, const float *gstat,
+                      long long flat0, size_t n, int cols, int ld,
+                      long long b0)
+{
+    size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (e >= n) return;
+    long long i = (long long)(e / cols), j = (long long)(e % cols);
+    int code = codes[e / 2] >> (4 * (e & 1)) & 15;
+    long long blk = (flat0 + i * ld + j) / KERN_NF4_BLOCK;
+    long long g = blk / KERN_NF4_GROUP - b0 / KERN_NF4_GROUP;
+    float absmax = gstat[2 * g] +
+                   gstat[2 * g + 1] * (float)bcode[blk - b0] / 127.0f;
+    out[e] = nf4_levels[code] * absmax;
+}
+
+extern "C" void kern_cuda_nf4_dequantize(float *out,
+                                         const unsigned char *codes,
+                                         const signed char *bcode,
+                                         const float *gstat, long long flat0,
+                                         int rows, int cols, int ld,
+                                         long long b0)
+{
+    size_t n = (size_t)rows * cols;
+    LAUNCH(nf4_k, blocks(n, TPB), TPB, out, codes, bcode, gstat, flat0, n,
+           cols, ld, b0);
+}
+
 extern "C" const kern_table kern_cuda = {
 #define KERN_X_CUDA_TABLE(name, kind, args) kern_cuda_##name,
     KERN_OPS(KERN_X_CUDA_TABLE)

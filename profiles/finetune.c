@@ -225,11 +225,6 @@ int prof_model_finetune(prof_model *m, const prof_finetune *f, util_err *e)
     if (f->kind == PROF_FT_FROZEN && f->frozen > blocks)
         return util_errf(e, UTIL_EXIT_USAGE, "--finetune %s: %s has %d "
                          "blocks", nm, m->spec.name, blocks);
-    if (f->kind == PROF_FT_QLORA && m->spec.dtype == PROF_DT_FP32)
-        return util_errf(e, UTIL_EXIT_USAGE, "--finetune %s: QLoRA computes "
-                         "in 16 bits and %s is fp32 here (on CPU devices "
-                         "the executor computes in fp32): use lora", nm,
-                         m->spec.name);
     double eb = prof_dtype_bytes(m->spec.dtype);
     /* the last frozen layer (frozen:N), -1 for none; LoRA: all */
     int last_frozen = -1;

@@ -530,3 +530,147 @@ Test(exec_lora, llama_every_target_in_every_layout)
     };
     check_layouts("lora:4:all", cases, 3);
 }
+
+/* ------------------------------------------------------------ QLoRA */
+
+#define LLAMA "tests/data/exec/llama-pico.json"
+
+/* QLoRA's base in NF4: a block whose weights are NF4 levels times one
+ * absmax shared by its whole group dequantizes to itself bit for bit
+ * (the group's absmaxes do not vary, so their 8-bit codes are exact);
+ * other weights come back within half the widest gap between levels
+ * (0.16 of the block's absmax) plus the 8-bit absmax's rounding; and a
+ * slice of columns or rows dequantizes to the whole tensor's values at
+ * its places, so every tensor-parallel layout computes with one base. */
+Test(exec_qlora, nf4_round_trip_and_slices)
+{
+    static const float lv[16] = {KERN_NF4_LEVELS};
+    size_t R = 70, C = 96, tn = R * C;   /* blocks cross rows */
+    float *t = malloc(sizeof *t * tn), *got = malloc(sizeof *got * tn);
+    uint64_t s = 5;
+    for (size_t i = 0; i < tn; i++) {
+        t[i] = lv[exec_splitmix(&s) % 16] * 0.75f;
+        if (i % KERN_NF4_BLOCK == 0) t[i] = -0.75f;  /* each block's max */
+    }
+    exec_nf4 q = exec_nf4_geom(0, R, C, C);
+    float *st = malloc(sizeof *st * q.floats);
+    exec_nf4_pack(&q, st, t, tn);
+    const float *gs;
+    const signed char *bc;
+    const unsigned char *cd;
+    exec_nf4_view(&q, st, &gs, &bc, &cd);
+    kern_nf4_dequantize(got, cd, bc, gs, q.flat0, q.rows, q.cols, q.ld,
+                        q.b0);
+    cr_expect(!memcmp(got, t, sizeof *t * tn), "levels x absmax changed");
+    /* storage: 4 bits a weight, a byte a block, two floats a group */
+    cr_expect_eq(q.floats * sizeof(float),
+                 2 * 4 * q.ng + ((q.nb + tn / 2 + 3) / 4) * 4);
+    for (size_t i = 0; i < tn; i++)
+        t[i] = (float)((double)(exec_splitmix(&s) >> 11) / 9007199254740992.0
+                       * 2 - 1) * (float)(1 + i % 7);
+    exec_nf4_pack(&q, st, t, tn);
+    kern_nf4_dequantize(got, cd, bc, gs, q.flat0, q.rows, q.cols, q.ld,
+                        q.b0);
+    double worst = 0;
+    for (size_t i = 0; i < tn; i++) {
+        double a = 0;
+        size_t b = i / KERN_NF4_BLOCK * KERN_NF4_BLOCK;
+        for (size_t k = b; k < b + KERN_NF4_BLOCK && k < tn; k++)
+            a = fmax(a, fabs(t[k]));
+        double err = fabs(got[i] - t[i]) / a;
+        worst = fmax(worst, err);
+    }
+    cr_expect_lt(worst, 0.17, "worst error %.3f of the block's absmax",
+                 worst);
+    /* columns [40, 72) and rows [13, 50) of the same tensor */
+    size_t c0 = 40, nc = 32, r0 = 13, nr = 37;
+    exec_nf4 qc = exec_nf4_geom(r0 * C + c0, nr, nc, C);
+    float *sc = malloc(sizeof *sc * qc.floats), *gc = malloc(sizeof *gc * nr * nc);
+    exec_nf4_pack(&qc, sc, t, tn);
+    exec_nf4_view(&qc, sc, &gs, &bc, &cd);
+    kern_nf4_dequantize(gc, cd, bc, gs, qc.flat0, qc.rows, qc.cols, qc.ld,
+                        qc.b0);
+    for (size_t i = 0; i < nr; i++)
+        cr_expect(!memcmp(gc + i * nc, got + (r0 + i) * C + c0,
+                          sizeof *gc * nc), "row %zu of the slice", i);
+    free(t); free(got); free(st); free(sc); free(gc);
+}
+
+/* A QLoRA run is a LoRA run over the base as NF4 rounds it: its
+ * adapters are the bits of LoRA's from that rounded base (saved, then
+ * --init), its frozen weights come back rounded and never change, the
+ * rounding is the same on one device and split over tensor-parallel
+ * ranks, and the 4-bit base leaves the devices less to hold. */
+Test(exec_qlora, is_lora_over_the_rounded_base)
+{
+    pspec s = {LLAMA, SIM_SCHED_1F1B, 2, 1, 1, 2, 4, 0, 0};
+    sim_plan p;
+    pipe_plan(&s, &p);
+    set_ft(&p, "qlora:4");
+    exec_pipe_result q;
+    pipe_run(&p, 5, 1.0f, &q);
+    exec_gpt_config c = config(LLAMA);
+    float *base = base_of(&c);
+    size_t P = q.n_params, rounded = 0;
+    for (size_t i = 0; i < P; i++) rounded += q.params[i] != base[i];
+    cr_expect_gt(rounded, P / 2, "%zu of %zu weights rounded", rounded, P);
+    char *dir = test_tmpdir(), ck[600];
+    snprintf(ck, sizeof ck, "%s/rounded.ckpt", dir);
+    float *zero = calloc(P + 1, sizeof *zero);
+    exec_ckpt_meta meta = {q.cfg, q.B, q.T, 1337, 0};
+    util_err e;
+    cr_assert_eq(exec_ckpt_save_state(ck, q.params, zero, zero, &meta, &e),
+                 0, "%s", e.msg);
+    set_ft(&p, "lora:4:all");   /* QLoRA's default targets */
+    exec_pipe_opts o = pipe_opts(&p, 5, 1.0f);
+    o.init = ck;
+    exec_pipe_result l;
+    cr_assert_eq(exec_pipe_run(&o, &l, &e), 0, "%s", e.msg);
+    cr_assert_eq(l.n_lora, q.n_lora);
+    cr_expect(!memcmp(l.lora, q.lora, sizeof *l.lora * l.n_lora),
+              "the adapters differ from LoRA's over the rounded base");
+    cr_expect(!memcmp(l.params, q.params, sizeof *l.params * P));
+    /* tensor parallel: the same rounded base, the adapters within fp32
+     * reordering */
+    pspec s2 = {LLAMA, SIM_SCHED_1F1B, 2, 1, 2, 2, 4, 0, 0};
+    sim_plan p2;
+    pipe_plan(&s2, &p2);
+    set_ft(&p2, "qlora:4");
+    exec_pipe_result t;
+    pipe_run(&p2, 5, 1.0f, &t);
+    cr_expect(!memcmp(t.params, q.params, sizeof *t.params * P),
+              "tensor parallelism rounded the base otherwise");
+    expect_close(q.lora, t.lora, q.n_lora, 1e-5, "qlora tp2");
+    /* the frozen base held in 4 bits */
+    for (int d = 0; d < 2; d++)
+        cr_expect_lt(q.peak_bytes[d], l.peak_bytes[d], "device %d: QLoRA "
+                     "%.0f bytes, LoRA %.0f", d, q.peak_bytes[d],
+                     l.peak_bytes[d]);
+    test_rm_rf(dir);
+    free(zero);
+    free(base);
+    exec_pipe_result_free(&q);
+    exec_pipe_result_free(&l);
+    exec_pipe_result_free(&t);
+    sim_plan_free(&p);
+    sim_plan_free(&p2);
+}
+
+/* A tier holds a stage's frozen weights in fp32: QLoRA there is refused
+ * before anything runs, naming the plan and what to do instead. */
+Test(exec_qlora, refused_with_offload)
+{
+    char *dir = test_tmpdir();
+    cli_result r = cli_run("sim --hw cpu x1 --model gpt-tiny --schedule "
+                           "zero-offload --mbs 2 --microbatches 2 "
+                           "--finetune qlora:4 --out %s/q.json", dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/q.json --steps 2", dir);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "q.json: fine-tuning mode qlora:4:all with an "
+                     "offload schedule") && strstr(r.err, "lora:4"), "%s",
+              r.err);
+    cli_result_free(&r);
+    test_rm_rf(dir);
+}

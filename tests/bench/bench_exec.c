@@ -6,7 +6,8 @@
  * overhead (a worker's time not in kernels, copies or waits), goal under
  * 2% of a step. Then fine-tuning: 1F1B on the two devices (microbatch 2
  * x 4, cut as `sluice sim --finetune` cuts) training everything, LoRA
- * adapters of rank 8 on q and v, and all but the last two blocks frozen,
+ * adapters of rank 8 on q and v, QLoRA's (rank 8 on every matrix, the
+ * base in NF4), and all but the last two blocks frozen,
  * each measured and simulated. Then sharded data parallelism: 1F1B on
  * the two devices as two data-parallel ranks (pp 1, microbatch 2 x 4)
  * with ZeRO 0, 1 and 2, each measured and simulated. One run: compare
@@ -196,9 +197,9 @@ int main(int argc, char **argv)
     printf("%-12s %8s %8s %6s %6s %7s %7s %6s %7s %7s %6s\n", "mode",
            "measured", "sim", "m/s", "/full", "dev0", "sim", "m/s", "dev1",
            "sim", "m/s");
-    const char *fts[] = {"full", "lora:8", "frozen:4"};
+    const char *fts[] = {"full", "lora:8", "qlora:8", "frozen:4"};
     double full[6] = {0};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (row(model, t, fts[i], 2, 0, full, &e))
             printf("%-12s failed: %s\n", fts[i], e.msg);
     printf("\nsharded data parallelism %s, 1f1b dp 2, microbatch 2 x 4 "
