@@ -385,8 +385,9 @@ Test(exec_zero, what_is_not_run_is_refused)
 }
 
 /* Llama's decoder sharded as GPT's: ZeRO-3 with one microbatch is the
- * unsharded run's bits; ZeRO-1 with tensor parallelism (a rank's query,
- * key and value heads, gate and up rows) the all-reduce's. */
+ * unsharded run's bits, with QLoRA's base too; ZeRO-1 with tensor
+ * parallelism (a rank's query, key and value heads, gate and up rows)
+ * the all-reduce's. */
 Test(exec_zero, llama)
 {
     vs_unsharded("--hw 'cpu x4' --model tests/data/exec/llama-pico.json "
@@ -395,4 +396,8 @@ Test(exec_zero, llama)
     vs_unsharded("--hw 'cpu x4' --model tests/data/exec/llama-pico.json "
                  "--schedule 1f1b --pp 1 --dp 2 --tp 2 --mbs 2 "
                  "--microbatches 2", 1, -1);
+    /* QLoRA: the 4-bit base is frozen, replicated, never sharded */
+    vs_unsharded("--hw 'cpu x4' --model tests/data/exec/llama-pico.json "
+                 "--schedule 1f1b --pp 2 --dp 2 --mbs 4 --microbatches 1 "
+                 "--finetune qlora:4", 3, -1);
 }
