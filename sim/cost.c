@@ -948,7 +948,12 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->first_op = first_op[s];
         sc->last_op = last_op[s];
         double f = 0, bb = 0, w = 0, r = 0, arf = 0, arb = 0, arr = 0;
-        double frozen = 0, scratch = 0;
+        double frozen = 0, scratch = 0, deq = 0;
+        /* QLoRA: a product's weight dequantized to the model's precision
+         * is held while the product runs (dequant_bytes counts its 4-bit
+         * reads and that write) */
+        double deq_eb = prof_dtype_bytes(m->spec.dtype),
+               deq_of = deq_eb / (PROF_NF4_BYTES + deq_eb);
         /* a tied table (the LM head's, T5's decoder embedding) held by
          * the stage that holds the embedding it shares: one copy */
         int own_table = 0;
@@ -971,6 +976,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             prof_op opx = op_split(&m->ops[i], tpw, sp);
             const prof_op *op = &opx;
             scratch = fmax(scratch, op->fwd_scratch);
+            deq = fmax(deq, op->dequant_bytes * deq_of);
             double tmp[3], *on = c->op_ns ? c->op_ns + 3 * (size_t)i : tmp;
             double fi = on[0] = (double)sim_op_ns(g, dt, op, mbs, SIM_F, meas);
             double cf = 0, cb = 0;
@@ -1032,7 +1038,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->keep_bytes = ac.keep * mbs;
         sc->fwd_ws_bytes = ac.fwd_ws * mbs;
         sc->rec_ws_bytes = ac.rec_ws * mbs;
-        sc->fwd_scratch_bytes = scratch * mbs;
+        sc->fwd_scratch_bytes = fmax(scratch * mbs, deq);
+        sc->deq_bytes = deq;
         bwd_ws(m, first_op[s], last_op[s], tpw, sp, rc, sc->bwd_ws_bytes);
         for (int k = 0; k < 4; k++) sc->bwd_ws_bytes[k] *= mbs;
         sc->tp_f_ns = (int64_t)arf;

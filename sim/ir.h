@@ -300,8 +300,9 @@ typedef struct sim_stage_cost {
      * attention core's, activations less its checkpoint). */
     double keep_bytes, fwd_ws_bytes, rec_ws_bytes;
     /* what an op of the stage holds at most while its forward runs,
-     * beyond the stage's activations */
-    double fwd_scratch_bytes;
+     * beyond the stage's activations; of it, QLoRA's largest weight
+     * dequantized for a product, which the input gradients hold too */
+    double fwd_scratch_bytes, deq_bytes;
     /* what the backward holds at most beyond its start: gradients in
      * flight, and (split B) those its W keeps; [k]: k & 1 fused (BW, else
      * B), k & 2 the stage recomputed (cost.c: bwd_ws) */

@@ -7,7 +7,8 @@
  * (layers are recomputed one at a time, each just before its backward),
  * all freed when the backward ends. A forward also holds, while it runs,
  * the largest transient of its ops (the unfused loss's fp32 copies; the
- * loss is never recomputed), and a backward its ops' (bwd_ws). Receive
+ * loss is never recomputed; QLoRA's dequantized weight), and a backward
+ * its ops' (bwd_ws, and the dequantized weight). Receive
  * buffers live from the transfer's start to their consumer's start (the
  * consumer takes the tensor over); every extra weight version alive
  * (stashing) costs one more copy of the stage's weights. Under ZeRO the
@@ -87,13 +88,15 @@ void sim_mem_setup(sim_engine *e)
             e->mem_end[i] -= sc->fwd_scratch_bytes;
             break;
         case SIM_RECOMP:
-            e->mem_start[i] += sc->rec_ws_bytes;
+            e->mem_start[i] += sc->rec_ws_bytes + sc->deq_bytes;
+            e->mem_end[i] -= sc->deq_bytes;
             break;
         case SIM_BW:
         case SIM_B: {
             /* its gradients in flight at most, from its start */
             int rec = recomputed(ir, i, 0);
-            double ws = sc->bwd_ws_bytes[(t->kind == SIM_BW) | rec << 1];
+            double ws = sc->bwd_ws_bytes[(t->kind == SIM_BW) | rec << 1] +
+                        sc->deq_bytes;
             e->mem_start[i] += ws;
             e->mem_end[i] -= ws + (rec ? sc->keep_bytes + sc->rec_ws_bytes
                                        : sc->act_bytes) -

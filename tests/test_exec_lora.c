@@ -373,7 +373,8 @@ static double sim_peak(const exec_pipe_result *r, int d)
 /* Memory accounting is deterministic: what each device measures (its
  * frozen weights as storage only; adapters with gradients and AdamW
  * state; the kept x A) is within 10% of what the simulator counts, and
- * LoRA's and frozen:N's peaks are below full training's on the same
+ * LoRA's, QLoRA's (its 4-bit base, and a product's weight dequantized
+ * while it runs) and frozen:N's peaks are below full training's on the same
  * plan. gpt-tiny, GPipe on two devices, two steps. The simulator counts
  * what the forward keeps, not the working set of the op running (its
  * input, output and their gradients: 2 x 64 x 512 floats at the MLP's
@@ -383,9 +384,10 @@ static double sim_peak(const exec_pipe_result *r, int d)
 Test(exec_lora, device_memory_is_the_simulators)
 {
     pspec s = {"gpt-tiny", SIM_SCHED_GPIPE, 2, 1, 1, 1, 8, 0, 0};
-    const char *modes[] = {"full", "lora:8", "lora:8:all", "frozen:1"};
+    const char *modes[] = {"full", "lora:8", "lora:8:all", "frozen:1",
+                           "qlora:8"};
     double full[2] = {0, 0};
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         sim_plan p;
         pipe_plan(&s, &p);
         set_ft(&p, modes[i]);
@@ -411,7 +413,7 @@ Test(exec_lora, device_memory_is_the_simulators)
  * bit for bit (compared through the checkpoints); --save writes the base
  * with the adapters merged in (exec_lora_merge of the run's own), which
  * --init then reads as a plain model; --resume of it is refused (it
- * holds no adapters), as are --offload and QLoRA's 4-bit base. */
+ * holds no adapters), as is --offload. */
 Test(exec_lora, mpirun_and_the_merged_checkpoint)
 {
     char *dir = test_tmpdir();
