@@ -17,6 +17,9 @@
 #include "tests/harness.h"
 
 #define PICO "tests/data/exec/gpt-pico.json"
+
+/* The model the plans of a test train (PICO unless the test says). */
+static const char *model = PICO;
 #define CORPUS "/usr/share/common-licenses/GPL-3"
 
 static exec_pipe_opts opts(const sim_plan *p, float clip)
@@ -38,7 +41,7 @@ static void plan_of(const char *dir, const char *flags, sim_plan *p)
     char path[600];
     snprintf(path, sizeof path, "%s/plan.json", dir);
     cli_expect(0, "", "sim --hw cpu x1 --model %s --mbs 2 --microbatches 2 "
-               "%s --out %s", PICO, flags, path);
+               "%s --out %s", model, flags, path);
     util_err e;
     cr_assert_eq(sim_plan_load(path, p, &e), 0, "%s", e.msg);
 }
@@ -162,6 +165,19 @@ Test(exec_tiers, finetune_modes)
                      "--finetune frozen:1", 0, 0);
     same_training_ft("--schedule fuyou --offload-tier nvme --act-swap 2:1",
                      "--finetune lora:4", 0, 1);
+}
+
+/* Llama's decoder (RoPE, RMSNorm, SwiGLU, grouped heads) streamed from
+ * the drive and stepped per layer as Fuyou does, and fetched with LoRA
+ * on every matrix: the same training. */
+Test(exec_tiers, llama)
+{
+    model = "tests/data/exec/llama-pico.json";
+    same_training("--schedule fuyou --offload-tier nvme --act-swap 2:1", 0,
+                  1);
+    same_training_ft("--schedule zero-infinity --offload-tier dram",
+                     "--finetune lora:4:all", 1.0f, 0);
+    model = PICO;
 }
 
 Test(exec_tiers, zero_offload)
