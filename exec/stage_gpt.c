@@ -44,6 +44,7 @@ static const struct xrole {
     {PROF_ROLE_ATTN_SCORES, SZ_SCORES, SZ_0, 0, 1, 0, 0, 0, 0},
     {PROF_ROLE_ATTN_SOFTMAX, SZ_SCORES, SZ_0, 1, 0, 0, 0, 0, 0},
     {PROF_ROLE_ATTN_CONTEXT, SZ_NCL, SZ_0, 0, 1, 1, 0, 0, 0},
+    {PROF_ROLE_ATTN_FUSED, SZ_NCL, SZ_0, 0, 1, 0, 0, 0, 0},
     {PROF_ROLE_ATTN_OUT, SZ_NC, SZ_0, 0, 1, 0, 1, 1, 0},
     {PROF_ROLE_RESIDUAL, SZ_NC, SZ_0, 0, 0, 0, 0, 0, 0},
     {PROF_ROLE_MLP_UP, SZ_NFL, SZ_0, 0, 1, 0, 1, 0, 1},
@@ -831,6 +832,7 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     dims d = dims_of(rt);
     int tp = d.tp, B = d.B, T = d.T, N = d.N, C = d.C, Cl = d.Cl,
         NHl = d.NHl, Fl = d.Fl, Vl = d.Vl;
+    size_t sc_n = (size_t)B * NHl * T * T;   /* a microbatch's scores */
     int i = op - st->first;
     const int *tok = exec_view_i(&r->ids), *tgt = tok ? tok + N : NULL;
     oparams p = op_params(w, st, st->w[r->version], op);
@@ -888,6 +890,15 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     case PROF_ROLE_ATTN_CONTEXT:
         EXEC_KERN(w, K->attn_context_forward(out, in0, in1, B, T, Cl, NHl));
         break;
+    case PROF_ROLE_ATTN_FUSED: {
+        /* fused attention (FlashAttention) keeps q, k, v and its output,
+         * not the probabilities: here they are a buffer of the op */
+        exec_buf *att = scratch(w, sc_n, "the attention's scores", e);
+        if (!att) return -1;
+        EXEC_KERN(w, K->attention_forward(out, att->p, in0, B, T, Cl, NHl));
+        exec_buf_unref(att);
+        break;
+    }
     case PROF_ROLE_ATTN_OUT:
     case PROF_ROLE_MLP_DOWN: {
         int IC = x->role == PROF_ROLE_ATTN_OUT ? Cl : Fl;
@@ -957,6 +968,7 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     dims d = dims_of(rt);
     int tp = d.tp, B = d.B, T = d.T, N = d.N, C = d.C, Cl = d.Cl,
         NHl = d.NHl, Fl = d.Fl, Vl = d.Vl;
+    size_t sc_n = (size_t)B * NHl * T * T;   /* a microbatch's scores */
     int i = op - st->first;
     const int *tok = exec_view_i(&r->ids), *tgt = tok ? tok + N : NULL;
     oparams p = op_params(w, st, st->w[r->version], op);
@@ -1089,6 +1101,21 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
             EXEC_KERN(w, K->attn_context_backward(d0, d1, dout, in0, in1, B,
                                                   T, Cl, NHl));
         break;
+    case PROF_ROLE_ATTN_FUSED: {
+        /* the probabilities computed again from q and k, as FlashAttention
+         * does in its backward (the three ops' kernels, which give the
+         * fused forward's bits) */
+        if (!input_part) break;
+        exec_buf *sc = scratch(w, 2 * sc_n, "the attention's scores", e);
+        if (!sc) return -1;
+        float *pre = sc->p, *att = sc->p + sc_n;
+        EXEC_KERN(w, K->attn_scores_forward(pre, in0, B, T, Cl, NHl));
+        EXEC_KERN(w, K->attn_softmax_forward(att, pre, B, T, NHl));
+        EXEC_KERN(w, K->attention_backward(d0, pre, dout, in0, att, B, T, Cl,
+                                           NHl));
+        exec_buf_unref(sc);
+        break;
+    }
     case PROF_ROLE_RESIDUAL:
         if (input_part)
             EXEC_KERN(w, K->residual_backward(d0, d1, dout, (size_t)N * C));

@@ -540,7 +540,8 @@ Test(exec_init, runs_start_from_weights_and_save_for_any_reader)
     sim_plan_free(&p);
 }
 
-/* Llama's decoder (RoPE, RMSNorm, SwiGLU, grouped key and value heads):
+/* Llama's decoder (RoPE, RMSNorm, SwiGLU, grouped key and value heads),
+ * and a graph with fused attention (one op, FlashAttention's):
  * every kind of schedule, data and tensor parallelism (the rank's query
  * heads with their key and value heads, gate and up columns) end with
  * the reference's weights, and with one microbatch and an untied head
@@ -548,7 +549,7 @@ Test(exec_init, runs_start_from_weights_and_save_for_any_reader)
 #define LLAMA "tests/data/exec/llama-pico.json"
 #define LLAMA_MHA "tests/data/exec/llama-pico-mha.json"
 
-Test(exec_pipe, llama_equals_the_reference)
+Test(exec_pipe, llama_and_fused_attention_equal_the_reference)
 {
     const pspec cases[] = {
         {LLAMA, SIM_SCHED_GPIPE, 2, 1, 1, 2, 4, 1, 0},
@@ -561,15 +562,21 @@ Test(exec_pipe, llama_equals_the_reference)
         {LLAMA, SIM_SCHED_1F1B, 2, 1, 2, 2, 4, 0, 0},
         {LLAMA, SIM_SCHED_ZBV, 2, 2, 2, 1, 4, 0, 4},
         {LLAMA_MHA, SIM_SCHED_1F1B, 2, 2, 2, 1, 4, 1, 0},
+        {"tests/data/exec/gpt-pico-flash.json", SIM_SCHED_1F1B, 2, 1, 2, 2,
+         4, SIM_RC_SELECTIVE, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_sync(&cases[i], 1.0f);
 }
 
-Test(exec_pipe, llama_one_microbatch_is_bit_identical)
+Test(exec_pipe, llama_and_fused_attention_one_microbatch_bits)
 {
     const pspec cases[] = {
         {LLAMA, SIM_SCHED_1F1B, 2, 1, 1, 8, 1, 0, 0},
+        /* fused attention (FlashAttention) in the graph: one op, its
+         * scores computed again in its backward, the same bits */
+        {"tests/data/exec/gpt-pico-flash.json", SIM_SCHED_ZBH1, 2, 1, 1, 8,
+         1, 1, 0},
         {LLAMA, SIM_SCHED_ZBH1, 3, 1, 1, 8, 1, 1, 0},
         {LLAMA, SIM_SCHED_INTERLEAVED, 2, 1, 1, 8, 1, 0, 6},
     };
