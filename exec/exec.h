@@ -388,7 +388,7 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e);
  * worker per device and tensor-parallel rank, in this process (threads,
  * copies between per-device memories) or one rank per worker under MPI,
  * on a device backend (CPU cores, or CUDA GPUs in bin/sluice-cuda).
- * Implemented for the GPT family the kernels train. */
+ * Implemented for the decoders the kernels train (GPT-2's, Llama's). */
 typedef enum {
     EXEC_XPORT_AUTO,    /* MPI when started by mpirun, else in-process */
     EXEC_XPORT_INPROC,

@@ -1,4 +1,4 @@
-/* LoRA adapters of the GPT family (exec.h): which weight matrices carry
+/* LoRA adapters of the GPT and Llama decoders (exec.h): which weight matrices carry
  * them, where they sit in their arena, how they start and how they are
  * merged into the model they adapt. The arena's layout is the model's,
  * not a run's: every pipeline, data- and tensor-parallel layout slices

@@ -104,7 +104,7 @@ void exec_view_drop(exec_view *v);
 
 /* ------------------------------------------------------ model program */
 
-/* One op of the graph as the executor runs it (GPT family), with the
+/* One op of the graph as the executor runs it (GPT, Llama), with the
  * sizes one tensor-parallel rank holds for a microbatch. */
 typedef struct exec_xop {
     prof_op_role role;

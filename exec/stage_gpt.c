@@ -1,7 +1,8 @@
-/* The GPT family as the pipeline executor runs it: every op of the model
- * graph (embedding, norms, projections, the three attention ops, MLP,
- * residuals, head, loss) with its forward, input-gradient and
- * weight-gradient parts, so a stage may be any range of ops. Tensor
+/* The GPT and Llama decoders as the pipeline executor runs them: every op
+ * of the model graph (embedding, norms, projections, the three attention
+ * ops or the fused one, MLP, residuals, head, loss) with its forward,
+ * input-gradient and weight-gradient parts, so a stage may be any range
+ * of ops. Tensor
  * parallelism splits as Megatron-LM does: attention heads and the MLP's
  * columns (then rows), the vocabulary of the embedding, head and loss;
  * an all-reduce follows each row-parallel GEMM and the embedding in the
