@@ -93,6 +93,26 @@ Test(exec_pipe, data_and_tensor_parallel_equal_the_reference)
 /* One microbatch of the whole batch, no clipping, an untied head: every
  * sum runs in the reference's order, so the weights are the same bits,
  * with cuts inside layers and inside attention. */
+/* Each case run 3 steps without clipping: the reference's bits. */
+static void check_bits(const pspec *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        sim_plan p;
+        pipe_plan(&cases[i], &p);
+        exec_pipe_result r;
+        pipe_run(&p, 3, 0, &r);
+        size_t P;
+        float *ref = pipe_reference(cases[i].model, r.B, 3, 0, &P);
+        cr_assert_eq(P, r.n_params);
+        cr_expect(!memcmp(ref, r.params, P * sizeof *ref), "%s %s: weights "
+                  "differ from the reference's", cases[i].model,
+                  sim_sched_name(p.sched));
+        free(ref);
+        exec_pipe_result_free(&r);
+        sim_plan_free(&p);
+    }
+}
+
 Test(exec_pipe, one_microbatch_is_bit_identical)
 {
     const pspec cases[] = {
@@ -101,19 +121,7 @@ Test(exec_pipe, one_microbatch_is_bit_identical)
         {PICO_UNTIED, SIM_SCHED_ZBH1, 2, 1, 1, 8, 1, 0, 0},
         {PICO_UNTIED, SIM_SCHED_INTERLEAVED, 2, 1, 1, 8, 1, 0, 6},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        sim_plan p;
-        pipe_plan(&cases[i], &p);
-        exec_pipe_result r;
-        pipe_run(&p, 3, 0, &r);
-        size_t P;
-        float *ref = pipe_reference(cases[i].model, r.B, 3, 0, &P);
-        cr_expect(!memcmp(ref, r.params, P * sizeof *ref), "%s: weights "
-                  "differ from the reference's", sim_sched_name(p.sched));
-        free(ref);
-        exec_pipe_result_free(&r);
-        sim_plan_free(&p);
-    }
+    check_bits(cases, sizeof cases / sizeof *cases);
 }
 
 /* PipeDream-2BW on one device: minibatch t's gradient at W(t-1) (W(0) for
@@ -580,19 +588,5 @@ Test(exec_pipe, llama_and_fused_attention_one_microbatch_bits)
         {LLAMA, SIM_SCHED_ZBH1, 3, 1, 1, 8, 1, 1, 0},
         {LLAMA, SIM_SCHED_INTERLEAVED, 2, 1, 1, 8, 1, 0, 6},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        sim_plan p;
-        pipe_plan(&cases[i], &p);
-        exec_pipe_result r;
-        pipe_run(&p, 3, 0, &r);
-        size_t P;
-        float *ref = pipe_reference(cases[i].model, r.B, 3, 0, &P);
-        cr_assert_eq(P, r.n_params);
-        cr_expect(!memcmp(ref, r.params, P * sizeof *ref), "%s %s: weights "
-                  "differ from the reference's", cases[i].model,
-                  sim_sched_name(p.sched));
-        free(ref);
-        exec_pipe_result_free(&r);
-        sim_plan_free(&p);
-    }
+    check_bits(cases, sizeof cases / sizeof *cases);
 }
