@@ -28,8 +28,10 @@
 #       tensor parallelism, ZeRO-1, -2 and -3 data parallelism, LoRA,
 #       recomputation, zero-bubble and interleaved schedules (their workers
 #       on one GPU), the tier schedules (zero-offload, fuyou with its
-#       states in DRAM, zero-infinity with them in a file on the drive) and
-#       stage tiers (one stage's AdamW state in DRAM, the other's in a file);
+#       states in DRAM, zero-infinity with them in a file on the drive),
+#       stage tiers (one stage's AdamW state in DRAM, the other's in a
+#       file), Llama's decoder (tensor parallel, and QLoRA's 4-bit base)
+#       and a graph with fused attention;
 #   (f) GPT-2 under fuyou and zero-offload (states in DRAM) and
 #       zero-infinity (states in a file on the drive), 4 steps:
 #       measured against simulated iteration time and each tier resource
@@ -116,7 +118,8 @@ want() {
     return 1
 }
 # same NAME GPUS [sim options] -- [exec options]: one step of the plan on
-# the CPU and on the GPU, every weight compared as in (a); with against=CKPT
+# the CPU and on the GPU, every weight compared as in (a); the model is
+# gpt-mini, or model=NAME's; with against=CKPT
 # the GPU's weights are compared with that checkpoint's instead (another
 # GPU run), and with against=keep:CKPT the GPU's run is kept there
 same() {
@@ -127,7 +130,7 @@ same() {
     [ $# -gt 0 ] && shift
     printf '%-20s ' "$name"
     # shellcheck disable=SC2086
-    if ! $bin sim --hw "$hw" x"$n" --model gpt-mini --mbs 4 \
+    if ! $bin sim --hw "$hw" x"$n" --model "${model:-gpt-mini}" --mbs 4 \
            --microbatches 4 $sargs --out "$tmp/k.json" >/dev/null; then
         echo "sim failed"; fail=1; return
     fi
@@ -228,6 +231,15 @@ against=$tmp/ref0.ckpt same "fuyou, dram" 1 --schedule fuyou \
     --offload-tier dram -- --clip 0
 against=$tmp/ref0.ckpt same "zero-offload, clip 0" 1 \
     --schedule zero-offload --offload-tier dram -- --clip 0
+against=
+# Llama's decoder (RoPE, RMSNorm, SwiGLU, grouped key and value heads),
+# QLoRA's 4-bit base, a graph with fused attention
+model=llama-tiny same "llama, tp 2" 2 --schedule 1f1b --pp 1 --tp 2
+model=llama-tiny same "llama, qlora 8" 2 --schedule zb-h1 --pp 2 \
+    --finetune qlora:8
+model=tests/data/exec/gpt-pico-flash.json same "fused attention" 2 \
+    --schedule 1f1b --pp 2 --recompute
+model=
 fi
 
 if want f; then
