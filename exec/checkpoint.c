@@ -260,3 +260,154 @@ int exec_ckpt_load_state(const char *path, const exec_gpt_config *c,
     free(buf);
     return 0;
 }
+
+/* ---------------------------------------- a LoRA run's own state */
+
+#define LORA_MAGIC "SLUICEL1"
+#define LORA_VERSION 1
+
+typedef struct lora_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t header_bytes;
+    int32_t cfg[8], llama[4];
+    int32_t ft[4];            /* kind rank targets frozen */
+    int32_t B, T;
+    uint64_t seed;
+    int64_t step;
+    uint64_t n_params, n_lora;
+} lora_header;
+
+void exec_lora_ckpt_path(const char *ckpt, char *out, size_t n)
+{
+    snprintf(out, n, "%s.lora", ckpt);
+}
+
+int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
+                        const prof_finetune *ft, const float *base,
+                        const float *lora, const float *lm, const float *lv,
+                        size_t NL, util_err *e)
+{
+    exec_tensor tt[EXEC_P_COUNT];
+    size_t P = exec_gpt_param_table(&meta->cfg, tt);
+    size_t body = (P + 3 * NL) * sizeof(float);
+    size_t len = sizeof(lora_header) + body + sizeof(uint64_t);
+    char *buf = util_malloc(len);
+    lora_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, LORA_MAGIC, 8);
+    h.version = LORA_VERSION;
+    h.header_bytes = sizeof h;
+    cfg_pack(&meta->cfg, h.cfg, h.llama);
+    h.ft[0] = ft->kind;
+    h.ft[1] = ft->rank;
+    h.ft[2] = (int32_t)ft->targets;
+    h.ft[3] = ft->frozen;
+    h.B = meta->B;
+    h.T = meta->T;
+    h.seed = meta->seed;
+    h.step = meta->step;
+    h.n_params = P;
+    h.n_lora = NL;
+    char *at = buf;
+    memcpy(at, &h, sizeof h);
+    at += sizeof h;
+    const float *part[4] = {base, lora, lm, lv};
+    size_t n[4] = {P, NL, NL, NL};
+    for (int k = 0; k < 4; k++) {
+        memcpy(at, part[k], n[k] * sizeof(float));
+        at += n[k] * sizeof(float);
+    }
+    uint64_t sum = fnv1a(buf, sizeof h + body, FNV_INIT);
+    memcpy(at, &sum, sizeof sum);
+    int rc = util_write_atomic(path, buf, len, e);
+    free(buf);
+    if (rc) return util_err_prefix(e, "LoRA state not saved");
+    return 0;
+}
+
+int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
+                        const prof_finetune *ft, float *base, float *lora,
+                        float *lm, float *lv, size_t NL,
+                        exec_ckpt_meta *meta, util_err *e)
+{
+    char *buf;
+    size_t len;
+    if (util_read_file_max(path, CKPT_MAX_BYTES, &buf, &len, e)) {
+        e->code = UTIL_EXIT_USAGE;
+        return util_err_prefix(e, "a LoRA run's state (written beside its "
+                               "checkpoint by --save)");
+    }
+    lora_header h;
+    int rc = -1;
+    if (len < sizeof h || memcmp(buf, LORA_MAGIC, 8)) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: not a LoRA run's state (no '%s' "
+                  "header)", path, LORA_MAGIC);
+        goto out;
+    }
+    memcpy(&h, buf, sizeof h);
+    if (h.version != LORA_VERSION || h.header_bytes != sizeof h) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: LoRA state format version %u, "
+                  "this sluice reads version %d", path, h.version,
+                  LORA_VERSION);
+        goto out;
+    }
+    exec_tensor tt[EXEC_P_COUNT];
+    size_t P = exec_gpt_param_table(c, tt);
+    exec_gpt_config hc;
+    memset(&hc, 0, sizeof hc);
+    cfg_unpack(h.cfg, h.llama, &hc);
+    if (memcmp(&hc, c, sizeof hc) || h.n_params != P || h.n_lora != NL ||
+        h.ft[0] != (int32_t)ft->kind || h.ft[1] != ft->rank ||
+        h.ft[2] != (int32_t)ft->targets || h.ft[3] != ft->frozen) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: the LoRA state of another model "
+                  "or fine-tuning mode (resume with the plan that saved it)",
+                  path);
+        goto out;
+    }
+    size_t want = sizeof h + (P + 3 * NL) * sizeof(float) + sizeof(uint64_t);
+    uint64_t sum;
+    if (len != want) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: %s LoRA state: %zu bytes, that "
+                  "of this model and mode has %zu", path,
+                  len < want ? "truncated" : "oversized", len, want);
+        goto out;
+    }
+    memcpy(&sum, buf + want - sizeof sum, sizeof sum);
+    if (fnv1a(buf, want - sizeof sum, FNV_INIT) != sum) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: corrupt LoRA state (checksum "
+                  "mismatch)", path);
+        goto out;
+    }
+    if (h.step < 0 || h.step > CKPT_MAX_STEP) {
+        util_errf(e, UTIL_EXIT_USAGE, "%s: implausible step %lld", path,
+                  (long long)h.step);
+        goto out;
+    }
+    const char *at = buf + sizeof h;
+    float *part[4] = {base, lora, lm, lv};
+    size_t n[4] = {P, NL, NL, NL};
+    static const char *const what[4] = {"base weight", "adapter weight",
+                                        "adapter first moment",
+                                        "adapter second moment"};
+    for (int k = 0; k < 4; k++) {
+        memcpy(part[k], at, n[k] * sizeof(float));
+        at += n[k] * sizeof(float);
+        for (size_t i = 0; i < n[k]; i++)
+            if (!isfinite(part[k][i]) || (k == 3 && part[k][i] < 0)) {
+                util_errf(e, UTIL_EXIT_USAGE, "%s: unusable LoRA state: %s "
+                          "%zu is %g", path, what[k], i,
+                          (double)part[k][i]);
+                goto out;
+            }
+    }
+    meta->cfg = hc;
+    meta->B = h.B;
+    meta->T = h.T;
+    meta->seed = h.seed;
+    meta->step = h.step;
+    rc = 0;
+out:
+    free(buf);
+    return rc;
+}

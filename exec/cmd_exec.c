@@ -59,7 +59,8 @@ static void usage(FILE *f)
         "                      (under mpirun: kill -USR1 MPIRUN_PID, which\n"
         "                      mpirun forwards; its Ctrl-C ends the job);\n"
         "                      the reference trainer and --init read it\n"
-        "                      (a LoRA plan's: adapters merged in)\n"
+        "                      (a LoRA plan's: adapters merged in, and\n"
+        "                      FILE.lora its own state, for --resume)\n"
         "  --resume FILE       continue from a checkpoint (bit for bit with the\n"
         "                      same --steps, --lr, plan or --threads)\n"
         "  --stop-after N      stop after step N (the learning rate's schedule\n"
@@ -492,11 +493,27 @@ static int save_ckpt(const exec_train_opts *t, const sim_plan *plan,
         exec_ckpt_meta old;
         if (!exec_ckpt_peek(t->resume, &old, e)) meta.seed = old.seed;
     }
-    /* LoRA: the adapters merged into the weights, a plain model any
-     * reader takes (the adapters' AdamW state is not kept) */
+    /* LoRA: the run's own state (base, adapters, their moments) beside,
+     * for --resume; the checkpoint itself the adapters merged into the
+     * weights, a plain model any reader takes. An offload schedule's tier
+     * keeps the adapters' moments: no state to go on from. */
+    if (r->lora && !sim_sched_offload(plan->sched)) {
+        char lp[4096];
+        exec_lora_ckpt_path(t->save, lp, sizeof lp);
+        if (exec_lora_ckpt_save(lp, &meta, &plan->ft, r->base, r->lora,
+                                r->lora_m, r->lora_v, r->n_lora, e))
+            return -1;
+    }
     if (r->lora) exec_lora_merge(&r->cfg, &plan->ft, r->lora, r->params);
     return exec_ckpt_save_state(t->save, r->params, r->adam_m, r->adam_v,
                                 &meta, e);
+}
+
+/* Whether a plan's checkpoint can be resumed: a LoRA plan's through the
+ * state written beside it, except an offload schedule's. */
+static int resumable(const sim_plan *plan)
+{
+    return !exec_ft_adapts(&plan->ft) || !sim_sched_offload(plan->sched);
 }
 
 static int run_plan(cmd *c)
@@ -551,11 +568,13 @@ static int run_plan(cmd *c)
                        sim_sched_name(plan.sched));
         goto out;
     }
-    if (t->save_every > 0 && plan.ft.kind == PROF_FT_LORA) {
+    if (t->save_every > 0 && !resumable(&plan)) {
         rc = util_errf(&e, UTIL_EXIT_USAGE, "sluice exec: --save-every: a "
-                       "LoRA plan's checkpoint holds its adapters merged "
-                       "into the weights, which --resume cannot continue "
-                       "(save at the end, then --init another fine-tuning)");
+                       "%s plan of schedule %s keeps its adapters' AdamW "
+                       "state in the tier, so its checkpoints cannot go on "
+                       "(save at the end, then --init another fine-tuning)",
+                       plan.ft.kind == PROF_FT_QLORA ? "QLoRA" : "LoRA",
+                       sim_sched_name(plan.sched));
         goto out;
     }
     po.plan_path = c->plan;
@@ -700,9 +719,13 @@ static int run_plan(cmd *c)
             goto out;
         }
         if (!t->json && t->save)
-            printf("saved %s at step %d%s\n", t->save,
+            printf("saved %s at step %d%s%s%s\n", t->save,
                    r.step_first + r.steps_run,
-                   r.lora ? " (LoRA adapters merged into the weights)" : "");
+                   r.lora ? " (LoRA adapters merged into the weights" : "",
+                   r.lora && resumable(&plan) ? "; the run's own state in "
+                                                "the .lora file beside it"
+                                              : "",
+                   r.lora ? ")" : "");
         if (c->calibrate && !r.stopped &&
             calib_write(cpath, &plan, &r, t->json ? stderr : stdout, &e)) {
             rc = -1;
@@ -716,8 +739,9 @@ static int run_plan(cmd *c)
         if (!r.stopped && end < t->steps && !t->json)
             printf("stopped after step %d of %d (--stop-after)%s%s%s%s\n",
                    end, t->steps, t->save ? "; continue with " : "",
-                   t->save ? (r.lora ? "another fine-tuning from the merged "
-                                       "weights, --init " : "--resume ")
+                   t->save ? (!resumable(&plan) ? "another fine-tuning "
+                                       "from the merged weights, --init "
+                                     : "--resume ")
                            : "", t->save ? t->save : "",
                    t->save && r.async ? " (no flush: the run resumed from "
                    "it is not the one that would have gone on, its weight "
@@ -727,8 +751,9 @@ static int run_plan(cmd *c)
         char saved[600] = "";
         if (t->save)
             snprintf(saved, sizeof saved, "; saved %s, continue with "
-                     "%s %s", t->save, r.lora ? "another fine-tuning from "
-                     "the merged weights, --init" : "--resume", t->save);
+                     "%s %s", t->save, !resumable(&plan) ? "another "
+                     "fine-tuning from the merged weights, --init"
+                     : "--resume", t->save);
         util_errf(&e, UTIL_EXIT_FAIL, "interrupted after step %d%s",
                   r.step_first + r.steps_run, saved);
         rc = -1;

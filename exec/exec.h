@@ -201,6 +201,12 @@ void exec_lora_dims(const exec_gpt_config *c, unsigned target, size_t *k,
  * first step computes the base model exactly. */
 void exec_lora_init(const exec_gpt_config *c, const prof_finetune *f,
                     uint64_t seed, float *lora);
+/* Whether fine-tuning mode f trains adapters (LoRA, QLoRA). */
+static inline int exec_ft_adapts(const prof_finetune *f)
+{
+    return f && (f->kind == PROF_FT_LORA || f->kind == PROF_FT_QLORA);
+}
+
 /* QLoRA's base (exec/nf4.c): a slice of rows x cols weights, element
  * (i,j) at flat0 + i ld + j of its tensor, stored in `floats` floats: its
  * nb blocks' group statistics (ng groups: mean, scale), its blocks'
@@ -318,6 +324,24 @@ int exec_ckpt_peek(const char *path, exec_ckpt_meta *meta, util_err *e);
  * naming both). */
 int exec_ckpt_load(const char *path, exec_gpt *m, exec_ckpt_meta *meta,
                    util_err *e);
+
+/* A LoRA or QLoRA run's own state, which its merged checkpoint cannot
+ * give back: FILE.lora beside FILE (exec_lora_ckpt_path), written by
+ * --save, read by --resume. Header (model, fine-tuning mode, batch,
+ * length, seed, step, counts), the base as the run started from it (P
+ * floats: QLoRA's before rounding), the adapters (NL floats,
+ * exec_lora_table's arena) and their AdamW m and v, an FNV-1a 64
+ * checksum; written atomically. Another model or mode, a truncated or
+ * corrupt file, values that are not finite: code 2. */
+void exec_lora_ckpt_path(const char *ckpt, char *out, size_t n);
+int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
+                        const prof_finetune *ft, const float *base,
+                        const float *lora, const float *lm, const float *lv,
+                        size_t NL, util_err *e);
+int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
+                        const prof_finetune *ft, float *base, float *lora,
+                        float *lm, float *lv, size_t NL,
+                        exec_ckpt_meta *meta, util_err *e);
 
 /* ----------------------------------------------------- safetensors */
 
@@ -500,11 +524,17 @@ typedef struct exec_pipe_result {
     double *mem_b;
     int *mem_off;               /* device d: points mem_off[d]..[d+1] */
     float *params, *adam_m, *adam_v; /* the final state (full, rank 0):
-                                 * under LoRA the base, as it started */
+                                 * under LoRA the base, as it started
+                                 * (QLoRA: as NF4 rounds it) */
     size_t n_params;
     float *lora;                /* LoRA: the final adapters (the arena of
                                  * exec_lora_table; exec_lora_merge makes
                                  * the plain model a checkpoint holds) */
+    float *lora_m, *lora_v;     /* their AdamW moments (zero after an
+                                 * offload schedule, whose tier keeps
+                                 * them) */
+    float *base;                /* LoRA: the base the run started from
+                                 * (P floats; QLoRA's before rounding) */
     size_t n_lora;
     int stopped;                /* a stop (Ctrl-C) ended the run early */
     /* with op_timing, past the first step, over every worker: per graph

@@ -53,9 +53,28 @@ static prof_topo *load_hw(const char *hw, util_err *e)
  * from the seed. */
 static int initial_state(const exec_pipe_opts *o, const exec_gpt_config *c,
                          int B, int T, float *p, float *am, float *av,
+                         float *lora, float *lm, float *lv, size_t NL,
                          int *step0, uint64_t *seed, util_err *e)
 {
     *step0 = 0;
+    if (o->resume && exec_ft_adapts(&o->plan->ft)) {
+        /* a LoRA run goes on from its own state beside the checkpoint
+         * (the checkpoint has the adapters merged in) */
+        char lp[4096];
+        exec_lora_ckpt_path(o->resume, lp, sizeof lp);
+        exec_ckpt_meta meta;
+        if (exec_lora_ckpt_load(lp, c, &o->plan->ft, p, lora, lm, lv, NL,
+                                &meta, e))
+            return -1;
+        if (meta.B != B || meta.T != T)
+            return util_errf(e, UTIL_EXIT_USAGE, "%s: the state of batch %d "
+                             "x %d tokens, the plan trains %d x %d (resume "
+                             "with the plan that saved it)", lp, meta.B,
+                             meta.T, B, T);
+        *step0 = (int)meta.step;
+        *seed = meta.seed;
+        return 0;
+    }
     if (o->resume) {
         exec_ckpt_meta meta;
         if (exec_ckpt_load_state(o->resume, c, p, am, av, &meta, e))
@@ -106,11 +125,13 @@ static int finetune_check(const exec_pipe_opts *o, const sim_plan *p,
                          "fine-tuning mode %s yet (its tier holds every "
                          "weight with its gradient and moments)", where,
                          exec_offload_name(o->offload.policy), ft);
-    if (o->resume && p->ft.kind == PROF_FT_LORA)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: --resume %s: a LoRA run's "
-                         "checkpoint holds its adapters merged into the "
-                         "weights, not the adapters; start another "
-                         "fine-tuning from it with --init", where, o->resume);
+    if (o->resume && exec_ft_adapts(&p->ft) && sim_sched_offload(p->sched))
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: --resume %s: schedule %s's "
+                         "tier does not hand back the adapters' AdamW "
+                         "state, so a %s run of it cannot go on; start "
+                         "another fine-tuning from the merged weights with "
+                         "--init", where, o->resume, sim_sched_name(p->sched),
+                         ft);
     return 0;
 }
 
@@ -200,6 +221,9 @@ void exec_pipe_result_free(exec_pipe_result *r)
     free(r->adam_m);
     free(r->adam_v);
     free(r->lora);
+    free(r->lora_m);
+    free(r->lora_v);
+    free(r->base);
     free(r->op_ns);
     free(r->op_calls);
     sim_ir_free(r->ir);
@@ -496,14 +520,25 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     int n_lt;
     size_t NL = exec_lora_table(&cfg, &p->ft, NULL, &n_lt);
     float *lora = NL ? util_calloc(NL, sizeof(float)) : NULL;
+    float *lm = NL ? util_calloc(NL, sizeof(float)) : NULL;
+    float *lv = NL ? util_calloc(NL, sizeof(float)) : NULL;
+    float *base = NULL;
     uint64_t seed = o->seed;
     int step0 = 0, rc = -1;
     exec_corpus corpus = {0};
     exec_xport *x = NULL;
     int mpi = 0, rank = 0, size = 1;
-    if (initial_state(o, &cfg, r->B, T, full, am, av, &step0, &seed, e))
+    if (initial_state(o, &cfg, r->B, T, full, am, av, lora, lm, lv, NL,
+                      &step0, &seed, e))
         goto out;
-    if (lora) exec_lora_init(&cfg, &p->ft, seed, lora);
+    /* a LoRA run's base as it starts (QLoRA's before rounding): what
+     * its own state keeps, to go on from */
+    if (lora) {
+        base = util_malloc(sizeof(float) * (P + 1));
+        memcpy(base, full, sizeof(float) * P);
+    }
+    if (lora && !(o->resume && step0)) exec_lora_init(&cfg, &p->ft, seed,
+                                                      lora);
     if (o->steps <= step0) {
         if (o->resume)
             util_errf(e, UTIL_EXIT_USAGE, "%s: %d steps are done already "
@@ -614,6 +649,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     }
     r->rank = rank;
     r->n_ranks = size;
+    rt.lora_m0 = step0 ? lm : NULL;
+    rt.lora_v0 = step0 ? lv : NULL;
     if (exec_rt_setup(&rt, full, step0 ? am : NULL, step0 ? av : NULL, lora,
                       e))
         goto out_rt;
@@ -650,19 +687,28 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     memset(full, 0, sizeof(float) * P);
     memset(am, 0, sizeof(float) * P);
     memset(av, 0, sizeof(float) * P);
-    if (lora) memset(lora, 0, sizeof(float) * NL);
-    if (exec_rt_collect(&rt, full, am, av, lora, e)) goto out_rt;
+    if (lora) {
+        memset(lora, 0, sizeof(float) * NL);
+        memset(lm, 0, sizeof(float) * NL);
+        memset(lv, 0, sizeof(float) * NL);
+    }
+    if (exec_rt_collect(&rt, full, am, av, lora, lm, lv, e)) goto out_rt;
     if (mpi && (exec_mpi_sum(full, P, 0, e) || exec_mpi_sum(am, P, 0, e) ||
                 exec_mpi_sum(av, P, 0, e) ||
-                (lora && exec_mpi_sum(lora, NL, 0, e))))
+                (lora && (exec_mpi_sum(lora, NL, 0, e) ||
+                          exec_mpi_sum(lm, NL, 0, e) ||
+                          exec_mpi_sum(lv, NL, 0, e)))))
         goto out_rt;
     r->params = full;
     r->adam_m = am;
     r->adam_v = av;
     r->n_params = P;
     r->lora = lora;
+    r->lora_m = lm;
+    r->lora_v = lv;
+    r->base = base;
     r->n_lora = NL;
-    full = am = av = lora = NULL;
+    full = am = av = lora = lm = lv = base = NULL;
     rc = 0;
 out_rt:
     if (x) x->free(x);
@@ -674,6 +720,9 @@ out:
     free(am);
     free(av);
     free(lora);
+    free(lm);
+    free(lv);
+    free(base);
     exec_corpus_free(&corpus);
     return rc;
 }

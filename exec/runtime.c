@@ -2481,8 +2481,10 @@ static int worker_stages(exec_worker *w, const float *full,
             h[k] = NULL;
             if (!src[k]) continue;      /* gradients, moments from zero */
             h[k] = util_calloc(st->n + 1, sizeof *h[k]);
-            /* the adapters start from lora; their moments from zero */
-            exec_parr a = {tt, lt, (float *)src[k], k ? NULL : (float *)lora};
+            /* the adapters start from lora, their moments from a resumed
+             * run's (zero without) */
+            const float *ad[4] = {lora, NULL, rt->lora_m0, rt->lora_v0};
+            exec_parr a = {tt, lt, (float *)src[k], (float *)ad[k]};
             exec_stage_gather(st, &a, h[k], k ? NULL : hf);
         }
         size_t mo = rt->zero ? st->sh_lo : 0, mn = rt->zero ? st->sh_n
@@ -2664,16 +2666,17 @@ static int stier_collect(exec_worker *w, exec_stage *st, const exec_parr *m,
 }
 
 int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
-                    float *adam_v, float *lora, util_err *e)
+                    float *adam_v, float *lora, float *lora_m, float *lora_v,
+                    util_err *e)
 {
     const exec_backend *be = rt->be;
     exec_tensor tt[EXEC_P_COUNT];
     exec_gpt_param_table(&rt->cfg, tt);
     exec_tensor *lt = lora_tensors(rt);
-    /* weights into full and lora; moments of what the model's arena
-     * holds (the adapters' are not kept: a checkpoint is a plain model) */
-    exec_parr wt = {tt, lt, full, lora}, m = {tt, lt, adam_m, NULL},
-              v = {tt, lt, adam_v, NULL};
+    /* weights into full and lora; moments of the model's arena into
+     * adam_m and adam_v, the adapters' into lora_m and lora_v */
+    exec_parr wt = {tt, lt, full, lora}, m = {tt, lt, adam_m, lora_m},
+              v = {tt, lt, adam_v, lora_v};
     int rc = 0;
     for (int i = 0; i < rt->n_local && !rc; i++) {
         exec_worker *w = &rt->w[i];

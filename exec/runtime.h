@@ -468,6 +468,9 @@ struct exec_runtime {
     uint64_t seed;
     exec_adamw adamw;
     int warmup, total_steps, step0;
+    /* the LoRA adapters' AdamW m and v to start from (a resumed run's;
+     * NULL: zero), read by exec_rt_setup */
+    const float *lora_m0, *lora_v0;
     double scale;               /* loss gradient per token: 1 / tokens */
     double budget;              /* bytes per device; 0: unlimited */
     exec_xport *x;
@@ -523,10 +526,12 @@ int exec_rt_setup(exec_runtime *rt, const float *full,
 int exec_rt_run(exec_runtime *rt);
 /* Writes the weights and AdamW state of the slices this process owns for
  * checkpoints into full arrays (P floats; others untouched), the LoRA
- * adapters into lora (NULL without); -1 when a device failed to hand them
- * back. */
+ * adapters and their moments into lora, lora_m, lora_v (NULL without;
+ * an offload schedule's tier gives the adapters, not their moments); -1
+ * when a device failed to hand them back. */
 int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
-                    float *adam_v, float *lora, util_err *e);
+                    float *adam_v, float *lora, float *lora_m, float *lora_v,
+                    util_err *e);
 void exec_rt_free(exec_runtime *rt);
 
 /* The floats receive task rid brings worker w (transports that must

@@ -412,8 +412,9 @@ Test(exec_lora, device_memory_is_the_simulators)
 /* The command line: under mpirun the adapters are the in-process run's
  * bit for bit (compared through the checkpoints); --save writes the base
  * with the adapters merged in (exec_lora_merge of the run's own), which
- * --init then reads as a plain model; --resume of it is refused (it
- * holds no adapters), as is --offload. */
+ * --init then reads as a plain model, and the run's own state beside it,
+ * from which --resume and --save-every go on with one run's bits;
+ * --offload is refused. */
 Test(exec_lora, mpirun_and_the_merged_checkpoint)
 {
     char *dir = test_tmpdir();
@@ -457,11 +458,59 @@ Test(exec_lora, mpirun_and_the_merged_checkpoint)
     free(ck);
     exec_pipe_result_free(&r);
     sim_plan_free(&p);
-    x = cli_run("exec --plan %s/l.json --resume %s/i.ckpt --steps 4", dir,
+    /* --resume goes on from the run's own state (FILE.lora: base,
+     * adapters, their moments): 2 steps of 4, then the rest, are the
+     * bits of one run of 4, both files; under mpirun too; and
+     * --save-every in pieces of 1 */
+    cr_expect_eq(sh_run("cmp -s %s/m.ckpt.lora %s/i.ckpt.lora", dir, dir),
+                 0, "the runs' own states differ between mpirun and "
+                 "in-process");
+    x = cli_run("exec --plan %s/l.json --steps 4 --quiet --save %s/o.ckpt",
+                dir, dir);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    x = cli_run("exec --plan %s/l.json --steps 4 --stop-after 2 --quiet "
+                "--save %s/r.ckpt", dir, dir);
+    cr_expect_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    x = cli_run("exec --plan %s/l.json --resume %s/r.ckpt --steps 4 --quiet "
+                "--save %s/r.ckpt", dir, dir, dir);
+    cr_expect_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    x = cli_run("exec --plan %s/l.json --steps 4 --quiet --save-every 1 "
+                "--save %s/e.ckpt", dir, dir);
+    cr_expect_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    rc = sh_run("%s \"$SLUICE\" exec --plan %s/l.json --steps 4 "
+                "--stop-after 2 --quiet --save %s/m.ckpt > %s/m.out 2>&1 && "
+                "%s \"$SLUICE\" exec --plan %s/l.json --resume %s/m.ckpt "
+                "--steps 4 --quiet --save %s/m.ckpt >> %s/m.out 2>&1",
+                MPIRUN, dir, dir, dir, MPIRUN, dir, dir, dir, dir);
+    cr_expect_eq(rc, 0, "mpirun --resume failed (%s/m.out)", dir);
+    const char *same[] = {"r", "e", "m"};
+    for (int k = 0; k < 3; k++)
+        cr_expect_eq(sh_run("cmp -s %s/o.ckpt %s/%s.ckpt && cmp -s "
+                            "%s/o.ckpt.lora %s/%s.ckpt.lora", dir, dir,
+                            same[k], dir, dir, same[k]), 0,
+                     "%s.ckpt: not one run's bits", same[k]);
+    /* another mode's plan, and no state beside the checkpoint */
+    x = cli_run("sim --hw cpu x2 --model " PICO " --schedule 1f1b --pp 2 "
+                "--mbs 2 --microbatches 4 --finetune lora:8 --out %s/l8.json",
+                dir);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    x = cli_run("exec --plan %s/l8.json --resume %s/i.ckpt --steps 5", dir,
                 dir);
     cr_expect_eq(x.code, 2);
-    cr_expect(strstr(x.err, "merged") && strstr(x.err, "--init"), "%s",
-              x.err);
+    cr_expect(strstr(x.err, "i.ckpt.lora: the LoRA state of another model "
+                     "or fine-tuning mode"), "%s", x.err);
+    cli_result_free(&x);
+    cr_assert_eq(sh_run("rm %s/i.ckpt.lora", dir), 0);
+    x = cli_run("exec --plan %s/l.json --resume %s/i.ckpt --steps 5", dir,
+                dir);
+    cr_expect_eq(x.code, 2);
+    cr_expect(strstr(x.err, "i.ckpt.lora") && strstr(x.err, "--save"),
+              "%s", x.err);
     cli_result_free(&x);
     x = cli_run("exec --plan %s/l.json --offload zero-offload --steps 1",
                 dir);
