@@ -83,15 +83,34 @@ int exec_ckpt_save(const char *path, exec_gpt *m, const exec_ckpt_meta *meta,
                                 exec_gpt_adam_v(m), &mm, e);
 }
 
+/* Writes header hdr (hb bytes), then np arrays of n[k] floats, then the
+ * FNV-1a 64 of all that, atomically. */
+static int write_sealed(const char *path, const void *hdr, size_t hb,
+                        const float *const *part, const size_t *n, int np,
+                        util_err *e)
+{
+    size_t len = hb + sizeof(uint64_t);
+    for (int k = 0; k < np; k++) len += n[k] * sizeof(float);
+    char *buf = util_malloc(len), *at = buf;
+    memcpy(at, hdr, hb);
+    at += hb;
+    for (int k = 0; k < np; k++) {
+        memcpy(at, part[k], n[k] * sizeof(float));
+        at += n[k] * sizeof(float);
+    }
+    uint64_t sum = fnv1a(buf, len - sizeof sum, FNV_INIT);
+    memcpy(at, &sum, sizeof sum);
+    int rc = util_write_atomic(path, buf, len, e);
+    free(buf);
+    return rc;
+}
+
 int exec_ckpt_save_state(const char *path, const float *params,
                          const float *adam_m, const float *adam_v,
                          const exec_ckpt_meta *meta, util_err *e)
 {
     exec_tensor tt[EXEC_P_COUNT];
     size_t P = exec_gpt_param_table(&meta->cfg, tt);
-    size_t body = 3 * P * sizeof(float);
-    size_t len = sizeof(ckpt_header) + body + sizeof(uint64_t);
-    char *buf = util_malloc(len);
     ckpt_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, CKPT_MAGIC, 8);
@@ -103,16 +122,11 @@ int exec_ckpt_save_state(const char *path, const float *params,
     h.seed = meta->seed;
     h.step = meta->step;
     h.n_params = P;
-    memcpy(buf, &h, sizeof h);
     /* params, then m and v (gradients are not state between steps). */
-    memcpy(buf + sizeof h, params, P * sizeof(float));
-    memcpy(buf + sizeof h + P * sizeof(float), adam_m, P * sizeof(float));
-    memcpy(buf + sizeof h + 2 * P * sizeof(float), adam_v, P * sizeof(float));
-    uint64_t sum = fnv1a(buf, sizeof h + body, FNV_INIT);
-    memcpy(buf + sizeof h + body, &sum, sizeof sum);
-    int rc = util_write_atomic(path, buf, len, e);
-    free(buf);
-    if (rc) return util_err_prefix(e, "checkpoint not saved");
+    const float *part[3] = {params, adam_m, adam_v};
+    size_t n[3] = {P, P, P};
+    if (write_sealed(path, &h, sizeof h, part, n, 3, e))
+        return util_err_prefix(e, "checkpoint not saved");
     return 0;
 }
 
@@ -290,9 +304,6 @@ int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
 {
     exec_tensor tt[EXEC_P_COUNT];
     size_t P = exec_gpt_param_table(&meta->cfg, tt);
-    size_t body = (P + 3 * NL) * sizeof(float);
-    size_t len = sizeof(lora_header) + body + sizeof(uint64_t);
-    char *buf = util_malloc(len);
     lora_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, LORA_MAGIC, 8);
@@ -309,20 +320,10 @@ int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
     h.step = meta->step;
     h.n_params = P;
     h.n_lora = NL;
-    char *at = buf;
-    memcpy(at, &h, sizeof h);
-    at += sizeof h;
     const float *part[4] = {base, lora, lm, lv};
     size_t n[4] = {P, NL, NL, NL};
-    for (int k = 0; k < 4; k++) {
-        memcpy(at, part[k], n[k] * sizeof(float));
-        at += n[k] * sizeof(float);
-    }
-    uint64_t sum = fnv1a(buf, sizeof h + body, FNV_INIT);
-    memcpy(at, &sum, sizeof sum);
-    int rc = util_write_atomic(path, buf, len, e);
-    free(buf);
-    if (rc) return util_err_prefix(e, "LoRA state not saved");
+    if (write_sealed(path, &h, sizeof h, part, n, 4, e))
+        return util_err_prefix(e, "LoRA state not saved");
     return 0;
 }
 
