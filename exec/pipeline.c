@@ -180,7 +180,8 @@ static int stier_check(const exec_pipe_opts *o, const sim_plan *p,
 }
 
 /* What the IR of a sharded plan asks that the executor does not run:
- * ZeRO-3 with a W pass and LoRA (the IR gathers no weights for a W, and
+ * ZeRO-3 with a W pass and LoRA or QLoRA (the IR gathers no weights for a
+ * W, and
  * the adapters' weight gradients read the adapter B: d(x A) = dy B^T). */
 static int zero_ir_check(const sim_ir *ir, const sim_plan *p,
                          const char *where, util_err *e)
@@ -189,15 +190,16 @@ static int zero_ir_check(const sim_ir *ir, const sim_plan *p,
     /* ZeRO-3 gathers a stage's weights for its F and its backward
      * (sim_add_sharded); a weight pass of its own would find them gone */
     for (int i = 0; sim_zero_stage(p->zero, p->fsdp) >= 3 &&
-                    p->ft.kind == PROF_FT_LORA && i < ir->n_tasks; i++)
+                    exec_ft_adapts(&p->ft) && i < ir->n_tasks; i++)
         if (ir->tasks[i].kind == SIM_W)
             return util_errf(e, UTIL_EXIT_USAGE, "%s: ZeRO stage 3 with "
-                             "LoRA and schedule %s, whose weight gradients "
+                             "%s and schedule %s, whose weight gradients "
                              "run in a pass of their own: the adapters' "
                              "gradients read the adapters' weights, which "
                              "ZeRO-3 gathers for the forward and the "
                              "backward only; use a schedule without a W "
                              "pass (1f1b, gpipe, interleaved, wave)", where,
+                             p->ft.kind == PROF_FT_QLORA ? "QLoRA" : "LoRA",
                              sim_sched_name(p->sched));
     return 0;
 }

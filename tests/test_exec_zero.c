@@ -359,6 +359,10 @@ Test(exec_zero, what_is_not_run_is_refused)
         {"--model " UNTIED " --pp 2 --dp 2 --zero 3 --schedule zb-h1 "
          "--finetune lora:4", "", "the adapters' gradients read the "
          "adapters' weights", "cpu"},
+        /* QLoRA's adapters too (it ran on and crashed) */
+        {"--model tests/data/exec/llama-pico.json --pp 2 --dp 2 --zero 3 "
+         "--schedule zb-h1 --finetune qlora:4", "", "ZeRO stage 3 with QLoRA "
+         "and schedule zb-h1", "cpu"},
         {"--model " PICO " --pp 2 --dp 1 --zero 2", "",
          "needs data parallelism", "cpu"},
         {"--model " PICO " --pp 1 --dp 2 --zero 1",
