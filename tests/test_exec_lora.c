@@ -505,6 +505,23 @@ Test(exec_lora, mpirun_and_the_merged_checkpoint)
     cr_expect(strstr(x.err, "i.ckpt.lora: the LoRA state of another model "
                      "or fine-tuning mode"), "%s", x.err);
     cli_result_free(&x);
+    /* a byte changed, a truncated file */
+    cr_assert_eq(sh_run("cp %s/i.ckpt.lora %s/c.lora && printf 'x' | dd "
+                        "of=%s/i.ckpt.lora bs=1 seek=4000 conv=notrunc "
+                        "2>/dev/null", dir, dir, dir), 0);
+    x = cli_run("exec --plan %s/l.json --resume %s/i.ckpt --steps 5", dir,
+                dir);
+    cr_expect_eq(x.code, 2);
+    cr_expect(strstr(x.err, "corrupt LoRA state"), "%s", x.err);
+    cli_result_free(&x);
+    cr_assert_eq(sh_run("head -c 1000 %s/c.lora > %s/i.ckpt.lora", dir,
+                        dir), 0);
+    x = cli_run("exec --plan %s/l.json --resume %s/i.ckpt --steps 5", dir,
+                dir);
+    cr_expect_eq(x.code, 2);
+    cr_expect(strstr(x.err, "truncated LoRA state: 1000 bytes"), "%s",
+              x.err);
+    cli_result_free(&x);
     cr_assert_eq(sh_run("rm %s/i.ckpt.lora", dir), 0);
     x = cli_run("exec --plan %s/l.json --resume %s/i.ckpt --steps 5", dir,
                 dir);
