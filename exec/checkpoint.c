@@ -28,6 +28,7 @@ typedef struct ckpt_header {
     int64_t step;
     uint64_t n_params;
     int32_t llama[4];        /* version 2: kv_heads rmsnorm swiglu rope */
+    float llama_f[2];        /* version 2: rope_theta norm_eps */
 } ckpt_header;
 
 /* Version 1 (before Llama's choices) ends before llama[]: it is read as
@@ -46,32 +47,38 @@ static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
 
 #define FNV_INIT 0xCBF29CE484222325ull
 
-static void cfg_pack(const exec_gpt_config *c, int32_t *o, int32_t *x)
+static void cfg_pack(const exec_gpt_config *c, int32_t *o, int32_t *x,
+                     float *f)
 {
     o[0] = c->vocab; o[1] = c->max_pos; o[2] = c->hidden; o[3] = c->layers;
     o[4] = c->heads; o[5] = c->ffn; o[6] = c->bias; o[7] = c->tied;
     x[0] = c->kv_heads; x[1] = c->rmsnorm; x[2] = c->swiglu; x[3] = c->rope;
+    f[0] = c->rope_theta; f[1] = c->norm_eps;
 }
 
-static void cfg_unpack(const int32_t *o, const int32_t *x,
+static void cfg_unpack(const int32_t *o, const int32_t *x, const float *f,
                        exec_gpt_config *c)
 {
     c->vocab = o[0]; c->max_pos = o[1]; c->hidden = o[2]; c->layers = o[3];
     c->heads = o[4]; c->ffn = o[5]; c->bias = o[6]; c->tied = o[7];
     c->kv_heads = x[0]; c->rmsnorm = x[1]; c->swiglu = x[2]; c->rope = x[3];
+    c->rope_theta = f[0]; c->norm_eps = f[1];
 }
 
 static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
 {
+    char norm[48] = "LayerNorm", pos[48] = "learned positions";
+    if (c->rmsnorm)
+        snprintf(norm, sizeof norm, "RMSNorm (eps %g)", (double)c->norm_eps);
+    if (c->rope)
+        snprintf(pos, sizeof pos, "RoPE (base %g)", (double)c->rope_theta);
     snprintf(buf, n,
              "hidden %d, layers %d, heads %d, key/value heads %d, ffn %d, "
              "vocab %d, max_pos %d, %s, %s, %s, %s, %s",
              c->hidden, c->layers, c->heads, exec_kv_heads(c), c->ffn,
              c->vocab, c->max_pos, c->bias ? "biases" : "no biases",
-             c->tied ? "tied head" : "untied head",
-             c->rmsnorm ? "RMSNorm" : "LayerNorm",
-             c->swiglu ? "SwiGLU" : "GELU", c->rope ? "RoPE" : "learned "
-             "positions");
+             c->tied ? "tied head" : "untied head", norm,
+             c->swiglu ? "SwiGLU" : "GELU", pos);
 }
 
 int exec_ckpt_save(const char *path, exec_gpt *m, const exec_ckpt_meta *meta,
@@ -116,7 +123,7 @@ int exec_ckpt_save_state(const char *path, const float *params,
     memcpy(h.magic, CKPT_MAGIC, 8);
     h.version = CKPT_VERSION;
     h.header_bytes = sizeof h;
-    cfg_pack(&meta->cfg, h.cfg, h.llama);
+    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f);
     h.B = meta->B;
     h.T = meta->T;
     h.seed = meta->seed;
@@ -209,7 +216,7 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
 
 static void meta_of(const ckpt_header *h, exec_ckpt_meta *meta)
 {
-    cfg_unpack(h->cfg, h->llama, &meta->cfg);
+    cfg_unpack(h->cfg, h->llama, h->llama_f, &meta->cfg);
     meta->B = h->B;
     meta->T = h->T;
     meta->seed = h->seed;
@@ -285,6 +292,7 @@ typedef struct lora_header {
     uint32_t version;
     uint32_t header_bytes;
     int32_t cfg[8], llama[4];
+    float llama_f[2];
     int32_t ft[4];            /* kind rank targets frozen */
     int32_t B, T;
     uint64_t seed;
@@ -309,7 +317,7 @@ int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
     memcpy(h.magic, LORA_MAGIC, 8);
     h.version = LORA_VERSION;
     h.header_bytes = sizeof h;
-    cfg_pack(&meta->cfg, h.cfg, h.llama);
+    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f);
     h.ft[0] = ft->kind;
     h.ft[1] = ft->rank;
     h.ft[2] = (int32_t)ft->targets;
@@ -357,7 +365,7 @@ int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
     size_t P = exec_gpt_param_table(c, tt);
     exec_gpt_config hc;
     memset(&hc, 0, sizeof hc);
-    cfg_unpack(h.cfg, h.llama, &hc);
+    cfg_unpack(h.cfg, h.llama, h.llama_f, &hc);
     if (memcmp(&hc, c, sizeof hc) || h.n_params != P || h.n_lora != NL ||
         h.ft[0] != (int32_t)ft->kind || h.ft[1] != ft->rank ||
         h.ft[2] != (int32_t)ft->targets || h.ft[3] != ft->frozen) {

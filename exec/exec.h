@@ -39,7 +39,12 @@ typedef struct exec_gpt_config {
                     * layer's F gate rows, then its F up rows */
     int rope;      /* rotary positions on q and k, no position table
                     * (max_pos 0: any sequence length) */
+    float rope_theta; /* RoPE's base (10000, Llama 3's 500000); 0
+                    * without RoPE */
+    float norm_eps;   /* RMSNorm's epsilon; 0 with LayerNorm (whose
+                    * epsilon is the kernels' 1e-5) */
 } exec_gpt_config;
+
 
 /* Key and value heads; rows of a layer's q | k | v weight (C + 2 NKV hs);
  * rows of its MLP up weight (F, 2F with SwiGLU); whether the attention
@@ -63,6 +68,12 @@ static inline size_t exec_fc_rows(const exec_gpt_config *c)
 static inline int exec_qkv_expands(const exec_gpt_config *c)
 {
     return c->rope || exec_kv_heads(c) != c->heads;
+}
+
+/* RoPE's base as the kernels take it: 0 for no rotation. */
+static inline float exec_rope_base(const exec_gpt_config *c)
+{
+    return c->rope ? c->rope_theta : 0.0f;
 }
 
 /* Fills c from a model-zoo spec. Families and features the CPU trainer

@@ -137,6 +137,12 @@ int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
                          "key and value heads (%d) must divide heads (%d)",
                          exec_kv_heads(c), c->heads);
     int hs = c->hidden / c->heads;
+    if (c->rmsnorm && !(c->norm_eps > 0 && c->norm_eps < 0.1f))
+        return util_errf(e, UTIL_EXIT_USAGE, "RMSNorm's epsilon %g is not "
+                         "in (0, 0.1)", (double)c->norm_eps);
+    if (c->rope && !(c->rope_theta >= 1))
+        return util_errf(e, UTIL_EXIT_USAGE, "RoPE's base %g is below 1",
+                         (double)c->rope_theta);
     if (exec_qkv_expands(c) && (hs > KERN_HEAD_MAX || (c->rope && hs % 2)))
         return util_errf(e, UTIL_EXIT_USAGE,
                          "a head of %d channels: rotary positions need an "
@@ -160,6 +166,12 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
                  "(or SwiGLU, gated)");
     else if (s->head_dim && s->heads && s->head_dim * s->heads != s->hidden)
         snprintf(why, sizeof why, "a head size other than hidden/heads");
+    else if (s->rope_scaled)
+        snprintf(why, sizeof why, "RoPE with a scaling (it rotates by the "
+                 "base alone)");
+    else if (!s->rmsnorm && s->norm_eps > 0 && s->norm_eps != 1e-5)
+        snprintf(why, sizeof why, "LayerNorm's epsilon %g (its kernels' is "
+                 "1e-5)", s->norm_eps);
     if (why[0])
         return util_errf(e, UTIL_EXIT_USAGE,
                          "%s: the CPU reference trainer cannot train this "
@@ -179,6 +191,12 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
     /* no learned position table: rotary positions, as Llama */
     c->rope = s->max_pos <= 0;
     if (c->rope) c->max_pos = 0;
+    c->rope_theta = c->rope ? (float)(s->rope_theta > 0 ? s->rope_theta
+                                                        : 10000.0)
+                            : 0.0f;
+    /* RMSNorm's own; LayerNorm's is the kernels' 1e-5 */
+    c->norm_eps = c->rmsnorm ? (float)(s->norm_eps > 0 ? s->norm_eps : 1e-5)
+                             : 0.0f;
     if (exec_gpt_config_check(c, e)) return util_err_prefix(e, "%s", where);
     return 0;
 }
@@ -366,7 +384,8 @@ static void ln_fwd(exec_gpt *m, float *out, float *mean, float *rstd,
     if (m->c.rmsnorm) {
         TIMED(rmsnorm_forward, m->B, m->T, C, 0, 0, 0, 0, 0, 0, 4.0 * N * C,
               F4 * (2.0 * N * C + C),
-              kern_rmsnorm_forward(out, rstd, inp, w, N, C));
+              kern_rmsnorm_forward(out, rstd, inp, w, N, C,
+                                   m->c.norm_eps));
         return;
     }
     TIMED(layernorm_forward, m->B, m->T, C, 0, 0, 0, 0, 0, 0, 8.0 * N * C,
@@ -428,7 +447,7 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
             TIMED(qkv_expand_forward, B, T, C, NH, 0, 0, 0, 0, 0,
                   6.0 * N * C, F4 * ((double)N * QKV + 3.0 * NC),
                   kern_qkv_expand_forward(qkv, ACT(l, A_QKV), B, T, NH, NKV,
-                                          hs, m->c.rope));
+                                          hs, exec_rope_base(&m->c)));
         TIMED(attention_forward, B, T, C, NH, 0, 0, 0, 0, 0, attn_fl,
               F4 * (3.0 * NC + NC + 2.0 * B * NH * T * T),
               kern_attention_forward(ACT(l, A_ATTY), ACT(l, A_ATT), qkv, B, T,
@@ -556,7 +575,8 @@ void exec_gpt_backward(exec_gpt *m)
             TIMED(qkv_expand_backward, B, T, C, NH, 0, 0, 0, 0, 0,
                   6.0 * N * C, F4 * ((double)N * QKV + 3.0 * NC),
                   kern_qkv_expand_backward(DACT(l, A_QKV), DACT(l, A_QKVX),
-                                           B, T, NH, NKV, hs, m->c.rope));
+                                           B, T, NH, NKV, hs,
+                                           exec_rope_base(&m->c)));
         linear_bwd(m, DACT(l, A_LN1), grd(m, P_QKVW) + (size_t)l * QKV * C,
                    m->c.bias ? grd(m, P_QKVB) + (size_t)l * QKV : NULL,
                    DACT(l, A_QKV), ACT(l, A_LN1),

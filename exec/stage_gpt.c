@@ -861,7 +861,8 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         break;
     case PROF_ROLE_NORM:
         if (c->rmsnorm)
-            EXEC_KERN(w, K->rmsnorm_forward(out, aux, in0, p.w, N, C));
+            EXEC_KERN(w, K->rmsnorm_forward(out, aux, in0, p.w, N, C,
+                                            c->norm_eps));
         else
             EXEC_KERN(w, K->layernorm_forward(out, aux, aux + N, in0, p.w,
                                               p.b, N, C));
@@ -877,7 +878,7 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         int rc = lora_forward(w, r, i, x, &p, in0, y, d.QKVl, tp_ns, e);
         if (!rc && raw)
             EXEC_KERN(w, K->qkv_expand_forward(out, y, B, T, NHl, d.KVl, d.hs,
-                                               c->rope));
+                                               exec_rope_base(c)));
         exec_buf_unref(raw);
         if (rc) return -1;
         break;
@@ -1035,7 +1036,7 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                                "projection's gradient", e)))
                 return -1;
             EXEC_KERN(w, K->qkv_expand_backward(dg->p, dout, B, T, NHl, d.KVl,
-                                                d.hs, c->rope));
+                                                d.hs, exec_rope_base(c)));
             dout = dg->p;
         }
         int rc = 0;

@@ -263,8 +263,8 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
             out = make((size_t)N * C, 1);
         buf rstd = make(N, 1), dout = make((size_t)N * C, 1),
             dx = make((size_t)N * C, 1), dw = make(C, 1);
-        kern_rmsnorm_forward(out.h, rstd.h, x.h, w.h, N, C);
-        kern_cuda_rmsnorm_forward(out.d, rstd.d, x.d, w.d, N, C);
+        kern_rmsnorm_forward(out.h, rstd.h, x.h, w.h, N, C, 1e-6f);
+        kern_cuda_rmsnorm_forward(out.d, rstd.d, x.d, w.d, N, C, 1e-6f);
         compare("rmsnorm_forward", "out", out);
         compare("rmsnorm_forward", "rstd", rstd);
         kern_rmsnorm_backward_input(dx.h, dout.h, x.h, w.h, rstd.h, N, C);
@@ -294,11 +294,13 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
                out_n = (size_t)N * 3 * C;
         buf raw = make(raw_n, 1), out = make(out_n, 1), dout = make(out_n, 1),
             draw = make(raw_n, 1);
-        kern_qkv_expand_forward(out.h, raw.h, B, T, NH, NKV, hs, 1);
-        kern_cuda_qkv_expand_forward(out.d, raw.d, B, T, NH, NKV, hs, 1);
+        float base = g == 1 ? 10000.0f : 500000.0f;
+        kern_qkv_expand_forward(out.h, raw.h, B, T, NH, NKV, hs, base);
+        kern_cuda_qkv_expand_forward(out.d, raw.d, B, T, NH, NKV, hs, base);
         compare("qkv_expand_forward", "out", out);
-        kern_qkv_expand_backward(draw.h, dout.h, B, T, NH, NKV, hs, 1);
-        kern_cuda_qkv_expand_backward(draw.d, dout.d, B, T, NH, NKV, hs, 1);
+        kern_qkv_expand_backward(draw.h, dout.h, B, T, NH, NKV, hs, base);
+        kern_cuda_qkv_expand_backward(draw.d, dout.d, B, T, NH, NKV, hs,
+                                      base);
         compare("qkv_expand_backward", "draw", draw);
         drop(raw); drop(out); drop(dout); drop(draw);
     }

@@ -112,15 +112,14 @@ KERN_HD float kern_silu_grad(float x)
     return s * (1.0f + x * (1.0f - s));
 }
 
-/* RoPE's base (Llama and Llama 2: 10000). */
-#define KERN_ROPE_BASE 10000.0
-
 /* cos and sin of RoPE's angle for position t and pair i of a head of hs
- * channels: t base^(-2i/hs), in double so that the angle of a long
- * sequence's last positions keeps its digits, then rounded. */
-KERN_HD void kern_rope_cs(int t, int i, int hs, float *c, float *s)
+ * channels: t base^(-2i/hs) (Llama 2's base 10000, Llama 3's 500000), in
+ * double so that the angle of a long sequence's last positions keeps its
+ * digits, then rounded. */
+KERN_HD void kern_rope_cs(int t, int i, int hs, float base, float *c,
+                          float *s)
 {
-    double a = (double)t * pow(KERN_ROPE_BASE, -2.0 * i / hs);
+    double a = (double)t * pow((double)base, -2.0 * i / hs);
     *c = (float)cos(a);
     *s = (float)sin(a);
 }

@@ -170,10 +170,10 @@ extern "C" {
        int t))                                                                \
     /* Llama-style decoders. RMSNorm (Zhang and Sennrich 2019):           \
      * out(N,C) = x rstd w with rstd(N) = 1/sqrt(mean(x^2) + eps) kept    \
-     * for backward; eps 1e-5 */                                          \
+     * for backward */                                                    \
     X(rmsnorm_forward, NORM,                                              \
       (float *out, float *rstd, const float *inp, const float *w, int N,  \
-       int C))                                                            \
+       int C, float eps))                                                 \
     X(rmsnorm_backward_input, NORM,                                       \
       (float *dinp, const float *dout, const float *inp, const float *w,  \
        const float *rstd, int N, int C))                                  \
@@ -188,18 +188,18 @@ extern "C" {
     /* raw(B,T,(NH+2 NKV) hs) is q | k | v of NH query heads and NKV key  \
      * and value heads (NKV divides NH); out(B,T,3 NH hs) is the q | k | v \
      * the attention ops read: query head h has the k and v of head       \
-     * h / (NH/NKV) (grouped-query attention), and with rope q and k are  \
-     * rotated by their position t (RoPE, Su et al. 2021: channel i of a  \
-     * head paired with i + hs/2, angle t base^(-2i/hs), base 10000, as   \
+     * h / (NH/NKV) (grouped-query attention), and with a RoPE base > 0   \
+     * q and k are rotated by their position t (RoPE, Su et al. 2021:     \
+     * channel i of a head paired with i + hs/2, angle t base^(-2i/hs), as \
      * Llama's Hugging Face layout pairs them; hs even) */                \
     X(qkv_expand_forward, ATTN,                                           \
       (float *out, const float *raw, int B, int T, int NH, int NKV,       \
-       int hs, int rope))                                                 \
+       int hs, float base))                                               \
     /* draw += the gradient of raw: rotated back, a group's heads summed  \
      * in head order */                                                   \
     X(qkv_expand_backward, ATTN,                                          \
       (float *draw, const float *dout, int B, int T, int NH, int NKV,     \
-       int hs, int rope))                                                 \
+       int hs, float base))                                               \
     /* QLoRA's 4-bit base (Dettmers et al. 2023): out(rows,cols) of a     \
      * weight stored as NF4 codes, two a byte, low nibble first, in      \
      * row-major order. Element (i,j) is element flat0 + i ld + j of its  \
@@ -265,7 +265,7 @@ int kern_set_isa(const char *isa);
 /* OpenBLAS's name for the kernels it picked for this CPU ("Haswell"). */
 const char *kern_blas_core(void);
 
-/* Epsilon of the layer norm and of RMSNorm. */
+/* Epsilon of the layer norm (RMSNorm takes its own). */
 #define KERN_LN_EPS 1e-5f
 
 /* The widest attention head qkv_expand takes (hs). */

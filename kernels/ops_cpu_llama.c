@@ -27,7 +27,7 @@ static void rms_fwd_part(void *p, int part, int np)
         const float *x = a->in + i * C;
         float ss = 0.0f;
         for (int c = 0; c < C; c++) ss += x[c] * x[c];
-        float r = 1.0f / sqrtf(ss / (float)C + KERN_LN_EPS);
+        float r = 1.0f / sqrtf(ss / (float)C + a->scale);
         float *o = a->out + i * C;
         for (int c = 0; c < C; c++) o[c] = x[c] * r * a->in2[c];
         a->out2[i] = r;
@@ -35,10 +35,10 @@ static void rms_fwd_part(void *p, int part, int np)
 }
 
 void kern_rmsnorm_forward(float *out, float *rstd, const float *inp,
-                          const float *w, int N, int C)
+                          const float *w, int N, int C, float eps)
 {
     kargs a = {.out = out, .out2 = rstd, .in = inp, .in2 = w, .N = N,
-               .C = C};
+               .C = C, .scale = eps};
     kern_parallel(rms_fwd_part, &a);
 }
 
@@ -138,10 +138,11 @@ void kern_swiglu_backward(float *dinp, const float *inp, const float *dout,
 
 /* cos and sin of a position's angles, pair by pair (sin negated: back,
  * the transpose, the gradient's rotation). */
-static void rope_row(float *c, float *s, int t, int hs, int back)
+static void rope_row(float *c, float *s, int t, int hs, float base,
+                     int back)
 {
     for (int i = 0; i < hs / 2; i++) {
-        kern_rope_cs(t, i, hs, &c[i], &s[i]);
+        kern_rope_cs(t, i, hs, base, &c[i], &s[i]);
         if (back) s[i] = -s[i];
     }
 }
@@ -163,14 +164,16 @@ static void expand_fwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
     KERN_SPLIT(a->N, part, np, lo, hi);
-    int NH = a->NH, NKV = a->OC, hs = a->C, rope = a->V, grp = NH / NKV;
+    int NH = a->NH, NKV = a->OC, hs = a->C, grp = NH / NKV;
+    float base = a->scale;
+    int rope = base > 0;
     size_t Q = (size_t)NH * hs, K = (size_t)NKV * hs;
     float cs[KERN_HEAD_MAX / 2], sn[KERN_HEAD_MAX / 2];
     for (size_t r = lo; r < hi; r++) {
         const float *x = a->in + r * (Q + 2 * K);
         float *o = a->out + r * 3 * Q;
         int t = (int)(r % (size_t)a->T);
-        if (rope) rope_row(cs, sn, t, hs, 0);
+        if (rope) rope_row(cs, sn, t, hs, base, 0);
         for (int h = 0; h < NH; h++) {
             const float *q = x + (size_t)h * hs,
                         *k = x + Q + (size_t)(h / grp) * hs,
@@ -188,10 +191,10 @@ static void expand_fwd_part(void *p, int part, int np)
 }
 
 void kern_qkv_expand_forward(float *out, const float *raw, int B, int T,
-                             int NH, int NKV, int hs, int rope)
+                             int NH, int NKV, int hs, float base)
 {
     kargs a = {.out = out, .in = raw, .N = B * T, .T = T, .NH = NH,
-               .OC = NKV, .C = hs, .V = rope};
+               .OC = NKV, .C = hs, .scale = base};
     kern_parallel(expand_fwd_part, &a);
 }
 
@@ -199,7 +202,9 @@ static void expand_bwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
     KERN_SPLIT(a->N, part, np, lo, hi);
-    int NH = a->NH, NKV = a->OC, hs = a->C, rope = a->V, grp = NH / NKV;
+    int NH = a->NH, NKV = a->OC, hs = a->C, grp = NH / NKV;
+    float base = a->scale;
+    int rope = base > 0;
     size_t Q = (size_t)NH * hs, K = (size_t)NKV * hs;
     float sk[KERN_HEAD_MAX], rot[KERN_HEAD_MAX], sv[KERN_HEAD_MAX];
     float cs[KERN_HEAD_MAX / 2], sn[KERN_HEAD_MAX / 2];
@@ -207,7 +212,7 @@ static void expand_bwd_part(void *p, int part, int np)
         const float *d = a->in + r * 3 * Q;
         float *x = a->out + r * (Q + 2 * K);
         int t = (int)(r % (size_t)a->T);
-        if (rope) rope_row(cs, sn, t, hs, 1);
+        if (rope) rope_row(cs, sn, t, hs, base, 1);
         for (int h = 0; h < NH; h++) {
             const float *dq = d + (size_t)h * hs;
             float *xq = x + (size_t)h * hs;
@@ -235,10 +240,10 @@ static void expand_bwd_part(void *p, int part, int np)
 }
 
 void kern_qkv_expand_backward(float *draw, const float *dout, int B, int T,
-                              int NH, int NKV, int hs, int rope)
+                              int NH, int NKV, int hs, float base)
 {
     kargs a = {.out = draw, .in = dout, .N = B * T, .T = T, .NH = NH,
-               .OC = NKV, .C = hs, .V = rope};
+               .OC = NKV, .C = hs, .scale = base};
     kern_parallel(expand_bwd_part, &a);
 }
 

@@ -988,7 +988,7 @@ extern "C" void kern_cuda_accumulate(float *acc, const float *src, size_t n)
 
 // RMSNorm: a warp per row, as the layer norm.
 __global__ void rms_fwd_k(float *out, float *rstd, const float *inp,
-                          const float *w, int N, int C)
+                          const float *w, int N, int C, float eps)
 {
     int i = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -996,7 +996,7 @@ __global__ void rms_fwd_k(float *out, float *rstd, const float *inp,
     const float *x = inp + (size_t)i * C;
     float ss = 0.0f;
     for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
-    float r = rsqrtf(warp_sum(ss) / (float)C + KERN_LN_EPS);
+    float r = rsqrtf(warp_sum(ss) / (float)C + eps);
     float *o = out + (size_t)i * C;
     for (int c = lane; c < C; c += 32) o[c] = x[c] * r * w[c];
     if (lane == 0) rstd[i] = r;
@@ -1034,10 +1034,10 @@ __global__ void rms_bwd_w_part_k(float *pw, const float *dout,
 
 extern "C" void kern_cuda_rmsnorm_forward(float *out, float *rstd,
                                           const float *inp, const float *w,
-                                          int N, int C)
+                                          int N, int C, float eps)
 {
     LAUNCH(rms_fwd_k, blocks(N, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK, out,
-           rstd, inp, w, N, C);
+           rstd, inp, w, N, C, eps);
 }
 
 extern "C" void kern_cuda_rmsnorm_backward_input(float *dinp,
@@ -1100,18 +1100,19 @@ extern "C" void kern_cuda_swiglu_backward(float *dinp, const float *inp,
 }
 
 // Channel i of the head at x rotated by position t (back: the transpose).
-__device__ float rope_at(const float *x, int i, int t, int hs, int back)
+__device__ float rope_at(const float *x, int i, int t, int hs, float base,
+                        int back)
 {
     int h2 = hs / 2, p = i < h2 ? i : i - h2;
     float c, s;
-    kern_rope_cs(t, p, hs, &c, &s);
+    kern_rope_cs(t, p, hs, base, &c, &s);
     if (back) s = -s;
     return i < h2 ? x[i] * c - x[i + h2] * s : x[i] * c + x[i - h2] * s;
 }
 
 // A thread per channel of out(N, 3 NH hs).
 __global__ void expand_fwd_k(float *out, const float *raw, size_t n, int T,
-                             int NH, int NKV, int hs, int rope)
+                             int NH, int NKV, int hs, float base)
 {
     size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (e >= n) return;
@@ -1121,13 +1122,13 @@ __global__ void expand_fwd_k(float *out, const float *raw, size_t n, int T,
     const float *x = raw + row * (Q + 2 * K);
     const float *src = part == 0 ? x + (size_t)h * hs
                      : x + Q + (part - 1) * K + (size_t)(h / (NH / NKV)) * hs;
-    out[e] = rope && part < 2 ? rope_at(src, i, t, hs, 0) : src[i];
+    out[e] = base > 0 && part < 2 ? rope_at(src, i, t, hs, base, 0) : src[i];
 }
 
 // A thread per channel of draw(N, (NH + 2 NKV) hs): a group's heads summed
 // in head order, then rotated back.
 __global__ void expand_bwd_k(float *draw, const float *dout, size_t n, int T,
-                             int NH, int NKV, int hs, int rope)
+                             int NH, int NKV, int hs, float base)
 {
     size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (e >= n) return;
@@ -1137,15 +1138,15 @@ __global__ void expand_bwd_k(float *draw, const float *dout, size_t n, int T,
     const float *d = dout + row * 3 * Q;
     if ((size_t)j < Q) {
         int h = j / hs, i = j % hs;
-        draw[e] += rope ? rope_at(d + (size_t)h * hs, i, t, hs, 1)
-                        : d[(size_t)h * hs + i];
+        draw[e] += base > 0 ? rope_at(d + (size_t)h * hs, i, t, hs, base, 1)
+                            : d[(size_t)h * hs + i];
         return;
     }
     int kv = (size_t)j < Q + K, g = (int)((j - Q - (kv ? 0 : K)) / hs),
         i = (j - (int)Q) % hs;
     const float *base = d + (kv ? Q : 2 * Q);
     float acc = 0.0f;
-    if (kv && rope) {
+    if (kv && base > 0) {
         int h2 = hs / 2, p = i < h2 ? i : i - h2;
         float s1 = 0.0f, s2 = 0.0f;
         for (int h = g * grp; h < (g + 1) * grp; h++) {
@@ -1153,7 +1154,7 @@ __global__ void expand_bwd_k(float *draw, const float *dout, size_t n, int T,
             s2 += base[(size_t)h * hs + p + h2];
         }
         float c, s;
-        kern_rope_cs(t, p, hs, &c, &s);
+        kern_rope_cs(t, p, hs, base, &c, &s);
         acc = i < h2 ? s1 * c + s2 * s : s2 * c - s1 * s;
     } else {
         for (int h = g * grp; h < (g + 1) * grp; h++)
@@ -1164,20 +1165,20 @@ __global__ void expand_bwd_k(float *draw, const float *dout, size_t n, int T,
 
 extern "C" void kern_cuda_qkv_expand_forward(float *out, const float *raw,
                                              int B, int T, int NH, int NKV,
-                                             int hs, int rope)
+                                             int hs, float base)
 {
     size_t n = (size_t)B * T * 3 * NH * hs;
     LAUNCH(expand_fwd_k, blocks(n, TPB), TPB, out, raw, n, T, NH, NKV, hs,
-           rope);
+           base);
 }
 
 extern "C" void kern_cuda_qkv_expand_backward(float *draw, const float *dout,
                                               int B, int T, int NH, int NKV,
-                                              int hs, int rope)
+                                              int hs, float base)
 {
     size_t n = (size_t)B * T * (NH + 2 * NKV) * hs;
     LAUNCH(expand_bwd_k, blocks(n, TPB), TPB, draw, dout, n, T, NH, NKV, hs,
-           rope);
+           base);
 }
 
 // QLoRA's NF4 base: a thread per weight.

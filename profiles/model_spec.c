@@ -170,7 +170,7 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
         "kv_heads", "head_dim", "ffn", "vocab", "seq_len", "dec_seq_len",
         "max_pos", "type_vocab", "tied_embeddings", "gated_mlp", "rmsnorm",
         "bias", "rel_pos_buckets", "pooler", "dropout", "flash_attn", "fused_loss", "act",
-        "dtype", "tf32", "batch", "source", NULL};
+        "dtype", "tf32", "batch", "rope_theta", "norm_eps", "source", NULL};
     if (util_jkeys(o, keys, e)) return -1;
     int fam = 0;
     if (util_jenum(o, "family", 1, family_names, &fam, e)) return -1;
@@ -194,6 +194,9 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
         getb(o, "dropout", &s->dropout, e) || getb(o, "flash_attn", &s->flash_attn, e) ||
         getb(o, "fused_loss", &s->fused_loss, e) ||
         getb(o, "tf32", &s->tf32, e))
+        return -1;
+    if (util_jnum(o, "rope_theta", 0, 1.0, 1e12, &s->rope_theta, e) ||
+        util_jnum(o, "norm_eps", 0, UTIL_POSITIVE, 0.1, &s->norm_eps, e))
         return -1;
     int v = (int)s->act;
     if (util_jenum(o, "act", 0, act_names, &v, e)) return -1;
@@ -371,6 +374,9 @@ static int parse_hf(const util_jobj *o, const char *file, prof_model_spec *s,
     case PROF_FAM_GPT:
         s->seq_len = s->max_pos;
         if (hf_act(o, "activation_function", s, e)) return -1;
+        if (util_jnum(o, "layer_norm_epsilon", 0, UTIL_POSITIVE, 0.1,
+                      &s->norm_eps, e))
+            return -1;
         break;
     case PROF_FAM_BERT:
         s->seq_len = s->max_pos;
@@ -384,10 +390,36 @@ static int parse_hf(const util_jobj *o, const char *file, prof_model_spec *s,
         if (hf_act(o, "feed_forward_proj", s, e)) return -1;
         break;
     }
-    case PROF_FAM_LLAMA:
+    case PROF_FAM_LLAMA: {
         if (hf_act(o, "hidden_act", s, e)) return -1;
         s->gated_mlp = 1;
+        if (util_jnum(o, "rms_norm_eps", 0, UTIL_POSITIVE, 0.1, &s->norm_eps,
+                      e) ||
+            util_jnum(o, "rope_theta", 0, 1.0, 1e12, &s->rope_theta,
+                      e))
+            return -1;
+        /* transformers 5 keeps RoPE's base and kind in rope_parameters,
+         * earlier ones its scaling in rope_scaling */
+        static const char *const rk[] = {"rope_parameters", "rope_scaling"};
+        for (int k = 0; k < 2; k++) {
+            util_jobj r;
+            int have = 0;
+            json_t *rv = json_object_get(o->j, rk[k]);
+            if (!rv || json_is_null(rv)) continue;
+            if (util_jchild(o, rk[k], 0, &r, &have, e)) return -1;
+            if (!have) continue;
+            if (!k && util_jnum(&r, "rope_theta", 0, 1.0, 1e12,
+                                &s->rope_theta, e))
+                return -1;
+            char ty[32] = "default";
+            json_t *t = json_object_get(r.j, "rope_type");
+            if (!t) t = json_object_get(r.j, "type");
+            if (json_is_string(t))
+                snprintf(ty, sizeof ty, "%s", json_string_value(t));
+            if (strcmp(ty, "default")) s->rope_scaled = 1;
+        }
         break;
+    }
     case PROF_FAM_OPT: {
         s->seq_len = s->max_pos;
         if (hf_act(o, "activation_function", s, e)) return -1;

@@ -357,6 +357,10 @@ typedef struct prof_model_spec {
     int tf32;            /* fp32 GEMMs on tensor cores in TF32 (PyTorch's
                           * allow_tf32, cuBLAS's TF32 math mode): priced
                           * at the GPU's TF32 peak where it has one */
+    double rope_theta;   /* RoPE's base (models without a position
+                          * table); 0: 10000, Llama 2's */
+    double norm_eps;     /* the norms' epsilon; 0: 1e-5 */
+    int rope_scaled;     /* RoPE with a scaling (Llama 3.1's, YaRN, ...) */
     int batch;           /* default global batch (sequences) for planning;
                           * 0: the planner's default */
     char source[512];

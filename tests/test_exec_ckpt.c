@@ -13,11 +13,11 @@
 
 #define SMALL "--model gpt-tiny --batch 2 --seq 16 --threads 1 --eval-batches 1"
 
-/* The on-disk layout exec/checkpoint.c writes: a 96-byte header (format
+/* The on-disk layout exec/checkpoint.c writes: a 104-byte header (format
  * version at 8, header bytes at 12, step at 64, parameter count at 72,
  * Llama's choices at 80), 3 P floats, an FNV-1a checksum of all that.
  * Version 1 ended its header at 80. */
-enum { HDR = 96, HDR_V1 = 80, OFF_STEP = 64, OFF_NPARAMS = 72 };
+enum { HDR = 104, HDR_V1 = 80, OFF_STEP = 64, OFF_NPARAMS = 72 };
 
 static uint64_t fnv1a(const unsigned char *b, size_t n)
 {
@@ -149,7 +149,8 @@ Test(exec_ckpt, version_1_and_llama_checkpoints)
                 "--eval-batches 1 --steps 2 --resume %s/l.ck", d);
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "checkpoint of another model") &&
-                  strstr(r.err, "RMSNorm, SwiGLU, RoPE"), "%s", r.err);
+                  strstr(r.err, "RMSNorm (eps 1e-05), SwiGLU, RoPE (base "
+                         "10000)"), "%s", r.err);
     cli_result_free(&r);
     test_rm_rf(d);
 }

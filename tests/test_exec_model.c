@@ -137,8 +137,13 @@ Test(exec_model, config_from_spec_rejects_what_it_cannot_train)
     cr_assert(strstr(e.msg, "key and value heads (3) must divide heads (4)"),
               "%s", e.msg);
     s.kv_heads = 2;
+    s.rope_scaled = 1;    /* Llama 3.1's scaled RoPE: not the kernels' */
+    cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), -1);
+    cr_assert(strstr(e.msg, "RoPE with a scaling"), "%s", e.msg);
+    s.rope_scaled = 0;
     cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), 0, "%s",
                  e.msg);
+    cr_expect(c.rope_theta == 10000.0f && c.norm_eps == 1e-5f);
     cr_assert(c.rope && c.rmsnorm && c.swiglu && c.kv_heads == 2 &&
               c.max_pos == 0);
     cr_assert_eq(exec_qkv_rows(&c), 64 + 2 * 2 * 16);

@@ -402,33 +402,31 @@ Test(exec_init, hugging_face_gpt2_computes_what_transformers_does)
     free(w);
 }
 
-/* A Llama saved by Hugging Face (tests/data/hf/llama-tiny/gen.py: RoPE,
- * RMSNorm, SwiGLU, two query heads per key and value head, an untied
- * head): its weights give the loss and logits transformers' own
- * LlamaForCausalLM gives on the same tokens. */
-Test(exec_init, hugging_face_llama_computes_what_transformers_does)
+/* The loss of the first 32 next-byte predictions of a Hugging Face model
+ * folder's expected.json text, from its config.json and safetensors as
+ * --init reads them, with the config's RoPE base replaced by theta (> 0);
+ * *want gets transformers' loss. */
+static double hf_llama_loss(const char *dir, float theta, double *want,
+                            exec_gpt_config *c)
 {
-#define HFL "tests/data/hf/llama-tiny/"
+    char path[256];
     util_err e;
     prof_model_spec spec;
-    cr_assert_eq(prof_model_spec_get(HFL "config.json", &spec, &e), 0, "%s",
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cr_assert_eq(prof_model_spec_get(path, &spec, &e), 0, "%s", e.msg);
+    cr_assert_eq(exec_gpt_config_from_spec(&spec, c, dir, &e), 0, "%s",
                  e.msg);
-    exec_gpt_config c;
-    cr_assert_eq(exec_gpt_config_from_spec(&spec, &c, "llama-tiny", &e), 0,
+    if (theta > 0) c->rope_theta = theta;
+    exec_gpt *m = exec_gpt_new(c, 1, 32, 1);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    cr_assert_eq(exec_safetensors_load(path, c, exec_gpt_params(m), &e), 0,
                  "%s", e.msg);
-    cr_assert(c.rope && c.rmsnorm && c.swiglu && c.kv_heads == 2 && !c.tied);
-    exec_tensor tt[EXEC_P_COUNT];
-    size_t P = exec_gpt_param_table(&c, tt);
-    exec_gpt *m = exec_gpt_new(&c, 1, 32, 1);
-    cr_assert_eq(exec_safetensors_load(HFL "model.safetensors", &c,
-                                       exec_gpt_params(m), &e), 0, "%s",
-                 e.msg);
-    (void)P;
     json_error_t je;
-    json_t *x = json_load_file(HFL "expected.json", 0, &je);
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    json_t *x = json_load_file(path, 0, &je);
     cr_assert_not_null(x, "%s", je.text);
     const char *text = json_string_value(json_object_get(x, "text"));
-    double want = json_number_value(json_object_get(x, "loss_32"));
+    *want = json_number_value(json_object_get(x, "loss_32"));
     cr_assert_geq(strlen(text), 33);
     int tok[32], tgt[32];
     for (int i = 0; i < 32; i++) {
@@ -436,22 +434,52 @@ Test(exec_init, hugging_face_llama_computes_what_transformers_does)
         tgt[i] = (unsigned char)text[i + 1];
     }
     double got = exec_gpt_forward(m, tok, tgt);
-    cr_expect(fabs(got - want) <= 1e-6 * want, "loss %.7f, transformers "
-              "%.7f", got, want);
-    /* GPT-2's loader refuses them, and Llama's refuses GPT-2's model */
-    exec_gpt_config g = c;
+    exec_gpt_free(m);
+    json_decref(x);
+    return got;
+}
+
+/* Llamas saved by Hugging Face (tests/data/hf/llama-tiny/gen.py: RoPE,
+ * RMSNorm, SwiGLU, two query heads per key and value head, an untied
+ * head; Llama 2's RoPE base and epsilon, and Llama 3's in llama3-tiny):
+ * their weights give the loss transformers' own LlamaForCausalLM gives on
+ * the same tokens, the config's base and epsilon read; another base gives
+ * another loss. */
+Test(exec_init, hugging_face_llama_computes_what_transformers_does)
+{
+    const char *dirs[] = {"tests/data/hf/llama-tiny",
+                          "tests/data/hf/llama3-tiny"};
+    const float theta[] = {10000.0f, 500000.0f}, eps[] = {1e-5f, 1e-6f};
+    for (int k = 0; k < 2; k++) {
+        exec_gpt_config c;
+        double want, got = hf_llama_loss(dirs[k], 0, &want, &c);
+        cr_assert(c.rope && c.rmsnorm && c.swiglu && c.kv_heads == 2 &&
+                  !c.tied);
+        cr_expect_eq(c.rope_theta, theta[k]);
+        cr_expect_eq(c.norm_eps, eps[k]);
+        cr_expect(fabs(got - want) <= 1e-6 * want, "%s: loss %.7f, "
+                  "transformers %.7f", dirs[k], got, want);
+        got = hf_llama_loss(dirs[k], theta[1 - k], &want, &c);
+        cr_expect(fabs(got - want) > 1e-4 * want, "%s: RoPE's base %g gave "
+                  "the loss of %g", dirs[k], (double)theta[1 - k],
+                  (double)theta[k]);
+    }
+    /* GPT-2's loader refuses them */
+    util_err e;
+    exec_gpt_config g;
+    double want;
+    hf_llama_loss(dirs[0], 0, &want, &g);
     g.rope = g.rmsnorm = g.swiglu = 0;
     g.kv_heads = 0;
     g.max_pos = 64;
     g.bias = 1;
+    g.rope_theta = g.norm_eps = 0;
+    exec_tensor tt[EXEC_P_COUNT];
     float *w = malloc(sizeof *w * (exec_gpt_param_table(&g, tt) + 1));
-    cr_expect_eq(exec_safetensors_load(HFL "model.safetensors", &g, w, &e),
-                 -1);
+    cr_expect_eq(exec_safetensors_load("tests/data/hf/llama-tiny/"
+                                       "model.safetensors", &g, w, &e), -1);
     cr_expect(strstr(e.msg, "Llama weights"), "%s", e.msg);
     free(w);
-    exec_gpt_free(m);
-    json_decref(x);
-#undef HFL
 }
 
 Test(exec_init, wrong_weights_say_which_tensor)

@@ -812,25 +812,25 @@ Test(kern, expf_tanhf_accuracy)
 /* ------------------------------------------------- Llama's kernels */
 
 static void ref_rmsnorm(double *out, const double *x, const double *w, int N,
-                        int C)
+                        int C, double eps)
 {
     for (int i = 0; i < N; i++) {
         double ss = 0;
         for (int c = 0; c < C; c++) ss += x[i * C + c] * x[i * C + c];
-        double r = 1.0 / sqrt(ss / C + 1e-5);
+        double r = 1.0 / sqrt(ss / C + eps);
         for (int c = 0; c < C; c++) out[i * C + c] = x[i * C + c] * r * w[c];
     }
 }
 
 typedef struct {
     int N, C;
-    double *x, *w, *g, *out;
+    double *x, *w, *g, *out, eps;
 } rms_ctx;
 
 static double rms_loss(void *p)
 {
     rms_ctx *c = p;
-    ref_rmsnorm(c->out, c->x, c->w, c->N, c->C);
+    ref_rmsnorm(c->out, c->x, c->w, c->N, c->C, c->eps);
     return dot(c->out, c->g, (size_t)c->N * c->C);
 }
 
@@ -843,9 +843,11 @@ Test(kern, rmsnorm)
         size_t n = (size_t)N * C;
         float *x = rnd(n), *w = rnd(C), *g = rnd(n), *out = rnd(n),
               *rstd = rnd(N);
+        /* Llama 2's eps, Llama 1's, and one large enough to matter */
+        const float eps[3] = {1e-5f, 1e-6f, 0.5f};
         rms_ctx c = {N, C, to_d(x, n), to_d(w, C), to_d(g, n),
-                     malloc(n * sizeof(double))};
-        kern_rmsnorm_forward(out, rstd, x, w, N, C);
+                     malloc(n * sizeof(double)), eps[s]};
+        kern_rmsnorm_forward(out, rstd, x, w, N, C, eps[s]);
         rms_loss(&c);
         check("rmsnorm.out", out, c.out, n, FWD_ATOL, FWD_RTOL);
         float *dx = rnd(n), *dw = rnd(C), *dx0 = copy_f(dx, n),
@@ -899,7 +901,8 @@ Test(kern, swiglu)
  * e^{i t base^(-2i/hs)}; k and v of head h are those of kv head
  * h / (NH/NKV). */
 typedef struct {
-    int B, T, NH, NKV, hs, rope;
+    int B, T, NH, NKV, hs;
+    double base;             /* 0: no rotation */
     double *raw, *g, *out;
 } qx_ctx;
 
@@ -918,9 +921,9 @@ static void ref_expand(qx_ctx *c)
                                         (h / grp) * c->hs;
                 double *dst = o + part * Q + h * c->hs;
                 for (int i = 0; i < c->hs; i++) dst[i] = src[i];
-                if (part == 2 || !c->rope) continue;
+                if (part == 2 || !c->base) continue;
                 for (int i = 0; i < h2; i++) {
-                    double a = t * pow(10000.0, -2.0 * i / c->hs);
+                    double a = t * pow(c->base, -2.0 * i / c->hs);
                     double re = src[i], im = src[i + h2];
                     dst[i] = re * cos(a) - im * sin(a);
                     dst[i + h2] = re * sin(a) + im * cos(a);
@@ -938,9 +941,10 @@ static double qx_loss(void *p)
 
 Test(kern, qkv_expand)
 {
-    /* B, T, NH, NKV, hs, rope: MHA with RoPE, GQA with and without */
-    const int shapes[][6] = {{1, 5, 2, 2, 4, 1}, {2, 7, 4, 2, 6, 1},
-                             {2, 3, 6, 2, 4, 0}, {1, 9, 3, 1, 8, 1}};
+    /* B, T, NH, NKV, hs, RoPE's base: MHA with RoPE, GQA with and
+     * without, Llama 3's base */
+    const int shapes[][6] = {{1, 5, 2, 2, 4, 10000}, {2, 7, 4, 2, 6, 10000},
+                             {2, 3, 6, 2, 4, 0}, {1, 9, 3, 1, 8, 500000}};
     for (int s = 0; s < 4; s++) {
         rng_seed(1400 + s);
         const int *z = shapes[s];
@@ -950,11 +954,11 @@ Test(kern, qkv_expand)
         float *raw = rnd(nr), *g = rnd(no), *out = rnd(no);
         qx_ctx c = {B, T, NH, NKV, hs, z[5], to_d(raw, nr), to_d(g, no),
                     malloc(no * sizeof(double))};
-        kern_qkv_expand_forward(out, raw, B, T, NH, NKV, hs, z[5]);
+        kern_qkv_expand_forward(out, raw, B, T, NH, NKV, hs, (float)z[5]);
         qx_loss(&c);
         check("qkv_expand.out", out, c.out, no, FWD_ATOL, FWD_RTOL);
         float *dr = rnd(nr), *dr0 = copy_f(dr, nr);
-        kern_qkv_expand_backward(dr, g, B, T, NH, NKV, hs, z[5]);
+        kern_qkv_expand_backward(dr, g, B, T, NH, NKV, hs, (float)z[5]);
         double *fr = fd(qx_loss, &c, c.raw, nr);
         check_grad("qkv_expand.draw", dr, dr0, fr, nr);
         free(raw); free(g); free(out); free(c.raw); free(c.g); free(c.out);

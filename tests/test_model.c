@@ -212,6 +212,8 @@ Test(model, bad_corpus_is_rejected_with_located_messages)
         {"empty", "empty.json:1:0: malformed JSON"},
         {"not_object", "not_object.json:1:1: field '': expected a JSON object"},
         {"bad_dtype", "bad_dtype.json:9:12: field 'dtype': unknown value 'fp8'"},
+        {"rope_theta", "rope_theta.json:9:17: field 'rope_theta': 0.5 is too small (must be >= 1)"},
+        {"hf_eps", "hf_eps.json:9:19: field 'rms_norm_eps': -1e-06 is not allowed (must be > 0)"},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         cli_result r = cli_run("profile validate tests/bad/model/%s.json", c[i].file);
