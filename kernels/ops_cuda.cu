@@ -1144,21 +1144,21 @@ __global__ void expand_bwd_k(float *draw, const float *dout, size_t n, int T,
     }
     int kv = (size_t)j < Q + K, g = (int)((j - Q - (kv ? 0 : K)) / hs),
         i = (j - (int)Q) % hs;
-    const float *base = d + (kv ? Q : 2 * Q);
+    const float *src = d + (kv ? Q : 2 * Q);
     float acc = 0.0f;
     if (kv && base > 0) {
         int h2 = hs / 2, p = i < h2 ? i : i - h2;
         float s1 = 0.0f, s2 = 0.0f;
         for (int h = g * grp; h < (g + 1) * grp; h++) {
-            s1 += base[(size_t)h * hs + p];
-            s2 += base[(size_t)h * hs + p + h2];
+            s1 += src[(size_t)h * hs + p];
+            s2 += src[(size_t)h * hs + p + h2];
         }
         float c, s;
         kern_rope_cs(t, p, hs, base, &c, &s);
         acc = i < h2 ? s1 * c + s2 * s : s2 * c - s1 * s;
     } else {
         for (int h = g * grp; h < (g + 1) * grp; h++)
-            acc += base[(size_t)h * hs + i];
+            acc += src[(size_t)h * hs + i];
     }
     draw[e] += acc;
 }
