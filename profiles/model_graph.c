@@ -556,6 +556,15 @@ void prof_model_print(const prof_model *m, int ops, FILE *f)
                 "vocab %d, sequence %d\n", s->hidden, s->layers, s->heads,
                 s->kv_heads, s->head_dim, s->ffn, s->gated_mlp ? " gated" : "",
                 s->vocab, s->seq_len);
+    /* what changes the numbers, not the costs: RoPE's base and the norms'
+     * epsilon where a model gives its own */
+    char rb[64] = "", ne[48] = "";
+    if (s->rope_theta > 0 || s->rope_scaled)
+        snprintf(rb, sizeof rb, "RoPE base %g%s", s->rope_theta > 0
+                 ? s->rope_theta : 10000.0, s->rope_scaled ? ", scaled" : "");
+    if (s->norm_eps > 0) snprintf(ne, sizeof ne, "norm eps %g", s->norm_eps);
+    if (rb[0] || ne[0])
+        fprintf(f, "  %s%s%s\n", rb, rb[0] && ne[0] ? "; " : "", ne);
     double tf = prof_model_train_flops(m, 0);
     fprintf(f, "  parameters %.0f (%s); training %s FLOP per sample "
             "(%s with recomputation)\n", m->params,
