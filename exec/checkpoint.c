@@ -335,6 +335,48 @@ int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
     return 0;
 }
 
+int exec_lora_ckpt_peek(const char *path, exec_ckpt_meta *meta,
+                        prof_finetune *ft, util_err *e)
+{
+    char *buf;
+    size_t len;
+    if (util_read_file_max(path, CKPT_MAX_BYTES, &buf, &len, e)) {
+        e->code = UTIL_EXIT_USAGE;
+        return util_err_prefix(e, "a LoRA run's state");
+    }
+    lora_header h;
+    int bad = len < sizeof h || memcmp(buf, LORA_MAGIC, 8);
+    if (!bad) memcpy(&h, buf, sizeof h);
+    free(buf);
+    if (bad)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: not a LoRA run's state (no "
+                         "'%s' header)", path, LORA_MAGIC);
+    if (h.version != LORA_VERSION || h.header_bytes != sizeof h)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: LoRA state format version "
+                         "%u, this sluice reads version %d", path, h.version,
+                         LORA_VERSION);
+    memset(meta, 0, sizeof *meta);
+    cfg_unpack(h.cfg, h.llama, h.llama_f, &meta->cfg);
+    meta->B = h.B;
+    meta->T = h.T;
+    meta->seed = h.seed;
+    meta->step = h.step;
+    memset(ft, 0, sizeof *ft);
+    int kind_ok = h.ft[0] == PROF_FT_LORA || h.ft[0] == PROF_FT_QLORA;
+    ft->kind = kind_ok ? (prof_ft_kind)h.ft[0] : PROF_FT_LORA;
+    ft->rank = h.ft[1];
+    ft->targets = (unsigned)h.ft[2];
+    ft->frozen = h.ft[3];
+    util_err ce;
+    if (!kind_ok || ft->rank < 1 || ft->rank > 65536 || !ft->targets ||
+        (ft->targets & ~(unsigned)PROF_LORA_ALL) ||
+        exec_gpt_config_check(&meta->cfg, &ce) || meta->B < 1 ||
+        meta->T < 1 || meta->step < 0 || meta->step > CKPT_MAX_STEP)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: corrupt LoRA state "
+                         "(invalid header values)", path);
+    return 0;
+}
+
 int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
                         const prof_finetune *ft, float *base, float *lora,
                         float *lm, float *lv, size_t NL,

@@ -349,6 +349,9 @@ int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
                         const prof_finetune *ft, const float *base,
                         const float *lora, const float *lm, const float *lv,
                         size_t NL, util_err *e);
+/* Reads only its header: the model, mode, batch, length, seed, step. */
+int exec_lora_ckpt_peek(const char *path, exec_ckpt_meta *meta,
+                        prof_finetune *ft, util_err *e);
 int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
                         const prof_finetune *ft, float *base, float *lora,
                         float *lm, float *lv, size_t NL,

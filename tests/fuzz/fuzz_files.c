@@ -176,8 +176,30 @@ static void ckpt_seal(uint8_t *b, size_t n)
     memcpy(b + n - 8, &h, 8);
 }
 
+/* As `sluice exec --resume` of a LoRA plan reads the run's own state
+ * beside the checkpoint: the header, then the state of the model and mode
+ * it names, where small. */
+static void lora_state(void)
+{
+    util_err e;
+    exec_ckpt_meta meta;
+    prof_finetune ft;
+    if (exec_lora_ckpt_peek("run.ckpt.lora", &meta, &ft, &e)) return;
+    if (exec_gpt_mem_need(&meta.cfg, 1, 1).total_bytes >= 64e6) return;
+    exec_tensor tt[EXEC_P_COUNT];
+    size_t P = exec_gpt_param_table(&meta.cfg, tt);
+    int nt;
+    size_t NL = exec_lora_table(&meta.cfg, &ft, NULL, &nt);
+    if (NL > ((size_t)16 << 20)) return;
+    float *p = malloc(sizeof *p * (P + 3 * NL + 1));
+    exec_lora_ckpt_load("run.ckpt.lora", &meta.cfg, &ft, p, p + P,
+                        p + P + NL, p + P + 2 * NL, NL, &meta, &e);
+    free(p);
+}
+
 /* As `sluice exec --resume` reads a checkpoint: the header, the memory its
- * batch and length need, then a model of its configuration loaded. */
+ * batch and length need, then a model of its configuration loaded; or, a
+ * file with a LoRA run's header, that state. */
 int fuzz_ckpt(const uint8_t *data, size_t size)
 {
     if (size > 4 * FILE_MAX) return -1;
@@ -185,8 +207,14 @@ int fuzz_ckpt(const uint8_t *data, size_t size)
     memcpy(b, data, size);
     if (size >= 16) ckpt_seal(b, size);
     fuzz_enter();
-    fuzz_put("run.ckpt", b, size);
+    int lora = size >= 8 && !memcmp(b, "SLUICEL1", 8);
+    fuzz_put(lora ? "run.ckpt.lora" : "run.ckpt", b, size);
     free(b);
+    if (lora) {
+        lora_state();
+        fuzz_leave();
+        return 0;
+    }
     util_err e;
     exec_ckpt_meta meta;
     if (!exec_ckpt_peek("run.ckpt", &meta, &e)) {

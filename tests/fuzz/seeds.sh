@@ -77,6 +77,26 @@ EOF
 }
 micro micro-tied true true
 micro micro-untied false false
+# a Llama's (RoPE base and norm epsilon of its own), and the states LoRA
+# and QLoRA plans save beside their checkpoints
+cat >"$tmp/ml.json" <<EOF
+{"name": "micro-llama", "family": "llama", "hidden": 4, "layers": 1,
+ "heads": 2, "kv_heads": 1, "ffn": 2, "vocab": 256, "seq_len": 2,
+ "tied_embeddings": false, "bias": false, "dropout": false, "dtype": "fp32",
+ "rope_theta": 500000, "norm_eps": 1e-6, "source": "fuzz seed"}
+EOF
+"$sluice" exec --model "$tmp/ml.json" --steps 2 --batch 2 \
+    --save "$out/ckpt/micro-llama.ckpt" --quiet >/dev/null
+lora_state() { # lora_state MODEL MODE SEED-NAME
+    "$sluice" sim --hw cpu x1 --model "$tmp/$1.json" --schedule gpipe --pp 1 \
+        --mbs 2 --microbatches 1 --finetune "$2" --out "$tmp/$1-ft.json" \
+        >/dev/null
+    "$sluice" exec --plan "$tmp/$1-ft.json" --steps 2 \
+        --save "$tmp/$1-ft.ckpt" --quiet >/dev/null
+    cp "$tmp/$1-ft.ckpt.lora" "$out/ckpt/$3.lora"
+}
+lora_state micro-untied lora:1 micro-untied-lora
+lora_state ml qlora:1 micro-llama-qlora
 
 # ---- command lines: one argument a line, then NUL-separated files in1..3
 # (no '/' or '\' in any of them: the targets refuse paths)
