@@ -102,9 +102,9 @@ static int initial_state(const exec_pipe_opts *o, const exec_gpt_config *c,
     return 0;
 }
 
-/* What the executor does not run of a fine-tuning mode (the model graph
- * has refused what the plan's devices cannot compute: QLoRA's 16 bits on
- * CPU cores). */
+/* What the executor does not run of a fine-tuning mode: QLoRA's 4-bit
+ * base in a tier, --offload with any mode, and resuming a LoRA run whose
+ * tier kept the adapters' moments. */
 static int finetune_check(const exec_pipe_opts *o, const sim_plan *p,
                           const char *where, util_err *e)
 {
@@ -181,8 +181,8 @@ static int stier_check(const exec_pipe_opts *o, const sim_plan *p,
 
 /* What the IR of a sharded plan asks that the executor does not run:
  * ZeRO-3 with a W pass and LoRA or QLoRA (the IR gathers no weights for a
- * W, and
- * the adapters' weight gradients read the adapter B: d(x A) = dy B^T). */
+ * W, and the adapters' weight gradients read the adapter B:
+ * d(x A) = dy B^T). */
 static int zero_ir_check(const sim_ir *ir, const sim_plan *p,
                          const char *where, util_err *e)
 {
