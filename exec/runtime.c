@@ -170,6 +170,7 @@ static exec_rec *rec_new(const exec_stage *st)
     r->ext = util_calloc((size_t)st->n_ext + 1, sizeof *r->ext);
     r->dext = util_calloc((size_t)st->n_ext + 1, sizeof *r->dext);
     r->xa = util_calloc((size_t)st->n_ops, sizeof *r->xa);
+    r->dg = util_calloc((size_t)st->n_ops, sizeof *r->dg);
     return r;
 }
 
@@ -181,6 +182,7 @@ static void rec_free(const exec_stage *st, exec_rec *r)
         exec_view_drop(&r->aux[i]);
         exec_view_drop(&r->dout[i]);
         exec_view_drop(&r->xa[i]);
+        exec_view_drop(&r->dg[i]);
     }
     for (int q = 0; q < st->n_ext; q++) {
         exec_view_drop(&r->ext[q]);
@@ -190,6 +192,7 @@ static void rec_free(const exec_stage *st, exec_rec *r)
     exec_buf_unref(r->gb);
     free(r->out); free(r->aux); free(r->dout); free(r->ext); free(r->dext);
     free(r->xa);
+    free(r->dg);
     free(r);
 }
 

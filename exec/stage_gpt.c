@@ -990,6 +990,10 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         if (!(d0 = din(w, st, r, op, 0, e))) return -1;
         if (x->n_in > 1 && !(d1 = din(w, st, r, op, 1, e))) return -1;
     }
+    /* a weight pass behind qkv_expand: the projection's gradient its
+     * input pass kept */
+    const float *dg_kept = exec_view_p(&r->dg[i]);
+    if (!dout && dg_kept) dout = (float *)dg_kept;
     /* an op whose output nobody read back has no gradient (cannot happen
      * in a model graph, where every op feeds the loss) */
     if (!dout && x->role != PROF_ROLE_LOSS)
@@ -1028,16 +1032,21 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         int OC = x->role == PROF_ROLE_QKV ? d.QKVl
                : x->role == PROF_ROLE_MLP_UP ? (c->swiglu ? 2 * Fl : Fl) : Vl;
         /* behind qkv_expand the projection's gradient is the expansion's
-         * input gradient, made again by each part that reads it (a weight
-         * pass apart from the input pass keeps the expanded one) */
+         * input gradient; an input pass with the weight pass to come
+         * leaves it to that pass in place of the expanded one */
         exec_buf *dg = NULL;
-        if (x->role == PROF_ROLE_QKV && d.xp) {
+        if (x->role == PROF_ROLE_QKV && d.xp && !dg_kept) {
             if (!(dg = scratch(w, (size_t)N * d.QKVl, "the q, k and v "
                                "projection's gradient", e)))
                 return -1;
             EXEC_KERN(w, K->qkv_expand_backward(dg->p, dout, B, T, NHl, d.KVl,
                                                 d.hs, exec_rope_base(c)));
             dout = dg->p;
+            if (input_part && !weight_part && x->has_w) {
+                exec_view_drop(&r->dg[i]);
+                r->dg[i] = (exec_view){exec_buf_ref(dg), 0, dg->n};
+                exec_view_drop(&r->dout[i]);
+            }
         }
         int rc = 0;
         if (input_part) {

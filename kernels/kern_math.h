@@ -100,15 +100,21 @@ KERN_HD void kern_adamw_one(float *p, float *m, float *v, float g, float lr,
     *p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * *p);
 }
 
-/* SiLU (swish) and its derivative: x sigmoid(x); d/dx = s (1 + x (1 - s)). */
+/* The logistic sigmoid; SiLU (swish) x sigmoid(x) and its derivative
+ * s (1 + x (1 - s)). */
+KERN_HD float kern_sigmoid(float x)
+{
+    return 1.0f / (1.0f + kern_expf(-x));
+}
+
 KERN_HD float kern_silu(float x)
 {
-    return x / (1.0f + kern_expf(-x));
+    return x * kern_sigmoid(x);
 }
 
 KERN_HD float kern_silu_grad(float x)
 {
-    float s = 1.0f / (1.0f + kern_expf(-x));
+    float s = kern_sigmoid(x);
     return s * (1.0f + x * (1.0f - s));
 }
 

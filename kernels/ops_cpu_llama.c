@@ -18,6 +18,26 @@
 
 /* ------------------------------------------------------------- RMSNorm */
 
+/* Sums in 8 interleaved lanes, then the lanes in order, as the row
+ * kernels sum (ops_cpu_rows.h): the loops vectorise without
+ * reassociation, whatever the vector width. x[c] y[c] over c < n. */
+#define LANES 8
+
+/* Channels a norm's loops take at a time (stack buffers). */
+#define KERN_NORM_CHUNK 256
+
+static float dot_lanes(const float *x, const float *y, int n)
+{
+    float acc[LANES] = {0};
+    int c = 0;
+    for (; c + LANES <= n; c += LANES)
+        for (int k = 0; k < LANES; k++) acc[k] += x[c + k] * y[c + k];
+    for (int k = 0; c < n; c++, k++) acc[k] += x[c] * y[c];
+    float s = 0.0f;
+    for (int k = 0; k < LANES; k++) s += acc[k];
+    return s;
+}
+
 static void rms_fwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
@@ -25,8 +45,7 @@ static void rms_fwd_part(void *p, int part, int np)
     int C = a->C;
     for (size_t i = lo; i < hi; i++) {
         const float *x = a->in + i * C;
-        float ss = 0.0f;
-        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        float ss = dot_lanes(x, x, C);
         float r = 1.0f / sqrtf(ss / (float)C + a->scale);
         float *o = a->out + i * C;
         for (int c = 0; c < C; c++) o[c] = x[c] * r * a->in2[c];
@@ -49,11 +68,17 @@ static void rms_bwd_in_part(void *p, int part, int np)
     KERN_SPLIT(a->N, part, np, lo, hi);
     int C = a->C;
     const float *w = a->in3;
+    float wd[KERN_NORM_CHUNK];
     for (size_t i = lo; i < hi; i++) {
         const float *x = a->in2 + i * C, *d = a->in + i * C;
         float r = a->in4[i], s = 0.0f;
-        for (int c = 0; c < C; c++) s += w[c] * d[c] * x[c] * r;
-        s /= (float)C;
+        /* sum of w d x over the row, chunk by chunk (then times r) */
+        for (int c0 = 0; c0 < C; c0 += KERN_NORM_CHUNK) {
+            int n = C - c0 < KERN_NORM_CHUNK ? C - c0 : KERN_NORM_CHUNK;
+            for (int c = 0; c < n; c++) wd[c] = w[c0 + c] * d[c0 + c];
+            s += dot_lanes(wd, x + c0, n);
+        }
+        s = s * r / (float)C;
         float *dx = a->out + i * C;
         for (int c = 0; c < C; c++)
             dx[c] += r * (w[c] * d[c] - x[c] * r * s);
@@ -69,17 +94,24 @@ void kern_rmsnorm_backward_input(float *dinp, const float *dout,
     kern_parallel(rms_bwd_in_part, &a);
 }
 
-/* dw[c] += sum over rows of dy x r: a part owns channels, rows in order */
+/* dw[c] += sum over rows of dy x r: a part owns channels, a chunk of
+ * them at a time summed over the rows in order, each row's channels
+ * contiguous */
 static void rms_bwd_w_part(void *p, int part, int np)
 {
     const kargs *a = p;
     KERN_SPLIT(a->C, part, np, lo, hi);
     size_t C = (size_t)a->C;
-    for (size_t c = lo; c < hi; c++) {
-        float s = 0.0f;
-        for (int i = 0; i < a->N; i++)
-            s += a->in[i * C + c] * a->in2[i * C + c] * a->in3[i];
-        a->out[c] += s;
+    float acc[KERN_NORM_CHUNK];
+    for (size_t c0 = lo; c0 < hi; c0 += KERN_NORM_CHUNK) {
+        size_t n = hi - c0 < KERN_NORM_CHUNK ? hi - c0 : KERN_NORM_CHUNK;
+        for (size_t c = 0; c < n; c++) acc[c] = 0.0f;
+        for (int i = 0; i < a->N; i++) {
+            const float *d = a->in + i * C + c0, *x = a->in2 + i * C + c0;
+            float r = a->in3[i];
+            for (size_t c = 0; c < n; c++) acc[c] += d[c] * x[c] * r;
+        }
+        for (size_t c = 0; c < n; c++) a->out[c0 + c] += acc[c];
     }
 }
 
@@ -121,8 +153,9 @@ static void swiglu_bwd_part(void *p, int part, int np)
         const float *g = a->in + i * 2 * F, *u = g + F, *d = a->in2 + i * F;
         float *dg = a->out + i * 2 * F, *du = dg + F;
         for (size_t j = 0; j < F; j++) {
-            dg[j] += d[j] * u[j] * kern_silu_grad(g[j]);
-            du[j] += d[j] * kern_silu(g[j]);
+            float s = kern_sigmoid(g[j]);
+            dg[j] += d[j] * u[j] * (s * (1.0f + g[j] * (1.0f - s)));
+            du[j] += d[j] * (g[j] * s);
         }
     }
 }
