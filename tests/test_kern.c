@@ -836,15 +836,16 @@ static double rms_loss(void *p)
 
 Test(kern, rmsnorm)
 {
-    const int shapes[][2] = {{1, 4}, {5, 8}, {9, 33}};
-    for (int s = 0; s < 3; s++) {
+    /* the last wider than the kernels' chunk of 256 channels */
+    const int shapes[][2] = {{1, 4}, {5, 8}, {9, 33}, {3, 300}};
+    for (int s = 0; s < 4; s++) {
         rng_seed(1200 + s);
         int N = shapes[s][0], C = shapes[s][1];
         size_t n = (size_t)N * C;
         float *x = rnd(n), *w = rnd(C), *g = rnd(n), *out = rnd(n),
               *rstd = rnd(N);
         /* Llama 2's eps, Llama 1's, and one large enough to matter */
-        const float eps[3] = {1e-5f, 1e-6f, 0.5f};
+        const float eps[4] = {1e-5f, 1e-6f, 0.5f, 1e-5f};
         rms_ctx c = {N, C, to_d(x, n), to_d(w, C), to_d(g, n),
                      malloc(n * sizeof(double)), eps[s]};
         kern_rmsnorm_forward(out, rstd, x, w, N, C, eps[s]);
