@@ -161,30 +161,30 @@ static void put_outbox(exec_worker *w, int send, exec_view *ob, int n)
 
 /* ------------------------------------------------------------- records */
 
-static exec_rec *rec_new(const exec_stage *st)
+exec_rec *exec_rec_new(int n_ops, int n_ext)
 {
     exec_rec *r = util_calloc(1, sizeof *r);
-    r->out = util_calloc((size_t)st->n_ops, sizeof *r->out);
-    r->aux = util_calloc((size_t)st->n_ops, sizeof *r->aux);
-    r->dout = util_calloc((size_t)st->n_ops, sizeof *r->dout);
-    r->ext = util_calloc((size_t)st->n_ext + 1, sizeof *r->ext);
-    r->dext = util_calloc((size_t)st->n_ext + 1, sizeof *r->dext);
-    r->xa = util_calloc((size_t)st->n_ops, sizeof *r->xa);
-    r->dg = util_calloc((size_t)st->n_ops, sizeof *r->dg);
+    r->out = util_calloc((size_t)n_ops, sizeof *r->out);
+    r->aux = util_calloc((size_t)n_ops, sizeof *r->aux);
+    r->dout = util_calloc((size_t)n_ops, sizeof *r->dout);
+    r->ext = util_calloc((size_t)n_ext + 1, sizeof *r->ext);
+    r->dext = util_calloc((size_t)n_ext + 1, sizeof *r->dext);
+    r->xa = util_calloc((size_t)n_ops, sizeof *r->xa);
+    r->dg = util_calloc((size_t)n_ops, sizeof *r->dg);
     return r;
 }
 
-static void rec_free(const exec_stage *st, exec_rec *r)
+void exec_rec_free(exec_rec *r, int n_ops, int n_ext)
 {
     if (!r) return;
-    for (int i = 0; i < st->n_ops; i++) {
+    for (int i = 0; i < n_ops; i++) {
         exec_view_drop(&r->out[i]);
         exec_view_drop(&r->aux[i]);
         exec_view_drop(&r->dout[i]);
         exec_view_drop(&r->xa[i]);
         exec_view_drop(&r->dg[i]);
     }
-    for (int q = 0; q < st->n_ext; q++) {
+    for (int q = 0; q < n_ext; q++) {
         exec_view_drop(&r->ext[q]);
         exec_view_drop(&r->dext[q]);
     }
@@ -194,6 +194,16 @@ static void rec_free(const exec_stage *st, exec_rec *r)
     free(r->xa);
     free(r->dg);
     free(r);
+}
+
+static exec_rec *rec_new(const exec_stage *st)
+{
+    return exec_rec_new(st->n_ops, st->n_ext);
+}
+
+static void rec_free(const exec_stage *st, exec_rec *r)
+{
+    exec_rec_free(r, st->n_ops, st->n_ext);
 }
 
 /* Whether the stage recomputes layer by layer (an offloaded stage's

@@ -286,6 +286,11 @@ typedef struct exec_rec {
                              * run again (n_rseg: none yet) */
 } exec_rec;
 
+/* A record for a stage of n_ops ops and n_ext external inputs, empty;
+ * freed with every view it holds. */
+exec_rec *exec_rec_new(int n_ops, int n_ext);
+void exec_rec_free(exec_rec *r, int n_ops, int n_ext);
+
 /* The record slot of minibatch k's microbatch mb (exec_worker.rec). */
 #define SLOT(rt, k, mb) ((size_t)(k) * (size_t)(rt)->M + (size_t)(mb))
 

@@ -593,36 +593,16 @@ static void copier_wait(wdev *d)
     pthread_mutex_unlock(&d->mu);
 }
 
+/* A shard's record (the runtime's, with one external input: the
+ * activation from the shard before). */
 static exec_rec *rec_new(int n_ops)
 {
-    exec_rec *r = util_calloc(1, sizeof *r);
-    r->out = util_calloc((size_t)n_ops, sizeof *r->out);
-    r->aux = util_calloc((size_t)n_ops, sizeof *r->aux);
-    r->dout = util_calloc((size_t)n_ops, sizeof *r->dout);
-    r->xa = util_calloc((size_t)n_ops, sizeof *r->xa);
-    r->ext = util_calloc(1, sizeof *r->ext);
-    r->dext = util_calloc(1, sizeof *r->dext);
-    return r;
+    return exec_rec_new(n_ops, 1);
 }
 
 static void rec_free(exec_rec *r, int n_ops)
 {
-    for (int i = 0; i < n_ops; i++) {
-        exec_view_drop(&r->out[i]);
-        exec_view_drop(&r->aux[i]);
-        exec_view_drop(&r->dout[i]);
-        exec_view_drop(&r->xa[i]);
-    }
-    exec_view_drop(&r->ext[0]);
-    exec_view_drop(&r->dext[0]);
-    exec_view_drop(&r->ids);
-    free(r->out);
-    free(r->aux);
-    free(r->dout);
-    free(r->xa);
-    free(r->ext);
-    free(r->dext);
-    free(r);
+    exec_rec_free(r, n_ops, 1);
 }
 
 /* A device tensor of n floats holding h (host), charged to w. */
