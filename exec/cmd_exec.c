@@ -497,7 +497,7 @@ static int save_ckpt(const exec_train_opts *t, const sim_plan *plan,
      * for --resume; the checkpoint itself the adapters merged into the
      * weights, a plain model any reader takes. An offload schedule's tier
      * keeps the adapters' moments: no state to go on from. */
-    if (r->lora && !sim_sched_offload(plan->sched)) {
+    if (r->lora && exec_plan_resumable(plan)) {
         char lp[4096];
         exec_lora_ckpt_path(t->save, lp, sizeof lp);
         if (exec_lora_ckpt_save(lp, &meta, &plan->ft, r->base, r->lora,
@@ -509,11 +509,13 @@ static int save_ckpt(const exec_train_opts *t, const sim_plan *plan,
                                 &meta, e);
 }
 
-/* Whether a plan's checkpoint can be resumed: a LoRA plan's through the
- * state written beside it, except an offload schedule's. */
-static int resumable(const sim_plan *plan)
+/* How a run of plan saved at FILE goes on: "--resume", or (a LoRA plan of
+ * an offload schedule, exec_plan_resumable) another fine-tuning. */
+static const char *go_on(const sim_plan *plan)
 {
-    return !exec_ft_adapts(&plan->ft) || !sim_sched_offload(plan->sched);
+    return exec_plan_resumable(plan) ? "--resume"
+                                     : "another fine-tuning from the merged "
+                                       "weights, --init";
 }
 
 static int run_plan(cmd *c)
@@ -568,7 +570,7 @@ static int run_plan(cmd *c)
                        sim_sched_name(plan.sched));
         goto out;
     }
-    if (t->save_every > 0 && !resumable(&plan)) {
+    if (t->save_every > 0 && !exec_plan_resumable(&plan)) {
         rc = util_errf(&e, UTIL_EXIT_USAGE, "sluice exec: --save-every: a "
                        "%s plan of schedule %s keeps its adapters' AdamW "
                        "state in the tier, so its checkpoints cannot go on "
@@ -722,7 +724,8 @@ static int run_plan(cmd *c)
             printf("saved %s at step %d%s%s%s\n", t->save,
                    r.step_first + r.steps_run,
                    r.lora ? " (LoRA adapters merged into the weights" : "",
-                   r.lora && resumable(&plan) ? "; the run's own state in "
+                   r.lora && exec_plan_resumable(&plan)
+                       ? "; the run's own state in "
                                                 "the .lora file beside it"
                                               : "",
                    r.lora ? ")" : "");
@@ -737,12 +740,10 @@ static int run_plan(cmd *c)
                    "LM head's copy of the tied token table trains apart from "
                    "the embedding's; checkpoints keep the embedding's\n");
         if (!r.stopped && end < t->steps && !t->json)
-            printf("stopped after step %d of %d (--stop-after)%s%s%s%s\n",
+            printf("stopped after step %d of %d (--stop-after)%s%s%s%s%s\n",
                    end, t->steps, t->save ? "; continue with " : "",
-                   t->save ? (!resumable(&plan) ? "another fine-tuning "
-                                       "from the merged weights, --init "
-                                     : "--resume ")
-                           : "", t->save ? t->save : "",
+                   t->save ? go_on(&plan) : "", t->save ? " " : "",
+                   t->save ? t->save : "",
                    t->save && r.async ? " (no flush: the run resumed from "
                    "it is not the one that would have gone on, its weight "
                    "versions in flight are not kept)" : "");
@@ -751,9 +752,7 @@ static int run_plan(cmd *c)
         char saved[600] = "";
         if (t->save)
             snprintf(saved, sizeof saved, "; saved %s, continue with "
-                     "%s %s", t->save, !resumable(&plan) ? "another "
-                     "fine-tuning from the merged weights, --init"
-                     : "--resume", t->save);
+                     "%s %s", t->save, go_on(&plan), t->save);
         util_errf(&e, UTIL_EXIT_FAIL, "interrupted after step %d%s",
                   r.step_first + r.steps_run, saved);
         rc = -1;

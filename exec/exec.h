@@ -259,8 +259,9 @@ void exec_timing_reset(exec_timing *t);
 void exec_timing_add(exec_timing *t, kern_op op, const char *as,
                      const int dims[6], const double gemm[3], double flops,
                      double bytes, uint64_t ns);
-/* Total ns per op kind (KERN_KIND_*) and overall. */
+/* Total ns per op kind (KERN_KIND_*), per op and overall. */
 uint64_t exec_timing_kind_ns(const exec_timing *t, kern_kind k);
+uint64_t exec_timing_op_ns(const exec_timing *t, kern_op op);
 uint64_t exec_timing_total_ns(const exec_timing *t);
 /* ns spent inside sgemm calls: linear ops and attention's products. */
 uint64_t exec_timing_gemm_ns(const exec_timing *t);
@@ -345,6 +346,10 @@ int exec_ckpt_load(const char *path, exec_gpt *m, exec_ckpt_meta *meta,
  * checksum; written atomically. Another model or mode, a truncated or
  * corrupt file, values that are not finite: code 2. */
 void exec_lora_ckpt_path(const char *ckpt, char *out, size_t n);
+/* Whether a run of plan p can go on from its checkpoint: a LoRA or QLoRA
+ * plan's through FILE.lora, except an offload schedule's (its tier keeps
+ * the adapters' moments). */
+int exec_plan_resumable(const sim_plan *p);
 int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
                         const prof_finetune *ft, const float *base,
                         const float *lora, const float *lm, const float *lv,

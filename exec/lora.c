@@ -31,21 +31,14 @@ static int adapts(const exec_gpt_config *c, const prof_finetune *f,
     return (f->targets & bit) && (bit != PROF_LORA_GATE || c->swiglu);
 }
 
-/* W's inputs k and outputs n for a target. */
-static void target_dims(const exec_gpt_config *c, unsigned bit, size_t *k,
-                        size_t *n)
+void exec_lora_dims(const exec_gpt_config *c, unsigned bit, size_t *k,
+                    size_t *n)
 {
     size_t C = c->hidden, F = c->ffn,
            KV = (size_t)exec_kv_heads(c) * (size_t)(c->hidden / c->heads);
     *k = bit == PROF_LORA_DOWN ? F : C;
     *n = bit == PROF_LORA_UP || bit == PROF_LORA_GATE ? F
        : bit == PROF_LORA_K || bit == PROF_LORA_V ? KV : C;
-}
-
-void exec_lora_dims(const exec_gpt_config *c, unsigned bit, size_t *k,
-                    size_t *n)
-{
-    target_dims(c, bit, k, n);
 }
 
 /* Adapters per block. */
@@ -66,7 +59,7 @@ size_t exec_lora_table(const exec_gpt_config *c, const prof_finetune *f,
         for (int i = 0; i < N_GPT_TARGETS; i++) {
             if (!adapts(c, f, gpt_targets[i])) continue;
             size_t k, nn;
-            target_dims(c, gpt_targets[i], &k, &nn);
+            exec_lora_dims(c, gpt_targets[i], &k, &nn);
             for (int part = 0; part < 2; part++, nt++) {
                 size_t sz = R * (part ? nn : k);
                 if (t) {
@@ -159,7 +152,7 @@ void exec_lora_merge(const exec_gpt_config *c, const prof_finetune *f,
             int a = exec_lora_index(c, f, l, bit);
             if (a < 0) continue;
             size_t k, n;
-            target_dims(c, bit, &k, &n);
+            exec_lora_dims(c, bit, &k, &n);
             const float *A = lora + lt[2 * a].off;
             const float *B = lora + lt[2 * a + 1].off;
             float *W = params + target_at(c, tt, l, bit);

@@ -102,6 +102,11 @@ static int initial_state(const exec_pipe_opts *o, const exec_gpt_config *c,
     return 0;
 }
 
+int exec_plan_resumable(const sim_plan *p)
+{
+    return !exec_ft_adapts(&p->ft) || !sim_sched_offload(p->sched);
+}
+
 /* What the executor does not run of a fine-tuning mode: QLoRA's 4-bit
  * base in a tier, --offload with any mode, and resuming a LoRA run whose
  * tier kept the adapters' moments. */
@@ -125,7 +130,7 @@ static int finetune_check(const exec_pipe_opts *o, const sim_plan *p,
                          "fine-tuning mode %s yet (its tier holds every "
                          "weight with its gradient and moments)", where,
                          exec_offload_name(o->offload.policy), ft);
-    if (o->resume && exec_ft_adapts(&p->ft) && sim_sched_offload(p->sched))
+    if (o->resume && !exec_plan_resumable(p))
         return util_errf(e, UTIL_EXIT_USAGE, "%s: --resume %s: schedule %s's "
                          "tier does not hand back the adapters' AdamW "
                          "state, so a %s run of it cannot go on; start "

@@ -82,6 +82,14 @@ uint64_t exec_timing_kind_ns(const exec_timing *t, kern_kind k)
     return s;
 }
 
+uint64_t exec_timing_op_ns(const exec_timing *t, kern_op op)
+{
+    uint64_t s = 0;
+    for (int i = 0; i < t->n; i++)
+        if (t->rows[i].op == op) s += t->rows[i].ns_total;
+    return s;
+}
+
 uint64_t exec_timing_total_ns(const exec_timing *t)
 {
     uint64_t s = 0;

@@ -327,6 +327,14 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
                     100.0 * (1 - r->gemm_share));
             if (hu) util_table_print(t, hu, "  ");
             util_table_free(t);
+            /* Llama's q|k|v expansion: time the simulator's graph has no
+             * op for (exec/README.md) */
+            uint64_t xp = exec_timing_op_ns(tm, KERN_OP_qkv_expand_forward) +
+                          exec_timing_op_ns(tm, KERN_OP_qkv_expand_backward);
+            if (xp)
+                say(hu, "  of attn: the q|k|v expansion (RoPE, grouped "
+                        "heads) %.3f ms/step, %.1f%%\n",
+                    xp / 1e6 / r->steps_run, tot ? 100.0 * xp / tot : 0);
         }
         if (o->eval_batches)
             say(hu,
