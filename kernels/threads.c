@@ -57,6 +57,16 @@ static void pool_stop(void)
     pool.n = 1;
 }
 
+/* OpenBLAS computes on one thread, whether or not the caller ever set the
+ * kernels' threads: the kernels split rows over their own pool, and on
+ * some cores (AVX-512's) OpenBLAS's threaded SGEMM rounds otherwise than
+ * its single-threaded one, so a run that never called kern_set_threads
+ * (a test's reference) would not give the bits of one that did. */
+__attribute__((constructor)) static void blas_one_thread(void)
+{
+    openblas_set_num_threads(1);
+}
+
 int kern_set_threads(int n)
 {
     if (n < 1) n = 1;
