@@ -170,7 +170,6 @@ exec_rec *exec_rec_new(int n_ops, int n_ext)
     r->ext = util_calloc((size_t)n_ext + 1, sizeof *r->ext);
     r->dext = util_calloc((size_t)n_ext + 1, sizeof *r->dext);
     r->xa = util_calloc((size_t)n_ops, sizeof *r->xa);
-    r->dg = util_calloc((size_t)n_ops, sizeof *r->dg);
     return r;
 }
 
@@ -182,7 +181,6 @@ void exec_rec_free(exec_rec *r, int n_ops, int n_ext)
         exec_view_drop(&r->aux[i]);
         exec_view_drop(&r->dout[i]);
         exec_view_drop(&r->xa[i]);
-        exec_view_drop(&r->dg[i]);
     }
     for (int q = 0; q < n_ext; q++) {
         exec_view_drop(&r->ext[q]);
@@ -192,7 +190,6 @@ void exec_rec_free(exec_rec *r, int n_ops, int n_ext)
     exec_buf_unref(r->gb);
     free(r->out); free(r->aux); free(r->dout); free(r->ext); free(r->dext);
     free(r->xa);
-    free(r->dg);
     free(r);
 }
 

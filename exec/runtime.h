@@ -272,10 +272,6 @@ typedef struct exec_rec {
     exec_view *dout;        /* per op: output gradients */
     exec_view *dext;        /* per external input: its gradient */
     exec_view *xa;          /* per op: its LoRA adapters' x A */
-    exec_view *dg;          /* per op: behind qkv_expand, the q|k|v
-                             * projection's own gradient, which its input
-                             * pass leaves a later weight pass (instead
-                             * of the expanded output gradient) */
     exec_view ids;          /* the microbatch's tokens then targets (N
                              * ints each, on the device) */
     exec_buf *gb;           /* ZeRO-2: this microbatch's gradient, from

@@ -26,7 +26,8 @@ static int gpt_layer(const prof_model *m, int i, int L)
 /* Sizes of a role's output and kept state for one microbatch of N tokens
  * on one tensor-parallel rank. */
 typedef enum {
-    SZ_0, SZ_N, SZ_2N, SZ_NC, SZ_N3CL, SZ_NCL, SZ_NFL, SZ_NVL, SZ_SCORES
+    SZ_0, SZ_N, SZ_2N, SZ_NC, SZ_NQKVL, SZ_N3CL, SZ_NCL, SZ_NFL, SZ_NVL,
+    SZ_SCORES
 } xsize;
 
 /* What each role of the GPT graph keeps and does: output and auxiliary
@@ -41,7 +42,8 @@ static const struct xrole {
 } xroles[] = {
     {PROF_ROLE_EMBED, SZ_NC, SZ_0, 0, 0, 0, 1, 1, 0},
     {PROF_ROLE_NORM, SZ_NC, SZ_2N, 0, 1, 0, 1, 0, 0},
-    {PROF_ROLE_QKV, SZ_N3CL, SZ_0, 0, 1, 0, 1, 0, 1},
+    {PROF_ROLE_QKV, SZ_NQKVL, SZ_0, 0, 1, 0, 1, 0, 1},
+    {PROF_ROLE_QKV_EXPAND, SZ_N3CL, SZ_0, 0, 0, 0, 0, 0, 0},
     {PROF_ROLE_ATTN_SCORES, SZ_SCORES, SZ_0, 0, 1, 0, 0, 0, 0},
     {PROF_ROLE_ATTN_SOFTMAX, SZ_SCORES, SZ_0, 1, 0, 0, 0, 0, 0},
     {PROF_ROLE_ATTN_CONTEXT, SZ_NCL, SZ_0, 0, 1, 1, 0, 0, 0},
@@ -123,10 +125,24 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
     size_t N = (size_t)mbs * T, C = c->hidden;
     const size_t sz[] = {
         [SZ_0] = 0, [SZ_N] = N, [SZ_2N] = 2 * N, [SZ_NC] = N * C,
+        [SZ_NQKVL] = N * (exec_qkv_rows(c) / (size_t)tp),
         [SZ_N3CL] = N * 3 * (C / tp), [SZ_NCL] = N * (C / tp),
         [SZ_NFL] = N * (size_t)(c->ffn / tp),
         [SZ_NVL] = N * (size_t)exec_vocab_shard(c->vocab, tp),
         [SZ_SCORES] = (size_t)mbs * (size_t)(c->heads / tp) * T * T};
+    /* the graph expands q | k | v (RoPE, grouped heads) where the
+     * config's kernels need it */
+    int qkv = 0, xp = 0;
+    for (int i = 0; i < m->n_ops; i++) {
+        qkv += m->ops[i].role == PROF_ROLE_QKV;
+        xp += m->ops[i].role == PROF_ROLE_QKV_EXPAND;
+    }
+    int want = exec_qkv_expands(c) ? qkv : 0;
+    if (xp != want)
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "the model graph expands q|k|v %d times, the "
+                         "run's config %d (RoPE or grouped heads)", xp,
+                         want);
     exec_xop *x = util_calloc((size_t)m->n_ops, sizeof *x);
     for (int i = 0; i < m->n_ops; i++) {
         const prof_op *o = &m->ops[i];
@@ -601,9 +617,8 @@ static oparams op_params(const exec_worker *w, const exec_stage *st,
 /* The sizes one tensor-parallel rank works with (kernels.h's letters). */
 typedef struct dims {
     int tp, B, T, N, C, Cl, NHl, Fl, Vl;
-    int KVl, hs, QKVl, xp;  /* key and value heads; a head's width; the
-                             * q | k | v projection's outputs; whether
-                             * qkv_expand reads them (RoPE, GQA) */
+    int KVl, hs, QKVl;      /* key and value heads; a head's width; the
+                             * q | k | v projection's outputs */
 } dims;
 
 static dims dims_of(const exec_runtime *rt)
@@ -618,7 +633,6 @@ static dims dims_of(const exec_runtime *rt)
     d.KVl = exec_kv_heads(c) / d.tp;
     d.hs = c->hidden / c->heads;
     d.QKVl = (d.NHl + 2 * d.KVl) * d.hs;
-    d.xp = exec_qkv_expands(c);
     return d;
 }
 
@@ -867,22 +881,15 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
             EXEC_KERN(w, K->layernorm_forward(out, aux, aux + N, in0, p.w,
                                               p.b, N, C));
         break;
-    case PROF_ROLE_QKV: {
-        /* RoPE or shared key and value heads: the projection's outputs
-         * are a scratch the expansion reads */
-        exec_buf *raw = d.xp ? scratch(w, (size_t)N * d.QKVl, "the q, k "
-                                       "and v projection", e) : NULL;
-        if (d.xp && !raw) return -1;
-        float *y = raw ? raw->p : out;
-        EXEC_KERN(w, K->linear_forward(y, in0, p.w, p.b, N, C, d.QKVl));
-        int rc = lora_forward(w, r, i, x, &p, in0, y, d.QKVl, tp_ns, e);
-        if (!rc && raw)
-            EXEC_KERN(w, K->qkv_expand_forward(out, y, B, T, NHl, d.KVl, d.hs,
-                                               exec_rope_base(c)));
-        exec_buf_unref(raw);
-        if (rc) return -1;
+    case PROF_ROLE_QKV:
+        EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, d.QKVl));
+        if (lora_forward(w, r, i, x, &p, in0, out, d.QKVl, tp_ns, e))
+            return -1;
         break;
-    }
+    case PROF_ROLE_QKV_EXPAND:
+        EXEC_KERN(w, K->qkv_expand_forward(out, in0, B, T, NHl, d.KVl, d.hs,
+                                           exec_rope_base(c)));
+        break;
     case PROF_ROLE_ATTN_SCORES:
         EXEC_KERN(w, K->attn_scores_forward(out, in0, B, T, Cl, NHl));
         break;
@@ -990,10 +997,6 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         if (!(d0 = din(w, st, r, op, 0, e))) return -1;
         if (x->n_in > 1 && !(d1 = din(w, st, r, op, 1, e))) return -1;
     }
-    /* a weight pass behind qkv_expand: the projection's gradient its
-     * input pass kept */
-    const float *dg_kept = exec_view_p(&r->dg[i]);
-    if (!dout && dg_kept) dout = (float *)dg_kept;
     /* an op whose output nobody read back has no gradient (cannot happen
      * in a model graph, where every op feeds the loss) */
     if (!dout && x->role != PROF_ROLE_LOSS)
@@ -1031,23 +1034,6 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         /* column-parallel: the input gradient is summed over the group */
         int OC = x->role == PROF_ROLE_QKV ? d.QKVl
                : x->role == PROF_ROLE_MLP_UP ? (c->swiglu ? 2 * Fl : Fl) : Vl;
-        /* behind qkv_expand the projection's gradient is the expansion's
-         * input gradient; an input pass with the weight pass to come
-         * leaves it to that pass in place of the expanded one */
-        exec_buf *dg = NULL;
-        if (x->role == PROF_ROLE_QKV && d.xp && !dg_kept) {
-            if (!(dg = scratch(w, (size_t)N * d.QKVl, "the q, k and v "
-                               "projection's gradient", e)))
-                return -1;
-            EXEC_KERN(w, K->qkv_expand_backward(dg->p, dout, B, T, NHl, d.KVl,
-                                                d.hs, exec_rope_base(c)));
-            dout = dg->p;
-            if (input_part && !weight_part && x->has_w) {
-                exec_view_drop(&r->dg[i]);
-                r->dg[i] = (exec_view){exec_buf_ref(dg), 0, dg->n};
-                exec_view_drop(&r->dout[i]);
-            }
-        }
         int rc = 0;
         if (input_part) {
             if (tp == 1) {
@@ -1079,10 +1065,14 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
             EXEC_KERN(w, K->linear_backward_weight(
                              p.gw, x->role == PROF_ROLE_LM_HEAD ? NULL : p.gb,
                              dout, in0, N, C, OC));
-        exec_buf_unref(dg);
         if (rc) return -1;
         break;
     }
+    case PROF_ROLE_QKV_EXPAND:
+        if (input_part)
+            EXEC_KERN(w, K->qkv_expand_backward(d0, dout, B, T, NHl, d.KVl,
+                                                d.hs, exec_rope_base(c)));
+        break;
     case PROF_ROLE_ATTN_OUT:
     case PROF_ROLE_MLP_DOWN: {
         int IC = x->role == PROF_ROLE_ATTN_OUT ? Cl : Fl;

@@ -34,7 +34,7 @@ static const char *const role_names[PROF_ROLE_COUNT] = {
     "embed", "norm", "qkv", "q", "kv", "attn_scores", "attn_softmax",
     "attn_context", "attn_fused", "attn_out", "residual", "mlp_up",
     "mlp_act", "mlp_down", "pooler", "mlm_dense", "mlm_act", "lm_head",
-    "loss"};
+    "loss", "qkv_expand"};
 
 const char *prof_op_role_name(prof_op_role r)
 {
@@ -155,7 +155,10 @@ static int attn_core(builder *b, const char *name, int q, int kv, double sq,
                      double skv)
 {
     const prof_model_spec *s = b->s;
-    double a = s->heads, d = s->head_dim, kvh = s->kv_heads, e = b->e;
+    /* unfused, the core reads each query head's own k and v (qkv_expand
+     * repeated grouped heads) */
+    double a = s->heads, d = s->head_dim, e = b->e,
+           kvh = s->flash_attn ? s->kv_heads : s->heads;
     double gemm = 2 * a * sq * skv * d;      /* one of QK^T, PV */
     double soft = 5 * a * sq * skv;          /* max, sub, exp, sum, div */
     double qbytes = sq * a * d * e, kbytes = skv * kvh * d * e;
@@ -214,6 +217,36 @@ static int attn_core(builder *b, const char *name, int q, int kv, double sq,
     return idx(b, o);
 }
 
+/* What a model with rotary positions (RoPE, Su et al. 2021) or grouped
+ * key and value heads does between its q|k|v projection and attention:
+ * q and k rotated by their positions, and where the attention kernel
+ * cannot read grouped heads (no fused attention: PyTorch's eager and SDPA
+ * paths repeat them, as Hugging Face's repeat_kv does) each group's k and
+ * v heads copied out to its query heads. Priced as one element-wise pass
+ * that reads what it rotates or repeats and writes its result once, as a
+ * fused kernel (Megatron-LM's, flash-attn's rotary) runs it: 3 FLOPs an
+ * element rotated (two products and a sum), nothing kept for the
+ * backward, which is the same pass over the gradient (rotated back, the
+ * repeated heads summed). The executor runs the same pass (qkv_expand),
+ * which also repeats the heads under fused attention. */
+static int qkv_expand(builder *b, const char *name, int qkv, double s_tok)
+{
+    const prof_model_spec *s = b->s;
+    double a = s->heads, d = s->head_dim, kvh = s->kv_heads, e = b->e;
+    double nq = s_tok * a * d, nk = s_tok * kvh * d;
+    double rot = prof_spec_rope(s) ? nq + nk : 0;
+    double rep = kvh < a && !s->flash_attn ? 2 * nk : 0;   /* k, v read */
+    prof_op *o = add(b, PROF_OP_ATTN, PROF_ROLE_QKV_EXPAND, name, qkv, -1);
+    o->fwd_flops = 3 * rot;
+    o->bwd_in_flops = 3 * rot + (rep > 0 ? 2 * nq : 0); /* heads summed */
+    o->bytes_read = (rot + rep) * e;
+    o->bytes_written = (rot + rep * a / kvh) * e;
+    o->bwd_bytes = o->bytes_read + o->bytes_written;
+    /* the attention reads q | k | v with k and v repeated where they are */
+    o->out_bytes = (nq + 2 * (rep > 0 ? nq : nk)) * e;
+    return idx(b, o);
+}
+
 /* Self- or cross-attention block: projections, core, output projection,
  * output dropout. Returns the output projection's op. */
 static int attention(builder *b, const char *name, int in, int mem, double sq,
@@ -227,6 +260,11 @@ static int attention(builder *b, const char *name, int in, int mem, double sq,
         snprintf(n, sizeof n, "%s.qkv", name);
         q = kv = linear(b, PROF_ROLE_QKV, n, in, sq, h, (a + 2 * kvh) * d,
                         s->bias);
+        if (prof_spec_rope(s) || kvh < a) {
+            snprintf(n, sizeof n, "%s.%s", name,
+                     prof_spec_rope(s) ? "rope" : "kv_repeat");
+            q = kv = qkv_expand(b, n, q, sq);
+        }
     } else {
         snprintf(n, sizeof n, "%s.q", name);
         q = linear(b, PROF_ROLE_Q, n, in, sq, h, a * d, s->bias);

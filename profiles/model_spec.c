@@ -45,6 +45,12 @@ const char *const *prof_model_names(void)
     return names;
 }
 
+int prof_spec_rope(const prof_model_spec *s)
+{
+    return s->family != PROF_FAM_T5 && s->family != PROF_FAM_BERT &&
+           s->max_pos <= 0;
+}
+
 /* ---- family defaults ---- */
 
 static void defaults(prof_model_spec *s)

@@ -370,6 +370,10 @@ typedef struct prof_model_spec {
  * asks for it, else its dtype. */
 prof_dtype prof_spec_math(const prof_model_spec *s);
 
+/* Whether the model rotates q and k (RoPE) in place of a learned position
+ * table: a decoder without one (Llama's family). */
+int prof_spec_rope(const prof_model_spec *s);
+
 typedef enum { PROF_PART_NONE, PROF_PART_ENC, PROF_PART_DEC } prof_part;
 
 /* What an op computes, set by the graph builder, so that code which needs
@@ -390,6 +394,7 @@ typedef enum {
     PROF_ROLE_POOLER,       /* BERT's pooler */
     PROF_ROLE_MLM_DENSE, PROF_ROLE_MLM_ACT, /* BERT's masked-LM transform */
     PROF_ROLE_LM_HEAD, PROF_ROLE_LOSS,
+    PROF_ROLE_QKV_EXPAND,   /* RoPE on q and k; grouped k, v heads repeated */
     PROF_ROLE_COUNT
 } prof_op_role;
 
