@@ -122,6 +122,8 @@ bench: $(BINDIR)/sluice $(BENCH_BIN)
 	$(Q)for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
 	@echo "== $(BUILD)/bench/bench_exec llama-tiny (Llama's decoder, the same tables)"
 	$(Q)$(BUILD)/bench/bench_exec llama-tiny
+	@echo "== $(BUILD)/bench/bench_calib llama-tiny (Llama's decoder: calibrated predictions against runs)"
+	$(Q)$(BUILD)/bench/bench_calib llama-tiny
 	@echo "== validation (sluice validate validation/*.csv: each table's error beside its goal)"
 	$(Q)$(BINDIR)/sluice validate validation/*.csv | grep -E '^validation/|mean absolute'
 

@@ -1,6 +1,7 @@
-/* `sluice calibrate`'s measurements: every op of GPT-family layers over a
- * range of widths, sequence lengths and microbatches (the GEMM shapes the
- * model zoo produces, and the memory-bound ops beside them) and AdamW
+/* `sluice calibrate`'s measurements: every op of GPT-2's and Llama's
+ * layers over a range of widths, sequence lengths and microbatches (the
+ * GEMM shapes the model zoo produces, and the memory-bound ops beside
+ * them: LayerNorm and RMSNorm, GELU and SwiGLU, RoPE) and AdamW
  * steps, each as the executor runs it in training (short runs of small
  * two-layer models with every op timed: caches, allocations and the
  * runtime's own cost per task as a real run has them); how much slower
@@ -22,39 +23,48 @@
 
 /* ---------------------------------------------------------------- ops */
 
-/* One size of GPT layer to measure (hs: head size). */
+/* One size of layer to measure (hs: head size): GPT-2's, or with llama
+ * set Llama's (RMSNorm, RoPE, two query heads per key and value head,
+ * SwiGLU about 8/3 of the width, no biases). */
 typedef struct layer_size {
-    int C, T, mbs, V, hs;
+    int C, T, mbs, V, hs, llama;
 } layer_size;
 
-/* Widths, lengths and microbatches that span the zoo's small GPTs (and
- * the tokens per microbatch planners pick for them), one with a larger
- * vocabulary; a step of each takes well under a second on a core. */
+/* Widths, lengths and microbatches that span the zoo's small GPTs and
+ * Llamas (and the tokens per microbatch planners pick for them), one with
+ * a larger vocabulary; a step of each takes well under a second on a
+ * core. */
 static const layer_size full_sizes[] = {
-    {64, 128, 1, 256, 32},   {64, 256, 4, 256, 32},
-    {128, 64, 2, 256, 32},   {128, 128, 8, 256, 32},
-    {128, 512, 1, 256, 32},  {192, 256, 4, 256, 32},
-    {256, 128, 1, 256, 32},  {256, 128, 4, 256, 32},
-    {256, 128, 16, 256, 32}, {256, 256, 2, 256, 32},
-    {384, 128, 8, 256, 64},  {512, 64, 4, 256, 64},
-    {512, 256, 1, 256, 64},  {512, 128, 1, 8192, 64},
-    {768, 128, 2, 256, 64},  {768, 64, 8, 256, 64},
-    {1024, 128, 1, 256, 64},
+    {64, 128, 1, 256, 32, 0},   {64, 256, 4, 256, 32, 0},
+    {128, 64, 2, 256, 32, 0},   {128, 128, 8, 256, 32, 0},
+    {128, 512, 1, 256, 32, 0},  {192, 256, 4, 256, 32, 0},
+    {256, 128, 1, 256, 32, 0},  {256, 128, 4, 256, 32, 0},
+    {256, 128, 16, 256, 32, 0}, {256, 256, 2, 256, 32, 0},
+    {384, 128, 8, 256, 64, 0},  {512, 64, 4, 256, 64, 0},
+    {512, 256, 1, 256, 64, 0},  {512, 128, 1, 8192, 64, 0},
+    {768, 128, 2, 256, 64, 0},  {768, 64, 8, 256, 64, 0},
+    {1024, 128, 1, 256, 64, 0},
+    {64, 256, 2, 256, 32, 1},  {128, 128, 4, 256, 32, 1},
+    {256, 64, 8, 256, 64, 1},  {512, 128, 2, 256, 64, 1},
+    {768, 64, 4, 256, 64, 1},
 };
 static const layer_size quick_sizes[] = {
-    {64, 32, 1, 256, 32}, {128, 64, 1, 256, 32}, {128, 32, 2, 256, 32},
+    {64, 32, 1, 256, 32, 0},  {128, 64, 1, 256, 32, 0},
+    {128, 32, 2, 256, 32, 0}, {128, 32, 1, 256, 32, 1},
 };
 /* A GPU's: its ops take microseconds at the CPU's sizes, where the launch
  * alone is measured; these span GPT-2 to GPT-3 XL widths and sequences of
  * 256 to 1024 (the tokens per microbatch its plans pick), with the small
- * end kept so the launch's cost is still seen, one larger vocabulary. */
+ * end kept so the launch's cost is still seen, one larger vocabulary, two
+ * Llamas. */
 static const layer_size gpu_sizes[] = {
-    {128, 128, 1, 256, 32},    {256, 256, 4, 256, 64},
-    {512, 256, 8, 256, 64},    {512, 1024, 2, 256, 64},
-    {768, 512, 4, 256, 64},    {768, 1024, 8, 256, 64},
-    {1024, 512, 8, 256, 64},   {1024, 1024, 4, 256, 64},
-    {1536, 512, 4, 256, 96},   {2048, 512, 4, 256, 128},
-    {2048, 1024, 2, 256, 128}, {768, 512, 4, 8192, 64},
+    {128, 128, 1, 256, 32, 0},    {256, 256, 4, 256, 64, 0},
+    {512, 256, 8, 256, 64, 0},    {512, 1024, 2, 256, 64, 0},
+    {768, 512, 4, 256, 64, 0},    {768, 1024, 8, 256, 64, 0},
+    {1024, 512, 8, 256, 64, 0},   {1024, 1024, 4, 256, 64, 0},
+    {1536, 512, 4, 256, 96, 0},   {2048, 512, 4, 256, 128, 0},
+    {2048, 1024, 2, 256, 128, 0}, {768, 512, 4, 8192, 64, 0},
+    {1024, 512, 4, 256, 64, 1}, {2048, 1024, 2, 256, 128, 1},
 };
 /* the size whose slowdown with several devices at once is measured */
 
@@ -101,18 +111,33 @@ static void add_sample(samples *v, const prof_op *op, int mbs, sim_kind k,
     v->n[v->count++] = calls;
 }
 
-/* A GPT of SYN_LAYERS layers of one size as a spec file. */
+/* A model of SYN_LAYERS layers of one size as a spec file. */
 static int write_spec(const char *path, const layer_size *L, util_err *e)
 {
     char text[1024];
-    int n = snprintf(text, sizeof text,
-        "{\"name\": \"calib-%dx%d\", \"family\": \"gpt\", \"hidden\": %d, "
-        "\"layers\": %d, \"heads\": %d, \"ffn\": %d, \"vocab\": %d, "
-        "\"seq_len\": %d, \"max_pos\": %d, \"tied_embeddings\": true, "
-        "\"bias\": true, \"dropout\": false, \"fused_loss\": true, "
-        "\"batch\": %d, \"dtype\": \"fp32\", \"source\": \"sluice "
-        "calibrate: a GPT of one layer size\"}\n", L->C, L->T, L->C,
-        SYN_LAYERS, L->C / L->hs, 4 * L->C, L->V, L->T, L->T, L->mbs);
+    int n;
+    if (L->llama)
+        n = snprintf(text, sizeof text,
+            "{\"name\": \"calib-llama-%dx%d\", \"family\": \"llama\", "
+            "\"hidden\": %d, \"layers\": %d, \"heads\": %d, "
+            "\"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, "
+            "\"seq_len\": %d, \"tied_embeddings\": false, "
+            "\"gated_mlp\": true, \"rmsnorm\": true, \"bias\": false, "
+            "\"dropout\": false, \"fused_loss\": true, \"batch\": %d, "
+            "\"dtype\": \"fp32\", \"source\": \"sluice calibrate: a "
+            "Llama of one layer size\"}\n", L->C, L->T, L->C, SYN_LAYERS,
+            L->C / L->hs, L->C / L->hs / 2, (8 * L->C / 3 + 7) / 8 * 8, L->V,
+            L->T, L->mbs);
+    else
+        n = snprintf(text, sizeof text,
+            "{\"name\": \"calib-%dx%d\", \"family\": \"gpt\", "
+            "\"hidden\": %d, \"layers\": %d, \"heads\": %d, "
+            "\"ffn\": %d, \"vocab\": %d, \"seq_len\": %d, "
+            "\"max_pos\": %d, \"tied_embeddings\": true, \"bias\": true, "
+            "\"dropout\": false, \"fused_loss\": true, \"batch\": %d, "
+            "\"dtype\": \"fp32\", \"source\": \"sluice calibrate: a GPT "
+            "of one layer size\"}\n", L->C, L->T, L->C, SYN_LAYERS,
+            L->C / L->hs, 4 * L->C, L->V, L->T, L->T, L->mbs);
     return util_write_atomic(path, text, (size_t)n, e);
 }
 
@@ -234,9 +259,10 @@ static int measure_layers(const exec_calib_opts *o, int gpu, const char *tmp,
         take_samples(v, &r, L->mbs, &rest_ns, &rest_n);
         exec_pipe_result_free(&r);
         if (o->log)
-            fprintf(o->log, "  ops: hidden %d, sequence %d, microbatch %d%s: "
-                    "%d samples\n", L->C, L->T, L->mbs,
-                    L->V > 256 ? ", vocabulary 8192" : "", v->count - from);
+            fprintf(o->log, "  ops: hidden %d, sequence %d, microbatch "
+                    "%d%s%s: %d samples\n", L->C, L->T, L->mbs,
+                    L->V > 256 ? ", vocabulary 8192" : "",
+                    L->llama ? ", Llama's layer" : "", v->count - from);
     }
     res->task_ns = rest_n > 0 ? fmin(1e9, rest_ns / rest_n) : 0;
     return 0;
@@ -308,8 +334,8 @@ static int cmp_dbl(const void *a, const void *b)
 
 static int measure_busy(const exec_calib_opts *o, prof_calib *c, util_err *e)
 {
-    static const layer_size full = {256, 128, 8, 256, 32};
-    static const layer_size quick = {128, 64, 1, 256, 32};
+    static const layer_size full = {256, 128, 8, 256, 32, 0};
+    static const layer_size quick = {128, 64, 1, 256, 32, 0};
     const layer_size *L = o->quick ? &quick : &full;
     int top = o->devices, rounds = o->quick ? 3 : 8, iters = 3;
     /* more devices than cores would time the scheduler, not the socket */
@@ -530,11 +556,11 @@ static int fit_tp(const tp_sample *x, int n, prof_calib_link *l,
 static int measure_transfers(const exec_calib_opts *o, const char *tmp,
                              exec_calib_result *res, util_err *e)
 {
-    static const layer_size full[] = {{128, 64, 1, 256, 32},
-                                      {256, 128, 4, 256, 32},
-                                      {512, 128, 8, 256, 64}};
-    static const layer_size quick[] = {{64, 32, 1, 256, 32},
-                                       {128, 64, 2, 256, 32}};
+    static const layer_size full[] = {{128, 64, 1, 256, 32, 0},
+                                      {256, 128, 4, 256, 32, 0},
+                                      {512, 128, 8, 256, 64, 0}};
+    static const layer_size quick[] = {{64, 32, 1, 256, 32, 0},
+                                       {128, 64, 2, 256, 32, 0}};
     const layer_size *sz = o->quick ? quick : full;
     int nsz = o->quick ? 2 : 3, steps = o->quick ? 3 : 4;
     exec_calib_xfer *x = NULL;
@@ -694,8 +720,8 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
     snprintf(c->device, sizeof c->device, "%s", o->device);
     machine_now(c, o->device);
     if (o->log)
-        fprintf(o->log, "sluice calibrate: ops of GPT layers, run by the "
-                "executor on one %s\n", gpu ? "GPU" : "core");
+        fprintf(o->log, "sluice calibrate: ops of GPT-2 and Llama layers, "
+                "run by the executor on one %s\n", gpu ? "GPU" : "core");
     int rc = measure_layers(o, gpu, tmp, &v, r, e);
     if (!rc && o->log && o->devices > 1 && !gpu)
         fprintf(o->log, "sluice calibrate: devices computing at once\n");

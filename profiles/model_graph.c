@@ -23,7 +23,7 @@
 
 static const char *const op_kind_names[] = {
     "embed", "norm", "linear", "attn", "act", "residual", "lm_head", "loss",
-    "pooler"};
+    "pooler", "rope"};
 
 const char *prof_op_kind_name(prof_op_kind k)
 {
@@ -228,7 +228,10 @@ static int attn_core(builder *b, const char *name, int q, int kv, double sq,
  * element rotated (two products and a sum), nothing kept for the
  * backward, which is the same pass over the gradient (rotated back, the
  * repeated heads summed). The executor runs the same pass (qkv_expand),
- * which also repeats the heads under fused attention. */
+ * which also repeats the heads under fused attention. A kind of its own:
+ * its cost an element (the angles' sines and cosines where they are not
+ * a table) is nothing like the softmax's, so a calibration fits it
+ * apart. */
 static int qkv_expand(builder *b, const char *name, int qkv, double s_tok)
 {
     const prof_model_spec *s = b->s;
@@ -236,7 +239,7 @@ static int qkv_expand(builder *b, const char *name, int qkv, double s_tok)
     double nq = s_tok * a * d, nk = s_tok * kvh * d;
     double rot = prof_spec_rope(s) ? nq + nk : 0;
     double rep = kvh < a && !s->flash_attn ? 2 * nk : 0;   /* k, v read */
-    prof_op *o = add(b, PROF_OP_ATTN, PROF_ROLE_QKV_EXPAND, name, qkv, -1);
+    prof_op *o = add(b, PROF_OP_ROPE, PROF_ROLE_QKV_EXPAND, name, qkv, -1);
     o->fwd_flops = 3 * rot;
     o->bwd_in_flops = 3 * rot + (rep > 0 ? 2 * nq : 0); /* heads summed */
     o->bytes_read = (rot + rep) * e;

@@ -31,7 +31,9 @@ int prof_dtype_bytes(prof_dtype d);
 typedef enum {
     PROF_OP_EMBED, PROF_OP_NORM, PROF_OP_LINEAR, PROF_OP_ATTN,
     PROF_OP_ACT, PROF_OP_RESIDUAL, PROF_OP_LM_HEAD, PROF_OP_LOSS,
-    PROF_OP_POOLER, PROF_OP_KIND_COUNT
+    PROF_OP_POOLER,
+    PROF_OP_ROPE,       /* RoPE's rotation, grouped heads repeated */
+    PROF_OP_KIND_COUNT
 } prof_op_kind;
 
 /* How close an op gets to peak.

@@ -1,8 +1,11 @@
 /* The calibration loop on this machine, `--hw cpu x2` (two cores as
  * devices). Calibrate (sluice calibrate's microbenchmarks, then one
  * single-device training run of gpt-mini with --calibrate) into a fresh
- * profile directory; then for gpt-mini and gpt-long (tests/bench) take
- * the planner's plan of every schedule, simulate it before calibration
+ * profile directory; then for gpt-mini and gpt-long (tests/bench), or
+ * the models named on the command line (`make bench` runs it again for
+ * llama-tiny: the training run calibrated from is still gpt-mini's, the
+ * Llama ops are known from the microbenchmarks alone), take the
+ * planner's plan of every schedule, simulate it before calibration
  * (built-in figures) and after, and run it. The runs predicted are never
  * the ones calibrated from; each is run three times and the fastest run
  * kept (the machine is shared; "spread" is how much slower the slowest
