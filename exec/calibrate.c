@@ -196,7 +196,8 @@ static int run_spec(const exec_calib_opts *o, const char *spec,
 }
 
 /* The run's op parts as samples; its optimizer steps (device 0, past the
- * first step) as one; its tasks' own cost into *rest_ns, *rest_n. */
+ * first step) as one; its tasks' own cost into *rest_ns, the ops they
+ * ran into *rest_n. */
 static void take_samples(samples *v, const exec_pipe_result *r, int mbs,
                          double *rest_ns, double *rest_n)
 {
@@ -231,7 +232,7 @@ static void take_samples(samples *v, const exec_pipe_result *r, int mbs,
         add_sample(v, &op, 1, SIM_OPT, opt / nopt, nopt);
     }
     *rest_ns += r->task_rest_ns;
-    *rest_n += r->task_rest_n;
+    *rest_n += r->task_rest_ops;
 }
 
 static int measure_layers(const exec_calib_opts *o, int gpu, const char *tmp,
@@ -264,7 +265,7 @@ static int measure_layers(const exec_calib_opts *o, int gpu, const char *tmp,
                     L->V > 256 ? ", vocabulary 8192" : "",
                     L->llama ? ", Llama's layer" : "", v->count - from);
     }
-    res->task_ns = rest_n > 0 ? fmin(1e9, rest_ns / rest_n) : 0;
+    res->op_task_ns = rest_n > 0 ? fmin(1e9, fmax(0, rest_ns / rest_n)) : 0;
     return 0;
 }
 
@@ -778,7 +779,8 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
     }
     kern_set_threads(saved);
     if (!rc) {
-        c->gpu.eff.task_ns = r->task_ns;
+        c->gpu.eff.task_ns = 0;
+        c->gpu.eff.op_task_ns = r->op_task_ns;
         char mach[256];
         prof_machine_str(&c->machine, mach, sizeof mach);
         snprintf(c->gpu.source, sizeof c->gpu.source, "calibrated %s on %s: "
@@ -832,9 +834,11 @@ int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,
             (*n_added)++;
         }
     }
-    if (r->task_rest_n > 0)
-        c->gpu.eff.task_ns = fmin(1e9, fmax(0, r->task_rest_ns /
-                                                r->task_rest_n));
+    if (r->task_rest_ops > 0) {
+        c->gpu.eff.task_ns = 0;
+        c->gpu.eff.op_task_ns = fmin(1e9, fmax(0, r->task_rest_ns /
+                                                      r->task_rest_ops));
+    }
     /* a plan of an offload schedule: its drive's rates where it used the
      * drive, and AdamW's; a rate it did not measure stays as it was */
     if (r->tiers && (r->ofl_read_s > 0 || r->ofl_write_s > 0 ||

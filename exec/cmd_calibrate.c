@@ -186,9 +186,10 @@ static void report_text(const exec_calib_result *r, const prof_calib *prev,
     const prof_gpu *g = &c->gpu;
     printf("\nas the profile has it: fp32 peak %.1f GFLOP/s x GEMM "
            "efficiency %.2f; memory %.1f GB/s x %.2f; launch %.0f ns; "
-           "%.1f us per task\n", g->peak_flops[PROF_DT_FP32] / 1e9,
-           g->eff.gemm_max, g->mem_bw_bytes_per_s / 1e9, g->eff.mem_max,
-           g->eff.launch_ns, g->eff.task_ns / 1e3);
+           "a task %.1f us and %.2f us per op it runs\n",
+           g->peak_flops[PROF_DT_FP32] / 1e9, g->eff.gemm_max,
+           g->mem_bw_bytes_per_s / 1e9, g->eff.mem_max, g->eff.launch_ns,
+           g->eff.task_ns / 1e3, g->eff.op_task_ns / 1e3);
     for (int x = 0; x < PROF_XFER_COUNT; x++) {
         const prof_calib_link *l = &c->link[x];
         if (!l->present) continue;

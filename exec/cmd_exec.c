@@ -109,7 +109,8 @@ static void usage(FILE *f)
         "                      tier tasks run as planned, and for stages\n"
         "                      whose state_tier is nvme\n"
         "  --calibrate         time every op of the run and add the times\n"
-        "                      (and the runtime's cost per task) to the\n"
+        "                      (and the runtime's cost per op a task\n"
+        "                      runs) to the\n"
         "                      device type's calibration (sluice calibrate\n"
         "                      first); sim and plan then use them (with\n"
         "                      --tf32, the products' times price TF32\n"
@@ -477,8 +478,9 @@ static int calib_write(const char *path, const sim_plan *plan,
              prof_calib_save(&c, path, e) ? -1 : 0;
     if (!rc)
         fprintf(f, "calibration: %d op times measured, %d new signatures "
-                "(%d in all) and %.1f us per task added to %s\n", n,
-                c.n_ops - before, c.n_ops, c.gpu.eff.task_ns / 1e3, path);
+                "(%d in all) and %.2f us per op a task runs added to %s\n",
+                n, c.n_ops - before, c.n_ops, c.gpu.eff.op_task_ns / 1e3,
+                path);
     prof_calib_free(&c);
     return rc;
 }

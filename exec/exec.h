@@ -559,9 +559,10 @@ typedef struct exec_pipe_result {
     /* with op_timing, past the first step, over every worker: per graph
      * op and phase (op * PROF_PHASES + PROF_PHASE_*) the ns its parts
      * took and how many ran (tensor-parallel collectives left out), and
-     * compute tasks' time outside their ops */
+     * compute tasks' time outside their ops, how many, and the ops they
+     * ran */
     double *op_ns, *op_calls;
-    double task_rest_ns, task_rest_n;
+    double task_rest_ns, task_rest_n, task_rest_ops;
     /* with offload, over the workers of this process: the tier's bytes
      * and seconds read (to the device) and written (back), parameters
      * updated by the CPU's AdamW and its seconds; how the file is
@@ -803,7 +804,7 @@ typedef struct exec_calib_result {
     int n_xfers[PROF_XFER_COUNT];
     exec_calib_check checks[16];
     int n_checks;
-    double task_ns;         /* the runtime's cost per task */
+    double op_task_ns;      /* the runtime's cost per op a task runs */
     int mpi_ranks;          /* processes of the MPI job (1: none) */
     int mpi_rank;           /* this process: only rank 0 has results */
     double seconds;         /* how long calibration took */
@@ -821,7 +822,8 @@ void exec_calib_result_free(exec_calib_result *r);
  * part's mean time under its signature (the op as one tensor-parallel
  * rank runs it, at the run's microbatch: sim_op_signature), which then
  * overrides the efficiency model for that signature, and the runtime's
- * cost per task (compute tasks' time outside their ops). *n_added counts
+ * cost per op a task runs (compute tasks' time outside their ops over
+ * the ops they ran: prof_eff.op_task_ns, task_ns then 0). *n_added counts
  * the op parts (an op and phase; layers alike share a signature). A run
  * of another device type than c's: code 2. */
 int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,

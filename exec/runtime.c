@@ -315,6 +315,7 @@ static int op_timed(exec_worker *w, int op, int phase, int64_t t0,
     if (w->rt->be->sync(e)) return -1;
     int64_t dt = (int64_t)exec_now_ns() - t0 - (*tp - tp0);
     w->task_ops_ns += dt + (*tp - tp0);
+    w->task_ops_n++;
     op_count(w, op, phase, (double)dt);
     return 0;
 }
@@ -363,6 +364,7 @@ static int marks_read(exec_worker *w, int count, util_err *e)
         be->unmark(m->b);
         if (!count || rc) continue;
         w->task_ops_ns += (int64_t)dt;
+        w->task_ops_n++;
         op_count(w, m->op, m->phase, dt);
     }
     w->n_marks = 0;
@@ -1413,6 +1415,7 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
     ts[EXEC_T_START] = now_rel(rt);
     w->epoch_now = epoch;
     w->task_ops_ns = 0;
+    w->task_ops_n = 0;
     if (w->n_marks) marks_read(w, 0, NULL);    /* a failed task's */
     /* sharded: the stage's weights of the last step are all there; the
      * reduce-scatters that are done give their microbatches' gradients
@@ -1493,6 +1496,7 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
         w->rest_ns += (double)(ts[EXEC_T_END] - ts[EXEC_T_START] -
                                w->task_ops_ns);
         w->rest_n += 1;
+        w->rest_ops += w->task_ops_n;
     }
     if (!rc && t->kind <= SIM_RECOMP && rt->async)
         version_release(w, &w->st[w->lidx[t->stage]], t->version);

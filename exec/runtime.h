@@ -428,11 +428,12 @@ typedef struct exec_worker {
     int tasks_run;          /* for faults on purpose */
     /* calibration (rt->op_timing): per graph op and phase (F, B, W) the
      * ns its parts took and how many ran, past the first step; compute
-     * tasks' time outside their ops, and how many */
+     * tasks' time outside their ops, how many, and the ops they ran */
     double *op_ns, *op_n;
-    double rest_ns, rest_n;
+    double rest_ns, rest_n, rest_ops;
     int epoch_now;          /* the epoch of the task running */
     int64_t task_ops_ns;    /* ops timed in the task running */
+    int task_ops_n;         /* and how many */
     /* ops of the task running timed on the device's clock (backend
      * mark), read when it ends: op, phase, and the marks around it */
     struct exec_mark { int op, phase; void *a, *b; } *marks;

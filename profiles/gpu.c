@@ -116,7 +116,7 @@ static int parse_eff(const util_jobj *o, prof_eff *f, int partial,
 {
     static const char *const keys[] = {"gemm_max", "gemm_half_mn",
         "gemm_half_k", "mem_max", "mem_half_bytes", "launch_ns", "task_ns",
-        "gemm_factor", "mem_factor", "opt_factor", "cache_bytes",
+        "op_task_ns", "gemm_factor", "mem_factor", "opt_factor", "cache_bytes",
         "cache_gain", "unaligned", NULL};
     int req = !partial;
     if (util_jkeys(o, keys, e) ||
@@ -133,7 +133,8 @@ static int parse_eff(const util_jobj *o, prof_eff *f, int partial,
         util_jnum(o, "mem_half_bytes", req, 0, 1e12, &f->mem_half_bytes,
                   e) ||
         util_jnum(o, "launch_ns", req, 0, 1e7, &f->launch_ns, e) ||
-        util_jnum(o, "task_ns", 0, 0, 1e9, &f->task_ns, e))
+        util_jnum(o, "task_ns", 0, 0, 1e9, &f->task_ns, e) ||
+        util_jnum(o, "op_task_ns", 0, 0, 1e9, &f->op_task_ns, e))
         return -1;
     return 0;
 }
@@ -254,6 +255,8 @@ json_t *prof_gpu_json(const prof_gpu *g)
         "launch_ns", g->eff.launch_ns);
     if (g->eff.task_ns > 0)
         json_object_set_new(eff, "task_ns", json_real(g->eff.task_ns));
+    if (g->eff.op_task_ns > 0)
+        json_object_set_new(eff, "op_task_ns", json_real(g->eff.op_task_ns));
     if (g->eff.unaligned > 0)
         json_object_set_new(eff, "unaligned", json_real(g->eff.unaligned));
     json_t *gf = factors_json(g->eff.gemm_factor);

@@ -42,7 +42,10 @@ typedef enum {
  *   memory-bound op moving b bytes: eff = mem_max * b/(b+mem_half_bytes)
  * and every kernel pays launch_ns on top; every task of a schedule (a
  * stage's forward, backward, weight gradient, optimizer step) pays
- * task_ns, the executor's own cost of running one (0 unless measured).
+ * task_ns, and op_task_ns for each op it runs (an optimizer step: one),
+ * the executor's own cost of running it (0 unless measured: a task's
+ * time outside its ops grows with its ops, the buffers each allocates
+ * and the gradients each zeroes, so a calibration measures it per op).
  * An op of kind k with GEMMs takes gemm_factor[k][phase] times the GEMM
  * curve's time in its forward, input-gradient and weight-gradient phases,
  * one without mem_factor[k][phase] times the time of streaming its bytes,
@@ -65,7 +68,7 @@ typedef struct prof_eff {
     double mem_max;
     double mem_half_bytes;
     double launch_ns;
-    double task_ns;
+    double task_ns, op_task_ns;
     double gemm_factor[PROF_OP_KIND_COUNT][PROF_PHASES];
     double mem_factor[PROF_OP_KIND_COUNT][PROF_PHASES];
     double opt_factor;

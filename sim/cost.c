@@ -1032,7 +1032,11 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             sc->train_params -= tied_tr;
             frozen -= tied_fz;
         }
-        sc->task_ns = (int64_t)llround(g->eff.task_ns);
+        sc->task_ns = (int64_t)llround(g->eff.task_ns +
+                                       g->eff.op_task_ns *
+                                           (last_op[s] - first_op[s] + 1));
+        sc->opt_task_ns = (int64_t)llround(g->eff.task_ns +
+                                           g->eff.op_task_ns);
         sim_act ac = sim_act_range(m, first_op[s], last_op[s], tpw, sp, rc);
         sc->act_bytes = ac.act * mbs;
         sc->keep_bytes = ac.keep * mbs;

@@ -72,7 +72,7 @@ static int64_t task_dur(const sim_costs *c, const sim_task *t)
     case SIM_B: return sc->b_ns + sc->task_ns;
     case SIM_W: return sc->w_ns + sc->task_ns;
     case SIM_BW: return sc->b_ns + sc->w_ns + sc->task_ns;
-    case SIM_OPT: return sc ? sc->opt_ns + sc->task_ns : 0;
+    case SIM_OPT: return sc ? sc->opt_ns + sc->opt_task_ns : 0;
     case SIM_CPU_OPT: return sc ? sc->cpu_opt_ns : 0;
     default: return 0;
     }

@@ -338,8 +338,11 @@ typedef struct sim_stage_cost {
                                  * memory: alone, cpu_opt_ns of it; 0: a
                                  * fixed cpu_opt_ns (the host's bandwidth
                                  * unknown) */
-    int64_t task_ns;            /* the executor's own cost of each task
-                                 * (prof_eff.task_ns), added to each */
+    int64_t task_ns;            /* the executor's own cost of each compute
+                                 * task of the stage (prof_eff.task_ns and
+                                 * op_task_ns for each of its ops), added
+                                 * to each */
+    int64_t opt_task_ns;        /* and of its optimizer step (one op) */
     int64_t tp_f_ns, tp_b_ns;   /* tensor-parallel collectives inside f_ns
                                  * and inside b_ns */
     int64_t tp_r_ns;            /* those inside r_ns (full recomputation

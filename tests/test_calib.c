@@ -256,6 +256,7 @@ static prof_calib sample_calib(void)
     snprintf(c.machine.device, sizeof c.machine.device, "CPU core");
     c.gpu = truth();
     c.gpu.eff.task_ns = 12000;
+    c.gpu.eff.op_task_ns = 900;
     c.link[PROF_XFER_INPROC] = (prof_calib_link){1, 9e9, 4000, 9, 0.1};
     c.n_param = 1;
     c.param[0] = (prof_calib_param){"gemm_tflops", 0.084, 0.08, 0.09};
@@ -288,6 +289,7 @@ Test(calib_file, round_trip_and_lookups)
     cr_assert_float_eq(r.gpu.eff.gemm_factor[PROF_OP_LINEAR][PROF_PHASE_B],
                        1.2, 1e-9);
     cr_assert_float_eq(r.gpu.eff.task_ns, 12000, 1e-6);
+    cr_assert_float_eq(r.gpu.eff.op_task_ns, 900, 1e-6);
     cr_assert(r.link[PROF_XFER_INPROC].present);
     cr_assert(!r.link[PROF_XFER_MPI].present);
     cr_assert_float_eq(r.link[PROF_XFER_INPROC].bw_bytes_per_s, 9e9, 1);
@@ -349,6 +351,8 @@ Test(calib_file, bad_values_are_named)
         {"/\"ci95\"/{n;s/0.08/0.085/}", "does not hold the value"},
         {"s/\"task_ns\": [0-9.e+-]*/\"task_ns\": -1/",
          "field 'gpu.eff.task_ns'"},
+        {"s/\"op_task_ns\": [0-9.e+-]*/\"op_task_ns\": -1/",
+         "field 'gpu.eff.op_task_ns'"},
         {"s/\"F\": 2.5/\"F\": 0/", "field 'gpu.eff.mem_factor.act.F'"},
         {"/\"busy\": \\[/{n;s/1/2/}", "field 'busy': value 0"},
         {"s/\"busy\": 2,/\"busy\": 0,/", "field 'ops[0].busy'"},
@@ -391,6 +395,7 @@ Test(calib_dir, precedence_and_lookups)
     cr_assert_not_null(g.calib);
     cr_assert_float_eq(g.eff.gemm_half_mn, 24, 1e-9);
     cr_assert_float_eq(g.eff.task_ns, 12000, 1e-6);
+    cr_assert_float_eq(g.eff.op_task_ns, 900, 1e-6);
     /* other types keep the catalog */
     cr_assert_eq(prof_gpu_get("rtx4090", &g, &e), 0);
     cr_assert_null(g.calib);
@@ -403,6 +408,19 @@ Test(calib_dir, precedence_and_lookups)
     cr_assert_float_eq(prof_route_bw(t, dl, n), 9e9, 1);
     cr_assert_float_eq(prof_route_latency_ns(t, dl, n), 4000, 1e-6);
     cr_assert(strstr(t->host, "calibrated 2026-11-23"), "%s", t->host);
+    /* each compute task of a stage pays the runtime's cost per task and
+     * per op it runs; an optimizer step, one op's */
+    prof_model *m = prof_model_load("gpt-tiny", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    int first[2] = {0, 9}, last[2] = {8, m->n_ops - 1}, dev[2] = {0, 1};
+    sim_cost_opts co = {.mbs = 1};
+    sim_costs *sc = sim_costs_build(m, t, 2, first, last, dev, 2, &co, &e);
+    cr_assert_not_null(sc, "%s", e.msg);
+    cr_expect_eq(sc->stage[0].task_ns, 12000 + 9 * 900);
+    cr_expect_eq(sc->stage[1].task_ns, 12000 + (m->n_ops - 9) * 900);
+    cr_expect_eq(sc->stage[1].opt_task_ns, 12000 + 900);
+    sim_costs_free(sc);
+    prof_model_free(m);
     prof_topo_free(t);
     /* a file that changes is read again */
     c.gpu.eff.gemm_half_mn = 99;
@@ -524,7 +542,9 @@ Test(calib_cli, writes_a_profile_that_loads_and_compares_runs)
     cr_assert_eq(prof_calib_load(path, &c, &e), 0, "%s", e.msg);
     cr_assert_gt(c.fit_samples, 50);
     cr_assert(c.link[PROF_XFER_INPROC].present);
-    cr_assert_gt(c.gpu.eff.task_ns, 0);
+    /* the runtime's own cost, per op a task runs */
+    cr_assert_gt(c.gpu.eff.op_task_ns, 0);
+    cr_assert_eq(c.gpu.eff.task_ns, 0);
     cr_assert(strstr(c.gpu.source, "calibrated "), "%s", c.gpu.source);
     prof_calib_free(&c);
     /* a second run compares with the first */
@@ -648,7 +668,7 @@ Test(calib_cli, exec_adds_a_runs_op_times)
     cr_assert_eq(prof_gpu_get("cpu", &g, &e), 0, "%s", e.msg);
     cr_assert_not_null(g.calib);
     cr_assert_gt(g.calib->n_ops, 5);
-    cr_assert_gt(g.eff.task_ns, 0);
+    cr_assert_gt(g.eff.op_task_ns, 0);
     prof_model *m = prof_model_load("tests/data/exec/gpt-pico.json", &e);
     cr_assert_not_null(m, "%s", e.msg);
     int hits = 0;

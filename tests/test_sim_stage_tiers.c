@@ -123,7 +123,7 @@ Test(sim_stage_tiers, the_gpu_keeps_fp16_state_and_the_step_moves_it_once)
         } else if (sim_kind_nvme(x->kind)) {
             other++;
         } else if (x->kind == SIM_OPT && x->stage == 1) {
-            cr_assert_eq(b.r.end_ns[i] - b.r.start_ns[i], s1->task_ns);
+            cr_assert_eq(b.r.end_ns[i] - b.r.start_ns[i], s1->opt_task_ns);
         }
     }
     cr_assert_eq(out, 1);

@@ -127,12 +127,12 @@ static int calibrate(const char *dir, util_err *e)
     char path[600];
     snprintf(path, sizeof path, "%s/cpu.json", dir);
     printf("calibrated in %.0f s: %d microbenchmarks, fit median error "
-           "%.1f%%, largest %.1f%%; copies %.1f GB/s + %.1f us; %.1f us per "
-           "task\n", cr.seconds, cr.calib.fit_samples,
+           "%.1f%%, largest %.1f%%; copies %.1f GB/s + %.1f us; %.2f us per "
+           "op a task runs\n", cr.seconds, cr.calib.fit_samples,
            100 * cr.calib.fit_median_err, 100 * cr.calib.fit_max_err,
            cr.calib.link[PROF_XFER_INPROC].bw_bytes_per_s / 1e9,
            cr.calib.link[PROF_XFER_INPROC].latency_ns / 1e3,
-           cr.task_ns / 1e3);
+           cr.op_task_ns / 1e3);
     /* calibrating again converges: the second fit's figures within the
      * first's 95% intervals */
     exec_calib_result again;
@@ -188,10 +188,10 @@ static int calibrate(const char *dir, util_err *e)
              prof_calib_save(&c, path, &e2);
         if (!rc)
             printf("single-device run (%s, microbatch %d x %d): %d op times, "
-                   "%d signatures, %.1f us per task\n",
+                   "%d signatures, %.2f us per op a task runs\n",
                    sim_sched_name(pr.alt[pr.best].plan.sched),
                    pr.alt[pr.best].plan.mbs, pr.alt[pr.best].plan.n_mb, n,
-                   c.n_ops, c.gpu.eff.task_ns / 1e3);
+                   c.n_ops, c.gpu.eff.op_task_ns / 1e3);
         prof_calib_free(&c);
     }
     exec_pipe_result_free(&r);
