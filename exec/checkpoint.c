@@ -10,7 +10,7 @@
 #include <string.h>
 
 #define CKPT_MAGIC "SLUICEC1"
-#define CKPT_VERSION 2
+#define CKPT_VERSION 3
 /* The largest checkpoint read: 256 GiB, 21 billion parameters with their
  * AdamW moments, far past what the CPU trainer runs. */
 #define CKPT_MAX_BYTES ((size_t)256 << 30)
@@ -29,11 +29,14 @@ typedef struct ckpt_header {
     uint64_t n_params;
     int32_t llama[4];        /* version 2: kv_heads rmsnorm swiglu rope */
     float llama_f[2];        /* version 2: rope_theta norm_eps */
+    int32_t opt[2];          /* version 3: relu pos_offset */
 } ckpt_header;
 
 /* Version 1 (before Llama's choices) ends before llama[]: it is read as
- * GPT-2's (all 0). */
+ * GPT-2's (all 0); version 2 (before OPT's) before opt[], read as GELU
+ * and positions from row 0. */
 #define CKPT_V1_BYTES offsetof(ckpt_header, llama)
+#define CKPT_V2_BYTES offsetof(ckpt_header, opt)
 
 static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
 {
@@ -48,26 +51,31 @@ static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
 #define FNV_INIT 0xCBF29CE484222325ull
 
 static void cfg_pack(const exec_gpt_config *c, int32_t *o, int32_t *x,
-                     float *f)
+                     float *f, int32_t *p)
 {
     o[0] = c->vocab; o[1] = c->max_pos; o[2] = c->hidden; o[3] = c->layers;
     o[4] = c->heads; o[5] = c->ffn; o[6] = c->bias; o[7] = c->tied;
     x[0] = c->kv_heads; x[1] = c->rmsnorm; x[2] = c->swiglu; x[3] = c->rope;
     f[0] = c->rope_theta; f[1] = c->norm_eps;
+    p[0] = c->relu; p[1] = c->pos_offset;
 }
 
 static void cfg_unpack(const int32_t *o, const int32_t *x, const float *f,
-                       exec_gpt_config *c)
+                       const int32_t *p, exec_gpt_config *c)
 {
     c->vocab = o[0]; c->max_pos = o[1]; c->hidden = o[2]; c->layers = o[3];
     c->heads = o[4]; c->ffn = o[5]; c->bias = o[6]; c->tied = o[7];
     c->kv_heads = x[0]; c->rmsnorm = x[1]; c->swiglu = x[2]; c->rope = x[3];
     c->rope_theta = f[0]; c->norm_eps = f[1];
+    c->relu = p[0]; c->pos_offset = p[1];
 }
 
 static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
 {
     char norm[48] = "LayerNorm", pos[48] = "learned positions";
+    if (c->pos_offset)
+        snprintf(pos, sizeof pos, "learned positions from row %d",
+                 c->pos_offset);
     if (c->rmsnorm)
         snprintf(norm, sizeof norm, "RMSNorm (eps %g)", (double)c->norm_eps);
     if (c->rope)
@@ -78,7 +86,7 @@ static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
              c->hidden, c->layers, c->heads, exec_kv_heads(c), c->ffn,
              c->vocab, c->max_pos, c->bias ? "biases" : "no biases",
              c->tied ? "tied head" : "untied head", norm,
-             c->swiglu ? "SwiGLU" : "GELU", pos);
+             c->swiglu ? "SwiGLU" : c->relu ? "ReLU" : "GELU", pos);
 }
 
 int exec_ckpt_save(const char *path, exec_gpt *m, const exec_ckpt_meta *meta,
@@ -123,7 +131,7 @@ int exec_ckpt_save_state(const char *path, const float *params,
     memcpy(h.magic, CKPT_MAGIC, 8);
     h.version = CKPT_VERSION;
     h.header_bytes = sizeof h;
-    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f);
+    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f, h.opt);
     h.B = meta->B;
     h.T = meta->T;
     h.seed = meta->seed;
@@ -160,10 +168,11 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
     }
     memset(h, 0, sizeof *h);
     memcpy(h, *buf, CKPT_V1_BYTES);
-    int v1 = h->version == 1 && h->header_bytes == CKPT_V1_BYTES;
-    if (!v1 && h->header_bytes == sizeof *h && *len >= sizeof *h)
-        memcpy(h, *buf, sizeof *h);
-    if (!v1 && (h->version != CKPT_VERSION || h->header_bytes != sizeof *h)) {
+    int old = (h->version == 1 && h->header_bytes == CKPT_V1_BYTES) ||
+              (h->version == 2 && h->header_bytes == CKPT_V2_BYTES);
+    if ((old || h->header_bytes == sizeof *h) && *len >= h->header_bytes)
+        memcpy(h, *buf, h->header_bytes);
+    if (!old && (h->version != CKPT_VERSION || h->header_bytes != sizeof *h)) {
         free(*buf);
         return util_errf(e, UTIL_EXIT_USAGE,
                          "%s: checkpoint format version %u, this sluice reads "
@@ -216,7 +225,7 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
 
 static void meta_of(const ckpt_header *h, exec_ckpt_meta *meta)
 {
-    cfg_unpack(h->cfg, h->llama, h->llama_f, &meta->cfg);
+    cfg_unpack(h->cfg, h->llama, h->llama_f, h->opt, &meta->cfg);
     meta->B = h->B;
     meta->T = h->T;
     meta->seed = h->seed;
@@ -285,7 +294,7 @@ int exec_ckpt_load_state(const char *path, const exec_gpt_config *c,
 /* ---------------------------------------- a LoRA run's own state */
 
 #define LORA_MAGIC "SLUICEL1"
-#define LORA_VERSION 1
+#define LORA_VERSION 2
 
 typedef struct lora_header {
     char magic[8];
@@ -298,7 +307,26 @@ typedef struct lora_header {
     uint64_t seed;
     int64_t step;
     uint64_t n_params, n_lora;
+    int32_t opt[2];           /* version 2: relu pos_offset */
 } lora_header;
+
+/* Version 1 (before OPT's choices) ends before opt[]. */
+#define LORA_V1_BYTES offsetof(lora_header, opt)
+
+/* The header of a LoRA state file of len bytes into *h: 0, or 1 (not
+ * one: no magic, too short), or 2 (another version). */
+static int lora_header_read(const char *buf, size_t len, lora_header *h)
+{
+    if (len < LORA_V1_BYTES || memcmp(buf, LORA_MAGIC, 8)) return 1;
+    memset(h, 0, sizeof *h);
+    memcpy(h, buf, LORA_V1_BYTES);
+    int v1 = h->version == 1 && h->header_bytes == LORA_V1_BYTES;
+    if (!v1 && (h->version != LORA_VERSION || h->header_bytes != sizeof *h))
+        return 2;
+    if (len < h->header_bytes) return 1;
+    memcpy(h, buf, h->header_bytes);
+    return 0;
+}
 
 void exec_lora_ckpt_path(const char *ckpt, char *out, size_t n)
 {
@@ -317,7 +345,7 @@ int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
     memcpy(h.magic, LORA_MAGIC, 8);
     h.version = LORA_VERSION;
     h.header_bytes = sizeof h;
-    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f);
+    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f, h.opt);
     h.ft[0] = ft->kind;
     h.ft[1] = ft->rank;
     h.ft[2] = (int32_t)ft->targets;
@@ -345,18 +373,17 @@ int exec_lora_ckpt_peek(const char *path, exec_ckpt_meta *meta,
         return util_err_prefix(e, "a LoRA run's state");
     }
     lora_header h;
-    int bad = len < sizeof h || memcmp(buf, LORA_MAGIC, 8);
-    if (!bad) memcpy(&h, buf, sizeof h);
+    int bad = lora_header_read(buf, len, &h);
     free(buf);
-    if (bad)
+    if (bad == 1)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: not a LoRA run's state (no "
                          "'%s' header)", path, LORA_MAGIC);
-    if (h.version != LORA_VERSION || h.header_bytes != sizeof h)
+    if (bad)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: LoRA state format version "
                          "%u, this sluice reads version %d", path, h.version,
                          LORA_VERSION);
     memset(meta, 0, sizeof *meta);
-    cfg_unpack(h.cfg, h.llama, h.llama_f, &meta->cfg);
+    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, &meta->cfg);
     meta->B = h.B;
     meta->T = h.T;
     meta->seed = h.seed;
@@ -391,13 +418,13 @@ int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
     }
     lora_header h;
     int rc = -1;
-    if (len < sizeof h || memcmp(buf, LORA_MAGIC, 8)) {
+    int bad = lora_header_read(buf, len, &h);
+    if (bad == 1) {
         util_errf(e, UTIL_EXIT_USAGE, "%s: not a LoRA run's state (no '%s' "
                   "header)", path, LORA_MAGIC);
         goto out;
     }
-    memcpy(&h, buf, sizeof h);
-    if (h.version != LORA_VERSION || h.header_bytes != sizeof h) {
+    if (bad) {
         util_errf(e, UTIL_EXIT_USAGE, "%s: LoRA state format version %u, "
                   "this sluice reads version %d", path, h.version,
                   LORA_VERSION);
@@ -407,7 +434,7 @@ int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
     size_t P = exec_gpt_param_table(c, tt);
     exec_gpt_config hc;
     memset(&hc, 0, sizeof hc);
-    cfg_unpack(h.cfg, h.llama, h.llama_f, &hc);
+    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, &hc);
     if (memcmp(&hc, c, sizeof hc) || h.n_params != P || h.n_lora != NL ||
         h.ft[0] != (int32_t)ft->kind || h.ft[1] != ft->rank ||
         h.ft[2] != (int32_t)ft->targets || h.ft[3] != ft->frozen) {
@@ -416,7 +443,8 @@ int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
                   path);
         goto out;
     }
-    size_t want = sizeof h + (P + 3 * NL) * sizeof(float) + sizeof(uint64_t);
+    size_t want = h.header_bytes + (P + 3 * NL) * sizeof(float) +
+                  sizeof(uint64_t);
     uint64_t sum;
     if (len != want) {
         util_errf(e, UTIL_EXIT_USAGE, "%s: %s LoRA state: %zu bytes, that "
@@ -435,7 +463,7 @@ int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
                   (long long)h.step);
         goto out;
     }
-    const char *at = buf + sizeof h;
+    const char *at = buf + h.header_bytes;
     float *part[4] = {base, lora, lm, lv};
     size_t n[4] = {P, NL, NL, NL};
     static const char *const what[4] = {"base weight", "adapter weight",

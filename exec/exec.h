@@ -24,7 +24,7 @@
 /* What the trainer builds. Shape letters as in kernels/kernels.h. */
 typedef struct exec_gpt_config {
     int vocab;     /* V */
-    int max_pos;   /* rows of the position table; T <= max_pos */
+    int max_pos;   /* positions the table holds; T <= max_pos */
     int hidden;    /* C */
     int layers;    /* L */
     int heads;     /* NH; divides C */
@@ -43,6 +43,10 @@ typedef struct exec_gpt_config {
                     * without RoPE */
     float norm_eps;   /* RMSNorm's epsilon; 0 with LayerNorm (whose
                     * epsilon is the kernels' 1e-5) */
+    /* OPT's choices (0: GPT-2's) */
+    int relu;      /* the MLP's activation is ReLU, not GELU */
+    int pos_offset; /* position t is row t + pos_offset of the table
+                    * (max_pos + pos_offset rows: OPT's 2) */
 } exec_gpt_config;
 
 

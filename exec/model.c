@@ -65,7 +65,8 @@ enum {
 static void param_table(const exec_gpt_config *c, exec_tensor *t)
 {
     size_t V = c->vocab, C = c->hidden, L = c->layers, F = c->ffn,
-           P = c->rope ? 0 : c->max_pos, bias = c->bias != 0,
+           P = c->rope ? 0 : (size_t)c->max_pos + (size_t)c->pos_offset,
+           bias = c->bias != 0,
            lnb = !c->rmsnorm, QKV = exec_qkv_rows(c), FC = exec_fc_rows(c);
     static const char *const names[P_COUNT] = {
         "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw",
@@ -155,15 +156,17 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
                               const char *where, util_err *e)
 {
     char why[160] = "";
-    if (s->family != PROF_FAM_GPT && s->family != PROF_FAM_LLAMA)
+    if (s->family != PROF_FAM_GPT && s->family != PROF_FAM_LLAMA &&
+        s->family != PROF_FAM_OPT)
         snprintf(why, sizeof why,
-                 "family %s (it trains decoders: families gpt and llama)",
-                 prof_family_name(s->family));
+                 "family %s (it trains decoders: families gpt, llama and "
+                 "opt)", prof_family_name(s->family));
     else if (s->gated_mlp && s->act != PROF_ACT_SILU)
         snprintf(why, sizeof why, "a gated MLP other than SwiGLU");
-    else if (!s->gated_mlp && s->act != PROF_ACT_GELU)
-        snprintf(why, sizeof why, "an MLP activation other than GELU "
-                 "(or SwiGLU, gated)");
+    else if (!s->gated_mlp && s->act != PROF_ACT_GELU &&
+             s->act != PROF_ACT_RELU)
+        snprintf(why, sizeof why, "an MLP activation other than GELU or "
+                 "ReLU (or SwiGLU, gated)");
     else if (s->head_dim && s->heads && s->head_dim * s->heads != s->hidden)
         snprintf(why, sizeof why, "a head size other than hidden/heads");
     else if (s->rope_scaled)
@@ -188,6 +191,9 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
     c->kv_heads = s->kv_heads && s->kv_heads != s->heads ? s->kv_heads : 0;
     c->rmsnorm = s->rmsnorm != 0;
     c->swiglu = s->gated_mlp != 0;
+    c->relu = !s->gated_mlp && s->act == PROF_ACT_RELU;
+    /* OPT's table keeps two rows before position 0 (its padding offset) */
+    c->pos_offset = s->family == PROF_FAM_OPT && s->max_pos > 0 ? 2 : 0;
     /* no learned position table: rotary positions, as Llama */
     c->rope = s->max_pos <= 0;
     if (c->rope) c->max_pos = 0;
@@ -427,8 +433,9 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
     float *x = GACT(G_ENCODED);
     TIMED(embed_forward, B, T, C, 0, V, 0, 0, 0, 0, (double)NC,
           F4 * 3.0 * NC,
-          kern_embed_forward(x, tokens, par(m, P_WTE), par(m, P_WPE), B, T,
-                             C));
+          kern_embed_forward(x, tokens, par(m, P_WTE),
+                             par_at(m, P_WPE, (size_t)m->c.pos_offset * C), B,
+                             T, C));
     double attn_fl = 4.0 * B * NH * (double)T * T * (C / NH);
     int QKV = (int)exec_qkv_rows(&m->c), FC = (int)exec_fc_rows(&m->c),
         NKV = exec_kv_heads(&m->c), hs = C / NH, xp = exec_qkv_expands(&m->c);
@@ -470,6 +477,11 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
                   F4 * 3.0 * N * F,
                   kern_swiglu_forward(ACT(l, A_FCH_GELU), ACT(l, A_FCH), N,
                                       F));
+        else if (m->c.relu)
+            TIMED(relu_forward, B, T, F, 0, 0, 0, 0, 0, 0, 1.0 * N * F,
+                  F4 * 2.0 * N * F,
+                  kern_relu_forward(ACT(l, A_FCH_GELU), ACT(l, A_FCH),
+                                    (size_t)N * F));
         else
             TIMED(gelu_forward, B, T, F, 0, 0, 0, 0, 0, 0, 20.0 * N * F,
                   F4 * 2.0 * N * F,
@@ -543,6 +555,11 @@ void exec_gpt_backward(exec_gpt *m)
                   F4 * 5.0 * N * F,
                   kern_swiglu_backward(DACT(l, A_FCH), ACT(l, A_FCH),
                                        DACT(l, A_FCH_GELU), N, F));
+        else if (m->c.relu)
+            TIMED(relu_backward, B, T, F, 0, 0, 0, 0, 0, 0, 1.0 * N * F,
+                  F4 * 4.0 * N * F,
+                  kern_relu_backward(DACT(l, A_FCH), ACT(l, A_FCH),
+                                     DACT(l, A_FCH_GELU), (size_t)N * F));
         else
             TIMED(gelu_backward, B, T, F, 0, 0, 0, 0, 0, 0, 30.0 * N * F,
                   F4 * 4.0 * N * F,
@@ -586,7 +603,8 @@ void exec_gpt_backward(exec_gpt *m)
                ACT(l, A_LN1_MEAN), ACT(l, A_LN1_RSTD));
     }
     TIMED(embed_backward, B, T, C, 0, V, 0, 0, 0, 0, 2.0 * NC, F4 * 5.0 * NC,
-          kern_embed_backward(grd(m, P_WTE), grd(m, P_WPE),
+          kern_embed_backward(grd(m, P_WTE),
+                              grd_at(m, P_WPE, (size_t)m->c.pos_offset * C),
                               GDACT(G_ENCODED), m->tokens, B, T, C));
 }
 

@@ -1,11 +1,12 @@
-/* Hugging Face safetensors for GPT-2 and Llama: an 8-byte little-endian
+/* Hugging Face safetensors for GPT-2, Llama and OPT: an 8-byte little-endian
  * header length, a JSON header (per tensor: dtype, shape, data_offsets
  * into the data that follows), then the raw tensors. GPT-2's projections
  * are Conv1D layers whose weight is (in x out); the kernels multiply by
  * (out x in), so they are transposed on the way in. Llama's are Linear
  * layers, (out x in) already: q, k and v are stacked into the fused
  * projection's rows, gate and up into the MLP's. Hugging Face's Llama
- * pairs RoPE's channels as the kernels do (i with i + hs/2). Tensors are
+ * pairs RoPE's channels as the kernels do (i with i + hs/2). OPT's are
+ * Linear layers too, stacked as Llama's. Tensors are
  * read one at a time (a 124M-parameter file is 0.5 GB). */
 #include <errno.h>
 #include <stdlib.h>
@@ -173,6 +174,66 @@ static int load_llama(st_file *s, const exec_gpt_config *c, float *params,
     return 0;
 }
 
+/* Hugging Face's OPTForCausalLM ("model.decoder." names: q, k and v
+ * projections of their own, the position table's two leading rows, the
+ * head tied to the token table). */
+static int load_opt(st_file *s, const exec_gpt_config *c, float *params,
+                    util_err *e)
+{
+    if (!c->bias || c->rope || c->rmsnorm || c->swiglu || c->kv_heads ||
+        !c->relu || c->pos_offset != 2)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: OPT weights (learned "
+                         "positions from row 2, LayerNorm, ReLU, biases); "
+                         "the model is not OPT's", s->path);
+    exec_tensor tt[EXEC_P_COUNT];
+    exec_gpt_param_table(c, tt);
+    size_t C = c->hidden, F = c->ffn, V = c->vocab,
+           P = (size_t)c->max_pos + (size_t)c->pos_offset;
+    s->prefix = "model.decoder.";
+#define AT(t) (params + tt[t].off)
+    if (read_tensor(s, "embed_tokens.weight", V, C, AT(EXEC_P_WTE), e) ||
+        read_tensor(s, "embed_positions.weight", P, C, AT(EXEC_P_WPE), e) ||
+        read_tensor(s, "final_layer_norm.weight", C, 0, AT(EXEC_P_LNFW), e) ||
+        read_tensor(s, "final_layer_norm.bias", C, 0, AT(EXEC_P_LNFB), e))
+        return -1;
+    for (int l = 0; l < c->layers; l++) {
+        char n[96];
+        size_t L = (size_t)l;
+#define RD(suffix, rows, cols, dst)                                          \
+    (snprintf(n, sizeof n, "layers.%d.%s", l, suffix),                       \
+     read_tensor(s, n, rows, cols, dst, e))
+        float *qkv = AT(EXEC_P_QKVW) + L * 3 * C * C,
+              *qkvb = AT(EXEC_P_QKVB) + L * 3 * C;
+        if (RD("self_attn_layer_norm.weight", C, 0, AT(EXEC_P_LN1W) + L * C) ||
+            RD("self_attn_layer_norm.bias", C, 0, AT(EXEC_P_LN1B) + L * C) ||
+            RD("self_attn.q_proj.weight", C, C, qkv) ||
+            RD("self_attn.k_proj.weight", C, C, qkv + C * C) ||
+            RD("self_attn.v_proj.weight", C, C, qkv + 2 * C * C) ||
+            RD("self_attn.q_proj.bias", C, 0, qkvb) ||
+            RD("self_attn.k_proj.bias", C, 0, qkvb + C) ||
+            RD("self_attn.v_proj.bias", C, 0, qkvb + 2 * C) ||
+            RD("self_attn.out_proj.weight", C, C,
+               AT(EXEC_P_ATTPROJW) + L * C * C) ||
+            RD("self_attn.out_proj.bias", C, 0, AT(EXEC_P_ATTPROJB) + L * C) ||
+            RD("final_layer_norm.weight", C, 0, AT(EXEC_P_LN2W) + L * C) ||
+            RD("final_layer_norm.bias", C, 0, AT(EXEC_P_LN2B) + L * C) ||
+            RD("fc1.weight", F, C, AT(EXEC_P_FCW) + L * F * C) ||
+            RD("fc1.bias", F, 0, AT(EXEC_P_FCB) + L * F) ||
+            RD("fc2.weight", C, F, AT(EXEC_P_FCPROJW) + L * C * F) ||
+            RD("fc2.bias", C, 0, AT(EXEC_P_FCPROJB) + L * C))
+            return -1;
+#undef RD
+    }
+    if (!c->tied) {
+        s->prefix = "";
+        if (json_object_get(s->hdr, "lm_head.weight"))
+            return read_tensor(s, "lm_head.weight", V, C, AT(EXEC_P_LMW), e);
+        memcpy(AT(EXEC_P_LMW), AT(EXEC_P_WTE), sizeof(float) * V * C);
+    }
+#undef AT
+    return 0;
+}
+
 int exec_safetensors_load(const char *path, const exec_gpt_config *c,
                           float *params, util_err *e)
 {
@@ -218,7 +279,12 @@ int exec_safetensors_load(const char *path, const exec_gpt_config *c,
         rc = load_llama(&s, c, params, e);
         goto out;
     }
-    if (!c->bias || c->rope || c->rmsnorm || c->swiglu || c->kv_heads) {
+    if (json_object_get(s.hdr, "model.decoder.embed_tokens.weight")) {
+        rc = load_opt(&s, c, params, e);
+        goto out;
+    }
+    if (!c->bias || c->rope || c->rmsnorm || c->swiglu || c->kv_heads ||
+        c->relu || c->pos_offset) {
         util_errf(e, UTIL_EXIT_USAGE, "%s: GPT-2 weights (learned "
                   "positions, LayerNorm, GELU, biases); the model is not "
                   "GPT-2's", path);

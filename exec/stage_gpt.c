@@ -298,7 +298,8 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
 {
     size_t C = c->hidden, Cl = C / tp, F = c->ffn, Fl = F / tp;
     size_t V = c->vocab, Vl = (size_t)exec_vocab_shard(c->vocab, tp);
-    size_t P = c->max_pos, Vr = vocab_rows(V, Vl, r);
+    size_t P = (size_t)c->max_pos + (size_t)c->pos_offset,
+           Vr = vocab_rows(V, Vl, r);
     /* a layer's q | k | v rows and this rank's of each (its heads), its
      * MLP up rows (SwiGLU: gate, then up) */
     size_t QKV = exec_qkv_rows(c), KV = (QKV - C) / 2, KVl = KV / tp,
@@ -863,16 +864,19 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     const float *in1 = x->n_in > 1 ? exec_view_p(in_view(st, r, op, rt->xop, 1))
                                    : NULL;
     switch (x->role) {
-    case PROF_ROLE_EMBED:
+    case PROF_ROLE_EMBED: {
+        /* position t is the table's row t + pos_offset (OPT's 2) */
+        const float *pos = p.b ? p.b + (size_t)c->pos_offset * C : NULL;
         if (tp == 1) {
-            EXEC_KERN(w, K->embed_forward(out, tok, p.w, p.b, B, T, C));
+            EXEC_KERN(w, K->embed_forward(out, tok, p.w, pos, B, T, C));
         } else {
             EXEC_KERN(w, K->embed_shard_forward(out, tok, p.w, w->rank * Vl,
                                                 Vl, N, C));
             if (tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
-            if (p.b) EXEC_KERN(w, K->embed_pos_forward(out, p.b, B, T, C));
+            if (pos) EXEC_KERN(w, K->embed_pos_forward(out, pos, B, T, C));
         }
         break;
+    }
     case PROF_ROLE_NORM:
         if (c->rmsnorm)
             EXEC_KERN(w, K->rmsnorm_forward(out, aux, in0, p.w, N, C,
@@ -930,6 +934,8 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     case PROF_ROLE_MLP_ACT:
         if (c->swiglu)
             EXEC_KERN(w, K->swiglu_forward(out, in0, N, Fl));
+        else if (c->relu)
+            EXEC_KERN(w, K->relu_forward(out, in0, (size_t)N * Fl));
         else
             EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)N * Fl));
         break;
@@ -1003,14 +1009,16 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         return util_errf(e, UTIL_EXIT_FAIL, "op %s: no output gradient",
                          rt->model->ops[op].name);
     switch (x->role) {
-    case PROF_ROLE_EMBED:
+    case PROF_ROLE_EMBED: {
         if (!base_w) break;
+        float *dpos = p.gb ? p.gb + (size_t)c->pos_offset * C : NULL;
         if (tp == 1)
-            EXEC_KERN(w, K->embed_backward(p.gw, p.gb, dout, tok, B, T, C));
+            EXEC_KERN(w, K->embed_backward(p.gw, dpos, dout, tok, B, T, C));
         else
-            EXEC_KERN(w, K->embed_shard_backward(p.gw, p.gb, dout, tok,
+            EXEC_KERN(w, K->embed_shard_backward(p.gw, dpos, dout, tok,
                                                  w->rank * Vl, Vl, B, T, C));
         break;
+    }
     case PROF_ROLE_NORM:
         if (c->rmsnorm) {
             if (input_part)
@@ -1124,6 +1132,8 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     case PROF_ROLE_MLP_ACT:
         if (input_part && c->swiglu)
             EXEC_KERN(w, K->swiglu_backward(d0, in0, dout, N, Fl));
+        else if (input_part && c->relu)
+            EXEC_KERN(w, K->relu_backward(d0, in0, dout, (size_t)N * Fl));
         else if (input_part)
             EXEC_KERN(w, K->gelu_backward(d0, in0, dout, (size_t)N * Fl));
         break;

@@ -247,6 +247,12 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         kern_gelu_backward(dx.h, x.h, dout.h, n);
         kern_cuda_gelu_backward(dx.d, x.d, dout.d, n);
         compare("gelu_backward", "dinp", dx);
+        kern_relu_forward(out.h, x.h, n);
+        kern_cuda_relu_forward(out.d, x.d, n);
+        compare("relu_forward", "out", out);
+        kern_relu_backward(dx.h, x.h, dout.h, n);
+        kern_cuda_relu_backward(dx.d, x.d, dout.d, n);
+        compare("relu_backward", "dinp", dx);
         kern_residual_forward(out.h, x.h, y.h, n);
         kern_cuda_residual_forward(out.d, x.d, y.d, n);
         compare("residual_forward", "out", out);

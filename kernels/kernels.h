@@ -103,6 +103,10 @@ extern "C" {
       (float *dqkv, const float *dpreatt, const float *qkv, int B, int T,    \
        int C, int NH))                                                        \
     X(gelu_forward, ACT, (float *out, const float *inp, size_t n))     \
+    /* out = max(inp, 0) (OPT's and T5's MLP); its gradient is 0 at 0 */ \
+    X(relu_forward, ACT, (float *out, const float *inp, size_t n))       \
+    X(relu_backward, ACT,                                                \
+      (float *dinp, const float *inp, const float *dout, size_t n))       \
     X(gelu_backward, ACT,                                              \
       (float *dinp, const float *inp, const float *dout, size_t n))           \
     X(residual_forward, RESIDUAL,                                 \

@@ -377,6 +377,35 @@ void kern_attn_scores_backward(float *dqkv, const float *dpreatt,
 
 /* ------------------------------------------------- element-wise, loss */
 
+static void relu_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->n, part, np, lo, hi);
+    for (size_t i = lo; i < hi; i++)
+        a->out[i] = a->in[i] > 0.0f ? a->in[i] : 0.0f;
+}
+
+void kern_relu_forward(float *out, const float *inp, size_t n)
+{
+    kargs k = {.out = out, .in = inp, .n = n};
+    kern_parallel(relu_fwd_part, &k);
+}
+
+static void relu_bwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->n, part, np, lo, hi);
+    for (size_t i = lo; i < hi; i++)
+        if (a->in[i] > 0.0f) a->out[i] += a->in2[i];
+}
+
+void kern_relu_backward(float *dinp, const float *inp, const float *dout,
+                        size_t n)
+{
+    kargs k = {.out = dinp, .in = inp, .in2 = dout, .n = n};
+    kern_parallel(relu_bwd_part, &k);
+}
+
 static void res_fwd_part(void *p, int part, int np)
 {
     const kargs *a = p;

@@ -664,6 +664,19 @@ __global__ void gelu_bwd_k(float *dinp, const float *inp, const float *dout,
     if (i < n) dinp[i] += kern_gelu_grad(inp[i]) * dout[i];
 }
 
+__global__ void relu_fwd_k(float *out, const float *inp, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+__global__ void relu_bwd_k(float *dinp, const float *inp, const float *dout,
+                           size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n && inp[i] > 0.0f) dinp[i] += dout[i];
+}
+
 __global__ void res_fwd_k(float *out, const float *a, const float *b,
                           size_t n)
 {
@@ -766,6 +779,17 @@ extern "C" void kern_cuda_gelu_backward(float *dinp, const float *inp,
                                         const float *dout, size_t n)
 {
     LAUNCH(gelu_bwd_k, blocks(n, TPB), TPB, dinp, inp, dout, n);
+}
+
+extern "C" void kern_cuda_relu_forward(float *out, const float *inp, size_t n)
+{
+    LAUNCH(relu_fwd_k, blocks(n, TPB), TPB, out, inp, n);
+}
+
+extern "C" void kern_cuda_relu_backward(float *dinp, const float *inp,
+                                        const float *dout, size_t n)
+{
+    LAUNCH(relu_bwd_k, blocks(n, TPB), TPB, dinp, inp, dout, n);
 }
 
 extern "C" void kern_cuda_residual_forward(float *out, const float *a,

@@ -436,6 +436,24 @@ static int parse_hf(const util_jobj *o, const char *file, prof_model_spec *s,
             return util_jerr(e, o, "word_embed_proj_dim",
                              "an embedding projection (%ld != hidden_size %d) "
                              "is not supported", proj, s->hidden);
+        /* OPT-350m's norms after each block, the final norm left out, or
+         * norms without a weight are other graphs than the one built */
+        int pre = 1, drop_final = 0, affine = 1, bias = 1;
+        if (util_jbool(o, "do_layer_norm_before", 0, &pre, e) ||
+            util_jbool(o, "_remove_final_layer_norm", 0, &drop_final, e) ||
+            util_jbool(o, "layer_norm_elementwise_affine", 0, &affine, e) ||
+            util_jbool(o, "enable_bias", 0, &bias, e))
+            return -1;
+        if (!pre)
+            return util_jerr(e, o, "do_layer_norm_before", "norms after "
+                             "each block are not supported");
+        if (drop_final)
+            return util_jerr(e, o, "_remove_final_layer_norm", "a decoder "
+                             "without its final norm is not supported");
+        if (!affine)
+            return util_jerr(e, o, "layer_norm_elementwise_affine", "norms "
+                             "without a weight and bias are not supported");
+        s->bias = bias;
         break;
     }
     default: break;

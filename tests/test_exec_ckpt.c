@@ -17,7 +17,8 @@
  * version at 8, header bytes at 12, step at 64, parameter count at 72,
  * Llama's choices at 80), 3 P floats, an FNV-1a checksum of all that.
  * Version 1 ended its header at 80. */
-enum { HDR = 104, HDR_V1 = 80, OFF_STEP = 64, OFF_NPARAMS = 72 };
+enum { HDR = 112, HDR_V1 = 80, HDR_V2 = 104, OFF_STEP = 64,
+       OFF_NPARAMS = 72 };
 
 static uint64_t fnv1a(const unsigned char *b, size_t n)
 {
@@ -109,34 +110,38 @@ Test(exec_ckpt, inputs_that_are_not_files_exit_2_at_once)
     test_rm_rf(d);
 }
 
-/* A checkpoint of format version 1 (written before Llama's choices were
- * kept: its header ends at byte 80) still resumes, as GPT-2's layout; a
- * Llama checkpoint resumes as its model and is refused by GPT's. */
+/* Checkpoints of format versions 1 and 2 (written before Llama's choices
+ * were kept, whose header ends at byte 80, and before OPT's, at byte 104)
+ * still resume, as GPT-2's layout; a Llama checkpoint resumes as its model
+ * and is refused by GPT's. */
 Test(exec_ckpt, version_1_and_llama_checkpoints)
 {
-    char *d = test_tmpdir(), ck[512], v1[512];
+    char *d = test_tmpdir(), ck[512], old[512];
     cli_result a = cli_run("exec " SMALL " --steps 1 --save %s/t.ck", d);
     cr_assert_eq(a.code, 0, "%s", a.err);
     cli_result_free(&a);
     snprintf(ck, sizeof ck, "%s/t.ck", d);
-    snprintf(v1, sizeof v1, "%s/v1.ck", d);
-    char *buf;
-    size_t len;
-    util_err e;
-    cr_assert_eq(util_read_file_max(ck, 1 << 30, &buf, &len, &e), 0);
-    uint32_t ver = 1, hb = HDR_V1;
-    memcpy(buf + 8, &ver, 4);
-    memcpy(buf + 12, &hb, 4);
-    memmove(buf + HDR_V1, buf + HDR, len - HDR);
-    len -= HDR - HDR_V1;
-    uint64_t sum = fnv1a((unsigned char *)buf, len - 8);
-    memcpy(buf + len - 8, &sum, sizeof sum);
-    cr_assert_eq(util_write_atomic(v1, buf, len, &e), 0, "%s", e.msg);
-    free(buf);
-    cli_result r = cli_run("exec " SMALL " --steps 2 --resume %s", v1);
-    cr_expect_eq(r.code, 0, "%s", r.err);
-    cr_expect(strstr(r.out, "step     2/2"), "%s", r.out);
-    cli_result_free(&r);
+    cli_result r;
+    for (uint32_t ver = 1; ver <= 2; ver++) {
+        snprintf(old, sizeof old, "%s/v%u.ck", d, ver);
+        char *buf;
+        size_t len;
+        util_err e;
+        cr_assert_eq(util_read_file_max(ck, 1 << 30, &buf, &len, &e), 0);
+        uint32_t hb = ver == 1 ? HDR_V1 : HDR_V2;
+        memcpy(buf + 8, &ver, 4);
+        memcpy(buf + 12, &hb, 4);
+        memmove(buf + hb, buf + HDR, len - HDR);
+        len -= HDR - hb;
+        uint64_t sum = fnv1a((unsigned char *)buf, len - 8);
+        memcpy(buf + len - 8, &sum, sizeof sum);
+        cr_assert_eq(util_write_atomic(old, buf, len, &e), 0, "%s", e.msg);
+        free(buf);
+        r = cli_run("exec " SMALL " --steps 2 --resume %s", old);
+        cr_expect_eq(r.code, 0, "version %u: %s", ver, r.err);
+        cr_expect(strstr(r.out, "step     2/2"), "%s", r.out);
+        cli_result_free(&r);
+    }
     r = cli_run("exec --model llama-tiny --batch 2 --seq 16 --threads 1 "
                 "--eval-batches 1 --steps 1 --save %s/l.ck", d);
     cr_assert_eq(r.code, 0, "%s", r.err);
@@ -151,6 +156,21 @@ Test(exec_ckpt, version_1_and_llama_checkpoints)
     cr_expect(strstr(r.err, "checkpoint of another model") &&
                   strstr(r.err, "RMSNorm (eps 1e-05), SwiGLU, RoPE (base "
                          "10000)"), "%s", r.err);
+    cli_result_free(&r);
+    /* OPT's choices are kept too */
+    r = cli_run("exec --model tests/data/exec/opt-pico.json --batch 2 "
+                "--threads 1 --eval-batches 1 --steps 1 --save %s/o.ck", d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --model tests/data/exec/opt-pico.json --batch 2 "
+                "--threads 1 --eval-batches 1 --steps 2 --resume %s/o.ck", d);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --model tests/data/exec/gpt-pico.json --batch 2 "
+                "--threads 1 --eval-batches 1 --steps 2 --resume %s/o.ck", d);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "ReLU, learned positions from row 2"), "%s",
+              r.err);
     cli_result_free(&r);
     test_rm_rf(d);
 }

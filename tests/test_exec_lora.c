@@ -493,6 +493,45 @@ Test(exec_lora, mpirun_and_the_merged_checkpoint)
                             "%s/o.ckpt.lora %s/%s.ckpt.lora", dir, dir,
                             same[k], dir, dir, same[k]), 0,
                      "%s.ckpt: not one run's bits", same[k]);
+    /* a state of format version 1 (before OPT's choices: its header 8
+     * bytes shorter) still resumes, to the same bits */
+    x = cli_run("exec --plan %s/l.json --steps 4 --stop-after 2 --quiet "
+                "--save %s/v.ckpt", dir, dir);
+    cr_expect_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    {
+        enum { V2 = 136, V1 = 128 };
+        char path[600];
+        snprintf(path, sizeof path, "%s/v.ckpt.lora", dir);
+        char *buf;
+        size_t len;
+        util_err e;
+        cr_assert_eq(util_read_file_max(path, 1 << 30, &buf, &len, &e), 0);
+        uint32_t ver, hb = V1;
+        memcpy(&ver, buf + 8, 4);
+        cr_assert_eq(ver, 2);
+        ver = 1;
+        memcpy(buf + 8, &ver, 4);
+        memcpy(buf + 12, &hb, 4);
+        memmove(buf + V1, buf + V2, len - V2);
+        len -= V2 - V1;
+        uint64_t h = 0xCBF29CE484222325ull;
+        for (size_t i = 0; i + 8 < len; i++) {
+            h ^= (unsigned char)buf[i];
+            h *= 0x100000001B3ull;
+        }
+        memcpy(buf + len - 8, &h, sizeof h);
+        cr_assert_eq(util_write_atomic(path, buf, len, &e), 0, "%s", e.msg);
+        free(buf);
+    }
+    x = cli_run("exec --plan %s/l.json --resume %s/v.ckpt --steps 4 --quiet "
+                "--save %s/v.ckpt", dir, dir, dir);
+    cr_expect_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    cr_expect_eq(sh_run("cmp -s %s/o.ckpt %s/v.ckpt && cmp -s "
+                        "%s/o.ckpt.lora %s/v.ckpt.lora", dir, dir, dir, dir),
+                 0, "a version 1 LoRA state did not resume to one run's "
+                 "bits");
     /* another mode's plan, and no state beside the checkpoint */
     x = cli_run("sim --hw cpu x2 --model " PICO " --schedule 1f1b --pp 2 "
                 "--mbs 2 --microbatches 4 --finetune lora:8 --out %s/l8.json",

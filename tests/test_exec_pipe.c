@@ -482,6 +482,59 @@ Test(exec_init, hugging_face_llama_computes_what_transformers_does)
     free(w);
 }
 
+/* An OPT saved by Hugging Face (tests/data/hf/opt-tiny/gen.py: positions
+ * from row 2 of the table, ReLU, biases, a tied head): its weights give
+ * the loss transformers' own OPTForCausalLM gives on the same tokens; the
+ * table's two leading rows are never read, and GELU in place of ReLU
+ * gives another loss. GPT-2's loader refuses the file. */
+Test(exec_init, hugging_face_opt_computes_what_transformers_does)
+{
+    const char *dir = "tests/data/hf/opt-tiny";
+    exec_gpt_config c;
+    double want, got = hf_llama_loss(dir, 0, &want, &c);
+    cr_assert(c.relu && c.pos_offset == 2 && c.tied && c.bias && !c.rope &&
+              c.max_pos == 64);
+    cr_expect(fabs(got - want) <= 1e-6 * want, "loss %.7f, transformers "
+              "%.7f", got, want);
+    util_err e;
+    exec_tensor tt[EXEC_P_COUNT];
+    size_t P = exec_gpt_param_table(&c, tt);
+    cr_assert_eq(tt[EXEC_P_WPE].n, (size_t)66 * c.hidden);
+    exec_gpt *m = exec_gpt_new(&c, 1, 32, 1);
+    float *w = exec_gpt_params(m);
+    cr_assert_eq(exec_safetensors_load("tests/data/hf/opt-tiny/"
+                                       "model.safetensors", &c, w, &e), 0,
+                 "%s", e.msg);
+    int tok[32], tgt[32];
+    const char *text = "Everyone is permitted to copy and";
+    for (int i = 0; i < 32; i++) {
+        tok[i] = (unsigned char)text[i];
+        tgt[i] = (unsigned char)text[i + 1];
+    }
+    float l0 = exec_gpt_forward(m, tok, tgt);
+    memset(w + tt[EXEC_P_WPE].off, 0, sizeof *w * 2 * (size_t)c.hidden);
+    cr_expect_eq(exec_gpt_forward(m, tok, tgt), l0, "rows 0 and 1 read");
+    exec_gpt_free(m);
+    exec_gpt_config g = c;
+    g.relu = 0;
+    m = exec_gpt_new(&g, 1, 32, 1);
+    cr_assert_eq(exec_safetensors_load("tests/data/hf/opt-tiny/"
+                                       "model.safetensors", &c,
+                                       exec_gpt_params(m), &e), 0);
+    cr_expect(fabs(exec_gpt_forward(m, tok, tgt) - l0) > 1e-4 * l0,
+              "GELU gave ReLU's loss");
+    exec_gpt_free(m);
+    g = c;
+    g.relu = 0;
+    g.pos_offset = 0;
+    g.max_pos = 66;
+    float *w2 = malloc(sizeof *w2 * (P + 1));
+    cr_expect_eq(exec_safetensors_load("tests/data/hf/opt-tiny/"
+                                       "model.safetensors", &g, w2, &e), -1);
+    cr_expect(strstr(e.msg, "OPT weights"), "%s", e.msg);
+    free(w2);
+}
+
 Test(exec_init, wrong_weights_say_which_tensor)
 {
     util_err e;
@@ -577,6 +630,8 @@ Test(exec_init, runs_start_from_weights_and_save_for_any_reader)
 }
 
 /* Llama's decoder (RoPE, RMSNorm, SwiGLU, grouped key and value heads),
+ * OPT's (tests/data/exec/opt-pico.json: learned positions from the
+ * table's row 2, ReLU, biases, a tied head)
  * and a graph with fused attention (one op, FlashAttention's):
  * every kind of schedule, data and tensor parallelism (the rank's query
  * heads with their key and value heads, gate and up columns) end with
@@ -584,6 +639,7 @@ Test(exec_init, runs_start_from_weights_and_save_for_any_reader)
  * its bits. */
 #define LLAMA "tests/data/exec/llama-pico.json"
 #define LLAMA_MHA "tests/data/exec/llama-pico-mha.json"
+#define OPT "tests/data/exec/opt-pico.json"
 
 Test(exec_pipe, llama_and_fused_attention_equal_the_reference)
 {
@@ -600,6 +656,10 @@ Test(exec_pipe, llama_and_fused_attention_equal_the_reference)
         {LLAMA_MHA, SIM_SCHED_1F1B, 2, 2, 2, 1, 4, 1, 0},
         {"tests/data/exec/gpt-pico-flash.json", SIM_SCHED_1F1B, 2, 1, 2, 2,
          4, SIM_RC_SELECTIVE, 0},
+        /* OPT's: positions from the table's row 2, ReLU */
+        {OPT, SIM_SCHED_1F1B, 3, 1, 1, 2, 4, 1, 0},
+        {OPT, SIM_SCHED_ZBV, 2, 1, 1, 2, 4, 0, 4},
+        {OPT, SIM_SCHED_1F1B, 2, 1, 2, 2, 4, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_sync(&cases[i], 1.0f);

@@ -525,6 +525,33 @@ Test(kern, gelu)
     each_isa(gelu_body);
 }
 
+/* ReLU against its definition; the gradient by central differences away
+ * from the kink (inputs at least 0.01 from 0), and exactly 0 at 0. */
+Test(kern, relu)
+{
+    rng_seed(550);
+    size_t n = 301;
+    float *x = rnd(n), *g = rnd(n), *out = rnd(n);
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(x[i]) < 0.01f) x[i] = i % 2 ? 0.5f : -0.5f;
+    x[7] = 0.0f;
+    double *want = malloc(n * sizeof *want), *fx = malloc(n * sizeof *fx);
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        want[i] = v > 0 ? v : 0;
+        fx[i] = i == 7 ? 0
+                       : g[i] * ((v + FD_H > 0 ? v + FD_H : 0) -
+                                 (v - FD_H > 0 ? v - FD_H : 0)) /
+                             (2 * FD_H);
+    }
+    kern_relu_forward(out, x, n);
+    check("relu.out", out, want, n, 0, 0);
+    float *dx = rnd(n), *dx0 = copy_f(dx, n);
+    kern_relu_backward(dx, x, g, n);
+    check_grad("relu.dinp", dx, dx0, fx, n);
+    free(x); free(g); free(out); free(want); free(fx); free(dx); free(dx0);
+}
+
 Test(kern, residual)
 {
     rng_seed(600);
@@ -988,7 +1015,7 @@ Test(kern, embed_no_positions)
 
 Test(kern, op_list)
 {
-    cr_assert_eq(KERN_OP_COUNT, 42);
+    cr_assert_eq(KERN_OP_COUNT, 44);
     cr_assert_str_eq(kern_op_name(KERN_OP_linear_backward_weight),
                      "linear_backward_weight");
     cr_assert_str_eq(kern_kind_name(kern_op_kind(KERN_OP_attention_forward)),

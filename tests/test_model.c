@@ -32,6 +32,7 @@ Test(model, parameter_counts_match_published)
     expect_params("gpt2-xl", 1557611200, 0);
     expect_params("t5-3b", 2851598336, 0);
     expect_params("llama2-7b", 6738415616, 0);
+    expect_params("opt-1.3b", 1315758080, 0);
     expect_params("llama2-13b", 13015864320, 0);
     expect_params("llama2-70b", 68976648192, 0);
     /* BERT's 335,141,888 is the encoder with its pooler; the masked-LM
