@@ -638,6 +638,19 @@ Test(exec_lora, llama_every_target_in_every_layout)
     check_layouts("lora:4:all", cases, 3);
 }
 
+/* OPT's blocks (ReLU, positions from the table's row 2, biases): the
+ * same, on every target. */
+Test(exec_lora, opt_every_target_in_every_layout)
+{
+    const pspec cases[] = {
+        {"tests/data/exec/opt-pico.json", SIM_SCHED_1F1B, 2, 1, 1, 2, 4, 0,
+         0},
+        {"tests/data/exec/opt-pico.json", SIM_SCHED_1F1B, 2, 1, 2, 2, 4,
+         SIM_RC_FULL, 0},
+    };
+    check_layouts("lora:4:all", cases, 2);
+}
+
 /* ------------------------------------------------------------ QLoRA */
 
 #define LLAMA "tests/data/exec/llama-pico.json"

@@ -233,12 +233,15 @@ against=$tmp/ref0.ckpt same "zero-offload, clip 0" 1 \
     --schedule zero-offload --offload-tier dram -- --clip 0
 against=
 # Llama's decoder (RoPE, RMSNorm, SwiGLU, grouped key and value heads),
-# QLoRA's 4-bit base, a graph with fused attention
+# QLoRA's 4-bit base, a graph with fused attention, OPT's decoder
 model=llama-tiny same "llama, tp 2" 2 --schedule 1f1b --pp 1 --tp 2
 model=llama-tiny same "llama, qlora 8" 2 --schedule zb-h1 --pp 2 \
     --finetune qlora:8
 model=tests/data/exec/gpt-pico-flash.json same "fused attention" 2 \
     --schedule 1f1b --pp 2 --recompute
+# OPT's decoder (ReLU, positions from the table's row 2)
+model=tests/data/exec/opt-pico.json same "opt, tp 2" 2 --schedule 1f1b \
+    --pp 1 --tp 2
 model=
 fi
 
