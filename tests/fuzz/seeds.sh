@@ -97,6 +97,16 @@ lora_state() { # lora_state MODEL MODE SEED-NAME
 }
 lora_state micro-untied lora:1 micro-untied-lora
 lora_state ml qlora:1 micro-llama-qlora
+# an OPT's (ReLU, positions from the table's row 2) and its LoRA state
+cat >"$tmp/mo.json" <<EOF
+{"name": "micro-opt", "family": "opt", "hidden": 1, "layers": 1,
+ "heads": 1, "ffn": 1, "vocab": 256, "seq_len": 2, "max_pos": 2,
+ "tied_embeddings": true, "dropout": false, "dtype": "fp32",
+ "source": "fuzz seed"}
+EOF
+"$sluice" exec --model "$tmp/mo.json" --steps 2 --batch 2 \
+    --save "$out/ckpt/micro-opt.ckpt" --quiet >/dev/null
+lora_state mo lora:1 micro-opt-lora
 
 # ---- command lines: one argument a line, then NUL-separated files in1..3
 # (no '/' or '\' in any of them: the targets refuse paths)
