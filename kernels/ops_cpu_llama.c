@@ -169,14 +169,23 @@ void kern_swiglu_backward(float *dinp, const float *inp, const float *dout,
 
 /* ---------------------------------------------------- q | k | v, RoPE */
 
-/* cos and sin of a position's angles, pair by pair (sin negated: back,
- * the transpose, the gradient's rotation). */
-static void rope_row(float *c, float *s, int t, int hs, float base,
+/* The pairs' frequencies, base^(-2i/hs), as kern_rope_cs computes them. */
+static void rope_freqs(double *f, int hs, float base)
+{
+    for (int i = 0; i < hs / 2; i++)
+        f[i] = pow((double)base, -2.0 * i / hs);
+}
+
+/* cos and sin of a position's angles, pair by pair, the bits of
+ * kern_rope_cs (sin negated: back, the transpose, the gradient's
+ * rotation). */
+static void rope_row(float *c, float *s, int t, int hs, const double *f,
                      int back)
 {
     for (int i = 0; i < hs / 2; i++) {
-        kern_rope_cs(t, i, hs, base, &c[i], &s[i]);
-        if (back) s[i] = -s[i];
+        double a = (double)t * f[i];
+        c[i] = (float)cos(a);
+        s[i] = (float)(back ? -sin(a) : sin(a));
     }
 }
 
@@ -193,32 +202,40 @@ static void rope_head(float *y, const float *x, const float *c,
     }
 }
 
+/* The expansion's parts split the positions, each running every sequence
+ * of the batch at its positions: a position's sines and cosines are
+ * computed once, not once a sequence. */
 static void expand_fwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
-    KERN_SPLIT(a->N, part, np, lo, hi);
-    int NH = a->NH, NKV = a->OC, hs = a->C, grp = NH / NKV;
+    KERN_SPLIT(a->T, part, np, lo, hi);
+    int NH = a->NH, NKV = a->OC, hs = a->C, grp = NH / NKV,
+        B = a->N / a->T;
     float base = a->scale;
     int rope = base > 0;
     size_t Q = (size_t)NH * hs, K = (size_t)NKV * hs;
     float cs[KERN_HEAD_MAX / 2], sn[KERN_HEAD_MAX / 2];
-    for (size_t r = lo; r < hi; r++) {
-        const float *x = a->in + r * (Q + 2 * K);
-        float *o = a->out + r * 3 * Q;
-        int t = (int)(r % (size_t)a->T);
-        if (rope) rope_row(cs, sn, t, hs, base, 0);
-        for (int h = 0; h < NH; h++) {
-            const float *q = x + (size_t)h * hs,
-                        *k = x + Q + (size_t)(h / grp) * hs,
-                        *v = x + Q + K + (size_t)(h / grp) * hs;
-            float *oq = o + (size_t)h * hs, *ok = oq + Q, *ov = ok + Q;
-            if (rope) {
-                rope_head(oq, q, cs, sn, hs);
-                rope_head(ok, k, cs, sn, hs);
-            } else {
-                for (int i = 0; i < hs; i++) oq[i] = q[i], ok[i] = k[i];
+    double fr[KERN_HEAD_MAX / 2];
+    if (rope) rope_freqs(fr, hs, base);
+    for (size_t t = lo; t < hi; t++) {
+        if (rope) rope_row(cs, sn, (int)t, hs, fr, 0);
+        for (int b = 0; b < B; b++) {
+            size_t r = (size_t)b * (size_t)a->T + t;
+            const float *x = a->in + r * (Q + 2 * K);
+            float *o = a->out + r * 3 * Q;
+            for (int h = 0; h < NH; h++) {
+                const float *q = x + (size_t)h * hs,
+                            *k = x + Q + (size_t)(h / grp) * hs,
+                            *v = x + Q + K + (size_t)(h / grp) * hs;
+                float *oq = o + (size_t)h * hs, *ok = oq + Q, *ov = ok + Q;
+                if (rope) {
+                    rope_head(oq, q, cs, sn, hs);
+                    rope_head(ok, k, cs, sn, hs);
+                } else {
+                    for (int i = 0; i < hs; i++) oq[i] = q[i], ok[i] = k[i];
+                }
+                for (int i = 0; i < hs; i++) ov[i] = v[i];
             }
-            for (int i = 0; i < hs; i++) ov[i] = v[i];
         }
     }
 }
@@ -231,43 +248,49 @@ void kern_qkv_expand_forward(float *out, const float *raw, int B, int T,
     kern_parallel(expand_fwd_part, &a);
 }
 
+/* Split as the forward is. */
 static void expand_bwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
-    KERN_SPLIT(a->N, part, np, lo, hi);
-    int NH = a->NH, NKV = a->OC, hs = a->C, grp = NH / NKV;
+    KERN_SPLIT(a->T, part, np, lo, hi);
+    int NH = a->NH, NKV = a->OC, hs = a->C, grp = NH / NKV,
+        B = a->N / a->T;
     float base = a->scale;
     int rope = base > 0;
     size_t Q = (size_t)NH * hs, K = (size_t)NKV * hs;
     float sk[KERN_HEAD_MAX], rot[KERN_HEAD_MAX], sv[KERN_HEAD_MAX];
     float cs[KERN_HEAD_MAX / 2], sn[KERN_HEAD_MAX / 2];
-    for (size_t r = lo; r < hi; r++) {
-        const float *d = a->in + r * 3 * Q;
-        float *x = a->out + r * (Q + 2 * K);
-        int t = (int)(r % (size_t)a->T);
-        if (rope) rope_row(cs, sn, t, hs, base, 1);
-        for (int h = 0; h < NH; h++) {
-            const float *dq = d + (size_t)h * hs;
-            float *xq = x + (size_t)h * hs;
-            if (rope) {
-                rope_head(rot, dq, cs, sn, hs);
-                dq = rot;
+    double fr[KERN_HEAD_MAX / 2];
+    if (rope) rope_freqs(fr, hs, base);
+    for (size_t t = lo; t < hi; t++) {
+        if (rope) rope_row(cs, sn, (int)t, hs, fr, 1);
+        for (int b = 0; b < B; b++) {
+            size_t r = (size_t)b * (size_t)a->T + t;
+            const float *d = a->in + r * 3 * Q;
+            float *x = a->out + r * (Q + 2 * K);
+            for (int h = 0; h < NH; h++) {
+                const float *dq = d + (size_t)h * hs;
+                float *xq = x + (size_t)h * hs;
+                if (rope) {
+                    rope_head(rot, dq, cs, sn, hs);
+                    dq = rot;
+                }
+                for (int i = 0; i < hs; i++) xq[i] += dq[i];
             }
-            for (int i = 0; i < hs; i++) xq[i] += dq[i];
-        }
-        for (int g = 0; g < NKV; g++) {
-            for (int i = 0; i < hs; i++) sk[i] = sv[i] = 0.0f;
-            for (int h = g * grp; h < (g + 1) * grp; h++) {
-                const float *dk = d + Q + (size_t)h * hs, *dv = dk + Q;
-                for (int i = 0; i < hs; i++) sk[i] += dk[i], sv[i] += dv[i];
+            for (int g = 0; g < NKV; g++) {
+                for (int i = 0; i < hs; i++) sk[i] = sv[i] = 0.0f;
+                for (int h = g * grp; h < (g + 1) * grp; h++) {
+                    const float *dk = d + Q + (size_t)h * hs, *dv = dk + Q;
+                    for (int i = 0; i < hs; i++) sk[i] += dk[i], sv[i] += dv[i];
+                }
+                const float *k = sk;
+                if (rope) {
+                    rope_head(rot, sk, cs, sn, hs);
+                    k = rot;
+                }
+                float *xk = x + Q + (size_t)g * hs, *xv = xk + K;
+                for (int i = 0; i < hs; i++) xk[i] += k[i], xv[i] += sv[i];
             }
-            const float *k = sk;
-            if (rope) {
-                rope_head(rot, sk, cs, sn, hs);
-                k = rot;
-            }
-            float *xk = x + Q + (size_t)g * hs, *xv = xk + K;
-            for (int i = 0; i < hs; i++) xk[i] += k[i], xv[i] += sv[i];
         }
     }
 }
