@@ -4,11 +4,11 @@
  * them: LayerNorm and RMSNorm, GELU and SwiGLU, RoPE) and AdamW
  * steps, each as the executor runs it in training (short runs of small
  * two-layer models with every op timed: caches, allocations and the
- * runtime's own cost per task as a real run has them); how much slower
- * ops get when several devices of the host compute at once; the
- * pipeline's and data-parallel ring's transfers and the tensor-parallel
- * all-reduces the executor makes between two devices; MPI messages under
- * mpirun. The fits are in calib_fit.c. */
+ * runtime's own cost per op a task runs, as a real run has them); how
+ * much slower ops get when several devices of the host compute at once;
+ * the pipeline's and data-parallel ring's transfers and the
+ * tensor-parallel all-reduces the executor makes between two devices; MPI
+ * messages under mpirun. The fits are in calib_fit.c. */
 #include "exec/exec.h"
 #include "exec/runtime.h"
 
