@@ -281,7 +281,8 @@ static void expand_bwd_part(void *p, int part, int np)
                 for (int i = 0; i < hs; i++) sk[i] = sv[i] = 0.0f;
                 for (int h = g * grp; h < (g + 1) * grp; h++) {
                     const float *dk = d + Q + (size_t)h * hs, *dv = dk + Q;
-                    for (int i = 0; i < hs; i++) sk[i] += dk[i], sv[i] += dv[i];
+                    for (int i = 0; i < hs; i++)
+                        sk[i] += dk[i], sv[i] += dv[i];
                 }
                 const float *k = sk;
                 if (rope) {

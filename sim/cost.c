@@ -324,8 +324,8 @@ typedef enum { TP_NONE, TP_COL, TP_ROW, TP_SPLIT } tp_role;
  * column-parallel GEMMs (QKV, Q, KV, MLP up, the vocabulary-parallel
  * head), row-parallel ones (attention output, MLP down), ops split with
  * them (attention heads and their RoPE, the MLP activation, the embedding
- * table, the vocabulary-parallel loss); the rest (norms, residual adds, pooler, the
- * masked-LM transform) is replicated. */
+ * table, the vocabulary-parallel loss); the rest (norms, residual adds,
+ * pooler, the masked-LM transform) is replicated. */
 static tp_role tp_role_of(const prof_op *op)
 {
     switch (op->role) {
