@@ -125,6 +125,25 @@ static int read_conv(st_file *s, const char *name, size_t in, size_t out,
     return rc;
 }
 
+/* An untied head: its own tensor ("lm_head.weight", without the file's
+ * prefix) where the file has one, else the token table it was tied to. */
+static int untied_head(st_file *s, const exec_gpt_config *c, float *params,
+                       const exec_tensor *tt, util_err *e)
+{
+    if (c->tied) return 0;
+    size_t V = c->vocab, C = c->hidden;
+    float *head = params + tt[EXEC_P_LMW].off;
+    if (!json_object_get(s->hdr, "lm_head.weight")) {
+        memcpy(head, params + tt[EXEC_P_WTE].off, sizeof(float) * V * C);
+        return 0;
+    }
+    const char *pf = s->prefix;
+    s->prefix = "";
+    int rc = read_tensor(s, "lm_head.weight", V, C, head, e);
+    s->prefix = pf;
+    return rc;
+}
+
 /* Hugging Face's LlamaForCausalLM ("model." names; lm_head alone). */
 static int load_llama(st_file *s, const exec_gpt_config *c, float *params,
                       util_err *e)
@@ -164,14 +183,8 @@ static int load_llama(st_file *s, const exec_gpt_config *c, float *params,
             return -1;
 #undef RD
     }
-    if (!c->tied) {
-        s->prefix = "";
-        if (json_object_get(s->hdr, "lm_head.weight"))
-            return read_tensor(s, "lm_head.weight", V, C, AT(EXEC_P_LMW), e);
-        memcpy(AT(EXEC_P_LMW), AT(EXEC_P_WTE), sizeof(float) * V * C);
-    }
 #undef AT
-    return 0;
+    return untied_head(s, c, params, tt, e);
 }
 
 /* Hugging Face's OPTForCausalLM ("model.decoder." names: q, k and v
@@ -224,14 +237,8 @@ static int load_opt(st_file *s, const exec_gpt_config *c, float *params,
             return -1;
 #undef RD
     }
-    if (!c->tied) {
-        s->prefix = "";
-        if (json_object_get(s->hdr, "lm_head.weight"))
-            return read_tensor(s, "lm_head.weight", V, C, AT(EXEC_P_LMW), e);
-        memcpy(AT(EXEC_P_LMW), AT(EXEC_P_WTE), sizeof(float) * V * C);
-    }
 #undef AT
-    return 0;
+    return untied_head(s, c, params, tt, e);
 }
 
 int exec_safetensors_load(const char *path, const exec_gpt_config *c,
@@ -327,20 +334,8 @@ int exec_safetensors_load(const char *path, const exec_gpt_config *c,
 #undef RD
 #undef RC
     }
-    if (!c->tied) {
-        /* an untied head: its own tensor when the file has one, else the
-         * token table it was tied to */
-        if (json_object_get(s.hdr, "lm_head.weight")) {
-            const char *pf = s.prefix;
-            s.prefix = "";
-            int r2 = read_tensor(&s, "lm_head.weight", V, C, AT(EXEC_P_LMW), e);
-            s.prefix = pf;
-            if (r2) goto out;
-        } else {
-            memcpy(AT(EXEC_P_LMW), AT(EXEC_P_WTE), sizeof(float) * V * C);
-        }
-    }
 #undef AT
+    if (untied_head(&s, c, params, tt, e)) goto out;
     rc = 0;
 out:
     json_decref(s.hdr);

@@ -110,6 +110,28 @@ Test(exec_ckpt, inputs_that_are_not_files_exit_2_at_once)
     test_rm_rf(d);
 }
 
+/* A checkpoint of model saved and resumed as that model; model other,
+ * GPT-2's of the same sizes, refuses it naming what it holds (want). */
+static void keeps_its_model(const char *d, const char *model,
+                            const char *other, const char *want)
+{
+    const char *common = "--batch 2 --seq 16 --threads 1 --eval-batches 1";
+    cli_result r = cli_run("exec --model %s %s --steps 1 --save %s/m.ck",
+                           model, common, d);
+    cr_assert_eq(r.code, 0, "%s: %s", model, r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --model %s %s --steps 2 --resume %s/m.ck", model,
+                common, d);
+    cr_expect_eq(r.code, 0, "%s: %s", model, r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --model %s %s --steps 2 --resume %s/m.ck", other,
+                common, d);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "checkpoint of another model") &&
+                  strstr(r.err, want), "%s", r.err);
+    cli_result_free(&r);
+}
+
 /* Checkpoints of format versions 1 and 2 (written before Llama's choices
  * were kept, whose header ends at byte 80, and before OPT's, at byte 104)
  * still resume, as GPT-2's layout; a Llama checkpoint resumes as its model
@@ -142,35 +164,11 @@ Test(exec_ckpt, version_1_and_llama_checkpoints)
         cr_expect(strstr(r.out, "step     2/2"), "%s", r.out);
         cli_result_free(&r);
     }
-    r = cli_run("exec --model llama-tiny --batch 2 --seq 16 --threads 1 "
-                "--eval-batches 1 --steps 1 --save %s/l.ck", d);
-    cr_assert_eq(r.code, 0, "%s", r.err);
-    cli_result_free(&r);
-    r = cli_run("exec --model llama-tiny --batch 2 --seq 16 --threads 1 "
-                "--eval-batches 1 --steps 2 --resume %s/l.ck", d);
-    cr_expect_eq(r.code, 0, "%s", r.err);
-    cli_result_free(&r);
-    r = cli_run("exec --model gpt-tiny --batch 2 --seq 16 --threads 1 "
-                "--eval-batches 1 --steps 2 --resume %s/l.ck", d);
-    cr_expect_eq(r.code, 2);
-    cr_expect(strstr(r.err, "checkpoint of another model") &&
-                  strstr(r.err, "RMSNorm (eps 1e-05), SwiGLU, RoPE (base "
-                         "10000)"), "%s", r.err);
-    cli_result_free(&r);
-    /* OPT's choices are kept too */
-    r = cli_run("exec --model tests/data/exec/opt-pico.json --batch 2 "
-                "--threads 1 --eval-batches 1 --steps 1 --save %s/o.ck", d);
-    cr_assert_eq(r.code, 0, "%s", r.err);
-    cli_result_free(&r);
-    r = cli_run("exec --model tests/data/exec/opt-pico.json --batch 2 "
-                "--threads 1 --eval-batches 1 --steps 2 --resume %s/o.ck", d);
-    cr_expect_eq(r.code, 0, "%s", r.err);
-    cli_result_free(&r);
-    r = cli_run("exec --model tests/data/exec/gpt-pico.json --batch 2 "
-                "--threads 1 --eval-batches 1 --steps 2 --resume %s/o.ck", d);
-    cr_expect_eq(r.code, 2);
-    cr_expect(strstr(r.err, "ReLU, learned positions from row 2"), "%s",
-              r.err);
-    cli_result_free(&r);
+    /* Llama's and OPT's choices are kept */
+    keeps_its_model(d, "llama-tiny", "gpt-tiny",
+                    "RMSNorm (eps 1e-05), SwiGLU, RoPE (base 10000)");
+    keeps_its_model(d, "tests/data/exec/opt-pico.json",
+                    "tests/data/exec/gpt-pico.json",
+                    "ReLU, learned positions from row 2");
     test_rm_rf(d);
 }
