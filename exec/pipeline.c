@@ -184,31 +184,6 @@ static int stier_check(const exec_pipe_opts *o, const sim_plan *p,
     return 0;
 }
 
-/* What the IR of a sharded plan asks that the executor does not run:
- * ZeRO-3 with a W pass and LoRA or QLoRA (the IR gathers no weights for a
- * W, and the adapters' weight gradients read the adapter B:
- * d(x A) = dy B^T). */
-static int zero_ir_check(const sim_ir *ir, const sim_plan *p,
-                         const char *where, util_err *e)
-{
-    if (sim_zero_stage(p->zero, p->fsdp) < 2) return 0;
-    /* ZeRO-3 gathers a stage's weights for its F and its backward
-     * (sim_add_sharded); a weight pass of its own would find them gone */
-    for (int i = 0; sim_zero_stage(p->zero, p->fsdp) >= 3 &&
-                    exec_ft_adapts(&p->ft) && i < ir->n_tasks; i++)
-        if (ir->tasks[i].kind == SIM_W)
-            return util_errf(e, UTIL_EXIT_USAGE, "%s: ZeRO stage 3 with "
-                             "%s and schedule %s, whose weight gradients "
-                             "run in a pass of their own: the adapters' "
-                             "gradients read the adapters' weights, which "
-                             "ZeRO-3 gathers for the forward and the "
-                             "backward only; use a schedule without a W "
-                             "pass (1f1b, gpipe, interleaved, wave)", where,
-                             p->ft.kind == PROF_FT_QLORA ? "QLoRA" : "LoRA",
-                             sim_sched_name(p->sched));
-    return 0;
-}
-
 void exec_pipe_result_free(exec_pipe_result *r)
 {
     if (!r) return;
@@ -593,7 +568,6 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         util_err_prefix(e, "%s", where);
         goto out;
     }
-    if (zero_ir_check(r->ir, p, where, e)) goto out;
     rt.ir = r->ir;
     rt.tiers = r->costs->offload != 0;
     rt.stage_tiers = r->costs->stage_tiers > 0;

@@ -170,6 +170,7 @@ exec_rec *exec_rec_new(int n_ops, int n_ext)
     r->ext = util_calloc((size_t)n_ext + 1, sizeof *r->ext);
     r->dext = util_calloc((size_t)n_ext + 1, sizeof *r->dext);
     r->xa = util_calloc((size_t)n_ops, sizeof *r->xa);
+    r->dxa = util_calloc((size_t)n_ops, sizeof *r->dxa);
     return r;
 }
 
@@ -181,6 +182,7 @@ void exec_rec_free(exec_rec *r, int n_ops, int n_ext)
         exec_view_drop(&r->aux[i]);
         exec_view_drop(&r->dout[i]);
         exec_view_drop(&r->xa[i]);
+        exec_view_drop(&r->dxa[i]);
     }
     for (int q = 0; q < n_ext; q++) {
         exec_view_drop(&r->ext[q]);
@@ -190,6 +192,7 @@ void exec_rec_free(exec_rec *r, int n_ops, int n_ext)
     exec_buf_unref(r->gb);
     free(r->out); free(r->aux); free(r->dout); free(r->ext); free(r->dext);
     free(r->xa);
+    free(r->dxa);
     free(r);
 }
 

@@ -272,6 +272,8 @@ typedef struct exec_rec {
     exec_view *dout;        /* per op: output gradients */
     exec_view *dext;        /* per external input: its gradient */
     exec_view *xa;          /* per op: its LoRA adapters' x A */
+    exec_view *dxa;         /* per op: and their d(x A), from an input
+                             * pass to the weight pass after it */
     exec_view ids;          /* the microbatch's tokens then targets (N
                              * ints each, on the device) */
     exec_buf *gb;           /* ZeRO-2: this microbatch's gradient, from

@@ -753,8 +753,10 @@ static int lora_forward(exec_worker *w, exec_rec *r, int i, const exec_xop *x,
  * column-parallel W the caller sums dx over the group after) and the
  * weight part dB += (x A)^T dy, dA += x^T d(x A) (beside a column-
  * parallel W, d(x A) is a rank's partial sum: summed over the group
- * first). A weight part alone computes d(x A) again rather than keep it
- * from the input part: the kept x A is all the simulator counts. */
+ * first). An input part with the weight part to come (a zero-bubble B)
+ * keeps d(x A) (r->dxa, N x R an adapter), and that weight part reads
+ * it: it needs neither adapter's weights, which ZeRO-3 does not gather
+ * for a W pass. */
 static int lora_backward(exec_worker *w, exec_rec *r, int i,
                          const exec_xop *x, const oparams *p, const float *in,
                          float *dy, int OC, float *dx, int weight_part,
@@ -770,9 +772,15 @@ static int lora_backward(exec_worker *w, exec_rec *r, int i,
     if (weight_part && !xa)
         return util_errf(e, UTIL_EXIT_FAIL, "LoRA's x A was not kept for "
                          "its weight gradients");
+    /* d(x A) kept by the input part for this weight part, or to keep */
+    float *kept = exec_view_p(&r->dxa[i]);
+    if (!weight_part &&
+        !(kept = newbuf(w, &r->dxa[i], x->lora_keep_n, 0, "LoRA's d(x A)",
+                        e)))
+        return -1;
     exec_buf *s = scratch(w, NR + (size_t)N * wide, "LoRA's gradients", e);
     if (!s) return -1;
-    float *dxa = s->p, *dya = s->p + NR;
+    float *dya = s->p + NR;
     int rc = 0;
     for (int a = 0; a < x->n_lora && !rc; a++) {
         const float *g = dy;
@@ -781,7 +789,9 @@ static int lora_backward(exec_worker *w, exec_rec *r, int i,
             cols_copy(w, dya, dy, OC, x->lora_col[a], n, 1);
             g = dya;
         }
-        EXEC_KERN(w, K->linear_forward(dxa, g, p->lb[a], NULL, N, n, R));
+        float *dxa = kept ? kept + a * NR : s->p;
+        if (!kept || !weight_part)
+            EXEC_KERN(w, K->linear_forward(dxa, g, p->lb[a], NULL, N, n, R));
         if (dx)
             EXEC_KERN(w, K->linear_backward_input(dx, dxa, p->la[a], N, k,
                                                   R));

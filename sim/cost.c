@@ -1014,10 +1014,19 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             unit_tp += prof_op_train_params(op);
             unit_fz += op->frozen_bytes;
             /* a deferred weight gradient (dW = X^T dY) needs the op's
-             * saved input and the gradient of its output */
-            if (op->bwd_w_flops > 0)
+             * saved input and the gradient of its output; LoRA's
+             * adapters the d(x A) of the input pass too (x A's size:
+             * whole on every tensor-parallel rank) */
+            if (op->bwd_w_flops > 0) {
+                double dxa = op->n_gemm > 1 &&
+                                     op->gemm[1].adapter == PROF_ADAPTER_A
+                           ? op->gemm[1].m * op->gemm[1].n *
+                                 prof_dtype_bytes(m->spec.dtype)
+                           : 0;
                 sc->wkeep_bytes += (sim_op_act_rank(m, i, tpw, sp) +
-                                    out_rank(&m->ops[i], tpw, sp)) * mbs;
+                                    out_rank(&m->ops[i], tpw, sp) + dxa) *
+                                   mbs;
+            }
             for (int k = 0; k < op->n_in; k++) {
                 int p = op->in[k];
                 if (p < 0 || p >= m->n_ops || op_stage[p] == s || mark[p] == s)
