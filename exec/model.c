@@ -133,6 +133,13 @@ int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "heads (%d) must divide hidden (%d)", c->heads,
                          c->hidden);
+    /* OPT's offset is 2; ReLU is one MLP of three */
+    if (c->pos_offset < 0 || c->pos_offset > 16 || (c->rope && c->pos_offset))
+        return util_errf(e, UTIL_EXIT_USAGE, "the position table's first "
+                         "position at row %d", c->pos_offset);
+    if ((c->relu != 0 && c->relu != 1) || (c->relu && c->swiglu))
+        return util_errf(e, UTIL_EXIT_USAGE, "ReLU %d beside SwiGLU %d",
+                         c->relu, c->swiglu);
     if (c->heads % exec_kv_heads(c))
         return util_errf(e, UTIL_EXIT_USAGE,
                          "key and value heads (%d) must divide heads (%d)",

@@ -164,6 +164,25 @@ Test(exec_ckpt, version_1_and_llama_checkpoints)
         cr_expect(strstr(r.out, "step     2/2"), "%s", r.out);
         cli_result_free(&r);
     }
+    /* a header whose OPT fields make no model */
+    {
+        char *buf, bad[600];
+        size_t len;
+        util_err e;
+        cr_assert_eq(util_read_file_max(ck, 1 << 30, &buf, &len, &e), 0);
+        int32_t off = -3;
+        memcpy(buf + HDR_V2 + 4, &off, sizeof off);
+        uint64_t sum = fnv1a((unsigned char *)buf, len - 8);
+        memcpy(buf + len - 8, &sum, sizeof sum);
+        snprintf(bad, sizeof bad, "%s/bad.ck", d);
+        cr_assert_eq(util_write_atomic(bad, buf, len, &e), 0, "%s", e.msg);
+        free(buf);
+        r = cli_run("exec " SMALL " --steps 2 --resume %s", bad);
+        cr_expect_eq(r.code, 2);
+        cr_expect(strstr(r.err, "corrupt checkpoint (invalid header "
+                                "values)"), "%s", r.err);
+        cli_result_free(&r);
+    }
     /* Llama's and OPT's choices are kept */
     keeps_its_model(d, "llama-tiny", "gpt-tiny",
                     "RMSNorm (eps 1e-05), SwiGLU, RoPE (base 10000)");
