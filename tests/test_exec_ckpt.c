@@ -134,8 +134,9 @@ static void keeps_its_model(const char *d, const char *model,
 
 /* Checkpoints of format versions 1 and 2 (written before Llama's choices
  * were kept, whose header ends at byte 80, and before OPT's, at byte 104)
- * still resume, as GPT-2's layout; a Llama checkpoint resumes as its model
- * and is refused by GPT's. */
+ * still resume, as GPT-2's layout; one whose OPT fields make no model is
+ * corrupt; a Llama or OPT checkpoint resumes as its model and is refused
+ * by GPT's. */
 Test(exec_ckpt, version_1_and_llama_checkpoints)
 {
     char *d = test_tmpdir(), ck[512], old[512];
