@@ -156,6 +156,57 @@ static const char *versus(const prof_calib_param *now,
     return buf;
 }
 
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The fit's error (model / measured - 1) over the samples of each op kind
+ * and phase: where the cost model's shape fits this machine and where a
+ * kind's factor has to average ops unlike each other. */
+static void report_kinds(const exec_calib_result *r)
+{
+    const prof_gpu *g = &r->calib.gpu;
+    int n = r->n_samples;
+    if (n < 1) return;
+    double *err = util_malloc(sizeof(double) * (size_t)n);
+    util_table *t = util_table_new(6);
+    const char *h[] = {"op kind", "phase", "samples", "median", "smallest",
+                       "largest"};
+    for (int i = 0; i < 6; i++) util_table_col(t, i, h[i], i < 2 ? 'l' : 'r');
+    for (int k = 0; k <= PROF_OP_KIND_COUNT; k++)
+        for (int ph = SIM_F; ph <= SIM_OPT; ph++) {
+            int m = 0;
+            for (int i = 0; i < n; i++) {
+                const exec_calib_sample *x = &r->samples[i];
+                int xk = x->kind == SIM_OPT ? PROF_OP_KIND_COUNT
+                                            : (int)x->op.kind;
+                if (xk == k && (int)x->kind == ph)
+                    err[m++] = exec_calib_model_ns(g, x) / x->ns - 1;
+            }
+            if (!m) continue;
+            qsort(err, (size_t)m, sizeof *err, cmp_dbl);
+            char c[16], md[16], lo[16], hi[16];
+            snprintf(c, sizeof c, "%d", m);
+            snprintf(md, sizeof md, "%+.1f%%",
+                     100 * (m % 2 ? err[m / 2]
+                                  : (err[m / 2 - 1] + err[m / 2]) / 2));
+            snprintf(lo, sizeof lo, "%+.1f%%", 100 * err[0]);
+            snprintf(hi, sizeof hi, "%+.1f%%", 100 * err[m - 1]);
+            const char *row[] = {k == PROF_OP_KIND_COUNT
+                                     ? "adamw"
+                                     : prof_op_kind_name((prof_op_kind)k),
+                                 sim_kind_name((sim_kind)ph), c, md, lo, hi};
+            util_table_row(t, row);
+        }
+    printf("\nthe fit's error by op kind and phase (model / measured - 1; "
+           "positive: priced slow):\n");
+    util_table_print(t, stdout, "  ");
+    util_table_free(t);
+    free(err);
+}
+
 static void report_text(const exec_calib_result *r, const prof_calib *prev,
                         const char *path, const char *note)
 {
@@ -183,6 +234,7 @@ static void report_text(const exec_calib_result *r, const prof_calib *prev,
     }
     util_table_print(t, stdout, "  ");
     util_table_free(t);
+    report_kinds(r);
     const prof_gpu *g = &c->gpu;
     printf("\nas the profile has it: fp32 peak %.1f GFLOP/s x GEMM "
            "efficiency %.2f; memory %.1f GB/s x %.2f; launch %.0f ns; "

@@ -536,6 +536,10 @@ Test(calib_cli, writes_a_profile_that_loads_and_compares_runs)
     cr_assert(strstr(r.out, "fit of the cost model to") &&
               strstr(r.out, "in-process transfers:") &&
               strstr(r.out, "wrote "), "%s", r.out);
+    /* the fit's error per op kind, Llama's rotation among them */
+    cr_expect(strstr(r.out, "the fit's error by op kind and phase") &&
+              strstr(r.out, "\n  rope      F") &&
+              strstr(r.out, "\n  adamw     OPT"), "%s", r.out);
     cli_result_free(&r);
     prof_calib c;
     util_err e;
