@@ -55,7 +55,8 @@ static void cfg_pack(const exec_gpt_config *c, int32_t *o, int32_t *x,
 {
     o[0] = c->vocab; o[1] = c->max_pos; o[2] = c->hidden; o[3] = c->layers;
     o[4] = c->heads; o[5] = c->ffn; o[6] = c->bias; o[7] = c->tied;
-    x[0] = c->kv_heads; x[1] = c->rmsnorm; x[2] = c->swiglu; x[3] = c->rope;
+    x[0] = c->kv_heads; x[1] = c->rmsnorm; x[2] = c->swiglu;
+    x[3] = exec_rope(c);    /* kept on disk; read back from the base */
     f[0] = c->rope_theta; f[1] = c->norm_eps;
     p[0] = c->relu; p[1] = c->pos_offset;
 }
@@ -65,9 +66,11 @@ static void cfg_unpack(const int32_t *o, const int32_t *x, const float *f,
 {
     c->vocab = o[0]; c->max_pos = o[1]; c->hidden = o[2]; c->layers = o[3];
     c->heads = o[4]; c->ffn = o[5]; c->bias = o[6]; c->tied = o[7];
-    c->kv_heads = x[0]; c->rmsnorm = x[1]; c->swiglu = x[2]; c->rope = x[3];
+    c->kv_heads = x[0]; c->rmsnorm = x[1]; c->swiglu = x[2];
     c->rope_theta = f[0]; c->norm_eps = f[1];
     c->relu = p[0]; c->pos_offset = p[1];
+    /* the flag and the base disagreeing: no model (the check refuses) */
+    if (x[3] != (f[0] > 0)) c->rope_theta = -1;
 }
 
 static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
@@ -78,7 +81,7 @@ static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
                  c->pos_offset);
     if (c->rmsnorm)
         snprintf(norm, sizeof norm, "RMSNorm (eps %g)", (double)c->norm_eps);
-    if (c->rope)
+    if (exec_rope(c))
         snprintf(pos, sizeof pos, "RoPE (base %g)", (double)c->rope_theta);
     snprintf(buf, n,
              "hidden %d, layers %d, heads %d, key/value heads %d, ffn %d, "
@@ -241,7 +244,7 @@ int exec_ckpt_peek(const char *path, exec_ckpt_meta *meta, util_err *e)
     free(buf);
     meta_of(&h, meta);
     if (exec_gpt_config_check(&meta->cfg, e) || meta->B < 1 || meta->T < 1 ||
-        (!meta->cfg.rope && meta->T > meta->cfg.max_pos) ||
+        (!exec_rope(&meta->cfg) && meta->T > meta->cfg.max_pos) ||
         meta->step < 0) {
         e->code = UTIL_EXIT_USAGE;
         return util_errf(e, UTIL_EXIT_USAGE,

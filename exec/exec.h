@@ -37,10 +37,9 @@ typedef struct exec_gpt_config {
     int rmsnorm;   /* RMSNorm (a weight, no bias) for every LayerNorm */
     int swiglu;    /* the MLP is (silu(x Wg) * x Wu) Wd: fcw holds a
                     * layer's F gate rows, then its F up rows */
-    int rope;      /* rotary positions on q and k, no position table
-                    * (max_pos 0: any sequence length) */
-    float rope_theta; /* RoPE's base (10000, Llama 3's 500000); 0
-                    * without RoPE */
+    float rope_theta; /* > 0: rotary positions on q and k with this base
+                    * (10000, Llama 3's 500000) and no position table
+                    * (max_pos 0: any sequence length); 0: none */
     float norm_eps;   /* RMSNorm's epsilon; 0 with LayerNorm (whose
                     * epsilon is the kernels' 1e-5) */
     /* OPT's choices (0: GPT-2's) */
@@ -69,21 +68,21 @@ static inline size_t exec_fc_rows(const exec_gpt_config *c)
     return (size_t)c->ffn * (c->swiglu ? 2 : 1);
 }
 
-static inline int exec_qkv_expands(const exec_gpt_config *c)
+/* Whether q and k are rotated (RoPE): a base is set. */
+static inline int exec_rope(const exec_gpt_config *c)
 {
-    return c->rope || exec_kv_heads(c) != c->heads;
+    return c->rope_theta > 0;
 }
 
-/* RoPE's base as the kernels take it: 0 for no rotation. */
-static inline float exec_rope_base(const exec_gpt_config *c)
+static inline int exec_qkv_expands(const exec_gpt_config *c)
 {
-    return c->rope ? c->rope_theta : 0.0f;
+    return exec_rope(c) || exec_kv_heads(c) != c->heads;
 }
 
 /* Fills c from a model-zoo spec. Families and features the CPU trainer
- * does not implement (T5, BERT, OPT, ReLU, a gated MLP other than SwiGLU,
- * a head size other than C/NH) are
- * an error naming the feature, code 2. The spec's dtype and dropout are
+ * does not implement (T5, BERT, a gated MLP other than SwiGLU, a head
+ * size other than C/NH, a scaled RoPE) are an error naming the feature,
+ * code 2. The spec's dtype and dropout are
  * not: the CPU trains in fp32 and without dropout (deterministic), and
  * callers may say so. where names the spec for messages. */
 int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,

@@ -65,7 +65,8 @@ enum {
 static void param_table(const exec_gpt_config *c, exec_tensor *t)
 {
     size_t V = c->vocab, C = c->hidden, L = c->layers, F = c->ffn,
-           P = c->rope ? 0 : (size_t)c->max_pos + (size_t)c->pos_offset,
+           P = exec_rope(c) ? 0
+                            : (size_t)c->max_pos + (size_t)c->pos_offset,
            bias = c->bias != 0,
            lnb = !c->rmsnorm, QKV = exec_qkv_rows(c), FC = exec_fc_rows(c);
     static const char *const names[P_COUNT] = {
@@ -122,7 +123,7 @@ struct exec_gpt {
 int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
 {
     if (c->vocab < 2 || c->hidden < 1 || c->layers < 1 || c->heads < 1 ||
-        c->ffn < 1 || (c->max_pos < 1 && !c->rope) || c->max_pos < 0 ||
+        c->ffn < 1 || (c->max_pos < 1 && !exec_rope(c)) || c->max_pos < 0 ||
         c->kv_heads < 0)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "model sizes must be positive (vocab %d, hidden %d, "
@@ -134,7 +135,8 @@ int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
                          "heads (%d) must divide hidden (%d)", c->heads,
                          c->hidden);
     /* OPT's offset is 2; ReLU is one MLP of three */
-    if (c->pos_offset < 0 || c->pos_offset > 16 || (c->rope && c->pos_offset))
+    if (c->pos_offset < 0 || c->pos_offset > 16 ||
+        (exec_rope(c) && c->pos_offset))
         return util_errf(e, UTIL_EXIT_USAGE, "the position table's first "
                          "position at row %d", c->pos_offset);
     if ((c->relu != 0 && c->relu != 1) || (c->relu && c->swiglu))
@@ -148,10 +150,14 @@ int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
     if (c->rmsnorm && !(c->norm_eps > 0 && c->norm_eps < 0.1f))
         return util_errf(e, UTIL_EXIT_USAGE, "RMSNorm's epsilon %g is not "
                          "in (0, 0.1)", (double)c->norm_eps);
-    if (c->rope && !(c->rope_theta >= 1))
+    if (exec_rope(c) && c->max_pos)
+        return util_errf(e, UTIL_EXIT_USAGE, "a position table of %d "
+                         "beside RoPE", c->max_pos);
+    if (c->rope_theta != 0 && !(c->rope_theta >= 1))
         return util_errf(e, UTIL_EXIT_USAGE, "RoPE's base %g is below 1",
                          (double)c->rope_theta);
-    if (exec_qkv_expands(c) && (hs > KERN_HEAD_MAX || (c->rope && hs % 2)))
+    if (exec_qkv_expands(c) &&
+        (hs > KERN_HEAD_MAX || (exec_rope(c) && hs % 2)))
         return util_errf(e, UTIL_EXIT_USAGE,
                          "a head of %d channels: rotary positions need an "
                          "even head size, grouped heads one of at most %d",
@@ -202,9 +208,9 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
     /* OPT's table keeps two rows before position 0 (its padding offset) */
     c->pos_offset = s->family == PROF_FAM_OPT && s->max_pos > 0 ? 2 : 0;
     /* no learned position table: rotary positions, as Llama */
-    c->rope = s->max_pos <= 0;
-    if (c->rope) c->max_pos = 0;
-    c->rope_theta = c->rope ? (float)(s->rope_theta > 0 ? s->rope_theta
+    int rope = s->max_pos <= 0;
+    if (rope) c->max_pos = 0;
+    c->rope_theta = rope ? (float)(s->rope_theta > 0 ? s->rope_theta
                                                         : 10000.0)
                             : 0.0f;
     /* RMSNorm's own; LayerNorm's is the kernels' 1e-5 */
@@ -461,7 +467,7 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
             TIMED(qkv_expand_forward, B, T, C, NH, 0, 0, 0, 0, 0,
                   6.0 * N * C, F4 * ((double)N * QKV + 3.0 * NC),
                   kern_qkv_expand_forward(qkv, ACT(l, A_QKV), B, T, NH, NKV,
-                                          hs, exec_rope_base(&m->c)));
+                                          hs, m->c.rope_theta));
         TIMED(attention_forward, B, T, C, NH, 0, 0, 0, 0, 0, attn_fl,
               F4 * (3.0 * NC + NC + 2.0 * B * NH * T * T),
               kern_attention_forward(ACT(l, A_ATTY), ACT(l, A_ATT), qkv, B, T,
@@ -600,7 +606,7 @@ void exec_gpt_backward(exec_gpt *m)
                   6.0 * N * C, F4 * ((double)N * QKV + 3.0 * NC),
                   kern_qkv_expand_backward(DACT(l, A_QKV), DACT(l, A_QKVX),
                                            B, T, NH, NKV, hs,
-                                           exec_rope_base(&m->c)));
+                                           m->c.rope_theta));
         linear_bwd(m, DACT(l, A_LN1), grd(m, P_QKVW) + (size_t)l * QKV * C,
                    m->c.bias ? grd(m, P_QKVB) + (size_t)l * QKV : NULL,
                    DACT(l, A_QKV), ACT(l, A_LN1),

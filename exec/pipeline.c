@@ -446,7 +446,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: model %s has neither a "
                          "sequence length nor a position table", where,
                          p->model);
-    if (!cfg.rope && T > cfg.max_pos)
+    if (!exec_rope(&cfg) && T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: sequence %d exceeds the "
                          "model's position table (%d)", where, T, cfg.max_pos);
     if (cfg.vocab < 256)

@@ -148,7 +148,7 @@ static int untied_head(st_file *s, const exec_gpt_config *c, float *params,
 static int load_llama(st_file *s, const exec_gpt_config *c, float *params,
                       util_err *e)
 {
-    if (c->bias || !c->rope || !c->rmsnorm || !c->swiglu)
+    if (c->bias || !exec_rope(c) || !c->rmsnorm || !c->swiglu)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: Llama weights (RoPE, "
                          "RMSNorm, SwiGLU, no biases); the model is not "
                          "Llama's", s->path);
@@ -193,7 +193,7 @@ static int load_llama(st_file *s, const exec_gpt_config *c, float *params,
 static int load_opt(st_file *s, const exec_gpt_config *c, float *params,
                     util_err *e)
 {
-    if (!c->bias || c->rope || c->rmsnorm || c->swiglu || c->kv_heads ||
+    if (!c->bias || exec_rope(c) || c->rmsnorm || c->swiglu || c->kv_heads ||
         !c->relu || c->pos_offset != 2)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: OPT weights (learned "
                          "positions from row 2, LayerNorm, ReLU, biases); "
@@ -290,7 +290,7 @@ int exec_safetensors_load(const char *path, const exec_gpt_config *c,
         rc = load_opt(&s, c, params, e);
         goto out;
     }
-    if (!c->bias || c->rope || c->rmsnorm || c->swiglu || c->kv_heads ||
+    if (!c->bias || exec_rope(c) || c->rmsnorm || c->swiglu || c->kv_heads ||
         c->relu || c->pos_offset) {
         util_errf(e, UTIL_EXIT_USAGE, "%s: GPT-2 weights (learned "
                   "positions, LayerNorm, GELU, biases); the model is not "

@@ -323,7 +323,7 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             add_slice(&v, EXEC_P_WTE, r * Vl, Vr, 0, C, C, 1, rep0,
                       c->tied, rep0);
             pad(&v, (Vl - Vr) * C);
-            if (!c->rope)
+            if (!exec_rope(c))
                 add_slice(&v, EXEC_P_WPE, 0, P, 0, C, C, 1, one, 0, one);
             have_wte = 1;
             break;
@@ -902,7 +902,7 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         break;
     case PROF_ROLE_QKV_EXPAND:
         EXEC_KERN(w, K->qkv_expand_forward(out, in0, B, T, NHl, d.KVl, d.hs,
-                                           exec_rope_base(c)));
+                                           c->rope_theta));
         break;
     case PROF_ROLE_ATTN_SCORES:
         EXEC_KERN(w, K->attn_scores_forward(out, in0, B, T, Cl, NHl));
@@ -1089,7 +1089,7 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     case PROF_ROLE_QKV_EXPAND:
         if (input_part)
             EXEC_KERN(w, K->qkv_expand_backward(d0, dout, B, T, NHl, d.KVl,
-                                                d.hs, exec_rope_base(c)));
+                                                d.hs, c->rope_theta));
         break;
     case PROF_ROLE_ATTN_OUT:
     case PROF_ROLE_MLP_DOWN: {

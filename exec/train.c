@@ -121,7 +121,7 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "the model has no position table to take its "
                          "sequence length from: give --seq");
-    if (!cfg.rope && T > cfg.max_pos)
+    if (!exec_rope(&cfg) && T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "sequence length %d exceeds the model's position "
                          "table (%d)",
@@ -184,9 +184,9 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
     FILE *hu = o->json ? NULL : out; /* human lines, off with --json */
     json_t *jsteps = json_array();
     char pc[32], mb[32], kind[96] = "";
-    if (cfg.rope || cfg.rmsnorm || cfg.swiglu || cfg.kv_heads)
+    if (exec_rope(&cfg) || cfg.rmsnorm || cfg.swiglu || cfg.kv_heads)
         snprintf(kind, sizeof kind, "; %s, %s, %s, %d key/value heads",
-                 cfg.rope ? "RoPE" : "learned positions",
+                 exec_rope(&cfg) ? "RoPE" : "learned positions",
                  cfg.rmsnorm ? "RMSNorm" : "LayerNorm",
                  cfg.swiglu ? "SwiGLU" : "GELU", exec_kv_heads(&cfg));
     say(hu,

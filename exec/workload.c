@@ -278,7 +278,8 @@ static int prep_job(exec_wl *W, wl_job *J, int idx, util_err *e)
                          "than the 256 byte tokens of the text", where,
                          J->cfg.vocab);
     J->B = j->batch;
-    J->T = spec.seq_len > 0 && (J->cfg.rope || spec.seq_len <= J->cfg.max_pos)
+    J->T = spec.seq_len > 0 &&
+                   (exec_rope(&J->cfg) || spec.seq_len <= J->cfg.max_pos)
          ? spec.seq_len : J->cfg.max_pos;
     if (J->T < 1)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: the model has neither a "

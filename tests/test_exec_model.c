@@ -144,7 +144,7 @@ Test(exec_model, config_from_spec_rejects_what_it_cannot_train)
     cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), 0, "%s",
                  e.msg);
     cr_expect(c.rope_theta == 10000.0f && c.norm_eps == 1e-5f);
-    cr_assert(c.rope && c.rmsnorm && c.swiglu && c.kv_heads == 2 &&
+    cr_assert(exec_rope(&c) && c.rmsnorm && c.swiglu && c.kv_heads == 2 &&
               c.max_pos == 0);
     cr_assert_eq(exec_qkv_rows(&c), 64 + 2 * 2 * 16);
     cr_assert_eq(exec_fc_rows(&c), 256);
@@ -161,5 +161,6 @@ Test(exec_model, config_from_spec_rejects_what_it_cannot_train)
     cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), 0);
     cr_assert_eq(c.hidden, 64);
     cr_assert_eq(c.tied, 1);
-    cr_assert(!c.rope && !c.rmsnorm && !c.swiglu && !exec_qkv_expands(&c));
+    cr_assert(!exec_rope(&c) && !c.rmsnorm && !c.swiglu &&
+              !exec_qkv_expands(&c));
 }

@@ -453,7 +453,7 @@ Test(exec_init, hugging_face_llama_computes_what_transformers_does)
     for (int k = 0; k < 2; k++) {
         exec_gpt_config c;
         double want, got = hf_llama_loss(dirs[k], 0, &want, &c);
-        cr_assert(c.rope && c.rmsnorm && c.swiglu && c.kv_heads == 2 &&
+        cr_assert(exec_rope(&c) && c.rmsnorm && c.swiglu && c.kv_heads == 2 &&
                   !c.tied);
         cr_expect_eq(c.rope_theta, theta[k]);
         cr_expect_eq(c.norm_eps, eps[k]);
@@ -469,7 +469,7 @@ Test(exec_init, hugging_face_llama_computes_what_transformers_does)
     exec_gpt_config g;
     double want;
     hf_llama_loss(dirs[0], 0, &want, &g);
-    g.rope = g.rmsnorm = g.swiglu = 0;
+    g.rmsnorm = g.swiglu = 0;
     g.kv_heads = 0;
     g.max_pos = 64;
     g.bias = 1;
@@ -492,8 +492,8 @@ Test(exec_init, hugging_face_opt_computes_what_transformers_does)
     const char *dir = "tests/data/hf/opt-tiny";
     exec_gpt_config c;
     double want, got = hf_llama_loss(dir, 0, &want, &c);
-    cr_assert(c.relu && c.pos_offset == 2 && c.tied && c.bias && !c.rope &&
-              c.max_pos == 64);
+    cr_assert(c.relu && c.pos_offset == 2 && c.tied && c.bias &&
+              !exec_rope(&c) && c.max_pos == 64);
     cr_expect(fabs(got - want) <= 1e-6 * want, "loss %.7f, transformers "
               "%.7f", got, want);
     util_err e;
