@@ -134,8 +134,8 @@ static void keeps_its_model(const char *d, const char *model,
 
 /* Checkpoints of format versions 1 and 2 (written before Llama's choices
  * were kept, whose header ends at byte 80, and before OPT's, at byte 104)
- * still resume, as GPT-2's layout; one whose OPT fields make no model is
- * corrupt; a Llama or OPT checkpoint resumes as its model and is refused
+ * still resume, as GPT-2's layout; one whose OPT fields make no model, or
+ * whose RoPE flag disagrees with its base, is corrupt; a Llama or OPT checkpoint resumes as its model and is refused
  * by GPT's. */
 Test(exec_ckpt, version_1_and_llama_checkpoints)
 {
@@ -165,21 +165,23 @@ Test(exec_ckpt, version_1_and_llama_checkpoints)
         cr_expect(strstr(r.out, "step     2/2"), "%s", r.out);
         cli_result_free(&r);
     }
-    /* a header whose OPT fields make no model */
-    {
+    /* a header whose OPT fields make no model, or whose RoPE flag
+     * disagrees with its base (0 here) */
+    const size_t at[] = {HDR_V2 + 4, HDR_V1 + 12};
+    const int32_t val[] = {-3, 1};
+    for (int k = 0; k < 2; k++) {
         char *buf, bad[600];
         size_t len;
         util_err e;
         cr_assert_eq(util_read_file_max(ck, 1 << 30, &buf, &len, &e), 0);
-        int32_t off = -3;
-        memcpy(buf + HDR_V2 + 4, &off, sizeof off);
+        memcpy(buf + at[k], &val[k], sizeof val[k]);
         uint64_t sum = fnv1a((unsigned char *)buf, len - 8);
         memcpy(buf + len - 8, &sum, sizeof sum);
         snprintf(bad, sizeof bad, "%s/bad.ck", d);
         cr_assert_eq(util_write_atomic(bad, buf, len, &e), 0, "%s", e.msg);
         free(buf);
         r = cli_run("exec " SMALL " --steps 2 --resume %s", bad);
-        cr_expect_eq(r.code, 2);
+        cr_expect_eq(r.code, 2, "field at byte %zu", at[k]);
         cr_expect(strstr(r.err, "corrupt checkpoint (invalid header "
                                 "values)"), "%s", r.err);
         cli_result_free(&r);
