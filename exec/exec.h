@@ -577,11 +577,12 @@ typedef struct exec_pipe_result {
     /* a plan of an offload schedule (its tiers ran the IR's tier tasks):
      * the schedule, where states and swapped activations lived
      * (sim_tier), bytes and seconds copied to and from the device, the
-     * host memory its tiers held at most; the fields above are its file's
-     * and its AdamW's */
+     * host memory its tiers held at most (every rank's), the bytes its
+     * ranks sent each other; the fields above are its file's and its
+     * AdamW's (all summed over the ranks) */
     int tiers, tier_sched, tier, act_tier;
     double tier_up_bytes, tier_up_s, tier_down_bytes, tier_down_s;
-    double tier_host_peak;
+    double tier_host_peak, tier_ring_bytes;
     sim_ir *ir;                 /* the IR that ran (owned) */
     sim_costs *costs;           /* its costs (owned) */
     prof_model *model;          /* owned */

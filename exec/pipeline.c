@@ -397,6 +397,7 @@ static int gather_offload(exec_runtime *rt, exec_pipe_result *r, int mpi,
     r->tier_down_bytes = v[8];
     r->tier_down_s = v[9];
     r->tier_host_peak = v[10];
+    r->tier_ring_bytes = v[11];
     r->ofl_read_bytes = v[0];
     r->ofl_read_s = v[1];
     r->ofl_write_bytes = v[2];
@@ -435,12 +436,6 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (finetune_check(o, p, where, e) || zero_check(o, p, where, e))
         return -1;
     if (stier_check(o, p, where, e)) return -1;
-    if (sim_sched_offload(p->sched) && p->dp > 1)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: schedule %s with dp %d: "
-                         "data-parallel offload is simulated and planned, "
-                         "not run yet; the executor runs offload schedules "
-                         "on one device (plan with --dp 1)", where,
-                         sim_sched_name(p->sched), p->dp);
     int T = spec.seq_len > 0 ? spec.seq_len : cfg.max_pos;
     if (T < 1)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: model %s has neither a "

@@ -304,12 +304,15 @@ static void tiers_compare(const exec_pipe_result *r, const meas *m,
     sim_offload_tier_use(r->ir, pr, r->costs, &tu);
     c->host_sim = tu.host_peak;
     sim_tier_use_free(&tu);
-    /* the engine's bytes are the IR's: what moved is the run's count */
+    /* the engine's bytes are the IR's: what moved is the run's count,
+     * per rank (the simulator's are the first rank's) */
     double n = r->steps_run > 0 ? r->steps_run : 1;
+    if (r->n_workers > 1) n *= r->n_workers;
     memset(c->bytes, 0, sizeof c->bytes);
     c->bytes[SIM_OFL_PCIE_IN] = r->tier_up_bytes / n;
     c->bytes[SIM_OFL_PCIE_OUT] = r->tier_down_bytes / n;
     c->bytes[SIM_OFL_NVME] = (r->ofl_read_bytes + r->ofl_write_bytes) / n;
+    c->bytes[SIM_OFL_RING] = r->tier_ring_bytes / n;
 }
 
 static json_t *tiers_json(const exec_pipe_result *r, const meas *m,
@@ -421,12 +424,15 @@ static void tiers_lines(const exec_pipe_result *r, const meas *m,
             util_fmt_bytes(r->tier_host_peak, a, sizeof a),
             util_fmt_bytes(c.host_sim, b, sizeof b));
     fprintf(f, "  drive read %s/s, write %s/s; CPU AdamW %.1f M params/s; "
-            "bytes are per iteration, busy its share of it\n",
+            "bytes are per iteration%s, busy its share of it%s\n",
             util_fmt_bytes(rate(r->ofl_read_bytes, r->ofl_read_s), x,
                            sizeof x),
             util_fmt_bytes(rate(r->ofl_write_bytes, r->ofl_write_s), y,
                            sizeof y),
-            rate(r->adam_params, r->adam_s) / 1e6);
+            rate(r->adam_params, r->adam_s) / 1e6,
+            r->n_workers > 1 ? " and rank" : "",
+            r->n_workers > 1 ? " (the first rank's); host memory: every "
+                               "rank's" : "");
 }
 
 int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,

@@ -101,12 +101,18 @@ static int wait_done(exec_worker *w, int id, int epoch)
     return ok ? 0 : -1;
 }
 
+/* A task's dependencies on its own device (worker_tasks lets an offload
+ * plan's step wait for other ranks' gradients: its agreement on the
+ * norm waits for them, exec/tiers.c). */
 static int deps_wait(exec_worker *w, int id, int epoch)
 {
     const sim_ir *ir = w->rt->ir;
     const sim_task *t = &ir->tasks[id];
-    for (int k = 0; k < t->n_dep; k++)
-        if (wait_done(w, ir->deps[t->dep_off + k], epoch)) return -1;
+    for (int k = 0; k < t->n_dep; k++) {
+        int d = ir->deps[t->dep_off + k];
+        if (ir->tasks[d].device == t->device && wait_done(w, d, epoch))
+            return -1;
+    }
     return 0;
 }
 
@@ -116,8 +122,10 @@ static int deps_ready(exec_worker *w, int id, int epoch)
     const sim_task *t = &ir->tasks[id];
     int ok = 1;
     pthread_mutex_lock(&w->mu);
-    for (int k = 0; k < t->n_dep && ok; k++)
-        ok = w->done[ir->deps[t->dep_off + k]] >= epoch;
+    for (int k = 0; k < t->n_dep && ok; k++) {
+        int d = ir->deps[t->dep_off + k];
+        ok = ir->tasks[d].device != t->device || w->done[d] >= epoch;
+    }
     pthread_mutex_unlock(&w->mu);
     return ok;
 }
@@ -899,6 +907,44 @@ static void dp_chunk(const exec_runtime *rt, const exec_stage *st, int task,
     chunk(st->n, H, c, lo, len);
 }
 
+/* An offload plan over several data-parallel ranks: its rings move the
+ * ranks' shares of a stage (exec_tiers_chunk), member p's being chunk
+ * p + 1, as under ZeRO. */
+static int ofl_ring(const exec_runtime *rt)
+{
+    return rt->tiers && rt->dp > 1;
+}
+
+/* Folds an offload ring's receive d (its buffer b) into the weights or
+ * gradient it fills: all-gathers copy, reduce-scatters add. */
+static int ofl_fold(exec_worker *w, int d, exec_buf *b, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const sim_task *u = &rt->ir->tasks[d];
+    size_t lo[4], n[4], tot = 0, at = 0;
+    int fz[4];
+    int np = exec_tiers_ring_chunk(w, d, geo(rt, u->stage)->replica, lo, n,
+                                   fz);
+    for (int k = 0; k < np; k++) tot += n[k];
+    int rc = 0;
+    if (b->n != tot)
+        rc = util_errf(e, UTIL_EXIT_FAIL, "ring step of %zu floats, the "
+                       "chunk has %zu", b->n, tot);
+    for (int k = 0; !rc && k < np; at += n[k], k++) {
+        float *base = exec_tiers_ring_base(w, d, fz[k]);
+        if (!base)
+            rc = util_errf(e, UTIL_EXIT_FAIL, "ring step for weights or a "
+                           "gradient that is not on the device");
+        else if (u->coll == SIM_COLL_REDUCE_SCATTER)
+            EXEC_KERN(w, rt->be->acc(base + lo[k], b->p + at, n[k]));
+        else
+            EXEC_KERN(w, rt->be->copy(base + lo[k], b->p + at,
+                                      n[k] * sizeof *base));
+    }
+    exec_buf_unref(b);
+    return rc;
+}
+
 /* ZeRO-3: the arena of the stage's k-th gather of the step, NULL while
  * none is open. */
 static exec_buf *ag_buf(const exec_stage *st, int k)
@@ -943,6 +989,7 @@ static int ag_open(exec_worker *w, exec_stage *st, int id, util_err *e)
 static int fold_dp(exec_worker *w, int d, exec_buf *b, util_err *e)
 {
     exec_runtime *rt = w->rt;
+    if (ofl_ring(rt)) return ofl_fold(w, d, b, e);
     const sim_task *u = &rt->ir->tasks[d];
     exec_stage *st = &w->st[w->lidx[u->stage2]];
     size_t lo, len;
@@ -1053,6 +1100,11 @@ static int integrate(exec_worker *w, int task, util_err *e)
     return rc;
 }
 
+int exec_rt_fold(exec_worker *w, int id, util_err *e)
+{
+    return integrate(w, id, e);
+}
+
 size_t exec_recv_floats(exec_runtime *rt, exec_worker *w, int rid)
 {
     const sim_task *u = &rt->ir->tasks[rid];
@@ -1065,6 +1117,14 @@ size_t exec_recv_floats(exec_runtime *rt, exec_worker *w, int rid)
         return total;
     }
     const exec_stage *st = &w->st[w->lidx[u->stage2]];
+    if (u->comm == SIM_COMM_DP && ofl_ring(rt)) {
+        size_t lo[4], n[4];
+        int fz[4];
+        int np = exec_tiers_ring_chunk(w, rid, geo(rt, u->stage)->replica,
+                                       lo, n, fz);
+        for (int k = 0; k < np; k++) total += n[k];
+        return total;
+    }
     if (u->comm == SIM_COMM_DP) {
         size_t lo;
         dp_chunk(rt, st, rid, geo(rt, u->stage)->replica, &lo, &total);
@@ -1435,6 +1495,8 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
         exec_rec *r = t->kind == SIM_F ? NULL
                     : w->rec[w->lidx[t->stage]][SLOT(rt, t->minibatch, t->mb)];
         int v = r ? r->version : (rt->async ? t->version : 0);
+        /* the ranks' shares of the weights its fetch gathered */
+        if (ofl_ring(rt) && integrate(w, id, e)) return -1;
         if (rt->tiers && exec_tiers_bind(w, id, st, e)) return -1;
         /* ZeRO-3's W reads no weights: none are gathered for it */
         int bare = rt->zero >= 3 && t->kind == SIM_W && w->ag_use[id] < 0;
@@ -1535,19 +1597,48 @@ static void tiers_open(exec_worker *w, int epoch)
 
 /* The iteration's end: every tier task of it done (the last of each
  * stream), its gradient norm, and a stop asked for ends the run after
- * it (one worker: nothing to agree). */
-static int tiers_end(exec_worker *w, int epoch)
+ * it (one worker: nothing to agree). An offload plan's ranks: every ring
+ * done (zero-offload's last gathers of the new weights folded in), then
+ * one sum agrees the loss, Fuyou's norm (each rank's shares') and the
+ * stop. */
+static int tiers_end(exec_worker *w, int epoch, util_err *e)
 {
     exec_runtime *rt = w->rt;
+    const sim_ir *ir = rt->ir;
     int64_t t0 = (int64_t)exec_now_ns();
     for (int q = 0; q < SIM_STREAM_COUNT; q++)
         if (w->n_tq[q] && wait_done(w, w->tq[q][w->n_tq[q] - 1], epoch))
-            return -1;
+            return util_errf(e, UTIL_EXIT_FAIL, "stopped");
+    for (int id = 0; ofl_ring(rt) && id < ir->n_tasks; id++) {
+        const sim_task *t = &ir->tasks[id];
+        if (t->comm != SIM_COMM_DP || t->device != w->device) continue;
+        if (wait_done(w, id, epoch))
+            return util_errf(e, UTIL_EXIT_FAIL, "stopped");
+        exec_buf *b = t->kind == SIM_RECV ? take_recv(w, id) : NULL;
+        if (b && fold_dp(w, id, b, e)) return -1;
+    }
+    if (ofl_ring(rt)) exec_tiers_settle(w);
     w->wait_ns += (int64_t)exec_now_ns() - t0;
     /* a stage tier's last chunks written back: the norm is the step's */
     if (!rt->tiers) return 0;
-    w->ep_norm[epoch - 1] = sqrt(exec_tiers_norm_sq(w, epoch));
-    if (rt->stop_flag && *rt->stop_flag) {
+    double ns = exec_tiers_norm_sq(w, epoch);
+    if (ofl_ring(rt)) {
+        int fuyou = rt->tier_sched == SIM_SCHED_FUYOU;
+        double v[3] = {w->ep_loss[epoch - 1], fuyou ? ns : 0,
+                       rt->stop_flag && *rt->stop_flag ? 1 : 0};
+        if (sum_world(w, v, 3, e)) return -1;
+        w->ep_loss[epoch - 1] = v[0];
+        if (fuyou) ns = v[1];
+        if (v[2] > 0) {
+            int cur = atomic_load(&rt->stop_epoch);
+            while (epoch < cur &&
+                   !atomic_compare_exchange_weak(&rt->stop_epoch, &cur,
+                                                 epoch))
+                ;
+        }
+    }
+    w->ep_norm[epoch - 1] = sqrt(ns);
+    if (!ofl_ring(rt) && rt->stop_flag && *rt->stop_flag) {
         int cur = atomic_load(&rt->stop_epoch);
         while (epoch < cur &&
                !atomic_compare_exchange_weak(&rt->stop_epoch, &cur, epoch))
@@ -1607,7 +1698,10 @@ static void *compute_main(void *arg)
                     ;
             }
         }
-        if (tq && tiers_end(w, epoch)) goto out;
+        if (tq && tiers_end(w, epoch, &e)) {
+            fail(w, -1, &e);
+            goto out;
+        }
         int64_t t1 = (int64_t)exec_now_ns();
         if (w->id == 0 && rt->on_step && !rt->async)
             rt->on_step(rt->on_step_ctx, rt->step0 + epoch,
@@ -1717,6 +1811,22 @@ static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
     if (t->comm == SIM_COMM_DP && w->ag_after[id] >= 0 &&
         ag_open(w, st, id, e))
         return -1;
+    if (t->comm == SIM_COMM_DP && ofl_ring(rt)) {
+        if (integrate(w, id, e)) return -1;
+        size_t lo[4], n[4];
+        int fz[4];
+        int k = exec_tiers_ring_chunk(w, id, st->replica, lo, n, fz);
+        for (int i = 0; i < k; i++) {
+            float *base = exec_tiers_ring_base(w, id, fz[i]);
+            if (!base)
+                return util_errf(e, UTIL_EXIT_FAIL, "a ring step of "
+                                 "weights or a gradient that is not on the "
+                                 "device");
+            pc[(*np)++] = (exec_piece){base + lo[i], n[i]};
+            exec_tiers_sent(w, (double)(n[i] * sizeof *base));
+        }
+        return 0;
+    }
     if (t->comm == SIM_COMM_DP) {
         if (integrate(w, id, e)) return -1;
         size_t lo, len;
@@ -2047,7 +2157,7 @@ static void geo_build(exec_runtime *rt)
 
 /* Copies slice s between a stage's host arenas (h: trained, hf: frozen)
  * and the run's whole arrays a (the model's or the adapters'); nothing
- * when that array is NULL (gathering: zeros stay). Of the trained arena
+ * when that array is NULL (gathering: zeros stay). Of the slice's arena
  * only floats [lo, hi) (a ZeRO shard; everything: 0, SIZE_MAX). */
 static void slice_copy(const exec_slice *s, const exec_parr *a, float *h,
                        float *hf, int to_full, size_t lo, size_t hi)
@@ -2079,7 +2189,6 @@ static void slice_copy(const exec_slice *s, const exec_parr *a, float *h,
         free(tmp);
         return;
     }
-    if (s->frozen) lo = 0, hi = SIZE_MAX;
     for (size_t i = 0; i < s->rows; i++) {
         size_t l0 = s->off + i * s->ncols, x = l0 > lo ? l0 : lo;
         size_t y = l0 + s->ncols < hi ? l0 + s->ncols : hi;
@@ -2156,7 +2265,9 @@ static void arena_collect(const exec_runtime *rt, const exec_stage *st,
     size_t b = rt->zero ? st->sh_lo + st->sh_n : SIZE_MAX;
     for (int k = 0; k < st->n_sl; k++)
         if (st->sl[k].save_owner)
-            slice_copy(&st->sl[k], dst, h, hf, 1, a, b);
+            slice_copy(&st->sl[k], dst, h, hf, 1,
+                       st->sl[k].frozen ? 0 : a,
+                       st->sl[k].frozen ? SIZE_MAX : b);
     free(h);
     free(hf);
 }
@@ -2176,9 +2287,36 @@ static int ofl_collect(exec_worker *w, exec_stage *st, const exec_tensor *tt,
     int rc = w->tiers ? exec_tiers_read_state(w, st, h[0], m, v, hf, e)
                       : exec_ofl_read_state(w, st, h[0], m, v, e);
     float *dst[3] = {full, adam_m, adam_v};
-    for (int k = 0; k < 3 && !rc; k++) {
+    for (int k = 0; k < 3 && !rc && !ofl_ring(w->rt); k++) {
         exec_parr a = {tt, lt, dst[k], k ? NULL : lora};
         exec_stage_scatter(st, h[k], k || !w->tiers ? NULL : hf, &a);
+    }
+    /* an offload plan's ranks: each its share of what trains, and of the
+     * frozen weights where fetches share them out (zero-offload's are
+     * every rank's: the first saves them) */
+    size_t lo[3], n[3], nf = st->n_frozen, D = (size_t)w->rt->dp;
+    size_t c = (size_t)(st->replica + 1) % D, flo = 0, fhi = nf;
+    int np = ofl_ring(w->rt) ? exec_tiers_chunk(st, (int)D, (int)c, lo, n)
+                             : 0;
+    if (w->rt->tier_sched != SIM_SCHED_ZERO_OFFLOAD) {
+        flo = nf * c / D;
+        fhi = nf * (c + 1) / D;
+    } else if (st->replica) {
+        fhi = 0;
+    }
+    for (int k = 0; k < 3 && !rc && ofl_ring(w->rt); k++) {
+        exec_parr a = {tt, lt, dst[k], k ? NULL : lora};
+        for (int i = 0; i < st->n_sl; i++) {
+            const exec_slice *sl = &st->sl[i];
+            if (!sl->save_owner) continue;
+            if (sl->frozen) {
+                if (!k && fhi > flo)
+                    slice_copy(sl, &a, h[k], hf, 1, flo, fhi);
+                continue;
+            }
+            for (int q = 0; q < np; q++)
+                slice_copy(sl, &a, h[k], hf, 1, lo[q], lo[q] + n[q]);
+        }
     }
     for (int k = 0; k < 3; k++) free(h[k]);
     free(hf);
@@ -2208,8 +2346,11 @@ static int worker_tasks(exec_worker *w, util_err *e)
         const sim_task *t = &ir->tasks[id];
         for (int k = 0; k < t->n_dep; k++) {
             const sim_task *u = &ir->tasks[ir->deps[t->dep_off + k]];
+            /* an offload plan's step waits for every rank's gradients
+             * (its norm's agreement does, exec/tiers.c) */
             if (u->device != d &&
-                !(t->kind == SIM_RECV && u->kind == SIM_SEND))
+                !(t->kind == SIM_RECV && u->kind == SIM_SEND) &&
+                !(t->kind == SIM_CPU_OPT && rt->tiers))
                 return util_errf(e, UTIL_EXIT_USAGE, "%s waits for a task of "
                                  "device %d other than its send: the executor "
                                  "runs only receives across devices",
@@ -2352,6 +2493,23 @@ static void worker_rings(exec_worker *w)
     for (int i = 0; i < n; i++)
         w->inst[i] = w->bw_rs[i] = w->ag_use[i] = w->ag_rel[i] =
             w->ag_after[i] = -1;
+    if (ofl_ring(rt)) {
+        /* an offload plan's: rings of dp - 1 steps */
+        size_t nk = (size_t)w->n_st * SIM_COLL_COUNT * 2 * (size_t)rt->dp;
+        int *cnt = util_calloc(nk + 1, sizeof *cnt);
+        for (int id = 0; id < n; id++) {
+            const sim_task *t = &ir->tasks[id];
+            if (t->comm != SIM_COMM_DP || t->device != w->device) continue;
+            int recv = t->kind == SIM_RECV;
+            int li = w->lidx[recv ? t->stage2 : t->stage];
+            UTIL_NEVER(li < 0 || t->mb < 0 || t->mb >= rt->dp);
+            size_t key = (((size_t)li * SIM_COLL_COUNT + t->coll) * 2 +
+                          (size_t)recv) * (size_t)rt->dp + (size_t)t->mb;
+            w->inst[id] = cnt[key]++;
+        }
+        free(cnt);
+        return;
+    }
     if (!rt->zero) return;
     /* the stages whose tied table's copy the IR exchanges */
     for (int id = 0; id < n; id++) {
@@ -2441,12 +2599,14 @@ static int worker_stages(exec_worker *w, const float *full,
         w->lidx[v] = w->n_st;
         exec_stage *st = &w->st[w->n_st++];
         *st = rt->geo[v];
-        /* sharded, every replica counts and saves its shard: replica 0's
-         * ownership, cut to the shard where it is used */
+        /* sharded (an offload plan's ranks too), every replica counts
+         * and saves its shard: replica 0's ownership, cut to the shard
+         * where it is used */
         st->n = exec_slices_build(rt->model, &rt->cfg, st->first, st->last,
                                   rt->tp, w->rank,
                                   rt->zero ? st->replica / rt->shard
-                                           : st->replica, 0, &st->sl,
+                                  : ofl_ring(rt) ? 0 : st->replica, 0,
+                                  &st->sl,
                                   &st->n_sl, &st->n_frozen);
         st->sh_n = st->n;
         if (rt->zero) {

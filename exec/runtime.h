@@ -708,9 +708,37 @@ void exec_stier_free(exec_worker *w, exec_stage *st);
 /* Plans of the offload schedules (tiers.c): the IR's tier tasks run on a
  * thread per stream; the states of a stage live in host memory or a file
  * (rt->offload.path), its weights come to the device with the fetch of
- * each group of its compute tasks and its gradients go to the host. The
- * CPU backend, one worker. */
+ * each group of its compute tasks and its gradients go to the host. One
+ * worker per data-parallel rank (tensor parallelism 1): with several,
+ * each holds its share of every stage's states (exec_tiers_chunk), the
+ * IR's rings gather the weights and reduce-scatter the gradients between
+ * the devices, and the first step agrees the gradient norm. */
 typedef struct exec_tiers exec_tiers;
+/* Chunk c of D of stage st's trained arena: the tied table's slice cut
+ * apart from the rest (its holders cut it alike), each segment in D;
+ * the pieces [lo[k], lo[k] + n[k]), their count returned. Rank p's
+ * share is chunk (p + 1) mod D, where a ring's reduce-scatter leaves
+ * it; D 1: the whole arena. */
+int exec_tiers_chunk(const exec_stage *st, int D, int c, size_t lo[3],
+                     size_t n[3]);
+/* The pieces a data-parallel ring task of an offload plan moves (sent
+ * by rank `sender`): lo[k], n[k] in the trained arena, or in the frozen
+ * one where frozen[k] (a fetch's gather carries them too); their count. */
+int exec_tiers_ring_chunk(const exec_worker *w, int id, int sender,
+                          size_t lo[4], size_t n[4], int frozen[4]);
+/* The device buffer such a task reads or writes (of the frozen arena
+ * where frozen): the weights its fetch brought (zero-offload: the
+ * resident ones), or the gradient its reduce-scatter reduces; NULL when
+ * none. */
+float *exec_tiers_ring_base(exec_worker *w, int id, int frozen);
+/* Counts bytes a ring step sent. */
+void exec_tiers_sent(exec_worker *w, double bytes);
+/* At an iteration's end, its rings done: zero-offload's ranks copy the
+ * stepped tied table to its other holders on the device. */
+void exec_tiers_settle(exec_worker *w);
+/* The runtime's: folds the data-parallel receives task id waits for
+ * into their buffers (a gradient copy's last reduce-scatter step). */
+int exec_rt_fold(exec_worker *w, int id, util_err *e);
 /* Worker w's tiers (its file where a tier is NVMe), before its stages;
  * code 2 for a run the executor cannot make, 1 for a path that cannot
  * take the file. */
@@ -732,16 +760,19 @@ int exec_tiers_bind(exec_worker *w, int id, exec_stage *st, util_err *e);
 void exec_tiers_after(exec_worker *w, int id, exec_stage *st);
 /* Runs tier task id of iteration epoch. */
 int exec_tiers_task(exec_worker *w, int id, int epoch, util_err *e);
-/* The iteration's gradient norm's square, once its steps are done. */
+/* The iteration's gradient norm's square, once its steps are done:
+ * every rank's under ZeRO (its first step agrees it), this rank's shares'
+ * under Fuyou (the iteration's end sums them). */
 double exec_tiers_norm_sq(const exec_worker *w, int epoch);
-/* The stage's weights and moments into host arrays, its frozen weights
- * into wf (NULL skips one). */
+/* The stage's weights and moments into host arrays of st->n floats (with
+ * several ranks, only the rank's share: exec_tiers_chunk), its frozen
+ * weights into wf (NULL skips one). */
 int exec_tiers_read_state(exec_worker *w, exec_stage *st, float *wt,
                           float *m, float *v, float *wf, util_err *e);
 /* Measured: the file's bytes and seconds read and written, parameters
  * and seconds of AdamW, bytes and seconds copied to and from the device,
- * host memory's peak (bytes). */
-enum { EXEC_TIER_STATS = 11 };
+ * host memory's peak (bytes), bytes the device sent the other ranks. */
+enum { EXEC_TIER_STATS = 12 };
 void exec_tiers_stats(const exec_worker *w, double out[EXEC_TIER_STATS]);
 const char *exec_tiers_note(const exec_worker *w);
 void exec_tiers_free(exec_worker *w);

@@ -1,5 +1,6 @@
 /* Plans of the offload schedules (sim/sched_offload.c: zero-offload,
- * zero-infinity, fuyou) run as the simulator simulates them: every tier
+ * zero-infinity, fuyou) run as the simulator simulates them, on one device
+ * or a device per data-parallel rank (below): every tier
  * task of the IR is real work, on a thread of the worker per stream (copies
  * to and from the device, the drive's reads and writes, the CPU's AdamW),
  * in the IR's order and after the IR's dependencies, so what overlaps in
@@ -34,6 +35,15 @@
  * Steps do not overlap across iterations (the compute thread opens an
  * iteration's tier tasks when it starts it and waits for all of them at
  * its end), as the simulator simulates one iteration.
+ *
+ * Data-parallel ranks: each rank's host holds its share of every stage's
+ * states (exec_tiers_chunk: rank p's is chunk p + 1 of D, where a ring's
+ * reduce-scatter leaves it; the frozen weights cut alike); a fetch copies
+ * the share onto the device and the IR's ring gathers the others'; a
+ * gradient buffer is reduce-scattered by the ring before its copy out
+ * takes the share; ZeRO's first step sums the ranks' norms (the runtime
+ * sums Fuyou's and the loss at the iteration's end); zero-offload pushes
+ * the share of its new weights and a ring gathers the rest.
  *
  * The tied token table (embedding and LM head): each holder's copy of its
  * gradient comes to the host with its stage; the table is stepped once, at
@@ -80,6 +90,19 @@ typedef struct tier_act {
 
 typedef struct tier_stage {
     exec_stage *st;
+    /* the rank's share of the trained arena (exec_tiers_chunk): pieces
+     * [plo[k], plo[k] + pn[k]), at ph[k] in the host arrays, hn floats
+     * in all (one rank: the whole arena, where it lies) */
+    int np;
+    size_t plo[3], pn[3], ph[3], hn;
+    size_t tlo, th;             /* the tied table's share: arena and host
+                                 * offsets (t->tied_n floats) */
+    size_t flo, fn;             /* the share of the frozen arena (all of
+                                 * it but where fetches bring them with
+                                 * several ranks) */
+    int *fk, n_fk;              /* its fetches, in order: the weights each
+                                 * gather of its ring fills */
+    int g_out;                  /* gradient buffers copied out this step */
     float *hw, *hm, *hv;        /* DRAM tier: the states */
     float *hwf;                 /* DRAM tier: the frozen weights (a
                                  * fine-tuning mode's: fetched, never
@@ -93,7 +116,8 @@ typedef struct tier_stage {
     int64_t foff_f;             /* NVMe tier: the frozen weights' region
                                  * of rbf bytes */
     size_t rbf;
-    float *so[3];               /* NVMe: weights and moments for the step */
+    float *so[3];               /* NVMe: weights and moments for the step
+                                 * (hn floats, as hw, hm, hv, hg) */
     exec_buf *res, *resf;       /* zero-offload: the resident weights,
                                  * trained and frozen */
     exec_buf **gq;              /* gradient buffers waiting for their copy
@@ -132,6 +156,7 @@ struct exec_tiers {
     float scale;
     /* measured: copies to and from the device, AdamW; host memory */
     double up_bytes, up_ns, down_bytes, down_ns, adam_params, adam_ns;
+    double ring_bytes;          /* sent to the other ranks */
     double host_cur, host_peak;
 };
 
@@ -186,6 +211,88 @@ static void copy_timed(exec_tiers *t, int up, float *dst, const float *src,
     if (up) { t->up_bytes += (double)(n * sizeof *dst); t->up_ns += dt; }
     else { t->down_bytes += (double)(n * sizeof *dst); t->down_ns += dt; }
     pthread_mutex_unlock(&t->mu);
+}
+
+int exec_tiers_chunk(const exec_stage *st, int D, int c, size_t lo[3],
+                     size_t n[3])
+{
+    size_t seg[4] = {0, st->n, st->n, st->n};
+    if (D > 1 && st->tied_sl >= 0) {
+        seg[1] = st->sl[st->tied_sl].off;
+        seg[2] = seg[1] + st->sl[st->tied_sl].n;
+    }
+    int np = 0;
+    for (int k = 0; k < 3; k++) {
+        size_t len = seg[k + 1] - seg[k];
+        size_t a = len * (size_t)c / (size_t)D;
+        size_t b = len * (size_t)(c + 1) / (size_t)D;
+        if (b > a) {
+            lo[np] = seg[k] + a;
+            n[np++] = b - a;
+        }
+    }
+    return np;
+}
+
+/* The data-parallel ranks of the run (1: one device). */
+static int ranks(const exec_tiers *t)
+{
+    return t->w->rt->dp > 1 ? t->w->rt->dp : 1;
+}
+
+/* The host offset of arena offset a, which lies in the share. */
+static size_t host_at(const tier_stage *s, size_t a)
+{
+    for (int k = 0; k < s->np; k++)
+        if (a >= s->plo[k] && a < s->plo[k] + s->pn[k])
+            return s->ph[k] + (a - s->plo[k]);
+    return 0;
+}
+
+/* The rank's share of stage st (its replica's chunk). */
+static void share_set(exec_tiers *t, tier_stage *s, const exec_stage *st)
+{
+    int D = ranks(t);
+    s->np = D > 1 ? exec_tiers_chunk(st, D, (st->replica + 1) % D, s->plo,
+                                     s->pn)
+                  : exec_tiers_chunk(st, 1, 0, s->plo, s->pn);
+    s->hn = 0;
+    for (int k = 0; k < s->np; k++) {
+        s->ph[k] = s->hn;
+        s->hn += s->pn[k];
+    }
+    if (st->tied_sl >= 0) {
+        const exec_slice *sl = &st->sl[st->tied_sl];
+        size_t c = D > 1 ? (size_t)((st->replica + 1) % D) : 0;
+        size_t a = sl->n * c / (size_t)D, b = sl->n * (c + 1) / (size_t)D;
+        s->tlo = sl->off + a;
+        s->th = b > a ? host_at(s, s->tlo) : 0;
+    }
+}
+
+/* The share of a whole arena (h, st->n floats) into dst (s->hn), or
+ * back (dst's pieces into the arena h). */
+static void share_take(const tier_stage *s, const float *h, float *dst)
+{
+    for (int k = 0; k < s->np; k++)
+        memcpy(dst + s->ph[k], h + s->plo[k], s->pn[k] * sizeof *dst);
+}
+
+static void share_put(const tier_stage *s, const float *src, float *h)
+{
+    for (int k = 0; k < s->np; k++)
+        memcpy(h + s->plo[k], src + s->ph[k], s->pn[k] * sizeof *h);
+}
+
+/* The share between the host (h, its hn floats) and a device arena d of
+ * the whole stage (up: to the device). */
+static void share_copy(exec_tiers *t, const tier_stage *s, int up, float *d,
+                       float *h)
+{
+    for (int k = 0; k < s->np; k++) {
+        if (up) copy_timed(t, 1, d + s->plo[k], h + s->ph[k], s->pn[k]);
+        else copy_timed(t, 0, h + s->ph[k], d + s->plo[k], s->pn[k]);
+    }
 }
 
 static int has_dep_kind(const sim_ir *ir, int id, int kind)
@@ -252,7 +359,13 @@ static void roles_build(exec_tiers *t)
             for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++)
                 if (t->role[ir->succ[k]] == R_W_IN) t->rd_for[i] = ir->succ[k];
     for (int i = 0; i < n; i++)
-        if (t->role[i] == R_G_OUT) {
+        if (t->role[i] == R_G_OUT ||
+            (ir->tasks[i].device == w->device &&
+             ir->tasks[i].kind == SIM_SEND &&
+             ir->tasks[i].comm == SIM_COMM_DP &&
+             ir->tasks[i].coll == SIM_COLL_REDUCE_SCATTER)) {
+            /* the backward whose gradient goes: to the host, or first to
+             * the ranks' reduce-scatter */
             const sim_task *k = &ir->tasks[i];
             for (int d = 0; d < k->n_dep; d++) {
                 int j = ir->deps[k->dep_off + d];
@@ -268,8 +381,19 @@ static void roles_build(exec_tiers *t)
         const sim_task *k = &ir->tasks[id];
         for (int d = 0; d < k->n_dep; d++) {
             int j = ir->deps[k->dep_off + d];
-            if (t->role[j] == R_W_IN && ir->tasks[j].stage == k->stage)
+            const sim_task *u = &ir->tasks[j];
+            if (t->role[j] == R_W_IN && u->stage == k->stage)
                 cur[k->stage] = j;
+            /* with several ranks it waits for the gather of the ranks'
+             * shares, after its fetch (the stage's last before it) */
+            if (u->comm == SIM_COMM_DP && u->coll == SIM_COLL_ALLGATHER &&
+                (u->kind == SIM_RECV ? u->stage2 : u->stage) == k->stage)
+                for (int f = j; f >= 0; f--)
+                    if (t->role[f] == R_W_IN &&
+                        ir->tasks[f].stage == k->stage) {
+                        cur[k->stage] = f;
+                        break;
+                    }
         }
         t->win[id] = cur[k->stage];
     }
@@ -279,10 +403,10 @@ static void roles_build(exec_tiers *t)
 int exec_tiers_open(exec_worker *w, util_err *e)
 {
     exec_runtime *rt = w->rt;
-    if (rt->n_workers != 1)
-        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s runs one device "
-                         "and one tensor-parallel rank", sim_sched_name(
-                             rt->plan->sched));
+    if (rt->tp > 1 || rt->n_workers != (rt->dp > 1 ? rt->dp : 1))
+        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s runs a device per "
+                         "data-parallel rank and one tensor-parallel rank",
+                         sim_sched_name(rt->plan->sched));
     if (rt->tier_sched == SIM_SCHED_FUYOU && rt->adamw.clip > 0)
         return util_errf(e, UTIL_EXIT_USAGE, "schedule fuyou updates each "
                          "layer during the backward pass, before the global "
@@ -325,45 +449,54 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
     int li = w->lidx[st->id];
     tier_stage *s = &t->ts[li];
     s->st = st;
-    s->rb = exec_tfile_up(st->n * sizeof(float));
     size_t nf = st->n_frozen;
-    s->rbf = nf ? exec_tfile_up(nf * sizeof(float)) : 0;
+    share_set(t, s, st);
+    s->rb = exec_tfile_up(s->hn * sizeof(float));
     float *hf = nf ? host_new(t, nf) : NULL;
-    if (hf) memset(hf, 0, s->rbf);
+    if (hf) memset(hf, 0, exec_tfile_up(nf * sizeof(float)));
     const float *src[3] = {wsrc->p, adam_m, adam_v};
-    float *h[3];
+    float *h[3], *whole = host_new(t, st->n);
     for (int k = 0; k < 3; k++) {
-        h[k] = host_new(t, st->n);
-        memset(h[k], 0, s->rb);
+        memset(whole, 0, exec_tfile_up(st->n * sizeof(float)));
         /* the adapters start from theirs, their moments from zero */
         exec_parr a = {wsrc->tt, wsrc->lt, (float *)src[k],
                        k ? NULL : wsrc->lora};
-        exec_stage_gather(st, &a, h[k], k ? NULL : hf);
+        exec_stage_gather(st, &a, whole, k ? NULL : hf);
+        h[k] = host_new(t, s->hn);
+        memset(h[k], 0, s->rb);
+        share_take(s, whole, h[k]);
+        /* zero-offload's weights on the device: all of them */
+        if (!k && t->sched == SIM_SCHED_ZERO_OFFLOAD) {
+            EXEC_KERN(w, s->res = exec_buf_new(&w->mem, st->n, 0));
+            if (s->res)
+                w->rt->be->from_host(s->res->p, whole,
+                                     st->n * sizeof(float));
+        }
     }
-    s->hg = host_new(t, st->n);
-    host_pin(t, s->hg, st->n);
+    host_free(t, &whole, st->n);
+    s->hg = host_new(t, s->hn);
+    host_pin(t, s->hg, s->hn);
     if (st->tied_sl >= 0 && t->n_tied < 4) {
+        const exec_slice *sl = &st->sl[st->tied_sl];
+        size_t D = (size_t)ranks(t), c = D > 1 ? (size_t)(st->replica + 1) %
+                                                      D : 0;
         t->tied[t->n_tied++] = li;
-        t->tied_n = st->sl[st->tied_sl].n;
+        t->tied_n = sl->n * (c + 1) / D - sl->n * c / D;
         if (!t->tied_w) {
             t->tied_w = host_new(t, t->tied_n);
-            memcpy(t->tied_w, h[0] + st->sl[st->tied_sl].off,
-                   t->tied_n * sizeof(float));
+            memcpy(t->tied_w, h[0] + s->th, t->tied_n * sizeof(float));
             host_pin(t, t->tied_w, t->tied_n);
         }
     }
     if (t->sched == SIM_SCHED_ZERO_OFFLOAD) {
         /* its weights stay on the device, the frozen ones too */
-        EXEC_KERN(w, s->res = exec_buf_new(&w->mem, st->n, 0));
-        if (s->res)
-            w->rt->be->from_host(s->res->p, h[0], st->n * sizeof(float));
         if (s->res && nf) {
             EXEC_KERN(w, s->resf = exec_buf_new(&w->mem, nf, 0));
             if (s->resf)
                 w->rt->be->from_host(s->resf->p, hf, nf * sizeof(float));
         }
         if (!s->res || (nf && !s->resf)) {
-            for (int k = 0; k < 3; k++) host_free(t, &h[k], st->n);
+            for (int k = 0; k < 3; k++) host_free(t, &h[k], s->hn);
             host_free(t, &hf, nf);
             return exec_oom(w, s->res ? "a stage's resident frozen weights "
                             "(zero-offload)" : "a stage's resident weights "
@@ -371,13 +504,26 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
         }
         host_free(t, &hf, nf);
     }
+    /* fetched, the frozen weights are shared out like the rest (the
+     * ranks' ring gathers them with the others) */
+    s->fn = nf;
+    if (hf && ranks(t) > 1) {
+        size_t D = (size_t)ranks(t), c = (size_t)(st->replica + 1) % D;
+        s->flo = nf * c / D;
+        s->fn = nf * (c + 1) / D - s->flo;
+        float *part = host_new(t, s->fn);
+        memcpy(part, hf + s->flo, s->fn * sizeof *part);
+        host_free(t, &hf, nf);
+        hf = part;
+    }
+    s->rbf = hf ? exec_tfile_up(s->fn * sizeof(float)) : 0;
     if (t->tier != SIM_TIER_NVME) {
         s->hw = h[0];
         s->hm = h[1];
         s->hv = h[2];
         s->hwf = hf;
-        host_pin(t, s->hw, st->n);
-        host_pin(t, s->hwf, nf);
+        host_pin(t, s->hw, s->hn);
+        host_pin(t, s->hwf, s->fn);
         return 0;
     }
     s->foff = exec_tfile_grow(&t->f, 3 * s->rb);
@@ -386,9 +532,9 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
     if (hf) {
         s->foff_f = exec_tfile_grow(&t->f, s->rbf);
         if (!rc) rc = exec_tfile_io(&t->f, 1, hf, s->rbf, s->foff_f, e);
-        host_free(t, &hf, nf);
+        host_free(t, &hf, s->fn);
     }
-    for (int k = 0; k < 3; k++) host_free(t, &h[k], st->n);
+    for (int k = 0; k < 3; k++) host_free(t, &h[k], s->hn);
     /* setting up is not the run's traffic */
     pthread_mutex_lock(&t->f.mu);
     t->f.wr_bytes = t->f.wr_ns = 0;
@@ -410,6 +556,14 @@ int exec_tiers_ready(exec_worker *w, util_err *e)
                     t->tied_step = t->tied[k];
     /* one holder steps and fetches its own copy */
     if (t->tied_step < 0) host_free_pinned(t, &t->tied_w, t->tied_n);
+    /* each stage's fetches in order: the k-th gather of its weights
+     * between the ranks fills the k-th fetch's */
+    for (int i = 0; i < ir->n_tasks; i++) {
+        if (t->role[i] != R_W_IN) continue;
+        tier_stage *s = &t->ts[w->lidx[ir->tasks[i].stage]];
+        s->fk = util_realloc(s->fk, sizeof(int) * (size_t)(s->n_fk + 1));
+        s->fk[s->n_fk++] = i;
+    }
     /* the run's peak: not the copies that put the states in place (a
      * frozen stage's weights on their way to zero-offload's device) */
     pthread_mutex_lock(&t->mu);
@@ -539,11 +693,11 @@ static int task_w_in(exec_tiers *t, int id, tier_stage *s, util_err *e)
         }
         src = t->stg[id];
     }
-    copy_timed(t, 1, b->p, src, st->n);
+    /* the rank's share (the ring between the ranks brings the rest) */
+    share_copy(t, s, 1, b->p, (float *)src);
     if (st->tied_sl >= 0 && t->tied_w)
-        copy_timed(t, 1, b->p + st->sl[st->tied_sl].off, t->tied_w,
-                   t->tied_n);
-    if (t->tier == SIM_TIER_NVME) host_free(t, &t->stg[id], st->n);
+        copy_timed(t, 1, b->p + s->tlo, t->tied_w, t->tied_n);
+    if (t->tier == SIM_TIER_NVME) host_free(t, &t->stg[id], s->hn);
     UTIL_NEVER(t->wbuf[id] != NULL || t->wbuff[id] != NULL);
     t->wbuf[id] = b;
     size_t nf = st->n_frozen;
@@ -556,8 +710,8 @@ static int task_w_in(exec_tiers *t, int id, tier_stage *s, util_err *e)
                          "weights' read");
     exec_buf *bf = exec_buf_new(&w->mem, nf, 0);
     if (!bf) return exec_oom(w, "a stage's fetched frozen weights", e);
-    copy_timed(t, 1, bf->p, srcf, nf);
-    if (t->tier == SIM_TIER_NVME) host_free(t, &t->stgf[id], nf);
+    copy_timed(t, 1, bf->p + s->flo, srcf, s->fn);
+    if (t->tier == SIM_TIER_NVME) host_free(t, &t->stgf[id], s->fn);
     t->wbuff[id] = bf;
     return 0;
 }
@@ -568,14 +722,12 @@ static int task_w_in(exec_tiers *t, int id, tier_stage *s, util_err *e)
 static int task_w_push(exec_tiers *t, tier_stage *s)
 {
     exec_stage *st = s->st;
-    copy_timed(t, 1, s->res->p, t->tier == SIM_TIER_NVME ? s->so[0] : s->hw,
-               st->n);
+    share_copy(t, s, 1, s->res->p,
+               t->tier == SIM_TIER_NVME ? s->so[0] : s->hw);
     if (t->w->lidx[st->id] != t->tied_step) return 0;
     for (int k = 0; k < t->n_tied; k++) {
         tier_stage *o = &t->ts[t->tied[k]];
-        if (o != s)
-            copy_timed(t, 1, o->res->p + o->st->sl[o->st->tied_sl].off,
-                       t->tied_w, t->tied_n);
+        if (o != s) copy_timed(t, 1, o->res->p + o->tlo, t->tied_w, t->tied_n);
     }
     return 0;
 }
@@ -594,34 +746,50 @@ static void add_part(void *ctx, int p, int n)
     for (size_t i = lo; i < hi; i++) c->dst[i] += c->src[i];
 }
 
-/* The oldest gradient buffer of the stage to the host. */
-static int task_g_out(exec_tiers *t, tier_stage *s, util_err *e)
+/* The oldest gradient buffer of the stage to the host (with several
+ * ranks, the share its reduce-scatter reduced, the ring's last step
+ * folded in first). */
+static int task_g_out(exec_tiers *t, int id, tier_stage *s, util_err *e)
 {
-    exec_stage *st = s->st;
+    if (ranks(t) > 1 && exec_rt_fold(t->w, id, e)) return -1;
     pthread_mutex_lock(&t->mu);
     exec_buf *g = s->gq_n ? s->gq[0] : NULL;
     if (g) {
         memmove(s->gq, s->gq + 1, sizeof *s->gq * (size_t)(s->gq_n - 1));
         s->gq_n--;
+        s->g_out++;
     }
     pthread_mutex_unlock(&t->mu);
     if (!g)
         return util_errf(e, UTIL_EXIT_FAIL, "a gradient copy without its "
                          "backward");
     if (!s->g_set) {
-        copy_timed(t, 0, s->hg, g->p, st->n);
+        share_copy(t, s, 0, g->p, s->hg);
         s->g_set = 1;
     } else {
         if (!s->hgt) {
-            s->hgt = host_new(t, st->n);
-            host_pin(t, s->hgt, st->n);
+            s->hgt = host_new(t, s->hn);
+            host_pin(t, s->hgt, s->hn);
         }
-        copy_timed(t, 0, s->hgt, g->p, st->n);
-        add_ctx c = {s->hg, s->hgt, st->n};
+        share_copy(t, s, 0, g->p, s->hgt);
+        add_ctx c = {s->hg, s->hgt, s->hn};
         host_par(t, add_part, &c);
     }
     exec_buf_unref(g);
     return 0;
+}
+
+/* The part of slice sl in piece k of the share: its floats (0: none),
+ * from host offset *h. */
+static size_t sl_piece(const tier_stage *s, const exec_slice *sl, int k,
+                       size_t *h)
+{
+    size_t a = sl->off > s->plo[k] ? sl->off : s->plo[k];
+    size_t b = sl->off + sl->n, pe = s->plo[k] + s->pn[k];
+    if (pe < b) b = pe;
+    if (b <= a) return 0;
+    *h = s->ph[k] + (a - s->plo[k]);
+    return b - a;
 }
 
 /* Squares of the gradients a step counts in the norm: its slices in
@@ -644,10 +812,12 @@ static void norm_part(void *ctx, int p, int n)
         int tied = k == st->tied_sl && c->t->n_tied > 1;
         if (sl->frozen) continue;
         if (tied ? c->li != c->t->tied_step : !sl->norm_owner) continue;
-        const float *g = c->s->hg + sl->off;
-        size_t lo, hi;
-        part_range(sl->n, p, n, &lo, &hi);
-        for (size_t i = lo; i < hi; i++) sum += (double)g[i] * g[i];
+        for (int q = 0; q < c->s->np; q++) {
+            size_t h, len = sl_piece(c->s, sl, q, &h), lo, hi;
+            const float *g = c->s->hg + h;
+            part_range(len, p, n, &lo, &hi);
+            for (size_t i = lo; i < hi; i++) sum += (double)g[i] * g[i];
+        }
     }
     c->sum[p] = sum;
 }
@@ -669,14 +839,13 @@ static void tied_sum(exec_tiers *t)
     float *acc = util_calloc(t->tied_n + 1, sizeof *acc);
     for (int k = 0; k < t->n_tied; k++) {
         tier_stage *s = &t->ts[t->tied[k]];
-        float *g = s->hg + s->st->sl[s->st->tied_sl].off;
+        float *g = s->hg + s->th;
         if (k == 0) memcpy(acc, g, t->tied_n * sizeof *acc);
         else for (size_t i = 0; i < t->tied_n; i++) acc[i] += g[i];
         if (t->tied[k] != t->tied_step) memset(g, 0, t->tied_n * sizeof *g);
     }
     tier_stage *s = &t->ts[t->tied_step];
-    memcpy(s->hg + s->st->sl[s->st->tied_sl].off, acc,
-           t->tied_n * sizeof *acc);
+    memcpy(s->hg + s->th, acc, t->tied_n * sizeof *acc);
     free(acc);
 }
 
@@ -708,15 +877,17 @@ static void opt_part(void *ctx, int p, int n)
     for (int k = 0; k < st->n_sl; k++) {
         const exec_slice *sl = &st->sl[k];
         if (!opt_steps(c->t, st, c->li, k)) continue;
-        size_t lo, hi;
-        part_range(sl->n, p, n, &lo, &hi);
-        size_t o = sl->off + lo;
-        if (hi > lo)
-            kern_cpu.adamw_update(c->h[0] + o, c->h[1] + o, c->h[2] + o,
-                                  c->s->hg + o, hi - lo, c->lr, a->beta1,
-                                  a->beta2, a->eps,
-                                  sl->decay ? a->weight_decay : 0.0f,
-                                  c->t->scale, c->step + 1);
+        for (int q = 0; q < c->s->np; q++) {
+            size_t h, len = sl_piece(c->s, sl, q, &h), lo, hi;
+            part_range(len, p, n, &lo, &hi);
+            size_t o = h + lo;
+            if (hi > lo)
+                kern_cpu.adamw_update(c->h[0] + o, c->h[1] + o, c->h[2] + o,
+                                      c->s->hg + o, hi - lo, c->lr, a->beta1,
+                                      a->beta2, a->eps,
+                                      sl->decay ? a->weight_decay : 0.0f,
+                                      c->t->scale, c->step + 1);
+        }
     }
 }
 
@@ -725,12 +896,11 @@ static void opt_part(void *ctx, int p, int n)
 static void clear_part(void *ctx, int p, int n)
 {
     opt_ctx *c = ctx;
-    const exec_stage *st = c->s->st;
-    size_t lo, hi, a = st->n, b = st->n;
-    part_range(st->n, p, n, &lo, &hi);
+    size_t hn = c->s->hn, lo, hi, a = hn, b = hn;
+    part_range(hn, p, n, &lo, &hi);
     if (c->keep) {
-        a = st->sl[st->tied_sl].off;
-        b = a + st->sl[st->tied_sl].n;
+        a = c->s->th;
+        b = a + c->t->tied_n;
     }
     float *g = c->s->hg;
     size_t e1 = hi < a ? hi : a, s2 = lo > b ? lo : b;
@@ -759,6 +929,13 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
             tied_sum(t);
             for (int k = 0; k < w->n_st; k++)
                 t->norm_sq += stage_norm_sq(t, &t->ts[k], k);
+            /* every rank's shares: each waits here for the others'
+             * gradients, as the IR's step waits for every copy */
+            exec_runtime *x = w->rt;
+            if (ranks(t) > 1 &&
+                x->x->allreduce(x->x, x, w->id, EXEC_GROUP_WORLD,
+                                &t->norm_sq, 1, 1, e))
+                return -1;
             double norm = sqrt(t->norm_sq);
             if (rt->adamw.clip > 0 && norm > rt->adamw.clip)
                 t->scale = (float)(rt->adamw.clip / norm);
@@ -784,8 +961,7 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
                              step), 0};
     host_par(t, opt_part, &oc);
     if (li == t->tied_step && t->tied_w)
-        memcpy(t->tied_w, h[0] + st->sl[st->tied_sl].off,
-               t->tied_n * sizeof(float));
+        memcpy(t->tied_w, h[0] + s->th, t->tied_n * sizeof(float));
     pthread_mutex_lock(&t->mu);
     t->adam_ns += (double)((int64_t)exec_now_ns() - t0);
     t->adam_params += (double)n;
@@ -795,6 +971,9 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
               fuyou;
     host_par(t, clear_part, &oc);
     s->g_set = 0;
+    pthread_mutex_lock(&t->mu);
+    s->g_out = 0;
+    pthread_mutex_unlock(&t->mu);
     return 0;
 }
 
@@ -934,18 +1113,18 @@ int exec_tiers_task(exec_worker *w, int id, int epoch, util_err *e)
         int f = t->rd_for[id];
         if (f < 0 || t->stg[f])
             return util_errf(e, UTIL_EXIT_FAIL, "a read for no fetch");
-        t->stg[f] = host_new(t, st->n);
+        t->stg[f] = host_new(t, s->hn);
         if (region_io(t, s, 0, 0, t->stg[f], e)) return -1;
         if (!st->n_frozen) return 0;
-        t->stgf[f] = host_new(t, st->n_frozen);
+        t->stgf[f] = host_new(t, s->fn);
         return exec_tfile_io(&t->f, 0, t->stgf[f], s->rbf, s->foff_f, e);
     }
     case R_W_IN: return task_w_in(t, id, s, e);
     case R_W_PUSH: return task_w_push(t, s);
-    case R_G_OUT: return task_g_out(t, s, e);
+    case R_G_OUT: return task_g_out(t, id, s, e);
     case R_OPT_READ:
         for (int q = 0; q < 3; q++) {
-            if (!s->so[q]) s->so[q] = host_new(t, st->n);
+            if (!s->so[q]) s->so[q] = host_new(t, s->hn);
             if (region_io(t, s, 0, q, s->so[q], e)) return -1;
         }
         return 0;
@@ -957,7 +1136,7 @@ int exec_tiers_task(exec_worker *w, int id, int epoch, util_err *e)
                                  "its step");
             if (region_io(t, s, 1, q, s->so[q], e)) return -1;
         }
-        for (int q = 0; q < 3; q++) host_free(t, &s->so[q], st->n);
+        for (int q = 0; q < 3; q++) host_free(t, &s->so[q], s->hn);
         return 0;
     case R_A_OUT: return task_a_out(t, k, e);
     case R_A_WRITE: return task_a_io(t, k, 1, e);
@@ -967,6 +1146,84 @@ int exec_tiers_task(exec_worker *w, int id, int epoch, util_err *e)
         return util_errf(e, UTIL_EXIT_FAIL, "a tier task the executor does "
                          "not know");
     }
+}
+
+static int mod(int a, int R) { return ((a % R) + R) % R; }
+
+int exec_tiers_ring_chunk(const exec_worker *w, int id, int sender,
+                          size_t lo[4], size_t n[4], int frozen[4])
+{
+    const exec_runtime *rt = w->rt;
+    const sim_task *k = &rt->ir->tasks[id];
+    int v = k->kind == SIM_RECV ? k->stage2 : k->stage;
+    const exec_stage *st = &w->st[w->lidx[v]];
+    int D = rt->dp, p = sender % D, ag = k->coll == SIM_COLL_ALLGATHER;
+    int c = ag ? mod(p + 1 - k->mb, D) : mod(p - k->mb, D);
+    int np = exec_tiers_chunk(st, D, c, lo, n);
+    for (int q = 0; q < np; q++) frozen[q] = 0;
+    size_t nf = st->n_frozen;
+    if (ag && nf && rt->tier_sched != SIM_SCHED_ZERO_OFFLOAD) {
+        size_t a = nf * (size_t)c / (size_t)D;
+        size_t b = nf * (size_t)(c + 1) / (size_t)D;
+        if (b > a) {
+            lo[np] = a;
+            n[np] = b - a;
+            frozen[np++] = 1;
+        }
+    }
+    return np;
+}
+
+float *exec_tiers_ring_base(exec_worker *w, int id, int frozen)
+{
+    exec_tiers *t = w->tiers;
+    const sim_task *k = &w->rt->ir->tasks[id];
+    int v = k->kind == SIM_RECV ? k->stage2 : k->stage, i = w->inst[id];
+    if (!t || v < 0 || w->lidx[v] < 0 || i < 0) return NULL;
+    tier_stage *s = &t->ts[w->lidx[v]];
+    exec_buf *b = NULL;
+    if (k->coll == SIM_COLL_ALLGATHER) {
+        if (t->sched == SIM_SCHED_ZERO_OFFLOAD) b = frozen ? NULL : s->res;
+        else if (i < s->n_fk)
+            b = frozen ? t->wbuff[s->fk[i]] : t->wbuf[s->fk[i]];
+        return b ? b->p : NULL;
+    }
+    if (frozen) return NULL;
+    /* the reduce-scatter of the step's i-th gradient buffer of the stage,
+     * those before it copied out already or not */
+    pthread_mutex_lock(&t->mu);
+    int q = i - s->g_out;
+    b = q >= 0 && q < s->gq_n ? s->gq[q] : NULL;
+    pthread_mutex_unlock(&t->mu);
+    return b ? b->p : NULL;
+}
+
+void exec_tiers_settle(exec_worker *w)
+{
+    exec_tiers *t = w->tiers;
+    if (!t || ranks(t) < 2 || t->sched != SIM_SCHED_ZERO_OFFLOAD ||
+        t->tied_step < 0)
+        return;
+    /* the other holders pushed their copy of the tied table before it was
+     * stepped, and their rings may carry it after the stepping holder
+     * refreshed their share: the table is the stepped holder's, all of
+     * it gathered by now */
+    const tier_stage *s = &t->ts[t->tied_step];
+    const exec_slice *sl = &s->st->sl[s->st->tied_sl];
+    for (int k = 0; k < t->n_tied; k++) {
+        tier_stage *o = &t->ts[t->tied[k]];
+        if (o != s)
+            w->rt->be->copy(o->res->p + o->st->sl[o->st->tied_sl].off,
+                            s->res->p + sl->off, sl->n * sizeof(float));
+    }
+}
+
+void exec_tiers_sent(exec_worker *w, double bytes)
+{
+    exec_tiers *t = w->tiers;
+    pthread_mutex_lock(&t->mu);
+    t->ring_bytes += bytes;
+    pthread_mutex_unlock(&t->mu);
 }
 
 double exec_tiers_norm_sq(const exec_worker *w, int epoch)
@@ -984,7 +1241,7 @@ int exec_tiers_read_state(exec_worker *w, exec_stage *st, float *wt,
     int li = w->lidx[st->id];
     tier_stage *s = &t->ts[li];
     float *dst[3] = {wt, m, v};
-    float *buf = t->tier == SIM_TIER_NVME ? host_new(t, st->n) : NULL;
+    float *buf = t->tier == SIM_TIER_NVME ? host_new(t, s->hn) : NULL;
     int rc = 0;
     for (int k = 0; k < 3 && !rc; k++) {
         if (!dst[k]) continue;
@@ -993,27 +1250,26 @@ int exec_tiers_read_state(exec_worker *w, exec_stage *st, float *wt,
             rc = region_io(t, s, 0, k, buf, e);
             src = buf;
         }
-        if (!rc) memcpy(dst[k], src, st->n * sizeof(float));
+        if (!rc) share_put(s, src, dst[k]);
     }
-    host_free(t, &buf, st->n);
+    host_free(t, &buf, s->hn);
     size_t nf = st->n_frozen;
     if (!rc && wf && nf) {
         if (s->resf)
             w->rt->be->to_host(wf, s->resf->p, nf * sizeof *wf);
         else if (s->hwf)
-            memcpy(wf, s->hwf, nf * sizeof *wf);
+            memcpy(wf + s->flo, s->hwf, s->fn * sizeof *wf);
         else {
-            float *fb = host_new(t, nf);
+            float *fb = host_new(t, s->fn);
             rc = exec_tfile_io(&t->f, 0, fb, s->rbf, s->foff_f, e);
-            if (!rc) memcpy(wf, fb, nf * sizeof *wf);
-            host_free(t, &fb, nf);
+            if (!rc) memcpy(wf + s->flo, fb, s->fn * sizeof *wf);
+            host_free(t, &fb, s->fn);
         }
     }
     /* a holder that does not step the table has the stepped weights and
      * moments */
     if (!rc && wt && st->tied_sl >= 0 && t->tied_w)
-        memcpy(wt + st->sl[st->tied_sl].off, t->tied_w,
-               t->tied_n * sizeof(float));
+        memcpy(wt + s->tlo, t->tied_w, t->tied_n * sizeof(float));
     if (!rc && (m || v) && st->tied_sl >= 0 && t->tied_step >= 0 &&
         li != t->tied_step) {
         const exec_stage *o = t->ts[t->tied_step].st;
@@ -1021,7 +1277,7 @@ int exec_tiers_read_state(exec_worker *w, exec_stage *st, float *wt,
         float *ov = util_malloc(sizeof(float) * (o->n + 1));
         rc = exec_tiers_read_state(w, t->ts[t->tied_step].st, NULL, om, ov,
                                    NULL, e);
-        size_t from = o->sl[o->tied_sl].off, to = st->sl[st->tied_sl].off;
+        size_t from = t->ts[t->tied_step].tlo, to = s->tlo;
         if (!rc && m) memcpy(m + to, om + from, t->tied_n * sizeof(float));
         if (!rc && v) memcpy(v + to, ov + from, t->tied_n * sizeof(float));
         free(om);
@@ -1046,6 +1302,7 @@ void exec_tiers_stats(const exec_worker *w, double out[EXEC_TIER_STATS])
     out[8] = t->down_bytes;
     out[9] = t->down_ns / 1e9;
     out[10] = t->host_peak;
+    out[11] = t->ring_bytes;
 }
 
 const char *exec_tiers_note(const exec_worker *w)
@@ -1066,9 +1323,9 @@ void exec_tiers_free(exec_worker *w)
     }
     for (int li = 0; li < rt->S; li++) {
         tier_stage *s = &t->ts[li];
-        size_t n = s->st ? s->st->n : 0;
+        size_t n = s->hn;
         host_free_pinned(t, &s->hw, n);
-        host_free_pinned(t, &s->hwf, s->st ? s->st->n_frozen : 0);
+        host_free_pinned(t, &s->hwf, s->fn);
         host_free(t, &s->hm, n);
         host_free(t, &s->hv, n);
         host_free_pinned(t, &s->hg, n);
@@ -1078,6 +1335,7 @@ void exec_tiers_free(exec_worker *w)
         exec_buf_unref(s->resf);
         for (int k = 0; k < s->gq_n; k++) exec_buf_unref(s->gq[k]);
         free(s->gq);
+        free(s->fk);
         if (s->st) {
             s->st->w[0] = NULL;
             s->st->g = NULL;

@@ -424,9 +424,6 @@ static void print_answer(const plan_result *r, const prof_model *m,
            : p->recompute ? "on" : "off",
            p->sp ? ", sequence parallel" : "", shard,
            sim_sched_async(p->sched) ? " (asynchronous: no flush, stale weights)" : "");
-    if (sim_sched_offload(p->sched) && p->dp > 1)
-        printf("(sluice exec runs the offload schedules on one device: "
-               "--dp 1 plans what it runs)\n");
     if (!prof_finetune_full(&m->ft)) {
         char md[64], a[16], b[16];
         printf("fine-tuning %s: %s of %s parameters train\n",

@@ -282,7 +282,8 @@ static int have_mpirun(void)
 }
 
 /* Collectives add in rank order in both transports and the ring and
- * pipeline transfers are the IR's: the same plan gives the same bits. */
+ * pipeline transfers are the IR's (an offload plan's rings too): the
+ * same plan gives the same bits. */
 Test(exec_cli_pipe, mpi_and_in_process_give_the_same_weights)
 {
     cr_assert(have_mpirun(), "mpirun is missing (./deps.sh installs "
@@ -293,8 +294,13 @@ Test(exec_cli_pipe, mpi_and_in_process_give_the_same_weights)
               "--pp 1 --dp 2 --mbs 2 --microbatches 2");
     make_plan(dir, "tp.json", "--hw cpu x2 --model MODEL --schedule gpipe "
               "--pp 1 --tp 2 --mbs 2 --microbatches 2");
-    const char *plans[] = {"p", "dp", "tp"};
-    for (int i = 0; i < 3; i++) {
+    /* offload over two ranks, each its share of the states on its drive
+     * file and of the frozen weights, gathered by rings */
+    make_plan(dir, "ofl.json", "--hw cpu x2 --model MODEL --schedule "
+              "zero-infinity --offload-tier nvme --dp 2 --mbs 2 "
+              "--microbatches 2 --finetune lora:4");
+    const char *plans[] = {"p", "dp", "tp", "ofl"};
+    for (int i = 0; i < 4; i++) {
         int rc = sh_run("cd %s && %s \"$SLUICE\" exec --plan %s.json --steps 3 "
                         "--quiet --save %s-mpi.ckpt > %s-mpi.out 2>&1", dir,
                         MPIRUN, plans[i], plans[i], plans[i]);

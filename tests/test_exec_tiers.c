@@ -35,15 +35,26 @@ static exec_pipe_opts opts(const sim_plan *p, float clip)
     return o;
 }
 
-/* `sluice sim` writes the plan (schedule and flags as given). */
-static void plan_of(const char *dir, const char *flags, sim_plan *p)
+/* The data-parallel ranks of the offload plans a test runs (their
+ * reference trains the same batch on one device). */
+static int ranks = 1;
+
+/* `sluice sim` writes the plan (schedule and flags as given) on `dp`
+ * devices, of m microbatches each. */
+static void plan_dp(const char *dir, int dp, int m, const char *flags,
+                    sim_plan *p)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/plan.json", dir);
-    cli_expect(0, "", "sim --hw cpu x1 --model %s --mbs 2 --microbatches 2 "
-               "%s --out %s", model, flags, path);
+    cli_expect(0, "", "sim --hw cpu x%d --model %s --mbs 2 --microbatches %d "
+               "%s --out %s", dp, model, m, flags, path);
     util_err e;
     cr_assert_eq(sim_plan_load(path, p, &e), 0, "%s", e.msg);
+}
+
+static void plan_of(const char *dir, const char *flags, sim_plan *p)
+{
+    plan_dp(dir, 1, 2, flags, p);
 }
 
 static int files_in(const char *dir)
@@ -80,10 +91,10 @@ static void same_training_ft(const char *flags, const char *ft, float clip,
     char *dir = test_tmpdir();
     sim_plan p, ref;
     char f1[300], f2[300];
-    snprintf(f1, sizeof f1, "%s %s", flags, ft);
+    snprintf(f1, sizeof f1, "%s %s --dp %d", flags, ft, ranks);
     snprintf(f2, sizeof f2, "--schedule gpipe --pp 1 %s", ft);
-    plan_of(dir, f1, &p);
-    plan_of(dir, f2, &ref);
+    plan_dp(dir, ranks, 2, f1, &p);
+    plan_dp(dir, 1, 2 * ranks, f2, &ref);
     flags = f1;
     exec_pipe_result a, b;
     util_err e = {0};
@@ -389,4 +400,40 @@ Test(exec_tiers, calibration_takes_the_tiers_rates)
               "%s", r.err);
     cli_result_free(&r);
     test_rm_rf(d);
+}
+
+/* Two data-parallel ranks of each policy, each with its share of the
+ * states in its tier: the weights and moments of the same batch trained
+ * on one device. ZeRO clips by the norm the ranks agree. */
+Test(exec_tiers, data_parallel_zero_offload)
+{
+    ranks = 2;
+    same_training("--schedule zero-offload", 1.0f, 0);
+}
+
+Test(exec_tiers, data_parallel_zero_infinity)
+{
+    ranks = 2;
+    same_training("--schedule zero-infinity --offload-tier nvme "
+                  "--act-swap 4:0", 1.0f, 1);
+}
+
+Test(exec_tiers, data_parallel_fuyou)
+{
+    ranks = 2;
+    same_training("--schedule fuyou --offload-tier dram --act-swap 2:1", 0,
+                  0);
+}
+
+/* ...and with a fine-tuning mode: the frozen weights shared out and
+ * gathered with the rest where fetches bring them, every rank's on its
+ * device under ZeRO-Offload. */
+Test(exec_tiers, data_parallel_finetune_modes)
+{
+    ranks = 2;
+    same_training_ft("--schedule zero-offload", "--finetune lora:4", 1.0f, 0);
+    same_training_ft("--schedule zero-infinity --offload-tier nvme",
+                     "--finetune lora:4", 1.0f, 1);
+    same_training_ft("--schedule fuyou --offload-tier dram --act-swap 0:0",
+                     "--finetune frozen:1", 0, 0);
 }

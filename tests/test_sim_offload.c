@@ -339,15 +339,13 @@ Test(sim_offload, the_planner_spreads_offload_over_the_servers_gpus)
     json_decref(x);
     cr_assert_gt(dp, 1);
     cr_assert_lt(it, it1, "dp %d: %.2f s, one GPU %.2f s", dp, it, it1);
-    /* the plan it writes runs in sim; the executor says what it does not
-     * run */
+    /* the plan it writes runs in sim (the executor runs such plans of
+     * small models: tests/test_exec_tiers.c) */
     char *dir = test_tmpdir();
     char plan[300];
     snprintf(plan, sizeof plan, "%s/p.json", dir);
     cli_expect(0, "partitioned over", "plan %s --out %s", run, plan);
     cli_expect(0, "GPU to GPU", "sim --plan %s", plan);
-    cli_expect(2, "data-parallel offload is simulated and planned",
-               "exec --plan %s --steps 1", plan);
     test_rm_rf(dir);
 }
 
