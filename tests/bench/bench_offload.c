@@ -131,44 +131,54 @@ static json_t *run_report(const sim_plan *p, const char *dir,
     return j;
 }
 
-/* Plans of the offload schedules on one CPU device, run and simulated. */
+/* Plans of the offload schedules on one CPU device, or two data-parallel
+ * ranks (each its share of the states), run and simulated. */
 static int tier_rows(const char *model, prof_model *m, const char *dir)
 {
     static const struct {
         sim_sched s;
         int tier, ckpt, full;
         const char *ft;         /* a fine-tuning mode; NULL: full */
+        int dp;
     } rows[] = {
-        {SIM_SCHED_ZERO_OFFLOAD, SIM_TIER_DRAM, 0, 0, NULL},
-        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_DRAM, 0, 0, NULL},
-        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 0, 0, NULL},
-        {SIM_SCHED_FUYOU, SIM_TIER_DRAM, 0, 0, NULL},
-        {SIM_SCHED_FUYOU, SIM_TIER_NVME, 0, 0, NULL},
-        {SIM_SCHED_FUYOU, SIM_TIER_NVME, 4, 2, NULL},
+        {SIM_SCHED_ZERO_OFFLOAD, SIM_TIER_DRAM, 0, 0, NULL, 1},
+        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_DRAM, 0, 0, NULL, 1},
+        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 0, 0, NULL, 1},
+        {SIM_SCHED_FUYOU, SIM_TIER_DRAM, 0, 0, NULL, 1},
+        {SIM_SCHED_FUYOU, SIM_TIER_NVME, 0, 0, NULL, 1},
+        {SIM_SCHED_FUYOU, SIM_TIER_NVME, 4, 2, NULL, 1},
         /* LoRA: the frozen base fetched, the adapters stepped */
-        {SIM_SCHED_ZERO_OFFLOAD, SIM_TIER_DRAM, 0, 0, "lora:8"},
-        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 0, 0, "lora:8"},
-        {SIM_SCHED_FUYOU, SIM_TIER_DRAM, 0, 0, "lora:8"},
+        {SIM_SCHED_ZERO_OFFLOAD, SIM_TIER_DRAM, 0, 0, "lora:8", 1},
+        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 0, 0, "lora:8", 1},
+        {SIM_SCHED_FUYOU, SIM_TIER_DRAM, 0, 0, "lora:8", 1},
+        /* two ranks, the same batch: rings between the devices */
+        {SIM_SCHED_ZERO_OFFLOAD, SIM_TIER_DRAM, 0, 0, NULL, 2},
+        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 0, 0, NULL, 2},
+        {SIM_SCHED_FUYOU, SIM_TIER_DRAM, 0, 0, NULL, 2},
+        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 0, 0, "lora:8", 2},
     };
-    printf("\nplans of the offload schedules, %s on one CPU device, a stage "
-           "per layer, 4 x 2 microbatches, %d steps (median past %d); "
-           "swap K:J = checkpoints of the first K stages, whole activations "
-           "of the last J\n\n", model, STEPS, WARM);
-    printf("%-20s %-5s %4s %9s %9s %7s %9s %9s %9s %9s  %s\n", "schedule",
-           "tier", "swap", "step ms", "sim ms", "meas/sim", "peak MiB",
-           "sim MiB", "host MiB", "sim host", "bound by (measured, "
-           "simulated)");
+    printf("\nplans of the offload schedules, %s on one CPU device (dp 1) "
+           "or two (dp 2: each rank 2 of the microbatches and its share of "
+           "the states), a stage per layer, 4 x 2 microbatches, %d steps "
+           "(median past %d); swap K:J = checkpoints of the first K stages, "
+           "whole activations of the last J; peaks of the first device, "
+           "host memory every rank's\n\n", model, STEPS, WARM);
+    printf("%-20s %2s %-5s %4s %9s %9s %7s %9s %9s %9s %9s  %s\n",
+           "schedule", "dp", "tier", "swap", "step ms", "sim ms", "meas/sim",
+           "peak MiB", "sim MiB", "host MiB", "sim host", "bound by "
+           "(measured, simulated)");
     int rc = 0;
     for (size_t i = 0; i < sizeof rows / sizeof *rows && !rc; i++) {
         util_err e;
         sim_plan p;
         sim_plan_init(&p);
         snprintf(p.model, sizeof p.model, "%s", model);
-        snprintf(p.hw, sizeof p.hw, "cpu x1");
+        snprintf(p.hw, sizeof p.hw, "cpu x%d", rows[i].dp);
         p.sched = rows[i].s;
-        p.pp = p.dp = p.tp = 1;
+        p.pp = p.tp = 1;
+        p.dp = rows[i].dp;
         p.mbs = 2;
-        p.n_mb = 4;
+        p.n_mb = 4 / rows[i].dp;
         p.waves = 1;
         p.recompute = SIM_RC_FULL;
         p.tier = rows[i].tier;
@@ -202,8 +212,8 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
             snprintf(sw, sizeof sw, "%d:%d", rows[i].ckpt, rows[i].full);
             snprintf(name, sizeof name, "%s%s%s", sim_sched_name(p.sched),
                      rows[i].ft ? " " : "", rows[i].ft ? rows[i].ft : "");
-            printf("%-20s %-5s %4s %9.1f %9.1f %7.2f %9.1f %9.1f %9.1f %9.1f"
-                   "  %s, %s\n", name,
+            printf("%-20s %2d %-5s %4s %9.1f %9.1f %7.2f %9.1f %9.1f %9.1f "
+                   "%9.1f  %s, %s\n", name, rows[i].dp,
                    sim_tier_name(rows[i].tier), sw, it * 1e3, ps * 1e3,
                    ps > 0 ? it / ps : 0, pk / 1048576.0, sp / 1048576.0,
                    json_number_value(json_object_get(t, "host_peak_bytes")) /

@@ -28,7 +28,8 @@
 #       tensor parallelism, ZeRO-1, -2 and -3 data parallelism, LoRA,
 #       recomputation, zero-bubble and interleaved schedules (their workers
 #       on one GPU), the tier schedules (zero-offload, fuyou with its
-#       states in DRAM, zero-infinity with them in a file on the drive),
+#       states in DRAM, zero-infinity with them in a file on the drive;
+#       zero-offload and zero-infinity over two data-parallel ranks),
 #       stage tiers (one stage's AdamW state in DRAM, the other's in a
 #       file), Llama's decoder (tensor parallel, and QLoRA's 4-bit base)
 #       and a graph with fused attention;
@@ -218,6 +219,11 @@ same "interleaved" 2 --schedule interleaved --pp 2
 same "zero-offload" 1 --schedule zero-offload --offload-tier dram
 same "zero-infinity" 1 --schedule zero-infinity --offload-tier nvme \
     -- --offload-path "$tmp"
+# offload over two data-parallel ranks: shares of the states, rings
+same "zero-offload, dp 2" 2 --schedule zero-offload --offload-tier dram \
+    --dp 2
+same "zero-infinity, dp 2" 2 --schedule zero-infinity --offload-tier nvme \
+    --dp 2 -- --offload-path "$tmp"
 same "stage tiers" 2 --schedule 1f1b --pp 2 --nvme 1 \
     --state-tiers dram,nvme -- --offload-path "$tmp"
 # Without clipping AdamW's first step is lr g / (|g| + eps) at full size
