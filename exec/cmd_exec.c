@@ -555,7 +555,7 @@ static int run_plan(cmd *c)
         on_drives |= plan.state_tier[s] == SIM_TIER_NVME;
     if (c->offload.path && c->offload.policy == EXEC_OFFLOAD_NONE &&
         !sim_sched_offload(plan.sched) && !on_drives) {
-        rc = util_errf(&e, UTIL_EXIT_USAGE, "sluice exec: --offload-path "
+        rc = util_errf(&e, UTIL_EXIT_USAGE, "--offload-path "
                        "names where the drive tier's files go: schedule %s "
                        "of %s keeps its states on the device (give --offload "
                        "zero-offload or fuyou, plan with --schedule "

@@ -107,24 +107,15 @@ int exec_plan_resumable(const sim_plan *p)
     return !exec_ft_adapts(&p->ft) || !sim_sched_offload(p->sched);
 }
 
-/* What the executor does not run of a fine-tuning mode: QLoRA's 4-bit
- * base in a tier, --offload with any mode, and resuming a LoRA run whose
- * tier kept the adapters' moments. */
+/* What the executor does not run of a fine-tuning mode: --offload with
+ * any mode, and resuming a LoRA run whose tier kept the adapters'
+ * moments. */
 static int finetune_check(const exec_pipe_opts *o, const sim_plan *p,
                           const char *where, util_err *e)
 {
     if (prof_finetune_full(&p->ft)) return 0;
     char ft[64];
     prof_finetune_name(&p->ft, ft, sizeof ft);
-    if (p->ft.kind == PROF_FT_QLORA &&
-        (sim_sched_offload(p->sched) || sim_plan_tiered(p)))
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: fine-tuning mode %s with "
-                         "%s: a tier holds the frozen base in fp32; the "
-                         "4-bit base runs on the devices only (plan it "
-                         "without offload, or with lora:%d)", where, ft,
-                         sim_sched_offload(p->sched) ? "an offload schedule"
-                                                     : "stage tiers",
-                         p->ft.rank);
     if (o->offload.policy != EXEC_OFFLOAD_NONE)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: --offload %s does not run "
                          "fine-tuning mode %s yet (its tier holds every "

@@ -2291,27 +2291,25 @@ static int ofl_collect(exec_worker *w, exec_stage *st, const exec_tensor *tt,
         exec_parr a = {tt, lt, dst[k], k ? NULL : lora};
         exec_stage_scatter(st, h[k], k || !w->tiers ? NULL : hf, &a);
     }
-    /* an offload plan's ranks: each its share of what trains, and of the
-     * frozen weights where fetches share them out (zero-offload's are
-     * every rank's: the first saves them) */
-    size_t lo[3], n[3], nf = st->n_frozen, D = (size_t)w->rt->dp;
-    size_t c = (size_t)(st->replica + 1) % D, flo = 0, fhi = nf;
-    int np = ofl_ring(w->rt) ? exec_tiers_chunk(st, (int)D, (int)c, lo, n)
-                             : 0;
-    if (w->rt->tier_sched != SIM_SCHED_ZERO_OFFLOAD) {
-        flo = nf * c / D;
-        fhi = nf * (c + 1) / D;
-    } else if (st->replica) {
-        fhi = 0;
-    }
+    /* an offload plan's ranks: each its share of what trains, and the
+     * frozen slices of its share where fetches share them out (whole
+     * slices: exec_tiers_frozen_chunk; zero-offload's are every rank's:
+     * the first saves them) */
+    size_t lo[3], n[3], flo = 0, fn = st->n_frozen;
+    int D = w->rt->dp, c = (st->replica + 1) % (D > 1 ? D : 1);
+    int np = ofl_ring(w->rt) ? exec_tiers_chunk(st, D, c, lo, n) : 0;
+    if (w->rt->tier_sched != SIM_SCHED_ZERO_OFFLOAD)
+        exec_tiers_frozen_chunk(st, D, c, &flo, &fn);
+    else if (st->replica)
+        fn = 0;
     for (int k = 0; k < 3 && !rc && ofl_ring(w->rt); k++) {
         exec_parr a = {tt, lt, dst[k], k ? NULL : lora};
         for (int i = 0; i < st->n_sl; i++) {
             const exec_slice *sl = &st->sl[i];
             if (!sl->save_owner) continue;
             if (sl->frozen) {
-                if (!k && fhi > flo)
-                    slice_copy(sl, &a, h[k], hf, 1, flo, fhi);
+                if (!k && sl->off >= flo && sl->off < flo + fn)
+                    slice_copy(sl, &a, h[k], hf, 1, 0, SIZE_MAX);
                 continue;
             }
             for (int q = 0; q < np; q++)

@@ -721,6 +721,11 @@ typedef struct exec_tiers exec_tiers;
  * it; D 1: the whole arena. */
 int exec_tiers_chunk(const exec_stage *st, int D, int c, size_t lo[3],
                      size_t n[3]);
+/* Chunk c of D of stage st's frozen arena, [*lo, *lo + *n): cut at the
+ * first frozen slice from c/D of it on, so that each chunk holds whole
+ * slices (QLoRA's 4-bit blocks dequantize together). */
+void exec_tiers_frozen_chunk(const exec_stage *st, int D, int c, size_t *lo,
+                             size_t *n);
 /* The pieces a data-parallel ring task of an offload plan moves (sent
  * by rank `sender`): lo[k], n[k] in the trained arena, or in the frozen
  * one where frozen[k] (a fetch's gather carries them too); their count. */

@@ -234,6 +234,27 @@ int exec_tiers_chunk(const exec_stage *st, int D, int c, size_t lo[3],
     return np;
 }
 
+/* Where chunk c of D of the frozen arena starts: at the first frozen
+ * slice from c/D of it on (whole slices: a 4-bit block's codes
+ * dequantize together). */
+static size_t frozen_cut(const exec_stage *st, int D, int c)
+{
+    size_t nf = st->n_frozen, at = nf * (size_t)c / (size_t)D, cut = nf;
+    if (c <= 0) return 0;
+    if (c >= D) return nf;
+    for (int i = 0; i < st->n_sl; i++)
+        if (st->sl[i].frozen && st->sl[i].off >= at && st->sl[i].off < cut)
+            cut = st->sl[i].off;
+    return cut;
+}
+
+void exec_tiers_frozen_chunk(const exec_stage *st, int D, int c, size_t *lo,
+                             size_t *n)
+{
+    *lo = frozen_cut(st, D, c);
+    *n = frozen_cut(st, D, c + 1) - *lo;
+}
+
 /* The data-parallel ranks of the run (1: one device). */
 static int ranks(const exec_tiers *t)
 {
@@ -508,9 +529,9 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
      * ranks' ring gathers them with the others) */
     s->fn = nf;
     if (hf && ranks(t) > 1) {
-        size_t D = (size_t)ranks(t), c = (size_t)(st->replica + 1) % D;
-        s->flo = nf * c / D;
-        s->fn = nf * (c + 1) / D - s->flo;
+        int D = ranks(t);
+        exec_tiers_frozen_chunk(st, D, (st->replica + 1) % D, &s->flo,
+                                &s->fn);
         float *part = host_new(t, s->fn);
         memcpy(part, hf + s->flo, s->fn * sizeof *part);
         host_free(t, &hf, nf);
@@ -1161,15 +1182,9 @@ int exec_tiers_ring_chunk(const exec_worker *w, int id, int sender,
     int c = ag ? mod(p + 1 - k->mb, D) : mod(p - k->mb, D);
     int np = exec_tiers_chunk(st, D, c, lo, n);
     for (int q = 0; q < np; q++) frozen[q] = 0;
-    size_t nf = st->n_frozen;
-    if (ag && nf && rt->tier_sched != SIM_SCHED_ZERO_OFFLOAD) {
-        size_t a = nf * (size_t)c / (size_t)D;
-        size_t b = nf * (size_t)(c + 1) / (size_t)D;
-        if (b > a) {
-            lo[np] = a;
-            n[np] = b - a;
-            frozen[np++] = 1;
-        }
+    if (ag && st->n_frozen && rt->tier_sched != SIM_SCHED_ZERO_OFFLOAD) {
+        exec_tiers_frozen_chunk(st, D, c, &lo[np], &n[np]);
+        if (n[np]) frozen[np++] = 1;
     }
     return np;
 }

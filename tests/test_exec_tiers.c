@@ -427,7 +427,7 @@ Test(exec_tiers, data_parallel_fuyou)
 
 /* ...and with a fine-tuning mode: the frozen weights shared out and
  * gathered with the rest where fetches bring them, every rank's on its
- * device under ZeRO-Offload. */
+ * device under ZeRO-Offload; three ranks of Llama's decoder too. */
 Test(exec_tiers, data_parallel_finetune_modes)
 {
     ranks = 2;
@@ -436,4 +436,12 @@ Test(exec_tiers, data_parallel_finetune_modes)
                      "--finetune lora:4", 1.0f, 1);
     same_training_ft("--schedule fuyou --offload-tier dram --act-swap 0:0",
                      "--finetune frozen:1", 0, 0);
+    /* QLoRA's packed base, shared out in whole slices */
+    same_training_ft("--schedule fuyou --offload-tier nvme --act-swap 0:0",
+                     "--finetune qlora:4", 0, 1);
+    ranks = 3;
+    model = "tests/data/exec/llama-pico.json";
+    same_training_ft("--schedule zero-infinity --offload-tier dram",
+                     "--finetune qlora:4:all", 1.0f, 0);
+    model = PICO;
 }
