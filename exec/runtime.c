@@ -2287,21 +2287,24 @@ static int ofl_collect(exec_worker *w, exec_stage *st, const exec_tensor *tt,
     int rc = w->tiers ? exec_tiers_read_state(w, st, h[0], m, v, hf, e)
                       : exec_ofl_read_state(w, st, h[0], m, v, e);
     float *dst[3] = {full, adam_m, adam_v};
-    for (int k = 0; k < 3 && !rc && !ofl_ring(w->rt); k++) {
-        exec_parr a = {tt, lt, dst[k], k ? NULL : lora};
-        exec_stage_scatter(st, h[k], k || !w->tiers ? NULL : hf, &a);
-    }
+    if (!ofl_ring(w->rt))
+        for (int k = 0; k < 3 && !rc; k++) {
+            exec_parr a = {tt, lt, dst[k], k ? NULL : lora};
+            exec_stage_scatter(st, h[k], k || !w->tiers ? NULL : hf, &a);
+        }
     /* an offload plan's ranks: each its share of what trains, and the
      * frozen slices of its share where fetches share them out (whole
      * slices: exec_tiers_frozen_chunk; zero-offload's are every rank's:
      * the first saves them) */
     size_t lo[3], n[3], flo = 0, fn = st->n_frozen;
-    int D = w->rt->dp, c = (st->replica + 1) % (D > 1 ? D : 1);
-    int np = ofl_ring(w->rt) ? exec_tiers_chunk(st, D, c, lo, n) : 0;
-    if (w->rt->tier_sched != SIM_SCHED_ZERO_OFFLOAD)
-        exec_tiers_frozen_chunk(st, D, c, &flo, &fn);
-    else if (st->replica)
-        fn = 0;
+    int D = w->rt->dp, c = (st->replica + 1) % D, np = 0;
+    if (ofl_ring(w->rt)) {
+        np = exec_tiers_chunk(st, D, c, lo, n);
+        if (w->rt->tier_sched != SIM_SCHED_ZERO_OFFLOAD)
+            exec_tiers_frozen_chunk(st, D, c, &flo, &fn);
+        else if (st->replica)
+            fn = 0;
+    }
     for (int k = 0; k < 3 && !rc && ofl_ring(w->rt); k++) {
         exec_parr a = {tt, lt, dst[k], k ? NULL : lora};
         for (int i = 0; i < st->n_sl; i++) {

@@ -151,6 +151,8 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
         {SIM_SCHED_ZERO_OFFLOAD, SIM_TIER_DRAM, 0, 0, "lora:8", 1},
         {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 0, 0, "lora:8", 1},
         {SIM_SCHED_FUYOU, SIM_TIER_DRAM, 0, 0, "lora:8", 1},
+        /* QLoRA: the 4-bit base held and fetched packed */
+        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 0, 0, "qlora:8", 1},
         /* two ranks, the same batch: rings between the devices */
         {SIM_SCHED_ZERO_OFFLOAD, SIM_TIER_DRAM, 0, 0, NULL, 2},
         {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 0, 0, NULL, 2},
