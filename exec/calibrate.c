@@ -658,6 +658,110 @@ static int measure_transfers(const exec_calib_opts *o, const char *tmp,
 
 /* ---------------------------------------------------------- the whole */
 
+/* ------------------------------------------ the host's side of offload */
+
+typedef struct adam_bench {
+    float *w, *m, *v, *g;
+    size_t n;
+    int step;
+} adam_bench;
+
+static void adam_part(void *ctx, int p, int n)
+{
+    adam_bench *a = ctx;
+    size_t lo, hi;
+    exec_part_range(a->n, p, n, &lo, &hi);
+    if (hi > lo)
+        kern_cpu.adamw_update(a->w + lo, a->m + lo, a->v + lo, a->g + lo,
+                              hi - lo, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
+                              a->step);
+}
+
+/* The host's side of offloaded training, which the simulator prices from
+ * these rates (calib.tiers): AdamW stepping parameters on the host's
+ * threads as the tiers run it (exec_host_threads' default), the fastest
+ * of a few steps; and a tier file's drive in o->drive_dir, written then
+ * read in regions of a large stage's size (O_DIRECT where the file
+ * system takes it, as the executor's tiers). A folder given that cannot
+ * take the file is an error (code 1); the working directory's leaves the
+ * drive unmeasured, and r->drive_note says why; so does a disk that
+ * fills up. */
+static int measure_host(const exec_calib_opts *o, exec_calib_result *r,
+                        util_err *e)
+{
+    prof_calib_tiers *tc = &r->calib.tiers;
+    size_t n = o->quick ? (size_t)1 << 21 : (size_t)1 << 23;
+    adam_bench a = {.n = n};
+    float **arr[4] = {&a.w, &a.m, &a.v, &a.g};
+    for (int k = 0; k < 4; k++) {
+        *arr[k] = exec_tfile_buf(n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            (*arr[k])[i] = k == 1 || k == 2 ? 0.0f
+                                            : 1e-3f * (float)(i % 997);
+    }
+    r->host_threads = exec_host_threads_for(0);
+    double best = HUGE_VAL;
+    int rc = 0;
+    for (int rep = 0; rep < (o->quick ? 3 : 5) && !rc; rep++) {
+        if (o->stop && *o->stop) {
+            rc = util_errf(e, UTIL_EXIT_FAIL, "stopped");
+            break;
+        }
+        a.step = rep + 1;
+        int64_t t0 = (int64_t)exec_now_ns();
+        exec_host_par(r->host_threads, adam_part, &a);
+        best = fmin(best, (double)((int64_t)exec_now_ns() - t0));
+    }
+    for (int k = 0; k < 4; k++) free(*arr[k]);
+    if (rc) return rc;
+    tc->adam_params_per_s = (double)n / (best * 1e-9);
+    tc->present = 1;
+    snprintf(tc->model, sizeof tc->model, "microbenchmarks");
+    /* the drive: whole regions, as the tiers read and write a stage */
+    size_t blk = (size_t)(o->quick ? 4 : 16) << 20;
+    int nblk = o->quick ? 4 : 16;
+    exec_tfile f;
+    exec_tfile_init(&f);
+    util_err fe;
+    const char *dir = o->drive_dir && *o->drive_dir ? o->drive_dir : ".";
+    if (exec_tfile_open(&f, dir, 0, &fe)) {
+        exec_tfile_close(&f);
+        /* a folder given that cannot take the file is the user's error;
+         * the working directory's, a drive left unmeasured */
+        if (o->drive_dir && *o->drive_dir) {
+            *e = fe;
+            return -1;
+        }
+        snprintf(r->drive_note, sizeof r->drive_note, "not measured: %s "
+                 "(give --offload-path DIR)", fe.msg);
+        return 0;
+    }
+    unsigned char *buf = exec_tfile_buf(blk);
+    for (size_t i = 0; i < blk; i++) buf[i] = (unsigned char)(i * 131);
+    int64_t *off = util_malloc(sizeof *off * (size_t)nblk);
+    int bad = 0;
+    for (int i = 0; i < nblk && !bad; i++) {
+        off[i] = exec_tfile_grow(&f, blk);
+        bad = exec_tfile_io(&f, 1, buf, blk, off[i], &fe);
+    }
+    for (int i = 0; i < nblk && !bad; i++)
+        bad = exec_tfile_io(&f, 0, buf, blk, off[i], &fe);
+    if (bad) {
+        snprintf(r->drive_note, sizeof r->drive_note, "not measured: %s",
+                 fe.msg);
+    } else if (f.rd_ns > 0 && f.wr_ns > 0) {
+        tc->read_bytes_per_s = f.rd_bytes / (f.rd_ns * 1e-9);
+        tc->write_bytes_per_s = f.wr_bytes / (f.wr_ns * 1e-9);
+        r->drive_measured = 1;
+        snprintf(r->drive_note, sizeof r->drive_note, "a file in %s (%s), "
+                 "%d regions of %zu MiB", dir, f.note, nblk, blk >> 20);
+    }
+    free(off);
+    free(buf);
+    exec_tfile_close(&f);
+    return 0;
+}
+
 static void machine_now(prof_calib *c, const char *device)
 {
     prof_machine_this(&c->machine);
@@ -704,6 +808,15 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
         exec_mpi_finalize();
         if (rc || rank) return rc;
     }
+    /* a drive folder given that cannot take the file: said before the
+     * microbenchmarks, not after them */
+    if (o->drive_dir && *o->drive_dir) {
+        exec_tfile f;
+        exec_tfile_init(&f);
+        int bad = exec_tfile_open(&f, o->drive_dir, 0, e);
+        exec_tfile_close(&f);
+        if (bad) return -1;
+    }
     int saved = kern_get_threads();
     /* scratch for the measuring runs' plans, where the user keeps
      * temporary files */
@@ -746,6 +859,9 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
         fprintf(o->log, "sluice calibrate: transfers between %s\n",
                 gpu ? "GPUs" : "cores");
     if (!rc && o->devices > 1) rc = measure_transfers(o, tmp, r, e);
+    if (!rc && o->log)
+        fprintf(o->log, "sluice calibrate: the host's AdamW and drive\n");
+    if (!rc) rc = measure_host(o, r, e);
     const char *files[] = {"layer.json", "xfer.json"};
     for (int i = 0; i < 2; i++) {
         char rm[600];

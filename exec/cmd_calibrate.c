@@ -28,9 +28,11 @@ static void usage(FILE *f)
         "GPT-2\nand Llama layers over widths, lengths and microbatches: the "
         "GEMM shapes\nthe model zoo makes and the memory-bound ops beside "
         "them; AdamW steps;\ncopies between cores; MPI messages under "
-        "mpirun; the runtime's cost per\nop a task runs), fits the cost "
-        "model's figures to them (GSL least squares)\nand writes the device "
-        "type's calibrated profile, which sim, plan and\nexec then use.\n"
+        "mpirun; the runtime's cost per\nop a task runs; the host's AdamW "
+        "and a drive's reads and writes, which\nthe offload schedules use), "
+        "fits the cost model's figures to them (GSL\nleast squares) and "
+        "writes the device type's calibrated profile, which\nsim, plan and "
+        "exec then use.\n"
         "\noptions:\n"
         "  --hw cpu xN         the devices: N cores of this machine (or N "
         "GPUs of a\n                      catalog type, e.g. rtx4090 x2, in "
@@ -42,6 +44,9 @@ static void usage(FILE *f)
         "                      rougher fit)\n"
         "  --data FILE         text for the runtime measurement (default\n"
         "                      " EXEC_DEFAULT_CORPUS ")\n"
+        "  --offload-path DIR  the drive to measure: a file there, removed "
+        "at\n                      once (default: the working directory; "
+        "give exec's\n                      --offload-path)\n"
         "  --json              the calibration as one JSON document\n"
         "\nsluice exec --plan P --calibrate adds the times a real run "
         "measured.\n");
@@ -49,7 +54,7 @@ static void usage(FILE *f)
 
 typedef struct cmd {
     char hw[256];
-    const char *out, *data;
+    const char *out, *data, *drive_dir;
     int quick, json;
 } cmd;
 
@@ -70,12 +75,14 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                 return util_errf(e, UTIL_EXIT_USAGE, "sluice calibrate: --hw "
                                  "needs a device type and count, e.g. --hw "
                                  "cpu x2");
-        } else if (!strcmp(a, "--out") || !strcmp(a, "--data")) {
+        } else if (!strcmp(a, "--out") || !strcmp(a, "--data") ||
+                   !strcmp(a, "--offload-path")) {
             if (i + 1 >= argc)
                 return util_errf(e, UTIL_EXIT_USAGE, "sluice calibrate: %s "
                                  "needs a value", a);
             if (!strcmp(a, "--out")) c->out = argv[++i];
-            else c->data = argv[++i];
+            else if (!strcmp(a, "--data")) c->data = argv[++i];
+            else c->drive_dir = argv[++i];
         } else if (!strcmp(a, "--quick")) {
             c->quick = 1;
         } else if (!strcmp(a, "--json")) {
@@ -250,6 +257,18 @@ static void report_text(const exec_calib_result *r, const prof_calib *prev,
                l->bw_bytes_per_s / 1e9, l->latency_ns / 1e3, l->samples,
                100 * l->max_err);
     }
+    const prof_calib_tiers *tc = &c->tiers;
+    if (tc->present) {
+        printf("host: AdamW %.1f M parameters/s on %d thread%s",
+               tc->adam_params_per_s / 1e6, r->host_threads,
+               r->host_threads == 1 ? "" : "s");
+        if (r->drive_measured)
+            printf("; drive: read %.2f GB/s, write %.2f GB/s (%s)\n",
+                   tc->read_bytes_per_s / 1e9, tc->write_bytes_per_s / 1e9,
+                   r->drive_note);
+        else
+            printf("; drive %s\n", r->drive_note);
+    }
     if (r->n_checks) {
         printf("\nall-reduce, measured against the ring the simulator "
                "prices:\n");
@@ -379,7 +398,8 @@ int exec_calibrate_main(int argc, char **argv)
     exec_calib_opts o = {.device = dev, .devices = count, .backend = be,
                          .quick = c.quick,
                          .data = c.data, .stop = &exec_stop_flag,
-                         .log = c.json ? NULL : stderr};
+                         .log = c.json ? NULL : stderr,
+                         .drive_dir = c.drive_dir};
     exec_calib_result r;
     int rc = exec_calibrate(&o, &r, &e);
     if (rc) {
@@ -404,10 +424,15 @@ int exec_calibrate_main(int argc, char **argv)
                 prof_calib_add_op(cal, prev.ops[i].sig, prev.ops[i].ns,
                                   prev.ops[i].samples, prev.ops[i].model,
                                   prev.ops[i].busy);
-            /* an MPI link measured before stays until measured again */
+            /* an MPI link measured before stays until measured again,
+             * and so do the drive's rates */
             for (int x = 0; x < PROF_XFER_COUNT; x++)
                 if (!cal->link[x].present && prev.link[x].present)
                     cal->link[x] = prev.link[x];
+            if (!r.drive_measured && prev.tiers.read_bytes_per_s > 0) {
+                cal->tiers.read_bytes_per_s = prev.tiers.read_bytes_per_s;
+                cal->tiers.write_bytes_per_s = prev.tiers.write_bytes_per_s;
+            }
         } else if (prev.n_ops) {
             char m[256];
             prof_machine_str(&prev.machine, m, sizeof m);

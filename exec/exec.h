@@ -798,6 +798,8 @@ typedef struct exec_calib_opts {
     const char *data;       /* text for the runtime's per-task cost */
     const volatile int *stop; /* Ctrl-C: give up, nothing written */
     FILE *log;              /* progress lines; NULL: none */
+    const char *drive_dir;  /* where the drive's microbenchmark writes its
+                             * file (NULL: the working directory) */
 } exec_calib_opts;
 
 typedef struct exec_calib_result {
@@ -812,6 +814,12 @@ typedef struct exec_calib_result {
     int mpi_ranks;          /* processes of the MPI job (1: none) */
     int mpi_rank;           /* this process: only rank 0 has results */
     double seconds;         /* how long calibration took */
+    /* the host's side of offloaded training (calib.tiers): AdamW's
+     * threads; the drive's file (O_DIRECT, or why buffered), or why the
+     * drive was not measured */
+    int host_threads;
+    char drive_note[200];
+    int drive_measured;
 } exec_calib_result;
 
 /* Measures this machine for device type o->device (CPU cores, or GPUs of

@@ -671,6 +671,8 @@ const char *exec_ofl_note(const exec_worker *w);
 /* Its threads: --offload's host_threads, else the host's cores but the
  * one computing (a CPU device's, or the one driving the GPU). */
 int exec_host_threads(const exec_runtime *rt);
+/* The same for a request of `requested` threads (0: the default). */
+int exec_host_threads_for(int requested);
 /* fn(ctx, part, n) for every part of n (at most EXEC_HOST_MAX_THREADS),
  * part 0 on the calling thread. Elementwise work split this way keeps its
  * bits; sums are summed per part, then in part order. */

@@ -631,12 +631,16 @@ void exec_part_range(size_t len, int p, int n, size_t *lo, size_t *hi)
     *hi = *lo + len / (size_t)n + ((size_t)p < len % (size_t)n);
 }
 
-int exec_host_threads(const exec_runtime *rt)
+int exec_host_threads_for(int requested)
 {
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
-    int n = rt->offload.host_threads > 0 ? rt->offload.host_threads
-          : nc > 2 ? (int)(nc - 1) : 1;
+    int n = requested > 0 ? requested : nc > 2 ? (int)(nc - 1) : 1;
     return n > EXEC_HOST_MAX_THREADS ? EXEC_HOST_MAX_THREADS : n;
+}
+
+int exec_host_threads(const exec_runtime *rt)
+{
+    return exec_host_threads_for(rt->offload.host_threads);
 }
 
 static void host_par(const exec_tiers *t, void (*fn)(void *, int, int),

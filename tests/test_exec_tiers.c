@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "exec/exec.h"
 #include "sim/sim.h"
@@ -309,20 +310,46 @@ Test(exec_tiers, bad_paths_and_a_full_disk)
     test_rm_rf(dir);
 }
 
-/* exec --calibrate of such a plan adds the drive's and AdamW's rates to
- * the device type's calibration (a run in DRAM: AdamW's alone); the
- * simulator's drives and CPU steps then go as fast as they say; a rate
- * out of range, or none, is refused naming file, line and field. */
+/* sluice calibrate measures the host's AdamW and the drive (a file in
+ * --offload-path, gone after); exec --calibrate of such a plan then puts
+ * the drive's and AdamW's rates its run measured in their place (a run in
+ * DRAM: AdamW's alone, the drive's stay); the simulator's drives and CPU
+ * steps then go as fast as they say; a rate out of range, or none, is
+ * refused naming file, line and field; a --offload-path that cannot take
+ * the file ends calibration at once, nothing written. */
 Test(exec_tiers, calibration_takes_the_tiers_rates)
 {
     char *d = test_tmpdir();
     cli_result r = cli_run("--profile-dir %s calibrate --hw cpu x1 --quick "
-                           "--out %s/cpu.json", d, d);
-    cr_assert_eq(r.code, 0, "%s", r.err);
+                           "--offload-path /nonexistent-sluice-dir --out "
+                           "%s/cpu.json", d, d);
+    cr_expect_eq(r.code, 1);
+    cr_expect(strstr(r.err, "/nonexistent-sluice-dir") &&
+              strstr(r.err, "cannot create a file there"), "%s", r.err);
     cli_result_free(&r);
     char path[600];
     snprintf(path, sizeof path, "%s/cpu.json", d);
-    /* the states in DRAM: AdamW's rate, no drive's */
+    cr_expect_neq(access(path, F_OK), 0, "nothing written");
+    r = cli_run("--profile-dir %s calibrate --hw cpu x1 --quick "
+                "--offload-path %s --out %s/cpu.json", d, d, d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "host: AdamW") && strstr(r.out, "drive: read"),
+              "%s", r.out);
+    cli_result_free(&r);
+    cr_expect_eq(files_in(d), 1, "the drive's file is gone "
+                 "(cpu.json stays)");
+    json_t *j0 = json_load_file(path, 0, NULL);
+    cr_assert_not_null(j0);
+    json_t *t0 = json_object_get(j0, "tiers");
+    cr_assert_not_null(t0, "the microbenchmarks' rates");
+    double rd0 = json_number_value(json_object_get(t0, "drive_read_gb_per_s"));
+    cr_expect_gt(rd0, 0);
+    cr_expect_gt(json_number_value(json_object_get(t0, "adam_mparams_per_s")),
+                 0);
+    cr_expect_str_eq(json_string_value(json_object_get(t0, "model")),
+                     "microbenchmarks");
+    json_decref(j0);
+    /* the states in DRAM: AdamW's rate, the drive's as measured */
     cli_expect(0, "", "sim --hw cpu x1 --model %s --mbs 2 --microbatches 2 "
                "--schedule zero-offload --offload-tier dram --out %s/z.json",
                PICO, d);
@@ -336,8 +363,10 @@ Test(exec_tiers, calibration_takes_the_tiers_rates)
     cr_assert_not_null(t, "a DRAM run's AdamW rate is in the calibration");
     cr_expect_gt(json_number_value(json_object_get(t, "adam_mparams_per_s")),
                  0);
-    cr_expect_null(json_object_get(t, "drive_read_gb_per_s"),
-                   "no drive was used");
+    cr_expect_eq(json_number_value(json_object_get(t, "drive_read_gb_per_s")),
+                 rd0, "no drive was used: the microbenchmark's rate stays");
+    cr_expect(strstr(json_string_value(json_object_get(t, "model")),
+                     "gpt-pico"), "the run's model");
     json_decref(j);
     cli_expect(0, "", "--profile-dir %s sim --hw cpu x1 --model %s --mbs 2 "
                "--microbatches 2 --schedule zero-offload --offload-tier dram",

@@ -15,7 +15,11 @@
  * (of the synchronous plans it may choose; the fastest asynchronous one
  * is printed beside).
  * Calibration is run twice, and how many of the second fit's figures
- * fall within the first's 95% intervals is printed (convergence).
+ * fall within the first's 95% intervals is printed (convergence). Last,
+ * plans of the offload schedules (gpt-mini, one device and two
+ * data-parallel ranks), predicted before and after calibration (the
+ * host's AdamW and the drive from the microbenchmarks: no offload run is
+ * calibrated from) and run, their drive's file in the profile folder.
  * One run: compare the rows of one table, not tables. */
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +39,9 @@ static const sim_sched scheds[] = {
     SIM_SCHED_GPIPE, SIM_SCHED_1F1B, SIM_SCHED_2BW, SIM_SCHED_MIXED,
     SIM_SCHED_WAVE, SIM_SCHED_INTERLEAVED, SIM_SCHED_ZBH1};
 #define NS ((int)(sizeof scheds / sizeof *scheds))
+
+/* Where the runs' and the microbenchmarks' drive files go. */
+static const char *drive_dir;
 
 static exec_adamw adamw(void)
 {
@@ -94,6 +101,9 @@ static int run(const sim_plan *p, int op_timing, exec_pipe_result *r,
     o.xport = EXEC_XPORT_INPROC;
     o.fault_worker = -1;
     o.op_timing = op_timing;
+    o.offload.path = drive_dir;
+    /* Fuyou steps a layer before the norm is known: unclipped */
+    if (p->sched == SIM_SCHED_FUYOU) o.adamw.clip = 0;
     return exec_pipe_run(&o, r, e);
 }
 
@@ -121,7 +131,7 @@ static int calibrate(const char *dir, util_err *e)
 {
     prof_profile_dir_set(NULL);
     exec_calib_opts o = {.device = "cpu", .devices = 2, .data = CORPUS,
-                         .log = stderr};
+                         .log = stderr, .drive_dir = dir};
     exec_calib_result cr;
     if (exec_calibrate(&o, &cr, e)) return -1;
     char path[600];
@@ -245,7 +255,7 @@ bad:
 
 static void table_head(void)
 {
-    printf("%-12s %-9s %-7s %9s %7s %9s %8s %9s %8s %7s\n", "schedule",
+    printf("%-18s %-9s %-7s %9s %7s %9s %8s %9s %8s %7s\n", "schedule",
            "p x d x t", "mbs x n", "measured", "spread", "before", "error",
            "after", "error", "memory");
 }
@@ -255,7 +265,7 @@ static void table_row(const char *name, const sim_plan *p, const row *w)
     char lay[24], mb[24];
     snprintf(lay, sizeof lay, "%dx%dx%d", p->pp, p->dp, p->tp);
     snprintf(mb, sizeof mb, "%dx%d", p->mbs, p->n_mb);
-    printf("%-12s %-9s %-7s %8.3fs %6.1f%% %8.3fs %+7.1f%% %8.3fs %+7.1f%% "
+    printf("%-18s %-9s %-7s %8.3fs %6.1f%% %8.3fs %+7.1f%% %8.3fs %+7.1f%% "
            "%6.1f%%\n", name, lay, mb, w->meas, 100 * w->spread, w->before,
            100 * err_of(w->before, w->meas), w->after,
            100 * err_of(w->after, w->meas), 100 * w->mem_err);
@@ -352,6 +362,73 @@ static int loop(const char *model, const char *dir, int ranking)
     return 0;
 }
 
+/* Plans of the offload schedules, predicted and run. */
+static int tiers_loop(const char *dir)
+{
+    static const struct { sim_sched s; int tier, dp; } rows[] = {
+        {SIM_SCHED_ZERO_OFFLOAD, SIM_TIER_DRAM, 1},
+        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 1},
+        {SIM_SCHED_FUYOU, SIM_TIER_DRAM, 1},
+        {SIM_SCHED_FUYOU, SIM_TIER_NVME, 1},
+        {SIM_SCHED_ZERO_OFFLOAD, SIM_TIER_DRAM, 2},
+        {SIM_SCHED_ZERO_INFINITY, SIM_TIER_NVME, 2},
+        {SIM_SCHED_FUYOU, SIM_TIER_DRAM, 2},
+        {SIM_SCHED_FUYOU, SIM_TIER_NVME, 2},
+    };
+    util_err e;
+    prof_profile_dir_set(dir);
+    prof_model *m = prof_model_load("gpt-mini", &e);
+    if (!m) return die(&e);
+    printf("\noffload plans of gpt-mini (a stage per layer, 4 x 2 "
+           "microbatches; dp 2: each rank 2 of them and its share of the "
+           "states), before and after calibration\n");
+    table_head();
+    double ea[2][8];
+    int n[2] = {0, 0};
+    double mem = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        sim_plan p;
+        sim_plan_init(&p);
+        snprintf(p.model, sizeof p.model, "gpt-mini");
+        snprintf(p.hw, sizeof p.hw, "cpu x%d", rows[i].dp);
+        p.sched = rows[i].s;
+        p.pp = p.tp = 1;
+        p.dp = rows[i].dp;
+        p.mbs = 2;
+        p.n_mb = 4 / rows[i].dp;
+        p.waves = 1;
+        p.recompute = SIM_RC_FULL;
+        p.tier = rows[i].tier;
+        sim_plan_stages(&p, m->n_layers);
+        if (sim_partition_even(m, m->n_layers, p.first_op, p.last_op, &e)) {
+            sim_plan_free(&p);
+            prof_model_free(m);
+            return die(&e);
+        }
+        row w;
+        evaluate(&p, dir, &w);
+        char name[40];
+        snprintf(name, sizeof name, "%s/%s", sim_sched_name(p.sched),
+                 sim_tier_name(rows[i].tier));
+        if (w.ok) {
+            table_row(name, &p, &w);
+            int k = rows[i].dp > 1;
+            ea[k][n[k]++] = err_of(w.after, w.meas);
+            if (w.mem_err > mem) mem = w.mem_err;
+        }
+        sim_plan_free(&p);
+    }
+    for (int k = 0; k < 2; k++) {
+        double md = median_abs(ea[k], n[k]);
+        printf("%s: iteration time error after calibration, median %.1f%%, "
+               "largest %.1f%%\n", k ? "two ranks" : "one device", 100 * md,
+               n[k] ? 100 * fabs(ea[k][n[k] - 1]) : 0);
+    }
+    printf("peak memory within %.1f%%\n", 100 * mem);
+    prof_model_free(m);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -361,10 +438,12 @@ int main(int argc, char **argv)
         return 1;
     }
     util_err e;
+    drive_dir = dir;
     int rc = calibrate(dir, &e) ? die(&e) : 0;
     const char *models[] = {"gpt-mini", "tests/bench/gpt-long.json"};
     for (int i = 0; !rc && i < (argc > 1 ? argc - 1 : 2); i++)
         rc = loop(argc > 1 ? argv[i + 1] : models[i], dir, i == 0);
+    if (!rc && argc <= 1) rc = tiers_loop(dir);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) rc = 1;

@@ -165,7 +165,7 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
            "(median past %d); swap K:J = checkpoints of the first K stages, "
            "whole activations of the last J; peaks of the first device, "
            "host memory every rank's\n\n", model, STEPS, WARM);
-    printf("%-20s %2s %-5s %4s %9s %9s %7s %9s %9s %9s %9s  %s\n",
+    printf("%-22s %2s %-5s %4s %9s %9s %7s %9s %9s %9s %9s  %s\n",
            "schedule", "dp", "tier", "swap", "step ms", "sim ms", "meas/sim",
            "peak MiB", "sim MiB", "host MiB", "sim host", "bound by "
            "(measured, simulated)");
@@ -214,7 +214,7 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
             snprintf(sw, sizeof sw, "%d:%d", rows[i].ckpt, rows[i].full);
             snprintf(name, sizeof name, "%s%s%s", sim_sched_name(p.sched),
                      rows[i].ft ? " " : "", rows[i].ft ? rows[i].ft : "");
-            printf("%-20s %2d %-5s %4s %9.1f %9.1f %7.2f %9.1f %9.1f %9.1f "
+            printf("%-22s %2d %-5s %4s %9.1f %9.1f %7.2f %9.1f %9.1f %9.1f "
                    "%9.1f  %s, %s\n", name, rows[i].dp,
                    sim_tier_name(rows[i].tier), sw, it * 1e3, ps * 1e3,
                    ps > 0 ? it / ps : 0, pk / 1048576.0, sp / 1048576.0,
