@@ -95,8 +95,8 @@ typedef struct tier_stage {
      * in all (one rank: the whole arena, where it lies) */
     int np;
     size_t plo[3], pn[3], ph[3], hn;
-    size_t tlo, th;             /* the tied table's share: arena and host
-                                 * offsets (t->tied_n floats) */
+    size_t tlo, th, tn;         /* the tied table's share: arena and host
+                                 * offsets, floats (t->tied_n) */
     size_t flo, fn;             /* the share of the frozen arena (all of
                                  * it but where fetches bring them with
                                  * several ranks) */
@@ -274,9 +274,7 @@ static size_t host_at(const tier_stage *s, size_t a)
 static void share_set(exec_tiers *t, tier_stage *s, const exec_stage *st)
 {
     int D = ranks(t);
-    s->np = D > 1 ? exec_tiers_chunk(st, D, (st->replica + 1) % D, s->plo,
-                                     s->pn)
-                  : exec_tiers_chunk(st, 1, 0, s->plo, s->pn);
+    s->np = exec_tiers_chunk(st, D, (st->replica + 1) % D, s->plo, s->pn);
     s->hn = 0;
     for (int k = 0; k < s->np; k++) {
         s->ph[k] = s->hn;
@@ -288,6 +286,7 @@ static void share_set(exec_tiers *t, tier_stage *s, const exec_stage *st)
         size_t a = sl->n * c / (size_t)D, b = sl->n * (c + 1) / (size_t)D;
         s->tlo = sl->off + a;
         s->th = b > a ? host_at(s, s->tlo) : 0;
+        s->tn = b - a;
     }
 }
 
@@ -498,11 +497,9 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
     s->hg = host_new(t, s->hn);
     host_pin(t, s->hg, s->hn);
     if (st->tied_sl >= 0 && t->n_tied < 4) {
-        const exec_slice *sl = &st->sl[st->tied_sl];
-        size_t D = (size_t)ranks(t), c = D > 1 ? (size_t)(st->replica + 1) %
-                                                      D : 0;
+        /* every holder's share of the table is alike */
         t->tied[t->n_tied++] = li;
-        t->tied_n = sl->n * (c + 1) / D - sl->n * c / D;
+        t->tied_n = s->tn;
         if (!t->tied_w) {
             t->tied_w = host_new(t, t->tied_n);
             memcpy(t->tied_w, h[0] + s->th, t->tied_n * sizeof(float));
