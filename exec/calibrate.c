@@ -656,8 +656,6 @@ static int measure_transfers(const exec_calib_opts *o, const char *tmp,
     return rc;
 }
 
-/* ---------------------------------------------------------- the whole */
-
 /* ------------------------------------------ the host's side of offload */
 
 typedef struct adam_bench {
@@ -761,6 +759,8 @@ static int measure_host(const exec_calib_opts *o, exec_calib_result *r,
     exec_tfile_close(&f);
     return 0;
 }
+
+/* ---------------------------------------------------------- the whole */
 
 static void machine_now(prof_calib *c, const char *device)
 {
