@@ -291,6 +291,23 @@ Test(exec_tiers, bad_paths_and_a_full_disk)
     cr_expect_eq(files_in(dir), 0, "the tier's file is removed");
     exec_pipe_result_free(&r);
     sim_plan_free(&p);
+    /* two ranks, the disk full in the middle of the run: the rank that
+     * hits it ends the run, the other stops too (none waits for it in a
+     * ring or the norm's sum), and both files are removed */
+    plan_dp(dir, 2, 2, "--schedule zero-infinity --offload-tier nvme --dp 2",
+            &p);
+    o = opts(&p, 0);
+    o.steps = 6;
+    o.offload.path = dir;
+    o.offload.full_after_bytes = 1 << 20;
+    cr_expect_eq(exec_pipe_run(&o, &r, &e), -1);
+    cr_expect(strstr(e.msg, "the disk is full") && strstr(e.msg, "NVME_WRITE"),
+              "%s", e.msg);
+    cr_expect_eq(files_in(dir), 0, "the tiers' files are removed");
+    exec_pipe_result_free(&r);
+    sim_plan_free(&p);
+    plan_of(dir, "--schedule fuyou --offload-tier nvme", &p);
+    sim_plan_free(&p);
     /* from the command line: clipping Fuyou cannot do, asked for, exit 2
      * (not asked for, it runs unclipped and says so); then the run's own
      * failure, exit 1 */
