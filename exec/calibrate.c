@@ -141,13 +141,14 @@ static int write_spec(const char *path, const layer_size *L, util_err *e)
     return util_write_atomic(path, text, (size_t)n, e);
 }
 
-/* Runs the model of spec on cores as a plan of pp stages (the ops cut in
- * halves), dp data-parallel replicas and tp tensor-parallel ranks, n_mb
- * microbatches; with op_timing every op timed. */
+/* Runs the model of spec on cores as a plan of schedule sched, pp
+ * stages (the ops cut in halves), dp data-parallel replicas and tp
+ * tensor-parallel ranks, n_mb microbatches; with op_timing every op
+ * timed. */
 static int run_layout(const exec_calib_opts *o, const char *spec,
-                      const layer_size *L, int pp, int dp, int tp, int n_mb,
-                      int steps, int op_timing, exec_pipe_result *r,
-                      util_err *e)
+                      const layer_size *L, sim_sched sched, int pp, int dp,
+                      int tp, int n_mb, int steps, int op_timing,
+                      exec_pipe_result *r, util_err *e)
 {
     util_err me;
     prof_model *m = prof_model_load(spec, &me);
@@ -156,7 +157,7 @@ static int run_layout(const exec_calib_opts *o, const char *spec,
     sim_plan_init(&p);
     snprintf(p.model, sizeof p.model, "%s", spec);
     snprintf(p.hw, sizeof p.hw, "%s x%d", o->device, pp * dp * tp);
-    p.sched = SIM_SCHED_GPIPE;
+    p.sched = sched;
     p.pp = pp;
     p.dp = dp;
     p.tp = tp;
@@ -192,7 +193,8 @@ static int run_spec(const exec_calib_opts *o, const char *spec,
                     const layer_size *L, int devices, int steps,
                     exec_pipe_result *r, util_err *e)
 {
-    return run_layout(o, spec, L, 1, devices, 1, 1, steps, 1, r, e);
+    return run_layout(o, spec, L, SIM_SCHED_GPIPE, 1, devices, 1, 1, steps, 1,
+                      r, e);
 }
 
 /* The run's op parts as samples; its optimizer steps (device 0, past the
@@ -577,12 +579,14 @@ static int measure_transfers(const exec_calib_opts *o, const char *tmp,
         exec_pipe_result r;
         if ((rc = write_spec(spec, L, e))) break;
         /* two stages, two microbatches: activations and gradients */
-        if ((rc = run_layout(o, spec, L, 2, 1, 1, 2, steps, 0, &r, e)))
+        if ((rc = run_layout(o, spec, L, SIM_SCHED_GPIPE, 2, 1, 1, 2, steps,
+                             0, &r, e)))
             break;
         take_transfers(&r, &x, &n, &cap);
         exec_pipe_result_free(&r);
         /* two replicas: the gradients' ring; the whole ring timed too */
-        if ((rc = run_layout(o, spec, L, 1, 2, 1, 1, steps, 0, &r, e)))
+        if ((rc = run_layout(o, spec, L, SIM_SCHED_GPIPE, 1, 2, 1, 1, steps,
+                             0, &r, e)))
             break;
         take_transfers(&r, &x, &n, &cap);
         /* the ring from both replicas' backward done to its last step */
@@ -613,7 +617,8 @@ static int measure_transfers(const exec_calib_opts *o, const char *tmp,
         if (cnt > 0 && nring < 4) rings[nring++] = (ringrun){bytes, ring / cnt};
         exec_pipe_result_free(&r);
         /* two tensor-parallel ranks */
-        if ((rc = run_layout(o, spec, L, 1, 1, 2, 1, steps, 0, &r, e)))
+        if ((rc = run_layout(o, spec, L, SIM_SCHED_GPIPE, 1, 1, 2, 1, steps,
+                             0, &r, e)))
             break;
         take_tp(&r, 2, &tpx, &ntp, &captp);
         exec_pipe_result_free(&r);
@@ -654,6 +659,58 @@ static int measure_transfers(const exec_calib_opts *o, const char *tmp,
     free(x);
     free(tpx);
     return rc;
+}
+
+/* ------------------------------------------- the backward's halves apart */
+
+/* The backward's halves run as tasks of their own (the zero-bubble
+ * schedules' B and W) against within one backward task: one layer size
+ * run under GPipe and ZB-H1 on one device, alternately, every op timed;
+ * each phase's summed op times split over combined, the median of the
+ * rounds (prof_eff.split_factor). */
+static int measure_split(const exec_calib_opts *o, int gpu, const char *tmp,
+                         exec_calib_result *res, util_err *e)
+{
+    static const layer_size cpu_sz = {256, 128, 4, 256, 32, 0},
+                            quick_sz = {128, 64, 2, 256, 32, 0},
+                            gpu_sz = {1024, 512, 4, 256, 64, 0};
+    const layer_size *L = o->quick ? &quick_sz : gpu ? &gpu_sz : &cpu_sz;
+    int rounds = o->quick ? 1 : 3, steps = o->quick ? 3 : 5;
+    char spec[600];
+    snprintf(spec, sizeof spec, "%s/layer.json", tmp);
+    if (write_spec(spec, L, e)) return -1;
+    double ratio[2][3];
+    for (int k = 0; k < rounds; k++) {
+        double sum[2][2] = {{0, 0}, {0, 0}};    /* [split][B, W] */
+        for (int s = 0; s < 2; s++) {
+            if (o->stop && *o->stop)
+                return util_errf(e, UTIL_EXIT_FAIL, "stopped");
+            exec_pipe_result r;
+            if (run_layout(o, spec, L, s ? SIM_SCHED_ZBH1 : SIM_SCHED_GPIPE,
+                           1, 1, 1, 2, steps, 1, &r, e))
+                return util_err_prefix(e, "the backward's halves");
+            for (int i = 0; i < r.model->n_ops; i++)
+                for (int q = 0; q < 2; q++) {
+                    int ph = q ? PROF_PHASE_W : PROF_PHASE_B;
+                    double n = r.op_calls[i * PROF_PHASES + ph];
+                    if (n > 0)
+                        sum[s][q] += r.op_ns[i * PROF_PHASES + ph] / n;
+                }
+            exec_pipe_result_free(&r);
+        }
+        for (int q = 0; q < 2; q++)
+            ratio[q][k] = sum[0][q] > 0 && sum[1][q] > 0
+                        ? sum[1][q] / sum[0][q] : 1;
+    }
+    for (int q = 0; q < 2; q++) {
+        qsort(ratio[q], (size_t)rounds, sizeof(double), cmp_dbl);
+        res->calib.gpu.eff.split_factor[q] = ratio[q][rounds / 2];
+    }
+    if (o->log)
+        fprintf(o->log, "  the backward's halves apart: B x%.3f, W x%.3f\n",
+                res->calib.gpu.eff.split_factor[0],
+                res->calib.gpu.eff.split_factor[1]);
+    return 0;
 }
 
 /* ------------------------------------------ the host's side of offload */
@@ -860,6 +917,9 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
                 gpu ? "GPUs" : "cores");
     if (!rc && o->devices > 1) rc = measure_transfers(o, tmp, r, e);
     if (!rc && o->log)
+        fprintf(o->log, "sluice calibrate: the backward's halves apart\n");
+    if (!rc) rc = measure_split(o, gpu, tmp, r, e);
+    if (!rc && o->log)
         fprintf(o->log, "sluice calibrate: the host's AdamW and drive\n");
     if (!rc) rc = measure_host(o, r, e);
     const char *files[] = {"layer.json", "xfer.json"};
@@ -938,14 +998,23 @@ int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,
     const sim_kind kinds[PROF_PHASES] = {SIM_F, SIM_B, SIM_W};
     /* a TF32 run's products have signatures of their own */
     prof_dtype dt = r->tf32 ? prof_gpu_math(g, PROF_DT_TF32) : PROF_DT_FP32;
+    /* op times are kept as within one backward task: a run whose
+     * backward's halves ran apart (zero-bubble's B and W) has its halves'
+     * times divided by what calibration measured that costs */
+    int split = 0;
+    for (int t = 0; t < r->n_tasks && !split; t++)
+        split = r->ir->tasks[t].kind == SIM_W;
     for (int i = 0; i < r->model->n_ops; i++) {
         prof_op op = sim_op_tp(&r->model->ops[i], tp);
         for (int ph = 0; ph < PROF_PHASES; ph++) {
             double n = r->op_calls[i * PROF_PHASES + ph];
             if (!(n > 0)) continue;
+            double f = split && ph != PROF_PHASE_F
+                     ? c->gpu.eff.split_factor[ph - 1] : 0;
             char sig[140];
             sim_op_signature_dt(g, &op, mbs, kinds[ph], dt, sig, sizeof sig);
-            prof_calib_add_op(c, sig, r->op_ns[i * PROF_PHASES + ph] / n,
+            prof_calib_add_op(c, sig, r->op_ns[i * PROF_PHASES + ph] / n /
+                                          (f > 0 ? f : 1),
                               (long)n, model, r->n_workers);
             (*n_added)++;
         }

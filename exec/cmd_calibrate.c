@@ -257,6 +257,10 @@ static void report_text(const exec_calib_result *r, const prof_calib *prev,
                l->bw_bytes_per_s / 1e9, l->latency_ns / 1e3, l->samples,
                100 * l->max_err);
     }
+    if (g->eff.split_factor[0] > 0)
+        printf("the backward's halves as tasks of their own (zero-bubble's B "
+               "and W): x%.3f and x%.3f their time within one backward\n",
+               g->eff.split_factor[0], g->eff.split_factor[1]);
     const prof_calib_tiers *tc = &c->tiers;
     if (tc->present) {
         printf("host: AdamW %.1f M parameters/s on %d thread%s",

@@ -93,6 +93,21 @@ static int parse_factors(const util_jobj *o, const char *key,
     return 0;
 }
 
+/* "split_factor": {"B": 1.02, "W": 1.03}: a phase absent keeps its
+ * value. */
+static int parse_split(const util_jobj *o, double f[2], util_err *e)
+{
+    static const char *const ph[] = {"B", "W", NULL};
+    util_jobj m;
+    int have;
+    if (util_jchild(o, "split_factor", 0, &m, &have, e)) return -1;
+    if (!have) return 0;
+    if (util_jkeys(&m, ph, e)) return -1;
+    for (int q = 0; q < 2; q++)
+        if (util_jnum(&m, ph[q], 0, UTIL_POSITIVE, 10, &f[q], e)) return -1;
+    return 0;
+}
+
 static json_t *factors_json(const double (*f)[PROF_PHASES])
 {
     json_t *mf = json_object();
@@ -117,7 +132,7 @@ static int parse_eff(const util_jobj *o, prof_eff *f, int partial,
     static const char *const keys[] = {"gemm_max", "gemm_half_mn",
         "gemm_half_k", "mem_max", "mem_half_bytes", "launch_ns", "task_ns",
         "op_task_ns", "gemm_factor", "mem_factor", "opt_factor", "cache_bytes",
-        "cache_gain", "unaligned", NULL};
+        "cache_gain", "unaligned", "split_factor", NULL};
     int req = !partial;
     if (util_jkeys(o, keys, e) ||
         util_jnum(o, "unaligned", 0, UTIL_POSITIVE, 1, &f->unaligned, e) ||
@@ -125,6 +140,7 @@ static int parse_eff(const util_jobj *o, prof_eff *f, int partial,
         util_jnum(o, "cache_gain", 0, 0, 1e3, &f->cache_gain, e) ||
         parse_factors(o, "gemm_factor", f->gemm_factor, e) ||
         parse_factors(o, "mem_factor", f->mem_factor, e) ||
+        parse_split(o, f->split_factor, e) ||
         util_jnum(o, "opt_factor", 0, UTIL_POSITIVE, 1e3, &f->opt_factor, e) ||
         util_jnum(o, "gemm_max", req, UTIL_POSITIVE, 1, &f->gemm_max, e) ||
         util_jnum(o, "gemm_half_mn", req, 0, 1e6, &f->gemm_half_mn, e) ||
@@ -265,6 +281,11 @@ json_t *prof_gpu_json(const prof_gpu *g)
     if (mf) json_object_set_new(eff, "mem_factor", mf);
     if (g->eff.opt_factor > 0)
         json_object_set_new(eff, "opt_factor", json_real(g->eff.opt_factor));
+    if (g->eff.split_factor[0] > 0 && g->eff.split_factor[1] > 0)
+        json_object_set_new(eff, "split_factor",
+                            json_pack("{s:f,s:f}", "B",
+                                      g->eff.split_factor[0], "W",
+                                      g->eff.split_factor[1]));
     if (g->eff.cache_bytes > 0 && g->eff.cache_gain > 0) {
         json_object_set_new(eff, "cache_bytes", json_real(g->eff.cache_bytes));
         json_object_set_new(eff, "cache_gain", json_real(g->eff.cache_gain));

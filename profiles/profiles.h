@@ -74,6 +74,11 @@ typedef struct prof_eff {
     double opt_factor;
     double cache_bytes, cache_gain;
     double unaligned;
+    /* The backward's two halves run as tasks of their own (the
+     * zero-bubble schedules' B and W): their time over the same ops'
+     * within one backward task, [0] B and [1] W; measured by calibration
+     * (0: not measured, as 1). */
+    double split_factor[2];
 } prof_eff;
 
 /* Fraction of peak for a GEMM of this shape, in (0, 1]. */

@@ -1062,6 +1062,13 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->b_ns = (int64_t)(bb + arb);
         sc->r_ns = (int64_t)(r + arr);
         sc->w_ns = (int64_t)w;
+        /* the halves apart (zero-bubble's B and W tasks), as calibration
+         * measured this machine run them: the collectives inside B are
+         * not the ops' */
+        double fb = g->eff.split_factor[0] > 0 ? g->eff.split_factor[0] : 1;
+        double fw = g->eff.split_factor[1] > 0 ? g->eff.split_factor[1] : 1;
+        sc->bs_ns = (int64_t)(bb * fb + arb);
+        sc->ws_ns = (int64_t)(w * fw);
         /* what trains has gradients and optimizer state; frozen weights
          * (a fine-tuning mode's) only their storage, sharded with the
          * rest under ZeRO-3 */

@@ -257,6 +257,8 @@ static prof_calib sample_calib(void)
     c.gpu = truth();
     c.gpu.eff.task_ns = 12000;
     c.gpu.eff.op_task_ns = 900;
+    c.gpu.eff.split_factor[0] = 1.02;
+    c.gpu.eff.split_factor[1] = 1.0625;
     c.link[PROF_XFER_INPROC] = (prof_calib_link){1, 9e9, 4000, 9, 0.1};
     c.n_param = 1;
     c.param[0] = (prof_calib_param){"gemm_tflops", 0.084, 0.08, 0.09};
@@ -290,6 +292,8 @@ Test(calib_file, round_trip_and_lookups)
                        1.2, 1e-9);
     cr_assert_float_eq(r.gpu.eff.task_ns, 12000, 1e-6);
     cr_assert_float_eq(r.gpu.eff.op_task_ns, 900, 1e-6);
+    cr_assert_float_eq(r.gpu.eff.split_factor[0], 1.02, 1e-9);
+    cr_assert_float_eq(r.gpu.eff.split_factor[1], 1.0625, 1e-9);
     cr_assert(r.link[PROF_XFER_INPROC].present);
     cr_assert(!r.link[PROF_XFER_MPI].present);
     cr_assert_float_eq(r.link[PROF_XFER_INPROC].bw_bytes_per_s, 9e9, 1);
@@ -354,6 +358,8 @@ Test(calib_file, bad_values_are_named)
         {"s/\"op_task_ns\": [0-9.e+-]*/\"op_task_ns\": -1/",
          "field 'gpu.eff.op_task_ns'"},
         {"s/\"F\": 2.5/\"F\": 0/", "field 'gpu.eff.mem_factor.act.F'"},
+        {"s/\"W\": 1.0625/\"W\": 12/",
+         "field 'gpu.eff.split_factor.W': 12 is too large"},
         {"/\"busy\": \\[/{n;s/1/2/}", "field 'busy': value 0"},
         {"s/\"busy\": 2,/\"busy\": 0,/", "field 'ops[0].busy'"},
     };
@@ -452,6 +458,39 @@ static prof_calib builtin_calib(const char *dev, const char *date)
     util_err e;
     cr_assert_eq(prof_gpu_get_builtin(dev, &c.gpu, &e), 0, "%s", e.msg);
     return c;
+}
+
+/* The backward's halves as tasks of their own cost what calibration
+ * measured them to (prof_eff.split_factor): a zero-bubble plan's B and W
+ * take that much longer, a plan whose backward is one task does not. */
+Test(calib_dir, split_backward_factors)
+{
+    char *d = test_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/cpu.json", d);
+    prof_calib c = builtin_calib("cpu", "2026-11-23T10:00:00Z");
+    util_err e;
+    double t[2][2];     /* [factors][gpipe, zb-h1] */
+    const char *sch[2] = {"gpipe", "zb-h1"};
+    for (int f = 0; f < 2; f++) {
+        c.gpu.eff.split_factor[0] = f ? 1.5 : 1;
+        c.gpu.eff.split_factor[1] = f ? 2 : 1;
+        cr_assert_eq(prof_calib_save(&c, path, &e), 0, "%s", e.msg);
+        for (int k = 0; k < 2; k++) {
+            json_t *j = cli_json("--profile-dir %s sim --hw cpu x1 --model "
+                                 "gpt-mini --schedule %s --pp 1 --mbs 2 "
+                                 "--microbatches 2 --json", d, sch[k]);
+            t[f][k] = json_real_value(json_object_get(j,
+                                                      "iteration_time_s"));
+            json_decref(j);
+        }
+    }
+    prof_calib_free(&c);
+    cr_expect_eq(t[1][0], t[0][0], "GPipe's backward is one task");
+    /* B at 1.5 and W at 2 times: the backward, most of the step, at
+     * between 1.5 and 2 times */
+    cr_expect(t[1][1] > 1.3 * t[0][1] && t[1][1] < 2 * t[0][1],
+              "zb-h1 %g s against %g s", t[1][1], t[0][1]);
+    test_rm_rf(d);
 }
 
 Test(calib_dir, sim_uses_the_calibrated_figures)
