@@ -109,10 +109,10 @@ static int cmd_list(int argc, char **argv)
     int cal_rc = prof_calib_list(&cal, &ncal, &ce);
     const char *dir = prof_profile_dir();
     json_t *jc = json_array();
-    util_table *tc = util_table_new(6);
+    util_table *tc = util_table_new(7);
     const char *hc[] = {"device", "calibrated", "machine", "fit error",
-                        "ops measured", "links"};
-    for (int i = 0; i < 6; i++) util_table_col(tc, i, hc[i], 'l');
+                        "ops measured", "links", "host (offload)"};
+    for (int i = 0; i < 7; i++) util_table_col(tc, i, hc[i], 'l');
     for (int i = 0; i < ncal; i++) {
         const prof_calib *c = &cal[i];
         char mach[256], err[48], ops[16], links[64] = "";
@@ -127,8 +127,18 @@ static int cmd_list(int argc, char **argv)
                 snprintf(links + l, sizeof links - l, "%s%s", l ? ", " : "",
                          prof_xfer_name((prof_xfer)x));
             }
+        /* the offload schedules' rates: AdamW on the host, the drive */
+        char host[96] = "-";
+        const prof_calib_tiers *t = &c->tiers;
+        if (t->present && t->read_bytes_per_s > 0)
+            snprintf(host, sizeof host, "AdamW %.0f M/s, drive %.2f/%.2f "
+                     "GB/s", t->adam_params_per_s / 1e6,
+                     t->read_bytes_per_s / 1e9, t->write_bytes_per_s / 1e9);
+        else if (t->present)
+            snprintf(host, sizeof host, "AdamW %.0f M/s",
+                     t->adam_params_per_s / 1e6);
         const char *row[] = {c->device, c->date, mach, err, ops,
-                             links[0] ? links : "-"};
+                             links[0] ? links : "-", host};
         util_table_row(tc, row);
         json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:i,s:f,s:f,s:i}", "device",
                               c->device, "date", c->date, "file", c->file,
@@ -136,6 +146,12 @@ static int cmd_list(int argc, char **argv)
                               "fit_median_error", c->fit_median_err,
                               "fit_max_error", c->fit_max_err, "ops_measured",
                               c->n_ops);
+        if (t->present)
+            json_object_set_new(o, "tiers", json_pack(
+                "{s:f,s:f,s:f,s:s}", "adam_params_per_s",
+                t->adam_params_per_s, "drive_read_bytes_per_s",
+                t->read_bytes_per_s, "drive_write_bytes_per_s",
+                t->write_bytes_per_s, "measured_by", t->model));
         json_array_append_new(jc, o);
     }
     free(cal);

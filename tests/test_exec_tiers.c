@@ -366,6 +366,10 @@ Test(exec_tiers, calibration_takes_the_tiers_rates)
     cr_expect_str_eq(json_string_value(json_object_get(t0, "model")),
                      "microbenchmarks");
     json_decref(j0);
+    r = cli_run("--profile-dir %s profile list", d);
+    cr_expect(strstr(r.out, "AdamW") && strstr(r.out, "drive"),
+              "profile list shows the host's rates: %s", r.out);
+    cli_result_free(&r);
     /* the states in DRAM: AdamW's rate, the drive's as measured */
     cli_expect(0, "", "sim --hw cpu x1 --model %s --mbs 2 --microbatches 2 "
                "--schedule zero-offload --offload-tier dram --out %s/z.json",
