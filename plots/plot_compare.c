@@ -61,7 +61,10 @@ static int load(const char *path, trace *t, util_err *e)
         for (size_t i = 0; i < n; i++) {
             json_t *x = json_array_get(ev, i);
             const char *ph = json_string_value(json_object_get(x, "ph"));
-            if (!ph || strcmp(ph, "C") ||
+            const char *nm = json_string_value(json_object_get(x, "name"));
+            /* the device's memory, not the host tiers' counters an
+             * offloaded plan's trace puts beside it */
+            if (!ph || strcmp(ph, "C") || !nm || strcmp(nm, "memory") ||
                 (int)json_integer_value(json_object_get(x, "pid")) != d)
                 continue;
             double ts = json_number_value(json_object_get(x, "ts")) / 1e3;

@@ -495,3 +495,38 @@ Test(exec_tiers, data_parallel_finetune_modes)
                      "--finetune qlora:4:all", 1.0f, 0);
     model = PICO;
 }
+
+/* exec --plot of an offload plan: each device's memory curve is its own
+ * (the trace's host tier counters beside it stay out of it), in time
+ * order, in the measured and the simulated panels alike. */
+Test(exec_tiers, compare_plot_keeps_the_devices_memory_apart)
+{
+    char *dir = test_tmpdir();
+    sim_plan p;
+    plan_dp(dir, 2, 2, "--schedule zero-infinity --offload-tier dram --dp 2",
+            &p);
+    sim_plan_free(&p);
+    cli_expect(0, "", "exec --plan %s/plan.json --steps 2 --data %s --quiet "
+               "--plot %s/c", dir, CORPUS, dir);
+    const char *which[] = {"measured", "simulated"};
+    for (int k = 0; k < 2; k++) {
+        char path[600], line[256];
+        snprintf(path, sizeof path, "%s/c-%s-memory.dat", dir, which[k]);
+        FILE *f = fopen(path, "r");
+        cr_assert_not_null(f, "%s", path);
+        double prev = -1, t, by;
+        int back = 0, points = 0;
+        while (fgets(line, sizeof line, f)) {
+            if (line[0] == '#') prev = -1;
+            if (sscanf(line, "%lf %lf", &t, &by) != 2) continue;
+            back += t < prev;
+            prev = t;
+            points++;
+        }
+        fclose(f);
+        cr_expect_gt(points, 2, "%s", path);
+        cr_expect_eq(back, 0, "%s: a device's curve goes back in time %d "
+                     "times (another series mixed in)", path, back);
+    }
+    test_rm_rf(dir);
+}
