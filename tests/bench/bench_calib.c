@@ -420,11 +420,12 @@ static int tiers_loop(const char *dir)
     }
     for (int k = 0; k < 2; k++) {
         double md = median_abs(ea[k], n[k]);
-        printf("%s: iteration time error after calibration, median %.1f%%, "
-               "largest %.1f%%\n", k ? "two ranks" : "one device", 100 * md,
+        printf("%s: iteration time error after calibration, median %.1f%% "
+               "(goal under 3%%), largest %.1f%% (goal under 10%%)\n",
+               k ? "two ranks" : "one device", 100 * md,
                n[k] ? 100 * fabs(ea[k][n[k] - 1]) : 0);
     }
-    printf("peak memory within %.1f%%\n", 100 * mem);
+    printf("peak memory within %.1f%% (goal 5%%)\n", 100 * mem);
     prof_model_free(m);
     return 0;
 }
