@@ -562,10 +562,9 @@ typedef struct exec_pipe_result {
     /* with op_timing, past the first step, over every worker: per graph
      * op and phase (op * PROF_PHASES + PROF_PHASE_*) the ns its parts
      * took and how many ran (tensor-parallel collectives left out), and
-     * compute tasks' time outside their ops, how many, and the ops they
-     * ran */
+     * compute tasks' time outside their ops and the ops they ran */
     double *op_ns, *op_calls;
-    double task_rest_ns, task_rest_n, task_rest_ops;
+    double task_rest_ns, task_rest_ops;
     /* with offload, over the workers of this process: the tier's bytes
      * and seconds read (to the device) and written (back), parameters
      * updated by the CPU's AdamW and its seconds; how the file is

@@ -212,7 +212,7 @@ static int gather_op_times(exec_runtime *rt, exec_pipe_result *r, int mpi,
 {
     if (!rt->op_timing) return 0;
     size_t n = (size_t)rt->model->n_ops * PROF_PHASES;
-    double *v = util_calloc(2 * n + 3, sizeof *v);
+    double *v = util_calloc(2 * n + 2, sizeof *v);
     for (int i = 0; i < rt->n_local; i++) {
         const exec_worker *w = &rt->w[i];
         for (size_t k = 0; k < n; k++) {
@@ -220,10 +220,9 @@ static int gather_op_times(exec_runtime *rt, exec_pipe_result *r, int mpi,
             v[n + k] += w->op_n[k];
         }
         v[2 * n] += w->rest_ns;
-        v[2 * n + 1] += w->rest_n;
-        v[2 * n + 2] += w->rest_ops;
+        v[2 * n + 1] += w->rest_ops;
     }
-    if (mpi && exec_mpi_sum(v, 2 * n + 3, 1, e)) {
+    if (mpi && exec_mpi_sum(v, 2 * n + 2, 1, e)) {
         free(v);
         return -1;
     }
@@ -232,8 +231,7 @@ static int gather_op_times(exec_runtime *rt, exec_pipe_result *r, int mpi,
     memcpy(r->op_ns, v, sizeof(double) * n);
     memcpy(r->op_calls, v + n, sizeof(double) * n);
     r->task_rest_ns = v[2 * n];
-    r->task_rest_n = v[2 * n + 1];
-    r->task_rest_ops = v[2 * n + 2];
+    r->task_rest_ops = v[2 * n + 1];
     free(v);
     return 0;
 }

@@ -915,17 +915,42 @@ static int ofl_ring(const exec_runtime *rt)
     return rt->tiers && rt->dp > 1;
 }
 
+/* The pieces ring task `task` of an offload plan moves (sent by rank
+ * `sender`), chunked as dp_chunk's sharded rings are: lo[k], n[k] in the
+ * trained arena (exec_tiers_chunk), or in the frozen one where frozen[k]
+ * (a fetch's gather carries them too); their count, *total their floats. */
+static int ofl_chunk(const exec_worker *w, int task, int sender,
+                     size_t lo[4], size_t n[4], int frozen[4],
+                     size_t *total)
+{
+    const exec_runtime *rt = w->rt;
+    const sim_task *k = &rt->ir->tasks[task];
+    const exec_stage *st =
+        &w->st[w->lidx[k->kind == SIM_RECV ? k->stage2 : k->stage]];
+    int D = rt->dp, p = sender % D, ag = k->coll == SIM_COLL_ALLGATHER;
+    int c = ag ? mod(p + 1 - k->mb, D) : mod(p - k->mb, D);
+    int np = exec_tiers_chunk(st, D, c, lo, n);
+    for (int q = 0; q < np; q++) frozen[q] = 0;
+    if (ag && st->n_frozen && rt->tier_sched != SIM_SCHED_ZERO_OFFLOAD) {
+        exec_tiers_frozen_chunk(st, D, c, &lo[np], &n[np]);
+        if (n[np]) frozen[np++] = 1;
+    }
+    *total = 0;
+    for (int q = 0; q < np; q++) *total += n[q];
+    return np;
+}
+
 /* Folds an offload ring's receive d (its buffer b) into the weights or
- * gradient it fills: all-gathers copy, reduce-scatters add. */
+ * gradient it fills: all-gathers copy, reduce-scatters add. It may run on
+ * the communication or a tier thread: its time is that thread's, not the
+ * compute's kernels'. */
 static int ofl_fold(exec_worker *w, int d, exec_buf *b, util_err *e)
 {
     exec_runtime *rt = w->rt;
     const sim_task *u = &rt->ir->tasks[d];
-    size_t lo[4], n[4], tot = 0, at = 0;
+    size_t lo[4], n[4], tot, at = 0;
     int fz[4];
-    int np = exec_tiers_ring_chunk(w, d, geo(rt, u->stage)->replica, lo, n,
-                                   fz);
-    for (int k = 0; k < np; k++) tot += n[k];
+    int np = ofl_chunk(w, d, geo(rt, u->stage)->replica, lo, n, fz, &tot);
     int rc = 0;
     if (b->n != tot)
         rc = util_errf(e, UTIL_EXIT_FAIL, "ring step of %zu floats, the "
@@ -936,10 +961,9 @@ static int ofl_fold(exec_worker *w, int d, exec_buf *b, util_err *e)
             rc = util_errf(e, UTIL_EXIT_FAIL, "ring step for weights or a "
                            "gradient that is not on the device");
         else if (u->coll == SIM_COLL_REDUCE_SCATTER)
-            EXEC_KERN(w, rt->be->acc(base + lo[k], b->p + at, n[k]));
+            rt->be->acc(base + lo[k], b->p + at, n[k]);
         else
-            EXEC_KERN(w, rt->be->copy(base + lo[k], b->p + at,
-                                      n[k] * sizeof *base));
+            rt->be->copy(base + lo[k], b->p + at, n[k] * sizeof *base);
     }
     exec_buf_unref(b);
     return rc;
@@ -1120,9 +1144,7 @@ size_t exec_recv_floats(exec_runtime *rt, exec_worker *w, int rid)
     if (u->comm == SIM_COMM_DP && ofl_ring(rt)) {
         size_t lo[4], n[4];
         int fz[4];
-        int np = exec_tiers_ring_chunk(w, rid, geo(rt, u->stage)->replica,
-                                       lo, n, fz);
-        for (int k = 0; k < np; k++) total += n[k];
+        ofl_chunk(w, rid, geo(rt, u->stage)->replica, lo, n, fz, &total);
         return total;
     }
     if (u->comm == SIM_COMM_DP) {
@@ -1361,6 +1383,15 @@ static int stage_update(exec_worker *w, exec_stage *st, float scale,
     return 0;
 }
 
+/* The run ends after step (or minibatch) `last` at the latest. */
+static void stop_after(exec_runtime *rt, int last)
+{
+    int cur = atomic_load(&rt->stop_epoch);
+    while (last < cur &&
+           !atomic_compare_exchange_weak(&rt->stop_epoch, &cur, last))
+        ;
+}
+
 static int sum_world(exec_worker *w, double *v, int n, util_err *e)
 {
     exec_runtime *rt = w->rt;
@@ -1418,14 +1449,8 @@ static int opt_prepare(exec_worker *w, int id, int epoch, util_err *e)
         double norm = sqrt(v[0]);
         w->ep_norm[epoch - 1] = norm;
         w->ep_loss[epoch - 1] = v[1];
-        if (v[2] > 0) {
-            /* every worker sees the same sum: all stop after this step */
-            int cur = atomic_load(&rt->stop_epoch);
-            while (epoch < cur &&
-                   !atomic_compare_exchange_weak(&rt->stop_epoch, &cur,
-                                                 epoch))
-                ;
-        }
+        /* every worker sees the same sum: all stop after this step */
+        if (v[2] > 0) stop_after(rt, epoch);
         w->opt_scale = rt->adamw.clip > 0 && norm > rt->adamw.clip
                      ? (float)(rt->adamw.clip / norm) : 1.0f;
     }
@@ -1560,7 +1585,6 @@ static int run_compute_task(exec_worker *w, int id, int epoch, util_err *e)
         (rt->async || epoch > 1)) {
         w->rest_ns += (double)(ts[EXEC_T_END] - ts[EXEC_T_START] -
                                w->task_ops_ns);
-        w->rest_n += 1;
         w->rest_ops += w->task_ops_n;
     }
     if (!rc && t->kind <= SIM_RECOMP && rt->async)
@@ -1604,17 +1628,16 @@ static void tiers_open(exec_worker *w, int epoch)
 static int tiers_end(exec_worker *w, int epoch, util_err *e)
 {
     exec_runtime *rt = w->rt;
-    const sim_ir *ir = rt->ir;
     int64_t t0 = (int64_t)exec_now_ns();
     for (int q = 0; q < SIM_STREAM_COUNT; q++)
         if (w->n_tq[q] && wait_done(w, w->tq[q][w->n_tq[q] - 1], epoch))
             return util_errf(e, UTIL_EXIT_FAIL, "stopped");
-    for (int id = 0; ofl_ring(rt) && id < ir->n_tasks; id++) {
-        const sim_task *t = &ir->tasks[id];
-        if (t->comm != SIM_COMM_DP || t->device != w->device) continue;
+    for (int i = 0; i < w->n_dpt; i++) {
+        int id = w->dpt[i];
         if (wait_done(w, id, epoch))
             return util_errf(e, UTIL_EXIT_FAIL, "stopped");
-        exec_buf *b = t->kind == SIM_RECV ? take_recv(w, id) : NULL;
+        exec_buf *b = rt->ir->tasks[id].kind == SIM_RECV ? take_recv(w, id)
+                                                         : NULL;
         if (b && fold_dp(w, id, b, e)) return -1;
     }
     if (ofl_ring(rt)) exec_tiers_settle(w);
@@ -1622,28 +1645,17 @@ static int tiers_end(exec_worker *w, int epoch, util_err *e)
     /* a stage tier's last chunks written back: the norm is the step's */
     if (!rt->tiers) return 0;
     double ns = exec_tiers_norm_sq(w, epoch);
+    int stop = rt->stop_flag && *rt->stop_flag;
     if (ofl_ring(rt)) {
         int fuyou = rt->tier_sched == SIM_SCHED_FUYOU;
-        double v[3] = {w->ep_loss[epoch - 1], fuyou ? ns : 0,
-                       rt->stop_flag && *rt->stop_flag ? 1 : 0};
+        double v[3] = {w->ep_loss[epoch - 1], fuyou ? ns : 0, stop};
         if (sum_world(w, v, 3, e)) return -1;
         w->ep_loss[epoch - 1] = v[0];
         if (fuyou) ns = v[1];
-        if (v[2] > 0) {
-            int cur = atomic_load(&rt->stop_epoch);
-            while (epoch < cur &&
-                   !atomic_compare_exchange_weak(&rt->stop_epoch, &cur,
-                                                 epoch))
-                ;
-        }
+        stop = v[2] > 0;
     }
     w->ep_norm[epoch - 1] = sqrt(ns);
-    if (!ofl_ring(rt) && rt->stop_flag && *rt->stop_flag) {
-        int cur = atomic_load(&rt->stop_epoch);
-        while (epoch < cur &&
-               !atomic_compare_exchange_weak(&rt->stop_epoch, &cur, epoch))
-            ;
-    }
+    if (stop) stop_after(rt, epoch);
     return 0;
 }
 
@@ -1692,10 +1704,7 @@ static void *compute_main(void *arg)
             if (rt->async && rt->stop_flag && *rt->stop_flag &&
                 t->kind == SIM_F && t->stage == 0) {
                 /* the first stage sets where the minibatches end */
-                int want = t->minibatch, cur = atomic_load(&rt->stop_epoch);
-                while (want < cur && !atomic_compare_exchange_weak(
-                                         &rt->stop_epoch, &cur, want))
-                    ;
+                stop_after(rt, t->minibatch);
             }
         }
         if (tq && tiers_end(w, epoch, &e)) {
@@ -1813,9 +1822,9 @@ static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
         return -1;
     if (t->comm == SIM_COMM_DP && ofl_ring(rt)) {
         if (integrate(w, id, e)) return -1;
-        size_t lo[4], n[4];
+        size_t lo[4], n[4], tot;
         int fz[4];
-        int k = exec_tiers_ring_chunk(w, id, st->replica, lo, n, fz);
+        int k = ofl_chunk(w, id, st->replica, lo, n, fz, &tot);
         for (int i = 0; i < k; i++) {
             float *base = exec_tiers_ring_base(w, id, fz[i]);
             if (!base)
@@ -2498,9 +2507,11 @@ static void worker_rings(exec_worker *w)
         /* an offload plan's: rings of dp - 1 steps */
         size_t nk = (size_t)w->n_st * SIM_COLL_COUNT * 2 * (size_t)rt->dp;
         int *cnt = util_calloc(nk + 1, sizeof *cnt);
+        w->dpt = util_malloc(sizeof(int) * (size_t)(n + 1));
         for (int id = 0; id < n; id++) {
             const sim_task *t = &ir->tasks[id];
             if (t->comm != SIM_COMM_DP || t->device != w->device) continue;
+            w->dpt[w->n_dpt++] = id;
             int recv = t->kind == SIM_RECV;
             int li = w->lidx[recv ? t->stage2 : t->stage];
             UTIL_NEVER(li < 0 || t->mb < 0 || t->mb >= rt->dp);
@@ -2971,6 +2982,7 @@ void exec_rt_free(exec_runtime *rt)
         free(w->ep_kern); free(w->ep_wait); free(w->ep_wall); free(w->ep_end);
         free(w->used_ver);
         free(w->inst);
+        free(w->dpt);
         free(w->bw_rs);
         free(w->ag_use);
         free(w->ag_rel);

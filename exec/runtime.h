@@ -419,6 +419,7 @@ typedef struct exec_worker {
      * device (the k-th reduce-scatter of a stage in a step, ...), or -1;
      * per compute task, the reduce-scatter its gradient goes to, -1 */
     int *inst, *bw_rs;
+    int *dpt, n_dpt;            /* an offload plan's: its ring tasks */
     /* ZeRO-3: per compute task, the stage's all-gather whose weights it
      * computes with, and the one whose weights go after it (-1: none);
      * per task, for a gather's first send, the stage's optimizer step it
@@ -430,9 +431,9 @@ typedef struct exec_worker {
     int tasks_run;          /* for faults on purpose */
     /* calibration (rt->op_timing): per graph op and phase (F, B, W) the
      * ns its parts took and how many ran, past the first step; compute
-     * tasks' time outside their ops, how many, and the ops they ran */
+     * tasks' time outside their ops and the ops they ran */
     double *op_ns, *op_n;
-    double rest_ns, rest_n, rest_ops;
+    double rest_ns, rest_ops;
     int epoch_now;          /* the epoch of the task running */
     int64_t task_ops_ns;    /* ops timed in the task running */
     int task_ops_n;         /* and how many */
@@ -728,11 +729,6 @@ int exec_tiers_chunk(const exec_stage *st, int D, int c, size_t lo[3],
  * slices (QLoRA's 4-bit blocks dequantize together). */
 void exec_tiers_frozen_chunk(const exec_stage *st, int D, int c, size_t *lo,
                              size_t *n);
-/* The pieces a data-parallel ring task of an offload plan moves (sent
- * by rank `sender`): lo[k], n[k] in the trained arena, or in the frozen
- * one where frozen[k] (a fetch's gather carries them too); their count. */
-int exec_tiers_ring_chunk(const exec_worker *w, int id, int sender,
-                          size_t lo[4], size_t n[4], int frozen[4]);
 /* The device buffer such a task reads or writes (of the frozen arena
  * where frozen): the weights its fetch brought (zero-offload: the
  * resident ones), or the gradient its reduce-scatter reduces; NULL when

@@ -975,9 +975,11 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
     }
     int step = rt->step0 + epoch - 1;
     int64_t t0 = (int64_t)exec_now_ns();
-    size_t n = 0;
+    /* the parameters it steps: its slices' parts in the rank's share */
+    size_t n = 0, ho;
     for (int k = 0; k < st->n_sl; k++)
-        if (opt_steps(t, st, li, k)) n += st->sl[k].n;
+        for (int q = 0; opt_steps(t, st, li, k) && q < s->np; q++)
+            n += sl_piece(s, &st->sl[k], q, &ho);
     opt_ctx oc = {t, s, li, {h[0], h[1], h[2]}, step,
                   exec_lr_at(rt->adamw.lr, rt->warmup, rt->total_steps,
                              step), 0};
@@ -1168,26 +1170,6 @@ int exec_tiers_task(exec_worker *w, int id, int epoch, util_err *e)
         return util_errf(e, UTIL_EXIT_FAIL, "a tier task the executor does "
                          "not know");
     }
-}
-
-static int mod(int a, int R) { return ((a % R) + R) % R; }
-
-int exec_tiers_ring_chunk(const exec_worker *w, int id, int sender,
-                          size_t lo[4], size_t n[4], int frozen[4])
-{
-    const exec_runtime *rt = w->rt;
-    const sim_task *k = &rt->ir->tasks[id];
-    int v = k->kind == SIM_RECV ? k->stage2 : k->stage;
-    const exec_stage *st = &w->st[w->lidx[v]];
-    int D = rt->dp, p = sender % D, ag = k->coll == SIM_COLL_ALLGATHER;
-    int c = ag ? mod(p + 1 - k->mb, D) : mod(p - k->mb, D);
-    int np = exec_tiers_chunk(st, D, c, lo, n);
-    for (int q = 0; q < np; q++) frozen[q] = 0;
-    if (ag && st->n_frozen && rt->tier_sched != SIM_SCHED_ZERO_OFFLOAD) {
-        exec_tiers_frozen_chunk(st, D, c, &lo[np], &n[np]);
-        if (n[np]) frozen[np++] = 1;
-    }
-    return np;
 }
 
 float *exec_tiers_ring_base(exec_worker *w, int id, int frozen)
