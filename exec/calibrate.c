@@ -737,10 +737,9 @@ static void adam_part(void *ctx, int p, int n)
  * threads as the tiers run it (exec_host_threads' default), the fastest
  * of a few steps; and a tier file's drive in o->drive_dir, written then
  * read in regions of a large stage's size (O_DIRECT where the file
- * system takes it, as the executor's tiers). A folder given that cannot
- * take the file is an error (code 1); the working directory's leaves the
- * drive unmeasured, and r->drive_note says why; so does a disk that
- * fills up. */
+ * system takes it, as the executor's tiers). A working directory that
+ * cannot take the file leaves the drive unmeasured, and r->drive_note
+ * says why; so does a disk that fills up. */
 static int measure_host(const exec_calib_opts *o, exec_calib_result *r,
                         util_err *e)
 {
@@ -780,13 +779,9 @@ static int measure_host(const exec_calib_opts *o, exec_calib_result *r,
     util_err fe;
     const char *dir = o->drive_dir && *o->drive_dir ? o->drive_dir : ".";
     if (exec_tfile_open(&f, dir, 0, &fe)) {
+        /* a folder given was tried before the microbenchmarks
+         * (exec_calibrate): this is the working directory's */
         exec_tfile_close(&f);
-        /* a folder given that cannot take the file is the user's error;
-         * the working directory's, a drive left unmeasured */
-        if (o->drive_dir && *o->drive_dir) {
-            *e = fe;
-            return -1;
-        }
         snprintf(r->drive_note, sizeof r->drive_note, "not measured: %s "
                  "(give --offload-path DIR)", fe.msg);
         return 0;

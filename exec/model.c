@@ -207,8 +207,9 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
     c->relu = !s->gated_mlp && s->act == PROF_ACT_RELU;
     /* OPT's table keeps two rows before position 0 (its padding offset) */
     c->pos_offset = s->family == PROF_FAM_OPT && s->max_pos > 0 ? 2 : 0;
-    /* no learned position table: rotary positions, as Llama */
-    int rope = s->max_pos <= 0;
+    /* no learned position table: rotary positions, as Llama (the
+     * simulator's rule) */
+    int rope = prof_spec_rope(s);
     if (rope) c->max_pos = 0;
     c->rope_theta = rope ? (float)(s->rope_theta > 0 ? s->rope_theta
                                                         : 10000.0)

@@ -124,8 +124,11 @@ static double costs_lower_bound(const sim_costs *c, const sim_plan *p)
             const sim_stage_cost *sc = &c->stage[r * S + s];
             int d = c->stage_device[r * S + s];
             if (d < 0 || d >= pp) continue;
-            double one = (double)(sc->f_ns + (p->recompute ? sc->r_ns : 0) +
-                                  sc->b_ns + sc->w_ns);
+            /* the backward fused or apart, whichever is cheaper: a
+             * bound (a calibrated split factor may be below 1) */
+            double one = (double)(sc->f_ns + (p->recompute ? sc->r_ns : 0)) +
+                         fmin((double)(sc->b_ns + sc->w_ns),
+                              (double)(sc->bs_ns + sc->ws_ns));
             work[d] += one * per_stage_mb;
         }
     double lb = 0;

@@ -815,8 +815,8 @@ sim_costs *sim_costs_uniform(int n_stages, int n_devices,
     for (int s = 0; s < n_stages; s++) {
         sim_stage_cost *sc = &c->stage[s];
         sc->f_ns = f_ns;
-        sc->b_ns = b_ns;
-        sc->w_ns = w_ns;
+        sc->b_ns = sc->bs_ns = b_ns;
+        sc->w_ns = sc->ws_ns = w_ns;
         sc->act_bytes = act_bytes;
         sc->input_bytes = s ? xfer_bytes : 0;
         sc->wkeep_bytes = act_bytes / 2;

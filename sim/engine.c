@@ -70,8 +70,8 @@ static int64_t task_dur(const sim_costs *c, const sim_task *t)
     case SIM_F: return sc->f_ns + sc->task_ns;
     case SIM_RECOMP: return sc->r_ns + sc->task_ns;
     /* split, each half as the machine runs it apart (calibrated) */
-    case SIM_B: return (sc->bs_ns > 0 ? sc->bs_ns : sc->b_ns) + sc->task_ns;
-    case SIM_W: return (sc->ws_ns > 0 ? sc->ws_ns : sc->w_ns) + sc->task_ns;
+    case SIM_B: return sc->bs_ns + sc->task_ns;
+    case SIM_W: return sc->ws_ns + sc->task_ns;
     case SIM_BW: return sc->b_ns + sc->w_ns + sc->task_ns;
     case SIM_OPT: return sc ? sc->opt_ns + sc->opt_task_ns : 0;
     case SIM_CPU_OPT: return sc ? sc->cpu_opt_ns : 0;

@@ -282,7 +282,7 @@ void sim_zero_bytes(double params, double wbytes, double state, int zero,
 typedef struct sim_stage_cost {
     int64_t f_ns, b_ns, w_ns;   /* full backward = b_ns + w_ns */
     int64_t bs_ns, ws_ns;       /* the two halves as tasks of their own
-                                 * (prof_eff.split_factor; 0: b_ns, w_ns) */
+                                 * (prof_eff.split_factor) */
     int64_t r_ns;               /* recomputation before a backward (the
                                  * forward of what the mode recomputes) */
     int64_t opt_ns;             /* optimizer step of the stage */

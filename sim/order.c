@@ -215,8 +215,7 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
         } else if (best_q == Q_B) {
             int g = nb[s]++;
             /* split, the halves as they run apart (bs_ns, ws_ns) */
-            int64_t dur = (split ? (sc->bs_ns > 0 ? sc->bs_ns : sc->b_ns)
-                                 : sc->b_ns + sc->w_ns) +
+            int64_t dur = (split ? sc->bs_ns : sc->b_ns + sc->w_ns) +
                           (o->recompute ? sc->r_ns : 0);
             fin = best_t + dur;
             finB[(size_t)s * G + g] = fin;
@@ -224,7 +223,7 @@ int sim_order_greedy(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
             sim_ir_compute(ir, split ? SIM_B : SIM_BW, s, g % M, g / M, 0);
         } else {
             int g = nw[s]++;
-            fin = best_t + (sc->ws_ns > 0 ? sc->ws_ns : sc->w_ns);
+            fin = best_t + sc->ws_ns;
             sim_ir_compute(ir, SIM_W, s, g % M, g / M, 0);
         }
         free_at[best_d] = fin;

@@ -345,9 +345,8 @@ static int zb2p_order(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
         const sim_stage_cost *sc = &c->stage[s];
         z.tf[s] = sc->f_ns;
         /* the halves as they run apart (sim_stage_cost.bs_ns, ws_ns) */
-        z.tb[s] = (sc->bs_ns > 0 ? sc->bs_ns : sc->b_ns) +
-                  (o->recompute ? sc->r_ns : 0);
-        z.tw[s] = sc->ws_ns > 0 ? sc->ws_ns : sc->w_ns;
+        z.tb[s] = sc->bs_ns + (o->recompute ? sc->r_ns : 0);
+        z.tw[s] = sc->ws_ns;
         if (s + 1 < p) z.comm[s] = sim_xfer_est_ns(c, s, s + 1);
         /* what W still holds after B (half when nothing says) */
         z.w_share[s] = sc->act_bytes > 0 ? sc->wkeep_bytes / sc->act_bytes

@@ -577,8 +577,8 @@ Test(sim_props, random_configurations)
         for (int s = 0; s < o.n_stages; s++) {
             sim_stage_cost *sc = &c->stage[s];
             sc->f_ns = 100 + rnd(900);
-            sc->b_ns = 100 + rnd(1500);
-            sc->w_ns = rnd(600);
+            sc->b_ns = sc->bs_ns = 100 + rnd(1500);
+            sc->w_ns = sc->ws_ns = rnd(600);
             sc->opt_ns = rnd(200);
             sc->act_bytes = 1000 + rnd(5000);
             sc->wkeep_bytes = rnd((int)sc->act_bytes);
