@@ -184,11 +184,13 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
     FILE *hu = o->json ? NULL : out; /* human lines, off with --json */
     json_t *jsteps = json_array();
     char pc[32], mb[32], kind[96] = "";
-    if (exec_rope(&cfg) || cfg.rmsnorm || cfg.swiglu || cfg.kv_heads)
+    if (exec_rope(&cfg) || cfg.rmsnorm || cfg.swiglu || cfg.relu ||
+        cfg.pos_offset || cfg.kv_heads)
         snprintf(kind, sizeof kind, "; %s, %s, %s, %d key/value heads",
                  exec_rope(&cfg) ? "RoPE" : "learned positions",
                  cfg.rmsnorm ? "RMSNorm" : "LayerNorm",
-                 cfg.swiglu ? "SwiGLU" : "GELU", exec_kv_heads(&cfg));
+                 cfg.swiglu ? "SwiGLU" : cfg.relu ? "ReLU" : "GELU",
+                 exec_kv_heads(&cfg));
     say(hu,
             "model %s: %s parameters (hidden %d, layers %d, heads %d, ffn %d, "
             "vocab %d%s), %s to train\n",

@@ -13,10 +13,10 @@
 
 #define SMALL "--model gpt-tiny --batch 2 --seq 16 --threads 1 --eval-batches 1"
 
-/* The on-disk layout exec/checkpoint.c writes: a 104-byte header (format
+/* The on-disk layout exec/checkpoint.c writes: a 112-byte header (format
  * version at 8, header bytes at 12, step at 64, parameter count at 72,
- * Llama's choices at 80), 3 P floats, an FNV-1a checksum of all that.
- * Version 1 ended its header at 80. */
+ * Llama's and OPT's choices from 80), 3 P floats, an FNV-1a checksum of
+ * all that. Version 1 ended its header at 80, version 2 at 104. */
 enum { HDR = 112, HDR_V1 = 80, HDR_V2 = 104, OFF_STEP = 64,
        OFF_NPARAMS = 72 };
 
