@@ -61,9 +61,19 @@ typedef struct fit_ctx {
     const exec_calib_sample *s;
     int n;
     prof_gpu base;
-    int np;
-    int param_group[MAX_P];     /* per parameter past P_N: its group */
+    int np;                     /* the fitted: globals, then factors */
+    int ng;                     /* of them, globals */
+    int glob[P_N];              /* the global each of the first ng is */
+    int pos[P_N];               /* a global's place in x; -1: held */
+    double held[P_N];           /* a held global's value, as reported */
+    int param_group[MAX_P];     /* per parameter past ng: its group */
 } fit_ctx;
+
+/* Global p's value (log) in x, or where held, the value it holds. */
+static double gv(const fit_ctx *c, const double *x, int p)
+{
+    return c->pos[p] >= 0 ? x[c->pos[p]] : log(c->held[p] / pscale[p]);
+}
 
 /* base with the parameters x: a rate above the base's peak raises the
  * peak (efficiency 1), otherwise the peak stays and the efficiency takes
@@ -80,23 +90,25 @@ static prof_gpu gpu_of(const fit_ctx *c, const double *x)
 {
     prof_gpu g = c->base;
     g.calib = NULL;
-    double rate = bexp(x[P_GEMM], 1e3, 1e18), mem = bexp(x[P_MEM], 1e3, 1e15);
+    double rate = bexp(gv(c, x, P_GEMM), 1e3, 1e18),
+           mem = bexp(gv(c, x, P_MEM), 1e3, 1e15);
     double peak = g.peak_flops[PROF_DT_FP32];
     if (!(peak >= rate)) peak = rate;
     g.peak_flops[PROF_DT_FP32] = peak;
     g.eff.gemm_max = rate / peak;
     if (!(g.mem_bw_bytes_per_s >= mem)) g.mem_bw_bytes_per_s = mem;
     g.eff.mem_max = mem / g.mem_bw_bytes_per_s;
-    g.eff.gemm_half_mn = bexp(x[P_HALF_MN], 0, 1e6);
-    g.eff.gemm_half_k = bexp(x[P_HALF_K], 0, 1e6);
-    g.eff.mem_half_bytes = bexp(x[P_HALF_B], 0, 1e12);
-    g.eff.launch_ns = bexp(x[P_LAUNCH], 0, 1e7);
-    g.eff.cache_bytes = bexp(x[P_CACHE], 1, 1e12);
-    g.eff.cache_gain = 1 + bexp(x[P_GAIN], 0, 999);
+    g.eff.gemm_half_mn = bexp(gv(c, x, P_HALF_MN), 0, 1e6);
+    g.eff.gemm_half_k = bexp(gv(c, x, P_HALF_K), 0, 1e6);
+    g.eff.mem_half_bytes = bexp(gv(c, x, P_HALF_B), 0, 1e12);
+    g.eff.launch_ns = bexp(gv(c, x, P_LAUNCH), 0, 1e7);
+    g.eff.cache_bytes = c->pos[P_CACHE] < 0 ? c->held[P_CACHE]
+                                            : bexp(gv(c, x, P_CACHE), 1, 1e12);
+    g.eff.cache_gain = 1 + bexp(gv(c, x, P_GAIN), 0, 999);
     memset(g.eff.gemm_factor, 0, sizeof g.eff.gemm_factor);
     memset(g.eff.mem_factor, 0, sizeof g.eff.mem_factor);
     g.eff.opt_factor = 0;
-    for (int i = P_N; i < c->np; i++) {
+    for (int i = c->ng; i < c->np; i++) {
         int gr = c->param_group[i];
         double v = bexp(x[i], 1e-3, 1e3);
         if (gr == GROUP_OPT) g.eff.opt_factor = v;
@@ -122,14 +134,20 @@ static int residuals(const gsl_vector *xv, void *data, gsl_vector *f)
     return GSL_SUCCESS;
 }
 
-/* Where the fit looks for a cache first: this machine's per-core L2. */
-static double cache_guess(void)
+double exec_host_cache_bytes(void)
 {
 #ifdef _SC_LEVEL2_CACHE_SIZE
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     if (l2 > 0) return (double)l2;
 #endif
-    return 1 << 20;
+    return 0;
+}
+
+/* Where a fitted cache's size starts: this machine's per-core L2. */
+static double cache_guess(void)
+{
+    double c = exec_host_cache_bytes();
+    return c > 0 ? c : 1 << 20;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -140,8 +158,8 @@ static int cmp_double(const void *a, const void *b)
 
 static void param_name(const fit_ctx *c, int i, char *buf, size_t n)
 {
-    if (i < P_N) {
-        snprintf(buf, n, "%s", pnames[i]);
+    if (i < c->ng) {
+        snprintf(buf, n, "%s", pnames[c->glob[i]]);
         return;
     }
     int gr = c->param_group[i];
@@ -270,7 +288,27 @@ int exec_calib_fit(const exec_calib_sample *s, int n, const prof_gpu *base,
         if (!(s[i].ns > 0) || !isfinite(s[i].ns))
             return util_errf(e, UTIL_EXIT_USAGE, "microbenchmark %d: time "
                              "%g ns", i, s[i].ns);
-    fit_ctx c = {.s = s, .n = n, .base = *base, .np = P_N};
+    fit_ctx c = {.s = s, .n = n, .base = *base};
+    /* start from the base's figures, factors 1; a cache size the base
+     * gives is the device's, held */
+    const prof_eff *b = &base->eff;
+    const double g0[P_N] = {
+        log(base->peak_flops[PROF_DT_FP32] * b->gemm_max),
+        log(fmax(b->gemm_half_mn, 1)), log(fmax(b->gemm_half_k, 1)),
+        log(base->mem_bw_bytes_per_s * b->mem_max),
+        log(fmax(b->mem_half_bytes, 1)), log(fmax(b->launch_ns, 1)),
+        log(b->cache_bytes > 0 ? b->cache_bytes : cache_guess()),
+        log(b->cache_gain > 1 ? b->cache_gain - 1 : 1)};
+    double x[MAX_P] = {0};
+    for (int p = 0; p < P_N; p++) {
+        c.held[p] = p == P_CACHE ? b->cache_bytes : exp(g0[p]) * pscale[p];
+        c.pos[p] = p == P_CACHE && b->cache_bytes > 0 ? -1 : c.ng;
+        if (c.pos[p] >= 0) {
+            c.glob[c.ng] = p;
+            x[c.ng++] = g0[p];
+        }
+    }
+    c.np = c.ng;
     int used[MAX_P] = {0};
     for (int i = 0; i < n; i++)
         if (group_of(&s[i]) >= 0) used[group_of(&s[i])] = 1;
@@ -279,17 +317,6 @@ int exec_calib_fit(const exec_calib_sample *s, int n, const prof_gpu *base,
     if (n <= c.np)
         return util_errf(e, UTIL_EXIT_USAGE, "%d microbenchmarks for %d "
                          "figures: too few to fit", n, c.np);
-    /* start from the base's figures, factors 1 */
-    const prof_eff *b = &base->eff;
-    double x0[MAX_P] = {
-        log(base->peak_flops[PROF_DT_FP32] * b->gemm_max),
-        log(fmax(b->gemm_half_mn, 1)), log(fmax(b->gemm_half_k, 1)),
-        log(base->mem_bw_bytes_per_s * b->mem_max),
-        log(fmax(b->mem_half_bytes, 1)), log(fmax(b->launch_ns, 1)),
-        log(b->cache_bytes > 0 ? b->cache_bytes : cache_guess()),
-        log(b->cache_gain > 1 ? b->cache_gain - 1 : 1)};
-    double x[MAX_P];
-    memcpy(x, x0, sizeof x);
     gsl_matrix *cov = gsl_matrix_alloc((size_t)c.np, (size_t)c.np);
     double chi2 = 0;
     int free_p[MAX_P] = {0};
@@ -319,14 +346,21 @@ int exec_calib_fit(const exec_calib_sample *s, int n, const prof_gpu *base,
          * value at a bound the model is flat beyond) gets an interval as
          * wide as the doubles allow */
         if (!(h < 700) || free_p[i]) h = 700;
-        double sc = i < P_N ? pscale[i] : 1;
+        double sc = i < c.ng ? pscale[c.glob[i]] : 1;
         prof_calib_param *q = &params[i];
         param_name(&c, i, q->name, sizeof q->name);
         q->value = exp(x[i]) * sc;
         q->lo = exp(x[i] - h) * sc;
         q->hi = exp(fmin(x[i] + h, 700)) * sc;
     }
+    /* the held: as given, an interval of none */
     *n_params = c.np;
+    for (int p = 0; p < P_N; p++)
+        if (c.pos[p] < 0) {
+            prof_calib_param *q = &params[(*n_params)++];
+            snprintf(q->name, sizeof q->name, "%s", pnames[p]);
+            q->value = q->lo = q->hi = c.held[p];
+        }
     gsl_matrix_free(cov);
     *out = gpu_of(&c, x);
     double *err = util_malloc(sizeof(double) * (size_t)n);

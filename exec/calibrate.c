@@ -834,6 +834,11 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
     prof_gpu base;
     if (prof_gpu_get_builtin(o->device, &base, e)) return -1;
     int gpu = base.form != PROF_FORM_CPU;
+    /* a core streams from its own cache faster: the cache's size is the
+     * machine's, not the fit's to choose (fitted, it slid between the
+     * per-core level and one ten times larger from one calibration to
+     * the next, and took the memory rate with it) */
+    if (!gpu) base.eff.cache_bytes = exec_host_cache_bytes();
     if (gpu && (!o->backend || o->backend->host_memory))
         return util_errf(e, UTIL_EXIT_USAGE, "calibrating %s needs that GPU "
                          "and the CUDA backend (bin/sluice-cuda, built by "

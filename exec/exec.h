@@ -762,11 +762,18 @@ double exec_calib_model_ns(const prof_gpu *g, const exec_calib_sample *s);
  * delete-one-set jackknife's: the samples of one run share its state, so
  * the covariance alone, which takes them as independent, is too sure of
  * a figure the sets disagree on), the median and largest
- * |model / measured - 1| after the fit. Fewer samples than 12, or no
- * GEMM or no memory-bound sample among them: code 2. */
+ * |model / measured - 1| after the fit. Streaming's cache size is
+ * fitted too, unless base gives one (the device's, which calibrate reads
+ * from the machine for the CPU): then it is held, and params[] lists it
+ * after the fitted figures with an interval of none. Fewer samples than
+ * 12, or no GEMM or no memory-bound sample among them: code 2. */
 int exec_calib_fit(const exec_calib_sample *s, int n, const prof_gpu *base,
                    prof_gpu *out, prof_calib_param *params, int *n_params,
                    double *median_err, double *max_err, util_err *e);
+
+/* This machine's last cache level private to a core (L2) in bytes, 0
+ * where the system does not say. */
+double exec_host_cache_bytes(void);
 
 /* A transfer measured at one size: one-way ns. */
 typedef struct exec_calib_xfer {

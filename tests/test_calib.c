@@ -197,6 +197,49 @@ Test(calib_fit, a_second_calibration_agrees_with_the_first)
                   compared);
 }
 
+/* A device whose streaming is faster inside a cache whose size the base
+ * gives (calibrate reads a core's from the machine): the size is held,
+ * listed with an interval of none; the gain is fitted, the truth within
+ * its interval, and two calibrations agree on it and on the memory rate
+ * (fitted with the size, the two slid against each other). */
+Test(calib_fit, a_given_cache_size_is_held_and_its_gain_fitted)
+{
+    prof_gpu g = truth(), base, fit;
+    g.eff.cache_bytes = 2e5;
+    g.eff.cache_gain = 1.6;
+    util_err e;
+    cr_assert_eq(prof_gpu_get_builtin("cpu", &base, &e), 0);
+    base.eff.cache_bytes = 2e5;
+    prof_calib_param p[2][PROF_CALIB_MAX_PARAMS];
+    int np[2];
+    double med, mx;
+    for (int k = 0; k < 2; k++) {
+        int n;
+        exec_calib_sample *s = synthetic_runs(&g, &n, 0.05, 11 + 1000 * k);
+        cr_assert_eq(exec_calib_fit(s, n, &base, &fit, p[k], &np[k], &med,
+                                    &mx, &e), 0, "%s", e.msg);
+        free(s);
+        cr_assert_eq(fit.eff.cache_bytes, 2e5);
+        const prof_calib_param *c = param(p[k], np[k], "cache_bytes");
+        cr_assert(c->value == 2e5 && c->lo == 2e5 && c->hi == 2e5,
+                  "held at %g [%g, %g]", c->value, c->lo, c->hi);
+        const prof_calib_param *q = param(p[k], np[k], "cache_gain_minus_1");
+        cr_expect(q->lo <= 0.6 && 0.6 <= q->hi, "gain - 1: truth 0.6 "
+                  "outside [%g, %g] (fitted %g)", q->lo, q->hi, q->value);
+        cr_expect_lt(fabs(fit.eff.cache_gain / 1.6 - 1), 0.1, "gain %g",
+                     fit.eff.cache_gain);
+    }
+    cr_assert_eq(np[0], np[1]);
+    const char *both[] = {"cache_gain_minus_1", "mem_gb_per_s"};
+    for (int i = 0; i < 2; i++) {
+        const prof_calib_param *a = param(p[0], np[0], both[i]),
+                               *b = param(p[1], np[1], both[i]);
+        cr_expect(b->value >= a->lo && b->value <= a->hi, "%s: %g, then %g "
+                  "outside [%g, %g]", both[i], a->value, b->value, a->lo,
+                  a->hi);
+    }
+}
+
 Test(calib_fit, refuses_too_few_or_one_sided_samples)
 {
     prof_gpu g = truth(), out;
