@@ -20,6 +20,7 @@ typedef struct st_file {
     long long data0, size;
     json_t *hdr;
     const char *prefix;      /* "" or "transformer." */
+    const char *family;      /* whose names the loader reads */
 } st_file;
 
 static float half_to_float(uint16_t h)
@@ -55,8 +56,7 @@ static int read_tensor(st_file *s, const char *name, size_t rows, size_t cols,
     if (!t) t = json_object_get(s->hdr, name);
     if (!json_is_object(t))
         return util_errf(e, UTIL_EXIT_USAGE, "%s: no tensor '%s' (is this a "
-                         "%s checkpoint?)", s->path, key,
-                         strcmp(s->prefix, "model.") ? "GPT-2" : "Llama");
+                         "%s checkpoint?)", s->path, key, s->family);
     const char *dt = json_string_value(json_object_get(t, "dtype"));
     json_t *shape = json_object_get(t, "shape");
     json_t *offs = json_object_get(t, "data_offsets");
@@ -144,6 +144,43 @@ static int untied_head(st_file *s, const exec_gpt_config *c, float *params,
     return rc;
 }
 
+/* A tensor as the file names it and where it goes: floats `at` into
+ * tensor t of the arena, of layer l's slice where the name has the
+ * layer's number (t's floats split evenly over the layers); rows x cols
+ * (cols 0: one dimension), or a Conv1D's in x out, transposed. */
+typedef struct st_map {
+    const char *name;
+    int t;
+    size_t rows, cols, at;
+    int conv;
+} st_map;
+
+/* Reads the n tensors of map: those without "%d" once, then layer by
+ * layer the others (stack: the layers' name before the number). */
+static int read_map(st_file *s, const exec_gpt_config *c, const char *stack,
+                    const st_map *map, int n, float *params, util_err *e)
+{
+    exec_tensor tt[EXEC_P_COUNT];
+    exec_gpt_param_table(c, tt);
+    for (int l = -1; l < c->layers; l++)
+        for (int i = 0; i < n; i++) {
+            const st_map *m = &map[i];
+            if ((strstr(m->name, "%d") != NULL) != (l >= 0)) continue;
+            char fmt[96], name[96];
+            snprintf(fmt, sizeof fmt, "%s%s", l >= 0 ? stack : "", m->name);
+            snprintf(name, sizeof name, fmt, l);
+            float *dst = params + tt[m->t].off + m->at +
+                         (l >= 0 ? (size_t)l * (tt[m->t].n / (size_t)c->layers)
+                                 : 0);
+            if (m->conv ? read_conv(s, name, m->rows, m->cols, dst, e)
+                        : read_tensor(s, name, m->rows, m->cols, dst, e))
+                return -1;
+        }
+    return untied_head(s, c, params, tt, e);
+}
+
+#define N_MAP(m) ((int)(sizeof m / sizeof *m))
+
 /* Hugging Face's LlamaForCausalLM ("model." names; lm_head alone). */
 static int load_llama(st_file *s, const exec_gpt_config *c, float *params,
                       util_err *e)
@@ -152,39 +189,23 @@ static int load_llama(st_file *s, const exec_gpt_config *c, float *params,
         return util_errf(e, UTIL_EXIT_USAGE, "%s: Llama weights (RoPE, "
                          "RMSNorm, SwiGLU, no biases); the model is not "
                          "Llama's", s->path);
-    exec_tensor tt[EXEC_P_COUNT];
-    exec_gpt_param_table(c, tt);
     size_t C = c->hidden, F = c->ffn, V = c->vocab, QKV = exec_qkv_rows(c),
            KV = (QKV - C) / 2;
     s->prefix = "model.";
-#define AT(t) (params + tt[t].off)
-    if (read_tensor(s, "embed_tokens.weight", V, C, AT(EXEC_P_WTE), e) ||
-        read_tensor(s, "norm.weight", C, 0, AT(EXEC_P_LNFW), e))
-        return -1;
-    for (int l = 0; l < c->layers; l++) {
-        char n[96];
-        size_t L = (size_t)l;
-#define RD(suffix, rows, cols, dst)                                          \
-    (snprintf(n, sizeof n, "layers.%d.%s", l, suffix),                       \
-     read_tensor(s, n, rows, cols, dst, e))
-        float *qkv = AT(EXEC_P_QKVW) + L * QKV * C,
-              *fc = AT(EXEC_P_FCW) + L * 2 * F * C;
-        if (RD("input_layernorm.weight", C, 0, AT(EXEC_P_LN1W) + L * C) ||
-            RD("self_attn.q_proj.weight", C, C, qkv) ||
-            RD("self_attn.k_proj.weight", KV, C, qkv + C * C) ||
-            RD("self_attn.v_proj.weight", KV, C, qkv + (C + KV) * C) ||
-            RD("self_attn.o_proj.weight", C, C,
-               AT(EXEC_P_ATTPROJW) + L * C * C) ||
-            RD("post_attention_layernorm.weight", C, 0,
-               AT(EXEC_P_LN2W) + L * C) ||
-            RD("mlp.gate_proj.weight", F, C, fc) ||
-            RD("mlp.up_proj.weight", F, C, fc + F * C) ||
-            RD("mlp.down_proj.weight", C, F, AT(EXEC_P_FCPROJW) + L * C * F))
-            return -1;
-#undef RD
-    }
-#undef AT
-    return untied_head(s, c, params, tt, e);
+    s->family = "Llama";
+    const st_map m[] = {
+        {"embed_tokens.weight", EXEC_P_WTE, V, C, 0, 0},
+        {"norm.weight", EXEC_P_LNFW, C, 0, 0, 0},
+        {"%d.input_layernorm.weight", EXEC_P_LN1W, C, 0, 0, 0},
+        {"%d.self_attn.q_proj.weight", EXEC_P_QKVW, C, C, 0, 0},
+        {"%d.self_attn.k_proj.weight", EXEC_P_QKVW, KV, C, C * C, 0},
+        {"%d.self_attn.v_proj.weight", EXEC_P_QKVW, KV, C, (C + KV) * C, 0},
+        {"%d.self_attn.o_proj.weight", EXEC_P_ATTPROJW, C, C, 0, 0},
+        {"%d.post_attention_layernorm.weight", EXEC_P_LN2W, C, 0, 0, 0},
+        {"%d.mlp.gate_proj.weight", EXEC_P_FCW, F, C, 0, 0},
+        {"%d.mlp.up_proj.weight", EXEC_P_FCW, F, C, F * C, 0},
+        {"%d.mlp.down_proj.weight", EXEC_P_FCPROJW, C, F, 0, 0}};
+    return read_map(s, c, "layers.", m, N_MAP(m), params, e);
 }
 
 /* Hugging Face's OPTForCausalLM ("model.decoder." names: q, k and v
@@ -198,47 +219,66 @@ static int load_opt(st_file *s, const exec_gpt_config *c, float *params,
         return util_errf(e, UTIL_EXIT_USAGE, "%s: OPT weights (learned "
                          "positions from row 2, LayerNorm, ReLU, biases); "
                          "the model is not OPT's", s->path);
-    exec_tensor tt[EXEC_P_COUNT];
-    exec_gpt_param_table(c, tt);
     size_t C = c->hidden, F = c->ffn, V = c->vocab,
            P = (size_t)c->max_pos + (size_t)c->pos_offset;
     s->prefix = "model.decoder.";
-#define AT(t) (params + tt[t].off)
-    if (read_tensor(s, "embed_tokens.weight", V, C, AT(EXEC_P_WTE), e) ||
-        read_tensor(s, "embed_positions.weight", P, C, AT(EXEC_P_WPE), e) ||
-        read_tensor(s, "final_layer_norm.weight", C, 0, AT(EXEC_P_LNFW), e) ||
-        read_tensor(s, "final_layer_norm.bias", C, 0, AT(EXEC_P_LNFB), e))
-        return -1;
-    for (int l = 0; l < c->layers; l++) {
-        char n[96];
-        size_t L = (size_t)l;
-#define RD(suffix, rows, cols, dst)                                          \
-    (snprintf(n, sizeof n, "layers.%d.%s", l, suffix),                       \
-     read_tensor(s, n, rows, cols, dst, e))
-        float *qkv = AT(EXEC_P_QKVW) + L * 3 * C * C,
-              *qkvb = AT(EXEC_P_QKVB) + L * 3 * C;
-        if (RD("self_attn_layer_norm.weight", C, 0, AT(EXEC_P_LN1W) + L * C) ||
-            RD("self_attn_layer_norm.bias", C, 0, AT(EXEC_P_LN1B) + L * C) ||
-            RD("self_attn.q_proj.weight", C, C, qkv) ||
-            RD("self_attn.k_proj.weight", C, C, qkv + C * C) ||
-            RD("self_attn.v_proj.weight", C, C, qkv + 2 * C * C) ||
-            RD("self_attn.q_proj.bias", C, 0, qkvb) ||
-            RD("self_attn.k_proj.bias", C, 0, qkvb + C) ||
-            RD("self_attn.v_proj.bias", C, 0, qkvb + 2 * C) ||
-            RD("self_attn.out_proj.weight", C, C,
-               AT(EXEC_P_ATTPROJW) + L * C * C) ||
-            RD("self_attn.out_proj.bias", C, 0, AT(EXEC_P_ATTPROJB) + L * C) ||
-            RD("final_layer_norm.weight", C, 0, AT(EXEC_P_LN2W) + L * C) ||
-            RD("final_layer_norm.bias", C, 0, AT(EXEC_P_LN2B) + L * C) ||
-            RD("fc1.weight", F, C, AT(EXEC_P_FCW) + L * F * C) ||
-            RD("fc1.bias", F, 0, AT(EXEC_P_FCB) + L * F) ||
-            RD("fc2.weight", C, F, AT(EXEC_P_FCPROJW) + L * C * F) ||
-            RD("fc2.bias", C, 0, AT(EXEC_P_FCPROJB) + L * C))
-            return -1;
-#undef RD
-    }
-#undef AT
-    return untied_head(s, c, params, tt, e);
+    s->family = "OPT";
+    const st_map m[] = {
+        {"embed_tokens.weight", EXEC_P_WTE, V, C, 0, 0},
+        {"embed_positions.weight", EXEC_P_WPE, P, C, 0, 0},
+        {"final_layer_norm.weight", EXEC_P_LNFW, C, 0, 0, 0},
+        {"final_layer_norm.bias", EXEC_P_LNFB, C, 0, 0, 0},
+        {"%d.self_attn_layer_norm.weight", EXEC_P_LN1W, C, 0, 0, 0},
+        {"%d.self_attn_layer_norm.bias", EXEC_P_LN1B, C, 0, 0, 0},
+        {"%d.self_attn.q_proj.weight", EXEC_P_QKVW, C, C, 0, 0},
+        {"%d.self_attn.k_proj.weight", EXEC_P_QKVW, C, C, C * C, 0},
+        {"%d.self_attn.v_proj.weight", EXEC_P_QKVW, C, C, 2 * C * C, 0},
+        {"%d.self_attn.q_proj.bias", EXEC_P_QKVB, C, 0, 0, 0},
+        {"%d.self_attn.k_proj.bias", EXEC_P_QKVB, C, 0, C, 0},
+        {"%d.self_attn.v_proj.bias", EXEC_P_QKVB, C, 0, 2 * C, 0},
+        {"%d.self_attn.out_proj.weight", EXEC_P_ATTPROJW, C, C, 0, 0},
+        {"%d.self_attn.out_proj.bias", EXEC_P_ATTPROJB, C, 0, 0, 0},
+        {"%d.final_layer_norm.weight", EXEC_P_LN2W, C, 0, 0, 0},
+        {"%d.final_layer_norm.bias", EXEC_P_LN2B, C, 0, 0, 0},
+        {"%d.fc1.weight", EXEC_P_FCW, F, C, 0, 0},
+        {"%d.fc1.bias", EXEC_P_FCB, F, 0, 0, 0},
+        {"%d.fc2.weight", EXEC_P_FCPROJW, C, F, 0, 0},
+        {"%d.fc2.bias", EXEC_P_FCPROJB, C, 0, 0, 0}};
+    return read_map(s, c, "layers.", m, N_MAP(m), params, e);
+}
+
+/* Hugging Face's GPT2LMHeadModel ("transformer." names where the file
+ * has them; Conv1D projections). */
+static int load_gpt2(st_file *s, const exec_gpt_config *c, float *params,
+                     util_err *e)
+{
+    if (!c->bias || exec_rope(c) || c->rmsnorm || c->swiglu || c->kv_heads ||
+        c->relu || c->pos_offset)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: GPT-2 weights (learned "
+                         "positions, LayerNorm, GELU, biases); the model is "
+                         "not GPT-2's", s->path);
+    if (json_object_get(s->hdr, "transformer.wte.weight"))
+        s->prefix = "transformer.";
+    s->family = "GPT-2";
+    size_t C = c->hidden, F = c->ffn, V = c->vocab, P = c->max_pos;
+    const st_map m[] = {
+        {"wte.weight", EXEC_P_WTE, V, C, 0, 0},
+        {"wpe.weight", EXEC_P_WPE, P, C, 0, 0},
+        {"ln_f.weight", EXEC_P_LNFW, C, 0, 0, 0},
+        {"ln_f.bias", EXEC_P_LNFB, C, 0, 0, 0},
+        {"%d.ln_1.weight", EXEC_P_LN1W, C, 0, 0, 0},
+        {"%d.ln_1.bias", EXEC_P_LN1B, C, 0, 0, 0},
+        {"%d.attn.c_attn.weight", EXEC_P_QKVW, C, 3 * C, 0, 1},
+        {"%d.attn.c_attn.bias", EXEC_P_QKVB, 3 * C, 0, 0, 0},
+        {"%d.attn.c_proj.weight", EXEC_P_ATTPROJW, C, C, 0, 1},
+        {"%d.attn.c_proj.bias", EXEC_P_ATTPROJB, C, 0, 0, 0},
+        {"%d.ln_2.weight", EXEC_P_LN2W, C, 0, 0, 0},
+        {"%d.ln_2.bias", EXEC_P_LN2B, C, 0, 0, 0},
+        {"%d.mlp.c_fc.weight", EXEC_P_FCW, C, F, 0, 1},
+        {"%d.mlp.c_fc.bias", EXEC_P_FCB, F, 0, 0, 0},
+        {"%d.mlp.c_proj.weight", EXEC_P_FCPROJW, F, C, 0, 1},
+        {"%d.mlp.c_proj.bias", EXEC_P_FCPROJB, C, 0, 0, 0}};
+    return read_map(s, c, "h.", m, N_MAP(m), params, e);
 }
 
 int exec_safetensors_load(const char *path, const exec_gpt_config *c,
@@ -290,53 +330,7 @@ int exec_safetensors_load(const char *path, const exec_gpt_config *c,
         rc = load_opt(&s, c, params, e);
         goto out;
     }
-    if (!c->bias || exec_rope(c) || c->rmsnorm || c->swiglu || c->kv_heads ||
-        c->relu || c->pos_offset) {
-        util_errf(e, UTIL_EXIT_USAGE, "%s: GPT-2 weights (learned "
-                  "positions, LayerNorm, GELU, biases); the model is not "
-                  "GPT-2's", path);
-        goto out;
-    }
-    if (json_object_get(s.hdr, "transformer.wte.weight"))
-        s.prefix = "transformer.";
-    exec_tensor tt[EXEC_P_COUNT];
-    exec_gpt_param_table(c, tt);
-    size_t C = c->hidden, F = c->ffn, V = c->vocab, P = c->max_pos;
-#define AT(t) (params + tt[t].off)
-    if (read_tensor(&s, "wte.weight", V, C, AT(EXEC_P_WTE), e) ||
-        read_tensor(&s, "wpe.weight", P, C, AT(EXEC_P_WPE), e) ||
-        read_tensor(&s, "ln_f.weight", C, 0, AT(EXEC_P_LNFW), e) ||
-        read_tensor(&s, "ln_f.bias", C, 0, AT(EXEC_P_LNFB), e))
-        goto out;
-    for (int l = 0; l < c->layers; l++) {
-        char n[96];
-        size_t L = (size_t)l;
-#define RD(suffix, rows, cols, dst)                                          \
-    (snprintf(n, sizeof n, "h.%d.%s", l, suffix),                            \
-     read_tensor(&s, n, rows, cols, dst, e))
-#define RC(suffix, in, out, dst)                                             \
-    (snprintf(n, sizeof n, "h.%d.%s", l, suffix),                            \
-     read_conv(&s, n, in, out, dst, e))
-        if (RD("ln_1.weight", C, 0, AT(EXEC_P_LN1W) + L * C) ||
-            RD("ln_1.bias", C, 0, AT(EXEC_P_LN1B) + L * C) ||
-            RC("attn.c_attn.weight", C, 3 * C,
-               AT(EXEC_P_QKVW) + L * 3 * C * C) ||
-            RD("attn.c_attn.bias", 3 * C, 0, AT(EXEC_P_QKVB) + L * 3 * C) ||
-            RC("attn.c_proj.weight", C, C, AT(EXEC_P_ATTPROJW) + L * C * C) ||
-            RD("attn.c_proj.bias", C, 0, AT(EXEC_P_ATTPROJB) + L * C) ||
-            RD("ln_2.weight", C, 0, AT(EXEC_P_LN2W) + L * C) ||
-            RD("ln_2.bias", C, 0, AT(EXEC_P_LN2B) + L * C) ||
-            RC("mlp.c_fc.weight", C, F, AT(EXEC_P_FCW) + L * F * C) ||
-            RD("mlp.c_fc.bias", F, 0, AT(EXEC_P_FCB) + L * F) ||
-            RC("mlp.c_proj.weight", F, C, AT(EXEC_P_FCPROJW) + L * C * F) ||
-            RD("mlp.c_proj.bias", C, 0, AT(EXEC_P_FCPROJB) + L * C))
-            goto out;
-#undef RD
-#undef RC
-    }
-#undef AT
-    if (untied_head(&s, c, params, tt, e)) goto out;
-    rc = 0;
+    rc = load_gpt2(&s, c, params, e);
 out:
     json_decref(s.hdr);
     free(hdr);
