@@ -118,14 +118,20 @@ KERN_HD float kern_silu_grad(float x)
     return s * (1.0f + x * (1.0f - s));
 }
 
-/* cos and sin of RoPE's angle for position t and pair i of a head of hs
- * channels: t base^(-2i/hs) (Llama 2's base 10000, Llama 3's 500000), in
- * double so that the angle of a long sequence's last positions keeps its
- * digits, then rounded. */
+/* RoPE's frequency of pair i of a head of hs channels: base^(-2i/hs)
+ * (Llama 2's base 10000, Llama 3's 500000), in double. */
+KERN_HD double kern_rope_freq(int i, int hs, float base)
+{
+    return pow((double)base, -2.0 * i / hs);
+}
+
+/* cos and sin of RoPE's angle for position t and pair i: t times the
+ * pair's frequency, in double so that the angle of a long sequence's
+ * last positions keeps its digits, then rounded. */
 KERN_HD void kern_rope_cs(int t, int i, int hs, float base, float *c,
                           float *s)
 {
-    double a = (double)t * pow((double)base, -2.0 * i / hs);
+    double a = (double)t * kern_rope_freq(i, hs, base);
     *c = (float)cos(a);
     *s = (float)sin(a);
 }

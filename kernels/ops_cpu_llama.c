@@ -169,11 +169,10 @@ void kern_swiglu_backward(float *dinp, const float *inp, const float *dout,
 
 /* ---------------------------------------------------- q | k | v, RoPE */
 
-/* The pairs' frequencies, base^(-2i/hs), as kern_rope_cs computes them. */
+/* The pairs' frequencies (kern_rope_freq), once for all positions. */
 static void rope_freqs(double *f, int hs, float base)
 {
-    for (int i = 0; i < hs / 2; i++)
-        f[i] = pow((double)base, -2.0 * i / hs);
+    for (int i = 0; i < hs / 2; i++) f[i] = kern_rope_freq(i, hs, base);
 }
 
 /* cos and sin of a position's angles, pair by pair, the bits of
