@@ -78,6 +78,20 @@ void test_rm_rf(char *dir)
     free(dir);
 }
 
+void test_ckpt_reseal(const char *path, char *buf, size_t len)
+{
+    cr_assert_geq(len, 8);
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (size_t i = 0; i + 8 < len; i++) {
+        h ^= (unsigned char)buf[i];
+        h *= 0x100000001B3ull;
+    }
+    memcpy(buf + len - 8, &h, sizeof h);
+    util_err e;
+    cr_assert_eq(util_write_atomic(path, buf, len, &e), 0, "%s", e.msg);
+    free(buf);
+}
+
 static cli_result cli_vrun(const char *fmt, va_list ap)
 {
     char args[4096], cmd[8192];

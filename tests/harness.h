@@ -40,6 +40,11 @@ void cli_result_free(cli_result *r);
 char *test_tmpdir(void);
 /* Removes a folder of test_tmpdir and all in it, and frees dir. */
 void test_rm_rf(char *dir);
+/* Writes buf (len bytes, a checkpoint or LoRA state edited by a test) to
+ * path atomically with its last 8 bytes the FNV-1a 64 checksum of the
+ * rest, as exec/checkpoint.c seals them (computed here, apart from it),
+ * and frees buf. */
+void test_ckpt_reseal(const char *path, char *buf, size_t len);
 /* The standard server or cluster of n GPUs of a built-in type (`--hw GPU
  * xN`); fails the test when there is none. */
 struct prof_topo;

@@ -20,16 +20,6 @@
 enum { HDR = 112, HDR_V1 = 80, HDR_V2 = 104, OFF_STEP = 64,
        OFF_NPARAMS = 72 };
 
-static uint64_t fnv1a(const unsigned char *b, size_t n)
-{
-    uint64_t h = 0xCBF29CE484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001B3ull;
-    }
-    return h;
-}
-
 /* Copies src to dst with the float at index i of the body set to x, or
  * (i < 0) the step set to step; the checksum is made to match. */
 static void tamper(const char *src, const char *dst, long i, float x,
@@ -45,10 +35,7 @@ static void tamper(const char *src, const char *dst, long i, float x,
     cr_assert_eq(len, HDR + 12 * np + 8, "layout changed: %zu bytes", len);
     if (i >= 0) memcpy(buf + HDR + 4 * (size_t)i, &x, sizeof x);
     else memcpy(buf + OFF_STEP, &step, sizeof step);
-    uint64_t sum = fnv1a((unsigned char *)buf, len - 8);
-    memcpy(buf + len - 8, &sum, sizeof sum);
-    cr_assert_eq(util_write_atomic(dst, buf, len, &e), 0, "%s", e.msg);
-    free(buf);
+    test_ckpt_reseal(dst, buf, len);
 }
 
 Test(exec_ckpt, contents_that_cannot_be_right_exit_2)
@@ -156,10 +143,7 @@ Test(exec_ckpt, version_1_and_llama_checkpoints)
         memcpy(buf + 12, &hb, 4);
         memmove(buf + hb, buf + HDR, len - HDR);
         len -= HDR - hb;
-        uint64_t sum = fnv1a((unsigned char *)buf, len - 8);
-        memcpy(buf + len - 8, &sum, sizeof sum);
-        cr_assert_eq(util_write_atomic(old, buf, len, &e), 0, "%s", e.msg);
-        free(buf);
+        test_ckpt_reseal(old, buf, len);
         r = cli_run("exec " SMALL " --steps 2 --resume %s", old);
         cr_expect_eq(r.code, 0, "version %u: %s", ver, r.err);
         cr_expect(strstr(r.out, "step     2/2"), "%s", r.out);
@@ -175,11 +159,8 @@ Test(exec_ckpt, version_1_and_llama_checkpoints)
         util_err e;
         cr_assert_eq(util_read_file_max(ck, 1 << 30, &buf, &len, &e), 0);
         memcpy(buf + at[k], &val[k], sizeof val[k]);
-        uint64_t sum = fnv1a((unsigned char *)buf, len - 8);
-        memcpy(buf + len - 8, &sum, sizeof sum);
         snprintf(bad, sizeof bad, "%s/bad.ck", d);
-        cr_assert_eq(util_write_atomic(bad, buf, len, &e), 0, "%s", e.msg);
-        free(buf);
+        test_ckpt_reseal(bad, buf, len);
         r = cli_run("exec " SMALL " --steps 2 --resume %s", bad);
         cr_expect_eq(r.code, 2, "field at byte %zu", at[k]);
         cr_expect(strstr(r.err, "corrupt checkpoint (invalid header "

@@ -515,14 +515,7 @@ Test(exec_lora, mpirun_and_the_merged_checkpoint)
         memcpy(buf + 12, &hb, 4);
         memmove(buf + V1, buf + V2, len - V2);
         len -= V2 - V1;
-        uint64_t h = 0xCBF29CE484222325ull;
-        for (size_t i = 0; i + 8 < len; i++) {
-            h ^= (unsigned char)buf[i];
-            h *= 0x100000001B3ull;
-        }
-        memcpy(buf + len - 8, &h, sizeof h);
-        cr_assert_eq(util_write_atomic(path, buf, len, &e), 0, "%s", e.msg);
-        free(buf);
+        test_ckpt_reseal(path, buf, len);
     }
     x = cli_run("exec --plan %s/l.json --resume %s/v.ckpt --steps 4 --quiet "
                 "--save %s/v.ckpt", dir, dir, dir);
