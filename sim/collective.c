@@ -15,6 +15,7 @@
  * Sharded plans (ZeRO, FSDP) replace the all-reduce by the halves of the
  * ring over the shard group, placed as the ZeRO paper places them
  * (sim_add_sharded). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,6 +146,48 @@ static int replica_server(const sim_ir *ir, const sim_costs *c, int s, int r)
     return t->nodes[t->gpu_node[g]].server;
 }
 
+/* What a step of a ring over the simulated replicas mem[0..nm) of plan
+ * stage s takes beyond its bytes (sim_task.lat_ns): NCCL's latency for a
+ * collective of `steps` steps standing for `calls` calls
+ * (sim_ring_step_ns) over R GPUs, the nm members or, folded (wrap), the
+ * fold groups' nm x fold, each group on servers of its own. A hop inside
+ * a server is NVLink's where the ring's first two members there are
+ * joined by NVLink, else PCIe's. 0 on CPU cores (the executor's own
+ * ring: its calibrated link's latency is the route's) or without a
+ * topology. */
+static int32_t ring_lat(const sim_ir *ir, const sim_costs *c, int s,
+                        const int *mem, int nm, int wrap, int steps,
+                        double calls)
+{
+    const prof_topo *t = c->topo;
+    const int S = c->n_model_stages;
+    if (!t || !c->dev_gpu || nm < 1) return 0;
+    int g0 = c->dev_gpu[ir->stage_device[mem[0] * S + s]];
+    if (prof_topo_gpu(t, g0)->form == PROF_FORM_CPU) return 0;
+    int F = wrap && c->fold > 1 ? c->fold : 1, distinct = 0;
+    double intra = NCCL_STEP_PCIE_NS;
+    int *srv = util_malloc(sizeof(int) * (size_t)nm);
+    for (int i = 0; i < nm; i++) {
+        srv[i] = replica_server(ir, c, s, mem[i]);
+        int seen = 0;
+        for (int k = 0; k < i && !seen; k++) seen = srv[k] == srv[i];
+        distinct += !seen;
+    }
+    for (int i = 0; i + 1 < nm; i++) {
+        if (srv[i] != srv[i + 1]) continue;
+        int n = 0;
+        const int *r = prof_topo_gpu_route(
+            t, c->dev_gpu[ir->stage_device[mem[i] * S + s]],
+            c->dev_gpu[ir->stage_device[mem[i + 1] * S + s]], &n);
+        if (r && n && prof_route_has_link_kind(t, r, n, PROF_LINK_NVLINK))
+            intra = NCCL_STEP_NVLINK_NS;
+        break;
+    }
+    free(srv);
+    return (int32_t)llround(
+        sim_ring_step_ns(nm * F, distinct * F, intra, steps, calls));
+}
+
 /* NCCL's channels for each step of a ring over consecutive replicas
  * mem[0..nm) of plan stage s, from member i to the next (wrap: the last
  * member's to the next simulated group's first, folded), into ch[0..nm):
@@ -231,6 +274,7 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
             double bytes = c->stage[s].grad_bytes / R * lanes;
             int steps = 2 * (R - 1), pairs = Rs == 1 ? 1 : steps;
             ring_chans(ir, c, s, rmem, Rs, c->fold > 1, chans);
+            int32_t lat = ring_lat(ir, c, s, rmem, Rs, 1, steps, 1);
             for (int st = 0; st < pairs; st++) {
                 for (int r = 0; r < Rs; r++) {
                     int v = r * S + s, w = ((r + 1) % Rs) * S + s;
@@ -248,6 +292,7 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                     x.chans = chans[r];
                     x.steps = pairs == 1 ? steps : 1;
                     x.bytes = bytes;
+                    x.lat_ns = lat;
                     int rid;
                     int sid = sim_ir_transfer(ir, &x, ir->stage_device[w],
                                               &rid);
@@ -306,6 +351,14 @@ static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
     int *cur = util_malloc(sizeof(int) * (size_t)nm);
     int *chans = util_malloc(sizeof(int) * (size_t)nm);
     ring_chans(ir, c, s, mem, nm, c->fold > 1 && !inner, chans);
+    /* FSDP gathers and reduces unit by unit, a call each (ZeRO-2's
+     * reduce-scatters after each backward too); the other collectives
+     * move a stage's flat buffer in one */
+    int units = c->stage[s].units > 1 ? c->stage[s].units : 1;
+    double calls = c->zero >= 3 || (c->zero == 2 &&
+                                     coll == SIM_COLL_REDUCE_SCATTER)
+                 ? units : 1;
+    int32_t lat = ring_lat(ir, c, s, mem, nm, !inner, steps, calls);
     for (int st = 0; st < pairs; st++) {
         for (int i = 0; i < nm; i++) {
             int v = mem[i] * S + s, w = mem[(i + 1) % nm] * S + s;
@@ -324,6 +377,7 @@ static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
             x.chans = chans[i];
             x.steps = pairs == 1 ? steps : 1;
             x.bytes = bytes;
+            x.lat_ns = lat;
             int rid;
             int sid = sim_ir_transfer(ir, &x, ir->stage_device[w], &rid);
             int d = st ? prev[i] : dep[i];

@@ -673,16 +673,25 @@ sim_act sim_act_range(const prof_model *m, int first, int last, int t,
 
 /* What NCCL's ring (Simple protocol, the one it picks for the megabyte
  * messages of tensor parallelism) adds to the wire, from NCCL's own cost
- * model (src/graph/tuning.cc, NCCL 2.12 to 2.19): a base latency of 8.4 us
- * per collective and 3.4 us per ring step over NVLink (5.7 us over PCIe).
- * NVLink carries packet headers: NCCL's maintainers give ~20% protocol
- * overhead (450 GB/s line rate, ~370 GB/s effective on H100; NVIDIA/
- * nccl-tests issue 212), so a ring over NVLink moves 370/450 of the links'
- * rate. */
-#define NCCL_BASE_NS 8400.0
-#define NCCL_STEP_NVLINK_NS 3400.0
-#define NCCL_STEP_PCIE_NS 5700.0
+ * model (NCCL_BASE_NS and the steps' in sim/ir.h): a base latency of 8.4
+ * us per collective and 3.4 us per ring step over NVLink (5.7 us over
+ * PCIe). NVLink carries packet headers: NCCL's maintainers give ~20%
+ * protocol overhead (450 GB/s line rate, ~370 GB/s effective on H100;
+ * NVIDIA/nccl-tests issue 212), so a ring over NVLink moves 370/450 of
+ * the links' rate. */
 #define NVLINK_DATA_EFF (370.0 / 450.0)
+
+double sim_ring_step_ns(int R, int nodes, double intra_ns, int steps,
+                        double calls)
+{
+    if (R < 2 || steps < 1) return 0;
+    if (nodes < 1) nodes = 1;
+    if (nodes > R) nodes = R;
+    double round = (R - nodes) * intra_ns + (nodes - 1) * NCCL_STEP_NET_NS;
+    /* an all-reduce's ring goes round twice */
+    double call = NCCL_BASE_NS + round * ((double)steps / (R - 1));
+    return call / steps * calls;
+}
 
 /* The ring of tensor-parallel GPUs g0..g0+t-1, every GPU sending to the
  * next at once: *lat_ns is the slowest route's latency, *bw the slowest of
@@ -1006,6 +1015,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                 tied_fz += op->frozen_bytes;
             }
             if (op->layer != unit_layer) {
+                sc->units++;
                 unit = fmax(unit, unit_tp * wb + unit_fz);
                 unit_g = fmax(unit_g, unit_tp * wb);
                 unit_tp = unit_fz = 0;

@@ -107,6 +107,10 @@ typedef struct sim_task {
                          * inside the simulated group (hybrid sharding's
                          * ring inside a server), its last member sends to
                          * its first, not to the next group's */
+    int32_t lat_ns;     /* data-parallel ring steps between GPUs: what
+                         * NCCL takes a step beyond moving the bytes
+                         * (sim_ring_step_ns); the engine takes it where
+                         * the route's latency is less; 0: the route's */
     int32_t device;
     int32_t stage;      /* compute: its stage; transfers: the sending stage
                          * (stages of replicas: r*S + s, see sim_costs) */
@@ -313,6 +317,10 @@ typedef struct sim_stage_cost {
                                  * GPU holds them (sharded under ZeRO) */
     double param_bytes;         /* the stage's weights unsharded: what a
                                  * ZeRO-3 gather brings */
+    int units;                  /* the stage's layers (with the embedding
+                                 * and the head, a layer each): FSDP's
+                                 * units, gathered and reduced by a
+                                 * collective call each */
     double gather_bytes;        /* what a ZeRO-3 gather holds at once: two
                                  * layers' weights (the one computing,
                                  * the next prefetched), at most the
@@ -728,6 +736,22 @@ void sim_gen_dualpipev(sim_ir *ir, const sim_sched_opts *o);
  * backward of earlier stages) and its optimizer step waits for it. Runs
  * after sim_lower; does nothing with one replica. */
 void sim_add_allreduce(sim_ir *ir, const sim_costs *c);
+/* NCCL's cost model of its ring (Simple protocol; src/graph/tuning.cc of
+ * NCCL 2.18 to 2.30): a call takes a base latency, each step of the ring
+ * a hop's (its hwLat): between GPUs of a server over NVLink or PCIe, or
+ * between servers over the network. */
+#define NCCL_BASE_NS 8400.0
+#define NCCL_STEP_NVLINK_NS 3400.0
+#define NCCL_STEP_PCIE_NS 5700.0
+#define NCCL_STEP_NET_NS 14000.0
+/* What a step of a ring over R GPUs on `nodes` servers takes beyond its
+ * bytes, for a collective of `steps` steps (R - 1 for a reduce-scatter or
+ * an all-gather, 2(R - 1) for an all-reduce) standing for `calls` NCCL
+ * calls: NCCL's latency of the call, base + (R - nodes) hops inside
+ * servers (intra_ns each) + (nodes - 1) hops between them, shared evenly
+ * over the steps of one call, times the calls. */
+double sim_ring_step_ns(int R, int nodes, double intra_ns, int steps,
+                        double calls);
 /* Sharded plans (sim_costs.zero > 0; sim_add_allreduce calls it): the
  * gradient all-reduce becomes a reduce-scatter over the shard group (half
  * a ring: H-1 steps of 1/H of the stage's bytes), after the stage's last

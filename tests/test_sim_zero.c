@@ -18,6 +18,12 @@ typedef struct zrun {
     double gather_bytes[64];    /* per stage: what a ZeRO-3 gather holds */
     double rs_bytes[64];        /* per stage: unsharded gradients held */
     double dp_bytes_per_gpu;    /* data-parallel bytes sent per GPU */
+    double dp_lat_ns[64];       /* per device: NCCL's latency its
+                                 * data-parallel sends take (lat_ns times
+                                 * their steps) */
+    int32_t ag_lat_ns, rs_lat_ns, ar_lat_ns; /* a step's of each kind of
+                                 * collective (the last one emitted) */
+    int units;                  /* stage 0's */
     int64_t iteration_ns;
     sim_dev_stats dev[64];
     int n_devices, fold;
@@ -80,9 +86,15 @@ static void zsim(const char *model, const char *gpu, int n, sim_sched s,
     double sent = 0;
     for (int i = 0; i < ir->n_tasks; i++) {
         const sim_task *x = &ir->tasks[i];
-        if (x->kind == SIM_SEND && x->comm == SIM_COMM_DP)
-            sent += x->bytes * (x->steps > 1 ? x->steps : 1);
+        if (x->kind != SIM_SEND || x->comm != SIM_COMM_DP) continue;
+        int k = x->steps > 1 ? x->steps : 1;
+        sent += x->bytes * k;
+        if (x->device < 64) out->dp_lat_ns[x->device] += (double)x->lat_ns * k;
+        if (x->coll == SIM_COLL_ALLGATHER) out->ag_lat_ns = x->lat_ns;
+        if (x->coll == SIM_COLL_REDUCE_SCATTER) out->rs_lat_ns = x->lat_ns;
+        if (x->coll == SIM_COLL_ALLREDUCE) out->ar_lat_ns = x->lat_ns;
     }
+    out->units = c->stage[0].units;
     out->dp_bytes_per_gpu = sent / ((double)r.n_devices * tp);
     sim_engine_free(en);
     sim_ir_free(ir);
@@ -217,7 +229,8 @@ Test(zero, communication_volume)
  * (P/N) / 200 GB/s each (NVLink's hop is faster), eight times less than
  * through one port. The same for ZeRO-3's gathers and reduce-scatters
  * (3(N-1) steps, the backward's gather overlapping the forward: busy
- * for less than their sum); folded or not. */
+ * for less than their sum); folded or not. Beside the bytes, each step
+ * takes NCCL's latency (below), left out here. */
 Test(zero, rings_between_servers_take_every_port)
 {
     const int N = 16;
@@ -232,7 +245,8 @@ Test(zero, rings_between_servers_take_every_port)
             /* the busiest sender: one whose step crosses servers */
             double dp = 0;
             for (int d = 0; d < r.n_devices && d < 64; d++)
-                dp = fmax(dp, r.dev[d].comm_busy_ns[SIM_COMM_DP] * 1e-9);
+                dp = fmax(dp, (r.dev[d].comm_busy_ns[SIM_COMM_DP] -
+                               r.dp_lat_ns[d]) * 1e-9);
             cr_expect(dp > (z ? 0.6 : 0.9) * ports && dp < 1.4 * ports,
                       "zero %d, fold %d: rings busy %.2f ms, eight ports "
                       "%.2f ms", z, fold, dp * 1e3, ports * 1e3);
@@ -459,4 +473,38 @@ Test(sim_zero, replicas_peak_alike)
     }
     json_decref(one);
     json_decref(two);
+}
+
+/* NCCL's latency on the same two servers (its cost model, Simple
+ * protocol): a call takes 8.4 us, and its ring 3.4 us a hop over NVLink
+ * inside a server, 14 us a hop between them: over 16 GPUs, 14 hops inside
+ * and 1 between. A step of a collective takes its call's latency over
+ * its steps: the all-reduce's call goes round twice in 2(N-1) steps, the
+ * reduce-scatter's and gather's once in N-1. ZeRO-3 gathers and reduces
+ * FSDP's units (a layer each, the embedding and the head one each) by a
+ * call each, so its steps take the units' calls; folded or not. */
+Test(zero, collectives_take_nccls_latency_per_call)
+{
+    const int N = 16;
+    double round = 14 * NCCL_STEP_NVLINK_NS + NCCL_STEP_NET_NS;
+    for (int fold = 0; fold <= 1; fold++) {
+        zrun r;
+        zsim("gpt2", "a100-sxm-80gb", N, SIM_SCHED_1F1B, 1, N, 1, 1, 0, 0,
+             fold, &r);
+        cr_expect_eq(r.ar_lat_ns,
+                     llround((NCCL_BASE_NS + 2 * round) / (2 * (N - 1))),
+                     "fold %d: %d ns", fold, r.ar_lat_ns);
+        zsim("gpt2", "a100-sxm-80gb", N, SIM_SCHED_1F1B, 1, N, 1, 1, 3, 0,
+             fold, &r);
+        cr_assert_eq(r.units, 14);
+        double step = (NCCL_BASE_NS + round) / (N - 1) * 14;
+        cr_expect_eq(r.ag_lat_ns, llround(step), "%d ns", r.ag_lat_ns);
+        cr_expect_eq(r.rs_lat_ns, llround(step), "%d ns", r.rs_lat_ns);
+    }
+    /* one server: no network hop */
+    zrun r;
+    zsim("gpt2", "a100-sxm-80gb", 8, SIM_SCHED_1F1B, 1, 8, 1, 1, 0, 0, 0,
+         &r);
+    cr_expect_eq(r.ar_lat_ns, llround((NCCL_BASE_NS + 2 * 7 *
+                                       NCCL_STEP_NVLINK_NS) / 14));
 }
