@@ -188,6 +188,36 @@ static int32_t ring_lat(const sim_ir *ir, const sim_costs *c, int s,
         sim_ring_step_ns(nm * F, distinct * F, intra, steps, calls));
 }
 
+/* What the receiver of a ring step on CPU cores takes to fold the chunk
+ * in after it lands (sim_task.fold_ns): the executor's ring adds it to the
+ * gradient (two reads and a write: passes 3) or copies it into place (a
+ * read and a write: 2) in a pass of its own, at the core's streaming
+ * rate; `bytes` are all lanes', a lane a core. 0 on GPUs, where NCCL
+ * reduces as it moves. */
+static int32_t ring_fold(const sim_ir *ir, const sim_costs *c, int v,
+                         double bytes, int lanes, double passes)
+{
+    const prof_topo *t = c->topo;
+    if (!t || !c->dev_gpu) return 0;
+    const prof_gpu *g = prof_topo_gpu(t, c->dev_gpu[ir->stage_device[v]]);
+    double bw = g->mem_bw_bytes_per_s * (g->eff.mem_max > 0 ? g->eff.mem_max
+                                                            : 1);
+    if (g->form != PROF_FORM_CPU || !(bw > 0)) return 0;
+    return (int32_t)llround(passes * bytes / (lanes > 1 ? lanes : 1) / bw *
+                            1e9);
+}
+
+/* Passes of step st of a ring collective (steps of them; repeated: a
+ * send standing for every step): an all-reduce adds for its first half
+ * and copies for its second, a reduce-scatter adds, a gather copies. */
+static double fold_passes(sim_coll coll, int st, int steps, int repeated)
+{
+    if (coll == SIM_COLL_REDUCE_SCATTER) return 3;
+    if (coll == SIM_COLL_ALLGATHER) return 2;
+    if (repeated) return 2.5;
+    return st < steps / 2 ? 3 : 2;
+}
+
 /* NCCL's channels for each step of a ring over consecutive replicas
  * mem[0..nm) of plan stage s, from member i to the next (wrap: the last
  * member's to the next simulated group's first, folded), into ch[0..nm):
@@ -293,6 +323,10 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                     x.steps = pairs == 1 ? steps : 1;
                     x.bytes = bytes;
                     x.lat_ns = lat;
+                    x.fold_ns = ring_fold(
+                        ir, c, w, bytes, lanes,
+                        fold_passes(SIM_COLL_ALLREDUCE, st, steps,
+                                    pairs == 1));
                     int rid;
                     int sid = sim_ir_transfer(ir, &x, ir->stage_device[w],
                                               &rid);
@@ -378,6 +412,8 @@ static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
             x.steps = pairs == 1 ? steps : 1;
             x.bytes = bytes;
             x.lat_ns = lat;
+            x.fold_ns = ring_fold(ir, c, w, bytes, x.lanes,
+                                  fold_passes(coll, st, steps, pairs == 1));
             int rid;
             int sid = sim_ir_transfer(ir, &x, ir->stage_device[w], &rid);
             int d = st ? prev[i] : dep[i];

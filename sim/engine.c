@@ -361,8 +361,10 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
                 double lat = 0;
                 for (int k = 0; k < len; k++)
                     lat += tp->links[rt[k] / 2].latency_ns;
-                /* a collective's step: NCCL's own latency, where more */
+                /* a collective's step: NCCL's own latency, where more,
+                 * and on CPU cores the fold after it */
                 if (t->lat_ns > lat) lat = t->lat_ns;
+                lat += t->fold_ns;
                 if ((int64_t)llround(lat) > e->lat_ns[i])
                     e->lat_ns[i] = (int64_t)llround(lat);
                 if (F == 1) continue;

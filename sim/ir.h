@@ -111,6 +111,10 @@ typedef struct sim_task {
                          * NCCL takes a step beyond moving the bytes
                          * (sim_ring_step_ns); the engine takes it where
                          * the route's latency is less; 0: the route's */
+    int32_t fold_ns;    /* such steps between CPU cores: the receiver's
+                         * pass over the chunk after it lands (the
+                         * executor's ring adds it to the gradient or
+                         * copies it into place); added to the step */
     int32_t device;
     int32_t stage;      /* compute: its stage; transfers: the sending stage
                          * (stages of replicas: r*S + s, see sim_costs) */
