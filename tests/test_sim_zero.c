@@ -23,6 +23,9 @@ typedef struct zrun {
                                  * their steps) */
     int32_t ag_lat_ns, rs_lat_ns, ar_lat_ns; /* a step's of each kind of
                                  * collective (the last one emitted) */
+    int32_t fold_ns[3][2];      /* [coll][0] the first step's fold of each
+                                 * kind of collective, [1] the last's */
+    double step_bytes[3];       /* and its bytes */
     int units;                  /* stage 0's */
     int64_t iteration_ns;
     sim_dev_stats dev[64];
@@ -90,6 +93,13 @@ static void zsim(const char *model, const char *gpu, int n, sim_sched s,
         int k = x->steps > 1 ? x->steps : 1;
         sent += x->bytes * k;
         if (x->device < 64) out->dp_lat_ns[x->device] += (double)x->lat_ns * k;
+        if (x->coll < 3) {
+            if (!out->step_bytes[x->coll]) {
+                out->step_bytes[x->coll] = x->bytes;
+                out->fold_ns[x->coll][0] = x->fold_ns;
+            }
+            out->fold_ns[x->coll][1] = x->fold_ns;
+        }
         if (x->coll == SIM_COLL_ALLGATHER) out->ag_lat_ns = x->lat_ns;
         if (x->coll == SIM_COLL_REDUCE_SCATTER) out->rs_lat_ns = x->lat_ns;
         if (x->coll == SIM_COLL_ALLREDUCE) out->ar_lat_ns = x->lat_ns;
@@ -507,4 +517,36 @@ Test(zero, collectives_take_nccls_latency_per_call)
          &r);
     cr_expect_eq(r.ar_lat_ns, llround((NCCL_BASE_NS + 2 * 7 *
                                        NCCL_STEP_NVLINK_NS) / 14));
+}
+
+/* On CPU cores the executor folds each step's chunk in a pass of its
+ * own after it lands, at the core's streaming rate: adding it to the
+ * gradient reads two and writes one (3 passes of its bytes), copying it
+ * into place reads one and writes one (2). An all-reduce's first step
+ * adds and its last copies; a reduce-scatter adds; a gather copies.
+ * NCCL's latency is a GPU's: none here. */
+Test(zero, cpu_rings_pay_the_receivers_fold)
+{
+    prof_gpu g;
+    util_err e;
+    cr_assert_eq(prof_gpu_get("cpu", &g, &e), 0, "%s", e.msg);
+    double rate = g.mem_bw_bytes_per_s * g.eff.mem_max;
+    for (int z = 0; z <= 2; z += 2) {
+        zrun r;
+        zsim("gpt-mini", "cpu", 2, SIM_SCHED_1F1B, 1, 2, 1, 1, z, 0, 0, &r);
+        cr_expect_eq(r.ar_lat_ns + r.rs_lat_ns + r.ag_lat_ns, 0);
+        struct { int coll; double first, last; } w[] = {
+            {SIM_COLL_ALLREDUCE, 3, 2}, {SIM_COLL_REDUCE_SCATTER, 3, 3},
+            {SIM_COLL_ALLGATHER, 2, 2}};
+        for (int k = 0; k < 3; k++) {
+            int c = w[k].coll;
+            if ((c == SIM_COLL_ALLREDUCE) != (z == 0)) continue;
+            double b = r.step_bytes[c];
+            cr_assert_gt(b, 0, "zero %d: no collective %d", z, c);
+            cr_expect_eq(r.fold_ns[c][0], llround(w[k].first * b / rate * 1e9),
+                         "zero %d, collective %d: %d ns", z, c, r.fold_ns[c][0]);
+            cr_expect_eq(r.fold_ns[c][1], llround(w[k].last * b / rate * 1e9),
+                         "zero %d, collective %d: %d ns", z, c, r.fold_ns[c][1]);
+        }
+    }
 }
