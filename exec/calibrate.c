@@ -651,12 +651,14 @@ static int measure_transfers(const exec_calib_opts *o, const char *tmp,
     if (!rc && (rc = fit_tp(tpx, ntp, &c->link[PROF_XFER_COLL], e)))
         util_err_prefix(e, "tensor-parallel all-reduces");
     const prof_calib_link *l = &c->link[PROF_XFER_INPROC];
-    /* the ring as the simulator prices it on cores: two steps of half
-     * the bytes over the fitted link, the first's chunk then added to the
-     * gradient at the fitted streaming rate (two reads and a write) before
-     * the second goes; the second's copy into place comes after the
-     * window measured (the optimizer's) */
-    double mem = c->gpu.mem_bw_bytes_per_s * c->gpu.eff.mem_max;
+    /* the ring as the simulator prices it: two steps of half the bytes
+     * over the fitted link; on cores the first's chunk is then added to
+     * the gradient at the fitted streaming rate (two reads and a write)
+     * before the second goes (sim_task.fold_ns; GPUs: none). The window
+     * measured ends as the last chunk lands: its copy into place, which
+     * the simulator adds to that step, comes after it */
+    double mem = c->gpu.form == PROF_FORM_CPU
+               ? c->gpu.mem_bw_bytes_per_s * c->gpu.eff.mem_max : 0;
     for (int i = 0; !rc && i < nring && res->n_checks < 16; i++)
         res->checks[res->n_checks++] = (exec_calib_check){
             "in-process ring (dp 2)", 2, rings[i].bytes, rings[i].ns,

@@ -233,8 +233,9 @@ static void report_text(const exec_calib_result *r, const prof_calib *prev,
         const prof_calib_param *p = &c->param[i];
         char v[32], ci[64];
         snprintf(v, sizeof v, "%.4g", p->value);
-        /* a figure the fit held (a core's cache size) has no interval */
-        if (p->lo == p->value && p->hi == p->value)
+        /* the figure the fit holds (a core's cache size) */
+        if (!strcmp(p->name, "cache_bytes") && p->lo == p->value &&
+            p->hi == p->value)
             snprintf(ci, sizeof ci, "held, the machine's");
         else
             snprintf(ci, sizeof ci, "[%.4g, %.4g]", p->lo, p->hi);

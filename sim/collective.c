@@ -184,8 +184,12 @@ static int32_t ring_lat(const sim_ir *ir, const sim_costs *c, int s,
         break;
     }
     free(srv);
-    return (int32_t)llround(
-        sim_ring_step_ns(nm * F, distinct * F, intra, steps, calls));
+    const char *a = prof_topo_gpu(t, g0)->arch;
+    int old = !strcmp(a, "volta") || !strcmp(a, "turing") ||
+              !strcmp(a, "pascal");
+    double v = sim_ring_step_ns(nm * F, distinct * F, intra, steps, calls,
+                                old);
+    return (int32_t)llround(fmin(v, INT32_MAX));
 }
 
 /* What the receiver of a ring step on CPU cores takes to fold the chunk
@@ -203,8 +207,10 @@ static int32_t ring_fold(const sim_ir *ir, const sim_costs *c, int v,
     double bw = g->mem_bw_bytes_per_s * (g->eff.mem_max > 0 ? g->eff.mem_max
                                                             : 1);
     if (g->form != PROF_FORM_CPU || !(bw > 0)) return 0;
-    return (int32_t)llround(passes * bytes / (lanes > 1 ? lanes : 1) / bw *
-                            1e9);
+    /* a step of gigabytes on a core takes seconds: kept within the field */
+    return (int32_t)llround(fmin(passes * bytes / (lanes > 1 ? lanes : 1) /
+                                     bw * 1e9,
+                                 INT32_MAX));
 }
 
 /* Passes of step st of a ring collective (steps of them; repeated: a
@@ -385,9 +391,11 @@ static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
     int *cur = util_malloc(sizeof(int) * (size_t)nm);
     int *chans = util_malloc(sizeof(int) * (size_t)nm);
     ring_chans(ir, c, s, mem, nm, c->fold > 1 && !inner, chans);
-    /* FSDP gathers and reduces unit by unit, a call each (ZeRO-2's
-     * reduce-scatters after each backward too); the other collectives
-     * move a stage's flat buffer in one */
+    /* FSDP gathers and reduces unit by unit, a call each: ZeRO-3's
+     * collectives, and ZeRO-2's reduce-scatters after each backward,
+     * which the memory model holds a layer at a time as FSDP's
+     * SHARD_GRAD_OP does (sim_stage_cost.rs_bytes); the other
+     * collectives move a stage's flat buffer in one */
     int units = c->stage[s].units > 1 ? c->stage[s].units : 1;
     double calls = c->zero >= 3 || (c->zero == 2 &&
                                      coll == SIM_COLL_REDUCE_SCATTER)

@@ -682,14 +682,18 @@ sim_act sim_act_range(const prof_model *m, int first, int last, int t,
 #define NVLINK_DATA_EFF (370.0 / 450.0)
 
 double sim_ring_step_ns(int R, int nodes, double intra_ns, int steps,
-                        double calls)
+                        double calls, int pre_ampere)
 {
     if (R < 2 || steps < 1) return 0;
     if (nodes < 1) nodes = 1;
     if (nodes > R) nodes = R;
-    double round = (R - nodes) * intra_ns + (nodes - 1) * NCCL_STEP_NET_NS;
     /* an all-reduce's ring goes round twice */
-    double call = NCCL_BASE_NS + round * ((double)steps / (R - 1));
+    int ar = steps > R - 1;
+    int inter = ar ? (nodes > 1 ? 2 * nodes : 0) : nodes - 1;
+    if (inter > steps) inter = steps;
+    double call = NCCL_BASE_NS + (steps - inter) * intra_ns +
+                  inter * NCCL_STEP_NET_NS;
+    if (ar && nodes > 1) call *= pre_ampere ? 1.9 : 1.4;
     return call / steps * calls;
 }
 

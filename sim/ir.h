@@ -741,9 +741,9 @@ void sim_gen_dualpipev(sim_ir *ir, const sim_sched_opts *o);
  * after sim_lower; does nothing with one replica. */
 void sim_add_allreduce(sim_ir *ir, const sim_costs *c);
 /* NCCL's cost model of its ring (Simple protocol; src/graph/tuning.cc of
- * NCCL 2.18 to 2.30): a call takes a base latency, each step of the ring
- * a hop's (its hwLat): between GPUs of a server over NVLink or PCIe, or
- * between servers over the network. */
+ * NCCL 2.18 and later): a call takes a base latency, each step of the
+ * ring a hop's (its hwLat): between GPUs of a server over NVLink or PCIe,
+ * or between servers over the network. */
 #define NCCL_BASE_NS 8400.0
 #define NCCL_STEP_NVLINK_NS 3400.0
 #define NCCL_STEP_PCIE_NS 5700.0
@@ -751,11 +751,15 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c);
 /* What a step of a ring over R GPUs on `nodes` servers takes beyond its
  * bytes, for a collective of `steps` steps (R - 1 for a reduce-scatter or
  * an all-gather, 2(R - 1) for an all-reduce) standing for `calls` NCCL
- * calls: NCCL's latency of the call, base + (R - nodes) hops inside
- * servers (intra_ns each) + (nodes - 1) hops between them, shared evenly
- * over the steps of one call, times the calls. */
+ * calls: NCCL's latency of the call shared evenly over its steps, times
+ * the calls. A reduce-scatter's or gather's call: base + (nodes - 1) hops
+ * between servers + the other steps' hops inside them (intra_ns each);
+ * an all-reduce's: 2 nodes hops between servers where there are several
+ * (at most its steps) and the rest of its steps inside, the whole times
+ * NCCL's "plateau" factor across servers (1.4 from Ampere on, 1.9
+ * before: pre_ampere). */
 double sim_ring_step_ns(int R, int nodes, double intra_ns, int steps,
-                        double calls);
+                        double calls, int pre_ampere);
 /* Sharded plans (sim_costs.zero > 0; sim_add_allreduce calls it): the
  * gradient all-reduce becomes a reduce-scatter over the shard group (half
  * a ring: H-1 steps of 1/H of the stage's bytes), after the stage's last
