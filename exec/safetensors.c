@@ -145,18 +145,19 @@ static int untied_head(st_file *s, const exec_gpt_config *c, float *params,
 }
 
 /* A tensor as the file names it and where it goes: floats `at` into
- * tensor t of the arena, of layer l's slice where the name has the
- * layer's number (t's floats split evenly over the layers); rows x cols
- * (cols 0: one dimension), or a Conv1D's in x out, transposed. */
+ * tensor t of the arena, of each layer's slice where `layer` (the name
+ * then follows the layer's number: t's floats split evenly over the
+ * layers); rows x cols (cols 0: one dimension), or a Conv1D's in x out,
+ * transposed. */
 typedef struct st_map {
     const char *name;
     int t;
     size_t rows, cols, at;
-    int conv;
+    int conv, layer;
 } st_map;
 
-/* Reads the n tensors of map: those without "%d" once, then layer by
- * layer the others (stack: the layers' name before the number). */
+/* Reads the n tensors of map: the model's once, then layer by layer the
+ * layers' (stack: their names' start, before the number). */
 static int read_map(st_file *s, const exec_gpt_config *c, const char *stack,
                     const st_map *map, int n, float *params, util_err *e)
 {
@@ -165,10 +166,12 @@ static int read_map(st_file *s, const exec_gpt_config *c, const char *stack,
     for (int l = -1; l < c->layers; l++)
         for (int i = 0; i < n; i++) {
             const st_map *m = &map[i];
-            if ((strstr(m->name, "%d") != NULL) != (l >= 0)) continue;
-            char fmt[96], name[96];
-            snprintf(fmt, sizeof fmt, "%s%s", l >= 0 ? stack : "", m->name);
-            snprintf(name, sizeof name, fmt, l);
+            if (m->layer != (l >= 0)) continue;
+            char name[96];
+            if (l >= 0)
+                snprintf(name, sizeof name, "%s%d.%s", stack, l, m->name);
+            else
+                snprintf(name, sizeof name, "%s", m->name);
             float *dst = params + tt[m->t].off + m->at +
                          (l >= 0 ? (size_t)l * (tt[m->t].n / (size_t)c->layers)
                                  : 0);
@@ -194,17 +197,17 @@ static int load_llama(st_file *s, const exec_gpt_config *c, float *params,
     s->prefix = "model.";
     s->family = "Llama";
     const st_map m[] = {
-        {"embed_tokens.weight", EXEC_P_WTE, V, C, 0, 0},
-        {"norm.weight", EXEC_P_LNFW, C, 0, 0, 0},
-        {"%d.input_layernorm.weight", EXEC_P_LN1W, C, 0, 0, 0},
-        {"%d.self_attn.q_proj.weight", EXEC_P_QKVW, C, C, 0, 0},
-        {"%d.self_attn.k_proj.weight", EXEC_P_QKVW, KV, C, C * C, 0},
-        {"%d.self_attn.v_proj.weight", EXEC_P_QKVW, KV, C, (C + KV) * C, 0},
-        {"%d.self_attn.o_proj.weight", EXEC_P_ATTPROJW, C, C, 0, 0},
-        {"%d.post_attention_layernorm.weight", EXEC_P_LN2W, C, 0, 0, 0},
-        {"%d.mlp.gate_proj.weight", EXEC_P_FCW, F, C, 0, 0},
-        {"%d.mlp.up_proj.weight", EXEC_P_FCW, F, C, F * C, 0},
-        {"%d.mlp.down_proj.weight", EXEC_P_FCPROJW, C, F, 0, 0}};
+        {"embed_tokens.weight", EXEC_P_WTE, V, C, 0, 0, 0},
+        {"norm.weight", EXEC_P_LNFW, C, 0, 0, 0, 0},
+        {"input_layernorm.weight", EXEC_P_LN1W, C, 0, 0, 0, 1},
+        {"self_attn.q_proj.weight", EXEC_P_QKVW, C, C, 0, 0, 1},
+        {"self_attn.k_proj.weight", EXEC_P_QKVW, KV, C, C * C, 0, 1},
+        {"self_attn.v_proj.weight", EXEC_P_QKVW, KV, C, (C + KV) * C, 0, 1},
+        {"self_attn.o_proj.weight", EXEC_P_ATTPROJW, C, C, 0, 0, 1},
+        {"post_attention_layernorm.weight", EXEC_P_LN2W, C, 0, 0, 0, 1},
+        {"mlp.gate_proj.weight", EXEC_P_FCW, F, C, 0, 0, 1},
+        {"mlp.up_proj.weight", EXEC_P_FCW, F, C, F * C, 0, 1},
+        {"mlp.down_proj.weight", EXEC_P_FCPROJW, C, F, 0, 0, 1}};
     return read_map(s, c, "layers.", m, N_MAP(m), params, e);
 }
 
@@ -224,26 +227,26 @@ static int load_opt(st_file *s, const exec_gpt_config *c, float *params,
     s->prefix = "model.decoder.";
     s->family = "OPT";
     const st_map m[] = {
-        {"embed_tokens.weight", EXEC_P_WTE, V, C, 0, 0},
-        {"embed_positions.weight", EXEC_P_WPE, P, C, 0, 0},
-        {"final_layer_norm.weight", EXEC_P_LNFW, C, 0, 0, 0},
-        {"final_layer_norm.bias", EXEC_P_LNFB, C, 0, 0, 0},
-        {"%d.self_attn_layer_norm.weight", EXEC_P_LN1W, C, 0, 0, 0},
-        {"%d.self_attn_layer_norm.bias", EXEC_P_LN1B, C, 0, 0, 0},
-        {"%d.self_attn.q_proj.weight", EXEC_P_QKVW, C, C, 0, 0},
-        {"%d.self_attn.k_proj.weight", EXEC_P_QKVW, C, C, C * C, 0},
-        {"%d.self_attn.v_proj.weight", EXEC_P_QKVW, C, C, 2 * C * C, 0},
-        {"%d.self_attn.q_proj.bias", EXEC_P_QKVB, C, 0, 0, 0},
-        {"%d.self_attn.k_proj.bias", EXEC_P_QKVB, C, 0, C, 0},
-        {"%d.self_attn.v_proj.bias", EXEC_P_QKVB, C, 0, 2 * C, 0},
-        {"%d.self_attn.out_proj.weight", EXEC_P_ATTPROJW, C, C, 0, 0},
-        {"%d.self_attn.out_proj.bias", EXEC_P_ATTPROJB, C, 0, 0, 0},
-        {"%d.final_layer_norm.weight", EXEC_P_LN2W, C, 0, 0, 0},
-        {"%d.final_layer_norm.bias", EXEC_P_LN2B, C, 0, 0, 0},
-        {"%d.fc1.weight", EXEC_P_FCW, F, C, 0, 0},
-        {"%d.fc1.bias", EXEC_P_FCB, F, 0, 0, 0},
-        {"%d.fc2.weight", EXEC_P_FCPROJW, C, F, 0, 0},
-        {"%d.fc2.bias", EXEC_P_FCPROJB, C, 0, 0, 0}};
+        {"embed_tokens.weight", EXEC_P_WTE, V, C, 0, 0, 0},
+        {"embed_positions.weight", EXEC_P_WPE, P, C, 0, 0, 0},
+        {"final_layer_norm.weight", EXEC_P_LNFW, C, 0, 0, 0, 0},
+        {"final_layer_norm.bias", EXEC_P_LNFB, C, 0, 0, 0, 0},
+        {"self_attn_layer_norm.weight", EXEC_P_LN1W, C, 0, 0, 0, 1},
+        {"self_attn_layer_norm.bias", EXEC_P_LN1B, C, 0, 0, 0, 1},
+        {"self_attn.q_proj.weight", EXEC_P_QKVW, C, C, 0, 0, 1},
+        {"self_attn.k_proj.weight", EXEC_P_QKVW, C, C, C * C, 0, 1},
+        {"self_attn.v_proj.weight", EXEC_P_QKVW, C, C, 2 * C * C, 0, 1},
+        {"self_attn.q_proj.bias", EXEC_P_QKVB, C, 0, 0, 0, 1},
+        {"self_attn.k_proj.bias", EXEC_P_QKVB, C, 0, C, 0, 1},
+        {"self_attn.v_proj.bias", EXEC_P_QKVB, C, 0, 2 * C, 0, 1},
+        {"self_attn.out_proj.weight", EXEC_P_ATTPROJW, C, C, 0, 0, 1},
+        {"self_attn.out_proj.bias", EXEC_P_ATTPROJB, C, 0, 0, 0, 1},
+        {"final_layer_norm.weight", EXEC_P_LN2W, C, 0, 0, 0, 1},
+        {"final_layer_norm.bias", EXEC_P_LN2B, C, 0, 0, 0, 1},
+        {"fc1.weight", EXEC_P_FCW, F, C, 0, 0, 1},
+        {"fc1.bias", EXEC_P_FCB, F, 0, 0, 0, 1},
+        {"fc2.weight", EXEC_P_FCPROJW, C, F, 0, 0, 1},
+        {"fc2.bias", EXEC_P_FCPROJB, C, 0, 0, 0, 1}};
     return read_map(s, c, "layers.", m, N_MAP(m), params, e);
 }
 
@@ -262,22 +265,22 @@ static int load_gpt2(st_file *s, const exec_gpt_config *c, float *params,
     s->family = "GPT-2";
     size_t C = c->hidden, F = c->ffn, V = c->vocab, P = c->max_pos;
     const st_map m[] = {
-        {"wte.weight", EXEC_P_WTE, V, C, 0, 0},
-        {"wpe.weight", EXEC_P_WPE, P, C, 0, 0},
-        {"ln_f.weight", EXEC_P_LNFW, C, 0, 0, 0},
-        {"ln_f.bias", EXEC_P_LNFB, C, 0, 0, 0},
-        {"%d.ln_1.weight", EXEC_P_LN1W, C, 0, 0, 0},
-        {"%d.ln_1.bias", EXEC_P_LN1B, C, 0, 0, 0},
-        {"%d.attn.c_attn.weight", EXEC_P_QKVW, C, 3 * C, 0, 1},
-        {"%d.attn.c_attn.bias", EXEC_P_QKVB, 3 * C, 0, 0, 0},
-        {"%d.attn.c_proj.weight", EXEC_P_ATTPROJW, C, C, 0, 1},
-        {"%d.attn.c_proj.bias", EXEC_P_ATTPROJB, C, 0, 0, 0},
-        {"%d.ln_2.weight", EXEC_P_LN2W, C, 0, 0, 0},
-        {"%d.ln_2.bias", EXEC_P_LN2B, C, 0, 0, 0},
-        {"%d.mlp.c_fc.weight", EXEC_P_FCW, C, F, 0, 1},
-        {"%d.mlp.c_fc.bias", EXEC_P_FCB, F, 0, 0, 0},
-        {"%d.mlp.c_proj.weight", EXEC_P_FCPROJW, F, C, 0, 1},
-        {"%d.mlp.c_proj.bias", EXEC_P_FCPROJB, C, 0, 0, 0}};
+        {"wte.weight", EXEC_P_WTE, V, C, 0, 0, 0},
+        {"wpe.weight", EXEC_P_WPE, P, C, 0, 0, 0},
+        {"ln_f.weight", EXEC_P_LNFW, C, 0, 0, 0, 0},
+        {"ln_f.bias", EXEC_P_LNFB, C, 0, 0, 0, 0},
+        {"ln_1.weight", EXEC_P_LN1W, C, 0, 0, 0, 1},
+        {"ln_1.bias", EXEC_P_LN1B, C, 0, 0, 0, 1},
+        {"attn.c_attn.weight", EXEC_P_QKVW, C, 3 * C, 0, 1, 1},
+        {"attn.c_attn.bias", EXEC_P_QKVB, 3 * C, 0, 0, 0, 1},
+        {"attn.c_proj.weight", EXEC_P_ATTPROJW, C, C, 0, 1, 1},
+        {"attn.c_proj.bias", EXEC_P_ATTPROJB, C, 0, 0, 0, 1},
+        {"ln_2.weight", EXEC_P_LN2W, C, 0, 0, 0, 1},
+        {"ln_2.bias", EXEC_P_LN2B, C, 0, 0, 0, 1},
+        {"mlp.c_fc.weight", EXEC_P_FCW, C, F, 0, 1, 1},
+        {"mlp.c_fc.bias", EXEC_P_FCB, F, 0, 0, 0, 1},
+        {"mlp.c_proj.weight", EXEC_P_FCPROJW, F, C, 0, 1, 1},
+        {"mlp.c_proj.bias", EXEC_P_FCPROJB, C, 0, 0, 0, 1}};
     return read_map(s, c, "h.", m, N_MAP(m), params, e);
 }
 
