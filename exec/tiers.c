@@ -261,16 +261,22 @@ static int ranks(const exec_tiers *t)
     return t->w->rt->dp > 1 ? t->w->rt->dp : 1;
 }
 
-/* The host offset of arena offset a, which lies in the share. */
-static size_t host_at(const tier_stage *s, size_t a)
+/* The part of slice sl in piece k of the share: its floats (0: none),
+ * from host offset *h. */
+static size_t sl_piece(const tier_stage *s, const exec_slice *sl, int k,
+                       size_t *h)
 {
-    for (int k = 0; k < s->np; k++)
-        if (a >= s->plo[k] && a < s->plo[k] + s->pn[k])
-            return s->ph[k] + (a - s->plo[k]);
-    return 0;
+    size_t a = sl->off > s->plo[k] ? sl->off : s->plo[k];
+    size_t b = sl->off + sl->n, pe = s->plo[k] + s->pn[k];
+    if (pe < b) b = pe;
+    if (b <= a) return 0;
+    *h = s->ph[k] + (a - s->plo[k]);
+    return b - a;
 }
 
-/* The rank's share of stage st (its replica's chunk). */
+/* The rank's share of stage st (its replica's chunk); of the tied table,
+ * the piece of it the share holds (a piece of its own with several ranks,
+ * exec_tiers_chunk). */
 static void share_set(exec_tiers *t, tier_stage *s, const exec_stage *st)
 {
     int D = ranks(t);
@@ -280,13 +286,13 @@ static void share_set(exec_tiers *t, tier_stage *s, const exec_stage *st)
         s->ph[k] = s->hn;
         s->hn += s->pn[k];
     }
-    if (st->tied_sl >= 0) {
-        const exec_slice *sl = &st->sl[st->tied_sl];
-        size_t c = D > 1 ? (size_t)((st->replica + 1) % D) : 0;
-        size_t a = sl->n * c / (size_t)D, b = sl->n * (c + 1) / (size_t)D;
-        s->tlo = sl->off + a;
-        s->th = b > a ? host_at(s, s->tlo) : 0;
-        s->tn = b - a;
+    s->tlo = s->th = s->tn = 0;
+    for (int k = 0; st->tied_sl >= 0 && k < s->np; k++) {
+        size_t h, n = sl_piece(s, &st->sl[st->tied_sl], k, &h);
+        if (!n) continue;
+        s->th = h;
+        s->tn = n;
+        s->tlo = s->plo[k] + (h - s->ph[k]);
     }
 }
 
@@ -640,17 +646,6 @@ int exec_host_threads(const exec_runtime *rt)
     return exec_host_threads_for(rt->offload.host_threads);
 }
 
-static void host_par(const exec_tiers *t, void (*fn)(void *, int, int),
-                     void *ctx)
-{
-    exec_host_par(t->threads, fn, ctx);
-}
-
-static void part_range(size_t len, int p, int n, size_t *lo, size_t *hi)
-{
-    exec_part_range(len, p, n, lo, hi);
-}
-
 /* ------------------------------------------------------ compute side */
 
 int exec_tiers_bind(exec_worker *w, int id, exec_stage *st, util_err *e)
@@ -764,7 +759,7 @@ static void add_part(void *ctx, int p, int n)
 {
     add_ctx *c = ctx;
     size_t lo, hi;
-    part_range(c->n, p, n, &lo, &hi);
+    exec_part_range(c->n, p, n, &lo, &hi);
     for (size_t i = lo; i < hi; i++) c->dst[i] += c->src[i];
 }
 
@@ -795,23 +790,10 @@ static int task_g_out(exec_tiers *t, int id, tier_stage *s, util_err *e)
         }
         share_copy(t, s, 0, g->p, s->hgt);
         add_ctx c = {s->hg, s->hgt, s->hn};
-        host_par(t, add_part, &c);
+        exec_host_par(t->threads, add_part, &c);
     }
     exec_buf_unref(g);
     return 0;
-}
-
-/* The part of slice sl in piece k of the share: its floats (0: none),
- * from host offset *h. */
-static size_t sl_piece(const tier_stage *s, const exec_slice *sl, int k,
-                       size_t *h)
-{
-    size_t a = sl->off > s->plo[k] ? sl->off : s->plo[k];
-    size_t b = sl->off + sl->n, pe = s->plo[k] + s->pn[k];
-    if (pe < b) b = pe;
-    if (b <= a) return 0;
-    *h = s->ph[k] + (a - s->plo[k]);
-    return b - a;
 }
 
 /* Squares of the gradients a step counts in the norm: its slices in
@@ -837,7 +819,7 @@ static void norm_part(void *ctx, int p, int n)
         for (int q = 0; q < c->s->np; q++) {
             size_t h, len = sl_piece(c->s, sl, q, &h), lo, hi;
             const float *g = c->s->hg + h;
-            part_range(len, p, n, &lo, &hi);
+            exec_part_range(len, p, n, &lo, &hi);
             for (size_t i = lo; i < hi; i++) sum += (double)g[i] * g[i];
         }
     }
@@ -847,7 +829,7 @@ static void norm_part(void *ctx, int p, int n)
 static double stage_norm_sq(const exec_tiers *t, const tier_stage *s, int li)
 {
     norm_ctx c = {.t = t, .s = s, .li = li};
-    host_par(t, norm_part, &c);
+    exec_host_par(t->threads, norm_part, &c);
     double sum = 0;
     for (int p = 0; p < t->threads; p++) sum += c.sum[p];
     return sum;
@@ -901,7 +883,7 @@ static void opt_part(void *ctx, int p, int n)
         if (!opt_steps(c->t, st, c->li, k)) continue;
         for (int q = 0; q < c->s->np; q++) {
             size_t h, len = sl_piece(c->s, sl, q, &h), lo, hi;
-            part_range(len, p, n, &lo, &hi);
+            exec_part_range(len, p, n, &lo, &hi);
             size_t o = h + lo;
             if (hi > lo)
                 kern_cpu.adamw_update(c->h[0] + o, c->h[1] + o, c->h[2] + o,
@@ -919,7 +901,7 @@ static void clear_part(void *ctx, int p, int n)
 {
     opt_ctx *c = ctx;
     size_t hn = c->s->hn, lo, hi, a = hn, b = hn;
-    part_range(hn, p, n, &lo, &hi);
+    exec_part_range(hn, p, n, &lo, &hi);
     if (c->keep) {
         a = c->s->th;
         b = a + c->t->tied_n;
@@ -983,7 +965,7 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
     opt_ctx oc = {t, s, li, {h[0], h[1], h[2]}, step,
                   exec_lr_at(rt->adamw.lr, rt->warmup, rt->total_steps,
                              step), 0};
-    host_par(t, opt_part, &oc);
+    exec_host_par(t->threads, opt_part, &oc);
     if (li == t->tied_step && t->tied_w)
         memcpy(t->tied_w, h[0] + s->th, t->tied_n * sizeof(float));
     pthread_mutex_lock(&t->mu);
@@ -993,7 +975,7 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
     /* the tied copy a later step sums stays */
     oc.keep = st->tied_sl >= 0 && t->n_tied > 1 && li != t->tied_step &&
               fuyou;
-    host_par(t, clear_part, &oc);
+    exec_host_par(t->threads, clear_part, &oc);
     s->g_set = 0;
     pthread_mutex_lock(&t->mu);
     s->g_out = 0;
