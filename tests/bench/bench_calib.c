@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "exec/exec.h"
+#include "tests/bench/bench_plans.h"
 #include "planner/planner.h"
 
 #define CORPUS EXEC_DEFAULT_CORPUS
@@ -388,20 +389,8 @@ static int tiers_loop(const char *dir)
     double mem = 0;
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         sim_plan p;
-        sim_plan_init(&p);
-        snprintf(p.model, sizeof p.model, "gpt-mini");
-        snprintf(p.hw, sizeof p.hw, "cpu x%d", rows[i].dp);
-        p.sched = rows[i].s;
-        p.pp = p.tp = 1;
-        p.dp = rows[i].dp;
-        p.mbs = 2;
-        p.n_mb = 4 / rows[i].dp;
-        p.waves = 1;
-        p.recompute = SIM_RC_FULL;
-        p.tier = rows[i].tier;
-        sim_plan_stages(&p, m->n_layers);
-        if (sim_partition_even(m, m->n_layers, p.first_op, p.last_op, &e)) {
-            sim_plan_free(&p);
+        if (bench_offload_plan(&p, m, "gpt-mini", rows[i].s, rows[i].tier,
+                               rows[i].dp, &e)) {
             prof_model_free(m);
             return die(&e);
         }

@@ -23,6 +23,7 @@
 #include "exec/exec.h"
 #include "planner/planner.h"
 #include "sim/sim.h"
+#include "tests/bench/bench_plans.h"
 
 #define CORPUS EXEC_DEFAULT_CORPUS
 #define STEPS 8
@@ -173,26 +174,14 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
     for (size_t i = 0; i < sizeof rows / sizeof *rows && !rc; i++) {
         util_err e;
         sim_plan p;
-        sim_plan_init(&p);
-        snprintf(p.model, sizeof p.model, "%s", model);
-        snprintf(p.hw, sizeof p.hw, "cpu x%d", rows[i].dp);
-        p.sched = rows[i].s;
-        p.pp = p.tp = 1;
-        p.dp = rows[i].dp;
-        p.mbs = 2;
-        p.n_mb = 4 / rows[i].dp;
-        p.waves = 1;
-        p.recompute = SIM_RC_FULL;
-        p.tier = rows[i].tier;
+        if (bench_offload_plan(&p, m, model, rows[i].s, rows[i].tier,
+                               rows[i].dp, &e)) {
+            fprintf(stderr, "bench_offload: %s\n", e.msg);
+            return 1;
+        }
         p.swap_ckpt = rows[i].ckpt;
         p.swap_full = rows[i].full;
         if (rows[i].ft && prof_finetune_parse(rows[i].ft, &p.ft, &e)) {
-            fprintf(stderr, "bench_offload: %s\n", e.msg);
-            sim_plan_free(&p);
-            return 1;
-        }
-        sim_plan_stages(&p, m->n_layers);
-        if (sim_partition_even(m, m->n_layers, p.first_op, p.last_op, &e)) {
             fprintf(stderr, "bench_offload: %s\n", e.msg);
             sim_plan_free(&p);
             return 1;
