@@ -115,6 +115,8 @@ int exec_stier_add(exec_worker *w, exec_stage *st, int tier, const float *w0,
                            t->foff + (int64_t)k * (int64_t)nb, e);
     }
     free(b);
+    /* setting up is not the run's traffic */
+    t->f.wr_bytes = t->f.wr_ns = 0;
     size_t cb = exec_tfile_up(t->cn * sizeof(float));
     for (int j = 0; j < STG_SETS; j++)
         for (int k = 0; k < 3 && !rc; k++) t->stg[j][k] = exec_tfile_buf(cb);
@@ -242,6 +244,19 @@ int exec_stier_moments(exec_worker *w, exec_stage *st, float *m, float *v,
         if (rc) return -1;
     }
     return 0;
+}
+
+void exec_stier_stats(const exec_worker *w, double out[4])
+{
+    memset(out, 0, 4 * sizeof *out);
+    for (int i = 0; i < w->n_st; i++) {
+        const exec_stier *t = w->st[i].stier;
+        if (!t) continue;
+        out[0] += t->f.rd_bytes;
+        out[1] += t->f.rd_ns / 1e9;
+        out[2] += t->f.wr_bytes;
+        out[3] += t->f.wr_ns / 1e9;
+    }
 }
 
 void exec_stier_free(exec_worker *w, exec_stage *st)

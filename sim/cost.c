@@ -1101,6 +1101,9 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sim_zero_bytes(sc->train_params, wb, state, zst, shard,
                        &sc->weight_bytes, &sc->grad_bytes, &sc->opt_bytes);
         sc->weight_bytes += zst >= 3 ? frozen / shard : frozen;
+        sc->host_state_bytes =
+            sc->opt_bytes +
+            (wb >= 4 ? sc->train_bytes / (zst >= 1 ? shard : 1) : 0);
         sc->opt_ns = (int64_t)llround(sim_opt_model_ns(
             g, zst ? sc->train_params / shard : sc->train_params));
         sc->state_tier = o && o->state_tier ? o->state_tier[s] : 0;

@@ -319,6 +319,13 @@ typedef struct sim_stage_cost {
     double bwd_ws_bytes[4];
     double weight_bytes, grad_bytes, opt_bytes; /* one copy each, as this
                                  * GPU holds them (sharded under ZeRO) */
+    double host_state_bytes;    /* what a step on the host reads of the
+                                 * stage's state and writes back: the
+                                 * optimizer state (with the fp32 master
+                                 * weights of 16-bit training) and, where
+                                 * the weights train in fp32 and are their
+                                 * own master copy, the weights (sharded
+                                 * as the optimizer state) */
     double param_bytes;         /* the stage's weights unsharded: what a
                                  * ZeRO-3 gather brings */
     int units;                  /* the stage's layers (with the embedding

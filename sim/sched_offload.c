@@ -104,8 +104,8 @@ static void cpu_step(sim_ir *ir, const sim_costs *c, int s, const int *dep,
     for (int r = 0; r < D; r++) {
         int v = r * S + s;
         const sim_stage_cost *sc = &c->stage[v];
-        int rd = nvme ? tier_task(ir, c, SIM_NVME_READ, v, sc->opt_bytes / D,
-                                  -1)
+        int rd = nvme ? tier_task(ir, c, SIM_NVME_READ, v,
+                                  sc->host_state_bytes / D, -1)
                       : -1;
         int op = tier_task(ir, c, SIM_CPU_OPT, v,
                            D > 1 ? sc->cpu_opt_bytes : 0, -1);

@@ -100,7 +100,7 @@ static double stepped_bytes(const sim_costs *c, const sim_stage_cost *sc)
 static int chunks_of(const sim_stage_cost *sc)
 {
     if (sc->cpu_opt_bytes <= 0) return 1;
-    double k = ceil(sc->opt_bytes / NVME_CHUNK_BYTES);
+    double k = ceil(sc->host_state_bytes / NVME_CHUNK_BYTES);
     return k < 1 ? 1 : k > NVME_MAX_CHUNKS ? NVME_MAX_CHUNKS : (int)k;
 }
 
@@ -162,14 +162,17 @@ int sim_stage_tier_costs(sim_costs *c, const prof_topo *t, util_err *e)
         sc->opt_ns = 0;
         /* host DRAM: the fp32 gradient the step reads (twice the fp16
          * bytes), and the state where it lives there; on the drives the
-         * state, three chunks of it staged in DRAM per GPU at most */
+         * state, three chunks of it staged in DRAM per GPU at most (the
+         * state: the fp32 weights too where they are the weights that
+         * train, sim_stage_cost.host_state_bytes) */
         host[srv] += 2 * step;
         if (sc->state_tier == SIM_TIER_DRAM) {
-            host[srv] += sc->opt_bytes * tp;
+            host[srv] += sc->host_state_bytes * tp;
         } else {
-            disk[srv] += sc->opt_bytes * tp;
+            disk[srv] += sc->host_state_bytes * tp;
             int K = chunks_of(sc);
-            chunk[d] = fmax(chunk[d], (K < 3 ? K : 3) * sc->opt_bytes * tp / K);
+            chunk[d] = fmax(chunk[d], (K < 3 ? K : 3) *
+                                          sc->host_state_bytes * tp / K);
         }
     }
     for (int d = 0; d < c->n_devices && !rc; d++)
@@ -290,7 +293,7 @@ void sim_add_stage_tiers(sim_ir *ir, const sim_costs *c)
         int last;
         if (sc->state_tier == SIM_TIER_NVME) {
             int K = chunks_of(sc), dr = server_drives(c, s);
-            double by = sc->opt_bytes * tp / K;
+            double by = sc->host_state_bytes * tp / K;
             int rd[NVME_MAX_CHUNKS], wr[NVME_MAX_CHUNKS], op = -1;
             for (int k = 0; k < K; k++) {
                 rd[k] = stage_task(ir, c, SIM_NVME_READ, s, by, dr,

@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "profiles/profiles.h"
+#include "exec/runtime.h"
 
 /* The suite never sees the calibrations of the user running it: no
  * profile directory unless a test names one. */
@@ -350,4 +351,22 @@ void expect_close(const float *a, const float *b, size_t n, double tol,
     }
     cr_expect(md <= tol * mw, "%s: max |difference| %.3g at %zu (%g vs %g), "
               "bound %.3g", what, md, at, a[at], b[at], tol * mw);
+}
+
+void expect_drive_bytes(const exec_pipe_result *r, const char *what)
+{
+    double sim = 0;
+    int ios = 0;
+    for (int id = 0; id < r->n_tasks; id++) {
+        const sim_task *k = &r->ir->tasks[id];
+        if (k->kind != SIM_NVME_READ && k->kind != SIM_NVME_WRITE) continue;
+        sim += k->bytes;
+        ios++;
+    }
+    double got = (r->ofl_read_bytes + r->ofl_write_bytes) /
+                 (r->steps_run > 0 ? r->steps_run : 1);
+    cr_expect(ios > 0, "%s: no NVMe task in the IR", what);
+    cr_expect(got >= sim - 1 && got <= sim + 4.0 * ios * EXEC_TFILE_ALIGN,
+              "%s: the drives moved %.0f bytes a step, the IR %.0f in %d "
+              "tasks", what, got, sim, ios);
 }

@@ -88,6 +88,10 @@ float *train_reference(const char *model, int B, int steps, uint64_t seed,
  * (P floats, malloc'd). */
 float *pipe_reference(const char *model, int B, int steps, float clip,
                       size_t *P);
+/* Expects the drives' bytes a run moved per step (every worker's) to be
+ * those of its IR's NVMe tasks, each rounded up to whole O_DIRECT blocks
+ * (at most four regions a task: weights, moments, frozen weights). */
+void expect_drive_bytes(const exec_pipe_result *r, const char *what);
 /* Expects max |a-b| <= tol * max |a| over n floats. */
 void expect_close(const float *a, const float *b, size_t n, double tol,
                   const char *what);

@@ -150,6 +150,7 @@ static void same_training_ft(const char *flags, const char *ft, float clip,
     if (nvme) {
         cr_expect_gt(b.ofl_read_bytes, 0, "%s: the drive was read", flags);
         cr_expect_gt(b.ofl_write_bytes, 0, "%s: and written", flags);
+        expect_drive_bytes(&b, flags);
     } else {
         cr_expect_eq(b.ofl_read_bytes, 0, "%s: no file", flags);
     }

@@ -192,6 +192,24 @@ Test(sim_offload, fuyou_moves_each_layer_twice_and_steps_it_once)
     cr_assert_eq(o.static_bytes, 0);
 }
 
+/* Trained in fp32 the weights are their own master copy: the optimizer
+ * state holds the moments alone, so a step reads the weights beside them
+ * and writes back the same (16-bit training reads the state, master
+ * weights in it, and writes it with the new 16-bit weights: above). The
+ * executor moves these bytes (tests/test_exec_tiers.c). */
+Test(sim_offload, an_fp32_step_reads_the_weights_it_writes)
+{
+    orun o;
+    osim("gpt-mini", SIM_SCHED_FUYOU, 2, 3, 2, 64, SIM_TIER_AUTO, &o);
+    near(o.opt, 2 * o.tr, "fp32 Adam's moments");
+    near(o.rd, 2 * o.w - o.w_last + o.opt + o.tr, "NVMe reads");
+    near(o.wr, o.opt + o.tr, "NVMe writes");
+    osim("gpt-mini", SIM_SCHED_ZERO_INFINITY, 2, 1, 2, 64, SIM_TIER_AUTO,
+         &o);
+    near(o.rd - o.in, o.opt + o.tr, "the steps' NVMe reads");
+    near(o.wr, o.opt + o.tr, "NVMe writes");
+}
+
 Test(sim_offload, zero_infinity_fetches_per_microbatch)
 {
     orun o;
