@@ -321,6 +321,27 @@ static void share_copy(exec_tiers *t, const tier_stage *s, int up, float *d,
     }
 }
 
+/* The share onto the device but for its piece of the tied table, which
+ * comes from the table's host copy (the one stepped) where `table` is
+ * that copy, or is left to the holder that steps it (NULL): each float
+ * crosses once. */
+static void share_up_but_tied(exec_tiers *t, const tier_stage *s, float *d,
+                              const float *h, const float *table)
+{
+    size_t a = s->tlo, b = s->tlo + s->tn;
+    for (int k = 0; k < s->np; k++) {
+        size_t lo = s->plo[k], hi = lo + s->pn[k];
+        size_t cut = a > lo ? (a < hi ? a : hi) : lo;   /* before it */
+        size_t from = b > lo ? (b < hi ? b : hi) : lo;  /* after it */
+        if (!s->tn) cut = from = hi;
+        if (cut > lo)
+            copy_timed(t, 1, d + lo, h + s->ph[k], cut - lo);
+        if (hi > from)
+            copy_timed(t, 1, d + from, h + s->ph[k] + (from - lo), hi - from);
+    }
+    if (s->tn && table) copy_timed(t, 1, d + s->tlo, table, s->tn);
+}
+
 static int has_dep_kind(const sim_ir *ir, int id, int kind)
 {
     const sim_task *t = &ir->tasks[id];
@@ -711,9 +732,9 @@ static int task_w_in(exec_tiers *t, int id, tier_stage *s, util_err *e)
         src = t->stg[id];
     }
     /* the rank's share (the ring between the ranks brings the rest) */
-    share_copy(t, s, 1, b->p, (float *)src);
     if (st->tied_sl >= 0 && t->tied_w)
-        copy_timed(t, 1, b->p + s->tlo, t->tied_w, t->tied_n);
+        share_up_but_tied(t, s, b->p, src, t->tied_w);
+    else share_copy(t, s, 1, b->p, (float *)src);
     if (t->tier == SIM_TIER_NVME) host_free(t, &t->stg[id], s->hn);
     UTIL_NEVER(t->wbuf[id] != NULL || t->wbuff[id] != NULL);
     t->wbuf[id] = b;
@@ -734,14 +755,20 @@ static int task_w_in(exec_tiers *t, int id, tier_stage *s, util_err *e)
 }
 
 /* Zero-offload's new weights onto the device, where they stay; the
- * stepping holder of the tied table refreshes the other holders' copies
- * (stepped before it, they pushed the table as it was). */
+ * stepping holder of the tied table brings the new table to the other
+ * holders' copies too (they push the rest of their shares). */
 static int task_w_push(exec_tiers *t, tier_stage *s)
 {
     exec_stage *st = s->st;
-    share_copy(t, s, 1, s->res->p,
-               t->tier == SIM_TIER_NVME ? s->so[0] : s->hw);
-    if (t->w->lidx[st->id] != t->tied_step) return 0;
+    float *h = t->tier == SIM_TIER_NVME ? s->so[0] : s->hw;
+    int steps_table = t->w->lidx[st->id] == t->tied_step;
+    /* a holder of the tied table that does not step it pushed the table
+     * as it was: the one stepping it brings the new one */
+    if (st->tied_sl >= 0 && t->tied_w && !steps_table)
+        share_up_but_tied(t, s, s->res->p, h, NULL);
+    else
+        share_copy(t, s, 1, s->res->p, h);
+    if (!steps_table) return 0;
     for (int k = 0; k < t->n_tied; k++) {
         tier_stage *o = &t->ts[t->tied[k]];
         if (o != s) copy_timed(t, 1, o->res->p + o->tlo, t->tied_w, t->tied_n);
