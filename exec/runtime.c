@@ -2739,6 +2739,7 @@ int exec_rt_setup(exec_runtime *rt, const float *full, const float *adam_m,
     rt->M = ir->n_mb;
     rt->K = ir->n_minibatches;
     pthread_mutex_init(&rt->err_mu, NULL);
+    pthread_mutex_init(&rt->host_mu, NULL);
     rt->err_mu_ok = 1;
     atomic_init(&rt->abort, 0);
     atomic_init(&rt->stop_epoch, rt->async ? rt->K : rt->epochs);
@@ -3012,5 +3013,8 @@ void exec_rt_free(exec_runtime *rt)
     rt->last_use = NULL;
     rt->geo = NULL;
     rt->w = NULL;
-    if (rt->err_mu_ok) pthread_mutex_destroy(&rt->err_mu);
+    if (rt->err_mu_ok) {
+        pthread_mutex_destroy(&rt->err_mu);
+        pthread_mutex_destroy(&rt->host_mu);
+    }
 }

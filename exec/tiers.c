@@ -108,8 +108,6 @@ typedef struct tier_stage {
                                  * fine-tuning mode's: fetched, never
                                  * stepped) */
     float *hg;                  /* the step's gradient */
-    float *hgt;                 /* the copy added to hg (pinned; made at
-                                 * the first copy that adds) */
     int g_set;                  /* hg holds this step's first copy */
     int64_t foff;               /* NVMe tier: w, m, v regions of rb bytes */
     size_t rb;
@@ -157,6 +155,12 @@ struct exec_tiers {
     /* measured: copies to and from the device, AdamW; host memory */
     double up_bytes, up_ns, down_bytes, down_ns, adam_params, adam_ns;
     double ring_bytes;          /* sent to the other ranks */
+    float *hgt;                 /* a gradient's copy on its way to the sum
+                                 * in its stage's hg (pinned; made at the
+                                 * first copy that adds, the largest
+                                 * share's size): one for every stage, as
+                                 * the copies out run one at a time */
+    size_t hgt_n;
     double host_cur, host_peak;
 };
 
@@ -166,6 +170,11 @@ static void host_add(exec_tiers *t, double bytes)
     t->host_cur += bytes;
     if (t->host_cur > t->host_peak) t->host_peak = t->host_cur;
     pthread_mutex_unlock(&t->mu);
+    exec_runtime *rt = t->w->rt;
+    pthread_mutex_lock(&rt->host_mu);
+    rt->host_cur += bytes;
+    if (rt->host_cur > rt->host_peak) rt->host_peak = rt->host_cur;
+    pthread_mutex_unlock(&rt->host_mu);
 }
 
 static float *host_new(exec_tiers *t, size_t n)
@@ -614,6 +623,9 @@ int exec_tiers_ready(exec_worker *w, util_err *e)
     pthread_mutex_lock(&t->mu);
     t->host_peak = t->host_cur;
     pthread_mutex_unlock(&t->mu);
+    pthread_mutex_lock(&w->rt->host_mu);
+    w->rt->host_peak = w->rt->host_cur;
+    pthread_mutex_unlock(&w->rt->host_mu);
     return 0;
 }
 
@@ -811,12 +823,14 @@ static int task_g_out(exec_tiers *t, int id, tier_stage *s, util_err *e)
         share_copy(t, s, 0, g->p, s->hg);
         s->g_set = 1;
     } else {
-        if (!s->hgt) {
-            s->hgt = host_new(t, s->hn);
-            host_pin(t, s->hgt, s->hn);
+        if (!t->hgt) {
+            for (int li = 0; li < t->w->rt->S; li++)
+                if (t->ts[li].hn > t->hgt_n) t->hgt_n = t->ts[li].hn;
+            t->hgt = host_new(t, t->hgt_n);
+            host_pin(t, t->hgt, t->hgt_n);
         }
-        share_copy(t, s, 0, g->p, s->hgt);
-        add_ctx c = {s->hg, s->hgt, s->hn};
+        share_copy(t, s, 0, g->p, t->hgt);
+        add_ctx c = {s->hg, t->hgt, s->hn};
         exec_host_par(t->threads, add_part, &c);
     }
     exec_buf_unref(g);
@@ -1336,7 +1350,6 @@ void exec_tiers_free(exec_worker *w)
         host_free(t, &s->hm, n);
         host_free(t, &s->hv, n);
         host_free_pinned(t, &s->hg, n);
-        host_free_pinned(t, &s->hgt, n);
         for (int k = 0; k < 3; k++) host_free(t, &s->so[k], n);
         exec_buf_unref(s->res);
         exec_buf_unref(s->resf);
@@ -1356,6 +1369,7 @@ void exec_tiers_free(exec_worker *w)
         free(a->ref);
     }
     host_free_pinned(t, &t->tied_w, t->tied_n);
+    host_free_pinned(t, &t->hgt, t->hgt_n);
     free(t->act);
     free(t->ts);
     free(t->role);

@@ -126,6 +126,13 @@ static void cpu_step(sim_ir *ir, const sim_costs *c, int s, const int *dep,
     }
 }
 
+/* A stage's gradient as ZeRO accumulates it on the host: in fp32, twice
+ * a 16-bit gradient's bytes, as many as an fp32 one's. */
+static double grad32_bytes(const sim_stage_cost *sc)
+{
+    return 4 * sc->train_params;
+}
+
 /* The bytes stage s swaps per microbatch: its whole activations, its
  * checkpoint, or none. */
 static double swap_bytes(const sim_costs *c, int s)
@@ -391,11 +398,11 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
         sc->cpu_opt_bytes = hbw > 0 ? (double)sc->cpu_opt_ns * 1e-9 * hbw
                                     : 0;
     }
-    double w = 0, tr = 0, opt = 0, big_io = 0, big_st = 0;
+    double w = 0, g32 = 0, opt = 0, big_io = 0, big_st = 0;
     for (int s = 0; s < S; s++) {
         sim_stage_cost *sc = &c->stage[s];
         w += sc->weight_bytes;
-        tr += sc->train_bytes;
+        g32 += grad32_bytes(sc);
         opt += sc->opt_bytes;
         /* what crosses PCIe for a stage: its weights in (ZeRO-Offload's
          * stay on the GPU: only the updated ones, what trains, come back)
@@ -411,14 +418,14 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
      * NVMe tier the state of three stages (one read ahead, one stepped,
      * one written back; on the DRAM tier the step works where the state
      * lives); ZeRO keeps every gradient there until the step, in fp32
-     * (twice the fp16 bytes), where Fuyou steps each stage as its
+     * (grad32_bytes), where Fuyou steps each stage as its
      * gradients come; on the DRAM tier the optimizer state and, but for
      * ZeRO-Offload (whose fp16 weights stay on the GPU), the weights live
      * there too */
     int zero = c->offload != SIM_SCHED_FUYOU;
     c->nvme_bytes = tier == SIM_TIER_NVME ? w + opt : 0;
     c->host_bytes = 4 * big_io + (tier == SIM_TIER_NVME ? 3 * big_st : 0) +
-                    (zero ? 2 * tr : 0) +
+                    (zero ? g32 : 0) +
                     (tier == SIM_TIER_NVME ? 0 : opt) +
                     (tier == SIM_TIER_NVME ||
                      c->offload == SIM_SCHED_ZERO_OFFLOAD ? 0 : w);
@@ -721,14 +728,14 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
     const int S = c->n_model_stages, D = ranks(c);
     int zero = c->offload != SIM_SCHED_FUYOU;
     int disk = c->act_tier == SIM_TIER_NVME;
-    double tr = 0, one_mb = 0;
+    double g32 = 0, one_mb = 0;
     for (int s = 0; s < S; s++) {
-        tr += c->stage[s].train_bytes;
+        g32 += grad32_bytes(&c->stage[s]);
         one_mb += swap_bytes(c, s);
     }
     double held = zero ? one_mb * D : c->act_swap_bytes;
     /* what stays all iteration: the states, staging */
-    u->host_resident = c->host_bytes - (zero ? 2 * tr : 0) -
+    u->host_resident = c->host_bytes - (zero ? g32 : 0) -
                        (disk ? 0 : held);
     u->nvme_resident = c->nvme_bytes - (disk ? held : 0);
     tev *ev = util_malloc(sizeof *ev * (size_t)(2 * ir->n_tasks + 2));
@@ -762,9 +769,9 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
                    SIM_STREAM_COPY_OUT && !seen[t->stage]++) {
             /* ZeRO: the stage's fp32 gradient (every rank's share) from
              * its first copy out until its step */
-            ev[n++] = (tev){b, 2 * c->stage[t->stage].train_bytes, 0};
+            ev[n++] = (tev){b, grad32_bytes(&c->stage[t->stage]), 0};
         } else if (zero && t->kind == SIM_CPU_OPT) {
-            ev[n++] = (tev){b, -2 * c->stage[t->stage].train_bytes, 0};
+            ev[n++] = (tev){b, -grad32_bytes(&c->stage[t->stage]), 0};
         }
     }
     free(seen);

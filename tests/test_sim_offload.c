@@ -20,6 +20,10 @@ typedef struct orun {
                                  * one ring (its sends' mb) */
     int n_cpu;                  /* CPU steps */
     double w, tr, opt;          /* summed over the stages */
+    double train_params;
+    double host_bytes;          /* the host DRAM the plan needs */
+    double big_io, big_st;      /* the most of a stage's weights and
+                                 * gradients, and weights and state */
     double w_first, w_last;     /* the first and last stage's weights */
     int n_stages;
     int64_t cpu_ns, compute_ns, iteration_ns;
@@ -131,6 +135,11 @@ static void osim_dp(const char *model, sim_sched s, int mbs, int m,
         o->w += c->stage[st].weight_bytes;
         o->tr += c->stage[st].train_bytes;
         o->opt += c->stage[st].opt_bytes;
+        o->train_params += c->stage[st].train_params;
+        o->big_io = fmax(o->big_io, c->stage[st].weight_bytes +
+                                        c->stage[st].train_bytes);
+        o->big_st = fmax(o->big_st, c->stage[st].weight_bytes +
+                                        c->stage[st].opt_bytes);
         o->cpu_ns += c->stage[st].cpu_opt_ns;
     }
     for (int st = 0; st < c->n_model_stages; st++) {
@@ -142,6 +151,7 @@ static void osim_dp(const char *model, sim_sched s, int mbs, int m,
         }
     }
     o->act_swap_bytes = c->act_swap_bytes;
+    o->host_bytes = c->host_bytes;
     o->act_tier = c->act_tier;
     o->oom = r.oom;
     o->w_first = c->stage[0].weight_bytes;
@@ -208,6 +218,11 @@ Test(sim_offload, an_fp32_step_reads_the_weights_it_writes)
          &o);
     near(o.rd - o.in, o.opt + o.tr, "the steps' NVMe reads");
     near(o.wr, o.opt + o.tr, "NVMe writes");
+    /* ZeRO holds every gradient on the host in fp32 until the step: the
+     * fp32 gradient's own bytes, not twice them */
+    near(o.host_bytes, 4 * o.big_io + 3 * o.big_st + 4 * o.train_params,
+         "host DRAM: staging and the fp32 gradients");
+    near(4 * o.train_params, o.tr, "fp32 gradients");
 }
 
 Test(sim_offload, zero_infinity_fetches_per_microbatch)
