@@ -410,7 +410,10 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
         big_io = fmax(big_io, (c->offload == SIM_SCHED_ZERO_OFFLOAD
                                ? sc->train_bytes : sc->weight_bytes) +
                                   sc->train_bytes);
-        big_st = fmax(big_st, sc->weight_bytes + sc->opt_bytes);
+        /* what a step on the drives stages: the state it reads and the
+         * new weights it writes, those that train (frozen weights are
+         * fetched, never stepped) */
+        big_st = fmax(big_st, sc->opt_bytes + sc->train_bytes);
     }
     /* host DRAM: staging for the stages in flight over PCIe (fetched
      * weights, or ZeRO-Offload's updated ones, and gradients on their

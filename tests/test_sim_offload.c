@@ -23,7 +23,9 @@ typedef struct orun {
     double train_params;
     double host_bytes;          /* the host DRAM the plan needs */
     double big_io, big_st;      /* the most of a stage's weights and
-                                 * gradients, and weights and state */
+                                 * gradients, and of what trains and its
+                                 * state */
+    double big_w;               /* the most of a stage's weights */
     double w_first, w_last;     /* the first and last stage's weights */
     int n_stages;
     int64_t cpu_ns, compute_ns, iteration_ns;
@@ -81,6 +83,9 @@ static void osim_swap(const char *model, sim_sched s, int mbs, int m,
     osim_dp(model, s, mbs, m, drives, host_gib, tier, swap, 1, 1, o);
 }
 
+/* The fine-tuning mode of the next osim runs (NULL: full). */
+static const char *osim_ft;
+
 static void osim_dp(const char *model, sim_sched s, int mbs, int m,
                     int drives, double host_gib, int tier, const int swap[2],
                     int gpus, int dp, orun *o)
@@ -88,11 +93,17 @@ static void osim_dp(const char *model, sim_sched s, int mbs, int m,
     util_err e;
     prof_model *md = prof_model_load(model, &e);
     cr_assert_not_null(md, "%s", e.msg);
+    prof_finetune ft = {0};
+    if (osim_ft) {
+        cr_assert_eq(prof_finetune_parse(osim_ft, &ft, &e), 0, "%s", e.msg);
+        cr_assert_eq(prof_model_finetune(md, &ft, &e), 0, "%s", e.msg);
+    }
     prof_hw_opts ho = {.nvme = drives, .host_mem_bytes = host_gib * (1 << 30)};
     prof_topo *t = prof_topo_template("rtx4090", gpus, &ho, &e);
     cr_assert_not_null(t, "%s", e.msg);
     sim_plan p;
     sim_plan_init(&p);
+    if (osim_ft) p.ft = ft;
     p.sched = s;
     p.dp = dp;
     if (gpus > dp) p.gpus_used = dp;
@@ -138,8 +149,9 @@ static void osim_dp(const char *model, sim_sched s, int mbs, int m,
         o->train_params += c->stage[st].train_params;
         o->big_io = fmax(o->big_io, c->stage[st].weight_bytes +
                                         c->stage[st].train_bytes);
-        o->big_st = fmax(o->big_st, c->stage[st].weight_bytes +
+        o->big_st = fmax(o->big_st, c->stage[st].train_bytes +
                                         c->stage[st].opt_bytes);
+        o->big_w = fmax(o->big_w, c->stage[st].weight_bytes);
         o->cpu_ns += c->stage[st].cpu_opt_ns;
     }
     for (int st = 0; st < c->n_model_stages; st++) {
@@ -223,6 +235,15 @@ Test(sim_offload, an_fp32_step_reads_the_weights_it_writes)
     near(o.host_bytes, 4 * o.big_io + 3 * o.big_st + 4 * o.train_params,
          "host DRAM: staging and the fp32 gradients");
     near(4 * o.train_params, o.tr, "fp32 gradients");
+    /* LoRA: a step stages the adapters' state and new weights, not the
+     * frozen weights, which are fetched and never stepped */
+    osim_ft = "lora:8";
+    osim("gpt-mini", SIM_SCHED_ZERO_INFINITY, 2, 1, 2, 64, SIM_TIER_AUTO,
+         &o);
+    osim_ft = NULL;
+    cr_assert_lt(o.big_st, 0.1 * o.big_w);
+    near(o.host_bytes, 4 * o.big_io + 3 * o.big_st + 4 * o.train_params,
+         "LoRA's host DRAM");
 }
 
 Test(sim_offload, zero_infinity_fetches_per_microbatch)
