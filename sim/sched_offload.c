@@ -398,12 +398,15 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
         sc->cpu_opt_bytes = hbw > 0 ? (double)sc->cpu_opt_ns * 1e-9 * hbw
                                     : 0;
     }
-    double w = 0, g32 = 0, opt = 0, big_io = 0, big_st = 0;
+    double w = 0, g32 = 0, opt = 0, hst = 0, big_io = 0, big_st = 0,
+           big_g = 0;
     for (int s = 0; s < S; s++) {
         sim_stage_cost *sc = &c->stage[s];
         w += sc->weight_bytes;
         g32 += grad32_bytes(sc);
         opt += sc->opt_bytes;
+        hst += sc->host_state_bytes;
+        big_g = fmax(big_g, sc->train_bytes);
         /* what crosses PCIe for a stage: its weights in (ZeRO-Offload's
          * stay on the GPU: only the updated ones, what trains, come back)
          * and its gradients out */
@@ -415,23 +418,26 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
          * fetched, never stepped) */
         big_st = fmax(big_st, sc->opt_bytes + sc->train_bytes);
     }
-    /* host DRAM: staging for the stages in flight over PCIe (fetched
-     * weights, or ZeRO-Offload's updated ones, and gradients on their
-     * way: four stages' worth), and on the
-     * NVMe tier the state of three stages (one read ahead, one stepped,
-     * one written back; on the DRAM tier the step works where the state
-     * lives); ZeRO keeps every gradient there until the step, in fp32
-     * (grad32_bytes), where Fuyou steps each stage as its
-     * gradients come; on the DRAM tier the optimizer state and, but for
-     * ZeRO-Offload (whose fp16 weights stay on the GPU), the weights live
-     * there too */
+    /* host DRAM: on the NVMe tier, staging for the stages in flight over
+     * PCIe (weights read from the drives on their way up, gradients on
+     * their way down: four stages' worth) and the state of three stages
+     * (one read ahead, one stepped, one written back); on the DRAM tier
+     * the copies go straight to and from the states, pinned where they
+     * live, but for a gradient's copy on its way to its sum; ZeRO keeps
+     * every gradient there until the step, in fp32 (grad32_bytes), where
+     * Fuyou steps each stage as its gradients come; on the DRAM tier the
+     * states live there too: the weights and the optimizer state, or
+     * under ZeRO-Offload, whose 16-bit weights stay on the GPU, what a
+     * step reads (the fp32 master weights: the weights themselves when
+     * they train in fp32) */
     int zero = c->offload != SIM_SCHED_FUYOU;
-    c->nvme_bytes = tier == SIM_TIER_NVME ? w + opt : 0;
-    c->host_bytes = 4 * big_io + (tier == SIM_TIER_NVME ? 3 * big_st : 0) +
+    int nvme = tier == SIM_TIER_NVME;
+    c->nvme_bytes = nvme ? w + opt : 0;
+    c->host_bytes = (nvme ? 4 * big_io + 3 * big_st : big_g) +
                     (zero ? g32 : 0) +
-                    (tier == SIM_TIER_NVME ? 0 : opt) +
-                    (tier == SIM_TIER_NVME ||
-                     c->offload == SIM_SCHED_ZERO_OFFLOAD ? 0 : w);
+                    (nvme ? 0
+                          : c->offload == SIM_SCHED_ZERO_OFFLOAD ? hst
+                                                                 : w + opt);
     /* swapped activations wait in DRAM where it holds them beside the
      * rest; Fuyou's go on to the drives where it does not (ZeRO keeps
      * them in DRAM). At most one microbatch's wait at once under ZeRO
