@@ -107,7 +107,9 @@ typedef struct tier_stage {
     float *hwf;                 /* DRAM tier: the frozen weights (a
                                  * fine-tuning mode's: fetched, never
                                  * stepped) */
-    float *hg;                  /* the step's gradient */
+    float *hg;                  /* the step's gradient: from its first
+                                 * copy out until its step (a buffer of
+                                 * the worker's pool, grad_get) */
     int g_set;                  /* hg holds this step's first copy */
     int64_t foff;               /* NVMe tier: w, m, v regions of rb bytes */
     size_t rb;
@@ -161,6 +163,12 @@ struct exec_tiers {
                                  * share's size): one for every stage, as
                                  * the copies out run one at a time */
     size_t hgt_n;
+    /* gradients' buffers their steps are done with, kept (pinned) for
+     * the next first copies: a stage's gradient lives on the host from
+     * its first copy out until its step, as the simulator holds it */
+    float **gpool;
+    size_t *gpool_n;
+    int n_gpool, gpool_cap;
     double host_cur, host_peak;
 };
 
@@ -205,6 +213,45 @@ static void host_free_pinned(exec_tiers *t, float **p, size_t n)
     const exec_backend *be = t->w->rt->be;
     if (be->host_unpin && *p) be->host_unpin(*p);
     host_free(t, p, n);
+}
+
+/* A gradient's host buffer of n floats, pinned where the backend pins:
+ * one of the same size a step is done with, else a new one. */
+static float *grad_get(exec_tiers *t, size_t n)
+{
+    float *p = NULL;
+    pthread_mutex_lock(&t->mu);
+    for (int k = 0; k < t->n_gpool && !p; k++)
+        if (t->gpool_n[k] == n) {
+            p = t->gpool[k];
+            t->n_gpool--;
+            t->gpool[k] = t->gpool[t->n_gpool];
+            t->gpool_n[k] = t->gpool_n[t->n_gpool];
+        }
+    pthread_mutex_unlock(&t->mu);
+    if (!p) {
+        p = host_new(t, n);
+        host_pin(t, p, n);
+    }
+    return p;
+}
+
+/* A step is done with the gradient's buffer *p (n floats): to the pool. */
+static void grad_put(exec_tiers *t, float **p, size_t n)
+{
+    if (!*p) return;
+    pthread_mutex_lock(&t->mu);
+    if (t->n_gpool == t->gpool_cap) {
+        t->gpool_cap = t->gpool_cap ? 2 * t->gpool_cap : 8;
+        t->gpool = util_realloc(t->gpool,
+                                sizeof *t->gpool * (size_t)t->gpool_cap);
+        t->gpool_n = util_realloc(t->gpool_n,
+                                  sizeof *t->gpool_n * (size_t)t->gpool_cap);
+    }
+    t->gpool[t->n_gpool] = *p;
+    t->gpool_n[t->n_gpool++] = n;
+    pthread_mutex_unlock(&t->mu);
+    *p = NULL;
 }
 
 /* A copy between host and device, timed (up: to the device). */
@@ -530,8 +577,6 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
         }
     }
     host_free(t, &whole, st->n);
-    s->hg = host_new(t, s->hn);
-    host_pin(t, s->hg, s->hn);
     if (st->tied_sl >= 0 && t->n_tied < 4) {
         /* every holder's share of the table is alike */
         t->tied[t->n_tied++] = li;
@@ -820,6 +865,7 @@ static int task_g_out(exec_tiers *t, int id, tier_stage *s, util_err *e)
         return util_errf(e, UTIL_EXIT_FAIL, "a gradient copy without its "
                          "backward");
     if (!s->g_set) {
+        if (!s->hg) s->hg = grad_get(t, s->hn);
         share_copy(t, s, 0, g->p, s->hg);
         s->g_set = 1;
     } else {
@@ -852,6 +898,8 @@ static void norm_part(void *ctx, int p, int n)
     norm_ctx *c = ctx;
     const exec_stage *st = c->s->st;
     double sum = 0;
+    c->sum[p] = 0;
+    if (!c->s->hg) return;      /* no gradient came: zero */
     for (int k = 0; k < st->n_sl; k++) {
         const exec_slice *sl = &st->sl[k];
         int tied = k == st->tied_sl && c->t->n_tied > 1;
@@ -882,14 +930,20 @@ static void tied_sum(exec_tiers *t)
 {
     if (t->n_tied < 2 || t->tied_step < 0) return;
     float *acc = util_calloc(t->tied_n + 1, sizeof *acc);
-    for (int k = 0; k < t->n_tied; k++) {
+    for (int k = 0, first = 1; k < t->n_tied; k++) {
         tier_stage *s = &t->ts[t->tied[k]];
+        if (!s->hg) continue;   /* no gradient came: zero */
         float *g = s->hg + s->th;
-        if (k == 0) memcpy(acc, g, t->tied_n * sizeof *acc);
+        if (first) memcpy(acc, g, t->tied_n * sizeof *acc);
         else for (size_t i = 0; i < t->tied_n; i++) acc[i] += g[i];
+        first = 0;
         if (t->tied[k] != t->tied_step) memset(g, 0, t->tied_n * sizeof *g);
     }
     tier_stage *s = &t->ts[t->tied_step];
+    if (!s->hg) {
+        s->hg = grad_get(t, s->hn);
+        memset(s->hg, 0, s->hn * sizeof *s->hg);
+    }
     memcpy(s->hg + s->th, acc, t->tied_n * sizeof *acc);
     free(acc);
 }
@@ -909,7 +963,6 @@ typedef struct opt_ctx {
     float *h[3];
     int step;
     float lr;
-    int keep;                   /* clear_part leaves the tied copy */
 } opt_ctx;
 
 /* Part p of n of every slice the step updates: the CPU's kernel,
@@ -934,23 +987,6 @@ static void opt_part(void *ctx, int p, int n)
                                       c->t->scale, c->step + 1);
         }
     }
-}
-
-/* Part p of n of the stage's gradient cleared after its step (all but
- * the tied table's copy when c->keep). */
-static void clear_part(void *ctx, int p, int n)
-{
-    opt_ctx *c = ctx;
-    size_t hn = c->s->hn, lo, hi, a = hn, b = hn;
-    exec_part_range(hn, p, n, &lo, &hi);
-    if (c->keep) {
-        a = c->s->th;
-        b = a + c->t->tied_n;
-    }
-    float *g = c->s->hg;
-    size_t e1 = hi < a ? hi : a, s2 = lo > b ? lo : b;
-    if (e1 > lo) memset(g + lo, 0, (e1 - lo) * sizeof *g);
-    if (hi > s2) memset(g + s2, 0, (hi - s2) * sizeof *g);
 }
 
 /* The CPU's AdamW on a stage: on the DRAM states or on what the drive's
@@ -987,8 +1023,19 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
         }
     }
     if (fuyou) {
-        if (li == t->tied_step) tied_sum(t);
+        if (li == t->tied_step) {
+            tied_sum(t);
+            /* the other holders' gradients waited for this sum */
+            for (int k = 0; k < t->n_tied; k++)
+                if (t->tied[k] != li)
+                    grad_put(t, &t->ts[t->tied[k]].hg, t->ts[t->tied[k]].hn);
+        }
         t->norm_sq += stage_norm_sq(t, s, li);
+    }
+    if (!s->hg) {
+        /* no gradient came to the host: a zero one */
+        s->hg = grad_get(t, s->hn);
+        memset(s->hg, 0, s->hn * sizeof *s->hg);
     }
     float *h[3] = {s->hw, s->hm, s->hv};
     if (t->tier == SIM_TIER_NVME) {
@@ -1005,7 +1052,7 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
             n += sl_piece(s, &st->sl[k], q, &ho);
     opt_ctx oc = {t, s, li, {h[0], h[1], h[2]}, step,
                   exec_lr_at(rt->adamw.lr, rt->warmup, rt->total_steps,
-                             step), 0};
+                             step)};
     exec_host_par(t->threads, opt_part, &oc);
     if (li == t->tied_step && t->tied_w)
         memcpy(t->tied_w, h[0] + s->th, t->tied_n * sizeof(float));
@@ -1013,10 +1060,10 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
     t->adam_ns += (double)((int64_t)exec_now_ns() - t0);
     t->adam_params += (double)n;
     pthread_mutex_unlock(&t->mu);
-    /* the tied copy a later step sums stays */
-    oc.keep = st->tied_sl >= 0 && t->n_tied > 1 && li != t->tied_step &&
-              fuyou;
-    exec_host_par(t->threads, clear_part, &oc);
+    /* done with the gradient (the next first copy sets a buffer whole),
+     * but for the tied copy a later step sums */
+    if (!(st->tied_sl >= 0 && t->n_tied > 1 && li != t->tied_step && fuyou))
+        grad_put(t, &s->hg, s->hn);
     s->g_set = 0;
     pthread_mutex_lock(&t->mu);
     s->g_out = 0;
@@ -1370,6 +1417,10 @@ void exec_tiers_free(exec_worker *w)
     }
     host_free_pinned(t, &t->tied_w, t->tied_n);
     host_free_pinned(t, &t->hgt, t->hgt_n);
+    for (int k = 0; k < t->n_gpool; k++)
+        host_free_pinned(t, &t->gpool[k], t->gpool_n[k]);
+    free(t->gpool);
+    free(t->gpool_n);
     free(t->act);
     free(t->ts);
     free(t->role);
