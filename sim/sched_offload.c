@@ -95,9 +95,12 @@ static int act_task(sim_ir *ir, const sim_costs *c, sim_kind k, int s, int m,
  * or ZeRO-Offload's copy of each rank's new weights to its GPU, then
  * gathered by all. With several ranks a step is traffic on the host's
  * memory, which the ranks share (sim_task bytes); one alone takes the
- * CPU's time. */
+ * CPU's time. On the drives a rank stages three steps' state at most
+ * (one read ahead, one stepped, one written back: the host memory
+ * sim_offload_costs gives them), so a read waits for the write-back two
+ * steps before it: wb[r] holds rank r's last two (-1: none). */
 static void cpu_step(sim_ir *ir, const sim_costs *c, int s, const int *dep,
-                     int all)
+                     int all, int (*wb)[2])
 {
     const int S = c->n_model_stages, D = ranks(c);
     int nvme = c->tier == SIM_TIER_NVME, in[SIM_OFL_MAX_RANKS];
@@ -105,16 +108,18 @@ static void cpu_step(sim_ir *ir, const sim_costs *c, int s, const int *dep,
         int v = r * S + s;
         const sim_stage_cost *sc = &c->stage[v];
         int rd = nvme ? tier_task(ir, c, SIM_NVME_READ, v,
-                                  sc->host_state_bytes / D, -1)
+                                  sc->host_state_bytes / D, wb[r][1])
                       : -1;
         int op = tier_task(ir, c, SIM_CPU_OPT, v,
                            D > 1 ? sc->cpu_opt_bytes : 0, -1);
         for (int q = all ? 0 : r; q < (all ? D : r + 1); q++)
             if (dep[q] >= 0) sim_ir_dep(ir, op, dep[q]);
         if (rd >= 0) sim_ir_dep(ir, op, rd);
-        if (nvme)
-            tier_task(ir, c, SIM_NVME_WRITE, v,
-                      (sc->opt_bytes + sc->train_bytes) / D, op);
+        if (nvme) {
+            wb[r][1] = wb[r][0];
+            wb[r][0] = tier_task(ir, c, SIM_NVME_WRITE, v,
+                                 (sc->opt_bytes + sc->train_bytes) / D, op);
+        }
         in[r] = c->offload == SIM_SCHED_ZERO_OFFLOAD
               ? tier_task(ir, c, SIM_SWAP_IN, v, sc->train_bytes / D, op)
               : -1;
@@ -214,10 +219,13 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
      * so the backward runs no faster than the link drains it */
     int gout[SIM_OFL_MAX_RANKS][2];
     int last_out[SIM_OFL_MAX_RANKS];
+    /* per rank, the drives' last two write-backs of a step */
+    int wb[SIM_OFL_MAX_RANKS][2];
     for (int r = 0; r < D; r++) {
         back[r][0] = back[r][1] = back[r][2] = -1;
         gout[r][0] = gout[r][1] = -1;
         last_out[r] = -1;
+        wb[r][0] = wb[r][1] = -1;
     }
     int *first_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
     int *last_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
@@ -282,7 +290,7 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
                 gout[r][0] = so[r];
                 last_out[r] = so[r];
             }
-            if (fuyou) cpu_step(ir, c, s, so, 0);
+            if (fuyou) cpu_step(ir, c, s, so, 0, wb);
         }
         for (int r = 0; r < D; r++) {
             back[r][2] = back[r][1];
@@ -294,7 +302,7 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
     /* ZeRO: the step after the whole backward pass, deepest stage first
      * (the order its gradients arrived in) */
     for (int s = S - 1; !fuyou && s >= 0; s--)
-        cpu_step(ir, c, s, last_out, 1);
+        cpu_step(ir, c, s, last_out, 1, wb);
     free(act_out);
     free(act_wr);
     free(first_bw);

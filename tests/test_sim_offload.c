@@ -42,7 +42,37 @@ typedef struct orun {
      * and the copies out that wait for the link */
     int grad_bufs;
     int64_t grad_out_ns;
+    /* the most steps of rank 0 whose state is on the host at once: from
+     * its drive read's start to its write-back's end */
+    int staged_steps;
 } orun;
+
+/* The most of rank 0's steps on the drives staged at one instant. */
+static int staged_at_once(const sim_ir *ir, const sim_result *r)
+{
+    int64_t a[512], b[512];
+    int n = 0;
+    for (int i = 0; i < ir->n_tasks && n < 512; i++) {
+        const sim_task *t = &ir->tasks[i];
+        if (t->kind != SIM_NVME_READ || t->device || t->mb >= 0) continue;
+        for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++) {
+            int op = ir->succ[k];
+            if (ir->tasks[op].kind != SIM_CPU_OPT) continue;
+            for (int q = ir->succ_off[op]; q < ir->succ_off[op + 1]; q++)
+                if (ir->tasks[ir->succ[q]].kind == SIM_NVME_WRITE) {
+                    a[n] = r->start_ns[i];
+                    b[n++] = r->end_ns[ir->succ[q]];
+                }
+        }
+    }
+    int most = 0;
+    for (int i = 0; i < n; i++) {
+        int at = 0;
+        for (int j = 0; j < n; j++) at += a[j] <= a[i] && b[j] > a[i];
+        if (at > most) most = at;
+    }
+    return most;
+}
 
 /* The most of the IR's buffers released by a gradient's copy out (a
  * model state's: no microbatch) alive at once in r. */
@@ -178,6 +208,7 @@ static void osim_dp(const char *model, sim_sched s, int mbs, int m,
     }
     o->iteration_ns = r.iteration_ns;
     o->grad_bufs = grad_bufs_at_once(ir, &r);
+    o->staged_steps = staged_at_once(ir, &r);
     o->static_bytes = r.dev[0].static_bytes;
     o->peak_bytes = r.dev[0].peak_bytes;
     sim_offload_usage(ir, &r, &o->use);
@@ -297,12 +328,32 @@ Test(sim_offload, one_drive_bounds_the_iteration)
     orun o;
     osim("gpt2", SIM_SCHED_ZERO_INFINITY, 1, 1, 1, 64, SIM_TIER_NVME, &o);
     cr_assert_eq(o.use.bound, SIM_OFL_NVME);
-    /* reads and writes share the drive: never faster than both in turn */
+    /* reads and writes share the drive: never faster than both in turn;
+     * no slower than them, the compute and the CPU's steps in turn (with
+     * three steps' state staged, a read waits for the write-back two
+     * steps before: the drive idles while the CPU steps) */
     cr_assert_geq((double)o.iteration_ns, o.drive_ns * 0.999);
     cr_assert_leq((double)o.iteration_ns,
-                  1.05 * o.drive_ns + (double)o.compute_ns,
+                  1.05 * o.drive_ns + (double)o.compute_ns +
+                      (double)o.cpu_ns,
                   "iteration %lld ns, drive %.0f ns",
                   (long long)o.iteration_ns, o.drive_ns);
+}
+
+/* A rank stages three steps' state on the drives at most (one read
+ * ahead, one stepped, one written back), the host memory the plan gives
+ * them: under ZeRO-Infinity, whose steps all follow the backward, and
+ * under Fuyou, whose steps follow each stage's. */
+Test(sim_offload, the_drives_stage_three_steps_at_most)
+{
+    orun o;
+    osim("gpt2", SIM_SCHED_ZERO_INFINITY, 1, 2, 1, 64, SIM_TIER_NVME, &o);
+    /* and two at least: a read runs ahead of the step before it */
+    cr_assert(o.staged_steps >= 2 && o.staged_steps <= 3,
+              "ZeRO-Infinity: %d", o.staged_steps);
+    osim("gpt2", SIM_SCHED_FUYOU, 1, 2, 1, 64, SIM_TIER_NVME, &o);
+    cr_assert_leq(o.staged_steps, 3, "Fuyou: %d", o.staged_steps);
+    cr_assert_geq(o.staged_steps, 1);
 }
 
 Test(sim_offload, fuyou_hides_the_optimizer_behind_backward)
