@@ -438,6 +438,11 @@ struct sim_costs {
     int *drive;                 /* their nodes in topo */
     double host_bytes, host_cap;/* host DRAM the plan holds, and has
                                  * (stage tiers: the fullest server's) */
+    double host_staging;        /* of host_bytes, an offload schedule's
+                                 * buffers on their way (weights and state
+                                 * read from the drives, gradients copied
+                                 * out): the most its window holds, which
+                                 * sim_offload_tier_use follows in time */
     double nvme_bytes, nvme_cap;/* the same on the drives */
     sim_stage_cost *stage;
     /* with sim_cost_opts.op_times, each op's task times on its stage's

@@ -173,6 +173,7 @@ static json_t *offload_json(const sim_costs *c, const sim_result *r,
     json_object_set_new(o, "tier", json_string(sim_tier_name(c->tier)));
     json_object_set_new(o, "drives", json_integer(c->n_drives));
     json_object_set_new(o, "host_bytes", json_real(c->host_bytes));
+    json_object_set_new(o, "host_staging_bytes", json_real(c->host_staging));
     json_object_set_new(o, "host_capacity_bytes", json_real(c->host_cap));
     json_object_set_new(o, "nvme_bytes", json_real(c->nvme_bytes));
     json_object_set_new(o, "nvme_capacity_bytes", json_real(c->nvme_cap));

@@ -441,8 +441,8 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     int zero = c->offload != SIM_SCHED_FUYOU;
     int nvme = tier == SIM_TIER_NVME;
     c->nvme_bytes = nvme ? w + opt : 0;
-    c->host_bytes = (nvme ? 4 * big_io + 3 * big_st : big_g) +
-                    (zero ? g32 : 0) +
+    c->host_staging = nvme ? 4 * big_io + 3 * big_st : big_g;
+    c->host_bytes = c->host_staging + (zero ? g32 : 0) +
                     (nvme ? 0
                           : c->offload == SIM_SCHED_ZERO_OFFLOAD ? hst
                                                                  : w + opt);
@@ -751,11 +751,12 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
         one_mb += swap_bytes(c, s);
     }
     double held = zero ? one_mb * D : c->act_swap_bytes;
-    /* what stays all iteration: the states, staging */
-    u->host_resident = c->host_bytes - (zero ? g32 : 0) -
-                       (disk ? 0 : held);
+    /* what stays all iteration: the states (the buffers on their way
+     * follow the tasks that use them, below) */
+    u->host_resident = c->host_bytes - c->host_staging -
+                       (zero ? g32 : 0) - (disk ? 0 : held);
     u->nvme_resident = c->nvme_bytes - (disk ? held : 0);
-    tev *ev = util_malloc(sizeof *ev * (size_t)(2 * ir->n_tasks + 2));
+    tev *ev = util_malloc(sizeof *ev * (size_t)(3 * ir->n_tasks + 2));
     int n = 0;
     int *seen = util_calloc((size_t)S + 1, sizeof(int));
     for (int i = 0; i < ir->n_tasks; i++) {
@@ -781,13 +782,38 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
             default: break;
             }
         } else if (t->device) {
-            continue;           /* the model states: one copy, rank 0's */
-        } else if (zero && t->kind == SIM_SWAP_OUT && t->stream ==
-                   SIM_STREAM_COPY_OUT && !seen[t->stage]++) {
-            /* ZeRO: the stage's fp32 gradient (every rank's share) from
-             * its first copy out until its step */
-            ev[n++] = (tev){b, grad32_bytes(&c->stage[t->stage]), 0};
-        } else if (zero && t->kind == SIM_CPU_OPT) {
+            continue;           /* the model states: rank 0's, times the
+                                 * ranks (they run alike) */
+        } else if (t->kind == SIM_NVME_READ) {
+            /* staged from the drives: a fetch's weights until their
+             * copy up, a step's state (with the new weights it writes)
+             * until written back */
+            int step = 0, end = -1;
+            for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++) {
+                int q = ir->succ[k];
+                if (ir->tasks[q].kind == SIM_SWAP_IN) end = q;
+                if (ir->tasks[q].kind == SIM_CPU_OPT) {
+                    step = 1;
+                    for (int j = ir->succ_off[q]; j < ir->succ_off[q + 1];
+                         j++)
+                        if (ir->tasks[ir->succ[j]].kind == SIM_NVME_WRITE)
+                            end = ir->succ[j];
+                }
+            }
+            if (end < 0) continue;
+            double st = D * (step ? ir->tasks[end].bytes : by);
+            ev[n++] = (tev){a, st, 0};
+            ev[n++] = (tev){r->end_ns[end], -st, 0};
+        } else if (t->kind == SIM_SWAP_OUT && t->stream ==
+                   SIM_STREAM_COPY_OUT) {
+            /* a gradient on its way to the host, where it stays in fp32
+             * (every rank's share) from the stage's first copy out until
+             * its step */
+            ev[n++] = (tev){a, D * by, 0};
+            ev[n++] = (tev){b, -D * by, 0};
+            if (!seen[t->stage]++)
+                ev[n++] = (tev){b, grad32_bytes(&c->stage[t->stage]), 0};
+        } else if (t->kind == SIM_CPU_OPT) {
             ev[n++] = (tev){b, -grad32_bytes(&c->stage[t->stage]), 0};
         }
     }

@@ -916,12 +916,14 @@ Test(sim_offload, hydra_is_bound_by_host_dram)
 
 Test(sim_offload, host_dram_and_drives_in_time)
 {
-    /* in time, host DRAM holds the states and staging all along; swapped
-     * checkpoints from their copy out to their copy back; ZeRO's fp32
-     * gradients from a stage's first copy out to its step. Its peak is
-     * what the capacity check charged: every microbatch's checkpoints at
-     * the turn of Fuyou's sweep; under ZeRO one microbatch's, with every
-     * gradient already there in the last microbatch */
+    /* in time, host DRAM holds the states all along; swapped checkpoints
+     * from their copy out to their copy back; what the drives' reads
+     * stage until its copy up or write-back; a gradient from a stage's
+     * first copy out to its step. Its peak is at most what the capacity
+     * check charged (the staging window's most) and holds every
+     * microbatch's checkpoints at the turn of Fuyou's sweep; under ZeRO
+     * one microbatch's, with every gradient already there in the last
+     * microbatch */
     static const char *const sched[2] = {"fuyou", "zero-infinity"};
     for (int k = 0; k < 2; k++) {
         json_t *j = cli_json("sim --hw rtx4090 x1 --model gpt2 --schedule %s "
@@ -934,8 +936,13 @@ Test(sim_offload, host_dram_and_drives_in_time)
                                                        "host_resident_bytes"));
         double act = json_number_value(json_object_get(o, "act_swap_bytes"));
         cr_assert_gt(act, 0);
-        cr_expect(fabs(peak - held) <= 1e-9 * held, "%s: peak %.0f, charged "
-                  "%.0f", sched[k], peak, held);
+        cr_expect(peak <= held * (1 + 1e-9), "%s: peak %.0f, charged %.0f",
+                  sched[k], peak, held);
+        /* the tasks hold less staging at once than the charge's window
+         * (four stages' weights and gradients, three steps' state) */
+        cr_expect_lt(peak, held - 0.5 * json_number_value(json_object_get(
+                                             o, "host_staging_bytes")),
+                     "%s", sched[k]);
         cr_expect_lt(res, peak - (k ? act / 3 : act) * 0.999, "%s", sched[k]);
         cr_expect(fabs(json_number_value(json_object_get(o, "nvme_peak_bytes"))
                        - json_number_value(json_object_get(o, "nvme_bytes")))
