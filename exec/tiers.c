@@ -111,6 +111,10 @@ typedef struct tier_stage {
                                  * copy out until its step (a buffer of
                                  * the worker's pool, grad_get) */
     int g_set;                  /* hg holds this step's first copy */
+    float *tgk;                 /* Fuyou: a tied-table holder's piece of
+                                 * the table's gradient, kept from its
+                                 * step (its hg gone) for the stepping
+                                 * holder's sum */
     int64_t foff;               /* NVMe tier: w, m, v regions of rb bytes */
     size_t rb;
     int64_t foff_f;             /* NVMe tier: the frozen weights' region
@@ -932,8 +936,8 @@ static void tied_sum(exec_tiers *t)
     float *acc = util_calloc(t->tied_n + 1, sizeof *acc);
     for (int k = 0, first = 1; k < t->n_tied; k++) {
         tier_stage *s = &t->ts[t->tied[k]];
-        if (!s->hg) continue;   /* no gradient came: zero */
-        float *g = s->hg + s->th;
+        float *g = s->hg ? s->hg + s->th : s->tgk;
+        if (!g) continue;       /* no gradient came: zero */
         if (first) memcpy(acc, g, t->tied_n * sizeof *acc);
         else for (size_t i = 0; i < t->tied_n; i++) acc[i] += g[i];
         first = 0;
@@ -1025,10 +1029,10 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
     if (fuyou) {
         if (li == t->tied_step) {
             tied_sum(t);
-            /* the other holders' gradients waited for this sum */
+            /* the other holders' pieces waited for this sum */
             for (int k = 0; k < t->n_tied; k++)
                 if (t->tied[k] != li)
-                    grad_put(t, &t->ts[t->tied[k]].hg, t->ts[t->tied[k]].hn);
+                    host_free(t, &t->ts[t->tied[k]].tgk, t->tied_n);
         }
         t->norm_sq += stage_norm_sq(t, s, li);
     }
@@ -1060,10 +1064,13 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
     t->adam_ns += (double)((int64_t)exec_now_ns() - t0);
     t->adam_params += (double)n;
     pthread_mutex_unlock(&t->mu);
-    /* done with the gradient (the next first copy sets a buffer whole),
-     * but for the tied copy a later step sums */
-    if (!(st->tied_sl >= 0 && t->n_tied > 1 && li != t->tied_step && fuyou))
-        grad_put(t, &s->hg, s->hn);
+    /* done with the gradient (the next first copy sets a buffer whole);
+     * the tied copy a later step sums stays, alone */
+    if (st->tied_sl >= 0 && t->n_tied > 1 && li != t->tied_step && fuyou) {
+        if (!s->tgk) s->tgk = host_new(t, t->tied_n);
+        memcpy(s->tgk, s->hg + s->th, t->tied_n * sizeof *s->tgk);
+    }
+    grad_put(t, &s->hg, s->hn);
     s->g_set = 0;
     pthread_mutex_lock(&t->mu);
     s->g_out = 0;
@@ -1397,6 +1404,7 @@ void exec_tiers_free(exec_worker *w)
         host_free(t, &s->hm, n);
         host_free(t, &s->hv, n);
         host_free_pinned(t, &s->hg, n);
+        host_free(t, &s->tgk, t->tied_n);
         for (int k = 0; k < 3; k++) host_free(t, &s->so[k], n);
         exec_buf_unref(s->res);
         exec_buf_unref(s->resf);

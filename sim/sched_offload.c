@@ -97,10 +97,11 @@ static int act_task(sim_ir *ir, const sim_costs *c, sim_kind k, int s, int m,
  * memory, which the ranks share (sim_task bytes); one alone takes the
  * CPU's time. On the drives a rank stages three steps' state at most
  * (one read ahead, one stepped, one written back: the host memory
- * sim_offload_costs gives them), so a read waits for the write-back two
- * steps before it: wb[r] holds rank r's last two (-1: none). */
+ * sim_offload_costs gives them), so a read waits for the write-back
+ * three steps before it: wb[r] holds rank r's last three (-1: none).
+ * ops[r] (unless NULL): rank r's step. */
 static void cpu_step(sim_ir *ir, const sim_costs *c, int s, const int *dep,
-                     int all, int (*wb)[2])
+                     int all, int (*wb)[3], int *ops)
 {
     const int S = c->n_model_stages, D = ranks(c);
     int nvme = c->tier == SIM_TIER_NVME, in[SIM_OFL_MAX_RANKS];
@@ -108,14 +109,16 @@ static void cpu_step(sim_ir *ir, const sim_costs *c, int s, const int *dep,
         int v = r * S + s;
         const sim_stage_cost *sc = &c->stage[v];
         int rd = nvme ? tier_task(ir, c, SIM_NVME_READ, v,
-                                  sc->host_state_bytes / D, wb[r][1])
+                                  sc->host_state_bytes / D, wb[r][2])
                       : -1;
         int op = tier_task(ir, c, SIM_CPU_OPT, v,
                            D > 1 ? sc->cpu_opt_bytes : 0, -1);
+        if (ops) ops[r] = op;
         for (int q = all ? 0 : r; q < (all ? D : r + 1); q++)
             if (dep[q] >= 0) sim_ir_dep(ir, op, dep[q]);
         if (rd >= 0) sim_ir_dep(ir, op, rd);
         if (nvme) {
+            wb[r][2] = wb[r][1];
             wb[r][1] = wb[r][0];
             wb[r][0] = tier_task(ir, c, SIM_NVME_WRITE, v,
                                  (sc->opt_bytes + sc->train_bytes) / D, op);
@@ -219,13 +222,17 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
      * so the backward runs no faster than the link drains it */
     int gout[SIM_OFL_MAX_RANKS][2];
     int last_out[SIM_OFL_MAX_RANKS];
-    /* per rank, the drives' last two write-backs of a step */
-    int wb[SIM_OFL_MAX_RANKS][2];
+    /* per rank, the drives' last three write-backs of a step; Fuyou's
+     * last two steps: a gradient comes to the host once the step two
+     * before it is done, so two wait there at most (the host memory
+     * sim_offload_costs gives them) */
+    int wb[SIM_OFL_MAX_RANKS][3], fst[SIM_OFL_MAX_RANKS][2];
     for (int r = 0; r < D; r++) {
         back[r][0] = back[r][1] = back[r][2] = -1;
         gout[r][0] = gout[r][1] = -1;
         last_out[r] = -1;
-        wb[r][0] = wb[r][1] = -1;
+        wb[r][0] = wb[r][1] = wb[r][2] = -1;
+        fst[r][0] = fst[r][1] = -1;
     }
     int *first_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
     int *last_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
@@ -284,13 +291,21 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
                                   sc->train_bytes / D,
                                   D > 1 ? lr[r] : L[r][q]);
                 if (D > 1) sim_ir_dep(ir, so[r], ls[r]);
+                if (fuyou && fst[r][1] >= 0) sim_ir_dep(ir, so[r], fst[r][1]);
                 sim_ir_buffer(ir, holder, so[r], sc->train_bytes);
                 if (gout[r][1] >= 0) sim_ir_dep(ir, holder, gout[r][1]);
                 gout[r][1] = gout[r][0];
                 gout[r][0] = so[r];
                 last_out[r] = so[r];
             }
-            if (fuyou) cpu_step(ir, c, s, so, 0, wb);
+            if (fuyou) {
+                int ops[SIM_OFL_MAX_RANKS];
+                cpu_step(ir, c, s, so, 0, wb, ops);
+                for (int r = 0; r < D; r++) {
+                    fst[r][1] = fst[r][0];
+                    fst[r][0] = ops[r];
+                }
+            }
         }
         for (int r = 0; r < D; r++) {
             back[r][2] = back[r][1];
@@ -302,7 +317,7 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
     /* ZeRO: the step after the whole backward pass, deepest stage first
      * (the order its gradients arrived in) */
     for (int s = S - 1; !fuyou && s >= 0; s--)
-        cpu_step(ir, c, s, last_out, 1, wb);
+        cpu_step(ir, c, s, last_out, 1, wb, NULL);
     free(act_out);
     free(act_wr);
     free(first_bw);
@@ -407,7 +422,7 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
                                     : 0;
     }
     double w = 0, g32 = 0, opt = 0, hst = 0, big_io = 0, big_st = 0,
-           big_g = 0;
+           big_g = 0, big_g32 = 0;
     for (int s = 0; s < S; s++) {
         sim_stage_cost *sc = &c->stage[s];
         w += sc->weight_bytes;
@@ -415,6 +430,7 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
         opt += sc->opt_bytes;
         hst += sc->host_state_bytes;
         big_g = fmax(big_g, sc->train_bytes);
+        big_g32 = fmax(big_g32, grad32_bytes(sc));
         /* what crosses PCIe for a stage: its weights in (ZeRO-Offload's
          * stay on the GPU: only the updated ones, what trains, come back)
          * and its gradients out */
@@ -433,7 +449,8 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
      * the copies go straight to and from the states, pinned where they
      * live, but for a gradient's copy on its way to its sum; ZeRO keeps
      * every gradient there until the step, in fp32 (grad32_bytes), where
-     * Fuyou steps each stage as its gradients come; on the DRAM tier the
+     * Fuyou steps each stage as its gradients come, two at most waiting
+     * (a copy out waits for the step two before it); on the DRAM tier the
      * states live there too: the weights and the optimizer state, or
      * under ZeRO-Offload, whose 16-bit weights stay on the GPU, what a
      * step reads (the fp32 master weights: the weights themselves when
@@ -441,7 +458,8 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     int zero = c->offload != SIM_SCHED_FUYOU;
     int nvme = tier == SIM_TIER_NVME;
     c->nvme_bytes = nvme ? w + opt : 0;
-    c->host_staging = nvme ? 4 * big_io + 3 * big_st : big_g;
+    c->host_staging = (nvme ? 4 * big_io + 3 * big_st : big_g) +
+                      (zero ? 0 : 2 * big_g32);
     c->host_bytes = c->host_staging + (zero ? g32 : 0) +
                     (nvme ? 0
                           : c->offload == SIM_SCHED_ZERO_OFFLOAD ? hst

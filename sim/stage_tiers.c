@@ -160,12 +160,12 @@ int sim_stage_tier_costs(sim_costs *c, const prof_topo *t, util_err *e)
         sc->cpu_opt_bytes = bw > 0 ? (double)sc->cpu_opt_ns * 1e-9 * bw : 0;
         sc->tier_bytes = step;
         sc->opt_ns = 0;
-        /* host DRAM: the fp32 gradient the step reads (twice the fp16
-         * bytes), and the state where it lives there; on the drives the
-         * state, three chunks of it staged in DRAM per GPU at most (the
-         * state: the fp32 weights too where they are the weights that
-         * train, sim_stage_cost.host_state_bytes) */
-        host[srv] += 2 * step;
+        /* host DRAM: the fp32 gradient the step reads (4 bytes a
+         * parameter it steps), and the state where it lives there; on
+         * the drives the state, three chunks of it staged in DRAM per
+         * GPU at most (the state: the fp32 weights too where they are
+         * the weights that train, sim_stage_cost.host_state_bytes) */
+        host[srv] += 4 * params;
         if (sc->state_tier == SIM_TIER_DRAM) {
             host[srv] += sc->host_state_bytes * tp;
         } else {

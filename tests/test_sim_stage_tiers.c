@@ -84,6 +84,32 @@ static int only(const trun *x, sim_kind k)
     return id;
 }
 
+/* Host DRAM of stages stepped there: the fp32 gradient (4 bytes a
+ * parameter) and the state, 16 bytes a parameter that trains in 16-bit
+ * training (fp32 master weights and moments, 12) and in fp32 alike (the
+ * weights are their own master copy: 4 + 8) */
+Test(sim_stage_tiers, the_host_holds_16_bytes_a_parameter)
+{
+    static const char *const models[2] = {"gpt2", "gpt-mini"};
+    for (int k = 0; k < 2; k++) {
+        prof_model *md;
+        prof_topo *t;
+        sim_plan p;
+        tplan(models[k], "rtx4090", 2, 1, 2, 64, 0, "dram,dram", &md, &t,
+              &p);
+        trun x;
+        trun_go(&p, md, t, &x);
+        double tp = 0;
+        for (int s = 0; s < x.c->n_stages; s++)
+            tp += x.c->stage[s].train_params;
+        cr_expect(fabs(x.c->host_bytes - 16 * tp) <= 1e-9 * 16 * tp + 1,
+                  "%s: host %.0f, closed form %.0f", models[k],
+                  x.c->host_bytes, 16 * tp);
+        trun_free(&x);
+        tplan_free(md, t, &p);
+    }
+}
+
 Test(sim_stage_tiers, the_gpu_keeps_fp16_state_and_the_step_moves_it_once)
 {
     prof_model *md;
