@@ -119,12 +119,14 @@ const char *sim_offload_res_key(int k);    /* JSON: "gpu", ... */
 void sim_offload_usage(const sim_ir *ir, const sim_result *r,
                        sim_offload_use *u);
 /* Host DRAM and drive use over an offloaded iteration: what stays (the
- * states on their tier, staging) and, in time, the swapped activations
- * (in DRAM from their copy out to their copy back, on the drives from
- * their write to their read) and ZeRO's fp32 gradients (from a stage's
- * first copy out to its step). Points (t_ns, bytes) after each change;
- * the peaks never exceed what sim_offload_costs checked (sim_costs
- * host_bytes and nvme_bytes: the most at once). */
+ * states on their tier) and, in time, the swapped activations (in DRAM
+ * from their copy out to their copy back, on the drives from their write
+ * to their read), what the drives' reads stage (a fetch's weights until
+ * their copy up, a step's state until its write-back), a gradient on its
+ * way down, and the fp32 gradients (from a stage's first copy out to its
+ * step). Points (t_ns, bytes) after each change; the peaks stay within
+ * what sim_offload_costs checked (sim_costs host_bytes, of it the
+ * staging window's most host_staging, and nvme_bytes). */
 typedef struct sim_tier_use {
     double host_resident, nvme_resident;
     double host_peak, nvme_peak;
