@@ -443,6 +443,11 @@ struct sim_costs {
                                  * read from the drives, gradients copied
                                  * out): the most its window holds, which
                                  * sim_offload_tier_use follows in time */
+    double tied_keep32;         /* Fuyou with a tied head: the last
+                                 * stage's fp32 gradient of the table,
+                                 * kept from its step (it cannot step the
+                                 * table) to the first stage's, which
+                                 * sums and steps it; 0: none */
     double nvme_bytes, nvme_cap;/* the same on the drives */
     sim_stage_cost *stage;
     /* with sim_cost_opts.op_times, each op's task times on its stage's

@@ -411,6 +411,13 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     /* one GPU holds the one table a tied head shares with the embedding:
      * fetched for each, its gradient summed in place */
     double hbw = t->nodes[host].read_bw_bytes_per_s;
+    const sim_stage_cost *head = &c->stage[S - 1];
+    c->tied_keep32 = c->offload == SIM_SCHED_FUYOU && S > 1 &&
+                             c->stage[0].tied_bytes > 0 &&
+                             head->tied_bytes > 0 && head->train_bytes > 0
+                         ? head->tied_bytes * 4 * head->train_params /
+                               head->train_bytes
+                         : 0;
     for (int v = 0; v < N; v++) {
         sim_stage_cost *sc = &c->stage[v];
         sc->tied_bytes = 0;
@@ -459,7 +466,7 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     int nvme = tier == SIM_TIER_NVME;
     c->nvme_bytes = nvme ? w + opt : 0;
     c->host_staging = (nvme ? 4 * big_io + 3 * big_st : big_g) +
-                      (zero ? 0 : 2 * big_g32);
+                      (zero ? 0 : 2 * big_g32 + c->tied_keep32);
     c->host_bytes = c->host_staging + (zero ? g32 : 0) +
                     (nvme ? 0
                           : c->offload == SIM_SCHED_ZERO_OFFLOAD ? hst
@@ -833,6 +840,11 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
                 ev[n++] = (tev){b, grad32_bytes(&c->stage[t->stage]), 0};
         } else if (t->kind == SIM_CPU_OPT) {
             ev[n++] = (tev){b, -grad32_bytes(&c->stage[t->stage]), 0};
+            /* Fuyou's tied table: the head's gradient of it waits for the
+             * first stage's step, which sums and steps it */
+            if (c->tied_keep32 > 0 && (t->stage == S - 1 || t->stage == 0))
+                ev[n++] = (tev){b, t->stage ? c->tied_keep32
+                                            : -c->tied_keep32, 0};
         }
     }
     free(seen);

@@ -45,6 +45,7 @@ typedef struct orun {
     /* the most steps of rank 0 whose state is on the host at once: from
      * its drive read's start to its write-back's end */
     int staged_steps;
+    double tied_keep;           /* sim_costs.tied_keep32 */
 } orun;
 
 /* The most of rank 0's steps on the drives staged at one instant. */
@@ -196,6 +197,7 @@ static void osim_dp(const char *model, sim_sched s, int mbs, int m,
     }
     o->act_swap_bytes = c->act_swap_bytes;
     o->host_bytes = c->host_bytes;
+    o->tied_keep = c->tied_keep32;
     o->act_tier = c->act_tier;
     o->oom = r.oom;
     o->w_first = c->stage[0].weight_bytes;
@@ -353,6 +355,18 @@ Test(sim_offload, the_drives_stage_three_steps_at_most)
     cr_assert_eq(o.staged_steps, 3, "ZeRO-Infinity: %d", o.staged_steps);
     osim("gpt2", SIM_SCHED_FUYOU, 1, 2, 1, 64, SIM_TIER_NVME, &o);
     cr_assert_leq(o.staged_steps, 3, "Fuyou: %d", o.staged_steps);
+}
+
+/* Fuyou's head holds the tied table's gradient from its step to the first
+ * stage's, which sums and steps the table: GPT-2's 50257 x 768 in fp32;
+ * ZeRO steps after the whole backward, every gradient there already */
+Test(sim_offload, fuyou_keeps_the_heads_table_gradient)
+{
+    orun o;
+    osim("gpt2", SIM_SCHED_FUYOU, 1, 2, 1, 64, SIM_TIER_NVME, &o);
+    near(o.tied_keep, 50257.0 * 768 * 4, "the head's table gradient");
+    osim("gpt2", SIM_SCHED_ZERO_INFINITY, 1, 2, 1, 64, SIM_TIER_NVME, &o);
+    cr_assert_eq(o.tied_keep, 0);
 }
 
 /* What the capacity check charges host DRAM holds the simulated peak, on
