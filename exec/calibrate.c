@@ -1033,10 +1033,12 @@ int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,
         c->gpu.eff.op_task_ns = fmin(1e9, fmax(0, r->task_rest_ns /
                                                       r->task_rest_ops));
     }
-    /* a plan of an offload schedule: its drive's rates where it used the
-     * drive, and AdamW's; a rate it did not measure stays as it was */
-    if (r->tiers && (r->ofl_read_s > 0 || r->ofl_write_s > 0 ||
-                     r->adam_s > 0)) {
+    /* a plan of an offload schedule or with stage tiers: its drive's
+     * rates where it used the drive, and AdamW's; a rate it did not
+     * measure stays as it was */
+    int stiers = r->costs && r->costs->stage_tiers;
+    if ((r->tiers || stiers) &&
+        (r->ofl_read_s > 0 || r->ofl_write_s > 0 || r->adam_s > 0)) {
         prof_calib_tiers *t = &c->tiers;
         if (r->ofl_read_s > 0 && r->ofl_read_bytes > 0)
             t->read_bytes_per_s = r->ofl_read_bytes / r->ofl_read_s;

@@ -376,9 +376,9 @@ static int gather_offload(exec_runtime *rt, exec_pipe_result *r, int mpi,
         else exec_ofl_stats(&rt->w[i], one);
         for (int k = 0; k < (rt->tiers ? EXEC_TIER_STATS : 6); k++)
             v[k] += one[k];
-        /* stage tiers' drives: the same columns (read, written) */
+        /* stage tiers' drives and AdamW: the same columns */
         exec_stier_stats(&rt->w[i], one);
-        for (int k = 0; k < 4; k++) v[k] += one[k];
+        for (int k = 0; k < 6; k++) v[k] += one[k];
         if (!r->ofl_note[0])
             snprintf(r->ofl_note, sizeof r->ofl_note, "%s",
                      rt->tiers ? exec_tiers_note(&rt->w[i])

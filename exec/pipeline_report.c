@@ -385,17 +385,19 @@ static void stier_lines(const exec_pipe_result *r, const meas *m,
         if (r->ir->tasks[id].kind == SIM_NVME_READ ||
             r->ir->tasks[id].kind == SIM_NVME_WRITE)
             sim += r->ir->tasks[id].bytes;
-    if (!(sim > 0)) return;
     char a[32], b[32], x[32], y[32], z[32];
-    fprintf(f, "  the drives: %s read and %s written a step, every stage's "
-            "(simulated %s in all); read %s/s, write %s/s\n",
-            util_fmt_bytes(r->ofl_read_bytes / n, a, sizeof a),
-            util_fmt_bytes(r->ofl_write_bytes / n, b, sizeof b),
-            util_fmt_bytes(sim, z, sizeof z),
-            util_fmt_bytes(rate(r->ofl_read_bytes, r->ofl_read_s), x,
-                           sizeof x),
-            util_fmt_bytes(rate(r->ofl_write_bytes, r->ofl_write_s), y,
-                           sizeof y));
+    if (sim > 0)
+        fprintf(f, "  the drives: %s read and %s written a step, every "
+                "stage's (simulated %s in all); read %s/s, write %s/s\n",
+                util_fmt_bytes(r->ofl_read_bytes / n, a, sizeof a),
+                util_fmt_bytes(r->ofl_write_bytes / n, b, sizeof b),
+                util_fmt_bytes(sim, z, sizeof z),
+                util_fmt_bytes(rate(r->ofl_read_bytes, r->ofl_read_s), x,
+                               sizeof x),
+                util_fmt_bytes(rate(r->ofl_write_bytes, r->ofl_write_s), y,
+                               sizeof y));
+    fprintf(f, "  the CPU's AdamW: %.1f M params/s\n",
+            rate(r->adam_params, r->adam_s) / 1e6);
 }
 
 static void tiers_lines(const exec_pipe_result *r, const meas *m,

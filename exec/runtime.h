@@ -708,9 +708,11 @@ int exec_stier_task(exec_worker *w, int id, int epoch, float scale,
 /* The moments (m, v may be NULL) of a stage tier, st->n floats each. */
 int exec_stier_moments(exec_worker *w, exec_stage *st, float *m, float *v,
                        util_err *e);
-/* The drives' traffic of worker w's stage tiers since they were set up:
- * bytes read, seconds reading, bytes written, seconds writing. */
-void exec_stier_stats(const exec_worker *w, double out[4]);
+/* The drives' traffic of worker w's stage tiers since they were set up
+ * and their CPU's AdamW: bytes read, seconds reading, bytes written,
+ * seconds writing, parameters stepped, seconds stepping (exec_ofl_stats'
+ * columns). */
+void exec_stier_stats(const exec_worker *w, double out[6]);
 void exec_stier_free(exec_worker *w, exec_stage *st);
 
 /* ------------------------------------------------------------- tiers */

@@ -30,6 +30,8 @@ struct exec_stier {
     size_t rb;
     float *stg[STG_SETS][3];    /* nvme: a chunk's w, m, v per set */
     int *chunk;                 /* per IR task of the stage: its chunk */
+    double adam_params, adam_ns;/* measured: the CPU's AdamW (its steps
+                                 * run on the worker's CPU thread alone) */
 };
 
 /* Floats [*lo, *hi) of chunk k. */
@@ -195,17 +197,24 @@ int exec_stier_task(exec_worker *w, int id, int epoch, float scale,
         for (int r = 0; r < 3; r++)
             if (region_io(t, 0, r, stg[r], lo, hi, e)) return -1;
         return 0;
-    case SIM_CPU_OPT:
+    case SIM_CPU_OPT: {
+        int64_t t0 = (int64_t)exec_now_ns();
         if (t->tier == SIM_TIER_DRAM) {
             /* the IR's one step on DRAM: every chunk */
             float *h[3] = {t->hw, t->hm, t->hv};
             step_range(rt, st, t, h, 0, n, step, scale);
-            return 0;
+            lo = 0;
+            hi = n;
+        } else {
+            step_range(rt, st, t, stg, lo, hi, step, scale);
         }
-        step_range(rt, st, t, stg, lo, hi, step, scale);
+        t->adam_ns += (double)((int64_t)exec_now_ns() - t0);
+        t->adam_params += (double)(hi - lo);
         /* the chunk's gradient is spent: its buffer takes the weights */
-        memcpy(t->hg + lo, stg[0], (hi - lo) * sizeof(float));
+        if (t->tier != SIM_TIER_DRAM)
+            memcpy(t->hg + lo, stg[0], (hi - lo) * sizeof(float));
         return 0;
+    }
     case SIM_NVME_WRITE:
         for (int r = 0; r < 3; r++)
             if (region_io(t, 1, r, stg[r], lo, hi, e)) return -1;
@@ -246,9 +255,9 @@ int exec_stier_moments(exec_worker *w, exec_stage *st, float *m, float *v,
     return 0;
 }
 
-void exec_stier_stats(const exec_worker *w, double out[4])
+void exec_stier_stats(const exec_worker *w, double out[6])
 {
-    memset(out, 0, 4 * sizeof *out);
+    memset(out, 0, 6 * sizeof *out);
     for (int i = 0; i < w->n_st; i++) {
         const exec_stier *t = w->st[i].stier;
         if (!t) continue;
@@ -256,6 +265,8 @@ void exec_stier_stats(const exec_worker *w, double out[4])
         out[1] += t->f.rd_ns / 1e9;
         out[2] += t->f.wr_bytes;
         out[3] += t->f.wr_ns / 1e9;
+        out[4] += t->adam_params;
+        out[5] += t->adam_ns / 1e9;
     }
 }
 

@@ -213,3 +213,35 @@ Test(exec_stage_tiers, what_is_not_run_is_refused)
                "--offload zero-offload", path);
     test_rm_rf(dir);
 }
+
+/* A run with a stage's state on the drives measures the drive and the
+ * host's AdamW as an offload schedule's run does: exec --calibrate puts
+ * their rates in the profile, in place of the microbenchmarks'. */
+Test(exec_stage_tiers, calibration_takes_the_drive_and_adam_rates)
+{
+    char *d = test_tmpdir();
+    cli_expect(0, "", "--profile-dir %s calibrate --hw cpu x2 --quick "
+               "--offload-path %s --out %s/cpu.json", d, d, d);
+    cli_expect(0, "", "sim --hw 'cpu x2' --model " PICO " --schedule 1f1b "
+               "--pp 2 --mbs 2 --microbatches 2 --state-tiers nvme,dram "
+               "--out %s/p.json", d);
+    cli_expect(0, "the CPU's AdamW", "--profile-dir %s exec --plan %s/p.json "
+               "--steps 2 --calibrate --offload-path %s --data "
+               "/usr/share/common-licenses/GPL-3", d, d, d);
+    char path[600];
+    snprintf(path, sizeof path, "%s/cpu.json", d);
+    json_t *j = json_load_file(path, 0, NULL);
+    cr_assert_not_null(j);
+    json_t *t = json_object_get(j, "tiers");
+    cr_assert_not_null(t);
+    cr_expect(strstr(json_string_value(json_object_get(t, "model")),
+                     "gpt-pico"), "the run's rates");
+    cr_expect_gt(json_number_value(json_object_get(t, "drive_read_gb_per_s")),
+                 0);
+    cr_expect_gt(json_number_value(json_object_get(t, "drive_write_gb_per_s")),
+                 0);
+    cr_expect_gt(json_number_value(json_object_get(t, "adam_mparams_per_s")),
+                 0);
+    json_decref(j);
+    test_rm_rf(d);
+}
