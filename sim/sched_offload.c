@@ -160,7 +160,7 @@ static double swap_bytes(const sim_costs *c, int s)
  * copy out or write. The compute task two after a forward waits for its
  * copy out, so activations leave no faster than the link takes them. */
 static void swap_group(sim_ir *ir, const sim_costs *c, const int *L, int n,
-                       int j, int k, int *act_out, int *act_wr)
+                       int j, int k, int *act_out, int *act_wr, int aw[2])
 {
     const int M = ir->n_mb;
     int disk = c->act_tier == SIM_TIER_NVME;
@@ -175,6 +175,14 @@ static void swap_group(sim_ir *ir, const sim_costs *c, const int *L, int n,
             act_wr[slot] = disk ? act_task(ir, c, SIM_NVME_WRITE, s, m, by,
                                            act_out[slot])
                                 : -1;
+            /* on their way to the drives, two wait in DRAM at most: a
+             * copy out waits for the write two before it (aw: the
+             * rank's last two writes) */
+            if (disk) {
+                if (aw[1] >= 0) sim_ir_dep(ir, act_out[slot], aw[1]);
+                aw[1] = aw[0];
+                aw[0] = act_wr[slot];
+            }
             /* the forward two on waits for this copy: activations leave
              * at the pace the link takes them */
             if (q + 2 < n) sim_ir_dep(ir, L[q + 2], act_out[slot]);
@@ -227,12 +235,15 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
      * before it is done, so two wait there at most (the host memory
      * sim_offload_costs gives them) */
     int wb[SIM_OFL_MAX_RANKS][3], fst[SIM_OFL_MAX_RANKS][2];
+    /* per rank, the last two activations written to the drives */
+    int aw[SIM_OFL_MAX_RANKS][2];
     for (int r = 0; r < D; r++) {
         back[r][0] = back[r][1] = back[r][2] = -1;
         gout[r][0] = gout[r][1] = -1;
         last_out[r] = -1;
         wb[r][0] = wb[r][1] = wb[r][2] = -1;
         fst[r][0] = fst[r][1] = -1;
+        aw[r][0] = aw[r][1] = -1;
     }
     int *first_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
     int *last_bw = util_malloc(sizeof(int) * (size_t)(S + 1));
@@ -275,7 +286,7 @@ void sim_add_offload(sim_ir *ir, const sim_costs *c)
             if (D > 1) sim_ir_dep(ir, L[r][j], ls[r]);
         }
         for (int r = 0; r < D; r++)
-            swap_group(ir, c, L[r], n, j, k, act_out, act_wr);
+            swap_group(ir, c, L[r], n, j, k, act_out, act_wr, aw[r]);
         for (int q = j; q <= k; q++) {
             if (ir->tasks[L[0][q]].kind != SIM_BW) continue;
             if (fuyou && q != last_bw[s]) continue;
@@ -412,12 +423,11 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
      * fetched for each, its gradient summed in place */
     double hbw = t->nodes[host].read_bw_bytes_per_s;
     const sim_stage_cost *head = &c->stage[S - 1];
-    c->tied_keep32 = c->offload == SIM_SCHED_FUYOU && S > 1 &&
-                             c->stage[0].tied_bytes > 0 &&
-                             head->tied_bytes > 0 && head->train_bytes > 0
-                         ? head->tied_bytes * 4 * head->train_params /
-                               head->train_bytes
-                         : 0;
+    if (S > 1 && c->stage[0].tied_bytes > 0 && head->tied_bytes > 0 &&
+        head->train_bytes > 0)
+        c->tied_table32 = head->tied_bytes * 4 * head->train_params /
+                          head->train_bytes;
+    c->tied_keep32 = c->offload == SIM_SCHED_FUYOU ? c->tied_table32 : 0;
     for (int v = 0; v < N; v++) {
         sim_stage_cost *sc = &c->stage[v];
         sc->tied_bytes = 0;
@@ -485,8 +495,19 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     if (c->host_bytes + held > c->host_cap &&
         c->offload == SIM_SCHED_FUYOU && c->n_drives)
         c->act_tier = SIM_TIER_NVME;
-    if (c->act_tier == SIM_TIER_NVME) c->nvme_bytes += held;
-    else c->host_bytes += held;
+    if (c->act_tier == SIM_TIER_NVME) {
+        /* the drives hold them; DRAM the ones on their way: two going
+         * (a copy out waits for the write two before it) and two coming
+         * back (a read waits for the compute three before its use), a
+         * stage's microbatch each, every rank's */
+        double big_a = 0;
+        for (int s = 0; s < S; s++) big_a = fmax(big_a, swap_bytes(c, s));
+        c->nvme_bytes += held;
+        c->host_staging += 4 * big_a * D;
+        c->host_bytes += 4 * big_a * D;
+    } else {
+        c->host_bytes += held;
+    }
     char need[32], have[32], miss[32];
     if (c->host_bytes > c->host_cap)
         return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: host DRAM cannot "

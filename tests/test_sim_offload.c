@@ -389,6 +389,33 @@ Test(sim_offload, the_host_check_holds_the_peak_in_time)
                   run[k][0], run[k][1], peak, held);
         json_decref(j);
     }
+    /* activations on the drives: two wait in DRAM on their way there at
+     * most (a copy out waits for the write two before it), where they
+     * piled up at the drive's pace */
+    json_t *j = cli_json("sim --hw rtx4090 x1 --model gpt2-xl --host-mem 16G "
+                         "--nvme 2 --schedule fuyou --offload-tier nvme "
+                         "--act-swap 0:24 --mbs 2 --microbatches 4 --json");
+    json_t *o = json_object_get(j, "offload");
+    cr_expect_str_eq(json_string_value(json_object_get(o, "act_tier")),
+                     "nvme");
+    double peak = json_number_value(json_object_get(o, "host_peak_bytes"));
+    double held = json_number_value(json_object_get(o, "host_bytes"));
+    cr_expect(peak <= held * (1 + 1e-9), "peak %.0f, charged %.0f", peak,
+              held);
+    json_decref(j);
+    /* Fuyou's head's table gradient is charged when the search chooses
+     * the swaps as when they are given (the search costs the plan
+     * again) */
+    double st[2];
+    for (int k = 0; k < 2; k++) {
+        j = cli_json("sim --hw rtx4090 x1 --model gpt2 --schedule fuyou "
+                     "--offload-tier dram --act-swap %s --mbs 4 "
+                     "--microbatches 2 --json", k ? "0:0" : "auto");
+        st[k] = json_number_value(json_object_get(
+            json_object_get(j, "offload"), "host_staging_bytes"));
+        json_decref(j);
+    }
+    near(st[0], st[1], "host staging, swaps searched and given");
 }
 
 Test(sim_offload, fuyou_hides_the_optimizer_behind_backward)
