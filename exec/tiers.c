@@ -164,8 +164,8 @@ struct exec_tiers {
     float *hgt;                 /* a gradient's copy on its way to the sum
                                  * in its stage's hg (pinned; made at the
                                  * first copy that adds, the largest
-                                 * share's size): one for every stage, as
-                                 * the copies out run one at a time */
+                                 * share's size): one serves every stage,
+                                 * as the copies out run one at a time */
     size_t hgt_n;
     /* gradients' buffers their steps are done with, kept (pinned) for
      * the next first copies: a stage's gradient lives on the host from

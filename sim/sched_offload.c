@@ -419,15 +419,18 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
                          "states in host DRAM; zero-infinity and fuyou use "
                          "the nvme tier");
     c->tier = tier;
-    /* one GPU holds the one table a tied head shares with the embedding:
-     * fetched for each, its gradient summed in place */
-    double hbw = t->nodes[host].read_bw_bytes_per_s;
+    /* a table the first and last stages share (tied_bytes: their copies,
+     * cleared below, so taken at the first costing): Fuyou's head keeps
+     * its fp32 gradient of it until the first stage sums and steps it */
     const sim_stage_cost *head = &c->stage[S - 1];
     if (S > 1 && c->stage[0].tied_bytes > 0 && head->tied_bytes > 0 &&
         head->train_bytes > 0)
         c->tied_table32 = head->tied_bytes * 4 * head->train_params /
                           head->train_bytes;
     c->tied_keep32 = c->offload == SIM_SCHED_FUYOU ? c->tied_table32 : 0;
+    /* one GPU holds the one table a tied head shares with the embedding:
+     * fetched for each, its gradient summed in place */
+    double hbw = t->nodes[host].read_bw_bytes_per_s;
     for (int v = 0; v < N; v++) {
         sim_stage_cost *sc = &c->stage[v];
         sc->tied_bytes = 0;
