@@ -494,17 +494,18 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     /* every rank's */
     c->act_swap_bytes = one_mb * c->swap_mb * D;
     double held = zero ? one_mb * D : c->act_swap_bytes;
+    /* on the drives, DRAM holds the ones on their way: two going (a
+     * copy out waits for the write two before it) and two coming back (a
+     * read waits for the compute three before its use), a stage's
+     * microbatch each, every rank's; they go there where DRAM cannot
+     * hold them all and that needs less of it */
+    double big_a = 0;
+    for (int s = 0; s < S; s++) big_a = fmax(big_a, swap_bytes(c, s));
     c->act_tier = SIM_TIER_DRAM;
     if (c->host_bytes + held > c->host_cap &&
-        c->offload == SIM_SCHED_FUYOU && c->n_drives)
+        c->offload == SIM_SCHED_FUYOU && c->n_drives && 4 * big_a * D < held)
         c->act_tier = SIM_TIER_NVME;
     if (c->act_tier == SIM_TIER_NVME) {
-        /* the drives hold them; DRAM the ones on their way: two going
-         * (a copy out waits for the write two before it) and two coming
-         * back (a read waits for the compute three before its use), a
-         * stage's microbatch each, every rank's */
-        double big_a = 0;
-        for (int s = 0; s < S; s++) big_a = fmax(big_a, swap_bytes(c, s));
         c->nvme_bytes += held;
         c->host_staging += 4 * big_a * D;
         c->host_bytes += 4 * big_a * D;

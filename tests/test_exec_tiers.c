@@ -15,6 +15,7 @@
 
 #include "exec/exec.h"
 #include "sim/sim.h"
+#include "planner/planner.h"
 #include "tests/harness.h"
 
 #define PICO "tests/data/exec/gpt-pico.json"
@@ -39,6 +40,8 @@ static exec_pipe_opts opts(const sim_plan *p, float clip)
 /* The data-parallel ranks of the offload plans a test runs (their
  * reference trains the same batch on one device). */
 static int ranks = 1;
+/* and their microbatches a rank */
+static int micro = 2;
 
 /* `sluice sim` writes the plan (schedule and flags as given) on `dp`
  * devices, of m microbatches each. */
@@ -94,8 +97,8 @@ static void same_training_ft(const char *flags, const char *ft, float clip,
     char f1[300], f2[300];
     snprintf(f1, sizeof f1, "%s %s --dp %d", flags, ft, ranks);
     snprintf(f2, sizeof f2, "--schedule gpipe --pp 1 %s", ft);
-    plan_dp(dir, ranks, 2, f1, &p);
-    plan_dp(dir, 1, 2 * ranks, f2, &ref);
+    plan_dp(dir, ranks, micro, f1, &p);
+    plan_dp(dir, 1, micro * ranks, f2, &ref);
     flags = f1;
     exec_pipe_result a, b;
     util_err e = {0};
@@ -235,6 +238,49 @@ Test(exec_tiers, fuyou_nvme)
 {
     same_training("--schedule fuyou --offload-tier nvme --act-swap 0:0", 0,
                   1);
+}
+
+/* Where host DRAM cannot hold Fuyou's swapped activations they go on to
+ * the drive and come back through it, two at most waiting in DRAM on
+ * their way: the same training, the drive's bytes the IR's. */
+Test(exec_tiers, fuyou_activations_on_the_drive)
+{
+    model = "gpt-mini";
+    micro = 4;
+    char *dir = test_tmpdir();
+    sim_plan p;
+    plan_dp(dir, 1, micro, "--schedule fuyou --offload-tier nvme "
+            "--act-swap 4:2 --host-mem 80M --nvme 1", &p);
+    int act_writes = 0;
+    util_err e;
+    prof_topo *t = prof_topo_template("cpu", 1, &(prof_hw_opts){
+                                          .nvme = 1, .nvme_set = 1,
+                                          .host_mem_bytes = 80 << 20}, &e);
+    cr_assert_not_null(t, "%s", e.msg);
+    prof_model *m = sim_plan_model(&p, t, &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    sim_costs *c;
+    sim_ir *ir;
+    sim_engine *en;
+    sim_result r;
+    cr_assert_eq(plan_simulate(&p, m, t, 0, 0, &c, &ir, &en, &r, &e), 0,
+                 "%s", e.msg);
+    cr_expect_eq(c->act_tier, SIM_TIER_NVME);
+    for (int i = 0; i < ir->n_tasks; i++)
+        act_writes += ir->tasks[i].kind == SIM_NVME_WRITE &&
+                      ir->tasks[i].mb >= 0;
+    cr_expect_gt(act_writes, 0, "activations written to the drive");
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+    prof_model_free(m);
+    prof_topo_free(t);
+    sim_plan_free(&p);
+    test_rm_rf(dir);
+    same_training("--schedule fuyou --offload-tier nvme --act-swap 4:2 "
+                  "--host-mem 80M --nvme 1", 0, 1);
+    micro = 2;
+    model = PICO;
 }
 
 /* Checkpoints of the first stages and the whole activations of the last
