@@ -16,6 +16,7 @@
 
 #include "profiles/profiles.h"
 #include "exec/runtime.h"
+#include "planner/planner.h"
 
 /* The suite never sees the calibrations of the user running it: no
  * profile directory unless a test names one. */
@@ -351,6 +352,25 @@ void expect_close(const float *a, const float *b, size_t n, double tol,
     }
     cr_expect(md <= tol * mw, "%s: max |difference| %.3g at %zu (%g vs %g), "
               "bound %.3g", what, md, at, a[at], b[at], tol * mw);
+}
+
+void test_sim_plan(const sim_plan *p, const prof_topo *t, test_sim *x)
+{
+    util_err e;
+    memset(x, 0, sizeof *x);
+    x->m = sim_plan_model(p, t, &e);
+    cr_assert_not_null(x->m, "%s", e.msg);
+    cr_assert_eq(plan_simulate(p, x->m, t, 0, 0, &x->c, &x->ir, &x->en,
+                               &x->r, &e), 0, "%s", e.msg);
+}
+
+void test_sim_free(test_sim *x)
+{
+    sim_engine_free(x->en);
+    sim_ir_free(x->ir);
+    sim_costs_free(x->c);
+    prof_model_free(x->m);
+    memset(x, 0, sizeof *x);
 }
 
 void expect_drive_bytes(const exec_pipe_result *r, const char *what)

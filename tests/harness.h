@@ -88,6 +88,19 @@ float *train_reference(const char *model, int B, int steps, uint64_t seed,
  * (P floats, malloc'd). */
 float *pipe_reference(const char *model, int B, int steps, float clip,
                       size_t *P);
+/* Plan p simulated on topology t with its model (the test fails on an
+ * error); test_sim_free frees all but t. */
+typedef struct test_sim {
+    struct prof_model *m;
+    sim_costs *c;
+    sim_ir *ir;
+    sim_engine *en;
+    sim_result r;
+} test_sim;
+void test_sim_plan(const sim_plan *p, const struct prof_topo *t,
+                   test_sim *x);
+void test_sim_free(test_sim *x);
+
 /* Expects the drives' bytes a run moved per step (every worker's) to be
  * those of its IR's NVMe tasks, each rounded up to whole O_DIRECT blocks
  * (at most four regions a task: weights, moments, frozen weights). */

@@ -113,22 +113,14 @@ Test(exec_stage_tiers, the_drives_chunks_keep_the_bits)
     util_err e;
     prof_topo *t = prof_topo_template("rtx4090", 2, NULL, &e);
     cr_assert_not_null(t, "%s", e.msg);
-    prof_model *m = sim_plan_model(&p, t, &e);
-    cr_assert_not_null(m, "%s", e.msg);
-    sim_costs *c;
-    sim_ir *ir;
-    sim_engine *en;
-    sim_result r;
-    cr_assert_eq(plan_simulate(&p, m, t, 0, 0, &c, &ir, &en, &r, &e), 0,
-                 "%s", e.msg);
+    test_sim x;
+    test_sim_plan(&p, t, &x);
     int chunks = 0;
-    for (int i = 0; i < ir->n_tasks; i++)
-        chunks += ir->tasks[i].kind == SIM_CPU_OPT && ir->tasks[i].stage == 0;
+    for (int i = 0; i < x.ir->n_tasks; i++)
+        chunks += x.ir->tasks[i].kind == SIM_CPU_OPT &&
+                  x.ir->tasks[i].stage == 0;
     cr_assert_gt(chunks, 1, "stage 0's step in %d chunk(s)", chunks);
-    sim_engine_free(en);
-    sim_ir_free(ir);
-    sim_costs_free(c);
-    prof_model_free(m);
+    test_sim_free(&x);
     prof_topo_free(t);
     sim_plan_free(&p);
     vs_device(args, "nvme,dram");

@@ -15,7 +15,6 @@
 
 #include "exec/exec.h"
 #include "sim/sim.h"
-#include "planner/planner.h"
 #include "tests/harness.h"
 
 #define PICO "tests/data/exec/gpt-pico.json"
@@ -257,23 +256,14 @@ Test(exec_tiers, fuyou_activations_on_the_drive)
                                           .nvme = 1, .nvme_set = 1,
                                           .host_mem_bytes = 80 << 20}, &e);
     cr_assert_not_null(t, "%s", e.msg);
-    prof_model *m = sim_plan_model(&p, t, &e);
-    cr_assert_not_null(m, "%s", e.msg);
-    sim_costs *c;
-    sim_ir *ir;
-    sim_engine *en;
-    sim_result r;
-    cr_assert_eq(plan_simulate(&p, m, t, 0, 0, &c, &ir, &en, &r, &e), 0,
-                 "%s", e.msg);
-    cr_expect_eq(c->act_tier, SIM_TIER_NVME);
-    for (int i = 0; i < ir->n_tasks; i++)
-        act_writes += ir->tasks[i].kind == SIM_NVME_WRITE &&
-                      ir->tasks[i].mb >= 0;
+    test_sim x;
+    test_sim_plan(&p, t, &x);
+    cr_expect_eq(x.c->act_tier, SIM_TIER_NVME);
+    for (int i = 0; i < x.ir->n_tasks; i++)
+        act_writes += x.ir->tasks[i].kind == SIM_NVME_WRITE &&
+                      x.ir->tasks[i].mb >= 0;
     cr_expect_gt(act_writes, 0, "activations written to the drive");
-    sim_engine_free(en);
-    sim_ir_free(ir);
-    sim_costs_free(c);
-    prof_model_free(m);
+    test_sim_free(&x);
     prof_topo_free(t);
     sim_plan_free(&p);
     test_rm_rf(dir);
