@@ -384,8 +384,8 @@ static int gather_offload(exec_runtime *rt, exec_pipe_result *r, int mpi,
                      rt->tiers ? exec_tiers_note(&rt->w[i])
                                : exec_ofl_note(&rt->w[i]));
     }
-    /* host memory: the process's workers' at once (their peaks need
-     * not coincide), summed over the processes */
+    /* host memory: the process's workers' at once, summed over the
+     * processes */
     if (rt->tiers) v[10] = rt->host_peak;
     if (mpi && exec_mpi_sum(v, EXEC_TIER_STATS, 1, e)) return -1;
     r->tier_up_bytes = v[6];

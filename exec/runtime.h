@@ -783,8 +783,8 @@ int exec_tiers_read_state(exec_worker *w, exec_stage *st, float *wt,
                           float *m, float *v, float *wf, util_err *e);
 /* Measured: the file's bytes and seconds read and written, parameters
  * and seconds of AdamW, bytes and seconds copied to and from the device,
- * host memory's peak (bytes, this worker's alone; the runtime's host_peak
- * is every local worker's at once), bytes the device sent the other ranks. */
+ * host memory's peak (0: it is every local worker's at once, the
+ * runtime's host_peak), bytes the device sent the other ranks. */
 enum { EXEC_TIER_STATS = 12 };
 void exec_tiers_stats(const exec_worker *w, double out[EXEC_TIER_STATS]);
 const char *exec_tiers_note(const exec_worker *w);

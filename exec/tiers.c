@@ -158,7 +158,7 @@ struct exec_tiers {
     double norm_sq;
     int norm_epoch;
     float scale;
-    /* measured: copies to and from the device, AdamW; host memory */
+    /* measured: copies to and from the device, AdamW */
     double up_bytes, up_ns, down_bytes, down_ns, adam_params, adam_ns;
     double ring_bytes;          /* sent to the other ranks */
     float *hgt;                 /* a gradient's copy on its way to the sum
@@ -173,15 +173,12 @@ struct exec_tiers {
     float **gpool;
     size_t *gpool_n;
     int n_gpool, gpool_cap;
-    double host_cur, host_peak;
 };
 
+/* Host memory taken (bytes > 0) or given back: counted with every local
+ * worker's (exec_runtime.host_cur, its peak host_peak). */
 static void host_add(exec_tiers *t, double bytes)
 {
-    pthread_mutex_lock(&t->mu);
-    t->host_cur += bytes;
-    if (t->host_cur > t->host_peak) t->host_peak = t->host_cur;
-    pthread_mutex_unlock(&t->mu);
     exec_runtime *rt = t->w->rt;
     pthread_mutex_lock(&rt->host_mu);
     rt->host_cur += bytes;
@@ -238,6 +235,14 @@ static float *grad_get(exec_tiers *t, size_t n)
         host_pin(t, p, n);
     }
     return p;
+}
+
+/* Stage s's gradient where no copy out brought one: zero. */
+static void grad_zero(exec_tiers *t, tier_stage *s)
+{
+    if (s->hg) return;
+    s->hg = grad_get(t, s->hn);
+    memset(s->hg, 0, s->hn * sizeof *s->hg);
 }
 
 /* A step is done with the gradient's buffer *p (n floats): to the pool. */
@@ -669,9 +674,6 @@ int exec_tiers_ready(exec_worker *w, util_err *e)
     }
     /* the run's peak: not the copies that put the states in place (a
      * frozen stage's weights on their way to zero-offload's device) */
-    pthread_mutex_lock(&t->mu);
-    t->host_peak = t->host_cur;
-    pthread_mutex_unlock(&t->mu);
     pthread_mutex_lock(&w->rt->host_mu);
     w->rt->host_peak = w->rt->host_cur;
     pthread_mutex_unlock(&w->rt->host_mu);
@@ -929,7 +931,8 @@ static double stage_norm_sq(const exec_tiers *t, const tier_stage *s, int li)
 }
 
 /* The copies of the tied table's gradient summed in stage order into the
- * stepping holder's (each holder's own copy is cleared). */
+ * stepping holder's (the others' copies, which no norm and no step reads,
+ * are left as they are). */
 static void tied_sum(exec_tiers *t)
 {
     if (t->n_tied < 2 || t->tied_step < 0) return;
@@ -941,13 +944,9 @@ static void tied_sum(exec_tiers *t)
         if (first) memcpy(acc, g, t->tied_n * sizeof *acc);
         else for (size_t i = 0; i < t->tied_n; i++) acc[i] += g[i];
         first = 0;
-        if (t->tied[k] != t->tied_step) memset(g, 0, t->tied_n * sizeof *g);
     }
     tier_stage *s = &t->ts[t->tied_step];
-    if (!s->hg) {
-        s->hg = grad_get(t, s->hn);
-        memset(s->hg, 0, s->hn * sizeof *s->hg);
-    }
+    grad_zero(t, s);
     memcpy(s->hg + s->th, acc, t->tied_n * sizeof *acc);
     free(acc);
 }
@@ -1036,11 +1035,7 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
         }
         t->norm_sq += stage_norm_sq(t, s, li);
     }
-    if (!s->hg) {
-        /* no gradient came to the host: a zero one */
-        s->hg = grad_get(t, s->hn);
-        memset(s->hg, 0, s->hn * sizeof *s->hg);
-    }
+    grad_zero(t, s);
     float *h[3] = {s->hw, s->hm, s->hv};
     if (t->tier == SIM_TIER_NVME) {
         for (int k = 0; k < 3; k++) h[k] = s->so[k];
@@ -1376,7 +1371,6 @@ void exec_tiers_stats(const exec_worker *w, double out[EXEC_TIER_STATS])
     out[7] = t->up_ns / 1e9;
     out[8] = t->down_bytes;
     out[9] = t->down_ns / 1e9;
-    out[10] = t->host_peak;
     out[11] = t->ring_bytes;
 }
 
