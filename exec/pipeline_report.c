@@ -382,8 +382,7 @@ static void stier_lines(const exec_pipe_result *r, const meas *m,
     util_table_free(tb);
     double sim = 0, n = r->steps_run > 0 ? r->steps_run : 1;
     for (int id = 0; id < r->ir->n_tasks; id++)
-        if (r->ir->tasks[id].kind == SIM_NVME_READ ||
-            r->ir->tasks[id].kind == SIM_NVME_WRITE)
+        if (sim_kind_nvme(r->ir->tasks[id].kind))
             sim += r->ir->tasks[id].bytes;
     char a[32], b[32], x[32], y[32], z[32];
     if (sim > 0)

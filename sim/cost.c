@@ -1131,6 +1131,10 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     }
     if (holders < 2)
         for (int s = 0; s < n_stages; s++) c->stage[s].tied_bytes = 0;
+    c->tied_table32 = n_stages > 1 && c->stage[0].tied_bytes > 0 &&
+                              c->stage[n_stages - 1].tied_bytes > 0
+                          ? (double)m->spec.vocab * m->spec.hidden * 4
+                          : 0;
     free(mark);
     free(op_stage);
     c->topo = t;

@@ -450,9 +450,7 @@ struct sim_costs {
                                  * sums and steps it; 0: none */
     double tied_table32;        /* the tied table's fp32 gradient where
                                  * the first and last stages both hold
-                                 * it, from the stages' costs (their
-                                 * tied_bytes, cleared once the offload
-                                 * costs are set: those run again) */
+                                 * it (and it trains); 0: none */
     double nvme_bytes, nvme_cap;/* the same on the drives */
     sim_stage_cost *stage;
     /* with sim_cost_opts.op_times, each op's task times on its stage's

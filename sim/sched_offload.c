@@ -134,8 +134,9 @@ static void cpu_step(sim_ir *ir, const sim_costs *c, int s, const int *dep,
     }
 }
 
-/* A stage's gradient as ZeRO accumulates it on the host: in fp32, twice
- * a 16-bit gradient's bytes, as many as an fp32 one's. */
+/* A stage's gradient as the host holds it for the step (ZeRO sums the
+ * microbatches' into it): in fp32, twice a 16-bit gradient's bytes, as
+ * many as an fp32 one's. */
 static double grad32_bytes(const sim_stage_cost *sc)
 {
     return 4 * sc->train_params;
@@ -419,14 +420,8 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
                          "states in host DRAM; zero-infinity and fuyou use "
                          "the nvme tier");
     c->tier = tier;
-    /* a table the first and last stages share (tied_bytes: their copies,
-     * cleared below, so taken at the first costing): Fuyou's head keeps
-     * its fp32 gradient of it until the first stage sums and steps it */
-    const sim_stage_cost *head = &c->stage[S - 1];
-    if (S > 1 && c->stage[0].tied_bytes > 0 && head->tied_bytes > 0 &&
-        head->train_bytes > 0)
-        c->tied_table32 = head->tied_bytes * 4 * head->train_params /
-                          head->train_bytes;
+    /* Fuyou's head keeps its fp32 gradient of a table it shares with the
+     * first stage until that one sums and steps it */
     c->tied_keep32 = c->offload == SIM_SCHED_FUYOU ? c->tied_table32 : 0;
     /* one GPU holds the one table a tied head shares with the embedding:
      * fetched for each, its gradient summed in place */

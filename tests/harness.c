@@ -379,7 +379,7 @@ void expect_drive_bytes(const exec_pipe_result *r, const char *what)
     int ios = 0;
     for (int id = 0; id < r->n_tasks; id++) {
         const sim_task *k = &r->ir->tasks[id];
-        if (k->kind != SIM_NVME_READ && k->kind != SIM_NVME_WRITE) continue;
+        if (!sim_kind_nvme(k->kind)) continue;
         sim += k->bytes;
         ios++;
     }
