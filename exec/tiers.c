@@ -113,8 +113,10 @@ typedef struct tier_stage {
     int g_set;                  /* hg holds this step's first copy */
     float *tgk;                 /* Fuyou: a tied-table holder's piece of
                                  * the table's gradient, kept from its
-                                 * step (its hg gone) for the stepping
-                                 * holder's sum */
+                                 * step for the stepping holder's sum: in
+                                 * tgb, the gradient's buffer (its hg
+                                 * until the step) */
+    float *tgb;
     int64_t foff;               /* NVMe tier: w, m, v regions of rb bytes */
     size_t rb;
     int64_t foff_f;             /* NVMe tier: the frozen weights' region
@@ -152,7 +154,9 @@ struct exec_tiers {
      * it (its step is the holders' last), the weights after each step */
     int tied[4], n_tied, tied_step;
     size_t tied_n;
-    float *tied_w;
+    float *tied_w;              /* in the DRAM tier the stepping holder's
+                                 * own (tied_own): no copy */
+    int tied_own;
     /* the step's gradient norm (squares; ZeRO: all of it at the first
      * step, Fuyou: each step adds its own) and clipping factor */
     double norm_sq;
@@ -171,8 +175,11 @@ struct exec_tiers {
      * the next first copies: a stage's gradient lives on the host from
      * its first copy out until its step, as the simulator holds it */
     float **gpool;
-    size_t *gpool_n;
+    size_t *gpool_n;            /* their sizes */
     int n_gpool, gpool_cap;
+    float **gall;               /* every buffer the pool made, and its */
+    size_t *gall_n;             /* size */
+    int n_gall;
 };
 
 /* Host memory taken (bytes > 0) or given back: counted with every local
@@ -216,24 +223,36 @@ static void host_free_pinned(exec_tiers *t, float **p, size_t n)
     host_free(t, p, n);
 }
 
-/* A gradient's host buffer of n floats, pinned where the backend pins:
- * one of the same size a step is done with, else a new one. */
+/* A gradient's host buffer of at least n floats, pinned where the
+ * backend pins: the pool's of that size, else its smallest larger one,
+ * else a new one (the pool then holds, once warm, what the steps hold at
+ * once at their most). */
 static float *grad_get(exec_tiers *t, size_t n)
 {
-    float *p = NULL;
     pthread_mutex_lock(&t->mu);
-    for (int k = 0; k < t->n_gpool && !p; k++)
-        if (t->gpool_n[k] == n) {
-            p = t->gpool[k];
-            t->n_gpool--;
-            t->gpool[k] = t->gpool[t->n_gpool];
-            t->gpool_n[k] = t->gpool_n[t->n_gpool];
-        }
-    pthread_mutex_unlock(&t->mu);
-    if (!p) {
-        p = host_new(t, n);
-        host_pin(t, p, n);
+    int best = -1;
+    for (int k = 0; k < t->n_gpool; k++)
+        if (t->gpool_n[k] >= n &&
+            (best < 0 || t->gpool_n[k] < t->gpool_n[best]))
+            best = k;
+    float *p = NULL;
+    if (best >= 0) {
+        p = t->gpool[best];
+        t->n_gpool--;
+        t->gpool[best] = t->gpool[t->n_gpool];
+        t->gpool_n[best] = t->gpool_n[t->n_gpool];
     }
+    pthread_mutex_unlock(&t->mu);
+    if (p) return p;
+    p = host_new(t, n);
+    host_pin(t, p, n);
+    pthread_mutex_lock(&t->mu);
+    t->gall = util_realloc(t->gall, sizeof *t->gall * (size_t)(t->n_gall + 1));
+    t->gall_n = util_realloc(t->gall_n,
+                             sizeof *t->gall_n * (size_t)(t->n_gall + 1));
+    t->gall[t->n_gall] = p;
+    t->gall_n[t->n_gall++] = n;
+    pthread_mutex_unlock(&t->mu);
     return p;
 }
 
@@ -245,11 +264,15 @@ static void grad_zero(exec_tiers *t, tier_stage *s)
     memset(s->hg, 0, s->hn * sizeof *s->hg);
 }
 
-/* A step is done with the gradient's buffer *p (n floats): to the pool. */
-static void grad_put(exec_tiers *t, float **p, size_t n)
+/* A step is done with the gradient's buffer *p: to the pool, with the
+ * size it was made with. */
+static void grad_put(exec_tiers *t, float **p)
 {
     if (!*p) return;
     pthread_mutex_lock(&t->mu);
+    int k = 0;
+    while (k < t->n_gall && t->gall[k] != *p) k++;
+    UTIL_NEVER(k == t->n_gall);
     if (t->n_gpool == t->gpool_cap) {
         t->gpool_cap = t->gpool_cap ? 2 * t->gpool_cap : 8;
         t->gpool = util_realloc(t->gpool,
@@ -258,7 +281,7 @@ static void grad_put(exec_tiers *t, float **p, size_t n)
                                   sizeof *t->gpool_n * (size_t)t->gpool_cap);
     }
     t->gpool[t->n_gpool] = *p;
-    t->gpool_n[t->n_gpool++] = n;
+    t->gpool_n[t->n_gpool++] = t->gall_n[k];
     pthread_mutex_unlock(&t->mu);
     *p = NULL;
 }
@@ -664,6 +687,15 @@ int exec_tiers_ready(exec_worker *w, util_err *e)
                     t->tied_step = t->tied[k];
     /* one holder steps and fetches its own copy */
     if (t->tied_step < 0) host_free_pinned(t, &t->tied_w, t->tied_n);
+    /* in DRAM the stepping holder's weights are the newest table: the
+     * others' fetches read them there (each after the step, as they
+     * read the copy before) */
+    if (t->tied_w && t->tier != SIM_TIER_NVME) {
+        host_free_pinned(t, &t->tied_w, t->tied_n);
+        const tier_stage *o = &t->ts[t->tied_step];
+        t->tied_w = o->hw + o->th;
+        t->tied_own = 1;
+    }
     /* each stage's fetches in order: the k-th gather of its weights
      * between the ranks fills the k-th fetch's */
     for (int i = 0; i < ir->n_tasks; i++) {
@@ -930,25 +962,44 @@ static double stage_norm_sq(const exec_tiers *t, const tier_stage *s, int li)
     return sum;
 }
 
+typedef struct sum_ctx {
+    const float *g[4];
+    int n_g;
+    float *dst;
+    size_t n;
+} sum_ctx;
+
+/* Part p of n of the sum, element by element in the copies' order (the
+ * destination, one of them, is read before it is written). */
+static void sum_part(void *ctx, int p, int n)
+{
+    sum_ctx *c = ctx;
+    size_t lo, hi;
+    exec_part_range(c->n, p, n, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) {
+        float a = c->g[0][i];
+        for (int k = 1; k < c->n_g; k++) a += c->g[k][i];
+        c->dst[i] = a;
+    }
+}
+
 /* The copies of the tied table's gradient summed in stage order into the
- * stepping holder's (the others' copies, which no norm and no step reads,
- * are left as they are). */
+ * stepping holder's, in place and on the step's threads (the others'
+ * copies, which no norm and no step reads, are left as they are). */
 static void tied_sum(exec_tiers *t)
 {
     if (t->n_tied < 2 || t->tied_step < 0) return;
-    float *acc = util_calloc(t->tied_n + 1, sizeof *acc);
-    for (int k = 0, first = 1; k < t->n_tied; k++) {
+    sum_ctx c = {.n = t->tied_n};
+    for (int k = 0; k < t->n_tied; k++) {
         tier_stage *s = &t->ts[t->tied[k]];
-        float *g = s->hg ? s->hg + s->th : s->tgk;
-        if (!g) continue;       /* no gradient came: zero */
-        if (first) memcpy(acc, g, t->tied_n * sizeof *acc);
-        else for (size_t i = 0; i < t->tied_n; i++) acc[i] += g[i];
-        first = 0;
+        const float *g = s->hg ? s->hg + s->th : s->tgk;
+        if (g) c.g[c.n_g++] = g;        /* none came: zero */
     }
     tier_stage *s = &t->ts[t->tied_step];
     grad_zero(t, s);
-    memcpy(s->hg + s->th, acc, t->tied_n * sizeof *acc);
-    free(acc);
+    c.dst = s->hg + s->th;
+    if (c.n_g) exec_host_par(t->threads, sum_part, &c);
+    else memset(c.dst, 0, c.n * sizeof *c.dst);
 }
 
 /* Whether a stage's step updates its slice k: not a frozen one, nor the
@@ -1030,8 +1081,10 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
             tied_sum(t);
             /* the other holders' pieces waited for this sum */
             for (int k = 0; k < t->n_tied; k++)
-                if (t->tied[k] != li)
-                    host_free(t, &t->ts[t->tied[k]].tgk, t->tied_n);
+                if (t->tied[k] != li) {
+                    grad_put(t, &t->ts[t->tied[k]].tgb);
+                    t->ts[t->tied[k]].tgk = NULL;
+                }
         }
         t->norm_sq += stage_norm_sq(t, s, li);
     }
@@ -1053,19 +1106,21 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
                   exec_lr_at(rt->adamw.lr, rt->warmup, rt->total_steps,
                              step)};
     exec_host_par(t->threads, opt_part, &oc);
-    if (li == t->tied_step && t->tied_w)
+    if (li == t->tied_step && t->tied_w && !t->tied_own)
         memcpy(t->tied_w, h[0] + s->th, t->tied_n * sizeof(float));
     pthread_mutex_lock(&t->mu);
     t->adam_ns += (double)((int64_t)exec_now_ns() - t0);
     t->adam_params += (double)n;
     pthread_mutex_unlock(&t->mu);
-    /* done with the gradient (the next first copy sets a buffer whole);
-     * the tied copy a later step sums stays, alone */
+    /* done with the gradient (the next first copy sets a buffer whole),
+     * but for the tied table's copy that a later step sums: its buffer
+     * stays until then */
     if (st->tied_sl >= 0 && t->n_tied > 1 && li != t->tied_step && fuyou) {
-        if (!s->tgk) s->tgk = host_new(t, t->tied_n);
-        memcpy(s->tgk, s->hg + s->th, t->tied_n * sizeof *s->tgk);
+        s->tgb = s->hg;
+        s->tgk = s->hg + s->th;
+        s->hg = NULL;
     }
-    grad_put(t, &s->hg, s->hn);
+    grad_put(t, &s->hg);
     s->g_set = 0;
     pthread_mutex_lock(&t->mu);
     s->g_out = 0;
@@ -1397,8 +1452,9 @@ void exec_tiers_free(exec_worker *w)
         host_free_pinned(t, &s->hwf, s->fn);
         host_free(t, &s->hm, n);
         host_free(t, &s->hv, n);
-        host_free_pinned(t, &s->hg, n);
-        host_free(t, &s->tgk, t->tied_n);
+        grad_put(t, &s->hg);
+        grad_put(t, &s->tgb);
+        s->tgk = NULL;
         for (int k = 0; k < 3; k++) host_free(t, &s->so[k], n);
         exec_buf_unref(s->res);
         exec_buf_unref(s->resf);
@@ -1417,12 +1473,15 @@ void exec_tiers_free(exec_worker *w)
         free(a->img);
         free(a->ref);
     }
+    if (t->tied_own) t->tied_w = NULL;
     host_free_pinned(t, &t->tied_w, t->tied_n);
     host_free_pinned(t, &t->hgt, t->hgt_n);
     for (int k = 0; k < t->n_gpool; k++)
         host_free_pinned(t, &t->gpool[k], t->gpool_n[k]);
     free(t->gpool);
     free(t->gpool_n);
+    free(t->gall);
+    free(t->gall_n);
     free(t->act);
     free(t->ts);
     free(t->role);
