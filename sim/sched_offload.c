@@ -426,6 +426,7 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     /* one GPU holds the one table a tied head shares with the embedding:
      * fetched for each, its gradient summed in place */
     double hbw = t->nodes[host].read_bw_bytes_per_s;
+    double table = c->tied_table32 > 0 ? c->stage[0].tied_bytes : 0;
     for (int v = 0; v < N; v++) {
         sim_stage_cost *sc = &c->stage[v];
         sc->tied_bytes = 0;
@@ -469,13 +470,16 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
      * states live there too: the weights and the optimizer state, or
      * under ZeRO-Offload, whose 16-bit weights stay on the GPU, what a
      * step reads (the fp32 master weights: the weights themselves when
-     * they train in fp32) */
+     * they train in fp32); on the drives, a tied table's newest weights
+     * wait in DRAM for the fetches of the holders that do not step it
+     * (in DRAM they are the stepping holder's own) */
     int zero = c->offload != SIM_SCHED_FUYOU;
     int nvme = tier == SIM_TIER_NVME;
     c->nvme_bytes = nvme ? w + opt : 0;
     c->host_staging = (nvme ? 4 * big_io + 3 * big_st : big_g) +
                       (zero ? 0 : 2 * big_g32 + c->tied_keep32);
     c->host_bytes = c->host_staging + (zero ? g32 : 0) +
+                    (nvme ? table : 0) +
                     (nvme ? 0
                           : c->offload == SIM_SCHED_ZERO_OFFLOAD ? hst
                                                                  : w + opt);
@@ -802,7 +806,8 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
                        (zero ? g32 : 0) - (disk ? 0 : held);
     u->nvme_resident = c->nvme_bytes - (disk ? held : 0);
     tev *ev = util_malloc(sizeof *ev * (size_t)(3 * ir->n_tasks + 2));
-    int n = 0;
+    tev *gv = util_malloc(sizeof *gv * (size_t)(2 * ir->n_tasks + 2));
+    int n = 0, ng = 0;
     int *seen = util_calloc((size_t)S + 1, sizeof(int));
     for (int i = 0; i < ir->n_tasks; i++) {
         const sim_task *t = &ir->tasks[i];
@@ -857,17 +862,28 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
             ev[n++] = (tev){a, D * by, 0};
             ev[n++] = (tev){b, -D * by, 0};
             if (!seen[t->stage]++)
-                ev[n++] = (tev){b, grad32_bytes(&c->stage[t->stage]), 0};
+                gv[ng++] = (tev){b, grad32_bytes(&c->stage[t->stage]), 0};
         } else if (t->kind == SIM_CPU_OPT) {
-            ev[n++] = (tev){b, -grad32_bytes(&c->stage[t->stage]), 0};
+            gv[ng++] = (tev){b, -grad32_bytes(&c->stage[t->stage]), 0};
             /* Fuyou's tied table: the head's gradient of it waits for the
              * first stage's step, which sums and steps it */
             if (c->tied_keep32 > 0 && (t->stage == S - 1 || t->stage == 0))
-                ev[n++] = (tev){b, t->stage ? c->tied_keep32
-                                            : -c->tied_keep32, 0};
+                gv[ng++] = (tev){b, t->stage ? c->tied_keep32
+                                             : -c->tied_keep32, 0};
         }
     }
     free(seen);
+    /* the fp32 gradients' buffers (pinned, as the copies out need) are
+     * made once and kept: what the steps hold at once at their most,
+     * all along */
+    qsort(gv, (size_t)ng, sizeof *gv, tev_cmp);
+    double g = 0, g_most = 0;
+    for (int k = 0; k < ng; k++) {
+        g += gv[k].host;
+        g_most = fmax(g_most, g);
+    }
+    free(gv);
+    u->host_resident += g_most;
     qsort(ev, (size_t)n, sizeof *ev, tev_cmp);
     u->n = n + 1;
     u->t_ns = util_malloc(sizeof(int64_t) * (size_t)u->n);

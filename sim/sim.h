@@ -123,8 +123,9 @@ void sim_offload_usage(const sim_ir *ir, const sim_result *r,
  * from their copy out to their copy back, on the drives from their write
  * to their read), what the drives' reads stage (a fetch's weights until
  * their copy up, a step's state until its write-back), a gradient on its
- * way down, and the fp32 gradients (from a stage's first copy out to its
- * step). Points (t_ns, bytes) after each change; the peaks stay within
+ * way down, and the fp32 gradients' buffers (made once and kept, as many
+ * as the steps hold at once at their most: from a stage's first copy out
+ * to its step). Points (t_ns, bytes) after each change; the peaks stay within
  * what sim_offload_costs checked (sim_costs host_bytes, of it the
  * staging window's most host_staging, and nvme_bytes). */
 typedef struct sim_tier_use {
