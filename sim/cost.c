@@ -251,6 +251,11 @@ double sim_cpu_opt_ns(const prof_topo *t, int g, double params)
     return params * ADAM_BYTES_PER_PARAM / bw * 1e9;
 }
 
+double sim_cpu_pass_ns(const prof_topo *t, int g, double bytes)
+{
+    return sim_cpu_opt_ns(t, g, bytes / ADAM_BYTES_PER_PARAM);
+}
+
 static sim_costs *costs_alloc(int n_stages, int n_devices)
 {
     sim_costs *c = util_calloc(1, sizeof *c);

@@ -631,6 +631,10 @@ double sim_opt_model_ns(const prof_gpu *g, double params);
  * and Fuyou run it): the 28 bytes a parameter over the bandwidth of the
  * DRAM nearest the GPU (20 GB/s where the server file has none), ns. */
 double sim_cpu_opt_ns(const prof_topo *t, int g, double params);
+/* A pass of the host's over `bytes` (read and written: a gradient norm, a
+ * sum of copies), at the rate its AdamW streams its 28 bytes a
+ * parameter, ns. */
+double sim_cpu_pass_ns(const prof_topo *t, int g, double bytes);
 
 /* ===================================================================== *
  * Schedules                                                             *

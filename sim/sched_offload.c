@@ -427,13 +427,20 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
      * fetched for each, its gradient summed in place */
     double hbw = t->nodes[host].read_bw_bytes_per_s;
     double table = c->tied_table32 > 0 ? c->stage[0].tied_bytes : 0;
+    /* a tied table is stepped once, by the first stage (its step comes
+     * last), over the sum of its holders' gradients (both read, the sum
+     * written); each step reads its gradients once more for the norm */
+    double tparams = c->tied_table32 / 4;
     for (int v = 0; v < N; v++) {
         sim_stage_cost *sc = &c->stage[v];
         sc->tied_bytes = 0;
+        int ms = sc->model_stage;
+        double steps = sc->train_params - (ms == S - 1 ? tparams : 0);
+        double pass = 4 * steps + (ms == 0 ? 12 * tparams : 0);
         /* a rank steps its share; several share the host's memory, so
          * their steps are priced as traffic on it (sim_add_offload) */
-        sc->cpu_opt_ns = (int64_t)llround(sim_cpu_opt_ns(t, g,
-                                                         sc->train_params / D));
+        sc->cpu_opt_ns = (int64_t)llround(sim_cpu_opt_ns(t, g, steps / D) +
+                                          sim_cpu_pass_ns(t, g, pass / D));
         sc->cpu_opt_bytes = hbw > 0 ? (double)sc->cpu_opt_ns * 1e-9 * hbw
                                     : 0;
     }
@@ -808,6 +815,7 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
     tev *ev = util_malloc(sizeof *ev * (size_t)(3 * ir->n_tasks + 2));
     tev *gv = util_malloc(sizeof *gv * (size_t)(2 * ir->n_tasks + 2));
     int n = 0, ng = 0;
+    double transit = 0;
     int *seen = util_calloc((size_t)S + 1, sizeof(int));
     for (int i = 0; i < ir->n_tasks; i++) {
         const sim_task *t = &ir->tasks[i];
@@ -858,11 +866,13 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
                    SIM_STREAM_COPY_OUT) {
             /* a gradient on its way to the host, where it stays in fp32
              * (every rank's share) from the stage's first copy out until
-             * its step */
-            ev[n++] = (tev){a, D * by, 0};
-            ev[n++] = (tev){b, -D * by, 0};
+             * its step; the copies after the first land in a buffer of
+             * their own, then join the sum (one buffer, kept, the size
+             * of the largest) */
             if (!seen[t->stage]++)
                 gv[ng++] = (tev){b, grad32_bytes(&c->stage[t->stage]), 0};
+            else
+                transit = fmax(transit, D * by);
         } else if (t->kind == SIM_CPU_OPT) {
             gv[ng++] = (tev){b, -grad32_bytes(&c->stage[t->stage]), 0};
             /* Fuyou's tied table: the head's gradient of it waits for the
@@ -883,7 +893,7 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
         g_most = fmax(g_most, g);
     }
     free(gv);
-    u->host_resident += g_most;
+    u->host_resident += g_most + transit;
     qsort(ev, (size_t)n, sizeof *ev, tev_cmp);
     u->n = n + 1;
     u->t_ns = util_malloc(sizeof(int64_t) * (size_t)u->n);

@@ -122,10 +122,10 @@ void sim_offload_usage(const sim_ir *ir, const sim_result *r,
  * states on their tier) and, in time, the swapped activations (in DRAM
  * from their copy out to their copy back, on the drives from their write
  * to their read), what the drives' reads stage (a fetch's weights until
- * their copy up, a step's state until its write-back), a gradient on its
- * way down, and the fp32 gradients' buffers (made once and kept, as many
- * as the steps hold at once at their most: from a stage's first copy out
- * to its step). Points (t_ns, bytes) after each change; the peaks stay within
+ * their copy up, a step's state until its write-back), and, made once and
+ * kept, the buffer where a stage's copies out after its first land before
+ * their sum and the fp32 gradients' buffers (as many as the steps hold at
+ * once at their most: from a stage's first copy out to its step). Points (t_ns, bytes) after each change; the peaks stay within
  * what sim_offload_costs checked (sim_costs host_bytes, of it the
  * staging window's most host_staging, and nvme_bytes). */
 typedef struct sim_tier_use {

@@ -318,11 +318,8 @@ Test(exec_tiers, the_host_holds_what_the_simulator_says)
         free(st);
         free(en);
         /* the executor's records keep a few floats more (the norms'
-         * statistics, the loss's per token); on the drive it has the
-         * next stages' states read a little sooner than the count has
-         * them (3.2% here: two layers' reads) */
-        double tol = k == 2 ? 0.05 : 0.03;
-        cr_expect(fabs(b.tier_host_peak - most) <= tol * most,
+         * statistics, the loss's per token) */
+        cr_expect(fabs(b.tier_host_peak - most) <= 0.02 * most,
                   "%s: host peak %.0f bytes, counted %.0f", plans[k],
                   b.tier_host_peak, most);
         exec_pipe_result_free(&b);
