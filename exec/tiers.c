@@ -1282,10 +1282,11 @@ int exec_tiers_task(exec_worker *w, int id, int epoch, util_err *e)
     case R_W_PUSH: return task_w_push(t, s);
     case R_G_OUT: return task_g_out(t, id, s, e);
     case R_OPT_READ:
-        for (int q = 0; q < 3; q++) {
+        /* the step's state staged whole from the read's start */
+        for (int q = 0; q < 3; q++)
             if (!s->so[q]) s->so[q] = host_new(t, s->hn);
+        for (int q = 0; q < 3; q++)
             if (region_io(t, s, 0, q, s->so[q], e)) return -1;
-        }
         return 0;
     case R_OPT: return task_opt(t, id, epoch, s, e);
     case R_OPT_WRITE:

@@ -826,11 +826,11 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
                   (t->kind == SIM_SWAP_IN || t->kind == SIM_SWAP_OUT ||
                    sim_kind_nvme(t->kind));
         if (act) {
-            /* an activation: in DRAM from its copy out until its copy
-             * back, or, on the drives, until written and again from
-             * its read */
+            /* an activation: in DRAM from the start of its copy out
+             * until its copy back, or, on the drives, until written and
+             * again from its read */
             switch (t->kind) {
-            case SIM_SWAP_OUT: ev[n++] = (tev){b, by, 0}; break;
+            case SIM_SWAP_OUT: ev[n++] = (tev){a, by, 0}; break;
             case SIM_SWAP_IN: ev[n++] = (tev){b, -by, 0}; break;
             case SIM_NVME_WRITE: ev[n++] = (tev){b, -by, by}; break;
             case SIM_NVME_READ:
