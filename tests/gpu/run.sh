@@ -391,6 +391,8 @@ if SLUICE_PROFILE_DIR="$prof" $bin calibrate --hw "$hw" x$n \
         fi
         keep "$tmp/c-$sch.txt"
     done
+    # the profile as the runs left it (their op times and host rates)
+    keep "$prof"/*.json
 else
     cat "$tmp/calib.txt"
     fail=1
