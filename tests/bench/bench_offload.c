@@ -222,6 +222,73 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
     return rc;
 }
 
+/* GPT-2's tied table on two layers: the host's side of the DRAM-tier
+ * schedules (the table's gradient copies summed, its weights fetched for
+ * both holders), the CPU's task and host memory measured against
+ * simulated. */
+static int table_rows(const char *dir)
+{
+    static const char *const model = "tests/data/exec/gpt2-two-layers.json";
+    static const sim_sched rows[] = {SIM_SCHED_FUYOU,
+                                     SIM_SCHED_ZERO_OFFLOAD};
+    util_err e;
+    prof_model *m = prof_model_load(model, &e);
+    if (!m) {
+        fprintf(stderr, "bench_offload: %s\n", e.msg);
+        return 1;
+    }
+    printf("\nGPT-2's width and tied table on two layers (%s), one CPU "
+           "device, states in DRAM, 4 x 2 microbatches of 64 tokens, %d "
+           "steps (median past %d): the CPU's task busy and host memory\n\n",
+           model, STEPS, WARM);
+    printf("%-13s %9s %9s %7s %9s %9s %9s %9s\n", "schedule", "step ms",
+           "sim ms", "meas/sim", "CPU busy", "sim busy", "host MiB",
+           "sim host");
+    int rc = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof *rows && !rc; i++) {
+        sim_plan p;
+        if (bench_offload_plan(&p, m, model, rows[i], SIM_TIER_DRAM, 1,
+                               &e)) {
+            fprintf(stderr, "bench_offload: %s\n", e.msg);
+            rc = 1;
+            break;
+        }
+        exec_pipe_result r;
+        json_t *j = run_report(&p, dir, sim_sched_name(p.sched), &r);
+        if (!j) rc = 1;
+        if (j) {
+            json_t *t = json_object_get(j, "tiers");
+            double it = json_real_value(json_object_get(j, "iteration_time_s"));
+            double ps = json_real_value(json_object_get(
+                json_object_get(j, "predicted"), "iteration_time_s"));
+            double busy = 0, sbusy = 0;
+            json_t *res = json_object_get(t, "resources");
+            for (size_t k = 0; k < json_array_size(res); k++) {
+                json_t *x = json_array_get(res, k);
+                if (strcmp(json_string_value(json_object_get(x, "resource")),
+                           sim_offload_res_name(SIM_OFL_CPU)))
+                    continue;
+                busy = json_number_value(json_object_get(x, "busy_s"));
+                sbusy = json_number_value(json_object_get(
+                    x, "simulated_busy_s"));
+            }
+            printf("%-13s %9.1f %9.1f %7.2f %8.0f%% %8.0f%% %9.1f %9.1f\n",
+                   sim_sched_name(p.sched), it * 1e3, ps * 1e3,
+                   ps > 0 ? it / ps : 0, it > 0 ? 100 * busy / it : 0,
+                   ps > 0 ? 100 * sbusy / ps : 0,
+                   json_number_value(json_object_get(t, "host_peak_bytes")) /
+                       1048576.0,
+                   json_number_value(json_object_get(
+                       t, "simulated_host_peak_bytes")) / 1048576.0);
+        }
+        json_decref(j);
+        exec_pipe_result_free(&r);
+        sim_plan_free(&p);
+    }
+    prof_model_free(m);
+    return rc;
+}
+
 /* Stage tiers: a pipeline of two CPU devices whose stages keep their
  * AdamW state on the device, in host memory or in a file, run and
  * simulated: the iteration and its ratio to the all-device row, measured
@@ -369,6 +436,7 @@ int main(int argc, char **argv)
     sim_plan_free(&p);
     if (!rc) rc = tier_rows(model, m, dir);
     if (!rc) rc = stage_tier_rows(model, m, dir);
+    if (!rc) rc = table_rows(dir);
     prof_model_free(m);
     return rc;
 }
