@@ -794,8 +794,11 @@ static int tev_cmp(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
-                          const sim_costs *c, sim_tier_use *u)
+/* cold: the iteration makes the gradients' buffers as it needs them (a
+ * run's first); else they are there from the start, as an iteration
+ * after it finds them */
+static void tier_use(const sim_ir *ir, const sim_result *r,
+                     const sim_costs *c, sim_tier_use *u, int cold)
 {
     memset(u, 0, sizeof *u);
     const int S = c->n_model_stages, D = ranks(c);
@@ -812,10 +815,11 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
     u->host_resident = c->host_bytes - c->host_staging -
                        (zero ? g32 : 0) - (disk ? 0 : held);
     u->nvme_resident = c->nvme_bytes - (disk ? held : 0);
-    tev *ev = util_malloc(sizeof *ev * (size_t)(3 * ir->n_tasks + 2));
+    tev *ev = util_malloc(sizeof *ev * (size_t)(5 * ir->n_tasks + 3));
     tev *gv = util_malloc(sizeof *gv * (size_t)(2 * ir->n_tasks + 2));
     int n = 0, ng = 0;
     double transit = 0;
+    int64_t t_transit = INT64_MAX;
     int *seen = util_calloc((size_t)S + 1, sizeof(int));
     for (int i = 0; i < ir->n_tasks; i++) {
         const sim_task *t = &ir->tasks[i];
@@ -869,10 +873,12 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
              * its step; the copies after the first land in a buffer of
              * their own, then join the sum (one buffer, kept, the size
              * of the largest) */
-            if (!seen[t->stage]++)
-                gv[ng++] = (tev){b, grad32_bytes(&c->stage[t->stage]), 0};
-            else
+            if (!seen[t->stage]++) {
+                gv[ng++] = (tev){a, grad32_bytes(&c->stage[t->stage]), 0};
+            } else {
                 transit = fmax(transit, D * by);
+                if (a < t_transit) t_transit = a;
+            }
         } else if (t->kind == SIM_CPU_OPT) {
             gv[ng++] = (tev){b, -grad32_bytes(&c->stage[t->stage]), 0};
             /* Fuyou's tied table: the head's gradient of it waits for the
@@ -890,10 +896,13 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
     double g = 0, g_most = 0;
     for (int k = 0; k < ng; k++) {
         g += gv[k].host;
+        /* cold, each buffer made where the most so far grows */
+        if (cold && g > g_most) ev[n++] = (tev){gv[k].t, g - g_most, 0};
         g_most = fmax(g_most, g);
     }
     free(gv);
-    u->host_resident += g_most + transit;
+    if (!cold) u->host_resident += g_most + transit;
+    else if (transit > 0) ev[n++] = (tev){t_transit, transit, 0};
     qsort(ev, (size_t)n, sizeof *ev, tev_cmp);
     u->n = n + 1;
     u->t_ns = util_malloc(sizeof(int64_t) * (size_t)u->n);
@@ -913,6 +922,18 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
         if (v > u->nvme_peak) u->nvme_peak = v;
     }
     free(ev);
+}
+
+void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
+                          const sim_costs *c, sim_tier_use *u)
+{
+    tier_use(ir, r, c, u, 0);
+}
+
+void sim_offload_tier_use_cold(const sim_ir *ir, const sim_result *r,
+                               const sim_costs *c, sim_tier_use *u)
+{
+    tier_use(ir, r, c, u, 1);
 }
 
 void sim_tier_use_free(sim_tier_use *u)

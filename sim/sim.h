@@ -145,6 +145,10 @@ void sim_stage_tier_step(const sim_ir *ir, const sim_result *r, int s,
                          sim_tier_step *x);
 void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
                           const sim_costs *c, sim_tier_use *u);
+/* The same for a run's first iteration, which makes the gradients'
+ * buffers as it first needs them (its times r, say, measured). */
+void sim_offload_tier_use_cold(const sim_ir *ir, const sim_result *r,
+                               const sim_costs *c, sim_tier_use *u);
 void sim_tier_use_free(sim_tier_use *u);
 
 /* Prepares an engine for one IR and cost table (lent; must outlive it).
