@@ -224,9 +224,10 @@ static void host_free_pinned(exec_tiers *t, float **p, size_t n)
 }
 
 /* A gradient's host buffer of at least n floats, pinned where the
- * backend pins: the pool's of that size, else its smallest larger one,
- * else a new one (the pool then holds, once warm, what the steps hold at
- * once at their most). */
+ * backend pins: the pool's smallest one large enough, else a new one
+ * (once warm, the pool holds about what the steps hold at once at their
+ * most: more where a smaller request took a larger buffer that a later
+ * one then lacks). */
 static float *grad_get(exec_tiers *t, size_t n)
 {
     pthread_mutex_lock(&t->mu);

@@ -444,10 +444,11 @@ struct sim_costs {
                                  * out): the most its window holds, which
                                  * sim_offload_tier_use follows in time */
     double tied_keep32;         /* Fuyou with a tied head: the last
-                                 * stage's fp32 gradient of the table,
-                                 * kept from its step (it cannot step the
-                                 * table) to the first stage's, which
-                                 * sums and steps it; 0: none */
+                                 * stage's fp32 gradient (the table's and
+                                 * the rest, one buffer), kept from its
+                                 * step (it cannot step the table) to the
+                                 * first stage's, which sums and steps
+                                 * it; 0: none */
     double tied_table32;        /* the tied table's fp32 gradient where
                                  * the first and last stages both hold
                                  * it (and it trains); 0: none */

@@ -420,16 +420,21 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
                          "states in host DRAM; zero-infinity and fuyou use "
                          "the nvme tier");
     c->tier = tier;
-    /* Fuyou's head keeps its fp32 gradient of a table it shares with the
-     * first stage until that one sums and steps it */
-    c->tied_keep32 = c->offload == SIM_SCHED_FUYOU ? c->tied_table32 : 0;
-    /* one GPU holds the one table a tied head shares with the embedding:
-     * fetched for each, its gradient summed in place */
+    /* Fuyou's head keeps its fp32 gradient (of a table it shares with
+     * the first stage, and of the rest of it: the buffer stays whole)
+     * until that one sums and steps the table */
+    c->tied_keep32 = c->offload == SIM_SCHED_FUYOU && c->tied_table32 > 0
+                   ? grad32_bytes(&c->stage[S - 1]) : 0;
     double hbw = t->nodes[host].read_bw_bytes_per_s;
-    double table = c->tied_table32 > 0 ? c->stage[0].tied_bytes : 0;
-    /* a tied table is stepped once, by the first stage (its step comes
-     * last), over the sum of its holders' gradients (both read, the sum
-     * written); each step reads its gradients once more for the norm */
+    /* one GPU holds the one table a tied head shares with the embedding:
+     * fetched for each (on the drives, its newest weights wait in DRAM
+     * in fp32, as the step writes them), stepped once, by the first stage
+     * (its step comes last), over the sum of its holders' gradients (both
+     * read, the sum written); each step reads its gradients once more for
+     * the norm. (ZeRO's executor sums the table and takes every norm at
+     * its first step; its steps run back to back, so the total is what
+     * counts.) */
+    double table = c->tied_table32;
     double tparams = c->tied_table32 / 4;
     for (int v = 0; v < N; v++) {
         sim_stage_cost *sc = &c->stage[v];
@@ -478,8 +483,8 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
      * under ZeRO-Offload, whose 16-bit weights stay on the GPU, what a
      * step reads (the fp32 master weights: the weights themselves when
      * they train in fp32); on the drives, a tied table's newest weights
-     * wait in DRAM for the fetches of the holders that do not step it
-     * (in DRAM they are the stepping holder's own) */
+     * wait in DRAM (fp32) for the fetches of the holders that do not step
+     * it (in DRAM they are the stepping holder's own) */
     int zero = c->offload != SIM_SCHED_FUYOU;
     int nvme = tier == SIM_TIER_NVME;
     c->nvme_bytes = nvme ? w + opt : 0;

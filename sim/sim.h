@@ -125,9 +125,10 @@ void sim_offload_usage(const sim_ir *ir, const sim_result *r,
  * their copy up, a step's state until its write-back), and, made once and
  * kept, the buffer where a stage's copies out after its first land before
  * their sum and the fp32 gradients' buffers (as many as the steps hold at
- * once at their most: from a stage's first copy out to its step). Points (t_ns, bytes) after each change; the peaks stay within
- * what sim_offload_costs checked (sim_costs host_bytes, of it the
- * staging window's most host_staging, and nvme_bytes). */
+ * once at their most: from a stage's first copy out to its step). Points
+ * (t_ns, bytes) after each change; the peaks stay within what
+ * sim_offload_costs checked (sim_costs host_bytes, of it the staging
+ * window's most host_staging, and nvme_bytes). */
 typedef struct sim_tier_use {
     double host_resident, nvme_resident;
     double host_peak, nvme_peak;
