@@ -872,18 +872,25 @@ static int task_w_push(exec_tiers *t, tier_stage *s)
     return 0;
 }
 
-typedef struct add_ctx {
+typedef struct sum_ctx {
+    const float *g[4];
+    int n_g;
     float *dst;
-    const float *src;
     size_t n;
-} add_ctx;
+} sum_ctx;
 
-static void add_part(void *ctx, int p, int n)
+/* Part p of n of the sum, element by element in the copies' order (the
+ * destination, one of them, is read before it is written). */
+static void sum_part(void *ctx, int p, int n)
 {
-    add_ctx *c = ctx;
+    sum_ctx *c = ctx;
     size_t lo, hi;
     exec_part_range(c->n, p, n, &lo, &hi);
-    for (size_t i = lo; i < hi; i++) c->dst[i] += c->src[i];
+    for (size_t i = lo; i < hi; i++) {
+        float a = c->g[0][i];
+        for (int k = 1; k < c->n_g; k++) a += c->g[k][i];
+        c->dst[i] = a;
+    }
 }
 
 /* The oldest gradient buffer of the stage to the host (with several
@@ -915,8 +922,8 @@ static int task_g_out(exec_tiers *t, int id, tier_stage *s, util_err *e)
             host_pin(t, t->hgt, t->hgt_n);
         }
         share_copy(t, s, 0, g->p, t->hgt);
-        add_ctx c = {s->hg, t->hgt, s->hn};
-        exec_host_par(t->threads, add_part, &c);
+        sum_ctx c = {{s->hg, t->hgt}, 2, s->hg, s->hn};
+        exec_host_par(t->threads, sum_part, &c);
     }
     exec_buf_unref(g);
     return 0;
@@ -969,27 +976,6 @@ static double stage_norm_sq(const exec_tiers *t, const tier_stage *s, int li)
     double sum = 0;
     for (int p = 0; p < t->threads; p++) sum += c.sum[p];
     return sum;
-}
-
-typedef struct sum_ctx {
-    const float *g[4];
-    int n_g;
-    float *dst;
-    size_t n;
-} sum_ctx;
-
-/* Part p of n of the sum, element by element in the copies' order (the
- * destination, one of them, is read before it is written). */
-static void sum_part(void *ctx, int p, int n)
-{
-    sum_ctx *c = ctx;
-    size_t lo, hi;
-    exec_part_range(c->n, p, n, &lo, &hi);
-    for (size_t i = lo; i < hi; i++) {
-        float a = c->g[0][i];
-        for (int k = 1; k < c->n_g; k++) a += c->g[k][i];
-        c->dst[i] = a;
-    }
 }
 
 /* The copies of the tied table's gradient summed in stage order into the
