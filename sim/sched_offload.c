@@ -886,8 +886,9 @@ static void tier_use(const sim_ir *ir, const sim_result *r,
             }
         } else if (t->kind == SIM_CPU_OPT) {
             gv[ng++] = (tev){b, -grad32_bytes(&c->stage[t->stage]), 0};
-            /* Fuyou's tied table: the head's gradient of it waits for the
-             * first stage's step, which sums and steps it */
+            /* Fuyou's tied table: the head's gradient (its buffer whole)
+             * waits for the first stage's step, which sums and steps the
+             * table */
             if (c->tied_keep32 > 0 && (t->stage == S - 1 || t->stage == 0))
                 gv[ng++] = (tev){b, t->stage ? c->tied_keep32
                                              : -c->tied_keep32, 0};
