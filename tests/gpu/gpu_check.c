@@ -8,7 +8,12 @@
  *     exit 0 when so, 1 when not, 2 on bad input.
  *   gpu_check report RUN.json
  *     a run's `exec --json` document: measured against simulated
- *     iteration time and per-device compute. */
+ *     iteration time and per-device compute.
+ *   gpu_check tiers RUN.json REL
+ *     an offload plan's run (`exec --json`): each tier resource's busy
+ *     share and bytes, and host memory at its peak, measured against
+ *     simulated; exit 1 where the bytes moved or the host's peak are
+ *     more than REL from the simulation's (busy shares are reported). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +116,57 @@ static int report(const char *path)
     return 0;
 }
 
+/* An offload plan's tiers, measured against simulated: the bytes and the
+ * host's peak within rel. */
+static int tiers(const char *path, double rel)
+{
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) {
+        fprintf(stderr, "gpu_check: %s:%d: %s\n", path, je.line, je.text);
+        return 2;
+    }
+    json_t *t = json_object_get(j, "tiers");
+    json_t *res = json_object_get(t, "resources");
+    if (!json_is_object(t) || !json_is_array(res)) {
+        fprintf(stderr, "gpu_check: %s: no tiers (not an offload plan's "
+                        "run)\n", path);
+        json_decref(j);
+        return 2;
+    }
+    double it = num(j, "iteration_time_s");
+    double ps = num(json_object_get(j, "predicted"), "iteration_time_s");
+    printf("%s, states in %s: iteration %.3f s measured, %.3f s simulated "
+           "(measured/simulated %.3f)\n",
+           json_string_value(json_object_get(t, "schedule")),
+           json_string_value(json_object_get(t, "tier")), it, ps,
+           ps > 0 ? it / ps : 0);
+    printf("%-14s %6s %9s %12s %12s\n", "resource", "busy", "sim busy",
+           "bytes", "sim bytes");
+    int ok = 1;
+    for (size_t k = 0; k < json_array_size(res); k++) {
+        json_t *x = json_array_get(res, k);
+        double b = num(x, "bytes"), sb = num(x, "simulated_bytes");
+        int off = fabs(b - sb) > rel * sb;
+        ok &= !off;
+        printf("%-14s %5.0f%% %8.0f%% %12.0f %12.0f%s\n",
+               json_string_value(json_object_get(x, "resource")),
+               it > 0 ? 100 * num(x, "busy_s") / it : 0,
+               ps > 0 ? 100 * num(x, "simulated_busy_s") / ps : 0, b, sb,
+               off ? "  OFF" : "");
+    }
+    double h = num(t, "host_peak_bytes"), sh = num(t, "simulated_host_peak_bytes");
+    int hoff = !(fabs(h - sh) <= rel * sh);
+    ok &= !hoff;
+    printf("host memory at most %.3f GiB, simulated %.3f GiB "
+           "(measured/simulated %.3f)%s\n", h / (1 << 30), sh / (1 << 30),
+           sh > 0 ? h / sh : 0, hoff ? "  OFF" : "");
+    printf("bytes and host peak within %.0f%% of the simulation's: %s\n",
+           100 * rel, ok ? "agree" : "DIFFER");
+    json_decref(j);
+    return ok ? 0 : 1;
+}
+
 /* Two runs' losses step by step: every step's within rel of a's. */
 static int losses(const char *pa, const char *pb, double rel)
 {
@@ -147,10 +203,13 @@ int main(int argc, char **argv)
     if (argc == 6 && !strcmp(argv[1], "weights"))
         return weights(argv[2], argv[3], atof(argv[4]), atof(argv[5]));
     if (argc == 3 && !strcmp(argv[1], "report")) return report(argv[2]);
+    if (argc == 4 && !strcmp(argv[1], "tiers"))
+        return tiers(argv[2], atof(argv[3]));
     if (argc == 5 && !strcmp(argv[1], "losses"))
         return losses(argv[2], argv[3], atof(argv[4]));
     fprintf(stderr, "usage: gpu_check weights A.ckpt B.ckpt ATOL FRACTION\n"
                     "       gpu_check report RUN.json\n"
+                    "       gpu_check tiers RUN.json RELATIVE\n"
                     "       gpu_check losses A.json B.json RELATIVE\n");
     return 2;
 }

@@ -36,7 +36,8 @@
 #   (f) GPT-2 under fuyou and zero-offload (states in DRAM) and
 #       zero-infinity (states in a file on the drive), 4 steps:
 #       measured against simulated iteration time and each tier resource
-#       (PCIe each way, the CPU's AdamW).
+#       (PCIe each way, the CPU's AdamW); the bytes moved and the host's
+#       peak must be within 5% of the simulation's.
 #   (h) GPT-2 on one GPU with its AdamW state in host DRAM (a stage tier:
 #       gradient out, the host's AdamW, weights back) and on the GPU:
 #       measured against simulated iteration and peak;
@@ -259,15 +260,16 @@ for st in fuyou:dram zero-offload:dram zero-infinity:nvme; do
         --microbatches 4 --offload-tier "${st#*:}" --out "$tmp/$sch.json" \
         >/dev/null
     echo "-- $sch, states in ${st#*:}"
+    # the bytes moved and the host's peak within 5% of the simulation's
     if $bin exec --plan "$tmp/$sch.json" --steps 4 --data "$data" \
-           --backend cuda --clip 0 --offload-path "$tmp" \
-           >"$tmp/$sch-run.txt" 2>&1; then
-        sed -n '/^measured/,$p' "$tmp/$sch-run.txt"
+           --backend cuda --clip 0 --offload-path "$tmp" --json \
+           >"$tmp/$sch-run.json" 2>"$tmp/$sch-run.txt"; then
+        build/gpu/gpu_check tiers "$tmp/$sch-run.json" 0.05 || fail=1
     else
         tail -n 5 "$tmp/$sch-run.txt"
         fail=1
     fi
-    keep "$tmp/$sch-run.txt"
+    keep "$tmp/$sch-run.json"
 done
 fi
 
