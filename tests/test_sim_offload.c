@@ -47,6 +47,10 @@ typedef struct orun {
     int staged_steps;
     double tied_keep;           /* sim_costs.tied_keep32 */
     double table32;             /* sim_costs.tied_table32 */
+    /* the host's step of the first, a middle and the last stage, and
+     * their parameters that train */
+    int64_t cpu_stage_ns[3];
+    double stage_params[3];
 } orun;
 
 /* The most of rank 0's steps on the drives staged at one instant. */
@@ -200,6 +204,11 @@ static void osim_dp(const char *model, sim_sched s, int mbs, int m,
     o->host_bytes = c->host_bytes;
     o->tied_keep = c->tied_keep32;
     o->table32 = c->tied_table32;
+    int pick[3] = {0, c->n_model_stages / 2, c->n_model_stages - 1};
+    for (int k = 0; k < 3; k++) {
+        o->cpu_stage_ns[k] = c->stage[pick[k]].cpu_opt_ns;
+        o->stage_params[k] = c->stage[pick[k]].train_params;
+    }
     o->act_tier = c->act_tier;
     o->oom = r.oom;
     o->w_first = c->stage[0].weight_bytes;
@@ -375,6 +384,35 @@ Test(sim_offload, fuyou_keeps_the_heads_table_gradient)
     near(o.tied_keep, (50257.0 + 2) * 768 * 4, "the head's gradient");
     osim("gpt2", SIM_SCHED_ZERO_INFINITY, 1, 2, 1, 64, SIM_TIER_NVME, &o);
     cr_assert_eq(o.tied_keep, 0);
+}
+
+/* The host steps a tied table once: the last stage's step leaves it to
+ * the first, which sums the two copies of its gradient (both read, the
+ * sum written: 12 bytes a parameter) and steps it; every step reads its
+ * gradients once more for the norm (4 bytes a parameter). A pass costs
+ * what AdamW's 28 bytes a parameter cost at the same rate, so against a
+ * middle layer's step, k ns a parameter (32/28 of AdamW's): */
+Test(sim_offload, the_host_steps_a_tied_table_once)
+{
+    static const sim_sched sc[2] = {SIM_SCHED_FUYOU,
+                                    SIM_SCHED_ZERO_INFINITY};
+    for (int i = 0; i < 2; i++) {
+        orun o;
+        osim("gpt2", sc[i], 1, 2, 1, 64, SIM_TIER_NVME, &o);
+        double table = 50257.0 * 768;
+        near(o.table32, 4 * table, "the table");
+        /* each step rounded to a whole ns */
+        double k = (double)o.cpu_stage_ns[1] / o.stage_params[1];
+        double last = k * (o.stage_params[2] - table);
+        double first = k * (o.stage_params[0] + 12.0 / 32 * table);
+        cr_expect(fabs((double)o.cpu_stage_ns[2] - last) <= 1e-6 * last,
+                  "the last stage steps all but the table: %lld ns, "
+                  "closed form %.0f", (long long)o.cpu_stage_ns[2], last);
+        cr_expect(fabs((double)o.cpu_stage_ns[0] - first) <= 1e-6 * first,
+                  "the first steps the table over the copies' sum: %lld "
+                  "ns, closed form %.0f", (long long)o.cpu_stage_ns[0],
+                  first);
+    }
 }
 
 /* What the capacity check charges host DRAM holds the simulated peak, on
