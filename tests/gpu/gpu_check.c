@@ -77,14 +77,20 @@ static double num(json_t *o, const char *k)
     return json_number_value(json_object_get(o, k));
 }
 
-static int report(const char *path)
+/* A JSON file, or NULL after saying why. */
+static json_t *load_json(const char *path)
 {
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
-    if (!j) {
+    if (!j)
         fprintf(stderr, "gpu_check: %s:%d: %s\n", path, je.line, je.text);
-        return 2;
-    }
+    return j;
+}
+
+static int report(const char *path)
+{
+    json_t *j = load_json(path);
+    if (!j) return 2;
     json_t *p = json_object_get(j, "predicted");
     double m = num(j, "iteration_time_s"), s = num(p, "iteration_time_s");
     printf("%s backend, %s transport: iteration measured %.3f ms, "
@@ -120,12 +126,8 @@ static int report(const char *path)
  * host's peak within rel. */
 static int tiers(const char *path, double rel)
 {
-    json_error_t je;
-    json_t *j = json_load_file(path, 0, &je);
-    if (!j) {
-        fprintf(stderr, "gpu_check: %s:%d: %s\n", path, je.line, je.text);
-        return 2;
-    }
+    json_t *j = load_json(path);
+    if (!j) return 2;
     json_t *t = json_object_get(j, "tiers");
     json_t *res = json_object_get(t, "resources");
     if (!json_is_object(t) || !json_is_array(res)) {
@@ -170,11 +172,8 @@ static int tiers(const char *path, double rel)
 /* Two runs' losses step by step: every step's within rel of a's. */
 static int losses(const char *pa, const char *pb, double rel)
 {
-    json_error_t je;
-    json_t *a = json_load_file(pa, 0, &je), *b = NULL;
-    if (!a || !(b = json_load_file(pb, 0, &je))) {
-        fprintf(stderr, "gpu_check: %s:%d: %s\n", a ? pb : pa, je.line,
-                je.text);
+    json_t *a = load_json(pa), *b = a ? load_json(pb) : NULL;
+    if (!b) {
         json_decref(a);
         return 2;
     }
