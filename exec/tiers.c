@@ -111,12 +111,10 @@ typedef struct tier_stage {
                                  * copy out until its step (a buffer of
                                  * the worker's pool, grad_get) */
     int g_set;                  /* hg holds this step's first copy */
-    float *tgk;                 /* Fuyou: a tied-table holder's piece of
-                                 * the table's gradient, kept from its
-                                 * step for the stepping holder's sum: in
-                                 * tgb, the gradient's buffer (its hg
-                                 * until the step) */
-    float *tgb;
+    float *tgb;                 /* Fuyou: a tied-table holder's gradient
+                                 * (its hg until the step), kept from its
+                                 * step for the stepping holder's sum of
+                                 * the table's piece, tgb + th */
     int64_t foff;               /* NVMe tier: w, m, v regions of rb bytes */
     size_t rb;
     int64_t foff_f;             /* NVMe tier: the frozen weights' region
@@ -171,15 +169,12 @@ struct exec_tiers {
                                  * share's size): one serves every stage,
                                  * as the copies out run one at a time */
     size_t hgt_n;
-    /* gradients' buffers their steps are done with, kept (pinned) for
-     * the next first copies: a stage's gradient lives on the host from
-     * its first copy out until its step, as the simulator holds it */
-    float **gpool;
-    size_t *gpool_n;            /* their sizes */
-    int n_gpool, gpool_cap;
-    float **gall;               /* every buffer the pool made, and its */
-    size_t *gall_n;             /* size */
-    int n_gall;
+    /* every gradient buffer made (pinned, n floats), kept: an idle one
+     * waits for the next first copy; a stage's gradient lives on the
+     * host from its first copy out until its step, as the simulator
+     * holds it */
+    struct gbuf { float *p; size_t n; int idle; } *gb;
+    int n_gb;
 };
 
 /* Host memory taken (bytes > 0) or given back: counted with every local
@@ -232,27 +227,22 @@ static float *grad_get(exec_tiers *t, size_t n)
 {
     pthread_mutex_lock(&t->mu);
     int best = -1;
-    for (int k = 0; k < t->n_gpool; k++)
-        if (t->gpool_n[k] >= n &&
-            (best < 0 || t->gpool_n[k] < t->gpool_n[best]))
+    for (int k = 0; k < t->n_gb; k++)
+        if (t->gb[k].idle && t->gb[k].n >= n &&
+            (best < 0 || t->gb[k].n < t->gb[best].n))
             best = k;
     float *p = NULL;
     if (best >= 0) {
-        p = t->gpool[best];
-        t->n_gpool--;
-        t->gpool[best] = t->gpool[t->n_gpool];
-        t->gpool_n[best] = t->gpool_n[t->n_gpool];
+        t->gb[best].idle = 0;
+        p = t->gb[best].p;
     }
     pthread_mutex_unlock(&t->mu);
     if (p) return p;
     p = host_new(t, n);
     host_pin(t, p, n);
     pthread_mutex_lock(&t->mu);
-    t->gall = util_realloc(t->gall, sizeof *t->gall * (size_t)(t->n_gall + 1));
-    t->gall_n = util_realloc(t->gall_n,
-                             sizeof *t->gall_n * (size_t)(t->n_gall + 1));
-    t->gall[t->n_gall] = p;
-    t->gall_n[t->n_gall++] = n;
+    t->gb = util_realloc(t->gb, sizeof *t->gb * (size_t)(t->n_gb + 1));
+    t->gb[t->n_gb++] = (struct gbuf){p, n, 0};
     pthread_mutex_unlock(&t->mu);
     return p;
 }
@@ -265,24 +255,15 @@ static void grad_zero(exec_tiers *t, tier_stage *s)
     memset(s->hg, 0, s->hn * sizeof *s->hg);
 }
 
-/* A step is done with the gradient's buffer *p: to the pool, with the
- * size it was made with. */
+/* A step is done with the gradient's buffer *p: back to the pool. */
 static void grad_put(exec_tiers *t, float **p)
 {
     if (!*p) return;
     pthread_mutex_lock(&t->mu);
     int k = 0;
-    while (k < t->n_gall && t->gall[k] != *p) k++;
-    UTIL_NEVER(k == t->n_gall);
-    if (t->n_gpool == t->gpool_cap) {
-        t->gpool_cap = t->gpool_cap ? 2 * t->gpool_cap : 8;
-        t->gpool = util_realloc(t->gpool,
-                                sizeof *t->gpool * (size_t)t->gpool_cap);
-        t->gpool_n = util_realloc(t->gpool_n,
-                                  sizeof *t->gpool_n * (size_t)t->gpool_cap);
-    }
-    t->gpool[t->n_gpool] = *p;
-    t->gpool_n[t->n_gpool++] = t->gall_n[k];
+    while (k < t->n_gb && t->gb[k].p != *p) k++;
+    UTIL_NEVER(k == t->n_gb);
+    t->gb[k].idle = 1;
     pthread_mutex_unlock(&t->mu);
     *p = NULL;
 }
@@ -987,7 +968,8 @@ static void tied_sum(exec_tiers *t)
     sum_ctx c = {.n = t->tied_n};
     for (int k = 0; k < t->n_tied; k++) {
         tier_stage *s = &t->ts[t->tied[k]];
-        const float *g = s->hg ? s->hg + s->th : s->tgk;
+        const float *g = s->hg ? s->hg + s->th
+                               : s->tgb ? s->tgb + s->th : NULL;
         if (g) c.g[c.n_g++] = g;        /* none came: zero */
     }
     tier_stage *s = &t->ts[t->tied_step];
@@ -1076,10 +1058,7 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
             tied_sum(t);
             /* the other holders' pieces waited for this sum */
             for (int k = 0; k < t->n_tied; k++)
-                if (t->tied[k] != li) {
-                    grad_put(t, &t->ts[t->tied[k]].tgb);
-                    t->ts[t->tied[k]].tgk = NULL;
-                }
+                if (t->tied[k] != li) grad_put(t, &t->ts[t->tied[k]].tgb);
         }
         t->norm_sq += stage_norm_sq(t, s, li);
     }
@@ -1112,7 +1091,6 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
      * stays until then */
     if (st->tied_sl >= 0 && t->n_tied > 1 && li != t->tied_step && fuyou) {
         s->tgb = s->hg;
-        s->tgk = s->hg + s->th;
         s->hg = NULL;
     }
     grad_put(t, &s->hg);
@@ -1450,7 +1428,6 @@ void exec_tiers_free(exec_worker *w)
         host_free(t, &s->hv, n);
         grad_put(t, &s->hg);
         grad_put(t, &s->tgb);
-        s->tgk = NULL;
         for (int k = 0; k < 3; k++) host_free(t, &s->so[k], n);
         exec_buf_unref(s->res);
         exec_buf_unref(s->resf);
@@ -1472,12 +1449,9 @@ void exec_tiers_free(exec_worker *w)
     if (t->tied_own) t->tied_w = NULL;
     host_free_pinned(t, &t->tied_w, t->tied_n);
     host_free_pinned(t, &t->hgt, t->hgt_n);
-    for (int k = 0; k < t->n_gpool; k++)
-        host_free_pinned(t, &t->gpool[k], t->gpool_n[k]);
-    free(t->gpool);
-    free(t->gpool_n);
-    free(t->gall);
-    free(t->gall_n);
+    for (int k = 0; k < t->n_gb; k++)
+        host_free_pinned(t, &t->gb[k].p, t->gb[k].n);
+    free(t->gb);
     free(t->act);
     free(t->ts);
     free(t->role);
