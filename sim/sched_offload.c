@@ -434,7 +434,6 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
      * the norm. (ZeRO's executor sums the table and takes every norm at
      * its first step; its steps run back to back, so the total is what
      * counts.) */
-    double table = c->tied_table32;
     double tparams = c->tied_table32 / 4;
     for (int v = 0; v < N; v++) {
         sim_stage_cost *sc = &c->stage[v];
@@ -491,7 +490,7 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     c->host_staging = (nvme ? 4 * big_io + 3 * big_st : big_g) +
                       (zero ? 0 : 2 * big_g32 + c->tied_keep32);
     c->host_bytes = c->host_staging + (zero ? g32 : 0) +
-                    (nvme ? table : 0) +
+                    (nvme ? c->tied_table32 : 0) +
                     (nvme ? 0
                           : c->offload == SIM_SCHED_ZERO_OFFLOAD ? hst
                                                                  : w + opt);
