@@ -10,7 +10,7 @@
 #include <string.h>
 
 #define CKPT_MAGIC "SLUICEC1"
-#define CKPT_VERSION 3
+#define CKPT_VERSION 4
 /* The largest checkpoint read: 256 GiB, 21 billion parameters with their
  * AdamW moments, far past what the CPU trainer runs. */
 #define CKPT_MAX_BYTES ((size_t)256 << 30)
@@ -30,6 +30,7 @@ typedef struct ckpt_header {
     int32_t llama[4];        /* version 2: kv_heads rmsnorm swiglu rope */
     float llama_f[2];        /* version 2: rope_theta norm_eps */
     int32_t opt[2];          /* version 3: relu pos_offset */
+    int32_t enc[4];          /* version 4: encoder type_vocab pooler 0 */
 } ckpt_header;
 
 /* Version 1 (before Llama's choices) ends before llama[]: it is read as
@@ -37,6 +38,8 @@ typedef struct ckpt_header {
  * and positions from row 0. */
 #define CKPT_V1_BYTES offsetof(ckpt_header, llama)
 #define CKPT_V2_BYTES offsetof(ckpt_header, opt)
+/* Version 3 (before BERT's) ends before enc[]: read as a decoder's. */
+#define CKPT_V3_BYTES offsetof(ckpt_header, enc)
 
 static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
 {
@@ -51,8 +54,9 @@ static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
 #define FNV_INIT 0xCBF29CE484222325ull
 
 static void cfg_pack(const exec_gpt_config *c, int32_t *o, int32_t *x,
-                     float *f, int32_t *p)
+                     float *f, int32_t *p, int32_t *b)
 {
+    b[0] = c->encoder; b[1] = c->type_vocab; b[2] = c->pooler; b[3] = 0;
     o[0] = c->vocab; o[1] = c->max_pos; o[2] = c->hidden; o[3] = c->layers;
     o[4] = c->heads; o[5] = c->ffn; o[6] = c->bias; o[7] = c->tied;
     x[0] = c->kv_heads; x[1] = c->rmsnorm; x[2] = c->swiglu;
@@ -62,8 +66,9 @@ static void cfg_pack(const exec_gpt_config *c, int32_t *o, int32_t *x,
 }
 
 static void cfg_unpack(const int32_t *o, const int32_t *x, const float *f,
-                       const int32_t *p, exec_gpt_config *c)
+                       const int32_t *p, const int32_t *b, exec_gpt_config *c)
 {
+    c->encoder = b[0]; c->type_vocab = b[1]; c->pooler = b[2];
     c->vocab = o[0]; c->max_pos = o[1]; c->hidden = o[2]; c->layers = o[3];
     c->heads = o[4]; c->ffn = o[5]; c->bias = o[6]; c->tied = o[7];
     c->kv_heads = x[0]; c->rmsnorm = x[1]; c->swiglu = x[2];
@@ -83,9 +88,13 @@ static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
         snprintf(norm, sizeof norm, "RMSNorm (eps %g)", (double)c->norm_eps);
     if (exec_rope(c))
         snprintf(pos, sizeof pos, "RoPE (base %g)", (double)c->rope_theta);
+    char kind[64] = "a decoder";
+    if (c->encoder)
+        snprintf(kind, sizeof kind, "an encoder (%d token types, %s)",
+                 c->type_vocab, c->pooler ? "a pooler" : "no pooler");
     snprintf(buf, n,
-             "hidden %d, layers %d, heads %d, key/value heads %d, ffn %d, "
-             "vocab %d, max_pos %d, %s, %s, %s, %s, %s",
+             "%s, hidden %d, layers %d, heads %d, key/value heads %d, "
+             "ffn %d, vocab %d, max_pos %d, %s, %s, %s, %s, %s", kind,
              c->hidden, c->layers, c->heads, exec_kv_heads(c), c->ffn,
              c->vocab, c->max_pos, c->bias ? "biases" : "no biases",
              c->tied ? "tied head" : "untied head", norm,
@@ -134,7 +143,7 @@ int exec_ckpt_save_state(const char *path, const float *params,
     memcpy(h.magic, CKPT_MAGIC, 8);
     h.version = CKPT_VERSION;
     h.header_bytes = sizeof h;
-    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f, h.opt);
+    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f, h.opt, h.enc);
     h.B = meta->B;
     h.T = meta->T;
     h.seed = meta->seed;
@@ -172,7 +181,8 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
     memset(h, 0, sizeof *h);
     memcpy(h, *buf, CKPT_V1_BYTES);
     int old = (h->version == 1 && h->header_bytes == CKPT_V1_BYTES) ||
-              (h->version == 2 && h->header_bytes == CKPT_V2_BYTES);
+              (h->version == 2 && h->header_bytes == CKPT_V2_BYTES) ||
+              (h->version == 3 && h->header_bytes == CKPT_V3_BYTES);
     if ((old || h->header_bytes == sizeof *h) && *len >= h->header_bytes)
         memcpy(h, *buf, h->header_bytes);
     if (!old && (h->version != CKPT_VERSION || h->header_bytes != sizeof *h)) {
@@ -228,7 +238,7 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
 
 static void meta_of(const ckpt_header *h, exec_ckpt_meta *meta)
 {
-    cfg_unpack(h->cfg, h->llama, h->llama_f, h->opt, &meta->cfg);
+    cfg_unpack(h->cfg, h->llama, h->llama_f, h->opt, h->enc, &meta->cfg);
     meta->B = h->B;
     meta->T = h->T;
     meta->seed = h->seed;
@@ -297,7 +307,7 @@ int exec_ckpt_load_state(const char *path, const exec_gpt_config *c,
 /* ---------------------------------------- a LoRA run's own state */
 
 #define LORA_MAGIC "SLUICEL1"
-#define LORA_VERSION 2
+#define LORA_VERSION 3
 
 typedef struct lora_header {
     char magic[8];
@@ -311,10 +321,13 @@ typedef struct lora_header {
     int64_t step;
     uint64_t n_params, n_lora;
     int32_t opt[2];           /* version 2: relu pos_offset */
+    int32_t enc[4];           /* version 3: encoder type_vocab pooler 0 */
 } lora_header;
 
 /* Version 1 (before OPT's choices) ends before opt[]. */
 #define LORA_V1_BYTES offsetof(lora_header, opt)
+/* Version 2 (before BERT's) ends before enc[]. */
+#define LORA_V2_BYTES offsetof(lora_header, enc)
 
 /* The header of a LoRA state file of len bytes into *h: 0, or 1 (not
  * one: no magic, too short), or 2 (another version). */
@@ -323,8 +336,9 @@ static int lora_header_read(const char *buf, size_t len, lora_header *h)
     if (len < LORA_V1_BYTES || memcmp(buf, LORA_MAGIC, 8)) return 1;
     memset(h, 0, sizeof *h);
     memcpy(h, buf, LORA_V1_BYTES);
-    int v1 = h->version == 1 && h->header_bytes == LORA_V1_BYTES;
-    if (!v1 && (h->version != LORA_VERSION || h->header_bytes != sizeof *h))
+    int old = (h->version == 1 && h->header_bytes == LORA_V1_BYTES) ||
+              (h->version == 2 && h->header_bytes == LORA_V2_BYTES);
+    if (!old && (h->version != LORA_VERSION || h->header_bytes != sizeof *h))
         return 2;
     if (len < h->header_bytes) return 1;
     memcpy(h, buf, h->header_bytes);
@@ -348,7 +362,7 @@ int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
     memcpy(h.magic, LORA_MAGIC, 8);
     h.version = LORA_VERSION;
     h.header_bytes = sizeof h;
-    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f, h.opt);
+    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f, h.opt, h.enc);
     h.ft[0] = ft->kind;
     h.ft[1] = ft->rank;
     h.ft[2] = (int32_t)ft->targets;
@@ -386,7 +400,7 @@ int exec_lora_ckpt_peek(const char *path, exec_ckpt_meta *meta,
                          "%u, this sluice reads version %d", path, h.version,
                          LORA_VERSION);
     memset(meta, 0, sizeof *meta);
-    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, &meta->cfg);
+    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, h.enc, &meta->cfg);
     meta->B = h.B;
     meta->T = h.T;
     meta->seed = h.seed;
@@ -437,7 +451,7 @@ int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
     size_t P = exec_gpt_param_table(c, tt);
     exec_gpt_config hc;
     memset(&hc, 0, sizeof hc);
-    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, &hc);
+    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, h.enc, &hc);
     if (memcmp(&hc, c, sizeof hc) || h.n_params != P || h.n_lora != NL ||
         h.ft[0] != (int32_t)ft->kind || h.ft[1] != ft->rank ||
         h.ft[2] != (int32_t)ft->targets || h.ft[3] != ft->frozen) {

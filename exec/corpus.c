@@ -114,3 +114,36 @@ void exec_corpus_rows(const exec_corpus *c, int split, uint64_t seed,
         }
     }
 }
+
+void exec_mlm_mask(const exec_gpt_config *c, uint64_t seed, uint64_t index,
+                   int b0, int nb, int T, int *tokens, int *targets)
+{
+    if (!c->encoder) return;
+    int K = exec_mlm_count(T), V = c->vocab;
+    int *pos = util_malloc(sizeof(int) * (size_t)T);
+    for (int b = b0; b < b0 + nb; b++) {
+        /* apart from the window's draw: another constant in the mix */
+        uint64_t s = mix64(seed ^ mix64(0x6D6C6D6D61736Bull ^
+                                        mix64(index * 1315423911ull + b)));
+        int *tok = tokens + (size_t)(b - b0) * T,
+            *tgt = targets + (size_t)(b - b0) * T;
+        for (int t = 0; t < T; t++) {
+            pos[t] = t;
+            tgt[t] = -1;
+        }
+        /* the first K of a Fisher-Yates shuffle */
+        for (int k = 0; k < K; k++) {
+            int j = k + (int)(exec_splitmix(&s) % (uint64_t)(T - k));
+            int t = pos[j];
+            pos[j] = pos[k];
+            pos[k] = t;
+            tgt[t] = tok[t];
+            uint64_t r = exec_splitmix(&s);
+            if (r % 10 < 8)
+                tok[t] = V - 1;
+            else if (r % 10 == 8)
+                tok[t] = (int)((r / 10) % (uint64_t)V);
+        }
+    }
+    free(pos);
+}

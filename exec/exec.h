@@ -46,6 +46,18 @@ typedef struct exec_gpt_config {
     int relu;      /* the MLP's activation is ReLU, not GELU */
     int pos_offset; /* position t is row t + pos_offset of the table
                     * (max_pos + pos_offset rows: OPT's 2) */
+    /* BERT's choices (0: a decoder's) */
+    int encoder;   /* an encoder trained as a masked LM: every query sees
+                    * every key, each sublayer's LayerNorm after its
+                    * residual, a LayerNorm on the embeddings, and the
+                    * head's transform (dense, GELU, LayerNorm) before the
+                    * decoder, which has a bias of its own */
+    int type_vocab; /* token-type rows (encoder only; 0: none): a sequence
+                    * is a pair, its first half type 0, its second type 1
+                    * (all type 0 with one row) */
+    int pooler;    /* encoder only: tanh(x W + b) of each sequence's first
+                    * token, as BERT's pooler; no loss reads it, so its
+                    * weights get no gradient and only weight decay */
 } exec_gpt_config;
 
 
@@ -68,6 +80,20 @@ static inline size_t exec_fc_rows(const exec_gpt_config *c)
     return (size_t)c->ffn * (c->swiglu ? 2 : 1);
 }
 
+/* The first position of token type 1 in a sequence of T (T: none). */
+static inline int exec_type_split(const exec_gpt_config *c, int T)
+{
+    return c->type_vocab >= 2 ? T / 2 : T;
+}
+
+/* The tokens a masked LM predicts in a sequence of T: 15% of them (Devlin
+ * et al. 2019), at least one. */
+static inline int exec_mlm_count(int T)
+{
+    int k = (int)(0.15 * T + 0.5);
+    return k < 1 ? 1 : k;
+}
+
 /* Whether q and k are rotated (RoPE): a base is set. */
 static inline int exec_rope(const exec_gpt_config *c)
 {
@@ -80,9 +106,9 @@ static inline int exec_qkv_expands(const exec_gpt_config *c)
 }
 
 /* Fills c from a model-zoo spec. Families and features the CPU trainer
- * does not implement (T5, BERT, a gated MLP other than SwiGLU, a head
- * size other than C/NH, a scaled RoPE) are an error naming the feature,
- * code 2. The spec's dtype and dropout are
+ * does not implement (T5, a gated MLP other than SwiGLU, a head size
+ * other than C/NH, a scaled RoPE) are an error naming the feature, code
+ * 2. The spec's dtype and dropout are
  * not: the CPU trains in fp32 and without dropout (deterministic), and
  * callers may say so. where names the spec for messages. */
 int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
@@ -111,7 +137,13 @@ typedef enum {
     EXEC_P_WTE, EXEC_P_WPE, EXEC_P_LN1W, EXEC_P_LN1B, EXEC_P_QKVW,
     EXEC_P_QKVB, EXEC_P_ATTPROJW, EXEC_P_ATTPROJB, EXEC_P_LN2W, EXEC_P_LN2B,
     EXEC_P_FCW, EXEC_P_FCB, EXEC_P_FCPROJW, EXEC_P_FCPROJB, EXEC_P_LNFW,
-    EXEC_P_LNFB, EXEC_P_LMW, EXEC_P_COUNT
+    EXEC_P_LNFB, EXEC_P_LMW,
+    /* an encoder's (BERT): token types, the embeddings' LayerNorm, the
+     * head's dense transform (its LayerNorm is lnf), the pooler, the
+     * decoder's bias */
+    EXEC_P_WTT, EXEC_P_LNEW, EXEC_P_LNEB, EXEC_P_MLMW, EXEC_P_MLMB,
+    EXEC_P_POOLW, EXEC_P_POOLB, EXEC_P_LMB,
+    EXEC_P_COUNT
 } exec_gpt_tensor_id;
 
 /* One parameter tensor of the arena. */
@@ -304,6 +336,15 @@ void exec_corpus_batch(const exec_corpus *c, int split, uint64_t seed,
 void exec_corpus_rows(const exec_corpus *c, int split, uint64_t seed,
                       uint64_t index, int b0, int nb, int T, int *tokens,
                       int *targets);
+/* An encoder's (c->encoder) masked-LM batch from rows b0..b0+nb-1 as
+ * exec_corpus_rows read them (the same seed and index; tokens and targets
+ * nb x T): in each row exec_mlm_count(T) positions drawn from the seed,
+ * the index and the row are predicted, their targets the token read and
+ * every other target -1 (none); of the drawn positions' inputs 80% become
+ * the mask token (the vocabulary's last), 10% a random token and 10% stay
+ * (Devlin et al. 2019). A decoder's batch is left as it is. */
+void exec_mlm_mask(const exec_gpt_config *c, uint64_t seed, uint64_t index,
+                   int b0, int nb, int T, int *tokens, int *targets);
 
 /* ------------------------------------------------------- checkpoint */
 

@@ -17,8 +17,16 @@ enum {
     A_LN2, A_LN2_MEAN, A_LN2_RSTD, A_FCH, A_FCH_GELU, A_FCPROJ, A_RES3,
     A_PER_LAYER
 };
+/* An encoder's (BERT) layer uses the same slots in its own order: QKV,
+ * ATT, ATTY, ATTPROJ, RES2 = input + ATTPROJ, LN1 = its LayerNorm, FCH,
+ * FCH_GELU, FCPROJ, RES3 = LN1 + FCPROJ, LN2 = its LayerNorm (the layer's
+ * output). Globals: ENCODED is the first layer's input (an encoder's
+ * embeddings' LayerNorm of EMB), LNF the LM head's input (an encoder's
+ * head transform: MLM_H, its GELU MLM_G, their LayerNorm), POOL_IN and
+ * POOL the pooler's first tokens and output. */
 enum {
     G_ENCODED, G_LNF, G_LNF_MEAN, G_LNF_RSTD, G_LOGITS, G_PROBS, G_LOSSES,
+    G_EMB, G_EMB_MEAN, G_EMB_RSTD, G_MLM_H, G_MLM_G, G_POOL_IN, G_POOL,
     G_COUNT
 };
 
@@ -43,10 +51,14 @@ static act_layout act_sizes(const exec_gpt_config *c, int B, int T)
         [A_FCH] = N * exec_fc_rows(c), [A_FCH_GELU] = N * F,
         [A_FCPROJ] = N * C, [A_RES3] = N * C};
     memcpy(a.layer, sz, sizeof sz);
+    size_t enc = c->encoder != 0, pool = enc && c->pooler;
     size_t g[G_COUNT] = {[G_ENCODED] = N * C, [G_LNF] = N * C,
                          [G_LNF_MEAN] = mean, [G_LNF_RSTD] = N,
                          [G_LOGITS] = N * c->vocab, [G_PROBS] = N * c->vocab,
-                         [G_LOSSES] = N};
+                         [G_LOSSES] = N, [G_EMB] = enc * N * C,
+                         [G_EMB_MEAN] = enc * N, [G_EMB_RSTD] = enc * N,
+                         [G_MLM_H] = enc * N * C, [G_MLM_G] = enc * N * C,
+                         [G_POOL_IN] = pool * B * C, [G_POOL] = pool * B * C};
     memcpy(a.glob, g, sizeof g);
     a.per_layer = 0;
     for (int i = 0; i < A_PER_LAYER; i++) a.per_layer += a.layer[i];
@@ -59,7 +71,8 @@ static act_layout act_sizes(const exec_gpt_config *c, int B, int T)
 enum {
     P_WTE = EXEC_P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW,
     P_ATTPROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW,
-    P_LNFB, P_LMW, P_COUNT = EXEC_P_COUNT
+    P_LNFB, P_LMW, P_WTT, P_LNEW, P_LNEB, P_MLMW, P_MLMB, P_POOLW, P_POOLB,
+    P_LMB, P_COUNT = EXEC_P_COUNT
 };
 
 static void param_table(const exec_gpt_config *c, exec_tensor *t)
@@ -72,7 +85,11 @@ static void param_table(const exec_gpt_config *c, exec_tensor *t)
     static const char *const names[P_COUNT] = {
         "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw",
         "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb",
-        "lnfw", "lnfb", "lmw"};
+        "lnfw", "lnfb", "lmw", "wtt", "lnew", "lneb", "mlmw", "mlmb",
+        "poolw", "poolb", "lmb"};
+    /* an encoder's: the head's transform, the pooler and the decoder's
+     * bias always have biases, as BERT's */
+    size_t enc = c->encoder != 0, pool = enc && c->pooler;
     size_t n[P_COUNT] = {
         [P_WTE] = V * C, [P_WPE] = P * C, [P_LN1W] = L * C,
         [P_LN1B] = lnb * L * C, [P_QKVW] = L * QKV * C,
@@ -81,7 +98,10 @@ static void param_table(const exec_gpt_config *c, exec_tensor *t)
         [P_LN2B] = lnb * L * C, [P_FCW] = L * FC * C,
         [P_FCB] = bias * L * FC, [P_FCPROJW] = L * C * F,
         [P_FCPROJB] = bias * L * C, [P_LNFW] = C, [P_LNFB] = lnb * C,
-        [P_LMW] = c->tied ? 0 : V * C};
+        [P_LMW] = c->tied ? 0 : V * C,
+        [P_WTT] = enc * (size_t)c->type_vocab * C, [P_LNEW] = enc * C,
+        [P_LNEB] = enc * lnb * C, [P_MLMW] = enc * C * C, [P_MLMB] = enc * C,
+        [P_POOLW] = pool * C * C, [P_POOLB] = pool * C, [P_LMB] = enc * V};
     size_t off = 0;
     for (int i = 0; i < P_COUNT; i++) {
         snprintf(t[i].name, sizeof t[i].name, "%s", names[i]);
@@ -89,7 +109,8 @@ static void param_table(const exec_gpt_config *c, exec_tensor *t)
         t[i].n = n[i];
         t[i].decay = i == P_WTE || i == P_WPE || i == P_QKVW ||
                      i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW ||
-                     i == P_LMW;
+                     i == P_LMW || i == P_WTT || i == P_MLMW ||
+                     i == P_POOLW;
         off += n[i];
     }
 }
@@ -116,6 +137,7 @@ struct exec_gpt {
     float *acts, *dacts;    /* activation arena and its gradients */
     act_layout al;
     int *tokens, *targets;  /* copies of the last forward's batch */
+    int n_tgt;              /* its targets (an encoder's: those >= 0) */
     exec_timing *tm;
     const char *as;         /* model op kind for the timer, or NULL */
 };
@@ -156,6 +178,17 @@ int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
     if (c->rope_theta != 0 && !(c->rope_theta >= 1))
         return util_errf(e, UTIL_EXIT_USAGE, "RoPE's base %g is below 1",
                          (double)c->rope_theta);
+    if ((c->encoder != 0 && c->encoder != 1) || c->type_vocab < 0 ||
+        c->type_vocab > 1024 || (c->pooler != 0 && c->pooler != 1) ||
+        (!c->encoder && (c->type_vocab || c->pooler)))
+        return util_errf(e, UTIL_EXIT_USAGE, "encoder %d with %d token "
+                         "types and pooler %d", c->encoder, c->type_vocab,
+                         c->pooler);
+    if (c->encoder && (c->rmsnorm || c->swiglu || exec_rope(c) ||
+                       c->kv_heads))
+        return util_errf(e, UTIL_EXIT_USAGE, "an encoder (BERT) with "
+                         "LayerNorm, a GELU or ReLU MLP, learned positions "
+                         "and a key and value head per query head");
     if (exec_qkv_expands(c) &&
         (hs > KERN_HEAD_MAX || (exec_rope(c) && hs % 2)))
         return util_errf(e, UTIL_EXIT_USAGE,
@@ -170,10 +203,11 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
 {
     char why[160] = "";
     if (s->family != PROF_FAM_GPT && s->family != PROF_FAM_LLAMA &&
-        s->family != PROF_FAM_OPT)
+        s->family != PROF_FAM_OPT && s->family != PROF_FAM_BERT)
         snprintf(why, sizeof why,
-                 "family %s (it trains decoders: families gpt, llama and "
-                 "opt)", prof_family_name(s->family));
+                 "family %s (it trains decoders, families gpt, llama and "
+                 "opt, and encoders, family bert)",
+                 prof_family_name(s->family));
     else if (s->gated_mlp && s->act != PROF_ACT_SILU)
         snprintf(why, sizeof why, "a gated MLP other than SwiGLU");
     else if (!s->gated_mlp && s->act != PROF_ACT_GELU &&
@@ -207,6 +241,10 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
     c->relu = !s->gated_mlp && s->act == PROF_ACT_RELU;
     /* OPT's table keeps two rows before position 0 (its padding offset) */
     c->pos_offset = s->family == PROF_FAM_OPT && s->max_pos > 0 ? 2 : 0;
+    /* BERT: a masked LM with token types and its pooler */
+    c->encoder = s->family == PROF_FAM_BERT;
+    c->type_vocab = c->encoder ? s->type_vocab : 0;
+    c->pooler = c->encoder && s->pooler;
     /* no learned position table: rotary positions, as Llama (the
      * simulator's rule) */
     int rope = prof_spec_rope(s);
@@ -281,7 +319,7 @@ void exec_gpt_init_params(const exec_gpt_config *c, uint64_t seed, float *p)
     for (int i = 0; i < P_COUNT; i++) {
         exec_tensor *t = &tens[i];
         if (!t->n) continue;
-        if (i == P_LN1W || i == P_LN2W || i == P_LNFW)
+        if (i == P_LN1W || i == P_LN2W || i == P_LNFW || i == P_LNEW)
             for (size_t j = 0; j < t->n; j++) p[t->off + j] = 1.0f;
         else if (t->decay)
             fill_normal(p + t->off, t->n,
@@ -437,8 +475,13 @@ static void ln_bwd(exec_gpt *m, float *dinp, float *dw, float *db,
                                          C));
 }
 
+static float bert_forward(exec_gpt *m, const int *tokens,
+                          const int *targets);
+static void bert_backward(exec_gpt *m);
+
 float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
 {
+    if (m->c.encoder) return bert_forward(m, tokens, targets);
     int B = m->B, T = m->T, C = m->c.hidden, NH = m->c.heads,
         F = m->c.ffn, V = m->c.vocab, N = B * T;
     size_t NC = (size_t)N * C;
@@ -472,7 +515,7 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
         TIMED(attention_forward, B, T, C, NH, 0, 0, 0, 0, 0, attn_fl,
               F4 * (3.0 * NC + NC + 2.0 * B * NH * T * T),
               kern_attention_forward(ACT(l, A_ATTY), ACT(l, A_ATT), qkv, B, T,
-                                     C, NH));
+                                     C, NH, 1));
         linear_fwd(m, ACT(l, A_ATTPROJ), ACT(l, A_ATTY),
                    par(m, P_ATTPROJW) + (size_t)l * C * C,
                    m->c.bias ? par(m, P_ATTPROJB) + lc : NULL, N, C, C);
@@ -522,6 +565,7 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
     const float *losses = GACT(G_LOSSES);
     double sum = 0;
     for (int i = 0; i < N; i++) sum += losses[i];
+    m->n_tgt = N;
     return (float)(sum / N);
 }
 
@@ -532,6 +576,10 @@ void exec_gpt_zero_grad(exec_gpt *m)
 
 void exec_gpt_backward(exec_gpt *m)
 {
+    if (m->c.encoder) {
+        bert_backward(m);
+        return;
+    }
     int B = m->B, T = m->T, C = m->c.hidden, NH = m->c.heads,
         F = m->c.ffn, V = m->c.vocab, N = B * T, L = m->c.layers;
     size_t NC = (size_t)N * C;
@@ -601,7 +649,7 @@ void exec_gpt_backward(exec_gpt *m)
               kern_attention_backward(DACT(l, xp ? A_QKVX : A_QKV),
                                       DACT(l, A_ATT), DACT(l, A_ATTY),
                                       ACT(l, xp ? A_QKVX : A_QKV),
-                                      ACT(l, A_ATT), B, T, C, NH));
+                                      ACT(l, A_ATT), B, T, C, NH, 1));
         if (xp)
             TIMED(qkv_expand_backward, B, T, C, NH, 0, 0, 0, 0, 0,
                   6.0 * N * C, F4 * ((double)N * QKV + 3.0 * NC),
@@ -620,6 +668,221 @@ void exec_gpt_backward(exec_gpt *m)
           kern_embed_backward(grd(m, P_WTE),
                               grd_at(m, P_WPE, (size_t)m->c.pos_offset * C),
                               GDACT(G_ENCODED), m->tokens, B, T, C));
+}
+
+/* ------------------------------------------------ an encoder (BERT) */
+
+static void attn_fwd(exec_gpt *m, float *out, float *att, const float *qkv,
+                     int causal)
+{
+    int B = m->B, T = m->T, C = m->c.hidden, NH = m->c.heads;
+    size_t NC = (size_t)B * T * C;
+    TIMED(attention_forward, B, T, C, NH, 0, 0, 0, 0, 0,
+          4.0 * B * NH * (double)T * T * (C / NH),
+          F4 * (3.0 * NC + NC + 2.0 * B * NH * T * T),
+          kern_attention_forward(out, att, qkv, B, T, C, NH, causal));
+}
+
+static void mlp_act_fwd(exec_gpt *m, float *out, const float *inp, size_t n)
+{
+    int B = m->B, T = m->T, F = (int)(n / ((size_t)B * T));
+    if (m->c.relu)
+        TIMED(relu_forward, B, T, F, 0, 0, 0, 0, 0, 0, (double)n, F4 * 2.0 * n,
+              kern_relu_forward(out, inp, n));
+    else
+        TIMED(gelu_forward, B, T, F, 0, 0, 0, 0, 0, 0, 20.0 * n, F4 * 2.0 * n,
+              kern_gelu_forward(out, inp, n));
+}
+
+static void mlp_act_bwd(exec_gpt *m, float *dinp, const float *inp,
+                        const float *dout, size_t n)
+{
+    int B = m->B, T = m->T, F = (int)(n / ((size_t)B * T));
+    if (m->c.relu)
+        TIMED(relu_backward, B, T, F, 0, 0, 0, 0, 0, 0, (double)n, F4 * 4.0 * n,
+              kern_relu_backward(dinp, inp, dout, n));
+    else
+        TIMED(gelu_backward, B, T, F, 0, 0, 0, 0, 0, 0, 30.0 * n, F4 * 4.0 * n,
+              kern_gelu_backward(dinp, inp, dout, n));
+}
+
+static void res_fwd(exec_gpt *m, float *out, const float *a, const float *b)
+{
+    size_t NC = (size_t)m->B * m->T * m->c.hidden;
+    TIMED(residual_forward, m->B, m->T, m->c.hidden, 0, 0, 0, 0, 0, 0,
+          (double)NC, F4 * 3.0 * NC, kern_residual_forward(out, a, b, NC));
+}
+
+static void res_bwd(exec_gpt *m, float *da, float *db, const float *dout)
+{
+    size_t NC = (size_t)m->B * m->T * m->c.hidden;
+    TIMED(residual_backward, m->B, m->T, m->c.hidden, 0, 0, 0, 0, 0, 0,
+          2.0 * NC, F4 * 5.0 * NC, kern_residual_backward(da, db, dout, NC));
+}
+
+/* BERT (Devlin et al. 2019): token, position and type embeddings and
+ * their LayerNorm; post-LayerNorm layers of bidirectional attention and a
+ * GELU MLP; the pooler on each sequence's first token; the masked-LM head
+ * (dense, GELU, LayerNorm, the tied decoder with its bias); the loss's
+ * mean over the targets >= 0. The calls and their order are those the
+ * pipeline executor makes for the same graph (exec/stage_gpt.c). */
+static float bert_forward(exec_gpt *m, const int *tokens, const int *targets)
+{
+    int B = m->B, T = m->T, C = m->c.hidden, V = m->c.vocab, N = B * T,
+        L = m->c.layers, F = m->c.ffn;
+    size_t NC = (size_t)N * C;
+    memcpy(m->tokens, tokens, (size_t)N * sizeof(int));
+    memcpy(m->targets, targets, (size_t)N * sizeof(int));
+    float *emb = GACT(G_EMB);
+    TIMED(embed_forward, B, T, C, 0, V, 0, 0, 0, 0, (double)NC,
+          F4 * 3.0 * NC,
+          kern_embed_forward(emb, tokens, par(m, P_WTE),
+                             par_at(m, P_WPE, (size_t)m->c.pos_offset * C), B,
+                             T, C));
+    if (m->c.type_vocab)
+        TIMED(embed_type_forward, B, T, C, 0, 0, 0, 0, 0, 0, (double)NC,
+              F4 * 2.0 * NC,
+              kern_embed_type_forward(emb, par(m, P_WTT), B, T, C,
+                                      exec_type_split(&m->c, T)));
+    ln_fwd(m, GACT(G_ENCODED), GACT(G_EMB_MEAN), GACT(G_EMB_RSTD), emb,
+           par(m, P_LNEW), par(m, P_LNEB));
+    int QKV = (int)exec_qkv_rows(&m->c);
+    for (int l = 0; l < L; l++) {
+        const float *x = l ? ACT(l - 1, A_LN2) : GACT(G_ENCODED);
+        size_t lc = (size_t)l * C;
+        linear_fwd(m, ACT(l, A_QKV), x, par(m, P_QKVW) + (size_t)l * QKV * C,
+                   m->c.bias ? par(m, P_QKVB) + (size_t)l * QKV : NULL, N, C,
+                   QKV);
+        attn_fwd(m, ACT(l, A_ATTY), ACT(l, A_ATT), ACT(l, A_QKV), 0);
+        linear_fwd(m, ACT(l, A_ATTPROJ), ACT(l, A_ATTY),
+                   par(m, P_ATTPROJW) + (size_t)l * C * C,
+                   m->c.bias ? par(m, P_ATTPROJB) + lc : NULL, N, C, C);
+        res_fwd(m, ACT(l, A_RES2), x, ACT(l, A_ATTPROJ));
+        ln_fwd(m, ACT(l, A_LN1), ACT(l, A_LN1_MEAN), ACT(l, A_LN1_RSTD),
+               ACT(l, A_RES2), par(m, P_LN1W) + lc, par_at(m, P_LN1B, lc));
+        linear_fwd(m, ACT(l, A_FCH), ACT(l, A_LN1),
+                   par(m, P_FCW) + (size_t)l * F * C,
+                   m->c.bias ? par(m, P_FCB) + (size_t)l * F : NULL, N, C, F);
+        mlp_act_fwd(m, ACT(l, A_FCH_GELU), ACT(l, A_FCH), (size_t)N * F);
+        linear_fwd(m, ACT(l, A_FCPROJ), ACT(l, A_FCH_GELU),
+                   par(m, P_FCPROJW) + (size_t)l * C * F,
+                   m->c.bias ? par(m, P_FCPROJB) + lc : NULL, N, F, C);
+        res_fwd(m, ACT(l, A_RES3), ACT(l, A_LN1), ACT(l, A_FCPROJ));
+        ln_fwd(m, ACT(l, A_LN2), ACT(l, A_LN2_MEAN), ACT(l, A_LN2_RSTD),
+               ACT(l, A_RES3), par(m, P_LN2W) + lc, par_at(m, P_LN2B, lc));
+    }
+    const float *x = ACT(L - 1, A_LN2);
+    if (m->c.pooler) {
+        float *pin = GACT(G_POOL_IN);
+        for (int b = 0; b < B; b++)
+            memcpy(pin + (size_t)b * C, x + (size_t)b * T * C,
+                   sizeof(float) * (size_t)C);
+        linear_fwd(m, GACT(G_POOL), pin, par(m, P_POOLW), par(m, P_POOLB), B,
+                   C, C);
+        TIMED(tanh_forward, B, 1, C, 0, 0, 0, 0, 0, 0, 20.0 * B * C,
+              F4 * 2.0 * B * C,
+              kern_tanh_forward(GACT(G_POOL), GACT(G_POOL), (size_t)B * C));
+    }
+    linear_fwd(m, GACT(G_MLM_H), x, par(m, P_MLMW), par(m, P_MLMB), N, C, C);
+    TIMED(gelu_forward, B, T, C, 0, 0, 0, 0, 0, 0, 20.0 * NC, F4 * 2.0 * NC,
+          kern_gelu_forward(GACT(G_MLM_G), GACT(G_MLM_H), NC));
+    ln_fwd(m, GACT(G_LNF), GACT(G_LNF_MEAN), GACT(G_LNF_RSTD), GACT(G_MLM_G),
+           par(m, P_LNFW), par(m, P_LNFB));
+    const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
+    m->as = "lm_head";
+    linear_fwd(m, GACT(G_LOGITS), GACT(G_LNF), lmw, par(m, P_LMB), N, C, V);
+    m->as = NULL;
+    TIMED(softmax_xent_forward, B, T, 0, 0, V, 0, 0, 0, 0, 5.0 * N * V,
+          F4 * 2.0 * N * V,
+          kern_softmax_xent_forward(GACT(G_LOSSES), GACT(G_PROBS),
+                                    GACT(G_LOGITS), targets, N, V));
+    const float *losses = GACT(G_LOSSES);
+    double sum = 0;
+    int n = 0;
+    for (int i = 0; i < N; i++) {
+        sum += losses[i];
+        n += targets[i] >= 0;
+    }
+    m->n_tgt = n;
+    return n ? (float)(sum / n) : 0.0f;
+}
+
+static void bert_backward(exec_gpt *m)
+{
+    int B = m->B, T = m->T, C = m->c.hidden, NH = m->c.heads, V = m->c.vocab,
+        N = B * T, L = m->c.layers, F = m->c.ffn;
+    size_t NC = (size_t)N * C;
+    memset(m->dacts, 0, m->al.total * sizeof(float));
+    float scale = m->n_tgt ? 1.0f / (float)m->n_tgt : 0.0f;
+    TIMED(softmax_xent_backward, B, T, 0, 0, V, 0, 0, 0, 0, 2.0 * N * V,
+          F4 * 2.0 * N * V,
+          kern_softmax_xent_backward(GDACT(G_LOGITS), GACT(G_PROBS),
+                                     m->targets, scale, N, V));
+    const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
+    float *dlmw = m->c.tied ? grd(m, P_WTE) : grd(m, P_LMW);
+    m->as = "lm_head";
+    linear_bwd(m, GDACT(G_LNF), dlmw, grd(m, P_LMB), GDACT(G_LOGITS),
+               GACT(G_LNF), lmw, N, C, V);
+    m->as = NULL;
+    ln_bwd(m, GDACT(G_MLM_G), grd(m, P_LNFW), grd(m, P_LNFB), GDACT(G_LNF),
+           GACT(G_MLM_G), par(m, P_LNFW), GACT(G_LNF_MEAN),
+           GACT(G_LNF_RSTD));
+    TIMED(gelu_backward, B, T, C, 0, 0, 0, 0, 0, 0, 30.0 * NC, F4 * 4.0 * NC,
+          kern_gelu_backward(GDACT(G_MLM_H), GACT(G_MLM_H), GDACT(G_MLM_G),
+                             NC));
+    /* the pooler's output feeds no loss: no gradient reaches it */
+    linear_bwd(m, DACT(L - 1, A_LN2), grd(m, P_MLMW), grd(m, P_MLMB),
+               GDACT(G_MLM_H), ACT(L - 1, A_LN2), par(m, P_MLMW), N, C, C);
+    int QKV = (int)exec_qkv_rows(&m->c);
+    double attn_fl = 8.0 * B * NH * (double)T * T * (C / NH);
+    for (int l = L - 1; l >= 0; l--) {
+        const float *x = l ? ACT(l - 1, A_LN2) : GACT(G_ENCODED);
+        float *dx = l ? DACT(l - 1, A_LN2) : GDACT(G_ENCODED);
+        size_t lc = (size_t)l * C;
+        ln_bwd(m, DACT(l, A_RES3), grd(m, P_LN2W) + lc, grd_at(m, P_LN2B, lc),
+               DACT(l, A_LN2), ACT(l, A_RES3), par(m, P_LN2W) + lc,
+               ACT(l, A_LN2_MEAN), ACT(l, A_LN2_RSTD));
+        res_bwd(m, DACT(l, A_LN1), DACT(l, A_FCPROJ), DACT(l, A_RES3));
+        linear_bwd(m, DACT(l, A_FCH_GELU),
+                   grd(m, P_FCPROJW) + (size_t)l * C * F,
+                   m->c.bias ? grd(m, P_FCPROJB) + lc : NULL,
+                   DACT(l, A_FCPROJ), ACT(l, A_FCH_GELU),
+                   par(m, P_FCPROJW) + (size_t)l * C * F, N, F, C);
+        mlp_act_bwd(m, DACT(l, A_FCH), ACT(l, A_FCH), DACT(l, A_FCH_GELU),
+                    (size_t)N * F);
+        linear_bwd(m, DACT(l, A_LN1), grd(m, P_FCW) + (size_t)l * F * C,
+                   m->c.bias ? grd(m, P_FCB) + (size_t)l * F : NULL,
+                   DACT(l, A_FCH), ACT(l, A_LN1),
+                   par(m, P_FCW) + (size_t)l * F * C, N, C, F);
+        ln_bwd(m, DACT(l, A_RES2), grd(m, P_LN1W) + lc, grd_at(m, P_LN1B, lc),
+               DACT(l, A_LN1), ACT(l, A_RES2), par(m, P_LN1W) + lc,
+               ACT(l, A_LN1_MEAN), ACT(l, A_LN1_RSTD));
+        res_bwd(m, dx, DACT(l, A_ATTPROJ), DACT(l, A_RES2));
+        linear_bwd(m, DACT(l, A_ATTY), grd(m, P_ATTPROJW) + (size_t)l * C * C,
+                   m->c.bias ? grd(m, P_ATTPROJB) + lc : NULL,
+                   DACT(l, A_ATTPROJ), ACT(l, A_ATTY),
+                   par(m, P_ATTPROJW) + (size_t)l * C * C, N, C, C);
+        TIMED(attention_backward, B, T, C, NH, 0, 0, 0, 0, 0, attn_fl,
+              F4 * (7.0 * NC + 3.0 * B * NH * T * T),
+              kern_attention_backward(DACT(l, A_QKV), DACT(l, A_ATT),
+                                      DACT(l, A_ATTY), ACT(l, A_QKV),
+                                      ACT(l, A_ATT), B, T, C, NH, 0));
+        linear_bwd(m, dx, grd(m, P_QKVW) + (size_t)l * QKV * C,
+                   m->c.bias ? grd(m, P_QKVB) + (size_t)l * QKV : NULL,
+                   DACT(l, A_QKV), x, par(m, P_QKVW) + (size_t)l * QKV * C, N,
+                   C, QKV);
+    }
+    ln_bwd(m, GDACT(G_EMB), grd(m, P_LNEW), grd(m, P_LNEB), GDACT(G_ENCODED),
+           GACT(G_EMB), par(m, P_LNEW), GACT(G_EMB_MEAN), GACT(G_EMB_RSTD));
+    TIMED(embed_backward, B, T, C, 0, V, 0, 0, 0, 0, 2.0 * NC, F4 * 5.0 * NC,
+          kern_embed_backward(grd(m, P_WTE),
+                              grd_at(m, P_WPE, (size_t)m->c.pos_offset * C),
+                              GDACT(G_EMB), m->tokens, B, T, C));
+    if (m->c.type_vocab)
+        TIMED(embed_type_backward, B, T, C, 0, 0, 0, 0, 0, 0, (double)NC,
+              F4 * 2.0 * NC,
+              kern_embed_type_backward(grd(m, P_WTT), GDACT(G_EMB), B, T, C,
+                                       exec_type_split(&m->c, T)));
 }
 
 void exec_sgd_update(float *p, const float *g, size_t n, float lr, float wd,

@@ -599,7 +599,10 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     rt.warmup = o->warmup >= 0 ? o->warmup : o->steps / 10;
     if (rt.warmup < 1) rt.warmup = 1;
     rt.step0 = step0;
-    rt.scale = 1.0 / ((double)r->B * T);
+    /* the loss is the mean over the minibatch's targets: every token's,
+     * an encoder's masked ones (exec_mlm_mask: as many in every row) */
+    rt.scale = 1.0 / ((double)r->B * (rt.cfg.encoder ? exec_mlm_count(T)
+                                                        : T));
     rt.budget = o->mem_budget_bytes > 0 ? o->mem_budget_bytes
                                         : prof_topo_gpu(r->topo, 0)->mem_bytes;
     rt.record_mem = o->record_mem;

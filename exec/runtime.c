@@ -298,6 +298,8 @@ static int fill_tokens(exec_worker *w, exec_stage *st, exec_rec *r,
     int g = st->replica * rt->M + t->mb;
     exec_corpus_rows(rt->corpus, 0, rt->seed, (uint64_t)step, g * rt->mbs,
                      rt->mbs, rt->T, ids, ids + n);
+    exec_mlm_mask(&rt->cfg, rt->seed, (uint64_t)step, g * rt->mbs, rt->mbs,
+                  rt->T, ids, ids + n);
     r->ids.b = exec_buf_new(&w->mem, 2 * n, 0);
     r->ids.off = 0;
     r->ids.n = 2 * n;
@@ -2967,6 +2969,7 @@ void exec_rt_free(exec_runtime *rt)
             free(st->sl_w);
             free(st->sl_b);
             free(st->sl_l);
+            free(st->sl_x);
         }
         int n = rt->ir->n_tasks;
         for (int k = 0; w->rbuf && k < n; k++) exec_buf_unref(w->rbuf[k]);

@@ -203,10 +203,11 @@ typedef struct exec_stage {
     int *keep_rc, *keep_rc_ext;
     int recomp;             /* it recomputes (the plan's mode; not a stage
                              * an offload schedule swaps whole) */
-    /* per op: the slices of its weight and bias, and the first of its
-     * LoRA adapters' (A, B, A, B...) (-1: none), found once
+    /* per op: the slices of its weight and bias, of a third tensor (an
+     * encoder's embedding: the token types) and the first of its LoRA
+     * adapters' (A, B, A, B...) (-1: none), found once
      * (exec_stage_op_slices) rather than by every task */
-    int *sl_w, *sl_b, *sl_l;
+    int *sl_w, *sl_b, *sl_l, *sl_x;
     int has_embed, has_loss;
     /* parameters: arenas of the n floats that train (gradients, AdamW m
      * and v), their weights per version (stashing): w[v] for each

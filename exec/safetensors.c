@@ -291,6 +291,11 @@ int exec_safetensors_load(const char *path, const exec_gpt_config *c,
     if (*(const unsigned char *)&one != 1)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: safetensors are "
                          "little-endian; this machine is not", path);
+    if (c->encoder)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: an encoder's (BERT) "
+                         "weights are not read: the executor reads GPT-2's, "
+                         "Llama's and OPT's (an encoder starts from its "
+                         "seed)", path);
     st_file s = {.path = path, .prefix = ""};
     s.f = fopen(path, "rb");
     if (!s.f)

@@ -1,6 +1,7 @@
-/* The GPT and Llama decoders as the pipeline executor runs them: every op
- * of the model graph (embedding, norms, projections, the three attention
- * ops or the fused one, MLP, residuals, head, loss) with its forward,
+/* The GPT, Llama and OPT decoders and the BERT encoder as the pipeline
+ * executor runs them: every op of the model graph (embedding, norms,
+ * projections, the three attention ops or the fused one, MLP, residuals,
+ * BERT's pooler and head transform, head, loss) with its forward,
  * input-gradient and weight-gradient parts, so a stage may be any range
  * of ops. Tensor
  * parallelism splits as Megatron-LM does: attention heads and the MLP's
@@ -27,7 +28,7 @@ static int gpt_layer(const prof_model *m, int i, int L)
  * on one tensor-parallel rank. */
 typedef enum {
     SZ_0, SZ_N, SZ_2N, SZ_NC, SZ_NQKVL, SZ_N3CL, SZ_NCL, SZ_NFL, SZ_NVL,
-    SZ_SCORES
+    SZ_SCORES, SZ_BC
 } xsize;
 
 /* What each role of the GPT graph keeps and does: output and auxiliary
@@ -55,6 +56,11 @@ static const struct xrole {
     {PROF_ROLE_MLP_DOWN, SZ_NC, SZ_0, 0, 1, 0, 1, 1, 0},
     {PROF_ROLE_LM_HEAD, SZ_NVL, SZ_0, 0, 1, 0, 1, 0, 1},
     {PROF_ROLE_LOSS, SZ_N, SZ_NVL, 0, 0, 0, 0, 0, 0},
+    /* BERT's: the pooler (no loss reads it: no backward), the head's
+     * dense transform and its GELU */
+    {PROF_ROLE_POOLER, SZ_BC, SZ_0, 0, 0, 0, 1, 0, 0},
+    {PROF_ROLE_MLM_DENSE, SZ_NC, SZ_0, 0, 1, 0, 1, 0, 0},
+    {PROF_ROLE_MLM_ACT, SZ_NC, SZ_0, 0, 1, 0, 0, 0, 0},
 };
 
 /* The targets LoRA may put beside a linear role's weight matrix (q, k
@@ -117,6 +123,10 @@ static void lora_geometry(const prof_model *m, const exec_gpt_config *c,
 int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                     int T, int tp, exec_xop **out, util_err *e)
 {
+    if (c->encoder && tp > 1)
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "tensor parallelism %d of an encoder (BERT): the "
+                         "executor splits decoders only", tp);
     if (c->heads % tp || c->ffn % tp || exec_kv_heads(c) % tp)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "tensor parallelism %d must divide the heads (%d), "
@@ -129,7 +139,8 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
         [SZ_N3CL] = N * 3 * (C / tp), [SZ_NCL] = N * (C / tp),
         [SZ_NFL] = N * (size_t)(c->ffn / tp),
         [SZ_NVL] = N * (size_t)exec_vocab_shard(c->vocab, tp),
-        [SZ_SCORES] = (size_t)mbs * (size_t)(c->heads / tp) * T * T};
+        [SZ_SCORES] = (size_t)mbs * (size_t)(c->heads / tp) * T * T,
+        [SZ_BC] = (size_t)mbs * C};
     /* the graph expands q | k | v (RoPE, grouped heads) where the
      * config's kernels need it */
     int qkv = 0, xp = 0;
@@ -175,7 +186,8 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                      o->role == PROF_ROLE_ATTN_OUT ||
                      o->role == PROF_ROLE_MLP_UP ||
                      o->role == PROF_ROLE_MLP_DOWN ||
-                     o->role == PROF_ROLE_LM_HEAD;
+                     o->role == PROF_ROLE_LM_HEAD ||
+                     o->role == PROF_ROLE_MLM_DENSE;
         p->self_keep = bwd && r->self;
         p->need_in[0] = bwd && (linear ? p->has_w : r->in0);
         p->need_in[1] = bwd && r->in1;
@@ -251,10 +263,17 @@ static void pad(slices *v, size_t n)
     *(v->frozen ? &v->foff : &v->off) += n;
 }
 
-/* Which norm an op is: the op after it says (attention, MLP or head). */
-static int norm_tensor(const prof_model *m, int i)
+/* Which norm an op is: the op after it says (a decoder's: before the
+ * attention, the MLP or the head; an encoder's: after the attention or
+ * the MLP, before the decoder, or the embeddings' in the graph's first
+ * layer). */
+static int norm_tensor(const prof_model *m, const exec_gpt_config *c, int i)
 {
     prof_op_role next = i + 1 < m->n_ops ? m->ops[i + 1].role : PROF_ROLE_LOSS;
+    if (c->encoder)
+        return m->ops[i].layer == 0 ? EXEC_P_LNEW
+             : next == PROF_ROLE_MLP_UP ? EXEC_P_LN1W
+             : next == PROF_ROLE_LM_HEAD ? EXEC_P_LNFW : EXEC_P_LN2W;
     return next == PROF_ROLE_QKV ? EXEC_P_LN1W
          : next == PROF_ROLE_MLP_UP ? EXEC_P_LN2W : EXEC_P_LNFW;
 }
@@ -325,11 +344,14 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             pad(&v, (Vl - Vr) * C);
             if (!exec_rope(c))
                 add_slice(&v, EXEC_P_WPE, 0, P, 0, C, C, 1, one, 0, one);
+            if (c->type_vocab)
+                add_slice(&v, EXEC_P_WTT, 0, (size_t)c->type_vocab, 0, C, C,
+                          1, one, 0, one);
             have_wte = 1;
             break;
         case PROF_ROLE_NORM: {
-            int t = norm_tensor(m, i);
-            size_t row = t == EXEC_P_LNFW ? 0 : L;
+            int t = norm_tensor(m, c, i);
+            size_t row = t == EXEC_P_LNFW || t == EXEC_P_LNEW ? 0 : L;
             add_slice(&v, t, row, 1, 0, C, C, 0, one, 0, one);
             if (!c->rmsnorm)
                 add_slice(&v, t + 1, row, 1, 0, C, C, 0, one, 0, one);
@@ -372,7 +394,20 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
                           one);
             add_lora(&v, m, c, i, tp, r, replica);
             break;
+        case PROF_ROLE_POOLER:
+        case PROF_ROLE_MLM_DENSE: {
+            int pool = m->ops[i].role == PROF_ROLE_POOLER;
+            add_slice(&v, pool ? EXEC_P_POOLW : EXEC_P_MLMW, 0, C, 0, C, C, 1,
+                      one, 0, one);
+            add_slice(&v, pool ? EXEC_P_POOLB : EXEC_P_MLMB, 0, C, 0, 1, 1, 0,
+                      one, 0, one);
+            break;
+        }
         case PROF_ROLE_LM_HEAD:
+            /* an encoder's decoder has a bias (tensor parallelism, which
+             * would split it, is refused for encoders) */
+            if (c->encoder)
+                add_slice(&v, EXEC_P_LMB, 0, V, 0, 1, 1, 0, one, 0, one);
             if (c->tied && have_wte) break; /* the embedding's own table */
             /* a tied head's copy counts in the norm and is saved only
              * where no stage holds the embedding (tied_owner) */
@@ -482,7 +517,7 @@ static int tp_sum(exec_worker *w, float *buf, size_t n, int64_t *tp_ns,
  * the bias (or position table) of its slices, its LoRA adapters' A and B;
  * gradients NULL for what is frozen. */
 typedef struct oparams {
-    float *w, *b, *gw, *gb;
+    float *w, *b, *gw, *gb, *x, *gx;
     float *la[3], *lb[3], *gla[3], *glb[3];
 } oparams;
 
@@ -503,18 +538,24 @@ static float *gparam(const exec_stage *st, size_t off)
 /* The slices holding op's weight and bias in the stage (-1: none): those
  * of its tensors at its layer's rows. */
 static void op_slices(const exec_runtime *rt, const exec_stage *st, int op,
-                      int *first_w, int *first_b)
+                      int *first_w, int *first_b, int *first_x)
 {
     const prof_model *m = rt->model;
     prof_op_role role = m->ops[op].role;
-    int want_w = -1, want_b = -1;
-    *first_w = *first_b = -1;
+    int want_w = -1, want_b = -1, want_x = -1;
+    *first_w = *first_b = *first_x = -1;
     switch (role) {
-    case PROF_ROLE_EMBED: want_w = EXEC_P_WTE; want_b = EXEC_P_WPE; break;
+    case PROF_ROLE_EMBED:
+        want_w = EXEC_P_WTE;
+        want_b = EXEC_P_WPE;
+        want_x = EXEC_P_WTT;
+        break;
     case PROF_ROLE_NORM:
-        want_w = norm_tensor(m, op);
+        want_w = norm_tensor(m, &rt->cfg, op);
         want_b = want_w + 1;
         break;
+    case PROF_ROLE_POOLER: want_w = EXEC_P_POOLW; want_b = EXEC_P_POOLB; break;
+    case PROF_ROLE_MLM_DENSE: want_w = EXEC_P_MLMW; want_b = EXEC_P_MLMB; break;
     case PROF_ROLE_QKV: want_w = EXEC_P_QKVW; want_b = EXEC_P_QKVB; break;
     case PROF_ROLE_ATTN_OUT:
         want_w = EXEC_P_ATTPROJW;
@@ -527,6 +568,7 @@ static void op_slices(const exec_runtime *rt, const exec_stage *st, int op,
         break;
     case PROF_ROLE_LM_HEAD:
         want_w = rt->cfg.tied ? EXEC_P_WTE : EXEC_P_LMW;
+        want_b = EXEC_P_LMB;
         break;
     default:
         return;
@@ -561,6 +603,7 @@ static void op_slices(const exec_runtime *rt, const exec_stage *st, int op,
         if (!layer_ok) continue;
         if (s->tensor == want_w && *first_w < 0) *first_w = k;
         if (s->tensor == want_b && *first_b < 0) *first_b = k;
+        if (s->tensor == want_x && *first_x < 0) *first_x = k;
     }
 }
 
@@ -569,8 +612,10 @@ void exec_stage_op_slices(const exec_runtime *rt, exec_stage *st)
     st->sl_w = util_malloc(sizeof(int) * (size_t)st->n_ops);
     st->sl_b = util_malloc(sizeof(int) * (size_t)st->n_ops);
     st->sl_l = util_malloc(sizeof(int) * (size_t)st->n_ops);
+    st->sl_x = util_malloc(sizeof(int) * (size_t)st->n_ops);
     for (int i = 0; i < st->n_ops; i++) {
-        op_slices(rt, st, st->first + i, &st->sl_w[i], &st->sl_b[i]);
+        op_slices(rt, st, st->first + i, &st->sl_w[i], &st->sl_b[i],
+                  &st->sl_x[i]);
         st->sl_l[i] = -1;
     }
     for (int k = st->n_sl - 1; k >= 0; k--)
@@ -596,7 +641,8 @@ static oparams op_params(const exec_worker *w, const exec_stage *st,
     (void)w;
     oparams o = {0};
     int i = op - st->first;
-    int first_w = st->sl_w[i], first_b = st->sl_b[i], l = st->sl_l[i];
+    int first_w = st->sl_w[i], first_b = st->sl_b[i], l = st->sl_l[i],
+        first_x = st->sl_x[i];
     if (first_w >= 0) {
         o.w = slice_w(st, wv, &st->sl[first_w]);
         o.gw = slice_g(st, &st->sl[first_w]);
@@ -604,6 +650,10 @@ static oparams op_params(const exec_worker *w, const exec_stage *st,
     if (first_b >= 0) {
         o.b = slice_w(st, wv, &st->sl[first_b]);
         o.gb = slice_g(st, &st->sl[first_b]);
+    }
+    if (first_x >= 0) {
+        o.x = slice_w(st, wv, &st->sl[first_x]);
+        o.gx = slice_g(st, &st->sl[first_x]);
     }
     for (int a = 0; l >= 0 && a < w->rt->xop[op].n_lora; a++) {
         const exec_slice *A = &st->sl[l + 2 * a], *B = A + 1;
@@ -879,6 +929,9 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         const float *pos = p.b ? p.b + (size_t)c->pos_offset * C : NULL;
         if (tp == 1) {
             EXEC_KERN(w, K->embed_forward(out, tok, p.w, pos, B, T, C));
+            if (p.x)
+                EXEC_KERN(w, K->embed_type_forward(out, p.x, B, T, C,
+                                                   exec_type_split(c, T)));
         } else {
             EXEC_KERN(w, K->embed_shard_forward(out, tok, p.w, w->rank * Vl,
                                                 Vl, N, C));
@@ -908,7 +961,8 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         EXEC_KERN(w, K->attn_scores_forward(out, in0, B, T, Cl, NHl));
         break;
     case PROF_ROLE_ATTN_SOFTMAX:
-        EXEC_KERN(w, K->attn_softmax_forward(out, in0, B, T, NHl));
+        EXEC_KERN(w, K->attn_softmax_forward(out, in0, B, T, NHl,
+                                             !c->encoder));
         break;
     case PROF_ROLE_ATTN_CONTEXT:
         EXEC_KERN(w, K->attn_context_forward(out, in0, in1, B, T, Cl, NHl));
@@ -918,7 +972,8 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
          * not the probabilities: here they are a buffer of the op */
         exec_buf *att = scratch(w, sc_n, "the attention's scores", e);
         if (!att) return -1;
-        EXEC_KERN(w, K->attention_forward(out, att->p, in0, B, T, Cl, NHl));
+        EXEC_KERN(w, K->attention_forward(out, att->p, in0, B, T, Cl, NHl,
+                                          !c->encoder));
         exec_buf_unref(att);
         break;
     }
@@ -950,7 +1005,24 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
             EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)N * Fl));
         break;
     case PROF_ROLE_LM_HEAD:
-        EXEC_KERN(w, K->linear_forward(out, in0, p.w, NULL, N, C, Vl));
+        EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, Vl));
+        break;
+    case PROF_ROLE_POOLER: {
+        /* each sequence's first token, then tanh(x W + b) */
+        exec_buf *x0 = scratch(w, (size_t)B * C, "the pooler's input", e);
+        if (!x0) return -1;
+        EXEC_KERN(w, rt->be->copy2d(x0->p, (size_t)C, in0, (size_t)T * C,
+                                    (size_t)B, (size_t)C));
+        EXEC_KERN(w, K->linear_forward(out, x0->p, p.w, p.b, B, C, C));
+        exec_buf_unref(x0);
+        EXEC_KERN(w, K->tanh_forward(out, out, (size_t)B * C));
+        break;
+    }
+    case PROF_ROLE_MLM_DENSE:
+        EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, C));
+        break;
+    case PROF_ROLE_MLM_ACT:
+        EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)N * C));
         break;
     case PROF_ROLE_LOSS: {
         if (tp == 1) {
@@ -1006,6 +1078,8 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     const float *in1 = x->n_in > 1 ? exec_view_p(in_view(st, r, op, rt->xop, 1))
                                    : NULL;
     float *d0 = NULL, *d1 = NULL;
+    /* BERT's pooler feeds no loss: no gradient reaches it */
+    if (x->role == PROF_ROLE_POOLER) return 0;
     /* frozen weights get no gradient; nothing before the first op that
      * trains runs a backward (the caller skips those ops) */
     int base_w = weight_part && x->train_w;
@@ -1027,6 +1101,9 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         else
             EXEC_KERN(w, K->embed_shard_backward(p.gw, dpos, dout, tok,
                                                  w->rank * Vl, Vl, B, T, C));
+        if (p.gx)
+            EXEC_KERN(w, K->embed_type_backward(p.gx, dout, B, T, C,
+                                                exec_type_split(c, T)));
         break;
     }
     case PROF_ROLE_NORM:
@@ -1048,10 +1125,12 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         break;
     case PROF_ROLE_QKV:
     case PROF_ROLE_MLP_UP:
-    case PROF_ROLE_LM_HEAD: {
+    case PROF_ROLE_LM_HEAD:
+    case PROF_ROLE_MLM_DENSE: {
         /* column-parallel: the input gradient is summed over the group */
         int OC = x->role == PROF_ROLE_QKV ? d.QKVl
-               : x->role == PROF_ROLE_MLP_UP ? (c->swiglu ? 2 * Fl : Fl) : Vl;
+               : x->role == PROF_ROLE_MLP_UP ? (c->swiglu ? 2 * Fl : Fl)
+               : x->role == PROF_ROLE_MLM_DENSE ? C : Vl;
         int rc = 0;
         if (input_part) {
             if (tp == 1) {
@@ -1080,9 +1159,8 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                                e);
         }
         if (!rc && base_w)
-            EXEC_KERN(w, K->linear_backward_weight(
-                             p.gw, x->role == PROF_ROLE_LM_HEAD ? NULL : p.gb,
-                             dout, in0, N, C, OC));
+            EXEC_KERN(w, K->linear_backward_weight(p.gw, p.gb, dout, in0, N,
+                                                   C, OC));
         if (rc) return -1;
         break;
     }
@@ -1113,7 +1191,8 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     case PROF_ROLE_ATTN_SOFTMAX:
         /* its own output gradient is the kernel's scratch */
         if (input_part)
-            EXEC_KERN(w, K->attn_softmax_backward(d0, dout, out, B, T, NHl));
+            EXEC_KERN(w, K->attn_softmax_backward(d0, dout, out, B, T, NHl,
+                                                  !c->encoder));
         break;
     case PROF_ROLE_ATTN_CONTEXT:
         if (input_part)
@@ -1129,9 +1208,10 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         if (!sc) return -1;
         float *pre = sc->p, *att = sc->p + sc_n;
         EXEC_KERN(w, K->attn_scores_forward(pre, in0, B, T, Cl, NHl));
-        EXEC_KERN(w, K->attn_softmax_forward(att, pre, B, T, NHl));
+        EXEC_KERN(w, K->attn_softmax_forward(att, pre, B, T, NHl,
+                                             !c->encoder));
         EXEC_KERN(w, K->attention_backward(d0, pre, dout, in0, att, B, T, Cl,
-                                           NHl));
+                                           NHl, !c->encoder));
         exec_buf_unref(sc);
         break;
     }
@@ -1146,6 +1226,10 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
             EXEC_KERN(w, K->relu_backward(d0, in0, dout, (size_t)N * Fl));
         else if (input_part)
             EXEC_KERN(w, K->gelu_backward(d0, in0, dout, (size_t)N * Fl));
+        break;
+    case PROF_ROLE_MLM_ACT:
+        if (input_part)
+            EXEC_KERN(w, K->gelu_backward(d0, in0, dout, (size_t)N * C));
         break;
     case PROF_ROLE_LOSS:
         if (!input_part) break;

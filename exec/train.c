@@ -58,6 +58,7 @@ static float eval_loss(exec_gpt *m, const exec_corpus *c, uint64_t seed,
     double s = 0;
     for (int i = 0; i < n; i++) {
         exec_corpus_batch(c, 1, seed, (uint64_t)i, B, T, tok, tgt);
+        exec_mlm_mask(exec_gpt_cfg(m), seed, (uint64_t)i, 0, B, T, tok, tgt);
         s += exec_gpt_forward(m, tok, tgt);
     }
     return n ? (float)(s / n) : NAN;
@@ -232,6 +233,7 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
                                                             : o->steps;
     for (int s = step0; s < end; s++) {
         exec_corpus_batch(&corpus, 0, seed, (uint64_t)s, B, T, tok, tgt);
+        exec_mlm_mask(exec_gpt_cfg(m), seed, (uint64_t)s, 0, B, T, tok, tgt);
         uint64_t t0 = exec_now_ns();
         float loss = exec_gpt_forward(m, tok, tgt);
         exec_gpt_zero_grad(m);

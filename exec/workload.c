@@ -273,6 +273,10 @@ static int prep_job(exec_wl *W, wl_job *J, int idx, util_err *e)
     char where[400];
     snprintf(where, sizeof where, "%s: model '%s'", j->model_where, j->model);
     if (exec_gpt_config_from_spec(&spec, &J->cfg, where, e)) return -1;
+    if (J->cfg.encoder)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: an encoder (BERT): a "
+                         "workload's jobs are decoders (families gpt, llama "
+                         "and opt)", where);
     if (J->cfg.vocab < 256)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: vocabulary %d is smaller "
                          "than the 256 byte tokens of the text", where,
@@ -350,6 +354,7 @@ void exec_wl_free(exec_wl *W)
             free(st->sl_w);
             free(st->sl_b);
             free(st->sl_l);
+            free(st->sl_x);
         }
         free(J->sh);
         free(J->xop);

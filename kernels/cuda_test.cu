@@ -188,26 +188,29 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         drop(x); drop(w); drop(b); drop(out); drop(dout); drop(dx); drop(dw);
         drop(db);
     }
-    // attention
-    {
+    // attention: a decoder's (causal), then an encoder's (every key)
+    for (int causal = 1; causal >= 0; causal--) {
         size_t na = (size_t)B * NH * T * T;
         buf qkv = make((size_t)N * 3 * C, 1), out = make((size_t)N * C, 1);
         buf att = make(na, 1), scratch = make(na, 1);
         buf dout = make((size_t)N * C, 1), dqkv = make((size_t)N * 3 * C, 1);
-        kern_attention_forward(out.h, att.h, qkv.h, B, T, C, NH);
-        kern_cuda_attention_forward(out.d, att.d, qkv.d, B, T, C, NH);
-        compare("attention_forward", "out", out);
-        compare("attention_forward", "att", att);
+        kern_attention_forward(out.h, att.h, qkv.h, B, T, C, NH, causal);
+        kern_cuda_attention_forward(out.d, att.d, qkv.d, B, T, C, NH, causal);
+        compare(causal ? "attention_forward" : "attention_forward (encoder)",
+                "out", out);
+        compare(causal ? "attention_forward" : "attention_forward (encoder)",
+                "att", att);
         kern_attention_backward(dqkv.h, scratch.h, dout.h, qkv.h, att.h, B, T,
-                                C, NH);
+                                C, NH, causal);
         kern_cuda_attention_backward(dqkv.d, scratch.d, dout.d, qkv.d, att.d,
-                                     B, T, C, NH);
-        compare("attention_backward", "dqkv", dqkv);
+                                     B, T, C, NH, causal);
+        compare(causal ? "attention_backward" : "attention_backward (encoder)",
+                "dqkv", dqkv);
         drop(qkv); drop(out); drop(att); drop(scratch); drop(dout);
         drop(dqkv);
     }
     // the three-op attention
-    {
+    for (int causal = 1; causal >= 0; causal--) {
         size_t na = (size_t)B * NH * T * T;
         buf qkv = make((size_t)N * 3 * C, 1), out = make((size_t)N * C, 1);
         buf pre = make(na, 1), att = make(na, 1), datt = make(na, 1);
@@ -215,9 +218,10 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         buf dqkv = make((size_t)N * 3 * C, 1);
         kern_attn_scores_forward(pre.h, qkv.h, B, T, C, NH);
         kern_cuda_attn_scores_forward(pre.d, qkv.d, B, T, C, NH);
-        kern_attn_softmax_forward(att.h, pre.h, B, T, NH);
-        kern_cuda_attn_softmax_forward(att.d, pre.d, B, T, NH);
-        compare("attn_softmax_forward", "att", att);
+        kern_attn_softmax_forward(att.h, pre.h, B, T, NH, causal);
+        kern_cuda_attn_softmax_forward(att.d, pre.d, B, T, NH, causal);
+        compare(causal ? "attn_softmax_forward"
+                       : "attn_softmax_forward (encoder)", "att", att);
         kern_attn_context_forward(out.h, att.h, qkv.h, B, T, C, NH);
         kern_cuda_attn_context_forward(out.d, att.d, qkv.d, B, T, C, NH);
         compare("attn_context_forward", "out", out);
@@ -225,11 +229,13 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
                                    C, NH);
         kern_cuda_attn_context_backward(datt.d, dqkv.d, dout.d, att.d, qkv.d,
                                         B, T, C, NH);
-        kern_attn_softmax_backward(dpre.h, datt.h, att.h, B, T, NH);
-        kern_cuda_attn_softmax_backward(dpre.d, datt.d, att.d, B, T, NH);
+        kern_attn_softmax_backward(dpre.h, datt.h, att.h, B, T, NH, causal);
+        kern_cuda_attn_softmax_backward(dpre.d, datt.d, att.d, B, T, NH,
+                                        causal);
         kern_attn_scores_backward(dqkv.h, dpre.h, qkv.h, B, T, C, NH);
         kern_cuda_attn_scores_backward(dqkv.d, dpre.d, qkv.d, B, T, C, NH);
-        compare("attn_*_backward", "dqkv", dqkv);
+        compare(causal ? "attn_*_backward" : "attn_*_backward (encoder)",
+                "dqkv", dqkv);
         drop(qkv); drop(out); drop(pre); drop(att); drop(datt); drop(dpre);
         drop(dout); drop(dqkv);
     }
@@ -250,6 +256,9 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         kern_relu_forward(out.h, x.h, n);
         kern_cuda_relu_forward(out.d, x.d, n);
         compare("relu_forward", "out", out);
+        kern_tanh_forward(out.h, x.h, n);
+        kern_cuda_tanh_forward(out.d, x.d, n);
+        compare("tanh_forward", "out", out);
         kern_relu_backward(dx.h, x.h, dout.h, n);
         kern_cuda_relu_backward(dx.d, x.d, dout.d, n);
         compare("relu_backward", "dinp", dx);
@@ -354,6 +363,21 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         kern_softmax_xent_backward(dl.h, probs.h, tgt, 1.0f / N, N, V);
         kern_cuda_softmax_xent_backward(dl.d, probs.d, dtgt, 1.0f / N, N, V);
         compare("softmax_xent_backward", "dlogits", dl);
+        // a masked LM's targets: every other row none (-1)
+        int *dmt;
+        int *mt = make_tokens((size_t)N, V, &dmt);
+        for (int i = 1; i < N; i += 2) mt[i] = -1;
+        cuda_ok(cudaMemcpy(dmt, mt, (size_t)N * sizeof(int),
+                           cudaMemcpyHostToDevice), "copy in");
+        kern_softmax_xent_forward(losses.h, probs.h, logits.h, mt, N, V);
+        kern_cuda_softmax_xent_forward(losses.d, probs.d, logits.d, dmt, N,
+                                       V);
+        compare("softmax_xent_forward (masked)", "losses", losses);
+        kern_softmax_xent_backward(dl.h, probs.h, mt, 1.0f / N, N, V);
+        kern_cuda_softmax_xent_backward(dl.d, probs.d, dmt, 1.0f / N, N, V);
+        compare("softmax_xent_backward (masked)", "dlogits", dl);
+        free(mt);
+        cudaFree(dmt);
         drop(logits); drop(probs); drop(losses); drop(dl);
     }
     // tensor parallelism over the vocabulary: rank 1 of 2 (its shard
@@ -370,6 +394,15 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         kern_embed_pos_forward(out.h, wpe.h, B, T, C);
         kern_cuda_embed_pos_forward(out.d, wpe.d, B, T, C);
         compare("embed_pos_forward", "out", out);
+        // BERT's sentence-pair token types (the first T/2 positions type 0)
+        buf wtt = make(2 * (size_t)C, 1), dwtt = make(2 * (size_t)C, 1);
+        kern_embed_type_forward(out.h, wtt.h, B, T, C, T / 2);
+        kern_cuda_embed_type_forward(out.d, wtt.d, B, T, C, T / 2);
+        compare("embed_type_forward", "out", out);
+        kern_embed_type_backward(dwtt.h, dout.h, B, T, C, T / 2);
+        kern_cuda_embed_type_backward(dwtt.d, dout.d, B, T, C, T / 2);
+        compare("embed_type_backward", "dwtt", dwtt);
+        drop(wtt); drop(dwtt);
         kern_embed_shard_backward(dwte.h, dwpe.h, dout.h, tok, Vl, Vl, B, T,
                                   C);
         kern_cuda_embed_shard_backward(dwte.d, dwpe.d, dout.d, dtok, Vl, Vl, B,

@@ -28,6 +28,7 @@ typedef struct kargs {
     const float *in, *in2, *in3, *in4, *in5;
     const int *tok;
     int B, T, C, NH, N, OC, V;
+    int causal;             /* attention: query t sees keys 0..t only */
     size_t n;
     float scale;
 } kargs;

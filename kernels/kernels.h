@@ -69,23 +69,24 @@ extern "C" {
     X(linear_backward, LINEAR,                                      \
       (float *dinp, float *dw, float *db, const float *dout,                  \
        const float *inp, const float *w, int N, int C, int OC))              \
-    /* causal softmax(q k^T / sqrt(hs)) v per head: out(B,T,C) from          \
-     * qkv(B,T,3C); att(B,NH,T,T) keeps the probabilities for backward */    \
+    /* softmax(q k^T / sqrt(hs)) v per head: out(B,T,C) from qkv(B,T,3C);  \
+     * att(B,NH,T,T) keeps the probabilities for backward. causal 1: query \
+     * t sees keys 0..t (a decoder); 0: every key (an encoder, BERT) */    \
     X(attention_forward, ATTN,                                        \
       (float *out, float *att, const float *qkv, int B, int T, int C,        \
-       int NH))                                                               \
+       int NH, int causal))                                                   \
     /* dqkv(B,T,3C) +=; scratch is B*NH*T*T floats of workspace */           \
     X(attention_backward, ATTN,                                       \
       (float *dqkv, float *scratch, const float *dout, const float *qkv,     \
-       const float *att, int B, int T, int C, int NH))                        \
+       const float *att, int B, int T, int C, int NH, int causal))            \
     /* The same attention as three ops (a pipeline stage may end between  \
      * them), bit-identical to attention_forward/backward when composed:    \
      * preatt(B,NH,T,T) = q k^T / sqrt(hs) (masked entries unspecified) */  \
     X(attn_scores_forward, ATTN,                                      \
       (float *preatt, const float *qkv, int B, int T, int C, int NH))        \
-    /* att(B,NH,T,T) = causal softmax of preatt rows (masked entries 0) */   \
+    /* att(B,NH,T,T) = softmax of preatt rows; causal: masked entries 0 */  \
     X(attn_softmax_forward, ATTN,                                     \
-      (float *att, const float *preatt, int B, int T, int NH))               \
+      (float *att, const float *preatt, int B, int T, int NH, int causal))   \
     /* out(B,T,C) = att v per head */                                        \
     X(attn_context_forward, ATTN,                                     \
       (float *out, const float *att, const float *qkv, int B, int T, int C,  \
@@ -97,12 +98,15 @@ extern "C" {
     /* dpreatt += att (datt - rowsum(att datt)); datt is used as scratch   \
      * and left overwritten */                                               \
     X(attn_softmax_backward, ATTN,                                    \
-      (float *dpreatt, float *datt, const float *att, int B, int T, int NH)) \
+      (float *dpreatt, float *datt, const float *att, int B, int T, int NH,  \
+       int causal))                                                           \
     /* the q and k parts of dqkv += dpreatt k / sqrt(hs), dpreatt^T q ... */ \
     X(attn_scores_backward, ATTN,                                     \
       (float *dqkv, const float *dpreatt, const float *qkv, int B, int T,    \
        int C, int NH))                                                        \
     X(gelu_forward, ACT, (float *out, const float *inp, size_t n))     \
+    /* out = tanh(inp) (BERT's pooler) */                                 \
+    X(tanh_forward, ACT, (float *out, const float *inp, size_t n))       \
     /* out = max(inp, 0) (OPT's and T5's MLP); its gradient is 0 at 0 */ \
     X(relu_forward, ACT, (float *out, const float *inp, size_t n))       \
     X(relu_backward, ACT,                                                \
@@ -113,7 +117,9 @@ extern "C" {
       (float *out, const float *a, const float *b, size_t n))                 \
     X(residual_backward, RESIDUAL,                                \
       (float *da, float *db, const float *dout, size_t n))                    \
-    /* probs(N,V) = softmax(logits); losses(N) = -log probs[target] */       \
+    /* probs(N,V) = softmax(logits); losses(N) = -log probs[target]; a    \
+     * target below 0 is no target (a masked LM's unmasked token): loss 0 \
+     * and, in the backward, no gradient */                               \
     X(softmax_xent_forward, LOSS,                                     \
       (float *losses, float *probs, const float *logits, const int *targets, \
        int N, int V))                                                         \
@@ -132,6 +138,13 @@ extern "C" {
     /* out(B,T,C) += wpe[t] */                                            \
     X(embed_pos_forward, EMBED,                                           \
       (float *out, const float *wpe, int B, int T, int C))                \
+    /* Token types of a sentence pair (BERT): positions t < T0 are type 0, \
+     * the others type 1. out(B,T,C) += wtt[type of t] */                  \
+    X(embed_type_forward, EMBED,                                          \
+      (float *out, const float *wtt, int B, int T, int C, int T0))        \
+    /* dwtt(2,C) += the sums of dout's rows of each type, in row order */  \
+    X(embed_type_backward, EMBED,                                         \
+      (float *dwtt, const float *dout, int B, int T, int C, int T0))      \
     /* dwte(Vl,C) += for the shard's tokens, dwpe(T,C) += for all (or  \
      * NULL) */                                                           \
     X(embed_shard_backward, EMBED,                                        \

@@ -202,9 +202,9 @@ static void head_scores_bwd(const head *h, const float *ds, const float *qkv,
                 h->scale, ds, h->T, q, h->C3, 1.0f, dq + h->C, h->C3);
 }
 
-/* Per (b, h): scores, a causal softmax per row, context. The masked
- * entries of att are stored as exact zeros, which the backward relies
- * on. Parts take whole (b, h) pairs. */
+/* Per (b, h): scores, a softmax per row (causal: over keys 0..t), context.
+ * The masked entries of att are stored as exact zeros, which the backward
+ * relies on. Parts take whole (b, h) pairs. */
 static void attn_fwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
@@ -215,16 +215,17 @@ static void attn_fwd_part(void *p, int part, int np)
         float *att = a->out2 + h.sq_off;
         head_scores(&h, a->in, att);
         for (int t = 0; t < h.T; t++)
-            rows->softmax_row(att + (size_t)t * h.T, t + 1, h.T);
+            rows->softmax_row(att + (size_t)t * h.T, a->causal ? t + 1 : h.T,
+                              h.T);
         head_context(&h, att, a->in, a->out + h.out_off);
     }
 }
 
 void kern_attention_forward(float *out, float *att, const float *qkv, int B,
-                            int T, int C, int NH)
+                            int T, int C, int NH, int causal)
 {
     kargs a = {.out = out, .out2 = att, .in = qkv, .B = B, .T = T, .C = C,
-               .NH = NH};
+               .NH = NH, .causal = causal};
     kern_parallel(attn_fwd_part, &a);
 }
 
@@ -243,17 +244,19 @@ static void attn_bwd_part(void *p, int part, int np)
         head_context_bwd(&h, a->in, pr, a->in2, ds, 0.0f, a->out);
         for (int t = 0; t < h.T; t++)
             rows->softmax_row_backward(ds + (size_t)t * h.T,
-                                       pr + (size_t)t * h.T, t + 1, h.T);
+                                       pr + (size_t)t * h.T,
+                                       a->causal ? t + 1 : h.T, h.T);
         head_scores_bwd(&h, ds, a->in2, a->out);
     }
 }
 
 void kern_attention_backward(float *dqkv, float *scratch, const float *dout,
                              const float *qkv, const float *att, int B, int T,
-                             int C, int NH)
+                             int C, int NH, int causal)
 {
     kargs a = {.out = dqkv, .out2 = scratch, .in = dout, .in2 = qkv,
-               .in3 = att, .B = B, .T = T, .C = C, .NH = NH};
+               .in3 = att, .B = B, .T = T, .C = C, .NH = NH,
+               .causal = causal};
     kern_parallel(attn_bwd_part, &a);
 }
 
@@ -286,14 +289,15 @@ static void softmax_fwd_part(void *p, int part, int np)
     for (size_t r = lo; r < hi; r++) {
         float *row = a->out + r * T;
         if (row != a->in + r * T) memcpy(row, a->in + r * T, T * sizeof *row);
-        rows->softmax_row(row, (int)(r % T) + 1, (int)T);
+        rows->softmax_row(row, a->causal ? (int)(r % T) + 1 : (int)T, (int)T);
     }
 }
 
 void kern_attn_softmax_forward(float *att, const float *preatt, int B, int T,
-                               int NH)
+                               int NH, int causal)
 {
-    kargs a = {.out = att, .in = preatt, .B = B, .T = T, .NH = NH};
+    kargs a = {.out = att, .in = preatt, .B = B, .T = T, .NH = NH,
+               .causal = causal};
     kern_parallel(softmax_fwd_part, &a);
 }
 
@@ -343,17 +347,18 @@ static void softmax_bwd_part(void *p, int part, int np)
     KERN_SPLIT((size_t)a->B * a->NH * T, part, np, lo, hi);
     for (size_t r = lo; r < hi; r++) {
         float *dr = a->out2 + r * T, *dp = a->out + r * T;
-        rows->softmax_row_backward(dr, a->in + r * T, (int)(r % T) + 1,
+        rows->softmax_row_backward(dr, a->in + r * T,
+                                   a->causal ? (int)(r % T) + 1 : (int)T,
                                    (int)T);
         for (size_t j = 0; j < T; j++) dp[j] += dr[j];
     }
 }
 
 void kern_attn_softmax_backward(float *dpreatt, float *datt, const float *att,
-                                int B, int T, int NH)
+                                int B, int T, int NH, int causal)
 {
     kargs a = {.out = dpreatt, .out2 = datt, .in = att, .B = B, .T = T,
-               .NH = NH};
+               .NH = NH, .causal = causal};
     kern_parallel(softmax_bwd_part, &a);
 }
 
@@ -389,6 +394,19 @@ void kern_relu_forward(float *out, const float *inp, size_t n)
 {
     kargs k = {.out = out, .in = inp, .n = n};
     kern_parallel(relu_fwd_part, &k);
+}
+
+static void tanh_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->n, part, np, lo, hi);
+    for (size_t i = lo; i < hi; i++) a->out[i] = tanhf(a->in[i]);
+}
+
+void kern_tanh_forward(float *out, const float *inp, size_t n)
+{
+    kargs k = {.out = out, .in = inp, .n = n};
+    kern_parallel(tanh_fwd_part, &k);
 }
 
 static void relu_bwd_part(void *p, int part, int np)

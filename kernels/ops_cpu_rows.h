@@ -214,7 +214,8 @@ static void ROWS(xent_fwd_part)(void *p, int part, int np)
         float sum = ROWS(sum_f)(pr, V);
         float inv = 1.0f / sum;
         for (int j = 0; j < V; j++) pr[j] *= inv;
-        a->out[i] = logf(sum) + mx - l[a->tok[i]];
+        /* a target below 0: no target, no loss */
+        a->out[i] = a->tok[i] < 0 ? 0.0f : logf(sum) + mx - l[a->tok[i]];
     }
 }
 
@@ -227,6 +228,7 @@ static void ROWS(xent_bwd_part)(void *p, int part, int np)
     for (size_t i = lo; i < hi; i++) {
         const float *pr = a->in + i * V;
         float *d = a->out + i * V;
+        if (a->tok[i] < 0) continue;
         for (int j = 0; j < V; j++) d[j] += scale * pr[j];
         d[a->tok[i]] -= scale;
     }

@@ -64,6 +64,46 @@ void kern_embed_pos_forward(float *out, const float *wpe, int B, int T, int C)
     kern_parallel(pos_fwd_part, &a);
 }
 
+static void type_fwd_part(void *p, int part, int np)
+{
+    const sargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    size_t C = (size_t)a->C;
+    for (size_t n = lo; n < hi; n++) {
+        float *o = a->out + n * C;
+        const float *te = a->in + ((int)(n % (size_t)a->T) >= a->v0) * C;
+        for (size_t k = 0; k < C; k++) o[k] += te[k];
+    }
+}
+
+void kern_embed_type_forward(float *out, const float *wtt, int B, int T,
+                             int C, int T0)
+{
+    sargs a = {.out = out, .in = wtt, .T = T, .C = C, .N = B * T, .v0 = T0};
+    kern_parallel(type_fwd_part, &a);
+}
+
+/* Two rows of C sums: split by channel, each part adding its channels
+ * over the rows in row order (the bits do not depend on the split). */
+static void type_bwd_part(void *p, int part, int np)
+{
+    const sargs *a = p;
+    KERN_SPLIT(a->C, part, np, lo, hi);
+    size_t C = (size_t)a->C;
+    for (int n = 0; n < a->N; n++) {
+        const float *d = a->in + (size_t)n * C;
+        float *te = a->out + (size_t)(n % a->T >= a->v0) * C;
+        for (size_t k = lo; k < hi; k++) te[k] += d[k];
+    }
+}
+
+void kern_embed_type_backward(float *dwtt, const float *dout, int B, int T,
+                              int C, int T0)
+{
+    sargs a = {.out = dwtt, .in = dout, .T = T, .C = C, .N = B * T, .v0 = T0};
+    kern_parallel(type_bwd_part, &a);
+}
+
 void kern_embed_shard_backward(float *dwte, float *dwpe, const float *dout,
                                const int *tokens, int v0, int Vl, int B,
                                int T, int C)

@@ -525,14 +525,15 @@ static void scores_bwd(float *dqkv, const float *ds, const float *qkv, int B,
     }
 }
 
-// Row r of the squares (query t = r mod T): its first t+1 entries
-// softmaxed, the rest zero; in may be out.
-__global__ void softmax_rows_k(float *out, const float *in, int rows, int T)
+// Row r of the squares (query t = r mod T): causal, its first t+1 entries
+// softmaxed, the rest zero; else all T; in may be out.
+__global__ void softmax_rows_k(float *out, const float *in, int rows, int T,
+                               int causal)
 {
     int r = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= rows) return;
-    int n = r % T + 1;
+    int n = causal ? r % T + 1 : T;
     const float *x = in + (size_t)r * T;
     float *y = out + (size_t)r * T;
     float mx = -3.0e38f;
@@ -549,15 +550,15 @@ __global__ void softmax_rows_k(float *out, const float *in, int rows, int T)
     for (int j = n + lane; j < T; j += 32) y[j] = 0.0f;
 }
 
-// dr = p (dr - sum(p dr)) over the row's first t+1 entries, zero after;
-// added into dpre (the whole row) when there is one.
+// dr = p (dr - sum(p dr)) over the row's first t+1 entries (causal; else
+// all T), zero after; added into dpre (the whole row) when there is one.
 __global__ void softmax_bwd_rows_k(float *dpre, float *dr, const float *p,
-                                   int rows, int T)
+                                   int rows, int T, int causal)
 {
     int r = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= rows) return;
-    int n = r % T + 1;
+    int n = causal ? r % T + 1 : T;
     size_t off = (size_t)r * T;
     float dot = 0.0f;
     for (int j = lane; j < n; j += 32) dot += p[off + j] * dr[off + j];
@@ -569,27 +570,28 @@ __global__ void softmax_bwd_rows_k(float *dpre, float *dr, const float *p,
     }
 }
 
-static void softmax_rows(float *out, const float *in, int B, int T, int NH)
+static void softmax_rows(float *out, const float *in, int B, int T, int NH,
+                         int causal)
 {
     int rows = B * NH * T;
     LAUNCH(softmax_rows_k, blocks(rows, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK,
-           out, in, rows, T);
+           out, in, rows, T, causal);
 }
 
 static void softmax_bwd_rows(float *dpre, float *dr, const float *p, int B,
-                             int T, int NH)
+                             int T, int NH, int causal)
 {
     int rows = B * NH * T;
     LAUNCH(softmax_bwd_rows_k, blocks(rows, ROWS_PER_BLOCK),
-           32 * ROWS_PER_BLOCK, dpre, dr, p, rows, T);
+           32 * ROWS_PER_BLOCK, dpre, dr, p, rows, T, causal);
 }
 
 extern "C" void kern_cuda_attention_forward(float *out, float *att,
                                             const float *qkv, int B, int T,
-                                            int C, int NH)
+                                            int C, int NH, int causal)
 {
     scores(att, qkv, B, T, C, NH);
-    softmax_rows(att, att, B, T, NH);
+    softmax_rows(att, att, B, T, NH, causal);
     context(out, att, qkv, B, T, C, NH);
 }
 
@@ -597,10 +599,10 @@ extern "C" void kern_cuda_attention_backward(float *dqkv, float *scratch,
                                              const float *dout,
                                              const float *qkv,
                                              const float *att, int B, int T,
-                                             int C, int NH)
+                                             int C, int NH, int causal)
 {
     context_bwd(scratch, 0.0f, dqkv, dout, att, qkv, B, T, C, NH);
-    softmax_bwd_rows(NULL, scratch, att, B, T, NH);
+    softmax_bwd_rows(NULL, scratch, att, B, T, NH, causal);
     scores_bwd(dqkv, scratch, qkv, B, T, C, NH);
 }
 
@@ -613,9 +615,10 @@ extern "C" void kern_cuda_attn_scores_forward(float *preatt, const float *qkv,
 }
 
 extern "C" void kern_cuda_attn_softmax_forward(float *att, const float *preatt,
-                                               int B, int T, int NH)
+                                               int B, int T, int NH,
+                                               int causal)
 {
-    softmax_rows(att, preatt, B, T, NH);
+    softmax_rows(att, preatt, B, T, NH, causal);
 }
 
 extern "C" void kern_cuda_attn_context_forward(float *out, const float *att,
@@ -636,9 +639,9 @@ extern "C" void kern_cuda_attn_context_backward(float *datt, float *dqkv,
 
 extern "C" void kern_cuda_attn_softmax_backward(float *dpreatt, float *datt,
                                                 const float *att, int B,
-                                                int T, int NH)
+                                                int T, int NH, int causal)
 {
-    softmax_bwd_rows(dpreatt, datt, att, B, T, NH);
+    softmax_bwd_rows(dpreatt, datt, att, B, T, NH, causal);
 }
 
 extern "C" void kern_cuda_attn_scores_backward(float *dqkv,
@@ -662,6 +665,12 @@ __global__ void gelu_bwd_k(float *dinp, const float *inp, const float *dout,
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i < n) dinp[i] += kern_gelu_grad(inp[i]) * dout[i];
+}
+
+__global__ void tanh_fwd_k(float *out, const float *inp, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = tanhf(inp[i]);
 }
 
 __global__ void relu_fwd_k(float *out, const float *inp, size_t n)
@@ -714,7 +723,9 @@ __global__ void xent_fwd_k(float *losses, float *probs, const float *logits,
     sum = warp_sum(sum);
     float inv = 1.0f / sum;
     for (int j = lane; j < V; j += 32) p[j] *= inv;
-    if (lane == 0) losses[i] = logf(sum) + mx - l[targets[i]];
+    // a target below 0: no target, no loss
+    if (lane == 0)
+        losses[i] = targets[i] < 0 ? 0.0f : logf(sum) + mx - l[targets[i]];
 }
 
 __global__ void xent_bwd_k(float *dlogits, const float *probs,
@@ -723,6 +734,7 @@ __global__ void xent_bwd_k(float *dlogits, const float *probs,
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)N * V) return;
     int row = (int)(i / V), j = (int)(i % V);
+    if (targets[row] < 0) return;
     dlogits[i] += scale * (probs[i] - (j == targets[row] ? 1.0f : 0.0f));
 }
 
@@ -779,6 +791,11 @@ extern "C" void kern_cuda_gelu_backward(float *dinp, const float *inp,
                                         const float *dout, size_t n)
 {
     LAUNCH(gelu_bwd_k, blocks(n, TPB), TPB, dinp, inp, dout, n);
+}
+
+extern "C" void kern_cuda_tanh_forward(float *out, const float *inp, size_t n)
+{
+    LAUNCH(tanh_fwd_k, blocks(n, TPB), TPB, out, inp, n);
 }
 
 extern "C" void kern_cuda_relu_forward(float *out, const float *inp, size_t n)
@@ -874,6 +891,27 @@ __global__ void pos_fwd_k(float *out, const float *wpe, int T, size_t n,
     if (i < n) out[i] += wpe[(i / C) % T * C + i % C];
 }
 
+// Sentence-pair token types: positions t < T0 type 0, the rest type 1.
+__global__ void type_fwd_k(float *out, const float *wtt, int T, int T0,
+                           size_t n, int C)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] += wtt[((int)((i / C) % T) >= T0) * C + i % C];
+}
+
+// One thread per (type, channel), adding the rows in order: deterministic.
+__global__ void type_bwd_k(float *dwtt, const float *dout, int N, int T,
+                           int T0, int C)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= 2 * C) return;
+    int type = i / C, c = i % C;
+    float s = dwtt[i];
+    for (int n = 0; n < N; n++)
+        if ((n % T >= T0) == type) s += dout[(size_t)n * C + c];
+    dwtt[i] = s;
+}
+
 __global__ void shard_bwd_k(float *dwte, float *dwpe, const float *dout,
                             const int *tok, int v0, int Vl, int T, size_t n,
                             int C)
@@ -957,6 +995,20 @@ extern "C" void kern_cuda_embed_pos_forward(float *out, const float *wpe,
 {
     size_t n = (size_t)B * T * C;
     LAUNCH(pos_fwd_k, blocks(n, TPB), TPB, out, wpe, T, n, C);
+}
+
+extern "C" void kern_cuda_embed_type_forward(float *out, const float *wtt,
+                                             int B, int T, int C, int T0)
+{
+    size_t n = (size_t)B * T * C;
+    LAUNCH(type_fwd_k, blocks(n, TPB), TPB, out, wtt, T, T0, n, C);
+}
+
+extern "C" void kern_cuda_embed_type_backward(float *dwtt, const float *dout,
+                                              int B, int T, int C, int T0)
+{
+    LAUNCH(type_bwd_k, blocks((size_t)2 * C, TPB), TPB, dwtt, dout, B * T, T,
+           T0, C);
 }
 
 extern "C" void kern_cuda_embed_shard_backward(float *dwte, float *dwpe,

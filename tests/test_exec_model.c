@@ -1,5 +1,6 @@
-/* exec model: the whole GPT's backward against finite differences of its
- * forward, tensor by tensor, and the memory estimate against the arenas. */
+/* exec model: the whole GPT's (and BERT's) backward against finite
+ * differences of its forward, tensor by tensor, and the memory estimate
+ * against the arenas. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -22,7 +23,10 @@ static double unit(void)
  * h = 1e-2 along a unit direction: the loss (~3.5) carries fp32 rounding
  * of ~4e-7 relative, so the difference is good to ~1e-4 absolute; the
  * tolerance is 2e-3 + 2% of the derivative. A single wrong term in any
- * backward (a missed residual, a transposed GEMM) fails this by far. */
+ * backward (a missed residual, a transposed GEMM) fails this by far.
+ * An encoder's targets are a masked LM's: most are -1 (none). A tensor
+ * no loss reads (BERT's pooler) has a zero gradient, and the loss does
+ * not move along a random direction of it. */
 static void grad_check(const exec_gpt_config *c, int B, int T)
 {
     exec_gpt *m = exec_gpt_new(c, B, T, 7);
@@ -31,6 +35,7 @@ static void grad_check(const exec_gpt_config *c, int B, int T)
     for (int i = 0; i < N; i++) {
         tok[i] = (int)(unit() * c->vocab) % c->vocab;
         tgt[i] = (int)(unit() * c->vocab) % c->vocab;
+        if (c->encoder && i % 3) tgt[i] = -1;
     }
     /* Move away from the initialisation (biases 0, norms 1) so every
      * tensor matters: a few random perturbations of all parameters. */
@@ -49,11 +54,15 @@ static void grad_check(const exec_gpt_config *c, int B, int T)
         const exec_tensor *t = &ts[k];
         if (!t->n) continue;
         double *d = malloc(t->n * sizeof *d);
-        for (int dir = 0; dir < 2; dir++) {
+        int unread = c->pooler && (k == EXEC_P_POOLW || k == EXEC_P_POOLB);
+        for (int dir = unread; dir < 2; dir++) {
             double norm = 0;
             for (size_t i = 0; i < t->n; i++) {
                 d[i] = dir == 0 ? g[t->off + i] : unit() - 0.5;
                 norm += d[i] * d[i];
+                if (unread)
+                    cr_assert_eq(g[t->off + i], 0.0f, "%s: a gradient",
+                                 t->name);
             }
             norm = sqrt(norm);
             cr_assert(norm > 0, "%s: zero gradient", t->name);
@@ -98,6 +107,23 @@ Test(exec_model, gradients_untied_no_bias)
                          .layers = 3, .heads = 3, .ffn = 20, .bias = 0,
                          .tied = 0};
     grad_check(&c, 3, 8);
+}
+
+Test(exec_model, gradients_bert_encoder)
+{
+    /* post-LayerNorm layers, bidirectional attention, token types, the
+     * embeddings' LayerNorm, the head's transform and the decoder's bias,
+     * the loss over the masked tokens; the pooler read by no loss */
+    exec_gpt_config c = {.vocab = 23, .max_pos = 9, .hidden = 16,
+                         .layers = 2, .heads = 2, .ffn = 24, .bias = 1,
+                         .tied = 1, .encoder = 1, .type_vocab = 2,
+                         .pooler = 1};
+    grad_check(&c, 2, 7);
+    exec_gpt_config u = {.vocab = 19, .max_pos = 8, .hidden = 12,
+                         .layers = 3, .heads = 3, .ffn = 20, .bias = 0,
+                         .tied = 0, .encoder = 1, .type_vocab = 1,
+                         .relu = 1};
+    grad_check(&u, 3, 8);
 }
 
 Test(exec_model, mem_need_counts_gpt2_params)

@@ -678,3 +678,89 @@ Test(exec_pipe, llama_and_fused_attention_one_microbatch_bits)
     };
     check_bits(cases, sizeof cases / sizeof *cases);
 }
+
+/* BERT: an encoder trained as a masked LM (exec_mlm_mask), post-LayerNorm
+ * layers attending to every token, token types, the pooler no loss reads
+ * and the head's transform before a decoder with a bias. Pipelines cut
+ * it anywhere (the head's ops on a stage of their own with 5 stages of 3
+ * layers' graph), with data parallelism, recomputation and zero-bubble
+ * schedules, and end where the reference does. */
+#define BERT "tests/data/exec/bert-pico.json"
+#define BERT_UNTIED "tests/data/exec/bert-pico-untied.json"
+#define BERT_FLASH "tests/data/exec/bert-pico-flash.json"
+
+Test(exec_pipe, bert_equals_the_reference)
+{
+    const pspec cases[] = {
+        {BERT, SIM_SCHED_GPIPE, 2, 1, 1, 2, 4, 1, 0},
+        {BERT, SIM_SCHED_1F1B, 3, 1, 1, 2, 4, SIM_RC_SELECTIVE, 0},
+        {BERT, SIM_SCHED_1F1B, 2, 2, 1, 2, 2, 0, 0},
+        {BERT, SIM_SCHED_ZBH1, 2, 1, 1, 2, 4, 0, 0},
+        {BERT, SIM_SCHED_INTERLEAVED, 2, 1, 1, 2, 4, 0, 4},
+        {BERT, SIM_SCHED_ZBV, 2, 1, 1, 2, 4, 0, 4},
+        {BERT_FLASH, SIM_SCHED_DUALPIPEV, 2, 1, 1, 2, 4, 0, 4},
+        {BERT, SIM_SCHED_MIXED_1F1B, 2, 1, 1, 2, 4, 0, 5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_sync(&cases[i], 1.0f);
+}
+
+Test(exec_pipe, bert_one_microbatch_bits)
+{
+    const pspec cases[] = {
+        {BERT_UNTIED, SIM_SCHED_1F1B, 2, 1, 1, 8, 1, 0, 0},
+        {BERT_UNTIED, SIM_SCHED_GPIPE, 3, 1, 1, 8, 1, 1, 0},
+        {BERT_FLASH, SIM_SCHED_ZBH1, 2, 1, 1, 8, 1, 1, 0},
+        {BERT_UNTIED, SIM_SCHED_INTERLEAVED, 2, 1, 1, 8, 1, 0, 6},
+    };
+    check_bits(cases, sizeof cases / sizeof *cases);
+}
+
+/* A masked LM's batch: 15% of each row's tokens predicted, the others'
+ * targets -1; of the predicted inputs most are the mask token; the same
+ * rows drawn alike whatever batch they are read in (a pipeline's
+ * microbatches against the reference's whole batch). */
+Test(exec_pipe, bert_masks_what_it_predicts)
+{
+    util_err e;
+    exec_corpus corpus;
+    int B = 64, T = 40;
+    cr_assert_eq(exec_corpus_load(&corpus, CORPUS, T, &e), 0, "%s", e.msg);
+    exec_gpt_config c = {.vocab = 257, .encoder = 1};
+    int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
+    int *tok2 = malloc(sizeof(int) * B * T), *tgt2 = malloc(sizeof(int) * B * T);
+    exec_corpus_rows(&corpus, 0, 7, 3, 0, B, T, tok, tgt);
+    exec_mlm_mask(&c, 7, 3, 0, B, T, tok, tgt);
+    int K = exec_mlm_count(T), masked = 0, kept = 0;
+    cr_assert_eq(K, 6);
+    for (int b = 0; b < B; b++) {
+        int n = 0;
+        for (int t = 0; t < T; t++) {
+            int i = b * T + t;
+            if (tgt[i] < 0) continue;
+            n++;
+            cr_assert(tgt[i] < 256, "a target is a byte of the text");
+            masked += tok[i] == 256;
+            kept += tok[i] == tgt[i];
+        }
+        cr_assert_eq(n, K, "row %d predicts %d tokens", b, n);
+    }
+    /* 80% mask, 10% random, 10% kept (and a random one may be the same) */
+    cr_assert(masked > 0.7 * B * K && masked < 0.9 * B * K, "%d", masked);
+    cr_assert(kept > 0.05 * B * K && kept < 0.2 * B * K, "%d", kept);
+    /* rows 10..19 read alone: the same draws */
+    exec_corpus_rows(&corpus, 0, 7, 3, 10, 10, T, tok2, tgt2);
+    exec_mlm_mask(&c, 7, 3, 10, 10, T, tok2, tgt2);
+    cr_assert(!memcmp(tok + 10 * T, tok2, sizeof(int) * 10 * T));
+    cr_assert(!memcmp(tgt + 10 * T, tgt2, sizeof(int) * 10 * T));
+    /* a decoder's batch is left as it is */
+    c.encoder = 0;
+    exec_corpus_rows(&corpus, 0, 7, 3, 0, B, T, tok2, tgt2);
+    memcpy(tok, tok2, sizeof(int) * B * T);
+    memcpy(tgt, tgt2, sizeof(int) * B * T);
+    exec_mlm_mask(&c, 7, 3, 0, B, T, tok2, tgt2);
+    cr_assert(!memcmp(tok, tok2, sizeof(int) * B * T));
+    cr_assert(!memcmp(tgt, tgt2, sizeof(int) * B * T));
+    free(tok); free(tgt); free(tok2); free(tgt2);
+    exec_corpus_free(&corpus);
+}

@@ -367,7 +367,7 @@ static void expect_wl(int code, const char *want, const char *text,
 Test(exec_workload, errors_name_the_file_line_and_field)
 {
     expect_wl(2, "w.json:2:12: field 'jobs[1].model': model 'bert-large': "
-              "the CPU reference trainer cannot train this model: family bert",
+              "an encoder (BERT): a workload's jobs are decoders",
               "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 2},\n"
               " {\"model\": \"bert-large\", \"batch\": 2, \"samples\": 2}]}\n", "");
     expect_wl(2, "w.json:1:21: field 'jobs[0].model': unknown model 'gpt-nano'",

@@ -171,7 +171,7 @@ static void ref_linear(double *out, const double *x, const double *w,
 }
 
 static void ref_attention(double *out, const double *qkv, int B, int T, int C,
-                          int NH)
+                          int NH, int causal)
 {
     int hs = C / NH;
     double *sc = malloc((size_t)T * sizeof *sc);
@@ -180,20 +180,21 @@ static void ref_attention(double *out, const double *qkv, int B, int T, int C,
             for (int t = 0; t < T; t++) {
                 const double *q = qkv + (b * T + t) * 3 * C + h * hs;
                 double mx = -INFINITY, sum = 0;
-                for (int j = 0; j <= t; j++) {
+                int n = causal ? t + 1 : T;
+                for (int j = 0; j < n; j++) {
                     const double *k = qkv + (b * T + j) * 3 * C + C + h * hs;
                     double s = 0;
                     for (int i = 0; i < hs; i++) s += q[i] * k[i];
                     sc[j] = s / sqrt((double)hs);
                     mx = fmax(mx, sc[j]);
                 }
-                for (int j = 0; j <= t; j++) {
+                for (int j = 0; j < n; j++) {
                     sc[j] = exp(sc[j] - mx);
                     sum += sc[j];
                 }
                 for (int i = 0; i < hs; i++) {
                     double o = 0;
-                    for (int j = 0; j <= t; j++)
+                    for (int j = 0; j < n; j++)
                         o += sc[j] / sum *
                              qkv[(b * T + j) * 3 * C + 2 * C + h * hs + i];
                     out[(b * T + t) * C + h * hs + i] = o;
@@ -215,7 +216,8 @@ static void ref_xent(double *loss, const double *logits, const int *tgt,
         double mx = -INFINITY, s = 0;
         for (int j = 0; j < V; j++) mx = fmax(mx, logits[i * V + j]);
         for (int j = 0; j < V; j++) s += exp(logits[i * V + j] - mx);
-        loss[i] = log(s) + mx - logits[i * V + tgt[i]];
+        /* a target below 0 is none: no loss */
+        loss[i] = tgt[i] < 0 ? 0 : log(s) + mx - logits[i * V + tgt[i]];
     }
 }
 
@@ -380,47 +382,52 @@ Test(kern, linear)
 /* --------------------------------------------------------- attention */
 
 typedef struct {
-    int B, T, C, NH;
+    int B, T, C, NH, causal;
     double *qkv, *g, *out;
 } att_ctx;
 
 static double att_loss(void *p)
 {
     att_ctx *c = p;
-    ref_attention(c->out, c->qkv, c->B, c->T, c->C, c->NH);
+    ref_attention(c->out, c->qkv, c->B, c->T, c->C, c->NH, c->causal);
     return dot(c->out, c->g, (size_t)c->B * c->T * c->C);
 }
 
+/* A decoder's causal attention and an encoder's (BERT) over every key. */
 static void attention_body(void)
 {
     const int shapes[][4] = {{1, 1, 4, 1}, {2, 5, 8, 2}, {2, 9, 12, 3},
                              {1, 16, 16, 4}};
-    for (int s = 0; s < 4; s++) {
-        rng_seed(400 + s);
-        int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2],
-            NH = shapes[s][3];
+    for (int s = 0; s < 8; s++) {
+        int causal = s < 4;
+        rng_seed(400 + s % 4 + 10 * !causal);
+        int B = shapes[s % 4][0], T = shapes[s % 4][1], C = shapes[s % 4][2],
+            NH = shapes[s % 4][3];
         size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C,
                na = (size_t)B * NH * T * T;
         float *qkv = rnd(nq), *g = rnd(no), *out = rnd(no), *att = rnd(na);
         float *scratch = rnd(na);
-        att_ctx c = {B, T, C, NH, to_d(qkv, nq), to_d(g, no),
+        att_ctx c = {B, T, C, NH, causal, to_d(qkv, nq), to_d(g, no),
                      malloc(no * sizeof(double))};
-        kern_attention_forward(out, att, qkv, B, T, C, NH);
+        kern_attention_forward(out, att, qkv, B, T, C, NH, causal);
         att_loss(&c);
         check("attention.out", out, c.out, no, FWD_ATOL, FWD_RTOL);
-        /* Probabilities: rows sum to one, the future is exactly zero. */
+        /* Probabilities: rows sum to one; causal, the future is exactly
+         * zero, else no key is */
         for (int r = 0; r < B * NH; r++)
             for (int t = 0; t < T; t++) {
                 double sum = 0;
                 for (int j = 0; j < T; j++) {
                     float p = att[((size_t)r * T + t) * T + j];
-                    if (j > t) cr_assert_eq(p, 0.0f);
+                    if (j > t && causal) cr_assert_eq(p, 0.0f);
+                    if (!causal) cr_assert_gt(p, 0.0f);
                     sum += p;
                 }
                 cr_assert(fabs(sum - 1) < 1e-5);
             }
         float *dq = rnd(nq), *dq0 = copy_f(dq, nq);
-        kern_attention_backward(dq, scratch, g, qkv, att, B, T, C, NH);
+        kern_attention_backward(dq, scratch, g, qkv, att, B, T, C, NH,
+                                causal);
         double *fq = fd(att_loss, &c, c.qkv, nq);
         check_grad("attention.dqkv", dq, dq0, fq, nq);
         free(qkv); free(g); free(out); free(att); free(scratch); free(c.qkv);
@@ -442,31 +449,33 @@ static void attn_split_body(void)
     const int shapes[][4] = {{1, 1, 4, 1}, {2, 5, 8, 2}, {2, 9, 12, 3},
                              {1, 16, 16, 4}};
     for (int th = 1; th <= 3; th += 2)
-        for (int s = 0; s < 4; s++) {
+        for (int s = 0; s < 8; s++) {
+            int causal = s < 4;
             kern_set_threads(th);
             rng_seed(450 + s);
-            int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2],
-                NH = shapes[s][3];
+            int B = shapes[s % 4][0], T = shapes[s % 4][1],
+                C = shapes[s % 4][2], NH = shapes[s % 4][3];
             size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C,
                    na = (size_t)B * NH * T * T;
             float *qkv = rnd(nq), *g = rnd(no);
             float *out = calloc(no, 4), *att = calloc(na, 4);
             float *scr = calloc(na, 4), *dq = calloc(nq, 4);
-            kern_attention_forward(out, att, qkv, B, T, C, NH);
-            kern_attention_backward(dq, scr, g, qkv, att, B, T, C, NH);
+            kern_attention_forward(out, att, qkv, B, T, C, NH, causal);
+            kern_attention_backward(dq, scr, g, qkv, att, B, T, C, NH,
+                                    causal);
             float *pre = rnd(na), *att2 = rnd(na), *out2 = rnd(no);
             kern_attn_scores_forward(pre, qkv, B, T, C, NH);
-            kern_attn_softmax_forward(att2, pre, B, T, NH);
+            kern_attn_softmax_forward(att2, pre, B, T, NH, causal);
             kern_attn_context_forward(out2, att2, qkv, B, T, C, NH);
             cr_assert(!memcmp(att, att2, na * 4), "softmax differs");
             cr_assert(!memcmp(out, out2, no * 4), "context differs");
             /* in place: preatt may be the softmax's output */
-            kern_attn_softmax_forward(pre, pre, B, T, NH);
+            kern_attn_softmax_forward(pre, pre, B, T, NH, causal);
             cr_assert(!memcmp(att, pre, na * 4), "in-place softmax differs");
             float *datt = calloc(na, 4), *dpre = calloc(na, 4);
             float *dq2 = calloc(nq, 4);
             kern_attn_context_backward(datt, dq2, g, att2, qkv, B, T, C, NH);
-            kern_attn_softmax_backward(dpre, datt, att2, B, T, NH);
+            kern_attn_softmax_backward(dpre, datt, att2, B, T, NH, causal);
             kern_attn_scores_backward(dq2, dpre, qkv, B, T, C, NH);
             cr_assert(!memcmp(dq, dq2, nq * 4), "dqkv differs (shape %d, "
                       "%d threads)", s, th);
@@ -474,7 +483,8 @@ static void attn_split_body(void)
             float *datt3 = calloc(na, 4), *dpre3 = copy_f(dpre, na);
             float *dq3 = copy_f(dq2, nq);
             kern_attn_context_backward(datt3, dq3, g, att2, qkv, B, T, C, NH);
-            kern_attn_softmax_backward(dpre3, datt3, att2, B, T, NH);
+            kern_attn_softmax_backward(dpre3, datt3, att2, B, T, NH,
+                                       causal);
             for (size_t i = 0; i < na; i++)
                 cr_assert_eq(dpre3[i], 2 * dpre[i]);
             kern_attn_scores_backward(dq3, dpre, qkv, B, T, C, NH);
@@ -584,16 +594,20 @@ static double xent_loss(void *p)
     return s * c->scale;
 }
 
+/* The last shape is a masked LM's: most rows have no target (-1), and
+ * neither a loss nor a gradient. */
 static void softmax_xent_body(void)
 {
-    const int shapes[][2] = {{1, 3}, {6, 11}, {9, 40}};
-    for (int s = 0; s < 3; s++) {
+    const int shapes[][2] = {{1, 3}, {6, 11}, {9, 40}, {10, 13}};
+    for (int s = 0; s < 4; s++) {
         rng_seed(700 + s);
         int N = shapes[s][0], V = shapes[s][1];
         size_t n = (size_t)N * V;
         float *logits = rnd(n), *probs = rnd(n), *loss = rnd(N);
         for (size_t i = 0; i < n; i++) logits[i] *= 8; /* peaked rows */
         int *tgt = rnd_tokens(N, V);
+        for (int i = 0; s == 3 && i < N; i++)
+            if (i % 3) tgt[i] = -1;
         xent_ctx c = {N, V, tgt, to_d(logits, n), malloc(N * sizeof(double)),
                       1.0 / N};
         kern_softmax_xent_forward(loss, probs, logits, tgt, N, V);
@@ -608,6 +622,12 @@ static void softmax_xent_body(void)
         kern_softmax_xent_backward(dl, probs, tgt, (float)(1.0 / N), N, V);
         double *fl = fd(xent_loss, &c, c.logits, n);
         check_grad("xent.dlogits", dl, dl0, fl, n);
+        for (int i = 0; i < N; i++)
+            if (tgt[i] < 0) {
+                cr_assert_eq(loss[i], 0.0f);
+                cr_assert(!memcmp(dl + (size_t)i * V, dl0 + (size_t)i * V,
+                                  sizeof *dl * (size_t)V));
+            }
         free(logits); free(probs); free(loss); free(tgt); free(c.logits);
         free(c.loss); free(dl); free(dl0); free(fl);
     }
@@ -996,6 +1016,45 @@ Test(kern, qkv_expand)
 
 /* An embedding without a position table (RoPE models): the token rows
  * alone, and no position gradient. */
+/* BERT's pooler activation and its sentence-pair token types: rows
+ * before T0 get type 0's row, the rest type 1's; the backward sums each
+ * type's rows, the same bits with any thread count. */
+Test(kern, tanh_and_token_types)
+{
+    rng_seed(1450);
+    size_t n = 97;
+    float *x = rnd(n), *y = rnd(n);
+    for (size_t i = 0; i < n; i++) x[i] *= 6;
+    double *want = malloc(n * sizeof *want);
+    for (size_t i = 0; i < n; i++) want[i] = tanh((double)x[i]);
+    kern_tanh_forward(y, x, n);
+    check("tanh.out", y, want, n, 1e-6, 1e-6);
+    int B = 3, T = 7, C = 5, T0 = 3, N = B * T;
+    float *wtt = rnd(2 * (size_t)C), *out = rnd((size_t)N * C),
+          *g = rnd((size_t)N * C);
+    float *out0 = copy_f(out, (size_t)N * C);
+    kern_embed_type_forward(out, wtt, B, T, C, T0);
+    for (int r = 0; r < N; r++)
+        for (int k = 0; k < C; k++)
+            cr_assert_eq(out[r * C + k],
+                         out0[r * C + k] + wtt[(r % T >= T0) * C + k]);
+    float *dw[2];
+    for (int th = 0; th < 2; th++) {
+        kern_set_threads(th ? 3 : 1);
+        dw[th] = calloc(2 * (size_t)C, sizeof(float));
+        dw[th][0] = 1.0f;   /* the backward adds */
+        kern_embed_type_backward(dw[th], g, B, T, C, T0);
+    }
+    kern_set_threads(1);
+    cr_assert(!memcmp(dw[0], dw[1], 2 * (size_t)C * sizeof(float)));
+    double sum[2][5] = {{1.0}};
+    for (int r = 0; r < N; r++)
+        for (int k = 0; k < C; k++) sum[r % T >= T0][k] += g[r * C + k];
+    check("embed_type.dwtt", dw[0], &sum[0][0], 2 * (size_t)C, 1e-6, 1e-6);
+    free(x); free(y); free(want); free(wtt); free(out); free(g); free(out0);
+    free(dw[0]); free(dw[1]);
+}
+
 Test(kern, embed_no_positions)
 {
     rng_seed(1500);
@@ -1015,7 +1074,7 @@ Test(kern, embed_no_positions)
 
 Test(kern, op_list)
 {
-    cr_assert_eq(KERN_OP_COUNT, 44);
+    cr_assert_eq(KERN_OP_COUNT, 47);
     cr_assert_str_eq(kern_op_name(KERN_OP_linear_backward_weight),
                      "linear_backward_weight");
     cr_assert_str_eq(kern_kind_name(kern_op_kind(KERN_OP_attention_forward)),
@@ -1041,8 +1100,8 @@ Test(kern, threads_agree)
         att[r] = calloc(na, 4);
         dq[r] = calloc(nq, 4);
         float *scr = calloc(na, 4);
-        kern_attention_forward(o[r], att[r], qkv, B, T, C, NH);
-        kern_attention_backward(dq[r], scr, g, qkv, att[r], B, T, C, NH);
+        kern_attention_forward(o[r], att[r], qkv, B, T, C, NH, 1);
+        kern_attention_backward(dq[r], scr, g, qkv, att[r], B, T, C, NH, 1);
         lo[r] = calloc((size_t)N * OC, 4);
         dw[r] = calloc((size_t)OC * C, 4);
         dx[r] = calloc((size_t)N * C, 4);

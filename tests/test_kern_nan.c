@@ -53,7 +53,7 @@ Test(kern_nan, row_kernels_take_nan)
         kern_softmax_xent_backward(dx, probs, tgt, 0.25f, N, V);
         float qkv[B * T * 3 * C], att[B * NH * T * T], o[B * T * C];
         for (int i = 0; i < B * T * 3 * C; i++) qkv[i] = x[i % (N * V)];
-        kern_attention_forward(o, att, qkv, B, T, C, NH);
+        kern_attention_forward(o, att, qkv, B, T, C, NH, 1);
         float p[N * V], m[N * V], v2[N * V];
         for (int i = 0; i < N * V; i++) p[i] = m[i] = v2[i] = 0.5f;
         kern_adamw_update(p, m, v2, x, N * V, 1e-3f, 0.9f, 0.999f, 1e-8f,

@@ -249,6 +249,12 @@ model=tests/data/exec/gpt-pico-flash.json same "fused attention" 2 \
 # OPT's decoder (ReLU, positions from the table's row 2)
 model=tests/data/exec/opt-pico.json same "opt, tp 2" 2 --schedule 1f1b \
     --pp 1 --tp 2
+# BERT's encoder (attention over every token, post-LayerNorm, token
+# types, the pooler, the masked-LM head), fused attention and a pipeline
+model=tests/data/exec/bert-pico.json same "bert, dp 2" 2 --schedule 1f1b \
+    --pp 1 --dp 2
+model=tests/data/exec/bert-pico-flash.json same "bert, fused attention" 2 \
+    --schedule zb-h1 --pp 2 --recompute
 model=
 fi
 
