@@ -115,8 +115,9 @@ void exec_corpus_rows(const exec_corpus *c, int split, uint64_t seed,
     }
 }
 
-void exec_mlm_mask(const exec_gpt_config *c, uint64_t seed, uint64_t index,
-                   int b0, int nb, int T, int *tokens, int *targets)
+void exec_mlm_mask(const exec_gpt_config *c, int split, uint64_t seed,
+                   uint64_t index, int b0, int nb, int T, int *tokens,
+                   int *targets)
 {
     if (!c->encoder) return;
     int K = exec_mlm_count(T), V = c->vocab;
@@ -124,6 +125,7 @@ void exec_mlm_mask(const exec_gpt_config *c, uint64_t seed, uint64_t index,
     for (int b = b0; b < b0 + nb; b++) {
         /* apart from the window's draw: another constant in the mix */
         uint64_t s = mix64(seed ^ mix64(0x6D6C6D6D61736Bull ^
+                                        (uint64_t)split * 0x100000001ull ^
                                         mix64(index * 1315423911ull + b)));
         int *tok = tokens + (size_t)(b - b0) * T,
             *tgt = targets + (size_t)(b - b0) * T;

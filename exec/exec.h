@@ -337,14 +337,15 @@ void exec_corpus_rows(const exec_corpus *c, int split, uint64_t seed,
                       uint64_t index, int b0, int nb, int T, int *tokens,
                       int *targets);
 /* An encoder's (c->encoder) masked-LM batch from rows b0..b0+nb-1 as
- * exec_corpus_rows read them (the same seed and index; tokens and targets
- * nb x T): in each row exec_mlm_count(T) positions drawn from the seed,
- * the index and the row are predicted, their targets the token read and
+ * exec_corpus_rows read them (the same split, seed and index; tokens and
+ * targets nb x T): in each row exec_mlm_count(T) positions drawn from
+ * them and the row are predicted, their targets the token read and
  * every other target -1 (none); of the drawn positions' inputs 80% become
  * the mask token (the vocabulary's last), 10% a random token and 10% stay
  * (Devlin et al. 2019). A decoder's batch is left as it is. */
-void exec_mlm_mask(const exec_gpt_config *c, uint64_t seed, uint64_t index,
-                   int b0, int nb, int T, int *tokens, int *targets);
+void exec_mlm_mask(const exec_gpt_config *c, int split, uint64_t seed,
+                   uint64_t index, int b0, int nb, int T, int *tokens,
+                   int *targets);
 
 /* ------------------------------------------------------- checkpoint */
 

@@ -37,7 +37,10 @@ struct exec_ofl_stage {
     ofl_chunk *c;
     int n_c;
     int *need;                  /* per op of the stage: its chunk, -1 */
-    int cur;                    /* the resident chunk, -1 */
+    int *need2;                 /* and a second one, -1: the table's for
+                                 * a tied decoder with weights of its own
+                                 * (BERT's bias) in another chunk */
+    int cur, cur2;              /* the resident chunks, -1 */
     float *g;                   /* host gradients (st->g) */
     float *hw, *hm, *hv;        /* dram: the states */
 };
@@ -431,14 +434,21 @@ static void chunks_build(exec_worker *w, exec_stage *st,
         c->n = at[i + 1] - c->off;
         s->need[i] = s->n_c - 1;
     }
-    /* a tied head with the embedding in the stage reads the table */
-    for (int i = 0; i < n; i++)
-        if (s->need[i] < 0 && st->tied_sl >= 0 &&
-            m->ops[st->first + i].role == PROF_ROLE_LM_HEAD)
-            for (int c = 0; c < s->n_c; c++)
-                if (st->sl[st->tied_sl].off >= s->c[c].off &&
-                    st->sl[st->tied_sl].off < s->c[c].off + s->c[c].n)
-                    s->need[i] = c;
+    /* a tied head with the embedding in the stage reads the table: its
+     * chunk, or a second one beside the head's own (a decoder's bias) */
+    s->need2 = util_malloc(sizeof(int) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) {
+        s->need2[i] = -1;
+        if (st->tied_sl < 0 ||
+            m->ops[st->first + i].role != PROF_ROLE_LM_HEAD)
+            continue;
+        for (int c = 0; c < s->n_c; c++)
+            if (st->sl[st->tied_sl].off >= s->c[c].off &&
+                st->sl[st->tied_sl].off < s->c[c].off + s->c[c].n) {
+                if (s->need[i] < 0) s->need[i] = c;
+                else if (s->need[i] != c) s->need2[i] = c;
+            }
+    }
     for (int c = 0; c < s->n_c; c++) {
         ofl_chunk *ch = &s->c[c];
         ch->sl0 = st->n_sl;
@@ -450,13 +460,16 @@ static void chunks_build(exec_worker *w, exec_stage *st,
             ch->sl1++;
     }
     /* gradient windows a backward writes back: runs of a chunk among the
-     * ops with a weight part, last op first */
-    int prev = -1;
+     * ops with a weight part, last op first (an op holding two chunks
+     * continues or starts a run of each) */
+    int prev = -1, prev2 = -1;
     for (int i = n - 1; i >= 0; i--) {
-        int c = s->need[i];
+        int c = s->need[i], c2 = s->need2[i];
         if (c < 0 || !rt->xop[st->first + i].has_w) continue;
-        if (c != prev) s->c[c].runs++;
+        if (c != prev && c != prev2) s->c[c].runs++;
+        if (c2 >= 0 && c2 != prev && c2 != prev2) s->c[c2].runs++;
         prev = c;
+        prev2 = c2;
     }
     free(at);
 }
@@ -483,7 +496,7 @@ int exec_ofl_stage_add(exec_worker *w, exec_stage *st, const exec_tensor *tt,
     exec_ofl *o = w->ofl;
     struct exec_ofl_stage *s = util_calloc(1, sizeof *s);
     st->ofl = s;
-    s->cur = -1;
+    s->cur = s->cur2 = -1;
     o->st = util_realloc(o->st, sizeof *o->st * (size_t)(o->n_st + 1));
     o->st[o->n_st++] = st;
     chunks_build(w, st, s);
@@ -598,35 +611,49 @@ static int pf_wait(exec_ofl *o, ofl_chunk *ch, util_err *e)
     return ofl_failed(o, e);
 }
 
+/* Chunk c's weights onto the device: its prefetch, or fetched now. */
+static int load(exec_worker *w, exec_stage *st, int c, util_err *e)
+{
+    exec_ofl *o = w->ofl;
+    ofl_chunk *ch = &st->ofl->c[c];
+    if (ch->pf) {
+        ch->wb = ch->pf;
+        ch->pf = NULL;
+        return pf_wait(o, ch, e);
+    }
+    EXEC_KERN(w, ch->wb = exec_buf_new(&w->mem, ch->n, 0));
+    if (!ch->wb) return exec_oom(w, "a layer's weights", e);
+    int64_t t0 = (int64_t)exec_now_ns();
+    int rc = fetch(o, st, c, ch->wb->p, o->bounce[0], e);
+    w->wait_ns += (int64_t)exec_now_ns() - t0;
+    return rc;
+}
+
 int exec_ofl_acquire(exec_worker *w, exec_stage *st, int op, int backward,
                      int grad, util_err *e)
 {
     exec_ofl *o = w->ofl;
     struct exec_ofl_stage *s = st->ofl;
-    int c = s->need[op - st->first];
+    int c = s->need[op - st->first], c2 = s->need2[op - st->first];
     if (c < 0) return 0;
-    ofl_chunk *ch = &s->c[c];
-    if (s->cur != c) {
-        if (s->cur >= 0 && drop(w, st, s->cur, e)) return -1;
+    if (s->cur != c || s->cur2 != c2) {
+        /* what this op does not read goes; what it reads comes */
+        int had = s->cur, had2 = s->cur2;
+        if (had >= 0 && had != c && had != c2 && drop(w, st, had, e))
+            return -1;
+        if (had2 >= 0 && had2 != c && had2 != c2 && drop(w, st, had2, e))
+            return -1;
         s->cur = c;
-        if (ch->pf) {
-            ch->wb = ch->pf;
-            ch->pf = NULL;
-            if (pf_wait(o, ch, e)) return -1;
-        } else {
-            EXEC_KERN(w, ch->wb = exec_buf_new(&w->mem, ch->n, 0));
-            if (!ch->wb) return exec_oom(w, "a layer's weights", e);
-            int64_t t0 = (int64_t)exec_now_ns();
-            int rc = fetch(o, st, c, ch->wb->p, o->bounce[0], e);
-            w->wait_ns += (int64_t)exec_now_ns() - t0;
-            if (rc) return -1;
-        }
+        s->cur2 = c2;
+        if (c != had && c != had2 && load(w, st, c, e)) return -1;
+        if (c2 >= 0 && c2 != had && c2 != had2 && load(w, st, c2, e))
+            return -1;
         /* the next layer of the sweep comes while this one computes */
         int step = backward ? -1 : 1;
         for (int i = op - st->first + step; i >= 0 && i < st->n_ops;
              i += step) {
             int d = s->need[i];
-            if (d < 0 || d == c) continue;
+            if (d < 0 || d == c || d == c2) continue;
             ofl_chunk *dh = &s->c[d];
             if (!dh->pf && !dh->wb) {
                 EXEC_KERN(w, dh->pf = exec_buf_new(&w->mem, dh->n, 0));
@@ -639,7 +666,10 @@ int exec_ofl_acquire(exec_worker *w, exec_stage *st, int op, int backward,
             break;
         }
     }
-    if (grad && !ch->gb) {
+    for (int k = 0; grad && k < 2; k++) {
+        int x = k ? c2 : c;
+        ofl_chunk *ch = x >= 0 ? &s->c[x] : NULL;
+        if (!ch || ch->gb) continue;
         EXEC_KERN(w, ch->gb = exec_buf_new(&w->mem, ch->n, 0));
         if (!ch->gb) return exec_oom(w, "a layer's gradients", e);
         EXEC_KERN(w, w->rt->be->from_host(ch->gb->p, s->g + ch->off,
@@ -655,7 +685,8 @@ int exec_ofl_release(exec_worker *w, exec_stage *st, int epoch, util_err *e)
     (void)epoch;
     int rc = 0;
     if (s->cur >= 0) rc = drop(w, st, s->cur, e);
-    s->cur = -1;
+    if (s->cur2 >= 0 && drop(w, st, s->cur2, e)) rc = -1;
+    s->cur = s->cur2 = -1;
     for (int c = 0; c < s->n_c; c++) {
         ofl_chunk *ch = &s->c[c];
         if (ch->pf) {
@@ -755,6 +786,7 @@ void exec_ofl_free(exec_worker *w)
         }
         free(s->c);
         free(s->need);
+        free(s->need2);
         free(s->g);
         free(s->hw);
         free(s->hm);

@@ -444,6 +444,11 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: vocabulary %d is smaller "
                          "than the 256 byte tokens of the text", where,
                          cfg.vocab);
+    if (cfg.encoder && cfg.vocab < 257)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: vocabulary %d: an "
+                         "encoder's mask token is its last word, which "
+                         "needs one beside the 256 bytes of the text",
+                         where, cfg.vocab);
     exec_runtime rt;
     memset(&rt, 0, sizeof rt);
     rt.plan = p;

@@ -298,8 +298,8 @@ static int fill_tokens(exec_worker *w, exec_stage *st, exec_rec *r,
     int g = st->replica * rt->M + t->mb;
     exec_corpus_rows(rt->corpus, 0, rt->seed, (uint64_t)step, g * rt->mbs,
                      rt->mbs, rt->T, ids, ids + n);
-    exec_mlm_mask(&rt->cfg, rt->seed, (uint64_t)step, g * rt->mbs, rt->mbs,
-                  rt->T, ids, ids + n);
+    exec_mlm_mask(&rt->cfg, 0, rt->seed, (uint64_t)step, g * rt->mbs,
+                  rt->mbs, rt->T, ids, ids + n);
     r->ids.b = exec_buf_new(&w->mem, 2 * n, 0);
     r->ids.off = 0;
     r->ids.n = 2 * n;
@@ -416,6 +416,9 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                        int input_part, int weight_part, int64_t *tp,
                        util_err *e)
 {
+    /* BERT's pooler feeds no loss: no backward to run, or to time for
+     * calibration */
+    if (w->rt->xop[op].role == PROF_ROLE_POOLER) return 0;
     if (!w->rt->op_timing)
         return exec_op_backward(w, st, r, op, input_part, weight_part, tp, e);
     for (int part = 0; part < 2; part++) {

@@ -58,7 +58,8 @@ static float eval_loss(exec_gpt *m, const exec_corpus *c, uint64_t seed,
     double s = 0;
     for (int i = 0; i < n; i++) {
         exec_corpus_batch(c, 1, seed, (uint64_t)i, B, T, tok, tgt);
-        exec_mlm_mask(exec_gpt_cfg(m), seed, (uint64_t)i, 0, B, T, tok, tgt);
+        exec_mlm_mask(exec_gpt_cfg(m), 1, seed, (uint64_t)i, 0, B, T, tok,
+                      tgt);
         s += exec_gpt_forward(m, tok, tgt);
     }
     return n ? (float)(s / n) : NAN;
@@ -132,6 +133,11 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
                          "%s: vocabulary %d is smaller than the 256 byte "
                          "tokens of the text",
                          o->model, cfg.vocab);
+    if (cfg.encoder && cfg.vocab < 257)
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "%s: vocabulary %d: an encoder's mask token is its "
+                         "last word, which needs one beside the 256 bytes "
+                         "of the text", o->model, cfg.vocab);
     exec_gpt_mem need = exec_gpt_mem_need(&cfg, B, T);
     double host = exec_host_mem_bytes();
     if (host > 0 && need.total_bytes > host) {
@@ -233,7 +239,8 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
                                                             : o->steps;
     for (int s = step0; s < end; s++) {
         exec_corpus_batch(&corpus, 0, seed, (uint64_t)s, B, T, tok, tgt);
-        exec_mlm_mask(exec_gpt_cfg(m), seed, (uint64_t)s, 0, B, T, tok, tgt);
+        exec_mlm_mask(exec_gpt_cfg(m), 0, seed, (uint64_t)s, 0, B, T, tok,
+                      tgt);
         uint64_t t0 = exec_now_ns();
         float loss = exec_gpt_forward(m, tok, tgt);
         exec_gpt_zero_grad(m);

@@ -142,7 +142,8 @@ extern "C" {
      * the others type 1. out(B,T,C) += wtt[type of t] */                  \
     X(embed_type_forward, EMBED,                                          \
       (float *out, const float *wtt, int B, int T, int C, int T0))        \
-    /* dwtt(2,C) += the sums of dout's rows of each type, in row order */  \
+    /* dwtt(2,C) += the sums of dout's rows of each type, in row order    \
+     * (T0 >= T: one type, dwtt(1,C)) */                                  \
     X(embed_type_backward, EMBED,                                         \
       (float *dwtt, const float *dout, int B, int T, int C, int T0))      \
     /* dwte(Vl,C) += for the shard's tokens, dwpe(T,C) += for all (or  \

@@ -906,6 +906,7 @@ __global__ void type_bwd_k(float *dwtt, const float *dout, int N, int T,
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= 2 * C) return;
     int type = i / C, c = i % C;
+    if (type && T0 >= T) return;    // one type: dwtt is one row
     float s = dwtt[i];
     for (int n = 0; n < N; n++)
         if ((n % T >= T0) == type) s += dout[(size_t)n * C + c];

@@ -493,38 +493,39 @@ Test(exec_lora, mpirun_and_the_merged_checkpoint)
                             "%s/o.ckpt.lora %s/%s.ckpt.lora", dir, dir,
                             same[k], dir, dir, same[k]), 0,
                      "%s.ckpt: not one run's bits", same[k]);
-    /* a state of format version 1 (before OPT's and BERT's choices: its
-     * header 24 bytes shorter) still resumes, to the same bits */
-    x = cli_run("exec --plan %s/l.json --steps 4 --stop-after 2 --quiet "
-                "--save %s/v.ckpt", dir, dir);
-    cr_expect_eq(x.code, 0, "%s", x.err);
-    cli_result_free(&x);
-    {
-        enum { V3 = 152, V1 = 128 };
+    /* states of format versions 1 and 2 (before OPT's and BERT's
+     * choices, and before BERT's: their headers 24 and 16 bytes shorter)
+     * still resume, to the same bits */
+    for (uint32_t old = 1; old <= 2; old++) {
+        x = cli_run("exec --plan %s/l.json --steps 4 --stop-after 2 --quiet "
+                    "--save %s/v.ckpt", dir, dir);
+        cr_expect_eq(x.code, 0, "%s", x.err);
+        cli_result_free(&x);
+        enum { V3 = 152, V2 = 136, V1 = 128 };
         char path[600];
         snprintf(path, sizeof path, "%s/v.ckpt.lora", dir);
         char *buf;
         size_t len;
         util_err e;
         cr_assert_eq(util_read_file_max(path, 1 << 30, &buf, &len, &e), 0);
-        uint32_t ver, hb = V1;
+        uint32_t ver, hb = old == 1 ? V1 : V2;
         memcpy(&ver, buf + 8, 4);
         cr_assert_eq(ver, 3);
-        ver = 1;
-        memcpy(buf + 8, &ver, 4);
+        memcpy(buf + 8, &old, 4);
         memcpy(buf + 12, &hb, 4);
-        memmove(buf + V1, buf + V3, len - V3);
-        len -= V3 - V1;
+        memmove(buf + hb, buf + V3, len - V3);
+        len -= V3 - hb;
         test_ckpt_reseal(path, buf, len);
+        x = cli_run("exec --plan %s/l.json --resume %s/v.ckpt --steps 4 "
+                    "--quiet --save %s/v.ckpt", dir, dir, dir);
+        cr_expect_eq(x.code, 0, "%s", x.err);
+        cli_result_free(&x);
+        cr_expect_eq(sh_run("cmp -s %s/o.ckpt %s/v.ckpt && cmp -s "
+                            "%s/o.ckpt.lora %s/v.ckpt.lora", dir, dir, dir,
+                            dir),
+                     0, "a version %u LoRA state did not resume to one "
+                     "run's bits", old);
     }
-    x = cli_run("exec --plan %s/l.json --resume %s/v.ckpt --steps 4 --quiet "
-                "--save %s/v.ckpt", dir, dir, dir);
-    cr_expect_eq(x.code, 0, "%s", x.err);
-    cli_result_free(&x);
-    cr_expect_eq(sh_run("cmp -s %s/o.ckpt %s/v.ckpt && cmp -s "
-                        "%s/o.ckpt.lora %s/v.ckpt.lora", dir, dir, dir, dir),
-                 0, "a version 1 LoRA state did not resume to one run's "
-                 "bits");
     /* another mode's plan, and no state beside the checkpoint */
     x = cli_run("sim --hw cpu x2 --model " PICO " --schedule 1f1b --pp 2 "
                 "--mbs 2 --microbatches 4 --finetune lora:8 --out %s/l8.json",

@@ -730,7 +730,7 @@ Test(exec_pipe, bert_masks_what_it_predicts)
     int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
     int *tok2 = malloc(sizeof(int) * B * T), *tgt2 = malloc(sizeof(int) * B * T);
     exec_corpus_rows(&corpus, 0, 7, 3, 0, B, T, tok, tgt);
-    exec_mlm_mask(&c, 7, 3, 0, B, T, tok, tgt);
+    exec_mlm_mask(&c, 0, 7, 3, 0, B, T, tok, tgt);
     int K = exec_mlm_count(T), masked = 0, kept = 0;
     cr_assert_eq(K, 6);
     for (int b = 0; b < B; b++) {
@@ -750,15 +750,19 @@ Test(exec_pipe, bert_masks_what_it_predicts)
     cr_assert(kept > 0.05 * B * K && kept < 0.2 * B * K, "%d", kept);
     /* rows 10..19 read alone: the same draws */
     exec_corpus_rows(&corpus, 0, 7, 3, 10, 10, T, tok2, tgt2);
-    exec_mlm_mask(&c, 7, 3, 10, 10, T, tok2, tgt2);
+    exec_mlm_mask(&c, 0, 7, 3, 10, 10, T, tok2, tgt2);
     cr_assert(!memcmp(tok + 10 * T, tok2, sizeof(int) * 10 * T));
     cr_assert(!memcmp(tgt + 10 * T, tgt2, sizeof(int) * 10 * T));
+    /* the validation split draws other positions */
+    exec_corpus_rows(&corpus, 0, 7, 3, 0, B, T, tok2, tgt2);
+    exec_mlm_mask(&c, 1, 7, 3, 0, B, T, tok2, tgt2);
+    cr_assert(memcmp(tgt, tgt2, sizeof(int) * B * T));
     /* a decoder's batch is left as it is */
     c.encoder = 0;
     exec_corpus_rows(&corpus, 0, 7, 3, 0, B, T, tok2, tgt2);
     memcpy(tok, tok2, sizeof(int) * B * T);
     memcpy(tgt, tgt2, sizeof(int) * B * T);
-    exec_mlm_mask(&c, 7, 3, 0, B, T, tok2, tgt2);
+    exec_mlm_mask(&c, 0, 7, 3, 0, B, T, tok2, tgt2);
     cr_assert(!memcmp(tok, tok2, sizeof(int) * B * T));
     cr_assert(!memcmp(tgt, tgt2, sizeof(int) * B * T));
     free(tok); free(tgt); free(tok2); free(tgt2);

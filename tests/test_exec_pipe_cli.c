@@ -129,16 +129,16 @@ Test(exec_cli_pipe, json_compares_with_sim_key_by_key)
 /* Recomputation as the simulator counts it: every mode's measured peak
  * per device within 8% of the prediction (the executor's records and
  * scratch are not in it), and full below selective below none. */
-Test(exec_cli_pipe, recomputation_memory_is_the_simulators)
+static void recompute_memory(const char *model)
 {
     char *dir = test_tmpdir();
     const char *modes[] = {"none", "selective", "full"};
     double peak0[3];
     for (int k = 0; k < 3; k++) {
-        cli_result r = cli_run("sim --hw cpu x2 --model gpt-tiny --schedule "
+        cli_result r = cli_run("sim --hw cpu x2 --model %s --schedule "
                                "1f1b --pp 2 --mbs 2 --microbatches 4 "
-                               "--recompute %s --out %s/%s.json", modes[k],
-                               dir, modes[k]);
+                               "--recompute %s --out %s/%s.json", model,
+                               modes[k], dir, modes[k]);
         cr_assert_eq(r.code, 0, "%s", r.err);
         cli_result_free(&r);
         r = cli_run("exec --plan %s/%s.json --steps 2 --json", dir, modes[k]);
@@ -154,18 +154,30 @@ Test(exec_cli_pipe, recomputation_memory_is_the_simulators)
                        json_array_get(md, d), "peak_mem_bytes")),
                    p = json_number_value(json_object_get(
                        json_array_get(pd, d), "peak_mem_bytes"));
-            cr_expect(p > 0 && fabs(m / p - 1) < 0.08, "recompute %s, device "
-                      "%zu: measured %.0f, simulated %.0f bytes", modes[k],
-                      d, m, p);
+            cr_expect(p > 0 && fabs(m / p - 1) < 0.08, "%s, recompute %s, "
+                      "device %zu: measured %.0f, simulated %.0f bytes",
+                      model, modes[k], d, m, p);
             if (!d) peak0[k] = m;
         }
         json_decref(j);
         cli_result_free(&r);
     }
     cr_expect(peak0[2] < peak0[1] && peak0[1] < peak0[0],
-              "full %.0f, selective %.0f, none %.0f", peak0[2], peak0[1],
-              peak0[0]);
+              "%s: full %.0f, selective %.0f, none %.0f", model, peak0[2],
+              peak0[1], peak0[0]);
     test_rm_rf(dir);
+}
+
+Test(exec_cli_pipe, recomputation_memory_is_the_simulators)
+{
+    recompute_memory("gpt-tiny");
+}
+
+/* BERT's encoder too: post-LayerNorm layers, the pooler's output that
+ * nothing reads, the head's transform, the masked LM's targets. */
+Test(exec_cli_pipe, bert_memory_is_the_simulators)
+{
+    recompute_memory("tests/data/exec/bert-tiny.json");
 }
 
 /* ZeRO-3 with LoRA and a W pass of its own, refused before the adapters'
@@ -663,5 +675,37 @@ Test(exec_cli_pipe, plan_runs_in_pieces)
     cli_expect(2, "--save-every: schedule 2bw has no flush", "exec --plan "
                "%s/a.json --steps 6 --save-every 3 --save %s/a.ckpt", dir,
                dir);
+    test_rm_rf(dir);
+}
+
+/* An encoder's mask token is its vocabulary's last word: 256 words leave
+ * none beside the text's bytes. Refused by name, the plan and the
+ * reference trainer alike. */
+Test(exec_cli_pipe, an_encoder_needs_a_mask_token)
+{
+    char *dir = test_tmpdir(), spec[600];
+    snprintf(spec, sizeof spec, "%s/bert256.json", dir);
+    FILE *f = fopen(spec, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"bert256\", \"family\": \"bert\", \"hidden\": 32, "
+          "\"layers\": 2, \"heads\": 4, \"ffn\": 64, \"vocab\": 256, "
+          "\"seq_len\": 16, \"max_pos\": 16, \"type_vocab\": 2, "
+          "\"dtype\": \"fp32\"}\n", f);
+    fclose(f);
+    cli_result r = cli_run("sim --hw cpu x2 --model %s --schedule 1f1b --pp 2 "
+                           "--mbs 2 --microbatches 2 --out %s/p.json", spec,
+                           dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/p.json --steps 1", dir);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "vocabulary 256: an encoder's mask token"), "%s",
+              r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --model %s --batch 2 --steps 1", spec);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "vocabulary 256: an encoder's mask token"), "%s",
+              r.err);
+    cli_result_free(&r);
     test_rm_rf(dir);
 }
