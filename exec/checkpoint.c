@@ -30,7 +30,8 @@ typedef struct ckpt_header {
     int32_t llama[4];        /* version 2: kv_heads rmsnorm swiglu rope */
     float llama_f[2];        /* version 2: rope_theta norm_eps */
     int32_t opt[2];          /* version 3: relu pos_offset */
-    int32_t enc[4];          /* version 4: encoder type_vocab pooler 0 */
+    int32_t enc[4];          /* version 4: encoder type_vocab pooler
+                              * gelu_erf */
 } ckpt_header;
 
 /* Version 1 (before Llama's choices) ends before llama[]: it is read as
@@ -56,7 +57,8 @@ static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
 static void cfg_pack(const exec_gpt_config *c, int32_t *o, int32_t *x,
                      float *f, int32_t *p, int32_t *b)
 {
-    b[0] = c->encoder; b[1] = c->type_vocab; b[2] = c->pooler; b[3] = 0;
+    b[0] = c->encoder; b[1] = c->type_vocab; b[2] = c->pooler;
+    b[3] = c->gelu_erf;
     o[0] = c->vocab; o[1] = c->max_pos; o[2] = c->hidden; o[3] = c->layers;
     o[4] = c->heads; o[5] = c->ffn; o[6] = c->bias; o[7] = c->tied;
     x[0] = c->kv_heads; x[1] = c->rmsnorm; x[2] = c->swiglu;
@@ -69,6 +71,7 @@ static void cfg_unpack(const int32_t *o, const int32_t *x, const float *f,
                        const int32_t *p, const int32_t *b, exec_gpt_config *c)
 {
     c->encoder = b[0]; c->type_vocab = b[1]; c->pooler = b[2];
+    c->gelu_erf = b[3];
     c->vocab = o[0]; c->max_pos = o[1]; c->hidden = o[2]; c->layers = o[3];
     c->heads = o[4]; c->ffn = o[5]; c->bias = o[6]; c->tied = o[7];
     c->kv_heads = x[0]; c->rmsnorm = x[1]; c->swiglu = x[2];
@@ -86,6 +89,9 @@ static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
                  c->pos_offset);
     if (c->rmsnorm)
         snprintf(norm, sizeof norm, "RMSNorm (eps %g)", (double)c->norm_eps);
+    else if (c->norm_eps > 0)
+        snprintf(norm, sizeof norm, "LayerNorm (eps %g)",
+                 (double)c->norm_eps);
     if (exec_rope(c))
         snprintf(pos, sizeof pos, "RoPE (base %g)", (double)c->rope_theta);
     char kind[64] = "a decoder";
@@ -98,7 +104,8 @@ static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
              c->hidden, c->layers, c->heads, exec_kv_heads(c), c->ffn,
              c->vocab, c->max_pos, c->bias ? "biases" : "no biases",
              c->tied ? "tied head" : "untied head", norm,
-             c->swiglu ? "SwiGLU" : c->relu ? "ReLU" : "GELU", pos);
+             c->swiglu ? "SwiGLU" : c->relu ? "ReLU"
+             : c->gelu_erf ? "GELU (erf)" : "GELU", pos);
 }
 
 int exec_ckpt_save(const char *path, exec_gpt *m, const exec_ckpt_meta *meta,
@@ -321,7 +328,8 @@ typedef struct lora_header {
     int64_t step;
     uint64_t n_params, n_lora;
     int32_t opt[2];           /* version 2: relu pos_offset */
-    int32_t enc[4];           /* version 3: encoder type_vocab pooler 0 */
+    int32_t enc[4];           /* version 3: encoder type_vocab pooler
+                               * gelu_erf */
 } lora_header;
 
 /* Version 1 (before OPT's choices) ends before opt[]. */

@@ -40,8 +40,8 @@ typedef struct exec_gpt_config {
     float rope_theta; /* > 0: rotary positions on q and k with this base
                     * (10000, Llama 3's 500000) and no position table
                     * (max_pos 0: any sequence length); 0: none */
-    float norm_eps;   /* RMSNorm's epsilon; 0 with LayerNorm (whose
-                    * epsilon is the kernels' 1e-5) */
+    float norm_eps;   /* RMSNorm's epsilon; LayerNorm's, 0 for GPT-2's
+                    * 1e-5 (KERN_LN_EPS; BERT's is 1e-12) */
     /* OPT's choices (0: GPT-2's) */
     int relu;      /* the MLP's activation is ReLU, not GELU */
     int pos_offset; /* position t is row t + pos_offset of the table
@@ -58,6 +58,8 @@ typedef struct exec_gpt_config {
     int pooler;    /* encoder only: tanh(x W + b) of each sequence's first
                     * token, as BERT's pooler; no loss reads it, so its
                     * weights get no gradient and only weight decay */
+    int gelu_erf;  /* GELU (the MLP's and BERT's head transform's) in its
+                    * exact form, by erf; 0: the tanh form (GPT-2's) */
 } exec_gpt_config;
 
 
@@ -78,6 +80,12 @@ static inline size_t exec_qkv_rows(const exec_gpt_config *c)
 static inline size_t exec_fc_rows(const exec_gpt_config *c)
 {
     return (size_t)c->ffn * (c->swiglu ? 2 : 1);
+}
+
+/* The LayerNorm's epsilon (KERN_LN_EPS unless the model says). */
+static inline float exec_ln_eps(const exec_gpt_config *c)
+{
+    return c->norm_eps > 0 ? c->norm_eps : KERN_LN_EPS;
 }
 
 /* The first position of token type 1 in a sequence of T (T: none). */

@@ -172,12 +172,20 @@ int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
     if (c->rmsnorm && !(c->norm_eps > 0 && c->norm_eps < 0.1f))
         return util_errf(e, UTIL_EXIT_USAGE, "RMSNorm's epsilon %g is not "
                          "in (0, 0.1)", (double)c->norm_eps);
+    if (!c->rmsnorm && !(c->norm_eps >= 0 && c->norm_eps < 0.1f))
+        return util_errf(e, UTIL_EXIT_USAGE, "LayerNorm's epsilon %g is not "
+                         "in [0, 0.1) (0: 1e-5)", (double)c->norm_eps);
     if (exec_rope(c) && c->max_pos)
         return util_errf(e, UTIL_EXIT_USAGE, "a position table of %d "
                          "beside RoPE", c->max_pos);
     if (c->rope_theta != 0 && !(c->rope_theta >= 1))
         return util_errf(e, UTIL_EXIT_USAGE, "RoPE's base %g is below 1",
                          (double)c->rope_theta);
+    if ((c->gelu_erf != 0 && c->gelu_erf != 1) ||
+        (c->gelu_erf && (c->relu || c->swiglu)))
+        return util_errf(e, UTIL_EXIT_USAGE, "GELU's erf form %d beside "
+                         "ReLU %d or SwiGLU %d", c->gelu_erf, c->relu,
+                         c->swiglu);
     if ((c->encoder != 0 && c->encoder != 1) || c->type_vocab < 0 ||
         c->type_vocab > 1024 || (c->pooler != 0 && c->pooler != 1) ||
         (!c->encoder && (c->type_vocab || c->pooler)))
@@ -219,9 +227,6 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
     else if (s->rope_scaled)
         snprintf(why, sizeof why, "RoPE with a scaling (it rotates by the "
                  "base alone)");
-    else if (!s->rmsnorm && s->norm_eps > 0 && s->norm_eps != 1e-5)
-        snprintf(why, sizeof why, "LayerNorm's epsilon %g (its kernels' is "
-                 "1e-5)", s->norm_eps);
     if (why[0])
         return util_errf(e, UTIL_EXIT_USAGE,
                          "%s: the CPU reference trainer cannot train this "
@@ -245,6 +250,7 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
     c->encoder = s->family == PROF_FAM_BERT;
     c->type_vocab = c->encoder ? s->type_vocab : 0;
     c->pooler = c->encoder && s->pooler;
+    c->gelu_erf = s->gelu_erf && s->act == PROF_ACT_GELU && !s->gated_mlp;
     /* no learned position table: rotary positions, as Llama (the
      * simulator's rule) */
     int rope = prof_spec_rope(s);
@@ -252,9 +258,11 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
     c->rope_theta = rope ? (float)(s->rope_theta > 0 ? s->rope_theta
                                                         : 10000.0)
                             : 0.0f;
-    /* RMSNorm's own; LayerNorm's is the kernels' 1e-5 */
+    /* RMSNorm's own; LayerNorm's where the spec gives one other than
+     * GPT-2's 1e-5 (BERT's 1e-12), else 0 */
     c->norm_eps = c->rmsnorm ? (float)(s->norm_eps > 0 ? s->norm_eps : 1e-5)
-                             : 0.0f;
+                : s->norm_eps > 0 && (float)s->norm_eps != KERN_LN_EPS
+                    ? (float)s->norm_eps : 0.0f;
     if (exec_gpt_config_check(c, e)) return util_err_prefix(e, "%s", where);
     return 0;
 }
@@ -448,7 +456,8 @@ static void ln_fwd(exec_gpt *m, float *out, float *mean, float *rstd,
     }
     TIMED(layernorm_forward, m->B, m->T, C, 0, 0, 0, 0, 0, 0, 8.0 * N * C,
           F4 * (2.0 * N * C + 2.0 * C),
-          kern_layernorm_forward(out, mean, rstd, inp, w, b, N, C));
+          kern_layernorm_forward(out, mean, rstd, inp, w, b, N, C,
+                                 exec_ln_eps(&m->c)));
 }
 
 static void ln_bwd(exec_gpt *m, float *dinp, float *dw, float *db,
@@ -478,6 +487,9 @@ static void ln_bwd(exec_gpt *m, float *dinp, float *dw, float *db,
 static float bert_forward(exec_gpt *m, const int *tokens,
                           const int *targets);
 static void bert_backward(exec_gpt *m);
+static void mlp_act_fwd(exec_gpt *m, float *out, const float *inp, size_t n);
+static void mlp_act_bwd(exec_gpt *m, float *dinp, const float *inp,
+                        const float *dout, size_t n);
 
 float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
 {
@@ -540,10 +552,7 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
                   kern_relu_forward(ACT(l, A_FCH_GELU), ACT(l, A_FCH),
                                     (size_t)N * F));
         else
-            TIMED(gelu_forward, B, T, F, 0, 0, 0, 0, 0, 0, 20.0 * N * F,
-                  F4 * 2.0 * N * F,
-                  kern_gelu_forward(ACT(l, A_FCH_GELU), ACT(l, A_FCH),
-                                    (size_t)N * F));
+            mlp_act_fwd(m, ACT(l, A_FCH_GELU), ACT(l, A_FCH), (size_t)N * F);
         linear_fwd(m, ACT(l, A_FCPROJ), ACT(l, A_FCH_GELU),
                    par(m, P_FCPROJW) + (size_t)l * C * F,
                    m->c.bias ? par(m, P_FCPROJB) + lc : NULL, N, F, C);
@@ -623,10 +632,8 @@ void exec_gpt_backward(exec_gpt *m)
                   kern_relu_backward(DACT(l, A_FCH), ACT(l, A_FCH),
                                      DACT(l, A_FCH_GELU), (size_t)N * F));
         else
-            TIMED(gelu_backward, B, T, F, 0, 0, 0, 0, 0, 0, 30.0 * N * F,
-                  F4 * 4.0 * N * F,
-                  kern_gelu_backward(DACT(l, A_FCH), ACT(l, A_FCH),
-                                     DACT(l, A_FCH_GELU), (size_t)N * F));
+            mlp_act_bwd(m, DACT(l, A_FCH), ACT(l, A_FCH), DACT(l, A_FCH_GELU),
+                        (size_t)N * F);
         linear_bwd(m, DACT(l, A_LN2), grd(m, P_FCW) + (size_t)l * FC * C,
                    m->c.bias ? grd(m, P_FCB) + (size_t)l * FC : NULL,
                    DACT(l, A_FCH), ACT(l, A_LN2),
@@ -689,6 +696,9 @@ static void mlp_act_fwd(exec_gpt *m, float *out, const float *inp, size_t n)
     if (m->c.relu)
         TIMED(relu_forward, B, T, F, 0, 0, 0, 0, 0, 0, (double)n, F4 * 2.0 * n,
               kern_relu_forward(out, inp, n));
+    else if (m->c.gelu_erf)
+        TIMED(gelu_erf_forward, B, T, F, 0, 0, 0, 0, 0, 0, 20.0 * n,
+              F4 * 2.0 * n, kern_gelu_erf_forward(out, inp, n));
     else
         TIMED(gelu_forward, B, T, F, 0, 0, 0, 0, 0, 0, 20.0 * n, F4 * 2.0 * n,
               kern_gelu_forward(out, inp, n));
@@ -701,8 +711,35 @@ static void mlp_act_bwd(exec_gpt *m, float *dinp, const float *inp,
     if (m->c.relu)
         TIMED(relu_backward, B, T, F, 0, 0, 0, 0, 0, 0, (double)n, F4 * 4.0 * n,
               kern_relu_backward(dinp, inp, dout, n));
+    else if (m->c.gelu_erf)
+        TIMED(gelu_erf_backward, B, T, F, 0, 0, 0, 0, 0, 0, 30.0 * n,
+              F4 * 4.0 * n, kern_gelu_erf_backward(dinp, inp, dout, n));
     else
         TIMED(gelu_backward, B, T, F, 0, 0, 0, 0, 0, 0, 30.0 * n, F4 * 4.0 * n,
+              kern_gelu_backward(dinp, inp, dout, n));
+}
+
+/* BERT's head transform: GELU in the model's form, whatever its MLP's */
+static void head_act_fwd(exec_gpt *m, float *out, const float *inp, size_t n)
+{
+    int B = m->B, T = m->T, C = m->c.hidden;
+    if (m->c.gelu_erf)
+        TIMED(gelu_erf_forward, B, T, C, 0, 0, 0, 0, 0, 0, 20.0 * n,
+              F4 * 2.0 * n, kern_gelu_erf_forward(out, inp, n));
+    else
+        TIMED(gelu_forward, B, T, C, 0, 0, 0, 0, 0, 0, 20.0 * n, F4 * 2.0 * n,
+              kern_gelu_forward(out, inp, n));
+}
+
+static void head_act_bwd(exec_gpt *m, float *dinp, const float *inp,
+                         const float *dout, size_t n)
+{
+    int B = m->B, T = m->T, C = m->c.hidden;
+    if (m->c.gelu_erf)
+        TIMED(gelu_erf_backward, B, T, C, 0, 0, 0, 0, 0, 0, 30.0 * n,
+              F4 * 4.0 * n, kern_gelu_erf_backward(dinp, inp, dout, n));
+    else
+        TIMED(gelu_backward, B, T, C, 0, 0, 0, 0, 0, 0, 30.0 * n, F4 * 4.0 * n,
               kern_gelu_backward(dinp, inp, dout, n));
 }
 
@@ -784,8 +821,7 @@ static float bert_forward(exec_gpt *m, const int *tokens, const int *targets)
               kern_tanh_forward(GACT(G_POOL), GACT(G_POOL), (size_t)B * C));
     }
     linear_fwd(m, GACT(G_MLM_H), x, par(m, P_MLMW), par(m, P_MLMB), N, C, C);
-    TIMED(gelu_forward, B, T, C, 0, 0, 0, 0, 0, 0, 20.0 * NC, F4 * 2.0 * NC,
-          kern_gelu_forward(GACT(G_MLM_G), GACT(G_MLM_H), NC));
+    head_act_fwd(m, GACT(G_MLM_G), GACT(G_MLM_H), NC);
     ln_fwd(m, GACT(G_LNF), GACT(G_LNF_MEAN), GACT(G_LNF_RSTD), GACT(G_MLM_G),
            par(m, P_LNFW), par(m, P_LNFB));
     const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
@@ -827,9 +863,7 @@ static void bert_backward(exec_gpt *m)
     ln_bwd(m, GDACT(G_MLM_G), grd(m, P_LNFW), grd(m, P_LNFB), GDACT(G_LNF),
            GACT(G_MLM_G), par(m, P_LNFW), GACT(G_LNF_MEAN),
            GACT(G_LNF_RSTD));
-    TIMED(gelu_backward, B, T, C, 0, 0, 0, 0, 0, 0, 30.0 * NC, F4 * 4.0 * NC,
-          kern_gelu_backward(GDACT(G_MLM_H), GACT(G_MLM_H), GDACT(G_MLM_G),
-                             NC));
+    head_act_bwd(m, GDACT(G_MLM_H), GACT(G_MLM_H), GDACT(G_MLM_G), NC);
     /* the pooler's output feeds no loss: no gradient reaches it */
     linear_bwd(m, DACT(L - 1, A_LN2), grd(m, P_MLMW), grd(m, P_MLMB),
                GDACT(G_MLM_H), ACT(L - 1, A_LN2), par(m, P_MLMW), N, C, C);

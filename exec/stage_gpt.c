@@ -946,7 +946,7 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                                             c->norm_eps));
         else
             EXEC_KERN(w, K->layernorm_forward(out, aux, aux + N, in0, p.w,
-                                              p.b, N, C));
+                                              p.b, N, C, exec_ln_eps(c)));
         break;
     case PROF_ROLE_QKV:
         EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, d.QKVl));
@@ -1001,6 +1001,8 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
             EXEC_KERN(w, K->swiglu_forward(out, in0, N, Fl));
         else if (c->relu)
             EXEC_KERN(w, K->relu_forward(out, in0, (size_t)N * Fl));
+        else if (c->gelu_erf)
+            EXEC_KERN(w, K->gelu_erf_forward(out, in0, (size_t)N * Fl));
         else
             EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)N * Fl));
         break;
@@ -1022,7 +1024,10 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, C));
         break;
     case PROF_ROLE_MLM_ACT:
-        EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)N * C));
+        if (c->gelu_erf)
+            EXEC_KERN(w, K->gelu_erf_forward(out, in0, (size_t)N * C));
+        else
+            EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)N * C));
         break;
     case PROF_ROLE_LOSS: {
         if (tp == 1) {
@@ -1224,11 +1229,15 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
             EXEC_KERN(w, K->swiglu_backward(d0, in0, dout, N, Fl));
         else if (input_part && c->relu)
             EXEC_KERN(w, K->relu_backward(d0, in0, dout, (size_t)N * Fl));
+        else if (input_part && c->gelu_erf)
+            EXEC_KERN(w, K->gelu_erf_backward(d0, in0, dout, (size_t)N * Fl));
         else if (input_part)
             EXEC_KERN(w, K->gelu_backward(d0, in0, dout, (size_t)N * Fl));
         break;
     case PROF_ROLE_MLM_ACT:
-        if (input_part)
+        if (input_part && c->gelu_erf)
+            EXEC_KERN(w, K->gelu_erf_backward(d0, in0, dout, (size_t)N * C));
+        else if (input_part)
             EXEC_KERN(w, K->gelu_backward(d0, in0, dout, (size_t)N * C));
         break;
     case PROF_ROLE_LOSS:

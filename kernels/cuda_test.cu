@@ -134,11 +134,19 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         buf out = make((size_t)N * C, 1), mean = make(N, 1), rstd = make(N, 1);
         buf dout = make((size_t)N * C, 1), dx = make((size_t)N * C, 1);
         buf dw = make(C, 1), db = make(C, 1);
-        kern_layernorm_forward(out.h, mean.h, rstd.h, x.h, w.h, b.h, N, C);
+        kern_layernorm_forward(out.h, mean.h, rstd.h, x.h, w.h, b.h, N, C,
+                               KERN_LN_EPS);
         kern_cuda_layernorm_forward(out.d, mean.d, rstd.d, x.d, w.d, b.d, N,
-                                    C);
+                                    C, KERN_LN_EPS);
         compare("layernorm_forward", "out", out);
         compare("layernorm_forward", "rstd", rstd);
+        // BERT's epsilon
+        kern_layernorm_forward(out.h, mean.h, rstd.h, x.h, w.h, b.h, N, C,
+                               1e-12f);
+        kern_cuda_layernorm_forward(out.d, mean.d, rstd.d, x.d, w.d, b.d, N,
+                                    C, 1e-12f);
+        compare("layernorm_forward (eps 1e-12)", "out", out);
+        compare("layernorm_forward (eps 1e-12)", "rstd", rstd);
         kern_layernorm_backward_input(dx.h, dout.h, x.h, w.h, mean.h, rstd.h,
                                       N, C);
         kern_cuda_layernorm_backward_input(dx.d, dout.d, x.d, w.d, mean.d,
@@ -256,6 +264,12 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         kern_relu_forward(out.h, x.h, n);
         kern_cuda_relu_forward(out.d, x.d, n);
         compare("relu_forward", "out", out);
+        kern_gelu_erf_forward(out.h, x.h, n);
+        kern_cuda_gelu_erf_forward(out.d, x.d, n);
+        compare("gelu_erf_forward", "out", out);
+        kern_gelu_erf_backward(dx.h, x.h, dout.h, n);
+        kern_cuda_gelu_erf_backward(dx.d, x.d, dout.d, n);
+        compare("gelu_erf_backward", "dinp", dx);
         kern_tanh_forward(out.h, x.h, n);
         kern_cuda_tanh_forward(out.d, x.d, n);
         compare("tanh_forward", "out", out);

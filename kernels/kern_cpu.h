@@ -29,6 +29,7 @@ typedef struct kargs {
     const int *tok;
     int B, T, C, NH, N, OC, V;
     int causal;             /* attention: query t sees keys 0..t only */
+    float eps;              /* layer norm */
     size_t n;
     float scale;
 } kargs;

@@ -82,6 +82,19 @@ KERN_HD float kern_gelu_grad(float x)
                (1.0f + 3.0f * KERN_GELU_CUBIC * x * x);
 }
 
+/* GELU's exact form, x Phi(x) = x (1 + erf(x / sqrt 2)) / 2 (Hugging
+ * Face's "gelu", BERT's), and its derivative Phi(x) + x phi(x). */
+KERN_HD float kern_gelu_erf(float x)
+{
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+KERN_HD float kern_gelu_erf_grad(float x)
+{
+    return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) +
+           x * 0.39894228040143268f * kern_expf(-0.5f * x * x);
+}
+
 /* One AdamW step for one parameter (decoupled weight decay, bias
  * correction by the step count t >= 1; bc1 = 1 - beta1^t, bc2 = 1 -
  * beta2^t precomputed by the caller). g is already scaled (clipping). */

@@ -40,10 +40,11 @@ extern "C" {
     X(embed_backward, EMBED,                                         \
       (float *dwte, float *dwpe, const float *dout, const int *tokens,        \
        int B, int T, int C))                                                  \
-    /* out(N,C); mean, rstd (N) kept for backward; eps 1e-5 */                \
+    /* out(N,C); mean, rstd (N) kept for backward; eps (GPT-2's 1e-5,     \
+     * KERN_LN_EPS; BERT's 1e-12) */                                      \
     X(layernorm_forward, NORM,                                        \
       (float *out, float *mean, float *rstd, const float *inp,               \
-       const float *w, const float *b, int N, int C))                         \
+       const float *w, const float *b, int N, int C, float eps))              \
     X(layernorm_backward_input, NORM,                                 \
       (float *dinp, const float *dout, const float *inp, const float *w,      \
        const float *mean, const float *rstd, int N, int C))                   \
@@ -105,6 +106,11 @@ extern "C" {
       (float *dqkv, const float *dpreatt, const float *qkv, int B, int T,    \
        int C, int NH))                                                        \
     X(gelu_forward, ACT, (float *out, const float *inp, size_t n))     \
+    /* GELU's exact form x Phi(x), by erf (Hugging Face's "gelu": BERT's; \
+     * gelu_* above is the tanh form, GPT-2's) */                         \
+    X(gelu_erf_forward, ACT, (float *out, const float *inp, size_t n))   \
+    X(gelu_erf_backward, ACT,                                            \
+      (float *dinp, const float *inp, const float *dout, size_t n))       \
     /* out = tanh(inp) (BERT's pooler) */                                 \
     X(tanh_forward, ACT, (float *out, const float *inp, size_t n))       \
     /* out = max(inp, 0) (OPT's and T5's MLP); its gradient is 0 at 0 */ \
@@ -283,7 +289,8 @@ int kern_set_isa(const char *isa);
 /* OpenBLAS's name for the kernels it picked for this CPU ("Haswell"). */
 const char *kern_blas_core(void);
 
-/* Epsilon of the layer norm (RMSNorm takes its own). */
+/* Epsilon of GPT-2's layer norm, the executor's unless a model says
+ * another. */
 #define KERN_LN_EPS 1e-5f
 
 /* The widest attention head qkv_expand takes (hs). */

@@ -88,10 +88,10 @@ void kern_adamw_update(float *p, float *m, float *v, const float *g, size_t n,
 
 void kern_layernorm_forward(float *out, float *mean, float *rstd,
                             const float *inp, const float *w, const float *b,
-                            int N, int C)
+                            int N, int C, float eps)
 {
     kargs a = {.out = out, .out2 = mean, .out3 = rstd, .in = inp, .in2 = w,
-               .in3 = b, .N = N, .C = C};
+               .in3 = b, .N = N, .C = C, .eps = eps};
     kern_parallel(kern_cpu_rows()->ln_fwd, &a);
 }
 

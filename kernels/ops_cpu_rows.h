@@ -144,7 +144,7 @@ static void ROWS(ln_fwd_part)(void *p, int part, int np)
         const float *x = a->in + i * C;
         float m = ROWS(sum_f)(x, C) / (float)C;
         float var = ROWS(sqdev_f)(x, m, C) / (float)C;
-        float s = 1.0f / sqrtf(var + KERN_LN_EPS);
+        float s = 1.0f / sqrtf(var + a->eps);
         float *o = a->out + i * C;
         for (int c = 0; c < C; c++)
             o[c] = (x[c] - m) * s * w[c] + (b ? b[c] : 0.0f);

@@ -211,7 +211,7 @@ extern "C" void kern_cuda_embed_backward(float *dwte, float *dwpe,
 // consecutive channels so the row is read whole by each load.
 __global__ void ln_fwd_k(float *out, float *mean, float *rstd,
                          const float *inp, const float *w, const float *b,
-                         int N, int C)
+                         int N, int C, float eps)
 {
     int i = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -223,7 +223,7 @@ __global__ void ln_fwd_k(float *out, float *mean, float *rstd,
     float var = 0.0f;
     for (int c = lane; c < C; c += 32) var += (x[c] - m) * (x[c] - m);
     var = warp_sum(var) / (float)C;
-    float s = rsqrtf(var + KERN_LN_EPS);
+    float s = rsqrtf(var + eps);
     float *o = out + (size_t)i * C;
     for (int c = lane; c < C; c += 32)
         o[c] = (x[c] - m) * s * w[c] + (b ? b[c] : 0.0f);
@@ -327,10 +327,10 @@ static void ln_bwd_w(float *dw, float *db, const float *dout,
 extern "C" void kern_cuda_layernorm_forward(float *out, float *mean,
                                             float *rstd, const float *inp,
                                             const float *w, const float *b,
-                                            int N, int C)
+                                            int N, int C, float eps)
 {
     LAUNCH(ln_fwd_k, blocks(N, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK, out,
-           mean, rstd, inp, w, b, N, C);
+           mean, rstd, inp, w, b, N, C, eps);
 }
 
 extern "C" void kern_cuda_layernorm_backward_input(
@@ -667,6 +667,19 @@ __global__ void gelu_bwd_k(float *dinp, const float *inp, const float *dout,
     if (i < n) dinp[i] += kern_gelu_grad(inp[i]) * dout[i];
 }
 
+__global__ void gelu_erf_fwd_k(float *out, const float *inp, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = kern_gelu_erf(inp[i]);
+}
+
+__global__ void gelu_erf_bwd_k(float *dinp, const float *inp,
+                               const float *dout, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) dinp[i] += kern_gelu_erf_grad(inp[i]) * dout[i];
+}
+
 __global__ void tanh_fwd_k(float *out, const float *inp, size_t n)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -791,6 +804,18 @@ extern "C" void kern_cuda_gelu_backward(float *dinp, const float *inp,
                                         const float *dout, size_t n)
 {
     LAUNCH(gelu_bwd_k, blocks(n, TPB), TPB, dinp, inp, dout, n);
+}
+
+extern "C" void kern_cuda_gelu_erf_forward(float *out, const float *inp,
+                                           size_t n)
+{
+    LAUNCH(gelu_erf_fwd_k, blocks(n, TPB), TPB, out, inp, n);
+}
+
+extern "C" void kern_cuda_gelu_erf_backward(float *dinp, const float *inp,
+                                            const float *dout, size_t n)
+{
+    LAUNCH(gelu_erf_bwd_k, blocks(n, TPB), TPB, dinp, inp, dout, n);
 }
 
 extern "C" void kern_cuda_tanh_forward(float *out, const float *inp, size_t n)

@@ -72,6 +72,8 @@ static void defaults(prof_model_spec *s)
     s->act = f == PROF_FAM_LLAMA ? PROF_ACT_SILU
              : (f == PROF_FAM_OPT || f == PROF_FAM_T5) ? PROF_ACT_RELU
                                                        : PROF_ACT_GELU;
+    /* Hugging Face's BertConfig says "gelu", GPT2Config "gelu_new" */
+    s->gelu_erf = f == PROF_FAM_BERT;
     s->dtype = f == PROF_FAM_LLAMA ? PROF_DT_BF16 : PROF_DT_FP16;
 }
 
@@ -175,7 +177,7 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
         "name", "family", "hidden", "layers", "dec_layers", "heads",
         "kv_heads", "head_dim", "ffn", "vocab", "seq_len", "dec_seq_len",
         "max_pos", "type_vocab", "tied_embeddings", "gated_mlp", "rmsnorm",
-        "bias", "rel_pos_buckets", "pooler", "dropout", "flash_attn", "fused_loss", "act",
+        "bias", "rel_pos_buckets", "pooler", "dropout", "flash_attn", "fused_loss", "act", "gelu_erf",
         "dtype", "tf32", "batch", "rope_theta", "norm_eps", "source", NULL};
     if (util_jkeys(o, keys, e)) return -1;
     int fam = 0;
@@ -199,6 +201,7 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
         getb(o, "bias", &s->bias, e) || getb(o, "pooler", &s->pooler, e) ||
         getb(o, "dropout", &s->dropout, e) || getb(o, "flash_attn", &s->flash_attn, e) ||
         getb(o, "fused_loss", &s->fused_loss, e) ||
+        getb(o, "gelu_erf", &s->gelu_erf, e) ||
         getb(o, "tf32", &s->tf32, e))
         return -1;
     if (util_jnum(o, "rope_theta", 0, 1.0, 1e12, &s->rope_theta, e) ||
@@ -299,6 +302,9 @@ static int hf_act(const util_jobj *o, const char *key, prof_model_spec *s,
     json_t *v = json_object_get(o->j, key);
     if (!v || json_is_null(v)) return 0;
     if (util_jstr(o, key, 1, a, sizeof a, e)) return -1;
+    /* "gelu" and "gelu_python" are the erf form; "gelu_new",
+     * "gelu_pytorch_tanh" and "gelu_fast" the tanh form */
+    s->gelu_erf = !strcmp(a, "gelu") || !strcmp(a, "gelu_python");
     if (strstr(a, "gelu")) s->act = PROF_ACT_GELU;
     else if (strstr(a, "relu")) s->act = PROF_ACT_RELU;
     else if (strstr(a, "silu") || strstr(a, "swish")) s->act = PROF_ACT_SILU;

@@ -117,7 +117,7 @@ Test(exec_model, gradients_bert_encoder)
     exec_gpt_config c = {.vocab = 23, .max_pos = 9, .hidden = 16,
                          .layers = 2, .heads = 2, .ffn = 24, .bias = 1,
                          .tied = 1, .encoder = 1, .type_vocab = 2,
-                         .pooler = 1};
+                         .pooler = 1, .gelu_erf = 1, .norm_eps = 1e-12f};
     grad_check(&c, 2, 7);
     exec_gpt_config u = {.vocab = 19, .max_pos = 8, .hidden = 12,
                          .layers = 3, .heads = 3, .ffn = 20, .bias = 0,

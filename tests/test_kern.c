@@ -145,7 +145,7 @@ static void ref_embed(double *out, const int *tok, const double *wte,
 }
 
 static void ref_layernorm(double *out, const double *x, const double *w,
-                          const double *b, int N, int C)
+                          const double *b, int N, int C, double eps)
 {
     for (int i = 0; i < N; i++) {
         double m = 0, v = 0;
@@ -153,7 +153,7 @@ static void ref_layernorm(double *out, const double *x, const double *w,
         m /= C;
         for (int c = 0; c < C; c++) v += (x[i * C + c] - m) * (x[i * C + c] - m);
         v /= C;
-        double s = 1.0 / sqrt(v + 1e-5);
+        double s = 1.0 / sqrt(v + eps);
         for (int c = 0; c < C; c++)
             out[i * C + c] = (x[i * C + c] - m) * s * w[c] + (b ? b[c] : 0);
     }
@@ -271,28 +271,30 @@ Test(kern, embed)
 
 typedef struct {
     int N, C;
-    double *x, *w, *b, *g, *out;
+    double *x, *w, *b, *g, *out, eps;
 } ln_ctx;
 
 static double ln_loss(void *p)
 {
     ln_ctx *c = p;
-    ref_layernorm(c->out, c->x, c->w, c->b, c->N, c->C);
+    ref_layernorm(c->out, c->x, c->w, c->b, c->N, c->C, c->eps);
     return dot(c->out, c->g, (size_t)c->N * c->C);
 }
 
+/* GPT-2's epsilon, then BERT's (1e-12) */
 static void layernorm_body(void)
 {
-    const int shapes[][2] = {{1, 4}, {5, 8}, {9, 33}};
-    for (int s = 0; s < 3; s++) {
+    const int shapes[][2] = {{1, 4}, {5, 8}, {9, 33}, {7, 16}};
+    for (int s = 0; s < 4; s++) {
         rng_seed(200 + s);
         int N = shapes[s][0], C = shapes[s][1];
+        float eps = s == 3 ? 1e-12f : KERN_LN_EPS;
         size_t n = (size_t)N * C;
         float *x = rnd(n), *w = rnd(C), *b = rnd(C), *g = rnd(n);
         float *out = rnd(n), *mean = rnd(N), *rstd = rnd(N);
         ln_ctx c = {N, C, to_d(x, n), to_d(w, C), to_d(b, C), to_d(g, n),
-                    malloc(n * sizeof(double))};
-        kern_layernorm_forward(out, mean, rstd, x, w, b, N, C);
+                    malloc(n * sizeof(double)), eps};
+        kern_layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
         ln_loss(&c);
         check("layernorm.out", out, c.out, n, FWD_ATOL, FWD_RTOL);
         float *dx = rnd(n), *dw = rnd(C), *db = rnd(C);
@@ -533,6 +535,40 @@ static void gelu_body(void)
 Test(kern, gelu)
 {
     each_isa(gelu_body);
+}
+
+static double ref_gelu_erf(double x)
+{
+    return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+}
+
+/* GELU's exact form (BERT's), against float64 and central differences;
+ * it and the tanh form differ by up to about 5e-4 (so neither passes for
+ * the other at 1e-6). */
+Test(kern, gelu_erf)
+{
+    rng_seed(510);
+    size_t n = 301;
+    float *x = rnd(n), *g = rnd(n), *out = rnd(n), *tanh_form = rnd(n);
+    for (size_t i = 0; i < n; i++) x[i] *= (float)(1 + 6 * (i % 3));
+    double *want = malloc(n * sizeof *want), *fx = malloc(n * sizeof *fx);
+    for (size_t i = 0; i < n; i++) {
+        want[i] = ref_gelu_erf(x[i]);
+        fx[i] = g[i] * (ref_gelu_erf(x[i] + FD_H) - ref_gelu_erf(x[i] - FD_H)) /
+                (2 * FD_H);
+    }
+    kern_gelu_erf_forward(out, x, n);
+    check("gelu_erf.out", out, want, n, FWD_ATOL, FWD_RTOL);
+    kern_gelu_forward(tanh_form, x, n);
+    double most = 0;
+    for (size_t i = 0; i < n; i++)
+        most = fmax(most, fabs((double)tanh_form[i] - out[i]));
+    cr_expect(most > 1e-5 && most < 1e-3, "the forms differ by %g", most);
+    float *dx = rnd(n), *dx0 = copy_f(dx, n);
+    kern_gelu_erf_backward(dx, x, g, n);
+    check_grad("gelu_erf.dinp", dx, dx0, fx, n);
+    free(x); free(g); free(out); free(tanh_form); free(want); free(fx);
+    free(dx); free(dx0);
 }
 
 /* ReLU against its definition; the gradient by central differences away
@@ -1074,7 +1110,7 @@ Test(kern, embed_no_positions)
 
 Test(kern, op_list)
 {
-    cr_assert_eq(KERN_OP_COUNT, 47);
+    cr_assert_eq(KERN_OP_COUNT, 49);
     cr_assert_str_eq(kern_op_name(KERN_OP_linear_backward_weight),
                      "linear_backward_weight");
     cr_assert_str_eq(kern_kind_name(kern_op_kind(KERN_OP_attention_forward)),
@@ -1109,7 +1145,8 @@ Test(kern, threads_agree)
         kern_linear_backward(dx[r], dw[r], NULL, go, x, w, N, C, OC);
         ln[r] = calloc((size_t)N * C, 4);
         float mean[64], rstd[64];
-        kern_layernorm_forward(ln[r], mean, rstd, x, w, b, N, C);
+        kern_layernorm_forward(ln[r], mean, rstd, x, w, b, N, C,
+                               KERN_LN_EPS);
         gl[r] = calloc((size_t)N * OC, 4);
         kern_gelu_forward(gl[r], go, (size_t)N * OC);
         free(scr);
