@@ -1,4 +1,4 @@
-/* Hugging Face safetensors for GPT-2, Llama and OPT: an 8-byte little-endian
+/* Hugging Face safetensors for GPT-2, Llama, OPT and BERT: an 8-byte little-endian
  * header length, a JSON header (per tensor: dtype, shape, data_offsets
  * into the data that follows), then the raw tensors. GPT-2's projections
  * are Conv1D layers whose weight is (in x out); the kernels multiply by
@@ -6,7 +6,8 @@
  * layers, (out x in) already: q, k and v are stacked into the fused
  * projection's rows, gate and up into the MLP's. Hugging Face's Llama
  * pairs RoPE's channels as the kernels do (i with i + hs/2). OPT's are
- * Linear layers too, stacked as Llama's. Tensors are
+ * Linear layers too, stacked as Llama's; so are BERT's (q, k and v its
+ * attention's self.query, key and value). Tensors are
  * read one at a time (a 124M-parameter file is 0.5 GB). */
 #include <errno.h>
 #include <stdlib.h>
@@ -284,6 +285,80 @@ static int load_gpt2(st_file *s, const exec_gpt_config *c, float *params,
     return read_map(s, c, "h.", m, N_MAP(m), params, e);
 }
 
+/* Hugging Face's BertForPreTraining or BertForMaskedLM ("bert." names for
+ * the encoder where the file has them, "cls.predictions." for the
+ * masked-LM head; q, k and v stacked into the fused projection's rows;
+ * the decoder tied to the token table, or its own
+ * "cls.predictions.decoder.weight"). A file without the pooler (a
+ * BertForMaskedLM's) leaves the seed's: no loss reads it. */
+static int load_bert(st_file *s, const exec_gpt_config *c, float *params,
+                     util_err *e)
+{
+    if (!c->encoder || !c->bias || exec_rope(c) || c->rmsnorm ||
+        c->swiglu || c->kv_heads || c->pos_offset)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: BERT weights (an encoder: "
+                         "learned positions, LayerNorm, biases); the model "
+                         "is not BERT's", s->path);
+    if (json_object_get(s->hdr, "bert.embeddings.word_embeddings.weight"))
+        s->prefix = "bert.";
+    s->family = "BERT";
+    size_t C = c->hidden, F = c->ffn, V = c->vocab, P = c->max_pos,
+           TV = (size_t)c->type_vocab;
+    st_map m[32];
+    int n = 0;
+#define BERT_MAP(nm, t, r, cl, at, layer) \
+    m[n++] = (st_map){nm, t, r, cl, at, 0, layer}
+    BERT_MAP("embeddings.word_embeddings.weight", EXEC_P_WTE, V, C, 0, 0);
+    BERT_MAP("embeddings.position_embeddings.weight", EXEC_P_WPE, P, C, 0, 0);
+    if (TV)
+        BERT_MAP("embeddings.token_type_embeddings.weight", EXEC_P_WTT, TV,
+                 C, 0, 0);
+    BERT_MAP("embeddings.LayerNorm.weight", EXEC_P_LNEW, C, 0, 0, 0);
+    BERT_MAP("embeddings.LayerNorm.bias", EXEC_P_LNEB, C, 0, 0, 0);
+    BERT_MAP("cls.predictions.transform.dense.weight", EXEC_P_MLMW, C, C, 0,
+             0);
+    BERT_MAP("cls.predictions.transform.dense.bias", EXEC_P_MLMB, C, 0, 0, 0);
+    BERT_MAP("cls.predictions.transform.LayerNorm.weight", EXEC_P_LNFW, C, 0,
+             0, 0);
+    BERT_MAP("cls.predictions.transform.LayerNorm.bias", EXEC_P_LNFB, C, 0,
+             0, 0);
+    BERT_MAP("cls.predictions.bias", EXEC_P_LMB, V, 0, 0, 0);
+    BERT_MAP("attention.self.query.weight", EXEC_P_QKVW, C, C, 0, 1);
+    BERT_MAP("attention.self.key.weight", EXEC_P_QKVW, C, C, C * C, 1);
+    BERT_MAP("attention.self.value.weight", EXEC_P_QKVW, C, C, 2 * C * C, 1);
+    BERT_MAP("attention.self.query.bias", EXEC_P_QKVB, C, 0, 0, 1);
+    BERT_MAP("attention.self.key.bias", EXEC_P_QKVB, C, 0, C, 1);
+    BERT_MAP("attention.self.value.bias", EXEC_P_QKVB, C, 0, 2 * C, 1);
+    BERT_MAP("attention.output.dense.weight", EXEC_P_ATTPROJW, C, C, 0, 1);
+    BERT_MAP("attention.output.dense.bias", EXEC_P_ATTPROJB, C, 0, 0, 1);
+    BERT_MAP("attention.output.LayerNorm.weight", EXEC_P_LN1W, C, 0, 0, 1);
+    BERT_MAP("attention.output.LayerNorm.bias", EXEC_P_LN1B, C, 0, 0, 1);
+    BERT_MAP("intermediate.dense.weight", EXEC_P_FCW, F, C, 0, 1);
+    BERT_MAP("intermediate.dense.bias", EXEC_P_FCB, F, 0, 0, 1);
+    BERT_MAP("output.dense.weight", EXEC_P_FCPROJW, C, F, 0, 1);
+    BERT_MAP("output.dense.bias", EXEC_P_FCPROJB, C, 0, 0, 1);
+    BERT_MAP("output.LayerNorm.weight", EXEC_P_LN2W, C, 0, 0, 1);
+    BERT_MAP("output.LayerNorm.bias", EXEC_P_LN2B, C, 0, 0, 1);
+    char pooler[64];
+    snprintf(pooler, sizeof pooler, "%spooler.dense.weight", s->prefix);
+    if (c->pooler && json_object_get(s->hdr, pooler)) {
+        BERT_MAP("pooler.dense.weight", EXEC_P_POOLW, C, C, 0, 0);
+        BERT_MAP("pooler.dense.bias", EXEC_P_POOLB, C, 0, 0, 0);
+    }
+#undef BERT_MAP
+    if (read_map(s, c, "encoder.layer.", m, n, params, e)) return -1;
+    if (c->tied) return 0;
+    /* an untied decoder: its own weight, or the table it was tied to */
+    exec_tensor tt[EXEC_P_COUNT];
+    exec_gpt_param_table(c, tt);
+    float *head = params + tt[EXEC_P_LMW].off;
+    if (!json_object_get(s->hdr, "cls.predictions.decoder.weight")) {
+        memcpy(head, params + tt[EXEC_P_WTE].off, sizeof(float) * V * C);
+        return 0;
+    }
+    return read_tensor(s, "cls.predictions.decoder.weight", V, C, head, e);
+}
+
 int exec_safetensors_load(const char *path, const exec_gpt_config *c,
                           float *params, util_err *e)
 {
@@ -291,11 +366,6 @@ int exec_safetensors_load(const char *path, const exec_gpt_config *c,
     if (*(const unsigned char *)&one != 1)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: safetensors are "
                          "little-endian; this machine is not", path);
-    if (c->encoder)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: an encoder's (BERT) "
-                         "weights are not read: the executor reads GPT-2's, "
-                         "Llama's and OPT's (an encoder starts from its "
-                         "seed)", path);
     st_file s = {.path = path, .prefix = ""};
     s.f = fopen(path, "rb");
     if (!s.f)
@@ -330,6 +400,10 @@ int exec_safetensors_load(const char *path, const exec_gpt_config *c,
         goto out;
     }
     s.data0 = 8 + (long long)hl;
+    if (c->encoder || json_object_get(s.hdr, "cls.predictions.bias")) {
+        rc = load_bert(&s, c, params, e);
+        goto out;
+    }
     if (json_object_get(s.hdr, "model.embed_tokens.weight")) {
         rc = load_llama(&s, c, params, e);
         goto out;

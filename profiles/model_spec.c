@@ -392,7 +392,10 @@ static int parse_hf(const util_jobj *o, const char *file, prof_model_spec *s,
         break;
     case PROF_FAM_BERT:
         s->seq_len = s->max_pos;
-        if (hf_act(o, "hidden_act", s, e)) return -1;
+        if (hf_act(o, "hidden_act", s, e) ||
+            util_jnum(o, "layer_norm_eps", 0, UTIL_POSITIVE, 0.1,
+                      &s->norm_eps, e))
+            return -1;
         break;
     case PROF_FAM_T5: {
         if (!s->dec_layers) s->dec_layers = s->layers;

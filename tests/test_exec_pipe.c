@@ -535,6 +535,78 @@ Test(exec_init, hugging_face_opt_computes_what_transformers_does)
     free(w2);
 }
 
+/* A BERT saved by Hugging Face (tests/data/hf/bert-tiny/gen.py:
+ * BertForPreTraining with GELU's erf form, LayerNorm's epsilon 1e-12,
+ * token types, the pooler, the tied decoder with its bias): its weights
+ * give the masked-LM loss transformers' own model gives on the same
+ * masked tokens and sentence-pair types; GELU's tanh form or GPT-2's
+ * epsilon give another. */
+static double bert_tiny_loss(const exec_gpt_config *c, const int *tok,
+                             const int *tgt)
+{
+    util_err e;
+    exec_gpt *m = exec_gpt_new(c, 1, 32, 1);
+    cr_assert_eq(exec_safetensors_load("tests/data/hf/bert-tiny/"
+                                       "model.safetensors", c,
+                                       exec_gpt_params(m), &e), 0, "%s",
+                 e.msg);
+    double l = exec_gpt_forward(m, tok, tgt);
+    exec_gpt_free(m);
+    return l;
+}
+
+Test(exec_init, hugging_face_bert_computes_what_transformers_does)
+{
+    util_err e;
+    prof_model_spec spec;
+    exec_gpt_config c;
+    cr_assert_eq(prof_model_spec_get("tests/data/hf/bert-tiny/config.json",
+                                     &spec, &e), 0, "%s", e.msg);
+    cr_assert_eq(exec_gpt_config_from_spec(&spec, &c, "bert-tiny", &e), 0,
+                 "%s", e.msg);
+    cr_assert(c.encoder && c.gelu_erf && c.pooler && c.tied &&
+              c.type_vocab == 2 && fabsf(c.norm_eps - 1e-12f) < 1e-15f);
+    json_error_t je;
+    json_t *x = json_load_file("tests/data/hf/bert-tiny/expected.json", 0,
+                               &je);
+    cr_assert_not_null(x, "%s", je.text);
+    int tok[32], tgt[32];
+    json_t *ids = json_object_get(x, "input_ids"),
+           *lab = json_object_get(x, "labels"),
+           *typ = json_object_get(x, "token_type_ids");
+    cr_assert(json_array_size(ids) == 32 && json_array_size(lab) == 32);
+    for (int i = 0; i < 32; i++) {
+        tok[i] = (int)json_integer_value(json_array_get(ids, i));
+        tgt[i] = (int)json_integer_value(json_array_get(lab, i));
+        /* the pair's types as the executor gives them */
+        cr_assert_eq(json_integer_value(json_array_get(typ, i)),
+                     i >= exec_type_split(&c, 32));
+    }
+    double want = json_number_value(json_object_get(x, "mlm_loss"));
+    double got = bert_tiny_loss(&c, tok, tgt);
+    cr_expect(fabs(got - want) <= 1e-6 * want, "loss %.7f, transformers "
+              "%.7f", got, want);
+    exec_gpt_config g = c;
+    g.gelu_erf = 0;
+    double tanh_form = bert_tiny_loss(&g, tok, tgt);
+    cr_expect(fabs(tanh_form - want) > 1e-5 * want, "GELU's tanh form gave "
+              "the erf form's loss (%.7f)", tanh_form);
+    g = c;
+    g.norm_eps = 0;
+    double eps5 = bert_tiny_loss(&g, tok, tgt);
+    cr_expect(eps5 != got, "epsilon 1e-5 gave 1e-12's loss");
+    /* a GPT-2 of the same sizes reads no BERT file */
+    g = c;
+    g.encoder = g.type_vocab = g.pooler = g.gelu_erf = 0;
+    g.norm_eps = 0;
+    float *w = malloc(sizeof(float) * 400000);
+    cr_expect_eq(exec_safetensors_load("tests/data/hf/bert-tiny/"
+                                       "model.safetensors", &g, w, &e), -1);
+    cr_expect(strstr(e.msg, "BERT weights"), "%s", e.msg);
+    free(w);
+    json_decref(x);
+}
+
 Test(exec_init, wrong_weights_say_which_tensor)
 {
     util_err e;
