@@ -123,10 +123,6 @@ static void lora_geometry(const prof_model *m, const exec_gpt_config *c,
 int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                     int T, int tp, exec_xop **out, util_err *e)
 {
-    if (c->encoder && tp > 1)
-        return util_errf(e, UTIL_EXIT_USAGE,
-                         "tensor parallelism %d of an encoder (BERT): the "
-                         "executor splits decoders only", tp);
     if (c->heads % tp || c->ffn % tp || exec_kv_heads(c) % tp)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "tensor parallelism %d must divide the heads (%d), "
@@ -404,10 +400,13 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             break;
         }
         case PROF_ROLE_LM_HEAD:
-            /* an encoder's decoder has a bias (tensor parallelism, which
-             * would split it, is refused for encoders) */
-            if (c->encoder)
-                add_slice(&v, EXEC_P_LMB, 0, V, 0, 1, 1, 0, one, 0, one);
+            /* an encoder's decoder has a bias: the rank's vocabulary rows,
+             * padded as its weight's */
+            if (c->encoder) {
+                add_slice(&v, EXEC_P_LMB, r * Vl, Vr, 0, 1, 1, 0, rep0, 0,
+                          rep0);
+                pad(&v, Vl - Vr);
+            }
             if (c->tied && have_wte) break; /* the embedding's own table */
             /* a tied head's copy counts in the norm and is saved only
              * where no stage holds the embedding (tied_owner) */
@@ -713,7 +712,8 @@ static int xent_tp_forward(exec_worker *w, float *losses, float *probs,
         rc = tp_sum(w, sum, 2 * (size_t)N, tp_ns, e);
     }
     if (!rc)
-        EXEC_KERN(w, K->xent_shard_norm(losses, probs, sum, mx, tl, N, Vl));
+        EXEC_KERN(w, K->xent_shard_norm(losses, probs, sum, mx, tl, tgt, N,
+                                        Vl));
     exec_buf_unref(b);
     return rc;
 }
@@ -937,6 +937,9 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                                                 Vl, N, C));
             if (tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
             if (pos) EXEC_KERN(w, K->embed_pos_forward(out, pos, B, T, C));
+            if (p.x)
+                EXEC_KERN(w, K->embed_type_forward(out, p.x, B, T, C,
+                                                   exec_type_split(c, T)));
         }
         break;
     }
@@ -1137,8 +1140,10 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                : x->role == PROF_ROLE_MLP_UP ? (c->swiglu ? 2 * Fl : Fl)
                : x->role == PROF_ROLE_MLM_DENSE ? C : Vl;
         int rc = 0;
+        /* BERT's head transform is replicated: its input gradient is
+         * whole on every rank */
         if (input_part) {
-            if (tp == 1) {
+            if (tp == 1 || x->role == PROF_ROLE_MLM_DENSE) {
                 EXEC_KERN(w, K->linear_backward_input(d0, dout, p.w, N, C,
                                                       OC));
                 rc = lora_backward(w, r, i, x, &p, in0, dout, OC, d0,

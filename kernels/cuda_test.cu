@@ -439,8 +439,10 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         compare("xent_shard_exp", "sum", sum);
         compare("xent_shard_exp", "tl", tl);
         compare("xent_shard_exp", "mx", mx);
-        kern_xent_shard_norm(losses.h, probs.h, sum.h, mx.h, tl.h, N, Vl);
-        kern_cuda_xent_shard_norm(losses.d, probs.d, sum.d, mx.d, tl.d, N, Vl);
+        kern_xent_shard_norm(losses.h, probs.h, sum.h, mx.h, tl.h, tgt, N,
+                             Vl);
+        kern_cuda_xent_shard_norm(losses.d, probs.d, sum.d, mx.d, tl.d, dtgt,
+                                  N, Vl);
         compare("xent_shard_norm", "losses", losses);
         compare("xent_shard_norm", "probs", probs);
         kern_xent_shard_backward(dl.h, probs.h, tgt, 1.0f / N, Vl, N, Vl);

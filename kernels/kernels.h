@@ -171,11 +171,12 @@ extern "C" {
        const float *logits, const int *targets, int tp, int v0, int N,    \
        int Vl, int Vv))                                                   \
     /* sum and tl summed over the ranks: probs /= sum, losses(N) =        \
-     * log(sum) + max - tl */                                             \
+     * log(sum) + max - tl, 0 where the target is below 0 (none) */       \
     X(xent_shard_norm, LOSS,                                              \
       (float *losses, float *probs, const float *sum, const float *mx,    \
-       const float *tl, int N, int Vl))                                   \
-    /* dlogits(N,Vl) += scale (probs - onehot(target - v0)) */            \
+       const float *tl, const int *targets, int N, int Vl))               \
+    /* dlogits(N,Vl) += scale (probs - onehot(target - v0)); rows whose  \
+     * target is below 0 get nothing */                                   \
     X(xent_shard_backward, LOSS,                                          \
       (float *dlogits, const float *probs, const int *targets,            \
        float scale, int v0, int N, int Vl))                               \

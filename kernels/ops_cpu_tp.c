@@ -184,15 +184,16 @@ static void xnorm_part(void *p, int part, int np)
     for (size_t i = lo; i < hi; i++) {
         float inv = 1.0f / sum[i], *pr = a->out2 + i * (size_t)a->Vl;
         for (int j = 0; j < a->Vl; j++) pr[j] *= inv;
-        a->out[i] = logf(sum[i]) + mx[i] - tl[i];
+        a->out[i] = a->tok[i] < 0 ? 0.0f : logf(sum[i]) + mx[i] - tl[i];
     }
 }
 
 void kern_xent_shard_norm(float *losses, float *probs, const float *sum,
-                          const float *mx, const float *tl, int N, int Vl)
+                          const float *mx, const float *tl,
+                          const int *targets, int N, int Vl)
 {
     sargs a = {.out = losses, .out2 = probs, .in = sum, .in2 = mx, .in3 = tl,
-               .N = N, .Vl = Vl};
+               .tok = targets, .N = N, .Vl = Vl};
     kern_parallel(xnorm_part, &a);
 }
 
@@ -205,6 +206,7 @@ static void xbwd_part(void *p, int part, int np)
     for (size_t n = lo; n < hi; n++) {
         const float *pr = a->in + n * (size_t)Vl;
         float *d = a->out + n * (size_t)Vl;
+        if (a->tok[n] < 0) continue;
         for (int j = 0; j < Vl; j++) d[j] += s * pr[j];
         int t = a->tok[n] - a->v0;
         if (t >= 0 && t < Vl) d[t] -= s;

@@ -981,13 +981,14 @@ __global__ void xexp_k(float *probs, float *sum, float *tl, float *mx,
 }
 
 __global__ void xnorm_k(float *losses, float *probs, const float *sum,
-                        const float *mx, const float *tl, int N, int Vl)
+                        const float *mx, const float *tl, const int *tgt,
+                        int N, int Vl)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
     float inv = 1.0f / sum[i], *p = probs + (size_t)i * Vl;
     for (int j = 0; j < Vl; j++) p[j] *= inv;
-    losses[i] = logf(sum[i]) + mx[i] - tl[i];
+    losses[i] = tgt[i] < 0 ? 0.0f : logf(sum[i]) + mx[i] - tl[i];
 }
 
 __global__ void xshard_bwd_k(float *dlogits, const float *probs,
@@ -997,6 +998,7 @@ __global__ void xshard_bwd_k(float *dlogits, const float *probs,
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)N * Vl) return;
     int row = (int)(i / Vl), j = (int)(i % Vl);
+    if (tgt[row] < 0) return;
     float d = scale * probs[i];
     if (j == tgt[row] - v0) d -= scale;
     dlogits[i] += d;
@@ -1064,9 +1066,11 @@ extern "C" void kern_cuda_xent_shard_exp(float *probs, float *sum, float *tl,
 
 extern "C" void kern_cuda_xent_shard_norm(float *losses, float *probs,
                                           const float *sum, const float *mx,
-                                          const float *tl, int N, int Vl)
+                                          const float *tl,
+                                          const int *targets, int N, int Vl)
 {
-    LAUNCH(xnorm_k, blocks(N, 128), 128, losses, probs, sum, mx, tl, N, Vl);
+    LAUNCH(xnorm_k, blocks(N, 128), 128, losses, probs, sum, mx, tl, targets,
+           N, Vl);
 }
 
 extern "C" void kern_cuda_xent_shard_backward(float *dlogits,

@@ -754,9 +754,8 @@ Test(exec_pipe, llama_and_fused_attention_one_microbatch_bits)
 /* BERT: an encoder trained as a masked LM (exec_mlm_mask), post-LayerNorm
  * layers attending to every token, token types, the pooler no loss reads
  * and the head's transform before a decoder with a bias. Pipelines cut
- * it anywhere (the head's ops on a stage of their own with 5 stages of 3
- * layers' graph), with data parallelism, recomputation and zero-bubble
- * schedules, and end where the reference does. */
+ * it anywhere, with data and tensor parallelism, recomputation and
+ * zero-bubble schedules, and end where the reference does. */
 #define BERT "tests/data/exec/bert-pico.json"
 #define BERT_UNTIED "tests/data/exec/bert-pico-untied.json"
 #define BERT_FLASH "tests/data/exec/bert-pico-flash.json"
@@ -772,6 +771,11 @@ Test(exec_pipe, bert_equals_the_reference)
         {BERT, SIM_SCHED_ZBV, 2, 1, 1, 2, 4, 0, 4},
         {BERT_FLASH, SIM_SCHED_DUALPIPEV, 2, 1, 1, 2, 4, 0, 4},
         {BERT, SIM_SCHED_MIXED_1F1B, 2, 1, 1, 2, 4, 0, 5},
+        /* tensor parallel: 257 words over 2 ranks (the decoder's bias
+         * split with its rows, the last shard padded), the pooler and
+         * the head's transform replicated */
+        {BERT, SIM_SCHED_1F1B, 2, 1, 2, 2, 4, SIM_RC_SELECTIVE, 0},
+        {BERT_FLASH, SIM_SCHED_ZBV, 2, 2, 2, 1, 4, 0, 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_sync(&cases[i], 1.0f);

@@ -253,6 +253,8 @@ model=tests/data/exec/opt-pico.json same "opt, tp 2" 2 --schedule 1f1b \
 # types, the pooler, the masked-LM head), fused attention and a pipeline
 model=tests/data/exec/bert-pico.json same "bert, dp 2" 2 --schedule 1f1b \
     --pp 1 --dp 2
+model=tests/data/exec/bert-pico.json same "bert, tp 2" 2 --schedule 1f1b \
+    --pp 1 --tp 2
 model=tests/data/exec/bert-pico-flash.json same "bert, fused attention" 2 \
     --schedule zb-h1 --pp 2 --recompute
 model=
