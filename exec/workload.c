@@ -260,6 +260,12 @@ static int check_chain(const wl_job *J, util_err *e)
     return 0;
 }
 
+/* The targets of a row of job J: every token's, an encoder's masked. */
+static int wl_targets(const wl_job *J)
+{
+    return J->cfg.encoder ? exec_mlm_count(J->T) : J->T;
+}
+
 static int prep_job(exec_wl *W, wl_job *J, int idx, util_err *e)
 {
     const plan_wl_job *j = J->j;
@@ -273,14 +279,15 @@ static int prep_job(exec_wl *W, wl_job *J, int idx, util_err *e)
     char where[400];
     snprintf(where, sizeof where, "%s: model '%s'", j->model_where, j->model);
     if (exec_gpt_config_from_spec(&spec, &J->cfg, where, e)) return -1;
-    if (J->cfg.encoder)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: an encoder (BERT): a "
-                         "workload's jobs are decoders (families gpt, llama "
-                         "and opt)", where);
     if (J->cfg.vocab < 256)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: vocabulary %d is smaller "
                          "than the 256 byte tokens of the text", where,
                          J->cfg.vocab);
+    if (J->cfg.encoder && J->cfg.vocab < 257)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: vocabulary %d: an "
+                         "encoder's mask token is its last word, which "
+                         "needs one beside the 256 bytes of the text",
+                         where, J->cfg.vocab);
     J->B = j->batch;
     J->T = spec.seq_len > 0 &&
                    (exec_rope(&J->cfg) || spec.seq_len <= J->cfg.max_pos)
@@ -304,7 +311,8 @@ static int prep_job(exec_wl *W, wl_job *J, int idx, util_err *e)
     J->rt.mbs = J->B;
     J->rt.T = J->T;
     J->rt.tp = J->rt.dp = J->rt.pipes = 1;
-    J->rt.scale = 1.0 / ((double)J->B * J->T);
+    /* the mean over the batch's targets: an encoder's masked tokens */
+    J->rt.scale = 1.0 / ((double)J->B * wl_targets(J));
     build_shards(J);
     return check_chain(J, e);
 }
@@ -677,6 +685,8 @@ static int run_step(run *R, wdev *d, int j, slot *s, util_err *e)
         int *ids = util_malloc(2 * N * sizeof *ids);
         exec_corpus_batch(&R->W->corpus, 0, J->seed, (uint64_t)mb, J->B,
                           J->T, ids, ids + N);
+        exec_mlm_mask(&J->cfg, 0, J->seed, (uint64_t)mb, 0, J->B, J->T, ids,
+                      ids + N);
         rc = upload(w, &r->ids, ids, 2 * N, "the tokens", e);
         free(ids);
     }
@@ -723,7 +733,8 @@ static int run_step(run *R, wdev *d, int j, slot *s, util_err *e)
             exec_parr dst = {J->tt, NULL, q->gfull, NULL};
             exec_stage_scatter(st, s->g, NULL, &dst);
             count_copy(R, 0, (double)s->n * sizeof(float));
-            if (kind == 1) q->loss = w->loss_sum / (double)N;
+            if (kind == 1)
+                q->loss = w->loss_sum / ((double)J->B * wl_targets(J));
             if (sh == 0) {
                 host_step(R, J, q, mb);
                 s->job = -1;
@@ -756,7 +767,8 @@ static int run_step(run *R, wdev *d, int j, slot *s, util_err *e)
             }
             count_copy(R, 0, (J->sgd ? 1.0 : 3.0) * (double)s->n *
                                  sizeof(float));
-            if (kind == 1) q->loss = w->loss_sum / (double)N;
+            if (kind == 1)
+                q->loss = w->loss_sum / ((double)J->B * wl_targets(J));
         }
     }
     rec_free(r, st->n_ops);
@@ -1000,6 +1012,8 @@ static int run_sequential(exec_wl *W, exec_wl_result *r, util_err *e)
         for (int s = 0; s < J->steps; s++) {
             exec_corpus_batch(&W->corpus, 0, J->seed, (uint64_t)s, J->B, J->T,
                               tok, tgt);
+            exec_mlm_mask(&J->cfg, 0, J->seed, (uint64_t)s, 0, J->B, J->T,
+                          tok, tgt);
             loss = exec_gpt_forward(m, tok, tgt);
             exec_gpt_zero_grad(m);
             exec_gpt_backward(m);

@@ -133,6 +133,49 @@ Test(exec_workload, every_policy_trains_each_job_as_the_reference)
     test_rm_rf(dir);
 }
 
+/* BERT's encoder among decoders: its shards mask the batch the reference
+ * masks, and every policy ends with the reference's bits. */
+Test(exec_workload, bert_trains_as_the_reference)
+{
+    char *dir = test_tmpdir();
+    char *wf = write_file(dir, "w.json",
+        "{\"jobs\": [\n"
+        "  {\"model\": \"tests/data/exec/bert-tiny.json\", \"batch\": 4, "
+        "\"samples\": 12, \"name\": \"bert\"},\n"
+        "  {\"model\": \"" PICO "\", \"batch\": 8, \"samples\": 16, "
+        "\"name\": \"pico\"}\n]}\n");
+    exec_wl *w = open_wl(wf, 2, adamw(), 1337, 7, 1);
+    util_err e = {0};
+    const char *models[2] = {"tests/data/exec/bert-tiny.json", PICO};
+    int Bs[2] = {4, 8}, steps[2] = {3, 2};
+    cr_assert_geq(shards(w, 0), 2, "BERT is cut into shards");
+    float *ref[2];
+    size_t P[2];
+    for (int j = 0; j < 2; j++)
+        ref[j] = train_reference(models[j], Bs[j], steps[j], 1337 + j,
+                                 adamw(), 1, &P[j]);
+    for (int p = 0; p < EXEC_WL_POLICY_COUNT; p++) {
+        if (p == EXEC_WL_PIPELINE) continue;
+        exec_wl_result r;
+        cr_assert_eq(exec_wl_run(w, (exec_wl_policy)p, &r, &e), 0, "%s: %s",
+                     exec_wl_policy_name((exec_wl_policy)p), e.msg);
+        for (int j = 0; j < 2; j++) {
+            size_t n = P[j] * sizeof(float);
+            cr_assert_eq(r.job[j].n_params, P[j]);
+            cr_expect(!memcmp(r.job[j].params, ref[j], n) &&
+                          !memcmp(r.job[j].adam_m, ref[j] + P[j], n) &&
+                          !memcmp(r.job[j].adam_v, ref[j] + 2 * P[j], n),
+                      "%s: job %d differs from the reference trainer",
+                      exec_wl_policy_name((exec_wl_policy)p), j);
+        }
+        exec_wl_result_free(&r);
+    }
+    for (int j = 0; j < 2; j++) free(ref[j]);
+    exec_wl_free(w);
+    free(wf);
+    test_rm_rf(dir);
+}
+
 Test(exec_workload, without_prefetch_the_same_bits)
 {
     char *dir = test_tmpdir();
@@ -366,10 +409,10 @@ static void expect_wl(int code, const char *want, const char *text,
 
 Test(exec_workload, errors_name_the_file_line_and_field)
 {
-    expect_wl(2, "w.json:2:12: field 'jobs[1].model': model 'bert-large': "
-              "an encoder (BERT): a workload's jobs are decoders",
+    expect_wl(2, "w.json:2:12: field 'jobs[1].model': model 't5-3b': "
+              "the CPU reference trainer cannot train this model: family t5",
               "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 2},\n"
-              " {\"model\": \"bert-large\", \"batch\": 2, \"samples\": 2}]}\n", "");
+              " {\"model\": \"t5-3b\", \"batch\": 2, \"samples\": 2}]}\n", "");
     expect_wl(2, "w.json:1:21: field 'jobs[0].model': unknown model 'gpt-nano'",
               "{\"jobs\": [{\"model\": \"gpt-nano\", \"batch\": 2, \"samples\": 2}]}\n",
               "");
