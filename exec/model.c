@@ -690,10 +690,13 @@ static void attn_fwd(exec_gpt *m, float *out, float *att, const float *qkv,
           kern_attention_forward(out, att, qkv, B, T, C, NH, causal));
 }
 
-static void mlp_act_fwd(exec_gpt *m, float *out, const float *inp, size_t n)
+/* The MLP's activation (ReLU where the model's is), or BERT's head
+ * transform's (relu 0): GELU in the model's form. */
+static void act_fwd(exec_gpt *m, float *out, const float *inp, size_t n,
+                    int relu)
 {
     int B = m->B, T = m->T, F = (int)(n / ((size_t)B * T));
-    if (m->c.relu)
+    if (relu)
         TIMED(relu_forward, B, T, F, 0, 0, 0, 0, 0, 0, (double)n, F4 * 2.0 * n,
               kern_relu_forward(out, inp, n));
     else if (m->c.gelu_erf)
@@ -704,11 +707,11 @@ static void mlp_act_fwd(exec_gpt *m, float *out, const float *inp, size_t n)
               kern_gelu_forward(out, inp, n));
 }
 
-static void mlp_act_bwd(exec_gpt *m, float *dinp, const float *inp,
-                        const float *dout, size_t n)
+static void act_bwd(exec_gpt *m, float *dinp, const float *inp,
+                    const float *dout, size_t n, int relu)
 {
     int B = m->B, T = m->T, F = (int)(n / ((size_t)B * T));
-    if (m->c.relu)
+    if (relu)
         TIMED(relu_backward, B, T, F, 0, 0, 0, 0, 0, 0, (double)n, F4 * 4.0 * n,
               kern_relu_backward(dinp, inp, dout, n));
     else if (m->c.gelu_erf)
@@ -719,28 +722,15 @@ static void mlp_act_bwd(exec_gpt *m, float *dinp, const float *inp,
               kern_gelu_backward(dinp, inp, dout, n));
 }
 
-/* BERT's head transform: GELU in the model's form, whatever its MLP's */
-static void head_act_fwd(exec_gpt *m, float *out, const float *inp, size_t n)
+static void mlp_act_fwd(exec_gpt *m, float *out, const float *inp, size_t n)
 {
-    int B = m->B, T = m->T, C = m->c.hidden;
-    if (m->c.gelu_erf)
-        TIMED(gelu_erf_forward, B, T, C, 0, 0, 0, 0, 0, 0, 20.0 * n,
-              F4 * 2.0 * n, kern_gelu_erf_forward(out, inp, n));
-    else
-        TIMED(gelu_forward, B, T, C, 0, 0, 0, 0, 0, 0, 20.0 * n, F4 * 2.0 * n,
-              kern_gelu_forward(out, inp, n));
+    act_fwd(m, out, inp, n, m->c.relu);
 }
 
-static void head_act_bwd(exec_gpt *m, float *dinp, const float *inp,
-                         const float *dout, size_t n)
+static void mlp_act_bwd(exec_gpt *m, float *dinp, const float *inp,
+                        const float *dout, size_t n)
 {
-    int B = m->B, T = m->T, C = m->c.hidden;
-    if (m->c.gelu_erf)
-        TIMED(gelu_erf_backward, B, T, C, 0, 0, 0, 0, 0, 0, 30.0 * n,
-              F4 * 4.0 * n, kern_gelu_erf_backward(dinp, inp, dout, n));
-    else
-        TIMED(gelu_backward, B, T, C, 0, 0, 0, 0, 0, 0, 30.0 * n, F4 * 4.0 * n,
-              kern_gelu_backward(dinp, inp, dout, n));
+    act_bwd(m, dinp, inp, dout, n, m->c.relu);
 }
 
 static void res_fwd(exec_gpt *m, float *out, const float *a, const float *b)
@@ -821,7 +811,7 @@ static float bert_forward(exec_gpt *m, const int *tokens, const int *targets)
               kern_tanh_forward(GACT(G_POOL), GACT(G_POOL), (size_t)B * C));
     }
     linear_fwd(m, GACT(G_MLM_H), x, par(m, P_MLMW), par(m, P_MLMB), N, C, C);
-    head_act_fwd(m, GACT(G_MLM_G), GACT(G_MLM_H), NC);
+    act_fwd(m, GACT(G_MLM_G), GACT(G_MLM_H), NC, 0);
     ln_fwd(m, GACT(G_LNF), GACT(G_LNF_MEAN), GACT(G_LNF_RSTD), GACT(G_MLM_G),
            par(m, P_LNFW), par(m, P_LNFB));
     const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
@@ -863,7 +853,7 @@ static void bert_backward(exec_gpt *m)
     ln_bwd(m, GDACT(G_MLM_G), grd(m, P_LNFW), grd(m, P_LNFB), GDACT(G_LNF),
            GACT(G_MLM_G), par(m, P_LNFW), GACT(G_LNF_MEAN),
            GACT(G_LNF_RSTD));
-    head_act_bwd(m, GDACT(G_MLM_H), GACT(G_MLM_H), GDACT(G_MLM_G), NC);
+    act_bwd(m, GDACT(G_MLM_H), GACT(G_MLM_H), GDACT(G_MLM_G), NC, 0);
     /* the pooler's output feeds no loss: no gradient reaches it */
     linear_bwd(m, DACT(L - 1, A_LN2), grd(m, P_MLMW), grd(m, P_MLMB),
                GDACT(G_MLM_H), ACT(L - 1, A_LN2), par(m, P_MLMW), N, C, C);

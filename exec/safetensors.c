@@ -22,6 +22,8 @@ typedef struct st_file {
     json_t *hdr;
     const char *prefix;      /* "" or "transformer." */
     const char *family;      /* whose names the loader reads */
+    const char *head;        /* an untied head's name (without the prefix);
+                              * NULL: "lm_head.weight" */
 } st_file;
 
 static float half_to_float(uint16_t h)
@@ -126,21 +128,23 @@ static int read_conv(st_file *s, const char *name, size_t in, size_t out,
     return rc;
 }
 
-/* An untied head: its own tensor ("lm_head.weight", without the file's
- * prefix) where the file has one, else the token table it was tied to. */
+/* An untied head: its own tensor (s->head, "lm_head.weight" by default,
+ * without the file's prefix) where the file has one, else the token table
+ * it was tied to. */
 static int untied_head(st_file *s, const exec_gpt_config *c, float *params,
                        const exec_tensor *tt, util_err *e)
 {
     if (c->tied) return 0;
     size_t V = c->vocab, C = c->hidden;
     float *head = params + tt[EXEC_P_LMW].off;
-    if (!json_object_get(s->hdr, "lm_head.weight")) {
+    const char *name = s->head ? s->head : "lm_head.weight";
+    if (!json_object_get(s->hdr, name)) {
         memcpy(head, params + tt[EXEC_P_WTE].off, sizeof(float) * V * C);
         return 0;
     }
     const char *pf = s->prefix;
     s->prefix = "";
-    int rc = read_tensor(s, "lm_head.weight", V, C, head, e);
+    int rc = read_tensor(s, name, V, C, head, e);
     s->prefix = pf;
     return rc;
 }
@@ -346,17 +350,8 @@ static int load_bert(st_file *s, const exec_gpt_config *c, float *params,
         BERT_MAP("pooler.dense.bias", EXEC_P_POOLB, C, 0, 0, 0);
     }
 #undef BERT_MAP
-    if (read_map(s, c, "encoder.layer.", m, n, params, e)) return -1;
-    if (c->tied) return 0;
-    /* an untied decoder: its own weight, or the table it was tied to */
-    exec_tensor tt[EXEC_P_COUNT];
-    exec_gpt_param_table(c, tt);
-    float *head = params + tt[EXEC_P_LMW].off;
-    if (!json_object_get(s->hdr, "cls.predictions.decoder.weight")) {
-        memcpy(head, params + tt[EXEC_P_WTE].off, sizeof(float) * V * C);
-        return 0;
-    }
-    return read_tensor(s, "cls.predictions.decoder.weight", V, C, head, e);
+    s->head = "cls.predictions.decoder.weight";
+    return read_map(s, c, "encoder.layer.", m, n, params, e);
 }
 
 int exec_safetensors_load(const char *path, const exec_gpt_config *c,
