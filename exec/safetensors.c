@@ -57,6 +57,21 @@ static int read_tensor(st_file *s, const char *name, size_t rows, size_t cols,
     snprintf(key, sizeof key, "%s%s", s->prefix, name);
     json_t *t = json_object_get(s->hdr, key);
     if (!t) t = json_object_get(s->hdr, name);
+    /* BERT's files as Google's checkpoints were converted (the Hub's
+     * bert-base-uncased and bert-large-uncased) name a LayerNorm's weight
+     * and bias gamma and beta, which transformers renames on load */
+    size_t nl = strlen(name);
+    int w = nl > 7 && !strcmp(name + nl - 7, ".weight"),
+        b = nl > 5 && !strcmp(name + nl - 5, ".bias");
+    if (!t && strstr(name, "LayerNorm.") && (w || b)) {
+        char old[160];
+        int stem = (int)(nl - (w ? 7 : 5));
+        const char *as = w ? "gamma" : "beta";
+        snprintf(old, sizeof old, "%s%.*s.%s", s->prefix, stem, name, as);
+        t = json_object_get(s->hdr, old);
+        snprintf(old, sizeof old, "%.*s.%s", stem, name, as);
+        if (!t) t = json_object_get(s->hdr, old);
+    }
     if (!json_is_object(t))
         return util_errf(e, UTIL_EXIT_USAGE, "%s: no tensor '%s' (is this a "
                          "%s checkpoint?)", s->path, key, s->family);

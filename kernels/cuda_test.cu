@@ -449,6 +449,22 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         kern_cuda_xent_shard_backward(dl.d, probs.d, dtgt, 1.0f / N, Vl, N,
                                       Vl);
         compare("xent_shard_backward", "dlogits", dl);
+        // a masked LM's rows without a target (-1): no loss, no gradient
+        int *dmt;
+        int *mt = make_tokens((size_t)N, V, &dmt);
+        for (int i = 0; i < N; i += 2) mt[i] = -1;
+        cuda_ok(cudaMemcpy(dmt, mt, (size_t)N * sizeof(int),
+                           cudaMemcpyHostToDevice), "copy in");
+        kern_xent_shard_norm(losses.h, probs.h, sum.h, mx.h, tl.h, mt, N, Vl);
+        kern_cuda_xent_shard_norm(losses.d, probs.d, sum.d, mx.d, tl.d, dmt,
+                                  N, Vl);
+        compare("xent_shard_norm (masked)", "losses", losses);
+        kern_xent_shard_backward(dl.h, probs.h, mt, 1.0f / N, Vl, N, Vl);
+        kern_cuda_xent_shard_backward(dl.d, probs.d, dmt, 1.0f / N, Vl, N,
+                                      Vl);
+        compare("xent_shard_backward (masked)", "dlogits", dl);
+        free(mt);
+        cudaFree(dmt);
         kern_accumulate(dl.h, logits.h, nl);
         kern_cuda_accumulate(dl.d, logits.d, nl);
         compare("accumulate", "acc", dl);

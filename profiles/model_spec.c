@@ -72,8 +72,10 @@ static void defaults(prof_model_spec *s)
     s->act = f == PROF_FAM_LLAMA ? PROF_ACT_SILU
              : (f == PROF_FAM_OPT || f == PROF_FAM_T5) ? PROF_ACT_RELU
                                                        : PROF_ACT_GELU;
-    /* Hugging Face's BertConfig says "gelu", GPT2Config "gelu_new" */
+    /* Hugging Face's BertConfig says "gelu" and a LayerNorm epsilon of
+     * 1e-12, GPT2Config "gelu_new" and 1e-5 */
     s->gelu_erf = f == PROF_FAM_BERT;
+    s->norm_eps = f == PROF_FAM_BERT ? 1e-12 : 0;
     s->dtype = f == PROF_FAM_LLAMA ? PROF_DT_BF16 : PROF_DT_FP16;
 }
 
@@ -303,8 +305,14 @@ static int hf_act(const util_jobj *o, const char *key, prof_model_spec *s,
     if (!v || json_is_null(v)) return 0;
     if (util_jstr(o, key, 1, a, sizeof a, e)) return -1;
     /* "gelu" and "gelu_python" are the erf form; "gelu_new",
-     * "gelu_pytorch_tanh" and "gelu_fast" the tanh form */
-    s->gelu_erf = !strcmp(a, "gelu") || !strcmp(a, "gelu_python");
+     * "gelu_pytorch_tanh" and "gelu_fast" the tanh form; others
+     * ("quick_gelu", the clipped "gelu_10", "gelu_accurate") neither
+     * (-1: priced as GELU, not trained) */
+    static const char *const tanh_forms[] = {"gelu_new", "gelu_pytorch_tanh",
+                                             "gelu_fast"};
+    s->gelu_erf = !strcmp(a, "gelu") || !strcmp(a, "gelu_python") ? 1 : -1;
+    for (size_t k = 0; k < sizeof tanh_forms / sizeof *tanh_forms; k++)
+        if (!strcmp(a, tanh_forms[k])) s->gelu_erf = 0;
     if (strstr(a, "gelu")) s->act = PROF_ACT_GELU;
     else if (strstr(a, "relu")) s->act = PROF_ACT_RELU;
     else if (strstr(a, "silu") || strstr(a, "swish")) s->act = PROF_ACT_SILU;

@@ -330,7 +330,8 @@ typedef enum { TP_NONE, TP_COL, TP_ROW, TP_SPLIT } tp_role;
  * head), row-parallel ones (attention output, MLP down), ops split with
  * them (attention heads and their RoPE, the MLP activation, the embedding
  * table, the vocabulary-parallel loss); the rest (norms, residual adds,
- * pooler, the masked-LM transform) is replicated. */
+ * pooler, the masked-LM transform: its dense layer, GELU and norm, whose
+ * input and output are whole on every rank) is replicated. */
 static tp_role tp_role_of(const prof_op *op)
 {
     switch (op->role) {
@@ -341,7 +342,7 @@ static tp_role tp_role_of(const prof_op *op)
         return TP_ROW;
     case PROF_ROLE_ATTN_SCORES: case PROF_ROLE_ATTN_SOFTMAX:
     case PROF_ROLE_ATTN_CONTEXT: case PROF_ROLE_ATTN_FUSED:
-    case PROF_ROLE_MLP_ACT: case PROF_ROLE_MLM_ACT: case PROF_ROLE_EMBED:
+    case PROF_ROLE_MLP_ACT: case PROF_ROLE_EMBED:
     case PROF_ROLE_LOSS: case PROF_ROLE_QKV_EXPAND:
         return TP_SPLIT;
     default:

@@ -182,6 +182,11 @@ Test(exec_model, config_from_spec_rejects_what_it_cannot_train)
     cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), -1);
     cr_assert(strstr(e.msg, "divide"), "%s", e.msg);
     s.heads = 4;
+    /* a GELU neither the erf nor the tanh form (quick_gelu) */
+    s.gelu_erf = -1;
+    cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), -1);
+    cr_assert(strstr(e.msg, "a GELU other than"), "%s", e.msg);
+    s.gelu_erf = 0;
     s.bias = 1;
     s.tied_embeddings = 1;
     cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), 0);

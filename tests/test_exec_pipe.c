@@ -539,17 +539,18 @@ Test(exec_init, hugging_face_opt_computes_what_transformers_does)
  * BertForPreTraining with GELU's erf form, LayerNorm's epsilon 1e-12,
  * token types, the pooler, the tied decoder with its bias): its weights
  * give the masked-LM loss transformers' own model gives on the same
- * masked tokens and sentence-pair types; GELU's tanh form or GPT-2's
- * epsilon give another. */
+ * masked tokens and sentence-pair types, also from a file naming a
+ * LayerNorm's weight and bias gamma and beta as the Hub's older BERTs do;
+ * GELU's tanh form or GPT-2's epsilon give another. */
 static double bert_tiny_loss(const exec_gpt_config *c, const int *tok,
-                             const int *tgt)
+                             const int *tgt, const char *file)
 {
     util_err e;
+    char path[128];
+    snprintf(path, sizeof path, "tests/data/hf/bert-tiny/%s", file);
     exec_gpt *m = exec_gpt_new(c, 1, 32, 1);
-    cr_assert_eq(exec_safetensors_load("tests/data/hf/bert-tiny/"
-                                       "model.safetensors", c,
-                                       exec_gpt_params(m), &e), 0, "%s",
-                 e.msg);
+    cr_assert_eq(exec_safetensors_load(path, c, exec_gpt_params(m), &e), 0,
+                 "%s", e.msg);
     double l = exec_gpt_forward(m, tok, tgt);
     exec_gpt_free(m);
     return l;
@@ -583,18 +584,22 @@ Test(exec_init, hugging_face_bert_computes_what_transformers_does)
                      i >= exec_type_split(&c, 32));
     }
     double want = json_number_value(json_object_get(x, "mlm_loss"));
-    double got = bert_tiny_loss(&c, tok, tgt);
+    double got = bert_tiny_loss(&c, tok, tgt, "model.safetensors");
     cr_expect(fabs(got - want) <= 1e-6 * want, "loss %.7f, transformers "
               "%.7f", got, want);
     exec_gpt_config g = c;
     g.gelu_erf = 0;
-    double tanh_form = bert_tiny_loss(&g, tok, tgt);
+    double tanh_form = bert_tiny_loss(&g, tok, tgt, "model.safetensors");
     cr_expect(fabs(tanh_form - want) > 1e-5 * want, "GELU's tanh form gave "
               "the erf form's loss (%.7f)", tanh_form);
     g = c;
     g.norm_eps = 0;
-    double eps5 = bert_tiny_loss(&g, tok, tgt);
+    double eps5 = bert_tiny_loss(&g, tok, tgt, "model.safetensors");
     cr_expect(eps5 != got, "epsilon 1e-5 gave 1e-12's loss");
+    /* the Hub's older files name a LayerNorm's weight and bias gamma and
+     * beta: the same weights */
+    cr_expect_eq(bert_tiny_loss(&c, tok, tgt, "model-gamma.safetensors"),
+                 got, "gamma and beta read as weight and bias");
     /* a GPT-2 of the same sizes reads no BERT file */
     g = c;
     g.encoder = g.type_vocab = g.pooler = g.gelu_erf = 0;

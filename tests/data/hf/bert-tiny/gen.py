@@ -8,11 +8,13 @@ bias; LayerNorm's epsilon 1e-12).
 Made with transformers and torch from PyPI (CPU; versions in
 expected.json):
   python3 gen.py    (in this folder)
-writes model.safetensors (BertForPreTraining.save_pretrained),
-config.json, and expected.json: 32 input ids (the first 32 bytes of the
-text with every fifth position from 2 on replaced by the mask token,
-256, as sluice masks), the sentence-pair token types sluice gives a
-sequence (its first half 0, its second 1), the labels (the bytes at the
+writes model.safetensors (BertForPreTraining.save_pretrained), the same
+with the LayerNorm names of the Hub's older BERT files
+(model-gamma.safetensors), config.json, and expected.json: 32 input ids
+(the first 32 bytes of the text with every fifth position from 2 on
+replaced by the mask token, 256, as sluice masks), the sentence-pair
+token types sluice gives a sequence (its first half 0, its second 1),
+the labels (the bytes at the
 masked positions, -1 elsewhere: Hugging Face's -100), the mean masked-LM
 loss over them and two rows of logits, in float32.
 """
@@ -58,6 +60,14 @@ with torch.no_grad():
     logits = out.prediction_logits[0]
     loss = torch.nn.functional.cross_entropy(logits, torch.tensor(labels),
                                              ignore_index=-100)
+# The same tensors named as the Hub's bert-base-uncased and
+# bert-large-uncased name them (converted from Google's checkpoints): a
+# LayerNorm's weight and bias are gamma and beta.
+from safetensors.torch import load_file, save_file
+old = {k.replace("LayerNorm.weight", "LayerNorm.gamma")
+        .replace("LayerNorm.bias", "LayerNorm.beta"): v
+       for k, v in load_file("model.safetensors").items()}
+save_file(old, "model-gamma.safetensors", metadata={"format": "pt"})
 with open("expected.json", "w") as f:
     json.dump({"text": TEXT[:T].decode(), "input_ids": ids,
                "token_type_ids": types,
