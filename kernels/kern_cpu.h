@@ -47,7 +47,8 @@ typedef struct eargs {
  * row[0..n) in place, row[n..T) set to 0 (causal mask);
  * softmax_row_backward: dr = p (dr - sum(p dr)) over [0, n), 0 after. */
 typedef struct kern_rows {
-    kern_part_fn gelu_fwd, gelu_bwd, adamw, ln_fwd, ln_bwd_in, ln_bwd_w,
+    kern_part_fn gelu_fwd, gelu_bwd, gelu_erf_fwd, gelu_erf_bwd, adamw,
+        ln_fwd, ln_bwd_in, ln_bwd_w,
         xent_fwd, xent_bwd;
     void (*softmax_row)(float *row, int n, int T);
     void (*softmax_row_backward)(float *dr, const float *p, int n, int T);

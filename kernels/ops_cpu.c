@@ -396,34 +396,6 @@ void kern_relu_forward(float *out, const float *inp, size_t n)
     kern_parallel(relu_fwd_part, &k);
 }
 
-static void gelu_erf_fwd_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    KERN_SPLIT(a->n, part, np, lo, hi);
-    for (size_t i = lo; i < hi; i++) a->out[i] = kern_gelu_erf(a->in[i]);
-}
-
-void kern_gelu_erf_forward(float *out, const float *inp, size_t n)
-{
-    kargs k = {.out = out, .in = inp, .n = n};
-    kern_parallel(gelu_erf_fwd_part, &k);
-}
-
-static void gelu_erf_bwd_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    KERN_SPLIT(a->n, part, np, lo, hi);
-    for (size_t i = lo; i < hi; i++)
-        a->out[i] += kern_gelu_erf_grad(a->in[i]) * a->in2[i];
-}
-
-void kern_gelu_erf_backward(float *dinp, const float *inp, const float *dout,
-                            size_t n)
-{
-    kargs k = {.out = dinp, .in = inp, .in2 = dout, .n = n};
-    kern_parallel(gelu_erf_bwd_part, &k);
-}
-
 static void tanh_fwd_part(void *p, int part, int np)
 {
     const kargs *a = p;

@@ -74,6 +74,19 @@ void kern_gelu_backward(float *dinp, const float *inp, const float *dout,
     kern_parallel(kern_cpu_rows()->gelu_bwd, &a);
 }
 
+void kern_gelu_erf_forward(float *out, const float *inp, size_t n)
+{
+    eargs a = {.p = out, .in = inp, .n = n};
+    kern_parallel(kern_cpu_rows()->gelu_erf_fwd, &a);
+}
+
+void kern_gelu_erf_backward(float *dinp, const float *inp, const float *dout,
+                            size_t n)
+{
+    eargs a = {.p = dinp, .in = inp, .in2 = dout, .n = n};
+    kern_parallel(kern_cpu_rows()->gelu_erf_bwd, &a);
+}
+
 void kern_adamw_update(float *p, float *m, float *v, const float *g, size_t n,
                        float lr, float beta1, float beta2, float eps, float wd,
                        float grad_scale, int t)

@@ -36,6 +36,25 @@ static void ROWS(gelu_bwd_part)(void *q, int part, int np)
         dinp[i] += kern_gelu_grad(inp[i]) * dout[i];
 }
 
+static void ROWS(gelu_erf_fwd_part)(void *q, int part, int np)
+{
+    const eargs *a = q;
+    KERN_SPLIT(a->n, part, np, lo, hi);
+    float *restrict out = a->p;
+    const float *restrict inp = a->in;
+    for (size_t i = lo; i < hi; i++) out[i] = kern_gelu_erf(inp[i]);
+}
+
+static void ROWS(gelu_erf_bwd_part)(void *q, int part, int np)
+{
+    const eargs *a = q;
+    KERN_SPLIT(a->n, part, np, lo, hi);
+    float *restrict dinp = a->p;
+    const float *restrict inp = a->in, *restrict dout = a->in2;
+    for (size_t i = lo; i < hi; i++)
+        dinp[i] += kern_gelu_erf_grad(inp[i]) * dout[i];
+}
+
 static void ROWS(adamw_part)(void *q, int part, int np)
 {
     const eargs *a = q;
@@ -237,6 +256,8 @@ static void ROWS(xent_bwd_part)(void *p, int part, int np)
 const kern_rows ROWS(kern_rows) = {
     .gelu_fwd = ROWS(gelu_fwd_part),
     .gelu_bwd = ROWS(gelu_bwd_part),
+    .gelu_erf_fwd = ROWS(gelu_erf_fwd_part),
+    .gelu_erf_bwd = ROWS(gelu_erf_bwd_part),
     .adamw = ROWS(adamw_part),
     .ln_fwd = ROWS(ln_fwd_part),
     .ln_bwd_in = ROWS(ln_bwd_in_part),

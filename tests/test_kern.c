@@ -545,7 +545,7 @@ static double ref_gelu_erf(double x)
 /* GELU's exact form (BERT's), against float64 and central differences;
  * it and the tanh form differ by up to about 5e-4 (so neither passes for
  * the other at 1e-6). */
-Test(kern, gelu_erf)
+static void gelu_erf_body(void)
 {
     rng_seed(510);
     size_t n = 301;
@@ -569,6 +569,12 @@ Test(kern, gelu_erf)
     check_grad("gelu_erf.dinp", dx, dx0, fx, n);
     free(x); free(g); free(out); free(tanh_form); free(want); free(fx);
     free(dx); free(dx0);
+}
+
+/* Both builds of the row kernels (kern_get_isa). */
+Test(kern, gelu_erf)
+{
+    each_isa(gelu_erf_body);
 }
 
 /* ReLU against its definition; the gradient by central differences away
