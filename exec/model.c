@@ -487,6 +487,87 @@ static void ln_bwd(exec_gpt *m, float *dinp, float *dw, float *db,
                                          C));
 }
 
+/* The batch kept for the backward, and its embeddings into x: tokens,
+ * positions, an encoder's types. */
+static void embed_fwd(exec_gpt *m, float *x, const int *tokens,
+                      const int *targets)
+{
+    int B = m->B, T = m->T, C = m->c.hidden, V = m->c.vocab, N = B * T;
+    size_t NC = (size_t)N * C;
+    memcpy(m->tokens, tokens, (size_t)N * sizeof(int));
+    memcpy(m->targets, targets, (size_t)N * sizeof(int));
+    TIMED(embed_forward, B, T, C, 0, V, 0, 0, 0, 0, (double)NC,
+          F4 * 3.0 * NC,
+          kern_embed_forward(x, tokens, par(m, P_WTE),
+                             par_at(m, P_WPE, (size_t)m->c.pos_offset * C), B,
+                             T, C));
+    if (m->c.type_vocab)
+        TIMED(embed_type_forward, B, T, C, 0, 0, 0, 0, 0, 0, (double)NC,
+              F4 * 2.0 * NC,
+              kern_embed_type_forward(x, par(m, P_WTT), B, T, C,
+                                      exec_type_split(&m->c, T)));
+}
+
+/* The LM head (an encoder's decoder with its bias) on G_LNF, the loss,
+ * and its mean over the targets >= 0 (a decoder's: every token). */
+static float head_fwd(exec_gpt *m)
+{
+    int B = m->B, T = m->T, C = m->c.hidden, V = m->c.vocab, N = B * T;
+    const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
+    m->as = "lm_head";
+    linear_fwd(m, GACT(G_LOGITS), GACT(G_LNF), lmw, par(m, P_LMB), N, C, V);
+    m->as = NULL;
+    TIMED(softmax_xent_forward, B, T, 0, 0, V, 0, 0, 0, 0, 5.0 * N * V,
+          F4 * 2.0 * N * V,
+          kern_softmax_xent_forward(GACT(G_LOSSES), GACT(G_PROBS),
+                                    GACT(G_LOGITS), m->targets, N, V));
+    const float *losses = GACT(G_LOSSES);
+    double sum = 0;
+    int n = 0;
+    for (int i = 0; i < N; i++) {
+        sum += losses[i];
+        n += m->targets[i] >= 0;
+    }
+    m->n_tgt = n;
+    return n ? (float)(sum / n) : 0.0f;
+}
+
+/* The loss's and the LM head's backward into G_LNF's gradient (the
+ * activation gradients cleared first). */
+static void head_bwd(exec_gpt *m)
+{
+    int B = m->B, T = m->T, C = m->c.hidden, V = m->c.vocab, N = B * T;
+    memset(m->dacts, 0, m->al.total * sizeof(float));
+    float scale = m->n_tgt ? 1.0f / (float)m->n_tgt : 0.0f;
+    TIMED(softmax_xent_backward, B, T, 0, 0, V, 0, 0, 0, 0, 2.0 * N * V,
+          F4 * 2.0 * N * V,
+          kern_softmax_xent_backward(GDACT(G_LOGITS), GACT(G_PROBS),
+                                     m->targets, scale, N, V));
+    const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
+    float *dlmw = m->c.tied ? grd(m, P_WTE) : grd(m, P_LMW);
+    m->as = "lm_head";
+    linear_bwd(m, GDACT(G_LNF), dlmw, grd(m, P_LMB), GDACT(G_LOGITS),
+               GACT(G_LNF), lmw, N, C, V);
+    m->as = NULL;
+}
+
+/* The embeddings' backward from dx: the token and position tables, an
+ * encoder's types. */
+static void embed_bwd(exec_gpt *m, const float *dx)
+{
+    int B = m->B, T = m->T, C = m->c.hidden, V = m->c.vocab;
+    size_t NC = (size_t)B * T * C;
+    TIMED(embed_backward, B, T, C, 0, V, 0, 0, 0, 0, 2.0 * NC, F4 * 5.0 * NC,
+          kern_embed_backward(grd(m, P_WTE),
+                              grd_at(m, P_WPE, (size_t)m->c.pos_offset * C),
+                              dx, m->tokens, B, T, C));
+    if (m->c.type_vocab)
+        TIMED(embed_type_backward, B, T, C, 0, 0, 0, 0, 0, 0, (double)NC,
+              F4 * 2.0 * NC,
+              kern_embed_type_backward(grd(m, P_WTT), dx, B, T, C,
+                                       exec_type_split(&m->c, T)));
+}
+
 static float bert_forward(exec_gpt *m, const int *tokens,
                           const int *targets);
 static void bert_backward(exec_gpt *m);
@@ -498,16 +579,9 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
 {
     if (m->c.encoder) return bert_forward(m, tokens, targets);
     int B = m->B, T = m->T, C = m->c.hidden, NH = m->c.heads,
-        F = m->c.ffn, V = m->c.vocab, N = B * T;
+        F = m->c.ffn, N = B * T;
     size_t NC = (size_t)N * C;
-    memcpy(m->tokens, tokens, (size_t)N * sizeof(int));
-    memcpy(m->targets, targets, (size_t)N * sizeof(int));
-    float *x = GACT(G_ENCODED);
-    TIMED(embed_forward, B, T, C, 0, V, 0, 0, 0, 0, (double)NC,
-          F4 * 3.0 * NC,
-          kern_embed_forward(x, tokens, par(m, P_WTE),
-                             par_at(m, P_WPE, (size_t)m->c.pos_offset * C), B,
-                             T, C));
+    embed_fwd(m, GACT(G_ENCODED), tokens, targets);
     double attn_fl = 4.0 * B * NH * (double)T * T * (C / NH);
     int QKV = (int)exec_qkv_rows(&m->c), FC = (int)exec_fc_rows(&m->c),
         NKV = exec_kv_heads(&m->c), hs = C / NH, xp = exec_qkv_expands(&m->c);
@@ -549,11 +623,6 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
                   F4 * 3.0 * N * F,
                   kern_swiglu_forward(ACT(l, A_FCH_GELU), ACT(l, A_FCH), N,
                                       F));
-        else if (m->c.relu)
-            TIMED(relu_forward, B, T, F, 0, 0, 0, 0, 0, 0, 1.0 * N * F,
-                  F4 * 2.0 * N * F,
-                  kern_relu_forward(ACT(l, A_FCH_GELU), ACT(l, A_FCH),
-                                    (size_t)N * F));
         else
             mlp_act_fwd(m, ACT(l, A_FCH_GELU), ACT(l, A_FCH), (size_t)N * F);
         linear_fwd(m, ACT(l, A_FCPROJ), ACT(l, A_FCH_GELU),
@@ -566,19 +635,7 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
     }
     ln_fwd(m, GACT(G_LNF), GACT(G_LNF_MEAN), GACT(G_LNF_RSTD),
            ACT(m->c.layers - 1, A_RES3), par(m, P_LNFW), par(m, P_LNFB));
-    const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
-    m->as = "lm_head";
-    linear_fwd(m, GACT(G_LOGITS), GACT(G_LNF), lmw, NULL, N, C, V);
-    m->as = NULL;
-    TIMED(softmax_xent_forward, B, T, 0, 0, V, 0, 0, 0, 0, 5.0 * N * V,
-          F4 * 2.0 * N * V,
-          kern_softmax_xent_forward(GACT(G_LOSSES), GACT(G_PROBS),
-                                    GACT(G_LOGITS), targets, N, V));
-    const float *losses = GACT(G_LOSSES);
-    double sum = 0;
-    for (int i = 0; i < N; i++) sum += losses[i];
-    m->n_tgt = N;
-    return (float)(sum / N);
+    return head_fwd(m);
 }
 
 void exec_gpt_zero_grad(exec_gpt *m)
@@ -593,19 +650,9 @@ void exec_gpt_backward(exec_gpt *m)
         return;
     }
     int B = m->B, T = m->T, C = m->c.hidden, NH = m->c.heads,
-        F = m->c.ffn, V = m->c.vocab, N = B * T, L = m->c.layers;
+        F = m->c.ffn, N = B * T, L = m->c.layers;
     size_t NC = (size_t)N * C;
-    memset(m->dacts, 0, m->al.total * sizeof(float));
-    TIMED(softmax_xent_backward, B, T, 0, 0, V, 0, 0, 0, 0, 2.0 * N * V,
-          F4 * 2.0 * N * V,
-          kern_softmax_xent_backward(GDACT(G_LOGITS), GACT(G_PROBS),
-                                     m->targets, 1.0f / N, N, V));
-    const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
-    float *dlmw = m->c.tied ? grd(m, P_WTE) : grd(m, P_LMW);
-    m->as = "lm_head";
-    linear_bwd(m, GDACT(G_LNF), dlmw, NULL, GDACT(G_LOGITS), GACT(G_LNF), lmw,
-               N, C, V);
-    m->as = NULL;
+    head_bwd(m);
     ln_bwd(m, DACT(L - 1, A_RES3), grd(m, P_LNFW), grd(m, P_LNFB),
            GDACT(G_LNF), ACT(L - 1, A_RES3), par(m, P_LNFW),
            GACT(G_LNF_MEAN), GACT(G_LNF_RSTD));
@@ -629,11 +676,6 @@ void exec_gpt_backward(exec_gpt *m)
                   F4 * 5.0 * N * F,
                   kern_swiglu_backward(DACT(l, A_FCH), ACT(l, A_FCH),
                                        DACT(l, A_FCH_GELU), N, F));
-        else if (m->c.relu)
-            TIMED(relu_backward, B, T, F, 0, 0, 0, 0, 0, 0, 1.0 * N * F,
-                  F4 * 4.0 * N * F,
-                  kern_relu_backward(DACT(l, A_FCH), ACT(l, A_FCH),
-                                     DACT(l, A_FCH_GELU), (size_t)N * F));
         else
             mlp_act_bwd(m, DACT(l, A_FCH), ACT(l, A_FCH), DACT(l, A_FCH_GELU),
                         (size_t)N * F);
@@ -674,10 +716,7 @@ void exec_gpt_backward(exec_gpt *m)
                DACT(l, A_LN1), resid, par(m, P_LN1W) + lc,
                ACT(l, A_LN1_MEAN), ACT(l, A_LN1_RSTD));
     }
-    TIMED(embed_backward, B, T, C, 0, V, 0, 0, 0, 0, 2.0 * NC, F4 * 5.0 * NC,
-          kern_embed_backward(grd(m, P_WTE),
-                              grd_at(m, P_WPE, (size_t)m->c.pos_offset * C),
-                              GDACT(G_ENCODED), m->tokens, B, T, C));
+    embed_bwd(m, GDACT(G_ENCODED));
 }
 
 /* ------------------------------------------------ an encoder (BERT) */
@@ -758,22 +797,11 @@ static void res_bwd(exec_gpt *m, float *da, float *db, const float *dout)
  * pipeline executor makes for the same graph (exec/stage_gpt.c). */
 static float bert_forward(exec_gpt *m, const int *tokens, const int *targets)
 {
-    int B = m->B, T = m->T, C = m->c.hidden, V = m->c.vocab, N = B * T,
+    int B = m->B, T = m->T, C = m->c.hidden, N = B * T,
         L = m->c.layers, F = m->c.ffn;
     size_t NC = (size_t)N * C;
-    memcpy(m->tokens, tokens, (size_t)N * sizeof(int));
-    memcpy(m->targets, targets, (size_t)N * sizeof(int));
     float *emb = GACT(G_EMB);
-    TIMED(embed_forward, B, T, C, 0, V, 0, 0, 0, 0, (double)NC,
-          F4 * 3.0 * NC,
-          kern_embed_forward(emb, tokens, par(m, P_WTE),
-                             par_at(m, P_WPE, (size_t)m->c.pos_offset * C), B,
-                             T, C));
-    if (m->c.type_vocab)
-        TIMED(embed_type_forward, B, T, C, 0, 0, 0, 0, 0, 0, (double)NC,
-              F4 * 2.0 * NC,
-              kern_embed_type_forward(emb, par(m, P_WTT), B, T, C,
-                                      exec_type_split(&m->c, T)));
+    embed_fwd(m, emb, tokens, targets);
     ln_fwd(m, GACT(G_ENCODED), GACT(G_EMB_MEAN), GACT(G_EMB_RSTD), emb,
            par(m, P_LNEW), par(m, P_LNEB));
     int QKV = (int)exec_qkv_rows(&m->c);
@@ -817,42 +845,15 @@ static float bert_forward(exec_gpt *m, const int *tokens, const int *targets)
     act_fwd(m, GACT(G_MLM_G), GACT(G_MLM_H), NC, 0);
     ln_fwd(m, GACT(G_LNF), GACT(G_LNF_MEAN), GACT(G_LNF_RSTD), GACT(G_MLM_G),
            par(m, P_LNFW), par(m, P_LNFB));
-    const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
-    m->as = "lm_head";
-    linear_fwd(m, GACT(G_LOGITS), GACT(G_LNF), lmw, par(m, P_LMB), N, C, V);
-    m->as = NULL;
-    TIMED(softmax_xent_forward, B, T, 0, 0, V, 0, 0, 0, 0, 5.0 * N * V,
-          F4 * 2.0 * N * V,
-          kern_softmax_xent_forward(GACT(G_LOSSES), GACT(G_PROBS),
-                                    GACT(G_LOGITS), targets, N, V));
-    const float *losses = GACT(G_LOSSES);
-    double sum = 0;
-    int n = 0;
-    for (int i = 0; i < N; i++) {
-        sum += losses[i];
-        n += targets[i] >= 0;
-    }
-    m->n_tgt = n;
-    return n ? (float)(sum / n) : 0.0f;
+    return head_fwd(m);
 }
 
 static void bert_backward(exec_gpt *m)
 {
-    int B = m->B, T = m->T, C = m->c.hidden, NH = m->c.heads, V = m->c.vocab,
+    int B = m->B, T = m->T, C = m->c.hidden, NH = m->c.heads,
         N = B * T, L = m->c.layers, F = m->c.ffn;
     size_t NC = (size_t)N * C;
-    memset(m->dacts, 0, m->al.total * sizeof(float));
-    float scale = m->n_tgt ? 1.0f / (float)m->n_tgt : 0.0f;
-    TIMED(softmax_xent_backward, B, T, 0, 0, V, 0, 0, 0, 0, 2.0 * N * V,
-          F4 * 2.0 * N * V,
-          kern_softmax_xent_backward(GDACT(G_LOGITS), GACT(G_PROBS),
-                                     m->targets, scale, N, V));
-    const float *lmw = m->c.tied ? par(m, P_WTE) : par(m, P_LMW);
-    float *dlmw = m->c.tied ? grd(m, P_WTE) : grd(m, P_LMW);
-    m->as = "lm_head";
-    linear_bwd(m, GDACT(G_LNF), dlmw, grd(m, P_LMB), GDACT(G_LOGITS),
-               GACT(G_LNF), lmw, N, C, V);
-    m->as = NULL;
+    head_bwd(m);
     ln_bwd(m, GDACT(G_MLM_G), grd(m, P_LNFW), grd(m, P_LNFB), GDACT(G_LNF),
            GACT(G_MLM_G), par(m, P_LNFW), GACT(G_LNF_MEAN),
            GACT(G_LNF_RSTD));
@@ -901,15 +902,7 @@ static void bert_backward(exec_gpt *m)
     }
     ln_bwd(m, GDACT(G_EMB), grd(m, P_LNEW), grd(m, P_LNEB), GDACT(G_ENCODED),
            GACT(G_EMB), par(m, P_LNEW), GACT(G_EMB_MEAN), GACT(G_EMB_RSTD));
-    TIMED(embed_backward, B, T, C, 0, V, 0, 0, 0, 0, 2.0 * NC, F4 * 5.0 * NC,
-          kern_embed_backward(grd(m, P_WTE),
-                              grd_at(m, P_WPE, (size_t)m->c.pos_offset * C),
-                              GDACT(G_EMB), m->tokens, B, T, C));
-    if (m->c.type_vocab)
-        TIMED(embed_type_backward, B, T, C, 0, 0, 0, 0, 0, 0, (double)NC,
-              F4 * 2.0 * NC,
-              kern_embed_type_backward(grd(m, P_WTT), GDACT(G_EMB), B, T, C,
-                                       exec_type_split(&m->c, T)));
+    embed_bwd(m, GDACT(G_EMB));
 }
 
 void exec_sgd_update(float *p, const float *g, size_t n, float lr, float wd,
