@@ -224,9 +224,11 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
                  "ReLU (or SwiGLU, gated)");
     else if (s->head_dim && s->heads && s->head_dim * s->heads != s->hidden)
         snprintf(why, sizeof why, "a head size other than hidden/heads");
-    else if (s->act == PROF_ACT_GELU && s->gelu_erf < 0)
-        snprintf(why, sizeof why, "a GELU other than its erf and tanh "
-                 "forms (quick_gelu, the clipped gelu_10)");
+    else if (s->act_other)
+        snprintf(why, sizeof why, "an activation of the %s kind the "
+                 "kernels do not compute (quick_gelu, gelu_10, relu6, "
+                 "relu2, leaky_relu)", s->act == PROF_ACT_GELU ? "GELU"
+                 : s->act == PROF_ACT_RELU ? "ReLU" : "SiLU");
     else if (s->rope_scaled)
         snprintf(why, sizeof why, "RoPE with a scaling (it rotates by the "
                  "base alone)");

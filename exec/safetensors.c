@@ -61,20 +61,25 @@ static int read_tensor(st_file *s, const char *name, size_t rows, size_t cols,
      * bert-base-uncased and bert-large-uncased) name a LayerNorm's weight
      * and bias gamma and beta, which transformers renames on load */
     size_t nl = strlen(name);
-    int w = nl > 7 && !strcmp(name + nl - 7, ".weight"),
-        b = nl > 5 && !strcmp(name + nl - 5, ".bias");
-    if (!t && strstr(name, "LayerNorm.") && (w || b)) {
+    int is_w = nl > 7 && !strcmp(name + nl - 7, ".weight"),
+        is_b = nl > 5 && !strcmp(name + nl - 5, ".bias");
+    int old_names = strstr(name, "LayerNorm.") && (is_w || is_b);
+    if (!t && old_names) {
         char old[160];
-        int stem = (int)(nl - (w ? 7 : 5));
-        const char *as = w ? "gamma" : "beta";
+        int stem = (int)(nl - (is_w ? 7 : 5));
+        const char *as = is_w ? "gamma" : "beta";
         snprintf(old, sizeof old, "%s%.*s.%s", s->prefix, stem, name, as);
         t = json_object_get(s->hdr, old);
+        if (t) snprintf(key, sizeof key, "%s", old);
         snprintf(old, sizeof old, "%.*s.%s", stem, name, as);
-        if (!t) t = json_object_get(s->hdr, old);
+        if (!t && (t = json_object_get(s->hdr, old)))
+            snprintf(key, sizeof key, "%s", old);
     }
     if (!json_is_object(t))
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: no tensor '%s' (is this a "
-                         "%s checkpoint?)", s->path, key, s->family);
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: no tensor '%s'%s (is this "
+                         "a %s checkpoint?)", s->path, key,
+                         old_names ? " nor its gamma or beta" : "",
+                         s->family);
     const char *dt = json_string_value(json_object_get(t, "dtype"));
     json_t *shape = json_object_get(t, "shape");
     json_t *offs = json_object_get(t, "data_offsets");

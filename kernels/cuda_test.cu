@@ -449,20 +449,30 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         kern_cuda_xent_shard_backward(dl.d, probs.d, dtgt, 1.0f / N, Vl, N,
                                       Vl);
         compare("xent_shard_backward", "dlogits", dl);
-        // a masked LM's rows without a target (-1): no loss, no gradient
+        // a masked LM's rows without a target (-1): no loss, no gradient;
+        // the phases again from fresh buffers
         int *dmt;
         int *mt = make_tokens((size_t)N, V, &dmt);
         for (int i = 0; i < N; i += 2) mt[i] = -1;
         cuda_ok(cudaMemcpy(dmt, mt, (size_t)N * sizeof(int),
                            cudaMemcpyHostToDevice), "copy in");
-        kern_xent_shard_norm(losses.h, probs.h, sum.h, mx.h, tl.h, mt, N, Vl);
-        kern_cuda_xent_shard_norm(losses.d, probs.d, sum.d, mx.d, tl.d, dmt,
-                                  N, Vl);
-        compare("xent_shard_norm (masked)", "losses", losses);
-        kern_xent_shard_backward(dl.h, probs.h, mt, 1.0f / N, Vl, N, Vl);
-        kern_cuda_xent_shard_backward(dl.d, probs.d, dmt, 1.0f / N, Vl, N,
-                                      Vl);
-        compare("xent_shard_backward (masked)", "dlogits", dl);
+        buf mx2 = make(2 * N, 1), sum2 = make(N, 1), tl2 = make(N, 1);
+        buf pr2 = make(nl, 1), ls2 = make(N, 1), dl2 = make(nl, 1);
+        kern_xent_shard_max(mx2.h + N, logits.h, N, Vl, Vv);
+        kern_cuda_xent_shard_max(mx2.d + N, logits.d, N, Vl, Vv);
+        kern_xent_shard_exp(pr2.h, sum2.h, tl2.h, mx2.h, logits.h, mt, 2, Vl,
+                            N, Vl, Vv);
+        kern_cuda_xent_shard_exp(pr2.d, sum2.d, tl2.d, mx2.d, logits.d, dmt,
+                                 2, Vl, N, Vl, Vv);
+        compare("xent_shard_exp (masked)", "tl", tl2);
+        kern_xent_shard_norm(ls2.h, pr2.h, sum2.h, mx2.h, tl2.h, mt, N, Vl);
+        kern_cuda_xent_shard_norm(ls2.d, pr2.d, sum2.d, mx2.d, tl2.d, dmt, N,
+                                  Vl);
+        compare("xent_shard_norm (masked)", "losses", ls2);
+        kern_xent_shard_backward(dl2.h, pr2.h, mt, 1.0f / N, Vl, N, Vl);
+        kern_cuda_xent_shard_backward(dl2.d, pr2.d, dmt, 1.0f / N, Vl, N, Vl);
+        compare("xent_shard_backward (masked)", "dlogits", dl2);
+        drop(mx2); drop(sum2); drop(tl2); drop(pr2); drop(ls2); drop(dl2);
         free(mt);
         cudaFree(dmt);
         kern_accumulate(dl.h, logits.h, nl);

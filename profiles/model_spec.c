@@ -75,6 +75,7 @@ static void defaults(prof_model_spec *s)
     /* Hugging Face's BertConfig says "gelu" and a LayerNorm epsilon of
      * 1e-12, GPT2Config "gelu_new" and 1e-5 */
     s->gelu_erf = f == PROF_FAM_BERT;
+    s->act_other = 0;
     s->norm_eps = f == PROF_FAM_BERT ? 1e-12 : 0;
     s->dtype = f == PROF_FAM_LLAMA ? PROF_DT_BF16 : PROF_DT_FP16;
 }
@@ -304,20 +305,27 @@ static int hf_act(const util_jobj *o, const char *key, prof_model_spec *s,
     json_t *v = json_object_get(o->j, key);
     if (!v || json_is_null(v)) return 0;
     if (util_jstr(o, key, 1, a, sizeof a, e)) return -1;
-    /* "gelu" and "gelu_python" are the erf form; "gelu_new",
-     * "gelu_pytorch_tanh" and "gelu_fast" the tanh form; others
-     * ("quick_gelu", the clipped "gelu_10", "gelu_accurate") neither
-     * (-1: priced as GELU, not trained) */
-    static const char *const tanh_forms[] = {"gelu_new", "gelu_pytorch_tanh",
-                                             "gelu_fast"};
-    s->gelu_erf = !strcmp(a, "gelu") || !strcmp(a, "gelu_python") ? 1 : -1;
-    for (size_t k = 0; k < sizeof tanh_forms / sizeof *tanh_forms; k++)
-        if (!strcmp(a, tanh_forms[k])) s->gelu_erf = 0;
     if (strstr(a, "gelu")) s->act = PROF_ACT_GELU;
     else if (strstr(a, "relu")) s->act = PROF_ACT_RELU;
     else if (strstr(a, "silu") || strstr(a, "swish")) s->act = PROF_ACT_SILU;
     else return util_jerr(e, o, key, "unsupported activation '%s'", a);
     if (!strncmp(a, "gated-", 6)) s->gated_mlp = 1;
+    /* Hugging Face's names: GELU's erf form ("gelu", "gelu_python"), its
+     * tanh form ("gelu_new", "gelu_pytorch_tanh", "gelu_fast",
+     * "gelu_accurate"), ReLU, SiLU; any other variant ("quick_gelu", the
+     * clipped "gelu_10", "relu6", "relu2", "leaky_relu") is priced as its
+     * kind and not trained (act_other) */
+    static const char *const erf[] = {"gelu", "gelu_python"};
+    static const char *const plain[] = {
+        "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_accurate",
+        "relu", "silu", "swish"};
+    const char *b = !strncmp(a, "gated-", 6) ? a + 6 : a;
+    s->gelu_erf = 0;
+    s->act_other = 1;
+    for (size_t k = 0; k < sizeof erf / sizeof *erf; k++)
+        if (!strcmp(b, erf[k])) s->gelu_erf = 1, s->act_other = 0;
+    for (size_t k = 0; k < sizeof plain / sizeof *plain; k++)
+        if (!strcmp(b, plain[k])) s->act_other = 0;
     return 0;
 }
 

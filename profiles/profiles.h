@@ -365,8 +365,10 @@ typedef struct prof_model_spec {
     prof_act act;        /* MLP activation (gated with gated_mlp) */
     int gelu_erf;        /* GELU's exact form, x Phi(x) by erf (Hugging
                           * Face's "gelu": BERT's); 0: the tanh form
-                          * ("gelu_new": GPT-2's, the original BERT's);
-                          * -1: another ("quick_gelu", "gelu_10") */
+                          * ("gelu_new": GPT-2's, the original BERT's) */
+    int act_other;       /* a variant of act the kernels do not compute
+                          * (quick_gelu, gelu_10, relu6, relu2,
+                          * leaky_relu): priced as act, not trained */
     prof_dtype dtype;    /* training precision of weights and activations */
     int tf32;            /* fp32 GEMMs on tensor cores in TF32 (PyTorch's
                           * allow_tf32, cuBLAS's TF32 math mode): priced

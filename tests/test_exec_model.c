@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "exec/exec.h"
+#include "tests/harness.h"
 
 static uint64_t st = 88172645463325252ull;
 static double unit(void)
@@ -182,11 +183,11 @@ Test(exec_model, config_from_spec_rejects_what_it_cannot_train)
     cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), -1);
     cr_assert(strstr(e.msg, "divide"), "%s", e.msg);
     s.heads = 4;
-    /* a GELU neither the erf nor the tanh form (quick_gelu) */
-    s.gelu_erf = -1;
+    /* a variant the kernels do not compute (quick_gelu) */
+    s.act_other = 1;
     cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), -1);
-    cr_assert(strstr(e.msg, "a GELU other than"), "%s", e.msg);
-    s.gelu_erf = 0;
+    cr_assert(strstr(e.msg, "an activation of the GELU kind"), "%s", e.msg);
+    s.act_other = 0;
     s.bias = 1;
     s.tied_embeddings = 1;
     cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), 0);
@@ -194,4 +195,43 @@ Test(exec_model, config_from_spec_rejects_what_it_cannot_train)
     cr_assert_eq(c.tied, 1);
     cr_assert(!exec_rope(&c) && !c.rmsnorm && !c.swiglu &&
               !exec_qkv_expands(&c));
+}
+
+/* A Hugging Face config's activation by its name: GELU's erf and tanh
+ * forms train as such; a variant the kernels do not compute is priced as
+ * its kind (the spec reads) and refused by the executor, naming it. */
+Test(exec_model, hugging_face_activations_by_name)
+{
+    static const struct { const char *act; int erf, other; } cases[] = {
+        {"gelu", 1, 0}, {"gelu_python", 1, 0}, {"gelu_new", 0, 0},
+        {"gelu_pytorch_tanh", 0, 0}, {"gelu_accurate", 0, 0},
+        {"quick_gelu", 0, 1}, {"gelu_10", 0, 1}, {"relu", 0, 0},
+        {"relu6", 0, 1}, {"leaky_relu", 0, 1}};
+    char *dir = test_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "{\"model_type\": \"bert\", \"hidden_size\": 32, "
+                "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                "\"intermediate_size\": 64, \"vocab_size\": 300, "
+                "\"max_position_embeddings\": 16, \"hidden_act\": \"%s\"}\n",
+                cases[k].act);
+        fclose(f);
+        prof_model_spec s;
+        exec_gpt_config c;
+        util_err e;
+        cr_assert_eq(prof_model_spec_get(path, &s, &e), 0, "%s: %s",
+                     cases[k].act, e.msg);
+        cr_expect(s.gelu_erf == cases[k].erf &&
+                      s.act_other == cases[k].other,
+                  "%s: erf %d, other %d", cases[k].act, s.gelu_erf,
+                  s.act_other);
+        int rc = exec_gpt_config_from_spec(&s, &c, "x", &e);
+        cr_expect_eq(rc, cases[k].other ? -1 : 0, "%s", cases[k].act);
+        if (rc) cr_expect(strstr(e.msg, "kernels do not compute"), "%s",
+                          e.msg);
+        else cr_expect_eq(c.gelu_erf, cases[k].erf, "%s", cases[k].act);
+    }
+    test_rm_rf(dir);
 }

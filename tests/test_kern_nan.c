@@ -17,6 +17,11 @@ Test(kern_nan, elementwise_math_propagates_nan)
     cr_assert(isnan(kern_tanhf(nan)));
     cr_assert(isnan(kern_gelu(nan)));
     cr_assert(isnan(kern_gelu_grad(nan)));
+    cr_assert(isnan(kern_erff(nan)));
+    cr_assert(isnan(kern_gelu_erf(nan)));
+    cr_assert(isnan(kern_gelu_erf_grad(nan)));
+    cr_assert_float_eq(kern_erff(INFINITY), 1.0f, 0);
+    cr_assert_float_eq(kern_erff(-INFINITY), -1.0f, 0);
     /* infinities are clamped like any large value */
     cr_assert_float_eq(kern_expf(INFINITY), kern_expf(88.0f), 0);
     cr_assert_float_eq(kern_expf(-INFINITY), kern_expf(-87.0f), 0);
