@@ -115,6 +115,21 @@ void exec_corpus_rows(const exec_corpus *c, int split, uint64_t seed,
     }
 }
 
+int exec_corpus_vocab_check(const exec_gpt_config *c, const char *where,
+                            util_err *e)
+{
+    if (c->vocab < 256)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: vocabulary %d is smaller "
+                         "than the 256 byte tokens of the text", where,
+                         c->vocab);
+    if (c->encoder && c->vocab < 257)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: vocabulary %d: an "
+                         "encoder's mask token is its last word, which "
+                         "needs one beside the 256 bytes of the text",
+                         where, c->vocab);
+    return 0;
+}
+
 void exec_mlm_mask(const exec_gpt_config *c, int split, uint64_t seed,
                    uint64_t index, int b0, int nb, int T, int *tokens,
                    int *targets)

@@ -344,6 +344,11 @@ void exec_corpus_batch(const exec_corpus *c, int split, uint64_t seed,
 void exec_corpus_rows(const exec_corpus *c, int split, uint64_t seed,
                       uint64_t index, int b0, int nb, int T, int *tokens,
                       int *targets);
+/* Whether model c can read the corpus's byte tokens: 256 words at least,
+ * and an encoder one more for its mask token (the vocabulary's last).
+ * Code 2 naming `where` if not. */
+int exec_corpus_vocab_check(const exec_gpt_config *c, const char *where,
+                            util_err *e);
 /* An encoder's (c->encoder) masked-LM batch from rows b0..b0+nb-1 as
  * exec_corpus_rows read them (the same split, seed and index; tokens and
  * targets nb x T): in each row exec_mlm_count(T) positions drawn from

@@ -440,15 +440,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (!exec_rope(&cfg) && T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: sequence %d exceeds the "
                          "model's position table (%d)", where, T, cfg.max_pos);
-    if (cfg.vocab < 256)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: vocabulary %d is smaller "
-                         "than the 256 byte tokens of the text", where,
-                         cfg.vocab);
-    if (cfg.encoder && cfg.vocab < 257)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: vocabulary %d: an "
-                         "encoder's mask token is its last word, which "
-                         "needs one beside the 256 bytes of the text",
-                         where, cfg.vocab);
+    if (exec_corpus_vocab_check(&cfg, where, e)) return -1;
     exec_runtime rt;
     memset(&rt, 0, sizeof rt);
     rt.plan = p;

@@ -128,16 +128,7 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
                          "sequence length %d exceeds the model's position "
                          "table (%d)",
                          T, cfg.max_pos);
-    if (cfg.vocab < 256)
-        return util_errf(e, UTIL_EXIT_USAGE,
-                         "%s: vocabulary %d is smaller than the 256 byte "
-                         "tokens of the text",
-                         o->model, cfg.vocab);
-    if (cfg.encoder && cfg.vocab < 257)
-        return util_errf(e, UTIL_EXIT_USAGE,
-                         "%s: vocabulary %d: an encoder's mask token is its "
-                         "last word, which needs one beside the 256 bytes "
-                         "of the text", o->model, cfg.vocab);
+    if (exec_corpus_vocab_check(&cfg, o->model, e)) return -1;
     exec_gpt_mem need = exec_gpt_mem_need(&cfg, B, T);
     double host = exec_host_mem_bytes();
     if (host > 0 && need.total_bytes > host) {

@@ -279,15 +279,7 @@ static int prep_job(exec_wl *W, wl_job *J, int idx, util_err *e)
     char where[400];
     snprintf(where, sizeof where, "%s: model '%s'", j->model_where, j->model);
     if (exec_gpt_config_from_spec(&spec, &J->cfg, where, e)) return -1;
-    if (J->cfg.vocab < 256)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: vocabulary %d is smaller "
-                         "than the 256 byte tokens of the text", where,
-                         J->cfg.vocab);
-    if (J->cfg.encoder && J->cfg.vocab < 257)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: vocabulary %d: an "
-                         "encoder's mask token is its last word, which "
-                         "needs one beside the 256 bytes of the text",
-                         where, J->cfg.vocab);
+    if (exec_corpus_vocab_check(&J->cfg, where, e)) return -1;
     J->B = j->batch;
     J->T = spec.seq_len > 0 &&
                    (exec_rope(&J->cfg) || spec.seq_len <= J->cfg.max_pos)
