@@ -573,19 +573,18 @@ static void embed_bwd(exec_gpt *m, const float *dx)
 static float bert_forward(exec_gpt *m, const int *tokens,
                           const int *targets);
 static void bert_backward(exec_gpt *m);
-static void mlp_act_fwd(exec_gpt *m, float *out, const float *inp, size_t n);
-static void mlp_act_bwd(exec_gpt *m, float *dinp, const float *inp,
-                        const float *dout, size_t n);
+static void mlp_fwd(exec_gpt *m, int l, int in);
+static void mlp_bwd(exec_gpt *m, int l, int in);
 
 float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
 {
     if (m->c.encoder) return bert_forward(m, tokens, targets);
     int B = m->B, T = m->T, C = m->c.hidden, NH = m->c.heads,
-        F = m->c.ffn, N = B * T;
+        N = B * T;
     size_t NC = (size_t)N * C;
     embed_fwd(m, GACT(G_ENCODED), tokens, targets);
     double attn_fl = 4.0 * B * NH * (double)T * T * (C / NH);
-    int QKV = (int)exec_qkv_rows(&m->c), FC = (int)exec_fc_rows(&m->c),
+    int QKV = (int)exec_qkv_rows(&m->c),
         NKV = exec_kv_heads(&m->c), hs = C / NH, xp = exec_qkv_expands(&m->c);
     for (int l = 0; l < m->c.layers; l++) {
         const float *resid = l ? ACT(l - 1, A_RES3) : GACT(G_ENCODED);
@@ -616,20 +615,7 @@ float exec_gpt_forward(exec_gpt *m, const int *tokens, const int *targets)
                                     NC));
         ln_fwd(m, ACT(l, A_LN2), ACT(l, A_LN2_MEAN), ACT(l, A_LN2_RSTD),
                ACT(l, A_RES2), par(m, P_LN2W) + lc, par_at(m, P_LN2B, lc));
-        linear_fwd(m, ACT(l, A_FCH), ACT(l, A_LN2),
-                   par(m, P_FCW) + (size_t)l * FC * C,
-                   m->c.bias ? par(m, P_FCB) + (size_t)l * FC : NULL, N, C,
-                   FC);
-        if (m->c.swiglu)
-            TIMED(swiglu_forward, B, T, F, 0, 0, 0, 0, 0, 0, 6.0 * N * F,
-                  F4 * 3.0 * N * F,
-                  kern_swiglu_forward(ACT(l, A_FCH_GELU), ACT(l, A_FCH), N,
-                                      F));
-        else
-            mlp_act_fwd(m, ACT(l, A_FCH_GELU), ACT(l, A_FCH), (size_t)N * F);
-        linear_fwd(m, ACT(l, A_FCPROJ), ACT(l, A_FCH_GELU),
-                   par(m, P_FCPROJW) + (size_t)l * C * F,
-                   m->c.bias ? par(m, P_FCPROJB) + lc : NULL, N, F, C);
+        mlp_fwd(m, l, A_LN2);
         TIMED(residual_forward, B, T, C, 0, 0, 0, 0, 0, 0, (double)NC,
               F4 * 3.0 * NC,
               kern_residual_forward(ACT(l, A_RES3), ACT(l, A_RES2),
@@ -652,14 +638,14 @@ void exec_gpt_backward(exec_gpt *m)
         return;
     }
     int B = m->B, T = m->T, C = m->c.hidden, NH = m->c.heads,
-        F = m->c.ffn, N = B * T, L = m->c.layers;
+        N = B * T, L = m->c.layers;
     size_t NC = (size_t)N * C;
     head_bwd(m);
     ln_bwd(m, DACT(L - 1, A_RES3), grd(m, P_LNFW), grd(m, P_LNFB),
            GDACT(G_LNF), ACT(L - 1, A_RES3), par(m, P_LNFW),
            GACT(G_LNF_MEAN), GACT(G_LNF_RSTD));
     double attn_fl = 8.0 * B * NH * (double)T * T * (C / NH);
-    int QKV = (int)exec_qkv_rows(&m->c), FC = (int)exec_fc_rows(&m->c),
+    int QKV = (int)exec_qkv_rows(&m->c),
         NKV = exec_kv_heads(&m->c), hs = C / NH, xp = exec_qkv_expands(&m->c);
     for (int l = L - 1; l >= 0; l--) {
         const float *resid = l ? ACT(l - 1, A_RES3) : GACT(G_ENCODED);
@@ -669,22 +655,7 @@ void exec_gpt_backward(exec_gpt *m)
               F4 * 5.0 * NC,
               kern_residual_backward(DACT(l, A_RES2), DACT(l, A_FCPROJ),
                                      DACT(l, A_RES3), NC));
-        linear_bwd(m, DACT(l, A_FCH_GELU), grd(m, P_FCPROJW) + (size_t)l * C * F,
-                   m->c.bias ? grd(m, P_FCPROJB) + lc : NULL,
-                   DACT(l, A_FCPROJ), ACT(l, A_FCH_GELU),
-                   par(m, P_FCPROJW) + (size_t)l * C * F, N, F, C);
-        if (m->c.swiglu)
-            TIMED(swiglu_backward, B, T, F, 0, 0, 0, 0, 0, 0, 12.0 * N * F,
-                  F4 * 5.0 * N * F,
-                  kern_swiglu_backward(DACT(l, A_FCH), ACT(l, A_FCH),
-                                       DACT(l, A_FCH_GELU), N, F));
-        else
-            mlp_act_bwd(m, DACT(l, A_FCH), ACT(l, A_FCH), DACT(l, A_FCH_GELU),
-                        (size_t)N * F);
-        linear_bwd(m, DACT(l, A_LN2), grd(m, P_FCW) + (size_t)l * FC * C,
-                   m->c.bias ? grd(m, P_FCB) + (size_t)l * FC : NULL,
-                   DACT(l, A_FCH), ACT(l, A_LN2),
-                   par(m, P_FCW) + (size_t)l * FC * C, N, C, FC);
+        mlp_bwd(m, l, A_LN2);
         ln_bwd(m, DACT(l, A_RES2), grd(m, P_LN2W) + lc, grd_at(m, P_LN2B, lc),
                DACT(l, A_LN2), ACT(l, A_RES2), par(m, P_LN2W) + lc,
                ACT(l, A_LN2_MEAN), ACT(l, A_LN2_RSTD));
@@ -766,15 +737,51 @@ static void act_bwd(exec_gpt *m, float *dinp, const float *inp,
               kern_gelu_backward(dinp, inp, dout, n));
 }
 
-static void mlp_act_fwd(exec_gpt *m, float *out, const float *inp, size_t n)
+/* Layer l's MLP from the activation slot `in` (a decoder's second norm,
+ * an encoder's first) to FCPROJ: up (SwiGLU's gate and up), the
+ * activation, down. */
+static void mlp_fwd(exec_gpt *m, int l, int in)
 {
-    act_fwd(m, out, inp, n, m->c.relu);
+    int B = m->B, T = m->T, C = m->c.hidden, F = m->c.ffn, N = B * T,
+        FC = (int)exec_fc_rows(&m->c);
+    size_t lc = (size_t)l * C;
+    linear_fwd(m, ACT(l, A_FCH), ACT(l, in),
+               par(m, P_FCW) + (size_t)l * FC * C,
+               m->c.bias ? par(m, P_FCB) + (size_t)l * FC : NULL, N, C, FC);
+    if (m->c.swiglu)
+        TIMED(swiglu_forward, B, T, F, 0, 0, 0, 0, 0, 0, 6.0 * N * F,
+              F4 * 3.0 * N * F,
+              kern_swiglu_forward(ACT(l, A_FCH_GELU), ACT(l, A_FCH), N, F));
+    else
+        act_fwd(m, ACT(l, A_FCH_GELU), ACT(l, A_FCH), (size_t)N * F,
+                m->c.relu);
+    linear_fwd(m, ACT(l, A_FCPROJ), ACT(l, A_FCH_GELU),
+               par(m, P_FCPROJW) + (size_t)l * C * F,
+               m->c.bias ? par(m, P_FCPROJB) + lc : NULL, N, F, C);
 }
 
-static void mlp_act_bwd(exec_gpt *m, float *dinp, const float *inp,
-                        const float *dout, size_t n)
+/* Its backward from FCPROJ's gradient into slot `in`'s. */
+static void mlp_bwd(exec_gpt *m, int l, int in)
 {
-    act_bwd(m, dinp, inp, dout, n, m->c.relu);
+    int B = m->B, T = m->T, C = m->c.hidden, F = m->c.ffn, N = B * T,
+        FC = (int)exec_fc_rows(&m->c);
+    size_t lc = (size_t)l * C;
+    linear_bwd(m, DACT(l, A_FCH_GELU), grd(m, P_FCPROJW) + (size_t)l * C * F,
+               m->c.bias ? grd(m, P_FCPROJB) + lc : NULL, DACT(l, A_FCPROJ),
+               ACT(l, A_FCH_GELU), par(m, P_FCPROJW) + (size_t)l * C * F, N,
+               F, C);
+    if (m->c.swiglu)
+        TIMED(swiglu_backward, B, T, F, 0, 0, 0, 0, 0, 0, 12.0 * N * F,
+              F4 * 5.0 * N * F,
+              kern_swiglu_backward(DACT(l, A_FCH), ACT(l, A_FCH),
+                                   DACT(l, A_FCH_GELU), N, F));
+    else
+        act_bwd(m, DACT(l, A_FCH), ACT(l, A_FCH), DACT(l, A_FCH_GELU),
+                (size_t)N * F, m->c.relu);
+    linear_bwd(m, DACT(l, in), grd(m, P_FCW) + (size_t)l * FC * C,
+               m->c.bias ? grd(m, P_FCB) + (size_t)l * FC : NULL,
+               DACT(l, A_FCH), ACT(l, in), par(m, P_FCW) + (size_t)l * FC * C,
+               N, C, FC);
 }
 
 static void res_fwd(exec_gpt *m, float *out, const float *a, const float *b)
@@ -800,7 +807,7 @@ static void res_bwd(exec_gpt *m, float *da, float *db, const float *dout)
 static float bert_forward(exec_gpt *m, const int *tokens, const int *targets)
 {
     int B = m->B, T = m->T, C = m->c.hidden, N = B * T,
-        L = m->c.layers, F = m->c.ffn;
+        L = m->c.layers;
     size_t NC = (size_t)N * C;
     float *emb = GACT(G_EMB);
     embed_fwd(m, emb, tokens, targets);
@@ -820,13 +827,7 @@ static float bert_forward(exec_gpt *m, const int *tokens, const int *targets)
         res_fwd(m, ACT(l, A_RES2), x, ACT(l, A_ATTPROJ));
         ln_fwd(m, ACT(l, A_LN1), ACT(l, A_LN1_MEAN), ACT(l, A_LN1_RSTD),
                ACT(l, A_RES2), par(m, P_LN1W) + lc, par_at(m, P_LN1B, lc));
-        linear_fwd(m, ACT(l, A_FCH), ACT(l, A_LN1),
-                   par(m, P_FCW) + (size_t)l * F * C,
-                   m->c.bias ? par(m, P_FCB) + (size_t)l * F : NULL, N, C, F);
-        mlp_act_fwd(m, ACT(l, A_FCH_GELU), ACT(l, A_FCH), (size_t)N * F);
-        linear_fwd(m, ACT(l, A_FCPROJ), ACT(l, A_FCH_GELU),
-                   par(m, P_FCPROJW) + (size_t)l * C * F,
-                   m->c.bias ? par(m, P_FCPROJB) + lc : NULL, N, F, C);
+        mlp_fwd(m, l, A_LN1);
         res_fwd(m, ACT(l, A_RES3), ACT(l, A_LN1), ACT(l, A_FCPROJ));
         ln_fwd(m, ACT(l, A_LN2), ACT(l, A_LN2_MEAN), ACT(l, A_LN2_RSTD),
                ACT(l, A_RES3), par(m, P_LN2W) + lc, par_at(m, P_LN2B, lc));
@@ -853,7 +854,7 @@ static float bert_forward(exec_gpt *m, const int *tokens, const int *targets)
 static void bert_backward(exec_gpt *m)
 {
     int B = m->B, T = m->T, C = m->c.hidden, NH = m->c.heads,
-        N = B * T, L = m->c.layers, F = m->c.ffn;
+        N = B * T, L = m->c.layers;
     size_t NC = (size_t)N * C;
     head_bwd(m);
     ln_bwd(m, GDACT(G_MLM_G), grd(m, P_LNFW), grd(m, P_LNFB), GDACT(G_LNF),
@@ -873,17 +874,7 @@ static void bert_backward(exec_gpt *m)
                DACT(l, A_LN2), ACT(l, A_RES3), par(m, P_LN2W) + lc,
                ACT(l, A_LN2_MEAN), ACT(l, A_LN2_RSTD));
         res_bwd(m, DACT(l, A_LN1), DACT(l, A_FCPROJ), DACT(l, A_RES3));
-        linear_bwd(m, DACT(l, A_FCH_GELU),
-                   grd(m, P_FCPROJW) + (size_t)l * C * F,
-                   m->c.bias ? grd(m, P_FCPROJB) + lc : NULL,
-                   DACT(l, A_FCPROJ), ACT(l, A_FCH_GELU),
-                   par(m, P_FCPROJW) + (size_t)l * C * F, N, F, C);
-        mlp_act_bwd(m, DACT(l, A_FCH), ACT(l, A_FCH), DACT(l, A_FCH_GELU),
-                    (size_t)N * F);
-        linear_bwd(m, DACT(l, A_LN1), grd(m, P_FCW) + (size_t)l * F * C,
-                   m->c.bias ? grd(m, P_FCB) + (size_t)l * F : NULL,
-                   DACT(l, A_FCH), ACT(l, A_LN1),
-                   par(m, P_FCW) + (size_t)l * F * C, N, C, F);
+        mlp_bwd(m, l, A_LN1);
         ln_bwd(m, DACT(l, A_RES2), grd(m, P_LN1W) + lc, grd_at(m, P_LN1B, lc),
                DACT(l, A_LN1), ACT(l, A_RES2), par(m, P_LN1W) + lc,
                ACT(l, A_LN1_MEAN), ACT(l, A_LN1_RSTD));
