@@ -557,6 +557,9 @@ typedef struct exec_pipe_opts {
     const volatile int *stop;   /* Ctrl-C: stop after the current step */
     /* faults on purpose (tests): worker, its n-th compute task, kill */
     int fault_worker, fault_task, fault_kill;
+    /* a replica falling behind on purpose (tests): worker slow_worker
+     * sleeps slow_us microseconds before each compute task (0: none) */
+    int slow_worker, slow_us;
     /* called after each flushed step by the process holding worker 0:
      * global step (1-based), mean loss, gradient norm, lr, ms */
     void (*on_step)(void *ctx, int step, double loss, double norm,

@@ -612,6 +612,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     rt.fault_worker = o->fault_task > 0 ? o->fault_worker : -1;
     rt.fault_task = o->fault_task;
     rt.fault_kill = o->fault_kill;
+    rt.slow_worker = o->slow_us > 0 ? o->slow_worker : -1;
+    rt.slow_us = o->slow_us;
     mpi = o->xport == EXEC_XPORT_MPI || o->xport == EXEC_XPORT_NCCL ||
           (o->xport == EXEC_XPORT_AUTO && exec_mpi_launched());
     if (mpi) {

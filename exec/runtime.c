@@ -46,13 +46,177 @@ static int64_t *tslot(exec_worker *w, int epoch, int id)
     return &w->tm[(((size_t)(epoch - 1) * rt->ir->n_tasks) + id) * EXEC_T_N];
 }
 
-/* Marks a task done for epoch and wakes whoever waits on the worker. */
+/* Wakes the communication threads of the devices whose collective sends
+ * wait for task id of w (gate_ok). */
+static void wake_gated(exec_worker *w, int id)
+{
+    exec_runtime *rt = w->rt;
+    for (int k = rt->wake_off ? rt->wake_off[id] : 0;
+         rt->wake_off && k < rt->wake_off[id + 1]; k++) {
+        exec_worker *p = exec_rt_worker(rt, rt->wake[k] * rt->tp + w->rank);
+        if (!p) continue;
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Wakes the communication thread of the sender whose next ring step
+ * waits for send id of w to start (exec_runtime.gate_start). */
+static void wake_started(exec_worker *w, int id)
+{
+    exec_runtime *rt = w->rt;
+    int s = rt->started_by ? rt->started_by[id] : -1;
+    exec_worker *p = s >= 0 ? exec_rt_worker(
+        rt, rt->ir->tasks[s].device * rt->tp + w->rank) : NULL;
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Marks a task done for epoch and wakes whoever waits on the worker, and
+ * the sends waiting for it on other devices. */
 static void mark_done(exec_worker *w, int id, int epoch)
 {
     pthread_mutex_lock(&w->mu);
     w->done[id] = epoch;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    wake_gated(w, id);
+}
+
+/* Whether the receivers of collective send id (on w) have joined the
+ * collective for epoch: the tasks of theirs it waits for are done (those
+ * of workers in other processes are not seen). */
+static int gate_ok(exec_worker *w, int id, int epoch)
+{
+    exec_runtime *rt = w->rt;
+    for (int k = rt->gate_off ? rt->gate_off[id] : 0;
+         rt->gate_off && k < rt->gate_off[id + 1]; k++) {
+        int d = rt->gate[k];
+        exec_worker *p = exec_rt_worker(
+            rt, rt->ir->tasks[d].device * rt->tp + w->rank);
+        if (!p) continue;
+        pthread_mutex_lock(&p->mu);
+        int ok = p->done[d] >= epoch;
+        pthread_mutex_unlock(&p->mu);
+        if (!ok) return 0;
+    }
+    int g = rt->gate_start ? rt->gate_start[id] : -1;
+    exec_worker *p = g >= 0 ? exec_rt_worker(
+        rt, rt->ir->tasks[g].device * rt->tp + w->rank) : NULL;
+    if (!p) return 1;
+    pthread_mutex_lock(&p->mu);
+    int ok = p->started[g] >= epoch;
+    pthread_mutex_unlock(&p->mu);
+    return ok;
+}
+
+/* A data-parallel ring step's send (its stage, step, minibatch, kind)
+ * and its place among those alike on its device, in the device's order:
+ * the receiver's send of the same step is the one with the receiver's
+ * stage at the same place. */
+typedef struct ringkey {
+    int device, stage, mb, minibatch, coll, inner, occ, seq, id;
+} ringkey;
+
+static int ringkey_cmp(const void *a, const void *b)
+{
+    const ringkey *x = a, *y = b;
+    const int u[] = {x->device, x->stage, x->mb, x->minibatch, x->coll,
+                     x->inner, x->occ, x->seq};
+    const int v[] = {y->device, y->stage, y->mb, y->minibatch, y->coll,
+                     y->inner, y->occ, y->seq};
+    for (int i = 0; i < 8; i++)
+        if (u[i] != v[i]) return u[i] < v[i] ? -1 : 1;
+    return 0;
+}
+
+/* exec_runtime.gate_start and started_by: per ring send of a step after
+ * the first, the receiver's send of that step (-1 elsewhere). */
+static void gate_starts(exec_runtime *rt)
+{
+    const sim_ir *ir = rt->ir;
+    int n = ir->n_tasks, m = 0;
+    rt->gate_start = util_malloc(sizeof(int) * (size_t)(n + 1));
+    rt->started_by = util_malloc(sizeof(int) * (size_t)(n + 1));
+    ringkey *k = util_malloc(sizeof *k * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) rt->gate_start[i] = rt->started_by[i] = -1;
+    for (int d = 0; d < ir->n_devices; d++)
+        for (int j = ir->dev_off[d]; j < ir->dev_off[d + 1]; j++) {
+            const sim_task *t = &ir->tasks[ir->seq[j]];
+            if (t->kind != SIM_SEND || t->stream != SIM_STREAM_COLL ||
+                t->comm != SIM_COMM_DP)
+                continue;
+            k[m++] = (ringkey){d, t->stage, t->mb, t->minibatch, t->coll,
+                               t->inner, 0, j, ir->seq[j]};
+        }
+    /* places among alike sends, in each device's order */
+    qsort(k, (size_t)m, sizeof *k, ringkey_cmp);
+    for (int i = 1; i < m; i++) {
+        ringkey a = k[i - 1], b = k[i];
+        a.occ = b.occ = a.seq = b.seq = 0;
+        if (!ringkey_cmp(&a, &b)) k[i].occ = k[i - 1].occ + 1;
+    }
+    for (int i = 0; i < m; i++) k[i].seq = 0;
+    qsort(k, (size_t)m, sizeof *k, ringkey_cmp);
+    for (int i = 0; i < m; i++) {
+        const sim_task *t = &ir->tasks[k[i].id];
+        if (t->mb < 1) continue;
+        ringkey q = k[i];
+        q.device = ir->tasks[t->peer].device;
+        q.stage = t->stage2;
+        const ringkey *hit = bsearch(&q, k, (size_t)m, sizeof *k,
+                                     ringkey_cmp);
+        if (hit && hit->device != k[i].device) {
+            rt->gate_start[k[i].id] = hit->id;
+            rt->started_by[hit->id] = k[i].id;
+        }
+    }
+    free(k);
+}
+
+/* The gate and wake lists (exec_runtime.gate): the dependencies of the
+ * collective stream's sends on tasks of other devices (their compute, or
+ * a receive ending their part of the collective before). */
+static void gates_build(exec_runtime *rt)
+{
+    const sim_ir *ir = rt->ir;
+    int n = ir->n_tasks, ng = 0;
+    rt->gate_off = util_calloc((size_t)n + 2, sizeof(int));
+    rt->wake_off = util_calloc((size_t)n + 2, sizeof(int));
+    for (int pass = 0; pass < 2; pass++) {
+        ng = 0;
+        for (int i = 0; i < n; i++) {
+            const sim_task *t = &ir->tasks[i];
+            if (!pass) rt->gate_off[i] = ng;
+            if (t->kind != SIM_SEND || t->stream != SIM_STREAM_COLL)
+                continue;
+            for (int k = 0; k < t->n_dep; k++) {
+                int d = ir->deps[t->dep_off + k];
+                const sim_task *u = &ir->tasks[d];
+                if (u->device == t->device) continue;
+                if (pass) {
+                    rt->gate[ng] = d;
+                    rt->wake[rt->wake_off[d]++] = t->device;
+                } else {
+                    rt->wake_off[d + 1]++;
+                }
+                ng++;
+            }
+        }
+        if (!pass) {
+            rt->gate_off[n] = ng;
+            rt->gate = util_malloc(sizeof(int) * (size_t)(ng + 1));
+            rt->wake = util_malloc(sizeof(int) * (size_t)(ng + 1));
+            for (int i = 0; i < n; i++) rt->wake_off[i + 1] += rt->wake_off[i];
+        }
+    }
+    /* the second pass advanced each start to the next one's */
+    for (int i = n; i > 0; i--) rt->wake_off[i] = rt->wake_off[i - 1];
+    rt->wake_off[0] = 0;
+    gate_starts(rt);
 }
 
 void exec_deliver(exec_runtime *rt, int wid, int epoch, int rid, exec_buf *b,
@@ -69,6 +233,7 @@ void exec_deliver(exec_runtime *rt, int wid, int epoch, int rid, exec_buf *b,
     w->done[rid] = epoch;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    wake_gated(w, rid);
 }
 
 void exec_rt_fail(exec_runtime *rt, int worker, const util_err *e)
@@ -1694,6 +1859,7 @@ static void *compute_main(void *arg)
             w->wait_ns += (int64_t)exec_now_ns() - a;
             if (rc) goto out;
             w->tasks_run++;
+            if (w->id == rt->slow_worker) usleep((useconds_t)rt->slow_us);
             if (w->id == rt->fault_worker && w->tasks_run == rt->fault_task) {
                 if (rt->fault_kill) raise(SIGKILL);
                 util_errf(&e, UTIL_EXIT_FAIL, "injected fault "
@@ -1890,6 +2056,9 @@ static void *comm_main(void *arg)
     void *h[2] = {NULL, NULL};
     exec_view *own[2] = {NULL, NULL};   /* what each queue's send holds */
     int n_own[2] = {0, 0};
+    /* each queue's send, its pieces taken, waiting for its receiver */
+    int prep[2] = {0, 0}, np[2] = {0, 0};
+    exec_piece pc[2][64];
     util_err e = {0};
     int64_t nap_us = 20;
     if (rt->be->bind(&w->dev, EXEC_ROLE_COMM, &e)) goto fail;
@@ -1925,21 +2094,36 @@ static void *comm_main(void *arg)
                 }
                 continue;
             }
-            if (!deps_ready(w, id, ep[q])) continue;
-            /* ZeRO-3: a gather sends the shard the step before updated */
-            if (w->ag_after[id] >= 0 && ep[q] > 1 &&
-                !task_done(w, w->ag_after[id], ep[q] - 1))
-                continue;
             const sim_task *t = &ir->tasks[id];
             int64_t *ts = tslot(w, ep[q], id);
-            ts[EXEC_T_START] = ts[EXEC_T_FSTART] = now_rel(rt);
-            exec_piece pc[64];
-            int np = 0;
-            if (send_pieces(w, id, pc, &np, 64, &own[q], &n_own[q], &e))
-                goto fail_task;
+            if (!prep[q]) {
+                if (!deps_ready(w, id, ep[q])) continue;
+                /* ZeRO-3: a gather sends the shard the step before
+                 * updated */
+                if (w->ag_after[id] >= 0 && ep[q] > 1 &&
+                    !task_done(w, w->ag_after[id], ep[q] - 1))
+                    continue;
+                ts[EXEC_T_START] = ts[EXEC_T_FSTART] = now_rel(rt);
+                np[q] = 0;
+                if (send_pieces(w, id, pc[q], &np[q], 64, &own[q],
+                                &n_own[q], &e))
+                    goto fail_task;
+                /* it has folded in the step before's chunk: the sender
+                 * of this step may send (gate_ok) */
+                pthread_mutex_lock(&w->mu);
+                w->started[id] = ep[q];
+                pthread_mutex_unlock(&w->mu);
+                wake_started(w, id);
+                prep[q] = 1;
+                progress = 1;
+            }
+            /* a collective moves once its receiver is in it */
+            if (!gate_ok(w, id, ep[q])) continue;
+            prep[q] = 0;
+            ts[EXEC_T_FSTART] = now_rel(rt);
             int dst = ir->tasks[t->peer].device * rt->tp + w->rank;
-            if (rt->x->send(rt->x, rt, w->id, dst, ep[q], t->peer, pc, np,
-                            &h[q], &e))
+            if (rt->x->send(rt->x, rt, w->id, dst, ep[q], t->peer, pc[q],
+                            np[q], &h[q], &e))
                 goto fail_task;
             if (!h[q]) {
                 send_done(w, id, ep[q], &own[q], &n_own[q]);
@@ -2362,10 +2546,12 @@ static int worker_tasks(exec_worker *w, util_err *e)
         for (int k = 0; k < t->n_dep; k++) {
             const sim_task *u = &ir->tasks[ir->deps[t->dep_off + k]];
             /* an offload plan's step waits for every rank's gradients
-             * (its norm's agreement does, exec/tiers.c) */
+             * (its norm's agreement does, exec/tiers.c); a collective's
+             * first send for its receiver's compute (gate_ok) */
             if (u->device != d &&
                 !(t->kind == SIM_RECV && u->kind == SIM_SEND) &&
-                !(t->kind == SIM_CPU_OPT && rt->tiers))
+                !(t->kind == SIM_CPU_OPT && rt->tiers) &&
+                !(t->kind == SIM_SEND && t->stream == SIM_STREAM_COLL))
                 return util_errf(e, UTIL_EXIT_USAGE, "%s waits for a task of "
                                  "device %d other than its send: the executor "
                                  "runs only receives across devices",
@@ -2749,6 +2935,7 @@ int exec_rt_setup(exec_runtime *rt, const float *full, const float *adam_m,
     atomic_init(&rt->abort, 0);
     atomic_init(&rt->stop_epoch, rt->async ? rt->K : rt->epochs);
     geo_build(rt);
+    gates_build(rt);
     int n = ir->n_tasks, E = rt->epochs;
     int nep = rt->async ? rt->K : rt->epochs;
     rt->w = util_calloc((size_t)rt->n_local + 1, sizeof *rt->w);
@@ -2765,6 +2952,7 @@ int exec_rt_setup(exec_runtime *rt, const float *full, const float *adam_m,
         pthread_mutex_init(&w->mu, NULL);
         pthread_cond_init(&w->cv, NULL);
         w->done = util_calloc((size_t)n + 1, sizeof(int));
+        w->started = util_calloc((size_t)n + 1, sizeof(int));
         w->rbuf = util_calloc((size_t)n + 1, sizeof *w->rbuf);
         w->outbox = util_calloc((size_t)n + 1, sizeof *w->outbox);
         w->n_outbox = util_calloc((size_t)n + 1, sizeof(int));
@@ -2984,7 +3172,7 @@ void exec_rt_free(exec_runtime *rt)
         free(w->rec); free(w->lact); free(w->lgrad);
         free(w->st); free(w->lidx);
         free(w->comp); free(w->sendq[0]); free(w->sendq[1]);
-        free(w->done); free(w->rbuf); free(w->outbox); free(w->n_outbox);
+        free(w->done); free(w->started); free(w->rbuf); free(w->outbox); free(w->n_outbox);
         free(w->tm); free(w->ep_loss); free(w->ep_norm);
         free(w->ep_kern); free(w->ep_wait); free(w->ep_wall); free(w->ep_end);
         free(w->used_ver);
@@ -3015,6 +3203,11 @@ void exec_rt_free(exec_runtime *rt)
     free(rt->geo);
     free(rt->xop);
     free(rt->last_use);
+    free(rt->gate_off); free(rt->gate);
+    free(rt->wake_off); free(rt->wake);
+    free(rt->gate_start); free(rt->started_by);
+    rt->gate_off = rt->gate = rt->wake_off = rt->wake = NULL;
+    rt->gate_start = rt->started_by = NULL;
     rt->xop = NULL;
     rt->last_use = NULL;
     rt->geo = NULL;

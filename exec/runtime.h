@@ -392,6 +392,8 @@ typedef struct exec_worker {
     /* this device's tasks: compute order, and per send stream */
     int *comp, n_comp;
     int *sendq[2], n_sendq[2];
+    int *started;           /* per collective send: the last epoch it
+                             * started in (exec_runtime.gate_start) */
     int *done;              /* per task: the last epoch it completed */
     exec_buf **rbuf;        /* per receive task: what arrived */
     exec_view **outbox;     /* per send task: the pieces to send */
@@ -486,7 +488,22 @@ struct exec_runtime {
     exec_xport *x;
     /* per IR stage: the IR stages holding a tied copy in its replica */
     int *tied_group;            /* per stage: bit-free list head, or -1 */
+    /* A collective's first send waits for its receiver to be in the
+     * collective (the IR's dependency on the receiver's compute, as NCCL
+     * moves nothing before every member has joined), so no chunk lands
+     * on a device still computing: per IR task, CSR, the tasks of other
+     * devices a collective send waits for (gate: their compute, or the
+     * receive ending their part of the collective before) and the
+     * devices whose communication thread a task's end wakes (wake).
+     * A later step of a ring sends once its receiver has started its
+     * own send of that step, which folds in what it received the step
+     * before (gate_start: the task whose start it waits for, -1;
+     * started_by: the other way), so a member holds one received chunk
+     * at a time, as NCCL's fixed buffers do. Workers of other processes
+     * (MPI) are not seen: their messages land when they come. */
+    int *gate_off, *gate, *wake_off, *wake, *gate_start, *started_by;
     int fault_worker, fault_task, fault_kill;
+    int slow_worker, slow_us;   /* exec_pipe_opts' (tests) */
     atomic_int abort;
     pthread_mutex_t err_mu;
     int err_mu_ok;

@@ -336,9 +336,15 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                     int rid;
                     int sid = sim_ir_transfer(ir, &x, ir->stage_device[w],
                                               &rid);
-                    /* a member forwards what it received (reduced) */
+                    /* a member forwards what it received (reduced);
+                     * the first step waits for the receiver as well: a
+                     * collective moves nothing before every member is
+                     * in it (NCCL's), so no chunk waits on a member
+                     * still computing, taking its memory */
                     int dep = st ? prev[r] : lastb[(size_t)k * N + v];
                     if (dep >= 0) sim_ir_dep(ir, sid, dep);
+                    int rdep = st || w == v ? -1 : lastb[(size_t)k * N + w];
+                    if (rdep >= 0) sim_ir_dep(ir, sid, rdep);
                     for (int q = tied_off[(size_t)k * N + v];
                          !st && q < tied_off[(size_t)k * N + v + 1]; q++)
                         sim_ir_dep(ir, sid, tied[q]);
@@ -380,7 +386,7 @@ typedef struct ring_end { int first, last_send, last_recv; } ring_end;
  * the engine routes to the next group's copy of the member; with more,
  * the last member's send goes to the next group too, unless `inner`
  * closes the ring inside the simulated group. Member i's first send waits
- * for dep[i] (-1: nothing). */
+ * for dep[i] and for its receiver's (-1: nothing). */
 static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
                       int nm, int steps, double bytes, sim_coll coll,
                       int inner, const int *dep, ring_end *out)
@@ -426,6 +432,10 @@ static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
             int sid = sim_ir_transfer(ir, &x, ir->stage_device[w], &rid);
             int d = st ? prev[i] : dep[i];
             if (d >= 0) sim_ir_dep(ir, sid, d);
+            /* the first step also waits for the receiver to be in the
+             * collective (sim_add_allreduce) */
+            int rd = st || nm < 2 ? -1 : dep[(i + 1) % nm];
+            if (rd >= 0 && rd != d) sim_ir_dep(ir, sid, rd);
             if (!st) out[i].first = sid;
             out[i].last_send = sid;
             cur[(i + 1) % nm] = rid;
