@@ -618,6 +618,17 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
           (o->xport == EXEC_XPORT_AUTO && exec_mpi_launched());
     if (mpi) {
         if (exec_mpi_init(&rank, &size, e)) goto out;
+        /* before any rank sets up a device the plan does not have */
+        if (size != rt.n_workers) {
+            char tpw[64] = "";
+            if (rt.tp > 1)
+                snprintf(tpw, sizeof tpw, " (%d workers with tensor "
+                         "parallelism)", rt.n_workers);
+            util_errf(e, UTIL_EXIT_USAGE, "the plan runs on %d devices%s, "
+                      "mpirun started %d ranks: use mpirun -np %d",
+                      rt.n_workers / rt.tp, tpw, size, rt.n_workers);
+            goto out;
+        }
         rt.first_local = rank;
         rt.n_local = 1;
     } else {

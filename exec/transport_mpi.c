@@ -282,13 +282,8 @@ exec_xport *exec_xport_mpi_new(exec_runtime *rt, util_err *e)
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size != rt->n_workers) {
-        util_errf(e, UTIL_EXIT_USAGE, "the plan runs on %d devices (%d "
-                  "workers with tensor parallelism), mpirun started %d "
-                  "ranks: use mpirun -np %d", rt->n_workers / rt->tp,
-                  rt->n_workers, size, rt->n_workers);
-        return NULL;
-    }
+    /* the run checked it before setting up (exec_pipe_run) */
+    UTIL_NEVER(size != rt->n_workers);
     int ub_ok = 0, *ub = NULL;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &ub_ok);
     if (ub_ok && ub && (long)4 * rt->ir->n_tasks > (long)*ub) {

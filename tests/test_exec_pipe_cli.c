@@ -408,6 +408,22 @@ Test(exec_cli_pipe, mpi_failures_stop_every_rank)
     cr_expect_neq(sh_run("pgrep -f '%s/x[.]ckpt' >/dev/null", dir), 0,
                   "a process of the killed job is still running");
     cr_expect_neq(sh_run("test -e %s/x.ckpt", dir), 0);
+    /* more ranks than the plan's workers: each refuses before setting
+     * up a device the plan does not have */
+    rc = sh_run("cd %s && %s \"$SLUICE\" exec --plan p.json --steps 2 "
+                "> out 2> err", dir,
+                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                "OMPI_MCA_rmaps_base_oversubscribe=1 "
+                "ASAN_OPTIONS=detect_leaks=0 mpirun -np 3");
+    cr_expect_neq(rc, 0);
+    snprintf(p, sizeof p, "%s/err", dir);
+    err = slurp(p);
+    cr_expect(strstr(err, "mpirun started 3 ranks: use mpirun -np 2") &&
+              !strstr(err, "tensor parallelism") &&
+              !strstr(err, "AddressSanitizer") &&
+              !strstr(err, "out of memory") &&
+              !strstr(err, "internal error"), "%s", err);
+    free(err);
     test_rm_rf(dir);
 }
 
