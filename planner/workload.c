@@ -87,6 +87,13 @@ int plan_wl_load(const char *path, plan_wl *w, util_err *e)
         }
         j->batch = (int)batch;
         j->samples = has_s ? samples : epochs * ds;
+        if (ceil(j->samples / j->batch) > PLAN_WL_MAX_STEPS) {
+            util_jerr(e, &o, has_s ? "samples" : "epochs", "%.0f minibatches "
+                      "of %d are more than sluice runs or simulates (%.0f)",
+                      ceil(j->samples / j->batch), j->batch,
+                      PLAN_WL_MAX_STEPS);
+            goto out;
+        }
         j->optim = (plan_wl_optim)optim;
         j->priority = (int)prio;
         snprintf(j->name, sizeof j->name, "job%d", i);

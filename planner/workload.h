@@ -134,6 +134,11 @@ void plan_wl_run_free(plan_wl_run *r);
 
 typedef enum { PLAN_WL_ADAM, PLAN_WL_SGD } plan_wl_optim;
 
+/* The most minibatches a job may take: the schedules are simulated
+ * minibatch by minibatch (0.3 s for ten million here), and the executor
+ * counts steps in an int. */
+#define PLAN_WL_MAX_STEPS 1e8
+
 typedef struct plan_wl_job {
     char name[64];            /* "gpt2-xl.3", or the file's "name" */
     char model[256];          /* zoo name or spec file */

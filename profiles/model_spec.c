@@ -87,7 +87,8 @@ static void derive(prof_model_spec *s)
     /* Left at 0 when heads do not divide hidden, for the check to name. */
     if (!s->head_dim && s->heads && s->hidden % s->heads == 0)
         s->head_dim = s->hidden / s->heads;
-    if (!s->ffn) s->ffn = 4 * s->hidden;
+    /* a hidden size too wide is named by the check, not as its ffn */
+    if (!s->ffn && s->hidden <= PROF_MAX_WIDTH) s->ffn = 4 * s->hidden;
     if (s->family == PROF_FAM_T5 && !s->dec_seq_len) s->dec_seq_len = 128;
     if (!s->max_pos && (s->family == PROF_FAM_GPT ||
                         s->family == PROF_FAM_BERT ||
@@ -101,6 +102,9 @@ static int spec_problem(const prof_model_spec *s, const char **field,
 {
 #define BAD(f, ...) do { *field = f; snprintf(msg, n, __VA_ARGS__); return 1; } while (0)
     if (s->hidden <= 0) BAD("hidden", "must be > 0");
+    if (s->hidden > PROF_MAX_WIDTH)
+        BAD("hidden", "%d is wider than sluice takes (%d)", s->hidden,
+            PROF_MAX_WIDTH);
     if (s->layers <= 0) BAD("layers", "must be > 0");
     if ((long)s->layers + s->dec_layers > PROF_MAX_LAYERS) {
         /* 12 ops per encoder or decoder-only layer, 20 per T5 decoder
@@ -121,6 +125,21 @@ static int spec_problem(const prof_model_spec *s, const char **field,
     if (s->ffn < 0) BAD("ffn", "must be > 0");
     if (s->head_dim < 0) BAD("head_dim", "must be > 0");
     if (s->kv_heads < 0) BAD("kv_heads", "must be > 0");
+    if (s->ffn > PROF_MAX_WIDTH)
+        BAD("ffn", "%d is wider than sluice takes (%d)", s->ffn,
+            PROF_MAX_WIDTH);
+    if (s->heads > PROF_MAX_HEADS)
+        BAD("heads", "%d heads are more than sluice takes (%d)", s->heads,
+            PROF_MAX_HEADS);
+    if (s->head_dim > PROF_MAX_HEADS)
+        BAD("head_dim", "%d is wider than sluice takes (%d)", s->head_dim,
+            PROF_MAX_HEADS);
+    if (s->seq_len > PROF_MAX_SEQ)
+        BAD("seq_len", "%d tokens are more than sluice takes (%d)",
+            s->seq_len, PROF_MAX_SEQ);
+    if (s->dec_seq_len > PROF_MAX_SEQ)
+        BAD("dec_seq_len", "%d tokens are more than sluice takes (%d)",
+            s->dec_seq_len, PROF_MAX_SEQ);
     if (s->head_dim == 0 && s->hidden % s->heads)
         BAD("heads", "%d heads do not divide hidden size %d", s->heads,
             s->hidden);

@@ -556,6 +556,14 @@ int prof_model_spec_get(const char *name_or_file, prof_model_spec *out,
  * the deepest published transformer, has 1000 (500 + 500). More would
  * take gigabytes to expand and far longer to plan. */
 #define PROF_MAX_LAYERS 1024
+/* The widest dimensions a spec may give (hidden, ffn, heads, head_dim)
+ * and the longest sequence: far past any published model (hidden 25600,
+ * 128 heads of 256 at most, contexts of a few million tokens), low
+ * enough that no size the graph builder and the cost model multiply
+ * overflows or leaves a double's integers. */
+#define PROF_MAX_WIDTH (1 << 20)
+#define PROF_MAX_HEADS (1 << 16)
+#define PROF_MAX_SEQ (1 << 24)
 /* Checks a spec's values (heads divide hidden, sizes positive, at most
  * PROF_MAX_LAYERS layers with the size they would take, ...). */
 int prof_model_spec_check(const prof_model_spec *s, const char *where,

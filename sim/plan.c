@@ -668,8 +668,9 @@ int sim_partition_balanced(const prof_model *m, const prof_gpu *g, int mbs,
         hi += cost[i];
     }
     int *cut = util_malloc(sizeof(int) * (size_t)(n + 1));
-    /* smallest cap that packs into n stages (costs are integral ns) */
-    while (hi - lo > 0.5) {
+    /* smallest cap that packs into n stages (costs are integral ns;
+     * past 2^53 ns a double's steps are coarser: to its precision) */
+    while (hi - lo > fmax(0.5, hi * 1e-15)) {
         double mid = floor((lo + hi) / 2);
         if (pack(cost, m->n_ops, mid, cut, n) <= n) hi = mid;
         else lo = mid + 1;

@@ -215,6 +215,10 @@ Test(model, bad_corpus_is_rejected_with_located_messages)
         {"bad_dtype", "bad_dtype.json:9:12: field 'dtype': unknown value 'fp8'"},
         {"rope_theta", "rope_theta.json:9:17: field 'rope_theta': 0.5 is too small (must be >= 1)"},
         {"hf_eps", "hf_eps.json:9:19: field 'rms_norm_eps': -1e-06 is not allowed (must be > 0)"},
+        /* sizes whose products would overflow, or a partition search
+         * never narrow, are named before anything is built */
+        {"too_wide", "too_wide.json:4:13: field 'hidden': 1073741824 is wider than sluice takes"},
+        {"too_long", "too_long.json:8:14: field 'seq_len': 268435456 tokens are more than sluice takes"},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         cli_result r = cli_run("profile validate tests/bad/model/%s.json", c[i].file);

@@ -351,6 +351,11 @@ Test(workload, bad_inputs_name_file_line_and_field)
     bad("--workload tests/data/workload/bad_field.json", "'jobs[0].optimiser'");
     bad("--workload tests/data/workload/bad_json.json", "bad_json.json:2:");
     bad("--workload tests/data/workload/no_samples.json", "dataset_samples");
+    bad("--workload tests/data/workload/too_many_steps.json",
+        "too_many_steps.json:2:48: field 'jobs[0].samples': "
+        "1000000000000000 minibatches of 1 are more than sluice runs");
+    bad("--models gpt-tiny x2 --epochs 1e6 --dataset-samples 1e9",
+        "--epochs: 62500000000000 minibatches of 16");
     bad("--workload tests/data/workload/missing.json", "missing.json");
     bad("--models gpt-tiny x3", "--samples");
     bad("--models gpt-tiny x0 --samples 10", "x0");
