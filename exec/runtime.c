@@ -1589,6 +1589,22 @@ static int opt_deps_wait(exec_worker *w, int o, int epoch)
 /* Once per flushed step, at its first step or stage tier's copy out (id):
  * every step's gradients in (what they receive integrated), the global
  * gradient norm and the clipping factor (w->opt_scale) set. */
+/* A step whose agreed loss or gradient norm is not finite ends the run,
+ * code 1, on every worker alike (they agreed the same values), before
+ * its update is taken or anything is saved, as the reference trainer
+ * stops. */
+static int diverged(exec_worker *w, int epoch, util_err *e)
+{
+    const exec_runtime *rt = w->rt;
+    double loss = w->ep_loss[epoch - 1], norm = w->ep_norm[epoch - 1];
+    if (isfinite(loss) && isfinite(norm)) return 0;
+    return util_errf(e, UTIL_EXIT_FAIL, "step %d: the %s is not finite "
+                     "(%g); the run diverged: try a lower --lr, or check "
+                     "the weights it started from", rt->step0 + epoch,
+                     isfinite(loss) ? "gradient norm" : "loss",
+                     isfinite(loss) ? norm : loss);
+}
+
 static int opt_prepare(exec_worker *w, int id, int epoch, util_err *e)
 {
     exec_runtime *rt = w->rt;
@@ -1619,6 +1635,7 @@ static int opt_prepare(exec_worker *w, int id, int epoch, util_err *e)
         double norm = sqrt(v[0]);
         w->ep_norm[epoch - 1] = norm;
         w->ep_loss[epoch - 1] = v[1];
+        if (diverged(w, epoch, e)) return -1;
         /* every worker sees the same sum: all stop after this step */
         if (v[2] > 0) stop_after(rt, epoch);
         w->opt_scale = rt->adamw.clip > 0 && norm > rt->adamw.clip
@@ -1825,6 +1842,7 @@ static int tiers_end(exec_worker *w, int epoch, util_err *e)
         stop = v[2] > 0;
     }
     w->ep_norm[epoch - 1] = sqrt(ns);
+    if (diverged(w, epoch, e)) return -1;
     if (stop) stop_after(rt, epoch);
     return 0;
 }

@@ -10,8 +10,10 @@
  * attention's self.query, key and value). Tensors are
  * read one at a time (a 124M-parameter file is 0.5 GB). */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "exec/exec.h"
 
@@ -107,8 +109,9 @@ static int read_tensor(st_file *s, const char *name, size_t rows, size_t cols,
     }
     json_int_t b0 = json_integer_value(json_array_get(offs, 0));
     json_int_t b1 = json_integer_value(json_array_get(offs, 1));
-    if (!json_is_array(offs) || b0 < 0 || b1 - b0 != (json_int_t)(n * es) ||
-        s->data0 + b1 > s->size)
+    /* the bounds first: no sum or difference of them may overflow */
+    if (!json_is_array(offs) || b0 < 0 || b1 < b0 || b1 > s->size ||
+        b1 - b0 != (json_int_t)(n * es) || s->data0 + b1 > s->size)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: tensor '%s': data_offsets "
                          "[%lld, %lld] do not hold %zu %s values in a file "
                          "of %lld bytes", s->path, key, (long long)b0,
@@ -129,6 +132,13 @@ static int read_tensor(st_file *s, const char *name, size_t rows, size_t cols,
         } else {
             uint32_t bits = (uint32_t)(b[0] | b[1] << 8) << 16;
             memcpy(&out[i], &bits, 4);
+        }
+        if (!isfinite(out[i])) {
+            free(raw);
+            return util_errf(e, UTIL_EXIT_USAGE, "%s: tensor '%s' holds "
+                             "%s at element %zu: not weights to train "
+                             "from", s->path, key,
+                             isnan(out[i]) ? "NaN" : "an infinity", i);
         }
     }
     free(raw);
@@ -382,6 +392,11 @@ int exec_safetensors_load(const char *path, const exec_gpt_config *c,
         return util_errf(e, UTIL_EXIT_USAGE, "%s: safetensors are "
                          "little-endian; this machine is not", path);
     st_file s = {.path = path, .prefix = ""};
+    /* a pipe or a device would block the open or never end */
+    struct stat sb;
+    if (!stat(path, &sb) && !S_ISREG(sb.st_mode))
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: not a regular file (a "
+                         "directory, pipe or device)", path);
     s.f = fopen(path, "rb");
     if (!s.f)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: %s", path, strerror(errno));
@@ -407,7 +422,7 @@ int exec_safetensors_load(const char *path, const exec_gpt_config *c,
         goto out;
     }
     json_error_t je;
-    s.hdr = json_loadb(hdr, hl, 0, &je);
+    s.hdr = json_loadb(hdr, hl, JSON_REJECT_DUPLICATES, &je);
     if (!json_is_object(s.hdr)) {
         util_errf(e, UTIL_EXIT_USAGE, "%s: header: %s (line %d, column %d)",
                   path, s.hdr ? "not a JSON object" : je.text, je.line,

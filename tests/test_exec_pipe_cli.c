@@ -725,3 +725,85 @@ Test(exec_cli_pipe, an_encoder_needs_a_mask_token)
     cli_result_free(&r);
     test_rm_rf(dir);
 }
+
+/* gpt2-tiny's Hugging Face weights with every float of the data section
+ * set to v, and its header with the first key written twice when dup. */
+static void hf_copy(const char *dst, float v, int dup)
+{
+    FILE *f = fopen("tests/data/hf/gpt2-tiny/model.safetensors", "rb");
+    cr_assert_not_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)n);
+    cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    unsigned long long hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | b[i];
+    for (long i = 8 + (long)hl; i + 4 <= n; i += 4) memcpy(b + i, &v, 4);
+    FILE *o = fopen(dst, "wb");
+    cr_assert_not_null(o);
+    if (dup) {
+        /* {"k":{...},... -> {"k":{...},"k":{...},... (same length prefix
+         * grown by the copy) */
+        const char *h = (const char *)b + 8;
+        const char *end = strstr(h, "},");
+        cr_assert_not_null(end);
+        size_t first = (size_t)(end + 2 - (h + 1));
+        unsigned long long nl = hl + first;
+        unsigned char lb[8];
+        for (int i = 0; i < 8; i++) lb[i] = (unsigned char)(nl >> (8 * i));
+        fwrite(lb, 1, 8, o);
+        fwrite(h, 1, 1, o);
+        fwrite(h + 1, 1, first, o);
+        fwrite(h + 1, 1, (size_t)(n - 9), o);
+    } else {
+        fwrite(b, 1, (size_t)n, o);
+    }
+    fclose(o);
+    free(b);
+}
+
+/* Weights no run can start from are refused before anything runs (code
+ * 2), and a run whose loss stops being finite ends (code 1) without a
+ * checkpoint, as the reference trainer does. */
+Test(exec_cli_pipe, weights_that_are_not_numbers_stop_the_run)
+{
+    char *dir = test_tmpdir();
+    cli_result x = cli_run("plan --hw cpu x2 --model tests/data/hf/gpt2-tiny/"
+                           "config.json --pp 2 --batch 4 --schedule 1f1b "
+                           "--out %s/p.json", dir);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    char p[600];
+    const struct { const char *file, *want; float v; int dup; } bad[] = {
+        {"nan.safetensors", "holds NaN at element 0", NAN, 0},
+        {"dup.safetensors", "duplicate object key", 0.01f, 1},
+    };
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, bad[i].file);
+        hf_copy(p, bad[i].v, bad[i].dup);
+        x = cli_run("exec --plan %s/p.json --init %s --steps 2", dir, p);
+        cr_expect_eq(x.code, 2, "%s: %s", bad[i].file, x.err);
+        cr_expect(strstr(x.err, bad[i].want), "%s: %s", bad[i].file, x.err);
+        cli_result_free(&x);
+    }
+    /* a pipe named like weights: refused, not waited on */
+    cr_assert_eq(sh_run("mkfifo %s/f.safetensors", dir), 0);
+    x = cli_run("exec --plan %s/p.json --init %s/f.safetensors --steps 2",
+                dir, dir);
+    cr_expect_eq(x.code, 2, "%s", x.err);
+    cr_expect(strstr(x.err, "not a regular file"), "%s", x.err);
+    cli_result_free(&x);
+    /* finite weights whose products overflow: the loss is not finite at
+     * the first step; nothing is saved */
+    snprintf(p, sizeof p, "%s/big.safetensors", dir);
+    hf_copy(p, 1e30f, 0);
+    x = cli_run("exec --plan %s/p.json --init %s --steps 3 --save %s/x.ckpt",
+                dir, p, dir);
+    cr_expect_eq(x.code, 1, "%s", x.err);
+    cr_expect(strstr(x.err, "step 1: the loss is not finite"), "%s", x.err);
+    cr_expect_neq(sh_run("test -e %s/x.ckpt", dir), 0);
+    cli_result_free(&x);
+    test_rm_rf(dir);
+}
