@@ -330,6 +330,15 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                          "sluice exec: --model or --plan is required (e.g. "
                          "--model gpt-tiny, or --plan plan.json from sluice "
                          "plan --out)");
+    /* outputs that could not be written, or would overwrite an input,
+     * are refused before the run (a checkpoint may be saved over the one
+     * it resumed or started from: --save-every does so) */
+    const char *ins[] = {c->model, c->plan, o->data, c->init, o->resume};
+    if (util_out_check("--save", o->save, 0, ins, 3, e) ||
+        util_out_check("--timings", o->timings, 0, ins, 5, e) ||
+        util_out_check("--trace", c->trace, 0, ins, 5, e) ||
+        util_out_check("--plot", c->plot, 1, ins, 0, e))
+        return util_err_prefix(e, "sluice exec");
     /* paths the JSON document names must be text JSON can hold */
     if (o->json) {
         const char *what[] = {"--model", "--plan", "--data", "--save"};

@@ -322,6 +322,9 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "--model: '%.40s...' is longer "
                          "than the %zu bytes a plan keeps", c->model,
                          sizeof ((sim_plan *)0)->model - 1);
+    /* before the search, which may take minutes */
+    const char *ins[] = {c->model, c->argv[c->hw_at]};
+    if (util_out_check("--out", c->out, 0, ins, 2, e)) return -1;
     return 0;
 }
 

@@ -371,6 +371,13 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
     if (c->measured && !c->plot)
         return util_errf(e, UTIL_EXIT_USAGE, "--measured draws a run above "
                          "the simulation: give --plot PREFIX too");
+    /* outputs are checked before the simulation (an --hw or --model
+     * that is no file, a zoo name, is skipped by the check) */
+    const char *ins[] = {c->plan_file, c->measured, p->model, p->hw,
+                         p->sched_file};
+    if (util_out_check("--out", c->out, 0, ins, 5, e) ||
+        util_out_check("--trace", c->trace, 0, ins, 5, e))
+        return -1;
     if (c->plan_file) return 0;
     if (c->state_tiers && sim_sched_offload(p->sched))
         return util_errf(e, UTIL_EXIT_USAGE, "--state-tiers: schedule %s "

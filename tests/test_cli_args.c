@@ -332,3 +332,46 @@ Test(cli_args, huge_sizes_refused_up_front_with_an_estimate)
     cli_result_free(&r);
     test_rm_rf(d);
 }
+
+/* An output that could not be written, or that names one of the run's
+ * inputs, is refused before any work (code 2), naming the flag; a
+ * checkpoint may be saved over the one a run resumes (--save-every does
+ * so), and /dev/null is written through. */
+Test(cli_args, outputs_are_checked_before_the_work)
+{
+    char *dir = test_tmpdir();
+    cli_result r = cli_run("sim --hw 'cpu x2' --model gpt-tiny --schedule "
+                           "1f1b --pp 2 --mbs 1 --microbatches 2 --out "
+                           "%s/p.json", dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    /* each with the folder twice (%.0s: not printed) */
+    const struct { const char *args, *want; } bad[] = {
+        {"sim --plan %s/p.json --out %s/none/q.json", "--out '"},
+        {"sim --plan %s/p.json --trace %s/p.json", "is also an input"},
+        {"plan --hw 'cpu x2' --model gpt-tiny --out %s/.%.0s",
+         "is a directory"},
+        {"exec --plan %s/p.json --steps 2 --save %s/none/x.ckpt", "--save '"},
+        {"exec --plan %s/p.json --steps 2 --trace %s/p.json",
+         "is also an input"},
+        {"exec --plan %s/p.json --steps 2 --plot %s/none/x", "--plot '"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char args[600];
+        snprintf(args, sizeof args, bad[i].args, dir, dir);
+        r = cli_run("%s", args);
+        cr_expect_eq(r.code, 2, "%s: %d %s", args, r.code, r.err);
+        cr_expect(strstr(r.err, bad[i].want), "%s: %s", args, r.err);
+        cr_expect(!strstr(r.out, "step "), "%s ran: %s", args, r.out);
+        cli_result_free(&r);
+    }
+    r = cli_run("exec --plan %s/p.json --steps 2 --save %s/x.ckpt --quiet",
+                dir, dir);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/p.json --steps 3 --resume %s/x.ckpt --save "
+                "%s/x.ckpt --trace /dev/null --quiet", dir, dir, dir);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    test_rm_rf(dir);
+}

@@ -286,6 +286,45 @@ int util_write_atomic_line(const char *path, const char *text, util_err *e)
     return rc;
 }
 
+int util_out_check(const char *flag, const char *path, int prefix,
+                   const char *const *inputs, int n, util_err *e)
+{
+    if (!path) return 0;
+    if (!*path)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: an empty path", flag);
+    struct stat st;
+    int exists = !prefix && stat(path, &st) == 0;
+    if (exists && S_ISDIR(st.st_mode))
+        return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': is a directory "
+                         "(name a file in it)", flag, path);
+    if (exists && !S_ISREG(st.st_mode)) return 0;   /* written through */
+    for (int i = 0; exists && i < n; i++) {
+        struct stat si;
+        if (inputs[i] && !stat(inputs[i], &si) && si.st_dev == st.st_dev &&
+            si.st_ino == st.st_ino)
+            return util_errf(e, UTIL_EXIT_USAGE, "%s '%s' is also an input "
+                             "of this run ('%s'), which it would overwrite: "
+                             "name another file", flag, path, inputs[i]);
+    }
+    /* the folder util_write_atomic puts its temporary in */
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    struct stat sd;
+    if (stat(dir, &sd))
+        return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': folder '%s': %s",
+                         flag, path, dir, strerror(errno));
+    if (!S_ISDIR(sd.st_mode))
+        return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': '%s' is not a "
+                         "folder", flag, path, dir);
+    if (access(dir, W_OK | X_OK))
+        return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': folder '%s' is not "
+                         "writable (%s)", flag, path, dir, strerror(errno));
+    return 0;
+}
+
 int util_write_atomic(const char *path, const void *data, size_t len,
                       util_err *e)
 {

@@ -95,6 +95,15 @@ int util_read_file(const char *path, char **out, size_t *len, util_err *e);
  * the next write of path. Errors have exit code 1. */
 int util_write_atomic(const char *path, const void *data, size_t len,
                       util_err *e);
+/* Before any work: whether output `path` (given as `flag`; NULL: none)
+ * can be written where util_write_atomic will write it: not a directory,
+ * in a folder that exists and this process may write, and not one of the
+ * n inputs (paths, NULL skipped), which it would overwrite. A device,
+ * FIFO or socket is written through and passes. prefix: path is a
+ * prefix the files' names extend (--plot PREFIX), so only its folder is
+ * checked. Errors, code 2, name the flag and the path. */
+int util_out_check(const char *flag, const char *path, int prefix,
+                   const char *const *inputs, int n, util_err *e);
 /* util_write_atomic of a text and a final newline (a JSON document as
  * json_dumps gives it). */
 int util_write_atomic_line(const char *path, const char *text, util_err *e);
