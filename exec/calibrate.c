@@ -1022,8 +1022,11 @@ int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,
                      ? c->gpu.eff.split_factor[ph - 1] : 0;
             char sig[140];
             sim_op_signature_dt(g, &op, mbs, kinds[ph], dt, sig, sizeof sig);
-            prof_calib_add_op(c, sig, r->op_ns[i * PROF_PHASES + ph] / n /
-                                          (f > 0 ? f : 1),
+            /* an op that ran no kernel of its own may read 0 on a
+             * device's clock: a profile's times are positive */
+            prof_calib_add_op(c, sig,
+                              fmax(1, r->op_ns[i * PROF_PHASES + ph] / n /
+                                          (f > 0 ? f : 1)),
                               (long)n, model, r->n_workers);
             (*n_added)++;
         }

@@ -205,7 +205,7 @@ static int parse_ops(const util_jobj *o, json_t *arr, prof_calib *c,
         if (util_jelem(o, "ops", arr, i, &p, e) ||
             util_jkeys(&p, keys, e) ||
             util_jstr(&p, "signature", 1, q->sig, sizeof q->sig, e) ||
-            util_jnum(&p, "ns", 1, 0, 1e15, &q->ns, e) ||
+            util_jnum(&p, "ns", 1, UTIL_POSITIVE, 1e15, &q->ns, e) ||
             util_jint(&p, "samples", 0, 1, 1L << 40, &samples, e) ||
             util_jstr(&p, "model", 0, q->model, sizeof q->model, e) ||
             util_jint(&p, "busy", 0, 1, 1 << 20, &busy, e))

@@ -405,6 +405,8 @@ Test(calib_file, bad_values_are_named)
          "field 'gpu.eff.split_factor.W': 12 is too large"},
         {"/\"busy\": \\[/{n;s/1/2/}", "field 'busy': value 0"},
         {"s/\"busy\": 2,/\"busy\": 0,/", "field 'ops[0].busy'"},
+        /* an op that takes no time would price a plan at nothing */
+        {"0,/\"ns\": [0-9.e+]*/s//\"ns\": 0/", "field 'ops[0].ns'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char bad[600];
