@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "exec/exec.h"
+#include "exec/runtime.h"
 
 static void usage(FILE *f)
 {
@@ -154,6 +155,12 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
     }
     if (!o->workload)
         return util_errf(e, UTIL_EXIT_USAGE, "--workload FILE is required");
+    /* one process runs a workload's devices as threads: every rank of
+     * an mpirun job would run the whole workload again */
+    if (exec_mpi_launched())
+        return util_errf(e, UTIL_EXIT_USAGE, "--workload runs in one "
+                         "process (its devices are threads): run it "
+                         "without mpirun");
     if (!hw)
         return util_errf(e, UTIL_EXIT_USAGE, "--hw cpu xN is required: the "
                          "devices the jobs share");

@@ -424,6 +424,15 @@ Test(exec_cli_pipe, mpi_failures_stop_every_rank)
               !strstr(err, "out of memory") &&
               !strstr(err, "internal error"), "%s", err);
     free(err);
+    /* a workload's devices are threads of one process: each rank would
+     * run it all again */
+    rc = sh_run("%s \"$SLUICE\" exec --workload tests/data/workload/"
+                "exec-tiny.json --hw cpu x2 --policy hydra > %s/out "
+                "2> %s/err", MPIRUN, dir, dir);
+    cr_expect_neq(rc, 0);
+    err = slurp(p);
+    cr_expect(strstr(err, "run it without mpirun"), "%s", err);
+    free(err);
     test_rm_rf(dir);
 }
 
