@@ -699,29 +699,37 @@ static void stats_times(const sim_ir *ir, const int64_t *start,
             int64_t gs = prev, ge = start[id];
             int64_t gap = clip_len(gs, ge, t0, t1);
             if (gap > 0) {
-                int64_t xp = 0, xd = 0;
-                int dk = SIM_COMM_DP;
+                int64_t xp = 0, xd = 0, xe = 0;
                 for (int k = 0; k < t->n_dep; k++) {
                     int dd = ir->deps[t->dep_off + k];
                     const sim_task *u = &ir->tasks[dd];
                     if (u->kind != SIM_RECV) continue;
                     int64_t b = end[dd] < ge ? end[dd] : ge;
-                    if (u->comm == SIM_COMM_DP || u->comm == SIM_COMM_EMB) {
-                        /* waiting for a gradient all-reduce (data-parallel
-                         * ring or tied table): all of the wait */
+                    if (u->comm == SIM_COMM_DP) {
+                        /* waiting for a gradient all-reduce (a ring of
+                         * steps, the receive its last): all of the wait */
                         int64_t o = clip_len(gs, b, t0, t1);
-                        if (o > xd) xd = o, dk = u->comm;
+                        if (o > xd) xd = o;
                         continue;
                     }
+                    /* a pipeline transfer, or a tied table's copy from
+                     * another stage: while it moves; before, the device
+                     * waits for that stage's compute (a bubble) */
                     int64_t a = (fstart ? fstart : start)[dd] > gs ? (fstart ? fstart : start)[dd] : gs;
                     int64_t o = clip_len(a, b, t0, t1);
-                    if (o > xp) xp = o;
+                    if (u->comm == SIM_COMM_EMB) {
+                        if (o > xe) xe = o;
+                    } else if (o > xp) {
+                        xp = o;
+                    }
                 }
                 if (xd > gap) xd = gap;
-                if (xp > gap - xd) xp = gap - xd;
-                exp[dk] += xd;
+                if (xe > gap - xd) xe = gap - xd;
+                if (xp > gap - xd - xe) xp = gap - xd - xe;
+                exp[SIM_COMM_DP] += xd;
+                exp[SIM_COMM_EMB] += xe;
                 exp[SIM_COMM_PP] += xp;
-                idle += gap - xd - xp;
+                idle += gap - xd - xe - xp;
             }
             if (end[id] > prev) prev = end[id];
         }
