@@ -662,6 +662,16 @@ static int run_plan(cmd *c)
             fprintf(stdout, "note: the plan trains in %s; this backend "
                     "computes in fp32, as it predicts\n",
                     prof_math_name(plan.math));
+        /* exec/README.md, "Sharded data parallelism" */
+        if (sim_zero_stage(plan.zero, plan.fsdp) >= 2)
+            fprintf(stdout, "note: this executor %s, where the simulator "
+                    "holds two layers' as FSDP does: its peaks run above "
+                    "the simulated ones\n",
+                    sim_zero_stage(plan.zero, plan.fsdp) >= 3
+                        ? "gathers a stage's whole weights for a task and "
+                          "the next"
+                        : "keeps each microbatch's whole gradient until its "
+                          "reduce-scatter is done");
         fflush(stdout);
     }
     signal(SIGINT, exec_on_stop);
