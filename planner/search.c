@@ -1428,10 +1428,13 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
                  bp->n_stages, nv == n ? "NVMe" : nv ? "DRAM and on NVMe"
                                                    : "DRAM");
     } else if (r->found) {
+        int dp = r->alt[r->best].plan.dp;
+        char dps[48] = "one GPU";
+        if (dp > 1) snprintf(dps, sizeof dps, "%d data-parallel GPUs", dp);
         snprintf(r->note, sizeof r->note, "no plan keeps its model states on "
-                 "the GPUs: %s; one GPU offloading them to the host fits, "
+                 "the GPUs: %s; %s offloading them to the host fit%s, "
                  "faster than pipeline stages keeping their optimizer state "
-                 "there", why);
+                 "there", why, dps, dp > 1 ? "" : "s");
     } else if (!r->cut_short) {
         snprintf(r->advice, sizeof r->advice, "%s; offloading the model "
                  "states to the host does not fit either", why);
