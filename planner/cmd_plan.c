@@ -81,7 +81,8 @@ static void usage(FILE *f)
         "                     synchronous plan (or chosen when --schedule\n"
         "                     names only them)\n"
         "  --sync             leave asynchronous schedules out of the search\n"
-        "\nexit codes: 0 a plan was found, 1 nothing fits, 2 bad usage or input\n");
+        "\nexit codes: 0 a plan was found, 1 nothing fits, 2 bad usage or input\n"
+        "(options no layout of the machine takes, too)\n");
 }
 
 /* Fine-tuning modes one search may try. */
@@ -800,7 +801,10 @@ static int one(cmd *c, util_err *e)
         } else if (show_modes) {
             print_modes(tr, n_tr, best, stdout);
         }
-        util_errf(e, UTIL_EXIT_FAIL, "%s%s",
+        /* options no layout takes are the user's to change (code 2);
+         * plans that do not fit, the machine's (1) */
+        util_errf(e, k0 < n_tr && !r0->candidates && !r0->found
+                         ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL, "%s%s",
                   k0 < n_tr ? r0->advice : tr[0].why,
                   show_modes ? "; no fine-tuning mode tried fits either "
                   "(the table above)" : "");

@@ -521,21 +521,22 @@ Test(plan, chunks_fix_the_interleaving)
 }
 
 /* Options no layout of the machine can take are said as such, each
- * layout's reason once, not as a model that does not fit. */
+ * layout's reason once, not as a model that does not fit, and exit as
+ * bad usage (2), not as nothing fitting (1). */
 Test(plan, options_no_layout_takes)
 {
     cli_result r = cli_run("plan --hw cpu x2 --model gpt-mini --schedule 2bw "
                            "--zero 2");
-    cr_expect_eq(r.code, 1, "exit %d (%s)", r.code, r.err);
+    cr_expect_eq(r.code, 2, "exit %d (%s)", r.code, r.err);
     cr_expect(strstr(r.err, "no plan applies to 2 x cpu with the options "
                      "given: zero 2 with schedule 2bw") != NULL, "%s", r.err);
     cr_expect(strstr(r.err, "zero 2 needs data parallelism") != NULL, "%s",
               r.err);
     cr_expect(strstr(r.err, "does not fit") == NULL, "%s", r.err);
     cli_result_free(&r);
-    cli_expect(1, "interleaved 1F1B runs on a pipeline of 2 or more devices",
+    cli_expect(2, "interleaved 1F1B runs on a pipeline of 2 or more devices",
                "plan --hw cpu x1 --model gpt-mini --schedule interleaved");
-    cli_expect(1, "interleaved with 3 chunks on 4 devices needs 12 stages, "
+    cli_expect(2, "interleaved with 3 chunks on 4 devices needs 12 stages, "
                "gpt-tiny splits into", "plan --hw rtx2080ti x8 --model "
                "gpt-tiny --pp 4 --schedule interleaved --chunks 3");
 }
