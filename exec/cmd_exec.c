@@ -662,6 +662,10 @@ static int run_plan(cmd *c)
             fprintf(stdout, "note: the plan trains in %s; this backend "
                     "computes in fp32, as it predicts\n",
                     prof_math_name(plan.math));
+        if (t->warmup > t->steps)
+            fprintf(stdout, "note: --warmup %d is longer than the %d steps: "
+                    "the learning rate never reaches its peak\n", t->warmup,
+                    t->steps);
         /* exec/README.md, "Sharded data parallelism" */
         if (sim_zero_stage(plan.zero, plan.fsdp) >= 2)
             fprintf(stdout, "note: this executor %s, where the simulator "

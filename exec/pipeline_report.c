@@ -44,6 +44,7 @@ typedef struct meas {
     int64_t iter_med, iter_min, iter_max;
     int first, last;            /* steps measured (1-based, global) */
     int n_iter;
+    int warm_all;               /* --warm left no step: all are measured */
 } meas;
 
 static void meas_free(meas *m)
@@ -106,6 +107,7 @@ static void measure(const exec_pipe_result *r, int warm, meas *m)
             }
         }
         int w0 = E > warm ? warm : 0;
+        m->warm_all = warm > 0 && E <= warm;
         int ne = 0;
         iv = util_malloc(sizeof *iv * (size_t)(E + 1));
         for (int ep = w0; ep < E; ep++)
@@ -531,6 +533,10 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
     double it = m.iter_med * 1e-9, ps = pr.iteration_ns * 1e-9;
     double samples = (double)r->B;
     char a[32], b[32], c[32], d[32];
+    if (m.warm_all && ro->warm > 0)
+        fprintf(f, "\nnote: --warm %d leaves none of the %d steps run: all "
+                "are measured, the first with its warm-up\n", warm,
+                r->epochs);
     fprintf(f, "\nmeasured over steps %d-%d (%d, %s; min-max), %s, %d "
             "worker%s on the %s backend%s:\n", m.first, m.last, m.n_iter,
             r->async ? "mean" : "median", r->xport, r->n_workers,

@@ -196,6 +196,9 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
             cfg.hidden, cfg.layers, cfg.heads, cfg.ffn, cfg.vocab, kind,
             util_fmt_bytes(need.total_bytes, mb, sizeof mb));
     if (o->note[0]) say(hu, "%s\n", o->note);
+    if (o->warmup > o->steps)
+        say(hu, "note: --warmup %d is longer than the %d steps: the "
+            "learning rate never reaches its peak\n", o->warmup, o->steps);
     say(hu,
             "corpus %s: %zu bytes (%zu train, %zu validation in blocks of "
             "%zu), unigram entropy %.4f nats = %.3f bits/byte\n",
