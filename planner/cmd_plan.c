@@ -591,7 +591,8 @@ static void print_answer(const plan_result *r, const prof_model *m,
     for (int s = 0; s < SIM_SCHED_COUNT; s++)
         if (r->alt[s].feasible && sim_sched_async((sim_sched)s) &&
             s != (int)r->best &&
-            r->alt[s].samples_per_s > r->alt[r->best].samples_per_s &&
+            /* faster by a figure the answer shows (0.1%) */
+            r->alt[s].samples_per_s > 1.0005 * r->alt[r->best].samples_per_s &&
             (fa < 0 || r->alt[s].samples_per_s > r->alt[fa].samples_per_s))
             fa = s;
     if (fa >= 0)
