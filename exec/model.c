@@ -144,6 +144,10 @@ struct exec_gpt {
 
 int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
 {
+    if (c->vocab == 1)
+        return util_errf(e, UTIL_EXIT_USAGE, "field 'vocab': 1 token leaves "
+                         "nothing to predict (the executor trains 2 or "
+                         "more)");
     if (c->vocab < 2 || c->hidden < 1 || c->layers < 1 || c->heads < 1 ||
         c->ffn < 1 || (c->max_pos < 1 && !exec_rope(c)) || c->max_pos < 0 ||
         c->kv_heads < 0)
