@@ -245,7 +245,7 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
                                         "microbatch", "zero"};
     int col[7], kc[4], mcol = -1, fcol = -1, pcol = -1, meas = -1, mk = -1;
     int scol = -1, ccol = -1;
-    int have_header = 0;
+    int have_header = 0, ncols = 0;
     int nrows = 0, rc = 0;
     vrow rows[256];
     int lineno = 0;
@@ -324,7 +324,15 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
             }
             for (int k = 0; k < 4; k++) kc[k] = col_of(cells, n, knobs[k]);
             have_header = 1;
+            ncols = n;
             continue;
+        }
+        /* a row's cells shifted by a stray comma would be read as other
+         * columns' */
+        if (n != ncols) {
+            rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: %d cells where the "
+                           "header names %d columns", path, lineno, n, ncols);
+            goto out;
         }
         if (nrows == 256) {
             rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: more than 256 rows",

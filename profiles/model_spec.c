@@ -207,6 +207,9 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
     s->family = (prof_family)fam;
     defaults(s);
     if (util_jstr(o, "name", 1, s->name, sizeof s->name, e)) return -1;
+    if (!s->name[0])
+        return util_jerr(e, o, "name", "empty: the reports and plan files "
+                         "name the model by it");
     if (geti(o, "hidden", 1, &s->hidden, e) || geti(o, "layers", 1, &s->layers, e) ||
         geti(o, "dec_layers", 0, &s->dec_layers, e) ||
         geti(o, "heads", 1, &s->heads, e) || geti(o, "kv_heads", 0, &s->kv_heads, e) ||

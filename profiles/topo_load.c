@@ -220,6 +220,10 @@ static int parse_link(const util_jobj *o, prof_topo *t,
         if (util_jint(o, "pcie_gen", 1, 1, 6, &gen, e) ||
             util_jint(o, "lanes", 1, 1, 32, &lanes, e))
             return -1;
+        /* the link widths the PCIe specification defines */
+        if (lanes & (lanes - 1))
+            return util_jerr(e, o, "lanes", "%ld lanes: a PCIe link is x1, "
+                             "x2, x4, x8, x16 or x32", lanes);
         bw = prof_pcie_bw((int)gen, (int)lanes);
     } else {
         if (util_jnum(o, "bw_gb_per_s", 1, UTIL_POSITIVE, 1e5, &bw, e))

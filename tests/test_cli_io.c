@@ -367,6 +367,9 @@ Test(cli_io, validate_cells_that_cannot_be)
          "t.csv:1: '# sluice:' line: gpu= is not UTF-8 text"},
         {"gpu=a100-sxm-80gb", "1,64,2,1,1,1,8,1,9,9,9,9,9,9,9,9,9,9,9,9,9,9,"
          "9,9,9,9,9,9,9,9,9,9,9", "t.csv:3: more than 32 columns"},
+        /* a stray comma would shift the cells after it */
+        {"gpu=a100-sxm-80gb", "1,64,2,1,1,1,8,1,",
+         "t.csv:3: 9 cells where the header names 8 columns"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         put(path, "# sluice: %s\n%s\n%s\n", cases[i][0], hdr, cases[i][1]);

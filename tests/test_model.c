@@ -219,6 +219,7 @@ Test(model, bad_corpus_is_rejected_with_located_messages)
          * never narrow, are named before anything is built */
         {"too_wide", "too_wide.json:4:13: field 'hidden': 1073741824 is wider than sluice takes"},
         {"too_long", "too_long.json:8:14: field 'seq_len': 268435456 tokens are more than sluice takes"},
+        {"empty_name", "empty_name.json:2:11: field 'name': empty"},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         cli_result r = cli_run("profile validate tests/bad/model/%s.json", c[i].file);
