@@ -98,6 +98,13 @@ int plan_wl_load(const char *path, plan_wl *w, util_err *e)
         j->priority = (int)prio;
         snprintf(j->name, sizeof j->name, "job%d", i);
         if (util_jstr(&o, "name", 0, j->name, sizeof j->name, e)) goto out;
+        /* reports, traces and checkpoints tell jobs apart by name */
+        for (int k = 0; k < i; k++)
+            if (!strcmp(w->jobs[k].name, j->name)) {
+                util_jerr(e, &o, "name", "'%s' names job %d too", j->name,
+                          k);
+                goto out;
+            }
     }
     rc = 0;
 out:

@@ -351,6 +351,8 @@ Test(workload, bad_inputs_name_file_line_and_field)
     bad("--workload tests/data/workload/bad_field.json", "'jobs[0].optimiser'");
     bad("--workload tests/data/workload/bad_json.json", "bad_json.json:2:");
     bad("--workload tests/data/workload/no_samples.json", "dataset_samples");
+    bad("--workload tests/data/workload/dup_names.json",
+        "dup_names.json:3:12: field 'jobs[1].name': 'a' names job 0 too");
     bad("--workload tests/data/workload/too_many_steps.json",
         "too_many_steps.json:2:48: field 'jobs[0].samples': "
         "1000000000000000 minibatches of 1 are more than sluice runs");
