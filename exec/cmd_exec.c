@@ -418,6 +418,23 @@ static int fault_from_env(exec_pipe_opts *po, util_err *e)
     return 0;
 }
 
+/* SLUICE_EXEC_SLOW=W:US: worker W sleeps US microseconds before each
+ * compute task (tests: a replica falling behind, under mpirun too). */
+static int slow_from_env(exec_pipe_opts *po, util_err *e)
+{
+    const char *f = getenv("SLUICE_EXEC_SLOW");
+    if (!f || !*f) return 0;
+    int w = -1, us = 0;
+    char end = 0;
+    if (sscanf(f, "%d:%d%c", &w, &us, &end) != 2 || w < 0 || us < 1 ||
+        us > 10000000)
+        return util_errf(e, UTIL_EXIT_USAGE, "SLUICE_EXEC_SLOW '%s': "
+                         "expected WORKER:MICROSECONDS", f);
+    po->slow_worker = w;
+    po->slow_us = us;
+    return 0;
+}
+
 /* SLUICE_OFFLOAD_FULL=BYTES: the offload file takes that many bytes,
  * then writes fail as on a full disk (tests). */
 static int offload_fault_from_env(exec_pipe_opts *po, util_err *e)
@@ -556,7 +573,8 @@ static int run_plan(cmd *c)
         rc = -1;
         goto out;
     }
-    if (sim_plan_load(c->plan, &plan, &e) || fault_from_env(&po, &e)) {
+    if (sim_plan_load(c->plan, &plan, &e) || fault_from_env(&po, &e) ||
+        slow_from_env(&po, &e)) {
         rc = -1;
         goto out;
     }

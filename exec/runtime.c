@@ -88,7 +88,8 @@ static void mark_done(exec_worker *w, int id, int epoch)
 
 /* Whether the receivers of collective send id (on w) have joined the
  * collective for epoch: the tasks of theirs it waits for are done (those
- * of workers in other processes are not seen). */
+ * of workers in other processes are not seen: their receivers hold the
+ * message, exec_recv_ready). */
 static int gate_ok(exec_worker *w, int id, int epoch)
 {
     exec_runtime *rt = w->rt;
@@ -110,6 +111,25 @@ static int gate_ok(exec_worker *w, int id, int epoch)
     pthread_mutex_lock(&p->mu);
     int ok = p->started[g] >= epoch;
     pthread_mutex_unlock(&p->mu);
+    return ok;
+}
+
+int exec_recv_ready(exec_worker *w, int rid, int epoch)
+{
+    const exec_runtime *rt = w->rt;
+    const sim_ir *ir = rt->ir;
+    int sid = ir->tasks[rid].peer;
+    if (sid < 0 || !rt->gate_off) return 1;
+    int ok = 1;
+    pthread_mutex_lock(&w->mu);
+    for (int k = rt->gate_off[sid]; k < rt->gate_off[sid + 1] && ok; k++) {
+        int d = rt->gate[k];
+        if (ir->tasks[d].device == w->device) ok = w->done[d] >= epoch;
+    }
+    int g = rt->gate_start[sid];
+    if (ok && g >= 0 && ir->tasks[g].device == w->device)
+        ok = w->started[g] >= epoch;
+    pthread_mutex_unlock(&w->mu);
     return ok;
 }
 

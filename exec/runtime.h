@@ -499,8 +499,9 @@ struct exec_runtime {
      * own send of that step, which folds in what it received the step
      * before (gate_start: the task whose start it waits for, -1;
      * started_by: the other way), so a member holds one received chunk
-     * at a time, as NCCL's fixed buffers do. Workers of other processes
-     * (MPI) are not seen: their messages land when they come. */
+     * at a time, as NCCL's fixed buffers do. A sender does not see
+     * workers of other processes (MPI): there the receiver holds the
+     * message until it has joined (exec_recv_ready). */
     int *gate_off, *gate, *wake_off, *wake, *gate_start, *started_by;
     int fault_worker, fault_task, fault_kill;
     int slow_worker, slow_us;   /* exec_pipe_opts' (tests) */
@@ -564,6 +565,13 @@ int exec_rt_collect(exec_runtime *rt, float *full, float *adam_m,
                     float *adam_v, float *lora, float *lora_m, float *lora_v,
                     util_err *e);
 void exec_rt_free(exec_runtime *rt);
+
+/* Whether worker w, receiving task rid's message for epoch, has joined
+ * its collective (exec_runtime.gate: the tasks of w the sender's send
+ * waits for are done or started): a transport whose sender cannot see
+ * that (MPI) holds the message until then, so it lands on no device still
+ * computing. 1 for any other message. */
+int exec_recv_ready(exec_worker *w, int rid, int epoch);
 
 /* The floats receive task rid brings worker w (transports that must
  * post receives of a known size: NCCL). */

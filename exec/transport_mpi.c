@@ -24,9 +24,19 @@ int exec_mpi_launched(void)
 #ifdef SLUICE_HAVE_MPI
 #include <mpi.h>
 
+/* A message matched but not received: its receiver has not joined the
+ * collective it belongs to (exec_recv_ready); MPI keeps its bytes. */
+typedef struct held {
+    MPI_Message msg;
+    int count, rid, epoch;
+    int64_t t0;
+} held;
+
 typedef struct mpix {
     MPI_Comm data, ctrl, tp;
     int n_tasks;
+    held *held;
+    int n_held, cap_held;
 } mpix;
 
 typedef struct mreq {
@@ -176,12 +186,59 @@ static int mx_send_test(exec_xport *x, void *h, int *done, util_err *e)
     return 0;
 }
 
+/* Receives a matched message into a buffer of the worker's device and
+ * completes its receive task. */
+static int land(exec_runtime *rt, exec_worker *w, int wid, MPI_Message *msg,
+                int count, int rid, int epoch, int64_t t0, util_err *e)
+{
+    exec_buf *b = exec_buf_new(&w->mem, (size_t)count, 0);
+    if (!b) {
+        char a[32], c[32], d[32], s[160];
+        return util_errf(e, UTIL_EXIT_FAIL, "out of memory receiving %s "
+                         "(%s more, %s of %s in use)",
+                         sim_task_str(rt->ir, rid, s, sizeof s),
+                         util_fmt_bytes(w->mem.need, a, sizeof a),
+                         util_fmt_bytes(w->mem.cur, c, sizeof c),
+                         util_fmt_bytes(w->mem.budget, d, sizeof d));
+    }
+    /* straight into host memory, else staged and uploaded */
+    const exec_backend *be = rt->be;
+    float *h = be->host_memory ? b->p
+             : util_malloc(sizeof(float) * ((size_t)count + 1));
+    int rc = MPI_Mrecv(h, count, MPI_FLOAT, msg, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS && h != b->p)
+        be->from_host(b->p, h, sizeof(float) * (size_t)count);
+    if (h != b->p) free(h);
+    if (rc != MPI_SUCCESS) {
+        exec_buf_unref(b);
+        return mpi_err(e, rc, "receive");
+    }
+    if (be->sync(e)) {
+        exec_buf_unref(b);
+        return -1;
+    }
+    exec_deliver(rt, wid, epoch, rid, b, t0);
+    return 0;
+}
+
 static int mx_poll(exec_xport *x, exec_runtime *rt, int wid, int *got,
                    util_err *e)
 {
     mpix *m = x->impl;
     exec_worker *w = exec_rt_worker(rt, wid);
     *got = 0;
+    /* held messages whose receiver has joined since */
+    for (int i = 0; i < m->n_held;) {
+        held h = m->held[i];
+        if (!exec_recv_ready(w, h.rid, h.epoch)) {
+            i++;
+            continue;
+        }
+        m->held[i] = m->held[--m->n_held];
+        if (land(rt, w, wid, &h.msg, h.count, h.rid, h.epoch, h.t0, e))
+            return -1;
+        (*got)++;
+    }
     for (;;) {
         int flag = 0;
         MPI_Message msg;
@@ -202,33 +259,17 @@ static int mx_poll(exec_xport *x, exec_runtime *rt, int wid, int *got,
             return util_errf(e, UTIL_EXIT_FAIL, "a message from rank %d for "
                              "task %d of epoch bits %d matches no receive",
                              stt.MPI_SOURCE, rid, eb);
-        exec_buf *b = exec_buf_new(&w->mem, (size_t)count, 0);
-        if (!b) {
-            char a[32], c[32], d[32], s[160];
-            return util_errf(e, UTIL_EXIT_FAIL, "out of memory receiving %s "
-                             "(%s more, %s of %s in use)",
-                             sim_task_str(rt->ir, rid, s, sizeof s),
-                             util_fmt_bytes(w->mem.need, a, sizeof a),
-                             util_fmt_bytes(w->mem.cur, c, sizeof c),
-                             util_fmt_bytes(w->mem.budget, d, sizeof d));
+        /* a collective's chunk waits, in MPI, for its receiver to join */
+        if (!exec_recv_ready(w, rid, epoch)) {
+            if (m->n_held == m->cap_held) {
+                m->cap_held = m->cap_held ? 2 * m->cap_held : 8;
+                m->held = util_realloc(m->held, sizeof *m->held *
+                                                    (size_t)m->cap_held);
+            }
+            m->held[m->n_held++] = (held){msg, count, rid, epoch, t0};
+            continue;
         }
-        /* straight into host memory, else staged and uploaded */
-        const exec_backend *be = rt->be;
-        float *h = be->host_memory ? b->p
-                 : util_malloc(sizeof(float) * ((size_t)count + 1));
-        rc = MPI_Mrecv(h, count, MPI_FLOAT, &msg, MPI_STATUS_IGNORE);
-        if (rc == MPI_SUCCESS && h != b->p)
-            be->from_host(b->p, h, sizeof(float) * (size_t)count);
-        if (h != b->p) free(h);
-        if (rc != MPI_SUCCESS) {
-            exec_buf_unref(b);
-            return mpi_err(e, rc, "receive");
-        }
-        if (be->sync(e)) {
-            exec_buf_unref(b);
-            return -1;
-        }
-        exec_deliver(rt, wid, epoch, rid, b, t0);
+        if (land(rt, w, wid, &msg, count, rid, epoch, t0, e)) return -1;
         (*got)++;
     }
 }
@@ -273,6 +314,7 @@ static void mx_free(exec_xport *x)
     MPI_Comm_free(&m->data);
     MPI_Comm_free(&m->ctrl);
     MPI_Comm_free(&m->tp);
+    free(m->held);
     free(m);
     free(x);
 }

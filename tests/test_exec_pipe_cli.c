@@ -336,6 +336,42 @@ Test(exec_cli_pipe, mpi_and_in_process_give_the_same_weights)
     test_rm_rf(dir);
 }
 
+/* Under mpirun too, a replica falling behind (slowed on purpose) holds
+ * no chunk of the faster one's ring while it computes: MPI keeps the
+ * message until its receiver joins; each device peaks as simulated. */
+Test(exec_cli_pipe, mpi_a_late_replica_takes_no_early_chunk)
+{
+    cr_assert(have_mpirun(), "mpirun is missing");
+    char *dir = test_tmpdir();
+    make_plan(dir, "dp.json", "--hw cpu x2 --model MODEL --schedule 1f1b "
+              "--pp 1 --dp 2 --mbs 1 --microbatches 2");
+    int rc = sh_run("cd %s && SLUICE_EXEC_SLOW=1:20000 %s \"$SLUICE\" exec "
+                    "--plan dp.json --steps 2 --json > out.json 2> err", dir,
+                    MPIRUN);
+    char p[600];
+    snprintf(p, sizeof p, "%s/err", dir);
+    char *err = slurp(p);
+    cr_assert_eq(rc, 0, "%s", err ? err : "");
+    free(err);
+    snprintf(p, sizeof p, "%s/out.json", dir);
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    json_t *md = json_object_get(j, "devices");
+    json_t *sd = json_object_get(json_object_get(j, "predicted"), "devices");
+    cr_assert_eq(json_array_size(md), 2);
+    for (size_t d = 0; d < 2; d++) {
+        double m = json_number_value(json_object_get(
+            json_array_get(md, d), "peak_mem_bytes"));
+        double s = json_number_value(json_object_get(
+            json_array_get(sd, d), "peak_mem_bytes"));
+        cr_expect(m > 0 && fabs(m - s) <= 0.005 * s, "device %zu: peak %.0f "
+                  "bytes, simulated %.0f", d, m, s);
+    }
+    json_decref(j);
+    test_rm_rf(dir);
+}
+
 static double seconds(void)
 {
     struct timespec t;
