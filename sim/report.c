@@ -84,6 +84,9 @@ static int unaligned_ops(const sim_plan *p, const prof_model *m,
 
 /* Stages of device d (plan stage numbers; Chimera's upward copies
  * marked '). */
+/* Device d's stages, runs of three or more as "a-b" (a mirrored
+ * pipeline's stage primed), and where they do not fit n, "... (k
+ * stages)". */
 static void stages_of(const sim_plan *p, const sim_costs *c, int d,
                       char *buf, size_t n)
 {
@@ -91,12 +94,48 @@ static void stages_of(const sim_plan *p, const sim_costs *c, int d,
     size_t len = 0;
     int pipes = c->replicas * (c->fold > 1 ? c->fold : 1) /
                 (c->dp > 0 ? c->dp : 1);
-    for (int s = 0; s < c->n_stages && len + 8 < n; s++)
-        if (c->stage_device[s] == d)
-            len += (size_t)snprintf(buf + len, n - len, "%s%d%s",
-                                    len ? "," : "", s % p->n_stages,
-                                    pipes > 1 && (s / p->n_stages) % pipes
-                                        ? "'" : "");
+    int total = 0, cut = 0, run0 = -1, prev = -2;
+    char tail[32];
+    for (int s = 0; s <= c->n_stages; s++) {
+        int mine = s < c->n_stages && c->stage_device[s] == d;
+        int id = mine ? s % p->n_stages : -1;
+        int primed = mine && pipes > 1 && (s / p->n_stages) % pipes;
+        total += mine;
+        if (mine && !primed && run0 >= 0 && id == prev + 1) {
+            prev = id;
+            continue;
+        }
+        /* the run before ends */
+        if (run0 >= 0 && !cut) {
+            char item[32];
+            if (prev > run0 + 1)
+                snprintf(item, sizeof item, "%d-%d", run0, prev);
+            else if (prev > run0)
+                snprintf(item, sizeof item, "%d,%d", run0, prev);
+            else
+                snprintf(item, sizeof item, "%d", run0);
+            if (len + strlen(item) + 2 + sizeof tail < n)
+                len += (size_t)snprintf(buf + len, n - len, "%s%s",
+                                        len ? "," : "", item);
+            else
+                cut = 1;
+        }
+        run0 = prev = -2;
+        if (!mine) continue;
+        if (primed) {
+            if (!cut && len + 16 + sizeof tail < n)
+                len += (size_t)snprintf(buf + len, n - len, "%s%d'",
+                                        len ? "," : "", id);
+            else
+                cut = 1;
+            continue;
+        }
+        run0 = prev = id;
+    }
+    if (cut) {
+        snprintf(tail, sizeof tail, ",... (%d stages)", total);
+        snprintf(buf + len, n - len, "%s", tail);
+    }
 }
 
 /* Mean over devices of one kind of communication. */
