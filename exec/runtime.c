@@ -4,7 +4,9 @@
  * dependencies, and its send and collective streams on a communication
  * thread, each stream in its order, so transfers overlap compute as the
  * IR's streams say. Receives are posted in advance: a message lands in a
- * buffer charged to the receiving device and completes its receive task.
+ * buffer charged to the receiving device and completes its receive task;
+ * a ring's chunk once its receiver has joined the collective (gate_ok,
+ * exec_recv_ready).
  *
  * Data moves as the IR's transfers say: an F hands its outputs to the
  * sends that follow it (or straight to a stage of the same device); a
