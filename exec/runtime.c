@@ -58,6 +58,7 @@ static void wake_gated(exec_worker *w, int id)
         exec_worker *p = exec_rt_worker(rt, rt->wake[k] * rt->tp + w->rank);
         if (!p) continue;
         pthread_mutex_lock(&p->mu);
+        p->wakes++;
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
@@ -73,6 +74,7 @@ static void wake_started(exec_worker *w, int id)
         rt, rt->ir->tasks[s].device * rt->tp + w->rank) : NULL;
     if (!p) return;
     pthread_mutex_lock(&p->mu);
+    p->wakes++;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
@@ -83,6 +85,7 @@ static void mark_done(exec_worker *w, int id, int epoch)
 {
     pthread_mutex_lock(&w->mu);
     w->done[id] = epoch;
+    w->wakes++;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     wake_gated(w, id);
@@ -253,6 +256,7 @@ void exec_deliver(exec_runtime *rt, int wid, int epoch, int rid, exec_buf *b,
     UTIL_NEVER(w->rbuf[rid] != NULL);
     w->rbuf[rid] = b;
     w->done[rid] = epoch;
+    w->wakes++;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     wake_gated(w, rid);
@@ -1613,8 +1617,10 @@ static int opt_deps_wait(exec_worker *w, int o, int epoch)
  * gradient norm and the clipping factor (w->opt_scale) set. */
 /* A step whose agreed loss or gradient norm is not finite ends the run,
  * code 1, on every worker alike (they agreed the same values), before
- * its update is taken or anything is saved, as the reference trainer
- * stops. */
+ * anything is saved, as the reference trainer stops: before its update
+ * where the device steps (an offload schedule's host has stepped its
+ * layers by then). Without a flush each stage checks its own norm where
+ * it clips (task_opt). */
 static int diverged(exec_worker *w, int epoch, util_err *e)
 {
     const exec_runtime *rt = w->rt;
@@ -1686,6 +1692,12 @@ static int task_opt(exec_worker *w, int id, int epoch, util_err *e)
                                  e))
                 return -1;
             double norm = sqrt(ns);
+            /* each stage clips alone: its norm says it diverged */
+            if (!isfinite(norm))
+                return util_errf(e, UTIL_EXIT_FAIL, "minibatch %d: stage "
+                                 "%d's gradient norm is not finite (%g); "
+                                 "the run diverged: try a lower --lr",
+                                 t->minibatch + 1, st->model_stage, norm);
             if (norm > rt->adamw.clip) scale = (float)(rt->adamw.clip / norm);
         }
         return stage_update(w, st, scale, e);
@@ -1946,6 +1958,7 @@ out:
     rt->be->unbind();
     pthread_mutex_lock(&w->mu);
     w->comp_finished = 1;
+    w->wakes++;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     return NULL;
@@ -2098,12 +2111,18 @@ static void *comm_main(void *arg)
     int n_own[2] = {0, 0};
     /* each queue's send, its pieces taken, waiting for its receiver */
     int prep[2] = {0, 0}, np[2] = {0, 0};
+    int64_t prep_t[2] = {0, 0}, prep_ns[2] = {0, 0};
     exec_piece pc[2][64];
     util_err e = {0};
     int64_t nap_us = 20;
     if (rt->be->bind(&w->dev, EXEC_ROLE_COMM, &e)) goto fail;
     for (;;) {
         if (atomic_load(&rt->abort)) break;
+        /* what this pass looks at may change on another worker after it
+         * looked: a broadcast since then skips the sleep below */
+        pthread_mutex_lock(&w->mu);
+        unsigned seen = w->wakes;
+        pthread_mutex_unlock(&w->mu);
         int progress = 0, active = 0;
         int last = rt->epochs < atomic_load(&rt->stop_epoch)
                  ? rt->epochs : atomic_load(&rt->stop_epoch);
@@ -2115,8 +2134,14 @@ static void *comm_main(void *arg)
             }
             if (idx[q] >= w->n_sendq[q] || ep[q] > last) continue;
             int id = w->sendq[q][idx[q]];
-            if (rt->async && ir->tasks[id].minibatch >
-                                 atomic_load(&rt->stop_epoch)) {
+            /* a send in flight finishes first; one whose pieces were
+             * taken, waiting for its receiver, never goes */
+            if (rt->async && !h[q] && ir->tasks[id].minibatch >
+                                          atomic_load(&rt->stop_epoch)) {
+                if (prep[q]) {
+                    send_release(&own[q], &n_own[q]);
+                    prep[q] = 0;
+                }
                 mark_done(w, id, ep[q]);
                 idx[q]++;
                 progress = 1;
@@ -2143,11 +2168,14 @@ static void *comm_main(void *arg)
                 if (w->ag_after[id] >= 0 && ep[q] > 1 &&
                     !task_done(w, w->ag_after[id], ep[q] - 1))
                     continue;
-                ts[EXEC_T_START] = ts[EXEC_T_FSTART] = now_rel(rt);
+                prep_t[q] = now_rel(rt);
                 np[q] = 0;
                 if (send_pieces(w, id, pc[q], &np[q], 64, &own[q],
                                 &n_own[q], &e))
                     goto fail_task;
+                /* what taking the pieces took (a ring step folds the
+                 * chunk received before in): part of the transfer */
+                prep_ns[q] = now_rel(rt) - prep_t[q];
                 /* it has folded in the step before's chunk: the sender
                  * of this step may send (gate_ok) */
                 pthread_mutex_lock(&w->mu);
@@ -2157,10 +2185,14 @@ static void *comm_main(void *arg)
                 prep[q] = 1;
                 progress = 1;
             }
-            /* a collective moves once its receiver is in it */
+            /* a collective moves once its receiver is in it; the task
+             * is timed as if its pieces were taken then (the simulator's
+             * transfer starts when its receiver has joined) */
             if (!gate_ok(w, id, ep[q])) continue;
             prep[q] = 0;
-            ts[EXEC_T_FSTART] = now_rel(rt);
+            int64_t now = now_rel(rt);
+            ts[EXEC_T_START] = ts[EXEC_T_FSTART] =
+                now - prep_ns[q] > prep_t[q] ? now - prep_ns[q] : prep_t[q];
             int dst = ir->tasks[t->peer].device * rt->tp + w->rank;
             if (rt->x->send(rt->x, rt, w->id, dst, ep[q], t->peer, pc[q],
                             np[q], &h[q], &e))
@@ -2202,7 +2234,7 @@ fail_task:
         ts.tv_sec += ns / 1000000000 + ts.tv_nsec / 1000000000;
         ts.tv_nsec %= 1000000000;
         pthread_mutex_lock(&w->mu);
-        if (!atomic_load(&rt->abort))
+        if (!atomic_load(&rt->abort) && w->wakes == seen)
             pthread_cond_timedwait(&w->cv, &w->mu, &ts);
         pthread_mutex_unlock(&w->mu);
         if (nap_us < 500) nap_us *= 2;
@@ -2217,6 +2249,7 @@ out:
      * the next step filled, never sent, goes now) */
     for (int q = 0; q < 2; q++) {
         if (!own[q]) continue;
+        UTIL_NEVER(idx[q] >= w->n_sendq[q]);
         int id = w->sendq[q][idx[q]];
         pthread_mutex_lock(&w->mu);
         exec_view *nx = w->outbox[id];
@@ -3060,6 +3093,7 @@ int exec_rt_run(exec_runtime *rt)
             /* its compute thread never ran: let the comm thread end */
             pthread_mutex_lock(&w->mu);
             w->comp_finished = 1;
+            w->wakes++;
             pthread_cond_broadcast(&w->cv);
             pthread_mutex_unlock(&w->mu);
         }

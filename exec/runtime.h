@@ -394,6 +394,9 @@ typedef struct exec_worker {
     int *sendq[2], n_sendq[2];
     int *started;           /* per collective send: the last epoch it
                              * started in (exec_runtime.gate_start) */
+    unsigned wakes;         /* under mu: broadcasts of cv so far, so the
+                             * communication thread sleeps only if none
+                             * came since it last looked */
     int *done;              /* per task: the last epoch it completed */
     exec_buf **rbuf;        /* per receive task: what arrived */
     exec_view **outbox;     /* per send task: the pieces to send */

@@ -29,7 +29,6 @@ int exec_mpi_launched(void)
 typedef struct held {
     MPI_Message msg;
     int count, rid, epoch;
-    int64_t t0;
 } held;
 
 typedef struct mpix {
@@ -235,7 +234,9 @@ static int mx_poll(exec_xport *x, exec_runtime *rt, int wid, int *got,
             continue;
         }
         m->held[i] = m->held[--m->n_held];
-        if (land(rt, w, wid, &h.msg, h.count, h.rid, h.epoch, h.t0, e))
+        /* it moves now, as far as the receiver can tell */
+        if (land(rt, w, wid, &h.msg, h.count, h.rid, h.epoch,
+                 (int64_t)exec_now_ns(), e))
             return -1;
         (*got)++;
     }
@@ -266,7 +267,7 @@ static int mx_poll(exec_xport *x, exec_runtime *rt, int wid, int *got,
                 m->held = util_realloc(m->held, sizeof *m->held *
                                                     (size_t)m->cap_held);
             }
-            m->held[m->n_held++] = (held){msg, count, rid, epoch, t0};
+            m->held[m->n_held++] = (held){msg, count, rid, epoch};
             continue;
         }
         if (land(rt, w, wid, &msg, count, rid, epoch, t0, e)) return -1;

@@ -226,7 +226,8 @@ static int last_epoch(exec_runtime *rt)
 }
 
 /* Posts a channel's next receive: a buffer charged to this device, the
- * channel's stream after the allocation's fence. */
+ * channel's stream after the allocation's fence; a ring's once this
+ * device has joined it (exec_recv_ready). */
 static int post(ncclx *n, exec_runtime *rt, exec_worker *w, chan *c,
                 util_err *e)
 {
@@ -238,6 +239,9 @@ static int post(ncclx *n, exec_runtime *rt, exec_worker *w, chan *c,
     }
     if (c->epoch > last_epoch(rt)) return 0;
     int rid = c->rid[c->pos];
+    /* a ring's chunk is posted for once this device has joined the ring
+     * (the sender's NCCL send waits for it): tried again next poll */
+    if (!exec_recv_ready(w, rid, c->epoch)) return 0;
     size_t len = exec_recv_floats(rt, w, rid);
     exec_buf *b = exec_buf_new(&w->mem, len, 0);
     if (!b) {
