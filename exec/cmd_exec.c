@@ -578,6 +578,15 @@ static int run_plan(cmd *c)
         rc = -1;
         goto out;
     }
+    /* the files the plan names are inputs too (its model spec, its
+     * server): no output may replace them */
+    const char *plan_ins[] = {plan.model, plan.hw};
+    if (util_out_check("--save", t->save, 0, plan_ins, 2, &e) ||
+        util_out_check("--timings", t->timings, 0, plan_ins, 2, &e) ||
+        util_out_check("--trace", c->trace, 0, plan_ins, 2, &e)) {
+        rc = -1;
+        goto out;
+    }
     int on_drives = 0;
     for (int s = 0; plan.state_tier && s < plan.n_stages; s++)
         on_drives |= plan.state_tier[s] == SIM_TIER_NVME;

@@ -53,7 +53,8 @@ int plot_prefix_check(const char *prefix, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "--plot: a prefix of %zu "
                          "bytes is longer than the %d sluice takes",
                          strlen(prefix), PLOT_MAX_PREFIX);
-    return 0;
+    /* its folder, before the work */
+    return util_out_check("--plot", prefix, 1, NULL, 0, e);
 }
 
 void plot_script_begin(plot_text *t)

@@ -76,9 +76,9 @@ Test(cli_io, outputs_keep_devices_links_and_modes)
     struct stat st;
     cli_result r = cli_run(SIM " --out /dev/null --trace /dev/null --plot "
                            "/dev/null/p");
-    /* /dev/null/p cannot be a folder's file: the plot fails, the devices
-     * stay devices */
-    cr_assert_eq(r.code, 1, "%s", r.err);
+    /* /dev/null/p cannot be a folder's file: refused before the work,
+     * the devices stay devices */
+    cr_assert_eq(r.code, 2, "%s", r.err);
     cli_result_free(&r);
     r = cli_run(SIM " --out /dev/null --trace /dev/null");
     cr_assert_eq(r.code, 0, "%s", r.err);
