@@ -530,12 +530,15 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     }
     int left = end - step0;
     if (rt.async && left < 3) {
+        /* --stop-after is what ends it, and --steps leaves room */
+        int cut = end < o->steps && step0 + 3 <= o->steps;
         util_errf(e, UTIL_EXIT_USAGE, "schedule %s has no flush: its "
                   "minibatches overlap, so a run takes at least 3 steps in "
-                  "one go; %d %s left to run (--steps %d%s): give --steps "
-                  "%d or more", sim_sched_name(p->sched), left,
+                  "one go; %d %s left to run (--steps %d%s): give %s %d or "
+                  "more", sim_sched_name(p->sched), left,
                   left == 1 ? "is" : "are", o->steps,
-                  end < o->steps ? " and --stop-after" : "", step0 + 3);
+                  end < o->steps ? " and --stop-after" : "",
+                  cut ? "--stop-after" : "--steps", step0 + 3);
         goto out;
     }
     sim_cost_opts co = sim_plan_cost_opts(p);

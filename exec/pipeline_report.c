@@ -130,6 +130,7 @@ static void measure(const exec_pipe_result *r, int warm, meas *m)
         }
         int kmax = r->steps_run < K ? r->steps_run : K;
         int w0 = kmax > warm + 1 ? warm : 0;
+        m->warm_all = warm > 0 && kmax <= warm + 1;
         if (w0 < 1) w0 = 1;
         int ne = 0;
         iv = util_malloc(sizeof *iv * (size_t)(K + 1));
@@ -534,9 +535,11 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
     double samples = (double)r->B;
     char a[32], b[32], c[32], d[32];
     if (m.warm_all && ro->warm > 0)
-        fprintf(f, "\nnote: --warm %d leaves none of the %d steps run: all "
-                "are measured, the first with its warm-up\n", warm,
-                r->epochs);
+        fprintf(f, "\nnote: --warm %d leaves none of the %d steps run: "
+                "%s\n", warm, r->steps_run,
+                r->async ? "all but the first are measured (a minibatch's "
+                           "time runs from the one before's end)"
+                         : "all are measured, the first with its warm-up");
     fprintf(f, "\nmeasured over steps %d-%d (%d, %s; min-max), %s, %d "
             "worker%s on the %s backend%s:\n", m.first, m.last, m.n_iter,
             r->async ? "mean" : "median", r->xport, r->n_workers,
