@@ -96,15 +96,29 @@ int plan_wl_load(const char *path, plan_wl *w, util_err *e)
         }
         j->optim = (plan_wl_optim)optim;
         j->priority = (int)prio;
-        snprintf(j->name, sizeof j->name, "job%d", i);
+        j->name[0] = 0;
         if (util_jstr(&o, "name", 0, j->name, sizeof j->name, e)) goto out;
         /* reports, traces and checkpoints tell jobs apart by name */
-        for (int k = 0; k < i; k++)
+        for (int k = 0; k < i && j->name[0]; k++)
             if (!strcmp(w->jobs[k].name, j->name)) {
                 util_jerr(e, &o, "name", "'%s' names job %d too", j->name,
                           k);
                 goto out;
             }
+    }
+    /* a job without a name is jobI, or jobI.K where another job is named
+     * so */
+    for (int i = 0; i < w->n_jobs; i++) {
+        plan_wl_job *j = &w->jobs[i];
+        if (j->name[0]) continue;
+        for (int k = 0;; k++) {
+            if (k) snprintf(j->name, sizeof j->name, "job%d.%d", i, k);
+            else snprintf(j->name, sizeof j->name, "job%d", i);
+            int taken = 0;
+            for (int q = 0; q < w->n_jobs && !taken; q++)
+                taken = q != i && !strcmp(w->jobs[q].name, j->name);
+            if (!taken) break;
+        }
     }
     rc = 0;
 out:
