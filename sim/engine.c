@@ -699,23 +699,30 @@ static void stats_times(const sim_ir *ir, const int64_t *start,
             int64_t gs = prev, ge = start[id];
             int64_t gap = clip_len(gs, ge, t0, t1);
             if (gap > 0) {
-                int64_t xp = 0, xd = 0, xe = 0;
+                int64_t xp = 0, xd = 0, xe = 0, dend = gs;
+                /* waiting for a gradient all-reduce (a ring of steps, the
+                 * receive its last): all of the wait up to its end */
                 for (int k = 0; k < t->n_dep; k++) {
                     int dd = ir->deps[t->dep_off + k];
                     const sim_task *u = &ir->tasks[dd];
-                    if (u->kind != SIM_RECV) continue;
-                    int64_t b = end[dd] < ge ? end[dd] : ge;
-                    if (u->comm == SIM_COMM_DP) {
-                        /* waiting for a gradient all-reduce (a ring of
-                         * steps, the receive its last): all of the wait */
-                        int64_t o = clip_len(gs, b, t0, t1);
-                        if (o > xd) xd = o;
+                    if (u->kind != SIM_RECV || u->comm != SIM_COMM_DP)
                         continue;
-                    }
-                    /* a pipeline transfer, or a tied table's copy from
-                     * another stage: while it moves; before, the device
-                     * waits for that stage's compute (a bubble) */
-                    int64_t a = (fstart ? fstart : start)[dd] > gs ? (fstart ? fstart : start)[dd] : gs;
+                    int64_t b = end[dd] < ge ? end[dd] : ge;
+                    if (b > dend) dend = b;
+                }
+                xd = clip_len(gs, dend, t0, t1);
+                /* a pipeline transfer, or a tied table's copy from
+                 * another stage: while it moves (after the ring's wait,
+                 * not counted twice); before, the device waits for that
+                 * stage's compute (a bubble) */
+                for (int k = 0; k < t->n_dep; k++) {
+                    int dd = ir->deps[t->dep_off + k];
+                    const sim_task *u = &ir->tasks[dd];
+                    if (u->kind != SIM_RECV || u->comm == SIM_COMM_DP)
+                        continue;
+                    int64_t b = end[dd] < ge ? end[dd] : ge;
+                    int64_t a = (fstart ? fstart : start)[dd];
+                    if (a < dend) a = dend;
                     int64_t o = clip_len(a, b, t0, t1);
                     if (u->comm == SIM_COMM_EMB) {
                         if (o > xe) xe = o;
