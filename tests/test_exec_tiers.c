@@ -321,10 +321,22 @@ Test(exec_tiers, the_host_holds_what_the_simulator_says)
         free(st);
         free(en);
         /* the executor's records keep a few floats more (the norms'
-         * statistics, the loss's per token) */
-        cr_expect(fabs(b.tier_host_peak - most) <= 0.02 * most,
-                  "%s: host peak %.0f bytes, counted %.0f", plans[k],
-                  b.tier_host_peak, most);
+         * statistics, the loss's per token); and the tier threads stamp
+         * their tasks a little apart from when their buffers come and
+         * go, so on a loaded machine one transfer's buffer may be
+         * counted across an instant the executor had already passed:
+         * the count may exceed the peak by one such buffer */
+        double slack = 0;
+        for (int id = 0; id < b.n_tasks; id++) {
+            const sim_task *t = &b.ir->tasks[id];
+            if (t->kind == SIM_SWAP_IN || t->kind == SIM_SWAP_OUT ||
+                t->kind == SIM_NVME_READ || t->kind == SIM_NVME_WRITE)
+                slack = fmax(slack, t->bytes);
+        }
+        cr_expect(b.tier_host_peak <= most + 0.02 * most &&
+                      b.tier_host_peak >= most - 0.02 * most - slack,
+                  "%s: host peak %.0f bytes, counted %.0f (one transfer "
+                  "%.0f)", plans[k], b.tier_host_peak, most, slack);
         exec_pipe_result_free(&b);
         sim_plan_free(&p);
         test_rm_rf(dir);
