@@ -1612,9 +1612,6 @@ static int opt_deps_wait(exec_worker *w, int o, int epoch)
     return 0;
 }
 
-/* Once per flushed step, at its first step or stage tier's copy out (id):
- * every step's gradients in (what they receive integrated), the global
- * gradient norm and the clipping factor (w->opt_scale) set. */
 /* A step whose agreed loss or gradient norm is not finite ends the run,
  * code 1, on every worker alike (they agreed the same values), before
  * anything is saved, as the reference trainer stops: before its update
@@ -1633,6 +1630,9 @@ static int diverged(exec_worker *w, int epoch, util_err *e)
                      isfinite(loss) ? norm : loss);
 }
 
+/* Once per flushed step, at its first step or stage tier's copy out (id):
+ * every step's gradients in (what they receive integrated), the global
+ * gradient norm and the clipping factor (w->opt_scale) set. */
 static int opt_prepare(exec_worker *w, int id, int epoch, util_err *e)
 {
     exec_runtime *rt = w->rt;
