@@ -306,23 +306,28 @@ int util_out_check(const char *flag, const char *path, int prefix,
                              "of this run ('%s'), which it would overwrite: "
                              "name another file", flag, path, inputs[i]);
     }
-    /* the folder util_write_atomic puts its temporary in */
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    /* the folder util_write_atomic puts its temporary in: that of the
+     * file a link names */
+    char *real = resolve(path);
+    if (!real)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': %s", flag, path,
+                         strerror(errno));
+    char *slash = strrchr(real, '/');
+    const char *dir = !slash ? "." : slash == real ? "/" : real;
+    if (slash && slash != real) *slash = 0;
     struct stat sd;
+    int rc = 0;
     if (stat(dir, &sd))
-        return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': folder '%s': %s",
-                         flag, path, dir, strerror(errno));
-    if (!S_ISDIR(sd.st_mode))
-        return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': '%s' is not a "
-                         "folder", flag, path, dir);
-    if (access(dir, W_OK | X_OK))
-        return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': folder '%s' is not "
-                         "writable (%s)", flag, path, dir, strerror(errno));
-    return 0;
+        rc = util_errf(e, UTIL_EXIT_USAGE, "%s '%s': folder '%s': %s", flag,
+                       path, dir, strerror(errno));
+    else if (!S_ISDIR(sd.st_mode))
+        rc = util_errf(e, UTIL_EXIT_USAGE, "%s '%s': '%s' is not a folder",
+                       flag, path, dir);
+    else if (access(dir, W_OK | X_OK))
+        rc = util_errf(e, UTIL_EXIT_USAGE, "%s '%s': folder '%s' is not "
+                       "writable (%s)", flag, path, dir, strerror(errno));
+    free(real);
+    return rc;
 }
 
 int util_write_atomic(const char *path, const void *data, size_t len,
