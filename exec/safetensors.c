@@ -11,9 +11,10 @@
  * read one at a time (a 124M-parameter file is 0.5 GB). */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include "exec/exec.h"
 
@@ -393,13 +394,14 @@ int exec_safetensors_load(const char *path, const exec_gpt_config *c,
                          "little-endian; this machine is not", path);
     st_file s = {.path = path, .prefix = ""};
     /* a pipe or a device would block the open or never end */
-    struct stat sb;
-    if (!stat(path, &sb) && !S_ISREG(sb.st_mode))
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: not a regular file (a "
-                         "directory, pipe or device)", path);
-    s.f = fopen(path, "rb");
-    if (!s.f)
+    size_t sz;
+    int fd = util_open_regular(path, SIZE_MAX, &sz, e);
+    if (fd < 0) return -1;
+    s.f = fdopen(fd, "rb");
+    if (!s.f) {
+        close(fd);
         return util_errf(e, UTIL_EXIT_USAGE, "%s: %s", path, strerror(errno));
+    }
     int rc = -1;
     unsigned char lb[8];
     char *hdr = NULL;
