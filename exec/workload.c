@@ -287,7 +287,7 @@ static int prep_job(exec_wl *W, wl_job *J, int idx, util_err *e)
     if (J->T < 1)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: the model has neither a "
                          "sequence length nor a position table", where);
-    J->steps = W->o.steps > 0 ? W->o.steps : (int)ceil(j->samples / j->batch);
+    J->steps = W->o.steps > 0 ? W->o.steps : (int)plan_wl_minibatches(j);
     J->warmup = W->o.warmup >= 0 ? W->o.warmup : J->steps / 10;
     if (J->warmup < 1) J->warmup = 1;
     J->seed = W->o.seed + (uint64_t)idx;

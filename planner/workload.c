@@ -87,10 +87,10 @@ int plan_wl_load(const char *path, plan_wl *w, util_err *e)
         }
         j->batch = (int)batch;
         j->samples = has_s ? samples : epochs * ds;
-        if (ceil(j->samples / j->batch) > PLAN_WL_MAX_STEPS) {
+        if (plan_wl_minibatches(j) > PLAN_WL_MAX_STEPS) {
             util_jerr(e, &o, has_s ? "samples" : "epochs", "%.0f minibatches "
                       "of %d are more than sluice runs or simulates (%.0f)",
-                      ceil(j->samples / j->batch), j->batch,
+                      plan_wl_minibatches(j), j->batch,
                       PLAN_WL_MAX_STEPS);
             goto out;
         }
@@ -340,7 +340,7 @@ int wl_prep_model(wl_prep *p, const plan_wl_job *j, prof_model *m,
     p->gpu = prof_topo_gpu(t, 0);
     p->cap = p->gpu->mem_bytes - reserve;
     p->state = plan_wl_state_bytes(j->optim);
-    p->minibatches = (long)ceil(j->samples / j->batch);
+    p->minibatches = (long)plan_wl_minibatches(j);
     int n;
     int host = prof_topo_gpu_host_mem(t, 0);
     const int *r = host >= 0 ? prof_topo_route(t, t->gpu_node[0], host, &n) : NULL;

@@ -7,6 +7,7 @@
 #ifndef SLUICE_PLANNER_WORKLOAD_H
 #define SLUICE_PLANNER_WORKLOAD_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "planner/planner.h"
@@ -134,10 +135,6 @@ void plan_wl_run_free(plan_wl_run *r);
 
 typedef enum { PLAN_WL_ADAM, PLAN_WL_SGD } plan_wl_optim;
 
-/* The most minibatches a job may take: the schedules are simulated
- * minibatch by minibatch (0.3 s for ten million here), and the executor
- * counts steps in an int. */
-#define PLAN_WL_MAX_STEPS 1e8
 
 typedef struct plan_wl_job {
     char name[64];            /* "gpt2-xl.3", or the file's "name" */
@@ -150,6 +147,16 @@ typedef struct plan_wl_job {
                                * "--models NAME", for errors */
     char model_where[300];    /* the same for its "model" */
 } plan_wl_job;
+
+/* The most minibatches a job may take: the schedules are simulated
+ * minibatch by minibatch (0.3 s for ten million here), and the executor
+ * counts steps in an int. */
+#define PLAN_WL_MAX_STEPS 1e8
+/* A job's minibatches: its samples in batches, the last one partial. */
+static inline double plan_wl_minibatches(const plan_wl_job *j)
+{
+    return ceil(j->samples / j->batch);
+}
 
 typedef struct plan_wl {
     int n_jobs;

@@ -202,11 +202,11 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
             }
             j->batch = s.batch > 0 ? s.batch : PLAN_DEFAULT_BATCH;
         }
-        if (ceil(j->samples / j->batch) > PLAN_WL_MAX_STEPS)
+        if (plan_wl_minibatches(j) > PLAN_WL_MAX_STEPS)
             return util_errf(e, UTIL_EXIT_USAGE, "%s: %.0f minibatches of %d "
                              "are more than sluice runs or simulates (%.0f)",
                              c->samples ? "--samples" : "--epochs",
-                             ceil(j->samples / j->batch), j->batch,
+                             plan_wl_minibatches(j), j->batch,
                              PLAN_WL_MAX_STEPS);
     }
     return 0;
