@@ -61,30 +61,34 @@ const char *kern_get_isa(void)
     return kern_cpu_rows() == &kern_rows_base ? "base" : "avx2";
 }
 
+/* An element-wise op over n floats: p from in (and in2). */
+static void eltwise(kern_part_fn fn, float *p, const float *in,
+                    const float *in2, size_t n)
+{
+    eargs a = {.p = p, .in = in, .in2 = in2, .n = n};
+    kern_parallel(fn, &a);
+}
+
 void kern_gelu_forward(float *out, const float *inp, size_t n)
 {
-    eargs a = {.p = out, .in = inp, .n = n};
-    kern_parallel(kern_cpu_rows()->gelu_fwd, &a);
+    eltwise(kern_cpu_rows()->gelu_fwd, out, inp, NULL, n);
 }
 
 void kern_gelu_backward(float *dinp, const float *inp, const float *dout,
                         size_t n)
 {
-    eargs a = {.p = dinp, .in = inp, .in2 = dout, .n = n};
-    kern_parallel(kern_cpu_rows()->gelu_bwd, &a);
+    eltwise(kern_cpu_rows()->gelu_bwd, dinp, inp, dout, n);
 }
 
 void kern_gelu_erf_forward(float *out, const float *inp, size_t n)
 {
-    eargs a = {.p = out, .in = inp, .n = n};
-    kern_parallel(kern_cpu_rows()->gelu_erf_fwd, &a);
+    eltwise(kern_cpu_rows()->gelu_erf_fwd, out, inp, NULL, n);
 }
 
 void kern_gelu_erf_backward(float *dinp, const float *inp, const float *dout,
                             size_t n)
 {
-    eargs a = {.p = dinp, .in = inp, .in2 = dout, .n = n};
-    kern_parallel(kern_cpu_rows()->gelu_erf_bwd, &a);
+    eltwise(kern_cpu_rows()->gelu_erf_bwd, dinp, inp, dout, n);
 }
 
 void kern_adamw_update(float *p, float *m, float *v, const float *g, size_t n,

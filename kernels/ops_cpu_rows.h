@@ -17,43 +17,28 @@
 #include "kernels/kern_math.h"
 #include "kernels/kernels.h"
 
-static void ROWS(gelu_fwd_part)(void *q, int part, int np)
-{
-    const eargs *a = q;
-    KERN_SPLIT(a->n, part, np, lo, hi);
-    float *restrict out = a->p;
-    const float *restrict inp = a->in;
-    for (size_t i = lo; i < hi; i++) out[i] = kern_gelu(inp[i]);
-}
-
-static void ROWS(gelu_bwd_part)(void *q, int part, int np)
-{
-    const eargs *a = q;
-    KERN_SPLIT(a->n, part, np, lo, hi);
-    float *restrict dinp = a->p;
-    const float *restrict inp = a->in, *restrict dout = a->in2;
-    for (size_t i = lo; i < hi; i++)
-        dinp[i] += kern_gelu_grad(inp[i]) * dout[i];
-}
-
-static void ROWS(gelu_erf_fwd_part)(void *q, int part, int np)
-{
-    const eargs *a = q;
-    KERN_SPLIT(a->n, part, np, lo, hi);
-    float *restrict out = a->p;
-    const float *restrict inp = a->in;
-    for (size_t i = lo; i < hi; i++) out[i] = kern_gelu_erf(inp[i]);
-}
-
-static void ROWS(gelu_erf_bwd_part)(void *q, int part, int np)
-{
-    const eargs *a = q;
-    KERN_SPLIT(a->n, part, np, lo, hi);
-    float *restrict dinp = a->p;
-    const float *restrict inp = a->in, *restrict dout = a->in2;
-    for (size_t i = lo; i < hi; i++)
-        dinp[i] += kern_gelu_erf_grad(inp[i]) * dout[i];
-}
+/* An activation's forward out = f(inp) and backward dinp += f'(inp) dout,
+ * element by element (GELU's tanh and erf forms). */
+#define ACT_PARTS(act, f, grad)                                             \
+    static void ROWS(act##_fwd_part)(void *q, int part, int np)             \
+    {                                                                       \
+        const eargs *a = q;                                                 \
+        KERN_SPLIT(a->n, part, np, lo, hi);                                 \
+        float *restrict out = a->p;                                         \
+        const float *restrict inp = a->in;                                  \
+        for (size_t i = lo; i < hi; i++) out[i] = f(inp[i]);                \
+    }                                                                       \
+    static void ROWS(act##_bwd_part)(void *q, int part, int np)             \
+    {                                                                       \
+        const eargs *a = q;                                                 \
+        KERN_SPLIT(a->n, part, np, lo, hi);                                 \
+        float *restrict dinp = a->p;                                        \
+        const float *restrict inp = a->in, *restrict dout = a->in2;         \
+        for (size_t i = lo; i < hi; i++) dinp[i] += grad(inp[i]) * dout[i]; \
+    }
+ACT_PARTS(gelu, kern_gelu, kern_gelu_grad)
+ACT_PARTS(gelu_erf, kern_gelu_erf, kern_gelu_erf_grad)
+#undef ACT_PARTS
 
 static void ROWS(adamw_part)(void *q, int part, int np)
 {
