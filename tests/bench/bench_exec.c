@@ -36,7 +36,7 @@ static exec_adamw adamw(void)
  * samples/s and each device's peak, measured and simulated for the run's
  * own IR; the first row is the one the others are compared with. */
 static int row(const char *model, const prof_topo *t, const char *ft,
-               int pp, int zero, double *full, util_err *e)
+               int pp, int zero, double *full, double *worst, util_err *e)
 {
     sim_plan p;
     sim_plan_init(&p);
@@ -85,6 +85,8 @@ static int row(const char *model, const prof_topo *t, const char *ft,
                    r.peak_bytes[0], sr.dev[0].peak_bytes, r.peak_bytes[1],
                    sr.dev[1].peak_bytes};
     if (!full[0]) memcpy(full, v, sizeof v);
+    for (int d = 0; d < 2; d++)
+        *worst = fmax(*worst, fabs(v[2 + 2 * d] / v[3 + 2 * d] - 1));
     char name[64];
     prof_finetune_name(&p.ft, name, sizeof name);
     if (pp == 1) snprintf(name, sizeof name, "zero %d", zero);
@@ -99,6 +101,14 @@ out:
     prof_model_free(m);
     sim_plan_free(&p);
     return rc;
+}
+
+/* Issue 12's goal for memory: each device's measured peak within 5% of
+ * the simulated one. */
+static void peaks_goal(double worst, const char *which)
+{
+    printf("largest peak error%s %.1f%% (goal: within 5%%: %s)\n", which,
+           100 * worst, worst <= 0.05 ? "met" : "missed");
 }
 
 int main(int argc, char **argv)
@@ -198,19 +208,31 @@ int main(int argc, char **argv)
            "measured", "sim", "m/s", "/full", "dev0", "sim", "m/s", "dev1",
            "sim", "m/s");
     const char *fts[] = {"full", "lora:8", "qlora:8", "frozen:4"};
-    double full[6] = {0};
+    double full[6] = {0}, worst = 0;
     for (int i = 0; i < 4; i++)
-        if (row(model, t, fts[i], 2, 0, full, &e))
+        if (row(model, t, fts[i], 2, 0, full, &worst, &e))
             printf("%-12s failed: %s\n", fts[i], e.msg);
+    peaks_goal(worst, "");
     printf("\nsharded data parallelism %s, 1f1b dp 2, microbatch 2 x 4 "
            "(samples/s; peak MiB per device)\n", model);
     printf("%-12s %8s %8s %6s %6s %7s %7s %6s %7s %7s %6s\n", "ZeRO",
            "measured", "sim", "m/s", "/z0", "dev0", "sim", "m/s", "dev1",
            "sim", "m/s");
     double z0[6] = {0};
-    for (int z = 0; z <= 2; z++)
-        if (row(model, t, "full", 1, z, z0, &e))
+    worst = 0;
+    for (int z = 0; z <= 1; z++)
+        if (row(model, t, "full", 1, z, z0, &worst, &e))
             printf("zero %d       failed: %s\n", z, e.msg);
+    peaks_goal(worst, " (ZeRO-0 and 1)");
+    /* ZeRO-2 and 3 hold what this executor holds (a whole gradient per
+     * microbatch, a stage's weights gathered), not FSDP's two layers the
+     * simulator prices: shown, not held to the goal (exec/README.md) */
+    double w23 = 0;
+    for (int z = 2; z <= 3; z++)
+        if (row(model, t, "full", 1, z, z0, &w23, &e))
+            printf("zero %d       failed: %s\n", z, e.msg);
+    printf("ZeRO-2 and 3: largest peak error %.1f%% (the executor's "
+           "whole-stage buffers; no goal)\n", 100 * w23);
     plan_result_free(&pr);
     prof_model_free(m);
     prof_topo_free(t);
