@@ -91,32 +91,16 @@ static void mark_done(exec_worker *w, int id, int epoch)
     wake_gated(w, id);
 }
 
-/* Whether the receivers of collective send id (on w) have joined the
- * collective for epoch: the tasks of theirs it waits for are done (those
- * of workers in other processes are not seen: their receivers hold the
- * message, exec_recv_ready). */
+/* Whether the receiver of collective send id (on w) has joined the
+ * collective for epoch (exec_recv_ready on its worker); a worker of
+ * another process is not seen: it holds the message itself. */
 static int gate_ok(exec_worker *w, int id, int epoch)
 {
     exec_runtime *rt = w->rt;
-    for (int k = rt->gate_off ? rt->gate_off[id] : 0;
-         rt->gate_off && k < rt->gate_off[id + 1]; k++) {
-        int d = rt->gate[k];
-        exec_worker *p = exec_rt_worker(
-            rt, rt->ir->tasks[d].device * rt->tp + w->rank);
-        if (!p) continue;
-        pthread_mutex_lock(&p->mu);
-        int ok = p->done[d] >= epoch;
-        pthread_mutex_unlock(&p->mu);
-        if (!ok) return 0;
-    }
-    int g = rt->gate_start ? rt->gate_start[id] : -1;
-    exec_worker *p = g >= 0 ? exec_rt_worker(
-        rt, rt->ir->tasks[g].device * rt->tp + w->rank) : NULL;
-    if (!p) return 1;
-    pthread_mutex_lock(&p->mu);
-    int ok = p->started[g] >= epoch;
-    pthread_mutex_unlock(&p->mu);
-    return ok;
+    int rid = rt->ir->tasks[id].peer;
+    exec_worker *p = exec_rt_worker(
+        rt, rt->ir->tasks[rid].device * rt->tp + w->rank);
+    return !p || exec_recv_ready(p, rid, epoch);
 }
 
 int exec_recv_ready(exec_worker *w, int rid, int epoch)
@@ -127,13 +111,10 @@ int exec_recv_ready(exec_worker *w, int rid, int epoch)
     if (sid < 0 || !rt->gate_off) return 1;
     int ok = 1;
     pthread_mutex_lock(&w->mu);
-    for (int k = rt->gate_off[sid]; k < rt->gate_off[sid + 1] && ok; k++) {
-        int d = rt->gate[k];
-        if (ir->tasks[d].device == w->device) ok = w->done[d] >= epoch;
-    }
+    for (int k = rt->gate_off[sid]; k < rt->gate_off[sid + 1] && ok; k++)
+        ok = w->done[rt->gate[k]] >= epoch;
     int g = rt->gate_start[sid];
-    if (ok && g >= 0 && ir->tasks[g].device == w->device)
-        ok = w->started[g] >= epoch;
+    if (ok && g >= 0) ok = w->started[g] >= epoch;
     pthread_mutex_unlock(&w->mu);
     return ok;
 }
@@ -222,6 +203,8 @@ static void gates_build(exec_runtime *rt)
                 int d = ir->deps[t->dep_off + k];
                 const sim_task *u = &ir->tasks[d];
                 if (u->device == t->device) continue;
+                /* the receiver's own (exec_recv_ready reads them there) */
+                UTIL_NEVER(u->device != ir->tasks[t->peer].device);
                 if (pass) {
                     rt->gate[ng] = d;
                     rt->wake[rt->wake_off[d]++] = t->device;
