@@ -506,6 +506,93 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
     cudaFree(dtgt);
 }
 
+// T5's attention (attnx_*): cross-attention (q of Tq rows over k | v of
+// Tk, ld 2 NH hs) and fused self-attention (q | k | v, ld 3 NH hs), causal
+// and not, with a bias table whose buckets repeat, heads wider than
+// C / NH; and scale_add.
+static void run_t5(int B, int Tq, int Tk, int NH, int hs, int NB)
+{
+    for (int kind = 0; kind < 3; kind++) {
+        int self = kind > 0, causal = kind == 2;
+        int tq = Tq, tk = self ? Tq : Tk, D = NH * hs;
+        int ldq = self ? 3 * D : D, ldk = self ? 3 * D : 2 * D;
+        size_t nq = (size_t)B * tq * ldq, nk = (size_t)B * tk * ldk,
+               na = (size_t)B * NH * tq * tk, no = (size_t)B * tq * D;
+        buf q = make(nq, 1), kv = make(self ? 1 : nk, 1);
+        buf sc = make(na, 1), att = make(na, 1), datt = make(na, 1);
+        buf ds = make(na, 1), out = make(no, 1), dout = make(no, 1);
+        buf dq = make(nq, 1), dkv = make(self ? 1 : nk, 1);
+        buf tb = make((size_t)NB * NH, 1), dtb = make((size_t)NB * NH, 1);
+        int O = tq + tk - 1;
+        int *bh = (int *)malloc(sizeof(int) * (size_t)O), *bd;
+        for (int o = 0; o < O; o++) bh[o] = (o * 7 / 3) % NB;
+        cuda_ok(cudaMalloc(&bd, sizeof(int) * (size_t)O), "cudaMalloc");
+        cuda_ok(cudaMemcpy(bd, bh, sizeof(int) * (size_t)O,
+                           cudaMemcpyHostToDevice), "copy in");
+        const float *th = self ? tb.h : NULL, *td = self ? tb.d : NULL;
+        const float *kh = self ? q.h + D : kv.h, *kd = self ? q.d + D : kv.d;
+        const float *vh = self ? q.h + 2 * D : kv.h + D,
+                    *vd = self ? q.d + 2 * D : kv.d + D;
+        float *dkh = self ? dq.h + D : dkv.h, *dkd = self ? dq.d + D : dkv.d;
+        float *dvh = self ? dq.h + 2 * D : dkv.h + D,
+              *dvd = self ? dq.d + 2 * D : dkv.d + D;
+        const char *what = kind == 0 ? " (cross)" : kind == 1 ? " (enc)"
+                                                              : " (dec)";
+        char op[64];
+        kern_attnx_scores_forward(sc.h, q.h, kh, ldq, ldk, B, tq, tk, NH, hs,
+                                  1.0f);
+        kern_cuda_attnx_scores_forward(sc.d, q.d, kd, ldq, ldk, B, tq, tk, NH,
+                                       hs, 1.0f);
+        snprintf(op, sizeof op, "attnx_scores_forward%s", what);
+        compare(op, "s", sc);
+        kern_attnx_softmax_forward(att.h, sc.h, th, bh, B, NH, tq, tk,
+                                   causal);
+        kern_cuda_attnx_softmax_forward(att.d, sc.d, td, bd, B, NH, tq, tk,
+                                        causal);
+        snprintf(op, sizeof op, "attnx_softmax_forward%s", what);
+        compare(op, "att", att);
+        kern_attnx_context_forward(out.h, att.h, vh, ldk, B, tq, tk, NH, hs);
+        kern_cuda_attnx_context_forward(out.d, att.d, vd, ldk, B, tq, tk, NH,
+                                        hs);
+        snprintf(op, sizeof op, "attnx_context_forward%s", what);
+        compare(op, "out", out);
+        kern_attnx_context_backward(datt.h, dvh, dout.h, att.h, vh, ldk, B,
+                                    tq, tk, NH, hs);
+        kern_cuda_attnx_context_backward(datt.d, dvd, dout.d, att.d, vd, ldk,
+                                         B, tq, tk, NH, hs);
+        kern_attnx_softmax_backward(ds.h, datt.h, att.h, B, NH, tq, tk,
+                                    causal);
+        kern_cuda_attnx_softmax_backward(ds.d, datt.d, att.d, B, NH, tq, tk,
+                                         causal);
+        snprintf(op, sizeof op, "attnx_softmax_backward%s", what);
+        compare(op, "ds", ds);
+        if (self) {
+            kern_attnx_bias_backward(dtb.h, ds.h, bh, B, NH, tq, tk, causal);
+            kern_cuda_attnx_bias_backward(dtb.d, ds.d, bd, B, NH, tq, tk,
+                                          causal);
+            snprintf(op, sizeof op, "attnx_bias_backward%s", what);
+            compare(op, "dtable", dtb);
+        }
+        kern_attnx_scores_backward(dq.h, dkh, ds.h, q.h, kh, ldq, ldk, B, tq,
+                                   tk, NH, hs, 1.0f);
+        kern_cuda_attnx_scores_backward(dq.d, dkd, ds.d, q.d, kd, ldq, ldk, B,
+                                        tq, tk, NH, hs, 1.0f);
+        snprintf(op, sizeof op, "attnx_*_backward%s", what);
+        compare(op, "dq", dq);
+        if (!self) compare(op, "dkv", dkv);
+        drop(q); drop(kv); drop(sc); drop(att); drop(datt); drop(ds);
+        drop(out); drop(dout); drop(dq); drop(dkv); drop(tb); drop(dtb);
+        free(bh);
+        cudaFree(bd);
+    }
+    size_t n = 1000;
+    buf acc = make(n, 1), src = make(n, 1);
+    kern_scale_add(acc.h, src.h, 0.125f, n);
+    kern_cuda_scale_add(acc.d, src.d, 0.125f, n);
+    compare("scale_add", "acc", acc);
+    drop(acc); drop(src);
+}
+
 int main(void)
 {
     char why[256];
@@ -522,6 +609,8 @@ int main(void)
     kern_set_threads(1);
     run_shape(2, 17, 32, 4, 61, 48);
     run_shape(3, 64, 128, 4, 256, 384);
+    run_t5(2, 13, 21, 4, 12, 8);
+    run_t5(1, 70, 33, 3, 40, 32);
     kern_cuda_shutdown();
     printf("%d comparisons, %d failed\n", checks, failures);
     return failures ? 1 : 0;

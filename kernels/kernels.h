@@ -113,7 +113,8 @@ extern "C" {
       (float *dinp, const float *inp, const float *dout, size_t n))       \
     /* out = tanh(inp) (BERT's pooler) */                                 \
     X(tanh_forward, ACT, (float *out, const float *inp, size_t n))       \
-    /* out = max(inp, 0) (OPT's and T5's MLP); its gradient is 0 at 0 */ \
+    /* out = max(inp, 0) (OPT's and T5's MLP); its gradient is 0 at 0, \
+     * so the backward's inp may be out (the same signs) */               \
     X(relu_forward, ACT, (float *out, const float *inp, size_t n))       \
     X(relu_backward, ACT,                                                \
       (float *dinp, const float *inp, const float *dout, size_t n))       \
@@ -225,6 +226,48 @@ extern "C" {
     X(qkv_expand_backward, ATTN,                                          \
       (float *draw, const float *dout, int B, int T, int NH, int NKV,     \
        int hs, float base))                                               \
+    /* Attention of T5's kind (Raffel et al. 2020): Tq queries over Tk   \
+     * keys, q, k and v each read from a wider tensor (the row of token  \
+     * t of batch b starts at (b Tq + t) ldq, (b Tk + t) ldk, ldv; head  \
+     * h at column h hs), so one set serves the fused q | k | v of self- \
+     * attention and the separate q and k | v of cross-attention.        \
+     * s(B,NH,Tq,Tk) = scale q k^T per head */                            \
+    X(attnx_scores_forward, ATTN,                                         \
+      (float *s, const float *q, const float *k, int ldq, int ldk, int B, \
+       int Tq, int Tk, int NH, int hs, float scale))                       \
+    /* dq += scale ds k, dk += scale ds^T q (dq, dk laid out as q, k) */   \
+    X(attnx_scores_backward, ATTN,                                        \
+      (float *dq, float *dk, const float *ds, const float *q,             \
+       const float *k, int ldq, int ldk, int B, int Tq, int Tk, int NH,   \
+       int hs, float scale))                                               \
+    /* att = softmax over the row of s + bias, where query i's bias for   \
+     * key j is table[bucket[j - i + Tq - 1] NH + h] (table NULL: none);  \
+     * causal: query i sees keys 0..i, the others set to 0 */             \
+    X(attnx_softmax_forward, ATTN,                                        \
+      (float *att, const float *s, const float *table, const int *bucket, \
+       int B, int NH, int Tq, int Tk, int causal))                         \
+    /* ds += att (datt - rowsum(att datt)); datt is scratch, left         \
+     * overwritten */                                                      \
+    X(attnx_softmax_backward, ATTN,                                       \
+      (float *ds, float *datt, const float *att, int B, int NH, int Tq,   \
+       int Tk, int causal))                                                \
+    /* The bias table's gradient: dtable[bucket[j - i + Tq - 1] NH + h] += \
+     * ds[b,h,i,j] over the entries the softmax saw (ds: the gradient of \
+     * the biased scores) */                                               \
+    X(attnx_bias_backward, ATTN,                                          \
+      (float *dtable, const float *ds, const int *bucket, int B, int NH,  \
+       int Tq, int Tk, int causal))                                        \
+    /* out(B,Tq,NH hs) = att v per head */                                 \
+    X(attnx_context_forward, ATTN,                                        \
+      (float *out, const float *att, const float *v, int ldv, int B,      \
+       int Tq, int Tk, int NH, int hs))                                    \
+    /* datt += dout v^T, dv += att^T dout */                               \
+    X(attnx_context_backward, ATTN,                                       \
+      (float *datt, float *dv, const float *dout, const float *att,       \
+       const float *v, int ldv, int B, int Tq, int Tk, int NH, int hs))    \
+    /* acc += s src (T5's tied head reads its input scaled) */            \
+    X(scale_add, RESIDUAL,                                                \
+      (float *acc, const float *src, float s, size_t n))                  \
     /* QLoRA's 4-bit base (Dettmers et al. 2023): out(rows,cols) of a     \
      * weight stored as NF4 codes, two a byte, low nibble first, in      \
      * row-major order. Element (i,j) is element flat0 + i ld + j of its  \

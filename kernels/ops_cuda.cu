@@ -652,6 +652,188 @@ extern "C" void kern_cuda_attn_scores_backward(float *dqkv,
     scores_bwd(dqkv, dpreatt, qkv, B, T, C, NH);
 }
 
+// ----------------------------------------------------- T5's attention
+// Queries of Tq tokens over keys of Tk, q, k and v read through strides
+// (the row of token t of batch b at (b Tq + t) ldq, (b Tk + t) ldk, head h
+// at column h hs): the CPU's attnx_* (ops_cpu_t5.c).
+
+extern "C" void kern_cuda_attnx_scores_forward(float *s, const float *q,
+                                               const float *k, int ldq,
+                                               int ldk, int B, int Tq, int Tk,
+                                               int NH, int hs, float scale)
+{
+    for (int b = 0; b < B; b++)
+        rm_gemm_heads("T5 attention scores", OP_N, OP_T, Tq, Tk, hs, scale,
+                      q + (size_t)b * Tq * ldq, ldq, hs,
+                      k + (size_t)b * Tk * ldk, ldk, hs, 0.0f,
+                      s + (size_t)b * NH * Tq * Tk, Tk, (long long)Tq * Tk,
+                      NH);
+}
+
+extern "C" void kern_cuda_attnx_scores_backward(float *dq, float *dk,
+                                                const float *ds,
+                                                const float *q, const float *k,
+                                                int ldq, int ldk, int B,
+                                                int Tq, int Tk, int NH, int hs,
+                                                float scale)
+{
+    for (int b = 0; b < B; b++) {
+        size_t sq = (size_t)b * NH * Tq * Tk, qo = (size_t)b * Tq * ldq,
+               ko = (size_t)b * Tk * ldk;
+        rm_gemm_heads("T5 attention query gradient", OP_N, OP_N, Tq, hs, Tk,
+                      scale, ds + sq, Tk, (long long)Tq * Tk, k + ko, ldk, hs,
+                      1.0f, dq + qo, ldq, hs, NH);
+        rm_gemm_heads("T5 attention key gradient", OP_T, OP_N, Tk, hs, Tq,
+                      scale, ds + sq, Tk, (long long)Tq * Tk, q + qo, ldq, hs,
+                      1.0f, dk + ko, ldk, hs, NH);
+    }
+}
+
+// Keys query i sees.
+__device__ static int x_seen(int i, int Tk, int causal)
+{
+    return causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
+}
+
+// A warp a row (b, h, i): the row plus its bias (table NULL: none),
+// softmaxed over the keys it sees, zero after; att may be s.
+__global__ void x_softmax_k(float *att, const float *s, const float *table,
+                            const int *bucket, int rows, int NH, int Tq,
+                            int Tk, int causal)
+{
+    int r = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    int i = r % Tq, h = (r / Tq) % NH, n = x_seen(i, Tk, causal);
+    const float *x = s + (size_t)r * Tk;
+    float *y = att + (size_t)r * Tk;
+    const int *bk = bucket ? bucket + (Tq - 1 - i) : NULL;
+    float mx = -3.0e38f;
+    for (int j = lane; j < n; j += 32)
+        mx = fmaxf(mx, x[j] + (table ? table[bk[j] * NH + h] : 0.0f));
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+        float v = kern_expf(x[j] + (table ? table[bk[j] * NH + h] : 0.0f) -
+                            mx);
+        y[j] = v;
+        sum += v;
+    }
+    float inv = 1.0f / warp_sum(sum);
+    for (int j = lane; j < n; j += 32) y[j] *= inv;
+    for (int j = n + lane; j < Tk; j += 32) y[j] = 0.0f;
+}
+
+extern "C" void kern_cuda_attnx_softmax_forward(float *att, const float *s,
+                                                const float *table,
+                                                const int *bucket, int B,
+                                                int NH, int Tq, int Tk,
+                                                int causal)
+{
+    int rows = B * NH * Tq;
+    LAUNCH(x_softmax_k, blocks(rows, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK,
+           att, s, table, bucket, rows, NH, Tq, Tk, causal);
+}
+
+// dr = p (dr - sum(p dr)) over the keys the row sees, 0 after; ds += dr.
+__global__ void x_softmax_bwd_k(float *ds, float *dr, const float *p,
+                                int rows, int Tq, int Tk, int causal)
+{
+    int r = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    int n = x_seen(r % Tq, Tk, causal);
+    size_t off = (size_t)r * Tk;
+    float dot = 0.0f;
+    for (int j = lane; j < n; j += 32) dot += p[off + j] * dr[off + j];
+    dot = warp_sum(dot);
+    for (int j = lane; j < Tk; j += 32) {
+        float g = j < n ? p[off + j] * (dr[off + j] - dot) : 0.0f;
+        dr[off + j] = g;
+        ds[off + j] += g;
+    }
+}
+
+extern "C" void kern_cuda_attnx_softmax_backward(float *ds, float *datt,
+                                                 const float *att, int B,
+                                                 int NH, int Tq, int Tk,
+                                                 int causal)
+{
+    int rows = B * NH * Tq;
+    LAUNCH(x_softmax_bwd_k, blocks(rows, ROWS_PER_BLOCK),
+           32 * ROWS_PER_BLOCK, ds, datt, att, rows, Tq, Tk, causal);
+}
+
+// The table's gradient without atomics: a thread per (head, offset) whose
+// offset is the first of its bucket sums, in a fixed order, the entries of
+// every offset of that bucket (each a diagonal of every batch's square).
+__global__ void x_bias_bwd_k(float *dtable, const float *ds,
+                             const int *bucket, int B, int NH, int Tq, int Tk,
+                             int causal)
+{
+    int O = Tq + Tk - 1;
+    long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (t >= (long long)NH * O) return;
+    int h = (int)(t / O), o = (int)(t % O), bk = bucket[o];
+    for (int p = 0; p < o; p++)
+        if (bucket[p] == bk) return;
+    float sum = 0.0f;
+    for (int p = o; p < O; p++) {
+        if (bucket[p] != bk) continue;
+        int d = p - (Tq - 1);               // j - i
+        for (int b = 0; b < B; b++)
+            for (int i = d < 0 ? -d : 0; i < Tq && i + d < Tk; i++) {
+                int j = i + d;
+                if (j >= x_seen(i, Tk, causal)) continue;
+                sum += ds[(((size_t)b * NH + h) * Tq + i) * Tk + j];
+            }
+    }
+    dtable[(size_t)bk * NH + h] += sum;
+}
+
+extern "C" void kern_cuda_attnx_bias_backward(float *dtable, const float *ds,
+                                              const int *bucket, int B,
+                                              int NH, int Tq, int Tk,
+                                              int causal)
+{
+    size_t n = (size_t)NH * (Tq + Tk - 1);
+    LAUNCH(x_bias_bwd_k, blocks(n, TPB), TPB, dtable, ds, bucket, B, NH, Tq,
+           Tk, causal);
+}
+
+extern "C" void kern_cuda_attnx_context_forward(float *out, const float *att,
+                                                const float *v, int ldv,
+                                                int B, int Tq, int Tk, int NH,
+                                                int hs)
+{
+    int D = NH * hs;
+    for (int b = 0; b < B; b++)
+        rm_gemm_heads("T5 attention context", OP_N, OP_N, Tq, hs, Tk, 1.0f,
+                      att + (size_t)b * NH * Tq * Tk, Tk, (long long)Tq * Tk,
+                      v + (size_t)b * Tk * ldv, ldv, hs, 0.0f,
+                      out + (size_t)b * Tq * D, D, hs, NH);
+}
+
+extern "C" void kern_cuda_attnx_context_backward(float *datt, float *dv,
+                                                 const float *dout,
+                                                 const float *att,
+                                                 const float *v, int ldv,
+                                                 int B, int Tq, int Tk,
+                                                 int NH, int hs)
+{
+    int D = NH * hs;
+    for (int b = 0; b < B; b++) {
+        size_t sq = (size_t)b * NH * Tq * Tk, vo = (size_t)b * Tk * ldv;
+        const float *dO = dout + (size_t)b * Tq * D;
+        rm_gemm_heads("T5 attention context gradient", OP_N, OP_T, Tq, Tk, hs,
+                      1.0f, dO, D, hs, v + vo, ldv, hs, 1.0f, datt + sq, Tk,
+                      (long long)Tq * Tk, NH);
+        rm_gemm_heads("T5 attention value gradient", OP_T, OP_N, Tk, hs, Tq,
+                      1.0f, att + sq, Tk, (long long)Tq * Tk, dO, D, hs, 1.0f,
+                      dv + vo, ldv, hs, NH);
+    }
+}
+
 // ------------------------------------------------ element-wise, loss, optim
 
 __global__ void gelu_fwd_k(float *out, const float *inp, size_t n)
@@ -1086,6 +1268,18 @@ extern "C" void kern_cuda_xent_shard_backward(float *dlogits,
 extern "C" void kern_cuda_accumulate(float *acc, const float *src, size_t n)
 {
     LAUNCH(acc_k, blocks(n, TPB), TPB, acc, src, n);
+}
+
+__global__ void scale_add_k(float *acc, const float *src, float s, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) acc[i] += s * src[i];
+}
+
+extern "C" void kern_cuda_scale_add(float *acc, const float *src, float s,
+                                    size_t n)
+{
+    LAUNCH(scale_add_k, blocks(n, TPB), TPB, acc, src, s, n);
 }
 
 // ------------------------------------------------------------ the table

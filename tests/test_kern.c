@@ -1118,7 +1118,7 @@ Test(kern, embed_no_positions)
 
 Test(kern, op_list)
 {
-    cr_assert_eq(KERN_OP_COUNT, 49);
+    cr_assert_eq(KERN_OP_COUNT, 57);
     cr_assert_str_eq(kern_op_name(KERN_OP_linear_backward_weight),
                      "linear_backward_weight");
     cr_assert_str_eq(kern_kind_name(kern_op_kind(KERN_OP_attention_forward)),
