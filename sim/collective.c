@@ -40,17 +40,31 @@ static void stage_marks(const sim_ir *ir, int *lastb, int *opt, int *pos)
         }
 }
 
+static void add_tied_table(sim_ir *ir, const sim_costs *c, int g);
+
+/* The bytes of stage s's copy of tied table g (sim_task.table). */
+static double table_bytes(const sim_costs *c, int s, int g)
+{
+    return g ? c->stage[s].rel_bytes[g - 1] : c->stage[s].tied_bytes;
+}
+
 void sim_add_tied(sim_ir *ir, const sim_costs *c)
 {
-    const int N = ir->n_stages, S = c->n_model_stages, K = ir->n_minibatches;
-    int mem[64], nm = 0;
-    for (int s = 0; s < S && nm < 64; s++)
-        if (c->stage[s].tied_bytes > 0) mem[nm++] = s;
     /* Without a flush each stage updates alone: waiting for the other
      * copy's gradient would stall the head's device every minibatch (and
      * can deadlock list-scheduled orders), so asynchronous schedules train
      * the copies apart. */
-    if (nm < 2 || K > 1) return;
+    if (ir->n_minibatches > 1) return;
+    for (int g = 0; g < 3; g++) add_tied_table(ir, c, g);
+}
+
+static void add_tied_table(sim_ir *ir, const sim_costs *c, int g)
+{
+    const int N = ir->n_stages, S = c->n_model_stages, K = ir->n_minibatches;
+    int mem[64], nm = 0;
+    for (int s = 0; s < S && nm < 64; s++)
+        if (table_bytes(c, s, g) > 0) mem[nm++] = s;
+    if (nm < 2) return;
     int R = N / S, lanes = c->tp > 1 ? c->tp : 1;
     int *lastb = util_malloc(sizeof(int) * (size_t)K * N);
     int *opt = util_malloc(sizeof(int) * (size_t)K * N);
@@ -79,7 +93,8 @@ void sim_add_tied(sim_ir *ir, const sim_costs *c)
                     x.minibatch = k;
                     x.version = -1;
                     x.lanes = lanes;
-                    x.bytes = c->stage[mem[i]].tied_bytes;
+                    x.table = (uint8_t)g;
+                    x.bytes = table_bytes(c, mem[i], g);
                     int rid;
                     int sid = sim_ir_transfer(ir, &x, ir->stage_device[w],
                                               &rid);

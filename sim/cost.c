@@ -1137,6 +1137,36 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     }
     if (holders < 2)
         for (int s = 0; s < n_stages; s++) c->stage[s].tied_bytes = 0;
+    /* A T5's relative-position tables (rel_pos_buckets x heads, one per
+     * stack): a copy on every stage holding an op that adds the bias (a
+     * self-attention's softmax, whose scores read one input, or its fused
+     * op), exchanged as the tied table is when two stages or more hold
+     * one */
+    for (int k = 0; k < 2 && m->spec.family == PROF_FAM_T5; k++) {
+        prof_part part = k ? PROF_PART_DEC : PROF_PART_ENC;
+        double bytes = (double)m->spec.rel_pos_buckets * m->spec.heads * wb;
+        /* the table is its stack's embedding's (prof_model_build): it
+         * trains with it */
+        int trains = 0;
+        for (int i = 0; i < m->n_ops; i++)
+            if (m->ops[i].role == PROF_ROLE_EMBED && m->ops[i].part == part)
+                trains = m->ops[i].grad == PROF_GRAD_TRAIN;
+        int n = 0;
+        for (int s = 0; s < n_stages && trains; s++) {
+            int hold = 0;
+            for (int i = first_op[s]; i <= last_op[s] && !hold; i++) {
+                const prof_op *op = &m->ops[i];
+                hold = op->part == part &&
+                       ((op->role == PROF_ROLE_ATTN_SOFTMAX &&
+                         m->ops[op->in[0]].n_in == 1) ||
+                        (op->role == PROF_ROLE_ATTN_FUSED && op->n_in == 1));
+            }
+            c->stage[s].rel_bytes[k] = hold ? bytes : 0;
+            n += hold;
+        }
+        if (n < 2)
+            for (int s = 0; s < n_stages; s++) c->stage[s].rel_bytes[k] = 0;
+    }
     c->tied_table32 = n_stages > 1 && c->stage[0].tied_bytes > 0 &&
                               c->stage[n_stages - 1].tied_bytes > 0
                           ? (double)m->spec.vocab * m->spec.hidden * 4

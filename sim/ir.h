@@ -107,6 +107,10 @@ typedef struct sim_task {
                          * inside the simulated group (hybrid sharding's
                          * ring inside a server), its last member sends to
                          * its first, not to the next group's */
+    uint8_t table;      /* tied-table transfers (SIM_COMM_EMB): which
+                         * table, 0 the token table, 1 and 2 a T5's
+                         * encoder's and decoder's relative-position
+                         * tables */
     int32_t lat_ns;     /* data-parallel ring steps between GPUs: what
                          * NCCL takes a step beyond moving the bytes
                          * (sim_ring_step_ns); the engine takes it where
@@ -372,6 +376,11 @@ typedef struct sim_stage_cost {
                                  * stages (one tensor-parallel rank's
                                  * share x tp); 0: none, or one stage holds
                                  * every tied op */
+    double rel_bytes[2];        /* T5: its copies of the encoder's and the
+                                 * decoder's relative-position tables,
+                                 * which every stage holding one of the
+                                 * stack's self-attentions reads (0: none,
+                                 * or one stage holds them all) */
 } sim_stage_cost;
 
 /* A measured-timing override: an op's task time on a GPU type at a
@@ -876,8 +885,12 @@ int sim_stage_tier_costs(sim_costs *c, const prof_topo *t, util_err *e);
 void sim_add_stage_tiers(sim_ir *ir, const sim_costs *c);
 
 /* Tied embeddings (the token table shared with the LM head, or T5's
- * decoder embedding): every stage holding a copy (tied_bytes > 0) sends
- * its gradient of the table to every other holder of its replica once its
+ * decoder embedding), and a T5's relative-position tables, one per stack,
+ * which every stage holding one of the stack's self-attentions keeps
+ * (Megatron-LM and NeMo replicate them over pipeline stages alike): for
+ * each table, every stage holding a copy (tied_bytes, rel_bytes > 0)
+ * sends its gradient of the table to every other holder of its replica
+ * once its
  * last backward of the minibatch ends; each adds the copies in stage
  * order, so all hold the same sum, as a single device's one table gets.
  * Sends sit after that backward on the send stream (comm SIM_COMM_EMB);
