@@ -10,7 +10,7 @@
 #include <string.h>
 
 #define CKPT_MAGIC "SLUICEC1"
-#define CKPT_VERSION 4
+#define CKPT_VERSION 5
 /* The largest checkpoint read: 256 GiB, 21 billion parameters with their
  * AdamW moments, far past what the CPU trainer runs. */
 #define CKPT_MAX_BYTES ((size_t)256 << 30)
@@ -32,6 +32,8 @@ typedef struct ckpt_header {
     int32_t opt[2];          /* version 3: relu pos_offset */
     int32_t enc[4];          /* version 4: encoder type_vocab pooler
                               * gelu_erf */
+    int32_t t5[5];           /* version 5: t5 dec_layers rel_buckets
+                              * rel_max_dist head_dim */
 } ckpt_header;
 
 /* Version 1 (before Llama's choices) ends before llama[]: it is read as
@@ -41,6 +43,8 @@ typedef struct ckpt_header {
 #define CKPT_V2_BYTES offsetof(ckpt_header, opt)
 /* Version 3 (before BERT's) ends before enc[]: read as a decoder's. */
 #define CKPT_V3_BYTES offsetof(ckpt_header, enc)
+/* Version 4 (before T5's) ends before t5[]: read as not a T5. */
+#define CKPT_V4_BYTES offsetof(ckpt_header, t5)
 
 static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
 {
@@ -54,9 +58,15 @@ static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
 
 #define FNV_INIT 0xCBF29CE484222325ull
 
+/* t (T5's; NULL in LoRA states, whose format has none: a T5 trains no
+ * adapters) */
 static void cfg_pack(const exec_gpt_config *c, int32_t *o, int32_t *x,
-                     float *f, int32_t *p, int32_t *b)
+                     float *f, int32_t *p, int32_t *b, int32_t *t)
 {
+    if (t) {
+        t[0] = c->t5; t[1] = c->dec_layers; t[2] = c->rel_buckets;
+        t[3] = c->rel_max_dist; t[4] = c->head_dim;
+    }
     b[0] = c->encoder; b[1] = c->type_vocab; b[2] = c->pooler;
     b[3] = c->gelu_erf;
     o[0] = c->vocab; o[1] = c->max_pos; o[2] = c->hidden; o[3] = c->layers;
@@ -68,8 +78,13 @@ static void cfg_pack(const exec_gpt_config *c, int32_t *o, int32_t *x,
 }
 
 static void cfg_unpack(const int32_t *o, const int32_t *x, const float *f,
-                       const int32_t *p, const int32_t *b, exec_gpt_config *c)
+                       const int32_t *p, const int32_t *b, const int32_t *t,
+                       exec_gpt_config *c)
 {
+    if (t) {
+        c->t5 = t[0]; c->dec_layers = t[1]; c->rel_buckets = t[2];
+        c->rel_max_dist = t[3]; c->head_dim = t[4];
+    }
     c->encoder = b[0]; c->type_vocab = b[1]; c->pooler = b[2];
     c->gelu_erf = b[3];
     c->vocab = o[0]; c->max_pos = o[1]; c->hidden = o[2]; c->layers = o[3];
@@ -94,8 +109,12 @@ static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
                  (double)c->norm_eps);
     if (exec_rope(c))
         snprintf(pos, sizeof pos, "RoPE (base %g)", (double)c->rope_theta);
-    char kind[64] = "a decoder";
-    if (c->encoder)
+    char kind[96] = "a decoder";
+    if (c->t5)
+        snprintf(kind, sizeof kind, "an encoder-decoder (T5: %d decoder "
+                 "layers, %d buckets to %d, heads of %d)", c->dec_layers,
+                 c->rel_buckets, c->rel_max_dist, exec_hs(c));
+    else if (c->encoder)
         snprintf(kind, sizeof kind, "an encoder (%d token types, %s)",
                  c->type_vocab, c->pooler ? "a pooler" : "no pooler");
     snprintf(buf, n,
@@ -150,7 +169,7 @@ int exec_ckpt_save_state(const char *path, const float *params,
     memcpy(h.magic, CKPT_MAGIC, 8);
     h.version = CKPT_VERSION;
     h.header_bytes = sizeof h;
-    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f, h.opt, h.enc);
+    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f, h.opt, h.enc, h.t5);
     h.B = meta->B;
     h.T = meta->T;
     h.seed = meta->seed;
@@ -189,7 +208,8 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
     memcpy(h, *buf, CKPT_V1_BYTES);
     int old = (h->version == 1 && h->header_bytes == CKPT_V1_BYTES) ||
               (h->version == 2 && h->header_bytes == CKPT_V2_BYTES) ||
-              (h->version == 3 && h->header_bytes == CKPT_V3_BYTES);
+              (h->version == 3 && h->header_bytes == CKPT_V3_BYTES) ||
+              (h->version == 4 && h->header_bytes == CKPT_V4_BYTES);
     if ((old || h->header_bytes == sizeof *h) && *len >= h->header_bytes)
         memcpy(h, *buf, h->header_bytes);
     if (!old && (h->version != CKPT_VERSION || h->header_bytes != sizeof *h)) {
@@ -245,7 +265,8 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
 
 static void meta_of(const ckpt_header *h, exec_ckpt_meta *meta)
 {
-    cfg_unpack(h->cfg, h->llama, h->llama_f, h->opt, h->enc, &meta->cfg);
+    cfg_unpack(h->cfg, h->llama, h->llama_f, h->opt, h->enc, h->t5,
+               &meta->cfg);
     meta->B = h->B;
     meta->T = h->T;
     meta->seed = h->seed;
@@ -370,7 +391,7 @@ int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
     memcpy(h.magic, LORA_MAGIC, 8);
     h.version = LORA_VERSION;
     h.header_bytes = sizeof h;
-    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f, h.opt, h.enc);
+    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f, h.opt, h.enc, NULL);
     h.ft[0] = ft->kind;
     h.ft[1] = ft->rank;
     h.ft[2] = (int32_t)ft->targets;
@@ -408,7 +429,7 @@ int exec_lora_ckpt_peek(const char *path, exec_ckpt_meta *meta,
                          "%u, this sluice reads version %d", path, h.version,
                          LORA_VERSION);
     memset(meta, 0, sizeof *meta);
-    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, h.enc, &meta->cfg);
+    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, h.enc, NULL, &meta->cfg);
     meta->B = h.B;
     meta->T = h.T;
     meta->seed = h.seed;
@@ -459,7 +480,7 @@ int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
     size_t P = exec_gpt_param_table(c, tt);
     exec_gpt_config hc;
     memset(&hc, 0, sizeof hc);
-    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, h.enc, &hc);
+    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, h.enc, NULL, &hc);
     if (memcmp(&hc, c, sizeof hc) || h.n_params != P || h.n_lora != NL ||
         h.ft[0] != (int32_t)ft->kind || h.ft[1] != ft->rank ||
         h.ft[2] != (int32_t)ft->targets || h.ft[3] != ft->frozen) {

@@ -362,6 +362,13 @@ static int run_model(cmd *c)
         fprintf(stderr, "sluice exec: %s\n", e.msg);
         return e.code ? e.code : UTIL_EXIT_USAGE;
     }
+    if (o.cfg.t5) {
+        fprintf(stderr, "sluice exec: %s: an encoder-decoder (T5) trains as "
+                "a plan: sluice sim --hw 'cpu x1' --model %s --pp 1 --out "
+                "P.json, then sluice exec --plan P.json (the reference "
+                "trainer runs decoders and encoders)\n", model, model);
+        return UTIL_EXIT_USAGE;
+    }
     snprintf(o.model, sizeof o.model, "%s", model);
     /* Said in the run's header, not as errors: they change nothing the
      * user must fix. */

@@ -60,6 +60,18 @@ typedef struct exec_gpt_config {
                     * weights get no gradient and only weight decay */
     int gelu_erf;  /* GELU (the MLP's and BERT's head transform's) in its
                     * exact form, by erf; 0: the tanh form (GPT-2's) */
+    /* T5's choices (Raffel et al. 2020; 0: a decoder's or BERT's) */
+    int t5;        /* an encoder-decoder: layers encoder layers, then
+                    * dec_layers decoder layers each with cross-attention
+                    * over the encoder's output; no position table but a
+                    * relative-position bias per stack (rel_buckets rows
+                    * of a bias per head, distances up to rel_max_dist);
+                    * scores not scaled; RMSNorm, no biases, ReLU; a tied
+                    * head reads its input scaled by 1/sqrt(hidden) */
+    int dec_layers;
+    int rel_buckets, rel_max_dist;
+    int head_dim;  /* a head's width (hs) where it is not hidden / heads
+                    * (T5-3B's 128 beside 1024 / 32); 0: hidden / heads */
 } exec_gpt_config;
 
 
@@ -71,10 +83,28 @@ static inline int exec_kv_heads(const exec_gpt_config *c)
     return c->kv_heads > 0 ? c->kv_heads : c->heads;
 }
 
+/* A head's width hs, and the attention's inner width NH hs (D: C but
+ * where a T5 says another head width). */
+static inline int exec_hs(const exec_gpt_config *c)
+{
+    return c->head_dim > 0 ? c->head_dim : c->hidden / c->heads;
+}
+
+static inline size_t exec_inner(const exec_gpt_config *c)
+{
+    return (size_t)c->heads * (size_t)exec_hs(c);
+}
+
 static inline size_t exec_qkv_rows(const exec_gpt_config *c)
 {
-    return (size_t)c->hidden +
-           2 * (size_t)exec_kv_heads(c) * (size_t)(c->hidden / c->heads);
+    return exec_inner(c) + 2 * (size_t)exec_kv_heads(c) * (size_t)exec_hs(c);
+}
+
+/* Layers of the per-layer tensors (T5: the encoder's, then the
+ * decoder's). */
+static inline int exec_stack_layers(const exec_gpt_config *c)
+{
+    return c->layers + (c->t5 ? c->dec_layers : 0);
 }
 
 static inline size_t exec_fc_rows(const exec_gpt_config *c)
@@ -112,6 +142,16 @@ static inline int exec_qkv_expands(const exec_gpt_config *c)
 {
     return exec_rope(c) || exec_kv_heads(c) != c->heads;
 }
+
+/* T5's relative-position buckets (Raffel et al. 2020; Hugging Face's
+ * T5Attention._relative_position_bucket, in its float32 arithmetic):
+ * out[o] for o = 0 .. Tq + Tk - 2 is the bucket of key j seen from query
+ * i where o = j - i + Tq - 1. Bidirectional (an encoder's): half the nb
+ * buckets for keys after the query; causal (a decoder's): keys after it
+ * share bucket 0. Distances below half a side's buckets have one each,
+ * the rest logarithmically more up to maxd, beyond which one holds all. */
+void exec_t5_buckets(int *out, int Tq, int Tk, int bidirectional, int nb,
+                     int maxd);
 
 /* Fills c from a model-zoo spec. Families and features the CPU trainer
  * does not implement (T5, a gated MLP other than SwiGLU, a head size
@@ -151,6 +191,13 @@ typedef enum {
      * decoder's bias */
     EXEC_P_WTT, EXEC_P_LNEW, EXEC_P_LNEB, EXEC_P_MLMW, EXEC_P_MLMB,
     EXEC_P_POOLW, EXEC_P_POOLB, EXEC_P_LMB,
+    /* T5's: the decoder layers' cross-attention (its RMSNorm, q, k | v
+     * and output projections, stacked over the decoder's layers), the
+     * encoder's and the decoder's relative-position bias tables
+     * (rel_buckets x heads each), the encoder's final RMSNorm (lnf is the
+     * decoder's) */
+    EXEC_P_XLNW, EXEC_P_XQW, EXEC_P_XKVW, EXEC_P_XOW, EXEC_P_RELE,
+    EXEC_P_RELD, EXEC_P_ENCNW,
     EXEC_P_COUNT
 } exec_gpt_tensor_id;
 

@@ -72,28 +72,33 @@ enum {
     P_WTE = EXEC_P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW,
     P_ATTPROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW,
     P_LNFB, P_LMW, P_WTT, P_LNEW, P_LNEB, P_MLMW, P_MLMB, P_POOLW, P_POOLB,
-    P_LMB, P_COUNT = EXEC_P_COUNT
+    P_LMB, P_XLNW, P_XQW, P_XKVW, P_XOW, P_RELE, P_RELD, P_ENCNW,
+    P_COUNT = EXEC_P_COUNT
 };
 
 static void param_table(const exec_gpt_config *c, exec_tensor *t)
 {
-    size_t V = c->vocab, C = c->hidden, L = c->layers, F = c->ffn,
+    size_t V = c->vocab, C = c->hidden, L = exec_stack_layers(c),
+           F = c->ffn, D = exec_inner(c),
            P = exec_rope(c) ? 0
                             : (size_t)c->max_pos + (size_t)c->pos_offset,
            bias = c->bias != 0,
            lnb = !c->rmsnorm, QKV = exec_qkv_rows(c), FC = exec_fc_rows(c);
+    size_t t5 = c->t5 != 0, Ld = t5 * (size_t)c->dec_layers,
+           rel = t5 * (size_t)c->rel_buckets * (size_t)c->heads;
     static const char *const names[P_COUNT] = {
         "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw",
         "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb",
         "lnfw", "lnfb", "lmw", "wtt", "lnew", "lneb", "mlmw", "mlmb",
-        "poolw", "poolb", "lmb"};
+        "poolw", "poolb", "lmb", "xlnw", "xqw", "xkvw", "xow", "rele",
+        "reld", "encnw"};
     /* an encoder's: the head's transform, the pooler and the decoder's
      * bias always have biases, as BERT's */
     size_t enc = c->encoder != 0, pool = enc && c->pooler;
     size_t n[P_COUNT] = {
         [P_WTE] = V * C, [P_WPE] = P * C, [P_LN1W] = L * C,
         [P_LN1B] = lnb * L * C, [P_QKVW] = L * QKV * C,
-        [P_QKVB] = bias * L * QKV, [P_ATTPROJW] = L * C * C,
+        [P_QKVB] = bias * L * QKV, [P_ATTPROJW] = L * C * D,
         [P_ATTPROJB] = bias * L * C, [P_LN2W] = L * C,
         [P_LN2B] = lnb * L * C, [P_FCW] = L * FC * C,
         [P_FCB] = bias * L * FC, [P_FCPROJW] = L * C * F,
@@ -101,7 +106,10 @@ static void param_table(const exec_gpt_config *c, exec_tensor *t)
         [P_LMW] = c->tied ? 0 : V * C,
         [P_WTT] = enc * (size_t)c->type_vocab * C, [P_LNEW] = enc * C,
         [P_LNEB] = enc * lnb * C, [P_MLMW] = enc * C * C, [P_MLMB] = enc * C,
-        [P_POOLW] = pool * C * C, [P_POOLB] = pool * C, [P_LMB] = enc * V};
+        [P_POOLW] = pool * C * C, [P_POOLB] = pool * C, [P_LMB] = enc * V,
+        [P_XLNW] = Ld * C, [P_XQW] = Ld * D * C, [P_XKVW] = Ld * 2 * D * C,
+        [P_XOW] = Ld * C * D, [P_RELE] = rel, [P_RELD] = rel,
+        [P_ENCNW] = t5 * C};
     size_t off = 0;
     for (int i = 0; i < P_COUNT; i++) {
         snprintf(t[i].name, sizeof t[i].name, "%s", names[i]);
@@ -110,7 +118,8 @@ static void param_table(const exec_gpt_config *c, exec_tensor *t)
         t[i].decay = i == P_WTE || i == P_WPE || i == P_QKVW ||
                      i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW ||
                      i == P_LMW || i == P_WTT || i == P_MLMW ||
-                     i == P_POOLW;
+                     i == P_POOLW || i == P_XQW || i == P_XKVW ||
+                     i == P_XOW;
         off += n[i];
     }
 }
@@ -149,17 +158,37 @@ int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
                          "nothing to predict (the executor trains 2 or "
                          "more)");
     if (c->vocab < 2 || c->hidden < 1 || c->layers < 1 || c->heads < 1 ||
-        c->ffn < 1 || (c->max_pos < 1 && !exec_rope(c)) || c->max_pos < 0 ||
+        c->ffn < 1 || (c->max_pos < 1 && !exec_rope(c) && !c->t5) ||
+        c->max_pos < 0 ||
         c->kv_heads < 0)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "model sizes must be positive (vocab %d, hidden %d, "
                          "layers %d, heads %d, ffn %d, max_pos %d)",
                          c->vocab, c->hidden, c->layers, c->heads, c->ffn,
                          c->max_pos);
-    if (c->hidden % c->heads)
+    if (c->hidden % c->heads && !c->head_dim)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "heads (%d) must divide hidden (%d)", c->heads,
                          c->hidden);
+    if (c->head_dim < 0 || c->head_dim > KERN_HEAD_MAX ||
+        (c->head_dim && !c->t5))
+        return util_errf(e, UTIL_EXIT_USAGE, "a head width of %d (T5's "
+                         "alone may differ from hidden / heads, up to %d)",
+                         c->head_dim, KERN_HEAD_MAX);
+    if ((c->t5 != 0 && c->t5 != 1) ||
+        (c->t5 && (c->dec_layers < 1 || c->rel_buckets < 0 ||
+                   c->rel_buckets > 1 << 16 ||
+                   (c->rel_buckets && c->rel_buckets < 4) ||
+                   c->rel_max_dist <= c->rel_buckets / 2 ||
+                   !c->rmsnorm || c->bias || c->swiglu || exec_rope(c) ||
+                   c->kv_heads || c->encoder || c->max_pos)) ||
+        (!c->t5 && (c->dec_layers || c->rel_buckets || c->rel_max_dist)))
+        return util_errf(e, UTIL_EXIT_USAGE, "T5 %d: an encoder-decoder "
+                         "with decoder layers (%d), relative-position "
+                         "buckets (%d: none, or 4 to 65536) and a largest "
+                         "distance beyond half of them (%d), RMSNorm, no biases, a ReLU or GELU MLP and "
+                         "no position table", c->t5, c->dec_layers,
+                         c->rel_buckets, c->rel_max_dist);
     /* OPT's offset is 2; ReLU is one MLP of three */
     if (c->pos_offset < 0 || c->pos_offset > 16 ||
         (exec_rope(c) && c->pos_offset))
@@ -172,7 +201,7 @@ int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "key and value heads (%d) must divide heads (%d)",
                          exec_kv_heads(c), c->heads);
-    int hs = c->hidden / c->heads;
+    int hs = exec_hs(c);
     if (c->rmsnorm && !(c->norm_eps > 0 && c->norm_eps < 0.1f))
         return util_errf(e, UTIL_EXIT_USAGE, "RMSNorm's epsilon %g is not "
                          "in (0, 0.1)", (double)c->norm_eps);
@@ -214,19 +243,27 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
                               const char *where, util_err *e)
 {
     char why[160] = "";
+    int t5 = s->family == PROF_FAM_T5;
     if (s->family != PROF_FAM_GPT && s->family != PROF_FAM_LLAMA &&
-        s->family != PROF_FAM_OPT && s->family != PROF_FAM_BERT)
+        s->family != PROF_FAM_OPT && s->family != PROF_FAM_BERT && !t5)
         snprintf(why, sizeof why,
                  "family %s (it trains decoders, families gpt, llama and "
-                 "opt, and encoders, family bert)",
-                 prof_family_name(s->family));
+                 "opt, encoders, family bert, and encoder-decoders, family "
+                 "t5)", prof_family_name(s->family));
+    else if (t5 && s->gated_mlp)
+        snprintf(why, sizeof why, "T5 v1.1's gated MLP (GeGLU; T5's ReLU "
+                 "or GELU MLP trains)");
+    else if (t5 && (s->bias || !s->rmsnorm))
+        snprintf(why, sizeof why, "a T5 with %s (T5 has RMSNorm and no "
+                 "biases)", s->bias ? "biases" : "LayerNorm");
     else if (s->gated_mlp && s->act != PROF_ACT_SILU)
         snprintf(why, sizeof why, "a gated MLP other than SwiGLU");
     else if (!s->gated_mlp && s->act != PROF_ACT_GELU &&
              s->act != PROF_ACT_RELU)
         snprintf(why, sizeof why, "an MLP activation other than GELU or "
                  "ReLU (or SwiGLU, gated)");
-    else if (s->head_dim && s->heads && s->head_dim * s->heads != s->hidden)
+    else if (!t5 && s->head_dim && s->heads &&
+             s->head_dim * s->heads != s->hidden)
         snprintf(why, sizeof why, "a head size other than hidden/heads");
     else if (s->act_other)
         snprintf(why, sizeof why, "an activation of the %s kind the "
@@ -260,6 +297,15 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
     c->type_vocab = c->encoder ? s->type_vocab : 0;
     c->pooler = c->encoder && s->pooler;
     c->gelu_erf = s->gelu_erf && s->act == PROF_ACT_GELU && !s->gated_mlp;
+    /* T5: the encoder's layers, then the decoder's; a relative-position
+     * bias; heads as wide as d_kv says */
+    c->t5 = t5;
+    c->dec_layers = t5 ? s->dec_layers : 0;
+    c->rel_buckets = t5 ? s->rel_pos_buckets : 0;
+    c->rel_max_dist = t5 ? s->rel_pos_max_distance : 0;
+    c->head_dim = t5 && s->head_dim && s->head_dim * s->heads != s->hidden
+                      ? s->head_dim : 0;
+    if (t5) c->max_pos = 0;
     /* no learned position table: rotary positions, as Llama (the
      * simulator's rule) */
     int rope = prof_spec_rope(s);
@@ -327,11 +373,84 @@ exec_gpt *exec_gpt_new(const exec_gpt_config *c, int B, int T, uint64_t seed)
     return m;
 }
 
+void exec_t5_buckets(int *out, int Tq, int Tk, int bidirectional, int nb,
+                     int maxd)
+{
+    for (int o = 0; o < Tq + Tk - 1; o++) {
+        int rel = o - (Tq - 1), b = 0, n = nb, d;
+        if (bidirectional) {
+            n /= 2;
+            if (rel > 0) b += n;
+            d = rel < 0 ? -rel : rel;
+        } else {
+            d = rel < 0 ? -rel : 0;
+        }
+        int exact = n / 2;
+        if (d < exact) {
+            b += d;
+        } else {
+            /* float32 as the reference computes it; a distance this far
+             * has exact >= 1 */
+            float v = logf((float)d / (float)exact) /
+                      (float)log((double)maxd / exact) * (float)(n - exact);
+            /* (the config's check keeps maxd beyond exact: v is finite) */
+            int large = exact + (v < (float)n ? (int)v : n);
+            b += large < n - 1 ? large : n - 1;
+        }
+        out[o] = b;
+    }
+}
+
+/* T5's initialization as Hugging Face's T5PreTrainedModel gives it
+ * (Mesh TensorFlow's): the token table N(0, 1); q N(0, 1/sqrt(C hs)), k
+ * and v N(0, 1/sqrt(C)), the attention's output N(0, 1/sqrt(NH hs)); the
+ * MLP's first linear N(0, 1/sqrt(C)), its second N(0, 1/sqrt(F)); the
+ * bias tables N(0, 1/sqrt(C)); an untied head N(0, 1); norms 1. */
+static void t5_init(const exec_gpt_config *c, const exec_tensor *tens,
+                    uint64_t *s, float *p)
+{
+    float C = (float)c->hidden, D = (float)exec_inner(c),
+          hs = (float)exec_hs(c), F = (float)c->ffn;
+    size_t Dn = exec_inner(c), Cn = (size_t)c->hidden;
+    for (int i = 0; i < P_COUNT; i++) {
+        const exec_tensor *t = &tens[i];
+        float *x = p + t->off;
+        if (!t->n) continue;
+        switch (i) {
+        case P_LN1W: case P_LN2W: case P_LNFW: case P_XLNW: case P_ENCNW:
+            for (size_t j = 0; j < t->n; j++) x[j] = 1.0f;
+            break;
+        case P_QKVW:
+            /* per layer: q's rows, then k's and v's */
+            for (size_t at = 0; at < t->n; at += 3 * Dn * Cn) {
+                fill_normal(x + at, Dn * Cn, 1.0f / sqrtf(C * hs), s);
+                fill_normal(x + at + Dn * Cn, 2 * Dn * Cn, 1.0f / sqrtf(C),
+                            s);
+            }
+            break;
+        case P_XQW: fill_normal(x, t->n, 1.0f / sqrtf(C * hs), s); break;
+        case P_XKVW: case P_FCW: case P_RELE: case P_RELD:
+            fill_normal(x, t->n, 1.0f / sqrtf(C), s);
+            break;
+        case P_ATTPROJW: case P_XOW:
+            fill_normal(x, t->n, 1.0f / sqrtf(D), s);
+            break;
+        case P_FCPROJW: fill_normal(x, t->n, 1.0f / sqrtf(F), s); break;
+        case P_WTE: case P_LMW: fill_normal(x, t->n, 1.0f, s); break;
+        default: memset(x, 0, t->n * sizeof *x); break;
+        }
+    }
+}
+
 void exec_gpt_init_params(const exec_gpt_config *c, uint64_t seed, float *p)
 {
     exec_tensor tens[P_COUNT];
     param_table(c, tens);
     uint64_t s = seed;
+    if (c->t5) {
+        t5_init(c, tens, &s, p);
+        return;
+    }
     float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->layers);
     for (int i = 0; i < P_COUNT; i++) {
         exec_tensor *t = &tens[i];

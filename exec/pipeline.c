@@ -175,6 +175,41 @@ static int stier_check(const exec_pipe_opts *o, const sim_plan *p,
     return 0;
 }
 
+/* What the executor does not run of a T5 yet: its ops split by tensor
+ * parallelism, adapters, fused attention, and the offloaded or tiered
+ * states (whose tiers know one tied table) */
+static int t5_check(const exec_pipe_opts *o, const sim_plan *p,
+                    const prof_model_spec *s, const exec_gpt_config *c,
+                    const char *where, util_err *e)
+{
+    if (!c->t5) return 0;
+    char why[96] = "";
+    if (p->tp > 1)
+        snprintf(why, sizeof why, "tensor parallelism (tp %d)", p->tp);
+    else if (exec_ft_adapts(&p->ft))
+        snprintf(why, sizeof why, "adapters (LoRA, QLoRA)");
+    else if (s->flash_attn)
+        snprintf(why, sizeof why, "fused attention (flash_attn)");
+    else if (o->offload.policy != EXEC_OFFLOAD_NONE)
+        snprintf(why, sizeof why, "--offload %s",
+                 exec_offload_name(o->offload.policy));
+    else if (sim_sched_offload(p->sched))
+        snprintf(why, sizeof why, "schedule %s", sim_sched_name(p->sched));
+    else if (sim_plan_tiered(p))
+        snprintf(why, sizeof why, "stage tiers");
+    else if (!c->tied)
+        snprintf(why, sizeof why, "an untied head (the executor's T5 "
+                 "shares one table, as T5 1.0 does)");
+    else if (sim_zero_stage(p->zero, p->fsdp) >= 2)
+        snprintf(why, sizeof why, "sharded gradients (zero %d)",
+                 sim_zero_stage(p->zero, p->fsdp));
+    if (why[0])
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: %s: the executor runs an "
+                         "encoder-decoder (T5) without %s yet", where,
+                         p->model, why);
+    return 0;
+}
+
 void exec_pipe_result_free(exec_pipe_result *r)
 {
     if (!r) return;
@@ -322,9 +357,10 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
             r->overhead[ep] = nw[0] > 0 ? ovh[ep] / nw[0] : 0;
         r->loss = util_malloc(sizeof(double) * (size_t)(nep + 1));
         r->grad_norm = util_malloc(sizeof(double) * (size_t)(nep + 1));
-        double tokens = (double)r->B * r->T;
+        /* the mean over the minibatch's targets (rt->scale: one over
+         * their count, an encoder's masked ones, a T5's decoder's) */
         for (int k = 0; k < nep; k++) {
-            r->loss[k] = loss[k] / tokens;
+            r->loss[k] = loss[k] * rt->scale;
             r->grad_norm[k] = rt->async ? NAN : norm[k];
         }
     }
@@ -431,13 +467,15 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         return util_err_prefix(e, "%s", where);
     if (finetune_check(o, p, where, e) || zero_check(o, p, where, e))
         return -1;
-    if (stier_check(o, p, where, e)) return -1;
+    if (stier_check(o, p, where, e) ||
+        t5_check(o, p, &spec, &cfg, where, e))
+        return -1;
     int T = spec.seq_len > 0 ? spec.seq_len : cfg.max_pos;
     if (T < 1)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: model %s has neither a "
                          "sequence length nor a position table", where,
                          p->model);
-    if (!exec_rope(&cfg) && T > cfg.max_pos)
+    if (!exec_rope(&cfg) && !cfg.t5 && T > cfg.max_pos)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: sequence %d exceeds the "
                          "model's position table (%d)", where, T, cfg.max_pos);
     if (exec_corpus_vocab_check(&cfg, where, e)) return -1;
@@ -448,6 +486,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     rt.cfg = cfg;
     rt.mbs = p->mbs;
     rt.T = T;
+    /* T5: the decoder's length and each stack's buckets per offset */
+    rt.Td = cfg.t5 ? spec.dec_seq_len : 0;
     rt.tp = p->tp > 1 ? p->tp : 1;
     rt.dp = p->dp > 1 ? p->dp : 1;
     rt.pipes = sim_sched_pipes(p->sched);
@@ -586,7 +626,16 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     r->n_devices = r->ir->n_devices;
     r->n_workers = rt.n_workers;
     r->step_first = step0;
-    if (exec_corpus_load(&corpus, o->data, T, e)) goto out;
+    if (cfg.t5) {
+        rt.n_t5_buckets = 2 * T - 1 + 2 * rt.Td - 1;
+        rt.t5_buckets = util_malloc(sizeof(int) * (size_t)rt.n_t5_buckets);
+        exec_t5_buckets(rt.t5_buckets, T, T, 1, cfg.rel_buckets,
+                        cfg.rel_max_dist);
+        exec_t5_buckets(rt.t5_buckets + 2 * T - 1, rt.Td, rt.Td, 0,
+                        cfg.rel_buckets, cfg.rel_max_dist);
+    }
+    /* a T5 reads a window of both lengths (fill_t5) */
+    if (exec_corpus_load(&corpus, o->data, T + rt.Td, e)) goto out;
     /* a device is one core: OpenBLAS and the kernels' pool single-threaded
      * (OpenBLAS's own threads would spin against the other workers) */
     kern_set_threads(1);
@@ -604,7 +653,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     /* the loss is the mean over the minibatch's targets: every token's,
      * an encoder's masked ones (exec_mlm_mask: as many in every row) */
     rt.scale = 1.0 / ((double)r->B * (rt.cfg.encoder ? exec_mlm_count(T)
-                                                        : T));
+                                      : rt.cfg.t5 ? rt.Td : T));
     rt.budget = o->mem_budget_bytes > 0 ? o->mem_budget_bytes
                                         : prof_topo_gpu(r->topo, 0)->mem_bytes;
     rt.record_mem = o->record_mem;
@@ -708,6 +757,7 @@ out_rt:
     rt.xop = NULL;
 out:
     free(rt.xop);
+    free(rt.t5_buckets);
     free(full);
     free(am);
     free(av);

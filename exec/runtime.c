@@ -459,17 +459,53 @@ static tctx tctx_of(exec_worker *w, int id)
 }
 
 
+/* A T5's microbatch (a prefix LM, as Raffel et al. 2020 Sec. 3.3.1
+ * describe it for an encoder-decoder): a window of T + Td bytes of the
+ * text, the encoder reading its first T and the decoder predicting the
+ * next Td from token 0 and the targets before each, then the buckets
+ * (stage_gpt.c t5_ids). */
+static int fill_t5(exec_worker *w, exec_rec *r, int step, int g,
+                   util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    int B = rt->mbs, T = rt->T, Td = rt->Td, W = T + Td;
+    size_t Ne = (size_t)B * T, Nd = (size_t)B * Td;
+    size_t n = Ne + 2 * Nd + (size_t)rt->n_t5_buckets;
+    int *win = util_malloc(sizeof(int) * 2 * (size_t)B * W);
+    int *ids = util_malloc(sizeof(int) * n);
+    exec_corpus_rows(rt->corpus, 0, rt->seed, (uint64_t)step, g * B, B, W,
+                     win, win + (size_t)B * W);
+    for (int b = 0; b < B; b++) {
+        const int *row = win + (size_t)b * W;
+        memcpy(ids + (size_t)b * T, row, sizeof(int) * (size_t)T);
+        for (int t = 0; t < Td; t++) {
+            ids[Ne + (size_t)b * Td + t] = t ? row[T + t - 1] : 0;
+            ids[Ne + Nd + (size_t)b * Td + t] = row[T + t];
+        }
+    }
+    memcpy(ids + Ne + 2 * Nd, rt->t5_buckets,
+           sizeof(int) * (size_t)rt->n_t5_buckets);
+    free(win);
+    r->ids.b = exec_buf_new(&w->mem, n, 0);
+    r->ids.off = 0;
+    r->ids.n = n;
+    if (r->ids.b) rt->be->from_host(r->ids.b->p, ids, sizeof(int) * n);
+    free(ids);
+    return r->ids.b ? 0 : exec_oom(w, "the tokens", e);
+}
+
 /* The microbatch's tokens and targets, read on the host and uploaded
  * once per record. */
 static int fill_tokens(exec_worker *w, exec_stage *st, exec_rec *r,
                        const sim_task *t, int epoch, util_err *e)
 {
     exec_runtime *rt = w->rt;
-    if (!st->has_embed && !st->has_loss) return 0;
+    if (!st->has_embed && !st->has_loss && !rt->cfg.t5) return 0;
     size_t n = (size_t)rt->mbs * rt->T;
-    int *ids = util_malloc(sizeof(int) * 2 * n);
     int step = rt->step0 + (rt->async ? t->minibatch : epoch - 1);
     int g = st->replica * rt->M + t->mb;
+    if (rt->cfg.t5) return fill_t5(w, r, step, g, e);
+    int *ids = util_malloc(sizeof(int) * 2 * n);
     exec_corpus_rows(rt->corpus, 0, rt->seed, (uint64_t)step, g * rt->mbs,
                      rt->mbs, rt->T, ids, ids + n);
     exec_mlm_mask(&rt->cfg, 0, rt->seed, (uint64_t)step, g * rt->mbs,
@@ -1224,6 +1260,11 @@ static int tsrc_cmp(const void *a, const void *b)
     return (x->stage > y->stage) - (x->stage < y->stage);
 }
 
+static int sum_rel(exec_worker *w, exec_stage *st, int g, tsrc *tied,
+                   int nt, util_err *e);
+static int sum_tied(exec_worker *w, exec_stage *st, const sim_task *t,
+                    int task, tsrc *tied, int nt, util_err *e);
+
 /* Folds the gradient receives task depends on into their stages'
  * gradients: ring steps add (reduce-scatter) or copy (all-gather) their
  * chunk; tied-table copies are summed with the stage's own in stage
@@ -1233,8 +1274,8 @@ static int integrate(exec_worker *w, int task, util_err *e)
     exec_runtime *rt = w->rt;
     const sim_ir *ir = rt->ir;
     const sim_task *t = &ir->tasks[task];
-    tsrc tied[16];
-    int nt = 0, tied_stage = -1;
+    tsrc tied[3][16];
+    int nt[3] = {0, 0, 0}, tied_stage = -1;
     for (int k = 0; k < t->n_dep; k++) {
         int d = ir->deps[t->dep_off + k];
         const sim_task *u = &ir->tasks[d];
@@ -1248,16 +1289,63 @@ static int integrate(exec_worker *w, int task, util_err *e)
             if (fold_dp(w, d, b, e)) return -1;
             continue;
         }
-        if (nt == 15 || st->tied_sl < 0) {
+        int g = u->table < 3 ? u->table : 0;
+        if (nt[g] == 15 || (g ? st->rel_sl[g - 1] : st->tied_sl) < 0) {
             exec_buf_unref(b);
             return util_errf(e, UTIL_EXIT_FAIL, "tied-table gradient for a "
                              "stage without a copy");
         }
         tied_stage = st->id;
-        tied[nt++] = (tsrc){u->stage, b->p, b};
+        tied[g][nt[g]++] = (tsrc){u->stage, b->p, b};
     }
-    if (!nt) return 0;
+    if (tied_stage < 0) return 0;
     exec_stage *st = &w->st[w->lidx[tied_stage]];
+    for (int g = 1; g < 3; g++)
+        if (nt[g] && sum_rel(w, st, g, tied[g], nt[g], e)) {
+            for (int h = 0; h < 3; h++)
+                for (int i = 0; i < nt[h]; i++) exec_buf_unref(tied[h][i].b);
+            return -1;
+        }
+    return nt[0] ? sum_tied(w, st, t, task, tied[0], nt[0], e) : 0;
+}
+
+/* A T5's relative-position table g's copies summed with the stage's own
+ * in stage order, into its gradient. */
+static int sum_rel(exec_worker *w, exec_stage *st, int g, tsrc *tied,
+                   int nt, util_err *e)
+{
+    const exec_backend *be = w->rt->be;
+    const exec_slice *sl = &st->sl[st->rel_sl[g - 1]];
+    float *own = st->g ? st->g + sl->off : NULL;
+    int rc = own ? 0 : util_errf(e, UTIL_EXIT_FAIL, "relative-position "
+                                 "table gradient of stage %d before its "
+                                 "backward", st->id);
+    tied[nt++] = (tsrc){st->id, own, NULL};
+    qsort(tied, (size_t)nt, sizeof *tied, tsrc_cmp);
+    for (int i = 0; !rc && i < nt; i++)
+        if (tied[i].b && tied[i].b->n != sl->n)
+            rc = util_errf(e, UTIL_EXIT_FAIL, "relative-position table "
+                           "gradient of %zu floats, the copy has %zu",
+                           tied[i].b->n, sl->n);
+    exec_buf *acc = rc ? NULL : exec_buf_new(&w->mem, sl->n, 0);
+    if (!rc && !acc) rc = exec_oom(w, "a relative-position table's sum", e);
+    if (!rc)
+        EXEC_KERN(w, {
+            be->copy(acc->p, tied[0].p, sl->n * sizeof *acc->p);
+            for (int i = 1; i < nt; i++) be->acc(acc->p, tied[i].p, sl->n);
+            be->copy(own, acc->p, sl->n * sizeof *acc->p);
+        });
+    exec_buf_unref(acc);
+    for (int i = 0; i < nt; i++) exec_buf_unref(tied[i].b);
+    return rc;
+}
+
+/* The token table's copies summed with the stage's own in stage order
+ * (under ZeRO-2 and 3 into the reduce-scatter task starts). */
+static int sum_tied(exec_worker *w, exec_stage *st, const sim_task *t,
+                    int task, tsrc *tied, int nt, util_err *e)
+{
+    exec_runtime *rt = w->rt;
     const exec_slice *sl = &st->sl[st->tied_sl];
     float *own = tied_grad(rt, st);
     /* sharded: the copies' total goes into the step's last reduce-
@@ -1331,7 +1419,8 @@ size_t exec_recv_floats(exec_runtime *rt, exec_worker *w, int rid)
         dp_chunk(rt, st, rid, geo(rt, u->stage)->replica, &lo, &total);
         return total;
     }
-    return st->tied_sl >= 0 ? st->sl[st->tied_sl].n : 0;
+    int k = u->table ? st->rel_sl[u->table - 1] : st->tied_sl;
+    return k >= 0 ? st->sl[k].n : 0;
 }
 
 /* ------------------------------------------------------------ updates */
@@ -2054,6 +2143,15 @@ static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
         pc[(*np)++] = (exec_piece){base + lo, len};
         return 0;
     }
+    if (t->comm == SIM_COMM_EMB && t->table) {
+        /* a T5's relative-position table: its gradient in the stage's */
+        int k = st->rel_sl[t->table - 1];
+        if (k < 0 || !st->g)
+            return util_errf(e, UTIL_EXIT_FAIL, "a relative-position "
+                             "table's gradient the stage does not hold");
+        pc[(*np)++] = (exec_piece){st->g + st->sl[k].off, st->sl[k].n};
+        return 0;
+    }
     if (t->comm == SIM_COMM_EMB && st->tied_sl >= 0) {
         const exec_slice *sl = &st->sl[st->tied_sl];
         float *g = tied_grad(rt, st);
@@ -2347,7 +2445,7 @@ static void geo_build(exec_runtime *rt)
         g->last = p->last_op[ms];
         g->n_ops = g->last - g->first + 1;
         g->device = rt->ir->stage_device[v];
-        g->tied_sl = -1;
+        g->tied_sl = g->rel_sl[0] = g->rel_sl[1] = -1;
         int *ext = util_malloc(sizeof(int) * (size_t)(2 * g->n_ops + 1));
         int ne = 0;
         for (int i = g->first; i <= g->last; i++) {
@@ -2873,8 +2971,13 @@ static int worker_stages(exec_worker *w, const float *full,
             chunk(st->n, H, mod(st->replica % H + 1, H), &st->sh_lo,
                   &st->sh_n);
         }
-        for (int k = 0; k < st->n_sl; k++)
-            if (st->sl[k].tied && !st->sl[k].frozen) st->tied_sl = k;
+        for (int k = 0; k < st->n_sl; k++) {
+            const exec_slice *s = &st->sl[k];
+            if (!s->tied || s->frozen) continue;
+            if (s->tensor == EXEC_P_RELE) st->rel_sl[0] = k;
+            else if (s->tensor == EXEC_P_RELD) st->rel_sl[1] = k;
+            else st->tied_sl = k;
+        }
         exec_stage_op_slices(rt, st);
         st->n_ver_slots = 1;
         if (w->ofl || w->tiers) {

@@ -129,6 +129,13 @@ typedef struct exec_xop {
     int grad, train_w;
     int n_lora, lora_col[3], lora_n[3], lora_k, lora_rowpar;
     size_t lora_keep_n;
+    /* T5 (exec_gpt_config t5): the tokens of a row of its output (the
+     * encoder's length or the decoder's), of its keys (attention ops;
+     * Tq elsewhere), whether its attention is cross-attention, causal,
+     * and which relative-position table its softmax adds (0 none, 1 the
+     * encoder's, 2 the decoder's); its layer in the decoder's cross-
+     * attention tensors (-1 none) */
+    int Tq, Tk, cross, causal, rel, xlayer;
 } exec_xop;
 
 /* A slice of a parameter tensor a stage holds: local floats [off, off+n)
@@ -217,6 +224,9 @@ typedef struct exec_stage {
     int n_sl;
     int tied_sl;            /* the slice holding a tied table's copy that
                              * trains, -1 */
+    int rel_sl[2];          /* T5: those holding its copies of the
+                             * encoder's and the decoder's relative-
+                             * position tables that train, -1 */
     size_t n, n_frozen;
     float *g, *am, *av, *wf;
     float **w;
@@ -465,6 +475,11 @@ struct exec_runtime {
     const sim_ir *ir;
     exec_gpt_config cfg;
     int mbs, T, tp, dp, pipes;
+    /* T5: the decoder's length, a record's ids (the encoder's tokens,
+     * the decoder's inputs, its targets, then each stack's buckets per
+     * relative offset: exec_t5_buckets) */
+    int Td;
+    int *t5_buckets, n_t5_buckets;
     int zero;                   /* ZeRO stage run (sim_zero_stage) */
     int shard;                  /* ranks a stage's state is sharded over */
     int n_workers, n_local, first_local;

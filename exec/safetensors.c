@@ -1,4 +1,4 @@
-/* Hugging Face safetensors for GPT-2, Llama, OPT and BERT: an 8-byte little-endian
+/* Hugging Face safetensors for GPT-2, Llama, OPT, BERT and T5: an 8-byte little-endian
  * header length, a JSON header (per tensor: dtype, shape, data_offsets
  * into the data that follows), then the raw tensors. GPT-2's projections
  * are Conv1D layers whose weight is (in x out); the kernels multiply by
@@ -385,6 +385,77 @@ static int load_bert(st_file *s, const exec_gpt_config *c, float *params,
     return read_map(s, c, "encoder.layer.", m, n, params, e);
 }
 
+/* Hugging Face's T5ForConditionalGeneration (T5 1.0: the token table
+ * "shared", encoder.block.L and decoder.block.L with q, k and v of their
+ * own, stacked into the fused projection's rows, the cross-attention's k
+ * and v into its k | v; each stack's relative-position table in its
+ * block 0; the decoder's layers after the encoder's in the per-layer
+ * tensors). A tied head has no tensor of its own. */
+static int load_t5(st_file *s, const exec_gpt_config *c, float *params,
+                   util_err *e)
+{
+    if (!c->t5)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: T5 weights (an encoder-"
+                         "decoder); the model is not a T5", s->path);
+    s->family = "T5";
+    exec_tensor tt[EXEC_P_COUNT];
+    exec_gpt_param_table(c, tt);
+    size_t C = c->hidden, F = c->ffn, V = c->vocab, D = exec_inner(c),
+           NB = (size_t)c->rel_buckets, NH = (size_t)c->heads,
+           QKV = exec_qkv_rows(c);
+    int Le = c->layers;
+    char n[128];
+#define T5_AT(t, at) (params + tt[t].off + (at))
+#define T5_READ(rows, cols, dst, ...)                                       \
+    do {                                                                    \
+        snprintf(n, sizeof n, __VA_ARGS__);                                 \
+        if (read_tensor(s, n, rows, cols, dst, e)) return -1;               \
+    } while (0)
+    T5_READ(V, C, T5_AT(EXEC_P_WTE, 0), "shared.weight");
+    T5_READ(C, 0, T5_AT(EXEC_P_ENCNW, 0), "encoder.final_layer_norm.weight");
+    T5_READ(C, 0, T5_AT(EXEC_P_LNFW, 0), "decoder.final_layer_norm.weight");
+    if (NB) {
+        T5_READ(NB, NH, T5_AT(EXEC_P_RELE, 0), "encoder.block.0.layer.0."
+                "SelfAttention.relative_attention_bias.weight");
+        T5_READ(NB, NH, T5_AT(EXEC_P_RELD, 0), "decoder.block.0.layer.0."
+                "SelfAttention.relative_attention_bias.weight");
+    }
+    static const char *const qkv[3] = {"q", "k", "v"};
+    for (int l = 0; l < Le + c->dec_layers; l++) {
+        int dec = l >= Le, b = dec ? l - Le : l;
+        const char *st = dec ? "decoder" : "encoder";
+        for (int k = 0; k < 3; k++)
+            T5_READ(D, C, T5_AT(EXEC_P_QKVW, (l * QKV + k * D) * C),
+                    "%s.block.%d.layer.0.SelfAttention.%s.weight", st, b,
+                    qkv[k]);
+        T5_READ(C, D, T5_AT(EXEC_P_ATTPROJW, l * C * D),
+                "%s.block.%d.layer.0.SelfAttention.o.weight", st, b);
+        T5_READ(C, 0, T5_AT(EXEC_P_LN1W, l * C),
+                "%s.block.%d.layer.0.layer_norm.weight", st, b);
+        int f = dec ? 2 : 1;   /* the MLP's sublayer */
+        T5_READ(F, C, T5_AT(EXEC_P_FCW, l * F * C),
+                "%s.block.%d.layer.%d.DenseReluDense.wi.weight", st, b, f);
+        T5_READ(C, F, T5_AT(EXEC_P_FCPROJW, l * C * F),
+                "%s.block.%d.layer.%d.DenseReluDense.wo.weight", st, b, f);
+        T5_READ(C, 0, T5_AT(EXEC_P_LN2W, l * C),
+                "%s.block.%d.layer.%d.layer_norm.weight", st, b, f);
+        if (!dec) continue;
+        T5_READ(D, C, T5_AT(EXEC_P_XQW, b * D * C),
+                "decoder.block.%d.layer.1.EncDecAttention.q.weight", b);
+        for (int k = 1; k < 3; k++)
+            T5_READ(D, C, T5_AT(EXEC_P_XKVW, (2 * b + k - 1) * D * C),
+                    "decoder.block.%d.layer.1.EncDecAttention.%s.weight", b,
+                    qkv[k]);
+        T5_READ(C, D, T5_AT(EXEC_P_XOW, b * C * D),
+                "decoder.block.%d.layer.1.EncDecAttention.o.weight", b);
+        T5_READ(C, 0, T5_AT(EXEC_P_XLNW, b * C),
+                "decoder.block.%d.layer.1.layer_norm.weight", b);
+    }
+#undef T5_READ
+#undef T5_AT
+    return 0;
+}
+
 int exec_safetensors_load(const char *path, const exec_gpt_config *c,
                           float *params, util_err *e)
 {
@@ -432,6 +503,10 @@ int exec_safetensors_load(const char *path, const exec_gpt_config *c,
         goto out;
     }
     s.data0 = 8 + (long long)hl;
+    if (c->t5 || json_object_get(s.hdr, "shared.weight")) {
+        rc = load_t5(&s, c, params, e);
+        goto out;
+    }
     if (c->encoder || json_object_get(s.hdr, "cls.predictions.bias")) {
         rc = load_bert(&s, c, params, e);
         goto out;

@@ -12,23 +12,49 @@
  * exec/backend.h) with the sizes one rank holds; with one rank the calls
  * are the reference trainer's, so on the CPU a pipeline of one microbatch
  * is bit-identical to it. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "exec/runtime.h"
 
-/* GPT layer of op i: the graph's layers are embed, l0..l{L-1}, head. */
-static int gpt_layer(const prof_model *m, int i, int L)
+/* The layer of op i in the per-layer tensors (-1 outside the layers).
+ * A decoder's or encoder's graph layers are embed, l0..l{L-1}, head; a
+ * T5's embed, enc.l0.., enc.norm, dec.embed, dec.l0.., head, and its
+ * decoder's layers follow the encoder's in the tensors. */
+static int gpt_layer(const prof_model *m, const exec_gpt_config *c, int i)
 {
-    int l = m->ops[i].layer - 1;
+    int l = m->ops[i].layer - 1, L = c->layers;
+    if (c->t5 && l >= L + 2 && l < L + 2 + c->dec_layers) return l - 2;
     return l >= 0 && l < L ? l : -1;
+}
+
+/* A T5 op's layer in the decoder's cross-attention tensors (-1: none) */
+static int cross_layer(const prof_model *m, const exec_gpt_config *c, int i)
+{
+    int l = gpt_layer(m, c, i);
+    return c->t5 && l >= c->layers ? l - c->layers : -1;
+}
+
+/* Whether a T5 attention op (or the output projection after it) is
+ * cross-attention: its context reads the k | v of the encoder's output. */
+static int is_cross(const prof_model *m, int i)
+{
+    const prof_op *o = &m->ops[i];
+    if (o->role == PROF_ROLE_ATTN_OUT) o = &m->ops[o->in[0]];
+    if (o->role == PROF_ROLE_ATTN_SCORES)
+        return o->n_in > 1 && m->ops[o->in[1]].role == PROF_ROLE_KV;
+    if (o->role == PROF_ROLE_ATTN_SOFTMAX) return is_cross(m, o->in[0]);
+    if (o->role == PROF_ROLE_ATTN_CONTEXT)
+        return o->n_in > 1 && m->ops[o->in[1]].role == PROF_ROLE_KV;
+    return 0;
 }
 
 /* Sizes of a role's output and kept state for one microbatch of N tokens
  * on one tensor-parallel rank. */
 typedef enum {
     SZ_0, SZ_N, SZ_2N, SZ_NC, SZ_NQKVL, SZ_N3CL, SZ_NCL, SZ_NFL, SZ_NVL,
-    SZ_SCORES, SZ_BC
+    SZ_SCORES, SZ_BC, SZ_N2CL
 } xsize;
 
 /* What each role of the GPT graph keeps and does: output and auxiliary
@@ -61,6 +87,10 @@ static const struct xrole {
     {PROF_ROLE_POOLER, SZ_BC, SZ_0, 0, 0, 0, 1, 0, 0},
     {PROF_ROLE_MLM_DENSE, SZ_NC, SZ_0, 0, 1, 0, 1, 0, 0},
     {PROF_ROLE_MLM_ACT, SZ_NC, SZ_0, 0, 1, 0, 0, 0, 0},
+    /* T5's cross-attention: q from the decoder, k | v from the encoder's
+     * output */
+    {PROF_ROLE_Q, SZ_NCL, SZ_0, 0, 1, 0, 1, 0, 1},
+    {PROF_ROLE_KV, SZ_N2CL, SZ_0, 0, 1, 0, 1, 0, 1},
 };
 
 /* The targets LoRA may put beside a linear role's weight matrix (q, k
@@ -128,15 +158,12 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                          "tensor parallelism %d must divide the heads (%d), "
                          "the key and value heads (%d) and the MLP width "
                          "(%d)", tp, c->heads, exec_kv_heads(c), c->ffn);
-    size_t N = (size_t)mbs * T, C = c->hidden;
-    const size_t sz[] = {
-        [SZ_0] = 0, [SZ_N] = N, [SZ_2N] = 2 * N, [SZ_NC] = N * C,
-        [SZ_NQKVL] = N * (exec_qkv_rows(c) / (size_t)tp),
-        [SZ_N3CL] = N * 3 * (C / tp), [SZ_NCL] = N * (C / tp),
-        [SZ_NFL] = N * (size_t)(c->ffn / tp),
-        [SZ_NVL] = N * (size_t)exec_vocab_shard(c->vocab, tp),
-        [SZ_SCORES] = (size_t)mbs * (size_t)(c->heads / tp) * T * T,
-        [SZ_BC] = (size_t)mbs * C};
+    size_t N = (size_t)mbs * T, C = c->hidden, D = exec_inner(c);
+    /* T5: the decoder's length */
+    int Td = c->t5 ? m->spec.dec_seq_len : T;
+    if (c->t5 && Td < 1)
+        return util_errf(e, UTIL_EXIT_USAGE, "a T5 without a decoder "
+                         "length (dec_seq_len)");
     /* the graph expands q | k | v (RoPE, grouped heads) where the
      * config's kernels need it */
     int qkv = 0, xp = 0;
@@ -164,9 +191,38 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
         }
         exec_xop *p = &x[i];
         p->role = o->role;
-        p->layer = gpt_layer(m, i, c->layers);
+        p->layer = gpt_layer(m, c, i);
+        p->xlayer = cross_layer(m, c, i);
         p->n_in = o->n_in > 2 ? 2 : o->n_in;
         for (int k = 0; k < p->n_in; k++) p->in[k] = o->in[k];
+        /* the tokens of its rows and keys: an attention op's from its
+         * producer (T5's cross-attention reads the encoder's), a k | v
+         * projection's the encoder's */
+        p->Tq = p->Tk = o->part == PROF_PART_DEC ? Td : T;
+        p->causal = !c->encoder && (!c->t5 || o->part == PROF_PART_DEC);
+        if (o->role == PROF_ROLE_KV) p->Tq = p->Tk = T;
+        if (c->t5 && o->role == PROF_ROLE_ATTN_SCORES && is_cross(m, i))
+            p->Tk = T, p->cross = 1, p->causal = 0;
+        if (o->role == PROF_ROLE_ATTN_SOFTMAX ||
+            o->role == PROF_ROLE_ATTN_CONTEXT) {
+            const exec_xop *q = &x[o->in[0]];
+            p->Tq = q->Tq, p->Tk = q->Tk, p->cross = q->cross;
+            p->causal = q->causal;
+        }
+        if (c->t5 && c->rel_buckets && o->role == PROF_ROLE_ATTN_SOFTMAX &&
+            !p->cross)
+            p->rel = o->part == PROF_PART_DEC ? 2 : 1;
+        size_t Nq = (size_t)mbs * (size_t)p->Tq;
+        const size_t sz[] = {
+            [SZ_0] = 0, [SZ_N] = Nq, [SZ_2N] = 2 * Nq, [SZ_NC] = Nq * C,
+            [SZ_NQKVL] = Nq * (exec_qkv_rows(c) / (size_t)tp),
+            [SZ_N3CL] = Nq * 3 * (D / tp), [SZ_NCL] = Nq * (D / tp),
+            [SZ_N2CL] = Nq * 2 * (D / tp),
+            [SZ_NFL] = Nq * (size_t)(c->ffn / tp),
+            [SZ_NVL] = Nq * (size_t)exec_vocab_shard(c->vocab, tp),
+            [SZ_SCORES] = (size_t)mbs * (size_t)(c->heads / tp) *
+                          (size_t)p->Tq * (size_t)p->Tk,
+            [SZ_BC] = (size_t)mbs * C};
         p->out_n = sz[r->out];
         p->aux_n = sz[r->aux];
         /* SwiGLU's up projection holds the gate's columns and the up's */
@@ -178,7 +234,8 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
         /* nothing before the first op that trains runs a backward; a
          * linear reads its input for its weight gradients only */
         int bwd = o->grad != PROF_GRAD_NONE;
-        int linear = o->role == PROF_ROLE_QKV ||
+        int linear = o->role == PROF_ROLE_QKV || o->role == PROF_ROLE_Q ||
+                     o->role == PROF_ROLE_KV ||
                      o->role == PROF_ROLE_ATTN_OUT ||
                      o->role == PROF_ROLE_MLP_UP ||
                      o->role == PROF_ROLE_MLP_DOWN ||
@@ -186,7 +243,8 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                      o->role == PROF_ROLE_MLM_DENSE;
         p->self_keep = bwd && r->self;
         p->need_in[0] = bwd && (linear ? p->has_w : r->in0);
-        p->need_in[1] = bwd && r->in1;
+        /* a cross-attention's scores read the encoder's keys back */
+        p->need_in[1] = bwd && (r->in1 || p->cross);
         p->tp_ar_fwd = tp > 1 && r->ar_fwd;
         p->tp_ar_bwd = tp > 1 && r->ar_bwd;
     }
@@ -266,6 +324,13 @@ static void pad(slices *v, size_t n)
 static int norm_tensor(const prof_model *m, const exec_gpt_config *c, int i)
 {
     prof_op_role next = i + 1 < m->n_ops ? m->ops[i + 1].role : PROF_ROLE_LOSS;
+    /* T5: before the self-attention, the cross-attention or the MLP; the
+     * encoder's last (the decoder's embedding follows); the decoder's */
+    if (c->t5)
+        return next == PROF_ROLE_QKV ? EXEC_P_LN1W
+             : next == PROF_ROLE_Q ? EXEC_P_XLNW
+             : next == PROF_ROLE_MLP_UP ? EXEC_P_LN2W
+             : next == PROF_ROLE_EMBED ? EXEC_P_ENCNW : EXEC_P_LNFW;
     if (c->encoder)
         return m->ops[i].layer == 0 ? EXEC_P_LNEW
              : next == PROF_ROLE_MLP_UP ? EXEC_P_LN1W
@@ -290,7 +355,7 @@ static void add_lora(slices *v, const prof_model *m,
     int was = v->frozen;
     v->frozen = 0;              /* adapters train */
     for (int b = 0; b < nb; b++) {
-        int a = exec_lora_index(c, &m->ft, gpt_layer(m, i, c->layers),
+        int a = exec_lora_index(c, &m->ft, gpt_layer(m, c, i),
                                 bits[b]);
         if (a < 0) continue;
         size_t n = nn[b], nl = n / tp;
@@ -311,21 +376,35 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
                          int tied_owner, exec_slice **out, int *n,
                          size_t *n_frozen)
 {
-    size_t C = c->hidden, Cl = C / tp, F = c->ffn, Fl = F / tp;
+    size_t C = c->hidden, F = c->ffn, Fl = F / tp, D = exec_inner(c),
+           Dl = D / tp;
     size_t V = c->vocab, Vl = (size_t)exec_vocab_shard(c->vocab, tp);
     size_t P = (size_t)c->max_pos + (size_t)c->pos_offset,
            Vr = vocab_rows(V, Vl, r);
     /* a layer's q | k | v rows and this rank's of each (its heads), its
      * MLP up rows (SwiGLU: gate, then up) */
-    size_t QKV = exec_qkv_rows(c), KV = (QKV - C) / 2, KVl = KV / tp,
+    size_t QKV = exec_qkv_rows(c), KV = (QKV - D) / 2, KVl = KV / tp,
            FC = exec_fc_rows(c);
-    size_t qkv0[3] = {r * Cl, C + r * KVl, C + KV + r * KVl},
-           qkvn[3] = {Cl, KVl, KVl};
+    size_t qkv0[3] = {r * Dl, D + r * KVl, D + KV + r * KVl},
+           qkvn[3] = {Dl, KVl, KVl};
     int rep0 = replica == 0, one = rep0 && r == 0;
     slices v = {0};
     int have_wte = 0;
+    /* T5: each stack's relative-position table, copied to every stage
+     * holding one of its self-attentions; the first such stage's copy
+     * is counted in the norm and saved. The rank's heads' columns. */
+    int rel_first[3] = {-1, -1, -1}, have_rel[3] = {0, 0, 0};
+    size_t NH = (size_t)c->heads, NHl = NH / (size_t)tp;
+    int rel_frozen[3] = {0, 0, 0};
+    for (int i = m->n_ops - 1; c->t5 && i >= 0; i--) {
+        int k = m->ops[i].part == PROF_PART_DEC ? 2 : 1;
+        if (m->ops[i].role == PROF_ROLE_ATTN_SOFTMAX && !is_cross(m, i))
+            rel_first[k] = i;
+        if (m->ops[i].role == PROF_ROLE_EMBED)
+            rel_frozen[k] = m->ops[i].grad != PROF_GRAD_TRAIN;
+    }
     for (int i = first; i <= last; i++) {
-        int l = gpt_layer(m, i, c->layers);
+        int l = gpt_layer(m, c, i);
         size_t L = l < 0 ? 0 : (size_t)l;
         /* a fine-tuning mode's frozen weights (prof_model_finetune) */
         v.frozen = m->ops[i].grad != PROF_GRAD_TRAIN;
@@ -333,6 +412,16 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
         v.op = i;
         switch (m->ops[i].role) {
         case PROF_ROLE_EMBED:
+            /* T5's decoder reads the encoder's table: a tied copy as a
+             * tied head's */
+            if (c->t5 && i > 0) {
+                if (have_wte) break;
+                add_slice(&v, EXEC_P_WTE, r * Vl, Vr, 0, C, C, 1,
+                          rep0 && tied_owner, 1, rep0 && tied_owner);
+                pad(&v, (Vl - Vr) * C);
+                have_wte = 1;
+                break;
+            }
             /* vocabulary-parallel rows, the shard padded to Vl rows (as
              * Megatron-LM pads the vocabulary); positions replicated */
             add_slice(&v, EXEC_P_WTE, r * Vl, Vr, 0, C, C, 1, rep0,
@@ -347,7 +436,11 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             break;
         case PROF_ROLE_NORM: {
             int t = norm_tensor(m, c, i);
-            size_t row = t == EXEC_P_LNFW || t == EXEC_P_LNEW ? 0 : L;
+            size_t row = t == EXEC_P_LNFW || t == EXEC_P_LNEW ||
+                                 t == EXEC_P_ENCNW
+                             ? 0
+                         : t == EXEC_P_XLNW ? (size_t)cross_layer(m, c, i)
+                                            : L;
             add_slice(&v, t, row, 1, 0, C, C, 0, one, 0, one);
             if (!c->rmsnorm)
                 add_slice(&v, t + 1, row, 1, 0, C, C, 0, one, 0, one);
@@ -363,8 +456,41 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
                               1, 1, 0, rep0, 0, rep0);
             add_lora(&v, m, c, i, tp, r, replica);
             break;
+        case PROF_ROLE_Q: {
+            size_t X = (size_t)cross_layer(m, c, i);
+            add_slice(&v, EXEC_P_XQW, X * D + r * Dl, Dl, 0, C, C, 1, rep0,
+                      0, rep0);
+            break;
+        }
+        case PROF_ROLE_KV: {
+            size_t X = (size_t)cross_layer(m, c, i);
+            for (size_t k = 0; k < 2; k++)
+                add_slice(&v, EXEC_P_XKVW, X * 2 * D + k * D + r * Dl, Dl, 0,
+                          C, C, 1, rep0, 0, rep0);
+            break;
+        }
+        case PROF_ROLE_ATTN_SOFTMAX: {
+            int k = c->t5 && c->rel_buckets && !is_cross(m, i)
+                        ? (m->ops[i].part == PROF_PART_DEC ? 2 : 1) : 0;
+            if (!k || have_rel[k]) break;
+            int own = rep0 && rel_first[k] >= first && rel_first[k] <= last;
+            /* it trains with its stack's embedding, whose parameters the
+             * model graph counts it in */
+            v.frozen = rel_frozen[k];
+            add_slice(&v, k == 2 ? EXEC_P_RELD : EXEC_P_RELE, 0,
+                      (size_t)c->rel_buckets, r * NHl, NHl, NH, 1, own, 1,
+                      own);
+            have_rel[k] = 1;
+            break;
+        }
         case PROF_ROLE_ATTN_OUT:
-            add_slice(&v, EXEC_P_ATTPROJW, L * C, C, r * Cl, Cl, C, 1, rep0,
+            if (c->t5 && is_cross(m, i)) {
+                size_t X = (size_t)cross_layer(m, c, i);
+                add_slice(&v, EXEC_P_XOW, X * C, C, r * Dl, Dl, D, 1, rep0, 0,
+                          rep0);
+                break;
+            }
+            add_slice(&v, EXEC_P_ATTPROJW, L * C, C, r * Dl, Dl, D, 1, rep0,
                       0, rep0);
             if (c->bias)
                 add_slice(&v, EXEC_P_ATTPROJB, L * C, C, 0, 1, 1, 0, one, 0,
@@ -551,14 +677,22 @@ static void op_slices(const exec_runtime *rt, const exec_stage *st, int op,
         break;
     case PROF_ROLE_NORM:
         want_w = norm_tensor(m, &rt->cfg, op);
-        want_b = want_w + 1;
+        want_b = rt->cfg.rmsnorm ? -1 : want_w + 1;
+        break;
+    case PROF_ROLE_Q: want_w = EXEC_P_XQW; break;
+    case PROF_ROLE_KV: want_w = EXEC_P_XKVW; break;
+    case PROF_ROLE_ATTN_SOFTMAX:
+        /* T5: its stack's relative-position table */
+        want_x = rt->xop[op].rel == 2 ? EXEC_P_RELD
+               : rt->xop[op].rel == 1 ? EXEC_P_RELE : -1;
         break;
     case PROF_ROLE_POOLER: want_w = EXEC_P_POOLW; want_b = EXEC_P_POOLB; break;
     case PROF_ROLE_MLM_DENSE: want_w = EXEC_P_MLMW; want_b = EXEC_P_MLMB; break;
     case PROF_ROLE_QKV: want_w = EXEC_P_QKVW; want_b = EXEC_P_QKVB; break;
     case PROF_ROLE_ATTN_OUT:
-        want_w = EXEC_P_ATTPROJW;
-        want_b = EXEC_P_ATTPROJB;
+        want_w = rt->cfg.t5 && is_cross(m, op) ? EXEC_P_XOW
+                                                : EXEC_P_ATTPROJW;
+        want_b = want_w == EXEC_P_XOW ? -1 : EXEC_P_ATTPROJB;
         break;
     case PROF_ROLE_MLP_UP: want_w = EXEC_P_FCW; want_b = EXEC_P_FCB; break;
     case PROF_ROLE_MLP_DOWN:
@@ -572,7 +706,7 @@ static void op_slices(const exec_runtime *rt, const exec_stage *st, int op,
     default:
         return;
     }
-    int l = gpt_layer(m, op, rt->cfg.layers);
+    int l = gpt_layer(m, &rt->cfg, op), xl = cross_layer(m, &rt->cfg, op);
     size_t C = rt->cfg.hidden;
     for (int k = 0; k < st->n_sl; k++) {
         const exec_slice *s = &st->sl[k];
@@ -596,6 +730,14 @@ static void op_slices(const exec_runtime *rt, const exec_stage *st, int op,
         case EXEC_P_LN2B:
             layer_ok = (int)s->row0 == l;
             break;
+        case EXEC_P_XLNW: layer_ok = (int)s->row0 == xl; break;
+        case EXEC_P_XQW:
+            layer_ok = (int)(s->row0 / exec_inner(&rt->cfg)) == xl;
+            break;
+        case EXEC_P_XKVW:
+            layer_ok = (int)(s->row0 / (2 * exec_inner(&rt->cfg))) == xl;
+            break;
+        case EXEC_P_XOW: layer_ok = (int)(s->row0 / C) == xl; break;
         default:
             break;
         }
@@ -897,6 +1039,273 @@ static exec_buf *q4_weight(exec_worker *w, const exec_stage *st, int op,
     return b;
 }
 
+/* ------------------------------------------------------------------ T5 */
+
+/* A T5 record's ids (runtime.c fill_tokens): the encoder's tokens (B T),
+ * the decoder's inputs (B Td: token 0, then the targets but the last),
+ * its targets (B Td), the encoder's bucket per relative offset (2T - 1),
+ * the decoder's (2 Td - 1). */
+typedef struct t5ids {
+    const int *enc, *dec, *tgt, *benc, *bdec;
+} t5ids;
+
+static t5ids t5_ids(const exec_runtime *rt, const exec_rec *r)
+{
+    t5ids d = {0};
+    const int *p = exec_view_i(&r->ids);
+    if (!p) return d;
+    size_t Ne = (size_t)rt->mbs * rt->T, Nd = (size_t)rt->mbs * rt->Td;
+    d.enc = p;
+    d.dec = p + Ne;
+    d.tgt = p + Ne + Nd;
+    d.benc = p + Ne + 2 * Nd;
+    d.bdec = d.benc + 2 * rt->T - 1;
+    return d;
+}
+
+/* The scale of T5's tied head: its input times 1/sqrt(hidden) (Mesh
+ * TensorFlow's; Hugging Face's scale_decoder_outputs) */
+static float t5_head_scale(const exec_gpt_config *c)
+{
+    return c->tied ? 1.0f / sqrtf((float)c->hidden) : 1.0f;
+}
+
+/* Where an attention op's q, k and v are and their rows' widths: a self-
+ * attention's in its fused projection (q | k | v), a cross-attention's
+ * q in the q projection's output and k | v in the k | v projection's. */
+typedef struct t5qkv {
+    int ldq, ldk, ko, vo;
+} t5qkv;
+
+static t5qkv t5_qkv(const exec_xop *x, int Dl)
+{
+    t5qkv g;
+    if (x->cross) {
+        g.ldq = Dl;
+        g.ldk = 2 * Dl;
+        g.ko = 0;
+        g.vo = Dl;
+    } else {
+        g.ldq = g.ldk = 3 * Dl;
+        g.ko = Dl;
+        g.vo = 2 * Dl;
+    }
+    return g;
+}
+
+static int t5_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                      int count_loss, const oparams *p, float *out,
+                      float *aux, const float *in0, const float *in1,
+                      util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const kern_table *K = rt->be->k;
+    const exec_xop *x = &rt->xop[op];
+    const exec_gpt_config *c = &rt->cfg;
+    int B = rt->mbs, C = c->hidden, Dl = (int)exec_inner(c) / rt->tp,
+        NHl = c->heads / rt->tp, hs = exec_hs(c), F = c->ffn / rt->tp;
+    int N = B * x->Tq;
+    t5ids id = t5_ids(rt, r);
+    t5qkv g = t5_qkv(x, Dl);
+    (void)st;
+    switch (x->role) {
+    case PROF_ROLE_EMBED:
+        EXEC_KERN(w, K->embed_forward(out, op ? id.dec : id.enc, p->w, NULL,
+                                      B, x->Tq, C));
+        break;
+    case PROF_ROLE_NORM:
+        EXEC_KERN(w, K->rmsnorm_forward(out, aux, in0, p->w, N, C,
+                                        c->norm_eps));
+        break;
+    case PROF_ROLE_QKV:
+        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, C, 3 * Dl));
+        break;
+    case PROF_ROLE_Q:
+        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, C, Dl));
+        break;
+    case PROF_ROLE_KV:
+        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, C, 2 * Dl));
+        break;
+    case PROF_ROLE_ATTN_SCORES:
+        EXEC_KERN(w, K->attnx_scores_forward(out, in0,
+                                             (x->cross ? in1 : in0) + g.ko,
+                                             g.ldq, g.ldk, B, x->Tq, x->Tk,
+                                             NHl, hs, 1.0f));
+        break;
+    case PROF_ROLE_ATTN_SOFTMAX:
+        EXEC_KERN(w, K->attnx_softmax_forward(out, in0, p->x,
+                                              x->rel == 2 ? id.bdec
+                                                          : id.benc,
+                                              B, NHl, x->Tq, x->Tk,
+                                              x->causal));
+        break;
+    case PROF_ROLE_ATTN_CONTEXT:
+        EXEC_KERN(w, K->attnx_context_forward(out, in0, in1 + g.vo, g.ldk, B,
+                                              x->Tq, x->Tk, NHl, hs));
+        break;
+    case PROF_ROLE_ATTN_OUT:
+        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, Dl, C));
+        break;
+    case PROF_ROLE_RESIDUAL:
+        EXEC_KERN(w, K->residual_forward(out, in0, in1, (size_t)N * C));
+        break;
+    case PROF_ROLE_MLP_UP:
+        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, C, F));
+        break;
+    case PROF_ROLE_MLP_ACT:
+        if (c->relu)
+            EXEC_KERN(w, K->relu_forward(out, in0, (size_t)N * F));
+        else if (c->gelu_erf)
+            EXEC_KERN(w, K->gelu_erf_forward(out, in0, (size_t)N * F));
+        else
+            EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)N * F));
+        break;
+    case PROF_ROLE_MLP_DOWN:
+        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, F, C));
+        break;
+    case PROF_ROLE_LM_HEAD: {
+        /* the input scaled into a buffer of the op, then the product */
+        exec_buf *xs = scratch(w, (size_t)N * C, "the head's input", e);
+        if (!xs) return -1;
+        EXEC_KERN(w, {
+            K->scale_add(xs->p, in0, t5_head_scale(c), (size_t)N * C);
+            K->linear_forward(out, xs->p, p->w, NULL, N, C, c->vocab);
+        });
+        exec_buf_unref(xs);
+        break;
+    }
+    case PROF_ROLE_LOSS:
+        EXEC_KERN(w, K->softmax_xent_forward(out, aux, in0, id.tgt, N,
+                                             c->vocab));
+        if (count_loss) count_loss_of(w, out, N);
+        break;
+    default:
+        util_never_(__FILE__, __LINE__, "a T5 op role without a kernel");
+    }
+    return 0;
+}
+
+static int t5_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
+                       int input_part, int base_w, const oparams *p,
+                       float *dout, const float *out, const float *aux,
+                       const float *in0, const float *in1, float *d0,
+                       float *d1, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    const kern_table *K = rt->be->k;
+    const exec_xop *x = &rt->xop[op];
+    const exec_gpt_config *c = &rt->cfg;
+    int B = rt->mbs, C = c->hidden, Dl = (int)exec_inner(c) / rt->tp,
+        NHl = c->heads / rt->tp, hs = exec_hs(c), F = c->ffn / rt->tp;
+    int N = B * x->Tq;
+    t5ids id = t5_ids(rt, r);
+    t5qkv g = t5_qkv(x, Dl);
+    (void)st;
+    switch (x->role) {
+    case PROF_ROLE_EMBED:
+        if (base_w)
+            EXEC_KERN(w, K->embed_backward(p->gw, NULL, dout,
+                                           op ? id.dec : id.enc, B, x->Tq,
+                                           C));
+        break;
+    case PROF_ROLE_NORM:
+        if (input_part)
+            EXEC_KERN(w, K->rmsnorm_backward_input(d0, dout, in0, p->w, aux,
+                                                   N, C));
+        if (base_w)
+            EXEC_KERN(w, K->rmsnorm_backward_weight(p->gw, dout, in0, aux, N,
+                                                    C));
+        break;
+    case PROF_ROLE_QKV:
+    case PROF_ROLE_Q:
+    case PROF_ROLE_KV:
+    case PROF_ROLE_MLP_UP:
+    case PROF_ROLE_ATTN_OUT:
+    case PROF_ROLE_MLP_DOWN: {
+        int IC = x->role == PROF_ROLE_ATTN_OUT ? Dl
+               : x->role == PROF_ROLE_MLP_DOWN ? F : C;
+        int OC = x->role == PROF_ROLE_QKV ? 3 * Dl
+               : x->role == PROF_ROLE_Q ? Dl
+               : x->role == PROF_ROLE_KV ? 2 * Dl
+               : x->role == PROF_ROLE_MLP_UP ? F : C;
+        if (input_part)
+            EXEC_KERN(w, K->linear_backward_input(d0, dout, p->w, N, IC, OC));
+        if (base_w)
+            EXEC_KERN(w, K->linear_backward_weight(p->gw, NULL, dout, in0, N,
+                                                   IC, OC));
+        break;
+    }
+    case PROF_ROLE_ATTN_SCORES:
+        if (input_part)
+            EXEC_KERN(w, K->attnx_scores_backward(
+                             d0, (x->cross ? d1 : d0) + g.ko, dout, in0,
+                             (x->cross ? in1 : in0) + g.ko, g.ldq, g.ldk, B,
+                             x->Tq, x->Tk, NHl, hs, 1.0f));
+        break;
+    case PROF_ROLE_ATTN_SOFTMAX:
+        /* its own output gradient is the kernel's scratch; the bias
+         * table's gradient is the scores' (the input gradient, which
+         * only this op writes) summed by bucket, taken here */
+        if (!input_part) break;
+        EXEC_KERN(w, K->attnx_softmax_backward(d0, dout, out, B, NHl, x->Tq,
+                                               x->Tk, x->causal));
+        if (p->gx)
+            EXEC_KERN(w, K->attnx_bias_backward(p->gx, d0,
+                                                x->rel == 2 ? id.bdec
+                                                            : id.benc,
+                                                B, NHl, x->Tq, x->Tk,
+                                                x->causal));
+        break;
+    case PROF_ROLE_ATTN_CONTEXT:
+        if (input_part)
+            EXEC_KERN(w, K->attnx_context_backward(d0, d1 + g.vo, dout, in0,
+                                                   in1 + g.vo, g.ldk, B,
+                                                   x->Tq, x->Tk, NHl, hs));
+        break;
+    case PROF_ROLE_RESIDUAL:
+        if (input_part)
+            EXEC_KERN(w, K->residual_backward(d0, d1, dout, (size_t)N * C));
+        break;
+    case PROF_ROLE_MLP_ACT:
+        if (input_part && c->relu)
+            EXEC_KERN(w, K->relu_backward(d0, in0, dout, (size_t)N * F));
+        else if (input_part && c->gelu_erf)
+            EXEC_KERN(w, K->gelu_erf_backward(d0, in0, dout, (size_t)N * F));
+        else if (input_part)
+            EXEC_KERN(w, K->gelu_backward(d0, in0, dout, (size_t)N * F));
+        break;
+    case PROF_ROLE_LM_HEAD: {
+        /* logits = (s x) W^T: dx += s dlogits W, dW += dlogits^T (s x) */
+        float sc = t5_head_scale(c);
+        exec_buf *xs = scratch(w, (size_t)N * C, "the head's input", e);
+        if (!xs) return -1;
+        if (input_part)
+            EXEC_KERN(w, {
+                K->linear_backward_input(xs->p, dout, p->w, N, C, c->vocab);
+                K->scale_add(d0, xs->p, sc, (size_t)N * C);
+            });
+        if (base_w)
+            EXEC_KERN(w, {
+                rt->be->zero(xs->p, (size_t)N * C);
+                K->scale_add(xs->p, in0, sc, (size_t)N * C);
+                K->linear_backward_weight(p->gw, NULL, dout, xs->p, N, C,
+                                          c->vocab);
+            });
+        exec_buf_unref(xs);
+        break;
+    }
+    case PROF_ROLE_LOSS:
+        if (input_part)
+            EXEC_KERN(w, K->softmax_xent_backward(d0, aux, id.tgt,
+                                                  (float)rt->scale, N,
+                                                  c->vocab));
+        break;
+    default:
+        util_never_(__FILE__, __LINE__, "a T5 op role without a kernel");
+    }
+    return 0;
+}
+
 static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                       int count_loss, int64_t *tp_ns, const float *wq,
                       util_err *e)
@@ -923,6 +1332,9 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                                    : NULL;
     const float *in1 = x->n_in > 1 ? exec_view_p(in_view(st, r, op, rt->xop, 1))
                                    : NULL;
+    if (c->t5)
+        return t5_forward(w, st, r, op, count_loss, &p, out, aux, in0, in1,
+                          e);
     switch (x->role) {
     case PROF_ROLE_EMBED: {
         /* position t is the table's row t + pos_offset (OPT's 2) */
@@ -1100,6 +1512,9 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     if (!dout && x->role != PROF_ROLE_LOSS)
         return util_errf(e, UTIL_EXIT_FAIL, "op %s: no output gradient",
                          rt->model->ops[op].name);
+    if (c->t5)
+        return t5_backward(w, st, r, op, input_part, base_w, &p, dout, out,
+                           aux, in0, in1, d0, d1, e);
     switch (x->role) {
     case PROF_ROLE_EMBED: {
         if (!base_w) break;

@@ -279,6 +279,9 @@ static int prep_job(exec_wl *W, wl_job *J, int idx, util_err *e)
     char where[400];
     snprintf(where, sizeof where, "%s: model '%s'", j->model_where, j->model);
     if (exec_gpt_config_from_spec(&spec, &J->cfg, where, e)) return -1;
+    if (J->cfg.t5)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: an encoder-decoder (T5): "
+                         "a workload's jobs are decoders or encoders", where);
     if (exec_corpus_vocab_check(&J->cfg, where, e)) return -1;
     J->B = j->batch;
     J->T = spec.seq_len > 0 &&

@@ -64,6 +64,7 @@ static void defaults(prof_model_spec *s)
     s->rmsnorm = f == PROF_FAM_T5 || f == PROF_FAM_LLAMA;
     s->bias = f == PROF_FAM_GPT || f == PROF_FAM_BERT || f == PROF_FAM_OPT;
     s->rel_pos_buckets = f == PROF_FAM_T5 ? 32 : 0;
+    s->rel_pos_max_distance = f == PROF_FAM_T5 ? 128 : 0;
     s->pooler = f == PROF_FAM_BERT;
     s->dropout = f != PROF_FAM_LLAMA;
     s->flash_attn = 0;
@@ -76,7 +77,7 @@ static void defaults(prof_model_spec *s)
      * 1e-12, GPT2Config "gelu_new" and 1e-5 */
     s->gelu_erf = f == PROF_FAM_BERT;
     s->act_other = 0;
-    s->norm_eps = f == PROF_FAM_BERT ? 1e-12 : 0;
+    s->norm_eps = f == PROF_FAM_BERT ? 1e-12 : f == PROF_FAM_T5 ? 1e-6 : 0;
     s->dtype = f == PROF_FAM_LLAMA ? PROF_DT_BF16 : PROF_DT_FP16;
 }
 
@@ -159,6 +160,13 @@ static int spec_problem(const prof_model_spec *s, const char **field,
             s->seq_len, s->max_pos);
     if (s->type_vocab < 0) BAD("type_vocab", "must be >= 0");
     if (s->rel_pos_buckets < 0) BAD("rel_pos_buckets", "must be >= 0");
+    if (s->rel_pos_max_distance < 0 ||
+        (s->family == PROF_FAM_T5 && s->rel_pos_max_distance < 1))
+        BAD("rel_pos_max_distance", "must be >= 1 (distances from which "
+            "one bucket holds them all)");
+    if (s->rel_pos_buckets > 1 << 16)
+        BAD("rel_pos_buckets", "%d buckets are more than sluice takes "
+            "(65536)", s->rel_pos_buckets);
     if (s->dtype == PROF_DT_TF32) BAD("dtype", "tf32 is a math mode, not a storage type: use fp32 (and \"tf32\": true)");
     if (s->tf32 && s->dtype != PROF_DT_FP32)
         BAD("tf32", "TF32 is the math of fp32 GEMMs; the dtype is %s",
@@ -199,7 +207,7 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
         "name", "family", "hidden", "layers", "dec_layers", "heads",
         "kv_heads", "head_dim", "ffn", "vocab", "seq_len", "dec_seq_len",
         "max_pos", "type_vocab", "tied_embeddings", "gated_mlp", "rmsnorm",
-        "bias", "rel_pos_buckets", "pooler", "dropout", "flash_attn", "fused_loss", "act", "gelu_erf",
+        "bias", "rel_pos_buckets", "rel_pos_max_distance", "pooler", "dropout", "flash_attn", "fused_loss", "act", "gelu_erf",
         "dtype", "tf32", "batch", "rope_theta", "norm_eps", "source", NULL};
     if (util_jkeys(o, keys, e)) return -1;
     int fam = 0;
@@ -219,6 +227,7 @@ static int parse_sluice(const util_jobj *o, prof_model_spec *s, util_err *e)
         geti(o, "max_pos", 0, &s->max_pos, e) ||
         geti(o, "type_vocab", 0, &s->type_vocab, e) ||
         geti(o, "rel_pos_buckets", 0, &s->rel_pos_buckets, e) ||
+        geti(o, "rel_pos_max_distance", 0, &s->rel_pos_max_distance, e) ||
         geti(o, "batch", 0, &s->batch, e))
         return -1;
     if (getb(o, "tied_embeddings", &s->tied_embeddings, e) ||
@@ -280,6 +289,8 @@ static int *spec_int(prof_model_spec *s, const char *field)
     if (!strcmp(field, "max_pos")) return &s->max_pos;
     if (!strcmp(field, "type_vocab")) return &s->type_vocab;
     if (!strcmp(field, "rel_pos_buckets")) return &s->rel_pos_buckets;
+    if (!strcmp(field, "rel_pos_max_distance"))
+        return &s->rel_pos_max_distance;
     if (!strcmp(field, "tied_embeddings")) return &s->tied_embeddings;
     if (!strcmp(field, "bias")) return &s->bias;
     return NULL;
@@ -372,6 +383,7 @@ static int parse_hf(const util_jobj *o, const char *file, prof_model_spec *s,
         {"d_kv", "head_dim", 1}, {"d_ff", "ffn", 1},
         {"vocab_size", "vocab", 1},
         {"relative_attention_num_buckets", "rel_pos_buckets", 0},
+        {"relative_attention_max_distance", "rel_pos_max_distance", 0},
         {"tie_word_embeddings", "tied_embeddings", 0}, {NULL, NULL, 0}};
     static const hf_map llama[] = {
         {"hidden_size", "hidden", 1}, {"num_hidden_layers", "layers", 1},
@@ -441,6 +453,10 @@ static int parse_hf(const util_jobj *o, const char *file, prof_model_spec *s,
         if (util_jint(o, "n_positions", 0, 1, 1L << 30, &np, e)) return -1;
         s->seq_len = (int)np;
         if (hf_act(o, "feed_forward_proj", s, e)) return -1;
+        /* T5LayerNorm's (an RMSNorm's) epsilon: 1e-6 unless it says */
+        if (util_jnum(o, "layer_norm_epsilon", 0, UTIL_POSITIVE, 0.1,
+                      &s->norm_eps, e))
+            return -1;
         break;
     }
     case PROF_FAM_LLAMA: {

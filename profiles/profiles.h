@@ -353,6 +353,8 @@ typedef struct prof_model_spec {
     int rmsnorm;         /* RMSNorm (no bias) instead of LayerNorm */
     int bias;            /* linear layers carry biases */
     int rel_pos_buckets; /* T5 relative attention buckets; 0 otherwise */
+    int rel_pos_max_distance; /* T5: distances from which one bucket
+                          * holds them all (128); 0 otherwise */
     int pooler;          /* BERT pooler */
     int dropout;         /* dropout masks kept for backward */
     int flash_attn;      /* fused attention: no s*s scores kept, recomputed

@@ -305,9 +305,11 @@ Test(exec_cli, model_files_and_unsupported_models)
                   strstr(r.out, "computes in fp32"),
               "%s", r.out);
     cli_result_free(&r);
+    /* an encoder-decoder trains as a plan, which says how */
     r = cli_run("exec --model t5-3b --steps 1");
     cr_assert_eq(r.code, 2);
-    cr_assert(strstr(r.err, "family t5"), "%s", r.err);
+    cr_assert(strstr(r.err, "T5") && strstr(r.err, "trains as a plan") &&
+                  strstr(r.err, "sluice exec --plan"), "%s", r.err);
     cli_result_free(&r);
     /* A model the zoo knows but memory cannot hold: says how much. */
     r = cli_run("exec --model gpt2-xl --steps 1 --mem-budget 16G");

@@ -13,13 +13,13 @@
 
 #define SMALL "--model gpt-tiny --batch 2 --seq 16 --threads 1 --eval-batches 1"
 
-/* The on-disk layout exec/checkpoint.c writes: a 128-byte header (format
+/* The on-disk layout exec/checkpoint.c writes: a 152-byte header (format
  * version at 8, header bytes at 12, step at 64, parameter count at 72,
- * Llama's, OPT's and BERT's choices from 80), 3 P floats, an FNV-1a
- * checksum of all that. Version 1 ended its header at 80, version 2 at
- * 104, version 3 at 112. */
-enum { HDR = 128, HDR_V1 = 80, HDR_V2 = 104, HDR_V3 = 112, OFF_STEP = 64,
-       OFF_NPARAMS = 72 };
+ * Llama's, OPT's, BERT's and T5's choices from 80), 3 P floats, an
+ * FNV-1a checksum of all that. Version 1 ended its header at 80, version
+ * 2 at 104, version 3 at 112, version 4 at 128. */
+enum { HDR = 152, HDR_V1 = 80, HDR_V2 = 104, HDR_V3 = 112, HDR_V4 = 128,
+       OFF_STEP = 64, OFF_NPARAMS = 72 };
 
 /* Copies src to dst with the float at index i of the body set to x, or
  * (i < 0) the step set to step; the checksum is made to match. */
@@ -120,9 +120,9 @@ static void keeps_its_model(const char *d, const char *model,
     cli_result_free(&r);
 }
 
-/* Checkpoints of format versions 1, 2 and 3 (written before Llama's
+/* Checkpoints of format versions 1 to 4 (written before Llama's
  * choices were kept, whose header ends at byte 80, before OPT's, at byte
- * 104, and before BERT's, at 112) still resume, as GPT-2's layout; one whose OPT fields make no model, or
+ * 104, before BERT's, at 112, and before T5's, at 128) still resume, as GPT-2's layout; one whose OPT fields make no model, or
  * whose RoPE flag disagrees with its base, is corrupt; a Llama or OPT checkpoint resumes as its model and is refused
  * by GPT's. */
 Test(exec_ckpt, version_1_and_llama_checkpoints)
@@ -133,13 +133,14 @@ Test(exec_ckpt, version_1_and_llama_checkpoints)
     cli_result_free(&a);
     snprintf(ck, sizeof ck, "%s/t.ck", d);
     cli_result r;
-    for (uint32_t ver = 1; ver <= 3; ver++) {
+    for (uint32_t ver = 1; ver <= 4; ver++) {
         snprintf(old, sizeof old, "%s/v%u.ck", d, ver);
         char *buf;
         size_t len;
         util_err e;
         cr_assert_eq(util_read_file_max(ck, 1 << 30, &buf, &len, &e), 0);
-        uint32_t hb = ver == 1 ? HDR_V1 : ver == 2 ? HDR_V2 : HDR_V3;
+        uint32_t hb = ver == 1 ? HDR_V1 : ver == 2 ? HDR_V2
+                    : ver == 3 ? HDR_V3 : HDR_V4;
         memcpy(buf + 8, &ver, 4);
         memcpy(buf + 12, &hb, 4);
         memmove(buf + hb, buf + HDR, len - HDR);

@@ -148,9 +148,37 @@ Test(exec_model, config_from_spec_rejects_what_it_cannot_train)
     s.max_pos = 32;
     exec_gpt_config c;
     util_err e;
+    /* a T5 trains as T5 1.0 is: RMSNorm, no biases, no position table,
+     * a ReLU or GELU MLP */
     cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), -1);
     cr_assert_eq(e.code, 2);
-    cr_assert(strstr(e.msg, "x.json") && strstr(e.msg, "t5"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "x.json") && strstr(e.msg, "T5 with LayerNorm"),
+              "%s", e.msg);
+    s.rmsnorm = 1;
+    s.bias = 1;
+    cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), -1);
+    cr_assert(strstr(e.msg, "T5 with biases"), "%s", e.msg);
+    s.bias = 0;
+    s.gated_mlp = 1;
+    cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), -1);
+    cr_assert(strstr(e.msg, "GeGLU"), "%s", e.msg);
+    s.gated_mlp = 0;
+    s.dec_layers = 3;
+    s.rel_pos_buckets = 32;
+    s.rel_pos_max_distance = 128;
+    s.norm_eps = 1e-6;
+    s.head_dim = 32;     /* heads wider than hidden / heads, as T5-3B's */
+    cr_assert_eq(exec_gpt_config_from_spec(&s, &c, "x.json", &e), 0, "%s",
+                 e.msg);
+    cr_assert(c.t5 && c.dec_layers == 3 && c.rel_buckets == 32 &&
+              c.rel_max_dist == 128 && c.head_dim == 32 && !c.max_pos &&
+              exec_inner(&c) == 128 && exec_qkv_rows(&c) == 384);
+    /* buckets too few to hold an exact and a logarithmic half */
+    c.rel_buckets = 2;
+    cr_assert_eq(exec_gpt_config_check(&c, &e), -1);
+    memset(&s, 0, sizeof s);
+    s.family = PROF_FAM_T5;
+    s.hidden = 64; s.layers = 2; s.heads = 4; s.ffn = 128; s.vocab = 256;
     /* Llama's choices train; a gated GELU (T5 v1.1's) does not */
     s.family = PROF_FAM_LLAMA;
     s.rmsnorm = s.gated_mlp = 1;

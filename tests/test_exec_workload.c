@@ -410,7 +410,8 @@ static void expect_wl(int code, const char *want, const char *text,
 Test(exec_workload, errors_name_the_file_line_and_field)
 {
     expect_wl(2, "w.json:2:12: field 'jobs[1].model': model 't5-3b': "
-              "the CPU reference trainer cannot train this model: family t5",
+              "an encoder-decoder (T5): a workload's jobs are decoders or "
+              "encoders",
               "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 2},\n"
               " {\"model\": \"t5-3b\", \"batch\": 2, \"samples\": 2}]}\n", "");
     expect_wl(2, "w.json:1:21: field 'jobs[0].model': unknown model 'gpt-nano'",

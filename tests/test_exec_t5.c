@@ -1,0 +1,156 @@
+/* T5 in the pipeline executor: the relative-position buckets are Hugging
+ * Face's; a tiny T5 saved by transformers (tests/data/hf/t5-tiny/gen.py)
+ * gives the loss and the gradient norm transformers' own
+ * T5ForConditionalGeneration gives on the same rows, heads of
+ * hidden / heads and wider ones (T5-3B's kind); every schedule's
+ * pipeline, with recomputation and data parallelism, ends 5 steps with the
+ * weights one device gets from the same batches (within 1e-5 of the
+ * largest weight), the relative-position tables copied to every stage
+ * holding one of their self-attentions and their gradients exchanged. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+#include "sim/sim.h"
+#include "tests/harness.h"
+
+#define T5 "tests/data/exec/t5-tiny.json"
+#define T5_WIDE "tests/data/exec/t5-tiny-wide.json"
+#define HF "tests/data/hf/t5-tiny/"
+
+static json_t *expected(void)
+{
+    json_error_t je;
+    json_t *x = json_load_file(HF "expected.json", 0, &je);
+    cr_assert_not_null(x, "%s", je.text);
+    return x;
+}
+
+Test(exec_t5, buckets_are_hugging_faces)
+{
+    json_t *x = expected();
+    const int cfg[2][2] = {{32, 128}, {8, 20}};
+    int *got = malloc(sizeof(int) * 1201);
+    for (int c = 0; c < 2; c++)
+        for (int bi = 0; bi < 2; bi++) {
+            char key[64];
+            snprintf(key, sizeof key, "buckets_%d_%d_%s", cfg[c][0],
+                     cfg[c][1], bi ? "bi" : "causal");
+            json_t *want = json_object_get(x, key);
+            cr_assert_eq(json_array_size(want), 1201, "%s", key);
+            /* offsets -600..600: 601 queries over 601 keys */
+            exec_t5_buckets(got, 601, 601, bi, cfg[c][0], cfg[c][1]);
+            for (int o = 0; o < 1201; o++)
+                cr_assert_eq(got[o],
+                             json_integer_value(json_array_get(want, o)),
+                             "%s: offset %d", key, o - 600);
+        }
+    free(got);
+    json_decref(x);
+}
+
+/* The first step's loss (before any update) and gradient norm of a
+ * 1F1B plan of mbs x nmb rows from the Hugging Face file. */
+static void first_step(const char *model, const char *weights, int mbs,
+                       int nmb, int pp, double *loss, double *norm)
+{
+    pspec s = {model, SIM_SCHED_1F1B, pp, 1, 1, mbs, nmb, 0, 0};
+    sim_plan p;
+    pipe_plan(&s, &p);
+    exec_pipe_opts o = pipe_opts(&p, 1, 0);
+    o.init = weights;
+    o.data = HF "corpus.txt";
+    exec_pipe_result r;
+    util_err e = {0};
+    cr_assert_eq(exec_pipe_run(&o, &r, &e), 0, "%s", e.msg);
+    *loss = r.loss[0];
+    *norm = r.grad_norm[0];
+    exec_pipe_result_free(&r);
+    sim_plan_free(&p);
+}
+
+Test(exec_t5, hugging_face_t5_computes_what_transformers_does)
+{
+    json_t *x = expected();
+    struct {
+        const char *model, *weights, *key, *rows;
+        int mbs, nmb, pp;
+    } cases[] = {
+        {T5, HF "model.safetensors", "tiny", "row0", 1, 1, 1},
+        {T5, HF "model.safetensors", "tiny", "both", 2, 1, 1},
+        {T5, HF "model.safetensors", "tiny", "both", 1, 2, 2},
+        {T5_WIDE, HF "wide/model.safetensors", "wide", "row0", 1, 1, 1},
+        {T5_WIDE, HF "wide/model.safetensors", "wide", "both", 1, 2, 3},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        json_t *want = json_object_get(
+            json_object_get(x, cases[k].key), cases[k].rows);
+        double wl = json_number_value(json_object_get(want, "loss")),
+               wn = json_number_value(json_object_get(want, "grad_norm"));
+        cr_assert(wl > 1 && wn > 0);
+        double loss, norm;
+        first_step(cases[k].model, cases[k].weights, cases[k].mbs,
+                   cases[k].nmb, cases[k].pp, &loss, &norm);
+        cr_expect(fabs(loss - wl) <= 1e-6 * wl, "%s %s pp%d: loss %.8f, "
+                  "transformers %.8f", cases[k].key, cases[k].rows,
+                  cases[k].pp, loss, wl);
+        cr_expect(fabs(norm - wn) <= 1e-5 * wn, "%s %s pp%d: gradient norm "
+                  "%.8f, transformers %.8f", cases[k].key, cases[k].rows,
+                  cases[k].pp, norm, wn);
+    }
+    json_decref(x);
+}
+
+/* Plan s after 5 steps against one stage on one device fed the same
+ * global batch. */
+static void check_t5(const pspec *s)
+{
+    sim_plan p, q;
+    pipe_plan(s, &p);
+    int dp = s->dp ? s->dp : 1;
+    pspec one = {s->model, SIM_SCHED_1F1B, 1, 1, 1, s->mbs, s->nmb * dp,
+                 0, 0};
+    pipe_plan(&one, &q);
+    exec_pipe_result r, ref;
+    pipe_run(&p, 5, 0, &r);
+    pipe_run(&q, 5, 0, &ref);
+    cr_assert_eq(r.n_params, ref.n_params);
+    for (int k = 0; k < 5; k++)
+        cr_expect(isfinite(r.loss[k]) &&
+                      fabs(r.loss[k] - ref.loss[k]) <= 1e-5 * ref.loss[k],
+                  "step %d: loss %g, one device %g", k + 1, r.loss[k],
+                  ref.loss[k]);
+    char what[96];
+    snprintf(what, sizeof what, "T5 %s pp%d dp%d %d stages%s%s",
+             sim_sched_name(s->sched), s->pp, dp, p.n_stages,
+             s->recompute ? " recompute " : "",
+             s->recompute ? sim_recompute_name(s->recompute) : "");
+    expect_close(ref.params, r.params, r.n_params, 1e-5, what);
+    /* it learns */
+    cr_expect(ref.loss[4] < ref.loss[0], "%s: loss %g then %g", what,
+              ref.loss[0], ref.loss[4]);
+    exec_pipe_result_free(&r);
+    exec_pipe_result_free(&ref);
+    sim_plan_free(&p);
+    sim_plan_free(&q);
+}
+
+Test(exec_t5, pipelines_equal_one_device)
+{
+    const pspec cases[] = {
+        /* the decoder's table on both stages */
+        {T5, SIM_SCHED_1F1B, 2, 1, 1, 1, 4, 0, 0},
+        /* both tables on several stages, an attention cut between its
+         * scores and its softmax */
+        {T5, SIM_SCHED_1F1B, 4, 1, 1, 1, 4, 0, 0},
+        {T5, SIM_SCHED_GPIPE, 3, 1, 1, 2, 2, SIM_RC_FULL, 0},
+        {T5, SIM_SCHED_ZBH1, 2, 1, 1, 1, 4, SIM_RC_SELECTIVE, 0},
+        {T5, SIM_SCHED_INTERLEAVED, 2, 1, 1, 1, 4, 0, 4},
+        {T5, SIM_SCHED_1F1B, 2, 2, 1, 1, 2, 0, 0},
+        {T5_WIDE, SIM_SCHED_1F1B, 3, 1, 1, 1, 3, 0, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+        check_t5(&cases[k]);
+}
