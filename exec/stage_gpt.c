@@ -245,6 +245,13 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
         p->need_in[0] = bwd && (linear ? p->has_w : r->in0);
         /* a cross-attention's scores read the encoder's keys back */
         p->need_in[1] = bwd && (r->in1 || p->cross);
+        /* ReLU's backward reads the signs of its output, which the MLP's
+         * second linear keeps anyway (as PyTorch's ReLU saves its
+         * result), not its input */
+        if (o->role == PROF_ROLE_MLP_ACT && c->relu) {
+            p->self_keep = bwd;
+            p->need_in[0] = 0;
+        }
         p->tp_ar_fwd = tp > 1 && r->ar_fwd;
         p->tp_ar_bwd = tp > 1 && r->ar_bwd;
     }
@@ -1268,7 +1275,7 @@ static int t5_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         break;
     case PROF_ROLE_MLP_ACT:
         if (input_part && c->relu)
-            EXEC_KERN(w, K->relu_backward(d0, in0, dout, (size_t)N * F));
+            EXEC_KERN(w, K->relu_backward(d0, out, dout, (size_t)N * F));
         else if (input_part && c->gelu_erf)
             EXEC_KERN(w, K->gelu_erf_backward(d0, in0, dout, (size_t)N * F));
         else if (input_part)
@@ -1648,7 +1655,7 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         if (input_part && c->swiglu)
             EXEC_KERN(w, K->swiglu_backward(d0, in0, dout, N, Fl));
         else if (input_part && c->relu)
-            EXEC_KERN(w, K->relu_backward(d0, in0, dout, (size_t)N * Fl));
+            EXEC_KERN(w, K->relu_backward(d0, out, dout, (size_t)N * Fl));
         else if (input_part && c->gelu_erf)
             EXEC_KERN(w, K->gelu_erf_backward(d0, in0, dout, (size_t)N * Fl));
         else if (input_part)

@@ -562,6 +562,19 @@ static void print_answer(const plan_result *r, const prof_model *m,
     const char *ha[] = {"schedule", "samples/s", "iteration", "p x d x t",
                         "mbs x n", "peak mem", "result"};
     for (int i = 0; i < 7; i++) util_table_col(ta, i, ha[i], i == 0 || i == 6 ? 'l' : 'r');
+    /* Reasons are cut to keep the table within 100 columns (the widest
+     * microbatch column, knobs and all, takes from them); --json has
+     * them whole. */
+    size_t mbw = 10;
+    for (int s = 0; s < SIM_SCHED_COUNT; s++) {
+        const plan_alt *a = &r->alt[s];
+        char tag[16], mb[48];
+        if (!a->feasible) continue;
+        snprintf(mb, sizeof mb, "%d x %d%s", a->plan.mbs, a->plan.n_mb,
+                 plan_knob_tag(&a->plan, tag, sizeof tag));
+        if (strlen(mb) > mbw) mbw = strlen(mb);
+    }
+    size_t why_n = mbw - 10 < 10 ? 30 - (mbw - 10) : 20;
     for (int s = 0; s < SIM_SCHED_COUNT; s++) {
         if (!sim_sched_plannable((sim_sched)s) && !r->alt[s].tried) continue;
         const plan_alt *a = &r->alt[s];
@@ -575,12 +588,10 @@ static void print_answer(const plan_result *r, const prof_model *m,
                      plan_knob_tag(&a->plan, tag, sizeof tag));
             snprintf(pk, sizeof pk, "%.2f GiB", gib(a->peak_bytes));
         }
-        /* Reasons are cut to keep the table within 100 columns; --json
-         * has them whole. */
         char why[31];
-        snprintf(why, sizeof why, "%s", s == (int)r->best ? "chosen" : a->reason);
-        if (strlen(s == (int)r->best ? "chosen" : a->reason) >= sizeof why)
-            strcpy(why + sizeof why - 4, "...");
+        const char *rs = s == (int)r->best ? "chosen" : a->reason;
+        snprintf(why, why_n + 1, "%s", rs);
+        if (strlen(rs) > why_n) strcpy(why + why_n - 3, "...");
         const char *row[] = {sim_sched_name((sim_sched)s), sps, itb, pp, mb, pk, why};
         util_table_row(ta, row);
     }

@@ -1273,8 +1273,8 @@ static void choose_best(search *s)
             plan_alt *a = &r->alt[k];
             if (!a->feasible || k == (int)r->best) continue;
             if (!async_ok && sim_sched_async((sim_sched)k))
-                snprintf(a->reason, sizeof a->reason, "async, stale "
-                         "weights: %.1f%%", 100 * a->samples_per_s / best);
+                snprintf(a->reason, sizeof a->reason, "async (stale): "
+                         "%.1f%%", 100 * a->samples_per_s / best);
             else
                 snprintf(a->reason, sizeof a->reason, "slower: %.1f%% of the "
                          "best", 100 * a->samples_per_s / best);

@@ -295,10 +295,15 @@ static int mlp(builder *b, int in, double s_tok)
     act->bwd_in_flops = s_tok * f * (per + (g ? 3 : 1));
     act->bytes_read = (g ? 2 : 1) * s_tok * f * e;
     act->bytes_written = s_tok * f * e;
-    /* ReLU needs only a 1-byte mask; GELU/SiLU keep their input, gated
-     * MLPs both halves. */
+    /* GELU and SiLU keep their input, gated MLPs both halves. ReLU's
+     * backward reads the signs of its output (PyTorch's saves its
+     * result), which the second linear keeps as its input: nothing of
+     * its own; but T5's MLP drops out between them (Hugging Face's
+     * T5DenseActDense), so there the output and the mask are its own. */
+    int inner_drop = s->dropout && s->family == PROF_FAM_T5;
     act->act_bytes = g ? 2 * s_tok * f * e
-                       : (s->act == PROF_ACT_RELU ? s_tok * f : s_tok * f * e);
+                   : s->act != PROF_ACT_RELU ? s_tok * f * e
+                   : inner_drop ? s_tok * f * (e + 1) : 0;
     act->out_bytes = s_tok * f * e;
     int ai = idx(b, act);
     int down = linear(b, PROF_ROLE_MLP_DOWN, "mlp.down", ai, s_tok, f, h,

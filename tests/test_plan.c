@@ -285,7 +285,7 @@ Test(plan, synchronous_unless_async_is_allowed)
             const char *sn = json_string_value(json_object_get(x, "schedule"));
             if (!strcmp(sn, "2bw"))
                 cr_expect(strstr(json_string_value(json_object_get(
-                                     x, "reason")), "async, stale weights"),
+                                     x, "reason")), "async (stale): "),
                           "%s", json_string_value(json_object_get(x, "reason")));
         }
         cli_result_free(&r);
