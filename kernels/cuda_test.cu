@@ -508,12 +508,29 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
 
 // T5's attention (attnx_*): cross-attention (q of Tq rows over k | v of
 // Tk, ld 2 NH hs) and fused self-attention (q | k | v, ld 3 NH hs), causal
-// and not, with a bias table whose buckets repeat, heads wider than
-// C / NH; and scale_add.
+// and not, with no bias and with a bias table whose buckets repeat (and
+// whose last row no offset uses), scales other than 1, heads wider than
+// C / NH; a cross-attention that is causal and biased takes Tq != Tk
+// through the causal clamp and the table's gradient; and scale_add.
 static void run_t5(int B, int Tq, int Tk, int NH, int hs, int NB)
 {
-    for (int kind = 0; kind < 3; kind++) {
-        int self = kind > 0, causal = kind == 2;
+    static const struct {
+        int self, causal, bias;
+        float scale;
+        const char *what;
+    } cfg[] = {
+        {0, 0, 0, 1.0f, " (cross)"},
+        {0, 1, 1, 0.37f, " (cross, causal, bias)"},
+        {1, 0, 1, 1.0f, " (enc)"},
+        {1, 1, 1, 1.0f, " (dec)"},
+        {1, 1, 0, 0.125f, " (dec, no bias)"},
+    };
+    printf("T5 attention B=%d Tq=%d Tk=%d NH=%d hs=%d table rows %d\n", B, Tq,
+           Tk, NH, hs, NB);
+    for (size_t kind = 0; kind < sizeof cfg / sizeof cfg[0]; kind++) {
+        int self = cfg[kind].self, causal = cfg[kind].causal;
+        float scale = cfg[kind].scale;
+        const char *what = cfg[kind].what;
         int tq = Tq, tk = self ? Tq : Tk, D = NH * hs;
         int ldq = self ? 3 * D : D, ldk = self ? 3 * D : 2 * D;
         size_t nq = (size_t)B * tq * ldq, nk = (size_t)B * tk * ldk,
@@ -523,26 +540,27 @@ static void run_t5(int B, int Tq, int Tk, int NH, int hs, int NB)
         buf ds = make(na, 1), out = make(no, 1), dout = make(no, 1);
         buf dq = make(nq, 1), dkv = make(self ? 1 : nk, 1);
         buf tb = make((size_t)NB * NH, 1), dtb = make((size_t)NB * NH, 1);
+        buf ip = make(na, 0);
         int O = tq + tk - 1;
         int *bh = (int *)malloc(sizeof(int) * (size_t)O), *bd;
-        for (int o = 0; o < O; o++) bh[o] = (o * 7 / 3) % NB;
+        // repeated values; row NB - 1 is never looked up
+        for (int o = 0; o < O; o++) bh[o] = (o * 5 / 3) % (NB - 1);
         cuda_ok(cudaMalloc(&bd, sizeof(int) * (size_t)O), "cudaMalloc");
         cuda_ok(cudaMemcpy(bd, bh, sizeof(int) * (size_t)O,
                            cudaMemcpyHostToDevice), "copy in");
-        const float *th = self ? tb.h : NULL, *td = self ? tb.d : NULL;
+        const float *th = cfg[kind].bias ? tb.h : NULL,
+                    *td = cfg[kind].bias ? tb.d : NULL;
         const float *kh = self ? q.h + D : kv.h, *kd = self ? q.d + D : kv.d;
         const float *vh = self ? q.h + 2 * D : kv.h + D,
                     *vd = self ? q.d + 2 * D : kv.d + D;
         float *dkh = self ? dq.h + D : dkv.h, *dkd = self ? dq.d + D : dkv.d;
         float *dvh = self ? dq.h + 2 * D : dkv.h + D,
               *dvd = self ? dq.d + 2 * D : dkv.d + D;
-        const char *what = kind == 0 ? " (cross)" : kind == 1 ? " (enc)"
-                                                              : " (dec)";
         char op[64];
         kern_attnx_scores_forward(sc.h, q.h, kh, ldq, ldk, B, tq, tk, NH, hs,
-                                  1.0f);
+                                  scale);
         kern_cuda_attnx_scores_forward(sc.d, q.d, kd, ldq, ldk, B, tq, tk, NH,
-                                       hs, 1.0f);
+                                       hs, scale);
         snprintf(op, sizeof op, "attnx_scores_forward%s", what);
         compare(op, "s", sc);
         kern_attnx_softmax_forward(att.h, sc.h, th, bh, B, NH, tq, tk,
@@ -551,6 +569,14 @@ static void run_t5(int B, int Tq, int Tk, int NH, int hs, int NB)
                                         causal);
         snprintf(op, sizeof op, "attnx_softmax_forward%s", what);
         compare(op, "att", att);
+        // in place (att over s), each side from its own scores
+        memcpy(ip.h, sc.h, na * sizeof(float));
+        cuda_ok(cudaMemcpy(ip.d, sc.d, na * sizeof(float),
+                           cudaMemcpyDeviceToDevice), "copy");
+        kern_attnx_softmax_forward(ip.h, ip.h, th, bh, B, NH, tq, tk, causal);
+        kern_cuda_attnx_softmax_forward(ip.d, ip.d, td, bd, B, NH, tq, tk,
+                                        causal);
+        compare(op, "in place", ip);
         kern_attnx_context_forward(out.h, att.h, vh, ldk, B, tq, tk, NH, hs);
         kern_cuda_attnx_context_forward(out.d, att.d, vd, ldk, B, tq, tk, NH,
                                         hs);
@@ -560,13 +586,17 @@ static void run_t5(int B, int Tq, int Tk, int NH, int hs, int NB)
                                     tq, tk, NH, hs);
         kern_cuda_attnx_context_backward(datt.d, dvd, dout.d, att.d, vd, ldk,
                                          B, tq, tk, NH, hs);
+        snprintf(op, sizeof op, "attnx_context_backward%s", what);
+        compare(op, "datt", datt);
+        compare(op, self ? "dqkv" : "dkv", self ? dq : dkv);
         kern_attnx_softmax_backward(ds.h, datt.h, att.h, B, NH, tq, tk,
                                     causal);
         kern_cuda_attnx_softmax_backward(ds.d, datt.d, att.d, B, NH, tq, tk,
                                          causal);
         snprintf(op, sizeof op, "attnx_softmax_backward%s", what);
         compare(op, "ds", ds);
-        if (self) {
+        compare(op, "datt", datt);
+        if (cfg[kind].bias) {
             kern_attnx_bias_backward(dtb.h, ds.h, bh, B, NH, tq, tk, causal);
             kern_cuda_attnx_bias_backward(dtb.d, ds.d, bd, B, NH, tq, tk,
                                           causal);
@@ -574,14 +604,15 @@ static void run_t5(int B, int Tq, int Tk, int NH, int hs, int NB)
             compare(op, "dtable", dtb);
         }
         kern_attnx_scores_backward(dq.h, dkh, ds.h, q.h, kh, ldq, ldk, B, tq,
-                                   tk, NH, hs, 1.0f);
+                                   tk, NH, hs, scale);
         kern_cuda_attnx_scores_backward(dq.d, dkd, ds.d, q.d, kd, ldq, ldk, B,
-                                        tq, tk, NH, hs, 1.0f);
-        snprintf(op, sizeof op, "attnx_*_backward%s", what);
-        compare(op, "dq", dq);
+                                        tq, tk, NH, hs, scale);
+        snprintf(op, sizeof op, "attnx_scores_backward%s", what);
+        compare(op, self ? "dqkv" : "dq", dq);
         if (!self) compare(op, "dkv", dkv);
         drop(q); drop(kv); drop(sc); drop(att); drop(datt); drop(ds);
         drop(out); drop(dout); drop(dq); drop(dkv); drop(tb); drop(dtb);
+        drop(ip);
         free(bh);
         cudaFree(bd);
     }
