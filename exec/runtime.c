@@ -1300,10 +1300,12 @@ static int integrate(exec_worker *w, int task, util_err *e)
     }
     if (tied_stage < 0) return 0;
     exec_stage *st = &w->st[w->lidx[tied_stage]];
+    /* each sum takes its list's buffers; a failure drops those left */
     for (int g = 1; g < 3; g++)
         if (nt[g] && sum_rel(w, st, g, tied[g], nt[g], e)) {
             for (int h = 0; h < 3; h++)
-                for (int i = 0; i < nt[h]; i++) exec_buf_unref(tied[h][i].b);
+                for (int i = 0; (h == 0 || h > g) && i < nt[h]; i++)
+                    exec_buf_unref(tied[h][i].b);
             return -1;
         }
     return nt[0] ? sum_tied(w, st, t, task, tied[0], nt[0], e) : 0;

@@ -8,6 +8,7 @@
  * largest weight), the relative-position tables copied to every stage
  * holding one of their self-attentions and their gradients exchanged. */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,4 +154,32 @@ Test(exec_t5, pipelines_equal_one_device)
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
         check_t5(&cases[k]);
+}
+
+/* Under mpirun (a process per device) the decoder's table's exchange and
+ * the encoder's output to the decoder's stage are messages: the same bits
+ * as in-process. */
+Test(exec_t5, mpi_gives_the_in_process_weights)
+{
+    cr_assert(system("command -v mpirun >/dev/null 2>&1") == 0,
+              "mpirun is missing (./deps.sh installs openmpi-bin)");
+    char *dir = test_tmpdir(), data[PATH_MAX], model[PATH_MAX];
+    cr_assert_not_null(realpath(HF "corpus.txt", data));
+    cr_assert_not_null(realpath(T5, model));
+    cli_result r = cli_run("sim --hw 'cpu x2' --model %s --schedule 1f1b "
+                           "--pp 2 --mbs 1 --microbatches 4 --out %s/p.json",
+                           model, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    int rc = sh_run("cd %s && %s \"$SLUICE\" exec --plan p.json --steps 3 "
+                    "--quiet --data %s --save mpi.ckpt > mpi.out 2>&1", dir,
+                    MPIRUN, data);
+    cr_assert_eq(rc, 0, "mpirun failed (%s/mpi.out)", dir);
+    r = cli_run("exec --plan %s/p.json --steps 3 --quiet --data %s --save "
+                "%s/in.ckpt", dir, data, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    cr_expect_eq(sh_run("cmp -s %s/mpi.ckpt %s/in.ckpt", dir, dir), 0,
+                 "weights differ between mpirun and in-process");
+    test_rm_rf(dir);
 }
