@@ -126,6 +126,8 @@ bench: $(BINDIR)/sluice $(BENCH_BIN)
 	$(Q)$(BUILD)/bench/bench_calib llama-tiny
 	@echo "== $(BUILD)/bench/bench_calib tests/bench/bert-mini.json (BERT's encoder: calibrated from GPT's runs, predicted against its own)"
 	$(Q)$(BUILD)/bench/bench_calib tests/bench/bert-mini.json
+	@echo "== $(BUILD)/bench/bench_calib tests/bench/t5-mini.json (T5's encoder-decoder: calibrated from GPT's runs, predicted against its own)"
+	$(Q)$(BUILD)/bench/bench_calib tests/bench/t5-mini.json
 	@echo "== validation (sluice validate validation/*.csv: each table's error beside its goal)"
 	$(Q)$(BINDIR)/sluice validate validation/*.csv | grep -E '^validation/|mean absolute'
 
