@@ -1103,23 +1103,32 @@ static t5qkv t5_qkv(const exec_xop *x, int Dl)
 static int t5_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                       int count_loss, const oparams *p, float *out,
                       float *aux, const float *in0, const float *in1,
-                      util_err *e)
+                      int64_t *tp_ns, util_err *e)
 {
     exec_runtime *rt = w->rt;
     const kern_table *K = rt->be->k;
     const exec_xop *x = &rt->xop[op];
     const exec_gpt_config *c = &rt->cfg;
-    int B = rt->mbs, C = c->hidden, Dl = (int)exec_inner(c) / rt->tp,
-        NHl = c->heads / rt->tp, hs = exec_hs(c), F = c->ffn / rt->tp;
+    int tp = rt->tp, B = rt->mbs, C = c->hidden,
+        Dl = (int)exec_inner(c) / tp, NHl = c->heads / tp, hs = exec_hs(c),
+        F = c->ffn / tp, Vl = exec_vocab_shard(c->vocab, tp);
     int N = B * x->Tq;
     t5ids id = t5_ids(rt, r);
     t5qkv g = t5_qkv(x, Dl);
     (void)st;
     switch (x->role) {
-    case PROF_ROLE_EMBED:
-        EXEC_KERN(w, K->embed_forward(out, op ? id.dec : id.enc, p->w, NULL,
-                                      B, x->Tq, C));
+    case PROF_ROLE_EMBED: {
+        /* tensor parallel: the rank's vocabulary rows, summed */
+        const int *tok = op ? id.dec : id.enc;
+        if (tp == 1) {
+            EXEC_KERN(w, K->embed_forward(out, tok, p->w, NULL, B, x->Tq, C));
+            break;
+        }
+        EXEC_KERN(w, K->embed_shard_forward(out, tok, p->w, w->rank * Vl, Vl,
+                                            N, C));
+        if (tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
         break;
+    }
     case PROF_ROLE_NORM:
         EXEC_KERN(w, K->rmsnorm_forward(out, aux, in0, p->w, N, C,
                                         c->norm_eps));
@@ -1151,7 +1160,9 @@ static int t5_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                                               x->Tq, x->Tk, NHl, hs));
         break;
     case PROF_ROLE_ATTN_OUT:
+        /* row-parallel: the ranks' parts summed */
         EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, Dl, C));
+        if (tp > 1 && tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
         break;
     case PROF_ROLE_RESIDUAL:
         EXEC_KERN(w, K->residual_forward(out, in0, in1, (size_t)N * C));
@@ -1169,21 +1180,26 @@ static int t5_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         break;
     case PROF_ROLE_MLP_DOWN:
         EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, F, C));
+        if (tp > 1 && tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
         break;
     case PROF_ROLE_LM_HEAD: {
-        /* the input scaled into a buffer of the op, then the product */
+        /* the input scaled into a buffer of the op, then the product (the
+         * rank's vocabulary rows) */
         exec_buf *xs = scratch(w, (size_t)N * C, "the head's input", e);
         if (!xs) return -1;
         EXEC_KERN(w, {
             K->scale_add(xs->p, in0, t5_head_scale(c), (size_t)N * C);
-            K->linear_forward(out, xs->p, p->w, NULL, N, C, c->vocab);
+            K->linear_forward(out, xs->p, p->w, NULL, N, C, Vl);
         });
         exec_buf_unref(xs);
         break;
     }
     case PROF_ROLE_LOSS:
-        EXEC_KERN(w, K->softmax_xent_forward(out, aux, in0, id.tgt, N,
-                                             c->vocab));
+        if (tp == 1)
+            EXEC_KERN(w, K->softmax_xent_forward(out, aux, in0, id.tgt, N,
+                                                 c->vocab));
+        else if (xent_tp_forward(w, out, aux, in0, id.tgt, N, Vl, tp_ns, e))
+            return -1;
         if (count_loss) count_loss_of(w, out, N);
         break;
     default:
@@ -1192,28 +1208,54 @@ static int t5_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     return 0;
 }
 
+/* d0 += the product's input gradient (into a buffer of the op, summed
+ * over the group where the linear is column-parallel) */
+static int t5_lin_in(exec_worker *w, float *d0, const float *dout,
+                     const float *wt, int N, int IC, int OC, int sum,
+                     int64_t *tp_ns, util_err *e)
+{
+    const kern_table *K = w->rt->be->k;
+    if (!sum) {
+        EXEC_KERN(w, K->linear_backward_input(d0, dout, wt, N, IC, OC));
+        return 0;
+    }
+    exec_buf *tmp = scratch(w, (size_t)N * IC, "an input gradient", e);
+    if (!tmp) return -1;
+    EXEC_KERN(w, K->linear_backward_input(tmp->p, dout, wt, N, IC, OC));
+    int rc = tp_sum(w, tmp->p, (size_t)N * IC, tp_ns, e);
+    if (!rc) EXEC_KERN(w, K->accumulate(d0, tmp->p, (size_t)N * IC));
+    exec_buf_unref(tmp);
+    return rc;
+}
+
 static int t5_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                        int input_part, int base_w, const oparams *p,
                        float *dout, const float *out, const float *aux,
                        const float *in0, const float *in1, float *d0,
-                       float *d1, util_err *e)
+                       float *d1, int64_t *tp_ns, util_err *e)
 {
     exec_runtime *rt = w->rt;
     const kern_table *K = rt->be->k;
     const exec_xop *x = &rt->xop[op];
     const exec_gpt_config *c = &rt->cfg;
-    int B = rt->mbs, C = c->hidden, Dl = (int)exec_inner(c) / rt->tp,
-        NHl = c->heads / rt->tp, hs = exec_hs(c), F = c->ffn / rt->tp;
+    int tp = rt->tp, B = rt->mbs, C = c->hidden,
+        Dl = (int)exec_inner(c) / tp, NHl = c->heads / tp, hs = exec_hs(c),
+        F = c->ffn / tp, Vl = exec_vocab_shard(c->vocab, tp);
     int N = B * x->Tq;
     t5ids id = t5_ids(rt, r);
     t5qkv g = t5_qkv(x, Dl);
     (void)st;
     switch (x->role) {
     case PROF_ROLE_EMBED:
-        if (base_w)
+        if (base_w && tp == 1)
             EXEC_KERN(w, K->embed_backward(p->gw, NULL, dout,
                                            op ? id.dec : id.enc, B, x->Tq,
                                            C));
+        else if (base_w)
+            EXEC_KERN(w, K->embed_shard_backward(p->gw, NULL, dout,
+                                                 op ? id.dec : id.enc,
+                                                 w->rank * Vl, Vl, B, x->Tq,
+                                                 C));
         break;
     case PROF_ROLE_NORM:
         if (input_part)
@@ -1229,14 +1271,19 @@ static int t5_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     case PROF_ROLE_MLP_UP:
     case PROF_ROLE_ATTN_OUT:
     case PROF_ROLE_MLP_DOWN: {
+        /* column-parallel ones (the projections into heads, the MLP's
+         * first) sum their input gradient over the group */
+        int rowpar = x->role == PROF_ROLE_ATTN_OUT ||
+                     x->role == PROF_ROLE_MLP_DOWN;
         int IC = x->role == PROF_ROLE_ATTN_OUT ? Dl
                : x->role == PROF_ROLE_MLP_DOWN ? F : C;
         int OC = x->role == PROF_ROLE_QKV ? 3 * Dl
                : x->role == PROF_ROLE_Q ? Dl
                : x->role == PROF_ROLE_KV ? 2 * Dl
                : x->role == PROF_ROLE_MLP_UP ? F : C;
-        if (input_part)
-            EXEC_KERN(w, K->linear_backward_input(d0, dout, p->w, N, IC, OC));
+        if (input_part && t5_lin_in(w, d0, dout, p->w, N, IC, OC,
+                                    tp > 1 && !rowpar, tp_ns, e))
+            return -1;
         if (base_w)
             EXEC_KERN(w, K->linear_backward_weight(p->gw, NULL, dout, in0, N,
                                                    IC, OC));
@@ -1283,29 +1330,36 @@ static int t5_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         break;
     case PROF_ROLE_LM_HEAD: {
         /* logits = (s x) W^T: dx += s dlogits W, dW += dlogits^T (s x) */
+        /* (the rank's vocabulary rows: dx summed over the group) */
         float sc = t5_head_scale(c);
         exec_buf *xs = scratch(w, (size_t)N * C, "the head's input", e);
         if (!xs) return -1;
-        if (input_part)
-            EXEC_KERN(w, {
-                K->linear_backward_input(xs->p, dout, p->w, N, C, c->vocab);
-                K->scale_add(d0, xs->p, sc, (size_t)N * C);
-            });
-        if (base_w)
+        int rc = 0;
+        if (input_part) {
+            EXEC_KERN(w, K->linear_backward_input(xs->p, dout, p->w, N, C,
+                                                  Vl));
+            if (tp > 1) rc = tp_sum(w, xs->p, (size_t)N * C, tp_ns, e);
+            if (!rc) EXEC_KERN(w, K->scale_add(d0, xs->p, sc, (size_t)N * C));
+        }
+        if (!rc && base_w)
             EXEC_KERN(w, {
                 rt->be->zero(xs->p, (size_t)N * C);
                 K->scale_add(xs->p, in0, sc, (size_t)N * C);
-                K->linear_backward_weight(p->gw, NULL, dout, xs->p, N, C,
-                                          c->vocab);
+                K->linear_backward_weight(p->gw, NULL, dout, xs->p, N, C, Vl);
             });
         exec_buf_unref(xs);
+        if (rc) return -1;
         break;
     }
     case PROF_ROLE_LOSS:
-        if (input_part)
+        if (input_part && tp == 1)
             EXEC_KERN(w, K->softmax_xent_backward(d0, aux, id.tgt,
                                                   (float)rt->scale, N,
                                                   c->vocab));
+        else if (input_part)
+            EXEC_KERN(w, K->xent_shard_backward(d0, aux, id.tgt,
+                                                (float)rt->scale,
+                                                w->rank * Vl, N, Vl));
         break;
     default:
         util_never_(__FILE__, __LINE__, "a T5 op role without a kernel");
@@ -1341,7 +1395,7 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                                    : NULL;
     if (c->t5)
         return t5_forward(w, st, r, op, count_loss, &p, out, aux, in0, in1,
-                          e);
+                          tp_ns, e);
     switch (x->role) {
     case PROF_ROLE_EMBED: {
         /* position t is the table's row t + pos_offset (OPT's 2) */
@@ -1521,7 +1575,7 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                          rt->model->ops[op].name);
     if (c->t5)
         return t5_backward(w, st, r, op, input_part, base_w, &p, dout, out,
-                           aux, in0, in1, d0, d1, e);
+                           aux, in0, in1, d0, d1, tp_ns, e);
     switch (x->role) {
     case PROF_ROLE_EMBED: {
         if (!base_w) break;

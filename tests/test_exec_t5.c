@@ -2,11 +2,12 @@
  * Face's; a tiny T5 saved by transformers (tests/data/hf/t5-tiny/gen.py)
  * gives the loss and the gradient norm transformers' own
  * T5ForConditionalGeneration gives on the same rows, heads of
- * hidden / heads and wider ones (T5-3B's kind); every schedule's
- * pipeline, with recomputation and data parallelism, ends 5 steps with the
- * weights one device gets from the same batches (within 1e-5 of the
- * largest weight), the relative-position tables copied to every stage
- * holding one of their self-attentions and their gradients exchanged. */
+ * hidden / heads and wider ones (T5-3B's kind), in pipelines and tensor
+ * parallel; every schedule's pipeline, with recomputation, data and
+ * tensor parallelism, ends 5 steps with the weights one device gets from
+ * the same batches (within 1e-5 of the largest weight), the
+ * relative-position tables copied to every stage holding one of their
+ * self-attentions and their gradients exchanged. */
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <math.h>
@@ -53,11 +54,12 @@ Test(exec_t5, buckets_are_hugging_faces)
 }
 
 /* The first step's loss (before any update) and gradient norm of a
- * 1F1B plan of mbs x nmb rows from the Hugging Face file. */
+ * 1F1B plan (pp stages of tp ranks) of mbs x nmb rows from the Hugging
+ * Face file. */
 static void first_step(const char *model, const char *weights, int mbs,
-                       int nmb, int pp, double *loss, double *norm)
+                       int nmb, int pp, int tp, double *loss, double *norm)
 {
-    pspec s = {model, SIM_SCHED_1F1B, pp, 1, 1, mbs, nmb, 0, 0};
+    pspec s = {model, SIM_SCHED_1F1B, pp, 1, tp, mbs, nmb, 0, 0};
     sim_plan p;
     pipe_plan(&s, &p);
     exec_pipe_opts o = pipe_opts(&p, 1, 0);
@@ -77,13 +79,15 @@ Test(exec_t5, hugging_face_t5_computes_what_transformers_does)
     json_t *x = expected();
     struct {
         const char *model, *weights, *key, *rows;
-        int mbs, nmb, pp;
+        int mbs, nmb, pp, tp;
     } cases[] = {
-        {T5, HF "model.safetensors", "tiny", "row0", 1, 1, 1},
-        {T5, HF "model.safetensors", "tiny", "both", 2, 1, 1},
-        {T5, HF "model.safetensors", "tiny", "both", 1, 2, 2},
-        {T5_WIDE, HF "wide/model.safetensors", "wide", "row0", 1, 1, 1},
-        {T5_WIDE, HF "wide/model.safetensors", "wide", "both", 1, 2, 3},
+        {T5, HF "model.safetensors", "tiny", "row0", 1, 1, 1, 1},
+        {T5, HF "model.safetensors", "tiny", "both", 2, 1, 1, 1},
+        {T5, HF "model.safetensors", "tiny", "both", 1, 2, 2, 1},
+        {T5, HF "model.safetensors", "tiny", "both", 2, 1, 1, 2},
+        {T5_WIDE, HF "wide/model.safetensors", "wide", "row0", 1, 1, 1, 1},
+        {T5_WIDE, HF "wide/model.safetensors", "wide", "both", 1, 2, 3, 1},
+        {T5_WIDE, HF "wide/model.safetensors", "wide", "both", 1, 2, 2, 2},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         json_t *want = json_object_get(
@@ -93,13 +97,13 @@ Test(exec_t5, hugging_face_t5_computes_what_transformers_does)
         cr_assert(wl > 1 && wn > 0);
         double loss, norm;
         first_step(cases[k].model, cases[k].weights, cases[k].mbs,
-                   cases[k].nmb, cases[k].pp, &loss, &norm);
-        cr_expect(fabs(loss - wl) <= 1e-6 * wl, "%s %s pp%d: loss %.8f, "
-                  "transformers %.8f", cases[k].key, cases[k].rows,
-                  cases[k].pp, loss, wl);
-        cr_expect(fabs(norm - wn) <= 1e-5 * wn, "%s %s pp%d: gradient norm "
+                   cases[k].nmb, cases[k].pp, cases[k].tp, &loss, &norm);
+        cr_expect(fabs(loss - wl) <= 1e-6 * wl, "%s %s pp%d tp%d: loss "
                   "%.8f, transformers %.8f", cases[k].key, cases[k].rows,
-                  cases[k].pp, norm, wn);
+                  cases[k].pp, cases[k].tp, loss, wl);
+        cr_expect(fabs(norm - wn) <= 1e-5 * wn, "%s %s pp%d tp%d: gradient "
+                  "norm %.8f, transformers %.8f", cases[k].key,
+                  cases[k].rows, cases[k].pp, cases[k].tp, norm, wn);
     }
     json_decref(x);
 }
@@ -124,8 +128,8 @@ static void check_t5(const pspec *s)
                   "step %d: loss %g, one device %g", k + 1, r.loss[k],
                   ref.loss[k]);
     char what[96];
-    snprintf(what, sizeof what, "T5 %s pp%d dp%d %d stages%s%s",
-             sim_sched_name(s->sched), s->pp, dp, p.n_stages,
+    snprintf(what, sizeof what, "T5 %s pp%d dp%d tp%d %d stages%s%s",
+             sim_sched_name(s->sched), s->pp, dp, p.tp, p.n_stages,
              s->recompute ? " recompute " : "",
              s->recompute ? sim_recompute_name(s->recompute) : "");
     expect_close(ref.params, r.params, r.n_params, 1e-5, what);
@@ -151,6 +155,10 @@ Test(exec_t5, pipelines_equal_one_device)
         {T5, SIM_SCHED_INTERLEAVED, 2, 1, 1, 1, 4, 0, 4},
         {T5, SIM_SCHED_1F1B, 2, 2, 1, 1, 2, 0, 0},
         {T5_WIDE, SIM_SCHED_1F1B, 3, 1, 1, 1, 3, 0, 0},
+        /* tensor parallel: heads, their tables' columns, the MLP, the
+         * vocabulary of the embeddings, head and loss */
+        {T5, SIM_SCHED_1F1B, 2, 1, 2, 1, 4, 0, 0},
+        {T5_WIDE, SIM_SCHED_GPIPE, 1, 1, 4, 2, 2, SIM_RC_SELECTIVE, 0},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
         check_t5(&cases[k]);
