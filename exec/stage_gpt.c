@@ -1100,110 +1100,133 @@ static t5qkv t5_qkv(const exec_xop *x, int Dl)
     return g;
 }
 
-static int t5_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
-                      int count_loss, const oparams *p, float *out,
-                      float *aux, const float *in0, const float *in1,
-                      int64_t *tp_ns, util_err *e)
+/* What a T5 op works with on one tensor-parallel rank: the ranks, the
+ * microbatch, the widths (hidden, the rank's heads' and their count, a
+ * head's, the MLP's, the vocabulary's shard), the op's rows, the
+ * record's ids and where its attention's q, k and v are. */
+typedef struct t5op {
+    int tp, B, C, Dl, NHl, hs, F, Vl, N;
+    t5ids id;
+    t5qkv g;
+} t5op;
+
+static t5op t5_op(const exec_runtime *rt, const exec_rec *r,
+                  const exec_xop *x)
+{
+    const exec_gpt_config *c = &rt->cfg;
+    t5op d;
+    d.tp = rt->tp;
+    d.B = rt->mbs;
+    d.C = c->hidden;
+    d.Dl = (int)exec_inner(c) / d.tp;
+    d.NHl = c->heads / d.tp;
+    d.hs = exec_hs(c);
+    d.F = c->ffn / d.tp;
+    d.Vl = exec_vocab_shard(c->vocab, d.tp);
+    d.N = d.B * x->Tq;
+    d.id = t5_ids(rt, r);
+    d.g = t5_qkv(x, d.Dl);
+    return d;
+}
+
+static int t5_forward(exec_worker *w, exec_rec *r, int op, int count_loss,
+                      const oparams *p, float *out, float *aux,
+                      const float *in0, const float *in1, int64_t *tp_ns,
+                      util_err *e)
 {
     exec_runtime *rt = w->rt;
     const kern_table *K = rt->be->k;
     const exec_xop *x = &rt->xop[op];
     const exec_gpt_config *c = &rt->cfg;
-    int tp = rt->tp, B = rt->mbs, C = c->hidden,
-        Dl = (int)exec_inner(c) / tp, NHl = c->heads / tp, hs = exec_hs(c),
-        F = c->ffn / tp, Vl = exec_vocab_shard(c->vocab, tp);
-    int N = B * x->Tq;
-    t5ids id = t5_ids(rt, r);
-    t5qkv g = t5_qkv(x, Dl);
-    (void)st;
+    t5op d = t5_op(rt, r, x);
     switch (x->role) {
     case PROF_ROLE_EMBED: {
         /* tensor parallel: the rank's vocabulary rows, summed */
-        const int *tok = op ? id.dec : id.enc;
-        if (tp == 1) {
-            EXEC_KERN(w, K->embed_forward(out, tok, p->w, NULL, B, x->Tq, C));
+        const int *tok = op ? d.id.dec : d.id.enc;
+        if (d.tp == 1) {
+            EXEC_KERN(w,
+                      K->embed_forward(out, tok, p->w, NULL, d.B, x->Tq, d.C));
             break;
         }
-        EXEC_KERN(w, K->embed_shard_forward(out, tok, p->w, w->rank * Vl, Vl,
-                                            N, C));
-        if (tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
+        EXEC_KERN(w, K->embed_shard_forward(out, tok, p->w, w->rank * d.Vl,
+                                            d.Vl, d.N, d.C));
+        if (tp_sum(w, out, (size_t)d.N * d.C, tp_ns, e)) return -1;
         break;
     }
     case PROF_ROLE_NORM:
-        EXEC_KERN(w, K->rmsnorm_forward(out, aux, in0, p->w, N, C,
-                                        c->norm_eps));
+        EXEC_KERN(
+            w, K->rmsnorm_forward(out, aux, in0, p->w, d.N, d.C, c->norm_eps));
         break;
     case PROF_ROLE_QKV:
-        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, C, 3 * Dl));
+        EXEC_KERN(w,
+                  K->linear_forward(out, in0, p->w, NULL, d.N, d.C, 3 * d.Dl));
         break;
     case PROF_ROLE_Q:
-        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, C, Dl));
+        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, d.N, d.C, d.Dl));
         break;
     case PROF_ROLE_KV:
-        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, C, 2 * Dl));
+        EXEC_KERN(w,
+                  K->linear_forward(out, in0, p->w, NULL, d.N, d.C, 2 * d.Dl));
         break;
     case PROF_ROLE_ATTN_SCORES:
-        EXEC_KERN(w, K->attnx_scores_forward(out, in0,
-                                             (x->cross ? in1 : in0) + g.ko,
-                                             g.ldq, g.ldk, B, x->Tq, x->Tk,
-                                             NHl, hs, 1.0f));
+        EXEC_KERN(w, K->attnx_scores_forward(
+                         out, in0, (x->cross ? in1 : in0) + d.g.ko, d.g.ldq,
+                         d.g.ldk, d.B, x->Tq, x->Tk, d.NHl, d.hs, 1.0f));
         break;
     case PROF_ROLE_ATTN_SOFTMAX:
-        EXEC_KERN(w, K->attnx_softmax_forward(out, in0, p->x,
-                                              x->rel == 2 ? id.bdec
-                                                          : id.benc,
-                                              B, NHl, x->Tq, x->Tk,
-                                              x->causal));
+        EXEC_KERN(w, K->attnx_softmax_forward(
+                         out, in0, p->x, x->rel == 2 ? d.id.bdec : d.id.benc,
+                         d.B, d.NHl, x->Tq, x->Tk, x->causal));
         break;
     case PROF_ROLE_ATTN_CONTEXT:
-        EXEC_KERN(w, K->attnx_context_forward(out, in0, in1 + g.vo, g.ldk, B,
-                                              x->Tq, x->Tk, NHl, hs));
+        EXEC_KERN(w, K->attnx_context_forward(out, in0, in1 + d.g.vo, d.g.ldk,
+                                              d.B, x->Tq, x->Tk, d.NHl, d.hs));
         break;
     case PROF_ROLE_ATTN_OUT:
         /* row-parallel: the ranks' parts summed */
-        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, Dl, C));
-        if (tp > 1 && tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
+        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, d.N, d.Dl, d.C));
+        if (d.tp > 1 && tp_sum(w, out, (size_t)d.N * d.C, tp_ns, e)) return -1;
         break;
     case PROF_ROLE_RESIDUAL:
-        EXEC_KERN(w, K->residual_forward(out, in0, in1, (size_t)N * C));
+        EXEC_KERN(w, K->residual_forward(out, in0, in1, (size_t)d.N * d.C));
         break;
     case PROF_ROLE_MLP_UP:
-        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, C, F));
+        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, d.N, d.C, d.F));
         break;
     case PROF_ROLE_MLP_ACT:
         if (c->relu)
-            EXEC_KERN(w, K->relu_forward(out, in0, (size_t)N * F));
+            EXEC_KERN(w, K->relu_forward(out, in0, (size_t)d.N * d.F));
         else if (c->gelu_erf)
-            EXEC_KERN(w, K->gelu_erf_forward(out, in0, (size_t)N * F));
+            EXEC_KERN(w, K->gelu_erf_forward(out, in0, (size_t)d.N * d.F));
         else
-            EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)N * F));
+            EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)d.N * d.F));
         break;
     case PROF_ROLE_MLP_DOWN:
-        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, N, F, C));
-        if (tp > 1 && tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
+        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, d.N, d.F, d.C));
+        if (d.tp > 1 && tp_sum(w, out, (size_t)d.N * d.C, tp_ns, e)) return -1;
         break;
     case PROF_ROLE_LM_HEAD: {
         /* the input scaled into a buffer of the op, then the product (the
          * rank's vocabulary rows) */
-        exec_buf *xs = scratch(w, (size_t)N * C, "the head's input", e);
+        exec_buf *xs = scratch(w, (size_t)d.N * d.C, "the head's input", e);
         if (!xs) return -1;
         EXEC_KERN(w, {
-            K->scale_add(xs->p, in0, t5_head_scale(c), (size_t)N * C);
-            K->linear_forward(out, xs->p, p->w, NULL, N, C, Vl);
+            K->scale_add(xs->p, in0, t5_head_scale(c), (size_t)d.N * d.C);
+            K->linear_forward(out, xs->p, p->w, NULL, d.N, d.C, d.Vl);
         });
         exec_buf_unref(xs);
         break;
     }
     case PROF_ROLE_LOSS:
-        if (tp == 1)
-            EXEC_KERN(w, K->softmax_xent_forward(out, aux, in0, id.tgt, N,
+        if (d.tp == 1)
+            EXEC_KERN(w, K->softmax_xent_forward(out, aux, in0, d.id.tgt, d.N,
                                                  c->vocab));
-        else if (xent_tp_forward(w, out, aux, in0, id.tgt, N, Vl, tp_ns, e))
+        else if (xent_tp_forward(w, out, aux, in0, d.id.tgt, d.N, d.Vl, tp_ns,
+                                 e))
             return -1;
-        if (count_loss) count_loss_of(w, out, N);
+        if (count_loss) count_loss_of(w, out, d.N);
         break;
-    default:
-        util_never_(__FILE__, __LINE__, "a T5 op role without a kernel");
+    default: util_never_(__FILE__, __LINE__, "a T5 op role without a kernel");
     }
     return 0;
 }
@@ -1228,42 +1251,35 @@ static int t5_lin_in(exec_worker *w, float *d0, const float *dout,
     return rc;
 }
 
-static int t5_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
-                       int input_part, int base_w, const oparams *p,
-                       float *dout, const float *out, const float *aux,
-                       const float *in0, const float *in1, float *d0,
-                       float *d1, int64_t *tp_ns, util_err *e)
+static int t5_backward(exec_worker *w, exec_rec *r, int op, int input_part,
+                       int base_w, const oparams *p, float *dout,
+                       const float *out, const float *aux, const float *in0,
+                       const float *in1, float *d0, float *d1, int64_t *tp_ns,
+                       util_err *e)
 {
     exec_runtime *rt = w->rt;
     const kern_table *K = rt->be->k;
     const exec_xop *x = &rt->xop[op];
     const exec_gpt_config *c = &rt->cfg;
-    int tp = rt->tp, B = rt->mbs, C = c->hidden,
-        Dl = (int)exec_inner(c) / tp, NHl = c->heads / tp, hs = exec_hs(c),
-        F = c->ffn / tp, Vl = exec_vocab_shard(c->vocab, tp);
-    int N = B * x->Tq;
-    t5ids id = t5_ids(rt, r);
-    t5qkv g = t5_qkv(x, Dl);
-    (void)st;
+    t5op d = t5_op(rt, r, x);
     switch (x->role) {
     case PROF_ROLE_EMBED:
-        if (base_w && tp == 1)
+        if (base_w && d.tp == 1)
             EXEC_KERN(w, K->embed_backward(p->gw, NULL, dout,
-                                           op ? id.dec : id.enc, B, x->Tq,
-                                           C));
+                                           op ? d.id.dec : d.id.enc, d.B,
+                                           x->Tq, d.C));
         else if (base_w)
-            EXEC_KERN(w, K->embed_shard_backward(p->gw, NULL, dout,
-                                                 op ? id.dec : id.enc,
-                                                 w->rank * Vl, Vl, B, x->Tq,
-                                                 C));
+            EXEC_KERN(w, K->embed_shard_backward(
+                             p->gw, NULL, dout, op ? d.id.dec : d.id.enc,
+                             w->rank * d.Vl, d.Vl, d.B, x->Tq, d.C));
         break;
     case PROF_ROLE_NORM:
         if (input_part)
             EXEC_KERN(w, K->rmsnorm_backward_input(d0, dout, in0, p->w, aux,
-                                                   N, C));
+                                                   d.N, d.C));
         if (base_w)
-            EXEC_KERN(w, K->rmsnorm_backward_weight(p->gw, dout, in0, aux, N,
-                                                    C));
+            EXEC_KERN(w, K->rmsnorm_backward_weight(p->gw, dout, in0, aux, d.N,
+                                                    d.C));
         break;
     case PROF_ROLE_QKV:
     case PROF_ROLE_Q:
@@ -1273,96 +1289,99 @@ static int t5_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     case PROF_ROLE_MLP_DOWN: {
         /* column-parallel ones (the projections into heads, the MLP's
          * first) sum their input gradient over the group */
-        int rowpar = x->role == PROF_ROLE_ATTN_OUT ||
-                     x->role == PROF_ROLE_MLP_DOWN;
-        int IC = x->role == PROF_ROLE_ATTN_OUT ? Dl
-               : x->role == PROF_ROLE_MLP_DOWN ? F : C;
-        int OC = x->role == PROF_ROLE_QKV ? 3 * Dl
-               : x->role == PROF_ROLE_Q ? Dl
-               : x->role == PROF_ROLE_KV ? 2 * Dl
-               : x->role == PROF_ROLE_MLP_UP ? F : C;
-        if (input_part && t5_lin_in(w, d0, dout, p->w, N, IC, OC,
-                                    tp > 1 && !rowpar, tp_ns, e))
+        int rowpar =
+            x->role == PROF_ROLE_ATTN_OUT || x->role == PROF_ROLE_MLP_DOWN;
+        int IC = x->role == PROF_ROLE_ATTN_OUT   ? d.Dl
+                 : x->role == PROF_ROLE_MLP_DOWN ? d.F
+                                                 : d.C;
+        int OC = x->role == PROF_ROLE_QKV      ? 3 * d.Dl
+                 : x->role == PROF_ROLE_Q      ? d.Dl
+                 : x->role == PROF_ROLE_KV     ? 2 * d.Dl
+                 : x->role == PROF_ROLE_MLP_UP ? d.F
+                                               : d.C;
+        if (input_part && t5_lin_in(w, d0, dout, p->w, d.N, IC, OC,
+                                    d.tp > 1 && !rowpar, tp_ns, e))
             return -1;
         if (base_w)
-            EXEC_KERN(w, K->linear_backward_weight(p->gw, NULL, dout, in0, N,
+            EXEC_KERN(w, K->linear_backward_weight(p->gw, NULL, dout, in0, d.N,
                                                    IC, OC));
         break;
     }
     case PROF_ROLE_ATTN_SCORES:
         if (input_part)
             EXEC_KERN(w, K->attnx_scores_backward(
-                             d0, (x->cross ? d1 : d0) + g.ko, dout, in0,
-                             (x->cross ? in1 : in0) + g.ko, g.ldq, g.ldk, B,
-                             x->Tq, x->Tk, NHl, hs, 1.0f));
+                             d0, (x->cross ? d1 : d0) + d.g.ko, dout, in0,
+                             (x->cross ? in1 : in0) + d.g.ko, d.g.ldq, d.g.ldk,
+                             d.B, x->Tq, x->Tk, d.NHl, d.hs, 1.0f));
         break;
     case PROF_ROLE_ATTN_SOFTMAX:
         /* its own output gradient is the kernel's scratch; the bias
          * table's gradient is the scores' (the input gradient, which
          * only this op writes) summed by bucket, taken here */
         if (!input_part) break;
-        EXEC_KERN(w, K->attnx_softmax_backward(d0, dout, out, B, NHl, x->Tq,
-                                               x->Tk, x->causal));
+        EXEC_KERN(w, K->attnx_softmax_backward(d0, dout, out, d.B, d.NHl,
+                                               x->Tq, x->Tk, x->causal));
         if (p->gx)
-            EXEC_KERN(w, K->attnx_bias_backward(p->gx, d0,
-                                                x->rel == 2 ? id.bdec
-                                                            : id.benc,
-                                                B, NHl, x->Tq, x->Tk,
-                                                x->causal));
+            EXEC_KERN(w, K->attnx_bias_backward(
+                             p->gx, d0, x->rel == 2 ? d.id.bdec : d.id.benc,
+                             d.B, d.NHl, x->Tq, x->Tk, x->causal));
         break;
     case PROF_ROLE_ATTN_CONTEXT:
         if (input_part)
-            EXEC_KERN(w, K->attnx_context_backward(d0, d1 + g.vo, dout, in0,
-                                                   in1 + g.vo, g.ldk, B,
-                                                   x->Tq, x->Tk, NHl, hs));
+            EXEC_KERN(w, K->attnx_context_backward(d0, d1 + d.g.vo, dout, in0,
+                                                   in1 + d.g.vo, d.g.ldk, d.B,
+                                                   x->Tq, x->Tk, d.NHl, d.hs));
         break;
     case PROF_ROLE_RESIDUAL:
         if (input_part)
-            EXEC_KERN(w, K->residual_backward(d0, d1, dout, (size_t)N * C));
+            EXEC_KERN(w,
+                      K->residual_backward(d0, d1, dout, (size_t)d.N * d.C));
         break;
     case PROF_ROLE_MLP_ACT:
         if (input_part && c->relu)
-            EXEC_KERN(w, K->relu_backward(d0, out, dout, (size_t)N * F));
+            EXEC_KERN(w, K->relu_backward(d0, out, dout, (size_t)d.N * d.F));
         else if (input_part && c->gelu_erf)
-            EXEC_KERN(w, K->gelu_erf_backward(d0, in0, dout, (size_t)N * F));
+            EXEC_KERN(w,
+                      K->gelu_erf_backward(d0, in0, dout, (size_t)d.N * d.F));
         else if (input_part)
-            EXEC_KERN(w, K->gelu_backward(d0, in0, dout, (size_t)N * F));
+            EXEC_KERN(w, K->gelu_backward(d0, in0, dout, (size_t)d.N * d.F));
         break;
     case PROF_ROLE_LM_HEAD: {
         /* logits = (s x) W^T: dx += s dlogits W, dW += dlogits^T (s x) */
         /* (the rank's vocabulary rows: dx summed over the group) */
         float sc = t5_head_scale(c);
-        exec_buf *xs = scratch(w, (size_t)N * C, "the head's input", e);
+        exec_buf *xs = scratch(w, (size_t)d.N * d.C, "the head's input", e);
         if (!xs) return -1;
         int rc = 0;
         if (input_part) {
-            EXEC_KERN(w, K->linear_backward_input(xs->p, dout, p->w, N, C,
-                                                  Vl));
-            if (tp > 1) rc = tp_sum(w, xs->p, (size_t)N * C, tp_ns, e);
-            if (!rc) EXEC_KERN(w, K->scale_add(d0, xs->p, sc, (size_t)N * C));
+            EXEC_KERN(w, K->linear_backward_input(xs->p, dout, p->w, d.N, d.C,
+                                                  d.Vl));
+            if (d.tp > 1) rc = tp_sum(w, xs->p, (size_t)d.N * d.C, tp_ns, e);
+            if (!rc)
+                EXEC_KERN(w, K->scale_add(d0, xs->p, sc, (size_t)d.N * d.C));
         }
         if (!rc && base_w)
             EXEC_KERN(w, {
-                rt->be->zero(xs->p, (size_t)N * C);
-                K->scale_add(xs->p, in0, sc, (size_t)N * C);
-                K->linear_backward_weight(p->gw, NULL, dout, xs->p, N, C, Vl);
+                rt->be->zero(xs->p, (size_t)d.N * d.C);
+                K->scale_add(xs->p, in0, sc, (size_t)d.N * d.C);
+                K->linear_backward_weight(p->gw, NULL, dout, xs->p, d.N, d.C,
+                                          d.Vl);
             });
         exec_buf_unref(xs);
         if (rc) return -1;
         break;
     }
     case PROF_ROLE_LOSS:
-        if (input_part && tp == 1)
-            EXEC_KERN(w, K->softmax_xent_backward(d0, aux, id.tgt,
-                                                  (float)rt->scale, N,
+        if (input_part && d.tp == 1)
+            EXEC_KERN(w, K->softmax_xent_backward(d0, aux, d.id.tgt,
+                                                  (float)rt->scale, d.N,
                                                   c->vocab));
         else if (input_part)
-            EXEC_KERN(w, K->xent_shard_backward(d0, aux, id.tgt,
+            EXEC_KERN(w, K->xent_shard_backward(d0, aux, d.id.tgt,
                                                 (float)rt->scale,
-                                                w->rank * Vl, N, Vl));
+                                                w->rank * d.Vl, d.N, d.Vl));
         break;
-    default:
-        util_never_(__FILE__, __LINE__, "a T5 op role without a kernel");
+    default: util_never_(__FILE__, __LINE__, "a T5 op role without a kernel");
     }
     return 0;
 }
@@ -1394,7 +1413,7 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     const float *in1 = x->n_in > 1 ? exec_view_p(in_view(st, r, op, rt->xop, 1))
                                    : NULL;
     if (c->t5)
-        return t5_forward(w, st, r, op, count_loss, &p, out, aux, in0, in1,
+        return t5_forward(w, r, op, count_loss, &p, out, aux, in0, in1,
                           tp_ns, e);
     switch (x->role) {
     case PROF_ROLE_EMBED: {
@@ -1574,7 +1593,7 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         return util_errf(e, UTIL_EXIT_FAIL, "op %s: no output gradient",
                          rt->model->ops[op].name);
     if (c->t5)
-        return t5_backward(w, st, r, op, input_part, base_w, &p, dout, out,
+        return t5_backward(w, r, op, input_part, base_w, &p, dout, out,
                            aux, in0, in1, d0, d1, tp_ns, e);
     switch (x->role) {
     case PROF_ROLE_EMBED: {
