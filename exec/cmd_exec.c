@@ -364,7 +364,7 @@ static int run_model(cmd *c)
     }
     if (o.cfg.t5) {
         fprintf(stderr, "sluice exec: %s: an encoder-decoder (T5) trains as "
-                "a plan: sluice sim --hw 'cpu x1' --model %s --pp 1 --out "
+                "a plan: sluice plan --hw 'cpu x1' --model %s --out "
                 "P.json, then sluice exec --plan P.json (the reference "
                 "trainer runs decoders and encoders)\n", model, model);
         return UTIL_EXIT_USAGE;

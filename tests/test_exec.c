@@ -311,6 +311,16 @@ Test(exec_cli, model_files_and_unsupported_models)
     cr_assert(strstr(r.err, "T5") && strstr(r.err, "trains as a plan") &&
                   strstr(r.err, "sluice exec --plan"), "%s", r.err);
     cli_result_free(&r);
+    /* and the commands it says run */
+    char *dt = test_tmpdir();
+    r = cli_run("plan --hw 'cpu x1' --model tests/data/exec/t5-tiny.json "
+                "--out %s/P.json", dt);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/P.json --steps 2", dt);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    test_rm_rf(dt);
+    cli_result_free(&r);
     /* A model the zoo knows but memory cannot hold: says how much. */
     r = cli_run("exec --model gpt2-xl --steps 1 --mem-budget 16G");
     cr_assert_eq(r.code, 2);
