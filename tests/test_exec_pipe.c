@@ -34,6 +34,10 @@ static void check_sync(const pspec *s, float clip)
     cr_assert_eq(r.steps_run, 5);
     for (int k = 1; k < 5; k++)
         cr_expect(isfinite(r.loss[k]) && r.loss[k] > 0);
+    /* the mean over the targets (an encoder's masked ones) starts near
+     * ln V, the small initial weights' */
+    cr_expect(fabs(r.loss[0] / log(r.cfg.vocab) - 1) < 0.2, "first loss "
+              "%g, ln V %g", r.loss[0], log(r.cfg.vocab));
     size_t P;
     float *ref = pipe_reference(s->model, r.B, 5, clip, &P);
     cr_assert_eq(P, r.n_params);
