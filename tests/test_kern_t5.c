@@ -195,6 +195,7 @@ static void check_prob(prob *p, int seed)
     close_to("out", out, NULL, want, no(p), 2e-5, 2e-4);
     double *gq = fd(p, Q, KV, TB, Q, nq(p));
     close_to("dq", dq, dq0, gq, nq(p), 1e-4, 1e-3);
+    free(gq);
     if (!p->fused) {
         double *gk = fd(p, Q, KV, TB, KV, nkv(p));
         close_to("dkv", dkv, dkv0, gk, nkv(p), 1e-4, 1e-3);
