@@ -266,7 +266,14 @@ int prof_model_finetune(prof_model *m, const prof_finetune *f, util_err *e)
         } else {
             o->frozen_bytes = o->params * eb;
         }
-        if (!parts && keeps_input_for_dw(o->role) &&
+        /* (a ReLU's output the linear reads is still kept: the ReLU's
+         * backward reads it and counts nothing of its own for it, but
+         * where T5's dropout stands between them) */
+        int relu_in = o->n_in > 0 &&
+                      m->ops[o->in[0]].role == PROF_ROLE_MLP_ACT &&
+                      m->spec.act == PROF_ACT_RELU && !m->spec.gated_mlp &&
+                      !(m->spec.family == PROF_FAM_T5 && m->spec.dropout);
+        if (!parts && keeps_input_for_dw(o->role) && !relu_in &&
             o->act_bytes >= o->gemm[0].m * o->gemm[0].k * eb)
             o->act_bytes -= o->gemm[0].m * o->gemm[0].k * eb;
         if (parts) {

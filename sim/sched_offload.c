@@ -437,7 +437,8 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     double tparams = c->tied_table32 / 4;
     for (int v = 0; v < N; v++) {
         sim_stage_cost *sc = &c->stage[v];
-        sc->tied_bytes = 0;
+        /* (and a T5's relative-position tables: one copy each) */
+        sc->tied_bytes = sc->rel_bytes[0] = sc->rel_bytes[1] = 0;
         int ms = sc->model_stage;
         double steps = sc->train_params - (ms == S - 1 ? tparams : 0);
         double pass = 4 * steps + (ms == 0 ? 12 * tparams : 0);

@@ -1079,3 +1079,24 @@ Test(sim_offload, host_dram_and_drives_in_time)
     cr_expect(strstr(buf, "title 'NVMe'"));
     test_rm_rf(dir);
 }
+
+/* A T5's relative-position tables live with the one GPU's states under
+ * every offload schedule, as its tied table does: no exchange between
+ * the schedule's stages (which deadlocked against the swaps). */
+Test(sim_offload, t5_offload_schedules_simulate)
+{
+    const char *sched[] = {"zero-offload", "zero-infinity", "fuyou"};
+    for (int k = 0; k < 3; k++) {
+        cli_result r = cli_run("sim --hw 'cpu x1' --model "
+                               "tests/data/exec/t5-tiny.json --schedule %s "
+                               "--pp 1 --mbs 2 --microbatches 2", sched[k]);
+        cr_expect_eq(r.code, 0, "%s: %s", sched[k], r.err);
+        cr_expect(strstr(r.out, "iteration time") &&
+                      !strstr(r.out, "deadlock"), "%s: %s", sched[k], r.out);
+        cli_result_free(&r);
+    }
+    cli_result r = cli_run("plan --hw 'rtx2080ti x1' --model t5-3b");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(!strstr(r.out, "deadlocks"), "%s", r.out);
+    cli_result_free(&r);
+}
