@@ -119,7 +119,7 @@ static void param_table(const exec_gpt_config *c, exec_tensor *t)
                      i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW ||
                      i == P_LMW || i == P_WTT || i == P_MLMW ||
                      i == P_POOLW || i == P_XQW || i == P_XKVW ||
-                     i == P_XOW;
+                     i == P_XOW || i == P_RELE || i == P_RELD;
         off += n[i];
     }
 }
@@ -263,7 +263,7 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
         snprintf(why, sizeof why, "an MLP activation other than GELU or "
                  "ReLU (or SwiGLU, gated)");
     else if (!t5 && s->head_dim && s->heads &&
-             s->head_dim * s->heads != s->hidden)
+             (long long)s->head_dim * s->heads != s->hidden)
         snprintf(why, sizeof why, "a head size other than hidden/heads");
     else if (s->act_other)
         snprintf(why, sizeof why, "an activation of the %s kind the "
@@ -303,7 +303,8 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
     c->dec_layers = t5 ? s->dec_layers : 0;
     c->rel_buckets = t5 ? s->rel_pos_buckets : 0;
     c->rel_max_dist = t5 ? s->rel_pos_max_distance : 0;
-    c->head_dim = t5 && s->head_dim && s->head_dim * s->heads != s->hidden
+    c->head_dim = t5 && s->head_dim &&
+                          (long long)s->head_dim * s->heads != s->hidden
                       ? s->head_dim : 0;
     if (t5) c->max_pos = 0;
     /* no learned position table: rotary positions, as Llama (the
@@ -376,6 +377,11 @@ exec_gpt *exec_gpt_new(const exec_gpt_config *c, int B, int T, uint64_t seed)
 void exec_t5_buckets(int *out, int Tq, int Tk, int bidirectional, int nb,
                      int maxd)
 {
+    /* no table (no buckets, or too few to split): every offset in 0 */
+    if (nb < 4 || maxd <= nb / 2) {
+        memset(out, 0, sizeof(int) * (size_t)(Tq + Tk - 1));
+        return;
+    }
     for (int o = 0; o < Tq + Tk - 1; o++) {
         int rel = o - (Tq - 1), b = 0, n = nb, d;
         if (bidirectional) {

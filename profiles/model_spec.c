@@ -167,6 +167,19 @@ static int spec_problem(const prof_model_spec *s, const char **field,
     if (s->rel_pos_buckets > 1 << 16)
         BAD("rel_pos_buckets", "%d buckets are more than sluice takes "
             "(65536)", s->rel_pos_buckets);
+    if (s->family == PROF_FAM_T5 && s->rel_pos_buckets &&
+        s->rel_pos_buckets < 4)
+        BAD("rel_pos_buckets", "%d: T5's buckets split into two directions "
+            "each of exact and logarithmic ones: none, or 4 or more",
+            s->rel_pos_buckets);
+    if (s->family == PROF_FAM_T5 && s->rel_pos_buckets &&
+        s->rel_pos_max_distance <= s->rel_pos_buckets / 2)
+        BAD("rel_pos_max_distance", "%d: beyond the exact distances (half "
+            "of the %d buckets) the logarithmic ones reach it: it must be "
+            "larger", s->rel_pos_max_distance, s->rel_pos_buckets);
+    if ((long long)s->heads * s->head_dim > PROF_MAX_WIDTH)
+        BAD("head_dim", "heads x head_dim %lld is wider than sluice takes "
+            "(%d)", (long long)s->heads * s->head_dim, PROF_MAX_WIDTH);
     if (s->dtype == PROF_DT_TF32) BAD("dtype", "tf32 is a math mode, not a storage type: use fp32 (and \"tf32\": true)");
     if (s->tf32 && s->dtype != PROF_DT_FP32)
         BAD("tf32", "TF32 is the math of fp32 GEMMs; the dtype is %s",

@@ -191,3 +191,32 @@ Test(exec_t5, mpi_gives_the_in_process_weights)
                  "weights differ between mpirun and in-process");
     test_rm_rf(dir);
 }
+
+/* Buckets the bias cannot be computed from are named where the spec says
+ * them, in the simulator as in the executor */
+Test(exec_t5, spec_buckets_the_bias_cannot_use_are_refused)
+{
+    const char *bad[][2] = {
+        {"\"rel_pos_buckets\": 2", "rel_pos_buckets"},
+        {"\"rel_pos_buckets\": 8, \"rel_pos_max_distance\": 4",
+         "rel_pos_max_distance"},
+        {"\"head_dim\": 65536, \"rel_pos_buckets\": 0", "head_dim"},
+    };
+    char *dir = test_tmpdir();
+    for (int k = 0; k < 3; k++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/t5.json", dir);
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "{\"name\": \"t\", \"family\": \"t5\", \"hidden\": 32, "
+                "\"layers\": 1, \"dec_layers\": 1, \"heads\": 32, "
+                "\"vocab\": 256, \"seq_len\": 8, %s}\n", bad[k][0]);
+        fclose(f);
+        cli_result r = cli_run("sim --hw 'cpu x1' --model %s --schedule 1f1b "
+                               "--pp 1 --mbs 1 --microbatches 1", path);
+        cr_expect_eq(r.code, 2, "%s", bad[k][0]);
+        cr_expect(strstr(r.err, bad[k][1]), "%s: %s", bad[k][0], r.err);
+        cli_result_free(&r);
+    }
+    test_rm_rf(dir);
+}
