@@ -40,7 +40,8 @@ static void stage_marks(const sim_ir *ir, int *lastb, int *opt, int *pos)
         }
 }
 
-static void add_tied_table(sim_ir *ir, const sim_costs *c, int g);
+static void add_tied_table(sim_ir *ir, const sim_costs *c, int g,
+                           const int *lastb, const int *opt);
 
 /* The bytes of stage s's copy of tied table g (sim_task.table). */
 static double table_bytes(const sim_costs *c, int s, int g)
@@ -55,10 +56,25 @@ void sim_add_tied(sim_ir *ir, const sim_costs *c)
      * can deadlock list-scheduled orders), so asynchronous schedules train
      * the copies apart. */
     if (ir->n_minibatches > 1) return;
-    for (int g = 0; g < 3; g++) add_tied_table(ir, c, g);
+    const int S = c->n_model_stages;
+    int held = 0;
+    for (int s = 0; s < S; s++)
+        held += table_bytes(c, s, 0) > 0 || table_bytes(c, s, 1) > 0 ||
+                table_bytes(c, s, 2) > 0;
+    if (held < 2) return;
+    /* the marks once: the tasks they name keep their ids as the tables'
+     * transfers are added */
+    size_t n = (size_t)ir->n_minibatches * ir->n_stages;
+    int *lastb = util_malloc(sizeof(int) * n);
+    int *opt = util_malloc(sizeof(int) * n);
+    stage_marks(ir, lastb, opt, NULL);
+    for (int g = 0; g < 3; g++) add_tied_table(ir, c, g, lastb, opt);
+    free(lastb);
+    free(opt);
 }
 
-static void add_tied_table(sim_ir *ir, const sim_costs *c, int g)
+static void add_tied_table(sim_ir *ir, const sim_costs *c, int g,
+                           const int *lastb, const int *opt)
 {
     const int N = ir->n_stages, S = c->n_model_stages, K = ir->n_minibatches;
     int mem[64], nm = 0;
@@ -66,9 +82,6 @@ static void add_tied_table(sim_ir *ir, const sim_costs *c, int g)
         if (table_bytes(c, s, g) > 0) mem[nm++] = s;
     if (nm < 2) return;
     int R = N / S, lanes = c->tp > 1 ? c->tp : 1;
-    int *lastb = util_malloc(sizeof(int) * (size_t)K * N);
-    int *opt = util_malloc(sizeof(int) * (size_t)K * N);
-    stage_marks(ir, lastb, opt, NULL);
     /* new tasks go right after an anchor in their device's list */
     int n0 = ir->n_tasks, cap = 2 * K * R * nm * nm + 1, na = 0;
     int *anchor = util_malloc(sizeof(int) * (size_t)cap);
@@ -111,8 +124,6 @@ static void add_tied_table(sim_ir *ir, const sim_costs *c, int g)
     sim_ir_place_after(ir, n0, anchor, task, na);
     free(anchor);
     free(task);
-    free(lastb);
-    free(opt);
 }
 
 /* The tied-embedding transfers each (minibatch, stage) pair's reduction
