@@ -273,28 +273,34 @@ float exec_params_step(exec_gpt *m, const exec_tensor *tt, size_t P,
 
 /* ------------------------------------------------------------- LoRA */
 
-/* LoRA adapters of a GPT (Hu et al. 2021) as the pipeline executor trains
- * them under a fine-tuning mode lora:R[:targets] (exec/lora.c): beside
- * each targeted weight matrix W of every block (k inputs, n outputs; the
- * fused q|k|v projection holds three, q, k and v, each C wide; GPT's MLP
- * has no gate), A (k x R) and B (R x n), and y = x W + s (x A) B with
- * s = 1. They live in an arena of their own, block by block, targets in
- * the order q, k, v, out, gate (SwiGLU only), up, down, each adapter's A
- * as the kernels store
- * a weight (R x k: A transposed), then its B (R x n): tensor 2i is
- * adapter i's A, 2i+1 its B. */
+/* LoRA adapters (Hu et al. 2021) as the pipeline executor trains them
+ * under a fine-tuning mode lora:R[:targets] (exec/lora.c): beside each
+ * targeted weight matrix W of every block (k inputs, n outputs; the
+ * fused q|k|v projection holds three, q, k and v; GPT's MLP has no gate;
+ * a T5 decoder layer's cross-attention has its own q, k, v and out), A
+ * (k x R) and B (R x n), and y = x W + s (x A) B with s = 1. They live
+ * in an arena of their own, block by block (a T5's encoder's, then its
+ * decoder's), targets in the order q, k, v, out, the cross-attention's
+ * q, k, v, out (T5's decoder only), gate (SwiGLU only), up, down, each
+ * adapter's A as the kernels store a weight (R x k: A transposed), then
+ * its B (R x n): tensor 2i is adapter i's A, 2i+1 its B. */
 
 /* The adapters of mode f on c (none unless f is LoRA): fills t (two per
  * adapter; NULL: only count) and returns the arena's floats; *n gets the
  * tensors. */
 size_t exec_lora_table(const exec_gpt_config *c, const prof_finetune *f,
                        exec_tensor *t, int *n);
-/* The adapter of target (one PROF_LORA_* bit) in block `layer`, -1 when
+/* A target bit ORed with EXEC_LORA_CROSS: the matrix of a T5 decoder
+ * layer's cross-attention (q, k, v, out), where the bit alone is its
+ * self-attention's. */
+#define EXEC_LORA_CROSS (1u << 16)
+/* The adapter of target (one PROF_LORA_* bit, EXEC_LORA_CROSS allowed)
+ * in block `layer` (a T5's decoder layers follow its encoder's), -1 when
  * that matrix has none. */
 int exec_lora_index(const exec_gpt_config *c, const prof_finetune *f,
                     int layer, unsigned target);
-/* The inputs k and outputs n of the weight target adapts (k and v: the
- * key and value heads' width). */
+/* The inputs k and outputs n of the weight target adapts (q: the heads'
+ * width, k and v: the key and value heads'). */
 void exec_lora_dims(const exec_gpt_config *c, unsigned target, size_t *k,
                     size_t *n);
 /* Initial adapters into lora (the arena): every A from a uniform in

@@ -175,18 +175,16 @@ static int stier_check(const exec_pipe_opts *o, const sim_plan *p,
     return 0;
 }
 
-/* What the executor does not run of a T5 yet: adapters, fused
- * attention, and the offloaded or tiered states (whose tiers know one
- * tied table) */
+/* What the executor does not run of a T5 yet: fused attention, the
+ * offloaded or tiered states (whose tiers know one tied table), sharded
+ * gradients */
 static int t5_check(const exec_pipe_opts *o, const sim_plan *p,
                     const prof_model_spec *s, const exec_gpt_config *c,
                     const char *where, util_err *e)
 {
     if (!c->t5) return 0;
     char why[96] = "";
-    if (exec_ft_adapts(&p->ft))
-        snprintf(why, sizeof why, "adapters (LoRA, QLoRA)");
-    else if (s->flash_attn)
+    if (s->flash_attn)
         snprintf(why, sizeof why, "fused attention (flash_attn)");
     else if (o->offload.policy != EXEC_OFFLOAD_NONE)
         snprintf(why, sizeof why, "--offload %s",

@@ -94,24 +94,32 @@ static const struct xrole {
 };
 
 /* The targets LoRA may put beside a linear role's weight matrix (q, k
- * and v: the parts of the fused projection; gate and up: SwiGLU's), W's
+ * and v: the parts of the fused projection; gate and up: SwiGLU's; a
+ * T5's cross-attention's q, k | v and output: EXEC_LORA_CROSS), W's
  * inputs k and each target's outputs n[b] (exec_lora_dims), and whether
  * W is row-parallel under tensor parallelism (the attention's output,
  * the MLP's second linear; the others are column-parallel); 0 for a role
  * without one. A target's outputs start after those of the ones before
- * it in the op's output. */
+ * it in the op's output. cross: the op is a cross-attention's. */
 static int lora_targets(const exec_gpt_config *c, prof_op_role role,
-                        unsigned bits[3], size_t *k, size_t n[3],
+                        int cross, unsigned bits[3], size_t *k, size_t n[3],
                         int *rowpar)
 {
     int nb = 1;
+    unsigned x = cross ? EXEC_LORA_CROSS : 0;
     *rowpar = 0;
     switch (role) {
     case PROF_ROLE_QKV:
         bits[0] = PROF_LORA_Q, bits[1] = PROF_LORA_K, bits[2] = PROF_LORA_V;
         nb = 3;
         break;
-    case PROF_ROLE_ATTN_OUT: bits[0] = PROF_LORA_OUT, *rowpar = 1; break;
+    case PROF_ROLE_Q: bits[0] = PROF_LORA_Q | EXEC_LORA_CROSS; break;
+    case PROF_ROLE_KV:
+        bits[0] = PROF_LORA_K | EXEC_LORA_CROSS;
+        bits[1] = PROF_LORA_V | EXEC_LORA_CROSS;
+        nb = 2;
+        break;
+    case PROF_ROLE_ATTN_OUT: bits[0] = PROF_LORA_OUT | x, *rowpar = 1; break;
     case PROF_ROLE_MLP_UP:
         if (c->swiglu)
             bits[0] = PROF_LORA_GATE, bits[1] = PROF_LORA_UP, nb = 2;
@@ -132,11 +140,12 @@ static int lora_targets(const exec_gpt_config *c, prof_op_role role,
  * beside a row-parallel one A's rows are split (x A is summed over the
  * group). */
 static void lora_geometry(const prof_model *m, const exec_gpt_config *c,
-                          size_t N, int tp, exec_xop *p)
+                          size_t N, int tp, int cross, exec_xop *p)
 {
     unsigned bits[3];
     size_t k, n[3];
-    int rowpar, nb = lora_targets(c, p->role, bits, &k, n, &rowpar), col = 0;
+    int rowpar, col = 0,
+        nb = lora_targets(c, p->role, cross, bits, &k, n, &rowpar);
     p->lora_rowpar = rowpar;
     p->lora_k = (int)(rowpar ? k / tp : k);
     for (int b = 0; b < nb; b++) {
@@ -158,7 +167,7 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                          "tensor parallelism %d must divide the heads (%d), "
                          "the key and value heads (%d) and the MLP width "
                          "(%d)", tp, c->heads, exec_kv_heads(c), c->ffn);
-    size_t N = (size_t)mbs * T, C = c->hidden, D = exec_inner(c);
+    size_t C = c->hidden, D = exec_inner(c);
     /* T5: the decoder's length */
     int Td = c->t5 ? m->spec.dec_seq_len : T;
     if (c->t5 && Td < 1)
@@ -229,7 +238,7 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
         if (o->role == PROF_ROLE_MLP_UP && c->swiglu) p->out_n *= 2;
         p->grad = o->grad;
         p->train_w = r->w && o->grad == PROF_GRAD_TRAIN;
-        lora_geometry(m, c, N, tp, p);
+        lora_geometry(m, c, Nq, tp, c->t5 && is_cross(m, i), p);
         p->has_w = p->train_w || p->n_lora > 0;
         /* nothing before the first op that trains runs a backward; a
          * linear reads its input for its weight gradients only */
@@ -308,7 +317,9 @@ static void add_slice(slices *v, int tensor, size_t row0, size_t rows,
     /* QLoRA's 4-bit base: a block's weight matrices, not their biases */
     s->q4 = v->q4 && v->frozen &&
             (tensor == EXEC_P_QKVW || tensor == EXEC_P_ATTPROJW ||
-             tensor == EXEC_P_FCW || tensor == EXEC_P_FCPROJW);
+             tensor == EXEC_P_FCW || tensor == EXEC_P_FCPROJW ||
+             tensor == EXEC_P_XQW || tensor == EXEC_P_XKVW ||
+             tensor == EXEC_P_XOW);
     s->nq = s->q4 ? exec_nf4_geom(row0 * fcols + col0, rows, ncols, fcols)
                         .floats
                   : s->n;
@@ -356,7 +367,8 @@ static void add_lora(slices *v, const prof_model *m,
 {
     unsigned bits[3];
     size_t k, nn[3];
-    int rowpar, nb = lora_targets(c, m->ops[i].role, bits, &k, nn, &rowpar);
+    int rowpar, nb = lora_targets(c, m->ops[i].role, c->t5 && is_cross(m, i),
+                                  bits, &k, nn, &rowpar);
     size_t R = (size_t)m->ft.rank, kl = k / tp;
     int rep0 = replica == 0, one = rep0 && r == 0;
     int was = v->frozen;
@@ -467,6 +479,7 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             size_t X = (size_t)cross_layer(m, c, i);
             add_slice(&v, EXEC_P_XQW, X * D + r * Dl, Dl, 0, C, C, 1, rep0,
                       0, rep0);
+            add_lora(&v, m, c, i, tp, r, replica);
             break;
         }
         case PROF_ROLE_KV: {
@@ -474,6 +487,7 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             for (size_t k = 0; k < 2; k++)
                 add_slice(&v, EXEC_P_XKVW, X * 2 * D + k * D + r * Dl, Dl, 0,
                           C, C, 1, rep0, 0, rep0);
+            add_lora(&v, m, c, i, tp, r, replica);
             break;
         }
         case PROF_ROLE_ATTN_SOFTMAX: {
@@ -495,6 +509,7 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
                 size_t X = (size_t)cross_layer(m, c, i);
                 add_slice(&v, EXEC_P_XOW, X * C, C, r * Dl, Dl, D, 1, rep0, 0,
                           rep0);
+                add_lora(&v, m, c, i, tp, r, replica);
                 break;
             }
             add_slice(&v, EXEC_P_ATTPROJW, L * C, C, r * Dl, Dl, D, 1, rep0,
@@ -883,11 +898,10 @@ static void count_loss_of(exec_worker *w, const float *losses, int N)
 /* Columns [col, col+n) of a matrix of rows ld wide, out to a packed copy
  * (to_packed) or back: the kernels take whole rows, and an adapter of the
  * fused q|k|v projection owns a third of them. */
-static void cols_copy(exec_worker *w, float *packed, float *m, size_t ld,
-                      size_t col, size_t n, int to_packed)
+static void cols_copy(exec_worker *w, float *packed, float *m, size_t N,
+                      size_t ld, size_t col, size_t n, int to_packed)
 {
     const exec_backend *be = w->rt->be;
-    size_t N = (size_t)w->rt->mbs * w->rt->T;
     if (to_packed)
         EXEC_KERN(w, be->copy2d(packed, n, m + col, ld, N, n));
     else
@@ -919,7 +933,8 @@ static int lora_forward(exec_worker *w, exec_rec *r, int i, const exec_xop *x,
     if (!x->n_lora) return 0;
     exec_runtime *rt = w->rt;
     const kern_table *K = rt->be->k;
-    int N = rt->mbs * rt->T, R = rt->model->ft.rank, wide = lora_wide(x, OC);
+    int N = rt->mbs * x->Tq, R = rt->model->ft.rank,
+        wide = lora_wide(x, OC);
     size_t NR = (size_t)N * R;
     float *xa = newbuf(w, &r->xa[i], x->lora_keep_n, 0, "LoRA's x A", e);
     if (!xa) return -1;
@@ -937,10 +952,10 @@ static int lora_forward(exec_worker *w, exec_rec *r, int i, const exec_xop *x,
         /* += (x A) B: the input-gradient GEMM adds, with B as W */
         int n = x->lora_n[a], part = n != OC;
         float *y = part ? s->p : out;
-        if (part) cols_copy(w, y, out, OC, x->lora_col[a], n, 1);
+        if (part) cols_copy(w, y, out, (size_t)N, OC, x->lora_col[a], n, 1);
         EXEC_KERN(w, K->linear_backward_input(y, xa + a * NR, p->lb[a], N, n,
                                               R));
-        if (part) cols_copy(w, y, out, OC, x->lora_col[a], n, 0);
+        if (part) cols_copy(w, y, out, (size_t)N, OC, x->lora_col[a], n, 0);
     }
     exec_buf_unref(s);
     return 0;
@@ -964,7 +979,7 @@ static int lora_backward(exec_worker *w, exec_rec *r, int i,
     if (!x->n_lora) return 0;
     exec_runtime *rt = w->rt;
     const kern_table *K = rt->be->k;
-    int N = rt->mbs * rt->T, R = rt->model->ft.rank, k = x->lora_k,
+    int N = rt->mbs * x->Tq, R = rt->model->ft.rank, k = x->lora_k,
         wide = lora_wide(x, OC);
     size_t NR = (size_t)N * R;
     const float *xa = exec_view_p(&r->xa[i]);
@@ -985,7 +1000,7 @@ static int lora_backward(exec_worker *w, exec_rec *r, int i,
         const float *g = dy;
         int n = x->lora_n[a];
         if (n != OC) {
-            cols_copy(w, dya, dy, OC, x->lora_col[a], n, 1);
+            cols_copy(w, dya, dy, (size_t)N, OC, x->lora_col[a], n, 1);
             g = dya;
         }
         float *dxa = kept ? kept + a * NR : s->p;
@@ -1129,10 +1144,12 @@ static t5op t5_op(const exec_runtime *rt, const exec_rec *r,
     return d;
 }
 
-static int t5_forward(exec_worker *w, exec_rec *r, int op, int count_loss,
-                      const oparams *p, float *out, float *aux,
-                      const float *in0, const float *in1, int64_t *tp_ns,
-                      util_err *e)
+/* Op op (the stage's i-th) of a T5 forward; LoRA's adapters beside its
+ * linears add their part before a row-parallel one's sum. */
+static int t5_forward(exec_worker *w, exec_rec *r, int op, int i,
+                      int count_loss, const oparams *p, float *out,
+                      float *aux, const float *in0, const float *in1,
+                      int64_t *tp_ns, util_err *e)
 {
     exec_runtime *rt = w->rt;
     const kern_table *K = rt->be->k;
@@ -1158,16 +1175,17 @@ static int t5_forward(exec_worker *w, exec_rec *r, int op, int count_loss,
             w, K->rmsnorm_forward(out, aux, in0, p->w, d.N, d.C, c->norm_eps));
         break;
     case PROF_ROLE_QKV:
-        EXEC_KERN(w,
-                  K->linear_forward(out, in0, p->w, NULL, d.N, d.C, 3 * d.Dl));
-        break;
     case PROF_ROLE_Q:
-        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, d.N, d.C, d.Dl));
-        break;
     case PROF_ROLE_KV:
-        EXEC_KERN(w,
-                  K->linear_forward(out, in0, p->w, NULL, d.N, d.C, 2 * d.Dl));
+    case PROF_ROLE_MLP_UP: {
+        int OC = x->role == PROF_ROLE_QKV  ? 3 * d.Dl
+                 : x->role == PROF_ROLE_Q  ? d.Dl
+                 : x->role == PROF_ROLE_KV ? 2 * d.Dl
+                                           : d.F;
+        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, d.N, d.C, OC));
+        if (lora_forward(w, r, i, x, p, in0, out, OC, tp_ns, e)) return -1;
         break;
+    }
     case PROF_ROLE_ATTN_SCORES:
         EXEC_KERN(w, K->attnx_scores_forward(
                          out, in0, (x->cross ? in1 : in0) + d.g.ko, d.g.ldq,
@@ -1183,15 +1201,16 @@ static int t5_forward(exec_worker *w, exec_rec *r, int op, int count_loss,
                                               d.B, x->Tq, x->Tk, d.NHl, d.hs));
         break;
     case PROF_ROLE_ATTN_OUT:
+    case PROF_ROLE_MLP_DOWN: {
         /* row-parallel: the ranks' parts summed */
-        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, d.N, d.Dl, d.C));
+        int IC = x->role == PROF_ROLE_ATTN_OUT ? d.Dl : d.F;
+        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, d.N, IC, d.C));
+        if (lora_forward(w, r, i, x, p, in0, out, d.C, tp_ns, e)) return -1;
         if (d.tp > 1 && tp_sum(w, out, (size_t)d.N * d.C, tp_ns, e)) return -1;
         break;
+    }
     case PROF_ROLE_RESIDUAL:
         EXEC_KERN(w, K->residual_forward(out, in0, in1, (size_t)d.N * d.C));
-        break;
-    case PROF_ROLE_MLP_UP:
-        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, d.N, d.C, d.F));
         break;
     case PROF_ROLE_MLP_ACT:
         if (c->relu)
@@ -1200,10 +1219,6 @@ static int t5_forward(exec_worker *w, exec_rec *r, int op, int count_loss,
             EXEC_KERN(w, K->gelu_erf_forward(out, in0, (size_t)d.N * d.F));
         else
             EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)d.N * d.F));
-        break;
-    case PROF_ROLE_MLP_DOWN:
-        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, d.N, d.F, d.C));
-        if (d.tp > 1 && tp_sum(w, out, (size_t)d.N * d.C, tp_ns, e)) return -1;
         break;
     case PROF_ROLE_LM_HEAD: {
         /* the input scaled into a buffer of the op, then the product (the
@@ -1231,28 +1246,35 @@ static int t5_forward(exec_worker *w, exec_rec *r, int op, int count_loss,
     return 0;
 }
 
-/* d0 += the product's input gradient (into a buffer of the op, summed
- * over the group where the linear is column-parallel) */
-static int t5_lin_in(exec_worker *w, float *d0, const float *dout,
-                     const float *wt, int N, int IC, int OC, int sum,
-                     int64_t *tp_ns, util_err *e)
+/* A linear's input part, the stage's i-th op: d0 += the product's input
+ * gradient and its adapters' (into a buffer of the op, summed over the
+ * group where the linear is column-parallel), their weight part too
+ * where weight_part says */
+static int t5_lin_in(exec_worker *w, exec_rec *r, int i, const exec_xop *x,
+                     const oparams *p, const float *in0, float *d0,
+                     float *dout, int N, int IC, int OC, int sum,
+                     int weight_part, int64_t *tp_ns, util_err *e)
 {
     const kern_table *K = w->rt->be->k;
     if (!sum) {
-        EXEC_KERN(w, K->linear_backward_input(d0, dout, wt, N, IC, OC));
-        return 0;
+        EXEC_KERN(w, K->linear_backward_input(d0, dout, p->w, N, IC, OC));
+        return lora_backward(w, r, i, x, p, in0, dout, OC, d0, weight_part,
+                             tp_ns, e);
     }
     exec_buf *tmp = scratch(w, (size_t)N * IC, "an input gradient", e);
     if (!tmp) return -1;
-    EXEC_KERN(w, K->linear_backward_input(tmp->p, dout, wt, N, IC, OC));
-    int rc = tp_sum(w, tmp->p, (size_t)N * IC, tp_ns, e);
+    EXEC_KERN(w, K->linear_backward_input(tmp->p, dout, p->w, N, IC, OC));
+    int rc = lora_backward(w, r, i, x, p, in0, dout, OC, tmp->p, weight_part,
+                           tp_ns, e);
+    if (!rc) rc = tp_sum(w, tmp->p, (size_t)N * IC, tp_ns, e);
     if (!rc) EXEC_KERN(w, K->accumulate(d0, tmp->p, (size_t)N * IC));
     exec_buf_unref(tmp);
     return rc;
 }
 
-static int t5_backward(exec_worker *w, exec_rec *r, int op, int input_part,
-                       int base_w, const oparams *p, float *dout,
+static int t5_backward(exec_worker *w, exec_rec *r, int op, int i,
+                       int input_part, int weight_part, int base_w,
+                       const oparams *p, float *dout,
                        const float *out, const float *aux, const float *in0,
                        const float *in1, float *d0, float *d1, int64_t *tp_ns,
                        util_err *e)
@@ -1299,8 +1321,12 @@ static int t5_backward(exec_worker *w, exec_rec *r, int op, int input_part,
                  : x->role == PROF_ROLE_KV     ? 2 * d.Dl
                  : x->role == PROF_ROLE_MLP_UP ? d.F
                                                : d.C;
-        if (input_part && t5_lin_in(w, d0, dout, p->w, d.N, IC, OC,
-                                    d.tp > 1 && !rowpar, tp_ns, e))
+        if (input_part && t5_lin_in(w, r, i, x, p, in0, d0, dout, d.N, IC,
+                                    OC, d.tp > 1 && !rowpar, weight_part,
+                                    tp_ns, e))
+            return -1;
+        if (!input_part && weight_part &&
+            lora_backward(w, r, i, x, p, in0, dout, OC, NULL, 1, tp_ns, e))
             return -1;
         if (base_w)
             EXEC_KERN(w, K->linear_backward_weight(p->gw, NULL, dout, in0, d.N,
@@ -1413,7 +1439,7 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     const float *in1 = x->n_in > 1 ? exec_view_p(in_view(st, r, op, rt->xop, 1))
                                    : NULL;
     if (c->t5)
-        return t5_forward(w, r, op, count_loss, &p, out, aux, in0, in1,
+        return t5_forward(w, r, op, i, count_loss, &p, out, aux, in0, in1,
                           tp_ns, e);
     switch (x->role) {
     case PROF_ROLE_EMBED: {
@@ -1593,8 +1619,8 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         return util_errf(e, UTIL_EXIT_FAIL, "op %s: no output gradient",
                          rt->model->ops[op].name);
     if (c->t5)
-        return t5_backward(w, r, op, input_part, base_w, &p, dout, out,
-                           aux, in0, in1, d0, d1, tp_ns, e);
+        return t5_backward(w, r, op, i, input_part, weight_part, base_w, &p,
+                           dout, out, aux, in0, in1, d0, d1, tp_ns, e);
     switch (x->role) {
     case PROF_ROLE_EMBED: {
         if (!base_w) break;

@@ -7,7 +7,10 @@
  * tensor parallelism, ends 5 steps with the weights one device gets from
  * the same batches (within 1e-5 of the largest weight), the
  * relative-position tables copied to every stage holding one of their
- * self-attentions and their gradients exchanged. */
+ * self-attentions and their gradients exchanged. LoRA and QLoRA: each
+ * adapter's gradient is the full model's weight gradient through it,
+ * every layout trains one device's adapters, QLoRA is LoRA over the
+ * rounded base, and the devices hold what the simulator counts. */
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <math.h>
@@ -219,4 +222,404 @@ Test(exec_t5, spec_buckets_the_bias_cannot_use_are_refused)
         cli_result_free(&r);
     }
     test_rm_rf(dir);
+}
+
+/* ---------------------------------------------------------------- LoRA */
+
+static void set_ft(sim_plan *p, const char *ft)
+{
+    util_err e;
+    cr_assert_eq(prof_finetune_parse(ft, &p->ft, &e), 0, "%s", e.msg);
+}
+
+static exec_gpt_config t5_config(const char *model)
+{
+    util_err e;
+    prof_model_spec spec;
+    exec_gpt_config c;
+    cr_assert_eq(prof_model_spec_get(model, &spec, &e), 0, "%s", e.msg);
+    cr_assert_eq(exec_gpt_config_from_spec(&spec, &c, model, &e), 0);
+    return c;
+}
+
+/* Where matrix bit of stack layer l (a decoder layer's cross-attention's
+ * with EXEC_LORA_CROSS) sits in the model's arena, n rows of k, written
+ * out apart from exec/lora.c: q | k | v rows D each, the output D wide,
+ * D = heads x head_dim (wider than hidden in T5_WIDE). */
+static size_t t5_w_at(const exec_gpt_config *c, int l, unsigned bit,
+                      size_t *k, size_t *n)
+{
+    exec_tensor tt[EXEC_P_COUNT];
+    exec_gpt_param_table(c, tt);
+    size_t C = (size_t)c->hidden, F = (size_t)c->ffn,
+           D = (size_t)c->heads * (size_t)c->head_dim, L = (size_t)l,
+           X = L - (size_t)c->layers;
+    unsigned t = bit & ~EXEC_LORA_CROSS;
+    *k = t == PROF_LORA_DOWN ? F : t == PROF_LORA_OUT ? D : C;
+    *n = t == PROF_LORA_UP ? F
+       : t == PROF_LORA_OUT || t == PROF_LORA_DOWN ? C : D;
+    size_t part = t == PROF_LORA_K ? 1 : t == PROF_LORA_V ? 2 : 0;
+    if (bit & EXEC_LORA_CROSS)
+        return t == PROF_LORA_Q     ? tt[EXEC_P_XQW].off + X * D * C
+             : t == PROF_LORA_OUT   ? tt[EXEC_P_XOW].off + X * C * D
+                                    : tt[EXEC_P_XKVW].off +
+                                          (X * 2 * D + (part - 1) * D) * C;
+    switch (t) {
+    case PROF_LORA_OUT: return tt[EXEC_P_ATTPROJW].off + L * C * D;
+    case PROF_LORA_UP: return tt[EXEC_P_FCW].off + L * F * C;
+    case PROF_LORA_DOWN: return tt[EXEC_P_FCPROJW].off + L * C * F;
+    default: return tt[EXEC_P_QKVW].off + (L * 3 * D + part * D) * C;
+    }
+}
+
+/* got against want (n values) within tol of want's largest */
+static void expect_grad(const float *got, const double *want, size_t n,
+                        double tol, const char *what)
+{
+    double mx = 0, worst = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(want[i]));
+    cr_assert_gt(mx, 0, "%s: no gradient", what);
+    for (size_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs(got[i] - want[i]));
+    cr_expect_leq(worst, tol * mx, "%s: off by %g of a largest %g", what,
+                  worst, mx);
+}
+
+/* LoRA beside every matrix of a T5 (the self- and cross-attentions' q, k,
+ * v and output, the MLP's), checked exactly through the full model's
+ * gradients: AdamW's first moment after a step is (1 - beta1) g, so with
+ * no clipping the moments compare as gradients. Step 1 (B = 0): the
+ * loss is the base's bit for bit, A gets nothing and B gets A^T dW, dW
+ * the full model's weight gradient. Step 2: the loss is the merged
+ * model's (base + A B after step 1, resumed from a checkpoint at step 1
+ * with zero moments, so the full run's step sees the same rows) and A
+ * gets (B dW')^T, dW' the merged model's gradient. Heads wider than
+ * hidden / heads. */
+Test(exec_t5, lora_adapters_get_the_full_models_gradients)
+{
+    pspec s = {T5_WIDE, SIM_SCHED_1F1B, 1, 1, 1, 2, 1, 0, 0};
+    sim_plan full, lp;
+    pipe_plan(&s, &full);
+    pipe_plan(&s, &lp);
+    set_ft(&lp, "lora:4:all");
+    exec_pipe_result f1, l1, l2, f2;
+    pipe_run(&full, 1, 0, &f1);
+    pipe_run(&lp, 1, 0, &l1);
+    pipe_run(&lp, 2, 0, &l2);
+    cr_expect_eq(l1.loss[0], f1.loss[0], "first loss %.9f, the base's %.9f",
+                 l1.loss[0], f1.loss[0]);
+    exec_gpt_config c = t5_config(T5_WIDE);
+    cr_assert_eq(l1.n_params, f1.n_params);
+    size_t P = f1.n_params;
+    /* the merged model at step 1, resumed by the full plan */
+    char *dir = test_tmpdir(), ck[600];
+    snprintf(ck, sizeof ck, "%s/merged.ckpt", dir);
+    float *merged = malloc(sizeof *merged * P),
+          *zero = calloc(P, sizeof *zero);
+    memcpy(merged, l1.params, sizeof *merged * P);
+    exec_lora_merge(&c, &lp.ft, l1.lora, merged);
+    exec_ckpt_meta meta = {c, f1.B, f1.T, 1337, 1};
+    util_err e = {0};
+    cr_assert_eq(exec_ckpt_save_state(ck, merged, zero, zero, &meta, &e), 0,
+                 "%s", e.msg);
+    exec_pipe_opts o = pipe_opts(&full, 2, 0);
+    o.resume = ck;
+    cr_assert_eq(exec_pipe_run(&o, &f2, &e), 0, "%s", e.msg);
+    cr_assert_eq(f2.step_first, 1);
+    cr_expect(fabs(l2.loss[1] - f2.loss[0]) <= 1e-5 * f2.loss[0], "second "
+              "loss %.8f, the merged model's %.8f", l2.loss[1], f2.loss[0]);
+    int nt;
+    exec_lora_table(&c, &lp.ft, NULL, &nt);
+    exec_tensor *lt = malloc(sizeof *lt * (size_t)nt);
+    exec_lora_table(&c, &lp.ft, lt, &nt);
+    float *a0 = malloc(sizeof *a0 * l1.n_lora);
+    exec_lora_init(&c, &lp.ft, 1337, a0);
+    static const unsigned bits[] = {
+        PROF_LORA_Q, PROF_LORA_K, PROF_LORA_V, PROF_LORA_OUT,
+        PROF_LORA_Q | EXEC_LORA_CROSS, PROF_LORA_K | EXEC_LORA_CROSS,
+        PROF_LORA_V | EXEC_LORA_CROSS, PROF_LORA_OUT | EXEC_LORA_CROSS,
+        PROF_LORA_UP, PROF_LORA_DOWN};
+    size_t R = (size_t)lp.ft.rank;
+    int seen = 0;
+    for (int l = 0; l < c.layers + c.dec_layers; l++)
+        for (size_t b = 0; b < sizeof bits / sizeof *bits; b++) {
+            int a = exec_lora_index(&c, &lp.ft, l, bits[b]);
+            int cross = (bits[b] & EXEC_LORA_CROSS) != 0;
+            cr_assert_eq(a >= 0, !cross || l >= c.layers, "layer %d, %s%s",
+                         l, cross ? "cross " : "",
+                         prof_lora_target_name(bits[b] & ~EXEC_LORA_CROSS));
+            if (a < 0) continue;
+            seen++;
+            size_t k, n, at = t5_w_at(&c, l, bits[b], &k, &n);
+            const exec_tensor *A = &lt[2 * a], *B = &lt[2 * a + 1];
+            cr_assert_eq(A->n, R * k, "%s", A->name);
+            cr_assert_eq(B->n, R * n, "%s", B->name);
+            double *want = calloc(R * (k > n ? k : n), sizeof *want);
+            char what[80];
+            /* step 1: dB = A^T dW, dA = 0 */
+            for (size_t r = 0; r < R; r++)
+                for (size_t j = 0; j < n; j++) {
+                    double d = 0;
+                    for (size_t i = 0; i < k; i++)
+                        d += (double)a0[A->off + r * k + i] *
+                             f1.adam_m[at + j * k + i];
+                    want[r * n + j] = d;
+                }
+            snprintf(what, sizeof what, "step 1, %s", B->name);
+            expect_grad(l1.lora_m + B->off, want, R * n, 1e-4, what);
+            for (size_t i = 0; i < R * k; i++)
+                cr_assert_eq(l1.lora_m[A->off + i], 0.0f, "%s", A->name);
+            /* step 2: dA^T = B dW' (B after step 1) */
+            for (size_t r = 0; r < R; r++)
+                for (size_t i = 0; i < k; i++) {
+                    double d = 0;
+                    for (size_t j = 0; j < n; j++)
+                        d += (double)l1.lora[B->off + r * n + j] *
+                             f2.adam_m[at + j * k + i];
+                    want[r * k + i] = d;
+                }
+            snprintf(what, sizeof what, "step 2, %s", A->name);
+            expect_grad(l2.lora_m + A->off, want, R * k, 1e-3, what);
+            free(want);
+        }
+    /* encoder: 6 a layer, decoder: 10 */
+    cr_expect_eq(seen, 6 * c.layers + 10 * c.dec_layers);
+    cr_expect_eq(2 * seen, nt);
+    test_rm_rf(dir);
+    free(a0);
+    free(lt);
+    free(merged);
+    free(zero);
+    exec_pipe_result_free(&f1);
+    exec_pipe_result_free(&f2);
+    exec_pipe_result_free(&l1);
+    exec_pipe_result_free(&l2);
+    sim_plan_free(&full);
+    sim_plan_free(&lp);
+}
+
+/* Runs plan cases (T5 under mode ft) for 5 steps against one device fed
+ * the same global batch: every adapter's AdamW first moment (its
+ * gradients' average) within 1e-3 of its largest, the adapters within
+ * 1e-4 of the largest (AdamW moves a weight whose gradient is below its
+ * eps by g / eps, so fp32's reorderings in a sum that nearly cancels, a
+ * key's gradient's, show there as 1e-5 after 5 steps, where a wrong
+ * gradient moves it by the learning rate, 2e-3), the base the seed's to
+ * the bit. */
+static void check_t5_ft(const char *ft, const pspec *cases, int n)
+{
+    pspec one = cases[0];
+    one.sched = SIM_SCHED_1F1B;
+    one.pp = 1, one.dp = 1, one.tp = 1, one.recompute = 0, one.stages = 0;
+    one.nmb = cases[0].nmb * (cases[0].dp ? cases[0].dp : 1);
+    sim_plan p1;
+    pipe_plan(&one, &p1);
+    set_ft(&p1, ft);
+    exec_pipe_result ref;
+    pipe_run(&p1, 5, 1.0f, &ref);
+    exec_gpt_config c = t5_config(one.model);
+    exec_tensor tt[EXEC_P_COUNT];
+    size_t P = exec_gpt_param_table(&c, tt);
+    float *base = malloc(sizeof *base * (P + 1));
+    exec_gpt_init_params(&c, 1337, base);
+    cr_assert_eq(ref.n_params, P);
+    cr_expect(!memcmp(base, ref.params, sizeof *base * P), "%s: the base "
+              "was written", ft);
+    float *l0 = malloc(sizeof *l0 * (ref.n_lora + 1));
+    exec_lora_init(&c, &p1.ft, 1337, l0);
+    size_t moved = 0;
+    for (size_t i = 0; i < ref.n_lora; i++) moved += ref.lora[i] != l0[i];
+    cr_expect_gt(moved, ref.n_lora / 2, "%s: %zu of %zu adapter weights "
+                 "trained", ft, moved, ref.n_lora);
+    free(l0);
+    int nt;
+    exec_lora_table(&c, &p1.ft, NULL, &nt);
+    exec_tensor *lt = malloc(sizeof *lt * (size_t)nt);
+    exec_lora_table(&c, &p1.ft, lt, &nt);
+    for (int i = 0; i < n; i++) {
+        sim_plan p;
+        pipe_plan(&cases[i], &p);
+        set_ft(&p, ft);
+        exec_pipe_result r;
+        pipe_run(&p, 5, 1.0f, &r);
+        char what[128];
+        snprintf(what, sizeof what, "T5 %s %s pp%d dp%d tp%d%s", ft,
+                 sim_sched_name(p.sched), p.pp, p.dp, p.tp,
+                 p.recompute ? " recompute" : "");
+        cr_assert_eq(r.n_lora, ref.n_lora, "%s", what);
+        expect_close(ref.lora, r.lora, r.n_lora, 1e-4, what);
+        for (int k = 0; k < nt; k++) {
+            char tw[160];
+            snprintf(tw, sizeof tw, "%s, %s's first moment", what,
+                     lt[k].name);
+            expect_close(ref.lora_m + lt[k].off, r.lora_m + lt[k].off,
+                         lt[k].n, 1e-3, tw);
+        }
+        cr_expect(!memcmp(base, r.params, sizeof *base * P), "%s: the base "
+                  "was written", what);
+        exec_pipe_result_free(&r);
+        sim_plan_free(&p);
+    }
+    free(lt);
+    free(base);
+    exec_pipe_result_free(&ref);
+    sim_plan_free(&p1);
+}
+
+/* Every layout trains one device's adapters: pipelines (a decoder stage
+ * adapting its cross-attention on the encoder's output it received),
+ * zero bubble's W passes (the adapters' weight part apart), interleaved,
+ * recomputation, data and tensor parallelism (column- and row-parallel
+ * adapters, the cross-attention's too) */
+Test(exec_t5, lora_every_layout_trains_one_devices_adapters)
+{
+    const pspec all[] = {
+        {T5, SIM_SCHED_1F1B, 2, 1, 1, 1, 4, 0, 0},
+        {T5, SIM_SCHED_1F1B, 4, 1, 1, 1, 4, 0, 0},
+        {T5, SIM_SCHED_ZBH1, 2, 1, 1, 1, 4, 0, 0},
+        {T5, SIM_SCHED_INTERLEAVED, 2, 1, 1, 1, 4, 0, 4},
+        {T5, SIM_SCHED_GPIPE, 3, 1, 1, 1, 4, SIM_RC_FULL, 0},
+        {T5, SIM_SCHED_1F1B, 2, 1, 2, 1, 4, 0, 0},
+        {T5, SIM_SCHED_1F1B, 2, 2, 1, 1, 2, 0, 0},
+    };
+    check_t5_ft("lora:4:all", all, 7);
+    /* the default targets (q and v), wide heads */
+    const pspec qv[] = {
+        {T5_WIDE, SIM_SCHED_1F1B, 3, 1, 1, 1, 3, 0, 0},
+        {T5_WIDE, SIM_SCHED_ZBH1, 1, 1, 4, 1, 3, SIM_RC_SELECTIVE, 0},
+    };
+    check_t5_ft("lora:4", qv, 2);
+}
+
+/* T5's adapters learn: over 30 steps the loss falls */
+Test(exec_t5, lora_learns)
+{
+    pspec s = {T5, SIM_SCHED_1F1B, 2, 1, 1, 2, 2, 0, 0};
+    sim_plan p;
+    pipe_plan(&s, &p);
+    set_ft(&p, "lora:8");
+    exec_pipe_result r;
+    pipe_run(&p, 30, 1.0f, &r);
+    double last = 0;
+    for (int k = 25; k < 30; k++) last += r.loss[k] / 5;
+    cr_expect_lt(last, r.loss[0] - 0.3, "loss %.4f at first, %.4f over the "
+                 "last 5 steps", r.loss[0], last);
+    exec_pipe_result_free(&r);
+    sim_plan_free(&p);
+}
+
+/* The simulator's peak of a run's own IR and costs, per device. */
+static double sim_peak(const exec_pipe_result *r, int d)
+{
+    sim_run_opts so = {0};
+    sim_engine *en = sim_engine_new(r->ir, r->costs, &so);
+    sim_result res;
+    cr_assert_eq(sim_engine_run(en, &res), 0, "%s", res.msg);
+    double v = res.dev[d].peak_bytes;
+    sim_engine_free(en);
+    return v;
+}
+
+/* What a T5's devices hold under LoRA and QLoRA (the frozen base, in 4
+ * bits under QLoRA, the adapters with their gradients and moments, each
+ * adapter's x A kept) is within 10% of the simulator's count, and below
+ * full training's. GPipe on two devices keeps every microbatch, so the
+ * comparison is of what is kept. */
+Test(exec_t5, lora_device_memory_is_the_simulators)
+{
+    pspec s = {T5, SIM_SCHED_GPIPE, 2, 1, 1, 2, 4, 0, 0};
+    const char *modes[] = {"full", "lora:8", "lora:8:all", "qlora:8"};
+    double full[2] = {0, 0};
+    for (int i = 0; i < 4; i++) {
+        sim_plan p;
+        pipe_plan(&s, &p);
+        set_ft(&p, modes[i]);
+        exec_pipe_result r;
+        pipe_run(&p, 2, 1.0f, &r);
+        for (int d = 0; d < 2; d++) {
+            double meas = r.peak_bytes[d], sim = sim_peak(&r, d);
+            cr_expect(fabs(meas - sim) <= 0.1 * sim, "%s, device %d: "
+                      "measured %.0f bytes, simulated %.0f", modes[i], d,
+                      meas, sim);
+            if (!i) full[d] = meas;
+            else
+                cr_expect_lt(meas, full[d], "%s, device %d: %.0f bytes, "
+                             "full training %.0f", modes[i], d, meas,
+                             full[d]);
+        }
+        exec_pipe_result_free(&r);
+        sim_plan_free(&p);
+    }
+}
+
+/* QLoRA on a T5: the 4-bit base (the cross-attention's matrices too) is
+ * what LoRA trains over from that rounded base saved and read back
+ * (--init): the same adapters bit for bit; tensor parallelism rounds
+ * the base alike; the base in 4 bits leaves the devices less to hold. */
+Test(exec_t5, qlora_is_lora_over_the_rounded_base)
+{
+    pspec s = {T5, SIM_SCHED_1F1B, 2, 1, 1, 1, 4, 0, 0};
+    sim_plan p;
+    pipe_plan(&s, &p);
+    set_ft(&p, "qlora:4");
+    exec_pipe_result q;
+    pipe_run(&p, 5, 1.0f, &q);
+    exec_gpt_config c = t5_config(T5);
+    exec_tensor tt[EXEC_P_COUNT];
+    size_t P = exec_gpt_param_table(&c, tt);
+    float *base = malloc(sizeof *base * (P + 1));
+    exec_gpt_init_params(&c, 1337, base);
+    static const int mats[] = {EXEC_P_QKVW, EXEC_P_ATTPROJW, EXEC_P_FCW,
+                               EXEC_P_FCPROJW, EXEC_P_XQW, EXEC_P_XKVW,
+                               EXEC_P_XOW};
+    for (size_t m = 0; m < sizeof mats / sizeof *mats; m++) {
+        const exec_tensor *t = &tt[mats[m]];
+        size_t rounded = 0;
+        for (size_t i = t->off; i < t->off + t->n; i++)
+            rounded += q.params[i] != base[i];
+        cr_expect_gt(rounded, t->n / 2, "%s: %zu of %zu weights rounded",
+                     t->name, rounded, t->n);
+    }
+    /* the norms, the embedding and the bias tables stay as they were */
+    const exec_tensor *we = &tt[EXEC_P_WTE], *re = &tt[EXEC_P_RELE];
+    cr_expect(!memcmp(q.params + we->off, base + we->off,
+                      sizeof *base * we->n));
+    cr_expect(!memcmp(q.params + re->off, base + re->off,
+                      sizeof *base * re->n));
+    char *dir = test_tmpdir(), ck[600];
+    snprintf(ck, sizeof ck, "%s/rounded.ckpt", dir);
+    float *zero = calloc(P + 1, sizeof *zero);
+    exec_ckpt_meta meta = {q.cfg, q.B, q.T, 1337, 0};
+    util_err e;
+    cr_assert_eq(exec_ckpt_save_state(ck, q.params, zero, zero, &meta, &e),
+                 0, "%s", e.msg);
+    set_ft(&p, "lora:4:all");   /* QLoRA's default targets */
+    exec_pipe_opts o = pipe_opts(&p, 5, 1.0f);
+    o.init = ck;
+    exec_pipe_result l;
+    cr_assert_eq(exec_pipe_run(&o, &l, &e), 0, "%s", e.msg);
+    cr_assert_eq(l.n_lora, q.n_lora);
+    cr_expect(!memcmp(l.lora, q.lora, sizeof *l.lora * l.n_lora),
+              "the adapters differ from LoRA's over the rounded base");
+    pspec s2 = {T5, SIM_SCHED_1F1B, 2, 1, 2, 1, 4, 0, 0};
+    sim_plan p2;
+    pipe_plan(&s2, &p2);
+    set_ft(&p2, "qlora:4");
+    exec_pipe_result t;
+    pipe_run(&p2, 5, 1.0f, &t);
+    cr_expect(!memcmp(t.params, q.params, sizeof *t.params * P),
+              "tensor parallelism rounded the base otherwise");
+    expect_close(q.lora, t.lora, q.n_lora, 1e-5, "T5 qlora tp2");
+    for (int d = 0; d < 2; d++)
+        cr_expect_lt(q.peak_bytes[d], l.peak_bytes[d], "device %d: QLoRA "
+                     "%.0f bytes, LoRA %.0f", d, q.peak_bytes[d],
+                     l.peak_bytes[d]);
+    test_rm_rf(dir);
+    free(zero);
+    free(base);
+    exec_pipe_result_free(&q);
+    exec_pipe_result_free(&l);
+    exec_pipe_result_free(&t);
+    sim_plan_free(&p);
+    sim_plan_free(&p2);
 }
