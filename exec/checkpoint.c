@@ -58,8 +58,7 @@ static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
 
 #define FNV_INIT 0xCBF29CE484222325ull
 
-/* t (T5's; NULL in LoRA states, whose format has none: a T5 trains no
- * adapters) */
+/* t: T5's (a LoRA state's from version 4) */
 static void cfg_pack(const exec_gpt_config *c, int32_t *o, int32_t *x,
                      float *f, int32_t *p, int32_t *b, int32_t *t)
 {
@@ -335,7 +334,7 @@ int exec_ckpt_load_state(const char *path, const exec_gpt_config *c,
 /* ---------------------------------------- a LoRA run's own state */
 
 #define LORA_MAGIC "SLUICEL1"
-#define LORA_VERSION 3
+#define LORA_VERSION 4
 
 typedef struct lora_header {
     char magic[8];
@@ -351,12 +350,16 @@ typedef struct lora_header {
     int32_t opt[2];           /* version 2: relu pos_offset */
     int32_t enc[4];           /* version 3: encoder type_vocab pooler
                                * gelu_erf */
+    int32_t t5[5];            /* version 4: t5 dec_layers rel_buckets
+                               * rel_max_dist head_dim */
 } lora_header;
 
 /* Version 1 (before OPT's choices) ends before opt[]. */
 #define LORA_V1_BYTES offsetof(lora_header, opt)
 /* Version 2 (before BERT's) ends before enc[]. */
 #define LORA_V2_BYTES offsetof(lora_header, enc)
+/* Version 3 (before T5's) ends before t5[]: read as not a T5. */
+#define LORA_V3_BYTES offsetof(lora_header, t5)
 
 /* The header of a LoRA state file of len bytes into *h: 0, or 1 (not
  * one: no magic, too short), or 2 (another version). */
@@ -366,7 +369,8 @@ static int lora_header_read(const char *buf, size_t len, lora_header *h)
     memset(h, 0, sizeof *h);
     memcpy(h, buf, LORA_V1_BYTES);
     int old = (h->version == 1 && h->header_bytes == LORA_V1_BYTES) ||
-              (h->version == 2 && h->header_bytes == LORA_V2_BYTES);
+              (h->version == 2 && h->header_bytes == LORA_V2_BYTES) ||
+              (h->version == 3 && h->header_bytes == LORA_V3_BYTES);
     if (!old && (h->version != LORA_VERSION || h->header_bytes != sizeof *h))
         return 2;
     if (len < h->header_bytes) return 1;
@@ -391,7 +395,7 @@ int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
     memcpy(h.magic, LORA_MAGIC, 8);
     h.version = LORA_VERSION;
     h.header_bytes = sizeof h;
-    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f, h.opt, h.enc, NULL);
+    cfg_pack(&meta->cfg, h.cfg, h.llama, h.llama_f, h.opt, h.enc, h.t5);
     h.ft[0] = ft->kind;
     h.ft[1] = ft->rank;
     h.ft[2] = (int32_t)ft->targets;
@@ -429,7 +433,7 @@ int exec_lora_ckpt_peek(const char *path, exec_ckpt_meta *meta,
                          "%u, this sluice reads version %d", path, h.version,
                          LORA_VERSION);
     memset(meta, 0, sizeof *meta);
-    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, h.enc, NULL, &meta->cfg);
+    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, h.enc, h.t5, &meta->cfg);
     meta->B = h.B;
     meta->T = h.T;
     meta->seed = h.seed;
@@ -480,7 +484,7 @@ int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
     size_t P = exec_gpt_param_table(c, tt);
     exec_gpt_config hc;
     memset(&hc, 0, sizeof hc);
-    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, h.enc, NULL, &hc);
+    cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, h.enc, h.t5, &hc);
     if (memcmp(&hc, c, sizeof hc) || h.n_params != P || h.n_lora != NL ||
         h.ft[0] != (int32_t)ft->kind || h.ft[1] != ft->rank ||
         h.ft[2] != (int32_t)ft->targets || h.ft[3] != ft->frozen) {

@@ -493,28 +493,28 @@ Test(exec_lora, mpirun_and_the_merged_checkpoint)
                             "%s/o.ckpt.lora %s/%s.ckpt.lora", dir, dir,
                             same[k], dir, dir, same[k]), 0,
                      "%s.ckpt: not one run's bits", same[k]);
-    /* states of format versions 1 and 2 (before OPT's and BERT's
-     * choices, and before BERT's: their headers 24 and 16 bytes shorter)
-     * still resume, to the same bits */
-    for (uint32_t old = 1; old <= 2; old++) {
+    /* states of format versions 1, 2 and 3 (before OPT's, BERT's and
+     * T5's choices: their headers 48, 40 and 24 bytes shorter) still
+     * resume, to the same bits */
+    for (uint32_t old = 1; old <= 3; old++) {
         x = cli_run("exec --plan %s/l.json --steps 4 --stop-after 2 --quiet "
                     "--save %s/v.ckpt", dir, dir);
         cr_expect_eq(x.code, 0, "%s", x.err);
         cli_result_free(&x);
-        enum { V3 = 152, V2 = 136, V1 = 128 };
+        enum { V4 = 176, V3 = 152, V2 = 136, V1 = 128 };
         char path[600];
         snprintf(path, sizeof path, "%s/v.ckpt.lora", dir);
         char *buf;
         size_t len;
         util_err e;
         cr_assert_eq(util_read_file_max(path, 1 << 30, &buf, &len, &e), 0);
-        uint32_t ver, hb = old == 1 ? V1 : V2;
+        uint32_t ver, hb = old == 1 ? V1 : old == 2 ? V2 : V3;
         memcpy(&ver, buf + 8, 4);
-        cr_assert_eq(ver, 3);
+        cr_assert_eq(ver, 4);
         memcpy(buf + 8, &old, 4);
         memcpy(buf + 12, &hb, 4);
-        memmove(buf + hb, buf + V3, len - V3);
-        len -= V3 - hb;
+        memmove(buf + hb, buf + V4, len - V4);
+        len -= V4 - hb;
         test_ckpt_reseal(path, buf, len);
         x = cli_run("exec --plan %s/l.json --resume %s/v.ckpt --steps 4 "
                     "--quiet --save %s/v.ckpt", dir, dir, dir);

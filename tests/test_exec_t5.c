@@ -195,6 +195,51 @@ Test(exec_t5, mpi_gives_the_in_process_weights)
     test_rm_rf(dir);
 }
 
+/* A T5's LoRA run on the command line: stopped and resumed from its own
+ * state (FILE.lora, which keeps T5's choices) it ends with one run's
+ * bits, under mpirun too; the merged checkpoint is a plain T5 --init
+ * reads. */
+Test(exec_t5, lora_resumes_and_runs_under_mpirun)
+{
+    char *dir = test_tmpdir(), model[PATH_MAX];
+    cr_assert_not_null(realpath(T5, model));
+    cli_result r = cli_run("sim --hw 'cpu x2' --model %s --schedule 1f1b "
+                           "--pp 2 --mbs 1 --microbatches 4 --finetune "
+                           "lora:4:all --out %s/l.json", model, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/l.json --steps 4 --quiet --save %s/o.ckpt",
+                dir, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/l.json --steps 4 --stop-after 2 --quiet "
+                "--save %s/r.ckpt", dir, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/l.json --resume %s/r.ckpt --steps 4 --quiet "
+                "--save %s/r.ckpt", dir, dir, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    int rc = sh_run("cd %s && %s \"$SLUICE\" exec --plan l.json --steps 4 "
+                    "--quiet --save m.ckpt > m.out 2>&1", dir, MPIRUN);
+    cr_expect_eq(rc, 0, "mpirun failed (%s/m.out)", dir);
+    const char *same[] = {"r", "m"};
+    for (int k = 0; k < 2; k++)
+        cr_expect_eq(sh_run("cmp -s %s/o.ckpt %s/%s.ckpt && cmp -s "
+                            "%s/o.ckpt.lora %s/%s.ckpt.lora", dir, dir,
+                            same[k], dir, dir, same[k]), 0,
+                     "%s.ckpt: not one run's bits", same[k]);
+    r = cli_run("sim --hw 'cpu x2' --model %s --schedule 1f1b --pp 2 --mbs 1 "
+                "--microbatches 4 --out %s/f.json", model, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/f.json --init %s/o.ckpt --steps 1 --quiet",
+                dir, dir);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    test_rm_rf(dir);
+}
+
 /* Buckets the bias cannot be computed from are named where the spec says
  * them, in the simulator as in the executor */
 Test(exec_t5, spec_buckets_the_bias_cannot_use_are_refused)
