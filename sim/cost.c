@@ -649,6 +649,35 @@ static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
     free(has);
 }
 
+/* A ReLU keeps nothing of its own: its backward reads the signs of its
+ * output, which the MLP's second linear keeps as its input (or, frozen,
+ * keeps for it: prof_model_finetune). With a cut between them the ReLU's
+ * stage keeps that output itself, and a frozen linear on the next stage
+ * keeps nothing: what stage [first, last] keeps beyond its ops' own
+ * counts, per sample (negative: less). */
+static int bare_relu(const prof_model *m, int i)
+{
+    const prof_op *o = &m->ops[i];
+    return o->role == PROF_ROLE_MLP_ACT && m->spec.act == PROF_ACT_RELU &&
+           !m->spec.gated_mlp && o->act_bytes == 0 &&
+           o->grad != PROF_GRAD_NONE;
+}
+
+static double relu_cut(const prof_model *m, int first, int last, int t,
+                       int sp)
+{
+    double d = 0;
+    if (last + 1 < m->n_ops && bare_relu(m, last))
+        d += out_rank(&m->ops[last], t, sp);
+    const prof_op *o = &m->ops[first];
+    if (first > 0 && o->n_in > 0 && o->in[0] == first - 1 &&
+        bare_relu(m, first - 1) && o->grad != PROF_GRAD_TRAIN &&
+        o->n_gemm == 1)
+        d -= fmin(out_rank(&m->ops[first - 1], t, sp),
+                  sim_op_act_rank(m, first, t, sp));
+    return d;
+}
+
 sim_act sim_act_range(const prof_model *m, int first, int last, int t,
                       int sp, int rc)
 {
@@ -1067,6 +1096,11 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->opt_task_ns = (int64_t)llround(g->eff.task_ns +
                                            g->eff.op_task_ns);
         sim_act ac = sim_act_range(m, first_op[s], last_op[s], tpw, sp, rc);
+        /* (a recomputed ReLU's output comes back with its layer) */
+        double rk = relu_cut(m, first_op[s], last_op[s], tpw, sp);
+        ac.act += rk;
+        if (rc == SIM_RC_NONE || !sim_op_recomputed(m, last_op[s], rc))
+            ac.keep += rk;
         sc->act_bytes = ac.act * mbs;
         sc->keep_bytes = ac.keep * mbs;
         sc->fwd_ws_bytes = ac.fwd_ws * mbs;

@@ -597,6 +597,67 @@ Test(exec_t5, lora_device_memory_is_the_simulators)
     }
 }
 
+/* A cut between an MLP's ReLU and its second linear: the ReLU's backward
+ * reads its output, which the linear keeps where both share a stage; here
+ * the ReLU's stage keeps it, and a frozen linear (LoRA on q and v) on
+ * the next stage keeps nothing. Each device's peak is the simulator's
+ * within 10% (it was 34% and 22% off under LoRA before the simulator
+ * knew). A T5 with a wide MLP, so the ReLU's output weighs; worker 1
+ * slowed, so the gradients the first device receives never wait in a
+ * pile for its backward (their pile depends on timing the uncalibrated
+ * simulation does not have). */
+Test(exec_t5, a_cut_after_a_relu_keeps_its_output_on_its_stage)
+{
+    char *dir = test_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/t5-wide-mlp.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"name\": \"t5-wide-mlp\", \"family\": \"t5\", "
+            "\"hidden\": 32, \"layers\": 2, \"dec_layers\": 2, "
+            "\"heads\": 4, \"head_dim\": 8, \"ffn\": 1024, \"vocab\": "
+            "256, \"seq_len\": 24, \"dec_seq_len\": 16, "
+            "\"rel_pos_buckets\": 8, \"rel_pos_max_distance\": 20, "
+            "\"dropout\": false, \"dtype\": \"fp32\", \"fused_loss\": "
+            "true}\n");
+    fclose(f);
+    const char *modes[] = {"full", "lora:4", "lora:4:all"};
+    for (int k = 0; k < 3; k++) {
+        pspec s = {path, SIM_SCHED_GPIPE, 2, 1, 1, 2, 4, 0, 0};
+        sim_plan p;
+        pipe_plan(&s, &p);
+        set_ft(&p, modes[k]);
+        /* the encoder's second MLP's ReLU ends the first stage */
+        util_err e;
+        prof_topo *t = test_topo("cpu", 2);
+        prof_model *m = sim_plan_model(&p, t, &e);
+        cr_assert_not_null(m, "%s", e.msg);
+        prof_topo_free(t);
+        int act = -1;
+        for (int i = 0; i < m->n_ops; i++)
+            if (!strcmp(m->ops[i].name, "enc.l1.mlp.act")) act = i;
+        cr_assert_gt(act, 0);
+        cr_assert_eq(m->ops[act + 1].role, PROF_ROLE_MLP_DOWN);
+        p.last_op[0] = act;
+        p.first_op[1] = act + 1;
+        p.from_op[1][0] = p.to_op[0][0] = 0;
+        prof_model_free(m);
+        exec_pipe_opts o = pipe_opts(&p, 3, 1.0f);
+        o.slow_worker = 1;
+        o.slow_us = 3000;
+        exec_pipe_result r;
+        cr_assert_eq(exec_pipe_run(&o, &r, &e), 0, "%s", e.msg);
+        for (int d = 0; d < 2; d++) {
+            double meas = r.peak_bytes[d], sim = sim_peak(&r, d);
+            cr_expect(fabs(meas - sim) <= 0.1 * sim, "%s, device %d: "
+                      "measured %.0f bytes, simulated %.0f", modes[k], d,
+                      meas, sim);
+        }
+        exec_pipe_result_free(&r);
+        sim_plan_free(&p);
+    }
+    test_rm_rf(dir);
+}
+
 /* QLoRA on a T5: the 4-bit base (the cross-attention's matrices too) is
  * what LoRA trains over from that rounded base saved and read back
  * (--init): the same adapters bit for bit; tensor parallelism rounds
