@@ -176,8 +176,8 @@ static int stier_check(const exec_pipe_opts *o, const sim_plan *p,
 }
 
 /* What the executor does not run of a T5 yet: fused attention, the
- * offloaded or tiered states (whose tiers know one tied table), sharded
- * gradients */
+ * executor's own --offload policies (offload.c, whose tier knows one
+ * tied table), sharded gradients */
 static int t5_check(const exec_pipe_opts *o, const sim_plan *p,
                     const prof_model_spec *s, const exec_gpt_config *c,
                     const char *where, util_err *e)
@@ -189,10 +189,6 @@ static int t5_check(const exec_pipe_opts *o, const sim_plan *p,
     else if (o->offload.policy != EXEC_OFFLOAD_NONE)
         snprintf(why, sizeof why, "--offload %s",
                  exec_offload_name(o->offload.policy));
-    else if (sim_sched_offload(p->sched))
-        snprintf(why, sizeof why, "schedule %s", sim_sched_name(p->sched));
-    else if (sim_plan_tiered(p))
-        snprintf(why, sizeof why, "stage tiers");
     else if (!c->tied)
         snprintf(why, sizeof why, "an untied head (the executor's T5 "
                  "shares one table, as T5 1.0 does)");

@@ -1135,8 +1135,9 @@ static int ofl_ring(const exec_runtime *rt)
  * trained arena (exec_tiers_chunk), or in the frozen one where frozen[k]
  * (a fetch's gather carries them too); their count, *total their floats. */
 static int ofl_chunk(const exec_worker *w, int task, int sender,
-                     size_t lo[4], size_t n[4], int frozen[4],
-                     size_t *total)
+                     size_t lo[EXEC_TIER_PIECES + 1],
+                     size_t n[EXEC_TIER_PIECES + 1],
+                     int frozen[EXEC_TIER_PIECES + 1], size_t *total)
 {
     const exec_runtime *rt = w->rt;
     const sim_task *k = &rt->ir->tasks[task];
@@ -1163,8 +1164,8 @@ static int ofl_fold(exec_worker *w, int d, exec_buf *b, util_err *e)
 {
     exec_runtime *rt = w->rt;
     const sim_task *u = &rt->ir->tasks[d];
-    size_t lo[4], n[4], tot, at = 0;
-    int fz[4];
+    size_t lo[EXEC_TIER_PIECES + 1], n[EXEC_TIER_PIECES + 1], tot, at = 0;
+    int fz[EXEC_TIER_PIECES + 1];
     int np = ofl_chunk(w, d, geo(rt, u->stage)->replica, lo, n, fz, &tot);
     int rc = 0;
     if (b->n != tot)
@@ -1411,8 +1412,8 @@ size_t exec_recv_floats(exec_runtime *rt, exec_worker *w, int rid)
     }
     const exec_stage *st = &w->st[w->lidx[u->stage2]];
     if (u->comm == SIM_COMM_DP && ofl_ring(rt)) {
-        size_t lo[4], n[4];
-        int fz[4];
+        size_t lo[EXEC_TIER_PIECES + 1], n[EXEC_TIER_PIECES + 1];
+        int fz[EXEC_TIER_PIECES + 1];
         ofl_chunk(w, rid, geo(rt, u->stage)->replica, lo, n, fz, &total);
         return total;
     }
@@ -2120,8 +2121,8 @@ static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
         return -1;
     if (t->comm == SIM_COMM_DP && ofl_ring(rt)) {
         if (integrate(w, id, e)) return -1;
-        size_t lo[4], n[4], tot;
-        int fz[4];
+        size_t lo[EXEC_TIER_PIECES + 1], n[EXEC_TIER_PIECES + 1], tot;
+        int fz[EXEC_TIER_PIECES + 1];
         int k = ofl_chunk(w, id, st->replica, lo, n, fz, &tot);
         for (int i = 0; i < k; i++) {
             float *base = exec_tiers_ring_base(w, id, fz[i]);
@@ -2650,7 +2651,8 @@ static int ofl_collect(exec_worker *w, exec_stage *st, const exec_tensor *tt,
      * frozen slices of its share where fetches share them out (whole
      * slices: exec_tiers_frozen_chunk; zero-offload's are every rank's:
      * the first saves them) */
-    size_t lo[3], n[3], flo = 0, fn = st->n_frozen;
+    size_t lo[EXEC_TIER_PIECES], n[EXEC_TIER_PIECES], flo = 0,
+           fn = st->n_frozen;
     int D = w->rt->dp, c = (st->replica + 1) % D, np = 0;
     if (ofl_ring(w->rt)) {
         np = exec_tiers_chunk(st, D, c, lo, n);

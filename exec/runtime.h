@@ -770,13 +770,16 @@ void exec_stier_free(exec_worker *w, exec_stage *st);
  * IR's rings gather the weights and reduce-scatter the gradients between
  * the devices, and the first step agrees the gradient norm. */
 typedef struct exec_tiers exec_tiers;
-/* Chunk c of D of stage st's trained arena: the tied table's slice cut
+/* The most pieces of a share: three tied tables (the token table, a
+ * T5's relative-position tables) cut apart from the rest. */
+#define EXEC_TIER_PIECES 7
+/* Chunk c of D of stage st's trained arena: each tied table's slice cut
  * apart from the rest (its holders cut it alike), each segment in D;
  * the pieces [lo[k], lo[k] + n[k]), their count returned. Rank p's
  * share is chunk (p + 1) mod D, where a ring's reduce-scatter leaves
  * it; D 1: the whole arena. */
-int exec_tiers_chunk(const exec_stage *st, int D, int c, size_t lo[3],
-                     size_t n[3]);
+int exec_tiers_chunk(const exec_stage *st, int D, int c,
+                     size_t lo[EXEC_TIER_PIECES], size_t n[EXEC_TIER_PIECES]);
 /* Chunk c of D of stage st's frozen arena, [*lo, *lo + *n): cut at the
  * first frozen slice from c/D of it on, so that each chunk holds whole
  * slices (QLoRA's 4-bit blocks dequantize together). */

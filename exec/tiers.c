@@ -45,10 +45,13 @@
  * sums Fuyou's and the loss at the iteration's end); zero-offload pushes
  * the share of its new weights and a ring gathers the rest.
  *
- * The tied token table (embedding and LM head): each holder's copy of its
- * gradient comes to the host with its stage; the table is stepped once, at
- * the holders' last step in the IR, with the copies' sum in stage order,
- * and the new weights go to the other holders' fetches from a host copy.
+ * A tied table (the token table of the embedding and the LM head, a T5's
+ * decoder's embedding too; each of a T5's relative-position tables, on
+ * every stage of its stack's self-attentions): each holder's copy of its
+ * gradient comes to the host with its stage; the table is stepped once,
+ * at the holders' last step in the IR, with the copies' sum in stage
+ * order, and the new weights go to the other holders' fetches from a
+ * host copy.
  * ZeRO clips by the global gradient norm (its steps follow the whole
  * backward pass); Fuyou steps a layer before the norm is known and runs
  * with --clip 0, as the executor's own fuyou policy (offload.c). */
@@ -65,10 +68,10 @@ enum {
     R_OPT_WRITE, R_A_OUT, R_A_WRITE, R_A_READ, R_A_IN
 };
 
-/* One device buffer a swapped record referred to, on the host. */
+/* One device buffer a swapped record referred to: its floats at `off`
+ * in the record's host image. */
 typedef struct tier_img {
-    float *h;                   /* NULL while on the drives */
-    size_t n;
+    size_t off, n;
 } tier_img;
 
 /* A record's view of an image. */
@@ -78,10 +81,16 @@ typedef struct tier_ref {
     size_t off, n;
 } tier_ref;
 
-/* The swapped record of one (stage, microbatch). */
+/* The swapped record of one (stage, microbatch): its buffers one after
+ * the other in one host image of hn floats (h, NULL while on the
+ * drives), one region of the file: whole O_DIRECT blocks once a record,
+ * not once a buffer (a tiny model's norms' statistics are a few hundred
+ * bytes each). */
 typedef struct tier_act {
     tier_img *img;
     int n_img;
+    float *h;
+    size_t hn;
     tier_ref *ref;
     int n_ref;
     int64_t foff;               /* its region of the file, fcap bytes */
@@ -94,9 +103,11 @@ typedef struct tier_stage {
      * [plo[k], plo[k] + pn[k]), at ph[k] in the host arrays, hn floats
      * in all (one rank: the whole arena, where it lies) */
     int np;
-    size_t plo[3], pn[3], ph[3], hn;
-    size_t tlo, th, tn;         /* the tied table's share: arena and host
-                                 * offsets, floats (t->tied_n) */
+    size_t plo[EXEC_TIER_PIECES], pn[EXEC_TIER_PIECES], ph[EXEC_TIER_PIECES],
+        hn;
+    size_t tlo[3], th[3], tn[3]; /* each tied table's share: arena and
+                                 * host offsets, floats (tab[g].n; 0 where
+                                 * the stage holds none) */
     size_t flo, fn;             /* the share of the frozen arena (all of
                                  * it but where fetches bring them with
                                  * several ranks) */
@@ -111,10 +122,10 @@ typedef struct tier_stage {
                                  * copy out until its step (a buffer of
                                  * the worker's pool, grad_get) */
     int g_set;                  /* hg holds this step's first copy */
-    float *tgb;                 /* Fuyou: a tied-table holder's gradient
-                                 * (its hg until the step), kept from its
-                                 * step for the stepping holder's sum of
-                                 * the table's piece, tgb + th */
+    float *tgk[3];              /* Fuyou: a tied-table holder's piece of
+                                 * table g's gradient (tn[g] floats), kept
+                                 * from its step for the stepping holder's
+                                 * sum */
     int64_t foff;               /* NVMe tier: w, m, v regions of rb bytes */
     size_t rb;
     int64_t foff_f;             /* NVMe tier: the frozen weights' region
@@ -148,13 +159,17 @@ struct exec_tiers {
     exec_tfile f;
     pthread_mutex_t mu;
     int threads;                /* the host's step runs on this many */
-    /* the tied table: the local stages holding a copy, the one stepping
-     * it (its step is the holders' last), the weights after each step */
-    int tied[4], n_tied, tied_step;
-    size_t tied_n;
-    float *tied_w;              /* in the DRAM tier the stepping holder's
-                                 * own (tied_own): no copy */
-    int tied_own;
+    /* the tied tables (0 the token table, 1 and 2 a T5's encoder's and
+     * decoder's relative-position tables): the local stages holding a
+     * copy, the one stepping it (its step is the holders' last; -1 with
+     * one holder), the weights after each step */
+    struct tier_tab {
+        int *hold, n_hold, step;
+        size_t n;
+        float *w;               /* in the DRAM tier the stepping holder's
+                                 * own (own): no copy */
+        int own;
+    } tab[3];
     /* the step's gradient norm (squares; ZeRO: all of it at the first
      * step, Fuyou: each step adds its own) and clipping factor */
     double norm_sq;
@@ -219,16 +234,20 @@ static void host_free_pinned(exec_tiers *t, float **p, size_t n)
 }
 
 /* A gradient's host buffer of at least n floats, pinned where the
- * backend pins: the pool's smallest one large enough, else a new one
+ * backend pins, from the pool or new. Under ZeRO every stage's gradient
+ * waits on the host for the step: a buffer of exactly its size, so the
+ * pool holds one a stage, their sum (a best fit let a smaller stage take
+ * a larger buffer that a later one then lacked: the pool grew by a
+ * buffer). Fuyou's steps hold a few at once: the smallest large enough
  * (once warm, the pool holds about what the steps hold at once at their
- * most: more where a smaller request took a larger buffer that a later
- * one then lacks). */
+ * most). */
 static float *grad_get(exec_tiers *t, size_t n)
 {
+    int exact = t->sched != SIM_SCHED_FUYOU;
     pthread_mutex_lock(&t->mu);
     int best = -1;
     for (int k = 0; k < t->n_gb; k++)
-        if (t->gb[k].idle && t->gb[k].n >= n &&
+        if (t->gb[k].idle && (exact ? t->gb[k].n == n : t->gb[k].n >= n) &&
             (best < 0 || t->gb[k].n < t->gb[best].n))
             best = k;
     float *p = NULL;
@@ -283,16 +302,34 @@ static void copy_timed(exec_tiers *t, int up, float *dst, const float *src,
     pthread_mutex_unlock(&t->mu);
 }
 
-int exec_tiers_chunk(const exec_stage *st, int D, int c, size_t lo[3],
-                     size_t n[3])
+/* The slice of stage st holding its copy of tied table g (0 the token
+ * table, 1 and 2 a T5's relative-position tables), -1 */
+static int tab_sl(const exec_stage *st, int g)
 {
-    size_t seg[4] = {0, st->n, st->n, st->n};
-    if (D > 1 && st->tied_sl >= 0) {
-        seg[1] = st->sl[st->tied_sl].off;
-        seg[2] = seg[1] + st->sl[st->tied_sl].n;
+    return g ? st->rel_sl[g - 1] : st->tied_sl;
+}
+
+int exec_tiers_chunk(const exec_stage *st, int D, int c,
+                     size_t lo[EXEC_TIER_PIECES], size_t n[EXEC_TIER_PIECES])
+{
+    /* the segments' bounds: the tables' slices in arena order */
+    size_t seg[EXEC_TIER_PIECES + 1];
+    int ns = 0;
+    seg[ns++] = 0;
+    for (int g = 0; g < 3 && D > 1; g++) {
+        int k = tab_sl(st, g);
+        if (k < 0) continue;
+        size_t a = st->sl[k].off, b = a + st->sl[k].n;
+        int at = ns;
+        while (at > 1 && seg[at - 1] > a) at--;
+        memmove(seg + at + 2, seg + at, sizeof *seg * (size_t)(ns - at));
+        seg[at] = a;
+        seg[at + 1] = b;
+        ns += 2;
     }
+    seg[ns++] = st->n;
     int np = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k + 1 < ns; k++) {
         size_t len = seg[k + 1] - seg[k];
         size_t a = len * (size_t)c / (size_t)D;
         size_t b = len * (size_t)(c + 1) / (size_t)D;
@@ -344,7 +381,7 @@ static size_t sl_piece(const tier_stage *s, const exec_slice *sl, int k,
     return b - a;
 }
 
-/* The rank's share of stage st (its replica's chunk); of the tied table,
+/* The rank's share of stage st (its replica's chunk); of each tied table,
  * the piece of it the share holds (a piece of its own with several ranks,
  * exec_tiers_chunk). */
 static void share_set(exec_tiers *t, tier_stage *s, const exec_stage *st)
@@ -356,13 +393,16 @@ static void share_set(exec_tiers *t, tier_stage *s, const exec_stage *st)
         s->ph[k] = s->hn;
         s->hn += s->pn[k];
     }
-    s->tlo = s->th = s->tn = 0;
-    for (int k = 0; st->tied_sl >= 0 && k < s->np; k++) {
-        size_t h, n = sl_piece(s, &st->sl[st->tied_sl], k, &h);
-        if (!n) continue;
-        s->th = h;
-        s->tn = n;
-        s->tlo = s->plo[k] + (h - s->ph[k]);
+    for (int g = 0; g < 3; g++) {
+        s->tlo[g] = s->th[g] = s->tn[g] = 0;
+        int sl = tab_sl(st, g);
+        for (int k = 0; sl >= 0 && k < s->np; k++) {
+            size_t h, n = sl_piece(s, &st->sl[sl], k, &h);
+            if (!n) continue;
+            s->th[g] = h;
+            s->tn[g] = n;
+            s->tlo[g] = s->plo[k] + (h - s->ph[k]);
+        }
     }
 }
 
@@ -391,25 +431,47 @@ static void share_copy(exec_tiers *t, const tier_stage *s, int up, float *d,
     }
 }
 
-/* The share onto the device but for its piece of the tied table, which
- * comes from the table's host copy (the one stepped) where `table` is
- * that copy, or is left to the holder that steps it (NULL): each float
- * crosses once. */
-static void share_up_but_tied(exec_tiers *t, const tier_stage *s, float *d,
-                              const float *h, const float *table)
+/* The tables a stage holds a copy of that another holder steps (a mask
+ * of 1 << g), steps (steps 1), or either (steps -1) */
+static unsigned tabs_of(const exec_tiers *t, const exec_stage *st, int li,
+                        int steps)
 {
-    size_t a = s->tlo, b = s->tlo + s->tn;
-    for (int k = 0; k < s->np; k++) {
-        size_t lo = s->plo[k], hi = lo + s->pn[k];
-        size_t cut = a > lo ? (a < hi ? a : hi) : lo;   /* before it */
-        size_t from = b > lo ? (b < hi ? b : hi) : lo;  /* after it */
-        if (!s->tn) cut = from = hi;
-        if (cut > lo)
-            copy_timed(t, 1, d + lo, h + s->ph[k], cut - lo);
-        if (hi > from)
-            copy_timed(t, 1, d + from, h + s->ph[k] + (from - lo), hi - from);
+    unsigned m = 0;
+    for (int g = 0; g < 3; g++) {
+        const struct tier_tab *b = &t->tab[g];
+        if (tab_sl(st, g) < 0 || b->step < 0) continue;
+        if (steps < 0 || (steps == 1) == (b->step == li)) m |= 1u << g;
     }
-    if (s->tn && table) copy_timed(t, 1, d + s->tlo, table, s->tn);
+    return m;
+}
+
+/* The share onto the device but for its pieces of the tables in mask
+ * `skip`, which come from each table's host copy (the one stepped) where
+ * `tables` says, or are left to the holder that steps it (0): each float
+ * crosses once. */
+static void share_up_but_tables(exec_tiers *t, const tier_stage *s, float *d,
+                                const float *h, unsigned skip, int tables)
+{
+    for (int k = 0; k < s->np; k++) {
+        size_t lo = s->plo[k], hi = lo + s->pn[k], at = lo;
+        /* the gaps between the skipped pieces, in arena order */
+        while (at < hi) {
+            size_t next = hi, after = hi;
+            for (int g = 0; g < 3; g++) {
+                if (!(skip >> g & 1) || !s->tn[g]) continue;
+                size_t a = s->tlo[g], b = a + s->tn[g];
+                if (b > at && a < next) next = a > at ? a : at, after = b;
+            }
+            if (next > at)
+                copy_timed(t, 1, d + at, h + s->ph[k] + (at - lo),
+                           (next < hi ? next : hi) - at);
+            at = after < hi ? after : hi;
+            if (next >= hi) break;
+        }
+    }
+    for (int g = 0; g < 3 && tables; g++)
+        if ((skip >> g & 1) && s->tn[g] && t->tab[g].w)
+            copy_timed(t, 1, d + s->tlo[g], t->tab[g].w, s->tn[g]);
 }
 
 static int has_dep_kind(const sim_ir *ir, int id, int kind)
@@ -535,7 +597,7 @@ int exec_tiers_open(exec_worker *w, util_err *e)
     t->sched = rt->tier_sched;
     t->tier = rt->tier;
     t->act_tier = rt->act_tier;
-    t->tied_step = -1;
+    for (int g = 0; g < 3; g++) t->tab[g].step = -1;
     t->norm_epoch = -1;
     t->threads = exec_host_threads(rt);
     pthread_mutex_init(&t->mu, NULL);
@@ -591,14 +653,17 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
         }
     }
     host_free(t, &whole, st->n);
-    if (st->tied_sl >= 0 && t->n_tied < 4) {
+    for (int g = 0; g < 3; g++) {
+        struct tier_tab *b = &t->tab[g];
+        if (tab_sl(st, g) < 0) continue;
         /* every holder's share of the table is alike */
-        t->tied[t->n_tied++] = li;
-        t->tied_n = s->tn;
-        if (!t->tied_w) {
-            t->tied_w = host_new(t, t->tied_n);
-            memcpy(t->tied_w, h[0] + s->th, t->tied_n * sizeof(float));
-            host_pin(t, t->tied_w, t->tied_n);
+        b->hold = util_realloc(b->hold, sizeof(int) * (size_t)(b->n_hold + 1));
+        b->hold[b->n_hold++] = li;
+        b->n = s->tn[g];
+        if (!b->w && b->n) {
+            b->w = host_new(t, b->n);
+            memcpy(b->w, h[0] + s->th[g], b->n * sizeof(float));
+            host_pin(t, b->w, b->n);
         }
     }
     if (t->sched == SIM_SCHED_ZERO_OFFLOAD) {
@@ -655,28 +720,31 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
     return rc;
 }
 
-/* The holder of the tied table whose step comes last in the IR steps it:
+/* The holder of a tied table whose step comes last in the IR steps it:
  * by then every copy's gradient is on the host. */
 int exec_tiers_ready(exec_worker *w, util_err *e)
 {
     exec_tiers *t = w->tiers;
     const sim_ir *ir = w->rt->ir;
     (void)e;
-    for (int i = 0; i < ir->n_tasks && t->n_tied > 1; i++)
-        if (t->role[i] == R_OPT)
-            for (int k = 0; k < t->n_tied; k++)
-                if (w->lidx[ir->tasks[i].stage] == t->tied[k])
-                    t->tied_step = t->tied[k];
-    /* one holder steps and fetches its own copy */
-    if (t->tied_step < 0) host_free_pinned(t, &t->tied_w, t->tied_n);
-    /* in DRAM the stepping holder's weights are the newest table: the
-     * others' fetches read them there (each after the step, as they
-     * read the copy before) */
-    if (t->tied_w && t->tier != SIM_TIER_NVME) {
-        host_free_pinned(t, &t->tied_w, t->tied_n);
-        const tier_stage *o = &t->ts[t->tied_step];
-        t->tied_w = o->hw + o->th;
-        t->tied_own = 1;
+    for (int g = 0; g < 3; g++) {
+        struct tier_tab *b = &t->tab[g];
+        for (int i = 0; i < ir->n_tasks && b->n_hold > 1; i++)
+            if (t->role[i] == R_OPT)
+                for (int k = 0; k < b->n_hold; k++)
+                    if (w->lidx[ir->tasks[i].stage] == b->hold[k])
+                        b->step = b->hold[k];
+        /* one holder steps and fetches its own copy */
+        if (b->step < 0) host_free_pinned(t, &b->w, b->n);
+        /* in DRAM the stepping holder's weights are the newest table:
+         * the others' fetches read them there (each after the step, as
+         * they read the copy before) */
+        if (b->w && t->tier != SIM_TIER_NVME) {
+            host_free_pinned(t, &b->w, b->n);
+            const tier_stage *o = &t->ts[b->step];
+            b->w = o->hw + o->th[g];
+            b->own = 1;
+        }
     }
     /* each stage's fetches in order: the k-th gather of its weights
      * between the ranks fills the k-th fetch's */
@@ -792,7 +860,7 @@ void exec_tiers_after(exec_worker *w, int id, exec_stage *st)
 
 /* --------------------------------------------------------- the tasks */
 
-/* A fetch: the stage's weights onto the device, with the tied table's
+/* A fetch: the stage's weights onto the device, with a tied table's
  * newest weights where the stage holds a copy it does not step. */
 static int task_w_in(exec_tiers *t, int id, tier_stage *s, util_err *e)
 {
@@ -809,8 +877,8 @@ static int task_w_in(exec_tiers *t, int id, tier_stage *s, util_err *e)
         src = t->stg[id];
     }
     /* the rank's share (the ring between the ranks brings the rest) */
-    if (st->tied_sl >= 0 && t->tied_w)
-        share_up_but_tied(t, s, b->p, src, t->tied_w);
+    unsigned held = tabs_of(t, st, w->lidx[st->id], -1);
+    if (held) share_up_but_tables(t, s, b->p, src, held, 1);
     else share_copy(t, s, 1, b->p, (float *)src);
     if (t->tier == SIM_TIER_NVME) host_free(t, &t->stg[id], s->hn);
     UTIL_NEVER(t->wbuf[id] != NULL || t->wbuff[id] != NULL);
@@ -832,29 +900,35 @@ static int task_w_in(exec_tiers *t, int id, tier_stage *s, util_err *e)
 }
 
 /* Zero-offload's new weights onto the device, where they stay; the
- * stepping holder of the tied table brings the new table to the other
+ * stepping holder of a tied table brings the new table to the other
  * holders' copies too (they push the rest of their shares). */
 static int task_w_push(exec_tiers *t, tier_stage *s)
 {
     exec_stage *st = s->st;
     float *h = t->tier == SIM_TIER_NVME ? s->so[0] : s->hw;
-    int steps_table = t->w->lidx[st->id] == t->tied_step;
-    /* a holder of the tied table that does not step it pushed the table
-     * as it was: the one stepping it brings the new one */
-    if (st->tied_sl >= 0 && t->tied_w && !steps_table)
-        share_up_but_tied(t, s, s->res->p, h, NULL);
-    else
-        share_copy(t, s, 1, s->res->p, h);
-    if (!steps_table) return 0;
-    for (int k = 0; k < t->n_tied; k++) {
-        tier_stage *o = &t->ts[t->tied[k]];
-        if (o != s) copy_timed(t, 1, o->res->p + o->tlo, t->tied_w, t->tied_n);
+    int li = t->w->lidx[st->id];
+    unsigned steps = tabs_of(t, st, li, 1), others = tabs_of(t, st, li, 0);
+    /* a holder of a table that does not step it pushed the table as it
+     * was: the one stepping it brings the new one */
+    unsigned skip = 0;
+    for (int g = 0; g < 3; g++)
+        if ((others >> g & 1) && t->tab[g].w) skip |= 1u << g;
+    if (skip) share_up_but_tables(t, s, s->res->p, h, skip, 0);
+    else share_copy(t, s, 1, s->res->p, h);
+    for (int g = 0; g < 3; g++) {
+        const struct tier_tab *b = &t->tab[g];
+        if (!(steps >> g & 1) || !b->w) continue;
+        for (int k = 0; k < b->n_hold; k++) {
+            tier_stage *o = &t->ts[b->hold[k]];
+            if (o != s)
+                copy_timed(t, 1, o->res->p + o->tlo[g], b->w, b->n);
+        }
     }
     return 0;
 }
 
 typedef struct sum_ctx {
-    const float *g[4];
+    const float **g;
     int n_g;
     float *dst;
     size_t n;
@@ -903,7 +977,8 @@ static int task_g_out(exec_tiers *t, int id, tier_stage *s, util_err *e)
             host_pin(t, t->hgt, t->hgt_n);
         }
         share_copy(t, s, 0, g->p, t->hgt);
-        sum_ctx c = {{s->hg, t->hgt}, 2, s->hg, s->hn};
+        const float *two[2] = {s->hg, t->hgt};
+        sum_ctx c = {two, 2, s->hg, s->hn};
         exec_host_par(t->threads, sum_part, &c);
     }
     exec_buf_unref(g);
@@ -911,7 +986,7 @@ static int task_g_out(exec_tiers *t, int id, tier_stage *s, util_err *e)
 }
 
 /* Squares of the gradients a step counts in the norm: its slices in
- * order (one copy of what is replicated), the tied table where it is
+ * order (one copy of what is replicated), a tied table where it is
  * stepped (the copies' sum by then). */
 typedef struct norm_ctx {
     const exec_tiers *t;
@@ -929,9 +1004,12 @@ static void norm_part(void *ctx, int p, int n)
     if (!c->s->hg) return;      /* no gradient came: zero */
     for (int k = 0; k < st->n_sl; k++) {
         const exec_slice *sl = &st->sl[k];
-        int tied = k == st->tied_sl && c->t->n_tied > 1;
+        int tied = -1;
+        for (int g = 0; g < 3; g++)
+            if (k == tab_sl(st, g) && c->t->tab[g].n_hold > 1) tied = g;
         if (sl->frozen) continue;
-        if (tied ? c->li != c->t->tied_step : !sl->norm_owner) continue;
+        if (tied >= 0 ? c->li != c->t->tab[tied].step : !sl->norm_owner)
+            continue;
         for (int q = 0; q < c->s->np; q++) {
             size_t h, len = sl_piece(c->s, sl, q, &h), lo, hi;
             const float *g = c->s->hg + h;
@@ -959,32 +1037,38 @@ static double stage_norm_sq(const exec_tiers *t, const tier_stage *s, int li)
     return sum;
 }
 
-/* The copies of the tied table's gradient summed in stage order into the
+/* The copies of tied table g's gradient summed in stage order into the
  * stepping holder's, in place and on the step's threads (the others'
  * copies, which no norm and no step reads, are left as they are). */
-static void tied_sum(exec_tiers *t)
+static void tab_sum(exec_tiers *t, int g)
 {
-    if (t->n_tied < 2 || t->tied_step < 0) return;
-    sum_ctx c = {.n = t->tied_n};
-    for (int k = 0; k < t->n_tied; k++) {
-        tier_stage *s = &t->ts[t->tied[k]];
-        const float *g = s->hg ? s->hg + s->th
-                               : s->tgb ? s->tgb + s->th : NULL;
-        if (g) c.g[c.n_g++] = g;        /* none came: zero */
+    const struct tier_tab *b = &t->tab[g];
+    if (b->n_hold < 2 || b->step < 0) return;
+    const float **gs = util_malloc(sizeof *gs * (size_t)b->n_hold);
+    sum_ctx c = {.g = gs, .n = b->n};
+    for (int k = 0; k < b->n_hold; k++) {
+        tier_stage *s = &t->ts[b->hold[k]];
+        const float *p = s->hg ? s->hg + s->th[g] : s->tgk[g];
+        if (p) gs[c.n_g++] = p;         /* none came: zero */
     }
-    tier_stage *s = &t->ts[t->tied_step];
+    tier_stage *s = &t->ts[b->step];
     grad_zero(t, s);
-    c.dst = s->hg + s->th;
+    c.dst = s->hg + s->th[g];
     if (c.n_g) exec_host_par(t->threads, sum_part, &c);
     else memset(c.dst, 0, c.n * sizeof *c.dst);
+    free(gs);
 }
 
-/* Whether a stage's step updates its slice k: not a frozen one, nor the
+/* Whether a stage's step updates its slice k: not a frozen one, nor a
  * tied table where another holder steps it. */
 static int opt_steps(const exec_tiers *t, const exec_stage *st, int li, int k)
 {
     if (st->sl[k].frozen) return 0;
-    return !(k == st->tied_sl && t->n_tied > 1 && li != t->tied_step);
+    for (int g = 0; g < 3; g++)
+        if (k == tab_sl(st, g) && t->tab[g].n_hold > 1 &&
+            li != t->tab[g].step)
+            return 0;
+    return 1;
 }
 
 typedef struct opt_ctx {
@@ -1038,7 +1122,7 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
         t->norm_sq = 0;
         t->scale = 1.0f;
         if (!fuyou) {
-            tied_sum(t);
+            for (int g = 0; g < 3; g++) tab_sum(t, g);
             for (int k = 0; k < w->n_st; k++)
                 t->norm_sq += stage_norm_sq(t, &t->ts[k], k);
             /* every rank's shares: each waits here for the others'
@@ -1054,11 +1138,14 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
         }
     }
     if (fuyou) {
-        if (li == t->tied_step) {
-            tied_sum(t);
+        for (int g = 0; g < 3; g++) {
+            const struct tier_tab *b = &t->tab[g];
+            if (li != b->step) continue;
+            tab_sum(t, g);
             /* the other holders' pieces waited for this sum */
-            for (int k = 0; k < t->n_tied; k++)
-                if (t->tied[k] != li) grad_put(t, &t->ts[t->tied[k]].tgb);
+            for (int k = 0; k < b->n_hold; k++)
+                if (b->hold[k] != li)
+                    host_free(t, &t->ts[b->hold[k]].tgk[g], b->n);
         }
         t->norm_sq += stage_norm_sq(t, s, li);
     }
@@ -1080,18 +1167,24 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
                   exec_lr_at(rt->adamw.lr, rt->warmup, rt->total_steps,
                              step)};
     exec_host_par(t->threads, opt_part, &oc);
-    if (li == t->tied_step && t->tied_w && !t->tied_own)
-        memcpy(t->tied_w, h[0] + s->th, t->tied_n * sizeof(float));
+    for (int g = 0; g < 3; g++) {
+        const struct tier_tab *b = &t->tab[g];
+        if (li == b->step && b->w && !b->own)
+            memcpy(b->w, h[0] + s->th[g], b->n * sizeof(float));
+    }
     pthread_mutex_lock(&t->mu);
     t->adam_ns += (double)((int64_t)exec_now_ns() - t0);
     t->adam_params += (double)n;
     pthread_mutex_unlock(&t->mu);
     /* done with the gradient (the next first copy sets a buffer whole),
-     * but for the tied table's copy that a later step sums: its buffer
-     * stays until then */
-    if (st->tied_sl >= 0 && t->n_tied > 1 && li != t->tied_step && fuyou) {
-        s->tgb = s->hg;
-        s->hg = NULL;
+     * but for its piece of a tied table that a later step sums, which
+     * waits for it apart (the table's floats, not the stage's) */
+    for (int g = 0; g < 3 && fuyou && s->hg; g++) {
+        const struct tier_tab *b = &t->tab[g];
+        if (tab_sl(st, g) < 0 || b->n_hold < 2 || li == b->step) continue;
+        UTIL_NEVER(s->tgk[g] != NULL);
+        s->tgk[g] = host_new(t, b->n);
+        memcpy(s->tgk[g], s->hg + s->th[g], b->n * sizeof(float));
     }
     grad_put(t, &s->hg);
     s->g_set = 0;
@@ -1152,11 +1245,15 @@ static int task_a_out(exec_tiers *t, const sim_task *k, util_err *e)
     act_ref(a, &r->ids, &bufs, &nb);
     a->img = util_calloc((size_t)nb + 1, sizeof *a->img);
     a->n_img = nb;
+    a->hn = 0;
     for (int i = 0; i < nb; i++) {
+        a->img[i].off = a->hn;
         a->img[i].n = bufs[i]->n;
-        a->img[i].h = host_new(t, bufs[i]->n);
-        copy_timed(t, 0, a->img[i].h, bufs[i]->p, bufs[i]->n);
+        a->hn += bufs[i]->n;
     }
+    a->h = host_new(t, a->hn);
+    for (int i = 0; i < nb; i++)
+        copy_timed(t, 0, a->h + a->img[i].off, bufs[i]->p, bufs[i]->n);
     free(bufs);
     for (int i = 0; i < a->n_ref; i++) exec_view_drop(a->ref[i].v);
     return 0;
@@ -1165,25 +1262,17 @@ static int task_a_out(exec_tiers *t, const sim_task *k, util_err *e)
 static int task_a_io(exec_tiers *t, const sim_task *k, int wr, util_err *e)
 {
     tier_act *a = task_act(t, k);
-    size_t need = 0;
-    for (int i = 0; i < a->n_img; i++)
-        need += exec_tfile_up(a->img[i].n * sizeof(float));
+    size_t need = exec_tfile_up(a->hn * sizeof(float));
     if (need > a->fcap) {
         a->foff = exec_tfile_grow(&t->f, need);
         a->fcap = need;
     }
-    int64_t at = a->foff;
-    for (int i = 0; i < a->n_img; i++) {
-        tier_img *m = &a->img[i];
-        size_t by = exec_tfile_up(m->n * sizeof(float));
-        if (!wr) m->h = host_new(t, m->n);
-        if (!m->h)
-            return util_errf(e, UTIL_EXIT_FAIL, "an activation write "
-                             "without its copy");
-        if (exec_tfile_io(&t->f, wr, m->h, by, at, e)) return -1;
-        if (wr) host_free(t, &m->h, m->n);
-        at += (int64_t)by;
-    }
+    if (!wr) a->h = host_new(t, a->hn);
+    if (!a->h)
+        return util_errf(e, UTIL_EXIT_FAIL, "an activation write without "
+                         "its copy");
+    if (exec_tfile_io(&t->f, wr, a->h, need, a->foff, e)) return -1;
+    if (wr) host_free(t, &a->h, a->hn);
     return 0;
 }
 
@@ -1194,18 +1283,16 @@ static int task_a_in(exec_tiers *t, const sim_task *k, util_err *e)
     tier_act *a = task_act(t, k);
     exec_buf **nb = util_calloc((size_t)a->n_img + 1, sizeof *nb);
     int rc = 0;
+    if (!a->h)
+        rc = util_errf(e, UTIL_EXIT_FAIL, "an activation back before its "
+                       "read");
     for (int i = 0; i < a->n_img && !rc; i++) {
-        if (!a->img[i].h) {
-            rc = util_errf(e, UTIL_EXIT_FAIL, "an activation back before "
-                           "its read");
-            break;
-        }
         nb[i] = exec_buf_new(&w->mem, a->img[i].n, 0);
         if (!nb[i]) {
             rc = exec_oom(w, "a swapped activation coming back", e);
             break;
         }
-        copy_timed(t, 1, nb[i]->p, a->img[i].h, a->img[i].n);
+        copy_timed(t, 1, nb[i]->p, a->h + a->img[i].off, a->img[i].n);
     }
     for (int i = 0; i < a->n_ref && !rc; i++) {
         tier_ref *f = &a->ref[i];
@@ -1213,10 +1300,8 @@ static int task_a_in(exec_tiers *t, const sim_task *k, util_err *e)
         f->v->off = f->off;
         f->v->n = f->n;
     }
-    for (int i = 0; i < a->n_img; i++) {
-        exec_buf_unref(nb[i]);
-        host_free(t, &a->img[i].h, a->img[i].n);
-    }
+    for (int i = 0; i < a->n_img; i++) exec_buf_unref(nb[i]);
+    host_free(t, &a->h, a->hn);
     free(nb);
     free(a->img);
     free(a->ref);
@@ -1300,20 +1385,22 @@ float *exec_tiers_ring_base(exec_worker *w, int id, int frozen)
 void exec_tiers_settle(exec_worker *w)
 {
     exec_tiers *t = w->tiers;
-    if (!t || ranks(t) < 2 || t->sched != SIM_SCHED_ZERO_OFFLOAD ||
-        t->tied_step < 0)
-        return;
-    /* the other holders pushed their copy of the tied table before it was
+    if (!t || ranks(t) < 2 || t->sched != SIM_SCHED_ZERO_OFFLOAD) return;
+    /* the other holders pushed their copy of a tied table before it was
      * stepped, and their rings may carry it after the stepping holder
      * refreshed their share: the table is the stepped holder's, all of
      * it gathered by now */
-    const tier_stage *s = &t->ts[t->tied_step];
-    const exec_slice *sl = &s->st->sl[s->st->tied_sl];
-    for (int k = 0; k < t->n_tied; k++) {
-        tier_stage *o = &t->ts[t->tied[k]];
-        if (o != s)
-            w->rt->be->copy(o->res->p + o->st->sl[o->st->tied_sl].off,
-                            s->res->p + sl->off, sl->n * sizeof(float));
+    for (int g = 0; g < 3; g++) {
+        const struct tier_tab *b = &t->tab[g];
+        if (b->step < 0) continue;
+        const tier_stage *s = &t->ts[b->step];
+        const exec_slice *sl = &s->st->sl[tab_sl(s->st, g)];
+        for (int k = 0; k < b->n_hold; k++) {
+            tier_stage *o = &t->ts[b->hold[k]];
+            if (o != s)
+                w->rt->be->copy(o->res->p + o->st->sl[tab_sl(o->st, g)].off,
+                                s->res->p + sl->off, sl->n * sizeof(float));
+        }
     }
 }
 
@@ -1365,20 +1452,21 @@ int exec_tiers_read_state(exec_worker *w, exec_stage *st, float *wt,
             host_free(t, &fb, s->fn);
         }
     }
-    /* a holder that does not step the table has the stepped weights and
+    /* a holder that does not step a table has the stepped weights and
      * moments */
-    if (!rc && wt && st->tied_sl >= 0 && t->tied_w)
-        memcpy(wt + s->tlo, t->tied_w, t->tied_n * sizeof(float));
-    if (!rc && (m || v) && st->tied_sl >= 0 && t->tied_step >= 0 &&
-        li != t->tied_step) {
-        const exec_stage *o = t->ts[t->tied_step].st;
+    for (int g = 0; g < 3 && !rc; g++) {
+        const struct tier_tab *b = &t->tab[g];
+        if (tab_sl(st, g) < 0) continue;
+        if (wt && b->w) memcpy(wt + s->tlo[g], b->w, b->n * sizeof(float));
+        if (!(m || v) || b->step < 0 || li == b->step) continue;
+        const exec_stage *o = t->ts[b->step].st;
         float *om = util_malloc(sizeof(float) * (o->n + 1));
         float *ov = util_malloc(sizeof(float) * (o->n + 1));
-        rc = exec_tiers_read_state(w, t->ts[t->tied_step].st, NULL, om, ov,
-                                   NULL, e);
-        size_t from = t->ts[t->tied_step].tlo, to = s->tlo;
-        if (!rc && m) memcpy(m + to, om + from, t->tied_n * sizeof(float));
-        if (!rc && v) memcpy(v + to, ov + from, t->tied_n * sizeof(float));
+        rc = exec_tiers_read_state(w, t->ts[b->step].st, NULL, om, ov, NULL,
+                                   e);
+        size_t from = t->ts[b->step].tlo[g], to = s->tlo[g];
+        if (!rc && m) memcpy(m + to, om + from, b->n * sizeof(float));
+        if (!rc && v) memcpy(v + to, ov + from, b->n * sizeof(float));
         free(om);
         free(ov);
     }
@@ -1427,7 +1515,7 @@ void exec_tiers_free(exec_worker *w)
         host_free(t, &s->hm, n);
         host_free(t, &s->hv, n);
         grad_put(t, &s->hg);
-        grad_put(t, &s->tgb);
+        for (int g = 0; g < 3; g++) host_free(t, &s->tgk[g], t->tab[g].n);
         for (int k = 0; k < 3; k++) host_free(t, &s->so[k], n);
         exec_buf_unref(s->res);
         exec_buf_unref(s->resf);
@@ -1442,12 +1530,15 @@ void exec_tiers_free(exec_worker *w)
     }
     for (size_t i = 0; i < (size_t)rt->S * (size_t)rt->M; i++) {
         tier_act *a = &t->act[i];
-        for (int k = 0; k < a->n_img; k++) free(a->img[k].h);
+        free(a->h);
         free(a->img);
         free(a->ref);
     }
-    if (t->tied_own) t->tied_w = NULL;
-    host_free_pinned(t, &t->tied_w, t->tied_n);
+    for (int g = 0; g < 3; g++) {
+        if (t->tab[g].own) t->tab[g].w = NULL;
+        host_free_pinned(t, &t->tab[g].w, t->tab[g].n);
+        free(t->tab[g].hold);
+    }
     host_free_pinned(t, &t->hgt, t->hgt_n);
     for (int k = 0; k < t->n_gb; k++)
         host_free_pinned(t, &t->gb[k].p, t->gb[k].n);

@@ -420,11 +420,15 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
                          "states in host DRAM; zero-infinity and fuyou use "
                          "the nvme tier");
     c->tier = tier;
-    /* Fuyou's head keeps its fp32 gradient (of a table it shares with
-     * the first stage, and of the rest of it: the buffer stays whole)
-     * until that one sums and steps the table */
+    /* Fuyou: each holder of the table the head shares with the first
+     * stage (the head; a T5's decoder's embedding too) keeps its fp32
+     * gradient of it from its step until the first stage sums and steps
+     * the table */
+    int holders = 0;
+    for (int v = 0; v < N; v++)
+        holders += c->stage[v].tied_bytes > 0 && c->stage[v].model_stage == v;
     c->tied_keep32 = c->offload == SIM_SCHED_FUYOU && c->tied_table32 > 0
-                   ? grad32_bytes(&c->stage[S - 1]) : 0;
+                   ? (holders > 2 ? holders - 1 : 1) * c->tied_table32 : 0;
     double hbw = t->nodes[host].read_bw_bytes_per_s;
     /* one GPU holds the one table a tied head shares with the embedding:
      * fetched for each (on the drives, its newest weights wait in DRAM

@@ -103,7 +103,8 @@ void test_sim_free(test_sim *x);
 
 /* Expects the drives' bytes a run moved per step (every worker's) to be
  * those of its IR's NVMe tasks, each rounded up to whole O_DIRECT blocks
- * (at most four regions a task: weights, moments, frozen weights). */
+ * (at most four regions a task: weights, moments, frozen weights; on
+ * each tensor-parallel rank). */
 void expect_drive_bytes(const exec_pipe_result *r, const char *what);
 /* Expects max |a-b| <= tol * max |a| over n floats. */
 void expect_close(const float *a, const float *b, size_t n, double tol,

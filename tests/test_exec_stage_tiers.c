@@ -98,6 +98,28 @@ Test(exec_stage_tiers, interleaved_data_and_tensor_parallel_and_lora)
               "--mbs 2 --microbatches 2 --finetune lora:4", "dram");
 }
 
+/* A T5: the token table and each stack's relative-position table copied
+ * to several stages, their gradients exchanged before a tier's step on
+ * the host: the device's bits, with data and tensor parallelism, under
+ * LoRA and zero bubble too. */
+Test(exec_stage_tiers, t5_keeps_the_bits)
+{
+#define T5 "tests/data/exec/t5-tiny.json"
+    vs_device("--hw 'cpu x2' --model " T5 " --schedule 1f1b --pp 2 "
+              "--mbs 1 --microbatches 4", "dram,nvme");
+    vs_device("--hw 'cpu x4' --model " T5 " --schedule 1f1b --pp 4 "
+              "--mbs 1 --microbatches 4", "nvme,gpu,dram,nvme");
+    vs_device("--hw 'cpu x2' --model " T5 " --schedule zb-h1 --pp 2 "
+              "--mbs 1 --microbatches 4", "gpu,dram");
+    vs_device("--hw 'cpu x4' --model " T5 " --schedule 1f1b --pp 2 --dp 2 "
+              "--mbs 1 --microbatches 2", "dram,nvme");
+    vs_device("--hw 'cpu x4' --model " T5 " --schedule 1f1b --pp 2 --tp 2 "
+              "--mbs 1 --microbatches 4", "nvme,dram");
+    vs_device("--hw 'cpu x2' --model " T5 " --schedule 1f1b --pp 2 "
+              "--mbs 1 --microbatches 4 --finetune lora:4:all", "dram");
+#undef T5
+}
+
 /* The drives' state in several chunks: the plan's state bytes per
  * parameter make the simulated state large enough for the IR to read,
  * step and write stage 0's in chunks; the run splits its floats as many

@@ -373,17 +373,22 @@ Test(sim_offload, the_drives_stage_three_steps_at_most)
     cr_assert_leq(o.staged_steps, 3, "Fuyou: %d", o.staged_steps);
 }
 
-/* Fuyou's head holds its gradient from its step to the first stage's,
- * which sums and steps the tied table: GPT-2's 50257 x 768 and the final
- * norm's 2 x 768 in fp32, one buffer; ZeRO steps after the whole
- * backward, every gradient there already */
+/* Fuyou's head holds its piece of the tied table's gradient from its
+ * step to the first stage's, which sums and steps the table: GPT-2's
+ * 50257 x 768 in fp32; a T5's decoder embedding a copy too; ZeRO steps
+ * after the whole backward, every gradient there already */
 Test(sim_offload, fuyou_keeps_the_heads_table_gradient)
 {
     orun o;
+    /* the head's piece of the table's gradient, in fp32 (the executor
+     * keeps that, not the head's whole gradient) */
     osim("gpt2", SIM_SCHED_FUYOU, 1, 2, 1, 64, SIM_TIER_NVME, &o);
-    near(o.tied_keep, (50257.0 + 2) * 768 * 4, "the head's gradient");
+    near(o.tied_keep, 50257.0 * 768 * 4, "the head's gradient");
     osim("gpt2", SIM_SCHED_ZERO_INFINITY, 1, 2, 1, 64, SIM_TIER_NVME, &o);
     cr_assert_eq(o.tied_keep, 0);
+    /* a T5's head and decoder embedding both hold a copy */
+    osim("t5-3b", SIM_SCHED_FUYOU, 1, 2, 1, 256, SIM_TIER_NVME, &o);
+    near(o.tied_keep, 2 * 32128.0 * 1024 * 4, "a T5's two copies");
 }
 
 /* The host steps a tied table once: the last stage's step leaves it to
