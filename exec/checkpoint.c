@@ -108,6 +108,7 @@ static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
                  (double)c->norm_eps);
     if (exec_rope(c))
         snprintf(pos, sizeof pos, "RoPE (base %g)", (double)c->rope_theta);
+    if (c->t5) snprintf(pos, sizeof pos, "relative positions");
     char kind[96] = "a decoder";
     if (c->t5)
         snprintf(kind, sizeof kind, "an encoder-decoder (T5: %d decoder "
@@ -362,20 +363,40 @@ typedef struct lora_header {
 #define LORA_V3_BYTES offsetof(lora_header, t5)
 
 /* The header of a LoRA state file of len bytes into *h: 0, or 1 (not
- * one: no magic, too short), or 2 (another version). */
+ * one: no magic), 2 (another version), 3 (a version this sluice reads
+ * with a header of another size), 4 (cut inside its header). */
 static int lora_header_read(const char *buf, size_t len, lora_header *h)
 {
-    if (len < LORA_V1_BYTES || memcmp(buf, LORA_MAGIC, 8)) return 1;
+    if (len < 8 || memcmp(buf, LORA_MAGIC, 8)) return 1;
+    if (len < LORA_V1_BYTES) return 4;
     memset(h, 0, sizeof *h);
     memcpy(h, buf, LORA_V1_BYTES);
-    int old = (h->version == 1 && h->header_bytes == LORA_V1_BYTES) ||
-              (h->version == 2 && h->header_bytes == LORA_V2_BYTES) ||
-              (h->version == 3 && h->header_bytes == LORA_V3_BYTES);
-    if (!old && (h->version != LORA_VERSION || h->header_bytes != sizeof *h))
-        return 2;
-    if (len < h->header_bytes) return 1;
+    static const size_t bytes[LORA_VERSION + 1] = {
+        0, LORA_V1_BYTES, LORA_V2_BYTES, LORA_V3_BYTES, sizeof(lora_header)};
+    if (h->version < 1 || h->version > LORA_VERSION) return 2;
+    if (h->header_bytes != bytes[h->version]) return 3;
+    if (len < h->header_bytes) return 4;
     memcpy(h, buf, h->header_bytes);
     return 0;
+}
+
+/* What lora_header_read's code bad says of path. */
+static int lora_header_err(const char *path, int bad, const lora_header *h,
+                           util_err *e)
+{
+    if (bad == 1)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: not a LoRA run's state "
+                         "(no '%s' header)", path, LORA_MAGIC);
+    if (bad == 2)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: LoRA state format version "
+                         "%u, this sluice reads versions 1 to %d", path,
+                         h->version, LORA_VERSION);
+    if (bad == 3)
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: corrupt LoRA state (a "
+                         "version %u header of %u bytes)", path, h->version,
+                         h->header_bytes);
+    return util_errf(e, UTIL_EXIT_USAGE, "%s: truncated LoRA state (cut "
+                     "inside its header)", path);
 }
 
 void exec_lora_ckpt_path(const char *ckpt, char *out, size_t n)
@@ -425,13 +446,7 @@ int exec_lora_ckpt_peek(const char *path, exec_ckpt_meta *meta,
     lora_header h;
     int bad = lora_header_read(buf, len, &h);
     free(buf);
-    if (bad == 1)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: not a LoRA run's state (no "
-                         "'%s' header)", path, LORA_MAGIC);
-    if (bad)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: LoRA state format version "
-                         "%u, this sluice reads version %d", path, h.version,
-                         LORA_VERSION);
+    if (bad) return lora_header_err(path, bad, &h, e);
     memset(meta, 0, sizeof *meta);
     cfg_unpack(h.cfg, h.llama, h.llama_f, h.opt, h.enc, h.t5, &meta->cfg);
     meta->B = h.B;
@@ -469,15 +484,8 @@ int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
     lora_header h;
     int rc = -1;
     int bad = lora_header_read(buf, len, &h);
-    if (bad == 1) {
-        util_errf(e, UTIL_EXIT_USAGE, "%s: not a LoRA run's state (no '%s' "
-                  "header)", path, LORA_MAGIC);
-        goto out;
-    }
     if (bad) {
-        util_errf(e, UTIL_EXIT_USAGE, "%s: LoRA state format version %u, "
-                  "this sluice reads version %d", path, h.version,
-                  LORA_VERSION);
+        lora_header_err(path, bad, &h, e);
         goto out;
     }
     exec_tensor tt[EXEC_P_COUNT];

@@ -229,6 +229,25 @@ Test(exec_t5, lora_resumes_and_runs_under_mpirun)
                             "%s/o.ckpt.lora %s/%s.ckpt.lora", dir, dir,
                             same[k], dir, dir, same[k]), 0,
                      "%s.ckpt: not one run's bits", same[k]);
+    /* a state cut inside its header, and one whose header's size is not
+     * its version's: each named as what it is */
+    cr_assert_eq(sh_run("head -c 150 %s/o.ckpt.lora > %s/c.ckpt.lora && "
+                        "cp %s/o.ckpt %s/c.ckpt", dir, dir, dir, dir), 0);
+    r = cli_run("exec --plan %s/l.json --resume %s/c.ckpt --steps 5", dir,
+                dir);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "c.ckpt.lora: truncated LoRA state (cut inside "
+                     "its header)"), "%s", r.err);
+    cli_result_free(&r);
+    cr_assert_eq(sh_run("cp %s/o.ckpt.lora %s/c.ckpt.lora && printf '\\220' "
+                        "| dd of=%s/c.ckpt.lora bs=1 seek=12 conv=notrunc "
+                        "2>/dev/null", dir, dir, dir), 0);
+    r = cli_run("exec --plan %s/l.json --resume %s/c.ckpt --steps 5", dir,
+                dir);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "corrupt LoRA state (a version 4 header of 144 "
+                     "bytes)"), "%s", r.err);
+    cli_result_free(&r);
     r = cli_run("sim --hw 'cpu x2' --model %s --schedule 1f1b --pp 2 --mbs 1 "
                 "--microbatches 4 --out %s/f.json", model, dir);
     cr_assert_eq(r.code, 0, "%s", r.err);
