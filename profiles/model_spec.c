@@ -375,6 +375,26 @@ static int hf_act(const util_jobj *o, const char *key, prof_model_spec *s,
     return 0;
 }
 
+/* Dropout where the config gives its rates (keys, NULL-ended): on when
+ * any is above 0 (the model graph's one switch prices every dropout of
+ * its family); the family's default where it gives none. A tiny model
+ * saved for tests with every rate 0 then keeps no masks. */
+static int hf_dropout(const util_jobj *o, const char *const *keys,
+                      prof_model_spec *s, util_err *e)
+{
+    int seen = 0, on = 0;
+    for (int k = 0; keys[k]; k++) {
+        json_t *v = json_object_get(o->j, keys[k]);
+        if (!v || json_is_null(v)) continue;
+        double p = 0;
+        if (util_jnum(o, keys[k], 0, 0.0, 1.0, &p, e)) return -1;
+        seen = 1;
+        on |= p > 0;
+    }
+    if (seen) s->dropout = on;
+    return 0;
+}
+
 static int parse_hf(const util_jobj *o, const char *file, prof_model_spec *s,
                     util_err *e)
 {
@@ -445,6 +465,20 @@ static int parse_hf(const util_jobj *o, const char *file, prof_model_spec *s,
     }
     defaults(s);
     if (hf_fields(o, map, s, e)) return -1;
+    static const char *const drop_gpt2[] = {"resid_pdrop", "embd_pdrop",
+                                            "attn_pdrop", NULL};
+    static const char *const drop_bert[] = {
+        "hidden_dropout_prob", "attention_probs_dropout_prob", NULL};
+    static const char *const drop_t5[] = {"dropout_rate", NULL};
+    static const char *const drop_llama[] = {"attention_dropout", NULL};
+    static const char *const drop_opt[] = {"dropout", "attention_dropout",
+                                           "activation_dropout", NULL};
+    const char *const *drop = s->family == PROF_FAM_GPT    ? drop_gpt2
+                            : s->family == PROF_FAM_BERT   ? drop_bert
+                            : s->family == PROF_FAM_T5     ? drop_t5
+                            : s->family == PROF_FAM_LLAMA  ? drop_llama
+                                                           : drop_opt;
+    if (hf_dropout(o, drop, s, e)) return -1;
     switch (s->family) {
     case PROF_FAM_GPT:
         s->seq_len = s->max_pos;
