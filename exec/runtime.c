@@ -396,12 +396,46 @@ static int rc_lazy(const exec_runtime *rt, const exec_stage *st)
     return st->recomp && !st->ofl;
 }
 
+/* The inputs a record keeps from a message of another stage's outputs
+ * (one buffer, its views into it), each into a buffer of its own where
+ * they are a part of it: the rest (an attention's scores the next
+ * stage's softmax read, where it keeps only v) goes now, as a framework
+ * holding each tensor apart frees it, and as the simulator counts. */
+static int compact_ext(exec_worker *w, const exec_stage *st, exec_rec *r,
+                       util_err *e)
+{
+    for (int q = 0; q < st->n_ext; q++) {
+        exec_buf *b = r->ext[q].b;
+        if (!b) continue;
+        size_t kept = 0;
+        for (int k = 0; k < st->n_ext; k++)
+            if (r->ext[k].b == b) kept += r->ext[k].n;
+        if (kept >= b->n) continue;
+        for (int k = q; k < st->n_ext; k++) {
+            exec_view *v = &r->ext[k];
+            if (v->b != b) continue;
+            exec_buf *nb;
+            EXEC_KERN(w, nb = exec_buf_new(&w->mem, v->n, 0));
+            if (!nb) return exec_oom(w, "an input kept for the backward", e);
+            EXEC_KERN(w, w->rt->be->copy(nb->p, b->p + v->off,
+                                         v->n * sizeof *nb->p));
+            size_t n = v->n;
+            exec_view_drop(v);
+            v->b = nb;
+            v->off = 0;
+            v->n = n;
+        }
+    }
+    return 0;
+}
+
 /* Drops what the backward does not read (after F). Recomputing, the
  * forward keeps the checkpoints and what ops not run again keep (layer
  * by layer), or only the stage's inputs (an offloaded stage). */
-static void keep_for_backward(const exec_runtime *rt, const exec_stage *st,
-                              exec_rec *r, int recompute)
+static int keep_for_backward(exec_worker *w, const exec_stage *st,
+                             exec_rec *r, int recompute, util_err *e)
 {
+    const exec_runtime *rt = w->rt;
     int lazy = recompute && rc_lazy(rt, st), only_inputs = recompute && !lazy;
     const int *keep = lazy ? st->keep_rc : st->keep_out;
     for (int i = 0; i < st->n_ops; i++) {
@@ -417,6 +451,7 @@ static void keep_for_backward(const exec_runtime *rt, const exec_stage *st,
     const int *keep_ext = lazy ? st->keep_rc_ext : st->keep_ext;
     for (int q = 0; q < st->n_ext && !only_inputs; q++)
         if (!keep_ext[q]) exec_view_drop(&r->ext[q]);
+    return only_inputs ? 0 : compact_ext(w, st, r, e);
 }
 
 /* Offset (floats) of producer op j in the message from stage a to stage
@@ -778,8 +813,7 @@ static int task_f(exec_worker *w, int id, int epoch, int64_t *tp,
                 exec_view_dup(&r->out[b->ext_op[q] - st->first]);
         }
     }
-    keep_for_backward(rt, st, r, st->recomp);
-    return 0;
+    return keep_for_backward(w, st, r, st->recomp, e);
 }
 
 static int task_recompute(exec_worker *w, int id, int64_t *tp, util_err *e)
@@ -795,8 +829,7 @@ static int task_recompute(exec_worker *w, int id, int64_t *tp, util_err *e)
         return st->n_rseg ? recompute_down(w, st, r, st->n_rseg - 1, tp, e)
                           : 0;
     if (run_forward_ops(w, st, r, 0, tp, e)) return -1;
-    keep_for_backward(rt, st, r, 0);
-    return 0;
+    return keep_for_backward(w, st, r, 0, e);
 }
 
 /* ------------------------------------------------------------ backward */

@@ -604,7 +604,8 @@ static void segment(const prof_model *m, int a, int b, int t, int sp,
 }
 
 /* What a stage's backward holds at most beyond what it starts with, per
- * sample, walking its ops last to first as the executor runs them: an op
+ * sample, walking its ops last to first as the executor runs them, from
+ * the gradients of its outputs the next stages sent: an op
  * allocates the gradient of each input not yet given one (a tensor read
  * twice gets one, summed), then frees the gradient of its output and its
  * saved activation, unless its weight gradient waits for a later W
@@ -620,6 +621,20 @@ static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
     uint8_t *has = util_calloc((size_t)(last - first + 2), 1);
     double live[4] = {0, 0, 0, 0};
     for (int k = 0; k < 4; k++) ws[k] = 0;
+    /* the gradients of the outputs later stages read arrive before it
+     * and stay until their op's backward (the receive's bytes go as the
+     * backward starts: sim/memory.c) */
+    for (int j = last + 1; j < m->n_ops; j++)
+        for (int k = 0; k < m->ops[j].n_in; k++) {
+            int p = m->ops[j].in[k];
+            if (p < first || p > last || has[p - first] ||
+                m->ops[p].grad == PROF_GRAD_NONE ||
+                m->ops[j].grad == PROF_GRAD_NONE)
+                continue;
+            has[p - first] = 1;
+            for (int q = 0; q < 4; q++) live[q] += out_rank(&m->ops[p], t, sp);
+        }
+    for (int k = 0; k < 4; k++) ws[k] = live[k];
     for (int i = last; i >= first; i--) {
         const prof_op *op = &m->ops[i];
         if (op->grad == PROF_GRAD_NONE) continue;
@@ -649,12 +664,17 @@ static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
     free(has);
 }
 
-/* A ReLU keeps nothing of its own: its backward reads the signs of its
- * output, which the MLP's second linear keeps as its input (or, frozen,
- * keeps for it: prof_model_finetune). With a cut between them the ReLU's
- * stage keeps that output itself, and a frozen linear on the next stage
- * keeps nothing: what stage [first, last] keeps beyond its ops' own
- * counts, per sample (negative: less). */
+/* Tensors two ops share, counted on one of them, kept twice where a cut
+ * falls between them: what stage [first, last] keeps beyond its ops' own
+ * counts, per sample (negative: less).
+ * - A ReLU keeps nothing of its own: its backward reads the signs of its
+ *   output, which the MLP's second linear keeps as its input (or, frozen,
+ *   keeps for it: prof_model_finetune). With a cut between them the
+ *   ReLU's stage keeps that output itself, and a frozen linear on the
+ *   next stage keeps nothing.
+ * - An attention's context reads the probabilities the softmax keeps for
+ *   its own backward (without dropout, counted on the softmax): a
+ *   context that begins a stage keeps the copy it received. */
 static int bare_relu(const prof_model *m, int i)
 {
     const prof_op *o = &m->ops[i];
@@ -675,6 +695,10 @@ static double relu_cut(const prof_model *m, int first, int last, int t,
         o->n_gemm == 1)
         d -= fmin(out_rank(&m->ops[first - 1], t, sp),
                   sim_op_act_rank(m, first, t, sp));
+    if (o->role == PROF_ROLE_ATTN_CONTEXT && o->n_in > 0 &&
+        o->in[0] >= 0 && o->in[0] < first && !m->spec.dropout &&
+        o->grad != PROF_GRAD_NONE)
+        d += out_rank(&m->ops[o->in[0]], t, sp);
     return d;
 }
 
