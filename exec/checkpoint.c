@@ -123,7 +123,7 @@ static void cfg_str(const exec_gpt_config *c, char *buf, size_t n)
              c->hidden, c->layers, c->heads, exec_kv_heads(c), c->ffn,
              c->vocab, c->max_pos, c->bias ? "biases" : "no biases",
              c->tied ? "tied head" : "untied head", norm,
-             c->swiglu ? "SwiGLU" : c->relu ? "ReLU"
+             c->swiglu == 2 ? "GeGLU" : c->swiglu ? "SwiGLU" : c->relu ? "ReLU"
              : c->gelu_erf ? "GELU (erf)" : "GELU", pos);
 }
 

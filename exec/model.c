@@ -180,13 +180,13 @@ int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
                    c->rel_buckets > 1 << 16 ||
                    (c->rel_buckets && c->rel_buckets < 4) ||
                    c->rel_max_dist <= c->rel_buckets / 2 ||
-                   !c->rmsnorm || c->bias || c->swiglu || exec_rope(c) ||
+                   !c->rmsnorm || c->bias || c->swiglu == 1 || exec_rope(c) ||
                    c->kv_heads || c->encoder || c->max_pos)) ||
         (!c->t5 && (c->dec_layers || c->rel_buckets || c->rel_max_dist)))
         return util_errf(e, UTIL_EXIT_USAGE, "T5 %d: an encoder-decoder "
                          "with decoder layers (%d), relative-position "
                          "buckets (%d: none, or 4 to 65536) and a largest "
-                         "distance beyond half of them (%d), RMSNorm, no biases, a ReLU or GELU MLP and "
+                         "distance beyond half of them (%d), RMSNorm, no biases, a ReLU, GELU or GeGLU MLP and "
                          "no position table", c->t5, c->dec_layers,
                          c->rel_buckets, c->rel_max_dist);
     /* OPT's offset is 2; ReLU is one MLP of three */
@@ -197,6 +197,10 @@ int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
     if ((c->relu != 0 && c->relu != 1) || (c->relu && c->swiglu))
         return util_errf(e, UTIL_EXIT_USAGE, "ReLU %d beside SwiGLU %d",
                          c->relu, c->swiglu);
+    /* a gated MLP: 1 SwiGLU, 2 GeGLU (T5 1.1's only) */
+    if (c->swiglu < 0 || c->swiglu > 2 || (c->swiglu == 2 && !c->t5))
+        return util_errf(e, UTIL_EXIT_USAGE, "gated MLP %d (1 SwiGLU, 2 "
+                         "GeGLU, a T5's)", c->swiglu);
     if (c->heads % exec_kv_heads(c))
         return util_errf(e, UTIL_EXIT_USAGE,
                          "key and value heads (%d) must divide heads (%d)",
@@ -250,13 +254,14 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
                  "family %s (it trains decoders, families gpt, llama and "
                  "opt, encoders, family bert, and encoder-decoders, family "
                  "t5)", prof_family_name(s->family));
-    else if (t5 && s->gated_mlp)
-        snprintf(why, sizeof why, "T5 v1.1's gated MLP (GeGLU; T5's ReLU "
-                 "or GELU MLP trains)");
+    else if (t5 && s->gated_mlp &&
+             (s->act != PROF_ACT_GELU || s->gelu_erf))
+        snprintf(why, sizeof why, "a T5 gated MLP other than GeGLU of "
+                 "GELU's tanh form (T5 1.1's gated-gelu)");
     else if (t5 && (s->bias || !s->rmsnorm))
         snprintf(why, sizeof why, "a T5 with %s (T5 has RMSNorm and no "
                  "biases)", s->bias ? "biases" : "LayerNorm");
-    else if (s->gated_mlp && s->act != PROF_ACT_SILU)
+    else if (!t5 && s->gated_mlp && s->act != PROF_ACT_SILU)
         snprintf(why, sizeof why, "a gated MLP other than SwiGLU");
     else if (!s->gated_mlp && s->act != PROF_ACT_GELU &&
              s->act != PROF_ACT_RELU)
@@ -288,7 +293,7 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
     c->tied = s->tied_embeddings != 0;
     c->kv_heads = s->kv_heads && s->kv_heads != s->heads ? s->kv_heads : 0;
     c->rmsnorm = s->rmsnorm != 0;
-    c->swiglu = s->gated_mlp != 0;
+    c->swiglu = !s->gated_mlp ? 0 : s->act == PROF_ACT_SILU ? 1 : 2;
     c->relu = !s->gated_mlp && s->act == PROF_ACT_RELU;
     /* OPT's table keeps two rows before position 0 (its padding offset) */
     c->pos_offset = s->family == PROF_FAM_OPT && s->max_pos > 0 ? 2 : 0;

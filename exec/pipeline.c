@@ -189,9 +189,6 @@ static int t5_check(const exec_pipe_opts *o, const sim_plan *p,
     else if (o->offload.policy != EXEC_OFFLOAD_NONE)
         snprintf(why, sizeof why, "--offload %s",
                  exec_offload_name(o->offload.policy));
-    else if (!c->tied)
-        snprintf(why, sizeof why, "an untied head (the executor's T5 "
-                 "shares one table, as T5 1.0 does)");
     else if (sim_zero_stage(p->zero, p->fsdp) >= 2)
         snprintf(why, sizeof why, "sharded gradients (zero %d)",
                  sim_zero_stage(p->zero, p->fsdp));

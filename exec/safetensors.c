@@ -414,6 +414,8 @@ static int load_t5(st_file *s, const exec_gpt_config *c, float *params,
     T5_READ(V, C, T5_AT(EXEC_P_WTE, 0), "shared.weight");
     T5_READ(C, 0, T5_AT(EXEC_P_ENCNW, 0), "encoder.final_layer_norm.weight");
     T5_READ(C, 0, T5_AT(EXEC_P_LNFW, 0), "decoder.final_layer_norm.weight");
+    /* T5 1.1's head of its own */
+    if (!c->tied) T5_READ(V, C, T5_AT(EXEC_P_LMW, 0), "lm_head.weight");
     if (NB) {
         T5_READ(NB, NH, T5_AT(EXEC_P_RELE, 0), "encoder.block.0.layer.0."
                 "SelfAttention.relative_attention_bias.weight");
@@ -433,8 +435,16 @@ static int load_t5(st_file *s, const exec_gpt_config *c, float *params,
         T5_READ(C, 0, T5_AT(EXEC_P_LN1W, l * C),
                 "%s.block.%d.layer.0.layer_norm.weight", st, b);
         int f = dec ? 2 : 1;   /* the MLP's sublayer */
-        T5_READ(F, C, T5_AT(EXEC_P_FCW, l * F * C),
-                "%s.block.%d.layer.%d.DenseReluDense.wi.weight", st, b, f);
+        size_t FC = exec_fc_rows(c);
+        if (c->swiglu) /* T5 1.1's GeGLU: wi_0 the gate, wi_1 the up */
+            for (int k = 0; k < 2; k++)
+                T5_READ(F, C, T5_AT(EXEC_P_FCW, (l * FC + k * F) * C),
+                        "%s.block.%d.layer.%d.DenseReluDense.wi_%d.weight",
+                        st, b, f, k);
+        else
+            T5_READ(F, C, T5_AT(EXEC_P_FCW, l * F * C),
+                    "%s.block.%d.layer.%d.DenseReluDense.wi.weight", st, b,
+                    f);
         T5_READ(C, F, T5_AT(EXEC_P_FCPROJW, l * C * F),
                 "%s.block.%d.layer.%d.DenseReluDense.wo.weight", st, b, f);
         T5_READ(C, 0, T5_AT(EXEC_P_LN2W, l * C),

@@ -442,9 +442,10 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
                 break;
             }
             /* vocabulary-parallel rows, the shard padded to Vl rows (as
-             * Megatron-LM pads the vocabulary); positions replicated */
+             * Megatron-LM pads the vocabulary); positions replicated. A
+             * T5's decoder reads it too, with a head of its own or not */
             add_slice(&v, EXEC_P_WTE, r * Vl, Vr, 0, C, C, 1, rep0,
-                      c->tied, rep0);
+                      c->tied || c->t5, rep0);
             pad(&v, (Vl - Vr) * C);
             if (!exec_rope(c))
                 add_slice(&v, EXEC_P_WPE, 0, P, 0, C, C, 1, one, 0, one);
@@ -1178,9 +1179,11 @@ static int t5_forward(exec_worker *w, exec_rec *r, int op, int i,
     case PROF_ROLE_Q:
     case PROF_ROLE_KV:
     case PROF_ROLE_MLP_UP: {
+        /* (T5 1.1's GeGLU: the gate's columns, then the up's) */
         int OC = x->role == PROF_ROLE_QKV  ? 3 * d.Dl
                  : x->role == PROF_ROLE_Q  ? d.Dl
                  : x->role == PROF_ROLE_KV ? 2 * d.Dl
+                 : c->swiglu               ? 2 * d.F
                                            : d.F;
         EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, d.N, d.C, OC));
         if (lora_forward(w, r, i, x, p, in0, out, OC, tp_ns, e)) return -1;
@@ -1213,7 +1216,9 @@ static int t5_forward(exec_worker *w, exec_rec *r, int op, int i,
         EXEC_KERN(w, K->residual_forward(out, in0, in1, (size_t)d.N * d.C));
         break;
     case PROF_ROLE_MLP_ACT:
-        if (c->relu)
+        if (c->swiglu)
+            EXEC_KERN(w, K->geglu_forward(out, in0, d.N, d.F));
+        else if (c->relu)
             EXEC_KERN(w, K->relu_forward(out, in0, (size_t)d.N * d.F));
         else if (c->gelu_erf)
             EXEC_KERN(w, K->gelu_erf_forward(out, in0, (size_t)d.N * d.F));
@@ -1319,7 +1324,7 @@ static int t5_backward(exec_worker *w, exec_rec *r, int op, int i,
         int OC = x->role == PROF_ROLE_QKV      ? 3 * d.Dl
                  : x->role == PROF_ROLE_Q      ? d.Dl
                  : x->role == PROF_ROLE_KV     ? 2 * d.Dl
-                 : x->role == PROF_ROLE_MLP_UP ? d.F
+                 : x->role == PROF_ROLE_MLP_UP ? (c->swiglu ? 2 : 1) * d.F
                                                : d.C;
         if (input_part && t5_lin_in(w, r, i, x, p, in0, d0, dout, d.N, IC,
                                     OC, d.tp > 1 && !rowpar, weight_part,
@@ -1364,7 +1369,9 @@ static int t5_backward(exec_worker *w, exec_rec *r, int op, int i,
                       K->residual_backward(d0, d1, dout, (size_t)d.N * d.C));
         break;
     case PROF_ROLE_MLP_ACT:
-        if (input_part && c->relu)
+        if (input_part && c->swiglu)
+            EXEC_KERN(w, K->geglu_backward(d0, in0, dout, d.N, d.F));
+        else if (input_part && c->relu)
             EXEC_KERN(w, K->relu_backward(d0, out, dout, (size_t)d.N * d.F));
         else if (input_part && c->gelu_erf)
             EXEC_KERN(w,

@@ -314,6 +314,12 @@ static void run_shape(int B, int T, int C, int NH, int V, int OC)
         kern_swiglu_backward(dx.h, x.h, dout.h, N, OC);
         kern_cuda_swiglu_backward(dx.d, x.d, dout.d, N, OC);
         compare("swiglu_backward", "dinp", dx);
+        kern_geglu_forward(out.h, x.h, N, OC);
+        kern_cuda_geglu_forward(out.d, x.d, N, OC);
+        compare("geglu_forward", "out", out);
+        kern_geglu_backward(dx.h, x.h, dout.h, N, OC);
+        kern_cuda_geglu_backward(dx.d, x.d, dout.d, N, OC);
+        compare("geglu_backward", "dinp", dx);
         drop(x); drop(out); drop(dout); drop(dx);
     }
     for (int g = 1; g <= 2; g++) {

@@ -211,6 +211,11 @@ extern "C" {
     X(swiglu_forward, ACT, (float *out, const float *inp, int N, int F))  \
     X(swiglu_backward, ACT,                                               \
       (float *dinp, const float *inp, const float *dout, int N, int F))   \
+    /* GeGLU (Shazeer 2020; T5 1.1's "gated-gelu"): out = gelu(gate) up, \
+     * GELU's tanh form (Hugging Face's gelu_new), inp as SwiGLU's */     \
+    X(geglu_forward, ACT, (float *out, const float *inp, int N, int F))   \
+    X(geglu_backward, ACT,                                                \
+      (float *dinp, const float *inp, const float *dout, int N, int F))   \
     /* raw(B,T,(NH+2 NKV) hs) is q | k | v of NH query heads and NKV key  \
      * and value heads (NKV divides NH); out(B,T,3 NH hs) is the q | k | v \
      * the attention ops read: query head h has the k and v of head       \

@@ -167,6 +167,48 @@ void kern_swiglu_backward(float *dinp, const float *inp, const float *dout,
     kern_parallel(swiglu_bwd_part, &a);
 }
 
+/* --------------------------------------------------------------- GeGLU */
+
+static void geglu_fwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    size_t F = (size_t)a->C;
+    for (size_t i = lo; i < hi; i++) {
+        const float *g = a->in + i * 2 * F, *u = g + F;
+        float *o = a->out + i * F;
+        for (size_t j = 0; j < F; j++) o[j] = kern_gelu(g[j]) * u[j];
+    }
+}
+
+void kern_geglu_forward(float *out, const float *inp, int N, int F)
+{
+    kargs a = {.out = out, .in = inp, .N = N, .C = F};
+    kern_parallel(geglu_fwd_part, &a);
+}
+
+static void geglu_bwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    size_t F = (size_t)a->C;
+    for (size_t i = lo; i < hi; i++) {
+        const float *g = a->in + i * 2 * F, *u = g + F, *d = a->in2 + i * F;
+        float *dg = a->out + i * 2 * F, *du = dg + F;
+        for (size_t j = 0; j < F; j++) {
+            dg[j] += d[j] * u[j] * kern_gelu_grad(g[j]);
+            du[j] += d[j] * kern_gelu(g[j]);
+        }
+    }
+}
+
+void kern_geglu_backward(float *dinp, const float *inp, const float *dout,
+                         int N, int F)
+{
+    kargs a = {.out = dinp, .in = inp, .in2 = dout, .N = N, .C = F};
+    kern_parallel(geglu_bwd_part, &a);
+}
+
 /* ---------------------------------------------------- q | k | v, RoPE */
 
 /* The pairs' frequencies (kern_rope_freq), once for all positions. */

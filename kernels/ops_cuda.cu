@@ -1399,6 +1399,41 @@ extern "C" void kern_cuda_swiglu_backward(float *dinp, const float *inp,
     LAUNCH(swiglu_bwd_k, blocks(n, TPB), TPB, dinp, inp, dout, n, F);
 }
 
+__global__ void geglu_fwd_k(float *out, const float *inp, size_t n, int F)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    size_t row = i / F, j = i % F;
+    const float *g = inp + row * 2 * F;
+    out[i] = kern_gelu(g[j]) * g[F + j];
+}
+
+__global__ void geglu_bwd_k(float *dinp, const float *inp,
+                            const float *dout, size_t n, int F)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    size_t row = i / F, j = i % F;
+    const float *g = inp + row * 2 * F;
+    float *dg = dinp + row * 2 * F;
+    dg[j] += dout[i] * g[F + j] * kern_gelu_grad(g[j]);
+    dg[F + j] += dout[i] * kern_gelu(g[j]);
+}
+
+extern "C" void kern_cuda_geglu_forward(float *out, const float *inp, int N,
+                                        int F)
+{
+    size_t n = (size_t)N * F;
+    LAUNCH(geglu_fwd_k, blocks(n, TPB), TPB, out, inp, n, F);
+}
+
+extern "C" void kern_cuda_geglu_backward(float *dinp, const float *inp,
+                                         const float *dout, int N, int F)
+{
+    size_t n = (size_t)N * F;
+    LAUNCH(geglu_bwd_k, blocks(n, TPB), TPB, dinp, inp, dout, n, F);
+}
+
 // Channel i of the head at x rotated by position t (back: the transpose).
 __device__ float rope_at(const float *x, int i, int t, int hs, float base,
                         int back)

@@ -461,9 +461,10 @@ prof_model *prof_model_build(const prof_model_spec *spec, util_err *e)
         begin_layer(&b, "enc.norm", PROF_PART_ENC);
         int enc_out = norm(&b, "norm", x, st, h);
         begin_layer(&b, "dec.embed", PROF_PART_DEC);
-        /* Tied: the decoder reads the shared table; only its relative
+        /* The decoder reads the encoder's table (Hugging Face's shared,
+         * in T5 1.1 too, whose head alone is its own); only its relative
          * position bias is its own. */
-        int demb = embedding(&b, sd, 0, 0, s->tied_embeddings ? emb : -1);
+        int demb = embedding(&b, sd, 0, 0, emb);
         m->ops[demb].params += (double)s->rel_pos_buckets * s->heads;
         x = demb;
         for (int i = 0; i < s->dec_layers; i++) {

@@ -500,6 +500,10 @@ static int parse_hf(const util_jobj *o, const char *file, prof_model_spec *s,
         if (util_jint(o, "n_positions", 0, 1, 1L << 30, &np, e)) return -1;
         s->seq_len = (int)np;
         if (hf_act(o, "feed_forward_proj", s, e)) return -1;
+        /* T5 1.1's "gated-gelu" computes GELU's tanh form (T5Config's
+         * gelu_new), which dense_act_fn names where the config has it */
+        if (s->gated_mlp && s->act == PROF_ACT_GELU) s->gelu_erf = 0;
+        if (hf_act(o, "dense_act_fn", s, e)) return -1;
         /* T5LayerNorm's (an RMSNorm's) epsilon: 1e-6 unless it says */
         if (util_jnum(o, "layer_norm_epsilon", 0, UTIL_POSITIVE, 0.1,
                       &s->norm_eps, e))

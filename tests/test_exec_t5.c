@@ -23,6 +23,7 @@
 
 #define T5 "tests/data/exec/t5-tiny.json"
 #define T5_WIDE "tests/data/exec/t5-tiny-wide.json"
+#define T5_V11 "tests/data/exec/t5-v11-tiny.json"
 #define HF "tests/data/hf/t5-tiny/"
 
 static json_t *expected(void)
@@ -91,6 +92,10 @@ Test(exec_t5, hugging_face_t5_computes_what_transformers_does)
         {T5_WIDE, HF "wide/model.safetensors", "wide", "row0", 1, 1, 1, 1},
         {T5_WIDE, HF "wide/model.safetensors", "wide", "both", 1, 2, 3, 1},
         {T5_WIDE, HF "wide/model.safetensors", "wide", "both", 1, 2, 2, 2},
+        /* T5 1.1's kind (Flan-T5's): GeGLU, a head of its own */
+        {T5_V11, HF "v11/model.safetensors", "v11", "row0", 1, 1, 1, 1},
+        {T5_V11, HF "v11/model.safetensors", "v11", "both", 1, 2, 2, 1},
+        {T5_V11, HF "v11/model.safetensors", "v11", "both", 2, 1, 1, 2},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         json_t *want = json_object_get(
@@ -162,6 +167,11 @@ Test(exec_t5, pipelines_equal_one_device)
          * vocabulary of the embeddings, head and loss */
         {T5, SIM_SCHED_1F1B, 2, 1, 2, 1, 4, 0, 0},
         {T5_WIDE, SIM_SCHED_GPIPE, 1, 1, 4, 2, 2, SIM_RC_SELECTIVE, 0},
+        /* T5 1.1: the head of its own on the last stage, the GeGLU's
+         * gate and up columns split, the encoder's and decoder's table
+         * still one */
+        {T5_V11, SIM_SCHED_1F1B, 3, 1, 1, 1, 4, 0, 0},
+        {T5_V11, SIM_SCHED_ZBH1, 2, 1, 2, 1, 4, SIM_RC_FULL, 0},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
         check_t5(&cases[k]);
@@ -553,6 +563,11 @@ Test(exec_t5, lora_every_layout_trains_one_devices_adapters)
         {T5_WIDE, SIM_SCHED_ZBH1, 1, 1, 4, 1, 3, SIM_RC_SELECTIVE, 0},
     };
     check_t5_ft("lora:4", qv, 2);
+    /* T5 1.1: the GeGLU's gate and up each with an adapter */
+    const pspec v11[] = {
+        {T5_V11, SIM_SCHED_1F1B, 2, 1, 2, 1, 4, 0, 0},
+    };
+    check_t5_ft("lora:4:all", v11, 1);
 }
 
 /* T5's adapters learn: over 30 steps the loss falls */

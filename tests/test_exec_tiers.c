@@ -711,6 +711,12 @@ Test(exec_tiers, t5)
     same_training("--schedule zero-offload", 1.0f, 0);
     same_training("--schedule zero-infinity --offload-tier nvme "
                   "--act-swap 4:0", 1.0f, 1);
+    /* T5 1.1's kind: the head of its own, the two embeddings' table */
+    ranks = 1;
+    model = "tests/data/exec/t5-v11-tiny.json";
+    same_training("--schedule fuyou --offload-tier nvme --act-swap 2:1", 0,
+                  1);
+    same_training("--schedule zero-offload", 1.0f, 0);
     model = PICO;
     bytes_tol = 0.02;
 }

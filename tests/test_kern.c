@@ -988,6 +988,46 @@ Test(kern, swiglu)
     }
 }
 
+/* GELU's tanh form as GPT-2 and Hugging Face's gelu_new write it */
+static double ref_gelu_tanh(double x)
+{
+    return 0.5 * x *
+           (1 + tanh(sqrt(2 / 3.14159265358979323846) *
+                     (x + 0.044715 * x * x * x)));
+}
+
+Test(kern, geglu)
+{
+    const int shapes[][2] = {{1, 3}, {4, 17}};
+    for (int s = 0; s < 2; s++) {
+        rng_seed(1400 + s);
+        int N = shapes[s][0], F = shapes[s][1];
+        size_t n = (size_t)N * F;
+        float *x = rnd(2 * n), *g = rnd(n), *out = rnd(n);
+        for (size_t i = 0; i < 2 * n; i++) x[i] *= (float)(1 + 3 * (i % 3));
+        double *want = malloc(n * sizeof *want),
+               *fx = malloc(2 * n * sizeof *fx);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < F; j++) {
+                double a = x[i * 2 * F + j], u = x[i * 2 * F + F + j],
+                       gg = g[i * F + j];
+                want[i * F + j] = ref_gelu_tanh(a) * u;
+                fx[i * 2 * F + j] =
+                    gg * u *
+                    (ref_gelu_tanh(a + FD_H) - ref_gelu_tanh(a - FD_H)) /
+                    (2 * FD_H);
+                fx[i * 2 * F + F + j] = gg * ref_gelu_tanh(a);
+            }
+        kern_geglu_forward(out, x, N, F);
+        check("geglu.out", out, want, n, FWD_ATOL, FWD_RTOL);
+        float *dx = rnd(2 * n), *dx0 = copy_f(dx, 2 * n);
+        kern_geglu_backward(dx, x, g, N, F);
+        check_grad("geglu.dinp", dx, dx0, fx, 2 * n);
+        free(x); free(g); free(out); free(want); free(fx); free(dx);
+        free(dx0);
+    }
+}
+
 /* q | k | v expansion, against RoPE written from its definition: the
  * head's channel pairs (i, i + hs/2) as complex numbers times
  * e^{i t base^(-2i/hs)}; k and v of head h are those of kv head
@@ -1118,7 +1158,7 @@ Test(kern, embed_no_positions)
 
 Test(kern, op_list)
 {
-    cr_assert_eq(KERN_OP_COUNT, 57);
+    cr_assert_eq(KERN_OP_COUNT, 59);
     cr_assert_str_eq(kern_op_name(KERN_OP_linear_backward_weight),
                      "linear_backward_weight");
     cr_assert_str_eq(kern_kind_name(kern_op_kind(KERN_OP_attention_forward)),

@@ -11,7 +11,9 @@ expected.json):
 writes corpus.txt (a text of numbered lines), model.safetensors and
 config.json (heads of d_model / num_heads), wide/model.safetensors and
 wide/config.json (heads of 12 over a d_model of 32, as T5-3B's 128 over
-1024), and expected.json: for each model, the loss and the gradient's
+1024), v11/model.safetensors and v11/config.json (T5 1.1's kind, as
+Flan-T5's: a GeGLU MLP, "gated-gelu" of GELU's tanh form, and a head of
+its own, reading its input unscaled), and expected.json: for each model, the loss and the gradient's
 global norm (the shared table counted once) of the first step's two rows
 of 24 encoder and 16 decoder bytes that `sluice exec --seed 1337 --data
 corpus.txt` reads (the windows exec/corpus.c picks, replicated below:
@@ -59,14 +61,15 @@ def window(index, b):
     return list(CORPUS[start:start + W])
 
 
-def make(folder, d_kv, seed):
+def make(folder, d_kv, seed, v11=False):
     torch.manual_seed(seed)
     cfg = T5Config(vocab_size=256, d_model=32, d_kv=d_kv, d_ff=64,
                    num_layers=2, num_decoder_layers=2, num_heads=4,
                    relative_attention_num_buckets=8,
                    relative_attention_max_distance=20, dropout_rate=0.0,
-                   layer_norm_epsilon=1e-6, feed_forward_proj="relu",
-                   tie_word_embeddings=True, decoder_start_token_id=0,
+                   layer_norm_epsilon=1e-6,
+                   feed_forward_proj="gated-gelu" if v11 else "relu",
+                   tie_word_embeddings=not v11, decoder_start_token_id=0,
                    pad_token_id=0, eos_token_id=1)
     model = T5ForConditionalGeneration(cfg).float().eval()
     # norms away from 1 so that a misplaced tensor shows
@@ -75,7 +78,26 @@ def make(folder, d_kv, seed):
             if "layer_norm" in name:
                 p.copy_(1 + 0.2 * torch.randn_like(p))
     os.makedirs(folder, exist_ok=True)
-    model.save_pretrained(folder, safe_serialization=True)
+    if v11:
+        # T5 1.1's head is its own (the hub's Flan-T5 files hold
+        # lm_head.weight); transformers 5 ties it whatever the config
+        # says, and reads tie_word_embeddings false as "do not scale":
+        # untied here, saved as those files are
+        model.lm_head.weight = torch.nn.Parameter(
+            torch.randn(256, 32) * 32 ** -0.5)
+        from safetensors.torch import save_file
+        sd = {k: v.detach().contiguous()
+              for k, v in model.state_dict().items()
+              if not k.endswith("embed_tokens.weight")}
+        save_file(sd, os.path.join(folder, "model.safetensors"),
+                  metadata={"format": "pt"})
+        c = model.config.to_dict()
+        c["tie_word_embeddings"] = False
+        c.pop("scale_decoder_outputs", None)
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(c, f, indent=2, sort_keys=True)
+    else:
+        model.save_pretrained(folder, safe_serialization=True)
     gc = os.path.join(folder, "generation_config.json")
     if os.path.exists(gc):
         os.remove(gc)
@@ -100,7 +122,8 @@ def make(folder, d_kv, seed):
 
 
 exp = {"seed": SEED, "enc_len": TE, "dec_len": TD,
-       "tiny": make(".", 8, 23), "wide": make("wide", 12, 29)}
+       "tiny": make(".", 8, 23), "wide": make("wide", 12, 29),
+       "v11": make("v11", 8, 31, v11=True)}
 rel = list(range(-600, 601))
 from transformers.models.t5.modeling_t5 import T5Attention
 for nb, md in ((32, 128), (8, 20)):
