@@ -177,7 +177,7 @@ static int stier_check(const exec_pipe_opts *o, const sim_plan *p,
 
 /* What the executor does not run of a T5 yet: fused attention, the
  * executor's own --offload policies (offload.c, whose tier knows one
- * tied table), sharded gradients */
+ * tied table) */
 static int t5_check(const exec_pipe_opts *o, const sim_plan *p,
                     const prof_model_spec *s, const exec_gpt_config *c,
                     const char *where, util_err *e)
@@ -189,9 +189,6 @@ static int t5_check(const exec_pipe_opts *o, const sim_plan *p,
     else if (o->offload.policy != EXEC_OFFLOAD_NONE)
         snprintf(why, sizeof why, "--offload %s",
                  exec_offload_name(o->offload.policy));
-    else if (sim_zero_stage(p->zero, p->fsdp) >= 2)
-        snprintf(why, sizeof why, "sharded gradients (zero %d)",
-                 sim_zero_stage(p->zero, p->fsdp));
     if (why[0])
         return util_errf(e, UTIL_EXIT_USAGE, "%s: %s: the executor runs an "
                          "encoder-decoder (T5) without %s yet", where,

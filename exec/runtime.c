@@ -983,6 +983,13 @@ static int grad_begin(exec_worker *w, exec_stage *st, exec_rec *r,
     return 0;
 }
 
+/* The slice of stage st holding its copy of tied table g (0 the token
+ * table, 1 and 2 a T5's relative-position tables), -1 */
+static int table_sl(const exec_stage *st, int g)
+{
+    return g ? st->rel_sl[g - 1] : st->tied_sl;
+}
+
 /* ...and hands it to the reduce-scatter after its last part (task id);
  * a tied table's copy moves to the stage's sum first (tacc). */
 static int grad_end(exec_worker *w, exec_stage *st, exec_rec *r, int id,
@@ -991,16 +998,18 @@ static int grad_end(exec_worker *w, exec_stage *st, exec_rec *r, int id,
     const exec_runtime *rt = w->rt;
     if (rt->zero < 2) return 0;
     st->g = NULL;
-    if (st->tied_x && st->tied_sl >= 0 && r->gb) {
-        const exec_slice *sl = &st->sl[st->tied_sl];
-        if (!st->tacc) {
-            EXEC_KERN(w, st->tacc = exec_buf_new(&w->mem, sl->n, 1));
-            if (!st->tacc)
+    for (int t = 0; t < 3 && r->gb; t++) {
+        int k = table_sl(st, t);
+        if (!(st->tied_x >> t & 1) || k < 0) continue;
+        const exec_slice *sl = &st->sl[k];
+        if (!st->tacc[t]) {
+            EXEC_KERN(w, st->tacc[t] = exec_buf_new(&w->mem, sl->n, 1));
+            if (!st->tacc[t])
                 return exec_oom(w, "a tied table's gradient (ZeRO)", e);
         }
         float *g = r->gb->p + sl->off;
         EXEC_KERN(w, {
-            rt->be->acc(st->tacc->p, g, sl->n);
+            rt->be->acc(st->tacc[t]->p, g, sl->n);
             rt->be->zero(g, sl->n);
         });
     }
@@ -1012,14 +1021,14 @@ static int grad_end(exec_worker *w, exec_stage *st, exec_rec *r, int id,
     return 0;
 }
 
-/* Where a stage's gradient of its tied table's copy is: the running
+/* Where a stage's gradient of its copy of tied table g is: the running
  * step's sum of it under ZeRO-2 and 3 (NULL before the first backward),
  * else in the gradient. */
-static float *tied_grad(const exec_runtime *rt, const exec_stage *st)
+static float *tied_grad(const exec_runtime *rt, const exec_stage *st, int g)
 {
-    if (rt->zero >= 2 && st->tied_x)
-        return st->tacc ? st->tacc->p : NULL;
-    return st->g ? st->g + st->sl[st->tied_sl].off : NULL;
+    if (rt->zero >= 2 && (st->tied_x >> g & 1))
+        return st->tacc[g] ? st->tacc[g]->p : NULL;
+    return st->g ? st->g + st->sl[table_sl(st, g)].off : NULL;
 }
 
 static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
@@ -1294,10 +1303,9 @@ static int tsrc_cmp(const void *a, const void *b)
     return (x->stage > y->stage) - (x->stage < y->stage);
 }
 
-static int sum_rel(exec_worker *w, exec_stage *st, int g, tsrc *tied,
-                   int nt, util_err *e);
-static int sum_tied(exec_worker *w, exec_stage *st, const sim_task *t,
-                    int task, tsrc *tied, int nt, util_err *e);
+static int sum_tied(exec_worker *w, exec_stage *st, int g,
+                    const sim_task *t, int task, tsrc *tied, int nt,
+                    util_err *e);
 
 /* Folds the gradient receives task depends on into their stages'
  * gradients: ring steps add (reduce-scatter) or copy (all-gather) their
@@ -1335,59 +1343,30 @@ static int integrate(exec_worker *w, int task, util_err *e)
     if (tied_stage < 0) return 0;
     exec_stage *st = &w->st[w->lidx[tied_stage]];
     /* each sum takes its list's buffers; a failure drops those left */
-    for (int g = 1; g < 3; g++)
-        if (nt[g] && sum_rel(w, st, g, tied[g], nt[g], e)) {
-            for (int h = 0; h < 3; h++)
-                for (int i = 0; (h == 0 || h > g) && i < nt[h]; i++)
-                    exec_buf_unref(tied[h][i].b);
+    for (int g = 0; g < 3; g++)
+        if (nt[g] && sum_tied(w, st, g, t, task, tied[g], nt[g], e)) {
+            for (int h = g + 1; h < 3; h++)
+                for (int i = 0; i < nt[h]; i++) exec_buf_unref(tied[h][i].b);
             return -1;
         }
-    return nt[0] ? sum_tied(w, st, t, task, tied[0], nt[0], e) : 0;
+    return 0;
 }
 
-/* A T5's relative-position table g's copies summed with the stage's own
- * in stage order, into its gradient. */
-static int sum_rel(exec_worker *w, exec_stage *st, int g, tsrc *tied,
-                   int nt, util_err *e)
-{
-    const exec_backend *be = w->rt->be;
-    const exec_slice *sl = &st->sl[st->rel_sl[g - 1]];
-    float *own = st->g ? st->g + sl->off : NULL;
-    int rc = own ? 0 : util_errf(e, UTIL_EXIT_FAIL, "relative-position "
-                                 "table gradient of stage %d before its "
-                                 "backward", st->id);
-    tied[nt++] = (tsrc){st->id, own, NULL};
-    qsort(tied, (size_t)nt, sizeof *tied, tsrc_cmp);
-    for (int i = 0; !rc && i < nt; i++)
-        if (tied[i].b && tied[i].b->n != sl->n)
-            rc = util_errf(e, UTIL_EXIT_FAIL, "relative-position table "
-                           "gradient of %zu floats, the copy has %zu",
-                           tied[i].b->n, sl->n);
-    exec_buf *acc = rc ? NULL : exec_buf_new(&w->mem, sl->n, 0);
-    if (!rc && !acc) rc = exec_oom(w, "a relative-position table's sum", e);
-    if (!rc)
-        EXEC_KERN(w, {
-            be->copy(acc->p, tied[0].p, sl->n * sizeof *acc->p);
-            for (int i = 1; i < nt; i++) be->acc(acc->p, tied[i].p, sl->n);
-            be->copy(own, acc->p, sl->n * sizeof *acc->p);
-        });
-    exec_buf_unref(acc);
-    for (int i = 0; i < nt; i++) exec_buf_unref(tied[i].b);
-    return rc;
-}
-
-/* The token table's copies summed with the stage's own in stage order
- * (under ZeRO-2 and 3 into the reduce-scatter task starts). */
-static int sum_tied(exec_worker *w, exec_stage *st, const sim_task *t,
-                    int task, tsrc *tied, int nt, util_err *e)
+/* Tied table g's copies (0 the token table, 1 and 2 a T5's relative-
+ * position tables) summed with the stage's own in stage order (under
+ * ZeRO-2 and 3 into the reduce-scatter task starts). */
+static int sum_tied(exec_worker *w, exec_stage *st, int g,
+                    const sim_task *t, int task, tsrc *tied, int nt,
+                    util_err *e)
 {
     exec_runtime *rt = w->rt;
-    const exec_slice *sl = &st->sl[st->tied_sl];
-    float *own = tied_grad(rt, st);
+    const exec_slice *sl = &st->sl[table_sl(st, g)];
+    float *own = tied_grad(rt, st, g);
     /* sharded: the copies' total goes into the step's last reduce-
      * scatter of the stage, the ring this task starts */
     float *ring = NULL;
-    if (rt->zero >= 2 && st->tied_x) {
+    int sharded = rt->zero >= 2 && (st->tied_x >> g & 1);
+    if (sharded || !own) {
         ring = t->kind == SIM_SEND && t->comm == SIM_COMM_DP &&
                t->coll == SIM_COLL_REDUCE_SCATTER && t->stage == st->id
              ? dp_base(w, st, task) : NULL;
@@ -1421,8 +1400,8 @@ static int sum_tied(exec_worker *w, exec_stage *st, const sim_task *t,
     if (!rc && ring) {
         /* its send is done (the ring waits for it): the next step sums
          * anew */
-        exec_buf_unref(st->tacc);
-        st->tacc = NULL;
+        exec_buf_unref(st->tacc[g]);
+        st->tacc[g] = NULL;
     }
     return rc;
 }
@@ -2179,22 +2158,17 @@ static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
         pc[(*np)++] = (exec_piece){base + lo, len};
         return 0;
     }
-    if (t->comm == SIM_COMM_EMB && t->table) {
-        /* a T5's relative-position table: its gradient in the stage's */
-        int k = st->rel_sl[t->table - 1];
-        if (k < 0 || !st->g)
-            return util_errf(e, UTIL_EXIT_FAIL, "a relative-position "
-                             "table's gradient the stage does not hold");
-        pc[(*np)++] = (exec_piece){st->g + st->sl[k].off, st->sl[k].n};
-        return 0;
-    }
-    if (t->comm == SIM_COMM_EMB && st->tied_sl >= 0) {
-        const exec_slice *sl = &st->sl[st->tied_sl];
-        float *g = tied_grad(rt, st);
+    if (t->comm == SIM_COMM_EMB) {
+        /* the token table's, or a T5's relative-position table's */
+        int tb = t->table < 3 ? t->table : 0, k = table_sl(st, tb);
+        float *g = k >= 0 ? tied_grad(rt, st, tb) : NULL;
+        if (k < 0)
+            return util_errf(e, UTIL_EXIT_FAIL, "a tied table's gradient "
+                             "the stage does not hold");
         if (!g)
             return util_errf(e, UTIL_EXIT_FAIL, "a tied-table gradient "
                              "sent before its backward");
-        pc[(*np)++] = (exec_piece){g, sl->n};
+        pc[(*np)++] = (exec_piece){g, st->sl[k].n};
         return 0;
     }
     return util_errf(e, UTIL_EXIT_FAIL, "a send the executor cannot fill");
@@ -2910,7 +2884,8 @@ static void worker_rings(exec_worker *w)
         const sim_task *t = &ir->tasks[id];
         if (t->comm == SIM_COMM_EMB && t->kind == SIM_SEND &&
             t->device == w->device && w->lidx[t->stage] >= 0)
-            w->st[w->lidx[t->stage]].tied_x = 1;
+            w->st[w->lidx[t->stage]].tied_x |= 1u << (t->table < 3 ? t->table
+                                                                  : 0);
     }
     /* hybrid sharding: each reduce-scatter's shard is then all-reduced
      * over the G groups, a ring of 2(G - 1) steps, whose end is the
@@ -3346,7 +3321,7 @@ void exec_rt_free(exec_runtime *rt)
             if (st->gsh) exec_mem_charge(&w->mem,
                                          -(double)st->sh_n * sizeof(float));
             arena_free(w, st->sh_n, st->gsh);
-            exec_buf_unref(st->tacc);
+            for (int k = 0; k < 3; k++) exec_buf_unref(st->tacc[k]);
             for (int k = 0; st->rsb && k < st->n_rs; k++)
                 exec_buf_unref(st->rsb[k]);
             free(st->rsb);

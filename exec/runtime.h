@@ -250,13 +250,14 @@ typedef struct exec_stage {
     size_t sh_lo, sh_n;
     float *gsh;
     /* ZeRO-2 and 3 with a tied table whose copies the IR exchanges
-     * (tied_x): each microbatch's gradient of the copy is added here and
-     * cleared in its buffer before the ring reduces it; the exchange
-     * sends this sum, and the copies' total goes into the buffer of the
-     * step's last reduce-scatter, which waits for the exchange (from the
-     * step's first backward to that ring) */
-    exec_buf *tacc;
-    int tied_x;
+     * (bit g of tied_x: 0 the token table, 1 and 2 a T5's relative-
+     * position tables): each microbatch's gradient of the copy is added
+     * to tacc[g] and cleared in its buffer before the ring reduces it;
+     * the exchange sends this sum, and the copies' total goes into the
+     * buffer of the step's last reduce-scatter, which waits for the
+     * exchange (from the step's first backward to that ring) */
+    exec_buf *tacc[3];
+    unsigned tied_x;
     exec_buf **rsb;
     int n_rs, rs_next, rs_epoch, *rs_last;
     int *ag, n_ag, ag_done;

@@ -66,10 +66,11 @@ void sim_mem_setup(sim_engine *e)
         /* ZeRO-2 and 3 shard each microbatch's gradient as its backward
          * ends, but a tied table's copies are summed once (sim_add_tied):
          * each holder keeps its copy's gradient whole until then */
-        if (c->zero >= 2 && sc->tied_bytes > 0 && ir->n_minibatches == 1 &&
+        double tied = sc->tied_bytes + sc->rel_bytes[0] + sc->rel_bytes[1];
+        if (c->zero >= 2 && tied > 0 && ir->n_minibatches == 1 &&
             !c->offload)
             e->static_bytes[ir->stage_device[s]] +=
-                sc->tied_bytes / (c->tp > 1 ? c->tp : 1);    /* a rank's rows */
+                tied / (c->tp > 1 ? c->tp : 1);   /* a rank's rows, heads */
     }
     for (int i = 0; i < e->n; i++) {
         const sim_task *t = &ir->tasks[i];

@@ -456,3 +456,27 @@ Test(exec_zero, zero3_adapters_with_a_weight_pass)
                  "--dp 2 --mbs 4 --microbatches 1 --finetune lora:4:all", 3,
                  -1);
 }
+
+/* A T5's three tied tables (the token table of its embeddings and head,
+ * each stack's relative-position table on every stage of its
+ * self-attentions) summed once per step under ZeRO-2 and 3, each copy's
+ * gradient kept whole until its exchange: with one microbatch the
+ * unsharded run's bits, ZeRO-3 ZeRO-2's; with four within fp32
+ * reordering; T5 1.1's head of its own and LoRA too. */
+Test(exec_zero, t5)
+{
+#define T5 "--model tests/data/exec/t5-tiny.json "
+    for (int z = 2; z <= 3; z++)
+        vs_unsharded("--hw 'cpu x4' " T5 "--schedule 1f1b --pp 2 --dp 2 "
+                     "--mbs 2 --microbatches 1", z, -1);
+    vs_unsharded("--hw 'cpu x4' " T5 "--schedule 1f1b --pp 2 --dp 2 "
+                 "--mbs 1 --microbatches 4", 2, 1e-5);
+    vs_stage("--hw 'cpu x4' " T5 "--schedule 1f1b --pp 2 --dp 2 --mbs 1 "
+             "--microbatches 4", 2, 3, -1);
+    vs_unsharded("--hw 'cpu x4' --model tests/data/exec/t5-v11-tiny.json "
+                 "--schedule 1f1b --pp 2 --dp 2 --mbs 2 --microbatches 1", 3,
+                 -1);
+    vs_stage("--hw 'cpu x4' " T5 "--schedule zb-h1 --pp 2 --dp 2 --mbs 1 "
+             "--microbatches 4 --finetune lora:4:all", 2, 3, -1);
+#undef T5
+}
