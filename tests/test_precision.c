@@ -253,6 +253,11 @@ Test(precision, dtype_overrides_the_spec_and_plans_keep_it)
                "--schedule 1f1b --pp 1 --mbs 1 --microbatches 2");
     cli_expect(0, "gpt2 trains in tf32, which rtx2080ti lacks: priced in "
                "fp32", "plan --hw rtx2080ti x1 --model gpt2 --dtype tf32");
+    /* T5 1.1 (Flan-T5) trains in bf16: fp16 in its place overflows */
+    cli_expect(0, "flan-t5-xl trains in bf16, which rtx2080ti lacks: priced "
+               "in fp16, but T5 1.1 overflows fp16\n  (NaN losses): --dtype "
+               "fp32 prices what runs there", "plan --hw rtx2080ti x8 "
+               "--model flan-t5-xl");
     /* the plan keeps it */
     cli_expect(0, "trains in tf32 (--dtype)", "plan --hw a100-sxm-80gb x1 "
                "--model gpt2 --dtype tf32 --out %s/p.json", dir);
