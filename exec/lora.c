@@ -1,6 +1,6 @@
 /* LoRA adapters of the executor's models (exec.h): which weight
- * matrices carry them, where they sit in their arena, how they start and how they are
- * merged into the model they adapt. The arena's layout is the model's,
+ * matrices carry them, where they sit in their arena, how they start
+ * and how they are merged into the model they adapt. The arena's layout is the model's,
  * not a run's: every pipeline, data- and tensor-parallel layout slices
  * the same adapters from it (exec_slices_build). */
 #include <math.h>

@@ -186,7 +186,8 @@ int exec_gpt_config_check(const exec_gpt_config *c, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "T5 %d: an encoder-decoder "
                          "with decoder layers (%d), relative-position "
                          "buckets (%d: none, or 4 to 65536) and a largest "
-                         "distance beyond half of them (%d), RMSNorm, no biases, a ReLU, GELU or GeGLU MLP and "
+                         "distance beyond half of them (%d), RMSNorm, no "
+                         "biases, a ReLU, GELU or GeGLU MLP and "
                          "no position table", c->t5, c->dec_layers,
                          c->rel_buckets, c->rel_max_dist);
     /* OPT's offset is 2; ReLU is one MLP of three */

@@ -255,7 +255,21 @@ static float *grad_get(exec_tiers *t, size_t n)
         t->gb[best].idle = 0;
         p = t->gb[best].p;
     }
+    /* Fuyou: none large enough; the largest idle smaller one goes rather
+     * than stay beside the new one (a GPT's head, which keeps its piece
+     * of the table apart, hands back a buffer the embedding's stage,
+     * table and positions, is a little too large for) */
+    int drop = -1;
+    for (int k = 0; k < t->n_gb && !p && !exact; k++)
+        if (t->gb[k].idle && (drop < 0 || t->gb[k].n > t->gb[drop].n))
+            drop = k;
+    struct gbuf old = {0};
+    if (drop >= 0) {
+        old = t->gb[drop];
+        t->gb[drop] = t->gb[--t->n_gb];
+    }
     pthread_mutex_unlock(&t->mu);
+    if (old.p) host_free_pinned(t, &old.p, old.n);
     if (p) return p;
     p = host_new(t, n);
     host_pin(t, p, n);

@@ -666,15 +666,12 @@ static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
 
 /* Tensors two ops share, counted on one of them, kept twice where a cut
  * falls between them: what stage [first, last] keeps beyond its ops' own
- * counts, per sample (negative: less).
- * - A ReLU keeps nothing of its own: its backward reads the signs of its
- *   output, which the MLP's second linear keeps as its input (or, frozen,
- *   keeps for it: prof_model_finetune). With a cut between them the
- *   ReLU's stage keeps that output itself, and a frozen linear on the
- *   next stage keeps nothing.
- * - An attention's context reads the probabilities the softmax keeps for
- *   its own backward (without dropout, counted on the softmax): a
- *   context that begins a stage keeps the copy it received. */
+ * counts, per sample (negative: less). A ReLU keeps nothing of its own:
+ * its backward reads the signs of its output, which the MLP's second
+ * linear keeps as its input (or, frozen, keeps for it:
+ * prof_model_finetune). With a cut between them the ReLU's stage keeps
+ * that output itself, and a frozen linear on the next stage keeps
+ * nothing. */
 static int bare_relu(const prof_model *m, int i)
 {
     const prof_op *o = &m->ops[i];
@@ -695,11 +692,20 @@ static double relu_cut(const prof_model *m, int first, int last, int t,
         o->n_gemm == 1)
         d -= fmin(out_rank(&m->ops[first - 1], t, sp),
                   sim_op_act_rank(m, first, t, sp));
+    return d;
+}
+
+/* An attention's context reads the probabilities the softmax keeps for
+ * its own backward (without dropout, counted on the softmax): a context
+ * that begins stage `first` keeps the copy it received, per sample. */
+static double ctx_cut(const prof_model *m, int first, int t, int sp)
+{
+    const prof_op *o = &m->ops[first];
     if (o->role == PROF_ROLE_ATTN_CONTEXT && o->n_in > 0 &&
         o->in[0] >= 0 && o->in[0] < first && !m->spec.dropout &&
         o->grad != PROF_GRAD_NONE)
-        d += out_rank(&m->ops[o->in[0]], t, sp);
-    return d;
+        return out_rank(&m->ops[o->in[0]], t, sp);
+    return 0;
 }
 
 sim_act sim_act_range(const prof_model *m, int first, int last, int t,
@@ -1120,11 +1126,15 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->opt_task_ns = (int64_t)llround(g->eff.task_ns +
                                            g->eff.op_task_ns);
         sim_act ac = sim_act_range(m, first_op[s], last_op[s], tpw, sp, rc);
-        /* (a recomputed ReLU's output comes back with its layer) */
-        double rk = relu_cut(m, first_op[s], last_op[s], tpw, sp);
-        ac.act += rk;
+        /* (a recomputed ReLU's output comes back with its layer; a
+         * recomputed context's probabilities are its checkpoint) */
+        double rk = relu_cut(m, first_op[s], last_op[s], tpw, sp),
+               ck = ctx_cut(m, first_op[s], tpw, sp);
+        ac.act += rk + ck;
         if (rc == SIM_RC_NONE || !sim_op_recomputed(m, last_op[s], rc))
             ac.keep += rk;
+        if (rc == SIM_RC_NONE || !sim_op_recomputed(m, first_op[s], rc))
+            ac.keep += ck;
         sc->act_bytes = ac.act * mbs;
         sc->keep_bytes = ac.keep * mbs;
         sc->fwd_ws_bytes = ac.fwd_ws * mbs;
