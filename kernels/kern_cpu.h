@@ -29,6 +29,8 @@ typedef struct kargs {
     const int *tok;
     int B, T, C, NH, N, OC, V;
     int causal;             /* attention: query t sees keys 0..t only */
+    int gelu;               /* gated MLP: the gate's activation GELU's
+                             * tanh form (GeGLU), else SiLU (SwiGLU) */
     float eps;              /* layer norm */
     size_t n;
     float scale;

@@ -124,9 +124,21 @@ void kern_rmsnorm_backward_weight(float *dw, const float *dout,
     kern_parallel(rms_bwd_w_part, &a);
 }
 
-/* -------------------------------------------------------------- SwiGLU */
+/* ---------------------------------------------------- SwiGLU, GeGLU */
 
-static void swiglu_fwd_part(void *p, int part, int np)
+/* A gated MLP's gate activation and its derivative: SiLU (SwiGLU) or
+ * GELU's tanh form (GeGLU, a->gelu) */
+static inline float gate_act(const kargs *a, float x)
+{
+    return a->gelu ? kern_gelu(x) : kern_silu(x);
+}
+
+static inline float gate_grad(const kargs *a, float x)
+{
+    return a->gelu ? kern_gelu_grad(x) : kern_silu_grad(x);
+}
+
+static void gated_fwd_part(void *p, int part, int np)
 {
     const kargs *a = p;
     KERN_SPLIT(a->N, part, np, lo, hi);
@@ -134,79 +146,50 @@ static void swiglu_fwd_part(void *p, int part, int np)
     for (size_t i = lo; i < hi; i++) {
         const float *g = a->in + i * 2 * F, *u = g + F;
         float *o = a->out + i * F;
-        for (size_t j = 0; j < F; j++) o[j] = kern_silu(g[j]) * u[j];
+        for (size_t j = 0; j < F; j++) o[j] = gate_act(a, g[j]) * u[j];
+    }
+}
+
+static void gated_bwd_part(void *p, int part, int np)
+{
+    const kargs *a = p;
+    KERN_SPLIT(a->N, part, np, lo, hi);
+    size_t F = (size_t)a->C;
+    for (size_t i = lo; i < hi; i++) {
+        const float *g = a->in + i * 2 * F, *u = g + F, *d = a->in2 + i * F;
+        float *dg = a->out + i * 2 * F, *du = dg + F;
+        for (size_t j = 0; j < F; j++) {
+            dg[j] += d[j] * u[j] * gate_grad(a, g[j]);
+            du[j] += d[j] * gate_act(a, g[j]);
+        }
     }
 }
 
 void kern_swiglu_forward(float *out, const float *inp, int N, int F)
 {
     kargs a = {.out = out, .in = inp, .N = N, .C = F};
-    kern_parallel(swiglu_fwd_part, &a);
-}
-
-static void swiglu_bwd_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    KERN_SPLIT(a->N, part, np, lo, hi);
-    size_t F = (size_t)a->C;
-    for (size_t i = lo; i < hi; i++) {
-        const float *g = a->in + i * 2 * F, *u = g + F, *d = a->in2 + i * F;
-        float *dg = a->out + i * 2 * F, *du = dg + F;
-        for (size_t j = 0; j < F; j++) {
-            float s = kern_sigmoid(g[j]);
-            dg[j] += d[j] * u[j] * (s * (1.0f + g[j] * (1.0f - s)));
-            du[j] += d[j] * (g[j] * s);
-        }
-    }
+    kern_parallel(gated_fwd_part, &a);
 }
 
 void kern_swiglu_backward(float *dinp, const float *inp, const float *dout,
                           int N, int F)
 {
     kargs a = {.out = dinp, .in = inp, .in2 = dout, .N = N, .C = F};
-    kern_parallel(swiglu_bwd_part, &a);
-}
-
-/* --------------------------------------------------------------- GeGLU */
-
-static void geglu_fwd_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    KERN_SPLIT(a->N, part, np, lo, hi);
-    size_t F = (size_t)a->C;
-    for (size_t i = lo; i < hi; i++) {
-        const float *g = a->in + i * 2 * F, *u = g + F;
-        float *o = a->out + i * F;
-        for (size_t j = 0; j < F; j++) o[j] = kern_gelu(g[j]) * u[j];
-    }
+    kern_parallel(gated_bwd_part, &a);
 }
 
 void kern_geglu_forward(float *out, const float *inp, int N, int F)
 {
-    kargs a = {.out = out, .in = inp, .N = N, .C = F};
-    kern_parallel(geglu_fwd_part, &a);
-}
-
-static void geglu_bwd_part(void *p, int part, int np)
-{
-    const kargs *a = p;
-    KERN_SPLIT(a->N, part, np, lo, hi);
-    size_t F = (size_t)a->C;
-    for (size_t i = lo; i < hi; i++) {
-        const float *g = a->in + i * 2 * F, *u = g + F, *d = a->in2 + i * F;
-        float *dg = a->out + i * 2 * F, *du = dg + F;
-        for (size_t j = 0; j < F; j++) {
-            dg[j] += d[j] * u[j] * kern_gelu_grad(g[j]);
-            du[j] += d[j] * kern_gelu(g[j]);
-        }
-    }
+    kargs a = {.out = out, .in = inp, .N = N, .C = F, .gelu = 1};
+    kern_parallel(gated_fwd_part, &a);
 }
 
 void kern_geglu_backward(float *dinp, const float *inp, const float *dout,
                          int N, int F)
 {
-    kargs a = {.out = dinp, .in = inp, .in2 = dout, .N = N, .C = F};
-    kern_parallel(geglu_bwd_part, &a);
+    kargs a = {.out = dinp, .in = inp, .in2 = dout, .N = N, .C = F,
+               .gelu = 1};
+    kern_parallel(gated_bwd_part, &a);
 }
 
 /* ---------------------------------------------------- q | k | v, RoPE */

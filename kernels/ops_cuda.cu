@@ -1364,74 +1364,66 @@ extern "C" void kern_cuda_rmsnorm_backward_weight(float *dw,
     LAUNCH(col_add_k, blocks(C, COL_TPB), COL_TPB, dw, p, C);
 }
 
-__global__ void swiglu_fwd_k(float *out, const float *inp, size_t n, int F)
+// A gated MLP's gate activation and its derivative: SiLU (SwiGLU) or
+// GELU's tanh form (GeGLU).
+__device__ float gate_act(int gelu, float x)
+{
+    return gelu ? kern_gelu(x) : kern_silu(x);
+}
+
+__device__ float gate_grad(int gelu, float x)
+{
+    return gelu ? kern_gelu_grad(x) : kern_silu_grad(x);
+}
+
+__global__ void gated_fwd_k(float *out, const float *inp, size_t n, int F,
+                            int gelu)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     size_t row = i / F, j = i % F;
     const float *g = inp + row * 2 * F;
-    out[i] = kern_silu(g[j]) * g[F + j];
+    out[i] = gate_act(gelu, g[j]) * g[F + j];
 }
 
-__global__ void swiglu_bwd_k(float *dinp, const float *inp,
-                             const float *dout, size_t n, int F)
+__global__ void gated_bwd_k(float *dinp, const float *inp,
+                            const float *dout, size_t n, int F, int gelu)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     size_t row = i / F, j = i % F;
     const float *g = inp + row * 2 * F;
     float *dg = dinp + row * 2 * F;
-    dg[j] += dout[i] * g[F + j] * kern_silu_grad(g[j]);
-    dg[F + j] += dout[i] * kern_silu(g[j]);
+    dg[j] += dout[i] * g[F + j] * gate_grad(gelu, g[j]);
+    dg[F + j] += dout[i] * gate_act(gelu, g[j]);
 }
 
 extern "C" void kern_cuda_swiglu_forward(float *out, const float *inp, int N,
                                          int F)
 {
     size_t n = (size_t)N * F;
-    LAUNCH(swiglu_fwd_k, blocks(n, TPB), TPB, out, inp, n, F);
+    LAUNCH(gated_fwd_k, blocks(n, TPB), TPB, out, inp, n, F, 0);
 }
 
 extern "C" void kern_cuda_swiglu_backward(float *dinp, const float *inp,
                                           const float *dout, int N, int F)
 {
     size_t n = (size_t)N * F;
-    LAUNCH(swiglu_bwd_k, blocks(n, TPB), TPB, dinp, inp, dout, n, F);
-}
-
-__global__ void geglu_fwd_k(float *out, const float *inp, size_t n, int F)
-{
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    size_t row = i / F, j = i % F;
-    const float *g = inp + row * 2 * F;
-    out[i] = kern_gelu(g[j]) * g[F + j];
-}
-
-__global__ void geglu_bwd_k(float *dinp, const float *inp,
-                            const float *dout, size_t n, int F)
-{
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    size_t row = i / F, j = i % F;
-    const float *g = inp + row * 2 * F;
-    float *dg = dinp + row * 2 * F;
-    dg[j] += dout[i] * g[F + j] * kern_gelu_grad(g[j]);
-    dg[F + j] += dout[i] * kern_gelu(g[j]);
+    LAUNCH(gated_bwd_k, blocks(n, TPB), TPB, dinp, inp, dout, n, F, 0);
 }
 
 extern "C" void kern_cuda_geglu_forward(float *out, const float *inp, int N,
                                         int F)
 {
     size_t n = (size_t)N * F;
-    LAUNCH(geglu_fwd_k, blocks(n, TPB), TPB, out, inp, n, F);
+    LAUNCH(gated_fwd_k, blocks(n, TPB), TPB, out, inp, n, F, 1);
 }
 
 extern "C" void kern_cuda_geglu_backward(float *dinp, const float *inp,
                                          const float *dout, int N, int F)
 {
     size_t n = (size_t)N * F;
-    LAUNCH(geglu_bwd_k, blocks(n, TPB), TPB, dinp, inp, dout, n, F);
+    LAUNCH(gated_bwd_k, blocks(n, TPB), TPB, dinp, inp, dout, n, F, 1);
 }
 
 // Channel i of the head at x rotated by position t (back: the transpose).

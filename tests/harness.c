@@ -373,6 +373,34 @@ void test_sim_free(test_sim *x)
     memset(x, 0, sizeof *x);
 }
 
+void pipe_set_ft(sim_plan *p, const char *ft)
+{
+    util_err e;
+    cr_assert_eq(prof_finetune_parse(ft, &p->ft, &e), 0, "%s", e.msg);
+}
+
+exec_gpt_config test_gpt_config(const char *model)
+{
+    util_err e;
+    prof_model_spec spec;
+    exec_gpt_config c;
+    cr_assert_eq(prof_model_spec_get(model, &spec, &e), 0, "%s", e.msg);
+    cr_assert_eq(exec_gpt_config_from_spec(&spec, &c, model, &e), 0, "%s",
+                 e.msg);
+    return c;
+}
+
+double test_sim_peak(const exec_pipe_result *r, int d)
+{
+    sim_run_opts so = {0};
+    sim_engine *en = sim_engine_new(r->ir, r->costs, &so);
+    sim_result res;
+    cr_assert_eq(sim_engine_run(en, &res), 0, "%s", res.msg);
+    double v = res.dev[d].peak_bytes;
+    sim_engine_free(en);
+    return v;
+}
+
 void expect_drive_bytes(const exec_pipe_result *r, const char *what)
 {
     double sim = 0;

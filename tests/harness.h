@@ -79,6 +79,10 @@ exec_pipe_opts pipe_opts(const sim_plan *p, int steps, float clip);
 void pipe_run_lr(const sim_plan *p, int steps, float clip, float lr,
                  exec_pipe_result *r);
 void pipe_run(const sim_plan *p, int steps, float clip, exec_pipe_result *r);
+/* Sets plan p's fine-tuning mode (the test fails on a bad one). */
+void pipe_set_ft(sim_plan *p, const char *ft);
+/* The executor's config of a model name or spec file. */
+exec_gpt_config test_gpt_config(const char *model);
 /* The reference trainer for steps of batch B from seed with AdamW a: its
  * final weights, then with moments its AdamW m and v (P floats each,
  * malloc'd). */
@@ -100,6 +104,8 @@ typedef struct test_sim {
 void test_sim_plan(const sim_plan *p, const struct prof_topo *t,
                    test_sim *x);
 void test_sim_free(test_sim *x);
+/* The simulator's peak of a run's own IR and costs on device d. */
+double test_sim_peak(const exec_pipe_result *r, int d);
 
 /* Expects the drives' bytes a run moved per step (every worker's) to be
  * those of its IR's NVMe tasks, each rounded up to whole O_DIRECT blocks

@@ -19,22 +19,6 @@
 
 #define PICO "tests/data/exec/gpt-pico.json"
 
-static void set_ft(sim_plan *p, const char *ft)
-{
-    util_err e;
-    cr_assert_eq(prof_finetune_parse(ft, &p->ft, &e), 0, "%s", e.msg);
-}
-
-static exec_gpt_config config(const char *model)
-{
-    util_err e;
-    prof_model_spec spec;
-    exec_gpt_config c;
-    cr_assert_eq(prof_model_spec_get(model, &spec, &e), 0, "%s", e.msg);
-    cr_assert_eq(exec_gpt_config_from_spec(&spec, &c, model, &e), 0);
-    return c;
-}
-
 /* The weights every run starts from (seed 1337), P floats. */
 static float *base_of(const exec_gpt_config *c)
 {
@@ -114,11 +98,11 @@ Test(exec_lora, adapters_follow_the_merged_models_gradients)
     pspec s = {PICO, SIM_SCHED_1F1B, 1, 1, 1, 2, 4, 0, 0};
     sim_plan p;
     pipe_plan(&s, &p);
-    set_ft(&p, "lora:4:all");
+    pipe_set_ft(&p, "lora:4:all");
     exec_pipe_result r1, r2;
     run_warm(&p, 1, &r1);
     run_warm(&p, 2, &r2);
-    exec_gpt_config c = config(PICO);
+    exec_gpt_config c = test_gpt_config(PICO);
     float *base = base_of(&c);
     cr_expect(!memcmp(base, r2.params, sizeof *base * r2.n_params),
               "the base was written");
@@ -213,11 +197,11 @@ Test(exec_lora, first_step_is_the_base_model_and_the_loss_falls)
     pipe_plan(&s, &p);
     exec_pipe_result full, lora;
     pipe_run(&p, 1, 1.0f, &full);
-    set_ft(&p, "lora:8");
+    pipe_set_ft(&p, "lora:8");
     pipe_run(&p, 30, 1.0f, &lora);
     cr_expect_eq(lora.loss[0], full.loss[0], "first loss %.9f, the base "
                  "model's %.9f", lora.loss[0], full.loss[0]);
-    exec_gpt_config c = config("gpt-tiny");
+    exec_gpt_config c = test_gpt_config("gpt-tiny");
     float *base = base_of(&c);
     cr_expect(!memcmp(base, lora.params, sizeof *base * lora.n_params),
               "the base was written");
@@ -242,10 +226,10 @@ static void check_layouts(const char *ft, const pspec *cases, int n)
     one.mbs = cases[0].mbs * cases[0].dp;
     sim_plan p1;
     pipe_plan(&one, &p1);
-    set_ft(&p1, ft);
+    pipe_set_ft(&p1, ft);
     exec_pipe_result ref;
     pipe_run(&p1, 5, 1.0f, &ref);
-    exec_gpt_config c = config(one.model);
+    exec_gpt_config c = test_gpt_config(one.model);
     float *base = base_of(&c);
     size_t P = ref.n_params;
     /* what mode ft freezes: the embedding (the tied head with it) and
@@ -277,7 +261,7 @@ static void check_layouts(const char *ft, const pspec *cases, int n)
     for (int i = 0; i < n; i++) {
         sim_plan p;
         pipe_plan(&cases[i], &p);
-        set_ft(&p, ft);
+        pipe_set_ft(&p, ft);
         exec_pipe_result r;
         pipe_run(&p, 5, 1.0f, &r);
         char what[128];
@@ -341,11 +325,11 @@ Test(exec_lora, twobw_stashes_only_the_adapters)
     pspec s = {PICO, SIM_SCHED_2BW, 2, 1, 1, 2, 4, 0, 0};
     sim_plan p;
     pipe_plan(&s, &p);
-    set_ft(&p, "lora:4:all");
+    pipe_set_ft(&p, "lora:4:all");
     exec_pipe_result r;
     pipe_run(&p, 6, 0, &r);
     cr_assert_eq(r.steps_run, 6);
-    exec_gpt_config c = config(PICO);
+    exec_gpt_config c = test_gpt_config(PICO);
     float *base = base_of(&c);
     cr_expect(!memcmp(base, r.params, sizeof *base * r.n_params),
               "the base was written");
@@ -356,18 +340,6 @@ Test(exec_lora, twobw_stashes_only_the_adapters)
     free(base);
     exec_pipe_result_free(&r);
     sim_plan_free(&p);
-}
-
-/* The simulator's peak of a run's own IR and costs, per device. */
-static double sim_peak(const exec_pipe_result *r, int d)
-{
-    sim_run_opts so = {0};
-    sim_engine *en = sim_engine_new(r->ir, r->costs, &so);
-    sim_result res;
-    cr_assert_eq(sim_engine_run(en, &res), 0, "%s", res.msg);
-    double v = res.dev[d].peak_bytes;
-    sim_engine_free(en);
-    return v;
 }
 
 /* Memory accounting is deterministic: what each device measures (its
@@ -390,11 +362,11 @@ Test(exec_lora, device_memory_is_the_simulators)
     for (int i = 0; i < 5; i++) {
         sim_plan p;
         pipe_plan(&s, &p);
-        set_ft(&p, modes[i]);
+        pipe_set_ft(&p, modes[i]);
         exec_pipe_result r;
         pipe_run(&p, 2, 1.0f, &r);
         for (int d = 0; d < 2; d++) {
-            double meas = r.peak_bytes[d], sim = sim_peak(&r, d);
+            double meas = r.peak_bytes[d], sim = test_sim_peak(&r, d);
             cr_expect(fabs(meas - sim) <= 0.1 * sim, "%s, device %d: "
                       "measured %.0f bytes, simulated %.0f", modes[i], d,
                       meas, sim);
@@ -593,10 +565,10 @@ Test(exec_lora, fine_tunes_hugging_face_weights)
     exec_pipe_result full, lora;
     util_err e;
     cr_assert_eq(exec_pipe_run(&o, &full, &e), 0, "%s", e.msg);
-    set_ft(&p, "lora:4:attn");
+    pipe_set_ft(&p, "lora:4:attn");
     cr_assert_eq(exec_pipe_run(&o, &lora, &e), 0, "%s", e.msg);
     cr_expect_eq(lora.loss[0], full.loss[0]);
-    exec_gpt_config c = config(HF "config.json");
+    exec_gpt_config c = test_gpt_config(HF "config.json");
     exec_tensor tt[EXEC_P_COUNT];
     size_t P = exec_gpt_param_table(&c, tt);
     float *w = malloc(sizeof *w * (P + 1));
@@ -720,10 +692,10 @@ Test(exec_qlora, is_lora_over_the_rounded_base)
     pspec s = {LLAMA, SIM_SCHED_1F1B, 2, 1, 1, 2, 4, 0, 0};
     sim_plan p;
     pipe_plan(&s, &p);
-    set_ft(&p, "qlora:4");
+    pipe_set_ft(&p, "qlora:4");
     exec_pipe_result q;
     pipe_run(&p, 5, 1.0f, &q);
-    exec_gpt_config c = config(LLAMA);
+    exec_gpt_config c = test_gpt_config(LLAMA);
     float *base = base_of(&c);
     size_t P = q.n_params, rounded = 0;
     for (size_t i = 0; i < P; i++) rounded += q.params[i] != base[i];
@@ -735,7 +707,7 @@ Test(exec_qlora, is_lora_over_the_rounded_base)
     util_err e;
     cr_assert_eq(exec_ckpt_save_state(ck, q.params, zero, zero, &meta, &e),
                  0, "%s", e.msg);
-    set_ft(&p, "lora:4:all");   /* QLoRA's default targets */
+    pipe_set_ft(&p, "lora:4:all");   /* QLoRA's default targets */
     exec_pipe_opts o = pipe_opts(&p, 5, 1.0f);
     o.init = ck;
     exec_pipe_result l;
@@ -749,7 +721,7 @@ Test(exec_qlora, is_lora_over_the_rounded_base)
     pspec s2 = {LLAMA, SIM_SCHED_1F1B, 2, 1, 2, 2, 4, 0, 0};
     sim_plan p2;
     pipe_plan(&s2, &p2);
-    set_ft(&p2, "qlora:4");
+    pipe_set_ft(&p2, "qlora:4");
     exec_pipe_result t;
     pipe_run(&p2, 5, 1.0f, &t);
     cr_expect(!memcmp(t.params, q.params, sizeof *t.params * P),

@@ -300,22 +300,6 @@ Test(exec_t5, spec_buckets_the_bias_cannot_use_are_refused)
 
 /* ---------------------------------------------------------------- LoRA */
 
-static void set_ft(sim_plan *p, const char *ft)
-{
-    util_err e;
-    cr_assert_eq(prof_finetune_parse(ft, &p->ft, &e), 0, "%s", e.msg);
-}
-
-static exec_gpt_config t5_config(const char *model)
-{
-    util_err e;
-    prof_model_spec spec;
-    exec_gpt_config c;
-    cr_assert_eq(prof_model_spec_get(model, &spec, &e), 0, "%s", e.msg);
-    cr_assert_eq(exec_gpt_config_from_spec(&spec, &c, model, &e), 0);
-    return c;
-}
-
 /* Where matrix bit of stack layer l (a decoder layer's cross-attention's
  * with EXEC_LORA_CROSS) sits in the model's arena, n rows of k, written
  * out apart from exec/lora.c: q | k | v rows D each, the output D wide,
@@ -375,14 +359,14 @@ Test(exec_t5, lora_adapters_get_the_full_models_gradients)
     sim_plan full, lp;
     pipe_plan(&s, &full);
     pipe_plan(&s, &lp);
-    set_ft(&lp, "lora:4:all");
+    pipe_set_ft(&lp, "lora:4:all");
     exec_pipe_result f1, l1, l2, f2;
     pipe_run(&full, 1, 0, &f1);
     pipe_run(&lp, 1, 0, &l1);
     pipe_run(&lp, 2, 0, &l2);
     cr_expect_eq(l1.loss[0], f1.loss[0], "first loss %.9f, the base's %.9f",
                  l1.loss[0], f1.loss[0]);
-    exec_gpt_config c = t5_config(T5_WIDE);
+    exec_gpt_config c = test_gpt_config(T5_WIDE);
     cr_assert_eq(l1.n_params, f1.n_params);
     size_t P = f1.n_params;
     /* the merged model at step 1, resumed by the full plan */
@@ -488,10 +472,10 @@ static void check_t5_ft(const char *ft, const pspec *cases, int n)
     one.nmb = cases[0].nmb * (cases[0].dp ? cases[0].dp : 1);
     sim_plan p1;
     pipe_plan(&one, &p1);
-    set_ft(&p1, ft);
+    pipe_set_ft(&p1, ft);
     exec_pipe_result ref;
     pipe_run(&p1, 5, 1.0f, &ref);
-    exec_gpt_config c = t5_config(one.model);
+    exec_gpt_config c = test_gpt_config(one.model);
     exec_tensor tt[EXEC_P_COUNT];
     size_t P = exec_gpt_param_table(&c, tt);
     float *base = malloc(sizeof *base * (P + 1));
@@ -513,7 +497,7 @@ static void check_t5_ft(const char *ft, const pspec *cases, int n)
     for (int i = 0; i < n; i++) {
         sim_plan p;
         pipe_plan(&cases[i], &p);
-        set_ft(&p, ft);
+        pipe_set_ft(&p, ft);
         exec_pipe_result r;
         pipe_run(&p, 5, 1.0f, &r);
         char what[128];
@@ -576,7 +560,7 @@ Test(exec_t5, lora_learns)
     pspec s = {T5, SIM_SCHED_1F1B, 2, 1, 1, 2, 2, 0, 0};
     sim_plan p;
     pipe_plan(&s, &p);
-    set_ft(&p, "lora:8");
+    pipe_set_ft(&p, "lora:8");
     exec_pipe_result r;
     pipe_run(&p, 30, 1.0f, &r);
     double last = 0;
@@ -585,18 +569,6 @@ Test(exec_t5, lora_learns)
                  "last 5 steps", r.loss[0], last);
     exec_pipe_result_free(&r);
     sim_plan_free(&p);
-}
-
-/* The simulator's peak of a run's own IR and costs, per device. */
-static double sim_peak(const exec_pipe_result *r, int d)
-{
-    sim_run_opts so = {0};
-    sim_engine *en = sim_engine_new(r->ir, r->costs, &so);
-    sim_result res;
-    cr_assert_eq(sim_engine_run(en, &res), 0, "%s", res.msg);
-    double v = res.dev[d].peak_bytes;
-    sim_engine_free(en);
-    return v;
 }
 
 /* What a T5's devices hold under LoRA and QLoRA (the frozen base, in 4
@@ -612,11 +584,11 @@ Test(exec_t5, lora_device_memory_is_the_simulators)
     for (int i = 0; i < 4; i++) {
         sim_plan p;
         pipe_plan(&s, &p);
-        set_ft(&p, modes[i]);
+        pipe_set_ft(&p, modes[i]);
         exec_pipe_result r;
         pipe_run(&p, 2, 1.0f, &r);
         for (int d = 0; d < 2; d++) {
-            double meas = r.peak_bytes[d], sim = sim_peak(&r, d);
+            double meas = r.peak_bytes[d], sim = test_sim_peak(&r, d);
             cr_expect(fabs(meas - sim) <= 0.1 * sim, "%s, device %d: "
                       "measured %.0f bytes, simulated %.0f", modes[i], d,
                       meas, sim);
@@ -659,7 +631,7 @@ Test(exec_t5, a_cut_after_a_relu_keeps_its_output_on_its_stage)
         pspec s = {path, SIM_SCHED_GPIPE, 2, 1, 1, 2, 4, 0, 0};
         sim_plan p;
         pipe_plan(&s, &p);
-        set_ft(&p, modes[k]);
+        pipe_set_ft(&p, modes[k]);
         /* the encoder's second MLP's ReLU ends the first stage */
         util_err e;
         prof_topo *t = test_topo("cpu", 2);
@@ -681,7 +653,7 @@ Test(exec_t5, a_cut_after_a_relu_keeps_its_output_on_its_stage)
         exec_pipe_result r;
         cr_assert_eq(exec_pipe_run(&o, &r, &e), 0, "%s", e.msg);
         for (int d = 0; d < 2; d++) {
-            double meas = r.peak_bytes[d], sim = sim_peak(&r, d);
+            double meas = r.peak_bytes[d], sim = test_sim_peak(&r, d);
             cr_expect(fabs(meas - sim) <= 0.1 * sim, "%s, device %d: "
                       "measured %.0f bytes, simulated %.0f", modes[k], d,
                       meas, sim);
@@ -730,7 +702,7 @@ Test(exec_t5, cuts_in_an_attention_keep_what_the_simulator_counts)
         exec_pipe_result r;
         cr_assert_eq(exec_pipe_run(&o, &r, &e), 0, "%s", e.msg);
         for (int d = 0; d < 2; d++) {
-            double meas = r.peak_bytes[d], sim = sim_peak(&r, d);
+            double meas = r.peak_bytes[d], sim = test_sim_peak(&r, d);
             cr_expect(fabs(meas - sim) <= 0.1 * sim, "cut after %s, device "
                       "%d: measured %.0f bytes, simulated %.0f",
                       cut_after[k], d, meas, sim);
@@ -749,10 +721,10 @@ Test(exec_t5, qlora_is_lora_over_the_rounded_base)
     pspec s = {T5, SIM_SCHED_1F1B, 2, 1, 1, 1, 4, 0, 0};
     sim_plan p;
     pipe_plan(&s, &p);
-    set_ft(&p, "qlora:4");
+    pipe_set_ft(&p, "qlora:4");
     exec_pipe_result q;
     pipe_run(&p, 5, 1.0f, &q);
-    exec_gpt_config c = t5_config(T5);
+    exec_gpt_config c = test_gpt_config(T5);
     exec_tensor tt[EXEC_P_COUNT];
     size_t P = exec_gpt_param_table(&c, tt);
     float *base = malloc(sizeof *base * (P + 1));
@@ -781,7 +753,7 @@ Test(exec_t5, qlora_is_lora_over_the_rounded_base)
     util_err e;
     cr_assert_eq(exec_ckpt_save_state(ck, q.params, zero, zero, &meta, &e),
                  0, "%s", e.msg);
-    set_ft(&p, "lora:4:all");   /* QLoRA's default targets */
+    pipe_set_ft(&p, "lora:4:all");   /* QLoRA's default targets */
     exec_pipe_opts o = pipe_opts(&p, 5, 1.0f);
     o.init = ck;
     exec_pipe_result l;
@@ -792,7 +764,7 @@ Test(exec_t5, qlora_is_lora_over_the_rounded_base)
     pspec s2 = {T5, SIM_SCHED_1F1B, 2, 1, 2, 1, 4, 0, 0};
     sim_plan p2;
     pipe_plan(&s2, &p2);
-    set_ft(&p2, "qlora:4");
+    pipe_set_ft(&p2, "qlora:4");
     exec_pipe_result t;
     pipe_run(&p2, 5, 1.0f, &t);
     cr_expect(!memcmp(t.params, q.params, sizeof *t.params * P),
