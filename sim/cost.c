@@ -1034,7 +1034,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                deq_of = deq_eb / (PROF_NF4_BYTES + deq_eb);
         /* a tied table (the LM head's, T5's decoder embedding) held by
          * the stage that holds the embedding it shares: one copy */
-        int own_table = 0;
+        int own_table = 0, n_tied = 0;
         double tied_p = 0, tied_tr = 0, tied_fz = 0;
         /* ZeRO-3's unit: a layer's weights (trained params, frozen
          * bytes), the largest of the stage's */
@@ -1077,8 +1077,11 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             frozen += op->frozen_bytes;
             if (op->kind == PROF_OP_EMBED && !op->tied && i == 0)
                 own_table = 1;
+            /* copies after the stage's first are the same table (a T5's
+             * decoder embedding and its tied head on one stage) */
             if (op->tied && (op->kind == PROF_OP_LM_HEAD ||
-                             op->kind == PROF_OP_EMBED)) {
+                             op->kind == PROF_OP_EMBED) &&
+                (n_tied++ || own_table)) {
                 tied_p += op->params;
                 tied_tr += prof_op_train_params(op);
                 tied_fz += op->frozen_bytes;
@@ -1115,7 +1118,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                     m->ops[p].out_bytes * mbs;
             }
         }
-        if (own_table) {
+        if (own_table || n_tied > 1) {
             sc->params -= tied_p;
             sc->train_params -= tied_tr;
             frozen -= tied_fz;
