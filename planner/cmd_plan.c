@@ -410,14 +410,17 @@ static void print_answer(const plan_result *r, const prof_model *m,
     /* T5 1.1 (Flan-T5) was trained in bf16 and overflows fp16: its
      * activations grow past fp16's 65504 (Hugging Face's T5 clamps
      * infinities in fp16; fine-tuning it there is known to end in NaN) */
-    int t5_11 = m->spec.family == PROF_FAM_T5 && m->spec.gated_mlp &&
-                mt == PROF_DT_BF16 &&
-                prof_dtype_fallback(mt) == PROF_DT_FP16;
-    if (fb && t5_11)
+    int t5_11 = m->spec.family == PROF_FAM_T5 && m->spec.gated_mlp;
+    if (fb && t5_11 && prof_dtype_fallback(mt) == PROF_DT_FP16)
         printf("  %s trains in %s, which %s lacks: priced in %s, but T5 1.1 "
                "overflows fp16\n  (NaN losses): --dtype fp32 prices what "
                "runs there\n", m->spec.name, prof_dtype_name(mt), fb->name,
                prof_dtype_name(prof_dtype_fallback(mt)));
+    else if (t5_11 && mt == PROF_DT_FP16)
+        printf("  %s trains in fp16, which T5 1.1 overflows (NaN losses): "
+               "--dtype %s\n  prices what runs\n", m->spec.name,
+               prof_topo_dtype_fallback(t, PROF_DT_BF16) ? "fp32"
+                                                         : "bf16 or fp32");
     else if (fb)
         printf("  %s trains in %s, which %s lacks: priced in %s, as it "
                "would run there\n", m->spec.name, prof_dtype_name(mt),

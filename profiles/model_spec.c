@@ -573,12 +573,17 @@ static int parse_hf(const util_jobj *o, const char *file, prof_model_spec *s,
     default: break;
     }
     /* Training precision: the config's storage type where it is a half
-     * type, else the family's mixed-precision default. */
+     * type (torch_dtype, or transformers 5's dtype), else the family's
+     * mixed-precision default; T5 1.1's (gated) is bf16, as it was
+     * trained: it overflows fp16 */
     char td[32] = "";
     json_t *tdv = json_object_get(o->j, "torch_dtype");
+    if (!json_is_string(tdv)) tdv = json_object_get(o->j, "dtype");
     if (json_is_string(tdv)) snprintf(td, sizeof td, "%s", json_string_value(tdv));
     if (!strcmp(td, "bfloat16")) s->dtype = PROF_DT_BF16;
     else if (!strcmp(td, "float16")) s->dtype = PROF_DT_FP16;
+    else if (s->family == PROF_FAM_T5 && s->gated_mlp)
+        s->dtype = PROF_DT_BF16;
     /* Name: the config's own path or the folder holding it. */
     json_t *nm = json_object_get(o->j, "_name_or_path");
     if (json_is_string(nm) && *json_string_value(nm)) {

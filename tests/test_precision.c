@@ -258,6 +258,9 @@ Test(precision, dtype_overrides_the_spec_and_plans_keep_it)
                "in fp16, but T5 1.1 overflows fp16\n  (NaN losses): --dtype "
                "fp32 prices what runs there", "plan --hw rtx2080ti x8 "
                "--model flan-t5-xl");
+    cli_expect(0, "flan-t5-xl trains in fp16, which T5 1.1 overflows (NaN "
+               "losses): --dtype bf16 or fp32", "plan --hw a100-sxm-80gb x1 "
+               "--model flan-t5-xl --dtype fp16");
     /* the plan keeps it */
     cli_expect(0, "trains in tf32 (--dtype)", "plan --hw a100-sxm-80gb x1 "
                "--model gpt2 --dtype tf32 --out %s/p.json", dir);
