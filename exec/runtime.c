@@ -1384,18 +1384,18 @@ static int sum_tied(exec_worker *w, exec_stage *st, int g,
         if (tied[i].b && tied[i].b->n != sl->n)
             rc = util_errf(e, UTIL_EXIT_FAIL, "tied-table gradient of %zu "
                            "floats, the copy has %zu", tied[i].b->n, sl->n);
-    exec_buf *acc = rc ? NULL : exec_buf_new(&w->mem, sl->n, 0);
-    if (!rc && !acc) rc = exec_oom(w, "the tied table's sum", e);
+    /* the sum in stage order, in the first copy's buffer (a received
+     * one is this stage's to write, else the stage's own), then where it
+     * goes: no buffer of its own beside the copies */
     if (!rc) {
         const exec_backend *be = rt->be;
+        float *sum = tied[0].b ? tied[0].b->p : own,
+              *to = ring ? ring + sl->off : own;
         EXEC_KERN(w, {
-            be->copy(acc->p, tied[0].p, sl->n * sizeof *acc->p);
-            for (int i = 1; i < nt; i++) be->acc(acc->p, tied[i].p, sl->n);
-            be->copy(ring ? ring + sl->off : own, acc->p,
-                     sl->n * sizeof *acc->p);
+            for (int i = 1; i < nt; i++) be->acc(sum, tied[i].p, sl->n);
+            if (to != sum) be->copy(to, sum, sl->n * sizeof *to);
         });
     }
-    exec_buf_unref(acc);
     for (int i = 0; i < nt; i++) exec_buf_unref(tied[i].b);
     if (!rc && ring) {
         /* its send is done (the ring waits for it): the next step sums
