@@ -401,6 +401,32 @@ double test_sim_peak(const exec_pipe_result *r, int d)
     return v;
 }
 
+void expect_mode_peaks(const pspec *s, const char *const *modes, int n,
+                       double tol)
+{
+    double full[2] = {0, 0};
+    for (int i = 0; i < n; i++) {
+        sim_plan p;
+        pipe_plan(s, &p);
+        pipe_set_ft(&p, modes[i]);
+        exec_pipe_result r;
+        pipe_run(&p, 2, 1.0f, &r);
+        for (int d = 0; d < 2 && d < r.n_devices; d++) {
+            double meas = r.peak_bytes[d], sim = test_sim_peak(&r, d);
+            cr_expect(fabs(meas - sim) <= tol * sim, "%s %s, device %d: "
+                      "measured %.0f bytes, simulated %.0f", s->model,
+                      modes[i], d, meas, sim);
+            if (!i) full[d] = meas;
+            else
+                cr_expect_lt(meas, full[d], "%s %s, device %d: %.0f bytes, "
+                             "full training %.0f", s->model, modes[i], d,
+                             meas, full[d]);
+        }
+        exec_pipe_result_free(&r);
+        sim_plan_free(&p);
+    }
+}
+
 void expect_drive_bytes(const exec_pipe_result *r, const char *what)
 {
     double sim = 0;

@@ -106,6 +106,11 @@ void test_sim_plan(const sim_plan *p, const struct prof_topo *t,
 void test_sim_free(test_sim *x);
 /* The simulator's peak of a run's own IR and costs on device d. */
 double test_sim_peak(const exec_pipe_result *r, int d);
+/* Plan s under each fine-tuning mode of modes (the first "full"), 2
+ * steps: each device's peak within tol of the simulator's, and below
+ * full training's under the others. */
+void expect_mode_peaks(const pspec *s, const char *const *modes, int n,
+                       double tol);
 
 /* Expects the drives' bytes a run moved per step (every worker's) to be
  * those of its IR's NVMe tasks, each rounded up to whole O_DIRECT blocks

@@ -358,27 +358,7 @@ Test(exec_lora, device_memory_is_the_simulators)
     pspec s = {"gpt-tiny", SIM_SCHED_GPIPE, 2, 1, 1, 1, 8, 0, 0};
     const char *modes[] = {"full", "lora:8", "lora:8:all", "frozen:1",
                            "qlora:8"};
-    double full[2] = {0, 0};
-    for (int i = 0; i < 5; i++) {
-        sim_plan p;
-        pipe_plan(&s, &p);
-        pipe_set_ft(&p, modes[i]);
-        exec_pipe_result r;
-        pipe_run(&p, 2, 1.0f, &r);
-        for (int d = 0; d < 2; d++) {
-            double meas = r.peak_bytes[d], sim = test_sim_peak(&r, d);
-            cr_expect(fabs(meas - sim) <= 0.1 * sim, "%s, device %d: "
-                      "measured %.0f bytes, simulated %.0f", modes[i], d,
-                      meas, sim);
-            if (!i) full[d] = meas;
-            else
-                cr_expect_lt(meas, full[d], "%s, device %d: %.0f bytes, "
-                             "full training %.0f", modes[i], d, meas,
-                             full[d]);
-        }
-        exec_pipe_result_free(&r);
-        sim_plan_free(&p);
-    }
+    expect_mode_peaks(&s, modes, 5, 0.1);
 }
 
 /* The command line: under mpirun the adapters are the in-process run's
