@@ -983,13 +983,6 @@ static int grad_begin(exec_worker *w, exec_stage *st, exec_rec *r,
     return 0;
 }
 
-/* The slice of stage st holding its copy of tied table g (0 the token
- * table, 1 and 2 a T5's relative-position tables), -1 */
-static int table_sl(const exec_stage *st, int g)
-{
-    return g ? st->rel_sl[g - 1] : st->tied_sl;
-}
-
 /* ...and hands it to the reduce-scatter after its last part (task id);
  * a tied table's copy moves to the stage's sum first (tacc). */
 static int grad_end(exec_worker *w, exec_stage *st, exec_rec *r, int id,
@@ -999,7 +992,7 @@ static int grad_end(exec_worker *w, exec_stage *st, exec_rec *r, int id,
     if (rt->zero < 2) return 0;
     st->g = NULL;
     for (int t = 0; t < 3 && r->gb; t++) {
-        int k = table_sl(st, t);
+        int k = exec_stage_table_sl(st, t);
         if (!(st->tied_x >> t & 1) || k < 0) continue;
         const exec_slice *sl = &st->sl[k];
         if (!st->tacc[t]) {
@@ -1028,7 +1021,7 @@ static float *tied_grad(const exec_runtime *rt, const exec_stage *st, int g)
 {
     if (rt->zero >= 2 && (st->tied_x >> g & 1))
         return st->tacc[g] ? st->tacc[g]->p : NULL;
-    return st->g ? st->g + st->sl[table_sl(st, g)].off : NULL;
+    return st->g ? st->g + st->sl[exec_stage_table_sl(st, g)].off : NULL;
 }
 
 static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
@@ -1360,7 +1353,7 @@ static int sum_tied(exec_worker *w, exec_stage *st, int g,
                     util_err *e)
 {
     exec_runtime *rt = w->rt;
-    const exec_slice *sl = &st->sl[table_sl(st, g)];
+    const exec_slice *sl = &st->sl[exec_stage_table_sl(st, g)];
     float *own = tied_grad(rt, st, g);
     /* sharded: the copies' total goes into the step's last reduce-
      * scatter of the stage, the ring this task starts */
@@ -2160,7 +2153,7 @@ static int send_pieces(exec_worker *w, int id, exec_piece *pc, int *np,
     }
     if (t->comm == SIM_COMM_EMB) {
         /* the token table's, or a T5's relative-position table's */
-        int tb = t->table < 3 ? t->table : 0, k = table_sl(st, tb);
+        int tb = t->table < 3 ? t->table : 0, k = exec_stage_table_sl(st, tb);
         float *g = k >= 0 ? tied_grad(rt, st, tb) : NULL;
         if (k < 0)
             return util_errf(e, UTIL_EXIT_FAIL, "a tied table's gradient "

@@ -771,6 +771,14 @@ void exec_stier_free(exec_worker *w, exec_stage *st);
  * IR's rings gather the weights and reduce-scatter the gradients between
  * the devices, and the first step agrees the gradient norm. */
 typedef struct exec_tiers exec_tiers;
+/* The slice of stage st holding its copy of tied table g (0 the token
+ * table, 1 and 2 a T5's encoder's and decoder's relative-position
+ * tables; sim_task.table), -1 */
+static inline int exec_stage_table_sl(const exec_stage *st, int g)
+{
+    return g ? st->rel_sl[g - 1] : st->tied_sl;
+}
+
 /* The most pieces of a share: three tied tables (the token table, a
  * T5's relative-position tables) cut apart from the rest. */
 #define EXEC_TIER_PIECES 7

@@ -316,13 +316,6 @@ static void copy_timed(exec_tiers *t, int up, float *dst, const float *src,
     pthread_mutex_unlock(&t->mu);
 }
 
-/* The slice of stage st holding its copy of tied table g (0 the token
- * table, 1 and 2 a T5's relative-position tables), -1 */
-static int tab_sl(const exec_stage *st, int g)
-{
-    return g ? st->rel_sl[g - 1] : st->tied_sl;
-}
-
 int exec_tiers_chunk(const exec_stage *st, int D, int c,
                      size_t lo[EXEC_TIER_PIECES], size_t n[EXEC_TIER_PIECES])
 {
@@ -331,7 +324,7 @@ int exec_tiers_chunk(const exec_stage *st, int D, int c,
     int ns = 0;
     seg[ns++] = 0;
     for (int g = 0; g < 3 && D > 1; g++) {
-        int k = tab_sl(st, g);
+        int k = exec_stage_table_sl(st, g);
         if (k < 0) continue;
         size_t a = st->sl[k].off, b = a + st->sl[k].n;
         int at = ns;
@@ -409,7 +402,7 @@ static void share_set(exec_tiers *t, tier_stage *s, const exec_stage *st)
     }
     for (int g = 0; g < 3; g++) {
         s->tlo[g] = s->th[g] = s->tn[g] = 0;
-        int sl = tab_sl(st, g);
+        int sl = exec_stage_table_sl(st, g);
         for (int k = 0; sl >= 0 && k < s->np; k++) {
             size_t h, n = sl_piece(s, &st->sl[sl], k, &h);
             if (!n) continue;
@@ -453,7 +446,7 @@ static unsigned tabs_of(const exec_tiers *t, const exec_stage *st, int li,
     unsigned m = 0;
     for (int g = 0; g < 3; g++) {
         const struct tier_tab *b = &t->tab[g];
-        if (tab_sl(st, g) < 0 || b->step < 0) continue;
+        if (exec_stage_table_sl(st, g) < 0 || b->step < 0) continue;
         if (steps < 0 || (steps == 1) == (b->step == li)) m |= 1u << g;
     }
     return m;
@@ -669,7 +662,7 @@ int exec_tiers_stage_add(exec_worker *w, exec_stage *st,
     host_free(t, &whole, st->n);
     for (int g = 0; g < 3; g++) {
         struct tier_tab *b = &t->tab[g];
-        if (tab_sl(st, g) < 0) continue;
+        if (exec_stage_table_sl(st, g) < 0) continue;
         /* every holder's share of the table is alike */
         b->hold = util_realloc(b->hold, sizeof(int) * (size_t)(b->n_hold + 1));
         b->hold[b->n_hold++] = li;
@@ -1020,7 +1013,7 @@ static void norm_part(void *ctx, int p, int n)
         const exec_slice *sl = &st->sl[k];
         int tied = -1;
         for (int g = 0; g < 3; g++)
-            if (k == tab_sl(st, g) && c->t->tab[g].n_hold > 1) tied = g;
+            if (k == exec_stage_table_sl(st, g) && c->t->tab[g].n_hold > 1) tied = g;
         if (sl->frozen) continue;
         if (tied >= 0 ? c->li != c->t->tab[tied].step : !sl->norm_owner)
             continue;
@@ -1079,7 +1072,7 @@ static int opt_steps(const exec_tiers *t, const exec_stage *st, int li, int k)
 {
     if (st->sl[k].frozen) return 0;
     for (int g = 0; g < 3; g++)
-        if (k == tab_sl(st, g) && t->tab[g].n_hold > 1 &&
+        if (k == exec_stage_table_sl(st, g) && t->tab[g].n_hold > 1 &&
             li != t->tab[g].step)
             return 0;
     return 1;
@@ -1195,7 +1188,7 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
      * waits for it apart (the table's floats, not the stage's) */
     for (int g = 0; g < 3 && fuyou && s->hg; g++) {
         const struct tier_tab *b = &t->tab[g];
-        if (tab_sl(st, g) < 0 || b->n_hold < 2 || li == b->step) continue;
+        if (exec_stage_table_sl(st, g) < 0 || b->n_hold < 2 || li == b->step) continue;
         UTIL_NEVER(s->tgk[g] != NULL);
         s->tgk[g] = host_new(t, b->n);
         memcpy(s->tgk[g], s->hg + s->th[g], b->n * sizeof(float));
@@ -1408,11 +1401,11 @@ void exec_tiers_settle(exec_worker *w)
         const struct tier_tab *b = &t->tab[g];
         if (b->step < 0) continue;
         const tier_stage *s = &t->ts[b->step];
-        const exec_slice *sl = &s->st->sl[tab_sl(s->st, g)];
+        const exec_slice *sl = &s->st->sl[exec_stage_table_sl(s->st, g)];
         for (int k = 0; k < b->n_hold; k++) {
             tier_stage *o = &t->ts[b->hold[k]];
             if (o != s)
-                w->rt->be->copy(o->res->p + o->st->sl[tab_sl(o->st, g)].off,
+                w->rt->be->copy(o->res->p + o->st->sl[exec_stage_table_sl(o->st, g)].off,
                                 s->res->p + sl->off, sl->n * sizeof(float));
         }
     }
@@ -1470,7 +1463,7 @@ int exec_tiers_read_state(exec_worker *w, exec_stage *st, float *wt,
      * moments */
     for (int g = 0; g < 3 && !rc; g++) {
         const struct tier_tab *b = &t->tab[g];
-        if (tab_sl(st, g) < 0) continue;
+        if (exec_stage_table_sl(st, g) < 0) continue;
         if (wt && b->w) memcpy(wt + s->tlo[g], b->w, b->n * sizeof(float));
         if (!(m || v) || b->step < 0 || li == b->step) continue;
         const exec_stage *o = t->ts[b->step].st;
