@@ -1208,6 +1208,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     }
     if (holders < 2)
         for (int s = 0; s < n_stages; s++) c->stage[s].tied_bytes = 0;
+    c->tied_holders = holders < 2 ? 0 : holders;
     /* A T5's relative-position tables (rel_pos_buckets x heads, one per
      * stack): a copy on every stage holding an op that adds the bias (a
      * self-attention's softmax, whose scores read one input, or its fused

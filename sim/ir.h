@@ -452,15 +452,19 @@ struct sim_costs {
                                  * read from the drives, gradients copied
                                  * out): the most its window holds, which
                                  * sim_offload_tier_use follows in time */
-    double tied_keep32;         /* Fuyou with a tied head: the last
-                                 * stage's fp32 gradient (the table's and
-                                 * the rest, one buffer), kept from its
-                                 * step (it cannot step the table) to the
-                                 * first stage's, which sums and steps
-                                 * it; 0: none */
+    double tied_keep32;         /* Fuyou with a tied head: the fp32
+                                 * table gradient of each holder but the
+                                 * first stage (the head; a T5's decoder
+                                 * embedding too), kept from its step (it
+                                 * cannot step the table) to the first
+                                 * stage's, which sums and steps it; 0:
+                                 * none */
     double tied_table32;        /* the tied table's fp32 gradient where
                                  * the first and last stages both hold
                                  * it (and it trains); 0: none */
+    int tied_holders;           /* the model stages holding a copy of
+                                 * the tied table that trains, where two
+                                 * or more do (else 0) */
     double nvme_bytes, nvme_cap;/* the same on the drives */
     sim_stage_cost *stage;
     /* with sim_cost_opts.op_times, each op's task times on its stage's

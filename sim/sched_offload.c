@@ -424,11 +424,8 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
      * stage (the head; a T5's decoder's embedding too) keeps its fp32
      * gradient of it from its step until the first stage sums and steps
      * the table */
-    int holders = 0;
-    for (int v = 0; v < N; v++)
-        holders += c->stage[v].tied_bytes > 0 && c->stage[v].model_stage == v;
     c->tied_keep32 = c->offload == SIM_SCHED_FUYOU && c->tied_table32 > 0
-                   ? (holders > 2 ? holders - 1 : 1) * c->tied_table32 : 0;
+                   ? (c->tied_holders - 1) * c->tied_table32 : 0;
     double hbw = t->nodes[host].read_bw_bytes_per_s;
     /* one GPU holds the one table a tied head shares with the embedding:
      * fetched for each (on the drives, its newest weights wait in DRAM
