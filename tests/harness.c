@@ -427,6 +427,48 @@ void expect_mode_peaks(const pspec *s, const char *const *modes, int n,
     }
 }
 
+void expect_qlora_is_lora(sim_plan *p, const exec_pipe_result *q,
+                          const pspec *tp)
+{
+    size_t P = q->n_params;
+    char *dir = test_tmpdir(), ck[600];
+    snprintf(ck, sizeof ck, "%s/rounded.ckpt", dir);
+    float *zero = calloc(P + 1, sizeof *zero);
+    exec_ckpt_meta meta = {q->cfg, q->B, q->T, 1337, 0};
+    util_err e;
+    cr_assert_eq(exec_ckpt_save_state(ck, q->params, zero, zero, &meta, &e),
+                 0, "%s", e.msg);
+    pipe_set_ft(p, "lora:4:all");   /* QLoRA's default targets */
+    exec_pipe_opts o = pipe_opts(p, 5, 1.0f);
+    o.init = ck;
+    exec_pipe_result l;
+    cr_assert_eq(exec_pipe_run(&o, &l, &e), 0, "%s", e.msg);
+    cr_assert_eq(l.n_lora, q->n_lora);
+    cr_expect(!memcmp(l.lora, q->lora, sizeof *l.lora * l.n_lora),
+              "%s: the adapters differ from LoRA's over the rounded base",
+              p->model);
+    cr_expect(!memcmp(l.params, q->params, sizeof *l.params * P),
+              "%s: LoRA wrote the rounded base", p->model);
+    sim_plan p2;
+    pipe_plan(tp, &p2);
+    pipe_set_ft(&p2, "qlora:4");
+    exec_pipe_result t;
+    pipe_run(&p2, 5, 1.0f, &t);
+    cr_expect(!memcmp(t.params, q->params, sizeof *t.params * P),
+              "%s: tensor parallelism rounded the base otherwise", p->model);
+    expect_close(q->lora, t.lora, q->n_lora, 1e-5, "qlora, tensor parallel");
+    /* the frozen base held in 4 bits */
+    for (int d = 0; d < 2; d++)
+        cr_expect_lt(q->peak_bytes[d], l.peak_bytes[d], "%s, device %d: "
+                     "QLoRA %.0f bytes, LoRA %.0f", p->model, d,
+                     q->peak_bytes[d], l.peak_bytes[d]);
+    test_rm_rf(dir);
+    free(zero);
+    exec_pipe_result_free(&l);
+    exec_pipe_result_free(&t);
+    sim_plan_free(&p2);
+}
+
 void expect_drive_bytes(const exec_pipe_result *r, const char *what)
 {
     double sim = 0;

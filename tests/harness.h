@@ -111,6 +111,14 @@ double test_sim_peak(const exec_pipe_result *r, int d);
  * full training's under the others. */
 void expect_mode_peaks(const pspec *s, const char *const *modes, int n,
                        double tol);
+/* QLoRA is LoRA over the base as NF4 rounds it: q, plan p's run of 5
+ * steps under qlora:4 (clip 1); LoRA on QLoRA's default targets from
+ * that rounded base saved and read back (--init) gives its adapters
+ * and base bit for bit; plan tp (tensor parallel) rounds the base
+ * alike, its adapters within fp32 reordering; the 4-bit base leaves
+ * each device less than LoRA's. p's mode is left lora:4:all. */
+void expect_qlora_is_lora(sim_plan *p, const exec_pipe_result *q,
+                          const pspec *tp);
 
 /* Expects the drives' bytes a run moved per step (every worker's) to be
  * those of its IR's NVMe tasks, each rounded up to whole O_DIRECT blocks

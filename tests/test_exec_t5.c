@@ -768,40 +768,9 @@ Test(exec_t5, qlora_is_lora_over_the_rounded_base)
                       sizeof *base * we->n));
     cr_expect(!memcmp(q.params + re->off, base + re->off,
                       sizeof *base * re->n));
-    char *dir = test_tmpdir(), ck[600];
-    snprintf(ck, sizeof ck, "%s/rounded.ckpt", dir);
-    float *zero = calloc(P + 1, sizeof *zero);
-    exec_ckpt_meta meta = {q.cfg, q.B, q.T, 1337, 0};
-    util_err e;
-    cr_assert_eq(exec_ckpt_save_state(ck, q.params, zero, zero, &meta, &e),
-                 0, "%s", e.msg);
-    pipe_set_ft(&p, "lora:4:all");   /* QLoRA's default targets */
-    exec_pipe_opts o = pipe_opts(&p, 5, 1.0f);
-    o.init = ck;
-    exec_pipe_result l;
-    cr_assert_eq(exec_pipe_run(&o, &l, &e), 0, "%s", e.msg);
-    cr_assert_eq(l.n_lora, q.n_lora);
-    cr_expect(!memcmp(l.lora, q.lora, sizeof *l.lora * l.n_lora),
-              "the adapters differ from LoRA's over the rounded base");
-    pspec s2 = {T5, SIM_SCHED_1F1B, 2, 1, 2, 1, 4, 0, 0};
-    sim_plan p2;
-    pipe_plan(&s2, &p2);
-    pipe_set_ft(&p2, "qlora:4");
-    exec_pipe_result t;
-    pipe_run(&p2, 5, 1.0f, &t);
-    cr_expect(!memcmp(t.params, q.params, sizeof *t.params * P),
-              "tensor parallelism rounded the base otherwise");
-    expect_close(q.lora, t.lora, q.n_lora, 1e-5, "T5 qlora tp2");
-    for (int d = 0; d < 2; d++)
-        cr_expect_lt(q.peak_bytes[d], l.peak_bytes[d], "device %d: QLoRA "
-                     "%.0f bytes, LoRA %.0f", d, q.peak_bytes[d],
-                     l.peak_bytes[d]);
-    test_rm_rf(dir);
-    free(zero);
     free(base);
+    pspec tp = {T5, SIM_SCHED_1F1B, 2, 1, 2, 1, 4, 0, 0};
+    expect_qlora_is_lora(&p, &q, &tp);
     exec_pipe_result_free(&q);
-    exec_pipe_result_free(&l);
-    exec_pipe_result_free(&t);
     sim_plan_free(&p);
-    sim_plan_free(&p2);
 }

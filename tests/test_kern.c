@@ -11,6 +11,7 @@
  * check that backward adds into its outputs. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -957,11 +958,25 @@ Test(kern, rmsnorm)
 
 static double ref_silu(double x) { return x / (1 + exp(-x)); }
 
-Test(kern, swiglu)
+/* GELU's tanh form as GPT-2 and Hugging Face's gelu_new write it */
+static double ref_gelu_tanh(double x)
+{
+    return 0.5 * x *
+           (1 + tanh(sqrt(2 / 3.14159265358979323846) *
+                     (x + 0.044715 * x * x * x)));
+}
+
+/* A gated MLP's kernels (a row of inp(N,2F) is gate | up, out = act(gate)
+ * up) against act written out, the backward against finite differences */
+static void check_gated(const char *name, unsigned seed,
+                        void (*fwd)(float *, const float *, int, int),
+                        void (*bwd)(float *, const float *, const float *,
+                                    int, int),
+                        double (*act)(double))
 {
     const int shapes[][2] = {{1, 3}, {4, 17}};
     for (int s = 0; s < 2; s++) {
-        rng_seed(1300 + s);
+        rng_seed(seed + (unsigned)s);
         int N = shapes[s][0], F = shapes[s][1];
         size_t n = (size_t)N * F;
         float *x = rnd(2 * n), *g = rnd(n), *out = rnd(n);
@@ -972,60 +987,35 @@ Test(kern, swiglu)
             for (int j = 0; j < F; j++) {
                 double a = x[i * 2 * F + j], u = x[i * 2 * F + F + j],
                        gg = g[i * F + j];
-                want[i * F + j] = ref_silu(a) * u;
+                want[i * F + j] = act(a) * u;
                 fx[i * 2 * F + j] =
-                    gg * u * (ref_silu(a + FD_H) - ref_silu(a - FD_H)) /
-                    (2 * FD_H);
-                fx[i * 2 * F + F + j] = gg * ref_silu(a);
+                    gg * u * (act(a + FD_H) - act(a - FD_H)) / (2 * FD_H);
+                fx[i * 2 * F + F + j] = gg * act(a);
             }
-        kern_swiglu_forward(out, x, N, F);
-        check("swiglu.out", out, want, n, FWD_ATOL, FWD_RTOL);
+        char what[32];
+        fwd(out, x, N, F);
+        snprintf(what, sizeof what, "%s.out", name);
+        check(what, out, want, n, FWD_ATOL, FWD_RTOL);
         float *dx = rnd(2 * n), *dx0 = copy_f(dx, 2 * n);
-        kern_swiglu_backward(dx, x, g, N, F);
-        check_grad("swiglu.dinp", dx, dx0, fx, 2 * n);
+        bwd(dx, x, g, N, F);
+        snprintf(what, sizeof what, "%s.dinp", name);
+        check_grad(what, dx, dx0, fx, 2 * n);
         free(x); free(g); free(out); free(want); free(fx); free(dx);
         free(dx0);
     }
 }
 
-/* GELU's tanh form as GPT-2 and Hugging Face's gelu_new write it */
-static double ref_gelu_tanh(double x)
+Test(kern, swiglu)
 {
-    return 0.5 * x *
-           (1 + tanh(sqrt(2 / 3.14159265358979323846) *
-                     (x + 0.044715 * x * x * x)));
+    check_gated("swiglu", 1300, kern_swiglu_forward, kern_swiglu_backward,
+                ref_silu);
 }
 
+/* T5 1.1's gated-gelu */
 Test(kern, geglu)
 {
-    const int shapes[][2] = {{1, 3}, {4, 17}};
-    for (int s = 0; s < 2; s++) {
-        rng_seed(1400 + s);
-        int N = shapes[s][0], F = shapes[s][1];
-        size_t n = (size_t)N * F;
-        float *x = rnd(2 * n), *g = rnd(n), *out = rnd(n);
-        for (size_t i = 0; i < 2 * n; i++) x[i] *= (float)(1 + 3 * (i % 3));
-        double *want = malloc(n * sizeof *want),
-               *fx = malloc(2 * n * sizeof *fx);
-        for (int i = 0; i < N; i++)
-            for (int j = 0; j < F; j++) {
-                double a = x[i * 2 * F + j], u = x[i * 2 * F + F + j],
-                       gg = g[i * F + j];
-                want[i * F + j] = ref_gelu_tanh(a) * u;
-                fx[i * 2 * F + j] =
-                    gg * u *
-                    (ref_gelu_tanh(a + FD_H) - ref_gelu_tanh(a - FD_H)) /
-                    (2 * FD_H);
-                fx[i * 2 * F + F + j] = gg * ref_gelu_tanh(a);
-            }
-        kern_geglu_forward(out, x, N, F);
-        check("geglu.out", out, want, n, FWD_ATOL, FWD_RTOL);
-        float *dx = rnd(2 * n), *dx0 = copy_f(dx, 2 * n);
-        kern_geglu_backward(dx, x, g, N, F);
-        check_grad("geglu.dinp", dx, dx0, fx, 2 * n);
-        free(x); free(g); free(out); free(want); free(fx); free(dx);
-        free(dx0);
-    }
+    check_gated("geglu", 1400, kern_geglu_forward, kern_geglu_backward,
+                ref_gelu_tanh);
 }
 
 /* q | k | v expansion, against RoPE written from its definition: the
