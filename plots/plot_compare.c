@@ -136,6 +136,13 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
         size_t glen = 0;
         FILE *g = open_memstream(&gbuf, &glen);
         int h = 2 * (120 + 40 * ndev) + 2 * 260;
+        /* the memory axis in the unit of the larger peak (the data files
+         * stay in GiB): a model of kilobytes reads in KiB */
+        double mmax = t[0].mmax > t[1].mmax ? t[0].mmax : t[1].mmax,
+               scale = mmax >= 1 << 30 ? 1 : mmax >= 1 << 20 ? 1024
+                                                             : 1048576;
+        const char *unit = scale == 1 ? "GiB" : scale == 1024 ? "MiB"
+                                                              : "KiB";
         const char *term[2][2] = {{"pngcairo", "png"}, {"svg", "svg"}};
         char img[2][1200];
         /* names as quoted gnuplot strings: a prefix may hold quotes,
@@ -171,13 +178,13 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
             }
             fprintf(g, "set ytics auto\nset autoscale y\nset yrange [0:*]\n"
                     "set xrange [0:%f]\nset key inside top right\n"
-                    "set ylabel 'GiB'\n", tmax * 1.001);
+                    "set ylabel '%s'\n", tmax * 1.001, unit);
             for (int w = 0; w < 2; w++) {
                 fprintf(g, "set title '%s memory per device' noenhanced\n",
                         what[w]);
-                fprintf(g, "plot for [i=0:%d] %s index i using 1:2 with "
-                        "steps lw 2 title sprintf('dev %%d', i)\n", ndev - 1,
-                        q[w][1]);
+                fprintf(g, "plot for [i=0:%d] %s index i using 1:($2*%g) "
+                        "with steps lw 2 title sprintf('dev %%d', i)\n",
+                        ndev - 1, q[w][1], scale);
             }
             fprintf(g, "unset multiplot\nunset ylabel\n");
         }

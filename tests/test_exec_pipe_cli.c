@@ -266,6 +266,9 @@ Test(exec_cli_pipe, trace_has_sims_tasks_and_tracks)
     cr_assert_eq(s.code, 0, "%s", s.err);
     cr_expect_eq(sh_run("test -s %s/c-compare.png && test -s "
                         "%s/c-compare.svg", dir, dir), 0);
+    /* a model of kilobytes: its memory read in KiB, not in 1e-5 GiB */
+    cr_expect_eq(sh_run("grep -q \"set ylabel 'KiB'\" %s/c-compare.gp",
+                        dir), 0);
     cli_result_free(&s);
     make_plan(dir, "g.json", "--hw cpu x2 --model MODEL --schedule gpipe "
               "--pp 2 --mbs 1 --microbatches 4");
