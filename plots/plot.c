@@ -191,7 +191,7 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
     size_t n = json_array_size(evs);
     box *bx = util_malloc(sizeof(box) * (n + 1));
     int nb = 0, ndev = 0;
-    double tmax = 0, mmax = 0;
+    double tmax = 0, mmax = 0, hmax = 0; /* devices', host tiers' peak */
     char *mbuf = NULL, *tbuf = NULL, *gbuf = NULL;
     size_t mlen = 0, tlen = 0, glen = 0;
     /* memory: one block per device */
@@ -231,6 +231,7 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
                 json_object_get(ev, "args"), "bytes"));
             fprintf(mf, "%.6f %.6f\n", ts, by / (1 << 30));
             if (by > mmax && d < ndev) mmax = by;
+            if (by > hmax && d >= ndev) hmax = by;
             if (d >= ndev) has_tier[d - ndev] = 1;
             any = 1;
             if (ts >= last_t) last_t = ts, last_by = by;
@@ -371,28 +372,34 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
         double cap0 = caps ? json_number_value(json_array_get(caps, 0)) : 0;
         /* a capacity far above the curves would flatten them: name it */
         int cap_line = cap0 > 0 && cap0 < 4 * mmax;
+        /* each axis in its curves' unit (the data file stays in GiB) */
+        double sc, hsc;
+        const char *unit = plot_mem_unit(cap_line && cap0 > mmax ? cap0
+                                                                  : mmax,
+                                         &sc),
+                   *hunit = plot_mem_unit(hmax, &hsc);
         fprintf(gf, "set title 'memory per device%s", cap_line || cap0 <= 0
                 ? "" : " (capacity ");
         if (!cap_line && cap0 > 0)
             fprintf(gf, "%.2f GiB)", cap0 / (1 << 30));
         fprintf(gf, "' noenhanced\nset key "
-                "outside right\nset ylabel 'GiB'\nset autoscale y\nset "
-                "yrange [0:*]\nset ytics auto\nset grid ytics\n");
+                "outside right\nset ylabel '%s'\nset autoscale y\nset "
+                "yrange [0:*]\nset ytics auto\nset grid ytics\n", unit);
         /* the host tiers on their own axis: hundreds of GiB or TiB
          * beside a GPU's few */
         if (has_tier[0] || has_tier[1])
-            fprintf(gf, "set y2label 'GiB, host tiers'\nset y2range [0:*]\n"
-                    "set y2tics\n");
-        fprintf(gf, "plot for [i=0:%d] %s index i using 1:2 with steps "
-                "lw 2 title sprintf('dev %%d', i)", ndev - 1, qm);
+            fprintf(gf, "set y2label '%s, host tiers'\nset y2range [0:*]\n"
+                    "set y2tics\n", hunit);
+        fprintf(gf, "plot for [i=0:%d] %s index i using 1:($2*%g) with "
+                "steps lw 2 title sprintf('dev %%d', i)", ndev - 1, qm, sc);
         for (int k = 0; k < 2; k++)
             if (has_tier[k])
-                fprintf(gf, ", %s index %d using 1:2 with steps lw 2 dt %d "
-                        "axes x1y2 title '%s'", qm, ndev + k, k ? 3 : 2,
-                        tier_ctr[k]);
+                fprintf(gf, ", %s index %d using 1:($2*%g) with steps lw 2 "
+                        "dt %d axes x1y2 title '%s'", qm, ndev + k, hsc,
+                        k ? 3 : 2, tier_ctr[k]);
         if (cap_line)
             fprintf(gf, ", %f with lines dt 2 lc rgb '#C44E52' title "
-                    "'capacity'", cap0 / (1 << 30));
+                    "'capacity'", cap0 / (1 << 30) * sc);
         if (has_tier[0] || has_tier[1])
             fprintf(gf, "\nunset y2label\nunset y2tics");
         fprintf(gf, "\nunset ylabel\nunset title\n");

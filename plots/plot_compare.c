@@ -138,11 +138,9 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
         int h = 2 * (120 + 40 * ndev) + 2 * 260;
         /* the memory axis in the unit of the larger peak (the data files
          * stay in GiB): a model of kilobytes reads in KiB */
-        double mmax = t[0].mmax > t[1].mmax ? t[0].mmax : t[1].mmax,
-               scale = mmax >= 1 << 30 ? 1 : mmax >= 1 << 20 ? 1024
-                                                             : 1048576;
-        const char *unit = scale == 1 ? "GiB" : scale == 1024 ? "MiB"
-                                                              : "KiB";
+        double scale;
+        const char *unit = plot_mem_unit(
+            t[0].mmax > t[1].mmax ? t[0].mmax : t[1].mmax, &scale);
         const char *term[2][2] = {{"pngcairo", "png"}, {"svg", "svg"}};
         char img[2][1200];
         /* names as quoted gnuplot strings: a prefix may hold quotes,

@@ -94,3 +94,10 @@ int plot_script_run(plot_text *t, const char *prefix, const char *kind,
     const char *outs[] = {img[0], img[1]};
     return plot_run_gnuplot(script, outs, 2, e);
 }
+
+const char *plot_mem_unit(double max_bytes, double *per_gib)
+{
+    if (max_bytes >= (double)(1 << 30)) return *per_gib = 1, "GiB";
+    if (max_bytes >= (double)(1 << 20)) return *per_gib = 1024, "MiB";
+    return *per_gib = 1048576, "KiB";
+}

@@ -55,6 +55,11 @@ int plot_text_save(plot_text *t, const char *path, util_err *e);
  * the file cannot be written. */
 char *plot_data_save(plot_text *t, const char *prefix, const char *kind,
                      util_err *e);
+/* The unit a memory axis reads in, for curves whose largest value is
+ * max_bytes: GiB, MiB or KiB (a model of kilobytes in KiB, not in 1e-5
+ * GiB); *per_gib gets how many of it a GiB is (the data files stay in
+ * GiB: the script multiplies). */
+const char *plot_mem_unit(double max_bytes, double *per_gib);
 /* A --plot prefix longer than PLOT_MAX_PREFIX: code 2. */
 int plot_prefix_check(const char *prefix, util_err *e);
 /* A script that draws PREFIX-KIND.png and .svg: its header, then for each

@@ -213,6 +213,13 @@ Test(sim_cli, trace_and_plot)
         unlink(p);
     }
     if (!have_gnuplot) cr_assert(strstr(r.err, "gnuplot not found"));
+    /* peaks of 50 MiB read in MiB (the data file stays in GiB) */
+    snprintf(p, sizeof p, "%s/p.gp", dir);
+    char *gp = slurp(p);
+    cr_assert_not_null(gp);
+    cr_expect(strstr(gp, "set ylabel 'MiB'") &&
+              strstr(gp, "using 1:($2*1024) with steps"), "%s", gp);
+    free(gp);
     const char *rest[] = {"t.json", "p-timeline.dat", "p-memory.dat", "p.gp"};
     for (int i = 0; i < 4; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, rest[i]);
