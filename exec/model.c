@@ -281,8 +281,7 @@ int exec_gpt_config_from_spec(const prof_model_spec *s, exec_gpt_config *c,
                  "base alone)");
     if (why[0])
         return util_errf(e, UTIL_EXIT_USAGE,
-                         "%s: the CPU reference trainer cannot train this "
-                         "model: %s",
+                         "%s: the executor cannot train this model: %s",
                          where, why);
     c->vocab = s->vocab;
     c->max_pos = s->max_pos;

@@ -22,7 +22,8 @@ typedef struct ofl_chunk {
     size_t off, n;              /* floats of the stage's arena */
     int sl0, sl1;               /* its slices */
     int64_t foff;               /* nvme: w, m, v regions from here */
-    int runs;                   /* gradient windows one record writes back */
+    int layer;                  /* the graph layer its ops belong to */
+    int runs;                   /* gradient windows a step writes back */
     int early;                  /* fuyou: updated in the backward pass */
     /* under the tier's mutex */
     int seen;                   /* gradient windows written back this step */
@@ -37,9 +38,10 @@ struct exec_ofl_stage {
     ofl_chunk *c;
     int n_c;
     int *need;                  /* per op of the stage: its chunk, -1 */
-    int *need2;                 /* and a second one, -1: the table's for
-                                 * a tied decoder with weights of its own
-                                 * (BERT's bias) in another chunk */
+    int *need2;                 /* and a second one, -1: a table another
+                                 * op holds, beside the op's layer */
+    unsigned char *gmask;       /* per op: which of the two its gradients
+                                 * go to (bit 0 need, bit 1 need2) */
     int cur, cur2;              /* the resident chunks, -1 */
     float *g;                   /* host gradients (st->g) */
     float *hw, *hm, *hv;        /* dram: the states */
@@ -428,26 +430,47 @@ static void chunks_build(exec_worker *w, exec_stage *st,
         if (at[i + 1] == at[i]) continue;
         /* slices follow the ops: a layer's parameters are contiguous */
         if (lay != last_layer)
-            s->c[s->n_c++] = (ofl_chunk){.off = at[i], .queued_step = -1};
+            s->c[s->n_c++] = (ofl_chunk){.off = at[i], .queued_step = -1,
+                                         .layer = lay};
         last_layer = lay;
         ofl_chunk *c = &s->c[s->n_c - 1];
         c->n = at[i + 1] - c->off;
         s->need[i] = s->n_c - 1;
     }
-    /* a tied head with the embedding in the stage reads the table: its
-     * chunk, or a second one beside the head's own (a decoder's bias) */
+    /* an op reading a table another op of the stage holds (a tied head
+     * or decoder embedding the token table, a T5 attention's softmax its
+     * stack's relative-position table) needs its layer's chunk, which
+     * stays, and the table's (a BERT decoder's bias and the table) */
     s->need2 = util_malloc(sizeof(int) * (size_t)(n + 1));
+    s->gmask = util_calloc((size_t)n + 1, 1);
     for (int i = 0; i < n; i++) {
         s->need2[i] = -1;
-        if (st->tied_sl < 0 ||
-            m->ops[st->first + i].role != PROF_ROLE_LM_HEAD)
-            continue;
-        for (int c = 0; c < s->n_c; c++)
-            if (st->sl[st->tied_sl].off >= s->c[c].off &&
-                st->sl[st->tied_sl].off < s->c[c].off + s->c[c].n) {
-                if (s->need[i] < 0) s->need[i] = c;
-                else if (s->need[i] != c) s->need2[i] = c;
+        const exec_xop *x = &rt->xop[st->first + i];
+        const int read[3] = {st->sl_w[i], st->sl_b[i], st->sl_x[i]};
+        for (int k = 0; k < 3; k++) {
+            if (read[k] < 0 || st->sl[read[k]].frozen) continue;
+            size_t off = st->sl[read[k]].off;
+            int c = 0;
+            while (c < s->n_c &&
+                   (off < s->c[c].off || off >= s->c[c].off + s->c[c].n))
+                c++;
+            UTIL_NEVER(c == s->n_c);
+            if (s->need[i] < 0)
+                for (int l = 0; l < s->n_c; l++)
+                    if (s->c[l].layer == m->ops[st->first + i].layer)
+                        s->need[i] = l;
+            if (s->need[i] < 0) s->need[i] = c;
+            else if (s->need[i] != c) {
+                UTIL_NEVER(s->need2[i] >= 0 && s->need2[i] != c);
+                s->need2[i] = c;
             }
+            /* what its backward writes: its weights' gradients, a T5
+             * softmax's table's */
+            if (x->has_w || x->rel)
+                s->gmask[i] |= s->need[i] == c ? 1 : 2;
+        }
+        /* its own parameters (adapters too), in its own chunk */
+        if (x->has_w && at[i + 1] > at[i]) s->gmask[i] |= 1;
     }
     for (int c = 0; c < s->n_c; c++) {
         ofl_chunk *ch = &s->c[c];
@@ -459,17 +482,37 @@ static void chunks_build(exec_worker *w, exec_stage *st,
         while (ch->sl1 < st->n_sl && st->sl[ch->sl1].off < ch->off + ch->n)
             ch->sl1++;
     }
-    /* gradient windows a backward writes back: runs of a chunk among the
-     * ops with a weight part, last op first (an op holding two chunks
-     * continues or starts a run of each) */
-    int prev = -1, prev2 = -1;
-    for (int i = n - 1; i >= 0; i--) {
-        int c = s->need[i], c2 = s->need2[i];
-        if (c < 0 || !rt->xop[st->first + i].has_w) continue;
-        if (c != prev && c != prev2) s->c[c].runs++;
-        if (c2 >= 0 && c2 != prev && c2 != prev2) s->c[c2].runs++;
-        prev = c;
-        prev2 = c2;
+    /* the gradient windows a step writes back, per chunk: the backward
+     * tasks of the stage replayed as exec_ofl_acquire and
+     * exec_ofl_release open and close them (a fused backward; a split
+     * one's B, whose T5 softmaxes add to their tables, and W) */
+    for (int t = 0; t < rt->ir->n_tasks; t++) {
+        const sim_task *u = &rt->ir->tasks[t];
+        if (u->stage != st->id ||
+            (u->kind != SIM_BW && u->kind != SIM_B && u->kind != SIM_W))
+            continue;
+        int cur = -1, cur2 = -1;
+        unsigned char *open = util_calloc((size_t)s->n_c + 1, 1);
+        for (int i = n - 1; i >= 0; i--) {
+            const exec_xop *x = &rt->xop[st->first + i];
+            int c = s->need[i], c2 = s->need2[i];
+            if (c < 0 || (u->kind == SIM_W && !x->has_w)) continue;
+            int grad = u->kind == SIM_BW ? x->has_w || x->rel
+                     : u->kind == SIM_B ? x->rel : 1;
+            if (cur != c || cur2 != c2) {
+                if (cur >= 0 && cur != c && cur != c2) open[cur] = 0;
+                if (cur2 >= 0 && cur2 != c && cur2 != c2) open[cur2] = 0;
+                cur = c;
+                cur2 = c2;
+            }
+            for (int k = 0; grad && k < 2; k++) {
+                int y = k ? c2 : c;
+                if (y < 0 || !(s->gmask[i] >> k & 1) || open[y]) continue;
+                open[y] = 1;
+                s->c[y].runs++;
+            }
+        }
+        free(open);
     }
     free(at);
 }
@@ -587,7 +630,7 @@ static int drop(exec_worker *w, exec_stage *st, int c, util_err *e)
         exec_buf_unref(ch->gb);
         ch->gb = NULL;
         pthread_mutex_lock(&o->mu);
-        if (++ch->seen == ch->runs * rt->M && ch->early) {
+        if (++ch->seen == ch->runs && ch->early) {
             int step = rt->step0 + w->epoch_now - 1;
             ch->busy = 1;
             ch->queued_step = step;
@@ -669,7 +712,7 @@ int exec_ofl_acquire(exec_worker *w, exec_stage *st, int op, int backward,
     for (int k = 0; grad && k < 2; k++) {
         int x = k ? c2 : c;
         ofl_chunk *ch = x >= 0 ? &s->c[x] : NULL;
-        if (!ch || ch->gb) continue;
+        if (!ch || ch->gb || !(s->gmask[op - st->first] >> k & 1)) continue;
         EXEC_KERN(w, ch->gb = exec_buf_new(&w->mem, ch->n, 0));
         if (!ch->gb) return exec_oom(w, "a layer's gradients", e);
         EXEC_KERN(w, w->rt->be->from_host(ch->gb->p, s->g + ch->off,
@@ -787,6 +830,7 @@ void exec_ofl_free(exec_worker *w)
         free(s->c);
         free(s->need);
         free(s->need2);
+        free(s->gmask);
         free(s->g);
         free(s->hw);
         free(s->hm);

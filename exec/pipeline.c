@@ -175,24 +175,15 @@ static int stier_check(const exec_pipe_opts *o, const sim_plan *p,
     return 0;
 }
 
-/* What the executor does not run of a T5 yet: fused attention, the
- * executor's own --offload policies (offload.c, whose tier knows one
- * tied table) */
-static int t5_check(const exec_pipe_opts *o, const sim_plan *p,
-                    const prof_model_spec *s, const exec_gpt_config *c,
-                    const char *where, util_err *e)
+/* What the executor does not run of a T5 yet: fused attention (whose
+ * kernels take no position bias) */
+static int t5_check(const sim_plan *p, const prof_model_spec *s,
+                    const exec_gpt_config *c, const char *where, util_err *e)
 {
-    if (!c->t5) return 0;
-    char why[96] = "";
-    if (s->flash_attn)
-        snprintf(why, sizeof why, "fused attention (flash_attn)");
-    else if (o->offload.policy != EXEC_OFFLOAD_NONE)
-        snprintf(why, sizeof why, "--offload %s",
-                 exec_offload_name(o->offload.policy));
-    if (why[0])
+    if (c->t5 && s->flash_attn)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: %s: the executor runs an "
-                         "encoder-decoder (T5) without %s yet", where,
-                         p->model, why);
+                         "encoder-decoder (T5) without fused attention "
+                         "(flash_attn) yet", where, p->model);
     return 0;
 }
 
@@ -454,7 +445,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (finetune_check(o, p, where, e) || zero_check(o, p, where, e))
         return -1;
     if (stier_check(o, p, where, e) ||
-        t5_check(o, p, &spec, &cfg, where, e))
+        t5_check(p, &spec, &cfg, where, e))
         return -1;
     int T = spec.seq_len > 0 ? spec.seq_len : cfg.max_pos;
     if (T < 1)

@@ -1041,7 +1041,10 @@ static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
     for (int op = st->last; op >= st->first; op--) {
         int i = op - st->first;
         const exec_xop *x = &rt->xop[op];
-        if (st->ofl && exec_ofl_acquire(w, st, op, 1, fused && x->has_w, e))
+        /* a T5 softmax's backward adds to its relative-position table's
+         * gradient in B, not in a W */
+        if (st->ofl && exec_ofl_acquire(w, st, op, 1,
+                                        (fused && x->has_w) || x->rel, e))
             return -1;
         /* nothing before the first op that trains needs a gradient
          * (PROF_GRAD_NONE): its backward is not run */

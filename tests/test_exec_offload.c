@@ -303,3 +303,29 @@ Test(exec_offload, cli)
     free(cwd);
     test_rm_rf(dir);
 }
+
+/* T5: the token table read by the encoder's and decoder's embeddings and
+ * the tied head, and each stack's relative-position table read by every
+ * self-attention's softmax, from the chunk of the op that holds it (a
+ * softmax's backward writes the table's gradient: before, a T5 under
+ * --offload lost it and was refused); T5 1.1's untied head and GeGLU. */
+Test(exec_offload, t5_one_device_and_two_stages)
+{
+    const char *t5 = "tests/data/exec/t5-tiny.json",
+               *v11 = "tests/data/exec/t5-v11-tiny.json";
+    same_bits(t5, SIM_SCHED_GPIPE, 1, 2, 1.0f, EXEC_OFFLOAD_ZERO,
+              EXEC_TIER_DRAM);
+    same_bits(t5, SIM_SCHED_GPIPE, 1, 2, 0, EXEC_OFFLOAD_FUYOU,
+              EXEC_TIER_NVME);
+    same_bits(t5, SIM_SCHED_1F1B, 2, 4, 1.0f, EXEC_OFFLOAD_ZERO,
+              EXEC_TIER_NVME);
+    same_bits(t5, SIM_SCHED_1F1B, 2, 4, 0, EXEC_OFFLOAD_FUYOU,
+              EXEC_TIER_DRAM);
+    same_bits(v11, SIM_SCHED_1F1B, 2, 4, 0, EXEC_OFFLOAD_FUYOU,
+              EXEC_TIER_DRAM);
+    /* zero bubble: the softmaxes add to their tables in B, the weights'
+     * gradients come in W; fuyou's early update waits for both (one
+     * stage: no copy of a table elsewhere to wait for) */
+    same_bits(t5, SIM_SCHED_ZBH1, 1, 2, 0, EXEC_OFFLOAD_FUYOU,
+              EXEC_TIER_DRAM);
+}
