@@ -229,7 +229,7 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
             double ts = json_number_value(json_object_get(ev, "ts")) / 1e3;
             double by = json_number_value(json_object_get(
                 json_object_get(ev, "args"), "bytes"));
-            fprintf(mf, "%.6f %.6f\n", ts, by / (1 << 30));
+            fprintf(mf, "%.6f %.10g\n", ts, by / (1 << 30));
             if (by > mmax && d < ndev) mmax = by;
             if (by > hmax && d >= ndev) hmax = by;
             if (d >= ndev) has_tier[d - ndev] = 1;
@@ -239,7 +239,7 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
         }
         if (!any) fprintf(mf, "0 0\n");
         else if (last_t < tend)
-            fprintf(mf, "%.6f %.6f\n", tend, last_by / (1 << 30));
+            fprintf(mf, "%.6f %.10g\n", tend, last_by / (1 << 30));
         fprintf(mf, "\n\n");
     }
     for (size_t i = 0; i < n; i++) {

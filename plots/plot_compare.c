@@ -71,7 +71,7 @@ static int load(const char *path, trace *t, util_err *e)
             double by = json_number_value(
                 json_object_get(json_object_get(x, "args"), "bytes"));
             if (by > t->mmax) t->mmax = by;
-            fprintf(f, "%.6f %.6f\n", ts, by / (1 << 30));
+            fprintf(f, "%.6f %.10g\n", ts, by / (1 << 30));
             any = 1;
         }
         if (!any) fprintf(f, "0 0\n");

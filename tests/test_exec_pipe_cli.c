@@ -269,6 +269,12 @@ Test(exec_cli_pipe, trace_has_sims_tasks_and_tracks)
     /* a model of kilobytes: its memory read in KiB, not in 1e-5 GiB */
     cr_expect_eq(sh_run("grep -q \"set ylabel 'KiB'\" %s/c-compare.gp",
                         dir), 0);
+    /* ...from data to the byte (six decimals of a GiB are a KiB) */
+    cr_expect_eq(sh_run("awk '!/^#/ && NF == 2 { b = $2 * 1073741824; "
+                        "if (b - int(b + 0.5) > 0.01 || int(b + 0.5) - b > "
+                        "0.01) bad = 1; n++ } END { exit bad || n < 4 }' "
+                        "%s/c-measured-memory.dat %s/c-simulated-memory.dat",
+                        dir, dir), 0);
     cli_result_free(&s);
     make_plan(dir, "g.json", "--hw cpu x2 --model MODEL --schedule gpipe "
               "--pp 2 --mbs 1 --microbatches 4");
