@@ -1208,6 +1208,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     }
     if (holders < 2)
         for (int s = 0; s < n_stages; s++) c->stage[s].tied_bytes = 0;
+    for (int s = 0; s < n_stages; s++)
+        c->stage[s].tied_holder = c->stage[s].tied_bytes > 0;
     c->tied_holders = holders < 2 ? 0 : holders;
     /* A T5's relative-position tables (rel_pos_buckets x heads, one per
      * stack): a copy on every stage holding an op that adds the bias (a
@@ -1239,8 +1241,9 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         if (n < 2)
             for (int s = 0; s < n_stages; s++) c->stage[s].rel_bytes[k] = 0;
     }
-    c->tied_table32 = n_stages > 1 && c->stage[0].tied_bytes > 0 &&
-                              c->stage[n_stages - 1].tied_bytes > 0
+    /* the first stage (the embedding's) and another: a tied head, or a
+     * T5's decoder embedding (T5 1.1's head is its own) */
+    c->tied_table32 = c->tied_holders
                           ? (double)m->spec.vocab * m->spec.hidden * 4
                           : 0;
     free(mark);

@@ -376,6 +376,9 @@ typedef struct sim_stage_cost {
                                  * stages (one tensor-parallel rank's
                                  * share x tp); 0: none, or one stage holds
                                  * every tied op */
+    int tied_holder;            /* it holds such a copy (an offload
+                                 * schedule keeps this where it clears
+                                 * tied_bytes: one GPU holds the table) */
     double rel_bytes[2];        /* T5: its copies of the encoder's and the
                                  * decoder's relative-position tables,
                                  * which every stage holding one of the
@@ -460,8 +463,8 @@ struct sim_costs {
                                  * stage's, which sums and steps it; 0:
                                  * none */
     double tied_table32;        /* the tied table's fp32 gradient where
-                                 * the first and last stages both hold
-                                 * it (and it trains); 0: none */
+                                 * two stages or more hold it (and it
+                                 * trains); 0: none */
     int tied_holders;           /* the model stages holding a copy of
                                  * the tied table that trains, where two
                                  * or more do (else 0) */

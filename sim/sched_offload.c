@@ -441,7 +441,9 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
         /* (and a T5's relative-position tables: one copy each) */
         sc->tied_bytes = sc->rel_bytes[0] = sc->rel_bytes[1] = 0;
         int ms = sc->model_stage;
-        double steps = sc->train_params - (ms == S - 1 ? tparams : 0);
+        /* a holder but the first steps no copy of the table */
+        double steps = sc->train_params -
+                       (sc->tied_holder && ms ? tparams : 0);
         double pass = 4 * steps + (ms == 0 ? 12 * tparams : 0);
         /* a rank steps its share; several share the host's memory, so
          * their steps are priced as traffic on it (sim_add_offload) */
@@ -887,11 +889,12 @@ static void tier_use(const sim_ir *ir, const sim_result *r,
             }
         } else if (t->kind == SIM_CPU_OPT) {
             gv[ng++] = (tev){b, -grad32_bytes(&c->stage[t->stage]), 0};
-            /* Fuyou's tied table: the head's gradient (its buffer whole)
-             * waits for the first stage's step, which sums and steps the
-             * table */
-            if (c->tied_keep32 > 0 && (t->stage == S - 1 || t->stage == 0))
-                gv[ng++] = (tev){b, t->stage ? c->tied_keep32
+            /* Fuyou's tied table: each other holder's piece of its
+             * gradient (the head's, a T5's decoder embedding's) waits
+             * from its step for the first stage's, which sums and steps
+             * the table */
+            if (c->tied_keep32 > 0 && c->stage[t->stage].tied_holder)
+                gv[ng++] = (tev){b, t->stage ? c->tied_table32
                                              : -c->tied_keep32, 0};
         }
     }

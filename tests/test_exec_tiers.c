@@ -285,7 +285,7 @@ Test(exec_tiers, fuyou_activations_on_the_drive)
  * holder's in DRAM, its gradient's copies summed in place, the
  * gradients' buffers kept for the next step as the steps hold them at
  * their most); the training unchanged. */
-static void host_vs_sim(const char *mdl)
+static void host_vs_sim(const char *mdl, int n_plans)
 {
     static const char *const plans[] = {
         "--schedule fuyou --offload-tier dram",
@@ -295,7 +295,7 @@ static void host_vs_sim(const char *mdl)
     };
     model = mdl;
     micro = 4;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < n_plans; k++) {
         char *dir = test_tmpdir();
         sim_plan p;
         plan_dp(dir, 1, micro, plans[k], &p);
@@ -358,7 +358,7 @@ static void host_vs_sim(const char *mdl)
 
 Test(exec_tiers, the_host_holds_what_the_simulator_says)
 {
-    host_vs_sim("tests/data/exec/gpt-pico-table.json");
+    host_vs_sim("tests/data/exec/gpt-pico-table.json", 4);
 }
 
 /* A T5's tables: under Fuyou each holder that does not step a table
@@ -368,8 +368,27 @@ Test(exec_tiers, the_host_holds_what_the_simulator_says)
 Test(exec_tiers, a_t5s_host_holds_what_the_simulator_says)
 {
     bytes_tol = 0.03;
-    host_vs_sim("tests/data/exec/t5-tiny.json");
+    host_vs_sim("tests/data/exec/t5-tiny.json", 4);
     bytes_tol = 0.02;
+}
+
+/* T5 1.1's head is its own: the token table's other holder is the
+ * decoder embedding's stage, which keeps its piece of the table's
+ * gradient under Fuyou and fetches the table's newest weights from DRAM
+ * on the drives (the simulator priced neither: a table of 4096 x 32
+ * floats, the model's largest tensor, was missing from the host's count:
+ * zero-infinity's peak 4.96 MB against 4.39 counted, Fuyou's on the
+ * drives 4.83 against 3.72) */
+Test(exec_tiers, a_t5_1_1s_host_holds_what_the_simulator_says)
+{
+    char *dir = test_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/t5-v11-v4096.json", dir);
+    cr_assert_eq(sh_run("sed 's/\"vocab\": 256/\"vocab\": 4096/' "
+                        "tests/data/exec/t5-v11-tiny.json > %s", path), 0);
+    bytes_tol = 0.03;
+    host_vs_sim(path, 4);
+    bytes_tol = 0.02;
+    test_rm_rf(dir);
 }
 
 /* Checkpoints of the first stages and the whole activations of the last
