@@ -1313,8 +1313,8 @@ static int integrate(exec_worker *w, int task, util_err *e)
     const sim_ir *ir = rt->ir;
     const sim_task *t = &ir->tasks[task];
     tsrc tied[3][16];
-    int nt[3] = {0, 0, 0}, tied_stage = -1;
-    for (int k = 0; k < t->n_dep; k++) {
+    int nt[3] = {0, 0, 0}, tied_stage = -1, rc = 0;
+    for (int k = 0; k < t->n_dep && !rc; k++) {
         int d = ir->deps[t->dep_off + k];
         const sim_task *u = &ir->tasks[d];
         if (u->kind != SIM_RECV ||
@@ -1324,18 +1324,23 @@ static int integrate(exec_worker *w, int task, util_err *e)
         if (!b) continue;           /* folded in already */
         exec_stage *st = &w->st[w->lidx[u->stage2]];
         if (u->comm == SIM_COMM_DP) {
-            if (fold_dp(w, d, b, e)) return -1;
+            rc = fold_dp(w, d, b, e);
             continue;
         }
         int g = u->table < 3 ? u->table : 0;
         if (nt[g] == 15 || (g ? st->rel_sl[g - 1] : st->tied_sl) < 0) {
             exec_buf_unref(b);
-            return util_errf(e, UTIL_EXIT_FAIL, "tied-table gradient for a "
-                             "stage without a copy");
+            rc = util_errf(e, UTIL_EXIT_FAIL, "tied-table gradient for a "
+                           "stage without a copy");
+            continue;
         }
         tied_stage = st->id;
         tied[g][nt[g]++] = (tsrc){u->stage, b->p, b};
     }
+    /* a failure drops the copies taken so far */
+    for (int g = 0; g < 3 && rc; g++)
+        for (int i = 0; i < nt[g]; i++) exec_buf_unref(tied[g][i].b);
+    if (rc) return -1;
     if (tied_stage < 0) return 0;
     exec_stage *st = &w->st[w->lidx[tied_stage]];
     /* each sum takes its list's buffers; a failure drops those left */
