@@ -37,7 +37,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: sluice plan --hw GPU xN --models NAME xK [NAME xK...]\n"
-        "                   (--samples N | --epochs E --dataset-samples N) [options]\n"
+        "                   (--samples N | --epochs E --samples N) [options]\n"
         "       sluice plan --hw GPU xN --workload FILE.json [options]\n\n"
         "Many jobs at once: each model cut into the fewest shards that fit one\n"
         "GPU, state spilled to host DRAM between uses, shards of the jobs\n"
@@ -47,6 +47,9 @@ static void usage(FILE *f)
         "GPU groups.\n\noptions:\n"
         "  --batch N          samples per minibatch of --models jobs (default:\n"
         "                     the model's)\n"
+        "  --samples N        samples each --models job trains; with --epochs\n"
+        "                     E, the dataset's size (E passes over it; also\n"
+        "                     --dataset-samples N)\n"
         "  --optimizer adam|sgd  of --models jobs (default adam)\n"
         "  --seed N           the random policy's seed (default 1)\n"
         "  --reserve SIZE     memory kept per GPU (default 1G)\n"
@@ -184,10 +187,17 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
                              "samples come from the file, not the command line");
         return plan_wl_load(c->wfile, &c->w, e);
     }
+    /* --epochs E --samples N: E passes over a dataset of N samples */
+    if (c->epochs && c->samples && c->dataset)
+        return util_errf(e, UTIL_EXIT_USAGE, "--epochs with --samples and "
+                         "--dataset-samples: give the dataset's size once");
+    if (c->epochs && c->samples) c->dataset = c->samples, c->samples = 0;
     if (!c->samples == !(c->epochs && c->dataset) || (c->epochs && !c->dataset) ||
         (!c->epochs && c->dataset))
-        return util_errf(e, UTIL_EXIT_USAGE, "--models needs --samples N, "
-                         "or --epochs E with --dataset-samples N");
+        return util_errf(e, UTIL_EXIT_USAGE, "--models needs --samples N "
+                         "(each job's samples), or --epochs E with the "
+                         "dataset's size (--samples N or --dataset-samples "
+                         "N)");
     for (int i = 0; i < c->w.n_jobs; i++) {
         plan_wl_job *j = &c->w.jobs[i];
         j->samples = c->samples ? c->samples : c->epochs * c->dataset;

@@ -246,6 +246,16 @@ Test(workload, json_keys_and_lower_bound)
     json_decref(j);
 }
 
+/* --epochs E --samples N, as people say it: E passes over N samples */
+Test(workload, epochs_over_samples)
+{
+    json_t *j = plan_json("--models gpt-tiny x2 --epochs 2 --samples 800 "
+                          "--batch 16");
+    cr_expect_eq(json_integer_value(json_object_get(json_array_get(
+                     json_object_get(j, "jobs"), 0), "minibatches")), 100);
+    json_decref(j);
+}
+
 /* A model too large for one shard of one GPU is cut into several, each
  * within the GPU after the reserve. */
 Test(workload, large_model_is_sharded)
@@ -360,6 +370,8 @@ Test(workload, bad_inputs_name_file_line_and_field)
         "--epochs: 62500000000000 minibatches of 16");
     bad("--workload tests/data/workload/missing.json", "missing.json");
     bad("--models gpt-tiny x3", "--samples");
+    bad("--models gpt-tiny x3 --epochs 2 --samples 8 --dataset-samples 8",
+        "give the dataset's size once");
     bad("--models gpt-tiny x0 --samples 10", "x0");
     bad("--models gpt-tiny x2 --samples 10 --optimizer lamb", "lamb");
     bad("--models gpt-tiny x2 --workload tests/data/workload/tiny.json",
