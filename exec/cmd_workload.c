@@ -98,13 +98,18 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
         if (!strcmp(a, "--workload")) o->workload = v;
         else if (!strcmp(a, "--hw")) {
             hw = 1;
-            const char *cnt = i + 1 < argc && argv[i + 1][0] == 'x'
-                            ? argv[++i] : "x1";
-            if (strcmp(v, "cpu") ||
-                util_parse_int(cnt + 1, 1, 4096, &n))
-                return util_errf(e, UTIL_EXIT_USAGE, "--hw '%s %s': a "
-                                 "workload runs on CPU devices, e.g. --hw "
-                                 "cpu x2", v, cnt);
+            /* "cpu x2" as one word or two */
+            char gpu[64], cnt[64] = "x1";
+            if (sscanf(v, "%63s %63s", gpu, cnt) < 1) gpu[0] = 0;
+            if (!strchr(v, ' ') && i + 1 < argc && argv[i + 1][0] == 'x')
+                snprintf(cnt, sizeof cnt, "%s", argv[++i]);
+            if (strcmp(gpu, "cpu"))
+                return util_errf(e, UTIL_EXIT_USAGE, "--hw '%s': a workload "
+                                 "runs on CPU devices, e.g. --hw cpu x2", v);
+            if (cnt[0] != 'x' || util_parse_int(cnt + 1, 1, 4096, &n))
+                return util_errf(e, UTIL_EXIT_USAGE, "--hw cpu %s: expected "
+                                 "a count of 1 to 4096 devices, e.g. x2",
+                                 cnt);
             o->devices = (int)n;
         } else if (!strcmp(a, "--policy")) {
             char buf[256];
@@ -167,6 +172,19 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
     if (!c->n_pol) {
         for (int p = 0; p < EXEC_WL_POLICY_COUNT; p++) c->pol[c->n_pol++] = p;
         c->pol_default = 1;
+    }
+    /* what the run writes at its end, checked before it trains */
+    if (c->trace) {
+        int sharded = 0;
+        for (int i = 0; i < c->n_pol; i++)
+            sharded |= c->pol[i] != EXEC_WL_SEQUENTIAL &&
+                       c->pol[i] != EXEC_WL_PIPELINE;
+        if (!sharded)
+            return util_errf(e, UTIL_EXIT_USAGE, "--trace: the baselines "
+                             "have no shard-steps to trace; add a sharded "
+                             "--policy");
+        const char *ins[] = {o->workload};
+        if (util_out_check("--trace", c->trace, 0, ins, 1, e)) return -1;
     }
     /* the budget the run holds devices to, said in the report */
     prof_gpu g;
@@ -415,7 +433,10 @@ static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
         if (sq > 0)
             printf("%s%.2fx the pipeline's throughput measured, %.2fx "
                    "simulated\n", sp > 0 ? "       " : "\nhydra: ", sq, sqp);
-        if (base >= 0) {
+        int shards = 0;
+        for (int i = 0; i < n; i++)
+            shards += i != base && i != pipe;
+        if (base >= 0 && shards) {
             int all = 1;
             for (int i = 0; i < n; i++)
                 if (i != pipe) all &= eq[i];

@@ -437,6 +437,14 @@ Test(exec_workload, errors_name_the_file_line_and_field)
                "sequential or pipeline", "exec --workload w.json --hw cpu x2 "
                "--policy lrtf");
     cli_expect(2, "--hw cpu xN is required", "exec --workload w.json");
+    cli_expect(2, "--hw cpu x9999: expected a count of 1 to 4096 devices",
+               "exec --workload w.json --hw 'cpu x9999'");
+    /* what the run would write at its end is checked before it trains */
+    cli_expect(2, "--trace: the baselines have no shard-steps", "exec "
+               "--workload w.json --hw 'cpu x2' --policy sequential --trace "
+               "t.json");
+    cli_expect(2, "--trace '/nonexistent/t.json': folder", "exec --workload "
+               "w.json --hw cpu x2 --trace /nonexistent/t.json");
 }
 
 Test(exec_workload, json_and_trace)
