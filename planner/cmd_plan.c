@@ -917,6 +917,9 @@ int plan_cmd_main(int argc, char **argv)
         rc = util_errf(&e, UTIL_EXIT_USAGE, "--sweep-host-mem sweeps one "
                        "GPU's host with one fine-tuning mode: leave out "
                        "--gpus, give --finetune a single mode");
+    } else if (c.sweep_mem && c.ho.host_mem_bytes > 0) {
+        rc = util_errf(&e, UTIL_EXIT_USAGE, "--sweep-host-mem sets the host's "
+                       "memory for each row: leave out --host-mem");
     } else if (!c.sweep_mem && (c.po.sched_mask & (1u << PLAN_SWEEP_HYDRA))) {
         rc = util_errf(&e, UTIL_EXIT_USAGE, "--schedule hydra: Hydra's shards "
                        "are planned for many jobs (--models, --workload) and "

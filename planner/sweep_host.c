@@ -33,14 +33,18 @@ static int parse_sizes(const char *s, double *out, util_err *e)
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
     int n = 0;
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ",", &save); t;
-         t = strtok_r(NULL, ",", &save)) {
+    /* every entry a size with its unit (an empty one, "128G,,256G", or a
+     * bare number, bytes, is a slip) */
+    for (char *t = buf, *c; *s && t; t = c ? c + 1 : NULL) {
+        c = strchr(t, ',');
+        if (c) *c = 0;
         double v;
-        if (n == MAX_SIZES || util_parse_size(t, &v) || !(v > 0))
+        if (n == MAX_SIZES || util_parse_size(t, &v) || !(v > 0) ||
+            !strpbrk(t, "kKmMgGtT"))
             return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem '%s': "
-                             "expected up to %d sizes, comma-separated, e.g. "
-                             "128G,256G,512G,768G", s, MAX_SIZES);
+                             "expected up to %d sizes with their units, "
+                             "comma-separated, e.g. 128G,256G,512G,768G", s,
+                             MAX_SIZES);
         out[n++] = v;
     }
     if (!n)

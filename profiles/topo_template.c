@@ -462,17 +462,20 @@ int prof_hw_opts_arg(int argc, char **argv, int *i, prof_hw_opts *o,
 {
     static const char *const name[] = {"--host-mem", "--nvme",
                                        "--gpus-per-server", "--pcie-gen"};
-    static const char *const want[] = {"a size such as 256G", "0..64",
-                                       "1..64", "3..6"};
+    static const char *const want[] = {
+        "a size with its unit, such as 256G (K, M, G or T; at most 1024T)",
+        "0..64", "1..64", "3..6"};
     int k = 0;
     while (k < 4 && strcmp(argv[*i], name[k])) k++;
     if (k == 4) return 0;
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     long n = 0;
     int bad;
+    /* a bare number would be bytes: 256 is not what anyone means */
     if (k == 0)
         bad = !v || util_parse_size(v, &o->host_mem_bytes) ||
-              o->host_mem_bytes <= 0;
+              o->host_mem_bytes <= 0 || !strpbrk(v, "kKmMgGtT") ||
+              o->host_mem_bytes > 1024.0 * 1024 * 1024 * 1024 * 1024;
     else
         bad = !v || util_parse_int(v, k == 1 ? 0 : k == 2 ? 1 : 3,
                                    k == 3 ? 6 : 64, &n);

@@ -624,6 +624,15 @@ Test(sim_offload, tiers_that_cannot_hold_the_states)
     cli_expect(2, "--host-mem 'lots': expected a size",
                "sim --hw rtx4090 x1 --model gpt2 --schedule fuyou "
                "--mbs 1 --microbatches 1 --host-mem lots");
+    /* a bare number would be bytes: 256 B of host memory */
+    cli_expect(2, "--host-mem '256': expected a size with its unit",
+               "plan --hw rtx4090 x1 --model gpt2 --host-mem 256");
+    cli_expect(2, "at most 1024T", "plan --hw rtx4090 x1 --model gpt2 "
+               "--host-mem 99999999999999999999999T");
+    cli_expect(2, "--sweep-host-mem '128G,,256G': expected", "plan --hw "
+               "rtx4090 x1 --model gpt2 --sweep-host-mem 128G,,256G");
+    cli_expect(2, "leave out --host-mem", "plan --hw rtx4090 x1 --model "
+               "gpt2 --sweep-host-mem 64G --host-mem 32G");
 }
 
 /* A one-stage gpt2 plan of schedule sched with `field` (JSON) on its
