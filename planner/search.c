@@ -1300,17 +1300,18 @@ static void choose_best(search *s)
                  s->o->time_limit_s, s->partitioned, r->candidates,
                  r->simulated);
     } else {
-        char need[32], have[32];
+        char need[96], have[32];
         double gib = 1024.0 * 1024 * 1024;
         if (isfinite(r->min_need_bytes))
-            snprintf(need, sizeof need, "%.1f GiB", r->min_need_bytes / gib);
+            snprintf(need, sizeof need, "the best split needs %.1f GiB per "
+                     "GPU", r->min_need_bytes / gib);
         else
-            snprintf(need, sizeof need, "more memory than any split gives");
+            snprintf(need, sizeof need, "no split of it fits a GPU");
         snprintf(have, sizeof have, "%.1f GiB", g->mem_bytes / gib);
         snprintf(r->advice, sizeof r->advice,
-                 "%s does not fit %d x %s: the best split needs %s per GPU "
-                 "(with the %.1f GiB reserve); %s has %s; try more GPUs, "
-                 "recomputation, a smaller batch%s%s%s",
+                 "%s does not fit %d x %s: %s (with the %.1f GiB reserve); "
+                 "%s has %s; try more GPUs, recomputation, a smaller "
+                 "batch%s%s%s",
                  s->m->spec.name, s->t->n_gpus, g->name, need,
                  r->reserve_bytes / gib, g->name, have,
                  offload_mask(s->o, s->t) ? "" : ", or offload",

@@ -633,6 +633,11 @@ Test(sim_offload, tiers_that_cannot_hold_the_states)
                "rtx4090 x1 --model gpt2 --sweep-host-mem 128G,,256G");
     cli_expect(2, "leave out --host-mem", "plan --hw rtx4090 x1 --model "
                "gpt2 --sweep-host-mem 64G --host-mem 32G");
+    /* nothing fits, and no split says how much: said whole (it was cut
+     * off in a buffer of 32 bytes) */
+    cli_expect(1, "no split of it fits a GPU (with the 1.0 GiB reserve); "
+               "rtx4090 has 24.0 GiB", "plan --hw rtx4090 x1 --host-mem 16G "
+               "--nvme 0 --model llama2-7b --schedule fuyou");
 }
 
 /* A one-stage gpt2 plan of schedule sched with `field` (JSON) on its
