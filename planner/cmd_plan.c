@@ -313,6 +313,12 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                          "are interleaved 1F1B's, which --schedule leaves "
                          "out", c->po.chunks);
     if (c->hw_at < 0) return util_errf(e, UTIL_EXIT_USAGE, "--hw is required, e.g. --hw rtx2080ti x8");
+    /* as sim refuses them (sim_zero_check): FSDP is ZeRO-3 */
+    if (c->po.fsdp && c->po.zero > 0 && c->po.zero != 3)
+        return util_errf(e, UTIL_EXIT_USAGE, "--fsdp %s with --zero %d: FSDP "
+                         "shards parameters, gradients and optimizer state "
+                         "(ZeRO stage 3); give one of them",
+                         sim_fsdp_name(c->po.fsdp), c->po.zero);
     if (!c->model) return util_errf(e, UTIL_EXIT_USAGE, "--model is required, e.g. --model t5-3b");
     /* the plan written or printed keeps the paths given */
     for (int i = 0; (c->out || c->json) && i <= c->hw_n; i++)

@@ -405,6 +405,10 @@ Test(zero, bad_arguments)
                   c[i].args, c[i].want, r.err);
         cli_result_free(&r);
     }
+    /* plan refuses what sim refuses (it planned --zero 1 --fsdp full as
+     * ZeRO-3, silently) */
+    cli_expect(2, "--fsdp full with --zero 1: FSDP shards", "plan --hw "
+               "a100-sxm-80gb x16 --model gpt2 --zero 1 --fsdp full");
 }
 
 /* gpt2-xl (1.6 B parameters, 25 GB of model state unsharded) on eight
