@@ -280,7 +280,7 @@ static int gpus_under(const prof_topo *t, prof_node_kind k)
  * uses. Returns 1 found, 0 nothing fits, -1 error. */
 static int best_plan(const wl_prep *p, int g, const int share[3],
                      const prof_hw_opts *ho, double reserve, double *iter_s,
-                     double *busy, double *host, util_err *e)
+                     double *busy, double *host, double *pcie, util_err *e)
 {
     prof_topo *t = prof_topo_template(p->gpu->name, g, ho, e);
     if (!t) return -1;
@@ -336,6 +336,8 @@ static int best_plan(const wl_prep *p, int g, const int share[3],
             int used = pl->gpus_used ? pl->gpus_used : g;
             *busy = b / res.n_devices * used / g;
             *host = cs->host_bytes; /* stage tiers' or offload's state */
+            /* an iteration's sends and host copies over PCIe */
+            *pcie = sim_engine_link_kind_bytes(en, PROF_LINK_PCIE);
             rc = 1;
         }
         sim_engine_free(en);
@@ -421,6 +423,7 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
     double *it = util_malloc(sizeof(double) * (size_t)(n * ns));
     double *bz = util_malloc(sizeof(double) * (size_t)(n * ns));
     double *hb = util_calloc((size_t)(n * ns), sizeof(double));
+    double *pc = util_calloc((size_t)(n * ns), sizeof(double));
     /* groups of sizes[s] GPUs at once on one server, a socket and a
      * switch, no more than there are jobs: what each group's plan shares
      * the host with (shr[s]) */
@@ -444,12 +447,13 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
                 it[j * ns + s] = it[same * ns + s];
                 bz[j * ns + s] = bz[same * ns + s];
                 hb[j * ns + s] = hb[same * ns + s];
+                pc[j * ns + s] = pc[same * ns + s];
                 continue;
             }
             int rc = best_plan(&P[j], sizes[s], shr[s], &c->ho, c->reserve,
                                &it[j * ns + s], &bz[j * ns + s],
-                               &hb[j * ns + s], e);
-            if (rc < 0) { free(it); free(bz); free(hb); return -1; }
+                               &hb[j * ns + s], &pc[j * ns + s], e);
+            if (rc < 0) { free(it); free(bz); free(hb); free(pc); return -1; }
             if (rc == 0) it[j * ns + s] = -1;
         }
     /* (a) */
@@ -467,6 +471,7 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
         }
         double d = it[j * ns] * (double)P[j].minibatches;
         a->makespan_s += d;
+        a->pcie_bytes += pc[j * ns] * (double)P[j].minibatches;
         work += d * bz[j * ns];
         a->host_peak_bytes = fmax(a->host_peak_bytes, hb[j * ns]);
     }
@@ -491,7 +496,7 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
         if (i1 < 0) {
             i1 = zero_offload_s(&P[j], conc, d2h, h2d, e);
             if (i1 == -2) {
-                free(it); free(bz); free(hb); free(dur);
+                free(it); free(bz); free(hb); free(pc); free(dur);
                 return -1;
             }
             if (i1 < 0) {
@@ -509,6 +514,7 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
             work += (double)P[j].mb_compute_ns * 1e-9 * (double)P[j].minibatches;
         } else {
             work += i1 * bz[j * ns + ns - 1] * (double)P[j].minibatches;
+            b->pcie_bytes += pc[j * ns + ns - 1] * (double)P[j].minibatches;
             if (j < conc) b->host_peak_bytes += hb[j * ns + ns - 1];
         }
         dur[j] = i1 * (double)P[j].minibatches;
@@ -525,17 +531,19 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
     snprintf(cc->name, sizeof cc->name, "gpu-groups");
     for (int s = 0; s < ns; s++) {
         int ok = 1;
-        double w = 0;
+        double w = 0, bytes = 0;
         for (int j = 0; j < n && ok; j++) {
             ok = it[j * ns + s] > 0;
             dur[j] = it[j * ns + s] * (double)P[j].minibatches;
             w += dur[j] * bz[j * ns + s] * sizes[s];
+            bytes += pc[j * ns + s] * (double)P[j].minibatches;
         }
         if (!ok) continue;
         double ms = lpt(dur, n, ng / sizes[s]);
         if (!cc->feasible || ms < cc->makespan_s) {
             cc->feasible = 1;
             cc->makespan_s = ms;
+            cc->pcie_bytes = bytes;
             cc->util_mean = w / (ms * ng);
             /* the groups at once, each at its largest job's */
             double top = 0;
@@ -562,6 +570,7 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
     free(it);
     free(bz);
     free(hb);
+    free(pc);
     return 0;
 }
 
@@ -751,6 +760,19 @@ static int run(wcmd *c, util_err *e)
         }
         rc = baselines(P, n, t, &net, c, pols + 3, e);
     }
+    /* a policy whose host DRAM the server does not have runs nowhere:
+     * not feasible, and by how much */
+    for (int k = 0; k < 6 && !rc && hostcap > 0; k++) {
+        pol *p = &pols[k];
+        if (!p->feasible || p->host_peak_bytes <= hostcap) continue;
+        char nb[32], hb[32], mb[32];
+        p->feasible = 0;
+        snprintf(p->note, sizeof p->note, "host DRAM: needs %s, the server "
+                 "has %s (%s missing; give --host-mem)",
+                 util_fmt_bytes(p->host_peak_bytes, nb, sizeof nb),
+                 util_fmt_bytes(hostcap, hb, sizeof hb),
+                 util_fmt_bytes(p->host_peak_bytes - hostcap, mb, sizeof mb));
+    }
     if (!rc && c->json) {
         json_t *root = json_pack("{s:s,s:i,s:f,s:f}", "hw", t->name, "gpus", ng,
                                  "lower_bound_s", lb, "host_capacity_bytes", hostcap);
@@ -798,6 +820,11 @@ static int run(wcmd *c, util_err *e)
             const pol *p = &pols[k];
             char ms[32] = "-", xb[32] = "-", um[32] = "-", mm[32] = "-",
                  hp[32] = "-", pc[32] = "-";
+            if (!p->feasible && p->host_peak_bytes > 0) {
+                util_fmt_bytes(p->host_peak_bytes, b1, sizeof b1);
+                snprintf(hp, sizeof hp, "%s%s", b1,
+                         hostcap > 0 && p->host_peak_bytes > hostcap ? " OVER" : "");
+            }
             if (p->feasible) {
                 util_fmt_time(p->makespan_s, ms, sizeof ms);
                 snprintf(xb, sizeof xb, "%.2f", p->makespan_s / lb);
@@ -826,14 +853,24 @@ static int run(wcmd *c, util_err *e)
                 printf("  %s: the busiest link, %s, is busy %.0f%% of the "
                        "makespan\n", pols[k].name, pols[k].link,
                        100 * pols[k].link_busy);
-        for (int k = 3; k < 6; k++) printf("  %s: %s\n", pols[k].name, pols[k].note);
+        for (int k = 0; k < 6; k++)
+            if (k >= 3 || !pols[k].feasible)
+                printf("  %s: %s\n", pols[k].name, pols[k].note);
         util_fmt_bytes(hostcap, b2, sizeof b2);
         printf("\nlower bound: %s (all model FLOPs over %d GPUs at %.0f%% of "
-               "%s's peak); host memory %s; sharded-lrtf %.2fx the throughput of "
-               "pipeline-each\n",
+               "%s's peak); host memory %s",
                util_fmt_time(lb, b1, sizeof b1), ng, 100 * gp->eff.gemm_max,
-               gp->name, b2, pols[3].feasible ? pols[3].makespan_s / pols[0].makespan_s : 0);
+               gp->name, b2);
+        if (pols[3].feasible && pols[0].feasible)
+            printf("; sharded-lrtf %.2fx the throughput of pipeline-each",
+                   pols[3].makespan_s / pols[0].makespan_s);
+        printf("\n");
     }
+    int any = 0;
+    for (int k = 0; k < 6; k++) any |= pols[k].feasible;
+    if (!rc && !any)
+        rc = util_errf(e, UTIL_EXIT_FAIL, "no policy runs this workload on "
+                       "%d x %s: %s", ng, gp->name, pols[0].note);
     if (!rc) copies_note(&lr, c->trace != NULL, c->plot != NULL);
     if (!rc && c->trace && write_trace(c->trace, &lr, P, n, e)) rc = -1;
     if (!rc && c->plot) {

@@ -393,6 +393,24 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
     return e;
 }
 
+double sim_engine_link_kind_bytes(const sim_engine *e, prof_link_kind k)
+{
+    const sim_ir *ir = e->ir;
+    const sim_costs *c = e->c;
+    if (!c->topo || !e->lane_off) return 0;
+    double sum = 0;
+    for (int i = 0; i < ir->n_tasks; i++) {
+        const sim_task *t = &ir->tasks[i];
+        int nl = e->lane_off[i + 1] - e->lane_off[i];
+        double rep = t->steps > 1 ? t->steps : 1;
+        for (int L = e->lane_off[i]; L < e->lane_off[i + 1]; L++)
+            if (e->route[L] && prof_route_has_link_kind(c->topo, e->route[L],
+                                                        e->route_len[L], k))
+                sum += t->bytes / nl * rep;
+    }
+    return sum * (c->fold > 1 ? c->fold : 1);
+}
+
 void sim_engine_free(sim_engine *e)
 {
     if (!e) return;

@@ -157,6 +157,11 @@ void sim_tier_use_free(sim_tier_use *u);
 sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
                            const sim_run_opts *o);
 void sim_engine_free(sim_engine *e);
+/* The bytes an iteration of the IR moves across links of kind k (each
+ * send's and host copy's lanes whose route crosses one; a transfer
+ * repeated, each time; folded, every replica group's): its PCIe traffic,
+ * say. 0 without a server graph. */
+double sim_engine_link_kind_bytes(const sim_engine *e, prof_link_kind k);
 /* Runs the simulation; no allocation. The result lends arrays from the
  * engine (valid until the next run or free). Returns 0, or -1 on deadlock
  * with stuck tasks named in res->msg. */

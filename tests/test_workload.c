@@ -237,12 +237,38 @@ Test(workload, json_keys_and_lower_bound)
                                  "host_peak_bytes", "pcie_bytes"};
             cr_expect(json_object_get(p, key[k]), "%s: %s", names[i], key[k]);
         }
+        /* on two PCIe cards every plan's sends cross PCIe (it read 0 for
+         * the pipeline baselines) */
+        if (!strcmp(names[i], "pipeline-each"))
+            cr_expect_gt(json_number_value(json_object_get(p, "pcie_bytes")),
+                         0, "pipeline-each: no PCIe traffic");
     }
     json_t *jobs = json_object_get(j, "jobs");
     cr_assert_eq(json_array_size(jobs), 3);
     /* epochs x dataset samples: 2 x 800 at batch 16 */
     cr_expect_eq(json_integer_value(json_object_get(json_array_get(jobs, 1),
                                                     "minibatches")), 100);
+    json_decref(j);
+}
+
+/* A policy needing more host DRAM than the server has runs nowhere: not
+ * feasible, its note says how much is missing (it was answered, marked
+ * OVER in the table only) */
+Test(workload, over_the_hosts_memory_is_not_feasible)
+{
+    json_t *j = plan_json("--models gpt2-xl x2 --samples 100 --host-mem 8G");
+    json_t *ps = json_object_get(j, "policies");
+    for (size_t i = 0; i < json_array_size(ps); i++) {
+        json_t *p = json_array_get(ps, i);
+        double peak = json_number_value(json_object_get(p, "host_peak_bytes"));
+        int ok = json_is_true(json_object_get(p, "feasible"));
+        const char *nm = json_string_value(json_object_get(p, "policy"));
+        cr_expect(peak <= 8.0 * (1 << 30) || !ok, "%s: %g bytes of 8 GiB, "
+                  "feasible", nm, peak);
+        if (peak > 8.0 * (1 << 30))
+            cr_expect(strstr(json_string_value(json_object_get(p, "note")),
+                             "missing; give --host-mem"), "%s", nm);
+    }
     json_decref(j);
 }
 
