@@ -711,6 +711,13 @@ static int run_plan(cmd *c)
                           "the next"
                         : "keeps each microbatch's whole gradient until its "
                           "reduce-scatter is done");
+        /* the same math; the norms', dropouts' and residuals' activations
+         * whole on every tensor-parallel rank */
+        if (plan.sp && plan.tp > 1)
+            fprintf(stdout, "note: this executor runs sequence parallelism "
+                    "as tensor parallelism (the same math), each rank "
+                    "keeping the whole of what the simulator splits by "
+                    "tokens: its peaks run above the simulated ones\n");
         fflush(stdout);
     }
     signal(SIGINT, exec_on_stop);

@@ -180,6 +180,18 @@ Test(exec_cli_pipe, bert_memory_is_the_simulators)
     recompute_memory("tests/data/exec/bert-tiny.json");
 }
 
+/* A plan with sequence parallelism runs as tensor parallelism and says
+ * its peaks are above the simulator's (it ran silently 17% above) */
+Test(exec_cli_pipe, sequence_parallel_plans_say_what_runs)
+{
+    char *dir = test_tmpdir();
+    make_plan(dir, "sp.json", "--hw cpu x2 --model MODEL --schedule 1f1b "
+              "--pp 1 --tp 2 --sequence-parallel --mbs 1 --microbatches 2");
+    cli_expect(0, "runs sequence parallelism as tensor parallelism",
+               "exec --plan %s/sp.json --steps 2", dir);
+    test_rm_rf(dir);
+}
+
 /* ZeRO-3 with LoRA and a W pass of its own, refused before the adapters'
  * weight gradients took the d(x A) their input pass keeps (the IR gathers
  * for F and B only), runs from the command line. */
