@@ -122,7 +122,13 @@ static int ft_list(const char *v, cmd *c, util_err *e)
             return util_errf(e, UTIL_EXIT_USAGE, "--finetune '%s': at most "
                              "%d modes", v, MAX_FT);
         snprintf(tok, sizeof tok, "%.*s", (int)len, p);
-        if (prof_finetune_parse(tok, &c->ft[c->n_ft++], e)) return -1;
+        if (!strcmp(tok, "auto"))
+            return util_errf(e, UTIL_EXIT_USAGE, "--finetune '%s': auto "
+                             "stands alone (it is %s); give auto, or a list "
+                             "of modes", v, ft_auto);
+        if (prof_finetune_parse(tok, &c->ft[c->n_ft++], e))
+            return strchr(v, ',') ? util_err_prefix(e, "in the list '%s'", v)
+                                  : -1;
         if (!p[len]) return 0;
         p += len + 1;
     }

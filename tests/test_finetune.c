@@ -204,6 +204,10 @@ Test(finetune, refusals)
                       "--pp 1 --mbs 1 --microbatches 1";
     cli_expect(0, "iteration time", "%s --finetune qlora:8", sim);
     cli_expect(2, "'lora:8:wq'", "%s --finetune lora:8:wq", sim);
+    cli_expect(2, "auto stands alone (it is full,lora:16,qlora:16)",
+               "plan --hw rtx4090 x1 --model gpt-tiny --finetune auto,full");
+    cli_expect(2, "in the list 'full,lora'", "plan --hw rtx4090 x1 --model "
+               "gpt-tiny --finetune full,lora");
     cli_expect(0, "lora:8:q+v: 294912 parameters train",
                "profile show gpt2 --finetune lora:8");
 }
