@@ -26,7 +26,11 @@ static void spread(const int64_t *iv, int n, int64_t *med, int64_t *lo,
     int64_t *s = util_malloc(sizeof *s * (size_t)(n + 1));
     memcpy(s, iv, sizeof *s * (size_t)n);
     qsort(s, (size_t)n, sizeof *s, cmp_i64);
-    *med = n ? s[n / 2] : 0;
+    /* of an even count, the middle two's mean (the larger one read as
+     * the median of two steps) */
+    *med = !n       ? 0
+         : n % 2    ? s[n / 2]
+                    : s[n / 2 - 1] + (s[n / 2] - s[n / 2 - 1]) / 2;
     *lo = n ? s[0] : 0;
     *hi = n ? s[n - 1] : 0;
     free(s);
