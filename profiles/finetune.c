@@ -225,6 +225,15 @@ int prof_model_finetune(prof_model *m, const prof_finetune *f, util_err *e)
     if (f->kind == PROF_FT_FROZEN && f->frozen > blocks)
         return util_errf(e, UTIL_EXIT_USAGE, "--finetune %s: %s has %d "
                          "blocks", nm, m->spec.name, blocks);
+    /* a gate named on its own (not as part of mlp or all) where the MLP
+     * has none: a slip that would adapt the rest silently */
+    unsigned mlp = PROF_LORA_GATE | PROF_LORA_UP | PROF_LORA_DOWN;
+    if ((f->kind == PROF_FT_LORA || f->kind == PROF_FT_QLORA) &&
+        (f->targets & PROF_LORA_GATE) && (f->targets & mlp) != mlp &&
+        !m->spec.gated_mlp)
+        return util_errf(e, UTIL_EXIT_USAGE, "--finetune %s: %s's MLP has "
+                         "no gate (it is not gated): adapt up or down", nm,
+                         m->spec.name);
     double eb = prof_dtype_bytes(m->spec.dtype);
     /* the last frozen layer (frozen:N), -1 for none; LoRA: all */
     int last_frozen = -1;

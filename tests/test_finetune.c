@@ -204,6 +204,10 @@ Test(finetune, refusals)
                       "--pp 1 --mbs 1 --microbatches 1";
     cli_expect(0, "iteration time", "%s --finetune qlora:8", sim);
     cli_expect(2, "'lora:8:wq'", "%s --finetune lora:8:wq", sim);
+    /* a gate named where the MLP has none (it adapted q alone) */
+    cli_expect(2, "gpt-tiny's MLP has no gate (it is not gated)", "%s "
+               "--finetune lora:8:q+gate", sim);
+    cli_expect(0, "iteration time", "%s --finetune lora:8:mlp", sim);
     cli_expect(2, "auto stands alone (it is full,lora:16,qlora:16)",
                "plan --hw rtx4090 x1 --model gpt-tiny --finetune auto,full");
     cli_expect(2, "in the list 'full,lora'", "plan --hw rtx4090 x1 --model "
