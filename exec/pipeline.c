@@ -423,9 +423,13 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     const char *where = o->plan_path ? o->plan_path : "plan";
     prof_model_spec spec;
     exec_gpt_config cfg;
+    /* a plan file's field that fails names its line */
+#define FIELD_ERR(f) \
+    (o->plan_path ? sim_plan_field_err(e, o->plan_path, f) \
+                  : util_err_prefix(e, "%s", where))
     if (prof_model_spec_get(p->model, &spec, e) ||
         exec_gpt_config_from_spec(&spec, &cfg, p->model, e))
-        return util_err_prefix(e, "%s", where);
+        return FIELD_ERR("model");
     /* the run is predicted as it runs: every backend computes and keeps
      * its weights in fp32 (a GPU's bf16 peak would price it 10x too
      * fast), without dropout (the masks would add memory it never uses),
@@ -435,10 +439,10 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     spec.dropout = 0;
     spec.fused_loss = 1;
     spec.tf32 = o->tf32;   /* its products on tensor cores (CUDA) */
-    if (!(r->topo = load_hw(p->hw, e)) ||
-        !(r->model = prof_model_build(&spec, e)) ||
-        prof_model_finetune(r->model, &p->ft, e))
-        return util_err_prefix(e, "%s", where);
+    if (!(r->topo = load_hw(p->hw, e))) return FIELD_ERR("hw");
+    if (!(r->model = prof_model_build(&spec, e))) return FIELD_ERR("model");
+    if (prof_model_finetune(r->model, &p->ft, e)) return FIELD_ERR("finetune");
+#undef FIELD_ERR
     if (sim_plan_check(p, r->model, r->topo->n_gpus, e) ||
         sim_plan_check_topo(p, r->topo, e))
         return util_err_prefix(e, "%s", where);

@@ -482,8 +482,11 @@ static int run(int argc, char **argv, util_err *e)
         p = loaded;
     }
     if ((c.out || c.json) && sim_plan_paths_utf8(&p, e)) goto out;
-    if (!(tp = load_hw(p.hw, e))) goto out;
-    if (!(m = sim_plan_model(&p, tp, e))) goto out;
+    if (!(tp = load_hw(p.hw, e))) {
+        if (c.plan_file) sim_plan_field_err(e, c.plan_file, "hw");
+        goto out;
+    }
+    if (!(m = sim_plan_model_file(&p, tp, c.plan_file, e))) goto out;
     if (p.sched_file[0] && (sim_sched_async(p.sched) ||
                             p.sched == SIM_SCHED_CHIMERA)) {
         util_errf(e, UTIL_EXIT_USAGE, "--schedule-file takes the stage "

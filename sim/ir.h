@@ -1056,6 +1056,13 @@ int sim_zero_check(int zero, int fsdp, int dp, sim_sched s, util_err *e);
  * on error (the message names the model or the mode). */
 prof_model *sim_plan_model(const sim_plan *p, const prof_topo *t,
                            util_err *e);
+/* The same, errors of a plan file's model or fine-tuning mode naming the
+ * file, the field's line and the field (file NULL: as sim_plan_model). */
+prof_model *sim_plan_model_file(const sim_plan *p, const prof_topo *t,
+                                const char *file, util_err *e);
+/* Prefixes e with "FILE:LINE:COL: field 'FIELD'" (the field's place in
+ * the plan file, where found); returns -1. */
+int sim_plan_field_err(util_err *e, const char *file, const char *field);
 
 void sim_plan_init(sim_plan *p);
 void sim_plan_free(sim_plan *p);

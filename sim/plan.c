@@ -104,18 +104,44 @@ static int plan_recompute(const util_jobj *r, sim_plan *p, util_err *e)
     return 0;
 }
 
-prof_model *sim_plan_model(const sim_plan *p, const prof_topo *t,
-                           util_err *e)
+int sim_plan_field_err(util_err *e, const char *file, const char *field)
+{
+    char *text = NULL;
+    int line = 0, col = 0;
+    if (!util_read_file_max(file, (size_t)1 << 30, &text, NULL, NULL))
+        util_json_locate(text, field, &line, &col);
+    free(text);
+    if (line > 0)
+        return util_err_prefix(e, "%s:%d:%d: field '%s'", file, line, col,
+                               field);
+    return util_err_prefix(e, "%s: field '%s'", file, field);
+}
+
+prof_model *sim_plan_model_file(const sim_plan *p, const prof_topo *t,
+                                const char *file, util_err *e)
 {
     prof_model_spec s;
-    if (prof_model_spec_get(p->model, &s, e)) return NULL;
-    prof_spec_set_math(&s, p->math);
-    prof_model *m = prof_model_for_topo(prof_model_build(&s, e), t, e);
-    if (m && prof_model_finetune(m, &p->ft, e)) {
+    prof_model *m = NULL;
+    if (!prof_model_spec_get(p->model, &s, e)) {
+        prof_spec_set_math(&s, p->math);
+        m = prof_model_for_topo(prof_model_build(&s, e), t, e);
+    }
+    if (!m) {
+        if (file) sim_plan_field_err(e, file, "model");
+        return NULL;
+    }
+    if (prof_model_finetune(m, &p->ft, e)) {
+        if (file) sim_plan_field_err(e, file, "finetune");
         prof_model_free(m);
         return NULL;
     }
     return m;
+}
+
+prof_model *sim_plan_model(const sim_plan *p, const prof_topo *t,
+                           util_err *e)
+{
+    return sim_plan_model_file(p, t, NULL, e);
 }
 
 int sim_plan_load(const char *path, sim_plan *p, util_err *e)
