@@ -586,6 +586,11 @@ static int run_plan(cmd *c)
         rc = -1;
         goto out;
     }
+    char what[600];
+    if (sim_plan_files_changed(&plan, what, sizeof what) && (!mpi || !rank))
+        fprintf(stderr, "note: %s: %s changed since the plan was made: "
+                "its cuts and batch were chosen for the file as it was\n",
+                c->plan, what);
     /* the files the plan names are inputs too (its model spec, its
      * server): no output may replace them */
     const char *plan_ins[] = {plan.model, plan.hw};

@@ -480,6 +480,11 @@ static int run(int argc, char **argv, util_err *e)
             goto out;
         }
         p = loaded;
+        char what[600];
+        if (sim_plan_files_changed(&p, what, sizeof what))
+            fprintf(stderr, "note: %s: %s changed since the plan was made: "
+                    "its cuts and batch were chosen for the file as it "
+                    "was\n", c.plan_file, what);
     }
     if ((c.out || c.json) && sim_plan_paths_utf8(&p, e)) goto out;
     if (!(tp = load_hw(p.hw, e))) {

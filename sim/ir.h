@@ -1003,7 +1003,15 @@ typedef struct sim_plan {
     /* names of each stage's first and last op as the plan file gives
      * them ("" when absent); checked against the model */
     char (*from_op)[48], (*to_op)[48];
+    /* checksums of the model's and the server's files as the plan was
+     * made ("" when a zoo name or template, or not kept) */
+    char model_sum[17], hw_sum[17];
 } sim_plan;
+
+/* Whether the model's or the server's file differs from what the plan
+ * was made with (its checksum); *what names the file (for a note: the
+ * plan's cuts and batch were chosen for the file as it was). */
+int sim_plan_files_changed(const sim_plan *p, char *what, size_t n);
 
 /* Where an offloaded plan keeps its model states: host DRAM or the
  * server's NVMe drives. Auto: DRAM for ZeRO-Offload, the drives for

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "sim/sim.h"
 
@@ -152,7 +153,7 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         "state_bytes_per_param", "stages", "chunks", "layout",
         "schedule_file", "gpus_used", "sequence_parallel", "zero", "fsdp",
         "finetune", "offload_tier", "act_swap_checkpoints",
-        "act_swap_whole", "dtype", NULL};
+        "act_swap_whole", "dtype", "model_sum", "hw_sum", NULL};
     static const char *const skeys[] = {"ops", "device", "from", "to",
                                         "state_tier", NULL};
     util_jdoc d;
@@ -171,6 +172,10 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     if (util_jint(&r, "sluice_plan", 1, 1, PLAN_FORMAT, &v, e)) goto out;
     if (util_jstr(&r, "model", 1, p->model, sizeof p->model, e)) goto out;
     if (util_jstr(&r, "hw", 1, p->hw, sizeof p->hw, e)) goto out;
+    if (util_jstr(&r, "model_sum", 0, p->model_sum, sizeof p->model_sum,
+                  e) ||
+        util_jstr(&r, "hw_sum", 0, p->hw_sum, sizeof p->hw_sum, e))
+        goto out;
     {
         /* names and aliases (util_jenum would take the names alone) */
         char sn[128];
@@ -485,12 +490,53 @@ int sim_plan_check_topo(const sim_plan *p, const prof_topo *t, util_err *e)
     return 0;
 }
 
+/* The checksum (FNV-1a, 64 bits, hex) of a model or server file, ""
+ * for a zoo name or template (no regular file of that name). */
+static void file_sum(const char *path, char out[17])
+{
+    struct stat st;
+    char *text = NULL;
+    size_t len = 0;
+    out[0] = 0;
+    if (stat(path, &st) || !S_ISREG(st.st_mode) ||
+        util_read_file(path, &text, &len, NULL))
+        return;
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)text[i]) * 1099511628211ULL;
+    free(text);
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+int sim_plan_files_changed(const sim_plan *p, char *what, size_t n)
+{
+    const char *path[2] = {p->model, p->hw}, *sum[2] = {p->model_sum,
+                                                        p->hw_sum};
+    for (int k = 0; k < 2; k++) {
+        char now[17];
+        if (!sum[k][0]) continue;
+        file_sum(path[k], now);
+        if (strcmp(now, sum[k])) {
+            snprintf(what, n, "the %s file %s", k ? "server" : "model",
+                     path[k]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
 {
     json_t *o = json_object();
     json_object_set_new(o, "sluice_plan", json_integer(PLAN_FORMAT));
     json_object_set_new(o, "model", json_string(p->model));
     json_object_set_new(o, "hw", json_string(p->hw));
+    /* what the files were, to say when they change under the plan */
+    char sum[17];
+    file_sum(p->model, sum);
+    if (sum[0]) json_object_set_new(o, "model_sum", json_string(sum));
+    file_sum(p->hw, sum);
+    if (sum[0]) json_object_set_new(o, "hw_sum", json_string(sum));
     json_object_set_new(o, "schedule", json_string(sim_sched_name(p->sched)));
     json_object_set_new(o, "pp", json_integer(p->pp));
     json_object_set_new(o, "dp", json_integer(p->dp));

@@ -230,6 +230,32 @@ Test(sim_cli, trace_and_plot)
     free(dir);
 }
 
+/* A plan keeps its model file's checksum: the file edited under it, sim
+ * and exec say so (they ran the new widths silently) */
+Test(sim_cli, a_model_file_edited_under_its_plan_is_named)
+{
+    char *dir = test_tmpdir();
+    cr_assert_eq(sh_run("cp tests/bench/t5-mini.json %s/m.json", dir), 0);
+    cli_expect(0, "", "sim --hw 'cpu x2' --model %s/m.json --schedule 1f1b "
+               "--pp 2 --mbs 1 --microbatches 2 --out %s/p.json", dir, dir);
+    cli_result r = cli_run("sim --plan %s/p.json", dir);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(!strstr(r.err, "changed since"), "%s", r.err);
+    cli_result_free(&r);
+    cr_assert_eq(sh_run("sed -i 's/\"ffn\": 1024/\"ffn\": 2048/' "
+                        "%s/m.json", dir), 0);
+    const char *cmd[] = {"sim --plan %s/p.json",
+                         "exec --plan %s/p.json --steps 1 --quiet"};
+    for (int k = 0; k < 2; k++) {
+        r = cli_run(cmd[k], dir);
+        cr_expect_eq(r.code, 0, "%s", r.err);
+        cr_expect(strstr(r.err, "m.json changed since the plan was made"),
+                  "%s: %s", cmd[k], r.err);
+        cli_result_free(&r);
+    }
+    test_rm_rf(dir);
+}
+
 Test(sim_cli, same_input_same_trace)
 {
     char *dir = test_tmpdir();
