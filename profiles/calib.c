@@ -559,6 +559,22 @@ int prof_calib_find(const char *device, const prof_calib **out, util_err *e)
         return -1;
     }
     l->c.gpu.calib = &l->c;
+    /* CPU cores are this machine's: figures measured on another describe
+     * that one (said once a file is read; a GPU's calibration is the
+     * GPU's, wherever its host) */
+    if (!strcmp(device, "cpu")) {
+        prof_machine me;
+        prof_machine_this(&me);
+        snprintf(me.device, sizeof me.device, "%s", l->c.machine.device);
+        if (!prof_machine_same(&l->c.machine, &me)) {
+            char a[256], b[256];
+            fprintf(stderr, "note: %s was measured on %s; this is %s: "
+                    "predictions for cpu use that machine's figures "
+                    "(calibrate here: sluice calibrate --hw cpu xN)\n",
+                    path, prof_machine_str(&l->c.machine, a, sizeof a),
+                    prof_machine_str(&me, b, sizeof b));
+        }
+    }
     l->mtime = sb.st_mtim;
     l->size = sb.st_size;
     l->next = cache.head;

@@ -555,6 +555,7 @@ Test(calib_dir, sim_uses_the_calibrated_figures)
     cr_assert_eq(b.code, 0, "%s", b.err);
     cr_assert_eq(b2.code, 0, "%s", b2.err);
     cr_assert_str_eq(b.out, b2.out);
+    cr_expect(!strstr(b.err, "was measured on"), "%s", b.err);
     json_t *ja = json_loads(a.out, 0, NULL), *jb = json_loads(b.out, 0, NULL);
     double ta = json_real_value(json_object_get(ja, "iteration_time_s"));
     double tb = json_real_value(json_object_get(jb, "iteration_time_s"));
@@ -564,6 +565,19 @@ Test(calib_dir, sim_uses_the_calibrated_figures)
     cli_result_free(&a);
     cli_result_free(&b);
     cli_result_free(&b2);
+    /* another machine's CPU figures are used, and said to be */
+    char other[600];
+    snprintf(other, sizeof other, "%s/other", d);
+    cr_assert_eq(mkdir(other, 0700), 0);
+    snprintf(path, sizeof path, "%s/cpu.json", other);
+    snprintf(c.machine.cpu, sizeof c.machine.cpu, "Some Other CPU 9000");
+    cr_assert_eq(prof_calib_save(&c, path, &e), 0, "%s", e.msg);
+    cli_result o = cli_run("--profile-dir %s %s", other, args);
+    cr_expect_eq(o.code, 0, "%s", o.err);
+    cr_expect(strstr(o.err, "was measured on Some Other CPU 9000"), "%s",
+              o.err);
+    cli_result_free(&o);
+    snprintf(path, sizeof path, "%s/cpu.json", d);
     /* profile list names it */
     cli_result l = cli_run("--profile-dir %s profile list", d);
     cr_assert_eq(l.code, 0, "%s", l.err);
