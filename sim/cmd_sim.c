@@ -179,6 +179,7 @@ typedef struct cmd_opts {
     const char *plan_file, *partition, *trace, *plot, *out, *measured;
     int json, stages, emit, ops;
     int swap_given;             /* --act-swap K[:J] (else auto) */
+    int tier_given;             /* --offload-tier */
     const char *state_tiers;    /* --state-tiers LIST */
 } cmd_opts;
 
@@ -330,6 +331,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 return util_errf(e, UTIL_EXIT_USAGE, "--offload-tier '%s': "
                                  "expected auto, dram or nvme", argv[i]);
             p->tier = t;
+            c->tier_given = 1;
         } else if (!strcmp(a, "--state-tiers")) {
             if (need(i, argc, argv, e)) return -1;
             c->state_tiers = argv[++i];
@@ -383,6 +385,12 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "--state-tiers: schedule %s "
                          "places every stage's states itself (stage tiers "
                          "are for pipelines)", sim_sched_name(p->sched));
+    if (c->tier_given && !sim_sched_offload(p->sched))
+        return util_errf(e, UTIL_EXIT_USAGE, "--offload-tier: schedule %s "
+                         "keeps the model states on the GPUs (zero-offload, "
+                         "zero-infinity and fuyou place them; a pipeline's "
+                         "stages take --state-tiers)",
+                         sim_sched_name(p->sched));
     if (c->swap_given && !sim_sched_offload(p->sched))
         return util_errf(e, UTIL_EXIT_USAGE, "--act-swap: schedule %s swaps "
                          "no activations (zero-offload, zero-infinity and "

@@ -609,6 +609,9 @@ Test(sim_offload, tiers_that_cannot_hold_the_states)
     cli_expect(2, "zero-offload keeps its states in host DRAM",
                "sim --hw rtx4090 x1 --model gpt2 --schedule zero-offload "
                "--mbs 1 --microbatches 1 --offload-tier nvme");
+    cli_expect(2, "--offload-tier: schedule 1f1b keeps the model states on "
+               "the GPUs", "sim --hw rtx4090 x1 --model gpt2 --schedule 1f1b "
+               "--pp 1 --mbs 1 --microbatches 1 --offload-tier nvme");
     cli_expect(2, "--offload-tier 'ssd': expected auto, dram or nvme",
                "sim --hw rtx4090 x1 --model gpt2 --schedule fuyou "
                "--mbs 1 --microbatches 1 --offload-tier ssd");
