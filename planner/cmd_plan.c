@@ -64,7 +64,7 @@ static void usage(FILE *f)
         "                     the model states; auto (default) tries DRAM\n"
         "                     and, where the server has drives, NVMe for\n"
         "                     zero-infinity and fuyou, and keeps the faster\n"
-        "  --host-mem SIZE, --nvme N, --gpus-per-server N, --pcie-gen G\n"
+        "  --host-mem SIZE, --nvme N[:DRIVE], --gpus-per-server N, --pcie-gen G\n"
         "                      adjust the server template\n"
         "  --json             print the answer as JSON\n"
         "  --out FILE         write the chosen plan (for sluice sim --plan)\n"

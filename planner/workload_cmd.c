@@ -53,7 +53,7 @@ static void usage(FILE *f)
         "  --optimizer adam|sgd  of --models jobs (default adam)\n"
         "  --seed N           the random policy's seed (default 1)\n"
         "  --reserve SIZE     memory kept per GPU (default 1G)\n"
-        "  --host-mem SIZE, --nvme N, --gpus-per-server N, --pcie-gen G\n"
+        "  --host-mem SIZE, --nvme N[:DRIVE], --gpus-per-server N, --pcie-gen G\n"
         "                      adjust the server template\n"
         "  --json             the answer as JSON\n"
         "  --plot PREFIX      Gantt chart of Sharded-LRTF (PREFIX-gantt.png/svg),\n"

@@ -10,7 +10,7 @@ static void usage(FILE *f)
         "       sluice profile show MODEL [--ops] [--seq N] [--dtype T]\n"
         "                           [--finetune MODE] [--json]\n"
         "       sluice profile show --hw GPU xN | FILE.json [--host-mem SIZE]\n"
-        "                           [--nvme N] [--gpus-per-server N] [--pcie-gen G] [--json]\n"
+        "                           [--nvme N[:DRIVE]] [--gpus-per-server N] [--pcie-gen G] [--json]\n"
         "       sluice profile validate FILE...\n"
         "\n"
         "MODEL is a built-in name (sluice profile list) or a file: a sluice\n"
@@ -155,10 +155,29 @@ static int cmd_list(int argc, char **argv)
         json_array_append_new(jc, o);
     }
     free(cal);
+    /* the drives --nvme N:MODEL knows */
+    json_t *jd = json_array();
+    util_table *td = util_table_new(5);
+    const char *hd[] = {"drive", "capacity", "read", "write", "host link"};
+    for (int i = 0; i < 5; i++) util_table_col(td, i, hd[i], i ? 'r' : 'l');
+    for (int k = 0; prof_drive_at(k); k++) {
+        const prof_drive *d = prof_drive_at(k);
+        char cap[32], rd[32], wr[32], ln[32];
+        snprintf(cap, sizeof cap, "%.2f TB", d->cap / 1e12);
+        util_fmt_bw(d->read, rd, sizeof rd);
+        util_fmt_bw(d->write, wr, sizeof wr);
+        snprintf(ln, sizeof ln, "PCIe %d.0 x%d", d->gen, d->lanes);
+        const char *row[] = {d->name, cap, rd, wr, ln};
+        util_table_row(td, row);
+        json_array_append_new(jd, json_pack(
+            "{s:s,s:f,s:f,s:f,s:i,s:i}", "name", d->name, "capacity_bytes",
+            d->cap, "read_bytes_per_s", d->read, "write_bytes_per_s",
+            d->write, "pcie_gen", d->gen, "pcie_lanes", d->lanes));
+    }
     if (json) {
-        json_t *root = json_pack("{s:o,s:o,s:o,s:o}", "gpus", jg, "models", jm,
-                                 "profile_dir", dir ? json_string(dir)
-                                                    : json_null(),
+        json_t *root = json_pack("{s:o,s:o,s:o,s:o,s:o}", "gpus", jg,
+                                 "models", jm, "drives", jd, "profile_dir",
+                                 dir ? json_string(dir) : json_null(),
                                  "calibrated", jc);
         util_json_print(root, stdout);
         json_decref(root);
@@ -168,6 +187,9 @@ static int cmd_list(int argc, char **argv)
         util_table_print(tg, stdout, "  ");
         printf("\nmodels (--model NAME, or a spec / config.json file)\n");
         util_table_print(tm, stdout, "  ");
+        printf("\nNVMe drives (--nvme N:MODEL; sequential rates from their "
+               "datasheets)\n");
+        util_table_print(td, stdout, "  ");
         if (ncal) {
             printf("\ncalibrated on a machine (in %s; these replace the "
                    "figures above)\n", dir);
@@ -180,7 +202,9 @@ static int cmd_list(int argc, char **argv)
         json_decref(jg);
         json_decref(jm);
         json_decref(jc);
+        json_decref(jd);
     }
+    util_table_free(td);
     util_table_free(tg);
     util_table_free(tm);
     util_table_free(tc);

@@ -212,6 +212,9 @@ typedef struct prof_hw_opts {
     double host_mem_bytes;    /* per server */
     int nvme;                 /* drives per server */
     int nvme_set;             /* nvme given (0: a server without drives) */
+    int drive;                /* the drives' model: 1 + its index in the
+                               * catalog (prof_drive_name), 0: the
+                               * template's */
     int gpus_per_server;      /* force a node size */
     int pcie_gen;             /* override the host's PCIe generation */
     int xfer;                 /* CPU devices: how they exchange tensors
@@ -221,6 +224,17 @@ typedef struct prof_hw_opts {
                                * given (" --host-mem 256G --nvme 12"):
                                * what a plan's hw keeps after the GPUs */
 } prof_hw_opts;
+
+/* NVMe drive models from their datasheets (--nvme N:MODEL): sequential
+ * read and write (bytes/s), capacity, PCIe generation and lanes. Entry k
+ * (NULL past the end); the entry of a name, -1. */
+typedef struct prof_drive {
+    const char *name;
+    double cap, read, write;
+    int gen, lanes;
+} prof_drive;
+const prof_drive *prof_drive_at(int k);
+int prof_drive_find(const char *name);
 
 /* The server template's options on a command line (--host-mem SIZE,
  * --nvme N, --gpus-per-server N, --pcie-gen G) at argv[*i]: 1 when it is

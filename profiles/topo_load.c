@@ -28,13 +28,13 @@ static prof_topo *load_template(const util_jobj *root, const prof_hw_opts *cli,
                                 util_err *e)
 {
     static const char *const keys[] = {"format", "name", "template",
-        "host_mem_gib", "nvme", "gpus_per_server", "pcie_gen", "gpu",
-        "link_bw_scale", NULL};
+        "host_mem_gib", "nvme", "nvme_model", "gpus_per_server", "pcie_gen",
+        "gpu", "link_bw_scale", NULL};
     static const char *const tkeys[] = {"gpu", "count", NULL};
     if (util_jkeys(root, keys, e)) return NULL;
     util_jobj tp, go, sc;
     int have_gpu, have_sc;
-    char gname[32];
+    char gname[32], dname[64] = "";
     long count = 0, nvme = 0, gps = 0, gen = 0;
     double mem_gib = 0;
     if (util_jchild(root, "template", 1, &tp, NULL, e) ||
@@ -43,6 +43,7 @@ static prof_topo *load_template(const util_jobj *root, const prof_hw_opts *cli,
         util_jint(&tp, "count", 0, 1, 65536, &count, e) ||
         util_jnum(root, "host_mem_gib", 0, UTIL_POSITIVE, 1e7, &mem_gib, e) ||
         util_jint(root, "nvme", 0, 0, 64, &nvme, e) ||
+        util_jstr(root, "nvme_model", 0, dname, sizeof dname, e) ||
         util_jint(root, "gpus_per_server", 0, 1, 16, &gps, e) ||
         util_jint(root, "pcie_gen", 0, 3, 5, &gen, e) ||
         util_jchild(root, "gpu", 0, &go, &have_gpu, e) ||
@@ -62,7 +63,14 @@ static prof_topo *load_template(const util_jobj *root, const prof_hw_opts *cli,
         }
         if (prof_gpu_parse_ex(&go, &g, 1, e)) return NULL;
     }
+    int drive = dname[0] ? prof_drive_find(dname) : -1;
+    if (dname[0] && drive < 0) {
+        util_jerr(e, root, "nvme_model", "'%s': not a drive sluice knows "
+                  "(sluice profile list)", dname);
+        return NULL;
+    }
     prof_hw_opts o = {.host_mem_bytes = mem_gib * 1073741824.0,
+                      .drive = drive + 1,
                       .nvme = (int)nvme,
                       .nvme_set = json_object_get(root->j, "nvme") != NULL,
                       .gpus_per_server = (int)gps,
@@ -73,6 +81,7 @@ static prof_topo *load_template(const util_jobj *root, const prof_hw_opts *cli,
             o.nvme = cli->nvme, o.nvme_set = 1;
         if (cli->gpus_per_server > 0) o.gpus_per_server = cli->gpus_per_server;
         if (cli->pcie_gen > 0) o.pcie_gen = cli->pcie_gen;
+        if (cli->drive > 0) o.drive = cli->drive;
     }
     int n = count ? (int)count : prof_template_default_count(&g, &o);
     prof_topo *t = prof_topo_template_gpu(&g, n, &o, &e2);

@@ -57,6 +57,32 @@ typedef struct platform {
     const char *net;            /* "InfiniBand EDR" */
 } platform;
 
+/* NVMe drives by model: sequential read and write as their datasheets
+ * give them (bursts: a consumer drive writes slower once its SLC cache
+ * is full), capacity of the size named, PCIe generation and lanes. */
+static const prof_drive drive_models[] = {
+    {"samsung-990-pro", 2 * TB, 7.45 * GB, 6.9 * GB, 4, 4},   /* 2 TB */
+    {"samsung-980-pro", 2 * TB, 7.0 * GB, 5.1 * GB, 4, 4},    /* 2 TB */
+    {"samsung-970-evo-plus", 2 * TB, 3.5 * GB, 3.3 * GB, 3, 4},
+    {"wd-sn850x", 2 * TB, 7.3 * GB, 6.6 * GB, 4, 4},          /* 2 TB */
+    {"crucial-t700", 2 * TB, 12.4 * GB, 11.8 * GB, 5, 4},     /* 2 TB */
+    {"intel-p5800x", 1.6 * TB, 7.2 * GB, 6.2 * GB, 4, 4},     /* Optane */
+    {"samsung-pm9a3", 3.84 * TB, 6.9 * GB, 4.1 * GB, 4, 4},   /* U.2 */
+};
+#define N_DRIVES ((int)(sizeof drive_models / sizeof *drive_models))
+
+const prof_drive *prof_drive_at(int k)
+{
+    return k >= 0 && k < N_DRIVES ? &drive_models[k] : NULL;
+}
+
+int prof_drive_find(const char *name)
+{
+    for (int k = 0; k < N_DRIVES; k++)
+        if (!strcmp(drive_models[k].name, name)) return k;
+    return -1;
+}
+
 /* Two-socket PCIe servers by PCIe generation. */
 static const platform pcie_servers[] = {
     [3] = {"2x Intel Xeon Scalable 2nd gen (Cascade Lake): 3 UPI x 10.4 "
@@ -401,6 +427,14 @@ prof_topo *prof_topo_template_gpu(const prof_gpu *gp, int n,
         }
         p.nvme = o->nvme;
     }
+    if (o->drive > 0 && o->drive <= N_DRIVES) {
+        const prof_drive *d = &drive_models[o->drive - 1];
+        p.nvme_cap = d->cap;
+        p.nvme_read = d->read;
+        p.nvme_write = d->write;
+        p.nvme_gen = d->gen;
+        p.nvme_lanes = d->lanes;
+    }
 
     int servers = (n + gps - 1) / gps;
     char name[96];
@@ -464,7 +498,8 @@ int prof_hw_opts_arg(int argc, char **argv, int *i, prof_hw_opts *o,
                                        "--gpus-per-server", "--pcie-gen"};
     static const char *const want[] = {
         "a size with its unit, such as 256G (K, M, G or T; at most 1024T)",
-        "0..64", "1..64", "3..6"};
+        "a count 0..64, or COUNT:MODEL with MODEL one of the drives sluice "
+        "knows (sluice profile list)", "1..64", "3..6"};
     int k = 0;
     while (k < 4 && strcmp(argv[*i], name[k])) k++;
     if (k == 4) return 0;
@@ -472,11 +507,22 @@ int prof_hw_opts_arg(int argc, char **argv, int *i, prof_hw_opts *o,
     long n = 0;
     int bad;
     /* a bare number would be bytes: 256 is not what anyone means */
-    if (k == 0)
+    if (k == 0) {
         bad = !v || util_parse_size(v, &o->host_mem_bytes) ||
               o->host_mem_bytes <= 0 || !strpbrk(v, "kKmMgGtT") ||
               o->host_mem_bytes > 1024.0 * 1024 * 1024 * 1024 * 1024;
-    else
+    } else if (k == 1 && v && strchr(v, ':')) {
+        /* --nvme COUNT:MODEL */
+        char cnt[16];
+        const char *c = strchr(v, ':');
+        int d = prof_drive_find(c + 1);
+        bad = c - v >= (long)sizeof cnt || d < 0;
+        if (!bad) {
+            snprintf(cnt, sizeof cnt, "%.*s", (int)(c - v), v);
+            bad = util_parse_int(cnt, 1, 64, &n);
+            o->drive = d + 1;
+        }
+    } else
         bad = !v || util_parse_int(v, k == 1 ? 0 : k == 2 ? 1 : 3,
                                    k == 3 ? 6 : 64, &n);
     if (bad)

@@ -77,7 +77,7 @@ static void usage(FILE *f)
         "                         fp16 weights and gradients stay on the\n"
         "                         GPU); one for every stage, or one per\n"
         "                         stage: gpu,dram,dram,gpu\n"
-        "  --host-mem SIZE, --nvme N, --gpus-per-server N, --pcie-gen G\n"
+        "  --host-mem SIZE, --nvme N[:DRIVE], --gpus-per-server N, --pcie-gen G\n"
         "                         the server template's host memory, drives,\n"
         "                         size and PCIe (kept with the plan's hw)\n"
         "  --state-bytes N        weights+grads+optimizer bytes per parameter\n"

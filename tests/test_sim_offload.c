@@ -609,6 +609,9 @@ Test(sim_offload, tiers_that_cannot_hold_the_states)
     cli_expect(2, "zero-offload keeps its states in host DRAM",
                "sim --hw rtx4090 x1 --model gpt2 --schedule zero-offload "
                "--mbs 1 --microbatches 1 --offload-tier nvme");
+    cli_expect(2, "--nvme '2:floppy': expected a count 0..64, or "
+               "COUNT:MODEL", "sim --hw rtx4090 x1 --model gpt2 --schedule "
+               "zero-infinity --mbs 1 --microbatches 1 --nvme 2:floppy");
     cli_expect(2, "--offload-tier: schedule 1f1b keeps the model states on "
                "the GPUs", "sim --hw rtx4090 x1 --model gpt2 --schedule 1f1b "
                "--pp 1 --mbs 1 --microbatches 1 --offload-tier nvme");
@@ -1121,4 +1124,37 @@ Test(sim_offload, t5_offload_schedules_simulate)
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect(!strstr(r.out, "deadlocks"), "%s", r.out);
     cli_result_free(&r);
+}
+
+/* A drive model from the catalog (--nvme N:MODEL, "nvme_model" in a
+ * server file) sets the drives' rates: ZeRO-Infinity on the drives runs
+ * at their pace, a PCIe 3.0 drive's 3.5 GB/s against a PCIe 5.0 one's
+ * 12.4 */
+Test(sim_offload, drive_models_set_the_drives_rates)
+{
+    double it[2];
+    const char *d[2] = {"samsung-970-evo-plus", "crucial-t700"};
+    for (int k = 0; k < 2; k++) {
+        json_t *j = cli_json("sim --hw rtx4090 x1 --model gpt2 --schedule "
+                             "zero-infinity --mbs 1 --microbatches 1 --nvme "
+                             "1:%s --json", d[k]);
+        it[k] = json_number_value(json_object_get(j, "iteration_time_s"));
+        json_decref(j);
+    }
+    cr_expect_gt(it[0], 2 * it[1], "%s %g s, %s %g s", d[0], it[0], d[1],
+                 it[1]);
+    char *dir = test_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/hw.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"format\": \"sluice-server\", \"name\": \"x\", "
+            "\"template\": {\"gpu\": \"rtx4090\", \"count\": 1},\n"
+            " \"nvme\": 1, \"nvme_model\": \"%s\"}\n", d[0]);
+    fclose(f);
+    json_t *j = cli_json("sim --hw %s --model gpt2 --schedule zero-infinity "
+                         "--mbs 1 --microbatches 1 --json", path);
+    cr_expect_float_eq(json_number_value(json_object_get(
+                           j, "iteration_time_s")), it[0], 1e-9 * it[0]);
+    json_decref(j);
+    test_rm_rf(dir);
 }
