@@ -623,6 +623,27 @@ static void print_answer(const plan_result *r, const prof_model *m,
     }
     util_table_print(ta, stdout, "  ");
     util_table_free(ta);
+    /* the reasons cut above, whole, each once with the schedules it is
+     * theirs (an offload schedule's says how much is missing, where) */
+    _Static_assert(SIM_SCHED_COUNT <= 32, "a bit per schedule");
+    unsigned said = 0;
+    for (int s = 0; s < SIM_SCHED_COUNT; s++) {
+        const plan_alt *a = &r->alt[s];
+        if (s == (int)r->best || (said >> s & 1) ||
+            (!sim_sched_plannable((sim_sched)s) && !a->tried) ||
+            strlen(a->reason) <= why_n)
+            continue;
+        printf("  ");
+        for (int q = s; q < SIM_SCHED_COUNT; q++)
+            if (q != (int)r->best &&
+                (sim_sched_plannable((sim_sched)q) || r->alt[q].tried) &&
+                !(said >> q & 1) && !strcmp(r->alt[q].reason, a->reason)) {
+                printf("%s%s", said >> s & 1 ? ", " : "",
+                       sim_sched_name((sim_sched)q));
+                said |= 1u << q;
+            }
+        printf(": %s\n", a->reason);
+    }
     /* a faster asynchronous plan left out by default says what it is */
     int fa = -1;
     for (int s = 0; s < SIM_SCHED_COUNT; s++)

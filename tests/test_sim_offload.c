@@ -609,6 +609,12 @@ Test(sim_offload, tiers_that_cannot_hold_the_states)
     cli_expect(2, "zero-offload keeps its states in host DRAM",
                "sim --hw rtx4090 x1 --model gpt2 --schedule zero-offload "
                "--mbs 1 --microbatches 1 --offload-tier nvme");
+    /* the table's cut reasons follow it whole: how much is missing, and
+     * in which tier */
+    cli_expect(0, "zero-infinity: schedule zero-infinity: host DRAM cannot "
+               "hold what the nvme tier needs there: 36.03 GiB, the server "
+               "has 16.00 GiB (20.03 GiB missing in DRAM", "plan --hw rtx4090 "
+               "x1 --host-mem 16G --nvme 1 --model llama2-7b --finetune full");
     cli_expect(2, "--nvme '2:floppy': expected a count 0..64, or "
                "COUNT:MODEL", "sim --hw rtx4090 x1 --model gpt2 --schedule "
                "zero-infinity --mbs 1 --microbatches 1 --nvme 2:floppy");
