@@ -173,11 +173,12 @@ static int cut_job(exec_wl *W, wl_job *J, util_err *e)
                           "%d tokens) does not fit a device of %s even one "
                           "layer per shard: layer %s needs %s (its weights, "
                           "gradients, AdamW state and activations); give a "
-                          "larger --mem-per-device or a smaller batch",
+                          "larger --mem-per-device%s",
                           J->j->where, J->j->name, J->j->model, J->B, J->T,
                           util_fmt_bytes(W->budget, a, sizeof a),
                           m->layers[worst].name,
-                          util_fmt_bytes(wn, b, sizeof b));
+                          util_fmt_bytes(wn, b, sizeof b),
+                          J->B > 1 ? " or a smaller batch" : "");
             else
                 *e = e2;
             e->code = UTIL_EXIT_USAGE;

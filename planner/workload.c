@@ -243,10 +243,12 @@ static int cut_shards(wl_prep *p, util_err *e)
         util_errf(e, UTIL_EXIT_USAGE, "%s: job '%s' (%s at batch %d) does "
                   "not fit one %s even sharded into single layers with host "
                   "spilling: layer %s needs %.2f GiB of the %.2f GiB left "
-                  "after the reserve; try a smaller batch",
+                  "after the reserve; %s",
                   p->job->where, p->job->name, p->m->spec.name,
                   p->job->batch, p->gpu->name, p->m->layers[worst].name,
-                  wn / 1073741824.0, p->cap / 1073741824.0);
+                  wn / 1073741824.0, p->cap / 1073741824.0,
+                  p->job->batch > 1 ? "try a smaller batch"
+                                    : "its layers need a larger GPU");
     } else {
         p->k = k;
         p->first = util_malloc(sizeof(int) * (size_t)(k + 1));
