@@ -63,12 +63,24 @@ int plot_lines(const char *prefix, const char *kind, const char *title,
     if (!qd) return -1;
     char *qt = plot_quote(title, 0), *qx = plot_quote(xlabel, 0),
          *qy = plot_quote(ylabel, 0);
+    /* curves orders of magnitude apart (a model of 4B beside one of
+     * 1660B) on a log axis, so each shows; the key beside the curves,
+     * not on them */
+    double lo = 0, hi = 0;
+    for (int k = 0; k < ns; k++)
+        for (int i = 0; i < n[k]; i++)
+            if (y[k][i] > 0) {
+                if (lo == 0 || y[k][i] < lo) lo = y[k][i];
+                if (y[k][i] > hi) hi = y[k][i];
+            }
+    int logy = lo > 0 && hi / lo > 50;
     plot_script_begin(&t);
     for (int f = 0; f < 2; f++) {
-        plot_script_image(&t, f, 900, 560, prefix, kind);
+        plot_script_image(&t, f, 1000, 560, prefix, kind);
         plot_text_add(&t, "set title %s noenhanced\nset xlabel %s noenhanced\n"
-                      "set ylabel %s noenhanced\nset grid\nset key top left\n"
-                      "plot ", qt, qx, qy);
+                      "set ylabel %s noenhanced\nset grid\nset key outside "
+                      "right top\n%splot ", qt, qx, qy,
+                      logy ? "set logscale y 10\n" : "");
         for (int s = 0; s < ns; s++) {
             char *qn = plot_quote(names[s], 0);
             plot_text_add(&t, "%s%s index %d using 1:2 with linespoints lw 2 "
