@@ -708,12 +708,13 @@ static int run_plan(cmd *c)
                     t->steps);
         /* exec/README.md, "Sharded data parallelism" */
         if (sim_zero_stage(plan.zero, plan.fsdp) >= 2)
-            fprintf(stdout, "note: this executor %s, where the simulator "
-                    "holds two layers' as FSDP does: its peaks run above "
-                    "the simulated ones\n",
+            fprintf(stdout, "note: this executor %s, as the simulated "
+                    "columns price it (sluice sim prices FSDP's two layers "
+                    "at a time)\n",
                     sim_zero_stage(plan.zero, plan.fsdp) >= 3
                         ? "gathers a stage's whole weights for a task and "
-                          "the next"
+                          "the next, and keeps each microbatch's whole "
+                          "gradient until its reduce-scatter is done"
                         : "keeps each microbatch's whole gradient until its "
                           "reduce-scatter is done");
         /* the same math; the norms', dropouts' and residuals' activations

@@ -564,6 +564,9 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     }
     sim_cost_opts co = sim_plan_cost_opts(p);
     co.fold = 0;
+    /* its sharding as it runs: whole stages gathered, whole gradients
+     * reduced (sluice sim prices FSDP's layer at a time) */
+    co.whole_shards = 1;
     r->costs = sim_costs_build(r->model, r->topo, p->n_stages, p->first_op,
                                p->last_op, p->stage_device, p->pp, &co, e);
     if (!r->costs) {

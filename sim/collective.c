@@ -563,13 +563,28 @@ static int after_recompute(const sim_ir *ir, const int *list, int j)
  * the device's order L[r] in every replica r: after the tied-table
  * exchange where j is the stage's last backward; its update waits. */
 static void reduce_grads(sim_ir *ir, const sim_costs *c, int s, int **L,
-                         int j, const int *lastb, const int *tied_off,
+                         int j, int *seen, const int *lastb,
+                         const int *tied_off,
                          const int *tied, const int *opt, int *dep,
                          ring_end *out)
 {
     const int S = c->n_model_stages, Rs = c->replicas;
     for (int r = 0; r < Rs; r++) dep[r] = L[r][j];
     shard_coll(ir, c, s, SIM_COLL_REDUCE_SCATTER, dep, out);
+    /* sluice's executor: the microbatch's whole gradient, from the task
+     * making it until its ring is done (the executor frees it when the
+     * next compute task starts: where the ring ends during one, later);
+     * under ZeRO-2 the rank's shard of the step's sum from the first
+     * ring's end to the update (ZeRO-3's is counted all along: its peaks,
+     * measured, hold it) */
+    for (int r = 0; c->whole_shards && r < Rs; r++) {
+        int v = r * S + s;
+        if (out[r].last_recv < 0) continue;
+        sim_ir_buffer(ir, L[r][j], out[r].last_recv, c->stage[s].train_bytes);
+        if (c->zero == 2 && !seen[v]++ && opt[v] >= 0)
+            sim_ir_buffer(ir, out[r].last_recv, opt[v],
+                          c->stage[s].grad_bytes);
+    }
     for (int r = 0; r < Rs; r++) {
         int v = r * S + s;
         for (int q = tied_off[v]; L[r][j] == lastb[v] && q < tied_off[v + 1];
@@ -588,6 +603,7 @@ void sim_add_sharded(sim_ir *ir, const sim_costs *c)
     UTIL_NEVER(ir->n_minibatches != 1 || N != Rs * S || c->shard < 2);
     int *lastb = util_malloc(sizeof(int) * (size_t)N);
     int *opt = util_malloc(sizeof(int) * (size_t)N);
+    int *seen = util_calloc((size_t)N + 1, sizeof(int));
     stage_marks(ir, lastb, opt, NULL);
     int *tied_off, *tied;
     tied_index(ir, &tied_off, &tied);
@@ -659,8 +675,8 @@ void sim_add_sharded(sim_ir *ir, const sim_costs *c)
             int bw = t->kind == SIM_W || t->kind == SIM_BW;
             int tied_last = L[0][j] == lastb[s] && tied_off[s + 1] > tied_off[s];
             if (bw && (z >= 2 || L[0][j] == lastb[s]) && !tied_last)
-                reduce_grads(ir, c, s, L, j, lastb, tied_off, tied, opt, dep,
-                             out);
+                reduce_grads(ir, c, s, L, j, seen, lastb, tied_off, tied,
+                             opt, dep, out);
             else if (bw && tied_last)
                 deferred[nd++] = j;
             /* ZeRO-1 and 2: each rank updated its shard of the weights;
@@ -672,8 +688,8 @@ void sim_add_sharded(sim_ir *ir, const sim_costs *c)
             if (t->kind == SIM_OPT)
                 for (int q = 0; q < nd; q++)
                     reduce_grads(ir, c, ir->tasks[L[0][deferred[q]]].stage,
-                                 L, deferred[q], lastb, tied_off, tied, opt,
-                                 dep, out);
+                                 L, deferred[q], seen, lastb, tied_off,
+                                 tied, opt, dep, out);
             if (t->kind == SIM_OPT) nd = 0;
             if (t->kind == SIM_OPT && z <= 2) {
                 for (int r = 0; r < Rs; r++) dep[r] = L[r][j];
@@ -691,4 +707,5 @@ void sim_add_sharded(sim_ir *ir, const sim_costs *c)
     free(tied_off);
     free(lastb);
     free(opt);
+    free(seen);
 }

@@ -997,6 +997,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     c->recompute = rc;
     c->zero = zst;
     c->fsdp = zst ? fsdp : SIM_FSDP_NONE;
+    c->whole_shards = o && o->whole_shards && zst >= 2;
     c->shard = shard;
     for (int d = 0; d < n_devices; d++) {
         c->dev_gpu[d] = d * tpw;
@@ -1169,11 +1170,15 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
          * prefetched, as FSDP's units and ZeRO-3's prefetch hold them */
         unit = fmax(unit, unit_tp * wb + unit_fz);
         unit_g = fmax(unit_g, unit_tp * wb);
-        sc->gather_bytes = fmin(sc->param_bytes, 2 * unit);
+        sc->gather_bytes = c->whole_shards ? sc->param_bytes
+                                           : fmin(sc->param_bytes, 2 * unit);
         /* sharded gradients: a layer's whole gradient exists from its
          * backward until its reduce-scatter is done, as FSDP's units and
          * ZeRO-2's buckets hold them, the next layer's computing beside */
-        sc->rs_bytes = zst >= 2 ? fmin(sc->train_bytes, 2 * unit_g) : 0;
+        /* (whole: each microbatch's whole gradient, a buffer until its
+         * reduce-scatter is done: sim_add_sharded) */
+        sc->rs_bytes = zst >= 2 && !c->whole_shards
+                           ? fmin(sc->train_bytes, 2 * unit_g) : 0;
         sc->frozen_bytes = frozen;
         sim_zero_bytes(sc->train_params, wb, state, zst, shard,
                        &sc->weight_bytes, &sc->grad_bytes, &sc->opt_bytes);

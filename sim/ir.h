@@ -428,6 +428,7 @@ struct sim_costs {
     int sp;                     /* sequence parallelism */
     int zero;                   /* ZeRO stage 0..3 (FSDP: 3) */
     int fsdp;                   /* sim_fsdp */
+    int whole_shards;           /* sim_cost_opts.whole_shards */
     int shard;                  /* data-parallel ranks a stage's sharded
                                  * state is split over: dp (ZeRO, FSDP
                                  * full), the ranks inside a server (FSDP
@@ -531,6 +532,11 @@ typedef struct sim_cost_opts {
     const unsigned char *state_tier; /* per plan stage, where it keeps its
                                  * optimizer state (sim_stage_cost); NULL:
                                  * every stage on its GPU */
+    int whole_shards;           /* sharded (ZeRO-2, 3) as sluice's executor
+                                 * runs it, not FSDP: a gather holds a
+                                 * stage's whole weights, a microbatch's
+                                 * whole gradient waits for its reduce-
+                                 * scatter (sim_costs.whole_shards) */
     int fold;                   /* fold the data-parallel replicas where
                                  * the server graph allows it: the fewest
                                  * replicas that fill whole servers (one,

@@ -61,7 +61,10 @@ void sim_mem_setup(sim_engine *e)
         e->static_bytes[ir->stage_device[s]] +=
             c->offload ? (c->offload == SIM_SCHED_ZERO_OFFLOAD
                           ? sc->weight_bytes : 0)
-            : sc->weight_bytes + sc->grad_bytes +
+            : sc->weight_bytes +
+              /* whole_shards, ZeRO-2: the shard a buffer
+               * (sim_add_sharded) */
+              (c->whole_shards && c->zero == 2 ? 0 : sc->grad_bytes) +
               (sc->state_tier ? 0 : sc->opt_bytes);
         /* ZeRO-2 and 3 shard each microbatch's gradient as its backward
          * ends, but a tied table's copies are summed once (sim_add_tied):
