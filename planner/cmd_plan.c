@@ -413,8 +413,11 @@ static void print_answer(const plan_result *r, const prof_model *m,
     char tmp[64];
     printf("plan for %s on %s\n", m->spec.name, t->name);
     print_cut_short(r, limit_s, stdout);
-    printf("  batch %d samples of %d tokens; %.2f GiB per GPU reserved for the "
-           "framework and allocator\n", r->batch, m->spec.seq_len, gib(r->reserve_bytes));
+    /* CPU devices are cores, not GPUs */
+    int cpu = prof_topo_gpu(t, 0)->form == PROF_FORM_CPU;
+    printf("  batch %d samples of %d tokens; %.2f GiB per %s reserved for the "
+           "framework and allocator\n", r->batch, m->spec.seq_len,
+           gib(r->reserve_bytes), cpu ? "device" : "GPU");
     if (p->math)
         printf("  trains in %s (--dtype)\n", prof_math_name(p->math));
     prof_dtype mt = prof_spec_math(&m->spec);
@@ -480,7 +483,7 @@ static void print_answer(const plan_result *r, const prof_model *m,
             ns_t += (double)(sc->f_ns + sc->b_ns + sc->w_ns);
         }
         if (strlen(holds) > 44) strcpy(holds + 41, "...");
-        snprintf(dev, sizeof dev, "gpu%d", d);
+        snprintf(dev, sizeof dev, "%s%d", cpu ? "cpu" : "gpu", d);
         snprintf(st, sizeof st, "%d", ns);
         util_fmt_time(ns_t * 1e-9, comp, sizeof comp);
         snprintf(mem, sizeof mem, "%.2f GiB", gib(res->dev[d].peak_bytes));
