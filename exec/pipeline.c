@@ -175,18 +175,6 @@ static int stier_check(const exec_pipe_opts *o, const sim_plan *p,
     return 0;
 }
 
-/* What the executor does not run of a T5 yet: fused attention (whose
- * kernels take no position bias) */
-static int t5_check(const sim_plan *p, const prof_model_spec *s,
-                    const exec_gpt_config *c, const char *where, util_err *e)
-{
-    if (c->t5 && s->flash_attn)
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: %s: the executor runs an "
-                         "encoder-decoder (T5) without fused attention "
-                         "(flash_attn) yet", where, p->model);
-    return 0;
-}
-
 void exec_pipe_result_free(exec_pipe_result *r)
 {
     if (!r) return;
@@ -448,9 +436,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         return util_err_prefix(e, "%s", where);
     if (finetune_check(o, p, where, e) || zero_check(o, p, where, e))
         return -1;
-    if (stier_check(o, p, where, e) ||
-        t5_check(p, &spec, &cfg, where, e))
-        return -1;
+    if (stier_check(o, p, where, e)) return -1;
     int T = spec.seq_len > 0 ? spec.seq_len : cfg.max_pos;
     if (T < 1)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: model %s has neither a "

@@ -45,7 +45,7 @@ static int is_cross(const prof_model *m, int i)
     if (o->role == PROF_ROLE_ATTN_SCORES)
         return o->n_in > 1 && m->ops[o->in[1]].role == PROF_ROLE_KV;
     if (o->role == PROF_ROLE_ATTN_SOFTMAX) return is_cross(m, o->in[0]);
-    if (o->role == PROF_ROLE_ATTN_CONTEXT)
+    if (o->role == PROF_ROLE_ATTN_CONTEXT || o->role == PROF_ROLE_ATTN_FUSED)
         return o->n_in > 1 && m->ops[o->in[1]].role == PROF_ROLE_KV;
     return 0;
 }
@@ -210,7 +210,8 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
         p->Tq = p->Tk = o->part == PROF_PART_DEC ? Td : T;
         p->causal = !c->encoder && (!c->t5 || o->part == PROF_PART_DEC);
         if (o->role == PROF_ROLE_KV) p->Tq = p->Tk = T;
-        if (c->t5 && o->role == PROF_ROLE_ATTN_SCORES && is_cross(m, i))
+        if (c->t5 && (o->role == PROF_ROLE_ATTN_SCORES ||
+                      o->role == PROF_ROLE_ATTN_FUSED) && is_cross(m, i))
             p->Tk = T, p->cross = 1, p->causal = 0;
         if (o->role == PROF_ROLE_ATTN_SOFTMAX ||
             o->role == PROF_ROLE_ATTN_CONTEXT) {
@@ -218,8 +219,9 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
             p->Tq = q->Tq, p->Tk = q->Tk, p->cross = q->cross;
             p->causal = q->causal;
         }
-        if (c->t5 && c->rel_buckets && o->role == PROF_ROLE_ATTN_SOFTMAX &&
-            !p->cross)
+        if (c->t5 && c->rel_buckets && !p->cross &&
+            (o->role == PROF_ROLE_ATTN_SOFTMAX ||
+             o->role == PROF_ROLE_ATTN_FUSED))
             p->rel = o->part == PROF_PART_DEC ? 2 : 1;
         size_t Nq = (size_t)mbs * (size_t)p->Tq;
         const size_t sz[] = {
@@ -417,7 +419,8 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
     int rel_frozen[3] = {0, 0, 0};
     for (int i = m->n_ops - 1; c->t5 && i >= 0; i--) {
         int k = m->ops[i].part == PROF_PART_DEC ? 2 : 1;
-        if (m->ops[i].role == PROF_ROLE_ATTN_SOFTMAX && !is_cross(m, i))
+        if ((m->ops[i].role == PROF_ROLE_ATTN_SOFTMAX ||
+             m->ops[i].role == PROF_ROLE_ATTN_FUSED) && !is_cross(m, i))
             rel_first[k] = i;
         if (m->ops[i].role == PROF_ROLE_EMBED)
             rel_frozen[k] = m->ops[i].grad != PROF_GRAD_TRAIN;
@@ -491,7 +494,8 @@ size_t exec_slices_build(const prof_model *m, const exec_gpt_config *c,
             add_lora(&v, m, c, i, tp, r, replica);
             break;
         }
-        case PROF_ROLE_ATTN_SOFTMAX: {
+        case PROF_ROLE_ATTN_SOFTMAX:
+        case PROF_ROLE_ATTN_FUSED: {
             int k = c->t5 && c->rel_buckets && !is_cross(m, i)
                         ? (m->ops[i].part == PROF_PART_DEC ? 2 : 1) : 0;
             if (!k || have_rel[k]) break;
@@ -705,6 +709,7 @@ static void op_slices(const exec_runtime *rt, const exec_stage *st, int op,
     case PROF_ROLE_Q: want_w = EXEC_P_XQW; break;
     case PROF_ROLE_KV: want_w = EXEC_P_XKVW; break;
     case PROF_ROLE_ATTN_SOFTMAX:
+    case PROF_ROLE_ATTN_FUSED:
         /* T5: its stack's relative-position table */
         want_x = rt->xop[op].rel == 2 ? EXEC_P_RELD
                : rt->xop[op].rel == 1 ? EXEC_P_RELE : -1;
@@ -1203,6 +1208,27 @@ static int t5_forward(exec_worker *w, exec_rec *r, int op, int i,
         EXEC_KERN(w, K->attnx_context_forward(out, in0, in1 + d.g.vo, d.g.ldk,
                                               d.B, x->Tq, x->Tk, d.NHl, d.hs));
         break;
+    case PROF_ROLE_ATTN_FUSED: {
+        /* fused attention keeps q, k, v and its output: the scores and
+         * their softmax (with the position bias) are a buffer of the op,
+         * made by the three ops' kernels (the unfused graph's bits) */
+        size_t n = (size_t)d.B * d.NHl * x->Tq * x->Tk;
+        exec_buf *sc = scratch(w, 2 * n, "the attention's scores", e);
+        if (!sc) return -1;
+        float *pre = sc->p, *att = sc->p + n;
+        const float *kv = x->cross ? in1 : in0;
+        EXEC_KERN(w, {
+            K->attnx_scores_forward(pre, in0, kv + d.g.ko, d.g.ldq, d.g.ldk,
+                                    d.B, x->Tq, x->Tk, d.NHl, d.hs, 1.0f);
+            K->attnx_softmax_forward(att, pre, p->x,
+                                     x->rel == 2 ? d.id.bdec : d.id.benc,
+                                     d.B, d.NHl, x->Tq, x->Tk, x->causal);
+            K->attnx_context_forward(out, att, kv + d.g.vo, d.g.ldk, d.B,
+                                     x->Tq, x->Tk, d.NHl, d.hs);
+        });
+        exec_buf_unref(sc);
+        break;
+    }
     case PROF_ROLE_ATTN_OUT:
     case PROF_ROLE_MLP_DOWN: {
         /* row-parallel: the ranks' parts summed */
@@ -1363,6 +1389,44 @@ static int t5_backward(exec_worker *w, exec_rec *r, int op, int i,
                                                    in1 + d.g.vo, d.g.ldk, d.B,
                                                    x->Tq, x->Tk, d.NHl, d.hs));
         break;
+    case PROF_ROLE_ATTN_FUSED: {
+        /* the scores and softmax computed again, as FlashAttention does
+         * in its backward, then the three ops' backwards in the unfused
+         * graph's order: the context's, the softmax's (and the bias
+         * table's), the scores' */
+        if (!input_part) break;
+        size_t n = (size_t)d.B * d.NHl * x->Tq * x->Tk;
+        exec_buf *sc = scratch(w, 3 * n, "the attention's scores", e);
+        if (!sc) return -1;
+        float *pre = sc->p, *att = sc->p + n, *datt = sc->p + 2 * n;
+        const float *kv = x->cross ? in1 : in0;
+        float *dkv = x->cross ? d1 : d0;
+        EXEC_KERN(w, {
+            K->attnx_scores_forward(pre, in0, kv + d.g.ko, d.g.ldq, d.g.ldk,
+                                    d.B, x->Tq, x->Tk, d.NHl, d.hs, 1.0f);
+            K->attnx_softmax_forward(att, pre, p->x,
+                                     x->rel == 2 ? d.id.bdec : d.id.benc,
+                                     d.B, d.NHl, x->Tq, x->Tk, x->causal);
+            /* the gradients these kernels add to start at zero, as the
+             * unfused ops' do; the scores' goes where they were */
+            rt->be->zero(datt, n);
+            rt->be->zero(pre, n);
+            K->attnx_context_backward(datt, dkv + d.g.vo, dout, att,
+                                      kv + d.g.vo, d.g.ldk, d.B, x->Tq,
+                                      x->Tk, d.NHl, d.hs);
+            K->attnx_softmax_backward(pre, datt, att, d.B, d.NHl, x->Tq,
+                                      x->Tk, x->causal);
+            if (p->gx)
+                K->attnx_bias_backward(p->gx, pre,
+                                       x->rel == 2 ? d.id.bdec : d.id.benc,
+                                       d.B, d.NHl, x->Tq, x->Tk, x->causal);
+            K->attnx_scores_backward(d0, dkv + d.g.ko, pre, in0, kv + d.g.ko,
+                                     d.g.ldq, d.g.ldk, d.B, x->Tq, x->Tk,
+                                     d.NHl, d.hs, 1.0f);
+        });
+        exec_buf_unref(sc);
+        break;
+    }
     case PROF_ROLE_RESIDUAL:
         if (input_part)
             EXEC_KERN(w,

@@ -177,6 +177,38 @@ Test(exec_t5, pipelines_equal_one_device)
         check_t5(&cases[k]);
 }
 
+/* Fused attention (one op a graph attention, as FlashAttention; the
+ * scores and their biased softmax computed again in its backward, by the
+ * three ops' kernels): the unfused graph's bits on one device, and its
+ * pipelines equal their one device (refused before: the fused op took no
+ * position bias) */
+#define T5_FLASH "tests/data/exec/t5-tiny-flash.json"
+Test(exec_t5, fused_attention_is_the_unfused_graphs)
+{
+    sim_plan p, q;
+    pspec a = {T5, SIM_SCHED_1F1B, 1, 1, 1, 2, 2, 0, 0},
+          b = {T5_FLASH, SIM_SCHED_1F1B, 1, 1, 1, 2, 2, 0, 0};
+    pipe_plan(&a, &p);
+    pipe_plan(&b, &q);
+    exec_pipe_result r, f;
+    pipe_run(&p, 3, 0, &r);
+    pipe_run(&q, 3, 0, &f);
+    cr_assert_eq(r.n_params, f.n_params);
+    cr_expect_eq(memcmp(r.params, f.params, r.n_params * sizeof(float)), 0,
+                 "fused attention's weights are not the unfused graph's");
+    exec_pipe_result_free(&r);
+    exec_pipe_result_free(&f);
+    sim_plan_free(&p);
+    sim_plan_free(&q);
+    const pspec cases[] = {
+        {T5_FLASH, SIM_SCHED_1F1B, 4, 1, 1, 1, 4, 0, 0},
+        {T5_FLASH, SIM_SCHED_ZBH1, 2, 1, 2, 1, 4, SIM_RC_SELECTIVE, 0},
+        {T5_FLASH, SIM_SCHED_GPIPE, 2, 2, 1, 2, 2, SIM_RC_FULL, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+        check_t5(&cases[k]);
+}
+
 /* Under mpirun (a process per device) the decoder's table's exchange and
  * the encoder's output to the decoder's stage are messages: the same bits
  * as in-process. */
