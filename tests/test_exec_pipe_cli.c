@@ -568,19 +568,6 @@ Test(exec_cli_pipe, bad_plans_say_why)
     cr_expect(strstr(r.err, "--steps 0: nothing to run") &&
               !strstr(r.err, "(null)"), "%s", r.err);
     cli_result_free(&r);
-    /* what the executor does not run of a T5 yet: fused attention */
-    char *t5 = cwd_abs("tests/data/exec/t5-tiny.json"), t5a[700];
-    sh_run("sed 's/\"dropout\": false,/\"dropout\": false, \"flash_attn\": "
-           "true,/' %s > %s/t5-flash.json", t5, dir);
-    free(t5);
-    snprintf(t5a, sizeof t5a, "--hw cpu x1 --model %s/t5-flash.json "
-             "--schedule 1f1b --pp 1 --mbs 1 --microbatches 2", dir);
-    make_plan(dir, "t5.json", t5a);
-    r = cli_run("exec --plan %s/t5.json --steps 2", dir);
-    cr_expect_eq(r.code, 2);
-    cr_expect(strstr(r.err, "encoder-decoder (T5) without fused attention"),
-              "%s", r.err);
-    cli_result_free(&r);
     /* tensor parallelism the MLP cannot be split by */
     char *f66 = cwd_abs("tests/data/exec/gpt-pico-ffn66.json"), fa[700];
     snprintf(fa, sizeof fa, "--hw cpu x4 --model %s --schedule gpipe --pp 1 "
