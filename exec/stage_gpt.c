@@ -1150,6 +1150,20 @@ static t5op t5_op(const exec_runtime *rt, const exec_rec *r,
     return d;
 }
 
+/* Fused attention's scores (pre) and their biased softmax (att), by the
+ * unfused ops' kernels: q from q, k and v from kv (the same tensor in
+ * self-attention). */
+static void t5_probs(const kern_table *K, const t5op *d, const exec_xop *x,
+                     const oparams *p, const float *q, const float *kv,
+                     float *pre, float *att)
+{
+    K->attnx_scores_forward(pre, q, kv + d->g.ko, d->g.ldq, d->g.ldk, d->B,
+                            x->Tq, x->Tk, d->NHl, d->hs, 1.0f);
+    K->attnx_softmax_forward(att, pre, p->x,
+                             x->rel == 2 ? d->id.bdec : d->id.benc, d->B,
+                             d->NHl, x->Tq, x->Tk, x->causal);
+}
+
 /* Op op (the stage's i-th) of a T5 forward; LoRA's adapters beside its
  * linears add their part before a row-parallel one's sum. */
 static int t5_forward(exec_worker *w, exec_rec *r, int op, int i,
@@ -1218,11 +1232,7 @@ static int t5_forward(exec_worker *w, exec_rec *r, int op, int i,
         float *pre = sc->p, *att = sc->p + n;
         const float *kv = x->cross ? in1 : in0;
         EXEC_KERN(w, {
-            K->attnx_scores_forward(pre, in0, kv + d.g.ko, d.g.ldq, d.g.ldk,
-                                    d.B, x->Tq, x->Tk, d.NHl, d.hs, 1.0f);
-            K->attnx_softmax_forward(att, pre, p->x,
-                                     x->rel == 2 ? d.id.bdec : d.id.benc,
-                                     d.B, d.NHl, x->Tq, x->Tk, x->causal);
+            t5_probs(K, &d, x, p, in0, kv, pre, att);
             K->attnx_context_forward(out, att, kv + d.g.vo, d.g.ldk, d.B,
                                      x->Tq, x->Tk, d.NHl, d.hs);
         });
@@ -1402,11 +1412,7 @@ static int t5_backward(exec_worker *w, exec_rec *r, int op, int i,
         const float *kv = x->cross ? in1 : in0;
         float *dkv = x->cross ? d1 : d0;
         EXEC_KERN(w, {
-            K->attnx_scores_forward(pre, in0, kv + d.g.ko, d.g.ldq, d.g.ldk,
-                                    d.B, x->Tq, x->Tk, d.NHl, d.hs, 1.0f);
-            K->attnx_softmax_forward(att, pre, p->x,
-                                     x->rel == 2 ? d.id.bdec : d.id.benc,
-                                     d.B, d.NHl, x->Tq, x->Tk, x->causal);
+            t5_probs(K, &d, x, p, in0, kv, pre, att);
             /* the gradients these kernels add to start at zero, as the
              * unfused ops' do; the scores' goes where they were */
             rt->be->zero(datt, n);
