@@ -570,6 +570,8 @@ static int run_plan(cmd *c)
         mpi = 1;
     }
     FILE *out = rank == 0 ? stdout : NULL;
+    /* --calibrate refuses another machine's cpu calibration itself */
+    if (rank || c->calibrate) prof_calib_foreign_notes(0);
     sim_plan plan;
     sim_plan_init(&plan);
     exec_pipe_opts po = {0};

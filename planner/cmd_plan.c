@@ -500,11 +500,12 @@ static void print_answer(const plan_result *r, const prof_model *m,
         bmean += json_number_value(json_array_get(bub, i));
     if (json_array_size(bub)) bmean /= (double)json_array_size(bub);
     printf("\npredicted (simulated): iteration %s, %.2f samples/s, %.0f tokens/s, "
-           "%.1f TFLOP/s per GPU, MFU %.1f%% (model FLOPs), bubble %.1f%%\n",
+           "%.1f TFLOP/s per %s, MFU %.1f%% (model FLOPs), bubble %.1f%%\n",
            util_fmt_time(it, tmp, sizeof tmp),
            json_number_value(json_object_get(rep, "samples_per_s")),
            json_number_value(json_object_get(rep, "tokens_per_s")),
            json_number_value(json_object_get(rep, "tflops_per_gpu")),
+           cpu ? "device" : "GPU",
            100 * json_number_value(json_object_get(rep, "mfu")), 100 * bmean);
     json_t *un = json_object_get(rep, "unaligned_gemms");
     for (size_t i = 0; i < json_array_size(un); i++) {
@@ -664,9 +665,10 @@ static void print_answer(const plan_result *r, const prof_model *m,
                100 * (r->alt[fa].samples_per_s /
                       r->alt[r->best].samples_per_s - 1));
     const prof_gpu *g = prof_topo_gpu(t, 0);
-    printf("\nlower bound: %s per iteration (all model FLOPs spread over %d GPUs "
+    printf("\nlower bound: %s per iteration (all model FLOPs spread over %d %s "
            "at %.0f%% of %s's peak); the chosen plan is %.2fx the bound\n",
            util_fmt_time(r->lower_bound_s, tmp, sizeof tmp), t->n_gpus,
+           cpu ? "devices" : "GPUs",
            100 * g->eff.gemm_max, g->name, it / r->lower_bound_s);
     printf("search: %ld candidates, %ld simulated, %ld pruned by bounds, %.2f s\n",
            r->candidates, r->simulated, r->pruned, r->seconds);

@@ -760,18 +760,22 @@ static int run(wcmd *c, util_err *e)
         }
         rc = baselines(P, n, t, &net, c, pols + 3, e);
     }
-    /* a policy whose host DRAM the server does not have runs nowhere:
-     * not feasible, and by how much */
+    /* a policy whose host DRAM the servers do not have runs nowhere:
+     * not feasible, and by how much (its peaks are summed over the
+     * servers, as their DRAM is here) */
+    int nsrv = t->n_servers > 0 ? t->n_servers : 1;
+    double hosttot = hostcap * nsrv;
     for (int k = 0; k < 6 && !rc && hostcap > 0; k++) {
         pol *p = &pols[k];
-        if (!p->feasible || p->host_peak_bytes <= hostcap) continue;
+        if (!p->feasible || p->host_peak_bytes <= hosttot) continue;
         char nb[32], hb[32], mb[32];
         p->feasible = 0;
-        snprintf(p->note, sizeof p->note, "host DRAM: needs %s, the server "
-                 "has %s (%s missing; give --host-mem)",
+        snprintf(p->note, sizeof p->note, "host DRAM: needs %s, %s %s "
+                 "(%s missing; give --host-mem)",
                  util_fmt_bytes(p->host_peak_bytes, nb, sizeof nb),
-                 util_fmt_bytes(hostcap, hb, sizeof hb),
-                 util_fmt_bytes(p->host_peak_bytes - hostcap, mb, sizeof mb));
+                 nsrv > 1 ? "the servers have" : "the server has",
+                 util_fmt_bytes(hosttot, hb, sizeof hb),
+                 util_fmt_bytes(p->host_peak_bytes - hosttot, mb, sizeof mb));
     }
     if (!rc && c->json) {
         json_t *root = json_pack("{s:s,s:i,s:f,s:f}", "hw", t->name, "gpus", ng,
@@ -823,7 +827,7 @@ static int run(wcmd *c, util_err *e)
             if (!p->feasible && p->host_peak_bytes > 0) {
                 util_fmt_bytes(p->host_peak_bytes, b1, sizeof b1);
                 snprintf(hp, sizeof hp, "%s%s", b1,
-                         hostcap > 0 && p->host_peak_bytes > hostcap ? " OVER" : "");
+                         hostcap > 0 && p->host_peak_bytes > hosttot ? " OVER" : "");
             }
             if (p->feasible) {
                 util_fmt_time(p->makespan_s, ms, sizeof ms);
@@ -839,7 +843,7 @@ static int run(wcmd *c, util_err *e)
                 }
                 util_fmt_bytes(p->host_peak_bytes, b1, sizeof b1);
                 snprintf(hp, sizeof hp, "%s%s", b1,
-                         hostcap > 0 && p->host_peak_bytes > hostcap ? " OVER" : "");
+                         hostcap > 0 && p->host_peak_bytes > hosttot ? " OVER" : "");
                 util_fmt_bytes(p->pcie_bytes, b2, sizeof b2);
                 snprintf(pc, sizeof pc, "%s", b2);
             }

@@ -390,11 +390,11 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
         if (has_tier[0] || has_tier[1])
             fprintf(gf, "set y2label '%s, host tiers'\nset y2range [0:*]\n"
                     "set y2tics\n", hunit);
-        fprintf(gf, "plot for [i=0:%d] %s index i using 1:($2*%g) with "
+        fprintf(gf, "plot for [i=0:%d] %s index i using 1:($2*%.0f) with "
                 "steps lw 2 title sprintf('dev %%d', i)", ndev - 1, qm, sc);
         for (int k = 0; k < 2; k++)
             if (has_tier[k])
-                fprintf(gf, ", %s index %d using 1:($2*%g) with steps lw 2 "
+                fprintf(gf, ", %s index %d using 1:($2*%.0f) with steps lw 2 "
                         "dt %d axes x1y2 title '%s'", qm, ndev + k, hsc,
                         k ? 3 : 2, tier_ctr[k]);
         if (cap_line)

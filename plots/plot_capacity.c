@@ -67,13 +67,14 @@ int plot_lines(const char *prefix, const char *kind, const char *title,
      * 1660B) on a log axis, so each shows; the key beside the curves,
      * not on them */
     double lo = 0, hi = 0;
+    int nonpos = 0;     /* a log axis would drop a zero */
     for (int k = 0; k < ns; k++)
-        for (int i = 0; i < n[k]; i++)
-            if (y[k][i] > 0) {
-                if (lo == 0 || y[k][i] < lo) lo = y[k][i];
-                if (y[k][i] > hi) hi = y[k][i];
-            }
-    int logy = lo > 0 && hi / lo > 50;
+        for (int i = 0; i < n[k]; i++) {
+            nonpos |= !(y[k][i] > 0);
+            if (y[k][i] > 0 && (lo == 0 || y[k][i] < lo)) lo = y[k][i];
+            if (y[k][i] > hi) hi = y[k][i];
+        }
+    int logy = !nonpos && lo > 0 && hi / lo > 50;
     plot_script_begin(&t);
     for (int f = 0; f < 2; f++) {
         plot_script_image(&t, f, 1000, 560, prefix, kind);

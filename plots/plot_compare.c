@@ -180,7 +180,7 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
             for (int w = 0; w < 2; w++) {
                 fprintf(g, "set title '%s memory per device' noenhanced\n",
                         what[w]);
-                fprintf(g, "plot for [i=0:%d] %s index i using 1:($2*%g) "
+                fprintf(g, "plot for [i=0:%d] %s index i using 1:($2*%.0f) "
                         "with steps lw 2 title sprintf('dev %%d', i)\n",
                         ndev - 1, q[w][1], scale);
             }

@@ -527,6 +527,10 @@ static void cache_free(void)
     cache.head = NULL;
 }
 
+/* Whether prof_calib_find notes a cpu calibration from another machine
+ * (under mpirun, rank 0 alone says it). */
+static int foreign_notes = 1;
+
 int prof_calib_find(const char *device, const prof_calib **out, util_err *e)
 {
     char path[1100];
@@ -560,19 +564,21 @@ int prof_calib_find(const char *device, const prof_calib **out, util_err *e)
     }
     l->c.gpu.calib = &l->c;
     /* CPU cores are this machine's: figures measured on another describe
-     * that one (said once a file is read; a GPU's calibration is the
-     * GPU's, wherever its host) */
-    if (!strcmp(device, "cpu")) {
+     * that one (said once a file is read, after the lock; a GPU's
+     * calibration is the GPU's, wherever its host) */
+    char note[700] = "";
+    if (!strcmp(device, "cpu") && foreign_notes) {
         prof_machine me;
         prof_machine_this(&me);
         snprintf(me.device, sizeof me.device, "%s", l->c.machine.device);
         if (!prof_machine_same(&l->c.machine, &me)) {
             char a[256], b[256];
-            fprintf(stderr, "note: %s was measured on %s; this is %s: "
-                    "predictions for cpu use that machine's figures "
-                    "(calibrate here: sluice calibrate --hw cpu xN)\n",
-                    path, prof_machine_str(&l->c.machine, a, sizeof a),
-                    prof_machine_str(&me, b, sizeof b));
+            snprintf(note, sizeof note, "note: %s was measured on %s; this "
+                     "is %s: predictions for cpu use that machine's "
+                     "figures (calibrate here: sluice calibrate --hw cpu "
+                     "xN)\n", path,
+                     prof_machine_str(&l->c.machine, a, sizeof a),
+                     prof_machine_str(&me, b, sizeof b));
         }
     }
     l->mtime = sb.st_mtim;
@@ -585,8 +591,11 @@ int prof_calib_find(const char *device, const prof_calib **out, util_err *e)
     }
     *out = &l->c;
     pthread_mutex_unlock(&cache.mu);
+    if (note[0]) fputs(note, stderr);
     return 0;
 }
+
+void prof_calib_foreign_notes(int on) { foreign_notes = on; }
 
 int prof_calib_list(prof_calib **out, int *n, util_err *e)
 {

@@ -106,6 +106,7 @@ static int cmd_list(int argc, char **argv)
     prof_calib *cal;
     int ncal;
     util_err ce;
+    prof_calib_foreign_notes(0);    /* the table names each machine */
     int cal_rc = prof_calib_list(&cal, &ncal, &ce);
     const char *dir = prof_profile_dir();
     json_t *jc = json_array();

@@ -755,6 +755,11 @@ void prof_calib_free(prof_calib *c);
 /* The calibration of a device type in the profile directory (lent, kept
  * until exit; re-read when the file changes), *out NULL when none. */
 int prof_calib_find(const char *device, const prof_calib **out, util_err *e);
+/* Whether prof_calib_find says on stderr when the cpu calibration it
+ * reads was measured on another machine (default on; off where the
+ * command says so itself: exec --calibrate refuses such a file, profile
+ * list shows the machine; other MPI ranks than 0). */
+void prof_calib_foreign_notes(int on);
 /* Every calibration in the profile directory, one per built-in type
  * calibrated: copies that share the cached ones' ops (free the array
  * only). A file that does not load is skipped, the first such error in e

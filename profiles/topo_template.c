@@ -432,7 +432,8 @@ prof_topo *prof_topo_template_gpu(const prof_gpu *gp, int n,
         p.nvme_cap = d->cap;
         p.nvme_read = d->read;
         p.nvme_write = d->write;
-        p.nvme_gen = d->gen;
+        /* its link at the host's generation where that is older */
+        p.nvme_gen = d->gen < p.pcie_gen ? d->gen : p.pcie_gen;
         p.nvme_lanes = d->lanes;
     }
 
@@ -506,10 +507,14 @@ int prof_hw_opts_arg(int argc, char **argv, int *i, prof_hw_opts *o,
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     long n = 0;
     int bad;
-    /* a bare number would be bytes: 256 is not what anyone means */
+    /* a bare number is bytes: 256 is not what anyone means (a plan's
+     * hw may keep a byte count, at least a MiB, as given before units
+     * were asked for) */
     if (k == 0) {
         bad = !v || util_parse_size(v, &o->host_mem_bytes) ||
-              o->host_mem_bytes <= 0 || !strpbrk(v, "kKmMgGtT") ||
+              o->host_mem_bytes <= 0 ||
+              (!strpbrk(v, "kKmMgGtT") &&
+               o->host_mem_bytes < 1024.0 * 1024) ||
               o->host_mem_bytes > 1024.0 * 1024 * 1024 * 1024 * 1024;
     } else if (k == 1 && v && strchr(v, ':')) {
         /* --nvme COUNT:MODEL */

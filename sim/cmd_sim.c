@@ -331,7 +331,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 return util_errf(e, UTIL_EXIT_USAGE, "--offload-tier '%s': "
                                  "expected auto, dram or nvme", argv[i]);
             p->tier = t;
-            c->tier_given = 1;
+            c->tier_given = t != SIM_TIER_AUTO;
         } else if (!strcmp(a, "--state-tiers")) {
             if (need(i, argc, argv, e)) return -1;
             c->state_tiers = argv[++i];

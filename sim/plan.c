@@ -492,12 +492,22 @@ int sim_plan_check_topo(const sim_plan *p, const prof_topo *t, util_err *e)
 
 /* The checksum (FNV-1a, 64 bits, hex) of a model or server file, ""
  * for a zoo name or template (no regular file of that name). */
-static void file_sum(const char *path, char out[17])
+/* The file of a model or hw value: a server file's template options ride
+ * along ("hw.json --host-mem 128G"). */
+static void spec_path(const char *spec, char path[256])
+{
+    const char *opt = strstr(spec, " --");
+    snprintf(path, 256, "%.*s",
+             (int)(opt ? (size_t)(opt - spec) : strlen(spec)), spec);
+}
+
+static void file_sum(const char *spec, char out[17])
 {
     struct stat st;
-    char *text = NULL;
+    char *text = NULL, path[256];
     size_t len = 0;
     out[0] = 0;
+    spec_path(spec, path);
     if (stat(path, &st) || !S_ISREG(st.st_mode) ||
         util_read_file(path, &text, &len, NULL))
         return;
@@ -517,8 +527,10 @@ int sim_plan_files_changed(const sim_plan *p, char *what, size_t n)
         if (!sum[k][0]) continue;
         file_sum(path[k], now);
         if (strcmp(now, sum[k])) {
+            char file[256];
+            spec_path(path[k], file);
             snprintf(what, n, "the %s file %s", k ? "server" : "model",
-                     path[k]);
+                     file);
             return 1;
         }
     }

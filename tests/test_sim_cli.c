@@ -253,6 +253,20 @@ Test(sim_cli, a_model_file_edited_under_its_plan_is_named)
                   "%s: %s", cmd[k], r.err);
         cli_result_free(&r);
     }
+    /* a server file with template options riding along */
+    cr_assert_eq(sh_run("printf '{\"format\": \"sluice-server\", "
+                        "\"name\": \"s\", \"template\": {\"gpu\": "
+                        "\"rtx4090\", \"count\": 2}}\\n' > %s/hw.json",
+                        dir), 0);
+    cli_expect(0, "", "sim --hw %s/hw.json --host-mem 128G --model gpt2 "
+               "--schedule 1f1b --pp 2 --mbs 1 --microbatches 2 --out "
+               "%s/h.json", dir, dir);
+    cr_assert_eq(sh_run("sed -i 's/\"count\": 2/\"count\":  2/' "
+                        "%s/hw.json", dir), 0);
+    r = cli_run("sim --plan %s/h.json", dir);
+    cr_expect(strstr(r.err, "hw.json changed since the plan was made"), "%s",
+              r.err);
+    cli_result_free(&r);
     test_rm_rf(dir);
 }
 
