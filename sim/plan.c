@@ -490,8 +490,6 @@ int sim_plan_check_topo(const sim_plan *p, const prof_topo *t, util_err *e)
     return 0;
 }
 
-/* The checksum (FNV-1a, 64 bits, hex) of a model or server file, ""
- * for a zoo name or template (no regular file of that name). */
 /* The file of a model or hw value: a server file's template options ride
  * along ("hw.json --host-mem 128G"). */
 static void spec_path(const char *spec, char path[256])
@@ -501,6 +499,8 @@ static void spec_path(const char *spec, char path[256])
              (int)(opt ? (size_t)(opt - spec) : strlen(spec)), spec);
 }
 
+/* The checksum (FNV-1a, 64 bits, hex) of a model or server file, ""
+ * for a zoo name or template (no regular file of that name). */
 static void file_sum(const char *spec, char out[17])
 {
     struct stat st;
