@@ -404,6 +404,21 @@ int exec_ofl_open(exec_worker *w, util_err *e)
     return 0;
 }
 
+/* The chunk holding float off of the stage's arena. */
+static ofl_chunk *chunk_at(const exec_stage *st, size_t off)
+{
+    const struct exec_ofl_stage *s = st->ofl;
+    int lo = 0, hi = s->n_c - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (s->c[mid].off <= off) lo = mid;
+        else hi = mid - 1;
+    }
+    UTIL_NEVER(s->n_c == 0 || off < s->c[lo].off ||
+               off >= s->c[lo].off + s->c[lo].n);
+    return &s->c[lo];
+}
+
 /* The stage's layers: its ops grouped by graph layer, each group's
  * parameters from where the slices of the ops before it end. */
 static void chunks_build(exec_worker *w, exec_stage *st,
@@ -447,18 +462,14 @@ static void chunks_build(exec_worker *w, exec_stage *st,
         s->need2[i] = -1;
         const exec_xop *x = &rt->xop[st->first + i];
         const int read[3] = {st->sl_w[i], st->sl_b[i], st->sl_x[i]};
+        /* its layer's chunk, where the layer has one */
+        int own = -1;
+        for (int l = 0; l < s->n_c && own < 0; l++)
+            if (s->c[l].layer == m->ops[st->first + i].layer) own = l;
         for (int k = 0; k < 3; k++) {
             if (read[k] < 0 || st->sl[read[k]].frozen) continue;
-            size_t off = st->sl[read[k]].off;
-            int c = 0;
-            while (c < s->n_c &&
-                   (off < s->c[c].off || off >= s->c[c].off + s->c[c].n))
-                c++;
-            UTIL_NEVER(c == s->n_c);
-            if (s->need[i] < 0)
-                for (int l = 0; l < s->n_c; l++)
-                    if (s->c[l].layer == m->ops[st->first + i].layer)
-                        s->need[i] = l;
+            int c = (int)(chunk_at(st, st->sl[read[k]].off) - s->c);
+            if (s->need[i] < 0) s->need[i] = own;
             if (s->need[i] < 0) s->need[i] = c;
             else if (s->need[i] != c) {
                 UTIL_NEVER(s->need2[i] >= 0 && s->need2[i] != c);
@@ -588,20 +599,6 @@ int exec_ofl_stage_add(exec_worker *w, exec_stage *st, const exec_tensor *tt,
 }
 
 /* ------------------------------------------------------------ window */
-
-static ofl_chunk *chunk_at(const exec_stage *st, size_t off)
-{
-    const struct exec_ofl_stage *s = st->ofl;
-    int lo = 0, hi = s->n_c - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (s->c[mid].off <= off) lo = mid;
-        else hi = mid - 1;
-    }
-    UTIL_NEVER(s->n_c == 0 || off < s->c[lo].off ||
-               off >= s->c[lo].off + s->c[lo].n);
-    return &s->c[lo];
-}
 
 float *exec_ofl_wp(const exec_stage *st, size_t off)
 {
