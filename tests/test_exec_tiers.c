@@ -342,6 +342,8 @@ static void host_vs_sim(const char *mdl, int first, int n_plans)
          * weights, moments and gradient four of them, a block each at
          * most (a tiny model's stages, t5-tiny's, are a few blocks) */
         double align = 4.0 * b.costs->n_model_stages * EXEC_TFILE_ALIGN;
+        cr_log_info("%s: %s: host peak %.0f bytes measured, %.0f counted",
+                    mdl, plans[k], b.tier_host_peak, most);
         cr_expect(b.tier_host_peak <= most + 0.02 * most + align &&
                       b.tier_host_peak >= most - 0.02 * most - slack,
                   "%s: host peak %.0f bytes, counted %.0f (one transfer "
