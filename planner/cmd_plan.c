@@ -81,8 +81,9 @@ static void usage(FILE *f)
         "                     synchronous plan (or chosen when --schedule\n"
         "                     names only them)\n"
         "  --sync             leave asynchronous schedules out of the search\n"
-        "\nexit codes: 0 a plan was found, 1 nothing fits, 2 bad usage or input\n"
-        "(options no layout of the machine takes, too)\n");
+        "\nexit codes: 0 a plan was found, 1 nothing fits the GPUs, 2 bad usage\n"
+        "or input: options no layout of the machine takes, or host DRAM or\n"
+        "drives too small for the states an offloading plan keeps there\n");
 }
 
 /* Fine-tuning modes one search may try. */
@@ -856,6 +857,10 @@ static int one(cmd *c, util_err *e)
                                     json_real(r0->lower_bound_s));
                 json_object_set_new(j, "search",
                                     search_json(r0, c->po.time_limit_s));
+                if (r0->lack)
+                    json_object_set_new(j, "host_tier_short", json_pack(
+                        "{s:s,s:f}", "tier", sim_tier_name(r0->lack),
+                        "missing_bytes", r0->lack_bytes));
             }
             if (show_modes)
                 json_object_set_new(j, "finetune_modes",
@@ -865,10 +870,13 @@ static int one(cmd *c, util_err *e)
         } else if (show_modes) {
             print_modes(tr, n_tr, best, stdout);
         }
-        /* options no layout takes are the user's to change (code 2);
-         * plans that do not fit, the machine's (1) */
-        util_errf(e, k0 < n_tr && !r0->candidates && !r0->found
-                         ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL, "%s%s",
+        /* options no layout takes, and host DRAM or drives given too
+         * small to hold what offloading needs there, are the user's to
+         * change (code 2); plans that do not fit the GPUs, the
+         * machine's (1) */
+        int usage = k0 < n_tr && ((!r0->candidates && !r0->found) ||
+                                  r0->lack);
+        util_errf(e, usage ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL, "%s%s",
                   k0 < n_tr ? r0->advice : tr[0].why,
                   show_modes ? "; no fine-tuning mode tried fits either "
                   "(the table above)" : "");

@@ -157,6 +157,10 @@ typedef struct plan_alt {
     sim_plan plan;            /* owned; valid when feasible */
     double iteration_s, samples_per_s;
     double peak_bytes;        /* worst device */
+    /* a host tier (SIM_TIER_DRAM or _NVME) that could not hold some
+     * candidate's states, and the least any lacked (0: none did) */
+    int lack;
+    double lack_bytes;
 } plan_alt;
 
 typedef struct plan_result {
@@ -174,6 +178,10 @@ typedef struct plan_result {
                                * candidates left (covered < candidates) */
     double seconds;
     double min_need_bytes;    /* least per-GPU memory any candidate needed */
+    /* nothing fits and the host tiers are why: some candidate lacked
+     * only host DRAM or drives (the tier, as plan_alt.lack; 0 none) */
+    int lack;
+    double lack_bytes;
     char advice[1000];        /* when nothing fits */
     char note[1400];          /* said above the answer ("": nothing) */
 } plan_result;

@@ -840,6 +840,16 @@ static void bound_candidates(search *s)
     qsort(s->cs, (size_t)s->ncand, sizeof *s->cs, cmp_cand);
 }
 
+/* The host tier e says a candidate of a lacked, if any. */
+static void alt_lack(plan_alt *a, const util_err *e)
+{
+    if (!e->lack) return;
+    if (!a->lack || e->lack_bytes < a->lack_bytes) {
+        a->lack = e->lack;
+        a->lack_bytes = e->lack_bytes;
+    }
+}
+
 static void alt_reason(plan_alt *a, const char *fmt, const char *s)
 {
     if (!a->reason[0]) snprintf(a->reason, sizeof a->reason, fmt, s);
@@ -974,6 +984,7 @@ static void run_tiered(search *s, cand *c, sim_costs *sc)
             }
         if (!sc) {
             alt_reason(a, "%s", ce.msg);
+            alt_lack(a, &ce);
             return;
         }
     }
@@ -1143,6 +1154,7 @@ static void offload_search(search *s)
                                                               : SIM_RC_FULL,
                              tiers[q], &c, &e)) {
                 alt_reason(a, "%s", e.msg);
+                alt_lack(a, &e);
                 continue;
             }
             r->candidates++;
@@ -1155,6 +1167,7 @@ static void offload_search(search *s)
             }
             if (!sc) {
                 alt_reason(a, "%s", e.msg);
+                alt_lack(a, &e);
             } else {
                 r->simulated++;
                 run_candidate(s, &c, sc, 0);
@@ -1267,6 +1280,15 @@ static void choose_best(search *s)
     int async_fits = 0;
     for (int k = 0; k < SIM_SCHED_COUNT; k++)
         async_fits |= r->alt[k].feasible && sim_sched_async((sim_sched)k);
+    /* nothing fits and some candidate lacked only host DRAM or drives:
+     * the least any lacked */
+    for (int k = 0; k < SIM_SCHED_COUNT && !r->found && !async_fits; k++) {
+        const plan_alt *a = &r->alt[k];
+        if (a->lack && (!r->lack || a->lack_bytes < r->lack_bytes)) {
+            r->lack = a->lack;
+            r->lack_bytes = a->lack_bytes;
+        }
+    }
     if (r->found) {
         double best = r->alt[r->best].samples_per_s;
         for (int k = 0; k < SIM_SCHED_COUNT; k++) {

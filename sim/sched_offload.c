@@ -345,6 +345,15 @@ const char *sim_tier_name(int t)
     return (unsigned)t < SIM_TIER_COUNT ? names[t] : "?";
 }
 
+int sim_err_lacks(util_err *e, int tier, double bytes)
+{
+    if (e && tier) {
+        e->lack = tier;
+        e->lack_bytes = bytes;
+    }
+    return -1;
+}
+
 int sim_tier_parse(const char *s)
 {
     for (int t = 0; t < SIM_TIER_COUNT; t++)
@@ -527,8 +536,8 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
         c->host_bytes += held;
     }
     char need[32], have[32], miss[32];
-    if (c->host_bytes > c->host_cap)
-        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: host DRAM cannot "
+    if (c->host_bytes > c->host_cap) {
+        util_errf(e, UTIL_EXIT_USAGE, "schedule %s: host DRAM cannot "
                          "hold what the %s tier needs there%s: %s, the server "
                          "has %s (%s missing in DRAM; give --host-mem%s)", pol,
                          sim_tier_name(tier), c->act_swap_bytes > 0
@@ -541,8 +550,10 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
                          SIM_SCHED_ZERO_OFFLOAD ? ""
                          : c->n_drives ? " or --offload-tier nvme"
                                        : " or drives: --nvme N");
-    if (c->nvme_bytes > c->nvme_cap)
-        return util_errf(e, UTIL_EXIT_USAGE, "schedule %s: the NVMe drives "
+        return sim_err_lacks(e, SIM_TIER_DRAM, c->host_bytes - c->host_cap);
+    }
+    if (c->nvme_bytes > c->nvme_cap) {
+        util_errf(e, UTIL_EXIT_USAGE, "schedule %s: the NVMe drives "
                          "cannot hold the model states%s: %s, %d drive(s) "
                          "hold %s (%s missing on NVMe; give --nvme N)", pol,
                          c->act_tier == SIM_TIER_NVME
@@ -552,6 +563,8 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
                          util_fmt_bytes(c->nvme_cap, have, sizeof have),
                          util_fmt_bytes(c->nvme_bytes - c->nvme_cap, miss,
                                         sizeof miss));
+        return sim_err_lacks(e, SIM_TIER_NVME, c->nvme_bytes - c->nvme_cap);
+    }
     return 0;
 }
 
@@ -708,9 +721,13 @@ int sim_offload_swap_search(sim_plan *p, sim_costs *c, const prof_topo *t,
     if (isnan(thi)) return -1;
     if (isinf(thi) && kcap < kmax)
         /* the GPU needs more swapped than the host can hold */
-        return util_errf(e, UTIL_EXIT_USAGE, "%s; the GPU holds the run "
-                         "only with more than the %d checkpoint stage(s) "
-                         "swapped that fit there", over.msg, kcap);
+    {
+        /* more host DRAM or drives would hold them: what they lacked */
+        util_errf(e, UTIL_EXIT_USAGE, "%s; the GPU holds the run only with "
+                  "more than the %d checkpoint stage(s) swapped that fit "
+                  "there", over.msg, kcap);
+        return sim_err_lacks(e, over.lack, over.lack_bytes);
+    }
     if (isinf(thi)) hi = lo = kmax; /* nothing fits: the run says so */
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;

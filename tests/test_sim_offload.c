@@ -646,10 +646,49 @@ Test(sim_offload, tiers_that_cannot_hold_the_states)
     cli_expect(2, "leave out --host-mem", "plan --hw rtx4090 x1 --model "
                "gpt2 --sweep-host-mem 64G --host-mem 32G");
     /* nothing fits, and no split says how much: said whole (it was cut
-     * off in a buffer of 32 bytes) */
-    cli_expect(1, "no split of it fits a GPU (with the 1.0 GiB reserve); "
+     * off in a buffer of 32 bytes); the host given is what stops Fuyou,
+     * so the input is the user's to change (2) */
+    cli_expect(2, "no split of it fits a GPU (with the 1.0 GiB reserve); "
                "rtx4090 has 24.0 GiB", "plan --hw rtx4090 x1 --host-mem 16G "
                "--nvme 0 --model llama2-7b --schedule fuyou");
+}
+
+/* Host DRAM or drives too small for what offloading keeps there: the
+ * tier and how much it lacks, exit code 2 (the input to change); GPUs
+ * too small with no offloading asked for: 1 (the machine's). */
+Test(sim_offload, a_host_too_small_is_refused_at_planning)
+{
+    cli_expect(2, "51.99 GiB missing in DRAM", "plan --hw rtx4090 x1 "
+               "--host-mem 64G --nvme 1 --model gpt3-175b --finetune full");
+    cli_result r = cli_run("plan --hw rtx4090 x1 --host-mem 64G --nvme 1 "
+                           "--model gpt3-175b --finetune full --json");
+    cr_assert_eq(r.code, 2, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, "%s", r.out);
+    json_t *sh = json_object_get(j, "host_tier_short");
+    cr_assert_not_null(sh, "%s", r.out);
+    cr_expect_str_eq(json_string_value(json_object_get(sh, "tier")), "dram");
+    double miss = json_number_value(json_object_get(sh, "missing_bytes"));
+    /* the least any candidate lacked: no more than the one the message
+     * names (51.99 GiB) */
+    cr_expect(miss > 0 && miss <= 51.995 * 1024 * 1024 * 1024, "%g", miss);
+    json_decref(j);
+    cli_result_free(&r);
+    /* the same host with drives enough for the states holds it */
+    r = cli_run("plan --hw rtx4090 x1 --host-mem 256G --nvme 12 --model "
+                "gpt3-175b --finetune full --batch 8 --schedule fuyou");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    /* pipelines of eight GPUs whose stages would keep their states on a
+     * host of 8 GiB */
+    cli_expect(2, "missing in DRAM", "plan --hw rtx2080ti x8 --host-mem 8G "
+               "--model gpt3-13b --finetune full");
+    /* no offloading asked for: the GPUs are what is short */
+    r = cli_run("plan --hw rtx4090 x1 --model llama2-7b --finetune full "
+                "--schedule 1f1b --json");
+    cr_expect_eq(r.code, 1, "%s", r.err);
+    cr_expect(!strstr(r.out, "host_tier_short"), "%s", r.out);
+    cli_result_free(&r);
 }
 
 /* A one-stage gpt2 plan of schedule sched with `field` (JSON) on its

@@ -19,6 +19,8 @@ int util_errf(util_err *e, int code, const char *fmt, ...)
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
     e->code = code;
+    e->lack = 0;
+    e->lack_bytes = 0;
     return -1;
 }
 

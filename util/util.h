@@ -17,6 +17,11 @@ enum { UTIL_EXIT_OK = 0, UTIL_EXIT_FAIL = 1, UTIL_EXIT_USAGE = 2 };
  * UTIL_EXIT_USAGE for bad input or usage, UTIL_EXIT_FAIL for a failed run. */
 typedef struct util_err {
     int code;
+    /* a capacity the input lacks, where that is why it failed (the
+     * module's own code, 0 none: sim's is the tier, SIM_TIER_DRAM or
+     * SIM_TIER_NVME) and by how many bytes; util_errf clears it */
+    int lack;
+    double lack_bytes;
     char msg[1536];
 } util_err;
 
