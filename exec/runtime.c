@@ -642,9 +642,34 @@ static int op_marked(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     return rc;
 }
 
+static int rs_fold(exec_worker *w, exec_stage *st, int epoch, int all,
+                   util_err *e);
+
+static int fold_gathered(exec_worker *w, int id, util_err *e);
+
+/* ZeRO-2 and 3: between ops, the reduce-scatters done by now give their
+ * microbatches' whole gradients back (as the simulator frees them, when
+ * the ring ends), and ZeRO-3's gathers for the next two tasks that have
+ * come put their last chunks in place, their buffers gone: not at the
+ * next task's start, or a task's activations would pile on a gradient a
+ * ring finished with, or a chunk that came, long before. */
+static int fold_between_ops(exec_worker *w, util_err *e)
+{
+    const exec_runtime *rt = w->rt;
+    if (rt->zero < 2) return 0;
+    for (int i = 0; i < w->n_st; i++)
+        if (rs_fold(w, &w->st[i], w->epoch_now, 0, e)) return -1;
+    for (int j = w->comp_at + 1; rt->zero >= 3 && j <= w->comp_at + 2 &&
+                                 j < w->n_comp; j++)
+        if (w->ag_use[w->comp[j]] >= 0 && fold_gathered(w, w->comp[j], e))
+            return -1;
+    return 0;
+}
+
 static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                       int count_loss, int64_t *tp, util_err *e)
 {
+    if (fold_between_ops(w, e)) return -1;
     if (!w->rt->op_timing)
         return exec_op_forward(w, st, r, op, count_loss, tp, e);
     if (marked(w))
@@ -664,6 +689,7 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     /* BERT's pooler feeds no loss: no backward to run, or to time for
      * calibration */
     if (w->rt->xop[op].role == PROF_ROLE_POOLER) return 0;
+    if (fold_between_ops(w, e)) return -1;
     if (!w->rt->op_timing)
         return exec_op_backward(w, st, r, op, input_part, weight_part, tp, e);
     for (int part = 0; part < 2; part++) {
@@ -1566,21 +1592,33 @@ static int ag_settle(exec_worker *w, exec_stage *st, int epoch, util_err *e)
 
 /* ZeRO-3: compute task id reads the weights its gather brought (the
  * gather's last receive folded in first). */
+/* ZeRO-3: the gather receives compute task id waits for that have come
+ * (all of them: its start waited for them), copied into the gather's
+ * arena where it is open; each buffer goes. */
+static int fold_gathered(exec_worker *w, int id, util_err *e)
+{
+    const sim_ir *ir = w->rt->ir;
+    const sim_task *t = &ir->tasks[id];
+    for (int q = 0; q < t->n_dep; q++) {
+        int d = ir->deps[t->dep_off + q];
+        const sim_task *u = &ir->tasks[d];
+        if (u->kind != SIM_RECV || u->comm != SIM_COMM_DP ||
+            u->coll != SIM_COLL_ALLGATHER || !task_done(w, d, w->epoch_now))
+            continue;
+        if (!dp_base(w, &w->st[w->lidx[u->stage2]], d)) continue;
+        exec_buf *b = take_recv(w, d);
+        if (b && fold_dp(w, d, b, e)) return -1;
+    }
+    return 0;
+}
+
 static int ag_bind(exec_worker *w, int id, util_err *e)
 {
     const sim_ir *ir = w->rt->ir;
     const sim_task *t = &ir->tasks[id];
     exec_stage *st = &w->st[w->lidx[t->stage]];
     int k = w->ag_use[id];
-    for (int q = 0; q < t->n_dep; q++) {
-        int d = ir->deps[t->dep_off + q];
-        const sim_task *u = &ir->tasks[d];
-        if (u->kind != SIM_RECV || u->comm != SIM_COMM_DP ||
-            u->coll != SIM_COLL_ALLGATHER)
-            continue;
-        exec_buf *b = take_recv(w, d);
-        if (b && fold_dp(w, d, b, e)) return -1;
-    }
+    if (fold_gathered(w, id, e)) return -1;
     exec_buf *b = ag_buf(st, k);
     if (!b)
         return util_errf(e, UTIL_EXIT_FAIL, "the stage's weights were not "
@@ -2007,6 +2045,7 @@ static void *compute_main(void *arg)
                 fail(w, id, &e);
                 goto out;
             }
+            w->comp_at = i;
             if (run_compute_task(w, id, epoch, &e)) {
                 fail(w, id, &e);
                 goto out;

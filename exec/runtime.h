@@ -402,6 +402,7 @@ typedef struct exec_worker {
     pthread_cond_t cv;
     /* this device's tasks: compute order, and per send stream */
     int *comp, n_comp;
+    int comp_at;                /* comp's index of the task running */
     int *sendq[2], n_sendq[2];
     int *started;           /* per collective send: the last epoch it
                              * started in (exec_runtime.gate_start) */

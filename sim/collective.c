@@ -456,6 +456,15 @@ static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
                                   fold_passes(coll, st, steps, pairs == 1));
             int rid;
             int sid = sim_ir_transfer(ir, &x, ir->stage_device[w], &rid);
+            /* sluice's executor receives a gather's chunk into a buffer
+             * of its own, copied into place between the ops of the task
+             * then running (NCCL and FSDP write into the output). A
+             * reduce-scatter's chunk is added into the microbatch's
+             * gradient and goes before the rank's shard is taken: the
+             * shard, counted from the first ring's receive, is the
+             * chunk's size and stands for it there. */
+            if (c->whole_shards && coll == SIM_COLL_ALLGATHER)
+                sim_ir_buffer(ir, rid, rid, bytes);
             int d = st ? prev[i] : dep[i];
             if (d >= 0) sim_ir_dep(ir, sid, d);
             /* the first step also waits for the receiver to be in the
