@@ -63,7 +63,9 @@ static void usage(FILE *f)
         "\nworkload file: {\"jobs\": [{\"model\": \"gpt2-xl\", \"batch\": 16,\n"
         "  \"samples\": 100000 | \"epochs\": 1, \"dataset_samples\": N,\n"
         "  \"optimizer\": \"adam\", \"priority\": 0, \"name\": \"lr3e-4\"}, ...]}\n"
-        "\nexit codes: 0 answered, 1 nothing runs, 2 bad usage or input\n");
+        "\nexit codes: 0 answered, 1 nothing runs on the GPUs, 2 bad usage or\n"
+        "input (a host too small for the DRAM every policy that fits the GPUs\n"
+        "needs, too)\n");
 }
 
 static int add_jobs(wcmd *c, const char *model, long n)
@@ -235,6 +237,7 @@ typedef struct pol {
     double pcie_bytes;
     char link[96];            /* shard policies: the busiest link, "" */
     double link_busy;         /* its bytes' share of the makespan */
+    int host_short;           /* refused for the host DRAM it lacks */
 } pol;
 
 static void pol_from_run(pol *p, const char *name, const plan_wl_run *r)
@@ -770,6 +773,7 @@ static int run(wcmd *c, util_err *e)
         if (!p->feasible || p->host_peak_bytes <= hosttot) continue;
         char nb[32], hb[32], mb[32];
         p->feasible = 0;
+        p->host_short = 1;
         snprintf(p->note, sizeof p->note, "host DRAM: needs %s, %s %s "
                  "(%s missing; give --host-mem)",
                  util_fmt_bytes(p->host_peak_bytes, nb, sizeof nb),
@@ -872,9 +876,17 @@ static int run(wcmd *c, util_err *e)
     }
     int any = 0;
     for (int k = 0; k < 6; k++) any |= pols[k].feasible;
+    /* where some policy lacks only host DRAM, the --host-mem given is
+     * the input to change (2), as a plan's host tiers are; else the
+     * GPUs are what is short (1) */
+    int hs = -1;
+    for (int k = 0; k < 6 && hs < 0; k++)
+        if (pols[k].host_short) hs = k;
     if (!rc && !any)
-        rc = util_errf(e, UTIL_EXIT_FAIL, "no policy runs this workload on "
-                       "%d x %s: %s", ng, gp->name, pols[0].note);
+        rc = util_errf(e, hs >= 0 ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL,
+                       "no policy runs this workload on %d x %s: %s%s%s", ng,
+                       gp->name, hs >= 0 ? pols[hs].name : "",
+                       hs >= 0 ? ": " : "", pols[hs >= 0 ? hs : 0].note);
     if (!rc) copies_note(&lr, c->trace != NULL, c->plot != NULL);
     if (!rc && c->trace && write_trace(c->trace, &lr, P, n, e)) rc = -1;
     if (!rc && c->plot) {

@@ -270,6 +270,12 @@ Test(workload, over_the_hosts_memory_is_not_feasible)
                              "missing; give --host-mem"), "%s", nm);
     }
     json_decref(j);
+    /* one GPU, whose every policy needs the host: the --host-mem given
+     * is the input to change (2, as a plan's host tiers), said once with
+     * the policy that lacks it */
+    cli_expect(2, "no policy runs this workload on 1 x rtx4090: "
+               "sharded-lrtf: host DRAM: needs", "plan --hw rtx4090 x1 "
+               "--models gpt2-xl x2 --samples 100 --host-mem 8G");
 }
 
 /* --epochs E --samples N, as people say it: E passes over N samples */
