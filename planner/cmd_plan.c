@@ -848,6 +848,45 @@ static int one(cmd *c, util_err *e)
         int k0 = 0;
         while (k0 < n_tr && !tr[k0].searched) k0++;
         if (k0 < n_tr) r0 = &tr[k0].r;
+        /* would more host DRAM or drives hold a plan? Searched again
+         * without their limits where some candidate lacked them */
+        plan_host_short hs;
+        int hshort = 0;
+        if (k0 < n_tr) {
+            prof_topo *u = prof_topo_from_args(c->hw_n, c->argv + c->hw_at,
+                                               &c->ho, e);
+            if (!u) {
+                hshort = -1;
+            } else {
+                hshort = plan_search_host_short(tr[k0].m, t, u, c->model, hw,
+                                                &c->po, r0, &hs, e);
+                prof_topo_free(u);
+            }
+        }
+        if (hshort < 0) {
+            modes_free(tr, n_tr);
+            prof_topo_free(t);
+            return -1;
+        }
+        char more[400] = "";
+        if (hshort) {
+            char nd[32], hv[32], nn[32], nh[32], dram[120] = "", nvme[120] = "";
+            int dr = hs.dram_need > hs.dram_have;
+            int nv = hs.nvme_need > hs.nvme_have;
+            if (dr)
+                snprintf(dram, sizeof dram, "%s of DRAM a server, which has "
+                         "%s", util_fmt_bytes(hs.dram_need, nd, sizeof nd),
+                         util_fmt_bytes(hs.dram_have, hv, sizeof hv));
+            if (nv)
+                snprintf(nvme, sizeof nvme, "%s on a server's drives, which "
+                         "hold %s", util_fmt_bytes(hs.nvme_need, nn, sizeof nn),
+                         util_fmt_bytes(hs.nvme_have, nh, sizeof nh));
+            snprintf(more, sizeof more, "; with more host memory %s fits: it "
+                     "needs %s%s%s (give %s)", sim_sched_name(hs.sched), dram,
+                     dr && nv ? " and " : "", nvme,
+                     dr && nv ? "--host-mem and --nvme N"
+                              : dr ? "--host-mem" : "--nvme N");
+        }
         if (c->json) {
             json_t *j = json_pack("{s:b,s:s}", "found", 0, "advice",
                                   k0 < n_tr ? r0->advice : tr[0].why);
@@ -857,10 +896,13 @@ static int one(cmd *c, util_err *e)
                                     json_real(r0->lower_bound_s));
                 json_object_set_new(j, "search",
                                     search_json(r0, c->po.time_limit_s));
-                if (r0->lack)
+                if (hshort)
                     json_object_set_new(j, "host_tier_short", json_pack(
-                        "{s:s,s:f}", "tier", sim_tier_name(r0->lack),
-                        "missing_bytes", r0->lack_bytes));
+                        "{s:s,s:f,s:f,s:f,s:f}", "schedule",
+                        sim_sched_name(hs.sched), "dram_need_bytes",
+                        hs.dram_need, "dram_bytes", hs.dram_have,
+                        "nvme_need_bytes", hs.nvme_need, "nvme_bytes",
+                        hs.nvme_have));
             }
             if (show_modes)
                 json_object_set_new(j, "finetune_modes",
@@ -875,9 +917,9 @@ static int one(cmd *c, util_err *e)
          * change (code 2); plans that do not fit the GPUs, the
          * machine's (1) */
         int usage = k0 < n_tr && ((!r0->candidates && !r0->found) ||
-                                  r0->lack);
-        util_errf(e, usage ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL, "%s%s",
-                  k0 < n_tr ? r0->advice : tr[0].why,
+                                  hshort);
+        util_errf(e, usage ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL, "%s%s%s",
+                  k0 < n_tr ? r0->advice : tr[0].why, more,
                   show_modes ? "; no fine-tuning mode tried fits either "
                   "(the table above)" : "");
         rc = -1;

@@ -178,10 +178,6 @@ typedef struct plan_result {
                                * candidates left (covered < candidates) */
     double seconds;
     double min_need_bytes;    /* least per-GPU memory any candidate needed */
-    /* nothing fits and the host tiers are why: some candidate lacked
-     * only host DRAM or drives (the tier, as plan_alt.lack; 0 none) */
-    int lack;
-    double lack_bytes;
     char advice[1000];        /* when nothing fits */
     char note[1400];          /* said above the answer ("": nothing) */
 } plan_result;
@@ -193,6 +189,28 @@ int plan_search(const prof_model *m, const prof_topo *t,
                 const char *model_name, const char *hw_name,
                 const plan_opts *o, plan_result *r, util_err *e);
 void plan_result_free(plan_result *r);
+
+/* Where nothing fit the GPUs with the host as it is, what more host DRAM
+ * or drives would give: the plan found with them unbounded, what it
+ * needs in each tier per server against what the server has. */
+typedef struct plan_host_short {
+    sim_sched sched;
+    double dram_need, dram_have;
+    double nvme_need, nvme_have;
+} plan_host_short;
+
+/* After a search of m on t that found nothing (r): when some candidate
+ * was refused for host DRAM or drives alone (plan_alt.lack) and the time
+ * limit did not end it, searches again on u, t's machine with its
+ * servers' DRAM and drives unbounded (the caller's copy: its nodes are
+ * changed), with the same options. Returns 1 when a plan fits there and
+ * needs more than t's host holds (*hs says what), 0 when the GPUs are
+ * what is short, -1 on an error. */
+int plan_search_host_short(const prof_model *m, const prof_topo *t,
+                           prof_topo *u, const char *model_name,
+                           const char *hw_name, const plan_opts *o,
+                           const plan_result *r, plan_host_short *hs,
+                           util_err *e);
 
 /* Simulates one plan: costs, schedule, engine. The caller frees *costs,
  * *ir and *engine (the result lends from the engine). Capacity is the

@@ -977,14 +977,15 @@ static void run_tiered(search *s, cand *c, sim_costs *sc)
         int fold = !s->o->no_fold;
         double res_b = s->r->reserve_bytes;
         sc = plan_costs(p, s->m, s->t, res_b, fold, &ce);
+        if (!sc) alt_lack(a, &ce);
         for (int k = S - 1; !sc && k >= 0; k--)
             if (p->state_tier[k] == SIM_TIER_DRAM) {
                 p->state_tier[k] = SIM_TIER_NVME;
                 sc = plan_costs(p, s->m, s->t, res_b, fold, &ce);
+                if (!sc) alt_lack(a, &ce);
             }
         if (!sc) {
             alt_reason(a, "%s", ce.msg);
-            alt_lack(a, &ce);
             return;
         }
     }
@@ -1280,15 +1281,6 @@ static void choose_best(search *s)
     int async_fits = 0;
     for (int k = 0; k < SIM_SCHED_COUNT; k++)
         async_fits |= r->alt[k].feasible && sim_sched_async((sim_sched)k);
-    /* nothing fits and some candidate lacked only host DRAM or drives:
-     * the least any lacked */
-    for (int k = 0; k < SIM_SCHED_COUNT && !r->found && !async_fits; k++) {
-        const plan_alt *a = &r->alt[k];
-        if (a->lack && (!r->lack || a->lack_bytes < r->lack_bytes)) {
-            r->lack = a->lack;
-            r->lack_bytes = a->lack_bytes;
-        }
-    }
     if (r->found) {
         double best = r->alt[r->best].samples_per_s;
         for (int k = 0; k < SIM_SCHED_COUNT; k++) {
@@ -1464,6 +1456,81 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
         if (ofl) offload_why(r);
     }
     return 0;
+}
+
+/* Scales u's servers' DRAM and drives to f times t's (an exabyte a node
+ * for f infinite). */
+static void host_scale(const prof_topo *t, prof_topo *u, double f)
+{
+    for (int i = 0; i < u->n_nodes && i < t->n_nodes; i++)
+        if (u->nodes[i].kind == PROF_NODE_DRAM ||
+            u->nodes[i].kind == PROF_NODE_NVME)
+            u->nodes[i].capacity_bytes =
+                isinf(f) ? 1e18 : t->nodes[i].capacity_bytes * f;
+}
+
+int plan_search_host_short(const prof_model *m, const prof_topo *t,
+                           prof_topo *u, const char *model_name,
+                           const char *hw_name, const plan_opts *o,
+                           const plan_result *r, plan_host_short *hs,
+                           util_err *e)
+{
+    memset(hs, 0, sizeof *hs);
+    int lacked = 0;
+    for (int k = 0; k < SIM_SCHED_COUNT; k++) lacked |= r->alt[k].lack != 0;
+    if (r->found || r->cut_short || !lacked) return 0;
+    plan_opts x = *o;
+    x.progress = 0;
+    /* First unbounded: where nothing fits even so, the GPUs are what is
+     * short. Then the host doubled until a plan fits, so what it needs
+     * is a plan's that asks little more than the host has, not the
+     * fastest plan's with a host without end (Fuyou's with every
+     * activation swapped, say) */
+    double f = INFINITY;
+    int rc = 0;
+    for (int round = 0; round < 64; round++) {
+        host_scale(t, u, f);
+        plan_result ru;
+        if (plan_search(m, u, model_name, hw_name, &x, &ru, e)) return -1;
+        if (!ru.found) {
+            plan_result_free(&ru);
+            if (isinf(f)) return 0;
+            f *= 2;
+            continue;
+        }
+        if (isinf(f)) {
+            plan_result_free(&ru);
+            f = 2;
+            continue;
+        }
+        const sim_plan *p = &ru.alt[ru.best].plan;
+        sim_costs *cs = NULL;
+        sim_ir *ir = NULL;
+        sim_engine *en = NULL;
+        sim_result res;
+        if (plan_simulate(p, m, u, ru.reserve_bytes, 0, &cs, &ir, &en, &res,
+                          e)) {
+            rc = -1;
+        } else {
+            /* per server, as the costs count it (the busiest one) */
+            hs->sched = ru.best;
+            hs->dram_need = cs->host_bytes;
+            hs->nvme_need = cs->nvme_bytes;
+            hs->dram_have = prof_topo_server_dram(t, 0);
+            for (int i = 0; i < t->n_nodes; i++)
+                if (t->nodes[i].kind == PROF_NODE_NVME &&
+                    t->nodes[i].server == 0)
+                    hs->nvme_have += t->nodes[i].capacity_bytes;
+            rc = hs->dram_need > hs->dram_have ||
+                 hs->nvme_need > hs->nvme_have;
+        }
+        sim_engine_free(en);
+        sim_ir_free(ir);
+        sim_costs_free(cs);
+        plan_result_free(&ru);
+        break;
+    }
+    return rc;
 }
 
 void plan_result_free(plan_result *r)

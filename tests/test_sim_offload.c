@@ -658,31 +658,56 @@ Test(sim_offload, tiers_that_cannot_hold_the_states)
  * too small with no offloading asked for: 1 (the machine's). */
 Test(sim_offload, a_host_too_small_is_refused_at_planning)
 {
-    cli_expect(2, "51.99 GiB missing in DRAM", "plan --hw rtx4090 x1 "
-               "--host-mem 64G --nvme 1 --model gpt3-175b --finetune full");
-    cli_result r = cli_run("plan --hw rtx4090 x1 --host-mem 64G --nvme 1 "
-                           "--model gpt3-175b --finetune full --json");
+    const char *small = "plan --hw rtx4090 x1 --host-mem 64G --nvme 1 "
+                        "--model gpt3-175b --finetune full --batch 8";
+    cli_expect(2, "51.99 GiB missing in DRAM", "%s", small);
+    cli_result r = cli_run("%s --json", small);
     cr_assert_eq(r.code, 2, "%s", r.err);
+    /* searched again with more host: what a plan that fits needs */
+    cr_expect(strstr(r.err, "; with more host memory fuyou fits: it needs "),
+              "%s", r.err);
     json_t *j = json_loads(r.out, 0, NULL);
     cr_assert_not_null(j, "%s", r.out);
     json_t *sh = json_object_get(j, "host_tier_short");
     cr_assert_not_null(sh, "%s", r.out);
-    cr_expect_str_eq(json_string_value(json_object_get(sh, "tier")), "dram");
-    double miss = json_number_value(json_object_get(sh, "missing_bytes"));
-    /* the least any candidate lacked: no more than the one the message
-     * names (51.99 GiB) */
-    cr_expect(miss > 0 && miss <= 51.995 * 1024 * 1024 * 1024, "%g", miss);
+    cr_expect_str_eq(json_string_value(json_object_get(sh, "schedule")),
+                     "fuyou");
+    double dn = json_number_value(json_object_get(sh, "dram_need_bytes"));
+    double dh = json_number_value(json_object_get(sh, "dram_bytes"));
+    double nn = json_number_value(json_object_get(sh, "nvme_need_bytes"));
+    double nh = json_number_value(json_object_get(sh, "nvme_bytes"));
+    cr_expect(dh == 64.0 * (1 << 30) && nh > 1e12, "%g %g", dh, nh);
+    cr_expect(dn > dh || nn > nh, "needs %g and %g", dn, nn);
     json_decref(j);
     cli_result_free(&r);
-    /* the same host with drives enough for the states holds it */
-    r = cli_run("plan --hw rtx4090 x1 --host-mem 256G --nvme 12 --model "
-                "gpt3-175b --finetune full --batch 8 --schedule fuyou");
-    cr_expect_eq(r.code, 0, "%s", r.err);
+    /* a plan fits a host as large as the one the answer names */
+    char grow[300];
+    snprintf(grow, sizeof grow, "plan --hw rtx4090 x1 --host-mem %.0fG "
+             "--nvme %d --model gpt3-175b --finetune full --batch 8",
+             ceil(dn / (1 << 30)) + 1, (int)ceil(nn / nh) + 1);
+    r = cli_run("%s", grow);
+    cr_expect_eq(r.code, 0, "%s: %s", grow, r.err);
+    cli_result_free(&r);
+    /* GPUs of a time limit too short for any plan: not the host's */
+    r = cli_run("plan --hw rtx4090 x1 --model llama2-7b --finetune full "
+                "--time-limit 0.001 --json");
+    cr_expect_eq(r.code, 1, "%s", r.err);
+    cr_expect(!strstr(r.out, "host_tier_short"), "%s", r.out);
+    cli_result_free(&r);
+    /* GPUs too small whatever the host (a 2080 Ti and a layer of GPT-3
+     * 175B's working set), the host given too small as well: 1 */
+    r = cli_run("plan --hw rtx2080ti x1 --host-mem 16G --model gpt3-175b "
+                "--finetune full");
+    cr_expect_eq(r.code, 1, "%s", r.err);
     cli_result_free(&r);
     /* pipelines of eight GPUs whose stages would keep their states on a
-     * host of 8 GiB */
+     * host of 8 GiB; the same without drives, where the stages' states
+     * went to the drives it lacks after DRAM */
     cli_expect(2, "missing in DRAM", "plan --hw rtx2080ti x8 --host-mem 8G "
                "--model gpt3-13b --finetune full");
+    cli_expect(2, "with more host memory 1f1b fits: it needs", "plan --hw "
+               "rtx2080ti x8 --host-mem 8G --nvme 0 --model gpt3-13b "
+               "--finetune full --schedule 1f1b");
     /* no offloading asked for: the GPUs are what is short */
     r = cli_run("plan --hw rtx4090 x1 --model llama2-7b --finetune full "
                 "--schedule 1f1b --json");
