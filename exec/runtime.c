@@ -649,20 +649,21 @@ static int fold_gathered(exec_worker *w, int id, util_err *e);
 
 /* ZeRO-2 and 3: between ops, the reduce-scatters done by now give their
  * microbatches' whole gradients back (as the simulator frees them, when
- * the ring ends), and ZeRO-3's gathers for the next two tasks that have
- * come put their last chunks in place, their buffers gone: not at the
- * next task's start, or a task's activations would pile on a gradient a
- * ring finished with, or a chunk that came, long before. */
+ * the ring ends), and ZeRO-3's gather for the next task, when it has
+ * come, puts its last chunks in place, their buffers gone (the one after
+ * waits for the running task's end): not at the next task's start, or a
+ * task's activations would pile on a gradient a ring finished with, or
+ * a chunk that came, long before. */
 static int fold_between_ops(exec_worker *w, util_err *e)
 {
     const exec_runtime *rt = w->rt;
     if (rt->zero < 2) return 0;
     for (int i = 0; i < w->n_st; i++)
         if (rs_fold(w, &w->st[i], w->epoch_now, 0, e)) return -1;
-    for (int j = w->comp_at + 1; rt->zero >= 3 && j <= w->comp_at + 2 &&
-                                 j < w->n_comp; j++)
-        if (w->ag_use[w->comp[j]] >= 0 && fold_gathered(w, w->comp[j], e))
-            return -1;
+    int j = w->comp_at + 1;
+    if (rt->zero >= 3 && j < w->n_comp && w->ag_use[w->comp[j]] >= 0 &&
+        fold_gathered(w, w->comp[j], e))
+        return -1;
     return 0;
 }
 
@@ -1599,6 +1600,16 @@ static int fold_gathered(exec_worker *w, int id, util_err *e)
 {
     const sim_ir *ir = w->rt->ir;
     const sim_task *t = &ir->tasks[id];
+    /* the arena is the communication thread's until this device's own
+     * sends of the gather are done (its first opened it): through their
+     * completion (w->mu) the arena is seen whole */
+    for (int q = 0; q < t->n_dep; q++) {
+        int d = ir->deps[t->dep_off + q];
+        const sim_task *u = &ir->tasks[d];
+        if (u->kind == SIM_SEND && u->comm == SIM_COMM_DP &&
+            u->coll == SIM_COLL_ALLGATHER && !task_done(w, d, w->epoch_now))
+            return 0;
+    }
     for (int q = 0; q < t->n_dep; q++) {
         int d = ir->deps[t->dep_off + q];
         const sim_task *u = &ir->tasks[d];

@@ -457,8 +457,10 @@ static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
             int rid;
             int sid = sim_ir_transfer(ir, &x, ir->stage_device[w], &rid);
             /* sluice's executor receives a gather's chunk into a buffer
-             * of its own, copied into place between the ops of the task
-             * then running (NCCL and FSDP write into the output). A
+             * of its own, copied into place (NCCL and FSDP write into
+             * the output): ZeRO-3's between two ops of the task then
+             * running, ZeRO-1 and 2's after the update by the next
+             * step's first task, when little else is held. A
              * reduce-scatter's chunk is added into the microbatch's
              * gradient and goes before the rank's shard is taken: the
              * shard, counted from the first ring's receive, is the
