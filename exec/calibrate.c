@@ -396,11 +396,12 @@ static int measure_busy(const exec_calib_opts *o, prof_calib *c, util_err *e)
         qsort(alone, (size_t)na, sizeof *alone, cmp_dbl);
         qsort(both, (size_t)nb, sizeof *both, cmp_dbl);
         double f = alone[na / 2] > 0 ? both[nb / 2] / alone[na / 2] : 1;
-        c->busy[n - 1] = fmax(0.5, fmin(100, f));
+        /* sharing the machine never speeds an op up: below 1 is noise */
+        c->busy[n - 1] = fmax(1, fmin(100, f));
         c->n_busy = n;
         if (o->log)
             fprintf(o->log, "  %d devices at once: ops take %.3fx their time "
-                    "alone\n", n, c->busy[n - 1]);
+                    "alone%s\n", n, f, f < 1 ? " (noise: 1 kept)" : "");
         exec_gpt_free(m);
         free(tok);
         free(t);
@@ -899,6 +900,7 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
     prof_calib *c = &r->calib;
     snprintf(c->device, sizeof c->device, "%s", o->device);
     machine_now(c, o->device);
+    c->quick = o->quick;
     if (o->log)
         fprintf(o->log, "sluice calibrate: ops of GPT-2 and Llama layers, "
                 "run by the executor on one %s\n", gpu ? "GPU" : "core");
@@ -925,9 +927,14 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
         fprintf(o->log, "sluice calibrate: transfers between %s\n",
                 gpu ? "GPUs" : "cores");
     if (!rc && o->devices > 1) rc = measure_transfers(o, tmp, r, e);
+    /* one short round gives a factor anywhere from 0.3 to 6 (two quick
+     * runs on one machine): --quick leaves it at 1, or an earlier full
+     * calibration's (sluice calibrate keeps that) */
     if (!rc && o->log)
-        fprintf(o->log, "sluice calibrate: the backward's halves apart\n");
-    if (!rc) rc = measure_split(o, gpu, tmp, r, e);
+        fprintf(o->log, "sluice calibrate: the backward's halves apart%s\n",
+                o->quick ? ": not measured with --quick (too noisy in one "
+                           "short round)" : "");
+    if (!rc && !o->quick) rc = measure_split(o, gpu, tmp, r, e);
     if (!rc && o->log)
         fprintf(o->log, "sluice calibrate: the host's AdamW and drive\n");
     if (!rc) rc = measure_host(o, r, e);

@@ -387,6 +387,26 @@ int exec_calibrate_main(int argc, char **argv)
                 "--profile-dir DIR\n");
         return UTIL_EXIT_USAGE;
     }
+    /* where it goes and the drive's folder, before a minute of
+     * measuring: the folders made (the profile directory's) and
+     * writable, the file not a folder */
+    if (make_parent(path, &e) ||
+        util_out_check(c.out ? "--out" : "the profile", path, 0, NULL, 0,
+                       &e)) {
+        fprintf(stderr, "sluice calibrate: %s\n", e.msg);
+        return UTIL_EXIT_USAGE;
+    }
+    if (c.drive_dir) {
+        struct stat sd;
+        if (stat(c.drive_dir, &sd) || !S_ISDIR(sd.st_mode) ||
+            access(c.drive_dir, W_OK | X_OK)) {
+            fprintf(stderr, "sluice calibrate: --offload-path '%s': %s\n",
+                    c.drive_dir, stat(c.drive_dir, &sd) ? strerror(errno)
+                    : !S_ISDIR(sd.st_mode) ? "not a folder"
+                                           : "a folder this user cannot write");
+            return UTIL_EXIT_USAGE;
+        }
+    }
     /* what the file holds now: its values to compare with, its measured
      * op times kept when they are of this hardware */
     prof_calib prev;
@@ -398,6 +418,21 @@ int exec_calibrate_main(int argc, char **argv)
         else
             snprintf(note, sizeof note, "replacing %s, which did not load: "
                      "%s", path, pe.msg);
+    }
+    /* a rough fit does not replace a full one unasked */
+    if (have_prev && c.quick && !prev.quick) {
+        prof_machine here;
+        prof_machine_this(&here);
+        snprintf(here.device, sizeof here.device, "%s",
+                 !strcmp(dev, "cpu") ? "CPU core" : dev);
+        if (prof_machine_same(&prev.machine, &here)) {
+            fprintf(stderr, "sluice calibrate: %s holds a full calibration "
+                    "of this machine (%s); --quick would replace it with a "
+                    "rougher one: give --out FILE for another file, or run "
+                    "without --quick\n", path, prev.date);
+            prof_calib_free(&prev);
+            return UTIL_EXIT_USAGE;
+        }
     }
     /* measured against the built-in figures: the calibration being
      * replaced plays no part */
@@ -438,6 +473,11 @@ int exec_calibrate_main(int argc, char **argv)
             for (int x = 0; x < PROF_XFER_COUNT; x++)
                 if (!cal->link[x].present && prev.link[x].present)
                     cal->link[x] = prev.link[x];
+            /* --quick does not measure the backward's halves apart */
+            for (int q = 0; q < 2 && c.quick; q++)
+                if (!(cal->gpu.eff.split_factor[q] > 0))
+                    cal->gpu.eff.split_factor[q] =
+                        prev.gpu.eff.split_factor[q];
             if (!r.drive_measured && prev.tiers.read_bytes_per_s > 0) {
                 cal->tiers.read_bytes_per_s = prev.tiers.read_bytes_per_s;
                 cal->tiers.write_bytes_per_s = prev.tiers.write_bytes_per_s;

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "planner/workload.h"
 #include "planner/workload_int.h"
@@ -77,6 +78,27 @@ int plan_wl_load(const char *path, plan_wl *w, util_err *e)
             util_jenum(&o, "optimizer", 0, optim_names, &optim, e) ||
             util_jint(&o, "priority", 0, -1000, 1000, &prio, e))
             goto out;
+        if (samples != floor(samples)) {
+            util_jerr(e, &o, "samples", "%g: a whole number of samples",
+                      samples);
+            goto out;
+        }
+        if (ds != floor(ds)) {
+            util_jerr(e, &o, "dataset_samples", "%g: a whole number of "
+                      "samples", ds);
+            goto out;
+        }
+        /* a spec file named relative to the workload's folder, where it
+         * is not found from the working directory */
+        const char *slash = strrchr(path, '/');
+        if (slash && j->model[0] != '/' && strchr(j->model, '/') &&
+            access(j->model, F_OK)) {
+            char alt[sizeof j->model + 8];
+            int n = snprintf(alt, sizeof alt, "%.*s/%s",
+                             (int)(slash - path), path, j->model);
+            if (n > 0 && (size_t)n < sizeof j->model && !access(alt, F_OK))
+                memcpy(j->model, alt, (size_t)n + 1);
+        }
         int has_s = json_object_get(o.j, "samples") != NULL;
         int has_e = json_object_get(o.j, "epochs") != NULL;
         int has_d = json_object_get(o.j, "dataset_samples") != NULL;

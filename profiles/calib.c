@@ -281,7 +281,8 @@ static int parse_tiers(const util_jobj *o, prof_calib_tiers *t, util_err *e)
 static int parse(const util_jdoc *d, prof_calib *c, util_err *e)
 {
     static const char *const keys[] = {"format", "version", "device", "date",
-        "machine", "gpu", "links", "fit", "ops", "busy", "tiers", NULL};
+        "quick", "machine", "gpu", "links", "fit", "ops", "busy", "tiers",
+        NULL};
     util_jobj root = util_jroot(d), o;
     char fmt[32] = "";
     long version = 1;
@@ -298,6 +299,7 @@ static int parse(const util_jdoc *d, prof_calib *c, util_err *e)
     if (util_jint(&root, "version", 0, 1, 1, &version, e) ||
         util_jstr(&root, "device", 1, c->device, sizeof c->device, e) ||
         util_jstr(&root, "date", 1, c->date, sizeof c->date, e) ||
+        util_jbool(&root, "quick", 0, &c->quick, e) ||
         util_jchild(&root, "machine", 1, &o, &have, e) ||
         parse_machine(&o, &c->machine, e))
         return -1;
@@ -365,6 +367,7 @@ json_t *prof_calib_json(const prof_calib *c)
     json_object_set_new(j, "version", json_integer(1));
     json_object_set_new(j, "device", json_string(c->device));
     json_object_set_new(j, "date", json_string(c->date));
+    if (c->quick) json_object_set_new(j, "quick", json_true());
     json_object_set_new(j, "machine", json_pack("{s:s,s:s,s:i,s:s}",
         "host", c->machine.host, "cpu", c->machine.cpu, "cores",
         c->machine.cores, "device", c->machine.device));
@@ -451,7 +454,11 @@ int prof_calib_save(const prof_calib *c, const char *path, util_err *e)
 double prof_calib_busy(const prof_calib *c, int n)
 {
     if (!c || c->n_busy < 1 || n <= 1) return 1;
-    return c->busy[(n < c->n_busy ? n : c->n_busy) - 1];
+    /* devices at once share the machine: never faster than alone (a
+     * value below 1 is a measurement's noise, which an earlier
+     * calibration could store; taken as 1, or the simulation runs below
+     * the planner's compute bound) */
+    return fmax(1, c->busy[(n < c->n_busy ? n : c->n_busy) - 1]);
 }
 
 double prof_calib_op_ns(const prof_calib *c, const char *sig, int busy)

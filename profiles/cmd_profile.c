@@ -118,9 +118,9 @@ static int cmd_list(int argc, char **argv)
         const prof_calib *c = &cal[i];
         char mach[256], err[48], ops[16], links[64] = "";
         prof_machine_str(&c->machine, mach, sizeof mach);
-        snprintf(err, sizeof err, "%.1f%% median, %.1f%% max (%d)",
+        snprintf(err, sizeof err, "%.1f%% median, %.1f%% max (%d)%s",
                  100 * c->fit_median_err, 100 * c->fit_max_err,
-                 c->fit_samples);
+                 c->fit_samples, c->quick ? ", --quick" : "");
         snprintf(ops, sizeof ops, "%d", c->n_ops);
         for (int x = 0; x < PROF_XFER_COUNT; x++)
             if (c->link[x].present) {
@@ -147,6 +147,7 @@ static int cmd_list(int argc, char **argv)
                               "fit_median_error", c->fit_median_err,
                               "fit_max_error", c->fit_max_err, "ops_measured",
                               c->n_ops);
+        json_object_set_new(o, "quick", json_boolean(c->quick));
         if (t->present)
             json_object_set_new(o, "tiers", json_pack(
                 "{s:f,s:f,s:f,s:s}", "adam_params_per_s",
@@ -195,7 +196,7 @@ static int cmd_list(int argc, char **argv)
             printf("\ncalibrated on a machine (in %s; these replace the "
                    "figures above)\n", dir);
             util_table_print(tc, stdout, "  ");
-        } else {
+        } else if (!cal_rc) {
             printf("\ncalibrated: none %s%s (sluice calibrate --hw cpu x2 "
                    "measures this machine's cores)\n",
                    dir ? "in " : "(no profile directory)", dir ? dir : "");

@@ -714,6 +714,7 @@ typedef struct prof_calib {
     char file[512];          /* where it was read from; "" when new */
     char device[32];         /* the device type it calibrates */
     char date[32];           /* ISO 8601, UTC */
+    int quick;               /* sluice calibrate --quick's rougher fit */
     prof_machine machine;
     prof_gpu gpu;            /* the type with the fitted figures */
     prof_calib_link link[PROF_XFER_COUNT];

@@ -694,6 +694,15 @@ Test(calib_cli, a_killed_or_stopped_run_leaves_the_previous_profile)
     snprintf(path, sizeof path, "%s/cpu.json", d);
     prof_calib c = sample_calib();
     util_err e;
+    /* a full calibration of this machine: --quick refuses to replace it,
+     * before it measures anything */
+    cr_assert_eq(prof_calib_save(&c, path, &e), 0, "%s", e.msg);
+    cr_assert_eq(sh_run("cp %s %s/before", path, d), 0);
+    cli_expect(2, "holds a full calibration of this machine", "--profile-dir "
+               "%s calibrate --hw cpu x2 --quick", d);
+    cr_expect_eq(sh_run("cmp -s %s %s/before", path, d), 0);
+    /* a quick one it replaces */
+    c.quick = 1;
     cr_assert_eq(prof_calib_save(&c, path, &e), 0, "%s", e.msg);
     prof_calib_free(&c);
     cr_assert_eq(sh_run("cp %s %s/before", path, d), 0);
@@ -704,7 +713,8 @@ Test(calib_cli, a_killed_or_stopped_run_leaves_the_previous_profile)
         int rc = sh_run("cd %s && rm -rf log scratch && mkdir scratch && "
                         "(TMPDIR=%s/scratch \"$SLUICE\" --profile-dir "
                         "%s calibrate --hw cpu x2 --quick 2> log & p=$!; "
-                        "while ! grep -q 'ops: hidden' log; do sleep 0.05; "
+                        "while kill -0 $p 2>/dev/null && "
+                        "! grep -q 'ops: hidden' log; do sleep 0.05; "
                         "done; kill -%d $p; wait $p; echo $? > rc)", d, d, d,
                         sig[k]);
         cr_assert_eq(rc, 0);

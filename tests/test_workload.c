@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "planner/workload.h"
 #include "tests/harness.h"
@@ -408,6 +409,38 @@ Test(workload, bad_inputs_name_file_line_and_field)
     bad("--models gpt-tiny x2 --samples 10 --optimizer lamb", "lamb");
     bad("--models gpt-tiny x2 --workload tests/data/workload/tiny.json",
         "not both");
+}
+
+/* A spec file named relative to the workload's folder is found from any
+ * working directory (it was looked for from the working directory only);
+ * samples are whole. */
+Test(workload, spec_files_beside_the_workload)
+{
+    char *dir = test_tmpdir();
+    char sub[600], wl[600], cmd[1400];
+    snprintf(sub, sizeof sub, "%s/specs", dir);
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    snprintf(cmd, sizeof cmd, "cp tests/data/exec/gpt-pico.json %s/pico.json",
+             sub);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(wl, sizeof wl, "%s/w.json", dir);
+    FILE *f = fopen(wl, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"jobs\": [{\"model\": \"specs/pico.json\", \"batch\": 4, "
+               "\"samples\": 8}]}\n");
+    fclose(f);
+    cli_result r = cli_run("plan --hw rtx2080ti x2 --workload %s", wl);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    f = fopen(wl, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"jobs\": [{\"model\": \"specs/pico.json\", \"batch\": 4, "
+               "\"samples\": 8.5}]}\n");
+    fclose(f);
+    cli_expect(2, "w.json:1:63: field 'jobs[0].samples': 8.5: a whole "
+               "number of samples", "plan --hw rtx2080ti x2 --workload %s",
+               wl);
+    test_rm_rf(dir);
 }
 
 /* Eight RTX 2080 Ti behind two PCIe switches: every byte a shard policy
