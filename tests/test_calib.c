@@ -376,6 +376,24 @@ Test(calib_file, round_trip_and_lookups)
 }
 
 /* Each bad value gives FILE:LINE:COL and the field. */
+/* Devices at once never run faster than alone: a measurement below 1
+ * (noise; an earlier calibration stored 0.97) counts as 1, or the
+ * simulation would run below the planner's compute bound, which then
+ * threw the plan out as inconsistent. */
+Test(calib_file, devices_at_once_are_never_faster)
+{
+    prof_calib c = sample_calib();
+    c.busy[0] = 1;
+    c.busy[1] = 0.9;
+    c.busy[2] = 1.25;
+    c.n_busy = 3;
+    cr_expect_eq(prof_calib_busy(&c, 1), 1);
+    cr_expect_eq(prof_calib_busy(&c, 2), 1);
+    cr_expect_eq(prof_calib_busy(&c, 3), 1.25);
+    cr_expect_eq(prof_calib_busy(&c, 8), 1.25);
+    prof_calib_free(&c);
+}
+
 Test(calib_file, bad_values_are_named)
 {
     char *d = test_tmpdir(), path[512];
