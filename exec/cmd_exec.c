@@ -271,7 +271,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             rc = int_arg(a, v, 1, 256, &o->threads, e);
         else if (!strcmp(a, "--save")) o->save = v;
         else if (!strcmp(a, "--save-every"))
-            rc = int_arg(a, v, 0, BIG, &o->save_every, e);
+            rc = int_arg(a, v, 1, BIG, &o->save_every, e);
         else if (!strcmp(a, "--resume")) o->resume = v;
         else if (!strcmp(a, "--timings")) o->timings = v;
         else if (!strcmp(a, "--eval-batches"))
@@ -295,6 +295,10 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: %s does not apply "
                          "with --plan (the plan fixes the model, batch and "
                          "sequence)", c->ref_only);
+    if (c->plan && o->steps == 0)
+        return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --steps 0: a plan "
+                         "runs 1 step or more (0 is the reference trainer's "
+                         "evaluation alone, with --model)");
     if (c->plan && o->save_every > 0 && !o->save)
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --save-every %d "
                          "needs --save FILE (the checkpoint it rewrites)",

@@ -562,12 +562,15 @@ Test(exec_cli_pipe, bad_plans_say_why)
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "cut.json:"), "%s", r.err);
     cli_result_free(&r);
-    /* nothing to run */
+    /* nothing to run: said before the plan is read */
     r = cli_run("exec --plan %s/p.json --steps 0", dir);
     cr_expect_eq(r.code, 2);
-    cr_expect(strstr(r.err, "--steps 0: nothing to run") &&
+    cr_expect(strstr(r.err, "--steps 0: a plan runs 1 step or more") &&
               !strstr(r.err, "(null)"), "%s", r.err);
+    cr_expect(!strstr(r.out, "schedule"), "%s", r.out);
     cli_result_free(&r);
+    cli_expect(2, "--save-every '0': expected an integer in [1,", "exec "
+               "--plan %s/p.json --steps 2 --save-every 0", dir);
     /* tensor parallelism the MLP cannot be split by */
     char *f66 = cwd_abs("tests/data/exec/gpt-pico-ffn66.json"), fa[700];
     snprintf(fa, sizeof fa, "--hw cpu x4 --model %s --schedule gpipe --pp 1 "
