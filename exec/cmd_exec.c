@@ -476,6 +476,15 @@ static int calib_check(const sim_plan *plan, const exec_backend *be,
         return util_errf(e, UTIL_EXIT_USAGE, "--calibrate: the plan's "
                          "hardware has %d device types; calibrate one at a "
                          "time", types);
+    /* a run's op times are its backend's: a CPU core's are no GPU's */
+    if ((strcmp(dev, "cpu") == 0) != (be->host_memory != 0))
+        return util_errf(e, UTIL_EXIT_USAGE, "--calibrate: the plan is for "
+                         "%s, this run's devices are %s (--backend %s): its "
+                         "op times would go into another device's "
+                         "calibration; run the plan on its devices, or plan "
+                         "for %s", plan->hw, be->host_memory ? "CPU cores"
+                         : "GPUs", be->name, be->host_memory ? "cpu xN"
+                                                              : "the GPUs");
     if (!prof_calib_path(dev, path, n))
         return util_errf(e, UTIL_EXIT_USAGE, "--calibrate: no profile "
                          "directory (SLUICE_PROFILE_DIR is empty): give "

@@ -849,6 +849,12 @@ Test(calib_cli, exec_adds_a_runs_op_times)
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "--calibrate needs --plan"), "%s", r.err);
     cli_result_free(&r);
+    /* a GPU's plan run on CPU cores: its op times are no GPU's */
+    cli_expect(0, "", "sim --hw rtx4090 x2 --model gpt-tiny --schedule 1f1b "
+               "--pp 2 --mbs 2 --microbatches 2 --out %s/g.json", d);
+    cli_expect(2, "the plan is for rtx4090 x2, this run's devices are CPU "
+               "cores (--backend cpu)", "--profile-dir %s exec --plan "
+               "%s/g.json --steps 2 --calibrate", d, d);
     free(cwd);
     test_rm_rf(d);
 }
