@@ -431,8 +431,13 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (!(r->model = prof_model_build(&spec, e))) return FIELD_ERR("model");
     if (prof_model_finetune(r->model, &p->ft, e)) return FIELD_ERR("finetune");
 #undef FIELD_ERR
-    if (sim_plan_check(p, r->model, r->topo->n_gpus, e) ||
-        sim_plan_check_topo(p, r->topo, e))
+    char pfield[64];
+    if (sim_plan_check_at(p, r->model, r->topo->n_gpus, pfield,
+                          sizeof pfield, e))
+        return o->plan_path && pfield[0]
+                   ? sim_plan_field_err(e, o->plan_path, pfield)
+                   : util_err_prefix(e, "%s", where);
+    if (sim_plan_check_topo(p, r->topo, e))
         return util_err_prefix(e, "%s", where);
     if (finetune_check(o, p, where, e) || zero_check(o, p, where, e))
         return -1;

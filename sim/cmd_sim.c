@@ -601,8 +601,12 @@ static int run(int argc, char **argv, util_err *e)
     if (!p.n_minibatches)
         p.n_minibatches = sim_default_minibatches(p.sched, p.pp, p.n_stages,
                                                   p.n_mb);
-    if (sim_plan_check(&p, m, tp->n_gpus, e)) {
-        if (c.plan_file) util_err_prefix(e, "%s", c.plan_file);
+    char pfield[64];
+    if (sim_plan_check_at(&p, m, tp->n_gpus, pfield, sizeof pfield, e)) {
+        if (c.plan_file && pfield[0])
+            sim_plan_field_err(e, c.plan_file, pfield);
+        else if (c.plan_file)
+            util_err_prefix(e, "%s", c.plan_file);
         goto out;
     }
     sim_cost_opts co = sim_plan_cost_opts(&p);

@@ -361,52 +361,72 @@ out:
     return rc;
 }
 
-int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
-                   util_err *e)
+/* The plan file's field an error of sim_plan_check is about. */
+#define AT(...) snprintf(field, nfield, __VA_ARGS__)
+
+int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
+                      char *field, size_t nfield, util_err *e)
 {
+    if (nfield) field[0] = 0;
     long ngpu = (long)p->pp * p->dp * p->tp;
-    if (ngpu > n_gpus)
+    if (ngpu > n_gpus) {
+        AT("dp");
         return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
                          "GPUs but the server has %d", p->dp, p->pp, p->tp,
                          ngpu, n_gpus);
+    }
     /* (an offload schedule's ranks may take part of a server: they
      * share its host, one GPU each) */
     if ((p->dp > 1 || p->tp > 1) && ngpu != n_gpus &&
         !(sim_sched_offload(p->sched) && p->tp <= 1 &&
-          p->gpus_used == ngpu))
+          p->gpus_used == ngpu)) {
+        AT("dp");
         return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
                          "GPUs, not the %d of the server: data and tensor "
                          "parallelism use every GPU (layout dp-pp-tp)",
                          p->dp, p->pp, p->tp, ngpu, n_gpus);
+    }
     /* A plan for a server uses all of it, as the planner makes them; one
      * edited to a larger server would run on part of it unnoticed. */
-    if (p->gpus_used && p->gpus_used != ngpu)
+    if (p->gpus_used && p->gpus_used != ngpu) {
+        AT("gpus_used");
         return util_errf(e, UTIL_EXIT_USAGE, "gpus_used %d, but dp %d x pp "
                          "%d x tp %d = %ld", p->gpus_used, p->dp, p->pp,
                          p->tp, ngpu);
-    if (!p->gpus_used && ngpu != n_gpus)
+    }
+    if (!p->gpus_used && ngpu != n_gpus) {
+        AT("dp");
         return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
                          "GPUs, not the %d of the server: a plan uses every "
                          "GPU of its server (set dp, pp or hw to match, or "
                          "add \"gpus_used\": %ld to run on part of it)",
                          p->dp, p->pp, p->tp, ngpu, n_gpus, ngpu);
-    if (p->tp > 1 && m->spec.heads % p->tp)
+    }
+    if (p->tp > 1 && m->spec.heads % p->tp) {
+        AT("tp");
         return util_errf(e, UTIL_EXIT_USAGE, "tp %d does not divide the %d "
                          "attention heads of %s (Megatron splits heads over "
                          "the tensor-parallel GPUs)", p->tp, m->spec.heads,
                          m->spec.name);
-    if (p->sp && p->tp < 2)
+    }
+    if (p->sp && p->tp < 2) {
+        AT("sequence_parallel");
         return util_errf(e, UTIL_EXIT_USAGE, "sequence parallelism needs "
                          "tensor parallelism (tp %d): the sequence is split "
                          "over the tensor-parallel group", p->tp);
+    }
+    AT("recompute");
     if (p->recompute < 0 || p->recompute >= SIM_RC_COUNT)
         return util_errf(e, UTIL_EXIT_USAGE, "recompute %d: not a mode",
                          p->recompute);
+    AT("zero");
     if (sim_zero_check(p->zero, p->fsdp, p->dp, p->sched, e)) return -1;
     sim_sched_opts o = sim_plan_sched_opts(p);
+    AT("schedule");
     if (sim_sched_check(&o, e)) return -1;
     int next = 0;
     for (int s = 0; s < p->n_stages; s++) {
+        AT("stages[%d].ops", s);
         if (p->first_op[s] != next)
             return util_errf(e, UTIL_EXIT_USAGE, "stages do not cover the "
                              "model: stage %d starts at op %d, expected %d "
@@ -422,7 +442,9 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
         const char *nf = p->from_op ? p->from_op[s] : "";
         const char *nt = p->to_op ? p->to_op[s] : "";
         if ((nf[0] && strcmp(nf, m->ops[p->first_op[s]].name)) ||
-            (nt[0] && strcmp(nt, m->ops[p->last_op[s]].name)))
+            (nt[0] && strcmp(nt, m->ops[p->last_op[s]].name)) ) {
+            AT("stages[%d].%s", s, nf[0] && strcmp(nf,
+               m->ops[p->first_op[s]].name) ? "from" : "to");
             return util_errf(e, UTIL_EXIT_USAGE, "stage %d: the plan names "
                              "ops '%s'..'%s' but %s's ops %d..%d are '%s'.."
                              "'%s': the plan was made for another version of "
@@ -430,17 +452,23 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
                              p->first_op[s], p->last_op[s],
                              m->ops[p->first_op[s]].name,
                              m->ops[p->last_op[s]].name);
-        if (p->stage_device[s] < 0 || p->stage_device[s] >= p->pp)
+        }
+        if (p->stage_device[s] < 0 || p->stage_device[s] >= p->pp) {
+            AT("stages[%d].device", s);
             return util_errf(e, UTIL_EXIT_USAGE, "stage %d is on device %d, "
                              "outside 0..%d (pp %d)", s, p->stage_device[s],
                              p->pp - 1, p->pp);
+        }
         next = p->last_op[s] + 1;
     }
-    if (next != m->n_ops)
+    if (next != m->n_ops) {
+        AT("stages[%d].ops", p->n_stages - 1);
         return util_errf(e, UTIL_EXIT_USAGE, "stages do not cover the model: "
                          "they end at op %d but %s has %d ops (last %d, %s)",
                          next - 1, m->spec.name, m->n_ops, m->n_ops - 1,
                          m->ops[m->n_ops - 1].name);
+    }
+    AT("pp");
     int *used = util_calloc((size_t)p->pp, sizeof(int));
     for (int s = 0; s < p->n_stages; s++) used[p->stage_device[s]]++;
     for (int d = 0; d < p->pp; d++)
@@ -458,6 +486,7 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
         for (int s = 0; s < p->n_stages; s++)
             if (map[s] != p->stage_device[s]) {
                 int want = map[s];
+                AT("stages[%d].device", s);
                 free(map);
                 return util_errf(e, UTIL_EXIT_USAGE, "schedule %s puts stage "
                                  "%d on device %d, the plan on device %d",
@@ -467,6 +496,15 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
         free(map);
     }
     return 0;
+}
+
+#undef AT
+
+int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
+                   util_err *e)
+{
+    char f[8];
+    return sim_plan_check_at(p, m, n_gpus, f, 0, e);
 }
 
 int sim_plan_check_topo(const sim_plan *p, const prof_topo *t, util_err *e)

@@ -191,6 +191,37 @@ Test(sim_plan, load_errors_are_located)
     free(dir);
 }
 
+/* A plan that loads but does not fit its model or layout: the error
+ * names the file's line and the field (it named the file alone) */
+Test(sim_plan, check_errors_are_located)
+{
+    char *dir = test_tmpdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/p.json", dir);
+    const char *cases[][2] = {
+        {"{\"ops\": [3, 75], \"device\": 0}",
+         "p.json:4:21: field 'stages[0].ops': stages do not cover the model: "
+         "stage 0 starts at op 3"},
+        {"{\"ops\": [0, 75], \"device\": 2}",
+         "p.json:4:40: field 'stages[0].device': stage 0 is on device 2"},
+        {"{\"ops\": [0, 75], \"device\": 0, \"from\": \"embed.pos\"}",
+         "p.json:4:51: field 'stages[0].from': stage 0: the plan names ops "
+         "'embed.pos'"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "{\"sluice_plan\": 1, \"model\": \"gpt-mini\", \"hw\": "
+                   "\"cpu x1\",\n \"schedule\": \"1f1b\", \"pp\": 1, "
+                   "\"mbs\": 2,\n \"microbatches\": 2,\n \"stages\": [%s]}\n",
+                cases[k][0]);
+        fclose(f);
+        cli_expect(2, cases[k][1], "sim --plan %s", path);
+        cli_expect(2, cases[k][1], "exec --plan %s --steps 1", path);
+    }
+    test_rm_rf(dir);
+}
+
 /* ---------------------------------------------------------------------
  * Determinism */
 
