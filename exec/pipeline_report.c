@@ -553,6 +553,13 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                       PROF_DT_TF32
                 ? " (products in TF32)"
                 : " (TF32 asked; the plan's GPU has none: fp32)");
+    /* a step or two on a shared machine says little; an asynchronous
+     * plan's minibatches overlap, so few of them say less */
+    if (m.n_iter < (r->async ? 5 : 3))
+        fprintf(f, "  (few steps measured%s: a step's time moves from run "
+                "to run; give --steps %d or more to compare with the "
+                "simulation)\n", r->async ? " of overlapping minibatches" : "",
+                m.first - 1 + (r->async ? 6 : 4));
     fprintf(f, "  iteration time   %10s  (%s-%s)   simulated %s, measured/"
             "simulated %.3f\n", util_fmt_time(it, a, sizeof a),
             util_fmt_time(m.iter_min * 1e-9, b, sizeof b),
