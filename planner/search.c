@@ -1458,15 +1458,45 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
     return 0;
 }
 
-/* Scales u's servers' DRAM and drives to f times t's (an exabyte a node
- * for f infinite). */
+/* Scales u's servers' DRAM and drives to f times t's (a node without
+ * any, f GiB), an exabyte a node for f infinite. */
 static void host_scale(const prof_topo *t, prof_topo *u, double f)
 {
     for (int i = 0; i < u->n_nodes && i < t->n_nodes; i++)
         if (u->nodes[i].kind == PROF_NODE_DRAM ||
             u->nodes[i].kind == PROF_NODE_NVME)
             u->nodes[i].capacity_bytes =
-                isinf(f) ? 1e18 : t->nodes[i].capacity_bytes * f;
+                isinf(f) ? 1e18
+                         : fmax(t->nodes[i].capacity_bytes, 1 << 30) * f;
+}
+
+/* What ru's plan holds per server (the busiest, as the costs count it)
+ * against what t's server 0 has. Returns 0, or -1 on an error. */
+static int host_needs(const plan_result *ru, const prof_model *m,
+                      const prof_topo *t, const prof_topo *u,
+                      plan_host_short *hs, util_err *e)
+{
+    const sim_plan *p = &ru->alt[ru->best].plan;
+    sim_costs *cs = NULL;
+    sim_ir *ir = NULL;
+    sim_engine *en = NULL;
+    sim_result res;
+    int rc = plan_simulate(p, m, u, ru->reserve_bytes, 0, &cs, &ir, &en,
+                           &res, e);
+    if (!rc) {
+        hs->sched = ru->best;
+        hs->dram_need = cs->host_bytes;
+        hs->nvme_need = cs->nvme_bytes;
+        hs->dram_have = prof_topo_server_dram(t, 0);
+        hs->nvme_have = 0;
+        for (int i = 0; i < t->n_nodes; i++)
+            if (t->nodes[i].kind == PROF_NODE_NVME && t->nodes[i].server == 0)
+                hs->nvme_have += t->nodes[i].capacity_bytes;
+    }
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(cs);
+    return rc;
 }
 
 int plan_search_host_short(const prof_model *m, const prof_topo *t,
@@ -1482,55 +1512,30 @@ int plan_search_host_short(const prof_model *m, const prof_topo *t,
     plan_opts x = *o;
     x.progress = 0;
     /* First unbounded: where nothing fits even so, the GPUs are what is
-     * short. Then the host doubled until a plan fits, so what it needs
-     * is a plan's that asks little more than the host has, not the
-     * fastest plan's with a host without end (Fuyou's with every
-     * activation swapped, say) */
-    double f = INFINITY;
-    int rc = 0;
-    for (int round = 0; round < 64; round++) {
+     * short */
+    host_scale(t, u, INFINITY);
+    plan_result ru;
+    if (plan_search(m, u, model_name, hw_name, &x, &ru, e)) return -1;
+    int rc = ru.found ? host_needs(&ru, m, t, u, hs, e) : 0;
+    plan_result_free(&ru);
+    if (rc < 0 || !hs->dram_need) return rc;
+    /* Then the host doubled until a plan fits, so what it names is a
+     * plan's that asks little more than the host has, not the fastest
+     * plan's with a host without end (Fuyou's with every activation
+     * swapped, say); the unbounded plan fits by the factor its needs
+     * give, where the doubling ends */
+    double top = fmax(hs->dram_need / fmax(hs->dram_have, 1 << 30),
+                      hs->nvme_need / fmax(hs->nvme_have, 1 << 30));
+    for (double f = 2; f < 2 * top; f *= 2) {
         host_scale(t, u, f);
-        plan_result ru;
         if (plan_search(m, u, model_name, hw_name, &x, &ru, e)) return -1;
-        if (!ru.found) {
-            plan_result_free(&ru);
-            if (isinf(f)) return 0;
-            f *= 2;
-            continue;
-        }
-        if (isinf(f)) {
-            plan_result_free(&ru);
-            f = 2;
-            continue;
-        }
-        const sim_plan *p = &ru.alt[ru.best].plan;
-        sim_costs *cs = NULL;
-        sim_ir *ir = NULL;
-        sim_engine *en = NULL;
-        sim_result res;
-        if (plan_simulate(p, m, u, ru.reserve_bytes, 0, &cs, &ir, &en, &res,
-                          e)) {
-            rc = -1;
-        } else {
-            /* per server, as the costs count it (the busiest one) */
-            hs->sched = ru.best;
-            hs->dram_need = cs->host_bytes;
-            hs->nvme_need = cs->nvme_bytes;
-            hs->dram_have = prof_topo_server_dram(t, 0);
-            for (int i = 0; i < t->n_nodes; i++)
-                if (t->nodes[i].kind == PROF_NODE_NVME &&
-                    t->nodes[i].server == 0)
-                    hs->nvme_have += t->nodes[i].capacity_bytes;
-            rc = hs->dram_need > hs->dram_have ||
-                 hs->nvme_need > hs->nvme_have;
-        }
-        sim_engine_free(en);
-        sim_ir_free(ir);
-        sim_costs_free(cs);
+        int found = ru.found;
+        if (found && host_needs(&ru, m, t, u, hs, e)) rc = -1;
         plan_result_free(&ru);
-        break;
+        if (found || rc < 0) break;
     }
-    return rc;
+    if (rc < 0) return -1;
+    return hs->dram_need > hs->dram_have || hs->nvme_need > hs->nvme_have;
 }
 
 void plan_result_free(plan_result *r)
