@@ -91,8 +91,10 @@ int plan_wl_load(const char *path, plan_wl *w, util_err *e)
         /* a spec file named relative to the workload's folder, where it
          * is not found from the working directory */
         const char *slash = strrchr(path, '/');
-        if (slash && j->model[0] != '/' && strchr(j->model, '/') &&
-            access(j->model, F_OK)) {
+        size_t ml = strlen(j->model);
+        int file = strchr(j->model, '/') ||
+                   (ml > 5 && !strcmp(j->model + ml - 5, ".json"));
+        if (slash && j->model[0] != '/' && file && access(j->model, F_OK)) {
             char alt[sizeof j->model + 8];
             int n = snprintf(alt, sizeof alt, "%.*s/%s",
                              (int)(slash - path), path, j->model);
