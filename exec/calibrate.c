@@ -928,8 +928,7 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
                 gpu ? "GPUs" : "cores");
     if (!rc && o->devices > 1) rc = measure_transfers(o, tmp, r, e);
     /* one short round gives a factor anywhere from 0.3 to 6 (two quick
-     * runs on one machine): --quick leaves it at 1, or an earlier full
-     * calibration's (sluice calibrate keeps that) */
+     * runs on one machine): --quick leaves it at 1 */
     if (!rc && o->log)
         fprintf(o->log, "sluice calibrate: the backward's halves apart%s\n",
                 o->quick ? ": not measured with --quick (too noisy in one "

@@ -41,7 +41,9 @@ static void usage(FILE *f)
         "                      directory's DIR/cpu.json; sluice profile list\n"
         "                      names it)\n"
         "  --quick             fewer, shorter microbenchmarks (seconds; a\n"
-        "                      rougher fit)\n"
+        "                      rougher fit, the backward's halves apart\n"
+        "                      not measured; it does not replace a full\n"
+        "                      calibration of this machine)\n"
         "  --data FILE         text for the runtime measurement (default\n"
         "                      " EXEC_DEFAULT_CORPUS ")\n"
         "  --offload-path DIR  the drive to measure: a file there, removed "
@@ -473,11 +475,6 @@ int exec_calibrate_main(int argc, char **argv)
             for (int x = 0; x < PROF_XFER_COUNT; x++)
                 if (!cal->link[x].present && prev.link[x].present)
                     cal->link[x] = prev.link[x];
-            /* --quick does not measure the backward's halves apart */
-            for (int q = 0; q < 2 && c.quick; q++)
-                if (!(cal->gpu.eff.split_factor[q] > 0))
-                    cal->gpu.eff.split_factor[q] =
-                        prev.gpu.eff.split_factor[q];
             if (!r.drive_measured && prev.tiers.read_bytes_per_s > 0) {
                 cal->tiers.read_bytes_per_s = prev.tiers.read_bytes_per_s;
                 cal->tiers.write_bytes_per_s = prev.tiers.write_bytes_per_s;

@@ -1509,16 +1509,24 @@ int plan_search_host_short(const prof_model *m, const prof_topo *t,
     int lacked = 0;
     for (int k = 0; k < SIM_SCHED_COUNT; k++) lacked |= r->alt[k].lack != 0;
     if (r->found || r->cut_short || !lacked) return 0;
-    plan_opts x = *o;
+    /* each search has what is left of the time limit; one it ends
+     * settles nothing (exit 1 with the first search's advice) */
+    double spent = r->seconds;
+    plan_opts x = opts_after(o, spent);
     x.progress = 0;
     /* First unbounded: where nothing fits even so, the GPUs are what is
      * short */
     host_scale(t, u, INFINITY);
     plan_result ru;
     if (plan_search(m, u, model_name, hw_name, &x, &ru, e)) return -1;
+    spent += ru.seconds;
+    int cut = ru.cut_short;
     int rc = ru.found ? host_needs(&ru, m, t, u, hs, e) : 0;
     plan_result_free(&ru);
-    if (rc < 0 || !hs->dram_need) return rc;
+    if (rc < 0 || cut || (!hs->dram_need && !hs->nvme_need)) {
+        if (cut) memset(hs, 0, sizeof *hs);
+        return rc < 0 ? -1 : 0;
+    }
     /* Then the host doubled until a plan fits, so what it names is a
      * plan's that asks little more than the host has, not the fastest
      * plan's with a host without end (Fuyou's with every activation
@@ -1528,11 +1536,15 @@ int plan_search_host_short(const prof_model *m, const prof_topo *t,
                       hs->nvme_need / fmax(hs->nvme_have, 1 << 30));
     for (double f = 2; f < 2 * top; f *= 2) {
         host_scale(t, u, f);
+        x = opts_after(o, spent);
+        x.progress = 0;
         if (plan_search(m, u, model_name, hw_name, &x, &ru, e)) return -1;
-        int found = ru.found;
+        spent += ru.seconds;
+        /* cut short: the unbounded plan's needs stand */
+        int found = ru.found, stop = ru.cut_short;
         if (found && host_needs(&ru, m, t, u, hs, e)) rc = -1;
         plan_result_free(&ru);
-        if (found || rc < 0) break;
+        if (found || stop || rc < 0) break;
     }
     if (rc < 0) return -1;
     return hs->dram_need > hs->dram_have || hs->nvme_need > hs->nvme_have;
