@@ -559,7 +559,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
         fprintf(f, "  (few steps measured%s: a step's time moves from run "
                 "to run; give --steps %d or more to compare with the "
                 "simulation)\n", r->async ? " of overlapping minibatches" : "",
-                m.first - 1 + (r->async ? 6 : 4));
+                m.first - 1 + (r->async ? 5 : 3));
     fprintf(f, "  iteration time   %10s  (%s-%s)   simulated %s, measured/"
             "simulated %.3f\n", util_fmt_time(it, a, sizeof a),
             util_fmt_time(m.iter_min * 1e-9, b, sizeof b),

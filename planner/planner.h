@@ -158,9 +158,8 @@ typedef struct plan_alt {
     double iteration_s, samples_per_s;
     double peak_bytes;        /* worst device */
     /* a host tier (SIM_TIER_DRAM or _NVME) that could not hold some
-     * candidate's states, and the least any lacked (0: none did) */
+     * candidate's states (0: none; plan_search_host_short asks more) */
     int lack;
-    double lack_bytes;
 } plan_alt;
 
 typedef struct plan_result {

@@ -843,11 +843,7 @@ static void bound_candidates(search *s)
 /* The host tier e says a candidate of a lacked, if any. */
 static void alt_lack(plan_alt *a, const util_err *e)
 {
-    if (!e->lack) return;
-    if (!a->lack || e->lack_bytes < a->lack_bytes) {
-        a->lack = e->lack;
-        a->lack_bytes = e->lack_bytes;
-    }
+    if (e->lack) a->lack = e->lack;
 }
 
 static void alt_reason(plan_alt *a, const char *fmt, const char *s)

@@ -345,12 +345,9 @@ const char *sim_tier_name(int t)
     return (unsigned)t < SIM_TIER_COUNT ? names[t] : "?";
 }
 
-int sim_err_lacks(util_err *e, int tier, double bytes)
+int sim_err_lacks(util_err *e, int tier)
 {
-    if (e && tier) {
-        e->lack = tier;
-        e->lack_bytes = bytes;
-    }
+    if (e && tier) e->lack = tier;
     return -1;
 }
 
@@ -550,7 +547,7 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
                          SIM_SCHED_ZERO_OFFLOAD ? ""
                          : c->n_drives ? " or --offload-tier nvme"
                                        : " or drives: --nvme N");
-        return sim_err_lacks(e, SIM_TIER_DRAM, c->host_bytes - c->host_cap);
+        return sim_err_lacks(e, SIM_TIER_DRAM);
     }
     if (c->nvme_bytes > c->nvme_cap) {
         util_errf(e, UTIL_EXIT_USAGE, "schedule %s: the NVMe drives "
@@ -563,7 +560,7 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
                          util_fmt_bytes(c->nvme_cap, have, sizeof have),
                          util_fmt_bytes(c->nvme_bytes - c->nvme_cap, miss,
                                         sizeof miss));
-        return sim_err_lacks(e, SIM_TIER_NVME, c->nvme_bytes - c->nvme_cap);
+        return sim_err_lacks(e, SIM_TIER_NVME);
     }
     return 0;
 }
@@ -726,7 +723,7 @@ int sim_offload_swap_search(sim_plan *p, sim_costs *c, const prof_topo *t,
         util_errf(e, UTIL_EXIT_USAGE, "%s; the GPU holds the run only with "
                   "more than the %d checkpoint stage(s) swapped that fit "
                   "there", over.msg, kcap);
-        return sim_err_lacks(e, over.lack, over.lack_bytes);
+        return sim_err_lacks(e, over.lack);
     }
     if (isinf(thi)) hi = lo = kmax; /* nothing fits: the run says so */
     while (lo < hi) {

@@ -19,9 +19,8 @@ typedef struct util_err {
     int code;
     /* a capacity the input lacks, where that is why it failed (the
      * module's own code, 0 none: sim's is the tier, SIM_TIER_DRAM or
-     * SIM_TIER_NVME) and by how many bytes; util_errf clears it */
+     * SIM_TIER_NVME); util_errf clears it */
     int lack;
-    double lack_bytes;
     char msg[1536];
 } util_err;
 
