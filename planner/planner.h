@@ -160,6 +160,8 @@ typedef struct plan_alt {
     /* a host tier (SIM_TIER_DRAM or _NVME) that could not hold some
      * candidate's states (0: none; plan_search_host_short asks more) */
     int lack;
+    double lack_by;           /* the least factor such a candidate asked
+                               * of the host (util_err.lack_by) */
 } plan_alt;
 
 typedef struct plan_result {

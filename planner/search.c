@@ -843,7 +843,9 @@ static void bound_candidates(search *s)
 /* The host tier e says a candidate of a lacked, if any. */
 static void alt_lack(plan_alt *a, const util_err *e)
 {
-    if (e->lack) a->lack = e->lack;
+    if (!e->lack) return;
+    if (!a->lack || e->lack_by < a->lack_by) a->lack_by = e->lack_by;
+    a->lack = e->lack;
 }
 
 static void alt_reason(plan_alt *a, const char *fmt, const char *s)
@@ -1495,6 +1497,24 @@ static int host_needs(const plan_result *ru, const prof_model *m,
     return rc;
 }
 
+/* One search of plan_search_host_short's on u: the pass of plan_search
+ * where host capacity can lack. With several GPUs and nothing sharded by
+ * request that is the last, stage tiers beside the offload schedules;
+ * the passes before it failed for the GPUs and would again. */
+static int host_pass(const prof_model *m, const prof_topo *u,
+                     const char *model_name, const char *hw_name,
+                     const plan_opts *x, plan_result *ru, util_err *e)
+{
+    if (u->n_gpus == 1 || x->zero >= 0 || x->fsdp ||
+        prof_topo_gpu(u, 0)->form == PROF_FORM_CPU)
+        return plan_search(m, u, model_name, hw_name, x, ru, e);
+    plan_opts ot = *x;
+    ot.zero = 0;
+    ot.state_tiers = 1;
+    return search_once(m, u, model_name, hw_name, &ot, offload_mask(x, u),
+                       ru, e);
+}
+
 int plan_search_host_short(const prof_model *m, const prof_topo *t,
                            prof_topo *u, const char *model_name,
                            const char *hw_name, const plan_opts *o,
@@ -1502,19 +1522,37 @@ int plan_search_host_short(const prof_model *m, const prof_topo *t,
                            util_err *e)
 {
     memset(hs, 0, sizeof *hs);
-    int lacked = 0;
-    for (int k = 0; k < SIM_SCHED_COUNT; k++) lacked |= r->alt[k].lack != 0;
-    if (r->found || r->cut_short || !lacked) return 0;
+    if (r->found || r->cut_short) return 0;
+    /* Only the schedules some candidate of which lacked host capacity
+     * can fit with more of it; the others' candidates failed for the
+     * GPUs. Asynchronous ones count only where they could be chosen:
+     * named alone, or with --async (as choose_best decides). */
+    int async_ok = o->allow_async;
+    if (o->sched_mask) {
+        async_ok = 1;
+        for (int k = 0; k < SIM_SCHED_COUNT; k++)
+            if ((o->sched_mask & (1u << k)) && !sim_sched_async((sim_sched)k))
+                async_ok = o->allow_async;
+    }
+    unsigned lacked = 0;
+    for (int k = 0; k < SIM_SCHED_COUNT; k++)
+        if (r->alt[k].lack && (async_ok || !sim_sched_async((sim_sched)k)))
+            lacked |= 1u << k;
+    if (!lacked) return 0;
     /* each search has what is left of the time limit; one it ends
      * settles nothing (exit 1 with the first search's advice) */
     double spent = r->seconds;
     plan_opts x = opts_after(o, spent);
     x.progress = 0;
+    x.sched_mask = lacked;
+    /* the mask may now name asynchronous schedules alone: they were
+     * allowed above, so choose_best may take them */
+    x.allow_async = async_ok;
     /* First unbounded: where nothing fits even so, the GPUs are what is
      * short */
     host_scale(t, u, INFINITY);
     plan_result ru;
-    if (plan_search(m, u, model_name, hw_name, &x, &ru, e)) return -1;
+    if (host_pass(m, u, model_name, hw_name, &x, &ru, e)) return -1;
     spent += ru.seconds;
     int cut = ru.cut_short;
     int rc = ru.found ? host_needs(&ru, m, t, u, hs, e) : 0;
@@ -1523,18 +1561,26 @@ int plan_search_host_short(const prof_model *m, const prof_topo *t,
         if (cut) memset(hs, 0, sizeof *hs);
         return rc < 0 ? -1 : 0;
     }
-    /* Then the host doubled until a plan fits, so what it names is a
+    /* Then the host grown until a plan fits, so what it names is a
      * plan's that asks little more than the host has, not the fastest
      * plan's with a host without end (Fuyou's with every activation
-     * swapped, say); the unbounded plan fits by the factor its needs
-     * give, where the doubling ends */
+     * swapped, say): from the least factor a refused candidate asked
+     * (no plan fits with less; that one, where its other tier holds, fits
+     * with it), doubled; the unbounded plan fits by the factor its needs
+     * give, where the growing ends */
     double top = fmax(hs->dram_need / fmax(hs->dram_have, 1 << 30),
                       hs->nvme_need / fmax(hs->nvme_have, 1 << 30));
-    for (double f = 2; f < 2 * top; f *= 2) {
+    double f0 = INFINITY;
+    for (int k = 0; k < SIM_SCHED_COUNT; k++)
+        if (lacked & (1u << k)) f0 = fmin(f0, r->alt[k].lack_by);
+    f0 = f0 > 1 && isfinite(f0) ? f0 * (1 + 1e-9) : 2;
+    for (double f = f0; f < 2 * top; f *= 2) {
         host_scale(t, u, f);
         x = opts_after(o, spent);
         x.progress = 0;
-        if (plan_search(m, u, model_name, hw_name, &x, &ru, e)) return -1;
+        x.sched_mask = lacked;
+        x.allow_async = async_ok;
+        if (host_pass(m, u, model_name, hw_name, &x, &ru, e)) return -1;
         spent += ru.seconds;
         /* cut short: the unbounded plan's needs stand */
         int found = ru.found, stop = ru.cut_short;

@@ -1029,8 +1029,10 @@ const char *sim_tier_name(int t);      /* "auto", "dram", "nvme" */
 int sim_tier_parse(const char *s);     /* -1 when none */
 /* Marks e's error as a host tier's capacity (SIM_TIER_DRAM or
  * SIM_TIER_NVME) lacking, which more --host-mem or drives would give, as
- * opposed to a GPU's (util_err.lack). Returns -1. */
-int sim_err_lacks(util_err *e, int tier);
+ * opposed to a GPU's (util_err.lack): `need` bytes where a server has
+ * `have` (util_err.lack_by: need over have, a GiB at least, as the
+ * planner scales a host). Returns -1. */
+int sim_err_lacks(util_err *e, int tier, double need, double have);
 
 /* A pipeline stage's optimizer state on a host tier, as DeepSpeed runs
  * ZeRO-Offload's optimizer inside a pipeline: the stage's fp16 weights

@@ -345,9 +345,12 @@ const char *sim_tier_name(int t)
     return (unsigned)t < SIM_TIER_COUNT ? names[t] : "?";
 }
 
-int sim_err_lacks(util_err *e, int tier)
+int sim_err_lacks(util_err *e, int tier, double need, double have)
 {
-    if (e && tier) e->lack = tier;
+    if (e && tier) {
+        e->lack = tier;
+        e->lack_by = need / fmax(have, 1 << 30);
+    }
     return -1;
 }
 
@@ -547,7 +550,7 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
                          SIM_SCHED_ZERO_OFFLOAD ? ""
                          : c->n_drives ? " or --offload-tier nvme"
                                        : " or drives: --nvme N");
-        return sim_err_lacks(e, SIM_TIER_DRAM);
+        return sim_err_lacks(e, SIM_TIER_DRAM, c->host_bytes, c->host_cap);
     }
     if (c->nvme_bytes > c->nvme_cap) {
         util_errf(e, UTIL_EXIT_USAGE, "schedule %s: the NVMe drives "
@@ -560,7 +563,7 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
                          util_fmt_bytes(c->nvme_cap, have, sizeof have),
                          util_fmt_bytes(c->nvme_bytes - c->nvme_cap, miss,
                                         sizeof miss));
-        return sim_err_lacks(e, SIM_TIER_NVME);
+        return sim_err_lacks(e, SIM_TIER_NVME, c->nvme_bytes, c->nvme_cap);
     }
     return 0;
 }
@@ -723,7 +726,11 @@ int sim_offload_swap_search(sim_plan *p, sim_costs *c, const prof_topo *t,
         util_errf(e, UTIL_EXIT_USAGE, "%s; the GPU holds the run only with "
                   "more than the %d checkpoint stage(s) swapped that fit "
                   "there", over.msg, kcap);
-        return sim_err_lacks(e, over.lack);
+        if (e) {
+            e->lack = over.lack;
+            e->lack_by = over.lack_by;
+        }
+        return -1;
     }
     if (isinf(thi)) hi = lo = kmax; /* nothing fits: the run says so */
     while (lo < hi) {

@@ -190,7 +190,7 @@ int sim_stage_tier_costs(sim_costs *c, const prof_topo *t, util_err *e)
                            util_fmt_bytes(host[v] - cap, miss, sizeof miss),
                            drives[v] ? ", or put more stages on nvme"
                                      : ", or drives: --nvme N");
-            sim_err_lacks(e, SIM_TIER_DRAM);
+            sim_err_lacks(e, SIM_TIER_DRAM, host[v], cap);
         } else if (disk[v] > dcap[v]) {
             rc = util_errf(e, UTIL_EXIT_USAGE, "stage tiers: server %d's NVMe "
                            "drives cannot hold the optimizer state kept "
@@ -199,7 +199,7 @@ int sim_stage_tier_costs(sim_costs *c, const prof_topo *t, util_err *e)
                            util_fmt_bytes(disk[v], need, sizeof need),
                            drives[v], util_fmt_bytes(dcap[v], have, sizeof have),
                            util_fmt_bytes(disk[v] - dcap[v], miss, sizeof miss));
-            sim_err_lacks(e, SIM_TIER_NVME);
+            sim_err_lacks(e, SIM_TIER_NVME, disk[v], dcap[v]);
         }
         if (host[v] > c->host_bytes) {
             c->host_bytes = host[v];

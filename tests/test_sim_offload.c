@@ -705,9 +705,22 @@ Test(sim_offload, a_host_too_small_is_refused_at_planning)
      * went to the drives it lacks after DRAM */
     cli_expect(2, "missing in DRAM", "plan --hw rtx2080ti x8 --host-mem 8G "
                "--model gpt3-13b --finetune full");
-    cli_expect(2, "with more host memory 1f1b fits: it needs", "plan --hw "
-               "rtx2080ti x8 --host-mem 8G --nvme 0 --model gpt3-13b "
-               "--finetune full --schedule 1f1b");
+    const char *pipe = "plan --hw rtx2080ti x8 --host-mem 8G --nvme 0 "
+                       "--model gpt3-13b --finetune full --schedule 1f1b";
+    cli_expect(2, "with more host memory 1f1b fits: it needs", "%s", pipe);
+    /* and a host of what it names holds that pipeline's stages */
+    r = cli_run("%s --json", pipe);
+    cr_assert_eq(r.code, 2, "%s", r.err);
+    j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, "%s", r.out);
+    dn = json_number_value(json_object_get(json_object_get(j,
+                           "host_tier_short"), "dram_need_bytes"));
+    cr_expect_gt(dn, 8.0 * (1 << 30), "%s", r.out);
+    json_decref(j);
+    cli_result_free(&r);
+    cli_expect(0, "1f1b", "plan --hw rtx2080ti x8 --host-mem %.0fG --nvme 0 "
+               "--model gpt3-13b --finetune full --schedule 1f1b",
+               ceil(dn / (1 << 30)) + 1);
     /* no offloading asked for: the GPUs are what is short */
     r = cli_run("plan --hw rtx4090 x1 --model llama2-7b --finetune full "
                 "--schedule 1f1b --json");

@@ -489,5 +489,28 @@ Test(sim_stage_tiers, bad_tiers_are_named)
     cr_assert_eq(plan_simulate(&p, md, t, 0, 0, &c, &ir, &en, &r, &e), -1);
     cr_assert(strstr(e.msg, "server 0's NVMe drives cannot hold") &&
               strstr(e.msg, "missing on NVMe"), "%s", e.msg);
+    /* how many times the drives would do (what the planner grows a host
+     * by, from a GiB at least): just that holds the state, a little less
+     * does not */
+    cr_assert_eq(e.lack, SIM_TIER_NVME);
+    cr_assert_gt(e.lack_by, 1);
+    double have = 0;
+    for (int v = 0; v < t->n_nodes; v++)
+        if (t->nodes[v].kind == PROF_NODE_NVME)
+            have += t->nodes[v].capacity_bytes;
+    double by = e.lack_by, base = fmax(have, 1 << 30);
+    for (double f = 0.999; f < 1.01; f += 0.002) {
+        for (int v = 0; v < t->n_nodes; v++)
+            if (t->nodes[v].kind == PROF_NODE_NVME)
+                t->nodes[v].capacity_bytes = 1e9 * base / have * by * f;
+        int rc = plan_simulate(&p, md, t, 0, 0, &c, &ir, &en, &r, &e);
+        cr_expect_eq(rc, f > 1 ? 0 : -1, "drives %g times: %s", by * f,
+                     rc ? e.msg : "fits");
+        if (!rc) {
+            sim_engine_free(en);
+            sim_ir_free(ir);
+            sim_costs_free(c);
+        }
+    }
     tplan_free(md, t, &p);
 }

@@ -20,6 +20,7 @@ int util_errf(util_err *e, int code, const char *fmt, ...)
     va_end(ap);
     e->code = code;
     e->lack = 0;
+    e->lack_by = 0;
     return -1;
 }
 

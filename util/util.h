@@ -21,6 +21,7 @@ typedef struct util_err {
      * module's own code, 0 none: sim's is the tier, SIM_TIER_DRAM or
      * SIM_TIER_NVME); util_errf clears it */
     int lack;
+    double lack_by;           /* how many times what it has would do */
     char msg[1536];
 } util_err;
 
