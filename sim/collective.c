@@ -464,9 +464,11 @@ static void ring_emit(sim_ir *ir, const sim_costs *c, int s, const int *mem,
              * reduce-scatter's chunk is added into the microbatch's
              * gradient and goes before the rank's shard is taken: the
              * shard, counted from the first ring's receive, is the
-             * chunk's size and stands for it there. */
+             * chunk's size and stands for it there. A step's bytes are
+             * its tensor-parallel lanes' together; a device holds its
+             * own lane's. */
             if (c->whole_shards && coll == SIM_COLL_ALLGATHER)
-                sim_ir_buffer(ir, rid, rid, bytes);
+                sim_ir_buffer(ir, rid, rid, bytes / x.lanes);
             int d = st ? prev[i] : dep[i];
             if (d >= 0) sim_ir_dep(ir, sid, d);
             /* the first step also waits for the receiver to be in the
