@@ -89,7 +89,9 @@ static void usage(FILE *f)
         "  --trace FILE        the measured run as a Perfetto trace (the same\n"
         "                      tasks and tracks as sluice sim --trace)\n"
         "  --plot PREFIX       PREFIX-compare.{png,svg}: the measured timeline\n"
-        "                      above the simulated one, with memory (gnuplot)\n"
+        "                      above the simulated one, with memory (gnuplot),\n"
+        "                      from PREFIX-{measured,simulated}.json (or\n"
+        "                      --trace), with PREFIX-*.dat and .gp\n"
         "  --warm N            steps left out of the timing summary (default 1)\n"
         "  --backend B         cpu (default: a device is a core) or cuda (a "
         "GPU per\n"
@@ -339,10 +341,14 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
      * are refused before the run (a checkpoint may be saved over the one
      * it resumed or started from: --save-every does so) */
     const char *ins[] = {c->model, c->plan, o->data, c->init, o->resume};
+    const char *oflag[] = {"--save", "--timings", "--trace", "--plot"};
+    const char *opath[] = {o->save, o->timings, c->trace, c->plot};
+    const int opre[] = {0, 0, 0, 1};
     if (util_out_check("--save", o->save, 0, ins, 3, e) ||
         util_out_check("--timings", o->timings, 0, ins, 5, e) ||
         util_out_check("--trace", c->trace, 0, ins, 5, e) ||
-        util_out_check("--plot", c->plot, 1, ins, 0, e))
+        util_out_check("--plot", c->plot, 1, ins, 0, e) ||
+        util_outs_apart(4, oflag, opath, opre, ins, 5, e))
         return util_err_prefix(e, "sluice exec");
     /* paths the JSON document names must be text JSON can hold */
     if (o->json) {
@@ -609,9 +615,13 @@ static int run_plan(cmd *c)
     /* the files the plan names are inputs too (its model spec, its
      * server): no output may replace them */
     const char *plan_ins[] = {plan.model, plan.hw};
+    const char *oflag[] = {"--plot"};
+    const char *opath[] = {c->plot};
+    const int opre[] = {1};
     if (util_out_check("--save", t->save, 0, plan_ins, 2, &e) ||
         util_out_check("--timings", t->timings, 0, plan_ins, 2, &e) ||
-        util_out_check("--trace", c->trace, 0, plan_ins, 2, &e)) {
+        util_out_check("--trace", c->trace, 0, plan_ins, 2, &e) ||
+        util_outs_apart(1, oflag, opath, opre, plan_ins, 2, &e)) {
         rc = -1;
         goto out;
     }

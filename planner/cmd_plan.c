@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "planner/planner.h"
 #include "planner/workload.h"
@@ -70,7 +71,8 @@ static void usage(FILE *f)
         "  --out FILE         write the chosen plan (for sluice sim --plan)\n"
         "  --plot PREFIX      draw the chosen plan's timeline and memory, or with\n"
         "                     --gpus the capacity curve, with --sweep-host-mem\n"
-        "                     the largest model against DRAM (gnuplot)\n"
+        "                     the largest model against DRAM (gnuplot):\n"
+        "                     PREFIX-*.{png,svg} with their .dat and .gp\n"
         "  --exhaustive       simulate every candidate (no pruning by bounds)\n"
         "  --time-limit S     answer within about S seconds with the best plan\n"
         "                     found by then, saying how much was searched\n"
@@ -338,7 +340,12 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                          sizeof ((sim_plan *)0)->model - 1);
     /* before the search, which may take minutes */
     const char *ins[] = {c->model, c->argv[c->hw_at]};
-    if (util_out_check("--out", c->out, 0, ins, 2, e)) return -1;
+    const char *oflag[] = {"--out", "--plot"};
+    const char *opath[] = {c->out, c->plot};
+    const int opre[] = {0, 1};
+    if (util_out_check("--out", c->out, 0, ins, 2, e) ||
+        util_outs_apart(2, oflag, opath, opre, ins, 2, e))
+        return -1;
     return 0;
 }
 
@@ -965,14 +972,17 @@ static int one(cmd *c, util_err *e)
             json_decref(rep);
             if (c->out && sim_plan_save(c->out, p, m, e)) rc = -1;
             if (rc == 0 && c->plot) {
-                char tpath[1024];
-                snprintf(tpath, sizeof tpath, "%s-trace.json", c->plot);
+                /* the plot reads a trace, written for it and removed */
+                char tpath[1100], sfx[64];
+                snprintf(tpath, sizeof tpath, "%s%s", c->plot,
+                         util_tmp_suffix("trace", sfx, sizeof sfx));
                 if (sim_trace_write(tpath, ir, &res, cs, e)) rc = -1;
                 else {
                     int prc = plot_pipeline(tpath, c->plot, e);
                     if (prc < 0) rc = -1;
                     else if (prc > 0) fprintf(stderr, "sluice plan: %s\n", e->msg);
                 }
+                unlink(tpath);
             }
         }
     }

@@ -182,7 +182,12 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "give --models NAME xN or "
                          "--workload FILE, not both");
     const char *ins[] = {c->wfile};
-    if (util_out_check("--trace", c->trace, 0, ins, 1, e)) return -1;
+    const char *oflag[] = {"--trace", "--plot"};
+    const char *opath[] = {c->trace, c->plot};
+    const int opre[] = {0, 1};
+    if (util_out_check("--trace", c->trace, 0, ins, 1, e) ||
+        util_outs_apart(2, oflag, opath, opre, ins, 1, e))
+        return -1;
     if (c->wfile) {
         if (c->samples || c->epochs || c->dataset || c->batch)
             return util_errf(e, UTIL_EXIT_USAGE, "--workload: batch and "

@@ -3,6 +3,7 @@
  * the plan, a Perfetto trace and gnuplot plots on request. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "plots/plots.h"
@@ -91,7 +92,8 @@ static void usage(FILE *f)
         "                         PREFIX-memory.{png,svg} (needs gnuplot)\n"
         "  --measured TRACE       with --plot: PREFIX-compare.{png,svg}, a run\n"
         "                         of this plan (sluice exec --trace) above the\n"
-        "                         simulation, memory below\n"
+        "                         simulation, memory below; beside the\n"
+        "                         images their PREFIX-*.dat and PREFIX*.gp\n"
         "  --out FILE             write the plan file\n"
         "\nexit codes: 0 simulated and it fits, 1 a device's memory runs over\n"
         "(the answer is printed, with the task where it does), 2 bad usage or\n"
@@ -377,8 +379,12 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
      * that is no file, a zoo name, is skipped by the check) */
     const char *ins[] = {c->plan_file, c->measured, p->model, p->hw,
                          p->sched_file};
+    const char *oflag[] = {"--out", "--trace", "--plot"};
+    const char *opath[] = {c->out, c->trace, c->plot};
+    const int opre[] = {0, 0, 1};
     if (util_out_check("--out", c->out, 0, ins, 5, e) ||
-        util_out_check("--trace", c->trace, 0, ins, 5, e))
+        util_out_check("--trace", c->trace, 0, ins, 5, e) ||
+        util_outs_apart(3, oflag, opath, opre, ins, 5, e))
         return -1;
     if (c->plan_file) return 0;
     if (c->state_tiers && sim_sched_offload(p->sched))
@@ -440,6 +446,38 @@ static int size_check(const sim_plan *p, const prof_topo *tp,
 
 /* A measured run to draw above the simulation: a trace sluice exec
  * wrote (--trace) of the same schedule on as many devices. */
+/* The events a plot draws (ph X: a task's box; C: a counter) as sluice
+ * exec --trace writes them: a device of the run (pid), a time in
+ * microseconds (ts, dur) and bytes (args.bytes) a run can have. */
+static int events_check(const util_jobj *root, json_t *ev, long devices,
+                        util_err *e)
+{
+    const double day_us = 86400e6 * 366; /* a year: no run is longer */
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        util_jobj x, a;
+        char ph[8] = "";
+        long pid, mb;
+        double v;
+        int have = 0;
+        if (util_jelem(root, "traceEvents", ev, i, &x, e) ||
+            util_jstr(&x, "ph", 1, ph, sizeof ph, e))
+            return -1;
+        if (strcmp(ph, "X") && strcmp(ph, "C")) continue;
+        if (util_jint(&x, "pid", 1, 0, devices - 1, &pid, e) ||
+            util_jnum(&x, "ts", 1, 0, day_us, &v, e) ||
+            (!strcmp(ph, "X") && util_jnum(&x, "dur", 1, 0, day_us, &v, e)) ||
+            util_jchild(&x, "args", 0, &a, &have, e))
+            return -1;
+        if (have && !strcmp(ph, "C") &&
+            util_jnum(&a, "bytes", 0, 0, 1e18, &v, e))
+            return -1;
+        if (have && !strcmp(ph, "X") &&
+            util_jint(&a, "mb", 0, -1, 1L << 30, &mb, e))
+            return -1;
+    }
+    return 0;
+}
+
 static int measured_check(const char *path, const sim_ir *ir, util_err *e)
 {
     util_jdoc d;
@@ -463,7 +501,7 @@ static int measured_check(const char *path, const sim_ir *ir, util_err *e)
             util_jerr(e, &od, "devices", "%ld: the plan has %d", dev,
                       ir->n_devices);
         else
-            rc = 0;
+            rc = events_check(&root, ev, dev, e);
     }
     util_jdoc_free(&d);
     return rc ? util_err_prefix(e, "--measured") : 0;
@@ -647,20 +685,24 @@ static int run(int argc, char **argv, util_err *e)
         util_errf(e, UTIL_EXIT_FAIL, "%s", r.msg);
         goto out;
     }
+    /* every input read before any output is written */
+    if (c.measured && measured_check(c.measured, ir, e)) goto out;
     if (c.out && sim_plan_save(c.out, &p, m, e)) goto out;
     if (c.trace && sim_trace_write(c.trace, ir, &r, cs, e)) goto out;
-    if (c.measured && measured_check(c.measured, ir, e)) goto out;
     if (c.plot) {
-        char tpath[1100];
-        snprintf(tpath, sizeof tpath, "%s-trace.json", c.plot);
+        char tpath[1100], sfx[64];
+        snprintf(tpath, sizeof tpath, "%s%s", c.plot,
+                 util_tmp_suffix("trace", sfx, sizeof sfx));
         /* the plot reads the trace back: from --trace only when that is
-         * a file (not a device or FIFO the trace went through) */
+         * a file (not a device or FIFO the trace went through), else
+         * from one written for it and removed */
         struct stat st;
         int reuse = c.trace && stat(c.trace, &st) == 0 && S_ISREG(st.st_mode);
         const char *src = reuse ? c.trace : tpath;
         if (!reuse && sim_trace_write(tpath, ir, &r, cs, e)) goto out;
         int prc = c.measured ? plot_compare(c.measured, src, c.plot, e)
                              : plot_pipeline(src, c.plot, e);
+        if (!reuse) unlink(tpath);
         if (prc < 0) goto out;
         if (prc > 0) fprintf(stderr, "sluice sim: %s\n", e->msg);
     }

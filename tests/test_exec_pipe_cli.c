@@ -306,6 +306,54 @@ Test(exec_cli_pipe, trace_has_sims_tasks_and_tracks)
     cr_expect_eq(s.code, 2);
     cr_expect(strstr(s.err, "give --plot PREFIX too"), "%s", s.err);
     cli_result_free(&s);
+    /* the run's events as a run can have them, each a clear error before
+     * anything is written: a device it lacks, a negative time, bytes of
+     * no memory, a time that is text (the trace as exec wrote it, one
+     * event's field changed by sed) */
+    const struct { const char *sed, *want; } ev[] = {
+        {"0,/\"cat\": \"F\", \"pid\": 0/s//\"cat\": \"F\", \"pid\": 7/",
+         "pid': 7 is out of range"},
+        {"0,/\"dur\": [0-9.]*/s//\"dur\": -5/", "dur': -5 is too small"},
+        {"0,/{\"bytes\": [0-9.]*}/s//{\"bytes\": -1e300}/",
+         "bytes': -1e+300 is too small"},
+        {"0,/\"ts\": [0-9.]*, \"dur\"/s//\"ts\": \"1\", \"dur\"/",
+         "ts': expected a number"},
+    };
+    for (size_t i = 0; i < sizeof ev / sizeof *ev; i++) {
+        cr_assert_eq(sh_run("sed -e '%s' %s/exec.json > %s/bad.json && "
+                            "! cmp -s %s/exec.json %s/bad.json", ev[i].sed,
+                            dir, dir, dir, dir), 0, "%s", ev[i].sed);
+        s = cli_run("sim --plan %s/p.json --plot %s/b --measured %s/bad.json "
+                    "--out %s/q.json", dir, dir, dir, dir);
+        cr_expect_eq(s.code, 2, "%s", ev[i].sed);
+        cr_expect(strstr(s.err, "bad.json:") && strstr(s.err, ev[i].want),
+                  "%s: %s", ev[i].sed, s.err);
+        cr_expect_neq(sh_run("test -e %s/q.json || test -e %s/b-compare.gp",
+                             dir, dir), 0, "written before the check");
+        cli_result_free(&s);
+    }
+    /* the plot's files are the plot's: a trace for it is written apart
+     * and removed, and an input or output among its names is refused */
+    cr_expect_eq(sh_run("! ls -a %s | grep -q sluice-tmp", dir), 0,
+                 "a trace left beside the plot");
+    cr_expect_eq(sh_run("cp %s/exec.json %s/c-trace.json", dir, dir), 0);
+    s = cli_run("sim --plan %s/p.json --plot %s/c --measured "
+                "%s/c-trace.json", dir, dir, dir);
+    cr_expect_eq(s.code, 0, "%s", s.err);
+    cr_expect_eq(sh_run("cmp -s %s/exec.json %s/c-trace.json", dir, dir), 0,
+                 "the measured trace was overwritten");
+    cli_result_free(&s);
+    cli_expect(2, "c-compare.png', which is an input", "sim --plan %s/p.json "
+               "--plot %s/c --measured %s/c-compare.png", dir, dir, dir);
+    cli_expect(2, "name the same file", "sim --plan %s/p.json --out "
+               "%s/t.json --trace %s/../%s/t.json", dir, dir, dir,
+               strrchr(dir, '/') + 1);
+    cli_expect(2, "c-compare.png', which is also --trace", "exec --plan "
+               "%s/p.json --steps 2 --plot %s/c --trace %s/c-compare.png",
+               dir, dir, dir);
+    cli_expect(2, "k.bin' and --trace '",
+               "exec --plan %s/p.json --steps 2 --save %s/k.bin --trace "
+               "%s/k.bin", dir, dir, dir);
     test_rm_rf(dir);
 }
 

@@ -292,6 +292,10 @@ int util_out_check(const char *flag, const char *path, int prefix,
     if (!path) return 0;
     if (!*path)
         return util_errf(e, UTIL_EXIT_USAGE, "%s: an empty path", flag);
+    if (prefix && path[strlen(path) - 1] == '/')
+        return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': a prefix the files' "
+                         "names begin with, not a folder (e.g. '%srun')",
+                         flag, path, path);
     struct stat st;
     int exists = !prefix && stat(path, &st) == 0;
     if (exists && S_ISDIR(st.st_mode))
@@ -327,6 +331,81 @@ int util_out_check(const char *flag, const char *path, int prefix,
         rc = util_errf(e, UTIL_EXIT_USAGE, "%s '%s': folder '%s' is not "
                        "writable (%s)", flag, path, dir, strerror(errno));
     free(real);
+    return rc;
+}
+
+/* Where a write of path lands, for comparing: its links followed and its
+ * folder resolved where it exists (else as given). malloc'd. */
+static char *landing(const char *path)
+{
+    char *r = resolve(path);
+    if (!r) return util_strdup(path);
+    char *slash = strrchr(r, '/');
+    char *dir = util_strdup(slash ? r : ".");
+    if (slash) dir[slash == r ? 1 : slash - r] = 0;
+    char *real = realpath(dir, NULL);
+    free(dir);
+    if (!real) return r;
+    const char *base = slash ? slash + 1 : r;
+    size_t n = strlen(real) + strlen(base) + 2;
+    char *out = util_malloc(n);
+    snprintf(out, n, "%s/%s", real, base);
+    free(real);
+    free(r);
+    return out;
+}
+
+/* Whether a --plot prefix that lands at pre writes the file landing at
+ * f: PREFIX.gp, PREFIX-NAME ending .dat, .png, .svg or .gp, or the
+ * traces sluice exec's plot compares (PREFIX-measured.json,
+ * PREFIX-simulated.json). */
+static int prefix_writes(const char *pre, const char *f)
+{
+    size_t n = strlen(pre);
+    if (strncmp(f, pre, n)) return 0;
+    const char *rest = f + n;
+    if (!strcmp(rest, ".gp") || !strcmp(rest, "-measured.json") ||
+        !strcmp(rest, "-simulated.json"))
+        return 1;
+    if (rest[0] != '-' || !rest[1] || strchr(rest, '/')) return 0;
+    const char *dot = strrchr(rest, '.');
+    static const char *const ext[] = {".dat", ".png", ".svg", ".gp"};
+    for (size_t i = 0; dot && i < sizeof ext / sizeof *ext; i++)
+        if (!strcmp(dot, ext[i])) return 1;
+    return 0;
+}
+
+int util_outs_apart(int n, const char *const *flag, const char *const *path,
+                    const int *prefix, const char *const *in, int ni,
+                    util_err *e)
+{
+    char **at = util_calloc((size_t)(n + ni), sizeof *at);
+    for (int i = 0; i < n; i++)
+        if (path[i]) at[i] = landing(path[i]);
+    for (int i = 0; i < ni; i++)
+        if (in[i]) at[n + i] = landing(in[i]);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        if (!at[i]) continue;
+        for (int j = 0; j < n + ni && !rc; j++) {
+            if (j == i || !at[j]) continue;
+            const char *what = j < n ? flag[j] : "an input of this run";
+            const char *jp = j < n ? path[j] : in[j - n];
+            if (j < n && !prefix[i] && !prefix[j] && j > i &&
+                !strcmp(at[i], at[j]))
+                rc = util_errf(e, UTIL_EXIT_USAGE, "%s '%s' and %s '%s' name "
+                               "the same file: give each output its own",
+                               flag[i], path[i], flag[j], path[j]);
+            else if (prefix[i] && (j >= n || !prefix[j]) &&
+                     prefix_writes(at[i], at[j]))
+                rc = util_errf(e, UTIL_EXIT_USAGE, "%s '%s' writes '%s', "
+                               "which is %s%s: name another prefix or file",
+                               flag[i], path[i], jp,
+                               j < n ? "also " : "", what);
+        }
+    }
+    for (int i = 0; i < n + ni; i++) free(at[i]);
+    free(at);
     return rc;
 }
 

@@ -109,6 +109,17 @@ int util_write_atomic(const char *path, const void *data, size_t len,
  * checked. Errors, code 2, name the flag and the path. */
 int util_out_check(const char *flag, const char *path, int prefix,
                    const char *const *inputs, int n, util_err *e);
+/* Before any work, after util_out_check of each: the n outputs of one
+ * run (flag[i] and path[i], NULL: not given) name n different files, and
+ * an output that is a --plot prefix (prefix[i]) writes none of the other
+ * outputs nor of the ni inputs (in, NULL skipped): its files are
+ * PREFIX.gp, PREFIX-NAME.dat, .png, .svg or .gp, and PREFIX-measured.json
+ * and PREFIX-simulated.json (sluice exec's). Files are
+ * compared where a write lands (links followed, folders resolved).
+ * Errors, code 2, name both. */
+int util_outs_apart(int n, const char *const *flag, const char *const *path,
+                    const int *prefix, const char *const *in, int ni,
+                    util_err *e);
 /* util_write_atomic of a text and a final newline (a JSON document as
  * json_dumps gives it). */
 int util_write_atomic_line(const char *path, const char *text, util_err *e);
