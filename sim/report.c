@@ -164,7 +164,8 @@ static void offload_print(const sim_costs *c, const sim_result *r,
         fprintf(f, ", partitioned over %d data-parallel GPUs", c->replicas);
     if (c->tier == SIM_TIER_NVME)
         fprintf(f, " (%d drive%s)", c->n_drives, c->n_drives == 1 ? "" : "s");
-    fprintf(f, "; host DRAM %s of %s", util_fmt_bytes(c->host_bytes, a, sizeof a),
+    fprintf(f, "; host DRAM %s of %s reserved", util_fmt_bytes(c->host_bytes,
+                                                               a, sizeof a),
             util_fmt_bytes(c->host_cap, b, sizeof b));
     if (c->tier == SIM_TIER_NVME)
         fprintf(f, ", NVMe %s of %s", util_fmt_bytes(c->nvme_bytes, x, sizeof x),
