@@ -95,6 +95,8 @@ static void measure(const exec_pipe_result *r, int warm, meas *m)
 {
     const sim_ir *ir = r->ir;
     int n = r->n_tasks, E = r->epochs, D = r->n_devices;
+    /* a stopped run (Ctrl-C) timed the steps it finished only */
+    if (!r->async && r->steps_run < E) E = r->steps_run;
     memset(m, 0, sizeof *m);
     int64_t *ends = util_calloc((size_t)(E > 0 ? E : 1) + 1, sizeof *ends);
     int64_t *begs = util_calloc((size_t)(E > 0 ? E : 1) + 1, sizeof *begs);
@@ -224,7 +226,8 @@ double exec_pipe_iteration_s(const exec_pipe_result *r, int warm,
 
 double exec_pipe_overhead(const exec_pipe_result *r, int warm)
 {
-    int E = r->epochs, w0 = E > warm ? warm : 0, n = 0;
+    int E = r->epochs < r->steps_run || r->async ? r->epochs : r->steps_run;
+    int w0 = E > warm ? warm : 0, n = 0;
     double s = 0;
     for (int ep = w0; ep < E; ep++, n++) s += r->overhead[ep];
     return n ? s / n : 0;
@@ -559,7 +562,10 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
         fprintf(f, "  (few steps measured%s: a step's time moves from run "
                 "to run; give --steps %d or more to compare with the "
                 "simulation)\n", r->async ? " of overlapping minibatches" : "",
-                m.first - 1 + (r->async ? 5 : 3));
+                /* the next run leaves out its warm steps (an
+                 * asynchronous one at least the first) */
+                r->step_first + (r->async ? (warm > 1 ? warm : 1) + 5
+                                          : warm + 3));
     fprintf(f, "  iteration time   %10s  (%s-%s)   simulated %s, measured/"
             "simulated %.3f\n", util_fmt_time(it, a, sizeof a),
             util_fmt_time(m.iter_min * 1e-9, b, sizeof b),

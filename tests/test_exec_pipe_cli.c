@@ -590,6 +590,16 @@ Test(exec_cli_pipe, ctrl_c_saves_at_the_end_of_the_step)
     int step = atoi(strstr(e, "after step ") + 11);
     cr_expect_geq(step, 2);
     free(e);
+    /* the summary times the steps that ran, not the 100000 asked for
+     * (their missing times read as negative intervals before) */
+    char *o = slurp(out);
+    char want[64];
+    snprintf(want, sizeof want, "measured over steps 2-%d (%d,", step,
+             step - 1);
+    cr_expect(o && strstr(o, want), "%s in %s", want, o ? o : "");
+    cr_expect(o && !strstr(o, "(-") && !strstr(o, "iteration time  "
+              "     0 ns"), "%s", o ? o : "");
+    free(o);
     cli_result r = cli_run("exec --plan %s --steps %d --resume %s --save %s "
                            "--quiet", plan, step + 2, ck, ck);
     cr_expect_eq(r.code, 0, "%s", r.err);
@@ -597,6 +607,31 @@ Test(exec_cli_pipe, ctrl_c_saves_at_the_end_of_the_step)
               r.out);
     cli_result_free(&r);
     free(bin);
+    test_rm_rf(dir);
+}
+
+/* Too few steps to compare with the simulation: the note names a
+ * --steps that measures enough with the step left out for warm-up, and
+ * that one says nothing. */
+Test(exec_cli_pipe, the_few_steps_note_names_enough)
+{
+    char *dir = test_tmpdir();
+    make_plan(dir, "p.json", PLAN_1F1B);
+    for (int w = 0; w < 3; w++) {
+        cli_result r = cli_run("exec --plan %s/p.json --steps 1 --warm %d",
+                               dir, w);
+        cr_assert_eq(r.code, 0, "%s", r.err);
+        const char *g = strstr(r.out, "give --steps ");
+        cr_assert_not_null(g, "%s", r.out);
+        int n = atoi(g + 13);
+        cr_expect_eq(n, w + 3, "--warm %d: %s", w, r.out);
+        cli_result_free(&r);
+        r = cli_run("exec --plan %s/p.json --steps %d --warm %d", dir, n, w);
+        cr_assert_eq(r.code, 0, "%s", r.err);
+        cr_expect(!strstr(r.out, "few steps measured"), "--steps %d --warm "
+                  "%d: %s", n, w, r.out);
+        cli_result_free(&r);
+    }
     test_rm_rf(dir);
 }
 
