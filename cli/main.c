@@ -3,9 +3,11 @@
  * exec/cmd_exec.c); this file only dispatches, and checks that what went
  * to stdout got there. Exit codes: 0 success, 1 failed run (a lost write
  * to stdout included), 2 bad usage or bad input. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "profiles/profiles.h"
 #include "util/util.h"
@@ -76,8 +78,22 @@ static int profile_dir_check(const char *dir, const char *cmd)
     struct stat st;
     if (!dir || !*dir) return 0;
     if (stat(dir, &st) == 0) {
-        if (S_ISDIR(st.st_mode)) return 0;
-        fprintf(stderr, "sluice: --profile-dir %s is not a folder\n", dir);
+        if (!S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "sluice: --profile-dir %s is not a folder\n",
+                    dir);
+            return -1;
+        }
+        /* one whose profiles cannot be read is not an empty one */
+        if (access(dir, R_OK | X_OK)) {
+            fprintf(stderr, "sluice: --profile-dir %s: %s\n", dir,
+                    strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    if (errno != ENOENT) {
+        fprintf(stderr, "sluice: --profile-dir %s: %s\n", dir,
+                strerror(errno));
         return -1;
     }
     if (strcmp(cmd, "calibrate"))

@@ -6,6 +6,7 @@
  * files are kept until exit: device types lend pointers into them. */
 #include "profiles/hw_internal.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -543,8 +544,13 @@ int prof_calib_find(const char *device, const prof_calib **out, util_err *e)
     char path[1100];
     struct stat sb;
     *out = NULL;
-    if (!prof_calib_path(device, path, sizeof path) || stat(path, &sb))
-        return 0;
+    if (!prof_calib_path(device, path, sizeof path)) return 0;
+    if (stat(path, &sb)) {
+        /* none there; one that cannot be looked for is an error, not the
+         * built-in figures in silence */
+        if (errno == ENOENT || errno == ENOTDIR) return 0;
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: %s", path, strerror(errno));
+    }
     pthread_mutex_lock(&cache.mu);
     for (loaded *l = cache.head; l; l = l->next)
         if (!strcmp(l->c.file, path) && l->size == sb.st_size &&
