@@ -283,6 +283,16 @@ static int cmd_show(int argc, char **argv)
         return 0;
     }
     if (!model) return bad("show: name a model or --hw GPU xN%s", "");
+    /* a calibration file (sluice calibrate's) is shown as validate says
+     * it, not read as a model spec */
+    json_t *cj = strchr(model, '/') || strstr(model, ".json")
+                     ? json_load_file(model, 0, NULL) : NULL;
+    int is_cal = json_is_string(json_object_get(cj, "format")) &&
+                 !strcmp(json_string_value(json_object_get(cj, "format")),
+                         "sluice-calibration");
+    json_decref(cj);
+    if (is_cal)
+        return prof_validate_file(model, stdout, &e) ? fail(&e) : 0;
     prof_model_spec s;
     if (prof_model_spec_get(model, &s, &e)) return fail(&e);
     if (seq) {

@@ -725,6 +725,23 @@ int prof_validate_file(const char *path, FILE *out, util_err *e)
                 prof_model_free(m);
             }
         }
+    } else if (json_is_string(json_object_get(d.root, "format")) &&
+               !strcmp(json_string_value(json_object_get(d.root, "format")),
+                       "sluice-calibration")) {
+        /* what sluice calibrate writes, checked as sim and plan read it */
+        util_jdoc_free(&d);
+        prof_calib c;
+        if (prof_calib_load(path, &c, e)) return -1;
+        char mach[300];
+        fprintf(out, "%s: valid calibration of '%s' (%s%s, on %s; fit error "
+                "%.1f%% median, %.1f%% max over %d microbenchmarks; %d ops "
+                "measured)\n", path, c.device, c.date,
+                c.quick ? ", --quick" : "",
+                prof_machine_str(&c.machine, mach, sizeof mach),
+                100 * c.fit_median_err, 100 * c.fit_max_err, c.fit_samples,
+                c.n_ops);
+        prof_calib_free(&c);
+        return 0;
     } else if (json_object_get(d.root, "format") &&
                json_is_string(json_object_get(d.root, "format")) &&
                !strcmp(json_string_value(json_object_get(d.root, "format")),

@@ -439,7 +439,14 @@ Test(calib_file, bad_values_are_named)
         int line = 0, col = 0;
         cr_expect(at && sscanf(at, "bad.json:%d:%d", &line, &col) == 2 &&
                       line > 0 && col > 0, "case %zu: %s", i, e.msg);
+        /* sluice profile validate and show check it the same way */
+        if (i == 1) {
+            cli_expect(2, cases[i].want, "profile validate %s", bad);
+            cli_expect(2, cases[i].want, "profile show %s", bad);
+        }
     }
+    cli_expect(0, "valid calibration of 'cpu'", "profile validate %s", path);
+    cli_expect(0, "valid calibration of 'cpu'", "profile show %s", path);
     test_rm_rf(d);
 }
 
