@@ -333,6 +333,13 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
         fprintf(f, "dp %d x pp %d x tp %d = %d GPUs; GPU = (dp_rank*pp + "
                 "pp_rank)*tp + tp_rank\n", p->dp, p->pp, p->tp,
                 p->dp * p->pp * p->tp);
+    if (m && !prof_finetune_full(&m->ft)) {
+        char md[64], a[16], b[16];
+        fprintf(f, "fine-tuning %s: %s of %s parameters train\n",
+                prof_finetune_name(&m->ft, md, sizeof md),
+                util_fmt_count(m->train_params, a, sizeof a),
+                util_fmt_count(m->params, b, sizeof b));
+    }
     if (r->window_iters > 1 || (ir && ir->n_minibatches > 1))
         fprintf(f, "no flush: steady state over %d iteration(s) of %d "
                 "simulated\n", r->window_iters, ir ? ir->n_minibatches : 0);
@@ -451,6 +458,13 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
     json_object_set_new(o, "dp", json_integer(p->dp));
     json_object_set_new(o, "tp", json_integer(p->tp));
     json_object_set_new(o, "gpus", json_integer(p->dp * p->pp * p->tp));
+    if (m) {
+        char md[64];
+        json_object_set_new(o, "finetune", json_string(prof_finetune_name(
+                                               &m->ft, md, sizeof md)));
+        json_object_set_new(o, "params", json_real(m->params));
+        json_object_set_new(o, "trainable_params", json_real(m->train_params));
+    }
     if (p->math)
         json_object_set_new(o, "dtype", json_string(prof_math_name(p->math)));
     unal un[8];

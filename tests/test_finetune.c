@@ -208,6 +208,11 @@ Test(finetune, refusals)
     cli_expect(2, "gpt-tiny's MLP has no gate (it is not gated)", "%s "
                "--finetune lora:8:q+gate", sim);
     cli_expect(0, "iteration time", "%s --finetune lora:8:mlp", sim);
+    /* the answer says what trains, as plan's does */
+    cli_expect(0, "\nfine-tuning lora:8:mlp: ", "%s --finetune lora:8:mlp",
+               sim);
+    cli_expect(0, "\"finetune\": \"frozen:2\"", "%s --finetune frozen:2 "
+               "--json", sim);
     cli_expect(2, "auto stands alone (it is full,lora:16,qlora:16)",
                "plan --hw rtx4090 x1 --model gpt-tiny --finetune auto,full");
     cli_expect(2, "in the list 'full,lora'", "plan --hw rtx4090 x1 --model "
