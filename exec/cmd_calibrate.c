@@ -123,6 +123,35 @@ static int make_parent(const char *path, util_err *e)
     return 0;
 }
 
+/* Whether make_parent could make path's folder: the nearest of its
+ * folders that exists is one this user may write (nothing is made:
+ * a refused or failed run leaves no folders behind). */
+static int parent_makeable(const char *flag, const char *path, util_err *e)
+{
+    char d[1100];
+    snprintf(d, sizeof d, "%s", path);
+    for (;;) {
+        char *slash = strrchr(d, '/');
+        if (!slash) snprintf(d, sizeof d, ".");
+        else if (slash == d) d[1] = 0;
+        else *slash = 0;
+        struct stat st;
+        if (stat(d, &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': '%s' is not a "
+                                 "folder", flag, path, d);
+            if (access(d, W_OK | X_OK))
+                return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': folder '%s' "
+                                 "is not writable (%s)", flag, path, d,
+                                 strerror(errno));
+            return 0;
+        }
+        if (errno != ENOENT || !slash || slash == d)
+            return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': folder '%s': %s",
+                             flag, path, d, strerror(errno));
+    }
+}
+
 /* hw "cpu x2" as a topology: its device type and count. */
 static int device_of(const char *hw, char *dev, size_t n, int *count,
                      int *gpu, util_err *e)
@@ -390,11 +419,14 @@ int exec_calibrate_main(int argc, char **argv)
         return UTIL_EXIT_USAGE;
     }
     /* where it goes and the drive's folder, before a minute of
-     * measuring: the folders made (the profile directory's) and
-     * writable, the file not a folder */
-    if (make_parent(path, &e) ||
-        util_out_check(c.out ? "--out" : "the profile", path, 0, NULL, 0,
-                       &e)) {
+     * measuring: --out in a folder that exists, as every output; the
+     * profile directory's folders made when the profile is written,
+     * the nearest that exists writable now; the file not a folder */
+    struct stat sp;
+    int pdir = !c.out && stat(path, &sp) && errno == ENOENT;
+    if (pdir ? parent_makeable("the profile", path, &e)
+             : util_out_check(c.out ? "--out" : "the profile", path, 0, NULL,
+                              0, &e)) {
         fprintf(stderr, "sluice calibrate: %s\n", e.msg);
         return UTIL_EXIT_USAGE;
     }

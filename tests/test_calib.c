@@ -709,6 +709,16 @@ Test(calib_cli, bad_requests)
         cr_expect(strstr(r.err, c[i].want), "%s: %s", c[i].args, r.err);
         cli_result_free(&r);
     }
+    /* refused before measuring, and leaves no folder behind: --out in a
+     * folder that is not there (as every output), a profile directory
+     * made only when its profile is written */
+    char *d = test_tmpdir();
+    cli_expect(2, "No such file or directory", "calibrate --hw cpu x1 "
+               "--quick --out %s/no/cpu.json", d);
+    cli_expect(2, "--offload-path '/nonexistent'", "--profile-dir %s/p/q "
+               "calibrate --hw cpu x1 --quick --offload-path /nonexistent", d);
+    cr_expect_eq(sh_run("test -z \"$(ls -A %s)\"", d), 0, "folders made");
+    test_rm_rf(d);
 }
 
 /* Killed or stopped midway: the previous profile is byte for byte what it
