@@ -858,24 +858,35 @@ static int one(cmd *c, util_err *e)
         /* would more host DRAM or drives hold a plan? Searched again
          * without their limits where some candidate lacked them */
         plan_host_short hs;
+        memset(&hs, 0, sizeof hs);
         int hshort = 0;
-        if (k0 < n_tr) {
+        /* the first mode some candidate of which lacked the host (full
+         * training may need more GPUs whatever the host, LoRA only
+         * more DRAM) */
+        int kh = -1;
+        for (int k = k0; k < n_tr && kh < 0; k++)
+            for (int s = 0; tr[k].searched && s < SIM_SCHED_COUNT; s++)
+                if (tr[k].r.alt[s].lack) kh = k;
+        if (kh >= 0) {
+            util_err he;
             prof_topo *u = prof_topo_from_args(c->hw_n, c->argv + c->hw_at,
-                                               &c->ho, e);
-            if (!u) {
-                hshort = -1;
-            } else {
-                hshort = plan_search_host_short(tr[k0].m, t, u, c->model, hw,
-                                                &c->po, r0, &hs, e);
+                                               &c->ho, &he);
+            if (u) {
+                hshort = plan_search_host_short(tr[kh].m, t, u, c->model, hw,
+                                                &c->po, &tr[kh].r, &hs, &he);
                 prof_topo_free(u);
             }
+            /* a failed search for more host says nothing more: the
+             * answer stands as the first search gave it */
+            if (!u || hshort < 0) {
+                hshort = 0;
+                memset(&hs, 0, sizeof hs);
+            }
         }
-        if (hshort < 0) {
-            modes_free(tr, n_tr);
-            prof_topo_free(t);
-            return -1;
-        }
-        char more[400] = "";
+        char more[600] = "";
+        if (hs.cut == 1)
+            snprintf(more, sizeof more, "; the time limit ended the search "
+                     "with more host memory");
         if (hshort) {
             char nd[32], hv[32], nn[32], nh[32], dram[120] = "", nvme[120] = "";
             int dr = hs.dram_need > hs.dram_have;
@@ -888,11 +899,19 @@ static int one(cmd *c, util_err *e)
                 snprintf(nvme, sizeof nvme, "%s on a server's drives, which "
                          "hold %s", util_fmt_bytes(hs.nvme_need, nn, sizeof nn),
                          util_fmt_bytes(hs.nvme_have, nh, sizeof nh));
-            snprintf(more, sizeof more, "; with more host memory %s fits: it "
-                     "needs %s%s%s (give %s)", sim_sched_name(hs.sched), dram,
-                     dr && nv ? " and " : "", nvme,
-                     dr && nv ? "--host-mem and --nvme N"
-                              : dr ? "--host-mem" : "--nvme N");
+            char md[64] = "";
+            if (n_tr > 1) {
+                ft_str(&tr[kh].ft, md, sizeof md);
+                strcat(md, " with ");
+            }
+            snprintf(more, sizeof more, "; with more host memory %s%s fits: "
+                     "it needs %s%s%s (give %s)%s", md,
+                     sim_sched_name(hs.sched), dram, dr && nv ? " and " : "",
+                     nvme, dr && nv ? "--host-mem and --nvme N"
+                                    : dr ? "--host-mem" : "--nvme N",
+                     hs.cut == 2 ? " (the time limit ended the search for "
+                     "the least host: these are its needs with a host "
+                     "without bound)" : "");
         }
         if (c->json) {
             json_t *j = json_pack("{s:b,s:s}", "found", 0, "advice",
@@ -903,13 +922,19 @@ static int one(cmd *c, util_err *e)
                                     json_real(r0->lower_bound_s));
                 json_object_set_new(j, "search",
                                     search_json(r0, c->po.time_limit_s));
-                if (hshort)
+                if (hshort) {
+                    char md[64];
                     json_object_set_new(j, "host_tier_short", json_pack(
-                        "{s:s,s:f,s:f,s:f,s:f}", "schedule",
-                        sim_sched_name(hs.sched), "dram_need_bytes",
+                        "{s:s,s:s,s:f,s:f,s:f,s:f,s:b}", "schedule",
+                        sim_sched_name(hs.sched), "finetune",
+                        ft_str(&tr[kh].ft, md, sizeof md), "dram_need_bytes",
                         hs.dram_need, "dram_bytes", hs.dram_have,
                         "nvme_need_bytes", hs.nvme_need, "nvme_bytes",
-                        hs.nvme_have));
+                        hs.nvme_have, "settled", hs.cut != 2));
+                }
+                if (hs.cut == 1)
+                    json_object_set_new(j, "host_search_cut_short",
+                                        json_true());
             }
             if (show_modes)
                 json_object_set_new(j, "finetune_modes",

@@ -198,6 +198,10 @@ typedef struct plan_host_short {
     sim_sched sched;
     double dram_need, dram_have;
     double nvme_need, nvme_have;
+    /* the time limit ended these searches: 1, with the host unbounded
+     * (nothing settled, the rest 0); 2, while growing it (the needs are
+     * the unbounded plan's, which a smaller host may not need) */
+    int cut;
 } plan_host_short;
 
 /* After a search of m on t that found nothing (r): when some candidate

@@ -1075,7 +1075,12 @@ static void offload_ranks(search *s, int k, int gps)
     const sim_plan *one = &r->alt[k].plan;
     const int mbs1 = one->mbs, rc = one->recompute, tier = one->tier;
     const int sk = one->swap_ckpt, sf = one->swap_full;
-    for (int dp = 2; dp <= gps && !expired(s); dp *= 2) {
+    for (int dp = 2; dp <= gps; dp *= 2) {
+        /* widths left untried: the search was cut short */
+        if (expired(s)) {
+            r->cut_short = 1;
+            break;
+        }
         /* the microbatch, or the largest below it a rank's share takes */
         int mbs = mbs1;
         while (mbs > 1 && r->batch % (mbs * dp)) mbs /= 2;
@@ -1107,8 +1112,14 @@ static void offload_search(search *s)
 {
     const plan_opts *o = s->o;
     plan_result *r = s->r;
-    for (int k = 0; k < SIM_SCHED_COUNT && !expired(s); k++) {
+    for (int k = 0; k < SIM_SCHED_COUNT; k++) {
         if (!(s->offload & (1u << k))) continue;
+        /* offload candidates are not among those the candidates count
+         * (they are made here): schedules left are a search cut short */
+        if (expired(s)) {
+            r->cut_short = 1;
+            break;
+        }
         plan_alt *a = &r->alt[k];
         a->tried = 1;
         if (o->pp > 1 || o->tp > 1 || o->zero > 0 || o->fsdp) {
@@ -1143,10 +1154,13 @@ static void offload_search(search *s)
          * data-parallel width asked for */
         const int dp = o->dp > 0 ? o->dp : 1;
         for (int q = 0; q < nt; q++)
-        for (int mbs = o->mbs > 0 ? o->mbs : 1;
-             mbs <= r->batch / dp && !expired(s);
+        for (int mbs = o->mbs > 0 ? o->mbs : 1; mbs <= r->batch / dp;
              mbs = o->mbs > 0 ? INT_MAX : 2 * mbs) {
             if (r->batch % (mbs * dp)) continue;
+            if (expired(s)) {
+                r->cut_short = 1;
+                break;
+            }
             cand c;
             util_err e;
             if (offload_cand(s, k, dp, mbs, o->recompute >= 0 ? o->recompute
@@ -1515,6 +1529,31 @@ static int host_pass(const prof_model *m, const prof_topo *u,
                        ru, e);
 }
 
+/* One search with the host f times t's, on the schedules of mask lacked,
+ * the time limit what is left after *spent (which grows by it). Returns
+ * 1 with *hs the plan's needs where a plan fits, 0 where none does
+ * (*stop: the limit ended the search), -1 on an error. */
+static int host_try(const prof_model *m, const prof_topo *t, prof_topo *u,
+                    const char *model_name, const char *hw_name,
+                    const plan_opts *o, unsigned lacked, int async_ok,
+                    double f, double *spent, plan_host_short *hs, int *stop,
+                    util_err *e)
+{
+    host_scale(t, u, f);
+    plan_opts x = opts_after(o, *spent);
+    x.progress = 0;
+    x.sched_mask = lacked;
+    x.allow_async = async_ok;
+    plan_result ru;
+    if (host_pass(m, u, model_name, hw_name, &x, &ru, e)) return -1;
+    *spent += ru.seconds;
+    *stop = ru.cut_short;
+    int found = ru.found;
+    if (found && host_needs(&ru, m, t, u, hs, e)) found = -1;
+    plan_result_free(&ru);
+    return found;
+}
+
 int plan_search_host_short(const prof_model *m, const prof_topo *t,
                            prof_topo *u, const char *model_name,
                            const char *hw_name, const plan_opts *o,
@@ -1558,7 +1597,10 @@ int plan_search_host_short(const prof_model *m, const prof_topo *t,
     int rc = ru.found ? host_needs(&ru, m, t, u, hs, e) : 0;
     plan_result_free(&ru);
     if (rc < 0 || cut || (!hs->dram_need && !hs->nvme_need)) {
-        if (cut) memset(hs, 0, sizeof *hs);
+        if (cut) {
+            memset(hs, 0, sizeof *hs);
+            hs->cut = 1;
+        }
         return rc < 0 ? -1 : 0;
     }
     /* Then the host grown until a plan fits, so what it names is a
@@ -1574,21 +1616,28 @@ int plan_search_host_short(const prof_model *m, const prof_topo *t,
     for (int k = 0; k < SIM_SCHED_COUNT; k++)
         if (lacked & (1u << k)) f0 = fmin(f0, r->alt[k].lack_by);
     f0 = f0 > 1 && isfinite(f0) ? f0 * (1 + 1e-9) : 2;
+    double lo = 0;              /* the largest factor that fit nothing */
+    int found = 0, stop = 0;
     for (double f = f0; f < 2 * top; f *= 2) {
-        host_scale(t, u, f);
-        x = opts_after(o, spent);
-        x.progress = 0;
-        x.sched_mask = lacked;
-        x.allow_async = async_ok;
-        if (host_pass(m, u, model_name, hw_name, &x, &ru, e)) return -1;
-        spent += ru.seconds;
+        found = host_try(m, t, u, model_name, hw_name, o, lacked, async_ok,
+                         f, &spent, hs, &stop, e);
+        if (found < 0) return -1;
         /* cut short: the unbounded plan's needs stand */
-        int found = ru.found, stop = ru.cut_short;
-        if (found && host_needs(&ru, m, t, u, hs, e)) rc = -1;
-        plan_result_free(&ru);
-        if (found || stop || rc < 0) break;
+        if (found || stop) break;
+        lo = f;
     }
-    if (rc < 0) return -1;
+    if (stop && found <= 0) hs->cut = 2;
+    /* found after a factor that fit nothing: once more halfway between
+     * that and what the plan found needs, for a host nearer the least */
+    double need = fmax(hs->dram_need / fmax(hs->dram_have, 1 << 30),
+                       hs->nvme_need / fmax(hs->nvme_have, 1 << 30));
+    if (found > 0 && lo > 0 && need > 1.1 * lo) {
+        plan_host_short h = *hs;
+        int r2 = host_try(m, t, u, model_name, hw_name, o, lacked, async_ok,
+                          (lo + need) / 2, &spent, &h, &stop, e);
+        if (r2 < 0) return -1;
+        if (r2 > 0) *hs = h;
+    }
     return hs->dram_need > hs->dram_have || hs->nvme_need > hs->nvme_have;
 }
 

@@ -672,6 +672,10 @@ Test(sim_offload, a_host_too_small_is_refused_at_planning)
     cr_assert_not_null(sh, "%s", r.out);
     cr_expect_str_eq(json_string_value(json_object_get(sh, "schedule")),
                      "fuyou");
+    cr_expect_str_eq(json_string_value(json_object_get(sh, "finetune")),
+                     "full");
+    /* no time limit: the least host found, not an unbounded one's */
+    cr_expect(json_is_true(json_object_get(sh, "settled")), "%s", r.out);
     double dn = json_number_value(json_object_get(sh, "dram_need_bytes"));
     double dh = json_number_value(json_object_get(sh, "dram_bytes"));
     double nn = json_number_value(json_object_get(sh, "nvme_need_bytes"));
@@ -688,6 +692,27 @@ Test(sim_offload, a_host_too_small_is_refused_at_planning)
     r = cli_run("%s", grow);
     cr_expect_eq(r.code, 0, "%s: %s", grow, r.err);
     cli_result_free(&r);
+    /* a time limit: the answer says whether it ended the search for
+     * more host (exit 1 when nothing was settled) or named a host that
+     * is not the least (settled false) */
+    for (int i = 0; i < 3; i++) {
+        r = cli_run("%s --time-limit %s --json", small,
+                    (const char *[]){"0.02", "0.06", "0.3"}[i]);
+        j = json_loads(r.out, 0, NULL);
+        cr_assert_not_null(j, "%s", r.out);
+        sh = json_object_get(j, "host_tier_short");
+        int cut = json_is_true(json_object_get(j, "host_search_cut_short")) ||
+                  json_is_true(json_object_get(json_object_get(j, "search"),
+                                               "cut_short"));
+        if (r.code == 1)
+            cr_expect(cut && !sh, "exit 1 without a cut search: %s", r.out);
+        else
+            cr_expect(r.code == 2 && sh && (!cut || !json_is_true(
+                          json_object_get(sh, "settled"))), "%d: %s", r.code,
+                      r.out);
+        json_decref(j);
+        cli_result_free(&r);
+    }
     /* GPUs of a time limit too short for any plan: not the host's */
     r = cli_run("plan --hw rtx4090 x1 --model llama2-7b --finetune full "
                 "--time-limit 0.001 --json");
