@@ -477,13 +477,14 @@ static int calib_check(const sim_plan *plan, const exec_backend *be,
     char dev[32];
     snprintf(dev, sizeof dev, "%s", t->gpu_types[0].name);
     int types = t->n_gpu_types;
+    int cpu = t->gpu_types[0].form == PROF_FORM_CPU;
     prof_topo_free(t);
     if (types != 1)
         return util_errf(e, UTIL_EXIT_USAGE, "--calibrate: the plan's "
                          "hardware has %d device types; calibrate one at a "
                          "time", types);
     /* a run's op times are its backend's: a CPU core's are no GPU's */
-    if ((strcmp(dev, "cpu") == 0) != (be->host_memory != 0))
+    if (cpu != (be->host_memory != 0))
         return util_errf(e, UTIL_EXIT_USAGE, "--calibrate: the plan is for "
                          "%s, this run's devices are %s (--backend %s): its "
                          "op times would go into another device's "

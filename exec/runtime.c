@@ -2018,8 +2018,11 @@ static int tiers_end(exec_worker *w, int epoch, util_err *e)
     return 0;
 }
 
+_Thread_local int exec_on_compute;
+
 static void *compute_main(void *arg)
 {
+    exec_on_compute = 1;
     exec_worker *w = arg;
     exec_runtime *rt = w->rt;
     const sim_ir *ir = rt->ir;

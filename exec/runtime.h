@@ -617,12 +617,19 @@ int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
  * failed, or the device's own message; what it was for); returns -1. */
 int exec_oom(exec_worker *w, const char *what, util_err *e);
 
-/* Time inside kernels, added to the worker's count. */
+/* Set on a worker's compute thread: kern_ns is that thread's. */
+extern _Thread_local int exec_on_compute;
+
+/* Time inside kernels, added to the worker's count on its compute thread
+ * (the communication and tier threads' kernels, folds and copies, are
+ * theirs: counting them raced with the compute thread, and put their
+ * time in its kernels). */
 #define EXEC_KERN(w, call)                                                   \
     do {                                                                     \
         int64_t k0_ = (int64_t)exec_now_ns();                                \
         call;                                                                \
-        (w)->kern_ns += (int64_t)exec_now_ns() - k0_;                        \
+        if (exec_on_compute)                                                 \
+            (w)->kern_ns += (int64_t)exec_now_ns() - k0_;                    \
     } while (0)
 
 /* --------------------------------------------------------- tier file */

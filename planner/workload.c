@@ -111,6 +111,11 @@ int plan_wl_load(const char *path, plan_wl *w, util_err *e)
         }
         j->batch = (int)batch;
         j->samples = has_s ? samples : epochs * ds;
+        if (j->samples != floor(j->samples)) {
+            util_jerr(e, &o, "epochs", "%g epochs of %.0f samples are %g "
+                      "samples: give a whole number", epochs, ds, j->samples);
+            goto out;
+        }
         if (plan_wl_minibatches(j) > PLAN_WL_MAX_STEPS) {
             util_jerr(e, &o, has_s ? "samples" : "epochs", "%.0f minibatches "
                       "of %d are more than sluice runs or simulates (%.0f)",

@@ -198,7 +198,16 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
     if (c->epochs && c->samples && c->dataset)
         return util_errf(e, UTIL_EXIT_USAGE, "--epochs with --samples and "
                          "--dataset-samples: give the dataset's size once");
+    if (c->dataset && !c->epochs)
+        return util_errf(e, UTIL_EXIT_USAGE, "--dataset-samples is the "
+                         "dataset's size for --epochs E: give --epochs too, "
+                         "or --samples N alone (each job's samples)");
     if (c->epochs && c->samples) c->dataset = c->samples, c->samples = 0;
+    double whole = c->epochs * c->dataset;
+    if (c->epochs && c->dataset && whole != floor(whole))
+        return util_errf(e, UTIL_EXIT_USAGE, "--epochs %g of %.0f samples "
+                         "are %g samples: give a whole number", c->epochs,
+                         c->dataset, whole);
     if (!c->samples == !(c->epochs && c->dataset) || (c->epochs && !c->dataset) ||
         (!c->epochs && c->dataset))
         return util_errf(e, UTIL_EXIT_USAGE, "--models needs --samples N "

@@ -440,6 +440,27 @@ Test(workload, spec_files_beside_the_workload)
     cli_expect(2, "w.json:1:63: field 'jobs[0].samples': 8.5: a whole "
                "number of samples", "plan --hw rtx2080ti x2 --workload %s",
                wl);
+    /* epochs of a dataset: whole samples too */
+    f = fopen(wl, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"jobs\": [{\"model\": \"specs/pico.json\", \"batch\": 4, "
+               "\"epochs\": 0.5, \"dataset_samples\": 3}]}\n");
+    fclose(f);
+    cli_expect(2, "field 'jobs[0].epochs': 0.5 epochs of 3 samples are 1.5",
+               "plan --hw rtx2080ti x2 --workload %s", wl);
+    bad("--models gpt-tiny x2 --epochs 0.5 --samples 3", "are 1.5 samples");
+    bad("--models gpt-tiny x2 --samples 8 --dataset-samples 4",
+        "--dataset-samples is the dataset's size for --epochs E");
+    /* a spec named without a folder, beside the workload */
+    snprintf(cmd, sizeof cmd, "cp tests/data/exec/gpt-pico.json %s/p.json",
+             dir);
+    cr_assert_eq(system(cmd), 0);
+    f = fopen(wl, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"jobs\": [{\"model\": \"p.json\", \"batch\": 4, "
+               "\"samples\": 8}]}\n");
+    fclose(f);
+    cli_expect(0, "makespan", "plan --hw rtx2080ti x2 --workload %s", wl);
     test_rm_rf(dir);
 }
 
