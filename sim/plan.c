@@ -115,7 +115,8 @@ int sim_plan_field_err(util_err *e, const char *file, const char *field)
     if (line > 0)
         return util_err_prefix(e, "%s:%d:%d: field '%s'", file, line, col,
                                field);
-    return util_err_prefix(e, "%s: field '%s'", file, field);
+    return util_err_prefix(e, "%s: field '%s' (not in the file: its "
+                           "default)", file, field);
 }
 
 prof_model *sim_plan_model_file(const sim_plan *p, const prof_topo *t,
@@ -369,8 +370,9 @@ int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
 {
     if (nfield) field[0] = 0;
     long ngpu = (long)p->pp * p->dp * p->tp;
+    /* the GPU counts: what they are checked against is the hw's */
     if (ngpu > n_gpus) {
-        AT("dp");
+        AT("hw");
         return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
                          "GPUs but the server has %d", p->dp, p->pp, p->tp,
                          ngpu, n_gpus);
@@ -380,7 +382,7 @@ int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
     if ((p->dp > 1 || p->tp > 1) && ngpu != n_gpus &&
         !(sim_sched_offload(p->sched) && p->tp <= 1 &&
           p->gpus_used == ngpu)) {
-        AT("dp");
+        AT("hw");
         return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
                          "GPUs, not the %d of the server: data and tensor "
                          "parallelism use every GPU (layout dp-pp-tp)",
@@ -395,7 +397,7 @@ int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
                          p->tp, ngpu);
     }
     if (!p->gpus_used && ngpu != n_gpus) {
-        AT("dp");
+        AT("hw");
         return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
                          "GPUs, not the %d of the server: a plan uses every "
                          "GPU of its server (set dp, pp or hw to match, or "

@@ -96,7 +96,11 @@ Test(cli_io, outputs_keep_devices_links_and_modes)
     char *d = test_tmpdir();
     cr_assert_eq(sh_run("cd %s && echo old > real.json && chmod 600 real.json "
                         "&& ln -s real.json link.json", d), 0);
-    r = cli_run(SIM " --out %s/link.json --trace %s/link.json", d, d);
+    /* two outputs into one file through its link: refused, nothing
+     * written; one: the link kept, the file it names replaced */
+    cli_expect(2, "name the same file", SIM " --out %s/link.json --trace "
+               "%s/real.json", d, d);
+    r = cli_run(SIM " --out %s/plan.json --trace %s/link.json", d, d);
     cr_assert_eq(r.code, 0, "%s", r.err);
     cli_result_free(&r);
     char p[600];
@@ -120,7 +124,7 @@ Test(cli_io, outputs_keep_devices_links_and_modes)
     struct dirent *de;
     while ((de = readdir(dd))) n += de->d_name[0] != '.';
     closedir(dd);
-    cr_assert_eq(n, 2, "temporaries left in %s", d);
+    cr_assert_eq(n, 3, "temporaries left in %s", d);
     test_rm_rf(d);
 }
 

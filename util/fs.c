@@ -380,8 +380,12 @@ int util_outs_apart(int n, const char *const *flag, const char *const *path,
                     util_err *e)
 {
     char **at = util_calloc((size_t)(n + ni), sizeof *at);
+    struct stat st;
     for (int i = 0; i < n; i++)
-        if (path[i]) at[i] = landing(path[i]);
+        /* a device or FIFO is written through: /dev/null twice is fine */
+        if (path[i] && (prefix[i] || stat(path[i], &st) ||
+                        S_ISREG(st.st_mode)))
+            at[i] = landing(path[i]);
     for (int i = 0; i < ni; i++)
         if (in[i]) at[n + i] = landing(in[i]);
     int rc = 0;

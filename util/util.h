@@ -114,7 +114,8 @@ int util_out_check(const char *flag, const char *path, int prefix,
  * an output that is a --plot prefix (prefix[i]) writes none of the other
  * outputs nor of the ni inputs (in, NULL skipped): its files are
  * PREFIX.gp, PREFIX-NAME.dat, .png, .svg or .gp, and PREFIX-measured.json
- * and PREFIX-simulated.json (sluice exec's). Files are
+ * and PREFIX-simulated.json (sluice exec's); a device or FIFO is
+ * written through and may be named twice. Files are
  * compared where a write lands (links followed, folders resolved).
  * Errors, code 2, name both. */
 int util_outs_apart(int n, const char *const *flag, const char *const *path,
