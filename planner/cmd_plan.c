@@ -322,6 +322,15 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                          "are interleaved 1F1B's, which --schedule leaves "
                          "out", c->po.chunks);
     if (c->hw_at < 0) return util_errf(e, UTIL_EXIT_USAGE, "--hw is required, e.g. --hw rtx2080ti x8");
+    /* as sim refuses it: a tier for schedules that keep no state there */
+    int ofl_named = 0;
+    for (int k = 0; k < SIM_SCHED_COUNT; k++)
+        ofl_named |= (c->po.sched_mask & (1u << k)) &&
+                     sim_sched_offload((sim_sched)k);
+    if (c->po.offload_tier != SIM_TIER_AUTO && c->po.sched_mask && !ofl_named)
+        return util_errf(e, UTIL_EXIT_USAGE, "--offload-tier: the schedules "
+                         "given keep the model states on the GPUs (the tier "
+                         "is zero-offload's, zero-infinity's and fuyou's)");
     /* as sim refuses them (sim_zero_check): FSDP is ZeRO-3 */
     if (c->po.fsdp && c->po.zero > 0 && c->po.zero != 3)
         return util_errf(e, UTIL_EXIT_USAGE, "--fsdp %s with --zero %d: FSDP "
@@ -1040,6 +1049,10 @@ int plan_cmd_main(int argc, char **argv)
         rc = util_errf(&e, UTIL_EXIT_USAGE, "--sweep-host-mem sweeps one "
                        "GPU's host with one fine-tuning mode: leave out "
                        "--gpus, give --finetune a single mode");
+    } else if ((c.sweep_mem || c.gpus) && c.out) {
+        rc = util_errf(&e, UTIL_EXIT_USAGE, "--out writes the chosen plan; "
+                       "%s gives a table, no plan (--json prints it)",
+                       c.sweep_mem ? "--sweep-host-mem" : "--gpus");
     } else if (c.sweep_mem && c.ho.host_mem_bytes > 0) {
         rc = util_errf(&e, UTIL_EXIT_USAGE, "--sweep-host-mem sets the host's "
                        "memory for each row: leave out --host-mem");

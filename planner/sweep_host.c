@@ -39,12 +39,13 @@ static int parse_sizes(const char *s, double *out, util_err *e)
         c = strchr(t, ',');
         if (c) *c = 0;
         double v;
+        /* at most what --host-mem takes */
         if (n == MAX_SIZES || util_parse_size(t, &v) || !(v > 0) ||
-            !strpbrk(t, "kKmMgGtT"))
+            !strpbrk(t, "kKmMgGtT") || v > 1024.0 * (1LL << 40))
             return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem '%s': "
                              "expected up to %d sizes with their units, "
-                             "comma-separated, e.g. 128G,256G,512G,768G", s,
-                             MAX_SIZES);
+                             "comma-separated, each at most 1024T, e.g. "
+                             "128G,256G,512G,768G", s, MAX_SIZES);
         out[n++] = v;
     }
     if (!n)

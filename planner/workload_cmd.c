@@ -27,6 +27,7 @@ typedef struct wcmd {
     int json, batch;
     double samples, epochs, dataset;
     int optim;
+    int optim_given;          /* --optimizer was on the command line */
     unsigned seed;
     double reserve;
     prof_hw_opts ho;
@@ -63,9 +64,10 @@ static void usage(FILE *f)
         "\nworkload file: {\"jobs\": [{\"model\": \"gpt2-xl\", \"batch\": 16,\n"
         "  \"samples\": 100000 | \"epochs\": 1, \"dataset_samples\": N,\n"
         "  \"optimizer\": \"adam\", \"priority\": 0, \"name\": \"lr3e-4\"}, ...]}\n"
-        "\nexit codes: 0 answered, 1 nothing runs on the GPUs, 2 bad usage or\n"
-        "input (a host too small for the DRAM every policy that fits the GPUs\n"
-        "needs, too)\n");
+        "\nexit codes: 0 answered, 1 no policy runs the workload on the GPUs,\n"
+        "2 bad usage or input (a job that no GPU holds even cut into shards,\n"
+        "named with its file, line and field; a host too small for the DRAM\n"
+        "every policy that fits the GPUs needs)\n");
 }
 
 static int add_jobs(wcmd *c, const char *model, long n)
@@ -145,6 +147,7 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
             else c->epochs = x;
         } else if (!strcmp(a, "--optimizer")) {
             NEED();
+            c->optim_given = 1;
             if (!strcmp(v, "adam")) c->optim = PLAN_WL_ADAM;
             else if (!strcmp(v, "sgd")) c->optim = PLAN_WL_SGD;
             else return util_errf(e, UTIL_EXIT_USAGE, "--optimizer '%s': "
@@ -189,9 +192,11 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
         util_outs_apart(2, oflag, opath, opre, ins, 1, e))
         return -1;
     if (c->wfile) {
-        if (c->samples || c->epochs || c->dataset || c->batch)
-            return util_errf(e, UTIL_EXIT_USAGE, "--workload: batch and "
-                             "samples come from the file, not the command line");
+        if (c->samples || c->epochs || c->dataset || c->batch ||
+            c->optim_given)
+            return util_errf(e, UTIL_EXIT_USAGE, "--workload: batch, "
+                             "samples and optimizer come from the file, not "
+                             "the command line");
         return plan_wl_load(c->wfile, &c->w, e);
     }
     /* --epochs E --samples N: E passes over a dataset of N samples */
