@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "exec/exec.h"
 #include "exec/runtime.h"
@@ -186,6 +187,12 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
         const char *ins[] = {o->workload};
         if (util_out_check("--trace", c->trace, 0, ins, 1, e)) return -1;
     }
+    /* as exec --plan says it: more devices than cores time no core's */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 0 && o->devices > cores)
+        fprintf(stderr, "sluice exec: warning: %d devices on %ld cores run "
+                "oversubscribed; timings will not be one core's per "
+                "device\n", o->devices, cores);
     /* the budget the run holds devices to, said in the report */
     prof_gpu g;
     if (!o->mem_bytes) {
@@ -389,7 +396,8 @@ static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
                      100 * mean(r->predicted_busy_s, nd, r->predicted_makespan_s));
             snprintf(pf, sizeof pf, "%ld/%ld", r->prefetched, r->steps);
             const char *row[] = {exec_wl_policy_name(r->policy), ms, pm, ratio,
-                                 ut, util_fmt_bytes(r->host_peak_bytes, b1, sizeof b1),
+                                 ut, r->policy == EXEC_WL_SEQUENTIAL ? "-"
+                                 : util_fmt_bytes(r->host_peak_bytes, b1, sizeof b1),
                                  util_fmt_bytes(r->h2d_bytes, b2, sizeof b2),
                                  util_fmt_bytes(r->d2h_bytes, b3, sizeof b3),
                                  r->policy == EXEC_WL_SEQUENTIAL ||
@@ -398,7 +406,13 @@ static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
         }
         util_table_print(t, stdout, "  ");
         util_table_free(t);
-        printf("  device util: measured (simulated); sequential: %s\n", base_note);
+        printf("  device util: measured (simulated)\n");
+        for (int i = 0; i < n; i++)
+            if (res[i].policy == EXEC_WL_SEQUENTIAL)
+                printf("  sequential: %s; its device holds %s, not held to "
+                       "the %s budget\n", base_note,
+                       util_fmt_bytes(res[i].dev_peak_bytes[0], b1, sizeof b1),
+                       util_fmt_bytes(c->o.mem_bytes, b2, sizeof b2));
         if (pipe >= 0)
             printf("  pipeline: %s; its makespan is the runs' training, "
                    "%.2f s more went to setting them up (the plan's IR and "

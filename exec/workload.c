@@ -959,10 +959,9 @@ static void predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r)
             const wl_job *J = &W->job[j];
             double s = (double)J->ref_step_ns * 1e-9 * J->steps;
             r->predicted_makespan_s += s;
-            exec_gpt_mem m = exec_gpt_mem_need(&J->cfg, J->B, J->T);
-            if (m.total_bytes > r->predicted_host_peak_bytes)
-                r->predicted_host_peak_bytes = m.total_bytes;
         }
+        /* no host pool: the device holds each job whole (its bytes are
+         * the run's device peak, counted as the run goes) */
         r->predicted_busy_s[0] = r->predicted_makespan_s;
         return;
     }
@@ -999,9 +998,10 @@ static int run_sequential(exec_wl *W, exec_wl_result *r, util_err *e)
     for (int j = 0; j < W->n; j++) {
         const wl_job *J = &W->job[j];
         exec_gpt *m = exec_gpt_new(&J->cfg, J->B, J->T, J->seed);
+        /* the device holds the whole job (no host pool, no budget) */
         exec_gpt_mem need = exec_gpt_mem_need(&J->cfg, J->B, J->T);
-        if (need.total_bytes > r->host_peak_bytes)
-            r->host_peak_bytes = need.total_bytes;
+        if (need.total_bytes > r->dev_peak_bytes[0])
+            r->dev_peak_bytes[0] = need.total_bytes;
         size_t N = (size_t)J->B * J->T;
         int *tok = util_malloc(N * sizeof *tok), *tgt = util_malloc(N * sizeof *tgt);
         float loss = 0;
@@ -1036,7 +1036,6 @@ static int run_sequential(exec_wl *W, exec_wl_result *r, util_err *e)
     }
     r->makespan_s = (double)((int64_t)exec_now_ns() - t0) * 1e-9;
     r->busy_s[0] = r->makespan_s;
-    r->dev_peak_bytes[0] = r->host_peak_bytes;
     return 0;
 }
 

@@ -127,6 +127,13 @@ int plan_wl_load(const char *path, plan_wl *w, util_err *e)
         j->priority = (int)prio;
         j->name[0] = 0;
         if (util_jstr(&o, "name", 0, j->name, sizeof j->name, e)) goto out;
+        /* a name is a table's cell and a file's word: one line of text */
+        for (const char *q = j->name; *q; q++)
+            if ((unsigned char)*q < 0x20 || *q == 0x7f) {
+                util_jerr(e, &o, "name", "a control character (0x%02x): a "
+                          "job's name is one line of text", (unsigned char)*q);
+                goto out;
+            }
         /* reports, traces and checkpoints tell jobs apart by name */
         for (int k = 0; k < i && j->name[0]; k++)
             if (!strcmp(w->jobs[k].name, j->name)) {

@@ -479,6 +479,15 @@ Test(exec_workload, json_and_trace)
                         : d > 0 && d < 1e-3, "%s: %g", names[i], d);
         json_t *plans = json_object_get(p, "plans");
         cr_assert_eq(json_array_size(plans), i < 2 ? 0 : 2);
+        /* the baseline keeps no host pool: its device holds the job */
+        if (i == 1)
+            cr_expect(json_number_value(json_object_get(p,
+                                      "host_peak_bytes")) == 0 &&
+                      json_number_value(json_object_get(p,
+                                      "predicted_host_peak_bytes")) == 0 &&
+                      json_number_value(json_array_get(json_object_get(p,
+                                      "device_peak_bytes"), 0)) > 0,
+                      "%s", r.out);
         if (i == 2)
             cr_assert(strstr(json_string_value(json_array_get(plans, 0)),
                              "(pp x dp x tp)"));
@@ -501,6 +510,20 @@ Test(exec_workload, json_and_trace)
     /* a shard-step an event: two steps of 2k-1 per job */
     cr_assert_eq(x, want);
     json_decref(t);
+    cli_result_free(&r);
+    /* the text: no host pool for the baseline, its device's bytes said
+     * beside the budget it is not held to; more devices than cores are
+     * said to run oversubscribed */
+    r = cli_run("exec --workload %s --hw cpu x2 --mem-per-device 10M "
+                "--policy hydra,sequential", wf);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "not held to the 10.00 MiB budget"), "%s", r.out);
+    cli_result_free(&r);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    r = cli_run("exec --workload %s --hw cpu x%ld --mem-per-device 10M "
+                "--policy sequential", wf, cores + 1);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.err, "run oversubscribed"), "%s", r.err);
     cli_result_free(&r);
     free(wf);
     test_rm_rf(dir);

@@ -451,6 +451,16 @@ Test(workload, spec_files_beside_the_workload)
     bad("--models gpt-tiny x2 --epochs 0.5 --samples 3", "are 1.5 samples");
     bad("--models gpt-tiny x2 --samples 8 --dataset-samples 4",
         "--dataset-samples is the dataset's size for --epochs E");
+    /* a name with a line break would break the tables it heads */
+    f = fopen(wl, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"jobs\": [{\"model\": \"specs/pico.json\", \"batch\": 4, "
+               "\"samples\": 8, \"name\": \"a\\nb\"}]}\n");
+    fclose(f);
+    cli_expect(2, "field 'jobs[0].name': a control character (0x0a)",
+               "plan --hw rtx2080ti x2 --workload %s", wl);
+    bad("--workload tests/data/workload/tiny.json --optimizer sgd",
+        "optimizer come from the file");
     /* a spec named without a folder, beside the workload */
     snprintf(cmd, sizeof cmd, "cp tests/data/exec/gpt-pico.json %s/p.json",
              dir);
