@@ -171,6 +171,7 @@ typedef struct cmd {
     exec_offload offload;
     int tier_given;
     int clip_given;
+    int seed_given;
     const char *ref_only, *plan_only; /* first option of each kind given */
 } cmd;
 
@@ -269,6 +270,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         else if (!strcmp(a, "--seed")) {
             rc = int_arg(a, v, 0, 2147483647, &seed, e);
             o->seed = (uint64_t)seed;
+            c->seed_given = 1;
         } else if (!strcmp(a, "--threads"))
             rc = int_arg(a, v, 1, 256, &o->threads, e);
         else if (!strcmp(a, "--save")) o->save = v;
@@ -295,8 +297,14 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                          "exclude each other: the plan names its model");
     if (c->plan && c->ref_only)
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: %s does not apply "
-                         "with --plan (the plan fixes the model, batch and "
-                         "sequence)", c->ref_only);
+                         "with --plan (%s)", c->ref_only,
+                         !strcmp(c->ref_only, "--threads")
+                         ? "a plan's worker is one device: one thread each"
+                         : !strcmp(c->ref_only, "--timings")
+                         ? "its timings are --trace's"
+                         : !strcmp(c->ref_only, "--eval-batches")
+                         ? "it trains; the reference trainer evaluates"
+                         : "the plan fixes the model, batch and sequence");
     if (c->plan && o->steps == 0)
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --steps 0: a plan "
                          "runs 1 step or more (0 is the reference trainer's "
@@ -337,6 +345,22 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                          "sluice exec: --model or --plan is required (e.g. "
                          "--model gpt-tiny, or --plan plan.json from sluice "
                          "plan --out)");
+    /* a resumed run goes on with its checkpoint's seed (the batches'
+     * order): another given is refused, and the header says the one
+     * that runs */
+    if (o->resume) {
+        exec_ckpt_meta old;
+        util_err pe;
+        if (!exec_ckpt_peek(o->resume, &old, &pe)) {
+            if (c->seed_given && old.seed != o->seed)
+                return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --seed "
+                                 "%llu: the run %s continues has seed %llu, "
+                                 "which decides its batches; leave --seed "
+                                 "out", (unsigned long long)o->seed,
+                                 o->resume, (unsigned long long)old.seed);
+            o->seed = old.seed;
+        }
+    }
     /* outputs that could not be written, or would overwrite an input,
      * are refused before the run (a checkpoint may be saved over the one
      * it resumed or started from: --save-every does so) */
@@ -640,7 +664,7 @@ static int run_plan(cmd *c)
         goto out;
     }
     if (t->save_every > 0 && sim_sched_async(plan.sched)) {
-        rc = util_errf(&e, UTIL_EXIT_USAGE, "sluice exec: --save-every: "
+        rc = util_errf(&e, UTIL_EXIT_USAGE, "--save-every: "
                        "schedule %s has no flush, so a checkpoint is not the "
                        "state of the run in flight (its stashed weight "
                        "versions; the LM head's copy of a tied table): "
@@ -649,7 +673,7 @@ static int run_plan(cmd *c)
         goto out;
     }
     if (t->save_every > 0 && !exec_plan_resumable(&plan)) {
-        rc = util_errf(&e, UTIL_EXIT_USAGE, "sluice exec: --save-every: a "
+        rc = util_errf(&e, UTIL_EXIT_USAGE, "--save-every: a "
                        "%s plan of schedule %s keeps its adapters' AdamW "
                        "state in the tier, so its checkpoints cannot go on "
                        "(save at the end, then --init another fine-tuning)",

@@ -79,6 +79,12 @@ Test(exec_ckpt, contents_that_cannot_be_right_exit_2)
     cli_result r = cli_run("exec " SMALL " --steps 2 --resume %s", ck);
     cr_assert_eq(r.code, 0, "%s", r.err);
     cli_result_free(&r);
+    /* with its own seed, given or not; another is refused (it was taken
+     * by --plan runs, ignored by the reference trainer) */
+    cli_expect(2, "--seed 5: the run", "exec " SMALL " --steps 2 --resume "
+               "%s --seed 5", ck);
+    cli_expect(0, "seed 1337", "exec " SMALL " --steps 2 --resume %s --seed "
+               "1337", ck);
     test_rm_rf(d);
 }
 
