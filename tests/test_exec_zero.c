@@ -187,7 +187,7 @@ Test(exec_zero, fsdp_hybrid_shards_inside_servers)
 {
     const char *base = "--hw 'rtx2080ti x4' --gpus-per-server 2 --model "
                        PICO " --schedule 1f1b --pp 1 --dp 4 --mbs 2 "
-                       "--microbatches 1";
+                       "--microbatches 2";
     char a[512], b[512];
     snprintf(a, sizeof a, "%s --zero 0", base);
     snprintf(b, sizeof b, "%s --fsdp hybrid", base);
@@ -279,7 +279,7 @@ Test(exec_zero, checkpoints_resume_with_or_without_sharding)
 {
     char *dir = test_tmpdir();
     const char *sim = "sim --hw 'cpu x2' --model " PICO " --schedule 1f1b "
-                      "--pp 1 --dp 2 --mbs 2 --microbatches 1";
+                      "--pp 1 --dp 2 --mbs 2 --microbatches 2";
     cli_result x = cli_run("%s --zero 1 --out %s/z.json", sim, dir);
     cr_assert_eq(x.code, 0, "%s", x.err);
     cli_result_free(&x);
@@ -415,7 +415,7 @@ Test(exec_zero, tensor_parallel_shards_hold_their_lane)
 Test(exec_zero, a_late_replica_takes_no_early_chunk)
 {
     const char *args = "--hw 'cpu x2' --model " UNTIED " --schedule 1f1b "
-                       "--pp 1 --dp 2 --mbs 1 --microbatches 1";
+                       "--pp 1 --dp 2 --mbs 1 --microbatches 2";
     for (int z = 0; z < 4; z++) {
         sim_plan p;
         char a[512];
