@@ -83,8 +83,9 @@ static int profile_dir_check(const char *dir, const char *cmd)
                     dir);
             return -1;
         }
-        /* one whose profiles cannot be read is not an empty one */
-        if (access(dir, R_OK | X_OK)) {
+        /* one whose profiles cannot be looked up is not an empty one (they
+         * are found by name: searching it is enough) */
+        if (access(dir, X_OK)) {
             fprintf(stderr, "sluice: --profile-dir %s: %s\n", dir,
                     strerror(errno));
             return -1;

@@ -367,7 +367,10 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
     const char *ins[] = {c->model, c->plan, o->data, c->init, o->resume};
     const char *oflag[] = {"--save", "--timings", "--trace", "--plot"};
     const char *opath[] = {o->save, o->timings, c->trace, c->plot};
-    const int opre[] = {0, 0, 0, 1};
+    /* its plot compares PREFIX-measured.json (else --trace) with
+     * PREFIX-simulated.json */
+    const int opre[] = {0, 0, 0, c->trace ? UTIL_OUT_PLOT_SIMULATED
+                                          : UTIL_OUT_PLOT_TRACES};
     if (util_out_check("--save", o->save, 0, ins, 3, e) ||
         util_out_check("--timings", o->timings, 0, ins, 5, e) ||
         util_out_check("--trace", c->trace, 0, ins, 5, e) ||
@@ -642,7 +645,8 @@ static int run_plan(cmd *c)
     const char *plan_ins[] = {plan.model, plan.hw};
     const char *oflag[] = {"--plot"};
     const char *opath[] = {c->plot};
-    const int opre[] = {1};
+    const int opre[] = {c->trace ? UTIL_OUT_PLOT_SIMULATED
+                                 : UTIL_OUT_PLOT_TRACES};
     if (util_out_check("--save", t->save, 0, plan_ins, 2, &e) ||
         util_out_check("--timings", t->timings, 0, plan_ins, 2, &e) ||
         util_out_check("--trace", c->trace, 0, plan_ins, 2, &e) ||

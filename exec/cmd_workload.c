@@ -188,8 +188,12 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
         if (util_out_check("--trace", c->trace, 0, ins, 1, e)) return -1;
     }
     /* as exec --plan says it: more devices than cores time no core's */
+    /* (the sequential baseline runs on one device alone) */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cores > 0 && o->devices > cores)
+    int many = 0;
+    for (int i = 0; i < c->n_pol; i++)
+        many |= c->pol[i] != EXEC_WL_SEQUENTIAL;
+    if (many && cores > 0 && o->devices > cores)
         fprintf(stderr, "sluice exec: warning: %d devices on %ld cores run "
                 "oversubscribed; timings will not be one core's per "
                 "device\n", o->devices, cores);

@@ -351,7 +351,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
     const char *ins[] = {c->model, c->argv[c->hw_at]};
     const char *oflag[] = {"--out", "--plot"};
     const char *opath[] = {c->out, c->plot};
-    const int opre[] = {0, 1};
+    const int opre[] = {0, UTIL_OUT_PLOT};
     if (util_out_check("--out", c->out, 0, ins, 2, e) ||
         util_outs_apart(2, oflag, opath, opre, ins, 2, e))
         return -1;
@@ -404,6 +404,16 @@ static json_t *alt_json(const plan_result *r)
 static void print_cut_short(const plan_result *r, double limit_s, FILE *f)
 {
     if (!r->cut_short) return;
+    /* the offload schedules' candidates are made as they are tried:
+     * those left are not counted */
+    if (r->covered >= r->candidates) {
+        fprintf(f, "search cut short by --time-limit %g s: all %ld "
+                "candidates covered, but not every offload candidate (the "
+                "host's policies, microbatches and data-parallel widths) was "
+                "tried; a better plan may be among them\n", limit_s,
+                r->candidates);
+        return;
+    }
     fprintf(f, "search cut short by --time-limit %g s: %ld of %ld candidates "
             "covered (simulated or ruled out by bounds), most promising "
             "first; a better plan may be among the rest\n", limit_s,

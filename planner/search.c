@@ -1627,16 +1627,20 @@ int plan_search_host_short(const prof_model *m, const prof_topo *t,
         lo = f;
     }
     if (stop && found <= 0) hs->cut = 2;
-    /* found after a factor that fit nothing: once more halfway between
-     * that and what the plan found needs, for a host nearer the least */
-    double need = fmax(hs->dram_need / fmax(hs->dram_have, 1 << 30),
-                       hs->nvme_need / fmax(hs->nvme_have, 1 << 30));
-    if (found > 0 && lo > 0 && need > 1.1 * lo) {
+    /* found after a factor that fit nothing: twice more halfway between
+     * the largest that fit nothing and what the plan found needs, for a
+     * host nearer the least (a plan found there needs less) */
+    for (int b = 0; found > 0 && lo > 0 && b < 2 && !stop; b++) {
+        double need = fmax(hs->dram_need / fmax(hs->dram_have, 1 << 30),
+                           hs->nvme_need / fmax(hs->nvme_have, 1 << 30));
+        if (need <= 1.05 * lo) break;
+        double mid = (lo + need) / 2;
         plan_host_short h = *hs;
         int r2 = host_try(m, t, u, model_name, hw_name, o, lacked, async_ok,
-                          (lo + need) / 2, &spent, &h, &stop, e);
+                          mid, &spent, &h, &stop, e);
         if (r2 < 0) return -1;
         if (r2 > 0) *hs = h;
+        else lo = mid;
     }
     return hs->dram_need > hs->dram_have || hs->nvme_need > hs->nvme_have;
 }

@@ -187,7 +187,7 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
     const char *ins[] = {c->wfile};
     const char *oflag[] = {"--trace", "--plot"};
     const char *opath[] = {c->trace, c->plot};
-    const int opre[] = {0, 1};
+    const int opre[] = {0, UTIL_OUT_PLOT};
     if (util_out_check("--trace", c->trace, 0, ins, 1, e) ||
         util_outs_apart(2, oflag, opath, opre, ins, 1, e))
         return -1;
@@ -208,11 +208,12 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
                          "dataset's size for --epochs E: give --epochs too, "
                          "or --samples N alone (each job's samples)");
     if (c->epochs && c->samples) c->dataset = c->samples, c->samples = 0;
-    double whole = c->epochs * c->dataset;
-    if (c->epochs && c->dataset && whole != floor(whole))
+    /* whole, but for the product's rounding (2.3 x 100 is 230) */
+    double prod = c->epochs * c->dataset, whole = nearbyint(prod);
+    if (c->epochs && c->dataset && fabs(prod - whole) > 1e-9 * fmax(1, whole))
         return util_errf(e, UTIL_EXIT_USAGE, "--epochs %g of %.0f samples "
                          "are %g samples: give a whole number", c->epochs,
-                         c->dataset, whole);
+                         c->dataset, prod);
     if (!c->samples == !(c->epochs && c->dataset) || (c->epochs && !c->dataset) ||
         (!c->epochs && c->dataset))
         return util_errf(e, UTIL_EXIT_USAGE, "--models needs --samples N "
@@ -221,7 +222,8 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
                          "N)");
     for (int i = 0; i < c->w.n_jobs; i++) {
         plan_wl_job *j = &c->w.jobs[i];
-        j->samples = c->samples ? c->samples : c->epochs * c->dataset;
+        j->samples = c->samples ? c->samples
+                                : nearbyint(c->epochs * c->dataset);
         j->optim = (plan_wl_optim)c->optim;
         if (c->batch) j->batch = c->batch;
         else {

@@ -381,7 +381,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                          p->sched_file};
     const char *oflag[] = {"--out", "--trace", "--plot"};
     const char *opath[] = {c->out, c->trace, c->plot};
-    const int opre[] = {0, 0, 1};
+    const int opre[] = {0, 0, UTIL_OUT_PLOT};
     if (util_out_check("--out", c->out, 0, ins, 5, e) ||
         util_out_check("--trace", c->trace, 0, ins, 5, e) ||
         util_outs_apart(3, oflag, opath, opre, ins, 5, e))
@@ -531,6 +531,17 @@ static int run(int argc, char **argv, util_err *e)
             fprintf(stderr, "note: %s: %s changed since the plan was made: "
                     "its cuts and batch were chosen for the file as it "
                     "was\n", c.plan_file, what);
+        /* the files the plan names are inputs too (its model spec, its
+         * server, its schedule): no output may replace them */
+        const char *ins[] = {c.plan_file, c.measured, p.model, p.hw,
+                             p.sched_file[0] ? p.sched_file : NULL};
+        const char *oflag[] = {"--out", "--trace", "--plot"};
+        const char *opath[] = {c.out, c.trace, c.plot};
+        const int opre[] = {0, 0, UTIL_OUT_PLOT};
+        if (util_out_check("--out", c.out, 0, ins, 5, e) ||
+            util_out_check("--trace", c.trace, 0, ins, 5, e) ||
+            util_outs_apart(3, oflag, opath, opre, ins, 5, e))
+            goto out;
     }
     if ((c.out || c.json) && sim_plan_paths_utf8(&p, e)) goto out;
     if (!(tp = load_hw(p.hw, e))) {

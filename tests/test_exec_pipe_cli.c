@@ -345,6 +345,29 @@ Test(exec_cli_pipe, trace_has_sims_tasks_and_tracks)
     cli_result_free(&s);
     cli_expect(2, "c-compare.png', which is an input", "sim --plan %s/p.json "
                "--plot %s/c --measured %s/c-compare.png", dir, dir, dir);
+    /* exec --plot's measured trace is no file sim's plot writes */
+    cr_expect_eq(sh_run("cp %s/exec.json %s/c-measured.json", dir, dir), 0);
+    cli_expect(0, "iteration time", "sim --plan %s/p.json --plot %s/c "
+               "--measured %s/c-measured.json", dir, dir, dir);
+    /* a prefix that is a link: its files go beside the link */
+    cr_expect_eq(sh_run("mkdir %s/runs && ln -s runs %s/latest", dir, dir), 0);
+    cli_expect(2, "latest.gp', which is also --out", "sim --plan %s/p.json "
+               "--plot %s/latest --out %s/latest.gp", dir, dir, dir);
+    /* the files a plan names are inputs: its model spec */
+    cr_expect_eq(sh_run("cp tests/data/exec/gpt-pico.json %s/m.json", dir), 0);
+    cli_expect(0, "", "sim --hw 'cpu x2' --model %s/m.json --schedule 1f1b "
+               "--pp 2 --mbs 1 --microbatches 2 --out %s/pm.json", dir, dir);
+    cli_expect(2, "is also an input", "sim --plan %s/pm.json --out %s/m.json",
+               dir, dir);
+    /* ...and one among a plot prefix's names */
+    cr_expect_eq(sh_run("cp %s/m.json %s/m-timeline.dat", dir, dir), 0);
+    cli_expect(0, "", "sim --hw 'cpu x2' --model %s/m-timeline.dat --schedule "
+               "1f1b --pp 2 --mbs 1 --microbatches 2 --out %s/pt.json", dir,
+               dir);
+    cli_expect(2, "which is an input", "sim --plan %s/pt.json --plot %s/m",
+               dir, dir);
+    cli_expect(2, "which is an input", "exec --plan %s/pt.json --steps 1 "
+               "--plot %s/m", dir, dir);
     cli_expect(2, "name the same file", "sim --plan %s/p.json --out "
                "%s/t.json --trace %s/../%s/t.json", dir, dir, dir,
                strrchr(dir, '/') + 1);

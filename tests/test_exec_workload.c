@@ -521,7 +521,7 @@ Test(exec_workload, json_and_trace)
     cli_result_free(&r);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     r = cli_run("exec --workload %s --hw cpu x%ld --mem-per-device 10M "
-                "--policy sequential", wf, cores + 1);
+                "--policy hydra", wf, cores + 1);
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_expect(strstr(r.err, "run oversubscribed"), "%s", r.err);
     cli_result_free(&r);

@@ -449,6 +449,9 @@ Test(workload, spec_files_beside_the_workload)
     cli_expect(2, "field 'jobs[0].epochs': 0.5 epochs of 3 samples are 1.5",
                "plan --hw rtx2080ti x2 --workload %s", wl);
     bad("--models gpt-tiny x2 --epochs 0.5 --samples 3", "are 1.5 samples");
+    /* whole but for the product's rounding */
+    cli_expect(0, "makespan", "plan --hw rtx2080ti x2 --models gpt-tiny x2 "
+               "--epochs 2.3 --dataset-samples 100 --batch 2");
     bad("--models gpt-tiny x2 --samples 8 --dataset-samples 4",
         "--dataset-samples is the dataset's size for --epochs E");
     /* a name with a line break would break the tables it heads */

@@ -355,17 +355,36 @@ static char *landing(const char *path)
     return out;
 }
 
-/* Whether a --plot prefix that lands at pre writes the file landing at
- * f: PREFIX.gp, PREFIX-NAME ending .dat, .png, .svg or .gp, or the
- * traces sluice exec's plot compares (PREFIX-measured.json,
- * PREFIX-simulated.json). */
-static int prefix_writes(const char *pre, const char *f)
+/* Where a --plot prefix's files land: its folder resolved, its name as
+ * given (the files are made beside a link of that name, not in what it
+ * names). malloc'd. */
+static char *prefix_landing(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = util_strdup(slash ? path : ".");
+    if (slash) dir[slash == path ? 1 : slash - path] = 0;
+    char *real = realpath(dir, NULL);
+    free(dir);
+    if (!real) return util_strdup(path);
+    const char *base = slash ? slash + 1 : path;
+    size_t n = strlen(real) + strlen(base) + 2;
+    char *out = util_malloc(n);
+    snprintf(out, n, "%s/%s", real, base);
+    free(real);
+    return out;
+}
+
+/* Whether a --plot prefix (kind: UTIL_OUT_PLOT...) that lands at pre
+ * writes the file landing at f: PREFIX.gp, PREFIX-NAME ending .dat,
+ * .png, .svg or .gp, or the traces sluice exec's plot compares. */
+static int prefix_writes(int kind, const char *pre, const char *f)
 {
     size_t n = strlen(pre);
     if (strncmp(f, pre, n)) return 0;
     const char *rest = f + n;
-    if (!strcmp(rest, ".gp") || !strcmp(rest, "-measured.json") ||
-        !strcmp(rest, "-simulated.json"))
+    if (!strcmp(rest, ".gp") ||
+        (!strcmp(rest, "-simulated.json") && (kind & 2)) ||
+        (!strcmp(rest, "-measured.json") && (kind & 4)))
         return 1;
     if (rest[0] != '-' || !rest[1] || strchr(rest, '/')) return 0;
     const char *dot = strrchr(rest, '.');
@@ -385,7 +404,7 @@ int util_outs_apart(int n, const char *const *flag, const char *const *path,
         /* a device or FIFO is written through: /dev/null twice is fine */
         if (path[i] && (prefix[i] || stat(path[i], &st) ||
                         S_ISREG(st.st_mode)))
-            at[i] = landing(path[i]);
+            at[i] = prefix[i] ? prefix_landing(path[i]) : landing(path[i]);
     for (int i = 0; i < ni; i++)
         if (in[i]) at[n + i] = landing(in[i]);
     int rc = 0;
@@ -401,7 +420,7 @@ int util_outs_apart(int n, const char *const *flag, const char *const *path,
                                "the same file: give each output its own",
                                flag[i], path[i], flag[j], path[j]);
             else if (prefix[i] && (j >= n || !prefix[j]) &&
-                     prefix_writes(at[i], at[j]))
+                     prefix_writes(prefix[i], at[i], at[j]))
                 rc = util_errf(e, UTIL_EXIT_USAGE, "%s '%s' writes '%s', "
                                "which is %s%s: name another prefix or file",
                                flag[i], path[i], jp,

@@ -113,14 +113,20 @@ int util_out_check(const char *flag, const char *path, int prefix,
  * run (flag[i] and path[i], NULL: not given) name n different files, and
  * an output that is a --plot prefix (prefix[i]) writes none of the other
  * outputs nor of the ni inputs (in, NULL skipped): its files are
- * PREFIX.gp, PREFIX-NAME.dat, .png, .svg or .gp, and PREFIX-measured.json
- * and PREFIX-simulated.json (sluice exec's); a device or FIFO is
+ * PREFIX.gp, PREFIX-NAME.dat, .png, .svg or .gp, and where prefix[i] says
+ * so PREFIX-simulated.json and PREFIX-measured.json (sluice exec's; the
+ * prefix's folder resolved, its name as given); a device or FIFO is
  * written through and may be named twice. Files are
  * compared where a write lands (links followed, folders resolved).
  * Errors, code 2, name both. */
 int util_outs_apart(int n, const char *const *flag, const char *const *path,
                     const int *prefix, const char *const *in, int ni,
                     util_err *e);
+/* util_outs_apart's prefix[i]: a --plot prefix (its images, data and
+ * scripts), with sluice exec's traces beside them where it writes them */
+#define UTIL_OUT_PLOT 1
+#define UTIL_OUT_PLOT_SIMULATED 3   /* and PREFIX-simulated.json */
+#define UTIL_OUT_PLOT_TRACES 7      /* and PREFIX-measured.json too */
 /* util_write_atomic of a text and a final newline (a JSON document as
  * json_dumps gives it). */
 int util_write_atomic_line(const char *path, const char *text, util_err *e);
