@@ -43,6 +43,18 @@ static void zrun(const char *args, int zero, exec_pipe_result *r,
     cr_assert_eq(exec_pipe_run(&o, r, &e), 0, "%s: %s", a, e.msg);
 }
 
+/* zrun, and the run's own IR simulated into *sr (the engine returned,
+ * which *sr lends from). */
+static sim_engine *zsim(const char *args, int zero, exec_pipe_result *r,
+                        sim_plan *p, sim_result *sr)
+{
+    zrun(args, zero, r, p);
+    sim_run_opts ro = {0};
+    sim_engine *en = sim_engine_new(r->ir, r->costs, &ro);
+    cr_assert_eq(sim_engine_run(en, sr), 0, "%s", sr->msg);
+    return en;
+}
+
 /* Weights, and AdamW's moments where bits are asked for, of ZeRO stage
  * zero against stage ref (tol < 0: bit for bit). */
 static void vs_stage(const char *args, int ref, int zero, double tol)
@@ -318,11 +330,8 @@ Test(exec_zero, sharded_runs_hold_less)
     for (int z = 0; z < 4; z++) {
         exec_pipe_result r;
         sim_plan p;
-        zrun(args, z, &r, &p);
-        sim_run_opts ro = {0};
-        sim_engine *en = sim_engine_new(r.ir, r.costs, &ro);
         sim_result sr;
-        cr_assert_eq(sim_engine_run(en, &sr), 0, "%s", sr.msg);
+        sim_engine *en = zsim(args, z, &r, &p, &sr);
         peak[z] = r.peak_bytes[0] + r.peak_bytes[1];
         stat[z] = r.static_bytes[0] + r.static_bytes[1];
         double sim = sr.dev[0].peak_bytes + sr.dev[1].peak_bytes;
@@ -381,11 +390,8 @@ Test(exec_zero, tensor_parallel_shards_hold_their_lane)
     for (int z = 2; z < 4; z++) {
         exec_pipe_result r;
         sim_plan p;
-        zrun(args, z, &r, &p);
-        sim_run_opts ro = {0};
-        sim_engine *en = sim_engine_new(r.ir, r.costs, &ro);
         sim_result sr;
-        cr_assert_eq(sim_engine_run(en, &sr), 0, "%s", sr.msg);
+        sim_engine *en = zsim(args, z, &r, &p, &sr);
         /* a device per replica, its lanes the tensor-parallel ranks */
         cr_assert_eq(r.n_devices, 2);
         for (int d = 0; d < r.n_devices; d++) {
