@@ -334,30 +334,9 @@ int util_out_check(const char *flag, const char *path, int prefix,
     return rc;
 }
 
-/* Where a write of path lands, for comparing: its links followed and its
- * folder resolved where it exists (else as given). malloc'd. */
-static char *landing(const char *path)
-{
-    char *r = resolve(path);
-    if (!r) return util_strdup(path);
-    char *slash = strrchr(r, '/');
-    char *dir = util_strdup(slash ? r : ".");
-    if (slash) dir[slash == r ? 1 : slash - r] = 0;
-    char *real = realpath(dir, NULL);
-    free(dir);
-    if (!real) return r;
-    const char *base = slash ? slash + 1 : r;
-    size_t n = strlen(real) + strlen(base) + 2;
-    char *out = util_malloc(n);
-    snprintf(out, n, "%s/%s", real, base);
-    free(real);
-    free(r);
-    return out;
-}
-
-/* Where a --plot prefix's files land: its folder resolved, its name as
- * given (the files are made beside a link of that name, not in what it
- * names). malloc'd. */
+/* Where a --plot prefix's files land: its folder resolved where it
+ * exists (else as given), its name as given (the files are made beside
+ * a link of that name, not in what it names). malloc'd. */
 static char *prefix_landing(const char *path)
 {
     const char *slash = strrchr(path, '/');
@@ -371,6 +350,16 @@ static char *prefix_landing(const char *path)
     char *out = util_malloc(n);
     snprintf(out, n, "%s/%s", real, base);
     free(real);
+    return out;
+}
+
+/* Where a write of path lands, for comparing: its links followed and its
+ * folder resolved where it exists (else as given). malloc'd. */
+static char *landing(const char *path)
+{
+    char *r = resolve(path);
+    char *out = prefix_landing(r ? r : path);
+    free(r);
     return out;
 }
 
