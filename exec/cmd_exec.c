@@ -571,12 +571,9 @@ static int calib_write(const char *path, const sim_plan *plan,
 static int save_ckpt(const exec_train_opts *t, const sim_plan *plan,
                      exec_pipe_result *r, util_err *e)
 {
+    /* (a resumed run's seed is its checkpoint's: parse set it) */
     exec_ckpt_meta meta = {r->cfg, r->B, r->T, t->seed,
                            r->step_first + r->steps_run};
-    if (t->resume) {
-        exec_ckpt_meta old;
-        if (!exec_ckpt_peek(t->resume, &old, e)) meta.seed = old.seed;
-    }
     /* LoRA: the run's own state (base, adapters, their moments) beside,
      * for --resume; the checkpoint itself the adapters merged into the
      * weights, a plain model any reader takes. An offload schedule's tier

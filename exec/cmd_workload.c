@@ -187,8 +187,8 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
         const char *ins[] = {o->workload};
         if (util_out_check("--trace", c->trace, 0, ins, 1, e)) return -1;
     }
-    /* as exec --plan says it: more devices than cores time no core's */
-    /* (the sequential baseline runs on one device alone) */
+    /* as exec --plan says it: more devices than cores time no core's
+     * (the sequential baseline runs on one device alone) */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int many = 0;
     for (int i = 0; i < c->n_pol; i++)

@@ -91,12 +91,17 @@ static void inflight(const sim_ir *ir, const int64_t *st, const int64_t *en,
     }
 }
 
+/* The epochs a run timed: a stopped one (Ctrl-C) the steps it finished
+ * (an asynchronous run is one epoch, its minibatches counted apart). */
+static int timed_epochs(const exec_pipe_result *r)
+{
+    return !r->async && r->steps_run < r->epochs ? r->steps_run : r->epochs;
+}
+
 static void measure(const exec_pipe_result *r, int warm, meas *m)
 {
     const sim_ir *ir = r->ir;
-    int n = r->n_tasks, E = r->epochs, D = r->n_devices;
-    /* a stopped run (Ctrl-C) timed the steps it finished only */
-    if (!r->async && r->steps_run < E) E = r->steps_run;
+    int n = r->n_tasks, E = timed_epochs(r), D = r->n_devices;
     memset(m, 0, sizeof *m);
     int64_t *ends = util_calloc((size_t)(E > 0 ? E : 1) + 1, sizeof *ends);
     int64_t *begs = util_calloc((size_t)(E > 0 ? E : 1) + 1, sizeof *begs);
@@ -226,8 +231,7 @@ double exec_pipe_iteration_s(const exec_pipe_result *r, int warm,
 
 double exec_pipe_overhead(const exec_pipe_result *r, int warm)
 {
-    int E = r->epochs < r->steps_run || r->async ? r->epochs : r->steps_run;
-    int w0 = E > warm ? warm : 0, n = 0;
+    int E = timed_epochs(r), w0 = E > warm ? warm : 0, n = 0;
     double s = 0;
     for (int ep = w0; ep < E; ep++, n++) s += r->overhead[ep];
     return n ? s / n : 0;

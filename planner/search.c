@@ -1255,6 +1255,18 @@ static void offload_why(plan_result *r)
     }
 }
 
+/* Whether an asynchronous schedule may be chosen: synchronous training
+ * unless asked otherwise (the weights a user gets are data-parallel
+ * training's), or where the schedules named are asynchronous alone. */
+static int async_allowed(const plan_opts *o)
+{
+    if (o->allow_async || !o->sched_mask) return o->allow_async;
+    for (int k = 0; k < SIM_SCHED_COUNT; k++)
+        if ((o->sched_mask & (1u << k)) && !sim_sched_async((sim_sched)k))
+            return 0;
+    return 1;
+}
+
 /* The best schedule wins; the others say why they lost or never applied;
  * with nothing feasible, the advice says how much memory the best split
  * needs. */
@@ -1262,15 +1274,7 @@ static void choose_best(search *s)
 {
     plan_result *r = s->r;
     const prof_gpu *g = s->g;
-    /* synchronous training unless asked otherwise: the weights a user
-     * gets are data-parallel training's */
-    int async_ok = s->o->allow_async;
-    if (s->o->sched_mask) {
-        async_ok = 1;
-        for (int k = 0; k < SIM_SCHED_COUNT; k++)
-            if ((s->o->sched_mask & (1u << k)) && !sim_sched_async((sim_sched)k))
-                async_ok = s->o->allow_async;
-    }
+    int async_ok = async_allowed(s->o);
     for (int k = 0; k < SIM_SCHED_COUNT; k++) {
         plan_alt *a = &r->alt[k];
         if (!a->feasible) {
@@ -1529,6 +1533,14 @@ static int host_pass(const prof_model *m, const prof_topo *u,
                        ru, e);
 }
 
+/* How many times the host it has a plan's needs are (the tier that asks
+ * most; from a GiB, as host_scale grows a host). */
+static double host_factor(const plan_host_short *hs)
+{
+    return fmax(hs->dram_need / fmax(hs->dram_have, 1 << 30),
+                hs->nvme_need / fmax(hs->nvme_have, 1 << 30));
+}
+
 /* One search with the host f times t's, on the schedules of mask lacked,
  * the time limit what is left after *spent (which grows by it). Returns
  * 1 with *hs the plan's needs where a plan fits, 0 where none does
@@ -1564,15 +1576,9 @@ int plan_search_host_short(const prof_model *m, const prof_topo *t,
     if (r->found || r->cut_short) return 0;
     /* Only the schedules some candidate of which lacked host capacity
      * can fit with more of it; the others' candidates failed for the
-     * GPUs. Asynchronous ones count only where they could be chosen:
-     * named alone, or with --async (as choose_best decides). */
-    int async_ok = o->allow_async;
-    if (o->sched_mask) {
-        async_ok = 1;
-        for (int k = 0; k < SIM_SCHED_COUNT; k++)
-            if ((o->sched_mask & (1u << k)) && !sim_sched_async((sim_sched)k))
-                async_ok = o->allow_async;
-    }
+     * GPUs. Asynchronous ones count only where they could be chosen
+     * (host_try allows them then: the mask may name them alone). */
+    int async_ok = async_allowed(o);
     unsigned lacked = 0;
     for (int k = 0; k < SIM_SCHED_COUNT; k++)
         if (r->alt[k].lack && (async_ok || !sim_sched_async((sim_sched)k)))
@@ -1581,28 +1587,18 @@ int plan_search_host_short(const prof_model *m, const prof_topo *t,
     /* each search has what is left of the time limit; one it ends
      * settles nothing (exit 1 with the first search's advice) */
     double spent = r->seconds;
-    plan_opts x = opts_after(o, spent);
-    x.progress = 0;
-    x.sched_mask = lacked;
-    /* the mask may now name asynchronous schedules alone: they were
-     * allowed above, so choose_best may take them */
-    x.allow_async = async_ok;
+    int stop = 0;
     /* First unbounded: where nothing fits even so, the GPUs are what is
      * short */
-    host_scale(t, u, INFINITY);
-    plan_result ru;
-    if (host_pass(m, u, model_name, hw_name, &x, &ru, e)) return -1;
-    spent += ru.seconds;
-    int cut = ru.cut_short;
-    int rc = ru.found ? host_needs(&ru, m, t, u, hs, e) : 0;
-    plan_result_free(&ru);
-    if (rc < 0 || cut || (!hs->dram_need && !hs->nvme_need)) {
-        if (cut) {
-            memset(hs, 0, sizeof *hs);
-            hs->cut = 1;
-        }
-        return rc < 0 ? -1 : 0;
+    int found = host_try(m, t, u, model_name, hw_name, o, lacked, async_ok,
+                         INFINITY, &spent, hs, &stop, e);
+    if (found < 0) return -1;
+    if (stop) {
+        memset(hs, 0, sizeof *hs);
+        hs->cut = 1;
+        return 0;
     }
+    if (!found || (!hs->dram_need && !hs->nvme_need)) return 0;
     /* Then the host grown until a plan fits, so what it names is a
      * plan's that asks little more than the host has, not the fastest
      * plan's with a host without end (Fuyou's with every activation
@@ -1610,14 +1606,13 @@ int plan_search_host_short(const prof_model *m, const prof_topo *t,
      * (no plan fits with less; that one, where its other tier holds, fits
      * with it), doubled; the unbounded plan fits by the factor its needs
      * give, where the growing ends */
-    double top = fmax(hs->dram_need / fmax(hs->dram_have, 1 << 30),
-                      hs->nvme_need / fmax(hs->nvme_have, 1 << 30));
+    double top = host_factor(hs);
     double f0 = INFINITY;
     for (int k = 0; k < SIM_SCHED_COUNT; k++)
         if (lacked & (1u << k)) f0 = fmin(f0, r->alt[k].lack_by);
     f0 = f0 > 1 && isfinite(f0) ? f0 * (1 + 1e-9) : 2;
     double lo = 0;              /* the largest factor that fit nothing */
-    int found = 0, stop = 0;
+    found = 0;
     for (double f = f0; f < 2 * top; f *= 2) {
         found = host_try(m, t, u, model_name, hw_name, o, lacked, async_ok,
                          f, &spent, hs, &stop, e);
@@ -1626,13 +1621,12 @@ int plan_search_host_short(const prof_model *m, const prof_topo *t,
         if (found || stop) break;
         lo = f;
     }
-    if (stop && found <= 0) hs->cut = 2;
+    if (stop && !found) hs->cut = 2;
     /* found after a factor that fit nothing: twice more halfway between
      * the largest that fit nothing and what the plan found needs, for a
      * host nearer the least (a plan found there needs less) */
-    for (int b = 0; found > 0 && lo > 0 && b < 2 && !stop; b++) {
-        double need = fmax(hs->dram_need / fmax(hs->dram_have, 1 << 30),
-                           hs->nvme_need / fmax(hs->nvme_have, 1 << 30));
+    for (int b = 0; found && lo > 0 && b < 2 && !stop; b++) {
+        double need = host_factor(hs);
         if (need <= 1.05 * lo) break;
         double mid = (lo + need) / 2;
         plan_host_short h = *hs;

@@ -110,12 +110,8 @@ int plan_wl_load(const char *path, plan_wl *w, util_err *e)
             goto out;
         }
         j->batch = (int)batch;
-        j->samples = has_s ? samples : epochs * ds;
-        /* whole, but for the product's rounding (0.07 x 100 is 7) */
-        double whole = nearbyint(j->samples);
-        if (fabs(j->samples - whole) <= 1e-9 * fmax(1, whole))
-            j->samples = whole;
-        if (j->samples != floor(j->samples)) {
+        j->samples = samples;
+        if (!has_s && plan_wl_epoch_samples(epochs, ds, &j->samples)) {
             util_jerr(e, &o, "epochs", "%g epochs of %.0f samples are %g "
                       "samples: give a whole number", epochs, ds, j->samples);
             goto out;

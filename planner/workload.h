@@ -152,6 +152,16 @@ typedef struct plan_wl_job {
  * minibatch by minibatch (0.3 s for ten million here), and the executor
  * counts steps in an int. */
 #define PLAN_WL_MAX_STEPS 1e8
+/* Epochs of a dataset as whole samples: *out the product, rounded where
+ * only the product's rounding keeps it from whole (2.3 x 100 is 230).
+ * Returns 0, or -1 where it is not whole (*out then the product). */
+static inline int plan_wl_epoch_samples(double epochs, double dataset,
+                                        double *out)
+{
+    double x = epochs * dataset, w = nearbyint(x);
+    *out = fabs(x - w) <= 1e-9 * fmax(1, w) ? w : x;
+    return *out == w ? 0 : -1;
+}
 /* A job's minibatches: its samples in batches, the last one partial. */
 static inline double plan_wl_minibatches(const plan_wl_job *j)
 {

@@ -208,22 +208,20 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
                          "dataset's size for --epochs E: give --epochs too, "
                          "or --samples N alone (each job's samples)");
     if (c->epochs && c->samples) c->dataset = c->samples, c->samples = 0;
-    /* whole, but for the product's rounding (2.3 x 100 is 230) */
-    double prod = c->epochs * c->dataset, whole = nearbyint(prod);
-    if (c->epochs && c->dataset && fabs(prod - whole) > 1e-9 * fmax(1, whole))
+    double whole = c->samples;
+    if (c->epochs && c->dataset &&
+        plan_wl_epoch_samples(c->epochs, c->dataset, &whole))
         return util_errf(e, UTIL_EXIT_USAGE, "--epochs %g of %.0f samples "
                          "are %g samples: give a whole number", c->epochs,
-                         c->dataset, prod);
-    if (!c->samples == !(c->epochs && c->dataset) || (c->epochs && !c->dataset) ||
-        (!c->epochs && c->dataset))
+                         c->dataset, whole);
+    if (!c->samples == !(c->epochs && c->dataset) || (c->epochs && !c->dataset))
         return util_errf(e, UTIL_EXIT_USAGE, "--models needs --samples N "
                          "(each job's samples), or --epochs E with the "
                          "dataset's size (--samples N or --dataset-samples "
                          "N)");
     for (int i = 0; i < c->w.n_jobs; i++) {
         plan_wl_job *j = &c->w.jobs[i];
-        j->samples = c->samples ? c->samples
-                                : nearbyint(c->epochs * c->dataset);
+        j->samples = whole;
         j->optim = (plan_wl_optim)c->optim;
         if (c->batch) j->batch = c->batch;
         else {

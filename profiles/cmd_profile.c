@@ -287,9 +287,7 @@ static int cmd_show(int argc, char **argv)
      * it, not read as a model spec */
     json_t *cj = strchr(model, '/') || strstr(model, ".json")
                      ? json_load_file(model, 0, NULL) : NULL;
-    int is_cal = json_is_string(json_object_get(cj, "format")) &&
-                 !strcmp(json_string_value(json_object_get(cj, "format")),
-                         "sluice-calibration");
+    int is_cal = cj && prof_json_format_is(cj, "sluice-calibration");
     json_decref(cj);
     if (is_cal)
         return prof_validate_file(model, stdout, &e) ? fail(&e) : 0;

@@ -701,6 +701,12 @@ prof_model *prof_model_load(const char *name, util_err *e)
 
 /* ---- validation of any profile file ---- */
 
+int prof_json_format_is(const json_t *root, const char *format)
+{
+    const char *f = json_string_value(json_object_get(root, "format"));
+    return f && !strcmp(f, format);
+}
+
 int prof_validate_file(const char *path, FILE *out, util_err *e)
 {
     util_jdoc d;
@@ -725,9 +731,7 @@ int prof_validate_file(const char *path, FILE *out, util_err *e)
                 prof_model_free(m);
             }
         }
-    } else if (json_is_string(json_object_get(d.root, "format")) &&
-               !strcmp(json_string_value(json_object_get(d.root, "format")),
-                       "sluice-calibration")) {
+    } else if (prof_json_format_is(d.root, "sluice-calibration")) {
         /* what sluice calibrate writes, checked as sim and plan read it */
         util_jdoc_free(&d);
         prof_calib c;
@@ -742,10 +746,7 @@ int prof_validate_file(const char *path, FILE *out, util_err *e)
                 c.n_ops);
         prof_calib_free(&c);
         return 0;
-    } else if (json_object_get(d.root, "format") &&
-               json_is_string(json_object_get(d.root, "format")) &&
-               !strcmp(json_string_value(json_object_get(d.root, "format")),
-                       "sluice-gpus")) {
+    } else if (prof_json_format_is(d.root, "sluice-gpus")) {
         util_jdoc_free(&d);
         prof_gpu *g = NULL;
         int n = 0;

@@ -789,8 +789,11 @@ const char *prof_builtin(const char *relpath);
 /* Names of built-in files under a folder prefix ("models/"), NULL-ended. */
 const char *const *prof_builtin_list(void);
 
-/* Validates any profile file (GPU catalog, server, model spec or HF config)
- * and says what it is. */
+/* Validates any profile file (GPU catalog, server, model spec, HF config
+ * or calibration) and says what it is. */
 int prof_validate_file(const char *path, FILE *out, util_err *e);
+/* Whether a JSON document's "format" is `format` ("sluice-calibration"). */
+struct json_t;
+int prof_json_format_is(const struct json_t *root, const char *format);
 
 #endif

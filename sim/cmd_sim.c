@@ -185,6 +185,23 @@ typedef struct cmd_opts {
     const char *state_tiers;    /* --state-tiers LIST */
 } cmd_opts;
 
+/* The outputs, before the simulation: each writable, none an input of
+ * the run (the plan file, the measured trace, and the model spec,
+ * server and schedule files the plan names: an --hw or --model that is
+ * no file, a zoo name, is skipped by the check), no two one file. */
+static int outputs_check(const cmd_opts *c, const sim_plan *p, util_err *e)
+{
+    const char *ins[] = {c->plan_file, c->measured, p->model, p->hw,
+                         p->sched_file[0] ? p->sched_file : NULL};
+    const char *oflag[] = {"--out", "--trace", "--plot"};
+    const char *opath[] = {c->out, c->trace, c->plot};
+    const int opre[] = {0, 0, UTIL_OUT_PLOT};
+    return util_out_check("--out", c->out, 0, ins, 5, e) ||
+                   util_out_check("--trace", c->trace, 0, ins, 5, e) ||
+                   util_outs_apart(3, oflag, opath, opre, ins, 5, e)
+               ? -1 : 0;
+}
+
 static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
 {
     char hw[sizeof p->hw + 1] = "";
@@ -375,17 +392,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
     if (c->measured && !c->plot)
         return util_errf(e, UTIL_EXIT_USAGE, "--measured draws a run above "
                          "the simulation: give --plot PREFIX too");
-    /* outputs are checked before the simulation (an --hw or --model
-     * that is no file, a zoo name, is skipped by the check) */
-    const char *ins[] = {c->plan_file, c->measured, p->model, p->hw,
-                         p->sched_file};
-    const char *oflag[] = {"--out", "--trace", "--plot"};
-    const char *opath[] = {c->out, c->trace, c->plot};
-    const int opre[] = {0, 0, UTIL_OUT_PLOT};
-    if (util_out_check("--out", c->out, 0, ins, 5, e) ||
-        util_out_check("--trace", c->trace, 0, ins, 5, e) ||
-        util_outs_apart(3, oflag, opath, opre, ins, 5, e))
-        return -1;
+    if (outputs_check(c, p, e)) return -1;
     if (c->plan_file) return 0;
     if (c->state_tiers && sim_sched_offload(p->sched))
         return util_errf(e, UTIL_EXIT_USAGE, "--state-tiers: schedule %s "
@@ -444,8 +451,6 @@ static int size_check(const sim_plan *p, const prof_topo *tp,
     return 0;
 }
 
-/* A measured run to draw above the simulation: a trace sluice exec
- * wrote (--trace) of the same schedule on as many devices. */
 /* The events a plot draws (ph X: a task's box; C: a counter) as sluice
  * exec --trace writes them: a device of the run (pid), a time in
  * microseconds (ts, dur) and bytes (args.bytes) a run can have. */
@@ -478,6 +483,8 @@ static int events_check(const util_jobj *root, json_t *ev, long devices,
     return 0;
 }
 
+/* A measured run to draw above the simulation: a trace sluice exec
+ * wrote (--trace) of the same schedule on as many devices. */
 static int measured_check(const char *path, const sim_ir *ir, util_err *e)
 {
     util_jdoc d;
@@ -533,15 +540,7 @@ static int run(int argc, char **argv, util_err *e)
                     "was\n", c.plan_file, what);
         /* the files the plan names are inputs too (its model spec, its
          * server, its schedule): no output may replace them */
-        const char *ins[] = {c.plan_file, c.measured, p.model, p.hw,
-                             p.sched_file[0] ? p.sched_file : NULL};
-        const char *oflag[] = {"--out", "--trace", "--plot"};
-        const char *opath[] = {c.out, c.trace, c.plot};
-        const int opre[] = {0, 0, UTIL_OUT_PLOT};
-        if (util_out_check("--out", c.out, 0, ins, 5, e) ||
-            util_out_check("--trace", c.trace, 0, ins, 5, e) ||
-            util_outs_apart(3, oflag, opath, opre, ins, 5, e))
-            goto out;
+        if (outputs_check(&c, &p, e)) goto out;
     }
     if ((c.out || c.json) && sim_plan_paths_utf8(&p, e)) goto out;
     if (!(tp = load_hw(p.hw, e))) {

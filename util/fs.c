@@ -372,8 +372,8 @@ static int prefix_writes(int kind, const char *pre, const char *f)
     if (strncmp(f, pre, n)) return 0;
     const char *rest = f + n;
     if (!strcmp(rest, ".gp") ||
-        (!strcmp(rest, "-simulated.json") && (kind & 2)) ||
-        (!strcmp(rest, "-measured.json") && (kind & 4)))
+        (!strcmp(rest, "-simulated.json") && (kind & UTIL_OUT_SIMULATED)) ||
+        (!strcmp(rest, "-measured.json") && (kind & UTIL_OUT_MEASURED)))
         return 1;
     if (rest[0] != '-' || !rest[1] || strchr(rest, '/')) return 0;
     const char *dot = strrchr(rest, '.');

@@ -125,8 +125,10 @@ int util_outs_apart(int n, const char *const *flag, const char *const *path,
 /* util_outs_apart's prefix[i]: a --plot prefix (its images, data and
  * scripts), with sluice exec's traces beside them where it writes them */
 #define UTIL_OUT_PLOT 1
-#define UTIL_OUT_PLOT_SIMULATED 3   /* and PREFIX-simulated.json */
-#define UTIL_OUT_PLOT_TRACES 7      /* and PREFIX-measured.json too */
+#define UTIL_OUT_SIMULATED 2        /* PREFIX-simulated.json */
+#define UTIL_OUT_MEASURED 4         /* PREFIX-measured.json */
+#define UTIL_OUT_PLOT_SIMULATED (UTIL_OUT_PLOT | UTIL_OUT_SIMULATED)
+#define UTIL_OUT_PLOT_TRACES (UTIL_OUT_PLOT_SIMULATED | UTIL_OUT_MEASURED)
 /* util_write_atomic of a text and a final newline (a JSON document as
  * json_dumps gives it). */
 int util_write_atomic_line(const char *path, const char *text, util_err *e);
