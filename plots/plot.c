@@ -1,6 +1,7 @@
 /* The pipeline timeline and memory plots: trace JSON in, gnuplot data and
  * script out, gnuplot run as a child process (pngcairo and svg). */
 #include <spawn.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -382,9 +383,14 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
                 ? "" : " (capacity ");
         if (!cap_line && cap0 > 0)
             fprintf(gf, "%.2f GiB)", cap0 / (1 << 30));
+        /* room above the highest curve or the capacity line, which on
+         * the frame's edge is not seen (a 2080 Ti's 10 GiB after the
+         * reserve, on an axis autoscaled to 10) */
+        double top = fmax(mmax, cap_line ? cap0 : 0) / (1 << 30) * sc;
         fprintf(gf, "' noenhanced\nset key "
                 "outside right\nset ylabel '%s'\nset autoscale y\nset "
-                "yrange [0:*]\nset ytics auto\nset grid ytics\n", unit);
+                "yrange [0:%g]\nset ytics auto\nset grid ytics\n", unit,
+                top > 0 ? 1.08 * top : 1);
         /* the host tiers on their own axis: hundreds of GiB or TiB
          * beside a GPU's few */
         if (has_tier[0] || has_tier[1])

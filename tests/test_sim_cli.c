@@ -226,6 +226,23 @@ Test(sim_cli, trace_and_plot)
         unlink(p);
     }
     cli_result_free(&r);
+    /* a capacity line above the curves is drawn inside the axis (an
+     * autoscaled one could end at the line: plan's 10 GiB of a 2080 Ti
+     * after the reserve lay on the frame, unseen) */
+    cli_expect(0, "8.18 GiB", "sim --hw rtx2080ti x1 --model gpt2 --schedule "
+               "gpipe --pp 1 --mbs 4 --microbatches 1 --plot %s/c", dir);
+    snprintf(p, sizeof p, "%s/c.gp", dir);
+    gp = slurp(p);
+    cr_assert_not_null(gp);
+    const char *yr = strstr(gp, "set yrange [0:");
+    const char *cl = strstr(gp, " with lines dt 2");
+    cr_assert(yr && cl, "%s", gp);
+    while (cl > gp && cl[-1] != ' ') cl--;
+    double top = atof(yr + 14), cap = atof(cl);
+    cr_expect(cap == 11 && top > 1.05 * cap, "axis to %g, capacity %g", top,
+              cap);
+    free(gp);
+    cr_assert_eq(sh_run("rm -f %s/c-* %s/c.gp", dir, dir), 0);
     rmdir(dir);
     free(dir);
 }
