@@ -735,10 +735,11 @@ static int run_plan(cmd *c)
         fprintf(stdout, "sluice exec: %s on %s, plan %s\n", plan.model,
                 plan.hw, c->plan);
         char ft[64];
-        fprintf(stdout, "schedule %s, pipeline %d x data %d x tensor %d, "
-                "microbatch %d x %d%s%s%s%s; AdamW lr %.2e, clip %.2f, seed "
-                "%llu\n", sim_sched_name(plan.sched), plan.pp, plan.dp,
-                plan.tp, plan.mbs, plan.n_mb,
+        fprintf(stdout, "schedule %s, pipeline %d x data %d x tensor %d%s, "
+                "microbatch %d x %d%s%s%s%s; AdamW lr %.2e, clip %.2f, "
+                "seed %llu\n", sim_sched_name(plan.sched), plan.pp, plan.dp,
+                plan.tp, plan.sp && plan.tp > 1 ? " (sequence parallel)" : "",
+                plan.mbs, plan.n_mb,
                 plan.recompute ? ", recomputation " : "",
                 plan.recompute ? sim_recompute_name(plan.recompute) : "",
                 prof_finetune_full(&plan.ft) ? "" : ", fine-tuning ",
@@ -768,13 +769,6 @@ static int run_plan(cmd *c)
                           "gradient until its reduce-scatter is done"
                         : "keeps each microbatch's whole gradient until its "
                           "reduce-scatter is done");
-        /* the same math; the norms', dropouts' and residuals' activations
-         * whole on every tensor-parallel rank */
-        if (plan.sp && plan.tp > 1)
-            fprintf(stdout, "note: this executor runs sequence parallelism "
-                    "as tensor parallelism (the same math), each rank "
-                    "keeping the whole of what the simulator splits by "
-                    "tokens: its peaks run above the simulated ones\n");
         fflush(stdout);
     }
     signal(SIGINT, exec_on_stop);
@@ -859,6 +853,15 @@ static int run_plan(cmd *c)
             rc = -1;
             goto out;
         }
+        /* the same math; the norms' and residuals' activations whole on
+         * every tensor-parallel rank */
+        if (plan.sp && plan.tp > 1 && !exec_sp_runs(&r.cfg, plan.tp) &&
+            !t->json)
+            printf("note: this executor runs sequence parallelism as tensor "
+                   "parallelism for %s (the same math), each rank keeping "
+                   "the whole of what the simulator splits by tokens: its "
+                   "peaks run above the simulated ones\n",
+                   r.cfg.t5 ? "a T5" : "an encoder");
         if (r.async && r.cfg.tied && prof_finetune_full(&plan.ft) &&
             !t->json)
             printf("note: without a flush each stage updates alone, so the "

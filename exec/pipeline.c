@@ -461,6 +461,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     /* T5: the decoder's length and each stack's buckets per offset */
     rt.Td = cfg.t5 ? spec.dec_seq_len : 0;
     rt.tp = p->tp > 1 ? p->tp : 1;
+    rt.sp = p->sp && exec_sp_runs(&cfg, rt.tp);
     rt.dp = p->dp > 1 ? p->dp : 1;
     rt.pipes = sim_sched_pipes(p->sched);
     rt.async = sim_sched_async(p->sched);
@@ -496,7 +497,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                          where, p->model, util_fmt_bytes(need, a, sizeof a),
                          util_fmt_bytes(host, b, sizeof b));
     }
-    if (exec_xops_build(r->model, &cfg, p->mbs, T, rt.tp, &rt.xop, e))
+    if (exec_xops_build(r->model, &cfg, p->mbs, T, rt.tp, rt.sp, &rt.xop,
+                        e))
         return util_err_prefix(e, "%s", where);
     float *full = util_malloc(sizeof(float) * (P + 1));
     float *am = util_calloc(P + 1, sizeof(float));

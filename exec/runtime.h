@@ -116,8 +116,11 @@ typedef struct exec_xop {
     int self_keep;          /* its backward reads its own output */
     int need_in[2];         /* its backward reads input k */
     int has_w;              /* it has a weight-gradient part */
-    int tp_ar_fwd;          /* all-reduce of the output in F */
-    int tp_ar_bwd;          /* all-reduce of the input gradient in B */
+    /* Sequence parallelism (exec_runtime.sp): its output (out_n, aux_n)
+     * is this rank's chunk of the tokens, a tensor of the residual stream
+     * (the embedding, norms, row-parallel linears, residual adds); a
+     * column-parallel linear gathers such an input (seq_in) */
+    int seq, seq_in;
     /* Fine-tuning (prof_model_finetune): how far its backward reaches
      * (PROF_GRAD_NONE: none at all), whether its own weights train, and
      * its LoRA adapters (exec_lora_table): how many, where each one's
@@ -165,8 +168,13 @@ typedef struct exec_slice {
 /* Builds the model program: per op role, sizes, what backward keeps.
  * Errors for ops the kernels do not implement or sizes tensor
  * parallelism cannot split, code 2. */
+/* Whether sequence parallelism runs as such for a model of config c
+ * under tp (a GPT-family decoder; an encoder's pooler and masked-LM head
+ * and a T5's cross-attention run it as tensor parallelism, the same
+ * math with each rank keeping the whole residual stream). */
+int exec_sp_runs(const exec_gpt_config *c, int tp);
 int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
-                    int T, int tp, exec_xop **out, util_err *e);
+                    int T, int tp, int sp, exec_xop **out, util_err *e);
 /* Rows of the vocabulary one of tp ranks holds: ceil(V / tp); the last
  * rank's shard is padded with rows no token reaches, whose logits the
  * loss leaves out (Megatron-LM pads the vocabulary the same way). */
@@ -345,6 +353,17 @@ struct exec_xport {
      * order, so every member (and either transport) gets the same bits. */
     int (*allreduce)(exec_xport *x, exec_runtime *rt, int w, int group,
                      void *buf, size_t n, int is_double, util_err *e);
+    /* Sequence parallelism's pair over worker w's tensor-parallel group
+     * (n: the whole tensor's floats, a multiple of the group's size;
+     * member m's part is chunk m of it). reduce_scatter: part = chunk m
+     * of the sum of every member's whole, added in member order (the
+     * bits of allreduce's chunk). allgather: every member's part, in
+     * member order, into whole. */
+    int (*reduce_scatter)(exec_xport *x, exec_runtime *rt, int w,
+                          const float *whole, float *part, size_t n,
+                          util_err *e);
+    int (*allgather)(exec_xport *x, exec_runtime *rt, int w,
+                     const float *part, float *whole, size_t n, util_err *e);
     /* Wakes everything a worker may wait in, after rt->abort is set. */
     void (*wake)(exec_xport *x, exec_runtime *rt);
     void (*free)(exec_xport *x);
@@ -477,6 +496,11 @@ struct exec_runtime {
     const sim_ir *ir;
     exec_gpt_config cfg;
     int mbs, T, tp, dp, pipes;
+    /* sequence parallelism (Korthikanti et al. 2022): the residual
+     * stream's tokens split over the tensor-parallel group (exec_xop
+     * seq); 0 where the plan has none or the model runs it as tensor
+     * parallelism (exec_sp_runs) */
+    int sp;
     /* T5: the decoder's length, a record's ids (the encoder's tokens,
      * the decoder's inputs, its targets, then each stack's buckets per
      * relative offset: exec_t5_buckets) */

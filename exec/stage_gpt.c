@@ -8,7 +8,14 @@
  * columns (then rows), the vocabulary of the embedding, head and loss;
  * an all-reduce follows each row-parallel GEMM and the embedding in the
  * forward, and each column-parallel GEMM's input gradient in the
- * backward. Each op calls the kernels of the run's backend (kernels/,
+ * backward. Sequence parallelism (Korthikanti et al. 2022, a GPT-family
+ * decoder's) splits the residual stream's tokens over the group: the
+ * embedding and each row-parallel GEMM reduce-scatter their outputs, each
+ * column-parallel GEMM all-gathers its input (again in the backward, for
+ * its weight gradient, and reduce-scatters its input gradient), a row-
+ * parallel GEMM all-gathers its output gradient, and a norm's weight
+ * gradient from its tokens is summed over the group. Each op calls the
+ * kernels of the run's backend (kernels/,
  * exec/backend.h) with the sizes one rank holds; with one rank the calls
  * are the reference trainer's, so on the CPU a pipeline of one microbatch
  * is bit-identical to it. */
@@ -59,38 +66,36 @@ typedef enum {
 
 /* What each role of the GPT graph keeps and does: output and auxiliary
  * sizes; whether its backward reads its own output, input 0, input 1; a
- * weight-gradient part; under tensor parallelism an all-reduce of the
- * output in F (row-parallel, vocabulary-parallel embedding) or of the
- * input gradient in B (column-parallel). */
+ * weight-gradient part. */
 static const struct xrole {
     prof_op_role role;
     xsize out, aux;
-    int self, in0, in1, w, ar_fwd, ar_bwd;
+    int self, in0, in1, w;
 } xroles[] = {
-    {PROF_ROLE_EMBED, SZ_NC, SZ_0, 0, 0, 0, 1, 1, 0},
-    {PROF_ROLE_NORM, SZ_NC, SZ_2N, 0, 1, 0, 1, 0, 0},
-    {PROF_ROLE_QKV, SZ_NQKVL, SZ_0, 0, 1, 0, 1, 0, 1},
-    {PROF_ROLE_QKV_EXPAND, SZ_N3CL, SZ_0, 0, 0, 0, 0, 0, 0},
-    {PROF_ROLE_ATTN_SCORES, SZ_SCORES, SZ_0, 0, 1, 0, 0, 0, 0},
-    {PROF_ROLE_ATTN_SOFTMAX, SZ_SCORES, SZ_0, 1, 0, 0, 0, 0, 0},
-    {PROF_ROLE_ATTN_CONTEXT, SZ_NCL, SZ_0, 0, 1, 1, 0, 0, 0},
-    {PROF_ROLE_ATTN_FUSED, SZ_NCL, SZ_0, 0, 1, 0, 0, 0, 0},
-    {PROF_ROLE_ATTN_OUT, SZ_NC, SZ_0, 0, 1, 0, 1, 1, 0},
-    {PROF_ROLE_RESIDUAL, SZ_NC, SZ_0, 0, 0, 0, 0, 0, 0},
-    {PROF_ROLE_MLP_UP, SZ_NFL, SZ_0, 0, 1, 0, 1, 0, 1},
-    {PROF_ROLE_MLP_ACT, SZ_NFL, SZ_0, 0, 1, 0, 0, 0, 0},
-    {PROF_ROLE_MLP_DOWN, SZ_NC, SZ_0, 0, 1, 0, 1, 1, 0},
-    {PROF_ROLE_LM_HEAD, SZ_NVL, SZ_0, 0, 1, 0, 1, 0, 1},
-    {PROF_ROLE_LOSS, SZ_N, SZ_NVL, 0, 0, 0, 0, 0, 0},
+    {PROF_ROLE_EMBED, SZ_NC, SZ_0, 0, 0, 0, 1},
+    {PROF_ROLE_NORM, SZ_NC, SZ_2N, 0, 1, 0, 1},
+    {PROF_ROLE_QKV, SZ_NQKVL, SZ_0, 0, 1, 0, 1},
+    {PROF_ROLE_QKV_EXPAND, SZ_N3CL, SZ_0, 0, 0, 0, 0},
+    {PROF_ROLE_ATTN_SCORES, SZ_SCORES, SZ_0, 0, 1, 0, 0},
+    {PROF_ROLE_ATTN_SOFTMAX, SZ_SCORES, SZ_0, 1, 0, 0, 0},
+    {PROF_ROLE_ATTN_CONTEXT, SZ_NCL, SZ_0, 0, 1, 1, 0},
+    {PROF_ROLE_ATTN_FUSED, SZ_NCL, SZ_0, 0, 1, 0, 0},
+    {PROF_ROLE_ATTN_OUT, SZ_NC, SZ_0, 0, 1, 0, 1},
+    {PROF_ROLE_RESIDUAL, SZ_NC, SZ_0, 0, 0, 0, 0},
+    {PROF_ROLE_MLP_UP, SZ_NFL, SZ_0, 0, 1, 0, 1},
+    {PROF_ROLE_MLP_ACT, SZ_NFL, SZ_0, 0, 1, 0, 0},
+    {PROF_ROLE_MLP_DOWN, SZ_NC, SZ_0, 0, 1, 0, 1},
+    {PROF_ROLE_LM_HEAD, SZ_NVL, SZ_0, 0, 1, 0, 1},
+    {PROF_ROLE_LOSS, SZ_N, SZ_NVL, 0, 0, 0, 0},
     /* BERT's: the pooler (no loss reads it: no backward), the head's
      * dense transform and its GELU */
-    {PROF_ROLE_POOLER, SZ_BC, SZ_0, 0, 0, 0, 1, 0, 0},
-    {PROF_ROLE_MLM_DENSE, SZ_NC, SZ_0, 0, 1, 0, 1, 0, 0},
-    {PROF_ROLE_MLM_ACT, SZ_NC, SZ_0, 0, 1, 0, 0, 0, 0},
+    {PROF_ROLE_POOLER, SZ_BC, SZ_0, 0, 0, 0, 1},
+    {PROF_ROLE_MLM_DENSE, SZ_NC, SZ_0, 0, 1, 0, 1},
+    {PROF_ROLE_MLM_ACT, SZ_NC, SZ_0, 0, 1, 0, 0},
     /* T5's cross-attention: q from the decoder, k | v from the encoder's
      * output */
-    {PROF_ROLE_Q, SZ_NCL, SZ_0, 0, 1, 0, 1, 0, 1},
-    {PROF_ROLE_KV, SZ_N2CL, SZ_0, 0, 1, 0, 1, 0, 1},
+    {PROF_ROLE_Q, SZ_NCL, SZ_0, 0, 1, 0, 1},
+    {PROF_ROLE_KV, SZ_N2CL, SZ_0, 0, 1, 0, 1},
 };
 
 /* The targets LoRA may put beside a linear role's weight matrix (q, k
@@ -159,14 +164,33 @@ static void lora_geometry(const prof_model *m, const exec_gpt_config *c,
     p->lora_keep_n = N * (size_t)p->n_lora * (size_t)m->ft.rank;
 }
 
+int exec_sp_runs(const exec_gpt_config *c, int tp)
+{
+    return tp > 1 && !c->t5 && !c->encoder;
+}
+
+/* The roles whose output is the residual stream, split by tokens under
+ * sequence parallelism. */
+static int seq_role(prof_op_role r)
+{
+    return r == PROF_ROLE_EMBED || r == PROF_ROLE_NORM ||
+           r == PROF_ROLE_ATTN_OUT || r == PROF_ROLE_RESIDUAL ||
+           r == PROF_ROLE_MLP_DOWN;
+}
+
 int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
-                    int T, int tp, exec_xop **out, util_err *e)
+                    int T, int tp, int sp, exec_xop **out, util_err *e)
 {
     if (c->heads % tp || c->ffn % tp || exec_kv_heads(c) % tp)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "tensor parallelism %d must divide the heads (%d), "
                          "the key and value heads (%d) and the MLP width "
                          "(%d)", tp, c->heads, exec_kv_heads(c), c->ffn);
+    sp = sp && exec_sp_runs(c, tp);
+    if (sp && (long)mbs * T % tp)
+        return util_errf(e, UTIL_EXIT_USAGE, "sequence parallelism over %d "
+                         "ranks must divide a microbatch's tokens (%d x %d)",
+                         tp, mbs, T);
     size_t C = c->hidden, D = exec_inner(c);
     /* T5: the decoder's length */
     int Td = c->t5 ? m->spec.dec_seq_len : T;
@@ -263,8 +287,14 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
             p->self_keep = bwd;
             p->need_in[0] = 0;
         }
-        p->tp_ar_fwd = tp > 1 && r->ar_fwd;
-        p->tp_ar_bwd = tp > 1 && r->ar_bwd;
+        if (sp && seq_role(o->role)) {
+            p->seq = 1;
+            p->out_n /= (size_t)tp;
+            p->aux_n /= (size_t)tp;
+        }
+        p->seq_in = sp && (o->role == PROF_ROLE_QKV ||
+                           o->role == PROF_ROLE_MLP_UP ||
+                           o->role == PROF_ROLE_LM_HEAD);
     }
     *out = x;
     return 0;
@@ -663,6 +693,50 @@ static int tp_sum(exec_worker *w, float *buf, size_t n, int64_t *tp_ns,
     *tp_ns += dt;
     w->wait_ns += dt;   /* a collective: copies and waits, not runtime */
     return rc;
+}
+
+/* Sequence parallelism's reduce-scatter (whole: n floats, part: this
+ * rank's n / tp) and all-gather, timed as tp_sum. */
+static int tp_scatter(exec_worker *w, const float *whole, float *part,
+                      size_t n, int64_t *tp_ns, util_err *e)
+{
+    int64_t t0 = (int64_t)exec_now_ns();
+    exec_runtime *rt = w->rt;
+    int rc = rt->x->reduce_scatter(rt->x, rt, w->id, whole, part, n, e);
+    int64_t dt = (int64_t)exec_now_ns() - t0;
+    *tp_ns += dt;
+    w->wait_ns += dt;
+    return rc;
+}
+
+static int tp_gather(exec_worker *w, const float *part, float *whole,
+                     size_t n, int64_t *tp_ns, util_err *e)
+{
+    int64_t t0 = (int64_t)exec_now_ns();
+    exec_runtime *rt = w->rt;
+    int rc = rt->x->allgather(rt->x, rt, w->id, part, whole, n, e);
+    int64_t dt = (int64_t)exec_now_ns() - t0;
+    *tp_ns += dt;
+    w->wait_ns += dt;
+    return rc;
+}
+
+/* Every rank's tokens of a residual-stream tensor (this rank's part:
+ * n / tp floats) gathered into a scratch tensor of n; NULL on failure. */
+static exec_buf *gathered(exec_worker *w, const float *part, size_t n,
+                          const char *what, int64_t *tp_ns, util_err *e)
+{
+    exec_buf *b;
+    EXEC_KERN(w, b = exec_buf_new(&w->mem, n, 0));
+    if (!b) {
+        exec_oom(w, what, e);
+        return NULL;
+    }
+    if (tp_gather(w, part, b->p, n, tp_ns, e)) {
+        exec_buf_unref(b);
+        return NULL;
+    }
+    return b;
 }
 
 /* Parameter pointers of op i in a stage: the weight (or token table) and
@@ -1489,6 +1563,20 @@ static int t5_backward(exec_worker *w, exec_rec *r, int op, int i,
     return 0;
 }
 
+/* out(n, C) += wpe[t] for n rows of the (B, T) tokens from row r0: a
+ * rank's tokens under sequence parallelism, sequence by sequence. */
+static void pos_rows(exec_worker *w, float *out, const float *wpe, int r0,
+                     int n, int T, int C)
+{
+    const kern_table *K = w->rt->be->k;
+    for (int k = 0; k < n;) {
+        int t = (r0 + k) % T, len = T - t < n - k ? T - t : n - k;
+        EXEC_KERN(w, K->embed_pos_forward(out + (size_t)k * C,
+                                          wpe + (size_t)t * C, 1, len, C));
+        k += len;
+    }
+}
+
 static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                       int count_loss, int64_t *tp_ns, const float *wq,
                       util_err *e)
@@ -1518,11 +1606,32 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     if (c->t5)
         return t5_forward(w, r, op, i, count_loss, &p, out, aux, in0, in1,
                           tp_ns, e);
+    /* the residual stream's rows on this rank; a column-parallel
+     * linear's input, gathered from every rank's */
+    int Nr = rt->sp ? N / tp : N;
+    exec_buf *xg = NULL;
+    if (x->seq_in) {
+        if (!(xg = gathered(w, in0, (size_t)N * C, "a gathered input", tp_ns,
+                            e)))
+            return -1;
+        in0 = xg->p;
+    }
+    int rc = 0;
     switch (x->role) {
     case PROF_ROLE_EMBED: {
         /* position t is the table's row t + pos_offset (OPT's 2) */
         const float *pos = p.b ? p.b + (size_t)c->pos_offset * C : NULL;
-        if (tp == 1) {
+        if (rt->sp) {
+            /* the lookup's sum reduce-scattered: this rank's tokens */
+            exec_buf *all = scratch(w, (size_t)N * C, "the embedding", e);
+            if (!all) return -1;
+            EXEC_KERN(w, K->embed_shard_forward(all->p, tok, p.w,
+                                                w->rank * Vl, Vl, N, C));
+            rc = tp_scatter(w, all->p, out, (size_t)N * C, tp_ns, e);
+            exec_buf_unref(all);
+            if (rc) return -1;
+            if (pos) pos_rows(w, out, pos, w->rank * Nr, Nr, T, C);
+        } else if (tp == 1) {
             EXEC_KERN(w, K->embed_forward(out, tok, p.w, pos, B, T, C));
             if (p.x)
                 EXEC_KERN(w, K->embed_type_forward(out, p.x, B, T, C,
@@ -1540,16 +1649,15 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     }
     case PROF_ROLE_NORM:
         if (c->rmsnorm)
-            EXEC_KERN(w, K->rmsnorm_forward(out, aux, in0, p.w, N, C,
+            EXEC_KERN(w, K->rmsnorm_forward(out, aux, in0, p.w, Nr, C,
                                             c->norm_eps));
         else
-            EXEC_KERN(w, K->layernorm_forward(out, aux, aux + N, in0, p.w,
-                                              p.b, N, C, exec_ln_eps(c)));
+            EXEC_KERN(w, K->layernorm_forward(out, aux, aux + Nr, in0, p.w,
+                                              p.b, Nr, C, exec_ln_eps(c)));
         break;
     case PROF_ROLE_QKV:
         EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, d.QKVl));
-        if (lora_forward(w, r, i, x, &p, in0, out, d.QKVl, tp_ns, e))
-            return -1;
+        rc = lora_forward(w, r, i, x, &p, in0, out, d.QKVl, tp_ns, e);
         break;
     case PROF_ROLE_QKV_EXPAND:
         EXEC_KERN(w, K->qkv_expand_forward(out, in0, B, T, NHl, d.KVl, d.hs,
@@ -1578,20 +1686,28 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     case PROF_ROLE_ATTN_OUT:
     case PROF_ROLE_MLP_DOWN: {
         int IC = x->role == PROF_ROLE_ATTN_OUT ? Cl : Fl;
-        /* row-parallel: the bias once, by rank 0, before the sum */
-        EXEC_KERN(w, K->linear_forward(out, in0, p.w, w->rank ? NULL : p.b,
+        /* row-parallel: the bias once, by rank 0, before the sum (under
+         * sequence parallelism a reduce-scatter, of a whole) */
+        exec_buf *all = NULL;
+        if (x->seq && !(all = scratch(w, (size_t)N * C, "a row-parallel "
+                                      "output", e)))
+            return -1;
+        float *y = all ? all->p : out;
+        EXEC_KERN(w, K->linear_forward(y, in0, p.w, w->rank ? NULL : p.b,
                                        N, IC, C));
-        if (lora_forward(w, r, i, x, &p, in0, out, C, tp_ns, e)) return -1;
-        if (tp > 1 && tp_sum(w, out, (size_t)N * C, tp_ns, e)) return -1;
+        rc = lora_forward(w, r, i, x, &p, in0, y, C, tp_ns, e);
+        if (!rc && all) rc = tp_scatter(w, y, out, (size_t)N * C, tp_ns, e);
+        else if (!rc && tp > 1) rc = tp_sum(w, out, (size_t)N * C, tp_ns, e);
+        exec_buf_unref(all);
         break;
     }
     case PROF_ROLE_RESIDUAL:
-        EXEC_KERN(w, K->residual_forward(out, in0, in1, (size_t)N * C));
+        EXEC_KERN(w, K->residual_forward(out, in0, in1, (size_t)Nr * C));
         break;
     case PROF_ROLE_MLP_UP: {
         int OC = c->swiglu ? 2 * Fl : Fl;
         EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, OC));
-        if (lora_forward(w, r, i, x, &p, in0, out, OC, tp_ns, e)) return -1;
+        rc = lora_forward(w, r, i, x, &p, in0, out, OC, tp_ns, e);
         break;
     }
     case PROF_ROLE_MLP_ACT:
@@ -1640,7 +1756,8 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     default:
         util_never_(__FILE__, __LINE__, "an op role without a kernel");
     }
-    return 0;
+    exec_buf_unref(xg);
+    return rc ? -1 : 0;
 }
 
 /* ------------------------------------------------------------ backward */
@@ -1698,6 +1815,28 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     if (c->t5)
         return t5_backward(w, r, op, i, input_part, weight_part, base_w, &p,
                            dout, out, aux, in0, in1, d0, d1, tp_ns, e);
+    /* sequence parallelism: the residual stream's rows on this rank; a
+     * column-parallel linear's input gathered again for its weight
+     * gradients (Megatron-LM's choice: not kept whole from the
+     * forward), a row-parallel one's or the embedding's output gradient
+     * gathered */
+    int Nr = rt->sp ? N / tp : N;
+    exec_buf *xg = NULL, *gg = NULL;
+    if (x->seq_in && weight_part && (base_w || x->n_lora)) {
+        if (!(xg = gathered(w, in0, (size_t)N * C, "a gathered input", tp_ns,
+                            e)))
+            return -1;
+        in0 = xg->p;
+    }
+    if (x->seq && x->role != PROF_ROLE_NORM &&
+        x->role != PROF_ROLE_RESIDUAL &&
+        (x->role != PROF_ROLE_EMBED || base_w)) {
+        if (!(gg = gathered(w, dout, (size_t)N * C, "a gathered gradient",
+                            tp_ns, e)))
+            return -1;
+        dout = gg->p;
+    }
+    int rc = 0;
     switch (x->role) {
     case PROF_ROLE_EMBED: {
         if (!base_w) break;
@@ -1712,23 +1851,41 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                                                 exec_type_split(c, T)));
         break;
     }
-    case PROF_ROLE_NORM:
+    case PROF_ROLE_NORM: {
+        /* under sequence parallelism the weight gradient of this rank's
+         * tokens, summed over the group before it is added */
+        exec_buf *gs = NULL;
+        if (base_w && x->seq &&
+            !(gs = scratch(w, 2 * (size_t)C, "a norm's gradient", e)))
+            return -1;
+        float *gw = gs ? gs->p : p.gw, *gb = gs ? gs->p + C : p.gb;
         if (c->rmsnorm) {
             if (input_part)
                 EXEC_KERN(w, K->rmsnorm_backward_input(d0, dout, in0, p.w, aux,
-                                                       N, C));
+                                                       Nr, C));
             if (base_w)
-                EXEC_KERN(w, K->rmsnorm_backward_weight(p.gw, dout, in0, aux,
-                                                        N, C));
-            break;
+                EXEC_KERN(w, K->rmsnorm_backward_weight(gw, dout, in0, aux,
+                                                        Nr, C));
+        } else {
+            if (input_part)
+                EXEC_KERN(w, K->layernorm_backward_input(d0, dout, in0, p.w,
+                                                         aux, aux + Nr, Nr,
+                                                         C));
+            if (base_w)
+                EXEC_KERN(w, K->layernorm_backward_weight(gw, gb, dout, in0,
+                                                          aux, aux + Nr, Nr,
+                                                          C));
         }
-        if (input_part)
-            EXEC_KERN(w, K->layernorm_backward_input(d0, dout, in0, p.w, aux,
-                                                     aux + N, N, C));
-        if (base_w)
-            EXEC_KERN(w, K->layernorm_backward_weight(p.gw, p.gb, dout, in0,
-                                                      aux, aux + N, N, C));
+        if (gs) {
+            size_t n = c->rmsnorm ? (size_t)C : 2 * (size_t)C;
+            rc = tp_sum(w, gs->p, n, tp_ns, e);
+            if (!rc) EXEC_KERN(w, K->accumulate(p.gw, gs->p, (size_t)C));
+            if (!rc && !c->rmsnorm)
+                EXEC_KERN(w, K->accumulate(p.gb, gs->p + C, (size_t)C));
+            exec_buf_unref(gs);
+        }
         break;
+    }
     case PROF_ROLE_QKV:
     case PROF_ROLE_MLP_UP:
     case PROF_ROLE_LM_HEAD:
@@ -1737,7 +1894,6 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         int OC = x->role == PROF_ROLE_QKV ? d.QKVl
                : x->role == PROF_ROLE_MLP_UP ? (c->swiglu ? 2 * Fl : Fl)
                : x->role == PROF_ROLE_MLM_DENSE ? C : Vl;
-        int rc = 0;
         /* BERT's head transform is replicated: its input gradient is
          * whole on every rank */
         if (input_part) {
@@ -1747,8 +1903,8 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                 rc = lora_backward(w, r, i, x, &p, in0, dout, OC, d0,
                                    weight_part, tp_ns, e);
             } else {
-                exec_buf *tmp = scratch(w, (size_t)N * C, "an input "
-                                        "gradient", e);
+                exec_buf *tmp = scratch(w, (size_t)(N + (x->seq_in ? Nr : 0)) *
+                                               C, "an input gradient", e);
                 if (!tmp) rc = -1;
                 if (!rc)
                     EXEC_KERN(w, K->linear_backward_input(tmp->p, dout, p.w, N,
@@ -1757,9 +1913,20 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                 if (!rc)
                     rc = lora_backward(w, r, i, x, &p, in0, dout, OC, tmp->p,
                                        weight_part, tp_ns, e);
-                if (!rc) rc = tp_sum(w, tmp->p, (size_t)N * C, tp_ns, e);
-                if (!rc)
-                    EXEC_KERN(w, K->accumulate(d0, tmp->p, (size_t)N * C));
+                /* reduce-scattered into its part of the group's scratch
+                 * under sequence parallelism */
+                if (!rc && x->seq_in) {
+                    rc = tp_scatter(w, tmp->p, tmp->p + (size_t)N * C,
+                                    (size_t)N * C, tp_ns, e);
+                    if (!rc)
+                        EXEC_KERN(w, K->accumulate(d0, tmp->p + (size_t)N * C,
+                                                   (size_t)Nr * C));
+                } else {
+                    if (!rc) rc = tp_sum(w, tmp->p, (size_t)N * C, tp_ns, e);
+                    if (!rc)
+                        EXEC_KERN(w, K->accumulate(d0, tmp->p,
+                                                   (size_t)N * C));
+                }
                 exec_buf_unref(tmp);
             }
         } else if (weight_part) {
@@ -1769,7 +1936,6 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         if (!rc && base_w)
             EXEC_KERN(w, K->linear_backward_weight(p.gw, p.gb, dout, in0, N,
                                                    C, OC));
-        if (rc) return -1;
         break;
     }
     case PROF_ROLE_QKV_EXPAND:
@@ -1783,9 +1949,10 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         if (input_part)
             EXEC_KERN(w, K->linear_backward_input(d0, dout, p.w, N, IC, C));
         if ((input_part || weight_part) &&
-            lora_backward(w, r, i, x, &p, in0, dout, C,
-                          input_part ? d0 : NULL, weight_part, tp_ns, e))
-            return -1;
+            (rc = lora_backward(w, r, i, x, &p, in0, dout, C,
+                                input_part ? d0 : NULL, weight_part, tp_ns,
+                                e)))
+            break;
         if (base_w)
             EXEC_KERN(w, K->linear_backward_weight(p.gw, p.gb, dout, in0, N,
                                                    IC, C));
@@ -1825,7 +1992,7 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     }
     case PROF_ROLE_RESIDUAL:
         if (input_part)
-            EXEC_KERN(w, K->residual_backward(d0, d1, dout, (size_t)N * C));
+            EXEC_KERN(w, K->residual_backward(d0, d1, dout, (size_t)Nr * C));
         break;
     case PROF_ROLE_MLP_ACT:
         if (input_part && c->swiglu)
@@ -1857,7 +2024,9 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     default:
         util_never_(__FILE__, __LINE__, "an op role without a kernel");
     }
-    return 0;
+    exec_buf_unref(xg);
+    exec_buf_unref(gg);
+    return rc ? -1 : 0;
 }
 
 int exec_op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,

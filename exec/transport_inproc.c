@@ -151,6 +151,50 @@ static int sum_dev(group *g, exec_runtime *rt, int w, int me, float *buf,
     return rc;
 }
 
+/* Sequence parallelism's reduce-scatter: member me adds chunk me of
+ * every member's whole (sum_dev's bits); nobody changes its whole before
+ * all have read it. */
+static int ip_reduce_scatter(exec_xport *x, exec_runtime *rt, int w,
+                             const float *whole, float *part, size_t n,
+                             util_err *e)
+{
+    inproc *p = x->impl;
+    group *g = &p->tp[w / rt->tp];
+    int me = w % rt->tp;
+    const exec_backend *be = rt->be;
+    size_t len = n / (size_t)g->size, lo = len * (size_t)me;
+    if (be->sync(e)) return -1;
+    g->ptr[me] = (void *)whole;
+    if (barrier(g, rt)) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
+    be->copy(part, (const float *)g->ptr[0] + lo, len * sizeof(float));
+    for (int q = 1; q < g->size; q++)
+        be->acc(part, (const float *)g->ptr[q] + lo, len);
+    int rc = be->sync(e);
+    if (!rc && barrier(g, rt)) rc = util_errf(e, UTIL_EXIT_FAIL, "stopped");
+    return rc;
+}
+
+/* ...and its all-gather: every member copies every part into its whole,
+ * the parts kept until all have. */
+static int ip_allgather(exec_xport *x, exec_runtime *rt, int w,
+                        const float *part, float *whole, size_t n,
+                        util_err *e)
+{
+    inproc *p = x->impl;
+    group *g = &p->tp[w / rt->tp];
+    int me = w % rt->tp;
+    const exec_backend *be = rt->be;
+    size_t len = n / (size_t)g->size;
+    if (be->sync(e)) return -1;
+    g->part[me] = (float *)part;
+    if (barrier(g, rt)) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
+    for (int q = 0; q < g->size; q++)
+        be->copy(whole + len * (size_t)q, g->part[q], len * sizeof(float));
+    int rc = be->sync(e);
+    if (!rc && barrier(g, rt)) rc = util_errf(e, UTIL_EXIT_FAIL, "stopped");
+    return rc;
+}
+
 static int ip_allreduce(exec_xport *x, exec_runtime *rt, int w, int which,
                         void *buf, size_t n, int is_double, util_err *e)
 {
@@ -197,6 +241,8 @@ exec_xport *exec_xport_inproc_new(exec_runtime *rt)
     x->send = ip_send;
     x->send_test = ip_send_test;
     x->allreduce = ip_allreduce;
+    x->reduce_scatter = ip_reduce_scatter;
+    x->allgather = ip_allgather;
     x->wake = ip_wake;
     x->free = ip_free;
     x->impl = p;

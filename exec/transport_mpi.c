@@ -299,6 +299,83 @@ static int mx_allreduce(exec_xport *x, exec_runtime *rt, int w, int which,
     return rc;
 }
 
+/* Sequence parallelism's reduce-scatter: each member's chunk m goes to
+ * member m (all-to-all), which adds them in member order (the bits of
+ * the in-process transport's). */
+static int mx_reduce_scatter(exec_xport *x, exec_runtime *rt, int w,
+                             const float *whole, float *part, size_t n,
+                             util_err *e)
+{
+    (void)w;
+    mpix *m = x->impl;
+    const exec_backend *be = rt->be;
+    int size;
+    MPI_Comm_size(m->tp, &size);
+    size_t len = n / (size_t)size;
+    if (len > (size_t)1 << 30)
+        return util_errf(e, UTIL_EXIT_FAIL, "a reduce-scatter of %zu values",
+                         n);
+    if (be->sync(e)) return -1;
+    const float *src = whole;
+    float *h = NULL;
+    if (!be->host_memory) {
+        h = util_malloc(sizeof *h * (n + 1));
+        be->to_host(h, whole, n * sizeof *h);
+        src = h;
+    }
+    float *all = util_malloc(sizeof *all * (n + 1));
+    int rc = MPI_Alltoall(src, (int)len, MPI_FLOAT, all, (int)len, MPI_FLOAT,
+                          m->tp);
+    if (rc != MPI_SUCCESS) {
+        free(h);
+        free(all);
+        return mpi_err(e, rc, "all-to-all");
+    }
+    for (int q = 1; q < size; q++)
+        exec_sum_into(all, all + (size_t)q * len, len, 0);
+    if (be->host_memory) {
+        memcpy(part, all, len * sizeof *all);
+    } else {
+        be->from_host(part, all, len * sizeof *all);
+        rc = be->sync(e);
+    }
+    free(h);
+    free(all);
+    return rc ? -1 : 0;
+}
+
+static int mx_allgather(exec_xport *x, exec_runtime *rt, int w,
+                        const float *part, float *whole, size_t n,
+                        util_err *e)
+{
+    (void)w;
+    mpix *m = x->impl;
+    const exec_backend *be = rt->be;
+    int size;
+    MPI_Comm_size(m->tp, &size);
+    size_t len = n / (size_t)size;
+    if (len > (size_t)1 << 30)
+        return util_errf(e, UTIL_EXIT_FAIL, "an all-gather of %zu values", n);
+    if (be->sync(e)) return -1;
+    if (be->host_memory) {
+        int rc = MPI_Allgather(part, (int)len, MPI_FLOAT, whole, (int)len,
+                               MPI_FLOAT, m->tp);
+        return rc != MPI_SUCCESS ? mpi_err(e, rc, "all-gather") : 0;
+    }
+    float *h = util_malloc(sizeof *h * (n + len + 1)), *hp = h + n;
+    be->to_host(hp, part, len * sizeof *h);
+    int rc = MPI_Allgather(hp, (int)len, MPI_FLOAT, h, (int)len, MPI_FLOAT,
+                           m->tp);
+    if (rc != MPI_SUCCESS) {
+        free(h);
+        return mpi_err(e, rc, "all-gather");
+    }
+    be->from_host(whole, h, n * sizeof *h);
+    rc = be->sync(e);
+    free(h);
+    return rc ? -1 : 0;
+}
+
 /* A failure: say it here, the peers cannot, and end the job. */
 static void mx_wake(exec_xport *x, exec_runtime *rt)
 {
@@ -345,6 +422,8 @@ exec_xport *exec_xport_mpi_new(exec_runtime *rt, util_err *e)
     x->send_test = mx_send_test;
     x->poll = mx_poll;
     x->allreduce = mx_allreduce;
+    x->reduce_scatter = mx_reduce_scatter;
+    x->allgather = mx_allgather;
     x->wake = mx_wake;
     x->free = mx_free;
     x->impl = m;

@@ -307,6 +307,32 @@ static int nc_allreduce(exec_xport *x, exec_runtime *rt, int w, int which,
     return rt->be->sync(e);
 }
 
+/* Sequence parallelism's pair, NCCL's own (its sums' order is NCCL's:
+ * not the CPU transports' bits) */
+static int nc_reduce_scatter(exec_xport *x, exec_runtime *rt, int w,
+                             const float *whole, float *part, size_t n,
+                             util_err *e)
+{
+    (void)w;
+    ncclx *nx = x->impl;
+    int gpu = nx->gpu;
+    NCHK(ncclReduceScatter, (whole, part, n / (size_t)rt->tp, ncclFloat,
+                             ncclSum, nx->tp, (cudaStream_t)rt->be->stream()));
+    return rt->be->sync(e);
+}
+
+static int nc_allgather(exec_xport *x, exec_runtime *rt, int w,
+                        const float *part, float *whole, size_t n,
+                        util_err *e)
+{
+    (void)w;
+    ncclx *nx = x->impl;
+    int gpu = nx->gpu;
+    NCHK(ncclAllGather, (part, whole, n / (size_t)rt->tp, ncclFloat, nx->tp,
+                         (cudaStream_t)rt->be->stream()));
+    return rt->be->sync(e);
+}
+
 static void nc_wake(exec_xport *x, exec_runtime *rt)
 {
     ncclx *n = x->impl;
@@ -451,7 +477,9 @@ exec_xport *exec_xport_nccl_new(exec_runtime *rt, util_err *e)
     exec_xport *x = util_malloc(sizeof *x);
     *x = (exec_xport){.name = "nccl", .send = nc_send,
                       .send_test = nc_send_test, .poll = nc_poll,
-                      .allreduce = nc_allreduce, .wake = nc_wake,
+                      .allreduce = nc_allreduce,
+                      .reduce_scatter = nc_reduce_scatter,
+                      .allgather = nc_allgather, .wake = nc_wake,
                       .free = nc_free, .impl = n};
     if (nc_connect(n, rt, size, e)) {
         /* the peers wait inside NCCL for this rank: end the job */

@@ -140,7 +140,8 @@ static int cut_job(exec_wl *W, wl_job *J, util_err *e)
         double reserve = g->mem_bytes - W->budget + extra;
         int rc = wl_prep_job(&J->prep, J->j, W->t, reserve, &e2);
         if (rc == 0 && !J->xop &&
-            exec_xops_build(J->prep.m, &J->cfg, J->B, J->T, 1, &J->xop, e)) {
+            exec_xops_build(J->prep.m, &J->cfg, J->B, J->T, 1, 0, &J->xop,
+                            e)) {
             util_err_prefix(e, "%s", J->j->model_where);
             return -1;
         }
@@ -154,7 +155,8 @@ static int cut_job(exec_wl *W, wl_job *J, util_err *e)
             double wn = 0;
             if (!J->xop) {
                 J->prep.m = m;
-                rc = exec_xops_build(m, &J->cfg, J->B, J->T, 1, &J->xop, e);
+                rc = exec_xops_build(m, &J->cfg, J->B, J->T, 1, 0, &J->xop,
+                                     e);
                 J->prep.m = NULL;
                 if (rc) {
                     prof_model_free(m);

@@ -180,15 +180,26 @@ Test(exec_cli_pipe, bert_memory_is_the_simulators)
     recompute_memory("tests/data/exec/bert-tiny.json");
 }
 
-/* A plan with sequence parallelism runs as tensor parallelism and says
- * its peaks are above the simulator's (it ran silently 17% above) */
+/* A decoder's plan with sequence parallelism runs it and says so in its
+ * header; an encoder's runs it as tensor parallelism and says its peaks
+ * are above the simulator's (it ran silently 17% above) */
 Test(exec_cli_pipe, sequence_parallel_plans_say_what_runs)
 {
     char *dir = test_tmpdir();
     make_plan(dir, "sp.json", "--hw cpu x2 --model MODEL --schedule 1f1b "
               "--pp 1 --tp 2 --sequence-parallel --mbs 1 --microbatches 2");
-    cli_expect(0, "runs sequence parallelism as tensor parallelism",
-               "exec --plan %s/sp.json --steps 2", dir);
+    cli_result r = cli_run("exec --plan %s/sp.json --steps 2", dir);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "tensor 2 (sequence parallel)"), "%s", r.out);
+    cr_expect(!strstr(r.out, "as tensor parallelism"), "%s", r.out);
+    cli_result_free(&r);
+    r = cli_run("sim --hw cpu x2 --model tests/data/exec/bert-pico.json "
+                "--schedule 1f1b --pp 1 --tp 2 --sequence-parallel --mbs 1 "
+                "--microbatches 2 --out %s/bert.json", dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    cli_expect(0, "runs sequence parallelism as tensor parallelism for an "
+               "encoder", "exec --plan %s/bert.json --steps 2", dir);
     test_rm_rf(dir);
 }
 
@@ -385,7 +396,8 @@ static int have_mpirun(void)
     return system("command -v mpirun >/dev/null 2>&1") == 0;
 }
 
-/* Collectives add in rank order in both transports and the ring and
+/* Collectives add in rank order in both transports (sequence
+ * parallelism's reduce-scatter too) and the ring and
  * pipeline transfers are the IR's (an offload plan's rings too): the
  * same plan gives the same bits. */
 Test(exec_cli_pipe, mpi_and_in_process_give_the_same_weights)
@@ -398,13 +410,15 @@ Test(exec_cli_pipe, mpi_and_in_process_give_the_same_weights)
               "--pp 1 --dp 2 --mbs 2 --microbatches 2");
     make_plan(dir, "tp.json", "--hw cpu x2 --model MODEL --schedule gpipe "
               "--pp 1 --tp 2 --mbs 2 --microbatches 2");
+    make_plan(dir, "sp.json", "--hw cpu x2 --model MODEL --schedule 1f1b "
+              "--pp 1 --tp 2 --sequence-parallel --mbs 3 --microbatches 2");
     /* offload over two ranks, each its share of the states on its drive
      * file and of the frozen weights, gathered by rings */
     make_plan(dir, "ofl.json", "--hw cpu x2 --model MODEL --schedule "
               "zero-infinity --offload-tier nvme --dp 2 --mbs 2 "
               "--microbatches 2 --finetune lora:4");
-    const char *plans[] = {"p", "dp", "tp", "ofl"};
-    for (int i = 0; i < 4; i++) {
+    const char *plans[] = {"p", "dp", "tp", "sp", "ofl"};
+    for (int i = 0; i < 5; i++) {
         int rc = sh_run("cd %s && %s \"$SLUICE\" exec --plan %s.json --steps 3 "
                         "--quiet --save %s-mpi.ckpt > %s-mpi.out 2>&1", dir,
                         MPIRUN, plans[i], plans[i], plans[i]);

@@ -10,8 +10,9 @@
  * base in NF4), and all but the last two blocks frozen,
  * each measured and simulated. Then sharded data parallelism: 1F1B on
  * the two devices as two data-parallel ranks (pp 1, microbatch 2 x 4)
- * with ZeRO 0 to 3, each measured and simulated. One run: compare
- * the rows of one table, not tables. */
+ * with ZeRO 0 to 3, each measured and simulated. Then the two devices as
+ * one tensor-parallel group, with and without sequence parallelism. One
+ * run: compare the rows of one table, not tables. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,12 +32,15 @@ static exec_adamw adamw(void)
                         .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f};
 }
 
-/* `sluice sim --hw cpu x2 --model MODEL --schedule 1f1b --pp PP --dp
- * 2/PP --mbs 2 --microbatches 4 --finetune FT --zero Z` run for real: its
- * samples/s and each device's peak, measured and simulated for the run's
- * own IR; the first row is the one the others are compared with. */
+/* `sluice sim --hw cpu x2 --model MODEL --schedule 1f1b --pp PP --tp TP
+ * --dp 2/(PP TP) --mbs 2 --microbatches 4 --finetune FT --zero Z` (and
+ * --sequence-parallel where sp) run for real: its samples/s and each
+ * device's peak (a tensor-parallel group's ranks: its one device),
+ * measured and simulated for the run's own IR; the first row is the one
+ * the others are compared with. */
 static int row(const char *model, const prof_topo *t, const char *ft,
-               int pp, int zero, double *full, double *worst, util_err *e)
+               int pp, int zero, int tp, int sp, double *full, double *worst,
+               util_err *e)
 {
     sim_plan p;
     sim_plan_init(&p);
@@ -44,8 +48,9 @@ static int row(const char *model, const prof_topo *t, const char *ft,
     snprintf(p.hw, sizeof p.hw, "cpu x2");
     p.sched = SIM_SCHED_1F1B;
     p.pp = pp;
-    p.dp = 2 / pp;
-    p.tp = 1;
+    p.dp = 2 / (pp * tp);
+    p.tp = tp;
+    p.sp = sp;
     p.zero = zero;
     p.mbs = 2;
     p.n_mb = 4;
@@ -81,19 +86,25 @@ static int row(const char *model, const prof_topo *t, const char *ft,
         goto out;
     }
     double it = exec_pipe_iteration_s(&r, WARM, NULL, NULL);
+    int nd = r.n_devices < 2 ? r.n_devices : 2;
     double v[6] = {it > 0 ? r.B / it : 0, r.B / (sr.iteration_ns * 1e-9),
-                   r.peak_bytes[0], sr.dev[0].peak_bytes, r.peak_bytes[1],
-                   sr.dev[1].peak_bytes};
+                   r.peak_bytes[0], sr.dev[0].peak_bytes,
+                   nd > 1 ? r.peak_bytes[1] : NAN,
+                   nd > 1 ? sr.dev[1].peak_bytes : NAN};
     if (!full[0]) memcpy(full, v, sizeof v);
-    for (int d = 0; d < 2; d++)
+    for (int d = 0; d < nd; d++)
         *worst = fmax(*worst, fabs(v[2 + 2 * d] / v[3 + 2 * d] - 1));
     char name[64];
     prof_finetune_name(&p.ft, name, sizeof name);
-    if (pp == 1) snprintf(name, sizeof name, "zero %d", zero);
-    printf("%-12s %8.2f %8.2f %6.3f %5.2fx %7.2f %7.2f %6.3f %7.2f %7.2f "
-           "%6.3f\n", name, v[0], v[1], v[0] / v[1], v[0] / full[0],
-           v[2] / 1048576, v[3] / 1048576, v[2] / v[3], v[4] / 1048576,
-           v[5] / 1048576, v[4] / v[5]);
+    if (tp > 1) snprintf(name, sizeof name, "tp %d%s", tp, sp ? " + sp" : "");
+    else if (pp == 1) snprintf(name, sizeof name, "zero %d", zero);
+    printf("%-12s %8.2f %8.2f %6.3f %5.2fx %7.2f %7.2f %6.3f", name, v[0],
+           v[1], v[0] / v[1], v[0] / full[0], v[2] / 1048576, v[3] / 1048576,
+           v[2] / v[3]);
+    if (nd > 1)
+        printf(" %7.2f %7.2f %6.3f", v[4] / 1048576, v[5] / 1048576,
+               v[4] / v[5]);
+    printf("\n");
     rc = 0;
 out:
     sim_engine_free(en);
@@ -210,7 +221,7 @@ int main(int argc, char **argv)
     const char *fts[] = {"full", "lora:8", "qlora:8", "frozen:4"};
     double full[6] = {0}, worst = 0;
     for (int i = 0; i < 4; i++)
-        if (row(model, t, fts[i], 2, 0, full, &worst, &e))
+        if (row(model, t, fts[i], 2, 0, 1, 0, full, &worst, &e))
             printf("%-12s failed: %s\n", fts[i], e.msg);
     peaks_goal(worst, "");
     printf("\nsharded data parallelism %s, 1f1b dp 2, microbatch 2 x 4 "
@@ -225,9 +236,19 @@ int main(int argc, char **argv)
      * weights gathered: sim_cost_opts.whole_shards), not FSDP's two
      * layers `sluice sim` prices (exec/README.md) */
     for (int z = 0; z <= 3; z++)
-        if (row(model, t, "full", 1, z, z0, &worst, &e))
+        if (row(model, t, "full", 1, z, 1, 0, z0, &worst, &e))
             printf("zero %d       failed: %s\n", z, e.msg);
     peaks_goal(worst, " (ZeRO 0 to 3)");
+    printf("\ntensor parallelism %s, 1f1b tp 2, microbatch 2 x 4 (samples/s; "
+           "peak MiB of the group's two ranks)\n", model);
+    printf("%-12s %8s %8s %6s %6s %7s %7s %6s\n", "layout", "measured",
+           "sim", "m/s", "/tp", "dev0", "sim", "m/s");
+    double t0[6] = {0};
+    worst = 0;
+    for (int sp = 0; sp < 2; sp++)
+        if (row(model, t, "full", 1, 0, 2, sp, t0, &worst, &e))
+            printf("tp 2%-8s failed: %s\n", sp ? " + sp" : "", e.msg);
+    peaks_goal(worst, " (tensor and sequence parallel)");
     plan_result_free(&pr);
     prof_model_free(m);
     prof_topo_free(t);
