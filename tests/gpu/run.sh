@@ -210,6 +210,8 @@ fi
 if want e; then
 echo "== (e) one step of each kind of plan, the GPU against the CPU"
 same "tp 2" 2 --schedule 1f1b --pp 1 --tp 2
+same "tp 2, sp" 2 --schedule 1f1b --pp 1 --tp 2 \
+    --sequence-parallel
 same "dp 2, zero 1" 2 --schedule 1f1b --pp 1 --dp 2 --zero 1
 same "dp 2, zero 2" 2 --schedule 1f1b --pp 1 --dp 2 --zero 2
 same "dp 2, zero 3" 2 --schedule 1f1b --pp 1 --dp 2 --zero 3
@@ -242,6 +244,8 @@ against=
 # Llama's decoder (RoPE, RMSNorm, SwiGLU, grouped key and value heads),
 # QLoRA's 4-bit base, a graph with fused attention, OPT's decoder
 model=llama-tiny same "llama, tp 2" 2 --schedule 1f1b --pp 1 --tp 2
+model=llama-tiny same "llama, tp 2, sp" 2 --schedule zb-h1 \
+    --pp 1 --tp 2 --sequence-parallel
 model=llama-tiny same "llama, qlora 8" 2 --schedule zb-h1 --pp 2 \
     --finetune qlora:8
 model=tests/data/exec/gpt-pico-flash.json same "fused attention" 2 \
