@@ -682,43 +682,39 @@ static exec_buf *scratch(exec_worker *w, size_t n, const char *what,
     return b;
 }
 
-/* Tensor-parallel sum, timed into *tp_ns. */
-static int tp_sum(exec_worker *w, float *buf, size_t n, int64_t *tp_ns,
-                  util_err *e)
+/* A collective over the tensor-parallel group, timed into *tp_ns: a sum
+ * of buf's n floats (in place), or under sequence parallelism a
+ * reduce-scatter of a whole of n into this rank's part (n / tp) or an
+ * all-gather of the parts into a whole. */
+enum { TP_SUM, TP_SCATTER, TP_GATHER };
+
+static int tp_coll(exec_worker *w, int kind, float *whole, float *part,
+                   size_t n, int64_t *tp_ns, util_err *e)
 {
     int64_t t0 = (int64_t)exec_now_ns();
     exec_runtime *rt = w->rt;
-    int rc = rt->x->allreduce(rt->x, rt, w->id, EXEC_GROUP_TP, buf, n, 0, e);
+    exec_xport *x = rt->x;
+    int rc = kind == TP_SUM
+           ? x->allreduce(x, rt, w->id, EXEC_GROUP_TP, whole, n, 0, e)
+           : kind == TP_SCATTER
+           ? x->reduce_scatter(x, rt, w->id, whole, part, n, e)
+           : x->allgather(x, rt, w->id, part, whole, n, e);
     int64_t dt = (int64_t)exec_now_ns() - t0;
     *tp_ns += dt;
     w->wait_ns += dt;   /* a collective: copies and waits, not runtime */
     return rc;
 }
 
-/* Sequence parallelism's reduce-scatter (whole: n floats, part: this
- * rank's n / tp) and all-gather, timed as tp_sum. */
-static int tp_scatter(exec_worker *w, const float *whole, float *part,
-                      size_t n, int64_t *tp_ns, util_err *e)
+static int tp_sum(exec_worker *w, float *buf, size_t n, int64_t *tp_ns,
+                  util_err *e)
 {
-    int64_t t0 = (int64_t)exec_now_ns();
-    exec_runtime *rt = w->rt;
-    int rc = rt->x->reduce_scatter(rt->x, rt, w->id, whole, part, n, e);
-    int64_t dt = (int64_t)exec_now_ns() - t0;
-    *tp_ns += dt;
-    w->wait_ns += dt;
-    return rc;
+    return tp_coll(w, TP_SUM, buf, NULL, n, tp_ns, e);
 }
 
-static int tp_gather(exec_worker *w, const float *part, float *whole,
-                     size_t n, int64_t *tp_ns, util_err *e)
+static int tp_scatter(exec_worker *w, float *whole, float *part, size_t n,
+                      int64_t *tp_ns, util_err *e)
 {
-    int64_t t0 = (int64_t)exec_now_ns();
-    exec_runtime *rt = w->rt;
-    int rc = rt->x->allgather(rt->x, rt, w->id, part, whole, n, e);
-    int64_t dt = (int64_t)exec_now_ns() - t0;
-    *tp_ns += dt;
-    w->wait_ns += dt;
-    return rc;
+    return tp_coll(w, TP_SCATTER, whole, part, n, tp_ns, e);
 }
 
 /* Every rank's tokens of a residual-stream tensor (this rank's part:
@@ -732,7 +728,7 @@ static exec_buf *gathered(exec_worker *w, const float *part, size_t n,
         exec_oom(w, what, e);
         return NULL;
     }
-    if (tp_gather(w, part, b->p, n, tp_ns, e)) {
+    if (tp_coll(w, TP_GATHER, b->p, (float *)part, n, tp_ns, e)) {
         exec_buf_unref(b);
         return NULL;
     }

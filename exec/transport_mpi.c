@@ -302,20 +302,31 @@ static int mx_allreduce(exec_xport *x, exec_runtime *rt, int w, int which,
 /* Sequence parallelism's reduce-scatter: each member's chunk m goes to
  * member m (all-to-all), which adds them in member order (the bits of
  * the in-process transport's). */
+/* A part's floats of a whole of n over the tensor-parallel group (*len,
+ * its size *size) once the device's work is done; -1 where MPI cannot
+ * count them. */
+static int tp_part(const exec_xport *x, const exec_runtime *rt, size_t n,
+                   size_t *len, int *size, util_err *e)
+{
+    const mpix *m = x->impl;
+    const exec_backend *be = rt->be;
+    MPI_Comm_size(m->tp, size);
+    *len = n / (size_t)*size;
+    if (*len > (size_t)1 << 30)
+        return util_errf(e, UTIL_EXIT_FAIL, "a part of %zu values", *len);
+    return be->sync(e);
+}
+
 static int mx_reduce_scatter(exec_xport *x, exec_runtime *rt, int w,
                              const float *whole, float *part, size_t n,
                              util_err *e)
 {
     (void)w;
+    int size;
+    size_t len;
+    if (tp_part(x, rt, n, &len, &size, e)) return -1;
     mpix *m = x->impl;
     const exec_backend *be = rt->be;
-    int size;
-    MPI_Comm_size(m->tp, &size);
-    size_t len = n / (size_t)size;
-    if (len > (size_t)1 << 30)
-        return util_errf(e, UTIL_EXIT_FAIL, "a reduce-scatter of %zu values",
-                         n);
-    if (be->sync(e)) return -1;
     const float *src = whole;
     float *h = NULL;
     if (!be->host_memory) {
@@ -349,14 +360,11 @@ static int mx_allgather(exec_xport *x, exec_runtime *rt, int w,
                         util_err *e)
 {
     (void)w;
-    mpix *m = x->impl;
-    const exec_backend *be = rt->be;
     int size;
-    MPI_Comm_size(m->tp, &size);
-    size_t len = n / (size_t)size;
-    if (len > (size_t)1 << 30)
-        return util_errf(e, UTIL_EXIT_FAIL, "an all-gather of %zu values", n);
-    if (be->sync(e)) return -1;
+    size_t len;
+    if (tp_part(x, rt, n, &len, &size, e)) return -1;
+    const mpix *m = x->impl;
+    const exec_backend *be = rt->be;
     if (be->host_memory) {
         int rc = MPI_Allgather(part, (int)len, MPI_FLOAT, whole, (int)len,
                                MPI_FLOAT, m->tp);
