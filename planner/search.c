@@ -740,7 +740,8 @@ static void enumerate_candidates(search *s)
                     int kn[MAX_KNOBS];
                     int nk = knobs(sc, p, m, o, kn);
                     for (int rc = 0; rc < SIM_RC_COUNT; rc++)
-                    for (int sp = 0; sp <= (tp > 1); sp++) {
+                    for (int sp = 0; sp <= (tp > 1 && sim_sp_splits(m, tp));
+                         sp++) {
                         if (o->recompute >= 0 && rc != o->recompute) continue;
                         if (o->sp >= 0 && sp != o->sp) continue;
                         for (int z = 0; z <= 3; z++)

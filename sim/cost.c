@@ -403,6 +403,12 @@ static prof_op op_split(const prof_op *op, int t, int sp)
 
 prof_op sim_op_tp(const prof_op *op, int t) { return op_split(op, t, 0); }
 
+int sim_sp_splits(const prof_model *m, int tp)
+{
+    return tp > 0 && m->spec.seq_len % tp == 0 &&
+           (m->spec.dec_seq_len <= 0 || m->spec.dec_seq_len % tp == 0);
+}
+
 double sim_op_act_rank(const prof_model *m, int i, int t, int sp)
 {
     const prof_op *op = &m->ops[i];
@@ -963,6 +969,13 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     }
     int mbs = o && o->mbs > 0 ? o->mbs : 1;
     int sp = o && o->sp && tpw > 1;
+    if (sp && !sim_sp_splits(m, tpw)) {
+        util_errf(e, UTIL_EXIT_USAGE, "sequence parallelism splits each "
+                  "sequence over the tensor-parallel group: tp %d must "
+                  "divide its %d tokens%s", tpw, m->spec.seq_len,
+                  m->spec.dec_seq_len > 0 ? " and the decoder's" : "");
+        return NULL;
+    }
     int rc = o && o->recompute > 0 && o->recompute < SIM_RC_COUNT
            ? o->recompute : SIM_RC_FULL;
     double state = o && o->state_bytes_per_param > 0

@@ -627,6 +627,10 @@ double sim_gemm_unaligned_cap(const prof_gpu *g, prof_dtype dt,
  * everything is split: s*b*h*34/t + 5*a*s*s*b/t (Korthikanti et al.,
  * Table 2). */
 double sim_op_act_rank(const prof_model *m, int i, int tp, int sp);
+/* Whether sequence parallelism over tp ranks splits each of m's
+ * sequences (a T5's encoder's and decoder's) evenly, as Megatron-LM
+ * requires of it. */
+int sim_sp_splits(const prof_model *m, int tp);
 /* Whether op i of m runs again before its backward under recomputation
  * rc (sim_recompute): full, every op of a transformer layer (a layer with
  * attention); selective, the attention core's unfused ops (fused

@@ -356,3 +356,32 @@ Test(recompute, command_line)
     cr_expect(strstr(r.out, "\"recompute\": \"full\""), "%s", r.out);
     cli_result_free(&r);
 }
+
+/* Sequence parallelism splits each sequence over the tensor-parallel
+ * group (Megatron-LM asserts it divides): 15 tokens over 2 ranks are
+ * refused by sim, and plan answers without it. */
+Test(recompute, sequence_parallel_splits_each_sequence)
+{
+    char *dir = test_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/odd.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"gpt-odd\", \"family\": \"gpt\", \"hidden\": 32, "
+          "\"layers\": 2, \"heads\": 4, \"ffn\": 64, \"vocab\": 256, "
+          "\"seq_len\": 15, \"max_pos\": 32, \"batch\": 8, "
+          "\"dtype\": \"fp32\"}\n", f);
+    cr_assert_eq(fclose(f), 0);
+    cli_result r = cli_run("sim --hw cpu x2 --model %s --schedule gpipe "
+                           "--pp 1 --tp 2 --mbs 1 --microbatches 2 "
+                           "--sequence-parallel", path);
+    cr_expect_eq(r.code, 2, "%s", r.out);
+    cr_expect(strstr(r.err, "tp 2 must divide its 15 tokens"), "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("plan --hw cpu x2 --model %s --tp 2 --no-progress --json",
+                path);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "\"sequence_parallel\": false"), "%s", r.out);
+    cr_expect(!strstr(r.out, "\"sequence_parallel\": true"), "%s", r.out);
+    cli_result_free(&r);
+    test_rm_rf(dir);
+}
