@@ -165,14 +165,15 @@ typedef struct exec_slice {
     int op;                 /* the graph op it belongs to */
 } exec_slice;
 
-/* Builds the model program: per op role, sizes, what backward keeps.
- * Errors for ops the kernels do not implement or sizes tensor
- * parallelism cannot split, code 2. */
 /* Whether sequence parallelism runs as such for a model of config c
  * under tp (a GPT-family decoder; an encoder's pooler and masked-LM head
  * and a T5's cross-attention run it as tensor parallelism, the same
  * math with each rank keeping the whole residual stream). */
 int exec_sp_runs(const exec_gpt_config *c, int tp);
+/* Builds the model program: per op role, sizes, what backward keeps
+ * (sp: sequence parallelism where exec_sp_runs). Errors for ops the
+ * kernels do not implement or sizes tensor or sequence parallelism
+ * cannot split, code 2. */
 int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                     int T, int tp, int sp, exec_xop **out, util_err *e);
 /* Rows of the vocabulary one of tp ranks holds: ceil(V / tp); the last
