@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CKPT_MAGIC "SLUICEC1"
 #define CKPT_VERSION 5
@@ -467,6 +468,26 @@ int exec_lora_ckpt_peek(const char *path, exec_ckpt_meta *meta,
         return util_errf(e, UTIL_EXIT_USAGE, "%s: corrupt LoRA state "
                          "(invalid header values)", path);
     return 0;
+}
+
+int exec_ckpt_not_lora(const char *ckpt, const exec_ckpt_meta *meta,
+                       const char *what, util_err *e)
+{
+    char lp[4096], ft[64];
+    exec_lora_ckpt_path(ckpt, lp, sizeof lp);
+    exec_ckpt_meta lm;
+    prof_finetune lft;
+    util_err pe;
+    if (access(lp, F_OK) || exec_lora_ckpt_peek(lp, &lm, &lft, &pe) ||
+        lm.step != meta->step || lm.seed != meta->seed || lm.B != meta->B ||
+        lm.T != meta->T)
+        return 0;
+    prof_finetune_name(&lft, ft, sizeof ft);
+    return util_errf(e, UTIL_EXIT_USAGE, "--resume %s: a %s run saved it "
+                     "(its adapters merged into the weights, its own state "
+                     "in %s), and this run trains %s: resume with a %s plan, "
+                     "or start from its weights with --init", ckpt, ft, lp,
+                     what, ft);
 }
 
 int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,

@@ -468,6 +468,14 @@ int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
 /* Reads only its header: the model, mode, batch, length, seed, step. */
 int exec_lora_ckpt_peek(const char *path, exec_ckpt_meta *meta,
                         prof_finetune *ft, util_err *e);
+/* --resume CKPT by a run that trains the whole model (or frozen blocks):
+ * an error naming the mode when a LoRA run saved CKPT (its state beside
+ * it, of the same step, seed and batch), whose weights have the adapters
+ * merged in and whose moments are none of theirs: going on would start a
+ * full fine-tuning at its step without its moments. what: the trained
+ * mode, for the message. */
+int exec_ckpt_not_lora(const char *ckpt, const exec_ckpt_meta *meta,
+                       const char *what, util_err *e);
 int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
                         const prof_finetune *ft, float *base, float *lora,
                         float *lm, float *lv, size_t NL,

@@ -87,6 +87,9 @@ static int initial_state(const exec_pipe_opts *o, const exec_gpt_config *c,
         if (meta.step < 0 || meta.step > 100000000)
             return util_errf(e, UTIL_EXIT_USAGE, "%s: implausible step %lld",
                              o->resume, (long long)meta.step);
+        char pf[64];
+        prof_finetune_name(&o->plan->ft, pf, sizeof pf);
+        if (exec_ckpt_not_lora(o->resume, &meta, pf, e)) return -1;
         *step0 = (int)meta.step;
         *seed = meta.seed;
         return 0;

@@ -103,7 +103,9 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
     int B = o->B, T = o->T;
     exec_ckpt_meta meta = {0};
     if (o->resume) {
-        if (exec_ckpt_peek(o->resume, &meta, e)) return -1;
+        if (exec_ckpt_peek(o->resume, &meta, e) ||
+            exec_ckpt_not_lora(o->resume, &meta, "full", e))
+            return -1;
         if (B && B != meta.B)
             return util_errf(e, UTIL_EXIT_USAGE,
                              "%s: checkpoint was trained with batch %d, not "

@@ -490,6 +490,24 @@ Test(exec_lora, mpirun_and_the_merged_checkpoint)
     cr_expect(strstr(x.err, "i.ckpt.lora: the LoRA state of another model "
                      "or fine-tuning mode"), "%s", x.err);
     cli_result_free(&x);
+    /* a plan of full fine-tuning: the checkpoint is the LoRA run's (its
+     * adapters merged in, their moments in the state beside) */
+    x = cli_run("sim --hw cpu x2 --model " PICO " --schedule 1f1b --pp 2 "
+                "--mbs 2 --microbatches 4 --out %s/f.json", dir);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    x = cli_run("exec --plan %s/f.json --resume %s/i.ckpt --steps 5", dir,
+                dir);
+    cr_expect_eq(x.code, 2);
+    cr_expect(strstr(x.err, "i.ckpt: a lora:4:all run saved it") &&
+              strstr(x.err, "this run trains full"), "%s", x.err);
+    cli_result_free(&x);
+    /* the reference trainer's too */
+    x = cli_run("exec --model " PICO " --resume %s/i.ckpt --steps 5", dir);
+    cr_expect_eq(x.code, 2);
+    cr_expect(strstr(x.err, "i.ckpt: a lora:4:all run saved it"), "%s",
+              x.err);
+    cli_result_free(&x);
     /* a byte changed, a truncated file */
     cr_assert_eq(sh_run("cp %s/i.ckpt.lora %s/c.lora && printf 'x' | dd "
                         "of=%s/i.ckpt.lora bs=1 seek=4000 conv=notrunc "
@@ -519,10 +537,6 @@ Test(exec_lora, mpirun_and_the_merged_checkpoint)
     cr_expect_eq(x.code, 2);
     cr_expect(strstr(x.err, "l.json: --offload zero-offload does not run "
                      "fine-tuning mode lora:4:all"), "%s", x.err);
-    cli_result_free(&x);
-    x = cli_run("sim --hw cpu x2 --model " PICO " --schedule 1f1b --pp 2 "
-                "--mbs 2 --microbatches 4 --out %s/f.json", dir);
-    cr_assert_eq(x.code, 0, "%s", x.err);
     cli_result_free(&x);
     x = cli_run("exec --plan %s/f.json --init %s/i.ckpt --steps 1 --quiet",
                 dir, dir);
