@@ -105,6 +105,8 @@ static int linear(builder *b, prof_op_role role, const char *name, int in,
     o->bwd_in_flops = 2 * s * k * n;
     o->bwd_w_flops = 2 * s * k * n + (bias ? s * n : 0);
     o->params = k * n + (bias ? n : 0);
+    if (bias && (role == PROF_ROLE_ATTN_OUT || role == PROF_ROLE_MLP_DOWN))
+        o->tp_rep = n;
     o->bytes_read = s * k * e + o->params * e;
     o->bytes_written = s * n * e;
     o->act_bytes = s * k * e;
@@ -319,9 +321,11 @@ static int embedding(builder *b, double s_tok, int positions, int types,
     double h = s->hidden, e = b->e;
     prof_op *o = add(b, PROF_OP_EMBED, PROF_ROLE_EMBED, "tok", -1, -1);
     o->params = (double)s->vocab * h + positions * h + types * h;
+    o->tp_rep = positions * h + types * h;
     if (tied_to >= 0) {
         o->tied = 1;
         o->params = (double)s->vocab * h;
+        o->tp_rep = 0;
     }
     o->fwd_flops = s_tok * h * (1 + (positions > 0) + (types > 0));
     o->bwd_w_flops = s_tok * h * (1 + (positions > 0) + (types > 0));

@@ -477,6 +477,11 @@ typedef struct prof_op {
      * loss's fp32 copies) */
     double fwd_scratch, bwd_scratch;
     double params;          /* the op's parameters (a LoRA adapter's too) */
+    /* of them, those every tensor-parallel rank holds whole where the op
+     * is split (Megatron-LM's layout): a learned position or token-type
+     * table beside the vocabulary-split token table, a row-parallel
+     * linear's bias (added once after the sum) */
+    double tp_rep;
     /* Fine-tuning (prof_model_finetune; full training: train_params =
      * params and the rest 0): the parameters that get gradients and
      * optimizer state, the bytes the frozen rest takes (4-bit under

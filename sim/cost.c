@@ -374,9 +374,18 @@ static prof_op op_split(const prof_op *op, int t, int sp)
     o.fwd_scratch /= t;
     o.bwd_scratch /= t;
     if (r != TP_NONE) {
-        o.params /= t;
-        o.train_params /= t;
-        o.frozen_bytes /= t;
+        /* what every rank holds whole (op->tp_rep) is not split: of the
+         * trained parameters, or of the frozen base's bytes */
+        double rep = op->tp_rep > 0 && op->tp_rep < op->params ? op->tp_rep
+                                                                : 0;
+        int trains = op->grad == PROF_GRAD_TRAIN;
+        double base = op->params - (trains ? 0 : op->train_params);
+        o.params = (op->params - rep) / t + rep;
+        o.train_params = trains && op->train_params >= rep
+                       ? (op->train_params - rep) / t + rep
+                       : op->train_params / t;
+        double fr = !trains && base > rep ? op->frozen_bytes * rep / base : 0;
+        o.frozen_bytes = (op->frozen_bytes - fr) / t + fr;
         o.dequant_bytes /= t;
     }
     /* a column-parallel GEMM keeps its (replicated) input */

@@ -841,6 +841,27 @@ Test(sim_sched_cli, data_and_tensor_parallel_report_and_plan)
     free(dir);
 }
 
+/* Tensor parallelism splits the token table and the linears' weights,
+ * while every rank keeps the learned position table, the norms and the
+ * row-parallel linears' biases whole, as Megatron-LM and the executor
+ * do: gpt-pico (34912 parameters, of which 1024 positions, 448 norm
+ * weights and 192 row-parallel biases) holds 16624 + 1664 = 18288 a rank
+ * at tp 2, in fp32 weights, gradients and AdamW's two moments 16 bytes
+ * each: the executor's arena of 292608 bytes. (It counted the position
+ * table and biases split: 282880.) */
+Test(sim_sched_cli, tensor_parallel_ranks_keep_what_is_replicated)
+{
+    json_t *a = sim_json("--hw cpu x2 --model tests/data/exec/gpt-pico.json "
+                         "--schedule gpipe --pp 1 --tp 2 --mbs 2 "
+                         "--microbatches 2");
+    json_t *d = json_array_get(json_object_get(a, "devices"), 0);
+    cr_expect_eq(json_number_value(json_object_get(d, "weight_bytes")),
+                 4 * 18288.0);
+    cr_expect_eq(json_number_value(json_object_get(d, "static_bytes")),
+                 16 * 18288.0);
+    json_decref(a);
+}
+
 Test(sim_sched_cli, cluster_smoke)
 {
     /* a small Megatron-like cluster case end to end (the 1024-GPU one is

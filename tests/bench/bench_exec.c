@@ -35,7 +35,7 @@ static exec_adamw adamw(void)
 /* `sluice sim --hw cpu x2 --model MODEL --schedule 1f1b --pp PP --tp TP
  * --dp 2/(PP TP) --mbs 2 --microbatches 4 --finetune FT --zero Z` (and
  * --sequence-parallel where sp) run for real: its samples/s and each
- * device's peak (a tensor-parallel group's ranks: its one device),
+ * device's peak (a tensor-parallel group's: rank 0's, per GPU),
  * measured and simulated for the run's own IR; the first row is the one
  * the others are compared with. */
 static int row(const char *model, const prof_topo *t, const char *ft,
@@ -240,7 +240,7 @@ int main(int argc, char **argv)
             printf("zero %d       failed: %s\n", z, e.msg);
     peaks_goal(worst, " (ZeRO 0 to 3)");
     printf("\ntensor parallelism %s, 1f1b tp 2, microbatch 2 x 4 (samples/s; "
-           "peak MiB of the group's two ranks)\n", model);
+           "peak MiB of a rank)\n", model);
     printf("%-12s %8s %8s %6s %6s %7s %7s %6s\n", "layout", "measured",
            "sim", "m/s", "/tp", "dev0", "sim", "m/s");
     double t0[6] = {0};
