@@ -321,8 +321,11 @@ static int hf_fields(const util_jobj *o, const hf_map *m, prof_model_spec *s,
         }
         int *dst = spec_int(s, m->field);
         if (UTIL_NEVER(!dst)) return -1;
-        if (json_is_boolean(v)) {
-            *dst = json_is_true(v);
+        /* the flags take true or false, the sizes integers: a boolean
+         * for a size (num_hidden_layers: true) is no count of 1 */
+        if (!strcmp(m->field, "tied_embeddings") ||
+            !strcmp(m->field, "bias")) {
+            if (util_jbool(o, m->key, 1, dst, e)) return -1;
             continue;
         }
         long x;
