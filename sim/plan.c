@@ -566,7 +566,9 @@ int sim_plan_files_changed(const sim_plan *p, char *what, size_t n)
         char now[17];
         if (!sum[k][0]) continue;
         file_sum(path[k], now);
-        if (strcmp(now, sum[k])) {
+        /* a file no longer there or readable has not changed: loading
+         * it says what is wrong with it */
+        if (now[0] && strcmp(now, sum[k])) {
             char file[256];
             spec_path(path[k], file);
             snprintf(what, n, "the %s file %s", k ? "server" : "model",

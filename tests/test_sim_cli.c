@@ -284,6 +284,13 @@ Test(sim_cli, a_model_file_edited_under_its_plan_is_named)
     cr_expect(strstr(r.err, "hw.json changed since the plan was made"), "%s",
               r.err);
     cli_result_free(&r);
+    /* a file gone is not one changed: the error alone names it */
+    cr_assert_eq(sh_run("rm %s/m.json", dir), 0);
+    r = cli_run("sim --plan %s/p.json", dir);
+    cr_expect_eq(r.code, 2, "%s", r.err);
+    cr_expect(strstr(r.err, "m.json: cannot open") &&
+              !strstr(r.err, "changed since"), "%s", r.err);
+    cli_result_free(&r);
     test_rm_rf(dir);
 }
 
