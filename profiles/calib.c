@@ -124,7 +124,7 @@ static int parse_link(const util_jobj *o, prof_calib_link *l, util_err *e)
     double bw = 0, lat = 0, err = 0;
     long n = 0;
     if (util_jkeys(o, keys, e) ||
-        util_jnum(o, "gb_per_s", 1, UTIL_POSITIVE, 1e6, &bw, e) ||
+        util_jnum(o, "gb_per_s", 1, UTIL_HW_MIN, 1e6, &bw, e) ||
         util_jnum(o, "latency_us", 1, 0, 1e7, &lat, e) ||
         util_jint(o, "samples", 0, 0, 1000000, &n, e) ||
         util_jnum(o, "max_error", 0, 0, 1e6, &err, e))

@@ -135,17 +135,17 @@ static int parse_eff(const util_jobj *o, prof_eff *f, int partial,
         "cache_gain", "unaligned", "split_factor", NULL};
     int req = !partial;
     if (util_jkeys(o, keys, e) ||
-        util_jnum(o, "unaligned", 0, UTIL_POSITIVE, 1, &f->unaligned, e) ||
+        util_jnum(o, "unaligned", 0, UTIL_HW_MIN, 1, &f->unaligned, e) ||
         util_jnum(o, "cache_bytes", 0, 0, 1e12, &f->cache_bytes, e) ||
         util_jnum(o, "cache_gain", 0, 0, 1e3, &f->cache_gain, e) ||
         parse_factors(o, "gemm_factor", f->gemm_factor, e) ||
         parse_factors(o, "mem_factor", f->mem_factor, e) ||
         parse_split(o, f->split_factor, e) ||
         util_jnum(o, "opt_factor", 0, UTIL_POSITIVE, 1e3, &f->opt_factor, e) ||
-        util_jnum(o, "gemm_max", req, UTIL_POSITIVE, 1, &f->gemm_max, e) ||
+        util_jnum(o, "gemm_max", req, UTIL_HW_MIN, 1, &f->gemm_max, e) ||
         util_jnum(o, "gemm_half_mn", req, 0, 1e6, &f->gemm_half_mn, e) ||
         util_jnum(o, "gemm_half_k", req, 0, 1e6, &f->gemm_half_k, e) ||
-        util_jnum(o, "mem_max", req, UTIL_POSITIVE, 1, &f->mem_max, e) ||
+        util_jnum(o, "mem_max", req, UTIL_HW_MIN, 1, &f->mem_max, e) ||
         util_jnum(o, "mem_half_bytes", req, 0, 1e12, &f->mem_half_bytes,
                   e) ||
         util_jnum(o, "launch_ns", req, 0, 1e7, &f->launch_ns, e) ||
@@ -186,7 +186,7 @@ int prof_gpu_parse_ex(const util_jobj *o, prof_gpu *g, int partial,
         util_jenum(o, "form", req, form_names, &form, e) ||
         util_jbool(o, "consumer", req, &g->consumer, e) ||
         util_jnum(o, "mem_gib", req, UTIL_POSITIVE, 1e6, &mem_gib, e) ||
-        util_jnum(o, "mem_bw_gb_per_s", req, UTIL_POSITIVE, 1e6, &bw, e) ||
+        util_jnum(o, "mem_bw_gb_per_s", req, UTIL_HW_MIN, 1e6, &bw, e) ||
         util_jnum(o, "fp16_acc16_tflops", 0, 0, 1e6, &acc16, e) ||
         util_jint(o, "pcie_gen", req, 1, 6, &gen, e) ||
         util_jint(o, "pcie_lanes", req, 1, 32, &lanes, e) ||
@@ -228,8 +228,11 @@ int prof_gpu_parse_ex(const util_jobj *o, prof_gpu *g, int partial,
             int must = d == PROF_DT_FP32 ||
                        (d == PROF_DT_FP16 && form != PROF_FORM_CPU);
             if (util_jnum(&p, dtype_names[d], req,
-                          must ? UTIL_POSITIVE : 0, 1e6, &v, e))
+                          must ? UTIL_HW_MIN : 0, 1e6, &v, e))
                 return -1;
+            if (v > 0 && v < UTIL_HW_MIN)
+                return util_jerr(e, &p, dtype_names[d], "%g is too small "
+                                 "(must be 0 or >= %g)", v, UTIL_HW_MIN);
             g->peak_flops[d] = v * 1e12;
         }
         if (g->peak_flops[PROF_DT_TF32] > g->peak_flops[PROF_DT_FP16])

@@ -102,7 +102,7 @@ static prof_topo *load_template(const util_jobj *root, const prof_hw_opts *cli,
         if (util_jkeys(&sc, link_kinds, e)) goto fail;
         for (int k = 0; k < PROF_LINK_KIND_COUNT; k++) {
             double f = 1;
-            if (util_jnum(&sc, link_kinds[k], 0, UTIL_POSITIVE, 100, &f, e))
+            if (util_jnum(&sc, link_kinds[k], 0, UTIL_HW_MIN, 100, &f, e))
                 goto fail;
             for (int i = 0; i < t->n_links; i++)
                 if (t->links[i].kind == (prof_link_kind)k)
@@ -172,15 +172,15 @@ static int parse_node(const util_jobj *o, prof_topo *t, util_err *e)
     } else if (kind == PROF_NODE_DRAM) {
         double gib, bw;
         if (util_jnum(o, "mem_gib", 1, UTIL_POSITIVE, 1e7, &gib, e) ||
-            util_jnum(o, "bw_gb_per_s", 1, UTIL_POSITIVE, 1e5, &bw, e))
+            util_jnum(o, "bw_gb_per_s", 1, UTIL_HW_MIN, 1e5, &bw, e))
             return -1;
         nd->capacity_bytes = gib * 1073741824.0;
         nd->read_bw_bytes_per_s = nd->write_bw_bytes_per_s = bw * 1e9;
     } else if (kind == PROF_NODE_NVME) {
         double tb, rd, wr;
         if (util_jnum(o, "capacity_tb", 1, UTIL_POSITIVE, 1e4, &tb, e) ||
-            util_jnum(o, "read_gb_per_s", 1, UTIL_POSITIVE, 1e4, &rd, e) ||
-            util_jnum(o, "write_gb_per_s", 1, UTIL_POSITIVE, 1e4, &wr, e))
+            util_jnum(o, "read_gb_per_s", 1, UTIL_HW_MIN, 1e4, &rd, e) ||
+            util_jnum(o, "write_gb_per_s", 1, UTIL_HW_MIN, 1e4, &wr, e))
             return -1;
         nd->capacity_bytes = tb * 1e12;
         nd->read_bw_bytes_per_s = rd * 1e9;
@@ -235,7 +235,7 @@ static int parse_link(const util_jobj *o, prof_topo *t,
                              "x2, x4, x8, x16 or x32", lanes);
         bw = prof_pcie_bw((int)gen, (int)lanes);
     } else {
-        if (util_jnum(o, "bw_gb_per_s", 1, UTIL_POSITIVE, 1e5, &bw, e))
+        if (util_jnum(o, "bw_gb_per_s", 1, UTIL_HW_MIN, 1e5, &bw, e))
             return -1;
         bw *= 1e9;
     }

@@ -105,7 +105,10 @@ int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
         double c = prof_calib_op_ns(cal, key, busy);
         if (c >= 0) return (int64_t)llround(c);
     }
-    return (int64_t)llround(sim_op_model_ns(g, dt, op, mbs, k));
+    /* at most 1e15 ns (11.6 days) an op: with the hardware files' least
+     * rates (UTIL_HW_MIN) a plan's sums stay far inside 64 bits */
+    double ns = sim_op_model_ns(g, dt, op, mbs, k);
+    return (int64_t)llround(ns < 1e15 ? ns : 1e15);
 }
 
 /* Streaming from a cache: cache_gain times faster for bytes well inside

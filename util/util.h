@@ -189,6 +189,10 @@ int util_jkeys(const util_jobj *o, const char *const *allowed, util_err *e);
 
 /* Pass as lo to require a value > 0 (the message then says so). */
 #define UTIL_POSITIVE 2.2250738585072014e-308
+/* The least a hardware rate (GB/s, TFLOP/s) or efficiency may be:
+ * slower, a simulated task could outlast the 64-bit nanoseconds the
+ * simulator counts in (1e-300 GB/s hung it). */
+#define UTIL_HW_MIN 1e-3
 
 /* Getters: required fields missing are errors; optional ones keep *out.
  * Numbers are checked against [lo, hi]; pass -HUGE_VAL/HUGE_VAL for none. */
