@@ -187,10 +187,11 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                          "the key and value heads (%d) and the MLP width "
                          "(%d)", tp, c->heads, exec_kv_heads(c), c->ffn);
     sp = sp && exec_sp_runs(c, tp);
-    if (sp && (long)mbs * T % tp)
+    /* the simulator's rule (Megatron-LM's): each sequence splits */
+    if (sp && !sim_sp_splits(m, tp))
         return util_errf(e, UTIL_EXIT_USAGE, "sequence parallelism over %d "
-                         "ranks must divide a microbatch's tokens (%d x %d)",
-                         tp, mbs, T);
+                         "ranks must divide each sequence (%d tokens)", tp,
+                         T);
     size_t C = c->hidden, D = exec_inner(c);
     /* T5: the decoder's length */
     int Td = c->t5 ? m->spec.dec_seq_len : T;

@@ -118,6 +118,37 @@ static int sum_host(group *g, exec_runtime *rt, int me, double *buf,
     return rc ? util_errf(e, UTIL_EXIT_FAIL, "stopped") : 0;
 }
 
+/* Chunk q of n floats over the group's members: [*lo, *lo + *len). */
+static void chunk_of(const group *g, size_t n, int q, size_t *lo,
+                     size_t *len)
+{
+    *lo = n * (size_t)q / (size_t)g->size;
+    *len = n * (size_t)(q + 1) / (size_t)g->size - *lo;
+}
+
+/* Chunk me of the sum of the tensors the members published (g->ptr), in
+ * member order, into out. */
+static void add_chunk(const group *g, const exec_backend *be, size_t n,
+                      int me, float *out)
+{
+    size_t lo, len;
+    chunk_of(g, n, me, &lo, &len);
+    be->copy(out, (const float *)g->ptr[0] + lo, len * sizeof(float));
+    for (int q = 1; q < g->size; q++)
+        be->acc(out, (const float *)g->ptr[q] + lo, len);
+}
+
+/* The chunks the members published (g->part) into whole. */
+static void copy_chunks(const group *g, const exec_backend *be, size_t n,
+                        float *whole)
+{
+    for (int q = 0; q < g->size; q++) {
+        size_t lo, len;
+        chunk_of(g, n, q, &lo, &len);
+        be->copy(whole + lo, g->part[q], len * sizeof(float));
+    }
+}
+
 /* Device floats: member m sums chunk m of every member's tensor (in member
  * order: the same bits as adding whole tensors), then each member copies
  * all chunks back. Each waits for its device before the others read. */
@@ -126,24 +157,18 @@ static int sum_dev(group *g, exec_runtime *rt, int w, int me, float *buf,
 {
     const exec_backend *be = rt->be;
     exec_worker *wk = exec_rt_worker(rt, w);
-    size_t lo = n * (size_t)me / (size_t)g->size;
-    size_t len = n * (size_t)(me + 1) / (size_t)g->size - lo;
+    size_t lo, len;
+    chunk_of(g, n, me, &lo, &len);
     if (be->sync(e)) return -1;
     g->ptr[me] = buf;
     if (barrier(g, rt)) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
     exec_buf *part = exec_buf_new(&wk->mem, len, 0);
     if (!part) return exec_oom(wk, "a tensor-parallel sum", e);
-    be->copy(part->p, (float *)g->ptr[0] + lo, len * sizeof(float));
-    for (int q = 1; q < g->size; q++)
-        be->acc(part->p, (float *)g->ptr[q] + lo, len);
+    add_chunk(g, be, n, me, part->p);
     int rc = be->sync(e);
     g->part[me] = part->p;
     if (!rc && barrier(g, rt)) rc = util_errf(e, UTIL_EXIT_FAIL, "stopped");
-    for (int q = 0; q < g->size && !rc; q++) {
-        size_t a = n * (size_t)q / (size_t)g->size;
-        size_t b = n * (size_t)(q + 1) / (size_t)g->size;
-        be->copy(buf + a, g->part[q], (b - a) * sizeof(float));
-    }
+    if (!rc) copy_chunks(g, be, n, buf);
     if (!rc) rc = be->sync(e);
     /* the chunks stay until every member has copied them */
     if (!rc && barrier(g, rt)) rc = util_errf(e, UTIL_EXIT_FAIL, "stopped");
@@ -151,48 +176,41 @@ static int sum_dev(group *g, exec_runtime *rt, int w, int me, float *buf,
     return rc;
 }
 
-/* Sequence parallelism's reduce-scatter: member me adds chunk me of
- * every member's whole (sum_dev's bits); nobody changes its whole before
- * all have read it. */
-static int ip_reduce_scatter(exec_xport *x, exec_runtime *rt, int w,
-                             const float *whole, float *part, size_t n,
-                             util_err *e)
+/* Sequence parallelism's pair over worker w's tensor-parallel group:
+ * sum_dev's two halves, each with the barrier before its reads and the
+ * one after (nobody changes what it published before all have read it).
+ * A reduce-scatter publishes the whole and adds its chunk; an
+ * all-gather publishes its part and copies every chunk. */
+static int tp_half(exec_xport *x, exec_runtime *rt, int w, int scatter,
+                   const float *in, float *out, size_t n, util_err *e)
 {
     inproc *p = x->impl;
     group *g = &p->tp[w / rt->tp];
     int me = w % rt->tp;
     const exec_backend *be = rt->be;
-    size_t len = n / (size_t)g->size, lo = len * (size_t)me;
     if (be->sync(e)) return -1;
-    g->ptr[me] = (void *)whole;
+    if (scatter) g->ptr[me] = (void *)in;
+    else g->part[me] = (float *)in;
     if (barrier(g, rt)) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
-    be->copy(part, (const float *)g->ptr[0] + lo, len * sizeof(float));
-    for (int q = 1; q < g->size; q++)
-        be->acc(part, (const float *)g->ptr[q] + lo, len);
+    if (scatter) add_chunk(g, be, n, me, out);
+    else copy_chunks(g, be, n, out);
     int rc = be->sync(e);
     if (!rc && barrier(g, rt)) rc = util_errf(e, UTIL_EXIT_FAIL, "stopped");
     return rc;
 }
 
-/* ...and its all-gather: every member copies every part into its whole,
- * the parts kept until all have. */
+static int ip_reduce_scatter(exec_xport *x, exec_runtime *rt, int w,
+                             const float *whole, float *part, size_t n,
+                             util_err *e)
+{
+    return tp_half(x, rt, w, 1, whole, part, n, e);
+}
+
 static int ip_allgather(exec_xport *x, exec_runtime *rt, int w,
                         const float *part, float *whole, size_t n,
                         util_err *e)
 {
-    inproc *p = x->impl;
-    group *g = &p->tp[w / rt->tp];
-    int me = w % rt->tp;
-    const exec_backend *be = rt->be;
-    size_t len = n / (size_t)g->size;
-    if (be->sync(e)) return -1;
-    g->part[me] = (float *)part;
-    if (barrier(g, rt)) return util_errf(e, UTIL_EXIT_FAIL, "stopped");
-    for (int q = 0; q < g->size; q++)
-        be->copy(whole + len * (size_t)q, g->part[q], len * sizeof(float));
-    int rc = be->sync(e);
-    if (!rc && barrier(g, rt)) rc = util_errf(e, UTIL_EXIT_FAIL, "stopped");
-    return rc;
+    return tp_half(x, rt, w, 0, part, whole, n, e);
 }
 
 static int ip_allreduce(exec_xport *x, exec_runtime *rt, int w, int which,
