@@ -597,9 +597,12 @@ static int check_request(search *s, util_err *e)
     if (o->pp > n)
         return util_errf(e, UTIL_EXIT_USAGE, "--pp %d but %s has %d GPUs",
                          o->pp, t->name, n);
-    if (o->pp && n % o->pp)
-        return util_errf(e, UTIL_EXIT_USAGE, "--pp %d does not divide the %d "
-                         "GPUs of %s", o->pp, n, t->name);
+    const char *flag[] = {"--pp", "--dp", "--tp"};
+    int want[] = {o->pp, o->dp, o->tp};
+    for (int i = 0; i < 3; i++)
+        if (want[i] > 0 && want[i] <= n && n % want[i])
+            return util_errf(e, UTIL_EXIT_USAGE, "%s %d does not divide the "
+                             "%d GPUs of %s", flag[i], want[i], n, t->name);
     if (o->mbs > 0 && r->batch % o->mbs)
         return util_errf(e, UTIL_EXIT_USAGE, "batch %d cannot be split into "
                          "microbatches of %d", r->batch, o->mbs);
@@ -615,6 +618,14 @@ static int check_request(search *s, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "--tp %d is larger than a server "
                          "of %s (%d GPUs): tensor parallelism stays inside one",
                          o->tp, t->name, t->gpus_per_server);
+    if (o->tp > 1 && (m->spec.heads % o->tp || m->spec.kv_heads % o->tp))
+        return util_errf(e, UTIL_EXIT_USAGE, "--tp %d does not divide the "
+                         "%d attention heads%s of %s (tensor parallelism "
+                         "splits heads over its GPUs)", o->tp,
+                         m->spec.heads % o->tp ? m->spec.heads
+                                               : m->spec.kv_heads,
+                         m->spec.heads % o->tp ? "" : " of keys and values",
+                         m->spec.name);
     if (o->sp == 1 && (o->tp == 1 || n == 1))
         return util_errf(e, UTIL_EXIT_USAGE, "--sequence-parallel needs "
                          "tensor parallelism (--tp 2 or more): the sequence "
@@ -714,8 +725,9 @@ static void enumerate_candidates(search *s)
     s->cs = util_calloc((size_t)capc, sizeof *s->cs);
     int per_server = s->t->gpus_per_server > 0 ? s->t->gpus_per_server : n;
     char layout_why[400] = "", w1[160];
-    for (int tp = 1; tp <= per_server && tp <= n; tp *= 2) {
-        if (o->tp && tp != o->tp) continue;
+    /* powers of two, or the one width asked for */
+    for (int tp = o->tp ? o->tp : 1; tp <= per_server && tp <= n;
+         tp = o->tp ? n + 1 : tp * 2) {
         if (m->spec.heads % tp || m->spec.kv_heads % tp) continue;
         for (int p = 1; p <= n / tp; p++) {
             if ((n / tp) % p || (o->pp && p != o->pp)) continue;

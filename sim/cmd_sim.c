@@ -182,6 +182,8 @@ typedef struct cmd_opts {
     int json, stages, emit, ops;
     int swap_given;             /* --act-swap K[:J] (else auto) */
     int tier_given;             /* --offload-tier */
+    int waves_given;            /* --waves */
+    int minibatches_given;      /* --minibatches */
     const char *state_tiers;    /* --state-tiers LIST */
 } cmd_opts;
 
@@ -271,12 +273,14 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         } else if (!strcmp(a, "--waves")) {
             if (need(i, argc, argv, e) ||
                 int_arg(a, argv[++i], 1, 64, &p->waves, e)) return -1;
+            c->waves_given = 1;
         } else if (!strcmp(a, "--stages")) {
             if (need(i, argc, argv, e) ||
                 int_arg(a, argv[++i], 1, 1 << 16, &c->stages, e)) return -1;
         } else if (!strcmp(a, "--minibatches")) {
             if (need(i, argc, argv, e) ||
                 int_arg(a, argv[++i], 1, 64, &p->n_minibatches, e)) return -1;
+            c->minibatches_given = 1;
         } else if (!strcmp(a, "--state-bytes")) {
             if (need(i, argc, argv, e)) return -1;
             if (util_parse_double(argv[++i], &p->state_bytes_per_param) ||
@@ -566,6 +570,20 @@ static int run(int argc, char **argv, util_err *e)
                       "schedule has chunks", p.chunks);
             goto out;
         }
+        /* a knob the schedule has not is refused, not ignored */
+        if (c.waves_given && p.sched != SIM_SCHED_WAVE) {
+            util_errf(e, UTIL_EXIT_USAGE, "--waves %d: only the wave "
+                      "schedule has waves (schedule %s)", p.waves,
+                      sim_sched_name(p.sched));
+            goto out;
+        }
+        if (c.minibatches_given && !sim_sched_async(p.sched)) {
+            util_errf(e, UTIL_EXIT_USAGE, "--minibatches %d: schedule %s "
+                      "flushes every iteration, so one is simulated; only "
+                      "the schedules without a flush (2bw, mixed) run "
+                      "several", p.n_minibatches, sim_sched_name(p.sched));
+            goto out;
+        }
         if (p.sched == SIM_SCHED_INTERLEAVED) {
             S = p.chunks * p.pp;
         } else if (p.sched == SIM_SCHED_ZBV || p.sched == SIM_SCHED_DUALPIPEV) {
@@ -728,8 +746,10 @@ static int run(int argc, char **argv, util_err *e)
     /* the answer is printed; a plan over a device's memory does not run */
     if (r.oom) {
         util_errf(e, UTIL_EXIT_FAIL, "the plan does not fit: %s",
-                  r.oom_task >= 0 ? "a device's memory runs over (OOM "
-                  "above)" : "the model state does not fit a device");
+                  r.oom_task < 0 ? "the model state does not fit a device"
+                  : c.json ? "a device's memory runs over (the JSON's "
+                  "\"oom_task\" and \"oom_time_s\" say where)"
+                  : "a device's memory runs over (OOM above)");
         goto out;
     }
     rc = 0;

@@ -146,6 +146,29 @@ prof_model *sim_plan_model(const sim_plan *p, const prof_topo *t,
     return sim_plan_model_file(p, t, NULL, e);
 }
 
+static void spec_path(const char *spec, char path[256]);
+
+/* A relative file the plan names (model, server, schedule CSV) that is
+ * not there from the working directory is looked for beside the plan, so
+ * a plan and its files can move together; from the working directory
+ * first, where the plan's maker named it from. */
+static void plan_rebase(char *val, size_t n, const char *plan)
+{
+    char file[256], cand[512];
+    struct stat st;
+    spec_path(val, file);
+    const char *slash = strrchr(plan, '/');
+    if (!file[0] || file[0] == '/' || !slash || !stat(file, &st)) return;
+    size_t rest = strlen(file);
+    int k = snprintf(cand, sizeof cand, "%.*s/%s%s", (int)(slash - plan),
+                     plan, file, val + rest);
+    if (k < 0 || (size_t)k >= n || (size_t)k >= sizeof cand) return;
+    char cf[256];
+    spec_path(cand, cf);
+    if (stat(cf, &st) || !S_ISREG(st.st_mode)) return;
+    memcpy(val, cand, (size_t)k + 1);
+}
+
 int sim_plan_load(const char *path, sim_plan *p, util_err *e)
 {
     static const char *const keys[] = {
@@ -222,6 +245,10 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     if (util_jstr(&r, "schedule_file", 0, p->sched_file,
                   sizeof p->sched_file, e))
         goto out;
+    plan_rebase(p->model, sizeof p->model, path);
+    plan_rebase(p->hw, sizeof p->hw, path);
+    if (p->sched_file[0])
+        plan_rebase(p->sched_file, sizeof p->sched_file, path);
     if (util_jint(&r, "mbs", 1, 1, 1 << 20, &v, e)) goto out;
     p->mbs = (int)v;
     if (util_jint(&r, "microbatches", 1, 1, 1000000, &v, e)) goto out;
@@ -404,12 +431,14 @@ int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
                          "add \"gpus_used\": %ld to run on part of it)",
                          p->dp, p->pp, p->tp, ngpu, n_gpus, ngpu);
     }
-    if (p->tp > 1 && m->spec.heads % p->tp) {
+    if (p->tp > 1 && (m->spec.heads % p->tp || m->spec.kv_heads % p->tp)) {
+        int kv = !(m->spec.heads % p->tp);
         AT("tp");
         return util_errf(e, UTIL_EXIT_USAGE, "tp %d does not divide the %d "
-                         "attention heads of %s (Megatron splits heads over "
-                         "the tensor-parallel GPUs)", p->tp, m->spec.heads,
-                         m->spec.name);
+                         "attention heads%s of %s (Megatron splits heads over "
+                         "the tensor-parallel GPUs)", p->tp,
+                         kv ? m->spec.kv_heads : m->spec.heads,
+                         kv ? " of keys and values" : "", m->spec.name);
     }
     if (p->sp && p->tp < 2) {
         AT("sequence_parallel");

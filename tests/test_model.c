@@ -229,6 +229,7 @@ Test(model, bad_corpus_is_rejected_with_located_messages)
         {"bad_dtype", "bad_dtype.json:9:12: field 'dtype': unknown value 'fp8'"},
         {"rope_theta", "rope_theta.json:9:17: field 'rope_theta': 0.5 is too small (must be >= 1)"},
         {"hf_eps", "hf_eps.json:9:19: field 'rms_norm_eps': -1e-06 is not allowed (must be > 0)"},
+        {"hf_eps_tiny", "hf_eps_tiny.json:9:19: field 'rms_norm_eps': 1e-310 is too small to compute with"},
         /* a boolean is no size (true was a 1-layer model), a number
          * no flag */
         {"hf_bool_size", "hf_bool_size.json:4:24: field 'num_hidden_layers': expected an integer, got a boolean"},

@@ -384,6 +384,10 @@ Test(plan, bad_input)
         {"plan --hw rtx2080ti x8 --model t5-3b --tp 16", "larger than a server", 2},
         {"plan --hw rtx2080ti x8 --model t5-3b --pp 4 --dp 4 --tp 1", "does not match", 2},
         {"plan --hw rtx2080ti x8 --model t5-3b --pp 3", "does not divide", 2},
+        {"plan --hw rtx2080ti x8 --model t5-3b --tp 5", "--tp 5 does not divide the 8 GPUs", 2},
+        {"plan --hw rtx2080ti x8 --model t5-3b --dp 3", "--dp 3 does not divide the 8 GPUs", 2},
+        {"plan --hw rtx2080ti x8 --model gpt2-xl --tp 2",
+         "--tp 2 does not divide the 25 attention heads of gpt2-xl", 2},
     };
     for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
         cli_result r = cli_run("%s", c[i].args);
@@ -391,6 +395,18 @@ Test(plan, bad_input)
         cr_expect(strstr(r.err, c[i].want), "%s: %s", c[i].args, r.err);
         cli_result_free(&r);
     }
+}
+
+/* A tensor-parallel width the user fixes need not be a power of two:
+ * gpt2's 12 heads split over 3 GPUs. */
+Test(plan, any_tensor_parallel_width_asked_for)
+{
+    json_t *j = cli_json("plan --hw rtx2080ti x6 --model gpt2 --tp 3 "
+                         "--no-progress --json");
+    json_t *p = json_object_get(j, "plan");
+    cr_assert_not_null(p);
+    cr_expect_eq(json_integer_value(json_object_get(p, "tp")), 3);
+    json_decref(j);
 }
 
 /* A microbatch size the user fixes need not be a power of two (published

@@ -120,6 +120,10 @@ Test(sim_cli, bad_arguments)
          "--microbatches 4 --recompte", "did you mean '--recompute'"},
         {"--hw rtx2080ti x2 --model gpt-tiny --schedule mixed --pp 2 --mbs 1 "
          "--microbatches 4 --minibatches 2", "at least 3 minibatches"},
+        {"--hw rtx2080ti x2 --model gpt-tiny --schedule 1f1b --pp 2 --mbs 1 "
+         "--microbatches 4 --minibatches 3", "schedule 1f1b flushes every"},
+        {"--hw rtx2080ti x2 --model gpt-tiny --schedule 1f1b --pp 2 --mbs 1 "
+         "--microbatches 4 --waves 2", "only the wave schedule has waves"},
         {"--plan tests/golden/gpt-mini-1f1b.plan.json --schedule gpipe",
          "--schedule cannot be combined with --plan"},
         {"--plan /nonexistent/plan.json", "/nonexistent/plan.json"},
@@ -167,6 +171,40 @@ Test(sim_cli, json_keys_and_plan_round_trip)
     free(dir);
 }
 
+/* A plan names its model file as it was given; run from elsewhere, a
+ * relative name not found from there is read beside the plan. */
+Test(sim_cli, plan_files_beside_the_plan)
+{
+    char *dir = test_tmpdir();
+    char m[512];
+    snprintf(m, sizeof m, "%s/m.json", dir);
+    FILE *f = fopen(m, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"mine\", \"family\": \"gpt\", \"hidden\": 64, "
+          "\"layers\": 4, \"heads\": 4, \"vocab\": 256, \"seq_len\": 32}",
+          f);
+    fclose(f);
+    const char *mk[] = {"sim", "--hw", "rtx2080ti x2", "--model", "m.json",
+                        "--schedule", "1f1b", "--pp", "2", "--mbs", "1",
+                        "--microbatches", "4", "--out", "p.json", "--json",
+                        NULL};
+    cli_result w = cli_runv(dir, mk);
+    cr_assert_eq(w.code, 0, "%s", w.err);
+    cli_result r = cli_run("sim --plan %s/p.json --json", dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect_str_eq(r.out, w.out);
+    cli_result_free(&r);
+    cli_result_free(&w);
+    /* gone from beside it too: the error names the plan's field */
+    unlink(m);
+    r = cli_run("sim --plan %s/p.json", dir);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "p.json:3:") && strstr(r.err, "'model'"), "%s",
+              r.err);
+    cli_result_free(&r);
+    test_rm_rf(dir);
+}
+
 Test(sim_cli, every_schedule_on_t5)
 {
     /* T5 is not a chain: decoder stages read the encoder's output */
@@ -183,6 +221,10 @@ Test(sim_cli, every_schedule_on_t5)
                   json_is_true(json_object_get(j, "oom"))), "%s: %s", s[i],
                   r.err);
         cr_assert_gt(json_real_value(json_object_get(j, "samples_per_s")), 0);
+        /* the error points into the JSON, not at a table not printed */
+        if (r.code == 1)
+            cr_assert(strstr(r.err, "\"oom_task\"") &&
+                      !strstr(r.err, "above"), "%s: %s", s[i], r.err);
         json_decref(j);
         cli_result_free(&r);
     }

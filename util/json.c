@@ -248,6 +248,9 @@ int util_jnum(const util_jobj *o, const char *key, int required, double lo,
         return util_jerr(e, o, key, "expected a number, got %s", type_name(v));
     double x = json_number_value(v);
     if (!(x >= lo)) {
+        if (lo == UTIL_POSITIVE && x > 0)
+            return util_jerr(e, o, key, "%g is too small to compute with "
+                             "(must be >= %g)", x, lo);
         if (lo == UTIL_POSITIVE)
             return util_jerr(e, o, key, "%g is not allowed (must be > 0)", x);
         return util_jerr(e, o, key, "%g is too small (must be >= %g)", x, lo);
