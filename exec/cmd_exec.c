@@ -853,15 +853,6 @@ static int run_plan(cmd *c)
             rc = -1;
             goto out;
         }
-        /* the same math; the norms' and residuals' activations whole on
-         * every tensor-parallel rank */
-        if (plan.sp && plan.tp > 1 && !exec_sp_runs(&r.cfg, plan.tp) &&
-            !t->json)
-            printf("note: this executor runs sequence parallelism as tensor "
-                   "parallelism for %s (the same math), each rank keeping "
-                   "the whole of what the simulator splits by tokens: its "
-                   "peaks run above the simulated ones\n",
-                   r.cfg.t5 ? "a T5" : "an encoder");
         if (r.async && r.cfg.tied && prof_finetune_full(&plan.ft) &&
             !t->json)
             printf("note: without a flush each stage updates alone, so the "

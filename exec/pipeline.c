@@ -464,7 +464,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     /* T5: the decoder's length and each stack's buckets per offset */
     rt.Td = cfg.t5 ? spec.dec_seq_len : 0;
     rt.tp = p->tp > 1 ? p->tp : 1;
-    rt.sp = p->sp && exec_sp_runs(&cfg, rt.tp);
+    rt.sp = p->sp && rt.tp > 1;
     rt.dp = p->dp > 1 ? p->dp : 1;
     rt.pipes = sim_sched_pipes(p->sched);
     rt.async = sim_sched_async(p->sched);

@@ -165,13 +165,8 @@ typedef struct exec_slice {
     int op;                 /* the graph op it belongs to */
 } exec_slice;
 
-/* Whether sequence parallelism runs as such for a model of config c
- * under tp (a GPT-family decoder; an encoder's pooler and masked-LM head
- * and a T5's cross-attention run it as tensor parallelism, the same
- * math with each rank keeping the whole residual stream). */
-int exec_sp_runs(const exec_gpt_config *c, int tp);
 /* Builds the model program: per op role, sizes, what backward keeps
- * (sp: sequence parallelism where exec_sp_runs). Errors for ops the
+ * (sp: sequence parallelism, where tp > 1). Errors for ops the
  * kernels do not implement or sizes tensor or sequence parallelism
  * cannot split, code 2. */
 int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
@@ -499,8 +494,7 @@ struct exec_runtime {
     int mbs, T, tp, dp, pipes;
     /* sequence parallelism (Korthikanti et al. 2022): the residual
      * stream's tokens split over the tensor-parallel group (exec_xop
-     * seq); 0 where the plan has none or the model runs it as tensor
-     * parallelism (exec_sp_runs) */
+     * seq); 0 where the plan has none */
     int sp;
     /* T5: the decoder's length, a record's ids (the encoder's tokens,
      * the decoder's inputs, its targets, then each stack's buckets per

@@ -164,18 +164,16 @@ static void lora_geometry(const prof_model *m, const exec_gpt_config *c,
     p->lora_keep_n = N * (size_t)p->n_lora * (size_t)m->ft.rank;
 }
 
-int exec_sp_runs(const exec_gpt_config *c, int tp)
-{
-    return tp > 1 && !c->t5 && !c->encoder;
-}
-
 /* The roles whose output is the residual stream, split by tokens under
- * sequence parallelism. */
+ * sequence parallelism; BERT's masked-LM transform (its dense layer,
+ * replicated, and GELU) runs on a rank's tokens too, as Megatron-LM's
+ * BERT head does. */
 static int seq_role(prof_op_role r)
 {
     return r == PROF_ROLE_EMBED || r == PROF_ROLE_NORM ||
            r == PROF_ROLE_ATTN_OUT || r == PROF_ROLE_RESIDUAL ||
-           r == PROF_ROLE_MLP_DOWN;
+           r == PROF_ROLE_MLP_DOWN || r == PROF_ROLE_MLM_DENSE ||
+           r == PROF_ROLE_MLM_ACT;
 }
 
 int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
@@ -186,7 +184,7 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
                          "tensor parallelism %d must divide the heads (%d), "
                          "the key and value heads (%d) and the MLP width "
                          "(%d)", tp, c->heads, exec_kv_heads(c), c->ffn);
-    sp = sp && exec_sp_runs(c, tp);
+    sp = sp && tp > 1;
     /* the simulator's rule (Megatron-LM's): each sequence splits */
     if (sp && !sim_sp_splits(m, tp))
         return util_errf(e, UTIL_EXIT_USAGE, "sequence parallelism over %d "
@@ -293,9 +291,14 @@ int exec_xops_build(const prof_model *m, const exec_gpt_config *c, int mbs,
             p->out_n /= (size_t)tp;
             p->aux_n /= (size_t)tp;
         }
+        /* the pooler reads each sequence's first token: every rank's
+         * tokens gathered (its output is whole on every rank, and no
+         * gradient reaches it) */
         p->seq_in = sp && (o->role == PROF_ROLE_QKV ||
+                           o->role == PROF_ROLE_Q || o->role == PROF_ROLE_KV ||
                            o->role == PROF_ROLE_MLP_UP ||
-                           o->role == PROF_ROLE_LM_HEAD);
+                           o->role == PROF_ROLE_LM_HEAD ||
+                           o->role == PROF_ROLE_POOLER);
     }
     *out = x;
     return 0;
@@ -1197,7 +1200,7 @@ static t5qkv t5_qkv(const exec_xop *x, int Dl)
  * head's, the MLP's, the vocabulary's shard), the op's rows, the
  * record's ids and where its attention's q, k and v are. */
 typedef struct t5op {
-    int tp, B, C, Dl, NHl, hs, F, Vl, N;
+    int tp, B, C, Dl, NHl, hs, F, Vl, N, Nr;
     t5ids id;
     t5qkv g;
 } t5op;
@@ -1216,6 +1219,8 @@ static t5op t5_op(const exec_runtime *rt, const exec_rec *r,
     d.F = c->ffn / d.tp;
     d.Vl = exec_vocab_shard(c->vocab, d.tp);
     d.N = d.B * x->Tq;
+    /* the residual stream's rows on this rank (sequence parallel) */
+    d.Nr = rt->sp ? d.N / d.tp : d.N;
     d.id = t5_ids(rt, r);
     d.g = t5_qkv(x, d.Dl);
     return d;
@@ -1256,14 +1261,23 @@ static int t5_forward(exec_worker *w, exec_rec *r, int op, int i,
                       K->embed_forward(out, tok, p->w, NULL, d.B, x->Tq, d.C));
             break;
         }
-        EXEC_KERN(w, K->embed_shard_forward(out, tok, p->w, w->rank * d.Vl,
+        /* (sequence parallel: reduce-scattered, this rank's tokens) */
+        exec_buf *all = NULL;
+        if (x->seq && !(all = scratch(w, (size_t)d.N * d.C, "the embedding",
+                                      e)))
+            return -1;
+        float *y = all ? all->p : out;
+        EXEC_KERN(w, K->embed_shard_forward(y, tok, p->w, w->rank * d.Vl,
                                             d.Vl, d.N, d.C));
-        if (tp_sum(w, out, (size_t)d.N * d.C, tp_ns, e)) return -1;
+        int rc = all ? tp_scatter(w, y, out, (size_t)d.N * d.C, tp_ns, e)
+                     : tp_sum(w, out, (size_t)d.N * d.C, tp_ns, e);
+        exec_buf_unref(all);
+        if (rc) return -1;
         break;
     }
     case PROF_ROLE_NORM:
         EXEC_KERN(
-            w, K->rmsnorm_forward(out, aux, in0, p->w, d.N, d.C, c->norm_eps));
+            w, K->rmsnorm_forward(out, aux, in0, p->w, d.Nr, d.C, c->norm_eps));
         break;
     case PROF_ROLE_QKV:
     case PROF_ROLE_Q:
@@ -1312,15 +1326,25 @@ static int t5_forward(exec_worker *w, exec_rec *r, int op, int i,
     }
     case PROF_ROLE_ATTN_OUT:
     case PROF_ROLE_MLP_DOWN: {
-        /* row-parallel: the ranks' parts summed */
+        /* row-parallel: the ranks' parts summed (sequence parallel:
+         * reduce-scattered) */
         int IC = x->role == PROF_ROLE_ATTN_OUT ? d.Dl : d.F;
-        EXEC_KERN(w, K->linear_forward(out, in0, p->w, NULL, d.N, IC, d.C));
-        if (lora_forward(w, r, i, x, p, in0, out, d.C, tp_ns, e)) return -1;
-        if (d.tp > 1 && tp_sum(w, out, (size_t)d.N * d.C, tp_ns, e)) return -1;
+        exec_buf *all = NULL;
+        if (x->seq && !(all = scratch(w, (size_t)d.N * d.C, "a row-parallel "
+                                      "output", e)))
+            return -1;
+        float *y = all ? all->p : out;
+        EXEC_KERN(w, K->linear_forward(y, in0, p->w, NULL, d.N, IC, d.C));
+        int rc = lora_forward(w, r, i, x, p, in0, y, d.C, tp_ns, e);
+        if (!rc && all) rc = tp_scatter(w, y, out, (size_t)d.N * d.C, tp_ns, e);
+        else if (!rc && d.tp > 1)
+            rc = tp_sum(w, out, (size_t)d.N * d.C, tp_ns, e);
+        exec_buf_unref(all);
+        if (rc) return -1;
         break;
     }
     case PROF_ROLE_RESIDUAL:
-        EXEC_KERN(w, K->residual_forward(out, in0, in1, (size_t)d.N * d.C));
+        EXEC_KERN(w, K->residual_forward(out, in0, in1, (size_t)d.Nr * d.C));
         break;
     case PROF_ROLE_MLP_ACT:
         if (c->swiglu)
@@ -1373,13 +1397,21 @@ static int t5_lin_in(exec_worker *w, exec_rec *r, int i, const exec_xop *x,
         return lora_backward(w, r, i, x, p, in0, dout, OC, d0, weight_part,
                              tp_ns, e);
     }
-    exec_buf *tmp = scratch(w, (size_t)N * IC, "an input gradient", e);
+    /* sequence parallel: reduce-scattered into its part of the scratch,
+     * this rank's tokens */
+    size_t n = (size_t)N * IC, nr = x->seq_in ? n / (size_t)w->rt->tp : 0;
+    exec_buf *tmp = scratch(w, n + nr, "an input gradient", e);
     if (!tmp) return -1;
     EXEC_KERN(w, K->linear_backward_input(tmp->p, dout, p->w, N, IC, OC));
     int rc = lora_backward(w, r, i, x, p, in0, dout, OC, tmp->p, weight_part,
                            tp_ns, e);
-    if (!rc) rc = tp_sum(w, tmp->p, (size_t)N * IC, tp_ns, e);
-    if (!rc) EXEC_KERN(w, K->accumulate(d0, tmp->p, (size_t)N * IC));
+    if (!rc && nr) {
+        rc = tp_scatter(w, tmp->p, tmp->p + n, n, tp_ns, e);
+        if (!rc) EXEC_KERN(w, K->accumulate(d0, tmp->p + n, nr));
+    } else {
+        if (!rc) rc = tp_sum(w, tmp->p, n, tp_ns, e);
+        if (!rc) EXEC_KERN(w, K->accumulate(d0, tmp->p, n));
+    }
     exec_buf_unref(tmp);
     return rc;
 }
@@ -1410,10 +1442,22 @@ static int t5_backward(exec_worker *w, exec_rec *r, int op, int i,
     case PROF_ROLE_NORM:
         if (input_part)
             EXEC_KERN(w, K->rmsnorm_backward_input(d0, dout, in0, p->w, aux,
-                                                   d.N, d.C));
-        if (base_w)
+                                                   d.Nr, d.C));
+        if (base_w && x->seq) {
+            /* this rank's tokens' weight gradient, summed over the group
+             * before it is added */
+            exec_buf *gs = scratch(w, (size_t)d.C, "a norm's gradient", e);
+            if (!gs) return -1;
+            EXEC_KERN(w, K->rmsnorm_backward_weight(gs->p, dout, in0, aux,
+                                                    d.Nr, d.C));
+            int rc = tp_sum(w, gs->p, (size_t)d.C, tp_ns, e);
+            if (!rc) EXEC_KERN(w, K->accumulate(p->gw, gs->p, (size_t)d.C));
+            exec_buf_unref(gs);
+            if (rc) return -1;
+        } else if (base_w) {
             EXEC_KERN(w, K->rmsnorm_backward_weight(p->gw, dout, in0, aux, d.N,
                                                     d.C));
+        }
         break;
     case PROF_ROLE_QKV:
     case PROF_ROLE_Q:
@@ -1507,7 +1551,7 @@ static int t5_backward(exec_worker *w, exec_rec *r, int op, int i,
     case PROF_ROLE_RESIDUAL:
         if (input_part)
             EXEC_KERN(w,
-                      K->residual_backward(d0, d1, dout, (size_t)d.N * d.C));
+                      K->residual_backward(d0, d1, dout, (size_t)d.Nr * d.C));
         break;
     case PROF_ROLE_MLP_ACT:
         if (input_part && c->swiglu)
@@ -1523,16 +1567,24 @@ static int t5_backward(exec_worker *w, exec_rec *r, int op, int i,
     case PROF_ROLE_LM_HEAD: {
         /* logits = (s x) W^T: dx += s dlogits W, dW += dlogits^T (s x) */
         /* (the rank's vocabulary rows: dx summed over the group) */
+        /* (sequence parallel: reduce-scattered, this rank's tokens) */
         float sc = t5_head_scale(c);
-        exec_buf *xs = scratch(w, (size_t)d.N * d.C, "the head's input", e);
+        size_t n = (size_t)d.N * d.C, nr = (size_t)d.Nr * d.C;
+        exec_buf *xs = scratch(w, n + (x->seq_in ? nr : 0), "the head's input",
+                               e);
         if (!xs) return -1;
         int rc = 0;
         if (input_part) {
             EXEC_KERN(w, K->linear_backward_input(xs->p, dout, p->w, d.N, d.C,
                                                   d.Vl));
-            if (d.tp > 1) rc = tp_sum(w, xs->p, (size_t)d.N * d.C, tp_ns, e);
-            if (!rc)
-                EXEC_KERN(w, K->scale_add(d0, xs->p, sc, (size_t)d.N * d.C));
+            float *dx = xs->p;
+            if (x->seq_in) {
+                rc = tp_scatter(w, xs->p, xs->p + n, n, tp_ns, e);
+                dx = xs->p + n;
+            } else if (d.tp > 1) {
+                rc = tp_sum(w, xs->p, n, tp_ns, e);
+            }
+            if (!rc) EXEC_KERN(w, K->scale_add(d0, dx, sc, nr));
         }
         if (!rc && base_w)
             EXEC_KERN(w, {
@@ -1560,16 +1612,22 @@ static int t5_backward(exec_worker *w, exec_rec *r, int op, int i,
     return 0;
 }
 
-/* out(n, C) += wpe[t] for n rows of the (B, T) tokens from row r0: a
- * rank's tokens under sequence parallelism, sequence by sequence. */
-static void pos_rows(exec_worker *w, float *out, const float *wpe, int r0,
-                     int n, int T, int C)
+/* out(n, C) += wpe[t] (if wpe) and wtt[type of t] (if wtt; types split
+ * at position T0) for n rows of the (B, T) tokens from row r0: a rank's
+ * tokens under sequence parallelism, sequence by sequence. */
+static void pos_rows(exec_worker *w, float *out, const float *wpe,
+                     const float *wtt, int T0, int r0, int n, int T, int C)
 {
     const kern_table *K = w->rt->be->k;
     for (int k = 0; k < n;) {
         int t = (r0 + k) % T, len = T - t < n - k ? T - t : n - k;
-        EXEC_KERN(w, K->embed_pos_forward(out + (size_t)k * C,
-                                          wpe + (size_t)t * C, 1, len, C));
+        float *o = out + (size_t)k * C;
+        if (wpe)
+            EXEC_KERN(w, K->embed_pos_forward(o, wpe + (size_t)t * C, 1, len,
+                                              C));
+        if (wtt)
+            EXEC_KERN(w, K->embed_type_forward(o, wtt, 1, len, C,
+                                               T0 > t ? T0 - t : 0));
         k += len;
     }
 }
@@ -1600,18 +1658,22 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                                    : NULL;
     const float *in1 = x->n_in > 1 ? exec_view_p(in_view(st, r, op, rt->xop, 1))
                                    : NULL;
-    if (c->t5)
-        return t5_forward(w, r, op, i, count_loss, &p, out, aux, in0, in1,
-                          tp_ns, e);
     /* the residual stream's rows on this rank; a column-parallel
-     * linear's input, gathered from every rank's */
+     * linear's input, gathered from every rank's (its own tokens: a T5
+     * decoder's, or for k | v the encoder's) */
     int Nr = rt->sp ? N / tp : N;
     exec_buf *xg = NULL;
     if (x->seq_in) {
-        if (!(xg = gathered(w, in0, (size_t)N * C, "a gathered input", tp_ns,
-                            e)))
+        if (!(xg = gathered(w, in0, (size_t)B * x->Tq * C, "a gathered input",
+                            tp_ns, e)))
             return -1;
         in0 = xg->p;
+    }
+    if (c->t5) {
+        int rc = t5_forward(w, r, op, i, count_loss, &p, out, aux, in0, in1,
+                            tp_ns, e);
+        exec_buf_unref(xg);
+        return rc;
     }
     int rc = 0;
     switch (x->role) {
@@ -1627,7 +1689,9 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
             rc = tp_scatter(w, all->p, out, (size_t)N * C, tp_ns, e);
             exec_buf_unref(all);
             if (rc) return -1;
-            if (pos) pos_rows(w, out, pos, w->rank * Nr, Nr, T, C);
+            if (pos || p.x)
+                pos_rows(w, out, pos, p.x, exec_type_split(c, T),
+                         w->rank * Nr, Nr, T, C);
         } else if (tp == 1) {
             EXEC_KERN(w, K->embed_forward(out, tok, p.w, pos, B, T, C));
             if (p.x)
@@ -1732,13 +1796,13 @@ static int op_forward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         break;
     }
     case PROF_ROLE_MLM_DENSE:
-        EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, N, C, C));
+        EXEC_KERN(w, K->linear_forward(out, in0, p.w, p.b, Nr, C, C));
         break;
     case PROF_ROLE_MLM_ACT:
         if (c->gelu_erf)
-            EXEC_KERN(w, K->gelu_erf_forward(out, in0, (size_t)N * C));
+            EXEC_KERN(w, K->gelu_erf_forward(out, in0, (size_t)Nr * C));
         else
-            EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)N * C));
+            EXEC_KERN(w, K->gelu_forward(out, in0, (size_t)Nr * C));
         break;
     case PROF_ROLE_LOSS: {
         if (tp == 1) {
@@ -1809,29 +1873,36 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
     if (!dout && x->role != PROF_ROLE_LOSS)
         return util_errf(e, UTIL_EXIT_FAIL, "op %s: no output gradient",
                          rt->model->ops[op].name);
-    if (c->t5)
-        return t5_backward(w, r, op, i, input_part, weight_part, base_w, &p,
-                           dout, out, aux, in0, in1, d0, d1, tp_ns, e);
     /* sequence parallelism: the residual stream's rows on this rank; a
      * column-parallel linear's input gathered again for its weight
      * gradients (Megatron-LM's choice: not kept whole from the
      * forward), a row-parallel one's or the embedding's output gradient
-     * gathered */
+     * gathered (of the op's own tokens: a T5 decoder's, or for k | v
+     * the encoder's) */
     int Nr = rt->sp ? N / tp : N;
+    size_t NxC = (size_t)B * x->Tq * C;
     exec_buf *xg = NULL, *gg = NULL;
     if (x->seq_in && weight_part && (base_w || x->n_lora)) {
-        if (!(xg = gathered(w, in0, (size_t)N * C, "a gathered input", tp_ns,
-                            e)))
+        if (!(xg = gathered(w, in0, NxC, "a gathered input", tp_ns, e)))
             return -1;
         in0 = xg->p;
     }
     if (x->seq && x->role != PROF_ROLE_NORM &&
-        x->role != PROF_ROLE_RESIDUAL &&
+        x->role != PROF_ROLE_RESIDUAL && x->role != PROF_ROLE_MLM_DENSE &&
+        x->role != PROF_ROLE_MLM_ACT &&
         (x->role != PROF_ROLE_EMBED || base_w)) {
-        if (!(gg = gathered(w, dout, (size_t)N * C, "a gathered gradient",
-                            tp_ns, e)))
+        if (!(gg = gathered(w, dout, NxC, "a gathered gradient", tp_ns, e))) {
+            exec_buf_unref(xg);
             return -1;
+        }
         dout = gg->p;
+    }
+    if (c->t5) {
+        int rc = t5_backward(w, r, op, i, input_part, weight_part, base_w, &p,
+                             dout, out, aux, in0, in1, d0, d1, tp_ns, e);
+        exec_buf_unref(xg);
+        exec_buf_unref(gg);
+        return rc;
     }
     int rc = 0;
     switch (x->role) {
@@ -1883,10 +1954,33 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         }
         break;
     }
+    case PROF_ROLE_MLM_DENSE:
+        if (x->seq) {
+            /* replicated, on this rank's tokens: its weight gradient
+             * summed over the group before it is added, as a norm's */
+            if (input_part)
+                EXEC_KERN(w, K->linear_backward_input(d0, dout, p.w, Nr, C,
+                                                      C));
+            if (!base_w) break;
+            size_t nw = (size_t)C * C + (size_t)C;
+            exec_buf *gs = scratch(w, nw, "the head transform's gradient", e);
+            if (!gs) return -1;
+            EXEC_KERN(w, K->linear_backward_weight(gs->p, gs->p + (size_t)C *
+                                                   C, dout, in0, Nr, C, C));
+            rc = tp_sum(w, gs->p, nw, tp_ns, e);
+            if (!rc) {
+                EXEC_KERN(w, K->accumulate(p.gw, gs->p, (size_t)C * C));
+                if (p.gb)
+                    EXEC_KERN(w, K->accumulate(p.gb, gs->p + (size_t)C * C,
+                                               (size_t)C));
+            }
+            exec_buf_unref(gs);
+            break;
+        }
+        /* fall through */
     case PROF_ROLE_QKV:
     case PROF_ROLE_MLP_UP:
-    case PROF_ROLE_LM_HEAD:
-    case PROF_ROLE_MLM_DENSE: {
+    case PROF_ROLE_LM_HEAD: {
         /* column-parallel: the input gradient is summed over the group */
         int OC = x->role == PROF_ROLE_QKV ? d.QKVl
                : x->role == PROF_ROLE_MLP_UP ? (c->swiglu ? 2 * Fl : Fl)
@@ -2003,9 +2097,9 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
         break;
     case PROF_ROLE_MLM_ACT:
         if (input_part && c->gelu_erf)
-            EXEC_KERN(w, K->gelu_erf_backward(d0, in0, dout, (size_t)N * C));
+            EXEC_KERN(w, K->gelu_erf_backward(d0, in0, dout, (size_t)Nr * C));
         else if (input_part)
-            EXEC_KERN(w, K->gelu_backward(d0, in0, dout, (size_t)N * C));
+            EXEC_KERN(w, K->gelu_backward(d0, in0, dout, (size_t)Nr * C));
         break;
     case PROF_ROLE_LOSS:
         if (!input_part) break;

@@ -354,11 +354,14 @@ static tp_role tp_role_of(const prof_op *op)
 }
 
 /* Whether a tensor-parallel rank runs a t-th of the op: replicated GEMMs
- * (pooler, masked-LM transform) stay whole, and the other replicated ops
- * (norms, residual adds, dropouts) unless sequence parallel. */
+ * stay whole, and the other replicated ops (norms, residual adds,
+ * dropouts) unless sequence parallel; with it, the masked-LM transform's
+ * dense layer runs on a rank's tokens (Megatron-LM's BERT head), the
+ * pooler on every sequence's first token, whole. */
 static int op_is_split(const prof_op *op, int t, int sp)
 {
-    return t > 1 && (tp_role_of(op) != TP_NONE || (sp && !op->n_gemm));
+    return t > 1 && (tp_role_of(op) != TP_NONE ||
+                     (sp && (!op->n_gemm || op->role == PROF_ROLE_MLM_DENSE)));
 }
 
 /* The op one tensor-parallel rank runs; with sequence parallelism the
@@ -407,6 +410,7 @@ static prof_op op_split(const prof_op *op, int t, int sp)
             continue;
         }
         if (g->batch > 1) g->batch = fmax(1, g->batch / t); /* heads */
+        else if (r == TP_NONE) g->m /= t;   /* a rank's tokens */
         else if (r == TP_ROW) g->k /= t;
         else g->n /= t;
     }

@@ -120,6 +120,12 @@ Test(exec_pipe, sequence_parallel_equals_the_reference)
          0},
         {"tests/data/exec/opt-pico.json", SIM_SCHED_INTERLEAVED, 2, 1, 2, 2,
          4, 0, 4},
+        {"tests/data/exec/bert-pico.json", SIM_SCHED_1F1B, 2, 1, 2, 2, 4, 0,
+         0},
+        {"tests/data/exec/bert-pico-untied.json", SIM_SCHED_ZBH1, 1, 1, 4, 3,
+         2, SIM_RC_SELECTIVE, 0},
+        {"tests/data/exec/bert-pico-flash.json", SIM_SCHED_GPIPE, 2, 2, 2, 1,
+         4, SIM_RC_FULL, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_sync_sp(&cases[i], 1.0f, 1);
@@ -130,11 +136,11 @@ Test(exec_pipe, sequence_parallel_equals_the_reference)
  * keeps less than under tensor parallelism alone (the norms', residual
  * adds' and stage messages' tokens split) and peaks within 5% of the
  * simulator's prediction. */
-Test(exec_pipe, sequence_parallel_keeps_less_than_tensor_parallel)
+static void sp_keeps_less(const char *model)
 {
     double tp_peak[2] = {0, 0}, tp_loss = 0;
     for (int sp = 0; sp < 2; sp++) {
-        pspec s = {PICO, SIM_SCHED_1F1B, 2, 1, 2, 2, 4, 0, 0};
+        pspec s = {model, SIM_SCHED_1F1B, 2, 1, 2, 2, 4, 0, 0};
         sim_plan p;
         pipe_plan(&s, &p);
         p.sp = sp;
@@ -150,14 +156,24 @@ Test(exec_pipe, sequence_parallel_keeps_less_than_tensor_parallel)
                 tp_peak[d] = meas;
                 continue;
             }
-            cr_expect_lt(meas, tp_peak[d], "device %d: %.0f bytes, tensor "
-                         "parallel %.0f", d, meas, tp_peak[d]);
-            cr_expect(fabs(meas - sim) <= 0.05 * sim, "device %d: measured "
-                      "%.0f bytes, simulated %.0f", d, meas, sim);
+            cr_expect_lt(meas, tp_peak[d], "%s device %d: %.0f bytes, "
+                         "tensor parallel %.0f", model, d, meas, tp_peak[d]);
+            cr_expect(fabs(meas - sim) <= 0.05 * sim, "%s device %d: "
+                      "measured %.0f bytes, simulated %.0f", model, d, meas,
+                      sim);
+            cr_log_info("%s device %d: measured %.0f bytes, simulated "
+                        "%.0f", model, d, meas, sim);
         }
         exec_pipe_result_free(&r);
         sim_plan_free(&p);
     }
+}
+
+Test(exec_pipe, sequence_parallel_keeps_less_than_tensor_parallel)
+{
+    sp_keeps_less(PICO);
+    sp_keeps_less("tests/data/exec/bert-pico.json");
+    sp_keeps_less("tests/data/exec/t5-tiny.json");
 }
 
 /* One microbatch of the whole batch, no clipping, an untied head: every

@@ -180,9 +180,9 @@ Test(exec_cli_pipe, bert_memory_is_the_simulators)
     recompute_memory("tests/data/exec/bert-tiny.json");
 }
 
-/* A decoder's plan with sequence parallelism runs it and says so in its
- * header; an encoder's runs it as tensor parallelism and says its peaks
- * are above the simulator's (it ran silently 17% above) */
+/* A decoder's, an encoder's or a T5's plan with sequence parallelism
+ * runs it and says so in its header (BERT's and T5's ran it as tensor
+ * parallelism, 17% above the simulated peaks) */
 Test(exec_cli_pipe, sequence_parallel_plans_say_what_runs)
 {
     char *dir = test_tmpdir();
@@ -193,13 +193,20 @@ Test(exec_cli_pipe, sequence_parallel_plans_say_what_runs)
     cr_expect(strstr(r.out, "tensor 2 (sequence parallel)"), "%s", r.out);
     cr_expect(!strstr(r.out, "as tensor parallelism"), "%s", r.out);
     cli_result_free(&r);
-    r = cli_run("sim --hw cpu x2 --model tests/data/exec/bert-pico.json "
-                "--schedule 1f1b --pp 1 --tp 2 --sequence-parallel --mbs 1 "
-                "--microbatches 2 --out %s/bert.json", dir);
-    cr_assert_eq(r.code, 0, "%s", r.err);
-    cli_result_free(&r);
-    cli_expect(0, "runs sequence parallelism as tensor parallelism for an "
-               "encoder", "exec --plan %s/bert.json --steps 2", dir);
+    const char *other[] = {"bert-pico", "t5-tiny"};
+    for (int k = 0; k < 2; k++) {
+        r = cli_run("sim --hw cpu x2 --model tests/data/exec/%s.json "
+                    "--schedule 1f1b --pp 1 --tp 2 --sequence-parallel "
+                    "--mbs 1 --microbatches 2 --out %s/o.json", other[k],
+                    dir);
+        cr_assert_eq(r.code, 0, "%s", r.err);
+        cli_result_free(&r);
+        r = cli_run("exec --plan %s/o.json --steps 2", dir);
+        cr_expect_eq(r.code, 0, "%s: %s", other[k], r.err);
+        cr_expect(strstr(r.out, "tensor 2 (sequence parallel)"), "%s",
+                  r.out);
+        cli_result_free(&r);
+    }
     test_rm_rf(dir);
 }
 

@@ -118,10 +118,11 @@ Test(exec_t5, hugging_face_t5_computes_what_transformers_does)
 
 /* Plan s after 5 steps against one stage on one device fed the same
  * global batch. */
-static void check_t5(const pspec *s)
+static void check_t5_sp(const pspec *s, int sp)
 {
     sim_plan p, q;
     pipe_plan(s, &p);
+    p.sp = sp;
     int dp = s->dp ? s->dp : 1;
     pspec one = {s->model, SIM_SCHED_1F1B, 1, 1, 1, s->mbs, s->nmb * dp,
                  0, 0};
@@ -136,8 +137,9 @@ static void check_t5(const pspec *s)
                   "step %d: loss %g, one device %g", k + 1, r.loss[k],
                   ref.loss[k]);
     char what[96];
-    snprintf(what, sizeof what, "T5 %s pp%d dp%d tp%d %d stages%s%s",
-             sim_sched_name(s->sched), s->pp, dp, p.tp, p.n_stages,
+    snprintf(what, sizeof what, "T5 %s pp%d dp%d tp%d%s %d stages%s%s",
+             sim_sched_name(s->sched), s->pp, dp, p.tp, sp ? " sp" : "",
+             p.n_stages,
              s->recompute ? " recompute " : "",
              s->recompute ? sim_recompute_name(s->recompute) : "");
     expect_close(ref.params, r.params, r.n_params, 1e-5, what);
@@ -148,6 +150,11 @@ static void check_t5(const pspec *s)
     exec_pipe_result_free(&ref);
     sim_plan_free(&p);
     sim_plan_free(&q);
+}
+
+static void check_t5(const pspec *s)
+{
+    check_t5_sp(s, 0);
 }
 
 Test(exec_t5, pipelines_equal_one_device)
@@ -175,6 +182,25 @@ Test(exec_t5, pipelines_equal_one_device)
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
         check_t5(&cases[k]);
+}
+
+/* Sequence parallelism: the encoder's and the decoder's tokens split
+ * over the group between the column-parallel GEMMs (the cross-
+ * attention's k | v gathering the encoder's output, its q the decoder's
+ * stream), the RMSNorms' weight gradients summed over it; the head's
+ * scaled input gathered. Four ranks split a sequence of 24 and one of 16
+ * into 6 and 4 tokens. */
+Test(exec_t5, sequence_parallel_equals_one_device)
+{
+    const pspec cases[] = {
+        {T5, SIM_SCHED_1F1B, 2, 1, 2, 1, 4, 0, 0},
+        {T5_WIDE, SIM_SCHED_GPIPE, 1, 1, 4, 2, 2, SIM_RC_SELECTIVE, 0},
+        {T5_V11, SIM_SCHED_ZBH1, 2, 1, 2, 1, 4, SIM_RC_FULL, 0},
+        {"tests/data/exec/t5-tiny-flash.json", SIM_SCHED_INTERLEAVED, 2, 1,
+         2, 1, 4, 0, 4},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+        check_t5_sp(&cases[k], 1);
 }
 
 /* Fused attention (one op a graph attention, as FlashAttention; the

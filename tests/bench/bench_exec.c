@@ -239,15 +239,22 @@ int main(int argc, char **argv)
         if (row(model, t, "full", 1, z, 1, 0, z0, &worst, &e))
             printf("zero %d       failed: %s\n", z, e.msg);
     peaks_goal(worst, " (ZeRO 0 to 3)");
-    printf("\ntensor parallelism %s, 1f1b tp 2, microbatch 2 x 4 (samples/s; "
-           "peak MiB of a rank)\n", model);
-    printf("%-12s %8s %8s %6s %6s %7s %7s %6s\n", "layout", "measured",
-           "sim", "m/s", "/tp", "dev0", "sim", "m/s");
-    double t0[6] = {0};
+    /* a decoder, BERT's encoder (its masked-LM transform on a rank's
+     * tokens under sequence parallelism) and T5 (the cross-attention's
+     * k | v gathering the encoder's output) */
+    const char *tpm[] = {model, "tests/bench/bert-mini.json",
+                         "tests/bench/t5-mini.json"};
     worst = 0;
-    for (int sp = 0; sp < 2; sp++)
-        if (row(model, t, "full", 1, 0, 2, sp, t0, &worst, &e))
-            printf("tp 2%-8s failed: %s\n", sp ? " + sp" : "", e.msg);
+    for (int k = 0; k < 3; k++) {
+        printf("\ntensor parallelism %s, 1f1b tp 2, microbatch 2 x 4 "
+               "(samples/s; peak MiB of a rank)\n", tpm[k]);
+        printf("%-12s %8s %8s %6s %6s %7s %7s %6s\n", "layout", "measured",
+               "sim", "m/s", "/tp", "dev0", "sim", "m/s");
+        double t0[6] = {0};
+        for (int sp = 0; sp < 2; sp++)
+            if (row(tpm[k], t, "full", 1, 0, 2, sp, t0, &worst, &e))
+                printf("tp 2%-8s failed: %s\n", sp ? " + sp" : "", e.msg);
+    }
     peaks_goal(worst, " (tensor and sequence parallel)");
     plan_result_free(&pr);
     prof_model_free(m);

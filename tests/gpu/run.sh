@@ -259,6 +259,13 @@ model=tests/data/exec/bert-pico.json same "bert, dp 2" 2 --schedule 1f1b \
     --pp 1 --dp 2
 model=tests/data/exec/bert-pico.json same "bert, tp 2" 2 --schedule 1f1b \
     --pp 1 --tp 2
+model=tests/data/exec/bert-pico.json same "bert, tp 2, sp" 2 \
+    --schedule 1f1b --pp 1 --tp 2 --sequence-parallel
+# T5 (relative position buckets, cross-attention, the scaled head)
+model=tests/data/exec/t5-tiny.json same "t5, tp 2" 2 --schedule 1f1b \
+    --pp 1 --tp 2
+model=tests/data/exec/t5-tiny.json same "t5, tp 2, sp" 2 --schedule 1f1b \
+    --pp 1 --tp 2 --sequence-parallel
 model=tests/data/exec/bert-pico-flash.json same "bert, fused attention" 2 \
     --schedule zb-h1 --pp 2 --recompute
 model=
