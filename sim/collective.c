@@ -623,6 +623,10 @@ void sim_add_sharded(sim_ir *ir, const sim_costs *c)
     int *dep = util_malloc(sizeof(int) * (size_t)Rs);
     ring_end *out = util_malloc(sizeof *out * (size_t)Rs);
     int **L = util_calloc((size_t)Rs, sizeof *L);
+    /* sluice's executor (whole_shards, ZeRO-2 and 3): per replica's
+     * stage, the last reduce-scatter's ring so far */
+    ring_end *prs = util_malloc(sizeof *prs * (size_t)N);
+    for (int v = 0; v < N; v++) prs[v].last_recv = prs[v].last_send = -1;
     for (int d = 0; d < pp; d++) {
         /* the compute order of pipeline device d in every replica: the
          * replicas run the same order (sim_schedule copies it) */
@@ -687,9 +691,20 @@ void sim_add_sharded(sim_ir *ir, const sim_costs *c)
              * after every microbatch's, into the rank's shard */
             int bw = t->kind == SIM_W || t->kind == SIM_BW;
             int tied_last = L[0][j] == lastb[s] && tied_off[s + 1] > tied_off[s];
-            if (bw && (z >= 2 || L[0][j] == lastb[s]) && !tied_last)
+            /* sluice's executor holds a microbatch's whole gradient
+             * until its ring is done: a stage's next one is made after
+             * the ring before it ends, or a replica running ahead of the
+             * others (waiting for nothing of theirs) held two */
+            for (int r = 0; bw && z >= 2 && c->whole_shards && r < Rs; r++) {
+                const ring_end *pv = &prs[r * S + s];
+                if (pv->last_recv >= 0) sim_ir_dep(ir, L[r][j], pv->last_recv);
+                if (pv->last_send >= 0) sim_ir_dep(ir, L[r][j], pv->last_send);
+            }
+            if (bw && (z >= 2 || L[0][j] == lastb[s]) && !tied_last) {
                 reduce_grads(ir, c, s, L, j, seen, lastb, tied_off, tied,
                              opt, dep, out);
+                for (int r = 0; r < Rs; r++) prs[r * S + s] = out[r];
+            }
             else if (bw && tied_last)
                 deferred[nd++] = j;
             /* ZeRO-1 and 2: each rank updated its shard of the weights;
@@ -714,6 +729,7 @@ void sim_add_sharded(sim_ir *ir, const sim_costs *c)
     }
     for (int r = 0; r < Rs; r++) free(L[r]);
     free(L);
+    free(prs);
     free(out);
     free(dep);
     free(tied);
