@@ -174,9 +174,17 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
                 fprintf(g, "plot %s using 1:2:3:4:5 with boxxyerror lc rgb "
                         "variable\n", q[w][0]);
             }
-            fprintf(g, "set ytics auto\nset autoscale y\nset yrange [0:*]\n"
-                    "set xrange [0:%f]\nset key inside top right\n"
-                    "set ylabel '%s'\n", tmax * 1.001, unit);
+            /* both memory panels on one scale, the measured over the
+             * simulated, with room above the curves for the key in a
+             * row (inside the plot, over the lines, it hid them) */
+            double top = (t[0].mmax > t[1].mmax ? t[0].mmax : t[1].mmax) /
+                         (1 << 30) * scale;
+            fprintf(g, "set ytics auto\nset autoscale y\n");
+            if (top > 0) fprintf(g, "set yrange [0:%g]\n", top * 1.3);
+            else fprintf(g, "set yrange [0:*]\n");
+            fprintf(g, "set xrange [0:%f]\nset key inside top right "
+                    "horizontal maxrows 1\nset ylabel '%s'\n", tmax * 1.001,
+                    unit);
             for (int w = 0; w < 2; w++) {
                 fprintf(g, "set title '%s memory per device' noenhanced\n",
                         what[w]);
