@@ -5,6 +5,7 @@
  * input. */
 #include "exec/exec.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -173,7 +174,36 @@ typedef struct cmd {
     int clip_given;
     int seed_given;
     const char *ref_only, *plan_only; /* first option of each kind given */
+    const char *sched_arg[6];   /* --lr --warmup --weight-decay --clip
+                                 * --data --threads as given, or NULL */
 } cmd;
+
+static const char *const sched_opt[6] = {"--lr", "--warmup",
+    "--weight-decay", "--clip", "--data", "--threads"};
+
+/* Appends " OPT VALUE" to buf, the value quoted for a shell where it
+ * holds more than letters, digits and ._/+-=:, */
+static void again_add(char *buf, size_t n, const char *opt, const char *v)
+{
+    size_t at = strlen(buf);
+    int plain = *v != 0;
+    for (const char *q = v; *q; q++)
+        if (!isalnum((unsigned char)*q) && !strchr("._/+-=:,", *q)) plain = 0;
+    if (plain) {
+        snprintf(buf + at, n - at, " %s %s", opt, v);
+        return;
+    }
+    snprintf(buf + at, n - at, " %s '", opt);
+    for (const char *q = v; *q; q++) {
+        at = strlen(buf);
+        if (*q == '\'')
+            snprintf(buf + at, n - at, "'\\''");
+        else
+            snprintf(buf + at, n - at, "%c", *q);
+    }
+    at = strlen(buf);
+    snprintf(buf + at, n - at, "'");
+}
 
 static int parse(int argc, char **argv, cmd *c, util_err *e)
 {
@@ -215,6 +245,8 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         const char *v = argv[++i];
         int rc = 0, seed = 0;
         const long BIG = 100000000;
+        for (int k = 0; k < 6; k++)
+            if (!strcmp(a, sched_opt[k])) c->sched_arg[k] = v;
         if (!strcmp(a, "--model")) c->model = v;
         else if (!strcmp(a, "--plan")) c->plan = v;
         else if (!strcmp(a, "--init")) c->init = v;
@@ -361,6 +393,14 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             o->seed = old.seed;
         }
     }
+    /* a run resumed from its checkpoint goes on as this one only with
+     * the same schedule of learning rates (it spans --steps), data and
+     * threads: the hint after --stop-after or an interrupt says them */
+    snprintf(o->again, sizeof o->again, " --steps %d", o->steps);
+    for (int k = 0; k < 6; k++)
+        if (c->sched_arg[k])
+            again_add(o->again, sizeof o->again, sched_opt[k],
+                      c->sched_arg[k]);
     /* outputs that could not be written, or would overwrite an input,
      * are refused before the run (a checkpoint may be saved over the one
      * it resumed or started from: --save-every does so) */
@@ -859,19 +899,21 @@ static int run_plan(cmd *c)
                    "LM head's copy of the tied token table trains apart from "
                    "the embedding's; checkpoints keep the embedding's\n");
         if (!r.stopped && end < t->steps && !t->json)
-            printf("stopped after step %d of %d (--stop-after)%s%s%s%s%s\n",
+            printf("stopped after step %d of %d (--stop-after)%s%s%s%s%s%s\n",
                    end, t->steps, t->save ? "; continue with " : "",
                    t->save ? go_on(&plan) : "", t->save ? " " : "",
                    t->save ? t->save : "",
+                   t->save && exec_plan_resumable(&plan) ? t->again : "",
                    t->save && r.async ? " (no flush: the run resumed from "
                    "it is not the one that would have gone on, its weight "
                    "versions in flight are not kept)" : "");
     }
     if (r.stopped) {
-        char saved[600] = "";
+        char saved[2048] = "";
         if (t->save)
             snprintf(saved, sizeof saved, "; saved %s, continue with "
-                     "%s %s", t->save, go_on(&plan), t->save);
+                     "%s %s%s", t->save, go_on(&plan), t->save,
+                     exec_plan_resumable(&plan) ? t->again : "");
         util_errf(&e, UTIL_EXIT_FAIL, "interrupted after step %d%s",
                   r.step_first + r.steps_run, saved);
         rc = -1;

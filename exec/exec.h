@@ -520,6 +520,11 @@ typedef struct exec_train_opts {
     const volatile int *stop; /* set (by a signal handler) to stop after the
                              * current step, saving when save is set */
     char note[192];         /* printed under the model line when set */
+    char again[1024];       /* the options a run resumed from --save
+                             * repeats to go on as this one (" --steps N",
+                             * and --lr, --warmup, --weight-decay, --clip,
+                             * --data, --threads as given): said beside
+                             * "continue with --resume FILE" */
     FILE *out;              /* where lines go (stdout) */
 } exec_train_opts;
 

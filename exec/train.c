@@ -357,11 +357,11 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
         if (o->save && exec_ckpt_save(o->save, m, &sm, e)) {
             rc = -1;
         } else {
-            char saved[600] = "";
+            char saved[2048] = "";
             if (o->save)
                 snprintf(saved, sizeof saved,
-                         "; saved %s, continue with --resume %s", o->save,
-                         o->save);
+                         "; saved %s, continue with --resume %s%s", o->save,
+                         o->save, o->again);
             rc = util_errf(e, UTIL_EXIT_FAIL, "interrupted after step %d%s",
                            interrupted, saved);
         }

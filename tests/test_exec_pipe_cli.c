@@ -847,6 +847,16 @@ Test(exec_cli_pipe, plan_runs_in_pieces)
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_expect(strstr(r.out, "stopped after step 3 of 6 (--stop-after); "
                      "continue with --resume") != NULL, "%s", r.out);
+    /* the hint repeats --steps: without it the resumed run's learning
+     * rates span the default 50 steps, not this run's 6 */
+    cr_expect(strstr(r.out, "sa.ckpt --steps 6\n") != NULL, "%s", r.out);
+    cli_result_free(&r);
+    /* and the schedule's options given, as given */
+    r = cli_run("exec --plan %s/p.json --steps 6 --stop-after 3 --lr 1e-3 "
+                "--warmup 1 --save %s/sl.ckpt", dir, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "sl.ckpt --steps 6 --lr 1e-3 --warmup 1\n") !=
+              NULL, "%s", r.out);
     cli_result_free(&r);
     r = cli_run("exec --plan %s/p.json --steps 6 --resume %s/sa.ckpt --quiet "
                 "--save %s/sb.ckpt", dir, dir, dir);
