@@ -4,6 +4,7 @@
  * to stdout got there. Exit codes: 0 success, 1 failed run (a lost write
  * to stdout included), 2 bad usage or bad input. */
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -73,41 +74,46 @@ static int profile_dir_option(int *argc, char **argv, const char **dir)
 /* A profile directory given by name must be one: a file is refused; one
  * that is not there yet is only calibrate's to make, so the others say
  * they go on with the built-in figures. */
-static int profile_dir_check(const char *dir, const char *cmd)
+static int profile_dir_check(const char *how, const char *dir,
+                             const char *cmd)
 {
     struct stat st;
     if (!dir || !*dir) return 0;
     if (stat(dir, &st) == 0) {
         if (!S_ISDIR(st.st_mode)) {
-            fprintf(stderr, "sluice: --profile-dir %s is not a folder\n",
-                    dir);
+            fprintf(stderr, "sluice: %s %s is not a folder\n", how, dir);
             return -1;
         }
         /* one whose profiles cannot be looked up is not an empty one (they
          * are found by name: searching it is enough) */
         if (access(dir, X_OK)) {
-            fprintf(stderr, "sluice: --profile-dir %s: %s\n", dir,
+            fprintf(stderr, "sluice: %s %s: %s\n", how, dir,
                     strerror(errno));
             return -1;
         }
         return 0;
     }
     if (errno != ENOENT) {
-        fprintf(stderr, "sluice: --profile-dir %s: %s\n", dir,
-                strerror(errno));
+        fprintf(stderr, "sluice: %s %s: %s\n", how, dir, strerror(errno));
         return -1;
     }
     if (strcmp(cmd, "calibrate"))
-        fprintf(stderr, "sluice: --profile-dir %s does not exist (sluice "
-                "calibrate makes it): no calibrated profiles\n", dir);
+        fprintf(stderr, "sluice: %s %s does not exist (sluice "
+                "calibrate makes it): no calibrated profiles\n", how, dir);
     return 0;
 }
 
 static int run(int argc, char **argv)
 {
     const char *pdir = NULL;
-    if (profile_dir_option(&argc, argv, &pdir) ||
-        profile_dir_check(pdir, argc > 1 ? argv[1] : ""))
+    if (profile_dir_option(&argc, argv, &pdir)) return UTIL_EXIT_USAGE;
+    /* the environment's folder is checked as the option's: a file there
+     * was read as a folder without profiles */
+    const char *env = getenv("SLUICE_PROFILE_DIR");
+    if (pdir ? profile_dir_check("--profile-dir", pdir,
+                                 argc > 1 ? argv[1] : "")
+             : profile_dir_check("SLUICE_PROFILE_DIR", env,
+                                 argc > 1 ? argv[1] : ""))
         return UTIL_EXIT_USAGE;
     const command cmds[] = {
         {"plan", plan_cmd_main,

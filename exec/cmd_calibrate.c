@@ -414,8 +414,8 @@ int exec_calibrate_main(int argc, char **argv)
         snprintf(path, sizeof path, "%s", c.out);
     } else if (!prof_calib_path(dev, path, sizeof path)) {
         fprintf(stderr, "sluice calibrate: no profile directory "
-                "(SLUICE_PROFILE_DIR is empty): give --out FILE or "
-                "--profile-dir DIR\n");
+                "(%s): give --out FILE or --profile-dir DIR\n",
+                prof_profile_dir_none());
         return UTIL_EXIT_USAGE;
     }
     /* where it goes and the drive's folder, before a minute of

@@ -561,8 +561,8 @@ static int calib_check(const sim_plan *plan, const exec_backend *be,
                                                               : "the GPUs");
     if (!prof_calib_path(dev, path, n))
         return util_errf(e, UTIL_EXIT_USAGE, "--calibrate: no profile "
-                         "directory (SLUICE_PROFILE_DIR is empty): give "
-                         "--profile-dir DIR");
+                         "directory (%s): give --profile-dir DIR",
+                         prof_profile_dir_none());
     if (access(path, F_OK))
         return util_errf(e, UTIL_EXIT_USAGE, "--calibrate: %s does not "
                          "exist: run sluice calibrate --hw %s first (this "

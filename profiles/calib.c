@@ -28,13 +28,17 @@ static struct {
     int set;                 /* prof_profile_dir_set was called */
     int found;               /* the environment was read */
     char *dir;               /* NULL: none */
-} pdir = {PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL};
+    const char *none;        /* why there is none */
+} pdir = {PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL};
 
 void prof_profile_dir_set(const char *dir)
 {
     pthread_mutex_lock(&pdir.mu);
     free(pdir.dir);
     pdir.dir = dir && *dir ? util_strdup(dir) : NULL;
+    /* NULL restores none (a caller's save and restore): why stays */
+    if (dir) pdir.none = "--profile-dir is empty";
+    else if (!pdir.none) pdir.none = "none in force";
     pdir.set = 1;
     pthread_mutex_unlock(&pdir.mu);
 }
@@ -56,10 +60,22 @@ const char *prof_profile_dir(void)
         else if (home && *home)
             snprintf(buf, sizeof buf, "%s/.config/sluice/profiles", home);
         pdir.dir = buf[0] ? util_strdup(buf) : NULL;
+        pdir.none = env ? "SLUICE_PROFILE_DIR is empty"
+                        : "neither SLUICE_PROFILE_DIR, XDG_CONFIG_HOME nor "
+                          "HOME is set";
     }
     const char *d = pdir.dir;
     pthread_mutex_unlock(&pdir.mu);
     return d;
+}
+
+const char *prof_profile_dir_none(void)
+{
+    prof_profile_dir();
+    pthread_mutex_lock(&pdir.mu);
+    const char *w = pdir.none ? pdir.none : "none given";
+    pthread_mutex_unlock(&pdir.mu);
+    return w;
 }
 
 char *prof_calib_path(const char *device, char *buf, size_t n)

@@ -741,6 +741,8 @@ typedef struct prof_calib {
 void prof_profile_dir_set(const char *dir);
 /* The directory, or NULL when there is none. Lent. */
 const char *prof_profile_dir(void);
+/* Why prof_profile_dir is NULL ("SLUICE_PROFILE_DIR is empty", ...). */
+const char *prof_profile_dir_none(void);
 /* DIR/device.json in buf, or NULL when there is no profile directory. */
 char *prof_calib_path(const char *device, char *buf, size_t n);
 

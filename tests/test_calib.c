@@ -638,6 +638,18 @@ Test(calib_dir, sim_uses_the_calibrated_figures)
     cr_expect_eq(l.code, 0, "%s", l.err);
     cr_expect(strstr(l.err, "typo does not exist"), "%s", l.err);
     cli_result_free(&l);
+    /* SLUICE_PROFILE_DIR naming a file is refused as the option is (it
+     * was read as a folder without profiles: exec --calibrate said
+     * FILE/cpu.json did not exist) */
+    cr_expect_eq(sh_run("SLUICE_PROFILE_DIR=%s/cpu.json \"$SLUICE\" profile "
+                        "list > %s/env.out 2>&1", d, d), 2);
+    cr_expect_eq(sh_run("grep -q 'SLUICE_PROFILE_DIR .*cpu.json is not a "
+                        "folder' %s/env.out", d), 0, "see %s/env.out", d);
+    /* no folder: the message says why, not that the variable is empty */
+    l = cli_run("--profile-dir '' calibrate --hw cpu x1 --quick");
+    cr_expect_eq(l.code, 2);
+    cr_expect(strstr(l.err, "(--profile-dir is empty)"), "%s", l.err);
+    cli_result_free(&l);
     test_rm_rf(d);
 }
 
