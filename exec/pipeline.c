@@ -71,6 +71,22 @@ static int initial_state(const exec_pipe_opts *o, const exec_gpt_config *c,
                              "x %d tokens, the plan trains %d x %d (resume "
                              "with the plan that saved it)", lp, meta.B,
                              meta.T, B, T);
+        /* the two files are one save's: a state beside another run's
+         * checkpoint, or one step's beside another's, went on silently
+         * from the state while the checks before the run read the
+         * checkpoint */
+        exec_ckpt_meta cm;
+        if (exec_ckpt_peek(o->resume, &cm, e)) return -1;
+        if (cm.step != meta.step || cm.seed != meta.seed)
+            return util_errf(e, UTIL_EXIT_USAGE, "%s is step %lld of a run "
+                             "of seed %llu, %s step %lld of seed %llu: not "
+                             "the pair one --save writes (a run stopped "
+                             "between writing them, or files of two runs); "
+                             "resume from a pair saved together, or start "
+                             "from %s's weights with --init", o->resume,
+                             (long long)cm.step, (unsigned long long)cm.seed,
+                             lp, (long long)meta.step,
+                             (unsigned long long)meta.seed, o->resume);
         *step0 = (int)meta.step;
         *seed = meta.seed;
         return 0;

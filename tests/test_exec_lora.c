@@ -508,6 +508,15 @@ Test(exec_lora, mpirun_and_the_merged_checkpoint)
     cr_expect(strstr(x.err, "i.ckpt: a lora:4:all run saved it"), "%s",
               x.err);
     cli_result_free(&x);
+    /* a checkpoint beside another save's state (step 3's and step 4's) */
+    cr_assert_eq(sh_run("cp %s/i.ckpt %s/x.ckpt && cp %s/o.ckpt.lora "
+                        "%s/x.ckpt.lora", dir, dir, dir, dir), 0);
+    x = cli_run("exec --plan %s/l.json --resume %s/x.ckpt --steps 5", dir,
+                dir);
+    cr_expect_eq(x.code, 2);
+    cr_expect(strstr(x.err, "x.ckpt is step 3 of a run of seed 1337") &&
+              strstr(x.err, "x.ckpt.lora step 4 of seed 1337"), "%s", x.err);
+    cli_result_free(&x);
     /* a byte changed, a truncated file */
     cr_assert_eq(sh_run("cp %s/i.ckpt.lora %s/c.lora && printf 'x' | dd "
                         "of=%s/i.ckpt.lora bs=1 seek=4000 conv=notrunc "
