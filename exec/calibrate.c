@@ -714,7 +714,9 @@ static int measure_split(const exec_calib_opts *o, int gpu, const char *tmp,
     }
     for (int q = 0; q < 2; q++) {
         qsort(ratio[q], (size_t)rounds, sizeof(double), cmp_dbl);
-        res->calib.gpu.eff.split_factor[q] = ratio[q][rounds / 2];
+        /* within what a profile takes (gpu.c) */
+        res->calib.gpu.eff.split_factor[q] =
+            fmin(10, fmax(0.1, ratio[q][rounds / 2]));
     }
     if (o->log)
         fprintf(o->log, "  the backward's halves apart: B x%.3f, W x%.3f\n",

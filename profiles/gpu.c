@@ -86,8 +86,7 @@ static int parse_factors(const util_jobj *o, const char *key,
         if (!have) continue;
         if (util_jkeys(&p, phase_names, e)) return -1;
         for (int q = 0; q < PROF_PHASES; q++)
-            if (util_jnum(&p, phase_names[q], 0, UTIL_POSITIVE, 1e3,
-                          &f[k][q], e))
+            if (util_jnum(&p, phase_names[q], 0, 1e-3, 1e3, &f[k][q], e))
                 return -1;
     }
     return 0;
@@ -104,7 +103,7 @@ static int parse_split(const util_jobj *o, double f[2], util_err *e)
     if (!have) return 0;
     if (util_jkeys(&m, ph, e)) return -1;
     for (int q = 0; q < 2; q++)
-        if (util_jnum(&m, ph[q], 0, UTIL_POSITIVE, 10, &f[q], e)) return -1;
+        if (util_jnum(&m, ph[q], 0, 0.1, 10, &f[q], e)) return -1;
     return 0;
 }
 
@@ -141,7 +140,7 @@ static int parse_eff(const util_jobj *o, prof_eff *f, int partial,
         parse_factors(o, "gemm_factor", f->gemm_factor, e) ||
         parse_factors(o, "mem_factor", f->mem_factor, e) ||
         parse_split(o, f->split_factor, e) ||
-        util_jnum(o, "opt_factor", 0, UTIL_POSITIVE, 1e3, &f->opt_factor, e) ||
+        util_jnum(o, "opt_factor", 0, 1e-3, 1e3, &f->opt_factor, e) ||
         util_jnum(o, "gemm_max", req, UTIL_HW_MIN, 1, &f->gemm_max, e) ||
         util_jnum(o, "gemm_half_mn", req, 0, 1e6, &f->gemm_half_mn, e) ||
         util_jnum(o, "gemm_half_k", req, 0, 1e6, &f->gemm_half_k, e) ||
