@@ -674,9 +674,10 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
             if (rt.tp > 1)
                 snprintf(tpw, sizeof tpw, " (%d workers with tensor "
                          "parallelism)", rt.n_workers);
-            util_errf(e, UTIL_EXIT_USAGE, "the plan runs on %d devices%s, "
-                      "mpirun started %d ranks: use mpirun -np %d",
-                      rt.n_workers / rt.tp, tpw, size, rt.n_workers);
+            util_errf(e, UTIL_EXIT_USAGE, "the plan runs on %d device%s%s, "
+                      "mpirun started %d rank%s: use mpirun -np %d",
+                      rt.n_workers / rt.tp, rt.n_workers / rt.tp == 1 ? ""
+                      : "s", tpw, size, size == 1 ? "" : "s", rt.n_workers);
             goto out;
         }
         rt.first_local = rank;
