@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #define CKPT_MAGIC "SLUICEC1"
-#define CKPT_VERSION 5
+#define CKPT_VERSION 6
 /* The largest checkpoint read: 256 GiB, 21 billion parameters with their
  * AdamW moments, far past what the CPU trainer runs. */
 #define CKPT_MAX_BYTES ((size_t)256 << 30)
@@ -35,6 +35,9 @@ typedef struct ckpt_header {
                               * gelu_erf */
     int32_t t5[5];           /* version 5: t5 dec_layers rel_buckets
                               * rel_max_dist head_dim */
+    int32_t run[4];          /* version 6: has steps warmup (0) */
+    float run_f[3];          /* version 6: lr weight_decay clip */
+    uint64_t data_sum;       /* version 6: FNV-1a 64 of the data */
 } ckpt_header;
 
 /* Version 1 (before Llama's choices) ends before llama[]: it is read as
@@ -46,6 +49,9 @@ typedef struct ckpt_header {
 #define CKPT_V3_BYTES offsetof(ckpt_header, enc)
 /* Version 4 (before T5's) ends before t5[]: read as not a T5. */
 #define CKPT_V4_BYTES offsetof(ckpt_header, t5)
+/* Version 5 (before the run's options) ends after t5[], padded to 8
+ * bytes with zeros: run[0] reads 0, none kept. */
+#define CKPT_V5_BYTES 152
 
 static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
 {
@@ -176,6 +182,16 @@ int exec_ckpt_save_state(const char *path, const float *params,
     h.seed = meta->seed;
     h.step = meta->step;
     h.n_params = P;
+    const exec_ckpt_run *u = &meta->run;
+    if (u->has) {
+        h.run[0] = 1;
+        h.run[1] = u->steps;
+        h.run[2] = u->warmup;
+        h.run_f[0] = u->lr;
+        h.run_f[1] = u->weight_decay;
+        h.run_f[2] = u->clip;
+        h.data_sum = u->data_sum;
+    }
     /* params, then m and v (gradients are not state between steps). */
     const float *part[3] = {params, adam_m, adam_v};
     size_t n[3] = {P, P, P};
@@ -210,7 +226,8 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
     int old = (h->version == 1 && h->header_bytes == CKPT_V1_BYTES) ||
               (h->version == 2 && h->header_bytes == CKPT_V2_BYTES) ||
               (h->version == 3 && h->header_bytes == CKPT_V3_BYTES) ||
-              (h->version == 4 && h->header_bytes == CKPT_V4_BYTES);
+              (h->version == 4 && h->header_bytes == CKPT_V4_BYTES) ||
+              (h->version == 5 && h->header_bytes == CKPT_V5_BYTES);
     if ((old || h->header_bytes == sizeof *h) && *len >= h->header_bytes)
         memcpy(h, *buf, h->header_bytes);
     if (!old && (h->version != CKPT_VERSION || h->header_bytes != sizeof *h)) {
@@ -272,6 +289,17 @@ static void meta_of(const ckpt_header *h, exec_ckpt_meta *meta)
     meta->T = h->T;
     meta->seed = h->seed;
     meta->step = h->step;
+    exec_ckpt_run *u = &meta->run;
+    memset(u, 0, sizeof *u);
+    if (h->version >= 6 && h->run[0]) {
+        u->has = 1;
+        u->steps = h->run[1];
+        u->warmup = h->run[2];
+        u->lr = h->run_f[0];
+        u->weight_decay = h->run_f[1];
+        u->clip = h->run_f[2];
+        u->data_sum = h->data_sum;
+    }
 }
 
 int exec_ckpt_peek(const char *path, exec_ckpt_meta *meta, util_err *e)
@@ -282,9 +310,17 @@ int exec_ckpt_peek(const char *path, exec_ckpt_meta *meta, util_err *e)
     if (ckpt_read(path, &buf, &len, &h, e)) return -1;
     free(buf);
     meta_of(&h, meta);
+    /* the run's options as the command line takes them */
+    const exec_ckpt_run *u = &meta->run;
+    int bad_run = u->has && (u->steps < 0 || u->steps > CKPT_MAX_STEP ||
+                             u->warmup < -1 || u->warmup > CKPT_MAX_STEP ||
+                             !(u->lr >= 0 && u->lr <= 10) ||
+                             !(u->weight_decay >= 0 &&
+                               u->weight_decay <= 10) ||
+                             !(u->clip >= 0 && u->clip <= 1e9));
     if (exec_gpt_config_check(&meta->cfg, e) || meta->B < 1 || meta->T < 1 ||
         (!exec_rope(&meta->cfg) && meta->T > meta->cfg.max_pos) ||
-        meta->step < 0) {
+        meta->step < 0 || bad_run) {
         e->code = UTIL_EXIT_USAGE;
         return util_errf(e, UTIL_EXIT_USAGE,
                          "%s: corrupt checkpoint (invalid header values)",

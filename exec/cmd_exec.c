@@ -7,6 +7,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +174,7 @@ typedef struct cmd {
     int tier_given;
     int clip_given;
     int seed_given;
+    int steps_given;
     const char *ref_only, *plan_only; /* first option of each kind given */
     const char *sched_arg[6];   /* --lr --warmup --weight-decay --clip
                                  * --data --threads as given, or NULL */
@@ -203,6 +205,92 @@ static void again_add(char *buf, size_t n, const char *opt, const char *v)
     }
     at = strlen(buf);
     snprintf(buf + at, n - at, "'");
+}
+
+/* Appends ", NAME VALUE" (the first without the comma) to buf. */
+static void said(char *buf, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void said(char *buf, size_t n, const char *fmt, ...)
+{
+    size_t at = strlen(buf);
+    if (at + 3 >= n) return;
+    if (at) {
+        snprintf(buf + at, n - at, ", ");
+        at += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + at, n - at, fmt, ap);
+    va_end(ap);
+}
+
+/* A resumed run goes on as the run that saved its checkpoint: the
+ * options it leaves out are the checkpoint's (--steps, --lr, --warmup,
+ * --weight-decay, --clip), the ones it gives that differ are said, as
+ * other text than the run trained on; the run's own text left out while
+ * the default is another is refused. Checkpoints before format 6 keep
+ * none of them. */
+static int resume_run(cmd *c, exec_train_opts *o, const exec_ckpt_run *u,
+                      util_err *e)
+{
+    if (!u->has) return 0;
+    char took[256] = "", diff[384] = "";
+    if (!c->steps_given) {
+        o->steps = u->steps;
+        said(took, sizeof took, "--steps %d", u->steps);
+    } else if (o->steps != u->steps) {
+        said(diff, sizeof diff, "--steps %d (it ran to %d)", o->steps,
+             u->steps);
+    }
+    if (!c->sched_arg[0]) {
+        o->adamw.lr = u->lr;
+        said(took, sizeof took, "--lr %g", (double)u->lr);
+    } else if (o->adamw.lr != u->lr) {
+        said(diff, sizeof diff, "--lr %g (it had %g)", (double)o->adamw.lr,
+             (double)u->lr);
+    }
+    if (!c->sched_arg[1]) {
+        o->warmup = u->warmup;
+        if (u->warmup >= 0) said(took, sizeof took, "--warmup %d", u->warmup);
+    } else if (o->warmup != u->warmup) {
+        char was[32] = "a tenth of its steps";
+        if (u->warmup >= 0) snprintf(was, sizeof was, "%d", u->warmup);
+        said(diff, sizeof diff, "--warmup %d (it had %s)", o->warmup, was);
+    }
+    if (!c->sched_arg[2]) {
+        o->adamw.weight_decay = u->weight_decay;
+        said(took, sizeof took, "--weight-decay %g", (double)u->weight_decay);
+    } else if (o->adamw.weight_decay != u->weight_decay) {
+        said(diff, sizeof diff, "--weight-decay %g (it had %g)",
+             (double)o->adamw.weight_decay, (double)u->weight_decay);
+    }
+    if (!c->clip_given) {
+        o->adamw.clip = u->clip;
+        c->clip_given = 1;      /* the run's: kept as given */
+        said(took, sizeof took, "--clip %g", (double)u->clip);
+    } else if (o->adamw.clip != u->clip) {
+        said(diff, sizeof diff, "--clip %g (it had %g)", (double)o->adamw.clip,
+             (double)u->clip);
+    }
+    if (o->data_sum && u->data_sum && o->data_sum != u->data_sum) {
+        if (!c->sched_arg[4])
+            return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: the run %s "
+                             "continues trained on other text than %s (the "
+                             "default): give its --data again", o->resume,
+                             o->data);
+        said(diff, sizeof diff, "--data (other text than it trained on)");
+    }
+    size_t n = sizeof o->resumed;
+    if (took[0])
+        snprintf(o->resumed, n, "resumed as the run that saved %s: %s",
+                 o->resume, took);
+    if (diff[0]) {
+        size_t at = strlen(o->resumed);
+        snprintf(o->resumed + at, n - at, "%snote: this run changes what "
+                 "the run that saved %s had: %s; it does not go on as that "
+                 "run would have", at ? "\n" : "", o->resume, diff);
+    }
+    return 0;
 }
 
 static int parse(int argc, char **argv, cmd *c, util_err *e)
@@ -281,9 +369,10 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             c->tier_given = 1;
         } else if (!strcmp(a, "--offload-path")) {
             c->offload.path = v;
-        } else if (!strcmp(a, "--steps"))
+        } else if (!strcmp(a, "--steps")) {
             rc = int_arg(a, v, 0, BIG, &o->steps, e);
-        else if (!strcmp(a, "--stop-after"))
+            c->steps_given = 1;
+        } else if (!strcmp(a, "--stop-after"))
             rc = int_arg(a, v, 0, BIG, &o->stop_after, e);
         else if (!strcmp(a, "--batch"))
             rc = int_arg(a, v, 1, 1 << 20, &o->B, e);
@@ -380,6 +469,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
     /* a resumed run goes on with its checkpoint's seed (the batches'
      * order): another given is refused, and the header says the one
      * that runs */
+    if (exec_file_sum(o->data, &o->data_sum)) o->data_sum = 0;
     if (o->resume) {
         exec_ckpt_meta old;
         util_err pe;
@@ -391,6 +481,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                  "out", (unsigned long long)o->seed,
                                  o->resume, (unsigned long long)old.seed);
             o->seed = old.seed;
+            if (resume_run(c, o, &old.run, e)) return -1;
         }
     }
     /* a run resumed from its checkpoint goes on as this one only with
@@ -613,7 +704,7 @@ static int save_ckpt(const exec_train_opts *t, const sim_plan *plan,
 {
     /* (a resumed run's seed is its checkpoint's: parse set it) */
     exec_ckpt_meta meta = {r->cfg, r->B, r->T, t->seed,
-                           r->step_first + r->steps_run};
+                           r->step_first + r->steps_run, exec_train_run(t)};
     /* LoRA: the run's own state (base, adapters, their moments) beside,
      * for --resume; the checkpoint itself the adapters merged into the
      * weights, a plain model any reader takes. An offload schedule's tier
@@ -786,6 +877,7 @@ static int run_plan(cmd *c)
                 prof_finetune_full(&plan.ft)
                     ? "" : prof_finetune_name(&plan.ft, ft, sizeof ft),
                 t->adamw.lr, t->adamw.clip, (unsigned long long)t->seed);
+        if (t->resumed[0]) fprintf(stdout, "%s\n", t->resumed);
         if (unclipped)
             fprintf(stdout, "note: fuyou steps each layer as its gradients "
                     "come, before the global gradient norm is known: no "

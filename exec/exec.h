@@ -386,6 +386,9 @@ typedef struct exec_corpus {
  * error, code 2. */
 int exec_corpus_load(exec_corpus *c, const char *path, int T, util_err *e);
 void exec_corpus_free(exec_corpus *c);
+/* FNV-1a 64 of a file's bytes into *sum (what a checkpoint keeps of its
+ * run's --data); -1 where it cannot be read (loading it says why). */
+int exec_file_sum(const char *path, uint64_t *sum);
 /* Batch `index` of a split (0 train, 1 validation) for seed: B windows of
  * T+1 bytes at pseudo-random offsets, a pure function of (seed, split,
  * index), so a resumed run sees the same batches. */
@@ -420,11 +423,23 @@ void exec_mlm_mask(const exec_gpt_config *c, int split, uint64_t seed,
  * FNV-1a 64 checksum of everything before it. Native little-endian
  * floats. Written with util_write_atomic: a failed save leaves the file
  * that was there untouched. */
+/* The options of the run that saved a checkpoint which decide how it
+ * goes on (format version 6; has 0 in older files): the steps its
+ * learning rates' schedule spans, their peak and warm-up (-1: a tenth of
+ * the steps), weight decay, clipping, and the training text (data_sum:
+ * FNV-1a 64 of the --data file, 0 for the built-in text). */
+typedef struct exec_ckpt_run {
+    int has, steps, warmup;
+    float lr, weight_decay, clip;
+    uint64_t data_sum;
+} exec_ckpt_run;
+
 typedef struct exec_ckpt_meta {
     exec_gpt_config cfg;
     int B, T;
     uint64_t seed;
     int64_t step;           /* optimizer steps done */
+    exec_ckpt_run run;
 } exec_ckpt_meta;
 
 int exec_ckpt_save(const char *path, exec_gpt *m, const exec_ckpt_meta *meta,
@@ -520,6 +535,9 @@ typedef struct exec_train_opts {
     const volatile int *stop; /* set (by a signal handler) to stop after the
                              * current step, saving when save is set */
     char note[192];         /* printed under the model line when set */
+    uint64_t data_sum;      /* FNV-1a 64 of the data file, 0: built-in */
+    char resumed[640];      /* what a resumed run took from its checkpoint
+                             * or changes in it: printed in the header */
     char again[1024];       /* the options a run resumed from --save
                              * repeats to go on as this one (" --steps N",
                              * and --lr, --warmup, --weight-decay, --clip,
@@ -548,6 +566,8 @@ double exec_host_mem_bytes(void);
 void exec_train_defaults(exec_train_opts *o);
 /* Trains; prints a line per step unless quiet, and a summary. */
 int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e);
+/* The options of run o a checkpoint of it keeps (exec_ckpt_run). */
+exec_ckpt_run exec_train_run(const exec_train_opts *o);
 
 /* ---------------------------------------------------- pipeline runs */
 

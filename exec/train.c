@@ -26,6 +26,15 @@ void exec_train_defaults(exec_train_opts *o)
     o->out = stdout;
 }
 
+exec_ckpt_run exec_train_run(const exec_train_opts *o)
+{
+    exec_ckpt_run u = {.has = 1, .steps = o->steps, .warmup = o->warmup,
+                       .lr = o->adamw.lr,
+                       .weight_decay = o->adamw.weight_decay,
+                       .clip = o->adamw.clip, .data_sum = o->data_sum};
+    return u;
+}
+
 /* printf to f, or nothing when f is NULL. */
 static void say(FILE *f, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -198,6 +207,7 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
             cfg.hidden, cfg.layers, cfg.heads, cfg.ffn, cfg.vocab, kind,
             util_fmt_bytes(need.total_bytes, mb, sizeof mb));
     if (o->note[0]) say(hu, "%s\n", o->note);
+    if (o->resumed[0]) say(hu, "%s\n", o->resumed);
     if (o->warmup > o->steps)
         say(hu, "note: --warmup %d is longer than the %d steps: the "
             "learning rate never reaches its peak\n", o->warmup, o->steps);
@@ -229,7 +239,7 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
     enum { RECENT = 10 };
     float recent[RECENT];
     uint64_t train_ns = 0;
-    exec_ckpt_meta sm = {cfg, B, T, seed, step0};
+    exec_ckpt_meta sm = {cfg, B, T, seed, step0, exec_train_run(o)};
     exec_gpt_set_timing(m, tm);
     int end = o->stop_after > 0 && o->stop_after < o->steps ? o->stop_after
                                                             : o->steps;

@@ -434,7 +434,7 @@ void expect_qlora_is_lora(sim_plan *p, const exec_pipe_result *q,
     char *dir = test_tmpdir(), ck[600];
     snprintf(ck, sizeof ck, "%s/rounded.ckpt", dir);
     float *zero = calloc(P + 1, sizeof *zero);
-    exec_ckpt_meta meta = {q->cfg, q->B, q->T, 1337, 0};
+    exec_ckpt_meta meta = {q->cfg, q->B, q->T, 1337, 0, {0}};
     util_err e;
     cr_assert_eq(exec_ckpt_save_state(ck, q->params, zero, zero, &meta, &e),
                  0, "%s", e.msg);

@@ -13,13 +13,14 @@
 
 #define SMALL "--model gpt-tiny --batch 2 --seq 16 --threads 1 --eval-batches 1"
 
-/* The on-disk layout exec/checkpoint.c writes: a 152-byte header (format
+/* The on-disk layout exec/checkpoint.c writes: a 184-byte header (format
  * version at 8, header bytes at 12, step at 64, parameter count at 72,
- * Llama's, OPT's, BERT's and T5's choices from 80), 3 P floats, an
- * FNV-1a checksum of all that. Version 1 ended its header at 80, version
- * 2 at 104, version 3 at 112, version 4 at 128. */
-enum { HDR = 152, HDR_V1 = 80, HDR_V2 = 104, HDR_V3 = 112, HDR_V4 = 128,
-       OFF_STEP = 64, OFF_NPARAMS = 72 };
+ * Llama's, OPT's, BERT's and T5's choices from 80, the run's options from
+ * 148), 3 P floats, an FNV-1a checksum of all that. Version 1 ended its
+ * header at 80, version 2 at 104, version 3 at 112, version 4 at 128,
+ * version 5 at 152. */
+enum { HDR = 184, HDR_V1 = 80, HDR_V2 = 104, HDR_V3 = 112, HDR_V4 = 128,
+       HDR_V5 = 152, OFF_STEP = 64, OFF_NPARAMS = 72, OFF_RUN = 148 };
 
 /* Copies src to dst with the float at index i of the body set to x, or
  * (i < 0) the step set to step; the checksum is made to match. */
@@ -126,9 +127,10 @@ static void keeps_its_model(const char *d, const char *model,
     cli_result_free(&r);
 }
 
-/* Checkpoints of format versions 1 to 4 (written before Llama's
+/* Checkpoints of format versions 1 to 5 (written before Llama's
  * choices were kept, whose header ends at byte 80, before OPT's, at byte
- * 104, before BERT's, at 112, and before T5's, at 128) still resume, as GPT-2's layout; one whose OPT fields make no model, or
+ * 104, before BERT's, at 112, before T5's, at 128, and before the run's
+ * options, at 152) still resume, as GPT-2's layout; one whose OPT fields make no model, or
  * whose RoPE flag disagrees with its base, is corrupt; a Llama or OPT checkpoint resumes as its model and is refused
  * by GPT's. */
 Test(exec_ckpt, version_1_and_llama_checkpoints)
@@ -139,16 +141,18 @@ Test(exec_ckpt, version_1_and_llama_checkpoints)
     cli_result_free(&a);
     snprintf(ck, sizeof ck, "%s/t.ck", d);
     cli_result r;
-    for (uint32_t ver = 1; ver <= 4; ver++) {
+    for (uint32_t ver = 1; ver <= 5; ver++) {
         snprintf(old, sizeof old, "%s/v%u.ck", d, ver);
         char *buf;
         size_t len;
         util_err e;
         cr_assert_eq(util_read_file_max(ck, 1 << 30, &buf, &len, &e), 0);
         uint32_t hb = ver == 1 ? HDR_V1 : ver == 2 ? HDR_V2
-                    : ver == 3 ? HDR_V3 : HDR_V4;
+                    : ver == 3 ? HDR_V3 : ver == 4 ? HDR_V4 : HDR_V5;
         memcpy(buf + 8, &ver, 4);
         memcpy(buf + 12, &hb, 4);
+        /* version 5's padding after T5's fields is zeros */
+        if (ver == 5) memset(buf + OFF_RUN, 0, HDR_V5 - OFF_RUN);
         memmove(buf + hb, buf + HDR, len - HDR);
         len -= HDR - hb;
         test_ckpt_reseal(old, buf, len);
@@ -184,5 +188,97 @@ Test(exec_ckpt, version_1_and_llama_checkpoints)
     keeps_its_model(d, "tests/data/exec/bert-pico.json",
                     "tests/data/exec/gpt-pico.json",
                     "an encoder (2 token types, a pooler)");
+    test_rm_rf(d);
+}
+
+/* A checkpoint keeps the options that decide how its run goes on
+ * (--steps, --lr, --warmup, --weight-decay, --clip, a checksum of the
+ * text): --resume alone ends with the uninterrupted run's bits, from the
+ * reference trainer and from a plan; an option given that differs is
+ * said; the default text where the run trained on another is refused. A
+ * header whose options no command line gives is corrupt. */
+Test(exec_ckpt, resume_goes_on_as_the_run_that_saved)
+{
+    char *d = test_tmpdir();
+    const char *opts = "--steps 6 --lr 1e-3 --warmup 2 --weight-decay 0.05 "
+                       "--clip 0.5";
+    cli_result r = cli_run("exec " SMALL " %s --save %s/full.ck", opts, d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec " SMALL " %s --stop-after 2 --save %s/part.ck", opts,
+                d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --model gpt-tiny --threads 1 --eval-batches 1 "
+                "--resume %s/part.ck --save %s/part.ck", d, d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "resumed as the run that saved") &&
+              strstr(r.out, "--steps 6, --lr 0.001, --warmup 2, "
+                            "--weight-decay 0.05, --clip 0.5"), "%s", r.out);
+    cli_result_free(&r);
+    cr_expect_eq(sh_run("cmp -s %s/full.ck %s/part.ck", d, d), 0,
+                 "the resumed run's weights are not the uninterrupted one's");
+    /* a plan's run too */
+    r = cli_run("sim --hw 'cpu x2' --model gpt-tiny --schedule 1f1b --pp 2 "
+                "--mbs 2 --microbatches 2 --out %s/p.json", d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/p.json %s --quiet --save %s/pf.ck", d, opts,
+                d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/p.json %s --stop-after 3 --quiet --save "
+                "%s/pp.ck", d, opts, d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/p.json --resume %s/pp.ck --save %s/pp.ck", d,
+                d, d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "--lr 0.001"), "%s", r.out);
+    cli_result_free(&r);
+    cr_expect_eq(sh_run("cmp -s %s/pf.ck %s/pp.ck", d, d), 0,
+                 "the plan's resumed run is not the uninterrupted one");
+    /* an option that differs is said; another text than the default the
+     * run trained on is refused without --data */
+    r = cli_run("exec " SMALL " --resume %s/full.ck --steps 8 --lr 2e-3", d);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "--steps 8 (it ran to 6), --lr 0.002 (it had "
+                            "0.001)") && strstr(r.out, "does not go on"),
+              "%s", r.out);
+    cli_result_free(&r);
+    char txt[600];
+    snprintf(txt, sizeof txt, "%s/other.txt", d);
+    FILE *f = fopen(txt, "w");
+    cr_assert_not_null(f);
+    for (int k = 0; k < 400; k++)
+        fprintf(f, "line %d of a text that is not the default one\n", k);
+    fclose(f);
+    r = cli_run("exec " SMALL " --steps 4 --stop-after 1 --data %s --save "
+                "%s/d.ck", txt, d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec " SMALL " --resume %s/d.ck", d);
+    cr_expect_eq(r.code, 2, "%s", r.out);
+    cr_expect(strstr(r.err, "trained on other text than") &&
+              strstr(r.err, "give its --data again"), "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec " SMALL " --resume %s/d.ck --data %s", d, txt);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    /* options no command line gives: a corrupt header */
+    char ck[600], *buf;
+    size_t len;
+    util_err e;
+    snprintf(ck, sizeof ck, "%s/full.ck", d);
+    cr_assert_eq(util_read_file_max(ck, 1 << 30, &buf, &len, &e), 0);
+    float lr = -1;
+    memcpy(buf + OFF_RUN + 16, &lr, sizeof lr);
+    snprintf(ck, sizeof ck, "%s/bad.ck", d);
+    test_ckpt_reseal(ck, buf, len);
+    r = cli_run("exec " SMALL " --resume %s", ck);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "corrupt checkpoint (invalid header values)"),
+              "%s", r.err);
+    cli_result_free(&r);
     test_rm_rf(d);
 }

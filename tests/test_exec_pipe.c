@@ -767,7 +767,7 @@ Test(exec_init, runs_start_from_weights_and_save_for_any_reader)
     /* saved as the trainer saves, read by the trainer and by --init */
     char *dir = test_tmpdir(), ck[600];
     snprintf(ck, sizeof ck, "%s/tp.ckpt", dir);
-    exec_ckpt_meta meta = {r.cfg, r.B, r.T, 1337, 3};
+    exec_ckpt_meta meta = {r.cfg, r.B, r.T, 1337, 3, {0}};
     cr_assert_eq(exec_ckpt_save_state(ck, r.params, r.adam_m, r.adam_v,
                                       &meta, &e), 0, "%s", e.msg);
     cli_result x = cli_run("exec --model " HF "config.json --resume %s "

@@ -439,7 +439,7 @@ Test(exec_t5, lora_adapters_get_the_full_models_gradients)
           *zero = calloc(P, sizeof *zero);
     memcpy(merged, l1.params, sizeof *merged * P);
     exec_lora_merge(&c, &lp.ft, l1.lora, merged);
-    exec_ckpt_meta meta = {c, f1.B, f1.T, 1337, 1};
+    exec_ckpt_meta meta = {c, f1.B, f1.T, 1337, 1, {0}};
     util_err e = {0};
     cr_assert_eq(exec_ckpt_save_state(ck, merged, zero, zero, &meta, &e), 0,
                  "%s", e.msg);
