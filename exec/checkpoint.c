@@ -319,7 +319,8 @@ int exec_ckpt_peek(const char *path, exec_ckpt_meta *meta, util_err *e)
                                u->weight_decay <= 10) ||
                              !(u->clip >= 0 && u->clip <= 1e9));
     if (exec_gpt_config_check(&meta->cfg, e) || meta->B < 1 || meta->T < 1 ||
-        (!exec_rope(&meta->cfg) && meta->T > meta->cfg.max_pos) ||
+        (!exec_rope(&meta->cfg) && !meta->cfg.t5 &&
+         meta->T > meta->cfg.max_pos) ||
         meta->step < 0 || bad_run) {
         e->code = UTIL_EXIT_USAGE;
         return util_errf(e, UTIL_EXIT_USAGE,
