@@ -414,6 +414,26 @@ Test(exec_zero, tensor_parallel_shards_hold_their_lane)
     }
 }
 
+/* Plan ARGS --zero z run with worker 1 slowed 20 ms a task, and the
+ * simulation of the run's own IR (its engine returned: sr's arrays are
+ * its). */
+static sim_engine *slowed_run(const char *args, int z, sim_plan *p,
+                              exec_pipe_result *r, sim_result *sr)
+{
+    char a[512];
+    snprintf(a, sizeof a, "%s --zero %d", args, z);
+    cli_plan(a, p);
+    exec_pipe_opts o = pipe_opts(p, 2, 0);
+    o.slow_worker = 1;
+    o.slow_us = 20000;
+    util_err e = {0};
+    cr_assert_eq(exec_pipe_run(&o, r, &e), 0, "%s: %s", a, e.msg);
+    sim_run_opts ro = {0};
+    sim_engine *en = sim_engine_new(r->ir, r->costs, &ro);
+    cr_assert_eq(sim_engine_run(en, sr), 0, "%s", sr->msg);
+    return en;
+}
+
 /* A replica falling behind: a data-parallel ring moves nothing before
  * both ranks are in it, so the early rank's chunks do not wait on the late
  * one, taking its memory while it still computes; each device peaks as
@@ -424,19 +444,9 @@ Test(exec_zero, a_late_replica_takes_no_early_chunk)
                        "--pp 1 --dp 2 --mbs 1 --microbatches 2";
     for (int z = 0; z < 4; z++) {
         sim_plan p;
-        char a[512];
-        snprintf(a, sizeof a, "%s --zero %d", args, z);
-        cli_plan(a, &p);
-        exec_pipe_opts o = pipe_opts(&p, 2, 0);
-        o.slow_worker = 1;
-        o.slow_us = 20000;
         exec_pipe_result r;
-        util_err e = {0};
-        cr_assert_eq(exec_pipe_run(&o, &r, &e), 0, "%s: %s", a, e.msg);
-        sim_run_opts ro = {0};
-        sim_engine *en = sim_engine_new(r.ir, r.costs, &ro);
         sim_result sr;
-        cr_assert_eq(sim_engine_run(en, &sr), 0, "%s", sr.msg);
+        sim_engine *en = slowed_run(args, z, &p, &r, &sr);
         /* ZeRO-2's whole gradient per microbatch and ZeRO-3's whole
          * stage gathered are the executor's own (exec/README.md): their
          * rings only run here, gated alike */
@@ -466,19 +476,9 @@ Test(exec_zero, a_replica_ahead_holds_one_whole_gradient)
                        "--pp 1 --dp 2 --mbs 1 --microbatches 6";
     for (int z = 2; z < 4; z++) {
         sim_plan p;
-        char a[512];
-        snprintf(a, sizeof a, "%s --zero %d", args, z);
-        cli_plan(a, &p);
-        exec_pipe_opts o = pipe_opts(&p, 2, 0);
-        o.slow_worker = 1;
-        o.slow_us = 20000;
         exec_pipe_result r;
-        util_err e = {0};
-        cr_assert_eq(exec_pipe_run(&o, &r, &e), 0, "%s: %s", a, e.msg);
-        sim_run_opts ro = {0};
-        sim_engine *en = sim_engine_new(r.ir, r.costs, &ro);
         sim_result sr;
-        cr_assert_eq(sim_engine_run(en, &sr), 0, "%s", sr.msg);
+        sim_engine *en = slowed_run(args, z, &p, &r, &sr);
         double whole = r.costs->stage[0].train_bytes;
         for (int d = 0; d < 2; d++)
             cr_expect(r.peak_bytes[d] <= sr.dev[d].peak_bytes + 1.02 * whole,
