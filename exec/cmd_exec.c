@@ -469,7 +469,9 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
     /* a resumed run goes on with its checkpoint's seed (the batches'
      * order): another given is refused, and the header says the one
      * that runs */
-    if (exec_file_sum(o->data, &o->data_sum)) o->data_sum = 0;
+    /* the text's checksum, for a checkpoint written or read */
+    if (!(o->save || o->resume) || exec_file_sum(o->data, &o->data_sum))
+        o->data_sum = 0;
     if (o->resume) {
         exec_ckpt_meta old;
         util_err pe;
