@@ -51,19 +51,7 @@ typedef struct ckpt_header {
 #define CKPT_V4_BYTES offsetof(ckpt_header, t5)
 /* Version 5 (before the run's options) ends after t5[], padded to 8
  * bytes with zeros: run[0] reads 0, none kept. */
-#define CKPT_V5_BYTES 152
-
-static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001B3ull;
-    }
-    return h;
-}
-
-#define FNV_INIT 0xCBF29CE484222325ull
+#define CKPT_V5_BYTES ((offsetof(ckpt_header, run) + 7) / 8 * 8)
 
 /* t: T5's (a LoRA state's from version 4) */
 static void cfg_pack(const exec_gpt_config *c, int32_t *o, int32_t *x,
@@ -158,7 +146,7 @@ static int write_sealed(const char *path, const void *hdr, size_t hb,
         memcpy(at, part[k], n[k] * sizeof(float));
         at += n[k] * sizeof(float);
     }
-    uint64_t sum = fnv1a(buf, len - sizeof sum, FNV_INIT);
+    uint64_t sum = util_fnv1a(buf, len - sizeof sum, UTIL_FNV_INIT);
     memcpy(at, &sum, sizeof sum);
     int rc = util_write_atomic(path, buf, len, e);
     free(buf);
@@ -249,7 +237,7 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
     }
     uint64_t sum;
     memcpy(&sum, *buf + want - sizeof sum, sizeof sum);
-    if (fnv1a(*buf, want - sizeof sum, FNV_INIT) != sum) {
+    if (util_fnv1a(*buf, want - sizeof sum, UTIL_FNV_INIT) != sum) {
         free(*buf);
         return util_errf(e, UTIL_EXIT_USAGE,
                          "%s: corrupt checkpoint (checksum mismatch)", path);
@@ -569,7 +557,7 @@ int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
         goto out;
     }
     memcpy(&sum, buf + want - sizeof sum, sizeof sum);
-    if (fnv1a(buf, want - sizeof sum, FNV_INIT) != sum) {
+    if (util_fnv1a(buf, want - sizeof sum, UTIL_FNV_INIT) != sum) {
         util_errf(e, UTIL_EXIT_USAGE, "%s: corrupt LoRA state (checksum "
                   "mismatch)", path);
         goto out;

@@ -470,7 +470,9 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
      * order): another given is refused, and the header says the one
      * that runs */
     /* the text's checksum, for a checkpoint written or read */
-    if (!(o->save || o->resume) || exec_file_sum(o->data, &o->data_sum))
+    /* (one that cannot be read: loading it says why) */
+    if (!(o->save || o->resume) ||
+        util_file_fnv(o->data, (size_t)1 << 30, &o->data_sum, NULL))
         o->data_sum = 0;
     if (o->resume) {
         exec_ckpt_meta old;

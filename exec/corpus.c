@@ -7,10 +7,8 @@
 #include "exec/exec.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* Block size: 1 KiB, or four windows when sequences are longer. */
 static size_t block_bytes(int T)
@@ -165,23 +163,4 @@ void exec_mlm_mask(const exec_gpt_config *c, int split, uint64_t seed,
         }
     }
     free(pos);
-}
-
-int exec_file_sum(const char *path, uint64_t *sum)
-{
-    /* a regular file only: a FIFO would be read for ever */
-    struct stat st;
-    if (!path || stat(path, &st) || !S_ISREG(st.st_mode)) return -1;
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    unsigned char buf[1 << 16];
-    uint64_t h = 0xCBF29CE484222325ull;
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        for (size_t i = 0; i < n; i++) h = (h ^ buf[i]) * 0x100000001B3ull;
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) return -1;
-    *sum = h;
-    return 0;
 }

@@ -386,9 +386,6 @@ typedef struct exec_corpus {
  * error, code 2. */
 int exec_corpus_load(exec_corpus *c, const char *path, int T, util_err *e);
 void exec_corpus_free(exec_corpus *c);
-/* FNV-1a 64 of a file's bytes into *sum (what a checkpoint keeps of its
- * run's --data); -1 where it cannot be read (loading it says why). */
-int exec_file_sum(const char *path, uint64_t *sum);
 /* Batch `index` of a split (0 train, 1 validation) for seed: B windows of
  * T+1 bytes at pseudo-random offsets, a pure function of (seed, split,
  * index), so a resumed run sees the same batches. */
@@ -418,22 +415,23 @@ void exec_mlm_mask(const exec_gpt_config *c, int split, uint64_t seed,
 
 /* ------------------------------------------------------- checkpoint */
 
-/* Binary checkpoint: magic "SLUICEC1", format version, config, batch,
- * length, seed and step, then parameters and AdamW moments, then an
- * FNV-1a 64 checksum of everything before it. Native little-endian
- * floats. Written with util_write_atomic: a failed save leaves the file
- * that was there untouched. */
 /* The options of the run that saved a checkpoint which decide how it
  * goes on (format version 6; has 0 in older files): the steps its
  * learning rates' schedule spans, their peak and warm-up (-1: a tenth of
  * the steps), weight decay, clipping, and the training text (data_sum:
- * FNV-1a 64 of the --data file, 0 for the built-in text). */
+ * util_fnv1a of the text file, 0 where it was not read). */
 typedef struct exec_ckpt_run {
     int has, steps, warmup;
     float lr, weight_decay, clip;
     uint64_t data_sum;
 } exec_ckpt_run;
 
+/* Binary checkpoint: magic "SLUICEC1", format version, config, batch,
+ * length, seed and step (and from version 6 the run's options), then
+ * parameters and AdamW moments, then an FNV-1a 64 checksum of
+ * everything before it. Native little-endian floats. Written with
+ * util_write_atomic: a failed save leaves the file that was there
+ * untouched. */
 typedef struct exec_ckpt_meta {
     exec_gpt_config cfg;
     int B, T;
@@ -535,7 +533,7 @@ typedef struct exec_train_opts {
     const volatile int *stop; /* set (by a signal handler) to stop after the
                              * current step, saving when save is set */
     char note[192];         /* printed under the model line when set */
-    uint64_t data_sum;      /* FNV-1a 64 of the data file, 0: built-in */
+    uint64_t data_sum;      /* util_fnv1a of the data file, 0: not read */
     char resumed[640];      /* what a resumed run took from its checkpoint
                              * or changes in it: printed in the header */
     char again[1024];       /* the options a run resumed from --save

@@ -431,15 +431,8 @@ int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
                          "add \"gpus_used\": %ld to run on part of it)",
                          p->dp, p->pp, p->tp, ngpu, n_gpus, ngpu);
     }
-    if (p->tp > 1 && (m->spec.heads % p->tp || m->spec.kv_heads % p->tp)) {
-        int kv = !(m->spec.heads % p->tp);
-        AT("tp");
-        return util_errf(e, UTIL_EXIT_USAGE, "tp %d does not divide the %d "
-                         "attention heads%s of %s (Megatron splits heads over "
-                         "the tensor-parallel GPUs)", p->tp,
-                         kv ? m->spec.kv_heads : m->spec.heads,
-                         kv ? " of keys and values" : "", m->spec.name);
-    }
+    AT("tp");
+    if (sim_tp_heads_check(m, p->tp, "tp", e)) return -1;
     if (p->sp && p->tp < 2) {
         AT("sequence_parallel");
         return util_errf(e, UTIL_EXIT_USAGE, "sequence parallelism needs "
@@ -572,19 +565,12 @@ static void spec_path(const char *spec, char path[256])
  * for a zoo name or template (no regular file of that name). */
 static void file_sum(const char *spec, char out[17])
 {
-    struct stat st;
-    char *text = NULL, path[256];
-    size_t len = 0;
+    char path[256];
+    uint64_t h;
     out[0] = 0;
     spec_path(spec, path);
-    if (stat(path, &st) || !S_ISREG(st.st_mode) ||
-        util_read_file(path, &text, &len, NULL))
-        return;
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)text[i]) * 1099511628211ULL;
-    free(text);
-    snprintf(out, 17, "%016llx", (unsigned long long)h);
+    if (!util_file_fnv(path, UTIL_READ_MAX_BYTES, &h, NULL))
+        snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
 int sim_plan_files_changed(const sim_plan *p, char *what, size_t n)

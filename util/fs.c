@@ -64,6 +64,24 @@ int util_open_regular(const char *path, size_t max_bytes, size_t *size,
     return fd;
 }
 
+uint64_t util_fnv1a(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
+}
+
+int util_file_fnv(const char *path, size_t max_bytes, uint64_t *sum,
+                  util_err *e)
+{
+    char *text;
+    size_t len;
+    if (util_read_file_max(path, max_bytes, &text, &len, e)) return -1;
+    *sum = util_fnv1a(text, len, UTIL_FNV_INIT);
+    free(text);
+    return 0;
+}
+
 int util_read_file_max(const char *path, size_t max_bytes, char **out,
                        size_t *len, util_err *e)
 {

@@ -89,6 +89,15 @@ int util_read_file_max(const char *path, size_t max_bytes, char **out,
                        size_t *len, util_err *e);
 /* util_read_file_max with UTIL_READ_MAX_BYTES. */
 int util_read_file(const char *path, char **out, size_t *len, util_err *e);
+/* FNV-1a, 64 bits, of n bytes at p, going on from h (UTIL_FNV_INIT to
+ * start): the checksum of checkpoints and of the files plans and
+ * checkpoints name. */
+#define UTIL_FNV_INIT 0xCBF29CE484222325ull
+uint64_t util_fnv1a(const void *p, size_t n, uint64_t h);
+/* util_fnv1a of a regular file's bytes (at most max_bytes) into *sum;
+ * errors as util_read_file_max's. */
+int util_file_fnv(const char *path, size_t max_bytes, uint64_t *sum,
+                  util_err *e);
 /* Writes data to path so that path is never half-written: a regular file
  * (or a new one) is replaced atomically (unnamed temporary in the same
  * folder, fsync, rename, fsync of the folder) keeping its mode and, where
