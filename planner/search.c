@@ -618,14 +618,7 @@ static int check_request(search *s, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "--tp %d is larger than a server "
                          "of %s (%d GPUs): tensor parallelism stays inside one",
                          o->tp, t->name, t->gpus_per_server);
-    if (o->tp > 1 && (m->spec.heads % o->tp || m->spec.kv_heads % o->tp))
-        return util_errf(e, UTIL_EXIT_USAGE, "--tp %d does not divide the "
-                         "%d attention heads%s of %s (tensor parallelism "
-                         "splits heads over its GPUs)", o->tp,
-                         m->spec.heads % o->tp ? m->spec.heads
-                                               : m->spec.kv_heads,
-                         m->spec.heads % o->tp ? "" : " of keys and values",
-                         m->spec.name);
+    if (sim_tp_heads_check(m, o->tp, "--tp", e)) return -1;
     if (o->sp == 1 && (o->tp == 1 || n == 1))
         return util_errf(e, UTIL_EXIT_USAGE, "--sequence-parallel needs "
                          "tensor parallelism (--tp 2 or more): the sequence "

@@ -425,6 +425,19 @@ int sim_sp_splits(const prof_model *m, int tp)
            (m->spec.dec_seq_len <= 0 || m->spec.dec_seq_len % tp == 0);
 }
 
+int sim_tp_heads_check(const prof_model *m, int tp, const char *what,
+                       util_err *e)
+{
+    const prof_model_spec *s = &m->spec;
+    if (tp <= 1 || (s->heads % tp == 0 && s->kv_heads % tp == 0)) return 0;
+    int kv = s->heads % tp == 0;
+    return util_errf(e, UTIL_EXIT_USAGE, "%s %d does not divide the %d "
+                     "attention heads%s of %s (Megatron splits heads over "
+                     "the tensor-parallel GPUs)", what, tp,
+                     kv ? s->kv_heads : s->heads,
+                     kv ? " of keys and values" : "", s->name);
+}
+
 double sim_op_act_rank(const prof_model *m, int i, int t, int sp)
 {
     const prof_op *op = &m->ops[i];

@@ -631,6 +631,11 @@ double sim_op_act_rank(const prof_model *m, int i, int tp, int sp);
  * sequences (a T5's encoder's and decoder's) evenly, as Megatron-LM
  * requires of it. */
 int sim_sp_splits(const prof_model *m, int tp);
+/* Whether tp splits m's attention heads and its key and value heads, as
+ * Megatron-LM splits them over the tensor-parallel GPUs; -1 (code 2) with
+ * a message naming `what` (the option or field: "--tp", "tp") where not. */
+int sim_tp_heads_check(const prof_model *m, int tp, const char *what,
+                       util_err *e);
 /* Whether op i of m runs again before its backward under recomputation
  * rc (sim_recompute): full, every op of a transformer layer (a layer with
  * attention); selective, the attention core's unfused ops (fused
