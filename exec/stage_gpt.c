@@ -721,6 +721,20 @@ static int tp_scatter(exec_worker *w, float *whole, float *part, size_t n,
     return tp_coll(w, TP_SCATTER, whole, part, n, tp_ns, e);
 }
 
+/* Sequence parallelism: a replicated weight's gradient from this rank's
+ * tokens (gs: its weight's nw floats, then its bias's nb), summed over the
+ * group and added to gw and gb (NULL: none); gs goes. */
+static int add_summed(exec_worker *w, exec_buf *gs, float *gw, size_t nw,
+                      float *gb, size_t nb, int64_t *tp_ns, util_err *e)
+{
+    const kern_table *K = w->rt->be->k;
+    int rc = tp_sum(w, gs->p, nw + nb, tp_ns, e);
+    if (!rc) EXEC_KERN(w, K->accumulate(gw, gs->p, nw));
+    if (!rc && gb && nb) EXEC_KERN(w, K->accumulate(gb, gs->p + nw, nb));
+    exec_buf_unref(gs);
+    return rc;
+}
+
 /* Every rank's tokens of a residual-stream tensor (this rank's part:
  * n / tp floats) gathered into a scratch tensor of n; NULL on failure. */
 static exec_buf *gathered(exec_worker *w, const float *part, size_t n,
@@ -1443,20 +1457,18 @@ static int t5_backward(exec_worker *w, exec_rec *r, int op, int i,
         if (input_part)
             EXEC_KERN(w, K->rmsnorm_backward_input(d0, dout, in0, p->w, aux,
                                                    d.Nr, d.C));
-        if (base_w && x->seq) {
-            /* this rank's tokens' weight gradient, summed over the group
-             * before it is added */
-            exec_buf *gs = scratch(w, (size_t)d.C, "a norm's gradient", e);
-            if (!gs) return -1;
-            EXEC_KERN(w, K->rmsnorm_backward_weight(gs->p, dout, in0, aux,
-                                                    d.Nr, d.C));
-            int rc = tp_sum(w, gs->p, (size_t)d.C, tp_ns, e);
-            if (!rc) EXEC_KERN(w, K->accumulate(p->gw, gs->p, (size_t)d.C));
-            exec_buf_unref(gs);
-            if (rc) return -1;
-        } else if (base_w) {
-            EXEC_KERN(w, K->rmsnorm_backward_weight(p->gw, dout, in0, aux, d.N,
-                                                    d.C));
+        if (base_w) {
+            /* (sequence parallel: this rank's tokens' weight gradient,
+             * summed over the group before it is added) */
+            exec_buf *gs = NULL;
+            if (x->seq && !(gs = scratch(w, (size_t)d.C, "a norm's gradient",
+                                         e)))
+                return -1;
+            EXEC_KERN(w, K->rmsnorm_backward_weight(gs ? gs->p : p->gw, dout,
+                                                    in0, aux, d.Nr, d.C));
+            if (gs && add_summed(w, gs, p->gw, (size_t)d.C, NULL, 0, tp_ns,
+                                 e))
+                return -1;
         }
         break;
     case PROF_ROLE_QKV:
@@ -1944,14 +1956,9 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                                                           aux, aux + Nr, Nr,
                                                           C));
         }
-        if (gs) {
-            size_t n = c->rmsnorm ? (size_t)C : 2 * (size_t)C;
-            rc = tp_sum(w, gs->p, n, tp_ns, e);
-            if (!rc) EXEC_KERN(w, K->accumulate(p.gw, gs->p, (size_t)C));
-            if (!rc && !c->rmsnorm)
-                EXEC_KERN(w, K->accumulate(p.gb, gs->p + C, (size_t)C));
-            exec_buf_unref(gs);
-        }
+        if (gs)
+            rc = add_summed(w, gs, p.gw, (size_t)C, p.gb,
+                            c->rmsnorm ? 0 : (size_t)C, tp_ns, e);
         break;
     }
     case PROF_ROLE_MLM_DENSE:
@@ -1962,19 +1969,13 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
                 EXEC_KERN(w, K->linear_backward_input(d0, dout, p.w, Nr, C,
                                                       C));
             if (!base_w) break;
-            size_t nw = (size_t)C * C + (size_t)C;
-            exec_buf *gs = scratch(w, nw, "the head transform's gradient", e);
+            size_t nw = (size_t)C * C;
+            exec_buf *gs = scratch(w, nw + (size_t)C, "the head transform's "
+                                   "gradient", e);
             if (!gs) return -1;
-            EXEC_KERN(w, K->linear_backward_weight(gs->p, gs->p + (size_t)C *
-                                                   C, dout, in0, Nr, C, C));
-            rc = tp_sum(w, gs->p, nw, tp_ns, e);
-            if (!rc) {
-                EXEC_KERN(w, K->accumulate(p.gw, gs->p, (size_t)C * C));
-                if (p.gb)
-                    EXEC_KERN(w, K->accumulate(p.gb, gs->p + (size_t)C * C,
-                                               (size_t)C));
-            }
-            exec_buf_unref(gs);
+            EXEC_KERN(w, K->linear_backward_weight(gs->p, gs->p + nw, dout,
+                                                   in0, Nr, C, C));
+            rc = add_summed(w, gs, p.gw, nw, p.gb, (size_t)C, tp_ns, e);
             break;
         }
         /* fall through */

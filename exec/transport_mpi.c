@@ -299,9 +299,6 @@ static int mx_allreduce(exec_xport *x, exec_runtime *rt, int w, int which,
     return rc;
 }
 
-/* Sequence parallelism's reduce-scatter: each member's chunk m goes to
- * member m (all-to-all), which adds them in member order (the bits of
- * the in-process transport's). */
 /* A part's floats of a whole of n over the tensor-parallel group (*len,
  * its size *size) once the device's work is done; -1 where MPI cannot
  * count them. */
@@ -317,6 +314,9 @@ static int tp_part(const exec_xport *x, const exec_runtime *rt, size_t n,
     return be->sync(e);
 }
 
+/* Sequence parallelism's reduce-scatter: each member's chunk m goes to
+ * member m (all-to-all), which adds them in member order (the bits of
+ * the in-process transport's). */
 static int mx_reduce_scatter(exec_xport *x, exec_runtime *rt, int w,
                              const float *whole, float *part, size_t n,
                              util_err *e)
