@@ -397,28 +397,30 @@ Test(plan, bad_input)
     }
 }
 
+/* The plan `sluice plan ARGS --json` chose has key's value want. */
+static void plan_keeps(const char *args, const char *key, long want)
+{
+    json_t *j = cli_json("plan %s --no-progress --json", args);
+    json_t *p = json_object_get(j, "plan");
+    cr_assert_not_null(p, "%s", args);
+    cr_expect_eq(json_integer_value(json_object_get(p, key)), want, "%s",
+                 args);
+    json_decref(j);
+}
+
 /* A tensor-parallel width the user fixes need not be a power of two:
  * gpt2's 12 heads split over 3 GPUs. */
 Test(plan, any_tensor_parallel_width_asked_for)
 {
-    json_t *j = cli_json("plan --hw rtx2080ti x6 --model gpt2 --tp 3 "
-                         "--no-progress --json");
-    json_t *p = json_object_get(j, "plan");
-    cr_assert_not_null(p);
-    cr_expect_eq(json_integer_value(json_object_get(p, "tp")), 3);
-    json_decref(j);
+    plan_keeps("--hw rtx2080ti x6 --model gpt2 --tp 3", "tp", 3);
 }
 
 /* A microbatch size the user fixes need not be a power of two (published
  * runs use 6, 10, 24...): the search takes it as given. */
 Test(plan, any_microbatch_size_asked_for)
 {
-    json_t *j = cli_json("plan --hw a100-sxm-80gb x8 --model gpt2 --mbs 6 "
-                         "--batch 96 --no-progress --json");
-    json_t *p = json_object_get(j, "plan");
-    cr_assert_not_null(p);
-    cr_expect_eq(json_integer_value(json_object_get(p, "mbs")), 6);
-    json_decref(j);
+    plan_keeps("--hw a100-sxm-80gb x8 --model gpt2 --mbs 6 --batch 96", "mbs",
+               6);
 }
 
 Test(plan, capacity_sweep)
