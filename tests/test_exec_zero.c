@@ -30,29 +30,48 @@
 #define PICO "tests/data/exec/gpt-pico.json"
 #define UNTIED "tests/data/exec/gpt-pico-untied.json"
 
-/* `sluice sim ARGS --zero Z` run for 3 steps without clipping. */
-static void zrun(const char *args, int zero, exec_pipe_result *r,
-                 sim_plan *p)
+/* `sluice sim ARGS --zero Z` run for steps without clipping, worker 1
+ * slowed slow_us a task where slow_us > 0. */
+static void zrun_at(const char *args, int zero, int steps, int slow_us,
+                    exec_pipe_result *r, sim_plan *p)
 {
     char a[512];
     snprintf(a, sizeof a, "%s --zero %d", args, zero);
     cli_plan(a, p);
     cr_assert_eq(p->zero, zero);
     util_err e = {0};
-    exec_pipe_opts o = pipe_opts(p, 3, 0);
+    exec_pipe_opts o = pipe_opts(p, steps, 0);
+    if (slow_us > 0) {
+        o.slow_worker = 1;
+        o.slow_us = slow_us;
+    }
     cr_assert_eq(exec_pipe_run(&o, r, &e), 0, "%s: %s", a, e.msg);
+}
+
+/* ... for 3 steps, none slowed. */
+static void zrun(const char *args, int zero, exec_pipe_result *r,
+                 sim_plan *p)
+{
+    zrun_at(args, zero, 3, 0, r, p);
 }
 
 /* zrun, and the run's own IR simulated into *sr (the engine returned,
  * which *sr lends from). */
-static sim_engine *zsim(const char *args, int zero, exec_pipe_result *r,
-                        sim_plan *p, sim_result *sr)
+static sim_engine *zsim_at(const char *args, int zero, int steps,
+                           int slow_us, exec_pipe_result *r, sim_plan *p,
+                           sim_result *sr)
 {
-    zrun(args, zero, r, p);
+    zrun_at(args, zero, steps, slow_us, r, p);
     sim_run_opts ro = {0};
     sim_engine *en = sim_engine_new(r->ir, r->costs, &ro);
     cr_assert_eq(sim_engine_run(en, sr), 0, "%s", sr->msg);
     return en;
+}
+
+static sim_engine *zsim(const char *args, int zero, exec_pipe_result *r,
+                        sim_plan *p, sim_result *sr)
+{
+    return zsim_at(args, zero, 3, 0, r, p, sr);
 }
 
 /* Weights, and AdamW's moments where bits are asked for, of ZeRO stage
@@ -414,26 +433,6 @@ Test(exec_zero, tensor_parallel_shards_hold_their_lane)
     }
 }
 
-/* Plan ARGS --zero z run with worker 1 slowed 20 ms a task, and the
- * simulation of the run's own IR (its engine returned: sr's arrays are
- * its). */
-static sim_engine *slowed_run(const char *args, int z, sim_plan *p,
-                              exec_pipe_result *r, sim_result *sr)
-{
-    char a[512];
-    snprintf(a, sizeof a, "%s --zero %d", args, z);
-    cli_plan(a, p);
-    exec_pipe_opts o = pipe_opts(p, 2, 0);
-    o.slow_worker = 1;
-    o.slow_us = 20000;
-    util_err e = {0};
-    cr_assert_eq(exec_pipe_run(&o, r, &e), 0, "%s: %s", a, e.msg);
-    sim_run_opts ro = {0};
-    sim_engine *en = sim_engine_new(r->ir, r->costs, &ro);
-    cr_assert_eq(sim_engine_run(en, sr), 0, "%s", sr->msg);
-    return en;
-}
-
 /* A replica falling behind: a data-parallel ring moves nothing before
  * both ranks are in it, so the early rank's chunks do not wait on the late
  * one, taking its memory while it still computes; each device peaks as
@@ -446,7 +445,7 @@ Test(exec_zero, a_late_replica_takes_no_early_chunk)
         sim_plan p;
         exec_pipe_result r;
         sim_result sr;
-        sim_engine *en = slowed_run(args, z, &p, &r, &sr);
+        sim_engine *en = zsim_at(args, z, 2, 20000, &r, &p, &sr);
         /* ZeRO-2's whole gradient per microbatch and ZeRO-3's whole
          * stage gathered are the executor's own (exec/README.md): their
          * rings only run here, gated alike */
@@ -478,7 +477,7 @@ Test(exec_zero, a_replica_ahead_holds_one_whole_gradient)
         sim_plan p;
         exec_pipe_result r;
         sim_result sr;
-        sim_engine *en = slowed_run(args, z, &p, &r, &sr);
+        sim_engine *en = zsim_at(args, z, 2, 20000, &r, &p, &sr);
         double whole = r.costs->stage[0].train_bytes;
         for (int d = 0; d < 2; d++)
             cr_expect(r.peak_bytes[d] <= sr.dev[d].peak_bytes + 1.02 * whole,
