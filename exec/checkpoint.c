@@ -430,6 +430,15 @@ void exec_lora_ckpt_path(const char *ckpt, char *out, size_t n)
     snprintf(out, n, "%s.lora", ckpt);
 }
 
+double exec_ckpt_bytes(size_t P, size_t NL)
+{
+    double b = sizeof(ckpt_header) + sizeof(uint64_t) + 12.0 * (double)P;
+    if (NL)
+        b += sizeof(lora_header) + sizeof(uint64_t) +
+             4.0 * ((double)P + 3.0 * (double)NL);
+    return b;
+}
+
 int exec_lora_ckpt_save(const char *path, const exec_ckpt_meta *meta,
                         const prof_finetune *ft, const float *base,
                         const float *lora, const float *lm, const float *lv,

@@ -373,7 +373,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             rc = int_arg(a, v, 0, BIG, &o->steps, e);
             c->steps_given = 1;
         } else if (!strcmp(a, "--stop-after"))
-            rc = int_arg(a, v, 0, BIG, &o->stop_after, e);
+            rc = int_arg(a, v, 1, BIG, &o->stop_after, e);
         else if (!strcmp(a, "--batch"))
             rc = int_arg(a, v, 1, 1 << 20, &o->B, e);
         else if (!strcmp(a, "--seq")) rc = int_arg(a, v, 1, 1 << 20, &o->T, e);
@@ -826,6 +826,7 @@ static int run_plan(cmd *c)
     po.seed = t->seed;
     po.init = c->init;
     po.resume = t->resume;
+    po.save = t->save;
     po.mem_budget_bytes = t->mem_budget_bytes;
     po.xport = c->xport;
     po.record_mem = c->trace || c->plot;

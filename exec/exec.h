@@ -440,6 +440,10 @@ typedef struct exec_ckpt_meta {
     exec_ckpt_run run;
 } exec_ckpt_meta;
 
+/* The bytes --save writes for a model of P parameters (its weights and
+ * AdamW moments), with a LoRA run's state file beside it when NL > 0
+ * (the base, NL adapter floats and their moments). */
+double exec_ckpt_bytes(size_t P, size_t NL);
 int exec_ckpt_save(const char *path, exec_gpt *m, const exec_ckpt_meta *meta,
                    util_err *e);
 /* The same file from plain arrays of P floats in arena order (params,
@@ -626,6 +630,9 @@ typedef struct exec_pipe_opts {
     const char *init;           /* weights to start from: a checkpoint or
                                  * a Hugging Face model.safetensors */
     const char *resume;         /* a checkpoint to continue (state, step) */
+    const char *save;           /* where the caller saves the run's state
+                                 * after it (NULL: nowhere): refused before
+                                 * training when its folder lacks the room */
     double mem_budget_bytes;    /* per device; 0: the plan's device memory */
     exec_xport_kind xport;
     const struct exec_backend *backend; /* NULL: the CPU (lent) */

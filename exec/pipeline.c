@@ -519,11 +519,16 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (exec_xops_build(r->model, &cfg, p->mbs, T, rt.tp, rt.sp, &rt.xop,
                         e))
         return util_err_prefix(e, "%s", where);
+    int n_lt;
+    size_t NL = exec_lora_table(&cfg, &p->ft, NULL, &n_lt);
+    /* a checkpoint that cannot fit its folder is said now, not after
+     * the training it was to keep */
+    if (util_out_room("--save", o->save,
+                      exec_ckpt_bytes(P, exec_plan_resumable(p) ? NL : 0), e))
+        return util_err_prefix(e, "%s", where);
     float *full = util_malloc(sizeof(float) * (P + 1));
     float *am = util_calloc(P + 1, sizeof(float));
     float *av = util_calloc(P + 1, sizeof(float));
-    int n_lt;
-    size_t NL = exec_lora_table(&cfg, &p->ft, NULL, &n_lt);
     float *lora = NL ? util_calloc(NL, sizeof(float)) : NULL;
     float *lm = NL ? util_calloc(NL, sizeof(float)) : NULL;
     float *lv = NL ? util_calloc(NL, sizeof(float)) : NULL;
@@ -546,9 +551,9 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                                                       lora);
     if (o->steps <= step0) {
         if (o->resume)
-            util_errf(e, UTIL_EXIT_USAGE, "%s: %d steps are done already "
+            util_errf(e, UTIL_EXIT_USAGE, "%s: %d step%s done already "
                       "(--steps counts them; ask for more)", o->resume,
-                      step0);
+                      step0, step0 == 1 ? " is" : "s are");
         else
             util_errf(e, UTIL_EXIT_USAGE, "--steps %d: nothing to run (give "
                       "1 or more)", o->steps);
@@ -557,8 +562,9 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     int end = o->stop_after > 0 && o->stop_after < o->steps ? o->stop_after
                                                             : o->steps;
     if (end <= step0) {
-        util_errf(e, UTIL_EXIT_USAGE, "--stop-after %d: %d steps are done "
-                  "already", o->stop_after, step0);
+        util_errf(e, UTIL_EXIT_USAGE, "--stop-after %d: %d step%s done "
+                  "already", o->stop_after, step0,
+                  step0 == 1 ? " is" : "s are");
         goto out;
     }
     int left = end - step0;

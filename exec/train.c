@@ -169,6 +169,10 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
             o->mem_budget_bytes > 0 ? " (--mem-budget)"
                                     : " (physical memory)");
     }
+    /* a checkpoint that cannot fit its folder is said now, not after
+     * the training it was to keep */
+    if (util_out_room("--save", o->save, exec_ckpt_bytes(need.params, 0), e))
+        return -1;
     exec_corpus corpus;
     if (exec_corpus_load(&corpus, o->data, T, e)) return -1;
 
@@ -183,6 +187,20 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
             return -1;
         }
         step0 = (int)meta.step;
+    }
+    /* nothing left to run: said, as a plan's run says it */
+    int end = o->stop_after > 0 && o->stop_after < o->steps ? o->stop_after
+                                                            : o->steps;
+    if (end <= step0) {
+        exec_gpt_free(m);
+        exec_corpus_free(&corpus);
+        if (o->steps <= step0)
+            return util_errf(e, UTIL_EXIT_USAGE, "%s: %d step%s done "
+                             "already (--steps counts them; ask for more)",
+                             o->resume, step0, step0 == 1 ? " is" : "s are");
+        return util_errf(e, UTIL_EXIT_USAGE, "--stop-after %d: %d step%s "
+                         "done already", o->stop_after, step0,
+                         step0 == 1 ? " is" : "s are");
     }
     int warmup = o->warmup >= 0 ? o->warmup : o->steps / 10;
     if (warmup < 1) warmup = 1;
@@ -241,8 +259,6 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
     uint64_t train_ns = 0;
     exec_ckpt_meta sm = {cfg, B, T, seed, step0, exec_train_run(o)};
     exec_gpt_set_timing(m, tm);
-    int end = o->stop_after > 0 && o->stop_after < o->steps ? o->stop_after
-                                                            : o->steps;
     for (int s = step0; s < end; s++) {
         exec_corpus_batch(&corpus, 0, seed, (uint64_t)s, B, T, tok, tgt);
         exec_mlm_mask(exec_gpt_cfg(m), 0, seed, (uint64_t)s, 0, B, T, tok,

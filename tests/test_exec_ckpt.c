@@ -86,6 +86,12 @@ Test(exec_ckpt, contents_that_cannot_be_right_exit_2)
                "%s --seed 5", ck);
     cli_expect(0, "seed 1337", "exec " SMALL " --steps 2 --resume %s --seed "
                "1337", ck);
+    /* nothing left to run is said, as a plan's run says it (it resumed
+     * and ended without a step before) */
+    cli_expect(2, "t.ck: 1 step is done already (--steps counts them", "exec "
+               SMALL " --steps 1 --resume %s", ck);
+    cli_expect(2, "--stop-after 1: 1 step is done already", "exec " SMALL
+               " --steps 3 --stop-after 1 --resume %s", ck);
     test_rm_rf(d);
 }
 
@@ -101,6 +107,41 @@ Test(exec_ckpt, inputs_that_are_not_files_exit_2_at_once)
         cr_assert_eq(rc, 2, "%s: exit %d", args[k], rc);
         cr_assert_eq(sh_run("grep -q 'not a regular file' %s/err", d), 0,
                      "%s: no message", args[k]);
+    }
+    test_rm_rf(d);
+}
+
+/* A --save whose folder cannot hold the checkpoint is refused before
+ * the first step, by the reference trainer and by a plan's run, naming
+ * what is missing; the folder is a 64 KiB file system of a private
+ * mount namespace (skipped where this process may not make one). */
+Test(exec_ckpt, a_save_without_room_is_refused_before_training)
+{
+    char *d = test_tmpdir();
+    if (sh_run("mkdir %s/small && unshare -m sh -c 'mount -t tmpfs -o "
+               "size=64k tmpfs %s/small' 2>/dev/null", d, d)) {
+        test_rm_rf(d);
+        cr_skip_test("no private mount namespace here (needs root)");
+    }
+    cli_result p = cli_run("sim --hw 'cpu x2' --model gpt-tiny --schedule "
+                           "1f1b --pp 2 --mbs 1 --microbatches 2 --out "
+                           "%s/p.json", d);
+    cr_assert_eq(p.code, 0, "%s", p.err);
+    cli_result_free(&p);
+    const char *runs[] = {"exec " SMALL " --steps 3", "exec --plan %s/p.json "
+                          "--steps 3"};
+    for (int k = 0; k < 2; k++) {
+        char run[256];
+        snprintf(run, sizeof run, runs[k], d);
+        int rc = sh_run("unshare -m sh -c 'mount -t tmpfs -o size=64k tmpfs "
+                        "%s/small && \"$SLUICE\" %s --save %s/small/x.ck' "
+                        ">%s/out 2>%s/err", d, run, d, d, d);
+        cr_expect_eq(rc, 2, "%s: exit %d", run, rc);
+        cr_expect_eq(sh_run("grep -q \"folder '.*small' has 64.00 KiB free, "
+                            "the file needs .* MiB: free .* MiB there\" "
+                            "%s/err", d), 0, "%s: no message", run);
+        cr_expect_eq(sh_run("grep -q '^step' %s/out", d), 1,
+                     "%s: trained before refusing", run);
     }
     test_rm_rf(d);
 }

@@ -706,6 +706,9 @@ Test(exec_cli_pipe, bad_plans_say_why)
     cli_result_free(&r);
     cli_expect(2, "--save-every '0': expected an integer in [1,", "exec "
                "--plan %s/p.json --steps 2 --save-every 0", dir);
+    /* stopping before any step is not a run (0 used to mean "not given") */
+    cli_expect(2, "--stop-after '0': expected an integer in [1,", "exec "
+               "--plan %s/p.json --steps 2 --stop-after 0", dir);
     /* tensor parallelism the MLP cannot be split by */
     char *f66 = cwd_abs("tests/data/exec/gpt-pico-ffn66.json"), fa[700];
     snprintf(fa, sizeof fa, "--hw cpu x4 --model %s --schedule gpipe --pp 1 "

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define TMP_MARK ".sluice-tmp."
@@ -348,6 +349,37 @@ int util_out_check(const char *flag, const char *path, int prefix,
     else if (access(dir, W_OK | X_OK))
         rc = util_errf(e, UTIL_EXIT_USAGE, "%s '%s': folder '%s' is not "
                        "writable (%s)", flag, path, dir, strerror(errno));
+    free(real);
+    return rc;
+}
+
+int util_out_room(const char *flag, const char *path, double bytes,
+                  util_err *e)
+{
+    if (!path) return 0;
+    struct stat st;
+    if (!stat(path, &st) && !S_ISREG(st.st_mode)) return 0; /* through */
+    char *real = resolve(path);
+    if (!real) return 0;   /* util_out_check said why */
+    char *slash = strrchr(real, '/');
+    const char *dir = !slash ? "." : slash == real ? "/" : real;
+    if (slash && slash != real) *slash = 0;
+    struct statvfs vs;
+    int rc = 0;
+    if (!statvfs(dir, &vs)) {
+        double room = (double)vs.f_bavail * (double)vs.f_frsize;
+        char a[32], b[32], c[32];
+        int old = !stat(path, &st);
+        if (room < bytes)
+            rc = util_errf(e, UTIL_EXIT_USAGE, "%s '%s': folder '%s' has "
+                           "%s free, the file needs %s%s: free %s there or "
+                           "name another folder", flag, path, dir,
+                           util_fmt_bytes(room, a, sizeof a),
+                           util_fmt_bytes(bytes, b, sizeof b),
+                           old ? " (written whole before the old one goes)"
+                               : "",
+                           util_fmt_bytes(bytes - room, c, sizeof c));
+    }
     free(real);
     return rc;
 }

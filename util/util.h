@@ -118,6 +118,13 @@ int util_write_atomic(const char *path, const void *data, size_t len,
  * checked. Errors, code 2, name the flag and the path. */
 int util_out_check(const char *flag, const char *path, int prefix,
                    const char *const *inputs, int n, util_err *e);
+/* Before any work, after util_out_check: whether the folder output
+ * `path` lands in has `bytes` free for util_write_atomic's whole copy
+ * (the file it replaces goes only at the rename). A device or FIFO, or a
+ * folder whose free space cannot be read, passes. Error, code 2, says
+ * how much is free and how much is missing. */
+int util_out_room(const char *flag, const char *path, double bytes,
+                  util_err *e);
 /* Before any work, after util_out_check of each: the n outputs of one
  * run (flag[i] and path[i], NULL: not given) name n different files, and
  * an output that is a --plot prefix (prefix[i]) writes none of the other
