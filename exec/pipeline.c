@@ -585,6 +585,9 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     /* its sharding as it runs: whole stages gathered, whole gradients
      * reduced (sluice sim prices FSDP's layer at a time) */
     co.whole_shards = 1;
+    /* and its sequence parallelism's weight-gradient collectives, which
+     * it runs exposed (sluice sim prices Megatron-LM's overlap) */
+    co.sp_exposed = 1;
     r->costs = sim_costs_build(r->model, r->topo, p->n_stages, p->first_op,
                                p->last_op, p->stage_device, p->pp, &co, e);
     if (!r->costs) {

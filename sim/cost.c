@@ -905,6 +905,32 @@ static void tp_colls(const prof_model *m, int i, int t, int sp, double base,
              tp_ring_ns(base, lat, bw, t, fb * mbs, t - 1);
 }
 
+/* Sequence parallelism as sluice's executor runs it
+ * (sim_cost_opts.sp_exposed), what op i's weight gradient adds for a
+ * microbatch of mbs samples, ns: a column-parallel linear's input
+ * gathered again (Megatron-LM overlaps this all-gather with the input
+ * gradient's GEMM; the executor waits for it), and a weight every rank
+ * holds whole but computes on its own tokens (a norm's, BERT's head
+ * transform's) has its gradient all-reduced over the group each
+ * microbatch (Megatron-LM sums those once a step, after the last
+ * backward). Weights that do not train have no gradient to make. */
+static double tp_wgrad_colls(const prof_model *m, int i, int t, double base,
+                             double lat, double bw, int mbs)
+{
+    const prof_op *op = &m->ops[i];
+    double trained = prof_op_train_params(op);
+    if (t <= 1 || trained <= 0) return 0;
+    double fb, bb;
+    sim_tp_allreduces(m, i, &fb, &bb);
+    if (tp_role_of(op) == TP_COL)
+        return tp_ring_ns(base, lat, bw, t, bb * mbs, t - 1);
+    if (tp_role_of(op) == TP_NONE && op_is_split(op, t, 1) && op->params > 0)
+        return tp_ring_ns(base, lat, bw, t,
+                          trained * prof_dtype_bytes(m->spec.dtype),
+                          2 * (t - 1));
+    return 0;
+}
+
 void sim_costs_free(sim_costs *c)
 {
     if (!c) return;
@@ -1068,7 +1094,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         const prof_gpu *g = &gb;
         sc->first_op = first_op[s];
         sc->last_op = last_op[s];
-        double f = 0, bb = 0, w = 0, r = 0, arf = 0, arb = 0, arr = 0;
+        double f = 0, bb = 0, w = 0, r = 0, arf = 0, arb = 0, arr = 0, arw = 0;
         double frozen = 0, scratch = 0, deq = 0;
         /* QLoRA: a product's weight dequantized to the model's precision
          * is held while the product runs (dequant_bytes counts its 4-bit
@@ -1107,6 +1133,9 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             if (tpw > 1)
                 tp_colls(m, i, tpw, sp, ring_base, ring_lat, ring_bw, mbs, &cf,
                          &cb);
+            if (sp && o && o->sp_exposed)
+                arw += tp_wgrad_colls(m, i, tpw, ring_base, ring_lat, ring_bw,
+                                      mbs);
             arf += cf;
             arb += cb;
             if (sim_op_recomputed(m, i, rc)) {
@@ -1192,17 +1221,18 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->tp_f_ns = (int64_t)arf;
         sc->tp_b_ns = (int64_t)arb;
         sc->tp_r_ns = (int64_t)arr;
+        sc->tp_w_ns = (int64_t)arw;
         sc->f_ns = (int64_t)(f + arf);
         sc->b_ns = (int64_t)(bb + arb);
         sc->r_ns = (int64_t)(r + arr);
-        sc->w_ns = (int64_t)w;
+        sc->w_ns = (int64_t)(w + arw);
         /* the halves apart (zero-bubble's B and W tasks), as calibration
          * measured this machine run them: the collectives inside B are
          * not the ops' */
         double fb = g->eff.split_factor[0] > 0 ? g->eff.split_factor[0] : 1;
         double fw = g->eff.split_factor[1] > 0 ? g->eff.split_factor[1] : 1;
         sc->bs_ns = (int64_t)(bb * fb + arb);
-        sc->ws_ns = (int64_t)(w * fw);
+        sc->ws_ns = (int64_t)(w * fw + arw);
         /* what trains has gradients and optimizer state; frozen weights
          * (a fine-tuning mode's) only their storage, sharded with the
          * rest under ZeRO-3 */

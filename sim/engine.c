@@ -86,7 +86,9 @@ static int64_t task_tp(const sim_costs *c, const sim_task *t)
     switch (t->kind) {
     case SIM_F: return sc->tp_f_ns;
     case SIM_RECOMP: return sc->tp_r_ns;
-    case SIM_B: case SIM_BW: return sc->tp_b_ns;
+    case SIM_B: return sc->tp_b_ns;
+    case SIM_W: return sc->tp_w_ns;
+    case SIM_BW: return sc->tp_b_ns + sc->tp_w_ns;
     default: return 0;
     }
 }

@@ -372,6 +372,9 @@ typedef struct sim_stage_cost {
                                  * and inside b_ns */
     int64_t tp_r_ns;            /* those inside r_ns (full recomputation
                                  * repeats the forward's) */
+    int64_t tp_w_ns;            /* those inside w_ns (and ws_ns): a weight
+                                 * gradient's own (sim_cost_opts.sp_exposed;
+                                 * 0 otherwise) */
     double tied_bytes;          /* the stage's copy of a table tied across
                                  * stages (one tensor-parallel rank's
                                  * share x tp); 0: none, or one stage holds
@@ -532,6 +535,13 @@ typedef struct sim_cost_opts {
     const unsigned char *state_tier; /* per plan stage, where it keeps its
                                  * optimizer state (sim_stage_cost); NULL:
                                  * every stage on its GPU */
+    int sp_exposed;             /* sequence parallelism as sluice's
+                                 * executor runs it: a column-parallel
+                                 * input gathered again for the weight
+                                 * gradient, replicated weights' gradients
+                                 * summed each microbatch, both in the
+                                 * W part (sim_stage_cost.tp_w_ns) and not
+                                 * overlapped; 0: as Megatron-LM runs it */
     int whole_shards;           /* sharded (ZeRO-2, 3) as sluice's executor
                                  * runs it, not FSDP: a gather holds a
                                  * stage's whole weights, a microbatch's

@@ -216,6 +216,69 @@ Test(recompute, sequence_parallel_same_volume)
     prof_topo_free(t);
 }
 
+/* Sequence parallelism as sluice's executor runs it (sp_exposed): each
+ * column-parallel linear's input all-gathered again for its weight
+ * gradient, and each norm's weight gradient all-reduced over the group,
+ * in the W part, every microbatch; the forward and the input gradient
+ * as before. GPT-2's gathered inputs and scattered outputs are all one
+ * size (s b h), so the gathers again are the forward's gathers: half its
+ * collectives. A norm's all-reduce of 2h weights costs NCCL's base
+ * latency and 2(t-1) steps, each no longer than a step of those gathers.
+ * Weights that do not train add none. */
+Test(recompute, sequence_parallel_as_the_executor_runs_it)
+{
+    prof_topo *t = test_topo("a100-sxm-80gb", 8);
+    layer_x x = gpt_layer();
+    int first = 0, last = x.m->n_ops - 1, dev = 0, T = 8;
+    util_err e;
+    sim_cost_opts co = {.mbs = 2, .tp = T, .sp = 1};
+    sim_costs *a = sim_costs_build(x.m, t, 1, &first, &last, &dev, 1, &co, &e);
+    co.sp_exposed = 1;
+    sim_costs *b = sim_costs_build(x.m, t, 1, &first, &last, &dev, 1, &co, &e);
+    cr_assert(a && b, "%s", e.msg);
+    const sim_stage_cost *sa = &a->stage[0], *sb = &b->stage[0];
+    cr_expect_eq(sa->tp_w_ns, 0);
+    cr_expect_eq(sb->f_ns, sa->f_ns);
+    cr_expect_eq(sb->b_ns, sa->b_ns);
+    cr_expect_eq(sb->bs_ns, sa->bs_ns);
+    cr_expect_eq(sb->w_ns - sa->w_ns, sb->tp_w_ns);
+    cr_expect_eq(sb->ws_ns - sa->ws_ns, sb->tp_w_ns);
+    int nf = 0, nb = 0, norms = 0;
+    for (int i = 0; i < x.m->n_ops; i++) {
+        double fb, bb;
+        sim_tp_allreduces(x.m, i, &fb, &bb);
+        nf += bb > 0;
+        nb += fb > 0;
+        norms += x.m->ops[i].role == PROF_ROLE_NORM;
+    }
+    cr_assert(nf > 0 && nf == nb && norms > 0, "%d %d %d", nf, nb, norms);
+    double gathers = sa->tp_f_ns / 2.0, one = sa->tp_f_ns / (2.0 * nf);
+    double sums = sb->tp_w_ns - gathers;
+    cr_expect(sums >= norms * 8400.0 - 2 * nf, "%.0f ns for %d norms", sums,
+              norms);
+    cr_expect(sums <= norms * (8400.0 + 2 * (one - 8400)) + 2 * nf,
+              "%.0f ns for %d norms (a gather %.0f)", sums, norms, one);
+    /* frozen: no weight gradients, so nothing to gather or sum (on a
+     * stage of the frozen layers; the final norm after them trains) */
+    prof_finetune ft;
+    cr_assert_eq(prof_finetune_parse("frozen:12", &ft, &e), 0, "%s", e.msg);
+    prof_model *fz = prof_model_load("gpt2", &e);
+    cr_assert(fz && !prof_model_finetune(fz, &ft, &e), "%s", e.msg);
+    int lf = fz->layers[12].first_op + fz->layers[12].n_ops - 1;
+    int f2[2] = {0, lf + 1}, l2[2] = {lf, fz->n_ops - 1}, d2[2] = {0, 1};
+    co.tp = 4;
+    sim_costs *c = sim_costs_build(fz, t, 2, f2, l2, d2, 2, &co, &e);
+    cr_assert(c, "%s", e.msg);
+    cr_expect_eq(c->stage[0].tp_w_ns, 0, "%ld", (long)c->stage[0].tp_w_ns);
+    cr_expect_gt(c->stage[1].tp_w_ns, 0);
+    sim_costs_free(a);
+    sim_costs_free(b);
+    sim_costs_free(c);
+    prof_model_free(fz);
+    prof_model_free(x.m);
+    prof_topo_free(t);
+}
+
 /* Korthikanti et al., Table 3: the 22B GPT, tensor-parallel 8, batch 4 on
  * eight 80 GB A100s ran with full recomputation and with sequence
  * parallelism and selective recomputation; without recomputation it
