@@ -6,11 +6,13 @@
 #include "exec/exec.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "exec/runtime.h"
@@ -457,6 +459,20 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --offload-path "
                          "names where the nvme tier's files go: give "
                          "--offload-tier nvme");
+    /* the drive tier's folder is an input: one that is missing, not a
+     * folder or not writable is refused before the run, as calibrate
+     * does (the run would fail at its first tier file) */
+    if (c->offload.path) {
+        struct stat sd;
+        int bad = stat(c->offload.path, &sd);
+        if (bad || !S_ISDIR(sd.st_mode) ||
+            access(c->offload.path, W_OK | X_OK))
+            return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: "
+                             "--offload-path '%s': %s", c->offload.path,
+                             bad ? strerror(errno)
+                             : !S_ISDIR(sd.st_mode) ? "not a folder"
+                             : "a folder this user cannot write");
+    }
     if (c->init && o->resume)
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --init and "
                          "--resume exclude each other (--resume continues a "

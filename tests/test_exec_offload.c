@@ -246,7 +246,8 @@ Test(exec_offload, refusals)
 }
 
 /* The command line: bad values and combinations are usage errors (2); a
- * path that takes no file is one line naming it, exit 1; the report says
+ * path that is no writable folder is refused before the run (2), naming
+ * it; a disk that fills during the run fails it (1); the report says
  * the tier's rates, in --json too. */
 Test(exec_offload, cli)
 {
@@ -268,15 +269,23 @@ Test(exec_offload, cli)
         cr_expect(strstr(r.err, usage[i][1]), "%s: %s", usage[i][0], r.err);
         cli_result_free(&r);
     }
+    /* a folder that is no folder, or is missing, is the user's input:
+     * refused before the run (2), as calibrate refuses it */
     r = cli_run("exec --plan %s/p.json --steps 2 --quiet --offload fuyou "
                 "--clip 0 --offload-tier nvme --offload-path %s/p.json", dir,
                 dir);
-    cr_expect_eq(r.code, 1, "%s", r.err);
-    cr_expect_not_null(strstr(r.err, "p.json': cannot create a file there"),
-                       "%s", r.err);
-    cr_expect_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1, "one line:"
-                 " %s", r.err);
+    cr_expect_eq(r.code, 2, "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "--offload-path '"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "p.json': not a folder"), "%s", r.err);
     cli_result_free(&r);
+    r = cli_run("exec --plan %s/p.json --steps 2 --quiet --offload "
+                "zero-offload --offload-tier nvme --offload-path %s/no/such",
+                dir, dir);
+    cr_expect_eq(r.code, 2, "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "no/such': No such file or directory"),
+                       "%s", r.err);
+    cli_result_free(&r);
+    cr_expect_eq(files_in(dir), 1, "p.json alone: nothing written");
     r = cli_run("exec --plan %s/p.json --steps 2 --quiet --offload "
                 "zero-offload --offload-tier nvme --offload-path %s", dir,
                 dir);

@@ -485,8 +485,8 @@ Test(exec_tiers, bad_paths_and_a_full_disk)
     plan_of(dir, "--schedule fuyou --offload-tier nvme", &p);
     sim_plan_free(&p);
     /* from the command line: clipping Fuyou cannot do, asked for, exit 2
-     * (not asked for, it runs unclipped and says so); then the run's own
-     * failure, exit 1 */
+     * (not asked for, it runs unclipped and says so); a drive folder
+     * that is missing, exit 2 before the run */
     char plan[600];
     snprintf(plan, sizeof plan, "%s/plan.json", dir);
     cli_expect(2, "give --clip 0", "exec --plan %s --steps 2 --data %s "
@@ -495,7 +495,8 @@ Test(exec_tiers, bad_paths_and_a_full_disk)
                "before the global gradient norm is known: no clipping",
                "exec --plan %s --steps 2 --data %s", plan, CORPUS);
     cr_expect_eq(files_in(dir), 0, "the tier's file is removed");
-    cli_expect(1, "cannot create a file there", "exec --plan %s --steps 2 "
+    cli_expect(2, "--offload-path '/nonexistent-sluice-dir': No such file",
+               "exec --plan %s --steps 2 "
                "--data %s --clip 0 --offload-path /nonexistent-sluice-dir",
                plan, CORPUS);
     cli_expect(2, "moves the model states itself", "exec --plan %s --steps "
