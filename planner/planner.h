@@ -152,7 +152,7 @@ char *plan_knob_tag(const sim_plan *p, char *buf, size_t n);
 typedef struct plan_alt {
     int tried;                /* the schedule applied to some candidate */
     int feasible;
-    char reason[200];         /* why it lost or does not apply */
+    char reason[640];         /* why it lost or does not apply */
     char na_reason[420];      /* why some layouts could not take it */
     sim_plan plan;            /* owned; valid when feasible */
     double iteration_s, samples_per_s;

@@ -59,7 +59,7 @@ static int parse_sizes(const char *s, double *out, util_err *e)
 typedef struct fit {
     int found, layers;
     double params, samples_per_s, tflops;
-    char why[240];
+    char why[640];
 } fit;
 
 static int plan_size(const prof_model_spec *shape, int layers,

@@ -773,6 +773,36 @@ static void bad_plan(const char *sched, const char *field, const char *name)
     test_rm_rf(dir);
 }
 
+/* A schedule's reason is said whole, in the table, the advice and
+ * --json: a host just short of Fuyou's swapped checkpoints gives one of
+ * some 260 characters (cut at 199 before, mid-sentence: "the GPU holds
+ * the"). */
+Test(sim_offload, a_long_reason_is_not_cut)
+{
+    cli_result r = cli_run("plan --hw rtx4090 x1 --host-mem 21.3G --nvme 12 "
+                           "--model gpt3-13b --schedule fuyou --batch 16 "
+                           "--mbs 4 --finetune full --json");
+    cr_assert_eq(r.code, 2, "%s", r.err);
+    const char *tail = "the GPU holds the run only with more than the 0 "
+                       "checkpoint stage(s) swapped that fit there";
+    cr_expect(strstr(r.err, tail), "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, "%s", r.out);
+    json_t *alts = json_object_get(j, "alternatives"), *a;
+    size_t i;
+    int seen = 0;
+    json_array_foreach(alts, i, a) {
+        const char *s = json_string_value(json_object_get(a, "schedule"));
+        if (!s || strcmp(s, "fuyou")) continue;
+        const char *why = json_string_value(json_object_get(a, "reason"));
+        cr_expect(why && strstr(why, tail), "%s", why ? why : "(none)");
+        seen = 1;
+    }
+    cr_expect(seen, "%s", r.out);
+    json_decref(j);
+    cli_result_free(&r);
+}
+
 Test(sim_offload, the_plan_keeps_tier_and_host)
 {
     char *dir = test_tmpdir();
