@@ -713,8 +713,10 @@ static int op_backward(exec_worker *w, exec_stage *st, exec_rec *r, int op,
 
 /* The stage's ops in order. An output the backward does not read goes as
  * soon as its last reader in the stage has run (one read by a later
- * stage stays until it is handed over), so the forward holds what the
- * backward keeps and little more. */
+ * stage stays until it is handed over), and so does an input from
+ * another stage that only ops running no backward read (a frozen
+ * prefix's), so the forward holds what the backward keeps and little
+ * more. */
 static int run_forward_range(exec_worker *w, exec_stage *st, exec_rec *r,
                              int first, int last, const int *keep,
                              int count_loss, int64_t *tp, util_err *e)
@@ -730,6 +732,13 @@ static int run_forward_range(exec_worker *w, exec_stage *st, exec_rec *r,
                 !keep[j - st->first])
                 exec_view_drop(&r->out[j - st->first]);
         }
+        /* (a stage recomputed whole from its inputs keeps them all) */
+        for (int q = 0; x->grad == PROF_GRAD_NONE && q < st->n_ext &&
+                        !(st->recomp && !rc_lazy(rt, st));
+             q++)
+            if (st->ext_none_last[q] == op && !st->keep_ext[q] &&
+                !st->keep_rc_ext[q])
+                exec_view_drop(&r->ext[q]);
     }
     return 0;
 }
@@ -2531,6 +2540,16 @@ static void geo_build(exec_runtime *rt)
         g->w_needs_ext = util_calloc((size_t)u + 1, sizeof(int));
         for (int q = 0; q < u; q++)
             g->ext_stage[q] = g->replica * SM + op_ms[ext[q]];
+        g->ext_none_last = util_malloc(sizeof(int) * (size_t)(u + 1));
+        for (int q = 0; q < u; q++) {
+            g->ext_none_last[q] = -1;
+            for (int i = g->first; i <= g->last; i++)
+                for (int k = 0; k < x[i].n_in; k++)
+                    if (x[i].in[k] == ext[q] && g->ext_none_last[q] != -2)
+                        g->ext_none_last[q] =
+                            x[i].grad == PROF_GRAD_NONE ? i : -2;
+            if (g->ext_none_last[q] == -2) g->ext_none_last[q] = -1;
+        }
         g->keep_out = util_calloc((size_t)g->n_ops, sizeof(int));
         g->w_needs = util_calloc((size_t)g->n_ops, sizeof(int));
         for (int i = g->first; i <= g->last; i++) {
@@ -3421,6 +3440,7 @@ void exec_rt_free(exec_runtime *rt)
     for (int v = 0; rt->geo && v < rt->S; v++) {
         exec_stage *g = &rt->geo[v];
         free(g->ext_op); free(g->ext_stage); free(g->keep_ext);
+        free(g->ext_none_last);
         free(g->w_needs_ext); free(g->keep_out); free(g->w_needs);
         free(g->last_rd);
         free(g->rseg); free(g->seg_first); free(g->seg_last);

@@ -198,6 +198,11 @@ typedef struct exec_stage {
     int n_ext, *ext_op, *ext_stage;
     int *keep_out;          /* per op: output kept for the backward */
     int *keep_ext;          /* per external input: kept for the backward */
+    int *ext_none_last;     /* per external input: its last reader in the
+                             * stage where every reader there runs no
+                             * backward (PROF_GRAD_NONE: a frozen
+                             * prefix), which the forward drops it after;
+                             * -1 otherwise */
     int *w_needs;           /* per op: output read by a weight part */
     int *last_rd;           /* per op: the op whose backward reads its
                              * output last (backward runs last to first:

@@ -3,6 +3,7 @@
  * a launch per kernel, unless a measured time for the same signature
  * overrides it. Stage costs are summed once per simulation, so the event
  * loop only looks numbers up. Memory per stage comes from the same pass. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -638,6 +639,56 @@ static void segment(const prof_model *m, int a, int b, int t, int sp,
     free(last);
 }
 
+/* The forward of ops first..last that run no backward (PROF_GRAD_NONE:
+ * before the model's first op that trains), per sample: *ws what it
+ * holds at most, each tensor until its last reader in the stage ran
+ * (outputs a later stage reads until the end; an input from an earlier
+ * stage from the start: its receive's bytes go as the F starts,
+ * sim/memory.c); *sent the outputs a later stage reads. A tensor an op
+ * that trains reads is its kept activation, not counted here. These ops
+ * come first in the model, so in a stage they run before any op that
+ * keeps an activation. */
+static void none_fwd(const prof_model *m, int first, int last, int t, int sp,
+                     double *ws, double *sent)
+{
+    *ws = *sent = 0;
+    if (m->ops[first].grad != PROF_GRAD_NONE) return;
+    /* per tensor (produced by op p <= last): whether it is held here, and
+     * its last reader in the stage (INT_MAX: a later stage reads it) */
+    int *lastr = util_malloc(sizeof(int) * (size_t)(last + 1));
+    uint8_t *held = util_calloc((size_t)last + 1, 1);
+    for (int p = 0; p <= last; p++) {
+        lastr[p] = -1;
+        held[p] = m->ops[p].grad == PROF_GRAD_NONE;
+    }
+    for (int q = first; q < m->n_ops; q++)
+        for (int j = 0; j < m->ops[q].n_in; j++) {
+            int p = m->ops[q].in[j];
+            if (p < 0 || p > last || p >= q || !held[p]) continue;
+            if (p < first && q > last) continue;  /* another stage's */
+            if (m->ops[q].grad != PROF_GRAD_NONE && q <= last)
+                held[p] = 0;                    /* a kept activation */
+            else if (q > last)
+                lastr[p] = INT_MAX;
+            else if (lastr[p] != INT_MAX)
+                lastr[p] = q;
+        }
+    double live = 0;
+    for (int p = 0; p < first; p++)
+        if (held[p] && lastr[p] >= first) live += out_rank(&m->ops[p], t, sp);
+    for (int k = first; k <= last; k++) {
+        if (held[k]) live += out_rank(&m->ops[k], t, sp);
+        if (live > *ws) *ws = live;
+        for (int p = 0; p < k; p++)
+            if (held[p] && lastr[p] == k) live -= out_rank(&m->ops[p], t, sp);
+    }
+    for (int p = first; p <= last; p++)
+        if (held[p] && lastr[p] == INT_MAX)
+            *sent += out_rank(&m->ops[p], t, sp);
+    free(lastr);
+    free(held);
+}
+
 /* What a stage's backward holds at most beyond what it starts with, per
  * sample, walking its ops last to first as the executor runs them, from
  * the gradients of its outputs the next stages sent: an op
@@ -1213,6 +1264,10 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->act_bytes = ac.act * mbs;
         sc->keep_bytes = ac.keep * mbs;
         sc->fwd_ws_bytes = ac.fwd_ws * mbs;
+        double nws, nsent;
+        none_fwd(m, first_op[s], last_op[s], tpw, sp, &nws, &nsent);
+        sc->none_ws_bytes = nws * mbs;
+        sc->none_sent_bytes = nsent * mbs;
         sc->rec_ws_bytes = ac.rec_ws * mbs;
         sc->fwd_scratch_bytes = fmax(scratch * mbs, deq);
         sc->deq_bytes = deq;

@@ -313,6 +313,14 @@ typedef struct sim_stage_cost {
      * top of the kept bytes until the backward ends (one layer's, or one
      * attention core's, activations less its checkpoint). */
     double keep_bytes, fwd_ws_bytes, rec_ws_bytes;
+    /* The ops before the model's first that trains run no backward and
+     * keep nothing (a frozen prefix, PROF_GRAD_NONE): what their forward
+     * holds at most while it runs, per mb (each tensor until its last
+     * reader in the stage ran; those later stages read until the F
+     * ends), before any activation the stage keeps exists; and of it,
+     * what later stages read, held after the F until its sends are done
+     * (the outputs of ops that train are kept activations already). */
+    double none_ws_bytes, none_sent_bytes;
     /* what an op of the stage holds at most while its forward runs,
      * beyond the stage's activations; of it, QLoRA's largest weight
      * dequantized for a product, which the input gradients hold too */

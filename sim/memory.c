@@ -24,6 +24,7 @@
  * swapped activation is a hole (sim_ir_hole) from its copy out to its
  * copy back. A pipeline stage with its optimizer state on a host tier
  * (sim_add_stage_tiers) keeps its weights and gradients only. */
+#include <math.h>
 #include <string.h>
 
 #include "sim/engine_int.h"
@@ -80,17 +81,36 @@ void sim_mem_setup(sim_engine *e)
         const sim_stage_cost *sc = t->stage >= 0 && t->stage < e->ns
                                  ? &c->stage[t->stage] : NULL;
         switch (t->kind) {
-        case SIM_F:
-            if (recomputed(ir, i, 1)) {
-                e->mem_start[i] += sc->keep_bytes + sc->fwd_ws_bytes;
-                e->mem_end[i] -= sc->fwd_ws_bytes;
-            } else {
-                e->mem_start[i] += sc->act_bytes;
+        case SIM_F: {
+            /* what it keeps, and holds at most while it runs: the kept
+             * activations (recomputed: the checkpoints and a layer's
+             * working set), or, before them, a frozen prefix's tensors
+             * (none_ws_bytes); what later stages read of those is held
+             * until each send is done */
+            int rec = recomputed(ir, i, 1);
+            double keep = rec ? sc->keep_bytes : sc->act_bytes;
+            double run = fmax(rec ? keep + sc->fwd_ws_bytes : keep,
+                              sc->none_ws_bytes);
+            double sends = 0;
+            for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++) {
+                const sim_task *u = &ir->tasks[ir->succ[k]];
+                if (u->kind == SIM_SEND && u->comm == SIM_COMM_PP && !u->grad)
+                    sends += u->bytes;
+            }
+            double sent = sends > 0 ? sc->none_sent_bytes : 0;
+            e->mem_start[i] += run;
+            e->mem_end[i] -= run - keep - sent;
+            for (int k = ir->succ_off[i]; sent > 0 && k < ir->succ_off[i + 1];
+                 k++) {
+                const sim_task *u = &ir->tasks[ir->succ[k]];
+                if (u->kind == SIM_SEND && u->comm == SIM_COMM_PP && !u->grad)
+                    e->mem_end[ir->succ[k]] -= sent * u->bytes / sends;
             }
             /* an op's transient (the unfused loss's fp32 copies) */
             e->mem_start[i] += sc->fwd_scratch_bytes;
             e->mem_end[i] -= sc->fwd_scratch_bytes;
             break;
+        }
         case SIM_RECOMP:
             e->mem_start[i] += sc->rec_ws_bytes + sc->deq_bytes;
             e->mem_end[i] -= sc->deq_bytes;
