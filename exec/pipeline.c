@@ -516,15 +516,15 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                          where, p->model, util_fmt_bytes(need, a, sizeof a),
                          util_fmt_bytes(host, b, sizeof b));
     }
-    if (exec_xops_build(r->model, &cfg, p->mbs, T, rt.tp, rt.sp, &rt.xop,
-                        e))
-        return util_err_prefix(e, "%s", where);
     int n_lt;
     size_t NL = exec_lora_table(&cfg, &p->ft, NULL, &n_lt);
     /* a checkpoint that cannot fit its folder is said now, not after
      * the training it was to keep */
     if (util_out_room("--save", o->save,
                       exec_ckpt_bytes(P, exec_plan_resumable(p) ? NL : 0), e))
+        return util_err_prefix(e, "%s", where);
+    if (exec_xops_build(r->model, &cfg, p->mbs, T, rt.tp, rt.sp, &rt.xop,
+                        e))
         return util_err_prefix(e, "%s", where);
     float *full = util_malloc(sizeof(float) * (P + 1));
     float *am = util_calloc(P + 1, sizeof(float));
