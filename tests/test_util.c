@@ -21,6 +21,18 @@ Test(util, parse_size)
     cr_assert_eq(util_parse_size("12X", &b), -1);
     cr_assert_eq(util_parse_size("-1G", &b), -1);
     cr_assert_eq(util_parse_size("", &b), -1);
+    /* written as decimal numbers only: strtod also reads hexadecimal,
+     * infinities and leading blanks */
+    cr_assert_eq(util_parse_size("0x10G", &b), -1);
+    cr_assert_eq(util_parse_size(" 5G", &b), -1);
+    cr_assert_eq(util_parse_size("infG", &b), -1);
+    cr_assert_eq(util_parse_size("2e1G", &b), 0);
+    cr_assert_eq(b, 20.0 * (1 << 30));
+    double x;
+    cr_assert_eq(util_parse_double("0x10", &x), -1);
+    cr_assert_eq(util_parse_double(" 1", &x), -1);
+    cr_assert_eq(util_parse_double("-1.5e-3", &x), 0);
+    cr_assert_eq(x, -1.5e-3);
 }
 
 Test(util, closest)

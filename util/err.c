@@ -128,13 +128,25 @@ const char *util_closest(const char *word, const char *const *cands, size_t n)
     return best;
 }
 
+/* Whether [s, end), which strtod read as a number, is written as a
+ * decimal one: digits, a point, an exponent, a sign; not hexadecimal
+ * ("0x10"), "inf" or "nan", nor after blanks strtod skips. */
+static int decimal(const char *s, const char *end)
+{
+    for (const char *p = s; p < end; p++)
+        if (!isdigit((unsigned char)*p) && *p != '.' && *p != 'e' &&
+            *p != 'E' && *p != '+' && *p != '-')
+            return 0;
+    return end > s;
+}
+
 int util_parse_double(const char *s, double *out)
 {
     if (!s || !*s) return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v)) return -1;
+    if (errno || *end || !isfinite(v) || !decimal(s, end)) return -1;
     *out = v;
     return 0;
 }
@@ -156,7 +168,8 @@ int util_parse_size(const char *s, double *bytes)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || v < 0) return -1;
+    if (errno || end == s || !isfinite(v) || v < 0 || !decimal(s, end))
+        return -1;
     double mul = 1;
     switch (toupper((unsigned char)*end)) {
     case 0: break;
