@@ -184,7 +184,7 @@ int prof_gpu_parse_ex(const util_jobj *o, prof_gpu *g, int partial,
         util_jstr(o, "arch", req, g->arch, sizeof g->arch, e) ||
         util_jenum(o, "form", req, form_names, &form, e) ||
         util_jbool(o, "consumer", req, &g->consumer, e) ||
-        util_jnum(o, "mem_gib", req, UTIL_POSITIVE, 1e6, &mem_gib, e) ||
+        util_jnum(o, "mem_gib", req, UTIL_HW_MIN, 1e6, &mem_gib, e) ||
         util_jnum(o, "mem_bw_gb_per_s", req, UTIL_HW_MIN, 1e6, &bw, e) ||
         util_jnum(o, "fp16_acc16_tflops", 0, 0, 1e6, &acc16, e) ||
         util_jint(o, "pcie_gen", req, 1, 6, &gen, e) ||

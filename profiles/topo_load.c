@@ -41,7 +41,7 @@ static prof_topo *load_template(const util_jobj *root, const prof_hw_opts *cli,
         util_jkeys(&tp, tkeys, e) ||
         util_jstr(&tp, "gpu", 1, gname, sizeof gname, e) ||
         util_jint(&tp, "count", 0, 1, 65536, &count, e) ||
-        util_jnum(root, "host_mem_gib", 0, UTIL_POSITIVE, 1e7, &mem_gib, e) ||
+        util_jnum(root, "host_mem_gib", 0, UTIL_HW_MIN, 1048576, &mem_gib, e) ||
         util_jint(root, "nvme", 0, 0, 64, &nvme, e) ||
         util_jstr(root, "nvme_model", 0, dname, sizeof dname, e) ||
         util_jint(root, "gpus_per_server", 0, 1, 16, &gps, e) ||
@@ -171,7 +171,7 @@ static int parse_node(const util_jobj *o, prof_topo *t, util_err *e)
         t->nodes[v].gpu_type = ti;
     } else if (kind == PROF_NODE_DRAM) {
         double gib, bw;
-        if (util_jnum(o, "mem_gib", 1, UTIL_POSITIVE, 1e7, &gib, e) ||
+        if (util_jnum(o, "mem_gib", 1, UTIL_HW_MIN, 1048576, &gib, e) ||
             util_jnum(o, "bw_gb_per_s", 1, UTIL_HW_MIN, 1e5, &bw, e))
             return -1;
         nd->capacity_bytes = gib * 1073741824.0;
