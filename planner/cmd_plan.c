@@ -924,10 +924,14 @@ static int one(cmd *c, util_err *e)
                 strcat(md, " with ");
             }
             snprintf(more, sizeof more, "; with more host memory %s%s fits: "
-                     "it needs %s%s%s (give %s)%s", md,
+                     "it needs %s%s%s (%s%s%s)%s", md,
                      sim_sched_name(hs.sched), dram, dr && nv ? " and " : "",
-                     nvme, dr && nv ? "--host-mem and --nvme N"
-                                    : dr ? "--host-mem" : "--nvme N",
+                     nvme,
+                     dr && nv && !t->own_nodes ? "give --host-mem and --nvme N"
+                     : dr ? prof_topo_more_dram(t) : "",
+                     dr && nv && t->own_nodes ? " and " : "",
+                     nv && (!dr || t->own_nodes) ? prof_topo_more_drives(t)
+                                                 : "",
                      hs.cut == 2 ? " (the time limit ended the search for "
                      "the least host: these are its needs with a host "
                      "without bound)" : "");

@@ -608,7 +608,8 @@ static int check_request(search *s, util_err *e)
                          "microbatches of %d", r->batch, o->mbs);
     if (o->offload_tier == SIM_TIER_NVME && !server_drives(t))
         return util_errf(e, UTIL_EXIT_USAGE, "--offload-tier nvme: %s has no "
-                         "NVMe drive (give --nvme N)", t->name);
+                         "NVMe drive (%s)", t->name,
+                         prof_topo_more_drives(t));
     if (o->offload_tier == SIM_TIER_NVME &&
         o->sched_mask == 1u << SIM_SCHED_ZERO_OFFLOAD)
         return util_errf(e, UTIL_EXIT_USAGE, "--offload-tier nvme: schedule "

@@ -794,11 +794,12 @@ static int run(wcmd *c, util_err *e)
         p->feasible = 0;
         p->host_short = 1;
         snprintf(p->note, sizeof p->note, "host DRAM: needs %s, %s %s "
-                 "(%s missing; give --host-mem)",
+                 "(%s missing; %s)",
                  util_fmt_bytes(p->host_peak_bytes, nb, sizeof nb),
                  nsrv > 1 ? "the servers have" : "the server has",
                  util_fmt_bytes(hosttot, hb, sizeof hb),
-                 util_fmt_bytes(p->host_peak_bytes - hosttot, mb, sizeof mb));
+                 util_fmt_bytes(p->host_peak_bytes - hosttot, mb, sizeof mb),
+                 prof_topo_more_dram(t));
     }
     if (!rc && c->json) {
         json_t *root = json_pack("{s:s,s:i,s:f,s:f}", "hw", t->name, "gpus", ng,

@@ -205,7 +205,15 @@ typedef struct prof_topo {
     int *route_off;
     int *route_dl;
     struct prof_topo_x *x;    /* internal: adjacency, nearest tiers, cache */
+    int own_nodes;            /* a server file listing its nodes itself:
+                               * --host-mem and --nvme do not adjust it */
 } prof_topo;
+
+/* How a user gives the server more host DRAM, or NVMe drives, as advice
+ * ("give --host-mem"): the options that adjust a template, or for a file
+ * that lists its nodes, what to change in it. */
+const char *prof_topo_more_dram(const prof_topo *t);
+const char *prof_topo_more_drives(const prof_topo *t);
 
 /* Options that adjust a template (0 = template default). */
 typedef struct prof_hw_opts {

@@ -376,6 +376,7 @@ static prof_topo *load(const char *path, const char *text,
                   "file lists its nodes itself", path);
     } else {
         t = load_explicit(&root, e);
+        if (t) t->own_nodes = 1;
     }
     util_jdoc_free(&d);
     return t;
@@ -511,4 +512,17 @@ prof_topo *prof_topo_from_args(int argc, char **argv, const prof_hw_opts *o,
     int n = prof_template_default_count(&g, o);
     if (nt == 2 && parse_count(tok[1], &n, e)) return NULL;
     return prof_topo_template_gpu(&g, n, o, e);
+}
+
+const char *prof_topo_more_dram(const prof_topo *t)
+{
+    return t && t->own_nodes
+               ? "raise mem_gib of the server file's dram nodes"
+               : "give --host-mem";
+}
+
+const char *prof_topo_more_drives(const prof_topo *t)
+{
+    return t && t->own_nodes ? "add nvme nodes to the server file"
+                             : "give --nvme N";
 }

@@ -422,8 +422,8 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
              ? SIM_TIER_DRAM : SIM_TIER_NVME;
     if (tier == SIM_TIER_NVME && !c->n_drives)
         return util_errf(e, UTIL_EXIT_USAGE, "schedule %s --offload-tier nvme:"
-                         " %s has no NVMe drive (give --nvme N)", pol,
-                         t->name);
+                         " %s has no NVMe drive (%s)", pol,
+                         t->name, prof_topo_more_drives(t));
     if (tier == SIM_TIER_NVME && c->offload == SIM_SCHED_ZERO_OFFLOAD)
         return util_errf(e, UTIL_EXIT_USAGE, "schedule zero-offload keeps its "
                          "states in host DRAM; zero-infinity and fuyou use "
@@ -539,30 +539,35 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     if (c->host_bytes > c->host_cap) {
         util_errf(e, UTIL_EXIT_USAGE, "schedule %s: host DRAM cannot "
                          "hold what the %s tier needs there%s: %s, the server "
-                         "has %s (%s missing in DRAM; give --host-mem%s)", pol,
+                         "has %s (%s missing in DRAM; %s%s%s)", pol,
                          sim_tier_name(tier), c->act_swap_bytes > 0
                          ? " with the swapped activations" : "",
                          util_fmt_bytes(c->host_bytes, need, sizeof need),
                          util_fmt_bytes(c->host_cap, have, sizeof have),
                          util_fmt_bytes(c->host_bytes - c->host_cap, miss,
                                         sizeof miss),
+                         prof_topo_more_dram(t),
                          tier != SIM_TIER_DRAM || c->offload ==
                          SIM_SCHED_ZERO_OFFLOAD ? ""
                          : c->n_drives ? " or --offload-tier nvme"
-                                       : " or drives: --nvme N");
+                                       : ", or ",
+                         tier != SIM_TIER_DRAM || c->offload ==
+                         SIM_SCHED_ZERO_OFFLOAD || c->n_drives
+                         ? "" : prof_topo_more_drives(t));
         return sim_err_lacks(e, SIM_TIER_DRAM, c->host_bytes, c->host_cap);
     }
     if (c->nvme_bytes > c->nvme_cap) {
         util_errf(e, UTIL_EXIT_USAGE, "schedule %s: the NVMe drives "
                          "cannot hold the model states%s: %s, %d drive(s) "
-                         "hold %s (%s missing on NVMe; give --nvme N)", pol,
+                         "hold %s (%s missing on NVMe; %s)", pol,
                          c->act_tier == SIM_TIER_NVME
                          ? " and the swapped activations" : "",
                          util_fmt_bytes(c->nvme_bytes, need, sizeof need),
                          c->n_drives,
                          util_fmt_bytes(c->nvme_cap, have, sizeof have),
                          util_fmt_bytes(c->nvme_bytes - c->nvme_cap, miss,
-                                        sizeof miss));
+                                        sizeof miss),
+                         prof_topo_more_drives(t));
         return sim_err_lacks(e, SIM_TIER_NVME, c->nvme_bytes, c->nvme_cap);
     }
     return 0;

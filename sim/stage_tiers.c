@@ -148,8 +148,8 @@ int sim_stage_tier_costs(sim_costs *c, const prof_topo *t, util_err *e)
         if (sc->state_tier == SIM_TIER_NVME && !drives[srv]) {
             rc = util_errf(e, UTIL_EXIT_USAGE, "stage %d keeps its optimizer "
                            "state on nvme, but server %d of %s has no NVMe "
-                           "drive (give --nvme N)", sc->model_stage, srv,
-                           t->name);
+                           "drive (%s)", sc->model_stage, srv,
+                           t->name, prof_topo_more_drives(t));
             break;
         }
         double params = (c->zero && c->shard > 1
@@ -184,21 +184,24 @@ int sim_stage_tier_costs(sim_costs *c, const prof_topo *t, util_err *e)
         if (host[v] > cap) {
             rc = util_errf(e, UTIL_EXIT_USAGE, "stage tiers: server %d's host "
                            "DRAM cannot hold the optimizer state kept there: "
-                           "%s, it has %s (%s missing in DRAM; give --host-mem"
-                           "%s)", v, util_fmt_bytes(host[v], need, sizeof need),
+                           "%s, it has %s (%s missing in DRAM; %s%s%s)",
+                           v, util_fmt_bytes(host[v], need, sizeof need),
                            util_fmt_bytes(cap, have, sizeof have),
                            util_fmt_bytes(host[v] - cap, miss, sizeof miss),
+                           prof_topo_more_dram(t),
                            drives[v] ? ", or put more stages on nvme"
-                                     : ", or drives: --nvme N");
+                                     : ", or ",
+                           drives[v] ? "" : prof_topo_more_drives(t));
             sim_err_lacks(e, SIM_TIER_DRAM, host[v], cap);
         } else if (disk[v] > dcap[v]) {
             rc = util_errf(e, UTIL_EXIT_USAGE, "stage tiers: server %d's NVMe "
                            "drives cannot hold the optimizer state kept "
                            "there: %s, %d drive(s) hold %s (%s missing on "
-                           "NVMe; give --nvme N)", v,
+                           "NVMe; %s)", v,
                            util_fmt_bytes(disk[v], need, sizeof need),
                            drives[v], util_fmt_bytes(dcap[v], have, sizeof have),
-                           util_fmt_bytes(disk[v] - dcap[v], miss, sizeof miss));
+                           util_fmt_bytes(disk[v] - dcap[v], miss, sizeof miss),
+                           prof_topo_more_drives(t));
             sim_err_lacks(e, SIM_TIER_NVME, disk[v], dcap[v]);
         }
         if (host[v] > c->host_bytes) {

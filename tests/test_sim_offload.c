@@ -609,6 +609,15 @@ Test(sim_offload, tiers_that_cannot_hold_the_states)
     cli_expect(2, "zero-offload keeps its states in host DRAM",
                "sim --hw rtx4090 x1 --model gpt2 --schedule zero-offload "
                "--mbs 1 --microbatches 1 --offload-tier nvme");
+    /* a server file that lists its nodes takes neither --host-mem nor
+     * --nvme: the advice says what to change in it */
+    cli_expect(2, "(901.43 GiB missing in DRAM; raise mem_gib of the server "
+               "file's dram nodes)", "sim --hw profiles/hw/example-desktop."
+               "json --model llama2-70b --schedule zero-offload --mbs 1 "
+               "--microbatches 1");
+    cli_expect(2, "(421.99 GiB missing on NVMe; add nvme nodes to the server "
+               "file)", "sim --hw profiles/hw/example-desktop.json --model "
+               "gpt3-175b --schedule fuyou --mbs 1 --microbatches 1");
     /* the table's cut reasons follow it whole: how much is missing, and
      * in which tier */
     cli_expect(0, "zero-infinity: schedule zero-infinity: host DRAM cannot "
