@@ -286,7 +286,12 @@ int plan_sweep_host_mem(int hw_n, char **hw, const prof_hw_opts *ho,
             }
             char big[32] = "-", lay[16] = "-", sps[32] = "-", tf[32] = "-";
             if (best.found) {
-                snprintf(big, sizeof big, "%.1fB", best.params / 1e9);
+                /* in billions as the papers count; a small shape's in
+                 * millions or fewer (util_fmt_count), not 0.0B */
+                if (best.params >= 1e9)
+                    snprintf(big, sizeof big, "%.1fB", best.params / 1e9);
+                else
+                    util_fmt_count(best.params, big, sizeof big);
                 snprintf(lay, sizeof lay, "%d", best.layers);
                 snprintf(sps, sizeof sps, "%.3f", best.samples_per_s);
                 snprintf(tf, sizeof tf, "%.1f", best.tflops);

@@ -827,7 +827,7 @@ static int run(wcmd *c, util_err *e)
         json_decref(root);
     } else if (!rc) {
         char b1[32], b2[32];
-        printf("%d jobs on %s\n", n, t->name);
+        printf("%d job%s on %s\n", n, n == 1 ? "" : "s", t->name);
         for (int j = 0; j < n; j++) {
             if (j >= 3 && j < n - 1) {
                 if (j == 3) printf("  ...\n");
