@@ -92,7 +92,8 @@ static int plan_run(const sim_plan *p, const sim_costs *c, int record,
     sim_run_opts ro = {.record = record, .stop_at_oom = stop_at_oom};
     *engine = sim_engine_new(*ir, c, &ro);
     if (sim_engine_run(*engine, res))
-        return util_errf(e, UTIL_EXIT_FAIL, "%s", res->msg);
+        return util_errf(e, res->too_slow ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL,
+                         "%s", res->msg);
     return 0;
 }
 
@@ -639,6 +640,18 @@ static int check_request(search *s, util_err *e)
                          prof_dtype_name(m->spec.dtype), m->spec.name);
     r->lower_bound_s = prof_model_train_flops(m, 0) * r->batch /
                        (n * peak * g->eff.gemm_max);
+    /* no plan can run faster: one past the simulator's clock is refused
+     * here, not candidate by candidate */
+    if (r->lower_bound_s > SIM_T_MAX * 1e-9) {
+        char b[32];
+        return util_errf(e, UTIL_EXIT_USAGE, "%s on %d x %s takes at least "
+                         "%s an iteration (its FLOPs at the GPUs' peak), "
+                         "past the %.3g years the simulator's clock holds: "
+                         "check the GPU's peak_tflops, or plan a smaller "
+                         "batch (--batch)", m->spec.name, n, g->name,
+                         util_fmt_time(r->lower_bound_s, b, sizeof b),
+                         SIM_T_MAX * 1e-9 / 31557600);
+    }
     return 0;
 }
 

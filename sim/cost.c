@@ -106,8 +106,10 @@ int64_t sim_op_ns(const prof_gpu *g, prof_dtype dt, const prof_op *op,
         double c = prof_calib_op_ns(cal, key, busy);
         if (c >= 0) return (int64_t)llround(c);
     }
-    /* at most 1e15 ns (11.6 days) an op: with the hardware files' least
-     * rates (UTIL_HW_MIN) a plan's sums stay far inside 64 bits */
+    /* at most 1e15 ns (11.6 days) an op; a stage's sums of them are
+     * held to SIM_TASK_NS_MAX, and a plan whose clock runs past
+     * SIM_T_MAX is refused (the hardware files' least rates,
+     * UTIL_HW_MIN, can price a large model's ops at years) */
     double ns = sim_op_model_ns(g, dt, op, mbs, k);
     return (int64_t)llround(ns < 1e15 ? ns : 1e15);
 }
@@ -1273,21 +1275,21 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->deq_bytes = deq;
         bwd_ws(m, first_op[s], last_op[s], tpw, sp, rc, sc->bwd_ws_bytes);
         for (int k = 0; k < 4; k++) sc->bwd_ws_bytes[k] *= mbs;
-        sc->tp_f_ns = (int64_t)arf;
-        sc->tp_b_ns = (int64_t)arb;
-        sc->tp_r_ns = (int64_t)arr;
-        sc->tp_w_ns = (int64_t)arw;
-        sc->f_ns = (int64_t)(f + arf);
-        sc->b_ns = (int64_t)(bb + arb);
-        sc->r_ns = (int64_t)(r + arr);
-        sc->w_ns = (int64_t)(w + arw);
+        sc->tp_f_ns = sim_task_ns(arf);
+        sc->tp_b_ns = sim_task_ns(arb);
+        sc->tp_r_ns = sim_task_ns(arr);
+        sc->tp_w_ns = sim_task_ns(arw);
+        sc->f_ns = sim_task_ns(f + arf);
+        sc->b_ns = sim_task_ns(bb + arb);
+        sc->r_ns = sim_task_ns(r + arr);
+        sc->w_ns = sim_task_ns(w + arw);
         /* the halves apart (zero-bubble's B and W tasks), as calibration
          * measured this machine run them: the collectives inside B are
          * not the ops' */
         double fb = g->eff.split_factor[0] > 0 ? g->eff.split_factor[0] : 1;
         double fw = g->eff.split_factor[1] > 0 ? g->eff.split_factor[1] : 1;
-        sc->bs_ns = (int64_t)(bb * fb + arb);
-        sc->ws_ns = (int64_t)(w * fw + arw);
+        sc->bs_ns = sim_task_ns(bb * fb + arb);
+        sc->ws_ns = sim_task_ns(w * fw + arw);
         /* what trains has gradients and optimizer state; frozen weights
          * (a fine-tuning mode's) only their storage, sharded with the
          * rest under ZeRO-3 */
@@ -1313,8 +1315,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->host_state_bytes =
             sc->opt_bytes +
             (wb >= 4 ? sc->train_bytes / (zst >= 1 ? shard : 1) : 0);
-        sc->opt_ns = (int64_t)llround(sim_opt_model_ns(
-            g, zst ? sc->train_params / shard : sc->train_params));
+        sc->opt_ns = sim_task_ns(round(sim_opt_model_ns(
+            g, zst ? sc->train_params / shard : sc->train_params)));
         sc->state_tier = o && o->state_tier ? o->state_tier[s] : 0;
     }
     for (int s = 0; s < n_stages; s++)

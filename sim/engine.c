@@ -457,7 +457,7 @@ static void flows_solve(sim_engine *e)
         if (t < best) best = t;
     }
     if (best == HUGE_VAL) return; /* zero-bandwidth links: never ends */
-    heap_push(e, e->now + (int64_t)ceil(best * 1e9), -1, e->flow_epoch);
+    heap_push(e, e->now + sim_task_ns(ceil(best * 1e9)), -1, e->flow_epoch);
 }
 
 static void task_start(sim_engine *e, int id);
@@ -520,7 +520,8 @@ static void flow_step(sim_engine *e, int id)
                 r = fmin(r, e->link_cap[e->flow_route[f][k]]);
             e->flow_rate[f] = r;
             if (r > 0) {
-                int64_t x = e->now + (int64_t)ceil(e->flow_rem[f] / r * 1e9);
+                int64_t x = e->now +
+                            sim_task_ns(ceil(e->flow_rem[f] / r * 1e9));
                 if (x < soon) soon = x;
             }
         }
@@ -577,7 +578,8 @@ static void flows_check(sim_engine *e)
         if (t < best) best = t;
     }
     if (best != HUGE_VAL)
-        heap_push(e, e->now + (int64_t)ceil(best * 1e9), -1, e->flow_epoch);
+        heap_push(e, e->now + sim_task_ns(ceil(best * 1e9)), -1,
+                  e->flow_epoch);
 }
 
 /* ---------------------------------------------------------------- tasks */
@@ -843,6 +845,19 @@ int sim_engine_run(sim_engine *e, sim_result *r)
             if (e->oom && e->opts.stop_at_oom) break;
         }
         sim_ev ev = heap_pop(e);
+        if (ev.t > SIM_T_MAX) {
+            char b[128];
+            memset(r, 0, sizeof *r);
+            r->too_slow = 1;
+            snprintf(r->msg, sizeof r->msg, "the simulated clock ran past "
+                     "%.3g years at %s: the hardware's figures make the "
+                     "plan's work too slow to simulate (check the GPU's "
+                     "peak_tflops and mem_bw_gb_per_s, and the links' "
+                     "bandwidth)", SIM_T_MAX * 1e-9 / 31557600,
+                     ev.id >= 0 ? sim_task_str(ir, ev.id, b, sizeof b)
+                                : "a transfer");
+            return -1;
+        }
         e->now = ev.t;
         e->events++;
         if (ev.id < 0) {

@@ -456,8 +456,8 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
         double pass = 4 * steps + (ms == 0 ? 12 * tparams : 0);
         /* a rank steps its share; several share the host's memory, so
          * their steps are priced as traffic on it (sim_add_offload) */
-        sc->cpu_opt_ns = (int64_t)llround(sim_cpu_opt_ns(t, g, steps / D) +
-                                          sim_cpu_pass_ns(t, g, pass / D));
+        sc->cpu_opt_ns = sim_task_ns(round(sim_cpu_opt_ns(t, g, steps / D) +
+                                          sim_cpu_pass_ns(t, g, pass / D)));
         sc->cpu_opt_bytes = hbw > 0 ? (double)sc->cpu_opt_ns * 1e-9 * hbw
                                     : 0;
     }

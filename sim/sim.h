@@ -76,8 +76,23 @@ typedef struct sim_mem_point {
     double bytes;
 } sim_mem_point;
 
+/* The simulated clock stops at SIM_T_MAX ns (31.7 years): a plan that
+ * runs past it is refused (sim_result.too_slow; its hardware's figures
+ * make its ops too slow to simulate). A task's cost is held to
+ * SIM_TASK_NS_MAX (sim_task_ns), so the clock's sums stay inside 64
+ * bits. */
+#define SIM_T_MAX 1e18
+#define SIM_TASK_NS_MAX 1e17
+static inline int64_t sim_task_ns(double ns)
+{
+    return ns > 0 ? (int64_t)(ns < SIM_TASK_NS_MAX ? ns : SIM_TASK_NS_MAX)
+                  : 0;
+}
+
 typedef struct sim_result {
-    int ok;                 /* 0: deadlock (see msg) */
+    int ok;                 /* 0: deadlock or too slow (see msg) */
+    int too_slow;           /* the clock ran past SIM_T_MAX: the input's
+                             * fault (exit code 2), not a deadlock */
     char msg[1024];
     int n_devices, n_stages;
     int64_t makespan_ns;    /* end of the last task */

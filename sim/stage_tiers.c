@@ -155,7 +155,7 @@ int sim_stage_tier_costs(sim_costs *c, const prof_topo *t, util_err *e)
         double params = (c->zero && c->shard > 1
                          ? sc->train_params / c->shard : sc->train_params) * tp;
         double step = stepped_bytes(c, sc) * tp;
-        sc->cpu_opt_ns = (int64_t)llround(sim_cpu_opt_ns(t, g, params));
+        sc->cpu_opt_ns = sim_task_ns(round(sim_cpu_opt_ns(t, g, params)));
         double bw = t->nodes[h].read_bw_bytes_per_s;
         sc->cpu_opt_bytes = bw > 0 ? (double)sc->cpu_opt_ns * 1e-9 * bw : 0;
         sc->tier_bytes = step;

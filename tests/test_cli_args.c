@@ -333,6 +333,23 @@ Test(cli_args, huge_sizes_refused_up_front_with_an_estimate)
     test_rm_rf(d);
 }
 
+/* Hardware figures at their least (a GPU of 0.001 TFLOP/s and 0.001
+ * GB/s, tests/data/slow-gpu.json) make GPT-3's ops years long: the
+ * simulator's clock stops at 31.7 years and says so (code 2), and the
+ * planner refuses what its lower bound already puts past it. Before,
+ * the sums ran out of 64 bits and the report said -8.4e12 ms of
+ * compute. A model it can time still plans. */
+Test(cli_args, hardware_too_slow_to_simulate_is_said)
+{
+    cli_expect(2, "the simulated clock ran past 31.7 years at dev 0 F stage 0",
+               "sim --hw tests/data/slow-gpu.json --model gpt3-175b "
+               "--schedule gpipe --pp 1 --mbs 64 --microbatches 64");
+    cli_expect(2, "past the 31.7 years the simulator's clock holds",
+               "plan --hw tests/data/slow-gpu.json --model gpt3-175b");
+    cli_expect(0, "plan for gpt2", "plan --hw tests/data/slow-gpu.json "
+               "--model gpt2");
+}
+
 /* An output that could not be written, or that names one of the run's
  * inputs, is refused before any work (code 2), naming the flag; a
  * checkpoint may be saved over the one a run resumes (--save-every does
