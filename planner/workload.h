@@ -148,10 +148,15 @@ typedef struct plan_wl_job {
     char model_where[300];    /* the same for its "model" */
 } plan_wl_job;
 
-/* The most minibatches a job may take: the schedules are simulated
- * minibatch by minibatch (0.3 s for ten million here), and the executor
- * counts steps in an int. */
+/* The most minibatches a job may take: the executor counts steps in an
+ * int. */
 #define PLAN_WL_MAX_STEPS 1e8
+/* The most shard steps (every job's steps a minibatch times its
+ * minibatches) the planner's shard schedules simulate one by one, about
+ * a microsecond and a half each here: a larger workload's run 1/k of
+ * each job's minibatches, their makespan and traffic scaled back by the
+ * ratio of the compute they simulated (plan --models, --workload). */
+#define PLAN_WL_SIM_STEPS 4e6
 /* Epochs of a dataset as whole samples: *out the product, rounded where
  * only the product's rounding keeps it from whole (2.3 x 100 is 230).
  * Returns 0, or -1 where it is not whole (*out then the product). */

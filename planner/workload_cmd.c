@@ -259,19 +259,22 @@ typedef struct pol {
     int host_short;           /* refused for the host DRAM it lacks */
 } pol;
 
-static void pol_from_run(pol *p, const char *name, const plan_wl_run *r)
+/* A shard policy's result, its run's makespan and traffic multiplied by
+ * scale (a scaled-down run's: its utilisation and host peak as run). */
+static void pol_from_run(pol *p, const char *name, const plan_wl_run *r,
+                         double scale)
 {
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
     p->feasible = 1;
-    p->makespan_s = (double)r->makespan_ns * 1e-9;
+    p->makespan_s = (double)r->makespan_ns * 1e-9 * scale;
     p->util = util_calloc((size_t)r->n_gpus, sizeof(double));
     for (int g = 0; g < r->n_gpus; g++) {
         p->util[g] = r->makespan_ns ? (double)r->busy_ns[g] / (double)r->makespan_ns : 0;
         p->util_mean += p->util[g] / r->n_gpus;
     }
     p->host_peak_bytes = r->host_peak_bytes;
-    p->pcie_bytes = r->pcie_bytes;
+    p->pcie_bytes = r->pcie_bytes * scale;
 }
 
 /* The most GPUs one node of kind k of t has as its children (a PCIe
@@ -735,13 +738,42 @@ static int run(wcmd *c, util_err *e)
     memset(pols, 0, sizeof pols);
     plan_wl_run lr = {0};
     const prof_gpu *gp = prof_topo_gpu(t, 0);
-    double lb = 0, hostcap = prof_topo_server_dram(t, 0);
+    double lb = 0, hostcap = prof_topo_server_dram(t, 0), scale = 1;
     if (!rc) {
         prof_dtype mt = prof_gpu_math(gp, prof_spec_math(&P[0].m->spec));
         gp = prof_gpu_at(gp, mt);
         double peak = prof_gpu_peak(gp, mt);
         /* every model FLOP at the GPU's best GEMM efficiency, over all GPUs */
         lb = flops / (ng * peak * gp->eff.gemm_max);
+        /* a workload of more shard steps than PLAN_WL_SIM_STEPS: the
+         * shard schedules run 1/k of each job's minibatches (at least
+         * one), scaled back by the compute they left out */
+        double steps = 0, full = 0, part = 0;
+        for (int j = 0; j < n; j++)
+            steps += (double)sj[j].n_steps * (double)sj[j].minibatches;
+        if (steps > PLAN_WL_SIM_STEPS) {
+            double k = steps / PLAN_WL_SIM_STEPS, sim = 0;
+            for (int j = 0; j < n; j++) {
+                long mb = lround((double)sj[j].minibatches / k);
+                mb = mb > 0 ? mb : 1;
+                full += (double)P[j].mb_compute_ns *
+                        (double)sj[j].minibatches;
+                part += (double)P[j].mb_compute_ns * (double)mb;
+                sim += (double)sj[j].n_steps * (double)mb;
+                sj[j].minibatches = mb;
+            }
+            scale = part > 0 ? full / part : 1;
+            char a[32], b[32];
+            if (!c->json)
+                fprintf(stderr, "note: %s shard steps: the shard schedules "
+                        "ran %s of them (each job's minibatches / %.4g) and "
+                        "scale their makespan and traffic by %.4g; fewer "
+                        "--samples simulate them whole%s\n",
+                        util_fmt_count(steps, a, sizeof a),
+                        util_fmt_count(sim, b, sizeof b), k, scale,
+                        c->plot || c->trace ? " (--plot and --trace draw "
+                        "the run as simulated)" : "");
+        }
         const plan_wl_policy pl[] = {PLAN_WL_LRTF, PLAN_WL_RANDOM, PLAN_WL_RR};
         /* the three schedules are independent: side by side */
         sched_job sjobs[3];
@@ -766,7 +798,7 @@ static int run(wcmd *c, util_err *e)
             if (started[k]) pthread_join(th[k], NULL);
         for (int k = 0; k < 3; k++) {
             plan_wl_run r = sjobs[k].r;
-            pol_from_run(&pols[k], plan_wl_policy_name(pl[k]), &r);
+            pol_from_run(&pols[k], plan_wl_policy_name(pl[k]), &r, scale);
             snprintf(pols[k].note, sizeof pols[k].note, "Hydra: shards over "
                      "all GPUs, state spilled to host DRAM");
             double busy;
@@ -804,6 +836,9 @@ static int run(wcmd *c, util_err *e)
     if (!rc && c->json) {
         json_t *root = json_pack("{s:s,s:i,s:f,s:f}", "hw", t->name, "gpus", ng,
                                  "lower_bound_s", lb, "host_capacity_bytes", hostcap);
+        /* > 1: the shard schedules ran a part of each job, scaled back */
+        json_object_set_new(root, "shard_schedules_scaled_by",
+                            json_real(scale));
         json_t *jobs = json_array(), *pa = json_array();
         for (int j = 0; j < n; j++) {
             json_t *sh = json_array();

@@ -3,6 +3,7 @@
  * command's lower bound, JSON keys, plot and trace; bad workloads. */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -250,6 +251,45 @@ Test(workload, json_keys_and_lower_bound)
     cr_expect_eq(json_integer_value(json_object_get(json_array_get(jobs, 1),
                                                     "minibatches")), 100);
     json_decref(j);
+}
+
+/* Past PLAN_WL_SIM_STEPS shard steps the shard schedules run a part of
+ * each job and scale it back: twelve GPT-2 XL jobs on eight 2080 Ti, 100k
+ * samples each (3.6 million steps, run whole) and 400k (14.6 million,
+ * run at 1/3.6 and scaled): the makespans are 4x within 0.1%, the
+ * utilisation and host peak as run. Whole, 400k samples took 7 s here
+ * and 100 million would have taken half an hour. */
+Test(workload, a_long_workload_is_simulated_in_part_and_scaled)
+{
+    json_t *a = plan_json("--hw rtx2080ti x8 --models gpt2-xl x12 --samples "
+                          "100000"),
+           *b = plan_json("--hw rtx2080ti x8 --models gpt2-xl x12 --samples "
+                          "400000");
+    cr_expect_eq(json_number_value(json_object_get(
+                     a, "shard_schedules_scaled_by")), 1);
+    double k = json_number_value(json_object_get(b,
+                                                 "shard_schedules_scaled_by"));
+    cr_expect(k > 3.5 && k < 3.7, "scaled by %g", k);
+    for (int i = 0; i < 3; i++) {
+        json_t *pa = json_array_get(json_object_get(a, "policies"), (size_t)i),
+               *pb = json_array_get(json_object_get(b, "policies"), (size_t)i);
+        double ma = json_number_value(json_object_get(pa, "makespan_s")),
+               mb = json_number_value(json_object_get(pb, "makespan_s"));
+        cr_expect(fabs(mb / (4 * ma) - 1) < 1e-3, "%s: %g s for 400k "
+                  "samples, %g for 100k", json_string_value(json_object_get(
+                  pa, "policy")), mb, ma);
+        double ua = json_number_value(json_object_get(pa, "mean_utilization")),
+               ub = json_number_value(json_object_get(pb, "mean_utilization"));
+        cr_expect(fabs(ua - ub) < 0.01, "utilisation %g against %g", ub, ua);
+    }
+    json_decref(a);
+    json_decref(b);
+    cli_result r = cli_run("plan --hw rtx2080ti x8 --models gpt2-xl x12 "
+                           "--samples 400000");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.err, "note: 14.6M shard steps: the shard schedules "
+                     "ran 4.0M of them"), "%s", r.err);
+    cli_result_free(&r);
 }
 
 /* A policy needing more host DRAM than the server has runs nowhere: not
