@@ -526,6 +526,60 @@ Test(sim_sched, chimera_bubble)
     }
 }
 
+Test(sim_sched, chimera_memory_at_m_equals_p)
+{
+    /* with m = p (the paper's basic unit) device i holds stage i of the
+     * down pipeline (min(p - i, p/2) microbatches in flight) and stage
+     * p-1-i of the up one (min(i + 1, p/2)): between (p/2 + 1) M_a and
+     * p M_a (Li and Hoefler 2021, Table 2) */
+    for (int p = 2; p <= 8; p += 2) {
+        srun x = sgo(SIM_SCHED_CHIMERA, p, p, p, 100, 100, 0, 0, 1, NULL, 0);
+        for (int d = 0; d < p; d++) {
+            int h = p / 2, dn = p - d < h ? p - d : h, up = d + 1 < h ? d + 1 : h;
+            double a = x.r.dev[d].peak_bytes - x.r.dev[d].static_bytes;
+            cr_expect(a >= (dn + up) * 1000.0 && a <= (dn + up) * 1000.0 + 100,
+                      "p %d dev %d: %.0f, want %d microbatches", p, d, a,
+                      dn + up);
+        }
+        sdone(&x);
+    }
+}
+
+Test(sim_sched, dualpipev_bubble_and_memory)
+{
+    /* DualPipe's table (deepseek-ai/DualPipe README): bubble
+     * (PP/2 - 1)(F&B + B - 3W) over PP/2 = p devices, activations of PP + 1
+     * = 2p + 1 chunks. The F&B pairs run one after the other here, so
+     * F&B = F + B + W: with F = B = W the bubble is (p - 1)F, for even
+     * and odd m */
+    const int64_t F = 50;
+    for (int p = 2; p <= 8; p++) {
+        if (p > 4 && p < 8) continue;
+        int ms[] = {2 * p, 2 * p + 1, 4 * p + 1};
+        for (int k = 0; k < 3; k++) {
+            int m = ms[k];
+            srun x = sgo(SIM_SCHED_DUALPIPEV, p, 2 * p, m, F, F, F, 1, 1,
+                         NULL, 0);
+            int64_t ideal = (int64_t)m * 2 * 3 * F;
+            cr_expect_eq(x.r.iteration_ns - ideal, (int64_t)(p - 1) * F,
+                         "p %d m %d: bubble %lld, want (p-1)F = %lld", p, m,
+                         (long long)(x.r.iteration_ns - ideal),
+                         (long long)((p - 1) * F));
+            /* sgo's chunks keep 1000 bytes a microbatch */
+            double a = x.r.dev[0].peak_bytes - x.r.dev[0].static_bytes;
+            cr_expect(a >= (2 * p + 1) * 1000.0 &&
+                      a <= (2 * p + 1) * 1000.0 + 100,
+                      "p %d m %d: first device %.0f, want 2p+1 chunks", p, m,
+                      a);
+            for (int d = 1; d < p; d++)
+                cr_expect_leq(x.r.dev[d].peak_bytes - x.r.dev[d].static_bytes,
+                              (2 * p + 1) * 1000.0 + 100, "p %d m %d dev %d",
+                              p, m, d);
+            sdone(&x);
+        }
+    }
+}
+
 static prof_topo *ring_star(int n, double bw)
 {
     prof_topo *t = prof_topo_new("star");
