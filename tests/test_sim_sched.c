@@ -553,8 +553,9 @@ Test(sim_sched, dualpipev_bubble_and_memory)
      * F&B = F + B + W: with F = B = W the bubble is (p - 1)F, for even
      * and odd m */
     const int64_t F = 50;
-    for (int p = 2; p <= 8; p++) {
-        if (p > 4 && p < 8) continue;
+    const int ps[] = {2, 3, 4, 8};
+    for (int pi = 0; pi < 4; pi++) {
+        int p = ps[pi];
         int ms[] = {2 * p, 2 * p + 1, 4 * p + 1};
         for (int k = 0; k < 3; k++) {
             int m = ms[k];
