@@ -1013,7 +1013,9 @@ static int run_plan(cmd *c)
                    "the embedding's; checkpoints keep the embedding's\n");
         if (!r.stopped && end < t->steps && !t->json)
             printf("stopped after step %d of %d (--stop-after)%s%s%s%s%s%s\n",
-                   end, t->steps, t->save ? "; continue with " : "",
+                   end, t->steps, t->save ? "; continue with "
+                                          : "; without --save its state is "
+                                            "not kept",
                    t->save ? go_on(&plan) : "", t->save ? " " : "",
                    t->save ? t->save : "",
                    t->save && exec_plan_resumable(&plan) ? t->again : "",

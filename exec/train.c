@@ -377,6 +377,11 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
                     corpus.entropy_nats);
         if (o->save) say(hu, "saved %s at step %lld\n", o->save,
                              (long long)sm.step);
+        if (end < o->steps)
+            say(hu, "stopped after step %d of %d (--stop-after)%s%s%s\n",
+                end, o->steps, o->save ? "; continue with --resume " : "",
+                o->save ? o->save : "; without --save its state is not kept",
+                o->save ? o->again : "");
         if (o->timings) say(hu, "per-op timings in %s\n", o->timings);
     }
     if (!rc && interrupted) {

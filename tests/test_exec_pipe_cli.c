@@ -888,6 +888,18 @@ Test(exec_cli_pipe, plan_runs_in_pieces)
     cli_expect(2, "--stop-after 2: 3 steps are done already", "exec --plan "
                "%s/p.json --steps 6 --stop-after 2 --resume %s/sa.ckpt", dir,
                dir);
+    /* without --save the stopped run's state goes: said, by the plan's
+     * run and by the reference trainer (which said nothing of the stop) */
+    cli_expect(0, "stopped after step 2 of 6 (--stop-after); without --save "
+               "its state is not kept\n", "exec --plan %s/p.json --steps 6 "
+               "--stop-after 2 --quiet", dir);
+    cli_expect(0, "stopped after step 2 of 6 (--stop-after); without --save "
+               "its state is not kept\n", "exec --model gpt-tiny --batch 2 "
+               "--seq 16 --threads 1 --eval-batches 1 --steps 6 --stop-after "
+               "2 --quiet");
+    cli_expect(0, "st.ckpt --steps 6 --threads 1\n", "exec --model gpt-tiny "
+               "--batch 2 --seq 16 --threads 1 --eval-batches 1 --steps 6 "
+               "--stop-after 2 --quiet --save %s/st.ckpt", dir);
     /* a LoRA plan goes on from the state beside its checkpoint
      * (tests/test_exec_lora.c), but an offload schedule's tier keeps the
      * adapters' moments */
