@@ -188,10 +188,11 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
         }
         step0 = (int)meta.step;
     }
-    /* nothing left to run: said, as a plan's run says it */
+    /* nothing left to run: said, as a plan's run says it (--steps 0 is
+     * the evaluation alone, a resumed checkpoint's too) */
     int end = o->stop_after > 0 && o->stop_after < o->steps ? o->stop_after
                                                             : o->steps;
-    if (end <= step0) {
+    if (o->steps > 0 && end <= step0) {
         exec_gpt_free(m);
         exec_corpus_free(&corpus);
         if (o->steps <= step0)

@@ -188,6 +188,18 @@ Test(exec_cli, failed_save_keeps_the_old_file)
     free(d);
 }
 
+/* --steps 0 is the reference trainer's evaluation alone (a plan refuses
+ * it): not a resumed run with no step left. */
+Test(exec_cli, steps_0_evaluates)
+{
+    cli_result r = cli_run("exec --model gpt-tiny --batch 4 --seq 32 "
+                           "--steps 0 --eval-batches 1");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "validation loss"), "%s", r.out);
+    cr_assert(!strstr(r.err, "done already"), "%s", r.err);
+    cli_result_free(&r);
+}
+
 Test(exec_cli, bad_input_exit_2)
 {
     cli_result r = cli_run("exec --model gpt-tiny --mem-budget 1M --steps 1");
