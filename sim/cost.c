@@ -658,6 +658,8 @@ static void none_fwd(const prof_model *m, int first, int last, int t, int sp,
     /* per tensor (produced by op p <= last): whether it is held here, and
      * its last reader in the stage (INT_MAX: a later stage reads it) */
     int *lastr = util_malloc(sizeof(int) * (size_t)(last + 1));
+    int *head = util_malloc(sizeof(int) * (size_t)(last + 1));
+    int *next = util_malloc(sizeof(int) * (size_t)(last + 1));
     uint8_t *held = util_calloc((size_t)last + 1, 1);
     for (int p = 0; p <= last; p++) {
         lastr[p] = -1;
@@ -675,19 +677,28 @@ static void none_fwd(const prof_model *m, int first, int last, int t, int sp,
             else if (lastr[p] != INT_MAX)
                 lastr[p] = q;
         }
+    /* the tensors each op reads last, listed by that op */
+    for (int k = 0; k <= last; k++) head[k] = -1;
+    for (int p = 0; p <= last; p++)
+        if (held[p] && lastr[p] >= first && lastr[p] <= last) {
+            next[p] = head[lastr[p]];
+            head[lastr[p]] = p;
+        }
     double live = 0;
     for (int p = 0; p < first; p++)
         if (held[p] && lastr[p] >= first) live += out_rank(&m->ops[p], t, sp);
     for (int k = first; k <= last; k++) {
         if (held[k]) live += out_rank(&m->ops[k], t, sp);
         if (live > *ws) *ws = live;
-        for (int p = 0; p < k; p++)
-            if (held[p] && lastr[p] == k) live -= out_rank(&m->ops[p], t, sp);
+        for (int p = head[k]; p >= 0; p = next[p])
+            live -= out_rank(&m->ops[p], t, sp);
     }
     for (int p = first; p <= last; p++)
         if (held[p] && lastr[p] == INT_MAX)
             *sent += out_rank(&m->ops[p], t, sp);
     free(lastr);
+    free(head);
+    free(next);
     free(held);
 }
 

@@ -84,13 +84,12 @@ void sim_mem_setup(sim_engine *e)
         case SIM_F: {
             /* what it keeps, and holds at most while it runs: the kept
              * activations (recomputed: the checkpoints and a layer's
-             * working set), or, before them, a frozen prefix's tensors
+             * working set) beside what a frozen prefix hands to later
+             * stages, or, before them, the prefix's tensors
              * (none_ws_bytes); what later stages read of those is held
              * until each send is done */
             int rec = recomputed(ir, i, 1);
             double keep = rec ? sc->keep_bytes : sc->act_bytes;
-            double run = fmax(rec ? keep + sc->fwd_ws_bytes : keep,
-                              sc->none_ws_bytes);
             double sends = 0;
             for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++) {
                 const sim_task *u = &ir->tasks[ir->succ[k]];
@@ -98,6 +97,8 @@ void sim_mem_setup(sim_engine *e)
                     sends += u->bytes;
             }
             double sent = sends > 0 ? sc->none_sent_bytes : 0;
+            double run = fmax((rec ? keep + sc->fwd_ws_bytes : keep) + sent,
+                              sc->none_ws_bytes);
             e->mem_start[i] += run;
             e->mem_end[i] -= run - keep - sent;
             for (int k = ir->succ_off[i]; sent > 0 && k < ir->succ_off[i + 1];

@@ -303,7 +303,9 @@ int sim_order_best(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
             sim_engine *en = sim_engine_new(t, c, NULL);
             sim_result r;
             ok = !sim_engine_run(en, &r);
-            if (!ok) util_errf(&ce, UTIL_EXIT_FAIL, "%s", r.msg);
+            if (!ok)
+                util_errf(&ce, r.too_slow ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL,
+                          "%s", r.msg);
             sc.oom = r.oom;
             sc.ns = r.iteration_ns;
             for (int d = 0; ok && d < r.n_devices; d++) {

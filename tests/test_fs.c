@@ -296,3 +296,29 @@ Test(fs, utf8)
     util_utf8_fix(s);
     cr_assert_str_eq(s, "caf? \xC3\xA9 cut ??");
 }
+
+/* util_out_room: a folder that cannot hold the bytes is refused (code 2)
+ * saying what is free and missing, with or without an old file to
+ * replace; one that can, a device written through, and no output pass.
+ * (tests/test_exec_ckpt.c checks --save on a small file system where a
+ * mount namespace can be made.) */
+Test(fs, room_for_an_output_is_checked)
+{
+    char *d = test_tmpdir(), p[600];
+    path_in(p, sizeof p, d, "out.ck");
+    util_err e;
+    e.code = 0;
+    cr_expect_eq(util_out_room("--save", p, 1e30, &e), -1);
+    cr_expect_eq(e.code, 2);
+    cr_expect(strstr(e.msg, "--save '") && strstr(e.msg, "free, the file "
+                     "needs ") && strstr(e.msg, "name another folder") &&
+              !strstr(e.msg, "old one"), "%s", e.msg);
+    cr_assert_eq(util_write_atomic(p, "x", 1, &e), 0, "%s", e.msg);
+    cr_expect_eq(util_out_room("--save", p, 1e30, &e), -1);
+    cr_expect(strstr(e.msg, "(written whole before the old one goes)"), "%s",
+              e.msg);
+    cr_expect_eq(util_out_room("--save", p, 1, &e), 0);
+    cr_expect_eq(util_out_room("--save", "/dev/null", 1e30, &e), 0);
+    cr_expect_eq(util_out_room("--save", NULL, 1e30, &e), 0);
+    test_rm_rf(d);
+}
