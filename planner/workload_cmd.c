@@ -921,9 +921,9 @@ static int run(wcmd *c, util_err *e)
                 printf("  %s: %s\n", pols[k].name, pols[k].note);
         util_fmt_bytes(hostcap, b2, sizeof b2);
         printf("\nlower bound: %s (all model FLOPs over %d GPUs at %.0f%% of "
-               "%s's peak); host memory %s",
+               "%s's peak); host memory %s%s",
                util_fmt_time(lb, b1, sizeof b1), ng, 100 * gp->eff.gemm_max,
-               gp->name, b2);
+               gp->name, b2, nsrv > 1 ? " a server" : "");
         if (pols[3].feasible && pols[0].feasible)
             printf("; sharded-lrtf %.2fx the throughput of pipeline-each",
                    pols[3].makespan_s / pols[0].makespan_s);

@@ -253,6 +253,16 @@ Test(workload, json_keys_and_lower_bound)
     json_decref(j);
 }
 
+/* The host memory the summary states is a server's: said so where the
+ * hardware has several. */
+Test(workload, host_memory_is_a_servers)
+{
+    cli_expect(0, "host memory 384.00 GiB a server;", "plan --hw rtx2080ti "
+               "x16 --gpus-per-server 8 --models gpt2 x4 --samples 1000");
+    cli_expect(0, "host memory 384.00 GiB;", "plan --hw rtx2080ti x8 "
+               "--models gpt2 x4 --samples 1000");
+}
+
 /* Past PLAN_WL_SIM_STEPS shard steps the shard schedules run a part of
  * each job and scale it back: twelve GPT-2 XL jobs on eight 2080 Ti, 100k
  * samples each (3.6 million steps, run whole) and 400k (14.6 million,
