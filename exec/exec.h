@@ -557,6 +557,12 @@ typedef struct exec_train_result {
     double gemm_share;             /* of measured kernel time */
 } exec_train_result;
 
+/* 0 when a run of `steps` (stopping after `stop_after`, 0: not) has a
+ * step left after the step0 done (from checkpoint `resume`, NULL: none);
+ * else an error, code 2, saying which option leaves nothing to run. */
+int exec_steps_left(const char *resume, int steps, int stop_after,
+                    int step0, util_err *e);
+
 /* The learning rate of step s (0-based) for a peak lr: linear warm-up
  * over `warmup` steps, then cosine decay to lr/10 at step `steps`-1. */
 float exec_lr_at(float peak, int warmup, int steps, int s);

@@ -549,24 +549,10 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     }
     if (lora && !(o->resume && step0)) exec_lora_init(&cfg, &p->ft, seed,
                                                       lora);
-    if (o->steps <= step0) {
-        if (o->resume)
-            util_errf(e, UTIL_EXIT_USAGE, "%s: %d step%s done already "
-                      "(--steps counts them; ask for more)", o->resume,
-                      step0, step0 == 1 ? " is" : "s are");
-        else
-            util_errf(e, UTIL_EXIT_USAGE, "--steps %d: nothing to run (give "
-                      "1 or more)", o->steps);
+    if (exec_steps_left(o->resume, o->steps, o->stop_after, step0, e))
         goto out;
-    }
     int end = o->stop_after > 0 && o->stop_after < o->steps ? o->stop_after
                                                             : o->steps;
-    if (end <= step0) {
-        util_errf(e, UTIL_EXIT_USAGE, "--stop-after %d: %d step%s done "
-                  "already", o->stop_after, step0,
-                  step0 == 1 ? " is" : "s are");
-        goto out;
-    }
     int left = end - step0;
     if (rt.async && left < 3) {
         /* --stop-after is what ends it, and --steps leaves room */

@@ -482,7 +482,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
     sim_result pr;
     int rc = -1;
     if (sim_engine_run(en, &pr)) {
-        util_errf(e, pr.too_slow ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL,
+        util_errf(e, sim_result_code(&pr),
                   "simulating the plan: %s", pr.msg);
         goto out;
     }

@@ -104,6 +104,22 @@ static int write_timings(const char *path, const exec_train_opts *o, int B,
     return rc;
 }
 
+int exec_steps_left(const char *resume, int steps, int stop_after,
+                    int step0, util_err *e)
+{
+    const char *are = step0 == 1 ? " is" : "s are";
+    if (steps <= step0)
+        return resume ? util_errf(e, UTIL_EXIT_USAGE, "%s: %d step%s done "
+                                  "already (--steps counts them; ask for "
+                                  "more)", resume, step0, are)
+                      : util_errf(e, UTIL_EXIT_USAGE, "--steps %d: nothing "
+                                  "to run (give 1 or more)", steps);
+    if (stop_after > 0 && stop_after <= step0)
+        return util_errf(e, UTIL_EXIT_USAGE, "--stop-after %d: %d step%s "
+                         "done already", stop_after, step0, are);
+    return 0;
+}
+
 int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
 {
     memset(r, 0, sizeof *r);
@@ -192,16 +208,11 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
      * the evaluation alone, a resumed checkpoint's too) */
     int end = o->stop_after > 0 && o->stop_after < o->steps ? o->stop_after
                                                             : o->steps;
-    if (o->steps > 0 && end <= step0) {
+    if (o->steps > 0 &&
+        exec_steps_left(o->resume, o->steps, o->stop_after, step0, e)) {
         exec_gpt_free(m);
         exec_corpus_free(&corpus);
-        if (o->steps <= step0)
-            return util_errf(e, UTIL_EXIT_USAGE, "%s: %d step%s done "
-                             "already (--steps counts them; ask for more)",
-                             o->resume, step0, step0 == 1 ? " is" : "s are");
-        return util_errf(e, UTIL_EXIT_USAGE, "--stop-after %d: %d step%s "
-                         "done already", o->stop_after, step0,
-                         step0 == 1 ? " is" : "s are");
+        return -1;
     }
     int warmup = o->warmup >= 0 ? o->warmup : o->steps / 10;
     if (warmup < 1) warmup = 1;

@@ -92,7 +92,7 @@ static int plan_run(const sim_plan *p, const sim_costs *c, int record,
     sim_run_opts ro = {.record = record, .stop_at_oom = stop_at_oom};
     *engine = sim_engine_new(*ir, c, &ro);
     if (sim_engine_run(*engine, res))
-        return util_errf(e, res->too_slow ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL,
+        return util_errf(e, sim_result_code(res),
                          "%s", res->msg);
     return 0;
 }

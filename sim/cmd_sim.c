@@ -710,7 +710,7 @@ static int run(int argc, char **argv, util_err *e)
     en = sim_engine_new(ir, cs, &ro);
     sim_result r;
     if (sim_engine_run(en, &r)) {
-        util_errf(e, r.too_slow ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL, "%s",
+        util_errf(e, sim_result_code(&r), "%s",
                   r.msg);
         goto out;
     }

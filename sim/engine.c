@@ -798,6 +798,11 @@ static void stats(sim_engine *e, sim_result *r)
     for (int d = 0; d < e->nd; d++) e->dev[d].static_bytes = e->static_bytes[d];
 }
 
+int sim_result_code(const sim_result *r)
+{
+    return r->too_slow ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL;
+}
+
 int sim_engine_run(sim_engine *e, sim_result *r)
 {
     const sim_ir *ir = e->ir;

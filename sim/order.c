@@ -304,7 +304,7 @@ int sim_order_best(sim_ir *ir, const sim_sched_opts *o, const sim_costs *c,
             sim_result r;
             ok = !sim_engine_run(en, &r);
             if (!ok)
-                util_errf(&ce, r.too_slow ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL,
+                util_errf(&ce, sim_result_code(&r),
                           "%s", r.msg);
             sc.oom = r.oom;
             sc.ns = r.iteration_ns;

@@ -678,7 +678,7 @@ static double swap_time(swap_eval *v, int k, int j, util_err *e)
     double it = sim_engine_run(en, &r) ? NAN
               : r.oom ? INFINITY : (double)r.iteration_ns * 1e-9;
     if (isnan(it))
-        util_errf(e, r.too_slow ? UTIL_EXIT_USAGE : UTIL_EXIT_FAIL, "%s",
+        util_errf(e, sim_result_code(&r), "%s",
                   r.msg);
     sim_engine_free(en);
     sim_ir_free(ir);

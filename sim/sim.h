@@ -89,6 +89,11 @@ static inline int64_t sim_task_ns(double ns)
                   : 0;
 }
 
+struct sim_result;
+/* The exit code of a run that failed: 2 where the input made it too
+ * slow to simulate, 1 otherwise (a deadlock). */
+int sim_result_code(const struct sim_result *r);
+
 typedef struct sim_result {
     int ok;                 /* 0: deadlock or too slow (see msg) */
     int too_slow;           /* the clock ran past SIM_T_MAX: the input's

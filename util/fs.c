@@ -305,6 +305,19 @@ int util_write_atomic_line(const char *path, const char *text, util_err *e)
     return rc;
 }
 
+/* The folder util_write_atomic puts path's temporary in, that of the
+ * file a link names: *dir points into the returned buffer (free it) or
+ * at "." or "/"; NULL when path cannot be resolved (errno says why). */
+static char *landing_dir(const char *path, const char **dir)
+{
+    char *real = resolve(path);
+    if (!real) return NULL;
+    char *slash = strrchr(real, '/');
+    *dir = !slash ? "." : slash == real ? "/" : real;
+    if (slash && slash != real) *slash = 0;
+    return real;
+}
+
 int util_out_check(const char *flag, const char *path, int prefix,
                    const char *const *inputs, int n, util_err *e)
 {
@@ -329,15 +342,11 @@ int util_out_check(const char *flag, const char *path, int prefix,
                              "of this run ('%s'), which it would overwrite: "
                              "name another file", flag, path, inputs[i]);
     }
-    /* the folder util_write_atomic puts its temporary in: that of the
-     * file a link names */
-    char *real = resolve(path);
+    const char *dir;
+    char *real = landing_dir(path, &dir);
     if (!real)
         return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': %s", flag, path,
                          strerror(errno));
-    char *slash = strrchr(real, '/');
-    const char *dir = !slash ? "." : slash == real ? "/" : real;
-    if (slash && slash != real) *slash = 0;
     struct stat sd;
     int rc = 0;
     if (stat(dir, &sd))
@@ -359,11 +368,9 @@ int util_out_room(const char *flag, const char *path, double bytes,
     if (!path) return 0;
     struct stat st;
     if (!stat(path, &st) && !S_ISREG(st.st_mode)) return 0; /* through */
-    char *real = resolve(path);
+    const char *dir;
+    char *real = landing_dir(path, &dir);
     if (!real) return 0;   /* util_out_check said why */
-    char *slash = strrchr(real, '/');
-    const char *dir = !slash ? "." : slash == real ? "/" : real;
-    if (slash && slash != real) *slash = 0;
     struct statvfs vs;
     int rc = 0;
     if (!statvfs(dir, &vs)) {
