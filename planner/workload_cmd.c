@@ -442,6 +442,8 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
                      util_err *e)
 {
     int ng = t->n_gpus;
+    const char *unit = prof_topo_gpu(t, 0)->form == PROF_FORM_CPU ? "device"
+                                                                   : "GPU";
     int sizes[8], ns = 0;
     for (int g = ng; g >= 1; g /= 2)
         if (ng % g == 0 && ns < 8) sizes[ns++] = g;
@@ -490,8 +492,8 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
     for (int j = 0; j < n; j++) {
         if (it[j * ns] < 0) {
             a->feasible = 0;
-            snprintf(a->note, sizeof a->note, "%s fits no plan on %d GPUs",
-                     P[j].job->name, ng);
+            snprintf(a->note, sizeof a->note, "%s fits no plan on %d %s%s",
+                     P[j].job->name, ng, unit, ng == 1 ? "" : "s");
             break;
         }
         double d = it[j * ns] * (double)P[j].minibatches;
@@ -502,8 +504,12 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
     }
     if (a->feasible) {
         a->util_mean = work / a->makespan_s;
-        snprintf(a->note, sizeof a->note, "jobs in turn, planner's best "
-                 "synchronous plan on all %d GPUs", ng);
+        if (ng == 1)
+            snprintf(a->note, sizeof a->note, "jobs in turn, planner's best "
+                     "synchronous plan on the %s", unit);
+        else
+            snprintf(a->note, sizeof a->note, "jobs in turn, planner's best "
+                     "synchronous plan on all %d %ss", ng, unit);
     }
     /* (b) */
     pol *b = &out[1];
@@ -526,8 +532,8 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
             }
             if (i1 < 0) {
                 b->feasible = 0;
-                snprintf(b->note, sizeof b->note, "%s fits one GPU neither "
-                         "alone nor with ZeRO-Offload", P[j].job->name);
+                snprintf(b->note, sizeof b->note, "%s fits one %s neither "
+                         "alone nor with ZeRO-Offload", P[j].job->name, unit);
                 break;
             }
             offl++;
@@ -547,8 +553,8 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
     if (b->feasible) {
         b->makespan_s = lpt(dur, n, ng);
         b->util_mean = fmin(1, work / (b->makespan_s * ng));
-        snprintf(b->note, sizeof b->note, "a job per GPU, longest first%s",
-                 offl ? "; ZeRO-Offload where it does not fit" : "");
+        snprintf(b->note, sizeof b->note, "a job per %s, longest first%s",
+                 unit, offl ? "; ZeRO-Offload where it does not fit" : "");
     }
     /* (c): the group size whose packing ends first */
     pol *cc = &out[2];
@@ -576,17 +582,23 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
             int at_once = ng / sizes[s] < n ? ng / sizes[s] : n;
             cc->host_peak_bytes = top * at_once;
             int len = snprintf(cc->note, sizeof cc->note, "%d group%s of "
-                               "%d GPU%s, the planner's plan for %d, longest "
+                               "%d %s%s, the planner's plan for %d, longest "
                                "job first", ng / sizes[s],
-                               ng / sizes[s] > 1 ? "s" : "", sizes[s],
+                               ng / sizes[s] > 1 ? "s" : "", sizes[s], unit,
                                sizes[s] > 1 ? "s" : "", sizes[s]);
+            /* the shares a group has of what groups share (whole ones
+             * go unsaid) */
             const int *q = shr[s];
-            if ((q[0] > 1 || q[1] > 1 || q[2] > 1) && len > 0 &&
-                (size_t)len < sizeof cc->note)
-                snprintf(cc->note + len, sizeof cc->note - (size_t)len,
-                         "; each with 1/%d of the host's DRAM and drives, "
-                         "1/%d of a socket's memory link, 1/%d of a PCIe "
-                         "switch's uplink", q[0], q[1], q[2]);
+            static const char *const what[3] = {
+                "the host's DRAM and drives", "a socket's memory link",
+                "a PCIe switch's uplink"};
+            for (int i = 0, k = 0; i < 3; i++) {
+                if (q[i] <= 1 || len <= 0 || (size_t)len >= sizeof cc->note)
+                    continue;
+                len += snprintf(cc->note + len, sizeof cc->note - (size_t)len,
+                                "%s1/%d of %s", k++ ? ", " : "; each with ",
+                                q[i], what[i]);
+            }
         }
     }
     if (!cc->feasible)
@@ -638,7 +650,7 @@ static void copies_note(const plan_wl_run *r, int trace, int plot)
 }
 
 static int write_trace(const char *path, const plan_wl_run *r,
-                       const wl_prep *P, int n, util_err *e)
+                       const wl_prep *P, int n, double part, util_err *e)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -652,7 +664,14 @@ static int write_trace(const char *path, const plan_wl_run *r,
         qn[j] = json_dumps(nm, JSON_ENCODE_ANY);
         json_decref(nm);
     }
-    fprintf(f, "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n");
+    fprintf(f, "{\"displayTimeUnit\": \"ns\", ");
+    /* a run simulated in part says so where the trace viewer shows its
+     * metadata: its times are the part's, not the table's */
+    if (part > 1)
+        fprintf(f, "\"otherData\": {\"simulated\": \"1/%.4g of each job's "
+                "minibatches\", \"minibatches_divided_by\": %.6g}, ", part,
+                part);
+    fprintf(f, "\"traceEvents\": [\n");
     static const char *const tname[3] = {"compute", "copy in", "copy out"};
     for (int g = 0; g < r->n_gpus; g++) {
         fprintf(f, "%s{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, "
@@ -738,7 +757,11 @@ static int run(wcmd *c, util_err *e)
     memset(pols, 0, sizeof pols);
     plan_wl_run lr = {0};
     const prof_gpu *gp = prof_topo_gpu(t, 0);
+    /* CPU devices are cores, not GPUs */
+    int cpu = gp->form == PROF_FORM_CPU;
+    const char *unit = cpu ? "device" : "GPU";
     double lb = 0, hostcap = prof_topo_server_dram(t, 0), scale = 1;
+    double divided = 1; /* > 1: each job's minibatches divided by it */
     if (!rc) {
         prof_dtype mt = prof_gpu_math(gp, prof_spec_math(&P[0].m->spec));
         gp = prof_gpu_at(gp, mt);
@@ -763,6 +786,7 @@ static int run(wcmd *c, util_err *e)
                 sj[j].minibatches = mb;
             }
             scale = part > 0 ? full / part : 1;
+            divided = k;
             char a[32], b[32];
             if (!c->json)
                 fprintf(stderr, "note: %s shard steps: the shard schedules "
@@ -800,7 +824,7 @@ static int run(wcmd *c, util_err *e)
             plan_wl_run r = sjobs[k].r;
             pol_from_run(&pols[k], plan_wl_policy_name(pl[k]), &r, scale);
             snprintf(pols[k].note, sizeof pols[k].note, "Hydra: shards over "
-                     "all GPUs, state spilled to host DRAM");
+                     "all %ss, state spilled to host DRAM", unit);
             double busy;
             int dl = plan_wl_busiest_link(&r, &net, &busy);
             if (dl >= 0) {
@@ -876,7 +900,8 @@ static int run(wcmd *c, util_err *e)
         }
         printf("\n");
         util_table *tb = util_table_new(7);
-        const char *h[] = {"policy", "makespan", "x bound", "GPU util",
+        const char *h[] = {"policy", "makespan", "x bound",
+                           cpu ? "device util" : "GPU util",
                            "util min..max", "host DRAM peak", "PCIe traffic"};
         for (int i = 0; i < 7; i++) util_table_col(tb, i, h[i], i ? 'r' : 'l');
         for (int k = 0; k < 6; k++) {
@@ -920,9 +945,10 @@ static int run(wcmd *c, util_err *e)
             if (k >= 3 || !pols[k].feasible)
                 printf("  %s: %s\n", pols[k].name, pols[k].note);
         util_fmt_bytes(hostcap, b2, sizeof b2);
-        printf("\nlower bound: %s (all model FLOPs over %d GPUs at %.0f%% of "
+        printf("\nlower bound: %s (all model FLOPs over %d %s%s at %.0f%% of "
                "%s's peak); host memory %s%s",
-               util_fmt_time(lb, b1, sizeof b1), ng, 100 * gp->eff.gemm_max,
+               util_fmt_time(lb, b1, sizeof b1), ng, unit, ng == 1 ? "" : "s",
+               100 * gp->eff.gemm_max,
                gp->name, b2, nsrv > 1 ? " a server" : "");
         if (pols[3].feasible && pols[0].feasible)
             printf("; sharded-lrtf %.2fx the throughput of pipeline-each",
@@ -943,7 +969,7 @@ static int run(wcmd *c, util_err *e)
                        gp->name, hs >= 0 ? pols[hs].name : "",
                        hs >= 0 ? ": " : "", pols[hs >= 0 ? hs : 0].note);
     if (!rc) copies_note(&lr, c->trace != NULL, c->plot != NULL);
-    if (!rc && c->trace && write_trace(c->trace, &lr, P, n, e)) rc = -1;
+    if (!rc && c->trace && write_trace(c->trace, &lr, P, n, divided, e)) rc = -1;
     if (!rc && c->plot) {
         const char **names = util_malloc(sizeof(char *) * (size_t)n);
         for (int j = 0; j < n; j++) names[j] = P[j].job->name;
@@ -968,7 +994,12 @@ static int run(wcmd *c, util_err *e)
             c0[i] = (double)lr.cp[i].start_ns * 1e-9;
             c1[i] = (double)lr.cp[i].end_ns * 1e-9;
         }
-        int prc = plot_gantt(c->plot, "Sharded-LRTF: jobs over GPUs", ng, n,
+        char title[128];
+        snprintf(title, sizeof title, "Sharded-LRTF: jobs over %ss", unit);
+        if (divided > 1)
+            snprintf(title + strlen(title), sizeof title - strlen(title),
+                     ", 1/%.4g of each job's minibatches simulated", divided);
+        int prc = plot_gantt(c->plot, title, unit, ng, n,
                              names, lr.n_seg, sg, sjb, t0, t1, n_cp, cg,
                              cd, cj, c0, c1, e);
         free(sg);

@@ -28,7 +28,8 @@ static unsigned job_rgb(int j, int n)
            (unsigned)lround(b * 255);
 }
 
-int plot_gantt(const char *prefix, const char *title, int n_gpus, int n_jobs,
+int plot_gantt(const char *prefix, const char *title, const char *unit,
+               int n_gpus, int n_jobs,
                const char *const *job_names, int n_seg, const int *gpu,
                const int *job, const double *t0_s, const double *t1_s,
                int n_cp, const int *cp_gpu, const int *cp_dir,
@@ -70,11 +71,11 @@ int plot_gantt(const char *prefix, const char *title, int n_gpus, int n_jobs,
     for (int f = 0; f < 2; f++) {
         plot_script_image(&t, f, 1100, 160 + 40 * n_gpus, prefix, "gantt");
         plot_text_add(&t, "set title %s noenhanced\nset xlabel 'time (s)'\n"
-                      "set ylabel 'GPU (thin: copies in, then out)'\nset "
+                      "set ylabel '%s (thin: copies in, then out)'\nset "
                       "yrange [%g:-0.6]\nset "
                       "ytics 1\nset key outside right top\nset style fill "
                       "solid 0.9 noborder\nset xrange [0:*]\n", qt,
-                      n_gpus - 0.4);
+                      unit, n_gpus - 0.4);
         plot_text_add(&t, "plot ");
         for (int j = 0; j < n_jobs; j++) {
             char *qn = plot_quote(job_names[j], 0);

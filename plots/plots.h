@@ -92,9 +92,11 @@ int plot_lines(const char *prefix, const char *kind, const char *title,
 /* Jobs over GPUs over time: a row per GPU, a box per segment (seconds)
  * coloured by its job, n_jobs colours in the key; under each row, thin
  * bars for the n_cp copies (cp_dir 0 into the GPU, 1 out of it) in their
- * job's colour. Writes PREFIX-gantt.{png,svg}, the data and the script.
- * Returns as plot_pipeline does. */
-int plot_gantt(const char *prefix, const char *title, int n_gpus, int n_jobs,
+ * job's colour; unit names a row ("GPU", "device"). Writes
+ * PREFIX-gantt.{png,svg}, the data and the script. Returns as
+ * plot_pipeline does. */
+int plot_gantt(const char *prefix, const char *title, const char *unit,
+               int n_gpus, int n_jobs,
                const char *const *job_names, int n_seg, const int *gpu,
                const int *job, const double *t0_s, const double *t1_s,
                int n_cp, const int *cp_gpu, const int *cp_dir,

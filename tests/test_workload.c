@@ -302,6 +302,60 @@ Test(workload, a_long_workload_is_simulated_in_part_and_scaled)
     cli_result_free(&r);
 }
 
+/* A run simulated in part draws the part: its plot's title and its
+ * trace's metadata say by how much each job's minibatches were divided
+ * (the table gives the whole run's makespan; the pictures' time axis is
+ * the part's). One small job on one GPU, 12.5M shard steps. */
+Test(workload, a_run_simulated_in_part_says_so_in_its_plot_and_trace)
+{
+    char *dir = test_tmpdir();
+    cli_result r = cli_run("plan --hw rtx2080ti x1 --models gpt-mini x1 "
+                           "--samples 200000000 --trace %s/t.json --plot %s/w",
+                           dir, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.err, "(--plot and --trace draw the run as "
+                     "simulated)"), "%s", r.err);
+    char p[512];
+    snprintf(p, sizeof p, "%s/t.json", dir);
+    json_error_t je;
+    json_t *t = json_load_file(p, 0, &je);
+    cr_assert(t, "%s", je.text);
+    json_t *od = json_object_get(t, "otherData");
+    cr_expect_float_eq(json_number_value(json_object_get(od,
+                       "minibatches_divided_by")), 3.125, 1e-9);
+    json_decref(t);
+    snprintf(p, sizeof p, "%s/w-gantt.gp", dir);
+    FILE *f = fopen(p, "r");
+    cr_assert(f, "%s", p);
+    char line[512];
+    int titled = 0;
+    while (fgets(line, sizeof line, f))
+        titled |= strstr(line, "set title \"Sharded-LRTF: jobs over GPUs, "
+                         "1/3.125 of each job's minibatches simulated\"") != NULL;
+    fclose(f);
+    cr_expect(titled, "no title naming the part in %s", p);
+    cli_result_free(&r);
+    test_rm_rf(dir);
+}
+
+/* CPU devices are cores: the table, the notes and the bound say
+ * devices, not GPUs, and one of something is not plural */
+Test(workload, cpu_devices_are_called_devices)
+{
+    cli_result r = cli_run("plan --hw cpu x2 --models gpt-mini x2 --samples 200");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "device util"), "%s", r.out);
+    cr_expect(strstr(r.out, "over 2 devices at"), "%s", r.out);
+    cr_expect(strstr(r.out, "2 groups of 1 device, "), "%s", r.out);
+    cr_expect(!strstr(r.out, "GPU"), "%s", r.out);
+    cli_result_free(&r);
+    r = cli_run("plan --hw rtx2080ti x1 --models gpt2 x1 --samples 200");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "synchronous plan on the GPU\n"), "%s", r.out);
+    cr_expect(strstr(r.out, "over 1 GPU at"), "%s", r.out);
+    cli_result_free(&r);
+}
+
 /* A policy needing more host DRAM than the server has runs nowhere: not
  * feasible, its note says how much is missing (it was answered, marked
  * OVER in the table only) */
