@@ -588,6 +588,8 @@ static int attn_core_role(prof_op_role r)
 int sim_op_recomputed(const prof_model *m, int i, int rc)
 {
     const prof_op *op = &m->ops[i];
+    /* a frozen prefix runs no backward: nothing of it is recomputed */
+    if (op->grad == PROF_GRAD_NONE) return 0;
     if (rc == SIM_RC_SELECTIVE) return attn_core_role(op->role);
     if (rc != SIM_RC_FULL || op->layer < 0 || op->layer >= m->n_layers)
         return 0;

@@ -186,6 +186,32 @@ Test(finetune, backward_reach)
     prof_topo_free(t);
 }
 
+/* A frozen prefix runs no backward, so neither recomputation keeps its
+ * layers' checkpoints nor runs their forward again: frozen:8 under full
+ * or selective recomputation keeps 8 layers' checkpoints fewer than full
+ * training, and the frozen ops are not recomputed. */
+Test(finetune, frozen_prefix_not_recomputed)
+{
+    prof_model *full = ft_model("llama2-7b", "full");
+    prof_model *fz = ft_model("llama2-7b", "frozen:8");
+    int n = full->n_ops - 1;
+    for (int i = 0; i < fz->n_ops; i++)
+        if (fz->ops[i].grad == PROF_GRAD_NONE) {
+            cr_expect_eq(sim_op_recomputed(fz, i, SIM_RC_FULL), 0, "%s",
+                         fz->ops[i].name);
+            cr_expect_eq(sim_op_recomputed(fz, i, SIM_RC_SELECTIVE), 0, "%s",
+                         fz->ops[i].name);
+        }
+    /* a checkpoint: the layer's input, s h bf16 bytes a sample */
+    double ck = (double)full->spec.seq_len * full->spec.hidden * 2;
+    sim_act a = sim_act_range(full, 0, n, 1, 0, SIM_RC_FULL);
+    sim_act b = sim_act_range(fz, 0, n, 1, 0, SIM_RC_FULL);
+    cr_expect_float_eq(a.keep - b.keep, 8 * ck, 1e-3 * ck, "%.0f - %.0f",
+                       a.keep, b.keep);
+    prof_model_free(full);
+    prof_model_free(fz);
+}
+
 Test(finetune, refusals)
 {
     util_err e;
