@@ -712,7 +712,11 @@ static void none_fwd(const prof_model *m, int first, int last, int t, int sp,
  * saved activation, unless its weight gradient waits for a later W
  * (split: the op's input and output gradient stay, wkeep_bytes). An
  * activation a recomputation brings back is the recomputation's working
- * set (rec_ws), not freed here. The four variants in one walk (which
+ * set (rec_ws, one layer's, held from the recompute to the backward's
+ * end); the layer's ops free theirs as their backward ends all the same,
+ * which lowers what the rest of its backward holds, until the next
+ * layer is recomputed (a new segment: the working set is whole again).
+ * The four variants in one walk (which
  * gradients exist does not depend on them): ws[k], k & 1 fused (B and W
  * in one task, BW), k & 2 recomputed under rc (sim_stage_cost's
  * bwd_ws_bytes). */
@@ -736,6 +740,11 @@ static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
             for (int q = 0; q < 4; q++) live[q] += out_rank(&m->ops[p], t, sp);
         }
     for (int k = 0; k < 4; k++) ws[k] = live[k];
+    /* what the recomputed segment being walked has freed of its working
+     * set (a segment: consecutive recomputed ops of one layer, as
+     * sim_act_range cuts them) */
+    double seg_free[4] = {0, 0, 0, 0};
+    int seg_layer = INT_MIN, prev_rec = 0;
     for (int i = last; i >= first; i--) {
         const prof_op *op = &m->ops[i];
         if (op->grad == PROF_GRAD_NONE) continue;
@@ -755,11 +764,18 @@ static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
         double scratch = op->bwd_scratch > 0 && op_is_split(op, t, sp)
                        ? op->bwd_scratch / t : op->bwd_scratch;
         int rec = sim_op_recomputed(m, i, rc), waits = op->bwd_w_flops > 0;
+        if (rec && (!prev_rec || op->layer != seg_layer))
+            for (int k = 0; k < 4; k++) seg_free[k] = 0;
+        seg_layer = op->layer;
+        prev_rec = rec;
         for (int k = 0; k < 4; k++) {
             live[k] += add;
-            if (live[k] + scratch > ws[k]) ws[k] = live[k] + scratch;
-            if ((k & 1) || !waits)
+            double held = live[k] - (k & 2 ? seg_free[k] : 0);
+            if (held + scratch > ws[k]) ws[k] = held + scratch;
+            if ((k & 1) || !waits) {
                 live[k] -= dy + (k & 2 && rec ? 0 : act);
+                if (k & 2 && rec) seg_free[k] += act;
+            }
         }
     }
     free(has);
