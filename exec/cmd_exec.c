@@ -772,6 +772,8 @@ static int run_plan(cmd *c)
     exec_pipe_opts po = {0};
     exec_pipe_result r;
     memset(&r, 0, sizeof r);
+    exec_pieces pieces;         /* --save-every's pieces before the last */
+    memset(&pieces, 0, sizeof pieces);
     /* the backend first: one line and code 2 when it cannot be had */
     if (!(po.backend = exec_backend_get(c->backend ? c->backend : "cpu",
                                         &e))) {
@@ -979,6 +981,9 @@ static int run_plan(cmd *c)
         }
         if (out && !t->json)
             printf("saved %s at step %d\n", t->save, at);
+        /* the report takes the whole run in: each piece's steps and step
+         * times */
+        if (out) exec_pieces_add(&pieces, &r, c->warm);
         exec_pipe_result_free(&r);
         memset(&r, 0, sizeof r);
         t->resume = po.resume = t->save;
@@ -987,7 +992,8 @@ static int run_plan(cmd *c)
     if (out) {
         exec_report_opts ro = {.plan_path = c->plan, .json = t->json,
                                .warm = c->warm, .trace = c->trace,
-                               .plot = c->plot, .out = stdout};
+                               .plot = c->plot, .out = stdout,
+                               .before = pieces.n ? &pieces : NULL};
         if (exec_pipe_report(&po, &r, &ro, &e)) {
             rc = -1;
             goto out;
@@ -1037,6 +1043,7 @@ out:
     if (rc && out) fprintf(stderr, "sluice exec: %s\n", e.msg);
     int code = rc ? (e.code ? e.code : UTIL_EXIT_FAIL) : 0;
     exec_pipe_result_free(&r);
+    exec_pieces_free(&pieces);
     sim_plan_free(&plan);
     if (mpi) exec_mpi_finalize();
     return code;

@@ -760,6 +760,25 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e);
 void exec_pipe_result_free(exec_pipe_result *r);
 
 /* How a run is reported (exec_pipe_report). */
+/* The pieces --save-every cut a run into (each resumed from the one
+ * before's checkpoint, its workers started anew) before the last: their
+ * steps and the step times each measured past its warm-up, which the
+ * last piece's report takes in. */
+typedef struct exec_pieces {
+    int n;                      /* pieces kept */
+    int step_first;             /* global index of their first step */
+    int n_steps;
+    double *loss, *grad_norm;   /* per step */
+    int64_t *iv;                /* measured step times (ns) */
+    int n_iv;
+    int first_measured;         /* its global step (1-based); 0: none */
+} exec_pieces;
+
+/* Adds the piece run r (flushed schedules only) as its report would
+ * measure it, leaving out its first warm steps (-1: 1). */
+void exec_pieces_add(exec_pieces *p, const exec_pipe_result *r, int warm);
+void exec_pieces_free(exec_pieces *p);
+
 typedef struct exec_report_opts {
     const char *plan_path;
     int json;               /* one JSON document: sim --json's keys for the
@@ -768,6 +787,9 @@ typedef struct exec_report_opts {
     const char *trace;      /* measured Perfetto trace, or NULL */
     const char *plot;       /* PREFIX: measured over simulated, or NULL */
     FILE *out;
+    const exec_pieces *before; /* --save-every's earlier pieces, or NULL:
+                             * their steps and step times are the
+                             * report's too */
 } exec_report_opts;
 
 /* Prints the run's measurements beside the simulator's prediction for

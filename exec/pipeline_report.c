@@ -48,13 +48,15 @@ typedef struct meas {
     int64_t iter_med, iter_min, iter_max;
     int first, last;            /* steps measured (1-based, global) */
     int n_iter;
+    int64_t *iv;                /* the n_iter step times measured */
     int warm_all;               /* --warm left no step: all are measured */
+    int pieces;                 /* --save-every's pieces pooled (0: one run) */
 } meas;
 
 static void meas_free(meas *m)
 {
     free(m->start); free(m->end); free(m->fstart); free(m->tp);
-    free(m->dev); free(m->inflight); free(m->mem);
+    free(m->dev); free(m->inflight); free(m->mem); free(m->iv);
 }
 
 /* Microbatches in flight per stage: F starts against backward ends. */
@@ -98,7 +100,10 @@ static int timed_epochs(const exec_pipe_result *r)
     return !r->async && r->steps_run < r->epochs ? r->steps_run : r->epochs;
 }
 
-static void measure(const exec_pipe_result *r, int warm, meas *m)
+/* before: the earlier pieces of a run cut by --save-every, whose step
+ * times are pooled with this one's (NULL: none) */
+static void measure(const exec_pipe_result *r, int warm,
+                    const exec_pieces *before, meas *m)
 {
     const sim_ir *ir = r->ir;
     int n = r->n_tasks, E = timed_epochs(r), D = r->n_devices;
@@ -123,12 +128,34 @@ static void measure(const exec_pipe_result *r, int warm, meas *m)
         iv = util_malloc(sizeof *iv * (size_t)(E + 1));
         for (int ep = w0; ep < E; ep++)
             iv[ne++] = ep ? ends[ep] - ends[ep - 1] : ends[0] - begs[0];
-        spread(iv, ne, &m->iter_med, &m->iter_min, &m->iter_max);
-        m->n_iter = ne;
-        for (int k = 0; k < ne; k++)
-            if (iv[k] == m->iter_med) pick = w0 + k;
         m->first = r->step_first + w0 + 1;
         m->last = r->step_first + E;
+        m->iv = util_malloc(sizeof *m->iv * (size_t)(ne + 1));
+        memcpy(m->iv, iv, sizeof *iv * (size_t)ne);
+        m->n_iter = ne;
+        if (before && before->n > 0) {
+            /* the earlier pieces' steps first, then this one's */
+            int nb = before->n_iv;
+            int64_t *all = util_malloc(sizeof *all * (size_t)(nb + ne + 1));
+            memcpy(all, before->iv, sizeof *all * (size_t)nb);
+            memcpy(all + nb, iv, sizeof *all * (size_t)ne);
+            spread(all, nb + ne, &m->iter_med, &m->iter_min, &m->iter_max);
+            free(all);
+            m->pieces = before->n + 1;
+            if (nb && before->first_measured) m->first = before->first_measured;
+            m->n_iter = nb + ne;
+        } else {
+            spread(iv, ne, &m->iter_med, &m->iter_min, &m->iter_max);
+        }
+        /* the epoch drawn and broken down: this run's nearest the median */
+        int64_t best = INT64_MAX;
+        for (int k = 0; k < ne; k++) {
+            int64_t dd = llabs(iv[k] - m->iter_med);
+            if (dd < best) {
+                best = dd;
+                pick = w0 + k;
+            }
+        }
         m->t0 = begs[pick];
     } else {
         /* one epoch: minibatch k completes when its last task ends */
@@ -152,6 +179,8 @@ static void measure(const exec_pipe_result *r, int warm, meas *m)
          * simulator's steady state is */
         if (ne) m->iter_med = (done[kmax - 1] - done[w0 - 1]) / ne;
         m->n_iter = ne;
+        m->iv = util_malloc(sizeof *m->iv * (size_t)(ne + 1));
+        memcpy(m->iv, iv, sizeof *iv * (size_t)ne);
         m->first = r->step_first + w0 + 1;
         m->last = r->step_first + kmax;
         free(done);
@@ -221,7 +250,7 @@ double exec_pipe_iteration_s(const exec_pipe_result *r, int warm,
                              double *min_s, double *max_s)
 {
     meas m;
-    measure(r, warm >= 0 ? warm : 1, &m);
+    measure(r, warm >= 0 ? warm : 1, NULL, &m);
     if (min_s) *min_s = m.iter_min * 1e-9;
     if (max_s) *max_s = m.iter_max * 1e-9;
     double it = m.iter_med * 1e-9;
@@ -237,22 +266,61 @@ double exec_pipe_overhead(const exec_pipe_result *r, int warm)
     return n ? s / n : 0;
 }
 
+static json_t *step_json(const exec_pipe_opts *o, int warmup, int g,
+                         double loss, double norm)
+{
+    json_t *s = json_object();
+    json_object_set_new(s, "step", json_integer(g + 1));
+    json_object_set_new(s, "loss", json_real(loss));
+    json_object_set_new(s, "lr", json_real(exec_lr_at(o->adamw.lr, warmup,
+                                                      o->steps, g)));
+    if (!isnan(norm)) json_object_set_new(s, "grad_norm", json_real(norm));
+    return s;
+}
+
+/* every step run: the earlier pieces' (before), then this run's */
 static json_t *steps_json(const exec_pipe_opts *o, const exec_pipe_result *r,
-                          int warmup)
+                          const exec_pieces *before, int warmup)
 {
     json_t *a = json_array();
-    for (int k = 0; k < r->steps_run; k++) {
-        json_t *s = json_object();
-        int g = r->step_first + k;
-        json_object_set_new(s, "step", json_integer(g + 1));
-        json_object_set_new(s, "loss", json_real(r->loss[k]));
-        json_object_set_new(s, "lr", json_real(exec_lr_at(
-                                         o->adamw.lr, warmup, o->steps, g)));
-        if (!isnan(r->grad_norm[k]))
-            json_object_set_new(s, "grad_norm", json_real(r->grad_norm[k]));
-        json_array_append_new(a, s);
-    }
+    for (int k = 0; before && k < before->n_steps; k++)
+        json_array_append_new(a, step_json(o, warmup, before->step_first + k,
+                                           before->loss[k],
+                                           before->grad_norm[k]));
+    for (int k = 0; k < r->steps_run; k++)
+        json_array_append_new(a, step_json(o, warmup, r->step_first + k,
+                                           r->loss[k], r->grad_norm[k]));
     return a;
+}
+
+void exec_pieces_add(exec_pieces *p, const exec_pipe_result *r, int warm)
+{
+    meas m;
+    measure(r, warm >= 0 ? warm : 1, NULL, &m);
+    if (!p->n_steps) p->step_first = r->step_first;
+    int n = p->n_steps + r->steps_run;
+    p->loss = util_realloc(p->loss, sizeof *p->loss * (size_t)(n + 1));
+    p->grad_norm = util_realloc(p->grad_norm,
+                                sizeof *p->grad_norm * (size_t)(n + 1));
+    memcpy(p->loss + p->n_steps, r->loss, sizeof *p->loss *
+           (size_t)r->steps_run);
+    memcpy(p->grad_norm + p->n_steps, r->grad_norm, sizeof *p->grad_norm *
+           (size_t)r->steps_run);
+    p->n_steps = n;
+    p->iv = util_realloc(p->iv, sizeof *p->iv * (size_t)(p->n_iv + m.n_iter + 1));
+    memcpy(p->iv + p->n_iv, m.iv, sizeof *p->iv * (size_t)m.n_iter);
+    if (m.n_iter && !p->first_measured) p->first_measured = m.first;
+    p->n_iv += m.n_iter;
+    p->n++;
+    meas_free(&m);
+}
+
+void exec_pieces_free(exec_pieces *p)
+{
+    free(p->loss);
+    free(p->grad_norm);
+    free(p->iv);
+    memset(p, 0, sizeof *p);
 }
 
 /* A rate, or 0 when nothing was timed. */
@@ -475,7 +543,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
     int warmup = o->warmup >= 0 ? o->warmup : o->steps / 10;
     if (warmup < 1) warmup = 1;
     meas m;
-    measure(r, warm, &m);
+    measure(r, warm, ro->before, &m);
     /* the prediction: the simulator on the same IR and costs */
     sim_run_opts so = {.record = ro->trace || ro->plot};
     sim_engine *en = sim_engine_new(r->ir, r->costs, &so);
@@ -527,7 +595,9 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
         json_object_set_new(j, "measured_steps", json_pack("[i,i]", m.first,
                                                            m.last));
         json_object_set_new(j, "overhead_fraction", json_real(ovh));
-        json_object_set_new(j, "steps", steps_json(o, r, warmup));
+        json_object_set_new(j, "steps", steps_json(o, r, ro->before, warmup));
+        json_object_set_new(j, "pieces", json_integer(m.pieces ? m.pieces
+                                                                : 1));
         json_object_set_new(j, "stopped", json_boolean(r->stopped));
         json_object_set_new(j, "offload", offload_json(r));
         json_object_set_new(j, "tiers", tiers_json(r, &m, &pr));
@@ -552,9 +622,20 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                 r->async ? "all but the first are measured (a minibatch's "
                            "time runs from the one before's end)"
                          : "all are measured, the first with its warm-up");
-    fprintf(f, "\nmeasured over steps %d-%d (%d, %s; min-max), %s, %d "
+    char pcs[96] = "";
+    if (m.pieces)
+    {
+        char lo[48] = "";
+        if (warm == 1) snprintf(lo, sizeof lo, ", each leaving out its first step");
+        else if (warm > 1)
+            snprintf(lo, sizeof lo, ", each leaving out its first %d steps",
+                     warm);
+        snprintf(pcs, sizeof pcs, " in %d --save-every pieces%s", m.pieces,
+                 lo);
+    }
+    fprintf(f, "\nmeasured over steps %d-%d (%d%s, %s; min-max), %s, %d "
             "worker%s on the %s backend%s:\n", m.first, m.last, m.n_iter,
-            r->async ? "mean" : "median", r->xport, r->n_workers,
+            pcs, r->async ? "mean" : "median", r->xport, r->n_workers,
             r->n_workers == 1 ? "" : "s", r->backend,
             !r->tf32 ? ""
             : prof_gpu_math(prof_topo_gpu(r->topo, 0), PROF_DT_TF32) ==
@@ -563,7 +644,11 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                 : " (TF32 asked; the plan's GPU has none: fp32)");
     /* a step or two on a shared machine says little; an asynchronous
      * plan's minibatches overlap, so few of them say less */
-    if (m.n_iter < (r->async ? 5 : 3))
+    if (m.n_iter < 3 && m.pieces)
+        fprintf(f, "  (few steps measured: a step's time moves from run to "
+                "run; a --save-every of %d or more measures more of each "
+                "piece)\n", warm + 3);
+    else if (m.n_iter < (r->async ? 5 : 3))
         fprintf(f, "  (few steps measured%s: a step's time moves from run "
                 "to run; give --steps %d or more to compare with the "
                 "simulation)\n", r->async ? " of overlapping minibatches" : "",

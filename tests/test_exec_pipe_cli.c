@@ -856,9 +856,28 @@ Test(exec_cli_pipe, plan_runs_in_pieces)
               strstr(r.out, "ev.ckpt at step 4\n") &&
               strstr(r.out, "ev.ckpt at step 6\n"), "%s", r.out);
     cr_expect(strstr(r.out, "step     5/6 |") != NULL, "%s", r.out);
+    /* the report is the whole run's: each piece's steps but its first
+     * (its workers start anew) are measured, not the last piece's only */
+    cr_expect(strstr(r.out, "measured over steps 2-6 (3 in 3 --save-every "
+                     "pieces, each leaving out its first step,"), "%s", r.out);
     cli_result_free(&r);
     cr_expect_eq(sh_run("cmp -s %s/one.ckpt %s/ev.ckpt", dir, dir), 0,
                  "--save-every: not one run's bits");
+    r = cli_run("exec --plan %s/p.json --steps 6 --save-every 2 --save "
+                "%s/ev.ckpt --json", dir, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, "%s", r.out);
+    json_t *steps = json_object_get(j, "steps");
+    cr_expect_eq(json_array_size(steps), 6);
+    for (size_t k = 0; k < json_array_size(steps); k++)
+        cr_expect_eq(json_integer_value(json_object_get(json_array_get(
+                     steps, k), "step")), (json_int_t)k + 1);
+    cr_expect_eq(json_integer_value(json_object_get(j, "pieces")), 3);
+    cr_expect_eq(json_integer_value(json_array_get(json_object_get(j,
+                 "measured_steps"), 0)), 2);
+    json_decref(j);
+    cli_result_free(&r);
     r = cli_run("exec --plan %s/p.json --steps 6 --stop-after 3 --save "
                 "%s/sa.ckpt", dir, dir);
     cr_assert_eq(r.code, 0, "%s", r.err);
