@@ -913,6 +913,10 @@ static int run_plan(cmd *c)
             fprintf(stdout, "note: --warmup %d is longer than the %d steps: "
                     "the learning rate never reaches its peak\n", t->warmup,
                     t->steps);
+        if (t->stop_after > t->steps)
+            fprintf(stdout, "note: --stop-after %d is past --steps %d: the "
+                    "run ends at step %d\n", t->stop_after, t->steps,
+                    t->steps);
         /* exec/README.md, "Sharded data parallelism" */
         if (sim_zero_stage(plan.zero, plan.fsdp) >= 2)
             fprintf(stdout, "note: this executor %s, as the simulated "

@@ -241,6 +241,9 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
     if (o->warmup > o->steps)
         say(hu, "note: --warmup %d is longer than the %d steps: the "
             "learning rate never reaches its peak\n", o->warmup, o->steps);
+    if (o->stop_after > o->steps)
+        say(hu, "note: --stop-after %d is past --steps %d: the run ends "
+            "at step %d\n", o->stop_after, o->steps, o->steps);
     say(hu,
             "corpus %s: %zu bytes (%zu train, %zu validation in blocks of "
             "%zu), unigram entropy %.4f nats = %.3f bits/byte\n",

@@ -718,6 +718,14 @@ int prof_validate_file(const char *path, FILE *out, util_err *e)
     int r;
     if (!json_is_object(d.root)) {
         r = util_jerr(e, &root, NULL, "expected a JSON object");
+    } else if (json_object_get(d.root, "sluice_plan")) {
+        /* what sim and plan --out write: not a profile */
+        r = util_jerr(e, &root, "sluice_plan", "a plan, not a profile: "
+                      "`sluice sim --plan %s` checks and simulates it, "
+                      "`sluice exec --plan %s` runs it", path, path);
+    } else if (json_object_get(d.root, "jobs")) {
+        r = util_jerr(e, &root, "jobs", "a workload, not a profile: "
+                      "`sluice plan --hw ... --workload %s` plans it", path);
     } else if (json_object_get(d.root, "model_type") ||
                json_object_get(d.root, "architectures") ||
                json_object_get(d.root, "family")) {

@@ -333,6 +333,13 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     p->waves = (int)v;
     v = 0;
     if (util_jint(&r, "minibatches", 0, 1, 64, &v, e)) goto out;
+    if (v > 1 && !sim_sched_async(p->sched)) {
+        util_jerr(e, &r, "minibatches", "%lld: schedule %s flushes every "
+                  "iteration, so one is run; only the schedules without a "
+                  "flush (2bw, mixed) run several", (long long)v,
+                  sim_sched_name(p->sched));
+        goto out;
+    }
     p->n_minibatches = (int)v;
     if (util_jnum(&r, "state_bytes_per_param", 0, 0, 1024,
                   &p->state_bytes_per_param, e))

@@ -461,3 +461,16 @@ Test(cli_io, validate_row_schedule_and_chunks)
     }
     test_rm_rf(dir);
 }
+
+/* A plan or a workload given to `profile validate` is named for what it
+ * is, and the command that reads it (it read as a profile with an
+ * unknown field) */
+Test(cli_io, validate_names_plans_and_workloads)
+{
+    cli_expect(2, "tests/bad/plan/dp.json:1:17: field 'sluice_plan': a plan, "
+               "not a profile: `sluice sim --plan tests/bad/plan/dp.json`",
+               "profile validate tests/bad/plan/dp.json");
+    cli_expect(2, "field 'jobs': a workload, not a profile: `sluice plan "
+               "--hw ... --workload tests/data/workload/tiny.json`",
+               "profile validate tests/data/workload/tiny.json");
+}

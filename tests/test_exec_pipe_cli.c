@@ -909,6 +909,13 @@ Test(exec_cli_pipe, plan_runs_in_pieces)
                  "--save-every under mpirun: not one run's bits");
     cli_expect(2, "--save-every 2 needs --save FILE", "exec --plan %s/p.json "
                "--steps 4 --save-every 2", dir);
+    /* past the run's end: said, by the plan's run and the reference
+     * trainer alike */
+    cli_expect(0, "note: --stop-after 5 is past --steps 2: the run ends at "
+               "step 2\n", "exec --plan %s/p.json --steps 2 --stop-after 5 "
+               "--quiet", dir);
+    cli_expect(0, "note: --stop-after 5 is past --steps 1: the run ends at "
+               "step 1\n", "exec --model %s --steps 1 --stop-after 5", PICO);
     cli_expect(2, "--stop-after 2: 3 steps are done already", "exec --plan "
                "%s/p.json --steps 6 --stop-after 2 --resume %s/sa.ckpt", dir,
                dir);
