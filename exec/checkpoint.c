@@ -524,6 +524,29 @@ int exec_ckpt_not_lora(const char *ckpt, const exec_ckpt_meta *meta,
                      what, ft);
 }
 
+int exec_lora_ckpt_missing(const char *ckpt, const exec_gpt_config *c,
+                           const char *what, util_err *e)
+{
+    char lp[4096];
+    exec_lora_ckpt_path(ckpt, lp, sizeof lp);
+    if (!access(lp, F_OK)) return 0;
+    exec_ckpt_meta m;
+    if (exec_ckpt_peek(ckpt, &m, e)) return -1;
+    if (memcmp(&m.cfg, c, sizeof *c)) {
+        char a[256], b[256];
+        cfg_str(&m.cfg, a, sizeof a);
+        cfg_str(c, b, sizeof b);
+        return util_errf(e, UTIL_EXIT_USAGE, "%s: checkpoint of another "
+                         "model (%s), the model asked for is %s", ckpt, a, b);
+    }
+    /* (a checkpoint does not say whether a LoRA run merged it) */
+    return util_errf(e, UTIL_EXIT_USAGE, "--resume %s: no LoRA state lies "
+                     "beside it (%s, which --save writes beside a LoRA or "
+                     "QLoRA run's checkpoint), and this run trains %s; a "
+                     "checkpoint of a run that trained its weights starts a "
+                     "fine-tuning with --init %s", ckpt, lp, what, ckpt);
+}
+
 int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
                         const prof_finetune *ft, float *base, float *lora,
                         float *lm, float *lv, size_t NL,

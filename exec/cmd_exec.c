@@ -241,7 +241,7 @@ static int resume_run(cmd *c, exec_train_opts *o, const exec_ckpt_run *u,
         o->steps = u->steps;
         said(took, sizeof took, "--steps %d", u->steps);
     } else if (o->steps != u->steps) {
-        said(diff, sizeof diff, "--steps %d (it ran to %d)", o->steps,
+        said(diff, sizeof diff, "--steps %d (it had %d)", o->steps,
              u->steps);
     }
     if (!c->sched_arg[0]) {
@@ -750,6 +750,83 @@ static const char *go_on(const sim_plan *plan)
                                        "weights, --init";
 }
 
+/* What a plan's run says of itself before its first step (once, though
+ * --save-every runs it in pieces): after the checks that refuse it. */
+typedef struct banner {
+    const cmd *c;
+    const sim_plan *plan;
+    const exec_pipe_opts *po;
+    int unclipped, mpi;
+    FILE *out;
+    int shown;
+} banner;
+
+static void show_banner(void *ctx)
+{
+    banner *b = ctx;
+    if (b->shown) return;
+    b->shown = 1;
+    const cmd *c = b->c;
+    const exec_train_opts *t = &c->t;
+    const sim_plan *plan = b->plan;
+    const exec_pipe_opts *po = b->po;
+    FILE *out = b->out;
+    int mpi = b->mpi, unclipped = b->unclipped;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int devs = plan->pp * (plan->dp > 1 ? plan->dp : 1) *
+               (plan->tp > 1 ? plan->tp : 1);
+    if (out && !mpi && po->backend == &exec_backend_cpu && cores > 0 &&
+        devs > cores)
+        fprintf(stderr, "sluice exec: warning: %d workers on %ld cores run "
+                "oversubscribed; timings will not be one core's per device\n",
+                devs, cores);
+    if (out && !t->json) {
+        fprintf(stdout, "sluice exec: %s on %s, plan %s\n", plan->model,
+                plan->hw, c->plan);
+        char ft[64];
+        fprintf(stdout, "schedule %s, pipeline %d x data %d x tensor %d%s, "
+                "microbatch %d x %d%s%s%s%s; AdamW lr %.2e, clip %.2f, "
+                "seed %llu\n", sim_sched_name(plan->sched), plan->pp, plan->dp,
+                plan->tp, plan->sp && plan->tp > 1 ? " (sequence parallel)" : "",
+                plan->mbs, plan->n_mb,
+                plan->recompute ? ", recomputation " : "",
+                plan->recompute ? sim_recompute_name(plan->recompute) : "",
+                prof_finetune_full(&plan->ft) ? "" : ", fine-tuning ",
+                prof_finetune_full(&plan->ft)
+                    ? "" : prof_finetune_name(&plan->ft, ft, sizeof ft),
+                t->adamw.lr, t->adamw.clip, (unsigned long long)t->seed);
+        if (t->resumed[0]) fprintf(stdout, "%s\n", t->resumed);
+        if (unclipped)
+            fprintf(stdout, "note: fuyou steps each layer as its gradients "
+                    "come, before the global gradient norm is known: no "
+                    "clipping (--clip 0)\n");
+        if (plan->math && !po->tf32)
+            fprintf(stdout, "note: the plan trains in %s; this backend "
+                    "computes in fp32, as it predicts\n",
+                    prof_math_name(plan->math));
+        if (t->warmup > t->steps)
+            fprintf(stdout, "note: --warmup %d is longer than the %d steps: "
+                    "the learning rate never reaches its peak\n", t->warmup,
+                    t->steps);
+        if (t->stop_after > t->steps)
+            fprintf(stdout, "note: --stop-after %d is past --steps %d: the "
+                    "run ends at step %d\n", t->stop_after, t->steps,
+                    t->steps);
+        /* exec/README.md, "Sharded data parallelism" */
+        if (sim_zero_stage(plan->zero, plan->fsdp) >= 2)
+            fprintf(stdout, "note: this executor %s, as the simulated "
+                    "columns price it (sluice sim prices FSDP's two layers "
+                    "at a time)\n",
+                    sim_zero_stage(plan->zero, plan->fsdp) >= 3
+                        ? "gathers a stage's whole weights for a task and "
+                          "the next, and keeps each microbatch's whole "
+                          "gradient until its reduce-scatter is done"
+                        : "keeps each microbatch's whole gradient until its "
+                          "reduce-scatter is done");
+        fflush(stdout);
+    }
+}
+
 static int run_plan(cmd *c)
 {
     exec_train_opts *t = &c->t;
@@ -877,59 +954,9 @@ static int run_plan(cmd *c)
         po.on_step = on_step;
         po.on_step_ctx = &pg;
     }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int devs = plan.pp * (plan.dp > 1 ? plan.dp : 1) *
-               (plan.tp > 1 ? plan.tp : 1);
-    if (out && !mpi && po.backend == &exec_backend_cpu && cores > 0 &&
-        devs > cores)
-        fprintf(stderr, "sluice exec: warning: %d workers on %ld cores run "
-                "oversubscribed; timings will not be one core's per device\n",
-                devs, cores);
-    if (out && !t->json) {
-        fprintf(stdout, "sluice exec: %s on %s, plan %s\n", plan.model,
-                plan.hw, c->plan);
-        char ft[64];
-        fprintf(stdout, "schedule %s, pipeline %d x data %d x tensor %d%s, "
-                "microbatch %d x %d%s%s%s%s; AdamW lr %.2e, clip %.2f, "
-                "seed %llu\n", sim_sched_name(plan.sched), plan.pp, plan.dp,
-                plan.tp, plan.sp && plan.tp > 1 ? " (sequence parallel)" : "",
-                plan.mbs, plan.n_mb,
-                plan.recompute ? ", recomputation " : "",
-                plan.recompute ? sim_recompute_name(plan.recompute) : "",
-                prof_finetune_full(&plan.ft) ? "" : ", fine-tuning ",
-                prof_finetune_full(&plan.ft)
-                    ? "" : prof_finetune_name(&plan.ft, ft, sizeof ft),
-                t->adamw.lr, t->adamw.clip, (unsigned long long)t->seed);
-        if (t->resumed[0]) fprintf(stdout, "%s\n", t->resumed);
-        if (unclipped)
-            fprintf(stdout, "note: fuyou steps each layer as its gradients "
-                    "come, before the global gradient norm is known: no "
-                    "clipping (--clip 0)\n");
-        if (plan.math && !po.tf32)
-            fprintf(stdout, "note: the plan trains in %s; this backend "
-                    "computes in fp32, as it predicts\n",
-                    prof_math_name(plan.math));
-        if (t->warmup > t->steps)
-            fprintf(stdout, "note: --warmup %d is longer than the %d steps: "
-                    "the learning rate never reaches its peak\n", t->warmup,
-                    t->steps);
-        if (t->stop_after > t->steps)
-            fprintf(stdout, "note: --stop-after %d is past --steps %d: the "
-                    "run ends at step %d\n", t->stop_after, t->steps,
-                    t->steps);
-        /* exec/README.md, "Sharded data parallelism" */
-        if (sim_zero_stage(plan.zero, plan.fsdp) >= 2)
-            fprintf(stdout, "note: this executor %s, as the simulated "
-                    "columns price it (sluice sim prices FSDP's two layers "
-                    "at a time)\n",
-                    sim_zero_stage(plan.zero, plan.fsdp) >= 3
-                        ? "gathers a stage's whole weights for a task and "
-                          "the next, and keeps each microbatch's whole "
-                          "gradient until its reduce-scatter is done"
-                        : "keeps each microbatch's whole gradient until its "
-                          "reduce-scatter is done");
-        fflush(stdout);
-    }
+    banner bn = {c, &plan, &po, unclipped, mpi, out, 0};
+    po.on_start = show_banner;
+    po.on_start_ctx = &bn;
     signal(SIGINT, exec_on_stop);
     signal(SIGTERM, exec_on_stop);
     /* mpirun ends the job on Ctrl-C itself, but forwards SIGUSR1 to the

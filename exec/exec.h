@@ -493,6 +493,13 @@ int exec_lora_ckpt_peek(const char *path, exec_ckpt_meta *meta,
  * mode, for the message. */
 int exec_ckpt_not_lora(const char *ckpt, const exec_ckpt_meta *meta,
                        const char *what, util_err *e);
+/* --resume CKPT by a LoRA or QLoRA run (what: its mode) where no state
+ * lies beside CKPT: an error saying what CKPT is (not a checkpoint, or
+ * another model's) or, for this model's, that --init starts from a
+ * checkpoint of a run that trained its weights; 0 when the state is
+ * there. */
+int exec_lora_ckpt_missing(const char *ckpt, const exec_gpt_config *c,
+                           const char *what, util_err *e);
 int exec_lora_ckpt_load(const char *path, const exec_gpt_config *c,
                         const prof_finetune *ft, float *base, float *lora,
                         float *lm, float *lv, size_t NL,
@@ -662,6 +669,11 @@ typedef struct exec_pipe_opts {
     void (*on_step)(void *ctx, int step, double loss, double norm,
                     double lr, double ms);
     void *on_step_ctx;
+    /* called once the run is set up (its plan, model, checkpoint and
+     * devices checked), before its first step: what a run says of itself
+     * comes after what refuses it */
+    void (*on_start)(void *ctx);
+    void *on_start_ctx;
 } exec_pipe_opts;
 
 /* What a run measured. Times are ns since the run began, per epoch (a

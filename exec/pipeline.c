@@ -60,9 +60,11 @@ static int initial_state(const exec_pipe_opts *o, const exec_gpt_config *c,
     if (o->resume && exec_ft_adapts(&o->plan->ft)) {
         /* a LoRA run goes on from its own state beside the checkpoint
          * (the checkpoint has the adapters merged in) */
-        char lp[4096];
+        char lp[4096], fn[64];
         exec_lora_ckpt_path(o->resume, lp, sizeof lp);
         exec_ckpt_meta meta;
+        prof_finetune_name(&o->plan->ft, fn, sizeof fn);
+        if (exec_lora_ckpt_missing(o->resume, c, fn, e)) return -1;
         if (exec_lora_ckpt_load(lp, c, &o->plan->ft, p, lora, lm, lv, NL,
                                 &meta, e))
             return -1;
@@ -704,6 +706,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (!x) goto out_rt;
     rt.x = x;
     snprintf(r->xport, sizeof r->xport, "%s", x->name);
+    if (o->on_start) o->on_start(o->on_start_ctx);
     if (exec_rt_run(&rt)) {
         *e = rt.err;
         goto out_rt;

@@ -283,7 +283,7 @@ Test(exec_ckpt, resume_goes_on_as_the_run_that_saved)
      * run trained on is refused without --data */
     r = cli_run("exec " SMALL " --resume %s/full.ck --steps 8 --lr 2e-3", d);
     cr_expect_eq(r.code, 0, "%s", r.err);
-    cr_expect(strstr(r.out, "--steps 8 (it ran to 6), --lr 0.002 (it had "
+    cr_expect(strstr(r.out, "--steps 8 (it had 6), --lr 0.002 (it had "
                             "0.001)") && strstr(r.out, "does not go on"),
               "%s", r.out);
     cli_result_free(&r);

@@ -538,6 +538,22 @@ Test(exec_lora, mpirun_and_the_merged_checkpoint)
     cr_expect(strstr(x.err, "i.ckpt: a lora:4:all run saved it"), "%s",
               x.err);
     cli_result_free(&x);
+    /* and the other way: a LoRA plan resuming a run that trained the
+     * weights is told that --init starts from it (it said only that the
+     * state beside it could not be opened), before the run says anything
+     * of itself (it said "resumed as the run that saved it" first) */
+    x = cli_run("exec --plan %s/f.json --steps 2 --quiet --save %s/full.ckpt",
+                dir, dir);
+    cr_assert_eq(x.code, 0, "%s", x.err);
+    cli_result_free(&x);
+    x = cli_run("exec --plan %s/l.json --resume %s/full.ckpt --steps 5", dir,
+                dir);
+    cr_expect_eq(x.code, 2);
+    cr_expect(strstr(x.err, "full.ckpt: no LoRA state lies beside it") &&
+              strstr(x.err, "starts a fine-tuning with --init"), "%s",
+              x.err);
+    cr_expect_eq(x.out[0], 0, "%s", x.out);
+    cli_result_free(&x);
     /* a checkpoint beside another save's state (step 3's and step 4's) */
     cr_assert_eq(sh_run("cp %s/i.ckpt %s/x.ckpt && cp %s/o.ckpt.lora "
                         "%s/x.ckpt.lora", dir, dir, dir, dir), 0);
