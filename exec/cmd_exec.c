@@ -833,6 +833,17 @@ static int run_plan(cmd *c)
     util_err e = {0};
     int rank = 0, size = 1, mpi = 0, rc = 0;
     /* under mpirun every rank runs this; rank 0 speaks */
+    if ((c->xport == EXEC_XPORT_MPI || c->xport == EXEC_XPORT_NCCL) &&
+        !exec_mpi_launched()) {
+        /* (MPI would start as one rank of its own) */
+        fprintf(stderr, "sluice exec: --transport %s runs a rank per "
+                "worker, started by mpirun, and this process was not: "
+                "mpirun -np N sluice exec ... (N: the plan's devices times "
+                "its tensor-parallel width), or leave --transport out to "
+                "run in-process\n",
+                c->xport == EXEC_XPORT_NCCL ? "nccl" : "mpi");
+        return UTIL_EXIT_USAGE;
+    }
     if (c->xport == EXEC_XPORT_MPI || c->xport == EXEC_XPORT_NCCL ||
         (c->xport == EXEC_XPORT_AUTO && exec_mpi_launched())) {
         if (exec_mpi_init(&rank, &size, &e)) {

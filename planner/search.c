@@ -1430,6 +1430,8 @@ int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
                 const char *hw_name, const plan_opts *o, plan_result *r,
                 util_err *e)
 {
+    /* (each candidate's refusal read as its not fitting) */
+    if (sim_state_bytes_check(m, o->state_bytes_per_param, e)) return -1;
     unsigned ofl = offload_mask(o, t);
     /* one GPU: offload competes with keeping everything on it */
     unsigned now = t->n_gpus == 1 ? ofl : o->sched_mask & ofl;

@@ -568,6 +568,18 @@ int sim_shard_group(const prof_topo *t, int zero, int fsdp, int dp,
     return h;
 }
 
+int sim_state_bytes_check(const prof_model *m, double state, util_err *e)
+{
+    double wb = prof_dtype_bytes(m->spec.dtype);
+    if (state <= 0 || state >= 2 * wb) return 0;
+    /* (it was taken as the weights' and gradients' alone) */
+    return util_errf(e, UTIL_EXIT_USAGE, "state bytes per parameter %g "
+                     "(--state-bytes): %s's %s weights and their gradients "
+                     "alone take %g; the optimizer's state comes on top "
+                     "(Adam in mixed precision: 16 in all)", state,
+                     m->spec.name, prof_dtype_name(m->spec.dtype), 2 * wb);
+}
+
 void sim_zero_bytes(double params, double wbytes, double state, int zero,
                     int shard, double *w, double *g, double *opt)
 {
@@ -1120,6 +1132,7 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     const sim_measured *meas = o ? o->measured : NULL;
     prof_dtype mt = prof_spec_math(&m->spec); /* the GEMMs' precision */
     double wb = prof_dtype_bytes(m->spec.dtype);
+    if (sim_state_bytes_check(m, state, e)) return NULL;
     int zst = o ? sim_zero_stage(o->zero, o->fsdp) : 0;
     int fsdp = o && zst > 0 ? o->fsdp : SIM_FSDP_NONE;
     int shard = sim_shard_group(t, zst, fsdp, dpw, n_devices * tpw, e);

@@ -284,6 +284,9 @@ int sim_zero_stage(int zero, int fsdp);
  * the layout (code 2). */
 int sim_shard_group(const prof_topo *t, int zero, int fsdp, int dp,
                     int rgpus, util_err *e);
+/* A state size per parameter (0: the default) that holds at least the
+ * model's weights and gradients; else an error (code 2). */
+int sim_state_bytes_check(const prof_model *m, double state, util_err *e);
 /* ZeRO's Figure 1 for `params` parameters of wbytes each and `state`
  * bytes of model state per parameter: the weights, gradients and
  * optimizer state a rank keeps when stage `zero` shards them over

@@ -332,14 +332,9 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     if (util_jint(&r, "waves", 0, 1, 64, &v, e)) goto out;
     p->waves = (int)v;
     v = 0;
+    /* read by the schedules without a flush only: the first plan files
+     * said 4 for every schedule */
     if (util_jint(&r, "minibatches", 0, 1, 64, &v, e)) goto out;
-    if (v > 1 && !sim_sched_async(p->sched)) {
-        util_jerr(e, &r, "minibatches", "%lld: schedule %s flushes every "
-                  "iteration, so one is run; only the schedules without a "
-                  "flush (2bw, mixed) run several", (long long)v,
-                  sim_sched_name(p->sched));
-        goto out;
-    }
     p->n_minibatches = (int)v;
     if (util_jnum(&r, "state_bytes_per_param", 0, 0, 1024,
                   &p->state_bytes_per_param, e))

@@ -686,6 +686,17 @@ Test(calib_cli, writes_a_profile_that_loads_and_compares_runs)
     cr_assert_eq(c.gpu.eff.task_ns, 0);
     cr_assert(strstr(c.gpu.source, "calibrated "), "%s", c.gpu.source);
     prof_calib_free(&c);
+    /* a named folder is made, not the ones above it (a typo made a
+     * tree of them) */
+    r = cli_run("calibrate --hw cpu x2 --quick --profile-dir %s/no/sub", d);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "/no does not exist (calibrate makes the "
+                     "profile folder, not the folders above it)"), "%s",
+              r.err);
+    cli_result_free(&r);
+    snprintf(path, sizeof path, "%s/no", d);
+    cr_expect_neq(access(path, F_OK), 0, "%s was made", path);
+    snprintf(path, sizeof path, "%s/sub/cpu.json", d);
     /* a second run compares with the first */
     r = cli_run("--profile-dir %s/sub calibrate --hw cpu x2 --quick", d);
     cr_assert_eq(r.code, 0, "%s", r.err);
@@ -727,7 +738,7 @@ Test(calib_cli, bad_requests)
     char *d = test_tmpdir();
     cli_expect(2, "No such file or directory", "calibrate --hw cpu x1 "
                "--quick --out %s/no/cpu.json", d);
-    cli_expect(2, "--offload-path '/nonexistent'", "--profile-dir %s/p/q "
+    cli_expect(2, "--offload-path '/nonexistent'", "--profile-dir %s/p "
                "calibrate --hw cpu x1 --quick --offload-path /nonexistent", d);
     cr_expect_eq(sh_run("test -z \"$(ls -A %s)\"", d), 0, "folders made");
     test_rm_rf(d);

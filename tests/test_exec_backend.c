@@ -134,6 +134,12 @@ Test(exec_backend, cli_names_what_is_missing)
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "--backend cuda"), "%s", r.err);
     cli_result_free(&r);
+    /* MPI outside mpirun: said (it said mpirun started one rank) */
+    r = cli_run("exec --plan %s/p.json --steps 1 --transport mpi", dir);
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.err, "started by mpirun, and this process was not"),
+              "%s", r.err);
+    cli_result_free(&r);
     r = cli_run("exec --model %s --backend cpu", PICO);
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "--backend needs --plan"), "%s", r.err);

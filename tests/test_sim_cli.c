@@ -129,6 +129,11 @@ Test(sim_cli, bad_arguments)
         {"--plan /nonexistent/plan.json", "/nonexistent/plan.json"},
         {"--hw rtx2080ti x2 --model gpt-tiny --schedule wave --pp 2 --mbs 1 "
          "--microbatches 4 --stages 6", "the wave maps 2*W*p = 4 stages"},
+        /* less than the weights and gradients: it was taken as theirs */
+        {"--hw rtx2080ti x2 --model gpt-tiny --schedule 1f1b --pp 2 --mbs 1 "
+         "--microbatches 4 --state-bytes 2", "state bytes per parameter 2 "
+         "(--state-bytes): gpt-tiny's fp32 weights and their gradients alone "
+         "take 8"},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         cli_result r = cli_run("sim %s", c[i].args);
