@@ -728,6 +728,9 @@ static void none_fwd(const prof_model *m, int first, int last, int t, int sp,
  * end); the layer's ops free theirs as their backward ends all the same,
  * which lowers what the rest of its backward holds, until the next
  * layer is recomputed (a new segment: the working set is whole again).
+ * Split (a later W), the ops with weights keep theirs for it: once the
+ * next layer is recomputed into the working set they are held beside
+ * it, to the W.
  * The four variants in one walk (which
  * gradients exist does not depend on them): ws[k], k & 1 fused (B and W
  * in one task, BW), k & 2 recomputed under rc (sim_stage_cost's
@@ -756,7 +759,37 @@ static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
      * set (a segment: consecutive recomputed ops of one layer, as
      * sim_act_range cuts them) */
     double seg_free[4] = {0, 0, 0, 0};
-    int seg_layer = INT_MIN, prev_rec = 0;
+    /* ...and what it keeps for a later W (split): held beyond the
+     * working set once the next layer is recomputed into it */
+    double seg_held[4] = {0, 0, 0, 0};
+    /* the segments as sim_act_range cuts them (seg: each op's, -1 for
+     * one not recomputed) and each one's working set: the recompute's
+     * (rec_ws) is the largest's, so a smaller one being walked holds
+     * that much less (corr); before the first, the stage's last one,
+     * which the recompute task brings back */
+    int n = last - first + 1, ns = 0, *seg = util_malloc(sizeof(int) *
+                                                         (size_t)(n + 1));
+    double *sws = util_malloc(sizeof(double) * (size_t)(n + 1)), big = 0;
+    for (int i = first; i <= last;) {
+        if (m->ops[i].grad == PROF_GRAD_NONE || !sim_op_recomputed(m, i, rc)) {
+            seg[i - first] = -1;
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j < last && m->ops[j + 1].layer == m->ops[i].layer &&
+               sim_op_recomputed(m, j + 1, rc))
+            j++;
+        double ck, fw, ac;
+        segment(m, i, j, t, sp, &ck, &fw, &ac);
+        sws[ns] = ac - ck;
+        big = fmax(big, sws[ns]);
+        for (int q = i; q <= j; q++) seg[q - first] = ns;
+        ns++;
+        i = j + 1;
+    }
+    double corr = ns ? sws[ns - 1] - big : 0;
+    int cur = ns - 1;
     for (int i = last; i >= first; i--) {
         const prof_op *op = &m->ops[i];
         if (op->grad == PROF_GRAD_NONE) continue;
@@ -775,21 +808,29 @@ static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
         double act = sim_op_act_rank(m, i, t, sp);
         double scratch = op->bwd_scratch > 0 && op_is_split(op, t, sp)
                        ? op->bwd_scratch / t : op->bwd_scratch;
-        int rec = sim_op_recomputed(m, i, rc), waits = op->bwd_w_flops > 0;
-        if (rec && (!prev_rec || op->layer != seg_layer))
-            for (int k = 0; k < 4; k++) seg_free[k] = 0;
-        seg_layer = op->layer;
-        prev_rec = rec;
+        int rec = seg[i - first] >= 0, waits = op->bwd_w_flops > 0;
+        if (rec && seg[i - first] != cur) {
+            cur = seg[i - first];
+            corr = sws[cur] - big;
+            for (int k = 0; k < 4; k++) {
+                live[k] += seg_held[k];
+                seg_free[k] = seg_held[k] = 0;
+            }
+        }
         for (int k = 0; k < 4; k++) {
             live[k] += add;
-            double held = live[k] - (k & 2 ? seg_free[k] : 0);
+            double held = live[k] - (k & 2 ? seg_free[k] - corr : 0);
             if (held + scratch > ws[k]) ws[k] = held + scratch;
             if ((k & 1) || !waits) {
                 live[k] -= dy + (k & 2 && rec ? 0 : act);
                 if (k & 2 && rec) seg_free[k] += act;
+            } else if (k & 2 && rec) {
+                seg_held[k] += act;
             }
         }
     }
+    free(seg);
+    free(sws);
     free(has);
 }
 

@@ -7,7 +7,8 @@
  * (layers are recomputed one at a time, each just before its backward),
  * held to the backward's end; its ops free theirs as their backward ends
  * (what the backward holds beyond it, bwd_ws_bytes, falls by them until
- * the next layer's recompute). A forward also holds, while it runs,
+ * the next layer's recompute; split, the inputs a W reads stay). A
+ * forward also holds, while it runs,
  * the largest transient of its ops (the unfused loss's fp32 copies; the
  * loss is never recomputed; QLoRA's dequantized weight), and a backward
  * its ops' (bwd_ws, and the dequantized weight). Receive
