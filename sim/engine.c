@@ -633,6 +633,34 @@ static int64_t clip_len(int64_t a, int64_t b, int64_t t0, int64_t t1)
     return b > a ? b - a : 0;
 }
 
+typedef struct span { int64_t a, b; } span;
+
+static int span_cmp(const void *x, const void *y)
+{
+    const span *p = x, *q = y;
+    return (p->a > q->a) - (p->a < q->a);
+}
+
+/* The length of the union of spans v[0..n) inside [t0, t1] (sorts v). */
+static int64_t union_len(span *v, int n, int64_t t0, int64_t t1)
+{
+    qsort(v, (size_t)n, sizeof *v, span_cmp);
+    int64_t tot = 0, a = 0, b = 0;
+    int open = 0;
+    for (int i = 0; i < n; i++) {
+        if (open && v[i].a <= b) {
+            if (v[i].b > b) b = v[i].b;
+            continue;
+        }
+        if (open) tot += clip_len(a, b, t0, t1);
+        a = v[i].a;
+        b = v[i].b;
+        open = 1;
+    }
+    if (open) tot += clip_len(a, b, t0, t1);
+    return tot;
+}
+
 /* The accounting of a finished run from its task times alone (see
  * sim_stats_times); scratch_k has K entries, scratch_dw 2 per device. */
 static void stats_times(const sim_ir *ir, const int64_t *start,
@@ -690,9 +718,16 @@ static void stats_times(const sim_ir *ir, const int64_t *start,
                 w[1] = end[i];
         }
     }
+    /* a device's data-parallel collectives are in flight while any of
+     * its ring steps moves and while its compute waits on one (the wait
+     * counted exposed: for the replicas to join, and the steps' latency,
+     * which sends alone leave out) */
+    span *dps = NULL;
+    int ndps = 0, cdps = 0;
     for (int d = 0; d < nd; d++) {
         sim_dev_stats *ds = &dev[d];
         int64_t comp = 0, rec = 0, opt = 0, idle = 0;
+        ndps = 0;
         int64_t busy[SIM_COMM_COUNT] = {0}, exp[SIM_COMM_COUNT] = {0};
         int64_t g0 = t0, g1 = t1;
         if (dw && dw[2 * d + 1] > dw[2 * d]) {
@@ -703,8 +738,17 @@ static void stats_times(const sim_ir *ir, const int64_t *start,
         for (int j = ir->dev_off[d]; j < ir->dev_off[d + 1]; j++) {
             int id = ir->seq[j];
             const sim_task *t = &ir->tasks[id];
-            if (t->kind == SIM_SEND && t->comm < SIM_COMM_COUNT)
+            if (t->kind == SIM_SEND && t->comm < SIM_COMM_COUNT &&
+                t->comm != SIM_COMM_DP)
                 busy[t->comm] += clip_len((fstart ? fstart : start)[id], end[id], t0, t1);
+            if ((t->kind == SIM_SEND || t->kind == SIM_RECV) &&
+                t->comm == SIM_COMM_DP) {
+                if (ndps == cdps) {
+                    cdps = cdps ? 2 * cdps : 64;
+                    dps = util_realloc(dps, sizeof *dps * (size_t)cdps);
+                }
+                dps[ndps++] = (span){(fstart ? fstart : start)[id], end[id]};
+            }
             if (t->stream != SIM_STREAM_COMPUTE) continue;
             int64_t len = clip_len(start[id], end[id], t0, t1);
             /* tensor-parallel all-reduces inside the task (pro rata when
@@ -733,6 +777,13 @@ static void stats_times(const sim_ir *ir, const int64_t *start,
                     if (b > dend) dend = b;
                 }
                 xd = clip_len(gs, dend, t0, t1);
+                if (xd > 0) {
+                    if (ndps == cdps) {
+                        cdps = cdps ? 2 * cdps : 64;
+                        dps = util_realloc(dps, sizeof *dps * (size_t)cdps);
+                    }
+                    dps[ndps++] = (span){gs, dend};
+                }
                 /* a pipeline transfer, or a tied table's copy from
                  * another stage: while it moves (after the ring's wait,
                  * not counted twice); before, the device waits for that
@@ -764,6 +815,7 @@ static void stats_times(const sim_ir *ir, const int64_t *start,
         }
         idle += clip_len(prev, t1, t0, t1);
         busy[SIM_COMM_TP] = exp[SIM_COMM_TP];
+        busy[SIM_COMM_DP] = union_len(dps, ndps, t0, t1);
         ds->compute_ns = comp / iters;
         ds->recompute_ns = rec / iters;
         ds->opt_ns = opt / iters;
@@ -778,6 +830,7 @@ static void stats_times(const sim_ir *ir, const int64_t *start,
         t0 = g0;
         t1 = g1;
     }
+    free(dps);
 }
 
 void sim_stats_times(const sim_ir *ir, const int64_t *start,
