@@ -731,12 +731,15 @@ static void none_fwd(const prof_model *m, int first, int last, int t, int sp,
  * Split (a later W), the ops with weights keep theirs for it: once the
  * next layer is recomputed into the working set they are held beside
  * it, to the W.
- * The four variants in one walk (which
+ * QLoRA's op dequantizes its weight (deq_of of its dequant_bytes) while
+ * its backward runs, beside what that op holds, not the stage's largest
+ * beside the stage's peak. The four variants in one walk (which
  * gradients exist does not depend on them): ws[k], k & 1 fused (B and W
  * in one task, BW), k & 2 recomputed under rc (sim_stage_cost's
- * bwd_ws_bytes). */
+ * bwd_ws_bytes, here per sample of a microbatch of mbs: the dequantized
+ * weight is the microbatch's, counted as 1/mbs a sample). */
 static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
-                   int rc, double ws[4])
+                   int rc, int mbs, double deq_of, double ws[4])
 {
     uint8_t *has = util_calloc((size_t)(last - first + 2), 1);
     double live[4] = {0, 0, 0, 0};
@@ -808,6 +811,10 @@ static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
         double act = sim_op_act_rank(m, i, t, sp);
         double scratch = op->bwd_scratch > 0 && op_is_split(op, t, sp)
                        ? op->bwd_scratch / t : op->bwd_scratch;
+        if (op->dequant_bytes > 0) {
+            prof_op x = op_split(op, t, sp);
+            scratch += x.dequant_bytes * deq_of / (mbs > 0 ? mbs : 1);
+        }
         int rec = seg[i - first] >= 0, waits = op->bwd_w_flops > 0;
         if (rec && seg[i - first] != cur) {
             cur = seg[i - first];
@@ -1356,7 +1363,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         sc->rec_ws_bytes = ac.rec_ws * mbs;
         sc->fwd_scratch_bytes = fmax(scratch * mbs, deq);
         sc->deq_bytes = deq;
-        bwd_ws(m, first_op[s], last_op[s], tpw, sp, rc, sc->bwd_ws_bytes);
+        bwd_ws(m, first_op[s], last_op[s], tpw, sp, rc, mbs, deq_of,
+               sc->bwd_ws_bytes);
         for (int k = 0; k < 4; k++) sc->bwd_ws_bytes[k] *= mbs;
         sc->tp_f_ns = sim_task_ns(arf);
         sc->tp_b_ns = sim_task_ns(arb);

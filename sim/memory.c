@@ -11,7 +11,8 @@
  * forward also holds, while it runs,
  * the largest transient of its ops (the unfused loss's fp32 copies; the
  * loss is never recomputed; QLoRA's dequantized weight), and a backward
- * its ops' (bwd_ws, and the dequantized weight). Receive
+ * its ops' (bwd_ws, each op's dequantized weight beside what it holds).
+ * Receive
  * buffers live from the transfer's start to their consumer's start (the
  * consumer takes the tensor over); every extra weight version alive
  * (stashing) costs one more copy of the stage's weights. Under ZeRO the
@@ -123,8 +124,8 @@ void sim_mem_setup(sim_engine *e)
         case SIM_B: {
             /* its gradients in flight at most, from its start */
             int rec = recomputed(ir, i, 0);
-            double ws = sc->bwd_ws_bytes[(t->kind == SIM_BW) | rec << 1] +
-                        sc->deq_bytes;
+            /* (QLoRA's dequantized weights within, op by op) */
+            double ws = sc->bwd_ws_bytes[(t->kind == SIM_BW) | rec << 1];
             e->mem_start[i] += ws;
             e->mem_end[i] -= ws + (rec ? sc->keep_bytes + sc->rec_ws_bytes
                                        : sc->act_bytes) -
