@@ -644,6 +644,7 @@ static int span_cmp(const void *x, const void *y)
 /* The length of the union of spans v[0..n) inside [t0, t1] (sorts v). */
 static int64_t union_len(span *v, int n, int64_t t0, int64_t t1)
 {
+    if (n < 1) return 0;
     qsort(v, (size_t)n, sizeof *v, span_cmp);
     int64_t tot = 0, a = 0, b = 0;
     int open = 0;
