@@ -781,9 +781,12 @@ typedef struct exec_pieces {
     int step_first;             /* global index of their first step */
     int n_steps;
     double *loss, *grad_norm;   /* per step */
-    int64_t *iv;                /* measured step times (ns) */
+    int64_t *iv;                /* step times (ns) past each piece's
+                                 * warm-up */
     int n_iv;
     int first_measured;         /* its global step (1-based); 0: none */
+    int64_t *all;               /* every step's time, warm-ups too */
+    int n_all;
 } exec_pieces;
 
 /* Adds the piece run r (flushed schedules only) as its report would

@@ -48,15 +48,18 @@ typedef struct meas {
     int64_t iter_med, iter_min, iter_max;
     int first, last;            /* steps measured (1-based, global) */
     int n_iter;
-    int64_t *iv;                /* the n_iter step times measured */
+    int64_t *step_ns;           /* every epoch's step time (flushed) */
+    int n_steps;
     int warm_all;               /* --warm left no step: all are measured */
     int pieces;                 /* --save-every's pieces pooled (0: one run) */
+    int pieces_cold;            /* ...each no longer than --warm: all their
+                                 * steps pooled, warm-ups too */
 } meas;
 
 static void meas_free(meas *m)
 {
     free(m->start); free(m->end); free(m->fstart); free(m->tp);
-    free(m->dev); free(m->inflight); free(m->mem); free(m->iv);
+    free(m->dev); free(m->inflight); free(m->mem); free(m->step_ns);
 }
 
 /* Microbatches in flight per stage: F starts against backward ends. */
@@ -124,26 +127,35 @@ static void measure(const exec_pipe_result *r, int warm,
         }
         int w0 = E > warm ? warm : 0;
         m->warm_all = warm > 0 && E <= warm;
-        int ne = 0;
-        iv = util_malloc(sizeof *iv * (size_t)(E + 1));
-        for (int ep = w0; ep < E; ep++)
-            iv[ne++] = ep ? ends[ep] - ends[ep - 1] : ends[0] - begs[0];
+        m->step_ns = util_malloc(sizeof *m->step_ns * (size_t)(E + 1));
+        for (int ep = 0; ep < E; ep++)
+            m->step_ns[ep] = ep ? ends[ep] - ends[ep - 1] : ends[0] - begs[0];
+        m->n_steps = E;
+        int ne = E - w0;
+        iv = util_malloc(sizeof *iv * (size_t)(ne + 1));
+        memcpy(iv, m->step_ns + w0, sizeof *iv * (size_t)ne);
         m->first = r->step_first + w0 + 1;
         m->last = r->step_first + E;
-        m->iv = util_malloc(sizeof *m->iv * (size_t)(ne + 1));
-        memcpy(m->iv, iv, sizeof *iv * (size_t)ne);
         m->n_iter = ne;
         if (before && before->n > 0) {
-            /* the earlier pieces' steps first, then this one's */
-            int nb = before->n_iv;
-            int64_t *all = util_malloc(sizeof *all * (size_t)(nb + ne + 1));
-            memcpy(all, before->iv, sizeof *all * (size_t)nb);
-            memcpy(all + nb, iv, sizeof *all * (size_t)ne);
-            spread(all, nb + ne, &m->iter_med, &m->iter_min, &m->iter_max);
+            /* the earlier pieces' steps first, then this one's: each
+             * piece's past its warm-up where any piece has such; else
+             * (pieces no longer than --warm) all of them */
+            int sn = E > warm ? E - warm : 0, cold = !before->n_iv && !sn;
+            int nb = cold ? before->n_all : before->n_iv, na = cold ? E : sn;
+            int64_t *all = util_malloc(sizeof *all * (size_t)(nb + na + 1));
+            memcpy(all, cold ? before->all : before->iv,
+                   sizeof *all * (size_t)nb);
+            memcpy(all + nb, m->step_ns + (cold ? 0 : warm),
+                   sizeof *all * (size_t)na);
+            spread(all, nb + na, &m->iter_med, &m->iter_min, &m->iter_max);
             free(all);
             m->pieces = before->n + 1;
-            if (nb && before->first_measured) m->first = before->first_measured;
-            m->n_iter = nb + ne;
+            m->pieces_cold = cold;
+            m->first = cold ? before->step_first + 1
+                     : before->n_iv ? before->first_measured
+                                    : r->step_first + warm + 1;
+            m->n_iter = nb + na;
         } else {
             spread(iv, ne, &m->iter_med, &m->iter_min, &m->iter_max);
         }
@@ -179,8 +191,6 @@ static void measure(const exec_pipe_result *r, int warm,
          * simulator's steady state is */
         if (ne) m->iter_med = (done[kmax - 1] - done[w0 - 1]) / ne;
         m->n_iter = ne;
-        m->iv = util_malloc(sizeof *m->iv * (size_t)(ne + 1));
-        memcpy(m->iv, iv, sizeof *iv * (size_t)ne);
         m->first = r->step_first + w0 + 1;
         m->last = r->step_first + kmax;
         free(done);
@@ -307,10 +317,16 @@ void exec_pieces_add(exec_pieces *p, const exec_pipe_result *r, int warm)
     memcpy(p->grad_norm + p->n_steps, r->grad_norm, sizeof *p->grad_norm *
            (size_t)r->steps_run);
     p->n_steps = n;
-    p->iv = util_realloc(p->iv, sizeof *p->iv * (size_t)(p->n_iv + m.n_iter + 1));
-    memcpy(p->iv + p->n_iv, m.iv, sizeof *p->iv * (size_t)m.n_iter);
-    if (m.n_iter && !p->first_measured) p->first_measured = m.first;
-    p->n_iv += m.n_iter;
+    /* its steps past its warm-up (a fresh start of the workers), and all
+     * of them */
+    int w = warm >= 0 ? warm : 1, E = m.n_steps, sn = E > w ? E - w : 0;
+    p->iv = util_realloc(p->iv, sizeof *p->iv * (size_t)(p->n_iv + sn + 1));
+    memcpy(p->iv + p->n_iv, m.step_ns + (E - sn), sizeof *p->iv * (size_t)sn);
+    if (sn && !p->n_iv) p->first_measured = r->step_first + w + 1;
+    p->n_iv += sn;
+    p->all = util_realloc(p->all, sizeof *p->all * (size_t)(p->n_all + E + 1));
+    memcpy(p->all + p->n_all, m.step_ns, sizeof *p->all * (size_t)E);
+    p->n_all += E;
     p->n++;
     meas_free(&m);
 }
@@ -320,6 +336,7 @@ void exec_pieces_free(exec_pieces *p)
     free(p->loss);
     free(p->grad_norm);
     free(p->iv);
+    free(p->all);
     memset(p, 0, sizeof *p);
 }
 
@@ -622,11 +639,15 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                 r->async ? "all but the first are measured (a minibatch's "
                            "time runs from the one before's end)"
                          : "all are measured, the first with its warm-up");
-    char pcs[96] = "";
+    char pcs[160] = "";
     if (m.pieces)
     {
-        char lo[48] = "";
-        if (warm == 1) snprintf(lo, sizeof lo, ", each leaving out its first step");
+        char lo[64] = "";
+        if (m.pieces_cold)
+            snprintf(lo, sizeof lo, " no longer than --warm: every step, "
+                     "warm-ups too");
+        else if (warm == 1)
+            snprintf(lo, sizeof lo, ", each leaving out its first step");
         else if (warm > 1)
             snprintf(lo, sizeof lo, ", each leaving out its first %d steps",
                      warm);
@@ -644,7 +665,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                 : " (TF32 asked; the plan's GPU has none: fp32)");
     /* a step or two on a shared machine says little; an asynchronous
      * plan's minibatches overlap, so few of them say less */
-    if (m.n_iter < 3 && m.pieces)
+    if ((m.n_iter < 3 || m.pieces_cold) && m.pieces)
         fprintf(f, "  (few steps measured: a step's time moves from run to "
                 "run; a --save-every of %d or more measures more of each "
                 "piece)\n", warm + 3);
