@@ -105,21 +105,24 @@ static int profile_dir_check(const char *how, const char *dir,
     /* calibrate makes the folder named, not the ones above it: a typo
      * there made a tree of stray folders (the default one, under the
      * user's config folder, is made with its parents) */
-    char up[1100];
-    snprintf(up, sizeof up, "%s", dir);
+    char *up = util_strdup(dir);
     size_t n = strlen(up);
     while (n > 1 && up[n - 1] == '/') up[--n] = 0;
     char *slash = strrchr(up, '/');
-    if (!slash) return 0;
-    if (slash == up) slash[1] = 0;
-    else *slash = 0;
-    if (stat(up, &st) || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "sluice: %s %s: its folder %s %s (calibrate makes "
-                "the profile folder, not the folders above it)\n", how, dir,
-                up, stat(up, &st) ? "does not exist" : "is not a folder");
-        return -1;
+    int rc = 0;
+    if (slash) {
+        if (slash == up) slash[1] = 0;
+        else *slash = 0;
+        if (stat(up, &st) || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "sluice: %s %s: its folder %s %s (calibrate "
+                    "makes the profile folder, not the folders above it)\n",
+                    how, dir, up, stat(up, &st) ? "does not exist"
+                                                : "is not a folder");
+            rc = -1;
+        }
     }
-    return 0;
+    free(up);
+    return rc;
 }
 
 static int run(int argc, char **argv)

@@ -833,17 +833,10 @@ static int run_plan(cmd *c)
     util_err e = {0};
     int rank = 0, size = 1, mpi = 0, rc = 0;
     /* under mpirun every rank runs this; rank 0 speaks */
-    if ((c->xport == EXEC_XPORT_MPI || c->xport == EXEC_XPORT_NCCL) &&
-        !exec_mpi_launched()) {
-        /* (MPI would start as one rank of its own) */
-        fprintf(stderr, "sluice exec: --transport %s runs a rank per "
-                "worker, started by mpirun, and this process was not: "
-                "mpirun -np N sluice exec ... (N: the plan's devices times "
-                "its tensor-parallel width), or leave --transport out to "
-                "run in-process\n",
-                c->xport == EXEC_XPORT_NCCL ? "nccl" : "mpi");
-        return UTIL_EXIT_USAGE;
-    }
+    /* (a plan of one worker runs so; more are said where the plan is
+     * known) */
+    int singleton = (c->xport == EXEC_XPORT_MPI ||
+                     c->xport == EXEC_XPORT_NCCL) && !exec_mpi_launched();
     if (c->xport == EXEC_XPORT_MPI || c->xport == EXEC_XPORT_NCCL ||
         (c->xport == EXEC_XPORT_AUTO && exec_mpi_launched())) {
         if (exec_mpi_init(&rank, &size, &e)) {
@@ -935,6 +928,7 @@ static int run_plan(cmd *c)
     po.save = t->save;
     po.mem_budget_bytes = t->mem_budget_bytes;
     po.xport = c->xport;
+    po.mpi_singleton = singleton;
     po.record_mem = c->trace || c->plot;
     po.op_timing = c->calibrate;
     po.own_gpus = c->calibrate;

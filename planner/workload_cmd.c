@@ -666,11 +666,12 @@ static int write_trace(const char *path, const plan_wl_run *r,
     }
     fprintf(f, "{\"displayTimeUnit\": \"ns\", ");
     /* a run simulated in part says so where the trace viewer shows its
-     * metadata: its times are the part's, not the table's */
+     * metadata: its times are the part's, not the table's (each job's
+     * minibatches divided and rounded, at least one) */
     if (part > 1)
-        fprintf(f, "\"otherData\": {\"simulated\": \"1/%.4g of each job's "
-                "minibatches\", \"minibatches_divided_by\": %.6g}, ", part,
-                part);
+        fprintf(f, "\"otherData\": {\"simulated\": \"about 1/%.4g of each "
+                "job's minibatches\", \"minibatches_divided_by\": %.6g}, ",
+                part, part);
     fprintf(f, "\"traceEvents\": [\n");
     static const char *const tname[3] = {"compute", "copy in", "copy out"};
     for (int g = 0; g < r->n_gpus; g++) {
@@ -998,7 +999,8 @@ static int run(wcmd *c, util_err *e)
         snprintf(title, sizeof title, "Sharded-LRTF: jobs over %ss", unit);
         if (divided > 1)
             snprintf(title + strlen(title), sizeof title - strlen(title),
-                     ", 1/%.4g of each job's minibatches simulated", divided);
+                     ", about 1/%.4g of each job's minibatches simulated",
+                     divided);
         int prc = plot_gantt(c->plot, title, unit, ng, n,
                              names, lr.n_seg, sg, sjb, t0, t1, n_cp, cg,
                              cd, cj, c0, c1, e);

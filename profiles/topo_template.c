@@ -498,8 +498,8 @@ int prof_hw_opts_arg(int argc, char **argv, int *i, prof_hw_opts *o,
     static const char *const name[] = {"--host-mem", "--nvme",
                                        "--gpus-per-server", "--pcie-gen"};
     static const char *const want[] = {
-        "a size with its unit, such as 256G (K, M, G or T; from 2M, as a "
-        "hardware file's host_mem_gib from 0.001, to 1024T)",
+        "a size with its unit, such as 256G (K, M, G or T; 0.001G to "
+        "1024T, as a hardware file's host_mem_gib)",
         "a count 0..64, or COUNT:MODEL with MODEL one of the drives sluice "
         "knows (sluice profile list)", "1..64", "3..6"};
     int k = 0;

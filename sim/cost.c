@@ -574,9 +574,10 @@ int sim_state_bytes_check(const prof_model *m, double state, util_err *e)
     if (state <= 0 || state >= 2 * wb) return 0;
     /* (it was taken as the weights' and gradients' alone) */
     return util_errf(e, UTIL_EXIT_USAGE, "state bytes per parameter %g "
-                     "(--state-bytes): %s's %s weights and their gradients "
-                     "alone take %g; the optimizer's state comes on top "
-                     "(Adam in mixed precision: 16 in all)", state,
+                     "(--state-bytes, a plan's state_bytes_per_param): %s's "
+                     "%s weights and their gradients alone take %g; the "
+                     "optimizer's state comes on top (Adam in mixed "
+                     "precision: 16 in all)", state,
                      m->spec.name, prof_dtype_name(m->spec.dtype), 2 * wb);
 }
 
@@ -828,6 +829,10 @@ static void bwd_ws(const prof_model *m, int first, int last, int t, int sp,
             live[k] += add;
             double held = live[k] - (k & 2 ? seg_free[k] - corr : 0);
             if (held + scratch > ws[k]) ws[k] = held + scratch;
+            /* (a segment's first op frees its checkpoint too, as its
+             * backward ends: keep_bytes, not the working set; counted
+             * again once the next segment starts, a checkpoint too many
+             * at most) */
             if ((k & 1) || !waits) {
                 live[k] -= dy + (k & 2 && rec ? 0 : act);
                 if (k & 2 && rec) seg_free[k] += act;

@@ -566,7 +566,8 @@ Test(plan, options_no_layout_takes)
  * not read as every candidate's not fitting (it was: "needs 26 GiB") */
 Test(plan, state_bytes_below_the_weights_and_gradients)
 {
-    cli_expect(2, "state bytes per parameter 2 (--state-bytes): gpt2's fp16 "
-               "weights and their gradients alone take 4", "plan --hw "
+    cli_expect(2, "state bytes per parameter 2 (--state-bytes, a plan's "
+               "state_bytes_per_param): gpt2's fp16 weights and their "
+               "gradients alone take 4", "plan --hw "
                "rtx4090 x1 --model gpt2 --state-bytes 2");
 }

@@ -132,8 +132,8 @@ Test(sim_cli, bad_arguments)
         /* less than the weights and gradients: it was taken as theirs */
         {"--hw rtx2080ti x2 --model gpt-tiny --schedule 1f1b --pp 2 --mbs 1 "
          "--microbatches 4 --state-bytes 2", "state bytes per parameter 2 "
-         "(--state-bytes): gpt-tiny's fp32 weights and their gradients alone "
-         "take 8"},
+         "(--state-bytes, a plan's state_bytes_per_param): gpt-tiny's fp32 "
+         "weights and their gradients alone take 8"},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         cli_result r = cli_run("sim %s", c[i].args);

@@ -648,11 +648,12 @@ Test(sim_offload, tiers_that_cannot_hold_the_states)
     /* a bare number would be bytes: 256 B of host memory */
     cli_expect(2, "--host-mem '256': expected a size with its unit",
                "plan --hw rtx4090 x1 --model gpt2 --host-mem 256");
-    cli_expect(2, "to 1024T)", "plan --hw rtx4090 x1 --model gpt2 "
+    cli_expect(2, "0.001G to 1024T", "plan --hw rtx4090 x1 --model gpt2 "
                "--host-mem 99999999999999999999999T");
     /* as little as a hardware file may say, no less (1K was a host) */
     cli_expect(2, "--host-mem '1K': expected a size with its unit, such as "
-               "256G (K, M, G or T; from 2M", "profile show --hw cpu x2 "
+               "256G (K, M, G or T; 0.001G to 1024T", "profile show --hw "
+               "cpu x2 "
                "--host-mem 1K");
     cli_expect(2, "--sweep-host-mem '128G,,256G': expected", "plan --hw "
                "rtx4090 x1 --model gpt2 --sweep-host-mem 128G,,256G");
