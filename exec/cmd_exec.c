@@ -784,11 +784,14 @@ static void show_banner(void *ctx)
         fprintf(stdout, "sluice exec: %s on %s, plan %s\n", plan->model,
                 plan->hw, c->plan);
         char ft[64];
+        char seq[48] = "";
+        if (plan->seq_len)
+            snprintf(seq, sizeof seq, " of %d tokens", plan->seq_len);
         fprintf(stdout, "schedule %s, pipeline %d x data %d x tensor %d%s, "
-                "microbatch %d x %d%s%s%s%s; AdamW lr %.2e, clip %.2f, "
+                "microbatch %d x %d%s%s%s%s%s; AdamW lr %.2e, clip %.2f, "
                 "seed %llu\n", sim_sched_name(plan->sched), plan->pp, plan->dp,
                 plan->tp, plan->sp && plan->tp > 1 ? " (sequence parallel)" : "",
-                plan->mbs, plan->n_mb,
+                plan->mbs, plan->n_mb, seq,
                 plan->recompute ? ", recomputation " : "",
                 plan->recompute ? sim_recompute_name(plan->recompute) : "",
                 prof_finetune_full(&plan->ft) ? "" : ", fine-tuning ",

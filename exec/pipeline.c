@@ -436,8 +436,10 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
 #define FIELD_ERR(f) \
     (o->plan_path ? sim_plan_field_err(e, o->plan_path, f) \
                   : util_err_prefix(e, "%s", where))
-    if (prof_model_spec_get(p->model, &spec, e) ||
-        exec_gpt_config_from_spec(&spec, &cfg, p->model, e))
+    if (prof_model_spec_get(p->model, &spec, e))
+        return FIELD_ERR("model");
+    if (prof_spec_set_seq(&spec, p->seq_len, e)) return FIELD_ERR("seq_len");
+    if (exec_gpt_config_from_spec(&spec, &cfg, p->model, e))
         return FIELD_ERR("model");
     /* the run is predicted as it runs: every backend computes and keeps
      * its weights in fp32 (a GPU's bf16 peak would price it 10x too

@@ -53,6 +53,9 @@ static void usage(FILE *f)
         "  --dtype fp32|tf32|fp16|bf16  the precision the model trains in\n"
         "                     instead of its spec's (tf32: fp32 with TF32\n"
         "                     products); the plan file keeps it\n"
+        "  --seq N            tokens a sample instead of the model spec's (a\n"
+        "                     fine-tuning's length; at most its learned\n"
+        "                     positions); the plan file keeps it\n"
         "  --reserve SIZE     memory kept per GPU for the framework and allocator\n"
         "                     (default 1G)\n"
         "  --state-bytes N    weights+grads+optimizer bytes per parameter (default 16)\n"
@@ -232,6 +235,13 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             NEED();
             if (prof_math_parse(v, &c->po.math, e)) return -1;
         }
+        else if (!strcmp(a, "--seq")) {
+            NEED();
+            if (util_parse_int(v, 1, PROF_MAX_SEQ, &n))
+                return util_errf(e, UTIL_EXIT_USAGE, "--seq '%s': expected "
+                                 "a token count in [1, %d]", v, PROF_MAX_SEQ);
+            c->po.seq_len = (int)n;
+        }
         else if (!strcmp(a, "--batch")) {
             NEED();
             if (util_parse_int(v, 1, 1 << 24, &n))
@@ -297,7 +307,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--exhaustive", "--sync", "--async", "--time-limit",
                                   "--zero", "--fsdp", "--finetune",
                                   "--sweep-host-mem", "--offload-tier",
-                                  "--dtype", "--chunks"};
+                                  "--dtype", "--chunks", "--seq"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -809,6 +819,7 @@ static int search_modes(cmd *c, const prof_topo *t, const char *hw,
     prof_model_spec spec;
     if (prof_model_spec_get(c->model, &spec, e)) return -1;
     prof_spec_set_math(&spec, c->po.math);
+    if (prof_spec_set_seq(&spec, c->po.seq_len, e)) return -1;
     for (int k = 0; k < c->n_ft && !(c->fallback && *best >= 0); k++) {
         ft_try *x = &tr[k];
         memset(x, 0, sizeof *x);

@@ -126,6 +126,8 @@ typedef struct plan_opts {
     int math;                 /* the precision the model trains in instead
                                * of its spec's (--dtype; prof_math_parse),
                                * 0: the spec's; plans record it */
+    int seq_len;              /* tokens a sample (--seq), 0: the spec's;
+                               * plans record it */
     double time_limit_s;      /* > 0: answer with the best plan found by
                                * then (partitioning takes at most half;
                                * checked between candidates, so a running

@@ -351,6 +351,7 @@ static void plan_skeleton(cand *c, const plan_opts *o, const prof_model *m,
     sim_plan_init(&c->plan);
     c->plan.ft = m->ft;
     c->plan.math = o->math;
+    c->plan.seq_len = o->seq_len;
     snprintf(c->plan.model, sizeof c->plan.model, "%s", model_name);
     snprintf(c->plan.hw, sizeof c->plan.hw, "%s", hw_name);
     c->plan.sched = c->sched;

@@ -695,6 +695,20 @@ void prof_spec_set_math(prof_model_spec *s, int math)
     s->dtype = s->tf32 ? PROF_DT_FP32 : d;
 }
 
+int prof_spec_set_seq(prof_model_spec *s, int seq, util_err *e)
+{
+    if (seq <= 0) return 0;
+    if (s->max_pos && seq > s->max_pos)
+        return util_errf(e, UTIL_EXIT_USAGE, "%d tokens a sample (--seq): "
+                         "%s has %d learned positions (max_pos)", seq,
+                         s->name, s->max_pos);
+    if (seq > PROF_MAX_SEQ)
+        return util_errf(e, UTIL_EXIT_USAGE, "%d tokens a sample (--seq): "
+                         "more than sluice takes (%d)", seq, PROF_MAX_SEQ);
+    s->seq_len = seq;
+    return 0;
+}
+
 prof_model *prof_model_load(const char *name, util_err *e)
 {
     prof_model_spec s;

@@ -610,6 +610,10 @@ int prof_math_parse(const char *s, int *out, util_err *e);
 const char *prof_math_name(int math);
 /* Sets a spec's precision to math (0: leaves it). */
 void prof_spec_set_math(prof_model_spec *s, int math);
+/* Sets a spec's sequence length to seq tokens (0: leaves it; a T5's
+ * decoder keeps its own): at most its learned positions and what sluice
+ * takes, else an error naming --seq (code 2). */
+int prof_spec_set_seq(prof_model_spec *s, int seq, util_err *e);
 /* The model as it runs on topology t: on CPU devices (sluice's CPU
  * executor computes in fp32) a spec in another precision is rebuilt in
  * fp32, so times and bytes are the executor's. Returns m, or the rebuilt

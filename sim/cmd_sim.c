@@ -58,6 +58,9 @@ static void usage(FILE *f)
         "  --dtype fp32|tf32|fp16|bf16  the precision it trains in instead\n"
         "                         of the model spec's (tf32: fp32 with the\n"
         "                         products in TF32 on the tensor cores)\n"
+        "  --seq N                tokens a sample instead of the model spec's\n"
+        "                         (a fine-tuning's length; at most its\n"
+        "                         learned positions)\n"
         "  --minibatches K        minibatches simulated by schedules without\n"
         "                         flush (default 4 + ceil(2 depth / m), so the\n"
         "                         measured steady state is past the fill)\n"
@@ -219,7 +222,8 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             "--chunks", "--schedule-file", "--no-recompute",
             "--sequence-parallel", "--zero", "--fsdp", "--finetune",
             "--offload-tier", "--host-mem", "--nvme", "--gpus-per-server",
-            "--pcie-gen", "--act-swap", "--state-tiers", "--dtype", NULL};
+            "--pcie-gen", "--act-swap", "--state-tiers", "--dtype", "--seq",
+            NULL};
         int hn;
         for (int k = 0; fixed[k]; k++)
             if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
@@ -309,6 +313,10 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             if (need(i, argc, argv, e) ||
                 prof_math_parse(argv[++i], &p->math, e))
                 return -1;
+        } else if (!strcmp(a, "--seq")) {
+            if (need(i, argc, argv, e) ||
+                int_arg(a, argv[++i], 1, PROF_MAX_SEQ, &p->seq_len, e))
+                return -1;
         } else if (!strcmp(a, "--json")) {
             c->json = 1;
         } else if (!strcmp(a, "--ops")) {
@@ -377,7 +385,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 "--measured", "--no-recompute", "--sequence-parallel",
                 "--zero", "--fsdp", "--finetune", "--offload-tier",
                 "--host-mem", "--nvme", "--gpus-per-server", "--pcie-gen",
-                "--act-swap", "--state-tiers", "--ops", "--dtype"};
+                "--act-swap", "--state-tiers", "--ops", "--dtype", "--seq"};
             const char *near = util_closest(a, known, sizeof known / sizeof *known);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",

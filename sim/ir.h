@@ -1025,6 +1025,7 @@ typedef struct sim_plan {
     int math;               /* the precision it trains in instead of the
                              * model spec's (--dtype; prof_math_parse), 0:
                              * the spec's */
+    int seq_len;            /* tokens a sample (--seq), 0: the spec's */
     int waves;
     int tier;               /* offload schedules: sim_tier */
     int swap_ckpt, swap_full; /* and the activations they swap (sim_costs) */

@@ -316,7 +316,10 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
             p->sched_file[0] ? "" : "", p->pp,
             p->n_stages, p->n_stages == 1 ? "" : "s", p->mbs, p->n_mb);
     if (p->dp > 1) fprintf(f, " x dp %d", p->dp);
-    fprintf(f, " = %.0f samples/iteration%s%s", t.samples,
+    fprintf(f, " = %.0f samples", t.samples);
+    /* a length of its own (--seq): said (the spec's goes unsaid) */
+    if (p->seq_len && m) fprintf(f, " of %d tokens", m->spec.seq_len);
+    fprintf(f, "/iteration%s%s",
             p->recompute == SIM_RC_SELECTIVE ? ", selective recompute"
             : p->recompute ? ", recompute" : "",
             p->sp ? ", sequence parallel" : "");

@@ -409,3 +409,58 @@ Test(sim_cli, ops_say_where_each_stage_spends_its_time)
     cli_result_free(&r);
     prof_model_free(m);
 }
+
+/* --seq: a fine-tuning's length instead of the spec's. The header says
+ * it, the plan file keeps it and reads back the same answer, a plan of
+ * sluice plan too, and the executor runs it (its tokens a second are
+ * 32 a sample's worth); past the learned positions it is refused, and
+ * with --plan it is the plan's to fix. */
+Test(sim_cli, a_sequence_length_of_its_own)
+{
+    char *dir = test_tmpdir();
+    cli_result r = cli_run("sim --hw cpu x2 --model gpt-tiny --schedule 1f1b "
+                           "--pp 2 --mbs 2 --microbatches 4 --seq 32 --out "
+                           "%s/s.json", dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "= 8 samples of 32 tokens/iteration"), "%s",
+              r.out);
+    cli_result_free(&r);
+    json_t *a = cli_json("sim --plan %s/s.json --json", dir),
+           *b = cli_json("sim --hw cpu x2 --model gpt-tiny --schedule 1f1b "
+                         "--pp 2 --mbs 2 --microbatches 4 --json");
+    double ta = json_number_value(json_object_get(a, "tokens_per_s")),
+           sa = json_number_value(json_object_get(a, "samples_per_s")),
+           tb = json_number_value(json_object_get(b, "tokens_per_s")),
+           sb = json_number_value(json_object_get(b, "samples_per_s"));
+    cr_expect_float_eq(ta / sa, 32, 1e-6, "%g tokens a sample", ta / sa);
+    cr_expect_float_eq(tb / sb, 64, 1e-6, "%g tokens a sample", tb / sb);
+    cr_expect_gt(sa, sb, "half the tokens, no faster");
+    json_decref(a);
+    json_decref(b);
+    r = cli_run("exec --plan %s/s.json --steps 2 --json", dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *x = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(x, "%s", r.out);
+    double tx = json_number_value(json_object_get(x, "tokens_per_s")),
+           sx = json_number_value(json_object_get(x, "samples_per_s"));
+    cr_expect_float_eq(tx / sx, 32, 1e-6, "%g tokens a sample run", tx / sx);
+    json_decref(x);
+    cli_result_free(&r);
+    r = cli_run("plan --hw cpu x2 --model gpt-tiny --seq 32 --out %s/p.json",
+                dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "samples of 32 tokens"), "%s", r.out);
+    cli_result_free(&r);
+    r = cli_run("sim --plan %s/p.json", dir);
+    cr_expect(r.code == 0 && strstr(r.out, "of 32 tokens/iteration"), "%s%s",
+              r.out, r.err);
+    cli_result_free(&r);
+    cli_expect(2, "--seq cannot be combined with --plan", "sim --plan "
+               "%s/s.json --seq 16", dir);
+    cli_expect(2, "2048 tokens a sample (--seq): gpt2 has 1024 learned "
+               "positions (max_pos)", "plan --hw rtx4090 x1 --model gpt2 "
+               "--seq 2048");
+    cli_expect(2, "--seq '0': expected a token count", "plan --hw rtx4090 x1 "
+               "--model gpt2 --seq 0");
+    test_rm_rf(dir);
+}
