@@ -397,7 +397,16 @@ static json_t *alt_json(const plan_result *r)
         json_object_set_new(j, "samples_per_s", a->feasible ? json_real(a->samples_per_s) : json_null());
         json_object_set_new(j, "iteration_time_s", a->feasible ? json_real(a->iteration_s) : json_null());
         if (a->feasible) {
+            /* the layout whole, as the table's p x d x t */
             json_object_set_new(j, "pp", json_integer(a->plan.pp));
+            json_object_set_new(j, "dp", json_integer(a->plan.dp > 1
+                                                      ? a->plan.dp : 1));
+            json_object_set_new(j, "tp", json_integer(a->plan.tp > 1
+                                                      ? a->plan.tp : 1));
+            if (a->plan.zero)
+                json_object_set_new(j, "zero", json_integer(a->plan.zero));
+            if (a->plan.sched == SIM_SCHED_INTERLEAVED)
+                json_object_set_new(j, "chunks", json_integer(a->plan.chunks));
             json_object_set_new(j, "mbs", json_integer(a->plan.mbs));
             json_object_set_new(j, "microbatches", json_integer(a->plan.n_mb));
             json_object_set_new(j, "recompute",
@@ -491,7 +500,7 @@ static void print_answer(const plan_result *r, const prof_model *m,
            "per replica, recomputation %s%s%s%s\n", sim_sched_name(p->sched), knob,
            p->pp, p->dp, p->tp, p->mbs, p->n_mb,
            p->recompute == SIM_RC_SELECTIVE ? "selective"
-           : p->recompute ? "on" : "off",
+           : p->recompute ? "full" : "off",
            p->sp ? ", sequence parallel" : "", shard,
            sim_sched_async(p->sched) ? " (asynchronous: no flush, stale weights)" : "");
     if (!prof_finetune_full(&m->ft)) {
@@ -600,9 +609,11 @@ static void print_answer(const plan_result *r, const prof_model *m,
         const char *tier = json_string_value(json_object_get(ofl, "tier"));
         printf("offload: model states in %s", !strcmp(tier, "nvme")
                ? "NVMe" : "host DRAM");
-        if (!strcmp(tier, "nvme"))
-            printf(" (%lld drives)", (long long)json_integer_value(
-                       json_object_get(ofl, "drives")));
+        if (!strcmp(tier, "nvme")) {
+            long long nd = (long long)json_integer_value(
+                json_object_get(ofl, "drives"));
+            printf(" (%lld drive%s)", nd, nd == 1 ? "" : "s");
+        }
         if (p->dp > 1)
             printf(", partitioned over %d data-parallel GPUs", p->dp);
         printf(", host DRAM %s of %s; busy:", util_fmt_bytes(

@@ -1359,12 +1359,26 @@ static void choose_best(search *s)
         else
             snprintf(need, sizeof need, "no split of it fits a GPU");
         snprintf(have, sizeof have, "%.1f GiB", g->mem_bytes / gib);
+        /* full training's model states alone, spread over every GPU (as
+         * ZeRO-3 over all of them would), past what a GPU holds: no
+         * recomputation or batch helps */
+        double state = s->o->state_bytes_per_param > 0
+                     ? s->o->state_bytes_per_param : 16;
+        double spread = s->m->params * state / s->t->n_gpus;
+        int states = prof_finetune_full(&s->m->ft) &&
+                     spread + r->reserve_bytes > g->mem_bytes;
+        char st[200] = "";
+        if (states)
+            snprintf(st, sizeof st, "; its model states alone (%g bytes a "
+                     "parameter) take %.1f GiB a GPU even spread over all "
+                     "%d, so recomputation and the batch cannot help",
+                     state, spread / gib, s->t->n_gpus);
         snprintf(r->advice, sizeof r->advice,
                  "%s does not fit %d x %s: %s (with the %.1f GiB reserve); "
-                 "%s has %s; try more GPUs, recomputation, a smaller "
-                 "batch%s%s%s",
+                 "%s has %s%s; try more GPUs%s%s%s%s",
                  s->m->spec.name, s->t->n_gpus, g->name, need,
-                 r->reserve_bytes / gib, g->name, have,
+                 r->reserve_bytes / gib, g->name, have, st,
+                 states ? "" : ", recomputation, a smaller batch",
                  offload_mask(s->o, s->t) ? "" : ", or offload",
                  prof_finetune_full(&s->m->ft)
                  ? ", or train fewer parameters (--finetune lora:16, "

@@ -571,3 +571,23 @@ Test(plan, state_bytes_below_the_weights_and_gradients)
                "gradients alone take 4", "plan --hw "
                "rtx4090 x1 --model gpt2 --state-bytes 2");
 }
+
+/* Where full training's model states alone, spread over every GPU, pass
+ * a GPU's memory, the advice says so and leaves out recomputation and a
+ * smaller batch, which cannot help (it offered them); where they fit,
+ * it offers them */
+Test(plan, advice_when_the_model_states_alone_do_not_fit)
+{
+    cli_result r = cli_run("plan --hw rtx3090 x2 --model llama2-13b "
+                           "--finetune full --host-mem 8G");
+    cr_expect_eq(r.code, 2, "%s", r.err);   /* the host given is short */
+    cr_expect(strstr(r.err, "its model states alone (16 bytes a parameter) "
+                     "take 97.0 GiB a GPU even spread over all 2") &&
+              !strstr(r.err, "recomputation, a smaller batch"), "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("plan --hw rtx2080ti x4 --model gpt2 --batch 4096 "
+                "--mbs 4096 --finetune full --host-mem 8G");
+    cr_expect_neq(r.code, 0);
+    cr_expect(strstr(r.err, "recomputation, a smaller batch"), "%s", r.err);
+    cli_result_free(&r);
+}
