@@ -716,7 +716,8 @@ static void print_answer(const plan_result *r, const prof_model *m,
     printf("\nlower bound: %s per iteration (all model FLOPs spread over %d %s "
            "at %.0f%% of %s's peak); the chosen plan is %.2fx the bound\n",
            util_fmt_time(r->lower_bound_s, tmp, sizeof tmp), t->n_gpus,
-           cpu ? "devices" : "GPUs",
+           t->n_gpus == 1 ? (cpu ? "device" : "GPU")
+                          : (cpu ? "devices" : "GPUs"),
            100 * g->eff.gemm_max, g->name, it / r->lower_bound_s);
     printf("search: %ld candidates, %ld simulated, %ld pruned by bounds, %.2f s\n",
            r->candidates, r->simulated, r->pruned, r->seconds);
