@@ -279,6 +279,11 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
     json_t *caps = od ? json_object_get(od, "capacity_bytes") : NULL;
     const char *sched = od ? json_string_value(json_object_get(od, "schedule"))
                            : NULL;
+    /* a schedule without a flush is simulated over several minibatches,
+     * each an iteration of the report */
+    json_int_t nmb = od ? json_integer_value(json_object_get(od,
+                                                             "minibatches"))
+                        : 0;
     /* label boxes wide enough to read */
     FILE *tf = open_memstream(&tbuf, &tlen);
     fprintf(tf, "# x_center_ms y half_width half_height rgb label\n");
@@ -311,9 +316,13 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
     /* every name and title as a quoted gnuplot string: a prefix may hold
      * quotes, newlines or backquotes, none of which may become commands */
     char *qt = plot_quote(tdat, 1), *qm = plot_quote(mdat, 1), *qo;
-    char title[128];
+    char title[160];
     snprintf(title, sizeof title, "pipeline timeline%s%s", sched ? ": " : "",
              sched ? sched : "");
+    if (nmb > 1)
+        snprintf(title + strlen(title), sizeof title - strlen(title),
+                 " (%lld minibatches, each an iteration: no flush)",
+                 (long long)nmb);
     char *qtitle = plot_quote(title, 0);
     fprintf(gf, "# gnuplot on this script draws the plots again; sluice "
             "sets sluice_tmp\n# to draw them beside their names first\n"

@@ -128,7 +128,8 @@ int sim_trace_write(const char *path, const sim_ir *ir, const sim_result *r,
         }
     }
     fprintf(f, "\n], \"otherData\": {\"schedule\": \"%s\", \"devices\": %d, "
-            "\"capacity_bytes\": [", ir->schedule, ir->n_devices);
+            "\"minibatches\": %d, \"capacity_bytes\": [", ir->schedule,
+            ir->n_devices, ir->n_minibatches);
     for (int d = 0; d < ir->n_devices; d++)
         fprintf(f, "%s%.0f", d ? ", " : "", c ? c->dev_capacity[d] : 0.0);
     fprintf(f, "]}}\n");

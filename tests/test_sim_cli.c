@@ -266,6 +266,22 @@ Test(sim_cli, trace_and_plot)
     cr_assert_not_null(gp);
     cr_expect(strstr(gp, "set ylabel 'MiB'") &&
               strstr(gp, "using 1:($2*1024) with steps"), "%s", gp);
+    /* one flushed iteration: its title says nothing more */
+    cr_expect(strstr(gp, "set title \"pipeline timeline: 1f1b\" "), "%s", gp);
+    free(gp);
+    /* a schedule without a flush draws several minibatches, each an
+     * iteration of the report: its title says so (it read as one
+     * iteration five times as long) */
+    cli_result r2 = cli_run("sim --hw rtx2080ti x4 --model gpt-mini "
+                            "--schedule 2bw --pp 4 --mbs 2 --microbatches 6 "
+                            "--minibatches 5 --plot %s/a", dir);
+    cr_assert_eq(r2.code, 0, "%s", r2.err);
+    cli_result_free(&r2);
+    snprintf(p, sizeof p, "%s/a.gp", dir);
+    gp = slurp(p);
+    cr_assert_not_null(gp);
+    cr_expect(strstr(gp, "pipeline timeline: 2bw (5 minibatches, each an "
+                     "iteration: no flush)"), "%s", gp);
     free(gp);
     const char *rest[] = {"t.json", "p-timeline.dat", "p-memory.dat", "p.gp"};
     for (int i = 0; i < 4; i++) {
@@ -289,7 +305,8 @@ Test(sim_cli, trace_and_plot)
     cr_expect(cap == 11 && top > 1.05 * cap, "axis to %g, capacity %g", top,
               cap);
     free(gp);
-    cr_assert_eq(sh_run("rm -f %s/c-* %s/c.gp", dir, dir), 0);
+    cr_assert_eq(sh_run("rm -f %s/c-* %s/c.gp %s/a-* %s/a.gp", dir, dir, dir,
+                        dir), 0);
     rmdir(dir);
     free(dir);
 }
