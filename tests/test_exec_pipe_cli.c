@@ -126,6 +126,34 @@ Test(exec_cli_pipe, json_compares_with_sim_key_by_key)
     test_rm_rf(dir);
 }
 
+/* `sluice sim --hw cpu x2 --model MODEL --pp 2 --mbs 2 --microbatches 4
+ * --schedule SCHED --recompute RC` run for 2 steps: each device's peak,
+ * measured (m) and the run's own prediction (p). */
+static void run_peaks(const char *dir, const char *model, const char *sched,
+                      const char *rc, double m[2], double p[2])
+{
+    cli_result r = cli_run("sim --hw cpu x2 --model %s --schedule %s --pp 2 "
+                           "--mbs 2 --microbatches 4 --recompute %s --out "
+                           "%s/%s-%s.json", model, sched, rc, dir, sched, rc);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("exec --plan %s/%s-%s.json --steps 2 --json", dir, sched, rc);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j);
+    json_t *md = json_object_get(j, "devices"),
+           *pd = json_object_get(json_object_get(j, "predicted"), "devices");
+    cr_assert_eq(json_array_size(md), 2);
+    for (size_t d = 0; d < 2; d++) {
+        m[d] = json_number_value(json_object_get(json_array_get(md, d),
+                                                 "peak_mem_bytes"));
+        p[d] = json_number_value(json_object_get(json_array_get(pd, d),
+                                                 "peak_mem_bytes"));
+    }
+    json_decref(j);
+    cli_result_free(&r);
+}
+
 /* Recomputation as the simulator counts it: every mode's measured peak
  * per device within 8% of the prediction (the executor's records and
  * scratch are not in it), full recomputation's no more than 1.5% under
@@ -143,36 +171,15 @@ static void recompute_memory(const char *model)
     const char *modes[] = {"none", "selective", "full"};
     double peak0[3], sim0[3];
     for (int k = 0; k < 3; k++) {
-        cli_result r = cli_run("sim --hw cpu x2 --model %s --schedule "
-                               "1f1b --pp 2 --mbs 2 --microbatches 4 "
-                               "--recompute %s --out %s/%s.json", model,
-                               modes[k], dir, modes[k]);
-        cr_assert_eq(r.code, 0, "%s", r.err);
-        cli_result_free(&r);
-        r = cli_run("exec --plan %s/%s.json --steps 2 --json", dir, modes[k]);
-        cr_assert_eq(r.code, 0, "%s", r.err);
-        json_t *j = json_loads(r.out, 0, NULL);
-        cr_assert_not_null(j);
-        json_t *md = json_object_get(j, "devices"),
-               *pd = json_object_get(json_object_get(j, "predicted"),
-                                     "devices");
-        cr_assert_eq(json_array_size(md), 2);
-        for (size_t d = 0; d < 2; d++) {
-            double m = json_number_value(json_object_get(
-                       json_array_get(md, d), "peak_mem_bytes")),
-                   p = json_number_value(json_object_get(
-                       json_array_get(pd, d), "peak_mem_bytes"));
-            cr_expect(p > 0 && fabs(m / p - 1) < 0.08 &&
-                      (k < 2 || m / p > 0.985), "%s, recompute %s, "
-                      "device %zu: measured %.0f, simulated %.0f bytes",
-                      model, modes[k], d, m, p);
-            if (!d) {
-                peak0[k] = m;
-                sim0[k] = p;
-            }
-        }
-        json_decref(j);
-        cli_result_free(&r);
+        double m[2], p[2];
+        run_peaks(dir, model, "1f1b", modes[k], m, p);
+        for (int d = 0; d < 2; d++)
+            cr_expect(p[d] > 0 && fabs(m[d] / p[d] - 1) < 0.08 &&
+                      (k < 2 || m[d] / p[d] > 0.985), "%s, recompute %s, "
+                      "device %d: measured %.0f, simulated %.0f bytes",
+                      model, modes[k], d, m[d], p[d]);
+        peak0[k] = m[0];
+        sim0[k] = p[0];
     }
     cr_expect(sim0[2] < sim0[1] && sim0[1] < sim0[0], "%s simulated: full "
               "%.0f, selective %.0f, none %.0f", model, sim0[2], sim0[1],
@@ -197,30 +204,15 @@ Test(exec_cli_pipe, recomputation_memory_is_the_simulators)
 static void split_recompute_memory(const char *model)
 {
     char *dir = test_tmpdir();
-    cli_result r = cli_run("sim --hw cpu x2 --model %s --schedule zb-h1 "
-                           "--pp 2 --mbs 2 --microbatches 4 --recompute full "
-                           "--out %s/z.json", model, dir);
-    cr_assert_eq(r.code, 0, "%s", r.err);
-    cli_result_free(&r);
-    r = cli_run("exec --plan %s/z.json --steps 2 --json", dir);
-    cr_assert_eq(r.code, 0, "%s", r.err);
-    json_t *j = json_loads(r.out, 0, NULL);
-    cr_assert_not_null(j);
-    json_t *md = json_object_get(j, "devices"),
-           *pd = json_object_get(json_object_get(j, "predicted"), "devices");
-    double lo = 2;
-    for (size_t d = 0; d < 2; d++) {
-        double m = json_number_value(json_object_get(json_array_get(md, d),
-                                                     "peak_mem_bytes")),
-               p = json_number_value(json_object_get(json_array_get(pd, d),
-                                                     "peak_mem_bytes"));
-        cr_expect(p > 0 && m / p > 0.97 && m / p < 1.08, "%s, device %zu: "
-                  "measured %.0f, simulated %.0f bytes", model, d, m, p);
-        lo = fmin(lo, m / p);
+    double m[2], p[2], lo = 2;
+    run_peaks(dir, model, "zb-h1", "full", m, p);
+    for (int d = 0; d < 2; d++) {
+        cr_expect(p[d] > 0 && m[d] / p[d] > 0.97 && m[d] / p[d] < 1.08,
+                  "%s, device %d: measured %.0f, simulated %.0f bytes",
+                  model, d, m[d], p[d]);
+        lo = fmin(lo, m[d] / p[d]);
     }
     cr_expect_lt(lo, 1.04, "%s: both devices over the prediction", model);
-    json_decref(j);
-    cli_result_free(&r);
     test_rm_rf(dir);
 }
 
