@@ -836,10 +836,27 @@ static int run_plan(cmd *c)
     util_err e = {0};
     int rank = 0, size = 1, mpi = 0, rc = 0;
     /* under mpirun every rank runs this; rank 0 speaks */
-    /* (a plan of one worker runs so; more are said where the plan is
-     * known) */
+    /* MPI asked for outside mpirun starts one rank of its own: a plan of
+     * one worker runs so; one of more is told to start under mpirun,
+     * before MPI starts (a plan that does not load is said below) */
     int singleton = (c->xport == EXEC_XPORT_MPI ||
                      c->xport == EXEC_XPORT_NCCL) && !exec_mpi_launched();
+    if (singleton) {
+        sim_plan q;
+        sim_plan_init(&q);
+        util_err qe;
+        long w = sim_plan_load(c->plan, &q, &qe) ? 1
+               : (long)q.pp * (q.dp > 1 ? q.dp : 1) * (q.tp > 1 ? q.tp : 1);
+        sim_plan_free(&q);
+        if (w > 1) {
+            fprintf(stderr, "sluice exec: --transport %s runs a rank per "
+                    "worker, started by mpirun, and this process was not: "
+                    "mpirun -np %ld sluice exec ... (or leave --transport "
+                    "out to run in-process)\n",
+                    c->xport == EXEC_XPORT_NCCL ? "nccl" : "mpi", w);
+            return UTIL_EXIT_USAGE;
+        }
+    }
     if (c->xport == EXEC_XPORT_MPI || c->xport == EXEC_XPORT_NCCL ||
         (c->xport == EXEC_XPORT_AUTO && exec_mpi_launched())) {
         if (exec_mpi_init(&rank, &size, &e)) {
@@ -931,7 +948,6 @@ static int run_plan(cmd *c)
     po.save = t->save;
     po.mem_budget_bytes = t->mem_budget_bytes;
     po.xport = c->xport;
-    po.mpi_singleton = singleton;
     po.record_mem = c->trace || c->plot;
     po.op_timing = c->calibrate;
     po.own_gpus = c->calibrate;

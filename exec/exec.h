@@ -674,9 +674,6 @@ typedef struct exec_pipe_opts {
      * comes after what refuses it */
     void (*on_start)(void *ctx);
     void *on_start_ctx;
-    /* MPI asked for in a process mpirun did not start (one rank of its
-     * own): a plan of more workers is told to start under mpirun */
-    int mpi_singleton;
 } exec_pipe_opts;
 
 /* What a run measured. Times are ns since the run began, per epoch (a

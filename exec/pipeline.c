@@ -668,15 +668,6 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (mpi) {
         if (exec_mpi_init(&rank, &size, e)) goto out;
         /* before any rank sets up a device the plan does not have */
-        if (size != rt.n_workers && o->mpi_singleton) {
-            util_errf(e, UTIL_EXIT_USAGE, "--transport %s runs a rank per "
-                      "worker, started by mpirun, and this process was not: "
-                      "mpirun -np %d sluice exec ... (or leave --transport "
-                      "out to run in-process)",
-                      o->xport == EXEC_XPORT_NCCL ? "nccl" : "mpi",
-                      rt.n_workers);
-            goto out;
-        }
         if (size != rt.n_workers) {
             char tpw[64] = "";
             if (rt.tp > 1)
