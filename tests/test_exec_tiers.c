@@ -329,8 +329,11 @@ static void host_vs_sim(const char *mdl, int first, int n_plans)
          * statistics, the loss's per token); and the tier threads stamp
          * their tasks a little apart from when their buffers come and
          * go, so on a loaded machine one transfer's buffer may be
-         * counted across an instant the executor had already passed:
-         * the count may exceed the peak by one such buffer */
+         * counted across an instant the executor had already passed, or
+         * held past its task's end: the count may miss the peak by one
+         * such buffer either way (a clean clone's run under load read
+         * 8667136 bytes measured against 8426752 counted, one transfer
+         * 3158016) */
         double slack = 0;
         for (int id = 0; id < b.n_tasks; id++) {
             const sim_task *t = &b.ir->tasks[id];
@@ -344,7 +347,7 @@ static void host_vs_sim(const char *mdl, int first, int n_plans)
         double align = 4.0 * b.costs->n_model_stages * EXEC_TFILE_ALIGN;
         cr_log_info("%s: %s: host peak %.0f bytes measured, %.0f counted",
                     mdl, plans[k], b.tier_host_peak, most);
-        cr_expect(b.tier_host_peak <= most + 0.02 * most + align &&
+        cr_expect(b.tier_host_peak <= most + 0.02 * most + align + slack &&
                       b.tier_host_peak >= most - 0.02 * most - slack,
                   "%s: host peak %.0f bytes, counted %.0f (one transfer "
                   "%.0f, blocks %.0f)", plans[k], b.tier_host_peak, most,
