@@ -326,6 +326,18 @@ int exec_ckpt_load(const char *path, exec_gpt *m, exec_ckpt_meta *meta,
                                 e);
 }
 
+/* The error for a checkpoint at path of config have where want was asked
+ * for (code 2). */
+static int other_model(const char *path, const exec_gpt_config *have,
+                       const exec_gpt_config *want, util_err *e)
+{
+    char a[256], b[256];
+    cfg_str(have, a, sizeof a);
+    cfg_str(want, b, sizeof b);
+    return util_errf(e, UTIL_EXIT_USAGE, "%s: checkpoint of another model "
+                     "(%s), the model asked for is %s", path, a, b);
+}
+
 int exec_ckpt_load_state(const char *path, const exec_gpt_config *c,
                          float *params, float *adam_m, float *adam_v,
                          exec_ckpt_meta *meta, util_err *e)
@@ -338,14 +350,8 @@ int exec_ckpt_load_state(const char *path, const exec_gpt_config *c,
     exec_tensor tt[EXEC_P_COUNT];
     size_t P = exec_gpt_param_table(c, tt);
     if (memcmp(&meta->cfg, c, sizeof *c) || h.n_params != P) {
-        char a[256], b[256];
-        cfg_str(&meta->cfg, a, sizeof a);
-        cfg_str(c, b, sizeof b);
         free(buf);
-        return util_errf(e, UTIL_EXIT_USAGE,
-                         "%s: checkpoint of another model (%s), the model "
-                         "asked for is %s",
-                         path, a, b);
+        return other_model(path, &meta->cfg, c, e);
     }
     memcpy(params, buf + h.header_bytes, P * sizeof(float));
     if (adam_m)
@@ -532,13 +538,7 @@ int exec_lora_ckpt_missing(const char *ckpt, const exec_gpt_config *c,
     if (!access(lp, F_OK)) return 0;
     exec_ckpt_meta m;
     if (exec_ckpt_peek(ckpt, &m, e)) return -1;
-    if (memcmp(&m.cfg, c, sizeof *c)) {
-        char a[256], b[256];
-        cfg_str(&m.cfg, a, sizeof a);
-        cfg_str(c, b, sizeof b);
-        return util_errf(e, UTIL_EXIT_USAGE, "%s: checkpoint of another "
-                         "model (%s), the model asked for is %s", ckpt, a, b);
-    }
+    if (memcmp(&m.cfg, c, sizeof *c)) return other_model(ckpt, &m.cfg, c, e);
     /* (a checkpoint does not say whether a LoRA run merged it) */
     return util_errf(e, UTIL_EXIT_USAGE, "--resume %s: no LoRA state lies "
                      "beside it (%s, which --save writes beside a LoRA or "
