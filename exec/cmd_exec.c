@@ -773,11 +773,10 @@ static void show_banner(void *ctx)
     FILE *out = b->out;
     int mpi = b->mpi, unclipped = b->unclipped;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int devs = plan->pp * (plan->dp > 1 ? plan->dp : 1) *
-               (plan->tp > 1 ? plan->tp : 1);
+    long devs = sim_plan_gpus(plan);
     if (out && !mpi && po->backend == &exec_backend_cpu && cores > 0 &&
         devs > cores)
-        fprintf(stderr, "sluice exec: warning: %d workers on %ld cores run "
+        fprintf(stderr, "sluice exec: warning: %ld workers on %ld cores run "
                 "oversubscribed; timings will not be one core's per device\n",
                 devs, cores);
     if (out && !t->json) {
@@ -845,8 +844,7 @@ static int run_plan(cmd *c)
         sim_plan q;
         sim_plan_init(&q);
         util_err qe;
-        long w = sim_plan_load(c->plan, &q, &qe) ? 1
-               : (long)q.pp * (q.dp > 1 ? q.dp : 1) * (q.tp > 1 ? q.tp : 1);
+        long w = sim_plan_load(c->plan, &q, &qe) ? 1 : sim_plan_gpus(&q);
         sim_plan_free(&q);
         if (w > 1) {
             fprintf(stderr, "sluice exec: --transport %s runs a rank per "
@@ -1038,7 +1036,7 @@ static int run_plan(cmd *c)
             printf("saved %s at step %d\n", t->save, at);
         /* the report takes the whole run in: each piece's steps and step
          * times */
-        if (out) exec_pieces_add(&pieces, &r, c->warm);
+        if (out) exec_pieces_add(&pieces, &r);
         exec_pipe_result_free(&r);
         memset(&r, 0, sizeof r);
         t->resume = po.resume = t->save;

@@ -774,24 +774,22 @@ void exec_pipe_result_free(exec_pipe_result *r);
 /* How a run is reported (exec_pipe_report). */
 /* The pieces --save-every cut a run into (each resumed from the one
  * before's checkpoint, its workers started anew) before the last: their
- * steps and the step times each measured past its warm-up, which the
- * last piece's report takes in. */
+ * steps, and the times of those timed with where each stands in its
+ * piece, which the last piece's report takes in (leaving each piece's
+ * first --warm out). */
 typedef struct exec_pieces {
     int n;                      /* pieces kept */
     int step_first;             /* global index of their first step */
     int n_steps;
     double *loss, *grad_norm;   /* per step */
-    int64_t *iv;                /* step times (ns) past each piece's
-                                 * warm-up */
-    int n_iv;
-    int first_measured;         /* its global step (1-based); 0: none */
-    int64_t *all;               /* every step's time, warm-ups too */
-    int n_all;
+    int n_timed;
+    int64_t *step_ns;           /* per timed step: its time (ns), */
+    int *step;                  /* its global index (0-based), */
+    int *pos;                   /* its place in its piece (0: first) */
 } exec_pieces;
 
-/* Adds the piece run r (flushed schedules only) as its report would
- * measure it, leaving out its first warm steps (-1: 1). */
-void exec_pieces_add(exec_pieces *p, const exec_pipe_result *r, int warm);
+/* Adds the piece run r (a flushed schedule's). */
+void exec_pieces_add(exec_pieces *p, const exec_pipe_result *r);
 void exec_pieces_free(exec_pieces *p);
 
 typedef struct exec_report_opts {

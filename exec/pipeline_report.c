@@ -48,8 +48,6 @@ typedef struct meas {
     int64_t iter_med, iter_min, iter_max;
     int first, last;            /* steps measured (1-based, global) */
     int n_iter;
-    int64_t *step_ns;           /* every epoch's step time (flushed) */
-    int n_steps;
     int warm_all;               /* --warm left no step: all are measured */
     int pieces;                 /* --save-every's pieces pooled (0: one run) */
     int pieces_cold;            /* ...each no longer than --warm: all their
@@ -59,7 +57,7 @@ typedef struct meas {
 static void meas_free(meas *m)
 {
     free(m->start); free(m->end); free(m->fstart); free(m->tp);
-    free(m->dev); free(m->inflight); free(m->mem); free(m->step_ns);
+    free(m->dev); free(m->inflight); free(m->mem);
 }
 
 /* Microbatches in flight per stage: F starts against backward ends. */
@@ -103,6 +101,25 @@ static int timed_epochs(const exec_pipe_result *r)
     return !r->async && r->steps_run < r->epochs ? r->steps_run : r->epochs;
 }
 
+/* A flushed run's epochs: where each began and ended (ns since the run
+ * began), and each step's time, the first from its epoch's start, the
+ * others end to end. */
+static void epoch_times(const exec_pipe_result *r, int E, int64_t *begs,
+                        int64_t *ends, int64_t *step_ns)
+{
+    for (int ep = 0; ep < E; ep++) {
+        begs[ep] = INT64_MAX;
+        ends[ep] = 0;
+        for (int id = 0; id < r->n_tasks; id++) {
+            const int64_t *t = exec_pipe_times(r, ep, id);
+            if (t[0] < 0) continue;
+            if (t[0] < begs[ep]) begs[ep] = t[0];
+            if (t[1] > ends[ep]) ends[ep] = t[1];
+        }
+        step_ns[ep] = ep ? ends[ep] - ends[ep - 1] : ends[0] - begs[0];
+    }
+}
+
 /* before: the earlier pieces of a run cut by --save-every, whose step
  * times are pooled with this one's (NULL: none) */
 static void measure(const exec_pipe_result *r, int warm,
@@ -116,58 +133,48 @@ static void measure(const exec_pipe_result *r, int warm,
     int64_t *iv = NULL;
     int pick = 0;
     if (!r->async) {
-        for (int ep = 0; ep < E; ep++) {
-            begs[ep] = INT64_MAX;
-            for (int id = 0; id < n; id++) {
-                const int64_t *t = exec_pipe_times(r, ep, id);
-                if (t[0] < 0) continue;
-                if (t[0] < begs[ep]) begs[ep] = t[0];
-                if (t[1] > ends[ep]) ends[ep] = t[1];
-            }
+        int64_t *ns = util_malloc(sizeof *ns * (size_t)(E + 1));
+        epoch_times(r, E, begs, ends, ns);
+        /* the steps measured: each piece's past its warm-up (its workers
+         * start anew; this run is the last piece), or, where no piece
+         * has such, every step */
+        int nb = before ? before->n_timed : 0;
+        iv = util_malloc(sizeof *iv * (size_t)(nb + E + 1));
+        int ni = 0, first = -1;
+        for (int pass = 0; pass < 2 && !ni; pass++) {
+            for (int k = 0; k < nb; k++)
+                if (pass || before->pos[k] >= warm) {
+                    if (first < 0) first = before->step[k];
+                    iv[ni++] = before->step_ns[k];
+                }
+            for (int ep = 0; ep < E; ep++)
+                if (pass || ep >= warm) {
+                    if (first < 0) first = r->step_first + ep;
+                    iv[ni++] = ns[ep];
+                }
+            m->warm_all = pass && warm > 0;
         }
-        int w0 = E > warm ? warm : 0;
-        m->warm_all = warm > 0 && E <= warm;
-        m->step_ns = util_malloc(sizeof *m->step_ns * (size_t)(E + 1));
-        for (int ep = 0; ep < E; ep++)
-            m->step_ns[ep] = ep ? ends[ep] - ends[ep - 1] : ends[0] - begs[0];
-        m->n_steps = E;
-        int ne = E - w0;
-        iv = util_malloc(sizeof *iv * (size_t)(ne + 1));
-        memcpy(iv, m->step_ns + w0, sizeof *iv * (size_t)ne);
-        m->first = r->step_first + w0 + 1;
+        spread(iv, ni, &m->iter_med, &m->iter_min, &m->iter_max);
+        m->n_iter = ni;
+        m->first = first + 1;
         m->last = r->step_first + E;
-        m->n_iter = ne;
         if (before && before->n > 0) {
-            /* the earlier pieces' steps first, then this one's: each
-             * piece's past its warm-up where any piece has such; else
-             * (pieces no longer than --warm) all of them */
-            int sn = E > warm ? E - warm : 0, cold = !before->n_iv && !sn;
-            int nb = cold ? before->n_all : before->n_iv, na = cold ? E : sn;
-            int64_t *all = util_malloc(sizeof *all * (size_t)(nb + na + 1));
-            memcpy(all, cold ? before->all : before->iv,
-                   sizeof *all * (size_t)nb);
-            memcpy(all + nb, m->step_ns + (cold ? 0 : warm),
-                   sizeof *all * (size_t)na);
-            spread(all, nb + na, &m->iter_med, &m->iter_min, &m->iter_max);
-            free(all);
             m->pieces = before->n + 1;
-            m->pieces_cold = cold;
-            m->first = cold ? before->step_first + 1
-                     : before->n_iv ? before->first_measured
-                                    : r->step_first + warm + 1;
-            m->n_iter = nb + na;
-        } else {
-            spread(iv, ne, &m->iter_med, &m->iter_min, &m->iter_max);
+            m->pieces_cold = m->warm_all;
+            m->warm_all = 0;
         }
-        /* the epoch drawn and broken down: this run's nearest the median */
+        /* the epoch drawn and broken down: this run's nearest the median
+         * of those measured (all of its, where none of its is) */
+        int w0 = E > warm ? warm : 0;
         int64_t best = INT64_MAX;
-        for (int k = 0; k < ne; k++) {
-            int64_t dd = llabs(iv[k] - m->iter_med);
+        for (int ep = w0; ep < E; ep++) {
+            int64_t dd = llabs(ns[ep] - m->iter_med);
             if (dd < best) {
                 best = dd;
-                pick = w0 + k;
+                pick = ep;
             }
         }
+        free(ns);
         m->t0 = begs[pick];
     } else {
         /* one epoch: minibatch k completes when its last task ends */
@@ -303,12 +310,10 @@ static json_t *steps_json(const exec_pipe_opts *o, const exec_pipe_result *r,
     return a;
 }
 
-void exec_pieces_add(exec_pieces *p, const exec_pipe_result *r, int warm)
+void exec_pieces_add(exec_pieces *p, const exec_pipe_result *r)
 {
-    meas m;
-    measure(r, warm >= 0 ? warm : 1, NULL, &m);
+    int E = timed_epochs(r), n = p->n_steps + r->steps_run;
     if (!p->n_steps) p->step_first = r->step_first;
-    int n = p->n_steps + r->steps_run;
     p->loss = util_realloc(p->loss, sizeof *p->loss * (size_t)(n + 1));
     p->grad_norm = util_realloc(p->grad_norm,
                                 sizeof *p->grad_norm * (size_t)(n + 1));
@@ -317,26 +322,31 @@ void exec_pieces_add(exec_pieces *p, const exec_pipe_result *r, int warm)
     memcpy(p->grad_norm + p->n_steps, r->grad_norm, sizeof *p->grad_norm *
            (size_t)r->steps_run);
     p->n_steps = n;
-    /* its steps past its warm-up (a fresh start of the workers), and all
-     * of them */
-    int w = warm >= 0 ? warm : 1, E = m.n_steps, sn = E > w ? E - w : 0;
-    p->iv = util_realloc(p->iv, sizeof *p->iv * (size_t)(p->n_iv + sn + 1));
-    memcpy(p->iv + p->n_iv, m.step_ns + (E - sn), sizeof *p->iv * (size_t)sn);
-    if (sn && !p->n_iv) p->first_measured = r->step_first + w + 1;
-    p->n_iv += sn;
-    p->all = util_realloc(p->all, sizeof *p->all * (size_t)(p->n_all + E + 1));
-    memcpy(p->all + p->n_all, m.step_ns, sizeof *p->all * (size_t)E);
-    p->n_all += E;
+    /* its timed steps: their times, and where each stands in the piece */
+    int64_t *b = util_malloc(sizeof *b * (size_t)(E + 1)),
+            *en = util_malloc(sizeof *en * (size_t)(E + 1));
+    int t = p->n_timed + E;
+    p->step_ns = util_realloc(p->step_ns, sizeof *p->step_ns * (size_t)(t + 1));
+    p->step = util_realloc(p->step, sizeof *p->step * (size_t)(t + 1));
+    p->pos = util_realloc(p->pos, sizeof *p->pos * (size_t)(t + 1));
+    epoch_times(r, E, b, en, p->step_ns + p->n_timed);
+    for (int ep = 0; ep < E; ep++) {
+        p->step[p->n_timed + ep] = r->step_first + ep;
+        p->pos[p->n_timed + ep] = ep;
+    }
+    p->n_timed = t;
     p->n++;
-    meas_free(&m);
+    free(b);
+    free(en);
 }
 
 void exec_pieces_free(exec_pieces *p)
 {
     free(p->loss);
     free(p->grad_norm);
-    free(p->iv);
-    free(p->all);
+    free(p->step_ns);
+    free(p->step);
+    free(p->pos);
     memset(p, 0, sizeof *p);
 }
 

@@ -628,16 +628,16 @@ static int run(int argc, char **argv, util_err *e)
                       sim_sched_name(p.sched), p.pp);
             goto out;
         }
-        if ((long)p.pp * p.dp * p.tp > tp->n_gpus) {
+        if (sim_plan_gpus(&p) > tp->n_gpus) {
             util_errf(e, UTIL_EXIT_USAGE, "--dp %d x --pp %d x --tp %d = %ld "
                       "GPUs but %s has %d GPUs", p.dp, p.pp, p.tp,
-                      (long)p.pp * p.dp * p.tp, tp->name, tp->n_gpus);
+                      sim_plan_gpus(&p), tp->name, tp->n_gpus);
             goto out;
         }
         /* on the command line, a pipeline on part of a server is asked
          * for: the plan says so */
-        if ((long)p.pp * p.dp * p.tp < tp->n_gpus)
-            p.gpus_used = p.pp * p.dp * p.tp;
+        if (sim_plan_gpus(&p) < tp->n_gpus)
+            p.gpus_used = (int)sim_plan_gpus(&p);
         sim_plan_stages(&p, S);
         const char *part = c.partition ? c.partition
                          : sim_sched_offload(p.sched) ? "even" : "balanced";

@@ -1129,6 +1129,8 @@ sim_cost_opts sim_plan_cost_opts(const sim_plan *p);
  * in range, schedule constraints) and its GPUs: dp*pp*tp GPUs, exactly as
  * many as the topology has, or fewer when the plan says so in gpus_used
  * (dp and tp 1 only). */
+/* The GPUs (devices, workers) a plan runs on: dp x pp x tp. */
+long sim_plan_gpus(const sim_plan *p);
 int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
                    util_err *e);
 /* The same; field (n bytes) gets the plan file's field an error is about

@@ -233,9 +233,9 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     p->chunks = (int)v;
     v = 0;
     if (util_jint(&r, "gpus_used", 0, 1, 65536, &v, e)) goto out;
-    if (v && v != (long)p->pp * p->dp * p->tp) {
+    if (v && v != sim_plan_gpus(p)) {
         util_jerr(e, &r, "gpus_used", "%ld, but dp %d x pp %d x tp %d = %ld",
-                  v, p->dp, p->pp, p->tp, (long)p->pp * p->dp * p->tp);
+                  v, p->dp, p->pp, p->tp, sim_plan_gpus(p));
         goto out;
     }
     p->gpus_used = (int)v;
@@ -401,11 +401,16 @@ out:
 /* The plan file's field an error of sim_plan_check is about. */
 #define AT(...) snprintf(field, nfield, __VA_ARGS__)
 
+long sim_plan_gpus(const sim_plan *p)
+{
+    return (long)p->pp * (p->dp > 1 ? p->dp : 1) * (p->tp > 1 ? p->tp : 1);
+}
+
 int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
                       char *field, size_t nfield, util_err *e)
 {
     if (nfield) field[0] = 0;
-    long ngpu = (long)p->pp * p->dp * p->tp;
+    long ngpu = sim_plan_gpus(p);
     /* the GPU counts: what they are checked against is the hw's */
     if (ngpu > n_gpus) {
         AT("hw");
@@ -547,7 +552,7 @@ int sim_plan_check_topo(const sim_plan *p, const prof_topo *t, util_err *e)
                          "%s has %d GPUs per server, and tensor parallelism "
                          "stays inside one", p->tp, t->name,
                          t->gpus_per_server);
-    long used = (long)p->pp * p->dp * p->tp;
+    long used = sim_plan_gpus(p);
     for (long g0 = 0; p->tp > 1 && g0 + p->tp <= used && g0 + p->tp <= t->n_gpus;
          g0 += p->tp) {
         int a = t->nodes[t->gpu_node[g0]].server;
