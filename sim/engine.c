@@ -641,6 +641,16 @@ static int span_cmp(const void *x, const void *y)
     return (p->a > q->a) - (p->a < q->a);
 }
 
+/* Appends span [a, b] to *v (n of cap; grows it). */
+static void span_push(span **v, int *n, int *cap, int64_t a, int64_t b)
+{
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        *v = util_realloc(*v, sizeof **v * (size_t)*cap);
+    }
+    (*v)[(*n)++] = (span){a, b};
+}
+
 /* The length of the union of spans v[0..n) inside [t0, t1] (sorts v). */
 static int64_t union_len(span *v, int n, int64_t t0, int64_t t1)
 {
@@ -743,13 +753,9 @@ static void stats_times(const sim_ir *ir, const int64_t *start,
                 t->comm != SIM_COMM_DP)
                 busy[t->comm] += clip_len((fstart ? fstart : start)[id], end[id], t0, t1);
             if ((t->kind == SIM_SEND || t->kind == SIM_RECV) &&
-                t->comm == SIM_COMM_DP) {
-                if (ndps == cdps) {
-                    cdps = cdps ? 2 * cdps : 64;
-                    dps = util_realloc(dps, sizeof *dps * (size_t)cdps);
-                }
-                dps[ndps++] = (span){(fstart ? fstart : start)[id], end[id]};
-            }
+                t->comm == SIM_COMM_DP)
+                span_push(&dps, &ndps, &cdps, (fstart ? fstart : start)[id],
+                          end[id]);
             if (t->stream != SIM_STREAM_COMPUTE) continue;
             int64_t len = clip_len(start[id], end[id], t0, t1);
             /* tensor-parallel all-reduces inside the task (pro rata when
@@ -778,13 +784,7 @@ static void stats_times(const sim_ir *ir, const int64_t *start,
                     if (b > dend) dend = b;
                 }
                 xd = clip_len(gs, dend, t0, t1);
-                if (xd > 0) {
-                    if (ndps == cdps) {
-                        cdps = cdps ? 2 * cdps : 64;
-                        dps = util_realloc(dps, sizeof *dps * (size_t)cdps);
-                    }
-                    dps[ndps++] = (span){gs, dend};
-                }
+                if (xd > 0) span_push(&dps, &ndps, &cdps, gs, dend);
                 /* a pipeline transfer, or a tied table's copy from
                  * another stage: while it moves (after the ring's wait,
                  * not counted twice); before, the device waits for that
