@@ -39,9 +39,7 @@ int plan_capacity(int hw_n, char **hw, const prof_hw_opts *ho,
     int nc = parse_counts(gpus, counts, 32, e);
     if (nc < 0) return -1;
     prof_model_spec spec;
-    if (prof_model_spec_get(model, &spec, e)) return -1;
-    prof_spec_set_math(&spec, po->math);
-    if (prof_spec_set_seq(&spec, po->seq_len, e)) return -1;
+    if (plan_model_spec(model, po, &spec, e)) return -1;
     prof_model *m = prof_model_build(&spec, e);
     if (!m) return -1;
     if (prof_model_finetune(m, ft, e)) {

@@ -461,9 +461,10 @@ static void print_answer(const plan_result *r, const prof_model *m,
     print_cut_short(r, limit_s, stdout);
     /* CPU devices are cores, not GPUs */
     int cpu = prof_topo_gpu(t, 0)->form == PROF_FORM_CPU;
+    const char *unit = prof_topo_unit(t);
     printf("  batch %d samples of %d tokens; %.2f GiB per %s reserved for the "
            "framework and allocator\n", r->batch, m->spec.seq_len,
-           gib(r->reserve_bytes), cpu ? "device" : "GPU");
+           gib(r->reserve_bytes), unit);
     if (p->math)
         printf("  trains in %s (--dtype)\n", prof_math_name(p->math));
     prof_dtype mt = prof_spec_math(&m->spec);
@@ -550,8 +551,7 @@ static void print_answer(const plan_result *r, const prof_model *m,
            util_fmt_time(it, tmp, sizeof tmp),
            json_number_value(json_object_get(rep, "samples_per_s")),
            json_number_value(json_object_get(rep, "tokens_per_s")),
-           json_number_value(json_object_get(rep, "tflops_per_gpu")),
-           cpu ? "device" : "GPU",
+           json_number_value(json_object_get(rep, "tflops_per_gpu")), unit,
            100 * json_number_value(json_object_get(rep, "mfu")), 100 * bmean);
     json_t *un = json_object_get(rep, "unaligned_gemms");
     for (size_t i = 0; i < json_array_size(un); i++) {
@@ -713,11 +713,10 @@ static void print_answer(const plan_result *r, const prof_model *m,
                100 * (r->alt[fa].samples_per_s /
                       r->alt[r->best].samples_per_s - 1));
     const prof_gpu *g = prof_topo_gpu(t, 0);
-    printf("\nlower bound: %s per iteration (all model FLOPs spread over %d %s "
-           "at %.0f%% of %s's peak); the chosen plan is %.2fx the bound\n",
-           util_fmt_time(r->lower_bound_s, tmp, sizeof tmp), t->n_gpus,
-           t->n_gpus == 1 ? (cpu ? "device" : "GPU")
-                          : (cpu ? "devices" : "GPUs"),
+    printf("\nlower bound: %s per iteration (all model FLOPs spread over %d "
+           "%s%s at %.0f%% of %s's peak); the chosen plan is %.2fx the bound\n",
+           util_fmt_time(r->lower_bound_s, tmp, sizeof tmp), t->n_gpus, unit,
+           t->n_gpus == 1 ? "" : "s",
            100 * g->eff.gemm_max, g->name, it / r->lower_bound_s);
     printf("search: %ld candidates, %ld simulated, %ld pruned by bounds, %.2f s\n",
            r->candidates, r->simulated, r->pruned, r->seconds);
@@ -829,9 +828,7 @@ static int search_modes(cmd *c, const prof_topo *t, const char *hw,
     *best = -1;
     *n_tr = 0;
     prof_model_spec spec;
-    if (prof_model_spec_get(c->model, &spec, e)) return -1;
-    prof_spec_set_math(&spec, c->po.math);
-    if (prof_spec_set_seq(&spec, c->po.seq_len, e)) return -1;
+    if (plan_model_spec(c->model, &c->po, &spec, e)) return -1;
     for (int k = 0; k < c->n_ft && !(c->fallback && *best >= 0); k++) {
         ft_try *x = &tr[k];
         memset(x, 0, sizeof *x);

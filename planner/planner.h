@@ -185,6 +185,12 @@ typedef struct plan_result {
     char note[1400];          /* said above the answer ("": nothing) */
 } plan_result;
 
+/* Model `model`'s spec as the options train it: in their precision
+ * (--dtype) and sequence length (--seq). Error, code 2: an unknown model
+ * or a length it cannot take. */
+int plan_model_spec(const char *model, const plan_opts *po,
+                    prof_model_spec *s, util_err *e);
+
 /* Searches the plan space for model m on topology t. model_name and
  * hw_name are what the plan file records. Returns 0 (r->found may be 0
  * when nothing fits; r->advice says why) or -1 on bad input. */

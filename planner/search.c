@@ -1478,6 +1478,14 @@ static plan_opts opts_after(const plan_opts *o, double spent)
     return x;
 }
 
+int plan_model_spec(const char *model, const plan_opts *po,
+                    prof_model_spec *s, util_err *e)
+{
+    if (prof_model_spec_get(model, s, e)) return -1;
+    prof_spec_set_math(s, po->math);
+    return prof_spec_set_seq(s, po->seq_len, e);
+}
+
 int plan_search(const prof_model *m, const prof_topo *t, const char *model_name,
                 const char *hw_name, const plan_opts *o, plan_result *r,
                 util_err *e)

@@ -225,9 +225,7 @@ int plan_sweep_host_mem(int hw_n, char **hw, const prof_hw_opts *ho,
     int n = parse_sizes(sizes, mem, e);
     if (n < 0) return -1;
     prof_model_spec shape;
-    if (prof_model_spec_get(model, &shape, e)) return -1;
-    prof_spec_set_math(&shape, po->math);
-    if (prof_spec_set_seq(&shape, po->seq_len, e)) return -1;
+    if (plan_model_spec(model, po, &shape, e)) return -1;
     if (shape.dec_layers > 0)
         return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem grows a "
                          "model by its layers: %s has an encoder and a "

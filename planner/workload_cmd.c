@@ -442,8 +442,7 @@ static int baselines(wl_prep *P, int n, const prof_topo *t,
                      util_err *e)
 {
     int ng = t->n_gpus;
-    const char *unit = prof_topo_gpu(t, 0)->form == PROF_FORM_CPU ? "device"
-                                                                   : "GPU";
+    const char *unit = prof_topo_unit(t);
     int sizes[8], ns = 0;
     for (int g = ng; g >= 1; g /= 2)
         if (ng % g == 0 && ns < 8) sizes[ns++] = g;
@@ -759,8 +758,7 @@ static int run(wcmd *c, util_err *e)
     plan_wl_run lr = {0};
     const prof_gpu *gp = prof_topo_gpu(t, 0);
     /* CPU devices are cores, not GPUs */
-    int cpu = gp->form == PROF_FORM_CPU;
-    const char *unit = cpu ? "device" : "GPU";
+    const char *unit = prof_topo_unit(t);
     double lb = 0, hostcap = prof_topo_server_dram(t, 0), scale = 1;
     double divided = 1; /* > 1: each job's minibatches divided by it */
     if (!rc) {
@@ -901,8 +899,9 @@ static int run(wcmd *c, util_err *e)
         }
         printf("\n");
         util_table *tb = util_table_new(7);
-        const char *h[] = {"policy", "makespan", "x bound",
-                           cpu ? "device util" : "GPU util",
+        char uh[32];
+        snprintf(uh, sizeof uh, "%s util", unit);
+        const char *h[] = {"policy", "makespan", "x bound", uh,
                            "util min..max", "host DRAM peak", "PCIe traffic"};
         for (int i = 0; i < 7; i++) util_table_col(tb, i, h[i], i ? 'r' : 'l');
         for (int k = 0; k < 6; k++) {

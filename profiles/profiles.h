@@ -314,6 +314,9 @@ int prof_topo_gpu_host_mem(const prof_topo *t, int g);
 int prof_topo_gpu_nvme(const prof_topo *t, int g);
 /* Host DRAM of a server: its DRAM nodes' capacity summed, bytes. */
 double prof_topo_server_dram(const prof_topo *t, int server);
+/* What a device of t is called: "device" (CPU cores standing for
+ * devices) or "GPU"; "s" makes the plural. */
+const char *prof_topo_unit(const prof_topo *t);
 /* The NVMe drives of server `server`. */
 int prof_topo_server_drives(const prof_topo *t, int server);
 

@@ -411,6 +411,12 @@ int prof_topo_gpu_nvme(const prof_topo *t, int g)
     return t->x->gpu_nvme[g];
 }
 
+const char *prof_topo_unit(const prof_topo *t)
+{
+    return t->n_gpus > 0 && prof_topo_gpu(t, 0)->form == PROF_FORM_CPU
+           ? "device" : "GPU";
+}
+
 double prof_topo_server_dram(const prof_topo *t, int server)
 {
     double c = 0;
