@@ -558,21 +558,30 @@ Test(zero, cpu_rings_pay_the_receivers_fold)
     }
 }
 
-/* A device's data-parallel collectives are in flight at least as long
- * as its compute waits on them: the wait (for the replicas to join, each
- * step's latency) is theirs too (GPT-2 XL over 16 A100s read 23.0 ms in
- * flight and 29.9 exposed, sends alone counted) */
+/* A device's data-parallel collectives are in flight while any of its
+ * ring steps moves or its compute waits on one (for the replicas to
+ * join, each step's latency). Unsharded, at pp 1, the ring runs after
+ * the last backward with little beside it: in flight is what the
+ * compute waits, within 10% (7% over on devices 7 and 15, each
+ * server's last; sends alone read 23.0 ms in flight against 29.9
+ * exposed for GPT-2 XL over 16 A100s). ZeRO-3's gathers overlap the
+ * compute: most of them hidden, and the spans' union within the
+ * iteration. */
 Test(zero, in_flight_covers_exposed)
 {
     for (int z = 0; z <= 3; z += 3) {
         zrun r;
         zsim("gpt2-xl", "a100-sxm-80gb", 16, SIM_SCHED_1F1B, 1, 16, 1, 8, z,
              0, 0, &r);
-        for (int d = 0; d < r.n_devices && d < 64; d++)
-            cr_expect_geq(r.dev[d].comm_busy_ns[SIM_COMM_DP],
-                          r.dev[d].comm_exp_ns[SIM_COMM_DP], "zero %d, "
-                          "device %d: in flight %lld ns, exposed %lld", z, d,
-                          (long long)r.dev[d].comm_busy_ns[SIM_COMM_DP],
-                          (long long)r.dev[d].comm_exp_ns[SIM_COMM_DP]);
+        for (int d = 0; d < r.n_devices && d < 64; d++) {
+            double busy = (double)r.dev[d].comm_busy_ns[SIM_COMM_DP],
+                   exp = (double)r.dev[d].comm_exp_ns[SIM_COMM_DP];
+            cr_expect(busy >= exp && (z ? busy > 2 * exp &&
+                                              busy <= r.iteration_ns
+                                        : busy <= 1.1 * exp),
+                      "zero %d, device %d: in flight %.0f ns, exposed %.0f, "
+                      "iteration %lld", z, d, busy, exp,
+                      (long long)r.iteration_ns);
+        }
     }
 }
