@@ -68,8 +68,10 @@ int plot_gantt(const char *prefix, const char *title, const char *unit,
     if (!qd) return -1;
     char *qt = plot_quote(title, 0);
     plot_script_begin(&t);
+    /* tall enough for the rows' label (two rows clipped it) */
+    int h = 160 + 40 * n_gpus < 340 ? 340 : 160 + 40 * n_gpus;
     for (int f = 0; f < 2; f++) {
-        plot_script_image(&t, f, 1100, 160 + 40 * n_gpus, prefix, "gantt");
+        plot_script_image(&t, f, 1100, h, prefix, "gantt");
         plot_text_add(&t, "set title %s noenhanced\nset xlabel 'time (s)'\n"
                       "set ylabel '%s (thin: copies in, then out)'\nset "
                       "yrange [%g:-0.6]\nset "
