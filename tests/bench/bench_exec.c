@@ -10,7 +10,8 @@
  * base in NF4), and all but the last two blocks frozen,
  * each measured and simulated. Then sharded data parallelism: 1F1B on
  * the two devices as two data-parallel ranks (pp 1, microbatch 2 x 4)
- * with ZeRO 0 to 3, each measured and simulated. Then the two devices as
+ * with ZeRO 0 to 3, each measured and simulated. Recomputation (none,
+ * selective, full) under 1F1B and ZB-H1 on two stages. Then the two devices as
  * one tensor-parallel group, with and without sequence parallelism. One
  * run: compare the rows of one table, not tables. */
 #include <math.h>
@@ -38,15 +39,24 @@ static exec_adamw adamw(void)
  * device's peak (a tensor-parallel group's: rank 0's, per GPU),
  * measured and simulated for the run's own IR; the first row is the one
  * the others are compared with. */
-static int row(const char *model, const prof_topo *t, const char *ft,
-               int pp, int zero, int tp, int sp, double *full, double *worst,
-               util_err *e)
+typedef struct rowspec {
+    const char *ft;
+    sim_sched sched;
+    int pp, zero, tp, sp, rc;
+    const char *label;          /* the row's name (NULL: from the rest) */
+} rowspec;
+
+static int row(const char *model, const prof_topo *t, const rowspec *rs,
+               double *full, double *worst, util_err *e)
 {
+    const char *ft = rs->ft;
+    int pp = rs->pp, zero = rs->zero, tp = rs->tp, sp = rs->sp;
     sim_plan p;
     sim_plan_init(&p);
     snprintf(p.model, sizeof p.model, "%s", model);
     snprintf(p.hw, sizeof p.hw, "cpu x2");
-    p.sched = SIM_SCHED_1F1B;
+    p.sched = rs->sched;
+    p.recompute = rs->rc;
     p.pp = pp;
     p.dp = 2 / (pp * tp);
     p.tp = tp;
@@ -98,6 +108,7 @@ static int row(const char *model, const prof_topo *t, const char *ft,
     prof_finetune_name(&p.ft, name, sizeof name);
     if (tp > 1) snprintf(name, sizeof name, "tp %d%s", tp, sp ? " + sp" : "");
     else if (pp == 1) snprintf(name, sizeof name, "zero %d", zero);
+    if (rs->label) snprintf(name, sizeof name, "%s", rs->label);
     printf("%-12s %8.2f %8.2f %6.3f %5.2fx %7.2f %7.2f %6.3f", name, v[0],
            v[1], v[0] / v[1], v[0] / full[0], v[2] / 1048576, v[3] / 1048576,
            v[2] / v[3]);
@@ -220,10 +231,36 @@ int main(int argc, char **argv)
            "sim", "m/s");
     const char *fts[] = {"full", "lora:8", "qlora:8", "frozen:4"};
     double full[6] = {0}, worst = 0;
-    for (int i = 0; i < 4; i++)
-        if (row(model, t, fts[i], 2, 0, 1, 0, full, &worst, &e))
+    for (int i = 0; i < 4; i++) {
+        rowspec rs = {fts[i], SIM_SCHED_1F1B, 2, 0, 1, 0, SIM_RC_NONE, NULL};
+        if (row(model, t, &rs, full, &worst, &e))
             printf("%-12s failed: %s\n", fts[i], e.msg);
+    }
     peaks_goal(worst, "");
+    /* recomputation as the executor runs it: a layer at a time, each
+     * op freeing what its recompute brought back; under ZB-H1's split
+     * backward the inputs a W reads stay to it */
+    printf("\nrecomputation %s, pp 2, microbatch 2 x 4 (samples/s; peak MiB "
+           "per device)\n", model);
+    printf("%-12s %8s %8s %6s %6s %7s %7s %6s %7s %7s %6s\n", "schedule",
+           "measured", "sim", "m/s", "/none", "dev0", "sim", "m/s", "dev1",
+           "sim", "m/s");
+    worst = 0;
+    const sim_sched rsch[] = {SIM_SCHED_1F1B, SIM_SCHED_ZBH1};
+    const int rcs[] = {SIM_RC_NONE, SIM_RC_SELECTIVE, SIM_RC_FULL};
+    const char *rcn[] = {"none", "sel", "full"};
+    for (int k = 0; k < 2; k++) {
+        double r0[6] = {0};
+        for (int i = 0; i < 3; i++) {
+            char lab[32];
+            snprintf(lab, sizeof lab, "%s/%s", sim_sched_name(rsch[k]),
+                     rcn[i]);
+            rowspec rs = {"full", rsch[k], 2, 0, 1, 0, rcs[i], lab};
+            if (row(model, t, &rs, r0, &worst, &e))
+                printf("%-12s failed: %s\n", sim_sched_name(rsch[k]), e.msg);
+        }
+    }
+    peaks_goal(worst, " (recomputation)");
     printf("\nsharded data parallelism %s, 1f1b dp 2, microbatch 2 x 4 "
            "(samples/s; peak MiB per device)\n", model);
     printf("%-12s %8s %8s %6s %6s %7s %7s %6s %7s %7s %6s\n", "ZeRO",
@@ -235,9 +272,11 @@ int main(int argc, char **argv)
      * holds ZeRO-2 and 3 (a whole gradient per microbatch, a stage's
      * weights gathered: sim_cost_opts.whole_shards), not FSDP's two
      * layers `sluice sim` prices (exec/README.md) */
-    for (int z = 0; z <= 3; z++)
-        if (row(model, t, "full", 1, z, 1, 0, z0, &worst, &e))
+    for (int z = 0; z <= 3; z++) {
+        rowspec rs = {"full", SIM_SCHED_1F1B, 1, z, 1, 0, SIM_RC_NONE, NULL};
+        if (row(model, t, &rs, z0, &worst, &e))
             printf("zero %d       failed: %s\n", z, e.msg);
+    }
     peaks_goal(worst, " (ZeRO 0 to 3)");
     /* a decoder, BERT's encoder (its masked-LM transform on a rank's
      * tokens under sequence parallelism) and T5 (the cross-attention's
@@ -251,9 +290,11 @@ int main(int argc, char **argv)
         printf("%-12s %8s %8s %6s %6s %7s %7s %6s\n", "layout", "measured",
                "sim", "m/s", "/tp", "dev0", "sim", "m/s");
         double t0[6] = {0};
-        for (int sp = 0; sp < 2; sp++)
-            if (row(tpm[k], t, "full", 1, 0, 2, sp, t0, &worst, &e))
+        for (int sp = 0; sp < 2; sp++) {
+            rowspec rs = {"full", SIM_SCHED_1F1B, 1, 0, 2, sp, SIM_RC_NONE, NULL};
+            if (row(tpm[k], t, &rs, t0, &worst, &e))
                 printf("tp 2%-8s failed: %s\n", sp ? " + sp" : "", e.msg);
+        }
     }
     peaks_goal(worst, " (tensor and sequence parallel)");
     plan_result_free(&pr);
