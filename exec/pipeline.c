@@ -455,8 +455,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (prof_model_finetune(r->model, &p->ft, e)) return FIELD_ERR("finetune");
 #undef FIELD_ERR
     char pfield[64];
-    if (sim_plan_check_at(p, r->model, r->topo->n_gpus, pfield,
-                          sizeof pfield, e))
+    if (sim_plan_check_at(p, r->model, r->topo->n_gpus,
+                          prof_topo_unit(r->topo), pfield, sizeof pfield, e))
         return o->plan_path && pfield[0]
                    ? sim_plan_field_err(e, o->plan_path, pfield)
                    : util_err_prefix(e, "%s", where);

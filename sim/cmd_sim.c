@@ -676,7 +676,8 @@ static int run(int argc, char **argv, util_err *e)
         p.n_minibatches = sim_default_minibatches(p.sched, p.pp, p.n_stages,
                                                   p.n_mb);
     char pfield[64];
-    if (sim_plan_check_at(&p, m, tp->n_gpus, pfield, sizeof pfield, e)) {
+    if (sim_plan_check_at(&p, m, tp->n_gpus, prof_topo_unit(tp), pfield,
+                          sizeof pfield, e)) {
         if (c.plan_file && pfield[0])
             sim_plan_field_err(e, c.plan_file, pfield);
         else if (c.plan_file)

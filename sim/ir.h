@@ -1133,10 +1133,11 @@ sim_cost_opts sim_plan_cost_opts(const sim_plan *p);
 long sim_plan_gpus(const sim_plan *p);
 int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
                    util_err *e);
-/* The same; field (n bytes) gets the plan file's field an error is about
- * ("stages[2].ops", "tp"; "" when none), for sim_plan_field_err. */
+/* The same, its messages counting in unit (prof_topo_unit: "GPU" or
+ * "device"); field (n bytes) gets the plan file's field an error is
+ * about ("stages[2].ops", "tp"; "" when none), for sim_plan_field_err. */
 int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
-                      char *field, size_t n, util_err *e);
+                      const char *unit, char *field, size_t n, util_err *e);
 int sim_plan_check_topo(const sim_plan *p, const prof_topo *t, util_err *e);
 /* The plan's paths (model, hw, schedule file) as JSON takes them: valid
  * UTF-8, else an error (exit code 2) naming the path. */

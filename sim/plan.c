@@ -407,7 +407,8 @@ long sim_plan_gpus(const sim_plan *p)
 }
 
 int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
-                      char *field, size_t nfield, util_err *e)
+                      const char *unit, char *field, size_t nfield,
+                      util_err *e)
 {
     if (nfield) field[0] = 0;
     long ngpu = sim_plan_gpus(p);
@@ -415,8 +416,8 @@ int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
     if (ngpu > n_gpus) {
         AT("hw");
         return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
-                         "GPUs but the server has %d", p->dp, p->pp, p->tp,
-                         ngpu, n_gpus);
+                         "%ss but the server has %d", p->dp, p->pp, p->tp,
+                         ngpu, unit, n_gpus);
     }
     /* (an offload schedule's ranks may take part of a server: they
      * share its host, one GPU each) */
@@ -425,9 +426,9 @@ int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
           p->gpus_used == ngpu)) {
         AT("hw");
         return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
-                         "GPUs, not the %d of the server: data and tensor "
-                         "parallelism use every GPU (layout dp-pp-tp)",
-                         p->dp, p->pp, p->tp, ngpu, n_gpus);
+                         "%ss, not the %d of the server: data and tensor "
+                         "parallelism use every %s (layout dp-pp-tp)",
+                         p->dp, p->pp, p->tp, ngpu, unit, n_gpus, unit);
     }
     /* A plan for a server uses all of it, as the planner makes them; one
      * edited to a larger server would run on part of it unnoticed. */
@@ -440,10 +441,10 @@ int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
     if (!p->gpus_used && ngpu != n_gpus) {
         AT("hw");
         return util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld "
-                         "GPUs, not the %d of the server: a plan uses every "
-                         "GPU of its server (set dp, pp or hw to match, or "
+                         "%ss, not the %d of the server: a plan uses every "
+                         "%s of its server (set dp, pp or hw to match, or "
                          "add \"gpus_used\": %ld to run on part of it)",
-                         p->dp, p->pp, p->tp, ngpu, n_gpus, ngpu);
+                         p->dp, p->pp, p->tp, ngpu, unit, n_gpus, unit, ngpu);
     }
     AT("tp");
     if (sim_tp_heads_check(m, p->tp, "tp", e)) return -1;
@@ -542,7 +543,7 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
                    util_err *e)
 {
     char f[8];
-    return sim_plan_check_at(p, m, n_gpus, f, 0, e);
+    return sim_plan_check_at(p, m, n_gpus, "GPU", f, 0, e);
 }
 
 int sim_plan_check_topo(const sim_plan *p, const prof_topo *t, util_err *e)

@@ -738,14 +738,15 @@ Test(exec_cli_pipe, bad_plans_say_why)
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "cut.json:"), "%s", r.err);
     cli_result_free(&r);
-    /* a server too small for the plan's GPUs: the hw is named, whose
-     * count they are checked against; a field the file leaves to its
-     * default is said to be one */
+    /* a server too small for the plan's devices: the hw is named, whose
+     * count they are checked against, and its cores are called devices
+     * (a field the file leaves to its default is said to be one) */
     sh_run("sed 's/\"hw\": \"cpu x2\"/\"hw\": \"cpu x1\"/' %s/p.json > "
            "%s/small.json", dir, dir);
-    cli_expect(2, "small.json:", "exec --plan %s/small.json --steps 2", dir);
-    cli_expect(2, "field 'hw': dp 1 x pp 2 x tp 1 = 2 GPUs but the server "
-               "has 1", "sim --plan %s/small.json", dir);
+    cli_expect(2, "field 'hw': dp 1 x pp 2 x tp 1 = 2 devices but the "
+               "server has 1", "exec --plan %s/small.json --steps 2", dir);
+    cli_expect(2, "field 'hw': dp 1 x pp 2 x tp 1 = 2 devices but the "
+               "server has 1", "sim --plan %s/small.json", dir);
     /* nothing to run: said before the plan is read */
     r = cli_run("exec --plan %s/p.json --steps 0", dir);
     cr_expect_eq(r.code, 2);
