@@ -35,6 +35,9 @@ Test(model, parameter_counts_match_published)
     expect_params("opt-1.3b", 1315758080, 0);
     expect_params("llama2-13b", 13015864320, 0);
     expect_params("llama2-70b", 68976648192, 0);
+    /* Hugging Face's meta-llama/Meta-Llama-3-8B and -70B */
+    expect_params("llama3-8b", 8030261248, 0);
+    expect_params("llama3-70b", 70553706496, 0);
     /* BERT's 335,141,888 is the encoder with its pooler; the masked-LM
      * head adds its transform and output bias (0.3%). */
     expect_params("bert-large", 335141888, 0.01);
@@ -152,6 +155,7 @@ Test(model, hugging_face_configs)
         {"tests/data/hf/t5-3b/config.json", "t5-3b", 2851598336, 1},
         {"tests/data/hf/llama-2-7b-hf/config.json", "Llama-2-7b-hf", 6738415616, 0},
         {"tests/data/hf/opt-1.3b/config.json", "opt-1.3b", 1315758080, 1},
+        {"tests/data/hf/meta-llama-3-8b/config.json", "meta-llama-3-8b", 8030261248, 0},
         {"tests/data/hf/t5-tiny/config.json", "t5-tiny", -1, 0},
         {"tests/data/hf/gpt2-tiny/config.json", "gpt2-tiny", -1, 0},
         {"tests/data/hf/t5-tiny/v11/config.json", "v11", 65984, 0},
@@ -169,6 +173,22 @@ Test(model, hugging_face_configs)
             cr_expect_eq(m->spec.dtype, PROF_DT_BF16);
         prof_model_free(m);
     }
+}
+
+/* A zoo entry is the model its published config.json builds: Llama 3's
+ * grouped-query attention and 128256-token vocabulary both ways. */
+Test(model, zoo_llama3_is_its_hugging_face_config)
+{
+    prof_model *z = load("llama3-8b");
+    prof_model *h = load("tests/data/hf/meta-llama-3-8b/config.json");
+    cr_expect_eq(z->params, h->params);
+    cr_expect_eq(z->n_ops, h->n_ops);
+    cr_expect_eq(z->spec.kv_heads, 8);
+    cr_expect_eq(h->spec.kv_heads, 8);
+    cr_expect_eq(z->spec.seq_len, h->spec.seq_len);
+    cr_expect_eq(prof_model_train_flops(z, 0), prof_model_train_flops(h, 0));
+    prof_model_free(z);
+    prof_model_free(h);
 }
 
 Test(model, every_zoo_model_builds_consistently)
