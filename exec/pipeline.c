@@ -439,6 +439,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     if (prof_model_spec_get(p->model, &spec, e))
         return FIELD_ERR("model");
     if (prof_spec_set_seq(&spec, p->seq_len, e)) return FIELD_ERR("seq_len");
+    prof_spec_set_flash(&spec, p->flash);
     if (exec_gpt_config_from_spec(&spec, &cfg, p->model, e))
         return FIELD_ERR("model");
     /* the run is predicted as it runs: every backend computes and keeps

@@ -56,6 +56,11 @@ static void usage(FILE *f)
         "  --seq N            tokens a sample instead of the model spec's (a\n"
         "                     fine-tuning's length; at most its learned\n"
         "                     positions); the plan file keeps it\n"
+        "  --flash-attn, --no-flash-attn  attention as one fused kernel that\n"
+        "                     keeps no scores (FlashAttention, PyTorch's\n"
+        "                     fused attention), or as its separate ops,\n"
+        "                     instead of as the model spec says; the plan\n"
+        "                     file keeps it\n"
         "  --reserve SIZE     memory kept per GPU for the framework and allocator\n"
         "                     (default 1G)\n"
         "  --state-bytes N    weights+grads+optimizer bytes per parameter (default 16)\n"
@@ -242,6 +247,8 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                  "a token count in [1, %d]", v, PROF_MAX_SEQ);
             c->po.seq_len = (int)n;
         }
+        else if (!strcmp(a, "--flash-attn")) c->po.flash = 1;
+        else if (!strcmp(a, "--no-flash-attn")) c->po.flash = -1;
         else if (!strcmp(a, "--batch")) {
             NEED();
             if (util_parse_int(v, 1, 1 << 24, &n))
@@ -307,7 +314,8 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--exhaustive", "--sync", "--async", "--time-limit",
                                   "--zero", "--fsdp", "--finetune",
                                   "--sweep-host-mem", "--offload-tier",
-                                  "--dtype", "--chunks", "--seq"};
+                                  "--dtype", "--chunks", "--seq",
+                                  "--flash-attn", "--no-flash-attn"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -467,6 +475,24 @@ static void print_answer(const plan_result *r, const prof_model *m,
            gib(r->reserve_bytes), unit);
     if (p->math)
         printf("  trains in %s (--dtype)\n", prof_math_name(p->math));
+    if (p->flash < 0)
+        printf("  attention as separate ops, its scores kept "
+               "(--no-flash-attn)\n");
+    else if (m->spec.flash_attn)
+        printf("  attention fused, no scores kept (%s)\n",
+               p->flash > 0 ? "--flash-attn"
+                            : "the model spec's; --no-flash-attn unfuses it");
+    else {
+        /* unfused as the spec says: said where a microbatch's scores of
+         * one layer take a sixteenth of a device or more */
+        double sc = (double)m->spec.heads * m->spec.seq_len *
+                    m->spec.seq_len * prof_dtype_bytes(m->spec.dtype) * p->mbs;
+        if (sc >= r->capacity_bytes / 16)
+            printf("  attention as separate ops (the model spec's): a "
+                   "layer's scores take %.2f GiB a microbatch;\n  "
+                   "--flash-attn prices it fused, as FlashAttention runs "
+                   "it\n", gib(sc));
+    }
     prof_dtype mt = prof_spec_math(&m->spec);
     const prof_gpu *fb = prof_topo_dtype_fallback(t, mt);
     /* T5 1.1 (Flan-T5) was trained in bf16 and overflows fp16: its

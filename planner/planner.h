@@ -128,6 +128,9 @@ typedef struct plan_opts {
                                * 0: the spec's; plans record it */
     int seq_len;              /* tokens a sample (--seq), 0: the spec's;
                                * plans record it */
+    int flash;                /* attention fused (1, --flash-attn) or not
+                               * (-1), 0: as the spec says; plans record
+                               * it */
     double time_limit_s;      /* > 0: answer with the best plan found by
                                * then (partitioning takes at most half;
                                * checked between candidates, so a running

@@ -352,6 +352,7 @@ static void plan_skeleton(cand *c, const plan_opts *o, const prof_model *m,
     c->plan.ft = m->ft;
     c->plan.math = o->math;
     c->plan.seq_len = o->seq_len;
+    c->plan.flash = o->flash;
     snprintf(c->plan.model, sizeof c->plan.model, "%s", model_name);
     snprintf(c->plan.hw, sizeof c->plan.hw, "%s", hw_name);
     c->plan.sched = c->sched;
@@ -1483,6 +1484,7 @@ int plan_model_spec(const char *model, const plan_opts *po,
 {
     if (prof_model_spec_get(model, s, e)) return -1;
     prof_spec_set_math(s, po->math);
+    prof_spec_set_flash(s, po->flash);
     return prof_spec_set_seq(s, po->seq_len, e);
 }
 

@@ -709,6 +709,11 @@ int prof_spec_set_seq(prof_model_spec *s, int seq, util_err *e)
     return 0;
 }
 
+void prof_spec_set_flash(prof_model_spec *s, int flash)
+{
+    if (flash) s->flash_attn = flash > 0;
+}
+
 prof_model *prof_model_load(const char *name, util_err *e)
 {
     prof_model_spec s;

@@ -617,6 +617,11 @@ void prof_spec_set_math(prof_model_spec *s, int math);
  * decoder keeps its own): at most its learned positions and what sluice
  * takes, else an error naming --seq (code 2). */
 int prof_spec_set_seq(prof_model_spec *s, int seq, util_err *e);
+/* Runs a spec's attention fused (flash > 0: one kernel that keeps no
+ * scores, as FlashAttention and PyTorch's fused attention run it) or as
+ * its separate ops (flash < 0); 0 leaves the spec's (--flash-attn,
+ * --no-flash-attn). */
+void prof_spec_set_flash(prof_model_spec *s, int flash);
 /* The model as it runs on topology t: on CPU devices (sluice's CPU
  * executor computes in fp32) a spec in another precision is rebuilt in
  * fp32, so times and bytes are the executor's. Returns m, or the rebuilt

@@ -61,6 +61,11 @@ static void usage(FILE *f)
         "  --seq N                tokens a sample instead of the model spec's\n"
         "                         (a fine-tuning's length; at most its\n"
         "                         learned positions)\n"
+        "  --flash-attn, --no-flash-attn  attention as one fused kernel\n"
+        "                         that keeps no scores (FlashAttention,\n"
+        "                         PyTorch's fused attention), or as its\n"
+        "                         separate ops, instead of as the model\n"
+        "                         spec says (flash_attn)\n"
         "  --minibatches K        minibatches simulated by schedules without\n"
         "                         flush (default 4 + ceil(2 depth / m), so the\n"
         "                         measured steady state is past the fill)\n"
@@ -223,7 +228,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             "--sequence-parallel", "--zero", "--fsdp", "--finetune",
             "--offload-tier", "--host-mem", "--nvme", "--gpus-per-server",
             "--pcie-gen", "--act-swap", "--state-tiers", "--dtype", "--seq",
-            NULL};
+            "--flash-attn", "--no-flash-attn", NULL};
         int hn;
         for (int k = 0; fixed[k]; k++)
             if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
@@ -317,6 +322,10 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             if (need(i, argc, argv, e) ||
                 int_arg(a, argv[++i], 1, PROF_MAX_SEQ, &p->seq_len, e))
                 return -1;
+        } else if (!strcmp(a, "--flash-attn")) {
+            p->flash = 1;
+        } else if (!strcmp(a, "--no-flash-attn")) {
+            p->flash = -1;
         } else if (!strcmp(a, "--json")) {
             c->json = 1;
         } else if (!strcmp(a, "--ops")) {
@@ -385,7 +394,8 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 "--measured", "--no-recompute", "--sequence-parallel",
                 "--zero", "--fsdp", "--finetune", "--offload-tier",
                 "--host-mem", "--nvme", "--gpus-per-server", "--pcie-gen",
-                "--act-swap", "--state-tiers", "--ops", "--dtype", "--seq"};
+                "--act-swap", "--state-tiers", "--ops", "--dtype", "--seq",
+                "--flash-attn", "--no-flash-attn"};
             const char *near = util_closest(a, known, sizeof known / sizeof *known);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",

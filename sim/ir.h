@@ -1026,6 +1026,9 @@ typedef struct sim_plan {
                              * model spec's (--dtype; prof_math_parse), 0:
                              * the spec's */
     int seq_len;            /* tokens a sample (--seq), 0: the spec's */
+    int flash;              /* attention fused (1) or not (-1) instead
+                             * of as the spec says (0): --flash-attn,
+                             * prof_spec_set_flash */
     int waves;
     int tier;               /* offload schedules: sim_tier */
     int swap_ckpt, swap_full; /* and the activations they swap (sim_costs) */

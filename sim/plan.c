@@ -126,6 +126,7 @@ prof_model *sim_plan_model_file(const sim_plan *p, const prof_topo *t,
     prof_model *m = NULL;
     if (!prof_model_spec_get(p->model, &s, e)) {
         prof_spec_set_math(&s, p->math);
+        prof_spec_set_flash(&s, p->flash);
         if (prof_spec_set_seq(&s, p->seq_len, e)) {
             if (file) sim_plan_field_err(e, file, "seq_len");
             return NULL;
@@ -181,7 +182,8 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         "state_bytes_per_param", "stages", "chunks", "layout",
         "schedule_file", "gpus_used", "sequence_parallel", "zero", "fsdp",
         "finetune", "offload_tier", "act_swap_checkpoints",
-        "act_swap_whole", "dtype", "seq_len", "model_sum", "hw_sum", NULL};
+        "act_swap_whole", "dtype", "seq_len", "flash_attn", "model_sum",
+        "hw_sum", NULL};
     static const char *const skeys[] = {"ops", "device", "from", "to",
                                         "state_tier", NULL};
     util_jdoc d;
@@ -301,6 +303,11 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     v = 0;
     if (util_jint(&r, "seq_len", 0, 1, PROF_MAX_SEQ, &v, e)) goto out;
     p->seq_len = (int)v;
+    if (json_object_get(r.j, "flash_attn")) {
+        int f = 0;
+        if (util_jbool(&r, "flash_attn", 0, &f, e)) goto out;
+        p->flash = f ? 1 : -1;
+    }
     if (json_object_get(r.j, "offload_tier")) {
         static const char *const ts[] = {"auto", "dram", "nvme", NULL};
         if (util_jenum(&r, "offload_tier", 0, ts, &p->tier, e)) goto out;
@@ -651,6 +658,8 @@ json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
         json_object_set_new(o, "dtype", json_string(prof_math_name(p->math)));
     if (p->seq_len)
         json_object_set_new(o, "seq_len", json_integer(p->seq_len));
+    if (p->flash)
+        json_object_set_new(o, "flash_attn", json_boolean(p->flash > 0));
     if (sim_sched_offload(p->sched) && p->tier)
         json_object_set_new(o, "offload_tier",
                             json_string(sim_tier_name(p->tier)));

@@ -319,10 +319,12 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
     fprintf(f, " = %.0f samples", t.samples);
     /* a length of its own (--seq): said (the spec's goes unsaid) */
     if (p->seq_len && m) fprintf(f, " of %d tokens", m->spec.seq_len);
-    fprintf(f, "/iteration%s%s",
+    fprintf(f, "/iteration%s%s%s",
             p->recompute == SIM_RC_SELECTIVE ? ", selective recompute"
             : p->recompute ? ", recompute" : "",
-            p->sp ? ", sequence parallel" : "");
+            p->sp ? ", sequence parallel" : "",
+            p->flash > 0 ? ", fused attention (--flash-attn)"
+            : p->flash < 0 ? ", attention unfused (--no-flash-attn)" : "");
     if (c->zero && c->fsdp)
         fprintf(f, ", FSDP %s (ZeRO-3 over %d ranks)", sim_fsdp_name(c->fsdp),
                 c->shard);
@@ -333,9 +335,12 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
         fprintf(f, ", %d chunk(s) per device", p->chunks);
     fprintf(f, "\n");
     if (p->dp > 1 || p->tp > 1)
-        fprintf(f, "dp %d x pp %d x tp %d = %d GPUs; GPU = (dp_rank*pp + "
+    {
+        const char *u = tp ? prof_topo_unit(tp) : "GPU";
+        fprintf(f, "dp %d x pp %d x tp %d = %d %ss; %s = (dp_rank*pp + "
                 "pp_rank)*tp + tp_rank\n", p->dp, p->pp, p->tp,
-                p->dp * p->pp * p->tp);
+                p->dp * p->pp * p->tp, u, u);
+    }
     if (m && !prof_finetune_full(&m->ft)) {
         char md[64], a[16], b[16];
         fprintf(f, "fine-tuning %s: %s of %s parameters train\n",
@@ -493,6 +498,9 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
     json_object_set_new(o, "recompute",
                         json_string(sim_recompute_name(p->recompute)));
     json_object_set_new(o, "sequence_parallel", json_boolean(p->sp));
+    if (m)
+        json_object_set_new(o, "flash_attn",
+                            json_boolean(m->spec.flash_attn));
     json_object_set_new(o, "zero", json_integer(c->zero));
     json_object_set_new(o, "fsdp", json_string(sim_fsdp_name(c->fsdp)));
     json_object_set_new(o, "shard_ranks", json_integer(c->shard));

@@ -432,6 +432,82 @@ Test(sim_cli, ops_say_where_each_stage_spends_its_time)
  * sluice plan too, and the executor runs it (its tokens a second are
  * 32 a sample's worth); past the learned positions it is refused, and
  * with --plan it is the plan's to fix. */
+/* Fused attention (--flash-attn) on the command line: kept by the plan
+ * file, priced without the scores (less memory at a long sequence), and
+ * run by the executor with the unfused graph's bits; a model whose spec
+ * fuses it is unfused by --no-flash-attn. */
+Test(sim_cli, fused_attention_of_its_own)
+{
+    char *dir = test_tmpdir();
+    const char *base = "sim --hw cpu x2 --model gpt-tiny --schedule 1f1b "
+                       "--pp 2 --mbs 2 --microbatches 2";
+    cli_result r = cli_run("%s --flash-attn --out %s/f.json", base, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, ", fused attention (--flash-attn)"), "%s", r.out);
+    cli_result_free(&r);
+    r = cli_run("%s --out %s/u.json", base, dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(!strstr(r.out, "attention"), "%s", r.out);
+    cli_result_free(&r);
+    json_t *f = cli_json("sim --plan %s/f.json --json", dir),
+           *u = cli_json("sim --plan %s/u.json --json", dir);
+    cr_expect(json_is_true(json_object_get(f, "flash_attn")));
+    cr_expect(json_is_false(json_object_get(u, "flash_attn")));
+    double pf = json_number_value(
+               json_array_get(json_object_get(f, "peak_mem_bytes"), 0)),
+           pu = json_number_value(
+               json_array_get(json_object_get(u, "peak_mem_bytes"), 0));
+    cr_expect_lt(pf, pu, "fused %.0f bytes, unfused %.0f", pf, pu);
+    json_decref(f);
+    json_decref(u);
+    /* run: the same losses, bit for bit, in less memory */
+    json_t *ra = cli_json("exec --plan %s/f.json --steps 2 --json", dir),
+           *rb = cli_json("exec --plan %s/u.json --steps 2 --json", dir);
+    cr_expect(json_is_true(json_object_get(ra, "flash_attn")));
+    json_t *sa = json_object_get(ra, "steps"), *sb = json_object_get(rb, "steps");
+    cr_assert_eq(json_array_size(sa), 2);
+    cr_assert_eq(json_array_size(sb), 2);
+    for (size_t k = 0; k < 2; k++) {
+        double la = json_number_value(json_object_get(json_array_get(sa, k),
+                                                      "loss")),
+               lb = json_number_value(json_object_get(json_array_get(sb, k),
+                                                      "loss"));
+        cr_expect(la == lb, "step %zu: loss %.17g fused, %.17g not", k + 1,
+                  la, lb);
+    }
+    double ma = json_number_value(
+               json_array_get(json_object_get(ra, "peak_mem_bytes"), 0)),
+           mb = json_number_value(
+               json_array_get(json_object_get(rb, "peak_mem_bytes"), 0));
+    cr_expect_lt(ma, mb, "measured: fused %.0f bytes, unfused %.0f", ma, mb);
+    json_decref(ra);
+    json_decref(rb);
+    /* the planner: said, and kept */
+    r = cli_run("plan --hw cpu x2 --model gpt-tiny --flash-attn --out "
+                "%s/p.json", dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "attention fused, no scores kept "
+                            "(--flash-attn)"), "%s", r.out);
+    cli_result_free(&r);
+    r = cli_run("sim --plan %s/p.json", dir);
+    cr_expect(r.code == 0 && strstr(r.out, "fused attention"), "%s%s",
+              r.out, r.err);
+    cli_result_free(&r);
+    r = cli_run("plan --hw cpu x2 --model tests/data/exec/gpt-pico-flash.json "
+                "--no-flash-attn");
+    cr_expect(r.code == 0 && strstr(r.out, "attention as separate ops, its "
+                                           "scores kept (--no-flash-attn)"),
+              "%s%s", r.out, r.err);
+    cli_result_free(&r);
+    cli_expect(2, "--flash-attn cannot be combined with --plan", "sim --plan "
+               "%s/f.json --flash-attn", dir);
+    sh_run("sed 's/\"flash_attn\": true/\"flash_attn\": 1/' %s/f.json > "
+           "%s/bad.json", dir, dir);
+    cli_expect(2, "bad.json:", "sim --plan %s/bad.json", dir);
+    cli_expect(2, "flash_attn", "exec --plan %s/bad.json --steps 1", dir);
+    test_rm_rf(dir);
+}
+
 Test(sim_cli, a_sequence_length_of_its_own)
 {
     char *dir = test_tmpdir();
