@@ -31,6 +31,16 @@ int sim_trace_write(const char *path, const sim_ir *ir, const sim_result *r,
     fprintf(f, "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n");
     int first = 1;
 #define SEP() (first ? (first = 0, "") : ",\n")
+    /* a device can receive from itself (zb-v's turn of the V, the tied
+     * embedding's gradients when the first and last stage share one):
+     * its track gets a name too */
+    char *self = util_calloc((size_t)ir->n_devices, 1);
+    for (int i = 0; i < ir->n_tasks; i++) {
+        const sim_task *t = &ir->tasks[i];
+        if (t->stream == SIM_STREAM_RECV && t->peer >= 0 &&
+            ir->tasks[t->peer].device == t->device)
+            self[t->device] = 1;
+    }
     for (int d = 0; d < ir->n_devices; d++) {
         fprintf(f, "%s{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, "
                 "\"args\": {\"name\": \"device %d\"}}", SEP(), d, d);
@@ -43,11 +53,12 @@ int sim_trace_write(const char *path, const sim_ir *ir, const sim_result *r,
                     s, sim_stream_name((sim_stream)s));
         }
         for (int q = 0; q < ir->n_devices; q++)
-            if (q != d)
+            if (q != d || self[d])
                 fprintf(f, "%s{\"ph\": \"M\", \"name\": \"thread_name\", "
                         "\"pid\": %d, \"tid\": %d, \"args\": {\"name\": "
                         "\"recv from %d\"}}", SEP(), d, 10 + q, q);
     }
+    free(self);
     for (int d = 0; d < ir->n_devices; d++)
         for (int j = ir->dev_off[d]; j < ir->dev_off[d + 1]; j++) {
             int id = ir->seq[j];

@@ -385,6 +385,53 @@ Test(sim_cli, same_input_same_trace)
     free(dir);
 }
 
+/* Every track an event lands on has a name: zb-v's turn of the V sends
+ * from a device to itself, which had no 'recv from' track and read as an
+ * unnamed thread 10+d in Perfetto. */
+Test(sim_cli, every_trace_track_is_named)
+{
+    char *dir = test_tmpdir();
+    cli_result r = cli_run("sim --hw rtx2080ti x4 --model gpt-mini --schedule "
+                           "zb-v --pp 4 --mbs 2 --microbatches 8 --trace "
+                           "%s/t.json", dir);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    char p[512];
+    snprintf(p, sizeof p, "%s/t.json", dir);
+    json_t *j = json_load_file(p, 0, NULL);
+    cr_assert_not_null(j);
+    json_t *ev = json_object_get(j, "traceEvents");
+    cr_assert(json_is_array(ev));
+    size_t i, k;
+    json_t *x, *y;
+    int self = 0;
+    json_array_foreach(ev, i, x) {
+        const char *ph = json_string_value(json_object_get(x, "ph"));
+        if (!ph || strcmp(ph, "X")) continue;
+        json_int_t pid = json_integer_value(json_object_get(x, "pid"));
+        json_int_t tid = json_integer_value(json_object_get(x, "tid"));
+        if (tid == 10 + pid) self++;
+        int named = 0;
+        json_array_foreach(ev, k, y) {
+            const char *n = json_string_value(json_object_get(y, "name"));
+            if (n && !strcmp(n, "thread_name") &&
+                json_integer_value(json_object_get(y, "pid")) == pid &&
+                json_integer_value(json_object_get(y, "tid")) == tid) {
+                named = 1;
+                break;
+            }
+        }
+        cr_assert(named, "pid %lld tid %lld (%s) has no thread_name",
+                  (long long)pid, (long long)tid,
+                  json_string_value(json_object_get(x, "name")));
+    }
+    cr_expect_gt(self, 0, "zb-v receives on its own device");
+    json_decref(j);
+    unlink(p);
+    rmdir(dir);
+    free(dir);
+}
+
 /* --ops: every op once, in its stage, the shares of each stage summing
  * to one; the table names the same ops. */
 Test(sim_cli, ops_say_where_each_stage_spends_its_time)
