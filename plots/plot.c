@@ -358,12 +358,20 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
          * 0.0055 of the graph's width at this size and font) */
         double x = tiers ? 0.04 : 0.62;
         if (tiers) fprintf(gf, "set tmargin 5\nset title offset 0,2.5\n");
+        /* the legend's row a fixed number of pixels above the graph (17,
+         * or 46 under the tiers' taller margin), in graph units: the
+         * graph is the image less about 90 (130) pixels of margins. A
+         * fixed 4% of the graph rose past the image's top on tall
+         * charts (64 devices: 124 pixels, no legend drawn) */
+        double gh = h - (tiers ? 130.0 : 90.0);
+        double ly = 1 + (tiers ? 46.0 : 17.0) / (gh > 100 ? gh : 100);
         for (int i = 0; i < nk; i++) {
             const char *lb = legend[shown[i]];
-            fprintf(gf, "set object %d rect at graph %f, 1.04 size char 2, "
+            fprintf(gf, "set object %d rect at graph %f, %f size char 2, "
                     "char 0.8 fc rgb '#%06x' fs solid noborder\n"
-                    "set label %d '%s' at graph %f, 1.04 left front\n",
-                    i + 1, x, base_rgb[shown[i]], i + 1, lb, x + 0.015);
+                    "set label %d '%s' at graph %f, %f left front\n",
+                    i + 1, x, ly, base_rgb[shown[i]], i + 1, lb, x + 0.015,
+                    ly);
             x += tiers ? (double)(strlen(lb) + 6) * 0.0055 : 0.065;
         }
         fprintf(gf, "plot %s using 1:2:3:4:5 with boxxyerror lc rgb "

@@ -385,6 +385,42 @@ Test(sim_cli, same_input_same_trace)
     free(dir);
 }
 
+/* The timeline's legend sits in the margin above the graph however many
+ * rows the chart has: at 4% of the graph's height it rose past the
+ * image's top on tall charts (32 devices: 64 pixels up, under a 45-pixel
+ * margin) and was not drawn. */
+Test(sim_cli, tall_timeline_keeps_its_legend)
+{
+    char *dir = test_tmpdir();
+    const char *shapes[] = {"--pp 4 --dp 8", "--pp 4"};
+    for (int k = 0; k < 2; k++) {
+        cli_result r = cli_run("sim --hw rtx2080ti x32 --model gpt-mini "
+                               "--schedule 1f1b %s --mbs 2 --microbatches 4 "
+                               "--plot %s/p", shapes[k], dir);
+        cr_assert(r.code == 0, "%s", r.err);
+        cli_result_free(&r);
+        char p[512];
+        snprintf(p, sizeof p, "%s/p.gp", dir);
+        char *gp = slurp(p);
+        cr_assert_not_null(gp);
+        int h = 0;
+        double x = 0, y = 0;
+        const char *t = strstr(gp, "set terminal pngcairo size 1400,");
+        const char *o = strstr(gp, "set object 1 rect at graph ");
+        cr_assert(t && o, "%s", gp);
+        cr_assert_eq(sscanf(t, "set terminal pngcairo size 1400,%d", &h), 1);
+        cr_assert_eq(sscanf(o, "set object 1 rect at graph %lf, %lf", &x,
+                            &y), 2);
+        /* above the graph, and no more than 30 pixels (the graph is
+         * shorter than the image) */
+        cr_expect_gt(y, 1.0, "%s", o);
+        cr_expect_lt((y - 1) * h, 30, "legend %.0f pixels up of %d: %s",
+                     (y - 1) * h, h, o);
+        free(gp);
+    }
+    test_rm_rf(dir);
+}
+
 /* Every track an event lands on has a name: zb-v's turn of the V sends
  * from a device to itself, which had no 'recv from' track and read as an
  * unnamed thread 10+d in Perfetto. */
