@@ -433,7 +433,7 @@ static json_t *tiers_json(const exec_pipe_result *r, const meas *m,
     json_t *res = json_array();
     for (int k = 0; k < SIM_OFL_RES_COUNT; k++)
         json_array_append_new(res, json_pack(
-            "{s:s, s:f, s:f, s:f, s:f}", "resource", sim_offload_res_name(k),
+            "{s:s, s:f, s:f, s:f, s:f}", "resource", sim_offload_res_name(k, r->topo),
             "busy_s", c.mu.busy_ns[k] * 1e-9,
             "simulated_busy_s", c.su.busy_ns[k] * 1e-9,
             "bytes", c.bytes[k], "simulated_bytes", c.su.bytes[k]));
@@ -443,8 +443,8 @@ static json_t *tiers_json(const exec_pipe_result *r, const meas *m,
                      "tier", sim_tier_name(r->tier),
                      "activations_tier", sim_tier_name(r->act_tier),
                      "io", r->ofl_note, "resources", res,
-                     "bound_by", sim_offload_res_name(c.mu.bound),
-                     "simulated_bound_by", sim_offload_res_name(c.su.bound),
+                     "bound_by", sim_offload_res_name(c.mu.bound, r->topo),
+                     "simulated_bound_by", sim_offload_res_name(c.su.bound, r->topo),
                      "host_peak_bytes", r->tier_host_peak,
                      "simulated_host_peak_bytes", c.host_sim,
                      "read_bytes_per_s", rate(r->ofl_read_bytes,
@@ -525,7 +525,7 @@ static void tiers_lines(const exec_pipe_result *r, const meas *m,
     double it = (double)m->iter_med, ps = (double)pr->iteration_ns;
     for (int k = 0; k < SIM_OFL_RES_COUNT; k++) {
         char cells[5][32];
-        snprintf(cells[0], 32, "%s", sim_offload_res_name(k));
+        snprintf(cells[0], 32, "%s", sim_offload_res_name(k, r->topo));
         snprintf(cells[1], 32, "%.0f%%", it > 0 ? 100 * c.mu.busy_ns[k] / it
                                                 : 0);
         snprintf(cells[2], 32, "%.0f%%", ps > 0 ? 100 * c.su.busy_ns[k] / ps
@@ -545,8 +545,8 @@ static void tiers_lines(const exec_pipe_result *r, const meas *m,
     util_table_free(tb);
     char a[32], b[32], x[32], y[32];
     fprintf(f, "  bound by %s (simulated: %s); host memory at most %s "
-            "(simulated %s)\n", sim_offload_res_name(c.mu.bound),
-            sim_offload_res_name(c.su.bound),
+            "(simulated %s)\n", sim_offload_res_name(c.mu.bound, r->topo),
+            sim_offload_res_name(c.su.bound, r->topo),
             util_fmt_bytes(r->tier_host_peak, a, sizeof a),
             util_fmt_bytes(c.host_sim, b, sizeof b));
     fprintf(f, "  drive read %s/s, write %s/s; CPU AdamW %.1f M params/s; "

@@ -652,13 +652,13 @@ static void print_answer(const plan_result *r, const prof_model *m,
             if (k == SIM_OFL_RING && p->dp < 2) continue;
             double b = json_number_value(json_object_get(
                 json_object_get(rs, sim_offload_res_key(k)), "busy_s"));
-            printf("%s %s %.0f%%", k ? "," : "", sim_offload_res_name(k),
+            printf("%s %s %.0f%%", k ? "," : "", sim_offload_res_name(k, t),
                    it > 0 ? 100 * b / it : 0);
         }
         const char *bound = json_string_value(json_object_get(ofl, "bound_by"));
         for (int k = 0; k < SIM_OFL_RES_COUNT; k++)
             if (!strcmp(bound, sim_offload_res_key(k)))
-                printf("\nbound by: %s\n", sim_offload_res_name(k));
+                printf("\nbound by: %s\n", sim_offload_res_name(k, t));
     }
 
     printf("\nbest plan of every schedule:\n");

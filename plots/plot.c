@@ -23,9 +23,12 @@ typedef struct box {
 static const char *const kinds[N_KINDS] = {
     "F", "B", "W", "BW", "R", "OPT", "SWAP_IN", "SWAP_OUT", "NVME_READ",
     "NVME_WRITE", "CPU_OPT", "RING"};
-static const char *const legend[N_KINDS] = {
-    "F", "B", "W", "BW", "R", "OPT", "to GPU", "from GPU", "NVMe read",
-    "NVMe write", "CPU step", "to GPUs"};
+static const char *const legend[2][N_KINDS] = {
+    {"F", "B", "W", "BW", "R", "OPT", "to GPU", "from GPU", "NVMe read",
+     "NVMe write", "CPU step", "to GPUs"},
+    /* CPU devices (otherData's unit): cores, a drive */
+    {"F", "B", "W", "BW", "R", "OPT", "to device", "from device",
+     "drive read", "drive write", "CPU step", "to devices"}};
 /* fill colours per kind: forward blue, backward green, weight-grad
  * orange, fused backward teal, recompute grey, optimizer red; copies
  * purple and brown, drive reads and writes olive and cyan, the CPU's
@@ -38,8 +41,9 @@ static const int base_rgb[N_KINDS] = {0x4C72B0, 0x55A868, 0xDD8452,
  * from it, the drives, the CPU, the other GPUs */
 #define N_ROWS 6
 static const int row_of[N_KINDS] = {0, 0, 0, 0, 0, 0, 1, 2, 3, 3, 4, 5};
-static const char *const row_name[N_ROWS] = {"", "PCIe in", "PCIe out",
-                                             "NVMe", "CPU", "to GPUs"};
+static const char *const row_name[2][N_ROWS] = {
+    {"", "PCIe in", "PCIe out", "NVMe", "CPU", "to GPUs"},
+    {"", "copies in", "copies out", "drive", "CPU", "to devices"}};
 
 static int kind_of(const char *c)
 {
@@ -284,6 +288,9 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
     json_int_t nmb = od ? json_integer_value(json_object_get(od,
                                                              "minibatches"))
                         : 0;
+    const char *unit = od ? json_string_value(json_object_get(od, "unit"))
+                          : NULL;
+    int cpu = unit && !strcmp(unit, "device");
     /* label boxes wide enough to read */
     FILE *tf = open_memstream(&tbuf, &tlen);
     fprintf(tf, "# x_center_ms y half_width half_height rgb label\n");
@@ -343,7 +350,7 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
             for (int w = 0; w < N_ROWS; w++) {
                 int l = lane[d * N_ROWS + w];
                 if (l < 0) continue;
-                if (w) fprintf(gf, ", '%s' %d", row_name[w], -l);
+                if (w) fprintf(gf, ", '%s' %d", row_name[cpu][w], -l);
                 else fprintf(gf, "%s'dev %d' %d", d ? ", " : "", d, -l);
             }
         fprintf(gf, ")\nset grid xtics\nset style fill solid 1.0 border "
@@ -366,7 +373,7 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
         double gh = h - (tiers ? 130.0 : 90.0);
         double ly = 1 + (tiers ? 46.0 : 17.0) / (gh > 100 ? gh : 100);
         for (int i = 0; i < nk; i++) {
-            const char *lb = legend[shown[i]];
+            const char *lb = legend[cpu][shown[i]];
             fprintf(gf, "set object %d rect at graph %f, %f size char 2, "
                     "char 0.8 fc rgb '#%06x' fs solid noborder\n"
                     "set label %d '%s' at graph %f, %f left front\n",

@@ -161,7 +161,8 @@ static void offload_print(const sim_costs *c, const sim_result *r,
     fprintf(f, "\n  offload %s: model states in %s", sim_sched_name(c->offload),
             c->tier == SIM_TIER_NVME ? "NVMe" : "host DRAM");
     if (c->replicas > 1)
-        fprintf(f, ", partitioned over %d data-parallel GPUs", c->replicas);
+        fprintf(f, ", partitioned over %d data-parallel %ss", c->replicas,
+                c->topo ? prof_topo_unit(c->topo) : "GPU");
     if (c->tier == SIM_TIER_NVME)
         fprintf(f, " (%d drive%s)", c->n_drives, c->n_drives == 1 ? "" : "s");
     fprintf(f, "; host DRAM %s of %s reserved", util_fmt_bytes(c->host_bytes,
@@ -194,13 +195,13 @@ static void offload_print(const sim_costs *c, const sim_result *r,
             continue;
         if (k == SIM_OFL_RING && c->replicas < 2) continue;
         fprintf(f, "  %-15s busy %9.3f s  %5.1f%% of the iteration",
-                sim_offload_res_name(k), u.busy_ns[k] * 1e-9,
+                sim_offload_res_name(k, c->topo), u.busy_ns[k] * 1e-9,
                 it > 0 ? 100.0 * (double)u.busy_ns[k] / it : 0);
         if (u.bytes[k] > 0)
             fprintf(f, "  %s moved", util_fmt_bytes(u.bytes[k], a, sizeof a));
         fprintf(f, "\n");
     }
-    fprintf(f, "  bound by: %s\n", sim_offload_res_name(u.bound));
+    fprintf(f, "  bound by: %s\n", sim_offload_res_name(u.bound, c->topo));
 }
 
 static json_t *offload_json(const sim_costs *c, const sim_result *r,
@@ -355,8 +356,10 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
     fprintf(f, "  iteration time     %s\n", util_fmt_time(t.iter_s, b1, sizeof b1));
     fprintf(f, "  samples/s          %.2f\n", t.samples_per_s);
     fprintf(f, "  tokens/s           %.0f\n", t.tokens_per_s);
-    fprintf(f, "  model TFLOP/s/GPU  %.2f   (model FLOPs: forward + backward, "
-            "recompute not counted)\n", t.tflops_gpu);
+    char tl[32];
+    snprintf(tl, sizeof tl, "model TFLOP/s/%s", tp ? prof_topo_unit(tp) : "GPU");
+    fprintf(f, "  %-18s %.2f   (model FLOPs: forward + backward, "
+            "recompute not counted)\n", tl, t.tflops_gpu);
     fprintf(f, "  MFU                %.1f%%   (of %.1f TFLOP/s peak)\n",
             100 * t.mfu, t.peak_mean / 1e12);
     prof_dtype mt = m ? prof_spec_math(&m->spec) : PROF_DT_FP32;

@@ -575,13 +575,18 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
 
 /* ----------------------------------------------------- what bounds it */
 
-static const char *const res_names[SIM_OFL_RES_COUNT] = {
-    "GPU compute", "PCIe to GPU", "PCIe from GPU", "NVMe", "CPU optimizer",
-    "GPU to GPU"};
+static const char *const res_names[2][SIM_OFL_RES_COUNT] = {
+    {"GPU compute", "PCIe to GPU", "PCIe from GPU", "NVMe", "CPU optimizer",
+     "GPU to GPU"},
+    /* CPU devices: cores, their copies memory to memory, their drive
+     * whatever holds the folder */
+    {"device compute", "copies in", "copies out", "drive", "CPU optimizer",
+     "between devices"}};
 
-const char *sim_offload_res_name(int k)
+const char *sim_offload_res_name(int k, const prof_topo *t)
 {
-    return (unsigned)k < SIM_OFL_RES_COUNT ? res_names[k] : "?";
+    int cpu = t && t->n_gpus > 0 && prof_topo_gpu(t, 0)->form == PROF_FORM_CPU;
+    return (unsigned)k < SIM_OFL_RES_COUNT ? res_names[cpu][k] : "?";
 }
 
 const char *sim_offload_res_key(int k)

@@ -134,7 +134,9 @@ typedef struct sim_offload_use {
     double bytes[SIM_OFL_RES_COUNT];
     int bound;
 } sim_offload_use;
-const char *sim_offload_res_name(int k);   /* "GPU compute", ... */
+/* "GPU compute", ... ("device compute", ... on CPU devices; t may be
+ * NULL: GPUs) */
+const char *sim_offload_res_name(int k, const prof_topo *t);
 const char *sim_offload_res_key(int k);    /* JSON: "gpu", ... */
 void sim_offload_usage(const sim_ir *ir, const sim_result *r,
                        sim_offload_use *u);

@@ -138,9 +138,12 @@ int sim_trace_write(const char *path, const sim_ir *ir, const sim_result *r,
             }
         }
     }
+    /* what a device is: a GPU, or a CPU core (the plots name its rows) */
+    const prof_topo *tp = c ? c->topo : NULL;
     fprintf(f, "\n], \"otherData\": {\"schedule\": \"%s\", \"devices\": %d, "
-            "\"minibatches\": %d, \"capacity_bytes\": [", ir->schedule,
-            ir->n_devices, ir->n_minibatches);
+            "\"unit\": \"%s\", \"minibatches\": %d, \"capacity_bytes\": [",
+            ir->schedule, ir->n_devices, tp ? prof_topo_unit(tp) : "GPU",
+            ir->n_minibatches);
     for (int d = 0; d < ir->n_devices; d++)
         fprintf(f, "%s%.0f", d ? ", " : "", c ? c->dev_capacity[d] : 0.0);
     fprintf(f, "]}}\n");

@@ -951,6 +951,16 @@ Test(sim_offload, the_timeline_draws_the_tiers)
                     "zero-infinity --dp 2 --mbs 1 --microbatches 2 --nvme 2");
     cr_assert(strstr(s, "'CPU' -4, 'to GPUs' -5, 'dev 1' -6"), "%s", s);
     free(s);
+    /* CPU devices: cores whose copies go memory to memory, not over
+     * PCIe, named so in the rows, the legend and the report */
+    s = plot_script(pre, "--hw cpu x2 --model gpt-mini --schedule "
+                    "zero-offload --dp 2 --mbs 2 --microbatches 2");
+    cr_assert(strstr(s, "'dev 0' 0, 'copies in' -1, 'copies out' -2, "
+                        "'CPU' -3, 'to devices' -4, 'dev 1' -5"), "%s", s);
+    cr_assert(strstr(s, "'to device'") && !strstr(s, "GPU"), "%s", s);
+    free(s);
+    cli_expect(0, "between devices busy", "sim --hw cpu x2 --model gpt-mini "
+               "--schedule zero-offload --dp 2 --mbs 2 --microbatches 2");
     /* a pipeline keeps one row per device and the compute legend */
     s = plot_script(pre, "--hw rtx2080ti x2 --model gpt2 --schedule 1f1b "
                     "--pp 2 --mbs 1 --microbatches 2");
