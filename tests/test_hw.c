@@ -45,7 +45,9 @@ Test(hw_catalog, required_gpus_with_sources_and_sane_values)
 {
     const char *need[] = {"rtx2080ti", "rtx3090", "rtx4090", "v100-pcie-16gb",
         "v100-sxm2-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb",
-        "h100-sxm", "h100-pcie", "h200", "h800-sxm", "v100s", "l40s", "a6000"};
+        "h100-sxm", "h100-pcie", "h200", "h800-sxm", "v100s", "l40s", "a6000",
+        "t4", "l4", "a10", "a40", "rtx4080", "rtx5090", "a100-pcie-40gb",
+        "rtx6000-ada"};
     const char *const *names = prof_gpu_names();
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
         int found = 0;
@@ -68,7 +70,9 @@ Test(hw_catalog, required_gpus_with_sources_and_sane_values)
         }
         cr_assert(g.mem_bytes >= 8.0 * (1 << 30) && g.mem_bytes <= 256.0 *
                   (1 << 30), "%s memory", g.name);
-        cr_assert(g.mem_bw_bytes_per_s > 300e9 && g.mem_bw_bytes_per_s < 10e12);
+        /* the L4's 300 GB/s is the least */
+        cr_assert(g.mem_bw_bytes_per_s >= 300e9 && g.mem_bw_bytes_per_s < 10e12,
+                  "%s mem bw", g.name);
         cr_assert(g.peak_flops[PROF_DT_FP32] > 5e12 &&
                   g.peak_flops[PROF_DT_FP32] < 200e12, "%s fp32", g.name);
         /* tensor fp16 beats plain fp32 on every card listed */
@@ -78,7 +82,8 @@ Test(hw_catalog, required_gpus_with_sources_and_sane_values)
                   g.peak_flops[PROF_DT_BF16] == g.peak_flops[PROF_DT_FP16],
                   "%s: bf16 runs at the fp16 rate", g.name);
         cr_assert(g.pcie_gen >= 3 && g.pcie_gen <= 5 && g.pcie_lanes == 16);
-        cr_assert(g.tdp_w >= 200 && g.tdp_w <= 1000);
+        /* the T4 (70 W) and L4 (72 W) are the least */
+        cr_assert(g.tdp_w >= 60 && g.tdp_w <= 1000, "%s tdp", g.name);
         cr_assert(g.price_per_hour >= 0);
         cr_assert(g.eff.gemm_max > 0.5 && g.eff.gemm_max <= 0.95);
         cr_assert(g.eff.mem_max > 0.5 && g.eff.mem_max <= 0.95);
@@ -183,6 +188,71 @@ Test(hw_catalog, datasheet_table)
     util_err e;
     cr_assert_eq(prof_gpu_get("h800-sxm", &g, &e), 0);
     cr_expect_eq(2 * g.nvlink_links * g.nvlink_bw_bytes_per_s, 400e9);
+}
+
+/* GPUs people fine-tune on, each figure as its datasheet or architecture
+ * whitepaper prints it (dense: half the sparse figure; GeForce: the FP32
+ * accumulate rate, half the FP16 accumulate one), and the server each
+ * gets: the host platform follows the card's PCIe generation. */
+Test(hw_catalog, finetune_gpus_datasheet_table)
+{
+    static const struct {
+        const char *name;
+        double fp32, tf32, fp16, bf16, acc16; /* TFLOP/s; acc16 0: absent */
+        double mem_gib, bw_gb_per_s, tdp_w;
+        int pcie_gen, consumer;
+        const char *cites, *host;     /* in the source field; the x2 host */
+    } want[] = {
+        {"t4", 8.1, 0, 65.0, 0, 0, 16, 320, 70, 3, 0,
+         "T4 Tensor Core GPU datasheet", "Cascade Lake"},
+        {"l4", 30.3, 60.0, 121.0, 121.0, 0, 24, 300, 72, 4, 0,
+         "L4 Tensor Core GPU datasheet", "Ice Lake"},
+        {"a10", 31.2, 62.5, 125.0, 125.0, 0, 24, 600, 150, 4, 0,
+         "A10 Tensor Core GPU datasheet", "Ice Lake"},
+        {"a40", 37.4, 74.8, 149.7, 149.7, 0, 48, 696, 300, 4, 0,
+         "A40 datasheet", "Ice Lake"},
+        {"rtx4080", 48.7, 48.7, 97.5, 97.5, 194.9, 16, 716.8, 320, 4, 1,
+         "Ada GPU Architecture whitepaper", "Ice Lake"},
+        {"rtx5090", 104.8, 104.8, 209.5, 209.5, 419.0, 32, 1792, 575, 5, 1,
+         "RTX Blackwell GPU Architecture whitepaper", "Sapphire Rapids"},
+        {"a100-pcie-40gb", 19.5, 156.0, 312.0, 312.0, 0, 40, 1555, 250, 4, 0,
+         "A100 Tensor Core GPU datasheet", "Ice Lake"},
+        {"rtx6000-ada", 91.1, 182.1, 364.2, 364.2, 0, 48, 960, 300, 4, 0,
+         "RTX 6000 Ada Generation datasheet", "Ice Lake"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        prof_gpu g;
+        util_err e;
+        const char *n = want[i].name;
+        cr_assert_eq(prof_gpu_get(n, &g, &e), 0, "%s", e.msg);
+        cr_expect(near(g.peak_flops[PROF_DT_FP32], want[i].fp32 * 1e12, 1e-9),
+                  "%s fp32", n);
+        cr_expect(near(g.peak_flops[PROF_DT_TF32], want[i].tf32 * 1e12, 1e-9),
+                  "%s tf32", n);
+        cr_expect(near(g.peak_flops[PROF_DT_FP16], want[i].fp16 * 1e12, 1e-9),
+                  "%s fp16", n);
+        cr_expect(near(g.peak_flops[PROF_DT_BF16], want[i].bf16 * 1e12, 1e-9),
+                  "%s bf16", n);
+        /* listed only where it differs from the fp32-accumulate rate */
+        cr_expect(want[i].acc16 ? near(g.fp16_acc16_flops, want[i].acc16 * 1e12,
+                                       1e-9) : g.fp16_acc16_flops == 0,
+                  "%s acc16", n);
+        cr_expect_eq(g.mem_bytes, want[i].mem_gib * (1 << 30), "%s mem", n);
+        cr_expect(near(g.mem_bw_bytes_per_s, want[i].bw_gb_per_s * 1e9, 1e-9),
+                  "%s mem bw", n);
+        cr_expect_eq(g.tdp_w, want[i].tdp_w, "%s tdp", n);
+        cr_expect_eq(g.pcie_gen, want[i].pcie_gen, "%s pcie", n);
+        cr_expect_eq(g.pcie_lanes, 16, "%s lanes", n);
+        cr_expect_eq(g.consumer, want[i].consumer, "%s consumer", n);
+        cr_expect_eq(g.form, PROF_FORM_PCIE, "%s form", n);
+        cr_expect_eq(g.nvlink_links, 0, "%s: a bridge is not in the standard "
+                     "server", n);
+        cr_expect(strstr(g.source, want[i].cites), "%s: source '%s' does not "
+                  "cite the %s", n, g.source, want[i].cites);
+        prof_topo *t = test_topo(n, 2);
+        cr_expect(strstr(t->host, want[i].host), "%s x2: host %s", n, t->host);
+        prof_topo_free(t);
+    }
 }
 
 Test(hw_catalog, unknown_name_lists_known_and_closest)

@@ -89,6 +89,32 @@ Test(plan, issue15_gpus_plan)
     prof_model_free(m);
 }
 
+/* The GPUs people fine-tune on plan GPT2-XL on their standard 4-GPU
+ * server the same way: a plan, within the card's memory (the T4's and the
+ * RTX 4080's 16 GB are the least), no faster than the bound. */
+Test(plan, finetune_gpus_plan)
+{
+    const char *gpus[] = {"t4", "l4", "a10", "a40", "rtx4080", "rtx5090",
+                          "a100-pcie-40gb", "rtx6000-ada"};
+    util_err e;
+    prof_model *m = prof_model_load("gpt2-xl", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    for (size_t i = 0; i < sizeof gpus / sizeof gpus[0]; i++) {
+        prof_topo *t = test_topo(gpus[i], 4);
+        plan_result r;
+        search(m, t, 0, 16, &r);
+        cr_expect(r.found, "%s: no plan", gpus[i]);
+        if (r.found) {
+            cr_expect_leq(r.alt[r.best].peak_bytes,
+                          prof_topo_gpu(t, 0)->mem_bytes, "%s", gpus[i]);
+            cr_expect_geq(r.alt[r.best].iteration_s, r.lower_bound_s);
+        }
+        plan_result_free(&r);
+        prof_topo_free(t);
+    }
+    prof_model_free(m);
+}
+
 /* A time limit ends the search with what it covered: none at all with an
  * instant limit (no plan, and the advice says why); every candidate, and
  * the answer of an unlimited search, with a limit it never reaches. */
