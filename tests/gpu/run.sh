@@ -100,11 +100,19 @@ if [ -z "$hw" ]; then
         *H200*) hw=h200 ;;
         *H100*PCIe*) hw=h100-pcie ;;
         *H100*) hw=h100-sxm ;;
+        *A100*PCI[Ee]*40GB*) hw=a100-pcie-40gb ;;
         *A100*40GB*) hw=a100-sxm-40gb ;;
         *A100*PCIe*) hw=a100-pcie-80gb ;;
         *A100*) hw=a100-sxm-80gb ;;
         *L40S*) hw=l40s ;;
+        *" L4") hw=l4 ;;
+        *" A10") hw=a10 ;;
+        *" A40") hw=a40 ;;
+        *" T4") hw=t4 ;;
+        *"RTX 6000 Ada"*) hw=rtx6000-ada ;;
+        *"RTX 4080") hw=rtx4080 ;;
         *4090*) hw=rtx4090 ;;
+        *"RTX 5090") hw=rtx5090 ;;
         *) hw=h100-sxm ;;
     esac
 fi
