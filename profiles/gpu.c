@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const dtype_names[] = {"fp32", "tf32", "fp16", "bf16"};
 
@@ -416,11 +417,22 @@ const char *const *prof_gpu_names(void)
 int prof_gpu_unknown(const char *name, util_err *e)
 {
     const char *const *names = prof_gpu_names();
-    char list[512] = "";
+    char list[1024] = "", pre[512] = "";
+    size_t lw = strlen(name);
+    int npre = 0;
     for (int i = 0; names[i]; i++) {
         size_t l = strlen(list);
         snprintf(list + l, sizeof list - l, "%s%s", i ? ", " : "", names[i]);
+        if (lw >= 2 && !strncasecmp(names[i], name, lw)) {
+            l = strlen(pre);
+            snprintf(pre + l, sizeof pre - l, "%s'%s'", npre++ ? ", " : "",
+                     names[i]);
+        }
     }
+    /* a family's name ("a100", "h100"): its members */
+    if (npre > 1)
+        return util_errf(e, UTIL_EXIT_USAGE, "unknown GPU type '%s' (did you "
+                         "mean one of %s?); known: %s", name, pre, list);
     const char *near = util_closest(name, names, (size_t)cat.n);
     if (near)
         return util_errf(e, UTIL_EXIT_USAGE, "unknown GPU type '%s' (did you "

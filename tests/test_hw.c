@@ -266,6 +266,13 @@ Test(hw_catalog, unknown_name_lists_known_and_closest)
     cr_assert(strstr(e.msg, "h100-sxm"), "%s", e.msg);
     cr_assert_eq(prof_gpu_get("zzzzzzzzzzzz", &g, &e), -1);
     cr_assert_null(strstr(e.msg, "did you mean"));
+    /* a family's name: its members, not the A10 one letter away */
+    cr_assert_eq(prof_gpu_get("a100", &g, &e), -1);
+    cr_assert(strstr(e.msg, "did you mean one of 'a100-sxm-40gb', "
+                            "'a100-sxm-80gb', 'a100-pcie-40gb', "
+                            "'a100-pcie-80gb'?"), "%s", e.msg);
+    cr_assert_eq(prof_gpu_get("rtx409", &g, &e), -1);
+    cr_assert(strstr(e.msg, "did you mean 'rtx4090'?"), "%s", e.msg);
 }
 
 Test(hw_catalog, dtypes)

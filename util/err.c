@@ -117,10 +117,11 @@ const char *util_closest(const char *word, const char *const *cands, size_t n)
     int limit = (int)strlen(word) / 3;
     if (limit < 2) limit = 2;
     const char *best = NULL;
-    int bestd = limit + 1;
+    /* in halves: a prefix match ("rtx2080" for "rtx2080ti", "a100" for
+     * "a100-sxm-40gb") is a better guess than one edit ("a10") */
+    int bestd = 2 * limit + 1;
     for (size_t i = 0; i < n; i++) {
-        int d = util_edit_distance(word, cands[i]);
-        /* A prefix match ("rtx2080" for "rtx2080ti") is a good guess too. */
+        int d = 2 * util_edit_distance(word, cands[i]);
         size_t lw = strlen(word);
         if (lw >= 3 && strncasecmp(cands[i], word, lw) == 0 && d > 1) d = 1;
         if (d < bestd) { bestd = d; best = cands[i]; }
