@@ -431,8 +431,18 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
                 r->n_devices);
     fprintf(f, "\n  comm = compute idle while a transfer it waits for is in "
             "flight; bubble = other idle time\n");
-    fprintf(f, "  in-flight microbatches per stage (max):");
-    for (int s = 0; s < r->n_stages; s++)
+    /* data-parallel replicas run alike: one replica's stages, where
+     * every replica's read the same */
+    int ns = r->n_stages;
+    if (p->dp > 1 && p->n_stages * p->dp == r->n_stages) {
+        int same = 1;
+        for (int s = p->n_stages; s < r->n_stages && same; s++)
+            same = r->max_inflight[s] == r->max_inflight[s % p->n_stages];
+        if (same) ns = p->n_stages;
+    }
+    fprintf(f, "  in-flight microbatches per stage (max%s):",
+            ns < r->n_stages ? ", each data-parallel replica's" : "");
+    for (int s = 0; s < ns; s++)
         fprintf(f, " %d", r->max_inflight[s]);
     fprintf(f, "\n");
     int vmax = 1;
