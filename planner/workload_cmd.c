@@ -112,7 +112,8 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
                 if (i + 1 < argc && argv[i + 1][0] == 'x') {
                     if (util_parse_int(argv[i + 1] + 1, 1, 4096, &k))
                         return util_errf(e, UTIL_EXIT_USAGE, "--models %s %s: "
-                                         "expected a count such as x12", name,
+                                         "expected a count from x1 to "
+                                         "x4096, such as x12", name,
                                          argv[i + 1]);
                     i++;
                 }

@@ -511,6 +511,9 @@ Test(workload, bad_inputs_name_file_line_and_field)
     bad("--models gpt-tiny x3 --epochs 2 --samples 8 --dataset-samples 8",
         "give the dataset's size once");
     bad("--models gpt-tiny x0 --samples 10", "x0");
+    /* a count past the limit says the limit */
+    bad("--models gpt-tiny x5000 --samples 10", "x5000: expected a count "
+        "from x1 to x4096");
     bad("--models gpt-tiny x2 --samples 10 --optimizer lamb", "lamb");
     bad("--models gpt-tiny x2 --workload tests/data/workload/tiny.json",
         "not both");
