@@ -381,9 +381,14 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
                     ly);
             x += tiers ? (double)(strlen(lb) + 6) * 0.0055 : 0.065;
         }
-        fprintf(gf, "plot %s using 1:2:3:4:5 with boxxyerror lc rgb "
-                "variable, '' using 1:2:6 with labels font 'Sans,8' tc rgb "
-                "'#ffffff'\n", qt);
+        /* a box is drawn at least a five-hundredth of the time axis wide
+         * (about three pixels): narrower ones, a layer's copy in
+         * a long iteration, vanished under their white border (the
+         * data file keeps their times) */
+        double minw = tmax * 0.001;
+        fprintf(gf, "plot %s using 1:2:($3 < %f ? %f : $3):4:5 with "
+                "boxxyerror lc rgb variable, '' using 1:2:6 with labels "
+                "font 'Sans,8' tc rgb '#ffffff'\n", qt, minw, minw);
         for (int k = 0; k < nk; k++)
             fprintf(gf, "unset object %d\nunset label %d\n", k + 1, k + 1);
         if (tiers) fprintf(gf, "set title offset 0,0\nset tmargin -1\n");

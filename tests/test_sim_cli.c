@@ -266,6 +266,10 @@ Test(sim_cli, trace_and_plot)
     cr_assert_not_null(gp);
     cr_expect(strstr(gp, "set ylabel 'MiB'") &&
               strstr(gp, "using 1:($2*1024) with steps"), "%s", gp);
+    /* a box narrower than a pixel is drawn a little wider, not lost
+     * under its border: the time axis' 1/1000 at least each side */
+    cr_expect(strstr(gp, "with boxxyerror") && strstr(gp, "using 1:2:($3 < "),
+              "%s", gp);
     /* one flushed iteration: its title says nothing more */
     cr_expect(strstr(gp, "set title \"pipeline timeline: 1f1b\" "), "%s", gp);
     free(gp);
