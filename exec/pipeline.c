@@ -7,11 +7,14 @@
  * schedule with a flush runs its IR once per step; one without runs one
  * IR of as many minibatches as steps. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "exec/runtime.h"
+#include "sim/sim.h"
 
 /* Present in bin/sluice-cuda only (make cuda). */
 exec_xport *exec_xport_nccl_new(exec_runtime *rt, util_err *e)
@@ -425,6 +428,89 @@ static int gather_offload(exec_runtime *rt, exec_pipe_result *r, int mpi,
     return 0;
 }
 
+/* A field of a /proc file in kB ("MemAvailable:"), as bytes; -1: none. */
+static double proc_kb(const char *file, const char *key)
+{
+    FILE *f = fopen(file, "r");
+    if (!f) return -1;
+    char line[256];
+    double v = -1;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n)) {
+            v = strtod(line + n, NULL) * 1024;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* Host memory this process may still take: the system's available
+ * memory, or less where an address-space limit (ulimit -v) leaves less
+ * (*why says which); HUGE_VAL when neither is known.
+ * SLUICE_HOST_AVAILABLE=SIZE says it instead (tests). */
+static double host_available(const char **why)
+{
+    const char *t = getenv("SLUICE_HOST_AVAILABLE");
+    double v;
+    *why = "free on this machine";
+    if (t && *t && !util_parse_size(t, &v)) return v;
+    double a = proc_kb("/proc/meminfo", "MemAvailable:");
+    if (!(a > 0)) a = HUGE_VAL;
+    struct rlimit rl;
+    double vm = proc_kb("/proc/self/status", "VmSize:");
+    if (!getrlimit(RLIMIT_AS, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+        vm > 0 && (double)rl.rlim_cur - vm < a) {
+        a = fmax((double)rl.rlim_cur - vm, 0);
+        *why = "left under this process's address-space limit (ulimit -v)";
+    }
+    return a;
+}
+
+/* On host memory (the CPU backend): the devices this process runs, at
+ * their predicted peaks, and its share of the tiers' host memory must
+ * fit what the machine has free, or the run would die in an allocation
+ * or swap; said before anything is allocated. */
+static int host_fits(const exec_runtime *rt, const sim_ir *ir,
+                     const sim_costs *c, util_err *e)
+{
+    sim_run_opts so = {0};
+    sim_engine *en = sim_engine_new(ir, c, &so);
+    sim_result pr;
+    int rc = 0;
+    if (sim_engine_run(en, &pr)) {
+        sim_engine_free(en);
+        return 0;   /* the report says why after the run */
+    }
+    double dev = 0;
+    for (int i = 0; i < rt->n_local; i++) {
+        int d = (rt->first_local + i) / (rt->tp > 1 ? rt->tp : 1);
+        if (d < pr.n_devices) dev += pr.dev[d].peak_bytes;
+    }
+    double tiers = c->offload ? c->host_bytes * rt->n_local / rt->n_workers
+                              : 0;
+    const char *why;
+    double have = host_available(&why);
+    if (dev + tiers > have) {
+        char a[32], b[32], x[32], y[32] = "";
+        if (tiers > 0) {
+            char t[32];
+            snprintf(y, sizeof y, ", the tiers' %s",
+                     util_fmt_bytes(tiers, t, sizeof t));
+        }
+        rc = util_errf(e, UTIL_EXIT_FAIL, "the run needs about %s of host "
+                       "memory (%d device%s at %s predicted%s), and %s is "
+                       "%s: plan a smaller run (fewer devices or a smaller "
+                       "microbatch) or free memory",
+                       util_fmt_bytes(dev + tiers, a, sizeof a), rt->n_local,
+                       rt->n_local == 1 ? "" : "s",
+                       util_fmt_bytes(dev, b, sizeof b), y,
+                       util_fmt_bytes(have, x, sizeof x), why);
+    }
+    sim_engine_free(en);
+    return rc;
+}
+
 int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
 {
     memset(r, 0, sizeof *r);
@@ -512,7 +598,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
      * the budget says */
     double need = 12.0 * (double)P;
     if (be->host_memory) need += 16.0 * (double)P * (p->dp > 1 ? p->dp : 1);
-    double host = exec_host_mem_bytes();
+    const char *why;
+    double host = exec_host_mem_bytes(), avail = host_available(&why);
     if (host > 0 && need > host) {
         char a[32], b[32];
         return util_errf(e, UTIL_EXIT_USAGE, "%s: %s does not fit this "
@@ -520,6 +607,14 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                          "devices' parts), the machine has %s of memory",
                          where, p->model, util_fmt_bytes(need, a, sizeof a),
                          util_fmt_bytes(host, b, sizeof b));
+    }
+    if (need > avail) {
+        char a[32], b[32];
+        return util_errf(e, UTIL_EXIT_FAIL, "%s: %s does not fit now: its "
+                         "state needs %s (whole, and its devices' parts), "
+                         "and %s is %s", where, p->model,
+                         util_fmt_bytes(need, a, sizeof a),
+                         util_fmt_bytes(avail, b, sizeof b), why);
     }
     int n_lt;
     size_t NL = exec_lora_table(&cfg, &p->ft, NULL, &n_lt);
@@ -689,6 +784,10 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     r->n_ranks = size;
     rt.lora_m0 = step0 ? lm : NULL;
     rt.lora_v0 = step0 ? lv : NULL;
+    if (be->host_memory && host_fits(&rt, r->ir, r->costs, e)) {
+        util_err_prefix(e, "%s", where);
+        goto out;
+    }
     if (exec_rt_setup(&rt, full, step0 ? am : NULL, step0 ? av : NULL, lora,
                       e))
         goto out_rt;

@@ -866,6 +866,25 @@ Test(exec_cli_pipe, models_the_machine_cannot_hold_are_refused)
     cr_expect(strstr(r.err, "big.json: gpt3-175b does not fit this "
                      "machine"), "%s", r.err);
     cli_result_free(&r);
+    /* what the machine has free now (SLUICE_HOST_AVAILABLE stands for
+     * it): the state, then the devices at their predicted peaks, said
+     * before anything runs, exit 1 (not a crash in an allocation) */
+    make_plan(dir, "acts.json", "--hw cpu x2 --model gpt-mini --schedule "
+              "gpipe --pp 2 --mbs 16 --microbatches 4");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "SLUICE_HOST_AVAILABLE=1M $SLUICE exec --plan "
+             "%s/acts.json --steps 1 >%s/out 2>%s/err", dir, dir, dir);
+    cr_expect_eq(sh_run("%s", cmd), 1);
+    cr_expect_eq(sh_run("grep -q 'gpt-mini does not fit now: its state "
+                        "needs .* and 1.00 MiB is free on this machine' "
+                        "%s/err", dir), 0);
+    snprintf(cmd, sizeof cmd, "SLUICE_HOST_AVAILABLE=300M $SLUICE exec "
+             "--plan %s/acts.json --steps 1 >%s/out 2>%s/err", dir, dir, dir);
+    cr_expect_eq(sh_run("%s", cmd), 1);
+    cr_expect_eq(sh_run("grep -q 'the run needs about 1.05 GiB of host "
+                        "memory (2 devices at 1.05 GiB predicted), and "
+                        "300.00 MiB is free' %s/err", dir), 0);
+    cr_expect_eq(sh_run("grep -q step %s/out", dir), 1, "nothing ran");
     test_rm_rf(dir);
 }
 

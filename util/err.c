@@ -10,6 +10,7 @@
 #include <malloc.h>
 #endif
 #include <string.h>
+#include <unistd.h>
 
 int util_errf(util_err *e, int code, const char *fmt, ...)
 {
@@ -43,10 +44,17 @@ void util_never_(const char *file, int line, const char *what)
     abort();
 }
 
+/* Out of memory is the machine's, not a fault of sluice: said, and the
+ * run ends with exit code 1 (no core dump); what it wrote is flushed,
+ * its offload files are unlinked already (exec/offload.c) */
 static void *oom(size_t n)
 {
-    fprintf(stderr, "sluice: out of memory allocating %zu bytes\n", n);
-    abort();
+    fprintf(stderr, "sluice: out of memory allocating %zu bytes (the "
+            "machine's memory, or this process's limit of it, is used "
+            "up)\n", n);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(UTIL_EXIT_FAIL);
 }
 
 void *util_malloc(size_t n)
