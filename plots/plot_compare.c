@@ -163,6 +163,24 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
             fprintf(g, "set multiplot layout 4,1\nunset key\n"
                     "set lmargin 10\nset rmargin 4\n"
                     "set style fill solid 1.0 border rgb '#ffffff'\n");
+            /* the kinds' colours, over the measured timeline's top right
+             * (the kinds either run has), 17 pixels above its graph: a
+             * panel is a quarter of the page, its graph that less about
+             * 70 pixels of margins */
+            double ly = 1 + 17.0 / (h / 4.0 - 70);
+            int nk = 0;
+            for (int j = 0; j < 6; j++) {
+                int any = 0;
+                for (int w = 0; w < 2 && !any; w++)
+                    for (int i = 0; i < t[w].nb && !any; i++)
+                        any = t[w].b[i].kind == j;
+                if (!any) continue;
+                double x = 0.62 + 0.065 * nk++;
+                fprintf(g, "set object %d rect at graph %f, %f size char 2, "
+                        "char 0.8 fc rgb '#%06x' fs solid noborder\n"
+                        "set label %d '%s' at graph %f, %f left front\n",
+                        nk, x, ly, rgb[j], nk, kinds[j], x + 0.015, ly);
+            }
             for (int w = 0; w < 2; w++) {
                 fprintf(g, "set title '%s timeline' noenhanced\n", what[w]);
                 fprintf(g, "set xrange [0:%f]\nset yrange [%f:0.6]\n",
@@ -173,6 +191,8 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
                 fprintf(g, ")\nset grid xtics\n");
                 fprintf(g, "plot %s using 1:2:3:4:5 with boxxyerror lc rgb "
                         "variable\n", q[w][0]);
+                for (int j = 1; w == 0 && j <= nk; j++)
+                    fprintf(g, "unset object %d\nunset label %d\n", j, j);
             }
             /* both memory panels on one scale, the measured over the
              * simulated, with room above the curves for the key in a

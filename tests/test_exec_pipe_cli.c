@@ -348,6 +348,10 @@ Test(exec_cli_pipe, trace_has_sims_tasks_and_tracks)
     /* a model of kilobytes: its memory read in KiB, not in 1e-5 GiB */
     cr_expect_eq(sh_run("grep -q \"set ylabel 'KiB'\" %s/c-compare.gp",
                         dir), 0);
+    /* the kinds' colours said once, over the measured timeline */
+    cr_expect_eq(sh_run("grep -c \"^set label .* 'F' at graph\" "
+                        "%s/c-compare.gp | grep -qx 2", dir), 0,
+                 "a legend per picture (png and svg)");
     /* ...from data to the byte (six decimals of a GiB are a KiB) */
     cr_expect_eq(sh_run("awk '!/^#/ && NF == 2 { b = $2 * 1073741824; "
                         "if (b - int(b + 0.5) > 0.01 || int(b + 0.5) - b > "
