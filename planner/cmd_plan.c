@@ -615,8 +615,8 @@ static void print_answer(const plan_result *r, const prof_model *m,
                 worst = fmax(worst, json_number_value(json_object_get(
                     x, "host_step_s")));
             }
-            if (n) printf(" (step off the GPU at most %s)",
-                          util_fmt_time(worst, hb, sizeof hb));
+            if (n) printf(" (step off the %s at most %s)",
+                          unit, util_fmt_time(worst, hb, sizeof hb));
         }
         printf("\n  host DRAM %s of %s", util_fmt_bytes(json_number_value(
                    json_object_get(stt, "host_bytes")), hb, sizeof hb),

@@ -260,13 +260,14 @@ static void tiers_print(const sim_costs *c, const sim_result *r,
     double *span = util_malloc(sizeof(double) * (size_t)(S + 1));
     tier_spans(c, r, ir, span);
     char a[32], b[32];
-    fprintf(f, "\n  optimizer state off the GPU (fp32 weights and moments, "
-            "stepped by the host's CPU):\n");
+    const char *u = c->topo ? prof_topo_unit(c->topo) : "GPU";
+    fprintf(f, "\n  optimizer state off the %s (fp32 weights and moments, "
+            "stepped by the host's CPU):\n", u);
     for (int s = 0; s < S; s++)
         if (span[s] >= 0)
-            fprintf(f, "    stage %-3d %-5s step off the GPU %9.3f s "
+            fprintf(f, "    stage %-3d %-5s step off the %s %9.3f s "
                     "(gradient out, CPU step, weights back)\n", s,
-                    sim_state_tier_name(c->stage[s].state_tier), span[s]);
+                    sim_state_tier_name(c->stage[s].state_tier), u, span[s]);
     fprintf(f, "  host DRAM %s of %s", util_fmt_bytes(c->host_bytes, a,
                                                       sizeof a),
             util_fmt_bytes(c->host_cap, b, sizeof b));

@@ -961,6 +961,9 @@ Test(sim_offload, the_timeline_draws_the_tiers)
     free(s);
     cli_expect(0, "between devices busy", "sim --hw cpu x2 --model gpt-mini "
                "--schedule zero-offload --dp 2 --mbs 2 --microbatches 2");
+    cli_expect(0, "stage 1   dram  step off the device", "sim --hw cpu x2 "
+               "--model gpt-mini --schedule 1f1b --pp 2 --mbs 2 "
+               "--microbatches 4 --state-tiers dram,dram");
     /* a pipeline keeps one row per device and the compute legend */
     s = plot_script(pre, "--hw rtx2080ti x2 --model gpt2 --schedule 1f1b "
                     "--pp 2 --mbs 1 --microbatches 2");
