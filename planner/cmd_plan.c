@@ -969,8 +969,11 @@ static int one(cmd *c, util_err *e)
                 ft_str(&tr[kh].ft, md, sizeof md);
                 strcat(md, " with ");
             }
-            snprintf(more, sizeof more, "; with more host memory %s%s fits: "
-                     "it needs %s%s%s (%s%s%s)%s", md,
+            /* what is short: DRAM, the drives or both */
+            snprintf(more, sizeof more, "; with more %s %s%s fits: "
+                     "it needs %s%s%s (%s%s%s)%s",
+                     dr && nv ? "host memory and drives"
+                     : nv ? "drives" : "host memory", md,
                      sim_sched_name(hs.sched), dram, dr && nv ? " and " : "",
                      nvme,
                      dr && nv && !t->own_nodes ? "give --host-mem and --nvme N"

@@ -677,9 +677,10 @@ Test(sim_offload, a_host_too_small_is_refused_at_planning)
     cli_expect(2, "51.99 GiB missing in DRAM", "%s", small);
     cli_result r = cli_run("%s --json", small);
     cr_assert_eq(r.code, 2, "%s", r.err);
-    /* searched again with more host: what a plan that fits needs */
-    cr_expect(strstr(r.err, "; with more host memory fuyou fits: it needs "),
-              "%s", r.err);
+    /* searched again with more host: what a plan that fits needs, and
+     * both are short (116.17 GiB of DRAM, 2.25 TiB of drives of 1.82) */
+    cr_expect(strstr(r.err, "; with more host memory and drives fuyou fits: "
+                            "it needs "), "%s", r.err);
     json_t *j = json_loads(r.out, 0, NULL);
     cr_assert_not_null(j, "%s", r.out);
     json_t *sh = json_object_get(j, "host_tier_short");
