@@ -494,10 +494,14 @@ int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
             return util_errf(e, UTIL_EXIT_USAGE, "stage %d: the plan names "
                              "ops '%s'..'%s' but %s's ops %d..%d are '%s'.."
                              "'%s': the plan was made for another version of "
-                             "the model", s, nf, nt, m->spec.name,
+                             "the model%s", s, nf, nt, m->spec.name,
                              p->first_op[s], p->last_op[s],
                              m->ops[p->first_op[s]].name,
-                             m->ops[p->last_op[s]].name);
+                             m->ops[p->last_op[s]].name,
+                             p->flash ? " (its flash_attn changes the ops: "
+                             "fused attention is one op where the unfused "
+                             "is three; plan again with --flash-attn or "
+                             "--no-flash-attn)" : "");
         }
         if (p->stage_device[s] < 0 || p->stage_device[s] >= p->pp) {
             AT("stages[%d].device", s);

@@ -592,6 +592,12 @@ Test(sim_cli, fused_attention_of_its_own)
            "%s/bad.json", dir, dir);
     cli_expect(2, "bad.json:", "sim --plan %s/bad.json", dir);
     cli_expect(2, "flash_attn", "exec --plan %s/bad.json --steps 1", dir);
+    /* fused attention set on a plan made unfused: its stages' ops are
+     * another graph's, and the field is named as the likely cause */
+    sh_run("sed 's/\"schedule\": \"1f1b\",/\"schedule\": \"1f1b\", "
+           "\"flash_attn\": true,/' %s/u.json > %s/flip.json", dir, dir);
+    cli_expect(2, "(its flash_attn changes the ops", "sim --plan %s/flip.json",
+               dir);
     test_rm_rf(dir);
 }
 
