@@ -369,6 +369,10 @@ Test(cli_io, validate_cells_that_cannot_be)
          "t.csv:1: '# sluice:' line: vocab='-5': expected a whole number"},
         {"gpu=\xff\xfe", "1,64,2,1,1,1,8,1",
          "t.csv:1: '# sluice:' line: gpu= is not UTF-8 text"},
+        /* an unknown GPU: the line's setting, once, not each row's --hw */
+        {"gpu=a100", "1,64,2,1,1,1,8,1",
+         "t.csv:1: '# sluice:' line: gpu=: unknown GPU type 'a100' (did you "
+         "mean one of 'a100-sxm-40gb'"},
         {"gpu=a100-sxm-80gb", "1,64,2,1,1,1,8,1,9,9,9,9,9,9,9,9,9,9,9,9,9,9,"
          "9,9,9,9,9,9,9,9,9,9,9", "t.csv:3: more than 32 columns"},
         /* a stray comma would shift the cells after it */
