@@ -468,7 +468,7 @@ static void print_answer(const plan_result *r, const prof_model *m,
     printf("plan for %s on %s\n", m->spec.name, t->name);
     print_cut_short(r, limit_s, stdout);
     /* CPU devices are cores, not GPUs */
-    int cpu = prof_topo_gpu(t, 0)->form == PROF_FORM_CPU;
+    int cpu = prof_topo_cpu(t);
     const char *unit = prof_topo_unit(t);
     printf("  batch %d samples of %d tokens; %.2f GiB per %s reserved for the "
            "framework and allocator\n", r->batch, m->spec.seq_len,
@@ -641,7 +641,7 @@ static void print_answer(const plan_result *r, const prof_model *m,
             printf(" (%lld drive%s)", nd, nd == 1 ? "" : "s");
         }
         if (p->dp > 1)
-            printf(", partitioned over %d data-parallel GPUs", p->dp);
+            printf(", partitioned over %d data-parallel %ss", p->dp, unit);
         printf(", host DRAM %s of %s; busy:", util_fmt_bytes(
                    json_number_value(json_object_get(ofl, "host_bytes")), hb,
                    sizeof hb),

@@ -273,12 +273,10 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
                 goto out;
             }
             /* an unknown GPU is the line's, not every row's --hw (a
-             * server file, a path as --hw takes one, is read per row) */
+             * server file is read per row) */
             prof_gpu g;
-            size_t gl = strlen(h.gpu);
-            if (!strncmp(l, "# sluice:", 9) && gl && !strchr(h.gpu, '/') &&
-                !(gl > 5 && !strcmp(h.gpu + gl - 5, ".json")) &&
-                prof_gpu_get(h.gpu, &g, &ue)) {
+            if (!strncmp(l, "# sluice:", 9) && h.gpu[0] &&
+                !prof_hw_is_file(h.gpu) && prof_gpu_get(h.gpu, &g, &ue)) {
                 rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: '# sluice:' line: "
                                "gpu=: %s", path, lineno, ue.msg);
                 goto out;

@@ -263,6 +263,9 @@ prof_topo *prof_topo_load(const char *path, util_err *e);
 /* Resolves --hw arguments: "rtx2080ti x8", "rtx2080ti" "x8", "FILE.json". */
 prof_topo *prof_topo_from_args(int argc, char **argv, const prof_hw_opts *o,
                                util_err *e);
+/* Whether a --hw word names a server file (a path with '/' or ending
+ * .json, or an existing file that is no catalog GPU's name), not a GPU. */
+int prof_hw_is_file(const char *s);
 void prof_topo_free(prof_topo *t);
 
 /* Building a topology by hand (templates and loaders use these too):
@@ -314,8 +317,10 @@ int prof_topo_gpu_host_mem(const prof_topo *t, int g);
 int prof_topo_gpu_nvme(const prof_topo *t, int g);
 /* Host DRAM of a server: its DRAM nodes' capacity summed, bytes. */
 double prof_topo_server_dram(const prof_topo *t, int server);
+/* Whether t's devices are CPU cores standing for GPUs (0 for NULL). */
+int prof_topo_cpu(const prof_topo *t);
 /* What a device of t is called: "device" (CPU cores standing for
- * devices) or "GPU"; "s" makes the plural. */
+ * devices) or "GPU" (also for NULL); "s" makes the plural. */
 const char *prof_topo_unit(const prof_topo *t);
 /* The NVMe drives of server `server`. */
 int prof_topo_server_drives(const prof_topo *t, int server);

@@ -411,10 +411,14 @@ int prof_topo_gpu_nvme(const prof_topo *t, int g)
     return t->x->gpu_nvme[g];
 }
 
+int prof_topo_cpu(const prof_topo *t)
+{
+    return t && t->n_gpus > 0 && prof_topo_gpu(t, 0)->form == PROF_FORM_CPU;
+}
+
 const char *prof_topo_unit(const prof_topo *t)
 {
-    return t->n_gpus > 0 && prof_topo_gpu(t, 0)->form == PROF_FORM_CPU
-           ? "device" : "GPU";
+    return prof_topo_cpu(t) ? "device" : "GPU";
 }
 
 double prof_topo_server_dram(const prof_topo *t, int server)

@@ -395,9 +395,7 @@ prof_topo *prof_topo_load_text(const char *name, const char *text,
 
 /* ---- --hw arguments ---- */
 
-/* A path (with '/' or ending .json), or an existing file that is not a
- * catalog GPU name. */
-static int is_file_arg(const char *s)
+int prof_hw_is_file(const char *s)
 {
     size_t n = strlen(s);
     if (strchr(s, '/') || (n > 5 && !strcmp(s + n - 5, ".json"))) return 1;
@@ -496,7 +494,7 @@ prof_topo *prof_topo_from_args(int argc, char **argv, const prof_hw_opts *o,
                   tok[2]);
         return NULL;
     }
-    if (is_file_arg(tok[0])) {
+    if (prof_hw_is_file(tok[0])) {
         if (nt > 1) {
             util_errf(e, UTIL_EXIT_USAGE, "--hw %s: a server file takes no "
                       "count (unexpected '%s')", tok[0], tok[1]);

@@ -162,7 +162,7 @@ static void offload_print(const sim_costs *c, const sim_result *r,
             c->tier == SIM_TIER_NVME ? "NVMe" : "host DRAM");
     if (c->replicas > 1)
         fprintf(f, ", partitioned over %d data-parallel %ss", c->replicas,
-                c->topo ? prof_topo_unit(c->topo) : "GPU");
+                prof_topo_unit(c->topo));
     if (c->tier == SIM_TIER_NVME)
         fprintf(f, " (%d drive%s)", c->n_drives, c->n_drives == 1 ? "" : "s");
     fprintf(f, "; host DRAM %s of %s reserved", util_fmt_bytes(c->host_bytes,
@@ -260,7 +260,7 @@ static void tiers_print(const sim_costs *c, const sim_result *r,
     double *span = util_malloc(sizeof(double) * (size_t)(S + 1));
     tier_spans(c, r, ir, span);
     char a[32], b[32];
-    const char *u = c->topo ? prof_topo_unit(c->topo) : "GPU";
+    const char *u = prof_topo_unit(c->topo);
     fprintf(f, "\n  optimizer state off the %s (fp32 weights and moments, "
             "stepped by the host's CPU):\n", u);
     for (int s = 0; s < S; s++)
@@ -337,12 +337,9 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
         fprintf(f, ", %d chunk(s) per device", p->chunks);
     fprintf(f, "\n");
     if (p->dp > 1 || p->tp > 1)
-    {
-        const char *u = tp ? prof_topo_unit(tp) : "GPU";
-        fprintf(f, "dp %d x pp %d x tp %d = %d %ss; %s = (dp_rank*pp + "
+        fprintf(f, "dp %d x pp %d x tp %d = %ld %ss; %s = (dp_rank*pp + "
                 "pp_rank)*tp + tp_rank\n", p->dp, p->pp, p->tp,
-                p->dp * p->pp * p->tp, u, u);
-    }
+                sim_plan_gpus(p), prof_topo_unit(tp), prof_topo_unit(tp));
     if (m && !prof_finetune_full(&m->ft)) {
         char md[64], a[16], b[16];
         fprintf(f, "fine-tuning %s: %s of %s parameters train\n",
@@ -358,7 +355,7 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
     fprintf(f, "  samples/s          %.2f\n", t.samples_per_s);
     fprintf(f, "  tokens/s           %.0f\n", t.tokens_per_s);
     char tl[32];
-    snprintf(tl, sizeof tl, "model TFLOP/s/%s", tp ? prof_topo_unit(tp) : "GPU");
+    snprintf(tl, sizeof tl, "model TFLOP/s/%s", prof_topo_unit(tp));
     fprintf(f, "  %-18s %.2f   (model FLOPs: forward + backward, "
             "recompute not counted)\n", tl, t.tflops_gpu);
     fprintf(f, "  MFU                %.1f%%   (of %.1f TFLOP/s peak)\n",

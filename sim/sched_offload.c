@@ -585,8 +585,8 @@ static const char *const res_names[2][SIM_OFL_RES_COUNT] = {
 
 const char *sim_offload_res_name(int k, const prof_topo *t)
 {
-    int cpu = t && t->n_gpus > 0 && prof_topo_gpu(t, 0)->form == PROF_FORM_CPU;
-    return (unsigned)k < SIM_OFL_RES_COUNT ? res_names[cpu][k] : "?";
+    return (unsigned)k < SIM_OFL_RES_COUNT ? res_names[prof_topo_cpu(t)][k]
+                                           : "?";
 }
 
 const char *sim_offload_res_key(int k)

@@ -139,10 +139,9 @@ int sim_trace_write(const char *path, const sim_ir *ir, const sim_result *r,
         }
     }
     /* what a device is: a GPU, or a CPU core (the plots name its rows) */
-    const prof_topo *tp = c ? c->topo : NULL;
     fprintf(f, "\n], \"otherData\": {\"schedule\": \"%s\", \"devices\": %d, "
             "\"unit\": \"%s\", \"minibatches\": %d, \"capacity_bytes\": [",
-            ir->schedule, ir->n_devices, tp ? prof_topo_unit(tp) : "GPU",
+            ir->schedule, ir->n_devices, prof_topo_unit(c ? c->topo : NULL),
             ir->n_minibatches);
     for (int d = 0; d < ir->n_devices; d++)
         fprintf(f, "%s%.0f", d ? ", " : "", c ? c->dev_capacity[d] : 0.0);
