@@ -576,6 +576,11 @@ float exec_lr_at(float peak, int warmup, int steps, int s);
 
 /* This machine's physical memory, bytes (0 when unknown). */
 double exec_host_mem_bytes(void);
+/* Host memory this process may still take: the system's available
+ * memory, or less where an address-space limit (ulimit -v) leaves less
+ * (*why says which); HUGE_VAL when neither is known.
+ * SLUICE_HOST_AVAILABLE=SIZE says it instead (tests). */
+double exec_host_free_bytes(const char **why);
 
 /* Defaults for everything but model, cfg and data. */
 void exec_train_defaults(exec_train_opts *o);

@@ -7,10 +7,8 @@
  * schedule with a flush runs its IR once per step; one without runs one
  * IR of as many minibatches as steps. */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "exec/runtime.h"
@@ -428,45 +426,6 @@ static int gather_offload(exec_runtime *rt, exec_pipe_result *r, int mpi,
     return 0;
 }
 
-/* A field of a /proc file in kB ("MemAvailable:"), as bytes; -1: none. */
-static double proc_kb(const char *file, const char *key)
-{
-    FILE *f = fopen(file, "r");
-    if (!f) return -1;
-    char line[256];
-    double v = -1;
-    size_t n = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n)) {
-            v = strtod(line + n, NULL) * 1024;
-            break;
-        }
-    fclose(f);
-    return v;
-}
-
-/* Host memory this process may still take: the system's available
- * memory, or less where an address-space limit (ulimit -v) leaves less
- * (*why says which); HUGE_VAL when neither is known.
- * SLUICE_HOST_AVAILABLE=SIZE says it instead (tests). */
-static double host_available(const char **why)
-{
-    const char *t = getenv("SLUICE_HOST_AVAILABLE");
-    double v;
-    *why = "free on this machine";
-    if (t && *t && !util_parse_size(t, &v)) return v;
-    double a = proc_kb("/proc/meminfo", "MemAvailable:");
-    if (!(a > 0)) a = HUGE_VAL;
-    struct rlimit rl;
-    double vm = proc_kb("/proc/self/status", "VmSize:");
-    if (!getrlimit(RLIMIT_AS, &rl) && rl.rlim_cur != RLIM_INFINITY &&
-        vm > 0 && (double)rl.rlim_cur - vm < a) {
-        a = fmax((double)rl.rlim_cur - vm, 0);
-        *why = "left under this process's address-space limit (ulimit -v)";
-    }
-    return a;
-}
-
 /* On host memory (the CPU backend): the devices this process runs, at
  * their predicted peaks, and its share of the tiers' host memory must
  * fit what the machine has free, or the run would die in an allocation
@@ -490,7 +449,7 @@ static int host_fits(const exec_runtime *rt, const sim_ir *ir,
     double tiers = c->offload ? c->host_bytes * rt->n_local / rt->n_workers
                               : 0;
     const char *why;
-    double have = host_available(&why);
+    double have = exec_host_free_bytes(&why);
     if (dev + tiers > have) {
         char a[32], b[32], x[32], y[32] = "";
         if (tiers > 0) {
@@ -599,7 +558,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     double need = 12.0 * (double)P;
     if (be->host_memory) need += 16.0 * (double)P * (p->dp > 1 ? p->dp : 1);
     const char *why;
-    double host = exec_host_mem_bytes(), avail = host_available(&why);
+    double host = exec_host_mem_bytes(), avail = exec_host_free_bytes(&why);
     if (host > 0 && need > host) {
         char a[32], b[32];
         return util_errf(e, UTIL_EXIT_USAGE, "%s: %s does not fit this "

@@ -8,7 +8,9 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 void exec_train_defaults(exec_train_opts *o)
@@ -78,6 +80,41 @@ double exec_host_mem_bytes(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), sz = sysconf(_SC_PAGESIZE);
     return pages > 0 && sz > 0 ? (double)pages * sz : 0;
+}
+
+/* A field of a /proc file in kB ("MemAvailable:"), as bytes; -1: none. */
+static double proc_kb(const char *file, const char *key)
+{
+    FILE *f = fopen(file, "r");
+    if (!f) return -1;
+    char line[256];
+    double v = -1;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n)) {
+            v = strtod(line + n, NULL) * 1024;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+double exec_host_free_bytes(const char **why)
+{
+    const char *t = getenv("SLUICE_HOST_AVAILABLE");
+    double v;
+    *why = "free on this machine";
+    if (t && *t && !util_parse_size(t, &v)) return v;
+    double a = proc_kb("/proc/meminfo", "MemAvailable:");
+    if (!(a > 0)) a = HUGE_VAL;
+    struct rlimit rl;
+    double vm = proc_kb("/proc/self/status", "VmSize:");
+    if (!getrlimit(RLIMIT_AS, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+        vm > 0 && (double)rl.rlim_cur - vm < a) {
+        a = fmax((double)rl.rlim_cur - vm, 0);
+        *why = "left under this process's address-space limit (ulimit -v)";
+    }
+    return a;
 }
 
 static int write_timings(const char *path, const exec_train_opts *o, int B,
@@ -168,6 +205,16 @@ int exec_train(const exec_train_opts *o, exec_train_result *r, util_err *e)
             "tokens needs %s, the machine has %s of memory",
             o->model, B, T, util_fmt_bytes(need.total_bytes, a, sizeof a),
             util_fmt_bytes(host, b, sizeof b));
+    }
+    const char *why;
+    double avail = exec_host_free_bytes(&why);
+    if (need.total_bytes > avail) {
+        char a[32], b[32];
+        return util_errf(e, UTIL_EXIT_FAIL, "%s does not fit now: training "
+                         "it with batch %d x %d tokens needs %s, and %s is "
+                         "%s", o->model, B, T,
+                         util_fmt_bytes(need.total_bytes, a, sizeof a),
+                         util_fmt_bytes(avail, b, sizeof b), why);
     }
     double budget = o->mem_budget_bytes > 0 ? o->mem_budget_bytes : host;
     if (budget > 0 && need.total_bytes > budget) {
