@@ -163,23 +163,18 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
             fprintf(g, "set multiplot layout 4,1\nunset key\n"
                     "set lmargin 10\nset rmargin 4\n"
                     "set style fill solid 1.0 border rgb '#ffffff'\n");
-            /* the kinds' colours, over the measured timeline's top right
-             * (the kinds either run has), 17 pixels above its graph: a
-             * panel is a quarter of the page, its graph that less about
-             * 70 pixels of margins */
+            /* the kinds' colours, every compute kind as the timeline's
+             * legend has them, over the measured timeline's top right, 17
+             * pixels above its graph: a panel is a quarter of the page,
+             * its graph that less about 70 pixels of margins */
             double ly = 1 + 17.0 / (h / 4.0 - 70);
-            int nk = 0;
-            for (int j = 0; j < 6; j++) {
-                int any = 0;
-                for (int w = 0; w < 2 && !any; w++)
-                    for (int i = 0; i < t[w].nb && !any; i++)
-                        any = t[w].b[i].kind == j;
-                if (!any) continue;
-                double x = 0.62 + 0.065 * nk++;
+            const int nk = 6;
+            for (int j = 0; j < nk; j++) {
+                double x = 0.62 + 0.065 * j;
                 fprintf(g, "set object %d rect at graph %f, %f size char 2, "
                         "char 0.8 fc rgb '#%06x' fs solid noborder\n"
                         "set label %d '%s' at graph %f, %f left front\n",
-                        nk, x, ly, rgb[j], nk, kinds[j], x + 0.015, ly);
+                        j + 1, x, ly, rgb[j], j + 1, kinds[j], x + 0.015, ly);
             }
             for (int w = 0; w < 2; w++) {
                 fprintf(g, "set title '%s timeline' noenhanced\n", what[w]);
