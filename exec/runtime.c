@@ -91,6 +91,9 @@ static void mark_done(exec_worker *w, int id, int epoch)
     wake_gated(w, id);
 }
 
+static int dep_met(const exec_worker *w, const sim_task *t, int d,
+                   int epoch);
+
 /* Whether the receiver of collective send id (on w) has joined the
  * collective for epoch (exec_recv_ready on its worker); a worker of
  * another process is not seen: it holds the message itself. */
@@ -112,7 +115,7 @@ int exec_recv_ready(exec_worker *w, int rid, int epoch)
     int ok = 1;
     pthread_mutex_lock(&w->mu);
     for (int k = rt->gate_off[sid]; k < rt->gate_off[sid + 1] && ok; k++)
-        ok = w->done[rt->gate[k]] >= epoch;
+        ok = dep_met(w, &ir->tasks[sid], rt->gate[k], epoch);
     int g = rt->gate_start[sid];
     if (ok && g >= 0) ok = w->started[g] >= epoch;
     pthread_mutex_unlock(&w->mu);
@@ -225,6 +228,29 @@ static void gates_build(exec_runtime *rt)
     for (int i = n; i > 0; i--) rt->wake_off[i] = rt->wake_off[i - 1];
     rt->wake_off[0] = 0;
     gate_starts(rt);
+    /* gradient buckets: the backwards their rings wait for part-way, and
+     * the ops after which those say how far they have come */
+    for (int i = 0; i < n; i++) {
+        const sim_task *t = &ir->tasks[i];
+        if (t->bkt_ops <= 0) continue;
+        if (!rt->early) {
+            rt->early = util_calloc((size_t)n + 1, 1);
+            rt->bkt_last = util_calloc((size_t)n + 1, 1);
+            rt->bkt_edge = util_calloc((size_t)rt->model->n_ops + 1, 1);
+        }
+        UTIL_NEVER(t->bkt_first < 0 || t->bkt_first >= rt->model->n_ops);
+        rt->bkt_edge[t->bkt_first] = 1;
+        /* a ring's last step: its receive forwards nothing */
+        int last = t->kind == SIM_RECV;
+        for (int k = ir->succ_off[i]; last && k < ir->succ_off[i + 1]; k++)
+            last = ir->tasks[ir->succ[k]].kind != SIM_SEND;
+        if (last) rt->bkt_last[i] = 1;
+        for (int k = 0; k < t->n_dep; k++) {
+            int d = ir->deps[t->dep_off + k];
+            int kd = ir->tasks[d].kind;
+            if (kd == SIM_BW || kd == SIM_W) rt->early[d] = 1;
+        }
+    }
 }
 
 void exec_deliver(exec_runtime *rt, int wid, int epoch, int rid, exec_buf *b,
@@ -290,6 +316,45 @@ static int deps_wait(exec_worker *w, int id, int epoch)
     return 0;
 }
 
+/* Whether dependency d (a task of w) of task t is met for epoch, w->mu
+ * held: d done, or t a gradient bucket's ring step and d a backward that
+ * has computed the bucket's ops (the simulator's early_dep). */
+static int dep_met(const exec_worker *w, const sim_task *t, int d, int epoch)
+{
+    if (w->done[d] >= epoch) return 1;
+    const sim_task *u = &w->rt->ir->tasks[d];
+    return t->bkt_ops > 0 && (u->kind == SIM_BW || u->kind == SIM_W) &&
+           w->prog_ep[d] == epoch && w->prog_op[d] <= t->bkt_first;
+}
+
+/* A backward (task id of w) has computed its ops down to op: the rings
+ * of the buckets that end there may start. The device is done with
+ * them first (a GPU runs behind the thread). */
+static int fold_dp(exec_worker *w, int d, exec_buf *b, util_err *e);
+static exec_buf *take_recv(exec_worker *w, int rid);
+
+static int bwd_progress(exec_worker *w, int id, int op, util_err *e)
+{
+    exec_runtime *rt = w->rt;
+    if (!rt->early || !rt->early[id] || !rt->bkt_edge[op]) return 0;
+    if (rt->be->sync(e)) return -1;
+    pthread_mutex_lock(&w->mu);
+    w->prog_ep[id] = w->epoch_now;
+    w->prog_op[id] = op;
+    w->wakes++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    wake_gated(w, id);
+    /* the buckets reduced so far go into place (their last steps'
+     * receives), so their buffers do not wait for the optimizer step
+     * beside the backward's activations */
+    for (int k = 0; k < w->n_bkt_rx; k++) {
+        exec_buf *b = take_recv(w, w->bkt_rx[k]);
+        if (b && fold_dp(w, w->bkt_rx[k], b, e)) return -1;
+    }
+    return 0;
+}
+
 static int deps_ready(exec_worker *w, int id, int epoch)
 {
     const sim_ir *ir = w->rt->ir;
@@ -298,7 +363,7 @@ static int deps_ready(exec_worker *w, int id, int epoch)
     pthread_mutex_lock(&w->mu);
     for (int k = 0; k < t->n_dep && ok; k++) {
         int d = ir->deps[t->dep_off + k];
-        ok = ir->tasks[d].device != t->device || w->done[d] >= epoch;
+        ok = ir->tasks[d].device != t->device || dep_met(w, t, d, epoch);
     }
     pthread_mutex_unlock(&w->mu);
     return ok;
@@ -1102,6 +1167,7 @@ static int task_backward(exec_worker *w, int id, int fused, int64_t *tp,
         }
         if (fused || !x->has_w) exec_view_drop(&r->aux[i]);
         if (fused || !x->has_w) exec_view_drop(&r->xa[i]);
+        if (fused && bwd_progress(w, id, op, e)) return -1;
     }
     for (int q = 0; q < st->n_ext; q++)
         if (fused || !st->w_needs_ext[q]) exec_view_drop(&r->ext[q]);
@@ -1127,9 +1193,10 @@ static int task_w(exec_worker *w, int id, int64_t *tp, util_err *e)
     if (!r) return util_errf(e, UTIL_EXIT_FAIL, "W without its B");
     if (grad_begin(w, st, r, e)) return -1;
     for (int op = st->last; op >= st->first; op--)
-        if (rt->xop[op].has_w &&
-            ((st->ofl && exec_ofl_acquire(w, st, op, 1, 1, e)) ||
-             op_backward(w, st, r, op, 0, 1, tp, e)))
+        if ((rt->xop[op].has_w &&
+             ((st->ofl && exec_ofl_acquire(w, st, op, 1, 1, e)) ||
+              op_backward(w, st, r, op, 0, 1, tp, e))) ||
+            bwd_progress(w, id, op, e))
             return -1;
     if (grad_end(w, st, r, id, e)) return -1;
     rec_free(st, r);
@@ -1165,6 +1232,29 @@ static int shard_groups(const exec_runtime *rt)
     return rt->dp * rt->pipes / H;
 }
 
+/* The floats of stage st's trained arena a gradient bucket's ring (task
+ * t: sim_task.bkt_first, bkt_ops) reduces: [*lo, *lo + *n), its ops'
+ * slices, which lie together (the arena holds the stage's tensors in op
+ * order). */
+static void bucket_range(const exec_stage *st, const sim_task *t, size_t *lo,
+                         size_t *n)
+{
+    size_t a = SIZE_MAX, b = 0, sum = 0;
+    for (int k = 0; k < st->n_sl; k++) {
+        const exec_slice *s = &st->sl[k];
+        if (s->frozen || s->op < t->bkt_first ||
+            s->op >= t->bkt_first + t->bkt_ops)
+            continue;
+        if (s->off < a) a = s->off;
+        if (s->off + s->n > b) b = s->off + s->n;
+        sum += s->n;
+    }
+    if (a == SIZE_MAX) a = b = 0;
+    UTIL_NEVER(sum != b - a);
+    *lo = a;
+    *n = b - a;
+}
+
 /* Where the chunk data-parallel ring task `task` (sent by replica
  * `sender`) moves lies in stage st's trained arena: [*lo, *lo + *len).
  * Unsharded, a step of sim_add_allreduce's ring over every replica;
@@ -1178,7 +1268,10 @@ static void dp_chunk(const exec_runtime *rt, const exec_stage *st, int task,
     const sim_task *t = &rt->ir->tasks[task];
     if (!rt->zero) {
         int R = rt->dp * rt->pipes;
-        chunk(st->n, R, ring_chunk(sender, t->mb, R), lo, len);
+        size_t a = 0, n = st->n;
+        if (t->bkt_ops > 0) bucket_range(st, t, &a, &n);
+        chunk(n, R, ring_chunk(sender, t->mb, R), lo, len);
+        *lo += a;
         return;
     }
     int H = rt->shard, p = sender % H;
@@ -3196,6 +3289,13 @@ int exec_rt_setup(exec_runtime *rt, const float *full, const float *adam_m,
         pthread_mutex_init(&w->mu, NULL);
         pthread_cond_init(&w->cv, NULL);
         w->done = util_calloc((size_t)n + 1, sizeof(int));
+        w->prog_ep = util_calloc((size_t)n + 1, sizeof(int));
+        w->bkt_rx = util_malloc(sizeof(int) * ((size_t)n + 1));
+        w->n_bkt_rx = 0;
+        for (int i = 0; rt->bkt_last && i < n; i++)
+            if (rt->bkt_last[i] && rt->ir->tasks[i].device == w->device)
+                w->bkt_rx[w->n_bkt_rx++] = i;
+        w->prog_op = util_calloc((size_t)n + 1, sizeof(int));
         w->started = util_calloc((size_t)n + 1, sizeof(int));
         w->rbuf = util_calloc((size_t)n + 1, sizeof *w->rbuf);
         w->outbox = util_calloc((size_t)n + 1, sizeof *w->outbox);
@@ -3417,7 +3517,8 @@ void exec_rt_free(exec_runtime *rt)
         free(w->rec); free(w->lact); free(w->lgrad);
         free(w->st); free(w->lidx);
         free(w->comp); free(w->sendq[0]); free(w->sendq[1]);
-        free(w->done); free(w->started); free(w->rbuf); free(w->outbox); free(w->n_outbox);
+        free(w->done); free(w->started); free(w->prog_ep); free(w->prog_op);
+        free(w->bkt_rx); free(w->rbuf); free(w->outbox); free(w->n_outbox);
         free(w->tm); free(w->ep_loss); free(w->ep_norm);
         free(w->ep_kern); free(w->ep_wait); free(w->ep_wall); free(w->ep_end);
         free(w->used_ver);
@@ -3452,6 +3553,7 @@ void exec_rt_free(exec_runtime *rt)
     free(rt->gate_off); free(rt->gate);
     free(rt->wake_off); free(rt->wake);
     free(rt->gate_start); free(rt->started_by);
+    free(rt->early); free(rt->bkt_edge); free(rt->bkt_last);
     rt->gate_off = rt->gate = rt->wake_off = rt->wake = NULL;
     rt->gate_start = rt->started_by = NULL;
     rt->xop = NULL;

@@ -430,6 +430,13 @@ typedef struct exec_worker {
                              * communication thread sleeps only if none
                              * came since it last looked */
     int *done;              /* per task: the last epoch it completed */
+    int *bkt_rx, n_bkt_rx;  /* the last ring steps' receives of this
+                             * device's gradient buckets, copied into
+                             * place by the backward as they land */
+    int *prog_ep, *prog_op; /* per backward with gradient buckets reduced
+                             * from inside it (exec_runtime.early): the
+                             * epoch it last ran in and the lowest op it
+                             * has computed in it, under mu */
     exec_buf **rbuf;        /* per receive task: what arrived */
     exec_view **outbox;     /* per send task: the pieces to send */
     int *n_outbox;
@@ -547,6 +554,12 @@ struct exec_runtime {
      * workers of other processes (MPI): there the receiver holds the
      * message until it has joined (exec_recv_ready). */
     int *gate_off, *gate, *wake_off, *wake, *gate_start, *started_by;
+    /* Gradient buckets (sim_task.bkt_ops): per task, whether a bucket's
+     * ring waits for it part-way (a backward, which then says how far it
+     * has come: exec_worker.prog_op); per model op, whether a bucket's
+     * lowest op (the backward says so after it) */
+    unsigned char *early, *bkt_edge, *bkt_last; /* bkt_last: per task, a
+                             * bucket ring's last receive */
     int fault_worker, fault_task, fault_kill;
     int slow_worker, slow_us;   /* exec_pipe_opts' (tests) */
     atomic_int abort;

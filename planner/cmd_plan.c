@@ -61,6 +61,12 @@ static void usage(FILE *f)
         "                     fused attention), or as its separate ops,\n"
         "                     instead of as the model spec says; the plan\n"
         "                     file keeps it\n"
+        "  --grad-bucket SIZE the data-parallel all-reduce in buckets of SIZE\n"
+        "                     of gradients, each reduced as soon as the\n"
+        "                     backward has computed it (default on GPUs 25M,\n"
+        "                     PyTorch DDP's); 0 or stage: one per stage after\n"
+        "                     its backward (default on CPU devices); the plan\n"
+        "                     file keeps it\n"
         "  --reserve SIZE     memory kept per GPU for the framework and allocator\n"
         "                     (default 1G)\n"
         "  --state-bytes N    weights+grads+optimizer bytes per parameter (default 16)\n"
@@ -247,6 +253,10 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                  "a token count in [1, %d]", v, PROF_MAX_SEQ);
             c->po.seq_len = (int)n;
         }
+        else if (!strcmp(a, "--grad-bucket")) {
+            if (sim_grad_bucket_arg(argc, argv, &i, &c->po.grad_bucket, e))
+                return -1;
+        }
         else if (!strcmp(a, "--flash-attn")) c->po.flash = 1;
         else if (!strcmp(a, "--no-flash-attn")) c->po.flash = -1;
         else if (!strcmp(a, "--batch")) {
@@ -315,7 +325,8 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--zero", "--fsdp", "--finetune",
                                   "--sweep-host-mem", "--offload-tier",
                                   "--dtype", "--chunks", "--seq",
-                                  "--flash-attn", "--no-flash-attn"};
+                                  "--flash-attn", "--no-flash-attn",
+                                  "--grad-bucket"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",

@@ -131,6 +131,8 @@ typedef struct plan_opts {
     int flash;                /* attention fused (1, --flash-attn) or not
                                * (-1), 0: as the spec says; plans record
                                * it */
+    double grad_bucket;       /* sim_plan.grad_bucket (--grad-bucket;
+                               * SIM_GRAD_BUCKET_AUTO) */
     double time_limit_s;      /* > 0: answer with the best plan found by
                                * then (partitioning takes at most half;
                                * checked between candidates, so a running

@@ -44,6 +44,7 @@ void plan_opts_init(plan_opts *o)
     o->recompute = -1;
     o->sp = -1;
     o->zero = -1;
+    o->grad_bucket = SIM_GRAD_BUCKET_AUTO;
 }
 
 char *plan_knob_tag(const sim_plan *p, char *buf, size_t n)
@@ -353,6 +354,7 @@ static void plan_skeleton(cand *c, const plan_opts *o, const prof_model *m,
     c->plan.math = o->math;
     c->plan.seq_len = o->seq_len;
     c->plan.flash = o->flash;
+    c->plan.grad_bucket = o->grad_bucket;
     snprintf(c->plan.model, sizeof c->plan.model, "%s", model_name);
     snprintf(c->plan.hw, sizeof c->plan.hw, "%s", hw_name);
     c->plan.sched = c->sched;

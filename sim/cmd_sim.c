@@ -66,6 +66,13 @@ static void usage(FILE *f)
         "                         PyTorch's fused attention), or as its\n"
         "                         separate ops, instead of as the model\n"
         "                         spec says (flash_attn)\n"
+        "  --grad-bucket SIZE     the data-parallel all-reduce in buckets of\n"
+        "                         SIZE of gradients, each reduced as soon as\n"
+        "                         the backward has computed it (default on\n"
+        "                         GPUs 25M, PyTorch DDP's); 0 or stage: one\n"
+        "                         per stage after its backward, as Megatron-LM\n"
+        "                         without --overlap-grad-reduce (default on\n"
+        "                         CPU devices, whose cores do the copies)\n"
         "  --minibatches K        minibatches simulated by schedules without\n"
         "                         flush (default 4 + ceil(2 depth / m), so the\n"
         "                         measured steady state is past the fill)\n"
@@ -228,7 +235,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             "--sequence-parallel", "--zero", "--fsdp", "--finetune",
             "--offload-tier", "--host-mem", "--nvme", "--gpus-per-server",
             "--pcie-gen", "--act-swap", "--state-tiers", "--dtype", "--seq",
-            "--flash-attn", "--no-flash-attn", NULL};
+            "--flash-attn", "--no-flash-attn", "--grad-bucket", NULL};
         int hn;
         for (int k = 0; fixed[k]; k++)
             if (!strcmp(a, fixed[k]) && !defining) defining = fixed[k];
@@ -322,6 +329,9 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
             if (need(i, argc, argv, e) ||
                 int_arg(a, argv[++i], 1, PROF_MAX_SEQ, &p->seq_len, e))
                 return -1;
+        } else if (!strcmp(a, "--grad-bucket")) {
+            if (sim_grad_bucket_arg(argc, argv, &i, &p->grad_bucket, e))
+                return -1;
         } else if (!strcmp(a, "--flash-attn")) {
             p->flash = 1;
         } else if (!strcmp(a, "--no-flash-attn")) {
@@ -395,7 +405,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
                 "--zero", "--fsdp", "--finetune", "--offload-tier",
                 "--host-mem", "--nvme", "--gpus-per-server", "--pcie-gen",
                 "--act-swap", "--state-tiers", "--ops", "--dtype", "--seq",
-                "--flash-attn", "--no-flash-attn"};
+                "--flash-attn", "--no-flash-attn", "--grad-bucket"};
             const char *near = util_closest(a, known, sizeof known / sizeof *known);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",

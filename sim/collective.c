@@ -332,8 +332,36 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
     qsort(g, (size_t)K * S, sizeof *g, grp_cmp);
     for (int gi = 0; gi < K * S; gi++) {
         int k = g[gi].k, s = g[gi].s;
-        {
-            double bytes = c->stage[s].grad_bytes / R * lanes;
+        /* the stage's buckets in the order its backward fills them: the
+         * ring of each starts once every member's backward has computed
+         * its ops. A stage exchanging the token table's gradient first
+         * (sim_add_tied) reduces the bucket holding its copy after that,
+         * last; one exchanging a T5's relative-position tables reduces
+         * its whole gradient after them, as one bucket. */
+        int nt = 0, whole = !c->bkt_off;
+        for (int r = 0; r < Rs; r++)
+            for (int q = tied_off[(size_t)k * N + r * S + s];
+                 q < tied_off[(size_t)k * N + r * S + s + 1]; q++, nt++)
+                whole |= ir->tasks[tied[q]].table != 0;
+        int b0 = whole ? 0 : c->bkt_off[s], b1 = whole ? 1 : c->bkt_off[s + 1];
+        int tb = -1;                    /* the bucket waiting for the tied */
+        for (int b = b0; b < b1 && nt && !whole; b++)
+            if (c->stage[s].tied_op >= c->bkt_lo[b] &&
+                (b == b0 || c->stage[s].tied_op < c->bkt_lo[b - 1]))
+                tb = b;
+        if (nt && !whole && tb < 0) {
+            whole = 1;
+            b0 = 0;
+            b1 = 1;
+        }
+        for (int bi = b0; bi < b1; bi++) {
+            /* the tied table's bucket moves to the end */
+            int b = tb < 0 || bi < tb ? bi : bi + 1 < b1 ? bi + 1 : tb;
+            double share = whole ? 1 : c->bkt_share[b];
+            int lo = whole ? 0 : c->bkt_lo[b];
+            int hi = b > b0 ? c->bkt_lo[b - 1] - 1 : c->stage[s].last_op;
+            int tied_deps = nt && (whole || b == tb);
+            double bytes = c->stage[s].grad_bytes * share / R * lanes;
             int steps = 2 * (R - 1), pairs = Rs == 1 ? 1 : steps;
             ring_chans(ir, c, s, rmem, Rs, c->fold > 1, chans);
             int32_t lat = ring_lat(ir, c, s, rmem, Rs, 1, steps, 1);
@@ -354,6 +382,10 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                     x.chans = chans[r];
                     x.steps = pairs == 1 ? steps : 1;
                     x.bytes = bytes;
+                    if (!whole) {
+                        x.bkt_first = lo;
+                        x.bkt_ops = hi - lo + 1;
+                    }
                     x.lat_ns = lat;
                     x.fold_ns = ring_fold(
                         ir, c, w, bytes, lanes,
@@ -372,7 +404,8 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
                     int rdep = st || w == v ? -1 : lastb[(size_t)k * N + w];
                     if (rdep >= 0) sim_ir_dep(ir, sid, rdep);
                     for (int q = tied_off[(size_t)k * N + v];
-                         !st && q < tied_off[(size_t)k * N + v + 1]; q++)
+                         !st && tied_deps &&
+                         q < tied_off[(size_t)k * N + v + 1]; q++)
                         sim_ir_dep(ir, sid, tied[q]);
                     cur[(r + 1) % Rs] = rid;
                     last_send[r] = sid;

@@ -502,6 +502,31 @@ int sim_recompute_arg(int argc, char **argv, int *i, int *out, util_err *e)
     return 0;
 }
 
+double sim_grad_bucket(double grad_bucket, const prof_topo *t)
+{
+    if (grad_bucket >= 0) return grad_bucket;
+    return t && prof_topo_cpu(t) ? 0 : SIM_GRAD_BUCKET_DDP;
+}
+
+int sim_grad_bucket_arg(int argc, char **argv, int *i, double *out,
+                        util_err *e)
+{
+    if (*i + 1 >= argc)
+        return util_errf(e, UTIL_EXIT_USAGE, "--grad-bucket needs a size "
+                         "(25M, as PyTorch's DDP; 0 or stage: one all-reduce "
+                         "per stage, after its backward)");
+    const char *v = argv[++*i];
+    double b = 0;
+    if (!strcmp(v, "stage")) b = 0;
+    else if (util_parse_size(v, &b) || (b > 0 && b < 1024) ||
+             b > 1024.0 * 1024 * 1024 * 1024)
+        return util_errf(e, UTIL_EXIT_USAGE, "--grad-bucket '%s': expected "
+                         "a size from 1K to 1T (25M, as PyTorch's DDP), or 0 "
+                         "or stage for one all-reduce per stage", v);
+    *out = b;
+    return 0;
+}
+
 /* ---- sharded data parallelism (ZeRO; PyTorch FSDP) ---- */
 
 static const char *const fsdp_names[SIM_FSDP_COUNT] = {"none", "full",
@@ -1083,6 +1108,10 @@ void sim_costs_free(sim_costs *c)
     if (!c) return;
     free(c->stage);
     free(c->op_ns);
+    free(c->bkt_off);
+    free(c->bkt_lo);
+    free(c->bkt_share);
+    free(c->bwd_done);
     free(c->stage_device);
     free(c->xfer_bytes);
     free(c->dev_gpu);
@@ -1141,6 +1170,66 @@ static int fold_group(const prof_topo *t, int rgpus, int dp,
     while (b) { int x = a % b; a = b; b = x; }
     int group = gps / a;              /* lcm(rgpus, gps) / rgpus */
     return group < dp && dp % group == 0 ? group : 0;
+}
+
+/* PyTorch's DDP: a bucket of at most bucket_cap_mb (25 MiB by default),
+ * the first (the last layers') at most 1 MiB so that its all-reduce
+ * starts early (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES). */
+#define DDP_FIRST_BUCKET_BYTES (1024.0 * 1024.0)
+
+/* sim_costs' bwd_done and buckets (bkt_*), from each op's backward
+ * times and gradient bytes (opb[3i..3i+2]). */
+static void grad_buckets(sim_costs *c, const int *first_op,
+                         const int *last_op, const double *opb, double cap)
+{
+    const int S = c->n_stages;
+    for (int s = 0; s < S; s++) {
+        double tb = 0, tw = 0, ab = 0, aw = 0;
+        for (int i = first_op[s]; i <= last_op[s]; i++) {
+            tb += opb[3 * (size_t)i];
+            tw += opb[3 * (size_t)i + 1];
+        }
+        for (int i = last_op[s]; i >= first_op[s]; i--) {
+            ab += opb[3 * (size_t)i];
+            aw += opb[3 * (size_t)i + 1];
+            c->bwd_done[2 * (size_t)i] = tb > 0 ? fmin(ab / tb, 1) : 1;
+            c->bwd_done[2 * (size_t)i + 1] = tw > 0 ? fmin(aw / tw, 1) : 1;
+        }
+        c->bwd_done[2 * (size_t)first_op[s]] = 1;
+        c->bwd_done[2 * (size_t)first_op[s] + 1] = 1;
+    }
+    if (!(cap > 0)) return;
+    int n_ops = last_op[S - 1] + 1;
+    c->bkt_off = util_malloc(sizeof(int) * (size_t)(S + 1));
+    c->bkt_lo = util_malloc(sizeof(int) * (size_t)(n_ops + 1));
+    c->bkt_share = util_malloc(sizeof(double) * (size_t)(n_ops + 1));
+    int nb = 0;
+    for (int s = 0; s < S; s++) {
+        c->bkt_off[s] = nb;
+        double total = 0;
+        for (int i = first_op[s]; i <= last_op[s]; i++)
+            total += opb[3 * (size_t)i + 2];
+        double big = fmax(cap, total / SIM_MAX_BUCKETS), acc = 0;
+        int b0 = nb;
+        for (int i = last_op[s]; i >= first_op[s]; i--) {
+            double ob = opb[3 * (size_t)i + 2];
+            acc += ob;
+            double lim = nb == b0 ? fmin(big, DDP_FIRST_BUCKET_BYTES) : big;
+            if (acc > 0 && (acc >= lim || i == first_op[s])) {
+                c->bkt_lo[nb] = i;
+                c->bkt_share[nb++] = total > 0 ? acc / total : 1;
+                acc = 0;
+            }
+        }
+        /* what is left below the last op that trains (a frozen prefix)
+         * joins the last bucket: its backward ends the task */
+        if (nb == b0) {
+            c->bkt_lo[nb] = first_op[s];
+            c->bkt_share[nb++] = 1;
+        }
+        c->bkt_lo[nb - 1] = first_op[s];
+    }
+    c->bkt_off[S] = nb;
 }
 
 sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
@@ -1223,6 +1312,10 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
         c->dev_capacity[d] = g->mem_bytes;
         c->dev_peak_flops[d] = prof_gpu_peak(g, dt);
     }
+    /* per op: its fused backward's time, its W's and the gradient bytes
+     * it trains (buckets) */
+    double *opb = util_calloc((size_t)m->n_ops * 3 + 1, sizeof(double));
+    c->bwd_done = util_calloc((size_t)m->n_ops * 2 + 1, sizeof(double));
     /* marks[i] = last consumer stage counted for producer op i */
     int *mark = util_malloc(sizeof(int) * (size_t)(m->n_ops + 1));
     for (int i = 0; i < m->n_ops; i++) mark[i] = -1;
@@ -1286,6 +1379,9 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                                       mbs);
             arf += cf;
             arb += cb;
+            opb[3 * (size_t)i] = on[1] + on[2] + cb;
+            opb[3 * (size_t)i + 1] = on[2];
+            opb[3 * (size_t)i + 2] = prof_op_train_params(op) * wb;
             if (sim_op_recomputed(m, i, rc)) {
                 r += fi;
                 arr += cf;
@@ -1305,6 +1401,9 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                 tied_p += op->params;
                 tied_tr += prof_op_train_params(op);
                 tied_fz += op->frozen_bytes;
+                /* one table: its gradient is whole, and its bucket
+                 * ready, with the backward of the stage's first copy */
+                opb[3 * (size_t)i + 2] = 0;
             }
             if (op->layer != unit_layer) {
                 sc->units++;
@@ -1418,6 +1517,9 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     for (int s = 0; s < n_stages; s++)
         for (int q = 0; q < n_stages; q++)
             c->stage[s].input_bytes += c->xfer_bytes[(size_t)q * n_stages + s];
+    grad_buckets(c, first_op, last_op, opb,
+                 o ? sim_grad_bucket(o->grad_bucket, t) : 0);
+    free(opb);
     /* A table tied across ops (the token embedding, op 0, with a tied LM
      * head or decoder embedding): each stage holding one keeps a copy, and
      * the copies' gradients are exchanged (sim_add_tied) when they sit in
@@ -1438,8 +1540,15 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     }
     if (holders < 2)
         for (int s = 0; s < n_stages; s++) c->stage[s].tied_bytes = 0;
-    for (int s = 0; s < n_stages; s++)
-        c->stage[s].tied_holder = c->stage[s].tied_bytes > 0;
+    for (int s = 0; s < n_stages; s++) {
+        sim_stage_cost *sc = &c->stage[s];
+        sc->tied_holder = sc->tied_bytes > 0;
+        sc->tied_op = -1;
+        for (int i = first_op[s]; i <= last_op[s] && sc->tied_holder &&
+                                  sc->tied_op < 0; i++)
+            if (m->ops[i].tied || (i == 0 && m->ops[i].role == PROF_ROLE_EMBED))
+                sc->tied_op = i;
+    }
     c->tied_holders = holders < 2 ? 0 : holders;
     /* A T5's relative-position tables (rel_pos_buckets x heads, one per
      * stack): a copy on every stage holding an op that adds the bias (a

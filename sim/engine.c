@@ -584,12 +584,40 @@ static void flows_check(sim_engine *e)
 
 /* ---------------------------------------------------------------- tasks */
 
+/* Whether task s's dependency on task id is met part-way through id:
+ * a gradient bucket's ring step on the backward computing the bucket
+ * (sim_task.bkt_ops). */
+static int early_dep(const sim_ir *ir, int id, int s)
+{
+    const sim_task *t = &ir->tasks[id], *u = &ir->tasks[s];
+    return u->bkt_ops > 0 && (t->kind == SIM_BW || t->kind == SIM_W) &&
+           t->stream == SIM_STREAM_COMPUTE;
+}
+
+/* A backward's successors met part-way through it: each when the
+ * backward has computed its bucket's ops, their share of its time
+ * (sim_costs.bwd_done) from its start (an event whose epoch is 1). */
+static void early_deps(sim_engine *e, int id)
+{
+    const sim_ir *ir = e->ir;
+    const sim_task *t = &ir->tasks[id];
+    if ((t->kind != SIM_BW && t->kind != SIM_W) || !e->c->bwd_done) return;
+    for (int k = ir->succ_off[id]; k < ir->succ_off[id + 1]; k++) {
+        int s = ir->succ[k];
+        if (!early_dep(ir, id, s)) continue;
+        double f = e->c->bwd_done[2 * (size_t)ir->tasks[s].bkt_first +
+                                  (t->kind == SIM_W)];
+        heap_push(e, e->now + (int64_t)llround(f * (double)e->dur[id]), s, 1);
+    }
+}
+
 static void task_start(sim_engine *e, int id)
 {
     const sim_task *t = &e->ir->tasks[id];
     int q = t->device * SIM_STREAM_COUNT + t->stream;
     e->busy[q] = 1;
     e->start[id] = e->now;
+    early_deps(e, id);
     sim_mem_add(e, t->device, e->mem_start[id], id);
     if (t->kind == SIM_F) {
         int s = t->stage;
@@ -619,6 +647,7 @@ static void task_end(sim_engine *e, int id)
     }
     for (int k = ir->succ_off[id]; k < ir->succ_off[id + 1]; k++) {
         int s = ir->succ[k];
+        if (e->c->bwd_done && early_dep(ir, id, s)) continue;
         if (--e->unmet[s] == 0) try_start(e, s);
     }
     if (q >= 0) try_start(e, e->head[q]);
@@ -921,6 +950,11 @@ int sim_engine_run(sim_engine *e, sim_result *r)
         e->events++;
         if (ev.id < 0) {
             if (ev.epoch == e->flow_epoch) flows_check(e);
+            continue;
+        }
+        if (ev.epoch == 1) {
+            /* a dependency met part-way through a backward */
+            if (--e->unmet[ev.id] == 0) try_start(e, ev.id);
             continue;
         }
         if (e->steps_left[ev.id] > 1) {

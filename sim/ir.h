@@ -141,6 +141,13 @@ typedef struct sim_task {
                          * ring all-reduce, sim_add_allreduce); 0 or 1:
                          * once */
     double bytes;       /* transfers, swaps, all-reduce (all lanes) */
+    /* data-parallel all-reduce steps of a gradient bucket (sim_costs
+     * bkt_*): its ops bkt_first..bkt_first+bkt_ops-1 (model op indices),
+     * whose gradients it reduces; a dependency of such a step on a
+     * backward (BW or W) is met once that backward has run those ops
+     * (backward runs last op to first), not at its end. bkt_ops 0: the
+     * whole stage's gradient, after its backward. */
+    int32_t bkt_first, bkt_ops;
     int32_t dep_off, n_dep; /* into sim_ir.deps (valid after finish) */
 } sim_task;
 
@@ -257,6 +264,11 @@ int sim_recompute_parse(const char *s);
  * mode when the next word names one (*i moves past it), else full; a next
  * word that is no option and no mode is an error naming it (exit code 2). */
 int sim_recompute_arg(int argc, char **argv, int *i, int *out, util_err *e);
+/* --grad-bucket SIZE at argv[*i]: the gradient bytes of a data-parallel
+ * all-reduce bucket ("25M"; 0 or "stage": one per stage, after its
+ * backward), into *out; advances *i. */
+int sim_grad_bucket_arg(int argc, char **argv, int *i, double *out,
+                        util_err *e);
 
 /* Sharded data parallelism (ZeRO, Rajbhandari et al., SC'20; PyTorch
  * FSDP): ZeRO stage 1 splits the optimizer state of each stage over its
@@ -363,6 +375,10 @@ typedef struct sim_stage_cost {
     double frozen_bytes;        /* frozen weights, unsharded (in
                                  * weight_bytes; never stashed) */
     int first_op, last_op;      /* op range; -1 when hand-built */
+    int tied_op;                /* the op holding its copy of the token
+                                 * table where the copies are exchanged
+                                 * (tied_bytes > 0): its gradient bucket
+                                 * is reduced after the exchange; -1 */
     int model_stage;            /* stage of the plan this one copies */
     int state_tier;             /* where a pipeline stage keeps its
                                  * optimizer state (sim_add_stage_tiers):
@@ -491,6 +507,17 @@ struct sim_costs {
      * and NULL) */
     int n_ops;
     double *op_ns;
+    /* Gradient buckets (sim_cost_opts.grad_bucket), as PyTorch's DDP
+     * forms them: the trained parameters of a model stage from its last
+     * op back, a bucket closed at the op that fills it (the first at
+     * most DDP's 1 MiB); model stage s's are bkt_off[s]..bkt_off[s+1]-1,
+     * bucket b the ops bkt_lo[b]..(the one before's low op - 1, or the
+     * stage's last), bkt_share[b] of the stage's gradient bytes. NULL:
+     * one bucket per stage. bwd_done[2i] (fused backward, BW) and
+     * [2i+1] (W): the share of its stage's backward task the ops from
+     * the stage's last down to op i take (a bucket's ring starts then). */
+    int *bkt_off, *bkt_lo;
+    double *bkt_share, *bwd_done;
     int *stage_device;          /* n_stages */
     double *xfer_bytes;         /* [s*n_stages+t]: s's outputs read by t, per mb */
     const prof_topo *topo;      /* lent; NULL: communication is free */
@@ -558,6 +585,13 @@ typedef struct sim_cost_opts {
                                  * stage's whole weights, a microbatch's
                                  * whole gradient waits for its reduce-
                                  * scatter (sim_costs.whole_shards) */
+    double grad_bucket;         /* the data-parallel all-reduce in
+                                 * buckets of this many gradient bytes,
+                                 * each started as the backward of its
+                                 * last stage's microbatch has computed it
+                                 * (sim_costs bkt_*); 0: one per stage,
+                                 * after that backward; < 0:
+                                 * sim_grad_bucket's */
     int fold;                   /* fold the data-parallel replicas where
                                  * the server graph allows it: the fewest
                                  * replicas that fill whole servers (one,
@@ -1030,6 +1064,11 @@ typedef struct sim_plan {
                              * of as the spec says (0): --flash-attn,
                              * prof_spec_set_flash */
     int waves;
+    double grad_bucket;     /* the data-parallel all-reduce in buckets of
+                             * this many gradient bytes, overlapping the
+                             * backward (sim_cost_opts.grad_bucket); 0:
+                             * one per stage, after it;
+                             * SIM_GRAD_BUCKET_AUTO: sim_grad_bucket */
     int tier;               /* offload schedules: sim_tier */
     int swap_ckpt, swap_full; /* and the activations they swap (sim_costs) */
     unsigned char *state_tier; /* per stage: where the pipeline stage keeps
@@ -1047,6 +1086,20 @@ typedef struct sim_plan {
      * made ("" when a zoo name or template, or not kept) */
     char model_sum[17], hw_sum[17];
 } sim_plan;
+
+/* PyTorch DDP's bucket_cap_mb: 25 MiB, the gradient bucket on GPUs */
+#define SIM_GRAD_BUCKET_DDP (25.0 * 1024 * 1024)
+/* sim_plan.grad_bucket's default: DDP's on GPUs; on CPU devices one
+ * all-reduce a stage after its backward, since a CPU device has no copy
+ * engine of its own: a ring step's copies and sums take the cores the
+ * backward computes on, so overlapping them gains nothing (sim_grad_bucket) */
+#define SIM_GRAD_BUCKET_AUTO (-1.0)
+/* A stage's gradient buckets at most (its bucket grows to a 32nd of its
+ * gradient where the plan's is smaller): more, smaller ones add a
+ * collective's latency each for little overlap, and tasks to simulate */
+#define SIM_MAX_BUCKETS 32
+/* The bucket a plan's grad_bucket means on server t. */
+double sim_grad_bucket(double grad_bucket, const prof_topo *t);
 
 /* Whether the model's or the server's file differs from what the plan
  * was made with (its checksum); *what names the file (for a note: the

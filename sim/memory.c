@@ -14,7 +14,8 @@
  * its ops' (bwd_ws, each op's dequantized weight beside what it holds).
  * Receive
  * buffers live from the transfer's start to their consumer's start (the
- * consumer takes the tensor over); every extra weight version alive
+ * consumer takes the tensor over), a gradient bucket's last ring step to
+ * its end (copied into place, the backward going on); every extra weight version alive
  * (stashing) costs one more copy of the stage's weights. Under ZeRO the
  * static state is the GPU's shard; ZeRO-3's gathered parameters are held
  * from their all-gather's start to the end of the compute using them
@@ -154,10 +155,14 @@ void sim_mem_setup(sim_engine *e)
             e->mem_start[i] += by;
             for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++) {
                 int u = ir->succ[k];
-                if (ir->tasks[u].device == t->device) {
+                if (ir->tasks[u].device != t->device) continue;
+                /* a gradient bucket's last step is copied into place
+                 * as it lands, its backward still running */
+                if (t->bkt_ops > 0 && ir->tasks[u].kind != SIM_SEND)
+                    e->mem_end[i] -= by;
+                else
                     e->mem_start[u] -= by;
-                    break;
-                }
+                break;
             }
             break;
         }

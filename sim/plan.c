@@ -21,6 +21,7 @@ void sim_plan_init(sim_plan *p)
     p->waves = 1;
     p->chunks = 1;
     p->n_minibatches = 0;
+    p->grad_bucket = SIM_GRAD_BUCKET_AUTO;
 }
 
 int sim_zero_check(int zero, int fsdp, int dp, sim_sched s, util_err *e)
@@ -182,7 +183,7 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         "state_bytes_per_param", "stages", "chunks", "layout",
         "schedule_file", "gpus_used", "sequence_parallel", "zero", "fsdp",
         "finetune", "offload_tier", "act_swap_checkpoints",
-        "act_swap_whole", "dtype", "seq_len", "flash_attn", "model_sum",
+        "act_swap_whole", "dtype", "seq_len", "flash_attn", "grad_bucket_mib", "model_sum",
         "hw_sum", NULL};
     static const char *const skeys[] = {"ops", "device", "from", "to",
                                         "state_tier", NULL};
@@ -307,6 +308,12 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         int f = 0;
         if (util_jbool(&r, "flash_attn", 0, &f, e)) goto out;
         p->flash = f ? 1 : -1;
+    }
+    if (json_object_get(r.j, "grad_bucket_mib")) {
+        double mib = 0;
+        if (util_jnum(&r, "grad_bucket_mib", 0, 0, 1 << 20, &mib, e))
+            goto out;
+        p->grad_bucket = mib * 1024 * 1024;
     }
     if (json_object_get(r.j, "offload_tier")) {
         static const char *const ts[] = {"auto", "dram", "nvme", NULL};
@@ -664,6 +671,9 @@ json_t *sim_plan_json(const sim_plan *p, const prof_model *m)
         json_object_set_new(o, "seq_len", json_integer(p->seq_len));
     if (p->flash)
         json_object_set_new(o, "flash_attn", json_boolean(p->flash > 0));
+    if (p->grad_bucket >= 0)
+        json_object_set_new(o, "grad_bucket_mib",
+                            json_real(p->grad_bucket / (1024.0 * 1024)));
     if (sim_sched_offload(p->sched) && p->tier)
         json_object_set_new(o, "offload_tier",
                             json_string(sim_tier_name(p->tier)));
@@ -909,6 +919,7 @@ sim_cost_opts sim_plan_cost_opts(const sim_plan *p)
                        .offload = sim_sched_offload(p->sched) ? p->sched : 0,
                        .tier = p->tier, .swap_ckpt = p->swap_ckpt,
                        .swap_full = p->swap_full, .n_mb = p->n_mb,
+                       .grad_bucket = p->grad_bucket,
                        .state_tier = sim_plan_tiered(p) ? p->state_tier
                                                         : NULL};
     return o;

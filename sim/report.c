@@ -12,6 +12,14 @@ typedef struct totals {
            peak_mean, mfu;
 } totals;
 
+/* Whether the plan all-reduces its gradients over data-parallel
+ * replicas (unsharded, on the GPUs): what --grad-bucket shapes. */
+static int grad_allreduce(const sim_costs *c)
+{
+    return c->replicas * (c->fold > 1 ? c->fold : 1) > 1 && !c->zero &&
+           !c->offload;
+}
+
 static totals compute(const sim_plan *p, const sim_costs *c,
                       const sim_result *r)
 {
@@ -340,6 +348,16 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
         fprintf(f, "dp %d x pp %d x tp %d = %ld %ss; %s = (dp_rank*pp + "
                 "pp_rank)*tp + tp_rank\n", p->dp, p->pp, p->tp,
                 sim_plan_gpus(p), prof_topo_unit(tp), prof_topo_unit(tp));
+    if (grad_allreduce(c) && c->bkt_off)
+        fprintf(f, "gradients all-reduced in %s buckets, each as the "
+                "backward computes it (--grad-bucket)\n",
+                util_fmt_bytes(sim_grad_bucket(p->grad_bucket, tp), b1,
+                               sizeof b1));
+    else if (grad_allreduce(c))
+        fprintf(f, "gradients all-reduced once a stage, after its backward "
+                "(%s)\n", p->grad_bucket < 0 ? "on CPU devices, whose cores "
+                "would do the ring's copies beside it; --grad-bucket SIZE "
+                "overlaps them" : "--grad-bucket 0");
     if (m && !prof_finetune_full(&m->ft)) {
         char md[64], a[16], b[16];
         fprintf(f, "fine-tuning %s: %s of %s parameters train\n",
@@ -513,6 +531,9 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
         json_object_set_new(o, "flash_attn",
                             json_boolean(m->spec.flash_attn));
     json_object_set_new(o, "zero", json_integer(c->zero));
+    if (grad_allreduce(c))
+        json_object_set_new(o, "grad_bucket_bytes", json_real(
+            c->bkt_off ? sim_grad_bucket(p->grad_bucket, tp) : 0));
     json_object_set_new(o, "fsdp", json_string(sim_fsdp_name(c->fsdp)));
     json_object_set_new(o, "shard_ranks", json_integer(c->shard));
     json_object_set_new(o, "iteration_time_s", json_real(t.iter_s));

@@ -317,6 +317,103 @@ static char *events(const char *path)
     return out;
 }
 
+/* Where the later of two replicas' last backwards of the step ends in a
+ * trace (a ring waits for both), where device 0's does, and when device
+ * 0's first data-parallel ring step began (ms). */
+static void ring_vs_backward(const char *path, double *bw_end,
+                             double *own_end, double *first_send)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    cr_assert_not_null(root, "%s: %s", path, je.text);
+    json_t *ev = json_object_get(root, "traceEvents");
+    double last_bw[2] = {-1, -1}, end[2] = {-1, -1};
+    *first_send = 1e300;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        json_t *x = json_array_get(ev, i);
+        const char *ph = json_string_value(json_object_get(x, "ph"));
+        const char *cat = json_string_value(json_object_get(x, "cat"));
+        long long pid = json_integer_value(json_object_get(x, "pid"));
+        if (!ph || strcmp(ph, "X") || !cat || pid < 0 || pid > 1) continue;
+        double ts = json_number_value(json_object_get(x, "ts")) / 1e3,
+               dur = json_number_value(json_object_get(x, "dur")) / 1e3;
+        if (!strcmp(cat, "BW") && ts > last_bw[pid]) {
+            last_bw[pid] = ts;
+            end[pid] = ts + dur;
+        }
+        if (!strcmp(cat, "SEND") && !pid && ts < *first_send)
+            *first_send = ts;
+    }
+    *bw_end = end[0] > end[1] ? end[0] : end[1];
+    *own_end = end[0];
+    json_decref(root);
+}
+
+/* Gradient buckets (--grad-bucket): each bucket's ring starts as the
+ * backward has computed its ops, and the weights are those of one ring a
+ * stage after the backward, bit for bit (two replicas: a sum of two is
+ * the same in any order), with a pipeline whose stages exchange the tied
+ * table's gradient too. */
+Test(exec_cli_pipe, gradient_buckets_overlap_and_change_no_weight)
+{
+    char *dir = test_tmpdir();
+    /* a backward of milliseconds (gpt-tiny's), so the communication
+     * thread's wake-up is far shorter */
+    const char *plans[][3] = {
+        {"dp", "--hw cpu x2 --model gpt-tiny --schedule 1f1b --pp 1 --dp 2 "
+               "--mbs 2 --microbatches 2", "16K"},
+        {"pp", "--hw cpu x4 --model MODEL --schedule 1f1b --pp 2 --dp 2 "
+               "--mbs 2 --microbatches 2", "1K"}};
+    for (int i = 0; i < 2; i++)
+        for (int b = 0; b < 2; b++) {
+            char args[300], name[32];
+            snprintf(args, sizeof args, "%s --grad-bucket %s", plans[i][1],
+                     b ? plans[i][2] : "0");
+            snprintf(name, sizeof name, "%s%d.json", plans[i][0], b);
+            make_plan(dir, name, args);
+            cli_result x = cli_run("exec --plan %s/%s --steps 3 --quiet --save "
+                                   "%s/%s.ckpt --trace %s/%s.trace", dir, name,
+                                   dir, name, dir, name);
+            cr_assert_eq(x.code, 0, "%s: %s", name, x.err);
+            cli_result_free(&x);
+        }
+    for (int i = 0; i < 2; i++)
+        cr_expect_eq(sh_run("cmp -s %s/%s0.json.ckpt %s/%s1.json.ckpt", dir,
+                            plans[i][0], dir, plans[i][0]), 0,
+                     "%s: the weights differ in buckets", plans[i][0]);
+    /* the simulator says how it reduces, and the plan keeps it */
+    cli_result s = cli_run("sim --plan %s/dp1.json", dir);
+    cr_assert_eq(s.code, 0, "%s", s.err);
+    cr_expect(strstr(s.out, "all-reduced in 16.00 KiB buckets"), "%s", s.out);
+    cli_result_free(&s);
+    s = cli_run("sim --plan %s/dp0.json", dir);
+    cr_expect(strstr(s.out, "once a stage, after its backward (--grad-bucket "
+                     "0)"), "%s", s.out);
+    cli_result_free(&s);
+    double end, own, first;
+    char p[600];
+    snprintf(p, sizeof p, "%s/dp1.json.trace", dir);
+    ring_vs_backward(p, &end, &own, &first);
+    /* a ring step needs the communication thread to get a core the two
+     * backwards compute on: under a loaded machine's scheduler, a run
+     * or two more */
+    for (int k = 0; k < 4 && first >= end; k++) {
+        cli_result x = cli_run("exec --plan %s/dp1.json --steps 3 --quiet "
+                               "--trace %s", dir, p);
+        cr_assert_eq(x.code, 0, "%s", x.err);
+        cli_result_free(&x);
+        ring_vs_backward(p, &end, &own, &first);
+    }
+    cr_assert_gt(end, 0);
+    cr_expect_lt(first, end, "buckets: the first ring step at %.3f ms, the "
+                 "backwards end at %.3f", first, end);
+    snprintf(p, sizeof p, "%s/dp0.json.trace", dir);
+    ring_vs_backward(p, &end, &own, &first);
+    cr_expect_geq(first, own, "one ring: its first step at %.3f ms, before "
+                  "its backward ends at %.3f", first, own);
+    test_rm_rf(dir);
+}
+
 Test(exec_cli_pipe, trace_has_sims_tasks_and_tracks)
 {
     char *dir = test_tmpdir();
@@ -468,6 +565,10 @@ Test(exec_cli_pipe, mpi_and_in_process_give_the_same_weights)
     make_plan(dir, "p.json", PLAN_1F1B);
     make_plan(dir, "dp.json", "--hw cpu x2 --model MODEL --schedule 1f1b "
               "--pp 1 --dp 2 --mbs 2 --microbatches 2");
+    /* gradient buckets: a ring starts inside the backward, its receiver
+     * holding the message until its own backward is that far */
+    make_plan(dir, "dpb.json", "--hw cpu x2 --model MODEL --schedule 1f1b "
+              "--pp 1 --dp 2 --mbs 2 --microbatches 2 --grad-bucket 1K");
     make_plan(dir, "tp.json", "--hw cpu x2 --model MODEL --schedule gpipe "
               "--pp 1 --tp 2 --mbs 2 --microbatches 2");
     make_plan(dir, "sp.json", "--hw cpu x2 --model MODEL --schedule 1f1b "
@@ -477,8 +578,8 @@ Test(exec_cli_pipe, mpi_and_in_process_give_the_same_weights)
     make_plan(dir, "ofl.json", "--hw cpu x2 --model MODEL --schedule "
               "zero-infinity --offload-tier nvme --dp 2 --mbs 2 "
               "--microbatches 2 --finetune lora:4");
-    const char *plans[] = {"p", "dp", "tp", "sp", "ofl"};
-    for (int i = 0; i < 5; i++) {
+    const char *plans[] = {"p", "dp", "dpb", "tp", "sp", "ofl"};
+    for (int i = 0; i < 6; i++) {
         int rc = sh_run("cd %s && %s \"$SLUICE\" exec --plan %s.json --steps 3 "
                         "--quiet --save %s-mpi.ckpt > %s-mpi.out 2>&1", dir,
                         MPIRUN, plans[i], plans[i], plans[i]);

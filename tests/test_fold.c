@@ -19,6 +19,14 @@ typedef struct run {
     int minibatches;
 } run;
 
+/* The gradient bucket simulate() plans with: 0, one ring per stage
+ * (check_pair counts its sends), or small enough that gpt-mini's stages
+ * reduce theirs in several */
+static double bucket;
+/* check_pair's cases whose buckets split a stage's ring (stages holding
+ * a tied table's copy reduce it in one, after its exchange) */
+static int split_rings;
+
 /* Simulates a plan of schedule s: pp devices, v stages per device (even
  * layers), dp replicas, tensor width tp, m microbatches of 1. */
 static void simulate(const prof_model *m, const prof_topo *t, sim_sched s,
@@ -26,6 +34,7 @@ static void simulate(const prof_model *m, const prof_topo *t, sim_sched s,
 {
     sim_plan p;
     sim_plan_init(&p);
+    p.grad_bucket = bucket;
     snprintf(p.model, sizeof p.model, "%s", m->spec.name);
     p.sched = s;
     p.pp = pp;
@@ -108,10 +117,23 @@ static void check_pair(const prof_model *m, const prof_topo *t, sim_sched s,
                        int pp, int v, int dp, int tp, int mb, int want)
 {
     run a, b;
+    /* bucketed, the rings start inside the backward: folding still
+     * stands for every replica */
+    bucket = 64 * 1024;
     simulate(m, t, s, pp, v, dp, tp, mb, 0, &a);
     simulate(m, t, s, pp, v, dp, tp, mb, 1, &b);
+    int sends = a.ring_sends;
     char what[96];
+    snprintf(what, sizeof what, "%s p%d d%d t%d, buckets", sim_sched_name(s),
+             pp, dp, tp);
+    expect_same(&a, &b, b.n_devices < 64 ? b.n_devices : 64, pp * v, what);
+    bucket = 0;
+    simulate(m, t, s, pp, v, dp, tp, mb, 0, &a);
+    simulate(m, t, s, pp, v, dp, tp, mb, 1, &b);
     snprintf(what, sizeof what, "%s p%d d%d t%d", sim_sched_name(s), pp, dp, tp);
+    cr_expect_geq(sends, a.ring_sends, "%s: %d sends in buckets, %d in one "
+                  "ring a stage", what, sends, a.ring_sends);
+    split_rings += sends > a.ring_sends;
     cr_expect_eq(a.fold, 1, "%s", what);
     cr_expect_eq(b.fold, want, "%s: folded %d", what, b.fold);
     cr_expect_eq(a.n_devices, pp * dp, "%s", what);
@@ -163,6 +185,7 @@ Test(fold, one_replica_stands_for_all)
     for (int i = 0; i < 3; i++)
         check_pair(m, t, more[i], 4, more[i] == SIM_SCHED_1F1B ? 1 : 2, 3, 1,
                    8, 3);
+    cr_expect_geq(split_rings, 8, "%d cases reduced in buckets", split_rings);
     prof_topo_free(t);
     prof_model_free(m);
 }
