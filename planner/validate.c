@@ -37,6 +37,10 @@ typedef struct vrow {
     prof_finetune ft;
     double mem_gib;           /* a 'peak_mem_gib' cell: the measured peak
                                * per GPU; 0: none */
+    double grad_bucket;       /* a 'grad_bucket' cell: how the run's
+                               * framework all-reduced its gradients
+                               * (sim_plan.grad_bucket); < -1: the
+                               * header's */
 } vrow;
 
 typedef struct vhead {
@@ -46,6 +50,7 @@ typedef struct vhead {
     int set_vocab, set_seq, set_dtype, set_flash, set_fused_loss; /* given:
                                    * overrides a catalog model */
     int math;                   /* dtype= as prof_math_parse reads it */
+    double grad_bucket;         /* grad_bucket=: sim_plan.grad_bucket */
 } vhead;
 
 /* A flag's value: 0 or 1. */
@@ -54,6 +59,16 @@ static int flag(const char *v, int *out)
     long x;
     if (util_parse_int(v, 0, 1, &x)) return -1;
     *out = (int)x;
+    return 0;
+}
+
+/* A gradient bucket as a table gives it (--grad-bucket's): a size, or 0
+ * for one all-reduce a stage after its backward. */
+static int grad_bucket(const char *v, double *out)
+{
+    double b;
+    if (util_parse_size(v, &b) || (b > 0 && b < 1024)) return -1;
+    *out = b;
     return 0;
 }
 
@@ -101,10 +116,12 @@ static int directive(const char *line, vhead *h, char *why, size_t wn)
         } else if (!strcmp(t, "zero")) {
             bad = util_parse_int(v, 0, 3, &x) != 0;
             h->zero = (int)x;
+        } else if (!strcmp(t, "grad_bucket")) {
+            bad = grad_bucket(v, &h->grad_bucket);
         } else {
             snprintf(why, wn, "no setting '%s' (gpu=, schedule=, dtype=, "
                      "vocab=, seq=, recompute=, sp=, zero=, flash=, "
-                     "fused_loss=)", t);
+                     "fused_loss=, grad_bucket=)", t);
             return -1;
         }
         if (bad) {
@@ -113,7 +130,9 @@ static int directive(const char *line, vhead *h, char *why, size_t wn)
               : !strcmp(t, "vocab") || !strcmp(t, "seq")
                   ? "a whole number from 1 to 16777216"
               : !strcmp(t, "recompute") ? "none, selective, full, 0 or 1"
-              : !strcmp(t, "zero") ? "0 to 3" : "0 or 1";
+              : !strcmp(t, "zero") ? "0 to 3"
+              : !strcmp(t, "grad_bucket") ? "a size (25M) or 0"
+                                          : "0 or 1";
             snprintf(why, wn, "%s='%s': expected %s", t, v, takes);
             return -1;
         }
@@ -231,7 +250,8 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE, "%s:%d: a NUL byte: not a "
                          "text table", path, line);
     }
-    vhead h = {.vocab = 51200, .seq = 2048, .recompute = 1, .zero = -1};
+    vhead h = {.vocab = 51200, .seq = 2048, .recompute = 1, .zero = -1,
+               .grad_bucket = SIM_GRAD_BUCKET_AUTO};
     snprintf(h.dtype, sizeof h.dtype, "fp16");
     util_err me;
     prof_math_parse("fp16", &h.math, &me);
@@ -244,7 +264,7 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
     static const char *const knobs[] = {"recompute", "sequence_parallel",
                                         "microbatch", "zero"};
     int col[7], kc[4], mcol = -1, fcol = -1, pcol = -1, meas = -1, mk = -1;
-    int scol = -1, ccol = -1;
+    int scol = -1, ccol = -1, gcol = -1;
     int have_header = 0, ncols = 0;
     int nrows = 0, rc = 0;
     vrow rows[256];
@@ -314,6 +334,7 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
             pcol = col_of(cells, n, "peak_mem_gib");
             scol = col_of(cells, n, "schedule");
             ccol = col_of(cells, n, "chunks");
+            gcol = col_of(cells, n, "grad_bucket");
             for (int k = 0; k < 7; k++) {
                 col[k] = col_of(cells, n, need[k]);
                 if (col[k] < 0 && (k < 4 || mcol < 0)) {
@@ -394,6 +415,14 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
         }
         if (row_knobs(path, lineno, cells, n, kc, r, e)) {
             rc = -1;
+            goto out;
+        }
+        r->grad_bucket = -2;
+        if (gcol >= 0 && cells[gcol][0] &&
+            grad_bucket(cells[gcol], &r->grad_bucket)) {
+            rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: column 'grad_bucket': "
+                           "'%s' is not a size (25M) or 0", path, lineno,
+                           cells[gcol]);
             goto out;
         }
         if (r->sp == 1 && r->tp < 2) {
@@ -506,6 +535,8 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
             o.sched_mask = r->pp <= 1 ? 1u << SIM_SCHED_1F1B
                          : r->sched >= 0 ? 1u << r->sched : mask;
             o.chunks = r->chunks;
+            o.grad_bucket = r->grad_bucket >= -1 ? r->grad_bucket
+                                                 : h.grad_bucket;
             plan_result pr;
             if (plan_search(m, t, s.name, cnt, &o, &pr, &re) == 0 && pr.found) {
                 const plan_alt *a = &pr.alt[pr.best];

@@ -367,6 +367,9 @@ Test(cli_io, validate_cells_that_cannot_be)
          "fp16 or bf16"},
         {"gpu=a100-sxm-80gb vocab=-5", "1,64,2,1,1,1,8,1",
          "t.csv:1: '# sluice:' line: vocab='-5': expected a whole number"},
+        {"gpu=a100-sxm-80gb grad_bucket=lots", "1,64,2,1,1,1,8,1",
+         "t.csv:1: '# sluice:' line: grad_bucket='lots': expected a size "
+         "(25M) or 0"},
         {"gpu=\xff\xfe", "1,64,2,1,1,1,8,1",
          "t.csv:1: '# sluice:' line: gpu= is not UTF-8 text"},
         /* an unknown GPU: the line's setting, once, not each row's --hw */
@@ -383,6 +386,11 @@ Test(cli_io, validate_cells_that_cannot_be)
         put(path, "# sluice: %s\n%s\n%s\n", cases[i][0], hdr, cases[i][1]);
         cli_expect(2, cases[i][2], "validate --json %s", path);
     }
+    /* how a row's framework all-reduced its gradients */
+    put(path, "# sluice: gpu=a100-sxm-80gb\n%s,grad_bucket\n"
+        "1,64,2,1,1,2,8,1,25M\n1,64,2,1,1,2,8,1,0.5\n", hdr);
+    cli_expect(2, "t.csv:4: column 'grad_bucket': '0.5' is not a size (25M) "
+               "or 0", "validate --json %s", path);
     /* a NUL byte does not end the table quietly */
     FILE *z = fopen(path, "wb");
     cr_assert_not_null(z);
