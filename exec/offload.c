@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "exec/runtime.h"
@@ -146,12 +147,22 @@ int exec_tfile_io(exec_tfile *f, int wr, void *buf, size_t bytes, int64_t off,
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
             int er = k < 0 ? errno : (wr ? ENOSPC : EIO);
-            char a[32];
+            char a[32], b[32], c[32], full[160] = "";
+            /* how much it wanted against what there was, so the user
+             * knows how much room to make */
+            if (er == ENOSPC && f->free_at_open >= 0)
+                snprintf(full, sizeof full, " (the disk is full: the file "
+                         "takes %s, %s were free when it opened; the file is "
+                         "removed)",
+                         util_fmt_bytes((double)f->size, b, sizeof b),
+                         util_fmt_bytes(f->free_at_open, c, sizeof c));
+            else if (er == ENOSPC)
+                snprintf(full, sizeof full, " (the disk is full; the file is "
+                         "removed)");
             return util_errf(e, UTIL_EXIT_FAIL, "offload file in '%s': %s "
                              "%s: %s%s", f->dir, wr ? "writing" : "reading",
                              util_fmt_bytes((double)bytes, a, sizeof a),
-                             strerror(er), er == ENOSPC ? " (the disk is full;"
-                             " the file is removed)" : "");
+                             strerror(er), full);
         }
         done += (size_t)k;
         if (wr) {
@@ -305,6 +316,7 @@ void exec_tfile_init(exec_tfile *f)
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
+    f->free_at_open = -1;
     pthread_mutex_init(&f->mu, NULL);
     f->mu_ok = 1;
 }
@@ -324,6 +336,10 @@ int exec_tfile_open(exec_tfile *f, const char *dir, double full_after,
     if (fd < 0)
         return util_errf(e, UTIL_EXIT_FAIL, "offload path '%s': cannot "
                          "create a file there: %s", dir, strerror(errno));
+    struct statvfs sv;
+    f->free_at_open = full_after > 0 ? full_after
+                    : !fstatvfs(fd, &sv) ? (double)sv.f_bavail * sv.f_frsize
+                                         : -1;
     int dfd = open(path, O_RDWR | O_DIRECT);
     int derr = errno;
     unlink(path);

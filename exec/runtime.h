@@ -685,6 +685,9 @@ typedef struct exec_tfile {
     int mu_ok;
     int64_t size;               /* bytes handed out (exec_tfile_grow) */
     double written, full_after; /* tests: ENOSPC past full_after bytes */
+    double free_at_open;        /* what its file system had free then (the
+                                 * test's full_after where given); < 0
+                                 * unknown */
     double rd_bytes, rd_ns, wr_bytes, wr_ns;
 } exec_tfile;
 
