@@ -19,7 +19,7 @@ typedef struct box {
 /* Compute kinds, then what offload schedules move (sim_add_offload),
  * each on a row of its own under its device's compute row */
 #define N_KINDS 12
-#define N_COMPUTE 6
+#define N_COMPUTE PLOT_COMPUTE_KINDS
 static const char *const kinds[N_KINDS] = {
     "F", "B", "W", "BW", "R", "OPT", "SWAP_IN", "SWAP_OUT", "NVME_READ",
     "NVME_WRITE", "CPU_OPT", "RING"};
@@ -44,6 +44,16 @@ static const int row_of[N_KINDS] = {0, 0, 0, 0, 0, 0, 1, 2, 3, 3, 4, 5};
 static const char *const row_name[2][N_ROWS] = {
     {"", "PCIe in", "PCIe out", "NVMe", "CPU", "to GPUs"},
     {"", "copies in", "copies out", "drive", "CPU", "to devices"}};
+
+const char *plot_kind_name(int k)
+{
+    return k >= 0 && k < N_COMPUTE ? kinds[k] : NULL;
+}
+
+int plot_kind_rgb(int k)
+{
+    return k >= 0 && k < N_COMPUTE ? base_rgb[k] : 0;
+}
 
 static int kind_of(const char *c)
 {

@@ -19,9 +19,6 @@ typedef struct trace {
     size_t mlen;
 } trace;
 
-static const char *const kinds[] = {"F", "B", "W", "BW", "R", "OPT"};
-static const int rgb[] = {0x4C72B0, 0x55A868, 0xDD8452, 0x2A9D8F, 0x8C8C8C,
-                          0xC44E52};
 
 static int load(const char *path, trace *t, util_err *e)
 {
@@ -42,8 +39,8 @@ static int load(const char *path, trace *t, util_err *e)
         const char *cat = json_string_value(json_object_get(x, "cat"));
         if (!ph || strcmp(ph, "X") || !cat) continue;
         int k = -1;
-        for (int j = 0; j < 6; j++)
-            if (!strcmp(cat, kinds[j])) k = j;
+        for (int j = 0; j < PLOT_COMPUTE_KINDS; j++)
+            if (!strcmp(cat, plot_kind_name(j))) k = j;
         if (k < 0) continue;
         tbox *b = &t->b[t->nb++];
         b->t0 = json_number_value(json_object_get(x, "ts")) / 1e3;
@@ -88,7 +85,7 @@ static void boxes(FILE *f, const trace *t, double tmax)
     for (int i = 0; i < t->nb; i++) {
         const tbox *b = &t->b[i];
         double s = 0.75 + 0.25 * (((b->mb < 0 ? 0 : b->mb) % 4) / 3.0);
-        int c = rgb[b->kind];
+        int c = plot_kind_rgb(b->kind);
         int r = (int)(((c >> 16) & 255) * s), g = (int)(((c >> 8) & 255) * s),
             bl = (int)((c & 255) * s);
         fprintf(f, "%.6f %d %.6f 0.4 %d\n", (b->t0 + b->t1) / 2, -b->dev,
@@ -168,13 +165,14 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
              * pixels above its graph: a panel is a quarter of the page,
              * its graph that less about 70 pixels of margins */
             double ly = 1 + 17.0 / (h / 4.0 - 70);
-            const int nk = 6;
+            const int nk = PLOT_COMPUTE_KINDS;
             for (int j = 0; j < nk; j++) {
                 double x = 0.62 + 0.065 * j;
                 fprintf(g, "set object %d rect at graph %f, %f size char 2, "
                         "char 0.8 fc rgb '#%06x' fs solid noborder\n"
                         "set label %d '%s' at graph %f, %f left front\n",
-                        j + 1, x, ly, rgb[j], j + 1, kinds[j], x + 0.015, ly);
+                        j + 1, x, ly, plot_kind_rgb(j), j + 1, plot_kind_name(j),
+                        x + 0.015, ly);
             }
             for (int w = 0; w < 2; w++) {
                 fprintf(g, "set title '%s timeline' noenhanced\n", what[w]);

@@ -9,6 +9,14 @@
 /* The longest --plot prefix taken (the file names add to it). */
 #define PLOT_MAX_PREFIX 1000
 
+/* The compute kinds the pictures draw (F, B, W, BW, R, OPT: k from 0 to
+ * PLOT_COMPUTE_KINDS - 1) and their colours (0xRRGGBB), the timeline's
+ * and the measured-against-simulated picture's alike; NULL and 0 past
+ * them. */
+#define PLOT_COMPUTE_KINDS 6
+const char *plot_kind_name(int k);
+int plot_kind_rgb(int k);
+
 /* Writes PREFIX-timeline.{png,svg} (a row per device, F/B/W boxes coloured
  * by kind, shaded and labelled by microbatch, bubbles left blank) and
  * PREFIX-memory.{png,svg} (memory per device over time, capacity dashed),
