@@ -62,12 +62,16 @@ static int flag(const char *v, int *out)
     return 0;
 }
 
-/* A gradient bucket as a table gives it (--grad-bucket's): a size, or 0
- * for one all-reduce a stage after its backward. */
+/* A gradient bucket as a table gives it, as --grad-bucket takes it
+ * (sim_grad_bucket_arg): a size from 1K to 1T, or 0 or stage for one
+ * all-reduce a stage after its backward. */
 static int grad_bucket(const char *v, double *out)
 {
-    double b;
-    if (util_parse_size(v, &b) || (b > 0 && b < 1024)) return -1;
+    double b = 0;
+    if (strcmp(v, "stage") &&
+        (util_parse_size(v, &b) || (b > 0 && b < 1024) ||
+         b > 1024.0 * 1024 * 1024 * 1024))
+        return -1;
     *out = b;
     return 0;
 }

@@ -388,8 +388,9 @@ Test(cli_io, validate_cells_that_cannot_be)
     }
     /* how a row's framework all-reduced its gradients */
     put(path, "# sluice: gpu=a100-sxm-80gb\n%s,grad_bucket\n"
-        "1,64,2,1,1,2,8,1,25M\n1,64,2,1,1,2,8,1,0.5\n", hdr);
-    cli_expect(2, "t.csv:4: column 'grad_bucket': '0.5' is not a size (25M) "
+        "1,64,2,1,1,2,8,1,25M\n1,64,2,1,1,2,8,1,stage\n"
+        "1,64,2,1,1,2,8,1,0.5\n", hdr);
+    cli_expect(2, "t.csv:5: column 'grad_bucket': '0.5' is not a size (25M) "
                "or 0", "validate --json %s", path);
     /* a NUL byte does not end the table quietly */
     FILE *z = fopen(path, "wb");
