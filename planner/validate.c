@@ -62,20 +62,6 @@ static int flag(const char *v, int *out)
     return 0;
 }
 
-/* A gradient bucket as a table gives it, as --grad-bucket takes it
- * (sim_grad_bucket_arg): a size from 1K to 1T, or 0 or stage for one
- * all-reduce a stage after its backward. */
-static int grad_bucket(const char *v, double *out)
-{
-    double b = 0;
-    if (strcmp(v, "stage") &&
-        (util_parse_size(v, &b) || (b > 0 && b < 1024) ||
-         b > 1024.0 * 1024 * 1024 * 1024))
-        return -1;
-    *out = b;
-    return 0;
-}
-
 /* The '# sluice:' line's settings into h; -1 with why (the setting and
  * what it takes) on a bad one. */
 static int directive(const char *line, vhead *h, char *why, size_t wn)
@@ -121,7 +107,7 @@ static int directive(const char *line, vhead *h, char *why, size_t wn)
             bad = util_parse_int(v, 0, 3, &x) != 0;
             h->zero = (int)x;
         } else if (!strcmp(t, "grad_bucket")) {
-            bad = grad_bucket(v, &h->grad_bucket);
+            bad = sim_grad_bucket_parse(v, &h->grad_bucket);
         } else {
             snprintf(why, wn, "no setting '%s' (gpu=, schedule=, dtype=, "
                      "vocab=, seq=, recompute=, sp=, zero=, flash=, "
@@ -423,7 +409,7 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
         }
         r->grad_bucket = -2;
         if (gcol >= 0 && cells[gcol][0] &&
-            grad_bucket(cells[gcol], &r->grad_bucket)) {
+            sim_grad_bucket_parse(cells[gcol], &r->grad_bucket)) {
             rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: column 'grad_bucket': "
                            "'%s' is not a size (25M) or 0", path, lineno,
                            cells[gcol]);

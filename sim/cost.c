@@ -516,13 +516,24 @@ int sim_grad_bucket_arg(int argc, char **argv, int *i, double *out,
                          "(25M, as PyTorch's DDP; 0 or stage: one all-reduce "
                          "per stage, after its backward)");
     const char *v = argv[++*i];
-    double b = 0;
-    if (!strcmp(v, "stage")) b = 0;
-    else if (util_parse_size(v, &b) || (b > 0 && b < 1024) ||
-             b > 1024.0 * 1024 * 1024 * 1024)
+    if (sim_grad_bucket_parse(v, out))
         return util_errf(e, UTIL_EXIT_USAGE, "--grad-bucket '%s': expected "
                          "a size from 1K to 1T (25M, as PyTorch's DDP), or 0 "
                          "or stage for one all-reduce per stage", v);
+    return 0;
+}
+
+int sim_grad_bucket_ok(double bytes)
+{
+    return bytes == 0 ||
+           (bytes >= 1024 && bytes <= 1024.0 * 1024 * 1024 * 1024);
+}
+
+int sim_grad_bucket_parse(const char *v, double *out)
+{
+    double b = 0;
+    if (strcmp(v, "stage") && (util_parse_size(v, &b) || !sim_grad_bucket_ok(b)))
+        return -1;
     *out = b;
     return 0;
 }
@@ -1210,6 +1221,7 @@ static void grad_buckets(sim_costs *c, const int *first_op,
         for (int i = first_op[s]; i <= last_op[s]; i++)
             total += opb[3 * (size_t)i + 2];
         double big = fmax(cap, total / SIM_MAX_BUCKETS), acc = 0;
+        c->bkt_cap = fmax(c->bkt_cap, big);
         int b0 = nb;
         for (int i = last_op[s]; i >= first_op[s]; i--) {
             double ob = opb[3 * (size_t)i + 2];

@@ -269,6 +269,12 @@ int sim_recompute_arg(int argc, char **argv, int *i, int *out, util_err *e);
  * backward), into *out; advances *i. */
 int sim_grad_bucket_arg(int argc, char **argv, int *i, double *out,
                         util_err *e);
+/* A gradient bucket as --grad-bucket, a plan file or a validation table
+ * gives it: a size from 1K to 1T, or 0 or "stage" (one all-reduce a
+ * stage); -1 for anything else. */
+int sim_grad_bucket_parse(const char *v, double *out);
+/* Whether bytes is such a size (or 0). */
+int sim_grad_bucket_ok(double bytes);
 
 /* Sharded data parallelism (ZeRO, Rajbhandari et al., SC'20; PyTorch
  * FSDP): ZeRO stage 1 splits the optimizer state of each stage over its
@@ -518,6 +524,9 @@ struct sim_costs {
      * the stage's last down to op i take (a bucket's ring starts then). */
     int *bkt_off, *bkt_lo;
     double *bkt_share, *bwd_done;
+    double bkt_cap;             /* the largest cap a stage's buckets took:
+                                 * the plan's, or a SIM_MAX_BUCKETS-th of
+                                 * a stage's gradient where larger */
     int *stage_device;          /* n_stages */
     double *xfer_bytes;         /* [s*n_stages+t]: s's outputs read by t, per mb */
     const prof_topo *topo;      /* lent; NULL: communication is free */

@@ -313,6 +313,11 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         double mib = 0;
         if (util_jnum(&r, "grad_bucket_mib", 0, 0, 1 << 20, &mib, e))
             goto out;
+        if (!sim_grad_bucket_ok(mib * 1024 * 1024)) {
+            util_jerr(e, &r, "grad_bucket_mib", "%g MiB: a bucket is 0 (one "
+                      "all-reduce a stage) or from 1 KiB to 1 TiB", mib);
+            goto out;
+        }
         p->grad_bucket = mib * 1024 * 1024;
     }
     if (json_object_get(r.j, "offload_tier")) {

@@ -348,16 +348,26 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
         fprintf(f, "dp %d x pp %d x tp %d = %ld %ss; %s = (dp_rank*pp + "
                 "pp_rank)*tp + tp_rank\n", p->dp, p->pp, p->tp,
                 sim_plan_gpus(p), prof_topo_unit(tp), prof_topo_unit(tp));
-    if (grad_allreduce(c) && c->bkt_off)
+    double cap = sim_grad_bucket(p->grad_bucket, tp);
+    if (grad_allreduce(c) && c->bkt_off && c->bkt_cap > cap * 1.001)
+        fprintf(f, "gradients all-reduced in %s buckets (up to %s, 1/%d "
+                "of a stage's gradient, where that is larger), each as the "
+                "backward computes it (--grad-bucket)\n",
+                util_fmt_bytes(cap, b1, sizeof b1),
+                util_fmt_bytes(c->bkt_cap, b2, sizeof b2), SIM_MAX_BUCKETS);
+    else if (grad_allreduce(c) && c->bkt_off)
         fprintf(f, "gradients all-reduced in %s buckets, each as the "
                 "backward computes it (--grad-bucket)\n",
-                util_fmt_bytes(sim_grad_bucket(p->grad_bucket, tp), b1,
-                               sizeof b1));
+                util_fmt_bytes(cap, b1, sizeof b1));
     else if (grad_allreduce(c))
         fprintf(f, "gradients all-reduced once a stage, after its backward "
                 "(%s)\n", p->grad_bucket < 0 ? "on CPU devices, whose cores "
                 "would do the ring's copies beside it; --grad-bucket SIZE "
                 "overlaps them" : "--grad-bucket 0");
+    else if (c->zero && p->grad_bucket >= 0 && c->replicas > 1)
+        fprintf(f, "--grad-bucket: ZeRO reduce-scatters a stage's "
+                "gradients after each backward; buckets shape an unsharded "
+                "all-reduce only\n");
     if (m && !prof_finetune_full(&m->ft)) {
         char md[64], a[16], b[16];
         fprintf(f, "fine-tuning %s: %s of %s parameters train\n",
@@ -534,6 +544,9 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
     if (grad_allreduce(c))
         json_object_set_new(o, "grad_bucket_bytes", json_real(
             c->bkt_off ? sim_grad_bucket(p->grad_bucket, tp) : 0));
+    if (grad_allreduce(c) && c->bkt_off)
+        json_object_set_new(o, "grad_bucket_largest_bytes",
+                            json_real(c->bkt_cap));
     json_object_set_new(o, "fsdp", json_string(sim_fsdp_name(c->fsdp)));
     json_object_set_new(o, "shard_ranks", json_integer(c->shard));
     json_object_set_new(o, "iteration_time_s", json_real(t.iter_s));

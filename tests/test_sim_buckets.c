@@ -227,5 +227,19 @@ Test(buckets, bad_sizes_are_named)
     cr_expect_eq(r.code, 2, "exit %d", r.code);
     cr_expect(strstr(r.err, "grad_bucket_mib"), "%s", r.err);
     cli_result_free(&r);
+    /* under the command line's least, 1 KiB */
+    cr_assert_eq(sh_run("sed -i 's/\"grad_bucket_mib\": -1/"
+                        "\"grad_bucket_mib\": 0.0001/' %s/p.json", dir), 0);
+    r = cli_run("sim --plan %s/p.json", dir);
+    cr_expect_eq(r.code, 2, "exit %d", r.code);
+    cr_expect(strstr(r.err, "grad_bucket_mib") &&
+              strstr(r.err, "from 1 KiB to 1 TiB"), "%s", r.err);
+    cli_result_free(&r);
+    /* sharded, the option shapes nothing and says so */
+    r = cli_run("%s --zero 1 --grad-bucket 4M", base);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "buckets shape an unsharded all-reduce only"),
+              "%s", r.out);
+    cli_result_free(&r);
     test_rm_rf(dir);
 }
