@@ -329,7 +329,10 @@ static int dep_met(const exec_worker *w, const sim_task *t, int d, int epoch)
 
 /* A backward (task id of w) has computed its ops down to op: the rings
  * of the buckets that end there may start. The device is done with
- * them first (a GPU runs behind the thread). */
+ * them first (a GPU runs behind the thread): a wait for the whole
+ * device, so on a GPU each bucket costs the launch queue's drain, where
+ * an event the communication stream waited on would not (not measured:
+ * no GPU run yet). */
 static int fold_dp(exec_worker *w, int d, exec_buf *b, util_err *e);
 static exec_buf *take_recv(exec_worker *w, int rid);
 
