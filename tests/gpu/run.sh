@@ -220,6 +220,11 @@ echo "== (e) one step of each kind of plan, the GPU against the CPU"
 same "tp 2" 2 --schedule 1f1b --pp 1 --tp 2
 same "tp 2, sp" 2 --schedule 1f1b --pp 1 --tp 2 \
     --sequence-parallel
+# data parallelism's all-reduce in gradient buckets started inside the
+# backward (the device waited for at each bucket's edge), and in one
+# ring after it
+same "dp 2, 64K buckets" 2 --schedule 1f1b --pp 1 --dp 2 --grad-bucket 64K
+same "dp 2, one ring" 2 --schedule 1f1b --pp 1 --dp 2 --grad-bucket 0
 same "dp 2, zero 1" 2 --schedule 1f1b --pp 1 --dp 2 --zero 1
 same "dp 2, zero 2" 2 --schedule 1f1b --pp 1 --dp 2 --zero 2
 same "dp 2, zero 3" 2 --schedule 1f1b --pp 1 --dp 2 --zero 3
