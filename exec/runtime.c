@@ -327,15 +327,15 @@ static int dep_met(const exec_worker *w, const sim_task *t, int d, int epoch)
            w->prog_ep[d] == epoch && w->prog_op[d] <= t->bkt_first;
 }
 
+static int fold_dp(exec_worker *w, int d, exec_buf *b, util_err *e);
+static exec_buf *take_recv(exec_worker *w, int rid);
+
 /* A backward (task id of w) has computed its ops down to op: the rings
  * of the buckets that end there may start. The device is done with
  * them first (a GPU runs behind the thread): a wait for the whole
  * device, so on a GPU each bucket costs the launch queue's drain, where
  * an event the communication stream waited on would not (not measured:
  * no GPU run yet). */
-static int fold_dp(exec_worker *w, int d, exec_buf *b, util_err *e);
-static exec_buf *take_recv(exec_worker *w, int rid);
-
 static int bwd_progress(exec_worker *w, int id, int op, util_err *e)
 {
     exec_runtime *rt = w->rt;
@@ -3293,12 +3293,12 @@ int exec_rt_setup(exec_runtime *rt, const float *full, const float *adam_m,
         pthread_cond_init(&w->cv, NULL);
         w->done = util_calloc((size_t)n + 1, sizeof(int));
         w->prog_ep = util_calloc((size_t)n + 1, sizeof(int));
+        w->prog_op = util_calloc((size_t)n + 1, sizeof(int));
         w->bkt_rx = util_malloc(sizeof(int) * ((size_t)n + 1));
         w->n_bkt_rx = 0;
         for (int i = 0; rt->bkt_last && i < n; i++)
             if (rt->bkt_last[i] && rt->ir->tasks[i].device == w->device)
                 w->bkt_rx[w->n_bkt_rx++] = i;
-        w->prog_op = util_calloc((size_t)n + 1, sizeof(int));
         w->started = util_calloc((size_t)n + 1, sizeof(int));
         w->rbuf = util_calloc((size_t)n + 1, sizeof *w->rbuf);
         w->outbox = util_calloc((size_t)n + 1, sizeof *w->outbox);

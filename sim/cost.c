@@ -532,7 +532,8 @@ int sim_grad_bucket_ok(double bytes)
 int sim_grad_bucket_parse(const char *v, double *out)
 {
     double b = 0;
-    if (strcmp(v, "stage") && (util_parse_size(v, &b) || !sim_grad_bucket_ok(b)))
+    if (strcmp(v, "stage") &&
+        (util_parse_size(v, &b) || !sim_grad_bucket_ok(b)))
         return -1;
     *out = b;
     return 0;
@@ -1233,8 +1234,9 @@ static void grad_buckets(sim_costs *c, const int *first_op,
                 acc = 0;
             }
         }
-        /* what is left below the last op that trains (a frozen prefix)
-         * joins the last bucket: its backward ends the task */
+        /* a stage where nothing trains: one bucket; what is left below
+         * the lowest op that trains (a frozen prefix) joins the last
+         * bucket, whose ring the backward's end starts */
         if (nb == b0) {
             c->bkt_lo[nb] = first_op[s];
             c->bkt_share[nb++] = 1;

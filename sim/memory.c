@@ -14,9 +14,10 @@
  * its ops' (bwd_ws, each op's dequantized weight beside what it holds).
  * Receive
  * buffers live from the transfer's start to their consumer's start (the
- * consumer takes the tensor over), a gradient bucket's last ring step to
- * its end (copied into place, the backward going on); every extra weight version alive
- * (stashing) costs one more copy of the stage's weights. Under ZeRO the
+ * consumer takes the tensor over), a gradient bucket's last ring step
+ * to its end (copied into place, the backward going on); every extra
+ * weight version alive (stashing) costs one more copy of the stage's
+ * weights. Under ZeRO the
  * static state is the GPU's shard; ZeRO-3's gathered parameters are held
  * from their all-gather's start to the end of the compute using them
  * (sim_ir.bufs), and the steps of sharded collectives land in those
