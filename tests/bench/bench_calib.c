@@ -19,7 +19,9 @@
  * plans of the offload schedules (gpt-mini, one device and two
  * data-parallel ranks), predicted before and after calibration (the
  * host's AdamW and the drive from the microbenchmarks: no offload run is
- * calibrated from) and run, their drive's file in the profile folder.
+ * calibrated from) and run, their drive's file in the profile folder;
+ * before them, gpt-mini data parallel with its all-reduce after the
+ * backward and in gradient buckets during it.
  * One run: compare the rows of one table, not tables. */
 #include <math.h>
 #include <stdio.h>
@@ -363,6 +365,53 @@ static int loop(const char *model, const char *dir, int ranking)
     return 0;
 }
 
+/* gpt-mini data parallel over the two devices, its gradients all-reduced
+ * once after the backward and in buckets during it (--grad-bucket):
+ * whether the overlap the simulator prices is what the run gains. */
+static int buckets_loop(const char *dir)
+{
+    util_err e;
+    prof_profile_dir_set(dir);
+    prof_model *m = prof_model_load("gpt-mini", &e);
+    if (!m) return die(&e);
+    printf("\ngpt-mini data parallel (1F1B, 2 x 4 microbatches a rank), "
+           "its all-reduce once after the backward and in 64 KiB "
+           "buckets\n");
+    table_head();
+    double it[2][3] = {{0}};
+    for (int b = 0; b < 2; b++) {
+        sim_plan p;
+        sim_plan_init(&p);
+        snprintf(p.model, sizeof p.model, "gpt-mini");
+        snprintf(p.hw, sizeof p.hw, "cpu x2");
+        p.sched = SIM_SCHED_1F1B;
+        p.dp = 2;
+        p.mbs = 2;
+        p.n_mb = 4;
+        p.recompute = SIM_RC_NONE;
+        p.grad_bucket = b ? 64 * 1024 : 0;
+        sim_plan_stages(&p, 1);
+        p.first_op[0] = 0;
+        p.last_op[0] = m->n_ops - 1;
+        row w;
+        evaluate(&p, dir, &w);
+        if (w.ok) {
+            table_row(b ? "1f1b, buckets" : "1f1b, one ring", &p, &w);
+            it[b][0] = w.before;
+            it[b][1] = w.after;
+            it[b][2] = w.meas;
+        }
+        sim_plan_free(&p);
+    }
+    if (it[0][2] > 0 && it[1][2] > 0)
+        printf("buckets against one ring: %+.1f%% simulated before "
+               "calibration, %+.1f%% after, %+.1f%% measured\n",
+               100 * (it[1][0] / it[0][0] - 1), 100 * (it[1][1] / it[0][1] - 1),
+               100 * (it[1][2] / it[0][2] - 1));
+    prof_model_free(m);
+    return 0;
+}
+
 /* Plans of the offload schedules, predicted and run. */
 static int tiers_loop(const char *dir)
 {
@@ -433,6 +482,7 @@ int main(int argc, char **argv)
     const char *models[] = {"gpt-mini", "tests/bench/gpt-long.json"};
     for (int i = 0; !rc && i < (argc > 1 ? argc - 1 : 2); i++)
         rc = loop(argc > 1 ? argv[i + 1] : models[i], dir, i == 0);
+    if (!rc && argc <= 1) rc = buckets_loop(dir);
     if (!rc && argc <= 1) rc = tiers_loop(dir);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
