@@ -473,6 +473,10 @@ int exec_calibrate_main(int argc, char **argv)
     prof_profile_dir_set(NULL);
     signal(SIGINT, exec_on_stop);
     signal(SIGTERM, exec_on_stop);
+    /* a closed terminal or a dropped ssh session stops it as Ctrl-C
+     * does: the default action ended it with its scratch folder left in
+     * TMPDIR */
+    signal(SIGHUP, exec_on_stop);
     exec_calib_opts o = {.device = dev, .devices = count, .backend = be,
                          .quick = c.quick,
                          .data = c.data, .stop = &exec_stop_flag,

@@ -764,8 +764,9 @@ Test(calib_cli, a_killed_or_stopped_run_leaves_the_previous_profile)
     cr_assert_eq(prof_calib_save(&c, path, &e), 0, "%s", e.msg);
     prof_calib_free(&c);
     cr_assert_eq(sh_run("cp %s %s/before", path, d), 0);
-    const int sig[] = {SIGKILL, SIGINT, SIGTERM};
-    for (int k = 0; k < 3; k++) {
+    /* SIGHUP: the terminal closed under it */
+    const int sig[] = {SIGKILL, SIGINT, SIGTERM, SIGHUP};
+    for (int k = 0; k < 4; k++) {
         /* started, then signalled once it has begun measuring */
         /* its scratch in a folder of the test's own (TMPDIR) */
         int rc = sh_run("cd %s && rm -rf log scratch && mkdir scratch && "
