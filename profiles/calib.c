@@ -636,7 +636,15 @@ int prof_calib_list(prof_calib **out, int *n, util_err *e)
         const prof_calib *c;
         util_err e2;
         if (prof_calib_find(names[i], &c, &e2)) {
-            if (!rc) *e = e2;
+            /* every broken file is named, a line each: with only the
+             * first, a second broken one went unsaid until the first was
+             * mended */
+            if (!rc) {
+                *e = e2;
+            } else {
+                size_t l = strlen(e->msg);
+                snprintf(e->msg + l, sizeof e->msg - l, "\n%s", e2.msg);
+            }
             rc = -1;
             continue;
         }

@@ -211,7 +211,12 @@ static int cmd_list(int argc, char **argv)
     util_table_free(tm);
     util_table_free(tc);
     if (cal_rc) {
-        fprintf(stderr, "sluice profile: %s\n", ce.msg);
+        /* a line per broken file */
+        for (char *l = ce.msg, *nl; l; l = nl) {
+            nl = strchr(l, '\n');
+            if (nl) *nl++ = '\0';
+            fprintf(stderr, "sluice profile: %s\n", l);
+        }
         return ce.code ? ce.code : UTIL_EXIT_USAGE;
     }
     return 0;

@@ -795,8 +795,9 @@ int prof_calib_find(const char *device, const prof_calib **out, util_err *e);
 void prof_calib_foreign_notes(int on);
 /* Every calibration in the profile directory, one per built-in type
  * calibrated: copies that share the cached ones' ops (free the array
- * only). A file that does not load is skipped, the first such error in e
- * and -1 returned; *n counts those that loaded. */
+ * only). A file that does not load is skipped, its error in e (each such
+ * file's on a line of its own) and -1 returned; *n counts those that
+ * loaded. */
 int prof_calib_list(prof_calib **out, int *n, util_err *e);
 /* The measured time of an op signature with `busy` devices of the host
  * computing at once (scaled from how it was measured), or -1. */

@@ -621,6 +621,19 @@ Test(calib_dir, sim_uses_the_calibrated_figures)
     cr_assert(strstr(l.err, "cpu.json:3:") && strstr(l.err, "'version'"),
               "%s", l.err);
     cli_result_free(&l);
+    /* two broken files: both named, a line each (only the first in the
+     * catalog's order, rtx4090's, was) */
+    cr_assert_eq(sh_run("printf '{\\n  \"format\": \"sluice-calibration\","
+                        "\\n  \"version\": \"x\"\\n}\\n' > "
+                        "%s/rtx4090.json", d), 0);
+    l = cli_run("--profile-dir %s profile list", d);
+    cr_expect_eq(l.code, 2, "%s", l.err);
+    cr_expect(strstr(l.err, "sluice profile: ") &&
+              strstr(l.err, "rtx4090.json:3:") &&
+              strstr(l.err, "\nsluice profile: ") &&
+              strstr(l.err, "cpu.json:3:"), "%s", l.err);
+    cli_result_free(&l);
+    cr_assert_eq(sh_run("rm %s/rtx4090.json", d), 0);
     l = cli_run("--profile-dir %s %s", d, args);
     cr_assert_eq(l.code, 2);
     cr_assert(strstr(l.err, "cpu.json:3:"), "%s", l.err);
