@@ -784,6 +784,22 @@ int prof_validate_file(const char *path, FILE *out, util_err *e)
         fprintf(out, "%s: valid GPU catalog (%d GPU types)\n", path, n);
         free(g);
         return 0;
+    } else if (json_object_get(d.root, "format") &&
+               !prof_json_format_is(d.root, "sluice-server")) {
+        /* validate reads every kind of profile: name them all, not only
+         * the server the file was taken for */
+        const char *f = json_string_value(json_object_get(d.root, "format"));
+        r = util_jerr(e, &root, "format", "%s%s%s: not a format sluice "
+                      "reads (sluice-server: a server; sluice-calibration: "
+                      "what sluice calibrate writes; sluice-gpus: a GPU "
+                      "catalog)", f ? "'" : "", f ? f : "not a string",
+                      f ? "'" : "");
+    } else if (!json_object_get(d.root, "format") &&
+               json_object_get(d.root, "machine") &&
+               json_object_get(d.root, "fit")) {
+        r = util_jerr(e, &root, NULL, "no 'format': a calibration (it has "
+                      "'machine' and 'fit') says \"format\": "
+                      "\"sluice-calibration\"");
     } else {
         util_jdoc_free(&d);
         prof_topo *t = prof_topo_load(path, e);

@@ -447,6 +447,16 @@ Test(calib_file, bad_values_are_named)
     }
     cli_expect(0, "valid calibration of 'cpu'", "profile validate %s", path);
     cli_expect(0, "valid calibration of 'cpu'", "profile show %s", path);
+    /* a format validate cannot place, or none, on a calibration: named
+     * as such, not as a server file gone wrong */
+    char bad[600];
+    snprintf(bad, sizeof bad, "%s/bad.json", d);
+    cr_assert_eq(sh_run("sed 's/sluice-calibration/other/' %s > %s", path,
+                        bad), 0);
+    cli_expect(2, "field 'format': 'other': not a format sluice reads "
+               "(sluice-server", "profile validate %s", bad);
+    cr_assert_eq(sh_run("grep -v '\"format\"' %s > %s", path, bad), 0);
+    cli_expect(2, "no 'format': a calibration", "profile validate %s", bad);
     test_rm_rf(d);
 }
 
