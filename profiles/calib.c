@@ -320,6 +320,17 @@ static int parse(const util_jdoc *d, prof_calib *c, util_err *e)
         util_jchild(&root, "machine", 1, &o, &have, e) ||
         parse_machine(&o, &c->machine, e))
         return -1;
+    /* the date `profile list` shows and sorts by: UTC as calibrate
+     * writes it (2026-11-29T12:05:52Z), not any text */
+    int yr, mo, dy, hh, mi, ss;
+    char z = 0, tail = 0;
+    if (sscanf(c->date, "%4d-%2d-%2dT%2d:%2d:%2d%c%c", &yr, &mo, &dy, &hh, &mi,
+               &ss, &z, &tail) != 7 || z != 'Z' || strlen(c->date) != 20 ||
+        mo < 1 || mo > 12 || dy < 1 || dy > 31 || hh > 23 || mi > 59 ||
+        ss > 60 || yr < 1970)
+        return util_jerr(e, &root, "date", "'%s' is not a UTC time as "
+                         "sluice calibrate writes it (2026-11-29T12:05:52Z)",
+                         c->date);
     util_err e2;
     if (prof_gpu_get_builtin(c->device, &c->gpu, &e2))
         return util_jerr(e, &root, "device", "%s", e2.msg);

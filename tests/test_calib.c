@@ -410,6 +410,8 @@ Test(calib_file, bad_values_are_named)
         {"s/\"gb_per_s\": [0-9.e+-]*/\"gb_per_s\": 0/",
          "field 'links.in-process.gb_per_s'"},
         {"s/sluice-calibration/sluice-gpus/", "is not a calibration"},
+        {"s/\"date\": \"[^\"]*\"/\"date\": \"yesterday\"/",
+         "field 'date': 'yesterday' is not a UTC time"},
         {"s/\"device\": \"cpu\"/\"device\": \"nope\"/",
          "field 'device': unknown GPU type 'nope'"},
         {"s/cpu|norm/rtx4090|norm/", "is not a signature of cpu"},
