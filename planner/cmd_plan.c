@@ -590,6 +590,32 @@ static void print_answer(const plan_result *r, const prof_model *m,
            json_number_value(json_object_get(rep, "tokens_per_s")),
            json_number_value(json_object_get(rep, "tflops_per_gpu")), unit,
            100 * json_number_value(json_object_get(rep, "mfu")), 100 * bmean);
+    /* what the iteration waits on the wires for, where it is not small:
+     * a data-parallel plan's bubble reads 0% with its all-reduce exposed */
+    json_t *cm = json_object_get(rep, "comm");
+    const char *ck;
+    json_t *cv;
+    int nc = 0;
+    json_object_foreach(cm, ck, cv) {
+        double ex = json_number_value(json_object_get(cv, "exposed_s")),
+               hid = json_number_value(json_object_get(cv, "hidden_s"));
+        if (!(ex > 0.01 * it)) continue;
+        char a[32], b[32];
+        printf("%s%s %s", nc++ ? ", " : "exposed communication per device: ",
+               ck, util_fmt_time(ex, a, sizeof a));
+        if (hid > 0.005 * it)
+            printf(" (%s more hidden)", util_fmt_time(hid, b, sizeof b));
+        if (!strcmp(ck, "data-parallel")) {
+            double gb = json_number_value(json_object_get(
+                rep, "grad_bucket_bytes"));
+            if (gb > 0)
+                printf(" in %s gradient buckets", util_fmt_bytes(gb, a,
+                                                                 sizeof a));
+            else if (json_object_get(rep, "grad_bucket_bytes"))
+                printf(" after each stage's backward");
+        }
+    }
+    if (nc) printf("\n");
     json_t *un = json_object_get(rep, "unaligned_gemms");
     for (size_t i = 0; i < json_array_size(un); i++) {
         json_t *u = json_array_get(un, i);

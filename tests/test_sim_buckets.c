@@ -193,6 +193,16 @@ Test(buckets, a_tied_table_is_ready_last)
     prof_topo_free(cpu);
 }
 
+/* The planner says what a data-parallel plan waits for, which its bubble
+ * (0%) does not, and how it reduces. */
+Test(buckets, the_plan_says_its_exposed_all_reduce)
+{
+    const char *p = "plan --hw rtx2080ti x8 --model gpt2 --schedule 1f1b";
+    cli_expect(0, "exposed communication per device: data-parallel", "%s", p);
+    cli_expect(0, "in 25.00 MiB gradient buckets", "%s", p);
+    cli_expect(0, "after each stage's backward", "%s --grad-bucket 0", p);
+}
+
 /* Sizes the command line and plan files refuse, each named. */
 Test(buckets, bad_sizes_are_named)
 {
