@@ -6,6 +6,7 @@
  * files are kept until exit: device types lend pointers into them. */
 #include "profiles/hw_internal.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -295,6 +296,26 @@ static int parse_tiers(const util_jobj *o, prof_calib_tiers *t, util_err *e)
     return 0;
 }
 
+/* Whether d is YYYY-MM-DDTHH:MM:SSZ with a day its month has: fixed
+ * digits, since profile list sorts the text (sscanf's %2d would take
+ * " 1", "+1" and "-1"); second 60 only at 23:59, a leap second. */
+static int utc_date_ok(const char *d)
+{
+    static const char form[] = "dddd-dd-ddTdd:dd:ddZ";
+    if (strlen(d) != sizeof form - 1) return 0;
+    for (size_t i = 0; form[i]; i++)
+        if (form[i] == 'd' ? !isdigit((unsigned char)d[i]) : d[i] != form[i])
+            return 0;
+    int yr, mo, dy, hh, mi, ss;
+    sscanf(d, "%4d-%2d-%2dT%2d:%2d:%2d", &yr, &mo, &dy, &hh, &mi, &ss);
+    static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30,
+                                  31};
+    int leap = (yr % 4 == 0 && yr % 100 != 0) || yr % 400 == 0;
+    return yr >= 1970 && mo >= 1 && mo <= 12 && dy >= 1 &&
+           dy <= (mo == 2 && !leap ? 28 : mdays[mo - 1]) && hh <= 23 &&
+           mi <= 59 && (ss <= 59 || (ss == 60 && hh == 23 && mi == 59));
+}
+
 static int parse(const util_jdoc *d, prof_calib *c, util_err *e)
 {
     static const char *const keys[] = {"format", "version", "device", "date",
@@ -322,12 +343,7 @@ static int parse(const util_jdoc *d, prof_calib *c, util_err *e)
         return -1;
     /* the date `profile list` shows and sorts by: UTC as calibrate
      * writes it (2026-11-29T12:05:52Z), not any text */
-    int yr, mo, dy, hh, mi, ss;
-    char z = 0, tail = 0;
-    if (sscanf(c->date, "%4d-%2d-%2dT%2d:%2d:%2d%c%c", &yr, &mo, &dy, &hh, &mi,
-               &ss, &z, &tail) != 7 || z != 'Z' || strlen(c->date) != 20 ||
-        mo < 1 || mo > 12 || dy < 1 || dy > 31 || hh > 23 || mi > 59 ||
-        ss > 60 || yr < 1970)
+    if (!utc_date_ok(c->date))
         return util_jerr(e, &root, "date", "'%s' is not a UTC time as "
                          "sluice calibrate writes it (2026-11-29T12:05:52Z)",
                          c->date);

@@ -412,6 +412,14 @@ Test(calib_file, bad_values_are_named)
         {"s/sluice-calibration/sluice-gpus/", "is not a calibration"},
         {"s/\"date\": \"[^\"]*\"/\"date\": \"yesterday\"/",
          "field 'date': 'yesterday' is not a UTC time"},
+        /* a day its month lacks, and signs and spaces sscanf's %2d
+         * would read as digits */
+        {"s/\"date\": \"[^\"]*\"/\"date\": \"2026-02-29T00:00:00Z\"/",
+         "field 'date': '2026-02-29T00:00:00Z' is not a UTC time"},
+        {"s/\"date\": \"[^\"]*\"/\"date\": \"2026-11-29T-1:05:52Z\"/",
+         "field 'date': '2026-11-29T-1:05:52Z' is not a UTC time"},
+        {"s/\"date\": \"[^\"]*\"/\"date\": \"2026- 1-29T12:05:52Z\"/",
+         "field 'date': '2026- 1-29T12:05:52Z' is not a UTC time"},
         {"s/\"device\": \"cpu\"/\"device\": \"nope\"/",
          "field 'device': unknown GPU type 'nope'"},
         {"s/cpu|norm/rtx4090|norm/", "is not a signature of cpu"},
