@@ -369,7 +369,7 @@ Test(cli_io, validate_cells_that_cannot_be)
          "t.csv:1: '# sluice:' line: vocab='-5': expected a whole number"},
         {"gpu=a100-sxm-80gb grad_bucket=lots", "1,64,2,1,1,1,8,1",
          "t.csv:1: '# sluice:' line: grad_bucket='lots': expected a size "
-         "(25M) or 0"},
+         "from 1K to 1T (25M), 0 or stage"},
         {"gpu=\xff\xfe", "1,64,2,1,1,1,8,1",
          "t.csv:1: '# sluice:' line: gpu= is not UTF-8 text"},
         /* an unknown GPU: the line's setting, once, not each row's --hw */
@@ -389,9 +389,9 @@ Test(cli_io, validate_cells_that_cannot_be)
     /* how a row's framework all-reduced its gradients */
     put(path, "# sluice: gpu=a100-sxm-80gb\n%s,grad_bucket\n"
         "1,64,2,1,1,2,8,1,25M\n1,64,2,1,1,2,8,1,stage\n"
-        "1,64,2,1,1,2,8,1,0.5\n", hdr);
-    cli_expect(2, "t.csv:5: column 'grad_bucket': '0.5' is not a size (25M) "
-               "or 0", "validate --json %s", path);
+        "1,64,2,1,1,2,8,1,2T\n", hdr);
+    cli_expect(2, "t.csv:5: column 'grad_bucket': '2T' is not a size from "
+               "1K to 1T (25M), 0 or stage", "validate --json %s", path);
     /* a NUL byte does not end the table quietly */
     FILE *z = fopen(path, "wb");
     cr_assert_not_null(z);
