@@ -148,12 +148,14 @@ int exec_tfile_io(exec_tfile *f, int wr, void *buf, size_t bytes, int64_t off,
         if (k <= 0) {
             int er = k < 0 ? errno : (wr ? ENOSPC : EIO);
             char a[32], b[32], c[32], full[160] = "";
-            /* how much it wanted against what there was, so the user
-             * knows how much room to make */
+            /* how far it got against what there was, so the user knows
+             * the room is short by more than that: the file grows as the
+             * run goes (chunks, activations), so its size so far is not
+             * all it would take */
             if (er == ENOSPC && f->free_at_open >= 0)
-                snprintf(full, sizeof full, " (the disk is full: the file "
-                         "takes %s, %s were free when it opened; the file is "
-                         "removed)",
+                snprintf(full, sizeof full, " (the disk is full with the "
+                         "file at %s so far, %s free when it opened; the "
+                         "file is removed)",
                          util_fmt_bytes((double)f->size, b, sizeof b),
                          util_fmt_bytes(f->free_at_open, c, sizeof c));
             else if (er == ENOSPC)

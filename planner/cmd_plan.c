@@ -595,7 +595,7 @@ static void print_answer(const plan_result *r, const prof_model *m,
     json_t *cm = json_object_get(rep, "comm");
     const char *ck;
     json_t *cv;
-    int nc = 0;
+    int nc = 0, dp = 0;
     json_object_foreach(cm, ck, cv) {
         double ex = json_number_value(json_object_get(cv, "exposed_s")),
                hid = json_number_value(json_object_get(cv, "hidden_s"));
@@ -605,15 +605,17 @@ static void print_answer(const plan_result *r, const prof_model *m,
                ck, util_fmt_time(ex, a, sizeof a));
         if (hid > 0.005 * it)
             printf(" (%s more hidden)", util_fmt_time(hid, b, sizeof b));
-        if (!strcmp(ck, "data-parallel")) {
-            double gb = json_number_value(json_object_get(
-                rep, "grad_bucket_bytes"));
-            if (gb > 0)
-                printf(" in %s gradient buckets", util_fmt_bytes(gb, a,
-                                                                 sizeof a));
-            else if (json_object_get(rep, "grad_bucket_bytes"))
-                printf(" after each stage's backward");
-        }
+        dp |= !strcmp(ck, "data-parallel");
+    }
+    /* how the all-reduce ran, which --grad-bucket changes */
+    json_t *gbj = json_object_get(rep, "grad_bucket_bytes");
+    if (dp && gbj && json_number_value(gbj) > 0) {
+        char a[32];
+        printf("; the all-reduce in %s gradient buckets during the "
+               "backward", util_fmt_bytes(json_number_value(gbj), a,
+                                          sizeof a));
+    } else if (dp && gbj) {
+        printf("; the all-reduce once a stage, after its backward");
     }
     if (nc) printf("\n");
     json_t *un = json_object_get(rep, "unaligned_gemms");

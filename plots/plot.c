@@ -45,6 +45,13 @@ static const char *const row_name[2][N_ROWS] = {
     {"", "PCIe in", "PCIe out", "NVMe", "CPU", "to GPUs"},
     {"", "copies in", "copies out", "drive", "CPU", "to devices"}};
 
+int plot_kind_of(const char *name)
+{
+    for (int k = 0; k < N_COMPUTE; k++)
+        if (!strcmp(name, kinds[k])) return k;
+    return -1;
+}
+
 const char *plot_kind_name(int k)
 {
     return k >= 0 && k < N_COMPUTE ? kinds[k] : NULL;
@@ -63,7 +70,7 @@ static int kind_of(const char *c)
 }
 
 /* lighter or darker by microbatch, so neighbours differ */
-static int shade(int rgb, int mb)
+int plot_shade(int rgb, int mb)
 {
     double f = 0.75 + 0.25 * ((mb % 4) / 3.0);
     int r = (int)(((rgb >> 16) & 255) * f), g = (int)(((rgb >> 8) & 255) * f),
@@ -312,7 +319,8 @@ int plot_pipeline(const char *trace_path, const char *prefix, util_err *e)
         int y = b->dev >= 0 && b->dev < ndev
               ? lane[b->dev * N_ROWS + row_of[b->kind]] : 0;
         fprintf(tf, "%.6f %d %.6f 0.4 %d %s\n", (b->t0 + b->t1) / 2, -y,
-                (b->t1 - b->t0) / 2, shade(base_rgb[b->kind], b->mb < 0 ? 0 : b->mb),
+                (b->t1 - b->t0) / 2,
+                plot_shade(base_rgb[b->kind], b->mb < 0 ? 0 : b->mb),
                 lab);
     }
     fclose(tf);

@@ -19,7 +19,6 @@ typedef struct trace {
     size_t mlen;
 } trace;
 
-
 static int load(const char *path, trace *t, util_err *e)
 {
     memset(t, 0, sizeof *t);
@@ -38,9 +37,7 @@ static int load(const char *path, trace *t, util_err *e)
         const char *ph = json_string_value(json_object_get(x, "ph"));
         const char *cat = json_string_value(json_object_get(x, "cat"));
         if (!ph || strcmp(ph, "X") || !cat) continue;
-        int k = -1;
-        for (int j = 0; j < PLOT_COMPUTE_KINDS; j++)
-            if (!strcmp(cat, plot_kind_name(j))) k = j;
+        int k = plot_kind_of(cat);
         if (k < 0) continue;
         tbox *b = &t->b[t->nb++];
         b->t0 = json_number_value(json_object_get(x, "ts")) / 1e3;
@@ -84,12 +81,9 @@ static void boxes(FILE *f, const trace *t, double tmax)
     fprintf(f, "# x_center_ms y half_width half_height rgb\n");
     for (int i = 0; i < t->nb; i++) {
         const tbox *b = &t->b[i];
-        double s = 0.75 + 0.25 * (((b->mb < 0 ? 0 : b->mb) % 4) / 3.0);
-        int c = plot_kind_rgb(b->kind);
-        int r = (int)(((c >> 16) & 255) * s), g = (int)(((c >> 8) & 255) * s),
-            bl = (int)((c & 255) * s);
         fprintf(f, "%.6f %d %.6f 0.4 %d\n", (b->t0 + b->t1) / 2, -b->dev,
-                (b->t1 - b->t0) / 2, (r << 16) | (g << 8) | bl);
+                (b->t1 - b->t0) / 2,
+                plot_shade(plot_kind_rgb(b->kind), b->mb < 0 ? 0 : b->mb));
     }
     (void)tmax;
 }

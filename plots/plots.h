@@ -16,6 +16,11 @@
 #define PLOT_COMPUTE_KINDS 6
 const char *plot_kind_name(int k);
 int plot_kind_rgb(int k);
+/* The compute kind of a trace's category ("F", "BW", ...), or -1. */
+int plot_kind_of(const char *name);
+/* A kind's colour, lighter or darker by microbatch so neighbours
+ * differ. */
+int plot_shade(int rgb, int mb);
 
 /* Writes PREFIX-timeline.{png,svg} (a row per device, F/B/W boxes coloured
  * by kind, shaded and labelled by microbatch, bubbles left blank) and

@@ -468,8 +468,8 @@ Test(exec_tiers, bad_paths_and_a_full_disk)
     cr_expect(strstr(e.msg, "the disk is full"), "%s", e.msg);
     cr_expect(strstr(e.msg, dir), "%s", e.msg);
     /* how much room it wanted against what there was */
-    cr_expect(strstr(e.msg, "KiB were free when it opened") &&
-              strstr(e.msg, "the file takes"), "%s", e.msg);
+    cr_expect(strstr(e.msg, "KiB free when it opened") &&
+              strstr(e.msg, "with the file at"), "%s", e.msg);
     cr_expect_eq(files_in(dir), 0, "the tier's file is removed");
     exec_pipe_result_free(&r);
     sim_plan_free(&p);

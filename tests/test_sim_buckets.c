@@ -199,8 +199,10 @@ Test(buckets, the_plan_says_its_exposed_all_reduce)
 {
     const char *p = "plan --hw rtx2080ti x8 --model gpt2 --schedule 1f1b";
     cli_expect(0, "exposed communication per device: data-parallel", "%s", p);
-    cli_expect(0, "in 25.00 MiB gradient buckets", "%s", p);
-    cli_expect(0, "after each stage's backward", "%s --grad-bucket 0", p);
+    cli_expect(0, "; the all-reduce in 25.00 MiB gradient buckets during the "
+               "backward", "%s", p);
+    cli_expect(0, "; the all-reduce once a stage, after its backward",
+               "%s --grad-bucket 0", p);
 }
 
 /* Sizes the command line and plan files refuse, each named. */
