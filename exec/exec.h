@@ -581,6 +581,10 @@ double exec_host_mem_bytes(void);
  * (*why says which); HUGE_VAL when neither is known.
  * SLUICE_HOST_AVAILABLE=SIZE says it instead (tests). */
 double exec_host_free_bytes(const char **why);
+/* What the file system of directory dir ("" or NULL: the working one)
+ * has free for the NVMe tier's files (SLUICE_DRIVE_AVAILABLE stands for
+ * it in tests); HUGE_VAL where it cannot be read. */
+double exec_drive_free_bytes(const char *dir);
 
 /* Defaults for everything but model, cfg and data. */
 void exec_train_defaults(exec_train_opts *o);

@@ -470,6 +470,31 @@ static int host_fits(const exec_runtime *rt, const sim_ir *ir,
     return rc;
 }
 
+/* The NVMe tier's files: what the plan keeps on the drives (this
+ * process's devices' share) against what their file system has, before
+ * the run writes them; a drive filling up midway stops the run too,
+ * later and with less said. Exit 1 where it is short. */
+static int drive_fits(const exec_runtime *rt, const sim_costs *c,
+                      util_err *e)
+{
+    double drive = c->nvme_bytes * rt->n_local / rt->n_workers;
+    if (!(drive > 0)) return 0;
+    double room = exec_drive_free_bytes(rt->offload.path);
+    if (drive <= room) return 0;
+    char a[32], b[32];
+    const char *dir = rt->offload.path && *rt->offload.path
+                    ? rt->offload.path : ".";
+    return util_errf(e, UTIL_EXIT_FAIL, "the run keeps about %s on the "
+                     "drive (its NVMe tier, predicted), and '%s' has %s "
+                     "free: make room there, give --offload-path a larger "
+                     "drive, or plan %s", util_fmt_bytes(drive, a, sizeof a),
+                     dir, util_fmt_bytes(room, b, sizeof b),
+                     c->offload ? "the states in host memory (--offload-tier "
+                                  "dram)"
+                                : "the stages' state in host memory "
+                                  "(--state-tiers with dram, not nvme)");
+}
+
 int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
 {
     memset(r, 0, sizeof *r);
@@ -743,7 +768,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     r->n_ranks = size;
     rt.lora_m0 = step0 ? lm : NULL;
     rt.lora_v0 = step0 ? lv : NULL;
-    if (be->host_memory && host_fits(&rt, r->ir, r->costs, e)) {
+    if ((be->host_memory && host_fits(&rt, r->ir, r->costs, e)) ||
+        drive_fits(&rt, r->costs, e)) {
         util_err_prefix(e, "%s", where);
         goto out;
     }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 void exec_train_defaults(exec_train_opts *o)
@@ -115,6 +116,16 @@ double exec_host_free_bytes(const char **why)
         *why = "left under this process's address-space limit (ulimit -v)";
     }
     return a;
+}
+
+double exec_drive_free_bytes(const char *dir)
+{
+    const char *t = getenv("SLUICE_DRIVE_AVAILABLE");
+    double v;
+    if (t && *t && !util_parse_size(t, &v)) return v;
+    struct statvfs sv;
+    if (statvfs(dir && *dir ? dir : ".", &sv)) return HUGE_VAL;
+    return (double)sv.f_bavail * sv.f_frsize;
 }
 
 static int write_timings(const char *path, const exec_train_opts *o, int B,

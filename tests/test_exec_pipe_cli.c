@@ -999,6 +999,35 @@ Test(exec_cli_pipe, models_the_machine_cannot_hold_are_refused)
         cr_expect_eq(sh_run("grep -q step %s/out", dir), 1, "nothing ran: "
                      "%s", cmd);
     }
+    /* the NVMe tier's drive (SLUICE_DRIVE_AVAILABLE stands for what its
+     * file system has free): refused before a file is written, for an
+     * offload schedule's states and for a pipeline stage's */
+    make_plan(dir, "fuyou.json", "--hw cpu x1 --model gpt-tiny --schedule "
+              "fuyou --offload-tier nvme --mbs 2 --microbatches 2");
+    make_plan(dir, "tiers.json", "--hw cpu x2 --model gpt-tiny --schedule "
+              "1f1b --pp 2 --mbs 2 --microbatches 2 --nvme 1 --state-tiers "
+              "dram,nvme");
+    const char *drive_cases[][2] = {
+        {"fuyou", "--offload-tier dram"},
+        {"tiers", "--state-tiers with dram"}};
+    for (size_t i = 0; i < 2; i++) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "mkdir -p %s/drv && SLUICE_DRIVE_AVAILABLE=64K "
+                 "$SLUICE exec --plan %s/%s.json --offload-path %s/drv "
+                 "--steps 1 >%s/out 2>%s/err", dir, dir, drive_cases[i][0],
+                 dir, dir, dir);
+        cr_expect_eq(sh_run("%s", cmd), 1, "%s", cmd);
+        cr_expect_eq(sh_run("grep -q 'on the drive (its NVMe tier, "
+                            "predicted), and .*drv.* has 64.00 KiB free.*%s' "
+                            "%s/err", drive_cases[i][1], dir), 0, "%s", cmd);
+        cr_expect_eq(sh_run("test -z \"$(ls %s/drv)\"", dir), 0,
+                     "no file written: %s", cmd);
+        /* with room, it runs */
+        snprintf(cmd, sizeof cmd, "SLUICE_DRIVE_AVAILABLE=1G $SLUICE exec "
+                 "--plan %s/%s.json --offload-path %s/drv --steps 1 "
+                 ">%s/out 2>%s/err", dir, drive_cases[i][0], dir, dir, dir);
+        cr_expect_eq(sh_run("%s", cmd), 0, "%s", cmd);
+    }
     test_rm_rf(dir);
 }
 
