@@ -183,8 +183,8 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
         "state_bytes_per_param", "stages", "chunks", "layout",
         "schedule_file", "gpus_used", "sequence_parallel", "zero", "fsdp",
         "finetune", "offload_tier", "act_swap_checkpoints",
-        "act_swap_whole", "dtype", "seq_len", "flash_attn", "grad_bucket_mib", "model_sum",
-        "hw_sum", NULL};
+        "act_swap_whole", "dtype", "seq_len", "flash_attn", "grad_bucket_mib",
+        "model_sum", "hw_sum", NULL};
     static const char *const skeys[] = {"ops", "device", "from", "to",
                                         "state_tier", NULL};
     util_jdoc d;

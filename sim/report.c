@@ -13,7 +13,8 @@ typedef struct totals {
 } totals;
 
 /* Whether the plan all-reduces its gradients over data-parallel
- * replicas (unsharded, on the GPUs): what --grad-bucket shapes. */
+ * replicas (unsharded, its states on the devices): what --grad-bucket
+ * shapes. */
 static int grad_allreduce(const sim_costs *c)
 {
     return c->replicas * (c->fold > 1 ? c->fold : 1) > 1 && !c->zero &&
