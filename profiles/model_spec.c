@@ -789,11 +789,11 @@ int prof_validate_file(const char *path, FILE *out, util_err *e)
         /* validate reads every kind of profile: name them all, not only
          * the server the file was taken for */
         const char *f = json_string_value(json_object_get(d.root, "format"));
-        r = util_jerr(e, &root, "format", "%s%s%s: not a format sluice "
+        r = util_jerr(e, &root, "format", "%s%s%s not a format sluice "
                       "reads (sluice-server: a server; sluice-calibration: "
                       "what sluice calibrate writes; sluice-gpus: a GPU "
-                      "catalog)", f ? "'" : "", f ? f : "not a string",
-                      f ? "'" : "");
+                      "catalog)", f ? "'" : "", f ? f : "not a string,",
+                      f ? "':" : "");
     } else if (!json_object_get(d.root, "format") &&
                json_object_get(d.root, "machine") &&
                json_object_get(d.root, "fit")) {

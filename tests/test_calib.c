@@ -465,6 +465,10 @@ Test(calib_file, bad_values_are_named)
                         bad), 0);
     cli_expect(2, "field 'format': 'other': not a format sluice reads "
                "(sluice-server", "profile validate %s", bad);
+    cr_assert_eq(sh_run("sed 's/\"sluice-calibration\"/5/' %s > %s", path,
+                        bad), 0);
+    cli_expect(2, "field 'format': not a string, not a format sluice reads",
+               "profile validate %s", bad);
     cr_assert_eq(sh_run("grep -v '\"format\"' %s > %s", path, bad), 0);
     cli_expect(2, "no 'format': a calibration", "profile validate %s", bad);
     test_rm_rf(d);
