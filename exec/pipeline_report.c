@@ -698,6 +698,12 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
             it > 0 ? samples * r->T / it : 0);
     fprintf(f, "  runtime overhead %9.2f%%   of a step (a worker's time not "
             "in kernels, copies or waits)\n", 100 * ovh);
+    /* how the data-parallel all-reduce ran, which --grad-bucket sets */
+    const sim_costs *co = r->costs;
+    if (co && co->replicas > 1 && !co->zero && !co->offload)
+        fprintf(f, "  all-reduce       %s\n", co->bkt_off
+                ? "in gradient buckets, each as the backward computed it"
+                : "once a stage, after its backward");
     if (prof_topo_gpu(r->topo, 0)->form != PROF_FORM_CPU &&
         !strcmp(r->backend, "cpu"))
         fprintf(f, "  note: the plan is for %s; the run was on this machine's "

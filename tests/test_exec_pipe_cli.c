@@ -390,6 +390,16 @@ Test(exec_cli_pipe, gradient_buckets_overlap_and_change_no_weight)
     cr_expect(strstr(s.out, "once a stage, after its backward (--grad-bucket "
                      "0)"), "%s", s.out);
     cli_result_free(&s);
+    /* and the run's report, how it ran */
+    for (int b = 0; b < 2; b++) {
+        s = cli_run("exec --plan %s/dp%d.json --steps 1", dir, b);
+        cr_assert_eq(s.code, 0, "%s", s.err);
+        cr_expect(strstr(s.out, b ? "all-reduce       in gradient buckets, "
+                                    "each as the backward computed it"
+                                  : "all-reduce       once a stage, after its "
+                                    "backward"), "%s", s.out);
+        cli_result_free(&s);
+    }
     double end, own, first;
     char p[600];
     snprintf(p, sizeof p, "%s/dp1.json.trace", dir);
