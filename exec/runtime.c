@@ -240,15 +240,10 @@ static void gates_build(exec_runtime *rt)
         }
         UTIL_NEVER(t->bkt_first < 0 || t->bkt_first >= rt->model->n_ops);
         rt->bkt_edge[t->bkt_first] = 1;
-        /* a ring's last step: its receive forwards nothing */
-        int last = t->kind == SIM_RECV;
-        for (int k = ir->succ_off[i]; last && k < ir->succ_off[i + 1]; k++)
-            last = ir->tasks[ir->succ[k]].kind != SIM_SEND;
-        if (last) rt->bkt_last[i] = 1;
+        rt->bkt_last[i] = (unsigned char)sim_bucket_landing(ir, i);
         for (int k = 0; k < t->n_dep; k++) {
             int d = ir->deps[t->dep_off + k];
-            int kd = ir->tasks[d].kind;
-            if (kd == SIM_BW || kd == SIM_W) rt->early[d] = 1;
+            if (sim_dep_early(t, &ir->tasks[d])) rt->early[d] = 1;
         }
     }
 }
@@ -322,8 +317,7 @@ static int deps_wait(exec_worker *w, int id, int epoch)
 static int dep_met(const exec_worker *w, const sim_task *t, int d, int epoch)
 {
     if (w->done[d] >= epoch) return 1;
-    const sim_task *u = &w->rt->ir->tasks[d];
-    return t->bkt_ops > 0 && (u->kind == SIM_BW || u->kind == SIM_W) &&
+    return sim_dep_early(t, &w->rt->ir->tasks[d]) &&
            w->prog_ep[d] == epoch && w->prog_op[d] <= t->bkt_first;
 }
 

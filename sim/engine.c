@@ -584,16 +584,6 @@ static void flows_check(sim_engine *e)
 
 /* ---------------------------------------------------------------- tasks */
 
-/* Whether task s's dependency on task id is met part-way through id:
- * a gradient bucket's ring step on the backward computing the bucket
- * (sim_task.bkt_ops). */
-static int early_dep(const sim_ir *ir, int id, int s)
-{
-    const sim_task *t = &ir->tasks[id], *u = &ir->tasks[s];
-    return u->bkt_ops > 0 && (t->kind == SIM_BW || t->kind == SIM_W) &&
-           t->stream == SIM_STREAM_COMPUTE;
-}
-
 /* A backward's successors met part-way through it: each when the
  * backward has computed its bucket's ops, their share of its time
  * (sim_costs.bwd_done) from its start (an event whose epoch is 1). */
@@ -604,7 +594,7 @@ static void early_deps(sim_engine *e, int id)
     if ((t->kind != SIM_BW && t->kind != SIM_W) || !e->c->bwd_done) return;
     for (int k = ir->succ_off[id]; k < ir->succ_off[id + 1]; k++) {
         int s = ir->succ[k];
-        if (!early_dep(ir, id, s)) continue;
+        if (!sim_dep_early(&ir->tasks[s], t)) continue;
         double f = e->c->bwd_done[2 * (size_t)ir->tasks[s].bkt_first +
                                   (t->kind == SIM_W)];
         heap_push(e, e->now + (int64_t)llround(f * (double)e->dur[id]), s, 1);
@@ -647,7 +637,7 @@ static void task_end(sim_engine *e, int id)
     }
     for (int k = ir->succ_off[id]; k < ir->succ_off[id + 1]; k++) {
         int s = ir->succ[k];
-        if (e->c->bwd_done && early_dep(ir, id, s)) continue;
+        if (e->c->bwd_done && sim_dep_early(&ir->tasks[s], t)) continue;
         if (--e->unmet[s] == 0) try_start(e, s);
     }
     if (q >= 0) try_start(e, e->head[q]);

@@ -224,6 +224,24 @@ void sim_ir_buffer(sim_ir *ir, int alloc, int release, double bytes);
 void sim_ir_hole(sim_ir *ir, int out, int in, double bytes);
 /* Human name of a task: "dev 2 F stage 3 mb 5" (buf returned). */
 char *sim_task_str(const sim_ir *ir, int id, char *buf, size_t n);
+/* Whether task t's dependency on task u is met part-way through u: t a
+ * gradient bucket's ring step, u a backward (BW or W) computing the
+ * bucket (sim_task.bkt_ops); the engine and the executor both ask. */
+static inline int sim_dep_early(const sim_task *t, const sim_task *u)
+{
+    return t->bkt_ops > 0 && (u->kind == SIM_BW || u->kind == SIM_W) &&
+           u->stream == SIM_STREAM_COMPUTE;
+}
+/* Whether task i (after sim_ir_finish) is a gradient bucket's last ring
+ * receive: it forwards nothing, so it goes into place as it lands. */
+static inline int sim_bucket_landing(const sim_ir *ir, int i)
+{
+    const sim_task *t = &ir->tasks[i];
+    if (t->kind != SIM_RECV || t->bkt_ops <= 0) return 0;
+    for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++)
+        if (ir->tasks[ir->succ[k]].kind == SIM_SEND) return 0;
+    return 1;
+}
 
 /* Compute order before lowering: generators append compute tasks (F, B, W,
  * BW, RECOMP, OPT) per device in order, then sim_lower() wires the
@@ -273,6 +291,8 @@ int sim_grad_bucket_arg(int argc, char **argv, int *i, double *out,
  * gives it: a size from 1K to 1T, or 0 or "stage" (one all-reduce a
  * stage); -1 for anything else. */
 int sim_grad_bucket_parse(const char *v, double *out);
+/* What such a value may be, for messages. */
+#define SIM_GRAD_BUCKET_TAKES "a size from 1K to 1T (25M), 0 or stage"
 /* Whether bytes is such a size (or 0). */
 int sim_grad_bucket_ok(double bytes);
 
@@ -1109,6 +1129,9 @@ typedef struct sim_plan {
 #define SIM_MAX_BUCKETS 32
 /* The bucket a plan's grad_bucket means on server t. */
 double sim_grad_bucket(double grad_bucket, const prof_topo *t);
+/* Whether costs c all-reduce gradients over data-parallel replicas
+ * (unsharded, the states on the devices): what --grad-bucket shapes. */
+int sim_costs_allreduce(const sim_costs *c);
 
 /* Whether the model's or the server's file differs from what the plan
  * was made with (its checksum); *what names the file (for a note: the

@@ -154,16 +154,18 @@ void sim_mem_setup(sim_engine *e)
             double by = t->comm != SIM_COMM_PP && t->lanes > 1
                       ? t->bytes / t->lanes : t->bytes;
             e->mem_start[i] += by;
+            /* a gradient bucket's last step is copied into place as it
+             * lands, its backward still running */
+            if (sim_bucket_landing(ir, i)) {
+                e->mem_end[i] -= by;
+                break;
+            }
             for (int k = ir->succ_off[i]; k < ir->succ_off[i + 1]; k++) {
                 int u = ir->succ[k];
-                if (ir->tasks[u].device != t->device) continue;
-                /* a gradient bucket's last step is copied into place
-                 * as it lands, its backward still running */
-                if (t->bkt_ops > 0 && ir->tasks[u].kind != SIM_SEND)
-                    e->mem_end[i] -= by;
-                else
+                if (ir->tasks[u].device == t->device) {
                     e->mem_start[u] -= by;
-                break;
+                    break;
+                }
             }
             break;
         }
