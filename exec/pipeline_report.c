@@ -700,7 +700,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
             "in kernels, copies or waits)\n", 100 * ovh);
     /* how the data-parallel all-reduce ran, which --grad-bucket sets */
     const sim_costs *co = r->costs;
-    if (co && co->replicas > 1 && !co->zero && !co->offload)
+    if (co && sim_costs_allreduce(co))
         fprintf(f, "  all-reduce       %s\n", co->bkt_off
                 ? "in gradient buckets, each as the backward computed it"
                 : "once a stage, after its backward");

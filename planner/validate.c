@@ -121,9 +121,8 @@ static int directive(const char *line, vhead *h, char *why, size_t wn)
                   ? "a whole number from 1 to 16777216"
               : !strcmp(t, "recompute") ? "none, selective, full, 0 or 1"
               : !strcmp(t, "zero") ? "0 to 3"
-              : !strcmp(t, "grad_bucket")
-                  ? "a size from 1K to 1T (25M), 0 or stage"
-                  : "0 or 1";
+              : !strcmp(t, "grad_bucket") ? SIM_GRAD_BUCKET_TAKES
+                                          : "0 or 1";
             snprintf(why, wn, "%s='%s': expected %s", t, v, takes);
             return -1;
         }
@@ -412,8 +411,7 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
         if (gcol >= 0 && cells[gcol][0] &&
             sim_grad_bucket_parse(cells[gcol], &r->grad_bucket)) {
             rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: column 'grad_bucket': "
-                           "'%s' is not a size from 1K to 1T (25M), 0 or "
-                           "stage", path, lineno,
+                           "'%s' is not " SIM_GRAD_BUCKET_TAKES, path, lineno,
                            cells[gcol]);
             goto out;
         }

@@ -508,6 +508,12 @@ double sim_grad_bucket(double grad_bucket, const prof_topo *t)
     return t && prof_topo_cpu(t) ? 0 : SIM_GRAD_BUCKET_DDP;
 }
 
+int sim_costs_allreduce(const sim_costs *c)
+{
+    return c->replicas * (c->fold > 1 ? c->fold : 1) > 1 && !c->zero &&
+           !c->offload;
+}
+
 int sim_grad_bucket_arg(int argc, char **argv, int *i, double *out,
                         util_err *e)
 {
@@ -518,8 +524,8 @@ int sim_grad_bucket_arg(int argc, char **argv, int *i, double *out,
     const char *v = argv[++*i];
     if (sim_grad_bucket_parse(v, out))
         return util_errf(e, UTIL_EXIT_USAGE, "--grad-bucket '%s': expected "
-                         "a size from 1K to 1T (25M, as PyTorch's DDP), or 0 "
-                         "or stage for one all-reduce per stage", v);
+                         SIM_GRAD_BUCKET_TAKES " (25M is PyTorch DDP's; 0 "
+                         "or stage: one all-reduce a stage)", v);
     return 0;
 }
 

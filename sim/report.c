@@ -12,15 +12,6 @@ typedef struct totals {
            peak_mean, mfu;
 } totals;
 
-/* Whether the plan all-reduces its gradients over data-parallel
- * replicas (unsharded, its states on the devices): what --grad-bucket
- * shapes. */
-static int grad_allreduce(const sim_costs *c)
-{
-    return c->replicas * (c->fold > 1 ? c->fold : 1) > 1 && !c->zero &&
-           !c->offload;
-}
-
 static totals compute(const sim_plan *p, const sim_costs *c,
                       const sim_result *r)
 {
@@ -350,17 +341,17 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
                 "pp_rank)*tp + tp_rank\n", p->dp, p->pp, p->tp,
                 sim_plan_gpus(p), prof_topo_unit(tp), prof_topo_unit(tp));
     double cap = sim_grad_bucket(p->grad_bucket, tp);
-    if (grad_allreduce(c) && c->bkt_off && c->bkt_cap > cap * 1.001)
+    if (sim_costs_allreduce(c) && c->bkt_off && c->bkt_cap > cap * 1.001)
         fprintf(f, "gradients all-reduced in %s buckets (up to %s, 1/%d "
                 "of a stage's gradient, where that is larger), each as the "
                 "backward computes it (--grad-bucket)\n",
                 util_fmt_bytes(cap, b1, sizeof b1),
                 util_fmt_bytes(c->bkt_cap, b2, sizeof b2), SIM_MAX_BUCKETS);
-    else if (grad_allreduce(c) && c->bkt_off)
+    else if (sim_costs_allreduce(c) && c->bkt_off)
         fprintf(f, "gradients all-reduced in %s buckets, each as the "
                 "backward computes it (--grad-bucket)\n",
                 util_fmt_bytes(cap, b1, sizeof b1));
-    else if (grad_allreduce(c))
+    else if (sim_costs_allreduce(c))
         fprintf(f, "gradients all-reduced once a stage, after its backward "
                 "(%s)\n", p->grad_bucket < 0 ? "on CPU devices, whose cores "
                 "would do the ring's copies beside it; --grad-bucket SIZE "
@@ -542,10 +533,10 @@ json_t *sim_report_json(const sim_plan *p, const prof_model *m,
         json_object_set_new(o, "flash_attn",
                             json_boolean(m->spec.flash_attn));
     json_object_set_new(o, "zero", json_integer(c->zero));
-    if (grad_allreduce(c))
+    if (sim_costs_allreduce(c))
         json_object_set_new(o, "grad_bucket_bytes", json_real(
             c->bkt_off ? sim_grad_bucket(p->grad_bucket, tp) : 0));
-    if (grad_allreduce(c) && c->bkt_off)
+    if (sim_costs_allreduce(c) && c->bkt_off)
         json_object_set_new(o, "grad_bucket_largest_bytes",
                             json_real(c->bkt_cap));
     json_object_set_new(o, "fsdp", json_string(sim_fsdp_name(c->fsdp)));
