@@ -9,9 +9,9 @@
  * and runs keep the bits of runs without offload. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "exec/runtime.h"
@@ -338,10 +338,8 @@ int exec_tfile_open(exec_tfile *f, const char *dir, double full_after,
     if (fd < 0)
         return util_errf(e, UTIL_EXIT_FAIL, "offload path '%s': cannot "
                          "create a file there: %s", dir, strerror(errno));
-    struct statvfs sv;
-    f->free_at_open = full_after > 0 ? full_after
-                    : !fstatvfs(fd, &sv) ? (double)sv.f_bavail * sv.f_frsize
-                                         : -1;
+    double room = full_after > 0 ? full_after : exec_drive_free_bytes(dir);
+    f->free_at_open = isfinite(room) ? room : -1;
     int dfd = open(path, O_RDWR | O_DIRECT);
     int derr = errno;
     unlink(path);

@@ -45,13 +45,6 @@ static const char *const row_name[2][N_ROWS] = {
     {"", "PCIe in", "PCIe out", "NVMe", "CPU", "to GPUs"},
     {"", "copies in", "copies out", "drive", "CPU", "to devices"}};
 
-int plot_kind_of(const char *name)
-{
-    for (int k = 0; k < N_COMPUTE; k++)
-        if (!strcmp(name, kinds[k])) return k;
-    return -1;
-}
-
 const char *plot_kind_name(int k)
 {
     return k >= 0 && k < N_COMPUTE ? kinds[k] : NULL;
@@ -67,6 +60,12 @@ static int kind_of(const char *c)
     for (int i = 0; i < N_KINDS; i++)
         if (!strcmp(c, kinds[i])) return i;
     return -1;
+}
+
+int plot_kind_of(const char *name)
+{
+    int k = kind_of(name);
+    return k < N_COMPUTE ? k : -1;
 }
 
 /* lighter or darker by microbatch, so neighbours differ */
