@@ -403,11 +403,16 @@ static int buckets_loop(const char *dir)
         }
         sim_plan_free(&p);
     }
-    if (it[0][2] > 0 && it[1][2] > 0)
+    if (it[0][2] > 0 && it[1][2] > 0) {
         printf("buckets against one ring: %+.1f%% simulated before "
                "calibration, %+.1f%% after, %+.1f%% measured\n",
                100 * (it[1][0] / it[0][0] - 1), 100 * (it[1][1] / it[0][1] - 1),
                100 * (it[1][2] / it[0][2] - 1));
+        printf("iteration time error after calibration, largest %.1f%% "
+               "(goal under 10%%)\n",
+               100 * fmax(fabs(err_of(it[0][1], it[0][2])),
+                          fabs(err_of(it[1][1], it[1][2]))));
+    }
     prof_model_free(m);
     return 0;
 }
