@@ -25,14 +25,15 @@ static const char *const kinds[N_KINDS] = {
     "NVME_WRITE", "CPU_OPT", "RING"};
 static const char *const legend[2][N_KINDS] = {
     {"F", "B", "W", "BW", "R", "OPT", "to GPU", "from GPU", "NVMe read",
-     "NVMe write", "CPU step", "to GPUs"},
+     "NVMe write", "CPU step", "data-parallel"},
     /* CPU devices (otherData's unit): cores, a drive */
     {"F", "B", "W", "BW", "R", "OPT", "to device", "from device",
-     "drive read", "drive write", "CPU step", "to devices"}};
+     "drive read", "drive write", "CPU step", "data-parallel"}};
 /* fill colours per kind: forward blue, backward green, weight-grad
  * orange, fused backward teal, recompute grey, optimizer red; copies
  * purple and brown, drive reads and writes olive and cyan, the CPU's
- * step pink, data-parallel ranks' sends to each other yellow */
+ * step pink, the data-parallel rings' steps (a rank's sends to the
+ * next) yellow */
 static const int base_rgb[N_KINDS] = {0x4C72B0, 0x55A868, 0xDD8452,
                                       0x2A9D8F, 0x8C8C8C, 0xC44E52,
                                       0x8172B3, 0x937860, 0xBCBD22,
@@ -45,14 +46,18 @@ static const char *const row_name[2][N_ROWS] = {
     {"", "PCIe in", "PCIe out", "NVMe", "CPU", "to GPUs"},
     {"", "copies in", "copies out", "drive", "CPU", "to devices"}};
 
+#define RING (N_KINDS - 1)
+
 const char *plot_kind_name(int k)
 {
-    return k >= 0 && k < N_COMPUTE ? kinds[k] : NULL;
+    return k == PLOT_KIND_RING ? legend[0][RING]
+         : k >= 0 && k < N_COMPUTE ? kinds[k] : NULL;
 }
 
 int plot_kind_rgb(int k)
 {
-    return k >= 0 && k < N_COMPUTE ? base_rgb[k] : 0;
+    return k == PLOT_KIND_RING ? base_rgb[RING]
+         : k >= 0 && k < N_COMPUTE ? base_rgb[k] : 0;
 }
 
 static int kind_of(const char *c)
@@ -65,7 +70,7 @@ static int kind_of(const char *c)
 int plot_kind_of(const char *name)
 {
     int k = kind_of(name);
-    return k < N_COMPUTE ? k : -1;
+    return k == RING ? PLOT_KIND_RING : k < N_COMPUTE ? k : -1;
 }
 
 /* lighter or darker by microbatch, so neighbours differ */

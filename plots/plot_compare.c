@@ -13,7 +13,7 @@ typedef struct tbox {
 
 typedef struct trace {
     tbox *b;
-    int nb, ndev;
+    int nb, ndev, rings;    /* rings: data-parallel ring steps drawn */
     double tmax, mmax;
     char *mem;          /* gnuplot data: one block per device */
     size_t mlen;
@@ -46,6 +46,7 @@ static int load(const char *path, trace *t, util_err *e)
         b->mb = (int)json_integer_value(
             json_object_get(json_object_get(x, "args"), "mb"));
         b->kind = k;
+        t->rings |= k == PLOT_KIND_RING;
         if (b->t1 > t->tmax) t->tmax = b->t1;
     }
     FILE *f = open_memstream(&t->mem, &t->mlen);
@@ -76,16 +77,20 @@ static int load(const char *path, trace *t, util_err *e)
     return 0;
 }
 
-static void boxes(FILE *f, const trace *t, double tmax)
+/* A device's row: its compute; where either trace has data-parallel
+ * rings, the compute over the upper three quarters and the ring's steps
+ * in a strip under it, so what overlaps shows one above the other. */
+static void boxes(FILE *f, const trace *t, int rings)
 {
     fprintf(f, "# x_center_ms y half_width half_height rgb\n");
     for (int i = 0; i < t->nb; i++) {
         const tbox *b = &t->b[i];
-        fprintf(f, "%.6f %d %.6f 0.4 %d\n", (b->t0 + b->t1) / 2, -b->dev,
-                (b->t1 - b->t0) / 2,
+        int ring = b->kind == PLOT_KIND_RING;
+        double y = -b->dev + (!rings ? 0 : ring ? -0.3 : 0.1);
+        fprintf(f, "%.6f %.2f %.6f %.2f %d\n", (b->t0 + b->t1) / 2, y,
+                (b->t1 - b->t0) / 2, !rings ? 0.4 : ring ? 0.09 : 0.3,
                 plot_shade(plot_kind_rgb(b->kind), b->mb < 0 ? 0 : b->mb));
     }
-    (void)tmax;
 }
 
 static int put(const char *path, const char *buf, size_t len, util_err *e)
@@ -105,13 +110,14 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
     }
     static const char *const what[2] = {"measured", "simulated"};
     int rc = 0, ndev = t[0].ndev > t[1].ndev ? t[0].ndev : t[1].ndev;
+    int rings = t[0].rings || t[1].rings;
     double tmax = t[0].tmax > t[1].tmax ? t[0].tmax : t[1].tmax;
     char dat[2][2][1200];
     for (int k = 0; k < 2 && !rc; k++) {
         char *buf = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&buf, &len);
-        boxes(f, &t[k], tmax);
+        boxes(f, &t[k], rings);
         fclose(f);
         snprintf(dat[k][0], sizeof dat[k][0], "%s-%s-timeline.dat", prefix,
                  what[k]);
@@ -155,13 +161,14 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
                     "set lmargin 10\nset rmargin 4\n"
                     "set style fill solid 1.0 border rgb '#ffffff'\n");
             /* the kinds' colours, every compute kind as the timeline's
-             * legend has them, over the measured timeline's top right, 17
-             * pixels above its graph: a panel is a quarter of the page,
-             * its graph that less about 70 pixels of margins */
+             * legend has them (the rings', where drawn, on the left,
+             * clear of the title), over the measured timeline's top right, 17 pixels
+             * above its graph: a panel is a quarter of the page, its
+             * graph that less about 70 pixels of margins */
             double ly = 1 + 17.0 / (h / 4.0 - 70);
-            const int nk = PLOT_COMPUTE_KINDS;
+            const int nk = PLOT_COMPUTE_KINDS + rings;
             for (int j = 0; j < nk; j++) {
-                double x = 0.62 + 0.065 * j;
+                double x = j < PLOT_COMPUTE_KINDS ? 0.62 + 0.065 * j : 0.01;
                 fprintf(g, "set object %d rect at graph %f, %f size char 2, "
                         "char 0.8 fc rgb '#%06x' fs solid noborder\n"
                         "set label %d '%s' at graph %f, %f left front\n",
@@ -176,8 +183,11 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
                 for (int d = 0; d < ndev; d++)
                     fprintf(g, "%s'dev %d' %d", d ? ", " : "", d, -d);
                 fprintf(g, ")\nset grid xtics\n");
-                fprintf(g, "plot %s using 1:2:3:4:5 with boxxyerror lc rgb "
-                        "variable\n", q[w][0]);
+                /* at least a thousandth of the axis wide, as the
+                 * timeline draws them: a ring's step is short */
+                fprintf(g, "plot %s using 1:2:($3 < %f ? %f : $3):4:5 with "
+                        "boxxyerror lc rgb variable\n", q[w][0],
+                        tmax * 0.001, tmax * 0.001);
                 for (int j = 1; w == 0 && j <= nk; j++)
                     fprintf(g, "unset object %d\nunset label %d\n", j, j);
             }

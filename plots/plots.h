@@ -9,14 +9,17 @@
 /* The longest --plot prefix taken (the file names add to it). */
 #define PLOT_MAX_PREFIX 1000
 
-/* The compute kinds the pictures draw (F, B, W, BW, R, OPT: k from 0 to
- * PLOT_COMPUTE_KINDS - 1) and their colours (0xRRGGBB), the timeline's
- * and the measured-against-simulated picture's alike; NULL and 0 past
- * them. */
+/* The kinds both pictures draw, the compute kinds (F, B, W, BW, R, OPT:
+ * k from 0 to PLOT_COMPUTE_KINDS - 1) and the rings', with their legend
+ * names and colours (0xRRGGBB), the timeline's and the measured-against-
+ * simulated picture's alike; NULL and 0 past them. */
 #define PLOT_COMPUTE_KINDS 6
+/* and the data-parallel rings' steps (category "RING"), named
+ * "data-parallel" */
+#define PLOT_KIND_RING PLOT_COMPUTE_KINDS
 const char *plot_kind_name(int k);
 int plot_kind_rgb(int k);
-/* The compute kind of a trace's category ("F", "BW", ...), or -1. */
+/* The kind of a trace's category ("F", "BW", ..., "RING"), or -1. */
 int plot_kind_of(const char *name);
 /* A kind's colour, lighter or darker by microbatch so neighbours
  * differ. */

@@ -72,10 +72,11 @@ int sim_trace_write(const char *path, const sim_ir *ir, const sim_result *r,
             if (t->kind == SIM_SEND || t->kind == SIM_RECV)
                 fprintf(f, " %s %d->%d", t->grad ? "grad" : "act", t->stage,
                         t->stage2);
-            /* an offload's ring between its ranks' GPUs has a category
-             * of its own (the plots draw it on a row) */
-            const char *cat = c && c->offload && t->kind == SIM_SEND &&
-                              t->comm == SIM_COMM_DP ? "RING" : kn;
+            /* a data-parallel ring's steps (all-reduce, reduce-scatter,
+             * all-gather; an offload's between its ranks) have a
+             * category of their own: the plots draw them on a row */
+            const char *cat = t->kind == SIM_SEND && t->comm == SIM_COMM_DP
+                            ? "RING" : kn;
             fprintf(f, "\", \"cat\": \"%s\", \"pid\": %d, \"tid\": %d, "
                     "\"ts\": ", cat, d, tid_of(ir, t));
             us(f, st);

@@ -341,7 +341,7 @@ static void ring_vs_backward(const char *path, double *bw_end,
             last_bw[pid] = ts;
             end[pid] = ts + dur;
         }
-        if (!strcmp(cat, "SEND") && !pid && ts < *first_send)
+        if (!strcmp(cat, "RING") && !pid && ts < *first_send)
             *first_send = ts;
     }
     *bw_end = end[0] > end[1] ? end[0] : end[1];
@@ -417,6 +417,20 @@ Test(exec_cli_pipe, gradient_buckets_overlap_and_change_no_weight)
     cr_assert_gt(end, 0);
     cr_expect_lt(first, end, "buckets: the first ring step at %.3f ms, the "
                  "backwards end at %.3f", first, end);
+    /* the run over its prediction draws both's ring steps, each device's
+     * in a strip under its compute, and names them in the legend */
+    s = cli_run("sim --plan %s/dp1.json --plot %s/c --measured %s", dir, dir,
+                p);
+    cr_assert_eq(s.code, 0, "%s", s.err);
+    cli_result_free(&s);
+    cr_expect_eq(sh_run("grep -q \"^set label .* 'data-parallel' at graph\" "
+                        "%s/c-compare.gp", dir), 0);
+    for (int k = 0; k < 2; k++)
+        cr_expect_eq(sh_run("awk '$2 == -1.30 && $4 == 0.09 { n++ } END "
+                            "{ exit n < 2 }' %s/c-%s-timeline.dat", dir,
+                            k ? "simulated" : "measured"), 0,
+                     "%s: no ring steps under device 1",
+                     k ? "simulated" : "measured");
     snprintf(p, sizeof p, "%s/dp0.json.trace", dir);
     ring_vs_backward(p, &end, &own, &first);
     cr_expect_geq(first, own, "one ring: its first step at %.3f ms, before "

@@ -970,6 +970,15 @@ Test(sim_offload, the_timeline_draws_the_tiers)
                     "--pp 2 --mbs 1 --microbatches 2");
     cr_assert(strstr(s, "'dev 0' 0, 'dev 1' -1)"), "%s", s);
     cr_assert(!strstr(s, "'CPU'"), "%s", s);
+    cr_assert(!strstr(s, "'data-parallel'"), "%s", s);
+    free(s);
+    /* data-parallel replicas of it: each device's ring steps (the
+     * gradients' all-reduce) on a row under it, in the legend */
+    s = plot_script(pre, "--hw rtx2080ti x4 --model gpt2 --schedule 1f1b "
+                    "--pp 2 --dp 2 --mbs 1 --microbatches 2");
+    cr_assert(strstr(s, "'dev 0' 0, 'to GPUs' -1, 'dev 1' -2, 'to GPUs' "
+                        "-3, 'dev 2' -4"), "%s", s);
+    cr_assert(strstr(s, "'data-parallel'"), "%s", s);
     free(s);
     test_rm_rf(dir);
 }
