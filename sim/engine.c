@@ -223,6 +223,7 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
     e->dur = util_calloc(N, sizeof(int64_t));
     e->mem_start = util_calloc(N, sizeof(double));
     e->mem_end = util_calloc(N, sizeof(double));
+    e->mem_ramp = util_calloc(N, sizeof(double));
     e->nxt = util_malloc(N * sizeof(int32_t));
     e->head0 = util_malloc(sizeof(int32_t) * (size_t)e->nq);
     e->lane_off = util_calloc(N + 1, sizeof(int));
@@ -269,7 +270,7 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
     e->max_inflight = util_calloc((size_t)e->ns, sizeof(int));
     e->max_versions = util_calloc((size_t)e->ns, sizeof(int));
     if (e->opts.record) {
-        e->cap_mem = 4 * n + 4 * e->ns + e->nd + 16;
+        e->cap_mem = (4 + SIM_MEM_STEPS) * n + 4 * e->ns + e->nd + 16;
         e->mem = util_malloc(sizeof(sim_mem_point) * (size_t)e->cap_mem);
     }
     /* queues */
@@ -416,7 +417,8 @@ double sim_engine_link_kind_bytes(const sim_engine *e, prof_link_kind k)
 void sim_engine_free(sim_engine *e)
 {
     if (!e) return;
-    free(e->dur); free(e->mem_start); free(e->mem_end); free(e->nxt);
+    free(e->dur); free(e->mem_start); free(e->mem_end);
+    free(e->mem_ramp); free(e->nxt);
     free(e->head0); free(e->route); free(e->route_len); free(e->lat_ns);
     free(e->lane_off); free(e->lanes_left); free(e->steps_left); free(e->tp_ns);
     free(e->static_bytes); free(e->pending0); free(e->pending);
@@ -608,7 +610,16 @@ static void task_start(sim_engine *e, int id)
     e->busy[q] = 1;
     e->start[id] = e->now;
     early_deps(e, id);
-    sim_mem_add(e, t->device, e->mem_start[id], id);
+    /* a ramp's steps: what a forward keeps from its start on (all of
+     * it, if it takes no time), what a backward frees until its end (a
+     * step early for the one, late for the other: never less than the
+     * task holds) */
+    double ramp = e->mem_ramp[id];
+    int steps = e->dur[id] > 0 ? SIM_MEM_STEPS : 1;
+    sim_mem_add(e, t->device, e->mem_start[id] + (ramp > 0 ? ramp / steps
+                                                           : 0), id);
+    for (int k = 1; ramp != 0 && k < steps; k++)
+        heap_push(e, e->now + e->dur[id] * k / steps, id, SIM_EV_MEM_STEP);
     if (t->kind == SIM_F) {
         int s = t->stage;
         if (++e->inflight[s] > e->max_inflight[s])
@@ -626,7 +637,10 @@ static void task_end(sim_engine *e, int id)
     const sim_task *t = &e->ir->tasks[id];
     const sim_ir *ir = e->ir;
     e->end[id] = e->now;
-    sim_mem_add(e, t->device, e->mem_end[id], id);
+    double ramp = e->mem_ramp[id];
+    sim_mem_add(e, t->device, e->mem_end[id] +
+                (ramp < 0 ? ramp / (e->dur[id] > 0 ? SIM_MEM_STEPS : 1) : 0),
+                id);
     if (t->kind == SIM_BW || t->kind == SIM_W) e->inflight[t->stage]--;
     sim_mem_task_end(e, id);
     int q = -1;
@@ -945,6 +959,11 @@ int sim_engine_run(sim_engine *e, sim_result *r)
         if (ev.epoch == 1) {
             /* a dependency met part-way through a backward */
             if (--e->unmet[ev.id] == 0) try_start(e, ev.id);
+            continue;
+        }
+        if (ev.epoch == SIM_EV_MEM_STEP) {
+            sim_mem_add(e, ir->tasks[ev.id].device,
+                        e->mem_ramp[ev.id] / SIM_MEM_STEPS, ev.id);
             continue;
         }
         if (e->steps_left[ev.id] > 1) {

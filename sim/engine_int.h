@@ -21,6 +21,10 @@ struct sim_engine {
     /* static, per task */
     int64_t *dur;
     double *mem_start, *mem_end;
+    /* what a forward keeps (> 0) or a backward frees (< 0) as it runs:
+     * a SIM_MEM_STEPS-th of it at each SIM_MEM_STEPS-th of its time,
+     * a forward's first at its start, a backward's last at its end */
+    double *mem_ramp;
     int32_t *nxt;           /* next task in the same (device, stream) */
     int32_t *head0;         /* first task per queue */
     /* sends: one route per lane, lanes at lane_off[i]..lane_off[i+1] of
@@ -86,7 +90,15 @@ struct sim_engine {
     int64_t *scratch_k, *scratch_dw; /* stats: per minibatch, per device */
 };
 
-/* memory.c: fills mem_start/mem_end, static_bytes and pending0. */
+/* The steps in which a forward's kept activations grow and a
+ * backward's shrink (sim_engine.mem_ramp). */
+#define SIM_MEM_STEPS 4
+/* An event of a task's memory step (its epoch; 1 is a dependency met
+ * part-way through a backward). */
+#define SIM_EV_MEM_STEP 2
+
+/* memory.c: fills mem_start/mem_end/mem_ramp, static_bytes and
+ * pending0. */
 void sim_mem_setup(sim_engine *e);
 /* memory.c: applies a delta on device d at the engine's time. */
 void sim_mem_add(sim_engine *e, int d, double delta, int task);

@@ -1,7 +1,10 @@
 /* Memory per device over time. Static: weights, gradients and optimizer
- * state of the device's stages. Dynamic: activations allocated when F
- * starts and freed when the backward ends (B frees what W does not need,
- * W the rest). A recomputed forward (one a recompute follows) holds its
+ * state of the device's stages. Dynamic: activations allocated as F runs
+ * and freed as the backward runs (B frees what W does not need, W the
+ * rest at its end), each in SIM_MEM_STEPS equal steps of the task's time,
+ * as a framework's allocations grow and shrink op by op; what a task
+ * holds only while it runs (working sets) is taken at its start and
+ * given back at its end. A recomputed forward (one a recompute follows) holds its
  * kept bytes (checkpoints) plus, while it runs, its largest working set,
  * and keeps only the former; the recompute adds one layer's activations
  * (layers are recomputed one at a time, each just before its backward),
@@ -58,6 +61,7 @@ void sim_mem_setup(sim_engine *e)
     const sim_costs *c = e->c;
     memset(e->mem_start, 0, sizeof(double) * (size_t)e->n);
     memset(e->mem_end, 0, sizeof(double) * (size_t)e->n);
+    memset(e->mem_ramp, 0, sizeof(double) * (size_t)e->n);
     memset(e->static_bytes, 0, sizeof(double) * (size_t)e->nd);
     memset(e->pending0, 0, sizeof(int32_t) * (size_t)e->ns * e->vstride);
     /* offloaded, the GPU keeps no state (ZeRO-Offload: its fp16
@@ -103,9 +107,13 @@ void sim_mem_setup(sim_engine *e)
                     sends += u->bytes;
             }
             double sent = sends > 0 ? sc->none_sent_bytes : 0;
-            double run = fmax((rec ? keep + sc->fwd_ws_bytes : keep) + sent,
-                              sc->none_ws_bytes);
-            e->mem_start[i] += run;
+            double own = (rec ? keep + sc->fwd_ws_bytes : keep) + sent;
+            double run = fmax(own, sc->none_ws_bytes);
+            /* what it keeps grows as it runs, op by op; a frozen
+             * prefix's tensors, when more, are all there from its start */
+            double ramp = own >= sc->none_ws_bytes ? keep : 0;
+            e->mem_start[i] += run - ramp;
+            e->mem_ramp[i] = ramp;
             e->mem_end[i] -= run - keep - sent;
             for (int k = ir->succ_off[i]; sent > 0 && k < ir->succ_off[i + 1];
                  k++) {
@@ -129,9 +137,16 @@ void sim_mem_setup(sim_engine *e)
             /* (QLoRA's dequantized weights within, op by op) */
             double ws = sc->bwd_ws_bytes[(t->kind == SIM_BW) | rec << 1];
             e->mem_start[i] += ws;
-            e->mem_end[i] -= ws + (rec ? sc->keep_bytes + sc->rec_ws_bytes
-                                       : sc->act_bytes) -
-                             (t->kind == SIM_B ? sc->wkeep_bytes : 0);
+            e->mem_end[i] -= ws;
+            /* its ops' activations freed as their backwards end, from
+             * the last op; what a W still reads stays (a split backward
+             * under recomputation may keep more than it frees: its
+             * layers' recomputed inputs, counted at its end) */
+            double freed = (rec ? sc->keep_bytes + sc->rec_ws_bytes
+                                : sc->act_bytes) -
+                           (t->kind == SIM_B ? sc->wkeep_bytes : 0);
+            if (freed > 0) e->mem_ramp[i] = -freed;
+            else e->mem_end[i] -= freed;
             if (t->kind == SIM_BW && !c->offload) { /* sharded gradients */
                 e->mem_start[i] += sc->rs_bytes;
                 e->mem_end[i] -= sc->rs_bytes;

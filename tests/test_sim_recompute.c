@@ -176,6 +176,70 @@ Test(recompute, checkpoints_per_layer_in_memory_over_time)
     prof_topo_free(t);
 }
 
+/* A forward's activations grow as it runs and a backward's shrink, as a
+ * framework allocates and frees them op by op (the executor's measured
+ * curve has that shape): memory steps up inside the forward and down
+ * inside the backward, not only at their edges, and the peak is that of
+ * everything kept at once. */
+Test(recompute, activations_grow_in_the_forward_and_shrink_in_the_backward)
+{
+    prof_topo *t = test_topo("v100-sxm2-32gb", 1);
+    util_err e;
+    prof_model *m = prof_model_load("gpt2", &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    int first = 0, last = m->n_ops - 1, dev = 0;
+    sim_cost_opts co = {.mbs = 4};
+    sim_costs *c = sim_costs_build(m, t, 1, &first, &last, &dev, 1, &co, &e);
+    cr_assert_not_null(c, "%s", e.msg);
+    sim_sched_opts so = {.sched = SIM_SCHED_1F1B, .pp = 1, .n_stages = 1,
+                         .n_mb = 1};
+    sim_ir *ir = sim_schedule(&so, c, &e);
+    cr_assert_not_null(ir, "%s", e.msg);
+    sim_run_opts ro = {.record = 1};
+    sim_engine *en = sim_engine_new(ir, c, &ro);
+    sim_result r;
+    cr_assert_eq(sim_engine_run(en, &r), 0, "%s", r.msg);
+    int f = -1, bw = -1;
+    for (int i = 0; i < ir->n_tasks; i++) {
+        if (ir->tasks[i].kind == SIM_F) f = i;
+        if (ir->tasks[i].kind == SIM_BW) bw = i;
+    }
+    cr_assert(f >= 0 && bw >= 0);
+    /* beside what the forward keeps, the loss's transient from its
+     * start to its end */
+    double stat = r.dev[0].static_bytes + c->stage[0].fwd_scratch_bytes,
+           act = c->stage[0].act_bytes;
+    for (int k = 0; k < 2; k++) {
+        int id = k ? bw : f, n = 0;
+        double prev = k ? HUGE_VAL : -HUGE_VAL;
+        for (int i = 0; i < r.n_mem; i++) {
+            const sim_mem_point *p = &r.mem[i];
+            if (p->t_ns <= r.start_ns[id] || p->t_ns >= r.end_ns[id])
+                continue;
+            cr_expect(k ? p->bytes < prev : p->bytes > prev, "%s at %lld "
+                      "ns: %.0f bytes after %.0f", k ? "backward" : "forward",
+                      (long long)p->t_ns, p->bytes, prev);
+            prev = p->bytes;
+            n++;
+        }
+        cr_expect_geq(n, 2, "%s: %d steps inside it", k ? "backward" :
+                      "forward", n);
+        /* a forward holds all it keeps before its end (a step early,
+         * never under what it holds) */
+        if (!k) cr_expect(fabs(prev - (stat + act)) <= 1e-9 * act,
+                          "the forward's last step %.0f bytes (static and "
+                          "scratch %.0f, keeps %.0f, peak %.0f)", prev, stat,
+                          act, r.dev[0].peak_bytes);
+    }
+    cr_expect_geq(r.dev[0].peak_bytes, stat + act);
+    cr_expect_gt(c->stage[0].fwd_scratch_bytes, 0);
+    sim_engine_free(en);
+    sim_ir_free(ir);
+    sim_costs_free(c);
+    prof_model_free(m);
+    prof_topo_free(t);
+}
+
 /* Sequence parallelism moves the same bytes: each forward or backward
  * all-reduce becomes a reduce-scatter and an all-gather. */
 Test(recompute, sequence_parallel_same_volume)
