@@ -12,12 +12,15 @@
 #include "exec/exec.h"
 #include "exec/runtime.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -841,6 +844,77 @@ static void machine_now(prof_calib *c, const char *device)
     strftime(c->date, sizeof c->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* ---- scratch ----
+ * A calibration's scratch folder in TMPDIR holds its measuring runs'
+ * plans and a note of its owner (pid and host). Ctrl-C, SIGTERM and a
+ * hangup remove it; SIGKILL cannot, so the next calibration removes
+ * the folders of this user's calibrations on this host whose process is
+ * gone. */
+#define SCRATCH_PREFIX "sluice-calibrate-"
+static const char *const scratch_files[] = {"layer.json", "xfer.json",
+                                            "owner"};
+
+static void scratch_remove(const char *dir)
+{
+    for (size_t i = 0; i < sizeof scratch_files / sizeof *scratch_files;
+         i++) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/%s", dir, scratch_files[i]);
+        unlink(p);
+    }
+    rmdir(dir);     /* not if something else is in it */
+}
+
+static void host_name(char *h, size_t n)
+{
+    if (gethostname(h, n)) snprintf(h, n, "?");
+    h[n - 1] = 0;
+}
+
+static void scratch_owner(const char *dir)
+{
+    char p[700], h[256];
+    snprintf(p, sizeof p, "%s/owner", dir);
+    host_name(h, sizeof h);
+    FILE *f = fopen(p, "w");
+    if (!f) return;
+    fprintf(f, "%ld %s\n", (long)getpid(), h);
+    fclose(f);
+}
+
+static void sweep_scratch(const char *td)
+{
+    DIR *d = opendir(td);
+    if (!d) return;
+    char h[256];
+    host_name(h, sizeof h);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t pl = strlen(SCRATCH_PREFIX);
+        if (strncmp(de->d_name, SCRATCH_PREFIX, pl) ||
+            strlen(de->d_name) != pl + 6)
+            continue;
+        char dir[700], p[720], host[256];
+        snprintf(dir, sizeof dir, "%s/%s", td, de->d_name);
+        struct stat st;
+        if (lstat(dir, &st) || !S_ISDIR(st.st_mode) ||
+            st.st_uid != getuid())
+            continue;
+        snprintf(p, sizeof p, "%s/owner", dir);
+        FILE *f = fopen(p, "r");
+        if (!f) continue;       /* an older sluice's, or not ours */
+        long pid = 0;
+        int got = fscanf(f, "%ld %255s", &pid, host);
+        fclose(f);
+        /* a process of that number alive (perhaps another's by now)
+         * keeps it */
+        if (got == 2 && pid > 0 && !strcmp(host, h) &&
+            kill((pid_t)pid, 0) && errno == ESRCH)
+            scratch_remove(dir);
+    }
+    closedir(d);
+}
+
 int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
                    util_err *e)
 {
@@ -892,16 +966,18 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
     }
     int saved = kern_get_threads();
     /* scratch for the measuring runs' plans, where the user keeps
-     * temporary files */
+     * temporary files; what a killed calibration left there goes first */
     const char *td = getenv("TMPDIR");
     char tmp[512];
-    if (snprintf(tmp, sizeof tmp, "%s/sluice-calibrate-XXXXXX",
+    if (snprintf(tmp, sizeof tmp, "%s/" SCRATCH_PREFIX "XXXXXX",
                  td && *td ? td : "/tmp") >= (int)sizeof tmp)
         return util_errf(e, UTIL_EXIT_USAGE, "TMPDIR '%s': too long", td);
+    sweep_scratch(td && *td ? td : "/tmp");
     if (!mkdtemp(tmp))
         return util_errf(e, UTIL_EXIT_FAIL, "cannot make a temporary "
                          "folder in %s: %s", td && *td ? td : "/tmp",
                          strerror(errno));
+    scratch_owner(tmp);
     samples v = {0};
     prof_calib *c = &r->calib;
     snprintf(c->device, sizeof c->device, "%s", o->device);
@@ -943,13 +1019,7 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
     if (!rc && o->log)
         fprintf(o->log, "sluice calibrate: the host's AdamW and drive\n");
     if (!rc) rc = measure_host(o, r, e);
-    const char *files[] = {"layer.json", "xfer.json"};
-    for (int i = 0; i < 2; i++) {
-        char rm[600];
-        snprintf(rm, sizeof rm, "%s/%s", tmp, files[i]);
-        unlink(rm);
-    }
-    rmdir(tmp);
+    scratch_remove(tmp);
     for (int x = 0; !rc && x < PROF_XFER_COUNT; x++) {
         if (!r->n_xfers[x] || x == PROF_XFER_INPROC) continue;
         prof_calib_param pl, pb;

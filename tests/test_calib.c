@@ -805,8 +805,9 @@ Test(calib_cli, a_killed_or_stopped_run_leaves_the_previous_profile)
     const int sig[] = {SIGKILL, SIGINT, SIGTERM, SIGHUP};
     for (int k = 0; k < 4; k++) {
         /* started, then signalled once it has begun measuring */
-        /* its scratch in a folder of the test's own (TMPDIR) */
-        int rc = sh_run("cd %s && rm -rf log scratch && mkdir scratch && "
+        /* its scratch in a folder of the test's own (TMPDIR), kept from
+         * run to run: what the killed one left, the next removes */
+        int rc = sh_run("cd %s && rm -rf log && mkdir -p scratch && "
                         "(TMPDIR=%s/scratch \"$SLUICE\" --profile-dir "
                         "%s calibrate --hw cpu x2 --quick 2> log & p=$!; "
                         "while kill -0 $p 2>/dev/null && "
@@ -822,11 +823,15 @@ Test(calib_cli, a_killed_or_stopped_run_leaves_the_previous_profile)
         fclose(f);
         if (sig[k] == SIGKILL) {
             cr_expect_eq(code, 137);
+            /* a killed process cannot tidy up */
+            cr_expect_eq(sh_run("ls %s/scratch | grep -q "
+                                "'^sluice-calibrate-'", d), 0);
         } else {
             cr_expect_eq(code, 1, "signal %d: exit %d", sig[k], code);
             cr_expect_eq(sh_run("grep -q 'stopped; .* is as it was' %s/log",
                                 d), 0);
-            /* stopped, it removes its scratch */
+            /* stopped, it removes its scratch, and the killed run's
+             * (its process gone) went as it began */
             cr_expect_eq(sh_run("test -z \"$(ls -A %s/scratch)\"", d), 0,
                          "signal %d left scratch", sig[k]);
         }
@@ -836,6 +841,36 @@ Test(calib_cli, a_killed_or_stopped_run_leaves_the_previous_profile)
                      "a temporary file was left: signal %d", sig[k]);
     }
     cr_assert_gt(file_size(path), 100);
+    /* only folders of this host's calibrations whose process is gone:
+     * not one whose process lives, nor another host's (a TMPDIR shared
+     * over the network), nor one without its owner note */
+    pid_t dead = fork();
+    if (!dead) _exit(0);
+    cr_assert_gt(dead, 0);
+    waitpid(dead, NULL, 0);
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    const struct { const char *name; long pid; const char *host; int gone; }
+        f[] = {{"sluice-calibrate-dead01", dead, host, 1},
+               {"sluice-calibrate-alive1", getpid(), host, 0},
+               {"sluice-calibrate-other1", dead, "another-host", 0},
+               {"sluice-calibrate-nonote", 0, NULL, 0}};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(sh_run("mkdir -p %s/scratch/%s && touch "
+                            "%s/scratch/%s/layer.json", d, f[i].name, d,
+                            f[i].name), 0);
+        if (f[i].host)
+            cr_assert_eq(sh_run("echo '%ld %s' > %s/scratch/%s/owner",
+                                f[i].pid, f[i].host, d, f[i].name), 0);
+    }
+    cr_assert_eq(sh_run("cd %s && rm -f log && (TMPDIR=%s/scratch "
+                        "\"$SLUICE\" --profile-dir %s calibrate --hw cpu x2 "
+                        "--quick 2> log & p=$!; while kill -0 $p 2>/dev/null "
+                        "&& ! grep -q 'ops: hidden' log; do sleep 0.05; "
+                        "done; kill -INT $p; wait $p)", d, d, d), 1);
+    for (int i = 0; i < 4; i++)
+        cr_expect_eq(sh_run("test -d %s/scratch/%s", d, f[i].name),
+                     f[i].gone, "%s", f[i].name);
     test_rm_rf(d);
 }
 
