@@ -161,10 +161,11 @@ int plot_compare(const char *measured_trace, const char *simulated_trace,
                     "set lmargin 10\nset rmargin 4\n"
                     "set style fill solid 1.0 border rgb '#ffffff'\n");
             /* the kinds' colours, every compute kind as the timeline's
-             * legend has them (the rings', where drawn, on the left,
-             * clear of the title), over the measured timeline's top right, 17 pixels
-             * above its graph: a panel is a quarter of the page, its
-             * graph that less about 70 pixels of margins */
+             * legend has them, over the measured timeline's top right
+             * (the rings', where drawn, on the left, clear of the
+             * title), 17 pixels above its graph: a panel is a quarter
+             * of the page, its graph that less about 70 pixels of
+             * margins */
             double ly = 1 + 17.0 / (h / 4.0 - 70);
             const int nk = PLOT_COMPUTE_KINDS + rings;
             for (int j = 0; j < nk; j++) {

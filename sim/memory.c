@@ -4,9 +4,10 @@
  * rest at its end), each in SIM_MEM_STEPS equal steps of the task's time,
  * as a framework's allocations grow and shrink op by op; what a task
  * holds only while it runs (working sets) is taken at its start and
- * given back at its end. A recomputed forward (one a recompute follows) holds its
- * kept bytes (checkpoints) plus, while it runs, its largest working set,
- * and keeps only the former; the recompute adds one layer's activations
+ * given back at its end. A recomputed forward (one a recompute follows)
+ * holds its kept bytes (checkpoints) plus, while it runs, its largest
+ * working set, and keeps only the former; the recompute adds one layer's
+ * activations
  * (layers are recomputed one at a time, each just before its backward),
  * held to the backward's end; its ops free theirs as their backward ends
  * (what the backward holds beyond it, bwd_ws_bytes, falls by them until
