@@ -1252,6 +1252,43 @@ static void grad_buckets(sim_costs *c, const int *first_op,
     c->bkt_off[S] = nb;
 }
 
+/* Each stage's memory step times (sim_stage_cost.mem_f, mem_b) from its
+ * ops' forward times and activations (opa[2i], opa[2i+1]) and the
+ * backward's progress (bwd_done): a forward's step k begins with the op
+ * whose activation takes its kept bytes past k steps' worth; a
+ * backward's step k ends with the op whose backward frees its k+1-th
+ * step's worth, counted from the stage's last op. */
+static void mem_steps(sim_costs *c, const int *first_op,
+                      const int *last_op, const double *opa)
+{
+    const int K = SIM_MEM_STEPS;
+    for (int s = 0; s < c->n_stages; s++) {
+        sim_stage_cost *sc = &c->stage[s];
+        double tt = 0, at = 0;
+        for (int i = first_op[s]; i <= last_op[s]; i++) {
+            tt += opa[2 * (size_t)i];
+            at += opa[2 * (size_t)i + 1];
+        }
+        if (!(tt > 0) || !(at > 0)) continue;  /* equal steps */
+        double tb = 0, a = 0;
+        int k = 0;
+        for (int i = first_op[s]; i <= last_op[s] && k < K; i++) {
+            a += opa[2 * (size_t)i + 1];
+            while (k < K && a > at * k / K) sc->mem_f[k++] = tb / tt;
+            tb += opa[2 * (size_t)i];
+        }
+        a = 0;
+        k = 0;
+        for (int i = last_op[s]; i >= first_op[s] && k < K - 1; i--) {
+            a += opa[2 * (size_t)i + 1];
+            while (k < K - 1 && a >= at * (k + 1) / K * (1 - 1e-12))
+                sc->mem_b[k++] = c->bwd_done[2 * (size_t)i];
+        }
+        while (k < K - 1) sc->mem_b[k++] = 1;
+        sc->mem_b[K - 1] = 1;
+    }
+}
+
 sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                            int n_stages, const int *first_op,
                            const int *last_op, const int *stage_device,
@@ -1335,6 +1372,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     /* per op: its fused backward's time, its W's and the gradient bytes
      * it trains (buckets) */
     double *opb = util_calloc((size_t)m->n_ops * 3 + 1, sizeof(double));
+    /* and its forward's time and activation (memory steps) */
+    double *opa = util_calloc((size_t)m->n_ops * 2 + 1, sizeof(double));
     c->bwd_done = util_calloc((size_t)m->n_ops * 2 + 1, sizeof(double));
     /* marks[i] = last consumer stage counted for producer op i */
     int *mark = util_malloc(sizeof(int) * (size_t)(m->n_ops + 1));
@@ -1399,6 +1438,8 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
                                       mbs);
             arf += cf;
             arb += cb;
+            opa[2 * (size_t)i] = fi + cf;
+            opa[2 * (size_t)i + 1] = sim_op_act_rank(m, i, tpw, sp);
             opb[3 * (size_t)i] = on[1] + on[2] + cb;
             opb[3 * (size_t)i + 1] = on[2];
             opb[3 * (size_t)i + 2] = prof_op_train_params(op) * wb;
@@ -1539,7 +1580,9 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
             c->stage[s].input_bytes += c->xfer_bytes[(size_t)q * n_stages + s];
     grad_buckets(c, first_op, last_op, opb,
                  o ? sim_grad_bucket(o->grad_bucket, t) : 0);
+    mem_steps(c, first_op, last_op, opa);
     free(opb);
+    free(opa);
     /* A table tied across ops (the token embedding, op 0, with a tied LM
      * head or decoder embedding): each stage holding one keeps a copy, and
      * the copies' gradients are exchanged (sim_add_tied) when they sit in

@@ -603,6 +603,21 @@ static void early_deps(sim_engine *e, int id)
     }
 }
 
+/* The step times of compute task t's ramp (a forward's, growing, or a
+ * backward's): its stage's, else equal steps of its time (a forward's
+ * first at its start, a backward's last at its end). */
+static const double *mem_at(const sim_engine *e, const sim_task *t, int grow)
+{
+    _Static_assert(SIM_MEM_STEPS == 4, "the equal steps below");
+    static const double eq[2][SIM_MEM_STEPS] = {{0, 0.25, 0.5, 0.75},
+                                                {0.25, 0.5, 0.75, 1}};
+    const sim_stage_cost *sc = t->stage >= 0 && t->stage < e->ns
+                             ? &e->c->stage[t->stage] : NULL;
+    /* a backward's last step is at its end: 0 there, none were set */
+    if (!sc || !(sc->mem_b[SIM_MEM_STEPS - 1] > 0)) return eq[!grow];
+    return grow ? sc->mem_f : sc->mem_b;
+}
+
 static void task_start(sim_engine *e, int id)
 {
     const sim_task *t = &e->ir->tasks[id];
@@ -610,16 +625,23 @@ static void task_start(sim_engine *e, int id)
     e->busy[q] = 1;
     e->start[id] = e->now;
     early_deps(e, id);
-    /* a ramp's steps: what a forward keeps from its start on (all of
-     * it, if it takes no time), what a backward frees until its end (a
-     * step early for the one, late for the other: never less than the
-     * task holds) */
-    double ramp = e->mem_ramp[id];
-    int steps = e->dur[id] > 0 ? SIM_MEM_STEPS : 1;
-    sim_mem_add(e, t->device, e->mem_start[id] + (ramp > 0 ? ramp / steps
-                                                           : 0), id);
-    for (int k = 1; ramp != 0 && k < steps; k++)
-        heap_push(e, e->now + e->dur[id] * k / steps, id, SIM_EV_MEM_STEP);
+    /* a ramp's steps: what a forward keeps from the start of the op
+     * that begins each step (all of it, if it takes no time), what a
+     * backward frees once the ops holding it are done, its last step at
+     * its end: a step early for the one, late for the other, never less
+     * than the task holds */
+    double ramp = e->mem_ramp[id], now_add = e->mem_start[id];
+    if (ramp != 0) {
+        const double *at = mem_at(e, t, ramp > 0);
+        int last = ramp > 0 ? SIM_MEM_STEPS : SIM_MEM_STEPS - 1;
+        for (int k = 0; k < last; k++) {
+            int64_t dt = e->dur[id] > 0
+                       ? (int64_t)llround(at[k] * (double)e->dur[id]) : 0;
+            if (dt <= 0 && ramp > 0) now_add += ramp / SIM_MEM_STEPS;
+            else heap_push(e, e->now + dt, id, SIM_EV_MEM_STEP);
+        }
+    }
+    sim_mem_add(e, t->device, now_add, id);
     if (t->kind == SIM_F) {
         int s = t->stage;
         if (++e->inflight[s] > e->max_inflight[s])
@@ -639,8 +661,7 @@ static void task_end(sim_engine *e, int id)
     e->end[id] = e->now;
     double ramp = e->mem_ramp[id];
     sim_mem_add(e, t->device, e->mem_end[id] +
-                (ramp < 0 ? ramp / (e->dur[id] > 0 ? SIM_MEM_STEPS : 1) : 0),
-                id);
+                (ramp < 0 ? ramp / SIM_MEM_STEPS : 0), id);
     if (t->kind == SIM_BW || t->kind == SIM_W) e->inflight[t->stage]--;
     sim_mem_task_end(e, id);
     int q = -1;

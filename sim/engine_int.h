@@ -22,8 +22,8 @@ struct sim_engine {
     int64_t *dur;
     double *mem_start, *mem_end;
     /* what a forward keeps (> 0) or a backward frees (< 0) as it runs:
-     * a SIM_MEM_STEPS-th of it at each SIM_MEM_STEPS-th of its time,
-     * a forward's first at its start, a backward's last at its end */
+     * a SIM_MEM_STEPS-th of it at each of its stage's step times
+     * (sim_stage_cost.mem_f, mem_b), a backward's last at its end */
     double *mem_ramp;
     int32_t *nxt;           /* next task in the same (device, stream) */
     int32_t *head0;         /* first task per queue */
@@ -90,9 +90,6 @@ struct sim_engine {
     int64_t *scratch_k, *scratch_dw; /* stats: per minibatch, per device */
 };
 
-/* The steps in which a forward's kept activations grow and a
- * backward's shrink (sim_engine.mem_ramp). */
-#define SIM_MEM_STEPS 4
 /* An event of a task's memory step (its epoch; 1 is a dependency met
  * part-way through a backward). */
 #define SIM_EV_MEM_STEP 2

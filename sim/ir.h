@@ -332,6 +332,10 @@ int sim_state_bytes_check(const prof_model *m, double state, util_err *e);
 void sim_zero_bytes(double params, double wbytes, double state, int zero,
                     int shard, double *w, double *g, double *opt);
 
+/* The steps in which a forward's kept activations grow and a
+ * backward's shrink (sim_stage_cost.mem_f, mem_b). */
+#define SIM_MEM_STEPS 4
+
 typedef struct sim_stage_cost {
     int64_t f_ns, b_ns, w_ns;   /* full backward = b_ns + w_ns */
     int64_t bs_ns, ws_ns;       /* the two halves as tasks of their own
@@ -370,6 +374,13 @@ typedef struct sim_stage_cost {
      * flight, and (split B) those its W keeps; [k]: k & 1 fused (BW, else
      * B), k & 2 the stage recomputed (cost.c: bwd_ws) */
     double bwd_ws_bytes[4];
+    /* when, as shares of the task's time, a forward takes each
+     * SIM_MEM_STEPS-th of what it keeps (mem_f: at the start of the op
+     * that begins it) and a backward frees each of what it frees
+     * (mem_b: once the ops holding it have run their backward), from
+     * its ops' times and activations; all 0 (hand-built costs): equal
+     * steps of the time */
+    double mem_f[SIM_MEM_STEPS], mem_b[SIM_MEM_STEPS];
     double weight_bytes, grad_bytes, opt_bytes; /* one copy each, as this
                                  * GPU holds them (sharded under ZeRO) */
     double host_state_bytes;    /* what a step on the host reads of the

@@ -1,8 +1,9 @@
 /* Memory per device over time. Static: weights, gradients and optimizer
  * state of the device's stages. Dynamic: activations allocated as F runs
  * and freed as the backward runs (B frees what W does not need, W the
- * rest at its end), each in SIM_MEM_STEPS equal steps of the task's time,
- * as a framework's allocations grow and shrink op by op; what a task
+ * rest at its end), each in SIM_MEM_STEPS steps of equal bytes timed by
+ * the stage's ops (sim_stage_cost.mem_f, mem_b), as a framework's
+ * allocations grow and shrink op by op; what a task
  * holds only while it runs (working sets) is taken at its start and
  * given back at its end. A recomputed forward (one a recompute follows)
  * holds its kept bytes (checkpoints) plus, while it runs, its largest

@@ -209,6 +209,11 @@ Test(recompute, activations_grow_in_the_forward_and_shrink_in_the_backward)
      * start to its end */
     double stat = r.dev[0].static_bytes + c->stage[0].fwd_scratch_bytes,
            act = c->stage[0].act_bytes;
+    /* the backward's first step once ops holding a quarter of what it
+     * frees have run their backward (the loss's, first, takes an eighth
+     * of its time and holds less: equal steps of the time would free
+     * too early) */
+    double first_step = -1;
     for (int k = 0; k < 2; k++) {
         int id = k ? bw : f, n = 0;
         double prev = k ? HUGE_VAL : -HUGE_VAL;
@@ -216,6 +221,9 @@ Test(recompute, activations_grow_in_the_forward_and_shrink_in_the_backward)
             const sim_mem_point *p = &r.mem[i];
             if (p->t_ns <= r.start_ns[id] || p->t_ns >= r.end_ns[id])
                 continue;
+            if (k && first_step < 0)
+                first_step = (double)(p->t_ns - r.start_ns[id]) /
+                             (double)(r.end_ns[id] - r.start_ns[id]);
             cr_expect(k ? p->bytes < prev : p->bytes > prev, "%s at %lld "
                       "ns: %.0f bytes after %.0f", k ? "backward" : "forward",
                       (long long)p->t_ns, p->bytes, prev);
@@ -231,6 +239,16 @@ Test(recompute, activations_grow_in_the_forward_and_shrink_in_the_backward)
                           "scratch %.0f, keeps %.0f, peak %.0f)", prev, stat,
                           act, r.dev[0].peak_bytes);
     }
+    double done = 0, all = 0;
+    for (int i = last; i >= first; i--) {
+        all += m->ops[i].act_bytes;
+        if (c->bwd_done[2 * i] <= first_step + 1e-9)
+            done += m->ops[i].act_bytes;
+    }
+    cr_expect_geq(done, all / 4, "the backward's first step at %.3f of "
+                  "it, with %.0f of %.0f bytes' ops done", first_step, done,
+                  all);
+    cr_expect_gt(c->bwd_done[2 * last], first_step / 4);
     cr_expect_geq(r.dev[0].peak_bytes, stat + act);
     cr_expect_gt(c->stage[0].fwd_scratch_bytes, 0);
     sim_engine_free(en);
