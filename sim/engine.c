@@ -479,12 +479,24 @@ static void try_start(sim_engine *e, int id)
 static void step_end(sim_engine *e, int id)
 {
     const sim_task *t = &e->ir->tasks[id];
-    heap_push(e, e->now + e->lat_ns[id], id, 0);
+    /* a repeated transfer's steps moved as one (flow_step): their
+     * latencies after it */
+    int64_t lat = e->lat_ns[id];
+    if (!e->opts.ring_steps && e->steps_left[id] > 1) {
+        lat *= e->steps_left[id];
+        e->steps_left[id] = 1;
+    }
+    heap_push(e, e->now + lat, id, 0);
     if (t->kind == SIM_SEND && t->peer >= 0 && e->steps_left[id] <= 1)
-        heap_push(e, e->now + e->lat_ns[id], t->peer, 0);
+        heap_push(e, e->now + lat, t->peer, 0);
 }
 
-/* Puts one step of a transfer's bytes on its lanes' routes. */
+/* Puts a transfer's bytes on its lanes' routes: a repeated transfer's
+ * steps at once (sim_task.steps: a folded ring's, each the same bytes on
+ * the same routes), their latencies after them (step_end), so a ring of
+ * R members costs an event, not 2(R-1); the links carry the same bytes,
+ * its gaps come together at its end. With sim_run_opts.ring_steps a
+ * step at a time. */
 static void flow_step(sim_engine *e, int id)
 {
     const sim_task *t = &e->ir->tasks[id];
@@ -512,7 +524,9 @@ static void flow_step(sim_engine *e, int id)
         if (!e->route[l0 + j]) continue;
         int f = e->nflow++;
         e->flow_task[f] = id;
-        e->flow_rem[f] = t->bytes / nl * e->lane_scale[l0 + j];
+        e->flow_rem[f] = t->bytes / nl * e->lane_scale[l0 + j] *
+                         (!e->opts.ring_steps && e->steps_left[id] > 1
+                              ? e->steps_left[id] : 1);
         e->flow_rate[f] = 0;
         e->flow_route[f] = e->route[l0 + j];
         e->flow_rlen[f] = e->route_len[l0 + j];
@@ -988,8 +1002,9 @@ int sim_engine_run(sim_engine *e, sim_result *r)
             continue;
         }
         if (e->steps_left[ev.id] > 1) {
-            /* a step of a repeated transfer: the next one starts now,
-             * as the next send of the chain would when its receive ends */
+            /* a step of a repeated transfer (ring_steps): the next one
+             * starts now, as the next send of the chain would when its
+             * receive ends */
             e->steps_left[ev.id]--;
             flow_step(e, ev.id);
             continue;

@@ -46,6 +46,13 @@ typedef struct sim_run_opts {
     int stop_at_oom;    /* end the run when a device first goes over its
                          * capacity: only the verdict is wanted (see
                          * sim_result.stopped) */
+    int ring_steps;     /* a folded ring's repeated steps each a flow of
+                         * its own, as the explicit replicas' rings run
+                         * them: their timeline to the nanosecond (tests
+                         * of folding); 0: the steps move as one flow,
+                         * their latencies after it, the same time where
+                         * it shares no link and the same bytes on the
+                         * links, in an event instead of 2(R-1) */
 } sim_run_opts;
 
 typedef struct sim_dev_stats {
