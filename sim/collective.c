@@ -288,8 +288,9 @@ void sim_add_allreduce(sim_ir *ir, const sim_costs *c)
      * previous replica, which by symmetry ends at the same time. With one
      * member (Rs = 1) each step waits for the one before on the same
      * device and nothing else, so the chain is one send repeated
-     * (sim_task.steps), timed by the engine exactly as the chain of pairs
-     * would be. */
+     * (sim_task.steps), which the engine moves as one flow, the steps'
+     * latencies after it (sim_run_opts.ring_steps: a step at a time,
+     * exactly as the chain of pairs would be). */
     const int Rs = c->replicas, S = c->n_model_stages, K = ir->n_minibatches;
     const int R = Rs * (c->fold > 1 ? c->fold : 1);
     const int N = ir->n_stages;

@@ -138,8 +138,10 @@ typedef struct sim_task {
                          * one (sim_ring_chans) */
     int32_t steps;      /* transfers: the transfer repeated back to back,
                          * the route's latency between repeats (a folded
-                         * ring all-reduce, sim_add_allreduce); 0 or 1:
-                         * once */
+                         * ring all-reduce, sim_add_allreduce; the engine
+                         * moves the repeats as one flow, their latencies
+                         * after it, unless sim_run_opts.ring_steps); 0
+                         * or 1: once */
     double bytes;       /* transfers, swaps, all-reduce (all lanes) */
     /* data-parallel all-reduce steps of a gradient bucket (sim_costs
      * bkt_*): its ops bkt_first..bkt_first+bkt_ops-1 (model op indices),

@@ -159,25 +159,28 @@ static void check_pair(const prof_model *m, const prof_topo *t, sim_sched s,
                  "%s: %d sends folded", what, b.ring_sends);
 }
 
+/* gpt-mini's plans of every kind of schedule on 32 A100s: pp devices,
+ * v stages a device, dp replicas, tensor width tp, mb microbatches */
+static const struct { sim_sched s; int pp, v, dp, tp, mb; } cs[] = {
+    {SIM_SCHED_1F1B, 2, 1, 4, 4, 8},
+    {SIM_SCHED_GPIPE, 4, 1, 4, 2, 8},
+    {SIM_SCHED_INTERLEAVED, 2, 2, 4, 4, 4},
+    {SIM_SCHED_2BW, 4, 1, 2, 4, 8},
+    {SIM_SCHED_ZBH1, 8, 1, 4, 1, 8},
+    {SIM_SCHED_ZBV, 4, 2, 2, 4, 8},
+    {SIM_SCHED_WAVE, 2, 2, 4, 4, 4},
+    {SIM_SCHED_DUALPIPEV, 4, 2, 4, 2, 8},
+    {SIM_SCHED_1F1B, 1, 1, 4, 8, 4},
+    {SIM_SCHED_CHIMERA, 4, 1, 4, 2, 8},
+    {SIM_SCHED_CHIMERA, 2, 1, 2, 8, 4},
+};
+
 Test(fold, one_replica_stands_for_all)
 {
     util_err e;
     prof_model *m = prof_model_load("gpt-mini", &e);
     cr_assert_not_null(m, "%s", e.msg);
     prof_topo *t = test_topo("a100-sxm-80gb", 32);
-    struct { sim_sched s; int pp, v, dp, tp, mb; } cs[] = {
-        {SIM_SCHED_1F1B, 2, 1, 4, 4, 8},
-        {SIM_SCHED_GPIPE, 4, 1, 4, 2, 8},
-        {SIM_SCHED_INTERLEAVED, 2, 2, 4, 4, 4},
-        {SIM_SCHED_2BW, 4, 1, 2, 4, 8},
-        {SIM_SCHED_ZBH1, 8, 1, 4, 1, 8},
-        {SIM_SCHED_ZBV, 4, 2, 2, 4, 8},
-        {SIM_SCHED_WAVE, 2, 2, 4, 4, 4},
-        {SIM_SCHED_DUALPIPEV, 4, 2, 4, 2, 8},
-        {SIM_SCHED_1F1B, 1, 1, 4, 8, 4},
-        {SIM_SCHED_CHIMERA, 4, 1, 4, 2, 8},
-        {SIM_SCHED_CHIMERA, 2, 1, 2, 8, 4},
-    };
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++)
         check_pair(m, t, cs[i].s, cs[i].pp, cs[i].v, cs[i].dp, cs[i].tp,
                    cs[i].mb, cs[i].dp);
@@ -207,12 +210,6 @@ Test(fold, ring_steps_as_one_flow)
     prof_model *m = prof_model_load("gpt-mini", &e);
     cr_assert_not_null(m, "%s", e.msg);
     prof_topo *t = test_topo("a100-sxm-80gb", 32);
-    struct { sim_sched s; int pp, v, dp, tp, mb; } cs[] = {
-        {SIM_SCHED_1F1B, 2, 1, 4, 4, 8},
-        {SIM_SCHED_1F1B, 1, 1, 4, 8, 4},
-        {SIM_SCHED_ZBH1, 8, 1, 4, 1, 8},
-        {SIM_SCHED_INTERLEAVED, 2, 2, 4, 4, 4},
-    };
     double saved = bucket;
     for (int b = 0; b < 2; b++) {
         bucket = b ? 64 * 1024 : 0;
@@ -232,7 +229,12 @@ Test(fold, ring_steps_as_one_flow)
                           sim_sched_name(cs[i].s), cs[i].pp, cs[i].dp,
                           cs[i].tp, bucket, (long long)one[0].iteration_ns,
                           (long long)one[1].iteration_ns);
-            cr_expect_lt(one[1].events, one[0].events);
+            /* (Chimera's rings have two simulated members, its two
+             * pipelines: a task a step either way) */
+            if (cs[i].s != SIM_SCHED_CHIMERA)
+                cr_expect_lt(one[1].events, one[0].events, "%s pp %d dp "
+                             "%d: %lld events", sim_sched_name(cs[i].s),
+                             cs[i].pp, cs[i].dp, (long long)one[1].events);
         }
     }
     bucket = saved;
