@@ -651,7 +651,11 @@ static void task_start(sim_engine *e, int id)
         for (int k = 0; k < last; k++) {
             int64_t dt = e->dur[id] > 0
                        ? (int64_t)llround(at[k] * (double)e->dur[id]) : 0;
-            if (dt <= 0 && ramp > 0) now_add += ramp / SIM_MEM_STEPS;
+            /* a forward's input already there (a receive's, handed to
+             * it at its start) is among what it keeps: its first steps
+             * at once, until the device holds no less than before */
+            if (ramp > 0 && (dt <= 0 || now_add < 0))
+                now_add += ramp / SIM_MEM_STEPS;
             else heap_push(e, e->now + dt, id, SIM_EV_MEM_STEP);
         }
     }

@@ -530,3 +530,63 @@ Test(recompute, sequence_parallel_splits_each_sequence)
     cli_result_free(&r);
     test_rm_rf(dir);
 }
+
+/* A forward's input, received from the stage before, is among what it
+ * keeps: the device holds it from the receive on, and the forward's
+ * start never gives it back before its steps take it again (the first
+ * forward of each stage, on a device that does nothing else then),
+ * even where the ops that begin the stage keep less than it. */
+Test(recompute, a_received_input_is_held_through_the_forwards_start)
+{
+    prof_topo *t = test_topo("a100-sxm-80gb", 8);
+    const char *models[] = {"gpt-tiny", "llama-tiny", "gpt-mini"};
+    int checked = 0;
+    for (int k = 0; k < 3; k++) {
+        util_err e;
+        prof_model *m = prof_model_load(models[k], &e);
+        cr_assert_not_null(m, "%s", e.msg);
+        for (int pp = 2; pp <= 8; pp++) {
+            int first[8], last[8], dev[8];
+            /* cut between any ops, as sluice sim's default */
+            cr_assert_eq(sim_partition_balanced(m, prof_topo_gpu(t, 0), 1,
+                                                pp, first, last, &e), 0,
+                         "%s", e.msg);
+            for (int s = 0; s < pp; s++) dev[s] = s;
+            sim_cost_opts co = {.mbs = 1};
+            sim_costs *c = sim_costs_build(m, t, pp, first, last, dev, pp,
+                                           &co, &e);
+            cr_assert_not_null(c, "%s", e.msg);
+            sim_sched_opts so = {.sched = SIM_SCHED_1F1B, .pp = pp,
+                                 .n_stages = pp, .n_mb = 2 * pp};
+            sim_ir *ir = sim_schedule(&so, c, &e);
+            cr_assert_not_null(ir, "%s", e.msg);
+            sim_run_opts ro = {.record = 1};
+            sim_engine *en = sim_engine_new(ir, c, &ro);
+            sim_result r;
+            cr_assert_eq(sim_engine_run(en, &r), 0, "%s", r.msg);
+            for (int i = 0; i < ir->n_tasks; i++) {
+                const sim_task *x = &ir->tasks[i];
+                if (x->kind != SIM_F || x->mb != 0 || x->stage == 0)
+                    continue;
+                double before = -1, at = -1;
+                for (int j = 0; j < r.n_mem; j++) {
+                    const sim_mem_point *p = &r.mem[j];
+                    if (p->device != x->device) continue;
+                    if (p->t_ns < r.start_ns[i]) before = p->bytes;
+                    else if (p->t_ns == r.start_ns[i]) at = p->bytes;
+                }
+                if (before < 0 || at < 0) continue;
+                cr_expect_geq(at, before, "%s pp %d: stage %d's first "
+                              "forward starts at %.0f bytes, %.0f before",
+                              models[k], pp, x->stage, at, before);
+                checked++;
+            }
+            sim_engine_free(en);
+            sim_ir_free(ir);
+            sim_costs_free(c);
+        }
+        prof_model_free(m);
+    }
+    cr_expect_gt(checked, 20);
+    prof_topo_free(t);
+}
