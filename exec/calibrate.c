@@ -560,28 +560,20 @@ static int fit_tp(const tp_sample *x, int n, prof_calib_link *l,
  * the executor makes them between two devices, over sizes: the in-process
  * link and all-reduce figures. The data-parallel rings are also checked
  * whole against the link fitted. */
-static int measure_transfers(const exec_calib_opts *o, const char *tmp,
-                             exec_calib_result *res, util_err *e)
+/* A ring's time as measured: bytes a step, from both replicas' backward
+ * done to its last step */
+typedef struct ringrun { double bytes, ns; } ringrun;
+
+/* One round of the transfer runs over sizes sz[0..nsz): pipeline sends
+ * (x), the gradients' ring (x, and its whole time in rings), the
+ * tensor-parallel all-reduces (tpx). */
+static int transfer_runs(const exec_calib_opts *o, const char *spec,
+                         const layer_size *sz, int nsz, int steps,
+                         exec_calib_xfer **x, int *n, int *cap,
+                         tp_sample **tpx, int *ntp, int *captp,
+                         ringrun *rings, int *nring, util_err *e)
 {
-    static const layer_size full[] = {{128, 64, 1, 256, 32, 0},
-                                      {256, 128, 4, 256, 32, 0},
-                                      {512, 128, 8, 256, 64, 0}};
-    /* --quick's two sizes 64 times apart in bytes (8 KiB and 512 KiB of
-     * activations): two sizes 8 times apart took a few microseconds each,
-     * within a loaded machine's noise, and the link's fit found no
-     * growth with size and failed the calibration */
-    static const layer_size quick[] = {{64, 32, 1, 256, 32, 0},
-                                       {256, 128, 4, 256, 32, 0}};
-    const layer_size *sz = o->quick ? quick : full;
-    int nsz = o->quick ? 2 : 3, steps = o->quick ? 3 : 4;
-    exec_calib_xfer *x = NULL;
-    tp_sample *tpx = NULL;
-    int n = 0, cap = 0, ntp = 0, captp = 0, rc = 0;
-    char spec[600];
-    snprintf(spec, sizeof spec, "%s/xfer.json", tmp);
-    typedef struct ringrun { double bytes, ns; } ringrun;
-    ringrun rings[4];
-    int nring = 0;
+    int rc = 0;
     for (int z = 0; z < nsz && !rc; z++) {
         const layer_size *L = &sz[z];
         exec_pipe_result r;
@@ -590,13 +582,13 @@ static int measure_transfers(const exec_calib_opts *o, const char *tmp,
         if ((rc = run_layout(o, spec, L, SIM_SCHED_GPIPE, 2, 1, 1, 2, steps,
                              0, &r, e)))
             break;
-        take_transfers(&r, &x, &n, &cap);
+        take_transfers(&r, x, n, cap);
         exec_pipe_result_free(&r);
         /* two replicas: the gradients' ring; the whole ring timed too */
         if ((rc = run_layout(o, spec, L, SIM_SCHED_GPIPE, 1, 2, 1, 1, steps,
                              0, &r, e)))
             break;
-        take_transfers(&r, &x, &n, &cap);
+        take_transfers(&r, x, n, cap);
         /* the ring from both replicas' backward done to its last step */
         double ring = 0, cnt = 0, bytes = 0;
         for (int ep = 1; ep < r.epochs; ep++) {
@@ -622,34 +614,81 @@ static int measure_transfers(const exec_calib_opts *o, const char *tmp,
                 cnt++;
             }
         }
-        if (cnt > 0 && nring < 4) rings[nring++] = (ringrun){bytes, ring / cnt};
+        if (cnt > 0 && *nring < 4) rings[(*nring)++] = (ringrun){bytes,
+                                                                  ring / cnt};
         exec_pipe_result_free(&r);
         /* two tensor-parallel ranks */
         if ((rc = run_layout(o, spec, L, SIM_SCHED_GPIPE, 1, 1, 2, 1, steps,
                              0, &r, e)))
             break;
-        take_tp(&r, 2, &tpx, &ntp, &captp);
+        take_tp(&r, 2, tpx, ntp, captp);
         exec_pipe_result_free(&r);
         if (o->log)
             fprintf(o->log, "  transfers: hidden %d, sequence %d, microbatch "
                     "%d: %d samples, %d all-reduce samples\n", L->C, L->T,
-                    L->mbs, n, ntp);
+                    L->mbs, *n, *ntp);
+    }
+    return rc;
+}
+
+static int measure_transfers(const exec_calib_opts *o, const char *tmp,
+                             exec_calib_result *res, util_err *e)
+{
+    static const layer_size full[] = {{128, 64, 1, 256, 32, 0},
+                                      {256, 128, 4, 256, 32, 0},
+                                      {512, 128, 8, 256, 64, 0}};
+    /* --quick's two sizes 64 times apart in bytes (8 KiB and 512 KiB of
+     * activations): two sizes 8 times apart took a few microseconds each,
+     * within a loaded machine's noise, and the link's fit found no
+     * growth with size and failed the calibration */
+    static const layer_size quick[] = {{64, 32, 1, 256, 32, 0},
+                                       {256, 128, 4, 256, 32, 0}};
+    const layer_size *sz = o->quick ? quick : full;
+    int nsz = o->quick ? 2 : 3, steps = o->quick ? 3 : 4;
+    exec_calib_xfer *x = NULL;
+    tp_sample *tpx = NULL;
+    int n = 0, cap = 0, ntp = 0, captp = 0, rc = 0;
+    char spec[600];
+    snprintf(spec, sizeof spec, "%s/xfer.json", tmp);
+    ringrun rings[4];
+    int nring = 0, unfit = 0;
+    prof_calib *c = &res->calib;
+    prof_calib_param pl, pb;
+    /* a machine busy with other work can still hide the copies' growth
+     * with size in one round (the fit finds none): the transfers are
+     * measured once more before the calibration fails */
+    for (int round = 0; !rc; round++) {
+        rc = transfer_runs(o, spec, sz, nsz, steps, &x, &n, &cap, &tpx,
+                           &ntp, &captp, rings, &nring, e);
+        if (rc) break;
+        /* the median of each size: whatever else runs only delays some */
+        exec_calib_xfer *med = NULL;
+        int nm = median_by_size(x, n, &med);
+        /* SLUICE_CALIBRATE_NOISY=K: the first K rounds' times as a busy
+         * machine can leave them, not growing with size (tests) */
+        const char *nz = getenv("SLUICE_CALIBRATE_NOISY");
+        for (int i = 0; nz && round < atoi(nz) && i < nm; i++)
+            med[i].ns = med[0].ns;
+        rc = unfit = exec_calib_fit_link(med, nm, &c->link[PROF_XFER_INPROC],
+                                         &pl, &pb, e);
+        free(med);
+        if (!rc || round || (o->stop && *o->stop)) break;
+        if (o->log)
+            fprintf(o->log, "  transfers: %s; measured again\n", e->msg);
+        free(x);
+        free(tpx);
+        x = NULL;
+        tpx = NULL;
+        n = cap = ntp = captp = nring = 0;
+        rc = unfit = 0;
     }
     unlink(spec);
-    prof_calib *c = &res->calib;
+    if (rc && unfit) util_err_prefix(e, "in-process transfers");
     if (!rc) {
         res->xfers[PROF_XFER_INPROC] = x;
         res->n_xfers[PROF_XFER_INPROC] = n;
         x = NULL;
-        /* the median of each size: whatever else runs only delays some */
-        exec_calib_xfer *med = NULL;
-        int nm = median_by_size(res->xfers[PROF_XFER_INPROC], n, &med);
-        prof_calib_param pl, pb;
-        rc = exec_calib_fit_link(med, nm, &c->link[PROF_XFER_INPROC], &pl,
-                                 &pb, e);
-        free(med);
-        if (rc) util_err_prefix(e, "in-process transfers");
-        if (!rc && c->n_param + 2 <= PROF_CALIB_MAX_PARAMS) {
+        if (c->n_param + 2 <= PROF_CALIB_MAX_PARAMS) {
             snprintf(pl.name, sizeof pl.name, "copy_latency_us");
             snprintf(pb.name, sizeof pb.name, "copy_gb_per_s");
             c->param[c->n_param++] = pl;

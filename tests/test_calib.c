@@ -874,6 +874,30 @@ Test(calib_cli, a_killed_or_stopped_run_leaves_the_previous_profile)
     test_rm_rf(d);
 }
 
+/* A round of transfers whose times do not grow with size (a busy
+ * machine's, SLUICE_CALIBRATE_NOISY rounds of them) is measured again
+ * once; two such rounds fail the calibration, naming why, and write no
+ * profile. */
+Test(calib_cli, noisy_transfers_are_measured_again)
+{
+    char *d = test_tmpdir();
+    cr_assert_eq(sh_run("SLUICE_CALIBRATE_NOISY=1 \"$SLUICE\" --profile-dir "
+                        "%s calibrate --hw cpu x2 --quick --out %s/a.json "
+                        "> /dev/null 2> %s/log", d, d, d), 0);
+    cr_expect_eq(sh_run("grep -q 'too noisy to fit a link; measured again' "
+                        "%s/log", d), 0);
+    char a[600];
+    snprintf(a, sizeof a, "%s/a.json", d);
+    cr_expect_gt(file_size(a), 100);
+    cr_expect_eq(sh_run("SLUICE_CALIBRATE_NOISY=2 \"$SLUICE\" --profile-dir "
+                        "%s calibrate --hw cpu x2 --quick --out %s/b.json "
+                        "> /dev/null 2> %s/log", d, d, d), 1);
+    cr_expect_eq(sh_run("grep -q 'in-process transfers: .*too noisy to fit "
+                        "a link$' %s/log", d), 0);
+    cr_expect_eq(sh_run("test -e %s/b.json", d), 1);
+    test_rm_rf(d);
+}
+
 /* The first "calibration: N op times measured" count in out, or -1. */
 static int op_times(const char *out)
 {
