@@ -176,6 +176,42 @@ Test(recompute, checkpoints_per_layer_in_memory_over_time)
     prof_topo_free(t);
 }
 
+/* A 1F1B run of model m over pp stages cut at first/last, a device
+ * each, of n_mb microbatches of mbs, its memory over time recorded:
+ * costs, IR, engine and result for the caller (rec_free). */
+typedef struct rec_run {
+    sim_costs *c;
+    sim_ir *ir;
+    sim_engine *en;
+    sim_result r;
+} rec_run;
+
+static void rec_1f1b(const prof_model *m, const prof_topo *t, int pp,
+                     int *first, int *last, int mbs, int n_mb, rec_run *o)
+{
+    util_err e;
+    int dev[16];
+    cr_assert_leq(pp, 16);
+    for (int s = 0; s < pp; s++) dev[s] = s;
+    sim_cost_opts co = {.mbs = mbs};
+    o->c = sim_costs_build(m, t, pp, first, last, dev, pp, &co, &e);
+    cr_assert_not_null(o->c, "%s", e.msg);
+    sim_sched_opts so = {.sched = SIM_SCHED_1F1B, .pp = pp, .n_stages = pp,
+                         .n_mb = n_mb};
+    o->ir = sim_schedule(&so, o->c, &e);
+    cr_assert_not_null(o->ir, "%s", e.msg);
+    sim_run_opts ro = {.record = 1};
+    o->en = sim_engine_new(o->ir, o->c, &ro);
+    cr_assert_eq(sim_engine_run(o->en, &o->r), 0, "%s", o->r.msg);
+}
+
+static void rec_free(rec_run *o)
+{
+    sim_engine_free(o->en);
+    sim_ir_free(o->ir);
+    sim_costs_free(o->c);
+}
+
 /* A forward's activations grow as it runs and a backward's shrink, as a
  * framework allocates and frees them op by op (the executor's measured
  * curve has that shape): memory steps up inside the forward and down
@@ -187,18 +223,12 @@ Test(recompute, activations_grow_in_the_forward_and_shrink_in_the_backward)
     util_err e;
     prof_model *m = prof_model_load("gpt2", &e);
     cr_assert_not_null(m, "%s", e.msg);
-    int first = 0, last = m->n_ops - 1, dev = 0;
-    sim_cost_opts co = {.mbs = 4};
-    sim_costs *c = sim_costs_build(m, t, 1, &first, &last, &dev, 1, &co, &e);
-    cr_assert_not_null(c, "%s", e.msg);
-    sim_sched_opts so = {.sched = SIM_SCHED_1F1B, .pp = 1, .n_stages = 1,
-                         .n_mb = 1};
-    sim_ir *ir = sim_schedule(&so, c, &e);
-    cr_assert_not_null(ir, "%s", e.msg);
-    sim_run_opts ro = {.record = 1};
-    sim_engine *en = sim_engine_new(ir, c, &ro);
-    sim_result r;
-    cr_assert_eq(sim_engine_run(en, &r), 0, "%s", r.msg);
+    int first = 0, last = m->n_ops - 1;
+    rec_run run;
+    rec_1f1b(m, t, 1, &first, &last, 4, 1, &run);
+    const sim_costs *c = run.c;
+    const sim_ir *ir = run.ir;
+    const sim_result r = run.r;
     int f = -1, bw = -1;
     for (int i = 0; i < ir->n_tasks; i++) {
         if (ir->tasks[i].kind == SIM_F) f = i;
@@ -251,9 +281,7 @@ Test(recompute, activations_grow_in_the_forward_and_shrink_in_the_backward)
     cr_expect_gt(c->bwd_done[2 * last], first_step / 4);
     cr_expect_geq(r.dev[0].peak_bytes, stat + act);
     cr_expect_gt(c->stage[0].fwd_scratch_bytes, 0);
-    sim_engine_free(en);
-    sim_ir_free(ir);
-    sim_costs_free(c);
+    rec_free(&run);
     prof_model_free(m);
     prof_topo_free(t);
 }
@@ -546,24 +574,15 @@ Test(recompute, a_received_input_is_held_through_the_forwards_start)
         prof_model *m = prof_model_load(models[k], &e);
         cr_assert_not_null(m, "%s", e.msg);
         for (int pp = 2; pp <= 8; pp++) {
-            int first[8], last[8], dev[8];
+            int first[8], last[8];
             /* cut between any ops, as sluice sim's default */
             cr_assert_eq(sim_partition_balanced(m, prof_topo_gpu(t, 0), 1,
                                                 pp, first, last, &e), 0,
                          "%s", e.msg);
-            for (int s = 0; s < pp; s++) dev[s] = s;
-            sim_cost_opts co = {.mbs = 1};
-            sim_costs *c = sim_costs_build(m, t, pp, first, last, dev, pp,
-                                           &co, &e);
-            cr_assert_not_null(c, "%s", e.msg);
-            sim_sched_opts so = {.sched = SIM_SCHED_1F1B, .pp = pp,
-                                 .n_stages = pp, .n_mb = 2 * pp};
-            sim_ir *ir = sim_schedule(&so, c, &e);
-            cr_assert_not_null(ir, "%s", e.msg);
-            sim_run_opts ro = {.record = 1};
-            sim_engine *en = sim_engine_new(ir, c, &ro);
-            sim_result r;
-            cr_assert_eq(sim_engine_run(en, &r), 0, "%s", r.msg);
+            rec_run run;
+            rec_1f1b(m, t, pp, first, last, 1, 2 * pp, &run);
+            const sim_ir *ir = run.ir;
+            const sim_result r = run.r;
             for (int i = 0; i < ir->n_tasks; i++) {
                 const sim_task *x = &ir->tasks[i];
                 if (x->kind != SIM_F || x->mb != 0 || x->stage == 0)
@@ -581,9 +600,7 @@ Test(recompute, a_received_input_is_held_through_the_forwards_start)
                               models[k], pp, x->stage, at, before);
                 checked++;
             }
-            sim_engine_free(en);
-            sim_ir_free(ir);
-            sim_costs_free(c);
+            rec_free(&run);
         }
         prof_model_free(m);
     }
