@@ -617,19 +617,18 @@ static void early_deps(sim_engine *e, int id)
     }
 }
 
-/* The step times of compute task t's ramp (a forward's, growing, or a
- * backward's): its stage's, else equal steps of its time (a forward's
- * first at its start, a backward's last at its end). */
-static const double *mem_at(const sim_engine *e, const sim_task *t, int grow)
+/* When step k of compute task t's ramp (a forward's, growing, or a
+ * backward's) comes, as a share of its time: its stage's, else equal
+ * steps (a forward's first at its start, a backward's last at its end). */
+static double mem_at(const sim_engine *e, const sim_task *t, int grow,
+                     int k)
 {
-    _Static_assert(SIM_MEM_STEPS == 4, "the equal steps below");
-    static const double eq[2][SIM_MEM_STEPS] = {{0, 0.25, 0.5, 0.75},
-                                                {0.25, 0.5, 0.75, 1}};
     const sim_stage_cost *sc = t->stage >= 0 && t->stage < e->ns
                              ? &e->c->stage[t->stage] : NULL;
     /* a backward's last step is at its end: 0 there, none were set */
-    if (!sc || !(sc->mem_b[SIM_MEM_STEPS - 1] > 0)) return eq[!grow];
-    return grow ? sc->mem_f : sc->mem_b;
+    if (!sc || !(sc->mem_b[SIM_MEM_STEPS - 1] > 0))
+        return (double)(k + !grow) / SIM_MEM_STEPS;
+    return grow ? sc->mem_f[k] : sc->mem_b[k];
 }
 
 static void task_start(sim_engine *e, int id)
@@ -646,16 +645,12 @@ static void task_start(sim_engine *e, int id)
      * than the task holds */
     double ramp = e->mem_ramp[id], now_add = e->mem_start[id];
     if (ramp != 0) {
-        const double *at = mem_at(e, t, ramp > 0);
         int last = ramp > 0 ? SIM_MEM_STEPS : SIM_MEM_STEPS - 1;
         for (int k = 0; k < last; k++) {
             int64_t dt = e->dur[id] > 0
-                       ? (int64_t)llround(at[k] * (double)e->dur[id]) : 0;
-            /* a forward's input already there (a receive's, handed to
-             * it at its start) is among what it keeps: its first steps
-             * at once, until the device holds no less than before */
-            if (ramp > 0 && (dt <= 0 || now_add < 0))
-                now_add += ramp / SIM_MEM_STEPS;
+                       ? (int64_t)llround(mem_at(e, t, ramp > 0, k) *
+                                          (double)e->dur[id]) : 0;
+            if (ramp > 0 && dt <= 0) now_add += ramp / SIM_MEM_STEPS;
             else heap_push(e, e->now + dt, id, SIM_EV_MEM_STEP);
         }
     }

@@ -203,6 +203,14 @@ void sim_mem_setup(sim_engine *e)
             e->mem_end[x->release] -= x->bytes;
         }
     }
+    /* a forward's input received (handed to it at its start, above) is
+     * among what it keeps: its steps take only the rest */
+    for (int i = 0; i < e->n; i++)
+        if (e->mem_ramp[i] > 0 && e->mem_start[i] < 0) {
+            double m = fmin(-e->mem_start[i], e->mem_ramp[i]);
+            e->mem_start[i] += m;
+            e->mem_ramp[i] -= m;
+        }
 }
 
 void sim_mem_add(sim_engine *e, int d, double delta, int task)
