@@ -433,7 +433,8 @@ static json_t *tiers_json(const exec_pipe_result *r, const meas *m,
     json_t *res = json_array();
     for (int k = 0; k < SIM_OFL_RES_COUNT; k++)
         json_array_append_new(res, json_pack(
-            "{s:s, s:f, s:f, s:f, s:f}", "resource", sim_offload_res_name(k, r->topo),
+            "{s:s, s:s, s:f, s:f, s:f, s:f}", "key", sim_offload_res_key(k),
+            "resource", sim_offload_res_name(k, r->topo),
             "busy_s", c.mu.busy_ns[k] * 1e-9,
             "simulated_busy_s", c.su.busy_ns[k] * 1e-9,
             "bytes", c.bytes[k], "simulated_bytes", c.su.bytes[k]));

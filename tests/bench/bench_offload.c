@@ -78,7 +78,7 @@ static int seed_rows(void)
             printf("%-14s %10.2f %14.1f %14s %10.2f  %s%s\n",
                    sim_sched_name(p.sched), it, tf[i], paper,
                    r.dev[0].peak_bytes / (1 << 30),
-                   sim_offload_res_name(u.bound),
+                   sim_offload_res_name(u.bound, t),
                    r.oom ? " (does not fit)" : "");
         }
         sim_engine_free(en);
@@ -265,8 +265,8 @@ static int table_rows(const char *dir)
             json_t *res = json_object_get(t, "resources");
             for (size_t k = 0; k < json_array_size(res); k++) {
                 json_t *x = json_array_get(res, k);
-                if (strcmp(json_string_value(json_object_get(x, "resource")),
-                           sim_offload_res_name(SIM_OFL_CPU)))
+                if (strcmp(json_string_value(json_object_get(x, "key")),
+                           sim_offload_res_key(SIM_OFL_CPU)))
                     continue;
                 busy = json_number_value(json_object_get(x, "busy_s"));
                 sbusy = json_number_value(json_object_get(
