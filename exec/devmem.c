@@ -137,9 +137,19 @@ int exec_mem_charge(exec_mem *m, double bytes)
     }
     m->cur += bytes;
     if (m->cur > m->peak) m->peak = m->cur;
+    if (m->cur > m->step_peak) m->step_peak = m->cur;
     point(m);
     pthread_mutex_unlock(&m->mu);
     return 0;
+}
+
+double exec_mem_step_peak(exec_mem *m)
+{
+    pthread_mutex_lock(&m->mu);
+    double p = m->step_peak;
+    m->step_peak = m->cur;
+    pthread_mutex_unlock(&m->mu);
+    return p;
 }
 
 void exec_mem_record(exec_mem *m, int64_t t0)

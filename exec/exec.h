@@ -709,7 +709,11 @@ typedef struct exec_pipe_result {
     double *grad_norm;          /* per step (flush only; NaN otherwise) */
     int n_tasks;
     int64_t *times;             /* [epoch][task][EXEC_T_N]: exec_pipe_times */
-    double *peak_bytes;         /* per device: measured peak */
+    double *peak_bytes;         /* per device: measured peak, the run's */
+    double *step_peak_bytes;    /* per device and epoch ([d * epochs +
+                                 * ep]): the step's peak (what the device
+                                 * held before it, and what the others'
+                                 * messages charged it meanwhile, count) */
     int *max_versions;          /* per IR stage: weight versions at once */
     int *version_used;          /* per task: the weight version a compute
                                  * task ran on (last epoch), -1 others */
@@ -826,6 +830,13 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
 double exec_pipe_iteration_s(const exec_pipe_result *r, int warm,
                              double *min_s, double *max_s);
 double exec_pipe_overhead(const exec_pipe_result *r, int warm);
+/* Device d's measured peak as the simulator predicts it: the median
+ * step's, over the steps past `warm` that the iteration time is measured
+ * over (as exec_pipe_iteration_s; an asynchronous plan's one epoch: the
+ * run's). A step's peak moves with when the other devices' messages land
+ * (a ring's chunk arriving in the next forward rather than before it):
+ * the run's peak is the largest, r->peak_bytes. */
+double exec_pipe_peak(const exec_pipe_result *r, int warm, int d);
 
 /* ------------------------------------------ many models at once (Hydra) */
 

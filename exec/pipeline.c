@@ -204,6 +204,7 @@ void exec_pipe_result_free(exec_pipe_result *r)
     free(r->grad_norm);
     free(r->times);
     free(r->peak_bytes);
+    free(r->step_peak_bytes);
     free(r->max_versions);
     free(r->version_used);
     free(r->static_bytes);
@@ -275,6 +276,8 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
     double *peak = dv, *stat = dv + D, *bud = dv + 2 * D;
     double *ovh = dv + 3 * D, *loss = ovh + E, *norm = loss + nep;
     double *nw = norm + nep;
+    /* per device and epoch: the step's peak ([d * E + ep]) */
+    double *sp = util_calloc((size_t)D * (size_t)E + 1, sizeof *sp);
     double *ver = util_calloc((size_t)rt->S + (size_t)n + 1, sizeof *ver);
     double *used = ver + rt->S;
     for (int i = 0; i < rt->n_local; i++)
@@ -298,6 +301,9 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
         /* per device, as tensor-parallel rank 0 holds it */
         if (w->rank == 0) {
             peak[w->device] += w->mem.peak;
+            for (int ep = 0; ep < E; ep++)
+                sp[(size_t)w->device * (size_t)E + (size_t)ep] +=
+                    w->ep_peak[ep];
             double s = 0;
             for (int k = 0; k < w->n_st; k++)
                 s += exec_stage_state_bytes(rt, &w->st[k]);
@@ -322,7 +328,8 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
     int rc = 0;
     if (mpi && (exec_mpi_sum(tv, nt, 1, e) || exec_mpi_sum(ver, (size_t)rt->S + (size_t)n, 1, e) ||
                 exec_mpi_sum(dv, (size_t)4 * D + 3 * (size_t)E + 2 * nep + 1,
-                             1, e)))
+                             1, e) ||
+                exec_mpi_sum(sp, (size_t)D * (size_t)E, 1, e)))
         rc = -1;
     if (!rc) {
         r->n_tasks = n;
@@ -333,6 +340,8 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
         r->static_bytes = util_malloc(sizeof(double) * (size_t)(D + 1));
         r->budget_bytes = util_malloc(sizeof(double) * (size_t)(D + 1));
         memcpy(r->peak_bytes, peak, sizeof(double) * (size_t)D);
+        r->step_peak_bytes = sp;
+        sp = NULL;
         memcpy(r->static_bytes, stat, sizeof(double) * (size_t)D);
         memcpy(r->budget_bytes, bud, sizeof(double) * (size_t)D);
         r->max_versions = util_malloc(sizeof(int) * (size_t)(rt->S + 1));
@@ -384,6 +393,7 @@ static int gather(exec_runtime *rt, exec_pipe_result *r, int mpi,
     }
     free(tv);
     free(dv);
+    free(sp);
     free(ver);
     return rc;
 }

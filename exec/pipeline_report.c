@@ -230,7 +230,7 @@ static void measure(const exec_pipe_result *r, int warm,
     sim_stats_times(ir, m->start, m->end, m->fstart, m->tp, res, m->dev);
     res->iteration_ns = m->iter_med;
     for (int d = 0; d < D; d++) {
-        m->dev[d].peak_bytes = r->peak_bytes[d];
+        m->dev[d].peak_bytes = exec_pipe_peak(r, warm, d);
         m->dev[d].static_bytes = r->static_bytes[d];
         m->dev[d].capacity_bytes = r->budget_bytes[d];
         if (r->budget_bytes[d] > 0 && r->peak_bytes[d] > r->budget_bytes[d])
@@ -273,6 +273,28 @@ double exec_pipe_iteration_s(const exec_pipe_result *r, int warm,
     double it = m.iter_med * 1e-9;
     meas_free(&m);
     return it;
+}
+
+static int dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double exec_pipe_peak(const exec_pipe_result *r, int warm, int d)
+{
+    int E = timed_epochs(r);
+    if (r->async || !r->step_peak_bytes || E < 1) return r->peak_bytes[d];
+    int w0 = E > warm ? (warm > 0 ? warm : 0) : 0, n = 0;
+    double *v = util_malloc(sizeof *v * (size_t)(E + 1));
+    for (int ep = w0; ep < E; ep++)
+        v[n++] = r->step_peak_bytes[(size_t)d * (size_t)r->epochs +
+                                    (size_t)ep];
+    qsort(v, (size_t)n, sizeof *v, dbl_cmp);
+    /* a step that ran (of an even count, the upper of the middle two) */
+    double p = v[n / 2];
+    free(v);
+    return p;
 }
 
 double exec_pipe_overhead(const exec_pipe_result *r, int warm)
@@ -393,6 +415,35 @@ static void offload_lines(const exec_pipe_result *r, FILE *f)
             rate(r->adam_params, r->adam_s) / 1e6);
     fprintf(f, "  (peak mem is the device's window; the simulated columns "
             "keep the states on the device)\n");
+}
+
+/* Where a device's run peaked above its median step (a step whose
+ * messages landed while it held more): the step, and by how much. */
+static void peak_lines(const exec_pipe_result *r, const meas *m, FILE *f)
+{
+    int said = 0;
+    for (int d = 0; d < r->n_devices; d++) {
+        double med = m->dev[d].peak_bytes, top = r->peak_bytes[d];
+        if (!(top > 1.01 * med)) continue;
+        int at = -1, E = timed_epochs(r);
+        for (int ep = 0; r->step_peak_bytes && !r->async && ep < E && at < 0;
+             ep++)
+            if (r->step_peak_bytes[(size_t)d * (size_t)r->epochs +
+                                   (size_t)ep] >= top)
+                at = ep;
+        if (!said++)
+            fprintf(f, "  peak mem is the median step's, as the iteration "
+                    "time is; the run peaked higher:\n");
+        char a[32], b[32];
+        util_fmt_bytes(top, a, sizeof a);
+        util_fmt_bytes(top - med, b, sizeof b);
+        if (at >= 0)
+            fprintf(f, "    device %d: %s in step %d (%s more)\n", d, a,
+                    r->step_first + at + 1, b);
+        else
+            fprintf(f, "    device %d: %s outside the steps (%s more)\n",
+                    d, a, b);
+    }
 }
 
 /* A plan of an offload schedule: per resource of the tiers (sim/sim.h's
@@ -623,6 +674,11 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
         json_object_set_new(j, "measured_steps", json_pack("[i,i]", m.first,
                                                            m.last));
         json_object_set_new(j, "overhead_fraction", json_real(ovh));
+        /* devices' peak_mem_bytes are the median step's; the run's: */
+        json_t *rp = json_array();
+        for (int d = 0; d < r->n_devices; d++)
+            json_array_append_new(rp, json_real(r->peak_bytes[d]));
+        json_object_set_new(j, "run_peak_mem_bytes", rp);
         json_object_set_new(j, "steps", steps_json(o, r, ro->before, warmup));
         json_object_set_new(j, "pieces", json_integer(m.pieces ? m.pieces
                                                                 : 1));
@@ -736,6 +792,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
     util_table_free(tb);
     fprintf(f, "  comm = compute waiting for a transfer in flight; the "
             "simulated columns are `sluice sim` for the same plan\n");
+    peak_lines(r, &m, f);
     offload_lines(r, f);
     tiers_lines(r, &m, &pr, f);
     stier_lines(r, &m, &pr, f);

@@ -2135,6 +2135,7 @@ static void *compute_main(void *arg)
         if (epoch > atomic_load(&rt->stop_epoch)) break;
         int64_t t0 = (int64_t)exec_now_ns();
         w->kern_ns = w->wait_ns = 0;
+        exec_mem_step_peak(&w->mem);    /* the step's starts here */
         int tq = rt->tiers || rt->stage_tiers;
         if (tq) tiers_open(w, epoch);
         for (int i = 0; i < w->n_comp; i++) {
@@ -2186,6 +2187,7 @@ static void *compute_main(void *arg)
         w->ep_kern[epoch - 1] = w->kern_ns;
         w->ep_wait[epoch - 1] = w->wait_ns;
         w->ep_end[epoch - 1] = t1 - rt->t0;
+        w->ep_peak[epoch - 1] = exec_mem_step_peak(&w->mem);
         last = epoch;
     }
     /* the last step's all-gathers, for the weights the run hands back */
@@ -3307,6 +3309,7 @@ int exec_rt_setup(exec_runtime *rt, const float *full, const float *adam_m,
         w->ep_wait = util_calloc((size_t)E + 1, sizeof(int64_t));
         w->ep_wall = util_calloc((size_t)E + 1, sizeof(int64_t));
         w->ep_end = util_calloc((size_t)E + 1, sizeof(int64_t));
+        w->ep_peak = util_calloc((size_t)E + 1, sizeof(double));
         w->used_ver = util_malloc(sizeof(int) * (size_t)(n + 1));
         size_t nop = (size_t)rt->model->n_ops * PROF_PHASES;
         w->op_ns = util_calloc(nop + 1, sizeof(double));
@@ -3518,6 +3521,7 @@ void exec_rt_free(exec_runtime *rt)
         free(w->bkt_rx); free(w->rbuf); free(w->outbox); free(w->n_outbox);
         free(w->tm); free(w->ep_loss); free(w->ep_norm);
         free(w->ep_kern); free(w->ep_wait); free(w->ep_wall); free(w->ep_end);
+        free(w->ep_peak);
         free(w->used_ver);
         free(w->inst);
         free(w->dpt);

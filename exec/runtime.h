@@ -39,6 +39,7 @@ typedef struct exec_mem {
     exec_dev *dev;          /* whose memory (lent) */
     double budget;          /* bytes; 0: unlimited */
     double cur, peak;       /* live tensors (what the budget counts) */
+    double step_peak;       /* the peak since exec_mem_step_peak */
     exec_free *cache;       /* freed blocks kept for reuse, by size */
     double need;            /* the request that failed (bytes) */
     char why[160];          /* why the device had no block, or "" */
@@ -64,6 +65,11 @@ int exec_mem_oom(exec_mem *m, const char *what, util_err *e);
 /* Charges bytes (negative: releases); 0, or -1 when over the budget
  * (nothing charged, m->need set). */
 int exec_mem_charge(exec_mem *m, double bytes);
+/* The peak since the last call (since the start: the whole peak), and
+ * starts the next from the current use: its worker calls it at each
+ * step's start and end, so a step's peak counts what other threads
+ * charged to the device meanwhile (messages landing). */
+double exec_mem_step_peak(exec_mem *m);
 /* Starts the curve at clock t0 (exec_now_ns), with the current use. */
 void exec_mem_record(exec_mem *m, int64_t t0);
 
@@ -452,6 +458,7 @@ typedef struct exec_worker {
     double *ep_loss;        /* per epoch (async: per minibatch) */
     double *ep_norm;        /* per epoch: gradient norm before clipping */
     int64_t *ep_kern, *ep_wait, *ep_wall, *ep_end;
+    double *ep_peak;        /* per epoch: the device memory's peak */
     int opt_epoch;          /* the epoch whose norm has been agreed */
     float opt_scale;        /* its clipping factor */
     int64_t kern_ns;        /* compute thread: in kernels, this epoch */

@@ -299,6 +299,54 @@ Test(exec_pipe, what_w_holds_is_the_simulators)
     sim_plan_free(&p);
 }
 
+/* A device's peak as the simulator predicts it is the median step's past
+ * the warm-up, as the iteration time (exec_pipe_peak); the run's peak is
+ * its largest step's. */
+Test(exec_pipe, a_devices_peak_is_its_median_steps)
+{
+    double steps[5] = {5, 10, 11, 12, 30}, run = 30;
+    exec_pipe_result r;
+    memset(&r, 0, sizeof r);
+    r.n_devices = 1;
+    r.epochs = r.steps_run = 5;
+    r.step_peak_bytes = steps;
+    r.peak_bytes = &run;
+    const struct { int warm; double want; } cases[] = {
+        {0, 11}, {1, 12}, {3, 30}, {5, 11}, {9, 11}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        cr_expect_eq(exec_pipe_peak(&r, cases[i].warm, 0), cases[i].want,
+                     "warm %d: %g", cases[i].warm,
+                     exec_pipe_peak(&r, cases[i].warm, 0));
+    r.steps_run = 3;            /* stopped after step 3: {10, 11} */
+    cr_expect_eq(exec_pipe_peak(&r, 1, 0), 11);
+    r.async = 1;                /* one epoch: the run's */
+    cr_expect_eq(exec_pipe_peak(&r, 1, 0), 30);
+
+    /* a run over two replicas, whose ring chunks land on each other */
+    pspec s = {PICO, SIM_SCHED_1F1B, 1, 2, 1, 2, 2, 0, 0};
+    sim_plan p;
+    pipe_plan(&s, &p);
+    exec_pipe_result q;
+    pipe_run(&p, 4, 1.0f, &q);
+    cr_assert_eq(q.epochs, 4);
+    for (int d = 0; d < 2; d++) {
+        double lo = HUGE_VAL, hi = 0;
+        for (int ep = 0; ep < 4; ep++) {
+            double v = q.step_peak_bytes[d * 4 + ep];
+            lo = fmin(lo, v);
+            hi = fmax(hi, v);
+        }
+        cr_expect_gt(lo, 0, "device %d: a step without a peak", d);
+        cr_expect_eq(hi, q.peak_bytes[d], "device %d: the largest step's "
+                     "%.0f bytes, the run's %.0f", d, hi, q.peak_bytes[d]);
+        double med = exec_pipe_peak(&q, 1, d);
+        cr_expect(med >= lo && med <= hi, "device %d: median %.0f outside "
+                  "%.0f-%.0f", d, med, lo, hi);
+    }
+    exec_pipe_result_free(&q);
+    sim_plan_free(&p);
+}
+
 /* The largest memory device 0 held while task id ran (last epoch),
  * beyond what it held as it started. */
 static double task_rise(const exec_pipe_result *r, int id)

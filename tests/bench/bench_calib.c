@@ -217,7 +217,9 @@ static int calibrate(const char *dir, util_err *e)
 typedef struct row {
     int ok;
     double before, after, meas;        /* iteration s */
-    double mem_err;                    /* largest |peak error| over devices */
+    double mem_err;                    /* largest |peak error| over devices:
+                                        * the median step's peak */
+    double mem_run;                    /* the same of the runs' peaks */
     double spread;                     /* slowest run / fastest - 1 */
 } row;
 
@@ -243,9 +245,10 @@ static void evaluate(const sim_plan *p, const char *dir, row *w)
         w->meas = fmin(w->meas, it);
         slow = fmax(slow, it);
         for (int d = 0; d < r.n_devices && d < nd && d < 8; d++) {
-            pm[d] = r.peak_bytes[d];
-            double x = fabs(err_of(pk[d], pm[d]));
-            if (x > w->mem_err) w->mem_err = x;
+            pm[d] = exec_pipe_peak(&r, WARM, d);
+            w->mem_err = fmax(w->mem_err, fabs(err_of(pk[d], pm[d])));
+            w->mem_run = fmax(w->mem_run,
+                              fabs(err_of(pk[d], r.peak_bytes[d])));
         }
         exec_pipe_result_free(&r);
     }
@@ -292,7 +295,7 @@ static int loop(const char *model, const char *dir, int ranking)
            "figures; measured: median of steps %d-%d\n", model, pr.batch,
            WARM + 1, STEPS);
     table_head();
-    double eb[SIM_SCHED_COUNT], ea[SIM_SCHED_COUNT], mem = 0;
+    double eb[SIM_SCHED_COUNT], ea[SIM_SCHED_COUNT], mem = 0, mrun = 0;
     int n = 0;
     row rows[SIM_SCHED_COUNT];
     memset(rows, 0, sizeof rows);
@@ -308,14 +311,16 @@ static int loop(const char *model, const char *dir, int ranking)
         table_row(sim_sched_name(scheds[i]), &a->plan, w);
         eb[n] = err_of(w->before, w->meas);
         ea[n++] = err_of(w->after, w->meas);
-        if (w->mem_err > mem) mem = w->mem_err;
+        mem = fmax(mem, w->mem_err);
+        mrun = fmax(mrun, w->mem_run);
     }
     double mb = median_abs(eb, n), ma = median_abs(ea, n);
     double worst = n ? fabs(ea[n - 1]) : 0;   /* sorted by median_abs */
     printf("iteration time error, median |before| %.1f%% -> |after| %.1f%% "
            "(goal under 3%%); largest after %.1f%% (goal under 10%%); peak "
-           "memory within %.1f%% (goal 5%%)\n", 100 * mb, 100 * ma,
-           100 * worst, 100 * mem);
+           "memory (the median step's) within %.1f%% (goal 5%%), the runs' "
+           "largest peaks within %.1f%%\n", 100 * mb, 100 * ma, 100 * worst,
+           100 * mem, 100 * mrun);
     if (ranking) {
         /* every alternative plan lists: is the chosen one the fastest? */
         printf("\nthe planner's ranking (%s): every schedule's plan run\n",
@@ -440,7 +445,7 @@ static int tiers_loop(const char *dir)
     table_head();
     double ea[2][8];
     int n[2] = {0, 0};
-    double mem = 0;
+    double mem = 0, mrun = 0;
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         sim_plan p;
         if (bench_offload_plan(&p, m, "gpt-mini", rows[i].s, rows[i].tier,
@@ -457,7 +462,8 @@ static int tiers_loop(const char *dir)
             table_row(name, &p, &w);
             int k = rows[i].dp > 1;
             ea[k][n[k]++] = err_of(w.after, w.meas);
-            if (w.mem_err > mem) mem = w.mem_err;
+            mem = fmax(mem, w.mem_err);
+            mrun = fmax(mrun, w.mem_run);
         }
         sim_plan_free(&p);
     }
@@ -468,7 +474,8 @@ static int tiers_loop(const char *dir)
                k ? "two ranks" : "one device", 100 * md,
                n[k] ? 100 * fabs(ea[k][n[k] - 1]) : 0);
     }
-    printf("peak memory within %.1f%% (goal 5%%)\n", 100 * mem);
+    printf("peak memory (the median step's) within %.1f%% (goal 5%%), the "
+           "runs' largest peaks within %.1f%%\n", 100 * mem, 100 * mrun);
     prof_model_free(m);
     return 0;
 }

@@ -47,7 +47,7 @@ typedef struct rowspec {
 } rowspec;
 
 static int row(const char *model, const prof_topo *t, const rowspec *rs,
-               double *full, double *worst, util_err *e)
+               double *full, double worst[2], util_err *e)
 {
     const char *ft = rs->ft;
     int pp = rs->pp, zero = rs->zero, tp = rs->tp, sp = rs->sp;
@@ -98,12 +98,14 @@ static int row(const char *model, const prof_topo *t, const rowspec *rs,
     double it = exec_pipe_iteration_s(&r, WARM, NULL, NULL);
     int nd = r.n_devices < 2 ? r.n_devices : 2;
     double v[6] = {it > 0 ? r.B / it : 0, r.B / (sr.iteration_ns * 1e-9),
-                   r.peak_bytes[0], sr.dev[0].peak_bytes,
-                   nd > 1 ? r.peak_bytes[1] : NAN,
+                   exec_pipe_peak(&r, WARM, 0), sr.dev[0].peak_bytes,
+                   nd > 1 ? exec_pipe_peak(&r, WARM, 1) : NAN,
                    nd > 1 ? sr.dev[1].peak_bytes : NAN};
     if (!full[0]) memcpy(full, v, sizeof v);
-    for (int d = 0; d < nd; d++)
-        *worst = fmax(*worst, fabs(v[2 + 2 * d] / v[3 + 2 * d] - 1));
+    for (int d = 0; d < nd; d++) {
+        worst[0] = fmax(worst[0], fabs(v[2 + 2 * d] / v[3 + 2 * d] - 1));
+        worst[1] = fmax(worst[1], fabs(r.peak_bytes[d] / v[3 + 2 * d] - 1));
+    }
     char name[64];
     prof_finetune_name(&p.ft, name, sizeof name);
     if (tp > 1) snprintf(name, sizeof name, "tp %d%s", tp, sp ? " + sp" : "");
@@ -126,11 +128,14 @@ out:
 }
 
 /* Issue 12's goal for memory: each device's measured peak within 5% of
- * the simulated one. */
-static void peaks_goal(double worst, const char *which)
+ * the simulated one. The peak is the median step's past the warm-up, as
+ * the time is; the run's largest (a step whose messages landed while
+ * the device held more) beside it. */
+static void peaks_goal(const double worst[2], const char *which)
 {
-    printf("largest peak error%s %.1f%% (goal: within 5%%: %s)\n", which,
-           100 * worst, worst <= 0.05 ? "met" : "missed");
+    printf("largest peak error%s %.1f%% (goal: within 5%%: %s); of the "
+           "runs' largest peaks %.1f%%\n", which, 100 * worst[0],
+           worst[0] <= 0.05 ? "met" : "missed", 100 * worst[1]);
 }
 
 int main(int argc, char **argv)
@@ -225,15 +230,15 @@ int main(int argc, char **argv)
     printf("largest runtime overhead: %.2f%% of a step (goal under 2%%)\n",
            100 * max_ovh);
     printf("\nfine-tuning %s, 1f1b pp 2, microbatch 2 x 4 (samples/s; peak "
-           "MiB per device)\n", model);
+           "MiB per device, the median step's)\n", model);
     printf("%-12s %8s %8s %6s %6s %7s %7s %6s %7s %7s %6s\n", "mode",
            "measured", "sim", "m/s", "/full", "dev0", "sim", "m/s", "dev1",
            "sim", "m/s");
     const char *fts[] = {"full", "lora:8", "qlora:8", "frozen:4"};
-    double full[6] = {0}, worst = 0;
+    double full[6] = {0}, worst[2] = {0, 0};
     for (int i = 0; i < 4; i++) {
         rowspec rs = {fts[i], SIM_SCHED_1F1B, 2, 0, 1, 0, SIM_RC_NONE, NULL};
-        if (row(model, t, &rs, full, &worst, &e))
+        if (row(model, t, &rs, full, worst, &e))
             printf("%-12s failed: %s\n", fts[i], e.msg);
     }
     peaks_goal(worst, "");
@@ -241,11 +246,11 @@ int main(int argc, char **argv)
      * op freeing what its recompute brought back; under ZB-H1's split
      * backward the inputs a W reads stay to it */
     printf("\nrecomputation %s, pp 2, microbatch 2 x 4 (samples/s; peak MiB "
-           "per device)\n", model);
+           "per device, the median step's)\n", model);
     printf("%-12s %8s %8s %6s %6s %7s %7s %6s %7s %7s %6s\n", "schedule",
            "measured", "sim", "m/s", "/none", "dev0", "sim", "m/s", "dev1",
            "sim", "m/s");
-    worst = 0;
+    worst[0] = worst[1] = 0;
     const sim_sched rsch[] = {SIM_SCHED_1F1B, SIM_SCHED_ZBH1};
     const int rcs[] = {SIM_RC_NONE, SIM_RC_SELECTIVE, SIM_RC_FULL};
     const char *rcn[] = {"none", "sel", "full"};
@@ -256,25 +261,25 @@ int main(int argc, char **argv)
             snprintf(lab, sizeof lab, "%s/%s", sim_sched_name(rsch[k]),
                      rcn[i]);
             rowspec rs = {"full", rsch[k], 2, 0, 1, 0, rcs[i], lab};
-            if (row(model, t, &rs, r0, &worst, &e))
+            if (row(model, t, &rs, r0, worst, &e))
                 printf("%-12s failed: %s\n", sim_sched_name(rsch[k]), e.msg);
         }
     }
     peaks_goal(worst, " (recomputation)");
     printf("\nsharded data parallelism %s, 1f1b dp 2, microbatch 2 x 4 "
-           "(samples/s; peak MiB per device)\n", model);
+           "(samples/s; peak MiB per device, the median step's)\n", model);
     printf("%-12s %8s %8s %6s %6s %7s %7s %6s %7s %7s %6s\n", "ZeRO",
            "measured", "sim", "m/s", "/z0", "dev0", "sim", "m/s", "dev1",
            "sim", "m/s");
     double z0[6] = {0};
-    worst = 0;
+    worst[0] = worst[1] = 0;
     /* the prediction is for the run's own IR, priced as this executor
      * holds ZeRO-2 and 3 (a whole gradient per microbatch, a stage's
      * weights gathered: sim_cost_opts.whole_shards), not FSDP's two
      * layers `sluice sim` prices (exec/README.md) */
     for (int z = 0; z <= 3; z++) {
         rowspec rs = {"full", SIM_SCHED_1F1B, 1, z, 1, 0, SIM_RC_NONE, NULL};
-        if (row(model, t, &rs, z0, &worst, &e))
+        if (row(model, t, &rs, z0, worst, &e))
             printf("zero %d       failed: %s\n", z, e.msg);
     }
     peaks_goal(worst, " (ZeRO 0 to 3)");
@@ -283,16 +288,17 @@ int main(int argc, char **argv)
      * k | v gathering the encoder's output) */
     const char *tpm[] = {model, "tests/bench/bert-mini.json",
                          "tests/bench/t5-mini.json"};
-    worst = 0;
+    worst[0] = worst[1] = 0;
     for (int k = 0; k < 3; k++) {
         printf("\ntensor parallelism %s, 1f1b tp 2, microbatch 2 x 4 "
-               "(samples/s; peak MiB of a rank)\n", tpm[k]);
+               "(samples/s; peak MiB of a rank, the median step's)\n",
+               tpm[k]);
         printf("%-12s %8s %8s %6s %6s %7s %7s %6s\n", "layout", "measured",
                "sim", "m/s", "/tp", "dev0", "sim", "m/s");
         double t0[6] = {0};
         for (int sp = 0; sp < 2; sp++) {
             rowspec rs = {"full", SIM_SCHED_1F1B, 1, 0, 2, sp, SIM_RC_NONE, NULL};
-            if (row(tpm[k], t, &rs, t0, &worst, &e))
+            if (row(tpm[k], t, &rs, t0, worst, &e))
                 printf("tp 2%-8s failed: %s\n", sp ? " + sp" : "", e.msg);
         }
     }

@@ -164,8 +164,9 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
            "or two (dp 2: each rank 2 of the microbatches and its share of "
            "the states), a stage per layer, 4 x 2 microbatches, %d steps "
            "(median past %d); swap K:J = checkpoints of the first K stages, "
-           "whole activations of the last J; peaks of the first device, "
-           "host memory every rank's\n\n", model, STEPS, WARM);
+           "whole activations of the last J; peaks of the first device (the "
+           "median step's), host memory every rank's\n\n", model, STEPS,
+           WARM);
     printf("%-22s %2s %-5s %4s %9s %9s %7s %9s %9s %9s %9s  %s\n",
            "schedule", "dp", "tier", "swap", "step ms", "sim ms", "meas/sim",
            "peak MiB", "sim MiB", "host MiB", "sim host", "bound by "
@@ -195,7 +196,7 @@ static int tier_rows(const char *model, prof_model *m, const char *dir)
             double it = json_real_value(json_object_get(j, "iteration_time_s"));
             double ps = json_real_value(json_object_get(pr,
                                                         "iteration_time_s"));
-            double pk = r.peak_bytes[0];
+            double pk = exec_pipe_peak(&r, WARM, 0);
             double sp = json_number_value(json_object_get(
                 json_array_get(json_object_get(pr, "devices"), 0),
                 "peak_mem_bytes"));
@@ -303,7 +304,8 @@ static int stage_tier_rows(const char *model, prof_model *m, const char *dir)
         return 1;
     }
     printf("\nstage tiers, %s on two CPU devices, 1F1B, 4 x 2 microbatches, "
-           "%d steps (median past %d)\n\n", model, STEPS, WARM);
+           "%d steps (median past %d; peaks the median step's)\n\n", model,
+           STEPS, WARM);
     printf("%-9s %9s %9s %8s %9s %9s %9s %9s %9s %9s\n", "tiers", "step ms",
            "sim ms", "meas/sim", "x gpu", "sim x gpu", "dev0 MiB", "sim MiB",
            "dev1 MiB", "sim MiB");
@@ -349,8 +351,9 @@ static int stage_tier_rows(const char *model, prof_model *m, const char *dir)
             printf("%-9s %9.1f %9.1f %8.2f %9.2f %9.2f %9.1f %9.1f %9.1f "
                    "%9.1f\n", rows[i], it * 1e3, ps * 1e3,
                    ps > 0 ? it / ps : 0, base > 0 ? it / base : 0,
-                   sbase > 0 ? ps / sbase : 0, r.peak_bytes[0] / 1048576.0,
-                   sp[0] / 1048576.0, r.peak_bytes[1] / 1048576.0,
+                   sbase > 0 ? ps / sbase : 0,
+                   exec_pipe_peak(&r, WARM, 0) / 1048576.0,
+                   sp[0] / 1048576.0, exec_pipe_peak(&r, WARM, 1) / 1048576.0,
                    sp[1] / 1048576.0);
         }
         json_decref(j);
