@@ -63,8 +63,20 @@ static int seed_rows(void)
         sim_ir *ir = NULL;
         sim_engine *en = NULL;
         sim_result r;
-        if (sim_partition_even(m, p.n_stages, p.first_op, p.last_op, &e) ||
-            plan_simulate(&p, m, t, 0, 0, &c, &ir, &en, &r, &e)) {
+        /* the activations swapped as `sluice sim` chooses them (the
+         * fewest checkpoints that fit, then Fuyou's whole ones), then
+         * the plan so */
+        int bad = sim_partition_even(m, p.n_stages, p.first_op, p.last_op,
+                                     &e) ||
+                  plan_simulate(&p, m, t, 0, 0, &c, &ir, &en, &r, &e) ||
+                  sim_offload_swap_search(&p, c, t, &e);
+        sim_engine_free(en);
+        sim_ir_free(ir);
+        sim_costs_free(c);
+        c = NULL;
+        ir = NULL;
+        en = NULL;
+        if (bad || plan_simulate(&p, m, t, 0, 0, &c, &ir, &en, &r, &e)) {
             fprintf(stderr, "bench_offload: %s\n", e.msg);
             rc = 1;
         } else {
