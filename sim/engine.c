@@ -258,6 +258,9 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
     e->mem_cur = util_calloc((size_t)e->nd, sizeof(double));
     e->mem_dirty = util_calloc(2 * (size_t)e->nd, sizeof(int32_t));
     e->mem_task = util_calloc((size_t)e->nd, sizeof(int32_t));
+    e->mstep = util_calloc((size_t)e->nd, sizeof(sim_mem_step *));
+    e->mstep_n = util_calloc((size_t)e->nd, sizeof(int));
+    e->mstep_cap = util_calloc((size_t)e->nd, sizeof(int));
     e->cur_ver = util_calloc((size_t)e->ns, sizeof(int32_t));
     e->live = util_calloc((size_t)e->ns, sizeof(int32_t));
     e->inflight = util_calloc((size_t)e->ns, sizeof(int32_t));
@@ -425,6 +428,8 @@ void sim_engine_free(sim_engine *e)
     free(e->unmet); free(e->head); free(e->busy); free(e->start);
     free(e->end); free(e->fstart); free(e->heap); free(e->mem_cur);
     free(e->mem_dirty); free(e->mem_task);
+    for (int d = 0; e->mstep && d < e->nd; d++) free(e->mstep[d]);
+    free(e->mstep); free(e->mstep_n); free(e->mstep_cap);
     free(e->cur_ver); free(e->live); free(e->inflight); free(e->flow_task);
     free(e->flow_rem); free(e->flow_rate); free(e->flow_route);
     free(e->flow_rlen); free(e->fold_routes); free(e->lane_scale);
@@ -651,7 +656,8 @@ static void task_start(sim_engine *e, int id)
                        ? (int64_t)llround(mem_at(e, t, ramp > 0, k) *
                                           (double)e->dur[id]) : 0;
             if (ramp > 0 && dt <= 0) now_add += ramp / SIM_MEM_STEPS;
-            else heap_push(e, e->now + dt, id, SIM_EV_MEM_STEP);
+            else sim_mem_step_add(e, t->device, e->now + dt,
+                                  ramp / SIM_MEM_STEPS, id);
         }
     }
     sim_mem_add(e, t->device, now_add, id);
@@ -955,6 +961,8 @@ int sim_engine_run(sim_engine *e, sim_result *r)
     e->oom_t = 0;
     e->events = 0;
     e->n_dirty = 0;
+    e->mem_late = 0;
+    memset(e->mstep_n, 0, sizeof(int) * (size_t)e->nd);
     for (int d = 0; d < e->nd; d++) {
         memset(&e->dev[d], 0, sizeof e->dev[d]);
         e->dev[d].capacity_bytes = e->c->dev_capacity[d];
@@ -964,11 +972,17 @@ int sim_engine_run(sim_engine *e, sim_result *r)
     }
     for (int q = 0; q < e->nq; q++) try_start(e, e->head[q]);
     int64_t ended = 0;
+    int cut = 0;
     while (e->nheap) {
         /* an instant's memory counts once all of it is applied */
         if (e->heap[0].t != e->now) {
             sim_mem_settle(e);
-            if (e->oom && e->opts.stop_at_oom) break;
+            if (e->oom && e->opts.stop_at_oom) {
+                /* a step before it may have overflowed first */
+                sim_mem_steps_flush(e, e->now);
+                cut = 1;
+                break;
+            }
         }
         sim_ev ev = heap_pop(e);
         if (ev.t > SIM_T_MAX) {
@@ -995,11 +1009,6 @@ int sim_engine_run(sim_engine *e, sim_result *r)
             if (--e->unmet[ev.id] == 0) try_start(e, ev.id);
             continue;
         }
-        if (ev.epoch == SIM_EV_MEM_STEP) {
-            sim_mem_add(e, ir->tasks[ev.id].device,
-                        e->mem_ramp[ev.id] / SIM_MEM_STEPS, ev.id);
-            continue;
-        }
         if (e->steps_left[ev.id] > 1) {
             /* a step of a repeated transfer (ring_steps): the next one
              * starts now, as the next send of the chain would when its
@@ -1012,6 +1021,7 @@ int sim_engine_run(sim_engine *e, sim_result *r)
         ended++;
     }
     sim_mem_settle(e);
+    if (!cut) sim_mem_steps_flush(e, INT64_MAX);
     memset(r, 0, sizeof *r);
     r->n_devices = e->nd;
     r->n_stages = e->ns;

@@ -5,6 +5,13 @@
 
 #include "sim/sim.h"
 
+/* A step of a task's memory ramp: delta bytes at time t. */
+typedef struct sim_mem_step {
+    int64_t t;
+    double delta;
+    int32_t task;
+} sim_mem_step;
+
 typedef struct sim_ev {
     int64_t t;
     uint64_t seq;
@@ -56,6 +63,12 @@ struct sim_engine {
      * last task that added to each */
     int32_t *mem_dirty, *mem_task;
     int n_dirty;
+    /* ramp steps still to come, per device in time order: each applied
+     * where its device's memory next changes, or at the run's end, at
+     * its own time (sim_mem_step_add): no event of their own */
+    sim_mem_step **mstep;
+    int *mstep_n, *mstep_cap;
+    int mem_late;           /* a point was recorded after a later one */
     int32_t *pending;
     int32_t *cur_ver, *live;
     int32_t *inflight;
@@ -90,10 +103,6 @@ struct sim_engine {
     int64_t *scratch_k, *scratch_dw; /* stats: per minibatch, per device */
 };
 
-/* An event of a task's memory step (its epoch; 1 is a dependency met
- * part-way through a backward). */
-#define SIM_EV_MEM_STEP 2
-
 /* memory.c: fills mem_start/mem_end/mem_ramp, static_bytes and
  * pending0. */
 void sim_mem_setup(sim_engine *e);
@@ -104,6 +113,16 @@ void sim_mem_add(sim_engine *e, int d, double delta, int task);
  * memory before what starts then, whatever order the events came in)
  * counts toward their peaks, capacity checks and recorded points. */
 void sim_mem_settle(sim_engine *e);
+/* memory.c: a ramp step of task on device d at time t >= now, applied
+ * with d's next change at or after t (sim_mem_add), else by
+ * sim_mem_steps_flush. */
+void sim_mem_step_add(sim_engine *e, int d, int64_t t, double delta,
+                      int task);
+/* memory.c: applies every device's steps at or before `upto`, each at
+ * its time (the run's end: all of them; an overflow that stops the run:
+ * those before it, so the first is named), and puts the recorded points
+ * back in time order. */
+void sim_mem_steps_flush(sim_engine *e, int64_t upto);
 /* memory.c: version bookkeeping at the end of a stage task / an OPT. */
 void sim_mem_task_end(sim_engine *e, int id);
 

@@ -36,6 +36,7 @@
  * copy back. A pipeline stage with its optimizer state on a host tier
  * (sim_add_stage_tiers) keeps its weights and gradients only. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sim/engine_int.h"
@@ -213,9 +214,106 @@ void sim_mem_setup(sim_engine *e)
         }
 }
 
+/* Device d's memory at instant t, counted as sim_mem_settle counts an
+ * instant: for ramp steps applied after the engine's time passed t,
+ * nothing else having changed d at t (every change of d applies d's
+ * steps before it first). The first overflow in time is the one named. */
+static void settle_at(sim_engine *e, int d, int64_t t)
+{
+    double v = e->mem_cur[d];
+    sim_dev_stats *ds = &e->dev[d];
+    if (v > ds->peak_bytes) ds->peak_bytes = v;
+    if (ds->capacity_bytes > 0 && v > ds->capacity_bytes &&
+        (!e->oom || t < e->oom_t)) {
+        e->oom = 1;
+        e->oom_task = e->mem_task[d];
+        e->oom_t = t;
+    }
+    if (e->opts.record && e->n_mem < e->cap_mem) {
+        if (e->n_mem && e->mem[e->n_mem - 1].t_ns > t) e->mem_late = 1;
+        e->mem[e->n_mem++] = (sim_mem_point){t, d, v};
+    }
+}
+
+/* Device d's ramp steps at or before upto: those of an instant past
+ * each counted as that instant (settle_at), those of `now` joining this
+ * one's changes unless own (the run stopped: `now` is settled). */
+static void steps_apply(sim_engine *e, int d, int64_t upto, int own)
+{
+    sim_mem_step *q = e->mstep[d];
+    int n = e->mstep_n[d], k = 0;
+    while (k < n && q[k].t <= upto) {
+        int64_t t = q[k].t;
+        if (t == e->now && !own) {
+            e->mstep_n[d] = 0;      /* sim_mem_add applies no steps */
+            for (; k < n && q[k].t == t; k++)
+                sim_mem_add(e, d, q[k].delta, q[k].task);
+            break;
+        }
+        for (; k < n && q[k].t == t; k++) {
+            e->mem_cur[d] += q[k].delta;
+            if (q[k].delta > 0) e->mem_task[d] = q[k].task;
+        }
+        settle_at(e, d, t);
+    }
+    if (k) memmove(q, q + k, sizeof *q * (size_t)(n - k));
+    e->mstep_n[d] = n - k;
+}
+
+void sim_mem_step_add(sim_engine *e, int d, int64_t t, double delta,
+                      int task)
+{
+    if (delta == 0) return;
+    if (t <= e->now) {
+        sim_mem_add(e, d, delta, task);
+        return;
+    }
+    if (e->mstep_n[d] == e->mstep_cap[d]) {
+        e->mstep_cap[d] = e->mstep_cap[d] ? 2 * e->mstep_cap[d] : 8;
+        e->mstep[d] = util_realloc(e->mstep[d], sizeof(sim_mem_step) *
+                                                    (size_t)e->mstep_cap[d]);
+    }
+    /* in time order, after those of the same time */
+    sim_mem_step *q = e->mstep[d];
+    int i = e->mstep_n[d]++;
+    while (i > 0 && q[i - 1].t > t) {
+        q[i] = q[i - 1];
+        i--;
+    }
+    q[i] = (sim_mem_step){t, delta, task};
+}
+
+typedef struct mem_ix { sim_mem_point p; size_t i; } mem_ix;
+
+static int mem_ix_cmp(const void *a, const void *b)
+{
+    const mem_ix *x = a, *y = b;
+    if (x->p.t_ns != y->p.t_ns) return x->p.t_ns > y->p.t_ns ? 1 : -1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+void sim_mem_steps_flush(sim_engine *e, int64_t upto)
+{
+    for (int d = 0; d < e->nd; d++)
+        if (e->mstep_n[d]) steps_apply(e, d, upto, 1);
+    if (!e->mem_late) return;
+    /* each device's points are in time order already (a step applies
+     * before any later change of its device): order them by time, each
+     * device's kept (their index breaks ties) */
+    sim_mem_point *m = e->mem;
+    size_t n = (size_t)e->n_mem;
+    mem_ix *v = util_malloc(sizeof *v * (n + 1));
+    for (size_t i = 0; i < n; i++) v[i] = (mem_ix){m[i], i};
+    qsort(v, n, sizeof *v, mem_ix_cmp);
+    for (size_t i = 0; i < n; i++) m[i] = v[i].p;
+    free(v);
+    e->mem_late = 0;
+}
+
 void sim_mem_add(sim_engine *e, int d, double delta, int task)
 {
     if (delta == 0) return;
+    if (e->mstep_n[d]) steps_apply(e, d, e->now, 0);
     e->mem_cur[d] += delta;
     if (!(e->mem_dirty[d] & 1)) {
         e->mem_dirty[d] |= 1;

@@ -563,7 +563,8 @@ Test(recompute, sequence_parallel_splits_each_sequence)
  * keeps: the device holds it from the receive on, and the forward's
  * start never gives it back before its steps take it again (the first
  * forward of each stage, on a device that does nothing else then),
- * even where the ops that begin the stage keep less than it. */
+ * even where the ops that begin the stage keep less than it. The
+ * recorded curve is in time order, and its top is each device's peak. */
 Test(recompute, a_received_input_is_held_through_the_forwards_start)
 {
     prof_topo *t = test_topo("a100-sxm-80gb", 8);
@@ -583,6 +584,22 @@ Test(recompute, a_received_input_is_held_through_the_forwards_start)
             rec_1f1b(m, t, pp, first, last, 1, 2 * pp, &run);
             const sim_ir *ir = run.ir;
             const sim_result r = run.r;
+            /* the curve in time order (a device's steps apply where
+             * its memory next changes, after the others' points), its
+             * top each device's peak */
+            double top[8] = {0};
+            for (int j = 0; j < r.n_mem; j++) {
+                const sim_mem_point *p = &r.mem[j];
+                cr_expect(!j || p->t_ns >= r.mem[j - 1].t_ns, "%s pp %d: "
+                          "point %d at %lld ns after one at %lld", models[k],
+                          pp, j, (long long)p->t_ns,
+                          (long long)r.mem[j - 1].t_ns);
+                top[p->device] = fmax(top[p->device], p->bytes);
+            }
+            for (int d = 0; d < pp; d++)
+                cr_expect_eq(top[d], r.dev[d].peak_bytes, "%s pp %d device "
+                             "%d: curve's top %.0f, peak %.0f", models[k],
+                             pp, d, top[d], r.dev[d].peak_bytes);
             for (int i = 0; i < ir->n_tasks; i++) {
                 const sim_task *x = &ir->tasks[i];
                 if (x->kind != SIM_F || x->mb != 0 || x->stage == 0)
