@@ -261,6 +261,7 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
     e->mstep = util_calloc((size_t)e->nd, sizeof(sim_mem_step *));
     e->mstep_n = util_calloc((size_t)e->nd, sizeof(int));
     e->mstep_cap = util_calloc((size_t)e->nd, sizeof(int));
+    e->mem_seq = util_calloc((size_t)e->nd, sizeof(uint64_t));
     e->cur_ver = util_calloc((size_t)e->ns, sizeof(int32_t));
     e->live = util_calloc((size_t)e->ns, sizeof(int32_t));
     e->inflight = util_calloc((size_t)e->ns, sizeof(int32_t));
@@ -429,7 +430,7 @@ void sim_engine_free(sim_engine *e)
     free(e->end); free(e->fstart); free(e->heap); free(e->mem_cur);
     free(e->mem_dirty); free(e->mem_task);
     for (int d = 0; e->mstep && d < e->nd; d++) free(e->mstep[d]);
-    free(e->mstep); free(e->mstep_n); free(e->mstep_cap);
+    free(e->mstep); free(e->mstep_n); free(e->mstep_cap); free(e->mem_seq);
     free(e->cur_ver); free(e->live); free(e->inflight); free(e->flow_task);
     free(e->flow_rem); free(e->flow_rate); free(e->flow_route);
     free(e->flow_rlen); free(e->fold_routes); free(e->lane_scale);
@@ -962,6 +963,7 @@ int sim_engine_run(sim_engine *e, sim_result *r)
     e->events = 0;
     e->n_dirty = 0;
     e->mem_late = 0;
+    e->cur_seq = e->oom_seq = 0;
     memset(e->mstep_n, 0, sizeof(int) * (size_t)e->nd);
     for (int d = 0; d < e->nd; d++) {
         memset(&e->dev[d], 0, sizeof e->dev[d]);
@@ -999,6 +1001,7 @@ int sim_engine_run(sim_engine *e, sim_result *r)
             return -1;
         }
         e->now = ev.t;
+        e->cur_seq = ev.seq;
         e->events++;
         if (ev.id < 0) {
             if (ev.epoch == e->flow_epoch) flows_check(e);

@@ -8,6 +8,7 @@
 /* A step of a task's memory ramp: delta bytes at time t. */
 typedef struct sim_mem_step {
     int64_t t;
+    uint64_t seq;           /* the event's it stands for (heap order) */
     double delta;
     int32_t task;
 } sim_mem_step;
@@ -69,6 +70,11 @@ struct sim_engine {
     sim_mem_step **mstep;
     int *mstep_n, *mstep_cap;
     int mem_late;           /* a point was recorded after a later one */
+    /* the order an instant's changes had as events: the event being
+     * handled (cur_seq), each dirty device's first change (mem_seq) and
+     * the named overflow's (oom_seq), so that of several devices over
+     * at one instant the first changed is named, as with events */
+    uint64_t cur_seq, oom_seq, *mem_seq;
     int32_t *pending;
     int32_t *cur_ver, *live;
     int32_t *inflight;

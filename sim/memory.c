@@ -218,16 +218,17 @@ void sim_mem_setup(sim_engine *e)
  * instant: for ramp steps applied after the engine's time passed t,
  * nothing else having changed d at t (every change of d applies d's
  * steps before it first). The first overflow in time is the one named. */
-static void settle_at(sim_engine *e, int d, int64_t t)
+static void settle_at(sim_engine *e, int d, int64_t t, uint64_t seq)
 {
     double v = e->mem_cur[d];
     sim_dev_stats *ds = &e->dev[d];
     if (v > ds->peak_bytes) ds->peak_bytes = v;
     if (ds->capacity_bytes > 0 && v > ds->capacity_bytes &&
-        (!e->oom || t < e->oom_t)) {
+        (!e->oom || t < e->oom_t || (t == e->oom_t && seq < e->oom_seq))) {
         e->oom = 1;
         e->oom_task = e->mem_task[d];
         e->oom_t = t;
+        e->oom_seq = seq;
     }
     if (e->opts.record && e->n_mem < e->cap_mem) {
         if (e->n_mem && e->mem[e->n_mem - 1].t_ns > t) e->mem_late = 1;
@@ -246,15 +247,21 @@ static void steps_apply(sim_engine *e, int d, int64_t upto, int own)
         int64_t t = q[k].t;
         if (t == e->now && !own) {
             e->mstep_n[d] = 0;      /* sim_mem_add applies no steps */
-            for (; k < n && q[k].t == t; k++)
+            uint64_t cur = e->cur_seq;
+            for (; k < n && q[k].t == t; k++) {
+                e->cur_seq = q[k].seq;
                 sim_mem_add(e, d, q[k].delta, q[k].task);
+            }
+            e->cur_seq = cur;
             break;
         }
+        uint64_t seq = q[k].seq;
         for (; k < n && q[k].t == t; k++) {
             e->mem_cur[d] += q[k].delta;
             if (q[k].delta > 0) e->mem_task[d] = q[k].task;
+            if (q[k].seq < seq) seq = q[k].seq;
         }
-        settle_at(e, d, t);
+        settle_at(e, d, t, seq);
     }
     if (k) memmove(q, q + k, sizeof *q * (size_t)(n - k));
     e->mstep_n[d] = n - k;
@@ -264,6 +271,7 @@ void sim_mem_step_add(sim_engine *e, int d, int64_t t, double delta,
                       int task)
 {
     if (delta == 0) return;
+    uint64_t seq = e->seq++;        /* as its event's would be */
     if (t <= e->now) {
         sim_mem_add(e, d, delta, task);
         return;
@@ -280,7 +288,7 @@ void sim_mem_step_add(sim_engine *e, int d, int64_t t, double delta,
         q[i] = q[i - 1];
         i--;
     }
-    q[i] = (sim_mem_step){t, delta, task};
+    q[i] = (sim_mem_step){t, seq, delta, task};
 }
 
 typedef struct mem_ix { sim_mem_point p; size_t i; } mem_ix;
@@ -318,6 +326,9 @@ void sim_mem_add(sim_engine *e, int d, double delta, int task)
     if (!(e->mem_dirty[d] & 1)) {
         e->mem_dirty[d] |= 1;
         e->mem_dirty[e->nd + e->n_dirty++] = d;
+        e->mem_seq[d] = e->cur_seq;
+    } else if (e->cur_seq < e->mem_seq[d]) {
+        e->mem_seq[d] = e->cur_seq;     /* a step joined: its event's */
     }
     /* an overflow is named for the last task that added */
     if (delta > 0 || !(e->mem_dirty[d] & 2)) e->mem_task[d] = task;
@@ -326,16 +337,21 @@ void sim_mem_add(sim_engine *e, int d, double delta, int task)
 
 void sim_mem_settle(sim_engine *e)
 {
+    int first = !e->oom;    /* overflows of this instant may be named */
     for (int k = 0; k < e->n_dirty; k++) {
         int d = e->mem_dirty[e->nd + k];
         double v = e->mem_cur[d];
         e->mem_dirty[d] = 0;
         sim_dev_stats *ds = &e->dev[d];
         if (v > ds->peak_bytes) ds->peak_bytes = v;
-        if (!e->oom && ds->capacity_bytes > 0 && v > ds->capacity_bytes) {
+        /* of several over at once, the first changed (as events: the
+         * least seq; a joined step's may precede its instant's first) */
+        if (first && ds->capacity_bytes > 0 && v > ds->capacity_bytes &&
+            (!e->oom || e->mem_seq[d] < e->oom_seq)) {
             e->oom = 1;
             e->oom_task = e->mem_task[d];
             e->oom_t = e->now;
+            e->oom_seq = e->mem_seq[d];
         }
         if (e->opts.record && e->n_mem < e->cap_mem) {
             sim_mem_point *p = &e->mem[e->n_mem++];
