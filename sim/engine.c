@@ -1042,6 +1042,10 @@ int sim_engine_run(sim_engine *e, sim_result *r)
     r->oom_t_ns = e->oom_t;
     for (int i = 0; i < n; i++)
         if (e->end[i] > r->makespan_ns) r->makespan_ns = e->end[i];
+    /* an overflow by a step whose device never changed again is found by
+     * the last flush, every task ended: an answer with the whole
+     * timeline (the planner takes its peak as a stopped run's re-run
+     * would give it) */
     if (e->oom && e->opts.stop_at_oom && ended < n) {
         /* the verdict is in; the timeline is not, so no statistics */
         r->stopped = 1;

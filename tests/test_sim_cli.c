@@ -235,6 +235,24 @@ Test(sim_cli, every_schedule_on_t5)
     }
 }
 
+/* Identical tensor-parallel ranks and replicas overflow at one instant,
+ * by their forwards' memory steps alone: the first device whose memory
+ * changed then is named (the one the events' order gives), not whichever
+ * the engine happened to count first. */
+Test(sim_cli, of_devices_over_at_once_the_first_is_named)
+{
+    cli_result r = cli_run("sim --hw rtx2080ti x8 --model gpt2 --schedule "
+                           "chimera --pp 2 --tp 2 --dp 2 --mbs 16 "
+                           "--microbatches 4 --json");
+    cr_assert_eq(r.code, 1, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, "%s", r.err);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "oom_task")),
+                     "dev 0 F stage 0 mb 1");
+    json_decref(j);
+    cli_result_free(&r);
+}
+
 Test(sim_cli, trace_and_plot)
 {
     char *dir = test_tmpdir();
