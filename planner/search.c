@@ -805,6 +805,18 @@ static void enumerate_candidates(search *s)
                                       .waves = wave ? w : 1,
                                       .chunks = inter ? w : 0,
                                       .zero = z, .fsdp = fs};
+                            /* the finest cuts the partitioners make: a
+                             * layer's attention and MLP halves */
+                            int S = stages_per_device(&c) * p;
+                            if (S > s->fine.n) {
+                                snprintf(w1, sizeof w1, "a pipeline of %d "
+                                         "stages needs %d pieces of %s, "
+                                         "which splits into %d at most "
+                                         "(its layers' halves)", S, S,
+                                         m->spec.name, s->fine.n);
+                                why_add(layout_why, sizeof layout_why, w1);
+                                continue;
+                            }
                             add_candidate(s, &c, &capc);
                         }
                     }
@@ -1393,11 +1405,12 @@ static void choose_best(search *s)
     } else {
         char need[96], have[32];
         double gib = 1024.0 * 1024 * 1024;
+        const char *unit = prof_topo_unit(s->t);  /* GPU, or device */
         if (isfinite(r->min_need_bytes))
             snprintf(need, sizeof need, "the best split needs %.1f GiB per "
-                     "GPU", r->min_need_bytes / gib);
+                     "%s", r->min_need_bytes / gib, unit);
         else
-            snprintf(need, sizeof need, "no split of it fits a GPU");
+            snprintf(need, sizeof need, "no split of it fits a %s", unit);
         snprintf(have, sizeof have, "%.1f GiB", g->mem_bytes / gib);
         /* full training's model states alone, spread over every GPU (as
          * ZeRO-3 over all of them would), past what a GPU holds: no
@@ -1410,14 +1423,14 @@ static void choose_best(search *s)
         char st[200] = "";
         if (states)
             snprintf(st, sizeof st, "; its model states alone (%g bytes a "
-                     "parameter) take %.1f GiB a GPU even spread over all "
+                     "parameter) take %.1f GiB a %s even spread over all "
                      "%d, so recomputation and the batch cannot help",
-                     state, spread / gib, s->t->n_gpus);
+                     state, spread / gib, unit, s->t->n_gpus);
         snprintf(r->advice, sizeof r->advice,
                  "%s does not fit %d x %s: %s (with the %.1f GiB reserve); "
-                 "%s has %s%s; try more GPUs%s%s%s%s",
+                 "%s has %s%s; try more %ss%s%s%s%s",
                  s->m->spec.name, s->t->n_gpus, g->name, need,
-                 r->reserve_bytes / gib, g->name, have, st,
+                 r->reserve_bytes / gib, g->name, have, st, unit,
                  states ? "" : ", recomputation, a smaller batch",
                  offload_mask(s->o, s->t) ? "" : ", or offload",
                  prof_finetune_full(&s->m->ft)

@@ -503,6 +503,28 @@ Test(plan, run_stopped_at_overflow_agrees)
  * 8 that do: 15 layers on 5 devices add 3 (one layer a chunk), 20 add
  * none (2 gives two layers); and the plan of 3 chunks is what the
  * simulator makes of it. */
+/* A pipeline deeper than the model cuts into is no plan, said so (a
+ * usage error), not "does not fit"; a machine of CPU devices is told of
+ * devices, not GPUs. */
+Test(plan, a_pipeline_deeper_than_the_model_cuts_is_said_so)
+{
+    cli_result r = cli_run("plan --hw cpu x16 --model gpt-tiny --pp 16 "
+                           "--schedule 1f1b --no-progress");
+    cr_expect_eq(r.code, 2, "%s", r.err);
+    cr_expect(strstr(r.err, "a pipeline of 16 stages needs 16 pieces of "
+                            "gpt-tiny, which splits into 10 at most"),
+              "%s", r.err);
+    cr_expect(!strstr(r.err, "does not fit"), "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("plan --hw cpu x2 --model gpt3-175b --finetune full "
+                "--no-progress");
+    cr_expect_eq(r.code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "GiB per device") &&
+              strstr(r.err, "try more devices") && !strstr(r.err, "GPU"),
+              "%s", r.err);
+    cli_result_free(&r);
+}
+
 Test(plan, interleaved_chunks_with_whole_layers)
 {
     char *dir = test_tmpdir();
