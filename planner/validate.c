@@ -495,16 +495,23 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
         char why[160] = "", tag[48] = "", mname[32];
         int d = (int)(r->gpus / (r->tp * r->pp));
         int rcm = r->recompute >= 0 ? r->recompute : h.recompute;
+        /* what the row says that names nothing real is the table's
+         * error (exit 2), as its columns' are; a row no plan fits is a
+         * finding, listed */
+        const char *col = r->model[0] ? "model" : "hidden";
         prof_model *m = row_spec(r, &h, &s, &re) ? NULL : prof_model_build(&s, &re);
         if (m && r->has_ft && prof_model_finetune(m, &r->ft, &re)) {
             prof_model_free(m);
             m = NULL;
+            col = "finetune";
         }
         snprintf(mname, sizeof mname, "%s", r->model[0] ? r->model : s.name);
         char cnt[16];
         snprintf(cnt, sizeof cnt, "x%.0f", r->gpus);
         char *args[] = {h.gpu, cnt};
         prof_topo *t = m ? prof_topo_from_args(2, args, NULL, &re) : NULL;
+        if (m && !t) col = "gpus";
+        int bad = !m || !t;
         if (m && t) {
             plan_opts o;
             plan_opts_init(&o);
@@ -528,7 +535,8 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
             o.grad_bucket = r->grad_bucket >= -1 ? r->grad_bucket
                                                  : h.grad_bucket;
             plan_result pr;
-            if (plan_search(m, t, s.name, cnt, &o, &pr, &re) == 0 && pr.found) {
+            int src = plan_search(m, t, s.name, cnt, &o, &pr, &re);
+            if (src == 0 && pr.found) {
                 const plan_alt *a = &pr.alt[pr.best];
                 double S = s.seq_len, L = s.layers, H = s.hidden, V = s.vocab;
                 int full = rcm == SIM_RC_FULL;
@@ -554,7 +562,13 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
                     snprintf(tag + tl, sizeof tag - tl, " %s", fn);
                 }
             } else {
-                snprintf(why, sizeof why, "%s", pr.found ? re.msg : pr.advice);
+                snprintf(why, sizeof why, "%s", src ? re.msg : pr.advice);
+                /* the row's own figures disagree (a microbatch that does
+                 * not divide its batch, say) */
+                if (src && re.code == UTIL_EXIT_USAGE) {
+                    bad = 1;
+                    col = NULL;
+                }
             }
             plan_result_free(&pr);
         } else {
@@ -562,6 +576,16 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
         }
         prof_topo_free(t);
         prof_model_free(m);
+        if (bad) {
+            char cw[32] = "";
+            if (col) snprintf(cw, sizeof cw, "column '%s': ", col);
+            rc = util_errf(e, UTIL_EXIT_USAGE, "%s:%d: %s%s", path, r->line,
+                           cw, why);
+            json_decref(jrows);
+            util_table_free(tb);
+            util_table_free(mt);
+            goto out;
+        }
         char c[10][40];
         snprintf(c[0], 40, "%d", r->line);
         snprintf(c[1], 40, "%s", mname);

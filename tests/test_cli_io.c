@@ -420,6 +420,19 @@ Test(cli_io, validate_cells_that_cannot_be)
         "gpt2,1,1,1,8,1,0.1\n");
     cli_expect(2, "t.csv:3: column 'sequence_parallel': 1 needs "
                "tensor_parallel above 1", "validate %s", path);
+    /* a model the zoo does not have, and a microbatch that does not
+     * divide its row's batch: the table's errors, not rows left out of
+     * the mean with an exit of 0 (nor with no reason given) */
+    put(path, "# sluice: gpu=a100-sxm-80gb seq=1024\nmodel,tensor_parallel,"
+        "pipeline_parallel,gpus,batch,microbatch,iteration_s\n"
+        "gpt2,1,1,1,8,2,0.1\nnosuch,1,1,1,8,2,0.1\n");
+    cli_expect(2, "t.csv:4: column 'model': unknown model 'nosuch'",
+               "validate %s", path);
+    put(path, "# sluice: gpu=a100-sxm-80gb seq=1024\nmodel,tensor_parallel,"
+        "pipeline_parallel,gpus,batch,microbatch,iteration_s\n"
+        "gpt2,1,1,2,8,3,0.1\n");
+    cli_expect(2, "t.csv:3: batch 8 cannot be split into microbatches of 3",
+               "validate %s", path);
     test_rm_rf(dir);
 }
 
