@@ -160,6 +160,24 @@ Test(cli_io, inputs_that_are_not_files)
 /* A prefix holding quotes, a backquote command and a newline draws files
  * of exactly that name, and runs nothing; so does one starting with '<'
  * (a data file gnuplot would read from a command). */
+/* An output whose name its folder's file system cannot take (with the
+ * temporary's ending, and a plot prefix's files' endings) is refused
+ * before any work, naming the flag, not after the run as a failed
+ * write (exit 1). */
+Test(cli_io, an_output_name_too_long_is_refused_first)
+{
+    char *d = test_tmpdir(), name[400];
+    memset(name, 'a', 240);
+    name[240] = 0;
+    cli_expect(2, "--out: a file name of 245 bytes", SIM " --out %s/%s.json",
+               d, name);
+    cli_expect(2, "--plot: a file name of 240 bytes", SIM " --plot %s/%s", d,
+               name);
+    name[200] = 0;      /* room for the endings */
+    cli_expect(0, "", SIM " --out %s/%s.json", d, name);
+    test_rm_rf(d);
+}
+
 Test(cli_io, plot_prefix_is_a_name_not_a_command)
 {
     if (!have_gnuplot()) {

@@ -358,6 +358,24 @@ int util_out_check(const char *flag, const char *path, int prefix,
     else if (access(dir, W_OK | X_OK))
         rc = util_errf(e, UTIL_EXIT_USAGE, "%s '%s': folder '%s' is not "
                        "writable (%s)", flag, path, dir, strerror(errno));
+    if (!rc) {
+        /* the name, with the temporary's ending (TMP_MARK, a process id,
+         * a tag) and a prefix's file endings (-simulated-memory.dat and
+         * the like), within what the folder's file system takes */
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        size_t len = strlen(base),
+               add = strlen(TMP_MARK) + 12 + (prefix ? 32 : 0);
+        errno = 0;
+        long max = pathconf(dir, _PC_NAME_MAX);
+        if (max > 0 && len + add > (size_t)max)
+            rc = util_errf(e, UTIL_EXIT_USAGE, "%s: a file name of %zu bytes "
+                           "in folder '%s', whose file system takes %ld at "
+                           "most (sluice's temporary name%s up to %zu)",
+                           flag, len, dir, max,
+                           prefix ? " and the files' endings add" : " adds",
+                           add);
+    }
     free(real);
     return rc;
 }
