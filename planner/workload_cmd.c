@@ -139,10 +139,11 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
         } else if (!strcmp(a, "--samples") || !strcmp(a, "--dataset-samples") ||
                    !strcmp(a, "--epochs")) {
             NEED();
-            double x;
+            double x = 0;
             if (util_parse_double(v, &x) || !(x > 0) || x > 1e15)
                 return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': expected a "
-                                 "positive number", a, v);
+                                 "positive number%s", a, v,
+                                 x > 1e15 ? " up to 1e15" : "");
             if (a[2] == 's') c->samples = x;
             else if (a[2] == 'd') c->dataset = x;
             else c->epochs = x;

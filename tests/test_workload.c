@@ -506,6 +506,8 @@ Test(workload, bad_inputs_name_file_line_and_field)
         "1000000000000000 minibatches of 1 are more than sluice runs");
     bad("--models gpt-tiny x2 --epochs 1e6 --dataset-samples 1e9",
         "--epochs: 62500000000000 minibatches of 16");
+    bad("--models gpt-tiny x2 --epochs 1e30 --samples 100",
+        "--epochs '1e30': expected a positive number up to 1e15");
     bad("--workload tests/data/workload/missing.json", "missing.json");
     bad("--models gpt-tiny x3", "--samples");
     bad("--models gpt-tiny x3 --epochs 2 --samples 8 --dataset-samples 8",
