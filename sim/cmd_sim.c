@@ -649,9 +649,10 @@ static int run(int argc, char **argv, util_err *e)
             goto out;
         }
         if (sim_plan_gpus(&p) > tp->n_gpus) {
+            const char *u = prof_topo_unit(tp);     /* GPU or device */
             util_errf(e, UTIL_EXIT_USAGE, "--dp %d x --pp %d x --tp %d = %ld "
-                      "GPUs but %s has %d GPUs", p.dp, p.pp, p.tp,
-                      sim_plan_gpus(&p), tp->name, tp->n_gpus);
+                      "%ss but %s has %d %ss", p.dp, p.pp, p.tp,
+                      sim_plan_gpus(&p), u, tp->name, tp->n_gpus, u);
             goto out;
         }
         /* on the command line, a pipeline on part of a server is asked

@@ -1298,9 +1298,9 @@ sim_costs *sim_costs_build(const prof_model *m, const prof_topo *t,
     int tpw = o && o->tp > 1 ? o->tp : 1;
     int dpw = o && o->dp > 1 ? o->dp : 1;
     if ((long)n_devices * tpw * dpw > t->n_gpus) {
-        util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld GPUs but "
+        util_errf(e, UTIL_EXIT_USAGE, "dp %d x pp %d x tp %d = %ld %ss but "
                   "the server has %d", dpw, n_devices, tpw,
-                  (long)n_devices * tpw * dpw, t->n_gpus);
+                  (long)n_devices * tpw * dpw, prof_topo_unit(t), t->n_gpus);
         return NULL;
     }
     for (int d = 0; d < n_devices * dpw && tpw > 1; d++) {

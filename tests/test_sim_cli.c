@@ -102,6 +102,9 @@ Test(sim_cli, bad_arguments)
          "--microbatches 4", "did you mean '1f1b'"},
         {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 8 --mbs 1 "
          "--microbatches 4", "has 4 GPUs"},
+        /* CPU cores standing for devices are called devices */
+        {"--hw cpu x2 --model gpt-tiny --schedule 1f1b --pp 4 --mbs 1 "
+         "--microbatches 4", "= 4 devices but"},
         {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 --mbs 1",
          "--microbatches is required"},
         {"--hw rtx2080ti x4 --model gpt-tiny --schedule 1f1b --pp 4 --mbs 1 "
