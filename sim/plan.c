@@ -535,9 +535,24 @@ int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
     for (int s = 0; s < p->n_stages; s++) used[p->stage_device[s]]++;
     for (int d = 0; d < p->pp; d++)
         if (!used[d]) {
+            /* where a stage shares a device another's was, that stage's
+             * device is the field to change */
+            int dup = -1, was = -1;
+            for (int s = 1; s < p->n_stages && dup < 0; s++)
+                for (int r = 0; r < s && dup < 0; r++)
+                    if (p->stage_device[r] == p->stage_device[s]) {
+                        dup = s;
+                        was = r;
+                    }
             free(used);
+            if (dup < 0)
+                return util_errf(e, UTIL_EXIT_USAGE, "device %d of %d holds "
+                                 "no stage", d, p->pp);
+            AT("stages[%d].device", dup);
             return util_errf(e, UTIL_EXIT_USAGE, "device %d of %d holds no "
-                             "stage", d, p->pp);
+                             "stage, and stage %d is on device %d as stage "
+                             "%d is", d, p->pp, dup, p->stage_device[dup],
+                             was);
         }
     free(used);
     /* one stage per device and the wave's zig-zag are fixed maps */
