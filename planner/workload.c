@@ -116,6 +116,13 @@ int plan_wl_load(const char *path, plan_wl *w, util_err *e)
                       "samples: give a whole number", epochs, ds, j->samples);
             goto out;
         }
+        /* a job that never fills a batch would be planned as one */
+        if (j->samples < j->batch) {
+            util_jerr(e, &o, has_s ? "samples" : "epochs", "%.0f samples, "
+                      "fewer than one batch of %d: give a batch of %.0f or "
+                      "less", j->samples, j->batch, j->samples);
+            goto out;
+        }
         if (plan_wl_minibatches(j) > PLAN_WL_MAX_STEPS) {
             util_jerr(e, &o, has_s ? "samples" : "epochs", "%.0f minibatches "
                       "of %d are more than sluice runs or simulates (%.0f)",

@@ -235,6 +235,11 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
             }
             j->batch = s.batch > 0 ? s.batch : PLAN_DEFAULT_BATCH;
         }
+        if (j->samples < j->batch)
+            return util_errf(e, UTIL_EXIT_USAGE, "%s: %.0f samples, fewer "
+                             "than one batch of %d: give --batch %.0f or less",
+                             c->samples ? "--samples" : "--epochs",
+                             j->samples, j->batch, j->samples);
         if (plan_wl_minibatches(j) > PLAN_WL_MAX_STEPS)
             return util_errf(e, UTIL_EXIT_USAGE, "%s: %.0f minibatches of %d "
                              "are more than sluice runs or simulates (%.0f)",

@@ -429,7 +429,7 @@ Test(exec_workload, errors_name_the_file_line_and_field)
     expect_wl(2, "w.json:1:11: field 'jobs[0]': job 'job0' (gpt-tiny, batch 4 "
               "x 64 tokens) does not fit a device of 2.00 MiB even one layer "
               "per shard: layer l0 needs",
-              "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 4, \"samples\": 2}]}\n",
+              "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 4, \"samples\": 4}]}\n",
               "--mem-per-device 2M");
     cli_expect(2, "a workload runs on CPU devices", "exec --workload w.json "
                "--hw rtx2080ti x2");

@@ -508,6 +508,9 @@ Test(workload, bad_inputs_name_file_line_and_field)
         "--epochs: 62500000000000 minibatches of 16");
     bad("--models gpt-tiny x2 --epochs 1e30 --samples 100",
         "--epochs '1e30': expected a positive number up to 1e15");
+    /* a job that never fills one batch (it was planned as one) */
+    bad("--models gpt-tiny x2 --samples 10 --batch 16",
+        "--samples: 10 samples, fewer than one batch of 16");
     bad("--workload tests/data/workload/missing.json", "missing.json");
     bad("--models gpt-tiny x3", "--samples");
     bad("--models gpt-tiny x3 --epochs 2 --samples 8 --dataset-samples 8",
