@@ -833,9 +833,10 @@ double exec_pipe_overhead(const exec_pipe_result *r, int warm);
 /* Device d's measured peak as the simulator predicts it: the median
  * step's, over this run's steps past `warm` (as exec_pipe_iteration_s;
  * an asynchronous plan's one epoch: the run's; a --save-every piece's
- * steps only, where its time pools the pieces'). A step's peak moves with when the other devices' messages land
- * (a ring's chunk arriving in the next forward rather than before it):
- * the run's peak is the largest, r->peak_bytes. */
+ * steps only, where its time pools the pieces'). A step's peak moves
+ * with when the other devices' messages land (a ring's chunk arriving in
+ * the next forward rather than before it): the run's peak is the
+ * largest, r->peak_bytes. */
 double exec_pipe_peak(const exec_pipe_result *r, int warm, int d);
 
 /* ------------------------------------------ many models at once (Hydra) */
