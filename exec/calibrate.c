@@ -19,7 +19,9 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -885,10 +887,14 @@ static void machine_now(prof_calib *c, const char *device)
 
 /* ---- scratch ----
  * A calibration's scratch folder in TMPDIR holds its measuring runs'
- * plans and a note of its owner (pid and host). Ctrl-C, SIGTERM and a
- * hangup remove it; SIGKILL cannot, so the next calibration removes
- * the folders of this user's calibrations on this host whose process is
- * gone. */
+ * plans and a note of its owner (pid and host), which the owner keeps
+ * locked (flock) while it runs. Ctrl-C, SIGTERM and a hangup remove it;
+ * SIGKILL cannot, so the next calibration removes the folders of this
+ * user's calibrations on this host whose note nobody holds: a lock goes
+ * with its process, whatever its process id means here (a container
+ * with a process space of its own sharing TMPDIR and the host's name; a
+ * number a later process took). Where the file system takes no locks,
+ * a process id that is gone says so instead. */
 #define SCRATCH_PREFIX "sluice-calibrate-"
 static const char *const scratch_files[] = {"layer.json", "xfer.json",
                                             "owner"};
@@ -910,15 +916,22 @@ static void host_name(char *h, size_t n)
     h[n - 1] = 0;
 }
 
-static void scratch_owner(const char *dir)
+/* Writes the owner note and holds its lock: the descriptor to close
+ * once the folder is gone, or -1. */
+static int scratch_owner(const char *dir)
 {
-    char p[700], h[256];
+    char p[700], h[256], line[300];
     snprintf(p, sizeof p, "%s/owner", dir);
     host_name(h, sizeof h);
-    FILE *f = fopen(p, "w");
-    if (!f) return;
-    fprintf(f, "%ld %s\n", (long)getpid(), h);
-    fclose(f);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    flock(fd, LOCK_EX | LOCK_NB);   /* new: nobody else has it */
+    int n = snprintf(line, sizeof line, "%ld %s\n", (long)getpid(), h);
+    if (n < 0 || write(fd, line, (size_t)n) != n) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 static void sweep_scratch(const char *td)
@@ -940,16 +953,26 @@ static void sweep_scratch(const char *td)
             st.st_uid != getuid())
             continue;
         snprintf(p, sizeof p, "%s/owner", dir);
-        FILE *f = fopen(p, "r");
-        if (!f) continue;       /* an older sluice's, or not ours */
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;   /* an older sluice's, or not ours */
+        FILE *f = fdopen(fd, "r");
+        if (!f) {
+            close(fd);
+            continue;
+        }
         long pid = 0;
         int got = fscanf(f, "%ld %255s", &pid, host);
+        /* another host's (a TMPDIR shared over the network) stays */
+        int gone = 0;
+        if (got == 2 && pid > 0 && !strcmp(host, h)) {
+            if (!flock(fd, LOCK_EX | LOCK_NB)) gone = 1;
+            else if (errno != EWOULDBLOCK)
+                /* no locks here: a process of that number alive
+                 * (perhaps another's by now) keeps it */
+                gone = kill((pid_t)pid, 0) && errno == ESRCH;
+        }
+        if (gone) scratch_remove(dir);
         fclose(f);
-        /* a process of that number alive (perhaps another's by now)
-         * keeps it */
-        if (got == 2 && pid > 0 && !strcmp(host, h) &&
-            kill((pid_t)pid, 0) && errno == ESRCH)
-            scratch_remove(dir);
     }
     closedir(d);
 }
@@ -1016,7 +1039,7 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
         return util_errf(e, UTIL_EXIT_FAIL, "cannot make a temporary "
                          "folder in %s: %s", td && *td ? td : "/tmp",
                          strerror(errno));
-    scratch_owner(tmp);
+    int owner = scratch_owner(tmp);
     samples v = {0};
     prof_calib *c = &r->calib;
     snprintf(c->device, sizeof c->device, "%s", o->device);
@@ -1059,6 +1082,7 @@ int exec_calibrate(const exec_calib_opts *o, exec_calib_result *r,
         fprintf(o->log, "sluice calibrate: the host's AdamW and drive\n");
     if (!rc) rc = measure_host(o, r, e);
     scratch_remove(tmp);
+    if (owner >= 0) close(owner);
     for (int x = 0; !rc && x < PROF_XFER_COUNT; x++) {
         if (!r->n_xfers[x] || x == PROF_XFER_INPROC) continue;
         prof_calib_param pl, pb;

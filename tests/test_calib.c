@@ -5,11 +5,13 @@
  * `sluice calibrate` end to end: written atomically, a killed or stopped
  * run leaving the previous profile as it was. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -841,36 +843,55 @@ Test(calib_cli, a_killed_or_stopped_run_leaves_the_previous_profile)
                      "a temporary file was left: signal %d", sig[k]);
     }
     cr_assert_gt(file_size(path), 100);
-    /* only folders of this host's calibrations whose process is gone:
-     * not one whose process lives, nor another host's (a TMPDIR shared
-     * over the network), nor one without its owner note */
+    /* only folders of this host's calibrations whose owner is gone:
+     * whose note nobody holds locked. Not one a live owner holds, even
+     * where its process id means nothing here (another process space
+     * sharing TMPDIR); one whose number a live process took since, yes.
+     * Nor another host's (a TMPDIR shared over the network), nor one
+     * without its owner note */
     pid_t dead = fork();
     if (!dead) _exit(0);
     cr_assert_gt(dead, 0);
     waitpid(dead, NULL, 0);
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
-    const struct { const char *name; long pid; const char *host; int gone; }
-        f[] = {{"sluice-calibrate-dead01", dead, host, 1},
-               {"sluice-calibrate-alive1", getpid(), host, 0},
-               {"sluice-calibrate-other1", dead, "another-host", 0},
-               {"sluice-calibrate-nonote", 0, NULL, 0}};
-    for (int i = 0; i < 4; i++) {
+    const struct {
+        const char *name;
+        long pid;
+        const char *host;
+        int held, gone;
+    } f[] = {{"sluice-calibrate-dead01", dead, host, 0, 1},
+             {"sluice-calibrate-alive1", getpid(), host, 1, 0},
+             {"sluice-calibrate-other1", dead, "another-host", 0, 0},
+             {"sluice-calibrate-nonote", 0, NULL, 0, 0},
+             {"sluice-calibrate-elsewh", dead, host, 1, 0},
+             {"sluice-calibrate-reused", getpid(), host, 0, 1}};
+    int nf = (int)(sizeof f / sizeof *f), held[8];
+    for (int i = 0; i < nf; i++) {
+        held[i] = -1;
         cr_assert_eq(sh_run("mkdir -p %s/scratch/%s && touch "
                             "%s/scratch/%s/layer.json", d, f[i].name, d,
                             f[i].name), 0);
-        if (f[i].host)
-            cr_assert_eq(sh_run("echo '%ld %s' > %s/scratch/%s/owner",
-                                f[i].pid, f[i].host, d, f[i].name), 0);
+        if (!f[i].host) continue;
+        cr_assert_eq(sh_run("echo '%ld %s' > %s/scratch/%s/owner",
+                            f[i].pid, f[i].host, d, f[i].name), 0);
+        if (!f[i].held) continue;
+        char o[600];
+        snprintf(o, sizeof o, "%s/scratch/%s/owner", d, f[i].name);
+        held[i] = open(o, O_RDONLY | O_CLOEXEC);
+        cr_assert_geq(held[i], 0);
+        cr_assert_eq(flock(held[i], LOCK_EX | LOCK_NB), 0);
     }
     cr_assert_eq(sh_run("cd %s && rm -f log && (TMPDIR=%s/scratch "
                         "\"$SLUICE\" --profile-dir %s calibrate --hw cpu x2 "
                         "--quick 2> log & p=$!; while kill -0 $p 2>/dev/null "
                         "&& ! grep -q 'ops: hidden' log; do sleep 0.05; "
                         "done; kill -INT $p; wait $p)", d, d, d), 1);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < nf; i++) {
         cr_expect_eq(sh_run("test -d %s/scratch/%s", d, f[i].name),
                      f[i].gone, "%s", f[i].name);
+        if (held[i] >= 0) close(held[i]);
+    }
     test_rm_rf(d);
 }
 
