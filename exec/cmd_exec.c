@@ -13,19 +13,36 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "exec/runtime.h"
 
 /* Ctrl-C (or SIGTERM, or SIGUSR1 for plan runs: mpirun forwards it to the
  * ranks) stops after the current step; with --save the checkpoint is
- * written first. A second Ctrl-C kills as usual. */
+ * written first. A second one half a second or more after the first
+ * kills as usual; those that come together are one request (timeout(1)
+ * signals the process and then its process group: two at once, the
+ * second of which killed a run before it could save). */
 volatile int exec_stop_flag;
+static struct timespec stop_at;
 
 void exec_on_stop(int sig)
 {
-    exec_stop_flag = 1;
-    signal(sig, SIG_DFL);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!exec_stop_flag) {
+        stop_at = now;
+        exec_stop_flag = 1;
+        return;
+    }
+    double dt = (double)(now.tv_sec - stop_at.tv_sec) +
+                (double)(now.tv_nsec - stop_at.tv_nsec) * 1e-9;
+    if (dt >= 0.5) {
+        /* delivered once this handler returns (it is blocked here) */
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
 }
 
 static void usage(FILE *f)

@@ -1062,8 +1062,9 @@ int exec_calib_add_run(prof_calib *c, const exec_pipe_result *r,
 #define EXEC_DEFAULT_CORPUS "/usr/share/common-licenses/GPL-3"
 
 /* A stop request of the commands (exec, calibrate): set by exec_on_stop,
- * the signal handler they install, which also restores the default so a
- * second Ctrl-C kills as usual. */
+ * the signal handler they install; a second signal half a second or more
+ * after the first kills as usual, those that come together count as
+ * one. */
 extern volatile int exec_stop_flag;
 void exec_on_stop(int sig);
 
