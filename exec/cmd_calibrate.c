@@ -268,6 +268,11 @@ static void report_text(const exec_calib_result *r, const prof_calib *prev,
         if (!strcmp(p->name, "cache_bytes") && p->lo == p->value &&
             p->hi == p->value)
             snprintf(ci, sizeof ci, "held, the machine's");
+        /* the fit's interval for a value nothing pins (a curve the
+         * samples never bend, a value at a bound the model is flat
+         * beyond) spans the doubles: say so */
+        else if (!(p->hi <= 1e100 * p->lo))
+            snprintf(ci, sizeof ci, "none: the samples do not pin it");
         else
             snprintf(ci, sizeof ci, "[%.4g, %.4g]", p->lo, p->hi);
         const char *row[] = {p->name, v, ci,

@@ -714,11 +714,30 @@ Test(calib_cli, writes_a_profile_that_loads_and_compares_runs)
     cr_expect(strstr(r.out, "the fit's error by op kind and phase") &&
               strstr(r.out, "\n  rope      F") &&
               strstr(r.out, "\n  adamw     OPT"), "%s", r.out);
+    char *out = strdup(r.out);
     cli_result_free(&r);
     prof_calib c;
     util_err e;
     cr_assert_eq(prof_calib_load(path, &c, &e), 0, "%s", e.msg);
     cr_assert_gt(c.fit_samples, 50);
+    /* a figure the samples do not pin (its interval spans the doubles)
+     * is said so in words, not as [7.5e-312, 7.7e+296]; the others show
+     * their interval */
+    for (int i = 0; i < c.n_param; i++) {
+        const prof_calib_param *p = &c.param[i];
+        char key[96];
+        snprintf(key, sizeof key, "\n  %s ", p->name);
+        const char *row = strstr(out, key);
+        cr_expect_not_null(row, "no row for %s", p->name);
+        if (!row) continue;
+        const char *eol = strchr(row + 1, '\n'),
+                   *none = strstr(row, "none: the samples do not pin it");
+        int said = none && (!eol || none < eol);
+        cr_expect_eq(said, !(p->hi <= 1e100 * p->lo), "%s [%g, %g]: %.*s",
+                     p->name, p->lo, p->hi,
+                     (int)(eol ? eol - row : (long)strlen(row)), row);
+    }
+    free(out);
     cr_assert(c.link[PROF_XFER_INPROC].present);
     /* the runtime's own cost, per op a task runs */
     cr_assert_gt(c.gpu.eff.op_task_ns, 0);
