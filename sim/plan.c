@@ -356,6 +356,12 @@ int sim_plan_load(const char *path, sim_plan *p, util_err *e)
     }
     v = 1;
     if (util_jint(&r, "waves", 0, 1, 64, &v, e)) goto out;
+    if (v != 1 && p->sched != SIM_SCHED_WAVE) {
+        util_jerr(e, &r, "waves", "%ld waves, but schedule %s has none "
+                  "(waves are the wave schedule's; 1 for the others)", v,
+                  sim_sched_name(p->sched));
+        goto out;
+    }
     p->waves = (int)v;
     v = 0;
     /* read by the schedules without a flush only: the first plan files
