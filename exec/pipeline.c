@@ -741,6 +741,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                                       : rt.cfg.t5 ? rt.Td : T));
     rt.budget = o->mem_budget_bytes > 0 ? o->mem_budget_bytes
                                         : prof_topo_gpu(r->topo, 0)->mem_bytes;
+    rt.budget_given = o->mem_budget_bytes > 0;
     rt.record_mem = o->record_mem;
     rt.op_timing = o->op_timing;
     rt.offload = o->offload;

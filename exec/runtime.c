@@ -3179,12 +3179,16 @@ static int worker_stages(exec_worker *w, const float *full,
         int htier = stage_htier(rt, st->id);
         double bytes = exec_stage_state_bytes(rt, st);
         if (exec_mem_charge(&w->mem, bytes)) {
+            /* before any step: the budget asked for, or the plan's
+             * device, is the input to change */
             char a[32], c[32];
-            rc = util_errf(e, UTIL_EXIT_FAIL, "device %d: the weights, "
+            rc = util_errf(e, UTIL_EXIT_USAGE, "device %d: the weights, "
                            "gradients and AdamW state of stage %d (%s) do "
-                           "not fit its memory (%s)", w->device, v,
+                           "not fit its memory (%s, %s)", w->device, v,
                            util_fmt_bytes(bytes, a, sizeof a),
-                           util_fmt_bytes(w->mem.budget, c, sizeof c));
+                           util_fmt_bytes(w->mem.budget, c, sizeof c),
+                           rt->budget_given ? "--mem-budget"
+                                            : "the plan's device");
             break;
         }
         st->n_ver_slots = rt->async ? rt->K + 2 : 1;

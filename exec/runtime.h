@@ -543,6 +543,8 @@ struct exec_runtime {
     const float *lora_m0, *lora_v0;
     double scale;               /* loss gradient per token: 1 / tokens */
     double budget;              /* bytes per device; 0: unlimited */
+    int budget_given;           /* budget is --mem-budget's (else the
+                                 * plan's device memory) */
     exec_xport *x;
     /* per IR stage: the IR stages holding a tied copy in its replica */
     int *tied_group;            /* per stage: bit-free list head, or -1 */

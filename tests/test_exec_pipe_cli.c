@@ -930,8 +930,9 @@ Test(exec_cli_pipe, bad_plans_say_why)
     cli_result_free(&r);
     /* a budget the stage state does not fit */
     r = cli_run("exec --plan %s/p.json --steps 2 --mem-budget 64K", dir);
-    cr_expect_eq(r.code, 1);
-    cr_expect(strstr(r.err, "do not fit its memory"), "%s", r.err);
+    cr_expect_eq(r.code, 2, "%s", r.err);
+    cr_expect(strstr(r.err, "do not fit its memory (64.00 KiB, "
+                            "--mem-budget)"), "%s", r.err);
     cli_result_free(&r);
     /* activations that do not fit: out of memory naming device and task */
     r = cli_run("exec --plan %s/p.json --steps 2 --mem-budget 360K", dir);
