@@ -157,6 +157,18 @@ static int cmd_list(int argc, char **argv)
         json_array_append_new(jc, o);
     }
     free(cal);
+    /* the broken ones, a line each, in the answer as well as on stderr:
+     * a reader of the output alone must not take them for none */
+    json_t *jb = json_array();
+    if (cal_rc) {
+        char *msg = util_strdup(ce.msg);
+        for (char *l = msg, *nl; l && *l; l = nl) {
+            nl = strchr(l, '\n');
+            if (nl) *nl++ = '\0';
+            json_array_append_new(jb, json_string(l));
+        }
+        free(msg);
+    }
     /* the drives --nvme N:MODEL knows */
     json_t *jd = json_array();
     util_table *td = util_table_new(5);
@@ -177,10 +189,10 @@ static int cmd_list(int argc, char **argv)
             d->write, "pcie_gen", d->gen, "pcie_lanes", d->lanes));
     }
     if (json) {
-        json_t *root = json_pack("{s:o,s:o,s:o,s:o,s:o}", "gpus", jg,
+        json_t *root = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "gpus", jg,
                                  "models", jm, "drives", jd, "profile_dir",
                                  dir ? json_string(dir) : json_null(),
-                                 "calibrated", jc);
+                                 "calibrated", jc, "broken", jb);
         util_json_print(root, stdout);
         json_decref(root);
     } else {
@@ -201,6 +213,13 @@ static int cmd_list(int argc, char **argv)
                    "measures this machine's cores)\n",
                    dir ? "in " : "(no profile directory)", dir ? dir : "");
         }
+        if (cal_rc) {
+            printf("\ncalibrations that do not load (fix or remove them; "
+                   "sluice calibrate writes them anew)\n");
+            for (size_t i = 0; i < json_array_size(jb); i++)
+                printf("  %s\n", json_string_value(json_array_get(jb, i)));
+        }
+        json_decref(jb);
         json_decref(jg);
         json_decref(jm);
         json_decref(jc);

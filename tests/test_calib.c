@@ -659,6 +659,20 @@ Test(calib_dir, sim_uses_the_calibrated_figures)
               strstr(l.err, "\nsluice profile: ") &&
               strstr(l.err, "cpu.json:3:"), "%s", l.err);
     cli_result_free(&l);
+    /* and in the answer itself, which a script reads alone: not an
+     * empty list of calibrations */
+    l = cli_run("--profile-dir %s profile list", d);
+    cr_expect(strstr(l.out, "calibrations that do not load") &&
+              strstr(l.out, "rtx4090.json:3:") &&
+              strstr(l.out, "cpu.json:3:"), "%s", l.out);
+    cli_result_free(&l);
+    l = cli_run("--profile-dir %s profile list --json", d);
+    cr_expect_eq(l.code, 2);
+    json_t *jl = json_loads(l.out, 0, NULL);
+    cr_expect_eq(json_array_size(json_object_get(jl, "broken")), 2, "%s",
+                 l.out);
+    json_decref(jl);
+    cli_result_free(&l);
     cr_assert_eq(sh_run("rm %s/rtx4090.json", d), 0);
     l = cli_run("--profile-dir %s %s", d, args);
     cr_assert_eq(l.code, 2);
