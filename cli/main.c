@@ -75,7 +75,7 @@ static int profile_dir_option(int *argc, char **argv, const char **dir)
  * that is not there yet is only calibrate's to make, so the others say
  * they go on with the built-in figures. */
 static int profile_dir_check(const char *how, const char *dir,
-                             const char *cmd)
+                             const char *cmd, int own)
 {
     struct stat st;
     if (!dir || !*dir) return 0;
@@ -98,8 +98,12 @@ static int profile_dir_check(const char *how, const char *dir,
         return -1;
     }
     if (strcmp(cmd, "calibrate")) {
-        fprintf(stderr, "sluice: %s %s does not exist (sluice "
-                "calibrate makes it): no calibrated profiles\n", how, dir);
+        /* own: the command says it in its own words (exec --calibrate,
+         * which needs the profile there) */
+        if (!own)
+            fprintf(stderr, "sluice: %s %s does not exist (sluice "
+                    "calibrate makes it): no calibrated profiles\n", how,
+                    dir);
         return 0;
     }
     /* calibrate makes the folder named, not the ones above it: a typo
@@ -132,10 +136,13 @@ static int run(int argc, char **argv)
     /* the environment's folder is checked as the option's: a file there
      * was read as a folder without profiles */
     const char *env = getenv("SLUICE_PROFILE_DIR");
+    int own = 0;
+    for (int i = 2; argc > 1 && !strcmp(argv[1], "exec") && i < argc; i++)
+        own |= !strcmp(argv[i], "--calibrate");
     if (pdir ? profile_dir_check("--profile-dir", pdir,
-                                 argc > 1 ? argv[1] : "")
+                                 argc > 1 ? argv[1] : "", own)
              : profile_dir_check("SLUICE_PROFILE_DIR", env,
-                                 argc > 1 ? argv[1] : ""))
+                                 argc > 1 ? argv[1] : "", own))
         return UTIL_EXIT_USAGE;
     const command cmds[] = {
         {"plan", plan_cmd_main,

@@ -1026,6 +1026,9 @@ Test(calib_cli, exec_adds_a_runs_op_times)
     cr_expect_eq(r.code, 2);
     cr_expect(strstr(r.err, "does not exist: run sluice calibrate --hw cpu "
                      "x2 first"), "%s", r.err);
+    /* said once, not after the general note that the folder is not
+     * there */
+    cr_expect(!strstr(r.err, "no calibrated profiles"), "%s", r.err);
     cli_result_free(&r);
     cr_assert_eq(sh_run("sed -i 's/\"cores\": [0-9]*/\"cores\": 999/' "
                         "%s/cpu.json", d), 0);
