@@ -492,8 +492,8 @@ static void cand_partition(cand *c, const prof_model *m, const prof_topo *t,
     plan_skeleton(c, o, m, model_name, hw_name);
     int versions = c->sched == SIM_SCHED_2BW || c->sched == SIM_SCHED_MIXED ? 2 : 1;
     int S = stages_per_device(c) * c->pp;
+    /* the search makes no layout of more stages than fine has */
     const units *u = is_mixed(c->sched) ? fine : lay->n >= S ? lay : fine;
-    if (!is_mixed(c->sched) && u->n < S) return;
     chain_in ci;
     /* the shard group: the data-parallel width, or under hybrid sharding
      * the ranks of a stage inside a server (sim_costs_build checks it) */

@@ -214,10 +214,13 @@ void sim_mem_setup(sim_engine *e)
         }
 }
 
-/* Device d's memory at instant t, counted as sim_mem_settle counts an
- * instant: for ramp steps applied after the engine's time passed t,
- * nothing else having changed d at t (every change of d applies d's
- * steps before it first). The first overflow in time is the one named. */
+/* Device d's memory at instant t counts toward its peak, the capacity
+ * check and the recorded points: at the engine's time (sim_mem_settle),
+ * or for ramp steps applied after the engine's time passed t, nothing
+ * else having changed d at t (every change of d applies d's steps before
+ * it first). Of overflows, the first in time is named, and of those at
+ * one instant the first changed (as events: the least seq; a joined
+ * step's may precede its instant's first). */
 static void settle_at(sim_engine *e, int d, int64_t t, uint64_t seq)
 {
     double v = e->mem_cur[d];
@@ -337,28 +340,10 @@ void sim_mem_add(sim_engine *e, int d, double delta, int task)
 
 void sim_mem_settle(sim_engine *e)
 {
-    int first = !e->oom;    /* overflows of this instant may be named */
     for (int k = 0; k < e->n_dirty; k++) {
         int d = e->mem_dirty[e->nd + k];
-        double v = e->mem_cur[d];
         e->mem_dirty[d] = 0;
-        sim_dev_stats *ds = &e->dev[d];
-        if (v > ds->peak_bytes) ds->peak_bytes = v;
-        /* of several over at once, the first changed (as events: the
-         * least seq; a joined step's may precede its instant's first) */
-        if (first && ds->capacity_bytes > 0 && v > ds->capacity_bytes &&
-            (!e->oom || e->mem_seq[d] < e->oom_seq)) {
-            e->oom = 1;
-            e->oom_task = e->mem_task[d];
-            e->oom_t = e->now;
-            e->oom_seq = e->mem_seq[d];
-        }
-        if (e->opts.record && e->n_mem < e->cap_mem) {
-            sim_mem_point *p = &e->mem[e->n_mem++];
-            p->t_ns = e->now;
-            p->device = d;
-            p->bytes = v;
-        }
+        settle_at(e, d, e->now, e->mem_seq[d]);
     }
     e->n_dirty = 0;
 }

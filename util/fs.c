@@ -366,7 +366,6 @@ int util_out_check(const char *flag, const char *path, int prefix,
         base = base ? base + 1 : path;
         size_t len = strlen(base),
                add = strlen(TMP_MARK) + 12 + (prefix ? 32 : 0);
-        errno = 0;
         long max = pathconf(dir, _PC_NAME_MAX);
         if (max > 0 && len + add > (size_t)max)
             rc = util_errf(e, UTIL_EXIT_USAGE, "%s: a file name of %zu bytes "
