@@ -123,9 +123,13 @@ typedef struct tier_stage {
                                  * the worker's pool, grad_get) */
     int g_set;                  /* hg holds this step's first copy */
     float *tgk[3];              /* Fuyou: a tied-table holder's piece of
-                                 * table g's gradient (tn[g] floats), kept
-                                 * from its step for the stepping holder's
-                                 * sum */
+                                 * table g's gradient (tn[g] floats), from
+                                 * its step for the stepping holder's sum;
+                                 * the buffer made once and kept, as the
+                                 * simulator keeps the gradients' buffers
+                                 * (a fresh one each step was the table's
+                                 * size mapped page by page) */
+    int tgk_on[3];              /* tgk[g] holds this step's piece */
     int64_t foff;               /* NVMe tier: w, m, v regions of rb bytes */
     size_t rb;
     int64_t foff_f;             /* NVMe tier: the frozen weights' region
@@ -239,15 +243,20 @@ static void host_free_pinned(exec_tiers *t, float **p, size_t n)
  * pool holds one a stage, their sum (a best fit let a smaller stage take
  * a larger buffer that a later one then lacked: the pool grew by a
  * buffer). Fuyou's steps hold a few at once: the smallest large enough
- * (once warm, the pool holds about what the steps hold at once at their
- * most). */
+ * and at most an eighth larger (once warm, the pool holds about what
+ * the steps hold at once at their most). Without that bound a layer's
+ * stage took the head's idle buffer, four times its size, and the
+ * embedding's stage, coming while the layer's step ran, made a second
+ * one: 123 MiB over the count for GPT-2's widths, in one run of three. */
 static float *grad_get(exec_tiers *t, size_t n)
 {
     int exact = t->sched != SIM_SCHED_FUYOU;
     pthread_mutex_lock(&t->mu);
     int best = -1;
     for (int k = 0; k < t->n_gb; k++)
-        if (t->gb[k].idle && (exact ? t->gb[k].n == n : t->gb[k].n >= n) &&
+        if (t->gb[k].idle &&
+            (exact ? t->gb[k].n == n
+                   : t->gb[k].n >= n && t->gb[k].n - n <= n / 8) &&
             (best < 0 || t->gb[k].n < t->gb[best].n))
             best = k;
     float *p = NULL;
@@ -255,13 +264,15 @@ static float *grad_get(exec_tiers *t, size_t n)
         t->gb[best].idle = 0;
         p = t->gb[best].p;
     }
-    /* Fuyou: none large enough; the largest idle smaller one goes rather
-     * than stay beside the new one (a GPT's head, which keeps its piece
-     * of the table apart, hands back a buffer the embedding's stage,
-     * table and positions, is a little too large for) */
+    /* Fuyou: none fits; the largest idle smaller one goes rather than
+     * stay beside the new one (a GPT's head, which keeps its piece of
+     * the table apart, hands back a buffer the embedding's stage, table
+     * and positions, is a little too large for); a larger one stays for
+     * the stage it fits */
     int drop = -1;
     for (int k = 0; k < t->n_gb && !p && !exact; k++)
-        if (t->gb[k].idle && (drop < 0 || t->gb[k].n > t->gb[drop].n))
+        if (t->gb[k].idle && t->gb[k].n < n &&
+            (drop < 0 || t->gb[k].n > t->gb[drop].n))
             drop = k;
     struct gbuf old = {0};
     if (drop >= 0) {
@@ -1055,7 +1066,8 @@ static void tab_sum(exec_tiers *t, int g)
     sum_ctx c = {.g = gs, .n = b->n};
     for (int k = 0; k < b->n_hold; k++) {
         tier_stage *s = &t->ts[b->hold[k]];
-        const float *p = s->hg ? s->hg + s->th[g] : s->tgk[g];
+        const float *p = s->hg ? s->hg + s->th[g]
+                               : s->tgk_on[g] ? s->tgk[g] : NULL;
         if (p) gs[c.n_g++] = p;         /* none came: zero */
     }
     tier_stage *s = &t->ts[b->step];
@@ -1151,8 +1163,7 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
             tab_sum(t, g);
             /* the other holders' pieces waited for this sum */
             for (int k = 0; k < b->n_hold; k++)
-                if (b->hold[k] != li)
-                    host_free(t, &t->ts[b->hold[k]].tgk[g], b->n);
+                if (b->hold[k] != li) t->ts[b->hold[k]].tgk_on[g] = 0;
         }
         t->norm_sq += stage_norm_sq(t, s, li);
     }
@@ -1189,9 +1200,10 @@ static int task_opt(exec_tiers *t, int id, int epoch, tier_stage *s,
     for (int g = 0; g < 3 && fuyou && s->hg; g++) {
         const struct tier_tab *b = &t->tab[g];
         if (exec_stage_table_sl(st, g) < 0 || b->n_hold < 2 || li == b->step) continue;
-        UTIL_NEVER(s->tgk[g] != NULL);
-        s->tgk[g] = host_new(t, b->n);
+        UTIL_NEVER(s->tgk_on[g]);
+        if (!s->tgk[g]) s->tgk[g] = host_new(t, b->n);
         memcpy(s->tgk[g], s->hg + s->th[g], b->n * sizeof(float));
+        s->tgk_on[g] = 1;
     }
     grad_put(t, &s->hg);
     s->g_set = 0;
