@@ -944,6 +944,7 @@ static void tier_use(const sim_ir *ir, const sim_result *r,
         g_most = fmax(g_most, g);
     }
     free(gv);
+    u->grad_most = g_most;
     if (!cold) u->host_resident += g_most + transit;
     else if (transit > 0) ev[n++] = (tev){t_transit, transit, 0};
     qsort(ev, (size_t)n, sizeof *ev, tev_cmp);

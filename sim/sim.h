@@ -161,6 +161,9 @@ void sim_offload_usage(const sim_ir *ir, const sim_result *r,
 typedef struct sim_tier_use {
     double host_resident, nvme_resident;
     double host_peak, nvme_peak;
+    double grad_most;           /* the gradients' host buffers the steps
+                                 * hold at once at their most: made once
+                                 * and kept, what a later iteration finds */
     int n;
     int64_t *t_ns;
     double *host, *nvme;
