@@ -128,6 +128,51 @@ static int cpu_flow(const sim_task *t)
     return t->kind == SIM_CPU_OPT && t->bytes > 0;
 }
 
+/* The routes of a simulation's transfers by their ends: many lanes go
+ * between the same two nodes (every microbatch's send, every ring step),
+ * and each such pair's route, its latency and its folded copy are made
+ * once (open addressing, grown at half full). */
+typedef struct route_memo {
+    int64_t key;                /* a * n_nodes + b; -1 empty */
+    const int *rt;
+    int len, flen;
+    size_t off;                 /* folded: its copy in fold_routes */
+    double lat;
+} route_memo;
+
+typedef struct route_memos {
+    route_memo *m;
+    size_t cap, n;
+} route_memos;
+
+static size_t memo_hash(int64_t key, size_t cap)
+{
+    uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 32) & (cap - 1);
+}
+
+/* The slot of key: its entry, or the empty one it goes in. */
+static route_memo *memo_slot(route_memos *t, int64_t key)
+{
+    if (2 * (t->n + 1) > t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 256;
+        route_memo *m = util_malloc(sizeof *m * cap);
+        for (size_t i = 0; i < cap; i++) m[i].key = -1;
+        for (size_t i = 0; i < t->cap; i++) {
+            if (t->m[i].key < 0) continue;
+            size_t h = memo_hash(t->m[i].key, cap);
+            while (m[h].key >= 0) h = (h + 1) & (cap - 1);
+            m[h] = t->m[i];
+        }
+        free(t->m);
+        t->m = m;
+        t->cap = cap;
+    }
+    size_t h = memo_hash(key, t->cap);
+    while (t->m[h].key >= 0 && t->m[h].key != key) h = (h + 1) & (t->cap - 1);
+    return &t->m[h];
+}
+
 /* Routes that end in a node's own resource. NVMe transfers: lane j of a
  * read or write of a device's states stripes over drive j of its server,
  * from the drive to the host memory nearest the device's GPU or back, and
@@ -329,6 +374,7 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
         int S = c->n_model_stages > 0 ? c->n_model_stages : 1;
         size_t *off = F > 1 ? util_calloc(NL, sizeof(size_t)) : NULL;
         size_t used = 0, capr = 0;
+        route_memos memo = {0};
         for (int i = 0; i < n; i++) {
             const sim_task *t = &ir->tasks[i];
             int tl = t->lanes > 1 ? t->lanes : 1;
@@ -359,36 +405,46 @@ sim_engine *sim_engine_new(const sim_ir *ir, const sim_costs *c,
                     b = t->kind == SIM_SWAP_IN ? gn : h;
                 }
                 if (a < 0 || b < 0 || a == b) continue;
-                int len = 0;
-                const int *rt = prof_topo_route(tp, a, b, &len);
-                if (!rt || !len) continue;
+                route_memo *r = memo_slot(&memo, (int64_t)a * tp->n_nodes + b);
+                if (r->key < 0) {
+                    r->key = (int64_t)a * tp->n_nodes + b;
+                    memo.n++;
+                    r->rt = prof_topo_route(tp, a, b, &r->len);
+                    r->lat = 0;
+                    r->flen = 0;
+                    r->off = 0;
+                    for (int k = 0; r->rt && k < r->len; k++)
+                        r->lat += tp->links[r->rt[k] / 2].latency_ns;
+                    for (int k = 0; F > 1 && r->rt && k < r->len; k++)
+                        r->flen += c->fold_mult[r->rt[k]];
+                    if (F > 1 && r->rt && r->len) {
+                        if (used + (size_t)r->flen > capr) {
+                            capr = 2 * (used + (size_t)r->flen) + 64;
+                            e->fold_routes = util_realloc(
+                                e->fold_routes, sizeof(int) * capr);
+                        }
+                        r->off = used;
+                        for (int k = 0; k < r->len; k++)
+                            for (int x = 0; x < c->fold_mult[r->rt[k]]; x++)
+                                e->fold_routes[used++] =
+                                    c->fold_rep[r->rt[k]];
+                    }
+                }
+                if (!r->rt || !r->len) continue;
                 int L = e->lane_off[i] + j;
-                e->route[L] = rt;
-                e->route_len[L] = len;
-                double lat = 0;
-                for (int k = 0; k < len; k++)
-                    lat += tp->links[rt[k] / 2].latency_ns;
+                e->route[L] = r->rt;
+                e->route_len[L] = F > 1 ? r->flen : r->len;
+                if (F > 1) off[L] = r->off;
+                double lat = r->lat;
                 /* a collective's step: NCCL's own latency, where more,
                  * and on CPU cores the fold after it */
                 if (t->lat_ns > lat) lat = t->lat_ns;
                 lat += t->fold_ns;
                 if ((int64_t)llround(lat) > e->lat_ns[i])
                     e->lat_ns[i] = (int64_t)llround(lat);
-                if (F == 1) continue;
-                int flen = 0;
-                for (int k = 0; k < len; k++) flen += c->fold_mult[rt[k]];
-                if (used + (size_t)flen > capr) {
-                    capr = 2 * (used + (size_t)flen) + 64;
-                    e->fold_routes = util_realloc(e->fold_routes,
-                                                  sizeof(int) * capr);
-                }
-                off[L] = used;
-                for (int k = 0; k < len; k++)
-                    for (int x = 0; x < c->fold_mult[rt[k]]; x++)
-                        e->fold_routes[used++] = c->fold_rep[rt[k]];
-                e->route_len[L] = flen;
             }
         }
+        free(memo.m);
         if (F > 1)
             for (size_t L = 0; L < NL; L++)
                 if (e->route[L]) e->route[L] = e->fold_routes + off[L];
