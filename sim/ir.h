@@ -259,6 +259,8 @@ int sim_lower(sim_ir *ir, const sim_costs *c, util_err *e);
  * one device. Then a dry run in list order finds deadlocks and names the
  * stuck tasks (device, kind, stage, microbatch). */
 int sim_validate(const sim_ir *ir, util_err *e);
+/* The same without the dry run. */
+int sim_validate_rules(const sim_ir *ir, util_err *e);
 
 /* ===================================================================== *
  * Costs: what one stage task costs, precomputed                         *
@@ -824,6 +826,9 @@ typedef struct sim_sched_opts {
     int split_bw;       /* emit B and W separately (zero-bubble family) */
     int n_minibatches;  /* async schedules: minibatches simulated (>= 3;
                          * the first and last are start-up and drain) */
+    int no_dry_run;     /* validate the rules only, not by a dry run: for
+                         * an IR the engine then runs to its end, which
+                         * finds a deadlock itself (the planner's) */
 } sim_sched_opts;
 
 /* Checks the options against the schedule (microbatch count, stage count,

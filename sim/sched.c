@@ -268,6 +268,9 @@ void sim_add_async_updates(sim_ir *ir)
     free(opt_after);
 }
 
+static int schedule_finish(sim_ir *ir, const sim_costs *c, int dry,
+                           util_err *e);
+
 sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
                      util_err *e)
 {
@@ -306,7 +309,7 @@ sim_ir *sim_schedule(const sim_sched_opts *o, const sim_costs *c,
         break;
     }
     (void)K;
-    if (!rc) rc = sim_schedule_finish(ir, c, e);
+    if (!rc) rc = schedule_finish(ir, c, !o->no_dry_run, e);
     if (rc) {
         sim_ir_free(ir);
         return NULL;
@@ -380,7 +383,8 @@ static void replicate(sim_ir *ir, const sim_costs *c)
         }
 }
 
-int sim_schedule_finish(sim_ir *ir, const sim_costs *c, util_err *e)
+static int schedule_finish(sim_ir *ir, const sim_costs *c, int dry,
+                           util_err *e)
 {
     replicate(ir, c);
     /* offloaded, the host's CPU steps the optimizer (sim_add_offload) */
@@ -393,7 +397,12 @@ int sim_schedule_finish(sim_ir *ir, const sim_costs *c, util_err *e)
         if (c->offload) sim_add_offload(ir, c);
         if (c->stage_tiers) sim_add_stage_tiers(ir, c);
         sim_ir_finish(ir);
-        rc = sim_validate(ir, e);
+        rc = dry ? sim_validate(ir, e) : sim_validate_rules(ir, e);
     }
     return rc;
+}
+
+int sim_schedule_finish(sim_ir *ir, const sim_costs *c, util_err *e)
+{
+    return schedule_finish(ir, c, 1, e);
 }

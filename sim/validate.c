@@ -211,3 +211,9 @@ int sim_validate(const sim_ir *ir, util_err *e)
     if (check_rules(ir, e)) return -1;
     return dry_run(ir, e);
 }
+
+int sim_validate_rules(const sim_ir *ir, util_err *e)
+{
+    UTIL_NEVER(!ir->finished);
+    return check_rules(ir, e);
+}
