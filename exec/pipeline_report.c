@@ -464,8 +464,8 @@ typedef struct tiers_cmp {
  * timing (how many fetches from the drives are in flight at once, which
  * steps overlap), so this says whether the memory is the model's where
  * the timing is not the simulation's: the plan's drives or host faster
- * than this machine's. -1 where a step has a tier task that did not run
- * (a stopped run). */
+ * than this machine's. -1 where a step has any task that did not run (a
+ * stopped run). */
 static double host_counted(const exec_pipe_result *r)
 {
     if (!r->times || r->epochs < 1 || !r->costs) return -1;

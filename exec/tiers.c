@@ -243,11 +243,13 @@ static void host_free_pinned(exec_tiers *t, float **p, size_t n)
  * pool holds one a stage, their sum (a best fit let a smaller stage take
  * a larger buffer that a later one then lacked: the pool grew by a
  * buffer). Fuyou's steps hold a few at once: the smallest large enough
- * and at most an eighth larger (once warm, the pool holds about what
- * the steps hold at once at their most). Without that bound a layer's
- * stage took the head's idle buffer, four times its size, and the
- * embedding's stage, coming while the layer's step ran, made a second
- * one: 123 MiB over the count for GPT-2's widths, in one run of three. */
+ * and at most twice the size (once warm, the pool holds about what the
+ * steps hold at once at their most). Without that bound a layer's stage
+ * took the head's idle buffer, five times its size, and the embedding's
+ * stage, coming while the layer's step ran, made a second one: 123 MiB
+ * over the count for GPT-2's widths, in one run of three; with a bound
+ * of an eighth, T5's and BERT's stages of near sizes made buffers of
+ * their own (9-12% over). */
 static float *grad_get(exec_tiers *t, size_t n)
 {
     int exact = t->sched != SIM_SCHED_FUYOU;
@@ -256,7 +258,7 @@ static float *grad_get(exec_tiers *t, size_t n)
     for (int k = 0; k < t->n_gb; k++)
         if (t->gb[k].idle &&
             (exact ? t->gb[k].n == n
-                   : t->gb[k].n >= n && t->gb[k].n - n <= n / 8) &&
+                   : t->gb[k].n >= n && t->gb[k].n - n <= n) &&
             (best < 0 || t->gb[k].n < t->gb[best].n))
             best = k;
     float *p = NULL;

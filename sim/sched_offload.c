@@ -925,10 +925,11 @@ static void tier_use(const sim_ir *ir, const sim_result *r,
             /* Fuyou's tied table: each other holder's piece of its
              * gradient (the head's, a T5's decoder embedding's) waits
              * from its step for the first stage's, which sums and steps
-             * the table */
-            if (c->tied_keep32 > 0 && c->stage[t->stage].tied_holder)
-                gv[ng++] = (tev){b, t->stage ? c->tied_table32
-                                             : -c->tied_keep32, 0};
+             * the table, in a buffer of its own made at its first step
+             * and kept (no gradient's buffer: below) */
+            if (cold && c->tied_keep32 > 0 && t->stage &&
+                c->stage[t->stage].tied_holder)
+                ev[n++] = (tev){b, c->tied_table32, 0};
         }
     }
     free(seen);
@@ -945,7 +946,7 @@ static void tier_use(const sim_ir *ir, const sim_result *r,
     }
     free(gv);
     u->grad_most = g_most;
-    if (!cold) u->host_resident += g_most + transit;
+    if (!cold) u->host_resident += g_most + transit + c->tied_keep32;
     else if (transit > 0) ev[n++] = (tev){t_transit, transit, 0};
     qsort(ev, (size_t)n, sizeof *ev, tev_cmp);
     u->n = n + 1;
