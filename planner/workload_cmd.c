@@ -144,6 +144,9 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
                 return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': expected a "
                                  "positive number%s", a, v,
                                  x > 1e15 ? " up to 1e15" : "");
+            if (a[2] != 'e' && x != floor(x))
+                return util_errf(e, UTIL_EXIT_USAGE, "%s '%s': a whole "
+                                 "number of samples", a, v);
             if (a[2] == 's') c->samples = x;
             else if (a[2] == 'd') c->dataset = x;
             else c->epochs = x;

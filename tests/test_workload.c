@@ -562,6 +562,12 @@ Test(workload, spec_files_beside_the_workload)
     cli_expect(2, "field 'jobs[0].epochs': 0.5 epochs of 3 samples are 1.5",
                "plan --hw rtx2080ti x2 --workload %s", wl);
     bad("--models gpt-tiny x2 --epochs 0.5 --samples 3", "are 1.5 samples");
+    /* --samples and --dataset-samples are counted, as the file's are (a
+     * fraction was rounded to the nearest sample) */
+    bad("--models gpt-tiny x2 --samples 100.7",
+        "--samples '100.7': a whole number of samples");
+    bad("--models gpt-tiny x2 --epochs 2 --dataset-samples 50.5",
+        "--dataset-samples '50.5': a whole number of samples");
     /* whole but for the product's rounding */
     cli_expect(0, "makespan", "plan --hw rtx2080ti x2 --models gpt-tiny x2 "
                "--epochs 2.3 --dataset-samples 100 --batch 2");
