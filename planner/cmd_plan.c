@@ -118,6 +118,17 @@ typedef struct cmd {
     prof_hw_opts ho;
 } cmd;
 
+/* Whether schedule mask `mask` (0: all) names one that keeps the model
+ * states on the GPUs: only then does an offload plan's winning say that
+ * nothing fits without offloading. */
+static int searched_on_gpu(unsigned mask)
+{
+    for (int s = 0; s < SIM_SCHED_COUNT; s++)
+        if ((!mask || (mask >> s & 1u)) && !sim_sched_offload((sim_sched)s))
+            return 1;
+    return 0;
+}
+
 /* --finetune auto: full training, then LoRA at rank 16 (the QLoRA paper's
  * rank for its 7B-65B runs) on LoRA's default targets, then QLoRA at the
  * same rank on every linear. Without --finetune the same list is planned
@@ -1097,7 +1108,8 @@ static int one(cmd *c, util_err *e)
                            "refuses instead)\n\n", tr[0].r.advice,
                            ft_str(&tr[best].ft, md, sizeof md));
                 }
-                if (c->fallback && best == 0 && sim_sched_offload(p->sched))
+                if (c->fallback && best == 0 && sim_sched_offload(p->sched) &&
+                    searched_on_gpu(c->po.sched_mask))
                     printf("full fine-tuning fits only with its model states "
                            "offloaded to the host; --finetune auto also plans "
                            "LoRA and QLoRA (adapters train, on the GPU)\n\n");

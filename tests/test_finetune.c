@@ -278,6 +278,21 @@ Test(finetune, plan_file)
     test_rm_rf(dir);
 }
 
+/* With --schedule naming only offload schedules, an offload plan wins
+ * whatever fits the GPU: the answer does not claim full fine-tuning fits
+ * only offloaded (it did for gpt-mini, a few MiB of states). */
+Test(finetune, offload_only_search_claims_nothing_of_the_gpu)
+{
+    cli_result r = cli_run("plan --hw rtx4090 x1 --host-mem 64G --nvme 1 "
+                           "--model gpt-mini --schedule fuyou,zero-offload "
+                           "--no-progress");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "chosen: fuyou"), "%s", r.out);
+    cr_expect(!strstr(r.out, "fits only with its model states"), "%s",
+              r.out);
+    cli_result_free(&r);
+}
+
 /* Llama 2 7B on one RTX 4090: full training needs about 100 GiB; the
  * planner says so and falls back to LoRA, which fits; --finetune full
  * refuses and points at the modes; auto plans all three and picks the
