@@ -517,6 +517,27 @@ int exec_wl_main(int argc, char **argv)
         fprintf(stderr, "sluice exec: the pipeline baseline is left out: it "
                 "trains with AdamW and the workload has SGD jobs\n");
     }
+    /* nor where a job has no pipeline plan on these devices (a batch
+     * that splits over no layout of them): the sharded policies run */
+    int pipe = 0;
+    for (int i = 0; i < c.n_pol; i++) pipe |= c.pol[i] == EXEC_WL_PIPELINE;
+    if (pipe && c.pol_default) {
+        util_err pe = {0};
+        int pk = exec_wl_pipe_plannable(W, &pe);
+        if (pk < 0) {
+            e = pe;
+            rc = -1;
+            goto out;
+        }
+        if (pk > 0) {
+            int k = 0;
+            for (int i = 0; i < c.n_pol; i++)
+                if (c.pol[i] != EXEC_WL_PIPELINE) c.pol[k++] = c.pol[i];
+            c.n_pol = k;
+            fprintf(stderr, "sluice exec: the pipeline baseline is left out: "
+                    "%s\n", pe.msg);
+        }
+    }
     if (!c.json) {
         char b[32];
         printf("sluice exec: workload %s, %d jobs on %d CPU device%s of %s; "

@@ -931,6 +931,9 @@ void exec_wl_free(exec_wl *w);
  * sequence length and steps. */
 int exec_wl_jobs(const exec_wl *w);
 int exec_wl_job_sgd(const exec_wl *w, int j);   /* 1: SGD, 0: AdamW */
+/* Whether every job has a pipeline baseline plan on the devices: 0
+ * yes; 1 a job has none that fits (e says which and why); -1 an error. */
+int exec_wl_pipe_plannable(exec_wl *w, util_err *e);
 void exec_wl_job_info(const exec_wl *w, int j, const char **name,
                       const char **model, int *k, const int **first,
                       int *B, int *T, int *steps);

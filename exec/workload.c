@@ -951,6 +951,15 @@ static const plan_alt *pipe_plan(exec_wl *W, wl_job *J, util_err *e)
     return &J->pipe.alt[J->pipe.best];
 }
 
+int exec_wl_pipe_plannable(exec_wl *W, util_err *e)
+{
+    for (int j = 0; j < W->n; j++) {
+        wl_job *J = &W->job[j];
+        if (!pipe_plan(W, J, e)) return J->pipe_done && !J->pipe.found ? 1 : -1;
+    }
+    return 0;
+}
+
 /* The simulated run: the planner's scheduler over the same cut, with the
  * CPU profile's times. */
 static void predict(exec_wl *W, exec_wl_policy p, exec_wl_result *r)

@@ -447,6 +447,27 @@ Test(exec_workload, errors_name_the_file_line_and_field)
                "w.json --hw cpu x2 --trace /nonexistent/t.json");
 }
 
+/* A job with no pipeline plan on the devices (gpt-pico's batch of 8
+ * splits over no layout of 9) leaves the pipeline baseline out, as SGD
+ * jobs do, and the sharded policies run; asked for by name, it is an
+ * error (the whole run stopped with exit 2 at the baseline). */
+Test(exec_workload, a_job_no_pipeline_fits_leaves_the_baseline_out)
+{
+    const char *w = "tests/data/workload/exec-tiny.json";
+    cli_result r = cli_run("exec --workload %s --hw cpu x9 --steps 1 "
+                           "--mem-per-device 16M", w);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.err, "the pipeline baseline is left out: "), "%s",
+              r.err);
+    cr_expect(strstr(r.err, "field 'jobs[2]': no pipeline plan of"), "%s",
+              r.err);
+    cr_expect(strstr(r.out, "\n  hydra "), "%s", r.out);
+    cr_expect(!strstr(r.out, "\n  pipeline "), "%s", r.out);
+    cli_result_free(&r);
+    cli_expect(2, "no pipeline plan of", "exec --workload %s --hw cpu x9 "
+               "--steps 1 --mem-per-device 16M --policy pipeline", w);
+}
+
 Test(exec_workload, json_and_trace)
 {
     char *dir = test_tmpdir();
