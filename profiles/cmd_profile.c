@@ -345,6 +345,18 @@ static int cmd_show(int argc, char **argv)
 
 static int cmd_validate(int argc, char **argv)
 {
+    /* options first, before any file is checked: a --json or --help
+     * was opened as a file after the files before it were reported */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (argv[i][0] == '-' && argv[i][1])
+            return bad("validate: unknown option '%s' (it takes files "
+                       "only; name a file beginning with '-' as ./-FILE)",
+                       argv[i]);
+    }
     if (argc < 2) return bad("validate: name at least one file%s", "");
     int rc = 0;
     for (int i = 1; i < argc; i++) {

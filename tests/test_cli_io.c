@@ -518,3 +518,18 @@ Test(cli_io, validate_names_plans_and_workloads)
                "--hw ... --workload tests/data/workload/tiny.json`",
                "profile validate tests/data/workload/tiny.json");
 }
+
+/* `profile validate` takes files only: an option is refused before any
+ * file is checked (--json was reported "cannot open" after the files
+ * before it had been called valid, --help was opened as a file) */
+Test(cli_io, validate_refuses_options)
+{
+    cli_result r = cli_run("profile validate profiles/hw/example-desktop.json "
+                           "--json");
+    cr_expect_eq(r.code, 2);
+    cr_expect_str_eq(r.out, "");
+    cr_expect(strstr(r.err, "validate: unknown option '--json'"), "%s",
+              r.err);
+    cli_result_free(&r);
+    cli_expect(0, "usage: sluice profile", "profile validate --help");
+}
