@@ -264,8 +264,12 @@ static int cmd_show(int argc, char **argv)
             if (!hw_n) return bad("show: --hw needs a GPU type and count, e.g. "
                                   "--hw rtx2080ti x8%s", "");
         } else if (!strcmp(a, "--seq")) {
-            if (!v || util_parse_int(v, 1, 1 << 20, &n))
-                return bad("show: --seq needs a positive integer, got '%s'", v ? v : "");
+            if (!v || util_parse_int(v, 1, PROF_MAX_SEQ, &n)) {
+                char m[160];
+                snprintf(m, sizeof m, "'%.100s': expected a token count in "
+                         "[1, %d]", v ? v : "", PROF_MAX_SEQ);
+                return bad("show: --seq %s", m);
+            }
             seq = n;
             i++;
         } else if (!strcmp(a, "--finetune")) {

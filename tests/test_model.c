@@ -311,6 +311,11 @@ Test(model, profile_show_prints_table_and_json)
     r = cli_run("profile show gpt2-xl --seq 4096");
     cr_expect_eq(r.code, 2);
     cli_result_free(&r);
+    /* --seq takes what sim and plan take, and says the range (it stopped
+     * at 2^20 with 'needs a positive integer' for 2000000) */
+    cli_expect(0, "head", "profile show llama-tiny --seq 2000000");
+    cli_expect(2, "--seq '16777217': expected a token count in [1, "
+               "16777216]", "profile show llama-tiny --seq 16777217");
 }
 
 /* Roles are set by the builder, in the graph's order: a GPT layer is
