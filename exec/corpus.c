@@ -45,7 +45,8 @@ int exec_corpus_load(exec_corpus *c, const char *path, int T, util_err *e)
         return util_errf(e, UTIL_EXIT_USAGE,
                          "corpus %s: %zu bytes is too short for sequences of "
                          "%d tokens (needs at least %zu bytes: ten blocks of "
-                         "%zu, one in ten held out for validation)",
+                         "%zu, one in ten held out for validation): give "
+                         "a longer text with --data FILE",
                          path, len, T, need, bs);
     }
     snprintf(c->path, sizeof c->path, "%s", path);

@@ -445,6 +445,19 @@ Test(exec_workload, errors_name_the_file_line_and_field)
                "t.json");
     cli_expect(2, "--trace '/nonexistent/t.json': folder", "exec --workload "
                "w.json --hw cpu x2 --trace /nonexistent/t.json");
+    /* a corpus too short names the flag that gives another */
+    char *dir = test_tmpdir();
+    char *txt = write_file(dir, "short.txt", "too short to train on\n");
+    char *wf = write_file(dir, "w.json", "{\"jobs\": [{\"model\": "
+                          "\"gpt-tiny\", \"batch\": 2, \"samples\": 2}]}\n");
+    cli_expect(2, "short.txt: 22 bytes is too short for sequences of 64 "
+               "tokens (needs at least 10240 bytes: ten blocks of 1024, one "
+               "in ten held out for validation): give a longer text with "
+               "--data FILE", "exec --workload %s --hw cpu x2 --data %s", wf,
+               txt);
+    free(txt);
+    free(wf);
+    test_rm_rf(dir);
 }
 
 /* A job with no pipeline plan on the devices (gpt-pico's batch of 8
