@@ -131,7 +131,8 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
         } else if (!strcmp(a, "--steps")) {
             if (util_parse_int(v, 1, 100000000, &n))
                 return util_errf(e, UTIL_EXIT_USAGE, "--steps '%s': expected "
-                                 "a positive integer", v);
+                                 "a whole number of steps in [1, 100000000]",
+                                 v);
             o->steps = (int)n;
         } else if (!strcmp(a, "--mem-per-device")) {
             if (util_parse_size(v, &o->mem_bytes) || !(o->mem_bytes > 0))
@@ -540,10 +541,10 @@ int exec_wl_main(int argc, char **argv)
     }
     if (!c.json) {
         char b[32];
-        printf("sluice exec: workload %s, %d jobs on %d CPU device%s of %s; "
+        printf("sluice exec: workload %s, %d job%s on %d CPU device%s of %s; "
                "AdamW (SGD where a job says) lr %.2e, clip %g, seed %llu\n",
-               c.o.workload,
-               exec_wl_jobs(W), c.o.devices, c.o.devices > 1 ? "s" : "",
+               c.o.workload, exec_wl_jobs(W), exec_wl_jobs(W) > 1 ? "s" : "",
+               c.o.devices, c.o.devices > 1 ? "s" : "",
                util_fmt_bytes(c.o.mem_bytes, b, sizeof b),
                c.o.adamw.lr, (double)c.o.adamw.clip,
                (unsigned long long)c.o.seed);

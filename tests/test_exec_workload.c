@@ -445,6 +445,12 @@ Test(exec_workload, errors_name_the_file_line_and_field)
                "t.json");
     cli_expect(2, "--trace '/nonexistent/t.json': folder", "exec --workload "
                "w.json --hw cpu x2 --trace /nonexistent/t.json");
+    /* a count past the limit says the limit (it said 'expected a positive
+     * integer' of 1000000000) */
+    expect_wl(2, "--steps '1000000000': expected a whole number of steps "
+              "in [1, 100000000]",
+              "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 2}]}\n",
+              "--steps 1000000000");
     /* a corpus too short names the flag that gives another */
     char *dir = test_tmpdir();
     char *txt = write_file(dir, "short.txt", "too short to train on\n");
@@ -455,6 +461,12 @@ Test(exec_workload, errors_name_the_file_line_and_field)
                "in ten held out for validation): give a longer text with "
                "--data FILE", "exec --workload %s --hw cpu x2 --data %s", wf,
                txt);
+    /* one job is one job (it said '1 jobs') */
+    cli_result r = cli_run("exec --workload %s --hw cpu x2 --steps 1 "
+                           "--policy hydra", wf);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "w.json, 1 job on 2 CPU devices"), "%s", r.out);
+    cli_result_free(&r);
     free(txt);
     free(wf);
     test_rm_rf(dir);
