@@ -280,6 +280,20 @@ static json_t *dvec(const double *v, int n)
     return a;
 }
 
+
+/* The most any device held in a policy's run, and which (device 0 was
+ * printed: 0 B where the policy left device 0 idle). */
+static const char *peak_most(const exec_wl_result *r, int nd, char *buf,
+                             size_t cap)
+{
+    int g = 0;
+    for (int d = 1; d < nd; d++)
+        if (r->dev_peak_bytes[d] > r->dev_peak_bytes[g]) g = d;
+    char b[32];
+    snprintf(buf, cap, "%s (device %d)",
+             util_fmt_bytes(r->dev_peak_bytes[g], b, sizeof b), g);
+    return buf;
+}
 static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
                   int n, util_err *e)
 {
@@ -432,8 +446,7 @@ static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
                     printf(" %.0f%%", r->makespan_s > 0
                                           ? 100 * r->busy_s[g] / r->makespan_s
                                           : 0);
-                printf("; device peak %s\n",
-                       util_fmt_bytes(r->dev_peak_bytes[0], b1, sizeof b1));
+                printf("; device peak %s\n", peak_most(r, nd, b1, sizeof b1));
                 for (int j = 0; j < nj; j++)
                     printf("    %-14s %s\n", r->job[j].name, r->job[j].plan);
                 continue;
@@ -442,7 +455,7 @@ static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
             for (int g = 0; g < nd; g++)
                 printf(" %.0f%%", r->makespan_s > 0 ? 100 * r->busy_s[g] / r->makespan_s : 0);
             printf("; device peak %s; simulated host peak %s, copies %s\n",
-                   util_fmt_bytes(r->dev_peak_bytes[0], b1, sizeof b1),
+                   peak_most(r, nd, b1, sizeof b1),
                    util_fmt_bytes(r->predicted_host_peak_bytes, b2, sizeof b2),
                    util_fmt_bytes(r->predicted_copy_bytes, b4, sizeof b4));
         }

@@ -488,6 +488,10 @@ Test(exec_workload, a_job_no_pipeline_fits_leaves_the_baseline_out)
               r.err);
     cr_expect(strstr(r.out, "\n  hydra "), "%s", r.out);
     cr_expect(!strstr(r.out, "\n  pipeline "), "%s", r.out);
+    /* each policy's device peak is its devices' most, and says which
+     * (device 0's was printed: 0 B where a policy left it idle) */
+    cr_expect(strstr(r.out, "; device peak ") && strstr(r.out, " (device ") &&
+                  !strstr(r.out, "device peak 0 B"), "%s", r.out);
     cli_result_free(&r);
     cli_expect(2, "no pipeline plan of", "exec --workload %s --hw cpu x9 "
                "--steps 1 --mem-per-device 16M --policy pipeline", w);
