@@ -858,11 +858,10 @@ static int run(wcmd *c, util_err *e)
         char nb[32], hb[32], mb[32];
         p->feasible = 0;
         p->host_short = 1;
+        util_fmt_bytes2(p->host_peak_bytes, nb, hosttot, hb, sizeof nb);
         snprintf(p->note, sizeof p->note, "host DRAM: needs %s, %s %s "
-                 "(%s missing; %s)",
-                 util_fmt_bytes(p->host_peak_bytes, nb, sizeof nb),
-                 nsrv > 1 ? "the servers have" : "the server has",
-                 util_fmt_bytes(hosttot, hb, sizeof hb),
+                 "(%s missing; %s)", nb,
+                 nsrv > 1 ? "the servers have" : "the server has", hb,
                  util_fmt_bytes(p->host_peak_bytes - hosttot, mb, sizeof mb),
                  prof_topo_more_dram(t));
     }

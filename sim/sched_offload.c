@@ -537,13 +537,13 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     }
     char need[32], have[32], miss[32];
     if (c->host_bytes > c->host_cap) {
+        util_fmt_bytes2(c->host_bytes, need, c->host_cap, have, sizeof need);
         util_errf(e, UTIL_EXIT_USAGE, "schedule %s: host DRAM cannot "
                          "hold what the %s tier needs there%s: %s, the server "
                          "has %s (%s missing in DRAM; %s%s%s)", pol,
                          sim_tier_name(tier), c->act_swap_bytes > 0
                          ? " with the swapped activations" : "",
-                         util_fmt_bytes(c->host_bytes, need, sizeof need),
-                         util_fmt_bytes(c->host_cap, have, sizeof have),
+                         need, have,
                          util_fmt_bytes(c->host_bytes - c->host_cap, miss,
                                         sizeof miss),
                          prof_topo_more_dram(t),
@@ -557,14 +557,13 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
         return sim_err_lacks(e, SIM_TIER_DRAM, c->host_bytes, c->host_cap);
     }
     if (c->nvme_bytes > c->nvme_cap) {
+        util_fmt_bytes2(c->nvme_bytes, need, c->nvme_cap, have, sizeof need);
         util_errf(e, UTIL_EXIT_USAGE, "schedule %s: the NVMe drives "
                          "cannot hold the model states%s: %s, %d drive(s) "
                          "hold %s (%s missing on NVMe; %s)", pol,
                          c->act_tier == SIM_TIER_NVME
                          ? " and the swapped activations" : "",
-                         util_fmt_bytes(c->nvme_bytes, need, sizeof need),
-                         c->n_drives,
-                         util_fmt_bytes(c->nvme_cap, have, sizeof have),
+                         need, c->n_drives, have,
                          util_fmt_bytes(c->nvme_bytes - c->nvme_cap, miss,
                                         sizeof miss),
                          prof_topo_more_drives(t));

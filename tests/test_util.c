@@ -35,6 +35,26 @@ Test(util, parse_size)
     cr_assert_eq(x, -1.5e-3);
 }
 
+/* Two sizes that differ are never said alike: "needs 21.83 TiB, the
+ * drives hold 21.83 TiB (103.23 MiB missing)" read as a contradiction */
+Test(util, fmt_bytes2_tells_sizes_apart)
+{
+    char a[32], b[32];
+    util_fmt_bytes2(21.828e12 * 1.0995116, a, 21.828e12 * 1.0995116 -
+                    103.23 * 1048576, b, sizeof a);
+    cr_expect(strcmp(a, b), "%s against %s", a, b);
+    util_fmt_bytes2(3.0 * 1073741824, a, 2.0 * 1073741824, b, sizeof a);
+    cr_expect_str_eq(a, "3.00 GiB");
+    cr_expect_str_eq(b, "2.00 GiB");
+    util_fmt_bytes2(2.0 * 1073741824, a, 2.0 * 1073741824, b, sizeof a);
+    cr_expect_str_eq(a, "2.00 GiB");
+    cr_expect_str_eq(b, "2.00 GiB");
+    util_fmt_bytes2(2.0 * 1073741824 + 1585446, a, 2.0 * 1073741824, b,
+                    sizeof a);
+    cr_expect_str_eq(a, "2.001 GiB");
+    cr_expect_str_eq(b, "2.000 GiB");
+}
+
 Test(util, closest)
 {
     const char *names[] = {"rtx2080ti", "rtx3090", "rtx4090", "h100-sxm"};

@@ -196,7 +196,15 @@ int util_parse_size(const char *s, double *bytes)
     return 0;
 }
 
+static void fmt_bytes_prec(double b, int prec, char *buf, size_t n);
+
 char *util_fmt_bytes(double b, char *buf, size_t n)
+{
+    fmt_bytes_prec(b, 2, buf, n);
+    return buf;
+}
+
+static void fmt_bytes_prec(double b, int prec, char *buf, size_t n)
 {
     const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     int i = 0;
@@ -204,8 +212,16 @@ char *util_fmt_bytes(double b, char *buf, size_t n)
     while (v >= 1024 && i < 5) { v /= 1024; i++; }
     if (b < 0) v = -v;
     if (i == 0) snprintf(buf, n, "%.0f B", v);
-    else snprintf(buf, n, "%.2f %s", v, u[i]);
-    return buf;
+    else snprintf(buf, n, "%.*f %s", prec, v, u[i]);
+}
+
+void util_fmt_bytes2(double a, char *ba, double b, char *bb, size_t n)
+{
+    for (int prec = 2; prec <= 6; prec++) {
+        fmt_bytes_prec(a, prec, ba, n);
+        fmt_bytes_prec(b, prec, bb, n);
+        if (a == b || strcmp(ba, bb)) return;
+    }
 }
 
 char *util_fmt_bw(double bps, char *buf, size_t n)

@@ -66,6 +66,10 @@ int util_parse_double(const char *s, double *out);
 
 /* Formats bytes as "10.75 GiB" into buf; returns buf. */
 char *util_fmt_bytes(double bytes, char *buf, size_t n);
+/* Two sizes as util_fmt_bytes gives them, with more decimals (up to six)
+ * where two would say two different sizes alike ("needs 21.83 TiB, the
+ * drives hold 21.83 TiB"). */
+void util_fmt_bytes2(double a, char *ba, double b, char *bb, size_t n);
 /* Formats a rate in bytes/s as "12.0 GB/s" (decimal, as datasheets do). */
 char *util_fmt_bw(double bytes_per_s, char *buf, size_t n);
 /* Formats a count with a metric suffix: 2.85B, 335.1M, 12.3k. */
