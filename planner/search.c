@@ -604,8 +604,9 @@ static int check_request(search *s, util_err *e)
                          "nothing of %s's %.2f GiB", r->reserve_bytes / 1073741824.0,
                          g->name, g->mem_bytes / 1073741824.0);
     if (o->pp > n)
-        return util_errf(e, UTIL_EXIT_USAGE, "--pp %d but %s has %d GPUs",
-                         o->pp, t->name, n);
+        return util_errf(e, UTIL_EXIT_USAGE, "--pp %d but %s has %d %s%s",
+                         o->pp, t->name, n, prof_topo_unit(t),
+                         n == 1 ? "" : "s");
     const char *flag[] = {"--pp", "--dp", "--tp"};
     int want[] = {o->pp, o->dp, o->tp};
     for (int i = 0; i < 3; i++)

@@ -46,6 +46,11 @@ static int parse_sizes(const char *s, double *out, util_err *e)
                              "expected up to %d sizes with their units, "
                              "comma-separated, each at most 1024T, e.g. "
                              "128G,256G,512G,768G", s, MAX_SIZES);
+        for (int k = 0; k < n; k++)
+            if (out[k] == v)
+                return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem "
+                                 "'%s': '%s' names a size given before (its "
+                                 "rows would repeat)", s, t);
         out[n++] = v;
     }
     if (!n)

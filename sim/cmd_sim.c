@@ -651,8 +651,9 @@ static int run(int argc, char **argv, util_err *e)
         if (sim_plan_gpus(&p) > tp->n_gpus) {
             const char *u = prof_topo_unit(tp);     /* GPU or device */
             util_errf(e, UTIL_EXIT_USAGE, "--dp %d x --pp %d x --tp %d = %ld "
-                      "%ss but %s has %d %ss", p.dp, p.pp, p.tp,
-                      sim_plan_gpus(&p), u, tp->name, tp->n_gpus, u);
+                      "%ss but %s has %d %s%s", p.dp, p.pp, p.tp,
+                      sim_plan_gpus(&p), u, tp->name, tp->n_gpus, u,
+                      tp->n_gpus == 1 ? "" : "s");
             goto out;
         }
         /* on the command line, a pipeline on part of a server is asked

@@ -657,6 +657,16 @@ Test(sim_offload, tiers_that_cannot_hold_the_states)
                "--host-mem 1K");
     cli_expect(2, "--sweep-host-mem '128G,,256G': expected", "plan --hw "
                "rtx4090 x1 --model gpt2 --sweep-host-mem 128G,,256G");
+    /* a size twice, however written: its rows would repeat */
+    cli_expect(2, "--sweep-host-mem '1G,1024M': '1024M' names a size given "
+               "before", "plan --hw rtx4090 x1 --model gpt2 "
+               "--sweep-host-mem 1G,1024M");
+    /* one GPU is not plural */
+    cli_expect(2, "--pp 2 but 1x rtx4090, desktop, PCIe 4.0 has 1 GPU\n",
+               "plan --hw rtx4090 x1 --model gpt2 --pp 2");
+    cli_expect(2, "= 2 GPUs but 1x rtx4090, desktop, PCIe 4.0 has 1 GPU\n",
+               "sim --hw rtx4090 x1 --model gpt2 --schedule 1f1b --pp 2 "
+               "--mbs 1 --microbatches 2");
     cli_expect(2, "leave out --host-mem", "plan --hw rtx4090 x1 --model "
                "gpt2 --sweep-host-mem 64G --host-mem 32G");
     /* nothing fits, and no split says how much: said whole (it was cut
