@@ -177,6 +177,13 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
                                   "--nvme", "--gpus-per-server", "--pcie-gen",
                                   "--no-progress"};
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
+            /* a workload's answer is no plan file: what --out would have
+             * written is --json's, to stdout */
+            if (!strcmp(a, "--out"))
+                return util_errf(e, UTIL_EXIT_USAGE, "unknown option '--out' "
+                                 "for a workload: its answer is no plan file; "
+                                 "--json prints it as JSON (redirect it to "
+                                 "a file), --plot and --trace draw it");
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s' for a "
                              "workload%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",

@@ -564,6 +564,9 @@ Test(workload, spec_files_beside_the_workload)
     bad("--models gpt-tiny x2 --epochs 0.5 --samples 3", "are 1.5 samples");
     /* --samples and --dataset-samples are counted, as the file's are (a
      * fraction was rounded to the nearest sample) */
+    bad("--models gpt-tiny x2 --samples 100 --out plan.json",
+        "unknown option '--out' for a workload: its answer is no plan "
+        "file; --json prints it");
     bad("--models gpt-tiny x2 --samples 100.7",
         "--samples '100.7': a whole number of samples");
     bad("--models gpt-tiny x2 --epochs 2 --dataset-samples 50.5",
