@@ -202,6 +202,8 @@ Test(exec_cli, steps_0_evaluates)
 
 Test(exec_cli, bad_input_exit_2)
 {
+    cli_expect(2, "--mem-budget '4096': expected a size with its unit",
+               "exec --model gpt-tiny --mem-budget 4096 --steps 1");
     cli_result r = cli_run("exec --model gpt-tiny --mem-budget 1M --steps 1");
     cr_assert_eq(r.code, 2);
     cr_assert(strstr(r.err, "needs") && strstr(r.err, "MiB") &&

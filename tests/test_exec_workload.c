@@ -447,6 +447,10 @@ Test(exec_workload, errors_name_the_file_line_and_field)
                "w.json --hw cpu x2 --trace /nonexistent/t.json");
     /* a count past the limit says the limit (it said 'expected a positive
      * integer' of 1000000000) */
+    /* a size says its unit: a bare number is bytes (16 was 16 bytes) */
+    expect_wl(2, "--mem-per-device '16': expected a size with its unit",
+              "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, "
+              "\"samples\": 2}]}\n", "--mem-per-device 16");
     expect_wl(2, "--steps '1000000000': expected a whole number of steps "
               "in [1, 100000000]",
               "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 2}]}\n",
