@@ -568,7 +568,7 @@ static void stier_lines(const exec_pipe_result *r, const meas *m,
             "(simulated)\n");
     util_table *tb = util_table_new(7);
     const char *hd[] = {"stage", "tier", "gradient out", "CPU AdamW",
-                        "drives", "weights in", "in all"};
+                        "drives", "weights in", "span"};
     for (int i = 0; i < 7; i++) util_table_col(tb, i, hd[i], i > 1 ? 'r' : 'l');
     for (int s = 0; s < c->n_model_stages; s++) {
         if (!c->stage[s].state_tier) continue;
@@ -592,6 +592,9 @@ static void stier_lines(const exec_pipe_result *r, const meas *m,
     }
     util_table_print(tb, f, "  ");
     util_table_free(tb);
+    fprintf(f, "  span: from the gradient's copy out to the end of the "
+            "last part; the parts overlap, and the drives read ahead, "
+            "before it\n");
     double sim = 0, n = r->steps_run > 0 ? r->steps_run : 1;
     for (int id = 0; id < r->ir->n_tasks; id++)
         if (sim_kind_nvme(r->ir->tasks[id].kind))
