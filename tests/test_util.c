@@ -78,6 +78,20 @@ Test(util, json_locate)
     cr_assert_eq(l, 0);
 }
 
+/* A NUL in a string is said as what the text holds, not by the parser's
+ * flag (it read "not allowed without JSON_ALLOW_NUL") */
+Test(util, json_nul_in_a_string_is_named)
+{
+    util_jdoc d;
+    util_err e = {0};
+    cr_assert_eq(util_jdoc_load(&d, "w.json", "{\"name\": \"a\\u0000b\"}",
+                                &e), -1);
+    cr_expect_str_eq(e.msg, "w.json:1:19: malformed JSON: a string holds "
+                     "\\u0000 (a NUL character), which no name or value "
+                     "here may");
+    util_jdoc_free(&d);
+}
+
 Test(util, json_getters_name_file_line_field)
 {
     util_jdoc d;

@@ -23,8 +23,13 @@ int util_jdoc_load(util_jdoc *d, const char *file, const char *text,
     json_error_t je;
     d->root = json_loads(d->text, JSON_REJECT_DUPLICATES, &je);
     if (!d->root) {
+        /* the parser's own words name its flag: say what the text holds */
+        const char *nul = strstr(je.text, "\\u0000 is not allowed");
         util_errf(e, UTIL_EXIT_USAGE, "%s:%d:%d: malformed JSON: %s", file,
-                  je.line, je.column, je.text);
+                  je.line, je.column,
+                  nul ? "a string holds \\u0000 (a NUL character), which "
+                        "no name or value here may"
+                      : je.text);
         util_jdoc_free(d);
         return -1;
     }
