@@ -834,6 +834,78 @@ static int tev_cmp(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+/* A gradient's buffer taken (get) or handed back, by stage. */
+typedef struct gq {
+    int64_t t;
+    int s, get;
+} gq;
+
+static int gq_cmp(const void *x, const void *y)
+{
+    const gq *p = x, *q = y;
+    if (p->t != q->t) return (p->t > q->t) - (p->t < q->t);
+    return p->get - q->get;             /* what is handed back first */
+}
+
+/* Fuyou's gradient buffers as the executor's pool makes them (exec/
+ * tiers.c, grad_get): a stage's first copy out takes the smallest idle
+ * buffer at least its size and at most twice it, else the largest idle
+ * one smaller than it goes and one of its size is made; its step hands
+ * it back. The maximum of the buffers' sum over time, which the count
+ * took, merges buffers no pool can: stages of unlike sizes (a T5's, a
+ * BERT's) keep buffers of their own. */
+typedef struct gpool {
+    double *n;
+    char *idle;
+    int cnt;
+    int *held;                  /* per stage: its buffer, -1 */
+    double total;
+} gpool;
+
+/* One iteration's gets and puts through the pool; each buffer made or
+ * dropped is an event of the host's (ev, where given). */
+static void pool_run(gpool *p, const gq *q, int nq, const sim_costs *c,
+                     tev *ev, int *n_ev)
+{
+    for (int k = 0; k < nq; k++) {
+        int s = q[k].s;
+        if (!q[k].get) {
+            if (p->held[s] >= 0) p->idle[p->held[s]] = 1;
+            p->held[s] = -1;
+            continue;
+        }
+        double need = grad32_bytes(&c->stage[s]);
+        int best = -1, drop = -1;
+        for (int i = 0; i < p->cnt; i++)
+            if (p->idle[i] && p->n[i] >= need && p->n[i] - need <= need &&
+                (best < 0 || p->n[i] < p->n[best]))
+                best = i;
+        if (best >= 0) {
+            p->idle[best] = 0;
+            p->held[s] = best;
+            continue;
+        }
+        for (int i = 0; i < p->cnt; i++)
+            if (p->idle[i] && p->n[i] < need &&
+                (drop < 0 || p->n[i] > p->n[drop]))
+                drop = i;
+        if (drop >= 0) {
+            p->total -= p->n[drop];
+            if (ev) ev[(*n_ev)++] = (tev){q[k].t, -p->n[drop], 0};
+            int last = --p->cnt;
+            p->n[drop] = p->n[last];
+            p->idle[drop] = p->idle[last];
+            for (int v = 0; v < c->n_model_stages; v++)
+                if (p->held[v] == last) p->held[v] = drop;
+        }
+        p->n[p->cnt] = need;
+        p->idle[p->cnt] = 0;
+        p->held[s] = p->cnt++;
+        p->total += need;
+        if (ev) ev[(*n_ev)++] = (tev){q[k].t, need, 0};
+    }
+}
+
 /* cold: the iteration makes the gradients' buffers as it needs them (a
  * run's first); else they are there from the start, as an iteration
  * after it finds them */
@@ -857,7 +929,8 @@ static void tier_use(const sim_ir *ir, const sim_result *r,
     u->nvme_resident = c->nvme_bytes - (disk ? held : 0);
     tev *ev = util_malloc(sizeof *ev * (size_t)(5 * ir->n_tasks + 3));
     tev *gv = util_malloc(sizeof *gv * (size_t)(2 * ir->n_tasks + 2));
-    int n = 0, ng = 0;
+    gq *qv = util_malloc(sizeof *qv * (size_t)(2 * ir->n_tasks + 2));
+    int n = 0, ng = 0, nq = 0;
     double transit = 0;
     int64_t t_transit = INT64_MAX;
     int *seen = util_calloc((size_t)S + 1, sizeof(int));
@@ -915,12 +988,14 @@ static void tier_use(const sim_ir *ir, const sim_result *r,
              * of the largest) */
             if (!seen[t->stage]++) {
                 gv[ng++] = (tev){a, grad32_bytes(&c->stage[t->stage]), 0};
+                qv[nq++] = (gq){a, t->stage, 1};
             } else {
                 transit = fmax(transit, D * by);
                 if (a < t_transit) t_transit = a;
             }
         } else if (t->kind == SIM_CPU_OPT) {
             gv[ng++] = (tev){b, -grad32_bytes(&c->stage[t->stage]), 0};
+            qv[nq++] = (gq){b, t->stage, 0};
             /* Fuyou's tied table: each other holder's piece of its
              * gradient (the head's, a T5's decoder embedding's) waits
              * from its step for the first stage's, which sums and steps
@@ -933,17 +1008,39 @@ static void tier_use(const sim_ir *ir, const sim_result *r,
     }
     free(seen);
     /* the fp32 gradients' buffers (pinned, as the copies out need) are
-     * made once and kept: what the steps hold at once at their most,
-     * all along */
-    qsort(gv, (size_t)ng, sizeof *gv, tev_cmp);
+     * made once and kept: under ZeRO one a stage, every stage's waiting
+     * for the step, what the steps hold at once at their most, all
+     * along; Fuyou's as its pool makes them (an iteration after the
+     * first finds the pool one iteration made) */
     double g = 0, g_most = 0;
-    for (int k = 0; k < ng; k++) {
-        g += gv[k].host;
-        /* cold, each buffer made where the most so far grows */
-        if (cold && g > g_most) ev[n++] = (tev){gv[k].t, g - g_most, 0};
-        g_most = fmax(g_most, g);
+    if (zero) {
+        qsort(gv, (size_t)ng, sizeof *gv, tev_cmp);
+        for (int k = 0; k < ng; k++) {
+            g += gv[k].host;
+            /* cold, each buffer made where the most so far grows */
+            if (cold && g > g_most) ev[n++] = (tev){gv[k].t, g - g_most, 0};
+            g_most = fmax(g_most, g);
+        }
+    } else {
+        qsort(qv, (size_t)nq, sizeof *qv, gq_cmp);
+        gpool p = {util_malloc(sizeof(double) * (size_t)(nq + 1)),
+                   util_malloc((size_t)nq + 1), 0,
+                   util_malloc(sizeof(int) * (size_t)(S + 1)), 0};
+        for (int v = 0; v <= S; v++) p.held[v] = -1;
+        if (!cold) {
+            pool_run(&p, qv, nq, c, NULL, NULL);
+            for (int i = 0; i < p.cnt; i++) p.idle[i] = 1;
+            for (int v = 0; v <= S; v++) p.held[v] = -1;
+            g_most = p.total;
+        }
+        pool_run(&p, qv, nq, c, ev, &n);
+        if (cold) g_most = p.total;
+        free(p.n);
+        free(p.idle);
+        free(p.held);
     }
     free(gv);
+    free(qv);
     u->grad_most = g_most;
     if (!cold) u->host_resident += g_most + transit + c->tied_keep32;
     else if (transit > 0) ev[n++] = (tev){t_transit, transit, 0};
