@@ -422,15 +422,13 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             rc = int_arg(a, v, 0, 10000, &o->eval_batches, e);
         else if (!strcmp(a, "--mem-budget")) {
             /* up to a petabyte: a budget is memory someone has */
-            /* with its unit, as --host-mem: a bare number is bytes,
-             * which no one means */
-            if (util_parse_size(v, &o->mem_budget_bytes) ||
-                !(o->mem_budget_bytes > 0) || !strpbrk(v, "kKmMgGtTpP") ||
+            if (util_parse_size_unit(v, &o->mem_budget_bytes) ||
+                !(o->mem_budget_bytes > 0) ||
                 o->mem_budget_bytes > 1125899906842624.0)
                 return util_errf(e, UTIL_EXIT_USAGE,
                                  "sluice exec: --mem-budget '%s': expected a "
                                  "size with its unit, such as 512M or 4G (at "
-                                 "most 1P)", v);
+                                 "most 1024T)", v);
         }
         if (rc) return -1;
     }

@@ -135,9 +135,8 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
                                  v);
             o->steps = (int)n;
         } else if (!strcmp(a, "--mem-per-device")) {
-            /* with its unit, as --host-mem: a bare number is bytes */
-            if (util_parse_size(v, &o->mem_bytes) || !(o->mem_bytes > 0) ||
-                !strpbrk(v, "kKmMgGtTpP"))
+            if (util_parse_size_unit(v, &o->mem_bytes) ||
+                !(o->mem_bytes > 0))
                 return util_errf(e, UTIL_EXIT_USAGE, "--mem-per-device '%s': "
                                  "expected a size with its unit, such as "
                                  "64M", v);

@@ -40,8 +40,8 @@ static int parse_sizes(const char *s, double *out, util_err *e)
         if (c) *c = 0;
         double v;
         /* at most what --host-mem takes */
-        if (n == MAX_SIZES || util_parse_size(t, &v) || !(v > 0) ||
-            !strpbrk(t, "kKmMgGtT") || v > 1024.0 * (1LL << 40))
+        if (n == MAX_SIZES || util_parse_size_unit(t, &v) || !(v > 0) ||
+            v > 1024.0 * (1LL << 40))
             return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem '%s': "
                              "expected up to %d sizes with their units, "
                              "comma-separated, each at most 1024T, e.g. "

@@ -512,9 +512,10 @@ int prof_hw_opts_arg(int argc, char **argv, int *i, prof_hw_opts *o,
      * hw may keep a byte count, at least a MiB, as given before units
      * were asked for) */
     if (k == 0) {
+        double unit;
         bad = !v || util_parse_size(v, &o->host_mem_bytes) ||
               o->host_mem_bytes < UTIL_HW_MIN * 1024 * 1024 * 1024 ||
-              (!strpbrk(v, "kKmMgGtT") &&
+              (util_parse_size_unit(v, &unit) &&
                o->host_mem_bytes < 1024.0 * 1024) ||
               o->host_mem_bytes > 1024.0 * 1024 * 1024 * 1024 * 1024;
     } else if (k == 1 && v && strchr(v, ':')) {

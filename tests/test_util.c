@@ -28,6 +28,15 @@ Test(util, parse_size)
     cr_assert_eq(util_parse_size("infG", &b), -1);
     cr_assert_eq(util_parse_size("2e1G", &b), 0);
     cr_assert_eq(b, 20.0 * (1 << 30));
+    /* with its unit required: a bare number, or bytes said as B, is not
+     * a memory size anyone means */
+    cr_assert_eq(util_parse_size_unit("64m", &b), 0);
+    cr_assert_eq(b, 64.0 * (1 << 20));
+    cr_assert_eq(util_parse_size_unit("1.5GiB", &b), 0);
+    cr_assert_eq(b, 1.5 * (1 << 30));
+    cr_assert_eq(util_parse_size_unit("4096", &b), -1);
+    cr_assert_eq(util_parse_size_unit("4096B", &b), -1);
+    cr_assert_eq(util_parse_size_unit("12X", &b), -1);
     double x;
     cr_assert_eq(util_parse_double("0x10", &x), -1);
     cr_assert_eq(util_parse_double(" 1", &x), -1);

@@ -196,6 +196,17 @@ int util_parse_size(const char *s, double *bytes)
     return 0;
 }
 
+int util_parse_size_unit(const char *s, double *bytes)
+{
+    double v;
+    if (util_parse_size(s, &v)) return -1;
+    char *end;
+    strtod(s, &end);
+    if (!strchr("KMGT", toupper((unsigned char)*end)) || !*end) return -1;
+    *bytes = v;
+    return 0;
+}
+
 static void fmt_bytes_prec(double b, int prec, char *buf, size_t n);
 
 char *util_fmt_bytes(double b, char *buf, size_t n)

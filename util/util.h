@@ -59,6 +59,9 @@ const char *util_closest(const char *word, const char *const *candidates,
 /* Parses sizes such as "256G", "11GiB", "1.5T", "4096" (bytes). K/M/G/T are
  * binary (1024-based) for memory; returns 0 and sets *bytes, or -1. */
 int util_parse_size(const char *s, double *bytes);
+/* The same, with its unit (K, M, G or T) required: a bare number is
+ * bytes, which no one giving a memory size means. */
+int util_parse_size_unit(const char *s, double *bytes);
 /* Parses a positive or non-negative integer fully; -1 on junk or range. */
 int util_parse_int(const char *s, long lo, long hi, long *out);
 /* Parses a double fully; -1 on junk. */
