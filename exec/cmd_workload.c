@@ -282,7 +282,6 @@ static json_t *dvec(const double *v, int n)
     return a;
 }
 
-
 /* The most any device held in a policy's run, and which (device 0 was
  * printed: 0 B where the policy left device 0 idle). */
 static const char *peak_most(const exec_wl_result *r, int nd, char *buf,
@@ -296,6 +295,7 @@ static const char *peak_most(const exec_wl_result *r, int nd, char *buf,
              util_fmt_bytes(r->dev_peak_bytes[g], b, sizeof b), g);
     return buf;
 }
+
 static int report(const wcmd *c, const exec_wl *W, exec_wl_result *res,
                   int n, util_err *e)
 {
@@ -521,26 +521,20 @@ int exec_wl_main(int argc, char **argv)
         rc = -1;
         goto out;
     }
-    /* the pipeline executor trains with AdamW: with SGD jobs the default
-     * leaves its baseline out (asked for by name, it is an error) */
-    int sgd = 0;
-    for (int j = 0; j < exec_wl_jobs(W); j++) sgd |= exec_wl_job_sgd(W, j);
-    if (sgd && c.pol_default) {
-        int k = 0;
-        for (int i = 0; i < c.n_pol; i++)
-            if (c.pol[i] != EXEC_WL_PIPELINE) c.pol[k++] = c.pol[i];
-        c.n_pol = k;
-        fprintf(stderr, "sluice exec: the pipeline baseline is left out: it "
-                "trains with AdamW and the workload has SGD jobs\n");
-    }
-    /* nor where a job has no pipeline plan on these devices (a batch
-     * that splits over no layout of them): the sharded policies run */
-    int pipe = 0;
+    /* the default leaves the pipeline baseline out where it cannot run
+     * (asked for by name, that is an error): the pipeline executor trains
+     * with AdamW, not a job's SGD, and a job may have no pipeline plan on
+     * these devices (a batch that splits over no layout of them) */
+    int pipe = 0, sgd = 0;
     for (int i = 0; i < c.n_pol; i++) pipe |= c.pol[i] == EXEC_WL_PIPELINE;
+    for (int j = 0; j < exec_wl_jobs(W); j++) sgd |= exec_wl_job_sgd(W, j);
+    util_err pe = {0};
     if (pipe && c.pol_default) {
-        util_err pe = {0};
-        int pk = exec_wl_pipe_plannable(W, &pe);
-        if (pk < 0) {
+        int pk = 1;
+        if (sgd)
+            snprintf(pe.msg, sizeof pe.msg, "it trains with AdamW and the "
+                     "workload has SGD jobs");
+        else if ((pk = exec_wl_pipe_plannable(W, &pe)) < 0) {
             e = pe;
             rc = -1;
             goto out;
