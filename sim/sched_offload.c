@@ -844,7 +844,8 @@ static int gq_cmp(const void *x, const void *y)
 {
     const gq *p = x, *q = y;
     if (p->t != q->t) return (p->t > q->t) - (p->t < q->t);
-    return p->get - q->get;             /* what is handed back first */
+    if (p->get != q->get) return p->get - q->get;   /* handed back first */
+    return p->s - q->s;
 }
 
 /* Fuyou's gradient buffers as the executor's pool makes them (exec/
@@ -928,9 +929,8 @@ static void tier_use(const sim_ir *ir, const sim_result *r,
                        (zero ? g32 : 0) - (disk ? 0 : held);
     u->nvme_resident = c->nvme_bytes - (disk ? held : 0);
     tev *ev = util_malloc(sizeof *ev * (size_t)(5 * ir->n_tasks + 3));
-    tev *gv = util_malloc(sizeof *gv * (size_t)(2 * ir->n_tasks + 2));
     gq *qv = util_malloc(sizeof *qv * (size_t)(2 * ir->n_tasks + 2));
-    int n = 0, ng = 0, nq = 0;
+    int n = 0, nq = 0;
     double transit = 0;
     int64_t t_transit = INT64_MAX;
     int *seen = util_calloc((size_t)S + 1, sizeof(int));
@@ -987,14 +987,12 @@ static void tier_use(const sim_ir *ir, const sim_result *r,
              * their own, then join the sum (one buffer, kept, the size
              * of the largest) */
             if (!seen[t->stage]++) {
-                gv[ng++] = (tev){a, grad32_bytes(&c->stage[t->stage]), 0};
                 qv[nq++] = (gq){a, t->stage, 1};
             } else {
                 transit = fmax(transit, D * by);
                 if (a < t_transit) t_transit = a;
             }
         } else if (t->kind == SIM_CPU_OPT) {
-            gv[ng++] = (tev){b, -grad32_bytes(&c->stage[t->stage]), 0};
             qv[nq++] = (gq){b, t->stage, 0};
             /* Fuyou's tied table: each other holder's piece of its
              * gradient (the head's, a T5's decoder embedding's) waits
@@ -1013,16 +1011,16 @@ static void tier_use(const sim_ir *ir, const sim_result *r,
      * along; Fuyou's as its pool makes them (an iteration after the
      * first finds the pool one iteration made) */
     double g = 0, g_most = 0;
+    qsort(qv, (size_t)nq, sizeof *qv, gq_cmp);
     if (zero) {
-        qsort(gv, (size_t)ng, sizeof *gv, tev_cmp);
-        for (int k = 0; k < ng; k++) {
-            g += gv[k].host;
+        for (int k = 0; k < nq; k++) {
+            double by = grad32_bytes(&c->stage[qv[k].s]);
+            g += qv[k].get ? by : -by;
             /* cold, each buffer made where the most so far grows */
-            if (cold && g > g_most) ev[n++] = (tev){gv[k].t, g - g_most, 0};
+            if (cold && g > g_most) ev[n++] = (tev){qv[k].t, g - g_most, 0};
             g_most = fmax(g_most, g);
         }
     } else {
-        qsort(qv, (size_t)nq, sizeof *qv, gq_cmp);
         gpool p = {util_malloc(sizeof(double) * (size_t)(nq + 1)),
                    util_malloc((size_t)nq + 1), 0,
                    util_malloc(sizeof(int) * (size_t)(S + 1)), 0};
@@ -1039,7 +1037,6 @@ static void tier_use(const sim_ir *ir, const sim_result *r,
         free(p.idle);
         free(p.held);
     }
-    free(gv);
     free(qv);
     u->grad_most = g_most;
     if (!cold) u->host_resident += g_most + transit + c->tied_keep32;
