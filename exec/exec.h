@@ -838,6 +838,10 @@ double exec_pipe_overhead(const exec_pipe_result *r, int warm);
  * the next forward rather than before it): the run's peak is the
  * largest, r->peak_bytes. */
 double exec_pipe_peak(const exec_pipe_result *r, int warm, int d);
+/* An offload plan's run: the host memory the simulator counts over the
+ * run's own task times, its most over the steps (the report's
+ * counted_host_peak_bytes); -1 where any task of a step did not run. */
+double exec_pipe_host_counted(const exec_pipe_result *r);
 
 /* ------------------------------------------ many models at once (Hydra) */
 

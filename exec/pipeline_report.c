@@ -466,7 +466,7 @@ typedef struct tiers_cmp {
  * the timing is not the simulation's: the plan's drives or host faster
  * than this machine's. -1 where a step has any task that did not run (a
  * stopped run). */
-static double host_counted(const exec_pipe_result *r)
+double exec_pipe_host_counted(const exec_pipe_result *r)
 {
     if (!r->times || r->epochs < 1 || !r->costs) return -1;
     int n = r->n_tasks;
@@ -511,7 +511,7 @@ static void tiers_compare(const exec_pipe_result *r, const meas *m,
     sim_offload_tier_use(r->ir, pr, r->costs, &tu);
     c->host_sim = tu.host_peak;
     sim_tier_use_free(&tu);
-    c->host_counted = host_counted(r);
+    c->host_counted = exec_pipe_host_counted(r);
     /* the engine's bytes are the IR's: what moved is the run's count,
      * per rank (the simulator's are the first rank's) */
     double n = r->steps_run > 0 ? r->steps_run : 1;
