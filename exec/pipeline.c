@@ -417,9 +417,11 @@ static int gather_offload(exec_runtime *rt, exec_pipe_result *r, int mpi,
                      rt->tiers ? exec_tiers_note(&rt->w[i])
                                : exec_ofl_note(&rt->w[i]));
     }
-    /* host memory: the process's workers' at once, summed over the
-     * processes */
-    if (rt->tiers) v[10] = rt->host_peak;
+    /* host memory: the process's workers' at once; under mpirun each
+     * machine's processes' at once, summed over the machines */
+    if (rt->tiers)
+        v[10] = rt->host_share ? exec_host_share_peak(rt->host_share)
+                               : rt->host_peak;
     if (mpi && exec_mpi_sum(v, EXEC_TIER_STATS, 1, e)) return -1;
     r->tier_up_bytes = v[6];
     r->tier_up_s = v[7];
@@ -784,8 +786,10 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         util_err_prefix(e, "%s", where);
         goto out;
     }
+    if (mpi && exec_mpi_host_share(&rt.host_share, e)) goto out;
     if (exec_rt_setup(&rt, full, step0 ? am : NULL, step0 ? av : NULL, lora,
-                      e))
+                      e) ||
+        exec_mpi_host_share_start(rt.host_share, e))
         goto out_rt;
     /* GPUs fewer than workers: workers share one (worker modulo GPUs) */
     for (int i = 0; i < rt.n_local && !be->host_memory; i++)

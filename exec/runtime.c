@@ -3569,4 +3569,7 @@ void exec_rt_free(exec_runtime *rt)
         pthread_mutex_destroy(&rt->err_mu);
         pthread_mutex_destroy(&rt->host_mu);
     }
+    /* after the tiers, which give their buffers back through it */
+    exec_host_share_free(rt->host_share);
+    rt->host_share = NULL;
 }

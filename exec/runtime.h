@@ -408,6 +408,19 @@ int exec_mpi_sum(void *buf, size_t n, int is_double, util_err *e);
 int exec_mpi_bcast(void *buf, size_t n, util_err *e);
 /* Ends the job at once with code, every rank. */
 void exec_mpi_abort(int code);
+/* The host memory of one machine's processes under mpirun, counted at
+ * once (the offload tiers' buffers; each process adds its own as it
+ * takes and frees them): made by every process of the job (collective;
+ * NULL without MPI), started once every process is set up (collective:
+ * the peak from what is held then), the machine's peak on its first
+ * process (0 on the others, so a sum over the job adds each machine
+ * once). */
+typedef struct exec_host_share exec_host_share;
+int exec_mpi_host_share(exec_host_share **out, util_err *e);
+int exec_mpi_host_share_start(exec_host_share *h, util_err *e);
+void exec_host_share_add(exec_host_share *h, double bytes);
+double exec_host_share_peak(const exec_host_share *h);
+void exec_host_share_free(exec_host_share *h);
 /* Calibration (calibrate_mpi.c), every rank of a job of two or more:
  * ranks 0 and 1 exchange messages of growing size (one-way times into x,
  * *n of them, on rank 0), then MPI_Allreduce over groups of 2..size
@@ -578,6 +591,8 @@ struct exec_runtime {
      * at once (tiers.c), and its peak since they were set up */
     pthread_mutex_t host_mu;
     double host_cur, host_peak;
+    exec_host_share *host_share; /* under mpirun: the machine's, every
+                                 * process's at once */
     util_err err;               /* the first failure */
     int err_worker;
     const volatile int *stop_flag;  /* Ctrl-C: stop after the step */

@@ -197,7 +197,8 @@ struct exec_tiers {
 };
 
 /* Host memory taken (bytes > 0) or given back: counted with every local
- * worker's (exec_runtime.host_cur, its peak host_peak). */
+ * worker's (exec_runtime.host_cur, its peak host_peak) and, under
+ * mpirun, with the machine's other processes' (host_share). */
 static void host_add(exec_tiers *t, double bytes)
 {
     exec_runtime *rt = t->w->rt;
@@ -205,6 +206,7 @@ static void host_add(exec_tiers *t, double bytes)
     rt->host_cur += bytes;
     if (rt->host_cur > rt->host_peak) rt->host_peak = rt->host_cur;
     pthread_mutex_unlock(&rt->host_mu);
+    exec_host_share_add(rt->host_share, bytes);
 }
 
 static float *host_new(exec_tiers *t, size_t n)

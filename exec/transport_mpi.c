@@ -10,10 +10,46 @@
  * prints its message and aborts the job (no rank is left waiting for a
  * peer that stopped). Built only where MPI is found; elsewhere it answers
  * "unavailable". */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "exec/runtime.h"
+
+/* What the processes of one machine add their host memory to: the bytes
+ * held at once, and their most (exec_mpi_host_share). */
+typedef struct host_count {
+    _Atomic int64_t cur, peak;
+} host_count;
+
+struct exec_host_share {
+    host_count *c;              /* the machine's mapping */
+    int first;                  /* the machine's first process */
+#ifdef SLUICE_HAVE_MPI
+    void *node;                 /* its MPI_Comm, the machine's processes */
+#endif
+};
+
+void exec_host_share_add(exec_host_share *h, double bytes)
+{
+    if (!h) return;
+    int64_t now = atomic_fetch_add(&h->c->cur, (int64_t)bytes) +
+                  (int64_t)bytes;
+    int64_t pk = atomic_load(&h->c->peak);
+    while (now > pk && !atomic_compare_exchange_weak(&h->c->peak, &pk, now))
+        ;
+}
+
+double exec_host_share_peak(const exec_host_share *h)
+{
+    return h && h->first ? (double)atomic_load(&h->c->peak) : 0;
+}
 
 int exec_mpi_launched(void)
 {
@@ -438,6 +474,94 @@ exec_xport *exec_xport_mpi_new(exec_runtime *rt, util_err *e)
     return x;
 }
 
+/* The machine's count: its first process makes a shared mapping under a
+ * name of its own (its pid and clock), the others open it, and once all
+ * have it the name goes, so nothing outlives the job. Every process of
+ * the job calls it. A process that cannot map it fails the call on
+ * every process (the ranks agree), and the run sums each process's own
+ * peak instead. */
+int exec_mpi_host_share(exec_host_share **out, util_err *e)
+{
+    *out = NULL;
+    MPI_Comm node;
+    int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
+                                 MPI_INFO_NULL, &node);
+    if (rc != MPI_SUCCESS) return mpi_err(e, rc, "split by machine");
+    int nr;
+    MPI_Comm_rank(node, &nr);
+    struct { char name[64]; int ok; } msg = {{0}, 1};
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    snprintf(msg.name, sizeof msg.name, "/sluice-host-%ld-%lld",
+             (long)getpid(), (long long)ts.tv_sec * 1000000000LL +
+                             ts.tv_nsec);
+    int fd = -1, err = 0;
+    if (nr == 0) {
+        fd = shm_open(msg.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd < 0 || ftruncate(fd, sizeof(host_count))) {
+            err = errno;
+            msg.ok = 0;
+        }
+    }
+    MPI_Bcast(&msg, sizeof msg, MPI_BYTE, 0, node);
+    if (nr && msg.ok) {
+        fd = shm_open(msg.name, O_RDWR, 0600);
+        if (fd < 0) err = errno;
+    }
+    host_count *c = NULL;
+    if (fd >= 0) {
+        void *m = mmap(NULL, sizeof *c, PROT_READ | PROT_WRITE, MAP_SHARED,
+                       fd, 0);
+        if (m == MAP_FAILED) err = errno;
+        else c = m;
+        close(fd);
+    }
+    int ok = c != NULL, all = 0;
+    MPI_Barrier(node);          /* every process has opened it */
+    if (nr == 0 && msg.ok) shm_unlink(msg.name);
+    rc = MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS || !all) {
+        if (c) munmap(c, sizeof *c);
+        MPI_Comm_free(&node);
+        if (rc != MPI_SUCCESS) return mpi_err(e, rc, "all-reduce");
+        return util_errf(e, UTIL_EXIT_FAIL, "sharing the host's memory "
+                         "count between this machine's processes: %s",
+                         err ? strerror(err) : "another process could not");
+    }
+    exec_host_share *h = util_calloc(1, sizeof *h);
+    h->c = c;
+    h->first = nr == 0;
+    h->node = util_malloc(sizeof node);
+    memcpy(h->node, &node, sizeof node);
+    *out = h;
+    return 0;
+}
+
+/* Once every process is set up: the machine's peak from what it holds
+ * now (each process's own peak starts there too: exec_tiers_ready). */
+int exec_mpi_host_share_start(exec_host_share *h, util_err *e)
+{
+    if (!h) return 0;
+    MPI_Comm node;
+    memcpy(&node, h->node, sizeof node);
+    int rc = MPI_Barrier(node);
+    if (rc == MPI_SUCCESS && h->first)
+        atomic_store(&h->c->peak, atomic_load(&h->c->cur));
+    if (rc == MPI_SUCCESS) rc = MPI_Barrier(node);
+    return rc == MPI_SUCCESS ? 0 : mpi_err(e, rc, "barrier");
+}
+
+void exec_host_share_free(exec_host_share *h)
+{
+    if (!h) return;
+    MPI_Comm node;
+    memcpy(&node, h->node, sizeof node);
+    MPI_Comm_free(&node);
+    free(h->node);
+    munmap(h->c, sizeof *h->c);
+    free(h);
+}
+
 #else /* no MPI */
 
 int exec_mpi_available(void) { return 0; }
@@ -469,6 +593,22 @@ int exec_mpi_bcast(void *buf, size_t n, util_err *e)
     (void)e;
     return 0;
 }
+
+int exec_mpi_host_share(exec_host_share **out, util_err *e)
+{
+    (void)e;
+    *out = NULL;
+    return 0;
+}
+
+int exec_mpi_host_share_start(exec_host_share *h, util_err *e)
+{
+    (void)h;
+    (void)e;
+    return 0;
+}
+
+void exec_host_share_free(exec_host_share *h) { (void)h; }
 
 exec_xport *exec_xport_mpi_new(exec_runtime *rt, util_err *e)
 {

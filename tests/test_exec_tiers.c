@@ -806,6 +806,72 @@ Test(exec_tiers, the_report_counts_the_host_over_the_runs_times)
     test_rm_rf(dir);
 }
 
+/* Under mpirun, one process a rank on one machine: the host's memory is
+ * the processes' at once (one count in shared memory that every process
+ * of the machine adds to), held to the count over the run's times as the
+ * in-process run is (within 2% and a transfer), with one replica slowed
+ * too, so the ranks' buffers come and go at other times. Before, the
+ * report summed each process's own peak, which is no moment's memory.
+ * The shared count's name is gone once the processes have it. */
+Test(exec_tiers, mpirun_counts_the_machines_host_at_once)
+{
+    char *dir = test_tmpdir();
+    model = "tests/data/exec/gpt-pico-table.json";
+    sim_plan p;
+    plan_dp(dir, 2, 2, "--schedule zero-infinity --offload-tier nvme "
+            "--dp 2", &p);
+    exec_pipe_opts o = opts(&p, 0);
+    o.offload.path = dir;
+    exec_pipe_result b;
+    util_err e = {0};
+    cr_assert_eq(exec_pipe_run(&o, &b, &e), 0, "%s", e.msg);
+    double slack = 0;
+    for (int id = 0; id < b.n_tasks; id++)
+        if (sim_kind_nvme(b.ir->tasks[id].kind) ||
+            b.ir->tasks[id].kind == SIM_SWAP_IN ||
+            b.ir->tasks[id].kind == SIM_SWAP_OUT)
+            slack = fmax(slack, b.ir->tasks[id].bytes);
+    exec_pipe_result_free(&b);
+    sim_plan_free(&p);
+    model = PICO;
+    const char *slow[] = {"", "SLUICE_EXEC_SLOW=1:20000 "},
+               *pass[] = {"", " -x SLUICE_EXEC_SLOW"};
+    for (int k = 0; k < 2; k++) {
+        /* from here: the plan names its model by a relative path */
+        int rc = sh_run("%s" MPIRUN "%s \"$SLUICE\" exec --plan "
+                        "%s/plan.json --steps 3 --clip 0 --offload-path %s "
+                        "--data %s --json > %s/out.json 2> %s/err", slow[k],
+                        pass[k], dir, dir, CORPUS, dir, dir);
+        char path[600], msg[400] = "";
+        snprintf(path, sizeof path, "%s/err", dir);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            msg[fread(msg, 1, sizeof msg - 1, f)] = 0;
+            fclose(f);
+        }
+        cr_assert_eq(rc, 0, "mpirun: %s", msg);
+        snprintf(path, sizeof path, "%s/out.json", dir);
+        json_error_t je;
+        json_t *j = json_load_file(path, 0, &je);
+        cr_assert_not_null(j, "%s", je.text);
+        json_t *t = json_object_get(j, "tiers");
+        double m = json_number_value(json_object_get(t, "host_peak_bytes")),
+               c = json_number_value(json_object_get(
+                   t, "counted_host_peak_bytes"));
+        cr_log_info("mpirun%s: host %.0f bytes, counted %.0f, one "
+                    "transfer %.0f", slow[k][0] ? ", a replica slowed" : "",
+                    m, c, slack);
+        cr_expect(c > 0 && fabs(m - c) <= 0.02 * c + slack,
+                  "mpirun%s: host memory %.0f bytes, counted over the run's "
+                  "task times %.0f (one transfer %.0f)",
+                  slow[k][0] ? ", a replica slowed" : "", m, c, slack);
+        json_decref(j);
+    }
+    cr_expect_eq(sh_run("ls /dev/shm 2>/dev/null | grep -q '^sluice-host-'"),
+                 1, "a shared count's name outlived its run");
+    test_rm_rf(dir);
+}
+
 /* Fuyou's host memory against the simulator's prediction and its count
  * over the run's own task times (the report's): a GPT's head keeps its piece of the tied
  * table's gradient apart and hands its whole buffer back, which the
