@@ -672,6 +672,49 @@ static void tiers_lines(const exec_pipe_result *r, const meas *m,
                                "rank's" : "");
 }
 
+/* `sluice sim`'s answer for a plan this executor runs another way than
+ * the simulator prices it (exec_pipe_run's cost options: ZeRO-2 and 3
+ * with each stage's weights gathered whole and each microbatch's whole
+ * gradient reduced, where `sluice sim` prices FSDP's layer at a time;
+ * sequence parallelism's weight-gradient collectives exposed, where it
+ * prices Megatron-LM's overlap): its iteration time and each device's
+ * peak (n_devices of them, to free), or NULL where the run's prediction
+ * is `sluice sim`'s, or it cannot be had. *why: what differs. */
+static double *plan_sim(const sim_plan *p, const exec_pipe_result *r,
+                        double *iter_s, const char **why)
+{
+    int z = p->zero >= 2, sp = p->sp && p->tp > 1;
+    if (!z && !sp) return NULL;
+    *why = z && sp ? "sharded and sequence parallel"
+         : z ? (p->zero >= 3 ? "ZeRO-3" : "ZeRO-2") : "sequence parallel";
+    sim_cost_opts co = sim_plan_cost_opts(p);
+    util_err e = {0};
+    sim_costs *c = sim_costs_build(r->model, r->topo, p->n_stages,
+                                   p->first_op, p->last_op, p->stage_device,
+                                   p->pp, &co, &e);
+    if (!c) return NULL;
+    sim_sched_opts so = sim_plan_sched_opts(p);
+    sim_ir *ir = !p->sched_file[0] ? sim_schedule(&so, c, &e)
+               : sim_sched_check(&so, &e) ? NULL
+               : sim_schedule_file(p->sched_file, &so, c, &e);
+    double *pk = NULL;
+    if (ir) {
+        sim_run_opts ro = {0};
+        sim_engine *en = sim_engine_new(ir, c, &ro);
+        sim_result res;
+        if (!sim_engine_run(en, &res) && res.n_devices == r->n_devices) {
+            pk = util_malloc(sizeof(double) * (size_t)(r->n_devices + 1));
+            for (int d = 0; d < r->n_devices; d++)
+                pk[d] = res.dev[d].peak_bytes;
+            *iter_s = res.iteration_ns * 1e-9;
+        }
+        sim_engine_free(en);
+        sim_ir_free(ir);
+    }
+    sim_costs_free(c);
+    return pk;
+}
+
 int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                      const exec_report_opts *ro, util_err *e)
 {
@@ -747,6 +790,21 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
         json_object_set_new(j, "predicted", sim_report_json(
                                                 p, r->model, r->topo,
                                                 r->costs, &pr, r->ir));
+        /* "predicted" is the plan as this executor runs it; where that
+         * is not how `sluice sim` prices it, sluice sim's figures too */
+        double ps_plan = 0;
+        const char *why = "";
+        double *pk = plan_sim(p, r, &ps_plan, &why);
+        if (pk) {
+            json_t *a = json_array();
+            for (int d = 0; d < r->n_devices; d++)
+                json_array_append_new(a, json_real(pk[d]));
+            json_object_set_new(j, "sluice_sim", json_pack(
+                                    "{s:f,s:o,s:s}", "iteration_time_s",
+                                    ps_plan, "peak_mem_bytes", a, "differs",
+                                    why));
+            free(pk);
+        }
         if (util_json_print(j, f)) {
             json_decref(j);
             util_errf(e, UTIL_EXIT_FAIL, "writing the report failed");
@@ -849,8 +907,31 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
     fprintf(f, "\n");
     util_table_print(tb, f, "  ");
     util_table_free(tb);
+    double ps_plan = 0;
+    const char *why = "";
+    double *pk = plan_sim(p, r, &ps_plan, &why);
     fprintf(f, "  comm = compute waiting for a transfer in flight; the "
-            "simulated columns are `sluice sim` for the same plan\n");
+            "simulated columns are `sluice sim` for the same plan%s\n",
+            pk ? " as this executor runs it" : "");
+    if (pk) {
+        double most = 0;
+        for (int d = 0; d < r->n_devices; d++) most = fmax(most, pk[d]);
+        int z = p->zero >= 2, sp = p->sp && p->tp > 1;
+        fprintf(f, "  (%s: it %s%s%s; `sluice sim` prices %s%s%s: %s an "
+                "iteration, peak %s)\n", why,
+                !z ? "" : p->zero >= 3 ? "gathers each stage's weights "
+                "whole and reduces each microbatch's whole gradient"
+                : "reduces each microbatch's whole gradient",
+                z && sp ? ", and " : "",
+                sp ? "runs the weight gradients' collectives exposed" : "",
+                !z ? "" : p->zero >= 3 ? "FSDP's layer at a time"
+                : "ZeRO-2's buckets, a layer's gradient at a time",
+                z && sp ? " and " : "",
+                sp ? "Megatron-LM's overlap" : "",
+                util_fmt_time(ps_plan, a, sizeof a),
+                util_fmt_bytes(most, b, sizeof b));
+        free(pk);
+    }
     peak_lines(r, &m, f);
     offload_lines(r, f);
     tiers_lines(r, &m, &pr, f);

@@ -304,6 +304,53 @@ Test(exec_zero, mpirun_gives_the_in_process_bits)
     test_rm_rf(dir);
 }
 
+/* The report's simulated columns are the plan as this executor runs it
+ * (ZeRO-3's whole stages gathered, each microbatch's whole gradient
+ * reduced); beside them it says so and gives `sluice sim`'s answer for
+ * the plan, which prices FSDP's layer at a time: the same figures as
+ * `sluice sim --json` (before, the footer called the run's prediction
+ * `sluice sim`'s, 133 MiB against the 86 MiB sim printed for gpt-mini).
+ * An unsharded plan's run says nothing of it. */
+Test(exec_zero, the_report_gives_sluice_sims_answer_beside_its_own)
+{
+    char *dir = test_tmpdir();
+    for (int z = 0; z < 4; z += 3) {
+        cli_result x = cli_run("sim --hw 'cpu x2' --model %s --schedule 1f1b "
+                               "--pp 1 --dp 2 --mbs 2 --microbatches 2 "
+                               "--zero %d --out %s/z.json", PICO, z, dir);
+        cr_assert_eq(x.code, 0, "%s", x.err);
+        cli_result_free(&x);
+        json_t *sj = cli_json("sim --plan %s/z.json --json", dir);
+        json_t *ej = cli_json("exec --plan %s/z.json --steps 2 --json", dir);
+        cr_assert(sj && ej);
+        json_t *ss = json_object_get(ej, "sluice_sim");
+        cr_expect_eq(ss != NULL, z >= 2, "zero %d: sluice_sim %s", z,
+                     ss ? "given" : "missing");
+        for (size_t d = 0; ss && d < 2; d++) {
+            double a = json_number_value(json_array_get(
+                       json_object_get(ss, "peak_mem_bytes"), d)),
+                   b = json_number_value(json_object_get(json_array_get(
+                       json_object_get(sj, "devices"), d), "peak_mem_bytes")),
+                   c = json_number_value(json_object_get(json_array_get(
+                       json_object_get(json_object_get(ej, "predicted"),
+                                       "devices"), d), "peak_mem_bytes"));
+            cr_expect(a > 0 && a == b && c > a, "device %zu: sluice_sim "
+                      "%.0f bytes, sluice sim %.0f, the run's prediction "
+                      "%.0f", d, a, b, c);
+        }
+        json_decref(sj);
+        json_decref(ej);
+        x = cli_run("exec --plan %s/z.json --steps 2", dir);
+        cr_assert_eq(x.code, 0, "%s", x.err);
+        cr_expect_eq(strstr(x.out, "`sluice sim` prices FSDP's layer at a "
+                            "time") != NULL, z >= 2, "%s", x.out);
+        cr_expect_eq(strstr(x.out, "as this executor runs it") != NULL,
+                     z >= 2, "%s", x.out);
+        cli_result_free(&x);
+    }
+    test_rm_rf(dir);
+}
+
 /* A checkpoint saved sharded is a whole one: the unsharded run's file,
  * and either run resumes it. */
 Test(exec_zero, checkpoints_resume_with_or_without_sharding)
