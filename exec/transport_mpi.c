@@ -477,9 +477,10 @@ exec_xport *exec_xport_mpi_new(exec_runtime *rt, util_err *e)
 /* The machine's count: its first process makes a shared mapping under a
  * name of its own (its pid and clock), the others open it, and once all
  * have it the name goes, so nothing outlives the job. Every process of
- * the job calls it. A process that cannot map it fails the call on
- * every process (the ranks agree), and the run sums each process's own
- * peak instead. */
+ * the job calls it. Where a process cannot map it (no shared memory in
+ * a container), every process goes without (the ranks agree) and says
+ * so: the run then sums each process's own peak, as a measurement's
+ * lack must not stop a training run. */
 int exec_mpi_host_share(exec_host_share **out, util_err *e)
 {
     *out = NULL;
@@ -495,12 +496,15 @@ int exec_mpi_host_share(exec_host_share **out, util_err *e)
     snprintf(msg.name, sizeof msg.name, "/sluice-host-%ld-%lld",
              (long)getpid(), (long long)ts.tv_sec * 1000000000LL +
                              ts.tv_nsec);
-    int fd = -1, err = 0;
+    int fd = -1, err = 0, made = 0;
     if (nr == 0) {
         fd = shm_open(msg.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        made = fd >= 0;
         if (fd < 0 || ftruncate(fd, sizeof(host_count))) {
             err = errno;
             msg.ok = 0;
+            if (fd >= 0) close(fd);
+            fd = -1;
         }
     }
     MPI_Bcast(&msg, sizeof msg, MPI_BYTE, 0, node);
@@ -518,15 +522,17 @@ int exec_mpi_host_share(exec_host_share **out, util_err *e)
     }
     int ok = c != NULL, all = 0;
     MPI_Barrier(node);          /* every process has opened it */
-    if (nr == 0 && msg.ok) shm_unlink(msg.name);
+    if (made) shm_unlink(msg.name);
     rc = MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS || !all) {
         if (c) munmap(c, sizeof *c);
         MPI_Comm_free(&node);
         if (rc != MPI_SUCCESS) return mpi_err(e, rc, "all-reduce");
-        return util_errf(e, UTIL_EXIT_FAIL, "sharing the host's memory "
-                         "count between this machine's processes: %s",
-                         err ? strerror(err) : "another process could not");
+        if (err)                /* the process that failed says why */
+            fprintf(stderr, "sluice exec: no memory shared between this "
+                    "machine's processes (%s): the host memory reported "
+                    "sums each process's own peak\n", strerror(err));
+        return 0;
     }
     exec_host_share *h = util_calloc(1, sizeof *h);
     h->c = c;
