@@ -469,8 +469,11 @@ Test(exec_zero, tensor_parallel_shards_hold_their_lane)
              * unpriced at any stage (2.3% of this tiny model, ZeRO-0's
              * too). One microbatch: with two, four workers on two cores
              * keep a second microbatch's gradient as its ring's timing
-             * has it (18% over, some runs) */
-            double hi = z == 3 ? 1.005 : 1.03, lo = z == 3 ? 0.85 : 0.98;
+             * has it (18% over, some runs). ZeRO-3's devices read 8%
+             * under in runs alone here (456.8 KiB against 497.8) and
+             * once, under make test's ASan load, 0.54% over (512512
+             * bytes against 509760): the run's timing moves it, so 1% */
+            double hi = z == 3 ? 1.01 : 1.03, lo = z == 3 ? 0.85 : 0.98;
             cr_expect(m <= hi * s && m >= lo * s, "zero %d, device %d: "
                       "peak %.0f measured, %.0f simulated", z, d, m, s);
         }
