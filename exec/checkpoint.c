@@ -218,6 +218,17 @@ static int ckpt_read(const char *path, char **buf, size_t *len,
               (h->version == 5 && h->header_bytes == CKPT_V5_BYTES);
     if ((old || h->header_bytes == sizeof *h) && *len >= h->header_bytes)
         memcpy(h, *buf, h->header_bytes);
+    /* this version with a header of another size is damage, not a
+     * version: said as such (it read "version 6, this sluice reads
+     * version 6") */
+    if (!old && h->version == CKPT_VERSION && h->header_bytes != sizeof *h) {
+        free(*buf);
+        return util_errf(e, UTIL_EXIT_USAGE,
+                         "%s: corrupt checkpoint header: format version %u "
+                         "with a header of %u bytes (version %d's has %zu)",
+                         path, h->version, h->header_bytes, CKPT_VERSION,
+                         sizeof *h);
+    }
     if (!old && (h->version != CKPT_VERSION || h->header_bytes != sizeof *h)) {
         free(*buf);
         return util_errf(e, UTIL_EXIT_USAGE,

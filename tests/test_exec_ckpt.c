@@ -95,6 +95,29 @@ Test(exec_ckpt, contents_that_cannot_be_right_exit_2)
     test_rm_rf(d);
 }
 
+/* A header of this version whose size field is damaged is said to be
+ * damaged: it read "format version 6, this sluice reads version 6". */
+Test(exec_ckpt, a_damaged_header_size_is_called_corrupt)
+{
+    char *d = test_tmpdir(), ck[512], bad[512];
+    cli_result a = cli_run("exec " SMALL " --steps 1 --save %s/t.ck", d);
+    cr_assert_eq(a.code, 0, "%s", a.err);
+    cli_result_free(&a);
+    snprintf(ck, sizeof ck, "%s/t.ck", d);
+    snprintf(bad, sizeof bad, "%s/bad.ck", d);
+    char *buf;
+    size_t len;
+    util_err e;
+    cr_assert_eq(util_read_file_max(ck, 1 << 30, &buf, &len, &e), 0);
+    uint32_t hb = 4242;
+    memcpy(buf + 12, &hb, sizeof hb);
+    test_ckpt_reseal(bad, buf, len);
+    cli_expect(2, "bad.ck: corrupt checkpoint header: format version 6 with "
+               "a header of 4242 bytes (version 6's has 184)", "exec " SMALL
+               " --steps 2 --resume %s", bad);
+    test_rm_rf(d);
+}
+
 Test(exec_ckpt, inputs_that_are_not_files_exit_2_at_once)
 {
     const char *args[] = {"--resume /dev/zero", "--data /dev/zero",
