@@ -861,6 +861,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                  * asynchronous one at least the first) */
                 r->step_first + (r->async ? (warm > 1 ? warm : 1) + 5
                                           : warm + 3));
+    sim_report_figures(r->topo, "  simulated from   ", f);
     fprintf(f, "  iteration time   %10s  (%s-%s)   simulated %s, measured/"
             "simulated %.3f\n", util_fmt_time(it, a, sizeof a),
             util_fmt_time(m.iter_min * 1e-9, b, sizeof b),

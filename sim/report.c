@@ -303,6 +303,18 @@ static json_t *tiers_json(const sim_costs *c, const sim_result *r,
     return o;
 }
 
+void sim_report_figures(const prof_topo *t, const char *lead, FILE *f)
+{
+    if (!t) return;
+    for (int i = 0; i < t->n_gpu_types; i++) {
+        const prof_calib *c = t->gpu_types[i].calib;
+        if (!c) continue;
+        fprintf(f, "%s%s as calibrated %s%s, %s\n", lead,
+                t->gpu_types[i].name, c->date, c->quick ? " (--quick)" : "",
+                c->file[0] ? c->file : "not yet saved");
+    }
+}
+
 void sim_report_print(const sim_plan *p, const prof_model *m,
                       const prof_topo *tp, const sim_costs *c,
                       const sim_result *r, const sim_ir *ir, FILE *f)
@@ -336,6 +348,9 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
     if (p->sched == SIM_SCHED_INTERLEAVED)
         fprintf(f, ", %d chunk(s) per device", p->chunks);
     fprintf(f, "\n");
+    /* a calibrated profile replaces the built-in figures silently:
+     * whether the prediction is this machine's was not said */
+    sim_report_figures(tp, "figures: ", f);
     if (p->dp > 1 || p->tp > 1)
         fprintf(f, "dp %d x pp %d x tp %d = %ld %ss; %s = (dp_rank*pp + "
                 "pp_rank)*tp + tp_rank\n", p->dp, p->pp, p->tp,

@@ -223,6 +223,9 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
 json_t *sim_report_json(const sim_plan *p, const prof_model *m,
                         const prof_topo *t, const sim_costs *c,
                         const sim_result *r, const sim_ir *ir);
+/* A line per device type of t priced from a calibration (its date and
+ * file), each begun with lead; nothing for the other types. */
+void sim_report_figures(const prof_topo *t, const char *lead, FILE *f);
 /* --ops: each op's F, B and W per microbatch on its stage's device and
  * its share of the stage's compute, as a table and as a JSON array. */
 void sim_report_ops_print(const prof_model *m, const sim_costs *c, FILE *f);

@@ -607,6 +607,23 @@ Test(calib_dir, sim_uses_the_calibrated_figures)
     cr_assert_eq(b2.code, 0, "%s", b2.err);
     cr_assert_str_eq(b.out, b2.out);
     cr_expect(!strstr(b.err, "was measured on"), "%s", b.err);
+    /* the report says which figures priced it: a calibration's date and
+     * file, nothing where the built-in ones did (it was unsaid) */
+    {
+        const char *tx = "sim --hw cpu x2 --model gpt-mini --schedule 1f1b "
+                         "--pp 2 --mbs 2 --microbatches 8";
+        char want[700];
+        snprintf(want, sizeof want, "\nfigures: cpu as calibrated "
+                 "2026-11-23T10:00:00Z, %s\n", path);
+        cli_result t = cli_run("--profile-dir %s %s", d, tx);
+        cr_assert_eq(t.code, 0, "%s", t.err);
+        cr_expect(strstr(t.out, want), "%s", t.out);
+        cli_result_free(&t);
+        t = cli_run("%s", tx);
+        cr_assert_eq(t.code, 0, "%s", t.err);
+        cr_expect(!strstr(t.out, "figures:"), "%s", t.out);
+        cli_result_free(&t);
+    }
     json_t *ja = json_loads(a.out, 0, NULL), *jb = json_loads(b.out, 0, NULL);
     double ta = json_real_value(json_object_get(ja, "iteration_time_s"));
     double tb = json_real_value(json_object_get(jb, "iteration_time_s"));
@@ -979,6 +996,9 @@ Test(calib_cli, exec_adds_a_runs_op_times)
     r = cli_run("--profile-dir %s exec --plan %s/p.json --steps 3 --quiet "
                 "--calibrate", d, d);
     cr_assert_eq(r.code, 0, "%s", r.err);
+    /* its simulated figures are said to be the calibration's */
+    cr_expect(strstr(r.out, "simulated from   cpu as calibrated ") &&
+              strstr(r.out, "/cpu.json\n"), "%s", r.out);
     int n1 = op_times(r.out);
     cr_assert_gt(n1, 10, "%s", r.out);
     cli_result_free(&r);
