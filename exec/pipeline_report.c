@@ -52,6 +52,8 @@ typedef struct meas {
     int pieces;                 /* --save-every's pieces pooled (0: one run) */
     int pieces_cold;            /* ...each no longer than --warm: all their
                                  * steps pooled, warm-ups too */
+    int shown;                  /* the step the device table breaks down
+                                 * (1-based, global; 0: the async window) */
 } meas;
 
 static void meas_free(meas *m)
@@ -176,6 +178,7 @@ static void measure(const exec_pipe_result *r, int warm,
         }
         free(ns);
         m->t0 = begs[pick];
+        m->shown = r->step_first + pick + 1;
     } else {
         /* one epoch: minibatch k completes when its last task ends */
         int K = ir->n_minibatches;
@@ -736,6 +739,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
         goto out;
     }
     char tpath[1100] = "";
+    int drawn = 0;
     if (ro->trace) {
         if (sim_trace_write(ro->trace, r->ir, &m.res, r->costs, e)) goto out;
         snprintf(tpath, sizeof tpath, "%s", ro->trace);
@@ -750,6 +754,7 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
         int prc = plot_compare(tpath[0] ? tpath : mt, st, ro->plot, e);
         if (prc < 0) goto out;
         if (prc > 0) fprintf(stderr, "sluice exec: %s\n", e->msg);
+        drawn = prc == 0;
     }
     double ovh = exec_pipe_overhead(r, warm);
     if (ro->json) {
@@ -908,6 +913,12 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
     fprintf(f, "\n");
     util_table_print(tb, f, "  ");
     util_table_free(tb);
+    /* the columns are one step's, not a sum or a median of each: which
+     * step was unsaid, and read as the run's totals */
+    if (m.shown)
+        fprintf(f, "  ms columns: step %d, the measured step nearest the "
+                "median; peak mem: the median of the measured steps' "
+                "peaks\n", m.shown);
     double ps_plan = 0;
     const char *why = "";
     double *pk = plan_sim(p, r, &ps_plan, &why);
@@ -938,6 +949,9 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
     tiers_lines(r, &m, &pr, f);
     stier_lines(r, &m, &pr, f);
     if (ro->trace) fprintf(f, "trace: %s\n", ro->trace);
+    if (drawn)
+        fprintf(f, "plot: %s-compare.png and .svg (the run above the "
+                "simulation)\n", ro->plot);
     rc = 0;
 out:
     sim_engine_free(en);

@@ -749,6 +749,7 @@ static int run(int argc, char **argv, util_err *e)
     if (c.measured && measured_check(c.measured, ir, e)) goto out;
     if (c.out && sim_plan_save(c.out, &p, m, e)) goto out;
     if (c.trace && sim_trace_write(c.trace, ir, &r, cs, e)) goto out;
+    int drawn = 0;
     if (c.plot) {
         char tpath[1100], sfx[64];
         snprintf(tpath, sizeof tpath, "%s%s", c.plot,
@@ -765,6 +766,7 @@ static int run(int argc, char **argv, util_err *e)
         if (!reuse) unlink(tpath);
         if (prc < 0) goto out;
         if (prc > 0) fprintf(stderr, "sluice sim: %s\n", e->msg);
+        drawn = prc == 0;
     }
     if (c.json) {
         json_t *j = sim_report_json(&p, m, tp, cs, &r, ir);
@@ -774,6 +776,14 @@ static int run(int argc, char **argv, util_err *e)
     } else {
         sim_report_print(&p, m, tp, cs, &r, ir, stdout);
         if (c.ops) sim_report_ops_print(m, cs, stdout);
+        /* the pictures' names are the prefix's plus what each draws:
+         * said, so they need not be looked for */
+        if (drawn && c.measured)
+            printf("plot: %s-compare.png and .svg (the measured run above "
+                   "the simulation)\n", c.plot);
+        else if (drawn)
+            printf("plot: %s-timeline.png, %s-memory.png and their .svg\n",
+                   c.plot, c.plot);
     }
     /* the answer is printed; a plan over a device's memory does not run */
     if (r.oom) {

@@ -482,6 +482,22 @@ Test(exec_cli_pipe, trace_has_sims_tasks_and_tracks)
     cr_assert_eq(s.code, 0, "%s", s.err);
     cr_expect_eq(sh_run("test -s %s/c-compare.png && test -s "
                         "%s/c-compare.svg", dir, dir), 0);
+    /* the pictures are named where they were written (they went unsaid) */
+    {
+        char want[700];
+        snprintf(want, sizeof want, "plot: %s/c-compare.png and .svg", dir);
+        cr_expect(strstr(s.out, want), "%s", s.out);
+        cli_result x2 = cli_run("exec --plan %s/p.json --steps 3 --plot "
+                                "%s/e", dir, dir);
+        cr_assert_eq(x2.code, 0, "%s", x2.err);
+        snprintf(want, sizeof want, "plot: %s/e-compare.png and .svg", dir);
+        cr_expect(strstr(x2.out, want), "%s", x2.out);
+        /* and the device table's milliseconds are one step's, named */
+        cr_expect(strstr(x2.out, "  ms columns: step ") &&
+                  strstr(x2.out, ", the measured step nearest the median"),
+                  "%s", x2.out);
+        cli_result_free(&x2);
+    }
     /* a model of kilobytes: its memory read in KiB, not in 1e-5 GiB */
     cr_expect_eq(sh_run("grep -q \"set ylabel 'KiB'\" %s/c-compare.gp",
                         dir), 0);
