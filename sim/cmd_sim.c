@@ -27,6 +27,7 @@ static void usage(FILE *f)
         "  --tp T                 tensor-parallel GPUs per stage (inside a node);\n"
         "                         GPU = (dp_rank*pp + pp_rank)*tp + tp_rank\n"
         "  --chunks V             interleaved: chunks (stages) per device\n"
+        "                         (default 2; 1 is 1F1B)\n"
         "  --schedule-file FILE   run the per-rank action lists of a PyTorch\n"
         "                         pipelining CSV (0F0,0F1,0B0,...) with the\n"
         "                         stage mapping of --schedule (default 1f1b)\n"
@@ -198,6 +199,7 @@ typedef struct cmd_opts {
     int swap_given;             /* --act-swap K[:J] (else auto) */
     int tier_given;             /* --offload-tier */
     int waves_given;            /* --waves */
+    int chunks_given;           /* --chunks */
     int minibatches_given;      /* --minibatches */
     const char *state_tiers;    /* --state-tiers LIST */
 } cmd_opts;
@@ -365,6 +367,7 @@ static int parse(int argc, char **argv, sim_plan *p, cmd_opts *c, util_err *e)
         } else if (!strcmp(a, "--chunks")) {
             if (need(i, argc, argv, e) ||
                 int_arg(a, argv[++i], 1, 64, &p->chunks, e)) return -1;
+            c->chunks_given = 1;
         } else if (!strcmp(a, "--schedule-file")) {
             if (need(i, argc, argv, e)) return -1;
             if (copy_arg(a, p->sched_file, sizeof p->sched_file, argv[++i],
@@ -612,6 +615,11 @@ static int run(int argc, char **argv, util_err *e)
                       "several", p.n_minibatches, sim_sched_name(p.sched));
             goto out;
         }
+        /* interleaving is two chunks a device unless told (Megatron-LM
+         * asks for them; the planner tries 2 first): one chunk was 1F1B
+         * under another name */
+        if (p.sched == SIM_SCHED_INTERLEAVED && !c.chunks_given)
+            p.chunks = 2;
         if (p.sched == SIM_SCHED_INTERLEAVED) {
             S = p.chunks * p.pp;
         } else if (p.sched == SIM_SCHED_ZBV || p.sched == SIM_SCHED_DUALPIPEV) {

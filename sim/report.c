@@ -344,9 +344,11 @@ void sim_report_print(const sim_plan *p, const prof_model *m,
                 c->shard);
     else if (c->zero)
         fprintf(f, ", ZeRO-%d over %d ranks", c->zero, c->shard);
-    if (p->sched == SIM_SCHED_WAVE) fprintf(f, ", %d wave(s)", p->waves);
+    if (p->sched == SIM_SCHED_WAVE)
+        fprintf(f, ", %d wave%s", p->waves, p->waves == 1 ? "" : "s");
     if (p->sched == SIM_SCHED_INTERLEAVED)
-        fprintf(f, ", %d chunk(s) per device", p->chunks);
+        fprintf(f, ", %d chunk%s per device", p->chunks,
+                p->chunks == 1 ? "" : "s");
     fprintf(f, "\n");
     /* a calibrated profile replaces the built-in figures silently:
      * whether the prediction is this machine's was not said */

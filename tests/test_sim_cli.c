@@ -674,3 +674,35 @@ Test(sim_cli, a_sequence_length_of_its_own)
                "--model gpt2 --seq 0");
     test_rm_rf(dir);
 }
+
+/* The interleaved schedule interleaves unless told otherwise: two chunks
+ * a device by default (one chunk was plain 1F1B under another name, the
+ * same prediction), one when asked, and the header says which. */
+Test(sim_cli, interleaved_is_two_chunks_unless_told)
+{
+    cli_result a = cli_run("sim --hw 'cpu x2' --model gpt-mini --schedule "
+                           "interleaved --pp 2 --mbs 2 --microbatches 4");
+    cr_assert_eq(a.code, 0, "%s", a.err);
+    cr_expect(strstr(a.out, "4 stages") && strstr(a.out, "2 chunks per "
+                                                  "device"), "%s", a.out);
+    cli_result b = cli_run("sim --hw 'cpu x2' --model gpt-mini --schedule "
+                           "interleaved --chunks 1 --pp 2 --mbs 2 "
+                           "--microbatches 4");
+    cr_assert_eq(b.code, 0, "%s", b.err);
+    cr_expect(strstr(b.out, "2 stages") && strstr(b.out, "1 chunk per "
+                                                  "device"), "%s", b.out);
+    cli_result c = cli_run("sim --hw 'cpu x2' --model gpt-mini --schedule "
+                           "1f1b --pp 2 --mbs 2 --microbatches 4");
+    cr_assert_eq(c.code, 0, "%s", c.err);
+    /* one chunk is 1F1B's prediction; two are not */
+    const char *ta = strstr(a.out, "iteration time"),
+               *tb = strstr(b.out, "iteration time"),
+               *tc = strstr(c.out, "iteration time");
+    cr_assert(ta && tb && tc);
+    cr_expect(!strncmp(tb, tc, strcspn(tc, "\n")), "%.40s against %.40s",
+              tb, tc);
+    cr_expect(strncmp(ta, tc, strcspn(tc, "\n")), "%.40s", ta);
+    cli_result_free(&a);
+    cli_result_free(&b);
+    cli_result_free(&c);
+}
