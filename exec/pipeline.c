@@ -673,7 +673,10 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     r->costs = sim_costs_build(r->model, r->topo, p->n_stages, p->first_op,
                                p->last_op, p->stage_device, p->pp, &co, e);
     if (!r->costs) {
-        util_err_prefix(e, "%s", where);
+        if (o->plan_path)
+            sim_plan_costs_err(p, r->topo, o->plan_path, e);
+        else
+            util_err_prefix(e, "%s", where);
         goto out;
     }
     sim_sched_opts so = sim_plan_sched_opts(p);

@@ -720,7 +720,7 @@ static int run(int argc, char **argv, util_err *e)
     cs = sim_costs_build(m, tp, p.n_stages, p.first_op, p.last_op,
                          p.stage_device, p.pp, &co, e);
     if (!cs) {
-        if (c.plan_file) util_err_prefix(e, "%s", c.plan_file);
+        if (c.plan_file) sim_plan_costs_err(&p, tp, c.plan_file, e);
         goto out;
     }
     if (sim_sched_offload(p.sched) && !c.plan_file && !c.swap_given &&

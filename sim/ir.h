@@ -1220,6 +1220,12 @@ prof_model *sim_plan_model_file(const sim_plan *p, const prof_topo *t,
 /* Prefixes e with "FILE:LINE:COL: field 'FIELD'" (the field's place in
  * the plan file, where found); returns -1. */
 int sim_plan_field_err(util_err *e, const char *file, const char *field);
+/* Prefixes e, an error of sim_costs_build for plan p on t, with the plan
+ * file: with field 'hw' (sim_plan_field_err) where the server lacks the
+ * host DRAM or drives the plan keeps states on (util_err.lack, or no
+ * drive at all), else with the file alone; returns -1. */
+int sim_plan_costs_err(const sim_plan *p, const prof_topo *t,
+                       const char *file, util_err *e);
 
 void sim_plan_init(sim_plan *p);
 void sim_plan_free(sim_plan *p);

@@ -120,6 +120,29 @@ int sim_plan_field_err(util_err *e, const char *file, const char *field)
                            "default)", file, field);
 }
 
+/* Whether p keeps something on NVMe (its offload tier, a stage's state
+ * tier) where t has no drive at all: the costs then fail for the hw. */
+static int wants_absent_drives(const sim_plan *p, const prof_topo *t)
+{
+    for (int v = 0; v < t->n_nodes; v++)
+        if (t->nodes[v].kind == PROF_NODE_NVME) return 0;
+    if (sim_sched_offload(p->sched) && p->tier == SIM_TIER_NVME) return 1;
+    for (int s = 0; p->state_tier && s < p->n_stages; s++)
+        if (p->state_tier[s] == SIM_TIER_NVME) return 1;
+    return 0;
+}
+
+int sim_plan_costs_err(const sim_plan *p, const prof_topo *t,
+                       const char *file, util_err *e)
+{
+    /* host DRAM and drives are the hw's (its --host-mem, --nvme or
+     * server file): a plan they cannot hold is that field's error, so
+     * the user edits the file, not the command line the message names */
+    if (e && (e->lack || wants_absent_drives(p, t)))
+        return sim_plan_field_err(e, file, "hw");
+    return util_err_prefix(e, "%s", file);
+}
+
 prof_model *sim_plan_model_file(const sim_plan *p, const prof_topo *t,
                                 const char *file, util_err *e)
 {

@@ -852,6 +852,36 @@ Test(sim_offload, the_plan_keeps_tier_and_host)
     test_rm_rf(dir);
 }
 
+/* A plan file's hw whose server cannot hold the states where the plan
+ * keeps them (no drive for the nvme tier, too little host DRAM) is the
+ * hw field's error, in sim and exec alike: the file, the field's line
+ * and the field are named, not the command line's --nvme alone. */
+Test(sim_offload, a_plan_whose_hw_lacks_the_tier_names_hw)
+{
+    char *dir = test_tmpdir();
+    cli_expect(0, "bound by",
+               "sim --hw rtx4090 x1 --model gpt-tiny --schedule zero-infinity "
+               "--mbs 1 --microbatches 1 --nvme 1 --offload-tier nvme --out "
+               "%s/p.json", dir);
+    const char *edit[][2] = {
+        {"s/--nvme 1/--nvme 0/", "has no NVMe drive (give --nvme N)"},
+        {"s/--nvme 1/--nvme 1 --host-mem 0.001G/", "host DRAM cannot hold"}};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(sh_run("sed '%s' %s/p.json > %s/b.json", edit[i][0], dir,
+                            dir), 0);
+        for (int k = 0; k < 2; k++) {
+            cli_result r = cli_run("%s --plan %s/b.json%s",
+                                   k ? "exec" : "sim", dir,
+                                   k ? " --steps 1" : "");
+            cr_expect_eq(r.code, 2, "%s", r.err);
+            cr_expect(strstr(r.err, "b.json:4:9: field 'hw': ") &&
+                      strstr(r.err, edit[i][1]), "%s", r.err);
+            cli_result_free(&r);
+        }
+    }
+    test_rm_rf(dir);
+}
+
 Test(sim_offload, the_planner_compares_the_policies)
 {
     char *dir = test_tmpdir();
