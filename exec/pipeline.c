@@ -544,7 +544,8 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
                    ? sim_plan_field_err(e, o->plan_path, pfield)
                    : util_err_prefix(e, "%s", where);
     if (sim_plan_check_topo(p, r->topo, e))
-        return util_err_prefix(e, "%s", where);
+        return o->plan_path ? sim_plan_field_err(e, o->plan_path, "tp")
+                            : util_err_prefix(e, "%s", where);
     if (finetune_check(o, p, where, e) || zero_check(o, p, where, e))
         return -1;
     if (stier_check(o, p, where, e)) return -1;

@@ -591,7 +591,7 @@ static int run(int argc, char **argv, util_err *e)
         goto out;
     }
     if (sim_plan_check_topo(&p, tp, e)) {
-        if (c.plan_file) util_err_prefix(e, "%s", c.plan_file);
+        if (c.plan_file) sim_plan_field_err(e, c.plan_file, "tp");
         goto out;
     }
     if (!c.plan_file) {

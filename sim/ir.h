@@ -1250,6 +1250,8 @@ int sim_plan_check(const sim_plan *p, const prof_model *m, int n_gpus,
  * about ("stages[2].ops", "tp"; "" when none), for sim_plan_field_err. */
 int sim_plan_check_at(const sim_plan *p, const prof_model *m, int n_gpus,
                       const char *unit, char *field, size_t n, util_err *e);
+/* Checks a plan's tensor parallelism against t's servers (its errors are
+ * the tp field's). */
 int sim_plan_check_topo(const sim_plan *p, const prof_topo *t, util_err *e);
 /* The plan's paths (model, hw, schedule file) as JSON takes them: valid
  * UTF-8, else an error (exit code 2) naming the path. */

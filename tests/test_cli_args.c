@@ -203,6 +203,28 @@ Test(cli_args, plan_file_uses_every_gpu_or_says_so)
     test_rm_rf(d);
 }
 
+/* A plan file's tensor-parallel group wider than a server of its hw is
+ * the tp field's error, its line named, in sim and exec alike. */
+Test(cli_args, plan_file_tp_wider_than_a_server_names_tp)
+{
+    char *d = test_tmpdir();
+    cli_result r = cli_run("sim --hw 'rtx2080ti x12 --gpus-per-server 6' "
+                           "--model gpt2 --schedule 1f1b --pp 1 --tp 6 --dp 2 "
+                           "--mbs 1 --microbatches 1 --out %s/p.json", d);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    cr_assert_eq(sh_run("sed 's/\"tp\": 6/\"tp\": 12/; s/\"dp\": 2/"
+                        "\"dp\": 1/' %s/p.json > %s/b.json", d, d), 0);
+    for (int k = 0; k < 2; k++) {
+        r = cli_run("%s --plan %s/b.json", k ? "exec" : "sim", d);
+        cr_expect_eq(r.code, 2, "%s", r.err);
+        cr_expect(strstr(r.err, "b.json:8:9: field 'tp': tp 12 is larger "
+                         "than a node"), "%s", r.err);
+        cli_result_free(&r);
+    }
+    test_rm_rf(d);
+}
+
 /* A path that is not UTF-8 cannot go into a plan or JSON output: refused
  * (before the work) when it would; fine when nothing JSON is written. A
  * name derived from such a folder is made valid for the reports. */
