@@ -144,6 +144,7 @@ static void usage(FILE *f)
         "                      cores (--backend cuda; Ampere and later),\n"
         "                      predicted at its TF32 peak; default fp32,\n"
         "                      or TF32 for a plan made with --dtype tf32\n"
+        "\n" UTIL_SIZE_HELP
         "\nA plan for more workers than cores runs oversubscribed (with a "
         "warning).\nSLUICE_EXEC_FAULT=W:N[:kill] makes worker W fail at its "
         "N-th compute task\n(tests).\n");

@@ -51,6 +51,7 @@ static void usage(FILE *f)
         "devices\n"
         "                       (Perfetto trace, written atomically)\n"
         "  --json               the answer as JSON\n"
+        "\n" UTIL_SIZE_HELP
         "\nexit codes: 0 done, 1 a run failed, 2 bad usage or input\n");
 }
 

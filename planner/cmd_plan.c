@@ -73,7 +73,7 @@ static void usage(FILE *f)
         "  --gpus LIST        capacity planning: the best plan for each GPU count\n"
         "  --sweep-host-mem LIST  the largest model (the --model's layer shape,\n"
         "                     as many layers as fit) each offload schedule fits\n"
-        "                     on one GPU, for each host DRAM size (128G,256G),\n"
+        "                     on one GPU, for each host DRAM SIZE (128G,256G),\n"
         "                     and Hydra's shards (--schedule hydra alone)\n"
         "  --offload-tier auto|dram|nvme  where the offload schedules keep\n"
         "                     the model states; auto (default) tries DRAM\n"
@@ -97,6 +97,7 @@ static void usage(FILE *f)
         "                     synchronous plan (or chosen when --schedule\n"
         "                     names only them)\n"
         "  --sync             leave asynchronous schedules out of the search\n"
+        "\n" UTIL_SIZE_HELP
         "\nexit codes: 0 a plan was found, 1 nothing fits the GPUs, 2 bad usage\n"
         "or input: options no layout of the machine takes, or host DRAM or\n"
         "drives too small for the states an offloading plan keeps there\n");

@@ -64,6 +64,7 @@ static void usage(FILE *f)
         "\nworkload file: {\"jobs\": [{\"model\": \"gpt2-xl\", \"batch\": 16,\n"
         "  \"samples\": 100000 | \"epochs\": 1, \"dataset_samples\": N,\n"
         "  \"optimizer\": \"adam\", \"priority\": 0, \"name\": \"lr3e-4\"}, ...]}\n"
+        "\n" UTIL_SIZE_HELP
         "\nexit codes: 0 answered, 1 no policy runs the workload on the GPUs,\n"
         "2 bad usage or input (a job that no GPU holds even cut into shards,\n"
         "named with its file, line and field; a host too small for the DRAM\n"

@@ -19,7 +19,8 @@ static void usage(FILE *f)
         "bytes kept for backward, bytes crossing a cut after the layer); --ops\n"
         "prints every op; --finetune MODE shows the model as that mode trains\n"
         "it (sluice sim --help). --hw prints the server as a tree with link bandwidths;\n"
-        "a GPU without a count is one standard 8-GPU server (GPU x8).\n");
+        "a GPU without a count is one standard 8-GPU server (GPU x8).\n"
+        "\n" UTIL_SIZE_HELP);
 }
 
 static int bad(const char *fmt, const char *arg)

@@ -111,6 +111,7 @@ static void usage(FILE *f)
         "                         simulation, memory below; beside the\n"
         "                         images their PREFIX-*.dat and PREFIX*.gp\n"
         "  --out FILE             write the plan file\n"
+        "\n" UTIL_SIZE_HELP
         "\nexit codes: 0 simulated and it fits, 1 a device's memory runs over\n"
         "(the answer is printed, with the task where it does), 2 bad usage or\n"
         "input\n");

@@ -80,6 +80,24 @@ Test(cli_args, hw_without_count_is_eight)
     }
 }
 
+/* Every help whose options take a SIZE says what its units are: binary,
+ * G a GiB whether written G, GB or GiB (the README's tables once said GB
+ * of what --host-mem 768G reads as 768 GiB). */
+Test(cli_args, helps_say_sizes_are_binary)
+{
+    const char *helps[] = {"sim --help", "plan --help", "exec --help",
+                           "exec --workload x --help",
+                           "plan --workload x --help", "profile --help"};
+    for (int i = 0; i < 6; i++) {
+        cli_result h = cli_run("%s", helps[i]);
+        cr_assert_eq(h.code, 0, "%s: %s", helps[i], h.err);
+        cr_expect(strstr(h.out, " SIZE") && strstr(h.out, "SIZE is binary: ") &&
+                  strstr(h.out, "768G, 768GB\nand 768GiB are all 768 GiB"),
+                  "%s: %s", helps[i], h.out);
+        cli_result_free(&h);
+    }
+}
+
 /* Every schedule of the table is in the help of sim and plan and in the
  * "not known" message; mixed-pipe names Mixed-pipe everywhere. */
 Test(cli_args, schedule_names_come_from_the_table)

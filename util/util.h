@@ -62,6 +62,11 @@ int util_parse_size(const char *s, double *bytes);
 /* The same, with its unit (K, M, G or T) required: a bare number is
  * bytes, which no one giving a memory size means. */
 int util_parse_size_unit(const char *s, double *bytes);
+/* What the help texts say of SIZE, as util_parse_size reads it: its own
+ * paragraph, so a table's column widths do not bear on it. */
+#define UTIL_SIZE_HELP \
+    "SIZE is binary: K, M, G and T are KiB, MiB, GiB and TiB (768G, 768GB\n" \
+    "and 768GiB are all 768 GiB, 768 x 2^30 bytes).\n"
 /* Parses a positive or non-negative integer fully; -1 on junk or range. */
 int util_parse_int(const char *s, long lo, long hi, long *out);
 /* Parses a double fully; -1 on junk. */
