@@ -425,7 +425,7 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             /* up to a petabyte: a budget is memory someone has */
             if (util_parse_size_unit(v, &o->mem_budget_bytes) ||
                 !(o->mem_budget_bytes > 0) ||
-                o->mem_budget_bytes > 1125899906842624.0)
+                o->mem_budget_bytes > UTIL_SIZE_MAX_BYTES)
                 return util_errf(e, UTIL_EXIT_USAGE,
                                  "sluice exec: --mem-budget '%s': expected a "
                                  "size with its unit, such as 512M or 4G (at "

@@ -137,10 +137,10 @@ static int parse(int argc, char **argv, wcmd *c, util_err *e)
             o->steps = (int)n;
         } else if (!strcmp(a, "--mem-per-device")) {
             if (util_parse_size_unit(v, &o->mem_bytes) ||
-                !(o->mem_bytes > 0))
+                !(o->mem_bytes > 0) || o->mem_bytes > UTIL_SIZE_MAX_BYTES)
                 return util_errf(e, UTIL_EXIT_USAGE, "--mem-per-device '%s': "
                                  "expected a size with its unit, such as "
-                                 "64M", v);
+                                 "64M (at most 1024T)", v);
         } else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--trace")) c->trace = v;
         else if (!strcmp(a, "--clip")) {

@@ -39,13 +39,14 @@ static int parse_sizes(const char *s, double *out, util_err *e)
         c = strchr(t, ',');
         if (c) *c = 0;
         double v;
-        /* at most what --host-mem takes */
-        if (n == MAX_SIZES || util_parse_size_unit(t, &v) || !(v > 0) ||
-            v > 1024.0 * (1LL << 40))
+        /* each one --host-mem takes: a host of a KiB is a slip there */
+        if (n == MAX_SIZES || util_parse_size_unit(t, &v) ||
+            !(v >= UTIL_HW_MIN * (1 << 30)) || v > UTIL_SIZE_MAX_BYTES)
             return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem '%s': "
                              "expected up to %d sizes with their units, "
-                             "comma-separated, each at most 1024T, e.g. "
-                             "128G,256G,512G,768G", s, MAX_SIZES);
+                             "comma-separated, each 0.001G to 1024T as "
+                             "--host-mem takes, e.g. 128G,256G,512G,768G", s,
+                             MAX_SIZES);
         for (int k = 0; k < n; k++)
             if (out[k] == v)
                 return util_errf(e, UTIL_EXIT_USAGE, "--sweep-host-mem "

@@ -517,7 +517,7 @@ int prof_hw_opts_arg(int argc, char **argv, int *i, prof_hw_opts *o,
               o->host_mem_bytes < UTIL_HW_MIN * 1024 * 1024 * 1024 ||
               (util_parse_size_unit(v, &unit) &&
                o->host_mem_bytes < 1024.0 * 1024) ||
-              o->host_mem_bytes > 1024.0 * 1024 * 1024 * 1024 * 1024;
+              o->host_mem_bytes > UTIL_SIZE_MAX_BYTES;
     } else if (k == 1 && v && strchr(v, ':')) {
         /* --nvme COUNT:MODEL */
         char cnt[16];

@@ -451,6 +451,12 @@ Test(exec_workload, errors_name_the_file_line_and_field)
     expect_wl(2, "--mem-per-device '16': expected a size with its unit",
               "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, "
               "\"samples\": 2}]}\n", "--mem-per-device 16");
+    /* at most 1024T, as --mem-budget and --host-mem (1e300G was an
+     * infinite budget) */
+    expect_wl(2, "--mem-per-device '1e300G': expected a size with its "
+              "unit, such as 64M (at most 1024T)",
+              "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, "
+              "\"samples\": 2}]}\n", "--mem-per-device 1e300G");
     expect_wl(2, "--steps '1000000000': expected a whole number of steps "
               "in [1, 100000000]",
               "{\"jobs\": [{\"model\": \"gpt-tiny\", \"batch\": 2, \"samples\": 2}]}\n",

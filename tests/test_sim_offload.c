@@ -657,6 +657,11 @@ Test(sim_offload, tiers_that_cannot_hold_the_states)
                "--host-mem 1K");
     cli_expect(2, "--sweep-host-mem '128G,,256G': expected", "plan --hw "
                "rtx4090 x1 --model gpt2 --sweep-host-mem 128G,,256G");
+    /* each size one --host-mem takes: a KiB is no host there either */
+    cli_expect(2, "--sweep-host-mem '1K,2M': expected up to 16 sizes with "
+               "their units, comma-separated, each 0.001G to 1024T as "
+               "--host-mem takes", "plan --hw rtx4090 x1 --model gpt2 "
+               "--sweep-host-mem 1K,2M");
     /* a size twice, however written: its rows would repeat */
     cli_expect(2, "--sweep-host-mem '1G,1024M': '1024M' names a size given "
                "before", "plan --hw rtx4090 x1 --model gpt2 "

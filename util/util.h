@@ -221,6 +221,10 @@ int util_jkeys(const util_jobj *o, const char *const *allowed, util_err *e);
  * slower, a simulated task could outlast the 64-bit nanoseconds the
  * simulator counts in (1e-300 GB/s hung it). */
 #define UTIL_HW_MIN 1e-3
+/* The most a memory size given on the command line may be (1024T, as
+ * --host-mem, --sweep-host-mem, --mem-budget and --mem-per-device take):
+ * larger is a slip, and 1e300G would be infinite bytes. */
+#define UTIL_SIZE_MAX_BYTES 1125899906842624.0
 
 /* Getters: required fields missing are errors; optional ones keep *out.
  * Numbers are checked against [lo, hi]; pass -HUGE_VAL/HUGE_VAL for none. */
