@@ -533,3 +533,31 @@ Test(cli_io, validate_refuses_options)
     cli_result_free(&r);
     cli_expect(0, "usage: sluice profile", "profile validate --help");
 }
+
+/* In a sticky folder (/tmp) only a file's owner may replace it: another
+ * user's file named as an output is refused before any work, naming the
+ * flag, where the rename at the end failed after the whole run (a
+ * training run's checkpoint lost). Needs a second user: as root, the
+ * binary runs as nobody (skipped where it cannot). */
+Test(cli_io, another_users_file_in_a_sticky_folder_is_refused_first)
+{
+#define NOBODY "setpriv --reuid=65534 --regid=65534 --clear-groups "
+    if (geteuid() != 0 ||
+        sh_run(NOBODY "\"$SLUICE\" --version > /dev/null 2>&1"))
+        cr_skip_test("needs root, setpriv and a binary nobody may run");
+    char *d = test_tmpdir();
+    cr_assert_eq(sh_run("chmod 1777 %s && echo keep > %s/f.json", d, d), 0);
+    int rc = sh_run(NOBODY "\"$SLUICE\" " SIM " --out %s/f.json > %s/out "
+                    "2> %s/err", d, d, d);
+    cr_expect_eq(rc, 2, "exit %d", rc);
+    cr_expect_eq(sh_run("grep -q \"^sluice sim: --out '%s/f.json': the file "
+                        "is another user's in sticky folder\" %s/err", d, d),
+                 0, "the refusal names the flag and says why");
+    cr_expect_eq(sh_run("grep -qx keep %s/f.json", d), 0, "the file kept");
+    /* nobody's own file there is replaced as before */
+    cr_expect_eq(sh_run(NOBODY "\"$SLUICE\" " SIM " --out %s/g.json > "
+                        "/dev/null 2>&1 && " NOBODY "\"$SLUICE\" " SIM
+                        " --out %s/g.json > /dev/null 2>&1", d, d), 0);
+#undef NOBODY
+    test_rm_rf(d);
+}

@@ -358,6 +358,15 @@ int util_out_check(const char *flag, const char *path, int prefix,
     else if (access(dir, W_OK | X_OK))
         rc = util_errf(e, UTIL_EXIT_USAGE, "%s '%s': folder '%s' is not "
                        "writable (%s)", flag, path, dir, strerror(errno));
+    /* in a sticky folder (/tmp) another user's file cannot be replaced:
+     * the rename at the end would fail, after the whole run (a training
+     * run's checkpoint lost); said first */
+    else if (exists && (sd.st_mode & S_ISVTX) && geteuid() != 0 &&
+             st.st_uid != geteuid() && sd.st_uid != geteuid())
+        rc = util_errf(e, UTIL_EXIT_USAGE, "%s '%s': the file is another "
+                       "user's in sticky folder '%s', which lets only its "
+                       "owner replace it (%s): name another file", flag,
+                       path, dir, strerror(EPERM));
     if (!rc) {
         /* the name, with the temporary's ending (TMP_MARK, a process id,
          * a tag) and a prefix's file endings (-simulated-memory.dat and
