@@ -437,12 +437,14 @@ int exec_calibrate_main(int argc, char **argv)
     }
     if (c.drive_dir) {
         struct stat sd;
-        if (stat(c.drive_dir, &sd) || !S_ISDIR(sd.st_mode) ||
-            access(c.drive_dir, W_OK | X_OK)) {
-            fprintf(stderr, "sluice calibrate: --offload-path '%s': %s\n",
-                    c.drive_dir, stat(c.drive_dir, &sd) ? strerror(errno)
-                    : !S_ISDIR(sd.st_mode) ? "not a folder"
-                                           : "a folder this user cannot write");
+        int bad = stat(c.drive_dir, &sd);
+        int dir = !bad && S_ISDIR(sd.st_mode);
+        if (bad || !dir || access(c.drive_dir, W_OK | X_OK)) {
+            fprintf(stderr, "sluice calibrate: --offload-path '%s': %s%s%s\n",
+                    c.drive_dir, bad || !dir ? "" : "a folder this user "
+                    "cannot write (", bad ? strerror(errno)
+                    : !dir ? "not a folder" : strerror(errno),
+                    bad || !dir ? "" : ")");
             return UTIL_EXIT_USAGE;
         }
     }

@@ -190,6 +190,8 @@ typedef struct cmd {
     exec_xport_kind xport;
     const char *backend;
     int warm, calibrate, tf32;
+    int paths_bad;              /* a path, not an option, was refused: no
+                                 * hint at --help */
     exec_offload offload;
     int tier_given;
     int clip_given;
@@ -483,13 +485,16 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
     if (c->offload.path) {
         struct stat sd;
         int bad = stat(c->offload.path, &sd);
-        if (bad || !S_ISDIR(sd.st_mode) ||
-            access(c->offload.path, W_OK | X_OK))
+        int dir = !bad && S_ISDIR(sd.st_mode);
+        if (bad || !dir || access(c->offload.path, W_OK | X_OK)) {
+            c->paths_bad = 1;
             return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: "
-                             "--offload-path '%s': %s", c->offload.path,
-                             bad ? strerror(errno)
-                             : !S_ISDIR(sd.st_mode) ? "not a folder"
-                             : "a folder this user cannot write");
+                             "--offload-path '%s': %s%s%s", c->offload.path,
+                             bad || !dir ? "" : "a folder this user cannot "
+                             "write (", bad ? strerror(errno)
+                             : !dir ? "not a folder" : strerror(errno),
+                             bad || !dir ? "" : ")");
+        }
     }
     if (c->init && o->resume)
         return util_errf(e, UTIL_EXIT_USAGE, "sluice exec: --init and "
@@ -544,8 +549,10 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
         util_out_check("--timings", o->timings, 0, ins, 5, e) ||
         util_out_check("--trace", c->trace, 0, ins, 5, e) ||
         util_out_check("--plot", c->plot, 1, ins, 0, e) ||
-        util_outs_apart(4, oflag, opath, opre, ins, 5, e))
+        util_outs_apart(4, oflag, opath, opre, ins, 5, e)) {
+        c->paths_bad = 1;
         return util_err_prefix(e, "sluice exec");
+    }
     /* paths the JSON document names must be text JSON can hold */
     if (o->json) {
         const char *what[] = {"--model", "--plan", "--data", "--save"};
@@ -1137,7 +1144,8 @@ int exec_cmd_main(int argc, char **argv)
     c.warm = -1;
     util_err e = {0};
     if (parse(argc, argv, &c, &e)) {
-        fprintf(stderr, "%s\n(sluice exec --help lists the options)\n", e.msg);
+        fprintf(stderr, "%s\n%s", e.msg, c.paths_bad ? "" :
+                "(sluice exec --help lists the options)\n");
         return e.code;
     }
     return c.plan ? run_plan(&c) : run_model(&c);
