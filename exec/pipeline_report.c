@@ -686,16 +686,26 @@ static void tiers_lines(const exec_pipe_result *r, const meas *m,
 static double *plan_sim(const sim_plan *p, const exec_pipe_result *r,
                         double *iter_s, const char **why)
 {
-    int z = p->zero >= 2, sp = p->sp && p->tp > 1;
+    /* an FSDP plan's stage is 3 whatever its "zero" says (cmd_exec's
+     * note, the run's costs) */
+    int zs = sim_zero_stage(p->zero, p->fsdp);
+    int z = zs >= 2, sp = p->sp && p->tp > 1;
     if (!z && !sp) return NULL;
     *why = z && sp ? "sharded and sequence parallel"
-         : z ? (p->zero >= 3 ? "ZeRO-3" : "ZeRO-2") : "sequence parallel";
+         : z ? (zs >= 3 ? "ZeRO-3" : "ZeRO-2") : "sequence parallel";
     sim_cost_opts co = sim_plan_cost_opts(p);
     util_err e = {0};
-    sim_costs *c = sim_costs_build(r->model, r->topo, p->n_stages,
+    /* the model as `sluice sim` builds it (the plan's precision, the
+     * spec's dropout), not the run's (fp32, no dropout: r->model) */
+    prof_model *m = sim_plan_model(p, r->topo, &e);
+    if (!m) return NULL;
+    sim_costs *c = sim_costs_build(m, r->topo, p->n_stages,
                                    p->first_op, p->last_op, p->stage_device,
                                    p->pp, &co, &e);
-    if (!c) return NULL;
+    if (!c) {
+        prof_model_free(m);
+        return NULL;
+    }
     sim_sched_opts so = sim_plan_sched_opts(p);
     sim_ir *ir = !p->sched_file[0] ? sim_schedule(&so, c, &e)
                : sim_sched_check(&so, &e) ? NULL
@@ -715,6 +725,7 @@ static double *plan_sim(const sim_plan *p, const exec_pipe_result *r,
         sim_ir_free(ir);
     }
     sim_costs_free(c);
+    prof_model_free(m);
     return pk;
 }
 
@@ -922,21 +933,26 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
     double ps_plan = 0;
     const char *why = "";
     double *pk = plan_sim(p, r, &ps_plan, &why);
+    /* why is set for a plan sluice sim prices another way, pk only
+     * where its answer could be had */
     fprintf(f, "  comm = compute waiting for a transfer in flight; the "
-            "simulated columns are `sluice sim` for the same plan%s\n",
-            pk ? " as this executor runs it" : "");
+            "simulated columns are %s\n",
+            why[0] ? "the simulator's for the plan as this executor runs "
+                     "it, not `sluice sim`'s"
+                   : "`sluice sim` for the same plan");
     if (pk) {
         double most = 0;
         for (int d = 0; d < r->n_devices; d++) most = fmax(most, pk[d]);
-        int z = p->zero >= 2, sp = p->sp && p->tp > 1;
+        int zs = sim_zero_stage(p->zero, p->fsdp);
+        int z = zs >= 2, sp = p->sp && p->tp > 1;
         fprintf(f, "  (%s: it %s%s%s; `sluice sim` prices %s%s%s: %s an "
                 "iteration, peak %s)\n", why,
-                !z ? "" : p->zero >= 3 ? "gathers each stage's weights "
+                !z ? "" : zs >= 3 ? "gathers each stage's weights "
                 "whole and reduces each microbatch's whole gradient"
                 : "reduces each microbatch's whole gradient",
                 z && sp ? ", and " : "",
                 sp ? "runs the weight gradients' collectives exposed" : "",
-                !z ? "" : p->zero >= 3 ? "FSDP's layer at a time"
+                !z ? "" : zs >= 3 ? "FSDP's layer at a time"
                 : "ZeRO-2's buckets, a layer's gradient at a time",
                 z && sp ? " and " : "",
                 sp ? "Megatron-LM's overlap" : "",

@@ -314,10 +314,19 @@ Test(exec_zero, mpirun_gives_the_in_process_bits)
 Test(exec_zero, the_report_gives_sluice_sims_answer_beside_its_own)
 {
     char *dir = test_tmpdir();
+    /* the model with dropout: `sluice sim` prices its masks, the run's
+     * prediction (fp32, no dropout) does not, so sluice_sim must come
+     * from the plan's own model, not the run's */
+    cr_assert_eq(sh_run("sed 's/\"dropout\": false/\"dropout\": true/' "
+                        "%s > %s/drop.json && grep -q '\"dropout\": true' "
+                        "%s/drop.json", PICO, dir, dir), 0);
+    char drop[600];
+    snprintf(drop, sizeof drop, "%s/drop.json", dir);
     for (int z = 0; z < 4; z += 3) {
         cli_result x = cli_run("sim --hw 'cpu x2' --model %s --schedule 1f1b "
                                "--pp 1 --dp 2 --mbs 2 --microbatches 2 "
-                               "--zero %d --out %s/z.json", PICO, z, dir);
+                               "--zero %d --out %s/z.json", z ? drop : PICO,
+                               z, dir);
         cr_assert_eq(x.code, 0, "%s", x.err);
         cli_result_free(&x);
         json_t *sj = cli_json("sim --plan %s/z.json --json", dir);
@@ -326,6 +335,14 @@ Test(exec_zero, the_report_gives_sluice_sims_answer_beside_its_own)
         json_t *ss = json_object_get(ej, "sluice_sim");
         cr_expect_eq(ss != NULL, z >= 2, "zero %d: sluice_sim %s", z,
                      ss ? "given" : "missing");
+        if (ss) {
+            double a = json_number_value(json_object_get(
+                       ss, "iteration_time_s")),
+                   b = json_number_value(json_object_get(
+                       sj, "iteration_time_s"));
+            cr_expect(a > 0 && a == b, "sluice_sim's iteration %.9f s, "
+                      "sluice sim's %.9f", a, b);
+        }
         for (size_t d = 0; ss && d < 2; d++) {
             double a = json_number_value(json_array_get(
                        json_object_get(ss, "peak_mem_bytes"), d)),
