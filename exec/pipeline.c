@@ -634,7 +634,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     int step0 = 0, rc = -1;
     exec_corpus corpus = {0};
     exec_xport *x = NULL;
-    int mpi = 0, rank = 0, size = 1;
+    int mpi = 0, rank = 0, size = 1, ran = 0;
     if (initial_state(o, &cfg, r->B, T, full, am, av, lora, lm, lv, NL,
                       &step0, &seed, e))
         goto out;
@@ -813,6 +813,7 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
     rt.x = x;
     snprintf(r->xport, sizeof r->xport, "%s", x->name);
     if (o->on_start) o->on_start(o->on_start_ctx);
+    ran = 1;
     if (exec_rt_run(&rt)) {
         *e = rt.err;
         goto out_rt;
@@ -857,6 +858,15 @@ out_rt:
     exec_rt_free(&rt);
     rt.xop = NULL;
 out:
+    /* under mpirun a rank that fails before the run (its host short of
+     * memory, its device) leaves the others waiting in a collective, and
+     * only rank 0 prints: it says why and ends the job (the run's own
+     * failures reach every rank through the runtime) */
+    if (rc && mpi && size > 1 && !ran) {
+        fprintf(stderr, "sluice exec: rank %d: %s\n", rank, e->msg);
+        fflush(stderr);
+        exec_mpi_abort(e->code ? e->code : UTIL_EXIT_FAIL);
+    }
     free(rt.xop);
     free(rt.t5_buckets);
     free(full);

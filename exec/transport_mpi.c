@@ -551,8 +551,12 @@ int exec_mpi_host_share_start(exec_host_share *h, util_err *e)
     MPI_Comm node;
     memcpy(&node, h->node, sizeof node);
     int rc = MPI_Barrier(node);
-    if (rc == MPI_SUCCESS && h->first)
+    if (rc == MPI_SUCCESS && h->first) {
         atomic_store(&h->c->peak, atomic_load(&h->c->cur));
+        /* an add between the two reads kept the peak it saw: what is
+         * held now is at most the peak */
+        exec_host_share_add(h, 0);
+    }
     if (rc == MPI_SUCCESS) rc = MPI_Barrier(node);
     return rc == MPI_SUCCESS ? 0 : mpi_err(e, rc, "barrier");
 }

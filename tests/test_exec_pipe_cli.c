@@ -767,6 +767,23 @@ Test(exec_cli_pipe, mpi_failures_stop_every_rank)
     cr_expect_neq(sh_run("pgrep -f '%s/x[.]ckpt' >/dev/null", dir), 0,
                   "a process of the killed job is still running");
     cr_expect_neq(sh_run("test -e %s/x.ckpt", dir), 0);
+    /* a rank that fails before the run (here its device's budget, given
+     * to it alone) says so and ends the job: it hung, the others waiting
+     * in a collective and the failing rank silent */
+    t0 = seconds();
+    rc = sh_run("cd %s && %s timeout 60 mpirun -np 1 \"$SLUICE\" exec --plan "
+                "p.json --steps 2 : -np 1 \"$SLUICE\" exec --plan p.json "
+                "--steps 2 --mem-budget 64K > out 2> err", dir,
+                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                "OMPI_MCA_rmaps_base_oversubscribe=1 "
+                "ASAN_OPTIONS=detect_leaks=0");
+    cr_expect(rc != 0 && rc != 124, "exit %d", rc);
+    cr_expect_lt(seconds() - t0, 30);
+    snprintf(p, sizeof p, "%s/err", dir);
+    err = slurp(p);
+    cr_expect(strstr(err, "rank 1: ") && strstr(err, "do not fit"), "%s",
+              err);
+    free(err);
     /* more ranks than the plan's workers: each refuses before setting
      * up a device the plan does not have */
     rc = sh_run("cd %s && %s \"$SLUICE\" exec --plan p.json --steps 2 "
