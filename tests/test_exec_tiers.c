@@ -811,37 +811,44 @@ Test(exec_tiers, the_report_counts_the_host_over_the_runs_times)
  * of the machine adds to), held to the count over the run's times as the
  * in-process run is (within 2% and a transfer), with one replica slowed
  * too, so the ranks' buffers come and go at other times. Before, the
- * report summed each process's own peak, which is no moment's memory.
- * The shared count's name is gone once the processes have it. */
+ * report summed each process's own peak, which is no moment's memory:
+ * Fuyou's states in DRAM with a replica slowed read 11.7-12.9% over the
+ * count so (five runs; 1.1-1.2% now), where zero-infinity's replicas
+ * peak together and the sum fell inside the bound. No shared count's
+ * name outlives its run. */
 Test(exec_tiers, mpirun_counts_the_machines_host_at_once)
 {
     char *dir = test_tmpdir();
     model = "tests/data/exec/gpt-pico-table.json";
-    sim_plan p;
-    plan_dp(dir, 2, 2, "--schedule zero-infinity --offload-tier nvme "
-            "--dp 2", &p);
-    exec_pipe_opts o = opts(&p, 0);
-    o.offload.path = dir;
-    exec_pipe_result b;
-    util_err e = {0};
-    cr_assert_eq(exec_pipe_run(&o, &b, &e), 0, "%s", e.msg);
-    double slack = 0;
-    for (int id = 0; id < b.n_tasks; id++)
-        if (sim_kind_nvme(b.ir->tasks[id].kind) ||
-            b.ir->tasks[id].kind == SIM_SWAP_IN ||
-            b.ir->tasks[id].kind == SIM_SWAP_OUT)
-            slack = fmax(slack, b.ir->tasks[id].bytes);
-    exec_pipe_result_free(&b);
-    sim_plan_free(&p);
-    model = PICO;
-    const char *slow[] = {"", "SLUICE_EXEC_SLOW=1:20000 "},
-               *pass[] = {"", " -x SLUICE_EXEC_SLOW"};
-    for (int k = 0; k < 2; k++) {
+    const char *plans[] = {"zero-infinity --offload-tier nvme",
+                           "zero-infinity --offload-tier nvme",
+                           "fuyou --offload-tier dram"};
+    for (int k = 0; k < 3; k++) {
+        sim_plan p;
+        char flags[200];
+        snprintf(flags, sizeof flags, "--schedule %s --dp 2", plans[k]);
+        plan_dp(dir, 2, 2, flags, &p);
+        exec_pipe_opts o = opts(&p, 0);
+        o.offload.path = dir;
+        exec_pipe_result b;
+        util_err e = {0};
+        cr_assert_eq(exec_pipe_run(&o, &b, &e), 0, "%s", e.msg);
+        double slack = 0;
+        for (int id = 0; id < b.n_tasks; id++)
+            if (sim_kind_nvme(b.ir->tasks[id].kind) ||
+                b.ir->tasks[id].kind == SIM_SWAP_IN ||
+                b.ir->tasks[id].kind == SIM_SWAP_OUT)
+                slack = fmax(slack, b.ir->tasks[id].bytes);
+        exec_pipe_result_free(&b);
+        sim_plan_free(&p);
+        int slow = k > 0;
         /* from here: the plan names its model by a relative path */
         int rc = sh_run("%s" MPIRUN "%s \"$SLUICE\" exec --plan "
                         "%s/plan.json --steps 3 --clip 0 --offload-path %s "
-                        "--data %s --json > %s/out.json 2> %s/err", slow[k],
-                        pass[k], dir, dir, CORPUS, dir, dir);
+                        "--data %s --json > %s/out.json 2> %s/err",
+                        slow ? "SLUICE_EXEC_SLOW=1:20000 " : "",
+                        slow ? " -x SLUICE_EXEC_SLOW" : "", dir, dir, CORPUS,
+                        dir, dir);
         char path[600], msg[400] = "";
         snprintf(path, sizeof path, "%s/err", dir);
         FILE *f = fopen(path, "r");
@@ -850,9 +857,7 @@ Test(exec_tiers, mpirun_counts_the_machines_host_at_once)
             fclose(f);
         }
         cr_assert_eq(rc, 0, "mpirun: %s", msg);
-        /* the sum of each process's own peak is within the bound below
-         * too (this plan's replicas peak together), so the count must be
-         * the shared one, not the fallback */
+        /* the shared count, not the fallback's sum */
         cr_expect(!strstr(msg, "no memory shared"), "mpirun: %s", msg);
         snprintf(path, sizeof path, "%s/out.json", dir);
         json_error_t je;
@@ -862,17 +867,25 @@ Test(exec_tiers, mpirun_counts_the_machines_host_at_once)
         double m = json_number_value(json_object_get(t, "host_peak_bytes")),
                c = json_number_value(json_object_get(
                    t, "counted_host_peak_bytes"));
-        cr_log_info("mpirun%s: host %.0f bytes, counted %.0f, one "
-                    "transfer %.0f", slow[k][0] ? ", a replica slowed" : "",
-                    m, c, slack);
+        cr_log_info("mpirun, %s%s: host %.0f bytes, counted %.0f, one "
+                    "transfer %.0f", plans[k], slow ? ", a replica slowed"
+                    : "", m, c, slack);
         cr_expect(c > 0 && fabs(m - c) <= 0.02 * c + slack,
-                  "mpirun%s: host memory %.0f bytes, counted over the run's "
-                  "task times %.0f (one transfer %.0f)",
-                  slow[k][0] ? ", a replica slowed" : "", m, c, slack);
+                  "mpirun, %s%s: host memory %.0f bytes, counted over the "
+                  "run's task times %.0f (one transfer %.0f)", plans[k],
+                  slow ? ", a replica slowed" : "", m, c, slack);
+        /* a sum of the processes' peaks reads over the count */
+        cr_expect(k < 2 || m <= 1.04 * c, "mpirun, %s, a replica slowed: "
+                  "host memory %.0f bytes, counted %.0f", plans[k], m, c);
         json_decref(j);
     }
-    cr_expect_eq(sh_run("ls /dev/shm 2>/dev/null | grep -q '^sluice-host-'"),
-                 1, "a shared count's name outlived its run");
+    model = PICO;
+    /* every name left is a live process's (its creator's pid is in it;
+     * other suites' runs may be between making and removing theirs) */
+    cr_expect_eq(sh_run("for f in /dev/shm/sluice-host-*; do [ -e \"$f\" ] "
+                        "|| continue; p=${f#/dev/shm/sluice-host-}; "
+                        "kill -0 ${p%%%%-*} 2>/dev/null || exit 1; done"), 0,
+                 "a shared count's name outlived its run");
     test_rm_rf(dir);
 }
 
