@@ -27,7 +27,8 @@ MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null)
 endif
 ifneq ($(MPI_LIBS),)
 CFLAGS += -DSLUICE_HAVE_MPI $(MPI_CFLAGS)
-LIBS += $(MPI_LIBS)
+# -lrt: shm_open (the machine's host count under mpirun) before glibc 2.34
+LIBS += $(MPI_LIBS) -lrt
 endif
 
 MODULES := util profiles sim planner exec kernels plots
