@@ -790,7 +790,9 @@ int exec_pipe_run(const exec_pipe_opts *o, exec_pipe_result *r, util_err *e)
         util_err_prefix(e, "%s", where);
         goto out;
     }
-    if (mpi && exec_mpi_host_share(&rt.host_share, e)) goto out;
+    /* the offload tiers' host memory, one count a machine (every rank
+     * has the plan: all of them or none make it) */
+    if (mpi && rt.tiers && exec_mpi_host_share(&rt.host_share, e)) goto out;
     if (exec_rt_setup(&rt, full, step0 ? am : NULL, step0 ? av : NULL, lora,
                       e) ||
         exec_mpi_host_share_start(rt.host_share, e))
