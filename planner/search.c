@@ -614,8 +614,10 @@ static int check_request(search *s, util_err *e)
             return util_errf(e, UTIL_EXIT_USAGE, "%s %d does not divide the "
                              "%d GPUs of %s", flag[i], want[i], n, t->name);
     if (o->mbs > 0 && r->batch % o->mbs)
-        return util_errf(e, UTIL_EXIT_USAGE, "batch %d cannot be split into "
-                         "microbatches of %d", r->batch, o->mbs);
+        return util_errf(e, UTIL_EXIT_USAGE, "--mbs %d does not divide the "
+                         "batch of %d samples (--batch, else the model's): "
+                         "give a --batch it divides, or another --mbs",
+                         o->mbs, r->batch);
     if (o->offload_tier == SIM_TIER_NVME && !server_drives(t))
         return util_errf(e, UTIL_EXIT_USAGE, "--offload-tier nvme: %s has no "
                          "NVMe drive (%s)", t->name,

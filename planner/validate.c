@@ -512,7 +512,14 @@ int plan_validate_file(const char *path, int json, FILE *out, util_err *e)
         prof_topo *t = m ? prof_topo_from_args(2, args, NULL, &re) : NULL;
         if (m && !t) col = "gpus";
         int bad = !m || !t;
-        if (m && t) {
+        if (m && t && r->mbs > 0 && fmod(r->batch, r->mbs)) {
+            /* the row's own figures disagree; said in its columns' words,
+             * not the planner's flags */
+            snprintf(why, sizeof why, "batch %.0f cannot be split into "
+                     "microbatches of %d", r->batch, r->mbs);
+            bad = 1;
+            col = NULL;
+        } else if (m && t) {
             plan_opts o;
             plan_opts_init(&o);
             o.batch = (int)r->batch;

@@ -390,7 +390,9 @@ Test(plan, bad_input)
         {"plan --hw rtx2080ti x8 --model t5-3b --pp 16", "--pp 16 but", 2},
         {"plan --hw rtx2080ti x8 --model t5-3", "did you mean 't5-3b'", 2},
         {"plan --hw rtx2080 x8 --model t5-3b", "did you mean 'rtx2080ti'", 2},
-        {"plan --hw rtx2080ti x8 --model t5-3b --batch 30 --mbs 4", "cannot be split", 2},
+        {"plan --hw rtx2080ti x8 --model t5-3b --batch 30 --mbs 4",
+         "--mbs 4 does not divide the batch of 30 samples (--batch, else "
+         "the model's): give a --batch it divides, or another --mbs", 2},
         {"plan --hw rtx2080ti x8 --model t5-3b --schedule 1f1c", "did you mean '1f1b'", 2},
         {"plan --hw rtx2080ti x8", "--model is required", 2},
         {"plan --model t5-3b", "--hw is required", 2},
