@@ -1433,16 +1433,40 @@ static void choose_best(search *s)
                      "parameter) take %.1f GiB a %s even spread over all "
                      "%d, so recomputation and the batch cannot help",
                      state, spread / gib, unit, s->t->n_gpus);
+        /* what else to try, "or" before the last: offload only where
+         * no offload is searched, here or next (plan_search's stage
+         * tiers over several GPUs: it said to offload, then that
+         * offloading fit, or did not fit either), fused attention where
+         * a layer's scores are kept and --no-flash-attn did not ask for
+         * them */
+        int tiers_next = s->t->n_gpus > 1 && s->o->zero < 0 &&
+                         !s->o->fsdp && g->form != PROF_FORM_CPU;
+        const char *try[6];
+        int nt = 0;
+        char more[16];
+        snprintf(more, sizeof more, "more %ss", unit);
+        try[nt++] = more;
+        if (!states) {
+            try[nt++] = "recomputation";
+            try[nt++] = "a smaller batch";
+            if (!s->m->spec.flash_attn && s->o->flash >= 0)
+                try[nt++] = "fused attention (--flash-attn)";
+        }
+        if (!offload_mask(s->o, s->t) && !tiers_next) try[nt++] = "offload";
+        if (prof_finetune_full(&s->m->ft))
+            try[nt++] = "training fewer parameters (--finetune lora:16, "
+                        "qlora:16 or auto)";
+        char tl[256] = "";
+        for (int i = 0; i < nt; i++) {
+            size_t l = strlen(tl);
+            snprintf(tl + l, sizeof tl - l, "%s%s",
+                     !i ? "" : i == nt - 1 ? ", or " : ", ", try[i]);
+        }
         snprintf(r->advice, sizeof r->advice,
                  "%s does not fit %d x %s: %s (with the %.1f GiB reserve); "
-                 "%s has %s%s; try more %ss%s%s%s%s",
+                 "%s has %s%s; try %s%s",
                  s->m->spec.name, s->t->n_gpus, g->name, need,
-                 r->reserve_bytes / gib, g->name, have, st, unit,
-                 states ? "" : ", recomputation, a smaller batch",
-                 offload_mask(s->o, s->t) ? "" : ", or offload",
-                 prof_finetune_full(&s->m->ft)
-                 ? ", or train fewer parameters (--finetune lora:16, "
-                   "qlora:16 or auto)" : "",
+                 r->reserve_bytes / gib, g->name, have, st, tl,
                  s->offload ? "; offloading the model states to the host "
                               "does not fit either" : "");
     if (!r->found && s->offload) offload_why(r);

@@ -631,6 +631,34 @@ Test(plan, advice_when_the_model_states_alone_do_not_fit)
     cli_result_free(&r);
 }
 
+/* Over several GPUs the advice said to try offloading, then that
+ * offloading the model states does not fit either; it leaves offload
+ * out where it is searched next, and offers fused attention where the
+ * unfused scores are what fills the GPU (Llama 3 8B's 8192 tokens: 4 GiB
+ * a layer; with --flash-attn it fits) */
+Test(plan, advice_names_what_was_not_tried)
+{
+    cli_result r = cli_run("plan --hw rtx3090 x2 --model llama3-8b "
+                           "--finetune lora:8 --pp 2 --no-progress");
+    cr_expect_eq(r.code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "try more GPUs, recomputation, a smaller batch, "
+                     "or fused attention (--flash-attn); offloading the "
+                     "model states to the host does not fit either"),
+              "%s", r.err);
+    cr_expect(!strstr(r.err, "or offload"), "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("plan --hw rtx3090 x2 --model llama3-8b --finetune lora:8 "
+                "--pp 2 --flash-attn --no-progress");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cli_result_free(&r);
+    /* asked unfused: not offered */
+    r = cli_run("plan --hw rtx3090 x2 --model llama3-8b --finetune lora:8 "
+                "--pp 2 --no-flash-attn --no-progress");
+    cr_expect_eq(r.code, 1, "%s", r.err);
+    cr_expect(!strstr(r.err, "--flash-attn"), "%s", r.err);
+    cli_result_free(&r);
+}
+
 /* An offloading plan wins only when 2% faster than the best that keeps
  * its states on the GPU (LoRA over Llama 2 7B on one RTX 4090:
  * zero-infinity was chosen for 0.5%); it is shown, saying why not */
