@@ -339,6 +339,15 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
                                   "--dtype", "--chunks", "--seq",
                                   "--flash-attn", "--no-flash-attn",
                                   "--grad-bucket"};
+            /* exec's budget of a device is the planner's reserve: a
+             * user coming from exec is told which */
+            if (!strcmp(a, "--mem-budget") || !strcmp(a, "--mem-per-device"))
+                return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s' "
+                                 "(it is %s's; the planner takes a GPU's "
+                                 "memory from --hw and keeps --reserve SIZE "
+                                 "of it for the framework)", a,
+                                 !strcmp(a, "--mem-budget")
+                                 ? "sluice exec" : "plan --workload");
             const char *near = util_closest(a, opts, sizeof opts / sizeof *opts);
             return util_errf(e, UTIL_EXIT_USAGE, "unknown option '%s'%s%s%s", a,
                              near ? " (did you mean '" : "", near ? near : "",
@@ -493,8 +502,13 @@ static void print_answer(const plan_result *r, const prof_model *m,
     /* CPU devices are cores, not GPUs */
     int cpu = prof_topo_cpu(t);
     const char *unit = prof_topo_unit(t);
-    printf("  batch %d samples of %d tokens; %.2f GiB per %s reserved for the "
-           "framework and allocator\n", r->batch, m->spec.seq_len,
+    /* an encoder-decoder's sample is its input and its target: tokens/s
+     * counts both */
+    char dec[48] = "";
+    if (m->spec.dec_seq_len > 0)
+        snprintf(dec, sizeof dec, " in, %d out", m->spec.dec_seq_len);
+    printf("  batch %d samples of %d tokens%s; %.2f GiB per %s reserved "
+           "(framework, allocator)\n", r->batch, m->spec.seq_len, dec,
            gib(r->reserve_bytes), unit);
     if (p->math)
         printf("  trains in %s (--dtype)\n", prof_math_name(p->math));

@@ -559,11 +559,12 @@ int sim_offload_costs(sim_costs *c, const prof_topo *t,
     if (c->nvme_bytes > c->nvme_cap) {
         util_fmt_bytes2(c->nvme_bytes, need, c->nvme_cap, have, sizeof need);
         util_errf(e, UTIL_EXIT_USAGE, "schedule %s: the NVMe drives "
-                         "cannot hold the model states%s: %s, %d drive(s) "
-                         "hold %s (%s missing on NVMe; %s)", pol,
+                         "cannot hold the model states%s: %s, %d drive%s "
+                         "hold%s %s (%s missing on NVMe; %s)", pol,
                          c->act_tier == SIM_TIER_NVME
                          ? " and the swapped activations" : "",
-                         need, c->n_drives, have,
+                         need, c->n_drives, c->n_drives == 1 ? "" : "s",
+                         c->n_drives == 1 ? "s" : "", have,
                          util_fmt_bytes(c->nvme_bytes - c->nvme_cap, miss,
                                         sizeof miss),
                          prof_topo_more_drives(t));

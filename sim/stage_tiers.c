@@ -196,10 +196,12 @@ int sim_stage_tier_costs(sim_costs *c, const prof_topo *t, util_err *e)
         } else if (disk[v] > dcap[v]) {
             rc = util_errf(e, UTIL_EXIT_USAGE, "stage tiers: server %d's NVMe "
                            "drives cannot hold the optimizer state kept "
-                           "there: %s, %d drive(s) hold %s (%s missing on "
+                           "there: %s, %d drive%s hold%s %s (%s missing on "
                            "NVMe; %s)", v,
                            util_fmt_bytes(disk[v], need, sizeof need),
-                           drives[v], util_fmt_bytes(dcap[v], have, sizeof have),
+                           drives[v], drives[v] == 1 ? "" : "s",
+                           drives[v] == 1 ? "s" : "",
+                           util_fmt_bytes(dcap[v], have, sizeof have),
                            util_fmt_bytes(disk[v] - dcap[v], miss, sizeof miss),
                            prof_topo_more_drives(t));
             sim_err_lacks(e, SIM_TIER_NVME, disk[v], dcap[v]);

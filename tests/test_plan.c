@@ -405,6 +405,10 @@ Test(plan, bad_input)
         {"plan --hw rtx2080ti x8 --model t5-3b --dp 3", "--dp 3 does not divide the 8 GPUs", 2},
         {"plan --hw rtx2080ti x8 --model gpt2-xl --tp 2",
          "--tp 2 does not divide the 25 attention heads of gpt2-xl", 2},
+        /* exec's flag, the planner's words for it */
+        {"plan --hw rtx2080ti x8 --model t5-3b --mem-budget 4G",
+         "it is sluice exec's; the planner takes a GPU's memory from --hw "
+         "and keeps --reserve SIZE", 2},
     };
     for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
         cli_result r = cli_run("%s", c[i].args);
@@ -680,4 +684,20 @@ Test(plan, offload_wins_only_by_a_margin)
     }
     cr_expect(said, "no alternative says why it lost");
     json_decref(j);
+}
+
+/* An encoder-decoder's sample is its input and its target, and its
+ * tokens/s counts both: the header says both lengths (it said 512 tokens
+ * where tokens/s counted 640 a sample). A decoder's says its one. */
+Test(plan, the_header_gives_an_encoder_decoders_two_lengths)
+{
+    cli_result r = cli_run("plan --hw rtx2080ti x8 --model t5-3b");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "batch 32 samples of 512 tokens in, 128 out;"),
+              "%s", r.out);
+    cli_result_free(&r);
+    r = cli_run("plan --hw rtx2080ti x8 --model gpt2");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "samples of 1024 tokens;"), "%s", r.out);
+    cli_result_free(&r);
 }
