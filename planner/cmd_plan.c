@@ -366,6 +366,13 @@ static int parse(int argc, char **argv, cmd *c, util_err *e)
             return util_errf(e, UTIL_EXIT_USAGE, "--sync leaves no schedule: "
                              "those given all run without a flush");
     }
+    /* as --chunks without interleaving: a knob the schedules given
+     * cannot use is said, not ignored */
+    if (c->po.allow_async && c->po.sched_mask &&
+        plan_sync_mask(c->po.sched_mask) == c->po.sched_mask)
+        return util_errf(e, UTIL_EXIT_USAGE, "--async lets the planner "
+                         "choose a schedule without a flush, and --schedule "
+                         "names none (2bw and mixed have none)");
     if (c->po.chunks && c->po.sched_mask &&
         !(c->po.sched_mask & (1u << SIM_SCHED_INTERLEAVED)))
         return util_errf(e, UTIL_EXIT_USAGE, "--chunks %d: chunks per device "

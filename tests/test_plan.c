@@ -405,6 +405,9 @@ Test(plan, bad_input)
         {"plan --hw rtx2080ti x8 --model t5-3b --dp 3", "--dp 3 does not divide the 8 GPUs", 2},
         {"plan --hw rtx2080ti x8 --model gpt2-xl --tp 2",
          "--tp 2 does not divide the 25 attention heads of gpt2-xl", 2},
+        {"plan --hw rtx2080ti x8 --model t5-3b --async --schedule "
+         "1f1b,gpipe", "--async lets the planner choose a schedule without "
+         "a flush, and --schedule names none", 2},
         /* exec's flag, the planner's words for it */
         {"plan --hw rtx2080ti x8 --model t5-3b --mem-budget 4G",
          "it is sluice exec's; the planner takes a GPU's memory from --hw "
