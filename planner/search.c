@@ -1452,7 +1452,13 @@ static void choose_best(search *s)
             if (!s->m->spec.flash_attn && s->o->flash >= 0)
                 try[nt++] = "fused attention (--flash-attn)";
         }
-        if (!offload_mask(s->o, s->t) && !tiers_next) try[nt++] = "offload";
+        /* sharding excludes the offload schedules (they partition the
+         * states themselves): the advice says to drop it */
+        if (!offload_mask(s->o, s->t) && !tiers_next)
+            try[nt++] = s->o->zero > 0 || s->o->fsdp
+                            ? "offload (without --zero and --fsdp, which "
+                              "it replaces)"
+                            : "offload";
         if (prof_finetune_full(&s->m->ft))
             try[nt++] = "training fewer parameters (--finetune lora:16, "
                         "qlora:16 or auto)";

@@ -664,6 +664,18 @@ Test(plan, advice_names_what_was_not_tried)
     cr_expect_eq(r.code, 1, "%s", r.err);
     cr_expect(!strstr(r.err, "--flash-attn"), "%s", r.err);
     cli_result_free(&r);
+    /* sharding given: offload is offered without it (it said "or
+     * offload", which --zero excludes); without it, offload is chosen */
+    r = cli_run("plan --hw rtx4090 x2 --model llama2-13b --zero 3 "
+                "--finetune full --no-progress");
+    cr_expect_eq(r.code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "offload (without --zero and --fsdp, which it "
+                     "replaces)"), "%s", r.err);
+    cli_result_free(&r);
+    r = cli_run("plan --hw rtx4090 x2 --model llama2-13b --no-progress");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "chosen: fuyou"), "%s", r.out);
+    cli_result_free(&r);
 }
 
 /* An offloading plan wins only when 2% faster than the best that keeps
