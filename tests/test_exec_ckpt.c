@@ -40,18 +40,26 @@ static void tamper(const char *src, const char *dst, long i, float x,
     test_ckpt_reseal(dst, buf, len);
 }
 
-Test(exec_ckpt, contents_that_cannot_be_right_exit_2)
+/* A step's checkpoint saved in folder d as t.ck (ck), its bytes read
+ * (*len of them); bad: where a test writes its edited copy. */
+static char *saved(const char *d, char ck[512], char bad[512], size_t *len)
 {
-    char *d = test_tmpdir(), ck[512], bad[512];
     cli_result a = cli_run("exec " SMALL " --steps 1 --save %s/t.ck", d);
     cr_assert_eq(a.code, 0, "%s", a.err);
     cli_result_free(&a);
-    snprintf(ck, sizeof ck, "%s/t.ck", d);
-    snprintf(bad, sizeof bad, "%s/bad.ck", d);
+    snprintf(ck, 512, "%s/t.ck", d);
+    snprintf(bad, 512, "%s/bad.ck", d);
     char *buf;
-    size_t len;
     util_err e;
-    cr_assert_eq(util_read_file_max(ck, 1 << 30, &buf, &len, &e), 0);
+    cr_assert_eq(util_read_file_max(ck, 1 << 30, &buf, len, &e), 0);
+    return buf;
+}
+
+Test(exec_ckpt, contents_that_cannot_be_right_exit_2)
+{
+    char *d = test_tmpdir(), ck[512], bad[512];
+    size_t len;
+    char *buf = saved(d, ck, bad, &len);
     uint64_t np;
     memcpy(&np, buf + OFF_NPARAMS, sizeof np);
     free(buf);
@@ -100,15 +108,8 @@ Test(exec_ckpt, contents_that_cannot_be_right_exit_2)
 Test(exec_ckpt, a_damaged_header_size_is_called_corrupt)
 {
     char *d = test_tmpdir(), ck[512], bad[512];
-    cli_result a = cli_run("exec " SMALL " --steps 1 --save %s/t.ck", d);
-    cr_assert_eq(a.code, 0, "%s", a.err);
-    cli_result_free(&a);
-    snprintf(ck, sizeof ck, "%s/t.ck", d);
-    snprintf(bad, sizeof bad, "%s/bad.ck", d);
-    char *buf;
     size_t len;
-    util_err e;
-    cr_assert_eq(util_read_file_max(ck, 1 << 30, &buf, &len, &e), 0);
+    char *buf = saved(d, ck, bad, &len);
     uint32_t hb = 4242;
     memcpy(buf + 12, &hb, sizeof hb);
     test_ckpt_reseal(bad, buf, len);
