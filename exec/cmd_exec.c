@@ -842,8 +842,9 @@ static void show_banner(void *ctx)
         /* exec/README.md, "Sharded data parallelism" */
         if (sim_zero_stage(plan->zero, plan->fsdp) >= 2)
             fprintf(stdout, "note: this executor %s, as the simulated "
-                    "columns price it (sluice sim prices FSDP's two layers "
-                    "at a time)\n",
+                    "columns price it (sluice sim prices FSDP's layer at a "
+                    "time, the next prefetched: the report gives its "
+                    "figures)\n",
                     sim_zero_stage(plan->zero, plan->fsdp) >= 3
                         ? "gathers a stage's whole weights for a task and "
                           "the next, and keeps each microbatch's whole "

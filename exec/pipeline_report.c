@@ -952,7 +952,8 @@ int exec_pipe_report(const exec_pipe_opts *o, const exec_pipe_result *r,
                 : "reduces each microbatch's whole gradient",
                 z && sp ? ", and " : "",
                 sp ? "runs the weight gradients' collectives exposed" : "",
-                !z ? "" : zs >= 3 ? "FSDP's layer at a time"
+                !z ? "" : zs >= 3 ? "FSDP's layer at a time, the next "
+                "prefetched"
                 : "ZeRO-2's buckets, a layer's gradient at a time",
                 z && sp ? " and " : "",
                 sp ? "Megatron-LM's overlap" : "",
