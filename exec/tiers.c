@@ -61,6 +61,7 @@
 #include <unistd.h>
 
 #include "exec/runtime.h"
+#include "sim/sim.h"
 
 
 enum {
@@ -260,7 +261,7 @@ static float *grad_get(exec_tiers *t, size_t n)
     for (int k = 0; k < t->n_gb; k++)
         if (t->gb[k].idle &&
             (exact ? t->gb[k].n == n
-                   : t->gb[k].n >= n && t->gb[k].n - n <= n) &&
+                   : sim_grad_pool_fits((double)t->gb[k].n, (double)n)) &&
             (best < 0 || t->gb[k].n < t->gb[best].n))
             best = k;
     float *p = NULL;

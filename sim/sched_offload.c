@@ -879,7 +879,7 @@ static void pool_run(gpool *p, const gq *q, int nq, const sim_costs *c,
         double need = grad32_bytes(&c->stage[s]);
         int best = -1, drop = -1;
         for (int i = 0; i < p->cnt; i++)
-            if (p->idle[i] && p->n[i] >= need && p->n[i] - need <= need &&
+            if (p->idle[i] && sim_grad_pool_fits(p->n[i], need) &&
                 (best < 0 || p->n[i] < p->n[best]))
                 best = i;
         if (best >= 0) {

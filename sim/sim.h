@@ -183,6 +183,15 @@ void sim_offload_tier_use(const sim_ir *ir, const sim_result *r,
 void sim_offload_tier_use_cold(const sim_ir *ir, const sim_result *r,
                                const sim_costs *c, sim_tier_use *u);
 void sim_tier_use_free(sim_tier_use *u);
+/* Fuyou's pool of gradient buffers on the host, one rule for the
+ * executor's pool (exec/tiers.c) and the simulator's count of it: an
+ * idle buffer of `have` bytes serves a gradient of `need` when it is at
+ * least that and at most twice it (a larger one stays for the stage it
+ * fits; the smallest that serves is taken). */
+static inline int sim_grad_pool_fits(double have, double need)
+{
+    return have >= need && have - need <= need;
+}
 
 /* Prepares an engine for one IR and cost table (lent; must outlive it).
  * Everything the event loop needs is allocated here. */
